@@ -1,0 +1,41 @@
+//! Named limits of the wire and disk formats. Every length a peer can choose
+//! is bounded by one of these, checked before any work is done.
+
+/// Alignment of every record inside a batch and of every batch inside a log:
+/// rkyv's archived types need 8-byte alignment.
+pub const RECORD_ALIGN: usize = 8;
+
+/// Size of the fixed batch header, in bytes.
+pub const BATCH_HEADER_BYTES: usize = 64;
+
+/// Largest batch (header + position table + records) a producer may send or
+/// the log may hold.
+pub const BATCH_BYTES_MAX: usize = 4 << 20;
+
+/// Most records in one batch.
+pub const BATCH_RECORDS_MAX: u32 = 16 * 1024;
+
+/// Largest single archived record.
+pub const RECORD_BYTES_MAX: usize = 1 << 20;
+
+/// Largest inline payload; larger payloads travel by reference.
+pub const PAYLOAD_INLINE_BYTES_MAX: usize = 1 << 20;
+
+/// Longest routing key.
+pub const ROUTING_KEY_BYTES_MAX: usize = 256;
+
+/// Most headers on one record.
+pub const HEADER_COUNT_MAX: usize = 64;
+
+/// Total bytes of header keys and values on one record.
+pub const HEADER_BYTES_MAX: usize = 16 * 1024;
+
+/// Longest payload-reference location string.
+pub const PAYLOAD_REF_LOCATION_BYTES_MAX: usize = 1024;
+
+/// Number of priority bands a record may name (0 = highest).
+pub const PRIORITY_BANDS_MAX: u8 = 8;
+
+const _: () = assert!(BATCH_HEADER_BYTES % RECORD_ALIGN == 0);
+const _: () = assert!(BATCH_BYTES_MAX % RECORD_ALIGN == 0);
+const _: () = assert!(RECORD_BYTES_MAX + BATCH_HEADER_BYTES + 8 <= BATCH_BYTES_MAX);
