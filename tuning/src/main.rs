@@ -18,7 +18,8 @@ const INPUTS_FILE_BYTES_MAX: u64 = 64 * 1024;
 #[derive(Debug, Parser)]
 #[command(
     name = "spool-plan",
-    about = "Spool capacity planner: the 25k/s model as code, and host checks"
+    about = "Spool capacity planner: the 25k/s model as code, and host checks",
+    allow_negative_numbers = true
 )]
 struct Cli {
     #[command(flatten)]
@@ -33,6 +34,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Check this host (io_uring, memlock, CPUs, data dir's disk) and list the changes Spool would make.
+    #[command(allow_negative_numbers = true)]
     Host {
         /// Data directory whose filesystem and device are checked (need not exist yet).
         #[arg(long, default_value = ".")]

@@ -25,8 +25,10 @@ pub const DAY_S: f64 = 86_400.0;
 /// Largest message rate the planner accepts (msgs/s). Far above one cluster's
 /// reach; it only keeps every product finite and every count in range.
 pub const RATE_MSGS_PER_S_MAX: f64 = 1e9;
-/// Largest record the planner accepts: the wire format's own record limit.
-pub const RECORD_BYTES_MAX: f64 = spool_wire::limits::RECORD_BYTES_MAX as f64;
+/// Largest record the planner accepts: the wire format's record limit
+/// (`spool_wire::limits::RECORD_BYTES_MAX`, 1 MiB), restated so this crate
+/// stays a leaf; larger payloads travel by reference and are not ingress.
+pub const RECORD_BYTES_MAX: f64 = (1 << 20) as f64;
 /// Most replicas of a partition.
 pub const REPLICAS_MAX: u32 = 15;
 /// Longest retention window or burst (a year, in seconds).

@@ -43,7 +43,7 @@ pub const LEASE_MS_MIN: u64 = 1000;
 
 const _: () = assert!(COMMIT_BYTES_MIN.is_power_of_two() && COMMIT_BYTES_MAX.is_power_of_two());
 const _: () = assert!(SEGMENT_BYTES_MIN.is_power_of_two() && SEGMENT_BYTES_MAX.is_power_of_two());
-const _: () = assert!(COMMIT_BYTES_MIN % PAGE_BYTES == 0);
+const _: () = assert!(COMMIT_BYTES_MIN.is_multiple_of(PAGE_BYTES));
 
 /// What [`recommend`] needs from a validated plan.
 #[derive(Debug, Clone, PartialEq)]

@@ -366,7 +366,7 @@ fn apply_as(euid: u32, changes: &[Change], roots: &Roots) -> Result<Vec<Applied>
         }
         for path in &change.paths {
             let target = rebase(path, roots);
-            let outcome = match fs::write(&target, &change.desired) {
+            let outcome = match write_existing(&target, &change.desired) {
                 Ok(()) => "applied".to_owned(),
                 Err(error) => format!("failed: {}: {error}", target.display()),
             };
@@ -378,6 +378,15 @@ fn apply_as(euid: u32, changes: &[Change], roots: &Roots) -> Result<Vec<Applied>
         }
     }
     Ok(results)
+}
+
+/// Writes `value` to a kernel file that must already exist: a missing
+/// /proc or /sys entry means the kernel lacks the knob, and creating a plain
+/// file in its place would hide that.
+fn write_existing(path: &Path, value: &str) -> io::Result<()> {
+    use std::io::Write;
+    let mut file = fs::OpenOptions::new().write(true).truncate(true).open(path)?;
+    file.write_all(value.as_bytes())
 }
 
 fn rebase(path: &str, roots: &Roots) -> PathBuf {
