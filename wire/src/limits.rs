@@ -33,9 +33,29 @@ pub const HEADER_BYTES_MAX: usize = 16 * 1024;
 /// Longest payload-reference location string.
 pub const PAYLOAD_REF_LOCATION_BYTES_MAX: usize = 1024;
 
+/// Largest payload a reference may point at. Bounds what a consumer may be
+/// asked to fetch; the bytes themselves never pass through the broker.
+pub const PAYLOAD_REF_BYTES_MAX: u64 = 1 << 40;
+
+/// Largest control record (one state-machine event in its fixed-size binary
+/// form). Events are small structs; this bounds what a corrupt table can claim.
+pub const CONTROL_RECORD_BYTES_MAX: usize = 1024;
+
 /// Number of priority bands a record may name (0 = highest).
 pub const PRIORITY_BANDS_MAX: u8 = 8;
 
+/// Bytes of one position-table entry: `(u32 position, u32 len)`.
+pub const POSITION_ENTRY_BYTES: usize = 8;
+
 const _: () = assert!(BATCH_HEADER_BYTES % RECORD_ALIGN == 0);
+const _: () = assert!(POSITION_ENTRY_BYTES % RECORD_ALIGN == 0);
+// The fullest batch's header and table must fit, or BATCH_RECORDS_MAX lies.
+const _: () = assert!(
+    BATCH_HEADER_BYTES + BATCH_RECORDS_MAX as usize * (POSITION_ENTRY_BYTES + RECORD_ALIGN)
+        <= BATCH_BYTES_MAX
+);
+const _: () = assert!(CONTROL_RECORD_BYTES_MAX <= RECORD_BYTES_MAX);
+// Positions and lengths are stored as u32.
+const _: () = assert!(BATCH_BYTES_MAX <= u32::MAX as usize);
 const _: () = assert!(BATCH_BYTES_MAX % RECORD_ALIGN == 0);
 const _: () = assert!(RECORD_BYTES_MAX + BATCH_HEADER_BYTES + 8 <= BATCH_BYTES_MAX);
