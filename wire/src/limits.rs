@@ -18,8 +18,16 @@ pub const BATCH_RECORDS_MAX: u32 = 16 * 1024;
 /// Largest single archived record.
 pub const RECORD_BYTES_MAX: usize = 1 << 20;
 
-/// Largest inline payload; larger payloads travel by reference.
-pub const PAYLOAD_INLINE_BYTES_MAX: usize = 1 << 20;
+/// Largest inline payload; larger payloads travel by reference. Leaves
+/// [`RECORD_ENVELOPE_BYTES_MAX`] of [`RECORD_BYTES_MAX`] for everything else,
+/// so a record within the field limits always fits the record limit.
+pub const PAYLOAD_INLINE_BYTES_MAX: usize = RECORD_BYTES_MAX - RECORD_ENVELOPE_BYTES_MAX;
+
+/// Room in a record for everything but an inline payload: routing key,
+/// headers with their archived length fields and padding, and the fixed
+/// fields. A test archives a record with every field at its limit to check
+/// this bound.
+pub const RECORD_ENVELOPE_BYTES_MAX: usize = 64 * 1024;
 
 /// Longest routing key.
 pub const ROUTING_KEY_BYTES_MAX: usize = 256;
@@ -53,6 +61,12 @@ const _: () = assert!(POSITION_ENTRY_BYTES % RECORD_ALIGN == 0);
 const _: () = assert!(
     BATCH_HEADER_BYTES + BATCH_RECORDS_MAX as usize * (POSITION_ENTRY_BYTES + RECORD_ALIGN)
         <= BATCH_BYTES_MAX
+);
+// Routing key, header bytes, and per header two 8-byte archived vectors plus
+// up to 2 × 7 padding bytes, with 1 KiB for the fixed fields and reference.
+const _: () = assert!(
+    ROUTING_KEY_BYTES_MAX + HEADER_BYTES_MAX + HEADER_COUNT_MAX * (16 + 14) + 1024
+        <= RECORD_ENVELOPE_BYTES_MAX
 );
 const _: () = assert!(CONTROL_RECORD_BYTES_MAX <= RECORD_BYTES_MAX);
 // Positions and lengths are stored as u32.
