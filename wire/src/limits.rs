@@ -55,8 +55,8 @@ pub const PRIORITY_BANDS_MAX: u8 = 8;
 /// Bytes of one position-table entry: `(u32 position, u32 len)`.
 pub const POSITION_ENTRY_BYTES: usize = 8;
 
-const _: () = assert!(BATCH_HEADER_BYTES % RECORD_ALIGN == 0);
-const _: () = assert!(POSITION_ENTRY_BYTES % RECORD_ALIGN == 0);
+const _: () = assert!(BATCH_HEADER_BYTES.is_multiple_of(RECORD_ALIGN));
+const _: () = assert!(POSITION_ENTRY_BYTES.is_multiple_of(RECORD_ALIGN));
 // The fullest batch's header and table must fit, or BATCH_RECORDS_MAX lies.
 const _: () = assert!(
     BATCH_HEADER_BYTES + BATCH_RECORDS_MAX as usize * (POSITION_ENTRY_BYTES + RECORD_ALIGN)
@@ -71,5 +71,5 @@ const _: () = assert!(
 const _: () = assert!(CONTROL_RECORD_BYTES_MAX <= RECORD_BYTES_MAX);
 // Positions and lengths are stored as u32.
 const _: () = assert!(BATCH_BYTES_MAX <= u32::MAX as usize);
-const _: () = assert!(BATCH_BYTES_MAX % RECORD_ALIGN == 0);
+const _: () = assert!(BATCH_BYTES_MAX.is_multiple_of(RECORD_ALIGN));
 const _: () = assert!(RECORD_BYTES_MAX + BATCH_HEADER_BYTES + 8 <= BATCH_BYTES_MAX);

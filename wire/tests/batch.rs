@@ -1,6 +1,8 @@
 //! Example-based tests of the batch format through the public API: round
 //! trips, the documented layout, subsets, trust levels, and one test per
 //! limit that the builder refuses and validation rejects.
+// This whole crate is test code; helpers outside #[test] fns may unwrap too.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 

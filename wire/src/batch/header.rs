@@ -145,7 +145,9 @@ impl BatchHeader {
         let kind = BatchKind::from_u16(le_u16(bytes, 6))?;
         let batch_len = le_u32(bytes, 8);
         let len = batch_len as usize;
-        if len < BATCH_HEADER_BYTES || len > BATCH_BYTES_MAX || len % RECORD_ALIGN != 0 {
+        if !(BATCH_HEADER_BYTES..=BATCH_BYTES_MAX).contains(&len)
+            || !len.is_multiple_of(RECORD_ALIGN)
+        {
             return Err(WireError::BadBatchLength(batch_len));
         }
         Ok(Self {
@@ -219,7 +221,7 @@ impl BatchHeader {
     pub fn write(&self, bytes: &mut [u8]) {
         let len = self.batch_len as usize;
         assert!(len >= BATCH_HEADER_BYTES);
-        assert!(len % RECORD_ALIGN == 0);
+        assert!(len.is_multiple_of(RECORD_ALIGN));
         assert!(bytes.len() >= len);
         bytes[0..4].copy_from_slice(&BATCH_MAGIC.to_le_bytes());
         bytes[4..6].copy_from_slice(&BATCH_FORMAT_VERSION.to_le_bytes());
@@ -273,7 +275,7 @@ impl BatchHeader {
 pub fn write_filler(bytes: &mut [u8], len: usize, base_offset: u64, leader_epoch: u32) {
     assert!(len >= BATCH_HEADER_BYTES);
     assert!(len <= BATCH_BYTES_MAX);
-    assert!(len % RECORD_ALIGN == 0);
+    assert!(len.is_multiple_of(RECORD_ALIGN));
     let batch_len = u32::try_from(len).expect("filler length fits u32 (checked above)");
     bytes[BATCH_HEADER_BYTES..len].fill(0);
     BatchHeader {

@@ -31,7 +31,7 @@ pub fn sample_record(n: u32) -> Record {
         },
         priority: byte % 8,
         not_before_ms: u64::from(n) * 3,
-        expiry_ms: if n % 2 == 0 { 0 } else { 9_000_000 + u64::from(n) },
+        expiry_ms: if n.is_multiple_of(2) { 0 } else { 9_000_000 + u64::from(n) },
         enqueue_time_ms: 1_000 + u64::from(n * 7 % 11),
     }
 }
