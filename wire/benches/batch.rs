@@ -71,6 +71,18 @@ fn batch_benches(c: &mut Criterion) {
     group.bench_function("1MiB", |b| b.iter(|| crc32c::crc32c(black_box(&mib))));
     group.finish();
 
+    // One record's rkyv encoding alone, into a reused buffer: the part of
+    // `build` that is not the final copy and crc.
+    let mut scratch = spool_wire::batch::BatchBytes::with_capacity(4096);
+    c.bench_function("record_1KiB/archive", |b| {
+        b.iter(|| {
+            scratch.clear();
+            rkyv::api::high::to_bytes_in::<_, rkyv::rancor::Error>(&records[0], &mut scratch)
+                .expect("encodes");
+            black_box(scratch.len())
+        })
+    });
+
     // Keep the allocation pattern of a fresh builder visible too.
     c.bench_function("batch_100x1KiB/build_fresh_builder", |b| {
         b.iter_batched(

@@ -49,6 +49,13 @@ pub(crate) struct Region {
 }
 
 impl Region {
+    pub(crate) fn with_capacity(records_bytes: usize) -> Self {
+        Self {
+            records: BatchBytes::with_capacity(records_bytes.min(BATCH_BYTES_MAX)),
+            ..Self::default()
+        }
+    }
+
     fn record_count(&self) -> u32 {
         // Bounded by BATCH_RECORDS_MAX, checked in `check_room`.
         u32::try_from(self.entries.len()).unwrap_or(u32::MAX)
@@ -179,12 +186,7 @@ impl DataBatchBuilder {
     /// An empty builder whose record region starts with room for
     /// `capacity_bytes` (clamped to [`BATCH_BYTES_MAX`]).
     pub fn with_capacity(capacity_bytes: usize) -> Self {
-        Self {
-            region: Region {
-                records: BatchBytes::with_capacity(capacity_bytes.min(BATCH_BYTES_MAX)),
-                ..Region::default()
-            },
-        }
+        Self { region: Region::with_capacity(capacity_bytes) }
     }
 
     /// Records pushed so far.

@@ -72,11 +72,18 @@ pub fn validate_record(bytes: &[u8]) -> Result<&ArchivedRecord, WireError> {
 /// A borrowed, checked batch. Constructed only by [`BatchView::validate`] or
 /// [`BatchView::trusted`], so every accessor may rely on the layout (and, for
 /// data batches, on every record being a valid archive).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy)]
 pub struct BatchView<'a> {
     /// Exactly `header.batch_len` bytes.
     bytes: &'a [u8],
     header: BatchHeader,
+}
+
+impl core::fmt::Debug for BatchView<'_> {
+    // The header says what the batch is; dumping up to 4 MiB of bytes does not.
+    fn fmt(&self, formatter: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        formatter.debug_struct("BatchView").field("header", &self.header).finish_non_exhaustive()
+    }
 }
 
 impl<'a> BatchView<'a> {
@@ -370,7 +377,9 @@ impl<'a> BatchView<'a> {
             return Err(WireError::BadSubset);
         }
         self.check_indices(indices)?;
-        let mut region = Region::default();
+        let records_bytes =
+            indices.iter().map(|&index| align_up(self.record_bytes(index as usize).len())).sum();
+        let mut region = Region::with_capacity(records_bytes);
         for &index in indices {
             let index = index as usize;
             // A subset of a batch within the limits is within them too.
