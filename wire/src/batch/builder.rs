@@ -57,7 +57,7 @@ impl Region {
     }
 
     fn record_count(&self) -> u32 {
-        // Bounded by BATCH_RECORDS_MAX, checked in `check_room`.
+        // Bounded by BATCH_RECORDS_MAX, checked in `check_count`.
         u32::try_from(self.entries.len()).unwrap_or(u32::MAX)
     }
 
