@@ -18,8 +18,16 @@ pub const BATCH_RECORDS_MAX: u32 = 16 * 1024;
 /// Largest single archived record.
 pub const RECORD_BYTES_MAX: usize = 1 << 20;
 
-/// Largest inline payload; larger payloads travel by reference.
-pub const PAYLOAD_INLINE_BYTES_MAX: usize = 1 << 20;
+/// Largest inline payload; larger payloads travel by reference. Leaves
+/// [`RECORD_ENVELOPE_BYTES_MAX`] of [`RECORD_BYTES_MAX`] for everything else,
+/// so a record within the field limits always fits the record limit.
+pub const PAYLOAD_INLINE_BYTES_MAX: usize = RECORD_BYTES_MAX - RECORD_ENVELOPE_BYTES_MAX;
+
+/// Room in a record for everything but an inline payload: routing key,
+/// headers with their archived length fields and padding, and the fixed
+/// fields. A test archives a record with every field at its limit to check
+/// this bound.
+pub const RECORD_ENVELOPE_BYTES_MAX: usize = 64 * 1024;
 
 /// Longest routing key.
 pub const ROUTING_KEY_BYTES_MAX: usize = 256;
@@ -33,9 +41,35 @@ pub const HEADER_BYTES_MAX: usize = 16 * 1024;
 /// Longest payload-reference location string.
 pub const PAYLOAD_REF_LOCATION_BYTES_MAX: usize = 1024;
 
+/// Largest payload a reference may point at. Bounds what a consumer may be
+/// asked to fetch; the bytes themselves never pass through the broker.
+pub const PAYLOAD_REF_BYTES_MAX: u64 = 1 << 40;
+
+/// Largest control record (one state-machine event in its fixed-size binary
+/// form). Events are small structs; this bounds what a corrupt table can claim.
+pub const CONTROL_RECORD_BYTES_MAX: usize = 1024;
+
 /// Number of priority bands a record may name (0 = highest).
 pub const PRIORITY_BANDS_MAX: u8 = 8;
 
-const _: () = assert!(BATCH_HEADER_BYTES % RECORD_ALIGN == 0);
-const _: () = assert!(BATCH_BYTES_MAX % RECORD_ALIGN == 0);
+/// Bytes of one position-table entry: `(u32 position, u32 len)`.
+pub const POSITION_ENTRY_BYTES: usize = 8;
+
+const _: () = assert!(BATCH_HEADER_BYTES.is_multiple_of(RECORD_ALIGN));
+const _: () = assert!(POSITION_ENTRY_BYTES.is_multiple_of(RECORD_ALIGN));
+// The fullest batch's header and table must fit, or BATCH_RECORDS_MAX lies.
+const _: () = assert!(
+    BATCH_HEADER_BYTES + BATCH_RECORDS_MAX as usize * (POSITION_ENTRY_BYTES + RECORD_ALIGN)
+        <= BATCH_BYTES_MAX
+);
+// Routing key, header bytes, and per header two 8-byte archived vectors plus
+// up to 2 × 7 padding bytes, with 1 KiB for the fixed fields and reference.
+const _: () = assert!(
+    ROUTING_KEY_BYTES_MAX + HEADER_BYTES_MAX + HEADER_COUNT_MAX * (16 + 14) + 1024
+        <= RECORD_ENVELOPE_BYTES_MAX
+);
+const _: () = assert!(CONTROL_RECORD_BYTES_MAX <= RECORD_BYTES_MAX);
+// Positions and lengths are stored as u32.
+const _: () = assert!(BATCH_BYTES_MAX <= u32::MAX as usize);
+const _: () = assert!(BATCH_BYTES_MAX.is_multiple_of(RECORD_ALIGN));
 const _: () = assert!(RECORD_BYTES_MAX + BATCH_HEADER_BYTES + 8 <= BATCH_BYTES_MAX);

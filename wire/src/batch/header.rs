@@ -33,8 +33,17 @@ pub const BATCH_MAGIC: u32 = u32::from_le_bytes(*b"SPB1");
 /// The only format version this crate reads and writes.
 pub const BATCH_FORMAT_VERSION: u16 = 1;
 
-const BODY_CRC_START: usize = 32;
+/// Flag of a data batch that carries a subset of another batch's records
+/// (see `BatchView::reframe`): record `i`'s offset is *not* `base_offset + i`;
+/// the offsets travel beside the batch. The log never stores such a batch.
+pub const BATCH_FLAG_SUBSET: u32 = 1;
+/// Every flag this version knows; validation rejects any other bit.
+pub const BATCH_FLAGS_KNOWN: u32 = BATCH_FLAG_SUBSET;
+
+pub(crate) const BODY_CRC_START: usize = 32;
 const HEADER_CRC_COVERS: usize = 28;
+/// Bytes `[56, 64)` of the header: reserved, written as zero.
+pub(crate) const RESERVED_RANGE: core::ops::Range<usize> = 56..64;
 
 /// What a batch holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -60,6 +69,15 @@ impl BatchKind {
             1 => Ok(Self::Control),
             2 => Ok(Self::Filler),
             other => Err(WireError::UnknownBatchKind(other)),
+        }
+    }
+
+    /// A lowercase name for messages and errors.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Data => "data",
+            Self::Control => "control",
+            Self::Filler => "filler",
         }
     }
 }
@@ -111,7 +129,10 @@ impl BatchHeader {
     /// [`WireError::UnknownBatchKind`], [`WireError::BadBatchLength`].
     pub fn parse(bytes: &[u8]) -> Result<Self, WireError> {
         if bytes.len() < BATCH_HEADER_BYTES {
-            return Err(WireError::Truncated { needed: BATCH_HEADER_BYTES, available: bytes.len() });
+            return Err(WireError::Truncated {
+                needed: BATCH_HEADER_BYTES,
+                available: bytes.len(),
+            });
         }
         let magic = le_u32(bytes, 0);
         if magic != BATCH_MAGIC {
@@ -124,7 +145,9 @@ impl BatchHeader {
         let kind = BatchKind::from_u16(le_u16(bytes, 6))?;
         let batch_len = le_u32(bytes, 8);
         let len = batch_len as usize;
-        if len < BATCH_HEADER_BYTES || len > BATCH_BYTES_MAX || len % RECORD_ALIGN != 0 {
+        if !(BATCH_HEADER_BYTES..=BATCH_BYTES_MAX).contains(&len)
+            || !len.is_multiple_of(RECORD_ALIGN)
+        {
             return Err(WireError::BadBatchLength(batch_len));
         }
         Ok(Self {
@@ -198,7 +221,7 @@ impl BatchHeader {
     pub fn write(&self, bytes: &mut [u8]) {
         let len = self.batch_len as usize;
         assert!(len >= BATCH_HEADER_BYTES);
-        assert!(len % RECORD_ALIGN == 0);
+        assert!(len.is_multiple_of(RECORD_ALIGN));
         assert!(bytes.len() >= len);
         bytes[0..4].copy_from_slice(&BATCH_MAGIC.to_le_bytes());
         bytes[4..6].copy_from_slice(&BATCH_FORMAT_VERSION.to_le_bytes());
@@ -208,7 +231,7 @@ impl BatchHeader {
         bytes[36..40].copy_from_slice(&self.flags.to_le_bytes());
         bytes[40..48].copy_from_slice(&self.first_timestamp_ms.to_le_bytes());
         bytes[48..56].copy_from_slice(&self.max_timestamp_ms.to_le_bytes());
-        bytes[56..64].fill(0);
+        bytes[RESERVED_RANGE].fill(0);
         let body_crc = crc32c::crc32c(&bytes[BODY_CRC_START..len]);
         bytes[12..16].copy_from_slice(&body_crc.to_le_bytes());
         Self::assign(bytes, self.base_offset, self.leader_epoch);
@@ -252,7 +275,7 @@ impl BatchHeader {
 pub fn write_filler(bytes: &mut [u8], len: usize, base_offset: u64, leader_epoch: u32) {
     assert!(len >= BATCH_HEADER_BYTES);
     assert!(len <= BATCH_BYTES_MAX);
-    assert!(len % RECORD_ALIGN == 0);
+    assert!(len.is_multiple_of(RECORD_ALIGN));
     let batch_len = u32::try_from(len).expect("filler length fits u32 (checked above)");
     bytes[BATCH_HEADER_BYTES..len].fill(0);
     BatchHeader {
