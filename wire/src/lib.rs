@@ -12,7 +12,10 @@
 //! crc only ([`batch::BatchHeader::verify`]).
 
 pub mod batch;
+pub mod codes;
 pub mod error;
 pub mod limits;
+pub mod proto;
 
+pub use codes::ErrorCode;
 pub use error::WireError;
