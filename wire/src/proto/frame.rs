@@ -252,7 +252,9 @@ fn check_frame_length(frame_bytes: u32, max_frame_bytes: usize) -> Result<(), Pr
             max_bytes: max_frame_bytes as u64,
         });
     }
-    if (frame_bytes as usize) < FRAME_HEADER_BYTES || !(frame_bytes as usize).is_multiple_of(FRAME_ALIGN) {
+    if (frame_bytes as usize) < FRAME_HEADER_BYTES
+        || !(frame_bytes as usize).is_multiple_of(FRAME_ALIGN)
+    {
         return Err(ProtoError::BadFrameLength { len_bytes: frame_bytes });
     }
     Ok(())
