@@ -79,7 +79,7 @@ proptest! {
     // 8-aligned from the decoder's buffer; method: random names, partitions, batches.
     #[test]
     fn enqueue_request(queue in queue_name(), partition: u32, batch in vec(any::<u8>(), 64..4096),
-                       correlation: u64) {
+                       correlation in 1..u64::MAX) {
         let request = Request::Enqueue(EnqueueRequest {
             queue: &queue, partition: PartitionId(partition), batch: &batch,
         });

@@ -241,6 +241,10 @@ fn error_responses() {
     assert_eq!(u16::from_le_bytes([bytes[4], bytes[5]]), 999);
     assert_eq!(u16::from_le_bytes([bytes[18], bytes[19]]), ErrorCode::UnknownApi.as_u16());
 
+    // Correlation id 0 is reserved for connection-level errors.
+    let list = Request::ListQueues(ListQueuesRequest {});
+    assert!(list.encode(CorrelationId::CONNECTION, &mut Vec::new()).is_err());
+
     let none = ErrorResponse::new(ErrorCode::None, "");
     assert!(none.encode(CorrelationId(1), 1, 0, &mut Vec::new()).is_err());
 }

@@ -31,9 +31,15 @@ use super::limits::{
 use crate::codes::ErrorCode;
 
 /// Identifies a request on its connection; the response echoes it. Chosen by
-/// the client, unique among its in-flight requests on that connection.
+/// the client, unique among its in-flight requests on that connection, never 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CorrelationId(pub u64);
+
+impl CorrelationId {
+    /// Reserved for errors about the connection rather than one request (an
+    /// oversized frame whose id was never read). Requests never use it.
+    pub const CONNECTION: CorrelationId = CorrelationId(0);
+}
 
 /// Header flag: this frame is a response.
 pub const FLAG_RESPONSE: u16 = 1;

@@ -185,13 +185,16 @@ impl<'a> Request<'a> {
     /// `out`. Nothing is appended on error.
     ///
     /// # Errors
-    /// A field out of bounds ([`Request::validate`]), or a frame above
-    /// `MAX_FRAME_BYTES`.
+    /// Correlation id 0 (reserved); a field out of bounds
+    /// ([`Request::validate`]); a frame above `MAX_FRAME_BYTES`.
     pub fn encode(
         &self,
         correlation_id: CorrelationId,
         out: &mut Vec<u8>,
     ) -> Result<(), ProtoError> {
+        if correlation_id == CorrelationId::CONNECTION {
+            return Err(ProtoError::Inconsistent("correlation id 0 is reserved"));
+        }
         self.validate()?;
         let api_key = self.api_key();
         let fields = HeaderFields {
