@@ -46,7 +46,10 @@
 //! ```
 
 pub mod batch;
+pub mod codes;
 pub mod error;
 pub mod limits;
+pub mod proto;
 
+pub use codes::ErrorCode;
 pub use error::WireError;

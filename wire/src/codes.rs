@@ -1,0 +1,263 @@
+//! Stable numeric error codes: the only error vocabulary that crosses the wire.
+//!
+//! This module owns the table of codes a broker may put in a response header or
+//! in a per-item result (per ack token, per enqueued record). It does not decide
+//! *when* a code is sent — the broker does — and it is not the Rust error type of
+//! any crate: crates keep their own `thiserror` enums and map them onto a code at
+//! the edge.
+//!
+//! # The stability rule
+//!
+//! A code's number is forever. Codes are only ever appended; a code that stops
+//! being used is retired (kept in the table, commented as retired) and its number
+//! is never given to anything else. Clients in other languages switch on these
+//! numbers, so renumbering would silently change their behaviour. A test pins
+//! every value.
+//!
+//! A new code may be sent only in a response to a request whose api version
+//! postdates the code, so a decoder may treat an unknown code as a malformed
+//! frame: an old client never sees a code it cannot name.
+
+/// A stable wire error code (`u16`). See the module doc for the stability rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u16)]
+#[non_exhaustive]
+pub enum ErrorCode {
+    /// Success.
+    None = 0,
+    /// The frame could not be parsed (bad header, bad body layout, trailing bytes).
+    MalformedFrame = 1,
+    /// The api version in the header is not supported for that api key.
+    UnsupportedVersion = 2,
+    /// The api key in the header names no operation.
+    UnknownApi = 3,
+    /// The frame's declared length exceeds the receiver's frame limit.
+    FrameTooLarge = 4,
+    /// A field is outside its allowed range or charset.
+    InvalidArgument = 5,
+    /// The named queue does not exist.
+    QueueNotFound = 6,
+    /// A queue with that name already exists.
+    QueueExists = 7,
+    /// The queue exists but has no such partition.
+    PartitionNotFound = 8,
+    /// This shard does not own the partition; the reply names the owner.
+    NotOwner = 9,
+    /// The queue is at its `max_messages` or `max_bytes`.
+    QueueFull = 10,
+    /// The broker's disk reserve is reached.
+    DiskFull = 11,
+    /// The token's claim generation or leader epoch is no longer current.
+    StaleToken = 12,
+    /// The token failed authentication or names another queue/partition.
+    InvalidToken = 13,
+    /// The requested lease is outside the queue's lease range.
+    LeaseOutOfRange = 14,
+    /// Extending would exceed the queue's `max_lease_lifetime`.
+    LeaseLifetimeExceeded = 15,
+    /// The record batch failed validation (crc, layout, record checks).
+    BatchInvalid = 16,
+    /// A record exceeds the record size limit.
+    RecordTooLarge = 17,
+    /// The broker refuses new connections past its connection limit.
+    TooManyConnections = 18,
+    /// The broker asks the client to slow down.
+    Throttled = 19,
+    /// The operation did not complete in time; its outcome is unknown.
+    Timeout = 20,
+    /// The broker is shutting down and accepts no new work.
+    ShuttingDown = 21,
+    /// The broker's storage failed; the outcome of this request is unknown.
+    StorageFailed = 22,
+    /// A broker bug; the outcome of this request is unknown.
+    Internal = 23,
+}
+
+/// Static facts about one code: its stable name, a one-line description and
+/// whether a client may retry the same request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ErrorCodeInfo {
+    /// The code.
+    pub code: ErrorCode,
+    /// SCREAMING_SNAKE name, as used in docs and other languages' bindings.
+    pub name: &'static str,
+    /// One line for operators.
+    pub description: &'static str,
+    /// Whether sending the same request again may succeed. Retrying is always
+    /// safe for enqueue (message ids dedupe) and for ack/extend/release (tokens
+    /// are idempotent or rejected as stale); this flag says whether it is useful.
+    pub retriable: bool,
+}
+
+/// Every code, in numeric order. Index `i` holds code `i`.
+pub const ERROR_CODES: &[ErrorCodeInfo] = &[
+    info(ErrorCode::None, "NONE", "success", false),
+    info(ErrorCode::MalformedFrame, "MALFORMED_FRAME", "the frame could not be parsed", false),
+    info(
+        ErrorCode::UnsupportedVersion,
+        "UNSUPPORTED_VERSION",
+        "api version not supported for this api key",
+        false,
+    ),
+    info(ErrorCode::UnknownApi, "UNKNOWN_API", "the api key names no operation", false),
+    info(ErrorCode::FrameTooLarge, "FRAME_TOO_LARGE", "frame longer than the frame limit", false),
+    info(ErrorCode::InvalidArgument, "INVALID_ARGUMENT", "a field is out of range", false),
+    info(ErrorCode::QueueNotFound, "QUEUE_NOT_FOUND", "no such queue", false),
+    info(ErrorCode::QueueExists, "QUEUE_EXISTS", "a queue with that name exists", false),
+    info(ErrorCode::PartitionNotFound, "PARTITION_NOT_FOUND", "no such partition", false),
+    info(
+        ErrorCode::NotOwner,
+        "NOT_OWNER",
+        "this shard does not own the partition; refresh metadata and retry at the owner",
+        true,
+    ),
+    info(ErrorCode::QueueFull, "QUEUE_FULL", "queue at max_messages or max_bytes", true),
+    info(ErrorCode::DiskFull, "DISK_FULL", "broker disk reserve reached", true),
+    info(ErrorCode::StaleToken, "STALE_TOKEN", "claim generation or epoch superseded", false),
+    info(ErrorCode::InvalidToken, "INVALID_TOKEN", "token not authentic or out of scope", false),
+    info(
+        ErrorCode::LeaseOutOfRange,
+        "LEASE_OUT_OF_RANGE",
+        "lease outside the queue's lease range",
+        false,
+    ),
+    info(
+        ErrorCode::LeaseLifetimeExceeded,
+        "LEASE_LIFETIME_EXCEEDED",
+        "extension would pass max_lease_lifetime",
+        false,
+    ),
+    info(ErrorCode::BatchInvalid, "BATCH_INVALID", "record batch failed validation", false),
+    info(ErrorCode::RecordTooLarge, "RECORD_TOO_LARGE", "a record exceeds the size limit", false),
+    info(ErrorCode::TooManyConnections, "TOO_MANY_CONNECTIONS", "connection limit reached", true),
+    info(ErrorCode::Throttled, "THROTTLED", "slow down and retry", true),
+    info(ErrorCode::Timeout, "TIMEOUT", "did not complete in time; outcome unknown", true),
+    info(ErrorCode::ShuttingDown, "SHUTTING_DOWN", "broker shutting down", true),
+    info(ErrorCode::StorageFailed, "STORAGE_FAILED", "storage failed; outcome unknown", true),
+    info(ErrorCode::Internal, "INTERNAL", "broker bug; outcome unknown", false),
+];
+
+const fn info(
+    code: ErrorCode,
+    name: &'static str,
+    description: &'static str,
+    retriable: bool,
+) -> ErrorCodeInfo {
+    ErrorCodeInfo { code, name, description, retriable }
+}
+
+// The table is indexed by code: a gap or a misordered row is a build error.
+const _: () = {
+    let mut index = 0;
+    while index < ERROR_CODES.len() {
+        assert!(ERROR_CODES[index].code as usize == index);
+        index += 1;
+    }
+};
+
+impl ErrorCode {
+    /// The stable number on the wire.
+    pub const fn as_u16(self) -> u16 {
+        self as u16
+    }
+
+    /// The code with this number, or `None` for a number no code has.
+    pub fn from_u16(value: u16) -> Option<Self> {
+        ERROR_CODES.get(usize::from(value)).map(|row| row.code)
+    }
+
+    /// The table row of this code.
+    pub fn info(self) -> &'static ErrorCodeInfo {
+        // The const block above proves row `i` holds code `i`.
+        &ERROR_CODES[usize::from(self.as_u16())]
+    }
+
+    /// The stable SCREAMING_SNAKE name.
+    pub fn name(self) -> &'static str {
+        self.info().name
+    }
+
+    /// One-line description.
+    pub fn description(self) -> &'static str {
+        self.info().description
+    }
+
+    /// Whether a client may usefully retry the same request.
+    pub fn is_retriable(self) -> bool {
+        self.info().retriable
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(formatter, "{}({})", self.name(), self.as_u16())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Goal: pin every code's number and name forever; method: an explicit table
+    // that must be edited (append-only) whenever a code is added.
+    #[test]
+    fn codes_are_pinned() {
+        let pinned: &[(u16, &str)] = &[
+            (0, "NONE"),
+            (1, "MALFORMED_FRAME"),
+            (2, "UNSUPPORTED_VERSION"),
+            (3, "UNKNOWN_API"),
+            (4, "FRAME_TOO_LARGE"),
+            (5, "INVALID_ARGUMENT"),
+            (6, "QUEUE_NOT_FOUND"),
+            (7, "QUEUE_EXISTS"),
+            (8, "PARTITION_NOT_FOUND"),
+            (9, "NOT_OWNER"),
+            (10, "QUEUE_FULL"),
+            (11, "DISK_FULL"),
+            (12, "STALE_TOKEN"),
+            (13, "INVALID_TOKEN"),
+            (14, "LEASE_OUT_OF_RANGE"),
+            (15, "LEASE_LIFETIME_EXCEEDED"),
+            (16, "BATCH_INVALID"),
+            (17, "RECORD_TOO_LARGE"),
+            (18, "TOO_MANY_CONNECTIONS"),
+            (19, "THROTTLED"),
+            (20, "TIMEOUT"),
+            (21, "SHUTTING_DOWN"),
+            (22, "STORAGE_FAILED"),
+            (23, "INTERNAL"),
+        ];
+        assert_eq!(pinned.len(), ERROR_CODES.len());
+        for &(number, name) in pinned {
+            let code = ErrorCode::from_u16(number).unwrap();
+            assert_eq!(code.as_u16(), number);
+            assert_eq!(code.name(), name);
+        }
+        assert_eq!(ErrorCode::NotOwner as u16, 9);
+        assert_eq!(ErrorCode::Internal as u16, 23);
+    }
+
+    // Goal: numbers and names are unique; method: collect both into sets.
+    #[test]
+    fn codes_and_names_are_unique() {
+        let numbers: std::collections::BTreeSet<u16> =
+            ERROR_CODES.iter().map(|row| row.code.as_u16()).collect();
+        let names: std::collections::BTreeSet<&str> =
+            ERROR_CODES.iter().map(|row| row.name).collect();
+        assert_eq!(numbers.len(), ERROR_CODES.len());
+        assert_eq!(names.len(), ERROR_CODES.len());
+        assert!(ErrorCode::from_u16(ERROR_CODES.len() as u16).is_none());
+        assert!(ErrorCode::from_u16(u16::MAX).is_none());
+    }
+
+    // Goal: the retry column says what the clients rely on; method: spot checks.
+    #[test]
+    fn retry_flags() {
+        assert!(ErrorCode::QueueFull.is_retriable());
+        assert!(ErrorCode::NotOwner.is_retriable());
+        assert!(!ErrorCode::StaleToken.is_retriable());
+        assert!(!ErrorCode::MalformedFrame.is_retriable());
+        assert!(ERROR_CODES.iter().all(|row| !row.description.is_empty()));
+    }
+}

@@ -1,0 +1,66 @@
+//! The request/response protocol: frames, data-path and control-plane
+//! messages, and a streaming frame decoder. Pure: no sockets, no runtime, no
+//! clock, so the glommio server and the tokio client share it unchanged.
+//!
+//! How to use it:
+//! - **Read side**: put socket bytes into a [`FrameDecoder`] and take
+//!   [`Frame`]s out; [`Request::decode`] / [`Response::decode`] turn a frame
+//!   into a typed message. On an error, if [`ProtoError::closes_connection`]
+//!   holds, answer with [`ErrorResponse::from_proto_error`] (when the
+//!   correlation id is known) and close; otherwise answer and carry on.
+//! - **Write side**: [`Request::encode`], [`Response::encode`] and
+//!   [`ErrorResponse::encode`] append whole frames to a `Vec<u8>`; several
+//!   may be appended before one write.
+//!
+//! What it does not do: check a batch's crc or records (`crate::batch`),
+//! enforce a queue's own ranges, or match responses to requests (the client
+//! keeps its correlation table). Layouts and rules:
+//! `docs/design/protocol.md`.
+
+mod codec;
+mod control;
+#[allow(
+    clippy::all,
+    clippy::pedantic,
+    clippy::restriction,
+    clippy::undocumented_unsafe_blocks,
+    unsafe_op_in_unsafe_fn,
+    unused_imports,
+    dead_code,
+    deprecated,
+    non_camel_case_types,
+    non_snake_case,
+    non_upper_case_globals,
+    mismatched_lifetime_syntaxes,
+    rust_2018_idioms
+)]
+#[rustfmt::skip]
+#[path = "generated/control_generated.rs"]
+mod control_generated;
+mod data;
+mod error;
+mod frame;
+mod ids;
+pub mod limits;
+mod message;
+
+pub use codec::validate_queue_name;
+pub use control::{
+    Backoff, BackoffKind, CreateQueueRequest, CreateQueueResponse, DeadLetter, DeadLettersRequest,
+    DeadLettersResponse, DeleteQueueRequest, DeleteQueueResponse, DescribeQueueRequest,
+    DescribeQueueResponse, ListQueuesRequest, ListQueuesResponse, MessageState, MetadataRequest,
+    MetadataResponse, PartitionMetadata, PartitionStats, PeekRequest, PeekResponse, PeekedMessage,
+    PurgeRequest, PurgeResponse, QueueConfig, QueueMetadata, QueueSummary, RedriveRequest,
+    RedriveResponse, RedriveTarget,
+};
+pub use data::{
+    AckRequest, AckResponse, ClaimRequest, ClaimResponse, Delivery, DeliveryToken, EnqueueRequest,
+    EnqueueResponse, ExtendRequest, ExtendResponse, RecordOutcome, ReleaseRequest, ReleaseResponse,
+};
+pub use error::ProtoError;
+pub use frame::{
+    decode_frame, ApiKey, CorrelationId, Frame, FrameDecoder, FrameHeader, FLAG_RESPONSE,
+};
+pub use ids::{AssignmentVersion, Generation, LeaderEpoch, Offset, PartitionId, WorkerId};
+pub use limits::{DELIVERY_TOKEN_BYTES, MAX_FRAME_BYTES};
+pub use message::{ErrorResponse, NodeAddress, Reply, ReplyFrame, Request, Response};

@@ -1,0 +1,334 @@
+//! Round trips of the data-path messages (Enqueue, Claim, Extend, Ack,
+//! Release) through encode → FrameDecoder → decode, with proptest, plus the
+//! bounds each decoder enforces.
+
+use proptest::collection::vec;
+use proptest::prelude::*;
+use spool_wire::proto::limits::{
+    ACK_TOKENS_MAX, CLAIM_BYTES_MAX, CLAIM_CREDITS_MAX, CLAIM_WAIT_MS_MAX, LEASE_MS_MAX,
+    RELEASE_DELAY_MS_MAX, RELEASE_REASON_BYTES_MAX,
+};
+use spool_wire::proto::{
+    AckRequest, AckResponse, ClaimRequest, ClaimResponse, CorrelationId, Delivery, DeliveryToken,
+    EnqueueRequest, EnqueueResponse, ExtendRequest, ExtendResponse, Frame, FrameDecoder,
+    Generation, Offset, PartitionId, ProtoError, RecordOutcome, ReleaseRequest, ReleaseResponse,
+    Reply, Request, Response, WorkerId,
+};
+use spool_wire::ErrorCode;
+
+/// Encodes `request`, pushes it through a decoder, and hands the frame to `check`.
+fn through_decoder(bytes: &[u8], check: impl FnOnce(&Frame<'_>)) {
+    let mut decoder = FrameDecoder::new();
+    decoder.feed(bytes).unwrap();
+    let frame = decoder.next_frame().unwrap().expect("one whole frame");
+    check(&frame);
+}
+
+fn request_round_trip(request: &Request<'_>, correlation: u64) {
+    let mut bytes = Vec::new();
+    request.encode(CorrelationId(correlation), &mut bytes).unwrap();
+    assert_eq!(bytes.len() % 8, 0);
+    through_decoder(&bytes, |frame| {
+        assert_eq!(frame.header.correlation_id, CorrelationId(correlation));
+        assert!(!frame.header.is_response);
+        assert_eq!(&Request::decode(frame).unwrap(), request);
+    });
+}
+
+fn response_round_trip(response: &Response<'_>, correlation: u64) {
+    let mut bytes = Vec::new();
+    response.encode(CorrelationId(correlation), &mut bytes).unwrap();
+    through_decoder(&bytes, |frame| {
+        let reply = Response::decode(frame).unwrap();
+        assert_eq!(reply.correlation_id, CorrelationId(correlation));
+        assert_eq!(reply.api_key, response.api_key());
+        assert_eq!(reply.reply, Reply::Ok(response.clone()));
+    });
+}
+
+fn queue_name() -> impl Strategy<Value = String> {
+    "[A-Za-z0-9._-]{1,128}"
+}
+
+fn token() -> impl Strategy<Value = DeliveryToken> {
+    vec(any::<u8>(), 64).prop_map(|bytes| {
+        let mut token = [0u8; 64];
+        token.copy_from_slice(&bytes);
+        DeliveryToken(token)
+    })
+}
+
+fn outcome() -> impl Strategy<Value = RecordOutcome> {
+    prop_oneof![
+        any::<u64>().prop_map(|offset| RecordOutcome::Appended { offset: Offset(offset) }),
+        any::<u64>()
+            .prop_map(|offset| RecordOutcome::Duplicate { original_offset: Offset(offset) }),
+        (1u16..24)
+            .prop_map(|code| RecordOutcome::Rejected { code: ErrorCode::from_u16(code).unwrap() }),
+    ]
+}
+
+fn error_code() -> impl Strategy<Value = ErrorCode> {
+    (0u16..24).prop_map(|code| ErrorCode::from_u16(code).unwrap())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    // Goal: Enqueue requests survive the round trip and the batch is borrowed
+    // 8-aligned from the decoder's buffer; method: random names, partitions, batches.
+    #[test]
+    fn enqueue_request(queue in queue_name(), partition: u32, batch in vec(any::<u8>(), 64..4096),
+                       correlation in 1..u64::MAX) {
+        let request = Request::Enqueue(EnqueueRequest {
+            queue: &queue, partition: PartitionId(partition), batch: &batch,
+        });
+        request_round_trip(&request, correlation);
+        let mut bytes = Vec::new();
+        request.encode(CorrelationId(correlation), &mut bytes).unwrap();
+        through_decoder(&bytes, |frame| {
+            let Request::Enqueue(decoded) = Request::decode(frame).unwrap() else { panic!() };
+            assert_eq!(decoded.batch.as_ptr() as usize % 8, 0);
+            // Zero-copy: the slice points into the frame body, not a copy.
+            let body = frame.body.as_ptr_range();
+            assert!(body.contains(&decoded.batch.as_ptr()));
+        });
+    }
+
+    // Goal: Enqueue responses with every outcome kind round trip; method: random outcomes.
+    #[test]
+    fn enqueue_response(base: u64, records in vec(outcome(), 0..200), correlation: u64) {
+        response_round_trip(
+            &Response::Enqueue(EnqueueResponse { base_offset: Offset(base), records }),
+            correlation,
+        );
+    }
+
+    // Goal: Claim requests round trip across their whole valid range; method: random fields.
+    #[test]
+    fn claim_request(queue in queue_name(), partition: u32, worker: u64,
+                     credits in 1..=CLAIM_CREDITS_MAX, max_bytes in 1..=CLAIM_BYTES_MAX,
+                     lease_ms in 1..=LEASE_MS_MAX, wait_ms in 0..=CLAIM_WAIT_MS_MAX) {
+        request_round_trip(&Request::Claim(ClaimRequest {
+            queue: &queue, partition: PartitionId(partition), worker: WorkerId(worker),
+            credits, max_bytes, lease_ms, wait_ms,
+        }), 7);
+    }
+
+    // Goal: Claim responses round trip and every record is borrowed 8-aligned;
+    // method: random deliveries with odd-sized records.
+    #[test]
+    fn claim_response(deadline: u64,
+                      parts in vec((token(), any::<u64>(), any::<u32>(), any::<u64>(),
+                                    vec(any::<u8>(), 0..300)), 0..40)) {
+        let deliveries: Vec<Delivery<'_>> = parts.iter().map(|(token, offset, attempt, generation, record)| Delivery {
+            token: *token, offset: Offset(*offset), attempt: *attempt,
+            generation: Generation(*generation), record,
+        }).collect();
+        let response = Response::Claim(ClaimResponse { lease_deadline_ms: deadline, deliveries });
+        response_round_trip(&response, 9);
+        let mut bytes = Vec::new();
+        response.encode(CorrelationId(9), &mut bytes).unwrap();
+        through_decoder(&bytes, |frame| {
+            let Reply::Ok(Response::Claim(decoded)) = Response::decode(frame).unwrap().reply
+                else { panic!() };
+            for delivery in &decoded.deliveries {
+                assert_eq!(delivery.record.as_ptr() as usize % 8, 0);
+            }
+        });
+    }
+
+    // Goal: Extend request/response round trip; method: random tokens and leases.
+    #[test]
+    fn extend(token in token(), lease_ms in 1..=LEASE_MS_MAX, deadline: u64) {
+        request_round_trip(&Request::Extend(ExtendRequest { token, lease_ms }), 1);
+        response_round_trip(&Response::Extend(ExtendResponse { lease_deadline_ms: deadline }), 1);
+    }
+
+    // Goal: Ack request/response round trip; method: random token lists and result codes.
+    #[test]
+    fn ack(tokens in vec(token(), 1..100), results in vec(error_code(), 0..100)) {
+        request_round_trip(&Request::Ack(AckRequest { tokens }), 2);
+        response_round_trip(&Response::Ack(AckResponse { results }), 2);
+    }
+
+    // Goal: Release request/response round trip, including multi-byte UTF-8
+    // reasons; method: random reasons cut to the byte limit.
+    #[test]
+    fn release(token in token(), delay_ms in 0..=RELEASE_DELAY_MS_MAX, reason in ".{0,100}",
+               not_before: u64) {
+        prop_assume!(reason.len() <= RELEASE_REASON_BYTES_MAX);
+        request_round_trip(&Request::Release(ReleaseRequest { token, delay_ms, reason: &reason }), 3);
+        response_round_trip(&Response::Release(ReleaseResponse { not_before_ms: not_before }), 3);
+    }
+}
+
+fn claim(credits: u32, lease_ms: u32, wait_ms: u32, max_bytes: u32) -> Request<'static> {
+    Request::Claim(ClaimRequest {
+        queue: "jobs",
+        partition: PartitionId(0),
+        worker: WorkerId(1),
+        credits,
+        max_bytes,
+        lease_ms,
+        wait_ms,
+    })
+}
+
+// Goal: out-of-range claim fields are refused at encode time with a typed,
+// INVALID_ARGUMENT error; method: one field at each edge.
+#[test]
+fn claim_bounds() {
+    let mut out = Vec::new();
+    for request in [
+        claim(0, 1000, 0, 1),
+        claim(CLAIM_CREDITS_MAX + 1, 1000, 0, 1),
+        claim(1, 0, 0, 1),
+        claim(1, LEASE_MS_MAX + 1, 0, 1),
+        claim(1, 1000, CLAIM_WAIT_MS_MAX + 1, 1),
+        claim(1, 1000, 0, 0),
+        claim(1, 1000, 0, CLAIM_BYTES_MAX + 1),
+    ] {
+        let error = request.encode(CorrelationId(1), &mut out).unwrap_err();
+        assert!(matches!(error, ProtoError::OutOfRange { .. }), "{error:?}");
+        assert_eq!(error.code(), ErrorCode::InvalidArgument);
+        assert!(!error.closes_connection());
+        assert!(out.is_empty(), "a refused encode appends nothing");
+    }
+    claim(CLAIM_CREDITS_MAX, LEASE_MS_MAX, CLAIM_WAIT_MS_MAX, CLAIM_BYTES_MAX)
+        .encode(CorrelationId(1), &mut out)
+        .unwrap();
+}
+
+// Goal: the decoder enforces the same bounds as the encoder even when a peer
+// bypasses our encoder; method: encode a valid claim, patch credits to 0 in
+// the bytes, decode.
+#[test]
+fn claim_bounds_enforced_on_decode() {
+    let mut bytes = Vec::new();
+    claim(5, 1000, 0, 1).encode(CorrelationId(1), &mut bytes).unwrap();
+    // Body: u16 len, "jobs", pad to 8, u32 partition, u32 credits.
+    let credits_at = 24 + 8 + 4;
+    assert_eq!(&bytes[credits_at..credits_at + 4], &5u32.to_le_bytes());
+    bytes[credits_at..credits_at + 4].copy_from_slice(&0u32.to_le_bytes());
+    through_decoder(&bytes, |frame| {
+        let error = Request::decode(frame).unwrap_err();
+        assert_eq!(error, ProtoError::OutOfRange { field: "credits", value: 0, min: 1, max: 1024 });
+    });
+}
+
+// Goal: queue names are checked for charset and length on both sides;
+// method: bad names at encode, a patched name at decode.
+#[test]
+fn queue_name_rules() {
+    let batch = [0u8; 64];
+    let mut out = Vec::new();
+    let long = "q".repeat(129);
+    for name in ["", "has space", "ünï", "a/b", long.as_str()] {
+        let request = Request::Enqueue(EnqueueRequest {
+            queue: name,
+            partition: PartitionId(0),
+            batch: &batch,
+        });
+        let error = request.encode(CorrelationId(1), &mut out).unwrap_err();
+        assert!(matches!(error, ProtoError::InvalidQueueName { .. }), "{name}: {error:?}");
+    }
+    let mut bytes = Vec::new();
+    Request::Enqueue(EnqueueRequest { queue: "abc", partition: PartitionId(0), batch: &batch })
+        .encode(CorrelationId(1), &mut bytes)
+        .unwrap();
+    bytes[24 + 2] = b' ';
+    through_decoder(&bytes, |frame| {
+        assert!(matches!(Request::decode(frame), Err(ProtoError::InvalidQueueName { .. })));
+    });
+}
+
+// Goal: batch size bounds; method: a too-short batch and a too-large one at
+// encode, and a batch length field above the limit at decode.
+#[test]
+fn batch_bounds() {
+    let mut out = Vec::new();
+    let short = [0u8; 63];
+    let error =
+        Request::Enqueue(EnqueueRequest { queue: "q", partition: PartitionId(0), batch: &short })
+            .encode(CorrelationId(1), &mut out)
+            .unwrap_err();
+    assert_eq!(error.code(), ErrorCode::BatchInvalid);
+    let huge = vec![0u8; spool_wire::limits::BATCH_BYTES_MAX + 1];
+    let error =
+        Request::Enqueue(EnqueueRequest { queue: "q", partition: PartitionId(0), batch: &huge })
+            .encode(CorrelationId(1), &mut out)
+            .unwrap_err();
+    assert!(matches!(error, ProtoError::BatchSize { .. }));
+
+    let batch = [0u8; 64];
+    let mut bytes = Vec::new();
+    Request::Enqueue(EnqueueRequest { queue: "q", partition: PartitionId(0), batch: &batch })
+        .encode(CorrelationId(1), &mut bytes)
+        .unwrap();
+    // Body: u16 len, "q", pad to 8, u32 partition, u32 batch_len.
+    let len_at = 24 + 8 + 4;
+    assert_eq!(&bytes[len_at..len_at + 4], &64u32.to_le_bytes());
+    bytes[len_at..len_at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+    through_decoder(&bytes, |frame| {
+        assert!(matches!(Request::decode(frame), Err(ProtoError::BatchSize { .. })));
+    });
+}
+
+// Goal: ack token counts and release reasons are bounded; method: edges.
+#[test]
+fn ack_and_release_bounds() {
+    let mut out = Vec::new();
+    let token = DeliveryToken([7; 64]);
+    assert!(Request::Ack(AckRequest { tokens: vec![] })
+        .encode(CorrelationId(1), &mut out)
+        .is_err());
+    let too_many = vec![token; ACK_TOKENS_MAX as usize + 1];
+    assert!(Request::Ack(AckRequest { tokens: too_many })
+        .encode(CorrelationId(1), &mut out)
+        .is_err());
+    let most = vec![token; ACK_TOKENS_MAX as usize];
+    request_round_trip(&Request::Ack(AckRequest { tokens: most }), 4);
+
+    let long = "r".repeat(RELEASE_REASON_BYTES_MAX + 1);
+    let error = Request::Release(ReleaseRequest { token, delay_ms: 0, reason: &long })
+        .encode(CorrelationId(1), &mut out)
+        .unwrap_err();
+    assert!(matches!(error, ProtoError::TooLong { field: "reason", .. }));
+    let error =
+        Request::Release(ReleaseRequest { token, delay_ms: RELEASE_DELAY_MS_MAX + 1, reason: "" })
+            .encode(CorrelationId(1), &mut out)
+            .unwrap_err();
+    assert!(matches!(error, ProtoError::OutOfRange { field: "delay_ms", .. }));
+    let error = Request::Extend(ExtendRequest { token, lease_ms: 0 })
+        .encode(CorrelationId(1), &mut out)
+        .unwrap_err();
+    assert!(matches!(error, ProtoError::OutOfRange { field: "lease_ms", .. }));
+}
+
+// Goal: a rejected enqueue outcome cannot claim success (NONE) and written
+// outcomes cannot carry an error; method: encode-side check, then a patched
+// response on decode.
+#[test]
+fn enqueue_outcome_consistency() {
+    let mut out = Vec::new();
+    let bad = Response::Enqueue(EnqueueResponse {
+        base_offset: Offset(0),
+        records: vec![RecordOutcome::Rejected { code: ErrorCode::None }],
+    });
+    assert!(matches!(bad.encode(CorrelationId(1), &mut out), Err(ProtoError::Inconsistent(_))));
+
+    let mut bytes = Vec::new();
+    Response::Enqueue(EnqueueResponse {
+        base_offset: Offset(10),
+        records: vec![RecordOutcome::Appended { offset: Offset(10) }],
+    })
+    .encode(CorrelationId(1), &mut bytes)
+    .unwrap();
+    // Body: u64 base, u32 count, u32 reserved, then u16 kind, u16 code.
+    let code_at = 24 + 16 + 2;
+    bytes[code_at..code_at + 2].copy_from_slice(&ErrorCode::QueueFull.as_u16().to_le_bytes());
+    through_decoder(&bytes, |frame| {
+        assert!(matches!(Response::decode(frame), Err(ProtoError::Inconsistent(_))));
+    });
+}
