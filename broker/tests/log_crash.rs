@@ -4,6 +4,8 @@
 //! leave (durable only, everything written, byte prefixes and random tears of
 //! the unsynced writes), recovers each, and checks that every acknowledged
 //! batch survived intact, nothing else appeared, and offsets are contiguous.
+// Tests may unwrap (COMMON.md); clippy only exempts #[test] fns, not helpers.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 
@@ -138,7 +140,8 @@ fn explore(seed: u64) -> (u64, u64) {
                     for _ in 0..=rng.below(4) {
                         tag += 1;
                         let records = 1 + rng.below(3) as u32;
-                        let batch = make_batch(records, rng.below(3000) as usize, tag + seed * 1000);
+                        let batch =
+                            make_batch(records, rng.below(3000) as usize, tag + seed * 1000);
                         let result = log.append(&batch).expect("append");
                         let stored = stamped(&batch, result.base_offset.0, EPOCH);
                         appended.borrow_mut().insert(result.base_offset.0, (stored, result.ticket));
@@ -286,8 +289,7 @@ fn backpressure_is_a_typed_error_and_writable_waits_for_space() {
     let disk = SimStorage::new();
     let config = spool_broker::log::LogConfig { pending_bytes_max: 16 * 1024, ..small_config() };
     let fatal = Rc::new(RecordFatal::default());
-    let (log, _) =
-        block_on(Log::open(disk, Path::new("/p"), config, 1, fatal)).unwrap();
+    let (log, _) = block_on(Log::open(disk, Path::new("/p"), config, 1, fatal)).unwrap();
     let batch = make_batch(1, 4000, 7);
     let mut accepted = 0;
     let error = loop {

@@ -3,7 +3,18 @@
 //! commit is written from the very memory the appender copied batches into.
 //! Directory listing and creation use std (blocking, but only at open and
 //! retention); directory sync uses glommio's `Directory::sync`.
+//!
+//! glommio quirk handled here: the first DMA open on a device probes io_uring
+//! IOPOLL support with a read, and caches the answer per thread and device.
+//! When that first file is empty the probe read "succeeds" at EOF, IOPOLL is
+//! wrongly enabled, and every later read on the device fails with
+//! EOPNOTSUPP (seen on virtio). [`prime_iopoll_probe`] makes the first open
+//! on each device hit a non-empty file. Executors should also run with
+//! `io_memory(0)` on such hosts: registered-buffer reads failed the same way.
 
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
@@ -35,10 +46,38 @@ fn to_io(error: glommio::GlommioError<()>) -> std::io::Error {
     error.into()
 }
 
+thread_local! {
+    /// Devices (st_dev) whose IOPOLL probe this thread already ran on data.
+    static PRIMED_DEVICES: RefCell<BTreeSet<u64>> = const { RefCell::new(BTreeSet::new()) };
+}
+
+const PROBE_FILE_NAME: &str = ".spool-dma-probe";
+
+/// Runs glommio's per-device IOPOLL probe against a one-page file, once per
+/// thread and device, so the cached answer is truthful (see module doc).
+async fn prime_iopoll_probe(path: &Path) -> Result<(), IoError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let io_error = |error| IoError::new(IoOp::Open, dir, None, error);
+    let device = std::fs::metadata(dir).map_err(io_error)?.dev();
+    if PRIMED_DEVICES.with(|primed| primed.borrow().contains(&device)) {
+        return Ok(());
+    }
+    let probe = dir.join(PROBE_FILE_NAME);
+    std::fs::write(&probe, vec![0u8; crate::limits::PAGE_BYTES as usize]).map_err(io_error)?;
+    let opened = OpenOptions::new().read(true).dma_open(&probe).await;
+    let removed = std::fs::remove_file(&probe);
+    let file = opened.map_err(|error| IoError::new(IoOp::Open, &probe, None, to_io(error)))?;
+    file.close().await.map_err(|error| IoError::new(IoOp::Open, &probe, None, to_io(error)))?;
+    removed.map_err(io_error)?;
+    PRIMED_DEVICES.with(|primed| primed.borrow_mut().insert(device));
+    Ok(())
+}
+
 impl Storage for DmaStorage {
     type File = DmaSegmentFile;
 
     async fn open(&self, path: &Path) -> Result<DmaSegmentFile, IoError> {
+        prime_iopoll_probe(path).await?;
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -74,7 +113,8 @@ impl Storage for DmaStorage {
     }
 
     async fn create_dir_all(&self, dir: &Path) -> Result<(), IoError> {
-        std::fs::create_dir_all(dir).map_err(|error| IoError::new(IoOp::CreateDir, dir, None, error))
+        std::fs::create_dir_all(dir)
+            .map_err(|error| IoError::new(IoOp::CreateDir, dir, None, error))
     }
 
     async fn sync_dir(&self, dir: &Path) -> Result<(), IoError> {
@@ -113,7 +153,7 @@ impl StorageFile for DmaSegmentFile {
     }
 
     async fn read_at(&self, pos: u64, len_bytes: usize) -> Result<ReadResult, IoError> {
-        assert!(pos % crate::limits::PAGE_BYTES == 0);
+        assert!(pos.is_multiple_of(crate::limits::PAGE_BYTES));
         self.file
             .read_at_aligned(pos, len_bytes)
             .await

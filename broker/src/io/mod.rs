@@ -136,7 +136,7 @@ pub trait StorageFile: 'static {
 /// Asserts the O_DIRECT contract of a write: page-aligned position and length.
 pub(crate) fn assert_page_aligned(pos: u64, len_bytes: usize) {
     let page = crate::limits::PAGE_BYTES;
-    assert!(pos % page == 0, "write position {pos} not page-aligned");
-    assert!(len_bytes as u64 % page == 0, "write length {len_bytes} not page-aligned");
+    assert!(pos.is_multiple_of(page), "write position {pos} not page-aligned");
+    assert!((len_bytes as u64).is_multiple_of(page), "write length {len_bytes} not page-aligned");
     assert!(len_bytes > 0, "empty write");
 }

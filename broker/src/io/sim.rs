@@ -178,7 +178,8 @@ fn file_image(data: &FileData, mode: CrashMode) -> Vec<u8> {
                         0..45 => put(&mut image, page_pos, page_bytes),
                         45..80 => {}
                         _ => {
-                            for (sector_index, sector_bytes) in page_bytes.chunks(sector).enumerate()
+                            for (sector_index, sector_bytes) in
+                                page_bytes.chunks(sector).enumerate()
                             {
                                 let sector_pos = page_pos + sector_index * sector;
                                 match rng.below(3) {
@@ -436,7 +437,7 @@ impl StorageFile for SimFile {
     }
 
     async fn read_at(&self, pos: u64, len_bytes: usize) -> Result<Vec<u8>, IoError> {
-        assert!(pos % PAGE_BYTES == 0);
+        assert!(pos.is_multiple_of(PAGE_BYTES));
         let id = self.id;
         self.storage
             .perform(IoOp::Read, &self.path, Some(pos), |state| {

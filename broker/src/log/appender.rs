@@ -123,6 +123,9 @@ pub(crate) struct State<F: StorageFile> {
     pub durable_offset: u64,
     prepared: Option<Rc<F>>,
     roll_waiting: bool,
+    /// A roll took the prepared file and has not yet renamed it: the
+    /// prepared path still names that file, so the preparer must not reopen it.
+    renaming: bool,
     pub seal_queue: VecDeque<Rc<Segment<F>>>,
     pub tail: VecDeque<Cached<F::Buf>>,
     tail_bytes: u64,
@@ -210,6 +213,7 @@ impl<S: Storage> Log<S> {
             durable_offset: next_offset,
             prepared: None,
             roll_waiting: false,
+            renaming: false,
             seal_queue: VecDeque::new(),
             tail: VecDeque::new(),
             tail_bytes: 0,
@@ -376,7 +380,7 @@ impl<S: Storage> Log<S> {
         let room = state.gather_segment.capacity - state.gather_pos;
         let cap_bytes = config.commit_bytes.max(span).min(room);
         assert!(cap_bytes >= span);
-        assert!(state.gather_pos % PAGE_BYTES == 0);
+        assert!(state.gather_pos.is_multiple_of(PAGE_BYTES));
         let buf = state.alloc_file.alloc_buf(cap_bytes as usize);
         let seq = state.next_seq;
         state.next_seq += 1;
@@ -561,7 +565,7 @@ impl<S: Storage> Shared<S> {
         } = gather;
         let span = commit_span(data_bytes);
         assert!(span <= cap_bytes);
-        assert!(pos % PAGE_BYTES == 0);
+        assert!(pos.is_multiple_of(PAGE_BYTES));
         assert!(pos + span <= segment.capacity);
         if span > data_bytes {
             let filler = &mut buf.as_mut()[data_bytes as usize..span as usize];
@@ -667,6 +671,7 @@ impl<S: Storage> Shared<S> {
                 }
                 if let Some(file) = state.prepared.take() {
                     state.roll_waiting = false;
+                    state.renaming = true;
                     break file;
                 }
                 state.roll_waiting = true;
@@ -685,6 +690,7 @@ impl<S: Storage> Shared<S> {
         }
         {
             let mut state = self.state.borrow_mut();
+            state.renaming = false;
             *segment.file.borrow_mut() = Some(file.clone());
             if let Some(sealed) = state.segments.last().cloned() {
                 state.seal_queue.push_back(sealed);
@@ -751,6 +757,7 @@ async fn preparer<S: Storage>(shared: Rc<Shared<S>>) {
             if state.failed.is_some() {
                 Step::Exit
             } else if state.prepared.is_none()
+                && !state.renaming
                 && (state.roll_waiting || (!state.closing && !draining))
             {
                 Step::Prepare
@@ -766,8 +773,12 @@ async fn preparer<S: Storage>(shared: Rc<Shared<S>>) {
             Step::Exit => return,
             Step::Wait => shared.prepare.wait().await,
             Step::Prepare => {
-                match prepare_segment_file(&shared.storage, &shared.dir, shared.config.segment_bytes)
-                    .await
+                match prepare_segment_file(
+                    &shared.storage,
+                    &shared.dir,
+                    shared.config.segment_bytes,
+                )
+                .await
                 {
                     Ok(file) => {
                         shared.state.borrow_mut().prepared = Some(Rc::new(file));

@@ -69,7 +69,7 @@ fn in_range(field: &'static str, value: u64, min: u64, max: u64) -> Result<(), C
 }
 
 fn page_aligned(field: &'static str, value: u64) -> Result<(), ConfigError> {
-    if value % PAGE_BYTES != 0 {
+    if !value.is_multiple_of(PAGE_BYTES) {
         return Err(ConfigError::NotPageAligned { field, value });
     }
     Ok(())

@@ -118,9 +118,11 @@ impl SparseIndex {
         for slot in 0..count as usize {
             let at = INDEX_HEADER_BYTES + slot * INDEX_ENTRY_BYTES;
             let entry = IndexEntry { offset: u64_at(at)?, pos: u64_at(at + 8)? };
-            if index.entries.last().is_some_and(|last| {
-                entry.offset <= last.offset || entry.pos <= last.pos
-            }) {
+            if index
+                .entries
+                .last()
+                .is_some_and(|last| entry.offset <= last.offset || entry.pos <= last.pos)
+            {
                 return None;
             }
             index.entries.push(entry);

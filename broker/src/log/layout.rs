@@ -41,7 +41,7 @@ pub fn page_ceil(pos: u64) -> u64 {
 /// with room for a filler batch (at least a header) unless the data already
 /// ends on a page boundary.
 pub fn commit_span(data_bytes: u64) -> u64 {
-    if data_bytes % PAGE_BYTES == 0 {
+    if data_bytes.is_multiple_of(PAGE_BYTES) {
         data_bytes
     } else {
         page_ceil(data_bytes + FILLER_BYTES_MIN)
@@ -62,7 +62,7 @@ mod tests {
         assert_eq!(commit_span(8), 4096);
         for data in (8..20_000).step_by(8) {
             let span = commit_span(data);
-            assert!(span % PAGE_BYTES == 0);
+            assert!(span.is_multiple_of(PAGE_BYTES));
             assert!(span == data || span - data >= FILLER_BYTES_MIN);
         }
     }

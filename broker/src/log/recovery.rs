@@ -246,7 +246,7 @@ async fn repair_tail<F: StorageFile>(
     leader_epoch: u32,
 ) -> Result<u64, LogError> {
     let end = scan.end;
-    let aligned = end % PAGE_BYTES == 0;
+    let aligned = end.is_multiple_of(PAGE_BYTES);
     if aligned && scan.dirty_end.is_none() {
         return Ok(end);
     }

@@ -34,8 +34,7 @@ impl<S: Storage> Log<S> {
         let storage = &self.shared.storage;
         for segment in &doomed {
             storage.remove(&segment.path).await?;
-            if let Err(error) = storage.remove(&index_path(&self.shared.dir, segment.base)).await
-            {
+            if let Err(error) = storage.remove(&index_path(&self.shared.dir, segment.base)).await {
                 if error.source.kind() != std::io::ErrorKind::NotFound {
                     return Err(error.into());
                 }

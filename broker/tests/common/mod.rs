@@ -1,5 +1,7 @@
 //! Shared helpers for the log tests: batch builders, a small config, and a
 //! driver that runs a log's background future beside a workload.
+// Tests may unwrap (COMMON.md); clippy only exempts #[test] fns, not helpers.
+#![allow(clippy::unwrap_used)]
 #![allow(dead_code)]
 
 use std::future::Future;
