@@ -1,0 +1,91 @@
+//! Named limits of the broker's storage path, in one place.
+//!
+//! Every buffer, queue and file size the log and the storage seam use is
+//! bounded by a constant here; runtime knobs (`LogConfig`) are validated
+//! against them. The `const _` assertions state the relations the code relies
+//! on, so changing one number cannot silently break another.
+
+use spool_wire::limits::{BATCH_BYTES_MAX, BATCH_HEADER_BYTES};
+
+/// Smallest unit a disk may write atomically. We do **not** assume even this
+/// is atomic (see `docs/design/segment-format.md`); it is the granularity the
+/// simulator tears writes at.
+pub const SECTOR_BYTES: u64 = 512;
+
+/// O_DIRECT alignment and the unit of a commit: every commit starts on a fresh
+/// page and writes whole pages.
+pub const PAGE_BYTES: u64 = 4096;
+
+/// Smallest segment a log may be configured with (small segments keep tests
+/// fast; production uses the default).
+pub const SEGMENT_BYTES_MIN: u64 = 64 * 1024;
+/// Largest segment: bounds the sparse index and per-segment scans.
+pub const SEGMENT_BYTES_MAX: u64 = 1 << 30;
+/// Default segment size.
+pub const SEGMENT_BYTES_DEFAULT: u64 = 256 << 20;
+
+/// Largest `commit_bytes` a log may be configured with. A single batch larger
+/// than `commit_bytes` is committed alone, so the largest commit is the larger
+/// of this and a maximal batch plus its filler page.
+pub const COMMIT_BYTES_MAX: u64 = 8 << 20;
+/// Default target size of one group commit.
+pub const COMMIT_BYTES_DEFAULT: u64 = 1 << 20;
+
+/// Most commits that may be written but not yet synced at once.
+pub const INFLIGHT_COMMITS_MAX: usize = 8;
+/// Default number of overlapping commits (DESIGN §2: write N+1 while N syncs).
+pub const INFLIGHT_COMMITS_DEFAULT: usize = 2;
+
+/// Largest configurable bound on gathered-but-unwritten bytes per log.
+pub const PENDING_BYTES_MAX: u64 = 256 << 20;
+/// Default bound on gathered-but-unwritten bytes per log.
+pub const PENDING_BYTES_DEFAULT: u64 = 32 << 20;
+
+/// Smallest and default spacing of sparse index entries, in segment bytes.
+pub const INDEX_INTERVAL_BYTES_MIN: u64 = PAGE_BYTES;
+pub const INDEX_INTERVAL_BYTES_DEFAULT: u64 = 64 * 1024;
+/// Most index entries one segment can hold (one per interval at the minimum).
+pub const INDEX_ENTRIES_MAX: u64 = SEGMENT_BYTES_MAX / INDEX_INTERVAL_BYTES_MIN;
+
+/// Largest and default in-memory cache of recently committed pages.
+pub const TAIL_CACHE_BYTES_MAX: u64 = 256 << 20;
+pub const TAIL_CACHE_BYTES_DEFAULT: u64 = 8 << 20;
+
+/// Size of one zero-fill write when preparing a segment, and of one read when
+/// scanning a segment at recovery.
+pub const ZERO_FILL_CHUNK_BYTES: u64 = 1 << 20;
+pub const SCAN_CHUNK_BYTES: u64 = 1 << 20;
+
+/// Largest `max_bytes` a single read may ask for.
+pub const READ_BYTES_MAX: u64 = 64 << 20;
+
+/// Most segment files one partition directory may hold.
+pub const SEGMENTS_MAX: usize = 1 << 16;
+
+/// Smallest filler batch: a bare header.
+pub const FILLER_BYTES_MIN: u64 = BATCH_HEADER_BYTES as u64;
+
+/// Bytes a commit holding one maximal batch occupies (batch, filler, page
+/// rounding). Every segment must be able to hold one.
+pub const COMMIT_SPAN_FOR_MAX_BATCH: u64 =
+    (BATCH_BYTES_MAX as u64 + FILLER_BYTES_MIN).div_ceil(PAGE_BYTES) * PAGE_BYTES;
+
+const _: () = assert!(PAGE_BYTES.is_multiple_of(SECTOR_BYTES));
+const _: () = assert!(SEGMENT_BYTES_MIN.is_multiple_of(PAGE_BYTES));
+const _: () = assert!(SEGMENT_BYTES_MAX.is_multiple_of(PAGE_BYTES));
+const _: () = assert!(SEGMENT_BYTES_DEFAULT.is_multiple_of(PAGE_BYTES));
+const _: () = assert!(SEGMENT_BYTES_MIN <= SEGMENT_BYTES_DEFAULT);
+const _: () = assert!(SEGMENT_BYTES_DEFAULT <= SEGMENT_BYTES_MAX);
+const _: () = assert!(COMMIT_BYTES_MAX.is_multiple_of(PAGE_BYTES));
+const _: () = assert!(COMMIT_BYTES_DEFAULT.is_multiple_of(PAGE_BYTES));
+const _: () = assert!(COMMIT_BYTES_DEFAULT <= COMMIT_BYTES_MAX);
+const _: () = assert!(COMMIT_SPAN_FOR_MAX_BATCH <= COMMIT_BYTES_MAX);
+const _: () = assert!(COMMIT_BYTES_MAX <= SEGMENT_BYTES_DEFAULT);
+const _: () = assert!(INFLIGHT_COMMITS_DEFAULT >= 1);
+const _: () = assert!(INFLIGHT_COMMITS_DEFAULT <= INFLIGHT_COMMITS_MAX);
+const _: () = assert!(PENDING_BYTES_DEFAULT <= PENDING_BYTES_MAX);
+const _: () = assert!(PENDING_BYTES_DEFAULT >= COMMIT_SPAN_FOR_MAX_BATCH);
+const _: () = assert!(INDEX_INTERVAL_BYTES_DEFAULT.is_multiple_of(PAGE_BYTES));
+const _: () = assert!(TAIL_CACHE_BYTES_DEFAULT <= TAIL_CACHE_BYTES_MAX);
+const _: () = assert!(ZERO_FILL_CHUNK_BYTES.is_multiple_of(PAGE_BYTES));
+const _: () = assert!(SCAN_CHUNK_BYTES.is_multiple_of(PAGE_BYTES));

@@ -1,0 +1,856 @@
+//! [`Log`]: offset assignment, group commit, segment roll and preparation.
+//!
+//! `append` is synchronous: it stamps the batch with the next offsets and
+//! copies it into the commit being gathered (an O_DIRECT buffer), so the
+//! caller's state machine can use the offsets at once. Committers — one per
+//! in-flight slot — each take whatever has gathered, close its last page with
+//! a filler, write exactly its pages with one `write_at`, fdatasync, and mark
+//! it synced. The durable watermark advances only over a contiguous prefix of
+//! synced commits, and only then are tickets resolved: nothing is
+//! acknowledged while an earlier commit is unsynced.
+//!
+//! The preparer zero-fills the next segment under a temporary name ahead of
+//! need, so appends overwrite blocks instead of extending the file (DESIGN
+//! §8), and persists the sparse index of each sealed segment.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, VecDeque};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::rc::Rc;
+
+use spool_wire::batch::{write_filler, BatchHeader, BatchKind};
+
+use super::config::LogConfig;
+use super::error::LogError;
+use super::index::{IndexEntry, SparseIndex};
+use super::layout::{commit_span, index_path, segment_path, PREPARED_FILE_NAME};
+use super::recovery;
+use super::sync::{join_all, Notify};
+use super::{
+    Appended, CommitCell, CommitStatus, FatalCode, FatalHandler, FatalReason, LogStats, Offset,
+    RecoveryReport, SegmentInfo, Ticket,
+};
+use crate::io::{IoBuf, IoError, Storage, StorageFile};
+use crate::limits::{PAGE_BYTES, SEGMENTS_MAX, ZERO_FILL_CHUNK_BYTES};
+
+/// One segment file and what is durable in it.
+pub(crate) struct Segment<F> {
+    pub base: u64,
+    pub path: PathBuf,
+    /// Bytes the segment may hold (its pre-zeroed length).
+    pub capacity: u64,
+    /// `None` until the roll gives the prepared file this segment's name.
+    pub file: RefCell<Option<Rc<F>>>,
+    pub index: RefCell<SparseIndex>,
+    /// File position after the last durable commit.
+    pub data_end: Cell<u64>,
+    /// Offset after the last durable record.
+    pub next_offset: Cell<u64>,
+}
+
+impl<F> Segment<F> {
+    pub fn file(&self) -> Option<Rc<F>> {
+        self.file.borrow().clone()
+    }
+}
+
+/// A commit being gathered or waiting for a committer.
+struct Gather<F: StorageFile> {
+    seq: u64,
+    buf: F::Buf,
+    data_bytes: u64,
+    cap_bytes: u64,
+    pos: u64,
+    segment: Rc<Segment<F>>,
+    /// First commit of a not-yet-named segment: its committer performs the roll.
+    opens_segment: bool,
+    first_offset: u64,
+    next_offset: u64,
+    batches: u64,
+    entries: Vec<IndexEntry>,
+    commit: Rc<CommitCell>,
+}
+
+/// A commit handed to a committer and not yet part of the durable prefix.
+struct Inflight<F: StorageFile> {
+    synced: bool,
+    commit: Rc<CommitCell>,
+    segment: Rc<Segment<F>>,
+    pos: u64,
+    end_pos: u64,
+    first_offset: u64,
+    next_offset: u64,
+    entries: Vec<IndexEntry>,
+    buf: Rc<F::Buf>,
+    batches: u64,
+}
+
+/// A durable commit kept in memory to serve tail reads.
+pub(crate) struct Cached<B> {
+    pub first_offset: u64,
+    pub next_offset: u64,
+    pub path: PathBuf,
+    pub pos: u64,
+    pub buf: Rc<B>,
+}
+
+struct Job<F: StorageFile> {
+    seq: u64,
+    pos: u64,
+    buf: Rc<F::Buf>,
+    segment: Rc<Segment<F>>,
+    opens_segment: bool,
+}
+
+pub(crate) struct State<F: StorageFile> {
+    pub failed: Option<Rc<str>>,
+    closing: bool,
+    next_offset: u64,
+    /// Named segments, oldest first; the last is active.
+    pub segments: Vec<Rc<Segment<F>>>,
+    gather_segment: Rc<Segment<F>>,
+    gather_pos: u64,
+    gather_last_index_pos: Option<u64>,
+    gather_segment_unopened: bool,
+    open: Option<Gather<F>>,
+    queued: VecDeque<Gather<F>>,
+    pending_bytes: u64,
+    next_seq: u64,
+    durable_seq: u64,
+    inflight: BTreeMap<u64, Inflight<F>>,
+    pub durable_offset: u64,
+    prepared: Option<Rc<F>>,
+    roll_waiting: bool,
+    /// A roll took the prepared file and has not yet renamed it: the
+    /// prepared path still names that file, so the preparer must not reopen it.
+    renaming: bool,
+    pub seal_queue: VecDeque<Rc<Segment<F>>>,
+    pub tail: VecDeque<Cached<F::Buf>>,
+    tail_bytes: u64,
+    alloc_file: Rc<F>,
+    workers_running: usize,
+    background_started: bool,
+    stats: LogStats,
+}
+
+pub(crate) struct Shared<S: Storage> {
+    pub storage: S,
+    pub dir: PathBuf,
+    pub config: LogConfig,
+    leader_epoch: u32,
+    fatal: Rc<dyn FatalHandler>,
+    pub state: RefCell<State<S::File>>,
+    /// New gathered work, closing, or failure.
+    work: Notify,
+    /// The durable watermark moved (or the log failed).
+    durable: Notify,
+    /// A segment received its name.
+    named: Notify,
+    /// The preparer has something to do.
+    prepare: Notify,
+    /// A prepared file became available.
+    prepared: Notify,
+    /// Pending bytes dropped.
+    space: Notify,
+}
+
+/// One partition log. Single-threaded: clone-free handle around shared state;
+/// all futures are `!Send`.
+pub struct Log<S: Storage> {
+    pub(crate) shared: Rc<Shared<S>>,
+}
+
+impl<S: Storage> Log<S> {
+    /// Opens (recovering) or creates the log in `dir`. Every batch is
+    /// crc-checked; a torn tail is cut and zeroed before this returns.
+    ///
+    /// # Errors
+    /// [`LogError::Config`] for an invalid config, [`LogError::Corrupt`]
+    /// naming file and byte for damage outside the torn-write window,
+    /// [`LogError::Io`] when the directory cannot be read or repaired.
+    pub async fn open(
+        storage: S,
+        dir: &Path,
+        config: LogConfig,
+        leader_epoch: u32,
+        fatal: Rc<dyn FatalHandler>,
+    ) -> Result<(Self, RecoveryReport), LogError> {
+        config.validate()?;
+        let recovered = recovery::recover(&storage, dir, &config, leader_epoch).await?;
+        let mut segments = Vec::with_capacity(recovered.segments.len());
+        for found in recovered.segments {
+            segments.push(Rc::new(Segment {
+                base: found.base,
+                path: found.path,
+                capacity: found.capacity,
+                file: RefCell::new(Some(found.file)),
+                index: RefCell::new(found.index),
+                data_end: Cell::new(found.data_end),
+                next_offset: Cell::new(found.next_offset),
+            }));
+        }
+        let active = segments.last().cloned().ok_or(LogError::TooManySegments { count: 0 })?;
+        let alloc_file = active.file().ok_or(LogError::Closed)?;
+        let next_offset = active.next_offset.get();
+        let gather_last_index_pos = active.index.borrow().last_pos();
+        let state = State {
+            failed: None,
+            closing: false,
+            next_offset,
+            segments,
+            gather_segment: active,
+            gather_pos: recovered.next_commit_pos,
+            gather_last_index_pos,
+            gather_segment_unopened: false,
+            open: None,
+            queued: VecDeque::new(),
+            pending_bytes: 0,
+            next_seq: 1,
+            durable_seq: 0,
+            inflight: BTreeMap::new(),
+            durable_offset: next_offset,
+            prepared: None,
+            roll_waiting: false,
+            renaming: false,
+            seal_queue: VecDeque::new(),
+            tail: VecDeque::new(),
+            tail_bytes: 0,
+            alloc_file,
+            workers_running: 0,
+            background_started: false,
+            stats: LogStats::default(),
+        };
+        let shared = Rc::new(Shared {
+            storage,
+            dir: dir.to_path_buf(),
+            config,
+            leader_epoch,
+            fatal,
+            state: RefCell::new(state),
+            work: Notify::default(),
+            durable: Notify::default(),
+            named: Notify::default(),
+            prepare: Notify::default(),
+            prepared: Notify::default(),
+            space: Notify::default(),
+        });
+        Ok((Self { shared }, recovered.report))
+    }
+
+    /// The future that runs the committers and the preparer. The owner must
+    /// spawn it (production: `glommio::spawn_local`) or poll it alongside
+    /// its own work; without it no ticket ever resolves. It completes after
+    /// [`Log::close`] once everything gathered is durable, or right after a
+    /// fatal error. Call once.
+    pub fn background(&self) -> impl Future<Output = ()> + 'static {
+        let shared = self.shared.clone();
+        let workers = {
+            let mut state = shared.state.borrow_mut();
+            assert!(!state.background_started, "Log::background called twice");
+            state.background_started = true;
+            state.workers_running = shared.config.inflight_commits_max;
+            state.workers_running
+        };
+        async move {
+            let mut tasks: Vec<Pin<Box<dyn Future<Output = ()>>>> = Vec::new();
+            for _ in 0..workers {
+                tasks.push(Box::pin(committer(shared.clone())));
+            }
+            tasks.push(Box::pin(preparer(shared.clone())));
+            join_all(tasks).await;
+        }
+    }
+
+    /// Assigns offsets to `batch`, stamps its header and queues it for the
+    /// next commit. Returns at once; await the ticket for durability.
+    ///
+    /// # Errors
+    /// [`LogError::InvalidBatch`] (framing or body crc),
+    /// [`LogError::BatchLengthMismatch`], [`LogError::BatchTooLarge`],
+    /// [`LogError::NotAppendable`] (fillers, empty batches),
+    /// [`LogError::Backpressure`] when `pending_bytes_max` would be exceeded
+    /// (nothing is queued; await [`Log::writable`] and retry),
+    /// [`LogError::TooManySegments`], [`LogError::Failed`], [`LogError::Closed`].
+    pub fn append(&self, batch: &[u8]) -> Result<Appended, LogError> {
+        let header = BatchHeader::verify_body(batch).map_err(LogError::InvalidBatch)?;
+        if header.batch_len as usize != batch.len() {
+            return Err(LogError::BatchLengthMismatch {
+                declared: header.batch_len,
+                given: batch.len(),
+            });
+        }
+        let len = batch.len() as u64;
+        let config = &self.shared.config;
+        if len > config.batch_bytes_max {
+            return Err(LogError::BatchTooLarge {
+                len_bytes: len,
+                max_bytes: config.batch_bytes_max,
+            });
+        }
+        if header.kind == BatchKind::Filler {
+            return Err(LogError::NotAppendable("filler batches are written by the log only"));
+        }
+        if header.record_count == 0 {
+            return Err(LogError::NotAppendable("a batch must hold at least one record"));
+        }
+        let appended = {
+            let mut state = self.shared.state.borrow_mut();
+            if let Some(reason) = &state.failed {
+                return Err(LogError::Failed(reason.to_string()));
+            }
+            if state.closing {
+                return Err(LogError::Closed);
+            }
+            if state.pending_bytes + len > config.pending_bytes_max {
+                return Err(LogError::Backpressure {
+                    pending_bytes: state.pending_bytes,
+                    limit_bytes: config.pending_bytes_max,
+                });
+            }
+            let fits =
+                state.open.as_ref().is_some_and(|g| commit_span(g.data_bytes + len) <= g.cap_bytes);
+            if !fits {
+                self.start_gather(&mut state, len)?;
+            }
+            let base_offset = state.next_offset;
+            let next_offset = base_offset + u64::from(header.record_count);
+            let interval = config.index_interval_bytes;
+            let last_index_pos = state.gather_last_index_pos;
+            let epoch = self.shared.leader_epoch;
+            let Some(gather) = state.open.as_mut() else {
+                unreachable!("start_gather leaves an open gather");
+            };
+            let at = gather.data_bytes as usize;
+            let slot = &mut gather.buf.as_mut()[at..at + batch.len()];
+            slot.copy_from_slice(batch);
+            BatchHeader::assign(slot, base_offset, epoch);
+            let pos = gather.pos + gather.data_bytes;
+            let indexed = last_index_pos.is_none_or(|last| pos >= last + interval);
+            if indexed {
+                gather.entries.push(IndexEntry { offset: base_offset, pos });
+            }
+            gather.data_bytes += len;
+            gather.next_offset = next_offset;
+            gather.batches += 1;
+            let ticket = Ticket { commit: gather.commit.clone() };
+            if indexed {
+                state.gather_last_index_pos = Some(pos);
+            }
+            state.next_offset = next_offset;
+            state.pending_bytes += len;
+            Appended { base_offset: Offset(base_offset), next_offset: Offset(next_offset), ticket }
+        };
+        self.shared.work.notify_all();
+        Ok(appended)
+    }
+
+    /// Closes the open gather and starts a new one that can hold a batch of
+    /// `len` bytes, moving to a new (not yet named) segment when the current
+    /// one cannot hold the commit.
+    fn start_gather(&self, state: &mut State<S::File>, len: u64) -> Result<(), LogError> {
+        let config = &self.shared.config;
+        let span = commit_span(len);
+        let room = state.gather_segment.capacity.saturating_sub(state.gather_pos);
+        if span > room {
+            let count = state.segments.len() + usize::from(state.gather_segment_unopened);
+            if count >= SEGMENTS_MAX {
+                return Err(LogError::TooManySegments { count });
+            }
+        }
+        if let Some(gather) = close_open(state) {
+            state.queued.push_back(gather);
+        }
+        if state.gather_pos + span > state.gather_segment.capacity {
+            let base = state.next_offset;
+            state.gather_segment = Rc::new(Segment {
+                base,
+                path: segment_path(&self.shared.dir, base),
+                capacity: config.segment_bytes,
+                file: RefCell::new(None),
+                index: RefCell::new(SparseIndex::default()),
+                data_end: Cell::new(0),
+                next_offset: Cell::new(base),
+            });
+            state.gather_pos = 0;
+            state.gather_last_index_pos = None;
+            state.gather_segment_unopened = true;
+        }
+        let room = state.gather_segment.capacity - state.gather_pos;
+        let cap_bytes = config.commit_bytes.max(span).min(room);
+        assert!(cap_bytes >= span);
+        assert!(state.gather_pos.is_multiple_of(PAGE_BYTES));
+        let buf = state.alloc_file.alloc_buf(cap_bytes as usize);
+        let seq = state.next_seq;
+        state.next_seq += 1;
+        let opens_segment = std::mem::take(&mut state.gather_segment_unopened);
+        state.open = Some(Gather {
+            seq,
+            buf,
+            data_bytes: 0,
+            cap_bytes,
+            pos: state.gather_pos,
+            segment: state.gather_segment.clone(),
+            opens_segment,
+            first_offset: state.next_offset,
+            next_offset: state.next_offset,
+            batches: 0,
+            entries: Vec::new(),
+            commit: CommitCell::new(),
+        });
+        Ok(())
+    }
+
+    /// Resolves when `len` more bytes would fit under `pending_bytes_max` (or
+    /// the log failed or closed: `append` then reports why).
+    pub async fn writable(&self, len: u64) {
+        loop {
+            {
+                let state = self.shared.state.borrow();
+                let fits = state.pending_bytes + len <= self.shared.config.pending_bytes_max;
+                if fits || state.failed.is_some() || state.closing {
+                    return;
+                }
+            }
+            self.shared.space.wait().await;
+        }
+    }
+
+    /// Stops accepting appends; [`Log::background`] completes once every
+    /// gathered commit is durable.
+    pub fn close(&self) {
+        self.shared.state.borrow_mut().closing = true;
+        self.shared.work.notify_all();
+        self.shared.prepare.notify_all();
+        self.shared.space.notify_all();
+    }
+
+    /// The offset the next appended record will get.
+    pub fn next_offset(&self) -> Offset {
+        Offset(self.shared.state.borrow().next_offset)
+    }
+
+    /// Every offset below this is durable (and readable).
+    pub fn durable_offset(&self) -> Offset {
+        Offset(self.shared.state.borrow().durable_offset)
+    }
+
+    /// The oldest offset still held (after retention).
+    pub fn start_offset(&self) -> Offset {
+        Offset(self.shared.state.borrow().segments.first().map_or(0, |s| s.base))
+    }
+
+    /// `Some(reason)` once a write or sync failed.
+    pub fn failure(&self) -> Option<String> {
+        self.shared.state.borrow().failed.as_ref().map(|r| r.to_string())
+    }
+
+    pub fn stats(&self) -> LogStats {
+        self.shared.state.borrow().stats
+    }
+
+    /// Named segments, oldest first.
+    pub fn segments(&self) -> Vec<SegmentInfo> {
+        let state = self.shared.state.borrow();
+        state
+            .segments
+            .iter()
+            .map(|s| SegmentInfo {
+                base_offset: Offset(s.base),
+                next_offset: Offset(s.next_offset.get()),
+                path: s.path.clone(),
+                data_end: s.data_end.get(),
+                index_entries: s.index.borrow().entries().len(),
+            })
+            .collect()
+    }
+
+    /// Whether a zero-filled next segment is ready under its temporary name.
+    pub fn next_segment_prepared(&self) -> bool {
+        self.shared.state.borrow().prepared.is_some()
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.shared.dir
+    }
+}
+
+/// Takes the open gather, advancing the gather position past its pages.
+fn close_open<F: StorageFile>(state: &mut State<F>) -> Option<Gather<F>> {
+    let gather = state.open.take()?;
+    assert!(gather.data_bytes > 0);
+    state.gather_pos = gather.pos + commit_span(gather.data_bytes);
+    Some(gather)
+}
+
+impl<S: Storage> Shared<S> {
+    /// Enters the failed state once: fails every unacknowledged commit, wakes
+    /// every waiter, and calls the fatal handler. Never retried.
+    fn fail(&self, code: FatalCode, error: &IoError) {
+        let message = format!("{code:?}: {error}");
+        let commits = {
+            let mut state = self.state.borrow_mut();
+            if state.failed.is_some() {
+                return;
+            }
+            state.failed = Some(Rc::from(message.as_str()));
+            let mut commits: Vec<Rc<CommitCell>> =
+                state.inflight.values().map(|c| c.commit.clone()).collect();
+            commits.extend(state.queued.iter().map(|g| g.commit.clone()));
+            commits.extend(state.open.iter().map(|g| g.commit.clone()));
+            state.inflight.clear();
+            state.queued.clear();
+            state.open = None;
+            state.pending_bytes = 0;
+            commits
+        };
+        let reason: Rc<str> = Rc::from(message.as_str());
+        for commit in commits {
+            commit.resolve(CommitStatus::Failed(reason.clone()));
+        }
+        for notify in
+            [&self.work, &self.durable, &self.named, &self.prepare, &self.prepared, &self.space]
+        {
+            notify.notify_all();
+        }
+        self.fatal.fatal(&FatalReason { code, message });
+    }
+
+    fn is_failed(&self) -> bool {
+        self.state.borrow().failed.is_some()
+    }
+
+    /// Waits for a gathered commit; `None` when closed and drained, or failed.
+    async fn next_job(&self) -> Option<Job<S::File>> {
+        loop {
+            {
+                let mut state = self.state.borrow_mut();
+                if state.failed.is_some() {
+                    return None;
+                }
+                let gather = match state.queued.pop_front() {
+                    Some(gather) => Some(gather),
+                    None => close_open(&mut state),
+                };
+                if let Some(gather) = gather {
+                    let job = self.start_commit(&mut state, gather);
+                    drop(state);
+                    self.space.notify_all();
+                    return Some(job);
+                }
+                if state.closing {
+                    return None;
+                }
+            }
+            self.work.wait().await;
+        }
+    }
+
+    /// Closes a gather's last page with a filler and moves it in flight.
+    fn start_commit(&self, state: &mut State<S::File>, gather: Gather<S::File>) -> Job<S::File> {
+        let Gather {
+            seq,
+            mut buf,
+            data_bytes,
+            cap_bytes,
+            pos,
+            segment,
+            opens_segment,
+            first_offset,
+            next_offset,
+            batches,
+            entries,
+            commit,
+        } = gather;
+        let span = commit_span(data_bytes);
+        assert!(span <= cap_bytes);
+        assert!(pos.is_multiple_of(PAGE_BYTES));
+        assert!(pos + span <= segment.capacity);
+        if span > data_bytes {
+            let filler = &mut buf.as_mut()[data_bytes as usize..span as usize];
+            write_filler(filler, (span - data_bytes) as usize, next_offset, self.leader_epoch);
+        }
+        buf.trim(span as usize);
+        let buf = Rc::new(buf);
+        state.pending_bytes -= data_bytes;
+        state.inflight.insert(
+            seq,
+            Inflight {
+                synced: false,
+                commit,
+                segment: segment.clone(),
+                pos,
+                end_pos: pos + span,
+                first_offset,
+                next_offset,
+                entries,
+                buf: buf.clone(),
+                batches,
+            },
+        );
+        Job { seq, pos, buf, segment, opens_segment }
+    }
+
+    /// Marks `seq` synced and advances the durable watermark over the
+    /// contiguous synced prefix, resolving those commits' tickets.
+    fn mark_synced(&self, seq: u64) {
+        let mut resolved = Vec::new();
+        {
+            let mut state = self.state.borrow_mut();
+            if state.failed.is_some() {
+                return;
+            }
+            match state.inflight.get_mut(&seq) {
+                Some(commit) => commit.synced = true,
+                None => unreachable!("synced commit {seq} is not in flight"),
+            }
+            while let Some(entry) = state.inflight.first_entry() {
+                if !entry.get().synced {
+                    break;
+                }
+                let (seq, done) = entry.remove_entry();
+                assert_eq!(seq, state.durable_seq + 1, "durable watermark must be contiguous");
+                state.durable_seq = seq;
+                let segment = &done.segment;
+                assert!(done.pos >= segment.data_end.get());
+                segment.data_end.set(done.end_pos);
+                segment.next_offset.set(done.next_offset);
+                {
+                    let mut index = segment.index.borrow_mut();
+                    for entry in &done.entries {
+                        index.push(*entry);
+                    }
+                }
+                state.durable_offset = done.next_offset;
+                state.stats.commits += 1;
+                state.stats.batches += done.batches;
+                state.stats.commit_bytes += done.end_pos - done.pos;
+                let cached_bytes = done.end_pos - done.pos;
+                state.tail.push_back(Cached {
+                    first_offset: done.first_offset,
+                    next_offset: done.next_offset,
+                    path: segment.path.clone(),
+                    pos: done.pos,
+                    buf: done.buf,
+                });
+                state.tail_bytes += cached_bytes;
+                while state.tail_bytes > self.config.tail_cache_bytes {
+                    let Some(evicted) = state.tail.pop_front() else { break };
+                    state.tail_bytes -= evicted.buf.as_ref().as_ref().len() as u64;
+                }
+                resolved.push(done.commit);
+            }
+        }
+        for commit in resolved {
+            commit.resolve(CommitStatus::Durable);
+        }
+        self.durable.notify_all();
+    }
+
+    /// Gives the prepared file this segment's name, once every earlier commit
+    /// (all of the old segment) is durable. False when the log failed.
+    async fn roll(&self, segment: &Rc<Segment<S::File>>, seq: u64) -> bool {
+        loop {
+            {
+                let state = self.state.borrow();
+                if state.failed.is_some() {
+                    return false;
+                }
+                if state.durable_seq + 1 == seq {
+                    break;
+                }
+            }
+            self.durable.wait().await;
+        }
+        let file = loop {
+            {
+                let mut state = self.state.borrow_mut();
+                if state.failed.is_some() {
+                    return false;
+                }
+                if let Some(file) = state.prepared.take() {
+                    state.roll_waiting = false;
+                    state.renaming = true;
+                    break file;
+                }
+                state.roll_waiting = true;
+            }
+            self.prepare.notify_all();
+            self.prepared.wait().await;
+        };
+        let prepared_path = self.dir.join(PREPARED_FILE_NAME);
+        if let Err(error) = self.storage.rename(&prepared_path, &segment.path).await {
+            self.fail(FatalCode::RollFailed, &error);
+            return false;
+        }
+        if let Err(error) = self.storage.sync_dir(&self.dir).await {
+            self.fail(FatalCode::RollFailed, &error);
+            return false;
+        }
+        {
+            let mut state = self.state.borrow_mut();
+            state.renaming = false;
+            *segment.file.borrow_mut() = Some(file.clone());
+            if let Some(sealed) = state.segments.last().cloned() {
+                state.seal_queue.push_back(sealed);
+            }
+            state.segments.push(segment.clone());
+            state.alloc_file = file;
+            state.stats.segments_rolled += 1;
+        }
+        self.named.notify_all();
+        self.prepare.notify_all();
+        true
+    }
+
+    async fn wait_named(&self, segment: &Segment<S::File>) -> Option<Rc<S::File>> {
+        loop {
+            if self.is_failed() {
+                return None;
+            }
+            if let Some(file) = segment.file() {
+                return Some(file);
+            }
+            self.named.wait().await;
+        }
+    }
+}
+
+/// One committer: take a commit, (roll,) write it, sync it, mark it synced.
+async fn committer<S: Storage>(shared: Rc<Shared<S>>) {
+    loop {
+        let Some(job) = shared.next_job().await else { break };
+        if job.opens_segment && !shared.roll(&job.segment, job.seq).await {
+            break;
+        }
+        let Some(file) = shared.wait_named(&job.segment).await else { break };
+        if let Err(error) = file.write_at(job.buf.clone(), job.pos).await {
+            shared.fail(FatalCode::WriteFailed, &error);
+            break;
+        }
+        if shared.is_failed() {
+            break;
+        }
+        if let Err(error) = file.fdatasync().await {
+            shared.fail(FatalCode::SyncFailed, &error);
+            break;
+        }
+        shared.mark_synced(job.seq);
+    }
+    shared.state.borrow_mut().workers_running -= 1;
+    shared.prepare.notify_all();
+}
+
+/// Prepares the next segment ahead of need and persists sealed indexes.
+async fn preparer<S: Storage>(shared: Rc<Shared<S>>) {
+    enum Step<F> {
+        Prepare,
+        Seal(Rc<Segment<F>>),
+        Wait,
+        Exit,
+    }
+    loop {
+        let step = {
+            let mut state = shared.state.borrow_mut();
+            let draining = state.closing && state.workers_running > 0;
+            if state.failed.is_some() {
+                Step::Exit
+            } else if state.prepared.is_none()
+                && !state.renaming
+                && (state.roll_waiting || (!state.closing && !draining))
+            {
+                Step::Prepare
+            } else if let Some(segment) = state.seal_queue.pop_front() {
+                Step::Seal(segment)
+            } else if state.closing && state.workers_running == 0 {
+                Step::Exit
+            } else {
+                Step::Wait
+            }
+        };
+        match step {
+            Step::Exit => return,
+            Step::Wait => shared.prepare.wait().await,
+            Step::Prepare => {
+                match prepare_segment_file(
+                    &shared.storage,
+                    &shared.dir,
+                    shared.config.segment_bytes,
+                )
+                .await
+                {
+                    Ok(file) => {
+                        shared.state.borrow_mut().prepared = Some(Rc::new(file));
+                        shared.prepared.notify_all();
+                    }
+                    Err(error) => {
+                        shared.fail(FatalCode::PrepareFailed, &error);
+                        return;
+                    }
+                }
+            }
+            Step::Seal(segment) => {
+                if let Err(error) = persist_index(&shared.storage, &shared.dir, &segment).await {
+                    // The index is an accelerator: recovery rebuilds it.
+                    tracing::warn!(%error, segment = segment.base, "index persist failed");
+                }
+            }
+        }
+    }
+}
+
+/// Creates the prepared file, writes zeros through all of it, syncs it and
+/// its directory. Appends then overwrite allocated blocks (DESIGN §8).
+pub(crate) async fn prepare_segment_file<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    capacity: u64,
+) -> Result<S::File, IoError> {
+    let file = storage.open(&dir.join(PREPARED_FILE_NAME)).await?;
+    let chunk = ZERO_FILL_CHUNK_BYTES.min(capacity);
+    let mut zeros = file.alloc_buf(chunk as usize);
+    zeros.as_mut().fill(0);
+    let zeros = Rc::new(zeros);
+    let mut pos = 0;
+    while pos + chunk <= capacity {
+        file.write_at(zeros.clone(), pos).await?;
+        pos += chunk;
+    }
+    if pos < capacity {
+        let mut rest = file.alloc_buf((capacity - pos) as usize);
+        rest.as_mut().fill(0);
+        file.write_at(Rc::new(rest), pos).await?;
+    }
+    file.fdatasync().await?;
+    storage.sync_dir(dir).await?;
+    Ok(file)
+}
+
+/// Writes a sealed segment's sparse index file (write, sync, dir sync).
+pub(crate) async fn persist_index<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    segment: &Segment<S::File>,
+) -> Result<(), IoError> {
+    let bytes = segment.index.borrow().encode(
+        segment.base,
+        segment.data_end.get(),
+        segment.next_offset.get(),
+    );
+    write_index_file(storage, dir, segment.base, &bytes).await
+}
+
+pub(crate) async fn write_index_file<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    base: u64,
+    bytes: &[u8],
+) -> Result<(), IoError> {
+    let file = storage.open(&index_path(dir, base)).await?;
+    let mut buf = file.alloc_buf(bytes.len());
+    buf.as_mut().copy_from_slice(bytes);
+    file.write_at(Rc::new(buf), 0).await?;
+    file.fdatasync().await?;
+    storage.sync_dir(dir).await
+}

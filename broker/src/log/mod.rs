@@ -1,0 +1,238 @@
+//! The partition log: one directory of pre-zeroed segment files holding
+//! record batches, with group commit, a sparse index, recovery and retention.
+//!
+//! What it owns: every byte under a partition directory, the assignment of
+//! offsets, and the meaning of "durable" (a [`Ticket`] resolves only when its
+//! batch and every batch before it are fdatasynced). What it does not do:
+//! decide what to append (the queue state machine does), read a clock, or
+//! name a runtime — it is generic over [`crate::io::Storage`], so the same
+//! code runs on O_DIRECT files and on the crash simulator.
+//!
+//! Driving it: [`Log::open`] recovers the directory; the owner then spawns
+//! (or polls) the single future returned by [`Log::background`], which runs
+//! the committers (one per in-flight commit slot) and the segment preparer
+//! until [`Log::close`] (after draining) or a fatal I/O error.
+//!
+//! Layout, commit protocol and crash cases: `docs/design/segment-format.md`.
+
+mod appender;
+mod config;
+mod error;
+mod index;
+mod layout;
+mod reader;
+mod recovery;
+mod retention;
+mod sync;
+mod window;
+
+use std::cell::RefCell;
+use std::fmt;
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+
+pub use appender::Log;
+pub use config::{ConfigError, LogConfig};
+pub use error::{CorruptDetail, LogError};
+pub use index::{IndexEntry, SparseIndex};
+pub use layout::{commit_span, index_path, segment_path, PREPARED_FILE_NAME};
+use spool_wire::batch::BatchHeader;
+
+/// Position of a record in a partition log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Offset(pub u64);
+
+impl fmt::Display for Offset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// Why the log stopped. The code doubles as the process exit status in
+/// production.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FatalCode {
+    WriteFailed = 70,
+    SyncFailed = 71,
+    PrepareFailed = 72,
+    RollFailed = 73,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FatalReason {
+    pub code: FatalCode,
+    pub message: String,
+}
+
+/// Called once when a write or sync fails. There is no in-process answer to
+/// a failed fdatasync (the page cache state is unknown; retrying can report
+/// success for lost data), so production exits.
+pub trait FatalHandler {
+    fn fatal(&self, reason: &FatalReason);
+}
+
+/// Production handler: logs with tracing and exits with the reason's code,
+/// so no sibling shard keeps serving beside a log in an unknown state.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ExitOnFatal;
+
+impl FatalHandler for ExitOnFatal {
+    fn fatal(&self, reason: &FatalReason) {
+        tracing::error!(code = reason.code as i32, message = %reason.message, "fatal log error");
+        std::process::exit(reason.code as i32);
+    }
+}
+
+/// Test handler: records every reason.
+#[derive(Debug, Default)]
+pub struct RecordFatal {
+    reasons: RefCell<Vec<FatalReason>>,
+}
+
+impl RecordFatal {
+    pub fn reasons(&self) -> Vec<FatalReason> {
+        self.reasons.borrow().clone()
+    }
+}
+
+impl FatalHandler for RecordFatal {
+    fn fatal(&self, reason: &FatalReason) {
+        self.reasons.borrow_mut().push(reason.clone());
+    }
+}
+
+#[derive(Clone, Debug)]
+enum CommitStatus {
+    Pending,
+    Durable,
+    Failed(Rc<str>),
+}
+
+/// Shared completion state of one commit; every batch in it holds a ticket.
+#[derive(Debug)]
+struct CommitCell {
+    status: RefCell<CommitStatus>,
+    wakers: RefCell<Vec<Waker>>,
+}
+
+impl CommitCell {
+    fn new() -> Rc<Self> {
+        Rc::new(Self { status: RefCell::new(CommitStatus::Pending), wakers: RefCell::new(vec![]) })
+    }
+
+    fn resolve(&self, status: CommitStatus) {
+        {
+            let mut current = self.status.borrow_mut();
+            if !matches!(*current, CommitStatus::Pending) {
+                return;
+            }
+            *current = status;
+        }
+        for waker in std::mem::take(&mut *self.wakers.borrow_mut()) {
+            waker.wake();
+        }
+    }
+}
+
+/// Resolves when the appended batch is durable, or fails if the log failed
+/// before that. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Ticket {
+    commit: Rc<CommitCell>,
+}
+
+impl Ticket {
+    /// `Some(Ok)` once durable, `Some(Err)` once failed, `None` while pending.
+    pub fn status(&self) -> Option<Result<(), LogError>> {
+        match &*self.commit.status.borrow() {
+            CommitStatus::Pending => None,
+            CommitStatus::Durable => Some(Ok(())),
+            CommitStatus::Failed(reason) => Some(Err(LogError::Failed(reason.to_string()))),
+        }
+    }
+
+    /// Waits until the batch is durable.
+    ///
+    /// # Errors
+    /// [`LogError::Failed`] when a write or sync failed first: the batch was
+    /// never acknowledged and may or may not be on disk.
+    pub fn durable(&self) -> TicketWait<'_> {
+        TicketWait { ticket: self }
+    }
+}
+
+pub struct TicketWait<'a> {
+    ticket: &'a Ticket,
+}
+
+impl Future for TicketWait<'_> {
+    type Output = Result<(), LogError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.ticket.status() {
+            Some(result) => Poll::Ready(result),
+            None => {
+                let mut wakers = self.ticket.commit.wakers.borrow_mut();
+                if !wakers.iter().any(|waker| waker.will_wake(cx.waker())) {
+                    wakers.push(cx.waker().clone());
+                }
+                Poll::Pending
+            }
+        }
+    }
+}
+
+/// What `append` assigned.
+#[derive(Clone, Debug)]
+pub struct Appended {
+    pub base_offset: Offset,
+    /// The offset after this batch's last record.
+    pub next_offset: Offset,
+    pub ticket: Ticket,
+}
+
+/// One batch read back, crc-checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadBatch {
+    pub header: BatchHeader,
+    pub bytes: Vec<u8>,
+}
+
+/// What `open` found and did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    pub segments: usize,
+    /// Data and control batches found valid (fillers not counted).
+    pub batches: u64,
+    pub next_offset: Offset,
+    /// The log was empty and its first segment was created.
+    pub created: bool,
+    /// Where the torn tail began, if one was cut.
+    pub truncated_at: Option<(PathBuf, u64)>,
+    /// Non-zero bytes after the valid end that were zeroed.
+    pub truncated_bytes: u64,
+    pub indexes_rebuilt: usize,
+    pub stale_files_removed: usize,
+}
+
+/// Per-log counters since open.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LogStats {
+    pub commits: u64,
+    pub batches: u64,
+    pub commit_bytes: u64,
+    pub segments_rolled: u64,
+}
+
+/// Summary of one segment, for tests and operators.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SegmentInfo {
+    pub base_offset: Offset,
+    pub next_offset: Offset,
+    pub path: PathBuf,
+    pub data_end: u64,
+    pub index_entries: usize,
+}

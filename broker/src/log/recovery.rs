@@ -1,0 +1,316 @@
+//! Recovery: turn whatever a crash left in a partition directory into a log
+//! whose every batch is valid, contiguous, and followed only by zeros.
+//!
+//! Per segment, oldest first: every batch is parsed and crc-checked and its
+//! base offset must continue the previous one. The log ends at the first
+//! all-zero header. What follows the end must be zeros, except in the last
+//! segment within the in-flight window (`LogConfig::recovery_window_bytes`)
+//! of the last non-zero byte: that is a torn group of commits that nobody was
+//! told about, and it is cut — overwritten with zeros and synced, with a
+//! filler closing the page where the log now ends — before any append.
+//! Anything else (a bad batch further back, junk after a sealed segment, a
+//! gap between segments) is corruption: `open` fails naming file and byte.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use spool_wire::batch::{write_filler, BatchHeader, BatchKind};
+use spool_wire::limits::BATCH_HEADER_BYTES;
+use spool_wire::WireError;
+
+use super::appender::{prepare_segment_file, write_index_file};
+use super::config::LogConfig;
+use super::error::{CorruptDetail, LogError};
+use super::index::{IndexEntry, SparseIndex};
+use super::layout::{
+    index_path, page_ceil, page_floor, parse_name, segment_path, INDEX_SUFFIX, PREPARED_FILE_NAME,
+    SEGMENT_SUFFIX,
+};
+use super::window::Window;
+use super::{Offset, RecoveryReport};
+use crate::io::{Storage, StorageFile};
+use crate::limits::{FILLER_BYTES_MIN, PAGE_BYTES, SCAN_CHUNK_BYTES, SEGMENTS_MAX};
+
+pub(crate) struct RecoveredSegment<F> {
+    pub base: u64,
+    pub path: PathBuf,
+    pub file: Rc<F>,
+    pub capacity: u64,
+    pub index: SparseIndex,
+    pub data_end: u64,
+    pub next_offset: u64,
+}
+
+pub(crate) struct Recovered<F> {
+    pub segments: Vec<RecoveredSegment<F>>,
+    /// Where the next commit starts in the last segment (page-aligned).
+    pub next_commit_pos: u64,
+    pub report: RecoveryReport,
+}
+
+struct Scan {
+    /// End of the valid batches.
+    end: u64,
+    next_offset: u64,
+    batches: u64,
+    index: SparseIndex,
+    /// Exclusive end of non-zero bytes after `end`, if any.
+    dirty_end: Option<u64>,
+    /// Why the scan stopped at `end`, when it was not a clean zero header.
+    stop: Option<CorruptDetail>,
+}
+
+pub(crate) async fn recover<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    config: &LogConfig,
+    leader_epoch: u32,
+) -> Result<Recovered<S::File>, LogError> {
+    storage.create_dir_all(dir).await?;
+    let mut report = RecoveryReport::default();
+    let mut bases = Vec::new();
+    let mut index_bases = BTreeSet::new();
+    let mut stale = Vec::new();
+    for name in storage.list_dir(dir).await? {
+        if let Some(base) = parse_name(&name, SEGMENT_SUFFIX) {
+            bases.push(base);
+        } else if let Some(base) = parse_name(&name, INDEX_SUFFIX) {
+            index_bases.insert(base);
+        } else if name == PREPARED_FILE_NAME {
+            stale.push(dir.join(name));
+        }
+    }
+    bases.sort_unstable();
+    if bases.len() > SEGMENTS_MAX {
+        return Err(LogError::TooManySegments { count: bases.len() });
+    }
+    // A prepared file is never named in the log; an index without a sealed
+    // segment is left over from retention or a crash during a roll.
+    let sealed: BTreeSet<u64> = bases.iter().rev().skip(1).copied().collect();
+    for base in &index_bases {
+        if !sealed.contains(base) {
+            stale.push(index_path(dir, *base));
+        }
+    }
+    for path in &stale {
+        storage.remove(path).await?;
+    }
+    if !stale.is_empty() {
+        storage.sync_dir(dir).await?;
+    }
+    report.stale_files_removed = stale.len();
+    if bases.is_empty() {
+        prepare_segment_file(storage, dir, config.segment_bytes).await?;
+        storage.rename(&dir.join(PREPARED_FILE_NAME), &segment_path(dir, 0)).await?;
+        storage.sync_dir(dir).await?;
+        bases.push(0);
+        report.created = true;
+    }
+
+    let mut segments = Vec::with_capacity(bases.len());
+    let mut next_commit_pos = 0;
+    let mut expected: Option<u64> = None;
+    for (slot, base) in bases.iter().copied().enumerate() {
+        let is_last = slot + 1 == bases.len();
+        let path = segment_path(dir, base);
+        if let Some(expected) = expected {
+            if base != expected {
+                return Err(LogError::Corrupt {
+                    path,
+                    pos: 0,
+                    detail: CorruptDetail::SegmentGap { expected, found: base },
+                });
+            }
+        }
+        let file = storage.open(&path).await?;
+        let capacity = page_ceil(file.len_bytes().await?);
+        let scan = scan_segment(&file, base, capacity, config).await?;
+        let mut end = scan.end;
+        if let Some(dirty_end) = scan.dirty_end {
+            let in_window = dirty_end - scan.end <= config.recovery_window_bytes();
+            if !is_last || !in_window {
+                let detail = scan
+                    .stop
+                    .clone()
+                    .unwrap_or(CorruptDetail::DataAfterEnd { nonzero_until: dirty_end });
+                return Err(LogError::Corrupt { path, pos: scan.end, detail });
+            }
+            report.truncated_at = Some((path.clone(), scan.end));
+            report.truncated_bytes = dirty_end - scan.end;
+        }
+        if is_last {
+            end = repair_tail(&file, &scan, capacity, leader_epoch).await?;
+            next_commit_pos = end;
+        } else {
+            check_index(storage, dir, base, &scan, &mut report).await?;
+        }
+        report.batches += scan.batches;
+        expected = Some(scan.next_offset);
+        segments.push(RecoveredSegment {
+            base,
+            path,
+            file: Rc::new(file),
+            capacity,
+            index: scan.index,
+            data_end: end,
+            next_offset: scan.next_offset,
+        });
+    }
+    report.segments = segments.len();
+    report.next_offset = Offset(expected.unwrap_or(0));
+    Ok(Recovered { segments, next_commit_pos, report })
+}
+
+/// Reads every batch of one segment from position 0, then finds how far
+/// non-zero bytes reach after the last valid one.
+async fn scan_segment<F: StorageFile>(
+    file: &F,
+    base: u64,
+    capacity: u64,
+    config: &LogConfig,
+) -> Result<Scan, LogError> {
+    let header_bytes = BATCH_HEADER_BYTES as u64;
+    let mut window = Window::new(file, SCAN_CHUNK_BYTES);
+    let mut pos = 0u64;
+    let mut expected = base;
+    let mut batches = 0;
+    let mut index = SparseIndex::default();
+    let mut last_index_pos: Option<u64> = None;
+    let stop = loop {
+        if pos + header_bytes > capacity {
+            break None;
+        }
+        let mut header_raw = [0u8; BATCH_HEADER_BYTES];
+        let got = window.get(pos, header_bytes).await?;
+        header_raw[..got.len()].copy_from_slice(got);
+        if header_raw.iter().all(|byte| *byte == 0) {
+            break None;
+        }
+        let header = match BatchHeader::parse(&header_raw) {
+            Ok(header) => header,
+            Err(error) => break Some(CorruptDetail::Batch(error)),
+        };
+        let len = u64::from(header.batch_len);
+        if pos + len > capacity {
+            break Some(CorruptDetail::PastSegmentEnd { batch_len: header.batch_len, capacity });
+        }
+        let bytes = window.get(pos, len).await?;
+        if (bytes.len() as u64) < len {
+            let truncated = WireError::Truncated { needed: len as usize, available: bytes.len() };
+            break Some(CorruptDetail::Batch(truncated));
+        }
+        if let Err(error) = BatchHeader::verify(bytes) {
+            break Some(CorruptDetail::Batch(error));
+        }
+        if header.base_offset != expected {
+            break Some(CorruptDetail::OffsetGap { expected, found: header.base_offset });
+        }
+        if header.kind != BatchKind::Filler {
+            batches += 1;
+            if header.record_count > 0
+                && last_index_pos.is_none_or(|last| pos >= last + config.index_interval_bytes)
+            {
+                index.push(IndexEntry { offset: header.base_offset, pos });
+                last_index_pos = Some(pos);
+            }
+        }
+        expected = header.next_offset();
+        pos += len;
+    };
+    let mut dirty_end = None;
+    let mut at = pos;
+    while at < capacity {
+        let len = SCAN_CHUNK_BYTES.min(capacity - at);
+        let bytes = window.get(at, len).await?;
+        if bytes.is_empty() {
+            break;
+        }
+        if let Some(last) = bytes.iter().rposition(|byte| *byte != 0) {
+            dirty_end = Some(at + last as u64 + 1);
+        }
+        at += bytes.len() as u64;
+    }
+    Ok(Scan { end: pos, next_offset: expected, batches, index, dirty_end, stop })
+}
+
+/// Makes the last segment end cleanly on a page boundary: zero the torn
+/// region, close the partial page at `scan.end` with a filler, sync. Returns
+/// where the next commit starts. Only pages holding no acknowledged byte are
+/// rewritten: the partial page at the end belongs to the commit that was in
+/// flight (commits start on fresh pages).
+async fn repair_tail<F: StorageFile>(
+    file: &F,
+    scan: &Scan,
+    capacity: u64,
+    leader_epoch: u32,
+) -> Result<u64, LogError> {
+    let end = scan.end;
+    let aligned = end.is_multiple_of(PAGE_BYTES);
+    if aligned && scan.dirty_end.is_none() {
+        return Ok(end);
+    }
+    let mut next_commit_pos = page_ceil(end + FILLER_BYTES_MIN);
+    let mut filler_end = next_commit_pos;
+    if aligned {
+        next_commit_pos = end;
+        filler_end = end;
+    } else if next_commit_pos > capacity {
+        // No room for a filler: the segment is full; the next append rolls.
+        next_commit_pos = capacity;
+        filler_end = end;
+    }
+    let zero_end = page_ceil(scan.dirty_end.unwrap_or(0)).max(filler_end).min(capacity.max(end));
+    let write_start = page_floor(end);
+    let write_end = page_ceil(zero_end.max(end));
+    if write_end <= write_start {
+        return Ok(next_commit_pos);
+    }
+    let mut buf = file.alloc_buf((write_end - write_start) as usize);
+    buf.as_mut().fill(0);
+    if end > write_start {
+        let mut window = Window::new(file, PAGE_BYTES);
+        let prefix = window.get(write_start, end - write_start).await?;
+        assert_eq!(prefix.len() as u64, end - write_start, "valid batches were just read");
+        buf.as_mut()[..prefix.len()].copy_from_slice(prefix);
+    }
+    if filler_end > end {
+        let from = (end - write_start) as usize;
+        let len = (filler_end - end) as usize;
+        write_filler(&mut buf.as_mut()[from..from + len], len, scan.next_offset, leader_epoch);
+    }
+    file.write_at(Rc::new(buf), write_start).await?;
+    file.fdatasync().await?;
+    Ok(next_commit_pos)
+}
+
+/// Keeps a sealed segment's persisted index if it matches the scan; rewrites
+/// it otherwise.
+async fn check_index<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    base: u64,
+    scan: &Scan,
+    report: &mut RecoveryReport,
+) -> Result<(), LogError> {
+    let path = index_path(dir, base);
+    let names = storage.list_dir(dir).await?;
+    let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    let mut valid = false;
+    if names.iter().any(|name| name == file_name) {
+        let file = storage.open(&path).await?;
+        let len = file.len_bytes().await?;
+        let bytes = file.read_at(0, page_ceil(len) as usize).await?;
+        valid = SparseIndex::decode(&bytes, base).is_some_and(|persisted| {
+            persisted.index == scan.index
+                && persisted.data_end == scan.end
+                && persisted.next_offset == scan.next_offset
+        });
+    }
+    if !valid {
+        let bytes = scan.index.encode(base, scan.end, scan.next_offset);
+        write_index_file(storage, dir, base, &bytes).await?;
+        report.indexes_rebuilt += 1;
+    }
+    Ok(())
+}

@@ -1,0 +1,46 @@
+//! Retention: delete whole sealed segments below a watermark the owner
+//! computes (oldest unacked offset, checkpoint, audit window — DESIGN §3).
+//! The active segment is never deleted; the directory is synced after.
+
+use super::appender::Log;
+use super::error::LogError;
+use super::layout::index_path;
+use super::Offset;
+use crate::io::Storage;
+
+impl<S: Storage> Log<S> {
+    /// Deletes every sealed segment whose every offset is below `watermark`,
+    /// oldest first, and returns how many were deleted. Reads below the new
+    /// start then fail with [`LogError::OffsetOutOfRange`].
+    ///
+    /// # Errors
+    /// [`LogError::Io`] when a remove or the directory sync fails (the
+    /// segments are already dropped from memory; files left behind reappear
+    /// as the log start on the next open, which is harmless).
+    pub async fn delete_below(&self, watermark: Offset) -> Result<usize, LogError> {
+        let doomed = {
+            let mut state = self.shared.state.borrow_mut();
+            let mut doomed = Vec::new();
+            while state.segments.len() > 1 && state.segments[0].next_offset.get() <= watermark.0 {
+                let segment = state.segments.remove(0);
+                state.seal_queue.retain(|sealed| sealed.base != segment.base);
+                doomed.push(segment);
+            }
+            doomed
+        };
+        if doomed.is_empty() {
+            return Ok(0);
+        }
+        let storage = &self.shared.storage;
+        for segment in &doomed {
+            storage.remove(&segment.path).await?;
+            if let Err(error) = storage.remove(&index_path(&self.shared.dir, segment.base)).await {
+                if error.source.kind() != std::io::ErrorKind::NotFound {
+                    return Err(error.into());
+                }
+            }
+        }
+        storage.sync_dir(&self.shared.dir).await?;
+        Ok(doomed.len())
+    }
+}

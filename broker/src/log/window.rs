@@ -1,0 +1,40 @@
+//! [`Window`]: a page-aligned read window over one file, so scans and reads
+//! issue large aligned reads (O_DIRECT) and parse batches out of them.
+
+use crate::io::{IoError, StorageFile};
+use crate::log::layout::{page_ceil, page_floor};
+
+pub(crate) struct Window<'a, F: StorageFile> {
+    file: &'a F,
+    chunk_bytes: u64,
+    start: u64,
+    bytes: Option<F::ReadBuf>,
+    /// The last read returned less than asked: the file ends in the window.
+    at_eof: bool,
+}
+
+impl<'a, F: StorageFile> Window<'a, F> {
+    pub fn new(file: &'a F, chunk_bytes: u64) -> Self {
+        Self { file, chunk_bytes, start: 0, bytes: None, at_eof: false }
+    }
+
+    /// Bytes `[pos, pos + len)`, shorter only at end of file.
+    pub async fn get(&mut self, pos: u64, len: u64) -> Result<&[u8], IoError> {
+        let covered = self.bytes.as_ref().is_some_and(|bytes| {
+            let end = self.start + bytes.len() as u64;
+            pos >= self.start && (pos + len <= end || (self.at_eof && pos <= end))
+        });
+        if !covered {
+            let start = page_floor(pos);
+            let want = page_ceil(pos - start + len.max(self.chunk_bytes));
+            let bytes = self.file.read_at(start, want as usize).await?;
+            self.at_eof = (bytes.len() as u64) < want;
+            self.bytes = Some(bytes);
+            self.start = start;
+        }
+        let Some(bytes) = self.bytes.as_ref() else { unreachable!("window just filled") };
+        let from = (pos - self.start) as usize;
+        let to = ((pos + len - self.start) as usize).min(bytes.len());
+        Ok(&bytes[from.min(to)..to])
+    }
+}

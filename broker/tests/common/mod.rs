@@ -1,0 +1,90 @@
+//! Shared helpers for the log tests: batch builders, a small config, and a
+//! driver that runs a log's background future beside a workload.
+// Tests may unwrap (COMMON.md); clippy only exempts #[test] fns, not helpers.
+#![allow(clippy::unwrap_used)]
+#![allow(dead_code)]
+
+use std::future::Future;
+
+use spool_broker::io::Storage;
+use spool_broker::log::{Log, LogConfig, ReadBatch};
+use spool_wire::batch::{BatchHeader, BatchKind};
+use spool_wire::limits::BATCH_HEADER_BYTES;
+
+/// Small segments and commits so tests roll often and stay fast.
+pub fn small_config() -> LogConfig {
+    LogConfig {
+        segment_bytes: 64 * 1024,
+        commit_bytes: 16 * 1024,
+        batch_bytes_max: 8 * 1024,
+        inflight_commits_max: 2,
+        pending_bytes_max: 1 << 20,
+        index_interval_bytes: 4096,
+        tail_cache_bytes: 32 * 1024,
+    }
+}
+
+/// A data batch of `records` records with `body_bytes` (rounded up to 8) of
+/// body derived from `tag`, so every batch's bytes are distinct.
+pub fn make_batch(records: u32, body_bytes: usize, tag: u64) -> Vec<u8> {
+    let body = body_bytes.div_ceil(8) * 8;
+    let len = BATCH_HEADER_BYTES + body;
+    let mut bytes = vec![0u8; len];
+    let mut state = tag.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    for byte in &mut bytes[BATCH_HEADER_BYTES..] {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        *byte = state as u8;
+    }
+    BatchHeader {
+        kind: BatchKind::Data,
+        batch_len: len as u32,
+        body_crc: 0,
+        base_offset: 0,
+        leader_epoch: 0,
+        header_crc: 0,
+        record_count: records,
+        flags: 0,
+        first_timestamp_ms: tag,
+        max_timestamp_ms: tag,
+    }
+    .write(&mut bytes);
+    bytes
+}
+
+/// The batch as the log stores it: offsets and epoch stamped.
+pub fn stamped(batch: &[u8], base_offset: u64, epoch: u32) -> Vec<u8> {
+    let mut copy = batch.to_vec();
+    BatchHeader::assign(&mut copy, base_offset, epoch);
+    copy
+}
+
+/// Reads every durable batch from the log start.
+pub async fn read_all<S: Storage>(log: &Log<S>) -> Vec<ReadBatch> {
+    let mut out = Vec::new();
+    let mut from = log.start_offset();
+    while from < log.durable_offset() {
+        let batches = log.read(from, 64 * 1024).await.expect("read");
+        assert!(!batches.is_empty(), "no batch at {from} below the durable end");
+        for batch in batches {
+            assert_eq!(batch.header.base_offset, from.0, "offsets are contiguous");
+            from = spool_broker::log::Offset(batch.header.next_offset());
+            out.push(batch);
+        }
+    }
+    out
+}
+
+/// Runs `work` while polling the log's background future; closes the log
+/// when `work` ends and waits for the drain.
+pub async fn drive<S: Storage, T>(log: &Log<S>, work: impl Future<Output = T>) -> T {
+    let background = log.background();
+    let work = async {
+        let result = work.await;
+        log.close();
+        result
+    };
+    let ((), result) = futures_lite::future::zip(background, work).await;
+    result
+}
