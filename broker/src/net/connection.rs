@@ -220,11 +220,17 @@ where
     let mut buffer: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES.min(limits.frame_bytes_max));
     let mut frame_deadline: Option<Timer> = None;
 
+    // The fault response goes out after every response already in flight,
+    // so the peer sees all answers it was owed before the error and close.
     let fault = |fault: ProtocolFault<'_, H::DecodeError>| {
         let response = handler.fault_response(fault);
         let sender = sender.clone();
+        let in_flight = in_flight.clone();
         async move {
             if let Some(response) = response {
+                // Never closed, so acquiring every permit only waits.
+                let _ = in_flight.acquire(in_flight_max).await;
+                in_flight.signal(in_flight_max);
                 let _ = sender.send(response).await;
             }
         }
