@@ -3,8 +3,10 @@
 //! blocking client. Every socket read has a timeout so a broken loop fails
 //! the test instead of hanging it.
 
+// Test helpers panic on setup failures by design.
+#![allow(clippy::unwrap_used)]
+
 use std::cell::Cell;
-use std::future::Future;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::rc::Rc;
@@ -52,17 +54,15 @@ impl FrameHandler for DelayEcho {
         self.echo.decode(buffer)
     }
 
-    fn handle(self: Rc<Self>, frame: Vec<u8>) -> impl Future<Output = Vec<u8>> {
-        async move {
-            self.running.set(self.running.get() + 1);
-            self.running_max.set(self.running_max.get().max(self.running.get()));
-            let body = std::str::from_utf8(&frame[4..]).unwrap_or("");
-            if let Some(ms) = body.strip_prefix("delay:").and_then(|ms| ms.parse().ok()) {
-                glommio::timer::sleep(Duration::from_millis(ms)).await;
-            }
-            self.running.set(self.running.get() - 1);
-            frame
+    async fn handle(self: Rc<Self>, frame: Vec<u8>) -> Vec<u8> {
+        self.running.set(self.running.get() + 1);
+        self.running_max.set(self.running_max.get().max(self.running.get()));
+        let body = std::str::from_utf8(&frame[4..]).unwrap_or("");
+        if let Some(ms) = body.strip_prefix("delay:").and_then(|ms| ms.parse().ok()) {
+            glommio::timer::sleep(Duration::from_millis(ms)).await;
         }
+        self.running.set(self.running.get() - 1);
+        frame
     }
 
     fn fault_response(&self, fault: ProtocolFault<'_, EchoError>) -> Option<Vec<u8>> {
