@@ -1,12 +1,20 @@
 //! The Spool broker.
 //!
-//! Modules in the order a request meets them: `partition` orders the steps
-//! (decide, append, sync, reply), `queue` is the pure state machine, `log` holds
-//! segments, group commit and recovery, `io` is the storage seam (glommio DMA
-//! files and a simulated disk). Only `io` (and later `net` and the shard
-//! bootstrap) name glommio.
+//! Modules in the order a request meets them: `net` accepts connections and
+//! moves frames in and out, `shard` runs one pinned executor per core and is
+//! the only code that sees other cores, `partition` orders the steps
+//! (decide, append, sync, reply), `queue` is the pure state machine, `log`
+//! holds segments, group commit and recovery, `io` is the storage seam
+//! (glommio DMA files and a simulated disk). `control` holds config, the
+//! data-dir lock and secret, and the assignment table; `fatal` is the one
+//! way the process stops on its own. Only `io`, `net` and the shard
+//! bootstrap name glommio.
 
 pub mod clock;
+pub mod control;
+pub mod fatal;
 pub mod io;
 pub mod limits;
 pub mod log;
+pub mod net;
+pub mod shard;

@@ -1,0 +1,66 @@
+//! `spoold`: the Spool broker daemon.
+//!
+//! Parses flags, builds the config (flags > `SPOOL_*` env > TOML file >
+//! defaults), starts logging and the broker, turns SIGTERM/SIGINT into a
+//! graceful drain, and exits 0 after a clean stop or with a
+//! [`FatalReason`] code otherwise. A second SIGTERM/SIGINT during the drain
+//! exits at once (code 1).
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use clap::Parser;
+use spool_broker::control::config::{BrokerConfig, Cli};
+use spool_broker::control::logging;
+use spool_broker::fatal::{fatal, FatalReason};
+use spool_broker::shard::hooks::EchoHooksFactory;
+use spool_broker::shard::{cpus, Broker};
+
+/// Exit code of a second signal during the drain.
+const FORCED_EXIT_CODE: i32 = 1;
+
+fn install_signal_handlers(stop: &Arc<AtomicBool>) -> Result<(), std::io::Error> {
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        // Registered first, so it sees the flag before the second handler
+        // sets it: a repeated signal exits immediately.
+        signal_hook::flag::register_conditional_shutdown(signal, FORCED_EXIT_CODE, stop.clone())?;
+        signal_hook::flag::register(signal, stop.clone())?;
+    }
+    Ok(())
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let allowed_cpus = cpus::allowed_cpus().len();
+    let config = match BrokerConfig::load(&cli, std::env::vars(), allowed_cpus) {
+        Ok(config) => config,
+        Err(error) => fatal(FatalReason::Config, error),
+    };
+    if let Err(error) = logging::init(config.log_format, &config.log_filter) {
+        fatal(FatalReason::Logging, error);
+    }
+    // Handlers go in before the executors start so an early SIGTERM is not
+    // lost (the default action would kill us mid-start).
+    let stop = Arc::new(AtomicBool::new(false));
+    if let Err(error) = install_signal_handlers(&stop) {
+        fatal(FatalReason::Signals, error);
+    }
+    let broker = match Broker::start(config, EchoHooksFactory) {
+        Ok(broker) => broker,
+        Err(error) => fatal(error.fatal_reason(), error),
+    };
+    // Forward the early flag into the broker's own flag.
+    let broker_stop = broker.stop_flag();
+    std::thread::Builder::new()
+        .name("spool-signals".to_owned())
+        .spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            broker_stop.store(true, std::sync::atomic::Ordering::Release);
+        })
+        .unwrap_or_else(|error| fatal(FatalReason::Signals, error));
+    if let Err(error) = broker.wait() {
+        fatal(error.fatal_reason(), error);
+    }
+}

@@ -1,0 +1,686 @@
+//! Broker configuration: one validated [`BrokerConfig`] built from layers.
+//!
+//! Owns the list of runtime knobs, their defaults, their allowed ranges and the
+//! precedence between sources: command-line flags win over `SPOOL_*`
+//! environment variables, which win over the TOML file (`--config FILE` or
+//! `SPOOL_CONFIG`), which wins over the defaults. Every source is parsed into
+//! a [`PartialConfig`] (all fields optional); the layers are overlaid and the
+//! result is validated once, at start, into a [`BrokerConfig`] whose values are
+//! all inside their ranges. It does not read the data directory or bind ports:
+//! those checks need the environment and live with the code that uses it.
+//!
+//! Defaults work on a fresh machine: `./spool-data`, `127.0.0.1:7400` (shard
+//! `i` listens on port `7400 + i`), one shard per allowed CPU.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use serde::Deserialize;
+use thiserror::Error;
+
+/// Default data directory, relative to the working directory.
+pub const DEFAULT_DATA_DIR: &str = "./spool-data";
+/// Default listen address of shard 0; shard `i` uses port + `i`.
+pub const DEFAULT_LISTEN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 7400);
+/// Most shards one process runs (also bounded by the CPUs it may use).
+pub const SHARDS_MAX: u16 = 256;
+/// Longest `spin_before_park`: beyond a few ms spinning only burns a core.
+pub const SPIN_BEFORE_PARK_US_MAX: u64 = 10_000;
+/// Housekeeping tick range (ms). The tick also guards against glommio's lost
+/// wake-up (DESIGN §8), which needs 1–10 ms to be effective.
+pub const HOUSEKEEPING_TICK_MS_MIN: u64 = 1;
+pub const HOUSEKEEPING_TICK_MS_MAX: u64 = 10;
+pub const HOUSEKEEPING_TICK_MS_DEFAULT: u64 = 5;
+/// Upper bound for `connections_per_shard_max`.
+pub const CONNECTIONS_PER_SHARD_LIMIT: u32 = 65_536;
+/// Upper bound for `in_flight_per_connection_max`.
+pub const IN_FLIGHT_PER_CONNECTION_LIMIT: u32 = 4_096;
+/// Smallest allowed `frame_bytes_max`: a frame header plus a useful body.
+pub const FRAME_BYTES_MAX_LOWER: u32 = 4 * 1024;
+/// Largest allowed `frame_bytes_max`: every connection may buffer one frame.
+pub const FRAME_BYTES_MAX_UPPER: u32 = 64 * 1024 * 1024;
+/// Default `frame_bytes_max`: the largest record batch plus room for the
+/// frame header and request fields.
+pub const FRAME_BYTES_MAX_DEFAULT: u32 = spool_wire::limits::BATCH_BYTES_MAX as u32 + 64 * 1024;
+
+/// How log lines are written to stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// One human-readable line per event.
+    Human,
+    /// One JSON object per line, for log shippers.
+    Json,
+}
+
+impl std::str::FromStr for LogFormat {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "human" => Ok(LogFormat::Human),
+            "json" => Ok(LogFormat::Json),
+            other => Err(format!("expected `human` or `json`, got `{other}`")),
+        }
+    }
+}
+
+/// The validated broker configuration. Built by [`BrokerConfig::load`] or
+/// [`PartialConfig::resolve`]; every value is inside its documented range.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerConfig {
+    /// Directory holding `LOCK`, `secret` and the partition directories.
+    pub data_dir: PathBuf,
+    /// Address of shard 0; shard `i` listens on the same IP, port + `i`.
+    pub listen: SocketAddr,
+    /// Number of shards (one glommio executor pinned to one CPU each).
+    pub shards: u16,
+    pub log_format: LogFormat,
+    /// `tracing-subscriber` env-filter directives, e.g. `info,spool_broker=debug`.
+    pub log_filter: String,
+    /// How long an idle executor spins before parking (0 = park at once).
+    pub spin_before_park_us: u64,
+    /// Period of every executor's permanent housekeeping timer.
+    pub housekeeping_tick_ms: u64,
+    /// Connections one shard serves at once; extra ones are closed on accept.
+    pub connections_per_shard_max: u32,
+    /// Requests one connection may have in flight; reading pauses beyond it.
+    pub in_flight_per_connection_max: u32,
+    /// Largest frame a peer may send; also the connection read-buffer bound.
+    pub frame_bytes_max: u32,
+    /// A connection with nothing buffered and nothing in flight is closed
+    /// after this long.
+    pub idle_timeout_ms: u64,
+    /// A frame must arrive completely within this long of its first byte (or
+    /// of the previous frame), so a byte-at-a-time peer cannot hold a slot.
+    pub frame_timeout_ms: u64,
+    /// A response not written within this long closes the connection (a
+    /// peer that stops reading).
+    pub write_timeout_ms: u64,
+    /// Every shard must be up (channels connected, port bound) within this.
+    pub startup_timeout_ms: u64,
+    /// In-flight work must drain within this after SIGTERM/SIGINT.
+    pub shutdown_timeout_ms: u64,
+}
+
+impl BrokerConfig {
+    /// Builds the configuration from flags, the process environment and the
+    /// file named by `--config` or `SPOOL_CONFIG`.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the source and field that is wrong.
+    pub fn load(
+        cli: &Cli,
+        env: impl IntoIterator<Item = (String, String)>,
+        allowed_cpus: usize,
+    ) -> Result<BrokerConfig, ConfigError> {
+        let env_layer = PartialConfig::from_env(env)?;
+        let file_path = cli.config.clone().or_else(|| env_layer.config_file.clone());
+        let file_layer = match &file_path {
+            Some(path) => PartialConfig::from_file(path)?,
+            None => PartialConfig::default(),
+        };
+        file_layer.overlay(env_layer).overlay(cli.to_partial()).resolve(allowed_cpus)
+    }
+
+    /// Listen address of shard `shard`.
+    pub fn shard_listen(&self, shard: u16) -> SocketAddr {
+        assert!(shard < self.shards);
+        let mut address = self.listen;
+        // validate() proved base port + shards - 1 fits in u16.
+        address.set_port(self.listen.port() + shard);
+        address
+    }
+
+    pub fn housekeeping_tick(&self) -> Duration {
+        Duration::from_millis(self.housekeeping_tick_ms)
+    }
+
+    pub fn spin_before_park(&self) -> Duration {
+        Duration::from_micros(self.spin_before_park_us)
+    }
+
+    /// Checks every range. [`PartialConfig::resolve`] calls it; the broker
+    /// calls it again at start in case a caller built the struct by hand.
+    ///
+    /// # Errors
+    /// The first field out of range.
+    pub fn validate(&self, allowed_cpus: usize) -> Result<(), ConfigError> {
+        if self.data_dir.as_os_str().is_empty() {
+            return Err(ConfigError::Invalid { field: "data_dir", reason: "is empty".into() });
+        }
+        let shards_limit = u64::from(SHARDS_MAX).min(allowed_cpus as u64);
+        check_range("cores", u64::from(self.shards), 1, shards_limit)?;
+        if self.listen.port() == 0 {
+            return Err(ConfigError::Invalid {
+                field: "listen",
+                reason: "port 0 is not allowed: shard i listens on a fixed base port + i".into(),
+            });
+        }
+        let last_port = u32::from(self.listen.port()) + u32::from(self.shards) - 1;
+        if last_port > u32::from(u16::MAX) {
+            return Err(ConfigError::Invalid {
+                field: "listen",
+                reason: format!(
+                    "base port {} + {} shards runs past port 65535",
+                    self.listen.port(),
+                    self.shards
+                ),
+            });
+        }
+        if let Err(error) = tracing_subscriber::EnvFilter::try_new(&self.log_filter) {
+            return Err(ConfigError::Invalid { field: "log_filter", reason: error.to_string() });
+        }
+        check_range("spin_before_park_us", self.spin_before_park_us, 0, SPIN_BEFORE_PARK_US_MAX)?;
+        check_range(
+            "housekeeping_tick_ms",
+            self.housekeeping_tick_ms,
+            HOUSEKEEPING_TICK_MS_MIN,
+            HOUSEKEEPING_TICK_MS_MAX,
+        )?;
+        check_range(
+            "connections_per_shard_max",
+            u64::from(self.connections_per_shard_max),
+            1,
+            u64::from(CONNECTIONS_PER_SHARD_LIMIT),
+        )?;
+        check_range(
+            "in_flight_per_connection_max",
+            u64::from(self.in_flight_per_connection_max),
+            1,
+            u64::from(IN_FLIGHT_PER_CONNECTION_LIMIT),
+        )?;
+        check_range(
+            "frame_bytes_max",
+            u64::from(self.frame_bytes_max),
+            u64::from(FRAME_BYTES_MAX_LOWER),
+            u64::from(FRAME_BYTES_MAX_UPPER),
+        )?;
+        check_range("idle_timeout_ms", self.idle_timeout_ms, 100, 86_400_000)?;
+        check_range("frame_timeout_ms", self.frame_timeout_ms, 10, 600_000)?;
+        check_range("write_timeout_ms", self.write_timeout_ms, 10, 600_000)?;
+        check_range("startup_timeout_ms", self.startup_timeout_ms, 100, 300_000)?;
+        check_range("shutdown_timeout_ms", self.shutdown_timeout_ms, 100, 600_000)?;
+        Ok(())
+    }
+}
+
+fn check_range(field: &'static str, value: u64, min: u64, max: u64) -> Result<(), ConfigError> {
+    if value < min || value > max {
+        return Err(ConfigError::OutOfRange { field, value, min, max });
+    }
+    Ok(())
+}
+
+/// What can be wrong with the configuration. Each variant names its source.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    ReadFile { path: PathBuf, source: std::io::Error },
+    #[error("config file {path} is not valid: {source}")]
+    ParseFile { path: PathBuf, source: Box<toml::de::Error> },
+    #[error("environment variable {name}={value:?} is not valid: {reason}")]
+    EnvVar { name: String, value: String, reason: String },
+    #[error("{field} = {value} is out of range {min}..={max}")]
+    OutOfRange { field: &'static str, value: u64, min: u64, max: u64 },
+    #[error("{field} is not valid: {reason}")]
+    Invalid { field: &'static str, reason: String },
+}
+
+/// One configuration layer: every field optional. The TOML file uses these
+/// field names; unknown keys are an error so typos do not pass silently.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PartialConfig {
+    /// Only meaningful from the environment (`SPOOL_CONFIG`); not a file key.
+    #[serde(skip)]
+    pub config_file: Option<PathBuf>,
+    pub data_dir: Option<PathBuf>,
+    pub listen: Option<SocketAddr>,
+    pub cores: Option<u16>,
+    pub log_format: Option<LogFormat>,
+    pub log_filter: Option<String>,
+    pub spin_before_park_us: Option<u64>,
+    pub housekeeping_tick_ms: Option<u64>,
+    pub connections_per_shard_max: Option<u32>,
+    pub in_flight_per_connection_max: Option<u32>,
+    pub frame_bytes_max: Option<u32>,
+    pub idle_timeout_ms: Option<u64>,
+    pub frame_timeout_ms: Option<u64>,
+    pub write_timeout_ms: Option<u64>,
+    pub startup_timeout_ms: Option<u64>,
+    pub shutdown_timeout_ms: Option<u64>,
+}
+
+/// Prefix of every environment variable the broker reads.
+pub const ENV_PREFIX: &str = "SPOOL_";
+
+fn parse_env<T: std::str::FromStr>(name: &str, value: &str) -> Result<T, ConfigError>
+where
+    T::Err: fmt::Display,
+{
+    value.trim().parse::<T>().map_err(|error| ConfigError::EnvVar {
+        name: name.to_owned(),
+        value: value.to_owned(),
+        reason: error.to_string(),
+    })
+}
+
+impl PartialConfig {
+    /// Parses a TOML file.
+    ///
+    /// # Errors
+    /// [`ConfigError::ReadFile`] or [`ConfigError::ParseFile`].
+    pub fn from_file(path: &Path) -> Result<PartialConfig, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::ReadFile { path: path.to_owned(), source })?;
+        Self::from_toml(&text)
+            .map_err(|source| ConfigError::ParseFile { path: path.to_owned(), source })
+    }
+
+    /// Parses TOML text.
+    ///
+    /// # Errors
+    /// The TOML error (unknown keys included).
+    pub fn from_toml(text: &str) -> Result<PartialConfig, Box<toml::de::Error>> {
+        toml::from_str(text).map_err(Box::new)
+    }
+
+    /// Reads the `SPOOL_*` variables among `vars`. Variables with other
+    /// prefixes, and `SPOOL_*` names this struct does not know (clients use
+    /// the same prefix), are ignored.
+    ///
+    /// # Errors
+    /// [`ConfigError::EnvVar`] for a known variable whose value does not parse.
+    pub fn from_env(
+        vars: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<PartialConfig, ConfigError> {
+        let mut layer = PartialConfig::default();
+        for (name, value) in vars {
+            let Some(key) = name.strip_prefix(ENV_PREFIX) else { continue };
+            match key {
+                "CONFIG" => layer.config_file = Some(PathBuf::from(&value)),
+                "DATA_DIR" => layer.data_dir = Some(PathBuf::from(&value)),
+                "LISTEN" => layer.listen = Some(parse_env(&name, &value)?),
+                "CORES" => layer.cores = Some(parse_env(&name, &value)?),
+                "LOG_FORMAT" => layer.log_format = Some(parse_env(&name, &value)?),
+                "LOG" => layer.log_filter = Some(value.clone()),
+                "SPIN_BEFORE_PARK_US" => {
+                    layer.spin_before_park_us = Some(parse_env(&name, &value)?)
+                }
+                "HOUSEKEEPING_TICK_MS" => {
+                    layer.housekeeping_tick_ms = Some(parse_env(&name, &value)?)
+                }
+                "CONNECTIONS_PER_SHARD_MAX" => {
+                    layer.connections_per_shard_max = Some(parse_env(&name, &value)?)
+                }
+                "IN_FLIGHT_PER_CONNECTION_MAX" => {
+                    layer.in_flight_per_connection_max = Some(parse_env(&name, &value)?)
+                }
+                "FRAME_BYTES_MAX" => layer.frame_bytes_max = Some(parse_env(&name, &value)?),
+                "IDLE_TIMEOUT_MS" => layer.idle_timeout_ms = Some(parse_env(&name, &value)?),
+                "FRAME_TIMEOUT_MS" => layer.frame_timeout_ms = Some(parse_env(&name, &value)?),
+                "WRITE_TIMEOUT_MS" => layer.write_timeout_ms = Some(parse_env(&name, &value)?),
+                "STARTUP_TIMEOUT_MS" => layer.startup_timeout_ms = Some(parse_env(&name, &value)?),
+                "SHUTDOWN_TIMEOUT_MS" => {
+                    layer.shutdown_timeout_ms = Some(parse_env(&name, &value)?)
+                }
+                _ => {}
+            }
+        }
+        Ok(layer)
+    }
+
+    /// Returns `self` with every field that `higher` sets replaced by it.
+    pub fn overlay(self, higher: PartialConfig) -> PartialConfig {
+        PartialConfig {
+            config_file: higher.config_file.or(self.config_file),
+            data_dir: higher.data_dir.or(self.data_dir),
+            listen: higher.listen.or(self.listen),
+            cores: higher.cores.or(self.cores),
+            log_format: higher.log_format.or(self.log_format),
+            log_filter: higher.log_filter.or(self.log_filter),
+            spin_before_park_us: higher.spin_before_park_us.or(self.spin_before_park_us),
+            housekeeping_tick_ms: higher.housekeeping_tick_ms.or(self.housekeeping_tick_ms),
+            connections_per_shard_max: higher
+                .connections_per_shard_max
+                .or(self.connections_per_shard_max),
+            in_flight_per_connection_max: higher
+                .in_flight_per_connection_max
+                .or(self.in_flight_per_connection_max),
+            frame_bytes_max: higher.frame_bytes_max.or(self.frame_bytes_max),
+            idle_timeout_ms: higher.idle_timeout_ms.or(self.idle_timeout_ms),
+            frame_timeout_ms: higher.frame_timeout_ms.or(self.frame_timeout_ms),
+            write_timeout_ms: higher.write_timeout_ms.or(self.write_timeout_ms),
+            startup_timeout_ms: higher.startup_timeout_ms.or(self.startup_timeout_ms),
+            shutdown_timeout_ms: higher.shutdown_timeout_ms.or(self.shutdown_timeout_ms),
+        }
+    }
+
+    /// Fills unset fields with defaults and validates. `allowed_cpus` is the
+    /// number of CPUs this process may run on: the default shard count and
+    /// the upper bound of `cores`.
+    ///
+    /// # Errors
+    /// The first invalid field.
+    pub fn resolve(self, allowed_cpus: usize) -> Result<BrokerConfig, ConfigError> {
+        let default_shards = allowed_cpus.clamp(1, usize::from(SHARDS_MAX)) as u16;
+        let config = BrokerConfig {
+            data_dir: self.data_dir.unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
+            listen: self.listen.unwrap_or(DEFAULT_LISTEN),
+            shards: self.cores.unwrap_or(default_shards),
+            log_format: self.log_format.unwrap_or(LogFormat::Human),
+            log_filter: self.log_filter.unwrap_or_else(|| "info".to_owned()),
+            spin_before_park_us: self.spin_before_park_us.unwrap_or(0),
+            housekeeping_tick_ms: self.housekeeping_tick_ms.unwrap_or(HOUSEKEEPING_TICK_MS_DEFAULT),
+            connections_per_shard_max: self.connections_per_shard_max.unwrap_or(1_024),
+            in_flight_per_connection_max: self.in_flight_per_connection_max.unwrap_or(128),
+            frame_bytes_max: self.frame_bytes_max.unwrap_or(FRAME_BYTES_MAX_DEFAULT),
+            idle_timeout_ms: self.idle_timeout_ms.unwrap_or(300_000),
+            frame_timeout_ms: self.frame_timeout_ms.unwrap_or(10_000),
+            write_timeout_ms: self.write_timeout_ms.unwrap_or(10_000),
+            startup_timeout_ms: self.startup_timeout_ms.unwrap_or(10_000),
+            shutdown_timeout_ms: self.shutdown_timeout_ms.unwrap_or(30_000),
+        };
+        config.validate(allowed_cpus)?;
+        Ok(config)
+    }
+}
+
+/// `spoold` command-line flags. Every flag overrides the same-named
+/// environment variable (`SPOOL_<NAME>`) and config-file key.
+#[derive(Debug, Clone, Default, Parser)]
+#[command(name = "spoold", version, about = "Spool broker daemon: a durable work-queue broker")]
+pub struct Cli {
+    /// TOML config file (keys are the flag names with `_`). Env: SPOOL_CONFIG.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Data directory [default: ./spool-data]. Env: SPOOL_DATA_DIR.
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Address of shard 0; shard i listens on port + i [default: 127.0.0.1:7400].
+    /// Env: SPOOL_LISTEN.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+    /// Number of shards, one pinned executor per CPU [default: all allowed CPUs].
+    /// Env: SPOOL_CORES.
+    #[arg(long, value_name = "N")]
+    pub cores: Option<u16>,
+    /// Log format [default: human]. Env: SPOOL_LOG_FORMAT.
+    #[arg(long, value_enum)]
+    pub log_format: Option<LogFormat>,
+    /// Log filter directives [default: info]. Env: SPOOL_LOG.
+    #[arg(long, value_name = "FILTER")]
+    pub log_filter: Option<String>,
+    /// Spin this long before parking an idle executor [default: 0, max 10000].
+    #[arg(long, value_name = "US")]
+    pub spin_before_park_us: Option<u64>,
+    /// Housekeeping timer period on every executor [default: 5, 1..=10].
+    #[arg(long, value_name = "MS")]
+    pub housekeeping_tick_ms: Option<u64>,
+    /// Connections per shard [default: 1024].
+    #[arg(long, value_name = "N")]
+    pub connections_per_shard_max: Option<u32>,
+    /// In-flight requests per connection [default: 128].
+    #[arg(long, value_name = "N")]
+    pub in_flight_per_connection_max: Option<u32>,
+    /// Largest frame a peer may send [default: 4 MiB + 64 KiB].
+    #[arg(long, value_name = "BYTES")]
+    pub frame_bytes_max: Option<u32>,
+    /// Close connections idle this long [default: 300000].
+    #[arg(long, value_name = "MS")]
+    pub idle_timeout_ms: Option<u64>,
+    /// A frame must arrive completely within this [default: 10000].
+    #[arg(long, value_name = "MS")]
+    pub frame_timeout_ms: Option<u64>,
+    /// A stalled response write closes the connection after this [default: 10000].
+    #[arg(long, value_name = "MS")]
+    pub write_timeout_ms: Option<u64>,
+    /// Every shard must be up within this [default: 10000].
+    #[arg(long, value_name = "MS")]
+    pub startup_timeout_ms: Option<u64>,
+    /// In-flight work must drain within this after SIGTERM [default: 30000].
+    #[arg(long, value_name = "MS")]
+    pub shutdown_timeout_ms: Option<u64>,
+}
+
+impl Cli {
+    /// The flags as a configuration layer.
+    pub fn to_partial(&self) -> PartialConfig {
+        PartialConfig {
+            config_file: self.config.clone(),
+            data_dir: self.data_dir.clone(),
+            listen: self.listen,
+            cores: self.cores,
+            log_format: self.log_format,
+            log_filter: self.log_filter.clone(),
+            spin_before_park_us: self.spin_before_park_us,
+            housekeeping_tick_ms: self.housekeeping_tick_ms,
+            connections_per_shard_max: self.connections_per_shard_max,
+            in_flight_per_connection_max: self.in_flight_per_connection_max,
+            frame_bytes_max: self.frame_bytes_max,
+            idle_timeout_ms: self.idle_timeout_ms,
+            frame_timeout_ms: self.frame_timeout_ms,
+            write_timeout_ms: self.write_timeout_ms,
+            startup_timeout_ms: self.startup_timeout_ms,
+            shutdown_timeout_ms: self.shutdown_timeout_ms,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(name, value)| ((*name).to_owned(), (*value).to_owned())).collect()
+    }
+
+    fn cli(args: &[&str]) -> Cli {
+        let mut argv = vec!["spoold"];
+        argv.extend_from_slice(args);
+        Cli::try_parse_from(argv).expect("flags parse")
+    }
+
+    // Goal: defaults alone produce a valid config that works on a fresh
+    // machine. Method: resolve an empty layer with 2 CPUs.
+    #[test]
+    fn defaults_are_valid() {
+        let config = PartialConfig::default().resolve(2).unwrap();
+        assert_eq!(config.data_dir, PathBuf::from("./spool-data"));
+        assert_eq!(config.listen, "127.0.0.1:7400".parse().unwrap());
+        assert_eq!(config.shards, 2);
+        assert_eq!(config.log_format, LogFormat::Human);
+        assert_eq!(config.spin_before_park_us, 0);
+        assert_eq!(config.housekeeping_tick_ms, 5);
+        assert_eq!(config.shard_listen(1), "127.0.0.1:7401".parse().unwrap());
+    }
+
+    // Goal: flags beat env beat file beat defaults, field by field. Method:
+    // set one field in all three sources, others in two or one, and check
+    // which value survives.
+    #[test]
+    fn precedence_is_flags_then_env_then_file_then_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("spool.toml");
+        std::fs::write(
+            &path,
+            "housekeeping_tick_ms = 2\nspin_before_park_us = 10\nidle_timeout_ms = 1000\n\
+             log_format = \"json\"\n",
+        )
+        .unwrap();
+        let flags = cli(&["--config", path.to_str().unwrap(), "--housekeeping-tick-ms", "7"]);
+        let vars = env(&[
+            ("SPOOL_HOUSEKEEPING_TICK_MS", "3"),
+            ("SPOOL_SPIN_BEFORE_PARK_US", "20"),
+            ("OTHER_VAR", "ignored"),
+            ("SPOOL_CLIENT_ONLY", "ignored too"),
+        ]);
+        let config = BrokerConfig::load(&flags, vars, 4).unwrap();
+        assert_eq!(config.housekeeping_tick_ms, 7, "flag wins");
+        assert_eq!(config.spin_before_park_us, 20, "env beats file");
+        assert_eq!(config.idle_timeout_ms, 1000, "file beats default");
+        assert_eq!(config.log_format, LogFormat::Json, "file value kept");
+        assert_eq!(config.shards, 4, "default: one shard per allowed CPU");
+    }
+
+    // Goal: the config file can come from SPOOL_CONFIG, and --config beats it.
+    // Method: two files, each setting a different tick.
+    #[test]
+    fn config_file_from_env_and_flag_overrides_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let env_file = dir.path().join("env.toml");
+        let flag_file = dir.path().join("flag.toml");
+        std::fs::write(&env_file, "housekeeping_tick_ms = 3\n").unwrap();
+        std::fs::write(&flag_file, "housekeeping_tick_ms = 9\n").unwrap();
+        let vars = env(&[("SPOOL_CONFIG", env_file.to_str().unwrap())]);
+        let from_env = BrokerConfig::load(&cli(&[]), vars.clone(), 1).unwrap();
+        assert_eq!(from_env.housekeeping_tick_ms, 3);
+        let from_flag =
+            BrokerConfig::load(&cli(&["--config", flag_file.to_str().unwrap()]), vars, 1).unwrap();
+        assert_eq!(from_flag.housekeeping_tick_ms, 9);
+    }
+
+    // Goal: each kind of bad input gives its own typed error naming the
+    // culprit. Method: one bad input per source and per range.
+    #[test]
+    fn validation_errors_are_typed_and_name_the_field() {
+        let tick = PartialConfig { housekeeping_tick_ms: Some(11), ..Default::default() };
+        assert!(matches!(
+            tick.resolve(1),
+            Err(ConfigError::OutOfRange {
+                field: "housekeeping_tick_ms",
+                value: 11,
+                min: 1,
+                max: 10
+            })
+        ));
+        let zero_tick = PartialConfig { housekeeping_tick_ms: Some(0), ..Default::default() };
+        assert!(matches!(
+            zero_tick.resolve(1),
+            Err(ConfigError::OutOfRange { field: "housekeeping_tick_ms", .. })
+        ));
+        let too_many = PartialConfig { cores: Some(3), ..Default::default() };
+        assert!(matches!(
+            too_many.resolve(2),
+            Err(ConfigError::OutOfRange { field: "cores", value: 3, max: 2, .. })
+        ));
+        let port_zero =
+            PartialConfig { listen: Some("127.0.0.1:0".parse().unwrap()), ..Default::default() };
+        assert!(matches!(port_zero.resolve(1), Err(ConfigError::Invalid { field: "listen", .. })));
+        let port_overflow = PartialConfig {
+            listen: Some("127.0.0.1:65535".parse().unwrap()),
+            cores: Some(2),
+            ..Default::default()
+        };
+        assert!(matches!(
+            port_overflow.resolve(2),
+            Err(ConfigError::Invalid { field: "listen", .. })
+        ));
+        let frame = PartialConfig { frame_bytes_max: Some(100), ..Default::default() };
+        assert!(matches!(
+            frame.resolve(1),
+            Err(ConfigError::OutOfRange { field: "frame_bytes_max", .. })
+        ));
+        let filter = PartialConfig { log_filter: Some("info,[[[".into()), ..Default::default() };
+        assert!(matches!(filter.resolve(1), Err(ConfigError::Invalid { field: "log_filter", .. })));
+
+        let bad_env = PartialConfig::from_env(env(&[("SPOOL_CORES", "many")]));
+        match bad_env {
+            Err(ConfigError::EnvVar { name, value, .. }) => {
+                assert_eq!(name, "SPOOL_CORES");
+                assert_eq!(value, "many");
+            }
+            other => panic!("expected EnvVar error, got {other:?}"),
+        }
+        let bad_format = PartialConfig::from_env(env(&[("SPOOL_LOG_FORMAT", "xml")]));
+        assert!(matches!(bad_format, Err(ConfigError::EnvVar { .. })));
+    }
+
+    // Goal: file errors name the file; unknown keys are rejected (typos must
+    // not pass silently). Method: a missing file and a file with a typo.
+    #[test]
+    fn file_errors_name_the_file_and_reject_unknown_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.toml");
+        match PartialConfig::from_file(&missing) {
+            Err(ConfigError::ReadFile { path, .. }) => assert_eq!(path, missing),
+            other => panic!("expected ReadFile, got {other:?}"),
+        }
+        let typo = dir.path().join("typo.toml");
+        std::fs::write(&typo, "housekeeping_tick = 5\n").unwrap();
+        match PartialConfig::from_file(&typo) {
+            Err(error @ ConfigError::ParseFile { .. }) => {
+                let text = error.to_string();
+                assert!(text.contains("typo.toml"), "{text}");
+                assert!(text.contains("housekeeping_tick"), "{text}");
+            }
+            other => panic!("expected ParseFile, got {other:?}"),
+        }
+        let wrong_type = dir.path().join("wrong.toml");
+        std::fs::write(&wrong_type, "cores = \"two\"\n").unwrap();
+        assert!(matches!(
+            PartialConfig::from_file(&wrong_type),
+            Err(ConfigError::ParseFile { .. })
+        ));
+    }
+
+    // Goal: every field the file accepts is also settable by env and flag, so
+    // the three sources stay in step. Method: set all of them everywhere.
+    #[test]
+    fn all_fields_settable_from_every_source() {
+        let file = PartialConfig::from_toml(
+            "data_dir = \"/d\"\nlisten = \"127.0.0.1:9000\"\ncores = 1\nlog_format = \"json\"\n\
+             log_filter = \"debug\"\nspin_before_park_us = 5\nhousekeeping_tick_ms = 4\n\
+             connections_per_shard_max = 9\nin_flight_per_connection_max = 8\n\
+             frame_bytes_max = 8192\nidle_timeout_ms = 500\nframe_timeout_ms = 400\n\
+             write_timeout_ms = 300\nstartup_timeout_ms = 200\nshutdown_timeout_ms = 150\n",
+        )
+        .unwrap();
+        let from_env = PartialConfig::from_env(env(&[
+            ("SPOOL_DATA_DIR", "/d"),
+            ("SPOOL_LISTEN", "127.0.0.1:9000"),
+            ("SPOOL_CORES", "1"),
+            ("SPOOL_LOG_FORMAT", "json"),
+            ("SPOOL_LOG", "debug"),
+            ("SPOOL_SPIN_BEFORE_PARK_US", "5"),
+            ("SPOOL_HOUSEKEEPING_TICK_MS", "4"),
+            ("SPOOL_CONNECTIONS_PER_SHARD_MAX", "9"),
+            ("SPOOL_IN_FLIGHT_PER_CONNECTION_MAX", "8"),
+            ("SPOOL_FRAME_BYTES_MAX", "8192"),
+            ("SPOOL_IDLE_TIMEOUT_MS", "500"),
+            ("SPOOL_FRAME_TIMEOUT_MS", "400"),
+            ("SPOOL_WRITE_TIMEOUT_MS", "300"),
+            ("SPOOL_STARTUP_TIMEOUT_MS", "200"),
+            ("SPOOL_SHUTDOWN_TIMEOUT_MS", "150"),
+        ]))
+        .unwrap();
+        let from_flags = cli(&[
+            "--data-dir=/d",
+            "--listen=127.0.0.1:9000",
+            "--cores=1",
+            "--log-format=json",
+            "--log-filter=debug",
+            "--spin-before-park-us=5",
+            "--housekeeping-tick-ms=4",
+            "--connections-per-shard-max=9",
+            "--in-flight-per-connection-max=8",
+            "--frame-bytes-max=8192",
+            "--idle-timeout-ms=500",
+            "--frame-timeout-ms=400",
+            "--write-timeout-ms=300",
+            "--startup-timeout-ms=200",
+            "--shutdown-timeout-ms=150",
+        ])
+        .to_partial();
+        assert_eq!(file, from_env);
+        assert_eq!(file, from_flags);
+        let config = file.resolve(1).unwrap();
+        assert_eq!(config.frame_bytes_max, 8192);
+        assert_eq!(config.shutdown_timeout_ms, 150);
+    }
+}

@@ -1,0 +1,239 @@
+//! The data directory's process-level files: `LOCK` and `secret`.
+//!
+//! Owns exclusive use of a data directory ([`DataDirLock`]: an `flock` on
+//! `DATA_DIR/LOCK`, held for the life of the process, with the holder's pid
+//! written inside so a second broker can say who holds it) and the broker
+//! secret ([`BrokerSecret`]: 32 random bytes in `DATA_DIR/secret`, created
+//! once, used later to MAC delivery tokens). It does not know about
+//! partitions or segments.
+//!
+//! Why the lock matters beyond the files: glommio's `TcpListener` always sets
+//! SO_REUSEPORT, so a second broker on the same ports would bind silently and
+//! steal half the connections. One broker per data directory, enforced here.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use rand::TryRngCore;
+use thiserror::Error;
+
+/// Name of the lock file inside the data directory.
+pub const LOCK_FILE_NAME: &str = "LOCK";
+/// Name of the secret file inside the data directory.
+pub const SECRET_FILE_NAME: &str = "secret";
+/// Length of the broker secret.
+pub const SECRET_BYTES: usize = 32;
+/// Most bytes read from a lock file when looking for the holder's pid.
+const LOCK_FILE_READ_BYTES_MAX: u64 = 64;
+
+/// What can go wrong with the data directory's own files.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum DataDirError {
+    #[error(
+        "data directory {dir} is locked by another spoold (pid {}); \
+         two brokers must not share a data directory or ports",
+        holder_pid.map_or_else(|| "unknown".to_owned(), |pid| pid.to_string())
+    )]
+    Locked { dir: PathBuf, holder_pid: Option<u32> },
+    #[error("{op} {path}: {source}")]
+    Io { op: &'static str, path: PathBuf, source: std::io::Error },
+    #[error("broker secret {path} has {len_bytes} bytes, expected {SECRET_BYTES}")]
+    SecretWrongSize { path: PathBuf, len_bytes: u64 },
+    #[error("no randomness from the OS for the broker secret: {0}")]
+    Random(String),
+}
+
+fn io_error<'a>(
+    op: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(std::io::Error) -> DataDirError + 'a {
+    move |source| DataDirError::Io { op, path: path.to_owned(), source }
+}
+
+/// Exclusive use of a data directory for as long as this value lives.
+#[derive(Debug)]
+pub struct DataDirLock {
+    dir: PathBuf,
+    // Keeping the file open keeps the flock; closing it (drop) releases it.
+    _file: File,
+}
+
+impl DataDirLock {
+    /// Creates `dir` if needed, takes an exclusive non-blocking `flock` on
+    /// `dir/LOCK` and writes our pid into it.
+    ///
+    /// # Errors
+    /// [`DataDirError::Locked`] (with the holder's pid when readable) if
+    /// another process (or another open in this process) holds it; `Io` for
+    /// anything else.
+    pub fn acquire(dir: &Path) -> Result<DataDirLock, DataDirError> {
+        std::fs::create_dir_all(dir).map_err(io_error("create data directory", dir))?;
+        let path = dir.join(LOCK_FILE_NAME);
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o644)
+            .open(&path)
+            .map_err(io_error("open lock file", &path))?;
+        // SAFETY: flock on an fd we own; no memory is passed.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc != 0 {
+            let error = std::io::Error::last_os_error();
+            if error.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                return Err(DataDirError::Locked {
+                    dir: dir.to_owned(),
+                    holder_pid: read_holder_pid(&mut file),
+                });
+            }
+            return Err(DataDirError::Io { op: "flock", path, source: error });
+        }
+        file.set_len(0).map_err(io_error("truncate lock file", &path))?;
+        file.seek(SeekFrom::Start(0)).map_err(io_error("seek lock file", &path))?;
+        writeln!(file, "{}", std::process::id()).map_err(io_error("write lock file", &path))?;
+        file.sync_data().map_err(io_error("sync lock file", &path))?;
+        Ok(DataDirLock { dir: dir.to_owned(), _file: file })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+fn read_holder_pid(file: &mut File) -> Option<u32> {
+    let mut text = String::new();
+    file.seek(SeekFrom::Start(0)).ok()?;
+    file.take(LOCK_FILE_READ_BYTES_MAX).read_to_string(&mut text).ok()?;
+    text.trim().parse().ok()
+}
+
+/// The broker's secret key. `Debug` does not print it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct BrokerSecret([u8; SECRET_BYTES]);
+
+impl std::fmt::Debug for BrokerSecret {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("BrokerSecret(<redacted>)")
+    }
+}
+
+impl BrokerSecret {
+    /// Loads `dir/secret`, or creates it on first start: 32 bytes from the
+    /// OS, mode 0600, written to a temporary name, fsynced, renamed into
+    /// place and the directory fsynced, so a crash leaves either no secret or
+    /// a whole one. Callers hold the [`DataDirLock`], so nobody races us.
+    ///
+    /// # Errors
+    /// [`DataDirError::SecretWrongSize`] if the file exists with another
+    /// length (never silently replaced: tokens depend on it); `Io`/`Random`.
+    pub fn load_or_create(lock: &DataDirLock) -> Result<BrokerSecret, DataDirError> {
+        let dir = lock.dir();
+        let path = dir.join(SECRET_FILE_NAME);
+        match File::open(&path) {
+            Ok(file) => return Self::read(file, &path),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => return Err(DataDirError::Io { op: "open secret", path, source }),
+        }
+        let mut bytes = [0u8; SECRET_BYTES];
+        rand::rngs::OsRng
+            .try_fill_bytes(&mut bytes)
+            .map_err(|error| DataDirError::Random(error.to_string()))?;
+        let temp_path = dir.join(format!("{SECRET_FILE_NAME}.tmp"));
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&temp_path)
+            .map_err(io_error("create secret", &temp_path))?;
+        // A leftover temp file from a crash keeps its old mode: force 0600.
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))
+            .map_err(io_error("chmod secret", &temp_path))?;
+        file.write_all(&bytes).map_err(io_error("write secret", &temp_path))?;
+        file.sync_all().map_err(io_error("fsync secret", &temp_path))?;
+        drop(file);
+        std::fs::rename(&temp_path, &path).map_err(io_error("rename secret", &path))?;
+        File::open(dir)
+            .and_then(|dir_file| dir_file.sync_all())
+            .map_err(io_error("fsync data directory", dir))?;
+        tracing::info!(path = %path.display(), "created broker secret");
+        Ok(BrokerSecret(bytes))
+    }
+
+    fn read(file: File, path: &Path) -> Result<BrokerSecret, DataDirError> {
+        let len_bytes = file.metadata().map_err(io_error("stat secret", path))?.len();
+        if len_bytes != SECRET_BYTES as u64 {
+            return Err(DataDirError::SecretWrongSize { path: path.to_owned(), len_bytes });
+        }
+        let mut bytes = [0u8; SECRET_BYTES];
+        let mut reader = file;
+        reader.read_exact(&mut bytes).map_err(io_error("read secret", path))?;
+        Ok(BrokerSecret(bytes))
+    }
+
+    pub fn as_bytes(&self) -> &[u8; SECRET_BYTES] {
+        &self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Goal: a second lock on the same directory fails, names the dir and our
+    // pid, and works again once the first is dropped. Method: flock conflicts
+    // between two opens even in one process.
+    #[test]
+    fn second_lock_fails_with_holder_pid_until_released() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let first = DataDirLock::acquire(&data).unwrap();
+        match DataDirLock::acquire(&data) {
+            Err(DataDirError::Locked { dir: locked_dir, holder_pid }) => {
+                assert_eq!(locked_dir, data);
+                assert_eq!(holder_pid, Some(std::process::id()));
+            }
+            other => panic!("expected Locked, got {other:?}"),
+        }
+        drop(first);
+        DataDirLock::acquire(&data).unwrap();
+    }
+
+    // Goal: the secret is created once (0600, 32 bytes) and then reloaded
+    // unchanged. Method: load twice, compare bytes and file mode.
+    #[test]
+    fn secret_created_once_then_reloaded() {
+        let dir = tempfile::tempdir().unwrap();
+        let lock = DataDirLock::acquire(dir.path()).unwrap();
+        let created = BrokerSecret::load_or_create(&lock).unwrap();
+        let loaded = BrokerSecret::load_or_create(&lock).unwrap();
+        assert_eq!(created, loaded);
+        assert_ne!(created.as_bytes(), &[0u8; SECRET_BYTES]);
+        let meta = std::fs::metadata(dir.path().join(SECRET_FILE_NAME)).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        assert_eq!(meta.len(), SECRET_BYTES as u64);
+        assert!(!format!("{created:?}").contains(&format!("{}", created.as_bytes()[0])));
+    }
+
+    // Goal: a secret of the wrong size is a typed error, never replaced.
+    // Method: write 31 bytes, load, check the error and that the file stays.
+    #[test]
+    fn wrong_size_secret_is_an_error_and_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let lock = DataDirLock::acquire(dir.path()).unwrap();
+        let path = dir.path().join(SECRET_FILE_NAME);
+        std::fs::write(&path, [7u8; 31]).unwrap();
+        match BrokerSecret::load_or_create(&lock) {
+            Err(DataDirError::SecretWrongSize { len_bytes: 31, path: error_path }) => {
+                assert_eq!(error_path, path)
+            }
+            other => panic!("expected SecretWrongSize, got {other:?}"),
+        }
+        assert_eq!(std::fs::read(&path).unwrap(), vec![7u8; 31]);
+    }
+}

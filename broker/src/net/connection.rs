@@ -1,0 +1,348 @@
+//! One client connection: bytes in, frames to a handler, responses out.
+//!
+//! Owns the per-connection loop and its bounds: a read buffer that never
+//! exceeds `frame_bytes_max`, at most `in_flight_max` requests being handled
+//! at once (reading pauses at the limit: backpressure, not an error), an idle
+//! timeout, a per-frame deadline (a frame must arrive completely within
+//! `frame_timeout` of its first byte or of the previous frame, so a peer that
+//! sends a byte at a time cannot hold a slot forever), and a write timeout
+//! (each response must be written within it, so a peer that stops reading
+//! cannot pin responses forever).
+//!
+//! It does not know the protocol: a [`FrameHandler`] splits frames off the
+//! buffer, handles them and says what to send on a protocol fault. Requests
+//! are pipelined and handled concurrently, so responses may leave in a
+//! different order than requests arrived (the protocol's correlation id pairs
+//! them). A decode error writes the handler's fault response after every
+//! response already in flight, then closes the connection, and nothing else.
+
+use std::future::Future;
+use std::rc::Rc;
+use std::time::Duration;
+
+use futures_lite::future::or;
+use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use glommio::channels::local_channel;
+use glommio::sync::Semaphore;
+use glommio::timer::Timer;
+
+use crate::net::stop::StopSignal;
+
+/// Most bytes requested from the socket per read.
+pub const READ_CHUNK_BYTES: usize = 64 * 1024;
+
+/// What a handler's decoder found at the front of the buffer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Decoded<F> {
+    /// Not a whole frame yet; read more.
+    Incomplete,
+    /// A whole frame, `len_bytes` long from the start of the buffer.
+    Frame { frame: F, len_bytes: usize },
+}
+
+/// A protocol-level reason to close the connection, handed to
+/// [`FrameHandler::fault_response`] so the peer can be told why.
+#[derive(Debug)]
+pub enum ProtocolFault<'a, E> {
+    /// The decoder rejected the bytes.
+    Decode(&'a E),
+    /// `frame_bytes_max` bytes are buffered and still no whole frame.
+    FrameTooLarge { frame_bytes_max: usize },
+    /// A started frame did not complete within the frame timeout.
+    FrameTimeout,
+}
+
+/// The protocol plugged into the connection loop. One handler value serves
+/// every connection of a shard (held in an `Rc`); it runs on the shard's
+/// executor only, so it may hold `Rc`/`RefCell` state.
+pub trait FrameHandler: 'static {
+    /// A decoded request.
+    type Frame: 'static;
+    /// An encoded response, written as-is.
+    type Response: AsRef<[u8]> + 'static;
+    /// The decoder's error.
+    type DecodeError: std::error::Error + 'static;
+
+    /// Looks at the front of `buffer` (never empty) and says whether a whole
+    /// frame is there. Must not block or allocate more than the frame; should
+    /// reject a header announcing more than the configured frame size at
+    /// once rather than wait for the bytes.
+    ///
+    /// # Errors
+    /// The bytes can never become a valid frame; the connection is closed.
+    fn decode(&self, buffer: &[u8]) -> Result<Decoded<Self::Frame>, Self::DecodeError>;
+
+    /// Handles one request and produces its response. Runs as its own task,
+    /// concurrently with other requests of the same connection.
+    fn handle(self: Rc<Self>, frame: Self::Frame) -> impl Future<Output = Self::Response>;
+
+    /// The response to write before closing on `fault`, if any.
+    fn fault_response(&self, fault: ProtocolFault<'_, Self::DecodeError>)
+        -> Option<Self::Response>;
+}
+
+/// Bounds of one connection, from the broker config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    pub frame_bytes_max: usize,
+    pub in_flight_max: usize,
+    pub idle_timeout: Duration,
+    pub frame_timeout: Duration,
+    pub write_timeout: Duration,
+}
+
+impl ConnectionLimits {
+    pub fn from_config(config: &crate::control::config::BrokerConfig) -> ConnectionLimits {
+        ConnectionLimits {
+            frame_bytes_max: config.frame_bytes_max as usize,
+            in_flight_max: config.in_flight_per_connection_max as usize,
+            idle_timeout: Duration::from_millis(config.idle_timeout_ms),
+            frame_timeout: Duration::from_millis(config.frame_timeout_ms),
+            write_timeout: Duration::from_millis(config.write_timeout_ms),
+        }
+    }
+}
+
+/// Why a connection ended.
+#[derive(Debug)]
+pub enum ConnectionEnd {
+    /// The peer closed its side (between frames or mid-frame).
+    PeerClosed,
+    /// Nothing buffered, nothing in flight, for `idle_timeout`.
+    Idle,
+    /// The shard is stopping.
+    Stopped,
+    /// The decoder rejected the bytes.
+    DecodeError(String),
+    /// The buffer filled with no whole frame.
+    FrameTooLarge,
+    /// A started frame did not complete in time.
+    FrameTimeout,
+    /// Reading failed.
+    ReadFailed(std::io::Error),
+    /// Writing failed or a response was not written within `write_timeout`.
+    WriteFailed(std::io::Error),
+}
+
+enum ReadEvent {
+    Data(std::io::Result<usize>),
+    Idle,
+    FrameTimeout,
+    Stopped,
+    WriterFailed,
+    InFlightDrained,
+}
+
+/// Serves one connection until it ends; returns after every in-flight
+/// request has been handled and its response written (or the writer failed).
+pub async fn serve_connection<H, S>(
+    stream: S,
+    handler: Rc<H>,
+    limits: ConnectionLimits,
+    stop: StopSignal,
+) -> ConnectionEnd
+where
+    H: FrameHandler,
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+{
+    assert!(limits.in_flight_max > 0);
+    assert!(limits.frame_bytes_max > 0);
+    let (reader, writer) = futures_lite::io::split(stream);
+    // In-flight tasks hold a permit each, so at most in_flight_max responses
+    // plus one fault response are ever queued: `send` never waits.
+    let (sender, receiver) = local_channel::new_bounded::<H::Response>(limits.in_flight_max + 1);
+    let writer_failed = StopSignal::new();
+    let write_error: Rc<std::cell::RefCell<Option<std::io::Error>>> = Rc::default();
+
+    let write_loop = {
+        let writer_failed = writer_failed.clone();
+        let write_error = write_error.clone();
+        async move {
+            let mut writer = writer;
+            while let Some(response) = receiver.recv().await {
+                if writer_failed.is_stopped() {
+                    continue; // drain so in-flight tasks can finish and drop senders
+                }
+                let write = async { writer.write_all(response.as_ref()).await.map(|()| true) };
+                let deadline = async {
+                    Timer::new(limits.write_timeout).await;
+                    Ok(false)
+                };
+                match or(write, deadline).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        *write_error.borrow_mut() = Some(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            "response not written within write_timeout",
+                        ));
+                        writer_failed.stop();
+                    }
+                    Err(error) => {
+                        *write_error.borrow_mut() = Some(error);
+                        writer_failed.stop();
+                    }
+                }
+            }
+            if !writer_failed.is_stopped() {
+                let _ = or(writer.close(), async {
+                    Timer::new(limits.write_timeout).await;
+                    Ok(())
+                })
+                .await;
+            }
+        }
+    };
+
+    let read_loop = read_loop(reader, handler, limits, stop, writer_failed.clone(), sender);
+    let (end, ()) = futures_lite::future::zip(read_loop, write_loop).await;
+    let write_error = write_error.borrow_mut().take();
+    match write_error {
+        Some(error) => ConnectionEnd::WriteFailed(error),
+        None => end,
+    }
+}
+
+async fn read_loop<H, R>(
+    mut reader: R,
+    handler: Rc<H>,
+    limits: ConnectionLimits,
+    stop: StopSignal,
+    writer_failed: StopSignal,
+    sender: local_channel::LocalSender<H::Response>,
+) -> ConnectionEnd
+where
+    H: FrameHandler,
+    R: AsyncRead + Unpin,
+{
+    let sender = Rc::new(sender);
+    let in_flight = Rc::new(Semaphore::new(limits.in_flight_max as u64));
+    let in_flight_max = limits.in_flight_max as u64;
+    let mut buffer: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES.min(limits.frame_bytes_max));
+    let mut frame_deadline: Option<Timer> = None;
+
+    // The fault response goes out after every response already in flight,
+    // so the peer sees all answers it was owed before the error and close.
+    let fault = |fault: ProtocolFault<'_, H::DecodeError>| {
+        let response = handler.fault_response(fault);
+        let sender = sender.clone();
+        let in_flight = in_flight.clone();
+        async move {
+            if let Some(response) = response {
+                // Never closed, so acquiring every permit only waits.
+                let _ = in_flight.acquire(in_flight_max).await;
+                in_flight.signal(in_flight_max);
+                let _ = sender.send(response).await;
+            }
+        }
+    };
+
+    loop {
+        // Hand every whole frame in the buffer to its own task.
+        let mut consumed = 0;
+        while consumed < buffer.len() {
+            let pending = &buffer[consumed..];
+            match handler.decode(pending) {
+                Ok(Decoded::Incomplete) => {
+                    if pending.len() >= limits.frame_bytes_max {
+                        let frame_bytes_max = limits.frame_bytes_max;
+                        fault(ProtocolFault::FrameTooLarge { frame_bytes_max }).await;
+                        return ConnectionEnd::FrameTooLarge;
+                    }
+                    break;
+                }
+                Ok(Decoded::Frame { frame, len_bytes }) => {
+                    assert!(len_bytes > 0, "decoder returned an empty frame");
+                    assert!(len_bytes <= pending.len(), "decoder consumed unread bytes");
+                    consumed += len_bytes;
+                    frame_deadline = None;
+                    // Waits while in_flight_max requests are being handled:
+                    // the socket is not read meanwhile (backpressure). The
+                    // semaphore is never closed, so this cannot fail.
+                    let Ok(permit) = in_flight.acquire_static_permit(1).await else {
+                        unreachable!("the in-flight semaphore is never closed");
+                    };
+                    let handler = handler.clone();
+                    let sender = sender.clone();
+                    glommio::spawn_local(async move {
+                        let response = handler.handle(frame).await;
+                        // Fails only if the writer is gone; nothing to tell.
+                        let _ = sender.send(response).await;
+                        drop(permit);
+                    })
+                    .detach();
+                }
+                Err(error) => {
+                    let text = error.to_string();
+                    fault(ProtocolFault::Decode(&error)).await;
+                    return ConnectionEnd::DecodeError(text);
+                }
+            }
+        }
+        buffer.drain(..consumed);
+
+        if stop.is_stopped() {
+            return ConnectionEnd::Stopped;
+        }
+        if writer_failed.is_stopped() {
+            // The real error is reported by serve_connection.
+            return ConnectionEnd::PeerClosed;
+        }
+
+        let nothing_in_flight = in_flight.available() == in_flight_max;
+        if !buffer.is_empty() && frame_deadline.is_none() {
+            frame_deadline = Some(Timer::new(limits.frame_timeout));
+        }
+        let start = buffer.len();
+        let want = READ_CHUNK_BYTES.min(limits.frame_bytes_max - start);
+        assert!(want > 0);
+        buffer.resize(start + want, 0);
+
+        let event = {
+            let read = async { ReadEvent::Data(reader.read(&mut buffer[start..]).await) };
+            let stopped = async {
+                stop.wait().await;
+                ReadEvent::Stopped
+            };
+            let failed = async {
+                writer_failed.wait().await;
+                ReadEvent::WriterFailed
+            };
+            let deadline = async {
+                match frame_deadline.as_mut() {
+                    Some(timer) => {
+                        timer.await;
+                        ReadEvent::FrameTimeout
+                    }
+                    None if nothing_in_flight => {
+                        Timer::new(limits.idle_timeout).await;
+                        ReadEvent::Idle
+                    }
+                    None => {
+                        // Wake when the last request finishes so the idle
+                        // timer starts then, not at the next byte.
+                        let _ = in_flight.acquire(in_flight_max).await;
+                        in_flight.signal(in_flight_max);
+                        ReadEvent::InFlightDrained
+                    }
+                }
+            };
+            or(read, or(stopped, or(failed, deadline))).await
+        };
+        match event {
+            ReadEvent::Data(Ok(0)) => {
+                buffer.truncate(start);
+                return ConnectionEnd::PeerClosed;
+            }
+            ReadEvent::Data(Ok(read_bytes)) => buffer.truncate(start + read_bytes),
+            ReadEvent::Data(Err(error)) => return ConnectionEnd::ReadFailed(error),
+            ReadEvent::Stopped => return ConnectionEnd::Stopped,
+            ReadEvent::WriterFailed => return ConnectionEnd::PeerClosed,
+            ReadEvent::Idle => return ConnectionEnd::Idle,
+            ReadEvent::FrameTimeout => {
+                fault(ProtocolFault::FrameTimeout).await;
+                return ConnectionEnd::FrameTimeout;
+            }
+            ReadEvent::InFlightDrained => buffer.truncate(start),
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! The seam between the shard bootstrap and what a shard serves.
+//!
+//! Owns the [`ShardHooks`] trait: the lead plugs partitions (log + queue) and
+//! the protocol codec in here, without touching executors, channels, timers
+//! or shutdown. A [`ShardHooksFactory`] is handed to
+//! [`Broker::start`](crate::shard::Broker::start); it is `Send + Sync` and
+//! runs once *on each shard's executor thread*, so the hooks it builds may
+//! hold `Rc`/`RefCell` state and glommio files that never leave the core.
+//!
+//! [`EchoHooks`] is what `spoold` serves until then: the length-prefixed
+//! echo protocol and no partitions.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use crate::control::assignment::{AssignmentTable, AssignmentUpdate, ShardId};
+use crate::control::config::BrokerConfig;
+use crate::control::data_dir::BrokerSecret;
+use crate::net::connection::FrameHandler;
+use crate::net::echo::EchoHandler;
+
+/// What a shard knows about itself when its hooks are built.
+#[derive(Debug, Clone)]
+pub struct ShardContext {
+    pub shard: ShardId,
+    pub shard_count: u16,
+    /// The CPU this shard's executor is pinned to.
+    pub cpu: usize,
+    /// This shard's listen address (base port + shard).
+    pub listen: SocketAddr,
+    pub config: Arc<BrokerConfig>,
+    /// Key for delivery-token MACs.
+    pub secret: BrokerSecret,
+}
+
+/// Per-shard behaviour. Every method runs on the shard's own executor.
+pub trait ShardHooks: 'static {
+    /// The protocol served on this shard's port.
+    type Handler: FrameHandler;
+    /// Failures of assignment changes and flushes.
+    type Error: std::error::Error + 'static;
+
+    /// The frame handler shared by every connection of this shard. Called
+    /// once, after the hooks are built and before the first accept.
+    fn frame_handler(&self) -> Rc<Self::Handler>;
+
+    /// `update` has just been applied to the shard's copy of the table
+    /// (`table` is the result): open partitions this shard now owns, close
+    /// ones it lost. Updates arrive one at a time, in version order, before
+    /// the next is applied. An error is logged; the shard keeps serving the
+    /// rest (an unopenable partition must not take its neighbours down).
+    fn on_assignment(
+        &self,
+        update: &AssignmentUpdate,
+        table: &AssignmentTable,
+    ) -> impl Future<Output = Result<(), Self::Error>>;
+
+    /// Every housekeeping tick (1–10 ms): lease expiry, scheduled → ready.
+    /// Must not block; spawn a task for anything long.
+    fn on_tick(&self);
+
+    /// Shutdown, after the listener closed and every connection drained:
+    /// make everything acknowledged durable and close files. An error makes
+    /// the process exit non-zero.
+    fn flush(&self) -> impl Future<Output = Result<(), Self::Error>>;
+}
+
+/// Builds one shard's hooks on that shard's thread.
+pub trait ShardHooksFactory: Send + Sync + 'static {
+    type Hooks: ShardHooks;
+    fn make(&self, context: &ShardContext) -> Self::Hooks;
+}
+
+/// Hooks of the bootstrap broker: the echo protocol, no partitions.
+#[derive(Debug)]
+pub struct EchoHooks {
+    shard: ShardId,
+    handler: Rc<EchoHandler>,
+}
+
+/// Factory for [`EchoHooks`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EchoHooksFactory;
+
+impl ShardHooksFactory for EchoHooksFactory {
+    type Hooks = EchoHooks;
+    fn make(&self, context: &ShardContext) -> EchoHooks {
+        let frame_bytes_max = context.config.frame_bytes_max as usize;
+        EchoHooks { shard: context.shard, handler: Rc::new(EchoHandler { frame_bytes_max }) }
+    }
+}
+
+impl ShardHooks for EchoHooks {
+    type Handler = EchoHandler;
+    type Error = std::convert::Infallible;
+
+    fn frame_handler(&self) -> Rc<EchoHandler> {
+        self.handler.clone()
+    }
+
+    fn on_assignment(
+        &self,
+        update: &AssignmentUpdate,
+        table: &AssignmentTable,
+    ) -> impl Future<Output = Result<(), Self::Error>> {
+        let owned = table.owned_by(self.shard).count();
+        tracing::info!(
+            shard = self.shard.0,
+            version = update.version.0,
+            owned_partitions = owned,
+            "assignment applied (echo broker: no partitions to open)"
+        );
+        std::future::ready(Ok(()))
+    }
+
+    fn on_tick(&self) {}
+
+    fn flush(&self) -> impl Future<Output = Result<(), Self::Error>> {
+        std::future::ready(Ok(()))
+    }
+}

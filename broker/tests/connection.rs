@@ -1,0 +1,266 @@
+//! The connection loop over real TCP: a glommio server thread runs
+//! `serve_connection` with a small test handler; the test thread is a plain
+//! blocking client. Every socket read has a timeout so a broken loop fails
+//! the test instead of hanging it.
+
+// Test helpers panic on setup failures by design.
+#![allow(clippy::unwrap_used)]
+
+use std::cell::Cell;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::rc::Rc;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use spool_broker::net::echo::{encode_echo_frame, EchoError, EchoHandler, ECHO_ERROR_PREFIX};
+use spool_broker::net::{
+    serve_connection, ConnectionEnd, ConnectionLimits, Decoded, FrameHandler, ProtocolFault,
+    StopSignal,
+};
+
+const CLIENT_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn limits() -> ConnectionLimits {
+    ConnectionLimits {
+        frame_bytes_max: 1024,
+        in_flight_max: 4,
+        idle_timeout: Duration::from_secs(20),
+        frame_timeout: Duration::from_secs(20),
+        write_timeout: Duration::from_secs(5),
+    }
+}
+
+/// Echo frames, but a body `delay:<ms>` waits that long first, and the
+/// handler records how many requests ran at once.
+struct DelayEcho {
+    echo: EchoHandler,
+    /// When false the decoder never finds a frame (to reach the loop's own
+    /// buffer bound).
+    finds_frames: bool,
+    running: Cell<usize>,
+    running_max: Cell<usize>,
+}
+
+impl FrameHandler for DelayEcho {
+    type Frame = Vec<u8>;
+    type Response = Vec<u8>;
+    type DecodeError = EchoError;
+
+    fn decode(&self, buffer: &[u8]) -> Result<Decoded<Vec<u8>>, EchoError> {
+        if !self.finds_frames {
+            return Ok(Decoded::Incomplete);
+        }
+        self.echo.decode(buffer)
+    }
+
+    async fn handle(self: Rc<Self>, frame: Vec<u8>) -> Vec<u8> {
+        self.running.set(self.running.get() + 1);
+        self.running_max.set(self.running_max.get().max(self.running.get()));
+        let body = std::str::from_utf8(&frame[4..]).unwrap_or("");
+        if let Some(ms) = body.strip_prefix("delay:").and_then(|ms| ms.parse().ok()) {
+            glommio::timer::sleep(Duration::from_millis(ms)).await;
+        }
+        self.running.set(self.running.get() - 1);
+        frame
+    }
+
+    fn fault_response(&self, fault: ProtocolFault<'_, EchoError>) -> Option<Vec<u8>> {
+        self.echo.fault_response(fault)
+    }
+}
+
+struct ServerOutcome {
+    end: String,
+    running_max: usize,
+}
+
+/// Serves one connection on a fresh glommio executor; returns the address
+/// and a receiver for how the connection ended.
+fn serve_one(limits: ConnectionLimits) -> (SocketAddr, mpsc::Receiver<ServerOutcome>) {
+    serve_one_with(limits, true)
+}
+
+fn serve_one_with(
+    limits: ConnectionLimits,
+    finds_frames: bool,
+) -> (SocketAddr, mpsc::Receiver<ServerOutcome>) {
+    let (addr_tx, addr_rx) = mpsc::channel();
+    let (end_tx, end_rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let executor = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .make()
+            .expect("executor");
+        executor.run(async move {
+            let listener = glommio::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            addr_tx.send(listener.local_addr().unwrap()).unwrap();
+            let stream = listener.accept().await.unwrap();
+            let handler = Rc::new(DelayEcho {
+                echo: EchoHandler { frame_bytes_max: limits.frame_bytes_max },
+                finds_frames,
+                running: Cell::new(0),
+                running_max: Cell::new(0),
+            });
+            let end = serve_connection(stream, handler.clone(), limits, StopSignal::new()).await;
+            let end = match end {
+                ConnectionEnd::PeerClosed => "peer_closed".to_owned(),
+                ConnectionEnd::Idle => "idle".to_owned(),
+                ConnectionEnd::FrameTimeout => "frame_timeout".to_owned(),
+                ConnectionEnd::FrameTooLarge => "frame_too_large".to_owned(),
+                ConnectionEnd::DecodeError(text) => format!("decode_error: {text}"),
+                other => format!("{other:?}"),
+            };
+            let _ = end_tx.send(ServerOutcome { end, running_max: handler.running_max.get() });
+        });
+    });
+    let addr = addr_rx.recv_timeout(Duration::from_secs(10)).expect("server up");
+    (addr, end_rx)
+}
+
+fn connect(addr: SocketAddr) -> TcpStream {
+    let stream = TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(CLIENT_READ_TIMEOUT)).unwrap();
+    stream
+}
+
+fn read_frame(stream: &mut TcpStream) -> Vec<u8> {
+    let mut prefix = [0u8; 4];
+    stream.read_exact(&mut prefix).unwrap();
+    let mut body = vec![0u8; u32::from_le_bytes(prefix) as usize];
+    stream.read_exact(&mut body).unwrap();
+    body
+}
+
+fn assert_eof(stream: &mut TcpStream) {
+    let mut byte = [0u8; 1];
+    let read = stream.read(&mut byte).expect("EOF, not a timeout");
+    assert_eq!(read, 0, "expected the server to close the connection");
+}
+
+// Goal: pipelined requests are handled concurrently and answered as they
+// complete. Method: a slow request followed by a fast one in one write; the
+// fast response must come first.
+#[test]
+fn pipelined_requests_complete_out_of_order() {
+    let (addr, ends) = serve_one(limits());
+    let mut client = connect(addr);
+    let mut bytes = encode_echo_frame(b"delay:300");
+    bytes.extend_from_slice(&encode_echo_frame(b"fast"));
+    client.write_all(&bytes).unwrap();
+    assert_eq!(read_frame(&mut client), b"fast");
+    assert_eq!(read_frame(&mut client), b"delay:300");
+    drop(client);
+    let outcome = ends.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(outcome.end, "peer_closed");
+    assert_eq!(outcome.running_max, 2);
+}
+
+// Goal: no more than in_flight_max requests run at once, and none is lost
+// when the client pipelines far more. Method: 24 delayed requests against
+// a limit of 4; count responses and the handler's concurrency peak.
+#[test]
+fn in_flight_requests_are_bounded() {
+    let (addr, ends) = serve_one(limits());
+    let mut client = connect(addr);
+    let mut bytes = Vec::new();
+    for _ in 0..24 {
+        bytes.extend_from_slice(&encode_echo_frame(b"delay:20"));
+    }
+    client.write_all(&bytes).unwrap();
+    for _ in 0..24 {
+        assert_eq!(read_frame(&mut client), b"delay:20");
+    }
+    drop(client);
+    let outcome = ends.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(outcome.running_max, 4);
+}
+
+// Goal: a malformed frame gets every earlier response, then the handler's
+// error response, then a close. Method: a good frame, then a zero-length one.
+#[test]
+fn decode_error_writes_error_response_then_closes() {
+    let (addr, ends) = serve_one(limits());
+    let mut client = connect(addr);
+    let mut bytes = encode_echo_frame(b"delay:100");
+    bytes.extend_from_slice(&0u32.to_le_bytes());
+    client.write_all(&bytes).unwrap();
+    assert_eq!(read_frame(&mut client), b"delay:100");
+    let error = read_frame(&mut client);
+    assert!(error.starts_with(ECHO_ERROR_PREFIX), "{}", String::from_utf8_lossy(&error));
+    assert_eof(&mut client);
+    let outcome = ends.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(outcome.end.starts_with("decode_error"), "{}", outcome.end);
+}
+
+// Goal: a byte-at-a-time peer cannot hold a connection past frame_timeout.
+// Method: frame_timeout 300 ms, send one byte of a 5-byte frame every
+// 100 ms; the server must send an error and close well before the frame
+// could complete.
+#[test]
+fn slow_loris_is_closed_by_the_frame_timeout() {
+    let limits = ConnectionLimits { frame_timeout: Duration::from_millis(300), ..limits() };
+    let (addr, ends) = serve_one(limits);
+    let mut client = connect(addr);
+    let frame = encode_echo_frame(&[b'x'; 60]);
+    let mut closed = false;
+    for byte in &frame {
+        if client.write_all(&[*byte]).is_err() {
+            closed = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        if ends.try_recv().is_ok() {
+            closed = true;
+            break;
+        }
+    }
+    assert!(closed, "the whole frame trickled in without the server closing");
+    let error = read_frame(&mut client);
+    assert_eq!(error, [ECHO_ERROR_PREFIX, b"frame timeout"].concat());
+    assert_eof(&mut client);
+}
+
+// Goal: a connection that sends nothing is closed after idle_timeout, and
+// only when nothing is in flight. Method: idle 300 ms; first a request that
+// takes 600 ms (must still be answered), then silence.
+#[test]
+fn idle_connection_is_closed_but_not_while_a_request_runs() {
+    let limits = ConnectionLimits { idle_timeout: Duration::from_millis(300), ..limits() };
+    let (addr, ends) = serve_one(limits);
+    let mut client = connect(addr);
+    client.write_all(&encode_echo_frame(b"delay:600")).unwrap();
+    assert_eq!(read_frame(&mut client), b"delay:600");
+    assert_eof(&mut client);
+    let outcome = ends.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(outcome.end, "idle");
+}
+
+// Goal: a codec-announced oversized frame is refused before its bytes
+// arrive. Method: an echo header announcing 5000 bytes against a 1024 limit.
+#[test]
+fn oversized_frame_header_is_refused() {
+    let (addr, ends) = serve_one(limits());
+    let mut client = connect(addr);
+    client.write_all(&5000u32.to_le_bytes()).unwrap();
+    let error = read_frame(&mut client);
+    assert!(error.starts_with(ECHO_ERROR_PREFIX));
+    assert!(String::from_utf8_lossy(&error).contains("exceeds the limit of 1024"));
+    assert_eof(&mut client);
+    let outcome = ends.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(outcome.end.starts_with("decode_error"), "{}", outcome.end);
+}
+
+// Goal: the loop itself never buffers more than frame_bytes_max, whatever
+// the decoder says. Method: a decoder that never finds a frame; send 4 KiB
+// against a 1024-byte bound; expect the FrameTooLarge fault and a close.
+#[test]
+fn read_buffer_is_bounded_by_frame_bytes_max() {
+    let (addr, ends) = serve_one_with(limits(), false);
+    let mut client = connect(addr);
+    // The server may close before taking every byte; that is the point.
+    let _ = client.write_all(&[7u8; 4096]);
+    let error = read_frame(&mut client);
+    assert_eq!(error, [ECHO_ERROR_PREFIX, b"no frame within 1024 bytes"].concat());
+    let outcome = ends.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(outcome.end, "frame_too_large");
+}

@@ -1,0 +1,253 @@
+//! The real `spoold` binary: started on a temp dir with free ports, talked to
+//! over TCP, stopped with signals. Every wait is bounded by a poll count so
+//! a broken binary fails the test instead of hanging it.
+
+// Test helpers panic on setup failures by design.
+#![allow(clippy::unwrap_used)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use spool_broker::net::echo::encode_echo_frame;
+
+const SPOOLD: &str = env!("CARGO_BIN_EXE_spoold");
+const POLL: Duration = Duration::from_millis(20);
+/// 20 s at 20 ms per poll.
+const POLLS_MAX: u32 = 1_000;
+
+fn shard_count() -> u16 {
+    std::thread::available_parallelism().map_or(1, |count| count.get().min(2) as u16)
+}
+
+/// A base port whose next `count` ports are all free right now.
+fn free_base_port(count: u16) -> u16 {
+    for _ in 0..100 {
+        let probe = TcpListener::bind("127.0.0.1:0").unwrap();
+        let base = probe.local_addr().unwrap().port();
+        drop(probe);
+        if u32::from(base) + u32::from(count) > 65_535 {
+            continue;
+        }
+        let all_free =
+            (base..base + count).all(|port| TcpListener::bind(("127.0.0.1", port)).is_ok());
+        if all_free {
+            return base;
+        }
+    }
+    panic!("no {count} consecutive free ports");
+}
+
+fn spawn_spoold(data_dir: &Path, base_port: u16, shards: u16, extra: &[&str]) -> Child {
+    Command::new(SPOOLD)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{base_port}"))
+        .arg("--cores")
+        .arg(shards.to_string())
+        .args(extra)
+        .env_remove("SPOOL_CONFIG")
+        .env("SPOOL_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn spoold")
+}
+
+/// Connects to `addr`, retrying while spoold starts; panics if it exits.
+fn connect_when_up(child: &mut Child, addr: SocketAddr) -> TcpStream {
+    for _ in 0..POLLS_MAX {
+        if let Ok(stream) = TcpStream::connect(addr) {
+            stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            return stream;
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("spoold exited early with {status}: {}", stderr_of(child));
+        }
+        std::thread::sleep(POLL);
+    }
+    panic!("spoold never listened on {addr}");
+}
+
+fn stderr_of(child: &mut Child) -> String {
+    let mut text = String::new();
+    if let Some(mut stderr) = child.stderr.take() {
+        let _ = stderr.read_to_string(&mut text);
+    }
+    text
+}
+
+fn echo_round_trip(stream: &mut TcpStream, body: &[u8]) {
+    stream.write_all(&encode_echo_frame(body)).unwrap();
+    let mut response = vec![0u8; 4 + body.len()];
+    stream.read_exact(&mut response).unwrap();
+    assert_eq!(response, encode_echo_frame(body));
+}
+
+fn signal(child: &Child, signal: i32) {
+    // SAFETY: kill(2) on the pid of a child we spawned and have not reaped.
+    let rc = unsafe { libc::kill(child.id() as i32, signal) };
+    assert_eq!(rc, 0);
+}
+
+/// Waits for exit (bounded), returning the status code and stderr.
+fn wait_exit(mut child: Child) -> (Option<i32>, String) {
+    for _ in 0..POLLS_MAX {
+        if let Some(status) = child.try_wait().unwrap() {
+            let stderr = stderr_of(&mut child);
+            return (status.code(), stderr);
+        }
+        std::thread::sleep(POLL);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("spoold did not exit within the poll budget");
+}
+
+fn run_to_exit(args: &[&str]) -> Output {
+    Command::new(SPOOLD).args(args).env_remove("SPOOL_CONFIG").output().expect("run spoold")
+}
+
+// Goal: spoold binds base_port + i for every shard and serves each port;
+// SIGTERM stops it with exit 0, quickly, with a connection still open.
+// Method: start on a temp dir, echo on every shard port, SIGTERM, time the
+// exit by poll count.
+#[test]
+fn serves_every_shard_port_and_sigterm_exits_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let shards = shard_count();
+    let base = free_base_port(shards);
+    let mut child = spawn_spoold(dir.path(), base, shards, &[]);
+    let mut streams = Vec::new();
+    for shard in 0..shards {
+        let addr: SocketAddr = format!("127.0.0.1:{}", base + shard).parse().unwrap();
+        let mut stream = connect_when_up(&mut child, addr);
+        echo_round_trip(&mut stream, format!("hello shard {shard}").as_bytes());
+        streams.push(stream);
+    }
+    assert!(dir.path().join("LOCK").exists());
+    signal(&child, libc::SIGTERM);
+    let mut polls = 0;
+    while child.try_wait().unwrap().is_none() {
+        polls += 1;
+        assert!(polls < 250, "spoold took more than 5 s to stop");
+        std::thread::sleep(POLL);
+    }
+    let (code, stderr) = wait_exit(child);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("spoold stopped cleanly"), "{stderr}");
+    // The open connections were closed by the server, not left dangling.
+    for mut stream in streams {
+        let mut byte = [0u8; 1];
+        assert_eq!(stream.read(&mut byte).unwrap_or(0), 0);
+    }
+}
+
+// Goal: a second spoold on the same data dir fails loudly, naming the dir
+// and the first one's pid, with a non-zero exit; the first keeps serving.
+// Method: start one, start another with other ports on the same dir.
+#[test]
+fn second_spoold_on_same_data_dir_fails_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = free_base_port(1);
+    let mut first = spawn_spoold(dir.path(), base, 1, &[]);
+    let addr: SocketAddr = format!("127.0.0.1:{base}").parse().unwrap();
+    let mut stream = connect_when_up(&mut first, addr);
+
+    let other_base = free_base_port(1);
+    let second = spawn_spoold(dir.path(), other_base, 1, &[]);
+    let (code, stderr) = wait_exit(second);
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(stderr.contains(&dir.path().display().to_string()), "{stderr}");
+    assert!(stderr.contains(&format!("pid {}", first.id())), "{stderr}");
+
+    echo_round_trip(&mut stream, b"still here");
+    signal(&first, libc::SIGINT);
+    let (code, stderr) = wait_exit(first);
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+// Goal: a port already bound by someone else is refused before glommio's
+// SO_REUSEPORT bind could share it. Method: hold the port with a std
+// listener, start spoold on it.
+#[test]
+fn port_in_use_fails_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let holder = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = holder.local_addr().unwrap().port();
+    let child = spawn_spoold(dir.path(), port, 1, &[]);
+    let (code, stderr) = wait_exit(child);
+    assert_eq!(code, Some(5), "{stderr}");
+    assert!(stderr.contains(&format!("127.0.0.1:{port}")), "{stderr}");
+    assert!(stderr.contains("already in use"), "{stderr}");
+}
+
+// Goal: the broker secret is created once and survives restarts. Method:
+// start/stop twice on one dir, compare the secret file.
+#[test]
+fn secret_persists_across_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret_path = dir.path().join("secret");
+    let mut secrets = Vec::new();
+    for _ in 0..2 {
+        let base = free_base_port(1);
+        let mut child = spawn_spoold(dir.path(), base, 1, &[]);
+        connect_when_up(&mut child, format!("127.0.0.1:{base}").parse().unwrap());
+        signal(&child, libc::SIGTERM);
+        let (code, stderr) = wait_exit(child);
+        assert_eq!(code, Some(0), "{stderr}");
+        secrets.push(std::fs::read(&secret_path).unwrap());
+    }
+    assert_eq!(secrets[0].len(), 32);
+    assert_eq!(secrets[0], secrets[1]);
+}
+
+// Goal: configuration errors exit with the config code and name the field;
+// --help documents the flags and exits 0. Method: run spoold to completion.
+#[test]
+fn help_and_config_errors() {
+    let help = run_to_exit(&["--help"]);
+    assert_eq!(help.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&help.stdout);
+    for flag in ["--config", "--data-dir", "--listen", "--cores", "--log-format"] {
+        assert!(text.contains(flag), "--help lacks {flag}: {text}");
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let bad_tick =
+        run_to_exit(&["--data-dir", dir.path().to_str().unwrap(), "--housekeeping-tick-ms", "50"]);
+    assert_eq!(bad_tick.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&bad_tick.stderr);
+    assert!(stderr.contains("housekeeping_tick_ms = 50 is out of range 1..=10"), "{stderr}");
+
+    let config = dir.path().join("spool.toml");
+    std::fs::write(&config, "no_such_key = 1\n").unwrap();
+    let bad_file = run_to_exit(&["--config", config.to_str().unwrap()]);
+    assert_eq!(bad_file.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&bad_file.stderr);
+    assert!(stderr.contains("spool.toml") && stderr.contains("no_such_key"), "{stderr}");
+}
+
+// Goal: --log-format json writes one JSON object per line. Method: start,
+// stop, parse every stderr line as JSON.
+#[test]
+fn json_logs_are_json_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = free_base_port(1);
+    let mut child = spawn_spoold(dir.path(), base, 1, &["--log-format", "json"]);
+    connect_when_up(&mut child, format!("127.0.0.1:{base}").parse().unwrap());
+    signal(&child, libc::SIGTERM);
+    let (code, stderr) = wait_exit(child);
+    assert_eq!(code, Some(0), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|line| !line.is_empty()).collect();
+    assert!(lines.len() >= 2, "{stderr}");
+    for line in lines {
+        let value: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|error| {
+            panic!("not JSON ({error}): {line}");
+        });
+        assert!(value.get("level").is_some(), "{line}");
+    }
+}
