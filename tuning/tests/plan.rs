@@ -1,5 +1,6 @@
 //! The planner against the seed's capacity model, its laws as properties, and
 //! every invalid input's typed error.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
 use proptest::prelude::*;
 use spool_tuning::plan::{DAY_S, MIB_BYTES, TIB_BYTES};

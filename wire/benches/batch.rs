@@ -2,6 +2,7 @@
 //! (broker on arrival), trusted access (broker reading its own log), subset
 //! reframing (serving a claim) and the crc32c that guards all of them.
 //! Run with `cargo bench -p spool-wire`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
 use std::hint::black_box;
 

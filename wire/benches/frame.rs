@@ -2,6 +2,7 @@
 //! 100 × 1 KiB batch, a Claim response with 32 deliveries of 1 KiB, and an
 //! Ack of 64 tokens. Decode goes through the streaming `FrameDecoder` the
 //! server and client use, so it includes the copy into its buffer.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use spool_wire::proto::{

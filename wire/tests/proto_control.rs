@@ -2,6 +2,7 @@
 //! trips of every request and response, verifier and validation refusals,
 //! random bodies under every api key, and a staleness check of the committed
 //! generated code against the schema.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -178,7 +179,8 @@ fn control_responses_round_trip() {
 // one broken rule per case.
 #[test]
 fn queue_config_rules() {
-    let cases: Vec<(&str, Box<dyn Fn(&mut QueueConfig)>)> = vec![
+    type Mutation = Box<dyn Fn(&mut QueueConfig)>;
+    let cases: Vec<(&str, Mutation)> = vec![
         ("partitions 0", Box::new(|c| c.partitions = 0)),
         ("bands 0", Box::new(|c| c.priority_bands = 0)),
         ("bands 9", Box::new(|c| c.priority_bands = 9)),

@@ -1,6 +1,7 @@
 //! Round trips of the data-path messages (Enqueue, Claim, Extend, Ack,
 //! Release) through encode → FrameDecoder → decode, with proptest, plus the
 //! bounds each decoder enforces.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
 use proptest::collection::vec;
 use proptest::prelude::*;

@@ -1,6 +1,7 @@
 //! The streaming frame decoder: reassembly at every split point, early
 //! refusal of oversized frames, skipping of unknown apis, poisoning on
 //! framing errors, and no panics on garbage or truncated input.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
 use proptest::collection::vec;
 use proptest::prelude::*;

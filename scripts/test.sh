@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The project's test command: formatting, lints, every test (under nextest's
+# per-test timeout, so a hung glommio test fails instead of stalling), doctests.
+# Long soak/fuzz runs are opt-in: SPOOL_LONG=1 scripts/test.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+profile=default
+if [[ "${CI:-}" == "true" ]]; then profile=ci; fi
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== cargo nextest"
+cargo nextest run --workspace --locked --profile "$profile"
+echo "== doctests"
+cargo test --workspace --doc --locked
