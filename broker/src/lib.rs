@@ -5,3 +5,5 @@
 //! segments, group commit and recovery, `io` is the storage seam (glommio DMA
 //! files and a simulated disk). Only `io` (and later `net` and the shard
 //! bootstrap) name glommio.
+
+pub mod queue;

@@ -111,7 +111,10 @@ impl BatchHeader {
     /// [`WireError::UnknownBatchKind`], [`WireError::BadBatchLength`].
     pub fn parse(bytes: &[u8]) -> Result<Self, WireError> {
         if bytes.len() < BATCH_HEADER_BYTES {
-            return Err(WireError::Truncated { needed: BATCH_HEADER_BYTES, available: bytes.len() });
+            return Err(WireError::Truncated {
+                needed: BATCH_HEADER_BYTES,
+                available: bytes.len(),
+            });
         }
         let magic = le_u32(bytes, 0);
         if magic != BATCH_MAGIC {
