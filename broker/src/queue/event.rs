@@ -268,6 +268,9 @@ impl Event {
     /// field value is unknown, or an unused field is not zero.
     pub fn decode(bytes: &[u8]) -> Result<Self, CodecError> {
         let kind = *bytes.first().ok_or(CodecError::Length { expected: EVENT_BYTES, got: 0 })?;
+        if !(EventKind::Claimed as u8..=EventKind::Purged as u8).contains(&kind) {
+            return Err(CodecError::UnknownKind(kind));
+        }
         let expected =
             if kind == EventKind::Claimed as u8 { CLAIMED_EVENT_BYTES } else { EVENT_BYTES };
         if bytes.len() != expected {

@@ -2,4 +2,5 @@
 //! bullet) and the seeded model test against a naive reference.
 
 mod behaviour;
+mod harness;
 mod model;
