@@ -241,7 +241,7 @@ impl PartitionState {
     fn warm_source<'a>(&'a self, set: &'a BTreeSet<(Millis, Offset)>) -> Source<'a> {
         let iter: Box<dyn Iterator<Item = Candidate> + 'a> =
             Box::new(set.iter().map(move |&(since_ms, offset)| {
-                let warm = &self.warm[&offset];
+                let warm = self.warm.get(&offset).expect("indexed messages are in warm");
                 Candidate {
                     offset,
                     since_ms,
@@ -489,9 +489,9 @@ impl PartitionState {
         if fields.worker != claim.worker {
             return Err(QueueError::StaleToken(StaleToken::Worker));
         }
-        if now >= claim.deadline_ms {
+        if now >= claim.deadline_ms() {
             return Err(QueueError::StaleToken(StaleToken::LeaseExpired {
-                deadline_ms: claim.deadline_ms,
+                deadline_ms: claim.deadline_ms(),
                 now_ms: now,
             }));
         }
@@ -515,7 +515,7 @@ impl PartitionState {
         let lease_ms = self.lease(lease_ms)?;
         let cap_ms = claim.claimed_at_ms.saturating_add(self.config.max_lease_lifetime_ms);
         let wanted_ms = now.saturating_add(lease_ms);
-        if wanted_ms > cap_ms && claim.deadline_ms >= cap_ms {
+        if wanted_ms > cap_ms && claim.deadline_ms() >= cap_ms {
             return Err(QueueError::LeaseLifetimeExhausted { cap_ms });
         }
         let deadline_ms = wanted_ms.min(cap_ms);
@@ -604,7 +604,7 @@ impl PartitionState {
     fn tick_event(&self, offset: Offset, now: Millis) -> Option<Event> {
         if let Some(dead) = self.dlq.get(&offset) {
             return match dead.phase {
-                DeadPhase::Claimed(claim) if claim.deadline_ms <= now => {
+                DeadPhase::Claimed(claim) if claim.deadline_ms() <= now => {
                     Some(Event::LeaseExpired {
                         lane: Lane::DeadLetter,
                         offset,
@@ -620,7 +620,7 @@ impl PartitionState {
         let generation = message.generation;
         match message.phase {
             WarmPhase::Claimed(claim) => {
-                if claim.deadline_ms > now {
+                if claim.deadline_ms() > now {
                     None
                 } else if expired {
                     Some(self.expiry_event(offset, generation, now))

@@ -31,8 +31,8 @@ pub const EVENT_BYTES: usize = 32;
 /// Encoded size of `Claimed` (it also carries the worker).
 pub const CLAIMED_EVENT_BYTES: usize = 40;
 
-const _: () = assert!(EVENT_BYTES % 8 == 0);
-const _: () = assert!(CLAIMED_EVENT_BYTES % 8 == 0);
+const _: () = assert!(EVENT_BYTES.is_multiple_of(8));
+const _: () = assert!(CLAIMED_EVENT_BYTES.is_multiple_of(8));
 
 /// Kind byte of each control event. 0 is never valid, so zeroed bytes do not
 /// decode as an event.
@@ -256,7 +256,7 @@ impl Event {
             out.extend_from_slice(&worker.to_le_bytes());
         }
         let written = out.len() - start;
-        assert!(written % 8 == 0);
+        assert!(written.is_multiple_of(8));
         assert!(Some(written) == self.encoded_len());
         Ok(written)
     }

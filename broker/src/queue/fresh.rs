@@ -81,19 +81,6 @@ impl FreshBand {
         self.bytes
     }
 
-    /// Heap bytes this band holds (chunk storage, chunk table, side map
-    /// estimate); for the memory figures.
-    pub fn heap_bytes(&self) -> usize {
-        let chunk_storage: usize = self
-            .chunks
-            .iter()
-            .map(|c| c.entries.capacity() * std::mem::size_of::<FreshEntry>())
-            .sum();
-        chunk_storage
-            + self.chunks.capacity() * std::mem::size_of::<Chunk>()
-            + self.long_expiry.len() * 32
-    }
-
     fn view(&self, entry: &FreshEntry) -> FreshView {
         let expiry_ms = match entry.expiry_code {
             NO_EXPIRY => NEVER,

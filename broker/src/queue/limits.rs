@@ -38,6 +38,9 @@ pub const ADMISSION_BATCH_MAX: usize = spool_wire::limits::BATCH_RECORDS_MAX as 
 /// Never-claimed messages are stored in fixed chunks of this many entries, so
 /// a backlog costs its entries plus one small header per chunk.
 pub const FRESH_CHUNK_ENTRIES: usize = 64;
+/// Claimed, scheduled and retried messages are kept in sorted chunks of
+/// this many entries (see `chunk_map`).
+pub const WARM_CHUNK_ENTRIES: usize = 64;
 /// Largest snapshot `restore` accepts (1 GiB): a bound on what a corrupt
 /// length field can make it allocate.
 pub const SNAPSHOT_BYTES_MAX: usize = 1 << 30;

@@ -50,6 +50,7 @@
 //! conflict; `apply` then refuses the second with an `ApplyError` and
 //! changes nothing.
 
+mod chunk_map;
 pub mod config;
 mod decide;
 pub mod error;

@@ -110,7 +110,7 @@ const PHASE_READY: u8 = 2;
 const PHASE_CLAIMED: u8 = 3;
 
 fn claim_fields(claim: &Claim) -> (u64, u64, u64) {
-    (claim.worker.0, claim.claimed_at_ms, claim.deadline_ms)
+    (claim.worker.0, claim.claimed_at_ms, claim.deadline_ms())
 }
 
 fn totals_list(t: &Totals) -> [u64; 9] {
@@ -154,7 +154,7 @@ impl PartitionState {
             }
         }
         w.u64(self.warm.len() as u64);
-        for (&offset, warm) in &self.warm {
+        for (&offset, warm) in self.warm.iter() {
             w.u64(offset.0);
             w.u64(warm.enqueue_time_ms);
             w.u64(warm.expiry_ms);
@@ -300,11 +300,10 @@ impl PartitionState {
                 (PHASE_SCHEDULED, due_ms, 0, 0) => WarmPhase::Scheduled { due_ms },
                 (PHASE_READY, since_ms, 0, 0) => WarmPhase::Ready { since_ms },
                 (PHASE_CLAIMED, worker, claimed_at_ms, deadline_ms) if generation.0 > 0 => {
-                    WarmPhase::Claimed(Claim {
-                        worker: WorkerId(worker),
-                        claimed_at_ms,
-                        deadline_ms,
-                    })
+                    WarmPhase::Claimed(
+                        Claim::new(WorkerId(worker), claimed_at_ms, deadline_ms)
+                            .ok_or(CodecError::Inconsistent("deadline"))?,
+                    )
                 }
                 _ => return Err(CodecError::Inconsistent("warm phase")),
             };
@@ -334,11 +333,10 @@ impl PartitionState {
             let last_reason = ReleaseReason(r.u16()?);
             let phase = match r.phase()? {
                 (PHASE_READY, since_ms, 0, 0) => DeadPhase::Ready { since_ms },
-                (PHASE_CLAIMED, worker, claimed_at_ms, deadline_ms) => DeadPhase::Claimed(Claim {
-                    worker: WorkerId(worker),
-                    claimed_at_ms,
-                    deadline_ms,
-                }),
+                (PHASE_CLAIMED, worker, claimed_at_ms, deadline_ms) => DeadPhase::Claimed(
+                    Claim::new(WorkerId(worker), claimed_at_ms, deadline_ms)
+                        .ok_or(CodecError::Inconsistent("deadline"))?,
+                ),
                 _ => return Err(CodecError::Inconsistent("dead-letter phase")),
             };
             let cause = QuarantineCause::from_u8(r.u8()?).ok_or(CodecError::BadField("cause"))?;

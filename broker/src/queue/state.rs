@@ -14,6 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+use super::chunk_map::ChunkMap;
 use super::config::{ConfigError, QueueConfig};
 use super::error::ApplyError;
 use super::event::Event;
@@ -42,7 +43,22 @@ pub struct PartitionContext {
 pub(crate) struct Claim {
     pub worker: WorkerId,
     pub claimed_at_ms: Millis,
-    pub deadline_ms: Millis,
+    /// Deadline minus claim time. A lease never outlives
+    /// `max_lease_lifetime_ms` (at most `LEASE_MS_MAX`, far inside 32 bits),
+    /// and the 4 bytes saved keep a claimed message under its memory target.
+    lease_total_ms: u32,
+}
+
+impl Claim {
+    /// `None` when the deadline is before the claim or too far after it.
+    pub fn new(worker: WorkerId, claimed_at_ms: Millis, deadline_ms: Millis) -> Option<Self> {
+        let total = deadline_ms.checked_sub(claimed_at_ms)?;
+        Some(Self { worker, claimed_at_ms, lease_total_ms: u32::try_from(total).ok()? })
+    }
+
+    pub fn deadline_ms(&self) -> Millis {
+        self.claimed_at_ms + u64::from(self.lease_total_ms)
+    }
 }
 
 /// State of a main-lane message that is not in `fresh`.
@@ -54,6 +70,9 @@ pub(crate) enum WarmPhase {
 }
 
 /// A main-lane message that has been claimed or scheduled at least once.
+/// Kept at 64 bytes: with its key that is 72 per `ChunkMap` slot, which with
+/// the claim or schedule index keeps such a message near 108 bytes
+/// (measured by `tests/queue_memory.rs`), under the 128-byte target.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Warm {
     pub enqueue_time_ms: Millis,
@@ -66,6 +85,8 @@ pub(crate) struct Warm {
     pub last_reason: ReleaseReason,
     pub phase: WarmPhase,
 }
+
+const _: () = assert!(std::mem::size_of::<Warm>() <= 64);
 
 /// State of a dead letter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -166,13 +187,16 @@ pub struct PartitionState {
     pub(crate) key: TokenKey,
     pub(crate) config: QueueConfig,
     pub(crate) fresh: Vec<FreshBand>,
-    pub(crate) warm: BTreeMap<Offset, Warm>,
+    pub(crate) warm: ChunkMap<Warm>,
     /// Warm ready messages with no failed attempt, per band: (since, offset).
     pub(crate) band_ready: Vec<BTreeSet<(Millis, Offset)>>,
     /// Warm ready messages with at least one failed attempt: (since, offset).
     pub(crate) retry: BTreeSet<(Millis, Offset)>,
+    /// Scheduled messages by min(due, expiry): when tick must look at them.
     pub(crate) scheduled: BTreeSet<(Millis, Offset)>,
-    /// Warm messages that expire: (expiry, offset).
+    /// Warm ready messages that expire: (expiry, offset). Scheduled ones are
+    /// due at min(not_before, expiry) in `scheduled`; claimed ones are looked
+    /// at when their lease ends.
     pub(crate) warm_expiry: BTreeSet<(Millis, Offset)>,
     pub(crate) warm_bytes: u64,
     /// Live leases of both lanes: (deadline, offset).
@@ -209,7 +233,7 @@ impl PartitionState {
             band_ready: vec![BTreeSet::new(); bands],
             credits: Credits::new(&weights),
             config: ctx.config,
-            warm: BTreeMap::new(),
+            warm: ChunkMap::default(),
             retry: BTreeSet::new(),
             scheduled: BTreeSet::new(),
             warm_expiry: BTreeSet::new(),
@@ -298,14 +322,14 @@ impl PartitionState {
     fn take_main(&mut self, offset: Offset) -> Option<MainMessage> {
         if let Some(warm) = self.warm.remove(&offset) {
             self.warm_bytes -= u64::from(warm.size_bytes);
-            if warm.expiry_ms != NEVER {
-                assert!(self.warm_expiry.remove(&(warm.expiry_ms, offset)));
-            }
             match warm.phase {
                 WarmPhase::Scheduled { due_ms } => {
-                    assert!(self.scheduled.remove(&(due_ms, offset)))
+                    assert!(self.scheduled.remove(&(due_ms.min(warm.expiry_ms), offset)));
                 }
                 WarmPhase::Ready { since_ms } => {
+                    if warm.expiry_ms != NEVER {
+                        assert!(self.warm_expiry.remove(&(warm.expiry_ms, offset)));
+                    }
                     let set = if warm.attempts == 0 {
                         &mut self.band_ready[usize::from(warm.priority)]
                     } else {
@@ -314,7 +338,7 @@ impl PartitionState {
                     assert!(set.remove(&(since_ms, offset)));
                 }
                 WarmPhase::Claimed(claim) => {
-                    assert!(self.claims.remove(&(claim.deadline_ms, offset)))
+                    assert!(self.claims.remove(&(claim.deadline_ms(), offset)))
                 }
             }
             return Some(MainMessage { warm });
@@ -331,8 +355,13 @@ impl PartitionState {
     fn insert_warm(&mut self, offset: Offset, warm: Warm) {
         assert!(usize::from(warm.priority) < self.fresh.len());
         match warm.phase {
-            WarmPhase::Scheduled { due_ms } => assert!(self.scheduled.insert((due_ms, offset))),
+            WarmPhase::Scheduled { due_ms } => {
+                assert!(self.scheduled.insert((due_ms.min(warm.expiry_ms), offset)));
+            }
             WarmPhase::Ready { since_ms } => {
+                if warm.expiry_ms != NEVER {
+                    assert!(self.warm_expiry.insert((warm.expiry_ms, offset)));
+                }
                 let set = if warm.attempts == 0 {
                     &mut self.band_ready[usize::from(warm.priority)]
                 } else {
@@ -340,10 +369,7 @@ impl PartitionState {
                 };
                 assert!(set.insert((since_ms, offset)));
             }
-            WarmPhase::Claimed(claim) => assert!(self.claims.insert((claim.deadline_ms, offset))),
-        }
-        if warm.expiry_ms != NEVER {
-            assert!(self.warm_expiry.insert((warm.expiry_ms, offset)));
+            WarmPhase::Claimed(claim) => assert!(self.claims.insert((claim.deadline_ms(), offset))),
         }
         self.warm_bytes += u64::from(warm.size_bytes);
         assert!(self.warm.insert(offset, warm).is_none());
@@ -353,7 +379,9 @@ impl PartitionState {
         let dead = self.dlq.remove(&offset)?;
         match dead.phase {
             DeadPhase::Ready { since_ms } => assert!(self.dlq_ready.remove(&(since_ms, offset))),
-            DeadPhase::Claimed(claim) => assert!(self.claims.remove(&(claim.deadline_ms, offset))),
+            DeadPhase::Claimed(claim) => {
+                assert!(self.claims.remove(&(claim.deadline_ms(), offset)))
+            }
         }
         Some(dead)
     }
@@ -361,7 +389,7 @@ impl PartitionState {
     fn insert_dead(&mut self, offset: Offset, dead: DeadLetter) {
         match dead.phase {
             DeadPhase::Ready { since_ms } => assert!(self.dlq_ready.insert((since_ms, offset))),
-            DeadPhase::Claimed(claim) => assert!(self.claims.insert((claim.deadline_ms, offset))),
+            DeadPhase::Claimed(claim) => assert!(self.claims.insert((claim.deadline_ms(), offset))),
         }
         assert!(self.dlq.insert(offset, dead).is_none());
     }
@@ -403,13 +431,17 @@ impl PartitionState {
         match *event {
             Event::Enqueued(meta) => self.apply_enqueued(&meta),
             Event::Claimed { lane, offset, generation, worker, claimed_at_ms, deadline_ms } => {
-                let claim = Claim { worker, claimed_at_ms, deadline_ms };
+                let claim = Claim::new(worker, claimed_at_ms, deadline_ms).ok_or(
+                    ApplyError::WrongState { offset, what: "Claimed: deadline out of range" },
+                )?;
                 self.apply_claimed(lane, offset, generation, claim)
             }
             Event::Extended { lane, offset, generation, deadline_ms, .. } => {
                 let claim = self.current_claim(lane, offset, generation)?;
-                let moved = Claim { deadline_ms, ..claim };
-                assert!(self.claims.remove(&(claim.deadline_ms, offset)));
+                let moved = Claim::new(claim.worker, claim.claimed_at_ms, deadline_ms).ok_or(
+                    ApplyError::WrongState { offset, what: "Extended: deadline out of range" },
+                )?;
+                assert!(self.claims.remove(&(claim.deadline_ms(), offset)));
                 assert!(self.claims.insert((deadline_ms, offset)));
                 match lane {
                     Lane::Main => {
@@ -564,8 +596,10 @@ impl PartitionState {
         self.last_enqueue_time_ms = enqueue_time_ms;
         self.highest_enqueued = Some(meta.offset);
         self.prune_dedupe(enqueue_time_ms);
-        if !self.dedupe.contains_key(&meta.message_id) {
-            self.dedupe.insert(meta.message_id, (meta.offset, enqueue_time_ms));
+        if let std::collections::btree_map::Entry::Vacant(entry) =
+            self.dedupe.entry(meta.message_id)
+        {
+            entry.insert((meta.offset, enqueue_time_ms));
             self.dedupe_order.push_back((enqueue_time_ms, meta.message_id));
         }
         let band = self.band_of(meta.priority);
@@ -714,7 +748,7 @@ impl PartitionState {
     /// the newest checkpoint's offset and the configured audit window.
     pub fn retention_watermark(&self) -> Option<Offset> {
         let fresh = self.fresh.iter().filter_map(FreshBand::front).map(|v| v.offset);
-        let warm = self.warm.keys().next().copied();
+        let warm = self.warm.first_key();
         let dead = self.dlq.keys().next().copied();
         fresh.chain(warm).chain(dead).min()
     }
@@ -760,7 +794,7 @@ impl PartitionState {
                 out.push(Self::main_view(view.offset, &Self::warm_from_fresh(&view, band)));
             }
         }
-        for (&offset, warm) in &self.warm {
+        for (&offset, warm) in self.warm.iter() {
             out.push(Self::main_view(offset, warm));
         }
         for (&offset, dead) in &self.dlq {
@@ -777,7 +811,7 @@ impl PartitionState {
             WarmPhase::Claimed(c) => MessagePhase::Claimed {
                 worker: c.worker,
                 claimed_at_ms: c.claimed_at_ms,
-                deadline_ms: c.deadline_ms,
+                deadline_ms: c.deadline_ms(),
             },
         };
         MessageView {
@@ -801,7 +835,7 @@ impl PartitionState {
             DeadPhase::Claimed(c) => MessagePhase::Claimed {
                 worker: c.worker,
                 claimed_at_ms: c.claimed_at_ms,
-                deadline_ms: c.deadline_ms,
+                deadline_ms: c.deadline_ms(),
             },
         };
         MessageView {
@@ -819,16 +853,11 @@ impl PartitionState {
         }
     }
 
-    /// Heap bytes held by the fresh backlog (chunked storage), for the
-    /// memory figures.
-    pub fn fresh_heap_bytes(&self) -> usize {
-        self.fresh.iter().map(FreshBand::heap_bytes).sum()
-    }
-
     /// Read-only consistency check of every structure against the others.
     /// Called after every step in tests; cheap enough for debug assertions.
     pub fn assert_invariants(&self) {
         assert!(self.fresh.len() == self.config.bands());
+        self.warm.assert_invariants();
         assert!(self.band_ready.len() == self.fresh.len());
         assert!(self.credits.raw().len() == self.fresh.len() + 1);
         for fresh in &self.fresh {
@@ -847,20 +876,20 @@ impl PartitionState {
         }
         let (mut ready, mut retry, mut scheduled, mut claims, mut expiry) = (0, 0, 0, 0, 0);
         let mut bytes = 0u64;
-        for (&offset, warm) in &self.warm {
+        for (&offset, warm) in self.warm.iter() {
             assert!(!self.dlq.contains_key(&offset));
             assert!(usize::from(warm.priority) < self.fresh.len());
             bytes += u64::from(warm.size_bytes);
-            if warm.expiry_ms != NEVER {
-                assert!(self.warm_expiry.contains(&(warm.expiry_ms, offset)));
-                expiry += 1;
-            }
             match warm.phase {
                 WarmPhase::Scheduled { due_ms } => {
-                    assert!(self.scheduled.contains(&(due_ms, offset)));
+                    assert!(self.scheduled.contains(&(due_ms.min(warm.expiry_ms), offset)));
                     scheduled += 1;
                 }
                 WarmPhase::Ready { since_ms } => {
+                    if warm.expiry_ms != NEVER {
+                        assert!(self.warm_expiry.contains(&(warm.expiry_ms, offset)));
+                        expiry += 1;
+                    }
                     if warm.attempts == 0 {
                         assert!(self.band_ready[usize::from(warm.priority)]
                             .contains(&(since_ms, offset)));
@@ -872,9 +901,9 @@ impl PartitionState {
                 }
                 WarmPhase::Claimed(claim) => {
                     assert!(warm.generation.0 > 0);
-                    assert!(self.claims.contains(&(claim.deadline_ms, offset)));
+                    assert!(self.claims.contains(&(claim.deadline_ms(), offset)));
                     assert!(
-                        claim.deadline_ms
+                        claim.deadline_ms()
                             <= claim
                                 .claimed_at_ms
                                 .saturating_add(self.config.max_lease_lifetime_ms)
@@ -896,7 +925,7 @@ impl PartitionState {
                     dead_ready += 1;
                 }
                 DeadPhase::Claimed(claim) => {
-                    assert!(self.claims.contains(&(claim.deadline_ms, offset)));
+                    assert!(self.claims.contains(&(claim.deadline_ms(), offset)));
                     claims += 1;
                 }
             }

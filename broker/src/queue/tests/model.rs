@@ -87,7 +87,8 @@ impl Model {
                 continue;
             }
             let c = self.class(v);
-            let better = heads[c].is_none_or(|h| (Self::since(v), v.offset) < (Self::since(&h), h.offset));
+            let better =
+                heads[c].is_none_or(|h| (Self::since(v), v.offset) < (Self::since(&h), h.offset));
             if better {
                 heads[c] = Some(*v);
             }
@@ -103,7 +104,13 @@ impl Model {
 
     fn expiry_event(&self, offset: Offset, generation: Generation, now: Millis) -> Event {
         if self.config.dead_letter_on_expiry {
-            Event::Quarantined { offset, generation, cause: QuarantineCause::Expired, reason: ReleaseReason::EXPIRED, at_ms: now }
+            Event::Quarantined {
+                offset,
+                generation,
+                cause: QuarantineCause::Expired,
+                reason: ReleaseReason::EXPIRED,
+                at_ms: now,
+            }
         } else {
             Event::Expired { offset, generation, at_ms: now }
         }
@@ -111,7 +118,10 @@ impl Model {
 
     fn enqueue(&self, now: Millis, r: &EnqueueRequest) -> Result<EnqueueDecision, QueueError> {
         if usize::from(r.priority) >= self.bands() {
-            return Err(QueueError::PriorityOutOfRange { priority: r.priority, bands: self.bands() });
+            return Err(QueueError::PriorityOutOfRange {
+                priority: r.priority,
+                bands: self.bands(),
+            });
         }
         if let Some(&(offset, t)) = self.dedupe.get(&r.message_id) {
             if t + self.config.dedupe_window_ms > now {
@@ -131,7 +141,11 @@ impl Model {
 
     /// The admission decisions of a whole batch, restated: earlier accepts
     /// of the batch count against the limits, repeated ids point back.
-    fn enqueue_batch(&self, now: Millis, batch: &[EnqueueRequest]) -> Vec<Result<EnqueueDecision, QueueError>> {
+    fn enqueue_batch(
+        &self,
+        now: Millis,
+        batch: &[EnqueueRequest],
+    ) -> Vec<Result<EnqueueDecision, QueueError>> {
         let count = self.main_live().count() as u64;
         let bytes: u64 = self.main_live().map(|v| u64::from(v.size_bytes)).sum();
         let (mut accepted, mut accepted_bytes) = (0u64, 0u64);
@@ -144,7 +158,9 @@ impl Model {
                         Ok(EnqueueDecision::DuplicateInBatch { index: first })
                     } else if count + accepted + 1 > self.config.max_messages {
                         Ok(EnqueueDecision::QueueFull { limit: FullLimit::Messages })
-                    } else if bytes + accepted_bytes + u64::from(r.size_bytes) > self.config.max_bytes {
+                    } else if bytes + accepted_bytes + u64::from(r.size_bytes)
+                        > self.config.max_bytes
+                    {
                         Ok(EnqueueDecision::QueueFull { limit: FullLimit::Bytes })
                     } else {
                         accepted += 1;
@@ -161,7 +177,11 @@ impl Model {
     }
 
     /// Expected (offset, generation, attempt, size) of each delivery, and events.
-    fn claim(&self, now: Millis, req: &ClaimRequest) -> (Vec<Event>, Vec<(Offset, Generation, u16)>) {
+    fn claim(
+        &self,
+        now: Millis,
+        req: &ClaimRequest,
+    ) -> (Vec<Event>, Vec<(Offset, Generation, u16)>) {
         let lease = req.lease_ms.unwrap_or(self.config.lease_default_ms);
         let deadline = now + lease;
         let weights = self.weights();
@@ -178,7 +198,8 @@ impl Model {
                 let expired = heads.iter().flatten().find(|h| expiry(h) <= now).copied();
                 // Expired heads are dropped class by class, in class order.
                 let Some(_) = expired else { break };
-                let first = heads.iter().flatten().find(|h| expiry(h) <= now).copied().expect("found");
+                let first =
+                    heads.iter().flatten().find(|h| expiry(h) <= now).copied().expect("found");
                 if skipped >= CLAIM_EXPIRED_SCAN_MAX {
                     break 'outer;
                 }
@@ -250,19 +271,34 @@ impl Model {
     }
 
     /// The token check, restated: returns the claimed message.
-    fn validate(&self, now: Millis, t: &TokenClaim, forged: bool) -> Result<MessageView, QueueError> {
+    fn validate(
+        &self,
+        now: Millis,
+        t: &TokenClaim,
+        forged: bool,
+    ) -> Result<MessageView, QueueError> {
         if forged {
             return Err(QueueError::InvalidToken(InvalidToken::BadMac));
         }
         if t.epoch.0 != self.epoch {
-            return Err(QueueError::StaleToken(StaleToken::Epoch { token: t.epoch.0, current: self.epoch }));
+            return Err(QueueError::StaleToken(StaleToken::Epoch {
+                token: t.epoch.0,
+                current: self.epoch,
+            }));
         }
-        let v = self.messages.get(&t.offset).ok_or(QueueError::StaleToken(StaleToken::NotClaimed))?;
+        let v =
+            self.messages.get(&t.offset).ok_or(QueueError::StaleToken(StaleToken::NotClaimed))?;
         if v.lane != t.lane {
-            return Err(QueueError::StaleToken(StaleToken::Lane { token: t.lane, current: v.lane }));
+            return Err(QueueError::StaleToken(StaleToken::Lane {
+                token: t.lane,
+                current: v.lane,
+            }));
         }
         if v.generation != t.generation {
-            return Err(QueueError::StaleToken(StaleToken::Generation { token: t.generation, current: v.generation }));
+            return Err(QueueError::StaleToken(StaleToken::Generation {
+                token: t.generation,
+                current: v.generation,
+            }));
         }
         let MessagePhase::Claimed { worker, deadline_ms, .. } = v.phase else {
             return Err(QueueError::StaleToken(StaleToken::NotClaimed));
@@ -271,45 +307,87 @@ impl Model {
             return Err(QueueError::StaleToken(StaleToken::Worker));
         }
         if now >= deadline_ms {
-            return Err(QueueError::StaleToken(StaleToken::LeaseExpired { deadline_ms, now_ms: now }));
+            return Err(QueueError::StaleToken(StaleToken::LeaseExpired {
+                deadline_ms,
+                now_ms: now,
+            }));
         }
         Ok(*v)
     }
 
-    fn release(&self, now: Millis, t: &TokenClaim, forged: bool, reason: ReleaseReason, nb: Option<Millis>) -> Result<Event, QueueError> {
+    fn release(
+        &self,
+        now: Millis,
+        t: &TokenClaim,
+        forged: bool,
+        reason: ReleaseReason,
+        nb: Option<Millis>,
+    ) -> Result<Event, QueueError> {
         let v = self.validate(now, t, forged)?;
         let (lane, offset, generation) = (t.lane, t.offset, t.generation);
         if lane == Lane::DeadLetter {
-            return Ok(Event::Released { lane, offset, generation, reason, at_ms: now, not_before_ms: now });
+            return Ok(Event::Released {
+                lane,
+                offset,
+                generation,
+                reason,
+                at_ms: now,
+                not_before_ms: now,
+            });
         }
         if expiry(&v) <= now {
             return Ok(self.expiry_event(offset, generation, now));
         }
         if v.attempts + 1 >= self.config.max_deliveries {
-            return Ok(Event::Quarantined { offset, generation, cause: QuarantineCause::Deliveries, reason, at_ms: now });
+            return Ok(Event::Quarantined {
+                offset,
+                generation,
+                cause: QuarantineCause::Deliveries,
+                reason,
+                at_ms: now,
+            });
         }
         let delay = match self.config.backoff {
             Backoff::None => 0,
-            Backoff::Linear { step_ms, max_ms } => (step_ms * u64::from(v.attempts + 1)).min(max_ms),
+            Backoff::Linear { step_ms, max_ms } => {
+                (step_ms * u64::from(v.attempts + 1)).min(max_ms)
+            }
             Backoff::Exponential { base_ms, max_ms } => (base_ms << v.attempts).min(max_ms),
         };
         let not_before_ms = nb.unwrap_or(now + delay).max(now);
         Ok(Event::Released { lane, offset, generation, reason, at_ms: now, not_before_ms })
     }
 
-    fn extend(&self, now: Millis, t: &TokenClaim, forged: bool, lease: Millis) -> Result<(Event, Millis), QueueError> {
+    fn extend(
+        &self,
+        now: Millis,
+        t: &TokenClaim,
+        forged: bool,
+        lease: Millis,
+    ) -> Result<(Event, Millis), QueueError> {
         let v = self.validate(now, t, forged)?;
         let (min_ms, max_ms) = (self.config.lease_min_ms, self.config.lease_max_ms);
         if !(min_ms..=max_ms).contains(&lease) {
             return Err(QueueError::LeaseOutOfRange { lease_ms: lease, min_ms, max_ms });
         }
-        let MessagePhase::Claimed { claimed_at_ms, deadline_ms, .. } = v.phase else { unreachable!() };
+        let MessagePhase::Claimed { claimed_at_ms, deadline_ms, .. } = v.phase else {
+            unreachable!()
+        };
         let cap = claimed_at_ms + self.config.max_lease_lifetime_ms;
         if now + lease > cap && deadline_ms >= cap {
             return Err(QueueError::LeaseLifetimeExhausted { cap_ms: cap });
         }
         let d = (now + lease).min(cap);
-        Ok((Event::Extended { lane: t.lane, offset: t.offset, generation: t.generation, at_ms: now, deadline_ms: d }, d))
+        Ok((
+            Event::Extended {
+                lane: t.lane,
+                offset: t.offset,
+                generation: t.generation,
+                at_ms: now,
+                deadline_ms: d,
+            },
+            d,
+        ))
     }
 
     fn tick(&self, now: Millis) -> Vec<Event> {
@@ -317,8 +395,15 @@ impl Model {
         for v in self.messages.values() {
             let (offset, generation) = (v.offset, v.generation);
             let event = match (v.lane, v.phase) {
-                (Lane::DeadLetter, MessagePhase::Claimed { deadline_ms, .. }) if deadline_ms <= now => {
-                    Some(Event::LeaseExpired { lane: Lane::DeadLetter, offset, generation, at_ms: now })
+                (Lane::DeadLetter, MessagePhase::Claimed { deadline_ms, .. })
+                    if deadline_ms <= now =>
+                {
+                    Some(Event::LeaseExpired {
+                        lane: Lane::DeadLetter,
+                        offset,
+                        generation,
+                        at_ms: now,
+                    })
                 }
                 (Lane::DeadLetter, _) => None,
                 (Lane::Main, MessagePhase::Claimed { deadline_ms, .. }) => {
@@ -327,12 +412,25 @@ impl Model {
                     } else if expiry(v) <= now {
                         Some(self.expiry_event(offset, generation, now))
                     } else if v.attempts + 1 >= self.config.max_deliveries {
-                        Some(Event::Quarantined { offset, generation, cause: QuarantineCause::Deliveries, reason: ReleaseReason::LEASE_EXPIRED, at_ms: now })
+                        Some(Event::Quarantined {
+                            offset,
+                            generation,
+                            cause: QuarantineCause::Deliveries,
+                            reason: ReleaseReason::LEASE_EXPIRED,
+                            at_ms: now,
+                        })
                     } else {
-                        Some(Event::LeaseExpired { lane: Lane::Main, offset, generation, at_ms: now })
+                        Some(Event::LeaseExpired {
+                            lane: Lane::Main,
+                            offset,
+                            generation,
+                            at_ms: now,
+                        })
                     }
                 }
-                (Lane::Main, _) if expiry(v) <= now => Some(self.expiry_event(offset, generation, now)),
+                (Lane::Main, _) if expiry(v) <= now => {
+                    Some(self.expiry_event(offset, generation, now))
+                }
                 (Lane::Main, MessagePhase::Scheduled { due_ms }) if due_ms <= now => {
                     Some(Event::Readied { offset, generation, at_ms: now })
                 }
@@ -358,19 +456,22 @@ impl Model {
                     MessagePhase::Ready { since_ms: t }
                 };
                 self.totals.enqueued += 1;
-                self.messages.insert(m.offset, MessageView {
-                    offset: m.offset,
-                    lane: Lane::Main,
-                    phase,
-                    priority: m.priority.min(self.bands() as u8 - 1),
-                    size_bytes: m.size_bytes,
-                    enqueue_time_ms: t,
-                    expiry_ms: m.expiry_ms.map(|e| e.max(t)),
-                    attempts: 0,
-                    generation: Generation(0),
-                    last_reason: ReleaseReason::NONE,
-                    quarantine: None,
-                });
+                self.messages.insert(
+                    m.offset,
+                    MessageView {
+                        offset: m.offset,
+                        lane: Lane::Main,
+                        phase,
+                        priority: m.priority.min(self.bands() as u8 - 1),
+                        size_bytes: m.size_bytes,
+                        enqueue_time_ms: t,
+                        expiry_ms: m.expiry_ms.map(|e| e.max(t)),
+                        attempts: 0,
+                        generation: Generation(0),
+                        last_reason: ReleaseReason::NONE,
+                        quarantine: None,
+                    },
+                );
             }
             Event::Claimed { lane, offset, generation, worker, claimed_at_ms, deadline_ms } => {
                 if lane == Lane::Main {
@@ -407,7 +508,8 @@ impl Model {
                 self.end_claim(offset, ReleaseReason::LEASE_EXPIRED, at_ms, at_ms);
             }
             Event::Readied { offset, at_ms, .. } => {
-                self.messages.get_mut(&offset).unwrap().phase = MessagePhase::Ready { since_ms: at_ms };
+                self.messages.get_mut(&offset).unwrap().phase =
+                    MessagePhase::Ready { since_ms: at_ms };
             }
             Event::Quarantined { offset, cause, reason, at_ms, .. } => {
                 let v = self.messages.get_mut(&offset).unwrap();
@@ -439,7 +541,13 @@ impl Model {
         }
     }
 
-    fn end_claim(&mut self, offset: Offset, reason: ReleaseReason, at_ms: Millis, not_before_ms: Millis) {
+    fn end_claim(
+        &mut self,
+        offset: Offset,
+        reason: ReleaseReason,
+        at_ms: Millis,
+        not_before_ms: Millis,
+    ) {
         let v = self.messages.get_mut(&offset).unwrap();
         v.attempts += 1;
         v.last_reason = reason;
@@ -452,17 +560,28 @@ impl Model {
 
     fn counters(&self, now: Millis) -> QueueCounters {
         let main: Vec<&MessageView> = self.main_live().collect();
-        let ready: Vec<&&MessageView> = main.iter().filter(|v| matches!(v.phase, MessagePhase::Ready { .. })).collect();
+        let ready: Vec<&&MessageView> =
+            main.iter().filter(|v| matches!(v.phase, MessagePhase::Ready { .. })).collect();
         let dead = self.messages.values().filter(|v| v.lane == Lane::DeadLetter);
         QueueCounters {
             ready: ready.len() as u64,
-            scheduled: main.iter().filter(|v| matches!(v.phase, MessagePhase::Scheduled { .. })).count() as u64,
-            claimed: main.iter().filter(|v| matches!(v.phase, MessagePhase::Claimed { .. })).count() as u64,
+            scheduled: main
+                .iter()
+                .filter(|v| matches!(v.phase, MessagePhase::Scheduled { .. }))
+                .count() as u64,
+            claimed: main.iter().filter(|v| matches!(v.phase, MessagePhase::Claimed { .. })).count()
+                as u64,
             quarantined: dead.clone().count() as u64,
-            dead_letter_claimed: dead.filter(|v| matches!(v.phase, MessagePhase::Claimed { .. })).count() as u64,
+            dead_letter_claimed: dead
+                .filter(|v| matches!(v.phase, MessagePhase::Claimed { .. }))
+                .count() as u64,
             live_messages: main.len() as u64,
             live_bytes: main.iter().map(|v| u64::from(v.size_bytes)).sum(),
-            oldest_ready_age_ms: ready.iter().map(|v| Self::since(v)).min().map(|s| now.saturating_sub(s)),
+            oldest_ready_age_ms: ready
+                .iter()
+                .map(|v| Self::since(v))
+                .min()
+                .map(|s| now.saturating_sub(s)),
             totals: self.totals,
         }
     }
@@ -478,8 +597,14 @@ fn random_config(rng: &mut ChaCha8Rng) -> QueueConfig {
     let bands = rng.random_range(4..=8);
     let backoff = match rng.random_range(0..3) {
         0 => Backoff::None,
-        1 => Backoff::Linear { step_ms: rng.random_range(1..800), max_ms: rng.random_range(500..3_000) },
-        _ => Backoff::Exponential { base_ms: rng.random_range(1..500), max_ms: rng.random_range(500..3_000) },
+        1 => Backoff::Linear {
+            step_ms: rng.random_range(1..800),
+            max_ms: rng.random_range(500..3_000),
+        },
+        _ => Backoff::Exponential {
+            base_ms: rng.random_range(1..500),
+            max_ms: rng.random_range(500..3_000),
+        },
     };
     QueueConfig {
         band_weights: (0..bands).map(|_| rng.random_range(1..=5)).collect(),
@@ -493,7 +618,11 @@ fn random_config(rng: &mut ChaCha8Rng) -> QueueConfig {
         backoff,
         dedupe_window_ms: rng.random_range(0..5_000),
         // Some runs hold a few messages, some hundreds (several fresh chunks).
-        max_messages: if rng.random_bool(0.7) { rng.random_range(5..40) } else { rng.random_range(100..400) },
+        max_messages: if rng.random_bool(0.7) {
+            rng.random_range(5..40)
+        } else {
+            rng.random_range(100..400)
+        },
         max_bytes: rng.random_range(500..20_000),
         dead_letter_on_expiry: rng.random_bool(0.5),
     }
@@ -526,7 +655,11 @@ impl Run {
         let real = self.state.messages();
         let model: Vec<MessageView> = self.model.messages.values().copied().collect();
         assert_eq!(real, model, "messages differ at step {step}");
-        assert_eq!(self.state.counters(self.now), self.model.counters(self.now), "counters at step {step}");
+        assert_eq!(
+            self.state.counters(self.now),
+            self.model.counters(self.now),
+            "counters at step {step}"
+        );
         assert_eq!(self.state.retention_watermark(), self.model.messages.keys().next().copied());
     }
 
@@ -536,7 +669,11 @@ impl Run {
         }
         // Recent tokens are the interesting ones; old ones are mostly stale.
         let len = self.issued.len();
-        let index = if self.rng.random_bool(0.7) { len - 1 - self.rng.random_range(0..len.min(4)) } else { self.rng.random_range(0..len) };
+        let index = if self.rng.random_bool(0.7) {
+            len - 1 - self.rng.random_range(0..len.min(4))
+        } else {
+            self.rng.random_range(0..len)
+        };
         let token = self.issued[index].token;
         if self.rng.random_bool(0.05) {
             let mut bytes = token.to_bytes();
@@ -553,8 +690,15 @@ impl Run {
         EnqueueRequest {
             message_id: id(self.rng.random_range(0..400)),
             priority: self.rng.random_range(0..self.config.bands() as u8),
-            not_before_ms: if self.rng.random_bool(0.1) { self.now + self.rng.random_range(0..4_000) } else { 0 },
-            expiry_ms: self.rng.random_bool(0.3).then(|| self.now + self.rng.random_range(0..8_000)),
+            not_before_ms: if self.rng.random_bool(0.1) {
+                self.now + self.rng.random_range(0..4_000)
+            } else {
+                0
+            },
+            expiry_ms: self
+                .rng
+                .random_bool(0.3)
+                .then(|| self.now + self.rng.random_range(0..8_000)),
             size_bytes: self.rng.random_range(1..50),
         }
     }
@@ -568,7 +712,11 @@ impl Run {
                 let batch: Vec<EnqueueRequest> = (0..size).map(|_| self.random_request()).collect();
                 let mut admission = self.state.admission(self.now);
                 let real: Vec<_> = batch.iter().map(|r| admission.check(r)).collect();
-                assert_eq!(real, self.model.enqueue_batch(self.now, &batch), "batch at step {step}");
+                assert_eq!(
+                    real,
+                    self.model.enqueue_batch(self.now, &batch),
+                    "batch at step {step}"
+                );
                 for (r, decision) in batch.iter().zip(real) {
                     if decision == Ok(EnqueueDecision::Accept) {
                         let meta = EnqueueMeta::new(r, Offset(self.next_offset), self.now);
@@ -580,8 +728,15 @@ impl Run {
                 let r = EnqueueRequest {
                     message_id: id(self.rng.random_range(0..60)),
                     priority: self.rng.random_range(0..=self.config.bands() as u8),
-                    not_before_ms: if self.rng.random_bool(0.25) { self.now + self.rng.random_range(0..4_000) } else { 0 },
-                    expiry_ms: self.rng.random_bool(0.25).then(|| self.now + self.rng.random_range(0..8_000)),
+                    not_before_ms: if self.rng.random_bool(0.25) {
+                        self.now + self.rng.random_range(0..4_000)
+                    } else {
+                        0
+                    },
+                    expiry_ms: self
+                        .rng
+                        .random_bool(0.25)
+                        .then(|| self.now + self.rng.random_range(0..8_000)),
                     size_bytes: self.rng.random_range(1..300),
                 };
                 let real = self.state.enqueue_check(self.now, &r);
@@ -595,22 +750,53 @@ impl Run {
                 let req = ClaimRequest {
                     worker: WorkerId(self.rng.random_range(1..4)),
                     credits: self.rng.random_range(1..6),
-                    max_bytes: if self.rng.random_bool(0.3) { self.rng.random_range(0..600) } else { u64::MAX },
-                    lease_ms: if self.rng.random_bool(0.5) { Some(self.rng.random_range(100..=3_000)) } else { None },
+                    max_bytes: if self.rng.random_bool(0.3) {
+                        self.rng.random_range(0..600)
+                    } else {
+                        u64::MAX
+                    },
+                    lease_ms: if self.rng.random_bool(0.5) {
+                        Some(self.rng.random_range(100..=3_000))
+                    } else {
+                        None
+                    },
                 };
                 let dead = self.rng.random_bool(0.1);
-                let decision = if dead { self.state.claim_dead_letters(self.now, &req) } else { self.state.claim(self.now, &req) }.unwrap();
+                let decision = if dead {
+                    self.state.claim_dead_letters(self.now, &req)
+                } else {
+                    self.state.claim(self.now, &req)
+                }
+                .unwrap();
                 if dead {
-                    assert_eq!(decision.events, self.model.claim_dead(self.now, &req), "dead claim at step {step}");
+                    assert_eq!(
+                        decision.events,
+                        self.model.claim_dead(self.now, &req),
+                        "dead claim at step {step}"
+                    );
                 } else {
                     let (events, expected) = self.model.claim(self.now, &req);
                     assert_eq!(decision.events, events, "claim events at step {step}");
-                    let got: Vec<_> = decision.deliveries.iter().map(|d| (d.offset, d.generation, d.attempt)).collect();
+                    let got: Vec<_> = decision
+                        .deliveries
+                        .iter()
+                        .map(|d| (d.offset, d.generation, d.attempt))
+                        .collect();
                     assert_eq!(got, expected, "deliveries at step {step}");
                 }
                 for d in &decision.deliveries {
                     let c = d.token.claim();
-                    assert_eq!((c.queue, c.partition, c.epoch, c.worker, c.offset, c.generation), (QueueId(3), PartitionId(1), LeaderEpoch(self.epoch), req.worker, d.offset, d.generation));
+                    assert_eq!(
+                        (c.queue, c.partition, c.epoch, c.worker, c.offset, c.generation),
+                        (
+                            QueueId(3),
+                            PartitionId(1),
+                            LeaderEpoch(self.epoch),
+                            req.worker,
+                            d.offset,
+                            d.generation
+                        )
+                    );
                     self.issued.push(Issued { token: d.token });
                 }
                 self.apply(&decision.events);
@@ -618,12 +804,13 @@ impl Run {
             55..=64 => {
                 if let Some((claim, token, forged)) = self.token() {
                     let real = self.state.ack(self.now, &token);
-                    let model = self.model.validate(self.now, &claim, forged).map(|_| Event::Acked {
-                        lane: claim.lane,
-                        offset: claim.offset,
-                        generation: claim.generation,
-                        at_ms: self.now,
-                    });
+                    let model =
+                        self.model.validate(self.now, &claim, forged).map(|_| Event::Acked {
+                            lane: claim.lane,
+                            offset: claim.offset,
+                            generation: claim.generation,
+                            at_ms: self.now,
+                        });
                     assert_eq!(real, model, "ack at step {step}");
                     if let Ok(event) = real {
                         self.apply(&[event]);
@@ -633,9 +820,16 @@ impl Run {
             65..=74 => {
                 if let Some((claim, token, forged)) = self.token() {
                     let reason = ReleaseReason(self.rng.random_range(0..5));
-                    let nb = self.rng.random_bool(0.3).then(|| self.now + self.rng.random_range(0..3_000));
+                    let nb = self
+                        .rng
+                        .random_bool(0.3)
+                        .then(|| self.now + self.rng.random_range(0..3_000));
                     let real = self.state.release(self.now, &token, reason, nb);
-                    assert_eq!(real, self.model.release(self.now, &claim, forged, reason, nb), "release at step {step}");
+                    assert_eq!(
+                        real,
+                        self.model.release(self.now, &claim, forged, reason, nb),
+                        "release at step {step}"
+                    );
                     if let Ok(event) = real {
                         self.apply(&[event]);
                     }
@@ -645,7 +839,11 @@ impl Run {
                 if let Some((claim, token, forged)) = self.token() {
                     let lease = self.rng.random_range(50..3_500);
                     let real = self.state.extend(self.now, &token, Some(lease));
-                    assert_eq!(real, self.model.extend(self.now, &claim, forged, lease), "extend at step {step}");
+                    assert_eq!(
+                        real,
+                        self.model.extend(self.now, &claim, forged, lease),
+                        "extend at step {step}"
+                    );
                     if let Ok((event, _)) = real {
                         self.apply(&[event]);
                     }
@@ -673,14 +871,22 @@ impl Run {
                 assert!(self.state.tick(self.now).is_empty());
                 // Nothing is due before the wake-up the shard timer would use.
                 let wake = self.state.next_wakeup();
-                let probe = wake.map_or(self.now + (1 << 40), |w| w.saturating_sub(1)).max(self.now);
+                let probe =
+                    wake.map_or(self.now + (1 << 40), |w| w.saturating_sub(1)).max(self.now);
                 assert!(self.model.tick(probe).is_empty(), "missed wake-up at step {step}");
             }
             92..=93 => {
-                let dead: Vec<Offset> = self.model.messages.values().filter(|v| v.lane == Lane::DeadLetter).map(|v| v.offset).collect();
+                let dead: Vec<Offset> = self
+                    .model
+                    .messages
+                    .values()
+                    .filter(|v| v.lane == Lane::DeadLetter)
+                    .map(|v| v.offset)
+                    .collect();
                 if self.rng.random_bool(0.5) && !dead.is_empty() {
                     let offset = dead[self.rng.random_range(0..dead.len())];
-                    let ready = matches!(self.model.messages[&offset].phase, MessagePhase::Ready { .. });
+                    let ready =
+                        matches!(self.model.messages[&offset].phase, MessagePhase::Ready { .. });
                     match self.state.redrive(self.now, Redrive::One(offset)) {
                         Ok(events) => {
                             assert!(ready);
@@ -692,7 +898,10 @@ impl Run {
                         }
                     }
                 } else {
-                    let events = self.state.redrive(self.now, Redrive::Oldest(self.rng.random_range(0..3))).unwrap();
+                    let events = self
+                        .state
+                        .redrive(self.now, Redrive::Oldest(self.rng.random_range(0..3)))
+                        .unwrap();
                     self.apply(&events);
                 }
             }
@@ -727,13 +936,18 @@ impl Run {
             prefix.apply(event).unwrap();
         }
         let bytes = prefix.snapshot(Offset(cut as u64));
-        let restored = PartitionState::restore(&bytes, ctx(self.config.clone(), self.epoch)).unwrap();
+        let restored =
+            PartitionState::restore(&bytes, ctx(self.config.clone(), self.epoch)).unwrap();
         assert_eq!(restored.covers, Offset(cut as u64));
         let mut resumed = restored.state;
         for event in &self.log[cut..] {
             resumed.apply(event).unwrap();
         }
-        assert_eq!(resumed.snapshot(Offset(0)), live, "snapshot at {cut} + tail differs at step {step}");
+        assert_eq!(
+            resumed.snapshot(Offset(0)),
+            live,
+            "snapshot at {cut} + tail differs at step {step}"
+        );
         self.state = if self.rng.random_bool(0.5) { full } else { resumed };
         assert_eq!(self.state.leader_epoch(), LeaderEpoch(self.epoch));
         self.model.epoch = self.epoch;
@@ -767,7 +981,8 @@ fn run_seed(seed: u64, steps: usize) {
 // failing seed is printed so it can be rerun alone with `model_seed`.
 #[test]
 fn model_test_random_sequences() {
-    let seeds: u64 = std::env::var("SPOOL_MODEL_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(2_000);
+    let seeds: u64 =
+        std::env::var("SPOOL_MODEL_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(2_000);
     for seed in 0..seeds {
         let result = std::panic::catch_unwind(|| run_seed(seed, 120));
         if let Err(panic) = result {
@@ -780,6 +995,7 @@ fn model_test_random_sequences() {
 // Goal: rerun one seed of the model test with many more steps.
 #[test]
 fn model_seed() {
-    let seed = std::env::var("SPOOL_MODEL_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(424_242);
+    let seed =
+        std::env::var("SPOOL_MODEL_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(424_242);
     run_seed(seed, 1_500);
 }
