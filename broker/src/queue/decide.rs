@@ -645,19 +645,24 @@ impl PartitionState {
     }
 
     /// Everything time has made due at `now`: lease expiries, scheduled
-    /// messages becoming ready, message expiries. Events come in offset
-    /// order, at most one per message and at most `TICK_EVENTS_MAX`; tick
-    /// again (after applying) while the answer is full. Because readiness is
-    /// derived from the log this way, a crash between "due" and "ready"
-    /// loses nothing: the next tick after recovery finds the same message due.
+    /// messages becoming ready, message expiries. At most one event per
+    /// message and at most `TICK_EVENTS_MAX`, in offset order; when more are
+    /// due, each source contributes its earliest `TICK_EVENTS_MAX` and the
+    /// caller ticks again (after applying) while the answer is full, so a
+    /// mass expiry costs bounded work per call. Because readiness is derived
+    /// from the log this way, a crash between "due" and "ready" loses
+    /// nothing: the next tick after recovery finds the same message due.
     pub fn tick(&self, now: Millis) -> Vec<Event> {
+        let due = ..=(now, Offset(u64::MAX));
         let mut candidates = BTreeSet::new();
-        candidates.extend(self.claims.range(..=(now, Offset(u64::MAX))).map(|&(_, o)| o));
-        candidates.extend(self.scheduled.range(..=(now, Offset(u64::MAX))).map(|&(_, o)| o));
-        candidates.extend(self.warm_expiry.range(..=(now, Offset(u64::MAX))).map(|&(_, o)| o));
+        // Every candidate below yields an event: claims past their deadline,
+        // scheduled messages past min(due, expiry), ready ones past expiry.
+        candidates.extend(self.claims.range(due).take(TICK_EVENTS_MAX).map(|&(_, o)| o));
+        candidates.extend(self.scheduled.range(due).take(TICK_EVENTS_MAX).map(|&(_, o)| o));
+        candidates.extend(self.warm_expiry.range(due).take(TICK_EVENTS_MAX).map(|&(_, o)| o));
         let mut expired = Vec::new();
         for fresh in &self.fresh {
-            fresh.expired(now, &mut expired);
+            fresh.expired(now, TICK_EVENTS_MAX, &mut expired);
         }
         candidates.extend(expired.iter().map(|v| v.offset));
         candidates

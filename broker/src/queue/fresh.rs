@@ -245,10 +245,14 @@ impl FreshBand {
         }
     }
 
-    /// Appends to `out` every live message with `expiry_ms <= now`, in offset
-    /// order. Chunks whose minimum expiry is later are skipped unread.
-    pub fn expired(&self, now: Millis, out: &mut Vec<FreshView>) {
+    /// Appends to `out` the first `max` live messages with `expiry_ms <= now`,
+    /// in offset order. Chunks whose minimum expiry is later are skipped unread.
+    pub fn expired(&self, now: Millis, max: usize, out: &mut Vec<FreshView>) {
+        let limit = out.len() + max;
         for (index, chunk) in self.chunks.iter().enumerate() {
+            if out.len() >= limit {
+                return;
+            }
             if chunk.min_expiry_ms > now {
                 continue;
             }
@@ -258,7 +262,7 @@ impl FreshBand {
                     continue;
                 }
                 let view = self.view(entry);
-                if view.expiry_ms <= now {
+                if view.expiry_ms <= now && out.len() < limit {
                     out.push(view);
                 }
             }
@@ -336,7 +340,7 @@ mod tests {
         assert_eq!(band.front(), mirror.first().copied());
         assert_eq!(band.remove(Offset(1)), None);
         let mut expired = Vec::new();
-        band.expired(50, &mut expired);
+        band.expired(50, usize::MAX, &mut expired);
         let want: Vec<_> = mirror.iter().copied().filter(|m| m.expiry_ms <= 50).collect();
         assert_eq!(expired, want);
         assert_eq!(band.len(), mirror.len() as u64);
