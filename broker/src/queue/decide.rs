@@ -2,7 +2,7 @@
 //! changes state; the caller appends the events to the log and then feeds
 //! each one to `PartitionState::apply`, in order, before the next decision.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::iter::Peekable;
 
 use super::error::{InvalidToken, QueueError, StaleToken};
@@ -50,7 +50,8 @@ pub struct Admission<'a> {
     checked: usize,
     accepted_messages: u64,
     accepted_bytes: u64,
-    batch_ids: Vec<(MessageId, usize)>,
+    /// Ids accepted earlier in this batch, and their index in it.
+    batch_ids: BTreeMap<MessageId, usize>,
 }
 
 impl Admission<'_> {
@@ -71,7 +72,7 @@ impl Admission<'_> {
         if let Some(original) = self.state.dedupe_hit(self.now, &request.message_id) {
             return Ok(EnqueueDecision::Duplicate { original });
         }
-        if let Some(&(_, first)) = self.batch_ids.iter().find(|(id, _)| *id == request.message_id) {
+        if let Some(&first) = self.batch_ids.get(&request.message_id) {
             return Ok(EnqueueDecision::DuplicateInBatch { index: first });
         }
         let config = &self.state.config;
@@ -84,7 +85,7 @@ impl Admission<'_> {
         }
         self.accepted_messages += 1;
         self.accepted_bytes += bytes;
-        self.batch_ids.push((request.message_id, index));
+        self.batch_ids.insert(request.message_id, index);
         Ok(EnqueueDecision::Accept)
     }
 }
@@ -183,7 +184,7 @@ impl PartitionState {
             checked: 0,
             accepted_messages: 0,
             accepted_bytes: 0,
-            batch_ids: Vec::new(),
+            batch_ids: BTreeMap::new(),
         }
     }
 

@@ -239,6 +239,9 @@ impl PartitionState {
         let highest = r.u64()?;
         state.highest_enqueued = highest.checked_sub(1).map(Offset);
         state.last_enqueue_time_ms = r.u64()?;
+        if state.last_enqueue_time_ms == Millis::MAX {
+            return Err(CodecError::Inconsistent("last enqueue time"));
+        }
         let mut totals = [0u64; 9];
         for total in &mut totals {
             *total = r.u64()?;

@@ -502,7 +502,7 @@ impl PartitionState {
                     expiry_ms: warm.expiry_ms,
                     size_bytes: warm.size_bytes,
                     priority: warm.priority,
-                    attempts: warm.attempts + u16::from(ended_claim),
+                    attempts: warm.attempts.saturating_add(u16::from(ended_claim)),
                     generation: warm.generation,
                     last_reason: reason,
                     cause,
