@@ -372,6 +372,9 @@ impl PartitionState {
             previous = time_ms;
             state.dedupe_order.push_back((time_ms, id));
         }
+        if seen.last().is_some_and(|&last| state.highest_enqueued.is_none_or(|h| last > h)) {
+            return Err(CodecError::Inconsistent("offset above the highest enqueued"));
+        }
         if r.at != body.len() {
             return Err(CodecError::Inconsistent("trailing bytes"));
         }

@@ -20,6 +20,7 @@ use super::error::ApplyError;
 use super::event::Event;
 use super::fairness::Credits;
 use super::fresh::{FreshBand, FreshView, NEVER};
+use super::limits::LEASE_MS_MAX;
 use super::token::TokenKey;
 use super::types::{
     EnqueueMeta, Generation, Lane, LeaderEpoch, MessageId, Millis, Offset, PartitionId,
@@ -53,6 +54,9 @@ impl Claim {
     /// `None` when the deadline is before the claim or too far after it.
     pub fn new(worker: WorkerId, claimed_at_ms: Millis, deadline_ms: Millis) -> Option<Self> {
         let total = deadline_ms.checked_sub(claimed_at_ms)?;
+        if total > LEASE_MS_MAX {
+            return None;
+        }
         Some(Self { worker, claimed_at_ms, lease_total_ms: u32::try_from(total).ok()? })
     }
 
@@ -902,12 +906,9 @@ impl PartitionState {
                 WarmPhase::Claimed(claim) => {
                     assert!(warm.generation.0 > 0);
                     assert!(self.claims.contains(&(claim.deadline_ms(), offset)));
-                    assert!(
-                        claim.deadline_ms()
-                            <= claim
-                                .claimed_at_ms
-                                .saturating_add(self.config.max_lease_lifetime_ms)
-                    );
+                    // The config's lifetime cap may shrink across restarts; the
+                    // absolute limit may not.
+                    assert!(claim.deadline_ms() - claim.claimed_at_ms <= LEASE_MS_MAX);
                     claims += 1;
                 }
             }
