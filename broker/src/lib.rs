@@ -17,4 +17,5 @@ pub mod io;
 pub mod limits;
 pub mod log;
 pub mod net;
+pub mod queue;
 pub mod shard;

@@ -1,0 +1,360 @@
+//! State-machine events and their control-record encoding.
+//!
+//! An `Event` is the only thing that changes a `PartitionState`
+//! (`PartitionState::apply`), on the live path and on replay. Every event but
+//! `Enqueued` is written to the log as one fixed-size little-endian control
+//! record (padded to a multiple of 8 bytes so records stay 8-aligned);
+//! `Enqueued` is derived from data records, so it has no control encoding.
+//!
+//! Common layout (byte offsets; all integers little-endian):
+//!
+//! ```text
+//!  0  u8   kind            1..=10, see EventKind
+//!  1  u8   lane            0 main, 1 dead-letter (Quarantined: cause 1 deliveries, 2 expired)
+//!  2  u16  reason          Released, Quarantined; else 0
+//!  4  u32  generation      the claim generation the event acts on (Claimed: the new one)
+//!  8  u64  offset          the message's data-record offset
+//! 16  u64  at_ms           when the decision was made (Claimed: claimed_at_ms)
+//! 24  u64  time_ms         Claimed, Extended: deadline_ms; Released: not_before_ms; else 0
+//! 32  u64  worker          Claimed only
+//! ```
+//!
+//! `Claimed` is 40 bytes, every other kind 32. Unused fields must be zero.
+
+use super::error::CodecError;
+use super::types::{
+    EnqueueMeta, Generation, Lane, Millis, Offset, QuarantineCause, ReleaseReason, WorkerId,
+};
+
+/// Encoded size of every control event except `Claimed`.
+pub const EVENT_BYTES: usize = 32;
+/// Encoded size of `Claimed` (it also carries the worker).
+pub const CLAIMED_EVENT_BYTES: usize = 40;
+
+const _: () = assert!(EVENT_BYTES.is_multiple_of(8));
+const _: () = assert!(CLAIMED_EVENT_BYTES.is_multiple_of(8));
+
+/// Kind byte of each control event. 0 is never valid, so zeroed bytes do not
+/// decode as an event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum EventKind {
+    Claimed = 1,
+    Extended = 2,
+    Acked = 3,
+    Released = 4,
+    LeaseExpired = 5,
+    Readied = 6,
+    Quarantined = 7,
+    Expired = 8,
+    Redriven = 9,
+    Purged = 10,
+}
+
+/// One state transition. See `docs/design/queue-semantics.md` for what each
+/// does to a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A data record was appended: a new message (main lane).
+    Enqueued(EnqueueMeta),
+    /// A ready message was leased to `worker` until `deadline_ms`.
+    Claimed {
+        lane: Lane,
+        offset: Offset,
+        generation: Generation,
+        worker: WorkerId,
+        claimed_at_ms: Millis,
+        deadline_ms: Millis,
+    },
+    /// The current claim's deadline moved to `deadline_ms`.
+    Extended {
+        lane: Lane,
+        offset: Offset,
+        generation: Generation,
+        at_ms: Millis,
+        deadline_ms: Millis,
+    },
+    /// The current claim was acknowledged: the message is done.
+    Acked { lane: Lane, offset: Offset, generation: Generation, at_ms: Millis },
+    /// The current claim was given back; ready again at `not_before_ms` (now
+    /// if not later than `at_ms`). In the dead-letter lane always ready now.
+    Released {
+        lane: Lane,
+        offset: Offset,
+        generation: Generation,
+        reason: ReleaseReason,
+        at_ms: Millis,
+        not_before_ms: Millis,
+    },
+    /// The current claim's deadline passed: the message is ready again.
+    LeaseExpired { lane: Lane, offset: Offset, generation: Generation, at_ms: Millis },
+    /// A scheduled message's time came: it is ready.
+    Readied { offset: Offset, generation: Generation, at_ms: Millis },
+    /// The message moved to the dead-letter queue (from claimed, ready or scheduled).
+    Quarantined {
+        offset: Offset,
+        generation: Generation,
+        cause: QuarantineCause,
+        reason: ReleaseReason,
+        at_ms: Millis,
+    },
+    /// The message's expiry passed; it leaves serving state and is counted.
+    Expired { offset: Offset, generation: Generation, at_ms: Millis },
+    /// A dead letter moved back to the main lane as ready, attempts reset.
+    Redriven { offset: Offset, generation: Generation, at_ms: Millis },
+    /// An operator removed an unclaimed message from `lane`.
+    Purged { lane: Lane, offset: Offset, generation: Generation, at_ms: Millis },
+}
+
+/// The common fields every control record has, before kind-specific meaning.
+#[derive(Default)]
+struct Fields {
+    kind: u8,
+    lane: u8,
+    reason: u16,
+    generation: u32,
+    offset: u64,
+    at_ms: u64,
+    time_ms: u64,
+    worker: Option<u64>,
+}
+
+impl Event {
+    /// The message this event acts on.
+    pub fn offset(&self) -> Offset {
+        match *self {
+            Self::Enqueued(meta) => meta.offset,
+            Self::Claimed { offset, .. }
+            | Self::Extended { offset, .. }
+            | Self::Acked { offset, .. }
+            | Self::Released { offset, .. }
+            | Self::LeaseExpired { offset, .. }
+            | Self::Readied { offset, .. }
+            | Self::Quarantined { offset, .. }
+            | Self::Expired { offset, .. }
+            | Self::Redriven { offset, .. }
+            | Self::Purged { offset, .. } => offset,
+        }
+    }
+
+    /// Size of this event's control record, `None` for `Enqueued`.
+    pub fn encoded_len(&self) -> Option<usize> {
+        match self {
+            Self::Enqueued(_) => None,
+            Self::Claimed { .. } => Some(CLAIMED_EVENT_BYTES),
+            _ => Some(EVENT_BYTES),
+        }
+    }
+
+    fn fields(&self) -> Option<Fields> {
+        let f = match *self {
+            Self::Enqueued(_) => return None,
+            Self::Claimed { lane, offset, generation, worker, claimed_at_ms, deadline_ms } => {
+                Fields {
+                    kind: EventKind::Claimed as u8,
+                    lane: lane as u8,
+                    generation: generation.0,
+                    offset: offset.0,
+                    at_ms: claimed_at_ms,
+                    time_ms: deadline_ms,
+                    worker: Some(worker.0),
+                    ..Fields::default()
+                }
+            }
+            Self::Extended { lane, offset, generation, at_ms, deadline_ms } => Fields {
+                kind: EventKind::Extended as u8,
+                lane: lane as u8,
+                generation: generation.0,
+                offset: offset.0,
+                at_ms,
+                time_ms: deadline_ms,
+                ..Fields::default()
+            },
+            Self::Acked { lane, offset, generation, at_ms } => Fields {
+                kind: EventKind::Acked as u8,
+                lane: lane as u8,
+                generation: generation.0,
+                offset: offset.0,
+                at_ms,
+                ..Fields::default()
+            },
+            Self::Released { lane, offset, generation, reason, at_ms, not_before_ms } => Fields {
+                kind: EventKind::Released as u8,
+                lane: lane as u8,
+                reason: reason.0,
+                generation: generation.0,
+                offset: offset.0,
+                at_ms,
+                time_ms: not_before_ms,
+                ..Fields::default()
+            },
+            Self::LeaseExpired { lane, offset, generation, at_ms } => Fields {
+                kind: EventKind::LeaseExpired as u8,
+                lane: lane as u8,
+                generation: generation.0,
+                offset: offset.0,
+                at_ms,
+                ..Fields::default()
+            },
+            Self::Readied { offset, generation, at_ms } => Fields {
+                kind: EventKind::Readied as u8,
+                generation: generation.0,
+                offset: offset.0,
+                at_ms,
+                ..Fields::default()
+            },
+            Self::Quarantined { offset, generation, cause, reason, at_ms } => Fields {
+                kind: EventKind::Quarantined as u8,
+                lane: cause as u8,
+                reason: reason.0,
+                generation: generation.0,
+                offset: offset.0,
+                at_ms,
+                ..Fields::default()
+            },
+            Self::Expired { offset, generation, at_ms } => Fields {
+                kind: EventKind::Expired as u8,
+                generation: generation.0,
+                offset: offset.0,
+                at_ms,
+                ..Fields::default()
+            },
+            Self::Redriven { offset, generation, at_ms } => Fields {
+                kind: EventKind::Redriven as u8,
+                generation: generation.0,
+                offset: offset.0,
+                at_ms,
+                ..Fields::default()
+            },
+            Self::Purged { lane, offset, generation, at_ms } => Fields {
+                kind: EventKind::Purged as u8,
+                lane: lane as u8,
+                generation: generation.0,
+                offset: offset.0,
+                at_ms,
+                ..Fields::default()
+            },
+        };
+        Some(f)
+    }
+
+    /// Appends this event's control record to `out`.
+    ///
+    /// # Errors
+    /// [`CodecError::NotControl`] for `Enqueued` (nothing is written).
+    pub fn encode(&self, out: &mut Vec<u8>) -> Result<usize, CodecError> {
+        let f = self.fields().ok_or(CodecError::NotControl)?;
+        let start = out.len();
+        out.push(f.kind);
+        out.push(f.lane);
+        out.extend_from_slice(&f.reason.to_le_bytes());
+        out.extend_from_slice(&f.generation.to_le_bytes());
+        out.extend_from_slice(&f.offset.to_le_bytes());
+        out.extend_from_slice(&f.at_ms.to_le_bytes());
+        out.extend_from_slice(&f.time_ms.to_le_bytes());
+        if let Some(worker) = f.worker {
+            out.extend_from_slice(&worker.to_le_bytes());
+        }
+        let written = out.len() - start;
+        assert!(written.is_multiple_of(8));
+        assert!(Some(written) == self.encoded_len());
+        Ok(written)
+    }
+
+    /// Decodes exactly one control record.
+    ///
+    /// # Errors
+    /// [`CodecError`] when the length does not match the kind, the kind or a
+    /// field value is unknown, or an unused field is not zero.
+    pub fn decode(bytes: &[u8]) -> Result<Self, CodecError> {
+        let kind = *bytes.first().ok_or(CodecError::Length { expected: EVENT_BYTES, got: 0 })?;
+        if !(EventKind::Claimed as u8..=EventKind::Purged as u8).contains(&kind) {
+            return Err(CodecError::UnknownKind(kind));
+        }
+        let expected =
+            if kind == EventKind::Claimed as u8 { CLAIMED_EVENT_BYTES } else { EVENT_BYTES };
+        if bytes.len() != expected {
+            return Err(CodecError::Length { expected, got: bytes.len() });
+        }
+        let u16_at = |at: usize| u16::from_le_bytes([bytes[at], bytes[at + 1]]);
+        let u32_at = |at: usize| {
+            u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
+        };
+        let u64_at = |at: usize| {
+            let mut raw = [0u8; 8];
+            raw.copy_from_slice(&bytes[at..at + 8]);
+            u64::from_le_bytes(raw)
+        };
+        let lane_byte = bytes[1];
+        let reason = u16_at(2);
+        let generation = Generation(u32_at(4));
+        let offset = Offset(u64_at(8));
+        let at_ms = u64_at(16);
+        let time_ms = u64_at(24);
+        let lane = || Lane::from_u8(lane_byte).ok_or(CodecError::BadField("lane"));
+        let zero = |ok: bool| if ok { Ok(()) } else { Err(CodecError::Reserved) };
+        let event = match kind {
+            1 => {
+                zero(reason == 0)?;
+                Self::Claimed {
+                    lane: lane()?,
+                    offset,
+                    generation,
+                    worker: WorkerId(u64_at(32)),
+                    claimed_at_ms: at_ms,
+                    deadline_ms: time_ms,
+                }
+            }
+            2 => {
+                zero(reason == 0)?;
+                Self::Extended { lane: lane()?, offset, generation, at_ms, deadline_ms: time_ms }
+            }
+            3 => {
+                zero(reason == 0 && time_ms == 0)?;
+                Self::Acked { lane: lane()?, offset, generation, at_ms }
+            }
+            4 => Self::Released {
+                lane: lane()?,
+                offset,
+                generation,
+                reason: ReleaseReason(reason),
+                at_ms,
+                not_before_ms: time_ms,
+            },
+            5 => {
+                zero(reason == 0 && time_ms == 0)?;
+                Self::LeaseExpired { lane: lane()?, offset, generation, at_ms }
+            }
+            6 => {
+                zero(lane_byte == 0 && reason == 0 && time_ms == 0)?;
+                Self::Readied { offset, generation, at_ms }
+            }
+            7 => {
+                zero(time_ms == 0)?;
+                let cause =
+                    QuarantineCause::from_u8(lane_byte).ok_or(CodecError::BadField("cause"))?;
+                Self::Quarantined {
+                    offset,
+                    generation,
+                    cause,
+                    reason: ReleaseReason(reason),
+                    at_ms,
+                }
+            }
+            8 => {
+                zero(lane_byte == 0 && reason == 0 && time_ms == 0)?;
+                Self::Expired { offset, generation, at_ms }
+            }
+            9 => {
+                zero(lane_byte == 0 && reason == 0 && time_ms == 0)?;
+                Self::Redriven { offset, generation, at_ms }
+            }
+            10 => {
+                zero(reason == 0 && time_ms == 0)?;
+                Self::Purged { lane: lane()?, offset, generation, at_ms }
+            }
+            other => return Err(CodecError::UnknownKind(other)),
+        };
+        Ok(event)
+    }
+}

@@ -1,0 +1,49 @@
+//! Named limits of the queue state machine. Every map, batch and scan the
+//! queue keeps or performs is bounded by one of these or by a validated config
+//! field; exceeding one is a typed error (or a shorter answer the caller loops
+//! on), never unbounded work.
+
+use super::types::Millis;
+
+/// Fewest priority bands a queue may have.
+pub const PRIORITY_BANDS_MIN: u8 = 4;
+/// Most priority bands a queue may have (the record format's limit).
+pub const PRIORITY_BANDS_MAX: u8 = spool_wire::limits::PRIORITY_BANDS_MAX;
+/// Largest weighted-round-robin share of one class.
+pub const WEIGHT_MAX: u32 = 1024;
+/// Longest lease, lease lifetime and backoff delay: one day.
+pub const LEASE_MS_MAX: Millis = 24 * 60 * 60 * 1000;
+/// Longest dedupe window: seven days.
+pub const DEDUPE_WINDOW_MS_MAX: Millis = 7 * 24 * 60 * 60 * 1000;
+/// Latest `not_before` a release may ask for, relative to now: seven days.
+pub const RELEASE_DELAY_MS_MAX: Millis = 7 * 24 * 60 * 60 * 1000;
+/// Largest `max_messages` a queue partition may be configured with.
+pub const QUEUE_MESSAGES_MAX: u64 = 1 << 32;
+/// Largest `max_bytes` a queue partition may be configured with (16 TiB).
+pub const QUEUE_BYTES_MAX: u64 = 1 << 44;
+/// Most messages one claim may ask for (its credits).
+pub const CLAIM_CREDITS_MAX: u32 = 4096;
+/// Most expired messages one claim skips (and reports as events) before it
+/// stops; the caller's next claim continues.
+pub const CLAIM_EXPIRED_SCAN_MAX: usize = 4096;
+/// Most events one `tick` returns; the caller ticks again while it gets a
+/// full answer.
+pub const TICK_EVENTS_MAX: usize = 4096;
+/// Most events one purge or redrive returns.
+pub const ADMIN_EVENTS_MAX: usize = 4096;
+/// Most dead letters one peek returns.
+pub const PEEK_MAX: usize = 1024;
+/// Most enqueues one admission batch checks (a data batch's record limit).
+pub const ADMISSION_BATCH_MAX: usize = spool_wire::limits::BATCH_RECORDS_MAX as usize;
+/// Never-claimed messages are stored in fixed chunks of this many entries, so
+/// a backlog costs its entries plus one small header per chunk.
+pub const FRESH_CHUNK_ENTRIES: usize = 64;
+/// Claimed, scheduled and retried messages are kept in sorted chunks of
+/// this many entries (see `chunk_map`).
+pub const WARM_CHUNK_ENTRIES: usize = 64;
+/// Largest snapshot `restore` accepts (1 GiB): a bound on what a corrupt
+/// length field can make it allocate.
+pub const SNAPSHOT_BYTES_MAX: usize = 1 << 30;
+
+const _: () = assert!(PRIORITY_BANDS_MIN <= PRIORITY_BANDS_MAX);
+const _: () = assert!(FRESH_CHUNK_ENTRIES.is_power_of_two());

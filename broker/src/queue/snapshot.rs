@@ -1,0 +1,383 @@
+//! Checkpoints of the fold: `snapshot` writes the state's canonical bytes
+//! with a crc32c and the log offset they cover; `restore` rebuilds the state
+//! (and every derived index) from them. Replaying the log after `covers`
+//! onto a restored state gives the same state as replaying all of it; the
+//! model test checks exactly that. File I/O is the caller's.
+//!
+//! Layout (little-endian): header (magic "SPQS", version, bands, covers,
+//! highest enqueued + 1, last enqueue time, totals, credits), then fresh
+//! entries per band, warm entries, dead letters, dedupe entries (each list
+//! preceded by its u64 count), then crc32c of everything before it. Derived
+//! indexes (phase sets, expiry index, chunk headers) are not stored.
+
+use std::collections::BTreeSet;
+
+use super::error::CodecError;
+use super::fairness::Credits;
+use super::fresh::FreshView;
+use super::limits::SNAPSHOT_BYTES_MAX;
+use super::state::{
+    Claim, DeadLetter, DeadPhase, PartitionContext, PartitionState, Totals, Warm, WarmPhase,
+};
+use super::types::{
+    Generation, MessageId, Millis, Offset, QuarantineCause, ReleaseReason, WorkerId,
+};
+
+const SNAPSHOT_MAGIC: u32 = u32::from_le_bytes(*b"SPQS");
+const SNAPSHOT_VERSION: u16 = 1;
+
+/// A restored state and the log offset its snapshot covers: replay resumes
+/// after it.
+#[derive(Debug)]
+pub struct Restored {
+    pub state: PartitionState,
+    pub covers: Offset,
+}
+
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    fn u16(&mut self, v: u16) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    /// Phase tag and three time/identity fields.
+    fn phase(&mut self, tag: u8, a: u64, b: u64, c: u64) {
+        self.u8(tag);
+        self.u64(a);
+        self.u64(b);
+        self.u64(c);
+    }
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> Result<[u8; N], CodecError> {
+        let end = self.at.checked_add(N).ok_or(CodecError::Truncated)?;
+        let slice = self.bytes.get(self.at..end).ok_or(CodecError::Truncated)?;
+        self.at = end;
+        let mut out = [0u8; N];
+        out.copy_from_slice(slice);
+        Ok(out)
+    }
+    fn u8(&mut self) -> Result<u8, CodecError> {
+        Ok(self.take::<1>()?[0])
+    }
+    fn u16(&mut self) -> Result<u16, CodecError> {
+        Ok(u16::from_le_bytes(self.take()?))
+    }
+    fn u32(&mut self) -> Result<u32, CodecError> {
+        Ok(u32::from_le_bytes(self.take()?))
+    }
+    fn u64(&mut self) -> Result<u64, CodecError> {
+        Ok(u64::from_le_bytes(self.take()?))
+    }
+    /// A list count, bounded by the bytes left so a corrupt count cannot
+    /// make the reader allocate or loop beyond the input.
+    fn count(&mut self, entry_bytes: usize) -> Result<usize, CodecError> {
+        let count = usize::try_from(self.u64()?).map_err(|_| CodecError::Truncated)?;
+        let left = self.bytes.len() - self.at;
+        if count.checked_mul(entry_bytes).is_none_or(|need| need > left) {
+            return Err(CodecError::Truncated);
+        }
+        Ok(count)
+    }
+    fn phase(&mut self) -> Result<(u8, u64, u64, u64), CodecError> {
+        Ok((self.u8()?, self.u64()?, self.u64()?, self.u64()?))
+    }
+}
+
+const FRESH_ENTRY_BYTES: usize = 28;
+const PHASE_BYTES: usize = 25;
+const WARM_ENTRY_BYTES: usize = 8 + 8 + 8 + 4 + 1 + 2 + 4 + 2 + PHASE_BYTES;
+const DEAD_ENTRY_BYTES: usize = WARM_ENTRY_BYTES + 1 + 8;
+const DEDUPE_ENTRY_BYTES: usize = 8 + 16 + 8;
+
+const PHASE_SCHEDULED: u8 = 1;
+const PHASE_READY: u8 = 2;
+const PHASE_CLAIMED: u8 = 3;
+
+fn claim_fields(claim: &Claim) -> (u64, u64, u64) {
+    (claim.worker.0, claim.claimed_at_ms, claim.deadline_ms())
+}
+
+fn totals_list(t: &Totals) -> [u64; 9] {
+    [
+        t.enqueued,
+        t.acked,
+        t.expired,
+        t.quarantined,
+        t.redriven,
+        t.purged,
+        t.released,
+        t.lease_expired,
+        t.dead_letter_acked,
+    ]
+}
+
+impl PartitionState {
+    /// The canonical bytes of this state, covering the log through `covers`.
+    pub fn snapshot(&self, covers: Offset) -> Vec<u8> {
+        let mut w = Writer(Vec::new());
+        w.u32(SNAPSHOT_MAGIC);
+        w.u16(SNAPSHOT_VERSION);
+        // Bands are at most PRIORITY_BANDS_MAX.
+        w.u16(self.fresh.len() as u16);
+        w.u64(covers.0);
+        w.u64(self.highest_enqueued.map_or(0, |o| o.0 + 1));
+        w.u64(self.last_enqueue_time_ms);
+        for total in totals_list(&self.totals) {
+            w.u64(total);
+        }
+        for &credit in self.credits.raw() {
+            w.u32(credit);
+        }
+        for fresh in &self.fresh {
+            w.u64(fresh.len());
+            for v in fresh.iter() {
+                w.u64(v.offset.0);
+                w.u64(v.enqueue_time_ms);
+                w.u32(v.size_bytes);
+                w.u64(v.expiry_ms);
+            }
+        }
+        w.u64(self.warm.len() as u64);
+        for (&offset, warm) in self.warm.iter() {
+            w.u64(offset.0);
+            w.u64(warm.enqueue_time_ms);
+            w.u64(warm.expiry_ms);
+            w.u32(warm.size_bytes);
+            w.u8(warm.priority);
+            w.u16(warm.attempts);
+            w.u32(warm.generation.0);
+            w.u16(warm.last_reason.0);
+            match warm.phase {
+                WarmPhase::Scheduled { due_ms } => w.phase(PHASE_SCHEDULED, due_ms, 0, 0),
+                WarmPhase::Ready { since_ms } => w.phase(PHASE_READY, since_ms, 0, 0),
+                WarmPhase::Claimed(c) => {
+                    let (a, b, d) = claim_fields(&c);
+                    w.phase(PHASE_CLAIMED, a, b, d);
+                }
+            }
+        }
+        w.u64(self.dlq.len() as u64);
+        for (&offset, dead) in &self.dlq {
+            w.u64(offset.0);
+            w.u64(dead.enqueue_time_ms);
+            w.u64(dead.expiry_ms);
+            w.u32(dead.size_bytes);
+            w.u8(dead.priority);
+            w.u16(dead.attempts);
+            w.u32(dead.generation.0);
+            w.u16(dead.last_reason.0);
+            match dead.phase {
+                DeadPhase::Ready { since_ms } => w.phase(PHASE_READY, since_ms, 0, 0),
+                DeadPhase::Claimed(c) => {
+                    let (a, b, d) = claim_fields(&c);
+                    w.phase(PHASE_CLAIMED, a, b, d);
+                }
+            }
+            w.u8(dead.cause as u8);
+            w.u64(dead.quarantined_at_ms);
+        }
+        w.u64(self.dedupe_order.len() as u64);
+        for &(time_ms, id) in &self.dedupe_order {
+            let offset = self.dedupe[&id].0;
+            w.u64(time_ms);
+            w.0.extend_from_slice(&id.0);
+            w.u64(offset.0);
+        }
+        let crc = crc32c::crc32c(&w.0);
+        w.u32(crc);
+        w.0
+    }
+
+    /// Rebuilds a state from `snapshot` bytes under `ctx` (the current
+    /// config, secret and the new leader epoch). A snapshot taken with a
+    /// different number of bands is folded into the current bands.
+    ///
+    /// # Errors
+    /// [`CodecError`] on a bad crc, magic, version, length or inconsistent
+    /// content; a config error is reported as `Inconsistent("config")`.
+    pub fn restore(bytes: &[u8], ctx: PartitionContext) -> Result<Restored, CodecError> {
+        if bytes.len() > SNAPSHOT_BYTES_MAX {
+            return Err(CodecError::TooLarge(SNAPSHOT_BYTES_MAX));
+        }
+        let body_len = bytes.len().checked_sub(4).ok_or(CodecError::Truncated)?;
+        let (body, crc_bytes) = bytes.split_at(body_len);
+        let stored = u32::from_le_bytes([crc_bytes[0], crc_bytes[1], crc_bytes[2], crc_bytes[3]]);
+        let computed = crc32c::crc32c(body);
+        if stored != computed {
+            return Err(CodecError::Crc { stored, computed });
+        }
+        let mut r = Reader { bytes: body, at: 0 };
+        if r.u32()? != SNAPSHOT_MAGIC {
+            return Err(CodecError::Magic);
+        }
+        let version = r.u16()?;
+        if version != SNAPSHOT_VERSION {
+            return Err(CodecError::Version(version));
+        }
+        let mut state = PartitionState::new(ctx).map_err(|_| CodecError::Inconsistent("config"))?;
+        let stored_bands = usize::from(r.u16()?);
+        if stored_bands == 0 {
+            return Err(CodecError::Inconsistent("zero bands"));
+        }
+        let covers = Offset(r.u64()?);
+        let highest = r.u64()?;
+        state.highest_enqueued = highest.checked_sub(1).map(Offset);
+        state.last_enqueue_time_ms = r.u64()?;
+        if state.last_enqueue_time_ms == Millis::MAX {
+            return Err(CodecError::Inconsistent("last enqueue time"));
+        }
+        let mut totals = [0u64; 9];
+        for total in &mut totals {
+            *total = r.u64()?;
+        }
+        let [enqueued, acked, expired, quarantined, redriven, purged, released, lease_expired, dead_letter_acked] =
+            totals;
+        state.totals = Totals {
+            enqueued,
+            acked,
+            expired,
+            quarantined,
+            redriven,
+            purged,
+            released,
+            lease_expired,
+            dead_letter_acked,
+        };
+        let mut credits = Vec::with_capacity(stored_bands + 1);
+        for _ in 0..=stored_bands {
+            credits.push(r.u32()?);
+        }
+        if credits.len() == state.fresh.len() + 1 {
+            state.credits = Credits::from_raw(credits);
+        }
+        let mut seen = BTreeSet::new();
+        let mut fresh: Vec<Vec<FreshView>> = vec![Vec::new(); state.fresh.len()];
+        for band in 0..stored_bands {
+            for _ in 0..r.count(FRESH_ENTRY_BYTES)? {
+                let view = FreshView {
+                    offset: Offset(r.u64()?),
+                    enqueue_time_ms: r.u64()?,
+                    size_bytes: r.u32()?,
+                    expiry_ms: r.u64()?,
+                };
+                let valid =
+                    view.enqueue_time_ms < Millis::MAX && view.expiry_ms >= view.enqueue_time_ms;
+                if !valid || !seen.insert(view.offset) {
+                    return Err(CodecError::Inconsistent("fresh entry"));
+                }
+                fresh[band.min(state.fresh.len() - 1)].push(view);
+            }
+        }
+        for (band, mut views) in fresh.into_iter().enumerate() {
+            views.sort_by_key(|v| v.offset);
+            for view in views {
+                state.insert_fresh(band, view);
+            }
+        }
+        for _ in 0..r.count(WARM_ENTRY_BYTES)? {
+            let offset = Offset(r.u64()?);
+            let enqueue_time_ms = r.u64()?;
+            let expiry_ms = r.u64()?;
+            let size_bytes = r.u32()?;
+            let priority = state.band_of(r.u8()?) as u8;
+            let attempts = r.u16()?;
+            let generation = Generation(r.u32()?);
+            let last_reason = ReleaseReason(r.u16()?);
+            let phase = match r.phase()? {
+                (PHASE_SCHEDULED, due_ms, 0, 0) => WarmPhase::Scheduled { due_ms },
+                (PHASE_READY, since_ms, 0, 0) => WarmPhase::Ready { since_ms },
+                (PHASE_CLAIMED, worker, claimed_at_ms, deadline_ms) if generation.0 > 0 => {
+                    WarmPhase::Claimed(
+                        Claim::new(WorkerId(worker), claimed_at_ms, deadline_ms)
+                            .ok_or(CodecError::Inconsistent("deadline"))?,
+                    )
+                }
+                _ => return Err(CodecError::Inconsistent("warm phase")),
+            };
+            if !seen.insert(offset) {
+                return Err(CodecError::Inconsistent("duplicate offset"));
+            }
+            let warm = Warm {
+                enqueue_time_ms,
+                expiry_ms,
+                size_bytes,
+                priority,
+                attempts,
+                generation,
+                last_reason,
+                phase,
+            };
+            state.restore_warm(offset, warm);
+        }
+        for _ in 0..r.count(DEAD_ENTRY_BYTES)? {
+            let offset = Offset(r.u64()?);
+            let enqueue_time_ms = r.u64()?;
+            let expiry_ms = r.u64()?;
+            let size_bytes = r.u32()?;
+            let priority = r.u8()?;
+            let attempts = r.u16()?;
+            let generation = Generation(r.u32()?);
+            let last_reason = ReleaseReason(r.u16()?);
+            let phase = match r.phase()? {
+                (PHASE_READY, since_ms, 0, 0) => DeadPhase::Ready { since_ms },
+                (PHASE_CLAIMED, worker, claimed_at_ms, deadline_ms) => DeadPhase::Claimed(
+                    Claim::new(WorkerId(worker), claimed_at_ms, deadline_ms)
+                        .ok_or(CodecError::Inconsistent("deadline"))?,
+                ),
+                _ => return Err(CodecError::Inconsistent("dead-letter phase")),
+            };
+            let cause = QuarantineCause::from_u8(r.u8()?).ok_or(CodecError::BadField("cause"))?;
+            let quarantined_at_ms = r.u64()?;
+            if !seen.insert(offset) {
+                return Err(CodecError::Inconsistent("duplicate offset"));
+            }
+            let dead = DeadLetter {
+                enqueue_time_ms,
+                expiry_ms,
+                size_bytes,
+                priority,
+                attempts,
+                generation,
+                last_reason,
+                cause,
+                quarantined_at_ms,
+                phase,
+            };
+            state.restore_dead(offset, dead);
+        }
+        let mut previous = 0;
+        for _ in 0..r.count(DEDUPE_ENTRY_BYTES)? {
+            let time_ms = r.u64()?;
+            let id = MessageId(r.take::<16>()?);
+            let offset = Offset(r.u64()?);
+            if time_ms < previous || state.dedupe.insert(id, (offset, time_ms)).is_some() {
+                return Err(CodecError::Inconsistent("dedupe entry"));
+            }
+            previous = time_ms;
+            state.dedupe_order.push_back((time_ms, id));
+        }
+        if seen.last().is_some_and(|&last| state.highest_enqueued.is_none_or(|h| last > h)) {
+            return Err(CodecError::Inconsistent("offset above the highest enqueued"));
+        }
+        if r.at != body.len() {
+            return Err(CodecError::Inconsistent("trailing bytes"));
+        }
+        Ok(Restored { state, covers })
+    }
+}

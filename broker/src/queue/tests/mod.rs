@@ -1,0 +1,6 @@
+//! Tests of the queue state machine: behaviour tests (one per contract
+//! bullet) and the seeded model test against a naive reference.
+
+mod behaviour;
+mod harness;
+mod model;

@@ -1,0 +1,147 @@
+//! Identities, positions and small value types of the queue state machine.
+//!
+//! Newtypes keep an offset from being passed where a generation is expected;
+//! time stays a plain `Millis` with `_ms` names because arithmetic on it is
+//! everywhere and a newtype there would only add noise.
+
+/// Milliseconds on the broker clock. `queue/` never reads a clock: every
+/// decision takes `now: Millis` as an argument.
+pub type Millis = u64;
+
+/// Position of a record in the partition log. Assigned by the log at append
+/// time; a message is identified inside its partition by the offset of its
+/// data record, for its whole life (including in the dead-letter queue).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Offset(pub u64);
+
+/// Claim generation of one message: incremented by every claim, never reset
+/// (not even by redrive), so a token of an earlier claim can never match again.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Generation(pub u32);
+
+/// Leader epoch of a partition: incremented each time the partition is
+/// opened. Tokens issued under another epoch are stale.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LeaderEpoch(pub u64);
+
+/// Identity of a worker (consumer), chosen by the client session.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct WorkerId(pub u64);
+
+/// Identity of a queue.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct QueueId(pub u32);
+
+/// Identity of a partition inside its queue.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PartitionId(pub u32);
+
+/// Producer-chosen message id, the dedupe key.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct MessageId(pub [u8; 16]);
+
+/// Why a claim ended without an ack. Values below [`ReleaseReason::RESERVED_MIN`]
+/// are application codes carried opaquely; the top of the range is reserved
+/// for the broker's own causes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ReleaseReason(pub u16);
+
+impl ReleaseReason {
+    /// No reason recorded (never released).
+    pub const NONE: Self = Self(0);
+    /// First code the broker reserves for itself.
+    pub const RESERVED_MIN: u16 = 0xFFF0;
+    /// The lease ran out: the worker neither acked nor released in time.
+    pub const LEASE_EXPIRED: Self = Self(0xFFFF);
+    /// The message's expiry passed.
+    pub const EXPIRED: Self = Self(0xFFFE);
+}
+
+/// Which of the partition's two queues a message or token belongs to: the
+/// queue itself or its dead-letter queue. Both are kept by the same partition,
+/// keyed by the original offset, so quarantine is one event and the record
+/// bytes never move.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(u8)]
+pub enum Lane {
+    /// The queue's normal serving state.
+    Main = 0,
+    /// The queue's dead-letter queue.
+    DeadLetter = 1,
+}
+
+impl Lane {
+    /// Decodes the lane byte of an event or token.
+    pub fn from_u8(value: u8) -> Option<Self> {
+        match value {
+            0 => Some(Self::Main),
+            1 => Some(Self::DeadLetter),
+            _ => None,
+        }
+    }
+}
+
+/// Why a message was moved to the dead-letter queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(u8)]
+pub enum QuarantineCause {
+    /// `max_deliveries` claims ended without an ack.
+    Deliveries = 1,
+    /// The expiry passed and the queue dead-letters expired messages.
+    Expired = 2,
+}
+
+impl QuarantineCause {
+    /// Decodes the cause byte of a `Quarantined` event.
+    pub fn from_u8(value: u8) -> Option<Self> {
+        match value {
+            1 => Some(Self::Deliveries),
+            2 => Some(Self::Expired),
+            _ => None,
+        }
+    }
+}
+
+/// What a producer asks to enqueue, as the partition extracts it from a data
+/// record before the log has assigned an offset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EnqueueRequest {
+    pub message_id: MessageId,
+    /// Priority band, 0 = highest.
+    pub priority: u8,
+    /// Not deliverable before this time; at or before the enqueue time means now.
+    pub not_before_ms: Millis,
+    /// Never delivered at or after this time. `None`: never expires.
+    pub expiry_ms: Option<Millis>,
+    /// Size of the record on disk, counted against `max_bytes`.
+    pub size_bytes: u32,
+}
+
+/// What the partition extracts from an appended data record: the request plus
+/// the offset and enqueue time the log assigned. Fed to
+/// `PartitionState::apply(&Event::Enqueued(meta))`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EnqueueMeta {
+    pub offset: Offset,
+    pub message_id: MessageId,
+    pub priority: u8,
+    pub not_before_ms: Millis,
+    pub expiry_ms: Option<Millis>,
+    pub enqueue_time_ms: Millis,
+    pub size_bytes: u32,
+}
+
+impl EnqueueMeta {
+    /// Joins a checked request with the position and time the log assigned.
+    pub fn new(request: &EnqueueRequest, offset: Offset, enqueue_time_ms: Millis) -> Self {
+        Self {
+            offset,
+            message_id: request.message_id,
+            priority: request.priority,
+            not_before_ms: request.not_before_ms,
+            expiry_ms: request.expiry_ms,
+            enqueue_time_ms,
+            size_bytes: request.size_bytes,
+        }
+    }
+}
