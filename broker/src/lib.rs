@@ -17,5 +17,6 @@ pub mod io;
 pub mod limits;
 pub mod log;
 pub mod net;
+pub mod partition;
 pub mod queue;
 pub mod shard;

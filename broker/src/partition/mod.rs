@@ -1,0 +1,953 @@
+//! A partition: one segment log plus the queue state folded from it.
+//!
+//! Owns the order of every state change: **decide → append → apply → sync →
+//! reply**. The pure state machine (`queue/`) decides which events a request
+//! produces; the log assigns their offsets synchronously at append; the state
+//! applies them at once (so the next decision sees them); the reply waits for
+//! the commit that holds them to be durable. Because the log's durable
+//! watermark is contiguous, a reply that waited for its own events has also
+//! waited for every event it depended on.
+//!
+//! Recovery is the same fold: load the newest checkpoint (a snapshot of the
+//! state at offset X), replay the log from X. The leader epoch is kept in a
+//! side file and incremented every time the partition is opened, before any
+//! token can be issued, so tokens of an earlier open are stale.
+//!
+//! Does not own: sockets or frames (`net/`, `server/`), timers (the shard's
+//! housekeeping tick calls [`Partition::tick`]), the clock (a [`Clock`] is
+//! passed in), or glommio (the log's background future is handed to the
+//! caller to spawn).
+//!
+//! Enqueue time: a record's `enqueue_time_ms` is stamped by the producer and
+//! is inside the batch crc, so replay sees the same value the live path did.
+//! The broker refuses records whose stamp is further than
+//! [`ENQUEUE_CLOCK_SKEW_MS_MAX`] from its own clock.
+
+pub mod files;
+pub mod signal;
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use spool_wire::batch::{BatchBytes, BatchKind, BatchView, ControlBatchBuilder};
+use spool_wire::{ErrorCode, WireError};
+use thiserror::Error;
+
+use crate::io::Storage;
+use crate::log::{FatalHandler, Log, LogConfig, LogError, Offset as LogOffset, Ticket};
+use crate::queue::{
+    ApplyError, ClaimRequest, CodecError, Delivery, DeliveryToken, EnqueueDecision, EnqueueMeta,
+    EnqueueRequest, Event, Lane, LeaderEpoch, MessageId, MessageView, Millis, Offset,
+    PartitionContext, PartitionId, PartitionState, QueueConfig, QueueCounters, QueueError, QueueId,
+    Redrive, ReleaseReason, CLAIMED_EVENT_BYTES, EVENT_BYTES,
+};
+use files::{SideFileError, CHECKPOINT_FILE, CHECKPOINT_MAGIC, EPOCH_FILE, EPOCH_MAGIC};
+use signal::{Signal, CLAIM_WAITERS_MAX};
+
+/// Furthest a producer's `enqueue_time_ms` may be from the broker clock.
+pub const ENQUEUE_CLOCK_SKEW_MS_MAX: Millis = 5 * 60 * 1000;
+/// Bytes read from the log per step of recovery replay.
+pub const REPLAY_READ_BYTES: u64 = 8 << 20;
+/// Log bytes appended since the last checkpoint that make the next
+/// housekeeping pass write a new one.
+pub const CHECKPOINT_INTERVAL_BYTES: u64 = 256 << 20;
+/// Most events one control batch carries.
+pub const CONTROL_BATCH_EVENTS_MAX: usize = 4096;
+/// Bytes of batch header and position-table slack reserved per control batch
+/// when asking the log for room.
+const CONTROL_BATCH_OVERHEAD_BYTES: u64 = 64 + 8;
+
+/// Reads the broker clock. Injected so tests can drive time.
+pub type Clock = Rc<dyn Fn() -> Millis>;
+
+/// Names one partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionName {
+    pub queue: String,
+    pub queue_id: QueueId,
+    pub partition: PartitionId,
+}
+
+/// Why a partition operation failed. [`PartitionError::code`] maps it onto the
+/// stable wire code.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum PartitionError {
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+    #[error("log: {0}")]
+    Log(#[from] LogError),
+    #[error("batch rejected: {0}")]
+    Batch(#[from] WireError),
+    #[error("batch kind must be data for an enqueue")]
+    NotData,
+    #[error("batch flags {0:#x} are not allowed on enqueue")]
+    Flags(u32),
+    #[error("record {index}: enqueue_time_ms {stamp_ms} is more than {ENQUEUE_CLOCK_SKEW_MS_MAX} ms from the broker clock {now_ms}")]
+    ClockSkew { index: usize, stamp_ms: Millis, now_ms: Millis },
+    #[error("queue is full ({limit:?})")]
+    QueueFull { limit: crate::queue::FullLimit },
+    #[error("delivery token: {0}")]
+    Token(CodecError),
+    #[error("side file: {0}")]
+    SideFile(#[from] SideFileError),
+    #[error("recovery of {dir}: {reason}")]
+    Recovery { dir: PathBuf, reason: String },
+    #[error("too many claims are waiting on this partition ({CLAIM_WAITERS_MAX})")]
+    TooManyWaiters,
+    #[error("queue config: {0}")]
+    Config(#[from] crate::queue::ConfigError),
+}
+
+impl PartitionError {
+    /// The wire error code a client sees.
+    pub fn code(&self) -> ErrorCode {
+        use crate::queue::error::StaleToken;
+        match self {
+            PartitionError::Queue(error) => match error {
+                QueueError::InvalidToken(_) => ErrorCode::InvalidToken,
+                QueueError::StaleToken(StaleToken::LeaseExpired { .. })
+                | QueueError::StaleToken(_) => ErrorCode::StaleToken,
+                QueueError::LeaseOutOfRange { .. } => ErrorCode::LeaseOutOfRange,
+                QueueError::LeaseLifetimeExhausted { .. } => ErrorCode::LeaseLifetimeExceeded,
+                QueueError::NotRedrivable(_) => ErrorCode::InvalidArgument,
+                _ => ErrorCode::InvalidArgument,
+            },
+            PartitionError::Log(LogError::Backpressure { .. }) => ErrorCode::Throttled,
+            PartitionError::Log(LogError::Closed) => ErrorCode::ShuttingDown,
+            PartitionError::Log(LogError::InvalidBatch(_))
+            | PartitionError::Log(LogError::BatchTooLarge { .. }) => ErrorCode::BatchInvalid,
+            PartitionError::Log(_) => ErrorCode::StorageFailed,
+            PartitionError::Batch(WireError::RecordTooLarge { .. }) => ErrorCode::RecordTooLarge,
+            PartitionError::Batch(_)
+            | PartitionError::NotData
+            | PartitionError::Flags(_)
+            | PartitionError::ClockSkew { .. } => ErrorCode::BatchInvalid,
+            PartitionError::QueueFull { .. } => ErrorCode::QueueFull,
+            PartitionError::Token(_) => ErrorCode::InvalidToken,
+            PartitionError::TooManyWaiters => ErrorCode::Throttled,
+            PartitionError::SideFile(_) | PartitionError::Recovery { .. } => {
+                ErrorCode::StorageFailed
+            }
+            PartitionError::Config(_) => ErrorCode::InvalidArgument,
+        }
+    }
+}
+
+/// What happened to one record of an enqueued batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EnqueueOutcome {
+    Appended { offset: Offset },
+    Duplicate { original: Offset },
+}
+
+/// One claimed message and its record bytes (exactly as the producer sent
+/// them, 8-aligned rkyv archive).
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    pub delivery: Delivery,
+    pub record: Vec<u8>,
+}
+
+/// A live message and its record bytes, for peeks.
+#[derive(Debug, Clone)]
+pub struct Peeked {
+    pub view: MessageView,
+    pub record: Vec<u8>,
+}
+
+/// What [`Partition::open`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenReport {
+    pub epoch: LeaderEpoch,
+    pub checkpoint_covers: Option<Offset>,
+    pub replayed_batches: u64,
+    pub replayed_events: u64,
+    pub next_offset: Offset,
+    pub log: crate::log::RecoveryReport,
+}
+
+/// One partition: its log, its state, its waiters.
+pub struct Partition<S: Storage + Clone> {
+    name: PartitionName,
+    dir: PathBuf,
+    storage: S,
+    log: Log<S>,
+    state: RefCell<PartitionState>,
+    clock: Clock,
+    epoch: LeaderEpoch,
+    /// Woken when messages may have become claimable, and on every tick.
+    claimable: Signal,
+    /// Ticket of the newest append, so a checkpoint can wait for durability.
+    last_ticket: RefCell<Option<Ticket>>,
+    checkpoint_covers: Cell<u64>,
+    checkpoint_running: Cell<bool>,
+    closed: Cell<bool>,
+}
+
+impl<S: Storage + Clone> std::fmt::Debug for Partition<S> {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Partition")
+            .field("name", &self.name)
+            .field("dir", &self.dir)
+            .field("epoch", &self.epoch)
+            .finish_non_exhaustive()
+    }
+}
+
+fn to_log(offset: Offset) -> LogOffset {
+    LogOffset(offset.0)
+}
+
+/// Extracts the admission request of one archived record.
+fn enqueue_request(view: &BatchView<'_>, index: usize) -> EnqueueRequest {
+    let record = view.record(index);
+    let expiry_ms = record.expiry_ms.to_native();
+    EnqueueRequest {
+        message_id: MessageId(record.message_id.0),
+        priority: record.priority,
+        not_before_ms: record.not_before_ms.to_native(),
+        expiry_ms: (expiry_ms != 0).then_some(expiry_ms),
+        // Bounded by RECORD_BYTES_MAX (validated), which fits u32.
+        size_bytes: view.record_bytes(index).len() as u32,
+    }
+}
+
+/// Copies `bytes` into an 8-aligned buffer when they are not aligned already
+/// (rkyv's archived types need it).
+fn aligned(bytes: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    if (bytes.as_ptr() as usize).is_multiple_of(8) {
+        std::borrow::Cow::Borrowed(bytes)
+    } else {
+        let mut copy = BatchBytes::with_capacity(bytes.len());
+        copy.extend_from_slice(bytes);
+        std::borrow::Cow::Owned(copy.to_vec())
+    }
+}
+
+/// A view of a batch this broker wrote and read back crc-checked.
+fn trusted_view(bytes: &[u8]) -> Result<BatchView<'_>, WireError> {
+    // SAFETY: the bytes come from this partition's own log. Data batches
+    // passed `BatchView::validate` (checked rkyv access of every record)
+    // before they were appended, control batches were built by this broker,
+    // and the log verified both crcs on the way back, so the bytes are the
+    // ones that were validated.
+    unsafe { BatchView::trusted(bytes) }
+}
+
+impl<S: Storage + Clone> Partition<S> {
+    /// Opens (recovering) or creates the partition in `dir`: bumps and
+    /// persists the leader epoch, opens the log, loads the checkpoint and
+    /// replays the log after it. Returns the partition and the log's
+    /// background future, which the caller must spawn on this executor.
+    ///
+    /// # Errors
+    /// Log corruption outside the torn-write window, a damaged epoch file, a
+    /// checkpoint that cannot be used while the log no longer holds what it
+    /// covers, an event that does not fit the state during replay.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn open(
+        storage: S,
+        dir: &Path,
+        name: PartitionName,
+        config: QueueConfig,
+        log_config: LogConfig,
+        secret: [u8; 32],
+        fatal: Rc<dyn FatalHandler>,
+        clock: Clock,
+    ) -> Result<(Rc<Self>, impl Future<Output = ()> + 'static, OpenReport), PartitionError> {
+        config.validate()?;
+        storage.create_dir_all(dir).await.map_err(LogError::Io)?;
+        let previous = files::read_side_file(&storage, dir, EPOCH_FILE, EPOCH_MAGIC).await?;
+        let epoch_value = previous.map_or(0, |file| file.value) + 1;
+        // Durable before anything is appended or any token issued.
+        files::write_side_file(&storage, dir, EPOCH_FILE, EPOCH_MAGIC, epoch_value, &[])
+            .await
+            .map_err(LogError::Io)?;
+        let epoch = LeaderEpoch(epoch_value);
+        let log_epoch = u32::try_from(epoch_value).map_err(|_| PartitionError::Recovery {
+            dir: dir.to_path_buf(),
+            reason: format!("leader epoch {epoch_value} exceeds the log's u32 field"),
+        })?;
+        let (log, log_report) = Log::open(storage.clone(), dir, log_config, log_epoch, fatal).await?;
+        let context = PartitionContext {
+            queue: name.queue_id,
+            partition: name.partition,
+            epoch,
+            secret,
+            config: config.clone(),
+        };
+        let checkpoint =
+            match files::read_side_file(&storage, dir, CHECKPOINT_FILE, CHECKPOINT_MAGIC).await {
+                Ok(found) => found,
+                Err(error) => {
+                    tracing::warn!(dir = %dir.display(), %error, "checkpoint unusable; replaying the whole log");
+                    None
+                }
+            };
+        let start = log.start_offset().0;
+        let (state, covers) = match checkpoint {
+            Some(file) => match PartitionState::restore(&file.payload, context.clone()) {
+                Ok(restored) if restored.covers.0 >= start => {
+                    (restored.state, Some(restored.covers))
+                }
+                Ok(restored) => {
+                    return Err(PartitionError::Recovery {
+                        dir: dir.to_path_buf(),
+                        reason: format!(
+                            "checkpoint covers offset {} but the log starts at {start}",
+                            restored.covers.0
+                        ),
+                    })
+                }
+                Err(error) if start == 0 => {
+                    tracing::warn!(dir = %dir.display(), %error, "checkpoint does not decode; replaying the whole log");
+                    (PartitionState::new(context.clone())?, None)
+                }
+                Err(error) => {
+                    return Err(PartitionError::Recovery {
+                        dir: dir.join(CHECKPOINT_FILE),
+                        reason: format!(
+                            "checkpoint does not decode ({error}) and the log no longer starts at 0"
+                        ),
+                    })
+                }
+            },
+            None if start == 0 => (PartitionState::new(context.clone())?, None),
+            None => {
+                return Err(PartitionError::Recovery {
+                    dir: dir.to_path_buf(),
+                    reason: format!("no checkpoint, but the log starts at offset {start}"),
+                })
+            }
+        };
+        let background = log.background();
+        let partition = Rc::new(Self {
+            name,
+            dir: dir.to_path_buf(),
+            storage,
+            log,
+            state: RefCell::new(state),
+            clock,
+            epoch,
+            claimable: Signal::default(),
+            last_ticket: RefCell::new(None),
+            checkpoint_covers: Cell::new(covers.map_or(0, |offset| offset.0)),
+            checkpoint_running: Cell::new(false),
+            closed: Cell::new(false),
+        });
+        let (replayed_batches, replayed_events) =
+            partition.replay(covers.map_or(start, |offset| offset.0)).await?;
+        let report = OpenReport {
+            epoch,
+            checkpoint_covers: covers,
+            replayed_batches,
+            replayed_events,
+            next_offset: Offset(partition.log.next_offset().0),
+            log: log_report,
+        };
+        Ok((partition, background, report))
+    }
+
+    /// Folds every batch from `from` to the log's end into the state.
+    async fn replay(&self, from: u64) -> Result<(u64, u64), PartitionError> {
+        let end = self.log.next_offset().0;
+        let mut next = from;
+        let mut batches = 0u64;
+        let mut events = 0u64;
+        let recovery = |reason: String| PartitionError::Recovery { dir: self.dir.clone(), reason };
+        while next < end {
+            let read = self.log.read(LogOffset(next), REPLAY_READ_BYTES).await?;
+            if read.is_empty() {
+                return Err(recovery(format!("log read at {next} returned nothing before {end}")));
+            }
+            for batch in read {
+                if batch.header.next_offset() <= next {
+                    continue;
+                }
+                let bytes = aligned(&batch.bytes);
+                let view = trusted_view(&bytes)?;
+                let base = view.header().base_offset;
+                let mut state = self.state.borrow_mut();
+                for index in 0..view.len() {
+                    let offset = base + index as u64;
+                    if offset < next {
+                        continue;
+                    }
+                    let event = match view.header().kind {
+                        BatchKind::Data => {
+                            let request = enqueue_request(&view, index);
+                            let stamp = view.record(index).enqueue_time_ms.to_native();
+                            Event::Enqueued(EnqueueMeta::new(&request, Offset(offset), stamp))
+                        }
+                        BatchKind::Control => Event::decode(view.control_record(index))
+                            .map_err(|error| recovery(format!("event at offset {offset}: {error}")))?,
+                        BatchKind::Filler => continue,
+                    };
+                    state.apply(&event).map_err(|error: ApplyError| {
+                        recovery(format!("event at offset {offset} does not apply: {error}"))
+                    })?;
+                    events += 1;
+                }
+                next = view.header().next_offset();
+                batches += 1;
+            }
+        }
+        Ok((batches, events))
+    }
+
+    pub fn name(&self) -> &PartitionName {
+        &self.name
+    }
+
+    pub fn epoch(&self) -> LeaderEpoch {
+        self.epoch
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The log, for stats and tests.
+    pub fn log(&self) -> &Log<S> {
+        &self.log
+    }
+
+    /// Counters for DescribeQueue.
+    pub fn counters(&self) -> QueueCounters {
+        self.state.borrow().counters((self.clock)())
+    }
+
+    /// Runs `check` on the state for tests (read-only).
+    pub fn with_state<R>(&self, check: impl FnOnce(&PartitionState) -> R) -> R {
+        check(&self.state.borrow())
+    }
+
+    /// Appends `events` as one control batch and applies them. Called inside
+    /// a section with no await between the decision and this call, after
+    /// the caller made room with [`Log::writable`].
+    fn append_events(&self, events: &[Event], now: Millis) -> Result<Option<Ticket>, PartitionError> {
+        if events.is_empty() {
+            return Ok(None);
+        }
+        let mut builder = ControlBatchBuilder::new();
+        let mut encoded = Vec::with_capacity(CLAIMED_EVENT_BYTES);
+        for event in events {
+            encoded.clear();
+            event.encode(&mut encoded).map_err(PartitionError::Token)?;
+            builder.push(now, &encoded)?;
+        }
+        let batch = builder.finish()?;
+        let appended = self.log.append(&batch)?;
+        let mut state = self.state.borrow_mut();
+        for event in events {
+            if let Err(error) = state.apply(event) {
+                // A decision and its apply were interleaved: a bug, and the
+                // log now holds an event the state refused. Stop rather than
+                // serve a state that diverges from its log.
+                panic!("partition {:?}: event {event:?} does not apply: {error}", self.name);
+            }
+        }
+        drop(state);
+        *self.last_ticket.borrow_mut() = Some(appended.ticket.clone());
+        Ok(Some(appended.ticket))
+    }
+
+    fn control_bytes(events: usize, claimed: bool) -> u64 {
+        let per = if claimed { CLAIMED_EVENT_BYTES } else { EVENT_BYTES } as u64 + 8;
+        CONTROL_BATCH_OVERHEAD_BYTES + per * events as u64
+    }
+
+    /// Enqueues a data batch from a producer (untrusted bytes, 8-aligned).
+    /// Returns one outcome per record, after the appended records are durable.
+    ///
+    /// # Errors
+    /// Invalid batch, clock skew, QUEUE_FULL (nothing is appended then),
+    /// storage failure.
+    pub async fn enqueue(&self, batch: &[u8]) -> Result<Vec<EnqueueOutcome>, PartitionError> {
+        let view = BatchView::validate(batch)?;
+        if view.header().kind != BatchKind::Data {
+            return Err(PartitionError::NotData);
+        }
+        if view.header().flags != 0 {
+            return Err(PartitionError::Flags(view.header().flags));
+        }
+        self.log.writable(batch.len() as u64).await;
+        // From here to the append: no await, so no other request interleaves.
+        let now = (self.clock)();
+        let mut requests = Vec::with_capacity(view.len());
+        for index in 0..view.len() {
+            let stamp = view.record(index).enqueue_time_ms.to_native();
+            if stamp.abs_diff(now) > ENQUEUE_CLOCK_SKEW_MS_MAX {
+                return Err(PartitionError::ClockSkew { index, stamp_ms: stamp, now_ms: now });
+            }
+            requests.push((enqueue_request(&view, index), stamp));
+        }
+        let mut decisions = Vec::with_capacity(requests.len());
+        {
+            let state = self.state.borrow();
+            let mut admission = state.admission(now);
+            for (request, _) in &requests {
+                let decision = admission.check(request)?;
+                if let EnqueueDecision::QueueFull { limit } = decision {
+                    return Err(PartitionError::QueueFull { limit });
+                }
+                decisions.push(decision);
+            }
+        }
+        let accepted: Vec<u32> = decisions
+            .iter()
+            .enumerate()
+            .filter(|(_, decision)| matches!(decision, EnqueueDecision::Accept))
+            .map(|(index, _)| index as u32)
+            .collect();
+        let mut outcomes = vec![EnqueueOutcome::Duplicate { original: Offset(0) }; requests.len()];
+        let mut ticket = None;
+        if !accepted.is_empty() {
+            let reframed;
+            let bytes: &[u8] = if accepted.len() == requests.len() {
+                batch
+            } else {
+                reframed = view.reframe(&accepted)?;
+                &reframed
+            };
+            let appended = self.log.append(bytes)?;
+            let mut state = self.state.borrow_mut();
+            for (position, &index) in accepted.iter().enumerate() {
+                let offset = Offset(appended.base_offset.0 + position as u64);
+                let (request, stamp) = &requests[index as usize];
+                let event = Event::Enqueued(EnqueueMeta::new(request, offset, *stamp));
+                if let Err(error) = state.apply(&event) {
+                    panic!("partition {:?}: enqueue at {offset:?} does not apply: {error}", self.name);
+                }
+                outcomes[index as usize] = EnqueueOutcome::Appended { offset };
+            }
+            drop(state);
+            *self.last_ticket.borrow_mut() = Some(appended.ticket.clone());
+            ticket = Some(appended.ticket);
+        }
+        for (index, decision) in decisions.iter().enumerate() {
+            match decision {
+                EnqueueDecision::Duplicate { original } => {
+                    outcomes[index] = EnqueueOutcome::Duplicate { original: *original };
+                }
+                EnqueueDecision::DuplicateInBatch { index: first } => {
+                    let original = match outcomes[*first] {
+                        EnqueueOutcome::Appended { offset } => offset,
+                        EnqueueOutcome::Duplicate { original } => original,
+                    };
+                    outcomes[index] = EnqueueOutcome::Duplicate { original };
+                }
+                EnqueueDecision::Accept | EnqueueDecision::QueueFull { .. } => {}
+            }
+        }
+        if ticket.is_some() {
+            self.claimable.notify();
+        }
+        if let Some(ticket) = ticket {
+            ticket.durable().await?;
+        } else if let Some(previous) = self.last_ticket.borrow().clone() {
+            // A duplicate reply promises the original is durable: wait for
+            // everything appended so far.
+            previous.durable().await?;
+        }
+        Ok(outcomes)
+    }
+
+    /// Claims up to `request.credits` messages from `lane`, long-polling up
+    /// to `wait_ms` when none is ready. Replies after the claim events are
+    /// durable, with each record's bytes.
+    ///
+    /// # Errors
+    /// Lease or credits out of range, too many waiters, storage failure.
+    pub async fn claim(
+        &self,
+        request: &ClaimRequest,
+        lane: Lane,
+        wait_ms: Millis,
+    ) -> Result<Vec<Claimed>, PartitionError> {
+        let deadline = (self.clock)().saturating_add(wait_ms);
+        let room = Self::control_bytes(request.credits as usize, true);
+        loop {
+            self.log.writable(room).await;
+            let now = (self.clock)();
+            let decision = {
+                let state = self.state.borrow();
+                match lane {
+                    Lane::Main => state.claim(now, request)?,
+                    Lane::DeadLetter => state.claim_dead_letters(now, request)?,
+                }
+            };
+            if !decision.deliveries.is_empty() {
+                let ticket = self.append_events(&decision.events, now)?;
+                if let Some(ticket) = ticket {
+                    ticket.durable().await?;
+                }
+                return self.with_records(decision.deliveries).await;
+            }
+            if now >= deadline || self.closed.get() {
+                return Ok(Vec::new());
+            }
+            if self.claimable.waiters() >= CLAIM_WAITERS_MAX {
+                return Err(PartitionError::TooManyWaiters);
+            }
+            self.claimable.wait().await;
+        }
+    }
+
+    /// Reads the record bytes of each delivery from the log.
+    async fn with_records(&self, deliveries: Vec<Delivery>) -> Result<Vec<Claimed>, PartitionError> {
+        let mut batches: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+        let mut out = Vec::with_capacity(deliveries.len());
+        for delivery in deliveries {
+            let record = self.record_bytes(delivery.offset, &mut batches).await?;
+            out.push(Claimed { delivery, record });
+        }
+        Ok(out)
+    }
+
+    /// The bytes of the data record at `offset`, using `cache` (base offset
+    /// → batch bytes) to avoid reading one batch twice.
+    async fn record_bytes(
+        &self,
+        offset: Offset,
+        cache: &mut BTreeMap<u64, Vec<u8>>,
+    ) -> Result<Vec<u8>, PartitionError> {
+        let cached = cache
+            .range(..=offset.0)
+            .next_back()
+            .filter(|(_, bytes)| {
+                trusted_view(&aligned(bytes)).is_ok_and(|view| view.header().next_offset() > offset.0)
+            })
+            .map(|(base, _)| *base);
+        let base = match cached {
+            Some(base) => base,
+            None => {
+                let read = self.log.read(to_log(offset), 1).await?;
+                let batch = read
+                    .into_iter()
+                    .find(|batch| {
+                        batch.header.base_offset <= offset.0 && batch.header.next_offset() > offset.0
+                    })
+                    .ok_or_else(|| PartitionError::Recovery {
+                        dir: self.dir.clone(),
+                        reason: format!("record at offset {} not found in the log", offset.0),
+                    })?;
+                let base = batch.header.base_offset;
+                cache.insert(base, batch.bytes);
+                base
+            }
+        };
+        let bytes = cache.get(&base).map(|bytes| aligned(bytes).into_owned()).unwrap_or_default();
+        let view = trusted_view(&bytes)?;
+        if view.header().kind != BatchKind::Data {
+            return Err(PartitionError::Recovery {
+                dir: self.dir.clone(),
+                reason: format!("offset {} is not a data record", offset.0),
+            });
+        }
+        let index = (offset.0 - base) as usize;
+        Ok(view.record_bytes(index).to_vec())
+    }
+
+    /// Mutates the state with one event decided by `decide`, appends it,
+    /// and waits for durability.
+    async fn mutate<T>(
+        &self,
+        decide: impl FnOnce(&PartitionState, Millis) -> Result<(Vec<Event>, T), QueueError>,
+    ) -> Result<T, PartitionError> {
+        self.log.writable(Self::control_bytes(1, false)).await;
+        let now = (self.clock)();
+        let (events, value) = {
+            let state = self.state.borrow();
+            decide(&state, now)?
+        };
+        if let Some(ticket) = self.append_events(&events, now)? {
+            ticket.durable().await?;
+        }
+        Ok(value)
+    }
+
+    /// Extends the lease of `token` by `lease_ms` (queue default when None).
+    ///
+    /// # Errors
+    /// Stale or invalid token, lease out of range, lifetime cap reached.
+    pub async fn extend(
+        &self,
+        token: &DeliveryToken,
+        lease_ms: Option<Millis>,
+    ) -> Result<Millis, PartitionError> {
+        self.mutate(|state, now| {
+            let (event, deadline) = state.extend(now, token, lease_ms)?;
+            Ok((vec![event], deadline))
+        })
+        .await
+    }
+
+    /// Acks each token; one result per token, in order. All accepted acks are
+    /// appended as one control batch and are durable when this returns.
+    pub async fn ack(&self, tokens: &[DeliveryToken]) -> Vec<Result<(), PartitionError>> {
+        let events_max = tokens.len().min(CONTROL_BATCH_EVENTS_MAX);
+        self.log.writable(Self::control_bytes(events_max, false)).await;
+        let now = (self.clock)();
+        let mut results: Vec<Result<(), PartitionError>> = Vec::with_capacity(tokens.len());
+        let mut events = Vec::with_capacity(events_max);
+        {
+            let mut state = self.state.borrow_mut();
+            for token in tokens.iter().take(CONTROL_BATCH_EVENTS_MAX) {
+                match state.ack(now, token) {
+                    Ok(event) => {
+                        // Apply at once so a repeated token in this request is stale.
+                        if let Err(error) = state.apply(&event) {
+                            panic!("partition {:?}: ack {event:?} does not apply: {error}", self.name);
+                        }
+                        events.push(event);
+                        results.push(Ok(()));
+                    }
+                    Err(error) => results.push(Err(error.into())),
+                }
+            }
+        }
+        for _ in results.len()..tokens.len() {
+            results.push(Err(PartitionError::Queue(QueueError::AdmissionBatchFull {
+                max: CONTROL_BATCH_EVENTS_MAX,
+            })));
+        }
+        if events.is_empty() {
+            return results;
+        }
+        // Events are applied already; append them as they are.
+        let appended = self.append_applied(&events, now);
+        match appended {
+            Ok(ticket) => {
+                if let Err(error) = ticket.durable().await {
+                    let message = error.to_string();
+                    for result in results.iter_mut().filter(|result| result.is_ok()) {
+                        *result = Err(PartitionError::Log(LogError::Failed(message.clone())));
+                    }
+                }
+            }
+            Err(error) => {
+                // The state applied events the log refused: they must not be
+                // acknowledged, and the partition cannot continue.
+                panic!("partition {:?}: applied acks could not be appended: {error}", self.name);
+            }
+        }
+        results
+    }
+
+    /// Appends events that were already applied to the state.
+    fn append_applied(&self, events: &[Event], now: Millis) -> Result<Ticket, PartitionError> {
+        let mut builder = ControlBatchBuilder::new();
+        let mut encoded = Vec::with_capacity(CLAIMED_EVENT_BYTES);
+        for event in events {
+            encoded.clear();
+            event.encode(&mut encoded).map_err(PartitionError::Token)?;
+            builder.push(now, &encoded)?;
+        }
+        let batch = builder.finish()?;
+        let appended = self.log.append(&batch)?;
+        *self.last_ticket.borrow_mut() = Some(appended.ticket.clone());
+        Ok(appended.ticket)
+    }
+
+    /// Releases `token`: the message is scheduled at `not_before_ms` (or
+    /// after the queue's backoff when None). Returns when it becomes ready.
+    ///
+    /// # Errors
+    /// Stale or invalid token, delay too long.
+    pub async fn release(
+        &self,
+        token: &DeliveryToken,
+        reason: ReleaseReason,
+        not_before_ms: Option<Millis>,
+    ) -> Result<Millis, PartitionError> {
+        let result = self
+            .mutate(|state, now| {
+                let event = state.release(now, token, reason, not_before_ms)?;
+                let due = match &event {
+                    Event::Released { not_before_ms, .. } => *not_before_ms,
+                    _ => now,
+                };
+                Ok((vec![event], due))
+            })
+            .await;
+        self.claimable.notify();
+        result
+    }
+
+    /// Moves dead letters back to the queue.
+    ///
+    /// # Errors
+    /// The offset is not a redrivable dead letter.
+    pub async fn redrive(&self, which: Redrive) -> Result<usize, PartitionError> {
+        let events_max = match which {
+            Redrive::One(_) => 1,
+            Redrive::Oldest(count) => count.min(CONTROL_BATCH_EVENTS_MAX),
+        };
+        let which = match which {
+            Redrive::Oldest(count) => Redrive::Oldest(count.min(CONTROL_BATCH_EVENTS_MAX)),
+            one => one,
+        };
+        self.log.writable(Self::control_bytes(events_max, false)).await;
+        let now = (self.clock)();
+        let events = self.state.borrow().redrive(now, which)?;
+        let count = events.len();
+        if let Some(ticket) = self.append_events(&events, now)? {
+            ticket.durable().await?;
+        }
+        self.claimable.notify();
+        Ok(count)
+    }
+
+    /// Counts (dry run) or removes up to `max` live messages of `lane`.
+    ///
+    /// # Errors
+    /// Storage failure.
+    pub async fn purge(&self, lane: Lane, max: usize, dry_run: bool) -> Result<usize, PartitionError> {
+        let max = max.min(CONTROL_BATCH_EVENTS_MAX);
+        if dry_run {
+            let now = (self.clock)();
+            return Ok(self.state.borrow().purge(now, lane, max).len());
+        }
+        self.log.writable(Self::control_bytes(max, false)).await;
+        let now = (self.clock)();
+        let events = self.state.borrow().purge(now, lane, max);
+        let count = events.len();
+        if let Some(ticket) = self.append_events(&events, now)? {
+            ticket.durable().await?;
+        }
+        Ok(count)
+    }
+
+    /// Dead letters after `after` (exclusive), up to `max`.
+    pub fn dead_letters(&self, after: Option<Offset>, max: usize) -> Vec<MessageView> {
+        self.state.borrow().peek_dead_letters(after, max)
+    }
+
+    /// Live messages of the main lane from `from`, up to `max`, with their
+    /// record bytes. Changes nothing.
+    ///
+    /// # Errors
+    /// Storage failure reading a record.
+    pub async fn peek(&self, from: Offset, max: usize) -> Result<Vec<Peeked>, PartitionError> {
+        let views: Vec<MessageView> = self
+            .state
+            .borrow()
+            .messages()
+            .into_iter()
+            .filter(|view| view.lane == Lane::Main && view.offset >= from)
+            .take(max)
+            .collect();
+        // Records are readable once durable; wait for everything appended.
+        let ticket = self.last_ticket.borrow().clone();
+        if let Some(ticket) = ticket {
+            ticket.durable().await?;
+        }
+        let mut cache = BTreeMap::new();
+        let mut out = Vec::with_capacity(views.len());
+        for view in views {
+            let record = self.record_bytes(view.offset, &mut cache).await?;
+            out.push(Peeked { view, record });
+        }
+        Ok(out)
+    }
+
+    /// Housekeeping: lease expiry, scheduled → ready, expiry. Appends the
+    /// events without waiting for durability (no one is waiting for a
+    /// reply); a later reply's durability covers them. Wakes long-polling
+    /// claims so they re-check. Never blocks.
+    pub fn tick(&self) {
+        let now = (self.clock)();
+        let due = self.state.borrow().next_wakeup().is_some_and(|wakeup| wakeup <= now);
+        if due && !self.closed.get() {
+            let events = self.state.borrow().tick(now);
+            for chunk in events.chunks(CONTROL_BATCH_EVENTS_MAX) {
+                match self.append_events(chunk, now) {
+                    Ok(_) => {}
+                    // Full log buffers: try again next tick.
+                    Err(PartitionError::Log(LogError::Backpressure { .. })) => break,
+                    Err(error) => {
+                        tracing::warn!(partition = ?self.name, %error, "tick events not appended");
+                        break;
+                    }
+                }
+            }
+        }
+        self.claimable.notify();
+    }
+
+    /// Whether enough log has been written since the last checkpoint.
+    pub fn checkpoint_due(&self) -> bool {
+        !self.checkpoint_running.get()
+            && self.log.next_offset().0 > self.checkpoint_covers.get()
+            && self.log_bytes_since_checkpoint() >= CHECKPOINT_INTERVAL_BYTES
+    }
+
+    fn log_bytes_since_checkpoint(&self) -> u64 {
+        let covers = self.checkpoint_covers.get();
+        self.log
+            .segments()
+            .iter()
+            .filter(|segment| segment.next_offset.0 > covers)
+            .map(|segment| segment.data_end)
+            .sum()
+    }
+
+    /// Writes a checkpoint of the current state once everything it covers is
+    /// durable, then deletes log segments below the retention watermark.
+    ///
+    /// # Errors
+    /// Storage failure (the previous checkpoint is then intact).
+    pub async fn checkpoint(&self) -> Result<Option<Offset>, PartitionError> {
+        if self.checkpoint_running.replace(true) {
+            return Ok(None);
+        }
+        let result = self.checkpoint_inner().await;
+        self.checkpoint_running.set(false);
+        result
+    }
+
+    async fn checkpoint_inner(&self) -> Result<Option<Offset>, PartitionError> {
+        let covers = Offset(self.log.next_offset().0);
+        let snapshot = self.state.borrow().snapshot(covers);
+        let ticket = self.last_ticket.borrow().clone();
+        if let Some(ticket) = ticket {
+            ticket.durable().await?;
+        }
+        files::write_side_file(
+            &self.storage,
+            &self.dir,
+            CHECKPOINT_FILE,
+            CHECKPOINT_MAGIC,
+            covers.0,
+            &snapshot,
+        )
+        .await
+        .map_err(LogError::Io)?;
+        self.checkpoint_covers.set(covers.0);
+        let watermark = self.state.borrow().retention_watermark().unwrap_or(covers);
+        let below = watermark.min(covers);
+        let deleted = self.log.delete_below(to_log(below)).await?;
+        tracing::debug!(partition = ?self.name, covers = covers.0, deleted, "checkpoint written");
+        Ok(Some(covers))
+    }
+
+    /// Stops serving: wakes waiting claims (they return empty), writes a
+    /// final checkpoint, and closes the log (its background future then
+    /// completes once everything gathered is durable).
+    ///
+    /// # Errors
+    /// The final checkpoint failed; the log is closed regardless.
+    pub async fn close(&self) -> Result<(), PartitionError> {
+        self.closed.set(true);
+        self.claimable.notify();
+        let result = self.checkpoint().await.map(|_| ());
+        self.log.close();
+        result
+    }
+}
