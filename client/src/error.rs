@@ -13,7 +13,7 @@ use thiserror::Error;
 #[non_exhaustive]
 pub enum ClientError {
     /// The broker refused the request with a stable code.
-    #[error("{code}: {message}")]
+    #[error("{}: {message}", code.name())]
     Server {
         /// Never `NONE` and never `NOT_OWNER` (that is [`ClientError::NotOwner`]).
         code: ErrorCode,
