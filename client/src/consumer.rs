@@ -196,7 +196,7 @@ impl Drop for SlotGuard {
 ///     }
 ///     Ok::<(), std::io::Error>(())
 /// })?;
-/// tokio::signal::ctrl_c().await.ok();
+/// tokio::time::sleep(std::time::Duration::from_secs(10)).await;
 /// let stats = consumer.shutdown().await;
 /// println!("acked {}", stats.acked);
 /// # Ok(()) }

@@ -3,6 +3,9 @@
 //! extension, ack/release and drain. Every test runs under a timeout well
 //! below 20 s.
 
+// Helpers outside #[test] fns unwrap too: a failure there is a test failure.
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::sync::{Arc, Mutex};

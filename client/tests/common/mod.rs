@@ -6,7 +6,7 @@
 //! claim/extend/ack/release with tokens, metadata) for producer and consumer
 //! tests. It is a test double, not a model of the real broker.
 
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used)] // test support: a failure here is a test failure
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
