@@ -254,13 +254,13 @@ async fn not_owner_retries_are_bounded() {
 // ------------------------------------------------------------ producer
 
 // Goal: messages sent within the linger window travel in one batch, flushed
-// by the linger timer. Method: 3 concurrent sends, linger 100 ms, a batch
+// by the linger timer. Method: 3 concurrent sends, linger 300 ms, a batch
 // limit far above their size; the broker must see exactly one Enqueue of 3.
 #[tokio::test]
 async fn producer_linger_flush_batches_concurrent_sends() {
     let (server, state) = start_broker("q", 1).await;
     let client = Client::connect(&server.addr).await.unwrap();
-    let config = ProducerConfig { linger: Duration::from_millis(100), ..ProducerConfig::default() };
+    let config = ProducerConfig { linger: Duration::from_millis(300), ..ProducerConfig::default() };
     let producer = Producer::new(client, config).unwrap();
     let mut pending = Vec::new();
     for n in 0..3u8 {
