@@ -1,0 +1,214 @@
+//! [`Admin`]: the control plane — create, delete, list and describe queues;
+//! peek, purge, list dead letters and redrive. Queue-wide operations go to the
+//! bootstrap shard; partition-scoped ones (peek, purge, dead letters, redrive)
+//! go to the partition's owner through [`Client::partition_call`], like data.
+//!
+//! It owns no state beyond the [`Client`]; after a create or delete it drops
+//! the queue's cached metadata so the next send sees the new layout.
+
+use spool_wire::proto::{
+    AssignmentVersion, Backoff, BackoffKind, CreateQueueRequest, DeadLetter, DeadLettersRequest,
+    DeleteQueueRequest, DescribeQueueRequest, DescribeQueueResponse, ListQueuesRequest, Offset,
+    PartitionId, PeekRequest, PeekedMessage, PurgeRequest, QueueConfig, QueueSummary,
+    RedriveRequest, RedriveTarget, Request, Response,
+};
+
+use crate::client::Client;
+use crate::error::ClientError;
+use crate::limits::LEASE_MS_DEFAULT;
+
+/// Defaults for a new queue: one lease range of 1 s..15 min (30 s default),
+/// 1 h lifetime, 10 deliveries, exponential backoff 1 s..5 min, 1 h dedupe
+/// window, 10 M messages / 10 GiB, 4 priority bands.
+pub fn default_queue_config(partitions: u32) -> QueueConfig {
+    QueueConfig {
+        partitions,
+        priority_bands: 4,
+        lease_default_ms: LEASE_MS_DEFAULT,
+        lease_min_ms: 1_000,
+        lease_max_ms: 15 * 60 * 1000,
+        max_lease_lifetime_ms: 60 * 60 * 1000,
+        max_deliveries: 10,
+        backoff: Backoff { kind: BackoffKind::Exponential, base_ms: 1_000, cap_ms: 5 * 60 * 1000 },
+        dedupe_window_ms: 60 * 60 * 1000,
+        max_messages: 10_000_000,
+        max_bytes: 10 << 30,
+        dead_letter_on_expiry: true,
+    }
+}
+
+/// Control-plane operations.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), spool_client::ClientError> {
+/// use spool_client::{default_queue_config, Admin, Client};
+///
+/// let admin = Admin::new(Client::connect("127.0.0.1:7400").await?);
+/// admin.create_queue("jobs", default_queue_config(4)).await?;
+/// for queue in admin.list_queues().await? {
+///     println!("{} ({} partitions)", queue.name, queue.partitions);
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Admin {
+    client: Client,
+}
+
+fn unexpected(operation: &str) -> ClientError {
+    ClientError::Protocol(format!("{operation} answered with another response"))
+}
+
+impl Admin {
+    /// Admin over `client`.
+    pub fn new(client: Client) -> Self {
+        Self { client }
+    }
+
+    /// The underlying client.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    async fn control(&self, request: Request<'_>) -> Result<crate::ResponseBytes, ClientError> {
+        self.client.control(&request).await
+    }
+
+    async fn partition(
+        &self,
+        queue: &str,
+        partition: PartitionId,
+        request: Request<'_>,
+    ) -> Result<crate::ResponseBytes, ClientError> {
+        let timeout = self.client.config().connection.request_timeout;
+        self.client.partition_call(queue, partition, &request, timeout).await
+    }
+
+    /// Creates a queue.
+    ///
+    /// # Errors
+    /// `QUEUE_EXISTS`, `INVALID_ARGUMENT`, or a transport error.
+    pub async fn create_queue(
+        &self,
+        name: &str,
+        config: QueueConfig,
+    ) -> Result<AssignmentVersion, ClientError> {
+        let request = CreateQueueRequest { name: name.to_owned(), config };
+        let bytes = self.control(Request::CreateQueue(request)).await?;
+        self.client.forget_queue(name);
+        match bytes.response()? {
+            Response::CreateQueue(response) => Ok(response.assignment_version),
+            _ => Err(unexpected("create queue")),
+        }
+    }
+
+    /// Deletes a queue and everything in it.
+    ///
+    /// # Errors
+    /// `QUEUE_NOT_FOUND`, or a transport error.
+    pub async fn delete_queue(&self, name: &str) -> Result<AssignmentVersion, ClientError> {
+        let bytes = self
+            .control(Request::DeleteQueue(DeleteQueueRequest { name: name.to_owned() }))
+            .await?;
+        self.client.forget_queue(name);
+        match bytes.response()? {
+            Response::DeleteQueue(response) => Ok(response.assignment_version),
+            _ => Err(unexpected("delete queue")),
+        }
+    }
+
+    /// Every queue with its partition count.
+    ///
+    /// # Errors
+    /// A transport error.
+    pub async fn list_queues(&self) -> Result<Vec<QueueSummary>, ClientError> {
+        match self.control(Request::ListQueues(ListQueuesRequest {})).await?.response()? {
+            Response::ListQueues(response) => Ok(response.queues),
+            _ => Err(unexpected("list queues")),
+        }
+    }
+
+    /// A queue's configuration and per-partition counts.
+    ///
+    /// # Errors
+    /// `QUEUE_NOT_FOUND`, or a transport error.
+    pub async fn describe_queue(&self, name: &str) -> Result<DescribeQueueResponse, ClientError> {
+        let request = DescribeQueueRequest { name: name.to_owned() };
+        match self.control(Request::DescribeQueue(request)).await?.response()? {
+            Response::DescribeQueue(response) => Ok(response),
+            _ => Err(unexpected("describe queue")),
+        }
+    }
+
+    /// Up to `max` messages of a partition from `from_offset`, without
+    /// claiming them.
+    ///
+    /// # Errors
+    /// `QUEUE_NOT_FOUND`, `PARTITION_NOT_FOUND`, or a transport error.
+    pub async fn peek(
+        &self,
+        queue: &str,
+        partition: PartitionId,
+        from_offset: Offset,
+        max: u32,
+    ) -> Result<Vec<PeekedMessage>, ClientError> {
+        let request = PeekRequest { queue: queue.to_owned(), partition, from_offset, max };
+        match self.partition(queue, partition, Request::Peek(request)).await?.response()? {
+            Response::Peek(response) => Ok(response.messages),
+            _ => Err(unexpected("peek")),
+        }
+    }
+
+    /// Drops a partition's messages; with `dry_run` only counts them.
+    /// Returns the count.
+    ///
+    /// # Errors
+    /// `QUEUE_NOT_FOUND`, `PARTITION_NOT_FOUND`, or a transport error.
+    pub async fn purge(
+        &self,
+        queue: &str,
+        partition: PartitionId,
+        dry_run: bool,
+    ) -> Result<u64, ClientError> {
+        let request = PurgeRequest { queue: queue.to_owned(), partition, dry_run };
+        match self.partition(queue, partition, Request::Purge(request)).await?.response()? {
+            Response::Purge(response) => Ok(response.count),
+            _ => Err(unexpected("purge")),
+        }
+    }
+
+    /// Up to `max` dead letters of a partition from `from_offset`.
+    ///
+    /// # Errors
+    /// `QUEUE_NOT_FOUND`, `PARTITION_NOT_FOUND`, or a transport error.
+    pub async fn dead_letters(
+        &self,
+        queue: &str,
+        partition: PartitionId,
+        from_offset: Offset,
+        max: u32,
+    ) -> Result<Vec<DeadLetter>, ClientError> {
+        let request = DeadLettersRequest { queue: queue.to_owned(), partition, from_offset, max };
+        match self.partition(queue, partition, Request::DeadLetters(request)).await?.response()? {
+            Response::DeadLetters(response) => Ok(response.entries),
+            _ => Err(unexpected("dead letters")),
+        }
+    }
+
+    /// Moves dead letters of a partition back to ready; returns how many.
+    ///
+    /// # Errors
+    /// `QUEUE_NOT_FOUND`, `PARTITION_NOT_FOUND`, or a transport error.
+    pub async fn redrive(
+        &self,
+        queue: &str,
+        partition: PartitionId,
+        target: RedriveTarget,
+    ) -> Result<u64, ClientError> {
+        let request = RedriveRequest { queue: queue.to_owned(), partition, target };
+        match self.partition(queue, partition, Request::Redrive(request)).await?.response()? {
+            Response::Redrive(response) => Ok(response.count),
+            _ => Err(unexpected("redrive")),
+        }
+    }
+}

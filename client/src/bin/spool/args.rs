@@ -1,0 +1,174 @@
+//! The `spool` command line, declared with clap. Parsing only: what each
+//! command does is in `main.rs`, how results look is in `render.rs`.
+
+use clap::{Args, Parser, Subcommand};
+
+/// Default broker address.
+pub const ADDR_DEFAULT: &str = "127.0.0.1:7400";
+
+/// Spool command line client.
+#[derive(Debug, Parser)]
+#[command(name = "spool", version, about = "Talk to a Spool broker")]
+pub struct Cli {
+    /// Broker (bootstrap shard) address.
+    #[arg(long, global = true, default_value = ADDR_DEFAULT)]
+    pub addr: String,
+    /// Print JSON instead of tables.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Per-request timeout.
+    #[arg(long, global = true, default_value_t = 10_000)]
+    pub timeout_ms: u64,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create, list, describe or delete queues.
+    #[command(subcommand)]
+    Queue(QueueCommand),
+    /// Enqueue messages: DATA, --file, or one message per stdin line.
+    Send(SendArgs),
+    /// Claim messages and ack them (or release them with --no-ack).
+    Recv(RecvArgs),
+    /// Show messages without claiming them.
+    Peek(PeekArgs),
+    /// Drop a queue's messages (asks first unless --yes).
+    Purge(PurgeArgs),
+    /// Dead letters.
+    #[command(subcommand)]
+    Dlq(DlqCommand),
+    /// Per-queue message counts.
+    Stats(StatsArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum QueueCommand {
+    /// Create a queue.
+    Create(CreateArgs),
+    /// List queues.
+    List,
+    /// Show a queue's configuration and per-partition counts.
+    Describe {
+        /// Queue name.
+        queue: String,
+    },
+    /// Delete a queue and its messages (asks first unless --yes).
+    Delete {
+        /// Queue name.
+        queue: String,
+        /// Do not ask.
+        #[arg(long)]
+        yes: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct CreateArgs {
+    /// Queue name.
+    pub queue: String,
+    /// Partitions.
+    #[arg(long, default_value_t = 1)]
+    pub partitions: u32,
+    /// Priority bands.
+    #[arg(long)]
+    pub priority_bands: Option<u8>,
+    /// Default lease.
+    #[arg(long)]
+    pub lease_ms: Option<u32>,
+    /// Deliveries before a message is dead-lettered.
+    #[arg(long)]
+    pub max_deliveries: Option<u32>,
+    /// Admission limit on messages.
+    #[arg(long)]
+    pub max_messages: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct SendArgs {
+    /// Queue name.
+    pub queue: String,
+    /// Message body; without it (and without --file) each stdin line is one message.
+    pub data: Option<String>,
+    /// Read the body from this file.
+    #[arg(long, conflicts_with = "data")]
+    pub file: Option<std::path::PathBuf>,
+    /// Routing key (chooses the partition).
+    #[arg(long)]
+    pub key: Option<String>,
+    /// Priority band (0 highest).
+    #[arg(long, default_value_t = 0)]
+    pub priority: u8,
+    /// Delay before the message becomes ready.
+    #[arg(long, default_value_t = 0)]
+    pub delay_ms: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct RecvArgs {
+    /// Queue name.
+    pub queue: String,
+    /// Most messages to receive.
+    #[arg(short = 'n', long = "count", default_value_t = 1)]
+    pub count: u32,
+    /// Lease while printing.
+    #[arg(long, default_value_t = 30_000)]
+    pub lease_ms: u32,
+    /// Long-poll wait when nothing is ready.
+    #[arg(long, default_value_t = 1_000)]
+    pub wait_ms: u32,
+    /// Release instead of ack.
+    #[arg(long)]
+    pub no_ack: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct PeekArgs {
+    /// Queue name.
+    pub queue: String,
+    /// Only this partition (default: all).
+    #[arg(long)]
+    pub partition: Option<u32>,
+    /// First offset.
+    #[arg(long, default_value_t = 0)]
+    pub from: u64,
+    /// Most messages per partition.
+    #[arg(short = 'n', long = "count", default_value_t = 10)]
+    pub count: u32,
+}
+
+#[derive(Debug, Args)]
+pub struct PurgeArgs {
+    /// Queue name.
+    pub queue: String,
+    /// Only this partition (default: all).
+    #[arg(long)]
+    pub partition: Option<u32>,
+    /// Do not ask.
+    #[arg(long)]
+    pub yes: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DlqCommand {
+    /// List dead letters.
+    List(PeekArgs),
+    /// Move dead letters back to ready.
+    Redrive {
+        /// Queue name.
+        queue: String,
+        /// Only this partition (default: all).
+        #[arg(long)]
+        partition: Option<u32>,
+        /// Only these original offsets (needs --partition); default: all.
+        #[arg(long = "offset", requires = "partition")]
+        offsets: Vec<u64>,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// Only this queue (default: all).
+    pub queue: Option<String>,
+}

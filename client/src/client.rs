@@ -1,0 +1,417 @@
+//! [`Client`]: metadata, shard connections and routing.
+//!
+//! Owns the cached `Metadata` (per queue partition: host, shard port, leader
+//! epoch) fetched from the bootstrap address, and one lazily opened
+//! [`Connection`] per shard address. Every data request goes straight to the
+//! shard that owns its partition; a `NOT_OWNER` answer refreshes the queue's
+//! metadata and retries at the owner it names (or the refreshed owner), at
+//! most [`ROUTE_ATTEMPTS_MAX`] times. The broker never forwards, so this is
+//! the only place routing happens. Control-plane requests go to the
+//! bootstrap shard.
+//!
+//! It does not batch, retry on other errors, or run handlers: see
+//! [`Producer`](crate::Producer) and [`Consumer`](crate::Consumer).
+
+use std::collections::HashMap;
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use spool_wire::proto::{
+    AckRequest, ClaimRequest, DeliveryToken, EnqueueRequest, EnqueueResponse, ExtendRequest,
+    MetadataRequest, PartitionId, PartitionMetadata, ReleaseRequest, Request, Response, WorkerId,
+};
+use spool_wire::ErrorCode;
+
+use crate::connection::{Connection, ConnectionConfig, ResponseBytes};
+use crate::delivery::Delivery;
+use crate::error::ClientError;
+use crate::limits::{CONNECTIONS_MAX, ROUTE_ATTEMPTS_MAX};
+
+/// Settings of a [`Client`].
+#[derive(Debug, Clone, Default)]
+pub struct ClientConfig {
+    /// Settings of every shard connection.
+    pub connection: ConnectionConfig,
+}
+
+/// What a claim asks for.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimOptions {
+    /// The claiming worker, bound into the tokens.
+    pub worker: WorkerId,
+    /// Most deliveries (`1..=CLAIM_CREDITS_MAX`).
+    pub credits: u32,
+    /// Most record bytes.
+    pub max_bytes: u32,
+    /// Lease length.
+    pub lease_ms: u32,
+    /// Long-poll wait when nothing is ready.
+    pub wait_ms: u32,
+}
+
+/// The deliveries of one claim.
+#[derive(Debug)]
+pub struct ClaimBatch {
+    /// When their leases end unless extended (broker clock, Unix ms).
+    pub lease_deadline_ms: u64,
+    /// At most the claim's credits.
+    pub deliveries: Vec<Delivery>,
+}
+
+struct Inner {
+    bootstrap: String,
+    config: ClientConfig,
+    /// Queue name → its partitions, indexed by partition number.
+    metadata: RwLock<HashMap<String, Vec<PartitionMetadata>>>,
+    /// `host:port` → connection. An async lock: opening a connection awaits.
+    connections: tokio::sync::Mutex<HashMap<String, Connection>>,
+}
+
+/// A handle on a Spool broker: cheap to clone, shared by producers,
+/// consumers and admin.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), spool_client::ClientError> {
+/// let client = spool_client::Client::connect("127.0.0.1:7400").await?;
+/// let partitions = client.partitions("jobs").await?;
+/// println!("jobs has {} partitions", partitions.len());
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_struct("Client").field("bootstrap", &self.inner.bootstrap).finish()
+    }
+}
+
+fn address(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+impl Client {
+    /// Connects to `bootstrap` (`host:port`) with default settings and
+    /// fetches metadata for every queue.
+    ///
+    /// # Errors
+    /// Connection or metadata failure.
+    pub async fn connect(bootstrap: &str) -> Result<Self, ClientError> {
+        Self::connect_with(bootstrap, ClientConfig::default()).await
+    }
+
+    /// [`connect`](Self::connect) with explicit settings.
+    ///
+    /// # Errors
+    /// Connection or metadata failure.
+    pub async fn connect_with(bootstrap: &str, config: ClientConfig) -> Result<Self, ClientError> {
+        let client = Self {
+            inner: Arc::new(Inner {
+                bootstrap: bootstrap.to_owned(),
+                config,
+                metadata: RwLock::new(HashMap::new()),
+                connections: tokio::sync::Mutex::new(HashMap::new()),
+            }),
+        };
+        client.refresh_metadata(&[]).await?;
+        Ok(client)
+    }
+
+    /// The bootstrap address.
+    pub fn bootstrap(&self) -> &str {
+        &self.inner.bootstrap
+    }
+
+    /// The connection settings in use.
+    pub fn config(&self) -> &ClientConfig {
+        &self.inner.config
+    }
+
+    /// The connection to `addr`, opened on first use and reopened if it
+    /// closed.
+    ///
+    /// # Errors
+    /// Connect failure, or [`CONNECTIONS_MAX`] connections already open.
+    pub async fn connection(&self, addr: &str) -> Result<Connection, ClientError> {
+        let mut connections = self.inner.connections.lock().await;
+        if let Some(connection) = connections.get(addr) {
+            if !connection.is_closed() {
+                return Ok(connection.clone());
+            }
+            connections.remove(addr);
+        }
+        if connections.len() >= CONNECTIONS_MAX {
+            connections.retain(|_, connection| !connection.is_closed());
+            if connections.len() >= CONNECTIONS_MAX {
+                return Err(ClientError::Config(format!(
+                    "more than {CONNECTIONS_MAX} shard connections"
+                )));
+            }
+        }
+        let connection = Connection::connect(addr, self.inner.config.connection.clone()).await?;
+        connections.insert(addr.to_owned(), connection.clone());
+        Ok(connection)
+    }
+
+    /// Sends a control-plane request to the bootstrap shard.
+    ///
+    /// # Errors
+    /// As [`Connection::call`].
+    pub async fn control(&self, request: &Request<'_>) -> Result<ResponseBytes, ClientError> {
+        let connection = self.connection(&self.inner.bootstrap).await?;
+        connection.call(request).await
+    }
+
+    /// Fetches metadata for `queues` (every queue when empty) and replaces
+    /// the cached entries; a named queue the broker does not list is dropped
+    /// from the cache.
+    ///
+    /// # Errors
+    /// As [`Connection::call`].
+    pub async fn refresh_metadata(&self, queues: &[&str]) -> Result<(), ClientError> {
+        let request =
+            MetadataRequest { queues: queues.iter().map(|&name| name.to_owned()).collect() };
+        let bytes = self.control(&Request::Metadata(request)).await?;
+        let Response::Metadata(response) = bytes.response()? else {
+            return Err(ClientError::Protocol("metadata answered with another response".into()));
+        };
+        let mut metadata = self.inner.metadata.write().unwrap_or_else(PoisonError::into_inner);
+        if queues.is_empty() {
+            metadata.clear();
+        }
+        for &queue in queues {
+            metadata.remove(queue);
+        }
+        for mut queue in response.queues {
+            queue.partitions.sort_by_key(|partition| partition.partition);
+            let dense = queue
+                .partitions
+                .iter()
+                .enumerate()
+                .all(|(index, partition)| partition.partition.0 as usize == index);
+            if !dense {
+                return Err(ClientError::Protocol(format!(
+                    "metadata for '{}' does not list partitions 0..n",
+                    queue.name
+                )));
+            }
+            metadata.insert(queue.name, queue.partitions);
+        }
+        Ok(())
+    }
+
+    /// Forgets the cached metadata of `queue` (after it was deleted or
+    /// recreated).
+    pub fn forget_queue(&self, queue: &str) {
+        self.inner.metadata.write().unwrap_or_else(PoisonError::into_inner).remove(queue);
+    }
+
+    /// The partitions of `queue`, from the cache or fetched.
+    ///
+    /// # Errors
+    /// [`ClientError::UnknownQueue`] when the broker does not know it.
+    pub async fn partitions(&self, queue: &str) -> Result<Vec<PartitionMetadata>, ClientError> {
+        if let Some(partitions) = self.cached_partitions(queue) {
+            return Ok(partitions);
+        }
+        self.refresh_metadata(&[queue]).await?;
+        self.cached_partitions(queue).ok_or_else(|| ClientError::UnknownQueue(queue.to_owned()))
+    }
+
+    fn cached_partitions(&self, queue: &str) -> Option<Vec<PartitionMetadata>> {
+        let metadata = self.inner.metadata.read().unwrap_or_else(PoisonError::into_inner);
+        metadata.get(queue).filter(|partitions| !partitions.is_empty()).cloned()
+    }
+
+    async fn owner(&self, queue: &str, partition: PartitionId) -> Result<String, ClientError> {
+        let partitions = self.partitions(queue).await?;
+        let meta = partitions.get(partition.0 as usize).ok_or_else(|| ClientError::Server {
+            code: ErrorCode::PartitionNotFound,
+            message: format!("queue '{queue}' has {} partitions", partitions.len()),
+        })?;
+        Ok(address(&meta.host, meta.shard_port))
+    }
+
+    /// Sends a request about one partition to the shard that owns it,
+    /// following `NOT_OWNER` (see the module doc).
+    ///
+    /// # Errors
+    /// The request's own error, or [`ClientError::RouteExhausted`].
+    pub async fn partition_call(
+        &self,
+        queue: &str,
+        partition: PartitionId,
+        request: &Request<'_>,
+        timeout: Duration,
+    ) -> Result<ResponseBytes, ClientError> {
+        let mut hint: Option<String> = None;
+        for _ in 0..ROUTE_ATTEMPTS_MAX {
+            let addr = match hint.take() {
+                Some(addr) => addr,
+                None => self.owner(queue, partition).await?,
+            };
+            let connection = self.connection(&addr).await?;
+            match connection.call_with_timeout(request, timeout).await {
+                Err(ClientError::NotOwner { owner, message }) => {
+                    tracing::debug!(%queue, partition = partition.0, %addr, %message, "not owner; rerouting");
+                    self.refresh_metadata(&[queue]).await?;
+                    // The shard's own answer beats metadata a bootstrap node
+                    // may not have caught up on yet.
+                    hint = owner.map(|owner| address(&owner.host, owner.port));
+                }
+                other => return other,
+            }
+        }
+        Err(ClientError::RouteExhausted {
+            queue: queue.to_owned(),
+            partition: partition.0,
+            attempts: ROUTE_ATTEMPTS_MAX,
+        })
+    }
+
+    fn request_timeout(&self) -> Duration {
+        self.inner.config.connection.request_timeout
+    }
+
+    /// Appends one record batch (built with `DataBatchBuilder`) to a partition.
+    ///
+    /// # Errors
+    /// As [`partition_call`](Self::partition_call).
+    pub async fn enqueue(
+        &self,
+        queue: &str,
+        partition: PartitionId,
+        batch: &[u8],
+    ) -> Result<EnqueueResponse, ClientError> {
+        let request = Request::Enqueue(EnqueueRequest { queue, partition, batch });
+        let bytes = self.partition_call(queue, partition, &request, self.request_timeout()).await?;
+        match bytes.response()? {
+            Response::Enqueue(response) => Ok(response),
+            _ => Err(ClientError::Protocol("enqueue answered with another response".into())),
+        }
+    }
+
+    /// Leases up to `options.credits` messages from one partition.
+    ///
+    /// # Errors
+    /// As [`partition_call`](Self::partition_call); [`ClientError::Protocol`]
+    /// if the broker delivers more than the credits.
+    pub async fn claim(
+        &self,
+        queue: &str,
+        partition: PartitionId,
+        options: &ClaimOptions,
+    ) -> Result<ClaimBatch, ClientError> {
+        let request = Request::Claim(ClaimRequest {
+            queue,
+            partition,
+            worker: options.worker,
+            credits: options.credits,
+            max_bytes: options.max_bytes,
+            lease_ms: options.lease_ms,
+            wait_ms: options.wait_ms,
+        });
+        let timeout = self.request_timeout() + Duration::from_millis(options.wait_ms.into());
+        let bytes = self.partition_call(queue, partition, &request, timeout).await?;
+        let Response::Claim(response) = bytes.response()? else {
+            return Err(ClientError::Protocol("claim answered with another response".into()));
+        };
+        if response.deliveries.len() > options.credits as usize {
+            return Err(ClientError::Protocol(format!(
+                "claim for {} credits returned {} deliveries",
+                options.credits,
+                response.deliveries.len()
+            )));
+        }
+        let queue: Arc<str> = Arc::from(queue);
+        let deliveries = response
+            .deliveries
+            .iter()
+            .map(|wire| {
+                Delivery::new(Arc::clone(&queue), partition, response.lease_deadline_ms, wire)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ClaimBatch { lease_deadline_ms: response.lease_deadline_ms, deliveries })
+    }
+
+    /// Pushes a lease's deadline to now + `lease_ms`; returns the new deadline.
+    ///
+    /// # Errors
+    /// `STALE_TOKEN` once the lease was lost; as
+    /// [`partition_call`](Self::partition_call).
+    pub async fn extend(
+        &self,
+        queue: &str,
+        partition: PartitionId,
+        token: DeliveryToken,
+        lease_ms: u32,
+    ) -> Result<u64, ClientError> {
+        let request = Request::Extend(ExtendRequest { token, lease_ms });
+        let bytes = self.partition_call(queue, partition, &request, self.request_timeout()).await?;
+        match bytes.response()? {
+            Response::Extend(response) => Ok(response.lease_deadline_ms),
+            _ => Err(ClientError::Protocol("extend answered with another response".into())),
+        }
+    }
+
+    /// Acks deliveries of one partition; one code per token, in order
+    /// (`NONE` = acked).
+    ///
+    /// # Errors
+    /// As [`partition_call`](Self::partition_call).
+    pub async fn ack(
+        &self,
+        queue: &str,
+        partition: PartitionId,
+        tokens: &[DeliveryToken],
+    ) -> Result<Vec<ErrorCode>, ClientError> {
+        let request = Request::Ack(AckRequest { tokens: tokens.to_vec() });
+        let bytes = self.partition_call(queue, partition, &request, self.request_timeout()).await?;
+        match bytes.response()? {
+            Response::Ack(response) if response.results.len() == tokens.len() => {
+                Ok(response.results)
+            }
+            _ => Err(ClientError::Protocol("ack answered with a wrong response".into())),
+        }
+    }
+
+    /// Gives a delivery back: ready again after `delay_ms` (0 = the queue's
+    /// backoff). Returns when it becomes ready (broker clock, Unix ms).
+    ///
+    /// # Errors
+    /// As [`partition_call`](Self::partition_call).
+    pub async fn release(
+        &self,
+        queue: &str,
+        partition: PartitionId,
+        token: DeliveryToken,
+        delay_ms: u32,
+        reason: &str,
+    ) -> Result<u64, ClientError> {
+        let reason = truncate_utf8(reason, spool_wire::proto::limits::RELEASE_REASON_BYTES_MAX);
+        let request = Request::Release(ReleaseRequest { token, delay_ms, reason });
+        let bytes = self.partition_call(queue, partition, &request, self.request_timeout()).await?;
+        match bytes.response()? {
+            Response::Release(response) => Ok(response.not_before_ms),
+            _ => Err(ClientError::Protocol("release answered with another response".into())),
+        }
+    }
+}
+
+/// Cuts `text` to at most `max_bytes` at a character boundary.
+pub(crate) fn truncate_utf8(text: &str, max_bytes: usize) -> &str {
+    if text.len() <= max_bytes {
+        return text;
+    }
+    let mut end = max_bytes;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}

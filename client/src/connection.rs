@@ -1,0 +1,436 @@
+//! One TCP connection to one broker shard, pipelined.
+//!
+//! Owns the socket, a writer task, a reader task and the table of pending
+//! requests. Any number of callers share a [`Connection`] (it is `Clone`):
+//! each request gets a fresh correlation id, is queued for the writer, and
+//! waits on its own oneshot; the reader matches every response to its waiter by
+//! id, so responses complete in any order (a long-polling Claim never holds up
+//! the Ack sent after it). At most [`IN_FLIGHT_REQUESTS_MAX`] requests are
+//! outstanding; further callers wait for a slot, which is the backpressure.
+//!
+//! It does not route (that is [`Client`](crate::Client)), retry, or reconnect:
+//! when the socket breaks every pending request fails with
+//! [`ClientError::ConnectionClosed`] and the connection stays closed.
+//!
+//! Frames are read with `FrameDecoder::read_buf`/`advance` straight into the
+//! decoder's 8-aligned buffer and each response body is copied once into an
+//! 8-aligned [`BatchBytes`], so the rkyv records inside a Claim response can be
+//! validated and read in place.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use spool_wire::batch::BatchBytes;
+use spool_wire::proto::{
+    ApiKey, CorrelationId, Frame, FrameDecoder, FrameHeader, Reply, Request, Response,
+};
+use spool_wire::ErrorCode;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::task::JoinHandle;
+
+use crate::error::ClientError;
+use crate::limits::{
+    CONNECT_TIMEOUT_DEFAULT, IN_FLIGHT_REQUESTS_MAX, REQUEST_TIMEOUT_DEFAULT,
+    WRITE_COALESCE_BYTES_MAX, WRITE_QUEUE_FRAMES_MAX,
+};
+
+/// Settings of one connection.
+#[derive(Debug, Clone)]
+pub struct ConnectionConfig {
+    /// How long a request may wait for its response (a Claim adds its
+    /// long-poll wait on top).
+    pub request_timeout: Duration,
+    /// How long the TCP connect may take.
+    pub connect_timeout: Duration,
+    /// Most outstanding requests, `1..=IN_FLIGHT_REQUESTS_MAX`.
+    pub in_flight_max: usize,
+}
+
+impl Default for ConnectionConfig {
+    fn default() -> Self {
+        Self {
+            request_timeout: REQUEST_TIMEOUT_DEFAULT,
+            connect_timeout: CONNECT_TIMEOUT_DEFAULT,
+            in_flight_max: IN_FLIGHT_REQUESTS_MAX,
+        }
+    }
+}
+
+impl ConnectionConfig {
+    fn validate(&self) -> Result<(), ClientError> {
+        if self.in_flight_max == 0 || self.in_flight_max > IN_FLIGHT_REQUESTS_MAX {
+            return Err(ClientError::Config(format!(
+                "in_flight_max {} outside 1..={IN_FLIGHT_REQUESTS_MAX}",
+                self.in_flight_max
+            )));
+        }
+        if self.request_timeout.is_zero() || self.connect_timeout.is_zero() {
+            return Err(ClientError::Config("timeouts must be positive".to_owned()));
+        }
+        Ok(())
+    }
+}
+
+/// A successful response's frame, owned: the header and an 8-aligned copy of
+/// the body. [`ResponseBytes::response`] decodes it, borrowing from it.
+#[derive(Debug)]
+pub struct ResponseBytes {
+    header: FrameHeader,
+    body: BatchBytes,
+}
+
+impl ResponseBytes {
+    /// The operation answered.
+    pub fn api_key(&self) -> ApiKey {
+        self.header.api_key
+    }
+
+    fn frame(&self) -> Frame<'_> {
+        Frame { header: self.header, body: self.body.as_slice() }
+    }
+
+    /// Decodes the response.
+    ///
+    /// # Errors
+    /// [`ClientError::Protocol`] when the body does not decode.
+    pub fn response(&self) -> Result<Response<'_>, ClientError> {
+        match Response::decode(&self.frame()) {
+            Ok(reply) => match reply.reply {
+                Reply::Ok(response) => Ok(response),
+                Reply::Err(error) => {
+                    Err(ClientError::from_response(error.code, error.message, error.owner))
+                }
+            },
+            Err(error) => Err(ClientError::Protocol(format!("undecodable response: {error}"))),
+        }
+    }
+}
+
+type Waiter = oneshot::Sender<Result<ResponseBytes, ClientError>>;
+
+struct Pending {
+    waiters: HashMap<u64, Waiter>,
+    /// Why the connection closed; set once, and then no request is accepted.
+    closed: Option<String>,
+}
+
+struct Shared {
+    addr: String,
+    pending: Mutex<Pending>,
+    next_id: AtomicU64,
+    slots: Semaphore,
+    writes: mpsc::Sender<Vec<u8>>,
+    request_timeout: Duration,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Pending> {
+        // A panic while holding the lock cannot leave the map half-updated
+        // (each operation is one insert or remove), so poisoning is ignored.
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn closed_error(&self, reason: &str) -> ClientError {
+        ClientError::ConnectionClosed { addr: self.addr.clone(), reason: reason.to_owned() }
+    }
+
+    /// Marks the connection closed and fails every pending request.
+    fn close(&self, reason: String) {
+        let waiters = {
+            let mut pending = self.lock();
+            if pending.closed.is_none() {
+                pending.closed = Some(reason.clone());
+            }
+            std::mem::take(&mut pending.waiters)
+        };
+        if !waiters.is_empty() {
+            tracing::debug!(addr = %self.addr, %reason, count = waiters.len(), "failing pending requests");
+        }
+        for (_, waiter) in waiters {
+            // The caller may have given up already; nothing to do then.
+            let _ = waiter.send(Err(self.closed_error(&reason)));
+        }
+        self.slots.close();
+    }
+
+    /// Hands one response frame to its waiter.
+    ///
+    /// # Errors
+    /// A reason to close the connection: a request frame from the broker, or
+    /// a connection-level error (correlation id 0).
+    fn complete(&self, frame: &Frame<'_>) -> Result<(), String> {
+        if !frame.header.is_response {
+            return Err("the broker sent a request frame".to_owned());
+        }
+        if frame.header.correlation_id == CorrelationId::CONNECTION {
+            let reason = match Response::decode(frame) {
+                Ok(reply) => match reply.reply {
+                    Reply::Err(error) => format!("{}: {}", error.code, error.message),
+                    Reply::Ok(_) => "success response with correlation id 0".to_owned(),
+                },
+                Err(error) => format!("undecodable connection error: {error}"),
+            };
+            return Err(reason);
+        }
+        let waiter = self.lock().waiters.remove(&frame.header.correlation_id.0);
+        let Some(waiter) = waiter else {
+            // Its caller timed out or went away; the late answer is dropped.
+            tracing::debug!(addr = %self.addr, id = frame.header.correlation_id.0, "response for no pending request");
+            return Ok(());
+        };
+        let mut body = BatchBytes::with_capacity(frame.body.len());
+        body.extend_from_slice(frame.body);
+        let _ = waiter.send(Ok(ResponseBytes { header: frame.header, body }));
+        Ok(())
+    }
+}
+
+/// Removes a request from the pending table when its caller stops waiting
+/// (timeout or cancellation), so the table never holds abandoned entries.
+struct PendingGuard<'a> {
+    shared: &'a Shared,
+    id: u64,
+}
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        self.shared.lock().waiters.remove(&self.id);
+    }
+}
+
+/// Aborts the reader and writer when the last handle goes away.
+struct Tasks {
+    reader: JoinHandle<()>,
+    writer: JoinHandle<()>,
+}
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        self.reader.abort();
+        self.writer.abort();
+    }
+}
+
+/// A pipelined connection to one shard. Cloning shares it.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), spool_client::ClientError> {
+/// use spool_client::{Connection, ConnectionConfig};
+/// use spool_wire::proto::{ListQueuesRequest, Request, Response};
+///
+/// let connection = Connection::connect("127.0.0.1:7400", ConnectionConfig::default()).await?;
+/// let bytes = connection.call(&Request::ListQueues(ListQueuesRequest {})).await?;
+/// if let Response::ListQueues(list) = bytes.response()? {
+///     println!("{} queues", list.queues.len());
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Connection {
+    shared: Arc<Shared>,
+    _tasks: Arc<Tasks>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Connection")
+            .field("addr", &self.shared.addr)
+            .field("closed", &self.is_closed())
+            .finish()
+    }
+}
+
+impl Connection {
+    /// Connects to `addr` (`host:port`) and starts the reader and writer
+    /// tasks on the current tokio runtime.
+    ///
+    /// # Errors
+    /// [`ClientError::Config`] for a bad config; [`ClientError::Io`] if the
+    /// connect fails; [`ClientError::Timeout`] if it takes too long.
+    pub async fn connect(addr: &str, config: ConnectionConfig) -> Result<Self, ClientError> {
+        config.validate()?;
+        let stream = tokio::time::timeout(config.connect_timeout, TcpStream::connect(addr))
+            .await
+            .map_err(|_| ClientError::Timeout { timeout_ms: millis(config.connect_timeout) })?
+            .map_err(|source| ClientError::Io { addr: addr.to_owned(), source })?;
+        stream
+            .set_nodelay(true)
+            .map_err(|source| ClientError::Io { addr: addr.to_owned(), source })?;
+        let (read_half, write_half) = stream.into_split();
+        let (writes, write_queue) = mpsc::channel(WRITE_QUEUE_FRAMES_MAX);
+        let shared = Arc::new(Shared {
+            addr: addr.to_owned(),
+            pending: Mutex::new(Pending { waiters: HashMap::new(), closed: None }),
+            next_id: AtomicU64::new(1),
+            slots: Semaphore::new(config.in_flight_max),
+            writes,
+            request_timeout: config.request_timeout,
+        });
+        let reader = tokio::spawn(read_loop(Arc::clone(&shared), read_half));
+        let writer = tokio::spawn(write_loop(Arc::clone(&shared), write_queue, write_half));
+        Ok(Self { shared, _tasks: Arc::new(Tasks { reader, writer }) })
+    }
+
+    /// The peer address this connection was opened to.
+    pub fn addr(&self) -> &str {
+        &self.shared.addr
+    }
+
+    /// Whether the socket closed; a closed connection fails every call.
+    pub fn is_closed(&self) -> bool {
+        self.shared.lock().closed.is_some()
+    }
+
+    /// Requests outstanding right now.
+    pub fn in_flight(&self) -> usize {
+        self.shared.lock().waiters.len()
+    }
+
+    /// Sends `request` and waits for its response, up to the configured
+    /// request timeout.
+    ///
+    /// # Errors
+    /// The broker's error ([`ClientError::Server`], [`ClientError::NotOwner`]),
+    /// [`ClientError::Timeout`], [`ClientError::ConnectionClosed`],
+    /// [`ClientError::Encode`] for a request the codec refuses, or
+    /// [`ClientError::Protocol`] for a response to another operation.
+    pub async fn call(&self, request: &Request<'_>) -> Result<ResponseBytes, ClientError> {
+        self.call_with_timeout(request, self.shared.request_timeout).await
+    }
+
+    /// [`call`](Self::call) with an explicit timeout (which also covers
+    /// waiting for an in-flight slot).
+    ///
+    /// # Errors
+    /// As [`call`](Self::call).
+    pub async fn call_with_timeout(
+        &self,
+        request: &Request<'_>,
+        timeout: Duration,
+    ) -> Result<ResponseBytes, ClientError> {
+        match tokio::time::timeout(timeout, self.call_inner(request)).await {
+            Ok(result) => result,
+            Err(_) => Err(ClientError::Timeout { timeout_ms: millis(timeout) }),
+        }
+    }
+
+    async fn call_inner(&self, request: &Request<'_>) -> Result<ResponseBytes, ClientError> {
+        let shared = &*self.shared;
+        let _slot = match shared.slots.acquire().await {
+            Ok(slot) => slot,
+            Err(_) => return Err(shared.closed_error(&self.close_reason())),
+        };
+        let id = loop {
+            let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+            if id != CorrelationId::CONNECTION.0 {
+                break id;
+            }
+        };
+        let mut frame = Vec::new();
+        request.encode(CorrelationId(id), &mut frame)?;
+        let (waiter, response) = oneshot::channel();
+        {
+            let mut pending = shared.lock();
+            if let Some(reason) = &pending.closed {
+                return Err(shared.closed_error(reason));
+            }
+            assert!(pending.waiters.len() < IN_FLIGHT_REQUESTS_MAX);
+            pending.waiters.insert(id, waiter);
+        }
+        let _guard = PendingGuard { shared, id };
+        if shared.writes.send(frame).await.is_err() {
+            return Err(shared.closed_error(&self.close_reason()));
+        }
+        let bytes = match response.await {
+            Ok(result) => result?,
+            Err(_) => return Err(shared.closed_error(&self.close_reason())),
+        };
+        if bytes.header.error_code != ErrorCode::None {
+            // Decoding an error frame always yields `Reply::Err` or a codec error.
+            return Err(match bytes.response() {
+                Err(error) => error,
+                Ok(_) => ClientError::Protocol("error header with a success body".to_owned()),
+            });
+        }
+        if bytes.header.api_key != request.api_key() {
+            return Err(ClientError::Protocol(format!(
+                "response to {:?} answered a {:?} request",
+                bytes.header.api_key,
+                request.api_key()
+            )));
+        }
+        Ok(bytes)
+    }
+
+    fn close_reason(&self) -> String {
+        self.shared.lock().closed.clone().unwrap_or_else(|| "closed".to_owned())
+    }
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+async fn read_loop(shared: Arc<Shared>, mut socket: OwnedReadHalf) {
+    let mut decoder = FrameDecoder::new();
+    let reason = 'connection: loop {
+        loop {
+            match decoder.next_frame() {
+                Ok(Some(frame)) => {
+                    if let Err(reason) = shared.complete(&frame) {
+                        break 'connection reason;
+                    }
+                }
+                Ok(None) => break,
+                Err(error) => {
+                    // Unknown keys/versions in a response are skipped by the
+                    // decoder; the request they answer times out. Anything
+                    // else leaves the stream out of sync.
+                    if error.closes_connection() {
+                        break 'connection format!("bad frame from broker: {error}");
+                    }
+                    tracing::warn!(addr = %shared.addr, %error, "skipped a response frame");
+                }
+            }
+        }
+        let buffer = match decoder.read_buf() {
+            Ok(buffer) => buffer,
+            Err(error) => break format!("decoder: {error}"),
+        };
+        match socket.read(buffer).await {
+            Ok(0) => break "closed by peer".to_owned(),
+            Ok(read_bytes) => decoder.advance(read_bytes),
+            Err(error) => break format!("read failed: {error}"),
+        }
+    };
+    shared.close(reason);
+}
+
+async fn write_loop(
+    shared: Arc<Shared>,
+    mut queue: mpsc::Receiver<Vec<u8>>,
+    mut socket: OwnedWriteHalf,
+) {
+    let mut buffer = Vec::new();
+    while let Some(frame) = queue.recv().await {
+        buffer.clear();
+        buffer.extend_from_slice(&frame);
+        // Coalesce whatever else is already queued into one write.
+        while buffer.len() < WRITE_COALESCE_BYTES_MAX {
+            match queue.try_recv() {
+                Ok(frame) => buffer.extend_from_slice(&frame),
+                Err(_) => break,
+            }
+        }
+        if let Err(error) = socket.write_all(&buffer).await {
+            shared.close(format!("write failed: {error}"));
+            return;
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! The Spool client for tokio, and the `spool` CLI built on it.
+//!
+//! The crate depends on `spool-wire` (the codec) and tokio, never on the
+//! broker: it speaks only the protocol in `docs/design/protocol.md`.
+//!
+//! - [`Connection`]: one pipelined TCP connection; responses are matched by
+//!   correlation id and complete out of order; bounded in flight
+//!   ([`limits::IN_FLIGHT_REQUESTS_MAX`]); per-request timeout.
+//! - [`Client`]: metadata and one connection per shard; routes each data
+//!   request to the owning shard and follows `NOT_OWNER`.
+//! - [`Producer`]: batching (linger, `max_batch_bytes`), routing by key,
+//!   retries that resend the same bytes (same message ids, so the broker's
+//!   dedupe keeps a retry from duplicating).
+//! - [`Consumer`]: claims exactly its free execution slots as credits, runs
+//!   an async handler per [`Delivery`], extends leases while it runs, acks on
+//!   `Ok`, releases with the error text on `Err`, drains on shutdown.
+//! - [`Admin`]: queues, peek, purge, dead letters, redrive.
+//!
+//! Errors are one enum, [`ClientError`]; [`ClientError::code`] gives the
+//! broker's stable [`ErrorCode`](spool_wire::ErrorCode) where there is one.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use spool_client::{default_queue_config, Admin, Client, Consumer, ConsumerConfig, Delivery};
+//! use spool_client::{Message, PayloadView, Producer, ProducerConfig};
+//!
+//! # async fn demo() -> Result<(), spool_client::ClientError> {
+//! let client = Client::connect("127.0.0.1:7400").await?;
+//! Admin::new(client.clone()).create_queue("emails", default_queue_config(4)).await?;
+//!
+//! let producer = Producer::new(client.clone(), ProducerConfig::default())?;
+//! let offset = producer
+//!     .send("emails", Message::new("welcome alice@example.com").key("alice"))
+//!     .await?;
+//! println!("enqueued at offset {}", offset.0);
+//!
+//! let consumer = Consumer::start(client, ConsumerConfig::new("emails", 8), |delivery: Delivery| async move {
+//!     if let PayloadView::Inline(body) = delivery.payload() {
+//!         println!("sending {}", String::from_utf8_lossy(body));
+//!     }
+//!     Ok::<(), String>(()) // Err("smtp down".into()) would release with that reason
+//! })?;
+//! tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+//! let stats = consumer.shutdown().await;
+//! assert!(stats.outstanding_max <= 8);
+//! # Ok(()) }
+//! ```
+
+mod admin;
+mod client;
+mod clock;
+mod connection;
+mod consumer;
+mod delivery;
+mod error;
+pub mod limits;
+mod producer;
+pub mod routing;
+
+pub use admin::{default_queue_config, Admin};
+pub use client::{ClaimBatch, ClaimOptions, Client, ClientConfig};
+pub use connection::{Connection, ConnectionConfig, ResponseBytes};
+pub use consumer::{Consumer, ConsumerConfig, ConsumerStats, PANIC_REASON, SHUTDOWN_REASON};
+pub use delivery::{Delivery, PayloadView};
+pub use error::ClientError;
+pub use producer::{Message, Producer, ProducerConfig, SendFuture};
+pub use routing::partition_for_key;
+pub use spool_wire;

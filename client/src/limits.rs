@@ -1,0 +1,70 @@
+//! Named limits and defaults of the client. Every queue, map and batch the
+//! client keeps is bounded by one of these; waiting for room is how the client
+//! applies backpressure to its caller, and a value that cannot fit is a typed
+//! error. Protocol bounds (frame size, credits, lease ranges) live in
+//! `spool_wire::proto::limits`; these are the client's own.
+
+use std::time::Duration;
+
+/// Most requests one [`Connection`](crate::Connection) has outstanding. A
+/// caller past it waits for a response to free a slot.
+pub const IN_FLIGHT_REQUESTS_MAX: usize = 1024;
+
+/// Encoded frames queued for a connection's writer task before callers wait.
+pub const WRITE_QUEUE_FRAMES_MAX: usize = 256;
+
+/// Bytes the writer coalesces into one socket write.
+pub const WRITE_COALESCE_BYTES_MAX: usize = 256 * 1024;
+
+/// Default per-request timeout. A Claim's long-poll wait is added on top.
+pub const REQUEST_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
+
+/// Default TCP connect timeout.
+pub const CONNECT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
+
+/// How many times one data request follows `NOT_OWNER` (refreshing metadata
+/// each time) before giving up: ownership moves rarely, so more than a few
+/// hops means the cluster is reconfiguring and the caller should back off.
+pub const ROUTE_ATTEMPTS_MAX: u32 = 4;
+
+/// Most shard connections one [`Client`](crate::Client) keeps.
+pub const CONNECTIONS_MAX: usize = 1024;
+
+/// Producer: default linger (how long a batch waits for company).
+pub const LINGER_DEFAULT: Duration = Duration::from_millis(5);
+
+/// Producer: default target batch size; a batch is flushed once it reaches it.
+pub const BATCH_BYTES_DEFAULT: usize = 256 * 1024;
+
+/// Producer: messages accepted but not yet acknowledged by the broker. A
+/// `send` past it waits.
+pub const PRODUCER_PENDING_MESSAGES_MAX: usize = 64 * 1024;
+
+/// Producer: batches being sent (or retried) at once.
+pub const PRODUCER_IN_FLIGHT_BATCHES_MAX: usize = 64;
+
+/// Producer: default number of retries of a batch after a retriable error.
+pub const PRODUCER_RETRIES_DEFAULT: u32 = 5;
+
+/// Producer: first retry backoff; doubles per retry up to
+/// [`RETRY_BACKOFF_MAX`].
+pub const RETRY_BACKOFF_DEFAULT: Duration = Duration::from_millis(50);
+
+/// Longest backoff between two retries.
+pub const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+/// Consumer: most execution slots (each slot is one credit).
+pub const CONSUMER_SLOTS_MAX: u32 = spool_wire::proto::limits::CLAIM_CREDITS_MAX;
+
+/// Consumer: default lease.
+pub const LEASE_MS_DEFAULT: u32 = 30_000;
+
+/// Consumer: default long-poll wait of a claim.
+pub const CLAIM_WAIT_MS_DEFAULT: u32 = 5_000;
+
+/// Consumer: default record bytes asked for per claim.
+pub const CLAIM_BYTES_DEFAULT: u32 = 4 << 20;
+
+/// Consumer: pause after a failed claim before the next one, so a broker that
+/// is down is not hammered.
+pub const CLAIM_ERROR_BACKOFF: Duration = Duration::from_millis(200);

@@ -1,0 +1,497 @@
+//! [`Producer`]: batched, routed, retried enqueues.
+//!
+//! Owns the open batches (one per queue partition), their linger timers and
+//! the tasks that send them. A message is archived into its partition's open
+//! batch as soon as it is submitted; the batch is sent when it reaches
+//! `max_batch_bytes` or when `linger` has passed since its first message.
+//! Partition choice: FNV-1a of the routing key ([`partition_for_key`]), or
+//! round robin without a key.
+//!
+//! Retries: a batch whose send fails with a retriable error (broken
+//! connection, timeout, `QUEUE_FULL`, ...) is sent again **as the same bytes**,
+//! so every message keeps its message id and the broker's dedupe turns a retry
+//! of an already-appended record into `Duplicate` with the original offset: a
+//! retry never duplicates. Message ids are 16 random bytes unless the caller
+//! names one.
+//!
+//! Bounds: at most [`PRODUCER_PENDING_MESSAGES_MAX`] messages submitted but
+//! unresolved (a further `send` waits) and [`PRODUCER_IN_FLIGHT_BATCHES_MAX`]
+//! batches being sent.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use spool_wire::batch::{DataBatchBuilder, HeaderField, MessageId, Payload, Record};
+use spool_wire::proto::{validate_queue_name, Offset, PartitionId, RecordOutcome};
+use spool_wire::WireError;
+use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
+
+use crate::client::Client;
+use crate::clock::unix_ms;
+use crate::error::ClientError;
+use crate::limits::{
+    BATCH_BYTES_DEFAULT, LINGER_DEFAULT, PRODUCER_IN_FLIGHT_BATCHES_MAX,
+    PRODUCER_PENDING_MESSAGES_MAX, PRODUCER_RETRIES_DEFAULT, RETRY_BACKOFF_DEFAULT,
+    RETRY_BACKOFF_MAX,
+};
+use crate::routing::partition_for_key;
+
+/// Settings of a [`Producer`].
+#[derive(Debug, Clone)]
+pub struct ProducerConfig {
+    /// How long an open batch waits for more messages before it is sent.
+    pub linger: Duration,
+    /// A batch is sent as soon as its encoded size reaches this
+    /// (`1..=BATCH_BYTES_MAX`; it may pass it by the last record).
+    pub max_batch_bytes: usize,
+    /// Retries of a batch after a retriable error.
+    pub retries: u32,
+    /// First retry backoff; doubles per retry up to [`RETRY_BACKOFF_MAX`].
+    pub retry_backoff: Duration,
+}
+
+impl Default for ProducerConfig {
+    fn default() -> Self {
+        Self {
+            linger: LINGER_DEFAULT,
+            max_batch_bytes: BATCH_BYTES_DEFAULT,
+            retries: PRODUCER_RETRIES_DEFAULT,
+            retry_backoff: RETRY_BACKOFF_DEFAULT,
+        }
+    }
+}
+
+/// One message to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// The body.
+    pub payload: Payload,
+    /// Chooses the partition; empty = round robin.
+    pub routing_key: Vec<u8>,
+    /// The dedupe identity; random when `None`.
+    pub message_id: Option<MessageId>,
+    /// Application headers.
+    pub headers: Vec<HeaderField>,
+    /// Priority band, 0 highest.
+    pub priority: u8,
+    /// Not deliverable for this long after the send (0 = now).
+    pub delay_ms: u64,
+    /// Absolute expiry (Unix ms), 0 = never.
+    pub expiry_ms: u64,
+}
+
+impl Message {
+    /// A message with an inline payload and every other field defaulted.
+    pub fn new(payload: impl Into<Vec<u8>>) -> Self {
+        Self {
+            payload: Payload::Inline(payload.into()),
+            routing_key: Vec::new(),
+            message_id: None,
+            headers: Vec::new(),
+            priority: 0,
+            delay_ms: 0,
+            expiry_ms: 0,
+        }
+    }
+
+    /// Sets the routing key.
+    #[must_use]
+    pub fn key(mut self, key: impl Into<Vec<u8>>) -> Self {
+        self.routing_key = key.into();
+        self
+    }
+
+    /// Sets the message id.
+    #[must_use]
+    pub fn id(mut self, id: MessageId) -> Self {
+        self.message_id = Some(id);
+        self
+    }
+
+    /// Adds a header.
+    #[must_use]
+    pub fn header(mut self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> Self {
+        self.headers.push(HeaderField { key: key.into(), value: value.into() });
+        self
+    }
+
+    /// Sets the priority band.
+    #[must_use]
+    pub fn priority(mut self, priority: u8) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// Delays delivery.
+    #[must_use]
+    pub fn delay_ms(mut self, delay_ms: u64) -> Self {
+        self.delay_ms = delay_ms;
+        self
+    }
+
+    fn into_record(self, now_ms: u64) -> Record {
+        Record {
+            message_id: self.message_id.unwrap_or_else(|| MessageId(rand::random())),
+            routing_key: self.routing_key,
+            headers: self.headers,
+            payload: self.payload,
+            priority: self.priority,
+            not_before_ms: if self.delay_ms == 0 {
+                0
+            } else {
+                now_ms.saturating_add(self.delay_ms)
+            },
+            expiry_ms: self.expiry_ms,
+            enqueue_time_ms: now_ms,
+        }
+    }
+}
+
+/// Resolves to the message's offset once the broker has it durably (or to
+/// the offset of the original when the message id was a duplicate).
+#[derive(Debug)]
+pub struct SendFuture {
+    receiver: oneshot::Receiver<Result<Offset, ClientError>>,
+}
+
+impl Future for SendFuture {
+    type Output = Result<Offset, ClientError>;
+
+    fn poll(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.receiver)
+            .poll(context)
+            .map(|result| result.unwrap_or(Err(ClientError::Shutdown)))
+    }
+}
+
+struct Waiter {
+    sender: oneshot::Sender<Result<Offset, ClientError>>,
+    /// Holds one of the pending-message slots until the message resolves.
+    _slot: OwnedSemaphorePermit,
+}
+
+struct OpenBatch {
+    /// Distinguishes this batch from a later one for the same partition, so
+    /// a stale linger timer does not flush its successor early.
+    id: u64,
+    builder: DataBatchBuilder,
+    waiters: Vec<Waiter>,
+}
+
+#[derive(Default)]
+struct Accumulator {
+    open: HashMap<(String, PartitionId), OpenBatch>,
+    next_batch_id: u64,
+}
+
+struct Inner {
+    client: Client,
+    config: ProducerConfig,
+    accumulator: Mutex<Accumulator>,
+    pending: Arc<Semaphore>,
+    in_flight: Arc<Semaphore>,
+    round_robin: AtomicU32,
+    closed: AtomicBool,
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, Accumulator> {
+        self.accumulator.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Sends messages in batches. Cheap to clone; clones share batches.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), spool_client::ClientError> {
+/// use spool_client::{Client, Message, Producer, ProducerConfig};
+///
+/// let client = Client::connect("127.0.0.1:7400").await?;
+/// let producer = Producer::new(client, ProducerConfig::default())?;
+/// let offset = producer.send("jobs", Message::new("resize 42.png").key("user-7")).await?;
+/// println!("stored at {}", offset.0);
+/// producer.flush().await;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Producer {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Producer {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_struct("Producer").field("config", &self.inner.config).finish()
+    }
+}
+
+impl Producer {
+    /// A producer sending through `client`.
+    ///
+    /// # Errors
+    /// [`ClientError::Config`] for an out-of-range setting.
+    pub fn new(client: Client, config: ProducerConfig) -> Result<Self, ClientError> {
+        if config.max_batch_bytes == 0
+            || config.max_batch_bytes > spool_wire::limits::BATCH_BYTES_MAX
+        {
+            return Err(ClientError::Config(format!(
+                "max_batch_bytes {} outside 1..={}",
+                config.max_batch_bytes,
+                spool_wire::limits::BATCH_BYTES_MAX
+            )));
+        }
+        Ok(Self {
+            inner: Arc::new(Inner {
+                client,
+                config,
+                accumulator: Mutex::new(Accumulator::default()),
+                pending: Arc::new(Semaphore::new(PRODUCER_PENDING_MESSAGES_MAX)),
+                in_flight: Arc::new(Semaphore::new(PRODUCER_IN_FLIGHT_BATCHES_MAX)),
+                round_robin: AtomicU32::new(0),
+                closed: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// Sends one message and waits until the broker has it; returns its
+    /// offset. Concurrent `send`s share batches.
+    ///
+    /// # Errors
+    /// As [`submit`](Self::submit), or the batch's final error after retries.
+    pub async fn send(&self, queue: &str, message: Message) -> Result<Offset, ClientError> {
+        self.submit(queue, message).await?.await
+    }
+
+    /// Adds one message to its partition's batch and returns a future for
+    /// its offset, so a caller can submit many before awaiting any.
+    ///
+    /// # Errors
+    /// Bad queue name, unknown queue, a record over its limits, or
+    /// [`ClientError::Shutdown`] after [`close`](Self::close).
+    pub async fn submit(&self, queue: &str, message: Message) -> Result<SendFuture, ClientError> {
+        validate_queue_name(queue)?;
+        let inner = &self.inner;
+        if inner.closed.load(Ordering::Acquire) {
+            return Err(ClientError::Shutdown);
+        }
+        let slot =
+            Arc::clone(&inner.pending).acquire_owned().await.map_err(|_| ClientError::Shutdown)?;
+        let partitions = u32::try_from(inner.client.partitions(queue).await?.len())
+            .map_err(|_| ClientError::Protocol("partition count exceeds u32".into()))?;
+        let partition = if message.routing_key.is_empty() {
+            PartitionId(inner.round_robin.fetch_add(1, Ordering::Relaxed) % partitions)
+        } else {
+            partition_for_key(&message.routing_key, partitions)
+        };
+        let record = message.into_record(unix_ms());
+        let (sender, receiver) = oneshot::channel();
+        let key = (queue.to_owned(), partition);
+        let mut ready = Vec::new();
+        let mut new_batch_id = None;
+        {
+            let mut accumulator = inner.lock();
+            let accumulator = &mut *accumulator;
+            if !accumulator.open.contains_key(&key) {
+                new_batch_id = Some(open_batch(accumulator, &key));
+            }
+            let batch = accumulator.open.get_mut(&key).ok_or(ClientError::Shutdown)?;
+            match batch.builder.push(&record) {
+                Ok(()) => {}
+                Err(WireError::BatchBytesFull { .. } | WireError::BatchRecordsFull { .. })
+                    if !batch.builder.is_empty() =>
+                {
+                    // The open batch is full: send it and start another.
+                    if let Some(full) = accumulator.open.remove(&key) {
+                        ready.push(full);
+                    }
+                    new_batch_id = Some(open_batch(accumulator, &key));
+                    let batch = accumulator.open.get_mut(&key).ok_or(ClientError::Shutdown)?;
+                    batch.builder.push(&record)?;
+                }
+                Err(error) => return Err(error.into()),
+            }
+            let batch = accumulator.open.get_mut(&key).ok_or(ClientError::Shutdown)?;
+            batch.waiters.push(Waiter { sender, _slot: slot });
+            if batch.builder.encoded_len_bytes() >= inner.config.max_batch_bytes {
+                if let Some(full) = accumulator.open.remove(&key) {
+                    ready.push(full);
+                }
+            }
+        }
+        for batch in ready {
+            self.spawn_send(key.clone(), batch);
+        }
+        if let Some(batch_id) = new_batch_id {
+            self.spawn_linger(key, batch_id);
+        }
+        Ok(SendFuture { receiver })
+    }
+
+    /// Sends every open batch now and waits until every message submitted
+    /// so far has resolved.
+    pub async fn flush(&self) {
+        let open: Vec<_> = self.inner.lock().open.drain().collect();
+        for (key, batch) in open {
+            self.spawn_send(key, batch);
+        }
+        let all = u32::try_from(PRODUCER_PENDING_MESSAGES_MAX).unwrap_or(u32::MAX);
+        // Holding every slot at once means no message is unresolved.
+        if let Ok(slots) = self.inner.pending.acquire_many(all).await {
+            drop(slots);
+        }
+    }
+
+    /// Refuses new messages, then [`flush`](Self::flush)es.
+    pub async fn close(&self) {
+        self.inner.closed.store(true, Ordering::Release);
+        self.flush().await;
+    }
+
+    fn spawn_linger(&self, key: (String, PartitionId), batch_id: u64) {
+        let producer = self.clone();
+        let linger = self.inner.config.linger;
+        tokio::spawn(async move {
+            tokio::time::sleep(linger).await;
+            let batch = {
+                let mut accumulator = producer.inner.lock();
+                match accumulator.open.get(&key) {
+                    Some(batch) if batch.id == batch_id => accumulator.open.remove(&key),
+                    _ => None,
+                }
+            };
+            if let Some(batch) = batch {
+                producer.spawn_send(key, batch);
+            }
+        });
+    }
+
+    fn spawn_send(&self, key: (String, PartitionId), batch: OpenBatch) {
+        let inner = Arc::clone(&self.inner);
+        tokio::spawn(async move {
+            let _flight = Arc::clone(&inner.in_flight).acquire_owned().await;
+            send_batch(&inner, &key.0, key.1, batch).await;
+        });
+    }
+}
+
+fn open_batch(accumulator: &mut Accumulator, key: &(String, PartitionId)) -> u64 {
+    let id = accumulator.next_batch_id;
+    accumulator.next_batch_id += 1;
+    accumulator.open.insert(
+        key.clone(),
+        OpenBatch { id, builder: DataBatchBuilder::new(), waiters: Vec::new() },
+    );
+    id
+}
+
+/// Sends one batch, retrying the same bytes, and resolves every waiter.
+async fn send_batch(inner: &Inner, queue: &str, partition: PartitionId, batch: OpenBatch) {
+    let mut waiters: Vec<Option<Waiter>> = batch.waiters.into_iter().map(Some).collect();
+    let resolve = |waiters: &mut Vec<Option<Waiter>>, index: usize, result| {
+        if let Some(waiter) = waiters[index].take() {
+            // The caller may have dropped its future; the send still counts.
+            let _ = waiter.sender.send(result);
+        }
+    };
+    let bytes = match batch.builder.finish() {
+        Ok(bytes) => bytes,
+        Err(error) => {
+            for index in 0..waiters.len() {
+                resolve(&mut waiters, index, Err(ClientError::Record(error.clone())));
+            }
+            return;
+        }
+    };
+    let mut attempt = 0u32;
+    loop {
+        let may_retry = attempt < inner.config.retries;
+        let mut retry = false;
+        match inner.client.enqueue(queue, partition, &bytes).await {
+            Ok(response) if response.records.len() != waiters.len() => {
+                let message = format!(
+                    "enqueue of {} records answered with {} outcomes",
+                    waiters.len(),
+                    response.records.len()
+                );
+                for index in 0..waiters.len() {
+                    resolve(&mut waiters, index, Err(ClientError::Protocol(message.clone())));
+                }
+            }
+            Ok(response) => {
+                for (index, outcome) in response.records.iter().enumerate() {
+                    match *outcome {
+                        RecordOutcome::Appended { offset }
+                        | RecordOutcome::Duplicate { original_offset: offset } => {
+                            resolve(&mut waiters, index, Ok(offset));
+                        }
+                        RecordOutcome::Rejected { code } if code.is_retriable() && may_retry => {
+                            retry |= waiters[index].is_some();
+                        }
+                        RecordOutcome::Rejected { code } => {
+                            let error = ClientError::Server {
+                                code,
+                                message: format!("record {index} of the batch rejected"),
+                            };
+                            resolve(&mut waiters, index, Err(error));
+                        }
+                    }
+                }
+            }
+            Err(error) if error.is_retriable() && may_retry => {
+                tracing::debug!(%queue, partition = partition.0, attempt, %error, "retrying batch");
+                retry = true;
+            }
+            Err(error) => {
+                for index in 0..waiters.len() {
+                    resolve(&mut waiters, index, Err(duplicate_error(&error)));
+                }
+            }
+        }
+        if !retry {
+            break;
+        }
+        attempt += 1;
+        tokio::time::sleep(backoff(inner.config.retry_backoff, attempt)).await;
+    }
+    // Every path above resolves each record or retries; the last attempt
+    // (`may_retry` false) resolves all of them.
+    assert!(waiters.iter().all(Option::is_none));
+}
+
+fn backoff(base: Duration, attempt: u32) -> Duration {
+    base.saturating_mul(1 << attempt.saturating_sub(1).min(16)).min(RETRY_BACKOFF_MAX)
+}
+
+/// One error per waiter: `ClientError` holds an `io::Error`, which is not
+/// `Clone`, so the copy keeps its kind and text.
+fn duplicate_error(error: &ClientError) -> ClientError {
+    match error {
+        ClientError::Server { code, message } => {
+            ClientError::Server { code: *code, message: message.clone() }
+        }
+        ClientError::NotOwner { message, owner } => {
+            ClientError::NotOwner { message: message.clone(), owner: owner.clone() }
+        }
+        ClientError::Io { addr, source } => ClientError::Io {
+            addr: addr.clone(),
+            source: std::io::Error::new(source.kind(), source.to_string()),
+        },
+        ClientError::ConnectionClosed { addr, reason } => {
+            ClientError::ConnectionClosed { addr: addr.clone(), reason: reason.clone() }
+        }
+        ClientError::Timeout { timeout_ms } => ClientError::Timeout { timeout_ms: *timeout_ms },
+        ClientError::Encode(error) => ClientError::Encode(error.clone()),
+        ClientError::Record(error) => ClientError::Record(error.clone()),
+        ClientError::UnknownQueue(queue) => ClientError::UnknownQueue(queue.clone()),
+        ClientError::RouteExhausted { queue, partition, attempts } => ClientError::RouteExhausted {
+            queue: queue.clone(),
+            partition: *partition,
+            attempts: *attempts,
+        },
+        other => ClientError::Protocol(other.to_string()),
+    }
+}

@@ -1,0 +1,505 @@
+//! Client behaviour against the in-process fake broker (`common`): pipelining,
+//! timeouts, NOT_OWNER routing, producer batching and retries, consumer slots,
+//! extension, ack/release and drain. Every test runs under a timeout well
+//! below 20 s.
+
+// Helpers outside #[test] fns unwrap too: a failure there is a test failure.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{err, ok, start_broker, wait_for, EnqueueFault, FakeServer, Handler};
+use spool_client::spool_wire::proto::{
+    ApiKey, CorrelationId, EnqueueResponse, MetadataResponse, NodeAddress, Offset, PartitionId,
+    PurgeRequest, PurgeResponse, RecordOutcome, Request, Response,
+};
+use spool_client::spool_wire::ErrorCode;
+use spool_client::{
+    Client, ClientConfig, ClientError, Connection, ConnectionConfig, Consumer, ConsumerConfig,
+    Delivery, Message, PayloadView, Producer, ProducerConfig,
+};
+
+const TEST_LIMIT: Duration = Duration::from_secs(15);
+
+async fn bounded<T>(future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(TEST_LIMIT, future).await.expect("test exceeded its time limit")
+}
+
+fn purge(partition: u32) -> Request<'static> {
+    Request::Purge(PurgeRequest {
+        queue: "q".into(),
+        partition: PartitionId(partition),
+        dry_run: true,
+    })
+}
+
+// Goal: requests are pipelined and responses matched by id, not position.
+// Method: the server holds every answer until all five requests arrived (a
+// client that waited per request would deadlock), then answers in reverse
+// order; each caller must get the count equal to its own partition number.
+#[tokio::test]
+async fn pipelining_with_out_of_order_responses() {
+    let held: Arc<Mutex<Vec<(CorrelationId, u32)>>> = Arc::default();
+    let handler: Handler = {
+        let held = Arc::clone(&held);
+        Arc::new(move |request, id, outbox| {
+            let Request::Purge(purge) = request else { panic!("unexpected {request:?}") };
+            let mut held = held.lock().unwrap();
+            held.push((id, purge.partition.0));
+            if held.len() == 5 {
+                for &(id, partition) in held.iter().rev() {
+                    let response = Response::Purge(PurgeResponse { count: partition.into() });
+                    outbox.send(ok(id, &response));
+                }
+            }
+        })
+    };
+    let server = FakeServer::start(handler).await;
+    let connection = Connection::connect(&server.addr, ConnectionConfig::default()).await.unwrap();
+    let order: Arc<Mutex<Vec<u32>>> = Arc::default();
+    let calls = (0..5u32).map(|partition| {
+        let (connection, order) = (connection.clone(), Arc::clone(&order));
+        async move {
+            let bytes = connection.call(&purge(partition)).await.unwrap();
+            let Response::Purge(response) = bytes.response().unwrap() else { panic!() };
+            order.lock().unwrap().push(partition);
+            assert_eq!(response.count, u64::from(partition));
+        }
+    });
+    bounded(futures_join(calls.collect())).await;
+    assert_eq!(*order.lock().unwrap(), [4, 3, 2, 1, 0]);
+    assert_eq!(connection.in_flight(), 0);
+}
+
+async fn futures_join(futures: Vec<impl std::future::Future<Output = ()> + Send + 'static>) {
+    let handles: Vec<_> = futures.into_iter().map(tokio::spawn).collect();
+    for handle in handles {
+        handle.await.unwrap();
+    }
+}
+
+// Goal: a request without an answer fails with TIMEOUT after the configured
+// time, leaves nothing pending, and the connection keeps working (a late
+// answer to the abandoned id is ignored). Method: the server answers
+// partition 0 only after 600 ms and partition 1 at once; timeout 150 ms.
+#[tokio::test]
+async fn per_request_timeout() {
+    let handler: Handler = Arc::new(|request, id, outbox| {
+        let Request::Purge(purge) = request else { panic!() };
+        let bytes = ok(id, &Response::Purge(PurgeResponse { count: 7 }));
+        if purge.partition.0 == 0 {
+            outbox.send_after(Duration::from_millis(600), bytes);
+        } else {
+            outbox.send(bytes);
+        }
+    });
+    let server = FakeServer::start(handler).await;
+    let config = ConnectionConfig {
+        request_timeout: Duration::from_millis(150),
+        ..ConnectionConfig::default()
+    };
+    let connection = Connection::connect(&server.addr, config).await.unwrap();
+    bounded(async {
+        let error = connection.call(&purge(0)).await.unwrap_err();
+        assert!(matches!(error, ClientError::Timeout { timeout_ms: 150 }), "{error:?}");
+        assert_eq!(error.code(), Some(ErrorCode::Timeout));
+        assert!(error.is_retriable());
+        assert_eq!(connection.in_flight(), 0);
+        tokio::time::sleep(Duration::from_millis(600)).await; // the late answer arrives
+        let bytes = connection.call(&purge(1)).await.unwrap();
+        assert!(matches!(bytes.response().unwrap(), Response::Purge(PurgeResponse { count: 7 })));
+        assert!(!connection.is_closed());
+    })
+    .await;
+}
+
+#[derive(Default)]
+struct RouteState {
+    bootstrap_port: u16,
+    owner_port: u16,
+    with_hint: bool,
+    metadata_requests: usize,
+    bootstrap_enqueues: usize,
+    owner_enqueues: usize,
+}
+
+fn metadata_naming(port: u16) -> MetadataResponse {
+    use spool_client::spool_wire::proto::{
+        AssignmentVersion, LeaderEpoch, PartitionMetadata, QueueMetadata,
+    };
+    MetadataResponse {
+        assignment_version: AssignmentVersion(1),
+        queues: vec![QueueMetadata {
+            name: "q".into(),
+            partitions: vec![PartitionMetadata {
+                partition: PartitionId(0),
+                host: "127.0.0.1".into(),
+                shard_port: port,
+                leader_epoch: LeaderEpoch(1),
+            }],
+        }],
+    }
+}
+
+/// The bootstrap first claims partition 0 itself and refuses enqueues with
+/// NOT_OWNER. Without a hint its metadata moves to the owner on refresh; with
+/// a hint (the owner's address in the error) its metadata stays stale.
+fn bootstrap_handler(state: Arc<Mutex<RouteState>>) -> Handler {
+    Arc::new(move |request, id, outbox| {
+        let mut state = state.lock().unwrap();
+        match request {
+            Request::Metadata(_) => {
+                state.metadata_requests += 1;
+                let moved = !state.with_hint && state.metadata_requests > 1;
+                let port = if moved { state.owner_port } else { state.bootstrap_port };
+                outbox.send(ok(id, &Response::Metadata(metadata_naming(port))));
+            }
+            Request::Enqueue(_) => {
+                state.bootstrap_enqueues += 1;
+                let hint = state
+                    .with_hint
+                    .then(|| NodeAddress { host: "127.0.0.1".into(), port: state.owner_port });
+                outbox.send(err(id, ApiKey::Enqueue, ErrorCode::NotOwner, "moved", hint));
+            }
+            _ => panic!("unexpected {request:?}"),
+        }
+    })
+}
+
+fn owner_handler(state: Arc<Mutex<RouteState>>) -> Handler {
+    Arc::new(move |request, id, outbox| {
+        let Request::Enqueue(_) = request else { panic!("unexpected {request:?}") };
+        state.lock().unwrap().owner_enqueues += 1;
+        let records = vec![RecordOutcome::Appended { offset: Offset(41) }];
+        outbox
+            .send(ok(id, &Response::Enqueue(EnqueueResponse { base_offset: Offset(41), records })));
+    })
+}
+
+async fn run_not_owner(with_hint: bool) {
+    let state = Arc::new(Mutex::new(RouteState { with_hint, ..RouteState::default() }));
+    let bootstrap = FakeServer::start(bootstrap_handler(Arc::clone(&state))).await;
+    let owner = FakeServer::start(owner_handler(Arc::clone(&state))).await;
+    {
+        let mut state = state.lock().unwrap();
+        state.bootstrap_port = bootstrap.port;
+        state.owner_port = owner.port;
+    }
+    let client = Client::connect(&bootstrap.addr).await.unwrap();
+    let batch = one_record_batch();
+    let response = bounded(client.enqueue("q", PartitionId(0), &batch)).await.unwrap();
+    assert_eq!(response.records, [RecordOutcome::Appended { offset: Offset(41) }]);
+    let state = state.lock().unwrap();
+    assert_eq!(state.bootstrap_enqueues, 1);
+    assert_eq!(state.owner_enqueues, 1);
+    assert_eq!(state.metadata_requests, 2, "initial fetch plus one refresh");
+}
+
+fn one_record_batch() -> spool_client::spool_wire::batch::BatchBytes {
+    use spool_client::spool_wire::batch::{DataBatchBuilder, MessageId, Payload, Record};
+    let mut builder = DataBatchBuilder::new();
+    builder
+        .push(&Record {
+            message_id: MessageId([1; 16]),
+            routing_key: Vec::new(),
+            headers: Vec::new(),
+            payload: Payload::Inline(b"x".to_vec()),
+            priority: 0,
+            not_before_ms: 0,
+            expiry_ms: 0,
+            enqueue_time_ms: 1,
+        })
+        .unwrap();
+    builder.finish().unwrap()
+}
+
+// Goal: NOT_OWNER refreshes metadata and retries at the refreshed owner.
+// Method: the bootstrap refuses with NOT_OWNER (no owner named) and its
+// refreshed metadata names a second server, which must get the retry.
+#[tokio::test]
+async fn not_owner_refreshes_metadata_and_retries() {
+    run_not_owner(false).await;
+}
+
+// Goal: the owner named in NOT_OWNER wins over stale metadata. Method: the
+// bootstrap's metadata keeps naming itself; only the error's owner hint
+// points at the second server, which must get the retry.
+#[tokio::test]
+async fn not_owner_follows_the_owner_hint() {
+    run_not_owner(true).await;
+}
+
+// Goal: NOT_OWNER forever ends with RouteExhausted, not a loop. Method: both
+// metadata and the hint keep naming the refusing bootstrap.
+#[tokio::test]
+async fn not_owner_retries_are_bounded() {
+    let state = Arc::new(Mutex::new(RouteState::default()));
+    let bootstrap = FakeServer::start(bootstrap_handler(Arc::clone(&state))).await;
+    {
+        let mut state = state.lock().unwrap();
+        state.bootstrap_port = bootstrap.port;
+        state.owner_port = bootstrap.port;
+        state.with_hint = true;
+    }
+    let client = Client::connect(&bootstrap.addr).await.unwrap();
+    let error =
+        bounded(client.enqueue("q", PartitionId(0), &one_record_batch())).await.unwrap_err();
+    assert!(matches!(error, ClientError::RouteExhausted { attempts: 4, .. }), "{error:?}");
+    assert_eq!(state.lock().unwrap().bootstrap_enqueues, 4);
+}
+
+// ------------------------------------------------------------ producer
+
+// Goal: messages sent within the linger window travel in one batch, flushed
+// by the linger timer. Method: 3 concurrent sends, linger 300 ms, a batch
+// limit far above their size; the broker must see exactly one Enqueue of 3.
+#[tokio::test]
+async fn producer_linger_flush_batches_concurrent_sends() {
+    let (server, state) = start_broker("q", 1).await;
+    let client = Client::connect(&server.addr).await.unwrap();
+    let config = ProducerConfig { linger: Duration::from_millis(300), ..ProducerConfig::default() };
+    let producer = Producer::new(client, config).unwrap();
+    let mut pending = Vec::new();
+    for n in 0..3u8 {
+        pending.push(producer.submit("q", Message::new(vec![n; 10])).await.unwrap());
+    }
+    assert!(state.lock().unwrap().enqueue_attempts.is_empty(), "sent before the linger passed");
+    let mut offsets = Vec::new();
+    for future in pending {
+        offsets.push(bounded(future).await.unwrap().0);
+    }
+    assert_eq!(offsets, [0, 1, 2]);
+    let state = state.lock().unwrap();
+    assert_eq!(state.enqueue_attempts.len(), 1);
+    assert_eq!(state.enqueue_attempts[0].len(), 3);
+}
+
+// Goal: a batch that reaches max_batch_bytes is sent at once, without
+// waiting for the linger. Method: linger 60 s (longer than the test limit),
+// 1 KiB payloads, max_batch_bytes 2500: six sends must resolve, in batches of
+// 3 records (the one that crosses the limit goes with it).
+#[tokio::test]
+async fn producer_size_flush_does_not_wait_for_linger() {
+    let (server, state) = start_broker("q", 1).await;
+    let client = Client::connect(&server.addr).await.unwrap();
+    let config = ProducerConfig {
+        linger: Duration::from_secs(60),
+        max_batch_bytes: 2500,
+        ..ProducerConfig::default()
+    };
+    let producer = Producer::new(client, config).unwrap();
+    let mut pending = Vec::new();
+    for n in 0..6u8 {
+        pending.push(producer.submit("q", Message::new(vec![n; 1024])).await.unwrap());
+    }
+    for future in pending {
+        bounded(future).await.unwrap();
+    }
+    let state = state.lock().unwrap();
+    let sizes: Vec<usize> = state.enqueue_attempts.iter().map(Vec::len).collect();
+    assert_eq!(sizes, [3, 3]);
+    assert_eq!(state.stored(), 6);
+}
+
+// Goal: a retried batch reuses its message ids, so a retry of a batch the
+// broker already appended never duplicates. Method: attempt 1 appends and
+// drops the connection (outcome unknown), attempt 2 is refused QUEUE_FULL,
+// attempt 3 succeeds via dedupe; the ids of all three attempts must match,
+// three records stored, and the offsets are the originals.
+#[tokio::test]
+async fn producer_retries_reuse_message_ids() {
+    let (server, state) = start_broker("q", 1).await;
+    state.lock().unwrap().enqueue_faults =
+        vec![EnqueueFault::AppendThenClose, EnqueueFault::Refuse(ErrorCode::QueueFull)];
+    let client = Client::connect(&server.addr).await.unwrap();
+    let config = ProducerConfig {
+        linger: Duration::from_millis(20),
+        retry_backoff: Duration::from_millis(10),
+        ..ProducerConfig::default()
+    };
+    let producer = Producer::new(client, config).unwrap();
+    let mut pending = Vec::new();
+    for n in 0..3u8 {
+        pending.push(producer.submit("q", Message::new(vec![n; 8]).key("k")).await.unwrap());
+    }
+    let mut offsets = Vec::new();
+    for future in pending {
+        offsets.push(bounded(future).await.unwrap().0);
+    }
+    assert_eq!(offsets, [0, 1, 2]);
+    let state = state.lock().unwrap();
+    assert_eq!(state.enqueue_attempts.len(), 3);
+    assert_eq!(state.enqueue_attempts[0], state.enqueue_attempts[1]);
+    assert_eq!(state.enqueue_attempts[1], state.enqueue_attempts[2]);
+    assert_eq!(state.stored(), 3, "a retry must not duplicate");
+}
+
+// Goal: a non-retriable error fails the sends without retrying. Method: the
+// broker refuses with INVALID_ARGUMENT once; exactly one attempt is made.
+#[tokio::test]
+async fn producer_does_not_retry_non_retriable_errors() {
+    let (server, state) = start_broker("q", 1).await;
+    state.lock().unwrap().enqueue_faults = vec![EnqueueFault::Refuse(ErrorCode::InvalidArgument)];
+    let client = Client::connect(&server.addr).await.unwrap();
+    let producer = Producer::new(client, ProducerConfig::default()).unwrap();
+    let error = bounded(producer.send("q", Message::new("x"))).await.unwrap_err();
+    assert_eq!(error.code(), Some(ErrorCode::InvalidArgument));
+    assert_eq!(state.lock().unwrap().enqueue_attempts.len(), 1);
+}
+
+// ------------------------------------------------------------ consumer
+
+async fn fill(state: &Arc<Mutex<common::BrokerState>>, server: &FakeServer, payloads: &[&str]) {
+    let client = Client::connect(&server.addr).await.unwrap();
+    let producer = Producer::new(client, ProducerConfig::default()).unwrap();
+    for payload in payloads {
+        producer.submit("q", Message::new(payload.as_bytes().to_vec())).await.unwrap();
+    }
+    producer.flush().await;
+    assert_eq!(state.lock().unwrap().stored(), payloads.len());
+}
+
+fn payload_text(delivery: &Delivery) -> String {
+    match delivery.payload() {
+        PayloadView::Inline(bytes) => String::from_utf8(bytes.to_vec()).unwrap(),
+        PayloadView::Reference { .. } => panic!("inline expected"),
+    }
+}
+
+// Goal: the consumer never holds more deliveries than slots, asks exactly its
+// free slots as credits, extends leases while handlers run, acks successes
+// and releases failures with the error text. Method: 12 messages over 2
+// partitions (3 fail), 3 slots, handlers sleep 120 ms with a 40 ms extend
+// interval; the broker checks every claim against its outstanding count.
+#[tokio::test]
+async fn consumer_respects_slots_extends_acks_and_releases() {
+    let (server, state) = start_broker("q", 2).await;
+    state.lock().unwrap().slots = 3;
+    let payloads: Vec<String> =
+        (0..12).map(|n| if n % 4 == 1 { format!("fail-{n}") } else { format!("ok-{n}") }).collect();
+    let refs: Vec<&str> = payloads.iter().map(String::as_str).collect();
+    fill(&state, &server, &refs).await;
+    let client = Client::connect(&server.addr).await.unwrap();
+    let mut config = ConsumerConfig::new("q", 3);
+    config.lease_ms = 1000;
+    config.wait_ms = 20;
+    config.extend_interval = Some(Duration::from_millis(40));
+    let running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let running_max = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let handler = {
+        let (running, running_max) = (Arc::clone(&running), Arc::clone(&running_max));
+        move |delivery: Delivery| {
+            let (running, running_max) = (Arc::clone(&running), Arc::clone(&running_max));
+            async move {
+                use std::sync::atomic::Ordering;
+                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                running_max.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(120)).await;
+                running.fetch_sub(1, Ordering::SeqCst);
+                let text = payload_text(&delivery);
+                assert_eq!(delivery.attempt(), 1);
+                if text.starts_with("fail") {
+                    Err(format!("boom: {text}"))
+                } else {
+                    Ok(())
+                }
+            }
+        }
+    };
+    let consumer = Consumer::start(client, config, handler).unwrap();
+    let done = wait_for(TEST_LIMIT, || {
+        let state = state.lock().unwrap();
+        state.acked.len() + state.released.len() == 12
+    })
+    .await;
+    assert!(done, "not every message was settled");
+    let stats = bounded(consumer.shutdown()).await;
+    let state = state.lock().unwrap();
+    assert_eq!(state.credit_violations, 0, "claimed more than free slots: {:?}", state.claims);
+    assert!(state.outstanding_max <= 3);
+    assert!(stats.outstanding_max <= 3);
+    assert!(running_max.load(std::sync::atomic::Ordering::SeqCst) <= 3);
+    assert!(state.claims.iter().all(|&credits| (1..=3).contains(&credits)));
+    assert_eq!(state.acked.len(), 9);
+    let mut reasons: Vec<String> =
+        state.released.iter().map(|(_, reason)| reason.clone()).collect();
+    reasons.sort();
+    assert_eq!(reasons, ["boom: fail-1", "boom: fail-5", "boom: fail-9"]);
+    assert!(
+        state.extends >= 12,
+        "each 120 ms handler should extend at least once: {}",
+        state.extends
+    );
+    assert_eq!(stats.acked, 9);
+    assert_eq!(stats.released, 3);
+    assert_eq!(stats.settle_failed, 0);
+}
+
+// Goal: shutdown stops claiming and drains running handlers (acking them).
+// Method: 2 slots, 5 messages, handlers sleep 300 ms; shut down while the
+// first two run: both are acked, the other three never claimed.
+#[tokio::test]
+async fn consumer_shutdown_drains_in_flight_work() {
+    let (server, state) = start_broker("q", 1).await;
+    fill(&state, &server, &["a", "b", "c", "d", "e"]).await;
+    let client = Client::connect(&server.addr).await.unwrap();
+    let mut config = ConsumerConfig::new("q", 2);
+    config.wait_ms = 10;
+    let consumer = Consumer::start(client, config, |_delivery: Delivery| async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        Ok::<(), String>(())
+    })
+    .unwrap();
+    assert!(wait_for(TEST_LIMIT, || state.lock().unwrap().outstanding == 2).await);
+    let stats = bounded(consumer.shutdown()).await;
+    let state = state.lock().unwrap();
+    assert_eq!(state.outstanding, 0);
+    assert_eq!(state.acked.len(), 2);
+    assert_eq!(stats.claimed, 2);
+    assert_eq!(stats.acked, 2);
+    let ready = state.partitions[0]
+        .iter()
+        .filter(|stored| stored.state == common::StoredState::Ready)
+        .count();
+    assert_eq!(ready, 3);
+}
+
+// Goal: a panicking handler's delivery is released with the panic reason and
+// the slot is freed. Method: one slot, two messages, the handler panics on
+// the first; the second must still be handled and acked.
+#[tokio::test]
+async fn consumer_releases_on_handler_panic() {
+    let (server, state) = start_broker("q", 1).await;
+    fill(&state, &server, &["panic", "fine"]).await;
+    let client = Client::connect(&server.addr).await.unwrap();
+    let mut config = ConsumerConfig::new("q", 1);
+    config.wait_ms = 10;
+    let consumer = Consumer::start(client, config, |delivery: Delivery| async move {
+        assert_ne!(payload_text(&delivery), "panic", "scripted panic");
+        Ok::<(), String>(())
+    })
+    .unwrap();
+    assert!(wait_for(TEST_LIMIT, || state.lock().unwrap().acked.len() == 1).await);
+    bounded(consumer.shutdown()).await;
+    let state = state.lock().unwrap();
+    assert_eq!(state.released, [(0, spool_client::PANIC_REASON.to_owned())]);
+}
+
+// Goal: the client surfaces typed server errors with the code name. Method:
+// the server refuses a purge with QUEUE_NOT_FOUND.
+#[tokio::test]
+async fn server_errors_are_typed() {
+    let handler: Handler = Arc::new(|request, id, outbox| {
+        outbox.send(err(id, request.api_key(), ErrorCode::QueueNotFound, "no queue 'q'", None));
+    });
+    let server = FakeServer::start(handler).await;
+    let connection = Connection::connect(&server.addr, ConnectionConfig::default()).await.unwrap();
+    let error = bounded(connection.call(&purge(0))).await.unwrap_err();
+    assert_eq!(error.code(), Some(ErrorCode::QueueNotFound));
+    assert_eq!(error.to_string(), "QUEUE_NOT_FOUND: no queue 'q'");
+    assert!(!error.is_retriable());
+    let _ = ClientConfig::default();
+}

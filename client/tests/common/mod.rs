@@ -1,0 +1,388 @@
+//! An in-process fake broker for the client tests: a tokio TCP server that
+//! speaks the real codec (`spool_wire::proto`), hands every decoded request to
+//! a test-supplied handler together with an [`Outbox`] for that connection, so
+//! a test decides what to answer, when, in which order, or to close.
+//! [`MiniBroker`] is a handler with just enough queue semantics (dedupe,
+//! claim/extend/ack/release with tokens, metadata) for producer and consumer
+//! tests. It is a test double, not a model of the real broker.
+
+#![allow(dead_code, clippy::unwrap_used)] // test support: a failure here is a test failure
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use spool_client::spool_wire::batch::{BatchBytes, BatchView, MessageId};
+use spool_client::spool_wire::proto::{
+    AckResponse, ApiKey, AssignmentVersion, ClaimResponse, CorrelationId, Delivery, DeliveryToken,
+    EnqueueResponse, ErrorResponse, ExtendResponse, FrameDecoder, Generation, LeaderEpoch,
+    MetadataResponse, NodeAddress, Offset, PartitionId, PartitionMetadata, QueueMetadata,
+    RecordOutcome, ReleaseResponse, Request, Response, DELIVERY_TOKEN_BYTES,
+};
+use spool_client::spool_wire::ErrorCode;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+/// Where a handler's answers go: one connection's writer.
+#[derive(Clone)]
+pub struct Outbox {
+    sender: mpsc::UnboundedSender<Option<Vec<u8>>>,
+}
+
+impl Outbox {
+    /// Queues encoded frame bytes.
+    pub fn send(&self, bytes: Vec<u8>) {
+        let _ = self.sender.send(Some(bytes));
+    }
+
+    /// Sends `bytes` after `delay`, from a spawned task.
+    pub fn send_after(&self, delay: Duration, bytes: Vec<u8>) {
+        let outbox = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            outbox.send(bytes);
+        });
+    }
+
+    /// Closes the connection after what was queued so far.
+    pub fn close(&self) {
+        let _ = self.sender.send(None);
+    }
+}
+
+/// Encodes a success response.
+pub fn ok(id: CorrelationId, response: &Response<'_>) -> Vec<u8> {
+    let mut out = Vec::new();
+    response.encode(id, &mut out).unwrap();
+    out
+}
+
+/// Encodes an error response.
+pub fn err(
+    id: CorrelationId,
+    key: ApiKey,
+    code: ErrorCode,
+    message: &str,
+    owner: Option<NodeAddress>,
+) -> Vec<u8> {
+    let mut out = Vec::new();
+    ErrorResponse { code, message: message.to_owned(), owner }
+        .encode(id, key.as_u16(), 0, &mut out)
+        .unwrap();
+    out
+}
+
+pub type Handler = Arc<dyn Fn(&Request<'_>, CorrelationId, &Outbox) + Send + Sync>;
+
+/// A listening fake server.
+pub struct FakeServer {
+    pub addr: String,
+    pub port: u16,
+}
+
+impl FakeServer {
+    /// Binds 127.0.0.1 on a free port and serves every connection with
+    /// `handler`.
+    pub async fn start(handler: Handler) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                tokio::spawn(serve(socket, Arc::clone(&handler)));
+            }
+        });
+        Self { addr: format!("127.0.0.1:{port}"), port }
+    }
+}
+
+async fn serve(socket: tokio::net::TcpStream, handler: Handler) {
+    let (mut reader, mut writer) = socket.into_split();
+    let (sender, mut queue) = mpsc::unbounded_channel::<Option<Vec<u8>>>();
+    let outbox = Outbox { sender };
+    tokio::spawn(async move {
+        while let Some(Some(bytes)) = queue.recv().await {
+            if writer.write_all(&bytes).await.is_err() {
+                return;
+            }
+        }
+        let _ = writer.shutdown().await;
+    });
+    let mut decoder = FrameDecoder::new();
+    loop {
+        while let Some(frame) = decoder.next_frame().unwrap() {
+            let request = Request::decode(&frame).unwrap();
+            handler(&request, frame.header.correlation_id, &outbox);
+        }
+        let buffer = decoder.read_buf().unwrap();
+        match reader.read(buffer).await {
+            Ok(0) | Err(_) => return,
+            Ok(read) => decoder.advance(read),
+        }
+    }
+}
+
+// ------------------------------------------------------------ MiniBroker
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoredState {
+    Ready,
+    Claimed,
+    Acked,
+    Released,
+}
+
+pub struct Stored {
+    pub id: MessageId,
+    pub record: BatchBytes,
+    pub state: StoredState,
+    pub generation: u64,
+    pub attempt: u32,
+}
+
+/// What a test scripts for one Enqueue attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EnqueueFault {
+    /// Append, then close the connection without answering.
+    AppendThenClose,
+    /// Answer with this error code without appending.
+    Refuse(ErrorCode),
+}
+
+#[derive(Default)]
+pub struct BrokerState {
+    /// Where metadata says each partition lives (`host`, `port`).
+    pub owners: Vec<(String, u16)>,
+    pub queue: String,
+    pub partitions: Vec<Vec<Stored>>,
+    /// Message ids of every Enqueue request received, in arrival order.
+    pub enqueue_attempts: Vec<Vec<MessageId>>,
+    /// Faults for the next Enqueue attempts, first first.
+    pub enqueue_faults: Vec<EnqueueFault>,
+    pub metadata_requests: usize,
+    /// Credits of every claim.
+    pub claims: Vec<u32>,
+    pub outstanding: usize,
+    pub outstanding_max: usize,
+    /// Set when a claim asked for more than slots minus outstanding.
+    pub slots: usize,
+    pub credit_violations: usize,
+    pub extends: usize,
+    pub acked: Vec<u64>,
+    pub released: Vec<(u64, String)>,
+}
+
+impl BrokerState {
+    pub fn stored(&self) -> usize {
+        self.partitions.iter().map(Vec::len).sum()
+    }
+}
+
+fn token(partition: u32, offset: u64, generation: u64) -> DeliveryToken {
+    let mut bytes = [0u8; DELIVERY_TOKEN_BYTES];
+    bytes[..4].copy_from_slice(&partition.to_le_bytes());
+    bytes[4..12].copy_from_slice(&offset.to_le_bytes());
+    bytes[12..20].copy_from_slice(&generation.to_le_bytes());
+    DeliveryToken(bytes)
+}
+
+fn untoken(token: &DeliveryToken) -> (usize, usize, u64) {
+    let partition = u32::from_le_bytes(token.0[..4].try_into().unwrap()) as usize;
+    let offset = u64::from_le_bytes(token.0[4..12].try_into().unwrap()) as usize;
+    let generation = u64::from_le_bytes(token.0[12..20].try_into().unwrap());
+    (partition, offset, generation)
+}
+
+/// A handler with minimal queue semantics over shared [`BrokerState`].
+pub fn mini_broker(state: Arc<Mutex<BrokerState>>) -> Handler {
+    Arc::new(move |request, id, outbox| {
+        let mut state = state.lock().unwrap();
+        let state = &mut *state;
+        match request {
+            Request::Metadata(_) => {
+                state.metadata_requests += 1;
+                let partitions = state
+                    .owners
+                    .iter()
+                    .enumerate()
+                    .map(|(index, (host, port))| PartitionMetadata {
+                        partition: PartitionId(index as u32),
+                        host: host.clone(),
+                        shard_port: *port,
+                        leader_epoch: LeaderEpoch(1),
+                    })
+                    .collect();
+                let response = MetadataResponse {
+                    assignment_version: AssignmentVersion(1),
+                    queues: vec![QueueMetadata { name: state.queue.clone(), partitions }],
+                };
+                outbox.send(ok(id, &Response::Metadata(response)));
+            }
+            Request::Enqueue(enqueue) => {
+                let view = BatchView::validate(enqueue.batch).unwrap();
+                let ids: Vec<MessageId> =
+                    view.records().map(|record| MessageId(record.message_id.0)).collect();
+                state.enqueue_attempts.push(ids.clone());
+                let fault = if state.enqueue_faults.is_empty() {
+                    None
+                } else {
+                    Some(state.enqueue_faults.remove(0))
+                };
+                if let Some(EnqueueFault::Refuse(code)) = fault {
+                    outbox.send(err(id, ApiKey::Enqueue, code, "scripted refusal", None));
+                    return;
+                }
+                let log = &mut state.partitions[enqueue.partition.0 as usize];
+                let mut records = Vec::new();
+                for (index, message_id) in ids.iter().enumerate() {
+                    if let Some(offset) = log.iter().position(|stored| stored.id == *message_id) {
+                        records.push(RecordOutcome::Duplicate {
+                            original_offset: Offset(offset as u64),
+                        });
+                        continue;
+                    }
+                    let mut record = BatchBytes::new();
+                    record.extend_from_slice(view.record_bytes(index));
+                    log.push(Stored {
+                        id: *message_id,
+                        record,
+                        state: StoredState::Ready,
+                        generation: 0,
+                        attempt: 0,
+                    });
+                    records.push(RecordOutcome::Appended { offset: Offset(log.len() as u64 - 1) });
+                }
+                if fault == Some(EnqueueFault::AppendThenClose) {
+                    outbox.close();
+                    return;
+                }
+                let base_offset = Offset(0);
+                outbox.send(ok(id, &Response::Enqueue(EnqueueResponse { base_offset, records })));
+            }
+            Request::Claim(claim) => {
+                state.claims.push(claim.credits);
+                if state.slots > 0 && state.outstanding + claim.credits as usize > state.slots {
+                    state.credit_violations += 1;
+                }
+                let partition = claim.partition.0;
+                let log = &mut state.partitions[partition as usize];
+                let mut picked = Vec::new();
+                for (offset, stored) in log.iter_mut().enumerate() {
+                    if picked.len() == claim.credits as usize {
+                        break;
+                    }
+                    if stored.state == StoredState::Ready {
+                        stored.state = StoredState::Claimed;
+                        stored.generation += 1;
+                        stored.attempt += 1;
+                        picked.push(offset);
+                    }
+                }
+                let deliveries = picked
+                    .iter()
+                    .map(|&offset| {
+                        let stored = &log[offset];
+                        Delivery {
+                            token: token(partition, offset as u64, stored.generation),
+                            offset: Offset(offset as u64),
+                            attempt: stored.attempt,
+                            generation: Generation(stored.generation),
+                            record: stored.record.as_slice(),
+                        }
+                    })
+                    .collect::<Vec<_>>();
+                let count = deliveries.len();
+                let bytes =
+                    ok(id, &Response::Claim(ClaimResponse { lease_deadline_ms: 99, deliveries }));
+                state.outstanding += count;
+                state.outstanding_max = state.outstanding_max.max(state.outstanding);
+                if count == 0 {
+                    // A short long-poll: answer empty after a while.
+                    outbox
+                        .send_after(Duration::from_millis(u64::from(claim.wait_ms.min(20))), bytes);
+                } else {
+                    outbox.send(bytes);
+                }
+            }
+            Request::Extend(extend) => {
+                let (partition, offset, generation) = untoken(&extend.token);
+                let stored = &state.partitions[partition][offset];
+                if stored.state == StoredState::Claimed && stored.generation == generation {
+                    state.extends += 1;
+                    let response = ExtendResponse { lease_deadline_ms: 1000 };
+                    outbox.send(ok(id, &Response::Extend(response)));
+                } else {
+                    outbox.send(err(id, ApiKey::Extend, ErrorCode::StaleToken, "stale", None));
+                }
+            }
+            Request::Ack(ack) => {
+                let mut results = Vec::new();
+                for token in &ack.tokens {
+                    let (partition, offset, generation) = untoken(token);
+                    let stored = &mut state.partitions[partition][offset];
+                    if stored.state == StoredState::Claimed && stored.generation == generation {
+                        stored.state = StoredState::Acked;
+                        state.outstanding -= 1;
+                        state.acked.push(offset as u64);
+                        results.push(ErrorCode::None);
+                    } else {
+                        results.push(ErrorCode::StaleToken);
+                    }
+                }
+                outbox.send(ok(id, &Response::Ack(AckResponse { results })));
+            }
+            Request::Release(release) => {
+                let (partition, offset, generation) = untoken(&release.token);
+                let stored = &mut state.partitions[partition][offset];
+                if stored.state == StoredState::Claimed && stored.generation == generation {
+                    // Released messages stay out of the way so tests end.
+                    stored.state = StoredState::Released;
+                    state.outstanding -= 1;
+                    state.released.push((offset as u64, release.reason.to_owned()));
+                    let response = ReleaseResponse { not_before_ms: 5 };
+                    outbox.send(ok(id, &Response::Release(response)));
+                } else {
+                    outbox.send(err(id, ApiKey::Release, ErrorCode::StaleToken, "stale", None));
+                }
+            }
+            other => {
+                outbox.send(err(
+                    id,
+                    other.api_key(),
+                    ErrorCode::InvalidArgument,
+                    "unsupported",
+                    None,
+                ));
+            }
+        }
+    })
+}
+
+/// Starts a [`MiniBroker`] serving one queue with `partitions` partitions, all
+/// owned by itself.
+pub async fn start_broker(queue: &str, partitions: u32) -> (FakeServer, Arc<Mutex<BrokerState>>) {
+    let state = Arc::new(Mutex::new(BrokerState {
+        queue: queue.to_owned(),
+        partitions: (0..partitions).map(|_| Vec::new()).collect(),
+        ..BrokerState::default()
+    }));
+    let server = FakeServer::start(mini_broker(Arc::clone(&state))).await;
+    state.lock().unwrap().owners =
+        (0..partitions).map(|_| ("127.0.0.1".to_owned(), server.port)).collect();
+    (server, state)
+}
+
+/// Polls `condition` every 5 ms until it holds or `limit` passes.
+pub async fn wait_for(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let polls = limit.as_millis() / 5;
+    for _ in 0..polls {
+        if condition() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    condition()
+}
+
+pub type Shared<T> = Arc<Mutex<T>>;
+pub type Counts = HashMap<u32, u64>;
