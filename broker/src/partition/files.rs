@@ -18,7 +18,7 @@
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use crate::io::{IoBuf as _, IoError, Storage, StorageFile};
+use crate::io::{IoError, Storage, StorageFile};
 use crate::limits::PAGE_BYTES;
 
 pub(crate) const EPOCH_MAGIC: u32 = u32::from_le_bytes(*b"SPEP");
@@ -147,7 +147,8 @@ pub async fn read_side_file<S: Storage>(
     if bytes.len() < SIDE_HEADER_BYTES {
         return Err(invalid(format!("only {} bytes", bytes.len())));
     }
-    let u32_at = |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+    let u32_at =
+        |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
     let u64_at = |at: usize| {
         let mut raw = [0u8; 8];
         raw.copy_from_slice(&bytes[at..at + 8]);

@@ -273,7 +273,8 @@ impl<S: Storage + Clone> Partition<S> {
             dir: dir.to_path_buf(),
             reason: format!("leader epoch {epoch_value} exceeds the log's u32 field"),
         })?;
-        let (log, log_report) = Log::open(storage.clone(), dir, log_config, log_epoch, fatal).await?;
+        let (log, log_report) =
+            Log::open(storage.clone(), dir, log_config, log_epoch, fatal).await?;
         let context = PartitionContext {
             queue: name.queue_id,
             partition: name.partition,
@@ -281,14 +282,20 @@ impl<S: Storage + Clone> Partition<S> {
             secret,
             config: config.clone(),
         };
-        let checkpoint =
-            match files::read_side_file(&storage, dir, CHECKPOINT_FILE, CHECKPOINT_MAGIC).await {
-                Ok(found) => found,
-                Err(error) => {
-                    tracing::warn!(dir = %dir.display(), %error, "checkpoint unusable; replaying the whole log");
-                    None
-                }
-            };
+        let checkpoint = match files::read_side_file(
+            &storage,
+            dir,
+            CHECKPOINT_FILE,
+            CHECKPOINT_MAGIC,
+        )
+        .await
+        {
+            Ok(found) => found,
+            Err(error) => {
+                tracing::warn!(dir = %dir.display(), %error, "checkpoint unusable; replaying the whole log");
+                None
+            }
+        };
         let start = log.start_offset().0;
         let (state, covers) = match checkpoint {
             Some(file) => match PartitionState::restore(&file.payload, context.clone()) {
@@ -384,8 +391,11 @@ impl<S: Storage + Clone> Partition<S> {
                             let stamp = view.record(index).enqueue_time_ms.to_native();
                             Event::Enqueued(EnqueueMeta::new(&request, Offset(offset), stamp))
                         }
-                        BatchKind::Control => Event::decode(view.control_record(index))
-                            .map_err(|error| recovery(format!("event at offset {offset}: {error}")))?,
+                        BatchKind::Control => {
+                            Event::decode(view.control_record(index)).map_err(|error| {
+                                recovery(format!("event at offset {offset}: {error}"))
+                            })?
+                        }
                         BatchKind::Filler => continue,
                     };
                     state.apply(&event).map_err(|error: ApplyError| {
@@ -430,7 +440,11 @@ impl<S: Storage + Clone> Partition<S> {
     /// Appends `events` as one control batch and applies them. Called inside
     /// a section with no await between the decision and this call, after
     /// the caller made room with [`Log::writable`].
-    fn append_events(&self, events: &[Event], now: Millis) -> Result<Option<Ticket>, PartitionError> {
+    fn append_events(
+        &self,
+        events: &[Event],
+        now: Millis,
+    ) -> Result<Option<Ticket>, PartitionError> {
         if events.is_empty() {
             return Ok(None);
         }
@@ -522,7 +536,10 @@ impl<S: Storage + Clone> Partition<S> {
                 let (request, stamp) = &requests[index as usize];
                 let event = Event::Enqueued(EnqueueMeta::new(request, offset, *stamp));
                 if let Err(error) = state.apply(&event) {
-                    panic!("partition {:?}: enqueue at {offset:?} does not apply: {error}", self.name);
+                    panic!(
+                        "partition {:?}: enqueue at {offset:?} does not apply: {error}",
+                        self.name
+                    );
                 }
                 outcomes[index as usize] = EnqueueOutcome::Appended { offset };
             }
@@ -600,7 +617,10 @@ impl<S: Storage + Clone> Partition<S> {
     }
 
     /// Reads the record bytes of each delivery from the log.
-    async fn with_records(&self, deliveries: Vec<Delivery>) -> Result<Vec<Claimed>, PartitionError> {
+    async fn with_records(
+        &self,
+        deliveries: Vec<Delivery>,
+    ) -> Result<Vec<Claimed>, PartitionError> {
         let mut batches: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
         let mut out = Vec::with_capacity(deliveries.len());
         for delivery in deliveries {
@@ -621,7 +641,8 @@ impl<S: Storage + Clone> Partition<S> {
             .range(..=offset.0)
             .next_back()
             .filter(|(_, bytes)| {
-                trusted_view(&aligned(bytes)).is_ok_and(|view| view.header().next_offset() > offset.0)
+                trusted_view(&aligned(bytes))
+                    .is_ok_and(|view| view.header().next_offset() > offset.0)
             })
             .map(|(base, _)| *base);
         let base = match cached {
@@ -631,7 +652,8 @@ impl<S: Storage + Clone> Partition<S> {
                 let batch = read
                     .into_iter()
                     .find(|batch| {
-                        batch.header.base_offset <= offset.0 && batch.header.next_offset() > offset.0
+                        batch.header.base_offset <= offset.0
+                            && batch.header.next_offset() > offset.0
                     })
                     .ok_or_else(|| PartitionError::Recovery {
                         dir: self.dir.clone(),
@@ -703,7 +725,10 @@ impl<S: Storage + Clone> Partition<S> {
                     Ok(event) => {
                         // Apply at once so a repeated token in this request is stale.
                         if let Err(error) = state.apply(&event) {
-                            panic!("partition {:?}: ack {event:?} does not apply: {error}", self.name);
+                            panic!(
+                                "partition {:?}: ack {event:?} does not apply: {error}",
+                                self.name
+                            );
                         }
                         events.push(event);
                         results.push(Ok(()));
@@ -808,7 +833,12 @@ impl<S: Storage + Clone> Partition<S> {
     ///
     /// # Errors
     /// Storage failure.
-    pub async fn purge(&self, lane: Lane, max: usize, dry_run: bool) -> Result<usize, PartitionError> {
+    pub async fn purge(
+        &self,
+        lane: Lane,
+        max: usize,
+        dry_run: bool,
+    ) -> Result<usize, PartitionError> {
         let max = max.min(CONTROL_BATCH_EVENTS_MAX);
         if dry_run {
             let now = (self.clock)();
