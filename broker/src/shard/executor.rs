@@ -34,8 +34,8 @@ use crate::control::catalog::{self, Catalog};
 use crate::net::connection::ConnectionLimits;
 use crate::net::listener::{accept_loop, bind_listener, AcceptStats};
 use crate::net::stop::StopSignal;
-use crate::shard::hooks::{ShardContext, ShardHooks, ShardHooksFactory};
 use crate::queue::QueueId;
+use crate::shard::hooks::{ShardContext, ShardHooks, ShardHooksFactory};
 use crate::shard::{
     ControlCommand, ControlError, Event, ExecutorName, QueueCreated, ShardError, ShardMessage,
     Shared,
@@ -167,7 +167,10 @@ pub(crate) struct ControlStart {
 
 /// A command's answer, held until the tick's catalog write decides it.
 enum Answer {
-    Create(mpsc::SyncSender<Result<QueueCreated, ControlError>>, Result<QueueCreated, ControlError>),
+    Create(
+        mpsc::SyncSender<Result<QueueCreated, ControlError>>,
+        Result<QueueCreated, ControlError>,
+    ),
     Delete(
         mpsc::SyncSender<Result<AssignmentVersion, ControlError>>,
         Result<AssignmentVersion, ControlError>,
@@ -178,8 +181,12 @@ impl Answer {
     /// Turns a success into `error` (the change it reported was undone).
     fn undo(&mut self, error: &Arc<catalog::CatalogError>) {
         match self {
-            Answer::Create(_, outcome @ Ok(_)) => *outcome = Err(ControlError::Catalog(error.clone())),
-            Answer::Delete(_, outcome @ Ok(_)) => *outcome = Err(ControlError::Catalog(error.clone())),
+            Answer::Create(_, outcome @ Ok(_)) => {
+                *outcome = Err(ControlError::Catalog(error.clone()))
+            }
+            Answer::Delete(_, outcome @ Ok(_)) => {
+                *outcome = Err(ControlError::Catalog(error.clone()))
+            }
             Answer::Create(..) | Answer::Delete(..) => {}
         }
     }

@@ -13,7 +13,7 @@ fn sample_table() -> (AssignmentTable, QueueId) {
     let configs = [
         QueueConfig::default(),
         QueueConfig {
-            band_weights: vec![5, 1],
+            band_weights: vec![9, 5, 3, 1, 1],
             backoff: crate::queue::Backoff::Linear { step_ms: 250, max_ms: 10_000 },
             dead_letter_on_expiry: true,
             ..QueueConfig::default()
