@@ -422,3 +422,36 @@ fn create_queue_async_from_a_shard_completes_once_all_shards_applied() {
     assert_eq!(snapshot.queue(&name).unwrap().partitions.len(), 3);
     stop(broker);
 }
+
+// Goal: a catalog write that fails before its rename refuses the change
+// entirely: the caller gets ControlError::Catalog, no shard sees an update,
+// the version and the id allocator are rolled back, and the next create
+// works once the disk does. Method: plant a directory at catalog.tmp so the
+// temp file cannot be created, create a queue, remove it, create again.
+#[test]
+fn failed_catalog_write_refuses_the_change() {
+    let shards = shard_count();
+    let dir = tempfile::tempdir().unwrap();
+    let record = Record::new(shards);
+    let broker = start(dir.path(), shards, &record, None).unwrap();
+    let control = broker.control();
+    let blocker = dir.path().join(catalog::CATALOG_TEMP_FILE_NAME);
+    std::fs::create_dir(&blocker).unwrap();
+    let refused = control.create_queue("jobs", 2, QueueConfig::default());
+    assert!(matches!(refused, Err(ControlError::Catalog(_))), "{refused:?}");
+    assert_eq!(control.catalog_snapshot().queue_count(), 0);
+    assert_eq!(control.catalog_snapshot().version(), AssignmentVersion(0));
+    assert!(!dir.path().join(catalog::CATALOG_FILE_NAME).exists());
+
+    std::fs::remove_dir(&blocker).unwrap();
+    let created = control.create_queue("jobs", 2, QueueConfig::default()).unwrap();
+    assert_eq!(created.version, AssignmentVersion(1));
+    assert_eq!(created.queue_id, QueueId(1));
+    control.wait_applied(created.version, 10_000).unwrap();
+    for shard in 0..shards {
+        let versions: Vec<u64> =
+            record.updates_of(shard).iter().map(|update| update.version.0).collect();
+        assert_eq!(versions, vec![1], "shard {shard}");
+    }
+    stop(broker);
+}

@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use crate::control::assignment::{AssignmentTable, AssignmentUpdate, ShardId};
+use crate::control::assignment::{AssignmentChange, AssignmentTable, AssignmentUpdate, ShardId};
 use crate::control::config::BrokerConfig;
 use crate::control::data_dir::BrokerSecret;
 use crate::net::connection::FrameHandler;
@@ -128,9 +128,18 @@ impl ShardHooks for EchoHooks {
         table: &AssignmentTable,
     ) -> impl Future<Output = Result<(), Self::Error>> {
         let owned = table.owned_by(self.shard).count();
+        let (change, queue, queue_id) = match &update.change {
+            AssignmentChange::CreateQueue { queue, queue_id, .. } => {
+                ("create", queue.as_str(), Some(queue_id.0))
+            }
+            AssignmentChange::DeleteQueue { queue } => ("delete", queue.as_str(), None),
+        };
         tracing::info!(
             shard = self.shard.0,
             version = update.version.0,
+            change,
+            queue,
+            queue_id,
             owned_partitions = owned,
             "assignment applied (echo broker: no partitions to open)"
         );
