@@ -1,18 +1,25 @@
-//! The assignment table: which shard owns each queue partition.
+//! The assignment table: which queues exist and which shard owns each
+//! queue partition.
 //!
-//! Owns the versioned map queue → partitions → shard, the message that
-//! changes it ([`AssignmentUpdate`]) and placement (round-robin of partitions
-//! over shards). Every shard holds its own copy and applies the same updates
+//! Owns the versioned map queue → (queue id, config, partitions → shard), the
+//! reverse index queue id → name, the message that changes it
+//! ([`AssignmentUpdate`]) and placement (round-robin of partitions over
+//! shards). Every shard holds its own copy and applies the same updates
 //! in the same order, so copies agree by construction; an update whose
 //! version is not exactly `current + 1` is refused, so a lost or reordered
 //! message is detected instead of silently diverging. Pure: no I/O, no
 //! clock, no glommio. It does not open partitions (the shard's hooks do that
-//! when an update names them) and it does not persist itself (yet).
+//! when an update names them), it does not allocate queue ids (the control
+//! executor does, so ids survive deletes) and it does not persist itself
+//! (`control::catalog` does, on the control executor).
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use thiserror::Error;
+
+use crate::queue::{ConfigError, QueueConfig, QueueId};
 
 /// Longest queue name, in bytes.
 pub const QUEUE_NAME_BYTES_MAX: usize = 128;
@@ -77,11 +84,30 @@ pub struct PartitionAssignment {
     pub assigned_at: AssignmentVersion,
 }
 
+/// Everything the table knows of one queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueEntry {
+    /// Allocated by the control executor; never reused in this data dir.
+    pub id: QueueId,
+    /// Validated; shared with the update that created the queue.
+    pub config: Arc<QueueConfig>,
+    /// Table version whose update created the queue (replay order).
+    pub created_at: AssignmentVersion,
+    /// Indexed by partition id.
+    pub partitions: Vec<PartitionAssignment>,
+}
+
 /// One change to the table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AssignmentChange {
-    /// A new queue whose partition `i` lives on `shards[i]`.
-    CreateQueue { queue: QueueName, shards: Vec<ShardId> },
+    /// A new queue whose partition `i` lives on `shards[i]`: everything a
+    /// shard needs to open the partitions it owns.
+    CreateQueue {
+        queue: QueueName,
+        queue_id: QueueId,
+        shards: Vec<ShardId>,
+        config: Arc<QueueConfig>,
+    },
     /// Remove a queue and all its partitions.
     DeleteQueue { queue: QueueName },
 }
@@ -112,6 +138,10 @@ pub enum AssignmentError {
     ShardOutOfRange { shard: ShardId, shard_count: u16 },
     #[error("table already holds {QUEUES_MAX} queues")]
     TooManyQueues,
+    #[error("queue id {} is already used by queue {queue}", id.0)]
+    QueueIdInUse { id: QueueId, queue: QueueName },
+    #[error("invalid queue config: {0}")]
+    InvalidConfig(#[from] ConfigError),
 }
 
 /// Partitions `0..partition_count` placed round-robin over `shard_count`
@@ -132,7 +162,9 @@ pub fn place_round_robin(first_shard: u16, partition_count: u32, shard_count: u1
 pub struct AssignmentTable {
     version: AssignmentVersion,
     shard_count: u16,
-    queues: BTreeMap<QueueName, Vec<PartitionAssignment>>,
+    queues: BTreeMap<QueueName, QueueEntry>,
+    /// Reverse index of `queues`: always the same set of queues.
+    names_by_id: BTreeMap<QueueId, QueueName>,
     /// Where the next queue's partition 0 goes: total partitions ever
     /// created, mod shard count. Derived from applied updates only, so every
     /// copy agrees, and consecutive queues start on different shards.
@@ -142,12 +174,25 @@ pub struct AssignmentTable {
 impl AssignmentTable {
     /// An empty table (version 0) for `shard_count` shards.
     pub fn new(shard_count: u16) -> AssignmentTable {
+        AssignmentTable::starting_at(shard_count, AssignmentVersion(0), 0)
+    }
+
+    /// An empty table at `version` whose next placement starts on shard
+    /// `placement_cursor`: the starting point a restart replays the catalog
+    /// onto, so versions keep increasing across restarts.
+    pub fn starting_at(
+        shard_count: u16,
+        version: AssignmentVersion,
+        placement_cursor: u16,
+    ) -> AssignmentTable {
         assert!(shard_count > 0);
+        assert!(placement_cursor < shard_count);
         AssignmentTable {
-            version: AssignmentVersion(0),
+            version,
             shard_count,
             queues: BTreeMap::new(),
-            placement_cursor: 0,
+            names_by_id: BTreeMap::new(),
+            placement_cursor,
         }
     }
 
@@ -159,30 +204,63 @@ impl AssignmentTable {
         self.shard_count
     }
 
-    /// The update that creates `queue` with `partition_count` partitions
-    /// placed round-robin. Does not change the table: apply the update.
+    /// The shard the next created queue's partition 0 goes to.
+    pub fn placement_cursor(&self) -> u16 {
+        self.placement_cursor
+    }
+
+    /// The update that creates `queue` (id `queue_id`, allocated by the
+    /// caller) with `partition_count` partitions placed round-robin. Does
+    /// not change the table: apply the update.
     ///
     /// # Errors
-    /// `QueueExists`, `PartitionCount`, `TooManyQueues`.
+    /// `PartitionCount`, `InvalidConfig`, `QueueExists`, `QueueIdInUse`,
+    /// `TooManyQueues`.
     pub fn plan_create_queue(
         &self,
         queue: QueueName,
+        queue_id: QueueId,
         partition_count: u32,
+        config: Arc<QueueConfig>,
     ) -> Result<AssignmentUpdate, AssignmentError> {
+        // Checked before placing, so a huge count never allocates.
         if !(1..=PARTITIONS_PER_QUEUE_MAX).contains(&partition_count) {
             return Err(AssignmentError::PartitionCount { count: partition_count });
         }
-        if self.queues.contains_key(&queue) {
-            return Err(AssignmentError::QueueExists(queue));
+        let shards = place_round_robin(self.placement_cursor, partition_count, self.shard_count);
+        self.check_create(&queue, queue_id, &shards, &config)?;
+        Ok(AssignmentUpdate {
+            version: self.next_version(),
+            change: AssignmentChange::CreateQueue { queue, queue_id, shards, config },
+        })
+    }
+
+    /// Every check a create must pass, for plans and for applies alike.
+    fn check_create(
+        &self,
+        queue: &QueueName,
+        queue_id: QueueId,
+        shards: &[ShardId],
+        config: &QueueConfig,
+    ) -> Result<(), AssignmentError> {
+        let count = u32::try_from(shards.len()).unwrap_or(u32::MAX);
+        if !(1..=PARTITIONS_PER_QUEUE_MAX).contains(&count) {
+            return Err(AssignmentError::PartitionCount { count });
+        }
+        if let Some(&shard) = shards.iter().find(|shard| shard.0 >= self.shard_count) {
+            return Err(AssignmentError::ShardOutOfRange { shard, shard_count: self.shard_count });
+        }
+        config.validate()?;
+        if self.queues.contains_key(queue) {
+            return Err(AssignmentError::QueueExists(queue.clone()));
+        }
+        if let Some(holder) = self.names_by_id.get(&queue_id) {
+            return Err(AssignmentError::QueueIdInUse { id: queue_id, queue: holder.clone() });
         }
         if self.queues.len() >= QUEUES_MAX {
             return Err(AssignmentError::TooManyQueues);
         }
-        let shards = place_round_robin(self.placement_cursor, partition_count, self.shard_count);
-        Ok(AssignmentUpdate {
-            version: self.next_version(),
-            change: AssignmentChange::CreateQueue { queue, shards },
-        })
+        Ok(())
     }
 
     /// The update that deletes `queue`.
@@ -213,36 +291,30 @@ impl AssignmentTable {
             return Err(AssignmentError::VersionGap { current: self.version, got: update.version });
         }
         match &update.change {
-            AssignmentChange::CreateQueue { queue, shards } => {
-                let count = u32::try_from(shards.len()).unwrap_or(u32::MAX);
-                if !(1..=PARTITIONS_PER_QUEUE_MAX).contains(&count) {
-                    return Err(AssignmentError::PartitionCount { count });
-                }
-                if let Some(&shard) = shards.iter().find(|shard| shard.0 >= self.shard_count) {
-                    return Err(AssignmentError::ShardOutOfRange {
-                        shard,
-                        shard_count: self.shard_count,
-                    });
-                }
-                if self.queues.contains_key(queue) {
-                    return Err(AssignmentError::QueueExists(queue.clone()));
-                }
-                if self.queues.len() >= QUEUES_MAX {
-                    return Err(AssignmentError::TooManyQueues);
-                }
+            AssignmentChange::CreateQueue { queue, queue_id, shards, config } => {
+                self.check_create(queue, *queue_id, shards, config)?;
                 let partitions = shards
                     .iter()
                     .map(|&shard| PartitionAssignment { shard, assigned_at: update.version })
                     .collect();
-                self.queues.insert(queue.clone(), partitions);
-                let cursor = (u64::from(self.placement_cursor) + u64::from(count))
+                let entry = QueueEntry {
+                    id: *queue_id,
+                    config: config.clone(),
+                    created_at: update.version,
+                    partitions,
+                };
+                self.queues.insert(queue.clone(), entry);
+                self.names_by_id.insert(*queue_id, queue.clone());
+                let cursor = (u64::from(self.placement_cursor) + shards.len() as u64)
                     % u64::from(self.shard_count);
                 self.placement_cursor = cursor as u16;
             }
             AssignmentChange::DeleteQueue { queue } => {
-                if self.queues.remove(queue).is_none() {
+                let Some(entry) = self.queues.remove(queue) else {
                     return Err(AssignmentError::QueueNotFound(queue.clone()));
-                }
+                };
+                let removed = self.names_by_id.remove(&entry.id);
+                assert!(removed.as_ref() == Some(queue), "queue id index out of step");
             }
         }
         self.version = update.version;
@@ -251,19 +323,38 @@ impl AssignmentTable {
 
     /// Where `partition` of `queue` lives, if both exist.
     pub fn owner(&self, queue: &QueueName, partition: PartitionId) -> Option<PartitionAssignment> {
-        let partitions = self.queues.get(queue)?;
-        partitions.get(usize::try_from(partition.0).ok()?).copied()
+        let entry = self.queues.get(queue)?;
+        entry.partitions.get(usize::try_from(partition.0).ok()?).copied()
     }
 
     /// All partitions of `queue`, indexed by partition id.
     pub fn partitions(&self, queue: &QueueName) -> Option<&[PartitionAssignment]> {
-        self.queues.get(queue).map(Vec::as_slice)
+        self.queues.get(queue).map(|entry| entry.partitions.as_slice())
+    }
+
+    /// Id, config, creation version and placement of `queue`.
+    pub fn queue(&self, queue: &QueueName) -> Option<&QueueEntry> {
+        self.queues.get(queue)
+    }
+
+    /// The queue with id `id`, if it exists.
+    pub fn queue_by_id(&self, id: QueueId) -> Option<(&QueueName, &QueueEntry)> {
+        let name = self.names_by_id.get(&id)?;
+        let entry = self.queues.get(name);
+        assert!(entry.is_some(), "queue id index names a missing queue");
+        entry.map(|entry| (name, entry))
+    }
+
+    /// Every queue, in name order.
+    pub fn queues(&self) -> impl Iterator<Item = (&QueueName, &QueueEntry)> {
+        self.queues.iter()
     }
 
     /// Every (queue, partition) owned by `shard`, in queue-name order.
     pub fn owned_by(&self, shard: ShardId) -> impl Iterator<Item = (&QueueName, PartitionId)> {
-        self.queues.iter().flat_map(move |(queue, partitions)| {
-            partitions
+        self.queues.iter().flat_map(move |(queue, entry)| {
+            entry
+                .partitions
                 .iter()
                 .enumerate()
                 .filter(move |(_, assignment)| assignment.shard == shard)
@@ -284,6 +375,18 @@ mod tests {
         QueueName::new(text).unwrap()
     }
 
+    fn config() -> Arc<QueueConfig> {
+        Arc::new(QueueConfig::default())
+    }
+
+    /// Plans and applies a create with id = table version + 1 (unique here).
+    fn create(table: &mut AssignmentTable, queue: &str, partitions: u32) -> AssignmentUpdate {
+        let id = QueueId(table.version().0 as u32 + 1);
+        let update = table.plan_create_queue(name(queue), id, partitions, config()).unwrap();
+        table.apply(&update).unwrap();
+        update
+    }
+
     // Goal: round-robin spreads partitions evenly and wraps. Method: compare
     // explicit placements.
     #[test]
@@ -301,14 +404,12 @@ mod tests {
     fn consecutive_queues_rotate_their_first_shard() {
         let mut table = AssignmentTable::new(2);
         for queue in ["a", "b", "c"] {
-            let update = table.plan_create_queue(name(queue), 1).unwrap();
-            table.apply(&update).unwrap();
+            create(&mut table, queue, 1);
         }
         assert_eq!(table.owner(&name("a"), PartitionId(0)).unwrap().shard, ShardId(0));
         assert_eq!(table.owner(&name("b"), PartitionId(0)).unwrap().shard, ShardId(1));
         assert_eq!(table.owner(&name("c"), PartitionId(0)).unwrap().shard, ShardId(0));
-        let update = table.plan_create_queue(name("d"), 3).unwrap();
-        table.apply(&update).unwrap();
+        create(&mut table, "d", 3);
         let owners: Vec<u16> =
             table.partitions(&name("d")).unwrap().iter().map(|p| p.shard.0).collect();
         assert_eq!(owners, vec![1, 0, 1]);
@@ -325,8 +426,7 @@ mod tests {
     fn copies_agree_and_version_gaps_are_refused() {
         let mut leader = AssignmentTable::new(3);
         let mut follower = AssignmentTable::new(3);
-        let create = leader.plan_create_queue(name("jobs"), 4).unwrap();
-        leader.apply(&create).unwrap();
+        let create = create(&mut leader, "jobs", 4);
         follower.apply(&create).unwrap();
         let delete = leader.plan_delete_queue(name("jobs")).unwrap();
         leader.apply(&delete).unwrap();
@@ -352,12 +452,17 @@ mod tests {
     fn invalid_changes_are_refused() {
         let mut table = AssignmentTable::new(2);
         assert_eq!(
-            table.plan_create_queue(name("q"), 0),
+            table.plan_create_queue(name("q"), QueueId(1), 0, config()),
             Err(AssignmentError::PartitionCount { count: 0 })
         );
         assert_eq!(
-            table.plan_create_queue(name("q"), PARTITIONS_PER_QUEUE_MAX + 1),
+            table.plan_create_queue(name("q"), QueueId(1), PARTITIONS_PER_QUEUE_MAX + 1, config()),
             Err(AssignmentError::PartitionCount { count: PARTITIONS_PER_QUEUE_MAX + 1 })
+        );
+        let bad_config = QueueConfig { max_deliveries: 0, ..QueueConfig::default() };
+        assert_eq!(
+            table.plan_create_queue(name("q"), QueueId(1), 1, Arc::new(bad_config)),
+            Err(AssignmentError::InvalidConfig(ConfigError::MaxDeliveries))
         );
         assert_eq!(
             table.plan_delete_queue(name("q")),
@@ -365,23 +470,73 @@ mod tests {
         );
         let bad_shard = AssignmentUpdate {
             version: AssignmentVersion(1),
-            change: AssignmentChange::CreateQueue { queue: name("q"), shards: vec![ShardId(2)] },
+            change: AssignmentChange::CreateQueue {
+                queue: name("q"),
+                queue_id: QueueId(1),
+                shards: vec![ShardId(2)],
+                config: config(),
+            },
         };
         assert_eq!(
             table.apply(&bad_shard),
             Err(AssignmentError::ShardOutOfRange { shard: ShardId(2), shard_count: 2 })
         );
         assert_eq!(table.version(), AssignmentVersion(0));
-        let create = table.plan_create_queue(name("q"), 1).unwrap();
-        table.apply(&create).unwrap();
+        create(&mut table, "q", 1);
         assert_eq!(
-            table.plan_create_queue(name("q"), 1),
+            table.plan_create_queue(name("q"), QueueId(9), 1, config()),
             Err(AssignmentError::QueueExists(name("q")))
+        );
+        assert_eq!(
+            table.plan_create_queue(name("r"), QueueId(1), 1, config()),
+            Err(AssignmentError::QueueIdInUse { id: QueueId(1), queue: name("q") })
         );
         assert!(table.owner(&name("q"), PartitionId(1)).is_none());
         for bad in ["", ".", "..", "a/b", "with space", &"x".repeat(QUEUE_NAME_BYTES_MAX + 1)] {
             assert!(QueueName::new(bad).is_err(), "{bad:?} accepted");
         }
         assert!(QueueName::new(&"x".repeat(QUEUE_NAME_BYTES_MAX)).is_ok());
+    }
+}
+
+#[cfg(test)]
+mod lookup_tests {
+    use super::*;
+
+    // Goal: the table answers queue → (id, config, placement) and id → name,
+    // and both lookups forget a deleted queue; a resumed table continues the
+    // version and placement it was started at. Method: create two queues
+    // with distinct configs on a table started at version 10, delete one.
+    #[test]
+    fn lookups_by_name_and_id_follow_creates_and_deletes() {
+        let mut table = AssignmentTable::starting_at(3, AssignmentVersion(10), 2);
+        let slow = Arc::new(QueueConfig { lease_default_ms: 60_000, ..QueueConfig::default() });
+        let jobs = QueueName::new("jobs").unwrap();
+        let mail = QueueName::new("mail").unwrap();
+        let update = table.plan_create_queue(jobs.clone(), QueueId(7), 2, slow.clone()).unwrap();
+        assert_eq!(update.version, AssignmentVersion(11));
+        table.apply(&update).unwrap();
+        let update = table
+            .plan_create_queue(mail.clone(), QueueId(8), 1, Arc::new(QueueConfig::default()))
+            .unwrap();
+        table.apply(&update).unwrap();
+
+        let entry = table.queue(&jobs).unwrap();
+        assert_eq!(entry.id, QueueId(7));
+        assert_eq!(*entry.config, *slow);
+        assert_eq!(entry.created_at, AssignmentVersion(11));
+        let shards: Vec<u16> = entry.partitions.iter().map(|p| p.shard.0).collect();
+        assert_eq!(shards, vec![2, 0]);
+        assert_eq!(table.queue(&mail).unwrap().partitions[0].shard, ShardId(1));
+        assert_eq!(table.queue_by_id(QueueId(8)).unwrap().0, &mail);
+        assert!(table.queue_by_id(QueueId(9)).is_none());
+
+        let delete = table.plan_delete_queue(jobs.clone()).unwrap();
+        table.apply(&delete).unwrap();
+        assert!(table.queue(&jobs).is_none());
+        assert!(table.queue_by_id(QueueId(7)).is_none());
+        let names: Vec<&str> = table.queues().map(|(name, _)| name.as_str()).collect();
+        assert_eq!(names, vec!["mail"]);
+        assert_eq!(table.version(), AssignmentVersion(13));
     }
 }

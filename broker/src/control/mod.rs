@@ -1,10 +1,13 @@
 //! Control plane of one broker process: configuration, the data directory's
-//! lock and secret, the assignment table, logging.
+//! lock and secret, the assignment table, the queue catalog, logging.
 //!
 //! Off the data path: nothing here runs per request. The assignment table is
-//! pure; config, data-dir and logging touch the environment once, at start.
+//! pure; config, data-dir and logging touch the environment once, at start;
+//! the catalog is read at start and rewritten by the control executor on
+//! each queue create/delete.
 
 pub mod assignment;
+pub mod catalog;
 pub mod config;
 pub mod data_dir;
 pub mod logging;

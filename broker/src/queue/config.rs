@@ -6,6 +6,7 @@
 //! except for the number of bands, the fairness weights and the dedupe window
 //! (see `docs/design/queue-semantics.md`).
 
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::limits::{
@@ -17,7 +18,9 @@ use super::types::Millis;
 /// How long a released message waits before it is ready again when the
 /// worker gives no `not_before`. `attempt` is the number of claims that have
 /// ended without an ack, including the one being released (1 for the first).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Serde derives serve the control catalog (`control/catalog.rs`), which
+/// persists each queue's config as JSON.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Backoff {
     /// Ready again immediately.
     None,
@@ -45,7 +48,8 @@ impl Backoff {
 
 /// Configuration of one queue. Build with [`QueueConfig::default`] and adjust;
 /// [`QueueConfig::validate`] is called by `PartitionState::new`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct QueueConfig {
     /// One weight per priority band (index 0 = highest priority); the number
     /// of entries is the number of bands. Weighted round-robin shares.

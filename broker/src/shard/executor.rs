@@ -5,8 +5,12 @@
 //! stop: the accept loop, the assignment loop and the permanent housekeeping
 //! timer. On stop it closes the listener, waits for every connection to
 //! drain, flushes its hooks and returns. The control executor connects the
-//! sending ends, reports ready, and turns control commands into assignment
-//! updates broadcast to every shard.
+//! sending ends, sends the catalog's replay, reports ready, and turns control
+//! commands into assignment updates: applied to its table, written to the
+//! catalog (durable), then broadcast to every shard, then answered. A catalog
+//! write that fails before its rename undoes the tick's changes and answers
+//! each with the error; one whose outcome is unknown (directory fsync
+//! failed) stops the control executor, and with it the broker.
 //!
 //! The housekeeping timer runs on every executor for the executor's whole
 //! life, not only when there is work: glommio 0.9 can lose a cross-executor
@@ -14,9 +18,10 @@
 //! periodic timer keeps each reactor turning. It is also how the
 //! process-wide stop flag (set by a signal handler) reaches the executor.
 
+use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, PoisonError};
 use std::time::Duration;
 
 use futures_lite::future::or;
@@ -24,12 +29,17 @@ use glommio::channels::shared_channel::{SharedReceiver, SharedSender};
 use glommio::sync::Gate;
 use glommio::timer::Timer;
 
-use crate::control::assignment::{AssignmentTable, AssignmentUpdate};
+use crate::control::assignment::{AssignmentTable, AssignmentUpdate, AssignmentVersion};
+use crate::control::catalog::{self, Catalog};
 use crate::net::connection::ConnectionLimits;
 use crate::net::listener::{accept_loop, bind_listener, AcceptStats};
 use crate::net::stop::StopSignal;
+use crate::queue::QueueId;
 use crate::shard::hooks::{ShardContext, ShardHooks, ShardHooksFactory};
-use crate::shard::{ControlCommand, Event, ExecutorName, ShardError, ShardMessage, Shared};
+use crate::shard::{
+    ControlCommand, ControlError, Event, ExecutorName, QueueCreated, ShardError, ShardMessage,
+    Shared,
+};
 
 /// Most control commands turned into one batch of updates per tick.
 pub const CONTROL_COMMANDS_PER_TICK_MAX: usize = 256;
@@ -69,6 +79,7 @@ pub(crate) async fn shard_main<F: ShardHooksFactory>(
     context: ShardContext,
     factory: Arc<F>,
     receiver: SharedReceiver<ShardMessage>,
+    start_table: AssignmentTable,
     shared: Arc<Shared>,
     events: mpsc::Sender<Event>,
 ) -> Result<(), ShardError> {
@@ -91,7 +102,7 @@ pub(crate) async fn shard_main<F: ShardHooksFactory>(
         let hooks = hooks.clone();
         let stop = stop.clone();
         let shared = shared.clone();
-        let mut table = AssignmentTable::new(context.shard_count);
+        let mut table = start_table;
         async move {
             loop {
                 let message = or(async { receiver.recv().await }, async {
@@ -144,17 +155,121 @@ pub(crate) async fn shard_main<F: ShardHooksFactory>(
     assignment_result.and(flush_result)
 }
 
+/// What the control executor starts from: the table after the catalog's
+/// replay, the replay itself (sent to the shards first) and the next id.
+#[derive(Debug)]
+pub(crate) struct ControlStart {
+    pub(crate) table: AssignmentTable,
+    pub(crate) replay: Vec<AssignmentUpdate>,
+    pub(crate) next_queue_id: QueueId,
+    pub(crate) data_dir: PathBuf,
+}
+
+/// A command's answer, held until the tick's catalog write decides it.
+enum Answer {
+    Create(
+        mpsc::SyncSender<Result<QueueCreated, ControlError>>,
+        Result<QueueCreated, ControlError>,
+    ),
+    Delete(
+        mpsc::SyncSender<Result<AssignmentVersion, ControlError>>,
+        Result<AssignmentVersion, ControlError>,
+    ),
+}
+
+impl Answer {
+    /// Turns a success into `error` (the change it reported was undone).
+    fn undo(&mut self, error: &Arc<catalog::CatalogError>) {
+        match self {
+            Answer::Create(_, outcome @ Ok(_)) => {
+                *outcome = Err(ControlError::Catalog(error.clone()))
+            }
+            Answer::Delete(_, outcome @ Ok(_)) => {
+                *outcome = Err(ControlError::Catalog(error.clone()))
+            }
+            Answer::Create(..) | Answer::Delete(..) => {}
+        }
+    }
+
+    fn send(self) {
+        // The caller may have given up waiting; nothing to do then.
+        match self {
+            Answer::Create(reply, outcome) => {
+                let _ = reply.send(outcome);
+            }
+            Answer::Delete(reply, outcome) => {
+                let _ = reply.send(outcome);
+            }
+        }
+    }
+}
+
+/// The control executor's state: its table copy and the id allocator.
+struct ControlState {
+    table: AssignmentTable,
+    next_queue_id: QueueId,
+}
+
+impl ControlState {
+    /// Plans and applies one command to the table; the catalog is written
+    /// later, for the whole tick.
+    fn execute(&mut self, command: ControlCommand, batch: &mut Vec<AssignmentUpdate>) -> Answer {
+        match command {
+            ControlCommand::CreateQueue { queue, partitions, config, reply } => {
+                let outcome = (|| {
+                    let queue_id = self.next_queue_id;
+                    let next = queue_id.0.checked_add(1).ok_or(ControlError::QueueIdsExhausted)?;
+                    let update =
+                        self.table.plan_create_queue(queue, queue_id, partitions, config)?;
+                    self.table.apply(&update)?;
+                    self.next_queue_id = QueueId(next);
+                    let version = update.version;
+                    batch.push(update);
+                    Ok(QueueCreated { version, queue_id })
+                })();
+                Answer::Create(reply, outcome)
+            }
+            ControlCommand::DeleteQueue { queue, reply } => {
+                let outcome = (|| {
+                    let update = self.table.plan_delete_queue(queue)?;
+                    self.table.apply(&update)?;
+                    let version = update.version;
+                    batch.push(update);
+                    Ok(version)
+                })();
+                Answer::Delete(reply, outcome)
+            }
+        }
+    }
+}
+
+async fn broadcast(
+    connected: &[glommio::channels::shared_channel::ConnectedSender<ShardMessage>],
+    batch: Arc<Vec<AssignmentUpdate>>,
+) -> Result<(), ShardError> {
+    for (shard, sender) in connected.iter().enumerate() {
+        if sender.send(ShardMessage::Assignments(batch.clone())).await.is_err() {
+            return Err(ShardError::ChannelClosed { shard: shard as u16 });
+        }
+    }
+    Ok(())
+}
+
 pub(crate) async fn control_main(
     senders: Vec<SharedSender<ShardMessage>>,
     commands: mpsc::Receiver<ControlCommand>,
     shared: Arc<Shared>,
     events: mpsc::Sender<Event>,
     tick: Duration,
-    shard_count: u16,
+    start: ControlStart,
 ) -> Result<(), ShardError> {
     let mut connected = Vec::with_capacity(senders.len());
     for sender in senders {
         connected.push(sender.connect().await);
+    }
+    // The catalog's queues are the first updates every shard sees.
+    if !start.replay.is_empty() {
+        broadcast(&connected, Arc::new(start.replay)).await?;
     }
     let _ = events.send(Event::Ready(ExecutorName::Control));
     let stop = StopSignal::new();
@@ -166,37 +281,53 @@ pub(crate) async fn control_main(
         finished.clone(),
         || {},
     ));
-    let mut table = AssignmentTable::new(shard_count);
+    let data_dir = start.data_dir;
+    let mut state = ControlState { table: start.table, next_queue_id: start.next_queue_id };
     let mut result = Ok(());
     while !stop.is_stopped() {
         Timer::new(tick).await;
-        let mut batch: Vec<AssignmentUpdate> = Vec::new();
-        for command in commands.try_iter().take(CONTROL_COMMANDS_PER_TICK_MAX) {
-            let (planned, reply) = match command {
-                ControlCommand::CreateQueue { queue, partitions, reply } => {
-                    (table.plan_create_queue(queue, partitions), reply)
-                }
-                ControlCommand::DeleteQueue { queue, reply } => {
-                    (table.plan_delete_queue(queue), reply)
-                }
-            };
-            let outcome = planned.and_then(|update| {
-                table.apply(&update)?;
-                batch.push(update.clone());
-                Ok(update.version)
-            });
-            // The caller may have given up waiting; nothing to do then.
-            let _ = reply.send(outcome);
-        }
-        if batch.is_empty() {
+        let commands: Vec<ControlCommand> =
+            commands.try_iter().take(CONTROL_COMMANDS_PER_TICK_MAX).collect();
+        if commands.is_empty() {
             continue;
         }
-        let batch = Arc::new(batch);
-        for (shard, sender) in connected.iter().enumerate() {
-            if sender.send(ShardMessage::Assignments(batch.clone())).await.is_err() {
-                result = Err(ShardError::ChannelClosed { shard: shard as u16 });
+        let before = (state.table.clone(), state.next_queue_id);
+        let mut batch: Vec<AssignmentUpdate> = Vec::new();
+        let mut answers: Vec<Answer> =
+            commands.into_iter().map(|command| state.execute(command, &mut batch)).collect();
+        if !batch.is_empty() {
+            // Durable before any shard may act on it. Blocking std::fs on
+            // this executor is deliberate: it serves nothing else.
+            let catalog = Catalog::from_table(&state.table, state.next_queue_id);
+            match catalog::store(&data_dir, &catalog) {
+                Ok(()) => {
+                    *shared.committed.write().unwrap_or_else(PoisonError::into_inner) =
+                        Arc::new(state.table.clone());
+                }
+                Err(error) if !error.outcome_unknown() => {
+                    tracing::error!(%error, "catalog write failed; change refused");
+                    let error = Arc::new(error);
+                    answers.iter_mut().for_each(|answer| answer.undo(&error));
+                    (state.table, state.next_queue_id) = before;
+                    batch.clear();
+                }
+                Err(error) => {
+                    tracing::error!(%error, "catalog write outcome unknown; stopping");
+                    let message = error.to_string();
+                    let error = Arc::new(error);
+                    answers.iter_mut().for_each(|answer| answer.undo(&error));
+                    answers.into_iter().for_each(Answer::send);
+                    result = Err(ShardError::Catalog(message));
+                    break;
+                }
             }
         }
+        if !batch.is_empty() {
+            if let Err(error) = broadcast(&connected, Arc::new(batch)).await {
+                result = Err(error);
+            }
+        }
+        answers.into_iter().for_each(Answer::send);
         if result.is_err() {
             break;
         }

@@ -15,11 +15,12 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use crate::control::assignment::{AssignmentTable, AssignmentUpdate, ShardId};
+use crate::control::assignment::{AssignmentChange, AssignmentTable, AssignmentUpdate, ShardId};
 use crate::control::config::BrokerConfig;
 use crate::control::data_dir::BrokerSecret;
 use crate::net::connection::FrameHandler;
 use crate::net::echo::EchoHandler;
+use crate::shard::ControlHandle;
 
 /// What a shard knows about itself when its hooks are built.
 #[derive(Debug, Clone)]
@@ -33,6 +34,14 @@ pub struct ShardContext {
     pub config: Arc<BrokerConfig>,
     /// Key for delivery-token MACs.
     pub secret: BrokerSecret,
+    /// The control path: create/delete queues from a frame handler with the
+    /// `_async` methods (never the blocking ones on an executor), and
+    /// `catalog_snapshot` for ListQueues/Metadata.
+    pub control: ControlHandle,
+    /// The (empty) table this shard starts from, before the catalog's
+    /// replay: hooks that keep their own copy start from a clone of it and
+    /// apply each update they are given.
+    pub assignment_start: AssignmentTable,
 }
 
 /// Per-shard behaviour. Every method runs on the shard's own executor.
@@ -51,6 +60,19 @@ pub trait ShardHooks: 'static {
     /// ones it lost. Updates arrive one at a time, in version order, before
     /// the next is applied. An error is logged; the shard keeps serving the
     /// rest (an unopenable partition must not take its neighbours down).
+    ///
+    /// At start the first updates are the catalog's replay: one
+    /// `CreateQueue` per persisted queue (same id, config and placement as
+    /// before the restart), so opening partitions here also recovers them.
+    /// On `DeleteQueue` the hooks remove the owned partitions' directories:
+    /// the catalog has already forgotten the queue, and nothing else will.
+    /// A crash between the two leaves directories the catalog does not
+    /// name; hooks should remove those at start. `table.queue(name)` gives
+    /// the queue's id and config; to keep a copy for the frame handler,
+    /// apply `update` to a clone of `ShardContext::assignment_start` (pure
+    /// and cheap; the copies stay equal by construction). Never
+    /// await `ControlHandle::*_async` in here: the shard would wait for
+    /// itself.
     fn on_assignment(
         &self,
         update: &AssignmentUpdate,
@@ -106,9 +128,18 @@ impl ShardHooks for EchoHooks {
         table: &AssignmentTable,
     ) -> impl Future<Output = Result<(), Self::Error>> {
         let owned = table.owned_by(self.shard).count();
+        let (change, queue, queue_id) = match &update.change {
+            AssignmentChange::CreateQueue { queue, queue_id, .. } => {
+                ("create", queue.as_str(), Some(queue_id.0))
+            }
+            AssignmentChange::DeleteQueue { queue } => ("delete", queue.as_str(), None),
+        };
         tracing::info!(
             shard = self.shard.0,
             version = update.version.0,
+            change,
+            queue,
+            queue_id,
             owned_partitions = owned,
             "assignment applied (echo broker: no partitions to open)"
         );

@@ -8,6 +8,13 @@
 //! each has connected its channel and bound its port, and later drain them
 //! on stop (under `shutdown_timeout_ms`).
 //!
+//! Queues survive restarts through the catalog (`control::catalog`): start
+//! loads it (a damaged one, or one placing partitions on shards that no
+//! longer exist, is a [`StartError::Catalog`]), the control executor replays
+//! its creates to the shards as their first assignment updates, and start
+//! returns only once every shard has applied them. The control executor
+//! rewrites the catalog before broadcasting each later change.
+//!
 //! Cross-core channels (glommio `shared_channel`, one per shard, created here
 //! and connected at start-up) carry **assignment changes only**; nothing on
 //! the request path crosses cores. `channel_mesh` is avoided (DESIGN §8).
@@ -24,7 +31,7 @@ pub mod memlock;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, PoisonError, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -33,12 +40,14 @@ use glommio::{LocalExecutorBuilder, Placement};
 use thiserror::Error;
 
 use crate::control::assignment::{
-    AssignmentError, AssignmentUpdate, AssignmentVersion, QueueName, ShardId,
+    AssignmentError, AssignmentTable, AssignmentUpdate, AssignmentVersion, QueueName, ShardId,
 };
+use crate::control::catalog::{self, Catalog, CatalogError};
 use crate::control::config::{BrokerConfig, ConfigError};
 use crate::control::data_dir::{BrokerSecret, DataDirError, DataDirLock};
 use crate::fatal::FatalReason;
 use crate::net::listener::{check_port_free, NetError};
+use crate::queue::{QueueConfig, QueueId};
 use hooks::{ShardContext, ShardHooksFactory};
 
 /// Capacity of each control → shard channel, in batches (≥ 1024 keeps a
@@ -48,6 +57,10 @@ pub const SHARD_CHANNEL_CAPACITY: usize = 1024;
 pub const CONTROL_COMMAND_QUEUE_MAX: usize = 1024;
 /// How often the main thread checks the stop flag while shards run.
 const MAIN_POLL_INTERVAL: Duration = Duration::from_millis(20);
+/// How often the control calls poll for a reply or for shards to catch up.
+/// Polling (a sleep on threads, a glommio timer on executors) avoids
+/// cross-executor wake-ups, which glommio 0.9 can lose (DESIGN §8).
+pub const CONTROL_POLL_INTERVAL: Duration = Duration::from_millis(1);
 
 /// Message from the control executor to a shard.
 #[derive(Debug, Clone)]
@@ -56,17 +69,26 @@ pub enum ShardMessage {
     Assignments(Arc<Vec<AssignmentUpdate>>),
 }
 
+/// A created queue: the table version that holds it and its id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueCreated {
+    pub version: AssignmentVersion,
+    pub queue_id: QueueId,
+}
+
 /// A request to the control executor, answered on `reply`.
 #[derive(Debug)]
 pub(crate) enum ControlCommand {
     CreateQueue {
         queue: QueueName,
         partitions: u32,
-        reply: mpsc::SyncSender<Result<AssignmentVersion, AssignmentError>>,
+        /// Already validated by the handle; the table checks again.
+        config: Arc<QueueConfig>,
+        reply: mpsc::SyncSender<Result<QueueCreated, ControlError>>,
     },
     DeleteQueue {
         queue: QueueName,
-        reply: mpsc::SyncSender<Result<AssignmentVersion, AssignmentError>>,
+        reply: mpsc::SyncSender<Result<AssignmentVersion, ControlError>>,
     },
 }
 
@@ -106,6 +128,8 @@ pub enum ShardError {
     Assignment(AssignmentError),
     #[error("flush failed: {0}")]
     Flush(String),
+    #[error("catalog write failed: {0}")]
+    Catalog(String),
     #[error("channel to shard {shard} closed")]
     ChannelClosed { shard: u16 },
     #[error("executor thread could not be spawned: {0}")]
@@ -126,6 +150,8 @@ pub enum StartError {
     DataDir(#[from] DataDirError),
     #[error(transparent)]
     Net(#[from] NetError),
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
     #[error("{executor} failed to start: {error}")]
     Executor { executor: ExecutorName, error: ShardError },
     #[error("not up within startup_timeout_ms={timeout_ms}: {}", missing.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))]
@@ -140,6 +166,9 @@ impl StartError {
             StartError::Memlock(_) => FatalReason::Memlock,
             StartError::DataDir(DataDirError::Locked { .. }) => FatalReason::DataDirLocked,
             StartError::DataDir(_) => FatalReason::DataDir,
+            // The data is fine; the flags no longer fit it.
+            StartError::Catalog(CatalogError::PlacementBeyondShards { .. }) => FatalReason::Config,
+            StartError::Catalog(_) => FatalReason::DataDir,
             StartError::Net(NetError::PortInUse { .. })
             | StartError::Executor { error: ShardError::Net(NetError::PortInUse { .. }), .. } => {
                 FatalReason::PortInUse
@@ -166,7 +195,9 @@ pub enum RunError {
 impl RunError {
     pub fn fatal_reason(&self) -> FatalReason {
         match self {
-            RunError::Executor { error: ShardError::Flush(_), .. } => FatalReason::Storage,
+            RunError::Executor { error: ShardError::Flush(_) | ShardError::Catalog(_), .. } => {
+                FatalReason::Storage
+            }
             RunError::Executor { .. } | RunError::Unexpected { .. } => FatalReason::ShardFailed,
             RunError::ShutdownTimeout { .. } => FatalReason::ShutdownTimeout,
         }
@@ -185,6 +216,12 @@ pub enum ControlError {
     Stopped,
     #[error("not every shard applied version {version:?} within {timeout_ms} ms")]
     Timeout { version: AssignmentVersion, timeout_ms: u64 },
+    #[error("no answer from the control executor within {timeout_ms} ms; outcome unknown")]
+    NoReply { timeout_ms: u64 },
+    #[error("queue ids are exhausted")]
+    QueueIdsExhausted,
+    #[error("the change was not made: {0}")]
+    Catalog(Arc<CatalogError>),
 }
 
 /// State the main thread, the control executor and the shards share.
@@ -192,55 +229,190 @@ pub enum ControlError {
 pub(crate) struct Shared {
     pub(crate) stop_requested: Arc<AtomicBool>,
     pub(crate) applied_versions: Vec<AtomicU64>,
+    /// The control executor's table as of the last durable catalog write;
+    /// replaced (never mutated) after each write.
+    pub(crate) committed: RwLock<Arc<AssignmentTable>>,
 }
 
-/// Handle to the control path, usable from any non-executor thread (it
-/// blocks). Will back the admin endpoint; tests use it directly.
+impl Shared {
+    fn all_applied(&self, version: AssignmentVersion) -> bool {
+        self.applied_versions.iter().all(|applied| applied.load(Ordering::Acquire) >= version.0)
+    }
+}
+
+/// Handle to the control path. The plain methods block and are for
+/// non-executor threads (admin endpoint, tests); the `_async` ones are for
+/// a shard's frame handler and never block its executor. Every shard gets
+/// one in [`ShardContext::control`](hooks::ShardContext).
 #[derive(Debug, Clone)]
 pub struct ControlHandle {
     commands: mpsc::SyncSender<ControlCommand>,
     shared: Arc<Shared>,
 }
 
+/// A submitted command's pending answer.
+struct Pending<T>(mpsc::Receiver<Result<T, ControlError>>);
+
+impl<T> Pending<T> {
+    /// The answer if it has arrived.
+    fn try_take(&self) -> Option<Result<T, ControlError>> {
+        match self.0.try_recv() {
+            Ok(answer) => Some(answer),
+            Err(mpsc::TryRecvError::Empty) => None,
+            Err(mpsc::TryRecvError::Disconnected) => Some(Err(ControlError::Stopped)),
+        }
+    }
+}
+
+/// Number of [`CONTROL_POLL_INTERVAL`] polls that cover `timeout_ms`.
+fn polls_for(timeout_ms: u64) -> u64 {
+    let interval_ms = CONTROL_POLL_INTERVAL.as_millis().max(1) as u64;
+    timeout_ms.div_ceil(interval_ms).max(1)
+}
+
 impl ControlHandle {
-    fn submit(
+    /// Queues a command without waiting (never blocks: `try_send`).
+    fn submit<T>(
         &self,
-        make: impl FnOnce(
-            mpsc::SyncSender<Result<AssignmentVersion, AssignmentError>>,
-        ) -> ControlCommand,
-    ) -> Result<AssignmentVersion, ControlError> {
+        make: impl FnOnce(mpsc::SyncSender<Result<T, ControlError>>) -> ControlCommand,
+    ) -> Result<Pending<T>, ControlError> {
         let (reply, answer) = mpsc::sync_channel(1);
         match self.commands.try_send(make(reply)) {
-            Ok(()) => {}
-            Err(mpsc::TrySendError::Full(_)) => return Err(ControlError::Busy),
-            Err(mpsc::TrySendError::Disconnected(_)) => return Err(ControlError::Stopped),
+            Ok(()) => Ok(Pending(answer)),
+            Err(mpsc::TrySendError::Full(_)) => Err(ControlError::Busy),
+            Err(mpsc::TrySendError::Disconnected(_)) => Err(ControlError::Stopped),
         }
-        let version = answer.recv().map_err(|_| ControlError::Stopped)??;
-        Ok(version)
+    }
+
+    fn submit_create(
+        &self,
+        queue: &str,
+        partitions: u32,
+        config: QueueConfig,
+    ) -> Result<Pending<QueueCreated>, ControlError> {
+        let queue = QueueName::new(queue)?;
+        config.validate().map_err(AssignmentError::from)?;
+        let config = Arc::new(config);
+        self.submit(|reply| ControlCommand::CreateQueue { queue, partitions, config, reply })
+    }
+
+    fn submit_delete(&self, queue: &str) -> Result<Pending<AssignmentVersion>, ControlError> {
+        let queue = QueueName::new(queue)?;
+        self.submit(|reply| ControlCommand::DeleteQueue { queue, reply })
     }
 
     /// Creates `queue` with `partitions` partitions placed round-robin over
-    /// the shards; returns the table version that holds it. Shards apply it
-    /// asynchronously: see [`wait_applied`](Self::wait_applied).
+    /// the shards and the given config; returns the table version that
+    /// holds it and the queue's id. The catalog is durable when this
+    /// returns; shards apply the change asynchronously: see
+    /// [`wait_applied`](Self::wait_applied). Blocks: not for executors.
     ///
     /// # Errors
-    /// Invalid name or count, queue exists, control stopped or busy.
+    /// Invalid name, count or config (`Assignment`), queue exists, ids
+    /// exhausted, catalog write failed (`Catalog`: nothing changed), control
+    /// stopped or busy.
     pub fn create_queue(
         &self,
         queue: &str,
         partitions: u32,
-    ) -> Result<AssignmentVersion, ControlError> {
-        let queue = QueueName::new(queue)?;
-        self.submit(|reply| ControlCommand::CreateQueue { queue, partitions, reply })
+        config: QueueConfig,
+    ) -> Result<QueueCreated, ControlError> {
+        let pending = self.submit_create(queue, partitions, config)?;
+        pending.0.recv().map_err(|_| ControlError::Stopped)?
     }
 
-    /// Deletes `queue`; returns the table version without it.
+    /// Deletes `queue`; returns the table version without it. The owning
+    /// shards' hooks remove its partitions when they apply the update.
+    /// Blocks: not for executors.
     ///
     /// # Errors
-    /// Unknown queue, control stopped or busy.
+    /// Unknown queue, catalog write failed, control stopped or busy.
     pub fn delete_queue(&self, queue: &str) -> Result<AssignmentVersion, ControlError> {
-        let queue = QueueName::new(queue)?;
-        self.submit(|reply| ControlCommand::DeleteQueue { queue, reply })
+        let pending = self.submit_delete(queue)?;
+        pending.0.recv().map_err(|_| ControlError::Stopped)?
+    }
+
+    /// [`create_queue`](Self::create_queue) then
+    /// [`wait_applied_async`](Self::wait_applied_async), for a shard's
+    /// frame handler: awaits glommio timers, never blocks the executor.
+    /// `timeout_ms` bounds the whole call. Must run on a glommio executor,
+    /// and never inside `ShardHooks::on_assignment` (the shard would wait
+    /// for itself to apply the change it is applying).
+    ///
+    /// # Errors
+    /// As `create_queue`; [`ControlError::NoReply`] if the control executor
+    /// did not answer in time (the queue may or may not exist);
+    /// [`ControlError::Timeout`] if it was created but not every shard
+    /// applied it in time.
+    pub async fn create_queue_async(
+        &self,
+        queue: &str,
+        partitions: u32,
+        config: QueueConfig,
+        timeout_ms: u64,
+    ) -> Result<QueueCreated, ControlError> {
+        let pending = self.submit_create(queue, partitions, config)?;
+        let mut polls_left = polls_for(timeout_ms);
+        let created = await_reply(&pending, &mut polls_left, timeout_ms).await?;
+        self.await_applied(created.version, &mut polls_left, timeout_ms).await?;
+        Ok(created)
+    }
+
+    /// [`delete_queue`](Self::delete_queue) then
+    /// [`wait_applied_async`](Self::wait_applied_async); see
+    /// [`create_queue_async`](Self::create_queue_async) for where it may run.
+    ///
+    /// # Errors
+    /// As `delete_queue`, plus `NoReply` and `Timeout`.
+    pub async fn delete_queue_async(
+        &self,
+        queue: &str,
+        timeout_ms: u64,
+    ) -> Result<AssignmentVersion, ControlError> {
+        let pending = self.submit_delete(queue)?;
+        let mut polls_left = polls_for(timeout_ms);
+        let version = await_reply(&pending, &mut polls_left, timeout_ms).await?;
+        self.await_applied(version, &mut polls_left, timeout_ms).await?;
+        Ok(version)
+    }
+
+    /// Awaits (on a glommio executor) until every shard applied `version`.
+    ///
+    /// # Errors
+    /// [`ControlError::Timeout`] after about `timeout_ms`.
+    pub async fn wait_applied_async(
+        &self,
+        version: AssignmentVersion,
+        timeout_ms: u64,
+    ) -> Result<(), ControlError> {
+        let mut polls_left = polls_for(timeout_ms);
+        self.await_applied(version, &mut polls_left, timeout_ms).await
+    }
+
+    async fn await_applied(
+        &self,
+        version: AssignmentVersion,
+        polls_left: &mut u64,
+        timeout_ms: u64,
+    ) -> Result<(), ControlError> {
+        loop {
+            if self.shared.all_applied(version) {
+                return Ok(());
+            }
+            if *polls_left == 0 {
+                return Err(ControlError::Timeout { version, timeout_ms });
+            }
+            *polls_left -= 1;
+            glommio::timer::sleep(CONTROL_POLL_INTERVAL).await;
+        }
+    }
+
+    /// The table as of the last durable catalog write: every queue's id,
+    /// config and placement, for ListQueues/Metadata from any shard. It may
+    /// be ahead of a shard's own copy (that shard has not applied the newest
+    /// update yet). Cheap: clones an `Arc`.
+    pub fn catalog_snapshot(&self) -> Arc<AssignmentTable> {
+        self.shared.committed.read().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// The newest table version `shard` has applied.
@@ -250,7 +422,8 @@ impl ControlHandle {
         )
     }
 
-    /// Blocks until every shard has applied `version`.
+    /// Blocks until every shard has applied `version`. Not for executors:
+    /// use [`wait_applied_async`](Self::wait_applied_async) there.
     ///
     /// # Errors
     /// [`ControlError::Timeout`] after about `timeout_ms`.
@@ -259,20 +432,34 @@ impl ControlHandle {
         version: AssignmentVersion,
         timeout_ms: u64,
     ) -> Result<(), ControlError> {
-        let poll = Duration::from_millis(2);
-        let polls = timeout_ms.div_ceil(2).max(1);
-        for _ in 0..polls {
-            let all = self
-                .shared
-                .applied_versions
-                .iter()
-                .all(|applied| applied.load(Ordering::Acquire) >= version.0);
-            if all {
+        for _ in 0..polls_for(timeout_ms) {
+            if self.shared.all_applied(version) {
                 return Ok(());
             }
-            std::thread::sleep(poll);
+            std::thread::sleep(CONTROL_POLL_INTERVAL);
+        }
+        if self.shared.all_applied(version) {
+            return Ok(());
         }
         Err(ControlError::Timeout { version, timeout_ms })
+    }
+}
+
+/// Awaits a control reply on a glommio executor, spending `polls_left`.
+async fn await_reply<T>(
+    pending: &Pending<T>,
+    polls_left: &mut u64,
+    timeout_ms: u64,
+) -> Result<T, ControlError> {
+    loop {
+        if let Some(answer) = pending.try_take() {
+            return answer;
+        }
+        if *polls_left == 0 {
+            return Err(ControlError::NoReply { timeout_ms });
+        }
+        *polls_left -= 1;
+        glommio::timer::sleep(CONTROL_POLL_INTERVAL).await;
     }
 }
 
@@ -345,18 +532,26 @@ impl Broker {
         memlock::ensure(usize::from(shard_count) + 1)?;
         let lock = DataDirLock::acquire(&config.data_dir)?;
         let secret = BrokerSecret::load_or_create(&lock)?;
+        // Read before anything starts, so a bad catalog is a start error.
+        let catalog = catalog::load(lock.dir())?.unwrap_or_else(|| Catalog::empty(shard_count));
+        let catalog_path = lock.dir().join(catalog::CATALOG_FILE_NAME);
+        let replay = catalog.replay(shard_count, &catalog_path)?;
+        let replay_version = replay.table.version();
         for shard in 0..shard_count {
             check_port_free(config.shard_listen(shard))?;
         }
 
         let config = Arc::new(config);
         let stop_requested = Arc::new(AtomicBool::new(false));
+        let start_version = replay.start.version().0;
         let shared = Arc::new(Shared {
             stop_requested,
-            applied_versions: (0..shard_count).map(|_| AtomicU64::new(0)).collect(),
+            applied_versions: (0..shard_count).map(|_| AtomicU64::new(start_version)).collect(),
+            committed: RwLock::new(Arc::new(replay.table.clone())),
         });
         let (events_sender, events) = mpsc::channel();
         let (commands_sender, commands) = mpsc::sync_channel(CONTROL_COMMAND_QUEUE_MAX);
+        let control = ControlHandle { commands: commands_sender, shared: shared.clone() };
         let factory = Arc::new(factory);
         let tick = config.housekeeping_tick();
 
@@ -376,6 +571,8 @@ impl Broker {
                 listen: config.shard_listen(shard),
                 config: config.clone(),
                 secret: secret.clone(),
+                control: control.clone(),
+                assignment_start: replay.start.clone(),
             };
             let mut builder = LocalExecutorBuilder::new(Placement::Fixed(cpu))
                 .name(&format!("spool-shard-{shard}"));
@@ -384,10 +581,18 @@ impl Broker {
             }
             let factory = factory.clone();
             let shared = shared.clone();
+            let start_table = context.assignment_start.clone();
             let name = ExecutorName::Shard(ShardId(shard));
             let spawned =
                 spawn_executor(name, builder, Some(cpu), events_sender.clone(), move |events| {
-                    Box::pin(executor::shard_main(context, factory, receiver, shared, events))
+                    Box::pin(executor::shard_main(
+                        context,
+                        factory,
+                        receiver,
+                        start_table,
+                        shared,
+                        events,
+                    ))
                 });
             match spawned {
                 Ok(handle) => threads.push((name, handle)),
@@ -399,6 +604,12 @@ impl Broker {
         }
         if broker_threads_failed.is_none() {
             let shared_for_control = shared.clone();
+            let start = executor::ControlStart {
+                table: replay.table,
+                replay: replay.updates,
+                next_queue_id: replay.next_queue_id,
+                data_dir: lock.dir().to_owned(),
+            };
             let builder = LocalExecutorBuilder::new(Placement::Unbound).name("spool-control");
             let spawned = spawn_executor(
                 ExecutorName::Control,
@@ -412,7 +623,7 @@ impl Broker {
                         shared_for_control,
                         events,
                         tick,
-                        shard_count,
+                        start,
                     ))
                 },
             );
@@ -435,12 +646,19 @@ impl Broker {
             let _ = deadline_sender.send(Event::StartupDeadline);
         });
 
+        // Wait until every executor is up and (so a restart never briefly
+        // answers "no such queue") every shard has applied the catalog's
+        // replay; one deadline covers both.
         let mut waiting: Vec<ExecutorName> = threads.iter().map(|(name, _)| *name).collect();
-        while !waiting.is_empty() {
-            let event = match events.recv() {
+        loop {
+            if waiting.is_empty() && shared.all_applied(replay_version) {
+                break;
+            }
+            let event = match events.recv_timeout(CONTROL_POLL_INTERVAL) {
                 Ok(event) => event,
+                Err(mpsc::RecvTimeoutError::Timeout) => continue,
                 // We hold a sender, so this cannot happen; treat as timeout.
-                Err(_) => Event::StartupDeadline,
+                Err(mpsc::RecvTimeoutError::Disconnected) => Event::StartupDeadline,
             };
             match event {
                 Event::Ready(name) => waiting.retain(|waiting_name| *waiting_name != name),
@@ -451,6 +669,17 @@ impl Broker {
                 }
                 Event::StartupDeadline => {
                     shared.stop_requested.store(true, Ordering::Release);
+                    let behind = (0..shard_count)
+                        .map(|shard| ExecutorName::Shard(ShardId(shard)))
+                        .filter(|name| !waiting.contains(name))
+                        .filter(|name| match name {
+                            ExecutorName::Shard(shard) => {
+                                control.applied_version(*shard) < replay_version
+                            }
+                            ExecutorName::Control => false,
+                        })
+                        .collect::<Vec<_>>();
+                    waiting.extend(behind);
                     return Err(StartError::Timeout {
                         timeout_ms: config.startup_timeout_ms,
                         missing: waiting,
@@ -461,11 +690,12 @@ impl Broker {
         }
         tracing::info!(
             shards = shard_count,
+            queues = catalog.queues.len(),
+            assignment_version = replay_version.0,
             listen = %config.listen,
             data_dir = %config.data_dir.display(),
             "spoold started"
         );
-        let control = ControlHandle { commands: commands_sender, shared: shared.clone() };
         Ok(Broker { config, shared, control, events, events_sender, threads, secret, _lock: lock })
     }
 
