@@ -19,4 +19,5 @@ pub mod log;
 pub mod net;
 pub mod partition;
 pub mod queue;
+pub mod server;
 pub mod shard;

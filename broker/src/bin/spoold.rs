@@ -13,7 +13,7 @@ use clap::Parser;
 use spool_broker::control::config::{BrokerConfig, Cli};
 use spool_broker::control::logging;
 use spool_broker::fatal::{fatal, FatalReason};
-use spool_broker::shard::hooks::EchoHooksFactory;
+use spool_broker::server::SpoolHooksFactory;
 use spool_broker::shard::{cpus, Broker};
 
 /// Exit code of a second signal during the drain.
@@ -45,7 +45,7 @@ fn main() {
     if let Err(error) = install_signal_handlers(&stop) {
         fatal(FatalReason::Signals, error);
     }
-    let broker = match Broker::start(config, EchoHooksFactory) {
+    let broker = match Broker::start(config, SpoolHooksFactory) {
         Ok(broker) => broker,
         Err(error) => fatal(error.fatal_reason(), error),
     };

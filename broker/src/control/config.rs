@@ -35,6 +35,9 @@ pub const SPIN_BEFORE_PARK_US_MAX: u64 = 10_000;
 pub const HOUSEKEEPING_TICK_MS_MIN: u64 = 1;
 pub const HOUSEKEEPING_TICK_MS_MAX: u64 = 10;
 pub const HOUSEKEEPING_TICK_MS_DEFAULT: u64 = 5;
+/// Default segment size: small enough that a new queue on a fresh machine
+/// pre-zeroes little, large enough that rolls are rare.
+pub const SEGMENT_BYTES_DEFAULT: u64 = 64 << 20;
 /// Upper bound for `connections_per_shard_max`.
 pub const CONNECTIONS_PER_SHARD_LIMIT: u32 = 65_536;
 /// Upper bound for `in_flight_per_connection_max`.
@@ -85,6 +88,8 @@ pub struct BrokerConfig {
     pub spin_before_park_us: u64,
     /// Period of every executor's permanent housekeeping timer.
     pub housekeeping_tick_ms: u64,
+    /// Size of each partition's segment files (pre-zeroed before use).
+    pub segment_bytes: u64,
     /// Connections one shard serves at once; extra ones are closed on accept.
     pub connections_per_shard_max: u32,
     /// Requests one connection may have in flight; reading pauses beyond it.
@@ -124,6 +129,14 @@ impl BrokerConfig {
             None => PartialConfig::default(),
         };
         file_layer.overlay(env_layer).overlay(cli.to_partial()).resolve(allowed_cpus)
+    }
+
+    /// The segment-log settings every partition of this broker uses.
+    pub fn log_config(&self) -> crate::log::LogConfig {
+        crate::log::LogConfig {
+            segment_bytes: self.segment_bytes,
+            ..crate::log::LogConfig::default()
+        }
     }
 
     /// Listen address of shard `shard`.
@@ -181,6 +194,11 @@ impl BrokerConfig {
             HOUSEKEEPING_TICK_MS_MIN,
             HOUSEKEEPING_TICK_MS_MAX,
         )?;
+        let log = self.log_config();
+        log.validate().map_err(|error| ConfigError::Invalid {
+            field: "segment_bytes",
+            reason: error.to_string(),
+        })?;
         check_range(
             "connections_per_shard_max",
             u64::from(self.connections_per_shard_max),
@@ -246,6 +264,7 @@ pub struct PartialConfig {
     pub log_filter: Option<String>,
     pub spin_before_park_us: Option<u64>,
     pub housekeeping_tick_ms: Option<u64>,
+    pub segment_bytes: Option<u64>,
     pub connections_per_shard_max: Option<u32>,
     pub in_flight_per_connection_max: Option<u32>,
     pub frame_bytes_max: Option<u32>,
@@ -315,6 +334,7 @@ impl PartialConfig {
                 "HOUSEKEEPING_TICK_MS" => {
                     layer.housekeeping_tick_ms = Some(parse_env(&name, &value)?)
                 }
+                "SEGMENT_BYTES" => layer.segment_bytes = Some(parse_env(&name, &value)?),
                 "CONNECTIONS_PER_SHARD_MAX" => {
                     layer.connections_per_shard_max = Some(parse_env(&name, &value)?)
                 }
@@ -346,6 +366,7 @@ impl PartialConfig {
             log_filter: higher.log_filter.or(self.log_filter),
             spin_before_park_us: higher.spin_before_park_us.or(self.spin_before_park_us),
             housekeeping_tick_ms: higher.housekeeping_tick_ms.or(self.housekeeping_tick_ms),
+            segment_bytes: higher.segment_bytes.or(self.segment_bytes),
             connections_per_shard_max: higher
                 .connections_per_shard_max
                 .or(self.connections_per_shard_max),
@@ -377,6 +398,7 @@ impl PartialConfig {
             log_filter: self.log_filter.unwrap_or_else(|| "info".to_owned()),
             spin_before_park_us: self.spin_before_park_us.unwrap_or(0),
             housekeeping_tick_ms: self.housekeeping_tick_ms.unwrap_or(HOUSEKEEPING_TICK_MS_DEFAULT),
+            segment_bytes: self.segment_bytes.unwrap_or(SEGMENT_BYTES_DEFAULT),
             connections_per_shard_max: self.connections_per_shard_max.unwrap_or(1_024),
             in_flight_per_connection_max: self.in_flight_per_connection_max.unwrap_or(128),
             frame_bytes_max: self.frame_bytes_max.unwrap_or(FRAME_BYTES_MAX_DEFAULT),
@@ -422,6 +444,9 @@ pub struct Cli {
     /// Housekeeping timer period on every executor [default: 5, 1..=10].
     #[arg(long, value_name = "MS")]
     pub housekeeping_tick_ms: Option<u64>,
+    /// Segment file size per partition, bytes [default: 64 MiB; 8 MiB..=1 GiB].
+    #[arg(long, value_name = "BYTES")]
+    pub segment_bytes: Option<u64>,
     /// Connections per shard [default: 1024].
     #[arg(long, value_name = "N")]
     pub connections_per_shard_max: Option<u32>,
@@ -460,6 +485,7 @@ impl Cli {
             log_filter: self.log_filter.clone(),
             spin_before_park_us: self.spin_before_park_us,
             housekeeping_tick_ms: self.housekeeping_tick_ms,
+            segment_bytes: self.segment_bytes,
             connections_per_shard_max: self.connections_per_shard_max,
             in_flight_per_connection_max: self.in_flight_per_connection_max,
             frame_bytes_max: self.frame_bytes_max,

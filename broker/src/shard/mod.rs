@@ -574,8 +574,11 @@ impl Broker {
                 control: control.clone(),
                 assignment_start: replay.start.clone(),
             };
+            // Registered (fixed) buffers make O_DIRECT reads fail with
+            // EOPNOTSUPP on some kernels (see io/dma.rs): do without them.
             let mut builder = LocalExecutorBuilder::new(Placement::Fixed(cpu))
-                .name(&format!("spool-shard-{shard}"));
+                .name(&format!("spool-shard-{shard}"))
+                .io_memory(0);
             if config.spin_before_park_us > 0 {
                 builder = builder.spin_before_park(config.spin_before_park());
             }

@@ -1,0 +1,630 @@
+//! The Spool protocol on a shard's port: decode a frame, route it to the
+//! partition this shard owns (or answer `NOT_OWNER`), reply.
+//!
+//! Each whole frame is copied once into an 8-aligned buffer, so the record
+//! batch inside an Enqueue is aligned for rkyv and decoding can borrow from
+//! it for the life of the request. Framing errors (bad length, padding,
+//! reserved bits, an oversized frame) close the connection after an error
+//! reply; an unknown api key or version, or a body that does not decode, is
+//! answered with an error and the connection carries on.
+//!
+//! Admin requests that are about one partition (Peek, Purge, DeadLetters,
+//! Redrive) go to the owning shard like data. DescribeQueue reports the
+//! partitions this shard owns; a client asks every shard and merges.
+//! Metadata's leader epoch is known only for partitions this shard serves
+//! (0 elsewhere: ask the owner), because shards share no state.
+
+use std::rc::Rc;
+
+use spool_wire::batch::BatchBytes;
+use spool_wire::proto::{
+    self, decode_frame, AckResponse, ClaimResponse, CorrelationId, CreateQueueResponse, DeadLetter,
+    DeadLettersResponse, DeleteQueueResponse, DescribeQueueResponse, ErrorResponse, ExtendResponse,
+    ListQueuesResponse, MessageState, MetadataResponse, NodeAddress, PartitionMetadata,
+    PartitionStats, PeekResponse, PeekedMessage, ProtoError, PurgeResponse, QueueMetadata,
+    QueueSummary, RecordOutcome, RedriveResponse, RedriveTarget, ReleaseResponse, Request,
+    Response, MAX_FRAME_BYTES,
+};
+use spool_wire::ErrorCode;
+
+use super::convert::{
+    queue_config_from_wire, queue_config_to_wire, token_from_wire, token_to_wire,
+};
+use super::{ShardPartition, ShardState};
+use crate::control::assignment::QueueName;
+use crate::net::connection::{Decoded, FrameHandler, ProtocolFault};
+use crate::partition::{EnqueueOutcome, PartitionError};
+use crate::queue::{ClaimRequest, Lane, MessagePhase, Offset, Redrive, ReleaseReason, WorkerId};
+use crate::shard::ControlError;
+
+/// How long a CreateQueue/DeleteQueue waits for every shard to apply it.
+pub const ADMIN_APPLY_TIMEOUT_MS: u64 = 10_000;
+/// Most messages one Peek or DeadLetters returns.
+pub const PEEK_MAX: usize = 1024;
+/// Reason code recorded when a worker releases a message. The worker's text
+/// is logged; the state machine keeps a code.
+pub const RELEASE_REASON_WORKER: ReleaseReason = ReleaseReason(1);
+
+/// A whole request frame, copied into an aligned buffer.
+#[derive(Debug)]
+pub struct OwnedFrame {
+    bytes: BatchBytes,
+}
+
+/// Why the connection must close.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct FrameError(ProtoError);
+
+/// The protocol handler of one shard.
+#[derive(Debug)]
+pub struct SpoolHandler {
+    state: Rc<ShardState>,
+}
+
+type Answer = Result<Response<'static>, ErrorResponse>;
+
+fn error(code: ErrorCode, message: impl Into<String>) -> ErrorResponse {
+    ErrorResponse::new(code, message)
+}
+
+fn partition_error(error: &PartitionError) -> ErrorResponse {
+    error_from(error.code(), error.to_string())
+}
+
+fn error_from(code: ErrorCode, message: String) -> ErrorResponse {
+    ErrorResponse::new(code, message)
+}
+
+fn control_error(failure: &ControlError) -> ErrorResponse {
+    use crate::control::assignment::AssignmentError;
+    let code = match failure {
+        ControlError::Assignment(AssignmentError::QueueExists(_)) => ErrorCode::QueueExists,
+        ControlError::Assignment(AssignmentError::QueueNotFound(_)) => ErrorCode::QueueNotFound,
+        ControlError::Assignment(_) => ErrorCode::InvalidArgument,
+        ControlError::Busy => ErrorCode::Throttled,
+        ControlError::Timeout { .. } => ErrorCode::Timeout,
+        ControlError::Stopped => ErrorCode::ShuttingDown,
+        #[allow(unreachable_patterns)]
+        _ => ErrorCode::Internal,
+    };
+    error_from(code, failure.to_string())
+}
+
+impl SpoolHandler {
+    pub fn new(state: Rc<ShardState>) -> Self {
+        Self { state }
+    }
+
+    /// The local partition, or the error a client should see: NOT_OWNER
+    /// with the owner's address, QUEUE_NOT_FOUND or PARTITION_NOT_FOUND.
+    fn route(&self, queue: &str, partition: u32) -> Result<Rc<ShardPartition>, ErrorResponse> {
+        if let Some(found) = self.state.partition(queue, partition) {
+            return Ok(found);
+        }
+        let name = QueueName::new(queue)
+            .map_err(|failure| error(ErrorCode::InvalidArgument, failure.to_string()))?;
+        let table = self.state.table.borrow();
+        let Some(entry) = table.queue(&name) else {
+            return Err(error(ErrorCode::QueueNotFound, format!("queue {queue} does not exist")));
+        };
+        let Some(assignment) = entry.partitions.get(partition as usize) else {
+            return Err(error(
+                ErrorCode::PartitionNotFound,
+                format!("queue {queue} has {} partitions", entry.partitions.len()),
+            ));
+        };
+        if assignment.shard == self.state.shard {
+            // Owned here but not open (open failed, or still opening).
+            return Err(error(
+                ErrorCode::StorageFailed,
+                format!("partition {queue}/{partition} is not open on this shard"),
+            ));
+        }
+        let owner = self.state.shard_addr(assignment.shard);
+        let mut reply = error(
+            ErrorCode::NotOwner,
+            format!("partition {queue}/{partition} is served at {owner}"),
+        );
+        reply.owner = Some(NodeAddress { host: owner.ip().to_string(), port: owner.port() });
+        Err(reply)
+    }
+
+    async fn dispatch(&self, request: Request<'_>) -> Result<Response<'static>, ErrorResponse> {
+        match request {
+            Request::Enqueue(enqueue) => {
+                let partition = self.route(enqueue.queue, enqueue.partition.0)?;
+                let outcomes =
+                    partition.enqueue(enqueue.batch).await.map_err(|e| partition_error(&e))?;
+                let base_offset = outcomes
+                    .iter()
+                    .find_map(|outcome| match outcome {
+                        EnqueueOutcome::Appended { offset } => Some(offset.0),
+                        EnqueueOutcome::Duplicate { .. } => None,
+                    })
+                    .unwrap_or(0);
+                let records = outcomes
+                    .iter()
+                    .map(|outcome| match outcome {
+                        EnqueueOutcome::Appended { offset } => {
+                            RecordOutcome::Appended { offset: proto::Offset(offset.0) }
+                        }
+                        EnqueueOutcome::Duplicate { original } => {
+                            RecordOutcome::Duplicate { original_offset: proto::Offset(original.0) }
+                        }
+                    })
+                    .collect();
+                Ok(Response::Enqueue(proto::EnqueueResponse {
+                    base_offset: proto::Offset(base_offset),
+                    records,
+                }))
+            }
+            Request::Extend(extend) => {
+                let token = token_from_wire(&extend.token)
+                    .map_err(|e| error(ErrorCode::InvalidToken, e.to_string()))?;
+                let claim = *token.claim();
+                let partition = self.route_token(claim.queue, claim.partition.0)?;
+                let lease = (extend.lease_ms > 0).then_some(u64::from(extend.lease_ms));
+                let deadline =
+                    partition.extend(&token, lease).await.map_err(|e| partition_error(&e))?;
+                Ok(Response::Extend(ExtendResponse { lease_deadline_ms: deadline }))
+            }
+            Request::Ack(ack) => Ok(Response::Ack(self.ack(&ack.tokens).await)),
+            Request::Release(release) => {
+                let token = token_from_wire(&release.token)
+                    .map_err(|e| error(ErrorCode::InvalidToken, e.to_string()))?;
+                let claim = *token.claim();
+                let partition = self.route_token(claim.queue, claim.partition.0)?;
+                let not_before = (release.delay_ms > 0)
+                    .then(|| (self.state.clock)().saturating_add(u64::from(release.delay_ms)));
+                tracing::debug!(offset = claim.offset.0, reason = release.reason, "release");
+                let due = partition
+                    .release(&token, RELEASE_REASON_WORKER, not_before)
+                    .await
+                    .map_err(|e| partition_error(&e))?;
+                Ok(Response::Release(ReleaseResponse { not_before_ms: due }))
+            }
+            Request::CreateQueue(create) => {
+                let config = queue_config_from_wire(&create.config);
+                let created = self
+                    .state
+                    .control
+                    .create_queue_async(
+                        &create.name,
+                        create.config.partitions,
+                        config,
+                        ADMIN_APPLY_TIMEOUT_MS,
+                    )
+                    .await
+                    .map_err(|e| control_error(&e))?;
+                Ok(Response::CreateQueue(CreateQueueResponse {
+                    assignment_version: proto::AssignmentVersion(created.version.0),
+                }))
+            }
+            Request::DeleteQueue(delete) => {
+                let version = self
+                    .state
+                    .control
+                    .delete_queue_async(&delete.name, ADMIN_APPLY_TIMEOUT_MS)
+                    .await
+                    .map_err(|e| control_error(&e))?;
+                Ok(Response::DeleteQueue(DeleteQueueResponse {
+                    assignment_version: proto::AssignmentVersion(version.0),
+                }))
+            }
+            Request::ListQueues(_) => {
+                let table = self.state.table.borrow();
+                let queues = table
+                    .queues()
+                    .map(|(name, entry)| QueueSummary {
+                        name: name.as_str().to_owned(),
+                        partitions: entry.partitions.len() as u32,
+                    })
+                    .collect();
+                Ok(Response::ListQueues(ListQueuesResponse { queues }))
+            }
+            Request::DescribeQueue(describe) => self.describe(&describe.name),
+            Request::Metadata(metadata) => self.metadata(&metadata.queues),
+            Request::Peek(peek) => {
+                let partition = self.route(&peek.queue, peek.partition.0)?;
+                let max = (peek.max as usize).min(PEEK_MAX);
+                let peeked = partition
+                    .peek(Offset(peek.from_offset.0), max)
+                    .await
+                    .map_err(|e| partition_error(&e))?;
+                let messages = peeked
+                    .into_iter()
+                    .map(|message| PeekedMessage {
+                        offset: proto::Offset(message.view.offset.0),
+                        state: match message.view.phase {
+                            MessagePhase::Ready { .. } => MessageState::Ready,
+                            MessagePhase::Scheduled { .. } => MessageState::Scheduled,
+                            MessagePhase::Claimed { .. } => MessageState::Claimed,
+                        },
+                        attempt: u32::from(message.view.attempts),
+                        record: message.record,
+                    })
+                    .collect();
+                Ok(Response::Peek(PeekResponse { messages }))
+            }
+            Request::Purge(purge) => {
+                let partition = self.route(&purge.queue, purge.partition.0)?;
+                let mut total = 0u64;
+                loop {
+                    let count = partition
+                        .purge(
+                            Lane::Main,
+                            crate::partition::CONTROL_BATCH_EVENTS_MAX,
+                            purge.dry_run,
+                        )
+                        .await
+                        .map_err(|e| partition_error(&e))?;
+                    total += count as u64;
+                    if purge.dry_run || count < crate::partition::CONTROL_BATCH_EVENTS_MAX {
+                        break;
+                    }
+                }
+                if purge.dry_run {
+                    total = partition.counters().live_messages;
+                }
+                Ok(Response::Purge(PurgeResponse { count: total }))
+            }
+            Request::DeadLetters(list) => {
+                let partition = self.route(&list.queue, list.partition.0)?;
+                let max = (list.max as usize).min(PEEK_MAX);
+                let after = list.from_offset.0.checked_sub(1).map(Offset);
+                let entries = partition
+                    .dead_letters(after, max)
+                    .into_iter()
+                    .map(|view| {
+                        let (claimed_at, quarantined_at) = match (view.phase, view.quarantine) {
+                            (MessagePhase::Claimed { claimed_at_ms, .. }, q) => {
+                                (claimed_at_ms, q.map_or(0, |(_, at)| at))
+                            }
+                            (_, q) => (0, q.map_or(0, |(_, at)| at)),
+                        };
+                        DeadLetter {
+                            original_offset: proto::Offset(view.offset.0),
+                            routing_key: String::new(),
+                            attempts: u32::from(view.attempts),
+                            last_reason: format!("{:?}", view.last_reason),
+                            enqueued_at_ms: view.enqueue_time_ms,
+                            last_claimed_at_ms: claimed_at,
+                            quarantined_at_ms: quarantined_at,
+                        }
+                    })
+                    .collect();
+                Ok(Response::DeadLetters(DeadLettersResponse { entries }))
+            }
+            Request::Redrive(redrive) => {
+                let partition = self.route(&redrive.queue, redrive.partition.0)?;
+                let count = match &redrive.target {
+                    RedriveTarget::All => {
+                        let mut total = 0usize;
+                        loop {
+                            let moved = partition
+                                .redrive(Redrive::Oldest(
+                                    crate::partition::CONTROL_BATCH_EVENTS_MAX,
+                                ))
+                                .await
+                                .map_err(|e| partition_error(&e))?;
+                            total += moved;
+                            if moved < crate::partition::CONTROL_BATCH_EVENTS_MAX {
+                                break total;
+                            }
+                        }
+                    }
+                    RedriveTarget::Offsets(offsets) => {
+                        let mut total = 0usize;
+                        for offset in offsets {
+                            total += partition
+                                .redrive(Redrive::One(Offset(offset.0)))
+                                .await
+                                .map_err(|e| partition_error(&e))?;
+                        }
+                        total
+                    }
+                };
+                Ok(Response::Redrive(RedriveResponse { count: count as u64 }))
+            }
+            Request::Claim(_) => unreachable!("claims are answered by claim()"),
+        }
+    }
+
+    /// The partition named inside a token, if served here.
+    fn route_token(
+        &self,
+        queue_id: crate::queue::QueueId,
+        partition: u32,
+    ) -> Result<Rc<ShardPartition>, ErrorResponse> {
+        if let Some(found) = self.state.partition_by_id(queue_id, partition) {
+            return Ok(found);
+        }
+        let table = self.state.table.borrow();
+        let Some((name, _)) = table.queue_by_id(queue_id) else {
+            return Err(error(ErrorCode::StaleToken, "the token's queue no longer exists"));
+        };
+        let name = name.as_str().to_owned();
+        drop(table);
+        self.route(&name, partition)
+    }
+
+    async fn ack(&self, tokens: &[proto::DeliveryToken]) -> AckResponse {
+        let mut results = vec![ErrorCode::None; tokens.len()];
+        // Group by partition, keeping each token's position.
+        let mut groups: Vec<(Rc<ShardPartition>, Vec<(usize, crate::queue::DeliveryToken)>)> =
+            Vec::new();
+        for (index, raw) in tokens.iter().enumerate() {
+            let token = match token_from_wire(raw) {
+                Ok(token) => token,
+                Err(_) => {
+                    results[index] = ErrorCode::InvalidToken;
+                    continue;
+                }
+            };
+            let claim = *token.claim();
+            match self.route_token(claim.queue, claim.partition.0) {
+                Ok(partition) => {
+                    match groups.iter_mut().find(|(existing, _)| Rc::ptr_eq(existing, &partition)) {
+                        Some((_, members)) => members.push((index, token)),
+                        None => groups.push((partition, vec![(index, token)])),
+                    }
+                }
+                Err(reply) => results[index] = reply.code,
+            }
+        }
+        for (partition, members) in groups {
+            let batch: Vec<crate::queue::DeliveryToken> =
+                members.iter().map(|(_, token)| *token).collect();
+            let outcomes = partition.ack(&batch).await;
+            for ((index, _), outcome) in members.iter().zip(outcomes) {
+                results[*index] = match outcome {
+                    Ok(()) => ErrorCode::None,
+                    Err(failure) => failure.code(),
+                };
+            }
+        }
+        AckResponse { results }
+    }
+
+    fn describe(&self, queue: &str) -> Answer {
+        let name = QueueName::new(queue)
+            .map_err(|failure| error(ErrorCode::InvalidArgument, failure.to_string()))?;
+        let table = self.state.table.borrow();
+        let Some(entry) = table.queue(&name) else {
+            return Err(error(ErrorCode::QueueNotFound, format!("queue {queue} does not exist")));
+        };
+        let partition_count = entry.partitions.len() as u32;
+        let config = queue_config_to_wire(&entry.config, partition_count);
+        drop(table);
+        let mut partitions = Vec::new();
+        for partition in 0..partition_count {
+            let Some(served) = self.state.partition(queue, partition) else { continue };
+            let counters = served.counters();
+            partitions.push(PartitionStats {
+                partition: proto::PartitionId(partition),
+                ready: counters.ready,
+                scheduled: counters.scheduled,
+                claimed: counters.claimed,
+                quarantined: counters.quarantined,
+                expired: counters.totals.expired,
+                acked: counters.totals.acked,
+                bytes: counters.live_bytes,
+                oldest_ready_age_ms: counters.oldest_ready_age_ms.unwrap_or(0),
+            });
+        }
+        Ok(Response::DescribeQueue(DescribeQueueResponse {
+            name: queue.to_owned(),
+            config,
+            partitions,
+        }))
+    }
+
+    fn metadata(&self, wanted: &[String]) -> Answer {
+        let table = self.state.table.borrow();
+        let mut queues = Vec::new();
+        for (name, entry) in table.queues() {
+            if !wanted.is_empty() && !wanted.iter().any(|queue| queue == name.as_str()) {
+                continue;
+            }
+            let partitions = entry
+                .partitions
+                .iter()
+                .enumerate()
+                .map(|(index, assignment)| {
+                    let index = index as u32;
+                    let addr = self.state.shard_addr(assignment.shard);
+                    let epoch =
+                        self.state.partition(name.as_str(), index).map_or(0, |p| p.epoch().0);
+                    PartitionMetadata {
+                        partition: proto::PartitionId(index),
+                        host: addr.ip().to_string(),
+                        shard_port: addr.port(),
+                        leader_epoch: proto::LeaderEpoch(epoch),
+                    }
+                })
+                .collect();
+            queues.push(QueueMetadata { name: name.as_str().to_owned(), partitions });
+        }
+        for queue in wanted {
+            if !queues.iter().any(|found| &found.name == queue) {
+                return Err(error(
+                    ErrorCode::QueueNotFound,
+                    format!("queue {queue} does not exist"),
+                ));
+            }
+        }
+        Ok(Response::Metadata(MetadataResponse {
+            assignment_version: proto::AssignmentVersion(table.version().0),
+            queues,
+        }))
+    }
+
+    fn encode_error(
+        reply: &ErrorResponse,
+        correlation_id: CorrelationId,
+        api_key: u16,
+        api_version: u16,
+    ) -> Vec<u8> {
+        let mut out = Vec::new();
+        if reply.encode(correlation_id, api_key, api_version, &mut out).is_err() {
+            out.clear();
+            let fallback = error(ErrorCode::Internal, "error reply could not be encoded");
+            // Cannot fail: a fixed code and a short message.
+            let _ = fallback.encode(correlation_id, api_key, api_version, &mut out);
+        }
+        out
+    }
+
+    async fn answer(&self, frame_bytes: &[u8]) -> Vec<u8> {
+        let frame = match decode_frame(frame_bytes) {
+            Ok(frame) => frame,
+            Err(failure) => {
+                // Unknown api or version: answer and carry on.
+                let (correlation_id, api_key, api_version) = raw_ids(frame_bytes);
+                return Self::encode_error(
+                    &ErrorResponse::from_proto_error(&failure),
+                    correlation_id,
+                    api_key,
+                    api_version,
+                );
+            }
+        };
+        let correlation_id = frame.header.correlation_id;
+        let api_key = frame.header.api_key.as_u16();
+        let api_version = frame.header.api_version;
+        let request = match Request::decode(&frame) {
+            Ok(request) => request,
+            Err(failure) => {
+                return Self::encode_error(
+                    &ErrorResponse::from_proto_error(&failure),
+                    correlation_id,
+                    api_key,
+                    api_version,
+                )
+            }
+        };
+        let mut out = Vec::new();
+        let encoded = if let Request::Claim(claim) = &request {
+            // Claims borrow record bytes from the partition's reply.
+            match self.claim(claim).await {
+                Ok(claimed) => {
+                    let deliveries = claimed
+                        .iter()
+                        .map(|item| proto::Delivery {
+                            token: token_to_wire(&item.delivery.token),
+                            offset: proto::Offset(item.delivery.offset.0),
+                            attempt: u32::from(item.delivery.attempt),
+                            generation: proto::Generation(u64::from(item.delivery.generation.0)),
+                            record: &item.record,
+                        })
+                        .collect();
+                    let deadline =
+                        claimed.iter().map(|item| item.delivery.deadline_ms).max().unwrap_or(0);
+                    Response::Claim(ClaimResponse { lease_deadline_ms: deadline, deliveries })
+                        .encode(correlation_id, &mut out)
+                        .map_err(|e| error(ErrorCode::Internal, e.to_string()))
+                }
+                Err(reply) => Err(reply),
+            }
+        } else {
+            match self.dispatch(request).await {
+                Ok(response) => response
+                    .encode(correlation_id, &mut out)
+                    .map_err(|e| error(ErrorCode::Internal, e.to_string())),
+                Err(reply) => Err(reply),
+            }
+        };
+        match encoded {
+            Ok(()) => out,
+            Err(reply) => Self::encode_error(&reply, correlation_id, api_key, api_version),
+        }
+    }
+
+    async fn claim(
+        &self,
+        claim: &proto::ClaimRequest<'_>,
+    ) -> Result<Vec<crate::partition::Claimed>, ErrorResponse> {
+        let partition = self.route(claim.queue, claim.partition.0)?;
+        let request = ClaimRequest {
+            worker: WorkerId(claim.worker.0),
+            credits: claim.credits,
+            max_bytes: u64::from(claim.max_bytes),
+            lease_ms: (claim.lease_ms > 0).then_some(u64::from(claim.lease_ms)),
+        };
+        partition
+            .claim(&request, Lane::Main, u64::from(claim.wait_ms))
+            .await
+            .map_err(|e| partition_error(&e))
+    }
+}
+
+/// Correlation id, api key and version read straight from a frame header
+/// (used only to address an error reply).
+fn raw_ids(bytes: &[u8]) -> (CorrelationId, u16, u16) {
+    if bytes.len() < 16 {
+        return (CorrelationId::CONNECTION, 0, 0);
+    }
+    let api_key = u16::from_le_bytes([bytes[4], bytes[5]]);
+    let api_version = u16::from_le_bytes([bytes[6], bytes[7]]);
+    let mut raw = [0u8; 8];
+    raw.copy_from_slice(&bytes[8..16]);
+    (CorrelationId(u64::from_le_bytes(raw)), api_key, api_version)
+}
+
+impl FrameHandler for SpoolHandler {
+    type Frame = OwnedFrame;
+    type Response = Vec<u8>;
+    type DecodeError = FrameError;
+
+    fn decode(&self, buffer: &[u8]) -> Result<Decoded<OwnedFrame>, FrameError> {
+        if buffer.len() < 4 {
+            return Ok(Decoded::Incomplete);
+        }
+        let declared = u32::from_le_bytes([buffer[0], buffer[1], buffer[2], buffer[3]]) as usize;
+        let limit = MAX_FRAME_BYTES.min(self.state.config.frame_bytes_max as usize);
+        if declared > limit {
+            return Err(FrameError(ProtoError::FrameTooLarge {
+                len_bytes: declared as u64,
+                max_bytes: limit as u64,
+            }));
+        }
+        if declared < spool_wire::proto::limits::FRAME_HEADER_BYTES {
+            return Err(FrameError(ProtoError::BadFrameLength { len_bytes: declared as u32 }));
+        }
+        if buffer.len() < declared {
+            return Ok(Decoded::Incomplete);
+        }
+        let mut bytes = BatchBytes::with_capacity(declared);
+        bytes.extend_from_slice(&buffer[..declared]);
+        match decode_frame(&bytes) {
+            Ok(frame) if frame.header.is_response => {
+                Err(FrameError(ProtoError::WrongDirection { expected: "request" }))
+            }
+            Ok(_)
+            | Err(ProtoError::UnknownApi { .. })
+            | Err(ProtoError::UnsupportedVersion { .. }) => {
+                Ok(Decoded::Frame { frame: OwnedFrame { bytes }, len_bytes: declared })
+            }
+            Err(failure) => Err(FrameError(failure)),
+        }
+    }
+
+    async fn handle(self: Rc<Self>, frame: OwnedFrame) -> Vec<u8> {
+        self.answer(&frame.bytes).await
+    }
+
+    fn fault_response(&self, fault: ProtocolFault<'_, FrameError>) -> Option<Vec<u8>> {
+        let reply = match fault {
+            ProtocolFault::Decode(FrameError(failure)) => ErrorResponse::from_proto_error(failure),
+            ProtocolFault::FrameTooLarge { frame_bytes_max } => error(
+                ErrorCode::FrameTooLarge,
+                format!("no whole frame within {frame_bytes_max} bytes"),
+            ),
+            ProtocolFault::FrameTimeout => {
+                error(ErrorCode::Timeout, "frame did not complete within the frame timeout")
+            }
+        };
+        Some(Self::encode_error(&reply, CorrelationId::CONNECTION, 0, 0))
+    }
+}

@@ -1,0 +1,282 @@
+//! What a shard serves: the partitions it owns and the Spool protocol on its
+//! port.
+//!
+//! [`SpoolHooksFactory`] builds, on each shard's thread, a [`SpoolHooks`]
+//! that opens the partitions the assignment table gives this shard (and
+//! closes and removes the ones of a deleted queue), runs their timers from
+//! the housekeeping tick, and answers requests ([`handler::SpoolHandler`]).
+//! A data request for a partition this shard does not own is answered with
+//! `NOT_OWNER` and the owner's address; it is never forwarded, so nothing on
+//! the request path crosses cores.
+//!
+//! Partition directories: `DATA_DIR/partitions/q{queue_id:010}/p{partition:05}`.
+//! Queue ids are never reused, so a queue created again under a deleted
+//! queue's name never sees the old files.
+
+pub mod convert;
+pub mod handler;
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::Arc;
+
+use glommio::task::JoinHandle;
+use thiserror::Error;
+
+use crate::control::assignment::{
+    AssignmentChange, AssignmentTable, AssignmentUpdate, QueueName, ShardId,
+};
+use crate::control::config::BrokerConfig;
+use crate::io::DmaStorage;
+use crate::log::{ExitOnFatal, LogConfig};
+use crate::partition::{Clock, Partition, PartitionError, PartitionName};
+use crate::queue::{PartitionId, QueueId};
+use crate::shard::hooks::{ShardContext, ShardHooks, ShardHooksFactory};
+use crate::shard::ControlHandle;
+use handler::SpoolHandler;
+
+/// The partition type a shard serves.
+pub type ShardPartition = Partition<DmaStorage>;
+
+/// Why an assignment change or a flush failed on a shard.
+#[derive(Debug, Error)]
+pub enum ServerError {
+    #[error("partition {queue}/{partition}: {error}")]
+    Partition { queue: String, partition: u32, error: PartitionError },
+    #[error("removing {}: {error}", path.display())]
+    Remove { path: PathBuf, error: std::io::Error },
+}
+
+/// Path of one partition's directory.
+pub fn partition_dir(data_dir: &Path, queue_id: QueueId, partition: u32) -> PathBuf {
+    data_dir
+        .join("partitions")
+        .join(format!("q{:010}", queue_id.0))
+        .join(format!("p{partition:05}"))
+}
+
+/// One partition this shard serves, and its log's background task.
+pub struct Served {
+    pub partition: Rc<ShardPartition>,
+    background: RefCell<Option<JoinHandle<()>>>,
+}
+
+/// State of one shard, shared by its hooks and its frame handler.
+pub struct ShardState {
+    pub shard: ShardId,
+    pub config: Arc<BrokerConfig>,
+    pub control: ControlHandle,
+    pub secret: [u8; 32],
+    pub log_config: LogConfig,
+    /// This shard's copy of the assignment table.
+    pub table: RefCell<AssignmentTable>,
+    /// Partitions this shard owns, by queue name and partition.
+    pub partitions: RefCell<BTreeMap<(String, u32), Rc<Served>>>,
+    pub clock: Clock,
+}
+
+impl std::fmt::Debug for ShardState {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("ShardState")
+            .field("shard", &self.shard)
+            .field("partitions", &self.partitions.borrow().len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ShardState {
+    /// The address clients use for `shard`.
+    pub fn shard_addr(&self, shard: ShardId) -> SocketAddr {
+        self.config.shard_listen(shard.0)
+    }
+
+    /// The partition `queue`/`partition` if this shard serves it.
+    pub fn partition(&self, queue: &str, partition: u32) -> Option<Rc<ShardPartition>> {
+        self.partitions
+            .borrow()
+            .get(&(queue.to_owned(), partition))
+            .map(|served| served.partition.clone())
+    }
+
+    /// The partition with this queue id and partition, if served here.
+    pub fn partition_by_id(&self, queue_id: QueueId, partition: u32) -> Option<Rc<ShardPartition>> {
+        let table = self.table.borrow();
+        let (name, _) = table.queue_by_id(queue_id)?;
+        let name = name.as_str().to_owned();
+        drop(table);
+        self.partition(&name, partition)
+    }
+
+    async fn open_partition(
+        &self,
+        queue: &QueueName,
+        queue_id: QueueId,
+        partition: u32,
+        config: &crate::queue::QueueConfig,
+    ) -> Result<(), ServerError> {
+        let dir = partition_dir(&self.config.data_dir, queue_id, partition);
+        let name = PartitionName {
+            queue: queue.as_str().to_owned(),
+            queue_id,
+            partition: PartitionId(partition),
+        };
+        let opened = Partition::open(
+            DmaStorage,
+            &dir,
+            name,
+            config.clone(),
+            self.log_config.clone(),
+            self.secret,
+            Rc::new(ExitOnFatal),
+            self.clock.clone(),
+        )
+        .await;
+        let (partition_rc, background, report) = opened.map_err(|error| {
+            ServerError::Partition { queue: queue.as_str().to_owned(), partition, error }
+        })?;
+        tracing::info!(
+            shard = self.shard.0,
+            queue = %queue,
+            partition,
+            epoch = report.epoch.0,
+            next_offset = report.next_offset.0,
+            checkpoint = ?report.checkpoint_covers.map(|offset| offset.0),
+            replayed_events = report.replayed_events,
+            truncated_bytes = report.log.truncated_bytes,
+            "partition open"
+        );
+        let task = glommio::spawn_local(background).detach();
+        self.partitions.borrow_mut().insert(
+            (queue.as_str().to_owned(), partition),
+            Rc::new(Served { partition: partition_rc, background: RefCell::new(Some(task)) }),
+        );
+        Ok(())
+    }
+
+    async fn close_served(served: &Served) -> Result<(), PartitionError> {
+        let result = served.partition.close().await;
+        let task = served.background.borrow_mut().take();
+        if let Some(task) = task {
+            task.await;
+        }
+        result
+    }
+}
+
+/// Builds [`SpoolHooks`] on each shard. Partitions use the broker config's
+/// log settings ([`BrokerConfig::log_config`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SpoolHooksFactory;
+
+impl ShardHooksFactory for SpoolHooksFactory {
+    type Hooks = SpoolHooks;
+
+    fn make(&self, context: &ShardContext) -> SpoolHooks {
+        let state = Rc::new(ShardState {
+            shard: context.shard,
+            config: context.config.clone(),
+            control: context.control.clone(),
+            secret: *context.secret.as_bytes(),
+            log_config: context.config.log_config(),
+            table: RefCell::new(context.assignment_start.clone()),
+            partitions: RefCell::new(BTreeMap::new()),
+            clock: Rc::new(|| crate::clock::now_ms().0),
+        });
+        let handler = Rc::new(SpoolHandler::new(state.clone()));
+        SpoolHooks { state, handler }
+    }
+}
+
+/// The hooks of one shard.
+#[derive(Debug)]
+pub struct SpoolHooks {
+    state: Rc<ShardState>,
+    handler: Rc<SpoolHandler>,
+}
+
+impl ShardHooks for SpoolHooks {
+    type Handler = SpoolHandler;
+    type Error = ServerError;
+
+    fn frame_handler(&self) -> Rc<SpoolHandler> {
+        self.handler.clone()
+    }
+
+    async fn on_assignment(
+        &self,
+        update: &AssignmentUpdate,
+        table: &AssignmentTable,
+    ) -> Result<(), ServerError> {
+        let state = &self.state;
+        *state.table.borrow_mut() = table.clone();
+        match &update.change {
+            AssignmentChange::CreateQueue { queue, queue_id, shards, config } => {
+                for (partition, shard) in shards.iter().enumerate() {
+                    if *shard != state.shard {
+                        continue;
+                    }
+                    let partition = u32::try_from(partition).unwrap_or(u32::MAX);
+                    state.open_partition(queue, *queue_id, partition, config).await?;
+                }
+                Ok(())
+            }
+            AssignmentChange::DeleteQueue { queue } => {
+                let doomed: Vec<((String, u32), Rc<Served>)> = {
+                    let mut partitions = state.partitions.borrow_mut();
+                    let keys: Vec<(String, u32)> = partitions
+                        .keys()
+                        .filter(|(name, _)| name == queue.as_str())
+                        .cloned()
+                        .collect();
+                    keys.into_iter()
+                        .filter_map(|key| partitions.remove(&key).map(|served| (key, served)))
+                        .collect()
+                };
+                for ((name, partition), served) in doomed {
+                    let dir = served.partition.dir().to_path_buf();
+                    if let Err(error) = ShardState::close_served(&served).await {
+                        tracing::warn!(queue = %name, partition, %error, "close before delete failed");
+                    }
+                    // Off the data path and rare: a blocking remove is acceptable here.
+                    std::fs::remove_dir_all(&dir)
+                        .map_err(|error| ServerError::Remove { path: dir.clone(), error })?;
+                    tracing::info!(queue = %name, partition, "partition deleted");
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn on_tick(&self) {
+        let served: Vec<Rc<Served>> = self.state.partitions.borrow().values().cloned().collect();
+        for entry in served {
+            entry.partition.tick();
+            if entry.partition.checkpoint_due() {
+                let partition = entry.partition.clone();
+                glommio::spawn_local(async move {
+                    if let Err(error) = partition.checkpoint().await {
+                        tracing::warn!(partition = ?partition.name(), %error, "checkpoint failed");
+                    }
+                })
+                .detach();
+            }
+        }
+    }
+
+    async fn flush(&self) -> Result<(), ServerError> {
+        let served: Vec<((String, u32), Rc<Served>)> =
+            std::mem::take(&mut *self.state.partitions.borrow_mut()).into_iter().collect();
+        let mut first_error = None;
+        for ((queue, partition), entry) in served {
+            if let Err(error) = ShardState::close_served(&entry).await {
+                tracing::error!(%queue, partition, %error, "partition close failed");
+                first_error.get_or_insert(ServerError::Partition { queue, partition, error });
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}
