@@ -83,7 +83,8 @@ mod tests {
         latency.record_ns(u64::MAX);
         let summary = latency.summary();
         assert_eq!(summary.count, 1001);
-        assert!((summary.p50 - 500.0).abs() < 1.0, "p50 {}", summary.p50);
+        // hdrhistogram reports the top of a bucket: within 0.5 % at 3 significant digits.
+        assert!((summary.p50 - 500.0).abs() < 2.5, "p50 {}", summary.p50);
         assert!(summary.p50 <= summary.p99);
         assert!(summary.p99 <= summary.p999);
         assert!(summary.p999 <= summary.max);

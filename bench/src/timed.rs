@@ -161,6 +161,7 @@ mod tests {
         let timings = Rc::new(RefCell::new(IoTimings::new().unwrap()));
         let storage = TimedStorage::new(sim.clone(), timings.clone());
         block_on(async {
+            storage.create_dir_all(Path::new("/d")).await.unwrap();
             let file = storage.open(Path::new("/d/f")).await.unwrap();
             let mut buf = file.alloc_buf(4096);
             buf.as_mut().fill(7);
