@@ -492,12 +492,12 @@ mod tests {
     fn defaults_are_valid() {
         let config = PartialConfig::default().resolve(2).unwrap();
         assert_eq!(config.data_dir, PathBuf::from("./spool-data"));
-        assert_eq!(config.listen, "127.0.0.1:7400".parse().unwrap());
+        assert_eq!(config.listen, "127.0.0.1:7400".parse::<SocketAddr>().unwrap());
         assert_eq!(config.shards, 2);
         assert_eq!(config.log_format, LogFormat::Human);
         assert_eq!(config.spin_before_park_us, 0);
         assert_eq!(config.housekeeping_tick_ms, 5);
-        assert_eq!(config.shard_listen(1), "127.0.0.1:7401".parse().unwrap());
+        assert_eq!(config.shard_listen(1), "127.0.0.1:7401".parse::<SocketAddr>().unwrap());
     }
 
     // Goal: flags beat env beat file beat defaults, field by field. Method:
