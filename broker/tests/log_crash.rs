@@ -307,3 +307,32 @@ fn backpressure_is_a_typed_error_and_writable_waits_for_space() {
     }));
     assert_eq!(log.durable_offset().0, 5);
 }
+
+#[test]
+fn stats_count_durable_commits_batches_and_records() {
+    // Goal: LogStats counts commits, batches, records (offsets, not batches) and whole-page
+    // commit bytes once durable. Method: gather three multi-record batches before the
+    // committers run (one commit), then one more batch alone (a second commit).
+    let disk = SimStorage::new();
+    let fatal = Rc::new(RecordFatal::default());
+    let (log, _) = block_on(Log::open(disk, Path::new("/p"), small_config(), 1, fatal)).unwrap();
+    let gathered: Vec<Ticket> = (1..=3u32)
+        .map(|records| log.append(&make_batch(records, 300, u64::from(records))).unwrap().ticket)
+        .collect();
+    assert_eq!(log.stats().commits, 0, "nothing is durable before a committer runs");
+    block_on(drive(&log, async {
+        for ticket in &gathered {
+            ticket.durable().await.unwrap();
+        }
+        let stats = log.stats();
+        assert_eq!((stats.commits, stats.batches, stats.records), (1, 3, 6));
+        let alone = log.append(&make_batch(4, 300, 9)).unwrap();
+        alone.ticket.durable().await.unwrap();
+    }));
+    let stats = log.stats();
+    assert_eq!(stats.commits, 2);
+    assert_eq!(stats.batches, 4);
+    assert_eq!(stats.records, 10);
+    assert_eq!(stats.records, log.durable_offset().0);
+    assert_eq!(stats.commit_bytes, 2 * 4096, "each small commit is one page");
+}

@@ -625,6 +625,7 @@ impl<S: Storage> Shared<S> {
                 state.durable_offset = done.next_offset;
                 state.stats.commits += 1;
                 state.stats.batches += done.batches;
+                state.stats.records += done.next_offset - done.first_offset;
                 state.stats.commit_bytes += done.end_pos - done.pos;
                 let cached_bytes = done.end_pos - done.pos;
                 state.tail.push_back(Cached {

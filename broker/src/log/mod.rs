@@ -221,8 +221,14 @@ pub struct RecoveryReport {
 /// Per-log counters since open.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LogStats {
+    /// Commits that became durable.
     pub commits: u64,
+    /// Data and control batches in those commits (fillers not counted).
     pub batches: u64,
+    /// Records (offsets) in those batches: what group commit amortizes a
+    /// sync over, which `batches` undercounts for multi-record batches.
+    pub records: u64,
+    /// Bytes those commits occupy on disk (whole pages, fillers included).
     pub commit_bytes: u64,
     pub segments_rolled: u64,
 }

@@ -1,0 +1,18 @@
+//! Spool's load generators and benchmarks.
+//!
+//! What it owns: scenarios that drive a Spool component as hard as a real
+//! workload would and report one JSON object per run, so results can be
+//! diffed and compared against the disk's own limits (fio). What it does not
+//! do: judge results (no thresholds here; the lead compares reports) or touch
+//! broker internals beyond their public API.
+//!
+//! Scenarios:
+//! - [`log_append`]: one glommio shard, N appenders on one partition log,
+//!   append → durable latency and group-commit throughput.
+
+pub mod error;
+pub mod latency;
+pub mod log_append;
+pub mod timed;
+
+pub use error::BenchError;

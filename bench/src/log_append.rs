@@ -1,0 +1,342 @@
+//! `log-append`: group-commit throughput and append → durable latency of one
+//! partition log on one glommio shard.
+//!
+//! N appender tasks share one [`Log`] on real O_DIRECT files. Each builds a
+//! one-record data batch once and then loops: `append` (the log stamps the
+//! offsets into its own copy) → await the ticket → record the latency from
+//! the append call to durability. `Backpressure` is answered by awaiting
+//! `Log::writable`, and the wait counts toward that append's latency.
+//!
+//! Measurement: after a warm-up, the controller snapshots `LogStats` and the
+//! storage timings, lets the run go for `seconds`, and snapshots again. An
+//! append counts when it becomes durable inside the window (whenever it
+//! started), so throughput, commit counts and latency describe the same
+//! completions. What this does not measure: the network, the queue state
+//! machine, or more than one partition.
+
+use std::cell::{Cell, RefCell};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::Duration;
+
+use glommio::{LocalExecutorBuilder, Placement};
+use serde::Serialize;
+use spool_broker::clock::{instant_now, Instant};
+use spool_broker::io::DmaStorage;
+use spool_broker::limits::{
+    COMMIT_BYTES_DEFAULT, COMMIT_BYTES_MAX, INFLIGHT_COMMITS_DEFAULT, INFLIGHT_COMMITS_MAX,
+    SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN,
+};
+use spool_broker::log::{FatalHandler, FatalReason, Log, LogConfig, LogError, LogStats};
+use spool_wire::batch::{DataBatchBuilder, MessageId, Payload, Record};
+use spool_wire::limits::PAYLOAD_INLINE_BYTES_MAX;
+
+use crate::error::BenchError;
+use crate::latency::{Latency, LatencySummary};
+use crate::timed::{IoSummary, IoTimings, TimedStorage};
+
+/// Most concurrent appenders: each is a task with one batch buffer.
+pub const APPENDERS_MAX: u64 = 65_536;
+/// Longest measured window and warm-up.
+pub const SECONDS_MAX: u64 = 3_600;
+pub const WARMUP_MS_MAX: u64 = 600_000;
+/// Bytes per MB in `mb_per_s` (decimal, as fio's "MB/s").
+const BYTES_PER_MB: f64 = 1_000_000.0;
+/// Leader epoch stamped on the benchmark's batches.
+const EPOCH: u32 = 1;
+
+/// What to run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogAppendConfig {
+    /// Parent directory; the run uses a fresh subdirectory and removes it
+    /// afterwards unless `keep`.
+    pub dir: PathBuf,
+    /// Inline payload bytes per record.
+    pub record_bytes: u64,
+    pub appenders: u64,
+    pub seconds: u64,
+    pub warmup_ms: u64,
+    pub segment_bytes: u64,
+    pub commit_bytes: u64,
+    pub inflight_commits: u64,
+    /// CPU the shard is pinned to.
+    pub core: usize,
+    pub keep: bool,
+}
+
+impl LogAppendConfig {
+    /// The defaults of the issue: 1 KiB records, 256 appenders, 10 s.
+    pub fn new(dir: PathBuf) -> Self {
+        Self {
+            dir,
+            record_bytes: 1024,
+            appenders: 256,
+            seconds: 10,
+            warmup_ms: 1000,
+            segment_bytes: SEGMENT_BYTES_DEFAULT,
+            commit_bytes: COMMIT_BYTES_DEFAULT,
+            inflight_commits: INFLIGHT_COMMITS_DEFAULT as u64,
+            core: 0,
+            keep: false,
+        }
+    }
+
+    fn validate(&self) -> Result<(), BenchError> {
+        let check = |field, value, min, max| {
+            if value < min || value > max {
+                return Err(BenchError::OutOfRange { field, value, min, max });
+            }
+            Ok(())
+        };
+        check("record_bytes", self.record_bytes, 0, PAYLOAD_INLINE_BYTES_MAX as u64)?;
+        check("appenders", self.appenders, 1, APPENDERS_MAX)?;
+        check("seconds", self.seconds, 1, SECONDS_MAX)?;
+        check("warmup_ms", self.warmup_ms, 0, WARMUP_MS_MAX)?;
+        check("segment_bytes", self.segment_bytes, SEGMENT_BYTES_MIN, SEGMENT_BYTES_MAX)?;
+        check("commit_bytes", self.commit_bytes, 1, COMMIT_BYTES_MAX)?;
+        check("inflight_commits", self.inflight_commits, 1, INFLIGHT_COMMITS_MAX as u64)?;
+        Ok(())
+    }
+
+    fn log_config(&self) -> LogConfig {
+        LogConfig {
+            segment_bytes: self.segment_bytes,
+            commit_bytes: self.commit_bytes,
+            inflight_commits_max: self.inflight_commits as usize,
+            ..LogConfig::default()
+        }
+    }
+}
+
+/// The one JSON object a run prints.
+#[derive(Clone, Debug, Serialize)]
+pub struct LogAppendReport {
+    pub scenario: &'static str,
+    /// Records made durable per second in the window.
+    pub records_per_s: f64,
+    /// Batch bytes made durable per second, 10^6 bytes per MB: each record's
+    /// payload plus its framing (rkyv record, 8 B position entry, 64 B batch
+    /// header). Fillers and page padding are not counted (see `disk_mb_per_s`).
+    pub mb_per_s: f64,
+    pub mb_per_s_basis: &'static str,
+    /// Commit pages written per second (fillers and padding included).
+    pub disk_mb_per_s: f64,
+    pub commits_per_s: f64,
+    pub records_per_commit_mean: f64,
+    /// append call → ticket durable, for appends durable in the window.
+    pub latency_us: LatencySummary,
+    /// Every write and fdatasync the log issued in the window (commits and
+    /// the zero-fill of the next segment), timed at the storage seam.
+    pub io: IoSummary,
+    pub records: u64,
+    pub commits: u64,
+    pub segments_rolled: u64,
+    pub backpressure_waits: u64,
+    pub measured_s: f64,
+    pub appenders: u64,
+    pub record_bytes: u64,
+    pub batch_bytes: u64,
+    pub seconds: u64,
+    pub warmup_ms: u64,
+    pub segment_bytes: u64,
+    pub commit_bytes: u64,
+    pub inflight_commits: u64,
+}
+
+/// Records the first fatal log error so the run can report it; appenders
+/// see `LogError::Failed` from their tickets and stop.
+#[derive(Default)]
+struct FatalSlot {
+    reason: RefCell<Option<FatalReason>>,
+}
+
+impl FatalHandler for FatalSlot {
+    fn fatal(&self, reason: &FatalReason) {
+        self.reason.borrow_mut().get_or_insert_with(|| reason.clone());
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Warmup,
+    Measure,
+    Stop,
+}
+
+/// State the appenders and the controller share (one thread).
+struct Run {
+    phase: Cell<Phase>,
+    latency: RefCell<Latency>,
+    records: Cell<u64>,
+    backpressure_waits: Cell<u64>,
+}
+
+/// Builds the one-record batch every appender reuses; distinct message ids
+/// per appender keep the bytes realistic (the log does not dedupe).
+fn build_batch(appender: u64, record_bytes: u64) -> Result<Vec<u8>, BenchError> {
+    let mut id = [0u8; 16];
+    id[..8].copy_from_slice(&appender.to_le_bytes());
+    let mut builder = DataBatchBuilder::new();
+    builder.push(&Record {
+        message_id: MessageId(id),
+        routing_key: format!("bench-{appender}").into_bytes(),
+        headers: Vec::new(),
+        payload: Payload::Inline(vec![(appender % 251) as u8; record_bytes as usize]),
+        priority: 0,
+        not_before_ms: 0,
+        expiry_ms: 0,
+        enqueue_time_ms: spool_broker::clock::now_ms().0,
+    })?;
+    Ok(builder.finish()?.to_vec())
+}
+
+fn elapsed_ns(start: Instant) -> u64 {
+    u64::try_from(instant_now().duration_since(start).as_nanos()).unwrap_or(u64::MAX)
+}
+
+async fn appender(
+    log: Rc<Log<TimedStorage<DmaStorage>>>,
+    run: Rc<Run>,
+    batch: Vec<u8>,
+) -> Result<(), LogError> {
+    let len_bytes = batch.len() as u64;
+    while run.phase.get() != Phase::Stop {
+        let start = instant_now();
+        let appended = loop {
+            match log.append(&batch) {
+                Ok(appended) => break appended,
+                Err(LogError::Backpressure { .. }) => {
+                    run.backpressure_waits.set(run.backpressure_waits.get() + 1);
+                    log.writable(len_bytes).await;
+                }
+                Err(error) => return Err(error),
+            }
+        };
+        appended.ticket.durable().await?;
+        if run.phase.get() == Phase::Measure {
+            run.latency.borrow_mut().record_ns(elapsed_ns(start));
+            run.records.set(run.records.get() + 1);
+        }
+    }
+    Ok(())
+}
+
+/// A fresh directory under `parent` for this run.
+fn run_dir(parent: &Path) -> Result<PathBuf, BenchError> {
+    let dir = parent.join(format!("spool-bench-log-{}", std::process::id()));
+    let io_error = |action, source| BenchError::Dir { action, path: dir.clone(), source };
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).map_err(|source| io_error("clear", source))?;
+    }
+    std::fs::create_dir_all(&dir).map_err(|source| io_error("create", source))?;
+    Ok(dir)
+}
+
+/// Runs the scenario on a new glommio executor pinned to `config.core`.
+///
+/// # Errors
+/// [`BenchError::OutOfRange`] for a bad config, [`BenchError::Executor`],
+/// [`BenchError::Dir`], and any [`LogError`] from opening or appending.
+pub fn run(config: &LogAppendConfig) -> Result<LogAppendReport, BenchError> {
+    config.validate()?;
+    config.log_config().validate().map_err(LogError::from)?;
+    let dir = run_dir(&config.dir)?;
+    let executor = LocalExecutorBuilder::new(Placement::Fixed(config.core))
+        // Registered (fixed) buffers make reads fail on virtio hosts: see broker io/dma.rs.
+        .io_memory(0)
+        .name("spool-bench")
+        .make()
+        .map_err(|error| BenchError::Executor(error.to_string()))?;
+    let result = executor.run(measure(config, &dir));
+    if !config.keep {
+        std::fs::remove_dir_all(&dir).map_err(|source| BenchError::Dir {
+            action: "remove",
+            path: dir.clone(),
+            source,
+        })?;
+    }
+    result
+}
+
+async fn measure(config: &LogAppendConfig, dir: &Path) -> Result<LogAppendReport, BenchError> {
+    let timings = Rc::new(RefCell::new(IoTimings::new()?));
+    let fatal = Rc::new(FatalSlot::default());
+    let storage = TimedStorage::new(DmaStorage, timings.clone());
+    let (log, _report) = Log::open(storage, dir, config.log_config(), EPOCH, fatal.clone()).await?;
+    let log = Rc::new(log);
+    let background = glommio::spawn_local(log.background());
+    let run = Rc::new(Run {
+        phase: Cell::new(Phase::Warmup),
+        latency: RefCell::new(Latency::new()?),
+        records: Cell::new(0),
+        backpressure_waits: Cell::new(0),
+    });
+    let mut batch_bytes = 0;
+    let mut tasks = Vec::with_capacity(config.appenders as usize);
+    for index in 0..config.appenders {
+        let batch = build_batch(index, config.record_bytes)?;
+        batch_bytes = batch.len() as u64;
+        tasks.push(glommio::spawn_local(appender(log.clone(), run.clone(), batch)));
+    }
+
+    glommio::timer::sleep(Duration::from_millis(config.warmup_ms)).await;
+    let before: LogStats = log.stats();
+    timings.borrow_mut().reset();
+    run.phase.set(Phase::Measure);
+    let window_start = instant_now();
+    glommio::timer::sleep(Duration::from_secs(config.seconds)).await;
+    run.phase.set(Phase::Stop);
+    let measured_s = instant_now().duration_since(window_start).as_secs_f64();
+    let after = log.stats();
+    let io = timings.borrow().summary();
+
+    let mut first_error = None;
+    for task in tasks {
+        if let Err(error) = task.await {
+            first_error.get_or_insert(error);
+        }
+    }
+    log.close();
+    background.await;
+    if let Some(reason) = fatal.reason.borrow().as_ref() {
+        return Err(BenchError::Log(LogError::Failed(reason.message.clone())));
+    }
+    if let Some(error) = first_error {
+        return Err(error.into());
+    }
+
+    let records = run.records.get();
+    let latency_us = run.latency.borrow().summary();
+    let commits = after.commits - before.commits;
+    let records_in_commits = after.records - before.records;
+    let per_s = |count: f64| count / measured_s;
+    Ok(LogAppendReport {
+        scenario: "log-append",
+        records_per_s: per_s(records as f64),
+        mb_per_s: per_s((records * batch_bytes) as f64) / BYTES_PER_MB,
+        mb_per_s_basis: "batch bytes (payload + rkyv record + 8 B position entry + 64 B header) \
+                         durable per second, 1 MB = 10^6 B",
+        disk_mb_per_s: per_s((after.commit_bytes - before.commit_bytes) as f64) / BYTES_PER_MB,
+        commits_per_s: per_s(commits as f64),
+        records_per_commit_mean: if commits == 0 {
+            0.0
+        } else {
+            records_in_commits as f64 / commits as f64
+        },
+        latency_us,
+        io,
+        records,
+        commits,
+        segments_rolled: after.segments_rolled - before.segments_rolled,
+        backpressure_waits: run.backpressure_waits.get(),
+        measured_s,
+        appenders: config.appenders,
+        record_bytes: config.record_bytes,
+        batch_bytes,
+        seconds: config.seconds,
+        warmup_ms: config.warmup_ms,
+        segment_bytes: config.segment_bytes,
+        commit_bytes: config.commit_bytes,
+        inflight_commits: config.inflight_commits,
+    })
+}
