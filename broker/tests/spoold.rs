@@ -11,8 +11,6 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
-use spool_broker::net::echo::encode_echo_frame;
-
 const SPOOLD: &str = env!("CARGO_BIN_EXE_spoold");
 const POLL: Duration = Duration::from_millis(20);
 /// 20 s at 20 ms per poll.
@@ -80,11 +78,32 @@ fn stderr_of(child: &mut Child) -> String {
     text
 }
 
-fn echo_round_trip(stream: &mut TcpStream, body: &[u8]) {
-    stream.write_all(&encode_echo_frame(body)).unwrap();
-    let mut response = vec![0u8; 4 + body.len()];
-    stream.read_exact(&mut response).unwrap();
-    assert_eq!(response, encode_echo_frame(body));
+/// Sends a ListQueues request and checks the broker answers it with a
+/// well-formed ListQueues response carrying the same correlation id.
+fn list_queues_round_trip(stream: &mut TcpStream, correlation: u64) {
+    use spool_wire::proto::{
+        decode_frame, CorrelationId, ListQueuesRequest, Reply, Request, Response,
+    };
+    let mut request = Vec::new();
+    Request::ListQueues(ListQueuesRequest {})
+        .encode(CorrelationId(correlation), &mut request)
+        .unwrap();
+    stream.write_all(&request).unwrap();
+    let mut length = [0u8; 4];
+    stream.read_exact(&mut length).unwrap();
+    let total = u32::from_le_bytes(length) as usize;
+    let mut frame = vec![0u8; total];
+    frame[..4].copy_from_slice(&length);
+    stream.read_exact(&mut frame[4..]).unwrap();
+    let mut aligned = spool_wire::batch::BatchBytes::with_capacity(total);
+    aligned.extend_from_slice(&frame);
+    let decoded = decode_frame(&aligned).unwrap();
+    let reply = Response::decode(&decoded).unwrap();
+    assert_eq!(reply.correlation_id, CorrelationId(correlation));
+    match reply.reply {
+        Reply::Ok(Response::ListQueues(list)) => assert!(list.queues.is_empty()),
+        other => panic!("expected a ListQueues answer, got {other:?}"),
+    }
 }
 
 fn signal(child: &Child, signal: i32) {
@@ -113,7 +132,7 @@ fn run_to_exit(args: &[&str]) -> Output {
 
 // Goal: spoold binds base_port + i for every shard and serves each port;
 // SIGTERM stops it with exit 0, quickly, with a connection still open.
-// Method: start on a temp dir, echo on every shard port, SIGTERM, time the
+// Method: start on a temp dir, a ListQueues round trip on every shard port, SIGTERM, time the
 // exit by poll count.
 #[test]
 fn serves_every_shard_port_and_sigterm_exits_zero() {
@@ -125,7 +144,7 @@ fn serves_every_shard_port_and_sigterm_exits_zero() {
     for shard in 0..shards {
         let addr: SocketAddr = format!("127.0.0.1:{}", base + shard).parse().unwrap();
         let mut stream = connect_when_up(&mut child, addr);
-        echo_round_trip(&mut stream, format!("hello shard {shard}").as_bytes());
+        list_queues_round_trip(&mut stream, u64::from(shard) + 1);
         streams.push(stream);
     }
     assert!(dir.path().join("LOCK").exists());
@@ -164,7 +183,7 @@ fn second_spoold_on_same_data_dir_fails_clearly() {
     assert!(stderr.contains(&dir.path().display().to_string()), "{stderr}");
     assert!(stderr.contains(&format!("pid {}", first.id())), "{stderr}");
 
-    echo_round_trip(&mut stream, b"still here");
+    list_queues_round_trip(&mut stream, 7);
     signal(&first, libc::SIGINT);
     let (code, stderr) = wait_exit(first);
     assert_eq!(code, Some(0), "{stderr}");
