@@ -565,12 +565,11 @@ impl<S: Storage + Clone> Partition<S> {
         if ticket.is_some() {
             self.claimable.notify();
         }
-        if let Some(ticket) = ticket {
-            ticket.durable().await?;
-        } else if let Some(previous) = self.last_ticket.borrow().clone() {
-            // A duplicate reply promises the original is durable: wait for
-            // everything appended so far.
-            previous.durable().await?;
+        // A duplicate reply promises the original is durable: without an
+        // append of our own, wait for everything appended so far.
+        let wait = ticket.or_else(|| self.last_ticket.borrow().clone());
+        if let Some(wait) = wait {
+            wait.durable().await?;
         }
         Ok(outcomes)
     }
