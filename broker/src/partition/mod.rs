@@ -858,6 +858,18 @@ impl<S: Storage + Clone> Partition<S> {
         self.state.borrow().peek_dead_letters(after, max)
     }
 
+    /// The record bytes of the live message at `offset` (either lane).
+    ///
+    /// # Errors
+    /// Storage failure, or no data record at `offset`.
+    pub async fn record(&self, offset: Offset) -> Result<Vec<u8>, PartitionError> {
+        let ticket = self.last_ticket.borrow().clone();
+        if let Some(ticket) = ticket {
+            ticket.durable().await?;
+        }
+        self.record_bytes(offset, &mut BTreeMap::new()).await
+    }
+
     /// Live messages of the main lane from `from`, up to `max`, with their
     /// record bytes. Changes nothing.
     ///

@@ -16,7 +16,7 @@
 
 use std::rc::Rc;
 
-use spool_wire::batch::BatchBytes;
+use spool_wire::batch::{validate_record, BatchBytes};
 use spool_wire::proto::{
     self, decode_frame, AckResponse, ClaimResponse, CorrelationId, CreateQueueResponse, DeadLetter,
     DeadLettersResponse, DeleteQueueResponse, DescribeQueueResponse, ErrorResponse, ExtendResponse,
@@ -44,6 +44,27 @@ pub const PEEK_MAX: usize = 1024;
 /// Reason code recorded when a worker releases a message. The worker's text
 /// is logged; the state machine keeps a code.
 pub const RELEASE_REASON_WORKER: ReleaseReason = ReleaseReason(1);
+
+/// Suffix that names a queue's dead-letter lane in a Claim: `jobs.dlq`.
+pub const DEAD_LETTER_SUFFIX: &str = ".dlq";
+
+/// A release reason and quarantine cause as text for DeadLetters.
+fn reason_text(reason: ReleaseReason, cause: Option<crate::queue::QuarantineCause>) -> String {
+    let why = match reason {
+        ReleaseReason::NONE => "none".to_owned(),
+        ReleaseReason::LEASE_EXPIRED => "lease expired".to_owned(),
+        ReleaseReason::EXPIRED => "expired".to_owned(),
+        RELEASE_REASON_WORKER => "released by worker".to_owned(),
+        ReleaseReason(code) => format!("code {code}"),
+    };
+    match cause {
+        Some(crate::queue::QuarantineCause::Deliveries) => {
+            format!("max deliveries reached; last: {why}")
+        }
+        Some(crate::queue::QuarantineCause::Expired) => format!("expired; last: {why}"),
+        None => why,
+    }
+}
 
 /// A whole request frame, copied into an aligned buffer.
 #[derive(Debug)]
@@ -94,6 +115,10 @@ fn control_error(failure: &ControlError) -> ErrorResponse {
 impl SpoolHandler {
     pub fn new(state: Rc<ShardState>) -> Self {
         Self { state }
+    }
+
+    fn queue_exists(&self, queue: &str) -> bool {
+        QueueName::new(queue).is_ok_and(|name| self.state.table.borrow().queue(&name).is_some())
     }
 
     /// The local partition, or the error a client should see: NOT_OWNER
@@ -273,27 +298,34 @@ impl SpoolHandler {
                 let partition = self.route(&list.queue, list.partition.0)?;
                 let max = (list.max as usize).min(PEEK_MAX);
                 let after = list.from_offset.0.checked_sub(1).map(Offset);
-                let entries = partition
-                    .dead_letters(after, max)
-                    .into_iter()
-                    .map(|view| {
-                        let (claimed_at, quarantined_at) = match (view.phase, view.quarantine) {
-                            (MessagePhase::Claimed { claimed_at_ms, .. }, q) => {
-                                (claimed_at_ms, q.map_or(0, |(_, at)| at))
-                            }
-                            (_, q) => (0, q.map_or(0, |(_, at)| at)),
-                        };
-                        DeadLetter {
-                            original_offset: proto::Offset(view.offset.0),
-                            routing_key: String::new(),
-                            attempts: u32::from(view.attempts),
-                            last_reason: format!("{:?}", view.last_reason),
-                            enqueued_at_ms: view.enqueue_time_ms,
-                            last_claimed_at_ms: claimed_at,
-                            quarantined_at_ms: quarantined_at,
-                        }
-                    })
-                    .collect();
+                let mut entries = Vec::new();
+                for view in partition.dead_letters(after, max) {
+                    let claimed_at = match view.phase {
+                        MessagePhase::Claimed { claimed_at_ms, .. } => claimed_at_ms,
+                        _ => 0,
+                    };
+                    let routing_key = partition
+                        .record(view.offset)
+                        .await
+                        .ok()
+                        .and_then(|bytes| {
+                            let mut aligned = BatchBytes::with_capacity(bytes.len());
+                            aligned.extend_from_slice(&bytes);
+                            validate_record(&aligned).ok().map(|record| {
+                                String::from_utf8_lossy(&record.routing_key).into_owned()
+                            })
+                        })
+                        .unwrap_or_default();
+                    entries.push(DeadLetter {
+                        original_offset: proto::Offset(view.offset.0),
+                        routing_key,
+                        attempts: u32::from(view.attempts),
+                        last_reason: reason_text(view.last_reason, view.quarantine.map(|(c, _)| c)),
+                        enqueued_at_ms: view.enqueue_time_ms,
+                        last_claimed_at_ms: claimed_at,
+                        quarantined_at_ms: view.quarantine.map_or(0, |(_, at)| at),
+                    });
+                }
                 Ok(Response::DeadLetters(DeadLettersResponse { entries }))
             }
             Request::Redrive(redrive) => {
@@ -545,7 +577,15 @@ impl SpoolHandler {
         &self,
         claim: &proto::ClaimRequest<'_>,
     ) -> Result<Vec<crate::partition::Claimed>, ErrorResponse> {
-        let partition = self.route(claim.queue, claim.partition.0)?;
+        // `<queue>.dlq` names the dead-letter lane of `<queue>`'s partitions,
+        // unless a queue by that very name exists.
+        let (queue, lane) = match claim.queue.strip_suffix(DEAD_LETTER_SUFFIX) {
+            Some(base) if !self.queue_exists(claim.queue) && self.queue_exists(base) => {
+                (base, Lane::DeadLetter)
+            }
+            _ => (claim.queue, Lane::Main),
+        };
+        let partition = self.route(queue, claim.partition.0)?;
         let request = ClaimRequest {
             worker: WorkerId(claim.worker.0),
             credits: claim.credits,
@@ -553,7 +593,7 @@ impl SpoolHandler {
             lease_ms: (claim.lease_ms > 0).then_some(u64::from(claim.lease_ms)),
         };
         partition
-            .claim(&request, Lane::Main, u64::from(claim.wait_ms))
+            .claim(&request, lane, u64::from(claim.wait_ms))
             .await
             .map_err(|e| partition_error(&e))
     }
