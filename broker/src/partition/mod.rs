@@ -714,21 +714,25 @@ impl<S: Storage + Clone> Partition<S> {
     pub async fn ack(&self, tokens: &[DeliveryToken]) -> Vec<Result<(), PartitionError>> {
         let events_max = tokens.len().min(CONTROL_BATCH_EVENTS_MAX);
         self.log.writable(Self::control_bytes(events_max, false)).await;
+        // From here to the append: no await, so no other request interleaves.
         let now = (self.clock)();
         let mut results: Vec<Result<(), PartitionError>> = Vec::with_capacity(tokens.len());
         let mut events = Vec::with_capacity(events_max);
         {
-            let mut state = self.state.borrow_mut();
+            let state = self.state.borrow();
+            // Decisions are made on the unchanged state; a token repeated in
+            // this request would be accepted twice, so the second is stale.
+            let mut seen = std::collections::BTreeSet::new();
             for token in tokens.iter().take(CONTROL_BATCH_EVENTS_MAX) {
+                let claim = token.claim();
+                if !seen.insert((claim.lane as u8, claim.offset)) {
+                    results.push(Err(PartitionError::Queue(QueueError::StaleToken(
+                        crate::queue::StaleToken::NotClaimed,
+                    ))));
+                    continue;
+                }
                 match state.ack(now, token) {
                     Ok(event) => {
-                        // Apply at once so a repeated token in this request is stale.
-                        if let Err(error) = state.apply(&event) {
-                            panic!(
-                                "partition {:?}: ack {event:?} does not apply: {error}",
-                                self.name
-                            );
-                        }
                         events.push(event);
                         results.push(Ok(()));
                     }
@@ -741,42 +745,24 @@ impl<S: Storage + Clone> Partition<S> {
                 max: CONTROL_BATCH_EVENTS_MAX,
             })));
         }
-        if events.is_empty() {
-            return results;
-        }
-        // Events are applied already; append them as they are.
-        let appended = self.append_applied(&events, now);
-        match appended {
-            Ok(ticket) => {
-                if let Err(error) = ticket.durable().await {
-                    let message = error.to_string();
-                    for result in results.iter_mut().filter(|result| result.is_ok()) {
-                        *result = Err(PartitionError::Log(LogError::Failed(message.clone())));
-                    }
-                }
-            }
-            Err(error) => {
-                // The state applied events the log refused: they must not be
-                // acknowledged, and the partition cannot continue.
-                panic!("partition {:?}: applied acks could not be appended: {error}", self.name);
+        // Append first, then apply: a refused append changes nothing.
+        let outcome = match self.append_events(&events, now) {
+            Ok(Some(ticket)) => ticket.durable().await.map_err(PartitionError::from),
+            Ok(None) => Ok(()),
+            Err(error) => Err(error),
+        };
+        if let Err(error) = outcome {
+            let closed = error.code() == ErrorCode::ShuttingDown;
+            let message = error.to_string();
+            for result in results.iter_mut().filter(|result| result.is_ok()) {
+                *result = Err(if closed {
+                    PartitionError::Log(LogError::Closed)
+                } else {
+                    PartitionError::Log(LogError::Failed(message.clone()))
+                });
             }
         }
         results
-    }
-
-    /// Appends events that were already applied to the state.
-    fn append_applied(&self, events: &[Event], now: Millis) -> Result<Ticket, PartitionError> {
-        let mut builder = ControlBatchBuilder::new();
-        let mut encoded = Vec::with_capacity(CLAIMED_EVENT_BYTES);
-        for event in events {
-            encoded.clear();
-            event.encode(&mut encoded).map_err(PartitionError::Token)?;
-            builder.push(now, &encoded)?;
-        }
-        let batch = builder.finish()?;
-        let appended = self.log.append(&batch)?;
-        *self.last_ticket.borrow_mut() = Some(appended.ticket.clone());
-        Ok(appended.ticket)
     }
 
     /// Releases `token`: the message is scheduled at `not_before_ms` (or
