@@ -565,12 +565,13 @@ impl<S: Storage + Clone> Partition<S> {
         if ticket.is_some() {
             self.claimable.notify();
         }
-        if let Some(ticket) = ticket {
+        // A duplicate-only reply promises the original is durable: wait for
+        // everything appended so far. The ticket is cloned out first so no
+        // RefCell borrow is held across the await (another enqueue would
+        // panic replacing `last_ticket` while this one waits).
+        let wait_for = ticket.or_else(|| self.last_ticket.borrow().clone());
+        if let Some(ticket) = wait_for {
             ticket.durable().await?;
-        } else if let Some(previous) = self.last_ticket.borrow().clone() {
-            // A duplicate reply promises the original is durable: wait for
-            // everything appended so far.
-            previous.durable().await?;
         }
         Ok(outcomes)
     }

@@ -352,8 +352,8 @@ impl SpoolHandler {
     async fn ack(&self, tokens: &[proto::DeliveryToken]) -> AckResponse {
         let mut results = vec![ErrorCode::None; tokens.len()];
         // Group by partition, keeping each token's position.
-        let mut groups: Vec<(Rc<ShardPartition>, Vec<(usize, crate::queue::DeliveryToken)>)> =
-            Vec::new();
+        type TokenGroup = (Rc<ShardPartition>, Vec<(usize, crate::queue::DeliveryToken)>);
+        let mut groups: Vec<TokenGroup> = Vec::new();
         for (index, raw) in tokens.iter().enumerate() {
             let token = match token_from_wire(raw) {
                 Ok(token) => token,
