@@ -117,10 +117,10 @@ fn recovery_reopens_with_and_without_a_checkpoint_and_cleans_up() {
 #[test]
 fn recovery_refuses_a_run_that_does_not_fit_the_disk() {
     // Goal: the statvfs check refuses, before writing anything, a run far larger than any
-    // disk (50 M records of ~1 MiB ≈ 50 TB), with exit 1 and a message saying why.
+    // disk (50 M records of 900 kB ≈ 45 TB), with exit 1 and a message saying why.
     let temp = tempfile::tempdir().unwrap();
     let output = Command::new(env!("CARGO_BIN_EXE_spool-bench"))
-        .args(["recovery", "--messages", "50000000", "--record-bytes", "1000000"])
+        .args(["recovery", "--messages", "50000000", "--record-bytes", "900000"])
         .args(["--batch-records", "1", "--dir"])
         .arg(temp.path())
         .output()
