@@ -34,10 +34,12 @@ use spool_broker::clock::instant_now;
 use spool_broker::io::DmaStorage;
 use spool_broker::limits::{SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN};
 use spool_broker::log::{Log, LogConfig, LogError, RecordFatal};
-use spool_broker::partition::files::CHECKPOINT_FILE;
+use spool_broker::partition::files::{self, CHECKPOINT_FILE, CHECKPOINT_MAGIC};
 use spool_broker::partition::{Clock, OpenReport, Partition, PartitionError, PartitionName};
 use spool_broker::queue::limits::{QUEUE_BYTES_MAX, QUEUE_MESSAGES_MAX};
-use spool_broker::queue::{Millis, PartitionId, QueueConfig, QueueId};
+use spool_broker::queue::{
+    LeaderEpoch, Millis, PartitionContext, PartitionId, PartitionState, QueueConfig, QueueId,
+};
 use spool_wire::batch::{BatchBytes, DataBatchBuilder, MessageId, Payload, Record};
 use spool_wire::limits::{BATCH_RECORDS_MAX, PAYLOAD_INLINE_BYTES_MAX};
 
@@ -163,6 +165,12 @@ pub struct RecoveryReport {
     /// scan (every segment, every batch crc-checked), which every partition
     /// open pays before the checkpoint is even read.
     pub log_scan_ms: f64,
+    /// Reading the checkpoint side file alone (`files::read_side_file`:
+    /// serial 1 MiB O_DIRECT reads, crc check).
+    pub checkpoint_read_ms: f64,
+    /// `PartitionState::restore` of those bytes alone (decode, rebuild the
+    /// state and its derived indexes).
+    pub checkpoint_restore_ms: f64,
     /// Building the backlog: enqueue calls to the last one durable.
     pub build_ms: f64,
     pub build_messages_per_s: f64,
@@ -369,6 +377,30 @@ async fn time_log_open(
     Ok(scan_ms)
 }
 
+/// Times reading the checkpoint file and restoring the state from it, each
+/// alone, as `Partition::open` does them.
+async fn time_checkpoint_load(dir: &Path) -> Result<(f64, f64), BenchError> {
+    let start = instant_now();
+    let file = files::read_side_file(&DmaStorage, dir, CHECKPOINT_FILE, CHECKPOINT_MAGIC)
+        .await
+        .map_err(|error| BenchError::Partition(Box::new(error.into())))?
+        .ok_or_else(|| BenchError::Scenario("the build left no checkpoint".to_owned()))?;
+    let read_ms = instant_now().duration_since(start).as_secs_f64() * 1000.0;
+    let ctx = PartitionContext {
+        queue: QueueId(1),
+        partition: PartitionId(0),
+        epoch: LeaderEpoch(u64::MAX),
+        secret: [0x5b; 32],
+        config: queue_config(),
+    };
+    let start = instant_now();
+    let restored = PartitionState::restore(&file.payload, ctx)
+        .map_err(|error| BenchError::Scenario(format!("checkpoint does not restore: {error}")))?;
+    let restore_ms = instant_now().duration_since(start).as_secs_f64() * 1000.0;
+    drop(restored);
+    Ok((read_ms, restore_ms))
+}
+
 /// One enqueue task: takes the next batch number until none is left.
 async fn enqueuer(
     partition: Rc<Partition<DmaStorage>>,
@@ -436,6 +468,7 @@ async fn measure(
         .len();
 
     let log_scan_ms = time_log_open(dir, config, &fatal).await?;
+    let (checkpoint_read_ms, checkpoint_restore_ms) = time_checkpoint_load(dir).await?;
     let with_checkpoint = reopen(dir, config, &clock, &fatal).await?;
     // Closing wrote a fresh checkpoint; remove it so the next open replays all.
     std::fs::remove_file(&checkpoint_path).map_err(|source| BenchError::Dir {
@@ -454,6 +487,8 @@ async fn measure(
         bytes_on_disk,
         checkpoint_bytes,
         log_scan_ms,
+        checkpoint_read_ms,
+        checkpoint_restore_ms,
         build_ms,
         build_messages_per_s: config.messages as f64 / (build_ms / 1000.0).max(f64::MIN_POSITIVE),
         with_checkpoint,

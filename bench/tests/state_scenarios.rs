@@ -92,7 +92,9 @@ fn recovery_reopens_with_and_without_a_checkpoint_and_cleans_up() {
     assert!(on_disk >= 200.0 * batch_bytes, "200 batches are on disk: {on_disk}");
     assert!(number(&report, &["checkpoint_bytes"]) > 0.0);
     assert!(number(&report, &["build_ms"]) > 0.0);
-    assert!(number(&report, &["log_scan_ms"]) > 0.0);
+    for field in ["log_scan_ms", "checkpoint_read_ms", "checkpoint_restore_ms"] {
+        assert!(number(&report, &[field]) > 0.0, "{field}");
+    }
     assert!(number(&report, &["build_messages_per_s"]) > 0.0);
 
     let with = &report["with_checkpoint"];

@@ -22,7 +22,8 @@ use crate::io::{IoError, Storage, StorageFile};
 use crate::limits::PAGE_BYTES;
 
 pub(crate) const EPOCH_MAGIC: u32 = u32::from_le_bytes(*b"SPEP");
-pub(crate) const CHECKPOINT_MAGIC: u32 = u32::from_le_bytes(*b"SPCK");
+/// Magic of the checkpoint side file (for [`read_side_file`]).
+pub const CHECKPOINT_MAGIC: u32 = u32::from_le_bytes(*b"SPCK");
 const SIDE_FILE_VERSION: u32 = 1;
 const SIDE_HEADER_BYTES: usize = 32;
 /// Largest write issued at once while writing a side file.
