@@ -28,4 +28,25 @@ pub enum BenchError {
     Histogram(String),
     #[error("cannot encode the report: {0}")]
     Report(#[from] serde_json::Error),
+    #[error(
+        "heap is not being counted: run this scenario from the spool-bench binary, which \
+         installs spool_bench::heap::CountingAllocator as the global allocator"
+    )]
+    NoCountingAllocator,
+    #[error(
+        "{} has {available_bytes} bytes free but the run needs about {needed_bytes}; \
+         pass a smaller --messages or --record-bytes, or another --dir",
+        dir.display()
+    )]
+    InsufficientSpace { dir: PathBuf, needed_bytes: u64, available_bytes: u64 },
+    #[error("queue config: {0}")]
+    Config(#[from] spool_broker::queue::ConfigError),
+    #[error("queue decision refused: {0}")]
+    Queue(#[from] spool_broker::queue::QueueError),
+    #[error("queue event does not apply: {0}")]
+    Apply(#[from] spool_broker::queue::ApplyError),
+    #[error("partition: {0}")]
+    Partition(Box<spool_broker::partition::PartitionError>),
+    #[error("scenario went wrong: {0}")]
+    Scenario(String),
 }

@@ -9,10 +9,21 @@
 //! Scenarios:
 //! - [`log_append`]: one glommio shard, N appenders on one partition log,
 //!   append → durable latency and group-commit throughput.
+//! - [`state_memory`]: heap bytes per message of the pure queue state
+//!   machine (backlog, dedupe, claimed, scheduled) and its enqueue fold rate.
+//! - [`recovery`]: reopen time of a large on-disk partition with and
+//!   without a checkpoint.
+//!
+//! [`heap`] holds the counting allocator the binary installs for
+//! `state_memory`; the criterion micro-benchmarks of the state machine live
+//! beside it in `broker/benches/queue.rs`.
 
 pub mod error;
+pub mod heap;
 pub mod latency;
 pub mod log_append;
+pub mod recovery;
+pub mod state_memory;
 pub mod timed;
 
 pub use error::BenchError;

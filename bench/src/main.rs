@@ -1,14 +1,24 @@
 //! `spool-bench`: the command line over the `spool_bench` scenarios. Each
 //! subcommand runs one scenario and prints one JSON object on stdout; errors
-//! go to stderr with exit code 1. It measures nothing itself.
+//! go to stderr with exit code 1. It measures nothing itself, but it is
+//! the one place that installs the counting global allocator, so only this
+//! binary (not the library or its tests) pays for counting.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
+use spool_bench::heap::CountingAllocator;
 use spool_bench::log_append::{self, LogAppendConfig};
+use spool_bench::recovery::{self, RecoveryConfig};
+use spool_bench::state_memory::{self, StateMemoryConfig};
 use spool_bench::BenchError;
 use spool_broker::limits::{COMMIT_BYTES_DEFAULT, INFLIGHT_COMMITS_DEFAULT, SEGMENT_BYTES_DEFAULT};
+
+/// Counts live heap bytes for `state-memory` (a relaxed atomic add per
+/// allocation: noise for the I/O scenarios).
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator;
 
 #[derive(Debug, Parser)]
 #[command(name = "spool-bench", about = "Spool benchmarks; each prints one JSON object")]
@@ -21,6 +31,52 @@ struct Cli {
 enum Command {
     /// N appenders on one partition log (one glommio shard, O_DIRECT): append → durable.
     LogAppend(LogAppendArgs),
+    /// Heap bytes per message of the queue state machine (pure, no I/O).
+    StateMemory(StateMemoryArgs),
+    /// Reopen time of a large on-disk partition, with and without a checkpoint.
+    Recovery(RecoveryArgs),
+}
+
+#[derive(Debug, Args)]
+struct StateMemoryArgs {
+    /// Never-claimed backlog to build (the capacity model's burst).
+    #[arg(long, default_value_t = 7_200_000)]
+    messages: u64,
+    /// Messages claimed, released and scheduled for the per-message figures.
+    #[arg(long, default_value_t = 100_000)]
+    warm_messages: u64,
+    /// Simulated enqueue rate: enqueue times advance 1/rate s per message.
+    #[arg(long, default_value_t = 25_000)]
+    rate_per_s: u64,
+}
+
+#[derive(Debug, Args)]
+struct RecoveryArgs {
+    /// Parent directory; the run uses a fresh subdirectory and removes it afterwards.
+    #[arg(long)]
+    dir: PathBuf,
+    #[arg(long, default_value_t = 7_200_000)]
+    messages: u64,
+    /// Inline payload bytes per record (1.6 KiB by default).
+    #[arg(long, default_value_t = 1_638)]
+    record_bytes: u64,
+    /// Records per data batch.
+    #[arg(long, default_value_t = 100)]
+    batch_records: u64,
+    /// Concurrent enqueue tasks.
+    #[arg(long, default_value_t = 8)]
+    enqueuers: u64,
+    /// Simulated enqueue rate: the broker clock advances 1/rate s per message.
+    #[arg(long, default_value_t = 25_000)]
+    rate_per_s: u64,
+    #[arg(long, default_value_t = SEGMENT_BYTES_DEFAULT)]
+    segment_bytes: u64,
+    /// CPU to pin the shard to.
+    #[arg(long, default_value_t = 0)]
+    core: usize,
+    /// Keep the partition directory after the run.
+    #[arg(long)]
+    keep: bool,
 }
 
 #[derive(Debug, Args)]
@@ -73,6 +129,30 @@ fn main() -> ExitCode {
                 keep: args.keep,
             };
             log_append::run(&config)
+                .and_then(|report| serde_json::to_string(&report).map_err(BenchError::from))
+        }
+        Command::StateMemory(args) => {
+            let config = StateMemoryConfig {
+                messages: args.messages,
+                warm_messages: args.warm_messages,
+                rate_per_s: args.rate_per_s,
+            };
+            state_memory::run(&config)
+                .and_then(|report| serde_json::to_string(&report).map_err(BenchError::from))
+        }
+        Command::Recovery(args) => {
+            let config = RecoveryConfig {
+                dir: args.dir,
+                messages: args.messages,
+                record_bytes: args.record_bytes,
+                batch_records: args.batch_records,
+                enqueuers: args.enqueuers,
+                rate_per_s: args.rate_per_s,
+                segment_bytes: args.segment_bytes,
+                core: args.core,
+                keep: args.keep,
+            };
+            recovery::run(&config)
                 .and_then(|report| serde_json::to_string(&report).map_err(BenchError::from))
         }
     };

@@ -22,7 +22,8 @@ use crate::io::{IoError, Storage, StorageFile};
 use crate::limits::PAGE_BYTES;
 
 pub(crate) const EPOCH_MAGIC: u32 = u32::from_le_bytes(*b"SPEP");
-pub(crate) const CHECKPOINT_MAGIC: u32 = u32::from_le_bytes(*b"SPCK");
+/// Magic of the checkpoint side file (for [`read_side_file`]).
+pub const CHECKPOINT_MAGIC: u32 = u32::from_le_bytes(*b"SPCK");
 const SIDE_FILE_VERSION: u32 = 1;
 const SIDE_HEADER_BYTES: usize = 32;
 /// Largest write issued at once while writing a side file.
@@ -30,8 +31,11 @@ const SIDE_WRITE_CHUNK_BYTES: usize = 1 << 20;
 /// Largest side file read back (a checkpoint of a very large backlog).
 pub const SIDE_FILE_BYTES_MAX: u64 = 4 << 30;
 
-pub(crate) const EPOCH_FILE: &str = "epoch";
-pub(crate) const CHECKPOINT_FILE: &str = "checkpoint";
+/// Name of the leader-epoch side file in a partition directory.
+pub const EPOCH_FILE: &str = "epoch";
+/// Name of the checkpoint side file in a partition directory (benchmarks
+/// delete it to measure a full replay).
+pub const CHECKPOINT_FILE: &str = "checkpoint";
 
 /// What is wrong with a side file.
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,507 @@
+//! `recovery`: how long a partition takes to reopen after a large backlog,
+//! with a checkpoint and without one.
+//!
+//! Builds a real partition on disk (one glommio shard, [`DmaStorage`],
+//! [`Partition::open`]) holding `messages` never-claimed messages of
+//! `record_bytes` inline payload, enqueued in data batches of
+//! `batch_records` by `enqueuers` concurrent tasks through
+//! [`Partition::enqueue`], with a broker clock that advances as it would at
+//! `rate_per_s` (so the dedupe window, and with it the checkpoint, holds
+//! what production would). Then:
+//! (a) `checkpoint()`, close, and time `Partition::open` (load the
+//!     checkpoint, restore the state, replay the few events after it);
+//! (b) close, delete the checkpoint file, and time `Partition::open` again
+//!     (replay the whole log through `apply`).
+//! Each reopen is checked: the state must hold exactly `messages` live
+//! messages. All reads are O_DIRECT, so (b) is not helped by a page cache
+//! that (a) warmed.
+//!
+//! Disk: the log is about `messages × batch_bytes / batch_records` plus one
+//! prepared segment; the run checks free space with statvfs first and
+//! refuses with the figure it needs. The run directory is removed
+//! afterwards unless `keep`. What this does not measure: the network path,
+//! claims, or a crash (close is clean; crash recovery is the log tests').
+
+use std::cell::Cell;
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use glommio::{LocalExecutorBuilder, Placement};
+use serde::Serialize;
+use spool_broker::clock::instant_now;
+use spool_broker::io::DmaStorage;
+use spool_broker::limits::{SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN};
+use spool_broker::log::{Log, LogConfig, LogError, RecordFatal};
+use spool_broker::partition::files::{self, CHECKPOINT_FILE, CHECKPOINT_MAGIC};
+use spool_broker::partition::{Clock, OpenReport, Partition, PartitionError, PartitionName};
+use spool_broker::queue::limits::{QUEUE_BYTES_MAX, QUEUE_MESSAGES_MAX};
+use spool_broker::queue::{
+    LeaderEpoch, Millis, PartitionContext, PartitionId, PartitionState, QueueConfig, QueueId,
+};
+use spool_wire::batch::{BatchBytes, DataBatchBuilder, MessageId, Payload, Record};
+use spool_wire::limits::{BATCH_RECORDS_MAX, PAYLOAD_INLINE_BYTES_MAX};
+
+use crate::error::BenchError;
+
+/// Largest backlog a run may build.
+pub const MESSAGES_MAX: u64 = 50_000_000;
+/// Most concurrent enqueue tasks (each holds one batch).
+pub const ENQUEUERS_MAX: u64 = 256;
+/// Fastest simulated enqueue rate.
+pub const RATE_PER_S_MAX: u64 = 10_000_000;
+/// The capacity model's target for a reopen with a checkpoint.
+pub const TARGET_RECOVERY_MS_WITH_CHECKPOINT: f64 = 10_000.0;
+/// Free space kept beyond the estimate: side files, indexes, rounding.
+const SPACE_SLACK_BYTES: u64 = 256 << 20;
+/// Checkpoint bytes budgeted per message (fresh entry and dedupe entry,
+/// serialized) in the space estimate; generous on purpose.
+const CHECKPOINT_BYTES_PER_MESSAGE_ESTIMATE: u64 = 96;
+/// Broker time of the first enqueue.
+const START_MS: Millis = 1_700_000_000_000;
+/// Leader epoch handed to the bare log open that times the scan (the log
+/// uses it only to stamp a filler when it repairs a torn tail, and a clean
+/// close leaves none).
+const SCAN_EPOCH: u32 = 1;
+
+/// What to run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecoveryConfig {
+    /// Parent directory; the run uses a fresh subdirectory in it.
+    pub dir: PathBuf,
+    pub messages: u64,
+    /// Inline payload bytes per record (the capacity model: 1.6 KiB).
+    pub record_bytes: u64,
+    /// Records per data batch.
+    pub batch_records: u64,
+    /// Concurrent enqueue tasks (each awaits its batch's durability).
+    pub enqueuers: u64,
+    /// Simulated enqueue rate: the broker clock advances 1/rate s per message.
+    pub rate_per_s: u64,
+    pub segment_bytes: u64,
+    /// CPU the shard is pinned to.
+    pub core: usize,
+    /// Keep the partition directory after the run.
+    pub keep: bool,
+}
+
+impl RecoveryConfig {
+    /// The capacity model's backlog: 7.2 M records of 1.6 KiB, batches of 100.
+    pub fn new(dir: PathBuf) -> Self {
+        Self {
+            dir,
+            messages: 7_200_000,
+            record_bytes: 1_638,
+            batch_records: 100,
+            enqueuers: 8,
+            rate_per_s: 25_000,
+            segment_bytes: SEGMENT_BYTES_DEFAULT,
+            core: 0,
+            keep: false,
+        }
+    }
+
+    fn validate(&self) -> Result<(), BenchError> {
+        let check = |field, value, min, max| {
+            if value < min || value > max {
+                return Err(BenchError::OutOfRange { field, value, min, max });
+            }
+            Ok(())
+        };
+        check("messages", self.messages, 1, MESSAGES_MAX)?;
+        check("record_bytes", self.record_bytes, 0, PAYLOAD_INLINE_BYTES_MAX as u64)?;
+        check("batch_records", self.batch_records, 1, u64::from(BATCH_RECORDS_MAX))?;
+        check("enqueuers", self.enqueuers, 1, ENQUEUERS_MAX)?;
+        check("rate_per_s", self.rate_per_s, 1, RATE_PER_S_MAX)?;
+        check("segment_bytes", self.segment_bytes, SEGMENT_BYTES_MIN, SEGMENT_BYTES_MAX)?;
+        Ok(())
+    }
+
+    fn batches(&self) -> u64 {
+        self.messages.div_ceil(self.batch_records)
+    }
+
+    /// Broker time at which message `n` is enqueued.
+    fn enqueue_time_ms(&self, n: u64) -> Millis {
+        START_MS + n * 1000 / self.rate_per_s
+    }
+
+    fn log_config(&self) -> LogConfig {
+        LogConfig { segment_bytes: self.segment_bytes, ..LogConfig::default() }
+    }
+}
+
+/// One timed reopen.
+#[derive(Clone, Debug, Serialize)]
+pub struct Reopen {
+    /// `Partition::open` from call to return: epoch file, log scan,
+    /// checkpoint load and restore, replay.
+    pub recovery_ms: f64,
+    pub checkpoint_covers: Option<u64>,
+    pub replayed_batches: u64,
+    pub replayed_events: u64,
+    /// Segments and batches the log's own open found (its crc scan).
+    pub log_segments: usize,
+    pub log_batches: u64,
+    /// Live messages after the reopen (must equal `messages`).
+    pub live_messages: u64,
+}
+
+/// The one JSON object a run prints.
+#[derive(Clone, Debug, Serialize)]
+pub struct RecoveryReport {
+    pub scenario: &'static str,
+    pub messages: u64,
+    pub record_bytes: u64,
+    pub batch_records: u64,
+    /// Bytes of one full data batch as the producer sends it.
+    pub batch_bytes: u64,
+    /// Sum of the sizes of every file in the partition directory after the
+    /// build (segments are pre-zeroed at full size, so the active one counts whole).
+    pub bytes_on_disk: u64,
+    pub checkpoint_bytes: u64,
+    /// `Log::open` alone on the built directory: the log's own recovery
+    /// scan (every segment, every batch crc-checked), which every partition
+    /// open pays before the checkpoint is even read.
+    pub log_scan_ms: f64,
+    /// Reading the checkpoint side file alone (`files::read_side_file`:
+    /// serial 1 MiB O_DIRECT reads, crc check).
+    pub checkpoint_read_ms: f64,
+    /// `PartitionState::restore` of those bytes alone (decode, rebuild the
+    /// state and its derived indexes).
+    pub checkpoint_restore_ms: f64,
+    /// Building the backlog: enqueue calls to the last one durable.
+    pub build_ms: f64,
+    pub build_messages_per_s: f64,
+    pub with_checkpoint: Reopen,
+    pub without_checkpoint: Reopen,
+    pub target_recovery_ms_with_checkpoint: f64,
+    pub enqueuers: u64,
+    pub rate_per_s: u64,
+    pub segment_bytes: u64,
+}
+
+/// Bytes free to an unprivileged writer on the filesystem holding `path`.
+fn available_bytes(path: &Path) -> Result<u64, BenchError> {
+    let io_error = |source| BenchError::Dir { action: "statvfs", path: path.to_path_buf(), source };
+    let c_path = CString::new(path.as_os_str().as_bytes())
+        .map_err(|error| io_error(std::io::Error::new(std::io::ErrorKind::InvalidInput, error)))?;
+    // SAFETY: statvfs is plain old data; all-zero is a valid value.
+    let mut stats: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c_path` is a valid NUL-terminated string and `stats` a valid
+    // out-pointer for the duration of the call.
+    let rc = unsafe { libc::statvfs(c_path.as_ptr(), &mut stats) };
+    if rc != 0 {
+        return Err(io_error(std::io::Error::last_os_error()));
+    }
+    // Both are u64 on 64-bit Linux but narrower elsewhere; keep the widening.
+    #[allow(clippy::useless_conversion)]
+    let (blocks, block_bytes) = (u64::from(stats.f_bavail), u64::from(stats.f_frsize));
+    Ok(blocks.saturating_mul(block_bytes))
+}
+
+/// Sum of the file sizes under `dir` (not recursive: a partition is flat).
+fn dir_bytes(dir: &Path) -> Result<u64, BenchError> {
+    let io_error = |source| BenchError::Dir { action: "list", path: dir.to_path_buf(), source };
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir).map_err(io_error)? {
+        let metadata = entry.and_then(|entry| entry.metadata()).map_err(io_error)?;
+        if metadata.is_file() {
+            total += metadata.len();
+        }
+    }
+    Ok(total)
+}
+
+/// Data batch number `index`: records `index × batch_records ..`, each with
+/// a distinct message id, stamped with the broker time of its first record.
+fn build_batch(config: &RecoveryConfig, index: u64) -> Result<(BatchBytes, Millis), BenchError> {
+    let first = index * config.batch_records;
+    let last = (first + config.batch_records).min(config.messages);
+    let stamp_ms = config.enqueue_time_ms(first);
+    let mut builder =
+        DataBatchBuilder::with_capacity(((last - first) * (config.record_bytes + 128)) as usize);
+    for n in first..last {
+        let mut id = [0u8; 16];
+        id[..8].copy_from_slice(&n.to_le_bytes());
+        id[8..].copy_from_slice(b"recovery");
+        builder.push(&Record {
+            message_id: MessageId(id),
+            routing_key: Vec::new(),
+            headers: Vec::new(),
+            payload: Payload::Inline(vec![(n % 251) as u8; config.record_bytes as usize]),
+            priority: 0,
+            not_before_ms: 0,
+            expiry_ms: 0,
+            enqueue_time_ms: stamp_ms,
+        })?;
+    }
+    Ok((builder.finish()?, stamp_ms))
+}
+
+fn queue_config() -> QueueConfig {
+    QueueConfig {
+        max_messages: QUEUE_MESSAGES_MAX,
+        max_bytes: QUEUE_BYTES_MAX,
+        ..QueueConfig::default()
+    }
+}
+
+/// Runs the scenario on a new glommio executor pinned to `config.core`.
+///
+/// # Errors
+/// [`BenchError::OutOfRange`], [`BenchError::InsufficientSpace`] before
+/// anything is written, [`BenchError::Executor`], [`BenchError::Dir`], any
+/// partition error, and [`BenchError::Scenario`] when a reopen does not
+/// recover every message.
+pub fn run(config: &RecoveryConfig) -> Result<RecoveryReport, BenchError> {
+    config.validate()?;
+    let (sample, _) = build_batch(config, 0)?;
+    let batch_bytes = sample.len() as u64;
+    drop(sample);
+    let per_message_bytes = batch_bytes.div_ceil(config.batch_records.min(config.messages));
+    let needed_bytes = config.messages * per_message_bytes
+        + config.messages * CHECKPOINT_BYTES_PER_MESSAGE_ESTIMATE
+        + 2 * config.segment_bytes
+        + SPACE_SLACK_BYTES;
+    let available = available_bytes(&config.dir)?;
+    if available < needed_bytes {
+        return Err(BenchError::InsufficientSpace {
+            dir: config.dir.clone(),
+            needed_bytes,
+            available_bytes: available,
+        });
+    }
+    let dir = config.dir.join(format!("spool-bench-recovery-{}", std::process::id()));
+    let io_error = |action, source| BenchError::Dir { action, path: dir.clone(), source };
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).map_err(|source| io_error("clear", source))?;
+    }
+    let executor = LocalExecutorBuilder::new(Placement::Fixed(config.core))
+        // Registered (fixed) buffers make reads fail on virtio hosts: see broker io/dma.rs.
+        .io_memory(0)
+        .name("spool-bench")
+        .make()
+        .map_err(|error| BenchError::Executor(error.to_string()))?;
+    let result = executor.run(measure(config, &dir, batch_bytes));
+    if !config.keep && dir.exists() {
+        std::fs::remove_dir_all(&dir).map_err(|source| io_error("remove", source))?;
+    }
+    result
+}
+
+type Opened = (Rc<Partition<DmaStorage>>, glommio::task::JoinHandle<()>, OpenReport);
+
+async fn open(
+    dir: &Path,
+    config: &RecoveryConfig,
+    clock: &Rc<Cell<Millis>>,
+    fatal: &Rc<RecordFatal>,
+) -> Result<Opened, BenchError> {
+    let name =
+        PartitionName { queue: "bench".into(), queue_id: QueueId(1), partition: PartitionId(0) };
+    let now = clock.clone();
+    let partition_clock: Clock = Rc::new(move || now.get());
+    let (partition, background, report) = Partition::open(
+        DmaStorage,
+        dir,
+        name,
+        queue_config(),
+        config.log_config(),
+        [0x5b; 32],
+        fatal.clone(),
+        partition_clock,
+    )
+    .await?;
+    let task = glommio::spawn_local(background).detach();
+    Ok((partition, task, report))
+}
+
+async fn close((partition, task, _): Opened, fatal: &RecordFatal) -> Result<(), BenchError> {
+    partition.close().await?;
+    task.await;
+    if let Some(reason) = fatal.reasons().first() {
+        return Err(BenchError::Log(LogError::Failed(reason.message.clone())));
+    }
+    Ok(())
+}
+
+/// Reopens, times it, checks every message came back, and closes again.
+async fn reopen(
+    dir: &Path,
+    config: &RecoveryConfig,
+    clock: &Rc<Cell<Millis>>,
+    fatal: &Rc<RecordFatal>,
+) -> Result<Reopen, BenchError> {
+    let start = instant_now();
+    let opened = open(dir, config, clock, fatal).await?;
+    let recovery_ms = instant_now().duration_since(start).as_secs_f64() * 1000.0;
+    let report = &opened.2;
+    let live_messages = opened.0.counters().live_messages;
+    let reopen = Reopen {
+        recovery_ms,
+        checkpoint_covers: report.checkpoint_covers.map(|offset| offset.0),
+        replayed_batches: report.replayed_batches,
+        replayed_events: report.replayed_events,
+        log_segments: report.log.segments,
+        log_batches: report.log.batches,
+        live_messages,
+    };
+    close(opened, fatal).await?;
+    if live_messages != config.messages {
+        return Err(BenchError::Scenario(format!(
+            "reopen recovered {live_messages} of {} messages",
+            config.messages
+        )));
+    }
+    Ok(reopen)
+}
+
+/// Times `Log::open` alone (the scan), then closes the log again.
+async fn time_log_open(
+    dir: &Path,
+    config: &RecoveryConfig,
+    fatal: &Rc<RecordFatal>,
+) -> Result<f64, BenchError> {
+    let start = instant_now();
+    let (log, _report) =
+        Log::open(DmaStorage, dir, config.log_config(), SCAN_EPOCH, fatal.clone()).await?;
+    let scan_ms = instant_now().duration_since(start).as_secs_f64() * 1000.0;
+    let background = glommio::spawn_local(log.background());
+    log.close();
+    background.await;
+    if let Some(reason) = fatal.reasons().first() {
+        return Err(BenchError::Log(LogError::Failed(reason.message.clone())));
+    }
+    Ok(scan_ms)
+}
+
+/// Times reading the checkpoint file and restoring the state from it, each
+/// alone, as `Partition::open` does them.
+async fn time_checkpoint_load(dir: &Path) -> Result<(f64, f64), BenchError> {
+    let start = instant_now();
+    let file = files::read_side_file(&DmaStorage, dir, CHECKPOINT_FILE, CHECKPOINT_MAGIC)
+        .await
+        .map_err(|error| BenchError::Partition(Box::new(error.into())))?
+        .ok_or_else(|| BenchError::Scenario("the build left no checkpoint".to_owned()))?;
+    let read_ms = instant_now().duration_since(start).as_secs_f64() * 1000.0;
+    let ctx = PartitionContext {
+        queue: QueueId(1),
+        partition: PartitionId(0),
+        epoch: LeaderEpoch(u64::MAX),
+        secret: [0x5b; 32],
+        config: queue_config(),
+    };
+    let start = instant_now();
+    let restored = PartitionState::restore(&file.payload, ctx)
+        .map_err(|error| BenchError::Scenario(format!("checkpoint does not restore: {error}")))?;
+    let restore_ms = instant_now().duration_since(start).as_secs_f64() * 1000.0;
+    drop(restored);
+    Ok((read_ms, restore_ms))
+}
+
+/// One enqueue task: takes the next batch number until none is left.
+async fn enqueuer(
+    partition: Rc<Partition<DmaStorage>>,
+    config: Rc<RecoveryConfig>,
+    next_batch: Rc<Cell<u64>>,
+    clock: Rc<Cell<Millis>>,
+) -> Result<(), BenchError> {
+    loop {
+        let index = next_batch.get();
+        if index >= config.batches() {
+            return Ok(());
+        }
+        next_batch.set(index + 1);
+        let (batch, stamp_ms) = build_batch(&config, index)?;
+        // Tasks finish out of order; the clock only moves forward.
+        clock.set(clock.get().max(stamp_ms));
+        partition.enqueue(&batch).await?;
+    }
+}
+
+async fn measure(
+    config: &RecoveryConfig,
+    dir: &Path,
+    batch_bytes: u64,
+) -> Result<RecoveryReport, BenchError> {
+    let clock = Rc::new(Cell::new(START_MS));
+    let fatal = Rc::new(RecordFatal::default());
+
+    let build_start = instant_now();
+    let opened = open(dir, config, &clock, &fatal).await?;
+    let shared = Rc::new(config.clone());
+    let next_batch = Rc::new(Cell::new(0));
+    let tasks: Vec<_> = (0..config.enqueuers)
+        .map(|_| {
+            glommio::spawn_local(enqueuer(
+                opened.0.clone(),
+                shared.clone(),
+                next_batch.clone(),
+                clock.clone(),
+            ))
+        })
+        .collect();
+    let mut first_error = None;
+    for task in tasks {
+        if let Err(error) = task.await {
+            first_error.get_or_insert(error);
+        }
+    }
+    let build_ms = instant_now().duration_since(build_start).as_secs_f64() * 1000.0;
+    if let Some(error) = first_error {
+        // Best effort: the build already failed, report that error.
+        let _ = close(opened, &fatal).await;
+        return Err(error);
+    }
+    opened.0.checkpoint().await?;
+    close(opened, &fatal).await?;
+    let bytes_on_disk = dir_bytes(dir)?;
+    let checkpoint_path = dir.join(CHECKPOINT_FILE);
+    let checkpoint_bytes = std::fs::metadata(&checkpoint_path)
+        .map_err(|source| BenchError::Dir {
+            action: "stat",
+            path: checkpoint_path.clone(),
+            source,
+        })?
+        .len();
+
+    let log_scan_ms = time_log_open(dir, config, &fatal).await?;
+    let (checkpoint_read_ms, checkpoint_restore_ms) = time_checkpoint_load(dir).await?;
+    let with_checkpoint = reopen(dir, config, &clock, &fatal).await?;
+    // Closing wrote a fresh checkpoint; remove it so the next open replays all.
+    std::fs::remove_file(&checkpoint_path).map_err(|source| BenchError::Dir {
+        action: "remove",
+        path: checkpoint_path.clone(),
+        source,
+    })?;
+    let without_checkpoint = reopen(dir, config, &clock, &fatal).await?;
+
+    Ok(RecoveryReport {
+        scenario: "recovery",
+        messages: config.messages,
+        record_bytes: config.record_bytes,
+        batch_records: config.batch_records,
+        batch_bytes,
+        bytes_on_disk,
+        checkpoint_bytes,
+        log_scan_ms,
+        checkpoint_read_ms,
+        checkpoint_restore_ms,
+        build_ms,
+        build_messages_per_s: config.messages as f64 / (build_ms / 1000.0).max(f64::MIN_POSITIVE),
+        with_checkpoint,
+        without_checkpoint,
+        target_recovery_ms_with_checkpoint: TARGET_RECOVERY_MS_WITH_CHECKPOINT,
+        enqueuers: config.enqueuers,
+        rate_per_s: config.rate_per_s,
+        segment_bytes: config.segment_bytes,
+    })
+}
+
+impl From<PartitionError> for BenchError {
+    fn from(error: PartitionError) -> Self {
+        BenchError::Partition(Box::new(error))
+    }
+}

@@ -1,0 +1,208 @@
+//! Criterion micro-benchmarks of the pure queue state machine: the costs the
+//! partition pays on one core per operation, with no log and no I/O.
+//!
+//! - `claim_ack`: decide claim → apply → decide ack → apply, against a
+//!   backlog kept at 1 M never-claimed messages (topped up outside the
+//!   timed sections), for 1 and 64 credits per claim; throughput in messages.
+//! - `enqueue_apply`: `apply(Event::Enqueued)` with dedupe off and with the
+//!   default window (clock advancing at 25,000/s); the state is replaced
+//!   outside the timed sections before it passes 1 M messages.
+//! - `snapshot` / `restore`: a checkpoint of a 1 M-message backlog (with its
+//!   dedupe entries) and its restore.
+//!
+//! Timing uses `iter_custom` over chunks so refills never count. Run with
+//! `cargo bench -p spool-broker --bench queue`.
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use spool_broker::clock::instant_now;
+use spool_broker::queue::{
+    ClaimRequest, EnqueueMeta, Event, LeaderEpoch, MessageId, Millis, Offset, PartitionContext,
+    PartitionId, PartitionState, QueueConfig, QueueId, WorkerId,
+};
+
+/// The backlog every claim+ack cycle runs against.
+const BACKLOG: u64 = 1_000_000;
+/// Operations timed between two untimed refills.
+const CHUNK: u64 = 10_000;
+/// Simulated enqueue rate of the capacity model.
+const RATE_PER_S: u64 = 25_000;
+const START_MS: Millis = 1_700_000_000_000;
+
+fn new_state(dedupe_window_ms: Millis) -> PartitionState {
+    let config = QueueConfig { max_messages: 1 << 32, dedupe_window_ms, ..QueueConfig::default() };
+    let ctx = PartitionContext {
+        queue: QueueId(1),
+        partition: PartitionId(0),
+        epoch: LeaderEpoch(1),
+        secret: [0x5b; 32],
+        config,
+    };
+    match PartitionState::new(ctx) {
+        Ok(state) => state,
+        Err(error) => panic!("the benchmark config is valid: {error}"),
+    }
+}
+
+fn time_ms(n: u64) -> Millis {
+    START_MS + n * 1000 / RATE_PER_S
+}
+
+fn enqueued(n: u64) -> Event {
+    let mut id = [0u8; 16];
+    id[..8].copy_from_slice(&n.to_le_bytes());
+    Event::Enqueued(EnqueueMeta {
+        offset: Offset(n),
+        message_id: MessageId(id),
+        priority: (n % 4) as u8,
+        not_before_ms: 0,
+        expiry_ms: None,
+        enqueue_time_ms: time_ms(n),
+        size_bytes: 1_638,
+    })
+}
+
+fn apply(state: &mut PartitionState, event: &Event) {
+    if let Err(error) = state.apply(event) {
+        panic!("{event:?} does not apply: {error}");
+    }
+}
+
+/// A state holding a backlog and the offset of its next message.
+struct Backlog {
+    state: PartitionState,
+    next: u64,
+}
+
+impl Backlog {
+    fn new(dedupe_window_ms: Millis) -> Self {
+        let mut backlog = Self { state: new_state(dedupe_window_ms), next: 0 };
+        backlog.top_up();
+        backlog
+    }
+
+    /// Enqueues until `BACKLOG` messages are live again.
+    fn top_up(&mut self) {
+        let live = self.state.live_messages();
+        for _ in live..BACKLOG {
+            apply(&mut self.state, &enqueued(self.next));
+            self.next += 1;
+        }
+    }
+
+    fn now(&self) -> Millis {
+        time_ms(self.next)
+    }
+}
+
+/// One cycle: claim `credits`, apply, ack each, apply. Returns messages done.
+fn claim_ack(state: &mut PartitionState, now: Millis, request: &ClaimRequest) -> u64 {
+    let decision = match state.claim(now, request) {
+        Ok(decision) => decision,
+        Err(error) => panic!("claim refused: {error}"),
+    };
+    for event in &decision.events {
+        apply(state, event);
+    }
+    for delivery in &decision.deliveries {
+        match state.ack(now, &delivery.token) {
+            Ok(event) => apply(state, &event),
+            Err(error) => panic!("ack refused: {error}"),
+        }
+    }
+    decision.deliveries.len() as u64
+}
+
+fn bench_claim_ack(c: &mut Criterion) {
+    let mut group = c.benchmark_group("claim_ack");
+    group.measurement_time(Duration::from_secs(5));
+    for credits in [1u32, 64] {
+        let mut backlog = Backlog::new(0);
+        let request =
+            ClaimRequest { worker: WorkerId(3), credits, max_bytes: u64::MAX, lease_ms: None };
+        group.throughput(Throughput::Elements(u64::from(credits)));
+        group.bench_function(BenchmarkId::new("backlog_1m_credits", credits), |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                let mut left = iters;
+                while left > 0 {
+                    backlog.top_up();
+                    let now = backlog.now();
+                    let chunk = left.min(CHUNK);
+                    let start = instant_now();
+                    for _ in 0..chunk {
+                        black_box(claim_ack(&mut backlog.state, now, &request));
+                    }
+                    total += instant_now().duration_since(start);
+                    left -= chunk;
+                }
+                total
+            });
+        });
+    }
+    group.finish();
+}
+
+fn bench_enqueue_apply(c: &mut Criterion) {
+    let mut group = c.benchmark_group("enqueue_apply");
+    group.throughput(Throughput::Elements(1));
+    let default_window_ms = QueueConfig::default().dedupe_window_ms;
+    for (name, window_ms) in [("dedupe_off", 0), ("dedupe_default", default_window_ms)] {
+        let mut state = new_state(window_ms);
+        let mut next = 0u64;
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                let mut left = iters;
+                while left > 0 {
+                    if next >= BACKLOG {
+                        state = new_state(window_ms);
+                        next = 0;
+                    }
+                    let chunk = left.min(CHUNK).min(BACKLOG - next);
+                    let events: Vec<Event> = (next..next + chunk).map(enqueued).collect();
+                    let start = instant_now();
+                    for event in &events {
+                        apply(&mut state, event);
+                    }
+                    total += instant_now().duration_since(start);
+                    next += chunk;
+                    left -= chunk;
+                }
+                total
+            });
+        });
+    }
+    group.finish();
+}
+
+fn bench_snapshot(c: &mut Criterion) {
+    let backlog = Backlog::new(QueueConfig::default().dedupe_window_ms);
+    let covers = Offset(backlog.next);
+    let bytes = backlog.state.snapshot(covers);
+    let mut group = c.benchmark_group("checkpoint_1m");
+    group.sample_size(10);
+    group.throughput(Throughput::Bytes(bytes.len() as u64));
+    group.bench_function("snapshot", |b| {
+        b.iter(|| black_box(backlog.state.snapshot(covers)));
+    });
+    let ctx = PartitionContext {
+        queue: QueueId(1),
+        partition: PartitionId(0),
+        epoch: LeaderEpoch(2),
+        secret: [0x5b; 32],
+        config: backlog.state.config().clone(),
+    };
+    group.bench_function("restore", |b| {
+        b.iter(|| match PartitionState::restore(&bytes, ctx.clone()) {
+            Ok(restored) => black_box(restored.covers),
+            Err(error) => panic!("restore failed: {error}"),
+        });
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench_claim_ack, bench_enqueue_apply, bench_snapshot);
+criterion_main!(benches);
