@@ -217,15 +217,64 @@ fn enqueue_request(view: &BatchView<'_>, index: usize) -> EnqueueRequest {
     }
 }
 
-/// Copies `bytes` into an 8-aligned buffer when they are not aligned already
-/// (rkyv's archived types need it).
-fn aligned(bytes: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+/// Bytes that are 8-aligned in memory (rkyv's archived types need it):
+/// borrowed when they already are, copied into an aligned buffer otherwise.
+enum Aligned<'a> {
+    Borrowed(&'a [u8]),
+    Owned(BatchBytes),
+}
+
+impl std::ops::Deref for Aligned<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Aligned::Borrowed(bytes) => bytes,
+            Aligned::Owned(bytes) => bytes,
+        }
+    }
+}
+
+fn aligned(bytes: &[u8]) -> Aligned<'_> {
     if (bytes.as_ptr() as usize).is_multiple_of(8) {
-        std::borrow::Cow::Borrowed(bytes)
+        Aligned::Borrowed(bytes)
     } else {
         let mut copy = BatchBytes::with_capacity(bytes.len());
         copy.extend_from_slice(bytes);
-        std::borrow::Cow::Owned(copy.to_vec())
+        Aligned::Owned(copy)
+    }
+}
+
+/// Data batches read back for one request, each with the byte range of
+/// every record, so serving a record copies only that record.
+#[derive(Default)]
+struct BatchCache {
+    /// Base offset → batch.
+    batches: BTreeMap<u64, CachedBatch>,
+}
+
+struct CachedBatch {
+    next_offset: u64,
+    bytes: Vec<u8>,
+    /// (start, len) of each record inside `bytes`.
+    records: Vec<(usize, usize)>,
+}
+
+impl CachedBatch {
+    /// Indexes a crc-checked batch read back from the log.
+    fn new(bytes: Vec<u8>) -> Result<Option<Self>, WireError> {
+        let records = {
+            let view_bytes = aligned(&bytes);
+            let view = trusted_view(&view_bytes)?;
+            if view.header().kind != BatchKind::Data {
+                return Ok(None);
+            }
+            let start = view_bytes.as_ptr() as usize;
+            view.record_slices()
+                .map(|slice| (slice.as_ptr() as usize - start, slice.len()))
+                .collect()
+        };
+        let header = spool_wire::batch::BatchHeader::parse(&bytes)?;
+        Ok(Some(Self { next_offset: header.next_offset(), bytes, records }))
     }
 }
 
@@ -620,31 +669,30 @@ impl<S: Storage + Clone> Partition<S> {
         &self,
         deliveries: Vec<Delivery>,
     ) -> Result<Vec<Claimed>, PartitionError> {
-        let mut batches: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+        let mut cache = BatchCache::default();
         let mut out = Vec::with_capacity(deliveries.len());
         for delivery in deliveries {
-            let record = self.record_bytes(delivery.offset, &mut batches).await?;
+            let record = self.record_bytes(delivery.offset, &mut cache).await?;
             out.push(Claimed { delivery, record });
         }
         Ok(out)
     }
 
-    /// The bytes of the data record at `offset`, using `cache` (base offset
-    /// → batch bytes) to avoid reading one batch twice.
+    /// The bytes of the data record at `offset`, reading its batch into
+    /// `cache` unless an earlier lookup of this request did.
     async fn record_bytes(
         &self,
         offset: Offset,
-        cache: &mut BTreeMap<u64, Vec<u8>>,
+        cache: &mut BatchCache,
     ) -> Result<Vec<u8>, PartitionError> {
-        let cached = cache
+        let missing = |reason: String| PartitionError::Recovery { dir: self.dir.clone(), reason };
+        let hit = cache
+            .batches
             .range(..=offset.0)
             .next_back()
-            .filter(|(_, bytes)| {
-                trusted_view(&aligned(bytes))
-                    .is_ok_and(|view| view.header().next_offset() > offset.0)
-            })
+            .filter(|(_, batch)| batch.next_offset > offset.0)
             .map(|(base, _)| *base);
-        let base = match cached {
+        let base = match hit {
             Some(base) => base,
             None => {
                 let read = self.log.read(to_log(offset), 1).await?;
@@ -654,25 +702,26 @@ impl<S: Storage + Clone> Partition<S> {
                         batch.header.base_offset <= offset.0
                             && batch.header.next_offset() > offset.0
                     })
-                    .ok_or_else(|| PartitionError::Recovery {
-                        dir: self.dir.clone(),
-                        reason: format!("record at offset {} not found in the log", offset.0),
+                    .ok_or_else(|| {
+                        missing(format!("record at offset {} not found in the log", offset.0))
                     })?;
                 let base = batch.header.base_offset;
-                cache.insert(base, batch.bytes);
+                let cached = CachedBatch::new(batch.bytes)?
+                    .ok_or_else(|| missing(format!("offset {} is not a data record", offset.0)))?;
+                cache.batches.insert(base, cached);
                 base
             }
         };
-        let bytes = cache.get(&base).map(|bytes| aligned(bytes).into_owned()).unwrap_or_default();
-        let view = trusted_view(&bytes)?;
-        if view.header().kind != BatchKind::Data {
-            return Err(PartitionError::Recovery {
-                dir: self.dir.clone(),
-                reason: format!("offset {} is not a data record", offset.0),
-            });
-        }
+        let batch = cache
+            .batches
+            .get(&base)
+            .ok_or_else(|| missing(format!("batch {base} vanished from the read cache")))?;
         let index = (offset.0 - base) as usize;
-        Ok(view.record_bytes(index).to_vec())
+        let (start, len) = *batch
+            .records
+            .get(index)
+            .ok_or_else(|| missing(format!("offset {} is past its batch", offset.0)))?;
+        Ok(batch.bytes[start..start + len].to_vec())
     }
 
     /// Mutates the state with one event decided by `decide`, appends it,
@@ -853,7 +902,7 @@ impl<S: Storage + Clone> Partition<S> {
         if let Some(ticket) = ticket {
             ticket.durable().await?;
         }
-        self.record_bytes(offset, &mut BTreeMap::new()).await
+        self.record_bytes(offset, &mut BatchCache::default()).await
     }
 
     /// Live messages of the main lane from `from`, up to `max`, with their
@@ -875,7 +924,7 @@ impl<S: Storage + Clone> Partition<S> {
         if let Some(ticket) = ticket {
             ticket.durable().await?;
         }
-        let mut cache = BTreeMap::new();
+        let mut cache = BatchCache::default();
         let mut out = Vec::with_capacity(views.len());
         for view in views {
             let record = self.record_bytes(view.offset, &mut cache).await?;
