@@ -9,10 +9,13 @@
 //! Scenarios:
 //! - [`log_append`]: one glommio shard, N appenders on one partition log,
 //!   append → durable latency and group-commit throughput.
+//! - [`throughput`]: producers and consumers over the real client against a
+//!   `spoold`: enqueue and claim+ack rates, enqueue and end-to-end latency.
 
 pub mod error;
 pub mod latency;
 pub mod log_append;
+pub mod throughput;
 pub mod timed;
 
 pub use error::BenchError;
