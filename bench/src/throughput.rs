@@ -164,6 +164,9 @@ pub struct ClaimAckReport {
     pub msgs_per_s: f64,
     pub acked: u64,
     pub claimed: u64,
+    /// Deliveries given back over the whole run; only a claim that was in
+    /// flight at shutdown should land here (released with the shutdown reason).
+    pub released_total: u64,
 }
 
 /// Send (or intended send) → handler start.
@@ -203,8 +206,8 @@ pub struct ThroughputReport {
     /// [`METADATA_REQUESTS`] sequential Metadata round trips on one idle
     /// connection before the load: the per-request floor (no disk).
     pub metadata_rtt_us: LatencySummary,
-    /// Failures over the whole run: `enqueue.<CODE>`, `consumer.<counter>`,
-    /// `e2e.bad_payload`.
+    /// Failures over the whole run: `enqueue.<CODE>`,
+    /// `consumer.{claim,settle,extend}_failed`, `e2e.bad_payload`.
     pub errors: BTreeMap<String, u64>,
     pub measured_s: f64,
     pub config: ConfigEcho,
@@ -847,7 +850,6 @@ impl Run<'_> {
             ("consumer.claim_failed", final_stats.claim_failed),
             ("consumer.settle_failed", final_stats.settle_failed),
             ("consumer.extend_failed", final_stats.extend_failed),
-            ("consumer.released", final_stats.released),
         ] {
             if count > 0 {
                 errors.insert(name.to_owned(), count);
@@ -871,6 +873,7 @@ impl Run<'_> {
                 msgs_per_s: per_s(acked),
                 acked,
                 claimed: end_stats.claimed - start_stats.claimed,
+                released_total: final_stats.released,
             },
             e2e: E2eReport { latency_us: e2e_latency },
             metadata_rtt_us,

@@ -91,6 +91,8 @@ fn check_report(report: &Value) {
     assert!(acked > 0.0);
     // Everything acked was claimed (a claim in the warm-up can be acked in the window).
     assert!(claimed + 16.0 >= acked, "claimed {claimed} acked {acked}");
+    // Only a claim in flight at shutdown is released (at most the slots).
+    assert!(number(report, "claim_ack.released_total") <= 16.0);
     check_latency(report, "e2e.latency_us", false);
     assert_eq!(number(report, "metadata_rtt_us.count"), 1000.0);
     check_latency(report, "metadata_rtt_us", false);
