@@ -26,6 +26,8 @@ pub enum BenchError {
     Log(#[from] LogError),
     #[error("histogram: {0}")]
     Histogram(String),
+    #[error("throughput: {0}")]
+    Throughput(#[from] crate::throughput::ThroughputError),
     #[error("cannot encode the report: {0}")]
     Report(#[from] serde_json::Error),
     #[error(

@@ -13,6 +13,8 @@
 //!   machine (backlog, dedupe, claimed, scheduled) and its enqueue fold rate.
 //! - [`recovery`]: reopen time of a large on-disk partition with and
 //!   without a checkpoint.
+//! - [`throughput`]: producers and consumers over the real client against a
+//!   `spoold`: enqueue and claim+ack rates, enqueue and end-to-end latency.
 //!
 //! [`heap`] holds the counting allocator the binary installs for
 //! `state_memory`; the criterion micro-benchmarks of the state machine live
@@ -24,6 +26,7 @@ pub mod latency;
 pub mod log_append;
 pub mod recovery;
 pub mod state_memory;
+pub mod throughput;
 pub mod timed;
 
 pub use error::BenchError;

@@ -12,6 +12,7 @@ use spool_bench::heap::CountingAllocator;
 use spool_bench::log_append::{self, LogAppendConfig};
 use spool_bench::recovery::{self, RecoveryConfig};
 use spool_bench::state_memory::{self, StateMemoryConfig};
+use spool_bench::throughput::{self, ThroughputConfig};
 use spool_bench::BenchError;
 use spool_broker::limits::{COMMIT_BYTES_DEFAULT, INFLIGHT_COMMITS_DEFAULT, SEGMENT_BYTES_DEFAULT};
 
@@ -35,6 +36,8 @@ enum Command {
     StateMemory(StateMemoryArgs),
     /// Reopen time of a large on-disk partition, with and without a checkpoint.
     Recovery(RecoveryArgs),
+    /// Producers and consumers over the real client against a spoold (started here unless --addr).
+    Throughput(ThroughputArgs),
 }
 
 #[derive(Debug, Args)]
@@ -77,6 +80,59 @@ struct RecoveryArgs {
     /// Keep the partition directory after the run.
     #[arg(long)]
     keep: bool,
+}
+
+#[derive(Debug, Args)]
+struct ThroughputArgs {
+    /// Broker bootstrap address; without it a spoold is started and stopped.
+    #[arg(long)]
+    addr: Option<String>,
+    /// Parent of the started spoold's temporary data directory.
+    #[arg(long, default_value = "/tmp")]
+    dir: PathBuf,
+    /// spoold binary to start [default: spoold next to this executable].
+    #[arg(long)]
+    spoold: Option<PathBuf>,
+    /// Broker shards: the started spoold's --cores [default: CPUs available].
+    #[arg(long)]
+    shards: Option<u16>,
+    /// Queue name [default: bench-<pid>]; created unless it exists.
+    #[arg(long)]
+    queue: Option<String>,
+    /// Partitions of a created queue [default: shards × 2].
+    #[arg(long)]
+    partitions: Option<u32>,
+    /// Payload bytes per message (the first 8 carry the send time).
+    #[arg(long, default_value_t = 1024)]
+    msg_bytes: u64,
+    #[arg(long, default_value_t = 2)]
+    producers: u64,
+    #[arg(long, default_value_t = 2)]
+    consumers: u64,
+    /// Execution slots (claim credits) per consumer.
+    #[arg(long, default_value_t = 256)]
+    slots: u64,
+    /// Sends in flight per producer.
+    #[arg(long, default_value_t = 8192)]
+    window: u64,
+    /// Open loop: total msgs/s on a fixed schedule, latency from the intended send time.
+    #[arg(long)]
+    rate: Option<u64>,
+    /// Producer linger in µs.
+    #[arg(long, default_value_t = 5000)]
+    linger_us: u64,
+    /// Producer batch target in bytes.
+    #[arg(long, default_value_t = 256 * 1024)]
+    batch_bytes: u64,
+    /// Length of the measured window.
+    #[arg(long, default_value_t = 20)]
+    seconds: u64,
+    /// Warm-up before the window (not measured).
+    #[arg(long, default_value_t = 2000)]
+    warmup_ms: u64,
+    /// tokio worker threads for all clients.
+    #[arg(long, default_value_t = 2)]
+    client_threads: u64,
 }
 
 #[derive(Debug, Args)]
@@ -153,6 +209,30 @@ fn main() -> ExitCode {
                 keep: args.keep,
             };
             recovery::run(&config)
+                .and_then(|report| serde_json::to_string(&report).map_err(BenchError::from))
+        }
+        Command::Throughput(args) => {
+            let config = ThroughputConfig {
+                addr: args.addr,
+                dir: args.dir,
+                spoold: args.spoold,
+                shards: args.shards,
+                queue: args.queue,
+                partitions: args.partitions,
+                msg_bytes: args.msg_bytes,
+                producers: args.producers,
+                consumers: args.consumers,
+                slots: args.slots,
+                window: args.window,
+                rate: args.rate,
+                linger_us: args.linger_us,
+                batch_bytes: args.batch_bytes,
+                seconds: args.seconds,
+                warmup_ms: args.warmup_ms,
+                client_threads: args.client_threads,
+            };
+            throughput::run(&config)
+                .map_err(BenchError::from)
                 .and_then(|report| serde_json::to_string(&report).map_err(BenchError::from))
         }
     };

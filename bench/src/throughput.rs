@@ -1,0 +1,982 @@
+//! `throughput`: the whole broker over the real client — producers enqueue,
+//! consumers claim and ack — measured end to end.
+//!
+//! What it owns: an optional `spoold` child process (started on a temporary
+//! data dir and free ports, stopped with SIGTERM, its dir removed), one
+//! tokio multi-thread runtime with a few workers for every client, the
+//! benchmark queue (created unless it exists; deleted afterwards only if this
+//! run created it on a broker it did not start), and the counters and
+//! histograms of the run. What it does not do: touch broker internals (it
+//! speaks only the protocol, through `spool-client`), judge results, or pin
+//! anything (the broker pins its shards; the client threads float).
+//!
+//! Producers run closed-loop (as fast as a bounded window of sends in flight
+//! allows) or, with a rate, open-loop: a pacing thread per producer gives
+//! every message an intended send time on a fixed schedule and latency is
+//! measured from that intended time, so a stalled broker shows up as latency
+//! instead of as fewer samples (no coordinated omission). Every payload starts
+//! with the nanosecond send (or intended) time on a monotonic clock shared by
+//! the process, so consumers measure end-to-end latency at ns precision
+//! rather than from the record's millisecond `enqueue_time_ms`.
+//!
+//! A sample counts when it completes inside the measured window (after the
+//! warm-up), whenever it started; error counts cover the whole run.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use serde::Serialize;
+use spool_broker::clock::{instant_now, Instant};
+use spool_client::limits::{CONSUMER_SLOTS_MAX, PRODUCER_PENDING_MESSAGES_MAX};
+use spool_client::spool_wire::proto::limits::PARTITIONS_MAX;
+use spool_client::spool_wire::proto::{MetadataRequest, Request};
+use spool_client::spool_wire::ErrorCode;
+use spool_client::{
+    default_queue_config, Admin, Client, ClientError, Connection, ConnectionConfig, Consumer,
+    ConsumerConfig, ConsumerStats, Delivery, Message, PayloadView, Producer, ProducerConfig,
+    SendFuture,
+};
+use spool_wire::limits::{BATCH_BYTES_MAX, PAYLOAD_INLINE_BYTES_MAX};
+use thiserror::Error;
+use tokio::runtime::Handle;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinHandle;
+
+use crate::latency::{Latency, LatencySummary};
+
+/// Bytes of the send-time prefix every payload carries; the smallest payload.
+pub const TIMESTAMP_BYTES: usize = 8;
+pub const PRODUCERS_MAX: u32 = 256;
+pub const CONSUMERS_MAX: u32 = 256;
+/// Sends in flight per producer: the client refuses more pending messages.
+pub const WINDOW_MAX: u32 = PRODUCER_PENDING_MESSAGES_MAX as u32;
+/// Highest `--rate` (msgs/s over all producers).
+pub const RATE_MAX: u64 = 10_000_000;
+pub const SECONDS_MAX: u64 = 3_600;
+pub const WARMUP_MS_MAX: u64 = 600_000;
+pub const CLIENT_THREADS_MAX: u64 = 64;
+pub const LINGER_US_MAX: u64 = 1_000_000;
+/// Sequential Metadata requests timed for `metadata_rtt_us`.
+pub const METADATA_REQUESTS: u32 = 1_000;
+/// Segment size of a spoold this benchmark starts (bytes).
+pub const SPOOLD_SEGMENT_BYTES: u64 = 64 << 20;
+/// How long a started spoold may take to listen on every shard port.
+const SPOOLD_START_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long spoold may take to drain after SIGTERM before it is killed.
+const SPOOLD_STOP_TIMEOUT: Duration = Duration::from_secs(60);
+const POLL: Duration = Duration::from_millis(20);
+/// How long sends and handlers still in flight after the window may take.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// Consumers' long-poll wait: short, so shutdown does not wait long for an
+/// idle claim.
+const CLAIM_WAIT_MS: u32 = 100;
+/// Pause after a failed submit so a broken broker is not spun on.
+const SUBMIT_ERROR_PAUSE: Duration = Duration::from_millis(10);
+/// How often a pacing thread blocked on the window re-checks for the stop.
+const PACER_STOP_CHECK: Duration = Duration::from_millis(100);
+/// Characters of spoold's log quoted in a start failure.
+const LOG_TAIL_BYTES: usize = 4_000;
+const BYTES_PER_MB: f64 = 1_000_000.0;
+
+/// Why a throughput run produced no report.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ThroughputError {
+    #[error("{field} = {value} is outside [{min}, {max}]")]
+    OutOfRange { field: &'static str, value: u64, min: u64, max: u64 },
+    #[error("{action} {}: {source}", path.display())]
+    Dir {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("spoold: {0}")]
+    Spoold(String),
+    #[error("cannot build the tokio runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    #[error("client: {0}")]
+    Client(#[from] ClientError),
+    #[error("histogram: {0}")]
+    Histogram(String),
+    #[error("{0} did not finish within {1:?} after the window")]
+    Drain(&'static str, Duration),
+}
+
+/// What to run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThroughputConfig {
+    /// Broker to use; `None` starts a `spoold`.
+    pub addr: Option<String>,
+    /// Parent of a started spoold's temporary data directory.
+    pub dir: PathBuf,
+    /// The `spoold` binary; `None` = `spoold` next to this executable.
+    pub spoold: Option<PathBuf>,
+    /// Broker shards (started spoold's `--cores`; sizes the default
+    /// partition count). `None` = the CPUs this process may use.
+    pub shards: Option<u16>,
+    /// Queue name; `None` = `bench-<pid>`.
+    pub queue: Option<String>,
+    /// Partitions of a created queue; `None` = shards × 2.
+    pub partitions: Option<u32>,
+    pub msg_bytes: u64,
+    pub producers: u64,
+    pub consumers: u64,
+    /// Execution slots (claim credits) per consumer.
+    pub slots: u64,
+    /// Sends in flight per producer.
+    pub window: u64,
+    /// Open-loop rate over all producers (msgs/s); `None` = closed loop.
+    pub rate: Option<u64>,
+    /// Producer linger (µs).
+    pub linger_us: u64,
+    /// Producer batch target (bytes).
+    pub batch_bytes: u64,
+    pub seconds: u64,
+    pub warmup_ms: u64,
+    /// tokio worker threads shared by every producer and consumer.
+    pub client_threads: u64,
+}
+
+/// Enqueue side of the report.
+#[derive(Clone, Debug, Serialize)]
+pub struct EnqueueReport {
+    /// Sends that became durable inside the window ÷ window length.
+    pub msgs_per_s: f64,
+    /// Payload bytes of those sends per second (1 MB = 10^6 B).
+    pub mb_per_s: f64,
+    pub count: u64,
+    /// Send (or intended send) → durable offset.
+    pub latency_us: LatencySummary,
+}
+
+/// Consumer side of the report.
+#[derive(Clone, Debug, Serialize)]
+pub struct ClaimAckReport {
+    /// Acks the broker confirmed inside the window ÷ window length.
+    pub msgs_per_s: f64,
+    pub acked: u64,
+    pub claimed: u64,
+    /// Deliveries given back over the whole run; only a claim that was in
+    /// flight at shutdown should land here (released with the shutdown reason).
+    pub released_total: u64,
+}
+
+/// Send (or intended send) → handler start.
+#[derive(Clone, Debug, Serialize)]
+pub struct E2eReport {
+    pub latency_us: LatencySummary,
+}
+
+/// The configuration as run (defaults resolved).
+#[derive(Clone, Debug, Serialize)]
+pub struct ConfigEcho {
+    pub addr: String,
+    pub spoold_started: bool,
+    pub shards: u16,
+    pub queue: String,
+    pub queue_created: bool,
+    pub partitions: u32,
+    pub msg_bytes: u64,
+    pub producers: u64,
+    pub consumers: u64,
+    pub slots: u64,
+    pub window: u64,
+    pub rate: Option<u64>,
+    pub linger_us: u64,
+    pub batch_bytes: u64,
+    pub seconds: u64,
+    pub warmup_ms: u64,
+    pub client_threads: u64,
+}
+
+/// One run's result, printed as one JSON object.
+#[derive(Clone, Debug, Serialize)]
+pub struct ThroughputReport {
+    pub enqueue: EnqueueReport,
+    pub claim_ack: ClaimAckReport,
+    pub e2e: E2eReport,
+    /// [`METADATA_REQUESTS`] sequential Metadata round trips on one idle
+    /// connection before the load: the per-request floor (no disk).
+    pub metadata_rtt_us: LatencySummary,
+    /// Failures over the whole run: `enqueue.<CODE>`,
+    /// `consumer.{claim,settle,extend}_failed`, `e2e.bad_payload`.
+    pub errors: BTreeMap<String, u64>,
+    pub measured_s: f64,
+    pub config: ConfigEcho,
+}
+
+impl ThroughputConfig {
+    fn validate(&self) -> Result<(), ThroughputError> {
+        let check = |field, value: u64, min: u64, max: u64| {
+            if (min..=max).contains(&value) {
+                Ok(())
+            } else {
+                Err(ThroughputError::OutOfRange { field, value, min, max })
+            }
+        };
+        check(
+            "msg_bytes",
+            self.msg_bytes,
+            TIMESTAMP_BYTES as u64,
+            PAYLOAD_INLINE_BYTES_MAX as u64,
+        )?;
+        check("producers", self.producers, 1, PRODUCERS_MAX.into())?;
+        check("consumers", self.consumers, 0, CONSUMERS_MAX.into())?;
+        check("slots", self.slots, 1, CONSUMER_SLOTS_MAX.into())?;
+        check("window", self.window, 1, WINDOW_MAX.into())?;
+        if let Some(rate) = self.rate {
+            check("rate", rate, self.producers, RATE_MAX)?;
+        }
+        if let Some(partitions) = self.partitions {
+            check("partitions", partitions.into(), 1, PARTITIONS_MAX.into())?;
+        }
+        if let Some(shards) = self.shards {
+            check("shards", shards.into(), 1, u16::MAX.into())?;
+        }
+        check("linger_us", self.linger_us, 0, LINGER_US_MAX)?;
+        check("batch_bytes", self.batch_bytes, 1, BATCH_BYTES_MAX as u64)?;
+        check("seconds", self.seconds, 1, SECONDS_MAX)?;
+        check("warmup_ms", self.warmup_ms, 0, WARMUP_MS_MAX)?;
+        check("client_threads", self.client_threads, 1, CLIENT_THREADS_MAX)
+    }
+}
+
+/// Runs the benchmark and returns its report.
+///
+/// # Errors
+/// A bad config, a spoold that does not start or stop, a broker that
+/// refuses the queue, or sends still outstanding [`DRAIN_TIMEOUT`] after the
+/// window.
+pub fn run(config: &ThroughputConfig) -> Result<ThroughputReport, ThroughputError> {
+    config.validate()?;
+    let shards = config.shards.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map_or(1, |count| u16::try_from(count.get()).unwrap_or(u16::MAX))
+    });
+    let mut spoold = None;
+    let addr = match &config.addr {
+        Some(addr) => addr.clone(),
+        None => {
+            let binary = match &config.spoold {
+                Some(path) => path.clone(),
+                None => sibling_spoold()?,
+            };
+            let process = SpooldProcess::start(&binary, &config.dir, shards)?;
+            let addr = process.addr.clone();
+            spoold = Some(process);
+            addr
+        }
+    };
+    let threads = usize::try_from(config.client_threads).unwrap_or(1);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .thread_name("bench-client")
+        .enable_all()
+        .build()
+        .map_err(ThroughputError::Runtime)?;
+    let handle = runtime.handle().clone();
+    let run = Run { config, addr: &addr, shards, spoold_started: spoold.is_some(), handle };
+    let result = runtime.block_on(run.drive());
+    runtime.shutdown_timeout(Duration::from_secs(5));
+    let stopped = spoold.map(SpooldProcess::stop).transpose();
+    let report = result?;
+    stopped?;
+    Ok(report)
+}
+
+fn sibling_spoold() -> Result<PathBuf, ThroughputError> {
+    let exe = std::env::current_exe().map_err(|source| ThroughputError::Dir {
+        action: "cannot locate",
+        path: PathBuf::from("/proc/self/exe"),
+        source,
+    })?;
+    let path = exe.with_file_name("spoold");
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(ThroughputError::Spoold(format!(
+            "{} not found (build it: cargo build --release -p spool-broker --bin spoold, or pass \
+             --spoold PATH or --addr)",
+            path.display()
+        )))
+    }
+}
+
+/// A `spoold` child on a temporary data dir; stopped (SIGTERM) and its dir
+/// removed by [`stop`](Self::stop), or killed and removed on drop.
+struct SpooldProcess {
+    child: Option<Child>,
+    dir: PathBuf,
+    addr: String,
+}
+
+impl SpooldProcess {
+    fn start(binary: &Path, parent: &Path, shards: u16) -> Result<Self, ThroughputError> {
+        let dir = parent.join(format!("spool-bench-tput-{}", std::process::id()));
+        let dir_error = |action, source| ThroughputError::Dir { action, path: dir.clone(), source };
+        std::fs::create_dir_all(&dir).map_err(|source| dir_error("cannot create", source))?;
+        let log_path = dir.join("spoold.log");
+        let log = std::fs::File::create(&log_path)
+            .map_err(|source| dir_error("cannot create the log in", source))?;
+        let base_port = free_base_port(shards)?;
+        let addr = format!("127.0.0.1:{base_port}");
+        let child = Command::new(binary)
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .arg("--listen")
+            .arg(&addr)
+            .arg("--cores")
+            .arg(shards.to_string())
+            .arg("--segment-bytes")
+            .arg(SPOOLD_SEGMENT_BYTES.to_string())
+            .env_remove("SPOOL_CONFIG")
+            .env("SPOOL_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .map_err(|error| {
+                ThroughputError::Spoold(format!("cannot run {}: {error}", binary.display()))
+            })?;
+        let mut process = Self { child: Some(child), dir, addr };
+        process.wait_listening(base_port, shards)?;
+        Ok(process)
+    }
+
+    /// Polls every shard port until it accepts; fails if spoold exits.
+    fn wait_listening(&mut self, base_port: u16, shards: u16) -> Result<(), ThroughputError> {
+        let start = instant_now();
+        for port in base_port..base_port + shards {
+            loop {
+                if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                    break;
+                }
+                if let Some(child) = self.child.as_mut() {
+                    if let Ok(Some(status)) = child.try_wait() {
+                        return Err(ThroughputError::Spoold(format!(
+                            "exited with {status} while starting: {}",
+                            self.log_tail()
+                        )));
+                    }
+                }
+                if instant_now().duration_since(start) > SPOOLD_START_TIMEOUT {
+                    return Err(ThroughputError::Spoold(format!(
+                        "port {port} not listening after {SPOOLD_START_TIMEOUT:?}: {}",
+                        self.log_tail()
+                    )));
+                }
+                std::thread::sleep(POLL);
+            }
+        }
+        Ok(())
+    }
+
+    fn log_tail(&self) -> String {
+        let mut text = String::new();
+        if let Ok(mut file) = std::fs::File::open(self.dir.join("spoold.log")) {
+            let _ = file.read_to_string(&mut text);
+        }
+        let mut start = text.len().saturating_sub(LOG_TAIL_BYTES);
+        while !text.is_char_boundary(start) {
+            start += 1;
+        }
+        text[start..].trim().to_owned()
+    }
+
+    /// SIGTERM, wait for a clean exit (bounded), remove the dir.
+    fn stop(mut self) -> Result<(), ThroughputError> {
+        let Some(mut child) = self.child.take() else { return Ok(()) };
+        let pid = libc::pid_t::try_from(child.id())
+            .map_err(|_| ThroughputError::Spoold("pid out of range".to_owned()))?;
+        // SAFETY: kill(2) on the pid of our own child, which has not been reaped.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let start = instant_now();
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break Some(status),
+                Ok(None) if instant_now().duration_since(start) < SPOOLD_STOP_TIMEOUT => {
+                    std::thread::sleep(POLL);
+                }
+                _ => break None,
+            }
+        };
+        let outcome = match status {
+            Some(status) if status.success() => Ok(()),
+            Some(status) => Err(ThroughputError::Spoold(format!(
+                "exited with {status} after SIGTERM: {}",
+                self.log_tail()
+            ))),
+            None => {
+                let _ = child.kill();
+                let _ = child.wait();
+                Err(ThroughputError::Spoold(format!(
+                    "still running {SPOOLD_STOP_TIMEOUT:?} after SIGTERM; killed"
+                )))
+            }
+        };
+        std::fs::remove_dir_all(&self.dir).map_err(|source| ThroughputError::Dir {
+            action: "cannot remove",
+            path: self.dir.clone(),
+            source,
+        })?;
+        outcome
+    }
+}
+
+impl Drop for SpooldProcess {
+    fn drop(&mut self) {
+        // Only on an error path: `stop` took the child already.
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// A base port whose next `count` ports are free right now (spoold refuses
+/// port 0: shard i listens on base + i).
+fn free_base_port(count: u16) -> Result<u16, ThroughputError> {
+    const ATTEMPTS: u32 = 100;
+    for _ in 0..ATTEMPTS {
+        let Ok(probe) = TcpListener::bind("127.0.0.1:0") else { continue };
+        let Ok(local) = probe.local_addr() else { continue };
+        drop(probe);
+        let base = local.port();
+        if u32::from(base) + u32::from(count) > u32::from(u16::MAX) {
+            continue;
+        }
+        if (base..base + count).all(|port| TcpListener::bind(("127.0.0.1", port)).is_ok()) {
+            return Ok(base);
+        }
+    }
+    Err(ThroughputError::Spoold(format!("no {count} consecutive free ports in {ATTEMPTS} tries")))
+}
+
+/// Counters and histograms shared by every producer and consumer.
+struct Recorder {
+    /// Zero of the payload timestamps.
+    base: Instant,
+    /// Samples count only while set (the window).
+    measuring: AtomicBool,
+    /// Producers stop submitting once set.
+    stopping: AtomicBool,
+    enqueued: AtomicU64,
+    enqueue_latency: Mutex<Latency>,
+    e2e_latency: Mutex<Latency>,
+    errors: Mutex<BTreeMap<String, u64>>,
+}
+
+impl Recorder {
+    fn new() -> Result<Self, ThroughputError> {
+        let latency =
+            || Latency::new().map_err(|error| ThroughputError::Histogram(error.to_string()));
+        Ok(Self {
+            base: instant_now(),
+            measuring: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
+            enqueued: AtomicU64::new(0),
+            enqueue_latency: Mutex::new(latency()?),
+            e2e_latency: Mutex::new(latency()?),
+            errors: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    fn now_ns(&self) -> u64 {
+        u64::try_from(instant_now().duration_since(self.base).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+
+    fn count_error(&self, name: String) {
+        *self.errors.lock().unwrap_or_else(PoisonError::into_inner).entry(name).or_insert(0) += 1;
+    }
+
+    /// One send resolved; `start_ns` is its send (or intended) time.
+    fn sent(
+        &self,
+        start_ns: u64,
+        result: Result<spool_client::spool_wire::proto::Offset, ClientError>,
+    ) {
+        match result {
+            Ok(_) => {
+                if self.measuring.load(Ordering::Acquire) {
+                    let latency_ns = self.now_ns().saturating_sub(start_ns);
+                    self.enqueued.fetch_add(1, Ordering::Relaxed);
+                    self.enqueue_latency
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .record_ns(latency_ns);
+                }
+            }
+            Err(error) => self.count_error(format!("enqueue.{}", error_name(&error))),
+        }
+    }
+
+    /// A handler started on `delivery`.
+    fn delivered(&self, delivery: &Delivery) {
+        let sent_ns = match delivery.payload() {
+            PayloadView::Inline(bytes) => bytes
+                .get(..TIMESTAMP_BYTES)
+                .and_then(|prefix| <[u8; TIMESTAMP_BYTES]>::try_from(prefix).ok())
+                .map(u64::from_le_bytes),
+            PayloadView::Reference { .. } => None,
+        };
+        match sent_ns {
+            Some(sent_ns) => {
+                if self.measuring.load(Ordering::Acquire) {
+                    let latency_ns = self.now_ns().saturating_sub(sent_ns);
+                    self.e2e_latency
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .record_ns(latency_ns);
+                }
+            }
+            None => self.count_error("e2e.bad_payload".to_owned()),
+        }
+    }
+}
+
+/// A stable name for an error: the wire code when there is one.
+fn error_name(error: &ClientError) -> &'static str {
+    if let Some(code) = error.code() {
+        return code.name();
+    }
+    match error {
+        ClientError::Io { .. } => "IO",
+        ClientError::ConnectionClosed { .. } => "CONNECTION_CLOSED",
+        ClientError::Protocol(_) => "PROTOCOL",
+        ClientError::Record(_) => "RECORD",
+        ClientError::Config(_) => "CONFIG",
+        ClientError::Shutdown => "SHUTDOWN",
+        _ => "OTHER",
+    }
+}
+
+/// A payload of `len_bytes` starting with `start_ns` (little endian).
+fn payload(start_ns: u64, len_bytes: usize) -> Vec<u8> {
+    let mut bytes = vec![0u8; len_bytes];
+    bytes[..TIMESTAMP_BYTES].copy_from_slice(&start_ns.to_le_bytes());
+    bytes
+}
+
+type Sent = (u64, Result<spool_client::spool_wire::proto::Offset, ClientError>);
+
+async fn track(start_ns: u64, send: SendFuture, permit: OwnedSemaphorePermit) -> Sent {
+    let result = send.await;
+    drop(permit);
+    (start_ns, result)
+}
+
+/// Closed loop: keep `window` sends in flight as long as not stopping.
+async fn closed_loop(
+    producer: Producer,
+    queue: String,
+    recorder: Arc<Recorder>,
+    window: Arc<Semaphore>,
+    msg_bytes: usize,
+) {
+    let mut in_flight = FuturesUnordered::new();
+    loop {
+        if recorder.stopping() && in_flight.is_empty() {
+            break;
+        }
+        let permit = if recorder.stopping() {
+            None
+        } else {
+            tokio::select! {
+                biased;
+                Some((start_ns, result)) = in_flight.next(), if !in_flight.is_empty() => {
+                    recorder.sent(start_ns, result);
+                    continue;
+                }
+                permit = Arc::clone(&window).acquire_owned() => permit.ok(),
+            }
+        };
+        let Some(permit) = permit else {
+            if let Some((start_ns, result)) = in_flight.next().await {
+                recorder.sent(start_ns, result);
+            }
+            continue;
+        };
+        let start_ns = recorder.now_ns();
+        match producer.submit(&queue, Message::new(payload(start_ns, msg_bytes))).await {
+            Ok(send) => in_flight.push(track(start_ns, send, permit)),
+            Err(error) => {
+                recorder.count_error(format!("enqueue.{}", error_name(&error)));
+                tokio::time::sleep(SUBMIT_ERROR_PAUSE).await;
+            }
+        }
+    }
+}
+
+/// Open loop, pacing side (its own OS thread, so sends leave on schedule at
+/// sub-millisecond precision; tokio's timer ticks in whole milliseconds):
+/// message `i` is due at `start + i × interval`; it is submitted at or after
+/// that time, and its latency counts from it.
+struct Pacer {
+    handle: Handle,
+    producer: Producer,
+    queue: String,
+    recorder: Arc<Recorder>,
+    /// Sends in flight; a pacer waiting here falls behind its schedule, and
+    /// the delay counts as latency.
+    permits: Arc<Semaphore>,
+    interval_ns: u64,
+    msg_bytes: usize,
+    sends: mpsc::Sender<(u64, SendFuture, OwnedSemaphorePermit)>,
+}
+
+impl Pacer {
+    fn run(self) {
+        let Self { handle, producer, queue, recorder, permits, interval_ns, msg_bytes, sends } =
+            self;
+        // SAFETY: prctl(PR_SET_TIMERSLACK) only changes this thread's timer slack
+        // (default 50 µs) so its sleeps end close to the schedule.
+        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
+        let mut due_ns = recorder.now_ns();
+        while !recorder.stopping() {
+            let now_ns = recorder.now_ns();
+            if due_ns > now_ns {
+                std::thread::sleep(Duration::from_nanos(due_ns - now_ns));
+            }
+            let permit = handle.block_on(async {
+                loop {
+                    tokio::select! {
+                        permit = Arc::clone(&permits).acquire_owned() => return permit.ok(),
+                        () = tokio::time::sleep(PACER_STOP_CHECK) => {
+                            if recorder.stopping() {
+                                return None;
+                            }
+                        }
+                    }
+                }
+            });
+            let Some(permit) = permit else { break };
+            let message = Message::new(payload(due_ns, msg_bytes));
+            match handle.block_on(producer.submit(&queue, message)) {
+                Ok(send) => {
+                    if sends.blocking_send((due_ns, send, permit)).is_err() {
+                        break;
+                    }
+                }
+                Err(error) => recorder.count_error(format!("enqueue.{}", error_name(&error))),
+            }
+            due_ns += interval_ns;
+        }
+    }
+}
+
+/// Open loop, collecting side: awaits the sends the pacer hands over.
+async fn collect(
+    recorder: Arc<Recorder>,
+    mut sends: mpsc::Receiver<(u64, SendFuture, OwnedSemaphorePermit)>,
+) {
+    let mut in_flight = FuturesUnordered::new();
+    let mut open = true;
+    loop {
+        tokio::select! {
+            Some((start_ns, result)) = in_flight.next(), if !in_flight.is_empty() => {
+                recorder.sent(start_ns, result);
+            }
+            send = sends.recv(), if open => match send {
+                Some((due_ns, send, permit)) => in_flight.push(track(due_ns, send, permit)),
+                None => open = false,
+            },
+            else => break,
+        }
+    }
+}
+
+/// One run against a broker at `addr`.
+struct Run<'a> {
+    config: &'a ThroughputConfig,
+    addr: &'a str,
+    shards: u16,
+    spoold_started: bool,
+    handle: Handle,
+}
+
+fn sum_stats(consumers: &[Consumer]) -> ConsumerStats {
+    consumers.iter().map(Consumer::stats).fold(ConsumerStats::default(), add_stats)
+}
+
+fn add_stats(total: ConsumerStats, stats: ConsumerStats) -> ConsumerStats {
+    ConsumerStats {
+        claimed: total.claimed + stats.claimed,
+        acked: total.acked + stats.acked,
+        released: total.released + stats.released,
+        extended: total.extended + stats.extended,
+        extend_failed: total.extend_failed + stats.extend_failed,
+        settle_failed: total.settle_failed + stats.settle_failed,
+        claim_failed: total.claim_failed + stats.claim_failed,
+        outstanding_max: total.outstanding_max.max(stats.outstanding_max),
+    }
+}
+
+impl Run<'_> {
+    async fn drive(self) -> Result<ThroughputReport, ThroughputError> {
+        let config = self.config;
+        let msg_bytes = usize::try_from(config.msg_bytes).unwrap_or(TIMESTAMP_BYTES);
+        let queue = config.queue.clone().unwrap_or_else(|| format!("bench-{}", std::process::id()));
+        let admin = Admin::new(Client::connect(self.addr).await?);
+        let wanted = config.partitions.unwrap_or(u32::from(self.shards) * 2).min(PARTITIONS_MAX);
+        let created = match admin.create_queue(&queue, default_queue_config(wanted)).await {
+            Ok(_) => true,
+            Err(error) if error.code() == Some(ErrorCode::QueueExists) => false,
+            Err(error) => return Err(error.into()),
+        };
+        let partitions =
+            u32::try_from(admin.client().partitions(&queue).await?.len()).unwrap_or(u32::MAX);
+        let metadata_rtt_us = self.metadata_rtt(&queue).await?;
+
+        let recorder = Arc::new(Recorder::new()?);
+        let mut consumers = Vec::new();
+        for _ in 0..config.consumers {
+            let client = Client::connect(self.addr).await?;
+            let mut consumer_config =
+                ConsumerConfig::new(queue.clone(), u32::try_from(config.slots).unwrap_or(1));
+            consumer_config.wait_ms = CLAIM_WAIT_MS;
+            let recorder = Arc::clone(&recorder);
+            let consumer = Consumer::start(client, consumer_config, move |delivery: Delivery| {
+                recorder.delivered(&delivery);
+                async { Ok::<(), std::convert::Infallible>(()) }
+            })?;
+            consumers.push(consumer);
+        }
+
+        let producer_config = ProducerConfig {
+            linger: Duration::from_micros(config.linger_us),
+            max_batch_bytes: usize::try_from(config.batch_bytes).unwrap_or(BATCH_BYTES_MAX),
+            ..ProducerConfig::default()
+        };
+        let window = usize::try_from(config.window).unwrap_or(1);
+        let mut producers = Vec::new();
+        let mut tasks: Vec<JoinHandle<()>> = Vec::new();
+        let mut pacers = Vec::new();
+        for index in 0..config.producers {
+            let producer =
+                Producer::new(Client::connect(self.addr).await?, producer_config.clone())?;
+            producers.push(producer.clone());
+            let permits = Arc::new(Semaphore::new(window));
+            let recorder = Arc::clone(&recorder);
+            let queue = queue.clone();
+            match config.rate {
+                None => {
+                    tasks.push(tokio::spawn(closed_loop(
+                        producer, queue, recorder, permits, msg_bytes,
+                    )));
+                }
+                Some(rate) => {
+                    // Spread the rate: the first `rate % producers` get one more per second.
+                    let share =
+                        rate / config.producers + u64::from(index < rate % config.producers);
+                    let interval_ns = 1_000_000_000 / share.max(1);
+                    let (sender, receiver) = mpsc::channel(window);
+                    tasks.push(tokio::spawn(collect(Arc::clone(&recorder), receiver)));
+                    let handle = self.handle.clone();
+                    let pacer = std::thread::Builder::new()
+                        .name(format!("bench-pacer-{index}"))
+                        .spawn(move || {
+                            Pacer {
+                                handle,
+                                producer,
+                                queue,
+                                recorder,
+                                permits,
+                                interval_ns,
+                                msg_bytes,
+                                sends: sender,
+                            }
+                            .run();
+                        })
+                        .map_err(|error| {
+                            ThroughputError::Spoold(format!("cannot spawn a pacer: {error}"))
+                        })?;
+                    pacers.push(pacer);
+                }
+            }
+        }
+
+        tokio::time::sleep(Duration::from_millis(config.warmup_ms)).await;
+        let start_stats = sum_stats(&consumers);
+        recorder.measuring.store(true, Ordering::Release);
+        let window_start = instant_now();
+        tokio::time::sleep(Duration::from_secs(config.seconds)).await;
+        recorder.measuring.store(false, Ordering::Release);
+        let measured_s = instant_now().duration_since(window_start).as_secs_f64();
+        let end_stats = sum_stats(&consumers);
+
+        recorder.stopping.store(true, Ordering::Release);
+        let drain = async {
+            for task in tasks {
+                let _ = task.await;
+            }
+            for producer in &producers {
+                producer.close().await;
+            }
+        };
+        tokio::time::timeout(DRAIN_TIMEOUT, drain)
+            .await
+            .map_err(|_| ThroughputError::Drain("producers", DRAIN_TIMEOUT))?;
+        for pacer in pacers {
+            // The pacer saw `stopping` (its window wait re-checks it) or its
+            // channel closed when the collector ended above.
+            let _ = tokio::task::spawn_blocking(move || pacer.join()).await;
+        }
+        let mut final_stats = ConsumerStats::default();
+        for consumer in consumers {
+            let stats = tokio::time::timeout(DRAIN_TIMEOUT, consumer.shutdown())
+                .await
+                .map_err(|_| ThroughputError::Drain("consumers", DRAIN_TIMEOUT))?;
+            final_stats = add_stats(final_stats, stats);
+        }
+        if created && !self.spoold_started {
+            admin.delete_queue(&queue).await?;
+        }
+
+        let mut errors = recorder.errors.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        for (name, count) in [
+            ("consumer.claim_failed", final_stats.claim_failed),
+            ("consumer.settle_failed", final_stats.settle_failed),
+            ("consumer.extend_failed", final_stats.extend_failed),
+        ] {
+            if count > 0 {
+                errors.insert(name.to_owned(), count);
+            }
+        }
+        let enqueued = recorder.enqueued.load(Ordering::Acquire);
+        let acked = end_stats.acked - start_stats.acked;
+        let per_s = |count: u64| count as f64 / measured_s;
+        let enqueue_latency =
+            recorder.enqueue_latency.lock().unwrap_or_else(PoisonError::into_inner).summary();
+        let e2e_latency =
+            recorder.e2e_latency.lock().unwrap_or_else(PoisonError::into_inner).summary();
+        Ok(ThroughputReport {
+            enqueue: EnqueueReport {
+                msgs_per_s: per_s(enqueued),
+                mb_per_s: per_s(enqueued) * config.msg_bytes as f64 / BYTES_PER_MB,
+                count: enqueued,
+                latency_us: enqueue_latency,
+            },
+            claim_ack: ClaimAckReport {
+                msgs_per_s: per_s(acked),
+                acked,
+                claimed: end_stats.claimed - start_stats.claimed,
+                released_total: final_stats.released,
+            },
+            e2e: E2eReport { latency_us: e2e_latency },
+            metadata_rtt_us,
+            errors,
+            measured_s,
+            config: ConfigEcho {
+                addr: self.addr.to_owned(),
+                spoold_started: self.spoold_started,
+                shards: self.shards,
+                queue,
+                queue_created: created,
+                partitions,
+                msg_bytes: config.msg_bytes,
+                producers: config.producers,
+                consumers: config.consumers,
+                slots: config.slots,
+                window: config.window,
+                rate: config.rate,
+                linger_us: config.linger_us,
+                batch_bytes: config.batch_bytes,
+                seconds: config.seconds,
+                warmup_ms: config.warmup_ms,
+                client_threads: config.client_threads,
+            },
+        })
+    }
+
+    /// [`METADATA_REQUESTS`] Metadata round trips, one at a time, on a
+    /// fresh connection.
+    async fn metadata_rtt(&self, queue: &str) -> Result<LatencySummary, ThroughputError> {
+        let connection = Connection::connect(self.addr, ConnectionConfig::default()).await?;
+        let request = Request::Metadata(MetadataRequest { queues: vec![queue.to_owned()] });
+        let mut latency =
+            Latency::new().map_err(|error| ThroughputError::Histogram(error.to_string()))?;
+        for _ in 0..METADATA_REQUESTS {
+            let start = instant_now();
+            connection.call(&request).await?;
+            let elapsed_ns =
+                u64::try_from(instant_now().duration_since(start).as_nanos()).unwrap_or(u64::MAX);
+            latency.record_ns(elapsed_ns);
+        }
+        Ok(latency.summary())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> ThroughputConfig {
+        ThroughputConfig {
+            addr: Some("127.0.0.1:1".to_owned()),
+            dir: PathBuf::from("/tmp"),
+            spoold: None,
+            shards: Some(1),
+            queue: None,
+            partitions: None,
+            msg_bytes: 1024,
+            producers: 2,
+            consumers: 2,
+            slots: 256,
+            window: 4096,
+            rate: None,
+            linger_us: 5000,
+            batch_bytes: 256 * 1024,
+            seconds: 1,
+            warmup_ms: 0,
+            client_threads: 2,
+        }
+    }
+
+    #[test]
+    fn validate_rejects_each_out_of_range_field() {
+        // Goal: every bounded knob is checked before anything starts; method: one bad field each.
+        assert!(config().validate().is_ok());
+        type Mutate = fn(&mut ThroughputConfig);
+        let cases: Vec<(&str, Mutate)> = vec![
+            ("msg_bytes", |c| c.msg_bytes = 7),
+            ("producers", |c| c.producers = 0),
+            ("slots", |c| c.slots = u64::from(CONSUMER_SLOTS_MAX) + 1),
+            ("window", |c| c.window = 0),
+            ("rate", |c| c.rate = Some(1)),
+            ("partitions", |c| c.partitions = Some(0)),
+            ("seconds", |c| c.seconds = 0),
+            ("client_threads", |c| c.client_threads = 0),
+        ];
+        for (field, mutate) in cases {
+            let mut bad = config();
+            mutate(&mut bad);
+            match bad.validate() {
+                Err(ThroughputError::OutOfRange { field: got, .. }) => assert_eq!(got, field),
+                other => panic!("{field}: expected OutOfRange, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn payload_prefix_round_trips_through_a_delivery_timestamp() {
+        // Goal: the consumer reads back exactly the send time the producer wrote; method: encode, decode.
+        let bytes = payload(0x0102_0304_0506_0708, 64);
+        assert_eq!(bytes.len(), 64);
+        let prefix = <[u8; TIMESTAMP_BYTES]>::try_from(&bytes[..TIMESTAMP_BYTES]).unwrap();
+        assert_eq!(u64::from_le_bytes(prefix), 0x0102_0304_0506_0708);
+        assert!(bytes[TIMESTAMP_BYTES..].iter().all(|&byte| byte == 0));
+    }
+}
