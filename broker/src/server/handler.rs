@@ -265,7 +265,12 @@ impl SpoolHandler {
                     }
                 }
                 if purge.dry_run {
-                    total = partition.counters().live_messages;
+                    // A purge removes every unclaimed main-lane message (ready
+                    // or scheduled) and keeps claims, so that is what a dry run
+                    // counts. The dry-run purge above stops at one control
+                    // batch; the counters are exact at any size.
+                    let counters = partition.counters();
+                    total = counters.ready + counters.scheduled;
                 }
                 Ok(Response::Purge(PurgeResponse { count: total }))
             }
