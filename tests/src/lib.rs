@@ -480,7 +480,7 @@ impl Drop for Spoold {
 pub fn test_queue_config(partitions: u32, lease_default_ms: u32, max_deliveries: u32) -> QueueConfig {
     QueueConfig {
         partitions,
-        priority_bands: 2,
+        priority_bands: 4,
         lease_default_ms,
         lease_min_ms: 50,
         lease_max_ms: 60_000,

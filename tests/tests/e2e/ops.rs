@@ -162,8 +162,15 @@ async fn data_path_enqueue_claim_extend_ack_release_peek() {
     let now_offsets: Vec<Offset> = now_claim.deliveries.iter().map(|d| d.offset()).collect();
     assert_eq!(now_offsets, vec![Offset(2)], "the scheduled message is not claimable yet");
     let later = client.claim("work", p0, &claim_options(1, 10, 2_000, 3_000)).await.unwrap();
-    assert!(unix_ms() + 50 >= due, "claimed only once due");
-    assert_eq!(later.deliveries.len(), 1);
+    let woke_ms = unix_ms();
+    assert!(woke_ms + 50 >= due, "claimed only once due");
+    let later_offsets: Vec<Offset> = later.deliveries.iter().map(|d| d.offset()).collect();
+    assert_eq!(
+        later_offsets,
+        vec![Offset(1)],
+        "the long poll wakes when the release delay ends ({} ms after due)",
+        woke_ms.saturating_sub(due)
+    );
     assert_eq!((later.deliveries[0].offset(), later.deliveries[0].attempt()), (Offset(1), 2));
     assert_eq!(later.deliveries[0].generation().0, second.generation().0 + 1);
 
@@ -213,14 +220,20 @@ async fn dead_letters_redrive_and_purge() {
     client.ack("flaky", p0, &[back.deliveries[0].token()]).await.unwrap();
 
     // Redrive by offset of a second dead letter.
-    producer.send("flaky", Message::new("poison-2").id(message_id(1, 1))).await.unwrap();
+    // (Offsets count log records, state changes included, so it is not 1.)
+    let second = producer.send("flaky", Message::new("poison-2").id(message_id(1, 1))).await;
+    let second = second.unwrap();
+    assert!(second > Offset(0));
     for _ in 0..2 {
         let batch = client.claim("flaky", p0, &claim_options(9, 1, 2_000, 3_000)).await.unwrap();
         client.release("flaky", p0, batch.deliveries[0].token(), 1, "boom").await.unwrap();
     }
     let letters = admin.dead_letters("flaky", p0, Offset(0), 10).await.unwrap();
-    assert_eq!(letters.iter().map(|l| l.original_offset).collect::<Vec<_>>(), vec![Offset(1)]);
-    let by_offset = admin.redrive("flaky", p0, RedriveTarget::Offsets(vec![Offset(1)])).await;
+    assert_eq!(letters.iter().map(|l| l.original_offset).collect::<Vec<_>>(), vec![second]);
+    let wrong = admin.redrive("flaky", p0, RedriveTarget::Offsets(vec![Offset(0)])).await;
+    let wrong = wrong.unwrap_err();
+    assert_eq!(wrong.code(), Some(ErrorCode::InvalidArgument), "offset 0 is no dead letter: {wrong}");
+    let by_offset = admin.redrive("flaky", p0, RedriveTarget::Offsets(vec![second])).await;
     assert_eq!(by_offset.unwrap(), 1);
 
     // Purge: 1 redriven + 4 new ready, 1 of them claimed (purge keeps claims).
