@@ -39,6 +39,9 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a SIGTERMed broker may take to drain and exit.
 pub const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long a stopped broker's ports may stay busy before a restart gives up.
+pub const PORTS_RELEASE_TIMEOUT: Duration = Duration::from_secs(15);
+
 /// How many times a first start is retried when the reserved ports were
 /// taken by someone else between the probe and the bind.
 const START_ATTEMPTS_MAX: u32 = 3;
@@ -372,8 +375,36 @@ impl Spoold {
         }
     }
 
-    /// Starts the broker again on the same directory and ports.
+    /// Waits until every shard port can be bound again, as spoold's own
+    /// port check does. The kernel tears down a dead process's io_uring (and
+    /// the listening sockets registered with it) asynchronously, so the
+    /// ports stay busy for a moment after the process is gone.
+    fn wait_ports_free(&self) {
+        let started = now();
+        loop {
+            let free = (0..self.cores)
+                .all(|shard| TcpListener::bind(("127.0.0.1", self.port(shard))).is_ok());
+            if free {
+                let waited = started.elapsed();
+                if waited > Duration::from_millis(100) {
+                    eprintln!("ports of the stopped spoold were busy for {waited:?}");
+                }
+                return;
+            }
+            assert!(
+                started.elapsed() < PORTS_RELEASE_TIMEOUT,
+                "ports {}..{} still busy {PORTS_RELEASE_TIMEOUT:?} after spoold exited",
+                self.base_port,
+                self.base_port + self.cores
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Starts the broker again on the same directory and ports (once the
+    /// old process's ports are free).
     pub fn restart(&mut self) {
+        self.wait_ports_free();
         match self.spawn_and_wait() {
             Ok(()) => {}
             Err(StartFailure::Exited(status)) => {
