@@ -26,6 +26,8 @@ const ENQUEUED_BEFORE_STOP: usize = 3_000;
 /// Messages acked by the consumer before the broker is stopped.
 const ACKED_BEFORE_STOP: usize = 500;
 const PARTITIONS: u32 = 2;
+/// Pause of the streaming consumer after each acked claim.
+const CONSUMER_PAUSE: Duration = Duration::from_millis(20);
 
 #[derive(Default)]
 struct Ledger {
@@ -72,7 +74,7 @@ async fn produce(client: Client, ledger: Arc<Mutex<Ledger>>, stop: Arc<AtomicBoo
 async fn consume(client: Client, ledger: Arc<Mutex<Ledger>>, stop: Arc<AtomicBool>) {
     let mut partition = 0u32;
     while !stop.load(Ordering::Acquire) {
-        let options = claim_options(0x5eed, 100, STREAM_LEASE_MS, 50);
+        let options = claim_options(0x5eed, 50, STREAM_LEASE_MS, 50);
         let Ok(batch) = client.claim("stream", PartitionId(partition), &options).await else {
             return;
         };
@@ -84,11 +86,15 @@ async fn consume(client: Client, ledger: Arc<Mutex<Ledger>>, stop: Arc<AtomicBoo
         let ids: Vec<_> = batch.deliveries.iter().map(Delivery::message_id).collect();
         match client.ack("stream", batch.deliveries[0].partition(), &tokens).await {
             Ok(codes) => {
-                let mut ledger = ledger.lock().unwrap();
-                for (id, code) in ids.into_iter().zip(codes) {
-                    assert_eq!(code, ErrorCode::None, "a fresh claim acks");
-                    ledger.acked.insert(id);
+                {
+                    let mut ledger = ledger.lock().unwrap();
+                    for (id, code) in ids.into_iter().zip(codes) {
+                        assert_eq!(code, ErrorCode::None, "a fresh claim acks");
+                        ledger.acked.insert(id);
+                    }
                 }
+                // Slower than the producer, so a backlog is on disk at the stop.
+                tokio::time::sleep(CONSUMER_PAUSE).await;
             }
             Err(_) => {
                 ledger.lock().unwrap().ack_unknown.extend(ids);
@@ -198,6 +204,7 @@ async fn restart_mid_stream(how: Stop) {
         ledger.ack_unknown.len(),
         drained.len()
     );
+    assert!(!drained.is_empty(), "no backlog at the stop: the test proved nothing");
     let described = admin.describe_queue("stream").await.unwrap();
     assert!(described.partitions.iter().all(|p| p.ready + p.claimed + p.scheduled == 0));
 
