@@ -140,10 +140,11 @@ impl Admin {
     /// `QUEUE_NOT_FOUND`, or a transport error.
     pub async fn describe_queue(&self, name: &str) -> Result<DescribeQueueResponse, ClientError> {
         let request = DescribeQueueRequest { name: name.to_owned() };
-        let mut merged = match self.control(Request::DescribeQueue(request.clone())).await?.response()? {
-            Response::DescribeQueue(response) => response,
-            _ => return Err(unexpected("describe queue")),
-        };
+        let mut merged =
+            match self.control(Request::DescribeQueue(request.clone())).await?.response()? {
+                Response::DescribeQueue(response) => response,
+                _ => return Err(unexpected("describe queue")),
+            };
         self.client.refresh_metadata(&[name]).await?;
         let partitions = self.client.partitions(name).await?;
         let mut asked: Vec<String> = Vec::new();

@@ -89,6 +89,10 @@ pub struct SpoolHandler {
 
 type Answer = Result<Response<'static>, ErrorResponse>;
 
+/// The tokens of one Ack that name the same partition, with their positions
+/// in the request.
+type TokenGroup = (Rc<ShardPartition>, Vec<(usize, crate::queue::DeliveryToken)>);
+
 fn error(code: ErrorCode, message: impl Into<String>) -> ErrorResponse {
     ErrorResponse::new(code, message)
 }
@@ -382,8 +386,7 @@ impl SpoolHandler {
     async fn ack(&self, tokens: &[proto::DeliveryToken]) -> AckResponse {
         let mut results = vec![ErrorCode::None; tokens.len()];
         // Group by partition, keeping each token's position.
-        let mut groups: Vec<(Rc<ShardPartition>, Vec<(usize, crate::queue::DeliveryToken)>)> =
-            Vec::new();
+        let mut groups: Vec<TokenGroup> = Vec::new();
         for (index, raw) in tokens.iter().enumerate() {
             let token = match token_from_wire(raw) {
                 Ok(token) => token,
@@ -592,7 +595,8 @@ impl SpoolHandler {
 /// Correlation id, api key and version read straight from a frame header
 /// (used only to address an error reply); zero where the bytes are missing.
 fn raw_ids(bytes: &[u8]) -> (CorrelationId, u16, u16) {
-    let read_u16 = |at: usize| bytes.get(at..at + 2).map_or(0, |b| u16::from_le_bytes([b[0], b[1]]));
+    let read_u16 =
+        |at: usize| bytes.get(at..at + 2).map_or(0, |b| u16::from_le_bytes([b[0], b[1]]));
     let correlation_id = bytes.get(8..16).map_or(CorrelationId::CONNECTION, |b| {
         let mut raw = [0u8; 8];
         raw.copy_from_slice(b);
@@ -642,8 +646,7 @@ impl FrameHandler for SpoolHandler {
                 }
                 _ => Ok(Decoded::Frame { frame: OwnedFrame { bytes }, len_bytes: declared }),
             },
-            Err(ProtoError::UnknownApi { .. })
-            | Err(ProtoError::UnsupportedVersion { .. }) => {
+            Err(ProtoError::UnknownApi { .. }) | Err(ProtoError::UnsupportedVersion { .. }) => {
                 Ok(Decoded::Frame { frame: OwnedFrame { bytes }, len_bytes: declared })
             }
             Err(failure) => Err(FrameError::of_frame(failure, &bytes)),

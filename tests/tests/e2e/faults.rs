@@ -13,6 +13,10 @@ use spool_client::spool_wire::ErrorCode;
 use spool_client::{Admin, Connection, ConnectionConfig};
 use spool_tests::{test_queue_config, Spoold};
 
+/// A bad connection: name, bytes to send, whether to half-close after them,
+/// and the one error reply expected as (correlation id, echoed key, code).
+type BadCase = (&'static str, Vec<u8>, bool, Option<(u64, u16, ErrorCode)>);
+
 /// How long a bad connection may take to be closed by the broker.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -132,7 +136,7 @@ async fn bad_frames_close_only_their_connection() {
     oversized.extend_from_slice(&list_queues_frame(95));
 
     // Expected: the one error reply as (correlation id, echoed key, code).
-    let cases: [(&str, Vec<u8>, bool, Option<(u64, u16, ErrorCode)>); 4] = [
+    let cases: [BadCase; 4] = [
         ("garbage", garbage, false, Some((77, 18, ErrorCode::MalformedFrame))),
         ("short body", short_body, false, Some((91, 1, ErrorCode::MalformedFrame))),
         ("truncated", truncated, true, None),

@@ -117,7 +117,7 @@ async fn two_producers_four_consumers_ack_every_message_once() {
     );
     assert!(all_seen, "not every message was delivered and acked within {CONSUME_TIMEOUT:?}");
 
-    let seen = seen.lock().unwrap();
+    let seen = std::mem::take(&mut *seen.lock().unwrap());
     for producer_index in 0..PRODUCERS {
         for sequence in 0..per_producer {
             assert!(

@@ -11,6 +11,10 @@
 //! - `restart`: SIGTERM and SIGKILL mid-stream keep every acknowledged change.
 //! - `faults`: bad frames close only their connection; one broker per data dir.
 
+// Helpers outside `#[test]` functions unwrap too: a failed step is a failed
+// test.
+#![allow(clippy::unwrap_used)]
+
 mod cli;
 mod common;
 mod faults;

@@ -128,9 +128,9 @@ async fn restart_mid_stream(how: Stop) {
     let consuming =
         tokio::spawn(consume(broker.client().await, Arc::clone(&ledger), Arc::clone(&stop)));
     let streaming = eventually(Duration::from_secs(40), || {
-        let ledger = ledger.lock().unwrap();
-        let ready =
-            ledger.enqueued.len() >= ENQUEUED_BEFORE_STOP && ledger.acked.len() >= ACKED_BEFORE_STOP;
+        let ledger = std::mem::take(&mut *ledger.lock().unwrap());
+        let ready = ledger.enqueued.len() >= ENQUEUED_BEFORE_STOP
+            && ledger.acked.len() >= ACKED_BEFORE_STOP;
         async move { ready }
     })
     .await;
@@ -177,7 +177,7 @@ async fn restart_mid_stream(how: Stop) {
     let drained = drain(&client, "stream", 300, 2).await;
     let counts: HashMap<MessageId, usize> = count_by_id(&drained);
 
-    let ledger = ledger.lock().unwrap();
+    let ledger = std::mem::take(&mut *ledger.lock().unwrap());
     let duplicates: Vec<_> = counts.iter().filter(|(_, count)| **count > 1).collect();
     assert!(duplicates.is_empty(), "delivered twice after the restart: {duplicates:?}");
     let missing: Vec<_> = ledger
