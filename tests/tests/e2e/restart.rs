@@ -41,7 +41,8 @@ struct Ledger {
     ack_unknown: HashSet<MessageId>,
 }
 
-async fn produce(client: Client, ledger: Arc<Mutex<Ledger>>, stop: Arc<AtomicBool>) {
+/// Streams enqueues until `stop` or the first failure; returns that failure.
+async fn produce(client: Client, ledger: Arc<Mutex<Ledger>>, stop: Arc<AtomicBool>) -> String {
     let config = ProducerConfig { retries: 1, ..ProducerConfig::default() };
     let producer = Producer::new(client, config).unwrap();
     let mut sequence = 0u64;
@@ -53,30 +54,33 @@ async fn produce(client: Client, ledger: Arc<Mutex<Ledger>>, stop: Arc<AtomicBoo
             ledger.lock().unwrap().submitted.insert(id);
             match producer.submit("stream", Message::new("work").id(id)).await {
                 Ok(future) => pending.push((id, future)),
-                Err(_) => return,
+                Err(error) => return format!("submit: {error}"),
             }
         }
-        let mut failed = false;
+        let mut failed = None;
         for (id, future) in pending {
             match future.await {
                 Ok(_) => {
                     ledger.lock().unwrap().enqueued.insert(id);
                 }
-                Err(_) => failed = true,
+                Err(error) => failed = Some(format!("enqueue: {error}")),
             }
         }
-        if failed {
-            return;
+        if let Some(error) = failed {
+            return error;
         }
     }
+    "stopped".to_owned()
 }
 
-async fn consume(client: Client, ledger: Arc<Mutex<Ledger>>, stop: Arc<AtomicBool>) {
+/// Claims and acks until `stop` or the first failure; returns that failure.
+async fn consume(client: Client, ledger: Arc<Mutex<Ledger>>, stop: Arc<AtomicBool>) -> String {
     let mut partition = 0u32;
     while !stop.load(Ordering::Acquire) {
         let options = claim_options(0x5eed, 50, STREAM_LEASE_MS, 50);
-        let Ok(batch) = client.claim("stream", PartitionId(partition), &options).await else {
-            return;
+        let batch = match client.claim("stream", PartitionId(partition), &options).await {
+            Ok(batch) => batch,
+            Err(error) => return format!("claim: {error}"),
         };
         partition = (partition + 1) % PARTITIONS;
         if batch.deliveries.is_empty() {
@@ -96,12 +100,13 @@ async fn consume(client: Client, ledger: Arc<Mutex<Ledger>>, stop: Arc<AtomicBoo
                 // Slower than the producer, so a backlog is on disk at the stop.
                 tokio::time::sleep(CONSUMER_PAUSE).await;
             }
-            Err(_) => {
+            Err(error) => {
                 ledger.lock().unwrap().ack_unknown.extend(ids);
-                return;
+                return format!("ack: {error}");
             }
         }
     }
+    "stopped".to_owned()
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -128,13 +133,27 @@ async fn restart_mid_stream(how: Stop) {
     let consuming =
         tokio::spawn(consume(broker.client().await, Arc::clone(&ledger), Arc::clone(&stop)));
     let streaming = eventually(Duration::from_secs(40), || {
-        let ledger = std::mem::take(&mut *ledger.lock().unwrap());
-        let ready = ledger.enqueued.len() >= ENQUEUED_BEFORE_STOP
-            && ledger.acked.len() >= ACKED_BEFORE_STOP;
+        let ledger = ledger.lock().unwrap();
+        let ready = (ledger.enqueued.len() >= ENQUEUED_BEFORE_STOP
+            && ledger.acked.len() >= ACKED_BEFORE_STOP)
+            || producing.is_finished()
+            || consuming.is_finished();
         async move { ready }
     })
     .await;
-    assert!(streaming, "the stream did not get going");
+    if !streaming || producing.is_finished() || consuming.is_finished() {
+        stop.store(true, Ordering::Release);
+        let (enqueued, acked) = {
+            let ledger = ledger.lock().unwrap();
+            (ledger.enqueued.len(), ledger.acked.len())
+        };
+        panic!(
+            "the stream did not get going: {enqueued} enqueued, {acked} acked; producer: {}; \
+             consumer: {}",
+            producing.await.unwrap(),
+            consuming.await.unwrap()
+        );
+    }
 
     // Claims held across the restart, still unexpired afterwards.
     let held = client.claim("held", PartitionId(0), &claim_options(7, 5, HELD_LEASE_MS, 0)).await;
@@ -150,8 +169,9 @@ async fn restart_mid_stream(how: Stop) {
         Stop::Kill => broker.kill(),
     }
     stop.store(true, Ordering::Release);
-    producing.await.unwrap();
-    consuming.await.unwrap();
+    let produced = producing.await.unwrap();
+    let consumed = consuming.await.unwrap();
+    eprintln!("at the stop: producer {produced}; consumer {consumed}");
     broker.restart();
 
     let client = broker.client().await;
