@@ -12,6 +12,8 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== build the binaries the end-to-end tests start (spoold, spool)"
+cargo build --locked -p spool-broker --bin spoold -p spool-client --bin spool
 echo "== cargo nextest"
 cargo nextest run --workspace --locked --profile "$profile"
 echo "== doctests"

@@ -128,16 +128,48 @@ impl Admin {
         }
     }
 
-    /// A queue's configuration and per-partition counts.
+    /// A queue's configuration and per-partition counts, sorted by
+    /// partition.
+    ///
+    /// A shard reports only the partitions it owns (shards share no state),
+    /// so this asks the bootstrap shard first, then the owner of every
+    /// partition still missing (per fresh metadata), and merges. A partition
+    /// its owner does not serve (not open) is absent from the result.
     ///
     /// # Errors
     /// `QUEUE_NOT_FOUND`, or a transport error.
     pub async fn describe_queue(&self, name: &str) -> Result<DescribeQueueResponse, ClientError> {
         let request = DescribeQueueRequest { name: name.to_owned() };
-        match self.control(Request::DescribeQueue(request)).await?.response()? {
-            Response::DescribeQueue(response) => Ok(response),
-            _ => Err(unexpected("describe queue")),
+        let mut merged =
+            match self.control(Request::DescribeQueue(request.clone())).await?.response()? {
+                Response::DescribeQueue(response) => response,
+                _ => return Err(unexpected("describe queue")),
+            };
+        self.client.refresh_metadata(&[name]).await?;
+        let partitions = self.client.partitions(name).await?;
+        let mut asked: Vec<String> = Vec::new();
+        for meta in &partitions {
+            let reported = |merged: &DescribeQueueResponse| {
+                merged.partitions.iter().any(|stats| stats.partition == meta.partition)
+            };
+            let addr = crate::client::address(&meta.host, meta.shard_port);
+            if reported(&merged) || asked.contains(&addr) {
+                continue;
+            }
+            let connection = self.client.connection(&addr).await?;
+            let bytes = connection.call(&Request::DescribeQueue(request.clone())).await?;
+            let Response::DescribeQueue(response) = bytes.response()? else {
+                return Err(unexpected("describe queue"));
+            };
+            for stats in response.partitions {
+                if !merged.partitions.iter().any(|known| known.partition == stats.partition) {
+                    merged.partitions.push(stats);
+                }
+            }
+            asked.push(addr);
         }
+        merged.partitions.sort_by_key(|stats| stats.partition);
+        Ok(merged)
     }
 
     /// Up to `max` messages of a partition from `from_offset`, without

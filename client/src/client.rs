@@ -88,7 +88,8 @@ impl std::fmt::Debug for Client {
     }
 }
 
-fn address(host: &str, port: u16) -> String {
+/// `host:port`, with brackets around an IPv6 host.
+pub(crate) fn address(host: &str, port: u16) -> String {
     if host.contains(':') {
         format!("[{host}]:{port}")
     } else {

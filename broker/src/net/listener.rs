@@ -9,8 +9,11 @@
 //!
 //! glommio's `TcpListener::bind` always sets SO_REUSEPORT, so binding a port
 //! another broker already listens on *succeeds* and silently splits its
-//! traffic. [`check_port_free`] binds a plain std listener first (no
-//! SO_REUSEPORT), which fails with EADDRINUSE if anyone listens there.
+//! traffic; and it does not set SO_REUSEADDR, so the connections it accepts
+//! (which inherit the flag) leave TIME_WAIT / FIN_WAIT2 sockets that make
+//! the port unbindable for a minute after a restart. [`bind_listener`]
+//! therefore binds a std listener (SO_REUSEADDR, no SO_REUSEPORT: exclusive,
+//! and restartable at once) and hands its fd to glommio.
 
 use std::cell::Cell;
 use std::net::SocketAddr;
@@ -57,14 +60,34 @@ pub fn check_port_free(addr: SocketAddr) -> Result<(), NetError> {
     }
 }
 
-/// Binds the shard's glommio listener after [`check_port_free`].
+/// Backlog of a shard's listening socket (glommio's own default).
+pub const LISTEN_BACKLOG: libc::c_int = 1024;
+
+/// Binds the shard's listener: a std listener (SO_REUSEADDR, never
+/// SO_REUSEPORT, so it fails with EADDRINUSE if anyone listens there, yet
+/// binds at once over TIME_WAIT sockets of our previous run) handed to
+/// glommio. Must run on the shard's executor.
 ///
 /// # Errors
-/// See [`check_port_free`]; `Bind` if glommio's bind fails.
+/// [`NetError::PortInUse`] on EADDRINUSE, [`NetError::Bind`] otherwise.
 pub fn bind_listener(addr: SocketAddr) -> Result<TcpListener, NetError> {
-    check_port_free(addr)?;
-    TcpListener::bind(addr)
-        .map_err(|error| NetError::Bind { addr, source: std::io::Error::other(error.to_string()) })
+    use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
+    let listener = match std::net::TcpListener::bind(addr) {
+        Ok(listener) => listener,
+        Err(error) if error.kind() == std::io::ErrorKind::AddrInUse => {
+            return Err(NetError::PortInUse { addr })
+        }
+        Err(source) => return Err(NetError::Bind { addr, source }),
+    };
+    // std listens with a backlog of 128; a second listen(2) on a listening
+    // socket only raises the backlog.
+    // SAFETY: listen(2) on a socket fd we own; no memory is passed.
+    if unsafe { libc::listen(listener.as_raw_fd(), LISTEN_BACKLOG) } != 0 {
+        return Err(NetError::Bind { addr, source: std::io::Error::last_os_error() });
+    }
+    // SAFETY: the fd is a bound, listening TCP socket whose ownership moves
+    // to glommio (into_raw_fd gives it up), as `from_raw_fd` requires.
+    Ok(unsafe { TcpListener::from_raw_fd(listener.into_raw_fd()) })
 }
 
 /// Connection counters of one shard, readable from its executor.
@@ -172,6 +195,32 @@ mod tests {
             );
             drop(listener);
             check_port_free(addr).unwrap();
+        });
+    }
+
+    // Goal: a shard's port is exclusive, yet a restarted shard can bind it at
+    // once even though the previous run closed connections first (leaving
+    // FIN_WAIT2 / TIME_WAIT sockets on the port). Method: accept a
+    // connection, close our side while the peer keeps its socket open, drop
+    // the listener, bind again; a second live bind is PortInUse.
+    #[test]
+    fn listener_is_exclusive_and_rebinds_over_closed_connections() {
+        let executor = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .make()
+            .expect("executor");
+        executor.run(async {
+            let listener = bind_listener("127.0.0.1:0".parse().unwrap()).unwrap();
+            let addr = listener.local_addr().unwrap();
+            assert!(matches!(bind_listener(addr), Err(NetError::PortInUse { .. })));
+            assert!(matches!(check_port_free(addr), Err(NetError::PortInUse { .. })));
+            let peer = std::net::TcpStream::connect(addr).unwrap();
+            let accepted = listener.accept().await.unwrap();
+            drop(accepted); // our FIN first: our side waits in FIN_WAIT2
+            drop(listener);
+            check_port_free(addr).unwrap();
+            let again = bind_listener(addr).unwrap();
+            assert_eq!(again.local_addr().unwrap(), addr);
+            drop(peer);
         });
     }
 }

@@ -4,8 +4,9 @@
 //! Each whole frame is copied once into an 8-aligned buffer, so the record
 //! batch inside an Enqueue is aligned for rkyv and decoding can borrow from
 //! it for the life of the request. Framing errors (bad length, padding,
-//! reserved bits, an oversized frame) close the connection after an error
-//! reply; an unknown api key or version, or a body that does not decode, is
+//! reserved bits, an oversized frame) and a body that does not parse close
+//! the connection after an error reply that echoes the request's id, key and
+//! version; an unknown api key or version, or a field out of range, is
 //! answered with an error and the connection carries on.
 //!
 //! Admin requests that are about one partition (Peek, Purge, DeadLetters,
@@ -72,10 +73,34 @@ pub struct OwnedFrame {
     bytes: BatchBytes,
 }
 
-/// Why the connection must close.
+/// Why the connection must close, and what the error reply echoes: the
+/// request's correlation id when the header is whole (`CONNECTION` when the
+/// frame's length already disqualifies it), and its raw api key and version
+/// when those bytes arrived, so a client's decoder can read the reply.
 #[derive(Debug, thiserror::Error)]
-#[error(transparent)]
-pub struct FrameError(ProtoError);
+#[error("{error}")]
+pub struct FrameError {
+    error: ProtoError,
+    correlation_id: CorrelationId,
+    api_key: u16,
+    api_version: u16,
+}
+
+impl FrameError {
+    /// A fault about a whole frame in `bytes`: echoes its id, key, version.
+    fn of_frame(error: ProtoError, bytes: &[u8]) -> Self {
+        let (correlation_id, api_key, api_version) = raw_ids(bytes);
+        Self { error, correlation_id, api_key, api_version }
+    }
+
+    /// A fault found from the length prefix alone: correlation id 0 (the
+    /// protocol's rule for a frame we refuse to read), key and version if
+    /// they arrived.
+    fn of_prefix(error: ProtoError, bytes: &[u8]) -> Self {
+        let (_, api_key, api_version) = raw_ids(bytes);
+        Self { error, correlation_id: CorrelationId::CONNECTION, api_key, api_version }
+    }
+}
 
 /// The protocol handler of one shard.
 #[derive(Debug)]
@@ -84,6 +109,10 @@ pub struct SpoolHandler {
 }
 
 type Answer = Result<Response<'static>, ErrorResponse>;
+
+/// The tokens of one Ack that name the same partition, with their positions
+/// in the request.
+type TokenGroup = (Rc<ShardPartition>, Vec<(usize, crate::queue::DeliveryToken)>);
 
 fn error(code: ErrorCode, message: impl Into<String>) -> ErrorResponse {
     ErrorResponse::new(code, message)
@@ -290,7 +319,12 @@ impl SpoolHandler {
                     }
                 }
                 if purge.dry_run {
-                    total = partition.counters().live_messages;
+                    // A purge removes every unclaimed main-lane message (ready
+                    // or scheduled) and keeps claims, so that is what a dry run
+                    // counts. The dry-run purge above stops at one control
+                    // batch; the counters are exact at any size.
+                    let counters = partition.counters();
+                    total = counters.ready + counters.scheduled;
                 }
                 Ok(Response::Purge(PurgeResponse { count: total }))
             }
@@ -384,8 +418,7 @@ impl SpoolHandler {
     async fn ack(&self, tokens: &[proto::DeliveryToken]) -> AckResponse {
         let mut results = vec![ErrorCode::None; tokens.len()];
         // Group by partition, keeping each token's position.
-        type Members = Vec<(usize, crate::queue::DeliveryToken)>;
-        let mut groups: Vec<(Rc<ShardPartition>, Members)> = Vec::new();
+        let mut groups: Vec<TokenGroup> = Vec::new();
         for (index, raw) in tokens.iter().enumerate() {
             let token = match token_from_wire(raw) {
                 Ok(token) => token,
@@ -600,16 +633,16 @@ impl SpoolHandler {
 }
 
 /// Correlation id, api key and version read straight from a frame header
-/// (used only to address an error reply).
+/// (used only to address an error reply); zero where the bytes are missing.
 fn raw_ids(bytes: &[u8]) -> (CorrelationId, u16, u16) {
-    if bytes.len() < 16 {
-        return (CorrelationId::CONNECTION, 0, 0);
-    }
-    let api_key = u16::from_le_bytes([bytes[4], bytes[5]]);
-    let api_version = u16::from_le_bytes([bytes[6], bytes[7]]);
-    let mut raw = [0u8; 8];
-    raw.copy_from_slice(&bytes[8..16]);
-    (CorrelationId(u64::from_le_bytes(raw)), api_key, api_version)
+    let read_u16 =
+        |at: usize| bytes.get(at..at + 2).map_or(0, |b| u16::from_le_bytes([b[0], b[1]]));
+    let correlation_id = bytes.get(8..16).map_or(CorrelationId::CONNECTION, |b| {
+        let mut raw = [0u8; 8];
+        raw.copy_from_slice(b);
+        CorrelationId(u64::from_le_bytes(raw))
+    });
+    (correlation_id, read_u16(4), read_u16(6))
 }
 
 impl FrameHandler for SpoolHandler {
@@ -624,13 +657,13 @@ impl FrameHandler for SpoolHandler {
         let declared = u32::from_le_bytes([buffer[0], buffer[1], buffer[2], buffer[3]]) as usize;
         let limit = MAX_FRAME_BYTES.min(self.state.config.frame_bytes_max as usize);
         if declared > limit {
-            return Err(FrameError(ProtoError::FrameTooLarge {
-                len_bytes: declared as u64,
-                max_bytes: limit as u64,
-            }));
+            let error =
+                ProtoError::FrameTooLarge { len_bytes: declared as u64, max_bytes: limit as u64 };
+            return Err(FrameError::of_prefix(error, buffer));
         }
         if declared < spool_wire::proto::limits::FRAME_HEADER_BYTES {
-            return Err(FrameError(ProtoError::BadFrameLength { len_bytes: declared as u32 }));
+            let error = ProtoError::BadFrameLength { len_bytes: declared as u32 };
+            return Err(FrameError::of_prefix(error, buffer));
         }
         if buffer.len() < declared {
             return Ok(Decoded::Incomplete);
@@ -639,14 +672,24 @@ impl FrameHandler for SpoolHandler {
         bytes.extend_from_slice(&buffer[..declared]);
         match decode_frame(&bytes) {
             Ok(frame) if frame.header.is_response => {
-                Err(FrameError(ProtoError::WrongDirection { expected: "request" }))
+                let error = ProtoError::WrongDirection { expected: "request" };
+                Err(FrameError::of_frame(error, &bytes))
             }
-            Ok(_)
-            | Err(ProtoError::UnknownApi { .. })
-            | Err(ProtoError::UnsupportedVersion { .. }) => {
+            Ok(frame) => match Request::decode(&frame) {
+                // A body that does not parse (truncated, trailing bytes, bad
+                // flatbuffer) closes the connection (protocol.md, "Errors and
+                // the connection"); a field out of range is answered by
+                // `answer` and the connection carries on. This decodes the
+                // body twice; decoding borrows, so the cost is the checks.
+                Err(failure) if failure.closes_connection() => {
+                    Err(FrameError::of_frame(failure, &bytes))
+                }
+                _ => Ok(Decoded::Frame { frame: OwnedFrame { bytes }, len_bytes: declared }),
+            },
+            Err(ProtoError::UnknownApi { .. }) | Err(ProtoError::UnsupportedVersion { .. }) => {
                 Ok(Decoded::Frame { frame: OwnedFrame { bytes }, len_bytes: declared })
             }
-            Err(failure) => Err(FrameError(failure)),
+            Err(failure) => Err(FrameError::of_frame(failure, &bytes)),
         }
     }
 
@@ -655,16 +698,22 @@ impl FrameHandler for SpoolHandler {
     }
 
     fn fault_response(&self, fault: ProtocolFault<'_, FrameError>) -> Option<Vec<u8>> {
-        let reply = match fault {
-            ProtocolFault::Decode(FrameError(failure)) => ErrorResponse::from_proto_error(failure),
-            ProtocolFault::FrameTooLarge { frame_bytes_max } => error(
-                ErrorCode::FrameTooLarge,
-                format!("no whole frame within {frame_bytes_max} bytes"),
+        let (reply, correlation_id, api_key, api_version) = match fault {
+            ProtocolFault::Decode(failure) => (
+                ErrorResponse::from_proto_error(&failure.error),
+                failure.correlation_id,
+                failure.api_key,
+                failure.api_version,
             ),
+            ProtocolFault::FrameTooLarge { frame_bytes_max } => {
+                let message = format!("no whole frame within {frame_bytes_max} bytes");
+                (error(ErrorCode::FrameTooLarge, message), CorrelationId::CONNECTION, 0, 0)
+            }
             ProtocolFault::FrameTimeout => {
-                error(ErrorCode::Timeout, "frame did not complete within the frame timeout")
+                let message = "frame did not complete within the frame timeout";
+                (error(ErrorCode::Timeout, message), CorrelationId::CONNECTION, 0, 0)
             }
         };
-        Some(Self::encode_error(&reply, CorrelationId::CONNECTION, 0, 0))
+        Some(Self::encode_error(&reply, correlation_id, api_key, api_version))
     }
 }

@@ -41,6 +41,10 @@ use crate::shard::{
     Shared,
 };
 
+/// How often a starting shard checks whether it has applied the catalog's
+/// replay before it starts accepting.
+const REPLAY_WAIT_POLL: Duration = Duration::from_millis(1);
+
 /// Most control commands turned into one batch of updates per tick.
 pub const CONTROL_COMMANDS_PER_TICK_MAX: usize = 256;
 
@@ -80,6 +84,7 @@ pub(crate) async fn shard_main<F: ShardHooksFactory>(
     factory: Arc<F>,
     receiver: SharedReceiver<ShardMessage>,
     start_table: AssignmentTable,
+    serve_from: AssignmentVersion,
     shared: Arc<Shared>,
     events: mpsc::Sender<Event>,
 ) -> Result<(), ShardError> {
@@ -131,6 +136,14 @@ pub(crate) async fn shard_main<F: ShardHooksFactory>(
     // Ready only once the channel is connected and the port is bound.
     let _ = events.send(Event::Ready(ExecutorName::Shard(shard)));
     tracing::info!(shard = shard.0, cpu = context.cpu, listen = %context.listen, "shard serving");
+
+    // Accept nothing before this shard has applied the catalog's replay
+    // (`serve_from`): until then its table is empty and it would answer
+    // QUEUE_NOT_FOUND for queues that exist. Connections wait in the backlog.
+    let applied = &shared.applied_versions[usize::from(shard.0)];
+    while applied.load(Ordering::Acquire) < serve_from.0 && !stop.is_stopped() {
+        Timer::new(REPLAY_WAIT_POLL).await;
+    }
 
     let gate = Gate::new();
     let stats = Rc::new(AcceptStats::default());

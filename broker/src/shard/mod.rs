@@ -593,6 +593,7 @@ impl Broker {
                         factory,
                         receiver,
                         start_table,
+                        replay_version,
                         shared,
                         events,
                     ))

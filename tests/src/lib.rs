@@ -1,0 +1,550 @@
+//! Harness for end-to-end tests: real `spoold` processes on loopback.
+//!
+//! Owns the life of the brokers a test starts ([`Spoold`]): a temporary data
+//! directory, a run of free consecutive ports (shard `i` listens on
+//! `base + i`), the child process, and its log file (stdout and stderr,
+//! appended across restarts, printed when a test fails). A broker is stopped
+//! with SIGTERM ([`Spoold::terminate`]) or SIGKILL ([`Spoold::kill`]) and
+//! restarted on the same directory and ports ([`Spoold::restart`]). Dropping
+//! a [`Spoold`] kills its process, and only it; the child also gets
+//! `PR_SET_PDEATHSIG`, so a test process killed by nextest's timeout does not
+//! leave a broker behind.
+//!
+//! It also finds the binaries under test ([`spoold_bin`], [`spool_bin`]):
+//! the workspace's `target/<profile>/` next to the test executable, built once
+//! per test process with `cargo build` so a test never runs a stale broker.
+//!
+//! It does not assert anything about the broker; the tests in `tests/e2e/`
+//! do. Everything binds 127.0.0.1 only.
+
+use std::fs::{File, OpenOptions};
+use std::io::Read;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use spool_client::spool_wire::proto::{Backoff, BackoffKind, QueueConfig};
+use spool_client::{Client, ClientConfig, ConnectionConfig};
+use tempfile::TempDir;
+
+/// Segment size the tests run with: the smallest the broker accepts, so
+/// pre-zeroing a partition's segment costs little.
+pub const SEGMENT_BYTES_TEST: u64 = 8 << 20;
+
+/// How long a broker may take to accept on every shard port.
+pub const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a SIGTERMed broker may take to drain and exit.
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a stopped broker's ports may stay busy before a restart gives up.
+pub const PORTS_RELEASE_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// How many times a first start is retried when the reserved ports were
+/// taken by someone else between the probe and the bind.
+const START_ATTEMPTS_MAX: u32 = 3;
+
+/// How many random port runs are probed before giving up.
+const PORT_PROBES_MAX: u32 = 200;
+
+/// Most bytes of a broker log printed when a test fails (the tail).
+const LOG_PRINT_BYTES_MAX: usize = 64 * 1024;
+
+/// Environment variable naming a prebuilt `spoold` (skips the build).
+pub const SPOOLD_BIN_ENV: &str = "SPOOL_E2E_SPOOLD";
+
+/// Environment variable naming a prebuilt `spool` CLI (skips the build).
+pub const SPOOL_BIN_ENV: &str = "SPOOL_E2E_SPOOL";
+
+/// Wall-clock now. Tests measure real time (leases, timeouts); the broker's
+/// own clock rule (one `clock.rs`) is about the broker, not this harness.
+#[allow(clippy::disallowed_methods)]
+pub fn now() -> Instant {
+    Instant::now()
+}
+
+/// The workspace's `target/<profile>` directory holding this test executable.
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    // target/<profile>/deps/e2e-<hash>: two levels up is target/<profile>.
+    let deps = exe.parent().expect("test executable has a directory");
+    let profile = if deps.file_name().is_some_and(|name| name == "deps") {
+        deps.parent().expect("deps has a parent")
+    } else {
+        deps
+    };
+    profile.to_path_buf()
+}
+
+/// Builds `spoold` and `spool` once per test process with the same profile
+/// and target directory as the tests, so the binaries match the sources.
+fn build_binaries() -> &'static Result<(), String> {
+    static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        if std::env::var_os(SPOOLD_BIN_ENV).is_some() && std::env::var_os(SPOOL_BIN_ENV).is_some() {
+            return Ok(());
+        }
+        let profile_dir = profile_dir();
+        let target_dir = profile_dir.parent().expect("profile dir has a parent");
+        let profile = profile_dir.file_name().and_then(|name| name.to_str()).unwrap_or("debug");
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+        let mut command = Command::new(cargo);
+        command
+            .current_dir(workspace)
+            .args(["build", "--quiet", "-p", "spool-broker", "--bin", "spoold"])
+            .args(["-p", "spool-client", "--bin", "spool"])
+            .arg("--target-dir")
+            .arg(target_dir);
+        match profile {
+            "debug" => {}
+            "release" => {
+                command.arg("--release");
+            }
+            other => {
+                command.args(["--profile", other]);
+            }
+        }
+        let output = command.output().map_err(|error| format!("running cargo: {error}"))?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "cargo build of spoold/spool failed ({}):\n{}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            ))
+        }
+    })
+}
+
+fn binary(name: &str, env: &str) -> PathBuf {
+    if let Some(path) = std::env::var_os(env) {
+        return PathBuf::from(path);
+    }
+    if let Err(error) = build_binaries() {
+        panic!("{error}");
+    }
+    let path = profile_dir().join(name);
+    assert!(path.is_file(), "{} is missing after the build", path.display());
+    path
+}
+
+/// Path of the `spoold` binary under test.
+pub fn spoold_bin() -> PathBuf {
+    binary("spoold", SPOOLD_BIN_ENV)
+}
+
+/// Path of the `spool` CLI under test.
+pub fn spool_bin() -> PathBuf {
+    binary("spool", SPOOL_BIN_ENV)
+}
+
+/// A base port such that `base..base + count` are all free on 127.0.0.1
+/// right now. The kernel picks the base (bind to port 0), so parallel test
+/// processes rarely collide; the caller retries if the broker's bind fails.
+pub fn reserve_ports(count: u16) -> u16 {
+    assert!(count > 0);
+    for _ in 0..PORT_PROBES_MAX {
+        let Ok(probe) = TcpListener::bind("127.0.0.1:0") else { continue };
+        let Ok(local) = probe.local_addr() else { continue };
+        let base = local.port();
+        if u32::from(base) + u32::from(count) > u32::from(u16::MAX) {
+            continue;
+        }
+        let mut held = vec![probe];
+        let all_free = (1..count).all(|offset| {
+            TcpListener::bind(("127.0.0.1", base + offset))
+                .map(|listener| held.push(listener))
+                .is_ok()
+        });
+        drop(held);
+        if all_free {
+            return base;
+        }
+    }
+    panic!("no run of {count} free ports on 127.0.0.1 after {PORT_PROBES_MAX} probes");
+}
+
+fn send_signal(child: &Child, signal: libc::c_int) {
+    let pid = libc::pid_t::try_from(child.id()).expect("pid fits pid_t");
+    // SAFETY: kill(2) has no memory-safety preconditions; the pid is our own
+    // child, not yet waited for, so it cannot have been reused.
+    let result = unsafe { libc::kill(pid, signal) };
+    assert_eq!(result, 0, "kill({pid}, {signal}): {}", std::io::Error::last_os_error());
+}
+
+/// Waits for `child` to exit, up to `timeout`.
+fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let started = now();
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return Some(status);
+        }
+        if started.elapsed() >= timeout {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The command that runs `spoold` with the test settings.
+fn spoold_command(data_dir: &Path, base_port: u16, cores: u16, log: &File) -> Command {
+    let mut command = Command::new(spoold_bin());
+    command
+        .arg("--data-dir")
+        .arg(data_dir)
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{base_port}"))
+        .arg("--cores")
+        .arg(cores.to_string())
+        .arg("--segment-bytes")
+        .arg(SEGMENT_BYTES_TEST.to_string())
+        .args(["--log-format", "human"])
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("clone log file"))
+        .stderr(log.try_clone().expect("clone log file"));
+    // The test environment must not configure the broker behind our back.
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(|name| name.starts_with("SPOOL_")) {
+            command.env_remove(name);
+        }
+    }
+    // SAFETY: the closure runs in the child between fork and exec and calls
+    // only prctl(2), which is async-signal-safe.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    command
+}
+
+/// One `spoold` process under test and the directory it owns.
+pub struct Spoold {
+    root: TempDir,
+    base_port: u16,
+    cores: u16,
+    child: Option<Child>,
+    starts: u32,
+}
+
+impl std::fmt::Debug for Spoold {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Spoold")
+            .field("dir", &self.root.path())
+            .field("base_port", &self.base_port)
+            .field("cores", &self.cores)
+            .field("pid", &self.pid())
+            .finish()
+    }
+}
+
+/// Why a start did not come up.
+enum StartFailure {
+    /// The process exited before it accepted.
+    Exited(ExitStatus),
+    /// It did not accept within [`START_TIMEOUT`].
+    Timeout,
+}
+
+impl Spoold {
+    /// Starts a broker with `cores` shards on a fresh directory and free
+    /// ports, and waits until every shard accepts.
+    pub fn start(cores: u16) -> Self {
+        let root = tempfile::Builder::new().prefix("spool-e2e-").tempdir().expect("tempdir");
+        let mut broker = Self { root, base_port: 0, cores, child: None, starts: 0 };
+        for attempt in 1..=START_ATTEMPTS_MAX {
+            broker.base_port = reserve_ports(cores);
+            match broker.spawn_and_wait() {
+                Ok(()) => return broker,
+                Err(StartFailure::Exited(status)) if attempt < START_ATTEMPTS_MAX => {
+                    eprintln!(
+                        "spoold exited during start ({status}); retrying on other ports\n{}",
+                        broker.log_tail()
+                    );
+                }
+                Err(StartFailure::Exited(status)) => {
+                    panic!("spoold exited during start ({status}):\n{}", broker.log_tail())
+                }
+                Err(StartFailure::Timeout) => {
+                    panic!("spoold did not accept within {START_TIMEOUT:?}:\n{}", broker.log_tail())
+                }
+            }
+        }
+        unreachable!("the last attempt panics or returns")
+    }
+
+    /// The data directory.
+    pub fn data_dir(&self) -> PathBuf {
+        self.root.path().join("data")
+    }
+
+    /// The log file (stdout and stderr of every start).
+    pub fn log_path(&self) -> PathBuf {
+        self.root.path().join("spoold.log")
+    }
+
+    /// The whole log so far.
+    pub fn log(&self) -> String {
+        let mut text = String::new();
+        if let Ok(mut file) = File::open(self.log_path()) {
+            let _ = file.read_to_string(&mut text);
+        }
+        text
+    }
+
+    fn log_tail(&self) -> String {
+        let text = self.log();
+        let mut start = text.len().saturating_sub(LOG_PRINT_BYTES_MAX);
+        while !text.is_char_boundary(start) {
+            start += 1;
+        }
+        text[start..].to_owned()
+    }
+
+    /// Shard count.
+    pub fn cores(&self) -> u16 {
+        self.cores
+    }
+
+    /// Port of shard `shard`.
+    pub fn port(&self, shard: u16) -> u16 {
+        assert!(shard < self.cores);
+        self.base_port + shard
+    }
+
+    /// `127.0.0.1:port` of shard `shard`.
+    pub fn shard_addr(&self, shard: u16) -> String {
+        format!("127.0.0.1:{}", self.port(shard))
+    }
+
+    /// The bootstrap address (shard 0).
+    pub fn addr(&self) -> String {
+        self.shard_addr(0)
+    }
+
+    /// The running process id, if running.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// How many times the process was started (1 after [`start`](Self::start)).
+    pub fn starts(&self) -> u32 {
+        self.starts
+    }
+
+    fn open_log(&self) -> File {
+        OpenOptions::new().create(true).append(true).open(self.log_path()).expect("open log file")
+    }
+
+    fn spawn_and_wait(&mut self) -> Result<(), StartFailure> {
+        assert!(self.child.is_none(), "spoold already running");
+        let log = self.open_log();
+        let mut command = spoold_command(&self.data_dir(), self.base_port, self.cores, &log);
+        let child = command.spawn().expect("spawn spoold");
+        self.starts += 1;
+        self.child = Some(child);
+        let started = now();
+        loop {
+            let child = self.child.as_mut().expect("child just spawned");
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                self.child = None;
+                return Err(StartFailure::Exited(status));
+            }
+            let accepting = (0..self.cores).all(|shard| {
+                let addr: SocketAddr = self.shard_addr(shard).parse().expect("socket address");
+                TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+            });
+            if accepting {
+                return Ok(());
+            }
+            if started.elapsed() >= START_TIMEOUT {
+                return Err(StartFailure::Timeout);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits until every shard port can be bound again, as spoold's own
+    /// port check does. The kernel tears down a dead process's io_uring (and
+    /// the listening sockets registered with it) asynchronously, so the
+    /// ports stay busy for a moment after the process is gone.
+    fn wait_ports_free(&self) {
+        let started = now();
+        loop {
+            let free = (0..self.cores)
+                .all(|shard| TcpListener::bind(("127.0.0.1", self.port(shard))).is_ok());
+            if free {
+                let waited = started.elapsed();
+                if waited > Duration::from_millis(100) {
+                    eprintln!("ports of the stopped spoold were busy for {waited:?}");
+                }
+                return;
+            }
+            assert!(
+                started.elapsed() < PORTS_RELEASE_TIMEOUT,
+                "ports {}..{} still busy {PORTS_RELEASE_TIMEOUT:?} after spoold exited",
+                self.base_port,
+                self.base_port + self.cores
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Starts the broker again on the same directory and ports (once the
+    /// old process's ports are free).
+    pub fn restart(&mut self) {
+        self.wait_ports_free();
+        match self.spawn_and_wait() {
+            Ok(()) => {}
+            Err(StartFailure::Exited(status)) => {
+                panic!("spoold exited during restart ({status}):\n{}", self.log_tail())
+            }
+            Err(StartFailure::Timeout) => {
+                panic!("spoold did not accept within {START_TIMEOUT:?}:\n{}", self.log_tail())
+            }
+        }
+    }
+
+    /// SIGTERM, then waits for the drain; returns the exit status.
+    pub fn terminate(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("spoold is not running");
+        send_signal(&child, libc::SIGTERM);
+        match wait_timeout(&mut child, STOP_TIMEOUT) {
+            Some(status) => status,
+            None => {
+                send_signal(&child, libc::SIGKILL);
+                let _ = child.wait();
+                panic!(
+                    "spoold did not exit within {STOP_TIMEOUT:?} of SIGTERM:\n{}",
+                    self.log_tail()
+                )
+            }
+        }
+    }
+
+    /// SIGKILL: the process dies with whatever is in flight.
+    pub fn kill(&mut self) {
+        let mut child = self.child.take().expect("spoold is not running");
+        send_signal(&child, libc::SIGKILL);
+        let _ = child.wait();
+    }
+
+    /// Runs a second `spoold` on this broker's data directory (on other
+    /// ports) and returns how it ended, killing it if it is still running
+    /// after `timeout`.
+    pub fn run_second_on_same_dir(&self, timeout: Duration) -> (Option<ExitStatus>, String) {
+        let log_path = self.root.path().join("second.log");
+        let log = File::create(&log_path).expect("create second log");
+        let base = reserve_ports(self.cores);
+        let mut child = spoold_command(&self.data_dir(), base, self.cores, &log)
+            .spawn()
+            .expect("spawn second spoold");
+        let status = wait_timeout(&mut child, timeout);
+        if status.is_none() {
+            send_signal(&child, libc::SIGKILL);
+            let _ = child.wait();
+        }
+        (status, std::fs::read_to_string(&log_path).unwrap_or_default())
+    }
+
+    /// A client bootstrapped on shard 0 with short timeouts.
+    pub async fn client(&self) -> Client {
+        let config = ClientConfig {
+            connection: ConnectionConfig {
+                request_timeout: Duration::from_secs(15),
+                connect_timeout: Duration::from_secs(5),
+                ..ConnectionConfig::default()
+            },
+        };
+        Client::connect_with(&self.addr(), config).await.expect("client connects")
+    }
+
+    /// Runs the `spool` CLI against this broker with `--addr` set.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        self.cli_with_stdin(args, None)
+    }
+
+    /// [`cli`](Self::cli) feeding `stdin` to the command.
+    pub fn cli_with_stdin(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        use std::io::Write;
+        let mut command = Command::new(spool_bin());
+        command.arg("--addr").arg(self.addr()).args(args);
+        command.stdout(Stdio::piped()).stderr(Stdio::piped());
+        command.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+        let mut child = command.spawn().expect("spawn spool");
+        if let Some(text) = stdin {
+            let mut pipe = child.stdin.take().expect("stdin pipe");
+            pipe.write_all(text.as_bytes()).expect("write stdin");
+        }
+        child.wait_with_output().expect("spool output")
+    }
+}
+
+impl Drop for Spoold {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            send_signal(&child, libc::SIGKILL);
+            let _ = child.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!(
+                "---- spoold log ({}, {} starts) ----\n{}\n---- end of spoold log ----",
+                self.log_path().display(),
+                self.starts,
+                self.log_tail()
+            );
+        }
+    }
+}
+
+/// A queue config for tests: short leases allowed (50 ms..60 s, default
+/// `lease_default_ms`), `max_deliveries`, linear 100 ms backoff, a 1 h dedupe
+/// window and generous admission limits.
+pub fn test_queue_config(
+    partitions: u32,
+    lease_default_ms: u32,
+    max_deliveries: u32,
+) -> QueueConfig {
+    QueueConfig {
+        partitions,
+        priority_bands: 4,
+        lease_default_ms,
+        lease_min_ms: 50,
+        lease_max_ms: 60_000,
+        max_lease_lifetime_ms: 10 * 60_000,
+        max_deliveries,
+        backoff: Backoff { kind: BackoffKind::Linear, base_ms: 100, cap_ms: 100 },
+        dedupe_window_ms: 60 * 60_000,
+        max_messages: 10_000_000,
+        max_bytes: 1 << 30,
+        dead_letter_on_expiry: true,
+    }
+}
+
+/// Stdout of a CLI run that must have succeeded.
+pub fn success_stdout(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "spool failed ({}):\nstdout: {}\nstderr: {}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Parses the stdout of a successful `--json` CLI run.
+pub fn json_stdout(output: &Output) -> serde_json::Value {
+    let text = success_stdout(output);
+    serde_json::from_str(&text).unwrap_or_else(|error| panic!("not JSON ({error}): {text}"))
+}

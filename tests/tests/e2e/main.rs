@@ -1,0 +1,25 @@
+//! End-to-end tests against real `spoold` processes (see `spool_tests`).
+//!
+//! One test binary with a module per area, so the client and tokio are
+//! linked once; nextest still runs every test in its own process.
+//!
+//! - `ops`: every protocol operation through the client library.
+//! - `cli`: every `spool` command against a live broker.
+//! - `lease`: the lease trace over the network (expiry, generation, stale ack).
+//! - `routing`: `NOT_OWNER` on the wrong shard and the client following it.
+//! - `load`: 2 producers, 4 consumers, exactly-once acks of every message.
+//! - `restart`: SIGTERM and SIGKILL mid-stream keep every acknowledged change.
+//! - `faults`: bad frames close only their connection; one broker per data dir.
+
+// Helpers outside `#[test]` functions unwrap too: a failed step is a failed
+// test.
+#![allow(clippy::unwrap_used)]
+
+mod cli;
+mod common;
+mod faults;
+mod lease;
+mod load;
+mod ops;
+mod restart;
+mod routing;

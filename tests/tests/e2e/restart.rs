@@ -1,0 +1,255 @@
+//! Restart mid-stream: every acknowledged enqueue survives a SIGTERM or a
+//! SIGKILL, no acknowledged ack is undone, and tokens from before the restart
+//! are stale (the leader epoch moved).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use spool_client::spool_wire::batch::MessageId;
+use spool_client::spool_wire::proto::{MessageState, Offset, PartitionId};
+use spool_client::spool_wire::ErrorCode;
+use spool_client::{Admin, Client, Delivery, Message, Producer, ProducerConfig};
+use spool_tests::{test_queue_config, Spoold};
+
+use crate::common::{claim_options, count_by_id, drain, eventually, message_id, unix_ms};
+
+/// Lease of the streaming consumer: what it held at the kill comes back
+/// this long after.
+const STREAM_LEASE_MS: u32 = 2_000;
+/// Lease of the claims held across the restart; long enough that they are
+/// still unexpired when the old tokens are tried after the restart.
+const HELD_LEASE_MS: u32 = 8_000;
+/// Messages enqueued (acknowledged) before the broker is stopped.
+const ENQUEUED_BEFORE_STOP: usize = 3_000;
+/// Messages acked by the consumer before the broker is stopped.
+const ACKED_BEFORE_STOP: usize = 500;
+const PARTITIONS: u32 = 2;
+/// Pause of the streaming consumer after each acked claim.
+const CONSUMER_PAUSE: Duration = Duration::from_millis(20);
+
+#[derive(Default)]
+struct Ledger {
+    /// Every id a producer submitted.
+    submitted: HashSet<MessageId>,
+    /// Ids whose enqueue the broker acknowledged.
+    enqueued: HashSet<MessageId>,
+    /// Ids whose ack the broker acknowledged.
+    acked: HashSet<MessageId>,
+    /// Ids whose ack was sent but got no answer (outcome unknown).
+    ack_unknown: HashSet<MessageId>,
+}
+
+/// Streams enqueues until `stop` or the first failure; returns that failure.
+async fn produce(client: Client, ledger: Arc<Mutex<Ledger>>, stop: Arc<AtomicBool>) -> String {
+    let config = ProducerConfig { retries: 1, ..ProducerConfig::default() };
+    let producer = Producer::new(client, config).unwrap();
+    let mut sequence = 0u64;
+    while !stop.load(Ordering::Acquire) {
+        let mut pending = Vec::new();
+        for _ in 0..200 {
+            let id = message_id(1, sequence);
+            sequence += 1;
+            ledger.lock().unwrap().submitted.insert(id);
+            match producer.submit("stream", Message::new("work").id(id)).await {
+                Ok(future) => pending.push((id, future)),
+                Err(error) => return format!("submit: {error}"),
+            }
+        }
+        let mut failed = None;
+        for (id, future) in pending {
+            match future.await {
+                Ok(_) => {
+                    ledger.lock().unwrap().enqueued.insert(id);
+                }
+                Err(error) => failed = Some(format!("enqueue: {error}")),
+            }
+        }
+        if let Some(error) = failed {
+            return error;
+        }
+    }
+    "stopped".to_owned()
+}
+
+/// Claims and acks until `stop` or the first failure; returns that failure.
+async fn consume(client: Client, ledger: Arc<Mutex<Ledger>>, stop: Arc<AtomicBool>) -> String {
+    let mut partition = 0u32;
+    while !stop.load(Ordering::Acquire) {
+        let options = claim_options(0x5eed, 50, STREAM_LEASE_MS, 50);
+        let batch = match client.claim("stream", PartitionId(partition), &options).await {
+            Ok(batch) => batch,
+            Err(error) => return format!("claim: {error}"),
+        };
+        partition = (partition + 1) % PARTITIONS;
+        if batch.deliveries.is_empty() {
+            continue;
+        }
+        let tokens: Vec<_> = batch.deliveries.iter().map(Delivery::token).collect();
+        let ids: Vec<_> = batch.deliveries.iter().map(Delivery::message_id).collect();
+        match client.ack("stream", batch.deliveries[0].partition(), &tokens).await {
+            Ok(codes) => {
+                {
+                    let mut ledger = ledger.lock().unwrap();
+                    for (id, code) in ids.into_iter().zip(codes) {
+                        assert_eq!(code, ErrorCode::None, "a fresh claim acks");
+                        ledger.acked.insert(id);
+                    }
+                }
+                // Slower than the producer, so a backlog is on disk at the stop.
+                tokio::time::sleep(CONSUMER_PAUSE).await;
+            }
+            Err(error) => {
+                ledger.lock().unwrap().ack_unknown.extend(ids);
+                return format!("ack: {error}");
+            }
+        }
+    }
+    "stopped".to_owned()
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Stop {
+    Term,
+    Kill,
+}
+
+async fn restart_mid_stream(how: Stop) {
+    let mut broker = Spoold::start(2);
+    let client = broker.client().await;
+    let admin = Admin::new(client.clone());
+    admin.create_queue("stream", test_queue_config(PARTITIONS, 5_000, 100)).await.unwrap();
+    admin.create_queue("held", test_queue_config(1, 5_000, 100)).await.unwrap();
+    let producer = Producer::new(client.clone(), ProducerConfig::default()).unwrap();
+    for sequence in 0..5 {
+        producer.send("held", Message::new("held").id(message_id(2, sequence))).await.unwrap();
+    }
+
+    let ledger: Arc<Mutex<Ledger>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let producing =
+        tokio::spawn(produce(broker.client().await, Arc::clone(&ledger), Arc::clone(&stop)));
+    let consuming =
+        tokio::spawn(consume(broker.client().await, Arc::clone(&ledger), Arc::clone(&stop)));
+    let streaming = eventually(Duration::from_secs(40), || {
+        let ledger = ledger.lock().unwrap();
+        let ready = (ledger.enqueued.len() >= ENQUEUED_BEFORE_STOP
+            && ledger.acked.len() >= ACKED_BEFORE_STOP)
+            || producing.is_finished()
+            || consuming.is_finished();
+        async move { ready }
+    })
+    .await;
+    if !streaming || producing.is_finished() || consuming.is_finished() {
+        stop.store(true, Ordering::Release);
+        let (enqueued, acked) = {
+            let ledger = ledger.lock().unwrap();
+            (ledger.enqueued.len(), ledger.acked.len())
+        };
+        panic!(
+            "the stream did not get going: {enqueued} enqueued, {acked} acked; producer: {}; \
+             consumer: {}",
+            producing.await.unwrap(),
+            consuming.await.unwrap()
+        );
+    }
+
+    // Claims held across the restart, still unexpired afterwards.
+    let held = client.claim("held", PartitionId(0), &claim_options(7, 5, HELD_LEASE_MS, 0)).await;
+    let held = held.unwrap();
+    assert_eq!(held.deliveries.len(), 5);
+
+    let stopped_ms = unix_ms();
+    match how {
+        Stop::Term => {
+            let status = broker.terminate();
+            assert!(status.success(), "SIGTERM drain exits 0, got {status}");
+        }
+        Stop::Kill => broker.kill(),
+    }
+    stop.store(true, Ordering::Release);
+    let produced = producing.await.unwrap();
+    let consumed = consuming.await.unwrap();
+    eprintln!("at the stop: producer {produced}; consumer {consumed}");
+    broker.restart();
+
+    let client = broker.client().await;
+    let admin = Admin::new(client.clone());
+    // Old tokens: stale although their leases have not run out.
+    let tokens: Vec<_> = held.deliveries.iter().map(Delivery::token).collect();
+    let codes = client.ack("held", PartitionId(0), &tokens).await.unwrap();
+    assert!(
+        unix_ms() < held.lease_deadline_ms,
+        "restart took too long to test the epoch: the held leases expired"
+    );
+    assert_eq!(codes, vec![ErrorCode::StaleToken; 5], "pre-restart tokens are stale");
+    let extend = client.extend("held", PartitionId(0), tokens[0], 5_000).await.unwrap_err();
+    assert_eq!(extend.code(), Some(ErrorCode::StaleToken), "{extend}");
+    // ...and the stale acks changed nothing: the messages are still claimed.
+    let peeked = admin.peek("held", PartitionId(0), Offset(0), 10).await.unwrap();
+    assert_eq!(peeked.len(), 5);
+    assert!(peeked.iter().all(|message| message.state == MessageState::Claimed));
+
+    // Claims lost with the broker (acked or not) come back after their lease.
+    let wait_ms = (stopped_ms + u64::from(STREAM_LEASE_MS) + 200).saturating_sub(unix_ms());
+    tokio::time::sleep(Duration::from_millis(wait_ms)).await;
+    let drained = drain(&client, "stream", 300, 2).await;
+    let counts: HashMap<MessageId, usize> = count_by_id(&drained);
+
+    let ledger = std::mem::take(&mut *ledger.lock().unwrap());
+    let duplicates: Vec<_> = counts.iter().filter(|(_, count)| **count > 1).collect();
+    assert!(duplicates.is_empty(), "delivered twice after the restart: {duplicates:?}");
+    let missing: Vec<_> = ledger
+        .enqueued
+        .iter()
+        .filter(|id| !ledger.acked.contains(id) && !ledger.ack_unknown.contains(id))
+        .filter(|id| !counts.contains_key(id))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} acknowledged enqueues lost ({how:?}), e.g. {:?}",
+        missing.len(),
+        &missing[..missing.len().min(5)]
+    );
+    let resurrected: Vec<_> = ledger.acked.iter().filter(|id| counts.contains_key(id)).collect();
+    assert!(resurrected.is_empty(), "acked messages came back: {resurrected:?}");
+    let unknown: Vec<_> = counts.keys().filter(|id| !ledger.submitted.contains(id)).collect();
+    assert!(unknown.is_empty(), "delivered ids nobody sent: {unknown:?}");
+    eprintln!(
+        "restart ({how:?}): {} enqueued, {} acked, {} unknown acks before the stop; \
+         {} drained after",
+        ledger.enqueued.len(),
+        ledger.acked.len(),
+        ledger.ack_unknown.len(),
+        drained.len()
+    );
+    assert!(!drained.is_empty(), "no backlog at the stop: the test proved nothing");
+    let described = admin.describe_queue("stream").await.unwrap();
+    assert!(described.partitions.iter().all(|p| p.ready + p.claimed + p.scheduled == 0));
+
+    // The held messages return once their (pre-restart) lease runs out.
+    let wait_ms = (held.lease_deadline_ms + 100).saturating_sub(unix_ms());
+    tokio::time::sleep(Duration::from_millis(wait_ms)).await;
+    let held_back = drain(&client, "held", 500, 1).await;
+    let mut held_ids: Vec<_> = held_back.iter().map(Delivery::message_id).collect();
+    held_ids.sort_by_key(|id| id.0);
+    let expected: Vec<_> = (0..5).map(|sequence| message_id(2, sequence)).collect();
+    assert_eq!(held_ids, expected);
+    assert!(held_back.iter().all(|delivery| delivery.attempt() == 2));
+}
+
+// Goal: a graceful stop (SIGTERM) mid-stream loses no acknowledged enqueue,
+// undoes no acknowledged ack, and stales old tokens. Method: stream enqueues
+// and acks, SIGTERM, restart, drain, compare ids with the ledger.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_mid_stream_keeps_acknowledged_work() {
+    restart_mid_stream(Stop::Term).await;
+}
+
+// Goal: as above for a crash (SIGKILL): acknowledged means durable.
+// Method: the same stream, SIGKILL instead of SIGTERM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_mid_stream_keeps_acknowledged_work() {
+    restart_mid_stream(Stop::Kill).await;
+}
