@@ -9,8 +9,10 @@
 //!
 //! glommio's `TcpListener::bind` always sets SO_REUSEPORT, so binding a port
 //! another broker already listens on *succeeds* and silently splits its
-//! traffic. [`check_port_free`] binds a plain std listener first (no
-//! SO_REUSEPORT), which fails with EADDRINUSE if anyone listens there.
+//! traffic; and it does not set SO_REUSEADDR, so a killed broker's
+//! connections in TIME_WAIT block its restart. [`bind_listener`] therefore
+//! binds a plain std listener (SO_REUSEADDR, no SO_REUSEPORT), which fails
+//! with EADDRINUSE only if someone listens there, and hands it to glommio.
 
 use std::cell::Cell;
 use std::net::SocketAddr;
@@ -57,14 +59,31 @@ pub fn check_port_free(addr: SocketAddr) -> Result<(), NetError> {
     }
 }
 
-/// Binds the shard's glommio listener after [`check_port_free`].
+/// Binds the shard's listener with std (SO_REUSEADDR, no SO_REUSEPORT) and
+/// hands the socket to glommio.
+///
+/// Not glommio's `TcpListener::bind`: it sets SO_REUSEPORT and not
+/// SO_REUSEADDR, so every connection it accepts lacks SO_REUSEADDR, and when
+/// the broker is killed those connections sit in TIME_WAIT on the shard port
+/// for a minute; any later bind of that port (the restart's) then fails with
+/// EADDRINUSE. With SO_REUSEADDR on the listener, accepted connections
+/// inherit it and their TIME_WAIT no longer blocks a restart, while a live
+/// listener (another spoold) still does: the bind itself is the port check.
 ///
 /// # Errors
-/// See [`check_port_free`]; `Bind` if glommio's bind fails.
+/// [`NetError::PortInUse`] on EADDRINUSE, [`NetError::Bind`] otherwise.
 pub fn bind_listener(addr: SocketAddr) -> Result<TcpListener, NetError> {
-    check_port_free(addr)?;
-    TcpListener::bind(addr)
-        .map_err(|error| NetError::Bind { addr, source: std::io::Error::other(error.to_string()) })
+    use std::os::unix::io::{FromRawFd, IntoRawFd};
+    let listener = match std::net::TcpListener::bind(addr) {
+        Ok(listener) => listener,
+        Err(error) if error.kind() == std::io::ErrorKind::AddrInUse => {
+            return Err(NetError::PortInUse { addr });
+        }
+        Err(source) => return Err(NetError::Bind { addr, source }),
+    };
+    // SAFETY: `into_raw_fd` gives up ownership of a bound, listening TCP
+    // socket; glommio takes it over and closes it on drop.
+    Ok(unsafe { TcpListener::from_raw_fd(listener.into_raw_fd()) })
 }
 
 /// Connection counters of one shard, readable from its executor.
