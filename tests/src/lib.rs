@@ -82,8 +82,7 @@ fn profile_dir() -> PathBuf {
 fn build_binaries() -> &'static Result<(), String> {
     static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
     BUILT.get_or_init(|| {
-        if std::env::var_os(SPOOLD_BIN_ENV).is_some() && std::env::var_os(SPOOL_BIN_ENV).is_some()
-        {
+        if std::env::var_os(SPOOLD_BIN_ENV).is_some() && std::env::var_os(SPOOL_BIN_ENV).is_some() {
             return Ok(());
         }
         let profile_dir = profile_dir();
@@ -396,7 +395,10 @@ impl Spoold {
             None => {
                 send_signal(&child, libc::SIGKILL);
                 let _ = child.wait();
-                panic!("spoold did not exit within {STOP_TIMEOUT:?} of SIGTERM:\n{}", self.log_tail())
+                panic!(
+                    "spoold did not exit within {STOP_TIMEOUT:?} of SIGTERM:\n{}",
+                    self.log_tail()
+                )
             }
         }
     }
@@ -479,7 +481,11 @@ impl Drop for Spoold {
 /// A queue config for tests: short leases allowed (50 ms..60 s, default
 /// `lease_default_ms`), `max_deliveries`, linear 100 ms backoff, a 1 h dedupe
 /// window and generous admission limits.
-pub fn test_queue_config(partitions: u32, lease_default_ms: u32, max_deliveries: u32) -> QueueConfig {
+pub fn test_queue_config(
+    partitions: u32,
+    lease_default_ms: u32,
+    max_deliveries: u32,
+) -> QueueConfig {
     QueueConfig {
         partitions,
         priority_bands: 2,

@@ -31,9 +31,13 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     while let Some(arg) = args.next() {
         let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
         match arg.as_str() {
-            "--kills" => kills = Some(value("--kills")?.parse().map_err(|e| format!("--kills: {e}"))?),
+            "--kills" => {
+                kills = Some(value("--kills")?.parse().map_err(|e| format!("--kills: {e}"))?)
+            }
             "--seed" => seed = Some(value("--seed")?.parse().map_err(|e| format!("--seed: {e}"))?),
-            "--cores" => cores = Some(value("--cores")?.parse().map_err(|e| format!("--cores: {e}"))?),
+            "--cores" => {
+                cores = Some(value("--cores")?.parse().map_err(|e| format!("--cores: {e}"))?)
+            }
             "--quick" => quick = true,
             "-h" | "--help" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown argument {other}\n{USAGE}")),
@@ -59,16 +63,18 @@ fn main() -> ExitCode {
     } else {
         KillLoopConfig::new(args.kills, args.seed)
     };
+    config.progress = true;
     if let Some(cores) = args.cores {
         config.cores = cores;
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("killloop: tokio runtime: {error}");
-            return ExitCode::from(3);
-        }
-    };
+    let runtime =
+        match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+            Ok(runtime) => runtime,
+            Err(error) => {
+                eprintln!("killloop: tokio runtime: {error}");
+                return ExitCode::from(3);
+            }
+        };
     match runtime.block_on(run(config)) {
         Ok(report) => {
             println!("{}", report.to_json());

@@ -78,7 +78,8 @@ const WITNESS_WORKER: WorkerId = WorkerId(0x0057_17E5);
 const DRAIN_WORKER: WorkerId = WorkerId(0x00D7_A1E5);
 
 /// Most tokens one ack request carries in the drain.
-const DRAIN_ACK_TOKENS_MAX: usize = spool_client::spool_wire::proto::limits::ACK_TOKENS_MAX as usize;
+const DRAIN_ACK_TOKENS_MAX: usize =
+    spool_client::spool_wire::proto::limits::ACK_TOKENS_MAX as usize;
 
 /// Wall-clock now (see [`crate::now`]).
 pub fn now() -> Instant {
@@ -169,6 +170,8 @@ pub struct KillLoopConfig {
     pub max_deliveries: u32,
     /// How long the final drain may take.
     pub drain_timeout: Duration,
+    /// Print a line per kill on stderr.
+    pub progress: bool,
 }
 
 impl KillLoopConfig {
@@ -195,6 +198,7 @@ impl KillLoopConfig {
             schedule_delay_ms_max: 2_000,
             max_deliveries: 10_000,
             drain_timeout: Duration::from_secs(120),
+            progress: false,
         }
     }
 
@@ -231,7 +235,8 @@ impl KillLoopConfig {
         check(self.cores >= 1, "cores must be at least 1")?;
         check(self.partitions >= 1, "partitions must be at least 1")?;
         check(
-            (1..=spool_client::spool_wire::limits::PRIORITY_BANDS_MAX).contains(&self.priority_bands),
+            (1..=spool_client::spool_wire::limits::PRIORITY_BANDS_MAX)
+                .contains(&self.priority_bands),
             "priority_bands out of range",
         )?;
         check(self.producers >= 1 && self.consumers >= 1, "need producers and consumers")?;
@@ -395,21 +400,25 @@ async fn list_live(
     for partition in (0..partitions).map(PartitionId) {
         let mut from = Offset(0);
         loop {
-            let page = retrying("peek", || admin.peek(QUEUE, partition, from, LIST_PAGE_MAX)).await?;
+            let page =
+                retrying("peek", || admin.peek(QUEUE, partition, from, LIST_PAGE_MAX)).await?;
             for message in &page {
                 let entry = LiveEntry { id: Some(record_id(&message.record)?), dead_letter: false };
                 live.insert(Placement::new(partition, message.offset), entry);
             }
             match page.last() {
-                Some(last) if page.len() == LIST_PAGE_MAX as usize => from = Offset(last.offset.0 + 1),
+                Some(last) if page.len() == LIST_PAGE_MAX as usize => {
+                    from = Offset(last.offset.0 + 1)
+                }
                 _ => break,
             }
         }
         let mut from = Offset(0);
         loop {
-            let page =
-                retrying("dead letters", || admin.dead_letters(QUEUE, partition, from, LIST_PAGE_MAX))
-                    .await?;
+            let page = retrying("dead letters", || {
+                admin.dead_letters(QUEUE, partition, from, LIST_PAGE_MAX)
+            })
+            .await?;
             for letter in &page {
                 let entry = LiveEntry { id: None, dead_letter: true };
                 live.insert(Placement::new(partition, letter.original_offset), entry);
@@ -462,7 +471,12 @@ async fn take_witness(
             generation: delivery.generation(),
             claim_sent,
         });
-        held.push((delivery.message_id(), delivery.generation(), delivery.offset(), delivery.token()));
+        held.push((
+            delivery.message_id(),
+            delivery.generation(),
+            delivery.offset(),
+            delivery.token(),
+        ));
     }
     Ok((!held.is_empty()).then_some(Witness {
         partition,
@@ -530,7 +544,8 @@ async fn drain(shared: &Shared, client: &Client, admin: &Admin) -> Result<u64, K
                 wait_ms: DRAIN_WAIT_MS,
             };
             let claim_sent = shared.ledger().next_seq();
-            let batch = retrying("drain claim", || client.claim(QUEUE, partition, &options)).await?;
+            let batch =
+                retrying("drain claim", || client.claim(QUEUE, partition, &options)).await?;
             {
                 let mut ledger = shared.ledger();
                 for delivery in &batch.deliveries {
@@ -661,6 +676,22 @@ pub async fn run(config: KillLoopConfig) -> Result<KillLoopReport, KillLoopError
             check_witness(&shared, &client, witness, &mut tally).await?;
         }
         drop(gate);
+        if config.progress {
+            let ledger = shared.ledger();
+            eprintln!(
+                "killloop: kill {}/{}: restart {} ms, {} enqueues and {} acks acknowledged, \
+                 {} violations",
+                restart_ms.len(),
+                config.kills,
+                restart_ms.last().copied().unwrap_or(0),
+                ledger.enqueued_count(),
+                ledger.acked_count(),
+                ledger.violations().total()
+            );
+        }
+    }
+    if config.progress {
+        eprintln!("killloop: stopping the load and draining");
     }
 
     shared.stop.store(true, Ordering::Release);

@@ -272,7 +272,9 @@ async fn send_until_answered(
 #[derive(Debug, Clone, Copy)]
 enum Action {
     Ack,
-    Release { delay_ms: u32 },
+    Release {
+        delay_ms: u32,
+    },
     /// Keep it and let the lease run out.
     Abandon,
 }
@@ -363,7 +365,9 @@ pub async fn consumer(
             let plan = plan(&mut rng, &config);
             let shared = std::sync::Arc::clone(&shared);
             let client = client.clone();
-            handlers.spawn(async move { handle(&shared, &client, delivery, token_instance, plan).await });
+            handlers.spawn(async move {
+                handle(&shared, &client, delivery, token_instance, plan).await
+            });
         }
     }
     while handlers.join_next().await.is_some() {}
@@ -397,11 +401,14 @@ async fn handle(
         tokio::time::sleep(Duration::from_millis(plan.hold_ms / 2)).await;
         let _gate = shared.gate.read().await;
         let sent = shared.instance();
-        if let Ok(deadline_ms) = client.extend(queue, partition, token, shared.config.lease_ms).await
+        if let Ok(deadline_ms) =
+            client.extend(queue, partition, token, shared.config.lease_ms).await
         {
             shared.lease_deadline(deadline_ms);
             bump(&shared.counters.extends);
-            shared.ledger().token_use_succeeded(token_use(&delivery, token_instance, sent), "extend");
+            shared
+                .ledger()
+                .token_use_succeeded(token_use(&delivery, token_instance, sent), "extend");
         }
         drop(_gate);
         tokio::time::sleep(Duration::from_millis(plan.hold_ms - plan.hold_ms / 2)).await;

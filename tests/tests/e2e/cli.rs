@@ -21,8 +21,12 @@ fn cli_commands_against_a_live_broker() {
     let broker = Spoold::start(2);
     let cli = |args: &[&str]| json_stdout(&broker.cli(args));
 
-    let created = cli(&["--json", "queue", "create", "mail", "--partitions", "2", "--max-deliveries", "1"]);
-    assert_eq!((created["queue"].as_str(), created["partitions"].as_u64()), (Some("mail"), Some(2)));
+    let created =
+        cli(&["--json", "queue", "create", "mail", "--partitions", "2", "--max-deliveries", "1"]);
+    assert_eq!(
+        (created["queue"].as_str(), created["partitions"].as_u64()),
+        (Some("mail"), Some(2))
+    );
     let table = success_stdout(&broker.cli(&["queue", "list"]));
     assert!(table.starts_with("queue") && table.contains("mail"), "{table}");
     let listed = cli(&["--json", "queue", "list"]);
@@ -30,10 +34,8 @@ fn cli_commands_against_a_live_broker() {
 
     let sent = cli(&["--json", "send", "mail", "hello", "--key", "alice"]);
     assert_eq!(sent["offsets"].as_array().map(Vec::len), Some(1));
-    let from_stdin = json_stdout(&broker.cli_with_stdin(
-        &["--json", "send", "mail"],
-        Some("one\ntwo\nthree\n"),
-    ));
+    let from_stdin =
+        json_stdout(&broker.cli_with_stdin(&["--json", "send", "mail"], Some("one\ntwo\nthree\n")));
     assert_eq!(from_stdin["offsets"].as_array().map(Vec::len), Some(3));
 
     let described = cli(&["--json", "queue", "describe", "mail"]);

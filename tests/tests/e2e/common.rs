@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use spool_client::spool_wire::batch::MessageId;
 use spool_client::spool_wire::proto::{PartitionId, WorkerId};
-use spool_client::{partition_for_key, ClaimOptions, Client, Delivery};
 use spool_client::spool_wire::ErrorCode;
+use spool_client::{partition_for_key, ClaimOptions, Client, Delivery};
 
 /// Unix ms now, comparable with the broker's lease deadlines (same host).
 #[allow(clippy::disallowed_methods)]
@@ -58,16 +58,15 @@ pub async fn drain(client: &Client, queue: &str, wait_ms: u32, idle_sweeps: u32)
         let mut found = false;
         for partition in 0..partitions {
             let options = claim_options(0xd7a1, 1024, 30_000, wait_ms);
-            let batch = client
-                .claim(queue, PartitionId(partition), &options)
-                .await
-                .expect("drain claim");
+            let batch =
+                client.claim(queue, PartitionId(partition), &options).await.expect("drain claim");
             if batch.deliveries.is_empty() {
                 continue;
             }
             found = true;
             let tokens: Vec<_> = batch.deliveries.iter().map(Delivery::token).collect();
-            let codes = client.ack(queue, PartitionId(partition), &tokens).await.expect("drain ack");
+            let codes =
+                client.ack(queue, PartitionId(partition), &tokens).await.expect("drain ack");
             assert!(codes.iter().all(|code| *code == ErrorCode::None), "drain acks: {codes:?}");
             drained.extend(batch.deliveries);
         }

@@ -44,9 +44,10 @@ async fn expired_lease_passes_to_next_claimer_and_old_token_is_stale() {
     assert_eq!(b_delivery.generation().0, a_delivery.generation().0 + 1);
     assert_eq!(b_delivery.attempt(), 2);
 
-    assert_eq!(client.ack("leases", p0, &[a_delivery.token()]).await.unwrap(), vec![
-        ErrorCode::StaleToken
-    ]);
+    assert_eq!(
+        client.ack("leases", p0, &[a_delivery.token()]).await.unwrap(),
+        vec![ErrorCode::StaleToken]
+    );
     let extend = client.extend("leases", p0, a_delivery.token(), 5_000).await.unwrap_err();
     assert_eq!(extend.code(), Some(ErrorCode::StaleToken), "{extend}");
     let release = client.release("leases", p0, a_delivery.token(), 0, "late").await.unwrap_err();
@@ -56,9 +57,10 @@ async fn expired_lease_passes_to_next_claimer_and_old_token_is_stale() {
     assert_eq!(peeked.len(), 1);
     assert_eq!(peeked[0].state, spool_client::spool_wire::proto::MessageState::Claimed);
 
-    assert_eq!(client.ack("leases", p0, &[b_delivery.token()]).await.unwrap(), vec![
-        ErrorCode::None
-    ]);
+    assert_eq!(
+        client.ack("leases", p0, &[b_delivery.token()]).await.unwrap(),
+        vec![ErrorCode::None]
+    );
     let described = admin.describe_queue("leases").await.unwrap();
     let stats = described.partitions[0];
     assert_eq!((stats.acked, stats.ready, stats.claimed, stats.scheduled), (1, 0, 0, 0));

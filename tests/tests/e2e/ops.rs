@@ -42,7 +42,8 @@ async fn admin_plane_and_describe_merges_shards() {
     assert!(other.0 > version.0, "assignment version grows: {version:?} then {other:?}");
 
     let listed = admin.list_queues().await.unwrap();
-    let names: BTreeSet<_> = listed.iter().map(|queue| (queue.name.as_str(), queue.partitions)).collect();
+    let names: BTreeSet<_> =
+        listed.iter().map(|queue| (queue.name.as_str(), queue.partitions)).collect();
     assert_eq!(names, BTreeSet::from([("audit", 1), ("orders", 2)]));
 
     // Metadata: one entry per partition, placed on both shards.

@@ -123,8 +123,8 @@ async fn restart_mid_stream(how: Stop) {
         tokio::spawn(consume(broker.client().await, Arc::clone(&ledger), Arc::clone(&stop)));
     let streaming = eventually(Duration::from_secs(40), || {
         let ledger = ledger.lock().unwrap();
-        let ready =
-            ledger.enqueued.len() >= ENQUEUED_BEFORE_STOP && ledger.acked.len() >= ACKED_BEFORE_STOP;
+        let ready = ledger.enqueued.len() >= ENQUEUED_BEFORE_STOP
+            && ledger.acked.len() >= ACKED_BEFORE_STOP;
         async move { ready }
     })
     .await;

@@ -7,8 +7,8 @@ use spool_client::spool_wire::proto::{
     ClaimRequest, EnqueueRequest, PartitionId, Request, WorkerId,
 };
 use spool_client::spool_wire::ErrorCode;
-use spool_client::{Admin, ClientError, Connection, ConnectionConfig, Message, Producer};
 use spool_client::ProducerConfig;
+use spool_client::{Admin, ClientError, Connection, ConnectionConfig, Message, Producer};
 use spool_tests::{test_queue_config, Spoold};
 
 use crate::common::{claim_options, drain, message_id};
