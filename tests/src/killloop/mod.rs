@@ -71,6 +71,9 @@ const DRAIN_LEASE_MS: u32 = 60_000;
 /// Long-poll wait of a drain claim.
 const DRAIN_WAIT_MS: u32 = 100;
 
+/// Lines of the broker log printed when a run fails.
+const LOG_TAIL_LINES: usize = 200;
+
 /// Worker id of witness claims.
 const WITNESS_WORKER: WorkerId = WorkerId(0x0057_17E5);
 
@@ -624,7 +627,47 @@ pub async fn run(config: KillLoopConfig) -> Result<KillLoopReport, KillLoopError
     config.validate()?;
     let started = now();
     let cores = config.cores;
-    let mut broker = blocking(move || Spoold::start(cores)).await;
+    let broker = blocking(move || Spoold::start(cores)).await;
+    let mut slot = Some(broker);
+    let result = run_on(config, &mut slot, started).await;
+    if let (Err(_), Some(broker)) = (&result, &slot) {
+        // Its log says why the broker stopped answering.
+        let log = broker.log();
+        let lines: Vec<&str> = log.lines().collect();
+        let tail = lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n");
+        eprintln!(
+            "---- spoold log tail ({}) ----\n{tail}\n---- end ----",
+            broker.log_path().display()
+        );
+    }
+    result
+}
+
+/// Kills (`restart` false) or restarts the broker in `slot` off the async
+/// threads.
+async fn cycle(slot: &mut Option<Spoold>, restart: bool) -> Result<(), KillLoopError> {
+    let mut broker =
+        slot.take().ok_or_else(|| KillLoopError::Stuck("the broker was lost".to_owned()))?;
+    broker = blocking(move || {
+        if restart {
+            broker.restart();
+        } else {
+            broker.kill();
+        }
+        broker
+    })
+    .await;
+    *slot = Some(broker);
+    Ok(())
+}
+
+async fn run_on(
+    config: KillLoopConfig,
+    slot: &mut Option<Spoold>,
+    started: Instant,
+) -> Result<KillLoopReport, KillLoopError> {
+    let broker =
+        slot.as_ref().ok_or_else(|| KillLoopError::Stuck("the broker was lost".to_owned()))?;
     let client = broker.client().await;
     let admin = Admin::new(client.clone());
     admin
@@ -656,19 +699,11 @@ pub async fn run(config: KillLoopConfig) -> Result<KillLoopReport, KillLoopError
         }
         let witness = take_witness(&shared, &client, &mut rng).await?;
         let killed_at = now();
-        broker = blocking(move || {
-            broker.kill();
-            broker
-        })
-        .await;
+        cycle(slot, false).await?;
         // After the reap, before the next start: see `Instance`.
         shared.instance.fetch_add(1, Ordering::AcqRel);
         let gate = shared.gate.write().await;
-        broker = blocking(move || {
-            broker.restart();
-            broker
-        })
-        .await;
+        cycle(slot, true).await?;
         restart_ms.push(u64::try_from(killed_at.elapsed().as_millis()).unwrap_or(u64::MAX));
         let live = list_live(&admin, config.partitions).await?;
         shared.ledger().live_check(&live);
@@ -717,8 +752,6 @@ pub async fn run(config: KillLoopConfig) -> Result<KillLoopReport, KillLoopError
         ledger.final_check(&dead);
         std::mem::take(&mut *ledger)
     };
-    drop(broker);
-
     restart_ms.sort_unstable();
     let counters = &shared.counters;
     let load = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
