@@ -45,7 +45,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     }
     let kills = kills.ok_or_else(|| format!("--kills is required\n{USAGE}"))?;
     // No seed given: one from the clock, printed so the run can be repeated.
-    let seed = seed.unwrap_or_else(|| spool_tests::killloop::unix_ms());
+    let seed = seed.unwrap_or_else(spool_tests::killloop::unix_ms);
     Ok(Args { kills, seed, cores, quick })
 }
 
@@ -103,7 +103,7 @@ mod tests {
     // Goal: the flags parse and bad input is refused. Method: a few lines.
     #[test]
     fn arguments_parse() {
-        let args = parse("--kills 5 --seed 9 --cores 1 --quick").unwrap();
+        let args = parse("--kills 5 --seed 9 --cores 1 --quick").expect("valid flags");
         assert_eq!((args.kills, args.seed, args.cores, args.quick), (5, 9, Some(1), true));
         assert!(parse("--seed 1").is_err(), "--kills is required");
         assert!(parse("--kills x").is_err());

@@ -255,7 +255,7 @@ async fn send_until_answered(
         }
         bump(&shared.counters.enqueue_retries);
         if shared.stopping() {
-            let deadline = *finish_deadline.get_or_insert_with(|| super::now());
+            let deadline = *finish_deadline.get_or_insert_with(super::now);
             if deadline.elapsed() >= PRODUCER_FINISH_TIMEOUT {
                 return Err(KillLoopError::Stuck(format!(
                     "a batch to partition {} got no answer for {PRODUCER_FINISH_TIMEOUT:?} after \
