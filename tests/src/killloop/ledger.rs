@@ -316,11 +316,6 @@ impl Ledger {
         self.check_token_use(&used, what);
     }
 
-    /// Acknowledged enqueues not yet acked (what must still be live).
-    pub fn outstanding(&self) -> usize {
-        self.enqueued.keys().filter(|id| !self.acked.contains_key(id)).count()
-    }
-
     /// Acknowledged enqueues.
     pub fn enqueued_count(&self) -> usize {
         self.enqueued.len()

@@ -22,7 +22,7 @@ use std::time::Duration;
 use spool_client::spool_wire::batch::{DataBatchBuilder, MessageId, Payload, Record};
 use spool_client::spool_wire::proto::{PartitionId, RecordOutcome, WorkerId};
 use spool_client::spool_wire::ErrorCode;
-use spool_client::{ClaimOptions, Client, ClientError, Delivery};
+use spool_client::{ClaimOptions, Client, Delivery};
 use tokio::sync::RwLock;
 use tokio::task::JoinSet;
 
@@ -445,10 +445,4 @@ async fn handle(
         }
         Action::Abandon => bump(&shared.counters.abandoned),
     }
-}
-
-/// Whether `error` means the broker refused a token (as opposed to the
-/// request not being answered).
-pub fn refused_token(error: &ClientError) -> bool {
-    error.code().is_some_and(is_token_refusal)
 }
