@@ -71,6 +71,9 @@ const DRAIN_LEASE_MS: u32 = 60_000;
 /// Long-poll wait of a drain claim.
 const DRAIN_WAIT_MS: u32 = 100;
 
+/// Longest wait for a killed broker's ports to become bindable.
+const PORT_FREE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Lines of the broker log printed when a run fails.
 const LOG_TAIL_LINES: usize = 200;
 
@@ -289,6 +292,9 @@ pub struct KillLoopReport {
     pub witness_tokens_unexpired: u64,
     /// Of those, refused with `STALE_TOKEN` or `INVALID_TOKEN`.
     pub witness_tokens_refused: u64,
+    /// Restarts that had to wait for the killed broker's ports to be
+    /// bindable again (see `wait_ports_free`).
+    pub port_waits: u64,
     /// Restart time (kill to every shard accepting), median and maximum.
     pub restart_ms_p50: u64,
     /// See [`restart_ms_p50`](Self::restart_ms_p50).
@@ -358,6 +364,7 @@ impl KillLoopReport {
             "releases": self.releases,
             "extends": self.extends,
             "abandoned": self.abandoned,
+            "port_waits": self.port_waits,
             "restart_ms_p50": self.restart_ms_p50,
             "restart_ms_max": self.restart_ms_max,
             "samples": self.samples,
@@ -643,22 +650,53 @@ pub async fn run(config: KillLoopConfig) -> Result<KillLoopReport, KillLoopError
     result
 }
 
+/// Waits until every shard port of `broker` can be bound again (a std
+/// listener, SO_REUSEADDR like the broker's own check), up to
+/// [`PORT_FREE_TIMEOUT`]; returns whether it had to wait.
+///
+/// Why: a killed `spoold`'s listening sockets can outlive the reaped process
+/// for a moment (its io_uring, which holds them through pending accepts, is
+/// torn down asynchronously after exit), and a restart in that window dies
+/// with `port_in_use`. A supervisor would restart it again; this loop waits
+/// instead of losing the run.
+fn wait_ports_free(broker: &Spoold) -> Result<bool, KillLoopError> {
+    let started = now();
+    let mut waited = false;
+    for shard in 0..broker.cores() {
+        let addr = broker.shard_addr(shard);
+        while std::net::TcpListener::bind(&addr).is_err() {
+            waited = true;
+            if started.elapsed() >= PORT_FREE_TIMEOUT {
+                return Err(KillLoopError::Stuck(format!(
+                    "{addr} still bound {PORT_FREE_TIMEOUT:?} after the kill"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    Ok(waited)
+}
+
 /// Kills (`restart` false) or restarts the broker in `slot` off the async
 /// threads.
-async fn cycle(slot: &mut Option<Spoold>, restart: bool) -> Result<(), KillLoopError> {
+async fn cycle(slot: &mut Option<Spoold>, restart: bool) -> Result<bool, KillLoopError> {
     let mut broker =
         slot.take().ok_or_else(|| KillLoopError::Stuck("the broker was lost".to_owned()))?;
-    broker = blocking(move || {
+    let (broker, waited) = blocking(move || {
         if restart {
-            broker.restart();
+            let waited = wait_ports_free(&broker);
+            if waited.is_ok() {
+                broker.restart();
+            }
+            (broker, waited)
         } else {
             broker.kill();
+            (broker, Ok(false))
         }
-        broker
     })
     .await;
     *slot = Some(broker);
-    Ok(())
+    waited
 }
 
 async fn run_on(
@@ -691,6 +729,7 @@ async fn run_on(
     let mut rng = Rng::new(config.seed, 0);
     let mut restart_ms = Vec::new();
     let mut tally = WitnessTally::default();
+    let mut port_waits = 0u64;
     for _ in 0..config.kills {
         let pause = rng.range(config.kill_interval_ms_min, config.kill_interval_ms_max);
         tokio::time::sleep(Duration::from_millis(pause)).await;
@@ -703,7 +742,7 @@ async fn run_on(
         // After the reap, before the next start: see `Instance`.
         shared.instance.fetch_add(1, Ordering::AcqRel);
         let gate = shared.gate.write().await;
-        cycle(slot, true).await?;
+        port_waits += u64::from(cycle(slot, true).await?);
         restart_ms.push(u64::try_from(killed_at.elapsed().as_millis()).unwrap_or(u64::MAX));
         let live = list_live(&admin, config.partitions).await?;
         shared.ledger().live_check(&live);
@@ -766,6 +805,7 @@ async fn run_on(
         witness_tokens_tried: tally.tried,
         witness_tokens_unexpired: tally.unexpired,
         witness_tokens_refused: tally.refused,
+        port_waits,
         restart_ms_p50: percentile_ms(&restart_ms, 50),
         restart_ms_max: restart_ms.last().copied().unwrap_or(0),
         violations: ledger.violations(),
