@@ -17,6 +17,8 @@
 //! It does not assert anything about the broker; the tests in `tests/e2e/`
 //! do. Everything binds 127.0.0.1 only.
 
+pub mod killloop;
+
 use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};

@@ -1,0 +1,112 @@
+//! `killloop`: runs the kill loop ([`spool_tests::killloop`]) against a real
+//! `spoold` and prints one JSON report on stdout.
+//!
+//! ```text
+//! cargo run --release -p spool-tests --bin killloop -- --kills 200 --seed 7 [--cores 2] [--quick]
+//! ```
+//!
+//! Exit code: 0 when every violation count is 0, 1 when any is not, 2 for a
+//! usage error, 3 when the run could not finish (the broker stopped
+//! answering). The seed goes to stderr first, so a run that dies still names
+//! it. `--quick` uses the test's short intervals and small load.
+
+use std::process::ExitCode;
+
+use spool_tests::killloop::{run, KillLoopConfig};
+
+const USAGE: &str = "usage: killloop --kills N [--seed S] [--cores C] [--quick]";
+
+struct Args {
+    kills: u32,
+    seed: u64,
+    cores: Option<u16>,
+    quick: bool,
+}
+
+fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
+    let mut kills = None;
+    let mut seed = None;
+    let mut cores = None;
+    let mut quick = false;
+    while let Some(arg) = args.next() {
+        let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
+        match arg.as_str() {
+            "--kills" => {
+                kills = Some(value("--kills")?.parse().map_err(|e| format!("--kills: {e}"))?)
+            }
+            "--seed" => seed = Some(value("--seed")?.parse().map_err(|e| format!("--seed: {e}"))?),
+            "--cores" => {
+                cores = Some(value("--cores")?.parse().map_err(|e| format!("--cores: {e}"))?)
+            }
+            "--quick" => quick = true,
+            "-h" | "--help" => return Err(USAGE.to_owned()),
+            other => return Err(format!("unknown argument {other}\n{USAGE}")),
+        }
+    }
+    let kills = kills.ok_or_else(|| format!("--kills is required\n{USAGE}"))?;
+    // No seed given: one from the clock, printed so the run can be repeated.
+    let seed = seed.unwrap_or_else(spool_tests::killloop::unix_ms);
+    Ok(Args { kills, seed, cores, quick })
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args(std::env::args().skip(1)) {
+        Ok(args) => args,
+        Err(message) => {
+            eprintln!("{message}");
+            return ExitCode::from(2);
+        }
+    };
+    eprintln!("killloop: seed {} kills {}", args.seed, args.kills);
+    let mut config = if args.quick {
+        KillLoopConfig::quick(args.kills, args.seed)
+    } else {
+        KillLoopConfig::new(args.kills, args.seed)
+    };
+    config.progress = true;
+    if let Some(cores) = args.cores {
+        config.cores = cores;
+    }
+    let runtime =
+        match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+            Ok(runtime) => runtime,
+            Err(error) => {
+                eprintln!("killloop: tokio runtime: {error}");
+                return ExitCode::from(3);
+            }
+        };
+    match runtime.block_on(run(config)) {
+        Ok(report) => {
+            println!("{}", report.to_json());
+            if report.violations_total() == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(error) => {
+            eprintln!("killloop: seed {}: {error}", args.seed);
+            println!("{}", serde_json::json!({ "seed": args.seed, "error": error.to_string() }));
+            ExitCode::from(3)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Args, String> {
+        parse_args(text.split_whitespace().map(str::to_owned))
+    }
+
+    // Goal: the flags parse and bad input is refused. Method: a few lines.
+    #[test]
+    fn arguments_parse() {
+        let args = parse("--kills 5 --seed 9 --cores 1 --quick").expect("valid flags");
+        assert_eq!((args.kills, args.seed, args.cores, args.quick), (5, 9, Some(1), true));
+        assert!(parse("--seed 1").is_err(), "--kills is required");
+        assert!(parse("--kills x").is_err());
+        assert!(parse("--kills 1 --bogus").is_err());
+    }
+}

@@ -1,0 +1,448 @@
+//! The load of the kill loop: producers and consumers that keep talking to
+//! the broker while it is killed and restarted under them.
+//!
+//! Owns the workers' request loops and the state they share with the
+//! orchestrator ([`Shared`]): the ledger, the process counter
+//! ([`Instance`]), the gate and the stop flag. It does not kill or check
+//! anything; it only records answers.
+//!
+//! The gate: every request holds a read guard from just before it is sent
+//! until its answer (or error) is **recorded in the ledger**. The
+//! orchestrator kills without the gate, so requests are in flight at the
+//! kill, then takes the write side: once it has it, every request to the
+//! dead process has been answered or failed and recorded, and nothing talks
+//! to the new process until the post-restart check is done. Recording under
+//! the guard matters: an ack answered but recorded after the check would
+//! look like a lost message.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use spool_client::spool_wire::batch::{DataBatchBuilder, MessageId, Payload, Record};
+use spool_client::spool_wire::proto::{PartitionId, RecordOutcome, WorkerId};
+use spool_client::spool_wire::ErrorCode;
+use spool_client::{ClaimOptions, Client, Delivery};
+use tokio::sync::RwLock;
+use tokio::task::JoinSet;
+
+use super::ledger::{DeliverySeen, Instance, Ledger, Placement, TokenUse};
+use super::rng::Rng;
+use super::{unix_ms, KillLoopConfig, KillLoopError};
+
+/// Most delivery handlers one consumer runs at once; a claim waits for
+/// room below it.
+pub const CONSUMER_HANDLERS_MAX: usize = 64;
+
+/// Most record bytes a consumer asks for per claim.
+const CLAIM_BYTES: u32 = 1 << 20;
+
+/// Pause after a failed request (the broker is usually down).
+const RETRY_PAUSE: Duration = Duration::from_millis(30);
+
+/// Pause of a producer while the backlog is at its limit.
+const BACKLOG_PAUSE: Duration = Duration::from_millis(20);
+
+/// How long a producer keeps retrying its last batch after the stop, so the
+/// run ends with every submitted id answered.
+const PRODUCER_FINISH_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Counters of worker activity (not violations).
+#[derive(Debug, Default)]
+pub struct WorkerCounters {
+    /// Enqueue requests that failed without an answer and were resent.
+    pub enqueue_retries: AtomicU64,
+    /// Records refused with a non-retriable code.
+    pub enqueue_rejected: AtomicU64,
+    /// Claims that failed.
+    pub claim_errors: AtomicU64,
+    /// Acks refused with `STALE_TOKEN`/`INVALID_TOKEN` (lease lost or a
+    /// kill in between).
+    pub acks_refused: AtomicU64,
+    /// Acks refused with any other code.
+    pub acks_refused_other: AtomicU64,
+    /// Releases answered with success.
+    pub releases: AtomicU64,
+    /// Deliveries left to expire on purpose.
+    pub abandoned: AtomicU64,
+    /// Extends answered with success.
+    pub extends: AtomicU64,
+}
+
+/// State shared by workers and the orchestrator.
+#[derive(Debug)]
+pub struct Shared {
+    /// The queue under load.
+    pub queue: String,
+    /// The run's settings.
+    pub config: KillLoopConfig,
+    /// What the broker acknowledged.
+    pub ledger: Mutex<Ledger>,
+    /// The current broker process (see [`Instance`]).
+    pub instance: AtomicU64,
+    /// See the module doc.
+    pub gate: RwLock<()>,
+    /// Set when the workers must finish.
+    pub stop: AtomicBool,
+    /// Latest lease deadline any claim or extend answered (broker clock,
+    /// Unix ms): the drain waits for it.
+    pub lease_deadline_ms_max: AtomicU64,
+    /// Activity counters.
+    pub counters: WorkerCounters,
+}
+
+impl Shared {
+    /// New shared state for `queue`.
+    pub fn new(queue: String, config: KillLoopConfig) -> Self {
+        Self {
+            queue,
+            config,
+            ledger: Mutex::new(Ledger::new()),
+            instance: AtomicU64::new(1),
+            gate: RwLock::new(()),
+            stop: AtomicBool::new(false),
+            lease_deadline_ms_max: AtomicU64::new(0),
+            counters: WorkerCounters::default(),
+        }
+    }
+
+    /// The ledger, locked (a panicking worker does not hide the facts).
+    pub fn ledger(&self) -> MutexGuard<'_, Ledger> {
+        self.ledger.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The process the next request will reach (or a later one).
+    pub fn instance(&self) -> Instance {
+        Instance(self.instance.load(Ordering::Acquire))
+    }
+
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    /// Notes a lease deadline from an answer.
+    pub fn lease_deadline(&self, deadline_ms: u64) {
+        self.lease_deadline_ms_max.fetch_max(deadline_ms, Ordering::AcqRel);
+    }
+}
+
+fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A message id naming `(producer, sequence)`, so a report can say who sent
+/// a lost message.
+pub fn message_id(producer: u32, sequence: u64) -> MessageId {
+    let mut id = [0u8; 16];
+    id[..4].copy_from_slice(&producer.to_le_bytes());
+    id[4..12].copy_from_slice(&sequence.to_le_bytes());
+    MessageId(id)
+}
+
+/// One producer: random batches (1..=`batch_records_max` records, random
+/// priority, some scheduled) to random partitions, each batch resent as the
+/// same bytes until the broker answers it.
+///
+/// # Errors
+/// A batch that cannot be built, or an answer that does not match its batch.
+pub async fn producer(
+    shared: std::sync::Arc<Shared>,
+    client: Client,
+    index: u32,
+    mut rng: Rng,
+) -> Result<(), KillLoopError> {
+    let config = &shared.config;
+    let mut sequence = 0u64;
+    while !shared.stopping() {
+        let backlog = {
+            let ledger = shared.ledger();
+            ledger.enqueued_count().saturating_sub(ledger.acked_count())
+        };
+        if backlog >= config.backlog_max {
+            tokio::time::sleep(BACKLOG_PAUSE).await;
+            continue;
+        }
+        let partition = PartitionId(rng.range(0, u64::from(config.partitions) - 1) as u32);
+        let count = rng.range(1, u64::from(config.batch_records_max));
+        let mut builder = DataBatchBuilder::new();
+        let mut ids = Vec::new();
+        let now_ms = unix_ms();
+        for _ in 0..count {
+            let id = message_id(index, sequence);
+            sequence += 1;
+            let scheduled = rng.percent(config.scheduled_percent);
+            let payload_bytes = rng.range(8, 256) as usize;
+            let record = Record {
+                message_id: id,
+                routing_key: Vec::new(),
+                headers: Vec::new(),
+                payload: Payload::Inline(vec![b'k'; payload_bytes]),
+                priority: rng.range(0, u64::from(config.priority_bands) - 1) as u8,
+                not_before_ms: if scheduled {
+                    now_ms + rng.range(50, config.schedule_delay_ms_max)
+                } else {
+                    0
+                },
+                expiry_ms: 0,
+                enqueue_time_ms: now_ms,
+            };
+            builder.push(&record).map_err(|error| KillLoopError::Setup(error.to_string()))?;
+            ids.push(id);
+        }
+        let bytes = builder.finish().map_err(|error| KillLoopError::Setup(error.to_string()))?;
+        {
+            let mut ledger = shared.ledger();
+            for &id in &ids {
+                ledger.submit(id);
+            }
+        }
+        send_until_answered(&shared, &client, partition, &ids, &bytes).await?;
+    }
+    Ok(())
+}
+
+/// Sends one batch until every record has an answer (appended, duplicate,
+/// or refused for good). Records that were already answered come back as
+/// `Duplicate` on a resend; the ledger checks they name the same offset.
+async fn send_until_answered(
+    shared: &Shared,
+    client: &Client,
+    partition: PartitionId,
+    ids: &[MessageId],
+    bytes: &[u8],
+) -> Result<(), KillLoopError> {
+    let mut finish_deadline = None;
+    loop {
+        let retry = {
+            let _gate = shared.gate.read().await;
+            match client.enqueue(&shared.queue, partition, bytes).await {
+                Ok(response) if response.records.len() != ids.len() => {
+                    return Err(KillLoopError::Protocol(format!(
+                        "enqueue of {} records answered with {} outcomes",
+                        ids.len(),
+                        response.records.len()
+                    )));
+                }
+                Ok(response) => {
+                    let mut ledger = shared.ledger();
+                    let mut retry = false;
+                    for (&id, outcome) in ids.iter().zip(&response.records) {
+                        match *outcome {
+                            RecordOutcome::Appended { offset } => ledger.enqueue_acknowledged(
+                                id,
+                                Placement::new(partition, offset),
+                                false,
+                            ),
+                            RecordOutcome::Duplicate { original_offset } => ledger
+                                .enqueue_acknowledged(
+                                    id,
+                                    Placement::new(partition, original_offset),
+                                    true,
+                                ),
+                            RecordOutcome::Rejected { code } if code.is_retriable() => retry = true,
+                            RecordOutcome::Rejected { .. } => {
+                                bump(&shared.counters.enqueue_rejected);
+                            }
+                        }
+                    }
+                    retry
+                }
+                Err(_) => true,
+            }
+        };
+        if !retry {
+            return Ok(());
+        }
+        bump(&shared.counters.enqueue_retries);
+        if shared.stopping() {
+            let deadline = *finish_deadline.get_or_insert_with(super::now);
+            if deadline.elapsed() >= PRODUCER_FINISH_TIMEOUT {
+                return Err(KillLoopError::Stuck(format!(
+                    "a batch to partition {} got no answer for {PRODUCER_FINISH_TIMEOUT:?} after \
+                     the stop",
+                    partition.0
+                )));
+            }
+        }
+        tokio::time::sleep(RETRY_PAUSE).await;
+    }
+}
+
+/// What a consumer does with one delivery.
+#[derive(Debug, Clone, Copy)]
+enum Action {
+    Ack,
+    Release {
+        delay_ms: u32,
+    },
+    /// Keep it and let the lease run out.
+    Abandon,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    hold_ms: u64,
+    /// Extend once, half-way through the hold.
+    extend: bool,
+    action: Action,
+}
+
+fn plan(rng: &mut Rng, config: &KillLoopConfig) -> Plan {
+    // Mostly within the lease; sometimes past it, so acks meet expired
+    // leases (STALE_TOKEN) and the message comes back on its own.
+    let hold_ms = if rng.percent(8) {
+        u64::from(config.lease_ms) + rng.range(100, 600)
+    } else {
+        rng.range(0, config.hold_ms_max)
+    };
+    let action = match rng.range(0, 99) {
+        0..=59 => Action::Ack,
+        60..=84 => Action::Release { delay_ms: rng.range(0, config.release_delay_ms_max) as u32 },
+        _ => Action::Abandon,
+    };
+    Plan { hold_ms, extend: rng.percent(20), action }
+}
+
+/// One consumer: claims with random credits from random partitions, and
+/// handles each delivery in its own task after a random time.
+///
+/// # Errors
+/// None today; the signature matches [`producer`] so both are joined alike.
+pub async fn consumer(
+    shared: std::sync::Arc<Shared>,
+    client: Client,
+    index: u32,
+    mut rng: Rng,
+) -> Result<(), KillLoopError> {
+    let config = shared.config.clone();
+    let worker = WorkerId(0xC0_0000 + u64::from(index));
+    let mut handlers = JoinSet::new();
+    while !shared.stopping() {
+        while handlers.len() >= CONSUMER_HANDLERS_MAX {
+            handlers.join_next().await;
+        }
+        while handlers.try_join_next().is_some() {}
+        let partition = PartitionId(rng.range(0, u64::from(config.partitions) - 1) as u32);
+        let room = (CONSUMER_HANDLERS_MAX - handlers.len()) as u64;
+        let options = ClaimOptions {
+            worker,
+            credits: rng.range(1, room.min(u64::from(config.claim_credits_max))) as u32,
+            max_bytes: CLAIM_BYTES,
+            lease_ms: config.lease_ms,
+            wait_ms: rng.range(0, 100) as u32,
+        };
+        let claimed = {
+            let _gate = shared.gate.read().await;
+            let sent_instance = shared.instance();
+            let claim_sent = shared.ledger().next_seq();
+            let answer = client.claim(&shared.queue, partition, &options).await;
+            // The answer came from the process that was current at the send
+            // only if no kill happened in between.
+            let same_process = shared.instance() == sent_instance;
+            match answer {
+                Ok(batch) => {
+                    shared.lease_deadline(batch.lease_deadline_ms);
+                    let mut ledger = shared.ledger();
+                    for delivery in &batch.deliveries {
+                        ledger.delivered(DeliverySeen {
+                            id: delivery.message_id(),
+                            placement: Placement::new(delivery.partition(), delivery.offset()),
+                            generation: delivery.generation(),
+                            claim_sent,
+                        });
+                    }
+                    Some((batch.deliveries, same_process.then_some(sent_instance)))
+                }
+                Err(_) => None,
+            }
+        };
+        let Some((deliveries, token_instance)) = claimed else {
+            bump(&shared.counters.claim_errors);
+            tokio::time::sleep(RETRY_PAUSE).await;
+            continue;
+        };
+        for delivery in deliveries {
+            let plan = plan(&mut rng, &config);
+            let shared = std::sync::Arc::clone(&shared);
+            let client = client.clone();
+            handlers.spawn(async move {
+                handle(&shared, &client, delivery, token_instance, plan).await
+            });
+        }
+    }
+    while handlers.join_next().await.is_some() {}
+    Ok(())
+}
+
+fn token_use(delivery: &Delivery, token_instance: Option<Instance>, sent: Instance) -> TokenUse {
+    TokenUse {
+        id: delivery.message_id(),
+        placement: Placement::new(delivery.partition(), delivery.offset()),
+        generation: delivery.generation(),
+        token_instance,
+        sent_instance: sent,
+    }
+}
+
+fn is_token_refusal(code: ErrorCode) -> bool {
+    matches!(code, ErrorCode::StaleToken | ErrorCode::InvalidToken)
+}
+
+async fn handle(
+    shared: &Shared,
+    client: &Client,
+    delivery: Delivery,
+    token_instance: Option<Instance>,
+    plan: Plan,
+) {
+    let queue = shared.queue.as_str();
+    let (partition, token) = (delivery.partition(), delivery.token());
+    if plan.extend {
+        tokio::time::sleep(Duration::from_millis(plan.hold_ms / 2)).await;
+        let _gate = shared.gate.read().await;
+        let sent = shared.instance();
+        if let Ok(deadline_ms) =
+            client.extend(queue, partition, token, shared.config.lease_ms).await
+        {
+            shared.lease_deadline(deadline_ms);
+            bump(&shared.counters.extends);
+            shared
+                .ledger()
+                .token_use_succeeded(token_use(&delivery, token_instance, sent), "extend");
+        }
+        drop(_gate);
+        tokio::time::sleep(Duration::from_millis(plan.hold_ms - plan.hold_ms / 2)).await;
+    } else {
+        tokio::time::sleep(Duration::from_millis(plan.hold_ms)).await;
+    }
+    match plan.action {
+        Action::Ack => {
+            let _gate = shared.gate.read().await;
+            let sent = shared.instance();
+            match client.ack(queue, partition, &[token]).await {
+                Ok(codes) if codes.first() == Some(&ErrorCode::None) => {
+                    shared.ledger().ack_acknowledged(token_use(&delivery, token_instance, sent));
+                }
+                Ok(codes) if codes.first().copied().is_some_and(is_token_refusal) => {
+                    bump(&shared.counters.acks_refused);
+                }
+                Ok(_) => bump(&shared.counters.acks_refused_other),
+                Err(_) => {
+                    shared.ledger().ack_unknown(delivery.message_id(), delivery.generation());
+                }
+            }
+        }
+        Action::Release { delay_ms } => {
+            let _gate = shared.gate.read().await;
+            let sent = shared.instance();
+            let answer = client.release(queue, partition, token, delay_ms, "kill loop").await;
+            if let Ok(_not_before_ms) = answer {
+                bump(&shared.counters.releases);
+                shared
+                    .ledger()
+                    .token_use_succeeded(token_use(&delivery, token_instance, sent), "release");
+            }
+        }
+        Action::Abandon => bump(&shared.counters.abandoned),
+    }
+}
