@@ -38,8 +38,34 @@ fn free_base_port(count: u16) -> u16 {
     panic!("no {count} consecutive free ports");
 }
 
-fn spawn_spoold(data_dir: &Path, base_port: u16, shards: u16, extra: &[&str]) -> Child {
-    Command::new(SPOOLD)
+/// A spawned spoold that is killed and reaped when dropped, so a failing
+/// assertion never leaves a broker running behind the test.
+struct Spoold(Child);
+
+impl Drop for Spoold {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+impl std::ops::Deref for Spoold {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Spoold {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+fn spawn_spoold(data_dir: &Path, base_port: u16, shards: u16, extra: &[&str]) -> Spoold {
+    let child = Command::new(SPOOLD)
         .arg("--data-dir")
         .arg(data_dir)
         .arg("--listen")
@@ -52,7 +78,8 @@ fn spawn_spoold(data_dir: &Path, base_port: u16, shards: u16, extra: &[&str]) ->
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("spawn spoold")
+        .expect("spawn spoold");
+    Spoold(child)
 }
 
 /// Connects to `addr`, retrying while spoold starts; panics if it exits.
@@ -113,7 +140,7 @@ fn signal(child: &Child, signal: i32) {
 }
 
 /// Waits for exit (bounded), returning the status code and stderr.
-fn wait_exit(mut child: Child) -> (Option<i32>, String) {
+fn wait_exit(mut child: Spoold) -> (Option<i32>, String) {
     for _ in 0..POLLS_MAX {
         if let Some(status) = child.try_wait().unwrap() {
             let stderr = stderr_of(&mut child);
