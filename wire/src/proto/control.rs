@@ -64,6 +64,105 @@ fn checked_string(value: &str, field: &'static str, max: usize) -> Result<(), Pr
     check_len(field, value.len(), max)
 }
 
+/// `write`/`read` for a table whose only field is a queue name (`name`).
+macro_rules! name_request_codec {
+    ($message:ident, $args:ident) => {
+        impl $message {
+            /// # Errors
+            /// Invalid name.
+            pub fn validate(&self) -> Result<(), ProtoError> {
+                validate_queue_name(&self.name)
+            }
+
+            pub(crate) fn write(&self, out: &mut Vec<u8>) {
+                let mut builder = FlatBufferBuilder::new();
+                let name = builder.create_string(&self.name);
+                let root = fb::$message::create(&mut builder, &fb::$args { name: Some(name) });
+                finish(builder, root, out);
+            }
+
+            pub(crate) fn read(body: &[u8]) -> Result<Self, ProtoError> {
+                let table = root::<fb::$message<'_>>(body)?;
+                let request = Self { name: required(table.name(), "name")?.to_owned() };
+                request.validate()?;
+                Ok(request)
+            }
+        }
+    };
+}
+
+/// `write`/`read` for a response table with one scalar field, given the
+/// conversions between the Rust field and its wire scalar.
+macro_rules! scalar_response_codec {
+    ($message:ident, $args:ident, $field:ident: $to_wire:path, $from_wire:path) => {
+        impl $message {
+            pub(crate) fn write(&self, out: &mut Vec<u8>) {
+                let mut builder = FlatBufferBuilder::new();
+                let root = fb::$message::create(
+                    &mut builder,
+                    &fb::$args { $field: $to_wire(self.$field) },
+                );
+                finish(builder, root, out);
+            }
+
+            pub(crate) fn read(body: &[u8]) -> Result<Self, ProtoError> {
+                let table = root::<fb::$message<'_>>(body)?;
+                Ok(Self { $field: $from_wire(table.$field()) })
+            }
+        }
+    };
+}
+
+/// `write`/`read` for an inspection request: queue, partition, first offset
+/// and a `1..=INSPECT_MESSAGES_MAX` count.
+macro_rules! inspect_request_codec {
+    ($message:ident, $args:ident) => {
+        impl $message {
+            /// # Errors
+            /// Invalid name or `max`.
+            pub fn validate(&self) -> Result<(), ProtoError> {
+                validate_queue_name(&self.queue)?;
+                check_range("max", self.max.into(), 1, INSPECT_MESSAGES_MAX.into())
+            }
+
+            pub(crate) fn write(&self, out: &mut Vec<u8>) {
+                let mut builder = FlatBufferBuilder::new();
+                let queue = builder.create_string(&self.queue);
+                let root = fb::$message::create(
+                    &mut builder,
+                    &fb::$args {
+                        queue: Some(queue),
+                        partition: self.partition.0,
+                        from_offset: self.from_offset.0,
+                        max: self.max,
+                    },
+                );
+                finish(builder, root, out);
+            }
+
+            pub(crate) fn read(body: &[u8]) -> Result<Self, ProtoError> {
+                let table = root::<fb::$message<'_>>(body)?;
+                let request = Self {
+                    queue: required(table.queue(), "queue")?.to_owned(),
+                    partition: PartitionId(table.partition()),
+                    from_offset: Offset(table.from_offset()),
+                    max: table.max(),
+                };
+                request.validate()?;
+                Ok(request)
+            }
+        }
+    };
+}
+
+fn version_to_wire(version: AssignmentVersion) -> u64 {
+    version.0
+}
+
+fn count_to_wire(count: u64) -> u64 {
+    count
+}
+
 // ------------------------------------------------------------ queue config
 
 /// How a released message's delay grows with its attempt count.
@@ -261,21 +360,12 @@ pub struct CreateQueueResponse {
     pub assignment_version: AssignmentVersion,
 }
 
-impl CreateQueueResponse {
-    pub(crate) fn write(&self, out: &mut Vec<u8>) {
-        let mut builder = FlatBufferBuilder::new();
-        let root = fb::CreateQueueResponse::create(
-            &mut builder,
-            &fb::CreateQueueResponseArgs { assignment_version: self.assignment_version.0 },
-        );
-        finish(builder, root, out);
-    }
-
-    pub(crate) fn read(body: &[u8]) -> Result<Self, ProtoError> {
-        let table = root::<fb::CreateQueueResponse<'_>>(body)?;
-        Ok(Self { assignment_version: AssignmentVersion(table.assignment_version()) })
-    }
-}
+scalar_response_codec!(
+    CreateQueueResponse,
+    CreateQueueResponseArgs,
+    assignment_version: version_to_wire,
+    AssignmentVersion
+);
 
 // ------------------------------------------------------------ DeleteQueue
 
@@ -286,30 +376,7 @@ pub struct DeleteQueueRequest {
     pub name: String,
 }
 
-impl DeleteQueueRequest {
-    /// # Errors
-    /// Invalid name.
-    pub fn validate(&self) -> Result<(), ProtoError> {
-        validate_queue_name(&self.name)
-    }
-
-    pub(crate) fn write(&self, out: &mut Vec<u8>) {
-        let mut builder = FlatBufferBuilder::new();
-        let name = builder.create_string(&self.name);
-        let root = fb::DeleteQueueRequest::create(
-            &mut builder,
-            &fb::DeleteQueueRequestArgs { name: Some(name) },
-        );
-        finish(builder, root, out);
-    }
-
-    pub(crate) fn read(body: &[u8]) -> Result<Self, ProtoError> {
-        let table = root::<fb::DeleteQueueRequest<'_>>(body)?;
-        let request = Self { name: required(table.name(), "name")?.to_owned() };
-        request.validate()?;
-        Ok(request)
-    }
-}
+name_request_codec!(DeleteQueueRequest, DeleteQueueRequestArgs);
 
 /// Result of a DeleteQueue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -318,21 +385,12 @@ pub struct DeleteQueueResponse {
     pub assignment_version: AssignmentVersion,
 }
 
-impl DeleteQueueResponse {
-    pub(crate) fn write(&self, out: &mut Vec<u8>) {
-        let mut builder = FlatBufferBuilder::new();
-        let root = fb::DeleteQueueResponse::create(
-            &mut builder,
-            &fb::DeleteQueueResponseArgs { assignment_version: self.assignment_version.0 },
-        );
-        finish(builder, root, out);
-    }
-
-    pub(crate) fn read(body: &[u8]) -> Result<Self, ProtoError> {
-        let table = root::<fb::DeleteQueueResponse<'_>>(body)?;
-        Ok(Self { assignment_version: AssignmentVersion(table.assignment_version()) })
-    }
-}
+scalar_response_codec!(
+    DeleteQueueResponse,
+    DeleteQueueResponseArgs,
+    assignment_version: version_to_wire,
+    AssignmentVersion
+);
 
 // ------------------------------------------------------------ ListQueues
 
@@ -427,30 +485,7 @@ pub struct DescribeQueueRequest {
     pub name: String,
 }
 
-impl DescribeQueueRequest {
-    /// # Errors
-    /// Invalid name.
-    pub fn validate(&self) -> Result<(), ProtoError> {
-        validate_queue_name(&self.name)
-    }
-
-    pub(crate) fn write(&self, out: &mut Vec<u8>) {
-        let mut builder = FlatBufferBuilder::new();
-        let name = builder.create_string(&self.name);
-        let root = fb::DescribeQueueRequest::create(
-            &mut builder,
-            &fb::DescribeQueueRequestArgs { name: Some(name) },
-        );
-        finish(builder, root, out);
-    }
-
-    pub(crate) fn read(body: &[u8]) -> Result<Self, ProtoError> {
-        let table = root::<fb::DescribeQueueRequest<'_>>(body)?;
-        let request = Self { name: required(table.name(), "name")?.to_owned() };
-        request.validate()?;
-        Ok(request)
-    }
-}
+name_request_codec!(DescribeQueueRequest, DescribeQueueRequestArgs);
 
 /// Message counts of one partition, by state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -733,41 +768,7 @@ pub struct PeekRequest {
     pub max: u32,
 }
 
-impl PeekRequest {
-    /// # Errors
-    /// Invalid name or `max`.
-    pub fn validate(&self) -> Result<(), ProtoError> {
-        validate_queue_name(&self.queue)?;
-        check_range("max", self.max.into(), 1, INSPECT_MESSAGES_MAX.into())
-    }
-
-    pub(crate) fn write(&self, out: &mut Vec<u8>) {
-        let mut builder = FlatBufferBuilder::new();
-        let queue = builder.create_string(&self.queue);
-        let root = fb::PeekRequest::create(
-            &mut builder,
-            &fb::PeekRequestArgs {
-                queue: Some(queue),
-                partition: self.partition.0,
-                from_offset: self.from_offset.0,
-                max: self.max,
-            },
-        );
-        finish(builder, root, out);
-    }
-
-    pub(crate) fn read(body: &[u8]) -> Result<Self, ProtoError> {
-        let table = root::<fb::PeekRequest<'_>>(body)?;
-        let request = Self {
-            queue: required(table.queue(), "queue")?.to_owned(),
-            partition: PartitionId(table.partition()),
-            from_offset: Offset(table.from_offset()),
-            max: table.max(),
-        };
-        request.validate()?;
-        Ok(request)
-    }
-}
+inspect_request_codec!(PeekRequest, PeekRequestArgs);
 
 /// A message's state, as inspection reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -944,19 +945,7 @@ pub struct PurgeResponse {
     pub count: u64,
 }
 
-impl PurgeResponse {
-    pub(crate) fn write(&self, out: &mut Vec<u8>) {
-        let mut builder = FlatBufferBuilder::new();
-        let root =
-            fb::PurgeResponse::create(&mut builder, &fb::PurgeResponseArgs { count: self.count });
-        finish(builder, root, out);
-    }
-
-    pub(crate) fn read(body: &[u8]) -> Result<Self, ProtoError> {
-        let table = root::<fb::PurgeResponse<'_>>(body)?;
-        Ok(Self { count: table.count() })
-    }
-}
+scalar_response_codec!(PurgeResponse, PurgeResponseArgs, count: count_to_wire, count_to_wire);
 
 // ------------------------------------------------------------ DeadLetters
 
@@ -973,41 +962,7 @@ pub struct DeadLettersRequest {
     pub max: u32,
 }
 
-impl DeadLettersRequest {
-    /// # Errors
-    /// Invalid name or `max`.
-    pub fn validate(&self) -> Result<(), ProtoError> {
-        validate_queue_name(&self.queue)?;
-        check_range("max", self.max.into(), 1, INSPECT_MESSAGES_MAX.into())
-    }
-
-    pub(crate) fn write(&self, out: &mut Vec<u8>) {
-        let mut builder = FlatBufferBuilder::new();
-        let queue = builder.create_string(&self.queue);
-        let root = fb::DeadLettersRequest::create(
-            &mut builder,
-            &fb::DeadLettersRequestArgs {
-                queue: Some(queue),
-                partition: self.partition.0,
-                from_offset: self.from_offset.0,
-                max: self.max,
-            },
-        );
-        finish(builder, root, out);
-    }
-
-    pub(crate) fn read(body: &[u8]) -> Result<Self, ProtoError> {
-        let table = root::<fb::DeadLettersRequest<'_>>(body)?;
-        let request = Self {
-            queue: required(table.queue(), "queue")?.to_owned(),
-            partition: PartitionId(table.partition()),
-            from_offset: Offset(table.from_offset()),
-            max: table.max(),
-        };
-        request.validate()?;
-        Ok(request)
-    }
-}
+inspect_request_codec!(DeadLettersRequest, DeadLettersRequestArgs);
 
 /// One quarantined message and its evidence.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1185,18 +1140,4 @@ pub struct RedriveResponse {
     pub count: u64,
 }
 
-impl RedriveResponse {
-    pub(crate) fn write(&self, out: &mut Vec<u8>) {
-        let mut builder = FlatBufferBuilder::new();
-        let root = fb::RedriveResponse::create(
-            &mut builder,
-            &fb::RedriveResponseArgs { count: self.count },
-        );
-        finish(builder, root, out);
-    }
-
-    pub(crate) fn read(body: &[u8]) -> Result<Self, ProtoError> {
-        let table = root::<fb::RedriveResponse<'_>>(body)?;
-        Ok(Self { count: table.count() })
-    }
-}
+scalar_response_codec!(RedriveResponse, RedriveResponseArgs, count: count_to_wire, count_to_wire);
