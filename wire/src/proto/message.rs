@@ -137,10 +137,11 @@ fn expect_request(frame: &Frame<'_>) -> Result<(), ProtoError> {
     Ok(())
 }
 
-impl<'a> Request<'a> {
-    /// The operation.
-    pub fn api_key(&self) -> ApiKey {
-        match self {
+/// The api key of a `Request` or `Response` value: both enums name their
+/// variants after the operation, so one list serves both.
+macro_rules! api_key_of {
+    ($value:expr) => {
+        match $value {
             Self::Enqueue(_) => ApiKey::Enqueue,
             Self::Claim(_) => ApiKey::Claim,
             Self::Extend(_) => ApiKey::Extend,
@@ -156,6 +157,13 @@ impl<'a> Request<'a> {
             Self::DeadLetters(_) => ApiKey::DeadLetters,
             Self::Redrive(_) => ApiKey::Redrive,
         }
+    };
+}
+
+impl<'a> Request<'a> {
+    /// The operation.
+    pub fn api_key(&self) -> ApiKey {
+        api_key_of!(self)
     }
 
     /// Checks every field against its limits (what the decoder enforces).
@@ -257,22 +265,7 @@ impl<'a> Request<'a> {
 impl<'a> Response<'a> {
     /// The operation it answers.
     pub fn api_key(&self) -> ApiKey {
-        match self {
-            Self::Enqueue(_) => ApiKey::Enqueue,
-            Self::Claim(_) => ApiKey::Claim,
-            Self::Extend(_) => ApiKey::Extend,
-            Self::Ack(_) => ApiKey::Ack,
-            Self::Release(_) => ApiKey::Release,
-            Self::CreateQueue(_) => ApiKey::CreateQueue,
-            Self::DeleteQueue(_) => ApiKey::DeleteQueue,
-            Self::ListQueues(_) => ApiKey::ListQueues,
-            Self::DescribeQueue(_) => ApiKey::DescribeQueue,
-            Self::Metadata(_) => ApiKey::Metadata,
-            Self::Peek(_) => ApiKey::Peek,
-            Self::Purge(_) => ApiKey::Purge,
-            Self::DeadLetters(_) => ApiKey::DeadLetters,
-            Self::Redrive(_) => ApiKey::Redrive,
-        }
+        api_key_of!(self)
     }
 
     /// Checks every field against its limits (what the decoder enforces).
