@@ -34,7 +34,7 @@ pub fn id_parts(id: MessageId) -> (u32, u64) {
 /// a checker can tell a right payload from a neighbour's.
 pub fn payload_for(id: MessageId, len_bytes: usize) -> Vec<u8> {
     let (source, sequence) = id_parts(id);
-    let mut state = u64::from(source) << 40 ^ sequence ^ 0x9E37_79B9_7F4A_7C15;
+    let mut state = (u64::from(source) << 40) ^ sequence ^ 0x9E37_79B9_7F4A_7C15;
     (0..len_bytes)
         .map(|_| {
             // xorshift64: cheap, deterministic, no repeating short period.

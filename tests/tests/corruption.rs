@@ -8,12 +8,13 @@
 // checked: drained payloads must equal what was sent, acked ids must not
 // come back, and a refusal must name the damaged file.
 //
-// How it was shown able to fail: with the partition's checkpoint-vs-log
-// check removed (`broker/src/partition/mod.rs`, "the checkpoint covers
-// offset"), the tail-flip and active-truncation cases recovered from the
-// checkpoint over a log cut short and the drain failed (records of live
-// messages missing: STORAGE_FAILED "not found in the log"), and with the
-// payload comparison inverted every recovered case failed.
+// How it was shown able to fail: run against a spoold built before the
+// partition's checkpoint-vs-log check (`SPOOL_E2E_SPOOLD=<main's spoold>`),
+// case b_batch_before_tail_of_active_segment "recovered": recovery cut
+// 1 MiB of acknowledged batches as a torn tail, the state came from the
+// checkpoint, and the drain failed with STORAGE_FAILED "offset 576 is not a
+// data record" (the tail-flip case also opened, with the log ending 40
+// offsets below what the state had already used).
 
 #![allow(clippy::unwrap_used)]
 

@@ -10,10 +10,11 @@
 // Skipped (with a printed reason) when not root or mkfs.ext4/mount/umount
 // are missing.
 //
-// How it was shown able to fail: before the broker's ENOSPC handling
-// (`broker/src/log/appender.rs`, `disk_full`), the preparer's ENOSPC was
-// fatal: spoold exited with code 72 (PrepareFailed) and the producer saw
-// connection errors instead of DISK_FULL, failing the first assertion.
+// How it was shown able to fail: run against a spoold built before the
+// broker's ENOSPC handling (`SPOOL_E2E_SPOOLD=<main's spoold>`), the
+// preparer's ENOSPC was fatal (the process exited) and the producer got
+// "connection reset by peer" instead of DISK_FULL: the first assertion
+// failed.
 
 #![allow(clippy::unwrap_used)]
 
@@ -36,6 +37,8 @@ const BALLAST_BYTES: usize = 16 << 20;
 const PAYLOAD_BYTES: usize = 32 * 1024;
 /// More than the file system can hold: the loop must stop at DISK_FULL.
 const ENQUEUES_MAX: u64 = (IMAGE_BYTES / PAYLOAD_BYTES as u64) * 2;
+/// Enqueues in flight while filling.
+const FILL_PIPELINE: u64 = 32;
 /// Messages claimed and acked while the disk is full.
 const ACKED_WHILE_FULL: usize = 100;
 /// How long enqueues may keep failing after the ballast is deleted (the
@@ -131,18 +134,26 @@ async fn full_disk_refuses_enqueues_keeps_serving_and_recovers_without_restart()
     let config = ProducerConfig { retries: 0, ..ProducerConfig::default() };
     let producer = Producer::new(client.clone(), config).unwrap();
 
-    // Fill until the broker refuses.
+    // Fill until the broker refuses, FILL_PIPELINE enqueues in flight.
     let mut enqueued = HashSet::new();
     let mut refusal = None;
-    for sequence in 0..ENQUEUES_MAX {
-        let id = message_id(1, sequence);
-        match producer.send(QUEUE, Message::new(payload_for(id, PAYLOAD_BYTES)).id(id)).await {
-            Ok(_) => {
-                enqueued.insert(id);
-            }
-            Err(error) => {
-                refusal = Some(error);
-                break;
+    let mut sequence = 0;
+    while refusal.is_none() && sequence < ENQUEUES_MAX {
+        let mut pending = Vec::new();
+        for _ in 0..FILL_PIPELINE {
+            let id = message_id(1, sequence);
+            sequence += 1;
+            let message = Message::new(payload_for(id, PAYLOAD_BYTES)).id(id);
+            pending.push((id, producer.submit(QUEUE, message).await.unwrap()));
+        }
+        for (id, future) in pending {
+            match future.await {
+                Ok(_) => {
+                    enqueued.insert(id);
+                }
+                Err(error) => {
+                    refusal.get_or_insert(error);
+                }
             }
         }
     }

@@ -8,12 +8,10 @@
 // out), SIGCONTs the worker, reads its late answers, then acks as the
 // second consumer and checks the queue is empty.
 //
-// How it was shown able to fail: with the second consumer's claim and ack
-// moved after the SIGCONT (so the worker acts while its lease is still
-// current... after it expired but before anyone reclaimed), the worker's
-// extend is still STALE_TOKEN (expired) but the assertion on generation + 1
-// fails; and pausing for less than the lease (sleep 100 ms instead of
-// waiting for the takeover) makes the worker's ack NONE and the test fail.
+// How it was shown able to fail: with the SIGSTOP/SIGCONT calls commented
+// out, the worker extends and acks within its lease, the message never
+// comes back, and the takeover assertion fails ("the message comes back
+// after the worker's lease": 0 deliveries).
 
 #![allow(clippy::unwrap_used)]
 

@@ -98,6 +98,9 @@ pub const BULK_QUEUE: &str = "killloop-bulk";
 /// Payload of a bulk record: 128 of them fill an 8 MiB test segment.
 const BULK_PAYLOAD_BYTES: usize = 64 * 1024;
 
+/// Lease of bulk claims (the bulk queue's lease minimum is 50 ms).
+const BULK_LEASE_MS: u32 = 500;
+
 /// Records per bulk enqueue batch.
 const BULK_BATCH: u64 = 16;
 
@@ -956,7 +959,9 @@ async fn bulk_load(client: Client, stop: Arc<std::sync::atomic::AtomicBool>) {
             worker: WorkerId(0xB01C),
             credits: 64,
             max_bytes: 8 << 20,
-            lease_ms: 30_000,
+            // Short: claims a killed broker never saw acked come back soon
+            // and do not pin the retention watermark for long.
+            lease_ms: BULK_LEASE_MS,
             wait_ms: 0,
         };
         if let Ok(batch) = client.claim(BULK_QUEUE, PartitionId(0), &options).await {
