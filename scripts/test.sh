@@ -12,8 +12,11 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
-echo "== build the binaries the end-to-end tests start (spoold, spool)"
+echo "== clippy of the failpoint build (spool-broker --features failpoints)"
+cargo clippy --locked -p spool-broker --features failpoints --lib --bins -- -D warnings
+echo "== build the binaries the end-to-end tests start (spoold, spool, spoold-failpoints)"
 cargo build --locked -p spool-broker --bin spoold -p spool-client --bin spool
+cargo build --locked -p spool-broker --features failpoints --bin spoold-failpoints
 echo "== cargo nextest"
 cargo nextest run --workspace --locked --profile "$profile"
 echo "== doctests"

@@ -7,11 +7,13 @@
 //! holds segments, group commit and recovery, `io` is the storage seam
 //! (glommio DMA files and a simulated disk). `control` holds config, the
 //! data-dir lock and secret, and the assignment table; `fatal` is the one
-//! way the process stops on its own. Only `io`, `net` and the shard
-//! bootstrap name glommio.
+//! way the process stops on its own; `failpoint` holds the test-only
+//! fault hooks (armed only with the `failpoints` feature). Only `io`, `net`
+//! and the shard bootstrap name glommio.
 
 pub mod clock;
 pub mod control;
+pub mod failpoint;
 pub mod fatal;
 pub mod io;
 pub mod limits;

@@ -17,6 +17,7 @@
 //! It does not assert anything about the broker; the tests in `tests/e2e/`
 //! do. Everything binds 127.0.0.1 only.
 
+pub mod fault;
 pub mod killloop;
 
 use std::fs::{File, OpenOptions};
@@ -134,6 +135,62 @@ fn binary(name: &str, env: &str) -> PathBuf {
     path
 }
 
+/// Environment variable naming a prebuilt `spoold-failpoints`.
+pub const SPOOLD_FAILPOINTS_BIN_ENV: &str = "SPOOL_E2E_SPOOLD_FAILPOINTS";
+
+/// Environment variable a failpoint build of `spoold` reads its armed
+/// points from (`spool_broker::failpoint`).
+pub const FAILPOINTS_ENV: &str = "SPOOL_FAILPOINTS";
+
+/// Path of `spoold-failpoints` (spoold with the `failpoints` feature),
+/// built once per test process with the tests' profile and target dir. A
+/// separate binary, so the ordinary `spoold` other tests run never carries
+/// the hooks.
+pub fn spoold_failpoints_bin() -> PathBuf {
+    static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
+    if let Some(path) = std::env::var_os(SPOOLD_FAILPOINTS_BIN_ENV) {
+        return PathBuf::from(path);
+    }
+    let built = BUILT.get_or_init(|| {
+        let profile_dir = profile_dir();
+        let target_dir = profile_dir.parent().expect("profile dir has a parent");
+        let profile = profile_dir.file_name().and_then(|name| name.to_str()).unwrap_or("debug");
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+        let mut command = Command::new(cargo);
+        command
+            .current_dir(workspace)
+            .args(["build", "--quiet", "-p", "spool-broker", "--features", "failpoints"])
+            .args(["--bin", "spoold-failpoints", "--target-dir"])
+            .arg(target_dir);
+        match profile {
+            "debug" => {}
+            "release" => {
+                command.arg("--release");
+            }
+            other => {
+                command.args(["--profile", other]);
+            }
+        }
+        let output = command.output().map_err(|error| format!("running cargo: {error}"))?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "cargo build of spoold-failpoints failed ({}):\n{}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            ))
+        }
+    });
+    if let Err(error) = built {
+        panic!("{error}");
+    }
+    let path = profile_dir().join("spoold-failpoints");
+    assert!(path.is_file(), "{} is missing after the build", path.display());
+    path
+}
+
 /// Path of the `spoold` binary under test.
 pub fn spoold_bin() -> PathBuf {
     binary("spoold", SPOOLD_BIN_ENV)
@@ -192,19 +249,67 @@ fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
     }
 }
 
+/// How a [`Spoold`] is started: everything a fault test may vary. The
+/// defaults are the e2e settings ([`SpooldOptions::new`]).
+#[derive(Debug, Clone)]
+pub struct SpooldOptions {
+    /// Shards (`--cores`).
+    pub cores: u16,
+    /// `--segment-bytes`.
+    pub segment_bytes: u64,
+    /// More `spoold` flags, appended after the test settings (a later flag
+    /// wins).
+    pub args: Vec<String>,
+    /// Environment of the process (every other `SPOOL_*` variable of the
+    /// test environment is removed).
+    pub env: Vec<(String, String)>,
+    /// A `spoold` binary other than [`spoold_bin`] (a failpoint build).
+    pub bin: Option<PathBuf>,
+    /// A data directory outside the broker's temporary root (a loop-mounted
+    /// file system); it must exist and outlive the broker.
+    pub data_dir: Option<PathBuf>,
+}
+
+impl SpooldOptions {
+    /// The e2e settings with `cores` shards.
+    pub fn new(cores: u16) -> Self {
+        Self {
+            cores,
+            segment_bytes: SEGMENT_BYTES_TEST,
+            args: Vec::new(),
+            env: Vec::new(),
+            bin: None,
+            data_dir: None,
+        }
+    }
+
+    /// Sets (or replaces) one environment variable of the next start.
+    pub fn set_env(&mut self, name: &str, value: &str) {
+        self.env.retain(|(existing, _)| existing != name);
+        self.env.push((name.to_owned(), value.to_owned()));
+    }
+
+    /// Removes one environment variable from the next start.
+    pub fn remove_env(&mut self, name: &str) {
+        self.env.retain(|(existing, _)| existing != name);
+    }
+}
+
 /// The command that runs `spoold` with the test settings.
-fn spoold_command(data_dir: &Path, base_port: u16, cores: u16, log: &File) -> Command {
-    let mut command = Command::new(spoold_bin());
+fn spoold_command(data_dir: &Path, base_port: u16, options: &SpooldOptions, log: &File) -> Command {
+    let bin = options.bin.clone().unwrap_or_else(spoold_bin);
+    let mut command = Command::new(bin);
     command
         .arg("--data-dir")
         .arg(data_dir)
         .arg("--listen")
         .arg(format!("127.0.0.1:{base_port}"))
         .arg("--cores")
-        .arg(cores.to_string())
+        .arg(options.cores.to_string())
         .arg("--segment-bytes")
-        .arg(SEGMENT_BYTES_TEST.to_string())
+        .arg(options.segment_bytes.to_string())
         .args(["--log-format", "human"])
+        .args(&options.args)
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())
         .stdout(log.try_clone().expect("clone log file"))
@@ -214,6 +319,9 @@ fn spoold_command(data_dir: &Path, base_port: u16, cores: u16, log: &File) -> Co
         if name.to_str().is_some_and(|name| name.starts_with("SPOOL_")) {
             command.env_remove(name);
         }
+    }
+    for (name, value) in &options.env {
+        command.env(name, value);
     }
     // SAFETY: the closure runs in the child between fork and exec and calls
     // only prctl(2), which is async-signal-safe.
@@ -233,7 +341,7 @@ fn spoold_command(data_dir: &Path, base_port: u16, cores: u16, log: &File) -> Co
 pub struct Spoold {
     root: TempDir,
     base_port: u16,
-    cores: u16,
+    options: SpooldOptions,
     child: Option<Child>,
     starts: u32,
 }
@@ -244,9 +352,35 @@ impl std::fmt::Debug for Spoold {
             .debug_struct("Spoold")
             .field("dir", &self.root.path())
             .field("base_port", &self.base_port)
-            .field("cores", &self.cores)
+            .field("cores", &self.options.cores)
             .field("pid", &self.pid())
             .finish()
+    }
+}
+
+/// `spoold`'s exit code when a port is taken (`FatalReason::PortInUse`).
+const EXIT_PORT_IN_USE: i32 = 5;
+
+/// A broker that did not come up: how it ended and its log.
+#[derive(Debug)]
+pub struct StartFailed {
+    /// Exit status, or `None` when it did not accept within
+    /// [`START_TIMEOUT`] (it was killed).
+    pub status: Option<ExitStatus>,
+    /// Its log (stdout and stderr).
+    pub log: String,
+}
+
+impl std::fmt::Display for StartFailed {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.status {
+            Some(status) => {
+                write!(formatter, "spoold exited during start ({status}):\n{}", self.log)
+            }
+            None => {
+                write!(formatter, "spoold did not accept within {START_TIMEOUT:?}:\n{}", self.log)
+            }
+        }
     }
 }
 
@@ -262,32 +396,84 @@ impl Spoold {
     /// Starts a broker with `cores` shards on a fresh directory and free
     /// ports, and waits until every shard accepts.
     pub fn start(cores: u16) -> Self {
+        Self::start_with(SpooldOptions::new(cores))
+    }
+
+    /// [`start`](Self::start) with other settings.
+    pub fn start_with(options: SpooldOptions) -> Self {
+        match Self::try_start_with(options) {
+            Ok(broker) => broker,
+            Err(failure) => panic!("{failure}"),
+        }
+    }
+
+    /// Starts a broker that may refuse to start (a fault test expects it
+    /// to exit). A broker that exits during its start is reported with its
+    /// status and log instead of a panic; a port taken by someone else
+    /// between probe and bind (exit code 5) is retried on other ports.
+    ///
+    /// # Errors
+    /// The exit status (or `None` for a start timeout) and the log.
+    pub fn try_start_with(options: SpooldOptions) -> Result<Self, StartFailed> {
         let root = tempfile::Builder::new().prefix("spool-e2e-").tempdir().expect("tempdir");
-        let mut broker = Self { root, base_port: 0, cores, child: None, starts: 0 };
+        let cores = options.cores;
+        let mut broker = Self { root, base_port: 0, options, child: None, starts: 0 };
         for attempt in 1..=START_ATTEMPTS_MAX {
             broker.base_port = reserve_ports(cores);
             match broker.spawn_and_wait() {
-                Ok(()) => return broker,
-                Err(StartFailure::Exited(status)) if attempt < START_ATTEMPTS_MAX => {
+                Ok(()) => return Ok(broker),
+                Err(StartFailure::Exited(status))
+                    if attempt < START_ATTEMPTS_MAX && status.code() == Some(EXIT_PORT_IN_USE) =>
+                {
                     eprintln!(
                         "spoold exited during start ({status}); retrying on other ports\n{}",
                         broker.log_tail()
                     );
                 }
                 Err(StartFailure::Exited(status)) => {
-                    panic!("spoold exited during start ({status}):\n{}", broker.log_tail())
+                    return Err(StartFailed { status: Some(status), log: broker.log() })
                 }
                 Err(StartFailure::Timeout) => {
-                    panic!("spoold did not accept within {START_TIMEOUT:?}:\n{}", broker.log_tail())
+                    return Err(StartFailed { status: None, log: broker.log() })
                 }
             }
         }
-        unreachable!("the last attempt panics or returns")
+        unreachable!("the last attempt returns")
+    }
+
+    /// The settings of the next (re)start; change them between a stop and
+    /// [`restart`](Self::restart).
+    pub fn options_mut(&mut self) -> &mut SpooldOptions {
+        &mut self.options
     }
 
     /// The data directory.
     pub fn data_dir(&self) -> PathBuf {
-        self.root.path().join("data")
+        self.options.data_dir.clone().unwrap_or_else(|| self.root.path().join("data"))
+    }
+
+    /// Resident memory of the running process (`VmRSS` of
+    /// `/proc/PID/status`), in KiB.
+    pub fn rss_kib(&self) -> Option<u64> {
+        let pid = self.pid()?;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let line = status.lines().find(|line| line.starts_with("VmRSS:"))?;
+        line.split_whitespace().nth(1)?.parse().ok()
+    }
+
+    /// Waits up to `timeout` for the running process to exit on its own
+    /// (an aborting failpoint, a fatal error); returns its status, or
+    /// `None` if it is still running.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let child = self.child.as_mut().expect("spoold is not running");
+        let status = wait_timeout(child, timeout)?;
+        self.child = None;
+        Some(status)
+    }
+
+    /// Sends `signal` to the running process without waiting.
+    pub fn signal(&self, signal: libc::c_int) {
+        send_signal(self.child.as_ref().expect("spoold is not running"), signal);
     }
 
     /// The log file (stdout and stderr of every start).
@@ -315,12 +501,12 @@ impl Spoold {
 
     /// Shard count.
     pub fn cores(&self) -> u16 {
-        self.cores
+        self.options.cores
     }
 
     /// Port of shard `shard`.
     pub fn port(&self, shard: u16) -> u16 {
-        assert!(shard < self.cores);
+        assert!(shard < self.options.cores);
         self.base_port + shard
     }
 
@@ -351,7 +537,7 @@ impl Spoold {
     fn spawn_and_wait(&mut self) -> Result<(), StartFailure> {
         assert!(self.child.is_none(), "spoold already running");
         let log = self.open_log();
-        let mut command = spoold_command(&self.data_dir(), self.base_port, self.cores, &log);
+        let mut command = spoold_command(&self.data_dir(), self.base_port, &self.options, &log);
         let child = command.spawn().expect("spawn spoold");
         self.starts += 1;
         self.child = Some(child);
@@ -362,7 +548,7 @@ impl Spoold {
                 self.child = None;
                 return Err(StartFailure::Exited(status));
             }
-            let accepting = (0..self.cores).all(|shard| {
+            let accepting = (0..self.options.cores).all(|shard| {
                 let addr: SocketAddr = self.shard_addr(shard).parse().expect("socket address");
                 TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
             });
@@ -383,7 +569,7 @@ impl Spoold {
     fn wait_ports_free(&self) {
         let started = now();
         loop {
-            let free = (0..self.cores)
+            let free = (0..self.options.cores)
                 .all(|shard| TcpListener::bind(("127.0.0.1", self.port(shard))).is_ok());
             if free {
                 let waited = started.elapsed();
@@ -396,7 +582,7 @@ impl Spoold {
                 started.elapsed() < PORTS_RELEASE_TIMEOUT,
                 "ports {}..{} still busy {PORTS_RELEASE_TIMEOUT:?} after spoold exited",
                 self.base_port,
-                self.base_port + self.cores
+                self.base_port + self.options.cores
             );
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -405,14 +591,27 @@ impl Spoold {
     /// Starts the broker again on the same directory and ports (once the
     /// old process's ports are free).
     pub fn restart(&mut self) {
+        if let Err(failure) = self.try_restart() {
+            panic!("restart: {failure}");
+        }
+    }
+
+    /// [`restart`](Self::restart) for a broker that may exit during its
+    /// start (a failpoint armed for recovery).
+    ///
+    /// # Errors
+    /// The exit status (or `None` for a start timeout, after which the
+    /// process is killed) and the log tail.
+    pub fn try_restart(&mut self) -> Result<(), StartFailed> {
         self.wait_ports_free();
         match self.spawn_and_wait() {
-            Ok(()) => {}
+            Ok(()) => Ok(()),
             Err(StartFailure::Exited(status)) => {
-                panic!("spoold exited during restart ({status}):\n{}", self.log_tail())
+                Err(StartFailed { status: Some(status), log: self.log_tail() })
             }
             Err(StartFailure::Timeout) => {
-                panic!("spoold did not accept within {START_TIMEOUT:?}:\n{}", self.log_tail())
+                self.kill();
+                Err(StartFailed { status: None, log: self.log_tail() })
             }
         }
     }
@@ -447,8 +646,8 @@ impl Spoold {
     pub fn run_second_on_same_dir(&self, timeout: Duration) -> (Option<ExitStatus>, String) {
         let log_path = self.root.path().join("second.log");
         let log = File::create(&log_path).expect("create second log");
-        let base = reserve_ports(self.cores);
-        let mut child = spoold_command(&self.data_dir(), base, self.cores, &log)
+        let base = reserve_ports(self.options.cores);
+        let mut child = spoold_command(&self.data_dir(), base, &self.options, &log)
             .spawn()
             .expect("spawn second spoold");
         let status = wait_timeout(&mut child, timeout);

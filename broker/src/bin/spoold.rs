@@ -29,7 +29,7 @@ fn install_signal_handlers(stop: &Arc<AtomicBool>) -> Result<(), std::io::Error>
     Ok(())
 }
 
-fn main() {
+pub fn main() {
     let cli = Cli::parse();
     let allowed_cpus = cpus::allowed_cpus().len();
     let config = match BrokerConfig::load(&cli, std::env::vars(), allowed_cpus) {
@@ -38,6 +38,15 @@ fn main() {
     };
     if let Err(error) = logging::init(config.log_format, &config.log_filter) {
         fatal(FatalReason::Logging, error);
+    }
+    // Parsed before anything touches the disk: a bad value exits with 2.
+    let armed = spool_broker::failpoint::init();
+    if !armed.is_empty() {
+        tracing::warn!(?armed, "failpoints armed");
+    } else if cfg!(not(feature = "failpoints"))
+        && std::env::var_os(spool_broker::failpoint::FAILPOINTS_ENV).is_some()
+    {
+        tracing::warn!("SPOOL_FAILPOINTS ignored: this spoold is built without failpoints");
     }
     // Handlers go in before the executors start so an early SIGTERM is not
     // lost (the default action would kill us mid-start).

@@ -32,8 +32,25 @@ use super::{
     Appended, CommitCell, CommitStatus, FatalCode, FatalHandler, FatalReason, LogStats, Offset,
     RecoveryReport, SegmentInfo, Ticket,
 };
-use crate::io::{IoBuf, IoError, Storage, StorageFile};
+use crate::io::{IoBuf, IoError, IoOp, Storage, StorageFile};
 use crate::limits::{PAGE_BYTES, SEGMENTS_MAX, ZERO_FILL_CHUNK_BYTES};
+
+/// Evaluates failpoint `point` (see `crate::failpoint`) as a failure of
+/// `op` on `path`: `Ok` unless the point is armed with `error`.
+pub(crate) fn failpoint(
+    point: &str,
+    op: IoOp,
+    path: &Path,
+    pos: Option<u64>,
+) -> Result<(), IoError> {
+    crate::failpoint::eval(point).map_err(|error| IoError::new(op, path, pos, error))
+}
+
+/// Whether an I/O error means the file system is out of space.
+pub(crate) fn is_disk_full(error: &IoError) -> bool {
+    error.source.kind() == std::io::ErrorKind::StorageFull
+        || error.source.raw_os_error() == Some(libc::ENOSPC)
+}
 
 /// One segment file and what is durable in it.
 pub(crate) struct Segment<F> {
@@ -123,6 +140,17 @@ pub(crate) struct State<F: StorageFile> {
     pub durable_offset: u64,
     prepared: Option<Rc<F>>,
     roll_waiting: bool,
+    /// Preparing the next segment failed for lack of space: data appends
+    /// are refused (`LogError::DiskFull`) so the room left in the active
+    /// segment serves control batches (claims, acks), and no append may
+    /// start a segment that cannot be created. Cleared when a retry
+    /// ([`Log::retry_prepare`]) succeeds.
+    disk_full: bool,
+    /// A retry of the preparation was asked for while `disk_full`.
+    prepare_retry: bool,
+    /// Gathers started a segment the roll has not named yet (they will
+    /// take the prepared file).
+    rolls_pending: usize,
     /// A roll took the prepared file and has not yet renamed it: the
     /// prepared path still names that file, so the preparer must not reopen it.
     renaming: bool,
@@ -213,6 +241,9 @@ impl<S: Storage> Log<S> {
             durable_offset: next_offset,
             prepared: None,
             roll_waiting: false,
+            disk_full: false,
+            prepare_retry: false,
+            rolls_pending: 0,
             renaming: false,
             seal_queue: VecDeque::new(),
             tail: VecDeque::new(),
@@ -274,6 +305,7 @@ impl<S: Storage> Log<S> {
     /// (nothing is queued; await [`Log::writable`] and retry),
     /// [`LogError::TooManySegments`], [`LogError::Failed`], [`LogError::Closed`].
     pub fn append(&self, batch: &[u8]) -> Result<Appended, LogError> {
+        failpoint("log.append", IoOp::Write, &self.shared.dir, None)?;
         let header = BatchHeader::verify_body(batch).map_err(LogError::InvalidBatch)?;
         if header.batch_len as usize != batch.len() {
             return Err(LogError::BatchLengthMismatch {
@@ -302,6 +334,9 @@ impl<S: Storage> Log<S> {
             }
             if state.closing {
                 return Err(LogError::Closed);
+            }
+            if state.disk_full && header.kind == BatchKind::Data {
+                return Err(LogError::DiskFull);
             }
             if state.pending_bytes + len > config.pending_bytes_max {
                 return Err(LogError::Backpressure {
@@ -358,6 +393,12 @@ impl<S: Storage> Log<S> {
             if count >= SEGMENTS_MAX {
                 return Err(LogError::TooManySegments { count });
             }
+            // The next segment could not be created: starting one would
+            // leave commits (already applied by the caller) with nowhere
+            // to go.
+            if state.disk_full {
+                return Err(LogError::DiskFull);
+            }
         }
         if let Some(gather) = close_open(state) {
             state.queued.push_back(gather);
@@ -376,6 +417,7 @@ impl<S: Storage> Log<S> {
             state.gather_pos = 0;
             state.gather_last_index_pos = None;
             state.gather_segment_unopened = true;
+            state.rolls_pending += 1;
         }
         let room = state.gather_segment.capacity - state.gather_pos;
         let cap_bytes = config.commit_bytes.max(span).min(room);
@@ -414,6 +456,25 @@ impl<S: Storage> Log<S> {
                 }
             }
             self.shared.space.wait().await;
+        }
+    }
+
+    /// Whether the next segment could not be prepared for lack of space
+    /// (data appends then fail with [`LogError::DiskFull`]).
+    pub fn disk_full(&self) -> bool {
+        self.shared.state.borrow().disk_full
+    }
+
+    /// Asks the preparer to try again after [`Log::disk_full`] (space may
+    /// have been freed). The owner rate-limits this: each try writes zeros
+    /// until the disk is full again. Data appends stay refused until the
+    /// try succeeds.
+    pub fn retry_prepare(&self) {
+        let mut state = self.shared.state.borrow_mut();
+        if state.disk_full && !state.prepare_retry {
+            state.prepare_retry = true;
+            drop(state);
+            self.shared.prepare.notify_all();
         }
     }
 
@@ -673,6 +734,8 @@ impl<S: Storage> Shared<S> {
                 if let Some(file) = state.prepared.take() {
                     state.roll_waiting = false;
                     state.renaming = true;
+                    assert!(state.rolls_pending > 0);
+                    state.rolls_pending -= 1;
                     break file;
                 }
                 state.roll_waiting = true;
@@ -681,11 +744,14 @@ impl<S: Storage> Shared<S> {
             self.prepared.wait().await;
         };
         let prepared_path = self.dir.join(PREPARED_FILE_NAME);
-        if let Err(error) = self.storage.rename(&prepared_path, &segment.path).await {
-            self.fail(FatalCode::RollFailed, &error);
-            return false;
-        }
-        if let Err(error) = self.storage.sync_dir(&self.dir).await {
+        let renamed = async {
+            failpoint("log.roll.rename", IoOp::Rename, &prepared_path, None)?;
+            self.storage.rename(&prepared_path, &segment.path).await?;
+            failpoint("log.roll.dir_sync", IoOp::SyncDir, &self.dir, None)?;
+            self.storage.sync_dir(&self.dir).await?;
+            failpoint("log.roll.dir_sync.after", IoOp::SyncDir, &self.dir, None)
+        };
+        if let Err(error) = renamed.await {
             self.fail(FatalCode::RollFailed, &error);
             return false;
         }
@@ -726,14 +792,24 @@ async fn committer<S: Storage>(shared: Rc<Shared<S>>) {
             break;
         }
         let Some(file) = shared.wait_named(&job.segment).await else { break };
-        if let Err(error) = file.write_at(job.buf.clone(), job.pos).await {
+        let written = async {
+            failpoint("log.commit.write", IoOp::Write, file.path(), Some(job.pos))?;
+            file.write_at(job.buf.clone(), job.pos).await?;
+            failpoint("log.commit.write.after", IoOp::Write, file.path(), Some(job.pos))
+        };
+        if let Err(error) = written.await {
             shared.fail(FatalCode::WriteFailed, &error);
             break;
         }
         if shared.is_failed() {
             break;
         }
-        if let Err(error) = file.fdatasync().await {
+        let synced = async {
+            failpoint("log.commit.sync", IoOp::Sync, file.path(), None)?;
+            file.fdatasync().await?;
+            failpoint("log.commit.sync.after", IoOp::Sync, file.path(), None)
+        };
+        if let Err(error) = synced.await {
             shared.fail(FatalCode::SyncFailed, &error);
             break;
         }
@@ -759,8 +835,10 @@ async fn preparer<S: Storage>(shared: Rc<Shared<S>>) {
                 Step::Exit
             } else if state.prepared.is_none()
                 && !state.renaming
+                && (!state.disk_full || state.prepare_retry)
                 && (state.roll_waiting || (!state.closing && !draining))
             {
+                state.prepare_retry = false;
                 Step::Prepare
             } else if let Some(segment) = state.seal_queue.pop_front() {
                 Step::Seal(segment)
@@ -782,8 +860,32 @@ async fn preparer<S: Storage>(shared: Rc<Shared<S>>) {
                 .await
                 {
                     Ok(file) => {
-                        shared.state.borrow_mut().prepared = Some(Rc::new(file));
+                        let was_full = {
+                            let mut state = shared.state.borrow_mut();
+                            state.prepared = Some(Rc::new(file));
+                            std::mem::take(&mut state.disk_full)
+                        };
+                        if was_full {
+                            tracing::info!(dir = %shared.dir.display(), "disk space is back: next segment prepared");
+                        }
                         shared.prepared.notify_all();
+                    }
+                    Err(error) if is_disk_full(&error) && disk_full_is_safe(&shared) => {
+                        // Nothing gathered needs the segment yet: refuse
+                        // data appends until a retry succeeds instead of
+                        // stopping the process. The partial file would
+                        // hold the space a retry needs.
+                        let prepared_path = shared.dir.join(PREPARED_FILE_NAME);
+                        if let Err(remove) = shared.storage.remove(&prepared_path).await {
+                            tracing::warn!(%remove, "removing the partial next segment failed");
+                        }
+                        let first =
+                            !std::mem::replace(&mut shared.state.borrow_mut().disk_full, true);
+                        if first {
+                            tracing::warn!(dir = %shared.dir.display(), %error,
+                                "disk full: cannot prepare the next segment; refusing enqueues");
+                        }
+                        shared.space.notify_all();
                     }
                     Err(error) => {
                         shared.fail(FatalCode::PrepareFailed, &error);
@@ -801,6 +903,14 @@ async fn preparer<S: Storage>(shared: Rc<Shared<S>>) {
     }
 }
 
+/// Whether a failed preparation can become "disk full" instead of fatal: no
+/// gather has started the segment it was for (those commits are applied
+/// and must reach the disk, so the log stops as for any write failure).
+fn disk_full_is_safe<S: Storage>(shared: &Shared<S>) -> bool {
+    let state = shared.state.borrow();
+    state.rolls_pending == 0 && !state.roll_waiting
+}
+
 /// Creates the prepared file, writes zeros through all of it, syncs it and
 /// its directory. Appends then overwrite allocated blocks (DESIGN §8).
 pub(crate) async fn prepare_segment_file<S: Storage>(
@@ -815,15 +925,19 @@ pub(crate) async fn prepare_segment_file<S: Storage>(
     let zeros = Rc::new(zeros);
     let mut pos = 0;
     while pos + chunk <= capacity {
+        failpoint("log.prepare.write", IoOp::Write, file.path(), Some(pos))?;
         file.write_at(zeros.clone(), pos).await?;
         pos += chunk;
     }
     if pos < capacity {
         let mut rest = file.alloc_buf((capacity - pos) as usize);
         rest.as_mut().fill(0);
+        failpoint("log.prepare.write", IoOp::Write, file.path(), Some(pos))?;
         file.write_at(Rc::new(rest), pos).await?;
     }
+    failpoint("log.prepare.sync", IoOp::Sync, file.path(), None)?;
     file.fdatasync().await?;
+    failpoint("log.prepare.dir_sync", IoOp::SyncDir, dir, None)?;
     storage.sync_dir(dir).await?;
     Ok(file)
 }
@@ -851,7 +965,9 @@ pub(crate) async fn write_index_file<S: Storage>(
     let file = storage.open(&index_path(dir, base)).await?;
     let mut buf = file.alloc_buf(bytes.len());
     buf.as_mut().copy_from_slice(bytes);
+    failpoint("log.index.write", IoOp::Write, file.path(), Some(0))?;
     file.write_at(Rc::new(buf), 0).await?;
+    failpoint("log.index.sync", IoOp::Sync, file.path(), None)?;
     file.fdatasync().await?;
     storage.sync_dir(dir).await
 }

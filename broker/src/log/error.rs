@@ -78,6 +78,11 @@ pub enum LogError {
     OffsetOutOfRange { offset: u64, start: u64 },
     #[error("read of {max_bytes} bytes exceeds the limit {limit_bytes}")]
     ReadTooLarge { max_bytes: u64, limit_bytes: u64 },
+    /// The next segment could not be created for lack of disk space: data
+    /// appends are refused until space returns (control batches still use
+    /// the room left in the active segment).
+    #[error("disk full: the next segment cannot be prepared")]
+    DiskFull,
     #[error("partition holds {count} segments, the limit")]
     TooManySegments { count: usize },
 }

@@ -34,6 +34,7 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 
+pub(crate) use appender::failpoint;
 pub use appender::Log;
 pub use config::{ConfigError, LogConfig};
 pub use error::{CorruptDetail, LogError};

@@ -2,11 +2,11 @@
 //! computes (oldest unacked offset, checkpoint, audit window — DESIGN §3).
 //! The active segment is never deleted; the directory is synced after.
 
-use super::appender::Log;
+use super::appender::{failpoint, Log};
 use super::error::LogError;
 use super::layout::index_path;
 use super::Offset;
-use crate::io::Storage;
+use crate::io::{IoOp, Storage};
 
 impl<S: Storage> Log<S> {
     /// Deletes every sealed segment whose every offset is below `watermark`,
@@ -33,6 +33,7 @@ impl<S: Storage> Log<S> {
         }
         let storage = &self.shared.storage;
         for segment in &doomed {
+            failpoint("log.retention.remove", IoOp::Remove, &segment.path, None)?;
             storage.remove(&segment.path).await?;
             if let Err(error) = storage.remove(&index_path(&self.shared.dir, segment.base)).await {
                 if error.source.kind() != std::io::ErrorKind::NotFound {
@@ -40,7 +41,10 @@ impl<S: Storage> Log<S> {
                 }
             }
         }
+        failpoint("log.retention.dir_sync", IoOp::SyncDir, &self.shared.dir, None)?;
         storage.sync_dir(&self.shared.dir).await?;
+        // Space came back: a preparation refused for lack of it may work now.
+        self.retry_prepare();
         Ok(doomed.len())
     }
 }

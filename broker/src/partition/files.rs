@@ -18,7 +18,9 @@
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use crate::io::{IoError, Storage, StorageFile};
+use crate::io::{IoError, IoOp, Storage, StorageFile};
+use crate::log::failpoint;
+
 use crate::limits::PAGE_BYTES;
 
 pub(crate) const EPOCH_MAGIC: u32 = u32::from_le_bytes(*b"SPEP");
@@ -103,12 +105,24 @@ pub async fn write_side_file<S: Storage>(
                 }
             }
         }
+        if cfg!(feature = "failpoints") {
+            failpoint(&format!("{name}.write"), IoOp::Write, &temp, Some(written as u64))?;
+        }
         file.write_at(Rc::new(buf), written as u64).await?;
         written += chunk;
     }
+    if cfg!(feature = "failpoints") {
+        failpoint(&format!("{name}.sync"), IoOp::Sync, &temp, None)?;
+    }
     file.fdatasync().await?;
     drop(file);
+    if cfg!(feature = "failpoints") {
+        failpoint(&format!("{name}.rename"), IoOp::Rename, &temp, None)?;
+    }
     storage.rename(&temp, &dir.join(name)).await?;
+    if cfg!(feature = "failpoints") {
+        failpoint(&format!("{name}.dir_sync"), IoOp::SyncDir, dir, None)?;
+    }
     storage.sync_dir(dir).await?;
     Ok(())
 }

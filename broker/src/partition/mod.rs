@@ -54,6 +54,10 @@ pub const REPLAY_READ_BYTES: u64 = 8 << 20;
 /// Log bytes appended since the last checkpoint that make the next
 /// housekeeping pass write a new one.
 pub const CHECKPOINT_INTERVAL_BYTES: u64 = 256 << 20;
+/// How often a partition whose log is out of disk space asks it to try
+/// preparing the next segment again (each try writes zeros until the disk
+/// is full again, so not every tick).
+pub const DISK_FULL_RETRY_MS: Millis = 1_000;
 /// Most events one control batch carries.
 pub const CONTROL_BATCH_EVENTS_MAX: usize = 4096;
 /// Bytes of batch header and position-table slack reserved per control batch
@@ -118,6 +122,7 @@ impl PartitionError {
             },
             PartitionError::Log(LogError::Backpressure { .. }) => ErrorCode::Throttled,
             PartitionError::Log(LogError::Closed) => ErrorCode::ShuttingDown,
+            PartitionError::Log(LogError::DiskFull) => ErrorCode::DiskFull,
             PartitionError::Log(LogError::InvalidBatch(_))
             | PartitionError::Log(LogError::BatchTooLarge { .. }) => ErrorCode::BatchInvalid,
             PartitionError::Log(_) => ErrorCode::StorageFailed,
@@ -186,6 +191,8 @@ pub struct Partition<S: Storage + Clone> {
     checkpoint_covers: Cell<u64>,
     checkpoint_running: Cell<bool>,
     closed: Cell<bool>,
+    /// When the next disk-full retry may run ([`DISK_FULL_RETRY_MS`]).
+    disk_retry_at_ms: Cell<Millis>,
 }
 
 impl<S: Storage + Clone> std::fmt::Debug for Partition<S> {
@@ -346,6 +353,32 @@ impl<S: Storage + Clone> Partition<S> {
             }
         };
         let start = log.start_offset().0;
+        let log_end = log.next_offset().0;
+        // A checkpoint is written only after everything it covers is
+        // durable, so a log that now ends before it lost acknowledged
+        // batches: recovery cut as a torn tail what was media damage (or a
+        // truncated file). Replaying would reuse offsets the checkpoint's
+        // state already names; refuse instead, naming where the log ends.
+        if let Some(file) = &checkpoint {
+            if file.value > log_end {
+                let cut = match &log_report.truncated_at {
+                    Some((path, pos)) => format!(
+                        "{} at byte {pos} ({} bytes after it discarded as a torn tail)",
+                        path.display(),
+                        log_report.truncated_bytes
+                    ),
+                    None => format!("the last segment in {}", dir.display()),
+                };
+                return Err(PartitionError::Recovery {
+                    dir: dir.to_path_buf(),
+                    reason: format!(
+                        "the checkpoint covers offset {} but the log ends at offset {log_end}: \
+                         acknowledged batches are damaged or missing; the log ends at {cut}",
+                        file.value
+                    ),
+                });
+            }
+        }
         let (state, covers) = match checkpoint {
             Some(file) => match PartitionState::restore(&file.payload, context.clone()) {
                 Ok(restored) if restored.covers.0 >= start => {
@@ -395,6 +428,7 @@ impl<S: Storage + Clone> Partition<S> {
             checkpoint_covers: Cell::new(covers.map_or(0, |offset| offset.0)),
             checkpoint_running: Cell::new(false),
             closed: Cell::new(false),
+            disk_retry_at_ms: Cell::new(0),
         });
         let (replayed_batches, replayed_events) =
             partition.replay(covers.map_or(start, |offset| offset.0)).await?;
@@ -939,6 +973,10 @@ impl<S: Storage + Clone> Partition<S> {
     /// claims so they re-check. Never blocks.
     pub fn tick(&self) {
         let now = (self.clock)();
+        if self.log.disk_full() && now >= self.disk_retry_at_ms.get() {
+            self.disk_retry_at_ms.set(now + DISK_FULL_RETRY_MS);
+            self.log.retry_prepare();
+        }
         let due = self.state.borrow().next_wakeup().is_some_and(|wakeup| wakeup <= now);
         if due && !self.closed.get() {
             let events = self.state.borrow().tick(now);

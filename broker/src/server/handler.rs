@@ -114,6 +114,20 @@ type Answer = Result<Response<'static>, ErrorResponse>;
 /// in the request.
 type TokenGroup = (Rc<ShardPartition>, Vec<(usize, crate::queue::DeliveryToken)>);
 
+/// Cuts a message to what an error response may carry
+/// (`ERROR_MESSAGE_BYTES_MAX`), at a character boundary.
+fn clip_message(mut message: String) -> String {
+    let max = spool_wire::proto::limits::ERROR_MESSAGE_BYTES_MAX;
+    if message.len() > max {
+        let mut end = max;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+    }
+    message
+}
+
 fn error(code: ErrorCode, message: impl Into<String>) -> ErrorResponse {
     ErrorResponse::new(code, message)
 }
@@ -169,11 +183,14 @@ impl SpoolHandler {
             ));
         };
         if assignment.shard == self.state.shard {
-            // Owned here but not open (open failed, or still opening).
-            return Err(error(
-                ErrorCode::StorageFailed,
-                format!("partition {queue}/{partition} is not open on this shard"),
-            ));
+            // Owned here but not open: open failed (say why), or still opening.
+            let reason =
+                self.state.unavailable.borrow().get(&(queue.to_owned(), partition)).cloned();
+            let message = match reason {
+                Some(reason) => format!("partition {queue}/{partition} refused to open: {reason}"),
+                None => format!("partition {queue}/{partition} is not open on this shard"),
+            };
+            return Err(error(ErrorCode::StorageFailed, clip_message(message)));
         }
         let owner = self.state.shard_addr(assignment.shard);
         let mut reply = error(

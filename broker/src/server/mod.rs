@@ -75,6 +75,11 @@ pub struct ShardState {
     pub table: RefCell<AssignmentTable>,
     /// Partitions this shard owns, by queue name and partition.
     pub partitions: RefCell<BTreeMap<(String, u32), Rc<Served>>>,
+    /// Partitions this shard owns that failed to open, with the reason
+    /// (corruption names file and byte). Requests for them are answered
+    /// `STORAGE_FAILED` with that reason until an operator repairs the
+    /// files and restarts the broker.
+    pub unavailable: RefCell<BTreeMap<(String, u32), String>>,
     pub clock: Clock,
 }
 
@@ -135,9 +140,21 @@ impl ShardState {
             self.clock.clone(),
         )
         .await;
-        let (partition_rc, background, report) = opened.map_err(|error| {
-            ServerError::Partition { queue: queue.as_str().to_owned(), partition, error }
-        })?;
+        let (partition_rc, background, report) = match opened {
+            Ok(opened) => opened,
+            Err(error) => {
+                tracing::error!(shard = self.shard.0, queue = %queue, partition, %error,
+                    "partition refused to open; serving STORAGE_FAILED for it");
+                self.unavailable
+                    .borrow_mut()
+                    .insert((queue.as_str().to_owned(), partition), error.to_string());
+                return Err(ServerError::Partition {
+                    queue: queue.as_str().to_owned(),
+                    partition,
+                    error,
+                });
+            }
+        };
         tracing::info!(
             shard = self.shard.0,
             queue = %queue,
@@ -184,6 +201,7 @@ impl ShardHooksFactory for SpoolHooksFactory {
             log_config: context.config.log_config(),
             table: RefCell::new(context.assignment_start.clone()),
             partitions: RefCell::new(BTreeMap::new()),
+            unavailable: RefCell::new(BTreeMap::new()),
             clock: Rc::new(|| crate::clock::now_ms().0),
         });
         let handler = Rc::new(SpoolHandler::new(state.clone()));
@@ -236,6 +254,7 @@ impl ShardHooks for SpoolHooks {
                         .filter_map(|key| partitions.remove(&key).map(|served| (key, served)))
                         .collect()
                 };
+                state.unavailable.borrow_mut().retain(|(name, _), _| name != queue.as_str());
                 for ((name, partition), served) in doomed {
                     let dir = served.partition.dir().to_path_buf();
                     if let Err(error) = ShardState::close_served(&served).await {

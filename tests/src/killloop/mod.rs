@@ -24,6 +24,14 @@
 //! Requests in flight at a kill have unknown outcome: they are never counted
 //! as acknowledged. Unknown acks are resolved by the next full listing.
 //!
+//! Failpoint mode ([`KillLoopConfig::failpoints`]): instead of a SIGKILL at
+//! a random moment, each cycle SIGKILLs the broker, restarts it with one
+//! failpoint armed to abort (a `spoold-failpoints` build), lets the load
+//! (plus a bulk queue that forces segment rolls) run until the process
+//! aborts itself — at start-up, under load, or during the SIGTERM drain the
+//! loop sends if it did not — then restarts it clean and checks as after a
+//! kill. [`KillLoopReport::failpoints`] says where each point fired.
+//!
 //! It does not reproduce a run exactly: the seed fixes every choice (batch
 //! sizes, actions, kill intervals) but not how the choices interleave with a
 //! real process on a real clock. It does not edit the harness; it only uses
@@ -34,6 +42,9 @@ pub mod rng;
 pub mod workers;
 
 use std::collections::{BTreeMap, HashSet};
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::ExitStatus;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -45,7 +56,7 @@ use spool_client::spool_wire::proto::{
 use spool_client::spool_wire::ErrorCode;
 use spool_client::{Admin, ClaimOptions, Client, ClientError};
 
-use crate::{test_queue_config, Spoold};
+use crate::{test_queue_config, Spoold, SpooldOptions, FAILPOINTS_ENV, STOP_TIMEOUT};
 use ledger::{Activity, DeliverySeen, Instance, LiveEntry, Placement, TokenUse, Violations};
 use rng::Rng;
 use workers::Shared;
@@ -79,6 +90,23 @@ const LOG_TAIL_LINES: usize = 200;
 
 /// Worker id of witness claims.
 const WITNESS_WORKER: WorkerId = WorkerId(0x0057_17E5);
+
+/// Queue of the bulk load in failpoint mode (1 partition, large records, so
+/// its segments roll and, once acked, are deleted at the next checkpoint).
+pub const BULK_QUEUE: &str = "killloop-bulk";
+
+/// Payload of a bulk record: 128 of them fill an 8 MiB test segment.
+const BULK_PAYLOAD_BYTES: usize = 64 * 1024;
+
+/// Lease of bulk claims (the bulk queue's lease minimum is 50 ms).
+const BULK_LEASE_MS: u32 = 500;
+
+/// Records per bulk enqueue batch.
+const BULK_BATCH: u64 = 16;
+
+/// How long an armed broker runs under load before the loop sends SIGTERM
+/// (points on the close path fire only then).
+const ARMED_LOAD_WAIT: Duration = Duration::from_secs(3);
 
 /// Worker id of the drain.
 const DRAIN_WORKER: WorkerId = WorkerId(0x00D7_A1E5);
@@ -178,6 +206,42 @@ pub struct KillLoopConfig {
     pub drain_timeout: Duration,
     /// Print a line per kill on stderr.
     pub progress: bool,
+    /// Failpoint mode: one armed point per cycle instead of a plain kill
+    /// (then `kills` must equal its length). Empty: plain SIGKILLs.
+    pub failpoints: Vec<FailpointArm>,
+    /// The `spoold` binary (a failpoint build); `None`: the ordinary one.
+    pub spoold_bin: Option<PathBuf>,
+}
+
+/// One failpoint armed for one cycle: `point=abort@from_hit`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailpointArm {
+    /// A name of `spool_broker::failpoint::POINTS`.
+    pub point: String,
+    /// Fires from this hit on (1-based).
+    pub from_hit: u64,
+}
+
+/// Where an armed failpoint fired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FiredAt {
+    /// While the broker was starting (recovery, epoch bump, preparing).
+    Startup,
+    /// While serving the load.
+    Load,
+    /// During the SIGTERM drain (final checkpoint, retention).
+    Close,
+    /// Not reached: the broker started, served and stopped cleanly.
+    Missed,
+}
+
+/// What one failpoint cycle saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailpointOutcome {
+    /// The point.
+    pub point: String,
+    /// Where it fired.
+    pub fired_at: FiredAt,
 }
 
 impl KillLoopConfig {
@@ -205,6 +269,8 @@ impl KillLoopConfig {
             max_deliveries: 10_000,
             drain_timeout: Duration::from_secs(120),
             progress: false,
+            failpoints: Vec::new(),
+            spoold_bin: None,
         }
     }
 
@@ -258,6 +324,14 @@ impl KillLoopConfig {
             "claim_credits_max out of range",
         )?;
         check(self.schedule_delay_ms_max >= 50, "schedule_delay_ms_max below 50")?;
+        check(
+            self.failpoints.is_empty() || self.failpoints.len() == self.kills as usize,
+            "failpoint mode needs one failpoint per kill",
+        )?;
+        check(
+            self.failpoints.is_empty() || self.spoold_bin.is_some(),
+            "failpoint mode needs a failpoint build of spoold (spoold_bin)",
+        )?;
         check(self.backlog_max >= 1, "backlog_max must be at least 1")
     }
 
@@ -319,6 +393,8 @@ pub struct KillLoopReport {
     pub abandoned: u64,
     /// Examples of violations.
     pub samples: Vec<String>,
+    /// Failpoint mode: where each armed point fired.
+    pub failpoints: Vec<FailpointOutcome>,
 }
 
 impl KillLoopReport {
@@ -368,6 +444,9 @@ impl KillLoopReport {
             "restart_ms_p50": self.restart_ms_p50,
             "restart_ms_max": self.restart_ms_max,
             "samples": self.samples,
+            "failpoints": self.failpoints.iter().map(|outcome| {
+                serde_json::json!({ "point": outcome.point, "fired_at": format!("{:?}", outcome.fired_at) })
+            }).collect::<Vec<_>>(),
         })
     }
 }
@@ -633,8 +712,9 @@ async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) 
 pub async fn run(config: KillLoopConfig) -> Result<KillLoopReport, KillLoopError> {
     config.validate()?;
     let started = now();
-    let cores = config.cores;
-    let broker = blocking(move || Spoold::start(cores)).await;
+    let mut options = SpooldOptions::new(config.cores);
+    options.bin = config.spoold_bin.clone();
+    let broker = blocking(move || Spoold::start_with(options)).await;
     let mut slot = Some(broker);
     let result = run_on(config, &mut slot, started).await;
     if let (Err(_), Some(broker)) = (&result, &slot) {
@@ -713,6 +793,13 @@ async fn run_on(
         .await
         .map_err(|error| KillLoopError::Setup(format!("create queue: {error}")))?;
     let shared = Arc::new(Shared::new(QUEUE.to_owned(), config.clone()));
+    if !config.failpoints.is_empty() {
+        admin
+            .create_queue(BULK_QUEUE, test_queue_config(1, 30_000, 10_000))
+            .await
+            .map_err(|error| KillLoopError::Setup(format!("create bulk queue: {error}")))?;
+    }
+    let mut failpoints = Vec::new();
 
     let mut tasks = tokio::task::JoinSet::new();
     for index in 0..config.producers {
@@ -730,7 +817,7 @@ async fn run_on(
     let mut restart_ms = Vec::new();
     let mut tally = WitnessTally::default();
     let mut port_waits = 0u64;
-    for _ in 0..config.kills {
+    for cycle_index in 0..config.kills {
         let pause = rng.range(config.kill_interval_ms_min, config.kill_interval_ms_max);
         tokio::time::sleep(Duration::from_millis(pause)).await;
         if let Some(finished) = tasks.try_join_next() {
@@ -741,6 +828,14 @@ async fn run_on(
         cycle(slot, false).await?;
         // After the reap, before the next start: see `Instance`.
         shared.instance.fetch_add(1, Ordering::AcqRel);
+        if let Some(arm) = config.failpoints.get(cycle_index as usize) {
+            let fired_at = armed_cycle(slot, arm, &client).await?;
+            shared.instance.fetch_add(1, Ordering::AcqRel);
+            if config.progress {
+                eprintln!("killloop: failpoint {} fired at {fired_at:?}", arm.point);
+            }
+            failpoints.push(FailpointOutcome { point: arm.point.clone(), fired_at });
+        }
         let gate = shared.gate.write().await;
         port_waits += u64::from(cycle(slot, true).await?);
         restart_ms.push(u64::try_from(killed_at.elapsed().as_millis()).unwrap_or(u64::MAX));
@@ -818,7 +913,121 @@ async fn run_on(
         extends: load(&counters.extends),
         abandoned: load(&counters.abandoned),
         samples: ledger.samples().to_vec(),
+        failpoints,
     })
+}
+
+/// Where an armed broker's exit says the point fired: SIGABRT is the
+/// failpoint's abort; anything else means it was not reached.
+fn fired(status: Option<ExitStatus>, stage: FiredAt) -> Option<FiredAt> {
+    status.and_then(|status| (status.signal() == Some(libc::SIGABRT)).then_some(stage))
+}
+
+/// Enqueues large records to [`BULK_QUEUE`] and acks them until `stop`,
+/// ignoring failures (the broker is expected to die under it): drives
+/// segment rolls, index writes and, at the next checkpoint, retention.
+async fn bulk_load(client: Client, stop: Arc<std::sync::atomic::AtomicBool>) {
+    use spool_client::spool_wire::batch::{DataBatchBuilder, Payload, Record};
+    let payload = vec![0x42u8; BULK_PAYLOAD_BYTES];
+    let mut sequence = 0u64;
+    while !stop.load(Ordering::Acquire) {
+        let mut builder = DataBatchBuilder::new();
+        for _ in 0..BULK_BATCH {
+            let mut id = [0u8; 16];
+            id[..8].copy_from_slice(&sequence.to_le_bytes());
+            id[8..].copy_from_slice(b"bulkload");
+            sequence += 1;
+            let record = Record {
+                message_id: MessageId(id),
+                routing_key: Vec::new(),
+                headers: Vec::new(),
+                payload: Payload::Inline(payload.clone()),
+                priority: 0,
+                not_before_ms: 0,
+                expiry_ms: 0,
+                enqueue_time_ms: unix_ms(),
+            };
+            if builder.push(&record).is_err() {
+                break;
+            }
+        }
+        let enqueued = match builder.finish() {
+            Ok(batch) => client.enqueue(BULK_QUEUE, PartitionId(0), &batch).await.is_ok(),
+            Err(_) => false,
+        };
+        let options = ClaimOptions {
+            worker: WorkerId(0xB01C),
+            credits: 64,
+            max_bytes: 8 << 20,
+            // Short: claims a killed broker never saw acked come back soon
+            // and do not pin the retention watermark for long.
+            lease_ms: BULK_LEASE_MS,
+            wait_ms: 0,
+        };
+        if let Ok(batch) = client.claim(BULK_QUEUE, PartitionId(0), &options).await {
+            let tokens: Vec<_> = batch.deliveries.iter().map(|delivery| delivery.token()).collect();
+            if !tokens.is_empty() {
+                let _ = client.ack(BULK_QUEUE, PartitionId(0), &tokens).await;
+            }
+        }
+        if !enqueued {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// One failpoint cycle after the kill (see the module doc): restart with
+/// `arm` armed, run the load (and the bulk load) until the broker aborts
+/// or [`ARMED_LOAD_WAIT`] passes, then SIGTERM and wait for the drain. The
+/// broker in `slot` is stopped afterwards, ready for a clean restart.
+async fn armed_cycle(
+    slot: &mut Option<Spoold>,
+    arm: &FailpointArm,
+    client: &Client,
+) -> Result<FiredAt, KillLoopError> {
+    let mut broker =
+        slot.take().ok_or_else(|| KillLoopError::Stuck("the broker was lost".to_owned()))?;
+    let spec = format!("{}=abort@{}", arm.point, arm.from_hit);
+    let (mut broker, started) = blocking(move || {
+        let free = wait_ports_free(&broker);
+        broker.options_mut().set_env(FAILPOINTS_ENV, &spec);
+        let started = free.map(|_| broker.try_restart());
+        broker.options_mut().remove_env(FAILPOINTS_ENV);
+        (broker, started)
+    })
+    .await;
+    let fired_at = match started? {
+        Err(failed) => fired(failed.status, FiredAt::Startup),
+        Ok(()) => {
+            let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let bulk = tokio::spawn(bulk_load(client.clone(), stop.clone()));
+            let (returned, exited) = blocking(move || {
+                let exited = broker.wait_exit(ARMED_LOAD_WAIT);
+                (broker, exited)
+            })
+            .await;
+            broker = returned;
+            let mut fired_at = fired(exited, FiredAt::Load);
+            if exited.is_none() {
+                broker.signal(libc::SIGTERM);
+                let (returned, exited) = blocking(move || {
+                    let exited = broker.wait_exit(STOP_TIMEOUT);
+                    (broker, exited)
+                })
+                .await;
+                broker = returned;
+                fired_at = fired(exited, FiredAt::Close);
+                if exited.is_none() {
+                    broker.kill();
+                }
+            }
+            stop.store(true, Ordering::Release);
+            let _ = bulk.await;
+            fired_at
+        }
+    };
+    *slot = Some(broker);
+    Ok(fired_at.unwrap_or(FiredAt::Missed))
 }
 
 fn worker_result(
