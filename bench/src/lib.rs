@@ -21,6 +21,7 @@
 //! beside it in `broker/benches/queue.rs`.
 
 pub mod error;
+pub mod harness;
 pub mod heap;
 pub mod latency;
 pub mod log_append;
