@@ -99,7 +99,8 @@ pub struct Predicted {
     pub slots_busy_at_peak_rate: f64,
     pub slots_planned: f64,
     /// The same model fed the measured phase rates instead of the nominal
-    /// ones: separates "the rates were off" from "the model is off".
+    /// ones. The peak is then the burst's net growth by construction; the
+    /// drain time says whether the achieved rates drain at all (−1: never).
     pub peak_backlog_at_measured_rates: f64,
     pub drain_s_at_measured_rates: f64,
 }
