@@ -28,6 +28,12 @@ pub enum BenchError {
     Histogram(String),
     #[error("throughput: {0}")]
     Throughput(#[from] crate::throughput::ThroughputError),
+    #[error("load: {0}")]
+    Load(#[from] crate::load::LoadError),
+    #[error("capacity: {0}")]
+    Capacity(#[from] crate::capacity::CapacityError),
+    #[error("omb: {0}")]
+    Omb(#[from] crate::omb::OmbError),
     #[error("cannot encode the report: {0}")]
     Report(#[from] serde_json::Error),
     #[error(

@@ -15,15 +15,28 @@
 //!   without a checkpoint.
 //! - [`throughput`]: producers and consumers over the real client against a
 //!   `spoold`: enqueue and claim+ack rates, enqueue and end-to-end latency.
+//! - [`latency_scenario`], [`capacity`], [`omb`]: phased open-loop load with
+//!   simulated workers on the [`load`] engine — a fixed rate, the capacity
+//!   model's burst and drain against the planner's prediction, and
+//!   OpenMessaging Benchmark workload files — sampled every second, with a
+//!   progress bar and an SVG [`plot`]. [`harness`] starts and stops the
+//!   `spoold` these and `throughput` run against.
 //!
 //! [`heap`] holds the counting allocator the binary installs for
 //! `state_memory`; the criterion micro-benchmarks of the state machine live
 //! beside it in `broker/benches/queue.rs`.
 
+pub mod capacity;
+pub mod dist;
 pub mod error;
+pub mod harness;
 pub mod heap;
 pub mod latency;
+pub mod latency_scenario;
+pub mod load;
 pub mod log_append;
+pub mod omb;
+pub mod plot;
 pub mod recovery;
 pub mod state_memory;
 pub mod throughput;

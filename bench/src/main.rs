@@ -4,12 +4,18 @@
 //! the one place that installs the counting global allocator, so only this
 //! binary (not the library or its tests) pays for counting.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde::Serialize;
+use spool_bench::capacity::{self, CapacityConfig};
+use spool_bench::dist::{Arrivals, ServiceTime};
 use spool_bench::heap::CountingAllocator;
+use spool_bench::latency_scenario::{self, LatencyConfig};
+use spool_bench::load::{BrokerConfig, LoadConfig, Phase, PhaseEnd, Sample};
 use spool_bench::log_append::{self, LogAppendConfig};
+use spool_bench::omb::{self, OmbConfig};
 use spool_bench::recovery::{self, RecoveryConfig};
 use spool_bench::state_memory::{self, StateMemoryConfig};
 use spool_bench::throughput::{self, ThroughputConfig};
@@ -38,6 +44,235 @@ enum Command {
     Recovery(RecoveryArgs),
     /// Producers and consumers over the real client against a spoold (started here unless --addr).
     Throughput(ThroughputArgs),
+    /// A fixed open-loop rate with simulated workers; percentiles every second.
+    Latency(LatencyArgs),
+    /// The capacity model: burst, then drain, measured beside the planner's prediction.
+    Capacity(CapacityArgs),
+    /// An OpenMessaging Benchmark workload file.
+    Omb(OmbArgs),
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum ArrivalsArg {
+    Fixed,
+    Poisson,
+}
+
+/// Settings shared by the latency, capacity and omb scenarios.
+#[derive(Debug, Args)]
+struct LoadArgs {
+    /// Broker bootstrap address; without it a spoold is started and stopped.
+    #[arg(long)]
+    addr: Option<String>,
+    /// Parent of the started spoold's temporary data directory.
+    #[arg(long, default_value = "/tmp")]
+    dir: PathBuf,
+    /// spoold binary to start [default: spoold next to this executable].
+    #[arg(long)]
+    spoold: Option<PathBuf>,
+    /// Broker shards: the started spoold's --cores [default: CPUs available].
+    #[arg(long)]
+    shards: Option<u16>,
+    /// Queue name [default: <scenario>-<pid>]; created unless it exists.
+    #[arg(long)]
+    queue: Option<String>,
+    /// Partitions of a created queue [default: shards × 2].
+    #[arg(long)]
+    partitions: Option<u32>,
+    /// Open-loop producers (one pacing thread each).
+    #[arg(long, default_value_t = 2)]
+    producers: u32,
+    /// Consumers the slots are spread over.
+    #[arg(long, default_value_t = 2)]
+    consumers: u32,
+    /// Inter-arrival times: fixed gaps or exponential (Poisson process).
+    #[arg(long, value_enum, default_value_t = ArrivalsArg::Fixed)]
+    arrivals: ArrivalsArg,
+    /// Sends in flight per producer.
+    #[arg(long, default_value_t = 8192)]
+    window: u64,
+    /// Producer linger in µs.
+    #[arg(long, default_value_t = 5000)]
+    linger_us: u64,
+    /// Producer batch target in bytes.
+    #[arg(long, default_value_t = 256 * 1024)]
+    batch_bytes: u64,
+    /// Lease the workers ask for (ms).
+    #[arg(long, default_value_t = 30_000)]
+    lease_ms: u32,
+    /// Dedupe window of created queues (ms): a short one keeps the broker's
+    /// memory for message ids small (≈88 B each) over a long run.
+    #[arg(long, default_value_t = 60_000)]
+    dedupe_window_ms: u64,
+    /// tokio worker threads for all clients.
+    #[arg(long, default_value_t = 2)]
+    client_threads: u64,
+    /// Seed of the arrival and service-time draws.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// No progress bar (it is also hidden when stderr is not a terminal).
+    #[arg(long)]
+    quiet: bool,
+    /// Also write the JSON report to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write an SVG plot of the time series to this file.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+}
+
+impl LoadArgs {
+    fn config(&self, label: &'static str) -> LoadConfig {
+        LoadConfig {
+            broker: BrokerConfig {
+                addr: self.addr.clone(),
+                dir: self.dir.clone(),
+                spoold: self.spoold.clone(),
+                shards: self.shards,
+            },
+            label,
+            queue: self.queue.clone(),
+            queues: 1,
+            partitions: self.partitions,
+            queue_max_messages: QUEUE_MAX_MESSAGES,
+            queue_max_bytes: QUEUE_MAX_BYTES,
+            dedupe_window_ms: self.dedupe_window_ms,
+            msg_bytes: 1024,
+            producers_per_queue: self.producers,
+            consumers_per_queue: self.consumers,
+            arrivals: match self.arrivals {
+                ArrivalsArg::Fixed => Arrivals::Fixed,
+                ArrivalsArg::Poisson => Arrivals::Poisson,
+            },
+            service: ServiceTime { mean_ms: 0.0, cv: 0.0 },
+            // Replaced by every scenario.
+            phases: vec![Phase {
+                name: "unset".to_owned(),
+                seconds: 1.0,
+                rate_per_s: 0.0,
+                slots: 1,
+                end: PhaseEnd::Elapsed,
+            }],
+            window: self.window,
+            linger_us: self.linger_us,
+            batch_bytes: self.batch_bytes,
+            lease_ms: self.lease_ms,
+            client_threads: self.client_threads,
+            seed: self.seed,
+            progress: !self.quiet,
+            expected_s: 1.0,
+        }
+    }
+}
+
+/// Admission limits of a queue the load scenarios create (capacity raises
+/// them to the planner's figures).
+const QUEUE_MAX_MESSAGES: u64 = 10_000_000;
+const QUEUE_MAX_BYTES: u64 = 16 << 30;
+
+#[derive(Debug, Args)]
+struct LatencyArgs {
+    #[command(flatten)]
+    load: LoadArgs,
+    /// Total msgs/s over all producers.
+    #[arg(long, default_value_t = 25_000.0)]
+    rate: f64,
+    #[arg(long, default_value_t = 20.0)]
+    seconds: f64,
+    /// Execution slots over all consumers.
+    #[arg(long, default_value_t = 512)]
+    slots: u32,
+    #[arg(long, default_value_t = 1024)]
+    msg_bytes: u64,
+    /// Mean handler service time (ms); 0 acks at once.
+    #[arg(long, default_value_t = 0.0)]
+    service_ms: f64,
+    /// Service time coefficient of variation (log-normal).
+    #[arg(long, default_value_t = 1.0)]
+    service_cv: f64,
+}
+
+#[derive(Debug, Args)]
+struct CapacityArgs {
+    #[command(flatten)]
+    load: LoadArgs,
+    /// Shortens both phases, keeps every rate (0.05 → a 60 s burst).
+    #[arg(long, default_value_t = 1.0)]
+    time_scale: f64,
+    /// Burst length before scaling (s).
+    #[arg(long, default_value_t = 1200.0)]
+    burst_s: f64,
+    #[arg(long, default_value_t = 25_000.0)]
+    burst_rate: f64,
+    /// Consumer rate during the burst: slots = rate × service time.
+    #[arg(long, default_value_t = 19_000.0)]
+    burst_consumer_rate: f64,
+    #[arg(long, default_value_t = 19_000.0)]
+    drain_ingress_rate: f64,
+    #[arg(long, default_value_t = 23_000.0)]
+    drain_consumer_rate: f64,
+    /// Record payload bytes (1.6 KiB).
+    #[arg(long, default_value_t = 1638)]
+    msg_bytes: u64,
+    #[arg(long, default_value_t = 18.0)]
+    service_ms: f64,
+    #[arg(long, default_value_t = 1.0)]
+    service_cv: f64,
+    /// Override the burst's slots [default: burst consumer rate × service time].
+    #[arg(long)]
+    slots_burst: Option<u32>,
+    /// Override the drain's slots [default: drain consumer rate × service time].
+    #[arg(long)]
+    slots_drain: Option<u32>,
+    /// The drain ends at the latest after this × the predicted drain time.
+    #[arg(long, default_value_t = 4.0)]
+    drain_max_factor: f64,
+}
+
+#[derive(Debug, Args)]
+struct OmbArgs {
+    #[command(flatten)]
+    load: LoadArgs,
+    /// The OMB workload YAML.
+    #[arg(long)]
+    workload: PathBuf,
+    /// Execution slots per consumer.
+    #[arg(long, default_value_t = 64)]
+    slots: u32,
+    /// Mean handler service time (ms); 0 acks at once, as OMB consumers do.
+    #[arg(long, default_value_t = 0.0)]
+    service_ms: f64,
+    #[arg(long, default_value_t = 1.0)]
+    service_cv: f64,
+    /// Run this long instead of testDurationMinutes.
+    #[arg(long)]
+    duration_s: Option<f64>,
+}
+
+/// Prints the report (stdout), and writes it and the plot where asked.
+fn emit<R: Serialize>(
+    report: &R,
+    series: &[Sample],
+    title: &str,
+    json: Option<&Path>,
+    plot: Option<&Path>,
+) -> Result<String, BenchError> {
+    let text = serde_json::to_string(report)?;
+    if let Some(path) = json {
+        std::fs::write(path, format!("{text}\n")).map_err(|source| BenchError::Dir {
+            action: "cannot write the report to",
+            path: path.to_owned(),
+            source,
+        })?;
+    }
+    if let Some(path) = plot {
+        spool_bench::plot::write(path, title, series).map_err(|source| BenchError::Dir {
+            action: "cannot write the plot to",
+            path: path.to_owned(),
+            source,
+        })?;
+    }
+    Ok(text)
 }
 
 #[derive(Debug, Args)]
@@ -235,7 +470,14 @@ fn main() -> ExitCode {
                 .map_err(BenchError::from)
                 .and_then(|report| serde_json::to_string(&report).map_err(BenchError::from))
         }
+        Command::Latency(args) => latency(&args),
+        Command::Capacity(args) => capacity(&args),
+        Command::Omb(args) => omb(&args),
     };
+    report_result(report)
+}
+
+fn report_result(report: Result<String, BenchError>) -> ExitCode {
     match report {
         Ok(json) => {
             println!("{json}");
@@ -246,4 +488,68 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn latency(args: &LatencyArgs) -> Result<String, BenchError> {
+    let config = LatencyConfig {
+        load: args.load.config("latency"),
+        rate_per_s: args.rate,
+        seconds: args.seconds,
+        slots: args.slots,
+        msg_bytes: args.msg_bytes,
+        service: ServiceTime { mean_ms: args.service_ms, cv: args.service_cv },
+    };
+    let report = latency_scenario::run(&config).map_err(BenchError::from)?;
+    let title = format!("spool-bench latency: {} msgs/s for {} s", args.rate, args.seconds);
+    emit(&report, &report.series, &title, args.load.json.as_deref(), args.load.plot.as_deref())
+}
+
+fn capacity(args: &CapacityArgs) -> Result<String, BenchError> {
+    let config = CapacityConfig {
+        load: args.load.config("capacity"),
+        time_scale: args.time_scale,
+        burst_s: args.burst_s,
+        burst_rate: args.burst_rate,
+        burst_consumer_rate: args.burst_consumer_rate,
+        drain_ingress_rate: args.drain_ingress_rate,
+        drain_consumer_rate: args.drain_consumer_rate,
+        record_bytes: args.msg_bytes,
+        service: ServiceTime { mean_ms: args.service_ms, cv: args.service_cv },
+        slots_burst: args.slots_burst,
+        slots_drain: args.slots_drain,
+        drain_max_factor: args.drain_max_factor,
+    };
+    let report = capacity::run(&config).map_err(BenchError::from)?;
+    let title = format!(
+        "spool-bench capacity (time scale {}): peak backlog {:.0} measured vs {:.0} predicted, \
+         drain {:.1} s vs {:.1} s",
+        args.time_scale,
+        report.measured.peak_backlog,
+        report.predicted.peak_backlog,
+        report.measured.drain_s,
+        report.predicted.drain_s
+    );
+    emit(&report, &report.series, &title, args.load.json.as_deref(), args.load.plot.as_deref())
+}
+
+fn omb(args: &OmbArgs) -> Result<String, BenchError> {
+    let parsed = omb::read(&args.workload).map_err(BenchError::from)?;
+    for (field, value) in &parsed.unsupported {
+        eprintln!(
+            "spool-bench omb: unsupported workload field `{field}` ({value}) is not applied; \
+             it is listed under \"unsupported\" in the report"
+        );
+    }
+    let config = OmbConfig {
+        load: args.load.config("omb"),
+        workload_file: args.workload.clone(),
+        parsed,
+        slots_per_consumer: args.slots,
+        duration_s: args.duration_s,
+    };
+    let mut config = config;
+    config.load.service = ServiceTime { mean_ms: args.service_ms, cv: args.service_cv };
+    let report = omb::run(&config).map_err(BenchError::from)?;
+    let title = format!("spool-bench omb: {}", args.workload.display());
+    emit(&report, &report.series, &title, args.load.json.as_deref(), args.load.plot.as_deref())
 }

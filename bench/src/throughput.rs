@@ -23,10 +23,7 @@
 //! warm-up), whenever it started; error counts cover the whole run.
 
 use std::collections::BTreeMap;
-use std::io::Read;
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -49,6 +46,7 @@ use tokio::runtime::Handle;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 
+use crate::harness::{error_name, sibling_spoold, HarnessError, SpooldProcess};
 use crate::latency::{Latency, LatencySummary};
 
 /// Bytes of the send-time prefix every payload carries; the smallest payload.
@@ -65,13 +63,6 @@ pub const CLIENT_THREADS_MAX: u64 = 64;
 pub const LINGER_US_MAX: u64 = 1_000_000;
 /// Sequential Metadata requests timed for `metadata_rtt_us`.
 pub const METADATA_REQUESTS: u32 = 1_000;
-/// Segment size of a spoold this benchmark starts (bytes).
-pub const SPOOLD_SEGMENT_BYTES: u64 = 64 << 20;
-/// How long a started spoold may take to listen on every shard port.
-const SPOOLD_START_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long spoold may take to drain after SIGTERM before it is killed.
-const SPOOLD_STOP_TIMEOUT: Duration = Duration::from_secs(60);
-const POLL: Duration = Duration::from_millis(20);
 /// How long sends and handlers still in flight after the window may take.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 /// Consumers' long-poll wait: short, so shutdown does not wait long for an
@@ -81,8 +72,6 @@ const CLAIM_WAIT_MS: u32 = 100;
 const SUBMIT_ERROR_PAUSE: Duration = Duration::from_millis(10);
 /// How often a pacing thread blocked on the window re-checks for the stop.
 const PACER_STOP_CHECK: Duration = Duration::from_millis(100);
-/// Characters of spoold's log quoted in a start failure.
-const LOG_TAIL_BYTES: usize = 4_000;
 const BYTES_PER_MB: f64 = 1_000_000.0;
 
 /// Why a throughput run produced no report.
@@ -106,6 +95,8 @@ pub enum ThroughputError {
     Client(#[from] ClientError),
     #[error("histogram: {0}")]
     Histogram(String),
+    #[error(transparent)]
+    Harness(#[from] HarnessError),
     #[error("{0} did not finish within {1:?} after the window")]
     Drain(&'static str, Duration),
 }
@@ -269,8 +260,8 @@ pub fn run(config: &ThroughputConfig) -> Result<ThroughputReport, ThroughputErro
                 Some(path) => path.clone(),
                 None => sibling_spoold()?,
             };
-            let process = SpooldProcess::start(&binary, &config.dir, shards)?;
-            let addr = process.addr.clone();
+            let process = SpooldProcess::start(&binary, &config.dir, shards, "tput")?;
+            let addr = process.addr().to_owned();
             spoold = Some(process);
             addr
         }
@@ -290,175 +281,6 @@ pub fn run(config: &ThroughputConfig) -> Result<ThroughputReport, ThroughputErro
     let report = result?;
     stopped?;
     Ok(report)
-}
-
-fn sibling_spoold() -> Result<PathBuf, ThroughputError> {
-    let exe = std::env::current_exe().map_err(|source| ThroughputError::Dir {
-        action: "cannot locate",
-        path: PathBuf::from("/proc/self/exe"),
-        source,
-    })?;
-    let path = exe.with_file_name("spoold");
-    if path.is_file() {
-        Ok(path)
-    } else {
-        Err(ThroughputError::Spoold(format!(
-            "{} not found (build it: cargo build --release -p spool-broker --bin spoold, or pass \
-             --spoold PATH or --addr)",
-            path.display()
-        )))
-    }
-}
-
-/// A `spoold` child on a temporary data dir; stopped (SIGTERM) and its dir
-/// removed by [`stop`](Self::stop), or killed and removed on drop.
-struct SpooldProcess {
-    child: Option<Child>,
-    dir: PathBuf,
-    addr: String,
-}
-
-impl SpooldProcess {
-    fn start(binary: &Path, parent: &Path, shards: u16) -> Result<Self, ThroughputError> {
-        let dir = parent.join(format!("spool-bench-tput-{}", std::process::id()));
-        let dir_error = |action, source| ThroughputError::Dir { action, path: dir.clone(), source };
-        std::fs::create_dir_all(&dir).map_err(|source| dir_error("cannot create", source))?;
-        let log_path = dir.join("spoold.log");
-        let log = std::fs::File::create(&log_path)
-            .map_err(|source| dir_error("cannot create the log in", source))?;
-        let base_port = free_base_port(shards)?;
-        let addr = format!("127.0.0.1:{base_port}");
-        let child = Command::new(binary)
-            .arg("--data-dir")
-            .arg(dir.join("data"))
-            .arg("--listen")
-            .arg(&addr)
-            .arg("--cores")
-            .arg(shards.to_string())
-            .arg("--segment-bytes")
-            .arg(SPOOLD_SEGMENT_BYTES.to_string())
-            .env_remove("SPOOL_CONFIG")
-            .env("SPOOL_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .map_err(|error| {
-                ThroughputError::Spoold(format!("cannot run {}: {error}", binary.display()))
-            })?;
-        let mut process = Self { child: Some(child), dir, addr };
-        process.wait_listening(base_port, shards)?;
-        Ok(process)
-    }
-
-    /// Polls every shard port until it accepts; fails if spoold exits.
-    fn wait_listening(&mut self, base_port: u16, shards: u16) -> Result<(), ThroughputError> {
-        let start = instant_now();
-        for port in base_port..base_port + shards {
-            loop {
-                if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                    break;
-                }
-                if let Some(child) = self.child.as_mut() {
-                    if let Ok(Some(status)) = child.try_wait() {
-                        return Err(ThroughputError::Spoold(format!(
-                            "exited with {status} while starting: {}",
-                            self.log_tail()
-                        )));
-                    }
-                }
-                if instant_now().duration_since(start) > SPOOLD_START_TIMEOUT {
-                    return Err(ThroughputError::Spoold(format!(
-                        "port {port} not listening after {SPOOLD_START_TIMEOUT:?}: {}",
-                        self.log_tail()
-                    )));
-                }
-                std::thread::sleep(POLL);
-            }
-        }
-        Ok(())
-    }
-
-    fn log_tail(&self) -> String {
-        let mut text = String::new();
-        if let Ok(mut file) = std::fs::File::open(self.dir.join("spoold.log")) {
-            let _ = file.read_to_string(&mut text);
-        }
-        let mut start = text.len().saturating_sub(LOG_TAIL_BYTES);
-        while !text.is_char_boundary(start) {
-            start += 1;
-        }
-        text[start..].trim().to_owned()
-    }
-
-    /// SIGTERM, wait for a clean exit (bounded), remove the dir.
-    fn stop(mut self) -> Result<(), ThroughputError> {
-        let Some(mut child) = self.child.take() else { return Ok(()) };
-        let pid = libc::pid_t::try_from(child.id())
-            .map_err(|_| ThroughputError::Spoold("pid out of range".to_owned()))?;
-        // SAFETY: kill(2) on the pid of our own child, which has not been reaped.
-        unsafe { libc::kill(pid, libc::SIGTERM) };
-        let start = instant_now();
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(status)) => break Some(status),
-                Ok(None) if instant_now().duration_since(start) < SPOOLD_STOP_TIMEOUT => {
-                    std::thread::sleep(POLL);
-                }
-                _ => break None,
-            }
-        };
-        let outcome = match status {
-            Some(status) if status.success() => Ok(()),
-            Some(status) => Err(ThroughputError::Spoold(format!(
-                "exited with {status} after SIGTERM: {}",
-                self.log_tail()
-            ))),
-            None => {
-                let _ = child.kill();
-                let _ = child.wait();
-                Err(ThroughputError::Spoold(format!(
-                    "still running {SPOOLD_STOP_TIMEOUT:?} after SIGTERM; killed"
-                )))
-            }
-        };
-        std::fs::remove_dir_all(&self.dir).map_err(|source| ThroughputError::Dir {
-            action: "cannot remove",
-            path: self.dir.clone(),
-            source,
-        })?;
-        outcome
-    }
-}
-
-impl Drop for SpooldProcess {
-    fn drop(&mut self) {
-        // Only on an error path: `stop` took the child already.
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
-    }
-}
-
-/// A base port whose next `count` ports are free right now (spoold refuses
-/// port 0: shard i listens on base + i).
-fn free_base_port(count: u16) -> Result<u16, ThroughputError> {
-    const ATTEMPTS: u32 = 100;
-    for _ in 0..ATTEMPTS {
-        let Ok(probe) = TcpListener::bind("127.0.0.1:0") else { continue };
-        let Ok(local) = probe.local_addr() else { continue };
-        drop(probe);
-        let base = local.port();
-        if u32::from(base) + u32::from(count) > u32::from(u16::MAX) {
-            continue;
-        }
-        if (base..base + count).all(|port| TcpListener::bind(("127.0.0.1", port)).is_ok()) {
-            return Ok(base);
-        }
-    }
-    Err(ThroughputError::Spoold(format!("no {count} consecutive free ports in {ATTEMPTS} tries")))
 }
 
 /// Counters and histograms shared by every producer and consumer.
@@ -544,22 +366,6 @@ impl Recorder {
             }
             None => self.count_error("e2e.bad_payload".to_owned()),
         }
-    }
-}
-
-/// A stable name for an error: the wire code when there is one.
-fn error_name(error: &ClientError) -> &'static str {
-    if let Some(code) = error.code() {
-        return code.name();
-    }
-    match error {
-        ClientError::Io { .. } => "IO",
-        ClientError::ConnectionClosed { .. } => "CONNECTION_CLOSED",
-        ClientError::Protocol(_) => "PROTOCOL",
-        ClientError::Record(_) => "RECORD",
-        ClientError::Config(_) => "CONFIG",
-        ClientError::Shutdown => "SHUTDOWN",
-        _ => "OTHER",
     }
 }
 

@@ -105,6 +105,8 @@ fn control_responses_round_trip() {
         acked: 500,
         bytes: 1 << 20,
         oldest_ready_age_ms: 1500,
+        released: 6,
+        lease_expired: 9,
     };
     for response in [
         Response::CreateQueue(CreateQueueResponse { assignment_version: AssignmentVersion(7) }),

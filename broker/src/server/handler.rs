@@ -493,6 +493,8 @@ impl SpoolHandler {
                 acked: counters.totals.acked,
                 bytes: counters.live_bytes,
                 oldest_ready_age_ms: counters.oldest_ready_age_ms.unwrap_or(0),
+                released: counters.totals.released,
+                lease_expired: counters.totals.lease_expired,
             });
         }
         Ok(Response::DescribeQueue(DescribeQueueResponse {

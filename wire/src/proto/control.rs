@@ -508,6 +508,11 @@ pub struct PartitionStats {
     pub bytes: u64,
     /// Age of the oldest ready message (0 if none).
     pub oldest_ready_age_ms: u64,
+    /// Deliveries given back with Release, ever (cumulative).
+    pub released: u64,
+    /// Leases that expired before an ack or release, ever (cumulative):
+    /// each one makes the message claimable again (a redelivery).
+    pub lease_expired: u64,
 }
 
 /// Result of a DescribeQueue.
@@ -550,6 +555,8 @@ impl DescribeQueueResponse {
                         acked: stats.acked,
                         bytes: stats.bytes,
                         oldest_ready_age_ms: stats.oldest_ready_age_ms,
+                        released: stats.released,
+                        lease_expired: stats.lease_expired,
                     },
                 )
             })
@@ -583,6 +590,8 @@ impl DescribeQueueResponse {
                 acked: stats.acked(),
                 bytes: stats.bytes(),
                 oldest_ready_age_ms: stats.oldest_ready_age_ms(),
+                released: stats.released(),
+                lease_expired: stats.lease_expired(),
             })
             .collect();
         let response = Self {

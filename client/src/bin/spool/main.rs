@@ -359,6 +359,8 @@ fn partition_row_json(stats: &spool_client::spool_wire::proto::PartitionStats) -
         "acked": stats.acked,
         "bytes": stats.bytes,
         "oldest_ready_age_ms": stats.oldest_ready_age_ms,
+        "released": stats.released,
+        "lease_expired": stats.lease_expired,
     })
 }
 
@@ -436,6 +438,8 @@ fn render_stats(described: &[spool_client::spool_wire::proto::DescribeQueueRespo
             acked: 0,
             bytes: 0,
             oldest_ready_age_ms: 0,
+            released: 0,
+            lease_expired: 0,
         };
         for stats in &queue.partitions {
             total.ready += stats.ready;
@@ -446,6 +450,8 @@ fn render_stats(described: &[spool_client::spool_wire::proto::DescribeQueueRespo
             total.acked += stats.acked;
             total.bytes += stats.bytes;
             total.oldest_ready_age_ms = total.oldest_ready_age_ms.max(stats.oldest_ready_age_ms);
+            total.released += stats.released;
+            total.lease_expired += stats.lease_expired;
         }
         let mut row = vec![queue.name.clone()];
         row.extend(count_cells(&total));

@@ -1416,6 +1416,8 @@ impl<'a> PartitionStats<'a> {
   pub const VT_ACKED: ::flatbuffers::VOffsetT = 16;
   pub const VT_BYTES: ::flatbuffers::VOffsetT = 18;
   pub const VT_OLDEST_READY_AGE_MS: ::flatbuffers::VOffsetT = 20;
+  pub const VT_RELEASED: ::flatbuffers::VOffsetT = 22;
+  pub const VT_LEASE_EXPIRED: ::flatbuffers::VOffsetT = 24;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -1427,6 +1429,8 @@ impl<'a> PartitionStats<'a> {
     args: &'args PartitionStatsArgs
   ) -> ::flatbuffers::WIPOffset<PartitionStats<'bldr>> {
     let mut builder = PartitionStatsBuilder::new(_fbb);
+    builder.add_lease_expired(args.lease_expired);
+    builder.add_released(args.released);
     builder.add_oldest_ready_age_ms(args.oldest_ready_age_ms);
     builder.add_bytes(args.bytes);
     builder.add_acked(args.acked);
@@ -1503,6 +1507,20 @@ impl<'a> PartitionStats<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<u64>(PartitionStats::VT_OLDEST_READY_AGE_MS, Some(0)).unwrap()}
   }
+  #[inline]
+  pub fn released(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(PartitionStats::VT_RELEASED, Some(0)).unwrap()}
+  }
+  #[inline]
+  pub fn lease_expired(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(PartitionStats::VT_LEASE_EXPIRED, Some(0)).unwrap()}
+  }
 }
 
 impl ::flatbuffers::Verifiable for PartitionStats<'_> {
@@ -1520,6 +1538,8 @@ impl ::flatbuffers::Verifiable for PartitionStats<'_> {
      .visit_field::<u64>("acked", Self::VT_ACKED, false)?
      .visit_field::<u64>("bytes", Self::VT_BYTES, false)?
      .visit_field::<u64>("oldest_ready_age_ms", Self::VT_OLDEST_READY_AGE_MS, false)?
+     .visit_field::<u64>("released", Self::VT_RELEASED, false)?
+     .visit_field::<u64>("lease_expired", Self::VT_LEASE_EXPIRED, false)?
      .finish();
     Ok(())
   }
@@ -1534,6 +1554,8 @@ pub struct PartitionStatsArgs {
     pub acked: u64,
     pub bytes: u64,
     pub oldest_ready_age_ms: u64,
+    pub released: u64,
+    pub lease_expired: u64,
 }
 impl<'a> Default for PartitionStatsArgs {
   #[inline]
@@ -1548,6 +1570,8 @@ impl<'a> Default for PartitionStatsArgs {
       acked: 0,
       bytes: 0,
       oldest_ready_age_ms: 0,
+      released: 0,
+      lease_expired: 0,
     }
   }
 }
@@ -1594,6 +1618,14 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> PartitionStatsBuilder<'a, 'b,
     self.fbb_.push_slot::<u64>(PartitionStats::VT_OLDEST_READY_AGE_MS, oldest_ready_age_ms, 0);
   }
   #[inline]
+  pub fn add_released(&mut self, released: u64) {
+    self.fbb_.push_slot::<u64>(PartitionStats::VT_RELEASED, released, 0);
+  }
+  #[inline]
+  pub fn add_lease_expired(&mut self, lease_expired: u64) {
+    self.fbb_.push_slot::<u64>(PartitionStats::VT_LEASE_EXPIRED, lease_expired, 0);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> PartitionStatsBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     PartitionStatsBuilder {
@@ -1620,6 +1652,8 @@ impl ::core::fmt::Debug for PartitionStats<'_> {
       ds.field("acked", &self.acked());
       ds.field("bytes", &self.bytes());
       ds.field("oldest_ready_age_ms", &self.oldest_ready_age_ms());
+      ds.field("released", &self.released());
+      ds.field("lease_expired", &self.lease_expired());
       ds.finish()
   }
 }

@@ -1,0 +1,438 @@
+//! `capacity`: the capacity model of DESIGN.md §7 run for real — a burst
+//! phase, then a drain phase — with the planner's predictions beside the
+//! measurement.
+//!
+//! What it owns: turning the model's inputs into two [`Phase`]s for the load
+//! engine, asking `spool-tuning`'s [`plan`] (as a library) what the same
+//! inputs predict, and the comparison. What it does not do: generate load
+//! (that is [`crate::load`]) or judge (the report carries both numbers and
+//! their relative difference; targets live in the README).
+//!
+//! - **Burst**: `burst_s × time_scale` seconds of ingress at the burst rate
+//!   while the workers have `burst consumer rate × mean service time` slots
+//!   (Little's law: 19,000/s × 18 ms = 342 slots).
+//! - **Drain**: ingress at the drain rate, slots raised to `drain consumer
+//!   rate × service` (23,000/s × 18 ms = 414), until the client's ready
+//!   backlog (enqueued − claimed) is at most [`DRAIN_THRESHOLD_FRACTION`] of
+//!   the predicted peak — the model's "drained" — or `drain_max_factor` ×
+//!   the predicted drain time has passed (then `drained` is false).
+//! - `--time-scale` shortens both phases and keeps every rate: at 0.05 the
+//!   1,200 s burst is 60 s and the model predicts a 360,000-message backlog
+//!   drained in 90 s.
+
+use serde::Serialize;
+use spool_tuning::plan::{plan, Plan, PlanError, PlanInputs};
+
+use crate::dist::ServiceTime;
+use crate::load::{
+    self, BacklogCheck, LoadConfig, LoadError, OmbResult, PercentilesMs, Phase, PhaseEnd,
+    PhaseOutcome, QueueResult, Sample,
+};
+
+/// A drain is complete when the ready backlog falls to this fraction of the
+/// predicted peak: the steady-state queue at the drain rate is near zero,
+/// so this detects the end without waiting for an exact 0 that a
+/// continuously fed queue never holds. It ends the drain at most this
+/// fraction of the drain time early.
+pub const DRAIN_THRESHOLD_FRACTION: f64 = 0.01;
+/// Smallest and largest time scale.
+pub const TIME_SCALE_MIN: f64 = 0.0001;
+pub const TIME_SCALE_MAX: f64 = 1.0;
+/// Largest `drain_max_factor`.
+pub const DRAIN_MAX_FACTOR_MAX: f64 = 100.0;
+/// The drain phase may run at least this long past its predicted end.
+const DRAIN_GRACE_S: f64 = 30.0;
+
+/// Why a capacity run produced no report.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CapacityError {
+    #[error("the model's inputs have no plan: {0}")]
+    Plan(#[from] PlanError),
+    #[error("{field} = {value} is outside [{min}, {max}]")]
+    OutOfRange { field: &'static str, value: f64, min: f64, max: f64 },
+    #[error(transparent)]
+    Load(#[from] LoadError),
+}
+
+/// The model's inputs (defaults: DESIGN.md §7) and how to run it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CapacityConfig {
+    /// Engine settings; its `phases`, `service`, `msg_bytes`, queue limits
+    /// and `expected_s` are replaced from the fields below.
+    pub load: LoadConfig,
+    pub time_scale: f64,
+    /// Unscaled burst length (s).
+    pub burst_s: f64,
+    pub burst_rate: f64,
+    pub burst_consumer_rate: f64,
+    pub drain_ingress_rate: f64,
+    pub drain_consumer_rate: f64,
+    /// Record payload bytes (the model's 1.6 KiB = 1,638 B).
+    pub record_bytes: u64,
+    pub service: ServiceTime,
+    /// Override the Little's-law slot counts (e.g. to calibrate for
+    /// per-delivery overhead).
+    pub slots_burst: Option<u32>,
+    pub slots_drain: Option<u32>,
+    /// The drain phase ends at the latest after this × the predicted drain
+    /// time (at least 30 s more than predicted).
+    pub drain_max_factor: f64,
+}
+
+/// What the planner predicts for the scaled model.
+#[derive(Clone, Debug, Serialize)]
+pub struct Predicted {
+    /// Messages: (burst rate − burst consumer rate) × scaled burst.
+    pub peak_backlog: f64,
+    pub peak_backlog_bytes: f64,
+    /// peak backlog ÷ (drain consumer rate − drain ingress rate).
+    pub drain_s: f64,
+    pub burst_s: f64,
+    /// Oldest ready message at the peak: peak backlog ÷ burst consumer rate
+    /// (FIFO: the head waited for everything ahead of it).
+    pub oldest_ready_age_s: f64,
+    /// Little's law at the consumer rates: the slots each phase runs with.
+    pub busy_slots_burst: f64,
+    pub busy_slots_drain: f64,
+    /// The planner's peak figures: rate × service, and ÷ utilization.
+    pub slots_busy_at_peak_rate: f64,
+    pub slots_planned: f64,
+    /// The same model fed the measured phase rates instead of the nominal
+    /// ones. The peak is then the burst's net growth by construction; the
+    /// drain time says whether the achieved rates drain at all (−1: never).
+    pub peak_backlog_at_measured_rates: f64,
+    pub drain_s_at_measured_rates: f64,
+}
+
+/// What the run measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct Measured {
+    /// Largest client backlog (enqueued − acked) over both phases.
+    pub peak_backlog: f64,
+    /// Largest DescribeQueue backlog (ready + scheduled + claimed) sampled.
+    pub peak_backlog_broker: u64,
+    /// Burst end → ready backlog at the threshold (if `drained`).
+    pub drain_s: f64,
+    pub drained: bool,
+    pub drain_threshold_msgs: u64,
+    pub oldest_ready_age_s_max: f64,
+    pub busy_slots_burst_mean: f64,
+    pub busy_slots_drain_mean: f64,
+    pub burst_publish_rate: f64,
+    pub burst_consume_rate: f64,
+    pub drain_publish_rate: f64,
+    pub drain_consume_rate: f64,
+    /// Intended send → offset, whole run.
+    pub enqueue_latency_ms: PercentilesMs,
+    /// Worst one-second interval's enqueue p99.
+    pub enqueue_p99_ms_worst_interval: f64,
+    pub errors_total: u64,
+}
+
+/// measured ÷ predicted − 1.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Deviation {
+    pub peak_backlog: f64,
+    pub drain_s: f64,
+}
+
+/// The configuration as run.
+#[derive(Clone, Debug, Serialize)]
+pub struct CapacityEcho {
+    pub time_scale: f64,
+    pub burst_s_unscaled: f64,
+    pub burst_rate: f64,
+    pub burst_consumer_rate: f64,
+    pub drain_ingress_rate: f64,
+    pub drain_consumer_rate: f64,
+    pub record_bytes: u64,
+    pub service: ServiceTime,
+    pub slots_burst: u32,
+    pub slots_drain: u32,
+    pub drain_max_s: f64,
+    pub arrivals: crate::dist::Arrivals,
+    pub producers: u32,
+    pub consumers: u32,
+    pub addr: String,
+    pub spoold_started: bool,
+    pub shards: u16,
+    pub queue: String,
+    pub partitions: u32,
+    pub seed: u64,
+}
+
+/// One capacity run, as one JSON document.
+#[derive(Clone, Debug, Serialize)]
+pub struct CapacityReport {
+    pub scenario: &'static str,
+    pub predicted: Predicted,
+    pub measured: Measured,
+    pub deviation: Deviation,
+    /// Client backlog vs the broker's count at the end of the burst.
+    pub backlog_check: BacklogCheck,
+    pub omb: OmbResult,
+    pub queue: QueueResult,
+    pub errors: std::collections::BTreeMap<String, u64>,
+    pub phases: Vec<PhaseOutcome>,
+    pub config: CapacityEcho,
+    /// The planner's full output for the scaled model.
+    pub plan: Plan,
+    pub series: Vec<Sample>,
+}
+
+impl CapacityConfig {
+    fn validate(&self) -> Result<(), CapacityError> {
+        let check = |field, value: f64, min: f64, max: f64| {
+            if value.is_finite() && (min..=max).contains(&value) {
+                Ok(())
+            } else {
+                Err(CapacityError::OutOfRange { field, value, min, max })
+            }
+        };
+        check("time_scale", self.time_scale, TIME_SCALE_MIN, TIME_SCALE_MAX)?;
+        check("drain_max_factor", self.drain_max_factor, 1.0, DRAIN_MAX_FACTOR_MAX)
+    }
+
+    /// The planner's inputs for this (scaled) run.
+    pub fn plan_inputs(&self) -> PlanInputs {
+        PlanInputs {
+            rate_msgs_per_s: self.burst_rate,
+            record_bytes: self.record_bytes as f64,
+            burst_rate_msgs_per_s: self.burst_rate,
+            burst_s: self.burst_s * self.time_scale,
+            burst_consumer_msgs_per_s: self.burst_consumer_rate,
+            drain_ingress_msgs_per_s: self.drain_ingress_rate,
+            drain_consumer_msgs_per_s: self.drain_consumer_rate,
+            service_ms_mean: self.service.mean_ms,
+            service_cv: self.service.cv,
+            ..PlanInputs::default()
+        }
+    }
+}
+
+/// Slots for `rate` at `service` (Little's law), at least 1.
+pub fn slots_for(rate_per_s: f64, service: &ServiceTime) -> u32 {
+    // Saturating cast of a validated, bounded product.
+    ((rate_per_s * service.mean_ms / 1000.0).round() as u32).max(1)
+}
+
+/// The model's backlog at `t_s` after the burst began: linear growth at the
+/// burst surplus, then linear decline at the drain surplus, never below 0.
+pub fn predicted_backlog(config: &CapacityConfig, t_s: f64) -> f64 {
+    let burst_s = config.burst_s * config.time_scale;
+    let growth = (config.burst_rate - config.burst_consumer_rate).max(0.0);
+    if t_s <= burst_s {
+        return growth * t_s.max(0.0);
+    }
+    let surplus = config.drain_consumer_rate - config.drain_ingress_rate;
+    (growth * burst_s - surplus * (t_s - burst_s)).max(0.0)
+}
+
+/// Runs the model and compares it with the planner.
+///
+/// # Errors
+/// Inputs the planner rejects, a bad config, or a failed load run.
+pub fn run(config: &CapacityConfig) -> Result<CapacityReport, CapacityError> {
+    config.validate()?;
+    let plan = plan(&config.plan_inputs())?;
+    let slots_burst = config
+        .slots_burst
+        .unwrap_or_else(|| slots_for(config.burst_consumer_rate, &config.service));
+    let slots_drain = config
+        .slots_drain
+        .unwrap_or_else(|| slots_for(config.drain_consumer_rate, &config.service));
+    let burst_s = config.burst_s * config.time_scale;
+    let drain_max_s = (plan.drain_s * config.drain_max_factor).max(plan.drain_s + DRAIN_GRACE_S);
+    // Saturating cast: a threshold past u64 would be a nonsense plan anyway.
+    let threshold_msgs = (plan.backlog_msgs * DRAIN_THRESHOLD_FRACTION).ceil() as u64;
+    let mut load = config.load.clone();
+    load.msg_bytes = config.record_bytes;
+    load.service = config.service;
+    load.queue_max_messages = plan.settings.queue_max_messages.max(load.queue_max_messages);
+    load.queue_max_bytes = plan.settings.queue_max_bytes.max(load.queue_max_bytes);
+    load.expected_s = burst_s + plan.drain_s;
+    load.phases = vec![
+        Phase {
+            name: "burst".to_owned(),
+            seconds: burst_s,
+            rate_per_s: config.burst_rate,
+            slots: slots_burst,
+            end: PhaseEnd::Elapsed,
+        },
+        Phase {
+            name: "drain".to_owned(),
+            seconds: drain_max_s,
+            rate_per_s: config.drain_ingress_rate,
+            slots: slots_drain,
+            end: PhaseEnd::Drained { threshold_msgs },
+        },
+    ];
+    let mut outcome = load::run(&load)?;
+    for sample in &mut outcome.series {
+        sample.predicted_backlog = Some(predicted_backlog(config, sample.t_s));
+    }
+    let burst = outcome.phases.first().cloned();
+    let drain = outcome.phases.get(1).cloned();
+    let (Some(burst), Some(drain)) = (burst, drain) else {
+        return Err(LoadError::Finish("phases", std::time::Duration::ZERO).into());
+    };
+
+    let peak_backlog = burst.backlog_client_max.max(drain.backlog_client_max) as f64;
+    let drained = drain.drained == Some(true);
+    let measured_drain_s = drain.ended_s - drain.started_s;
+    let series = &outcome.series;
+    let max_of = |value: fn(&Sample) -> f64| series.iter().map(value).fold(0.0, f64::max);
+    let measured = Measured {
+        peak_backlog,
+        peak_backlog_broker: series.iter().map(|sample| sample.backlog_broker).max().unwrap_or(0),
+        drain_s: measured_drain_s,
+        drained,
+        drain_threshold_msgs: threshold_msgs,
+        oldest_ready_age_s_max: max_of(|sample| sample.oldest_ready_age_ms as f64) / 1000.0,
+        busy_slots_burst_mean: burst.busy_slots_mean,
+        busy_slots_drain_mean: drain.busy_slots_mean,
+        burst_publish_rate: burst.publish_rate,
+        burst_consume_rate: burst.consume_rate,
+        drain_publish_rate: drain.publish_rate,
+        drain_consume_rate: drain.consume_rate,
+        enqueue_latency_ms: outcome.publish_latency_ms,
+        enqueue_p99_ms_worst_interval: max_of(|sample| sample.publish_latency_ms.p99),
+        errors_total: outcome.error_total(),
+    };
+    // The same arithmetic with the rates the run actually achieved.
+    let measured_growth = (burst.publish_rate - burst.consume_rate).max(0.0);
+    let peak_at_measured = measured_growth * (burst.ended_s - burst.started_s);
+    let measured_surplus = drain.consume_rate - drain.publish_rate;
+    let drain_at_measured =
+        if measured_surplus > 0.0 { peak_at_measured / measured_surplus } else { f64::INFINITY };
+    let predicted = Predicted {
+        peak_backlog: plan.backlog_msgs,
+        peak_backlog_bytes: plan.backlog_bytes,
+        drain_s: plan.drain_s,
+        burst_s,
+        oldest_ready_age_s: plan.backlog_msgs / config.burst_consumer_rate,
+        busy_slots_burst: config.burst_consumer_rate * config.service.mean_ms / 1000.0,
+        busy_slots_drain: config.drain_consumer_rate * config.service.mean_ms / 1000.0,
+        slots_busy_at_peak_rate: plan.slots_busy,
+        slots_planned: plan.slots_planned,
+        peak_backlog_at_measured_rates: peak_at_measured,
+        // JSON has no infinity: a drain that cannot finish reports -1.
+        drain_s_at_measured_rates: if drain_at_measured.is_finite() {
+            drain_at_measured
+        } else {
+            -1.0
+        },
+    };
+    let relative = |measured: f64, predicted: f64| {
+        if predicted > 0.0 {
+            measured / predicted - 1.0
+        } else {
+            0.0
+        }
+    };
+    let deviation = Deviation {
+        peak_backlog: relative(measured.peak_backlog, predicted.peak_backlog),
+        drain_s: relative(measured.drain_s, predicted.drain_s),
+    };
+    Ok(CapacityReport {
+        scenario: "capacity",
+        deviation,
+        backlog_check: burst.end_check,
+        omb: outcome.omb(),
+        queue: outcome.queue(),
+        errors: outcome.errors.clone(),
+        config: CapacityEcho {
+            time_scale: config.time_scale,
+            burst_s_unscaled: config.burst_s,
+            burst_rate: config.burst_rate,
+            burst_consumer_rate: config.burst_consumer_rate,
+            drain_ingress_rate: config.drain_ingress_rate,
+            drain_consumer_rate: config.drain_consumer_rate,
+            record_bytes: config.record_bytes,
+            service: config.service,
+            slots_burst,
+            slots_drain,
+            drain_max_s,
+            arrivals: load.arrivals,
+            producers: load.producers_per_queue,
+            consumers: load.consumers_per_queue,
+            addr: outcome.addr.clone(),
+            spoold_started: outcome.spoold_started,
+            shards: outcome.shards,
+            queue: outcome.queues.first().cloned().unwrap_or_default(),
+            partitions: outcome.partitions,
+            seed: load.seed,
+        },
+        predicted,
+        measured,
+        phases: outcome.phases,
+        plan,
+        series: outcome.series,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model(time_scale: f64) -> CapacityConfig {
+        CapacityConfig {
+            load: crate::load::tests::config(),
+            time_scale,
+            burst_s: 1200.0,
+            burst_rate: 25_000.0,
+            burst_consumer_rate: 19_000.0,
+            drain_ingress_rate: 19_000.0,
+            drain_consumer_rate: 23_000.0,
+            record_bytes: 1638,
+            service: ServiceTime { mean_ms: 18.0, cv: 1.0 },
+            slots_burst: None,
+            slots_drain: None,
+            drain_max_factor: 3.0,
+        }
+    }
+
+    #[test]
+    fn the_seed_model_gives_the_design_numbers_and_scales_linearly() {
+        // Goal: the inputs handed to the planner reproduce DESIGN §7 (7.2 M, 1,800 s, 342 and
+        // 414 slots) and --time-scale scales backlog and drain time, not rates.
+        let full = model(1.0);
+        let planned = plan(&full.plan_inputs()).unwrap();
+        assert!((planned.backlog_msgs - 7_200_000.0).abs() < 1e-6);
+        assert!((planned.drain_s - 1800.0).abs() < 1e-9);
+        assert_eq!(slots_for(full.burst_consumer_rate, &full.service), 342);
+        assert_eq!(slots_for(full.drain_consumer_rate, &full.service), 414);
+        let scaled = plan(&model(0.05).plan_inputs()).unwrap();
+        assert!((scaled.backlog_msgs - 360_000.0).abs() < 1e-6);
+        assert!((scaled.drain_s - 90.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn predicted_curve_rises_peaks_and_drains_to_zero() {
+        // Goal: the plotted model curve is the planner's arithmetic: peak at the burst end,
+        // zero at burst + drain time, never negative. Method: evaluate at the corners.
+        let config = model(0.05);
+        assert_eq!(predicted_backlog(&config, 0.0), 0.0);
+        assert!((predicted_backlog(&config, 30.0) - 180_000.0).abs() < 1e-6);
+        assert!((predicted_backlog(&config, 60.0) - 360_000.0).abs() < 1e-6);
+        assert!((predicted_backlog(&config, 105.0) - 180_000.0).abs() < 1e-6);
+        assert_eq!(predicted_backlog(&config, 150.0), 0.0);
+        assert_eq!(predicted_backlog(&config, 400.0), 0.0);
+    }
+
+    #[test]
+    fn a_model_that_cannot_drain_is_refused_before_any_load() {
+        // Goal: impossible inputs fail with the planner's error, without starting a broker
+        // (the test config points at an unroutable address, so a started run would fail
+        // differently).
+        let mut config = model(0.01);
+        config.drain_consumer_rate = 19_000.0;
+        assert!(matches!(
+            run(&config),
+            Err(CapacityError::Plan(PlanError::DrainImpossible { .. }))
+        ));
+        config = model(0.0);
+        assert!(matches!(run(&config), Err(CapacityError::OutOfRange { field: "time_scale", .. })));
+    }
+}
