@@ -68,3 +68,18 @@ pub const CLAIM_BYTES_DEFAULT: u32 = 4 << 20;
 /// Consumer: pause after a failed claim before the next one, so a broker that
 /// is down is not hammered.
 pub const CLAIM_ERROR_BACKOFF: Duration = Duration::from_millis(200);
+
+/// Consumer: default number of claims outstanding at once.
+pub const CLAIMS_IN_FLIGHT_DEFAULT: u32 = 4;
+
+/// Consumer: most claims outstanding at once (each holds a share of the
+/// slots; more would only split the slots into smaller claims).
+pub const CLAIMS_IN_FLIGHT_MAX: u32 = 64;
+
+/// Consumer: default time a completed delivery waits for others to share its
+/// Ack request.
+pub const ACK_LINGER_DEFAULT: Duration = Duration::from_millis(1);
+
+/// Consumer: Ack requests outstanding at once; deliveries completing
+/// meanwhile wait for the next batch.
+pub const ACK_REQUESTS_IN_FLIGHT_MAX: usize = 8;

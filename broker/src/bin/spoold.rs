@@ -45,7 +45,7 @@ fn main() {
     if let Err(error) = install_signal_handlers(&stop) {
         fatal(FatalReason::Signals, error);
     }
-    let broker = match Broker::start(config, SpoolHooksFactory) {
+    let broker = match Broker::start(config, SpoolHooksFactory::default()) {
         Ok(broker) => broker,
         Err(error) => fatal(error.fatal_reason(), error),
     };

@@ -9,6 +9,10 @@
 //! (each response must be written within it, so a peer that stops reading
 //! cannot pin responses forever).
 //!
+//! Responses that are waiting when the writer wakes are written as one burst:
+//! small ones are copied into one buffer and go out in one `write`, so a
+//! pipelined peer costs one syscall per burst rather than one per response.
+//!
 //! It does not know the protocol: a [`FrameHandler`] splits frames off the
 //! buffer, handles them and says what to send on a protocol fault. Requests
 //! are pipelined and handled concurrently, so responses may leave in a
@@ -30,6 +34,15 @@ use crate::net::stop::StopSignal;
 
 /// Most bytes requested from the socket per read.
 pub const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// Responses already waiting are written together up to this many bytes
+/// (the last one may pass it)...
+pub const WRITE_BURST_BYTES_MAX: usize = 1 << 20;
+/// ...or this many responses, whichever comes first.
+pub const WRITE_BURST_RESPONSES_MAX: usize = 256;
+/// Responses up to this size are copied into one buffer and written with
+/// one syscall; a larger one is written from its own buffer (a copy would
+/// cost more than the syscall it saves).
+pub const WRITE_COPY_BYTES_MAX: usize = 16 * 1024;
 
 /// What a handler's decoder found at the front of the buffer.
 #[derive(Debug, PartialEq, Eq)]
@@ -124,6 +137,43 @@ pub enum ConnectionEnd {
     WriteFailed(std::io::Error),
 }
 
+/// Writes a burst of responses in order: runs of small ones through one
+/// copy buffer and one write, large ones straight from their own buffers.
+async fn write_burst<W, R>(
+    writer: &mut W,
+    burst: &mut [R],
+    coalesced: &mut Vec<u8>,
+) -> std::io::Result<()>
+where
+    W: AsyncWrite + Unpin,
+    R: AsRef<[u8]>,
+{
+    if let [only] = burst {
+        return writer.write_all(only.as_ref()).await;
+    }
+    coalesced.clear();
+    for response in burst.iter() {
+        let bytes = response.as_ref();
+        if bytes.len() <= WRITE_COPY_BYTES_MAX {
+            coalesced.extend_from_slice(bytes);
+            continue;
+        }
+        if !coalesced.is_empty() {
+            writer.write_all(coalesced).await?;
+            coalesced.clear();
+        }
+        writer.write_all(bytes).await?;
+    }
+    if !coalesced.is_empty() {
+        writer.write_all(coalesced).await?;
+    }
+    // Keep the buffer from pinning a large allocation after a big burst.
+    if coalesced.capacity() > WRITE_BURST_BYTES_MAX {
+        *coalesced = Vec::new();
+    }
+    Ok(())
+}
+
 enum ReadEvent {
     Data(std::io::Result<usize>),
     Idle,
@@ -159,16 +209,35 @@ where
         let write_error = write_error.clone();
         async move {
             let mut writer = writer;
+            let mut burst: Vec<H::Response> = Vec::new();
+            let mut coalesced: Vec<u8> = Vec::new();
             while let Some(response) = receiver.recv().await {
                 if writer_failed.is_stopped() {
                     continue; // drain so in-flight tasks can finish and drop senders
                 }
-                let write = async { writer.write_all(response.as_ref()).await.map(|()| true) };
+                // Take every response that is already waiting (one wake-up,
+                // one write for a burst of pipelined answers).
+                let mut burst_bytes = response.as_ref().len();
+                burst.push(response);
+                while burst_bytes < WRITE_BURST_BYTES_MAX && burst.len() < WRITE_BURST_RESPONSES_MAX
+                {
+                    match futures_lite::future::poll_once(receiver.recv()).await {
+                        Some(Some(next)) => {
+                            burst_bytes += next.as_ref().len();
+                            burst.push(next);
+                        }
+                        // Nothing waiting, or every sender gone.
+                        Some(None) | None => break,
+                    }
+                }
+                let write = write_burst(&mut writer, &mut burst, &mut coalesced);
                 let deadline = async {
                     Timer::new(limits.write_timeout).await;
                     Ok(false)
                 };
-                match or(write, deadline).await {
+                let outcome = or(async { write.await.map(|()| true) }, deadline).await;
+                burst.clear();
+                match outcome {
                     Ok(true) => {}
                     Ok(false) => {
                         *write_error.borrow_mut() = Some(std::io::Error::new(
