@@ -133,6 +133,15 @@ struct ThroughputArgs {
     /// tokio worker threads for all clients.
     #[arg(long, default_value_t = 2)]
     client_threads: u64,
+    /// Claims each consumer keeps outstanding.
+    #[arg(long, default_value_t = 4)]
+    claims_in_flight: u64,
+    /// How long a finished delivery waits for others to share its Ack (µs).
+    #[arg(long, default_value_t = 1000)]
+    ack_linger_us: u64,
+    /// A started spoold's --spin-before-park-us (0 = park at once).
+    #[arg(long, default_value_t = 0)]
+    spin_before_park_us: u64,
 }
 
 #[derive(Debug, Args)]
@@ -230,6 +239,9 @@ fn main() -> ExitCode {
                 seconds: args.seconds,
                 warmup_ms: args.warmup_ms,
                 client_threads: args.client_threads,
+                claims_in_flight: args.claims_in_flight,
+                ack_linger_us: args.ack_linger_us,
+                spin_before_park_us: args.spin_before_park_us,
             };
             throughput::run(&config)
                 .map_err(BenchError::from)

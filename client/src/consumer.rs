@@ -7,13 +7,13 @@
 //! ack or release returned.
 //!
 //! **Claims are pipelined**: up to `claims_in_flight` claims are outstanding
-//! at once, each on the next partition in turn. The first claim goes out as
-//! soon as one slot is free; further ones wait until a share of the slots
-//! (`slots / claims_in_flight`) is free, so slots that come back one at a
-//! time are claimed in useful batches rather than one per request. A claim
-//! long-polls (`wait_ms`) only after a full sweep of the partitions found
-//! nothing, and a long-poll asks for at most that share, so one idle
-//! partition cannot hold every slot while another fills up.
+//! at once, each on the next partition in turn, each asking for at most a
+//! share of the slots (`slots / claims_in_flight`). The first claim goes out
+//! as soon as one slot is free; further ones wait until a share is free, so
+//! slots that come back one at a time are claimed in useful batches rather
+//! than one per request. A claim long-polls (`wait_ms`) only after a full
+//! sweep of the partitions found nothing; since it holds only a share, one
+//! idle partition cannot hold every slot while another fills up.
 //!
 //! **Acks are batched**: a handler that returned `Ok` hands its delivery to
 //! the acker, which sends one Ack request per partition for everything that
@@ -390,7 +390,9 @@ async fn claim_loop<H, F, E>(
             _ => 0,
         };
         tokio::select! {
-            _ = stopped.changed() => break,
+            // Answered claims first: their deliveries run rather than being
+            // released because shutdown began in the same instant.
+            biased;
             Some(joined) = claims.join_next(), if !claims.is_empty() => {
                 let Ok(outcome) = joined else {
                     // A claim task cannot panic short of a bug in this crate;
@@ -408,16 +410,17 @@ async fn claim_loop<H, F, E>(
             slot = Arc::clone(&shared.slots).acquire_many_owned(wanted), if wanted > 0 => {
                 let Ok(slot) = slot else { break };
                 slot.forget();
-                let partitions = match shared.client.partitions(&config.queue).await {
-                    Ok(partitions) => partitions.len(),
+                let partitions = match shared.client.partition_count(&config.queue).await {
+                    Ok(count) => count as usize,
                     Err(error) => {
                         tracing::warn!(queue = %config.queue, %error, "no metadata for the consumer's queue");
                         0
                     }
                 };
                 let long_poll = partitions > 0 && empty_claims >= partitions;
-                // A long-poll may sit for `wait_ms`: it asks for a share only.
-                let limit = if long_poll { share.max(wanted) } else { credits_max };
+                // Each claim asks for at most a share, so the slots are spread
+                // over `claims_in_flight` claims (and partitions) at once.
+                let limit = share.min(credits_max).max(wanted);
                 let mut credits = wanted;
                 while credits < limit {
                     match shared.slots.try_acquire() {
@@ -443,6 +446,7 @@ async fn claim_loop<H, F, E>(
                 claims.spawn(claim_once(Arc::clone(&shared), partition, options, stopped.clone()));
             }
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            _ = stopped.changed() => break,
         }
     }
     // A claim in flight is never abandoned: its deliveries would sit leased

@@ -280,8 +280,7 @@ impl Producer {
         }
         let slot =
             Arc::clone(&inner.pending).acquire_owned().await.map_err(|_| ClientError::Shutdown)?;
-        let partitions = u32::try_from(inner.client.partitions(queue).await?.len())
-            .map_err(|_| ClientError::Protocol("partition count exceeds u32".into()))?;
+        let partitions = inner.client.partition_count(queue).await?;
         let partition = if message.routing_key.is_empty() {
             PartitionId(inner.round_robin.fetch_add(1, Ordering::Relaxed) % partitions)
         } else {
