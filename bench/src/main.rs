@@ -118,8 +118,9 @@ struct ThroughputArgs {
     /// Open loop: total msgs/s on a fixed schedule, latency from the intended send time.
     #[arg(long)]
     rate: Option<u64>,
-    /// Producer linger in µs.
-    #[arg(long, default_value_t = 5000)]
+    /// Producer linger in µs (0: send at once, batch while a partition's
+    /// batches are in flight).
+    #[arg(long, default_value_t = 0)]
     linger_us: u64,
     /// Producer batch target in bytes.
     #[arg(long, default_value_t = 256 * 1024)]

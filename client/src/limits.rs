@@ -43,6 +43,10 @@ pub const PRODUCER_PENDING_MESSAGES_MAX: usize = 64 * 1024;
 /// Producer: batches being sent (or retried) at once.
 pub const PRODUCER_IN_FLIGHT_BATCHES_MAX: usize = 64;
 
+/// Producer: default batches of one partition in flight before a due batch
+/// waits and keeps growing (a few overlap one group commit with the next).
+pub const PRODUCER_IN_FLIGHT_PER_PARTITION_DEFAULT: usize = 4;
+
 /// Producer: default number of retries of a batch after a retriable error.
 pub const PRODUCER_RETRIES_DEFAULT: u32 = 5;
 

@@ -350,6 +350,42 @@ async fn producer_does_not_retry_non_retriable_errors() {
     assert_eq!(state.lock().unwrap().enqueue_attempts.len(), 1);
 }
 
+// Goal: with zero linger a message leaves at once (no timer), and messages
+// submitted while the partition's batch is in flight wait and go together
+// in the next batch. Method: one partition, in_flight_per_partition 1, the
+// fake answers each Enqueue after 300 ms; send one message, then 99 more
+// while the first is in flight: exactly two Enqueues, of 1 and 99 records,
+// the first one arriving well before any linger could have passed.
+#[tokio::test]
+async fn producer_zero_linger_sends_at_once_and_batches_while_in_flight() {
+    let (server, state) = start_broker("q", 1).await;
+    state.lock().unwrap().enqueue_delay = Some(Duration::from_millis(300));
+    let client = Client::connect(&server.addr).await.unwrap();
+    let config = ProducerConfig {
+        linger: Duration::ZERO,
+        in_flight_per_partition: 1,
+        ..ProducerConfig::default()
+    };
+    let producer = Producer::new(client, config).unwrap();
+    let first = producer.submit("q", Message::new(b"first".to_vec())).await.unwrap();
+    assert!(
+        wait_for(Duration::from_millis(200), || state.lock().unwrap().enqueue_attempts.len() == 1)
+            .await,
+        "a zero-linger message must be sent at once"
+    );
+    let mut rest = Vec::new();
+    for n in 0..99 {
+        rest.push(producer.submit("q", Message::new(format!("m-{n}"))).await.unwrap());
+    }
+    assert_eq!(state.lock().unwrap().enqueue_attempts.len(), 1, "the rest waits for the slot");
+    bounded(first).await.unwrap();
+    for send in rest {
+        bounded(send).await.unwrap();
+    }
+    let sizes: Vec<usize> = state.lock().unwrap().enqueue_attempts.iter().map(Vec::len).collect();
+    assert_eq!(sizes, [1, 99]);
+}
+
 // ------------------------------------------------------------ consumer
 
 async fn fill(state: &Arc<Mutex<common::BrokerState>>, server: &FakeServer, payloads: &[&str]) {

@@ -159,6 +159,8 @@ pub struct BrokerState {
     pub enqueue_attempts: Vec<Vec<MessageId>>,
     /// Faults for the next Enqueue attempts, first first.
     pub enqueue_faults: Vec<EnqueueFault>,
+    /// When set, every Enqueue is answered only after this long.
+    pub enqueue_delay: Option<Duration>,
     pub metadata_requests: usize,
     /// Credits of every claim.
     pub claims: Vec<u32>,
@@ -266,7 +268,11 @@ pub fn mini_broker(state: Arc<Mutex<BrokerState>>) -> Handler {
                     return;
                 }
                 let base_offset = Offset(0);
-                outbox.send(ok(id, &Response::Enqueue(EnqueueResponse { base_offset, records })));
+                let bytes = ok(id, &Response::Enqueue(EnqueueResponse { base_offset, records }));
+                match state.enqueue_delay {
+                    Some(delay) => outbox.send_after(delay, bytes),
+                    None => outbox.send(bytes),
+                }
             }
             Request::Claim(claim) => {
                 state.claims.push(claim.credits);
