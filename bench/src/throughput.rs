@@ -276,6 +276,7 @@ impl ThroughputConfig {
 /// window.
 pub fn run(config: &ThroughputConfig) -> Result<ThroughputReport, ThroughputError> {
     config.validate()?;
+    tune_malloc();
     let shards = config.shards.unwrap_or_else(|| {
         std::thread::available_parallelism()
             .map_or(1, |count| u16::try_from(count.get()).unwrap_or(u16::MAX))
@@ -310,6 +311,20 @@ pub fn run(config: &ThroughputConfig) -> Result<ThroughputReport, ThroughputErro
     let report = result?;
     stopped?;
     Ok(report)
+}
+
+/// The same glibc malloc setting `spoold` makes (see its `tune_malloc`):
+/// without it, freeing each batch-sized buffer returns the memory to the
+/// kernel and the next one faults it back in, on the client side too.
+fn tune_malloc() {
+    const TRIM_THRESHOLD_BYTES: i32 = 256 << 20;
+    const MMAP_THRESHOLD_BYTES: i32 = 32 << 20;
+    // SAFETY: mallopt only changes allocator parameters; called before the
+    // client threads start. A refusal leaves the defaults.
+    unsafe {
+        libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES);
+    }
 }
 
 fn sibling_spoold() -> Result<PathBuf, ThroughputError> {

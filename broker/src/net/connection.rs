@@ -286,7 +286,10 @@ where
     let sender = Rc::new(sender);
     let in_flight = Rc::new(Semaphore::new(limits.in_flight_max as u64));
     let in_flight_max = limits.in_flight_max as u64;
+    // `buffer[..filled]` holds unread bytes; the rest of `buffer` is already
+    // initialized room for the next read, so reads do not zero it again.
     let mut buffer: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES.min(limits.frame_bytes_max));
+    let mut filled = 0usize;
     let mut frame_deadline: Option<Timer> = None;
 
     // The fault response goes out after every response already in flight,
@@ -308,8 +311,8 @@ where
     loop {
         // Hand every whole frame in the buffer to its own task.
         let mut consumed = 0;
-        while consumed < buffer.len() {
-            let pending = &buffer[consumed..];
+        while consumed < filled {
+            let pending = &buffer[consumed..filled];
             match handler.decode(pending) {
                 Ok(Decoded::Incomplete) => {
                     if pending.len() >= limits.frame_bytes_max {
@@ -347,7 +350,8 @@ where
                 }
             }
         }
-        buffer.drain(..consumed);
+        buffer.copy_within(consumed..filled, 0);
+        filled -= consumed;
 
         if stop.is_stopped() {
             return ConnectionEnd::Stopped;
@@ -358,16 +362,19 @@ where
         }
 
         let nothing_in_flight = in_flight.available() == in_flight_max;
-        if !buffer.is_empty() && frame_deadline.is_none() {
+        if filled > 0 && frame_deadline.is_none() {
             frame_deadline = Some(Timer::new(limits.frame_timeout));
         }
-        let start = buffer.len();
+        let start = filled;
         let want = READ_CHUNK_BYTES.min(limits.frame_bytes_max - start);
         assert!(want > 0);
-        buffer.resize(start + want, 0);
+        if buffer.len() < start + want {
+            buffer.resize(start + want, 0);
+        }
 
         let event = {
-            let read = async { ReadEvent::Data(reader.read(&mut buffer[start..]).await) };
+            let read =
+                async { ReadEvent::Data(reader.read(&mut buffer[start..start + want]).await) };
             let stopped = async {
                 stop.wait().await;
                 ReadEvent::Stopped
@@ -398,11 +405,8 @@ where
             or(read, or(stopped, or(failed, deadline))).await
         };
         match event {
-            ReadEvent::Data(Ok(0)) => {
-                buffer.truncate(start);
-                return ConnectionEnd::PeerClosed;
-            }
-            ReadEvent::Data(Ok(read_bytes)) => buffer.truncate(start + read_bytes),
+            ReadEvent::Data(Ok(0)) => return ConnectionEnd::PeerClosed,
+            ReadEvent::Data(Ok(read_bytes)) => filled = start + read_bytes,
             ReadEvent::Data(Err(error)) => return ConnectionEnd::ReadFailed(error),
             ReadEvent::Stopped => return ConnectionEnd::Stopped,
             ReadEvent::WriterFailed => return ConnectionEnd::PeerClosed,
@@ -411,7 +415,7 @@ where
                 fault(ProtocolFault::FrameTimeout).await;
                 return ConnectionEnd::FrameTimeout;
             }
-            ReadEvent::InFlightDrained => buffer.truncate(start),
+            ReadEvent::InFlightDrained => {}
         }
     }
 }
