@@ -791,8 +791,7 @@ impl Run<'_> {
             let mut consumer_config =
                 ConsumerConfig::new(queue.clone(), u32::try_from(config.slots).unwrap_or(1));
             consumer_config.wait_ms = CLAIM_WAIT_MS;
-            consumer_config.claims_in_flight =
-                u32::try_from(config.claims_in_flight).unwrap_or(1);
+            consumer_config.claims_in_flight = u32::try_from(config.claims_in_flight).unwrap_or(1);
             consumer_config.ack_linger = Duration::from_micros(config.ack_linger_us);
             let recorder = Arc::clone(&recorder);
             let consumer = Consumer::start(client, consumer_config, move |delivery: Delivery| {

@@ -236,7 +236,8 @@ impl Client {
             return Ok(count);
         }
         self.refresh_metadata(&[queue]).await?;
-        self.cached_partition_count(queue).ok_or_else(|| ClientError::UnknownQueue(queue.to_owned()))
+        self.cached_partition_count(queue)
+            .ok_or_else(|| ClientError::UnknownQueue(queue.to_owned()))
     }
 
     fn cached_partition_count(&self, queue: &str) -> Option<u32> {

@@ -53,9 +53,9 @@ use crate::client::{ClaimBatch, ClaimOptions, Client};
 use crate::delivery::Delivery;
 use crate::error::ClientError;
 use crate::limits::{
-    ACK_LINGER_DEFAULT, ACK_REQUESTS_IN_FLIGHT_MAX, CLAIMS_IN_FLIGHT_DEFAULT,
-    CLAIMS_IN_FLIGHT_MAX, CLAIM_BYTES_DEFAULT, CLAIM_ERROR_BACKOFF, CLAIM_WAIT_MS_DEFAULT,
-    CONSUMER_SLOTS_MAX, LEASE_MS_DEFAULT,
+    ACK_LINGER_DEFAULT, ACK_REQUESTS_IN_FLIGHT_MAX, CLAIMS_IN_FLIGHT_DEFAULT, CLAIMS_IN_FLIGHT_MAX,
+    CLAIM_BYTES_DEFAULT, CLAIM_ERROR_BACKOFF, CLAIM_WAIT_MS_DEFAULT, CONSUMER_SLOTS_MAX,
+    LEASE_MS_DEFAULT,
 };
 
 /// Release reason for a delivery that arrives after shutdown began.

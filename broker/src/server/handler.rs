@@ -19,15 +19,15 @@
 use std::rc::Rc;
 
 use spool_wire::batch::{validate_record, BatchBytes};
+use spool_wire::proto::limits::FRAME_HEADER_BYTES;
 use spool_wire::proto::{
     self, decode_frame, AckResponse, ClaimResponse, CorrelationId, CreateQueueResponse, DeadLetter,
     DeadLettersResponse, DeleteQueueResponse, DescribeQueueResponse, ErrorResponse, ExtendResponse,
-    ListQueuesResponse, MessageState, MetadataResponse, NodeAddress, PartitionMetadata,
-    PartitionStats, PeekResponse, PeekedMessage, ProtoError, PurgeResponse, QueueMetadata,
-    QueueSummary, RecordOutcome, RedriveResponse, RedriveTarget, ReleaseResponse, Request,
-    Response, MAX_FRAME_BYTES, Frame, FrameHeader,
+    Frame, FrameHeader, ListQueuesResponse, MessageState, MetadataResponse, NodeAddress,
+    PartitionMetadata, PartitionStats, PeekResponse, PeekedMessage, ProtoError, PurgeResponse,
+    QueueMetadata, QueueSummary, RecordOutcome, RedriveResponse, RedriveTarget, ReleaseResponse,
+    Request, Response, MAX_FRAME_BYTES,
 };
-use spool_wire::proto::limits::FRAME_HEADER_BYTES;
 use spool_wire::ErrorCode;
 
 use super::convert::{

@@ -88,7 +88,11 @@ impl EpochBoard {
     pub fn epoch(&self, queue_id: QueueId, partition: u32) -> Option<u64> {
         // A panic while holding the lock cannot leave the map half-updated
         // (each operation is one insert or remove), so poisoning is ignored.
-        self.epochs.read().unwrap_or_else(PoisonError::into_inner).get(&(queue_id, partition)).copied()
+        self.epochs
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&(queue_id, partition))
+            .copied()
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<(QueueId, u32), u64>> {
