@@ -76,7 +76,7 @@ impl Broker {
             Some(path) => path.to_owned(),
             None => sibling_spoold()?,
         };
-        let process = SpooldProcess::start(&binary, dir, shards, label)?;
+        let process = SpooldProcess::start(&binary, dir, shards, label, 0)?;
         let addr = process.addr().to_owned();
         Ok(Self { spoold: Some(process), addr })
     }
@@ -127,7 +127,8 @@ pub struct SpooldProcess {
 
 impl SpooldProcess {
     /// Starts `binary` on `parent/spool-bench-<label>-<pid>/` with `shards`
-    /// shards on free loopback ports and waits until every shard listens.
+    /// shards (glommio `spin_before_park` of `spin_before_park_us`, 0 = off)
+    /// on free loopback ports and waits until every shard listens.
     ///
     /// # Errors
     /// The directory cannot be made, no free ports, or spoold exits or does
@@ -137,6 +138,7 @@ impl SpooldProcess {
         parent: &Path,
         shards: u16,
         label: &str,
+        spin_before_park_us: u64,
     ) -> Result<Self, HarnessError> {
         let dir = parent.join(format!("spool-bench-{label}-{}", std::process::id()));
         let dir_error = |action, source| HarnessError::Dir { action, path: dir.clone(), source };
@@ -155,6 +157,8 @@ impl SpooldProcess {
             .arg(shards.to_string())
             .arg("--segment-bytes")
             .arg(SPOOLD_SEGMENT_BYTES.to_string())
+            .arg("--spin-before-park-us")
+            .arg(spin_before_park_us.to_string())
             .env_remove("SPOOL_CONFIG")
             .env("SPOOL_LOG", "warn")
             .stdin(Stdio::null())

@@ -613,6 +613,8 @@ fn add_stats(total: ConsumerStats, stats: ConsumerStats) -> ConsumerStats {
         settle_failed: total.settle_failed + stats.settle_failed,
         claim_failed: total.claim_failed + stats.claim_failed,
         outstanding_max: total.outstanding_max.max(stats.outstanding_max),
+        claim_requests: total.claim_requests + stats.claim_requests,
+        ack_requests: total.ack_requests + stats.ack_requests,
     }
 }
 

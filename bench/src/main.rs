@@ -353,8 +353,9 @@ struct ThroughputArgs {
     /// Open loop: total msgs/s on a fixed schedule, latency from the intended send time.
     #[arg(long)]
     rate: Option<u64>,
-    /// Producer linger in µs.
-    #[arg(long, default_value_t = 5000)]
+    /// Producer linger in µs (0: send at once, batch while a partition's
+    /// batches are in flight).
+    #[arg(long, default_value_t = 0)]
     linger_us: u64,
     /// Producer batch target in bytes.
     #[arg(long, default_value_t = 256 * 1024)]
@@ -368,6 +369,15 @@ struct ThroughputArgs {
     /// tokio worker threads for all clients.
     #[arg(long, default_value_t = 2)]
     client_threads: u64,
+    /// Claims each consumer keeps outstanding.
+    #[arg(long, default_value_t = 4)]
+    claims_in_flight: u64,
+    /// How long a finished delivery waits for others to share its Ack (µs).
+    #[arg(long, default_value_t = 1000)]
+    ack_linger_us: u64,
+    /// A started spoold's --spin-before-park-us (0 = park at once).
+    #[arg(long, default_value_t = 0)]
+    spin_before_park_us: u64,
 }
 
 #[derive(Debug, Args)]
@@ -465,6 +475,9 @@ fn main() -> ExitCode {
                 seconds: args.seconds,
                 warmup_ms: args.warmup_ms,
                 client_threads: args.client_threads,
+                claims_in_flight: args.claims_in_flight,
+                ack_linger_us: args.ack_linger_us,
+                spin_before_park_us: args.spin_before_park_us,
             };
             throughput::run(&config)
                 .map_err(BenchError::from)

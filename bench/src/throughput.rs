@@ -31,7 +31,10 @@ use std::time::Duration;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use serde::Serialize;
 use spool_broker::clock::{instant_now, Instant};
-use spool_client::limits::{CONSUMER_SLOTS_MAX, PRODUCER_PENDING_MESSAGES_MAX};
+use spool_broker::control::config::SPIN_BEFORE_PARK_US_MAX;
+use spool_client::limits::{
+    CLAIMS_IN_FLIGHT_MAX, CONSUMER_SLOTS_MAX, PRODUCER_PENDING_MESSAGES_MAX,
+};
 use spool_client::spool_wire::proto::limits::PARTITIONS_MAX;
 use spool_client::spool_wire::proto::{MetadataRequest, Request};
 use spool_client::spool_wire::ErrorCode;
@@ -134,6 +137,12 @@ pub struct ThroughputConfig {
     pub warmup_ms: u64,
     /// tokio worker threads shared by every producer and consumer.
     pub client_threads: u64,
+    /// Claims each consumer keeps outstanding.
+    pub claims_in_flight: u64,
+    /// Consumer ack linger (µs).
+    pub ack_linger_us: u64,
+    /// `--spin-before-park-us` of a started spoold.
+    pub spin_before_park_us: u64,
 }
 
 /// Enqueue side of the report.
@@ -158,6 +167,10 @@ pub struct ClaimAckReport {
     /// Deliveries given back over the whole run; only a claim that was in
     /// flight at shutdown should land here (released with the shutdown reason).
     pub released_total: u64,
+    /// Claim and Ack requests the consumers sent inside the window: with
+    /// `acked`, how many deliveries one request carried.
+    pub claim_requests: u64,
+    pub ack_requests: u64,
 }
 
 /// Send (or intended send) → handler start.
@@ -186,6 +199,9 @@ pub struct ConfigEcho {
     pub seconds: u64,
     pub warmup_ms: u64,
     pub client_threads: u64,
+    pub claims_in_flight: u64,
+    pub ack_linger_us: u64,
+    pub spin_before_park_us: u64,
 }
 
 /// One run's result, printed as one JSON object.
@@ -236,7 +252,10 @@ impl ThroughputConfig {
         check("batch_bytes", self.batch_bytes, 1, BATCH_BYTES_MAX as u64)?;
         check("seconds", self.seconds, 1, SECONDS_MAX)?;
         check("warmup_ms", self.warmup_ms, 0, WARMUP_MS_MAX)?;
-        check("client_threads", self.client_threads, 1, CLIENT_THREADS_MAX)
+        check("client_threads", self.client_threads, 1, CLIENT_THREADS_MAX)?;
+        check("claims_in_flight", self.claims_in_flight, 1, CLAIMS_IN_FLIGHT_MAX.into())?;
+        check("ack_linger_us", self.ack_linger_us, 0, LINGER_US_MAX)?;
+        check("spin_before_park_us", self.spin_before_park_us, 0, SPIN_BEFORE_PARK_US_MAX)
     }
 }
 
@@ -248,6 +267,7 @@ impl ThroughputConfig {
 /// window.
 pub fn run(config: &ThroughputConfig) -> Result<ThroughputReport, ThroughputError> {
     config.validate()?;
+    tune_malloc();
     let shards = config.shards.unwrap_or_else(|| {
         std::thread::available_parallelism()
             .map_or(1, |count| u16::try_from(count.get()).unwrap_or(u16::MAX))
@@ -260,7 +280,13 @@ pub fn run(config: &ThroughputConfig) -> Result<ThroughputReport, ThroughputErro
                 Some(path) => path.clone(),
                 None => sibling_spoold()?,
             };
-            let process = SpooldProcess::start(&binary, &config.dir, shards, "tput")?;
+            let process = SpooldProcess::start(
+                &binary,
+                &config.dir,
+                shards,
+                "tput",
+                config.spin_before_park_us,
+            )?;
             let addr = process.addr().to_owned();
             spoold = Some(process);
             addr
@@ -281,6 +307,20 @@ pub fn run(config: &ThroughputConfig) -> Result<ThroughputReport, ThroughputErro
     let report = result?;
     stopped?;
     Ok(report)
+}
+
+/// The same glibc malloc setting `spoold` makes (see its `tune_malloc`):
+/// without it, freeing each batch-sized buffer returns the memory to the
+/// kernel and the next one faults it back in, on the client side too.
+fn tune_malloc() {
+    const TRIM_THRESHOLD_BYTES: i32 = 256 << 20;
+    const MMAP_THRESHOLD_BYTES: i32 = 32 << 20;
+    // SAFETY: mallopt only changes allocator parameters; called before the
+    // client threads start. A refusal leaves the defaults.
+    unsafe {
+        libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES);
+    }
 }
 
 /// Counters and histograms shared by every producer and consumer.
@@ -527,6 +567,8 @@ fn add_stats(total: ConsumerStats, stats: ConsumerStats) -> ConsumerStats {
         settle_failed: total.settle_failed + stats.settle_failed,
         claim_failed: total.claim_failed + stats.claim_failed,
         outstanding_max: total.outstanding_max.max(stats.outstanding_max),
+        claim_requests: total.claim_requests + stats.claim_requests,
+        ack_requests: total.ack_requests + stats.ack_requests,
     }
 }
 
@@ -553,6 +595,8 @@ impl Run<'_> {
             let mut consumer_config =
                 ConsumerConfig::new(queue.clone(), u32::try_from(config.slots).unwrap_or(1));
             consumer_config.wait_ms = CLAIM_WAIT_MS;
+            consumer_config.claims_in_flight = u32::try_from(config.claims_in_flight).unwrap_or(1);
+            consumer_config.ack_linger = Duration::from_micros(config.ack_linger_us);
             let recorder = Arc::clone(&recorder);
             let consumer = Consumer::start(client, consumer_config, move |delivery: Delivery| {
                 recorder.delivered(&delivery);
@@ -680,6 +724,8 @@ impl Run<'_> {
                 acked,
                 claimed: end_stats.claimed - start_stats.claimed,
                 released_total: final_stats.released,
+                claim_requests: end_stats.claim_requests - start_stats.claim_requests,
+                ack_requests: end_stats.ack_requests - start_stats.ack_requests,
             },
             e2e: E2eReport { latency_us: e2e_latency },
             metadata_rtt_us,
@@ -703,6 +749,9 @@ impl Run<'_> {
                 seconds: config.seconds,
                 warmup_ms: config.warmup_ms,
                 client_threads: config.client_threads,
+                claims_in_flight: config.claims_in_flight,
+                ack_linger_us: config.ack_linger_us,
+                spin_before_park_us: config.spin_before_park_us,
             },
         })
     }
@@ -748,6 +797,9 @@ mod tests {
             seconds: 1,
             warmup_ms: 0,
             client_threads: 2,
+            claims_in_flight: 4,
+            ack_linger_us: 1000,
+            spin_before_park_us: 0,
         }
     }
 
@@ -765,6 +817,9 @@ mod tests {
             ("partitions", |c| c.partitions = Some(0)),
             ("seconds", |c| c.seconds = 0),
             ("client_threads", |c| c.client_threads = 0),
+            ("claims_in_flight", |c| c.claims_in_flight = 0),
+            ("ack_linger_us", |c| c.ack_linger_us = LINGER_US_MAX + 1),
+            ("spin_before_park_us", |c| c.spin_before_park_us = SPIN_BEFORE_PARK_US_MAX + 1),
         ];
         for (field, mutate) in cases {
             let mut bad = config();

@@ -225,6 +225,28 @@ impl Client {
         self.cached_partitions(queue).ok_or_else(|| ClientError::UnknownQueue(queue.to_owned()))
     }
 
+    /// How many partitions `queue` has, from the cache or fetched; unlike
+    /// [`partitions`](Self::partitions) it copies nothing, so the producer
+    /// and consumer call it per message and per claim.
+    ///
+    /// # Errors
+    /// [`ClientError::UnknownQueue`] when the broker does not know it.
+    pub async fn partition_count(&self, queue: &str) -> Result<u32, ClientError> {
+        if let Some(count) = self.cached_partition_count(queue) {
+            return Ok(count);
+        }
+        self.refresh_metadata(&[queue]).await?;
+        self.cached_partition_count(queue)
+            .ok_or_else(|| ClientError::UnknownQueue(queue.to_owned()))
+    }
+
+    fn cached_partition_count(&self, queue: &str) -> Option<u32> {
+        let metadata = self.inner.metadata.read().unwrap_or_else(PoisonError::into_inner);
+        let count = metadata.get(queue).map_or(0, Vec::len);
+        // The broker bounds partitions by PARTITIONS_MAX, far below u32::MAX.
+        u32::try_from(count).ok().filter(|&count| count > 0)
+    }
+
     fn cached_partitions(&self, queue: &str) -> Option<Vec<PartitionMetadata>> {
         let metadata = self.inner.metadata.read().unwrap_or_else(PoisonError::into_inner);
         metadata.get(queue).filter(|partitions| !partitions.is_empty()).cloned()

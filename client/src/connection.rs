@@ -419,16 +419,25 @@ async fn write_loop(
 ) {
     let mut buffer = Vec::new();
     while let Some(frame) = queue.recv().await {
-        buffer.clear();
-        buffer.extend_from_slice(&frame);
-        // Coalesce whatever else is already queued into one write.
-        while buffer.len() < WRITE_COALESCE_BYTES_MAX {
-            match queue.try_recv() {
-                Ok(frame) => buffer.extend_from_slice(&frame),
-                Err(_) => break,
+        // Coalesce whatever else is already queued into one write; a frame
+        // alone (the common case at low load, and every large Enqueue that
+        // fills the budget by itself) is written without a copy.
+        let written = match queue.try_recv() {
+            Err(_) => socket.write_all(&frame).await,
+            Ok(next) => {
+                buffer.clear();
+                buffer.extend_from_slice(&frame);
+                buffer.extend_from_slice(&next);
+                while buffer.len() < WRITE_COALESCE_BYTES_MAX {
+                    match queue.try_recv() {
+                        Ok(frame) => buffer.extend_from_slice(&frame),
+                        Err(_) => break,
+                    }
+                }
+                socket.write_all(&buffer).await
             }
-        }
-        if let Err(error) = socket.write_all(&buffer).await {
+        };
+        if let Err(error) = written {
             shared.close(format!("write failed: {error}"));
             return;
         }

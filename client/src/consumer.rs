@@ -1,39 +1,59 @@
-//! [`Consumer`]: credit-based claiming and concurrent handlers.
+//! [`Consumer`]: credit-based claiming, concurrent handlers, batched acks.
 //!
-//! Owns a claim loop and one task per delivery. The consumer has `slots`
-//! execution slots; it claims exactly its free slots as credits, so it never
-//! holds more deliveries than slots (the broker never pushes more than the
-//! credits). Each delivery runs the user's async handler in its own task while
-//! the lease is extended every `extend_interval` (half the lease by default);
+//! Owns a claim loop, one task per delivery and an acker task. The consumer
+//! has `slots` execution slots and never holds more deliveries than slots:
+//! every claim asks for free slots as credits (the broker never pushes more
+//! than the credits, DESIGN §4), and a slot frees only after its delivery's
+//! ack or release returned.
+//!
+//! **Claims are pipelined**: up to `claims_in_flight` claims are outstanding
+//! at once, each on the next partition in turn, each asking for at most a
+//! share of the slots (`slots / claims_in_flight`). The first claim goes out
+//! as soon as one slot is free; further ones wait until a share is free, so
+//! slots that come back one at a time are claimed in useful batches rather
+//! than one per request. A claim long-polls (`wait_ms`) only after a full
+//! sweep of the partitions found nothing; since it holds only a share, one
+//! idle partition cannot hold every slot while another fills up.
+//!
+//! **Acks are batched**: a handler that returned `Ok` hands its delivery to
+//! the acker, which sends one Ack request per partition for everything that
+//! completed within `ack_linger` of the first waiting delivery, or as soon as
+//! `ack_batch_max` are waiting (the protocol's Ack carries up to
+//! `ACK_TOKENS_MAX` tokens). At most [`ACK_REQUESTS_IN_FLIGHT_MAX`] Ack
+//! requests are outstanding; completions meanwhile join the next batch.
+//! Releases (handler error, panic, shutdown) go out one per delivery at once:
+//! they carry their own reason and delay, and are rare.
+//!
+//! Each delivery runs the user's async handler in its own task while the
+//! lease is extended every `extend_interval` (half the lease by default);
 //! `Ok` acks, `Err` releases with the error text as the reason, a panic
-//! releases with "handler panicked". The slot frees only after the ack or
-//! release returned.
+//! releases with "handler panicked". [`Consumer::shutdown`] stops claiming,
+//! waits for the claims in flight (their deliveries are released at once),
+//! drains running handlers, and flushes every pending ack before it returns.
 //!
-//! Partitions are claimed in turn; a claim long-polls (`wait_ms`) only after a
-//! full sweep found nothing, so a busy partition is not held up behind an
-//! idle one. [`Consumer::shutdown`] stops claiming, waits for a claim already
-//! in flight (its deliveries are released at once), and drains running
-//! handlers (acking or releasing them).
-//!
-//! It does not batch acks (one Ack per delivery) or rebalance partitions
-//! between consumers: every consumer claims from every partition.
+//! It does not rebalance partitions between consumers: every consumer claims
+//! from every partition.
 
 use std::fmt::Display;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use spool_wire::proto::limits::{CLAIM_BYTES_MAX, CLAIM_WAIT_MS_MAX, LEASE_MS_MAX};
-use spool_wire::proto::{PartitionId, WorkerId};
+use spool_wire::proto::limits::{
+    ACK_TOKENS_MAX, CLAIM_BYTES_MAX, CLAIM_CREDITS_MAX, CLAIM_WAIT_MS_MAX, LEASE_MS_MAX,
+};
+use spool_wire::proto::{DeliveryToken, Offset, PartitionId, WorkerId};
 use spool_wire::ErrorCode;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 
-use crate::client::{ClaimOptions, Client};
+use crate::client::{ClaimBatch, ClaimOptions, Client};
 use crate::delivery::Delivery;
 use crate::error::ClientError;
 use crate::limits::{
+    ACK_LINGER_DEFAULT, ACK_REQUESTS_IN_FLIGHT_MAX, CLAIMS_IN_FLIGHT_DEFAULT, CLAIMS_IN_FLIGHT_MAX,
     CLAIM_BYTES_DEFAULT, CLAIM_ERROR_BACKOFF, CLAIM_WAIT_MS_DEFAULT, CONSUMER_SLOTS_MAX,
     LEASE_MS_DEFAULT,
 };
@@ -64,6 +84,13 @@ pub struct ConsumerConfig {
     pub extend_interval: Option<Duration>,
     /// Release delay on handler failure (0 = the queue's backoff policy).
     pub release_delay_ms: u32,
+    /// Claims outstanding at once, `1..=CLAIMS_IN_FLIGHT_MAX`.
+    pub claims_in_flight: u32,
+    /// Most tokens in one Ack request, `1..=ACK_TOKENS_MAX`.
+    pub ack_batch_max: u32,
+    /// How long a completed delivery may wait for company before its Ack is
+    /// sent (zero: send with whatever else already completed).
+    pub ack_linger: Duration,
 }
 
 impl ConsumerConfig {
@@ -78,6 +105,9 @@ impl ConsumerConfig {
             worker: WorkerId(rand::random()),
             extend_interval: None,
             release_delay_ms: 0,
+            claims_in_flight: CLAIMS_IN_FLIGHT_DEFAULT,
+            ack_batch_max: ACK_TOKENS_MAX,
+            ack_linger: ACK_LINGER_DEFAULT,
         }
     }
 
@@ -102,9 +132,25 @@ impl ConsumerConfig {
             format!("max_bytes {} outside 1..={CLAIM_BYTES_MAX}", self.max_bytes),
         )?;
         check(
+            (1..=CLAIMS_IN_FLIGHT_MAX).contains(&self.claims_in_flight),
+            format!(
+                "claims_in_flight {} outside 1..={CLAIMS_IN_FLIGHT_MAX}",
+                self.claims_in_flight
+            ),
+        )?;
+        check(
+            (1..=ACK_TOKENS_MAX).contains(&self.ack_batch_max),
+            format!("ack_batch_max {} outside 1..={ACK_TOKENS_MAX}", self.ack_batch_max),
+        )?;
+        check(
             self.extend_interval.is_none_or(|interval| !interval.is_zero()),
             "extend_interval must be positive".to_owned(),
         )
+    }
+
+    /// Free slots a claim waits for while another claim is outstanding.
+    fn claim_share(&self) -> u32 {
+        (self.slots / self.claims_in_flight).max(1)
     }
 
     fn extend_every(&self) -> Duration {
@@ -132,6 +178,10 @@ pub struct ConsumerStats {
     pub claim_failed: u64,
     /// Most deliveries held at once; never above the slots.
     pub outstanding_max: u64,
+    /// Claim requests sent.
+    pub claim_requests: u64,
+    /// Ack requests sent (each carries one or more tokens).
+    pub ack_requests: u64,
 }
 
 #[derive(Default)]
@@ -145,6 +195,8 @@ struct Counters {
     claim_failed: AtomicU64,
     outstanding: AtomicU64,
     outstanding_max: AtomicU64,
+    claim_requests: AtomicU64,
+    ack_requests: AtomicU64,
 }
 
 impl Counters {
@@ -159,6 +211,8 @@ impl Counters {
             settle_failed: load(&self.settle_failed),
             claim_failed: load(&self.claim_failed),
             outstanding_max: load(&self.outstanding_max),
+            claim_requests: load(&self.claim_requests),
+            ack_requests: load(&self.ack_requests),
         }
     }
 }
@@ -262,6 +316,46 @@ impl Consumer {
     }
 }
 
+/// What a finished claim task reports back to the loop.
+struct ClaimOutcome {
+    /// Credits the claim asked for (taken from the free slots).
+    credits: u32,
+    result: Result<ClaimBatch, ClientError>,
+}
+
+/// One claim request on `partition`, with `credits` slots already taken.
+/// A failed claim pauses [`CLAIM_ERROR_BACKOFF`] (less if shutdown begins)
+/// before it reports, so a broker that is down sees at most
+/// `claims_in_flight` attempts per backoff.
+async fn claim_once(
+    shared: Arc<Shared>,
+    partition: Option<PartitionId>,
+    options: ClaimOptions,
+    mut stopped: watch::Receiver<bool>,
+) -> ClaimOutcome {
+    let config = &shared.config;
+    let credits = options.credits;
+    let result = match partition {
+        Some(partition) => {
+            shared.counters.claim_requests.fetch_add(1, Ordering::Relaxed);
+            let result = shared.client.claim(&config.queue, partition, &options).await;
+            if let Err(error) = &result {
+                tracing::warn!(queue = %config.queue, partition = partition.0, %error, "claim failed");
+            }
+            result
+        }
+        None => Err(ClientError::UnknownQueue(config.queue.clone())),
+    };
+    if result.is_err() {
+        // The slots are free while this claim waits out its backoff.
+        shared.slots.add_permits(credits as usize);
+        shared.counters.claim_failed.fetch_add(1, Ordering::Relaxed);
+        pause(&mut stopped).await;
+        return ClaimOutcome { credits: 0, result };
+    }
+    ClaimOutcome { credits, result }
+}
+
 async fn claim_loop<H, F, E>(
     shared: Arc<Shared>,
     handler: Arc<H>,
@@ -272,97 +366,154 @@ async fn claim_loop<H, F, E>(
     E: Display + Send + 'static,
 {
     let config = &shared.config;
+    // Every delivery sends at most one item, and at most `slots` deliveries
+    // exist at once, so a send never waits.
+    let (acks, ack_queue) = mpsc::channel(config.slots as usize);
+    let acker = tokio::spawn(ack_loop(Arc::clone(&shared), ack_queue));
     let mut tasks = JoinSet::new();
+    let mut claims: JoinSet<ClaimOutcome> = JoinSet::new();
     let mut next_partition = 0u32;
+    // Claims in a row that came back empty: a full sweep of them turns on
+    // the long-poll.
     let mut empty_claims = 0usize;
+    let share = config.claim_share();
+    let credits_max = config.slots.min(CLAIM_CREDITS_MAX);
     loop {
         if *stopped.borrow() {
             break;
         }
-        // Wait for one free slot, then take every other free one too.
-        let first = tokio::select! {
-            slot = Arc::clone(&shared.slots).acquire_owned() => match slot {
-                Ok(slot) => slot,
-                Err(_) => break,
-            },
-            _ = stopped.changed() => break,
+        // The first claim goes out for one free slot; while others are out,
+        // wait for a share, so slots coming back one by one are batched.
+        let wanted = match claims.len() {
+            0 => 1,
+            outstanding if outstanding < config.claims_in_flight as usize => share,
+            _ => 0,
         };
-        first.forget();
-        let mut credits = 1u32;
-        while credits < config.slots {
-            match shared.slots.try_acquire() {
-                Ok(slot) => {
-                    slot.forget();
-                    credits += 1;
-                }
-                Err(_) => break,
-            }
-        }
-        while tasks.try_join_next().is_some() {}
-        let partitions = match shared.client.partitions(&config.queue).await {
-            Ok(partitions) => partitions.len(),
-            Err(error) => {
-                tracing::warn!(queue = %config.queue, %error, "no metadata for the consumer's queue");
-                shared.slots.add_permits(credits as usize);
-                shared.counters.claim_failed.fetch_add(1, Ordering::Relaxed);
-                pause(&mut stopped).await;
-                continue;
-            }
-        };
-        let partition = PartitionId(next_partition % u32::try_from(partitions).unwrap_or(u32::MAX));
-        next_partition = next_partition.wrapping_add(1);
-        let options = ClaimOptions {
-            worker: config.worker,
-            credits,
-            max_bytes: config.max_bytes,
-            lease_ms: config.lease_ms,
-            wait_ms: if empty_claims >= partitions { config.wait_ms } else { 0 },
-        };
-        // A claim in flight is never abandoned: its deliveries would sit
-        // leased to nobody until their leases expired.
-        match shared.client.claim(&config.queue, partition, &options).await {
-            Ok(batch) => {
+        tokio::select! {
+            // Answered claims first: their deliveries run rather than being
+            // released because shutdown began in the same instant.
+            biased;
+            Some(joined) = claims.join_next(), if !claims.is_empty() => {
+                let Ok(outcome) = joined else {
+                    // A claim task cannot panic short of a bug in this crate;
+                    // its slots are lost, which only lowers concurrency.
+                    tracing::error!(queue = %config.queue, "claim task failed");
+                    continue;
+                };
+                let Ok(batch) = outcome.result else { continue };
                 let received = batch.deliveries.len();
-                shared.slots.add_permits(credits as usize - received);
+                shared.slots.add_permits(outcome.credits as usize - received);
                 empty_claims = if received == 0 { empty_claims + 1 } else { 0 };
-                let counters = &shared.counters;
-                counters.claimed.fetch_add(received as u64, Ordering::Relaxed);
-                let outstanding = counters.outstanding.fetch_add(received as u64, Ordering::AcqRel)
-                    + received as u64;
-                counters.outstanding_max.fetch_max(outstanding, Ordering::AcqRel);
-                assert!(outstanding <= u64::from(config.slots));
                 let stopping = *stopped.borrow();
-                for delivery in batch.deliveries {
-                    let guard = SlotGuard { shared: Arc::clone(&shared) };
-                    if stopping {
-                        let target = SettleTarget::of(&delivery);
-                        tasks.spawn(settle(guard, target, Err(SHUTDOWN_REASON.to_owned())));
-                    } else {
-                        tasks.spawn(run_delivery(guard, Arc::clone(&handler), delivery));
+                spawn_deliveries(&shared, &handler, &acks, &mut tasks, batch, stopping);
+            }
+            slot = Arc::clone(&shared.slots).acquire_many_owned(wanted), if wanted > 0 => {
+                let Ok(slot) = slot else { break };
+                slot.forget();
+                let partitions = match shared.client.partition_count(&config.queue).await {
+                    Ok(count) => count as usize,
+                    Err(error) => {
+                        tracing::warn!(queue = %config.queue, %error, "no metadata for the consumer's queue");
+                        0
+                    }
+                };
+                let long_poll = partitions > 0 && empty_claims >= partitions;
+                // Each claim asks for at most a share, so the slots are spread
+                // over `claims_in_flight` claims (and partitions) at once.
+                let limit = share.min(credits_max).max(wanted);
+                let mut credits = wanted;
+                while credits < limit {
+                    match shared.slots.try_acquire() {
+                        Ok(slot) => {
+                            slot.forget();
+                            credits += 1;
+                        }
+                        Err(_) => break,
                     }
                 }
+                let partition = u32::try_from(partitions)
+                    .ok()
+                    .filter(|&count| count > 0)
+                    .map(|count| PartitionId(next_partition % count));
+                next_partition = next_partition.wrapping_add(1);
+                let options = ClaimOptions {
+                    worker: config.worker,
+                    credits,
+                    max_bytes: config.max_bytes,
+                    lease_ms: config.lease_ms,
+                    wait_ms: if long_poll { config.wait_ms } else { 0 },
+                };
+                claims.spawn(claim_once(Arc::clone(&shared), partition, options, stopped.clone()));
             }
-            Err(error) => {
-                tracing::warn!(queue = %config.queue, partition = partition.0, %error, "claim failed");
-                shared.slots.add_permits(credits as usize);
-                shared.counters.claim_failed.fetch_add(1, Ordering::Relaxed);
-                pause(&mut stopped).await;
-            }
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            _ = stopped.changed() => break,
         }
     }
+    // A claim in flight is never abandoned: its deliveries would sit leased
+    // to nobody until their leases expired. They are released at once.
+    while let Some(joined) = claims.join_next().await {
+        let Ok(outcome) = joined else { continue };
+        let Ok(batch) = outcome.result else { continue };
+        shared.slots.add_permits(outcome.credits as usize - batch.deliveries.len());
+        spawn_deliveries(&shared, &handler, &acks, &mut tasks, batch, true);
+    }
     while tasks.join_next().await.is_some() {}
+    // Every delivery task has ended, so this was the last sender: the acker
+    // flushes what is pending and returns once every Ack has an answer.
+    drop(acks);
+    if let Err(error) = acker.await {
+        tracing::error!(%error, "consumer acker failed");
+    }
+}
+
+/// Starts one task per delivery of `batch`: the handler, or (when
+/// `stopping`) an immediate release.
+fn spawn_deliveries<H, F, E>(
+    shared: &Arc<Shared>,
+    handler: &Arc<H>,
+    acks: &mpsc::Sender<AckItem>,
+    tasks: &mut JoinSet<()>,
+    batch: ClaimBatch,
+    stopping: bool,
+) where
+    H: Fn(Delivery) -> F + Send + Sync + 'static,
+    F: Future<Output = Result<(), E>> + Send + 'static,
+    E: Display + Send + 'static,
+{
+    let received = batch.deliveries.len() as u64;
+    let counters = &shared.counters;
+    counters.claimed.fetch_add(received, Ordering::Relaxed);
+    let outstanding = counters.outstanding.fetch_add(received, Ordering::AcqRel) + received;
+    counters.outstanding_max.fetch_max(outstanding, Ordering::AcqRel);
+    assert!(outstanding <= u64::from(shared.config.slots));
+    for delivery in batch.deliveries {
+        let guard = SlotGuard { shared: Arc::clone(shared) };
+        if stopping {
+            let target = SettleTarget::of(&delivery);
+            tasks.spawn(settle(guard, target, Err(SHUTDOWN_REASON.to_owned()), acks.clone()));
+        } else {
+            tasks.spawn(run_delivery(guard, Arc::clone(handler), delivery, acks.clone()));
+        }
+    }
 }
 
 /// Waits [`CLAIM_ERROR_BACKOFF`], or less if shutdown begins.
 async fn pause(stopped: &mut watch::Receiver<bool>) {
+    if *stopped.borrow() {
+        return;
+    }
     tokio::select! {
         () = tokio::time::sleep(CLAIM_ERROR_BACKOFF) => {}
         _ = stopped.changed() => {}
     }
 }
 
-async fn run_delivery<H, F, E>(guard: SlotGuard, handler: Arc<H>, delivery: Delivery)
-where
+async fn run_delivery<H, F, E>(
+    guard: SlotGuard,
+    handler: Arc<H>,
+    delivery: Delivery,
+    acks: mpsc::Sender<AckItem>,
+) where
     H: Fn(Delivery) -> F + Send + Sync + 'static,
     F: Future<Output = Result<(), E>> + Send + 'static,
     E: Display + Send + 'static,
@@ -398,15 +549,15 @@ where
             }
         }
     };
-    settle(guard, target, outcome).await;
+    settle(guard, target, outcome, acks).await;
 }
 
 /// What settling a delivery needs, so the handler can own the delivery.
 struct SettleTarget {
     queue: Arc<str>,
     partition: PartitionId,
-    offset: spool_wire::proto::Offset,
-    token: spool_wire::proto::DeliveryToken,
+    offset: Offset,
+    token: DeliveryToken,
 }
 
 impl SettleTarget {
@@ -420,26 +571,34 @@ impl SettleTarget {
     }
 }
 
-/// Acks (`Ok`) or releases with the reason (`Err`), then frees the slot.
-async fn settle(guard: SlotGuard, delivery: SettleTarget, outcome: Result<(), String>) {
-    let shared = &guard.shared;
+/// A delivery whose handler succeeded, waiting for its Ack; holds its slot.
+struct AckItem {
+    target: SettleTarget,
+    /// Dropped with the item once the Ack is answered: frees the slot.
+    _guard: SlotGuard,
+}
+
+/// Acks (`Ok`, through the acker) or releases with the reason (`Err`); the
+/// slot frees once the broker answered.
+async fn settle(
+    guard: SlotGuard,
+    delivery: SettleTarget,
+    outcome: Result<(), String>,
+    acks: mpsc::Sender<AckItem>,
+) {
+    let shared = Arc::clone(&guard.shared);
     let counters = &shared.counters;
-    let (queue, partition, token) = (&*delivery.queue, delivery.partition, delivery.token);
     match outcome {
-        Ok(()) => match shared.client.ack(queue, partition, &[token]).await {
-            Ok(codes) if codes.first() == Some(&ErrorCode::None) => {
-                counters.acked.fetch_add(1, Ordering::Relaxed);
-            }
-            Ok(codes) => {
-                tracing::warn!(%queue, offset = delivery.offset.0, ?codes, "ack refused");
+        Ok(()) => {
+            // The acker outlives every delivery task (the claim loop drops
+            // the last sender only after they all ended), so this cannot
+            // fail; if it did, the item (and its slot) would drop unacked.
+            if acks.send(AckItem { target: delivery, _guard: guard }).await.is_err() {
                 counters.settle_failed.fetch_add(1, Ordering::Relaxed);
             }
-            Err(error) => {
-                tracing::warn!(%queue, offset = delivery.offset.0, %error, "ack failed");
-                counters.settle_failed.fetch_add(1, Ordering::Relaxed);
-            }
-        },
+        }
         Err(reason) => {
+            let (queue, partition, token) = (&*delivery.queue, delivery.partition, delivery.token);
             let delay_ms = shared.config.release_delay_ms;
             match shared.client.release(queue, partition, token, delay_ms, &reason).await {
                 Ok(_) => {
@@ -450,7 +609,104 @@ async fn settle(guard: SlotGuard, delivery: SettleTarget, outcome: Result<(), St
                     counters.settle_failed.fetch_add(1, Ordering::Relaxed);
                 }
             }
+            drop(guard);
         }
     }
-    drop(guard);
+}
+
+/// Collects completed deliveries and acks them in batches (module doc).
+/// Returns when the queue closed and every Ack request has an answer.
+async fn ack_loop(shared: Arc<Shared>, mut queue: mpsc::Receiver<AckItem>) {
+    let config = &shared.config;
+    let batch_max = config.ack_batch_max as usize;
+    let requests_in_flight = Arc::new(Semaphore::new(ACK_REQUESTS_IN_FLIGHT_MAX));
+    let mut requests = JoinSet::new();
+    let mut pending: Vec<AckItem> = Vec::with_capacity(batch_max);
+    // Armed when the first item of a batch arrives.
+    let mut linger: Option<Pin<Box<tokio::time::Sleep>>> = None;
+    loop {
+        tokio::select! {
+            item = queue.recv() => {
+                let Some(item) = item else { break };
+                pending.push(item);
+                // Take whatever else is already waiting without a wake-up each.
+                while pending.len() < batch_max {
+                    match queue.try_recv() {
+                        Ok(item) => pending.push(item),
+                        Err(_) => break,
+                    }
+                }
+                if pending.len() >= batch_max || config.ack_linger.is_zero() {
+                    linger = None;
+                    flush_acks(&shared, &mut pending, &requests_in_flight, &mut requests).await;
+                } else if linger.is_none() {
+                    linger = Some(Box::pin(tokio::time::sleep(config.ack_linger)));
+                }
+            }
+            () = async { if let Some(timer) = linger.as_mut() { timer.await } }, if linger.is_some() => {
+                linger = None;
+                flush_acks(&shared, &mut pending, &requests_in_flight, &mut requests).await;
+            }
+            Some(_) = requests.join_next(), if !requests.is_empty() => {}
+        }
+    }
+    flush_acks(&shared, &mut pending, &requests_in_flight, &mut requests).await;
+    while requests.join_next().await.is_some() {}
+}
+
+/// Sends `pending` as Ack requests: one per partition, each at most
+/// `ack_batch_max` tokens, each waiting for a request slot first.
+async fn flush_acks(
+    shared: &Arc<Shared>,
+    pending: &mut Vec<AckItem>,
+    requests_in_flight: &Arc<Semaphore>,
+    requests: &mut JoinSet<()>,
+) {
+    let batch_max = shared.config.ack_batch_max as usize;
+    let mut items = std::mem::take(pending);
+    while !items.is_empty() {
+        // Split off the first item's partition (order within it kept).
+        let (queue, partition) = (Arc::clone(&items[0].target.queue), items[0].target.partition);
+        let (mut group, rest): (Vec<AckItem>, Vec<AckItem>) = items
+            .into_iter()
+            .partition(|item| item.target.partition == partition && item.target.queue == queue);
+        items = rest;
+        while !group.is_empty() {
+            let tail = group.split_off(group.len().min(batch_max));
+            let chunk = std::mem::replace(&mut group, tail);
+            // Never closed, so this only waits.
+            let Ok(permit) = Arc::clone(requests_in_flight).acquire_owned().await else {
+                unreachable!("the ack request semaphore is never closed");
+            };
+            requests.spawn(ack_request(Arc::clone(shared), chunk, permit));
+        }
+    }
+}
+
+/// One Ack request for `items` (all of one partition); frees their slots
+/// when the broker answered.
+async fn ack_request(shared: Arc<Shared>, items: Vec<AckItem>, _permit: OwnedSemaphorePermit) {
+    let counters = &shared.counters;
+    let Some(first) = items.first() else { return };
+    let (queue, partition) = (Arc::clone(&first.target.queue), first.target.partition);
+    let tokens: Vec<DeliveryToken> = items.iter().map(|item| item.target.token).collect();
+    counters.ack_requests.fetch_add(1, Ordering::Relaxed);
+    match shared.client.ack(&queue, partition, &tokens).await {
+        Ok(codes) => {
+            for (item, code) in items.iter().zip(&codes) {
+                if *code == ErrorCode::None {
+                    counters.acked.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    tracing::warn!(%queue, offset = item.target.offset.0, %code, "ack refused");
+                    counters.settle_failed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        Err(error) => {
+            tracing::warn!(%queue, partition = partition.0, count = items.len(), %error, "ack failed");
+            counters.settle_failed.fetch_add(items.len() as u64, Ordering::Relaxed);
+        }
+    }
+    // Dropping the items drops their slot guards: the slots free now.
+    drop(items);
 }

@@ -8,12 +8,16 @@
 //!   ([`limits::IN_FLIGHT_REQUESTS_MAX`]); per-request timeout.
 //! - [`Client`]: metadata and one connection per shard; routes each data
 //!   request to the owning shard and follows `NOT_OWNER`.
-//! - [`Producer`]: batching (linger, `max_batch_bytes`), routing by key,
-//!   retries that resend the same bytes (same message ids, so the broker's
-//!   dedupe keeps a retry from duplicating).
-//! - [`Consumer`]: claims exactly its free execution slots as credits, runs
-//!   an async handler per [`Delivery`], extends leases while it runs, acks on
-//!   `Ok`, releases with the error text on `Err`, drains on shutdown.
+//! - [`Producer`]: batching (linger, `max_batch_bytes`, and a per-partition
+//!   in-flight limit under which a zero-linger producer sends at once and
+//!   batches whatever arrives meanwhile), routing by key, retries that
+//!   resend the same bytes (same message ids, so the broker's dedupe keeps
+//!   a retry from duplicating).
+//! - [`Consumer`]: claims only free execution slots as credits, with several
+//!   claims in flight, runs an async handler per [`Delivery`], extends
+//!   leases while it runs, acks `Ok`s in batches (one Ack request for many
+//!   tokens), releases with the error text on `Err`, drains and flushes its
+//!   acks on shutdown.
 //! - [`Admin`]: queues, peek, purge, dead letters, redrive.
 //!
 //! Errors are one enum, [`ClientError`]; [`ClientError::code`] gives the

@@ -43,6 +43,10 @@ pub const PRODUCER_PENDING_MESSAGES_MAX: usize = 64 * 1024;
 /// Producer: batches being sent (or retried) at once.
 pub const PRODUCER_IN_FLIGHT_BATCHES_MAX: usize = 64;
 
+/// Producer: default batches of one partition in flight before a due batch
+/// waits and keeps growing (a few overlap one group commit with the next).
+pub const PRODUCER_IN_FLIGHT_PER_PARTITION_DEFAULT: usize = 4;
+
 /// Producer: default number of retries of a batch after a retriable error.
 pub const PRODUCER_RETRIES_DEFAULT: u32 = 5;
 
@@ -68,3 +72,18 @@ pub const CLAIM_BYTES_DEFAULT: u32 = 4 << 20;
 /// Consumer: pause after a failed claim before the next one, so a broker that
 /// is down is not hammered.
 pub const CLAIM_ERROR_BACKOFF: Duration = Duration::from_millis(200);
+
+/// Consumer: default number of claims outstanding at once.
+pub const CLAIMS_IN_FLIGHT_DEFAULT: u32 = 4;
+
+/// Consumer: most claims outstanding at once (each holds a share of the
+/// slots; more would only split the slots into smaller claims).
+pub const CLAIMS_IN_FLIGHT_MAX: u32 = 64;
+
+/// Consumer: default time a completed delivery waits for others to share its
+/// Ack request.
+pub const ACK_LINGER_DEFAULT: Duration = Duration::from_millis(1);
+
+/// Consumer: Ack requests outstanding at once; deliveries completing
+/// meanwhile wait for the next batch.
+pub const ACK_REQUESTS_IN_FLIGHT_MAX: usize = 8;

@@ -2,8 +2,14 @@
 //!
 //! Owns the open batches (one per queue partition), their linger timers and
 //! the tasks that send them. A message is archived into its partition's open
-//! batch as soon as it is submitted; the batch is sent when it reaches
-//! `max_batch_bytes` or when `linger` has passed since its first message.
+//! batch as soon as it is submitted. A batch becomes **due** when it reaches
+//! `max_batch_bytes` or when `linger` has passed since its first message (at
+//! once when `linger` is zero: no timer is involved). A due batch is sent as
+//! soon as its partition has fewer than `in_flight_per_partition` batches in
+//! flight; until then it keeps collecting messages, so under load batches
+//! grow by themselves while the previous ones are on their way (natural
+//! batching), and an idle producer with zero linger sends each message at
+//! once. A batch whose builder is completely full is sent regardless.
 //! Partition choice: FNV-1a of the routing key ([`partition_for_key`]), or
 //! round robin without a key.
 //!
@@ -15,8 +21,9 @@
 //! names one.
 //!
 //! Bounds: at most [`PRODUCER_PENDING_MESSAGES_MAX`] messages submitted but
-//! unresolved (a further `send` waits) and [`PRODUCER_IN_FLIGHT_BATCHES_MAX`]
-//! batches being sent.
+//! unresolved (a further `send` waits), [`PRODUCER_IN_FLIGHT_BATCHES_MAX`]
+//! batches being sent in all, and (except full batches and `flush`)
+//! `in_flight_per_partition` per partition.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -36,8 +43,8 @@ use crate::clock::unix_ms;
 use crate::error::ClientError;
 use crate::limits::{
     BATCH_BYTES_DEFAULT, LINGER_DEFAULT, PRODUCER_IN_FLIGHT_BATCHES_MAX,
-    PRODUCER_PENDING_MESSAGES_MAX, PRODUCER_RETRIES_DEFAULT, RETRY_BACKOFF_DEFAULT,
-    RETRY_BACKOFF_MAX,
+    PRODUCER_IN_FLIGHT_PER_PARTITION_DEFAULT, PRODUCER_PENDING_MESSAGES_MAX,
+    PRODUCER_RETRIES_DEFAULT, RETRY_BACKOFF_DEFAULT, RETRY_BACKOFF_MAX,
 };
 use crate::routing::partition_for_key;
 
@@ -53,6 +60,9 @@ pub struct ProducerConfig {
     pub retries: u32,
     /// First retry backoff; doubles per retry up to [`RETRY_BACKOFF_MAX`].
     pub retry_backoff: Duration,
+    /// Batches of one partition being sent at once before a due batch
+    /// waits (and keeps growing), `1..=PRODUCER_IN_FLIGHT_BATCHES_MAX`.
+    pub in_flight_per_partition: usize,
 }
 
 impl Default for ProducerConfig {
@@ -62,6 +72,7 @@ impl Default for ProducerConfig {
             max_batch_bytes: BATCH_BYTES_DEFAULT,
             retries: PRODUCER_RETRIES_DEFAULT,
             retry_backoff: RETRY_BACKOFF_DEFAULT,
+            in_flight_per_partition: PRODUCER_IN_FLIGHT_PER_PARTITION_DEFAULT,
         }
     }
 }
@@ -181,12 +192,51 @@ struct OpenBatch {
     id: u64,
     builder: DataBatchBuilder,
     waiters: Vec<Waiter>,
+    /// Full enough or lingered long enough: sent once its partition has an
+    /// in-flight slot.
+    due: bool,
 }
 
+type BatchKey = (String, PartitionId);
+
+/// Open batches and per-partition in-flight counts; both hold one entry per
+/// partition written to, so they are bounded by the queues' partitions.
 #[derive(Default)]
 struct Accumulator {
-    open: HashMap<(String, PartitionId), OpenBatch>,
+    open: HashMap<BatchKey, OpenBatch>,
+    in_flight: HashMap<BatchKey, usize>,
     next_batch_id: u64,
+}
+
+impl Accumulator {
+    /// Takes `key`'s open batch if it is due and its partition has room,
+    /// counting it in flight.
+    fn take_due(&mut self, key: &BatchKey, in_flight_max: usize) -> Option<OpenBatch> {
+        let due = self.open.get(key).is_some_and(|batch| batch.due);
+        if !due || self.in_flight.get(key).copied().unwrap_or(0) >= in_flight_max {
+            return None;
+        }
+        self.take(key)
+    }
+
+    /// Takes `key`'s open batch unconditionally, counting it in flight.
+    fn take(&mut self, key: &BatchKey) -> Option<OpenBatch> {
+        let batch = self.open.remove(key)?;
+        *self.in_flight.entry(key.clone()).or_insert(0) += 1;
+        Some(batch)
+    }
+
+    /// A batch of `key` finished sending.
+    fn sent(&mut self, key: &BatchKey) {
+        let count = self.in_flight.get_mut(key);
+        assert!(count.as_ref().is_some_and(|count| **count > 0), "sent a batch never taken");
+        if let Some(count) = count {
+            *count -= 1;
+            if *count == 0 {
+                self.in_flight.remove(key);
+            }
+        }
+    }
 }
 
 struct Inner {
@@ -244,6 +294,12 @@ impl Producer {
                 spool_wire::limits::BATCH_BYTES_MAX
             )));
         }
+        if !(1..=PRODUCER_IN_FLIGHT_BATCHES_MAX).contains(&config.in_flight_per_partition) {
+            return Err(ClientError::Config(format!(
+                "in_flight_per_partition {} outside 1..={PRODUCER_IN_FLIGHT_BATCHES_MAX}",
+                config.in_flight_per_partition
+            )));
+        }
         Ok(Self {
             inner: Arc::new(Inner {
                 client,
@@ -280,8 +336,7 @@ impl Producer {
         }
         let slot =
             Arc::clone(&inner.pending).acquire_owned().await.map_err(|_| ClientError::Shutdown)?;
-        let partitions = u32::try_from(inner.client.partitions(queue).await?.len())
-            .map_err(|_| ClientError::Protocol("partition count exceeds u32".into()))?;
+        let partitions = inner.client.partition_count(queue).await?;
         let partition = if message.routing_key.is_empty() {
             PartitionId(inner.round_robin.fetch_add(1, Ordering::Relaxed) % partitions)
         } else {
@@ -290,6 +345,7 @@ impl Producer {
         let record = message.into_record(unix_ms());
         let (sender, receiver) = oneshot::channel();
         let key = (queue.to_owned(), partition);
+        let config = &inner.config;
         let mut ready = Vec::new();
         let mut new_batch_id = None;
         {
@@ -304,8 +360,9 @@ impl Producer {
                 Err(WireError::BatchBytesFull { .. } | WireError::BatchRecordsFull { .. })
                     if !batch.builder.is_empty() =>
                 {
-                    // The open batch is full: send it and start another.
-                    if let Some(full) = accumulator.open.remove(&key) {
+                    // The open batch cannot take one more record: send it
+                    // whatever is in flight, and start another.
+                    if let Some(full) = accumulator.take(&key) {
                         ready.push(full);
                     }
                     new_batch_id = Some(open_batch(accumulator, &key));
@@ -316,25 +373,31 @@ impl Producer {
             }
             let batch = accumulator.open.get_mut(&key).ok_or(ClientError::Shutdown)?;
             batch.waiters.push(Waiter { sender, _slot: slot });
-            if batch.builder.encoded_len_bytes() >= inner.config.max_batch_bytes {
-                if let Some(full) = accumulator.open.remove(&key) {
-                    ready.push(full);
-                }
+            batch.due |= config.linger.is_zero()
+                || batch.builder.encoded_len_bytes() >= config.max_batch_bytes;
+            if let Some(due) = accumulator.take_due(&key, config.in_flight_per_partition) {
+                ready.push(due);
             }
         }
         for batch in ready {
             self.spawn_send(key.clone(), batch);
         }
-        if let Some(batch_id) = new_batch_id {
+        if let Some(batch_id) = new_batch_id.filter(|_| !config.linger.is_zero()) {
             self.spawn_linger(key, batch_id);
         }
         Ok(SendFuture { receiver })
     }
 
-    /// Sends every open batch now and waits until every message submitted
-    /// so far has resolved.
+    /// Sends every open batch now (whatever is in flight) and waits until
+    /// every message submitted so far has resolved.
     pub async fn flush(&self) {
-        let open: Vec<_> = self.inner.lock().open.drain().collect();
+        let open: Vec<(BatchKey, OpenBatch)> = {
+            let mut accumulator = self.inner.lock();
+            let keys: Vec<BatchKey> = accumulator.open.keys().cloned().collect();
+            keys.into_iter()
+                .filter_map(|key| accumulator.take(&key).map(|batch| (key, batch)))
+                .collect()
+        };
         for (key, batch) in open {
             self.spawn_send(key, batch);
         }
@@ -351,15 +414,18 @@ impl Producer {
         self.flush().await;
     }
 
-    fn spawn_linger(&self, key: (String, PartitionId), batch_id: u64) {
+    fn spawn_linger(&self, key: BatchKey, batch_id: u64) {
         let producer = self.clone();
         let linger = self.inner.config.linger;
         tokio::spawn(async move {
             tokio::time::sleep(linger).await;
             let batch = {
                 let mut accumulator = producer.inner.lock();
-                match accumulator.open.get(&key) {
-                    Some(batch) if batch.id == batch_id => accumulator.open.remove(&key),
+                match accumulator.open.get_mut(&key) {
+                    Some(batch) if batch.id == batch_id => {
+                        batch.due = true;
+                        accumulator.take_due(&key, producer.inner.config.in_flight_per_partition)
+                    }
                     _ => None,
                 }
             };
@@ -369,21 +435,34 @@ impl Producer {
         });
     }
 
-    fn spawn_send(&self, key: (String, PartitionId), batch: OpenBatch) {
-        let inner = Arc::clone(&self.inner);
+    /// Sends `batch` (already counted in flight for `key`); when it is done,
+    /// sends the partition's next batch if that one is due by then.
+    fn spawn_send(&self, key: BatchKey, batch: OpenBatch) {
+        let producer = self.clone();
         tokio::spawn(async move {
-            let _flight = Arc::clone(&inner.in_flight).acquire_owned().await;
-            send_batch(&inner, &key.0, key.1, batch).await;
+            let inner = &producer.inner;
+            {
+                let _flight = Arc::clone(&inner.in_flight).acquire_owned().await;
+                send_batch(inner, &key.0, key.1, batch).await;
+            }
+            let next = {
+                let mut accumulator = inner.lock();
+                accumulator.sent(&key);
+                accumulator.take_due(&key, inner.config.in_flight_per_partition)
+            };
+            if let Some(next) = next {
+                producer.spawn_send(key, next);
+            }
         });
     }
 }
 
-fn open_batch(accumulator: &mut Accumulator, key: &(String, PartitionId)) -> u64 {
+fn open_batch(accumulator: &mut Accumulator, key: &BatchKey) -> u64 {
     let id = accumulator.next_batch_id;
     accumulator.next_batch_id += 1;
     accumulator.open.insert(
         key.clone(),
-        OpenBatch { id, builder: DataBatchBuilder::new(), waiters: Vec::new() },
+        OpenBatch { id, builder: DataBatchBuilder::new(), waiters: Vec::new(), due: false },
     );
     id
 }

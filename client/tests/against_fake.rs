@@ -350,6 +350,42 @@ async fn producer_does_not_retry_non_retriable_errors() {
     assert_eq!(state.lock().unwrap().enqueue_attempts.len(), 1);
 }
 
+// Goal: with zero linger a message leaves at once (no timer), and messages
+// submitted while the partition's batch is in flight wait and go together
+// in the next batch. Method: one partition, in_flight_per_partition 1, the
+// fake answers each Enqueue after 300 ms; send one message, then 99 more
+// while the first is in flight: exactly two Enqueues, of 1 and 99 records,
+// the first one arriving well before any linger could have passed.
+#[tokio::test]
+async fn producer_zero_linger_sends_at_once_and_batches_while_in_flight() {
+    let (server, state) = start_broker("q", 1).await;
+    state.lock().unwrap().enqueue_delay = Some(Duration::from_millis(300));
+    let client = Client::connect(&server.addr).await.unwrap();
+    let config = ProducerConfig {
+        linger: Duration::ZERO,
+        in_flight_per_partition: 1,
+        ..ProducerConfig::default()
+    };
+    let producer = Producer::new(client, config).unwrap();
+    let first = producer.submit("q", Message::new(b"first".to_vec())).await.unwrap();
+    assert!(
+        wait_for(Duration::from_millis(200), || state.lock().unwrap().enqueue_attempts.len() == 1)
+            .await,
+        "a zero-linger message must be sent at once"
+    );
+    let mut rest = Vec::new();
+    for n in 0..99 {
+        rest.push(producer.submit("q", Message::new(format!("m-{n}"))).await.unwrap());
+    }
+    assert_eq!(state.lock().unwrap().enqueue_attempts.len(), 1, "the rest waits for the slot");
+    bounded(first).await.unwrap();
+    for send in rest {
+        bounded(send).await.unwrap();
+    }
+    let sizes: Vec<usize> = state.lock().unwrap().enqueue_attempts.iter().map(Vec::len).collect();
+    assert_eq!(sizes, [1, 99]);
+}
+
 // ------------------------------------------------------------ consumer
 
 async fn fill(state: &Arc<Mutex<common::BrokerState>>, server: &FakeServer, payloads: &[&str]) {
@@ -453,7 +489,10 @@ async fn consumer_shutdown_drains_in_flight_work() {
         Ok::<(), String>(())
     })
     .unwrap();
-    assert!(wait_for(TEST_LIMIT, || state.lock().unwrap().outstanding == 2).await);
+    // Both deliveries reached their handlers (with pipelined claims they
+    // may come from two claims; a claim answered after shutdown began is
+    // released instead, as documented).
+    assert!(wait_for(TEST_LIMIT, || consumer.stats().claimed == 2).await);
     let stats = bounded(consumer.shutdown()).await;
     let state = state.lock().unwrap();
     assert_eq!(state.outstanding, 0);
@@ -486,6 +525,114 @@ async fn consumer_releases_on_handler_panic() {
     bounded(consumer.shutdown()).await;
     let state = state.lock().unwrap();
     assert_eq!(state.released, [(0, spool_client::PANIC_REASON.to_owned())]);
+}
+
+// Goal: the consumer acks in batches (far fewer Ack requests than
+// deliveries), acks every delivery exactly once, and never asks for more
+// credits than free slots. Method: 2,000 messages on 2 partitions, 256
+// slots, an instant handler; the fake counts Ack requests and refuses (as
+// STALE_TOKEN) any token it already acked.
+#[tokio::test]
+async fn consumer_batches_acks_and_acks_each_delivery_once() {
+    const MESSAGES: usize = 2_000;
+    let (server, state) = start_broker("q", 2).await;
+    state.lock().unwrap().slots = 256;
+    let payloads: Vec<String> = (0..MESSAGES).map(|n| format!("m-{n}")).collect();
+    let refs: Vec<&str> = payloads.iter().map(String::as_str).collect();
+    fill(&state, &server, &refs).await;
+    let client = Client::connect(&server.addr).await.unwrap();
+    let mut config = ConsumerConfig::new("q", 256);
+    config.wait_ms = 20;
+    let consumer =
+        Consumer::start(client, config, |_delivery: Delivery| async { Ok::<(), String>(()) })
+            .unwrap();
+    let done = wait_for(TEST_LIMIT, || state.lock().unwrap().acked.len() >= MESSAGES).await;
+    assert!(done, "not every message was acked");
+    let stats = bounded(consumer.shutdown()).await;
+    let state = state.lock().unwrap();
+    assert_eq!(state.acked.len(), MESSAGES, "each delivery acked once");
+    assert_eq!(state.ack_refused, 0, "no token acked twice or stale");
+    assert_eq!(state.credit_violations, 0);
+    assert_eq!(stats.acked, MESSAGES as u64);
+    assert_eq!(stats.settle_failed, 0);
+    assert_eq!(stats.ack_requests, state.ack_requests as u64);
+    assert!(
+        state.ack_requests * 4 <= MESSAGES,
+        "acks must be batched: {} Ack requests for {MESSAGES} deliveries",
+        state.ack_requests
+    );
+    assert!(state.ack_tokens_max > 1, "some Ack carried several tokens");
+}
+
+// Goal: several claims are outstanding at once (not one claim per round
+// trip). Method: 8 slots, claims_in_flight 4 (a share of 2 slots each), and
+// a fake that answers every claim only after 300 ms; claims that arrive
+// before the first answer was sent were in flight together.
+#[tokio::test]
+async fn consumer_keeps_several_claims_in_flight() {
+    let (server, state) = start_broker("q", 2).await;
+    let payloads: Vec<String> = (0..64).map(|n| format!("m-{n}")).collect();
+    let refs: Vec<&str> = payloads.iter().map(String::as_str).collect();
+    fill(&state, &server, &refs).await;
+    {
+        let mut state = state.lock().unwrap();
+        state.slots = 8;
+        state.claim_delay = Some(Duration::from_millis(300));
+    }
+    let client = Client::connect(&server.addr).await.unwrap();
+    let mut config = ConsumerConfig::new("q", 8);
+    config.claims_in_flight = 4;
+    let consumer =
+        Consumer::start(client, config, |_delivery: Delivery| async { Ok::<(), String>(()) })
+            .unwrap();
+    assert!(wait_for(TEST_LIMIT, || state.lock().unwrap().acked.len() >= 8).await);
+    let stats = bounded(consumer.shutdown()).await;
+    let state = state.lock().unwrap();
+    let first = state.claim_times[0];
+    let together =
+        state.claim_times.iter().filter(|&&at| at < first + Duration::from_millis(250)).count();
+    assert_eq!(together, 4, "claims sent before the first answer: {:?}", state.claims);
+    assert!(state.claims.iter().all(|&credits| credits <= 2), "each claim asks a share");
+    assert_eq!(state.credit_violations, 0);
+    assert!(stats.outstanding_max <= 8);
+}
+
+// Goal: a graceful shutdown flushes acks still waiting for their batch, and
+// does not wait out the linger. Method: ack_linger 60 s and a batch size
+// above the message count, so no ack would go out on its own; once every
+// handler finished, shut down: all 5 must be acked, well within 60 s.
+#[tokio::test]
+async fn consumer_shutdown_flushes_pending_acks() {
+    let (server, state) = start_broker("q", 1).await;
+    fill(&state, &server, &["a", "b", "c", "d", "e"]).await;
+    let client = Client::connect(&server.addr).await.unwrap();
+    let mut config = ConsumerConfig::new("q", 8);
+    config.wait_ms = 10;
+    config.ack_linger = Duration::from_secs(60);
+    config.ack_batch_max = 100;
+    let handled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let consumer = Consumer::start(client, config, {
+        let handled = Arc::clone(&handled);
+        move |_delivery: Delivery| {
+            let handled = Arc::clone(&handled);
+            async move {
+                handled.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                Ok::<(), String>(())
+            }
+        }
+    })
+    .unwrap();
+    assert!(wait_for(TEST_LIMIT, || handled.load(std::sync::atomic::Ordering::SeqCst) == 5).await);
+    // Give the settle tasks time to hand their deliveries to the acker.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(state.lock().unwrap().acked.len(), 0, "the linger holds the acks back");
+    let started = tokio::time::Instant::now();
+    let stats = bounded(consumer.shutdown()).await;
+    assert!(started.elapsed() < Duration::from_secs(10), "shutdown waited out the linger");
+    let state = state.lock().unwrap();
+    assert_eq!(state.acked.len(), 5);
+    assert_eq!(state.ack_requests, 1, "one Ack for the five");
+    assert_eq!(stats.acked, 5);
 }
 
 // Goal: the client surfaces typed server errors with the code name. Method:

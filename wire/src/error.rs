@@ -33,6 +33,8 @@ pub enum WireError {
     FlagsNotAllowed { flags: u32, kind: &'static str },
     #[error("batch timestamps do not match its records: header first {first_ms}, max {max_ms}")]
     TimestampMismatch { first_ms: u64, max_ms: u64 },
+    #[error("batch bytes do not match the header verified for them")]
+    HeaderMismatch,
 
     // --- structure (position table and record placement) ---
     #[error("a {0} batch must hold at least one record")]

@@ -144,6 +144,29 @@ fn trusted_still_rejects_damage() {
 }
 
 #[test]
+fn trusted_verified_skips_the_crc_but_not_the_header_match() {
+    // Goal: trusted_verified() views bytes under the header verify() gave for
+    // them, and refuses a header that is not theirs. Method: verify, view,
+    // compare records; then pass another batch's verified header.
+    let originals = records(4);
+    let mut bytes = build(&originals);
+    BatchHeader::assign(&mut bytes, 100, 3);
+    let header = BatchHeader::verify(&bytes).unwrap();
+    // SAFETY: `header` is verify()'s result on these unchanged, validated bytes.
+    let view = unsafe { BatchView::trusted_verified(&bytes, &header) }.unwrap();
+    assert_eq!(view.header().base_offset, 100);
+    for (index, original) in originals.iter().enumerate() {
+        assert_eq!(view.record(index), original);
+    }
+    let mut other = build(&records(4));
+    BatchHeader::assign(&mut other, 200, 3);
+    let other_header = BatchHeader::verify(&other).unwrap();
+    // SAFETY: the call must refuse before any record is accessed.
+    let result = unsafe { BatchView::trusted_verified(&bytes, &other_header) };
+    assert!(matches!(result, Err(WireError::HeaderMismatch)));
+}
+
+#[test]
 fn misaligned_buffers_are_rejected() {
     // Goal: a batch at an odd address is refused, not read misaligned.
     let bytes = build(&records(2));

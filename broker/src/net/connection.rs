@@ -9,6 +9,10 @@
 //! (each response must be written within it, so a peer that stops reading
 //! cannot pin responses forever).
 //!
+//! Responses that are waiting when the writer wakes are written as one burst:
+//! small ones are copied into one buffer and go out in one `write`, so a
+//! pipelined peer costs one syscall per burst rather than one per response.
+//!
 //! It does not know the protocol: a [`FrameHandler`] splits frames off the
 //! buffer, handles them and says what to send on a protocol fault. Requests
 //! are pipelined and handled concurrently, so responses may leave in a
@@ -30,6 +34,15 @@ use crate::net::stop::StopSignal;
 
 /// Most bytes requested from the socket per read.
 pub const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// Responses already waiting are written together up to this many bytes
+/// (the last one may pass it)...
+pub const WRITE_BURST_BYTES_MAX: usize = 1 << 20;
+/// ...or this many responses, whichever comes first.
+pub const WRITE_BURST_RESPONSES_MAX: usize = 256;
+/// Responses up to this size are copied into one buffer and written with
+/// one syscall; a larger one is written from its own buffer (a copy would
+/// cost more than the syscall it saves).
+pub const WRITE_COPY_BYTES_MAX: usize = 16 * 1024;
 
 /// What a handler's decoder found at the front of the buffer.
 #[derive(Debug, PartialEq, Eq)]
@@ -124,6 +137,43 @@ pub enum ConnectionEnd {
     WriteFailed(std::io::Error),
 }
 
+/// Writes a burst of responses in order: runs of small ones through one
+/// copy buffer and one write, large ones straight from their own buffers.
+async fn write_burst<W, R>(
+    writer: &mut W,
+    burst: &mut [R],
+    coalesced: &mut Vec<u8>,
+) -> std::io::Result<()>
+where
+    W: AsyncWrite + Unpin,
+    R: AsRef<[u8]>,
+{
+    if let [only] = burst {
+        return writer.write_all(only.as_ref()).await;
+    }
+    coalesced.clear();
+    for response in burst.iter() {
+        let bytes = response.as_ref();
+        if bytes.len() <= WRITE_COPY_BYTES_MAX {
+            coalesced.extend_from_slice(bytes);
+            continue;
+        }
+        if !coalesced.is_empty() {
+            writer.write_all(coalesced).await?;
+            coalesced.clear();
+        }
+        writer.write_all(bytes).await?;
+    }
+    if !coalesced.is_empty() {
+        writer.write_all(coalesced).await?;
+    }
+    // Keep the buffer from pinning a large allocation after a big burst.
+    if coalesced.capacity() > WRITE_BURST_BYTES_MAX {
+        *coalesced = Vec::new();
+    }
+    Ok(())
+}
+
 enum ReadEvent {
     Data(std::io::Result<usize>),
     Idle,
@@ -159,16 +209,35 @@ where
         let write_error = write_error.clone();
         async move {
             let mut writer = writer;
+            let mut burst: Vec<H::Response> = Vec::new();
+            let mut coalesced: Vec<u8> = Vec::new();
             while let Some(response) = receiver.recv().await {
                 if writer_failed.is_stopped() {
                     continue; // drain so in-flight tasks can finish and drop senders
                 }
-                let write = async { writer.write_all(response.as_ref()).await.map(|()| true) };
+                // Take every response that is already waiting (one wake-up,
+                // one write for a burst of pipelined answers).
+                let mut burst_bytes = response.as_ref().len();
+                burst.push(response);
+                while burst_bytes < WRITE_BURST_BYTES_MAX && burst.len() < WRITE_BURST_RESPONSES_MAX
+                {
+                    match futures_lite::future::poll_once(receiver.recv()).await {
+                        Some(Some(next)) => {
+                            burst_bytes += next.as_ref().len();
+                            burst.push(next);
+                        }
+                        // Nothing waiting, or every sender gone.
+                        Some(None) | None => break,
+                    }
+                }
+                let write = write_burst(&mut writer, &mut burst, &mut coalesced);
                 let deadline = async {
                     Timer::new(limits.write_timeout).await;
                     Ok(false)
                 };
-                match or(write, deadline).await {
+                let outcome = or(async { write.await.map(|()| true) }, deadline).await;
+                burst.clear();
+                match outcome {
                     Ok(true) => {}
                     Ok(false) => {
                         *write_error.borrow_mut() = Some(std::io::Error::new(
@@ -217,7 +286,10 @@ where
     let sender = Rc::new(sender);
     let in_flight = Rc::new(Semaphore::new(limits.in_flight_max as u64));
     let in_flight_max = limits.in_flight_max as u64;
+    // `buffer[..filled]` holds unread bytes; the rest of `buffer` is already
+    // initialized room for the next read, so reads do not zero it again.
     let mut buffer: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES.min(limits.frame_bytes_max));
+    let mut filled = 0usize;
     let mut frame_deadline: Option<Timer> = None;
 
     // The fault response goes out after every response already in flight,
@@ -239,8 +311,8 @@ where
     loop {
         // Hand every whole frame in the buffer to its own task.
         let mut consumed = 0;
-        while consumed < buffer.len() {
-            let pending = &buffer[consumed..];
+        while consumed < filled {
+            let pending = &buffer[consumed..filled];
             match handler.decode(pending) {
                 Ok(Decoded::Incomplete) => {
                     if pending.len() >= limits.frame_bytes_max {
@@ -278,7 +350,8 @@ where
                 }
             }
         }
-        buffer.drain(..consumed);
+        buffer.copy_within(consumed..filled, 0);
+        filled -= consumed;
 
         if stop.is_stopped() {
             return ConnectionEnd::Stopped;
@@ -289,16 +362,19 @@ where
         }
 
         let nothing_in_flight = in_flight.available() == in_flight_max;
-        if !buffer.is_empty() && frame_deadline.is_none() {
+        if filled > 0 && frame_deadline.is_none() {
             frame_deadline = Some(Timer::new(limits.frame_timeout));
         }
-        let start = buffer.len();
+        let start = filled;
         let want = READ_CHUNK_BYTES.min(limits.frame_bytes_max - start);
         assert!(want > 0);
-        buffer.resize(start + want, 0);
+        if buffer.len() < start + want {
+            buffer.resize(start + want, 0);
+        }
 
         let event = {
-            let read = async { ReadEvent::Data(reader.read(&mut buffer[start..]).await) };
+            let read =
+                async { ReadEvent::Data(reader.read(&mut buffer[start..start + want]).await) };
             let stopped = async {
                 stop.wait().await;
                 ReadEvent::Stopped
@@ -329,11 +405,8 @@ where
             or(read, or(stopped, or(failed, deadline))).await
         };
         match event {
-            ReadEvent::Data(Ok(0)) => {
-                buffer.truncate(start);
-                return ConnectionEnd::PeerClosed;
-            }
-            ReadEvent::Data(Ok(read_bytes)) => buffer.truncate(start + read_bytes),
+            ReadEvent::Data(Ok(0)) => return ConnectionEnd::PeerClosed,
+            ReadEvent::Data(Ok(read_bytes)) => filled = start + read_bytes,
             ReadEvent::Data(Err(error)) => return ConnectionEnd::ReadFailed(error),
             ReadEvent::Stopped => return ConnectionEnd::Stopped,
             ReadEvent::WriterFailed => return ConnectionEnd::PeerClosed,
@@ -342,7 +415,57 @@ where
                 fault(ProtocolFault::FrameTimeout).await;
                 return ConnectionEnd::FrameTimeout;
             }
-            ReadEvent::InFlightDrained => buffer.truncate(start),
+            ReadEvent::InFlightDrained => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    /// An in-memory writer that records each `write` call separately.
+    #[derive(Default)]
+    struct Writes(Vec<Vec<u8>>);
+
+    impl AsyncWrite for Writes {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            bytes: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            self.0.push(bytes.to_vec());
+            Poll::Ready(Ok(bytes.len()))
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    #[test]
+    fn a_burst_of_small_responses_is_one_write_and_large_ones_go_alone() {
+        // Goal: responses waiting together cost one write (not one each), in
+        // order, and a large one is written from its own buffer. Method: an
+        // in-memory writer that records every write call.
+        let small = |tag: u8| vec![tag; 100];
+        let mut writer = Writes::default();
+        let mut coalesced = Vec::new();
+        let mut burst: Vec<Vec<u8>> = (1..=10).map(small).collect();
+        futures_lite::future::block_on(write_burst(&mut writer, &mut burst, &mut coalesced))
+            .unwrap();
+        assert_eq!(writer.0.len(), 1, "ten small responses, one write");
+        assert_eq!(writer.0[0], burst.concat());
+
+        let large = vec![0xEE; WRITE_COPY_BYTES_MAX + 1];
+        let mut writer = Writes::default();
+        let mut burst = vec![small(1), large.clone(), small(2), small(3)];
+        futures_lite::future::block_on(write_burst(&mut writer, &mut burst, &mut coalesced))
+            .unwrap();
+        assert_eq!(writer.0, vec![small(1), large, [small(2), small(3)].concat()]);
     }
 }

@@ -32,7 +32,7 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use spool_wire::batch::{BatchBytes, BatchKind, BatchView, ControlBatchBuilder};
+use spool_wire::batch::{BatchBytes, BatchHeader, BatchKind, BatchView, ControlBatchBuilder};
 use spool_wire::{ErrorCode, WireError};
 use thiserror::Error;
 
@@ -267,32 +267,35 @@ struct CachedBatch {
 }
 
 impl CachedBatch {
-    /// Indexes a crc-checked batch read back from the log.
-    fn new(bytes: Vec<u8>) -> Result<Option<Self>, WireError> {
+    /// Indexes a batch the log read back and crc-checked (`header` is what
+    /// its check returned), without checking the crcs a second time.
+    fn new(bytes: Vec<u8>, header: &BatchHeader) -> Result<Option<Self>, WireError> {
+        if header.kind != BatchKind::Data {
+            return Ok(None);
+        }
         let records = {
             let view_bytes = aligned(&bytes);
-            let view = trusted_view(&view_bytes)?;
-            if view.header().kind != BatchKind::Data {
-                return Ok(None);
-            }
+            let view = verified_view(&view_bytes, header)?;
             let start = view_bytes.as_ptr() as usize;
             view.record_slices()
                 .map(|slice| (slice.as_ptr() as usize - start, slice.len()))
                 .collect()
         };
-        let header = spool_wire::batch::BatchHeader::parse(&bytes)?;
         Ok(Some(Self { next_offset: header.next_offset(), bytes, records }))
     }
 }
 
-/// A view of a batch this broker wrote and read back crc-checked.
-fn trusted_view(bytes: &[u8]) -> Result<BatchView<'_>, WireError> {
+/// A view of a batch this broker wrote and the log has just read back and
+/// crc-checked: `header` is the log's verified header of exactly these bytes
+/// (a `ReadBatch`), so the crcs are not computed a second time.
+fn verified_view<'a>(bytes: &'a [u8], header: &BatchHeader) -> Result<BatchView<'a>, WireError> {
     // SAFETY: the bytes come from this partition's own log. Data batches
     // passed `BatchView::validate` (checked rkyv access of every record)
     // before they were appended, control batches were built by this broker,
-    // and the log verified both crcs on the way back, so the bytes are the
-    // ones that were validated.
-    unsafe { BatchView::trusted(bytes) }
+    // and `Log::read` returns each batch's bytes with the header that
+    // `BatchHeader::verify` (both crcs) produced for those very bytes, so
+    // they are the bytes that were validated.
+    unsafe { BatchView::trusted_verified(bytes, header) }
 }
 
 impl<S: Storage + Clone> Partition<S> {
@@ -460,7 +463,7 @@ impl<S: Storage + Clone> Partition<S> {
                     continue;
                 }
                 let bytes = aligned(&batch.bytes);
-                let view = trusted_view(&bytes)?;
+                let view = verified_view(&bytes, &batch.header)?;
                 let base = view.header().base_offset;
                 let mut state = self.state.borrow_mut();
                 for index in 0..view.len() {
@@ -740,7 +743,7 @@ impl<S: Storage + Clone> Partition<S> {
                         missing(format!("record at offset {} not found in the log", offset.0))
                     })?;
                 let base = batch.header.base_offset;
-                let cached = CachedBatch::new(batch.bytes)?
+                let cached = CachedBatch::new(batch.bytes, &batch.header)?
                     .ok_or_else(|| missing(format!("offset {} is not a data record", offset.0)))?;
                 cache.batches.insert(base, cached);
                 base

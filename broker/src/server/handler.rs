@@ -12,19 +12,21 @@
 //! Admin requests that are about one partition (Peek, Purge, DeadLetters,
 //! Redrive) go to the owning shard like data. DescribeQueue reports the
 //! partitions this shard owns; a client asks every shard and merges.
-//! Metadata's leader epoch is known only for partitions this shard serves
-//! (0 elsewhere: ask the owner), because shards share no state.
+//! Metadata reports every partition's leader epoch, whichever shard owns it,
+//! from the shards' shared [`EpochBoard`](super::EpochBoard) (0 only while
+//! no shard has the partition open).
 
 use std::rc::Rc;
 
 use spool_wire::batch::{validate_record, BatchBytes};
+use spool_wire::proto::limits::FRAME_HEADER_BYTES;
 use spool_wire::proto::{
     self, decode_frame, AckResponse, ClaimResponse, CorrelationId, CreateQueueResponse, DeadLetter,
     DeadLettersResponse, DeleteQueueResponse, DescribeQueueResponse, ErrorResponse, ExtendResponse,
-    ListQueuesResponse, MessageState, MetadataResponse, NodeAddress, PartitionMetadata,
-    PartitionStats, PeekResponse, PeekedMessage, ProtoError, PurgeResponse, QueueMetadata,
-    QueueSummary, RecordOutcome, RedriveResponse, RedriveTarget, ReleaseResponse, Request,
-    Response, MAX_FRAME_BYTES,
+    Frame, FrameHeader, ListQueuesResponse, MessageState, MetadataResponse, NodeAddress,
+    PartitionMetadata, PartitionStats, PeekResponse, PeekedMessage, ProtoError, PurgeResponse,
+    QueueMetadata, QueueSummary, RecordOutcome, RedriveResponse, RedriveTarget, ReleaseResponse,
+    Request, Response, MAX_FRAME_BYTES,
 };
 use spool_wire::ErrorCode;
 
@@ -67,10 +69,23 @@ fn reason_text(reason: ReleaseReason, cause: Option<crate::queue::QuarantineCaus
     }
 }
 
-/// A whole request frame, copied into an aligned buffer.
+/// A whole request frame, copied into an aligned buffer, with what
+/// [`SpoolHandler::decode`] already learned from its header, so `answer`
+/// does not parse the header again.
 #[derive(Debug)]
 pub struct OwnedFrame {
     bytes: BatchBytes,
+    /// The parsed header, or the error reply for a frame whose api key or
+    /// version this broker does not serve (answered, connection kept).
+    header: Result<FrameHeader, ProtoError>,
+}
+
+impl OwnedFrame {
+    /// The frame as the codec sees it; valid only with an `Ok` header.
+    fn frame(&self, header: FrameHeader) -> Frame<'_> {
+        let body_end = FRAME_HEADER_BYTES + header.body_bytes as usize;
+        Frame { header, body: &self.bytes[FRAME_HEADER_BYTES..body_end] }
+    }
 }
 
 /// Why the connection must close, and what the error reply echoes: the
@@ -518,8 +533,8 @@ impl SpoolHandler {
                 .map(|(index, assignment)| {
                     let index = index as u32;
                     let addr = self.state.shard_addr(assignment.shard);
-                    let epoch =
-                        self.state.partition(name.as_str(), index).map_or(0, |p| p.epoch().0);
+                    // 0 only while no shard has the partition open.
+                    let epoch = self.state.epochs.epoch(entry.id, index).unwrap_or(0);
                     PartitionMetadata {
                         partition: proto::PartitionId(index),
                         host: addr.ip().to_string(),
@@ -560,14 +575,14 @@ impl SpoolHandler {
         out
     }
 
-    async fn answer(&self, frame_bytes: &[u8]) -> Vec<u8> {
-        let frame = match decode_frame(frame_bytes) {
-            Ok(frame) => frame,
+    async fn answer(&self, owned: &OwnedFrame) -> Vec<u8> {
+        let frame = match &owned.header {
+            Ok(header) => owned.frame(*header),
             Err(failure) => {
                 // Unknown api or version: answer and carry on.
-                let (correlation_id, api_key, api_version) = raw_ids(frame_bytes);
+                let (correlation_id, api_key, api_version) = raw_ids(&owned.bytes);
                 return Self::encode_error(
-                    &ErrorResponse::from_proto_error(&failure),
+                    &ErrorResponse::from_proto_error(failure),
                     correlation_id,
                     api_key,
                     api_version,
@@ -689,31 +704,33 @@ impl FrameHandler for SpoolHandler {
         }
         let mut bytes = BatchBytes::with_capacity(declared);
         bytes.extend_from_slice(&buffer[..declared]);
-        match decode_frame(&bytes) {
+        let header = match decode_frame(&bytes) {
             Ok(frame) if frame.header.is_response => {
                 let error = ProtoError::WrongDirection { expected: "request" };
-                Err(FrameError::of_frame(error, &bytes))
+                return Err(FrameError::of_frame(error, &bytes));
             }
             Ok(frame) => match Request::decode(&frame) {
                 // A body that does not parse (truncated, trailing bytes, bad
                 // flatbuffer) closes the connection (protocol.md, "Errors and
                 // the connection"); a field out of range is answered by
-                // `answer` and the connection carries on. This decodes the
-                // body twice; decoding borrows, so the cost is the checks.
+                // `answer` and the connection carries on. The body is decoded
+                // again in `answer` (the request borrows from the frame, which
+                // moves into its task); decoding borrows, so that second pass
+                // is only the checks. The header is kept, not parsed again.
                 Err(failure) if failure.closes_connection() => {
-                    Err(FrameError::of_frame(failure, &bytes))
+                    return Err(FrameError::of_frame(failure, &bytes));
                 }
-                _ => Ok(Decoded::Frame { frame: OwnedFrame { bytes }, len_bytes: declared }),
+                _ => Ok(frame.header),
             },
-            Err(ProtoError::UnknownApi { .. }) | Err(ProtoError::UnsupportedVersion { .. }) => {
-                Ok(Decoded::Frame { frame: OwnedFrame { bytes }, len_bytes: declared })
-            }
-            Err(failure) => Err(FrameError::of_frame(failure, &bytes)),
-        }
+            Err(failure @ ProtoError::UnknownApi { .. })
+            | Err(failure @ ProtoError::UnsupportedVersion { .. }) => Err(failure),
+            Err(failure) => return Err(FrameError::of_frame(failure, &bytes)),
+        };
+        Ok(Decoded::Frame { frame: OwnedFrame { bytes, header }, len_bytes: declared })
     }
 
     async fn handle(self: Rc<Self>, frame: OwnedFrame) -> Vec<u8> {
-        self.answer(&frame.bytes).await
+        self.answer(&frame).await
     }
 
     fn fault_response(&self, fault: ProtocolFault<'_, FrameError>) -> Option<Vec<u8>> {

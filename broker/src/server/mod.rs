@@ -9,6 +9,13 @@
 //! `NOT_OWNER` and the owner's address; it is never forwarded, so nothing on
 //! the request path crosses cores.
 //!
+//! Leader epochs for `Metadata`: each shard publishes the epoch of every
+//! partition it opens on an [`EpochBoard`] shared by all shards (a lock-free
+//! read path is not needed: it is read only by Metadata and written only
+//! when a partition opens or is deleted), so any shard answers Metadata with
+//! every partition's real epoch. This is the one piece of state shards share,
+//! and it is off the data path.
+//!
 //! Partition directories: `DATA_DIR/partitions/q{queue_id:010}/p{partition:05}`.
 //! Queue ids are never reused, so a queue created again under a deleted
 //! queue's name never sees the old files.
@@ -21,7 +28,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use glommio::task::JoinHandle;
 use thiserror::Error;
@@ -58,6 +65,41 @@ pub fn partition_dir(data_dir: &Path, queue_id: QueueId, partition: u32) -> Path
         .join(format!("p{partition:05}"))
 }
 
+/// The leader epoch of every partition open on any shard, keyed by queue id
+/// (never reused) and partition. Holds one entry per open partition, so it is
+/// bounded by the assignment table (queues × `PARTITIONS_MAX`).
+#[derive(Debug, Default)]
+pub struct EpochBoard {
+    epochs: RwLock<BTreeMap<(QueueId, u32), u64>>,
+}
+
+impl EpochBoard {
+    /// Publishes the epoch a partition was opened with.
+    pub fn publish(&self, queue_id: QueueId, partition: u32, epoch: u64) {
+        self.write().insert((queue_id, partition), epoch);
+    }
+
+    /// Forgets a partition that was closed for good (queue deleted).
+    pub fn forget(&self, queue_id: QueueId, partition: u32) {
+        self.write().remove(&(queue_id, partition));
+    }
+
+    /// The epoch of an open partition, if some shard has it open.
+    pub fn epoch(&self, queue_id: QueueId, partition: u32) -> Option<u64> {
+        // A panic while holding the lock cannot leave the map half-updated
+        // (each operation is one insert or remove), so poisoning is ignored.
+        self.epochs
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&(queue_id, partition))
+            .copied()
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<(QueueId, u32), u64>> {
+        self.epochs.write().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
 /// One partition this shard serves, and its log's background task.
 pub struct Served {
     pub partition: Rc<ShardPartition>,
@@ -81,6 +123,8 @@ pub struct ShardState {
     /// files and restarts the broker.
     pub unavailable: RefCell<BTreeMap<(String, u32), String>>,
     pub clock: Clock,
+    /// Every shard's partition epochs, for Metadata.
+    pub epochs: Arc<EpochBoard>,
 }
 
 impl std::fmt::Debug for ShardState {
@@ -166,6 +210,7 @@ impl ShardState {
             truncated_bytes = report.log.truncated_bytes,
             "partition open"
         );
+        self.epochs.publish(queue_id, partition, report.epoch.0);
         let task = glommio::spawn_local(background).detach();
         self.partitions.borrow_mut().insert(
             (queue.as_str().to_owned(), partition),
@@ -185,9 +230,12 @@ impl ShardState {
 }
 
 /// Builds [`SpoolHooks`] on each shard. Partitions use the broker config's
-/// log settings ([`BrokerConfig::log_config`]).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SpoolHooksFactory;
+/// log settings ([`BrokerConfig::log_config`]). Every shard it builds shares
+/// one [`EpochBoard`].
+#[derive(Debug, Clone, Default)]
+pub struct SpoolHooksFactory {
+    epochs: Arc<EpochBoard>,
+}
 
 impl ShardHooksFactory for SpoolHooksFactory {
     type Hooks = SpoolHooks;
@@ -203,6 +251,7 @@ impl ShardHooksFactory for SpoolHooksFactory {
             partitions: RefCell::new(BTreeMap::new()),
             unavailable: RefCell::new(BTreeMap::new()),
             clock: Rc::new(|| crate::clock::now_ms().0),
+            epochs: self.epochs.clone(),
         });
         let handler = Rc::new(SpoolHandler::new(state.clone()));
         SpoolHooks { state, handler }
@@ -256,6 +305,7 @@ impl ShardHooks for SpoolHooks {
                 };
                 state.unavailable.borrow_mut().retain(|(name, _), _| name != queue.as_str());
                 for ((name, partition), served) in doomed {
+                    state.epochs.forget(served.partition.name().queue_id, partition);
                     let dir = served.partition.dir().to_path_buf();
                     if let Err(error) = ShardState::close_served(&served).await {
                         tracing::warn!(queue = %name, partition, %error, "close before delete failed");

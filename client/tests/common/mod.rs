@@ -159,6 +159,8 @@ pub struct BrokerState {
     pub enqueue_attempts: Vec<Vec<MessageId>>,
     /// Faults for the next Enqueue attempts, first first.
     pub enqueue_faults: Vec<EnqueueFault>,
+    /// When set, every Enqueue is answered only after this long.
+    pub enqueue_delay: Option<Duration>,
     pub metadata_requests: usize,
     /// Credits of every claim.
     pub claims: Vec<u32>,
@@ -170,6 +172,15 @@ pub struct BrokerState {
     pub extends: usize,
     pub acked: Vec<u64>,
     pub released: Vec<(u64, String)>,
+    /// Ack requests received, and the most tokens one carried.
+    pub ack_requests: usize,
+    pub ack_tokens_max: usize,
+    /// Ack tokens refused (already acked, or never claimed).
+    pub ack_refused: usize,
+    /// When set, every claim is answered only after this long.
+    pub claim_delay: Option<Duration>,
+    /// Arrival time of every claim.
+    pub claim_times: Vec<tokio::time::Instant>,
 }
 
 impl BrokerState {
@@ -257,10 +268,15 @@ pub fn mini_broker(state: Arc<Mutex<BrokerState>>) -> Handler {
                     return;
                 }
                 let base_offset = Offset(0);
-                outbox.send(ok(id, &Response::Enqueue(EnqueueResponse { base_offset, records })));
+                let bytes = ok(id, &Response::Enqueue(EnqueueResponse { base_offset, records }));
+                match state.enqueue_delay {
+                    Some(delay) => outbox.send_after(delay, bytes),
+                    None => outbox.send(bytes),
+                }
             }
             Request::Claim(claim) => {
                 state.claims.push(claim.credits);
+                state.claim_times.push(tokio::time::Instant::now());
                 if state.slots > 0 && state.outstanding + claim.credits as usize > state.slots {
                     state.credit_violations += 1;
                 }
@@ -296,7 +312,9 @@ pub fn mini_broker(state: Arc<Mutex<BrokerState>>) -> Handler {
                     ok(id, &Response::Claim(ClaimResponse { lease_deadline_ms: 99, deliveries }));
                 state.outstanding += count;
                 state.outstanding_max = state.outstanding_max.max(state.outstanding);
-                if count == 0 {
+                if let Some(delay) = state.claim_delay {
+                    outbox.send_after(delay, bytes);
+                } else if count == 0 {
                     // A short long-poll: answer empty after a while.
                     outbox
                         .send_after(Duration::from_millis(u64::from(claim.wait_ms.min(20))), bytes);
@@ -316,6 +334,8 @@ pub fn mini_broker(state: Arc<Mutex<BrokerState>>) -> Handler {
                 }
             }
             Request::Ack(ack) => {
+                state.ack_requests += 1;
+                state.ack_tokens_max = state.ack_tokens_max.max(ack.tokens.len());
                 let mut results = Vec::new();
                 for token in &ack.tokens {
                     let (partition, offset, generation) = untoken(token);
@@ -326,6 +346,7 @@ pub fn mini_broker(state: Arc<Mutex<BrokerState>>) -> Handler {
                         state.acked.push(offset as u64);
                         results.push(ErrorCode::None);
                     } else {
+                        state.ack_refused += 1;
                         results.push(ErrorCode::StaleToken);
                     }
                 }
