@@ -1,6 +1,8 @@
 //! Fuzz target: arbitrary bytes from a peer, split into reads at
 //! fuzzer-chosen points, through the streaming `FrameDecoder` and
-//! `Request::decode`. Must never panic; a poisoned decoder stays poisoned.
+//! `Request::decode`. Input layout: `[cut0, cut1, cut2, cut3, stream...]`;
+//! reads take `cut + 1` bytes, cycling through the four cuts. Must never
+//! panic.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
