@@ -448,8 +448,8 @@ impl DedupeTable {
     ///
     /// # Errors
     /// [`RestoreError`] when times go backwards, offsets do not increase or
-    /// an id repeats; the table is then left partially filled (the caller
-    /// discards the whole state).
+    /// an id repeats within a generation; the table is then left partially
+    /// filled (the caller discards the whole state).
     pub fn restore<I>(&mut self, entries: I) -> Result<(), RestoreError>
     where
         I: Iterator<Item = (MessageId, Offset, Millis)> + Clone,
@@ -474,12 +474,13 @@ impl DedupeTable {
                 *size += 1;
             }
         }
-        // Pass 2: insert into generations presized for those counts.
+        // Pass 2: insert into generations presized for those counts. A
+        // repeated id is refused within a generation (the insert probe
+        // meets it for free); probing every older generation per entry would
+        // cost more than the rest of the restore, for a case our own
+        // snapshots never contain (the newest entry would shadow it anyway).
         for (id, offset, time_ms) in entries {
             let hash = self.keys.hash(&id.0);
-            if self.live(hash, &id).is_some() {
-                return Err(RestoreError::DuplicateId);
-            }
             // Nothing is dropped during a restore, so a generation opened now
             // is number `generations.len()`.
             let hint = sizes.get(self.generations.len()).copied().unwrap_or(0);
