@@ -33,7 +33,7 @@ use serde::Serialize;
 use spool_broker::clock::instant_now;
 use spool_broker::io::DmaStorage;
 use spool_broker::limits::{SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN};
-use spool_broker::log::{Log, LogConfig, LogError, RecordFatal};
+use spool_broker::log::{Log, LogConfig, LogError, Offset as LogOffset, RecordFatal};
 use spool_broker::partition::files::{self, CHECKPOINT_FILE, CHECKPOINT_MAGIC};
 use spool_broker::partition::{Clock, OpenReport, Partition, PartitionError, PartitionName};
 use spool_broker::queue::limits::{QUEUE_BYTES_MAX, QUEUE_MESSAGES_MAX};
@@ -144,6 +144,9 @@ pub struct Reopen {
     /// Segments and batches the log's own open found (its crc scan).
     pub log_segments: usize,
     pub log_batches: u64,
+    /// Sealed segments taken from their index files without a scan (below
+    /// the checkpoint; `Log::open_from`).
+    pub log_segments_trusted: usize,
     /// Live messages after the reopen (must equal `messages`).
     pub live_messages: u64,
 }
@@ -161,10 +164,14 @@ pub struct RecoveryReport {
     /// build (segments are pre-zeroed at full size, so the active one counts whole).
     pub bytes_on_disk: u64,
     pub checkpoint_bytes: u64,
-    /// `Log::open` alone on the built directory: the log's own recovery
-    /// scan (every segment, every batch crc-checked), which every partition
-    /// open pays before the checkpoint is even read.
+    /// `Log::open` alone on the built directory: the full recovery scan
+    /// (every segment, every batch crc-checked): what a reopen without a
+    /// usable checkpoint pays.
     pub log_scan_ms: f64,
+    /// `Log::open_from` alone, bounded by the checkpoint's offset: sealed
+    /// segments below it are not read; what `Partition::open` pays with a
+    /// checkpoint.
+    pub log_scan_from_checkpoint_ms: f64,
     /// Reading the checkpoint side file alone (`files::read_side_file`:
     /// serial 1 MiB O_DIRECT reads, crc check).
     pub checkpoint_read_ms: f64,
@@ -346,6 +353,7 @@ async fn reopen(
         replayed_events: report.replayed_events,
         log_segments: report.log.segments,
         log_batches: report.log.batches,
+        log_segments_trusted: report.log.segments_trusted,
         live_messages,
     };
     close(opened, fatal).await?;
@@ -358,15 +366,23 @@ async fn reopen(
     Ok(reopen)
 }
 
-/// Times `Log::open` alone (the scan), then closes the log again.
+/// Times `Log::open` alone (the full scan), or `Log::open_from(scan_from)`
+/// when given, then closes the log again.
 async fn time_log_open(
     dir: &Path,
     config: &RecoveryConfig,
     fatal: &Rc<RecordFatal>,
+    scan_from: Option<u64>,
 ) -> Result<f64, BenchError> {
     let start = instant_now();
-    let (log, _report) =
-        Log::open(DmaStorage, dir, config.log_config(), SCAN_EPOCH, fatal.clone()).await?;
+    let (log, _report) = match scan_from {
+        Some(offset) => {
+            let from = LogOffset(offset);
+            Log::open_from(DmaStorage, dir, config.log_config(), SCAN_EPOCH, fatal.clone(), from)
+                .await?
+        }
+        None => Log::open(DmaStorage, dir, config.log_config(), SCAN_EPOCH, fatal.clone()).await?,
+    };
     let scan_ms = instant_now().duration_since(start).as_secs_f64() * 1000.0;
     let background = glommio::spawn_local(log.background());
     log.close();
@@ -378,8 +394,9 @@ async fn time_log_open(
 }
 
 /// Times reading the checkpoint file and restoring the state from it, each
-/// alone, as `Partition::open` does them.
-async fn time_checkpoint_load(dir: &Path) -> Result<(f64, f64), BenchError> {
+/// alone, as `Partition::open` does them. Returns both and the offset the
+/// checkpoint covers.
+async fn time_checkpoint_load(dir: &Path) -> Result<(f64, f64, u64), BenchError> {
     let start = instant_now();
     let file = files::read_side_file(&DmaStorage, dir, CHECKPOINT_FILE, CHECKPOINT_MAGIC)
         .await
@@ -398,7 +415,7 @@ async fn time_checkpoint_load(dir: &Path) -> Result<(f64, f64), BenchError> {
         .map_err(|error| BenchError::Scenario(format!("checkpoint does not restore: {error}")))?;
     let restore_ms = instant_now().duration_since(start).as_secs_f64() * 1000.0;
     drop(restored);
-    Ok((read_ms, restore_ms))
+    Ok((read_ms, restore_ms, file.value))
 }
 
 /// One enqueue task: takes the next batch number until none is left.
@@ -467,8 +484,9 @@ async fn measure(
         })?
         .len();
 
-    let log_scan_ms = time_log_open(dir, config, &fatal).await?;
-    let (checkpoint_read_ms, checkpoint_restore_ms) = time_checkpoint_load(dir).await?;
+    let log_scan_ms = time_log_open(dir, config, &fatal, None).await?;
+    let (checkpoint_read_ms, checkpoint_restore_ms, covers) = time_checkpoint_load(dir).await?;
+    let log_scan_from_checkpoint_ms = time_log_open(dir, config, &fatal, Some(covers)).await?;
     let with_checkpoint = reopen(dir, config, &clock, &fatal).await?;
     // Closing wrote a fresh checkpoint; remove it so the next open replays all.
     std::fs::remove_file(&checkpoint_path).map_err(|source| BenchError::Dir {
@@ -487,6 +505,7 @@ async fn measure(
         bytes_on_disk,
         checkpoint_bytes,
         log_scan_ms,
+        log_scan_from_checkpoint_ms,
         checkpoint_read_ms,
         checkpoint_restore_ms,
         build_ms,

@@ -11,7 +11,9 @@ use std::rc::Rc;
 use glommio::{LocalExecutorBuilder, Placement};
 use spool_broker::io::DmaStorage;
 use spool_broker::log::{LogConfig, RecordFatal};
-use spool_broker::partition::{Clock, EnqueueOutcome, Partition, PartitionError, PartitionName};
+use spool_broker::partition::{
+    Clock, EnqueueOutcome, OpenReport, Partition, PartitionError, PartitionName,
+};
 use spool_broker::queue::{
     ClaimRequest, Lane, Offset, PartitionId, QueueConfig, QueueId, ReleaseReason, WorkerId,
 };
@@ -270,5 +272,67 @@ fn ack_after_close_is_refused_not_acknowledged() {
         let reopened = open(dir.path(), &now, QueueConfig::default()).await;
         assert_eq!(reopened.0.counters().live_messages, 1, "the unacknowledged ack was not kept");
         close(reopened).await;
+    });
+}
+
+/// Opens with 64 KiB segments (so a small test rolls several) and returns the report.
+async fn open_small_segments(
+    dir: &Path,
+    now: &Rc<Cell<u64>>,
+) -> (Rc<Partition<DmaStorage>>, glommio::task::JoinHandle<()>, OpenReport) {
+    let name =
+        PartitionName { queue: "jobs".into(), queue_id: QueueId(1), partition: PartitionId(0) };
+    let (partition, background, report) = Partition::open(
+        DmaStorage,
+        dir,
+        name,
+        QueueConfig::default(),
+        LogConfig {
+            segment_bytes: 64 * 1024,
+            commit_bytes: 16 * 1024,
+            batch_bytes_max: 8 * 1024,
+            pending_bytes_max: 1 << 20,
+            index_interval_bytes: 4096,
+            tail_cache_bytes: 32 * 1024,
+            ..LogConfig::default()
+        },
+        [7u8; 32],
+        Rc::new(RecordFatal::default()),
+        clock(now),
+    )
+    .await
+    .expect("open");
+    (partition, glommio::spawn_local(background).detach(), report)
+}
+
+#[test]
+fn reopen_with_a_checkpoint_skips_sealed_segments_below_it() {
+    // Goal: Partition::open bounds the log scan by the checkpoint (sealed segments below it
+    // are trusted, not read) and still recovers the same state; without the checkpoint the
+    // whole log is scanned. Method: roll several 64 KiB segments, close, reopen twice.
+    let dir = tempfile::tempdir().unwrap();
+    let now = Rc::new(Cell::new(START_MS));
+    run(async move {
+        let (partition, task, _) = open_small_segments(dir.path(), &now).await;
+        for round in 0..40u8 {
+            let ids: Vec<u8> = (0..5).map(|i| round.wrapping_mul(5).wrapping_add(i)).collect();
+            partition.enqueue(&batch(&ids, START_MS)).await.unwrap();
+        }
+        assert!(partition.log().segments().len() >= 3, "the test needs sealed segments");
+        let before = partition.with_state(|state| state.messages());
+        close((partition, task)).await;
+
+        let (partition, task, report) = open_small_segments(dir.path(), &now).await;
+        assert!(report.checkpoint_covers.is_some());
+        assert_eq!(report.log.segments_trusted, partition.log().segments().len() - 1);
+        assert_eq!(partition.with_state(|state| state.messages()), before);
+        close((partition, task)).await;
+
+        std::fs::remove_file(dir.path().join("checkpoint")).unwrap();
+        let (partition, task, report) = open_small_segments(dir.path(), &now).await;
+        assert_eq!(report.checkpoint_covers, None);
+        assert_eq!(report.log.segments_trusted, 0);
+        assert_eq!(partition.with_state(|state| state.messages()), before);
+        close((partition, task)).await;
     });
 }

@@ -79,8 +79,8 @@ fn per_message(
 }
 
 // Goal: hold the memory targets (≤ 32 B per never-claimed message, ≤ 128 B
-// per claimed or scheduled one), excluding the dedupe window which is sized
-// by its own config. Method: 1 M enqueues (and 100 k claims / schedules)
+// per claimed or scheduled one, ≤ 40 B per dedupe window entry on top).
+// Method: 1 M enqueues (and 100 k claims / schedules)
 // under a counting allocator; bytes allocated per message.
 #[test]
 fn memory_per_message() {
@@ -126,6 +126,8 @@ fn memory_per_message() {
     println!("bytes/message: fresh {fresh:.1}, fresh with expiry {fresh_expiring:.1}, fresh + 1h dedupe window {with_dedupe:.1}, scheduled {scheduled:.1}, claimed {claimed:.1}");
     assert!(fresh <= 32.0, "fresh {fresh}");
     assert!(fresh_expiring <= 32.0, "fresh with expiry {fresh_expiring}");
+    // Every one of the 1 M ids is inside the 1 h window: all held.
+    assert!(with_dedupe - fresh <= 40.0, "dedupe entry {}", with_dedupe - fresh);
     assert!(scheduled <= 128.0, "scheduled {scheduled}");
     assert!(claimed <= 128.0, "claimed {claimed}");
 }

@@ -205,8 +205,42 @@ impl<S: Storage> Log<S> {
         leader_epoch: u32,
         fatal: Rc<dyn FatalHandler>,
     ) -> Result<(Self, RecoveryReport), LogError> {
+        Self::open_inner(storage, dir, config, leader_epoch, fatal, None).await
+    }
+
+    /// Like [`Log::open`], but sealed segments that end at or below
+    /// `scan_from` (the offset a valid checkpoint covers) are not read: their
+    /// extent and sparse index come from their persisted index files, and
+    /// their batches are crc-checked when read instead (a bad one is
+    /// [`LogError::Corrupt`] from [`Log::read`], never served). A sealed
+    /// segment without a valid index file, the segment holding `scan_from`,
+    /// every later segment and the tail are scanned as by `open`, with the
+    /// same torn-tail repair and the same refusal of damage before the tail.
+    ///
+    /// # Errors
+    /// As [`Log::open`].
+    pub async fn open_from(
+        storage: S,
+        dir: &Path,
+        config: LogConfig,
+        leader_epoch: u32,
+        fatal: Rc<dyn FatalHandler>,
+        scan_from: Offset,
+    ) -> Result<(Self, RecoveryReport), LogError> {
+        Self::open_inner(storage, dir, config, leader_epoch, fatal, Some(scan_from.0)).await
+    }
+
+    async fn open_inner(
+        storage: S,
+        dir: &Path,
+        config: LogConfig,
+        leader_epoch: u32,
+        fatal: Rc<dyn FatalHandler>,
+        trust_below: Option<u64>,
+    ) -> Result<(Self, RecoveryReport), LogError> {
         config.validate()?;
-        let recovered = recovery::recover(&storage, dir, &config, leader_epoch).await?;
+        let recovered =
+            recovery::recover(&storage, dir, &config, leader_epoch, trust_below).await?;
         let mut segments = Vec::with_capacity(recovered.segments.len());
         for found in recovered.segments {
             segments.push(Rc::new(Segment {

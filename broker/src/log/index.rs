@@ -26,6 +26,11 @@ const INDEX_MAGIC: u32 = u32::from_le_bytes(*b"SPX1");
 const INDEX_VERSION: u16 = 1;
 const INDEX_HEADER_BYTES: usize = 48;
 const INDEX_ENTRY_BYTES: usize = 16;
+/// Largest index file recovery reads: a full index of the largest segment,
+/// padded to whole pages. A longer file is not ours (rebuilt by a scan).
+pub const INDEX_FILE_BYTES_MAX: u64 =
+    (INDEX_HEADER_BYTES as u64 + INDEX_ENTRY_BYTES as u64 * INDEX_ENTRIES_MAX).div_ceil(PAGE_BYTES)
+        * PAGE_BYTES;
 
 /// One index entry: the batch starting at `pos` has base offset `offset`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -217,6 +217,10 @@ pub struct RecoveryReport {
     pub truncated_bytes: u64,
     pub indexes_rebuilt: usize,
     pub stale_files_removed: usize,
+    /// Sealed segments below the scan bound taken from their index files
+    /// without being read (`Log::open_from`); their batches are crc-checked
+    /// when read.
+    pub segments_trusted: usize,
 }
 
 /// Per-log counters since open.

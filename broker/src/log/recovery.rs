@@ -10,6 +10,16 @@
 //! filler closing the page where the log now ends — before any append.
 //! Anything else (a bad batch further back, junk after a sealed segment, a
 //! gap between segments) is corruption: `open` fails naming file and byte.
+//!
+//! With a scan bound (`Log::open_from`, DESIGN §2: "recovery scans forward
+//! from the last checkpoint"), a sealed segment whose every offset is below
+//! the bound is not read at all: its extent (data end, next offset) and its
+//! sparse index come from its persisted index file, which carries its own
+//! crc. Such a segment is *trusted*, not verified: its batches are
+//! crc-checked when they are read (`reader.rs`), so a bit flip there is
+//! reported as `LogError::Corrupt` by the read that meets it, never served.
+//! A sealed segment without a valid index file, the segment holding the
+//! bound, every later one and the tail get the full scan.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -22,7 +32,7 @@ use spool_wire::WireError;
 use super::appender::{prepare_segment_file, write_index_file};
 use super::config::LogConfig;
 use super::error::{CorruptDetail, LogError};
-use super::index::{IndexEntry, SparseIndex};
+use super::index::{IndexEntry, PersistedIndex, SparseIndex, INDEX_FILE_BYTES_MAX};
 use super::layout::{
     index_path, page_ceil, page_floor, parse_name, segment_path, INDEX_SUFFIX, PREPARED_FILE_NAME,
     SEGMENT_SUFFIX,
@@ -61,11 +71,15 @@ struct Scan {
     stop: Option<CorruptDetail>,
 }
 
+/// Recovers the log in `dir`. `trust_below`: sealed segments whose persisted
+/// index says they end at or below this offset are not scanned (see the
+/// module docs); `None` scans everything.
 pub(crate) async fn recover<S: Storage>(
     storage: &S,
     dir: &Path,
     config: &LogConfig,
     leader_epoch: u32,
+    trust_below: Option<u64>,
 ) -> Result<Recovered<S::File>, LogError> {
     storage.create_dir_all(dir).await?;
     let mut report = RecoveryReport::default();
@@ -125,6 +139,22 @@ pub(crate) async fn recover<S: Storage>(
         }
         let file = storage.open(&path).await?;
         let capacity = page_ceil(file.len_bytes().await?);
+        if let Some(bound) = trust_below.filter(|_| !is_last && index_bases.contains(&base)) {
+            if let Some(trusted) = trusted_extent(storage, dir, base, capacity, bound).await? {
+                expected = Some(trusted.next_offset);
+                report.segments_trusted += 1;
+                segments.push(RecoveredSegment {
+                    base,
+                    path,
+                    file: Rc::new(file),
+                    capacity,
+                    index: trusted.index,
+                    data_end: trusted.data_end,
+                    next_offset: trusted.next_offset,
+                });
+                continue;
+            }
+        }
         let scan = scan_segment(&file, base, capacity, config).await?;
         let mut end = scan.end;
         if let Some(dirty_end) = scan.dirty_end {
@@ -143,7 +173,8 @@ pub(crate) async fn recover<S: Storage>(
             end = repair_tail(&file, &scan, capacity, leader_epoch).await?;
             next_commit_pos = end;
         } else {
-            check_index(storage, dir, base, &scan, &mut report).await?;
+            let has_index = index_bases.contains(&base);
+            check_index(storage, dir, base, has_index, &scan, &mut report).await?;
         }
         report.batches += scan.batches;
         expected = Some(scan.next_offset);
@@ -284,24 +315,59 @@ async fn repair_tail<F: StorageFile>(
     Ok(next_commit_pos)
 }
 
+/// The persisted index of sealed segment `base`, if it decodes (crc, magic,
+/// base) and is structurally consistent with the segment: data end within the
+/// file, next offset not before the base, every entry inside both ranges.
+/// `None`: no usable index (the caller scans).
+async fn read_index<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    base: u64,
+) -> Result<Option<PersistedIndex>, LogError> {
+    let file = storage.open(&index_path(dir, base)).await?;
+    let len = file.len_bytes().await?;
+    if len > INDEX_FILE_BYTES_MAX {
+        return Ok(None);
+    }
+    let bytes = file.read_at(0, page_ceil(len) as usize).await?;
+    Ok(SparseIndex::decode(&bytes, base))
+}
+
+/// The extent of a sealed segment taken from its index file without reading
+/// the segment, when the index is usable and the whole segment lies below
+/// `bound`. `None`: scan it.
+async fn trusted_extent<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    base: u64,
+    capacity: u64,
+    bound: u64,
+) -> Result<Option<PersistedIndex>, LogError> {
+    let Some(persisted) = read_index(storage, dir, base).await? else { return Ok(None) };
+    let consistent = persisted.next_offset >= base
+        && persisted.next_offset <= bound
+        && persisted.data_end <= capacity
+        && persisted.index.entries().iter().all(|entry| {
+            entry.offset >= base
+                && entry.offset < persisted.next_offset
+                && entry.pos < persisted.data_end
+        });
+    Ok(consistent.then_some(persisted))
+}
+
 /// Keeps a sealed segment's persisted index if it matches the scan; rewrites
 /// it otherwise.
 async fn check_index<S: Storage>(
     storage: &S,
     dir: &Path,
     base: u64,
+    has_index: bool,
     scan: &Scan,
     report: &mut RecoveryReport,
 ) -> Result<(), LogError> {
-    let path = index_path(dir, base);
-    let names = storage.list_dir(dir).await?;
-    let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
     let mut valid = false;
-    if names.iter().any(|name| name == file_name) {
-        let file = storage.open(&path).await?;
-        let len = file.len_bytes().await?;
-        let bytes = file.read_at(0, page_ceil(len) as usize).await?;
-        valid = SparseIndex::decode(&bytes, base).is_some_and(|persisted| {
+    if has_index {
+        valid = read_index(storage, dir, base).await?.is_some_and(|persisted| {
             persisted.index == scan.index
                 && persisted.data_end == scan.end
                 && persisted.next_offset == scan.next_offset

@@ -30,6 +30,9 @@ const SIDE_FILE_VERSION: u32 = 1;
 const SIDE_HEADER_BYTES: usize = 32;
 /// Largest write issued at once while writing a side file.
 const SIDE_WRITE_CHUNK_BYTES: usize = 1 << 20;
+/// Largest read issued at once while reading a side file back: a checkpoint
+/// of a large backlog is hundreds of MB, and O_DIRECT reads are serial here.
+const SIDE_READ_CHUNK_BYTES: usize = 8 << 20;
 /// Largest side file read back (a checkpoint of a very large backlog).
 pub const SIDE_FILE_BYTES_MAX: u64 = 4 << 30;
 
@@ -91,19 +94,20 @@ pub async fn write_side_file<S: Storage>(
         let chunk = (padded - written).min(SIDE_WRITE_CHUNK_BYTES);
         let mut buf = file.alloc_buf(chunk);
         {
+            // Copy the part of header+payload that falls in [written,
+            // written + chunk) as slices, zero the rest.
             let out = buf.as_mut();
-            out.fill(0);
-            // Copy the part of header+payload that falls in [written, written+chunk).
-            for (index, byte) in out.iter_mut().enumerate() {
-                let at = written + index;
-                if at < SIDE_HEADER_BYTES {
-                    *byte = header[at];
-                } else if at < total {
-                    *byte = payload[at - SIDE_HEADER_BYTES];
-                } else {
-                    break;
-                }
+            let mut filled = 0usize;
+            if written < SIDE_HEADER_BYTES {
+                let part = &header[written..SIDE_HEADER_BYTES.min(written + chunk)];
+                out[..part.len()].copy_from_slice(part);
+                filled = part.len();
             }
+            let from = (written + filled).saturating_sub(SIDE_HEADER_BYTES).min(payload.len());
+            let to = (written + chunk).saturating_sub(SIDE_HEADER_BYTES).min(payload.len());
+            out[filled..filled + (to - from)].copy_from_slice(&payload[from..to]);
+            filled += to - from;
+            out[filled..].fill(0);
         }
         if cfg!(feature = "failpoints") {
             failpoint(&format!("{name}.write"), IoOp::Write, &temp, Some(written as u64))?;
@@ -125,6 +129,26 @@ pub async fn write_side_file<S: Storage>(
     }
     storage.sync_dir(dir).await?;
     Ok(())
+}
+
+/// Checks a side file's header (its crc, magic, version); returns the
+/// payload length it declares.
+fn check_header(header: &[u8; SIDE_HEADER_BYTES], magic: u32) -> Result<u64, String> {
+    let u32_at = |at: usize| {
+        u32::from_le_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
+    };
+    if u32_at(28) != crc32c::crc32c(&header[..28]) {
+        return Err("header crc mismatch".to_owned());
+    }
+    if u32_at(0) != magic {
+        return Err(format!("bad magic {:#010x}", u32_at(0)));
+    }
+    if u32_at(4) != SIDE_FILE_VERSION {
+        return Err(format!("unsupported version {}", u32_at(4)));
+    }
+    let mut raw = [0u8; 8];
+    raw.copy_from_slice(&header[8..16]);
+    Ok(u64::from_le_bytes(raw))
 }
 
 /// Reads `name` in `dir`; `Ok(None)` when it does not exist.
@@ -149,46 +173,50 @@ pub async fn read_side_file<S: Storage>(
     if len > SIDE_FILE_BYTES_MAX {
         return Err(invalid(format!("{len} bytes is more than {SIDE_FILE_BYTES_MAX}")));
     }
-    let mut bytes = Vec::with_capacity(len as usize);
+    // The header arrives with the first read; the payload is copied once,
+    // straight from each read buffer into a vector of its exact size.
+    let mut header = [0u8; SIDE_HEADER_BYTES];
+    let mut payload: Vec<u8> = Vec::new();
+    let mut payload_len = 0u64;
     let mut pos = 0u64;
     while pos < len {
-        let want = ((len - pos) as usize).min(SIDE_WRITE_CHUNK_BYTES);
+        let want = ((len - pos) as usize).min(SIDE_READ_CHUNK_BYTES);
         let want = want.div_ceil(PAGE_BYTES as usize) * PAGE_BYTES as usize;
         let chunk = file.read_at(pos, want).await?;
         if chunk.is_empty() {
             break;
         }
-        bytes.extend_from_slice(&chunk);
+        let mut skip = 0usize;
+        if pos == 0 {
+            if chunk.len() < SIDE_HEADER_BYTES {
+                return Err(invalid(format!("only {} bytes", chunk.len())));
+            }
+            header.copy_from_slice(&chunk[..SIDE_HEADER_BYTES]);
+            payload_len = check_header(&header, magic).map_err(invalid)?;
+            if (SIDE_HEADER_BYTES as u64).saturating_add(payload_len) > len {
+                return Err(invalid(format!(
+                    "payload of {payload_len} bytes runs past the file end"
+                )));
+            }
+            payload.reserve_exact(payload_len as usize);
+            skip = SIDE_HEADER_BYTES;
+        }
+        let room = payload_len as usize - payload.len();
+        let take = (chunk.len() - skip).min(room);
+        payload.extend_from_slice(&chunk[skip..skip + take]);
         pos += chunk.len() as u64;
     }
-    bytes.truncate(len as usize);
-    if bytes.len() < SIDE_HEADER_BYTES {
-        return Err(invalid(format!("only {} bytes", bytes.len())));
+    if pos == 0 {
+        return Err(invalid("only 0 bytes".to_owned()));
     }
-    let u32_at =
-        |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
-    let u64_at = |at: usize| {
-        let mut raw = [0u8; 8];
-        raw.copy_from_slice(&bytes[at..at + 8]);
-        u64::from_le_bytes(raw)
-    };
-    if u32_at(28) != crc32c::crc32c(&bytes[..28]) {
-        return Err(invalid("header crc mismatch".to_owned()));
-    }
-    if u32_at(0) != magic {
-        return Err(invalid(format!("bad magic {:#010x}", u32_at(0))));
-    }
-    if u32_at(4) != SIDE_FILE_VERSION {
-        return Err(invalid(format!("unsupported version {}", u32_at(4))));
-    }
-    let payload_len = u64_at(8);
-    let end = (SIDE_HEADER_BYTES as u64).saturating_add(payload_len);
-    if end > bytes.len() as u64 {
+    if payload.len() as u64 != payload_len {
         return Err(invalid(format!("payload of {payload_len} bytes runs past the file end")));
     }
-    let payload = bytes[SIDE_HEADER_BYTES..end as usize].to_vec();
-    if u32_at(24) != crc32c::crc32c(&payload) {
+    let stored_crc = u32::from_le_bytes([header[24], header[25], header[26], header[27]]);
+    if stored_crc != crc32c::crc32c(&payload) {
         return Err(invalid("payload crc mismatch".to_owned()));
     }
-    Ok(Some(SideFile { value: u64_at(16), payload }))
+    let mut value = [0u8; 8];
+    value.copy_from_slice(&header[16..24]);
+    Ok(Some(SideFile { value: u64::from_le_bytes(value), payload }))
 }

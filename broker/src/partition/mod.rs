@@ -332,15 +332,9 @@ impl<S: Storage + Clone> Partition<S> {
             dir: dir.to_path_buf(),
             reason: format!("leader epoch {epoch_value} exceeds the log's u32 field"),
         })?;
-        let (log, log_report) =
-            Log::open(storage.clone(), dir, log_config, log_epoch, fatal).await?;
-        let context = PartitionContext {
-            queue: name.queue_id,
-            partition: name.partition,
-            epoch,
-            secret,
-            config: config.clone(),
-        };
+        // The checkpoint is read first: the offset it covers bounds the log's
+        // recovery scan (sealed segments below it are not read; their
+        // batches are crc-checked when read). No usable checkpoint: full scan.
         let checkpoint = match files::read_side_file(
             &storage,
             dir,
@@ -354,6 +348,21 @@ impl<S: Storage + Clone> Partition<S> {
                 tracing::warn!(dir = %dir.display(), %error, "checkpoint unusable; replaying the whole log");
                 None
             }
+        };
+        let (log, log_report) = match &checkpoint {
+            Some(file) => {
+                let scan_from = LogOffset(file.value);
+                Log::open_from(storage.clone(), dir, log_config, log_epoch, fatal, scan_from)
+                    .await?
+            }
+            None => Log::open(storage.clone(), dir, log_config, log_epoch, fatal).await?,
+        };
+        let context = PartitionContext {
+            queue: name.queue_id,
+            partition: name.partition,
+            epoch,
+            secret,
+            config: config.clone(),
         };
         let start = log.start_offset().0;
         let log_end = log.next_offset().0;

@@ -202,8 +202,7 @@ impl PartitionState {
 
     /// The original offset if `id` was enqueued within the dedupe window.
     pub(crate) fn dedupe_hit(&self, now: Millis, id: &MessageId) -> Option<Offset> {
-        let &(offset, time_ms) = self.dedupe.get(id)?;
-        (time_ms.saturating_add(self.config.dedupe_window_ms) > now).then_some(offset)
+        self.dedupe.hit(now, id)
     }
 
     fn lease(&self, lease_ms: Option<Millis>) -> Result<Millis, QueueError> {

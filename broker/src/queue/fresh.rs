@@ -99,6 +99,11 @@ impl FreshBand {
         self.chunks.back().and_then(|c| c.entries.last()).map(|e| e.offset)
     }
 
+    /// Makes room for `count` more messages in one step (restore).
+    pub fn reserve(&mut self, count: usize) {
+        self.chunks.reserve(count.div_ceil(FRESH_CHUNK_ENTRIES));
+    }
+
     /// Appends a message. Offsets must increase; `expiry_ms` must be `NEVER`
     /// or not before `enqueue_time_ms` (the caller normalizes).
     pub fn push(&mut self, message: FreshView) {

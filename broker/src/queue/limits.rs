@@ -41,6 +41,15 @@ pub const FRESH_CHUNK_ENTRIES: usize = 64;
 /// Claimed, scheduled and retried messages are kept in sorted chunks of
 /// this many entries (see `chunk_map`).
 pub const WARM_CHUNK_ENTRIES: usize = 64;
+/// The dedupe window is kept in this many time buckets ("generations") of
+/// `window / DEDUPE_GENERATIONS` each; a bucket is dropped whole once it left
+/// the window, so at most this fraction of the window lingers past it.
+pub const DEDUPE_GENERATIONS: usize = 8;
+/// Most entries one dedupe generation holds (its slots index 24 bits); a
+/// full generation closes early and the next one opens.
+pub const DEDUPE_GENERATION_ENTRIES_MAX: usize = (1 << 24) - 2;
+/// Dedupe entries are stored in fixed chunks of this many (24 B each).
+pub const DEDUPE_CHUNK_ENTRIES: usize = 2048;
 /// Largest snapshot `restore` accepts (1 GiB): a bound on what a corrupt
 /// length field can make it allocate.
 pub const SNAPSHOT_BYTES_MAX: usize = 1 << 30;

@@ -53,6 +53,7 @@
 mod chunk_map;
 pub mod config;
 mod decide;
+mod dedupe;
 pub mod error;
 pub mod event;
 mod fairness;

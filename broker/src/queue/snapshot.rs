@@ -10,11 +10,13 @@
 //! preceded by its u64 count), then crc32c of everything before it. Derived
 //! indexes (phase sets, expiry index, chunk headers) are not stored.
 
-use std::collections::BTreeSet;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
+use super::dedupe::RestoreError;
 use super::error::CodecError;
 use super::fairness::Credits;
-use super::fresh::FreshView;
+use super::fresh::{FreshBand, FreshView};
 use super::limits::SNAPSHOT_BYTES_MAX;
 use super::state::{
     Claim, DeadLetter, DeadPhase, PartitionContext, PartitionState, Totals, Warm, WarmPhase,
@@ -94,6 +96,13 @@ impl Reader<'_> {
         }
         Ok(count)
     }
+    /// The next `len` bytes as one slice.
+    fn take_slice(&mut self, len: usize) -> Result<&[u8], CodecError> {
+        let end = self.at.checked_add(len).ok_or(CodecError::Truncated)?;
+        let slice = self.bytes.get(self.at..end).ok_or(CodecError::Truncated)?;
+        self.at = end;
+        Ok(slice)
+    }
     fn phase(&mut self) -> Result<(u8, u64, u64, u64), CodecError> {
         Ok((self.u8()?, self.u64()?, self.u64()?, self.u64()?))
     }
@@ -127,10 +136,70 @@ fn totals_list(t: &Totals) -> [u64; 9] {
     ]
 }
 
+/// One dedupe record: time, id, offset (the caller slices exact records).
+fn decode_dedupe_entry(record: &[u8]) -> (MessageId, Offset, Millis) {
+    let mut time = [0u8; 8];
+    time.copy_from_slice(&record[0..8]);
+    let mut id = [0u8; 16];
+    id.copy_from_slice(&record[8..24]);
+    let mut offset = [0u8; 8];
+    offset.copy_from_slice(&record[24..32]);
+    (MessageId(id), Offset(u64::from_le_bytes(offset)), u64::from_le_bytes(time))
+}
+
+/// Checks that no offset is in two of the restored lists (fresh bands,
+/// warm, dead letters; each already in increasing order) by merging them;
+/// returns the highest offset. One non-empty list, the common case, costs
+/// nothing.
+fn distinct_offsets(state: &PartitionState) -> Result<Option<Offset>, &'static str> {
+    let mut lists: Vec<Box<dyn Iterator<Item = Offset> + '_>> = Vec::new();
+    for band in state.fresh.iter().filter(|band| !band.is_empty()) {
+        lists.push(Box::new(band.iter().map(|view| view.offset)));
+    }
+    if state.warm.len() > 0 {
+        lists.push(Box::new(state.warm.iter().map(|(&offset, _)| offset)));
+    }
+    if !state.dlq.is_empty() {
+        lists.push(Box::new(state.dlq.keys().copied()));
+    }
+    let mut highest = None;
+    if lists.len() <= 1 {
+        for list in lists {
+            highest = list.last();
+        }
+        return Ok(highest);
+    }
+    let mut heads: BinaryHeap<Reverse<(Offset, usize)>> = BinaryHeap::new();
+    for (slot, list) in lists.iter_mut().enumerate() {
+        if let Some(offset) = list.next() {
+            heads.push(Reverse((offset, slot)));
+        }
+    }
+    while let Some(Reverse((offset, slot))) = heads.pop() {
+        if highest == Some(offset) {
+            return Err("duplicate offset");
+        }
+        highest = Some(offset);
+        if let Some(next) = lists[slot].next() {
+            heads.push(Reverse((next, slot)));
+        }
+    }
+    Ok(highest)
+}
+
 impl PartitionState {
     /// The canonical bytes of this state, covering the log through `covers`.
     pub fn snapshot(&self, covers: Offset) -> Vec<u8> {
-        let mut w = Writer(Vec::new());
+        let dedupe_entries = self.dedupe.len();
+        let fresh_entries: u64 = self.fresh.iter().map(FreshBand::len).sum();
+        // Reserved up front: a large backlog's snapshot is hundreds of MB,
+        // and doubling a Vec that size copies it several times.
+        let estimate = 256
+            + fresh_entries as usize * FRESH_ENTRY_BYTES
+            + self.warm.len() * WARM_ENTRY_BYTES
+            + self.dlq.len() * DEAD_ENTRY_BYTES
+            + dedupe_entries * DEDUPE_ENTRY_BYTES;
+        let mut w = Writer(Vec::with_capacity(estimate));
         w.u32(SNAPSHOT_MAGIC);
         w.u16(SNAPSHOT_VERSION);
         // Bands are at most PRIORITY_BANDS_MAX.
@@ -192,9 +261,8 @@ impl PartitionState {
             w.u8(dead.cause as u8);
             w.u64(dead.quarantined_at_ms);
         }
-        w.u64(self.dedupe_order.len() as u64);
-        for &(time_ms, id) in &self.dedupe_order {
-            let offset = self.dedupe[&id].0;
+        w.u64(dedupe_entries as u64);
+        for (id, offset, time_ms) in self.dedupe.entries() {
             w.u64(time_ms);
             w.0.extend_from_slice(&id.0);
             w.u64(offset.0);
@@ -266,10 +334,21 @@ impl PartitionState {
         if credits.len() == state.fresh.len() + 1 {
             state.credits = Credits::from_raw(credits);
         }
-        let mut seen = BTreeSet::new();
-        let mut fresh: Vec<Vec<FreshView>> = vec![Vec::new(); state.fresh.len()];
+        // Fresh entries go straight into their band's chunks (each stored
+        // band is in offset order: checked, not sorted). Only when the
+        // snapshot has more bands than the config are the surplus bands
+        // folded into the last one, which then needs a sort.
+        let bands = state.fresh.len();
+        let mut folded: Vec<FreshView> = Vec::new();
         for band in 0..stored_bands {
-            for _ in 0..r.count(FRESH_ENTRY_BYTES)? {
+            let count = r.count(FRESH_ENTRY_BYTES)?;
+            let target = band.min(bands - 1);
+            let folds = stored_bands > bands && target == bands - 1;
+            if !folds {
+                state.fresh[target].reserve(count);
+            }
+            let mut last: Option<Offset> = None;
+            for _ in 0..count {
                 let view = FreshView {
                     offset: Offset(r.u64()?),
                     enqueue_time_ms: r.u64()?,
@@ -278,18 +357,28 @@ impl PartitionState {
                 };
                 let valid =
                     view.enqueue_time_ms < Millis::MAX && view.expiry_ms >= view.enqueue_time_ms;
-                if !valid || !seen.insert(view.offset) {
+                if !valid || last.is_some_and(|last| view.offset <= last) {
                     return Err(CodecError::Inconsistent("fresh entry"));
                 }
-                fresh[band.min(state.fresh.len() - 1)].push(view);
+                last = Some(view.offset);
+                if folds {
+                    folded.push(view);
+                } else {
+                    state.insert_fresh(target, view);
+                }
             }
         }
-        for (band, mut views) in fresh.into_iter().enumerate() {
-            views.sort_by_key(|v| v.offset);
-            for view in views {
-                state.insert_fresh(band, view);
+        if !folded.is_empty() {
+            folded.sort_unstable_by_key(|view| view.offset);
+            if folded.windows(2).any(|pair| pair[0].offset == pair[1].offset) {
+                return Err(CodecError::Inconsistent("fresh entry"));
+            }
+            state.fresh[bands - 1].reserve(folded.len());
+            for view in folded {
+                state.insert_fresh(bands - 1, view);
             }
         }
+        let mut last_warm: Option<Offset> = None;
         for _ in 0..r.count(WARM_ENTRY_BYTES)? {
             let offset = Offset(r.u64()?);
             let enqueue_time_ms = r.u64()?;
@@ -310,9 +399,10 @@ impl PartitionState {
                 }
                 _ => return Err(CodecError::Inconsistent("warm phase")),
             };
-            if !seen.insert(offset) {
+            if last_warm.is_some_and(|last| offset <= last) {
                 return Err(CodecError::Inconsistent("duplicate offset"));
             }
+            last_warm = Some(offset);
             let warm = Warm {
                 enqueue_time_ms,
                 expiry_ms,
@@ -325,6 +415,7 @@ impl PartitionState {
             };
             state.restore_warm(offset, warm);
         }
+        let mut last_dead: Option<Offset> = None;
         for _ in 0..r.count(DEAD_ENTRY_BYTES)? {
             let offset = Offset(r.u64()?);
             let enqueue_time_ms = r.u64()?;
@@ -344,9 +435,10 @@ impl PartitionState {
             };
             let cause = QuarantineCause::from_u8(r.u8()?).ok_or(CodecError::BadField("cause"))?;
             let quarantined_at_ms = r.u64()?;
-            if !seen.insert(offset) {
+            if last_dead.is_some_and(|last| offset <= last) {
                 return Err(CodecError::Inconsistent("duplicate offset"));
             }
+            last_dead = Some(offset);
             let dead = DeadLetter {
                 enqueue_time_ms,
                 expiry_ms,
@@ -361,20 +453,21 @@ impl PartitionState {
             };
             state.restore_dead(offset, dead);
         }
-        let mut previous = 0;
-        for _ in 0..r.count(DEDUPE_ENTRY_BYTES)? {
-            let time_ms = r.u64()?;
-            let id = MessageId(r.take::<16>()?);
-            let offset = Offset(r.u64()?);
-            if time_ms < previous || state.dedupe.insert(id, (offset, time_ms)).is_some() {
-                return Err(CodecError::Inconsistent("dedupe entry"));
-            }
-            previous = time_ms;
-            state.dedupe_order.push_back((time_ms, id));
-        }
-        if seen.last().is_some_and(|&last| state.highest_enqueued.is_none_or(|h| last > h)) {
+        // Each list above is in offset order; no offset may be in two of them.
+        let highest = distinct_offsets(&state).map_err(CodecError::Inconsistent)?;
+        if highest.is_some_and(|last| state.highest_enqueued.is_none_or(|h| last > h)) {
             return Err(CodecError::Inconsistent("offset above the highest enqueued"));
         }
+        let count = r.count(DEDUPE_ENTRY_BYTES)?;
+        let list = r.take_slice(count * DEDUPE_ENTRY_BYTES)?;
+        let entries = list.chunks_exact(DEDUPE_ENTRY_BYTES).map(decode_dedupe_entry);
+        state.dedupe.restore(entries).map_err(|error| {
+            CodecError::Inconsistent(match error {
+                RestoreError::TimeOrder => "dedupe entry time order",
+                RestoreError::OffsetOrder => "dedupe entry offset order",
+                RestoreError::DuplicateId => "dedupe entry",
+            })
+        })?;
         if r.at != body.len() {
             return Err(CodecError::Inconsistent("trailing bytes"));
         }

@@ -12,10 +12,11 @@
 //! Acked, expired and purged messages leave the state entirely; only counters
 //! and the dedupe window remember them.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::chunk_map::ChunkMap;
 use super::config::{ConfigError, QueueConfig};
+use super::dedupe::DedupeTable;
 use super::error::ApplyError;
 use super::event::Event;
 use super::fairness::Credits;
@@ -23,8 +24,8 @@ use super::fresh::{FreshBand, FreshView, NEVER};
 use super::limits::LEASE_MS_MAX;
 use super::token::TokenKey;
 use super::types::{
-    EnqueueMeta, Generation, Lane, LeaderEpoch, MessageId, Millis, Offset, PartitionId,
-    QuarantineCause, QueueId, ReleaseReason, WorkerId,
+    EnqueueMeta, Generation, Lane, LeaderEpoch, Millis, Offset, PartitionId, QuarantineCause,
+    QueueId, ReleaseReason, WorkerId,
 };
 
 /// What a partition is opened with. The secret and epoch are not part of the
@@ -207,9 +208,8 @@ pub struct PartitionState {
     pub(crate) claims: BTreeSet<(Millis, Offset)>,
     pub(crate) dlq: BTreeMap<Offset, DeadLetter>,
     pub(crate) dlq_ready: BTreeSet<(Millis, Offset)>,
-    pub(crate) dedupe: BTreeMap<MessageId, (Offset, Millis)>,
-    /// Dedupe entries in insertion order, for pruning by time.
-    pub(crate) dedupe_order: VecDeque<(Millis, MessageId)>,
+    /// Ids enqueued within the dedupe window (see `dedupe.rs`).
+    pub(crate) dedupe: DedupeTable,
     pub(crate) credits: Credits,
     pub(crate) highest_enqueued: Option<Offset>,
     /// Enqueue times are clamped to be non-decreasing in offset, so fresh
@@ -226,6 +226,7 @@ impl PartitionState {
     pub fn new(ctx: PartitionContext) -> Result<Self, ConfigError> {
         ctx.config.validate()?;
         let bands = ctx.config.bands();
+        let dedupe_window_ms = ctx.config.dedupe_window_ms;
         let mut weights = ctx.config.band_weights.clone();
         weights.push(ctx.config.retry_weight);
         Ok(Self {
@@ -245,8 +246,7 @@ impl PartitionState {
             claims: BTreeSet::new(),
             dlq: BTreeMap::new(),
             dlq_ready: BTreeSet::new(),
-            dedupe: BTreeMap::new(),
-            dedupe_order: VecDeque::new(),
+            dedupe: DedupeTable::new(&ctx.secret, dedupe_window_ms),
             highest_enqueued: None,
             last_enqueue_time_ms: 0,
             totals: Totals::default(),
@@ -411,19 +411,6 @@ impl PartitionState {
     /// Inserts a dead letter; used by restore.
     pub(crate) fn restore_dead(&mut self, offset: Offset, dead: DeadLetter) {
         self.insert_dead(offset, dead);
-    }
-
-    fn prune_dedupe(&mut self, now: Millis) {
-        let window = self.config.dedupe_window_ms;
-        while let Some(&(time_ms, id)) = self.dedupe_order.front() {
-            if time_ms.saturating_add(window) > now {
-                break;
-            }
-            self.dedupe_order.pop_front();
-            if self.dedupe.get(&id).is_some_and(|&(_, t)| t == time_ms) {
-                self.dedupe.remove(&id);
-            }
-        }
     }
 
     /// Applies one event: the only way the state changes, on the live path
@@ -599,13 +586,7 @@ impl PartitionState {
             meta.enqueue_time_ms.clamp(self.last_enqueue_time_ms, Millis::MAX - 1);
         self.last_enqueue_time_ms = enqueue_time_ms;
         self.highest_enqueued = Some(meta.offset);
-        self.prune_dedupe(enqueue_time_ms);
-        if let std::collections::btree_map::Entry::Vacant(entry) =
-            self.dedupe.entry(meta.message_id)
-        {
-            entry.insert((meta.offset, enqueue_time_ms));
-            self.dedupe_order.push_back((enqueue_time_ms, meta.message_id));
-        }
+        self.dedupe.record(&meta.message_id, meta.offset, enqueue_time_ms);
         let band = self.band_of(meta.priority);
         // An expiry before the enqueue time is the enqueue time: expired at once.
         let expiry_ms = meta.expiry_ms.map_or(NEVER, |e| e.max(enqueue_time_ms));
@@ -933,13 +914,6 @@ impl PartitionState {
         }
         assert!(dead_ready == self.dlq_ready.len());
         assert!(claims == self.claims.len());
-        // Dedupe: the map is exactly the newest-kept entries of the order queue.
-        assert!(self.dedupe.len() == self.dedupe_order.len());
-        let mut previous = 0;
-        for &(time_ms, id) in &self.dedupe_order {
-            assert!(previous <= time_ms);
-            previous = time_ms;
-            assert!(self.dedupe.get(&id).is_some_and(|&(_, t)| t == time_ms));
-        }
+        self.dedupe.assert_invariants();
     }
 }
