@@ -207,7 +207,7 @@ async fn appender(
                 Ok(appended) => break appended,
                 Err(LogError::Backpressure { .. }) => {
                     run.backpressure_waits.set(run.backpressure_waits.get() + 1);
-                    log.writable(len_bytes).await;
+                    log.writable(spool_wire::batch::BatchKind::Data, len_bytes).await;
                 }
                 Err(error) => return Err(error),
             }

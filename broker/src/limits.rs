@@ -40,6 +40,16 @@ pub const INFLIGHT_COMMITS_DEFAULT: usize = 2;
 pub const PENDING_BYTES_MAX: u64 = 256 << 20;
 /// Default bound on gathered-but-unwritten bytes per log.
 pub const PENDING_BYTES_DEFAULT: u64 = 32 << 20;
+/// Default bound on gathered-but-unwritten bytes a **data** append may find
+/// ahead of it. Control events (claims, acks, releases) may fill the log up
+/// to the full pending bound, so a claim queues behind at most this much
+/// producer data instead of `PENDING_BYTES_DEFAULT`: every data-path reply
+/// waits for the contiguous durable watermark (DESIGN §2), and 32 MiB of
+/// queued enqueues at ~100–200 MB/s is 150–300 ms before a claim is acked.
+/// One maximal batch's commit span (≈ 4 MiB, four default commits) is the
+/// least it can be (a maximal batch must fit) and keeps the two in-flight
+/// commits fed.
+pub const DATA_PENDING_BYTES_DEFAULT: u64 = COMMIT_SPAN_FOR_MAX_BATCH;
 
 /// Smallest and default spacing of sparse index entries, in segment bytes.
 pub const INDEX_INTERVAL_BYTES_MIN: u64 = PAGE_BYTES;
@@ -84,6 +94,8 @@ const _: () = assert!(COMMIT_BYTES_MAX <= SEGMENT_BYTES_DEFAULT);
 const _: () = assert!(INFLIGHT_COMMITS_DEFAULT >= 1);
 const _: () = assert!(INFLIGHT_COMMITS_DEFAULT <= INFLIGHT_COMMITS_MAX);
 const _: () = assert!(PENDING_BYTES_DEFAULT <= PENDING_BYTES_MAX);
+const _: () = assert!(DATA_PENDING_BYTES_DEFAULT <= PENDING_BYTES_DEFAULT);
+const _: () = assert!(DATA_PENDING_BYTES_DEFAULT >= COMMIT_SPAN_FOR_MAX_BATCH);
 const _: () = assert!(PENDING_BYTES_DEFAULT >= COMMIT_SPAN_FOR_MAX_BATCH);
 const _: () = assert!(INDEX_INTERVAL_BYTES_DEFAULT.is_multiple_of(PAGE_BYTES));
 const _: () = assert!(TAIL_CACHE_BYTES_DEFAULT <= TAIL_CACHE_BYTES_MAX);

@@ -301,11 +301,54 @@ fn backpressure_is_a_typed_error_and_writable_waits_for_space() {
     assert_eq!(accepted, 4, "four 4064-byte batches fit under 16 KiB, a fifth does not");
     assert!(matches!(error, LogError::Backpressure { limit_bytes: 16384, .. }));
     block_on(drive(&log, async {
-        log.writable(batch.len() as u64).await;
+        log.writable(spool_wire::batch::BatchKind::Data, batch.len() as u64).await;
         let appended = log.append(&batch).expect("space after drain");
         appended.ticket.durable().await.unwrap();
     }));
     assert_eq!(log.durable_offset().0, 5);
+}
+
+#[test]
+fn data_appends_stop_at_the_data_bound_and_control_events_pass_them() {
+    // Goal: producer data cannot fill the whole pending budget, so a claim or ack (a control
+    // batch) never queues behind more than `data_pending_bytes_max` of data. Method: data
+    // appends until Backpressure at the 8 KiB data bound; a control batch still appends (the
+    // 16 KiB bound), and `writable(Data)` waits while `writable(Control)` does not.
+    use spool_wire::batch::{BatchKind, ControlBatchBuilder};
+    let disk = SimStorage::new();
+    let config = spool_broker::log::LogConfig {
+        pending_bytes_max: 16 * 1024,
+        data_pending_bytes_max: 8 * 1024,
+        ..small_config()
+    };
+    let fatal = Rc::new(RecordFatal::default());
+    let (log, _) = block_on(Log::open(disk, Path::new("/p"), config, 1, fatal)).unwrap();
+    let batch = make_batch(1, 4000, 7);
+    let mut accepted = 0;
+    let error = loop {
+        match log.append(&batch) {
+            Ok(_) => accepted += 1,
+            Err(error) => break error,
+        }
+    };
+    assert_eq!(accepted, 2, "two 4064-byte data batches fit under the 8 KiB data bound");
+    assert!(matches!(error, LogError::Backpressure { limit_bytes: 8192, .. }));
+    let mut control = ControlBatchBuilder::new();
+    control.push(1, &[0u8; 64]).unwrap();
+    let control = control.finish().unwrap();
+    let before = log.durable_offset().0;
+    block_on(async {
+        // Control room exists now: this resolves without any commit draining.
+        log.writable(BatchKind::Control, control.len() as u64).await;
+    });
+    assert_eq!(log.durable_offset().0, before, "nothing drained while checking control room");
+    let appended = log.append(&control).expect("a control batch passes the data bound");
+    block_on(drive(&log, async {
+        appended.ticket.durable().await.unwrap();
+        log.writable(BatchKind::Data, batch.len() as u64).await;
+        log.append(&batch).expect("data room after the drain").ticket.durable().await.unwrap();
+    }));
+    assert_eq!(log.durable_offset().0, 4, "two data, one control, one more data record");
 }
 
 #[test]

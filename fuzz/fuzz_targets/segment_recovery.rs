@@ -37,6 +37,7 @@ fn config() -> LogConfig {
         batch_bytes_max: 8 * 1024,
         inflight_commits_max: 2,
         pending_bytes_max: 1 << 20,
+        data_pending_bytes_max: 1 << 20,
         index_interval_bytes: 4096,
         tail_cache_bytes: 32 * 1024,
     }

@@ -372,10 +372,11 @@ impl<S: Storage> Log<S> {
             if state.disk_full && header.kind == BatchKind::Data {
                 return Err(LogError::DiskFull);
             }
-            if state.pending_bytes + len > config.pending_bytes_max {
+            let limit_bytes = config.pending_limit(header.kind);
+            if state.pending_bytes + len > limit_bytes {
                 return Err(LogError::Backpressure {
                     pending_bytes: state.pending_bytes,
-                    limit_bytes: config.pending_bytes_max,
+                    limit_bytes,
                 });
             }
             let fits =
@@ -478,13 +479,16 @@ impl<S: Storage> Log<S> {
         Ok(())
     }
 
-    /// Resolves when `len` more bytes would fit under `pending_bytes_max` (or
-    /// the log failed or closed: `append` then reports why).
-    pub async fn writable(&self, len: u64) {
+    /// Resolves when a `len`-byte batch of `kind` would fit under its pending
+    /// bound ([`crate::log::LogConfig::pending_limit`]: data batches stop earlier than
+    /// control batches), or the log failed or closed (`append` then reports
+    /// why).
+    pub async fn writable(&self, kind: BatchKind, len: u64) {
+        let limit_bytes = self.shared.config.pending_limit(kind);
         loop {
             {
                 let state = self.shared.state.borrow();
-                let fits = state.pending_bytes + len <= self.shared.config.pending_bytes_max;
+                let fits = state.pending_bytes + len <= limit_bytes;
                 if fits || state.failed.is_some() || state.closing {
                     return;
                 }

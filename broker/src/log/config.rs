@@ -4,12 +4,14 @@
 use thiserror::Error;
 
 use crate::limits::{
-    COMMIT_BYTES_DEFAULT, COMMIT_BYTES_MAX, INDEX_INTERVAL_BYTES_DEFAULT, INDEX_INTERVAL_BYTES_MIN,
-    INFLIGHT_COMMITS_DEFAULT, INFLIGHT_COMMITS_MAX, PAGE_BYTES, PENDING_BYTES_DEFAULT,
-    PENDING_BYTES_MAX, SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN,
-    TAIL_CACHE_BYTES_DEFAULT, TAIL_CACHE_BYTES_MAX,
+    COMMIT_BYTES_DEFAULT, COMMIT_BYTES_MAX, DATA_PENDING_BYTES_DEFAULT,
+    INDEX_INTERVAL_BYTES_DEFAULT, INDEX_INTERVAL_BYTES_MIN, INFLIGHT_COMMITS_DEFAULT,
+    INFLIGHT_COMMITS_MAX, PAGE_BYTES, PENDING_BYTES_DEFAULT, PENDING_BYTES_MAX,
+    SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, TAIL_CACHE_BYTES_DEFAULT,
+    TAIL_CACHE_BYTES_MAX,
 };
 use crate::log::layout::commit_span;
+use spool_wire::batch::BatchKind;
 use spool_wire::limits::{BATCH_BYTES_MAX, BATCH_HEADER_BYTES};
 
 /// Runtime configuration of one partition log.
@@ -27,6 +29,12 @@ pub struct LogConfig {
     /// Bound on gathered-but-unwritten bytes; beyond it `append` returns
     /// `LogError::Backpressure`.
     pub pending_bytes_max: u64,
+    /// Tighter bound for data batches: a data append waits (or gets
+    /// `LogError::Backpressure`) once this much is pending, leaving the rest
+    /// of `pending_bytes_max` to control events so claims and acks never
+    /// queue behind more than this much producer data. The effective bound
+    /// is the smaller of the two.
+    pub data_pending_bytes_max: u64,
     /// Spacing of sparse index entries, in segment bytes.
     pub index_interval_bytes: u64,
     /// Bytes of recent commits kept in memory to serve tail reads.
@@ -41,6 +49,7 @@ impl Default for LogConfig {
             batch_bytes_max: BATCH_BYTES_MAX as u64,
             inflight_commits_max: INFLIGHT_COMMITS_DEFAULT,
             pending_bytes_max: PENDING_BYTES_DEFAULT,
+            data_pending_bytes_max: DATA_PENDING_BYTES_DEFAULT,
             index_interval_bytes: INDEX_INTERVAL_BYTES_DEFAULT,
             tail_cache_bytes: TAIL_CACHE_BYTES_DEFAULT,
         }
@@ -59,6 +68,10 @@ pub enum ConfigError {
     SegmentTooSmall { segment_bytes: u64, commit_span_bytes: u64 },
     #[error("pending_bytes_max {pending_bytes_max} cannot hold one batch of {batch_bytes_max}")]
     PendingTooSmall { pending_bytes_max: u64, batch_bytes_max: u64 },
+    #[error(
+        "data_pending_bytes_max {data_pending_bytes_max} cannot hold one batch of {batch_bytes_max}"
+    )]
+    DataPendingTooSmall { data_pending_bytes_max: u64, batch_bytes_max: u64 },
 }
 
 fn in_range(field: &'static str, value: u64, min: u64, max: u64) -> Result<(), ConfigError> {
@@ -99,6 +112,12 @@ impl LogConfig {
         )?;
         in_range("pending_bytes_max", self.pending_bytes_max, PAGE_BYTES, PENDING_BYTES_MAX)?;
         in_range(
+            "data_pending_bytes_max",
+            self.data_pending_bytes_max,
+            PAGE_BYTES,
+            PENDING_BYTES_MAX,
+        )?;
+        in_range(
             "index_interval_bytes",
             self.index_interval_bytes,
             INDEX_INTERVAL_BYTES_MIN,
@@ -118,7 +137,22 @@ impl LogConfig {
                 batch_bytes_max: self.batch_bytes_max,
             });
         }
+        if self.data_pending_bytes_max < commit_span(self.batch_bytes_max) {
+            return Err(ConfigError::DataPendingTooSmall {
+                data_pending_bytes_max: self.data_pending_bytes_max,
+                batch_bytes_max: self.batch_bytes_max,
+            });
+        }
         Ok(())
+    }
+
+    /// The pending bound an append of `kind` is held to: data batches stop
+    /// at the tighter data bound, control batches may use the whole of it.
+    pub fn pending_limit(&self, kind: BatchKind) -> u64 {
+        match kind {
+            BatchKind::Data => self.data_pending_bytes_max.min(self.pending_bytes_max),
+            _ => self.pending_bytes_max,
+        }
     }
 
     /// Largest number of bytes one commit can occupy on disk.

@@ -585,7 +585,7 @@ impl<S: Storage + Clone> Partition<S> {
         if view.header().flags != 0 {
             return Err(PartitionError::Flags(view.header().flags));
         }
-        self.log.writable(batch.len() as u64).await;
+        self.log.writable(BatchKind::Data, batch.len() as u64).await;
         // From here to the append: no await, so no other request interleaves.
         let now = (self.clock)();
         let mut requests = Vec::with_capacity(view.len());
@@ -684,7 +684,7 @@ impl<S: Storage + Clone> Partition<S> {
         let deadline = (self.clock)().saturating_add(wait_ms);
         let room = Self::control_bytes(request.credits as usize, true);
         loop {
-            self.log.writable(room).await;
+            self.log.writable(BatchKind::Control, room).await;
             let now = (self.clock)();
             let decision = {
                 let state = self.state.borrow();
@@ -776,7 +776,7 @@ impl<S: Storage + Clone> Partition<S> {
         &self,
         decide: impl FnOnce(&PartitionState, Millis) -> Result<(Vec<Event>, T), QueueError>,
     ) -> Result<T, PartitionError> {
-        self.log.writable(Self::control_bytes(1, false)).await;
+        self.log.writable(BatchKind::Control, Self::control_bytes(1, false)).await;
         let now = (self.clock)();
         let (events, value) = {
             let state = self.state.borrow();
@@ -808,7 +808,7 @@ impl<S: Storage + Clone> Partition<S> {
     /// appended as one control batch and are durable when this returns.
     pub async fn ack(&self, tokens: &[DeliveryToken]) -> Vec<Result<(), PartitionError>> {
         let events_max = tokens.len().min(CONTROL_BATCH_EVENTS_MAX);
-        self.log.writable(Self::control_bytes(events_max, false)).await;
+        self.log.writable(BatchKind::Control, Self::control_bytes(events_max, false)).await;
         // From here to the append: no await, so no other request interleaves.
         let now = (self.clock)();
         let mut results: Vec<Result<(), PartitionError>> = Vec::with_capacity(tokens.len());
@@ -898,7 +898,7 @@ impl<S: Storage + Clone> Partition<S> {
             Redrive::Oldest(count) => Redrive::Oldest(count.min(CONTROL_BATCH_EVENTS_MAX)),
             one => one,
         };
-        self.log.writable(Self::control_bytes(events_max, false)).await;
+        self.log.writable(BatchKind::Control, Self::control_bytes(events_max, false)).await;
         let now = (self.clock)();
         let events = self.state.borrow().redrive(now, which)?;
         let count = events.len();
@@ -924,7 +924,7 @@ impl<S: Storage + Clone> Partition<S> {
             let now = (self.clock)();
             return Ok(self.state.borrow().purge(now, lane, max).len());
         }
-        self.log.writable(Self::control_bytes(max, false)).await;
+        self.log.writable(BatchKind::Control, Self::control_bytes(max, false)).await;
         let now = (self.clock)();
         let events = self.state.borrow().purge(now, lane, max);
         let count = events.len();
