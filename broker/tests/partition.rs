@@ -177,6 +177,57 @@ fn full_queue_rejects_and_keeps_accepted_work() {
 }
 
 #[test]
+fn many_small_records_make_a_checkpoint_due_long_before_the_byte_interval() {
+    // Goal: replay after a crash stays bounded in events, not only in bytes: a
+    // checkpoint falls due after CHECKPOINT_INTERVAL_OFFSETS offsets even when
+    // they hold far less than CHECKPOINT_INTERVAL_BYTES. Method: enqueue small
+    // records with unique ids just below and then past the offset interval and
+    // check `checkpoint_due` flips, then clears once a checkpoint is written.
+    use spool_broker::partition::{CHECKPOINT_INTERVAL_BYTES, CHECKPOINT_INTERVAL_OFFSETS};
+    const PER_BATCH: u64 = 1024;
+    fn small_batch(first: u64, now_ms: u64) -> BatchBytes {
+        let mut builder = DataBatchBuilder::new();
+        for id in first..first + PER_BATCH {
+            let mut message_id = [0u8; 16];
+            message_id[..8].copy_from_slice(&id.to_le_bytes());
+            builder
+                .push(&Record {
+                    message_id: MessageId(message_id),
+                    routing_key: vec![],
+                    headers: vec![],
+                    payload: Payload::Inline(vec![1; 16]),
+                    priority: 0,
+                    not_before_ms: 0,
+                    expiry_ms: 0,
+                    enqueue_time_ms: now_ms,
+                })
+                .unwrap();
+        }
+        builder.finish().unwrap()
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let now = Rc::new(Cell::new(START_MS));
+    run(async move {
+        let opened = open(dir.path(), &now, QueueConfig::default()).await;
+        let partition = opened.0.clone();
+        let batches = CHECKPOINT_INTERVAL_OFFSETS / PER_BATCH;
+        let mut written_bytes = 0u64;
+        for index in 0..batches - 1 {
+            let batch = small_batch(index * PER_BATCH, START_MS);
+            written_bytes += batch.len() as u64;
+            partition.enqueue(&batch).await.unwrap();
+        }
+        assert!(!partition.checkpoint_due(), "not due one batch short of the offset interval");
+        partition.enqueue(&small_batch((batches - 1) * PER_BATCH, START_MS)).await.unwrap();
+        assert!(written_bytes < CHECKPOINT_INTERVAL_BYTES / 16, "far below the byte interval");
+        assert!(partition.checkpoint_due(), "due once the offset interval is reached");
+        partition.checkpoint().await.unwrap().expect("written");
+        assert!(!partition.checkpoint_due(), "a fresh checkpoint resets the interval");
+        close(opened).await;
+    });
+}
+
+#[test]
 fn checkpoint_then_replay_equals_the_live_state() {
     // Goal: recovery from a checkpoint plus the log tail gives the same state
     // as the live partition. Method: mixed operations, checkpoint midway,

@@ -54,6 +54,13 @@ pub const REPLAY_READ_BYTES: u64 = 8 << 20;
 /// Log bytes appended since the last checkpoint that make the next
 /// housekeeping pass write a new one.
 pub const CHECKPOINT_INTERVAL_BYTES: u64 = 256 << 20;
+/// Log offsets (records and events) appended since the last checkpoint that
+/// also make the next housekeeping pass write one. Replay cost follows the
+/// number of events, not their bytes: a small-message workload would
+/// otherwise replay millions of events (256 MiB of 100-byte records) on
+/// every restart. The kill loop found restart times growing without bound
+/// under the byte trigger alone.
+pub const CHECKPOINT_INTERVAL_OFFSETS: u64 = 1 << 16;
 /// How often a partition whose log is out of disk space asks it to try
 /// preparing the next segment again (each try writes zeros until the disk
 /// is full again, so not every tick).
@@ -1007,11 +1014,15 @@ impl<S: Storage + Clone> Partition<S> {
         self.claimable.notify();
     }
 
-    /// Whether enough log has been written since the last checkpoint.
+    /// Whether enough log has been written since the last checkpoint: either
+    /// [`CHECKPOINT_INTERVAL_OFFSETS`] offsets or
+    /// [`CHECKPOINT_INTERVAL_BYTES`] bytes.
     pub fn checkpoint_due(&self) -> bool {
         !self.checkpoint_running.get()
             && self.log.next_offset().0 > self.checkpoint_covers.get()
-            && self.log_bytes_since_checkpoint() >= CHECKPOINT_INTERVAL_BYTES
+            && (self.log.next_offset().0 - self.checkpoint_covers.get()
+                >= CHECKPOINT_INTERVAL_OFFSETS
+                || self.log_bytes_since_checkpoint() >= CHECKPOINT_INTERVAL_BYTES)
     }
 
     fn log_bytes_since_checkpoint(&self) -> u64 {
