@@ -57,8 +57,10 @@ use crate::dist::{self, Arrivals, ServiceTime};
 use crate::harness::{default_shards, error_name, Broker, HarnessError};
 use crate::latency::{Latency, LatencySummary};
 
-/// Bytes of the intended-send-time prefix every payload carries.
-pub const TIMESTAMP_BYTES: usize = 8;
+use crate::throughput::payload;
+/// Bytes of the intended-send-time prefix every payload carries (one
+/// encoding for every scenario: `throughput` owns it).
+pub use crate::throughput::TIMESTAMP_BYTES;
 /// Queues one run may create (OMB `topics`).
 pub const QUEUES_MAX: u32 = 64;
 /// Producers over all queues; each is one pacing thread.
@@ -496,13 +498,6 @@ impl Recorder {
     fn service_ns(&self, service: &ServiceTime) -> u64 {
         service.sample_ns(&mut self.service_rng.lock().unwrap_or_else(PoisonError::into_inner))
     }
-}
-
-/// A payload of `len_bytes` starting with `due_ns` (little endian).
-fn payload(due_ns: u64, len_bytes: usize) -> Vec<u8> {
-    let mut bytes = vec![0u8; len_bytes];
-    bytes[..TIMESTAMP_BYTES].copy_from_slice(&due_ns.to_le_bytes());
-    bytes
 }
 
 /// One producer's pacing thread: message `i` is due at the previous due
@@ -1308,14 +1303,5 @@ pub(crate) mod tests {
                 other => panic!("{field}: expected OutOfRange, got {other:?}"),
             }
         }
-    }
-
-    #[test]
-    fn payload_carries_the_intended_send_time() {
-        // Goal: the consumer reads back exactly the time the pacer wrote; method: encode, decode.
-        let bytes = payload(0x0102_0304_0506_0708, 64);
-        assert_eq!(bytes.len(), 64);
-        let prefix = <[u8; TIMESTAMP_BYTES]>::try_from(&bytes[..TIMESTAMP_BYTES]).unwrap();
-        assert_eq!(u64::from_le_bytes(prefix), 0x0102_0304_0506_0708);
     }
 }

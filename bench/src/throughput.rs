@@ -409,8 +409,9 @@ impl Recorder {
     }
 }
 
-/// A payload of `len_bytes` starting with `start_ns` (little endian).
-fn payload(start_ns: u64, len_bytes: usize) -> Vec<u8> {
+/// A payload of `len_bytes` starting with `start_ns` (little endian): the
+/// send time every scenario's consumer reads back for end-to-end latency.
+pub(crate) fn payload(start_ns: u64, len_bytes: usize) -> Vec<u8> {
     let mut bytes = vec![0u8; len_bytes];
     bytes[..TIMESTAMP_BYTES].copy_from_slice(&start_ns.to_le_bytes());
     bytes
