@@ -18,11 +18,19 @@
 //!   enqueue latency counts from the intended time. A stalled broker shows up
 //!   as latency, never as fewer samples (no coordinated omission).
 //! - **Workers** are `spool_client::Consumer`s: each holds N execution slots
-//!   and claims exactly its free slots as credits. A handler "works" for a
-//!   log-normal service time (mean, CV) and returns `Ok`, so the consumer
-//!   acks. A phase's consumer capacity is its slot count ÷ mean service
-//!   time; at a phase boundary slots are added by starting consumers and
-//!   removed by shutting the newest down (they finish what they hold).
+//!   and claims its free room as credits, with `prefetch_fraction × N`
+//!   deliveries claimed ahead so a slot that frees starts its next delivery
+//!   without a claim round trip. A handler "works" for a log-normal service
+//!   time (mean, CV) and returns `Ok`; its slot frees then and the ack goes
+//!   out batched. A phase's consumer capacity is its slot count ÷ mean
+//!   service time; at a phase boundary slots are added by starting
+//!   consumers and removed by shutting the newest down (they finish what
+//!   they hold).
+//! - **Service time is held to its mean**: tokio's timers have 1 ms
+//!   resolution and fire late (≈0.5–1 ms on an 18 ms sleep, 3–5 % fewer
+//!   completions per slot than the model). Each sleep is shortened by the
+//!   running mean of the observed lateness, so the measured mean service
+//!   time — reported, the figure to check — equals the configured one.
 //! - **Counts**: the client's backlog is `enqueued − acked` (sends whose
 //!   offset came back, minus acks the broker confirmed); the broker's is
 //!   DescribeQueue `ready + scheduled + claimed`. Both are sampled every
@@ -40,7 +48,9 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use spool_broker::clock::{instant_now, Instant};
-use spool_client::limits::{CONSUMER_SLOTS_MAX, PRODUCER_PENDING_MESSAGES_MAX};
+use spool_client::limits::{
+    CLAIMS_IN_FLIGHT_MAX, CONSUMER_SLOTS_MAX, PRODUCER_PENDING_MESSAGES_MAX,
+};
 use spool_client::spool_wire::proto::limits::{LEASE_MS_MAX, PARTITIONS_MAX};
 use spool_client::spool_wire::proto::{Offset, QueueConfig};
 use spool_client::spool_wire::ErrorCode;
@@ -71,6 +81,15 @@ pub const CONSUMERS_PER_QUEUE_MAX: u32 = 64;
 pub const PHASES_MAX: usize = 16;
 /// Execution slots over all consumers of a run.
 pub const SLOTS_MAX: u32 = 65_536;
+/// Largest prefetch as a fraction of a consumer's slots.
+pub const PREFETCH_FRACTION_MAX: f64 = 1.0;
+/// Default consumer prefetch (fraction of its slots): covers a claim round
+/// trip plus a claim share at the rates of the capacity model.
+pub const PREFETCH_FRACTION_DEFAULT: f64 = 0.25;
+/// Default claims outstanding per consumer.
+pub const CLAIMS_IN_FLIGHT_DEFAULT: u32 = 8;
+/// Weight of one observation in the running mean of timer lateness.
+const OVERSHOOT_EWMA_SHIFT: u32 = 6;
 /// Highest phase rate (msgs/s over all producers).
 pub const RATE_MAX: f64 = 10_000_000.0;
 /// Longest phase (s).
@@ -179,6 +198,10 @@ pub struct LoadConfig {
     pub batch_bytes: u64,
     /// Lease the consumers ask for.
     pub lease_ms: u32,
+    /// Each consumer's prefetch as a fraction of its slots (rounded up).
+    pub prefetch_fraction: f64,
+    /// Claims each consumer keeps outstanding.
+    pub claims_in_flight: u32,
     pub client_threads: u64,
     pub seed: u64,
     /// Draw a progress bar on stderr (only if stderr is a terminal).
@@ -213,6 +236,8 @@ impl LoadConfig {
         }
         check("queue_max_messages", self.queue_max_messages as f64, 1.0, u64::MAX as f64)?;
         check("queue_max_bytes", self.queue_max_bytes as f64, 1.0, u64::MAX as f64)?;
+        check("prefetch_fraction", self.prefetch_fraction, 0.0, PREFETCH_FRACTION_MAX)?;
+        check("claims_in_flight", self.claims_in_flight.into(), 1.0, CLAIMS_IN_FLIGHT_MAX.into())?;
         check("service_ms", self.service.mean_ms, 0.0, dist::SERVICE_MS_MAX)?;
         check("service_cv", self.service.cv, 0.0, dist::SERVICE_CV_MAX)?;
         check("phases", self.phases.len() as f64, 1.0, PHASES_MAX as f64)?;
@@ -428,6 +453,8 @@ struct Recorder {
     enqueued: AtomicU64,
     redelivered: AtomicU64,
     busy: AtomicU64,
+    /// Running mean of how late a handler's sleep ends (ns).
+    overshoot_ns: AtomicU64,
     error_count: AtomicU64,
     histograms: Mutex<Histograms>,
     errors: Mutex<BTreeMap<String, u64>>,
@@ -497,6 +524,21 @@ impl Recorder {
 
     fn service_ns(&self, service: &ServiceTime) -> u64 {
         service.sample_ns(&mut self.service_rng.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// How long to sleep for a service time of `service_ns`: shortened by
+    /// the mean lateness so far (module doc).
+    fn sleep_for_ns(&self, service_ns: u64) -> u64 {
+        service_ns.saturating_sub(self.overshoot_ns.load(Ordering::Relaxed))
+    }
+
+    /// Folds one sleep's lateness into the running mean (a lost update
+    /// between racing handlers only drops one observation).
+    fn observe_overshoot(&self, asked_ns: u64, slept_ns: u64) {
+        let late = i128::from(slept_ns) - i128::from(asked_ns);
+        let mean = i128::from(self.overshoot_ns.load(Ordering::Relaxed));
+        let next = mean + ((late - mean) >> OVERSHOOT_EWMA_SHIFT);
+        self.overshoot_ns.store(u64::try_from(next.max(0)).unwrap_or(0), Ordering::Relaxed);
     }
 }
 
@@ -598,21 +640,6 @@ async fn collect(
     }
 }
 
-fn add_stats(total: ConsumerStats, stats: ConsumerStats) -> ConsumerStats {
-    ConsumerStats {
-        claimed: total.claimed + stats.claimed,
-        acked: total.acked + stats.acked,
-        released: total.released + stats.released,
-        extended: total.extended + stats.extended,
-        extend_failed: total.extend_failed + stats.extend_failed,
-        settle_failed: total.settle_failed + stats.settle_failed,
-        claim_failed: total.claim_failed + stats.claim_failed,
-        outstanding_max: total.outstanding_max.max(stats.outstanding_max),
-        claim_requests: total.claim_requests + stats.claim_requests,
-        ack_requests: total.ack_requests + stats.ack_requests,
-    }
-}
-
 /// The simulated workers of every queue: consumers with slots, grown and
 /// shrunk at phase boundaries.
 struct Workers {
@@ -620,6 +647,8 @@ struct Workers {
     queues: Vec<String>,
     consumers_per_queue: u32,
     lease_ms: u32,
+    prefetch_fraction: f64,
+    claims_in_flight: u32,
     service: ServiceTime,
     recorder: Arc<Recorder>,
     /// Per queue: running consumers and their slots, oldest first.
@@ -632,7 +661,11 @@ struct Workers {
 impl Workers {
     fn stats(&self) -> ConsumerStats {
         let retired = *self.retired.lock().unwrap_or_else(PoisonError::into_inner);
-        self.running.iter().flatten().map(|(consumer, _)| consumer.stats()).fold(retired, add_stats)
+        self.running
+            .iter()
+            .flatten()
+            .map(|(consumer, _)| consumer.stats())
+            .fold(retired, ConsumerStats::merged)
     }
 
     /// Spreads `total` slots over the queues (the first get one more when
@@ -658,7 +691,7 @@ impl Workers {
             self.retiring.push(tokio::spawn(async move {
                 let stats = consumer.shutdown().await;
                 let mut total = retired.lock().unwrap_or_else(PoisonError::into_inner);
-                *total = add_stats(*total, stats);
+                *total = total.merged(stats);
             }));
         }
         // Grow: the missing slots, over `consumers_per_queue` new consumers
@@ -681,6 +714,9 @@ impl Workers {
         let mut consumer_config = ConsumerConfig::new(queue.to_owned(), slots);
         consumer_config.wait_ms = CLAIM_WAIT_MS;
         consumer_config.lease_ms = self.lease_ms;
+        consumer_config.claims_in_flight = self.claims_in_flight;
+        // Validated to [0, 1] × slots ≤ CONSUMER_SLOTS_MAX.
+        consumer_config.prefetch = (f64::from(slots) * self.prefetch_fraction).ceil() as u32;
         let recorder = Arc::clone(&self.recorder);
         let service = self.service;
         let consumer = Consumer::start(client, consumer_config, move |delivery: Delivery| {
@@ -691,9 +727,11 @@ impl Workers {
                 if service_ns > 0 {
                     recorder.busy.fetch_add(1, Ordering::AcqRel);
                     let start = instant_now();
-                    tokio::time::sleep(Duration::from_nanos(service_ns)).await;
+                    let asked_ns = recorder.sleep_for_ns(service_ns);
+                    tokio::time::sleep(Duration::from_nanos(asked_ns)).await;
                     let slept_ns = u64::try_from(instant_now().duration_since(start).as_nanos())
                         .unwrap_or(u64::MAX);
+                    recorder.observe_overshoot(asked_ns, slept_ns);
                     recorder.histograms().service.record_ns(slept_ns);
                     recorder.busy.fetch_sub(1, Ordering::AcqRel);
                 }
@@ -709,7 +747,7 @@ impl Workers {
             for (consumer, _) in running {
                 let stats = consumer.shutdown().await;
                 let mut total = self.retired.lock().unwrap_or_else(PoisonError::into_inner);
-                *total = add_stats(*total, stats);
+                *total = total.merged(stats);
             }
         }
         for task in std::mem::take(&mut self.retiring) {
@@ -933,6 +971,7 @@ async fn drive(
         enqueued: AtomicU64::new(0),
         redelivered: AtomicU64::new(0),
         busy: AtomicU64::new(0),
+        overshoot_ns: AtomicU64::new(0),
         error_count: AtomicU64::new(0),
         histograms: Mutex::new(Histograms {
             publish_interval: histogram()?,
@@ -949,6 +988,8 @@ async fn drive(
         queues: queues.clone(),
         consumers_per_queue: config.consumers_per_queue,
         lease_ms: config.lease_ms,
+        prefetch_fraction: config.prefetch_fraction,
+        claims_in_flight: config.claims_in_flight,
         service: config.service,
         recorder: Arc::clone(&recorder),
         running: queues.iter().map(|_| Vec::new()).collect(),
@@ -1270,6 +1311,8 @@ pub(crate) mod tests {
             linger_us: 1000,
             batch_bytes: 65_536,
             lease_ms: 30_000,
+            prefetch_fraction: 0.25,
+            claims_in_flight: 4,
             client_threads: 2,
             seed: 1,
             progress: false,
@@ -1287,6 +1330,8 @@ pub(crate) mod tests {
             ("msg_bytes", |c| c.msg_bytes = 7),
             ("producers", |c| c.producers_per_queue = 0),
             ("consumers", |c| c.consumers_per_queue = 0),
+            ("prefetch_fraction", |c| c.prefetch_fraction = 1.5),
+            ("claims_in_flight", |c| c.claims_in_flight = 0),
             ("service_cv", |c| c.service.cv = -1.0),
             ("phases", |c| c.phases.clear()),
             ("only.seconds", |c| c.phases[0].seconds = 0.0),

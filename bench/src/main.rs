@@ -13,7 +13,7 @@ use spool_bench::capacity::{self, CapacityConfig};
 use spool_bench::dist::{Arrivals, ServiceTime};
 use spool_bench::heap::CountingAllocator;
 use spool_bench::latency_scenario::{self, LatencyConfig};
-use spool_bench::load::{BrokerConfig, LoadConfig, Phase, PhaseEnd, Sample};
+use spool_bench::load::{self, BrokerConfig, LoadConfig, Phase, PhaseEnd, Sample};
 use spool_bench::log_append::{self, LogAppendConfig};
 use spool_bench::omb::{self, OmbConfig};
 use spool_bench::recovery::{self, RecoveryConfig};
@@ -100,6 +100,13 @@ struct LoadArgs {
     /// Lease the workers ask for (ms).
     #[arg(long, default_value_t = 30_000)]
     lease_ms: u32,
+    /// Deliveries each consumer claims ahead of a free slot, as a fraction
+    /// of its slots (hides the claim round trip).
+    #[arg(long, default_value_t = load::PREFETCH_FRACTION_DEFAULT)]
+    prefetch_fraction: f64,
+    /// Claims each consumer keeps outstanding.
+    #[arg(long, default_value_t = load::CLAIMS_IN_FLIGHT_DEFAULT)]
+    claims_in_flight: u32,
     /// Dedupe window of created queues (ms): a short one keeps the broker's
     /// memory for message ids small (≈88 B each) over a long run.
     #[arg(long, default_value_t = 60_000)]
@@ -157,6 +164,8 @@ impl LoadArgs {
             linger_us: self.linger_us,
             batch_bytes: self.batch_bytes,
             lease_ms: self.lease_ms,
+            prefetch_fraction: self.prefetch_fraction,
+            claims_in_flight: self.claims_in_flight,
             client_threads: self.client_threads,
             seed: self.seed,
             progress: !self.quiet,

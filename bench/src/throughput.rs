@@ -555,22 +555,7 @@ struct Run<'a> {
 }
 
 fn sum_stats(consumers: &[Consumer]) -> ConsumerStats {
-    consumers.iter().map(Consumer::stats).fold(ConsumerStats::default(), add_stats)
-}
-
-fn add_stats(total: ConsumerStats, stats: ConsumerStats) -> ConsumerStats {
-    ConsumerStats {
-        claimed: total.claimed + stats.claimed,
-        acked: total.acked + stats.acked,
-        released: total.released + stats.released,
-        extended: total.extended + stats.extended,
-        extend_failed: total.extend_failed + stats.extend_failed,
-        settle_failed: total.settle_failed + stats.settle_failed,
-        claim_failed: total.claim_failed + stats.claim_failed,
-        outstanding_max: total.outstanding_max.max(stats.outstanding_max),
-        claim_requests: total.claim_requests + stats.claim_requests,
-        ack_requests: total.ack_requests + stats.ack_requests,
-    }
+    consumers.iter().map(Consumer::stats).fold(ConsumerStats::default(), ConsumerStats::merged)
 }
 
 impl Run<'_> {
@@ -690,7 +675,7 @@ impl Run<'_> {
             let stats = tokio::time::timeout(DRAIN_TIMEOUT, consumer.shutdown())
                 .await
                 .map_err(|_| ThroughputError::Drain("consumers", DRAIN_TIMEOUT))?;
-            final_stats = add_stats(final_stats, stats);
+            final_stats = final_stats.merged(stats);
         }
         if created && !self.spoold_started {
             admin.delete_queue(&queue).await?;

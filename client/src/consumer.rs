@@ -1,10 +1,22 @@
 //! [`Consumer`]: credit-based claiming, concurrent handlers, batched acks.
 //!
 //! Owns a claim loop, one task per delivery and an acker task. The consumer
-//! has `slots` execution slots and never holds more deliveries than slots:
-//! every claim asks for free slots as credits (the broker never pushes more
-//! than the credits, DESIGN §4), and a slot frees only after its delivery's
-//! ack or release returned.
+//! has `slots` execution slots and may hold `prefetch` more deliveries
+//! waiting for one: every claim asks for free room (`slots + prefetch` minus
+//! the deliveries held) as credits, and the broker never pushes more than
+//! the credits (DESIGN §4). A delivery is held from its claim until its
+//! handler returned and its outcome is handed on: an `Ok` joins the ack
+//! pipeline, so the slot (and the credit) frees while the Ack is still on
+//! its way, and a handler's slot time is its own work, not a claim or an
+//! ack round trip; an `Err` holds its slot until the release is answered.
+//! The ack pipeline is bounded on its own (`acks_pending_max`): a handler
+//! that finished while it is full keeps its slot until there is room.
+//!
+//! **Prefetch** hides the claim round trip: with `prefetch` > 0 a few
+//! deliveries wait, their leases extended like running ones, so a slot that
+//! frees starts its next delivery at once instead of after a claim. Their
+//! lease runs while they wait, so keep it small: about the deliveries the
+//! slots finish during one claim round trip.
 //!
 //! **Claims are pipelined**: up to `claims_in_flight` claims are outstanding
 //! at once, each on the next partition in turn, each asking for at most a
@@ -54,8 +66,8 @@ use crate::delivery::Delivery;
 use crate::error::ClientError;
 use crate::limits::{
     ACK_LINGER_DEFAULT, ACK_REQUESTS_IN_FLIGHT_MAX, CLAIMS_IN_FLIGHT_DEFAULT, CLAIMS_IN_FLIGHT_MAX,
-    CLAIM_BYTES_DEFAULT, CLAIM_ERROR_BACKOFF, CLAIM_WAIT_MS_DEFAULT, CONSUMER_SLOTS_MAX,
-    LEASE_MS_DEFAULT,
+    CLAIM_BYTES_DEFAULT, CLAIM_ERROR_BACKOFF, CLAIM_WAIT_MS_DEFAULT, CONSUMER_ACKS_PENDING_DEFAULT,
+    CONSUMER_ACKS_PENDING_MAX, CONSUMER_PREFETCH_MAX, CONSUMER_SLOTS_MAX, LEASE_MS_DEFAULT,
 };
 
 /// Release reason for a delivery that arrives after shutdown began.
@@ -91,6 +103,12 @@ pub struct ConsumerConfig {
     /// How long a completed delivery may wait for company before its Ack is
     /// sent (zero: send with whatever else already completed).
     pub ack_linger: Duration,
+    /// Deliveries claimed ahead of a free slot, `0..=CONSUMER_PREFETCH_MAX`.
+    pub prefetch: u32,
+    /// Completed deliveries whose Ack is not answered yet, at most
+    /// `1..=CONSUMER_ACKS_PENDING_MAX`; a handler finishing past it keeps its
+    /// slot until an Ack answer makes room.
+    pub acks_pending_max: u32,
 }
 
 impl ConsumerConfig {
@@ -108,6 +126,8 @@ impl ConsumerConfig {
             claims_in_flight: CLAIMS_IN_FLIGHT_DEFAULT,
             ack_batch_max: ACK_TOKENS_MAX,
             ack_linger: ACK_LINGER_DEFAULT,
+            prefetch: 0,
+            acks_pending_max: CONSUMER_ACKS_PENDING_DEFAULT,
         }
     }
 
@@ -143,14 +163,30 @@ impl ConsumerConfig {
             format!("ack_batch_max {} outside 1..={ACK_TOKENS_MAX}", self.ack_batch_max),
         )?;
         check(
+            self.prefetch <= CONSUMER_PREFETCH_MAX,
+            format!("prefetch {} above {CONSUMER_PREFETCH_MAX}", self.prefetch),
+        )?;
+        check(
+            (1..=CONSUMER_ACKS_PENDING_MAX).contains(&self.acks_pending_max),
+            format!(
+                "acks_pending_max {} outside 1..={CONSUMER_ACKS_PENDING_MAX}",
+                self.acks_pending_max
+            ),
+        )?;
+        check(
             self.extend_interval.is_none_or(|interval| !interval.is_zero()),
             "extend_interval must be positive".to_owned(),
         )
     }
 
-    /// Free slots a claim waits for while another claim is outstanding.
+    /// Deliveries held at once: running or waiting for a slot.
+    fn window(&self) -> u32 {
+        self.slots + self.prefetch
+    }
+
+    /// Free room a claim waits for while another claim is outstanding.
     fn claim_share(&self) -> u32 {
-        (self.slots / self.claims_in_flight).max(1)
+        (self.window() / self.claims_in_flight).max(1)
     }
 
     fn extend_every(&self) -> Duration {
@@ -176,12 +212,35 @@ pub struct ConsumerStats {
     pub settle_failed: u64,
     /// Claims that failed.
     pub claim_failed: u64,
-    /// Most deliveries held at once; never above the slots.
+    /// Most deliveries held at once (running or waiting for a slot); never
+    /// above `slots + prefetch`.
     pub outstanding_max: u64,
+    /// Most handlers running at once; never above the slots.
+    pub running_max: u64,
     /// Claim requests sent.
     pub claim_requests: u64,
     /// Ack requests sent (each carries one or more tokens).
     pub ack_requests: u64,
+}
+
+impl ConsumerStats {
+    /// The totals of two consumers: counts add, maxima take the larger.
+    #[must_use]
+    pub fn merged(self, other: Self) -> Self {
+        Self {
+            claimed: self.claimed + other.claimed,
+            acked: self.acked + other.acked,
+            released: self.released + other.released,
+            extended: self.extended + other.extended,
+            extend_failed: self.extend_failed + other.extend_failed,
+            settle_failed: self.settle_failed + other.settle_failed,
+            claim_failed: self.claim_failed + other.claim_failed,
+            outstanding_max: self.outstanding_max.max(other.outstanding_max),
+            running_max: self.running_max.max(other.running_max),
+            claim_requests: self.claim_requests + other.claim_requests,
+            ack_requests: self.ack_requests + other.ack_requests,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -195,6 +254,8 @@ struct Counters {
     claim_failed: AtomicU64,
     outstanding: AtomicU64,
     outstanding_max: AtomicU64,
+    running: AtomicU64,
+    running_max: AtomicU64,
     claim_requests: AtomicU64,
     ack_requests: AtomicU64,
 }
@@ -211,6 +272,7 @@ impl Counters {
             settle_failed: load(&self.settle_failed),
             claim_failed: load(&self.claim_failed),
             outstanding_max: load(&self.outstanding_max),
+            running_max: load(&self.running_max),
             claim_requests: load(&self.claim_requests),
             ack_requests: load(&self.ack_requests),
         }
@@ -220,19 +282,47 @@ impl Counters {
 struct Shared {
     client: Client,
     config: ConsumerConfig,
+    /// Room for deliveries (`slots + prefetch`): what claims ask for.
+    credits: Arc<Semaphore>,
+    /// Execution slots: a handler runs only with one.
     slots: Arc<Semaphore>,
+    /// Room in the ack pipeline (`acks_pending_max`).
+    acks_pending: Arc<Semaphore>,
     counters: Counters,
 }
 
-/// Frees one slot when a delivery is settled (or its task ends otherwise).
+/// Frees one credit when a delivery is no longer held (its handler's
+/// outcome was handed on, or its task ended otherwise).
+struct CreditGuard {
+    shared: Arc<Shared>,
+}
+
+impl Drop for CreditGuard {
+    fn drop(&mut self) {
+        self.shared.counters.outstanding.fetch_sub(1, Ordering::AcqRel);
+        self.shared.credits.add_permits(1);
+    }
+}
+
+/// One running handler's execution slot.
 struct SlotGuard {
     shared: Arc<Shared>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl SlotGuard {
+    fn new(shared: &Arc<Shared>, permit: OwnedSemaphorePermit) -> Self {
+        let counters = &shared.counters;
+        let running = counters.running.fetch_add(1, Ordering::AcqRel) + 1;
+        counters.running_max.fetch_max(running, Ordering::AcqRel);
+        assert!(running <= u64::from(shared.config.slots));
+        Self { shared: Arc::clone(shared), _permit: permit }
+    }
 }
 
 impl Drop for SlotGuard {
     fn drop(&mut self) {
-        self.shared.counters.outstanding.fetch_sub(1, Ordering::AcqRel);
-        self.shared.slots.add_permits(1);
+        self.shared.counters.running.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -290,7 +380,9 @@ impl Consumer {
         config.validate()?;
         let shared = Arc::new(Shared {
             client,
+            credits: Arc::new(Semaphore::new(config.window() as usize)),
             slots: Arc::new(Semaphore::new(config.slots as usize)),
+            acks_pending: Arc::new(Semaphore::new(config.acks_pending_max as usize)),
             config,
             counters: Counters::default(),
         });
@@ -318,7 +410,7 @@ impl Consumer {
 
 /// What a finished claim task reports back to the loop.
 struct ClaimOutcome {
-    /// Credits the claim asked for (taken from the free slots).
+    /// Credits the claim asked for (taken from the free room).
     credits: u32,
     result: Result<ClaimBatch, ClientError>,
 }
@@ -347,8 +439,8 @@ async fn claim_once(
         None => Err(ClientError::UnknownQueue(config.queue.clone())),
     };
     if result.is_err() {
-        // The slots are free while this claim waits out its backoff.
-        shared.slots.add_permits(credits as usize);
+        // The credits are free while this claim waits out its backoff.
+        shared.credits.add_permits(credits as usize);
         shared.counters.claim_failed.fetch_add(1, Ordering::Relaxed);
         pause(&mut stopped).await;
         return ClaimOutcome { credits: 0, result };
@@ -366,9 +458,8 @@ async fn claim_loop<H, F, E>(
     E: Display + Send + 'static,
 {
     let config = &shared.config;
-    // Every delivery sends at most one item, and at most `slots` deliveries
-    // exist at once, so a send never waits.
-    let (acks, ack_queue) = mpsc::channel(config.slots as usize);
+    // Every item holds an `acks_pending` permit, so a send never waits.
+    let (acks, ack_queue) = mpsc::channel(config.acks_pending_max as usize);
     let acker = tokio::spawn(ack_loop(Arc::clone(&shared), ack_queue));
     let mut tasks = JoinSet::new();
     let mut claims: JoinSet<ClaimOutcome> = JoinSet::new();
@@ -377,13 +468,14 @@ async fn claim_loop<H, F, E>(
     // the long-poll.
     let mut empty_claims = 0usize;
     let share = config.claim_share();
-    let credits_max = config.slots.min(CLAIM_CREDITS_MAX);
+    let credits_max = config.window().min(CLAIM_CREDITS_MAX);
     loop {
         if *stopped.borrow() {
             break;
         }
-        // The first claim goes out for one free slot; while others are out,
-        // wait for a share, so slots coming back one by one are batched.
+        // The first claim goes out for one free credit; while others are
+        // out, wait for a share, so credits coming back one by one are
+        // batched.
         let wanted = match claims.len() {
             0 => 1,
             outstanding if outstanding < config.claims_in_flight as usize => share,
@@ -402,14 +494,14 @@ async fn claim_loop<H, F, E>(
                 };
                 let Ok(batch) = outcome.result else { continue };
                 let received = batch.deliveries.len();
-                shared.slots.add_permits(outcome.credits as usize - received);
+                shared.credits.add_permits(outcome.credits as usize - received);
                 empty_claims = if received == 0 { empty_claims + 1 } else { 0 };
                 let stopping = *stopped.borrow();
-                spawn_deliveries(&shared, &handler, &acks, &mut tasks, batch, stopping);
+                spawn_deliveries(&shared, &handler, &acks, &mut tasks, batch, stopping, &stopped);
             }
-            slot = Arc::clone(&shared.slots).acquire_many_owned(wanted), if wanted > 0 => {
-                let Ok(slot) = slot else { break };
-                slot.forget();
+            credit = Arc::clone(&shared.credits).acquire_many_owned(wanted), if wanted > 0 => {
+                let Ok(credit) = credit else { break };
+                credit.forget();
                 let partitions = match shared.client.partition_count(&config.queue).await {
                     Ok(count) => count as usize,
                     Err(error) => {
@@ -418,14 +510,14 @@ async fn claim_loop<H, F, E>(
                     }
                 };
                 let long_poll = partitions > 0 && empty_claims >= partitions;
-                // Each claim asks for at most a share, so the slots are spread
-                // over `claims_in_flight` claims (and partitions) at once.
+                // Each claim asks for at most a share, so the credits are
+                // spread over `claims_in_flight` claims (and partitions).
                 let limit = share.min(credits_max).max(wanted);
                 let mut credits = wanted;
                 while credits < limit {
-                    match shared.slots.try_acquire() {
-                        Ok(slot) => {
-                            slot.forget();
+                    match shared.credits.try_acquire() {
+                        Ok(credit) => {
+                            credit.forget();
                             credits += 1;
                         }
                         Err(_) => break,
@@ -454,8 +546,8 @@ async fn claim_loop<H, F, E>(
     while let Some(joined) = claims.join_next().await {
         let Ok(outcome) = joined else { continue };
         let Ok(batch) = outcome.result else { continue };
-        shared.slots.add_permits(outcome.credits as usize - batch.deliveries.len());
-        spawn_deliveries(&shared, &handler, &acks, &mut tasks, batch, true);
+        shared.credits.add_permits(outcome.credits as usize - batch.deliveries.len());
+        spawn_deliveries(&shared, &handler, &acks, &mut tasks, batch, true, &stopped);
     }
     while tasks.join_next().await.is_some() {}
     // Every delivery task has ended, so this was the last sender: the acker
@@ -475,6 +567,7 @@ fn spawn_deliveries<H, F, E>(
     tasks: &mut JoinSet<()>,
     batch: ClaimBatch,
     stopping: bool,
+    stopped: &watch::Receiver<bool>,
 ) where
     H: Fn(Delivery) -> F + Send + Sync + 'static,
     F: Future<Output = Result<(), E>> + Send + 'static,
@@ -485,14 +578,15 @@ fn spawn_deliveries<H, F, E>(
     counters.claimed.fetch_add(received, Ordering::Relaxed);
     let outstanding = counters.outstanding.fetch_add(received, Ordering::AcqRel) + received;
     counters.outstanding_max.fetch_max(outstanding, Ordering::AcqRel);
-    assert!(outstanding <= u64::from(shared.config.slots));
+    assert!(outstanding <= u64::from(shared.config.window()));
     for delivery in batch.deliveries {
-        let guard = SlotGuard { shared: Arc::clone(shared) };
+        let held = CreditGuard { shared: Arc::clone(shared) };
         if stopping {
             let target = SettleTarget::of(&delivery);
-            tasks.spawn(settle(guard, target, Err(SHUTDOWN_REASON.to_owned()), acks.clone()));
+            tasks.spawn(release(held, None, target, SHUTDOWN_REASON.to_owned()));
         } else {
-            tasks.spawn(run_delivery(guard, Arc::clone(handler), delivery, acks.clone()));
+            let (handler, acks, stopped) = (Arc::clone(handler), acks.clone(), stopped.clone());
+            tasks.spawn(run_delivery(held, handler, delivery, acks, stopped));
         }
     }
 }
@@ -509,47 +603,111 @@ async fn pause(stopped: &mut watch::Receiver<bool>) {
 }
 
 async fn run_delivery<H, F, E>(
-    guard: SlotGuard,
+    held: CreditGuard,
     handler: Arc<H>,
     delivery: Delivery,
     acks: mpsc::Sender<AckItem>,
+    mut stopped: watch::Receiver<bool>,
 ) where
     H: Fn(Delivery) -> F + Send + Sync + 'static,
     F: Future<Output = Result<(), E>> + Send + 'static,
     E: Display + Send + 'static,
 {
-    let shared = Arc::clone(&guard.shared);
-    let config = &shared.config;
+    let shared = Arc::clone(&held.shared);
     let target = SettleTarget::of(&delivery);
-    let (queue, partition, token) = (Arc::clone(&target.queue), target.partition, target.token);
+    let mut lease = LeaseKeeper::new(&shared, &target);
+    // A prefetched delivery waits for a slot with its lease kept alive; if
+    // shutdown begins first it is released unstarted.
+    let slot = lease
+        .keep_while(async {
+            tokio::select! {
+                permit = Arc::clone(&shared.slots).acquire_owned() => permit.ok(),
+                _ = stopped.wait_for(|stopping| *stopping) => None,
+            }
+        })
+        .await;
+    let Some(permit) = slot else {
+        release(held, None, target, SHUTDOWN_REASON.to_owned()).await;
+        return;
+    };
+    let slot = SlotGuard::new(&shared, permit);
     // The handler runs in its own task so extending never pauses it, and a
     // panic is caught as a join error instead of killing this task.
-    let mut handle = tokio::spawn(handler(delivery));
-    let mut extending = true;
-    let outcome = loop {
-        tokio::select! {
-            joined = &mut handle => break match joined {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(error)) => Err(error.to_string()),
-                Err(_) => Err(PANIC_REASON.to_owned()),
-            },
-            () = tokio::time::sleep(config.extend_every()), if extending => {
-                match shared.client.extend(&queue, partition, token, config.lease_ms).await {
-                    Ok(_) => {
-                        shared.counters.extended.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Err(error) => {
-                        shared.counters.extend_failed.fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!(%queue, offset = target.offset.0, %error, "extend failed");
-                        // A lost lease or a lifetime cap will not come back;
-                        // a transient failure is tried again next interval.
-                        extending = error.is_retriable();
-                    }
+    let joined = lease.keep_while(tokio::spawn(handler(delivery))).await;
+    let outcome = match joined {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(error)) => Err(error.to_string()),
+        Err(_) => Err(PANIC_REASON.to_owned()),
+    };
+    match outcome {
+        Ok(()) => {
+            // Room in the ack pipeline first (the slot stays busy while it
+            // is full), then the slot and the credit free at once.
+            let Ok(pending) = Arc::clone(&shared.acks_pending).acquire_owned().await else {
+                unreachable!("the acks-pending semaphore is never closed");
+            };
+            // The acker outlives every delivery task (the claim loop drops
+            // the last sender only after they all ended), so this cannot
+            // fail; if it did, the delivery would stay unacked.
+            if acks.send(AckItem { target, _pending: pending }).await.is_err() {
+                shared.counters.settle_failed.fetch_add(1, Ordering::Relaxed);
+            }
+            drop(slot);
+            drop(held);
+        }
+        Err(reason) => release(held, Some(slot), target, reason).await,
+    }
+}
+
+/// Extends one delivery's lease every `extend_interval` while it waits for a
+/// slot and while its handler runs.
+struct LeaseKeeper<'a> {
+    shared: &'a Shared,
+    target: &'a SettleTarget,
+    /// Cleared once an extension failed for good (lost lease, lifetime cap).
+    extending: bool,
+    /// When the next extension is due; kept across the wait for a slot and
+    /// the handler, so the interval counts from the claim.
+    next: tokio::time::Instant,
+}
+
+impl<'a> LeaseKeeper<'a> {
+    fn new(shared: &'a Shared, target: &'a SettleTarget) -> Self {
+        let next = tokio::time::Instant::now() + shared.config.extend_every();
+        Self { shared, target, extending: true, next }
+    }
+
+    /// Drives `work` to completion, extending the lease meanwhile.
+    async fn keep_while<T>(&mut self, work: impl Future<Output = T>) -> T {
+        let mut work = std::pin::pin!(work);
+        loop {
+            tokio::select! {
+                output = &mut work => return output,
+                () = tokio::time::sleep_until(self.next), if self.extending => {
+                    self.extend_once().await;
+                    self.next = tokio::time::Instant::now() + self.shared.config.extend_every();
                 }
             }
         }
-    };
-    settle(guard, target, outcome, acks).await;
+    }
+
+    async fn extend_once(&mut self) {
+        let (shared, target) = (self.shared, self.target);
+        let counters = &shared.counters;
+        let lease_ms = shared.config.lease_ms;
+        match shared.client.extend(&target.queue, target.partition, target.token, lease_ms).await {
+            Ok(_) => {
+                counters.extended.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(error) => {
+                counters.extend_failed.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(queue = %target.queue, offset = target.offset.0, %error, "extend failed");
+                // A lost lease or a lifetime cap will not come back; a
+                // transient failure is tried again next interval.
+                self.extending = error.is_retriable();
+            }
+        }
+    }
 }
 
 /// What settling a delivery needs, so the handler can own the delivery.
@@ -571,47 +729,36 @@ impl SettleTarget {
     }
 }
 
-/// A delivery whose handler succeeded, waiting for its Ack; holds its slot.
+/// A delivery whose handler succeeded, waiting for its Ack.
 struct AckItem {
     target: SettleTarget,
-    /// Dropped with the item once the Ack is answered: frees the slot.
-    _guard: SlotGuard,
+    /// Dropped with the item once the Ack is answered: room in the pipeline.
+    _pending: OwnedSemaphorePermit,
 }
 
-/// Acks (`Ok`, through the acker) or releases with the reason (`Err`); the
-/// slot frees once the broker answered.
-async fn settle(
-    guard: SlotGuard,
+/// Releases a delivery with `reason`; its credit (and slot, if it ran) free
+/// once the broker answered.
+async fn release(
+    held: CreditGuard,
+    slot: Option<SlotGuard>,
     delivery: SettleTarget,
-    outcome: Result<(), String>,
-    acks: mpsc::Sender<AckItem>,
+    reason: String,
 ) {
-    let shared = Arc::clone(&guard.shared);
+    let shared = Arc::clone(&held.shared);
     let counters = &shared.counters;
-    match outcome {
-        Ok(()) => {
-            // The acker outlives every delivery task (the claim loop drops
-            // the last sender only after they all ended), so this cannot
-            // fail; if it did, the item (and its slot) would drop unacked.
-            if acks.send(AckItem { target: delivery, _guard: guard }).await.is_err() {
-                counters.settle_failed.fetch_add(1, Ordering::Relaxed);
-            }
+    let (queue, partition, token) = (&*delivery.queue, delivery.partition, delivery.token);
+    let delay_ms = shared.config.release_delay_ms;
+    match shared.client.release(queue, partition, token, delay_ms, &reason).await {
+        Ok(_) => {
+            counters.released.fetch_add(1, Ordering::Relaxed);
         }
-        Err(reason) => {
-            let (queue, partition, token) = (&*delivery.queue, delivery.partition, delivery.token);
-            let delay_ms = shared.config.release_delay_ms;
-            match shared.client.release(queue, partition, token, delay_ms, &reason).await {
-                Ok(_) => {
-                    counters.released.fetch_add(1, Ordering::Relaxed);
-                }
-                Err(error) => {
-                    tracing::warn!(%queue, offset = delivery.offset.0, %error, "release failed");
-                    counters.settle_failed.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            drop(guard);
+        Err(error) => {
+            tracing::warn!(%queue, offset = delivery.offset.0, %error, "release failed");
+            counters.settle_failed.fetch_add(1, Ordering::Relaxed);
         }
     }
+    drop(slot);
+    drop(held);
 }
 
 /// Collects completed deliveries and acks them in batches (module doc).
@@ -683,8 +830,8 @@ async fn flush_acks(
     }
 }
 
-/// One Ack request for `items` (all of one partition); frees their slots
-/// when the broker answered.
+/// One Ack request for `items` (all of one partition); frees their room in
+/// the pipeline when the broker answered.
 async fn ack_request(shared: Arc<Shared>, items: Vec<AckItem>, _permit: OwnedSemaphorePermit) {
     let counters = &shared.counters;
     let Some(first) = items.first() else { return };
@@ -707,6 +854,6 @@ async fn ack_request(shared: Arc<Shared>, items: Vec<AckItem>, _permit: OwnedSem
             counters.settle_failed.fetch_add(items.len() as u64, Ordering::Relaxed);
         }
     }
-    // Dropping the items drops their slot guards: the slots free now.
+    // Dropping the items drops their permits: room in the pipeline.
     drop(items);
 }

@@ -60,6 +60,17 @@ pub const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// Consumer: most execution slots (each slot is one credit).
 pub const CONSUMER_SLOTS_MAX: u32 = spool_wire::proto::limits::CLAIM_CREDITS_MAX;
 
+/// Consumer: most deliveries claimed ahead of a free slot (`prefetch`).
+pub const CONSUMER_PREFETCH_MAX: u32 = CONSUMER_SLOTS_MAX;
+
+/// Consumer: most completed deliveries waiting for their Ack answer
+/// (`acks_pending_max`).
+pub const CONSUMER_ACKS_PENDING_MAX: u32 = 64 * 1024;
+
+/// Consumer: default `acks_pending_max`, four full Ack requests: enough that
+/// acks in flight never hold a slot while the broker answers normally.
+pub const CONSUMER_ACKS_PENDING_DEFAULT: u32 = 4 * spool_wire::proto::limits::ACK_TOKENS_MAX;
+
 /// Consumer: default lease.
 pub const LEASE_MS_DEFAULT: u32 = 30_000;
 

@@ -398,6 +398,18 @@ async fn fill(state: &Arc<Mutex<common::BrokerState>>, server: &FakeServer, payl
     assert_eq!(state.lock().unwrap().stored(), payloads.len());
 }
 
+/// An instant handler that succeeds and counts itself in the fake's
+/// `finished` (so its slot may be claimed again before the Ack arrives).
+fn counting_handler(
+    state: &Arc<Mutex<common::BrokerState>>,
+) -> impl Fn(Delivery) -> std::future::Ready<Result<(), String>> + Send + Sync + 'static {
+    let state = Arc::clone(state);
+    move |_delivery: Delivery| {
+        state.lock().unwrap().finished += 1;
+        std::future::ready(Ok(()))
+    }
+}
+
 fn payload_text(delivery: &Delivery) -> String {
     match delivery.payload() {
         PayloadView::Inline(bytes) => String::from_utf8(bytes.to_vec()).unwrap(),
@@ -405,11 +417,12 @@ fn payload_text(delivery: &Delivery) -> String {
     }
 }
 
-// Goal: the consumer never holds more deliveries than slots, asks exactly its
+// Goal: the consumer never runs more handlers than slots, asks exactly its
 // free slots as credits, extends leases while handlers run, acks successes
 // and releases failures with the error text. Method: 12 messages over 2
 // partitions (3 fail), 3 slots, handlers sleep 120 ms with a 40 ms extend
-// interval; the broker checks every claim against its outstanding count.
+// interval; the broker checks every claim against the deliveries the
+// consumer still holds (claimed, not settled, handler not finished).
 #[tokio::test]
 async fn consumer_respects_slots_extends_acks_and_releases() {
     let (server, state) = start_broker("q", 2).await;
@@ -427,8 +440,10 @@ async fn consumer_respects_slots_extends_acks_and_releases() {
     let running_max = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let handler = {
         let (running, running_max) = (Arc::clone(&running), Arc::clone(&running_max));
+        let state = Arc::clone(&state);
         move |delivery: Delivery| {
             let (running, running_max) = (Arc::clone(&running), Arc::clone(&running_max));
+            let state = Arc::clone(&state);
             async move {
                 use std::sync::atomic::Ordering;
                 let now = running.fetch_add(1, Ordering::SeqCst) + 1;
@@ -440,6 +455,7 @@ async fn consumer_respects_slots_extends_acks_and_releases() {
                 if text.starts_with("fail") {
                     Err(format!("boom: {text}"))
                 } else {
+                    state.lock().unwrap().finished += 1;
                     Ok(())
                 }
             }
@@ -455,8 +471,8 @@ async fn consumer_respects_slots_extends_acks_and_releases() {
     let stats = bounded(consumer.shutdown()).await;
     let state = state.lock().unwrap();
     assert_eq!(state.credit_violations, 0, "claimed more than free slots: {:?}", state.claims);
-    assert!(state.outstanding_max <= 3);
     assert!(stats.outstanding_max <= 3);
+    assert!(stats.running_max <= 3);
     assert!(running_max.load(std::sync::atomic::Ordering::SeqCst) <= 3);
     assert!(state.claims.iter().all(|&credits| (1..=3).contains(&credits)));
     assert_eq!(state.acked.len(), 9);
@@ -543,9 +559,7 @@ async fn consumer_batches_acks_and_acks_each_delivery_once() {
     let client = Client::connect(&server.addr).await.unwrap();
     let mut config = ConsumerConfig::new("q", 256);
     config.wait_ms = 20;
-    let consumer =
-        Consumer::start(client, config, |_delivery: Delivery| async { Ok::<(), String>(()) })
-            .unwrap();
+    let consumer = Consumer::start(client, config, counting_handler(&state)).unwrap();
     let done = wait_for(TEST_LIMIT, || state.lock().unwrap().acked.len() >= MESSAGES).await;
     assert!(done, "not every message was acked");
     let stats = bounded(consumer.shutdown()).await;
@@ -582,9 +596,7 @@ async fn consumer_keeps_several_claims_in_flight() {
     let client = Client::connect(&server.addr).await.unwrap();
     let mut config = ConsumerConfig::new("q", 8);
     config.claims_in_flight = 4;
-    let consumer =
-        Consumer::start(client, config, |_delivery: Delivery| async { Ok::<(), String>(()) })
-            .unwrap();
+    let consumer = Consumer::start(client, config, counting_handler(&state)).unwrap();
     assert!(wait_for(TEST_LIMIT, || state.lock().unwrap().acked.len() >= 8).await);
     let stats = bounded(consumer.shutdown()).await;
     let state = state.lock().unwrap();
@@ -595,6 +607,127 @@ async fn consumer_keeps_several_claims_in_flight() {
     assert!(state.claims.iter().all(|&credits| credits <= 2), "each claim asks a share");
     assert_eq!(state.credit_violations, 0);
     assert!(stats.outstanding_max <= 8);
+}
+
+// Goal: a slot frees when its handler returns, not when the Ack is answered,
+// and the ack pipeline is bounded on its own. Method: one slot, 6 messages,
+// instant handlers, a fake that answers every Ack after 400 ms: well before
+// the first answer could arrive every handler has run one after another in
+// the single slot; with acks_pending_max 2, at most 2 deliveries wait for
+// an answer, so the third handler's slot is held until one arrives.
+#[tokio::test]
+async fn consumer_frees_slots_before_acks_are_answered() {
+    let (server, state) = start_broker("q", 1).await;
+    fill(&state, &server, &["a", "b", "c", "d", "e", "f"]).await;
+    {
+        let mut state = state.lock().unwrap();
+        state.slots = 1;
+        state.ack_delay = Some(Duration::from_millis(400));
+    }
+    let client = Client::connect(&server.addr).await.unwrap();
+    let mut config = ConsumerConfig::new("q", 1);
+    config.wait_ms = 10;
+    config.ack_linger = Duration::ZERO;
+    let handled = Arc::new(Mutex::new(Vec::new()));
+    let handler = {
+        let (state, handled) = (Arc::clone(&state), Arc::clone(&handled));
+        move |_delivery: Delivery| {
+            state.lock().unwrap().finished += 1;
+            handled.lock().unwrap().push(tokio::time::Instant::now());
+            std::future::ready(Ok::<(), String>(()))
+        }
+    };
+    let started = tokio::time::Instant::now();
+    let consumer = Consumer::start(client, config.clone(), handler).unwrap();
+    assert!(wait_for(TEST_LIMIT, || state.lock().unwrap().acked.len() == 6).await);
+    let stats = bounded(consumer.shutdown()).await;
+    let times = handled.lock().unwrap().clone();
+    assert_eq!(times.len(), 6);
+    assert!(
+        times[5] - started < Duration::from_millis(350),
+        "all six handlers ran before the first Ack answer: {:?}",
+        times.iter().map(|at| *at - started).collect::<Vec<_>>()
+    );
+    assert_eq!(stats.running_max, 1);
+    assert_eq!(state.lock().unwrap().credit_violations, 0);
+
+    // The same with two acks pending at most: the third handler waits.
+    let (server, state) = start_broker("q", 1).await;
+    fill(&state, &server, &["g", "h", "i", "j"]).await;
+    {
+        let mut state = state.lock().unwrap();
+        state.slots = 1;
+        state.ack_delay = Some(Duration::from_millis(400));
+    }
+    handled.lock().unwrap().clear();
+    config.acks_pending_max = 2;
+    let handler = {
+        let (state, handled) = (Arc::clone(&state), Arc::clone(&handled));
+        move |_delivery: Delivery| {
+            state.lock().unwrap().finished += 1;
+            handled.lock().unwrap().push(tokio::time::Instant::now());
+            std::future::ready(Ok::<(), String>(()))
+        }
+    };
+    let client = Client::connect(&server.addr).await.unwrap();
+    let started = tokio::time::Instant::now();
+    let consumer = Consumer::start(client, config, handler).unwrap();
+    assert!(wait_for(TEST_LIMIT, || state.lock().unwrap().acked.len() == 4).await);
+    bounded(consumer.shutdown()).await;
+    let times = handled.lock().unwrap().clone();
+    assert_eq!(times.len(), 4);
+    assert!(times[1] - started < Duration::from_millis(350), "two ran at once");
+    assert!(
+        times[3] - started >= Duration::from_millis(380),
+        "the fourth handler started only after an Ack answer made room: {:?}",
+        times.iter().map(|at| *at - started).collect::<Vec<_>>()
+    );
+}
+
+// Goal: prefetch claims ahead of free slots (hiding the claim round trip)
+// without running more handlers than slots, and prefetched deliveries keep
+// their leases alive while they wait. Method: 1 slot, prefetch 3, 12
+// messages, handlers sleep 150 ms, extend every 40 ms; the fake checks each
+// claim against slots + prefetch. Running alone accounts for about 3
+// extensions per delivery (36); deliveries waiting ~450 ms for the slot add
+// about 11 each, so far more than twice that shows waiting ones are kept.
+#[tokio::test]
+async fn consumer_prefetches_without_running_more_than_slots() {
+    let (server, state) = start_broker("q", 1).await;
+    let payloads: Vec<String> = (0..12).map(|n| format!("m-{n}")).collect();
+    let refs: Vec<&str> = payloads.iter().map(String::as_str).collect();
+    fill(&state, &server, &refs).await;
+    state.lock().unwrap().slots = 4;
+    let client = Client::connect(&server.addr).await.unwrap();
+    let mut config = ConsumerConfig::new("q", 1);
+    config.prefetch = 3;
+    config.wait_ms = 10;
+    config.lease_ms = 1000;
+    config.extend_interval = Some(Duration::from_millis(40));
+    let handler = {
+        let state = Arc::clone(&state);
+        move |_delivery: Delivery| {
+            let state = Arc::clone(&state);
+            async move {
+                tokio::time::sleep(Duration::from_millis(150)).await;
+                state.lock().unwrap().finished += 1;
+                Ok::<(), String>(())
+            }
+        }
+    };
+    let consumer = Consumer::start(client, config, handler).unwrap();
+    // While the first runs, the prefetched three wait.
+    assert!(wait_for(TEST_LIMIT, || consumer.stats().claimed >= 4).await);
+    let stats = consumer.stats();
+    assert!(stats.running_max <= 1, "{stats:?}");
+    assert!(wait_for(TEST_LIMIT, || state.lock().unwrap().acked.len() == 12).await);
+    let stats = bounded(consumer.shutdown()).await;
+    let state = state.lock().unwrap();
+    assert_eq!(state.credit_violations, 0, "claims: {:?}", state.claims);
+    assert_eq!(stats.running_max, 1);
+    assert!(stats.outstanding_max > 1 && stats.outstanding_max <= 4, "{stats:?}");
+    assert!(state.extends >= 2 * 12 * 3, "waiting deliveries extended: {}", state.extends);
+    assert_eq!(stats.acked, 12);
 }
 
 // Goal: a graceful shutdown flushes acks still waiting for their batch, and

@@ -166,8 +166,15 @@ pub struct BrokerState {
     pub claims: Vec<u32>,
     pub outstanding: usize,
     pub outstanding_max: usize,
-    /// Set when a claim asked for more than slots minus outstanding.
+    /// Room the consumer under test may hold (its slots + prefetch). A
+    /// claim is a credit violation when it asks for more than this minus
+    /// the deliveries it still holds: claimed, not settled, and not counted
+    /// in `finished` (a finished handler frees its slot before its Ack is
+    /// answered).
     pub slots: usize,
+    /// Handlers that returned `Ok` and whose Ack has not arrived; the
+    /// tests' handlers count it up, Acks count it down.
+    pub finished: usize,
     pub credit_violations: usize,
     pub extends: usize,
     pub acked: Vec<u64>,
@@ -179,6 +186,8 @@ pub struct BrokerState {
     pub ack_refused: usize,
     /// When set, every claim is answered only after this long.
     pub claim_delay: Option<Duration>,
+    /// When set, every Ack is answered only after this long.
+    pub ack_delay: Option<Duration>,
     /// Arrival time of every claim.
     pub claim_times: Vec<tokio::time::Instant>,
 }
@@ -277,7 +286,8 @@ pub fn mini_broker(state: Arc<Mutex<BrokerState>>) -> Handler {
             Request::Claim(claim) => {
                 state.claims.push(claim.credits);
                 state.claim_times.push(tokio::time::Instant::now());
-                if state.slots > 0 && state.outstanding + claim.credits as usize > state.slots {
+                let held = state.outstanding.saturating_sub(state.finished);
+                if state.slots > 0 && held + claim.credits as usize > state.slots {
                     state.credit_violations += 1;
                 }
                 let partition = claim.partition.0;
@@ -343,6 +353,7 @@ pub fn mini_broker(state: Arc<Mutex<BrokerState>>) -> Handler {
                     if stored.state == StoredState::Claimed && stored.generation == generation {
                         stored.state = StoredState::Acked;
                         state.outstanding -= 1;
+                        state.finished = state.finished.saturating_sub(1);
                         state.acked.push(offset as u64);
                         results.push(ErrorCode::None);
                     } else {
@@ -350,7 +361,11 @@ pub fn mini_broker(state: Arc<Mutex<BrokerState>>) -> Handler {
                         results.push(ErrorCode::StaleToken);
                     }
                 }
-                outbox.send(ok(id, &Response::Ack(AckResponse { results })));
+                let bytes = ok(id, &Response::Ack(AckResponse { results }));
+                match state.ack_delay {
+                    Some(delay) => outbox.send_after(delay, bytes),
+                    None => outbox.send(bytes),
+                }
             }
             Request::Release(release) => {
                 let (partition, offset, generation) = untoken(&release.token);
