@@ -1,20 +1,26 @@
 // Goal: when consumers stall while producers keep going, admission engages
-// (QUEUE_FULL at max_messages, nothing accepted past it), spoold's memory
-// stays bounded, leases that run out make messages claimable again but no
-// message is delivered more than max_deliveries times (then it is
-// quarantined), and throughput recovers once consumers return. Method: a
+// (QUEUE_FULL at max_messages, nothing accepted past it), dead letters count
+// toward that limit (a quarantine moves a message inside the queue, it does
+// not make room), spoold's memory stays bounded, leases that run out make
+// messages claimable again but no message is delivered more than
+// max_deliveries times (then it is quarantined), and throughput recovers
+// once an operator redrives the dead letters and consumers return. Method: a
 // real spoold (1 shard), a queue with max_messages 2000 and max_deliveries
 // 3; a baseline enqueue+claim+ack rate; producers fill to QUEUE_FULL and
 // keep pushing; a "stalled" consumer claims with 150 ms leases and never
-// acks; then a healthy consumer drains (acking) and the rate is measured
-// again. VmRSS before and after.
+// acks until every message is a dead letter, while DescribeQueue's held
+// total (ready + scheduled + claimed + quarantined) is checked after every
+// round; a push then meets a queue full of dead letters; redrive all (still
+// full), a healthy consumer drains (acking) and the rate is measured again.
+// VmRSS before and after.
 //
 // How it can fail: a broker without admission would accept all 3000 first
-// pushes (`accepted <= MAX_MESSAGES` fails); attempt numbers above
-// max_deliveries, or an RSS growing with the pushes refused, fail the
-// bounds. Measured: RSS 18.6 → 45.3 MiB, most of it the dead-letter lane
-// (quarantined messages are not counted by max_messages; see
-// docs/testing.md).
+// pushes (`accepted <= MAX_MESSAGES` fails); one that does not count dead
+// letters accepts pushes as soon as messages are quarantined (the held total
+// passes max_messages, and it once grew an 11 400-message dead-letter lane);
+// attempt numbers above max_deliveries, or an RSS growing with the pushes
+// refused, fail the bounds. Measured: RSS 28.4 → 30.3 MiB (it was 18.6 →
+// 45.3 MiB while dead letters were not counted).
 
 #![allow(clippy::unwrap_used)]
 
@@ -22,7 +28,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use spool_client::spool_wire::batch::MessageId;
-use spool_client::spool_wire::proto::{PartitionId, QueueConfig};
+use spool_client::spool_wire::proto::{PartitionId, PartitionStats, QueueConfig, RedriveTarget};
 use spool_client::spool_wire::ErrorCode;
 use spool_client::{Admin, Client, Delivery, Message, Producer, ProducerConfig};
 use spool_tests::fault::{claim_options, message_id};
@@ -38,9 +44,17 @@ const BATCH: u64 = 100;
 /// Messages per throughput measurement.
 const RATE_MESSAGES: u64 = 600;
 /// Most the broker's RSS may grow over the overload.
-const RSS_GROWTH_KIB_MAX: u64 = 64 * 1024;
-/// How long the stalled consumer keeps claiming without acking.
+const RSS_GROWTH_KIB_MAX: u64 = 32 * 1024;
+/// How long the stalled consumer keeps claiming without acking, at least.
 const STALL: Duration = Duration::from_secs(3);
+/// How long the stalled consumer may take to turn every message into a
+/// dead letter (3 deliveries of 150 ms leases each; ~2 s measured).
+const STALL_MAX: Duration = Duration::from_secs(20);
+
+/// Every message the partition holds, as admission counts it.
+fn held(stats: &PartitionStats) -> u64 {
+    stats.ready + stats.scheduled + stats.claimed + stats.quarantined
+}
 
 /// Enqueues `count` messages from `source` in batches; returns how many were
 /// accepted and the codes of the refusals.
@@ -120,12 +134,23 @@ async fn stalled_consumers_engage_admission_bound_memory_and_recover() {
     assert!(refusals.iter().all(|code| *code == ErrorCode::QueueFull), "{refusals:?}");
 
     // A stalled consumer claims and never acks; leases run out and the
-    // messages come back, each at most MAX_DELIVERIES times.
+    // messages come back, each at most MAX_DELIVERIES times, then become
+    // dead letters. Nothing leaves the queue, so nothing more gets in.
     let mut attempts: HashMap<MessageId, u32> = HashMap::new();
     let stall_started = now();
     let mut pushes_refused = 0u64;
     let mut pushed = 0u64;
-    while stall_started.elapsed() < STALL {
+    let mut pushes_accepted = 0u64;
+    let mut held_max = 0u64;
+    let stats = loop {
+        let stats = admin.describe_queue(QUEUE).await.unwrap().partitions[0];
+        held_max = held_max.max(held(&stats));
+        assert!(held(&stats) <= MAX_MESSAGES, "held past max_messages: {stats:?}");
+        let all_dead = stats.quarantined == accepted + pushes_accepted;
+        if stall_started.elapsed() >= STALL && all_dead {
+            break stats;
+        }
+        assert!(stall_started.elapsed() < STALL_MAX, "not all dead letters: {stats:?}");
         let batch = client.claim(QUEUE, P0, &claim_options(6, 500, 150, 200)).await.unwrap();
         for delivery in &batch.deliveries {
             let seen = attempts.entry(delivery.message_id()).or_default();
@@ -142,22 +167,27 @@ async fn stalled_consumers_engage_admission_bound_memory_and_recover() {
         pushed += BATCH;
         assert_eq!(more + refused.len() as u64, BATCH);
         pushes_refused += refused.len() as u64;
-    }
+        pushes_accepted += more;
+    };
     let redelivered = attempts.values().filter(|count| **count > 1).count();
     let max_attempt = attempts.values().copied().max().unwrap_or(0);
     eprintln!(
         "overload: baseline {baseline:.0} msg/s; {accepted} accepted then {} refused; \
          stalled consumer saw {} messages, {redelivered} redelivered, max attempt {max_attempt}; \
-         {pushes_refused} of {pushed} later pushes refused",
+         {pushes_refused} of {pushed} later pushes refused; most held {held_max}",
         refusals.len(),
         attempts.len()
     );
     assert!(redelivered > 0, "leases that ran out made messages claimable again");
     assert!(max_attempt <= MAX_DELIVERIES);
-    let described = admin.describe_queue(QUEUE).await.unwrap();
-    let stats = described.partitions[0];
     eprintln!("overload: partition stats while stalled {stats:?}");
-    assert!(stats.ready + stats.claimed + stats.scheduled <= MAX_MESSAGES, "{stats:?}");
+    assert!(accepted + pushes_accepted <= MAX_MESSAGES, "quarantines made room for more");
+    assert_eq!(stats.ready + stats.scheduled + stats.claimed, 0, "{stats:?}");
+    // The queue holds only dead letters now, and that is full.
+    let (more, refused) = produce(&producer, 3, pushed, BATCH).await;
+    pushed += BATCH;
+    assert_eq!(more, 0, "a queue full of dead letters accepted {more}");
+    assert!(refused.iter().all(|code| *code == ErrorCode::QueueFull), "{refused:?}");
     let rss_end_kib = broker.rss_kib().unwrap();
     eprintln!("overload: RSS start {rss_start_kib} KiB, end {rss_end_kib} KiB");
     assert!(
@@ -165,8 +195,16 @@ async fn stalled_consumers_engage_admission_bound_memory_and_recover() {
         "RSS grew from {rss_start_kib} KiB to {rss_end_kib} KiB"
     );
 
+    // An operator redrives the dead letters: they are back in the main lane
+    // but still held, so the queue is still full until consumers ack.
+    let redriven = admin.redrive(QUEUE, P0, RedriveTarget::All).await.unwrap();
+    assert_eq!(redriven, stats.quarantined);
+    let (more, _) = produce(&producer, 3, pushed, 1).await;
+    assert_eq!(more, 0, "redrive made room");
+    let stats = admin.describe_queue(QUEUE).await.unwrap().partitions[0];
+    assert_eq!((stats.ready, stats.quarantined), (redriven, 0), "{stats:?}");
+
     // Consumers return: drain, then the rate is back.
-    tokio::time::sleep(Duration::from_millis(200)).await;
     loop {
         let batch = client.claim(QUEUE, P0, &claim_options(7, 500, 10_000, 500)).await.unwrap();
         if batch.deliveries.is_empty() {

@@ -43,7 +43,8 @@ pub enum ErrorCode {
     PartitionNotFound = 8,
     /// This shard does not own the partition; the reply names the owner.
     NotOwner = 9,
-    /// The queue is at its `max_messages` or `max_bytes`.
+    /// The queue is at its `max_messages` or `max_bytes`, counting every
+    /// message it holds: main lane and dead letters alike.
     QueueFull = 10,
     /// The broker's disk reserve is reached.
     DiskFull = 11,
@@ -111,7 +112,12 @@ pub const ERROR_CODES: &[ErrorCodeInfo] = &[
         "this shard does not own the partition; refresh metadata and retry at the owner",
         true,
     ),
-    info(ErrorCode::QueueFull, "QUEUE_FULL", "queue at max_messages or max_bytes", true),
+    info(
+        ErrorCode::QueueFull,
+        "QUEUE_FULL",
+        "queue at max_messages or max_bytes (dead letters count)",
+        true,
+    ),
     info(ErrorCode::DiskFull, "DISK_FULL", "broker disk reserve reached", true),
     info(ErrorCode::StaleToken, "STALE_TOKEN", "claim generation or epoch superseded", false),
     info(ErrorCode::InvalidToken, "INVALID_TOKEN", "token not authentic or out of scope", false),

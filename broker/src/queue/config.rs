@@ -70,9 +70,15 @@ pub struct QueueConfig {
     pub backoff: Backoff,
     /// A message id seen within this window is a duplicate.
     pub dedupe_window_ms: Millis,
-    /// Admission limit on live (not acked, expired or dead-lettered) messages.
+    /// Admission limit on the messages the queue holds: every message not
+    /// yet acked, expired (without dead-lettering) or purged, in either
+    /// lane. Dead letters count, so a queue whose workers keep failing
+    /// fills up and answers QUEUE_FULL instead of growing its dead-letter
+    /// lane (and the disk it pins) without bound; acking, purging or
+    /// draining dead letters makes room again, redriving does not.
     pub max_messages: u64,
-    /// Admission limit on the record bytes of live messages.
+    /// Admission limit on the record bytes of the messages the queue holds,
+    /// counted like `max_messages` (dead letters included).
     pub max_bytes: u64,
     /// Expired messages go to the dead-letter queue instead of being counted
     /// and dropped from serving state.

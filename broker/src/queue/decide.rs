@@ -30,7 +30,8 @@ pub enum EnqueueDecision {
     /// The same id appeared earlier in this admission batch (not yet
     /// appended): reply with that record's offset once it has one.
     DuplicateInBatch { index: usize },
-    /// Over `max_messages` or `max_bytes`: reply QUEUE_FULL, append nothing.
+    /// The queue's held messages (main lane plus dead letters) would pass
+    /// `max_messages` or `max_bytes`: reply QUEUE_FULL, append nothing.
     QueueFull { limit: FullLimit },
 }
 
@@ -75,12 +76,14 @@ impl Admission<'_> {
         if let Some(&first) = self.batch_ids.get(&request.message_id) {
             return Ok(EnqueueDecision::DuplicateInBatch { index: first });
         }
+        // Dead letters count: a quarantine is a move inside the queue, not a
+        // departure, so failing workers cannot make room for more work.
         let config = &self.state.config;
-        if self.state.live_messages() + self.accepted_messages + 1 > config.max_messages {
+        if self.state.held_messages() + self.accepted_messages + 1 > config.max_messages {
             return Ok(EnqueueDecision::QueueFull { limit: FullLimit::Messages });
         }
         let bytes = u64::from(request.size_bytes);
-        if self.state.live_bytes() + self.accepted_bytes + bytes > config.max_bytes {
+        if self.state.held_bytes() + self.accepted_bytes + bytes > config.max_bytes {
             return Ok(EnqueueDecision::QueueFull { limit: FullLimit::Bytes });
         }
         self.accepted_messages += 1;

@@ -142,9 +142,15 @@ pub struct QueueCounters {
     pub quarantined: u64,
     /// Dead letters under a lease.
     pub dead_letter_claimed: u64,
-    /// Main-lane live messages and their record bytes (the admission figures).
+    /// Main-lane live messages (ready + scheduled + claimed) and their
+    /// record bytes: the work still to serve.
     pub live_messages: u64,
     pub live_bytes: u64,
+    /// Every message the queue still holds, main lane plus dead letters,
+    /// and their record bytes: the admission figures (`max_messages`,
+    /// `max_bytes`).
+    pub held_messages: u64,
+    pub held_bytes: u64,
     /// Age of the oldest ready main-lane message.
     pub oldest_ready_age_ms: Option<Millis>,
     pub totals: Totals,
@@ -208,6 +214,10 @@ pub struct PartitionState {
     pub(crate) claims: BTreeSet<(Millis, Offset)>,
     pub(crate) dlq: BTreeMap<Offset, DeadLetter>,
     pub(crate) dlq_ready: BTreeSet<(Millis, Offset)>,
+    /// Record bytes of every dead letter, kept beside `dlq` by
+    /// `insert_dead`/`take_dead` (restore goes through them too) so that
+    /// admission reads it without a scan.
+    pub(crate) dlq_bytes: u64,
     /// Ids enqueued within the dedupe window (see `dedupe.rs`).
     pub(crate) dedupe: DedupeTable,
     pub(crate) credits: Credits,
@@ -246,6 +256,7 @@ impl PartitionState {
             claims: BTreeSet::new(),
             dlq: BTreeMap::new(),
             dlq_ready: BTreeSet::new(),
+            dlq_bytes: 0,
             dedupe: DedupeTable::new(&ctx.secret, dedupe_window_ms),
             highest_enqueued: None,
             last_enqueue_time_ms: 0,
@@ -288,14 +299,31 @@ impl PartitionState {
         usize::from(priority).min(self.fresh.len() - 1)
     }
 
-    /// Live main-lane messages (the admission count).
+    /// Live main-lane messages: ready, scheduled and claimed (the work
+    /// still to serve; dead letters are not in it).
     pub fn live_messages(&self) -> u64 {
         self.fresh.iter().map(FreshBand::len).sum::<u64>() + self.warm.len() as u64
     }
 
-    /// Record bytes of live main-lane messages (the admission bytes).
+    /// Record bytes of live main-lane messages.
     pub fn live_bytes(&self) -> u64 {
         self.fresh.iter().map(FreshBand::bytes).sum::<u64>() + self.warm_bytes
+    }
+
+    /// Every message the queue still holds: the main lane plus the
+    /// dead-letter lane (the admission count). Quarantine and redrive move
+    /// a message between lanes and leave this unchanged; only ack, expiry
+    /// without dead-lettering and purge lower it. Counting dead letters
+    /// keeps a queue whose workers keep failing from growing its DLQ, and
+    /// the log segments its evidence pins, without bound.
+    pub fn held_messages(&self) -> u64 {
+        self.live_messages() + self.dlq.len() as u64
+    }
+
+    /// Record bytes of every message the queue still holds, both lanes (the
+    /// admission bytes).
+    pub fn held_bytes(&self) -> u64 {
+        self.live_bytes() + self.dlq_bytes
     }
 
     /// Finds a main-lane message without changing anything.
@@ -381,6 +409,7 @@ impl PartitionState {
 
     fn take_dead(&mut self, offset: Offset) -> Option<DeadLetter> {
         let dead = self.dlq.remove(&offset)?;
+        self.dlq_bytes -= u64::from(dead.size_bytes);
         match dead.phase {
             DeadPhase::Ready { since_ms } => assert!(self.dlq_ready.remove(&(since_ms, offset))),
             DeadPhase::Claimed(claim) => {
@@ -395,6 +424,7 @@ impl PartitionState {
             DeadPhase::Ready { since_ms } => assert!(self.dlq_ready.insert((since_ms, offset))),
             DeadPhase::Claimed(claim) => assert!(self.claims.insert((claim.deadline_ms(), offset))),
         }
+        self.dlq_bytes += u64::from(dead.size_bytes);
         assert!(self.dlq.insert(offset, dead).is_none());
     }
 
@@ -761,6 +791,8 @@ impl PartitionState {
             dead_letter_claimed: self.dead_letter_claimed(),
             live_messages: self.live_messages(),
             live_bytes: self.live_bytes(),
+            held_messages: self.held_messages(),
+            held_bytes: self.held_bytes(),
             oldest_ready_age_ms: oldest.map(|since| now.saturating_sub(since)),
             totals: self.totals,
         }
@@ -900,7 +932,9 @@ impl PartitionState {
         assert!(scheduled == self.scheduled.len());
         assert!(expiry == self.warm_expiry.len());
         let mut dead_ready = 0;
+        let mut dead_bytes = 0u64;
         for (&offset, dead) in &self.dlq {
+            dead_bytes += u64::from(dead.size_bytes);
             match dead.phase {
                 DeadPhase::Ready { since_ms } => {
                     assert!(self.dlq_ready.contains(&(since_ms, offset)));
@@ -913,6 +947,7 @@ impl PartitionState {
             }
         }
         assert!(dead_ready == self.dlq_ready.len());
+        assert!(dead_bytes == self.dlq_bytes);
         assert!(claims == self.claims.len());
         self.dedupe.assert_invariants();
     }

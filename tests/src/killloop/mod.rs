@@ -67,8 +67,12 @@ pub const QUEUE: &str = "killloop";
 /// Messages per peek or dead-letter page (the protocol's maximum).
 const LIST_PAGE_MAX: u32 = spool_client::spool_wire::proto::limits::INSPECT_MESSAGES_MAX;
 
-/// Attempts of one orchestrator request while a restarted broker settles.
-const ORCHESTRATOR_ATTEMPTS_MAX: u32 = 100;
+/// How long one orchestrator request keeps being retried while a restarted
+/// broker settles. A broker replaying a large log after SIGKILL only starts
+/// answering once replay is done: a 5 s budget (100 attempts) ran out at
+/// kill 254 of a long run, so allow generously; a broker that is truly
+/// stuck still fails the run, only later.
+const ORCHESTRATOR_PATIENCE: Duration = Duration::from_secs(120);
 
 /// Pause between orchestrator attempts.
 const ORCHESTRATOR_RETRY_PAUSE: Duration = Duration::from_millis(50);
@@ -451,23 +455,46 @@ impl KillLoopReport {
     }
 }
 
-/// Runs `operation` until it succeeds, up to [`ORCHESTRATOR_ATTEMPTS_MAX`]
-/// times: right after a restart a cached connection may still be the dead
-/// one.
-async fn retrying<T, F, Fut>(what: &str, mut operation: F) -> Result<T, KillLoopError>
+/// Runs `operation` until it succeeds, pausing [`ORCHESTRATOR_RETRY_PAUSE`]
+/// between attempts, for up to [`ORCHESTRATOR_PATIENCE`]: right after a
+/// restart a cached connection may still be the dead one, and the broker may
+/// still be replaying its log.
+async fn retrying<T, F, Fut>(what: &str, operation: F) -> Result<T, KillLoopError>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, ClientError>>,
 {
-    let mut last = String::new();
-    for _ in 0..ORCHESTRATOR_ATTEMPTS_MAX {
-        match operation().await {
+    retrying_for(what, ORCHESTRATOR_PATIENCE, operation).await
+}
+
+/// [`retrying`] with its patience as an argument (tests use a short one).
+async fn retrying_for<T, F, Fut>(
+    what: &str,
+    patience: Duration,
+    mut operation: F,
+) -> Result<T, KillLoopError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, ClientError>>,
+{
+    let started = now();
+    let mut attempts = 0u32;
+    loop {
+        attempts += 1;
+        let last = match operation().await {
             Ok(value) => return Ok(value),
-            Err(error) => last = error.to_string(),
+            Err(error) => error.to_string(),
+        };
+        let waited = started.elapsed();
+        if waited >= patience {
+            return Err(KillLoopError::Stuck(format!(
+                "{what}: waited {:.1} s ({attempts} attempts, patience {:.1} s), last: {last}",
+                waited.as_secs_f64(),
+                patience.as_secs_f64()
+            )));
         }
         tokio::time::sleep(ORCHESTRATOR_RETRY_PAUSE).await;
     }
-    Err(KillLoopError::Stuck(format!("{what}: {ORCHESTRATOR_ATTEMPTS_MAX} attempts, last: {last}")))
 }
 
 /// The message id in archived record bytes (copied to an aligned buffer).
@@ -1036,5 +1063,51 @@ fn worker_result(
     match finished {
         Ok(result) => result,
         Err(error) => Err(KillLoopError::Worker(error.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused() -> ClientError {
+        ClientError::Server { code: ErrorCode::ShuttingDown, message: "replaying".into() }
+    }
+
+    // Goal: an orchestrator request is retried for the whole patience, not a
+    // fixed number of attempts, and the "stuck" error says how long it
+    // waited and why. Method: an operation that always fails, a 300 ms
+    // patience; the error comes no sooner, after several 50 ms pauses, and
+    // names the wait, the attempts and the last error.
+    #[tokio::test]
+    async fn retrying_waits_out_its_patience_and_says_how_long() {
+        let patience = Duration::from_millis(300);
+        let started = now();
+        let mut calls = 0u32;
+        let result: Result<(), KillLoopError> = retrying_for("describe", patience, || {
+            calls += 1;
+            std::future::ready(Err(refused()))
+        })
+        .await;
+        assert!(started.elapsed() >= patience, "gave up after {:?}", started.elapsed());
+        assert!(calls >= 4, "{calls} attempts in {patience:?}");
+        let Err(KillLoopError::Stuck(text)) = result else { panic!("{result:?}") };
+        assert!(text.starts_with("describe: waited 0."), "{text}");
+        assert!(text.contains(&format!("({calls} attempts, patience 0.3 s)")), "{text}");
+        assert!(text.ends_with("last: SHUTTING_DOWN: replaying"), "{text}");
+    }
+
+    // Goal: a request that succeeds within the patience returns its value.
+    // Method: fail twice, then answer; exactly three attempts are made.
+    #[tokio::test]
+    async fn retrying_returns_the_first_success() {
+        let mut calls = 0u32;
+        let result = retrying_for("peek", Duration::from_secs(5), || {
+            calls += 1;
+            std::future::ready(if calls < 3 { Err(refused()) } else { Ok(calls) })
+        })
+        .await;
+        assert_eq!(result.unwrap(), 3);
+        assert_eq!(calls, 3);
     }
 }

@@ -427,6 +427,152 @@ fn admission_limits_messages_and_bytes() {
     );
 }
 
+/// Claims every ready main-lane message and quarantines it (the queue has
+/// `max_deliveries` 1): by letting its 1 s lease run out and ticking, or by
+/// releasing it. Returns the time after.
+fn quarantine_all(h: &mut Harness, now: Millis, by_lease_expiry: bool) -> Millis {
+    let deliveries = h.claim(now, 1, 100, Some(1_000));
+    assert!(!deliveries.is_empty());
+    if by_lease_expiry {
+        let events = h.tick(now + 1_000);
+        assert_eq!(events.len(), deliveries.len());
+        assert!(events.iter().all(|e| matches!(e, Event::Quarantined { .. })), "{events:?}");
+    } else {
+        for d in &deliveries {
+            let event = h.release(now + 1, d, 7, None).unwrap();
+            assert!(matches!(event, Event::Quarantined { .. }), "{event:?}");
+        }
+    }
+    now + 1_000
+}
+
+/// Admission's view of `state`: (held messages, held bytes, dead letters),
+/// checked against the accessors it is made of.
+fn held(state: &PartitionState, now: Millis) -> (u64, u64, u64) {
+    let c = state.counters(now);
+    assert_eq!(c.held_messages, state.held_messages());
+    assert_eq!(c.held_bytes, state.held_bytes());
+    assert_eq!(c.held_messages, c.live_messages + c.quarantined);
+    (c.held_messages, c.held_bytes, c.quarantined)
+}
+
+// Goal: dead letters count toward max_messages: quarantine and redrive move
+// a message inside the queue and free nothing; acking, purging or expiring
+// (without dead-lettering) frees room; replay and restore agree. Method:
+// max_messages 4, max_deliveries 1; fill, quarantine two by release and two
+// by lease expiry, enqueue (QueueFull, single and batched), redrive one (still
+// full), ack a dead letter, purge one, let a main-lane message expire; after
+// a restart and a snapshot restore the totals and the refusal are the same.
+#[test]
+fn dead_letters_count_toward_max_messages() {
+    let full = EnqueueDecision::QueueFull { limit: FullLimit::Messages };
+    let mut h = Harness::new(QueueConfig { max_messages: 4, max_deliveries: 1, ..config() });
+    h.enqueue_ok(0, request(0, 0));
+    h.enqueue_ok(0, request(1, 0));
+    let now = quarantine_all(&mut h, 10, false);
+    h.enqueue_ok(now, request(2, 1));
+    h.enqueue_ok(now, request(3, 1));
+    let now = quarantine_all(&mut h, now, true);
+    assert_eq!(held(&h.state, now), (4, 400, 4));
+    assert_eq!(h.state.live_messages(), 0, "live_messages is the main lane only");
+    assert_eq!(h.enqueue(now, request(4, 0)).0, full, "the dead letters fill the queue");
+    let mut batch = h.state.admission(now);
+    assert_eq!(batch.check(&request(5, 0)).unwrap(), full);
+
+    // Redrive moves one back to the main lane: still four held, still full.
+    let dead = h.state.peek_dead_letters(None, 10);
+    let events = h.state.redrive(now, Redrive::One(dead[0].offset)).unwrap();
+    h.apply_all(&events);
+    assert_eq!(held(&h.state, now), (4, 400, 3));
+    assert_eq!(h.enqueue(now, request(4, 0)).0, full, "redrive frees no room");
+
+    // Acking a dead letter frees one slot.
+    let request_dead =
+        ClaimRequest { worker: WorkerId(9), credits: 1, max_bytes: u64::MAX, lease_ms: None };
+    let decision = h.state.claim_dead_letters(now, &request_dead).unwrap();
+    h.apply_all(&decision.events);
+    assert_eq!(held(&h.state, now), (4, 400, 3), "a claimed dead letter is still held");
+    h.ack(now + 1, &decision.deliveries[0]).unwrap();
+    assert_eq!(held(&h.state, now + 1), (3, 300, 2));
+    let expiring = EnqueueRequest { expiry_ms: Some(now + 500), ..request(4, 0) };
+    h.enqueue_ok(now + 1, expiring);
+    assert_eq!(h.enqueue(now + 1, request(5, 0)).0, full);
+
+    // Purging a dead letter frees one slot.
+    let events = h.state.purge(now + 2, Lane::DeadLetter, 1);
+    assert_eq!(events.len(), 1);
+    h.apply_all(&events);
+    assert_eq!(held(&h.state, now + 2), (3, 300, 1));
+    h.enqueue_ok(now + 2, request(5, 0));
+    assert_eq!(h.enqueue(now + 2, request(6, 0)).0, full);
+
+    // Expiry without dead-lettering frees one slot.
+    let events = h.tick(now + 500);
+    assert!(matches!(events[..], [Event::Expired { .. }]), "{events:?}");
+    assert_eq!(held(&h.state, now + 500), (3, 300, 1));
+    let now = now + 500;
+
+    // Full replay and snapshot restore count the same, and refuse the same.
+    h.enqueue_ok(now, request(6, 0));
+    let live = held(&h.state, now);
+    assert_eq!(live, (4, 400, 1));
+    let replayed = h.replay(2);
+    assert_eq!(held(&replayed, now), live);
+    assert_eq!(replayed.enqueue_check(now, &request(7, 0)).unwrap(), full);
+    let restored =
+        PartitionState::restore(&h.state.snapshot(Offset(0)), ctx(h.config.clone(), 2)).unwrap();
+    assert_eq!(held(&restored.state, now), live);
+    assert_eq!(restored.state.enqueue_check(now, &request(7, 0)).unwrap(), full);
+}
+
+// Goal: dead letters count toward max_bytes as well, through quarantine by
+// expiry (`dead_letter_on_expiry`) and after a snapshot restore, and purging
+// them gives the bytes back. Method: max_bytes 1 000; two 400-byte messages
+// quarantined (one by release, one by expiry), then a 300-byte enqueue is
+// refused on bytes and a 200-byte one accepted; restore; purge the dead
+// letters; 800 bytes fit again.
+#[test]
+fn dead_letters_count_toward_max_bytes() {
+    let full = EnqueueDecision::QueueFull { limit: FullLimit::Bytes };
+    let config = QueueConfig {
+        max_messages: 100,
+        max_bytes: 1_000,
+        max_deliveries: 1,
+        dead_letter_on_expiry: true,
+        ..config()
+    };
+    let mut h = Harness::new(config);
+    let sized = |n: u64, size_bytes: u32| EnqueueRequest { size_bytes, ..request(n, 0) };
+    h.enqueue_ok(0, sized(0, 400));
+    let now = quarantine_all(&mut h, 10, false);
+    h.enqueue_ok(now, EnqueueRequest { expiry_ms: Some(now + 100), ..sized(1, 400) });
+    let events = h.tick(now + 100);
+    assert!(
+        matches!(events[..], [Event::Quarantined { cause: QuarantineCause::Expired, .. }]),
+        "{events:?}"
+    );
+    let now = now + 100;
+    assert_eq!(held(&h.state, now), (2, 800, 2));
+    assert_eq!(h.state.live_bytes(), 0, "live_bytes is the main lane only");
+    assert_eq!(h.enqueue(now, sized(2, 300)).0, full);
+    h.enqueue_ok(now, sized(3, 200));
+    assert_eq!(h.enqueue(now, sized(4, 1)).0, full);
+
+    let restored =
+        PartitionState::restore(&h.state.snapshot(Offset(0)), ctx(h.config.clone(), 2)).unwrap();
+    assert_eq!(held(&restored.state, now), (3, 1_000, 2));
+    assert_eq!(restored.state.enqueue_check(now, &sized(4, 1)).unwrap(), full);
+
+    let events = h.state.purge(now, Lane::DeadLetter, 10);
+    assert_eq!(events.len(), 2);
+    h.apply_all(&events);
+    assert_eq!(held(&h.state, now), (1, 200, 0));
+    let mut batch = h.state.admission(now);
+    assert_eq!(batch.check(&sized(4, 400)).unwrap(), EnqueueDecision::Accept);
+    assert_eq!(batch.check(&sized(5, 400)).unwrap(), EnqueueDecision::Accept);
+    assert_eq!(batch.check(&sized(6, 1)).unwrap(), full);
+}
+
 // Goal: a checkpoint plus tail replay equals full replay and the live state.
 // Method: a busy scenario; snapshot at every event; compare canonical bytes.
 #[test]
