@@ -107,6 +107,9 @@ struct LoadArgs {
     /// Claims each consumer keeps outstanding.
     #[arg(long, default_value_t = load::CLAIMS_IN_FLIGHT_DEFAULT)]
     claims_in_flight: u32,
+    /// How long a finished delivery waits for company in an Ack (µs).
+    #[arg(long, default_value_t = load::ACK_LINGER_US_DEFAULT)]
+    ack_linger_us: u64,
     /// Dedupe window of created queues (ms): a short one keeps the broker's
     /// memory for message ids small (≈88 B each) over a long run.
     #[arg(long, default_value_t = 60_000)]
@@ -166,6 +169,7 @@ impl LoadArgs {
             lease_ms: self.lease_ms,
             prefetch_fraction: self.prefetch_fraction,
             claims_in_flight: self.claims_in_flight,
+            ack_linger_us: self.ack_linger_us,
             client_threads: self.client_threads,
             seed: self.seed,
             progress: !self.quiet,

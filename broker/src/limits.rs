@@ -30,6 +30,10 @@ pub const SEGMENT_BYTES_DEFAULT: u64 = 256 << 20;
 pub const COMMIT_BYTES_MAX: u64 = 8 << 20;
 /// Default target size of one group commit.
 pub const COMMIT_BYTES_DEFAULT: u64 = 1 << 20;
+/// First size of a commit's gather buffer; it doubles as batches arrive, up
+/// to the commit size. Commits of claims and acks are a few KiB, and the
+/// tail cache keeps each buffer at its allocated size.
+pub const GATHER_BUF_INITIAL_BYTES: u64 = 64 << 10;
 
 /// Most commits that may be written but not yet synced at once.
 pub const INFLIGHT_COMMITS_MAX: usize = 8;
@@ -88,6 +92,7 @@ const _: () = assert!(SEGMENT_BYTES_MIN <= SEGMENT_BYTES_DEFAULT);
 const _: () = assert!(SEGMENT_BYTES_DEFAULT <= SEGMENT_BYTES_MAX);
 const _: () = assert!(COMMIT_BYTES_MAX.is_multiple_of(PAGE_BYTES));
 const _: () = assert!(COMMIT_BYTES_DEFAULT.is_multiple_of(PAGE_BYTES));
+const _: () = assert!(GATHER_BUF_INITIAL_BYTES.is_multiple_of(PAGE_BYTES));
 const _: () = assert!(COMMIT_BYTES_DEFAULT <= COMMIT_BYTES_MAX);
 const _: () = assert!(COMMIT_SPAN_FOR_MAX_BATCH <= COMMIT_BYTES_MAX);
 const _: () = assert!(COMMIT_BYTES_MAX <= SEGMENT_BYTES_DEFAULT);

@@ -48,11 +48,13 @@
 
 use std::fmt::Display;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_lite::FutureExt;
 use spool_wire::proto::limits::{
     ACK_TOKENS_MAX, CLAIM_BYTES_MAX, CLAIM_CREDITS_MAX, CLAIM_WAIT_MS_MAX, LEASE_MS_MAX,
 };
@@ -631,10 +633,11 @@ async fn run_delivery<H, F, E>(
         return;
     };
     let slot = SlotGuard::new(&shared, permit);
-    // The handler runs in its own task so extending never pauses it, and a
-    // panic is caught as a join error instead of killing this task.
-    let joined = lease.keep_while(tokio::spawn(handler(delivery))).await;
-    let outcome = match joined {
+    // The handler is polled in this task beside the lease keeper (no task
+    // of its own per delivery); a panic is caught here and becomes a
+    // release, never the end of this task.
+    let work = AssertUnwindSafe(handler(delivery)).catch_unwind();
+    let outcome = match lease.keep_while(work).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(error)) => Err(error.to_string()),
         Err(_) => Err(PANIC_REASON.to_owned()),

@@ -13,11 +13,13 @@
 //!   batches whatever arrives meanwhile), routing by key, retries that
 //!   resend the same bytes (same message ids, so the broker's dedupe keeps
 //!   a retry from duplicating).
-//! - [`Consumer`]: claims only free execution slots as credits, with several
-//!   claims in flight, runs an async handler per [`Delivery`], extends
-//!   leases while it runs, acks `Ok`s in batches (one Ack request for many
-//!   tokens), releases with the error text on `Err`, drains and flushes its
-//!   acks on shutdown.
+//! - [`Consumer`]: claims only free room (execution slots plus an optional
+//!   prefetch) as credits, with several claims in flight, runs an async
+//!   handler per [`Delivery`], extends leases while deliveries wait and run,
+//!   frees a slot as soon as its handler returns and acks `Ok`s in batches
+//!   (one Ack request for many tokens, a bounded pipeline of its own),
+//!   releases with the error text on `Err`, drains and flushes its acks on
+//!   shutdown.
 //! - [`Admin`]: queues, peek, purge, dead letters, redrive.
 //!
 //! Errors are one enum, [`ClientError`]; [`ClientError::code`] gives the

@@ -33,7 +33,7 @@ use super::{
     RecoveryReport, SegmentInfo, Ticket,
 };
 use crate::io::{IoBuf, IoError, IoOp, Storage, StorageFile};
-use crate::limits::{PAGE_BYTES, SEGMENTS_MAX, ZERO_FILL_CHUNK_BYTES};
+use crate::limits::{GATHER_BUF_INITIAL_BYTES, PAGE_BYTES, SEGMENTS_MAX, ZERO_FILL_CHUNK_BYTES};
 
 /// Evaluates failpoint `point` (see `crate::failpoint`) as a failure of
 /// `op` on `path`: `Ok` unless the point is armed with `error`.
@@ -389,10 +389,12 @@ impl<S: Storage> Log<S> {
             let interval = config.index_interval_bytes;
             let last_index_pos = state.gather_last_index_pos;
             let epoch = self.shared.leader_epoch;
-            let Some(gather) = state.open.as_mut() else {
+            let state_fields = &mut *state;
+            let Some(gather) = state_fields.open.as_mut() else {
                 unreachable!("start_gather leaves an open gather");
             };
             let at = gather.data_bytes as usize;
+            grow_gather(gather, &state_fields.alloc_file, len);
             let slot = &mut gather.buf.as_mut()[at..at + batch.len()];
             slot.copy_from_slice(batch);
             BatchHeader::assign(slot, base_offset, epoch);
@@ -458,7 +460,11 @@ impl<S: Storage> Log<S> {
         let cap_bytes = config.commit_bytes.max(span).min(room);
         assert!(cap_bytes >= span);
         assert!(state.gather_pos.is_multiple_of(PAGE_BYTES));
-        let buf = state.alloc_file.alloc_buf(cap_bytes as usize);
+        // The buffer starts small and grows with the gather (`grow_gather`):
+        // most commits are far below `commit_bytes`, and a buffer stays
+        // allocated at its full size while the tail cache holds it.
+        let buf_bytes = span.max(GATHER_BUF_INITIAL_BYTES).min(cap_bytes);
+        let buf = state.alloc_file.alloc_buf(buf_bytes as usize);
         let seq = state.next_seq;
         state.next_seq += 1;
         let opens_segment = std::mem::take(&mut state.gather_segment_unopened);
@@ -1008,4 +1014,22 @@ pub(crate) async fn write_index_file<S: Storage>(
     failpoint("log.index.sync", IoOp::Sync, file.path(), None)?;
     file.fdatasync().await?;
     storage.sync_dir(dir).await
+}
+
+/// Makes `gather`'s buffer hold `len` more bytes plus the filler that may
+/// close its last page: doubles it (at most to the commit's `cap_bytes`,
+/// which the caller already checked the batch fits) and copies what is
+/// gathered.
+fn grow_gather<F: StorageFile>(gather: &mut Gather<F>, alloc_file: &F, len: u64) {
+    let needed = commit_span(gather.data_bytes + len);
+    assert!(needed <= gather.cap_bytes);
+    let have = gather.buf.as_ref().len() as u64;
+    if needed <= have {
+        return;
+    }
+    let grown = (have * 2).max(needed).min(gather.cap_bytes);
+    let mut bigger = alloc_file.alloc_buf(grown as usize);
+    let filled = gather.data_bytes as usize;
+    bigger.as_mut()[..filled].copy_from_slice(&gather.buf.as_ref()[..filled]);
+    gather.buf = bigger;
 }
