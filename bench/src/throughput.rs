@@ -583,6 +583,10 @@ impl Run<'_> {
             consumer_config.wait_ms = CLAIM_WAIT_MS;
             consumer_config.claims_in_flight = u32::try_from(config.claims_in_flight).unwrap_or(1);
             consumer_config.ack_linger = Duration::from_micros(config.ack_linger_us);
+            // Deliveries awaiting their Ack are bounded like the slots, so
+            // at most 2 × slots per consumer straddle the window's start
+            // (claimed before it, acked inside it).
+            consumer_config.acks_pending_max = consumer_config.slots;
             let recorder = Arc::clone(&recorder);
             let consumer = Consumer::start(client, consumer_config, move |delivery: Delivery| {
                 recorder.delivered(&delivery);
