@@ -617,8 +617,36 @@ async fn consumer_keeps_several_claims_in_flight() {
 // an answer, so the third handler's slot is held until one arrives.
 #[tokio::test]
 async fn consumer_frees_slots_before_acks_are_answered() {
+    let (times, stats, credit_violations) =
+        run_with_slow_acks(&["a", "b", "c", "d", "e", "f"], None).await;
+    assert_eq!(times.len(), 6);
+    assert!(
+        times[5] < Duration::from_millis(350),
+        "all six handlers ran before the first Ack answer: {times:?}"
+    );
+    assert_eq!(stats.running_max, 1);
+    assert_eq!(credit_violations, 0);
+
+    // The same with two acks pending at most: the third handler waits.
+    let (times, _, _) = run_with_slow_acks(&["g", "h", "i", "j"], Some(2)).await;
+    assert_eq!(times.len(), 4);
+    assert!(times[1] < Duration::from_millis(350), "two ran at once");
+    assert!(
+        times[3] >= Duration::from_millis(380),
+        "the fourth handler started only after an Ack answer made room: {times:?}"
+    );
+}
+
+/// One slot, zero ack linger, a fake answering every Ack after 400 ms;
+/// consumes `payloads` (with `acks_pending_max` if given) and returns when
+/// each handler ran (from the consumer's start), the stats, and the fake's
+/// credit violations.
+async fn run_with_slow_acks(
+    payloads: &[&str],
+    acks_pending_max: Option<u32>,
+) -> (Vec<Duration>, spool_client::ConsumerStats, usize) {
     let (server, state) = start_broker("q", 1).await;
-    fill(&state, &server, &["a", "b", "c", "d", "e", "f"]).await;
+    fill(&state, &server, payloads).await;
     {
         let mut state = state.lock().unwrap();
         state.slots = 1;
@@ -628,60 +656,25 @@ async fn consumer_frees_slots_before_acks_are_answered() {
     let mut config = ConsumerConfig::new("q", 1);
     config.wait_ms = 10;
     config.ack_linger = Duration::ZERO;
+    if let Some(max) = acks_pending_max {
+        config.acks_pending_max = max;
+    }
     let handled = Arc::new(Mutex::new(Vec::new()));
     let handler = {
-        let (state, handled) = (Arc::clone(&state), Arc::clone(&handled));
-        move |_delivery: Delivery| {
-            state.lock().unwrap().finished += 1;
+        let (count, handled) = (counting_handler(&state), Arc::clone(&handled));
+        move |delivery: Delivery| {
             handled.lock().unwrap().push(tokio::time::Instant::now());
-            std::future::ready(Ok::<(), String>(()))
+            count(delivery)
         }
     };
-    let started = tokio::time::Instant::now();
-    let consumer = Consumer::start(client, config.clone(), handler).unwrap();
-    assert!(wait_for(TEST_LIMIT, || state.lock().unwrap().acked.len() == 6).await);
-    let stats = bounded(consumer.shutdown()).await;
-    let times = handled.lock().unwrap().clone();
-    assert_eq!(times.len(), 6);
-    assert!(
-        times[5] - started < Duration::from_millis(350),
-        "all six handlers ran before the first Ack answer: {:?}",
-        times.iter().map(|at| *at - started).collect::<Vec<_>>()
-    );
-    assert_eq!(stats.running_max, 1);
-    assert_eq!(state.lock().unwrap().credit_violations, 0);
-
-    // The same with two acks pending at most: the third handler waits.
-    let (server, state) = start_broker("q", 1).await;
-    fill(&state, &server, &["g", "h", "i", "j"]).await;
-    {
-        let mut state = state.lock().unwrap();
-        state.slots = 1;
-        state.ack_delay = Some(Duration::from_millis(400));
-    }
-    handled.lock().unwrap().clear();
-    config.acks_pending_max = 2;
-    let handler = {
-        let (state, handled) = (Arc::clone(&state), Arc::clone(&handled));
-        move |_delivery: Delivery| {
-            state.lock().unwrap().finished += 1;
-            handled.lock().unwrap().push(tokio::time::Instant::now());
-            std::future::ready(Ok::<(), String>(()))
-        }
-    };
-    let client = Client::connect(&server.addr).await.unwrap();
     let started = tokio::time::Instant::now();
     let consumer = Consumer::start(client, config, handler).unwrap();
-    assert!(wait_for(TEST_LIMIT, || state.lock().unwrap().acked.len() == 4).await);
-    bounded(consumer.shutdown()).await;
-    let times = handled.lock().unwrap().clone();
-    assert_eq!(times.len(), 4);
-    assert!(times[1] - started < Duration::from_millis(350), "two ran at once");
-    assert!(
-        times[3] - started >= Duration::from_millis(380),
-        "the fourth handler started only after an Ack answer made room: {:?}",
-        times.iter().map(|at| *at - started).collect::<Vec<_>>()
-    );
+    let all = payloads.len();
+    assert!(wait_for(TEST_LIMIT, || state.lock().unwrap().acked.len() == all).await);
+    let stats = bounded(consumer.shutdown()).await;
+    let times = handled.lock().unwrap().iter().map(|at| *at - started).collect();
+    let credit_violations = state.lock().unwrap().credit_violations;
+    (times, stats, credit_violations)
 }
 
 // Goal: prefetch claims ahead of free slots (hiding the claim round trip)
