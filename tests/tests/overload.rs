@@ -6,12 +6,13 @@
 // max_deliveries times (then it is quarantined), and throughput recovers
 // once an operator redrives the dead letters and consumers return. Method: a
 // real spoold (1 shard), a queue with max_messages 2000 and max_deliveries
-// 3; a baseline enqueue+claim+ack rate; producers fill to QUEUE_FULL and
+// 3; a baseline enqueue+claim+ack rate (median of 5 trials); producers fill to QUEUE_FULL and
 // keep pushing; a "stalled" consumer claims with 150 ms leases and never
 // acks until every message is a dead letter, while DescribeQueue's held
 // total (ready + scheduled + claimed + quarantined) is checked after every
 // round; a push then meets a queue full of dead letters; redrive all (still
-// full), a healthy consumer drains (acking) and the rate is measured again.
+// full), a healthy consumer drains (acking) and the rate is measured again
+// (the best of 5 trials must reach half the baseline).
 // VmRSS before and after.
 //
 // How it can fail: a broker without admission would accept all 3000 first
@@ -43,6 +44,20 @@ const PAYLOAD_BYTES: usize = 512;
 const BATCH: u64 = 100;
 /// Messages per throughput measurement.
 const RATE_MESSAGES: u64 = 600;
+/// Throughput measurements before the overload (their median is the
+/// baseline) and after recovery (the best of them must reach
+/// `RECOVERED_FRACTION_MIN` of the baseline). One 600-message measurement
+/// takes ~60 ms, so a single one can land on a second in which the other
+/// tests of a parallel run hold both cores (CI once measured 28 % of the
+/// baseline that way); a broker that stayed slow after the overload is slow
+/// in every trial.
+const RATE_TRIALS: u32 = 5;
+/// Least fraction of the baseline the best trial after recovery must reach.
+const RECOVERED_FRACTION_MIN: f64 = 0.5;
+/// Producer sources of the baseline and the recovery trials (each trial its
+/// own source, so their message ids never repeat).
+const BASELINE_SOURCE: u32 = 10;
+const RECOVERY_SOURCE: u32 = 20;
 /// Most the broker's RSS may grow over the overload.
 const RSS_GROWTH_KIB_MAX: u64 = 32 * 1024;
 /// How long the stalled consumer keeps claiming without acking, at least.
@@ -85,6 +100,16 @@ async fn produce(
     (accepted, refusals)
 }
 
+/// `RATE_TRIALS` throughput measurements, sources `first_source..`, sorted.
+async fn measure_rates(client: &Client, producer: &Producer, first_source: u32) -> Vec<f64> {
+    let mut rates = Vec::new();
+    for trial in 0..RATE_TRIALS {
+        rates.push(measure_rate(client, producer, first_source + trial).await);
+    }
+    rates.sort_by(f64::total_cmp);
+    rates
+}
+
 /// Enqueue + claim + ack `RATE_MESSAGES` messages; returns messages/s.
 async fn measure_rate(client: &Client, producer: &Producer, source: u32) -> f64 {
     let started = now();
@@ -123,7 +148,8 @@ async fn stalled_consumers_engage_admission_bound_memory_and_recover() {
         Producer::new(client.clone(), ProducerConfig { retries: 0, ..ProducerConfig::default() })
             .unwrap();
 
-    let baseline = measure_rate(&client, &producer, 1).await;
+    let baselines = measure_rates(&client, &producer, BASELINE_SOURCE).await;
+    let baseline = baselines[baselines.len() / 2];
     let rss_start_kib = broker.rss_kib().unwrap();
 
     // Consumers stall: producers fill the queue, then keep pushing.
@@ -213,10 +239,13 @@ async fn stalled_consumers_engage_admission_bound_memory_and_recover() {
         let tokens: Vec<_> = batch.deliveries.iter().map(Delivery::token).collect();
         client.ack(QUEUE, P0, &tokens).await.unwrap();
     }
-    let recovered = measure_rate(&client, &producer, 4).await;
-    eprintln!("overload: rate after recovery {recovered:.0} msg/s (baseline {baseline:.0})");
+    let recoveries = measure_rates(&client, &producer, RECOVERY_SOURCE).await;
+    let recovered = recoveries[recoveries.len() - 1];
+    eprintln!(
+        "overload: rates after recovery {recoveries:.0?} msg/s (baseline trials {baselines:.0?})"
+    );
     assert!(
-        recovered >= baseline * 0.3,
-        "throughput did not recover: {recovered:.0} vs {baseline:.0}"
+        recovered >= baseline * RECOVERED_FRACTION_MIN,
+        "throughput did not recover: best {recovered:.0} vs median baseline {baseline:.0}"
     );
 }
