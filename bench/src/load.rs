@@ -84,16 +84,25 @@ pub const SLOTS_MAX: u32 = 65_536;
 /// Largest prefetch as a fraction of a consumer's slots.
 pub const PREFETCH_FRACTION_MAX: f64 = 1.0;
 /// Default consumer prefetch (fraction of its slots): covers a claim round
-/// trip plus a claim share at the rates of the capacity model (at 19,000/s
-/// over 342 slots, 0.5 measured 18.5k/s consumed against 17.0k at 0.25:
-/// `spool-bench latency --rate 25000 --msg-bytes 1638 --slots 342
-/// --service-ms 18 --prefetch-fraction F`).
-pub const PREFETCH_FRACTION_DEFAULT: f64 = 0.5;
+/// trip plus a claim share at the rates of the capacity model. At 19,000/s
+/// over 342 slots, 0.5 measured 18.5k/s consumed against 17.0k at 0.25
+/// (`spool-bench latency --rate 25000 --msg-bytes 1638 --slots 342
+/// --service-ms 18 --prefetch-fraction F`); in `capacity --time-scale 0.05`
+/// with 8 claims in flight, 1.0 drained the backlog in 203 s where 0.5 had
+/// not drained in 360 s (one run each; bench/README.md, "Measured:
+/// capacity").
+pub const PREFETCH_FRACTION_DEFAULT: f64 = 1.0;
 /// Default ack linger of the simulated workers (µs): a slot no longer waits
-/// for its Ack, so acks may gather longer and cost fewer requests.
-pub const ACK_LINGER_US_DEFAULT: u64 = 5_000;
-/// Default claims outstanding per consumer.
-pub const CLAIMS_IN_FLIGHT_DEFAULT: u32 = 8;
+/// for its Ack, so acks may gather longer and cost fewer requests. 10 ms
+/// against 5 ms in `capacity --time-scale 0.05`: Ack requests 470k → 245k,
+/// the run's system CPU 162 → 99 s, drain out 21.4k → 21.7k/s.
+pub const ACK_LINGER_US_DEFAULT: u64 = 10_000;
+/// Default claims outstanding per consumer. Fewer, larger claims: with the
+/// prefetch covering the round trip, 8 in flight split the free room into
+/// ≈6-delivery claims (4,000 claim requests/s at 25k/s); with 2, `capacity
+/// --time-scale 0.05` consumed 18.6k/s in the burst against 15.7k at 8, and
+/// drained in 132 s instead of 203 s (1 in flight: 18.3k/s, 131 s).
+pub const CLAIMS_IN_FLIGHT_DEFAULT: u32 = 2;
 /// Weight of one observation in the running mean of timer lateness.
 const OVERSHOOT_EWMA_SHIFT: u32 = 6;
 /// Highest phase rate (msgs/s over all producers).
