@@ -51,6 +51,12 @@ use signal::{Signal, CLAIM_WAITERS_MAX};
 pub const ENQUEUE_CLOCK_SKEW_MS_MAX: Millis = 5 * 60 * 1000;
 /// Bytes read from the log per step of recovery replay.
 pub const REPLAY_READ_BYTES: u64 = 8 << 20;
+/// Most one claim reads ahead of a record it needs (one segment-file read
+/// of at most this much; see `claim_read_ahead_bytes`).
+pub const CLAIM_READ_AHEAD_BYTES_MAX: u64 = crate::limits::SCAN_CHUNK_BYTES;
+/// Framing counted per record when sizing a claim's read-ahead: its
+/// position-table entry, archive fields and alignment.
+const CLAIM_READ_AHEAD_RECORD_SLACK_BYTES: u64 = 96;
 /// Log bytes appended since the last checkpoint that make the next
 /// housekeeping pass write a new one.
 pub const CHECKPOINT_INTERVAL_BYTES: u64 = 256 << 20;
@@ -264,6 +270,19 @@ fn aligned(bytes: &[u8]) -> Aligned<'_> {
 struct BatchCache {
     /// Base offset → batch.
     batches: BTreeMap<u64, CachedBatch>,
+}
+
+/// Bytes one claim's log read may cover: the records it still serves at or
+/// past `from` plus their framing and the control batches interleaved with
+/// them, at most `CLAIM_READ_AHEAD_BYTES_MAX`. Never below 1 (the log
+/// returns at least the batch holding `from`).
+fn claim_read_ahead_bytes(from: Offset, remaining: &[Delivery]) -> u64 {
+    let records: u64 = remaining
+        .iter()
+        .filter(|delivery| delivery.offset >= from)
+        .map(|delivery| u64::from(delivery.size_bytes) + CLAIM_READ_AHEAD_RECORD_SLACK_BYTES)
+        .sum();
+    (records + records / 4).clamp(1, CLAIM_READ_AHEAD_BYTES_MAX)
 }
 
 struct CachedBatch {
@@ -718,15 +737,23 @@ impl<S: Storage + Clone> Partition<S> {
     }
 
     /// Reads the record bytes of each delivery from the log.
+    ///
+    /// A delivery whose batch is not yet in this request's cache reads
+    /// ahead: one log read sized to the records still to serve at or past
+    /// its offset (`claim_read_ahead_bytes`), so a claim of a few hundred
+    /// consecutive messages from the backlog is one or two reads of the
+    /// segment file instead of one per batch, each of which scanned forward
+    /// from the sparse index again.
     async fn with_records(
         &self,
         deliveries: Vec<Delivery>,
     ) -> Result<Vec<Claimed>, PartitionError> {
         let mut cache = BatchCache::default();
         let mut out = Vec::with_capacity(deliveries.len());
-        for delivery in deliveries {
-            let record = self.record_bytes(delivery.offset, &mut cache).await?;
-            out.push(Claimed { delivery, record });
+        for (index, delivery) in deliveries.iter().enumerate() {
+            let ahead = claim_read_ahead_bytes(delivery.offset, &deliveries[index..]);
+            let record = self.record_bytes(delivery.offset, ahead, &mut cache).await?;
+            out.push(Claimed { delivery: *delivery, record });
         }
         Ok(out)
     }
@@ -736,6 +763,7 @@ impl<S: Storage + Clone> Partition<S> {
     async fn record_bytes(
         &self,
         offset: Offset,
+        read_ahead_bytes: u64,
         cache: &mut BatchCache,
     ) -> Result<Vec<u8>, PartitionError> {
         let missing = |reason: String| PartitionError::Recovery { dir: self.dir.clone(), reason };
@@ -748,21 +776,32 @@ impl<S: Storage + Clone> Partition<S> {
         let base = match hit {
             Some(base) => base,
             None => {
-                let read = self.log.read(to_log(offset), 1).await?;
-                let batch = read
-                    .into_iter()
-                    .find(|batch| {
-                        batch.header.base_offset <= offset.0
-                            && batch.header.next_offset() > offset.0
-                    })
-                    .ok_or_else(|| {
-                        missing(format!("record at offset {} not found in the log", offset.0))
-                    })?;
-                let base = batch.header.base_offset;
-                let cached = CachedBatch::new(batch.bytes, &batch.header)?
-                    .ok_or_else(|| missing(format!("offset {} is not a data record", offset.0)))?;
-                cache.batches.insert(base, cached);
-                base
+                let read = self.log.read(to_log(offset), read_ahead_bytes).await?;
+                let mut found = None;
+                for batch in read {
+                    let base = batch.header.base_offset;
+                    let holds_offset = base <= offset.0 && batch.header.next_offset() > offset.0;
+                    // Control batches read on the way are skipped; the one
+                    // holding `offset` must be data.
+                    match CachedBatch::new(batch.bytes, &batch.header)? {
+                        Some(cached) => {
+                            cache.batches.insert(base, cached);
+                            if holds_offset {
+                                found = Some(base);
+                            }
+                        }
+                        None if holds_offset => {
+                            return Err(missing(format!(
+                                "offset {} is not a data record",
+                                offset.0
+                            )));
+                        }
+                        None => {}
+                    }
+                }
+                found.ok_or_else(|| {
+                    missing(format!("record at offset {} not found in the log", offset.0))
+                })?
             }
         };
         let batch = cache
@@ -955,7 +994,7 @@ impl<S: Storage + Clone> Partition<S> {
         if let Some(ticket) = ticket {
             ticket.durable().await?;
         }
-        self.record_bytes(offset, &mut BatchCache::default()).await
+        self.record_bytes(offset, 1, &mut BatchCache::default()).await
     }
 
     /// Live messages of the main lane from `from`, up to `max`, with their
@@ -980,7 +1019,7 @@ impl<S: Storage + Clone> Partition<S> {
         let mut cache = BatchCache::default();
         let mut out = Vec::with_capacity(views.len());
         for view in views {
-            let record = self.record_bytes(view.offset, &mut cache).await?;
+            let record = self.record_bytes(view.offset, 1, &mut cache).await?;
             out.push(Peeked { view, record });
         }
         Ok(out)
