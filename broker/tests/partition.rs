@@ -39,21 +39,24 @@ fn clock(now: &Rc<Cell<u64>>) -> Clock {
     Rc::new(move || now.get())
 }
 
+/// A plain record: inline payload, no key, headers, priority or schedule.
+fn record(message_id: [u8; 16], payload: Vec<u8>, now_ms: u64) -> Record {
+    Record {
+        message_id: MessageId(message_id),
+        routing_key: vec![],
+        headers: vec![],
+        payload: Payload::Inline(payload),
+        priority: 0,
+        not_before_ms: 0,
+        expiry_ms: 0,
+        enqueue_time_ms: now_ms,
+    }
+}
+
 fn batch(ids: &[u8], now_ms: u64) -> BatchBytes {
     let mut builder = DataBatchBuilder::new();
     for &id in ids {
-        builder
-            .push(&Record {
-                message_id: MessageId([id; 16]),
-                routing_key: vec![],
-                headers: vec![],
-                payload: Payload::Inline(vec![id; 100]),
-                priority: 0,
-                not_before_ms: 0,
-                expiry_ms: 0,
-                enqueue_time_ms: now_ms,
-            })
-            .unwrap();
+        builder.push(&record([id; 16], vec![id; 100], now_ms)).unwrap();
     }
     builder.finish().unwrap()
 }
@@ -190,18 +193,7 @@ fn many_small_records_make_a_checkpoint_due_long_before_the_byte_interval() {
         for id in first..first + PER_BATCH {
             let mut message_id = [0u8; 16];
             message_id[..8].copy_from_slice(&id.to_le_bytes());
-            builder
-                .push(&Record {
-                    message_id: MessageId(message_id),
-                    routing_key: vec![],
-                    headers: vec![],
-                    payload: Payload::Inline(vec![1; 16]),
-                    priority: 0,
-                    not_before_ms: 0,
-                    expiry_ms: 0,
-                    enqueue_time_ms: now_ms,
-                })
-                .unwrap();
+            builder.push(&record(message_id, vec![1; 16], now_ms)).unwrap();
         }
         builder.finish().unwrap()
     }
@@ -400,20 +392,9 @@ fn numbered_batch(first: u16, count: u16, now_ms: u64) -> BatchBytes {
 }
 
 fn numbered_record(number: u16, now_ms: u64) -> Record {
-    let [hi, lo] = number.to_be_bytes();
     let mut id = [0u8; 16];
-    id[0] = hi;
-    id[1] = lo;
-    Record {
-        message_id: MessageId(id),
-        routing_key: vec![],
-        headers: vec![],
-        payload: Payload::Inline((0..200u16).map(|i| (number ^ i) as u8).collect()),
-        priority: 0,
-        not_before_ms: 0,
-        expiry_ms: 0,
-        enqueue_time_ms: now_ms,
-    }
+    id[..2].copy_from_slice(&number.to_be_bytes());
+    record(id, (0..200u16).map(|i| (number ^ i) as u8).collect(), now_ms)
 }
 
 #[test]

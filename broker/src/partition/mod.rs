@@ -51,12 +51,12 @@ use signal::{Signal, CLAIM_WAITERS_MAX};
 pub const ENQUEUE_CLOCK_SKEW_MS_MAX: Millis = 5 * 60 * 1000;
 /// Bytes read from the log per step of recovery replay.
 pub const REPLAY_READ_BYTES: u64 = 8 << 20;
-/// Most one claim reads ahead of a record it needs (one segment-file read
-/// of at most this much; see `claim_read_ahead_bytes`).
-pub const CLAIM_READ_AHEAD_BYTES_MAX: u64 = crate::limits::SCAN_CHUNK_BYTES;
-/// Framing counted per record when sizing a claim's read-ahead: its
-/// position-table entry, archive fields and alignment.
-const CLAIM_READ_AHEAD_RECORD_SLACK_BYTES: u64 = 96;
+/// Most one claim or peek reads ahead of a record it needs (one
+/// segment-file read of at most this much; see `read_ahead_bytes`).
+pub const READ_AHEAD_BYTES_MAX: u64 = crate::limits::SCAN_CHUNK_BYTES;
+/// Framing counted per record when sizing a read-ahead: its position-table
+/// entry, archive fields and alignment.
+const READ_AHEAD_RECORD_SLACK_BYTES: u64 = 96;
 /// Log bytes appended since the last checkpoint that make the next
 /// housekeeping pass write a new one.
 pub const CHECKPOINT_INTERVAL_BYTES: u64 = 256 << 20;
@@ -272,17 +272,16 @@ struct BatchCache {
     batches: BTreeMap<u64, CachedBatch>,
 }
 
-/// Bytes one claim's log read may cover: the records it still serves at or
-/// past `from` plus their framing and the control batches interleaved with
-/// them, at most `CLAIM_READ_AHEAD_BYTES_MAX`. Never below 1 (the log
-/// returns at least the batch holding `from`).
-fn claim_read_ahead_bytes(from: Offset, remaining: &[Delivery]) -> u64 {
+/// Bytes one log read of a request may cover: the records (offset, size)
+/// it still serves at or past `from`, plus their framing and the control
+/// batches interleaved with them, at most `READ_AHEAD_BYTES_MAX`. Never
+/// below 1 (the log returns at least the batch holding `from`).
+fn read_ahead_bytes(from: Offset, remaining: impl Iterator<Item = (Offset, u32)>) -> u64 {
     let records: u64 = remaining
-        .iter()
-        .filter(|delivery| delivery.offset >= from)
-        .map(|delivery| u64::from(delivery.size_bytes) + CLAIM_READ_AHEAD_RECORD_SLACK_BYTES)
+        .filter(|(offset, _)| *offset >= from)
+        .map(|(_, size_bytes)| u64::from(size_bytes) + READ_AHEAD_RECORD_SLACK_BYTES)
         .sum();
-    (records + records / 4).clamp(1, CLAIM_READ_AHEAD_BYTES_MAX)
+    (records + records / 4).clamp(1, READ_AHEAD_BYTES_MAX)
 }
 
 struct CachedBatch {
@@ -737,23 +736,38 @@ impl<S: Storage + Clone> Partition<S> {
     }
 
     /// Reads the record bytes of each delivery from the log.
-    ///
-    /// A delivery whose batch is not yet in this request's cache reads
-    /// ahead: one log read sized to the records still to serve at or past
-    /// its offset (`claim_read_ahead_bytes`), so a claim of a few hundred
-    /// consecutive messages from the backlog is one or two reads of the
-    /// segment file instead of one per batch, each of which scanned forward
-    /// from the sparse index again.
     async fn with_records(
         &self,
         deliveries: Vec<Delivery>,
     ) -> Result<Vec<Claimed>, PartitionError> {
+        let records =
+            self.records_of(&deliveries, |delivery| (delivery.offset, delivery.size_bytes)).await?;
+        Ok(deliveries
+            .into_iter()
+            .zip(records)
+            .map(|(delivery, record)| Claimed { delivery, record })
+            .collect())
+    }
+
+    /// The record bytes of each item, `locate` giving its (offset, size).
+    ///
+    /// An item whose batch is not yet in this request's cache reads ahead:
+    /// one log read sized to the records still to serve at or past its
+    /// offset (`read_ahead_bytes`, computed on a miss only), so a claim of a
+    /// few hundred consecutive messages from the backlog is one or two reads
+    /// of the segment file instead of one per batch, each of which scanned
+    /// forward from the sparse index again.
+    async fn records_of<T>(
+        &self,
+        items: &[T],
+        locate: impl Fn(&T) -> (Offset, u32),
+    ) -> Result<Vec<Vec<u8>>, PartitionError> {
         let mut cache = BatchCache::default();
-        let mut out = Vec::with_capacity(deliveries.len());
-        for (index, delivery) in deliveries.iter().enumerate() {
-            let ahead = claim_read_ahead_bytes(delivery.offset, &deliveries[index..]);
-            let record = self.record_bytes(delivery.offset, ahead, &mut cache).await?;
-            out.push(Claimed { delivery: *delivery, record });
+        let mut out = Vec::with_capacity(items.len());
+        for (index, item) in items.iter().enumerate() {
+            let (offset, _) = locate(item);
+            let ahead = || read_ahead_bytes(offset, items[index..].iter().map(&locate));
+            out.push(self.record_bytes(offset, ahead, &mut cache).await?);
         }
         Ok(out)
     }
@@ -763,7 +777,7 @@ impl<S: Storage + Clone> Partition<S> {
     async fn record_bytes(
         &self,
         offset: Offset,
-        read_ahead_bytes: u64,
+        read_ahead: impl FnOnce() -> u64,
         cache: &mut BatchCache,
     ) -> Result<Vec<u8>, PartitionError> {
         let missing = |reason: String| PartitionError::Recovery { dir: self.dir.clone(), reason };
@@ -776,7 +790,7 @@ impl<S: Storage + Clone> Partition<S> {
         let base = match hit {
             Some(base) => base,
             None => {
-                let read = self.log.read(to_log(offset), read_ahead_bytes).await?;
+                let read = self.log.read(to_log(offset), read_ahead()).await?;
                 let mut found = None;
                 for batch in read {
                     let base = batch.header.base_offset;
@@ -994,7 +1008,7 @@ impl<S: Storage + Clone> Partition<S> {
         if let Some(ticket) = ticket {
             ticket.durable().await?;
         }
-        self.record_bytes(offset, 1, &mut BatchCache::default()).await
+        self.record_bytes(offset, || 1, &mut BatchCache::default()).await
     }
 
     /// Live messages of the main lane from `from`, up to `max`, with their
@@ -1016,13 +1030,8 @@ impl<S: Storage + Clone> Partition<S> {
         if let Some(ticket) = ticket {
             ticket.durable().await?;
         }
-        let mut cache = BatchCache::default();
-        let mut out = Vec::with_capacity(views.len());
-        for view in views {
-            let record = self.record_bytes(view.offset, 1, &mut cache).await?;
-            out.push(Peeked { view, record });
-        }
-        Ok(out)
+        let records = self.records_of(&views, |view| (view.offset, view.size_bytes)).await?;
+        Ok(views.into_iter().zip(records).map(|(view, record)| Peeked { view, record }).collect())
     }
 
     /// Housekeeping: lease expiry, scheduled → ready, expiry. Appends the
