@@ -249,3 +249,24 @@ fn sealed_segment_corruption_is_refused_on_real_files() {
     }
     assert_eq!(std::fs::read(victim).unwrap(), bytes, "nothing was truncated");
 }
+
+#[test]
+fn a_log_under_a_relative_path_opens_appends_and_syncs() {
+    // Goal: a partition directory named relative to the working directory
+    // works end to end (glommio 0.9's `Directory::open` fails with EBADF on
+    // a relative path; the default data dir `./spool-data` once hit that).
+    // Method: chdir into a temp dir (nextest runs each test in its own
+    // process), open a log at "./rel/partition", append, reopen, read back.
+    let temp = tempfile::tempdir().unwrap();
+    std::env::set_current_dir(temp.path()).unwrap();
+    let dir = PathBuf::from("./rel/partition");
+    run(async {
+        let (log, report) = open(&dir).await.unwrap();
+        assert!(report.created);
+        let stored = fill(&log, 5, 0).await;
+        drop(log);
+        let (log, _) = open(&dir).await.unwrap();
+        let got = log.read(Offset(0), stored.len()).await.unwrap();
+        assert_eq!(got[0].bytes, stored[0]);
+    });
+}

@@ -72,6 +72,11 @@ impl DataDirLock {
     /// anything else.
     pub fn acquire(dir: &Path) -> Result<DataDirLock, DataDirError> {
         std::fs::create_dir_all(dir).map_err(io_error("create data directory", dir))?;
+        // Every partition, segment and checkpoint path is derived from
+        // `dir()`, so resolving it here, once, makes all of them absolute:
+        // glommio 0.9's `Directory::open` fails with EBADF on a relative
+        // path, which once broke the default `./spool-data`.
+        let dir = &std::fs::canonicalize(dir).map_err(io_error("resolve data directory", dir))?;
         let path = dir.join(LOCK_FILE_NAME);
         let mut file = OpenOptions::new()
             .read(true)
@@ -100,6 +105,8 @@ impl DataDirLock {
         Ok(DataDirLock { dir: dir.to_owned(), _file: file })
     }
 
+    /// The data directory, absolute and canonical (symlinks resolved),
+    /// whatever form the caller named it in.
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -202,6 +209,21 @@ mod tests {
         }
         drop(first);
         DataDirLock::acquire(&data).unwrap();
+    }
+
+    // Goal: a relative data directory (the default `./spool-data`) is
+    // resolved once to an absolute path, so nothing derived from it reaches
+    // glommio relative. Method: chdir into a temp dir (nextest runs each
+    // test in its own process), lock "./data", compare with the canonical
+    // absolute path.
+    #[test]
+    fn relative_data_dir_resolves_to_absolute() {
+        let dir = tempfile::tempdir().unwrap();
+        std::env::set_current_dir(dir.path()).unwrap();
+        let lock = DataDirLock::acquire(Path::new("./data")).unwrap();
+        assert!(lock.dir().is_absolute(), "{}", lock.dir().display());
+        assert_eq!(lock.dir(), std::fs::canonicalize(dir.path()).unwrap().join("data"));
+        assert!(lock.dir().join(LOCK_FILE_NAME).exists());
     }
 
     // Goal: the secret is created once (0600, 32 bytes) and then reloaded

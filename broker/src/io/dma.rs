@@ -118,6 +118,10 @@ impl Storage for DmaStorage {
     }
 
     async fn sync_dir(&self, dir: &Path) -> Result<(), IoError> {
+        // glommio 0.9's `Directory::open` fails with EBADF on a relative
+        // path; resolve it here so no caller can trip over that again.
+        let dir = &std::path::absolute(dir)
+            .map_err(|error| IoError::new(IoOp::SyncDir, dir, None, error))?;
         let io_error = |error| IoError::new(IoOp::SyncDir, dir, None, to_io(error));
         let directory = glommio::io::Directory::open(dir).await.map_err(io_error)?;
         directory.sync().await.map_err(io_error)?;

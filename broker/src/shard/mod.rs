@@ -697,7 +697,7 @@ impl Broker {
             queues = catalog.queues.len(),
             assignment_version = replay_version.0,
             listen = %config.listen,
-            data_dir = %config.data_dir.display(),
+            data_dir = %lock.dir().display(),
             "spoold started"
         );
         Ok(Broker { config, shared, control, events, events_sender, threads, secret, _lock: lock })
