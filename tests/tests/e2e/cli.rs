@@ -2,7 +2,7 @@
 //! exit codes on refusal.
 
 use serde_json::Value;
-use spool_tests::{json_stdout, success_stdout, Spoold};
+use spool_tests::{json_lines_stdout, json_stdout, success_stdout, Spoold};
 
 fn sum(rows: &Value, field: &str) -> u64 {
     rows.as_array()
@@ -32,11 +32,18 @@ fn cli_commands_against_a_live_broker() {
     let listed = cli(&["--json", "queue", "list"]);
     assert_eq!(listed, serde_json::json!([{"queue": "mail", "partitions": 2}]));
 
-    let sent = cli(&["--json", "send", "mail", "hello", "--key", "alice"]);
-    assert_eq!(sent["offsets"].as_array().map(Vec::len), Some(1));
-    let from_stdin =
-        json_stdout(&broker.cli_with_stdin(&["--json", "send", "mail"], Some("one\ntwo\nthree\n")));
-    assert_eq!(from_stdin["offsets"].as_array().map(Vec::len), Some(3));
+    // send and recv print JSON Lines: one object per acknowledged message.
+    let sent =
+        json_lines_stdout(&broker.cli(&["--json", "send", "mail", "hello", "--key", "alice"]));
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0]["queue"], "mail");
+    assert!(sent[0]["partition"].as_u64().is_some_and(|partition| partition < 2), "{sent:?}");
+    assert!(sent[0]["offset"].is_u64(), "{sent:?}");
+    let from_stdin = json_lines_stdout(
+        &broker.cli_with_stdin(&["--json", "send", "mail"], Some("one\ntwo\nthree\n")),
+    );
+    let lines: Vec<u64> = from_stdin.iter().map(|row| row["line"].as_u64().unwrap()).collect();
+    assert_eq!(lines, vec![1, 2, 3], "one object per stdin line, in order: {from_stdin:?}");
 
     let described = cli(&["--json", "queue", "describe", "mail"]);
     assert_eq!(described["config"]["partitions"], 2);
@@ -57,13 +64,15 @@ fn cli_commands_against_a_live_broker() {
     assert_eq!(payloads, vec!["hello", "one", "three", "two"]);
     assert!(peeked.as_array().unwrap().iter().all(|row| row["state"] == "ready"));
 
-    let received = cli(&["--json", "recv", "mail", "-n", "2", "--wait-ms", "500"]);
-    let received = received.as_array().unwrap().clone();
+    let received =
+        json_lines_stdout(&broker.cli(&["--json", "recv", "mail", "-n", "2", "--wait-ms", "500"]));
     assert_eq!(received.len(), 2);
     assert!(received.iter().all(|row| row["result"] == "acked" && row["attempt"] == 1));
 
     // --no-ack releases; with max_deliveries 1 that is a dead letter.
-    let released = cli(&["--json", "recv", "mail", "-n", "1", "--no-ack"]);
+    let released =
+        json_lines_stdout(&broker.cli(&["--json", "recv", "mail", "-n", "1", "--no-ack"]));
+    assert_eq!(released.len(), 1);
     assert_eq!(released[0]["result"], "released");
     let letters = cli(&["--json", "dlq", "list", "mail"]);
     assert_eq!(letters.as_array().map(Vec::len), Some(1), "{letters}");
@@ -82,8 +91,8 @@ fn cli_commands_against_a_live_broker() {
     assert_eq!(cli(&["--json", "stats", "mail"])[0]["ready"], 2, "nothing purged");
     let purged = cli(&["--json", "purge", "mail", "--yes"]);
     assert_eq!((purged["purged"].as_u64(), purged["dry_run_count"].as_u64()), (Some(2), Some(2)));
-    let empty = cli(&["--json", "recv", "mail", "--wait-ms", "200"]);
-    assert_eq!(empty, serde_json::json!([]));
+    let empty = json_lines_stdout(&broker.cli(&["--json", "recv", "mail", "--wait-ms", "200"]));
+    assert!(empty.is_empty(), "nothing to receive prints no line: {empty:?}");
     let stats = cli(&["--json", "stats", "mail"]);
     assert_eq!((stats[0]["ready"].as_u64(), stats[0]["acked"].as_u64()), (Some(0), Some(2)));
 
