@@ -136,6 +136,41 @@ fn binary(name: &str, env: &str) -> PathBuf {
     path
 }
 
+/// Path of a release binary (`spoold` or `spool`) as the README's `cargo
+/// run --release` commands build it: `target/release/NAME` of this
+/// workspace, built once per test process (a no-op when `scripts/test.sh`
+/// built it already, as it does before the tests).
+pub fn release_bin(name: &str) -> PathBuf {
+    static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
+    let target_dir = profile_dir().parent().expect("profile dir has a parent").to_path_buf();
+    let built = BUILT.get_or_init(|| {
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+        let output = Command::new(cargo)
+            .current_dir(workspace)
+            .args(["build", "--quiet", "--release", "--locked", "-p", "spool-broker"])
+            .args(["--bin", "spoold", "-p", "spool-client", "--bin", "spool", "--target-dir"])
+            .arg(&target_dir)
+            .output()
+            .map_err(|error| format!("running cargo: {error}"))?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "cargo build --release of spoold/spool failed ({}):\n{}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            ))
+        }
+    });
+    if let Err(error) = built {
+        panic!("{error}");
+    }
+    let path = target_dir.join("release").join(name);
+    assert!(path.is_file(), "{} is missing after the build", path.display());
+    path
+}
+
 /// Environment variable naming a prebuilt `spoold-failpoints`.
 pub const SPOOLD_FAILPOINTS_BIN_ENV: &str = "SPOOL_E2E_SPOOLD_FAILPOINTS";
 

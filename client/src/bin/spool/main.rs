@@ -936,6 +936,73 @@ mod tests {
         assert_eq!(output.json[1]["state"], "claimed");
     }
 
+    // Goal: no control character of a payload, key, reason or queue name
+    // reaches the terminal through a table; JSON keeps the exact text.
+    // Method: render a dead-letter row and a queue list holding an OSC title
+    // sequence, a clear-screen sequence, CR, backspace, a C1 control and a
+    // bidi override; check the visible escapes and the JSON.
+    #[test]
+    fn tables_escape_control_characters() {
+        let nasty = "\x1b]0;title\x07|\x1b[2J|\r\x08|\u{9b}|\u{202e}|a\\b";
+        let visible = r"\x1b]0;title\x07|\x1b[2J|\r\x08|\u{9b}|\u{202e}|a\\b";
+        assert_eq!(escape(nasty), visible);
+        assert_eq!(escape("plain text, ünïcode ✓"), "plain text, ünïcode ✓");
+        let mut table = Table::new(vec!["routing_key", "last_reason"]);
+        table.push(vec![nasty.to_owned(), format!("reason {nasty}")]);
+        let text = Output::table(table, json!([{"reason": nasty}])).render(false);
+        assert!(
+            text.chars().all(|character| character == '\n' || !character.is_control()),
+            "{text:?}"
+        );
+        assert!(!text.contains('\u{202e}'));
+        assert!(text.contains(visible), "{text}");
+        let queues = render_queue_list(&[QueueSummary { name: nasty.into(), partitions: 1 }]);
+        assert!(queues.render(false).contains(visible));
+        let value: Value = serde_json::from_str(&queues.render(true)).unwrap();
+        assert_eq!(value[0]["queue"], nasty, "JSON is exact");
+        let row = StreamTable::fitting(vec!["payload"], &[]).row(&[nasty.to_owned()]);
+        assert_eq!(row, format!("{visible}\n"));
+    }
+
+    // Goal: streamed rows line up with their header and a streamed command
+    // prints nothing more at the end. Method: a two-column stream table, a
+    // row wider than the header, and Output::streamed in both modes.
+    #[test]
+    fn stream_table_rows_align() {
+        let table = StreamTable::fitting(vec!["partition", "offset"], &[]);
+        assert_eq!(table.header(), "partition  offset\n");
+        assert_eq!(table.row(&["1".into(), "0".into()]), "1          0\n");
+        assert_eq!(table.row(&["12345678901".into(), "7".into()]), "12345678901  7\n");
+        assert_eq!(Output::streamed().render(false), "");
+        assert_eq!(Output::streamed().render(true), "");
+    }
+
+    // Goal: stdin lines become message bodies as they arrive: without their
+    // line ending (LF or CRLF), bytes kept as they are, a last line without
+    // a newline kept, an over-long line refused. Method: feed read_lines a
+    // buffer and collect what it sends.
+    #[test]
+    fn stdin_lines_are_read_as_bodies() {
+        let input = b"one\ntwo\r\n\xff\x00binary\n\nlast".to_vec();
+        let mut lines = read_lines(std::io::Cursor::new(input));
+        let mut got = Vec::new();
+        while let Some(line) = lines.blocking_recv() {
+            got.push(line.unwrap());
+        }
+        let expected: Vec<Vec<u8>> = vec![
+            b"one".to_vec(),
+            b"two".to_vec(),
+            b"\xff\x00binary".to_vec(),
+            Vec::new(),
+            b"last".to_vec(),
+        ];
+        assert_eq!(got, expected);
+        let mut long = read_lines(std::io::Cursor::new(vec![b'x'; LINE_BYTES_MAX + 10]));
+        let refused = long.blocking_recv().unwrap().unwrap_err();
+        assert!(refused.contains("longer than"), "{refused}");
+        assert!(long.blocking_recv().is_none());
+    }
+
     // Goal: failures map onto the documented exit codes and messages name the
     // error code. Method: classify representative errors.
     #[test]
