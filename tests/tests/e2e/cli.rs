@@ -187,6 +187,9 @@ fn send_and_stop(
     StreamedSend { rows, status, stderr: stderr_reader.join().unwrap() }
 }
 
+/// Messages named by (partition, offset).
+type Placements = BTreeSet<(u64, u64)>;
+
 /// Checks the rows a stopped `spool send` printed against what the
 /// restarted broker stored; returns (printed, stored) as (partition, offset)
 /// sets.
@@ -194,7 +197,7 @@ fn printed_and_stored(
     broker: &Spoold,
     queue: &str,
     streamed: &StreamedSend,
-) -> (BTreeSet<(u64, u64)>, BTreeSet<(u64, u64)>) {
+) -> (Placements, Placements) {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let stored: BTreeMap<(u64, u64), String> = runtime.block_on(async {
         let client = broker.client().await;
