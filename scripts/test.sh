@@ -17,6 +17,8 @@ cargo clippy --locked -p spool-broker --features failpoints --lib --bins -- -D w
 echo "== build the binaries the end-to-end tests start (spoold, spool, spoold-failpoints)"
 cargo build --locked -p spool-broker --bin spoold -p spool-client --bin spool
 cargo build --locked -p spool-broker --features failpoints --bin spoold-failpoints
+echo "== build the release binaries the README's commands run (tests/tests/readme.rs starts them)"
+cargo build --locked --release -p spool-broker --bin spoold -p spool-client --bin spool
 echo "== cargo nextest"
 cargo nextest run --workspace --locked --profile "$profile"
 echo "== doctests"

@@ -13,7 +13,8 @@
 //! [`Producer`](crate::Producer) and [`Consumer`](crate::Consumer).
 
 use std::collections::HashMap;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 use std::time::Duration;
 
 use spool_wire::proto::{
@@ -24,8 +25,12 @@ use spool_wire::ErrorCode;
 
 use crate::connection::{Connection, ConnectionConfig, ResponseBytes};
 use crate::delivery::Delivery;
-use crate::error::ClientError;
-use crate::limits::{CONNECTIONS_MAX, ROUTE_ATTEMPTS_MAX};
+use crate::error::{ClientError, RefusedAck};
+use crate::limits::{
+    CLAIM_BYTES_DEFAULT, CLAIM_CREDITS_DEFAULT, CLAIM_EXTRA_RELEASE_DELAY_MS,
+    CLAIM_EXTRA_RELEASE_REASON, CLAIM_WAIT_MS_DEFAULT, CONNECTIONS_MAX, LEASE_MS_DEFAULT,
+    ROUTE_ATTEMPTS_MAX,
+};
 
 /// Settings of a [`Client`].
 #[derive(Debug, Clone, Default)]
@@ -34,8 +39,24 @@ pub struct ClientConfig {
     pub connection: ConnectionConfig,
 }
 
-/// What a claim asks for.
-#[derive(Debug, Clone, Copy)]
+/// What a claim asks for: how many deliveries, how many record bytes, how
+/// long a lease, how long to wait when nothing is ready, and which worker
+/// the tokens are bound to.
+///
+/// [`ClaimOptions::new`] fills in everything but the count: this process's
+/// worker id ([`process_worker`]), [`CLAIM_BYTES_DEFAULT`],
+/// [`LEASE_MS_DEFAULT`] and [`CLAIM_WAIT_MS_DEFAULT`]; the builder methods
+/// change one field each. [`Default`] asks for [`CLAIM_CREDITS_DEFAULT`].
+///
+/// ```
+/// use spool_client::ClaimOptions;
+///
+/// let options = ClaimOptions::new(10).lease_ms(60_000).wait_ms(1_000);
+/// assert_eq!((options.credits, options.lease_ms, options.wait_ms), (10, 60_000, 1_000));
+/// assert_eq!(options.max_bytes, spool_client::limits::CLAIM_BYTES_DEFAULT);
+/// assert_eq!(options.worker, ClaimOptions::default().worker, "one worker id per process");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClaimOptions {
     /// The claiming worker, bound into the tokens.
     pub worker: WorkerId,
@@ -47,6 +68,61 @@ pub struct ClaimOptions {
     pub lease_ms: u32,
     /// Long-poll wait when nothing is ready.
     pub wait_ms: u32,
+}
+
+impl ClaimOptions {
+    /// At most `credits` deliveries, every other field defaulted (see the
+    /// type's doc).
+    pub fn new(credits: u32) -> Self {
+        Self {
+            worker: process_worker(),
+            credits,
+            max_bytes: CLAIM_BYTES_DEFAULT,
+            lease_ms: LEASE_MS_DEFAULT,
+            wait_ms: CLAIM_WAIT_MS_DEFAULT,
+        }
+    }
+
+    /// Sets the worker id the tokens are bound to.
+    #[must_use]
+    pub fn worker(mut self, worker: WorkerId) -> Self {
+        self.worker = worker;
+        self
+    }
+
+    /// Sets the most record bytes.
+    #[must_use]
+    pub fn max_bytes(mut self, max_bytes: u32) -> Self {
+        self.max_bytes = max_bytes;
+        self
+    }
+
+    /// Sets the lease length.
+    #[must_use]
+    pub fn lease_ms(mut self, lease_ms: u32) -> Self {
+        self.lease_ms = lease_ms;
+        self
+    }
+
+    /// Sets the long-poll wait (0: answer at once).
+    #[must_use]
+    pub fn wait_ms(mut self, wait_ms: u32) -> Self {
+        self.wait_ms = wait_ms;
+        self
+    }
+}
+
+impl Default for ClaimOptions {
+    fn default() -> Self {
+        Self::new(CLAIM_CREDITS_DEFAULT)
+    }
+}
+
+/// This process's worker id: random, chosen once per process, the same for
+/// every [`ClaimOptions::new`].
+pub fn process_worker() -> WorkerId {
+    static WORKER: OnceLock<WorkerId> = OnceLock::new();
+    *WORKER.get_or_init(|| WorkerId(rand::random()))
 }
 
 /// The deliveries of one claim.
@@ -65,6 +141,9 @@ struct Inner {
     metadata: RwLock<HashMap<String, Vec<PartitionMetadata>>>,
     /// `host:port` → connection. An async lock: opening a connection awaits.
     connections: tokio::sync::Mutex<HashMap<String, Connection>>,
+    /// Where the next [`Client::claim_any`] sweep starts, so every
+    /// partition gets its turn to be asked first.
+    next_sweep: AtomicU32,
 }
 
 /// A handle on a Spool broker: cheap to clone, shared by producers,
@@ -86,6 +165,23 @@ impl std::fmt::Debug for Client {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         formatter.debug_struct("Client").field("bootstrap", &self.inner.bootstrap).finish()
     }
+}
+
+/// The `host:port` address of the shard that serves `partition` (from
+/// [`Client::partitions`]), for [`Client::connection`].
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), spool_client::ClientError> {
+/// let client = spool_client::Client::connect("127.0.0.1:7400").await?;
+/// for partition in client.partitions("jobs").await? {
+///     let addr = spool_client::shard_address(&partition);
+///     println!("partition {} lives on {addr}", partition.partition.0);
+///     let _connection = client.connection(&addr).await?;
+/// }
+/// # Ok(()) }
+/// ```
+pub fn shard_address(partition: &PartitionMetadata) -> String {
+    address(&partition.host, partition.shard_port)
 }
 
 /// `host:port`, with brackets around an IPv6 host.
@@ -118,6 +214,7 @@ impl Client {
                 config,
                 metadata: RwLock::new(HashMap::new()),
                 connections: tokio::sync::Mutex::new(HashMap::new()),
+                next_sweep: AtomicU32::new(0),
             }),
         };
         client.refresh_metadata(&[]).await?;
@@ -252,13 +349,31 @@ impl Client {
         metadata.get(queue).filter(|partitions| !partitions.is_empty()).cloned()
     }
 
-    async fn owner(&self, queue: &str, partition: PartitionId) -> Result<String, ClientError> {
+    /// The `host:port` of the shard that owns `partition` of `queue`, as
+    /// the cached (or fetched) metadata says; see also [`shard_address`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), spool_client::ClientError> {
+    /// use spool_client::spool_wire::proto::PartitionId;
+    /// let client = spool_client::Client::connect("127.0.0.1:7400").await?;
+    /// println!("jobs/0 is served by {}", client.owner_address("jobs", PartitionId(0)).await?);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`ClientError::UnknownQueue`]; `PARTITION_NOT_FOUND` past the
+    /// queue's partitions.
+    pub async fn owner_address(
+        &self,
+        queue: &str,
+        partition: PartitionId,
+    ) -> Result<String, ClientError> {
         let partitions = self.partitions(queue).await?;
         let meta = partitions.get(partition.0 as usize).ok_or_else(|| ClientError::Server {
             code: ErrorCode::PartitionNotFound,
             message: format!("queue '{queue}' has {} partitions", partitions.len()),
         })?;
-        Ok(address(&meta.host, meta.shard_port))
+        Ok(shard_address(meta))
     }
 
     /// Sends a request about one partition to the shard that owns it,
@@ -277,7 +392,7 @@ impl Client {
         for _ in 0..ROUTE_ATTEMPTS_MAX {
             let addr = match hint.take() {
                 Some(addr) => addr,
-                None => self.owner(queue, partition).await?,
+                None => self.owner_address(queue, partition).await?,
             };
             let connection = self.connection(&addr).await?;
             match connection.call_with_timeout(request, timeout).await {
@@ -320,7 +435,20 @@ impl Client {
         }
     }
 
-    /// Leases up to `options.credits` messages from one partition.
+    /// Leases up to `options.credits` messages from one partition, waiting
+    /// up to `options.wait_ms` when none is ready there. To claim from
+    /// whichever partition of a queue has messages, use
+    /// [`claim_any`](Self::claim_any).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), spool_client::ClientError> {
+    /// use spool_client::spool_wire::proto::PartitionId;
+    /// use spool_client::{ClaimOptions, Client};
+    /// let client = Client::connect("127.0.0.1:7400").await?;
+    /// let batch = client.claim("jobs", PartitionId(0), &ClaimOptions::new(10).wait_ms(0)).await?;
+    /// println!("{} deliveries from partition 0", batch.deliveries.len());
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     /// As [`partition_call`](Self::partition_call); [`ClientError::Protocol`]
@@ -363,6 +491,130 @@ impl Client {
         Ok(ClaimBatch { lease_deadline_ms: response.lease_deadline_ms, deliveries })
     }
 
+    /// Leases up to `options.credits` messages from whichever partitions of
+    /// `queue` have them, waiting at most `options.wait_ms` **in total**.
+    ///
+    /// First it sweeps the partitions without waiting (starting at a
+    /// different partition each call, so none is always asked first) and
+    /// returns what it found. When every partition was empty it long-polls
+    /// all of them at once, each claim with the time left of the one
+    /// deadline, and returns as soon as one of them answers with
+    /// deliveries, so a message arriving on any partition wakes it.
+    ///
+    /// The long-polls still outstanding then cannot be withdrawn (the
+    /// protocol has no cancel): a background task waits for them and
+    /// releases whatever they deliver after all, ready again after
+    /// [`CLAIM_EXTRA_RELEASE_DELAY_MS`](crate::limits::CLAIM_EXTRA_RELEASE_DELAY_MS),
+    /// as it does with deliveries beyond the credits when two partitions
+    /// answer in the same instant. Such a released message has used one
+    /// delivery attempt (it counts towards the queue's `max_deliveries`).
+    /// The same happens when the returned future is dropped while it waits.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), spool_client::ClientError> {
+    /// use spool_client::{ClaimOptions, Client, PayloadView};
+    /// let client = Client::connect("127.0.0.1:7400").await?;
+    /// // Up to 10 messages from any partition of "jobs", waiting at most 2 s in all.
+    /// let deliveries = client.claim_any("jobs", &ClaimOptions::new(10).wait_ms(2_000)).await?;
+    /// for delivery in &deliveries {
+    ///     if let PayloadView::Inline(body) = delivery.payload() {
+    ///         println!("{}/{}: {}", delivery.partition().0, delivery.offset().0, String::from_utf8_lossy(body));
+    ///     }
+    ///     client.ack("jobs", delivery.partition(), &[delivery.token()]).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`ClientError::UnknownQueue`]; a partition's claim error when no
+    /// partition delivered anything (with deliveries from another
+    /// partition, the error is logged and the deliveries are returned).
+    pub async fn claim_any(
+        &self,
+        queue: &str,
+        options: &ClaimOptions,
+    ) -> Result<Vec<Delivery>, ClientError> {
+        let count = self.partition_count(queue).await?;
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(options.wait_ms.into());
+        let first = self.inner.next_sweep.fetch_add(1, Ordering::Relaxed) % count;
+        let mut received: Vec<Delivery> = Vec::new();
+        let mut failed: Option<ClientError> = None;
+        let mut waitable = Vec::new();
+        for partition in (0..count).map(|n| PartitionId((first + n) % count)) {
+            let remaining = options.credits.saturating_sub(received.len() as u32);
+            if remaining == 0 {
+                break;
+            }
+            let sweep = ClaimOptions { credits: remaining, wait_ms: 0, ..*options };
+            match self.claim(queue, partition, &sweep).await {
+                Ok(batch) => {
+                    received.extend(batch.deliveries);
+                    waitable.push(partition);
+                }
+                Err(error) => {
+                    tracing::warn!(%queue, partition = partition.0, %error, "claim failed");
+                    failed.get_or_insert(error);
+                }
+            }
+        }
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let wait_ms = u32::try_from(left.as_millis()).unwrap_or(u32::MAX);
+        if !received.is_empty() || wait_ms == 0 || waitable.is_empty() {
+            return match failed {
+                Some(error) if received.is_empty() => Err(error),
+                _ => Ok(received),
+            };
+        }
+        let mut waits = PendingClaims::new(self.clone(), queue);
+        let long_poll = ClaimOptions { wait_ms, ..*options };
+        for partition in waitable {
+            let (client, queue) = (self.clone(), Arc::clone(&waits.queue));
+            waits.claims.spawn(async move {
+                let result = client.claim(&queue, partition, &long_poll).await;
+                (partition, result)
+            });
+        }
+        let credits = options.credits as usize;
+        let mut take = |joined: Result<ClaimAnswer, tokio::task::JoinError>,
+                        received: &mut Vec<Delivery>,
+                        waits: &mut PendingClaims| {
+            match joined {
+                Ok((_, Ok(batch))) => {
+                    for delivery in batch.deliveries {
+                        if received.len() < credits {
+                            received.push(delivery);
+                        } else {
+                            waits.extras.push(delivery);
+                        }
+                    }
+                }
+                Ok((partition, Err(error))) => {
+                    tracing::warn!(%queue, partition = partition.0, %error, "claim failed");
+                    failed.get_or_insert(error);
+                }
+                // A claim task ends only by answering, or by being
+                // cancelled when the runtime shuts down.
+                Err(_) => {
+                    failed.get_or_insert(ClientError::Shutdown);
+                }
+            }
+        };
+        while received.is_empty() {
+            let Some(joined) = waits.claims.join_next().await else { break };
+            take(joined, &mut received, &mut waits);
+        }
+        // Answers that arrived in the same instant join up to the credits.
+        while let Some(joined) = waits.claims.try_join_next() {
+            take(joined, &mut received, &mut waits);
+        }
+        // Dropping `waits` hands what is still outstanding to the release task.
+        drop(waits);
+        match failed {
+            Some(error) if received.is_empty() => Err(error),
+            _ => Ok(received),
+        }
+    }
+
     /// Pushes a lease's deadline to now + `lease_ms`; returns the new deadline.
     ///
     /// # Errors
@@ -383,24 +635,53 @@ impl Client {
         }
     }
 
-    /// Acks deliveries of one partition; one code per token, in order
-    /// (`NONE` = acked).
+    /// Acks deliveries of one partition: `Ok(())` only when the broker
+    /// acked every token (durably).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), spool_client::ClientError> {
+    /// use spool_client::{ClaimOptions, Client, ClientError, Delivery};
+    /// let client = Client::connect("127.0.0.1:7400").await?;
+    /// for delivery in client.claim_any("jobs", &ClaimOptions::new(10)).await? {
+    ///     // ... do the work ...
+    ///     match client.ack("jobs", delivery.partition(), &[delivery.token()]).await {
+    ///         Ok(()) => {}
+    ///         // The lease ran out before the ack: another worker may have it now.
+    ///         Err(error @ ClientError::AckRefused { .. }) => eprintln!("not acked: {error}"),
+    ///         Err(error) => return Err(error),
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
-    /// As [`partition_call`](Self::partition_call).
+    /// [`ClientError::AckRefused`] naming each refused token (by its index
+    /// in `tokens`) with its code (`STALE_TOKEN`, `INVALID_TOKEN`, ...);
+    /// the tokens it does not name were acked. Otherwise as
+    /// [`partition_call`](Self::partition_call), when no token was acked.
     pub async fn ack(
         &self,
         queue: &str,
         partition: PartitionId,
         tokens: &[DeliveryToken],
-    ) -> Result<Vec<ErrorCode>, ClientError> {
+    ) -> Result<(), ClientError> {
         let request = Request::Ack(AckRequest { tokens: tokens.to_vec() });
         let bytes = self.partition_call(queue, partition, &request, self.request_timeout()).await?;
-        match bytes.response()? {
-            Response::Ack(response) if response.results.len() == tokens.len() => {
-                Ok(response.results)
-            }
-            _ => Err(ClientError::Protocol("ack answered with a wrong response".into())),
+        let results = match bytes.response()? {
+            Response::Ack(response) if response.results.len() == tokens.len() => response.results,
+            _ => return Err(ClientError::Protocol("ack answered with a wrong response".into())),
+        };
+        let refused: Vec<RefusedAck> = results
+            .iter()
+            .zip(tokens)
+            .enumerate()
+            .filter(|(_, (code, _))| **code != ErrorCode::None)
+            .map(|(index, (&code, &token))| RefusedAck { index, token, code })
+            .collect();
+        if refused.is_empty() {
+            Ok(())
+        } else {
+            Err(ClientError::AckRefused { refused, tokens: tokens.len() })
         }
     }
 
@@ -423,6 +704,85 @@ impl Client {
         match bytes.response()? {
             Response::Release(response) => Ok(response.not_before_ms),
             _ => Err(ClientError::Protocol("release answered with another response".into())),
+        }
+    }
+}
+
+/// A partition's answer to one of [`Client::claim_any`]'s long-polls.
+type ClaimAnswer = (PartitionId, Result<ClaimBatch, ClientError>);
+
+/// The long-polls of a [`Client::claim_any`] and the deliveries it received
+/// beyond its credits. Whatever is left when it is dropped (on return, or
+/// when the caller drops the claim's future) goes to a task that waits for
+/// the outstanding claims and releases every delivery they bring, so no
+/// message stays leased to a caller that never sees it.
+struct PendingClaims {
+    client: Client,
+    queue: Arc<str>,
+    claims: tokio::task::JoinSet<ClaimAnswer>,
+    extras: Vec<Delivery>,
+}
+
+impl PendingClaims {
+    fn new(client: Client, queue: &str) -> Self {
+        Self {
+            client,
+            queue: Arc::from(queue),
+            claims: tokio::task::JoinSet::new(),
+            extras: Vec::new(),
+        }
+    }
+}
+
+impl Drop for PendingClaims {
+    fn drop(&mut self) {
+        if self.claims.is_empty() && self.extras.is_empty() {
+            return;
+        }
+        let claims = std::mem::take(&mut self.claims);
+        let extras = std::mem::take(&mut self.extras);
+        let (client, queue) = (self.client.clone(), Arc::clone(&self.queue));
+        // Without a runtime (it is shutting down) the claims are aborted with
+        // the set; their leases run out on the broker.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(release_unwanted(client, queue, claims, extras));
+        }
+    }
+}
+
+/// Releases `extras` and every delivery the outstanding `claims` bring.
+async fn release_unwanted(
+    client: Client,
+    queue: Arc<str>,
+    mut claims: tokio::task::JoinSet<ClaimAnswer>,
+    extras: Vec<Delivery>,
+) {
+    let release = |delivery: Delivery| {
+        let client = client.clone();
+        let queue = Arc::clone(&queue);
+        async move {
+            let released = client
+                .release(
+                    &queue,
+                    delivery.partition(),
+                    delivery.token(),
+                    CLAIM_EXTRA_RELEASE_DELAY_MS,
+                    CLAIM_EXTRA_RELEASE_REASON,
+                )
+                .await;
+            if let Err(error) = released {
+                tracing::warn!(%queue, offset = delivery.offset().0, %error, "release of an unwanted delivery failed");
+            }
+        }
+    };
+    for delivery in extras {
+        release(delivery).await;
+    }
+    while let Some(joined) = claims.join_next().await {
+        if let Ok((_, Ok(batch))) = joined {
+            for delivery in batch.deliveries {
+                release(delivery).await;
+            }
         }
     }
 }

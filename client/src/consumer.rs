@@ -59,7 +59,6 @@ use spool_wire::proto::limits::{
     ACK_TOKENS_MAX, CLAIM_BYTES_MAX, CLAIM_CREDITS_MAX, CLAIM_WAIT_MS_MAX, LEASE_MS_MAX,
 };
 use spool_wire::proto::{DeliveryToken, Offset, PartitionId, WorkerId};
-use spool_wire::ErrorCode;
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 
@@ -842,15 +841,16 @@ async fn ack_request(shared: Arc<Shared>, items: Vec<AckItem>, _permit: OwnedSem
     let tokens: Vec<DeliveryToken> = items.iter().map(|item| item.target.token).collect();
     counters.ack_requests.fetch_add(1, Ordering::Relaxed);
     match shared.client.ack(&queue, partition, &tokens).await {
-        Ok(codes) => {
-            for (item, code) in items.iter().zip(&codes) {
-                if *code == ErrorCode::None {
-                    counters.acked.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    tracing::warn!(%queue, offset = item.target.offset.0, %code, "ack refused");
-                    counters.settle_failed.fetch_add(1, Ordering::Relaxed);
-                }
+        Ok(()) => {
+            counters.acked.fetch_add(items.len() as u64, Ordering::Relaxed);
+        }
+        Err(ClientError::AckRefused { refused, tokens }) => {
+            counters.acked.fetch_add((tokens - refused.len()) as u64, Ordering::Relaxed);
+            for refused in &refused {
+                let offset = items.get(refused.index).map_or(0, |item| item.target.offset.0);
+                tracing::warn!(%queue, offset, code = %refused.code, "ack refused");
             }
+            counters.settle_failed.fetch_add(refused.len() as u64, Ordering::Relaxed);
         }
         Err(error) => {
             tracing::warn!(%queue, partition = partition.0, count = items.len(), %error, "ack failed");

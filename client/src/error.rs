@@ -4,7 +4,7 @@
 //! unknown), or the peer broke the protocol. [`ClientError::is_retriable`]
 //! says whether sending the same request again may succeed.
 
-use spool_wire::proto::{NodeAddress, ProtoError};
+use spool_wire::proto::{DeliveryToken, NodeAddress, ProtoError};
 use spool_wire::{ErrorCode, WireError};
 use thiserror::Error;
 
@@ -81,9 +81,52 @@ pub enum ClientError {
         /// Attempts made.
         attempts: u32,
     },
+    /// The broker answered an Ack but refused some of its tokens (the
+    /// others are acked): `STALE_TOKEN` after a lost lease, `INVALID_TOKEN`
+    /// for a token of another queue or partition, and so on. A refused
+    /// delivery was not acked; whether it runs again is the broker's lease
+    /// logic, not this client's.
+    #[error("{}: {} of {tokens} acks refused ({})", first_code(.refused), .refused.len(), refused_list(.refused))]
+    AckRefused {
+        /// The refused tokens, in request order (never empty).
+        refused: Vec<RefusedAck>,
+        /// Tokens in the request; `tokens - refused.len()` were acked.
+        tokens: usize,
+    },
     /// The component was shut down.
     #[error("shut down")]
     Shutdown,
+}
+
+/// One token of an Ack request that the broker refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RefusedAck {
+    /// Its position in the request's token list.
+    pub index: usize,
+    /// The token.
+    pub token: DeliveryToken,
+    /// Why (never `NONE`).
+    pub code: ErrorCode,
+}
+
+/// How many refused tokens an [`ClientError::AckRefused`] message lists.
+const REFUSED_LISTED_MAX: usize = 8;
+
+fn first_code(refused: &[RefusedAck]) -> &'static str {
+    refused.first().map_or("NONE", |refused| refused.code.name())
+}
+
+fn refused_list(refused: &[RefusedAck]) -> String {
+    let mut text = refused
+        .iter()
+        .take(REFUSED_LISTED_MAX)
+        .map(|refused| format!("token {}: {}", refused.index, refused.code.name()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if refused.len() > REFUSED_LISTED_MAX {
+        text.push_str(&format!(", and {} more", refused.len() - REFUSED_LISTED_MAX));
+    }
+    text
 }
 
 fn owner_suffix(owner: &Option<NodeAddress>) -> String {
@@ -93,10 +136,12 @@ fn owner_suffix(owner: &Option<NodeAddress>) -> String {
 impl ClientError {
     /// The stable wire code this error corresponds to, if it came from (or
     /// maps onto) one: the broker's code, `NOT_OWNER`, `TIMEOUT` or
-    /// `QUEUE_NOT_FOUND`.
+    /// `QUEUE_NOT_FOUND`; for [`AckRefused`](Self::AckRefused) the code of
+    /// the first refused token.
     pub fn code(&self) -> Option<ErrorCode> {
         match self {
             Self::Server { code, .. } => Some(*code),
+            Self::AckRefused { refused, .. } => refused.first().map(|refused| refused.code),
             Self::NotOwner { .. } | Self::RouteExhausted { .. } => Some(ErrorCode::NotOwner),
             Self::Timeout { .. } => Some(ErrorCode::Timeout),
             Self::UnknownQueue(_) => Some(ErrorCode::QueueNotFound),
@@ -115,7 +160,36 @@ impl ClientError {
             | Self::Io { .. }
             | Self::ConnectionClosed { .. }
             | Self::Timeout { .. } => true,
+            Self::AckRefused { refused, .. } => {
+                refused.iter().all(|refused| refused.code.is_retriable())
+            }
             _ => false,
+        }
+    }
+
+    /// The codes of the refused tokens of an [`AckRefused`](Self::AckRefused)
+    /// (empty for every other error).
+    ///
+    /// ```
+    /// use spool_client::{ClientError, RefusedAck};
+    /// use spool_client::spool_wire::proto::DeliveryToken;
+    /// use spool_client::spool_wire::ErrorCode;
+    ///
+    /// let token = DeliveryToken([0; spool_client::spool_wire::proto::DELIVERY_TOKEN_BYTES]);
+    /// let error = ClientError::AckRefused {
+    ///     refused: vec![RefusedAck { index: 1, token, code: ErrorCode::StaleToken }],
+    ///     tokens: 2,
+    /// };
+    /// assert_eq!(error.refused_codes(), vec![ErrorCode::StaleToken]);
+    /// assert_eq!(error.code(), Some(ErrorCode::StaleToken));
+    /// assert_eq!(error.to_string(), "STALE_TOKEN: 1 of 2 acks refused (token 1: STALE_TOKEN)");
+    /// ```
+    pub fn refused_codes(&self) -> Vec<ErrorCode> {
+        match self {
+            Self::AckRefused { refused, .. } => {
+                refused.iter().map(|refused| refused.code).collect()
+            }
+            _ => Vec::new(),
         }
     }
 

@@ -7,10 +7,16 @@
 //!   correlation id and complete out of order; bounded in flight
 //!   ([`limits::IN_FLIGHT_REQUESTS_MAX`]); per-request timeout.
 //! - [`Client`]: metadata and one connection per shard; routes each data
-//!   request to the owning shard and follows `NOT_OWNER`.
+//!   request to the owning shard and follows `NOT_OWNER`. Its data calls
+//!   are the protocol's, one partition at a time, except
+//!   [`Client::claim_any`], which claims from whichever partition of a
+//!   queue has messages (one long-poll over all of them, one deadline).
+//!   [`ClaimOptions::new`] fills in a claim's defaults; [`Client::ack`]
+//!   fails with [`ClientError::AckRefused`] when any token was refused.
 //! - [`Producer`]: batching (linger, `max_batch_bytes`, and a per-partition
-//!   in-flight limit under which a zero-linger producer sends at once and
-//!   batches whatever arrives meanwhile), routing by key, retries that
+//!   in-flight limit under which a zero-linger producer — the default —
+//!   sends at once and batches whatever arrives meanwhile), routing by key,
+//!   retries that
 //!   resend the same bytes (same message ids, so the broker's dedupe keeps
 //!   a retry from duplicating).
 //! - [`Consumer`]: claims only free room (execution slots plus an optional
@@ -27,6 +33,9 @@
 //!
 //! # Example
 //!
+//! A producer, a consumer, and the same work by hand with
+//! [`Client::claim_any`] and [`Client::ack`]:
+//!
 //! ```no_run
 //! use spool_client::{default_queue_config, Admin, Client, Consumer, ConsumerConfig, Delivery};
 //! use spool_client::{Message, PayloadView, Producer, ProducerConfig};
@@ -41,7 +50,7 @@
 //!     .await?;
 //! println!("enqueued at offset {}", offset.0);
 //!
-//! let consumer = Consumer::start(client, ConsumerConfig::new("emails", 8), |delivery: Delivery| async move {
+//! let consumer = Consumer::start(client.clone(), ConsumerConfig::new("emails", 8), |delivery: Delivery| async move {
 //!     if let PayloadView::Inline(body) = delivery.payload() {
 //!         println!("sending {}", String::from_utf8_lossy(body));
 //!     }
@@ -50,6 +59,14 @@
 //! tokio::time::sleep(std::time::Duration::from_secs(1)).await;
 //! let stats = consumer.shutdown().await;
 //! assert!(stats.outstanding_max <= 8);
+//!
+//! // By hand: claim up to 10 from any partition (waiting at most 1 s in
+//! // all), ack each; a refused ack is an error, never a quiet success.
+//! let options = spool_client::ClaimOptions::new(10).wait_ms(1_000);
+//! for delivery in client.claim_any("emails", &options).await? {
+//!     println!("partition {} offset {}", delivery.partition().0, delivery.offset().0);
+//!     client.ack("emails", delivery.partition(), &[delivery.token()]).await?;
+//! }
 //! # Ok(()) }
 //! ```
 
@@ -65,11 +82,11 @@ mod producer;
 pub mod routing;
 
 pub use admin::{default_queue_config, Admin};
-pub use client::{ClaimBatch, ClaimOptions, Client, ClientConfig};
+pub use client::{process_worker, shard_address, ClaimBatch, ClaimOptions, Client, ClientConfig};
 pub use connection::{Connection, ConnectionConfig, ResponseBytes};
 pub use consumer::{Consumer, ConsumerConfig, ConsumerStats, PANIC_REASON, SHUTDOWN_REASON};
 pub use delivery::{Delivery, PayloadView};
-pub use error::ClientError;
+pub use error::{ClientError, RefusedAck};
 pub use producer::{Message, Producer, ProducerConfig, SendFuture};
 pub use routing::partition_for_key;
 pub use spool_wire;

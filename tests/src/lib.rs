@@ -29,7 +29,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use spool_client::spool_wire::proto::{Backoff, BackoffKind, QueueConfig};
-use spool_client::{Client, ClientConfig, ConnectionConfig};
+use spool_client::spool_wire::ErrorCode;
+use spool_client::{Client, ClientConfig, ClientError, ConnectionConfig};
 use tempfile::TempDir;
 
 /// Segment size the tests run with: the smallest the broker accepts, so
@@ -131,6 +132,41 @@ fn binary(name: &str, env: &str) -> PathBuf {
         panic!("{error}");
     }
     let path = profile_dir().join(name);
+    assert!(path.is_file(), "{} is missing after the build", path.display());
+    path
+}
+
+/// Path of a release binary (`spoold` or `spool`) as the README's `cargo
+/// run --release` commands build it: `target/release/NAME` of this
+/// workspace, built once per test process (a no-op when `scripts/test.sh`
+/// built it already, as it does before the tests).
+pub fn release_bin(name: &str) -> PathBuf {
+    static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
+    let target_dir = profile_dir().parent().expect("profile dir has a parent").to_path_buf();
+    let built = BUILT.get_or_init(|| {
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+        let output = Command::new(cargo)
+            .current_dir(workspace)
+            .args(["build", "--quiet", "--release", "--locked", "-p", "spool-broker"])
+            .args(["--bin", "spoold", "-p", "spool-client", "--bin", "spool", "--target-dir"])
+            .arg(&target_dir)
+            .output()
+            .map_err(|error| format!("running cargo: {error}"))?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "cargo build --release of spoold/spool failed ({}):\n{}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            ))
+        }
+    });
+    if let Err(error) = built {
+        panic!("{error}");
+    }
+    let path = target_dir.join("release").join(name);
     assert!(path.is_file(), "{} is missing after the build", path.display());
     path
 }
@@ -732,6 +768,32 @@ pub fn test_queue_config(
     }
 }
 
+/// One code per token of an Ack answer (`NONE` = acked), for tests that
+/// check which tokens the broker refused: [`Client::ack`] answers `Ok(())`
+/// only when all were acked and names the refused ones in
+/// [`ClientError::AckRefused`].
+///
+/// # Errors
+/// Any other error of the Ack.
+pub fn ack_codes(
+    answer: Result<(), ClientError>,
+    tokens: usize,
+) -> Result<Vec<ErrorCode>, ClientError> {
+    match answer {
+        Ok(()) => Ok(vec![ErrorCode::None; tokens]),
+        Err(ClientError::AckRefused { refused, tokens }) => {
+            let mut codes = vec![ErrorCode::None; tokens];
+            for refused in refused {
+                if let Some(code) = codes.get_mut(refused.index) {
+                    *code = refused.code;
+                }
+            }
+            Ok(codes)
+        }
+        Err(error) => Err(error),
+    }
+}
+
 /// Stdout of a CLI run that must have succeeded.
 pub fn success_stdout(output: &Output) -> String {
     assert!(
@@ -742,6 +804,18 @@ pub fn success_stdout(output: &Output) -> String {
         String::from_utf8_lossy(&output.stderr)
     );
     String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Parses the stdout of a successful `--json` run of a streaming command
+/// (`send`, `recv`): JSON Lines, one object per message.
+pub fn json_lines_stdout(output: &Output) -> Vec<serde_json::Value> {
+    let text = success_stdout(output);
+    text.lines()
+        .map(|line| {
+            serde_json::from_str(line)
+                .unwrap_or_else(|error| panic!("not a JSON line ({error}): {line}\n{text}"))
+        })
+        .collect()
 }
 
 /// Parses the stdout of a successful `--json` CLI run.

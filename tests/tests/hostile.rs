@@ -20,7 +20,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use spool_client::spool_wire::proto::PartitionId;
-use spool_client::spool_wire::ErrorCode;
 use spool_client::{Admin, Delivery, Message, Producer, ProducerConfig};
 use spool_tests::fault::{claim_options, message_id};
 use spool_tests::{now, test_queue_config, Spoold, SpooldOptions};
@@ -182,8 +181,10 @@ async fn hostile_connections_do_not_hurt_a_good_client_or_grow_memory() {
         assert_eq!(batch.deliveries.len(), 1, "round {round}");
         assert_eq!(batch.deliveries[0].message_id(), id, "round {round}: FIFO");
         let tokens: Vec<_> = batch.deliveries.iter().map(Delivery::token).collect();
-        let codes = client.ack(QUEUE, PartitionId(0), &tokens).await.unwrap();
-        assert_eq!(codes, vec![ErrorCode::None], "round {round}");
+        client
+            .ack(QUEUE, PartitionId(0), &tokens)
+            .await
+            .unwrap_or_else(|error| panic!("round {round}: {error}"));
         let took = started.elapsed();
         assert!(took < ROUND_TRIP_MAX, "round {round} took {took:?}");
         latencies.push(took);

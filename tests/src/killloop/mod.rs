@@ -619,7 +619,10 @@ async fn check_witness(
     let tokens: Vec<DeliveryToken> = witness.held.iter().map(|held| held.3).collect();
     let sent = shared.instance();
     let unexpired = unix_ms() < witness.lease_deadline_ms;
-    let codes = retrying("witness ack", || client.ack(QUEUE, witness.partition, &tokens)).await?;
+    let codes = retrying("witness ack", || async {
+        crate::ack_codes(client.ack(QUEUE, witness.partition, &tokens).await, tokens.len())
+    })
+    .await?;
     if codes.len() != tokens.len() {
         return Err(KillLoopError::Protocol("witness ack answered a wrong count".into()));
     }
@@ -675,7 +678,10 @@ async fn drain(shared: &Shared, client: &Client, admin: &Admin) -> Result<u64, K
             }
             for chunk in batch.deliveries.chunks(DRAIN_ACK_TOKENS_MAX) {
                 let tokens: Vec<DeliveryToken> = chunk.iter().map(|d| d.token()).collect();
-                let codes = retrying("drain ack", || client.ack(QUEUE, partition, &tokens)).await?;
+                let codes = retrying("drain ack", || async {
+                    crate::ack_codes(client.ack(QUEUE, partition, &tokens).await, tokens.len())
+                })
+                .await?;
                 let sent = shared.instance();
                 let mut ledger = shared.ledger();
                 for (delivery, code) in chunk.iter().zip(codes) {

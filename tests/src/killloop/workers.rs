@@ -22,7 +22,7 @@ use std::time::Duration;
 use spool_client::spool_wire::batch::{DataBatchBuilder, MessageId, Payload, Record};
 use spool_client::spool_wire::proto::{PartitionId, RecordOutcome, WorkerId};
 use spool_client::spool_wire::ErrorCode;
-use spool_client::{ClaimOptions, Client, Delivery};
+use spool_client::{ClaimOptions, Client, ClientError, Delivery};
 use tokio::sync::RwLock;
 use tokio::task::JoinSet;
 
@@ -420,13 +420,15 @@ async fn handle(
             let _gate = shared.gate.read().await;
             let sent = shared.instance();
             match client.ack(queue, partition, &[token]).await {
-                Ok(codes) if codes.first() == Some(&ErrorCode::None) => {
+                Ok(()) => {
                     shared.ledger().ack_acknowledged(token_use(&delivery, token_instance, sent));
                 }
-                Ok(codes) if codes.first().copied().is_some_and(is_token_refusal) => {
+                Err(ClientError::AckRefused { refused, .. })
+                    if refused.first().is_some_and(|refused| is_token_refusal(refused.code)) =>
+                {
                     bump(&shared.counters.acks_refused);
                 }
-                Ok(_) => bump(&shared.counters.acks_refused_other),
+                Err(ClientError::AckRefused { .. }) => bump(&shared.counters.acks_refused_other),
                 Err(_) => {
                     shared.ledger().ack_unknown(delivery.message_id(), delivery.generation());
                 }

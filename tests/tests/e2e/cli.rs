@@ -1,8 +1,13 @@
 //! The `spool` CLI against a live broker: every command, tables and `--json`,
-//! exit codes on refusal.
+//! exit codes on refusal; streamed `send`/`recv` output against what the
+//! broker stored; the total `recv --wait-ms`; control characters escaped.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use serde_json::Value;
-use spool_tests::{json_stdout, success_stdout, Spoold};
+use spool_client::PayloadView;
+use spool_tests::{json_lines_stdout, json_stdout, success_stdout, Spoold};
 
 fn sum(rows: &Value, field: &str) -> u64 {
     rows.as_array()
@@ -32,11 +37,18 @@ fn cli_commands_against_a_live_broker() {
     let listed = cli(&["--json", "queue", "list"]);
     assert_eq!(listed, serde_json::json!([{"queue": "mail", "partitions": 2}]));
 
-    let sent = cli(&["--json", "send", "mail", "hello", "--key", "alice"]);
-    assert_eq!(sent["offsets"].as_array().map(Vec::len), Some(1));
-    let from_stdin =
-        json_stdout(&broker.cli_with_stdin(&["--json", "send", "mail"], Some("one\ntwo\nthree\n")));
-    assert_eq!(from_stdin["offsets"].as_array().map(Vec::len), Some(3));
+    // send and recv print JSON Lines: one object per acknowledged message.
+    let sent =
+        json_lines_stdout(&broker.cli(&["--json", "send", "mail", "hello", "--key", "alice"]));
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0]["queue"], "mail");
+    assert!(sent[0]["partition"].as_u64().is_some_and(|partition| partition < 2), "{sent:?}");
+    assert!(sent[0]["offset"].is_u64(), "{sent:?}");
+    let from_stdin = json_lines_stdout(
+        &broker.cli_with_stdin(&["--json", "send", "mail"], Some("one\ntwo\nthree\n")),
+    );
+    let lines: Vec<u64> = from_stdin.iter().map(|row| row["line"].as_u64().unwrap()).collect();
+    assert_eq!(lines, vec![1, 2, 3], "one object per stdin line, in order: {from_stdin:?}");
 
     let described = cli(&["--json", "queue", "describe", "mail"]);
     assert_eq!(described["config"]["partitions"], 2);
@@ -57,13 +69,15 @@ fn cli_commands_against_a_live_broker() {
     assert_eq!(payloads, vec!["hello", "one", "three", "two"]);
     assert!(peeked.as_array().unwrap().iter().all(|row| row["state"] == "ready"));
 
-    let received = cli(&["--json", "recv", "mail", "-n", "2", "--wait-ms", "500"]);
-    let received = received.as_array().unwrap().clone();
+    let received =
+        json_lines_stdout(&broker.cli(&["--json", "recv", "mail", "-n", "2", "--wait-ms", "500"]));
     assert_eq!(received.len(), 2);
     assert!(received.iter().all(|row| row["result"] == "acked" && row["attempt"] == 1));
 
     // --no-ack releases; with max_deliveries 1 that is a dead letter.
-    let released = cli(&["--json", "recv", "mail", "-n", "1", "--no-ack"]);
+    let released =
+        json_lines_stdout(&broker.cli(&["--json", "recv", "mail", "-n", "1", "--no-ack"]));
+    assert_eq!(released.len(), 1);
     assert_eq!(released[0]["result"], "released");
     let letters = cli(&["--json", "dlq", "list", "mail"]);
     assert_eq!(letters.as_array().map(Vec::len), Some(1), "{letters}");
@@ -82,8 +96,8 @@ fn cli_commands_against_a_live_broker() {
     assert_eq!(cli(&["--json", "stats", "mail"])[0]["ready"], 2, "nothing purged");
     let purged = cli(&["--json", "purge", "mail", "--yes"]);
     assert_eq!((purged["purged"].as_u64(), purged["dry_run_count"].as_u64()), (Some(2), Some(2)));
-    let empty = cli(&["--json", "recv", "mail", "--wait-ms", "200"]);
-    assert_eq!(empty, serde_json::json!([]));
+    let empty = json_lines_stdout(&broker.cli(&["--json", "recv", "mail", "--wait-ms", "200"]));
+    assert!(empty.is_empty(), "nothing to receive prints no line: {empty:?}");
     let stats = cli(&["--json", "stats", "mail"]);
     assert_eq!((stats[0]["ready"].as_u64(), stats[0]["acked"].as_u64()), (Some(0), Some(2)));
 
@@ -105,4 +119,241 @@ fn cli_commands_against_a_live_broker() {
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(3), "{output:?}");
+}
+
+/// What one `spool --json send` printed before and after its broker was
+/// stopped, and how it ended.
+struct StreamedSend {
+    rows: Vec<Value>,
+    status: std::process::ExitStatus,
+    stderr: String,
+}
+
+/// Pipes `lines` stdin lines (`line-1`, `line-2`, ...) into `spool --json
+/// send QUEUE`, reads its JSON Lines as they come, and calls `stop` once
+/// `stop_after` rows were printed; then reads the rest until the CLI exits.
+fn send_and_stop(
+    broker: &mut Spoold,
+    queue: &str,
+    lines: usize,
+    stop_after: usize,
+    stop: impl FnOnce(&mut Spoold),
+) -> StreamedSend {
+    use std::io::{BufRead, Read, Write};
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(spool_tests::spool_bin())
+        .args(["--addr", &broker.addr(), "--json", "send", queue])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        let mut text = String::new();
+        for line in 1..=lines {
+            text.push_str(&format!("line-{line}\n"));
+            // Write in chunks; the CLI stops reading once the broker is gone.
+            if text.len() >= 64 * 1024
+                && stdin.write_all(std::mem::take(&mut text).as_bytes()).is_err()
+            {
+                return;
+            }
+        }
+        let _ = stdin.write_all(text.as_bytes());
+    });
+    let mut stderr_pipe = child.stderr.take().unwrap();
+    let stderr_reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr_pipe.read_to_string(&mut text);
+        text
+    });
+    let mut rows = Vec::new();
+    let mut stop = Some(stop);
+    for line in std::io::BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        rows.push(
+            serde_json::from_str::<Value>(&line).unwrap_or_else(|error| panic!("{error}: {line}")),
+        );
+        if rows.len() == stop_after {
+            if let Some(stop) = stop.take() {
+                stop(broker);
+            }
+        }
+    }
+    let status = child.wait().unwrap();
+    writer.join().unwrap();
+    assert!(stop.is_none(), "the CLI printed only {} rows before it ended", rows.len());
+    StreamedSend { rows, status, stderr: stderr_reader.join().unwrap() }
+}
+
+/// Messages named by (partition, offset).
+type Placements = BTreeSet<(u64, u64)>;
+
+/// Checks the rows a stopped `spool send` printed against what the
+/// restarted broker stored; returns (printed, stored) as (partition, offset)
+/// sets.
+fn printed_and_stored(
+    broker: &Spoold,
+    queue: &str,
+    streamed: &StreamedSend,
+) -> (Placements, Placements) {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let stored: BTreeMap<(u64, u64), String> = runtime.block_on(async {
+        let client = broker.client().await;
+        crate::common::drain(&client, queue, 0, 2)
+            .await
+            .iter()
+            .map(|delivery| {
+                let PayloadView::Inline(body) = delivery.payload() else { panic!("inline") };
+                (
+                    (u64::from(delivery.partition().0), delivery.offset().0),
+                    String::from_utf8_lossy(body).into_owned(),
+                )
+            })
+            .collect()
+    });
+    let mut printed = BTreeSet::new();
+    let mut lines = BTreeSet::new();
+    for row in &streamed.rows {
+        let key = (row["partition"].as_u64().unwrap(), row["offset"].as_u64().unwrap());
+        let line = row["line"].as_u64().unwrap();
+        assert!(lines.insert(line), "line {line} printed twice");
+        assert!(printed.insert(key), "{key:?} printed twice");
+        assert_eq!(
+            stored.get(&key).map(String::as_str),
+            Some(format!("line-{line}").as_str()),
+            "printed {row} but the broker stored {:?} there",
+            stored.get(&key)
+        );
+    }
+    (printed, stored.keys().copied().collect())
+}
+
+// Goal: `spool send` prints each offset as it is acknowledged, so after a
+// SIGTERM mid-stream its output is exactly what the broker stored. Method:
+// pipe 300k lines into `spool --json send`, SIGTERM the broker (it drains:
+// in-flight requests get their replies) after 20k printed rows, restart it
+// and drain the queue: every printed (partition, offset) holds the printed
+// line, and the stored set equals the printed set; the CLI fails.
+#[test]
+fn streamed_send_matches_the_store_after_sigterm() {
+    let mut broker = Spoold::start(2);
+    success_stdout(&broker.cli(&["queue", "create", "lines", "--partitions", "2"]));
+    let streamed = send_and_stop(&mut broker, "lines", 300_000, 20_000, |broker| {
+        let status = broker.terminate();
+        assert!(status.success(), "SIGTERM exit {status}");
+    });
+    assert!(!streamed.status.success(), "the send cannot have finished: {}", streamed.stderr);
+    assert!(streamed.rows.len() >= 20_000);
+    broker.restart();
+    let (printed, stored) = printed_and_stored(&broker, "lines", &streamed);
+    assert_eq!(
+        printed.len(),
+        stored.len(),
+        "printed {} rows, stored {}",
+        printed.len(),
+        stored.len()
+    );
+    assert_eq!(printed, stored, "a clean stop leaves an exact record");
+}
+
+// Goal: after a SIGKILL mid-stream, nothing `spool send` printed is missing
+// or wrong (messages in flight at the kill may be stored unprinted).
+// Method: as above with SIGKILL: printed ⊆ stored, each with its line.
+#[test]
+fn streamed_send_never_prints_what_was_not_stored_sigkill() {
+    let mut broker = Spoold::start(2);
+    success_stdout(&broker.cli(&["queue", "create", "lines", "--partitions", "2"]));
+    let streamed = send_and_stop(&mut broker, "lines", 300_000, 20_000, Spoold::kill);
+    assert!(!streamed.status.success(), "the send cannot have finished: {}", streamed.stderr);
+    broker.restart();
+    let (printed, stored) = printed_and_stored(&broker, "lines", &streamed);
+    assert!(printed.is_subset(&stored), "printed offsets the broker does not have");
+    assert!(printed.len() >= 20_000);
+}
+
+// Goal: `recv` prints each delivery (JSON Lines) only once its ack was
+// answered, and the rows stream: the first ones are readable before the
+// CLI exits. Method: 5 messages, `recv -n 5`: 5 rows, each `acked`, the
+// broker's acked count is 5 and nothing is left claimed.
+#[test]
+fn recv_prints_acked_deliveries() {
+    let broker = Spoold::start(2);
+    success_stdout(&broker.cli(&["queue", "create", "few", "--partitions", "2"]));
+    let body = "a\nb\nc\nd\ne\n";
+    success_stdout(&broker.cli_with_stdin(&["send", "few"], Some(body)));
+    let rows = json_lines_stdout(&broker.cli(&["--json", "recv", "few", "-n", "5"]));
+    assert_eq!(rows.len(), 5, "{rows:?}");
+    assert!(rows.iter().all(|row| row["result"] == "acked"), "{rows:?}");
+    let stats = json_stdout(&broker.cli(&["--json", "stats", "few"]));
+    assert_eq!((stats[0]["acked"].as_u64(), stats[0]["claimed"].as_u64()), (Some(5), Some(0)));
+}
+
+// Goal: `recv --wait-ms N` waits N ms in total over all partitions, and a
+// message sent to any partition during the wait is received promptly.
+// Method: on a 4-partition empty queue, `recv --wait-ms 1000` returns in
+// ≥ 0.9 s and < 2.5 s (waiting per partition took 4 s); then `recv
+// --wait-ms 10000` gets a message sent to partition 3 after 300 ms and
+// exits well before its deadline.
+#[test]
+fn recv_wait_is_a_total_over_all_partitions() {
+    let broker = Spoold::start(2);
+    success_stdout(&broker.cli(&["queue", "create", "quiet", "--partitions", "4"]));
+    let started = spool_tests::now();
+    let empty = json_lines_stdout(&broker.cli(&["--json", "recv", "quiet", "--wait-ms", "1000"]));
+    let took = started.elapsed();
+    assert!(empty.is_empty());
+    assert!(took >= Duration::from_millis(900), "returned early: {took:?}");
+    assert!(took < Duration::from_millis(2_500), "waited per partition: {took:?}");
+
+    let key = crate::common::key_for(3, 4, 7);
+    let started = spool_tests::now();
+    let recv = std::process::Command::new(spool_tests::spool_bin())
+        .args(["--addr", &broker.addr(), "--json", "recv", "quiet", "--wait-ms", "10000"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    success_stdout(&broker.cli(&["send", "quiet", "--key", &key, "late"]));
+    let output = recv.wait_with_output().unwrap();
+    let took = started.elapsed();
+    let rows = json_lines_stdout(&output);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(
+        (rows[0]["partition"].as_u64(), rows[0]["payload"].as_str()),
+        (Some(3), Some("late"))
+    );
+    assert!(took < Duration::from_secs(3), "received after {took:?} of a 10 s wait");
+}
+
+// Goal: table output cannot drive the terminal: control characters in
+// payloads and keys print as visible escapes; JSON keeps the exact text.
+// Method: send a payload holding an OSC title sequence and a clear-screen
+// sequence, with a key holding CR and backspace; `peek` and `recv` tables
+// carry no control byte but the visible escapes; `peek --json` returns the
+// exact payload.
+#[test]
+fn tables_escape_control_characters() {
+    let broker = Spoold::start(1);
+    success_stdout(&broker.cli(&["queue", "create", "tty"]));
+    let payload = "\x1b]0;title\x07 and \x1b[2J";
+    success_stdout(&broker.cli(&["send", "tty", "--key", "k\r\x08", payload]));
+    let no_controls = |text: &str| {
+        assert!(
+            text.chars().all(|character| character == '\n' || !character.is_control()),
+            "a control character reached the terminal: {text:?}"
+        );
+    };
+    let visible = r"\x1b]0;title\x07 and \x1b[2J";
+    let peeked = success_stdout(&broker.cli(&["peek", "tty"]));
+    no_controls(&peeked);
+    assert!(peeked.contains(visible) && peeked.contains(r"k\r\x08"), "{peeked}");
+    let json = json_stdout(&broker.cli(&["--json", "peek", "tty"]));
+    assert_eq!(json[0]["payload"], payload, "JSON keeps the exact payload");
+    assert_eq!(json[0]["key"], "k\r\x08");
+    let received = success_stdout(&broker.cli(&["recv", "tty"]));
+    no_controls(&received);
+    assert!(received.contains(visible), "{received}");
 }

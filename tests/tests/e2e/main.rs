@@ -4,7 +4,11 @@
 //! linked once; nextest still runs every test in its own process.
 //!
 //! - `ops`: every protocol operation through the client library.
-//! - `cli`: every `spool` command against a live broker.
+//! - `cli`: every `spool` command against a live broker; streamed output
+//!   that matches what the broker stored after a mid-stream stop; the total
+//!   `recv --wait-ms`; terminal-safe tables.
+//! - `claim_any`: one deadline over every partition, woken by any of them,
+//!   nothing lost to unwanted deliveries; public shard addresses.
 //! - `lease`: the lease trace over the network (expiry, generation, stale ack).
 //! - `routing`: `NOT_OWNER` on the wrong shard and the client following it.
 //! - `load`: 2 producers, 4 consumers, exactly-once acks of every message.
@@ -15,6 +19,7 @@
 // test.
 #![allow(clippy::unwrap_used)]
 
+mod claim_any;
 mod cli;
 mod common;
 mod faults;

@@ -8,7 +8,7 @@ use spool_client::spool_wire::proto::{
     DescribeQueueResponse, MessageState, Offset, PartitionId, RedriveTarget,
 };
 use spool_client::spool_wire::ErrorCode;
-use spool_client::{Admin, Message, Producer, ProducerConfig};
+use spool_client::{Admin, ClientError, Message, Producer, ProducerConfig};
 use spool_tests::{test_queue_config, Spoold};
 
 use crate::common::{claim_options, key_for, message_id, unix_ms};
@@ -143,10 +143,13 @@ async fn data_path_enqueue_claim_extend_ack_release_peek() {
     let extended = client.extend("work", p0, first.token(), 10_000).await.unwrap();
     assert!(extended >= claimed.lease_deadline_ms + 7_000, "extend moved the deadline: {extended}");
 
-    let acked = client.ack("work", p0, &[first.token()]).await.unwrap();
-    assert_eq!(acked, vec![ErrorCode::None]);
-    let twice = client.ack("work", p0, &[first.token()]).await.unwrap();
-    assert_eq!(twice, vec![ErrorCode::StaleToken], "an acked claim is not current");
+    client.ack("work", p0, &[first.token()]).await.unwrap();
+    // A refused ack is an error naming the token, never a quiet success.
+    let twice = client.ack("work", p0, &[first.token()]).await.unwrap_err();
+    let ClientError::AckRefused { refused, tokens } = &twice else { panic!("{twice}") };
+    assert_eq!((refused.len(), refused[0].index, *tokens), (1, 0, 1));
+    assert_eq!(refused[0].code, ErrorCode::StaleToken, "an acked claim is not current");
+    assert_eq!(refused[0].token, first.token());
     let extend_acked = client.extend("work", p0, first.token(), 1_000).await.unwrap_err();
     assert_eq!(extend_acked.code(), Some(ErrorCode::StaleToken));
 
@@ -176,7 +179,7 @@ async fn data_path_enqueue_claim_extend_ack_release_peek() {
     assert_eq!(later.deliveries[0].generation().0, second.generation().0 + 1);
 
     let tokens = [now_claim.deliveries[0].token(), later.deliveries[0].token()];
-    assert_eq!(client.ack("work", p0, &tokens).await.unwrap(), vec![ErrorCode::None; 2]);
+    client.ack("work", p0, &tokens).await.unwrap();
     assert!(admin.peek("work", p0, Offset(0), 10).await.unwrap().is_empty());
     let described = admin.describe_queue("work").await.unwrap();
     assert_eq!(totals(&described), (0, 0, 0, 0, 3));
@@ -256,8 +259,10 @@ async fn dead_letters_redrive_and_purge() {
     let left = admin.peek("flaky", p0, Offset(0), 100).await.unwrap();
     assert_eq!(left.len(), 1);
     assert_eq!(left[0].state, MessageState::Claimed);
-    let codes = client.ack("flaky", p0, &[held.deliveries[0].token()]).await.unwrap();
-    assert_eq!(codes, vec![ErrorCode::None], "a claim survives the purge");
+    client
+        .ack("flaky", p0, &[held.deliveries[0].token()])
+        .await
+        .expect("a claim survives the purge");
     let described = admin.describe_queue("flaky").await.unwrap();
     assert_eq!(totals(&described), (0, 0, 0, 0, 2));
     // Nothing purged is ever delivered.

@@ -6,6 +6,9 @@ use clap::{Args, Parser, Subcommand};
 /// Default broker address.
 pub const ADDR_DEFAULT: &str = "127.0.0.1:7400";
 
+/// Default `recv --wait-ms`: short, since a person is waiting.
+pub const RECV_WAIT_MS_DEFAULT: u32 = 1_000;
+
 /// Spool command line client.
 #[derive(Debug, Parser)]
 #[command(name = "spool", version, about = "Talk to a Spool broker")]
@@ -13,7 +16,8 @@ pub struct Cli {
     /// Broker (bootstrap shard) address.
     #[arg(long, global = true, default_value = ADDR_DEFAULT)]
     pub addr: String,
-    /// Print JSON instead of tables.
+    /// Print JSON instead of tables: one JSON value, except `send` and `recv`,
+    /// which print JSON Lines (one object per message, as each is acknowledged).
     #[arg(long, global = true)]
     pub json: bool,
     /// Per-request timeout.
@@ -28,9 +32,11 @@ pub enum Command {
     /// Create, list, describe or delete queues.
     #[command(subcommand)]
     Queue(QueueCommand),
-    /// Enqueue messages: DATA, --file, or one message per stdin line.
+    /// Enqueue messages: DATA, --file, or one message per stdin line. Prints
+    /// each message's partition and offset as the broker acknowledges it.
     Send(SendArgs),
-    /// Claim messages and ack them (or release them with --no-ack).
+    /// Claim messages from any partition and ack them (or release them with
+    /// --no-ack). Prints each message once the broker answered its ack.
     Recv(RecvArgs),
     /// Show messages without claiming them.
     Peek(PeekArgs),
@@ -113,10 +119,10 @@ pub struct RecvArgs {
     #[arg(short = 'n', long = "count", default_value_t = 1)]
     pub count: u32,
     /// Lease while printing.
-    #[arg(long, default_value_t = 30_000)]
+    #[arg(long, default_value_t = spool_client::limits::LEASE_MS_DEFAULT)]
     pub lease_ms: u32,
-    /// Long-poll wait when nothing is ready.
-    #[arg(long, default_value_t = 1_000)]
+    /// Longest wait, in total over all partitions, when nothing is ready.
+    #[arg(long, default_value_t = RECV_WAIT_MS_DEFAULT)]
     pub wait_ms: u32,
     /// Release instead of ack.
     #[arg(long)]

@@ -10,30 +10,38 @@
 mod args;
 mod render;
 
-use std::io::{BufRead, IsTerminal, Write};
+use std::collections::VecDeque;
+use std::io::{BufRead, IsTerminal, Read, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
 use serde_json::{json, Value};
 use spool_client::spool_wire::batch::{validate_record, BatchBytes, MessageId};
-use spool_client::spool_wire::proto::{
-    Offset, PartitionId, PeekedMessage, RedriveTarget, WorkerId,
-};
+use spool_client::spool_wire::proto::{Offset, PartitionId, PeekedMessage, RedriveTarget};
 use spool_client::{
     default_queue_config, Admin, ClaimOptions, Client, ClientConfig, ClientError, ConnectionConfig,
-    Delivery, Message, PayloadView, Producer, ProducerConfig,
+    Delivery, Message, PayloadView, Producer, ProducerConfig, SendFuture,
 };
+use tokio::sync::mpsc;
 
 use args::{Cli, Command, DlqCommand, PeekArgs, QueueCommand, RecvArgs, SendArgs};
-use render::{show_bytes, Output, Table};
+use render::{escape, show_bytes, Output, StreamTable, Table};
 
 const EXIT_REFUSED: u8 = 1;
 const EXIT_TRANSPORT: u8 = 3;
 const EXIT_DECLINED: u8 = 4;
 
-/// Most stdin lines one `spool send` reads, so a runaway pipe is bounded.
-const STDIN_MESSAGES_MAX: usize = 1_000_000;
+/// Messages `spool send` has submitted and not yet seen acknowledged; input
+/// is read no further ahead.
+const SEND_IN_FLIGHT_MAX: usize = 16 * 1024;
+
+/// Stdin lines read ahead of their submission.
+const STDIN_READ_AHEAD_LINES: usize = 1024;
+
+/// Longest stdin line `spool send` takes (the broker's record limit; the
+/// record envelope makes the usable payload a little smaller).
+const LINE_BYTES_MAX: usize = spool_client::spool_wire::limits::RECORD_BYTES_MAX;
 
 /// A command's failure: a client error, or the user said no.
 #[derive(Debug)]
@@ -129,8 +137,8 @@ async fn run(cli: &Cli) -> Result<Output, Failure> {
             admin.delete_queue(queue).await?;
             Ok(Output::message(format!("deleted queue {queue}"), json!({"deleted": queue})))
         }
-        Command::Send(send) => run_send(client, send).await,
-        Command::Recv(recv) => run_recv(&client, recv).await,
+        Command::Send(send) => run_send(client, send, cli.json).await.map(|()| Output::streamed()),
+        Command::Recv(recv) => run_recv(&client, recv, cli.json).await.map(|()| Output::streamed()),
         Command::Peek(peek) => {
             let mut rows = Vec::new();
             for partition in partitions_of(&client, &peek.queue, peek.partition).await? {
@@ -218,93 +226,319 @@ async fn partitions_of(
     Ok((0..count).map(|partition| PartitionId(partition as u32)).collect())
 }
 
-async fn run_send(client: Client, send: &SendArgs) -> Result<Output, Failure> {
-    let bodies: Vec<Vec<u8>> = if let Some(data) = &send.data {
-        vec![data.clone().into_bytes()]
+/// Where `send`'s messages come from.
+enum SendInput {
+    /// One message: DATA or --file.
+    One(Vec<u8>),
+    /// One message per stdin line, read by a thread as they arrive.
+    Lines(mpsc::Receiver<Result<Vec<u8>, String>>),
+}
+
+/// A message submitted but not yet acknowledged, in input order.
+struct Pending {
+    /// 1-based position in the input.
+    line: u64,
+    future: SendFuture,
+}
+
+/// Enqueues DATA, a file, or each stdin line, and prints one row (or JSON
+/// object) per message as the broker acknowledges it, in input order, each
+/// flushed at once: interrupted at any point, the output lists exactly the
+/// messages the broker acknowledged so far. After a failed message it reads
+/// no further input but still prints every earlier message that gets
+/// acknowledged, then fails.
+async fn run_send(client: Client, send: &SendArgs, json: bool) -> Result<(), Failure> {
+    let mut input = if let Some(data) = &send.data {
+        SendInput::One(data.clone().into_bytes())
     } else if let Some(path) = &send.file {
         let bytes = std::fs::read(path)
             .map_err(|error| Failure::Input(format!("{}: {error}", path.display())))?;
-        vec![bytes]
+        SendInput::One(bytes)
     } else {
-        let mut lines = Vec::new();
-        for line in std::io::stdin().lock().lines() {
-            let line = line.map_err(|error| Failure::Input(format!("stdin: {error}")))?;
-            if lines.len() == STDIN_MESSAGES_MAX {
-                return Err(Failure::Input(format!("more than {STDIN_MESSAGES_MAX} lines")));
-            }
-            lines.push(line.into_bytes());
-        }
-        lines
+        SendInput::Lines(read_lines(std::io::stdin()))
     };
+    let with_line = matches!(input, SendInput::Lines(_));
     let producer = Producer::new(client, ProducerConfig::default())?;
-    let mut pending = Vec::new();
-    for body in bodies {
+    let mut out = Printer::new(json);
+    let table = StreamTable::fitting(vec!["partition", "offset"], &[]);
+    out.header(&table);
+    let submit = |body: Vec<u8>| {
         let mut message = Message::new(body).priority(send.priority).delay_ms(send.delay_ms);
         if let Some(key) = &send.key {
             message = message.key(key.as_bytes().to_vec());
         }
-        pending.push(producer.submit(&send.queue, message).await?);
+        producer.submit(&send.queue, message)
+    };
+    let mut pending: VecDeque<Pending> = VecDeque::new();
+    let mut lines_read = 0u64;
+    let mut first_failure: Option<Failure> = None;
+    let mut failed = 0u64;
+    let mut reading = true;
+    loop {
+        // Input is read while fewer than SEND_IN_FLIGHT_MAX messages wait for
+        // their acknowledgement and nothing has failed yet.
+        let room = reading && first_failure.is_none() && pending.len() < SEND_IN_FLIGHT_MAX;
+        tokio::select! {
+            biased;
+            result = async {
+                match pending.front_mut() {
+                    Some(front) => (&mut front.future).await,
+                    None => std::future::pending().await,
+                }
+            }, if !pending.is_empty() => {
+                let Some(done) = pending.pop_front() else { continue };
+                match result {
+                    Ok(offset) => out.sent(&table, &send.queue, done.future.partition(), offset, with_line.then_some(done.line)),
+                    Err(error) => {
+                        failed += 1;
+                        first_failure.get_or_insert(Failure::Client(error));
+                    }
+                }
+                // Print everything else already acknowledged, then flush once.
+                while let Some(front) = pending.front_mut() {
+                    let Some(result) = futures_lite::future::poll_once(&mut front.future).await else { break };
+                    let Some(done) = pending.pop_front() else { break };
+                    match result {
+                        Ok(offset) => out.sent(&table, &send.queue, done.future.partition(), offset, with_line.then_some(done.line)),
+                        Err(error) => {
+                            failed += 1;
+                            first_failure.get_or_insert(Failure::Client(error));
+                        }
+                    }
+                }
+                out.flush()?;
+            }
+            body = next_body(&mut input), if room => {
+                match body {
+                    None => reading = false,
+                    Some(Err(message)) => {
+                        reading = false;
+                        first_failure.get_or_insert(Failure::Input(message));
+                    }
+                    Some(Ok(body)) => {
+                        lines_read += 1;
+                        match submit(body).await {
+                            Ok(future) => pending.push_back(Pending { line: lines_read, future }),
+                            Err(error) => {
+                                failed += 1;
+                                first_failure.get_or_insert(Failure::Client(error));
+                            }
+                        }
+                    }
+                }
+            }
+            else => break,
+        }
     }
-    let mut table = Table::new(vec!["offset"]);
-    let mut offsets = Vec::new();
-    for future in pending {
-        let offset = future.await?;
-        table.push(vec![offset.0.to_string()]);
-        offsets.push(offset.0);
+    out.flush()?;
+    match first_failure {
+        None => Ok(()),
+        Some(failure) => {
+            if failed > 1 {
+                eprintln!("{failed} messages were not acknowledged");
+            }
+            Err(failure)
+        }
     }
-    Ok(Output::table(table, json!({"queue": send.queue, "offsets": offsets})))
 }
 
-async fn run_recv(client: &Client, recv: &RecvArgs) -> Result<Output, Failure> {
-    let partitions = partitions_of(client, &recv.queue, None).await?;
-    let mut received: Vec<Delivery> = Vec::new();
-    let worker = WorkerId(rand_worker());
-    // One sweep over the partitions without waiting, then one waiting sweep.
-    for wait_ms in [0, recv.wait_ms] {
-        for &partition in &partitions {
-            let remaining = recv.count.saturating_sub(received.len() as u32);
-            if remaining == 0 {
-                break;
-            }
-            let options = ClaimOptions {
-                worker,
-                credits: remaining,
-                max_bytes: spool_client::limits::CLAIM_BYTES_DEFAULT,
-                lease_ms: recv.lease_ms,
-                wait_ms: if partitions.len() == 1 { recv.wait_ms } else { wait_ms },
-            };
-            received.extend(client.claim(&recv.queue, partition, &options).await?.deliveries);
+/// The next message body of `input`, `None` at its end.
+async fn next_body(input: &mut SendInput) -> Option<Result<Vec<u8>, String>> {
+    match input {
+        SendInput::One(body) => {
+            let body = std::mem::take(body);
+            *input = SendInput::Lines(closed_channel());
+            Some(Ok(body))
         }
-        if !received.is_empty() {
-            break;
+        SendInput::Lines(lines) => lines.recv().await,
+    }
+}
+
+/// A receiver that is already at its end.
+fn closed_channel() -> mpsc::Receiver<Result<Vec<u8>, String>> {
+    let (_, receiver) = mpsc::channel(1);
+    receiver
+}
+
+/// Reads `source` line by line on a thread of its own (stdin blocks), each
+/// line without its `\n` (or `\r\n`), at most [`LINE_BYTES_MAX`] bytes.
+fn read_lines(
+    source: impl std::io::Read + Send + 'static,
+) -> mpsc::Receiver<Result<Vec<u8>, String>> {
+    let (sender, receiver) = mpsc::channel(STDIN_READ_AHEAD_LINES);
+    std::thread::spawn(move || {
+        let mut reader = std::io::BufReader::new(source);
+        loop {
+            let mut line = Vec::new();
+            let limit = (LINE_BYTES_MAX + 2) as u64;
+            let read = match (&mut reader).take(limit).read_until(b'\n', &mut line) {
+                Ok(read) => read,
+                Err(error) => {
+                    let _ = sender.blocking_send(Err(format!("stdin: {error}")));
+                    return;
+                }
+            };
+            if read == 0 {
+                return;
+            }
+            if line.last() == Some(&b'\n') {
+                line.pop();
+                if line.last() == Some(&b'\r') {
+                    line.pop();
+                }
+            } else if line.len() > LINE_BYTES_MAX {
+                let message = format!("stdin: a line is longer than {LINE_BYTES_MAX} bytes");
+                let _ = sender.blocking_send(Err(message));
+                return;
+            }
+            if sender.blocking_send(Ok(line)).is_err() {
+                return;
+            }
+        }
+    });
+    receiver
+}
+
+/// Prints streamed rows: table lines or JSON Lines, flushed on demand.
+struct Printer {
+    json: bool,
+    stdout: std::io::BufWriter<std::io::Stdout>,
+    /// A write failed (stdout closed): later writes are skipped, `flush`
+    /// reports it.
+    broken: Option<std::io::Error>,
+}
+
+impl Printer {
+    fn new(json: bool) -> Self {
+        Self { json, stdout: std::io::BufWriter::new(std::io::stdout()), broken: None }
+    }
+
+    fn write(&mut self, text: &str) {
+        if self.broken.is_none() {
+            if let Err(error) = self.stdout.write_all(text.as_bytes()) {
+                self.broken = Some(error);
+            }
         }
     }
-    let mut outcomes = Vec::new();
-    for delivery in &received {
-        let outcome = if recv.no_ack {
-            let reason = "released by spool recv --no-ack";
-            client
-                .release(delivery.queue(), delivery.partition(), delivery.token(), 0, reason)
-                .await?;
-            "released"
+
+    /// The table's header (nothing in JSON mode).
+    fn header(&mut self, table: &StreamTable) {
+        if !self.json {
+            self.write(&table.header());
+        }
+    }
+
+    /// One table row, or one JSON object on its own line.
+    fn row(&mut self, table: &StreamTable, cells: &[String], json: &Value) {
+        if self.json {
+            let mut line = json.to_string();
+            line.push('\n');
+            self.write(&line);
         } else {
-            let codes =
-                client.ack(delivery.queue(), delivery.partition(), &[delivery.token()]).await?;
-            match codes.first() {
-                Some(code) if *code == spool_client::spool_wire::ErrorCode::None => "acked",
-                Some(code) => code.name(),
-                None => "no result",
+            self.write(&table.row(cells));
+        }
+    }
+
+    fn sent(
+        &mut self,
+        table: &StreamTable,
+        queue: &str,
+        partition: PartitionId,
+        offset: Offset,
+        line: Option<u64>,
+    ) {
+        let mut json = json!({"queue": queue, "partition": partition.0, "offset": offset.0});
+        if let (Some(line), Value::Object(map)) = (line, &mut json) {
+            map.insert("line".to_owned(), Value::from(line));
+        }
+        self.row(table, &[partition.0.to_string(), offset.0.to_string()], &json);
+    }
+
+    fn flush(&mut self) -> Result<(), Failure> {
+        if self.broken.is_none() {
+            if let Err(error) = self.stdout.flush() {
+                self.broken = Some(error);
+            }
+        }
+        match &self.broken {
+            None => Ok(()),
+            Some(error) => Err(Failure::Input(format!("stdout: {error}"))),
+        }
+    }
+}
+
+/// Claims up to `count` messages from any partition, waiting at most
+/// `--wait-ms` in all, then acks (or with --no-ack releases) them one
+/// partition at a time, printing each delivery once the broker answered for
+/// it.
+async fn run_recv(client: &Client, recv: &RecvArgs, json: bool) -> Result<(), Failure> {
+    let options = ClaimOptions::new(recv.count).lease_ms(recv.lease_ms).wait_ms(recv.wait_ms);
+    let received = client.claim_any(&recv.queue, &options).await?;
+    let rows: Vec<Vec<String>> = received
+        .iter()
+        .map(|delivery| {
+            delivery_cells(delivery, "").into_iter().map(|cell| escape(&cell)).collect()
+        })
+        .collect();
+    let table = StreamTable::fitting(DELIVERY_HEADERS.to_vec(), &rows);
+    let mut out = Printer::new(json);
+    out.header(&table);
+    out.flush()?;
+    let mut first_failure: Option<Failure> = None;
+    let mut groups: Vec<(PartitionId, Vec<&Delivery>)> = Vec::new();
+    for delivery in &received {
+        match groups.iter_mut().find(|(partition, _)| *partition == delivery.partition()) {
+            Some((_, group)) => group.push(delivery),
+            None => groups.push((delivery.partition(), vec![delivery])),
+        }
+    }
+    for (partition, group) in groups {
+        let outcomes: Vec<String> = if recv.no_ack {
+            let mut outcomes = Vec::new();
+            for delivery in &group {
+                let reason = "released by spool recv --no-ack";
+                match client.release(&recv.queue, partition, delivery.token(), 0, reason).await {
+                    Ok(_) => outcomes.push("released".to_owned()),
+                    Err(error) => {
+                        outcomes.push(error.code().map_or("failed", |code| code.name()).to_owned());
+                        first_failure.get_or_insert(Failure::Client(error));
+                    }
+                }
+            }
+            outcomes
+        } else {
+            let tokens: Vec<_> = group.iter().map(|delivery| delivery.token()).collect();
+            match client.ack(&recv.queue, partition, &tokens).await {
+                Ok(()) => vec!["acked".to_owned(); group.len()],
+                Err(ClientError::AckRefused { refused, tokens }) => {
+                    let mut outcomes = vec!["acked".to_owned(); group.len()];
+                    for refused in &refused {
+                        if let Some(outcome) = outcomes.get_mut(refused.index) {
+                            refused.code.name().clone_into(outcome);
+                        }
+                    }
+                    first_failure.get_or_insert(Failure::Client(ClientError::AckRefused {
+                        refused,
+                        tokens,
+                    }));
+                    outcomes
+                }
+                Err(error) => {
+                    // Nothing of this partition is known to be acked: no rows.
+                    first_failure.get_or_insert(Failure::Client(error));
+                    continue;
+                }
             }
         };
-        outcomes.push(outcome);
+        for (delivery, outcome) in group.iter().zip(&outcomes) {
+            out.row(&table, &delivery_cells(delivery, outcome), &delivery_json(delivery, outcome));
+        }
+        out.flush()?;
     }
-    Ok(render_deliveries(&received, &outcomes))
-}
-
-fn rand_worker() -> u64 {
-    // A per-process worker id: std's RandomState is seeded randomly per process.
-    use std::hash::{BuildHasher, RandomState};
-    RandomState::new().hash_one(std::process::id())
+    match first_failure {
+        None => Ok(()),
+        Some(failure) => Err(failure),
+    }
 }
 
 async fn run_dlq_list(client: &Client, admin: &Admin, list: &PeekArgs) -> Result<Output, Failure> {
@@ -480,32 +714,31 @@ fn message_id_hex(id: MessageId) -> String {
     id.0.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
-fn render_deliveries(deliveries: &[Delivery], outcomes: &[&str]) -> Output {
-    let mut table = Table::new(vec!["partition", "offset", "attempt", "key", "payload", "result"]);
-    let mut json = Vec::new();
-    for (delivery, outcome) in deliveries.iter().zip(outcomes) {
-        let payload = payload_text(delivery.payload());
-        let key = show_bytes(delivery.routing_key());
-        table.push(vec![
-            delivery.partition().0.to_string(),
-            delivery.offset().0.to_string(),
-            delivery.attempt().to_string(),
-            key.clone(),
-            payload.clone(),
-            (*outcome).to_owned(),
-        ]);
-        json.push(json!({
-            "partition": delivery.partition().0,
-            "offset": delivery.offset().0,
-            "attempt": delivery.attempt(),
-            "generation": delivery.generation().0,
-            "message_id": message_id_hex(delivery.message_id()),
-            "key": key,
-            "payload": payload,
-            "result": outcome,
-        }));
-    }
-    Output::table(table, Value::Array(json))
+/// Columns of a delivery row (`recv`).
+const DELIVERY_HEADERS: [&str; 6] = ["partition", "offset", "attempt", "key", "payload", "result"];
+
+fn delivery_cells(delivery: &Delivery, outcome: &str) -> Vec<String> {
+    vec![
+        delivery.partition().0.to_string(),
+        delivery.offset().0.to_string(),
+        delivery.attempt().to_string(),
+        show_bytes(delivery.routing_key()),
+        payload_text(delivery.payload()),
+        outcome.to_owned(),
+    ]
+}
+
+fn delivery_json(delivery: &Delivery, outcome: &str) -> Value {
+    json!({
+        "partition": delivery.partition().0,
+        "offset": delivery.offset().0,
+        "attempt": delivery.attempt(),
+        "generation": delivery.generation().0,
+        "message_id": message_id_hex(delivery.message_id()),
+        "key": show_bytes(delivery.routing_key()),
+        "payload": payload_text(delivery.payload()),
+        "result": outcome,
+    })
 }
 
 fn render_peek(messages: &[(PartitionId, PeekedMessage)]) -> Output {
@@ -701,6 +934,73 @@ mod tests {
         assert_eq!(table.rows[0], ["0", "7", "ready", "0", "user-1", "hi"]);
         assert_eq!(table.rows[1], ["1", "8", "claimed", "2", "user-1", "0xff00"]);
         assert_eq!(output.json[1]["state"], "claimed");
+    }
+
+    // Goal: no control character of a payload, key, reason or queue name
+    // reaches the terminal through a table; JSON keeps the exact text.
+    // Method: render a dead-letter row and a queue list holding an OSC title
+    // sequence, a clear-screen sequence, CR, backspace, a C1 control and a
+    // bidi override; check the visible escapes and the JSON.
+    #[test]
+    fn tables_escape_control_characters() {
+        let nasty = "\x1b]0;title\x07|\x1b[2J|\r\x08|\u{9b}|\u{202e}|a\\b";
+        let visible = r"\x1b]0;title\x07|\x1b[2J|\r\x08|\u{9b}|\u{202e}|a\\b";
+        assert_eq!(escape(nasty), visible);
+        assert_eq!(escape("plain text, ünïcode ✓"), "plain text, ünïcode ✓");
+        let mut table = Table::new(vec!["routing_key", "last_reason"]);
+        table.push(vec![nasty.to_owned(), format!("reason {nasty}")]);
+        let text = Output::table(table, json!([{"reason": nasty}])).render(false);
+        assert!(
+            text.chars().all(|character| character == '\n' || !character.is_control()),
+            "{text:?}"
+        );
+        assert!(!text.contains('\u{202e}'));
+        assert!(text.contains(visible), "{text}");
+        let queues = render_queue_list(&[QueueSummary { name: nasty.into(), partitions: 1 }]);
+        assert!(queues.render(false).contains(visible));
+        let value: Value = serde_json::from_str(&queues.render(true)).unwrap();
+        assert_eq!(value[0]["queue"], nasty, "JSON is exact");
+        let row = StreamTable::fitting(vec!["payload"], &[]).row(&[nasty.to_owned()]);
+        assert_eq!(row, format!("{visible}\n"));
+    }
+
+    // Goal: streamed rows line up with their header and a streamed command
+    // prints nothing more at the end. Method: a two-column stream table, a
+    // row wider than the header, and Output::streamed in both modes.
+    #[test]
+    fn stream_table_rows_align() {
+        let table = StreamTable::fitting(vec!["partition", "offset"], &[]);
+        assert_eq!(table.header(), "partition  offset\n");
+        assert_eq!(table.row(&["1".into(), "0".into()]), "1          0\n");
+        assert_eq!(table.row(&["12345678901".into(), "7".into()]), "12345678901  7\n");
+        assert_eq!(Output::streamed().render(false), "");
+        assert_eq!(Output::streamed().render(true), "");
+    }
+
+    // Goal: stdin lines become message bodies as they arrive: without their
+    // line ending (LF or CRLF), bytes kept as they are, a last line without
+    // a newline kept, an over-long line refused. Method: feed read_lines a
+    // buffer and collect what it sends.
+    #[test]
+    fn stdin_lines_are_read_as_bodies() {
+        let input = b"one\ntwo\r\n\xff\x00binary\n\nlast".to_vec();
+        let mut lines = read_lines(std::io::Cursor::new(input));
+        let mut got = Vec::new();
+        while let Some(line) = lines.blocking_recv() {
+            got.push(line.unwrap());
+        }
+        let expected: Vec<Vec<u8>> = vec![
+            b"one".to_vec(),
+            b"two".to_vec(),
+            b"\xff\x00binary".to_vec(),
+            Vec::new(),
+            b"last".to_vec(),
+        ];
+        assert_eq!(got, expected);
+        let mut long = read_lines(std::io::Cursor::new(vec![b'x'; LINE_BYTES_MAX + 10]));
+        let refused = long.blocking_recv().unwrap().unwrap_err();
+        assert!(refused.contains("longer than"), "{refused}");
+        assert!(long.blocking_recv().is_none());
     }
 
     // Goal: failures map onto the documented exit codes and messages name the

@@ -1,6 +1,14 @@
 //! How `spool` prints results: every command builds an [`Output`] holding
 //! both an aligned text table (default) and a JSON value (`--json`, for
-//! scripts), so the two never disagree on content.
+//! scripts), so the two never disagree on content. `send` and `recv` stream
+//! instead, one row (or one JSON object per line) as each message is
+//! acknowledged: [`StreamTable`] prints their rows.
+//!
+//! Text output is terminal-safe: every cell and message goes through
+//! [`escape`], so a payload, key, reason or queue name holding control
+//! characters (ESC, BEL, CR, backspace, ...) prints them as visible escapes
+//! and cannot move the cursor, clear the screen or set the terminal title.
+//! JSON output is exact JSON (serde escapes control characters as `\u00XX`).
 
 use serde_json::Value;
 
@@ -16,40 +24,112 @@ impl Table {
         Self { headers, rows: Vec::new() }
     }
 
+    /// Adds a row of raw cells (escaped when rendered).
     pub fn push(&mut self, row: Vec<String>) {
         assert_eq!(row.len(), self.headers.len());
         self.rows.push(row);
     }
 
-    /// Columns padded to their widest cell, separated by two spaces; no
-    /// trailing spaces.
+    /// Columns padded to their widest (escaped) cell, separated by two
+    /// spaces; no trailing spaces.
     pub fn render(&self) -> String {
-        let mut widths: Vec<usize> = self.headers.iter().map(|header| header.len()).collect();
-        for row in &self.rows {
+        let rows: Vec<Vec<String>> =
+            self.rows.iter().map(|row| row.iter().map(|cell| escape(cell)).collect()).collect();
+        let stream = StreamTable::fitting(self.headers.clone(), &rows);
+        let mut out = stream.header();
+        for row in &rows {
+            out.push_str(&stream.line(row));
+        }
+        out
+    }
+}
+
+/// Column widths fixed before the rows are known, so rows can be printed
+/// one at a time (as `send` and `recv` get acknowledgements) and still line
+/// up: a column is as wide as its header, or as the widest cell of the rows
+/// given up front. A later, wider cell pushes the rest of its row right.
+#[derive(Debug, Clone)]
+pub struct StreamTable {
+    headers: Vec<&'static str>,
+    widths: Vec<usize>,
+}
+
+impl StreamTable {
+    /// Widths of the headers and of the (already escaped) `rows`.
+    pub fn fitting(headers: Vec<&'static str>, rows: &[Vec<String>]) -> Self {
+        let mut widths: Vec<usize> = headers.iter().map(|header| header.len()).collect();
+        for row in rows {
             for (width, cell) in widths.iter_mut().zip(row) {
                 *width = (*width).max(cell.chars().count());
             }
         }
-        let line = |cells: Vec<&str>| {
-            let mut text = String::new();
-            for (index, (cell, width)) in cells.iter().zip(&widths).enumerate() {
-                if index > 0 {
-                    text.push_str("  ");
-                }
-                text.push_str(cell);
-                if index + 1 < cells.len() {
-                    text.push_str(&" ".repeat(width - cell.chars().count()));
-                }
-            }
-            text.push('\n');
-            text
-        };
-        let mut out = line(self.headers.clone());
-        for row in &self.rows {
-            out.push_str(&line(row.iter().map(String::as_str).collect()));
-        }
-        out
+        Self { headers, widths }
     }
+
+    /// The header line.
+    pub fn header(&self) -> String {
+        let headers: Vec<String> = self.headers.iter().map(|&header| header.to_owned()).collect();
+        self.line(&headers)
+    }
+
+    /// One row of raw cells, escaped.
+    pub fn row(&self, cells: &[String]) -> String {
+        let escaped: Vec<String> = cells.iter().map(|cell| escape(cell)).collect();
+        self.line(&escaped)
+    }
+
+    /// One line of already escaped cells.
+    fn line(&self, cells: &[String]) -> String {
+        assert_eq!(cells.len(), self.widths.len());
+        let mut text = String::new();
+        for (index, (cell, width)) in cells.iter().zip(&self.widths).enumerate() {
+            if index > 0 {
+                text.push_str("  ");
+            }
+            text.push_str(cell);
+            if index + 1 < cells.len() {
+                text.push_str(&" ".repeat(width.saturating_sub(cell.chars().count())));
+            }
+        }
+        text.push('\n');
+        text
+    }
+}
+
+/// `text` safe to print on a terminal: C0 control characters and DEL become
+/// `\xNN` (`\n`, `\r`, `\t` by name), C1 control characters and Unicode
+/// bidirectional and other invisible format characters become `\u{NNNN}`,
+/// and a
+/// backslash becomes `\\`, so an escape in the output always means the
+/// byte was there. Everything else prints as it is.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for character in text.chars() {
+        match character {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            character if u32::from(character) < 0x80 && character.is_control() => {
+                out.push_str(&format!("\\x{:02x}", u32::from(character)));
+            }
+            character if character.is_control() || is_invisible_format(character) => {
+                out.push_str(&format!("\\u{{{:x}}}", u32::from(character)));
+            }
+            character => out.push(character),
+        }
+    }
+    out
+}
+
+/// Format characters that change how the rest of a line displays without
+/// showing themselves: bidirectional overrides and isolates, zero-width
+/// characters, the byte-order mark.
+fn is_invisible_format(character: char) -> bool {
+    matches!(
+        u32::from(character),
+        0x200b..=0x200f | 0x2028..=0x202e | 0x2060..=0x2069 | 0xfeff | 0xfff9..=0xfffb
+    )
 }
 
 /// A command's result in both forms.
@@ -70,7 +150,16 @@ impl Output {
         Self { table: Some(table), message: None, json }
     }
 
+    /// A command that printed its rows as they came (`send`, `recv`):
+    /// nothing left to print.
+    pub fn streamed() -> Self {
+        Self { table: None, message: None, json: Value::Null }
+    }
+
     pub fn render(&self, json: bool) -> String {
+        if self.table.is_none() && self.message.is_none() && self.json.is_null() {
+            return String::new();
+        }
         if json {
             let mut text = self.json.to_string();
             text.push('\n');
@@ -78,7 +167,7 @@ impl Output {
         }
         let mut text = self.table.as_ref().map(Table::render).unwrap_or_default();
         if let Some(message) = &self.message {
-            text.push_str(message);
+            text.push_str(&escape(message));
             text.push('\n');
         }
         text
