@@ -266,7 +266,7 @@ fn a_log_under_a_relative_path_opens_appends_and_syncs() {
         let stored = fill(&log, 5, 0).await;
         drop(log);
         let (log, _) = open(&dir).await.unwrap();
-        let got = log.read(Offset(0), stored.len()).await.unwrap();
+        let got = log.read(Offset(0), 1).await.unwrap();
         assert_eq!(got[0].bytes, stored[0]);
     });
 }
