@@ -4,6 +4,12 @@
 
 use thiserror::Error;
 
+use crate::limits::{
+    BATCH_BYTES_MAX, CONTROL_RECORD_BYTES_MAX, HEADER_BYTES_MAX, HEADER_COUNT_MAX,
+    PAYLOAD_INLINE_BYTES_MAX, PAYLOAD_REF_BYTES_MAX, PAYLOAD_REF_LOCATION_BYTES_MAX,
+    RECORD_BYTES_MAX, ROUTING_KEY_BYTES_MAX,
+};
+
 /// Everything that can be wrong with bytes handed to this crate.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -57,23 +63,32 @@ pub enum WireError {
     InvalidRecord { index: u32, reason: String },
 
     // --- record limits (builder and validation alike) ---
-    #[error("routing key of {len_bytes} bytes exceeds the limit")]
+    #[error("routing key of {len_bytes} bytes exceeds the limit of {ROUTING_KEY_BYTES_MAX} bytes")]
     RoutingKeyTooLong { len_bytes: usize },
-    #[error("{count} headers exceed the limit")]
+    #[error("{count} headers exceed the limit of {HEADER_COUNT_MAX}")]
     TooManyHeaders { count: usize },
-    #[error("headers of {len_bytes} bytes exceed the limit")]
+    #[error("headers of {len_bytes} bytes exceed the limit of {HEADER_BYTES_MAX} bytes")]
     HeadersTooLarge { len_bytes: usize },
     #[error("priority {0} is outside the priority bands")]
     PriorityOutOfRange(u8),
-    #[error("inline payload of {len_bytes} bytes exceeds the limit; send it by reference")]
+    #[error(
+        "inline payload of {len_bytes} bytes exceeds the limit of {PAYLOAD_INLINE_BYTES_MAX} \
+         bytes; send it by reference"
+    )]
     InlinePayloadTooLarge { len_bytes: usize },
-    #[error("payload reference location of {len_bytes} bytes is empty or exceeds the limit")]
+    #[error(
+        "payload reference location of {len_bytes} bytes is empty or exceeds the limit of \
+         {PAYLOAD_REF_LOCATION_BYTES_MAX} bytes"
+    )]
     BadPayloadLocation { len_bytes: usize },
-    #[error("referenced payload of {len_bytes} bytes exceeds the limit")]
+    #[error("referenced payload of {len_bytes} bytes exceeds the limit of {PAYLOAD_REF_BYTES_MAX} bytes")]
     ReferencedPayloadTooLarge { len_bytes: u64 },
-    #[error("archived record of {len_bytes} bytes exceeds the limit")]
+    #[error("archived record of {len_bytes} bytes exceeds the limit of {RECORD_BYTES_MAX} bytes")]
     RecordTooLarge { len_bytes: usize },
-    #[error("control record of {len_bytes} bytes is empty or exceeds the limit")]
+    #[error(
+        "control record of {len_bytes} bytes is empty or exceeds the limit of \
+         {CONTROL_RECORD_BYTES_MAX} bytes"
+    )]
     BadControlRecordLength { len_bytes: usize },
     #[error("record could not be encoded: {0}")]
     RecordEncode(String),
@@ -81,7 +96,10 @@ pub enum WireError {
     // --- batch capacity (builder) ---
     #[error("batch is full: already {count} records")]
     BatchRecordsFull { count: u32 },
-    #[error("batch is full: adding the record would make it {needed_bytes} bytes")]
+    #[error(
+        "batch is full: adding the record would make it {needed_bytes} bytes, over the limit \
+         of {BATCH_BYTES_MAX} bytes"
+    )]
     BatchBytesFull { needed_bytes: usize },
 
     // --- subsets ---
@@ -91,4 +109,29 @@ pub enum WireError {
     BadSubset,
     #[error("operation needs a {expected} batch, found {found}")]
     WrongKind { expected: &'static str, found: &'static str },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Goal: a size refusal states both the size given and the limit, so a
+    // user knows how far over it is (the broker sends this text in its
+    // error response, and clients print it). Method: render each.
+    #[test]
+    fn size_errors_state_the_size_and_the_limit() {
+        let payload = WireError::InlinePayloadTooLarge { len_bytes: 2_000_000 }.to_string();
+        assert!(payload.contains("2000000 bytes"), "{payload}");
+        assert!(
+            payload.contains(&format!("limit of {PAYLOAD_INLINE_BYTES_MAX} bytes")),
+            "{payload}"
+        );
+        assert!(payload.contains("by reference"), "{payload}");
+        let record = WireError::RecordTooLarge { len_bytes: 1_500_000 }.to_string();
+        assert!(record.contains("1500000") && record.contains(&RECORD_BYTES_MAX.to_string()));
+        let key = WireError::RoutingKeyTooLong { len_bytes: 300 }.to_string();
+        assert!(key.contains("300") && key.contains(&ROUTING_KEY_BYTES_MAX.to_string()), "{key}");
+        let headers = WireError::HeadersTooLarge { len_bytes: 20_000 }.to_string();
+        assert!(headers.contains(&HEADER_BYTES_MAX.to_string()), "{headers}");
+    }
 }

@@ -49,6 +49,15 @@ pub const PAYLOAD_REF_BYTES_MAX: u64 = 1 << 40;
 /// form). Events are small structs; this bounds what a corrupt table can claim.
 pub const CONTROL_RECORD_BYTES_MAX: usize = 1024;
 
+/// Farthest ahead of the broker's clock a record's `not_before_ms` or
+/// `expiry_ms` may lie: 365 days. A year covers every real schedule; a
+/// value past it is almost always a unit mistake (µs or ns for ms, or a
+/// relative delay where an absolute time belongs) that would otherwise
+/// hold the message unseen for centuries. Brokers refuse such an enqueue
+/// with `INVALID_ARGUMENT`; clients check a relative delay against it
+/// before sending.
+pub const SCHEDULE_HORIZON_MS: u64 = 365 * 24 * 60 * 60 * 1000;
+
 /// Number of priority bands a record may name (0 = highest).
 pub const PRIORITY_BANDS_MAX: u8 = 8;
 

@@ -27,6 +27,9 @@ pub const QUEUE_NAME_BYTES_MAX: usize = 128;
 pub const PARTITIONS_PER_QUEUE_MAX: u32 = 1_024;
 /// Most queues one table may hold.
 pub const QUEUES_MAX: usize = 10_000;
+/// Suffix that names a queue's dead-letter lane (`jobs.dlq` is the lane of
+/// `jobs` in a Claim), so no new queue may end with it.
+pub const DEAD_LETTER_SUFFIX: &str = ".dlq";
 
 /// A shard: one executor, one core, one port (`base_port + ShardId`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -124,7 +127,7 @@ pub struct AssignmentUpdate {
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum AssignmentError {
-    #[error("update version {got:?} does not follow table version {current:?}")]
+    #[error("update version {} does not follow table version {}", got.0, current.0)]
     VersionGap { current: AssignmentVersion, got: AssignmentVersion },
     #[error("queue {0} already exists")]
     QueueExists(QueueName),
@@ -134,7 +137,7 @@ pub enum AssignmentError {
     InvalidQueueName { name: String },
     #[error("partition count {count} is out of range 1..={PARTITIONS_PER_QUEUE_MAX}")]
     PartitionCount { count: u32 },
-    #[error("shard {shard:?} does not exist (table has {shard_count} shards)")]
+    #[error("shard {} does not exist (table has {shard_count} shards)", shard.0)]
     ShardOutOfRange { shard: ShardId, shard_count: u16 },
     #[error("table already holds {QUEUES_MAX} queues")]
     TooManyQueues,
@@ -142,6 +145,11 @@ pub enum AssignmentError {
     QueueIdInUse { id: QueueId, queue: QueueName },
     #[error("invalid queue config: {0}")]
     InvalidConfig(#[from] ConfigError),
+    #[error(
+        "queue name {0} is reserved: a name ending in {DEAD_LETTER_SUFFIX} addresses the \
+         dead-letter lane of the queue without it"
+    )]
+    ReservedQueueName(QueueName),
 }
 
 /// Partitions `0..partition_count` placed round-robin over `shard_count`
@@ -214,6 +222,7 @@ impl AssignmentTable {
     /// not change the table: apply the update.
     ///
     /// # Errors
+    /// `ReservedQueueName` (ends in [`DEAD_LETTER_SUFFIX`]),
     /// `PartitionCount`, `InvalidConfig`, `QueueExists`, `QueueIdInUse`,
     /// `TooManyQueues`.
     pub fn plan_create_queue(
@@ -223,6 +232,11 @@ impl AssignmentTable {
         partition_count: u32,
         config: Arc<QueueConfig>,
     ) -> Result<AssignmentUpdate, AssignmentError> {
+        // Refused for new queues only (not in `check_create`), so a catalog
+        // written before the rule still replays.
+        if queue.as_str().ends_with(DEAD_LETTER_SUFFIX) {
+            return Err(AssignmentError::ReservedQueueName(queue));
+        }
         // Checked before placing, so a huge count never allocates.
         if !(1..=PARTITIONS_PER_QUEUE_MAX).contains(&partition_count) {
             return Err(AssignmentError::PartitionCount { count: partition_count });
@@ -385,6 +399,37 @@ mod tests {
         let update = table.plan_create_queue(name(queue), id, partitions, config()).unwrap();
         table.apply(&update).unwrap();
         update
+    }
+
+    // Goal: a new queue cannot take a name that addresses another queue's
+    // dead-letter lane, while a catalog that already holds one still
+    // replays. Method: plan `jobs.dlq` (refused, table unchanged, message
+    // names the rule), plan `jobs.dlq2` and `dlq` (fine), then apply a
+    // create of `old.dlq` made without the plan, as a replay does.
+    #[test]
+    fn dead_letter_suffix_is_reserved_for_new_queues() {
+        let mut table = AssignmentTable::new(1);
+        create(&mut table, "jobs", 1);
+        let before = table.clone();
+        let refused = table.plan_create_queue(name("jobs.dlq"), QueueId(9), 1, config());
+        assert_eq!(refused, Err(AssignmentError::ReservedQueueName(name("jobs.dlq"))));
+        let message = refused.unwrap_err().to_string();
+        assert!(message.contains("jobs.dlq") && message.contains("dead-letter lane"), "{message}");
+        assert_eq!(table, before);
+        for allowed in ["jobs.dlq2", "dlq", "jobs-dlq"] {
+            assert!(table.plan_create_queue(name(allowed), QueueId(9), 1, config()).is_ok());
+        }
+        let replayed = AssignmentUpdate {
+            version: AssignmentVersion(2),
+            change: AssignmentChange::CreateQueue {
+                queue: name("old.dlq"),
+                queue_id: QueueId(2),
+                shards: vec![ShardId(0)],
+                config: config(),
+            },
+        };
+        table.apply(&replayed).unwrap();
+        assert!(table.queue(&name("old.dlq")).is_some());
     }
 
     // Goal: round-robin spreads partitions evenly and wraps. Method: compare

@@ -244,10 +244,17 @@ fn check_range(field: &'static str, value: u64, min: u64, max: u64) -> Result<()
 pub enum ConfigError {
     #[error("cannot read config file {path}: {source}")]
     ReadFile { path: PathBuf, source: std::io::Error },
-    #[error("config file {path} is not valid: {source}")]
-    ParseFile { path: PathBuf, source: Box<toml::de::Error> },
+    #[error("config file {path} is not valid: {source}{}", did_you_mean(suggestion.as_deref()))]
+    ParseFile { path: PathBuf, source: Box<toml::de::Error>, suggestion: Option<&'static str> },
     #[error("environment variable {name}={value:?} is not valid: {reason}")]
     EnvVar { name: String, value: String, reason: String },
+    #[error(
+        "unknown environment variable {name}{}: every SPOOL_* variable spoold sees must be one \
+         of its settings (see `spoold --help`) or a known non-setting ({})",
+        did_you_mean(suggestion.as_deref()),
+        ENV_NOT_CONFIG.join(", ")
+    )]
+    UnknownEnvVar { name: String, suggestion: Option<String> },
     #[error("{field} = {value} is out of range {min}..={max}")]
     OutOfRange { field: &'static str, value: u64, min: u64, max: u64 },
     #[error("{field} is not valid: {reason}")]
@@ -283,6 +290,109 @@ pub struct PartialConfig {
 /// Prefix of every environment variable the broker reads.
 pub const ENV_PREFIX: &str = "SPOOL_";
 
+/// The settings read from `SPOOL_<NAME>` (the part after the prefix), in
+/// the order of [`PartialConfig`]'s fields.
+pub const ENV_SETTINGS: &[&str] = &[
+    "CONFIG",
+    "DATA_DIR",
+    "LISTEN",
+    "CORES",
+    "LOG_FORMAT",
+    "LOG",
+    "SPIN_BEFORE_PARK_US",
+    "HOUSEKEEPING_TICK_MS",
+    "SEGMENT_BYTES",
+    "CONNECTIONS_PER_SHARD_MAX",
+    "IN_FLIGHT_PER_CONNECTION_MAX",
+    "FRAME_BYTES_MAX",
+    "IDLE_TIMEOUT_MS",
+    "FRAME_TIMEOUT_MS",
+    "WRITE_TIMEOUT_MS",
+    "STARTUP_TIMEOUT_MS",
+    "SHUTDOWN_TIMEOUT_MS",
+];
+
+/// `SPOOL_*` variables that are not broker settings but may be in a
+/// broker's environment: the failpoint build's (`SPOOL_FAILPOINTS`, also
+/// warned about by a build without failpoints) and those of this
+/// repository's tests and scripts, which start `spoold` from an
+/// environment that holds them. Any other `SPOOL_*` name is a
+/// [`ConfigError::UnknownEnvVar`], so a misspelt setting never passes
+/// silently.
+pub const ENV_NOT_CONFIG: &[&str] = &[
+    "SPOOL_FAILPOINTS",
+    "SPOOL_E2E_SPOOLD",
+    "SPOOL_E2E_SPOOL",
+    "SPOOL_E2E_SPOOLD_FAILPOINTS",
+    "SPOOL_E2E_MESSAGES",
+    "SPOOL_KILLLOOP_SEED",
+    "SPOOL_MODEL_SEED",
+    "SPOOL_MODEL_SEEDS",
+    "SPOOL_LONG",
+];
+
+/// ", did you mean X?" or nothing.
+fn did_you_mean(suggestion: Option<&str>) -> String {
+    suggestion.map(|name| format!(" (did you mean {name}?)")).unwrap_or_default()
+}
+
+/// Edit distance (insertions, deletions, substitutions) between two names.
+fn edit_distance(left: &str, right: &str) -> usize {
+    let right: Vec<char> = right.chars().collect();
+    let mut previous: Vec<usize> = (0..=right.len()).collect();
+    for (row, left_char) in left.chars().enumerate() {
+        let mut current = vec![row + 1; right.len() + 1];
+        for (column, right_char) in right.iter().enumerate() {
+            let substitution = previous[column] + usize::from(left_char != *right_char);
+            current[column + 1] =
+                substitution.min(previous[column + 1] + 1).min(current[column] + 1);
+        }
+        previous = current;
+    }
+    previous[right.len()]
+}
+
+/// The candidate closest to `name` (case-insensitive), if it is close
+/// enough to be a likely typo: at most a third of the name's length in
+/// edits (at least 2). Ties go to the earlier candidate.
+pub fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let name = name.to_ascii_uppercase();
+    let limit = (name.len() / 3).max(2);
+    candidates
+        .into_iter()
+        .map(|candidate| (edit_distance(&name, &candidate.to_ascii_uppercase()), candidate))
+        .filter(|(distance, _)| *distance <= limit)
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, candidate)| candidate)
+}
+
+/// The keys a config file accepts: [`ENV_SETTINGS`] without `CONFIG`, in
+/// lower case.
+pub const FILE_KEYS: &[&str] = &[
+    "data_dir",
+    "listen",
+    "cores",
+    "log_format",
+    "log_filter",
+    "spin_before_park_us",
+    "housekeeping_tick_ms",
+    "segment_bytes",
+    "connections_per_shard_max",
+    "in_flight_per_connection_max",
+    "frame_bytes_max",
+    "idle_timeout_ms",
+    "frame_timeout_ms",
+    "write_timeout_ms",
+    "startup_timeout_ms",
+    "shutdown_timeout_ms",
+];
+
+/// The closest file key to the unknown key a TOML error names, if any.
+fn suggest_file_key(error: &toml::de::Error) -> Option<&'static str> {
+    let unknown = error.message().strip_prefix("unknown field `")?.split('`').next()?;
+    closest(unknown, FILE_KEYS.iter().copied())
+}
+
 fn parse_env<T: std::str::FromStr>(name: &str, value: &str) -> Result<T, ConfigError>
 where
     T::Err: fmt::Display,
@@ -302,8 +412,10 @@ impl PartialConfig {
     pub fn from_file(path: &Path) -> Result<PartialConfig, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|source| ConfigError::ReadFile { path: path.to_owned(), source })?;
-        Self::from_toml(&text)
-            .map_err(|source| ConfigError::ParseFile { path: path.to_owned(), source })
+        Self::from_toml(&text).map_err(|source| {
+            let suggestion = suggest_file_key(&source);
+            ConfigError::ParseFile { path: path.to_owned(), source, suggestion }
+        })
     }
 
     /// Parses TOML text.
@@ -315,11 +427,13 @@ impl PartialConfig {
     }
 
     /// Reads the `SPOOL_*` variables among `vars`. Variables with other
-    /// prefixes, and `SPOOL_*` names this struct does not know (clients use
-    /// the same prefix), are ignored.
+    /// prefixes, and the known non-settings in [`ENV_NOT_CONFIG`], are
+    /// ignored.
     ///
     /// # Errors
-    /// [`ConfigError::EnvVar`] for a known variable whose value does not parse.
+    /// [`ConfigError::EnvVar`] for a known variable whose value does not
+    /// parse; [`ConfigError::UnknownEnvVar`] (naming the closest setting)
+    /// for any other `SPOOL_*` name.
     pub fn from_env(
         vars: impl IntoIterator<Item = (String, String)>,
     ) -> Result<PartialConfig, ConfigError> {
@@ -354,7 +468,14 @@ impl PartialConfig {
                 "SHUTDOWN_TIMEOUT_MS" => {
                     layer.shutdown_timeout_ms = Some(parse_env(&name, &value)?)
                 }
-                _ => {}
+                _ if ENV_NOT_CONFIG.contains(&name.as_str()) => {}
+                _ => {
+                    let others =
+                        ENV_NOT_CONFIG.iter().filter_map(|other| other.strip_prefix(ENV_PREFIX));
+                    let suggestion = closest(key, ENV_SETTINGS.iter().copied().chain(others))
+                        .map(|found| format!("{ENV_PREFIX}{found}"));
+                    return Err(ConfigError::UnknownEnvVar { name, suggestion });
+                }
             }
         }
         Ok(layer)
@@ -549,7 +670,7 @@ mod tests {
             ("SPOOL_HOUSEKEEPING_TICK_MS", "3"),
             ("SPOOL_SPIN_BEFORE_PARK_US", "20"),
             ("OTHER_VAR", "ignored"),
-            ("SPOOL_CLIENT_ONLY", "ignored too"),
+            ("SPOOL_FAILPOINTS", "ignored too: not a setting, but known"),
         ]);
         let config = BrokerConfig::load(&flags, vars, 4).unwrap();
         assert_eq!(config.housekeeping_tick_ms, 7, "flag wins");
@@ -632,6 +753,59 @@ mod tests {
         assert!(matches!(bad_format, Err(ConfigError::EnvVar { .. })));
     }
 
+    // Goal: a misspelt or unknown SPOOL_* variable is an error naming the
+    // closest setting, while the known non-settings (failpoints, test
+    // harness) pass. Method: typos of settings, a name close to nothing,
+    // and every ENV_NOT_CONFIG name.
+    #[test]
+    fn unknown_env_vars_are_refused_with_the_closest_setting() {
+        let cases = [
+            ("SPOOL_DATADIR", Some("SPOOL_DATA_DIR")),
+            ("SPOOL_CORE", Some("SPOOL_CORES")),
+            ("SPOOL_IDLE_TIMEOUT", Some("SPOOL_IDLE_TIMEOUT_MS")),
+            ("SPOOL_log_format", Some("SPOOL_LOG_FORMAT")),
+            ("SPOOL_FAILPOINT", Some("SPOOL_FAILPOINTS")),
+            ("SPOOL_WHATEVER_ELSE_ENTIRELY", None),
+        ];
+        for (name, expected) in cases {
+            match PartialConfig::from_env(env(&[(name, "1")])) {
+                Err(error @ ConfigError::UnknownEnvVar { .. }) => {
+                    let text = error.to_string();
+                    let ConfigError::UnknownEnvVar { name: named, suggestion } = error else {
+                        unreachable!()
+                    };
+                    assert_eq!(named, name);
+                    assert_eq!(suggestion.as_deref(), expected, "{name}");
+                    assert!(text.contains(name), "{text}");
+                    if let Some(expected) = expected {
+                        assert!(text.contains(&format!("did you mean {expected}?")), "{text}");
+                    }
+                }
+                other => panic!("{name}: expected UnknownEnvVar, got {other:?}"),
+            }
+        }
+        let known: Vec<(&str, &str)> = ENV_NOT_CONFIG.iter().map(|name| (*name, "x")).collect();
+        assert_eq!(PartialConfig::from_env(env(&known)).unwrap(), PartialConfig::default());
+        // Every setting name is accepted (and so never reported unknown).
+        for setting in ENV_SETTINGS {
+            let name = format!("{ENV_PREFIX}{setting}");
+            let result = PartialConfig::from_env(vec![(name.clone(), "1".to_owned())]);
+            assert!(!matches!(result, Err(ConfigError::UnknownEnvVar { .. })), "{name}");
+        }
+    }
+
+    // Goal: the suggestion picks the nearest candidate and gives up when
+    // nothing is near. Method: direct calls.
+    #[test]
+    fn closest_picks_the_nearest_candidate_or_none() {
+        let candidates = ["data_dir", "listen", "cores"];
+        assert_eq!(closest("dat_dir", candidates), Some("data_dir"));
+        assert_eq!(closest("LISTN", candidates), Some("listen"));
+        assert_eq!(closest("zzzzzzzz", candidates), None);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("", "abc"), 3);
+    }
+
     // Goal: file errors name the file; unknown keys are rejected (typos must
     // not pass silently). Method: a missing file and a file with a typo.
     #[test]
@@ -649,6 +823,7 @@ mod tests {
                 let text = error.to_string();
                 assert!(text.contains("typo.toml"), "{text}");
                 assert!(text.contains("housekeeping_tick"), "{text}");
+                assert!(text.contains("did you mean housekeeping_tick_ms?"), "{text}");
             }
             other => panic!("expected ParseFile, got {other:?}"),
         }

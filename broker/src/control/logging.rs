@@ -6,8 +6,14 @@
 //! (DESIGN §8, "iopoll probe"); that line is dropped so operators do not
 //! chase it. glommio logs through the `log` crate; tracing-subscriber's
 //! `tracing-log` bridge forwards those records here.
+//!
+//! Human lines are coloured only when stderr is a terminal and `NO_COLOR`
+//! is unset or empty (<https://no-color.org>), so a log written to a file
+//! or a pipe holds no escape sequences.
 
+use std::ffi::OsStr;
 use std::fmt;
+use std::io::IsTerminal;
 
 use tracing::field::{Field, Visit};
 use tracing::{Event, Metadata};
@@ -74,6 +80,12 @@ impl<S> Filter<S> for IopollProbeFilter {
     }
 }
 
+/// Whether human log lines carry ANSI colour: only on a terminal, and only
+/// while `NO_COLOR` (its value as given) is unset or empty.
+pub fn colour_enabled(stderr_is_terminal: bool, no_color: Option<&OsStr>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(OsStr::is_empty)
+}
+
 /// Installs the global subscriber writing to stderr.
 ///
 /// # Errors
@@ -84,11 +96,14 @@ pub fn init(format: LogFormat, filter: &str) -> Result<(), LoggingError> {
         reason: error.to_string(),
     })?;
     let registry = tracing_subscriber::registry().with(env_filter);
+    let ansi =
+        colour_enabled(std::io::stderr().is_terminal(), std::env::var_os("NO_COLOR").as_deref());
     let result = match format {
         LogFormat::Human => registry
             .with(
                 tracing_subscriber::fmt::layer()
                     .with_writer(std::io::stderr)
+                    .with_ansi(ansi)
                     .with_thread_names(true)
                     .with_filter(IopollProbeFilter),
             )
@@ -98,6 +113,7 @@ pub fn init(format: LogFormat, filter: &str) -> Result<(), LoggingError> {
                 tracing_subscriber::fmt::layer()
                     .json()
                     .with_writer(std::io::stderr)
+                    .with_ansi(false)
                     .with_thread_names(true)
                     .with_filter(IopollProbeFilter),
             )
@@ -122,6 +138,20 @@ mod tests {
         fn flush(&mut self) -> std::io::Result<()> {
             Ok(())
         }
+    }
+
+    // Goal: colour only on a terminal without NO_COLOR. Method: every
+    // combination of terminal / NO_COLOR unset, empty, set.
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        let set = OsStr::new("1");
+        let empty = OsStr::new("");
+        assert!(colour_enabled(true, None));
+        assert!(colour_enabled(true, Some(empty)));
+        assert!(!colour_enabled(true, Some(set)));
+        assert!(!colour_enabled(false, None));
+        assert!(!colour_enabled(false, Some(empty)));
+        assert!(!colour_enabled(false, Some(set)));
     }
 
     // Goal: the iopoll probe line is dropped and other errors pass. Method: a

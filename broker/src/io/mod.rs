@@ -65,7 +65,7 @@ impl fmt::Display for IoOp {
 
 /// An I/O failure at the storage edge, naming the operation and the path.
 #[derive(Debug, Error)]
-#[error("{op} {} at {pos:?}: {source}", path.display())]
+#[error("{op} {}{}: {source}", path.display(), IoError::at(*pos))]
 pub struct IoError {
     pub op: IoOp,
     pub path: PathBuf,
@@ -78,6 +78,11 @@ pub struct IoError {
 impl IoError {
     pub fn new(op: IoOp, path: &Path, pos: Option<u64>, source: std::io::Error) -> Self {
         Self { op, path: path.to_path_buf(), pos, source }
+    }
+
+    /// " at byte N" for a positional operation, nothing otherwise.
+    fn at(pos: Option<u64>) -> String {
+        pos.map(|pos| format!(" at byte {pos}")).unwrap_or_default()
     }
 }
 

@@ -21,7 +21,10 @@
 //! Enqueue time: a record's `enqueue_time_ms` is stamped by the producer and
 //! is inside the batch crc, so replay sees the same value the live path did.
 //! The broker refuses records whose stamp is further than
-//! [`ENQUEUE_CLOCK_SKEW_MS_MAX`] from its own clock.
+//! [`ENQUEUE_CLOCK_SKEW_MS_MAX`] from its own clock, and records whose
+//! `not_before_ms` or `expiry_ms` lies beyond `SCHEDULE_HORIZON_MS` (365
+//! days) from it, or that would expire before they are due
+//! (`INVALID_ARGUMENT`, nothing of the batch stored).
 
 pub mod files;
 pub mod signal;
@@ -33,6 +36,7 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use spool_wire::batch::{BatchBytes, BatchHeader, BatchKind, BatchView, ControlBatchBuilder};
+use spool_wire::limits::SCHEDULE_HORIZON_MS;
 use spool_wire::{ErrorCode, WireError};
 use thiserror::Error;
 
@@ -105,7 +109,19 @@ pub enum PartitionError {
     Flags(u32),
     #[error("record {index}: enqueue_time_ms {stamp_ms} is more than {ENQUEUE_CLOCK_SKEW_MS_MAX} ms from the broker clock {now_ms}")]
     ClockSkew { index: usize, stamp_ms: Millis, now_ms: Millis },
-    #[error("queue is full ({limit:?})")]
+    #[error(
+        "record {index}: {field} {value_ms} is {} days past the broker clock {now_ms}; the \
+         horizon is {} days ({SCHEDULE_HORIZON_MS} ms)",
+        value_ms.saturating_sub(*now_ms) / DAY_MS,
+        SCHEDULE_HORIZON_MS / DAY_MS
+    )]
+    BeyondHorizon { index: usize, field: &'static str, value_ms: Millis, now_ms: Millis },
+    #[error(
+        "record {index}: expiry_ms {expiry_ms} is not after not_before_ms {not_before_ms}: it \
+         would expire before it could be delivered"
+    )]
+    ExpiresBeforeDue { index: usize, not_before_ms: Millis, expiry_ms: Millis },
+    #[error("queue is full (its {limit} limit)")]
     QueueFull { limit: crate::queue::FullLimit },
     #[error("delivery token: {0}")]
     Token(CodecError),
@@ -144,6 +160,9 @@ impl PartitionError {
             | PartitionError::NotData
             | PartitionError::Flags(_)
             | PartitionError::ClockSkew { .. } => ErrorCode::BatchInvalid,
+            PartitionError::BeyondHorizon { .. } | PartitionError::ExpiresBeforeDue { .. } => {
+                ErrorCode::InvalidArgument
+            }
             PartitionError::QueueFull { .. } => ErrorCode::QueueFull,
             PartitionError::Token(_) => ErrorCode::InvalidToken,
             PartitionError::TooManyWaiters => ErrorCode::Throttled,
@@ -235,6 +254,32 @@ fn enqueue_request(view: &BatchView<'_>, index: usize) -> EnqueueRequest {
         // Bounded by RECORD_BYTES_MAX (validated), which fits u32.
         size_bytes: view.record_bytes(index).len() as u32,
     }
+}
+
+/// Milliseconds in a day, for messages.
+const DAY_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// Refuses a record whose `not_before_ms` or `expiry_ms` lies beyond
+/// [`SCHEDULE_HORIZON_MS`] from `now_ms`, or that would expire before it is
+/// due (both set, expiry not after not_before).
+fn check_schedule(
+    view: &BatchView<'_>,
+    index: usize,
+    now_ms: Millis,
+) -> Result<(), PartitionError> {
+    let record = view.record(index);
+    let not_before_ms = record.not_before_ms.to_native();
+    let expiry_ms = record.expiry_ms.to_native();
+    let horizon_ms = now_ms.saturating_add(SCHEDULE_HORIZON_MS);
+    for (field, value_ms) in [("not_before_ms", not_before_ms), ("expiry_ms", expiry_ms)] {
+        if value_ms > horizon_ms {
+            return Err(PartitionError::BeyondHorizon { index, field, value_ms, now_ms });
+        }
+    }
+    if not_before_ms != 0 && expiry_ms != 0 && expiry_ms <= not_before_ms {
+        return Err(PartitionError::ExpiresBeforeDue { index, not_before_ms, expiry_ms });
+    }
+    Ok(())
 }
 
 /// Bytes that are 8-aligned in memory (rkyv's archived types need it):
@@ -619,6 +664,7 @@ impl<S: Storage + Clone> Partition<S> {
             if stamp.abs_diff(now) > ENQUEUE_CLOCK_SKEW_MS_MAX {
                 return Err(PartitionError::ClockSkew { index, stamp_ms: stamp, now_ms: now });
             }
+            check_schedule(&view, index, now)?;
             requests.push((enqueue_request(&view, index), stamp));
         }
         let mut decisions = Vec::with_capacity(requests.len());

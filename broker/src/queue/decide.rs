@@ -42,6 +42,15 @@ pub enum FullLimit {
     Bytes,
 }
 
+impl std::fmt::Display for FullLimit {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(match self {
+            FullLimit::Messages => "max_messages",
+            FullLimit::Bytes => "max_bytes",
+        })
+    }
+}
+
 /// Checks the enqueues of one data batch against dedupe and admission,
 /// counting the ones it accepted so far (they are not applied yet).
 #[derive(Debug)]

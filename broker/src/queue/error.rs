@@ -28,11 +28,11 @@ pub enum StaleToken {
     Epoch { token: u64, current: u64 },
     #[error("message is not claimed (acked, released, expired or moved)")]
     NotClaimed,
-    #[error("token is for generation {token:?}, the current claim is {current:?}")]
+    #[error("token is for generation {token}, the current claim is generation {current}")]
     Generation { token: Generation, current: Generation },
     #[error("token names another worker than the current claim")]
     Worker,
-    #[error("token names lane {token:?}, the message is in {current:?}")]
+    #[error("token names the {token} lane, the message is in the {current} lane")]
     Lane { token: Lane, current: Lane },
     #[error("lease ended at {deadline_ms} ms, now is {now_ms} ms")]
     LeaseExpired { deadline_ms: Millis, now_ms: Millis },
@@ -58,7 +58,7 @@ pub enum QueueError {
     PriorityOutOfRange { priority: u8, bands: usize },
     #[error("admission batch holds more than {max} enqueues")]
     AdmissionBatchFull { max: usize },
-    #[error("offset {0:?} is not in the dead-letter queue, or is claimed there")]
+    #[error("offset {0} is not in the dead-letter queue, or is claimed there")]
     NotRedrivable(Offset),
 }
 
@@ -68,15 +68,15 @@ pub enum QueueError {
 #[derive(Clone, Copy, Debug, Error, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ApplyError {
-    #[error("offset {0:?} is already known")]
+    #[error("offset {0} is already known")]
     DuplicateOffset(Offset),
-    #[error("offset {0:?} is not live in the named lane")]
+    #[error("offset {0} is not live in the named lane")]
     UnknownMessage(Offset),
-    #[error("event for {offset:?} does not fit its state: {what}")]
+    #[error("event for offset {offset} does not fit its state: {what}")]
     WrongState { offset: Offset, what: &'static str },
-    #[error("event for {offset:?} names generation {event:?}, state has {state:?}")]
+    #[error("event for offset {offset} names generation {event}, state has {state}")]
     Generation { offset: Offset, event: Generation, state: Generation },
-    #[error("Enqueued offset {offset:?} is not above the highest applied {highest:?}")]
+    #[error("Enqueued offset {offset} is not above the highest applied {highest}")]
     OffsetNotIncreasing { offset: Offset, highest: Offset },
 }
 
@@ -106,4 +106,61 @@ pub enum CodecError {
     TooLarge(usize),
     #[error("snapshot content is inconsistent: {0}")]
     Inconsistent(&'static str),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether `text` holds Rust debug formatting of a newtype or tuple
+    /// variant: a capitalised identifier directly followed by `(`.
+    fn has_debug_newtype(text: &str) -> bool {
+        let bytes = text.as_bytes();
+        (1..bytes.len()).any(|end| {
+            if bytes[end] != b'(' {
+                return false;
+            }
+            let start = bytes[..end]
+                .iter()
+                .rposition(|byte| !byte.is_ascii_alphanumeric() && *byte != b'_')
+                .map_or(0, |position| position + 1);
+            start < end && bytes[start].is_ascii_uppercase()
+        })
+    }
+
+    // Goal: errors a user reads print plain values (`offset 99`), never a
+    // newtype's debug form (`Offset(99)`, as the redrive of an unknown
+    // offset once printed). Method: render one error of each family that
+    // carries offsets, generations and lanes, and scan for `Name(`.
+    #[test]
+    fn errors_print_plain_values_not_debug_newtypes() {
+        assert!(has_debug_newtype("offset Offset(99) is"), "the detector works");
+        assert!(!has_debug_newtype("limit (max_bytes) of queue jobs"), "and is not fooled");
+        let rendered = [
+            QueueError::NotRedrivable(Offset(99)).to_string(),
+            QueueError::StaleToken(StaleToken::Generation {
+                token: Generation(3),
+                current: Generation(4),
+            })
+            .to_string(),
+            QueueError::StaleToken(StaleToken::Lane {
+                token: Lane::Main,
+                current: Lane::DeadLetter,
+            })
+            .to_string(),
+            ApplyError::DuplicateOffset(Offset(7)).to_string(),
+            ApplyError::Generation {
+                offset: Offset(7),
+                event: Generation(1),
+                state: Generation(2),
+            }
+            .to_string(),
+            ApplyError::OffsetNotIncreasing { offset: Offset(5), highest: Offset(9) }.to_string(),
+        ];
+        for text in &rendered {
+            assert!(!has_debug_newtype(text), "debug formatting in: {text}");
+        }
+        assert_eq!(rendered[0], "offset 99 is not in the dead-letter queue, or is claimed there");
+        assert!(rendered[2].contains("main lane") && rendered[2].contains("dead-letter lane"));
+    }
 }

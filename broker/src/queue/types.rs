@@ -70,6 +70,28 @@ pub enum Lane {
     DeadLetter = 1,
 }
 
+/// Plain numbers in messages (`offset 99`, not `Offset(99)`): errors and
+/// logs print these values to users.
+macro_rules! display_inner {
+    ($($name:ident),*) => {$(
+        impl std::fmt::Display for $name {
+            fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                std::fmt::Display::fmt(&self.0, formatter)
+            }
+        }
+    )*};
+}
+display_inner!(Offset, Generation, LeaderEpoch, WorkerId, QueueId, PartitionId);
+
+impl std::fmt::Display for Lane {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(match self {
+            Lane::Main => "main",
+            Lane::DeadLetter => "dead-letter",
+        })
+    }
+}
+
 impl Lane {
     /// Decodes the lane byte of an event or token.
     pub fn from_u8(value: u8) -> Option<Self> {

@@ -48,8 +48,7 @@ pub const PEEK_MAX: usize = 1024;
 /// is logged; the state machine keeps a code.
 pub const RELEASE_REASON_WORKER: ReleaseReason = ReleaseReason(1);
 
-/// Suffix that names a queue's dead-letter lane in a Claim: `jobs.dlq`.
-pub const DEAD_LETTER_SUFFIX: &str = ".dlq";
+pub use crate::control::assignment::DEAD_LETTER_SUFFIX;
 
 /// A release reason and quarantine cause as text for DeadLetters.
 fn reason_text(reason: ReleaseReason, cause: Option<crate::queue::QuarantineCause>) -> String {
@@ -152,7 +151,7 @@ fn partition_error(error: &PartitionError) -> ErrorResponse {
 }
 
 fn error_from(code: ErrorCode, message: String) -> ErrorResponse {
-    ErrorResponse::new(code, message)
+    ErrorResponse::new(code, clip_message(message))
 }
 
 fn control_error(failure: &ControlError) -> ErrorResponse {
@@ -164,6 +163,7 @@ fn control_error(failure: &ControlError) -> ErrorResponse {
         ControlError::Busy => ErrorCode::Throttled,
         ControlError::Timeout { .. } => ErrorCode::Timeout,
         ControlError::Stopped => ErrorCode::ShuttingDown,
+        ControlError::CreateFailed { .. } => ErrorCode::StorageFailed,
         #[allow(unreachable_patterns)]
         _ => ErrorCode::Internal,
     };
@@ -645,7 +645,8 @@ impl SpoolHandler {
         claim: &proto::ClaimRequest<'_>,
     ) -> Result<Vec<crate::partition::Claimed>, ErrorResponse> {
         // `<queue>.dlq` names the dead-letter lane of `<queue>`'s partitions,
-        // unless a queue by that very name exists.
+        // unless a queue by that very name exists (created before such
+        // names were reserved).
         let (queue, lane) = match claim.queue.strip_suffix(DEAD_LETTER_SUFFIX) {
             Some(base) if !self.queue_exists(claim.queue) && self.queue_exists(base) => {
                 (base, Lane::DeadLetter)

@@ -55,6 +55,9 @@ pub enum ServerError {
     Partition { queue: String, partition: u32, error: PartitionError },
     #[error("removing {}: {error}", path.display())]
     Remove { path: PathBuf, error: std::io::Error },
+    /// More than one partition of one change failed.
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Several(Vec<ServerError>),
 }
 
 /// Path of one partition's directory.
@@ -279,17 +282,35 @@ impl ShardHooks for SpoolHooks {
         table: &AssignmentTable,
     ) -> Result<(), ServerError> {
         let state = &self.state;
+        // The id of a queue this update deletes, from the table before it.
+        let deleted_id = match &update.change {
+            AssignmentChange::DeleteQueue { queue } => {
+                state.table.borrow().queue(queue).map(|entry| entry.id)
+            }
+            AssignmentChange::CreateQueue { .. } => None,
+        };
         *state.table.borrow_mut() = table.clone();
         match &update.change {
             AssignmentChange::CreateQueue { queue, queue_id, shards, config } => {
+                // Every owned partition is tried: one that fails to open
+                // must not keep its neighbours closed.
+                let mut failures = Vec::new();
                 for (partition, shard) in shards.iter().enumerate() {
                     if *shard != state.shard {
                         continue;
                     }
                     let partition = u32::try_from(partition).unwrap_or(u32::MAX);
-                    state.open_partition(queue, *queue_id, partition, config).await?;
+                    if let Err(error) =
+                        state.open_partition(queue, *queue_id, partition, config).await
+                    {
+                        failures.push(error);
+                    }
                 }
-                Ok(())
+                match failures.len() {
+                    0 => Ok(()),
+                    1 => Err(failures.remove(0)),
+                    _ => Err(ServerError::Several(failures)),
+                }
             }
             AssignmentChange::DeleteQueue { queue } => {
                 let doomed: Vec<((String, u32), Rc<Served>)> = {
@@ -303,7 +324,32 @@ impl ShardHooks for SpoolHooks {
                         .filter_map(|key| partitions.remove(&key).map(|served| (key, served)))
                         .collect()
                 };
-                state.unavailable.borrow_mut().retain(|(name, _), _| name != queue.as_str());
+                // Partitions that never opened (a create rolled back after a
+                // failed open, or damage found at start): forget them, and
+                // remove what the failed open left behind. Only a directory
+                // is removed; whatever stood in its way is not ours.
+                let failed: Vec<u32> = {
+                    let mut unavailable = state.unavailable.borrow_mut();
+                    let failed = unavailable
+                        .keys()
+                        .filter(|(name, _)| name == queue.as_str())
+                        .map(|(_, partition)| *partition)
+                        .collect();
+                    unavailable.retain(|(name, _), _| name != queue.as_str());
+                    failed
+                };
+                if let Some(queue_id) = deleted_id {
+                    for partition in failed {
+                        state.epochs.forget(queue_id, partition);
+                        let dir = partition_dir(&state.config.data_dir, queue_id, partition);
+                        if dir.is_dir() {
+                            if let Err(error) = std::fs::remove_dir_all(&dir) {
+                                tracing::warn!(queue = %queue, partition, %error,
+                                    "could not remove the directory of a partition that never opened");
+                            }
+                        }
+                    }
+                }
                 for ((name, partition), served) in doomed {
                     state.epochs.forget(served.partition.name().queue_id, partition);
                     let dir = served.partition.dir().to_path_buf();

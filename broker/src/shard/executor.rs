@@ -29,7 +29,9 @@ use glommio::channels::shared_channel::{SharedReceiver, SharedSender};
 use glommio::sync::Gate;
 use glommio::timer::Timer;
 
-use crate::control::assignment::{AssignmentTable, AssignmentUpdate, AssignmentVersion};
+use crate::control::assignment::{
+    AssignmentError, AssignmentTable, AssignmentUpdate, AssignmentVersion,
+};
 use crate::control::catalog::{self, Catalog};
 use crate::net::connection::ConnectionLimits;
 use crate::net::listener::{accept_loop, bind_listener, AcceptStats};
@@ -125,6 +127,14 @@ pub(crate) async fn shard_main<F: ShardHooksFactory>(
                     if let Err(error) = hooks.on_assignment(update, &table).await {
                         tracing::error!(shard = shard.0, version = update.version.0, %error,
                             "assignment hook failed");
+                        // Live changes only: a creator may be waiting for
+                        // this version (the catalog's replay has none).
+                        if update.version > serve_from {
+                            shared.record_hook_failure(
+                                update.version,
+                                format!("shard {}: {error}", shard.0),
+                            );
+                        }
                     }
                     shared.applied_versions[usize::from(shard.0)]
                         .store(update.version.0, Ordering::Release);
@@ -242,8 +252,14 @@ impl ControlState {
                 })();
                 Answer::Create(reply, outcome)
             }
-            ControlCommand::DeleteQueue { queue, reply } => {
+            ControlCommand::DeleteQueue { queue, expect_id, reply } => {
                 let outcome = (|| {
+                    if let Some(expected) = expect_id {
+                        let current = self.table.queue(&queue).map(|entry| entry.id);
+                        if current != Some(expected) {
+                            return Err(AssignmentError::QueueNotFound(queue).into());
+                        }
+                    }
                     let update = self.table.plan_delete_queue(queue)?;
                     self.table.apply(&update)?;
                     let version = update.version;

@@ -29,9 +29,10 @@ mod executor;
 pub mod hooks;
 pub mod memlock;
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, PoisonError, RwLock};
+use std::sync::{mpsc, Arc, Mutex, PoisonError, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -61,6 +62,14 @@ const MAIN_POLL_INTERVAL: Duration = Duration::from_millis(20);
 /// Polling (a sleep on threads, a glommio timer on executors) avoids
 /// cross-executor wake-ups, which glommio 0.9 can lose (DESIGN §8).
 pub const CONTROL_POLL_INTERVAL: Duration = Duration::from_millis(1);
+/// Table versions whose hook failures are kept for a creator to collect
+/// ([`Shared::record_hook_failure`]); older ones are dropped first. A
+/// creator collects its version within `ADMIN_APPLY_TIMEOUT_MS` of the
+/// change, long before this many later changes could be made.
+pub const HOOK_FAILURE_VERSIONS_MAX: usize = 1024;
+/// Failure reports kept per table version (one per shard is the most a
+/// change produces; the bound only guards the map).
+pub const HOOK_FAILURES_PER_VERSION_MAX: usize = 256;
 
 /// Message from the control executor to a shard.
 #[derive(Debug, Clone)]
@@ -88,6 +97,9 @@ pub(crate) enum ControlCommand {
     },
     DeleteQueue {
         queue: QueueName,
+        /// Delete only if the queue still has this id: a rollback must not
+        /// remove a queue of the same name created since.
+        expect_id: Option<QueueId>,
         reply: mpsc::SyncSender<Result<AssignmentVersion, ControlError>>,
     },
 }
@@ -120,7 +132,7 @@ pub(crate) enum Event {
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum ShardError {
-    #[error("cannot create executor (cpu {cpu:?}): {reason}")]
+    #[error("cannot create executor{}: {reason}", cpu.map(|cpu| format!(" on cpu {cpu}")).unwrap_or_default())]
     Executor { cpu: Option<usize>, reason: String },
     #[error(transparent)]
     Net(NetError),
@@ -214,7 +226,7 @@ pub enum ControlError {
     Busy,
     #[error("the control executor has stopped")]
     Stopped,
-    #[error("not every shard applied version {version:?} within {timeout_ms} ms")]
+    #[error("not every shard applied version {} within {timeout_ms} ms", version.0)]
     Timeout { version: AssignmentVersion, timeout_ms: u64 },
     #[error("no answer from the control executor within {timeout_ms} ms; outcome unknown")]
     NoReply { timeout_ms: u64 },
@@ -222,6 +234,14 @@ pub enum ControlError {
     QueueIdsExhausted,
     #[error("the change was not made: {0}")]
     Catalog(Arc<CatalogError>),
+    /// A shard could not open a partition of the new queue. The queue was
+    /// deleted again (`rollback: None`), or deleting it failed too (`Some`,
+    /// with the reason): then it still exists and the operator deletes it.
+    #[error("queue {queue} was not created: {}; {}", failures.join("; "), match rollback {
+        None => "it was removed again".to_owned(),
+        Some(reason) => format!("removing it again failed ({reason}); delete it and retry"),
+    })]
+    CreateFailed { queue: String, failures: Vec<String>, rollback: Option<String> },
 }
 
 /// State the main thread, the control executor and the shards share.
@@ -232,11 +252,36 @@ pub(crate) struct Shared {
     /// The control executor's table as of the last durable catalog write;
     /// replaced (never mutated) after each write.
     pub(crate) committed: RwLock<Arc<AssignmentTable>>,
+    /// Why a shard's hooks failed to apply a live update, by table version,
+    /// for the creator waiting on that version. Written before the shard
+    /// publishes the version as applied. Bounded by
+    /// [`HOOK_FAILURE_VERSIONS_MAX`].
+    pub(crate) hook_failures: Mutex<BTreeMap<u64, Vec<String>>>,
 }
 
 impl Shared {
     fn all_applied(&self, version: AssignmentVersion) -> bool {
         self.applied_versions.iter().all(|applied| applied.load(Ordering::Acquire) >= version.0)
+    }
+
+    /// Notes that a shard's hooks failed to apply `version`. Call before
+    /// storing the version in `applied_versions`, so a waiter that sees it
+    /// applied also sees the failure.
+    pub(crate) fn record_hook_failure(&self, version: AssignmentVersion, reason: String) {
+        let mut failures = self.hook_failures.lock().unwrap_or_else(PoisonError::into_inner);
+        let reasons = failures.entry(version.0).or_default();
+        if reasons.len() < HOOK_FAILURES_PER_VERSION_MAX {
+            reasons.push(reason);
+        }
+        while failures.len() > HOOK_FAILURE_VERSIONS_MAX {
+            failures.pop_first();
+        }
+    }
+
+    /// Takes the hook failures recorded for `version` (empty if none).
+    fn take_hook_failures(&self, version: AssignmentVersion) -> Vec<String> {
+        let mut failures = self.hook_failures.lock().unwrap_or_else(PoisonError::into_inner);
+        failures.remove(&version.0).unwrap_or_default()
     }
 }
 
@@ -296,9 +341,13 @@ impl ControlHandle {
         self.submit(|reply| ControlCommand::CreateQueue { queue, partitions, config, reply })
     }
 
-    fn submit_delete(&self, queue: &str) -> Result<Pending<AssignmentVersion>, ControlError> {
+    fn submit_delete(
+        &self,
+        queue: &str,
+        expect_id: Option<QueueId>,
+    ) -> Result<Pending<AssignmentVersion>, ControlError> {
         let queue = QueueName::new(queue)?;
-        self.submit(|reply| ControlCommand::DeleteQueue { queue, reply })
+        self.submit(|reply| ControlCommand::DeleteQueue { queue, expect_id, reply })
     }
 
     /// Creates `queue` with `partitions` partitions placed round-robin over
@@ -328,7 +377,7 @@ impl ControlHandle {
     /// # Errors
     /// Unknown queue, catalog write failed, control stopped or busy.
     pub fn delete_queue(&self, queue: &str) -> Result<AssignmentVersion, ControlError> {
-        let pending = self.submit_delete(queue)?;
+        let pending = self.submit_delete(queue, None)?;
         pending.0.recv().map_err(|_| ControlError::Stopped)?
     }
 
@@ -343,7 +392,12 @@ impl ControlHandle {
     /// As `create_queue`; [`ControlError::NoReply`] if the control executor
     /// did not answer in time (the queue may or may not exist);
     /// [`ControlError::Timeout`] if it was created but not every shard
-    /// applied it in time.
+    /// applied it in time; [`ControlError::CreateFailed`] if a shard could
+    /// not open one of its partitions: the queue is then deleted again
+    /// (catalog and every shard), so the name is free for a retry once the
+    /// cause is fixed. Between the create and that delete (a few ms) other
+    /// clients may see the queue; what they enqueue in that window goes
+    /// with it.
     pub async fn create_queue_async(
         &self,
         queue: &str,
@@ -355,7 +409,29 @@ impl ControlHandle {
         let mut polls_left = polls_for(timeout_ms);
         let created = await_reply(&pending, &mut polls_left, timeout_ms).await?;
         self.await_applied(created.version, &mut polls_left, timeout_ms).await?;
-        Ok(created)
+        let failures = self.shared.take_hook_failures(created.version);
+        if failures.is_empty() {
+            return Ok(created);
+        }
+        tracing::warn!(queue, failures = %failures.join("; "), "create failed on a shard; deleting the queue again");
+        // The rollback gets its own budget: the create may have used most
+        // of the first one, and an unremoved half-created queue is worse
+        // than a late answer.
+        let mut polls_left = polls_for(timeout_ms);
+        let rollback = async {
+            let pending = self.submit_delete(queue, Some(created.queue_id))?;
+            let version = await_reply(&pending, &mut polls_left, timeout_ms).await?;
+            self.await_applied(version, &mut polls_left, timeout_ms).await
+        }
+        .await;
+        if let Err(error) = &rollback {
+            tracing::error!(queue, %error, "could not delete the half-created queue");
+        }
+        Err(ControlError::CreateFailed {
+            queue: queue.to_owned(),
+            failures,
+            rollback: rollback.err().map(|error| error.to_string()),
+        })
     }
 
     /// [`delete_queue`](Self::delete_queue) then
@@ -369,7 +445,7 @@ impl ControlHandle {
         queue: &str,
         timeout_ms: u64,
     ) -> Result<AssignmentVersion, ControlError> {
-        let pending = self.submit_delete(queue)?;
+        let pending = self.submit_delete(queue, None)?;
         let mut polls_left = polls_for(timeout_ms);
         let version = await_reply(&pending, &mut polls_left, timeout_ms).await?;
         self.await_applied(version, &mut polls_left, timeout_ms).await?;
@@ -548,6 +624,7 @@ impl Broker {
             stop_requested,
             applied_versions: (0..shard_count).map(|_| AtomicU64::new(start_version)).collect(),
             committed: RwLock::new(Arc::new(replay.table.clone())),
+            hook_failures: Mutex::new(BTreeMap::new()),
         });
         let (events_sender, events) = mpsc::channel();
         let (commands_sender, commands) = mpsc::sync_channel(CONTROL_COMMAND_QUEUE_MAX);

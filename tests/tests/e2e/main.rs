@@ -14,6 +14,7 @@
 //! - `load`: 2 producers, 4 consumers, exactly-once acks of every message.
 //! - `restart`: SIGTERM and SIGKILL mid-stream keep every acknowledged change.
 //! - `faults`: bad frames close only their connection; one broker per data dir.
+//! - `inputs`: refused inputs get clear answers and leave nothing behind.
 
 // Helpers outside `#[test]` functions unwrap too: a failed step is a failed
 // test.
@@ -23,6 +24,7 @@ mod claim_any;
 mod cli;
 mod common;
 mod faults;
+mod inputs;
 mod lease;
 mod load;
 mod ops;

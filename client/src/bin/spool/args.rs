@@ -2,6 +2,7 @@
 //! command does is in `main.rs`, how results look is in `render.rs`.
 
 use clap::{Args, Parser, Subcommand};
+use spool_client::spool_wire::limits::SCHEDULE_HORIZON_MS;
 
 /// Default broker address.
 pub const ADDR_DEFAULT: &str = "127.0.0.1:7400";
@@ -106,8 +107,10 @@ pub struct SendArgs {
     /// Priority band (0 highest).
     #[arg(long, default_value_t = 0)]
     pub priority: u8,
-    /// Delay before the message becomes ready.
-    #[arg(long, default_value_t = 0)]
+    /// Delay before the message becomes ready; at most 365 days
+    /// (31536000000 ms, the broker's schedule horizon).
+    #[arg(long, default_value_t = 0,
+          value_parser = clap::value_parser!(u64).range(..=SCHEDULE_HORIZON_MS))]
     pub delay_ms: u64,
 }
 
@@ -177,4 +180,24 @@ pub enum DlqCommand {
 pub struct StatsArgs {
     /// Only this queue (default: all).
     pub queue: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Goal: `send --delay-ms` past the schedule horizon is refused before
+    // anything is sent, with a message naming the allowed range, while the
+    // horizon itself is accepted. Method: parse both.
+    #[test]
+    fn send_delay_beyond_the_horizon_is_refused() {
+        let parse =
+            |delay: &str| Cli::try_parse_from(["spool", "send", "jobs", "x", "--delay-ms", delay]);
+        let at_horizon = parse(&SCHEDULE_HORIZON_MS.to_string()).unwrap();
+        let Command::Send(send) = at_horizon.command else { panic!("not a send") };
+        assert_eq!(send.delay_ms, SCHEDULE_HORIZON_MS);
+        let error = parse(&(SCHEDULE_HORIZON_MS + 1).to_string()).unwrap_err().to_string();
+        assert!(error.contains("--delay-ms"), "{error}");
+        assert!(error.contains(&SCHEDULE_HORIZON_MS.to_string()), "{error}");
+    }
 }
