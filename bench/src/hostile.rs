@@ -118,11 +118,9 @@ async fn hostile_connection(
     let mut buffer = vec![0u8; 1 << 20];
     let mut filled = 0usize;
     while !stop.load(Ordering::Relaxed) {
-        let read = tokio::time::timeout(
-            Duration::from_millis(100),
-            stream.read(&mut buffer[filled..]),
-        )
-        .await;
+        let read =
+            tokio::time::timeout(Duration::from_millis(100), stream.read(&mut buffer[filled..]))
+                .await;
         let read = match read {
             Err(_) => continue,
             Ok(Ok(0)) | Ok(Err(_)) => {
@@ -136,12 +134,9 @@ async fn hostile_connection(
         let mut answered = 0u64;
         while filled - consumed >= 24 {
             let at = consumed;
-            let len = u32::from_le_bytes([
-                buffer[at],
-                buffer[at + 1],
-                buffer[at + 2],
-                buffer[at + 3],
-            ]) as usize;
+            let len =
+                u32::from_le_bytes([buffer[at], buffer[at + 1], buffer[at + 2], buffer[at + 3]])
+                    as usize;
             if len < 24 || len > buffer.len() {
                 closed.fetch_add(1, Ordering::Relaxed);
                 return;
@@ -187,9 +182,8 @@ async fn produce(
         let send_started = instant_now();
         let message = Message::new(payload.clone()).key(format!("{phase}-{sequence}"));
         match producer.send(HOSTILE_QUEUE, message).await {
-            Ok(_) => latency.record_ns(
-                u64::try_from(send_started.elapsed().as_nanos()).unwrap_or(u64::MAX),
-            ),
+            Ok(_) => latency
+                .record_ns(u64::try_from(send_started.elapsed().as_nanos()).unwrap_or(u64::MAX)),
             Err(_) => errors += 1,
         }
         sequence += 1;
@@ -208,10 +202,11 @@ async fn produce(
 /// The client cannot connect, the queue cannot be created, or the
 /// histogram cannot be built.
 pub async fn run(addr: &str, config: &HostileConfig) -> Result<HostileReport, BenchError> {
-    let client = Client::connect(addr).await.map_err(|error| BenchError::Hostile(error.to_string()))?;
+    let client =
+        Client::connect(addr).await.map_err(|error| BenchError::Hostile(error.to_string()))?;
     let admin = Admin::new(client.clone());
     admin
-        .create_queue(HOSTILE_QUEUE, spool_client::admin::default_queue_config(1))
+        .create_queue(HOSTILE_QUEUE, spool_client::default_queue_config(1))
         .await
         .map_err(|error| BenchError::Hostile(error.to_string()))?;
     let producer_config = ProducerConfig { linger: Duration::ZERO, ..ProducerConfig::default() };

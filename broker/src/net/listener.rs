@@ -209,7 +209,8 @@ pub async fn accept_loop<H: FrameHandler>(
                     stream.peer_addr().ok()
                 ),
             );
-            let response = handler.refusal_response(Refusal::TooManyConnections { connections_max });
+            let response =
+                handler.refusal_response(Refusal::TooManyConnections { connections_max });
             match response {
                 Some(response) if stats.refusing.get() < REFUSALS_IN_FLIGHT_MAX => {
                     stats.refusing.set(stats.refusing.get() + 1);

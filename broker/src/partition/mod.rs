@@ -148,8 +148,9 @@ impl PartitionError {
             | PartitionError::ClockSkew { .. } => ErrorCode::BatchInvalid,
             PartitionError::QueueFull { .. } => ErrorCode::QueueFull,
             PartitionError::Token(_) => ErrorCode::InvalidToken,
-            PartitionError::TooManyWaiters
-            | PartitionError::TooManyWaitersOnConnection { .. } => ErrorCode::Throttled,
+            PartitionError::TooManyWaiters | PartitionError::TooManyWaitersOnConnection { .. } => {
+                ErrorCode::Throttled
+            }
             PartitionError::SideFile(_) | PartitionError::Recovery { .. } => {
                 ErrorCode::StorageFailed
             }
@@ -761,14 +762,15 @@ impl<S: Storage + Clone> Partition<S> {
                 return Ok(Vec::new());
             }
             if slot.is_none() {
-                slot = Some(self.claimable.register(owner, CLAIM_WAITERS_MAX).map_err(
-                    |refused| match refused {
-                        WaitRefused::OwnerFull { waiting_max } => {
-                            PartitionError::TooManyWaitersOnConnection { waiting_max }
+                slot =
+                    Some(self.claimable.register(owner, CLAIM_WAITERS_MAX).map_err(|refused| {
+                        match refused {
+                            WaitRefused::OwnerFull { waiting_max } => {
+                                PartitionError::TooManyWaitersOnConnection { waiting_max }
+                            }
+                            WaitRefused::PartitionFull { .. } => PartitionError::TooManyWaiters,
                         }
-                        WaitRefused::PartitionFull { .. } => PartitionError::TooManyWaiters,
-                    },
-                )?);
+                    })?);
             }
             let wait = async {
                 self.claimable.wait().await;
