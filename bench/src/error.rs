@@ -30,6 +30,8 @@ pub enum BenchError {
     Throughput(#[from] crate::throughput::ThroughputError),
     #[error("load: {0}")]
     Load(#[from] crate::load::LoadError),
+    #[error("hostile: {0}")]
+    Hostile(String),
     #[error("capacity: {0}")]
     Capacity(#[from] crate::capacity::CapacityError),
     #[error("omb: {0}")]

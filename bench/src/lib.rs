@@ -31,6 +31,7 @@ pub mod dist;
 pub mod error;
 pub mod harness;
 pub mod heap;
+pub mod hostile;
 pub mod latency;
 pub mod latency_scenario;
 pub mod load;

@@ -11,7 +11,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::Serialize;
 use spool_bench::capacity::{self, CapacityConfig};
 use spool_bench::dist::{Arrivals, ServiceTime};
+use spool_bench::harness::Broker;
 use spool_bench::heap::CountingAllocator;
+use spool_bench::hostile::{self, HostileConfig};
 use spool_bench::latency_scenario::{self, LatencyConfig};
 use spool_bench::load::{self, BrokerConfig, LoadConfig, Phase, PhaseEnd, Sample};
 use spool_bench::log_append::{self, LogAppendConfig};
@@ -50,6 +52,39 @@ enum Command {
     Capacity(CapacityArgs),
     /// An OpenMessaging Benchmark workload file.
     Omb(OmbArgs),
+    /// A producer's enqueue latency alone, then beside hostile connections (loopback).
+    Hostile(HostileArgs),
+}
+
+#[derive(Debug, Args)]
+struct HostileArgs {
+    /// Broker bootstrap address; without it a spoold is started and stopped.
+    #[arg(long)]
+    addr: Option<String>,
+    /// Parent of the started spoold's temporary data directory.
+    #[arg(long, default_value = "/tmp")]
+    dir: PathBuf,
+    /// spoold binary to start [default: spoold next to this executable].
+    #[arg(long)]
+    spoold: Option<PathBuf>,
+    /// Broker shards: the started spoold's --cores.
+    #[arg(long, default_value_t = 1)]
+    shards: u16,
+    /// Hostile connections (1..=1000).
+    #[arg(long, default_value_t = 200)]
+    connections: u32,
+    /// 60 s long-poll claims each hostile connection opens with (0..=4096).
+    #[arg(long, default_value_t = 120)]
+    claims_per_connection: u32,
+    /// DescribeQueue requests each keeps outstanding (0..=4096).
+    #[arg(long, default_value_t = 8)]
+    requests_in_flight: u32,
+    /// Length of each phase (s, 1..=600).
+    #[arg(long, default_value_t = 10.0)]
+    phase_s: f64,
+    /// The producer sends one message this often (ms).
+    #[arg(long, default_value_t = 5)]
+    interval_ms: u64,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -499,8 +534,45 @@ fn main() -> ExitCode {
         Command::Latency(args) => latency(&args),
         Command::Capacity(args) => capacity(&args),
         Command::Omb(args) => omb(&args),
+        Command::Hostile(args) => hostile(&args),
     };
     report_result(report)
+}
+
+fn hostile(args: &HostileArgs) -> Result<String, BenchError> {
+    let bounded = |field: &'static str, value: u64, min: u64, max: u64| {
+        if value < min || value > max {
+            return Err(BenchError::OutOfRange { field, value, min, max });
+        }
+        Ok(())
+    };
+    bounded("connections", u64::from(args.connections), 1, 1_000)?;
+    bounded("claims_per_connection", u64::from(args.claims_per_connection), 0, 4_096)?;
+    bounded("requests_in_flight", u64::from(args.requests_in_flight), 0, 4_096)?;
+    bounded("phase_s", args.phase_s as u64, 1, 600)?;
+    let config = HostileConfig {
+        connections: args.connections,
+        claims_per_connection: args.claims_per_connection,
+        requests_in_flight: args.requests_in_flight,
+        phase_s: args.phase_s,
+        interval_ms: args.interval_ms,
+    };
+    let broker = Broker::start_or_connect(
+        args.addr.as_deref(),
+        args.spoold.as_deref(),
+        &args.dir,
+        args.shards,
+        "hostile",
+    )
+    .map_err(|error| BenchError::Hostile(error.to_string()))?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|error| BenchError::Hostile(error.to_string()))?;
+    let report = runtime.block_on(hostile::run(broker.addr(), &config));
+    drop(runtime);
+    broker.stop().map_err(|error| BenchError::Hostile(error.to_string()))?;
+    Ok(serde_json::to_string(&report?)?)
 }
 
 fn report_result(report: Result<String, BenchError>) -> ExitCode {

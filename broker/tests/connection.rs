@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use spool_broker::net::echo::{encode_echo_frame, EchoError, EchoHandler, ECHO_ERROR_PREFIX};
 use spool_broker::net::{
-    serve_connection, ConnectionEnd, ConnectionLimits, Decoded, FrameHandler, ProtocolFault,
-    StopSignal,
+    serve, serve_connection, Connection, ConnectionEnd, ConnectionLimits, Decoded, FrameHandler,
+    ProtocolFault, Rejections, StopSignal,
 };
 
 const CLIENT_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -25,14 +25,17 @@ fn limits() -> ConnectionLimits {
     ConnectionLimits {
         frame_bytes_max: 1024,
         in_flight_max: 4,
+        waiting_max: 4,
         idle_timeout: Duration::from_secs(20),
         frame_timeout: Duration::from_secs(20),
         write_timeout: Duration::from_secs(5),
     }
 }
 
-/// Echo frames, but a body `delay:<ms>` waits that long first, and the
-/// handler records how many requests ran at once.
+/// Echo frames, but a body `delay:<ms>` waits that long first, a body
+/// `wait:<ms>` waits that long or until the connection ends (answering
+/// `ended` then), and the handler records how many requests ran at once and
+/// the order in which frames were handled, by connection.
 struct DelayEcho {
     echo: EchoHandler,
     /// When false the decoder never finds a frame (to reach the loop's own
@@ -40,6 +43,21 @@ struct DelayEcho {
     finds_frames: bool,
     running: Cell<usize>,
     running_max: Cell<usize>,
+    waits_ended: Cell<usize>,
+    handled: std::cell::RefCell<Vec<u64>>,
+}
+
+impl DelayEcho {
+    fn new(frame_bytes_max: usize, finds_frames: bool) -> DelayEcho {
+        DelayEcho {
+            echo: EchoHandler { frame_bytes_max },
+            finds_frames,
+            running: Cell::new(0),
+            running_max: Cell::new(0),
+            waits_ended: Cell::new(0),
+            handled: std::cell::RefCell::default(),
+        }
+    }
 }
 
 impl FrameHandler for DelayEcho {
@@ -54,12 +72,31 @@ impl FrameHandler for DelayEcho {
         self.echo.decode(buffer)
     }
 
-    async fn handle(self: Rc<Self>, frame: Vec<u8>) -> Vec<u8> {
+    async fn handle(self: Rc<Self>, frame: Vec<u8>, connection: Rc<Connection>) -> Vec<u8> {
+        self.handled.borrow_mut().push(connection.id());
         self.running.set(self.running.get() + 1);
         self.running_max.set(self.running_max.get().max(self.running.get()));
-        let body = std::str::from_utf8(&frame[4..]).unwrap_or("");
+        let body = std::str::from_utf8(&frame[4..]).unwrap_or("").to_owned();
         if let Some(ms) = body.strip_prefix("delay:").and_then(|ms| ms.parse().ok()) {
             glommio::timer::sleep(Duration::from_millis(ms)).await;
+        }
+        let mut frame = frame;
+        if let Some(ms) = body.strip_prefix("wait:").and_then(|ms| ms.parse().ok()) {
+            let ended = futures_lite::future::or(
+                async {
+                    glommio::timer::sleep(Duration::from_millis(ms)).await;
+                    false
+                },
+                async {
+                    connection.ended().await;
+                    true
+                },
+            )
+            .await;
+            if ended {
+                self.waits_ended.set(self.waits_ended.get() + 1);
+                frame = encode_echo_frame(b"ended");
+            }
         }
         self.running.set(self.running.get() - 1);
         frame
@@ -73,6 +110,7 @@ impl FrameHandler for DelayEcho {
 struct ServerOutcome {
     end: String,
     running_max: usize,
+    waits_ended: usize,
 }
 
 /// Serves one connection on a fresh glommio executor; returns the address
@@ -95,12 +133,7 @@ fn serve_one_with(
             let listener = glommio::net::TcpListener::bind("127.0.0.1:0").unwrap();
             addr_tx.send(listener.local_addr().unwrap()).unwrap();
             let stream = listener.accept().await.unwrap();
-            let handler = Rc::new(DelayEcho {
-                echo: EchoHandler { frame_bytes_max: limits.frame_bytes_max },
-                finds_frames,
-                running: Cell::new(0),
-                running_max: Cell::new(0),
-            });
+            let handler = Rc::new(DelayEcho::new(limits.frame_bytes_max, finds_frames));
             let end = serve_connection(stream, handler.clone(), limits, StopSignal::new()).await;
             let end = match end {
                 ConnectionEnd::PeerClosed => "peer_closed".to_owned(),
@@ -110,7 +143,11 @@ fn serve_one_with(
                 ConnectionEnd::DecodeError(text) => format!("decode_error: {text}"),
                 other => format!("{other:?}"),
             };
-            let _ = end_tx.send(ServerOutcome { end, running_max: handler.running_max.get() });
+            let _ = end_tx.send(ServerOutcome {
+                end,
+                running_max: handler.running_max.get(),
+                waits_ended: handler.waits_ended.get(),
+            });
         });
     });
     let addr = addr_rx.recv_timeout(Duration::from_secs(10)).expect("server up");
@@ -263,4 +300,126 @@ fn read_buffer_is_bounded_by_frame_bytes_max() {
     assert_eq!(error, [ECHO_ERROR_PREFIX, b"no frame within 1024 bytes"].concat());
     let outcome = ends.recv_timeout(Duration::from_secs(10)).unwrap();
     assert_eq!(outcome.end, "frame_too_large");
+}
+
+// Goal: a peer that goes away while its requests wait is noticed at once,
+// even with every in-flight slot taken and more frames queued behind them:
+// its waiting requests end and the connection is released, instead of
+// holding its socket until the waits expire. Method: six 60 s waits against
+// in_flight_max 4, then drop the socket; the server must report the end
+// well inside 60 s, with the four running waits ended early.
+#[test]
+fn peer_close_ends_waiting_requests_while_at_the_in_flight_bound() {
+    let (addr, ends) = serve_one(limits());
+    let mut client = connect(addr);
+    let mut bytes = Vec::new();
+    for _ in 0..6 {
+        bytes.extend_from_slice(&encode_echo_frame(b"wait:60000"));
+    }
+    client.write_all(&bytes).unwrap();
+    // Let the server take the frames and start the four waits.
+    std::thread::sleep(Duration::from_millis(300));
+    drop(client);
+    let outcome = ends.recv_timeout(Duration::from_secs(10)).expect("connection released early");
+    // The ended waits answer a peer that is gone: writing them may fail.
+    assert!(
+        outcome.end == "peer_closed" || outcome.end.starts_with("WriteFailed"),
+        "{}",
+        outcome.end
+    );
+    assert!(outcome.waits_ended >= 4, "waits ended early: {}", outcome.waits_ended);
+}
+
+// Goal: a peer that half-closes (sends its last request, then shuts its
+// sending side) still gets an answer to every request it sent, and its
+// waiting requests answer at once rather than at their deadline. Method:
+// two 60 s waits and a fast request, then shutdown(Write); read three
+// answers within the client's 10 s read timeout.
+#[test]
+fn half_closed_peer_gets_every_answer_and_its_waits_end_early() {
+    let (addr, ends) = serve_one(limits());
+    let mut client = connect(addr);
+    let mut bytes = encode_echo_frame(b"wait:60000");
+    bytes.extend_from_slice(&encode_echo_frame(b"wait:60000"));
+    bytes.extend_from_slice(&encode_echo_frame(b"fast"));
+    client.write_all(&bytes).unwrap();
+    client.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut answers: Vec<Vec<u8>> = (0..3).map(|_| read_frame(&mut client)).collect();
+    answers.sort();
+    assert_eq!(answers, vec![b"ended".to_vec(), b"ended".to_vec(), b"fast".to_vec()]);
+    assert_eof(&mut client);
+    let outcome = ends.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(outcome.end, "peer_closed");
+    assert_eq!(outcome.waits_ended, 2);
+}
+
+// Goal: one connection with a deep pipeline cannot make another wait behind
+// all of it: a connection hands over at most a budget of frames before the
+// others get a turn. Method: two connections served on one executor; before
+// serving starts, A has 2,000 small frames buffered and B one; B's frame
+// must be handled long before A's last (without the budget it is handled
+// after all 2,000).
+#[test]
+fn a_deep_pipeline_yields_to_another_connection() {
+    const PIPELINE: usize = 2_000;
+    let limits = ConnectionLimits { in_flight_max: 4_096, frame_bytes_max: 64 * 1024, ..limits() };
+    let (addr_tx, addr_rx) = mpsc::channel();
+    let (order_tx, order_rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let executor = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .make()
+            .expect("executor");
+        executor.run(async move {
+            let listener = glommio::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            addr_tx.send(listener.local_addr().unwrap()).unwrap();
+            let first = listener.accept().await.unwrap();
+            let second = listener.accept().await.unwrap();
+            // Both peers have written everything by now.
+            glommio::timer::sleep(Duration::from_millis(500)).await;
+            let handler = Rc::new(DelayEcho::new(limits.frame_bytes_max, true));
+            let rejections = Rc::new(Rejections::default());
+            let scope_a = Rc::new(Connection::new(4, rejections.clone()));
+            let scope_b = Rc::new(Connection::new(4, rejections));
+            let id_b = scope_b.id();
+            let a = glommio::spawn_local(serve(
+                first,
+                handler.clone(),
+                limits,
+                StopSignal::new(),
+                scope_a,
+            ));
+            let b = glommio::spawn_local(serve(
+                second,
+                handler.clone(),
+                limits,
+                StopSignal::new(),
+                scope_b,
+            ));
+            a.await;
+            b.await;
+            let handled = handler.handled.borrow().clone();
+            let position = handled.iter().position(|id| *id == id_b);
+            let _ = order_tx.send((position, handled.len()));
+        });
+    });
+    let addr = addr_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let mut a = connect(addr);
+    // Accepted in order: connect B only once A is in.
+    std::thread::sleep(Duration::from_millis(50));
+    let mut b = connect(addr);
+    let mut pipeline = Vec::new();
+    for _ in 0..PIPELINE {
+        pipeline.extend_from_slice(&encode_echo_frame(b"a"));
+    }
+    a.write_all(&pipeline).unwrap();
+    b.write_all(&encode_echo_frame(b"b")).unwrap();
+    assert_eq!(read_frame(&mut b), b"b");
+    for _ in 0..PIPELINE {
+        assert_eq!(read_frame(&mut a), b"a");
+    }
+    drop((a, b));
+    let (position, total) = order_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(total, PIPELINE + 1);
+    let position = position.expect("B's frame was handled");
+    assert!(position < 200, "B's frame was handled after {position} of A's");
 }

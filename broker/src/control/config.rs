@@ -45,6 +45,13 @@ pub const SEGMENT_BYTES_DEFAULT: u64 = 64 << 20;
 pub const CONNECTIONS_PER_SHARD_LIMIT: u32 = 65_536;
 /// Upper bound for `in_flight_per_connection_max`.
 pub const IN_FLIGHT_PER_CONNECTION_LIMIT: u32 = 4_096;
+/// Default `claim_waiters_per_connection_max`: half the default in-flight
+/// bound, so a connection whose claims all wait still has room for acks.
+pub const CLAIM_WAITERS_PER_CONNECTION_DEFAULT: u32 = 64;
+/// Upper bound for `claim_waiters_per_connection_max`: a partition's own
+/// bound on waiting claims.
+pub const CLAIM_WAITERS_PER_CONNECTION_LIMIT: u32 =
+    crate::partition::signal::CLAIM_WAITERS_MAX as u32;
 /// Smallest allowed `frame_bytes_max`: a frame header plus a useful body.
 pub const FRAME_BYTES_MAX_LOWER: u32 = 4 * 1024;
 /// Largest allowed `frame_bytes_max`: every connection may buffer one frame.
@@ -97,6 +104,9 @@ pub struct BrokerConfig {
     pub connections_per_shard_max: u32,
     /// Requests one connection may have in flight; reading pauses beyond it.
     pub in_flight_per_connection_max: u32,
+    /// Claims one connection may have long-polling at once (over every
+    /// partition of its shard); one more is answered THROTTLED.
+    pub claim_waiters_per_connection_max: u32,
     /// Largest frame a peer may send; also the connection read-buffer bound.
     pub frame_bytes_max: u32,
     /// A connection with nothing buffered and nothing in flight is closed
@@ -217,6 +227,12 @@ impl BrokerConfig {
             u64::from(IN_FLIGHT_PER_CONNECTION_LIMIT),
         )?;
         check_range(
+            "claim_waiters_per_connection_max",
+            u64::from(self.claim_waiters_per_connection_max),
+            1,
+            u64::from(CLAIM_WAITERS_PER_CONNECTION_LIMIT),
+        )?;
+        check_range(
             "frame_bytes_max",
             u64::from(self.frame_bytes_max),
             u64::from(FRAME_BYTES_MAX_LOWER),
@@ -279,6 +295,7 @@ pub struct PartialConfig {
     pub segment_bytes: Option<u64>,
     pub connections_per_shard_max: Option<u32>,
     pub in_flight_per_connection_max: Option<u32>,
+    pub claim_waiters_per_connection_max: Option<u32>,
     pub frame_bytes_max: Option<u32>,
     pub idle_timeout_ms: Option<u64>,
     pub frame_timeout_ms: Option<u64>,
@@ -460,6 +477,9 @@ impl PartialConfig {
                 "IN_FLIGHT_PER_CONNECTION_MAX" => {
                     layer.in_flight_per_connection_max = Some(parse_env(&name, &value)?)
                 }
+                "CLAIM_WAITERS_PER_CONNECTION_MAX" => {
+                    layer.claim_waiters_per_connection_max = Some(parse_env(&name, &value)?)
+                }
                 "FRAME_BYTES_MAX" => layer.frame_bytes_max = Some(parse_env(&name, &value)?),
                 "IDLE_TIMEOUT_MS" => layer.idle_timeout_ms = Some(parse_env(&name, &value)?),
                 "FRAME_TIMEOUT_MS" => layer.frame_timeout_ms = Some(parse_env(&name, &value)?),
@@ -499,6 +519,9 @@ impl PartialConfig {
             in_flight_per_connection_max: higher
                 .in_flight_per_connection_max
                 .or(self.in_flight_per_connection_max),
+            claim_waiters_per_connection_max: higher
+                .claim_waiters_per_connection_max
+                .or(self.claim_waiters_per_connection_max),
             frame_bytes_max: higher.frame_bytes_max.or(self.frame_bytes_max),
             idle_timeout_ms: higher.idle_timeout_ms.or(self.idle_timeout_ms),
             frame_timeout_ms: higher.frame_timeout_ms.or(self.frame_timeout_ms),
@@ -527,6 +550,9 @@ impl PartialConfig {
             segment_bytes: self.segment_bytes.unwrap_or(SEGMENT_BYTES_DEFAULT),
             connections_per_shard_max: self.connections_per_shard_max.unwrap_or(1_024),
             in_flight_per_connection_max: self.in_flight_per_connection_max.unwrap_or(128),
+            claim_waiters_per_connection_max: self
+                .claim_waiters_per_connection_max
+                .unwrap_or(CLAIM_WAITERS_PER_CONNECTION_DEFAULT),
             frame_bytes_max: self.frame_bytes_max.unwrap_or(FRAME_BYTES_MAX_DEFAULT),
             idle_timeout_ms: self.idle_timeout_ms.unwrap_or(300_000),
             frame_timeout_ms: self.frame_timeout_ms.unwrap_or(10_000),
@@ -579,6 +605,9 @@ pub struct Cli {
     /// In-flight requests per connection [default: 128].
     #[arg(long, value_name = "N")]
     pub in_flight_per_connection_max: Option<u32>,
+    /// Claims one connection may have long-polling at once [default: 64, 1..=4096].
+    #[arg(long, value_name = "N")]
+    pub claim_waiters_per_connection_max: Option<u32>,
     /// Largest frame a peer may send [default: 4 MiB + 64 KiB].
     #[arg(long, value_name = "BYTES")]
     pub frame_bytes_max: Option<u32>,
@@ -614,6 +643,7 @@ impl Cli {
             segment_bytes: self.segment_bytes,
             connections_per_shard_max: self.connections_per_shard_max,
             in_flight_per_connection_max: self.in_flight_per_connection_max,
+            claim_waiters_per_connection_max: self.claim_waiters_per_connection_max,
             frame_bytes_max: self.frame_bytes_max,
             idle_timeout_ms: self.idle_timeout_ms,
             frame_timeout_ms: self.frame_timeout_ms,

@@ -30,6 +30,7 @@ use glommio::channels::local_channel;
 use glommio::sync::Semaphore;
 use glommio::timer::Timer;
 
+use crate::net::rejections::Rejections;
 use crate::net::stop::StopSignal;
 
 /// Most bytes requested from the socket per read.
@@ -86,19 +87,101 @@ pub trait FrameHandler: 'static {
     fn decode(&self, buffer: &[u8]) -> Result<Decoded<Self::Frame>, Self::DecodeError>;
 
     /// Handles one request and produces its response. Runs as its own task,
-    /// concurrently with other requests of the same connection.
-    fn handle(self: Rc<Self>, frame: Self::Frame) -> impl Future<Output = Self::Response>;
+    /// concurrently with other requests of the same connection. A request
+    /// that waits for something to happen (a claim long-poll) should end its
+    /// wait when [`Connection::ended`] resolves and answer what it has.
+    fn handle(
+        self: Rc<Self>,
+        frame: Self::Frame,
+        connection: Rc<Connection>,
+    ) -> impl Future<Output = Self::Response>;
 
     /// The response to write before closing on `fault`, if any.
     fn fault_response(&self, fault: ProtocolFault<'_, Self::DecodeError>)
         -> Option<Self::Response>;
+
+    /// The response to write to a connection refused on accept, before it
+    /// is closed (none by default).
+    fn refusal_response(&self, refusal: Refusal) -> Option<Self::Response> {
+        let _ = refusal;
+        None
+    }
 }
+
+/// Why a connection was refused on accept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The shard already serves `connections_max` connections.
+    TooManyConnections { connections_max: usize },
+}
+
+thread_local! {
+    static NEXT_CONNECTION_ID: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// What the requests of one connection share: an id distinct on this
+/// executor, a signal that trips when the connection's read side ends (the
+/// peer closed or reset it, a fault closes it, or the shard stops), the
+/// connection's count of waiting requests against its own bound, and the
+/// shard's rejection counters.
+#[derive(Debug)]
+pub struct Connection {
+    id: u64,
+    ended: StopSignal,
+    /// Requests of this connection waiting now (claim long-polls).
+    pub waiting: std::cell::Cell<usize>,
+    /// Most requests of this connection that may wait at once.
+    pub waiting_max: usize,
+    rejections: Rc<Rejections>,
+}
+
+impl Connection {
+    /// A connection scope with a fresh id.
+    pub fn new(waiting_max: usize, rejections: Rc<Rejections>) -> Connection {
+        let id = NEXT_CONNECTION_ID.with(|next| next.replace(next.get() + 1));
+        Connection {
+            id,
+            ended: StopSignal::new(),
+            waiting: std::cell::Cell::new(0),
+            waiting_max,
+            rejections,
+        }
+    }
+
+    /// Distinct among the connections of this executor.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Resolves once the connection will read no more requests: its waiting
+    /// requests should answer now.
+    pub fn ended(&self) -> crate::net::stop::StopWait {
+        self.ended.wait()
+    }
+
+    pub fn has_ended(&self) -> bool {
+        self.ended.is_stopped()
+    }
+
+    /// The shard's rejection counters (count and log a refused request).
+    pub fn rejections(&self) -> &Rejections {
+        &self.rejections
+    }
+}
+
+/// Frames one connection hands to tasks before its reading loop yields to
+/// the rest of the shard (fair share between connections)...
+pub const DISPATCH_BUDGET_FRAMES: usize = 32;
+/// ...or bytes of frames, whichever comes first.
+pub const DISPATCH_BUDGET_BYTES: usize = 256 * 1024;
 
 /// Bounds of one connection, from the broker config.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnectionLimits {
     pub frame_bytes_max: usize,
     pub in_flight_max: usize,
+    /// Requests that may wait (claim long-polls) at once.
+    pub waiting_max: usize,
     pub idle_timeout: Duration,
     pub frame_timeout: Duration,
     pub write_timeout: Duration,
@@ -109,6 +192,7 @@ impl ConnectionLimits {
         ConnectionLimits {
             frame_bytes_max: config.frame_bytes_max as usize,
             in_flight_max: config.in_flight_per_connection_max as usize,
+            waiting_max: config.claim_waiters_per_connection_max as usize,
             idle_timeout: Duration::from_millis(config.idle_timeout_ms),
             frame_timeout: Duration::from_millis(config.frame_timeout_ms),
             write_timeout: Duration::from_millis(config.write_timeout_ms),
@@ -195,6 +279,23 @@ where
     H: FrameHandler,
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
+    let connection = Rc::new(Connection::new(limits.waiting_max, Rc::default()));
+    serve(stream, handler, limits, stop, connection).await
+}
+
+/// [`serve_connection`] with the caller's [`Connection`] scope (shared
+/// rejection counters, an id the caller knows).
+pub async fn serve<H, S>(
+    stream: S,
+    handler: Rc<H>,
+    limits: ConnectionLimits,
+    stop: StopSignal,
+    connection: Rc<Connection>,
+) -> ConnectionEnd
+where
+    H: FrameHandler,
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+{
     assert!(limits.in_flight_max > 0);
     assert!(limits.frame_bytes_max > 0);
     let (reader, writer) = futures_lite::io::split(stream);
@@ -262,7 +363,21 @@ where
         }
     };
 
-    let read_loop = read_loop(reader, handler, limits, stop, writer_failed.clone(), sender);
+    let read_loop = async {
+        let end = read_loop(
+            reader,
+            handler,
+            limits,
+            stop,
+            writer_failed.clone(),
+            sender,
+            connection.clone(),
+        )
+        .await;
+        // Whatever ended reading, waiting requests answer now.
+        connection.ended.stop();
+        end
+    };
     let (end, ()) = futures_lite::future::zip(read_loop, write_loop).await;
     let write_error = write_error.borrow_mut().take();
     match write_error {
@@ -278,6 +393,7 @@ async fn read_loop<H, R>(
     stop: StopSignal,
     writer_failed: StopSignal,
     sender: local_channel::LocalSender<H::Response>,
+    connection: Rc<Connection>,
 ) -> ConnectionEnd
 where
     H: FrameHandler,
@@ -291,13 +407,19 @@ where
     let mut buffer: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES.min(limits.frame_bytes_max));
     let mut filled = 0usize;
     let mut frame_deadline: Option<Timer> = None;
+    // The peer closed its sending side: no more reads, but the whole frames
+    // it sent before are still answered.
+    let mut peer_closed = false;
 
     // The fault response goes out after every response already in flight,
     // so the peer sees all answers it was owed before the error and close.
+    // Waiting requests are told to answer first, so that takes no longer
+    // than the requests themselves.
     let fault = |fault: ProtocolFault<'_, H::DecodeError>| {
         let response = handler.fault_response(fault);
         let sender = sender.clone();
         let in_flight = in_flight.clone();
+        connection.ended.stop();
         async move {
             if let Some(response) = response {
                 // Never closed, so acquiring every permit only waits.
@@ -309,9 +431,24 @@ where
     };
 
     loop {
-        // Hand every whole frame in the buffer to its own task.
+        // Hand whole frames in the buffer to their own tasks while a permit
+        // is free and this pass's budget lasts.
         let mut consumed = 0;
+        let mut blocked = false;
+        let mut budget_spent = false;
+        let mut dispatched_frames = 0usize;
+        let mut dispatched_bytes = 0usize;
         while consumed < filled {
+            if dispatched_frames >= DISPATCH_BUDGET_FRAMES
+                || dispatched_bytes >= DISPATCH_BUDGET_BYTES
+            {
+                budget_spent = true;
+                break;
+            }
+            if in_flight.available() == 0 {
+                blocked = true;
+                break;
+            }
             let pending = &buffer[consumed..filled];
             match handler.decode(pending) {
                 Ok(Decoded::Incomplete) => {
@@ -325,18 +462,22 @@ where
                 Ok(Decoded::Frame { frame, len_bytes }) => {
                     assert!(len_bytes > 0, "decoder returned an empty frame");
                     assert!(len_bytes <= pending.len(), "decoder consumed unread bytes");
-                    consumed += len_bytes;
-                    frame_deadline = None;
-                    // Waits while in_flight_max requests are being handled:
-                    // the socket is not read meanwhile (backpressure). The
-                    // semaphore is never closed, so this cannot fail.
-                    let Ok(permit) = in_flight.acquire_static_permit(1).await else {
-                        unreachable!("the in-flight semaphore is never closed");
+                    // At in_flight_max requests being handled the frame waits
+                    // in the buffer (backpressure). Reading goes on meanwhile,
+                    // up to the buffer bound, so a peer's close is seen.
+                    let Ok(permit) = in_flight.try_acquire_static_permit(1) else {
+                        blocked = true;
+                        break;
                     };
+                    consumed += len_bytes;
+                    dispatched_frames += 1;
+                    dispatched_bytes += len_bytes;
+                    frame_deadline = None;
                     let handler = handler.clone();
                     let sender = sender.clone();
+                    let connection = connection.clone();
                     glommio::spawn_local(async move {
-                        let response = handler.handle(frame).await;
+                        let response = handler.handle(frame, connection).await;
                         // Fails only if the writer is gone; nothing to tell.
                         let _ = sender.send(response).await;
                         drop(permit);
@@ -360,21 +501,43 @@ where
             // The real error is reported by serve_connection.
             return ConnectionEnd::PeerClosed;
         }
+        if budget_spent {
+            // Let the shard's other connections and tasks run before this
+            // one hands over more work.
+            futures_lite::future::yield_now().await;
+            continue;
+        }
+        if peer_closed && !blocked {
+            // Every whole frame it sent is handled; what is left is a
+            // partial frame that can never complete.
+            return ConnectionEnd::PeerClosed;
+        }
 
         let nothing_in_flight = in_flight.available() == in_flight_max;
-        if filled > 0 && frame_deadline.is_none() {
+        if blocked {
+            // Whole frames wait for a permit, not for the peer.
+            frame_deadline = None;
+        } else if filled > 0 && frame_deadline.is_none() {
             frame_deadline = Some(Timer::new(limits.frame_timeout));
         }
         let start = filled;
         let want = READ_CHUNK_BYTES.min(limits.frame_bytes_max - start);
-        assert!(want > 0);
+        let can_read = want > 0 && !peer_closed;
+        // Only whole frames waiting for permits can fill the buffer: a
+        // partial frame that long is FrameTooLarge above.
+        assert!(can_read || blocked, "nothing to read and nothing to wait for");
         if buffer.len() < start + want {
             buffer.resize(start + want, 0);
         }
 
         let event = {
-            let read =
-                async { ReadEvent::Data(reader.read(&mut buffer[start..start + want]).await) };
+            let read = async {
+                if can_read {
+                    ReadEvent::Data(reader.read(&mut buffer[start..start + want]).await)
+                } else {
+                    std::future::pending().await
+                }
+            };
             let stopped = async {
                 stop.wait().await;
                 ReadEvent::Stopped
@@ -388,6 +551,12 @@ where
                     Some(timer) => {
                         timer.await;
                         ReadEvent::FrameTimeout
+                    }
+                    None if blocked => {
+                        // Wake when a permit frees up for the waiting frame.
+                        let _ = in_flight.acquire(1).await;
+                        in_flight.signal(1);
+                        ReadEvent::InFlightDrained
                     }
                     None if nothing_in_flight => {
                         Timer::new(limits.idle_timeout).await;
@@ -405,7 +574,15 @@ where
             or(read, or(stopped, or(failed, deadline))).await
         };
         match event {
-            ReadEvent::Data(Ok(0)) => return ConnectionEnd::PeerClosed,
+            ReadEvent::Data(Ok(0)) => {
+                // The peer will send nothing more: its waiting requests
+                // answer now, the frames it already sent are still served.
+                peer_closed = true;
+                connection.ended.stop();
+                if !blocked {
+                    return ConnectionEnd::PeerClosed;
+                }
+            }
             ReadEvent::Data(Ok(read_bytes)) => filled = start + read_bytes,
             ReadEvent::Data(Err(error)) => return ConnectionEnd::ReadFailed(error),
             ReadEvent::Stopped => return ConnectionEnd::Stopped,

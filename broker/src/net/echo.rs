@@ -66,7 +66,11 @@ impl FrameHandler for EchoHandler {
         Ok(Decoded::Frame { frame: buffer[..len_bytes].to_vec(), len_bytes })
     }
 
-    fn handle(self: Rc<Self>, frame: Vec<u8>) -> impl Future<Output = Vec<u8>> {
+    fn handle(
+        self: Rc<Self>,
+        frame: Vec<u8>,
+        _connection: Rc<crate::net::connection::Connection>,
+    ) -> impl Future<Output = Vec<u8>> {
         std::future::ready(frame)
     }
 

@@ -1,7 +1,9 @@
 //! A shard's listening socket and accept loop.
 //!
 //! Owns the port check before binding, the accept loop and the per-shard
-//! connection limit. Each accepted connection runs
+//! connection limit: a connection over it is told why
+//! (`TOO_MANY_CONNECTIONS`, from the handler's refusal response) before it
+//! is closed, and the refusal is counted and logged (rate-limited). Each accepted connection runs
 //! [`serve_connection`](crate::net::connection::serve_connection) as a task
 //! inside a glommio `Gate`, so the shard can wait for every connection to
 //! drain on shutdown. It does not choose ports (the shard does: base port +
@@ -25,12 +27,27 @@ use glommio::net::TcpListener;
 use glommio::sync::Gate;
 use thiserror::Error;
 
-use crate::net::connection::{serve_connection, ConnectionEnd, ConnectionLimits, FrameHandler};
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+
+use crate::net::connection::{
+    serve, Connection, ConnectionEnd, ConnectionLimits, FrameHandler, Refusal,
+};
+use crate::net::rejections::Rejections;
 use crate::net::stop::StopSignal;
 
 /// Pause after a failed `accept` (EMFILE and friends) so the loop does not
 /// spin while the condition lasts.
 pub const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(10);
+/// Refused connections being told why at once; past this, a refused
+/// connection is closed without its error frame (still counted and logged).
+pub const REFUSALS_IN_FLIGHT_MAX: usize = 64;
+/// A refused connection gets this long to take its error frame and close.
+pub const REFUSAL_LINGER: Duration = Duration::from_millis(500);
+/// Bytes a refused connection may send that are read and dropped while it
+/// takes its error frame (so closing does not reset it first).
+pub const REFUSAL_DRAIN_BYTES_MAX: usize = 64 * 1024;
+/// Rejection reason: a connection over `connections_per_shard_max`.
+pub const REJECT_TOO_MANY_CONNECTIONS: &str = "too_many_connections";
 
 /// Listening failures.
 #[derive(Debug, Error)]
@@ -96,6 +113,50 @@ pub struct AcceptStats {
     pub accepted: Cell<u64>,
     pub refused_over_limit: Cell<u64>,
     pub active: Cell<usize>,
+    /// Refused connections still being told why.
+    pub refusing: Cell<usize>,
+    /// Every rejection of this shard, per reason (shared with its
+    /// connections).
+    pub rejections: Rc<Rejections>,
+}
+
+struct RefusingGuard(Rc<AcceptStats>);
+
+impl Drop for RefusingGuard {
+    fn drop(&mut self) {
+        let refusing = self.0.refusing.get();
+        assert!(refusing > 0);
+        self.0.refusing.set(refusing - 1);
+    }
+}
+
+/// Writes `response` to a refused connection, says it will send nothing
+/// more, and drops what the peer sends until it closes, all within
+/// [`REFUSAL_LINGER`]: the peer reads the error before the close.
+async fn refuse(stream: glommio::net::TcpStream, response: impl AsRef<[u8]>) {
+    let mut stream = stream;
+    let told = async {
+        stream.write_all(response.as_ref()).await?;
+        stream.shutdown(std::net::Shutdown::Write).await?;
+        let mut sink = [0u8; 4096];
+        let mut drained = 0usize;
+        while drained < REFUSAL_DRAIN_BYTES_MAX {
+            let read = stream.read(&mut sink).await?;
+            if read == 0 {
+                break;
+            }
+            drained += read;
+        }
+        Ok::<(), std::io::Error>(())
+    };
+    let outcome = or(told, async {
+        glommio::timer::sleep(REFUSAL_LINGER).await;
+        Ok(())
+    })
+    .await;
+    if let Err(error) = outcome {
+        tracing::debug!(%error, "refused connection closed before its error frame");
+    }
 }
 
 struct ActiveGuard(Rc<AcceptStats>);
@@ -109,8 +170,9 @@ impl Drop for ActiveGuard {
 }
 
 /// Accepts until `stop` trips, serving each connection in `gate`. Over
-/// `connections_max` live connections, a new one is closed at once: clients
-/// see a reset and retry elsewhere, rather than queue in a backlog forever.
+/// `connections_max` live connections, a new one gets the handler's refusal
+/// response (`TOO_MANY_CONNECTIONS`) and is closed, rather than queue in a
+/// backlog forever; each refusal is counted and logged (rate-limited).
 /// Returns when the listener is dropped (stop); connections may still be
 /// draining: close the gate to wait for them.
 pub async fn accept_loop<H: FrameHandler>(
@@ -140,8 +202,34 @@ pub async fn accept_loop<H: FrameHandler>(
         stats.accepted.set(stats.accepted.get() + 1);
         if stats.active.get() >= connections_max {
             stats.refused_over_limit.set(stats.refused_over_limit.get() + 1);
-            tracing::debug!(connections_max, "connection refused: shard at its connection limit");
-            drop(stream);
+            stats.rejections.record(
+                REJECT_TOO_MANY_CONNECTIONS,
+                &format_args!(
+                    "connection from {:?} refused: shard at connections_per_shard_max = {connections_max}",
+                    stream.peer_addr().ok()
+                ),
+            );
+            let response =
+                handler.refusal_response(Refusal::TooManyConnections { connections_max });
+            match response {
+                Some(response) if stats.refusing.get() < REFUSALS_IN_FLIGHT_MAX => {
+                    stats.refusing.set(stats.refusing.get() + 1);
+                    let guard = RefusingGuard(stats.clone());
+                    let spawned = gate.spawn(async move {
+                        refuse(stream, response).await;
+                        drop(guard);
+                    });
+                    match spawned {
+                        Ok(task) => {
+                            task.detach();
+                        }
+                        Err(error) => {
+                            unreachable!("connection gate closed while accepting: {error}")
+                        }
+                    }
+                }
+                _ => drop(stream),
+            }
             continue;
         }
         if let Err(error) = stream.set_nodelay(true) {
@@ -150,7 +238,8 @@ pub async fn accept_loop<H: FrameHandler>(
         let peer = stream.peer_addr().ok();
         stats.active.set(stats.active.get() + 1);
         let guard = ActiveGuard(stats.clone());
-        let connection = serve_connection(stream, handler.clone(), limits, stop.clone());
+        let scope = Rc::new(Connection::new(limits.waiting_max, stats.rejections.clone()));
+        let connection = serve(stream, handler.clone(), limits, stop.clone(), scope);
         let spawned = gate.spawn(async move {
             let end = connection.await;
             log_connection_end(peer, &end);

@@ -1,16 +1,21 @@
 //! Network edge of a shard: listeners, connection loops, frames in and out.
 //!
 //! Owns sockets and per-connection bounds (buffer size, in-flight requests,
-//! idle/frame/write timeouts). It does not decode the Spool protocol: the
+//! waiting requests, idle/frame/write timeouts), fair turns between the
+//! connections of a shard, and the counted, rate-limited report of every
+//! rejection. It does not decode the Spool protocol: the
 //! codec plugs in through [`connection::FrameHandler`]. One of the three
 //! places allowed to name glommio (with `io/` and the shard bootstrap).
 
 pub mod connection;
 pub mod echo;
 pub mod listener;
+pub mod rejections;
 pub mod stop;
 
 pub use connection::{
-    serve_connection, ConnectionEnd, ConnectionLimits, Decoded, FrameHandler, ProtocolFault,
+    serve, serve_connection, Connection, ConnectionEnd, ConnectionLimits, Decoded, FrameHandler,
+    ProtocolFault, Refusal,
 };
+pub use rejections::Rejections;
 pub use stop::StopSignal;

@@ -49,7 +49,7 @@ use crate::queue::{
     Redrive, ReleaseReason, CLAIMED_EVENT_BYTES, EVENT_BYTES,
 };
 use files::{SideFileError, CHECKPOINT_FILE, CHECKPOINT_MAGIC, EPOCH_FILE, EPOCH_MAGIC};
-use signal::{Signal, CLAIM_WAITERS_MAX};
+use signal::{Signal, WaitOwner, WaitRefused, CLAIM_WAITERS_MAX};
 
 /// Furthest a producer's `enqueue_time_ms` may be from the broker clock.
 pub const ENQUEUE_CLOCK_SKEW_MS_MAX: Millis = 5 * 60 * 1000;
@@ -131,6 +131,8 @@ pub enum PartitionError {
     Recovery { dir: PathBuf, reason: String },
     #[error("too many claims are waiting on this partition ({CLAIM_WAITERS_MAX})")]
     TooManyWaiters,
+    #[error("this connection already has {waiting_max} claims waiting (claim_waiters_per_connection_max)")]
+    TooManyWaitersOnConnection { waiting_max: usize },
     #[error("queue config: {0}")]
     Config(#[from] crate::queue::ConfigError),
 }
@@ -165,7 +167,9 @@ impl PartitionError {
             }
             PartitionError::QueueFull { .. } => ErrorCode::QueueFull,
             PartitionError::Token(_) => ErrorCode::InvalidToken,
-            PartitionError::TooManyWaiters => ErrorCode::Throttled,
+            PartitionError::TooManyWaiters | PartitionError::TooManyWaitersOnConnection { .. } => {
+                ErrorCode::Throttled
+            }
             PartitionError::SideFile(_) | PartitionError::Recovery { .. } => {
                 ErrorCode::StorageFailed
             }
@@ -742,7 +746,8 @@ impl<S: Storage + Clone> Partition<S> {
 
     /// Claims up to `request.credits` messages from `lane`, long-polling up
     /// to `wait_ms` when none is ready. Replies after the claim events are
-    /// durable, with each record's bytes.
+    /// durable, with each record's bytes. The wait belongs to no connection
+    /// and cannot be cut short; see [`Partition::claim_as`].
     ///
     /// # Errors
     /// Lease or credits out of range, too many waiters, storage failure.
@@ -752,8 +757,34 @@ impl<S: Storage + Clone> Partition<S> {
         lane: Lane,
         wait_ms: Millis,
     ) -> Result<Vec<Claimed>, PartitionError> {
+        let waiting = Cell::new(0);
+        let owner = WaitOwner { id: u64::MAX, waiting: &waiting, waiting_max: usize::MAX };
+        self.claim_as(request, lane, wait_ms, owner, std::future::pending()).await
+    }
+
+    /// [`Partition::claim`] on behalf of `owner` (a connection), whose
+    /// waiting claims count against its own bound as well as the
+    /// partition's. The wait ends early, with what was found (nothing), when
+    /// `give_up` resolves (the peer closed, the broker stops) or when the
+    /// partition evicts this waiter in favour of a lighter owner. A claim
+    /// gives up only while waiting, never between appending its events and
+    /// replying.
+    ///
+    /// # Errors
+    /// Lease or credits out of range, too many waiters (on the partition or
+    /// for the owner), storage failure.
+    pub async fn claim_as(
+        &self,
+        request: &ClaimRequest,
+        lane: Lane,
+        wait_ms: Millis,
+        owner: WaitOwner<'_>,
+        give_up: impl Future<Output = ()>,
+    ) -> Result<Vec<Claimed>, PartitionError> {
         let deadline = (self.clock)().saturating_add(wait_ms);
         let room = Self::control_bytes(request.credits as usize, true);
+        let mut give_up = std::pin::pin!(give_up);
+        let mut slot = None;
         loop {
             self.log.writable(BatchKind::Control, room).await;
             let now = (self.clock)();
@@ -765,20 +796,45 @@ impl<S: Storage + Clone> Partition<S> {
                 }
             };
             if !decision.deliveries.is_empty() {
+                drop(slot);
                 let ticket = self.append_events(&decision.events, now)?;
                 if let Some(ticket) = ticket {
                     ticket.durable().await?;
                 }
                 return self.with_records(decision.deliveries).await;
             }
-            if now >= deadline || self.closed.get() {
+            let evicted = slot.as_ref().is_some_and(signal::WaiterSlot::evicted);
+            if now >= deadline || self.closed.get() || evicted {
                 return Ok(Vec::new());
             }
-            if self.claimable.waiters() >= CLAIM_WAITERS_MAX {
-                return Err(PartitionError::TooManyWaiters);
+            if slot.is_none() {
+                slot =
+                    Some(self.claimable.register(owner, CLAIM_WAITERS_MAX).map_err(|refused| {
+                        match refused {
+                            WaitRefused::OwnerFull { waiting_max } => {
+                                PartitionError::TooManyWaitersOnConnection { waiting_max }
+                            }
+                            WaitRefused::PartitionFull { .. } => PartitionError::TooManyWaiters,
+                        }
+                    })?);
             }
-            self.claimable.wait().await;
+            let wait = async {
+                self.claimable.wait().await;
+                false
+            };
+            let gave_up = async {
+                give_up.as_mut().await;
+                true
+            };
+            if futures_lite::future::or(wait, gave_up).await {
+                return Ok(Vec::new());
+            }
         }
+    }
+
+    /// Claims waiting on this partition now (long-polls holding a slot).
+    pub fn claims_waiting(&self) -> usize {
+        self.claimable.claims_waiting()
     }
 
     /// Reads the record bytes of each delivery from the log.

@@ -35,7 +35,8 @@ use super::convert::{
 };
 use super::{ShardPartition, ShardState};
 use crate::control::assignment::QueueName;
-use crate::net::connection::{Decoded, FrameHandler, ProtocolFault};
+use crate::net::connection::{Connection, Decoded, FrameHandler, ProtocolFault, Refusal};
+use crate::partition::signal::WaitOwner;
 use crate::partition::{EnqueueOutcome, PartitionError};
 use crate::queue::{ClaimRequest, Lane, MessagePhase, Offset, Redrive, ReleaseReason, WorkerId};
 use crate::shard::ControlError;
@@ -49,6 +50,11 @@ pub const PEEK_MAX: usize = 1024;
 pub const RELEASE_REASON_WORKER: ReleaseReason = ReleaseReason(1);
 
 pub use crate::control::assignment::DEAD_LETTER_SUFFIX;
+
+/// Rejection reason: a claim would wait past its connection's bound.
+pub const REJECT_CLAIM_WAITERS_PER_CONNECTION: &str = "claim_waiters_per_connection";
+/// Rejection reason: a claim would wait past its partition's bound.
+pub const REJECT_CLAIM_WAITERS_PER_PARTITION: &str = "claim_waiters_per_partition";
 
 /// A release reason and quarantine cause as text for DeadLetters.
 fn reason_text(reason: ReleaseReason, cause: Option<crate::queue::QuarantineCause>) -> String {
@@ -575,7 +581,7 @@ impl SpoolHandler {
         out
     }
 
-    async fn answer(&self, owned: &OwnedFrame) -> Vec<u8> {
+    async fn answer(&self, owned: &OwnedFrame, connection: &Connection) -> Vec<u8> {
         let frame = match &owned.header {
             Ok(header) => owned.frame(*header),
             Err(failure) => {
@@ -606,7 +612,7 @@ impl SpoolHandler {
         let mut out = Vec::new();
         let encoded = if let Request::Claim(claim) = &request {
             // Claims borrow record bytes from the partition's reply.
-            match self.claim(claim).await {
+            match self.claim(claim, connection).await {
                 Ok(claimed) => {
                     let deliveries = claimed
                         .iter()
@@ -640,9 +646,14 @@ impl SpoolHandler {
         }
     }
 
+    /// A claim long-polls on behalf of its connection: its wait counts
+    /// against the connection's bound (`claim_waiters_per_connection_max`)
+    /// and ends, answered with what it found, when the connection ends (the
+    /// peer closed, or the broker stops).
     async fn claim(
         &self,
         claim: &proto::ClaimRequest<'_>,
+        connection: &Connection,
     ) -> Result<Vec<crate::partition::Claimed>, ErrorResponse> {
         // `<queue>.dlq` names the dead-letter lane of `<queue>`'s partitions,
         // unless a queue by that very name exists (created before such
@@ -660,10 +671,28 @@ impl SpoolHandler {
             max_bytes: u64::from(claim.max_bytes),
             lease_ms: (claim.lease_ms > 0).then_some(u64::from(claim.lease_ms)),
         };
-        partition
-            .claim(&request, lane, u64::from(claim.wait_ms))
-            .await
-            .map_err(|e| partition_error(&e))
+        let owner = WaitOwner {
+            id: connection.id(),
+            waiting: &connection.waiting,
+            waiting_max: connection.waiting_max,
+        };
+        let claimed = partition
+            .claim_as(&request, lane, u64::from(claim.wait_ms), owner, connection.ended())
+            .await;
+        claimed.map_err(|failure| {
+            let reason = match failure {
+                PartitionError::TooManyWaitersOnConnection { .. } => {
+                    Some(REJECT_CLAIM_WAITERS_PER_CONNECTION)
+                }
+                PartitionError::TooManyWaiters => Some(REJECT_CLAIM_WAITERS_PER_PARTITION),
+                _ => None,
+            };
+            if let Some(reason) = reason {
+                let detail = format_args!("claim on {queue}/{}: {failure}", claim.partition.0);
+                connection.rejections().record(reason, &detail);
+            }
+            partition_error(&failure)
+        })
     }
 }
 
@@ -730,8 +759,18 @@ impl FrameHandler for SpoolHandler {
         Ok(Decoded::Frame { frame: OwnedFrame { bytes, header }, len_bytes: declared })
     }
 
-    async fn handle(self: Rc<Self>, frame: OwnedFrame) -> Vec<u8> {
-        self.answer(&frame).await
+    async fn handle(self: Rc<Self>, frame: OwnedFrame, connection: Rc<Connection>) -> Vec<u8> {
+        self.answer(&frame, &connection).await
+    }
+
+    fn refusal_response(&self, refusal: Refusal) -> Option<Vec<u8>> {
+        let Refusal::TooManyConnections { connections_max } = refusal;
+        let message = format!(
+            "this shard serves at most {connections_max} connections \
+             (connections_per_shard_max); retry later or use fewer connections"
+        );
+        let reply = error(ErrorCode::TooManyConnections, message);
+        Some(Self::encode_error(&reply, CorrelationId::CONNECTION, 0, 0))
     }
 
     fn fault_response(&self, fault: ProtocolFault<'_, FrameError>) -> Option<Vec<u8>> {
