@@ -32,6 +32,8 @@ pub enum BenchError {
     Load(#[from] crate::load::LoadError),
     #[error("capacity: {0}")]
     Capacity(#[from] crate::capacity::CapacityError),
+    #[error("rss: {0}")]
+    Rss(#[from] crate::rss::RssError),
     #[error("omb: {0}")]
     Omb(#[from] crate::omb::OmbError),
     #[error("cannot encode the report: {0}")]

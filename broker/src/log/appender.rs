@@ -464,7 +464,8 @@ impl<S: Storage> Log<S> {
         assert!(state.gather_pos.is_multiple_of(PAGE_BYTES));
         // The buffer starts small and grows with the gather (`grow_gather`):
         // most commits are far below `commit_bytes`, and a buffer stays
-        // allocated at its full size while the tail cache holds it.
+        // allocated at its full size until the commit is durable (the tail
+        // cache then keeps a copy of its span only).
         let buf_bytes = span.max(GATHER_BUF_INITIAL_BYTES).min(cap_bytes);
         let buf = state.alloc_file.alloc_buf(buf_bytes as usize);
         let seq = state.next_seq;
@@ -743,7 +744,8 @@ impl<S: Storage> Shared<S> {
                 // so a 4 KiB commit may sit in a 64 KiB buffer. Such a buffer
                 // is copied into one of its span before it is cached, so the
                 // bound holds as many commits as it has bytes for.
-                if self.config.tail_cache_bytes > 0 {
+                // A commit larger than the whole cache would evict itself.
+                if cached_bytes <= self.config.tail_cache_bytes {
                     let buf = if done.alloc_bytes > cached_bytes {
                         compact(&*state.alloc_file, &done.buf)
                     } else {

@@ -10,6 +10,7 @@
 //! - `load`: 2 producers, 4 consumers, exactly-once acks of every message.
 //! - `restart`: SIGTERM and SIGKILL mid-stream keep every acknowledged change.
 //! - `faults`: bad frames close only their connection; one broker per data dir.
+//! - `memory`: RSS after a drained backlog is the baseline plus the caches.
 
 // Helpers outside `#[test]` functions unwrap too: a failed step is a failed
 // test.
@@ -20,6 +21,7 @@ mod common;
 mod faults;
 mod lease;
 mod load;
+mod memory;
 mod ops;
 mod restart;
 mod routing;
