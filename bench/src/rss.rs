@@ -353,14 +353,12 @@ async fn enqueue(
             }
             continue;
         }
-        if let Some(result) = in_flight.next().await {
-            if let Err(error) = result {
-                if error.code().is_none() {
-                    return Err(error);
-                }
-                errors.fetch_add(1, Ordering::Relaxed);
-                failed += 1;
+        if let Some(Err(error)) = in_flight.next().await {
+            if error.code().is_none() {
+                return Err(error);
             }
+            errors.fetch_add(1, Ordering::Relaxed);
+            failed += 1;
         }
     }
     Ok(())

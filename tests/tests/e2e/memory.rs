@@ -10,7 +10,7 @@ use crate::common::claim_options;
 
 const QUEUE: &str = "memory";
 const PARTITIONS: u32 = 4;
-const MESSAGES: u64 = 50_000;
+const MESSAGES: u64 = 20_000;
 /// The capacity model's record size (1.6 KiB).
 const PAYLOAD_BYTES: usize = 1_638;
 /// Sends in flight: enough for group commits of a few records each.
@@ -30,7 +30,7 @@ const SLACK_BYTES: u64 = 48 << 20;
 // tail cache counted its buffers' allocation, each small commit pinned a
 // 64 KiB buffer and 4 partitions kept ≈ 4 × 128 MiB. Method: one shard, 4
 // partitions with a 4 MiB tail cache each; sample RSS with the queue created
-// and empty; enqueue 50k 1.6 KiB messages, claim and ack them 16 at a time
+// and empty; enqueue 20k 1.6 KiB messages, claim and ack them 16 at a time
 // (thousands of one-page commits per partition), then sample RSS again and
 // compare against baseline + 4 × 4 MiB + 48 MiB.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
