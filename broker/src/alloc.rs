@@ -16,6 +16,11 @@
 //! (tests): then it collects mimalloc's empty heaps, which costs nothing.
 
 use std::os::raw::{c_int, c_long};
+
+// Links mimalloc's static library into every binary that uses this crate
+// (tests included), not only into `spoold`, which installs it as the global
+// allocator: `mi_collect` and `mi_option_set_default` live there.
+extern crate mimalloc as _;
 use std::time::Duration;
 
 /// How long freed memory stays committed before it is purged (mimalloc's
