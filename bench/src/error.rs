@@ -34,6 +34,8 @@ pub enum BenchError {
     Hostile(String),
     #[error("capacity: {0}")]
     Capacity(#[from] crate::capacity::CapacityError),
+    #[error("rss: {0}")]
+    Rss(#[from] crate::rss::RssError),
     #[error("omb: {0}")]
     Omb(#[from] crate::omb::OmbError),
     #[error("cannot encode the report: {0}")]

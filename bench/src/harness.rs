@@ -213,6 +213,11 @@ impl SpooldProcess {
         text[start..].trim().to_owned()
     }
 
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// The bootstrap address (`127.0.0.1:<base port>`).
     pub fn addr(&self) -> &str {
         &self.addr

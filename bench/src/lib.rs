@@ -22,6 +22,9 @@
 //!   progress bar and an SVG [`plot`]. [`harness`] starts and stops the
 //!   `spoold` these and `throughput` run against.
 //!
+//! - [`rss`]: the started `spoold`'s resident memory at each of a series of
+//!   backlogs, after the drain, and after a settle period.
+//!
 //! [`heap`] holds the counting allocator the binary installs for
 //! `state_memory`; the criterion micro-benchmarks of the state machine live
 //! beside it in `broker/benches/queue.rs`.
@@ -39,6 +42,7 @@ pub mod log_append;
 pub mod omb;
 pub mod plot;
 pub mod recovery;
+pub mod rss;
 pub mod state_memory;
 pub mod throughput;
 pub mod timed;

@@ -19,6 +19,7 @@ use spool_bench::load::{self, BrokerConfig, LoadConfig, Phase, PhaseEnd, Sample}
 use spool_bench::log_append::{self, LogAppendConfig};
 use spool_bench::omb::{self, OmbConfig};
 use spool_bench::recovery::{self, RecoveryConfig};
+use spool_bench::rss::{self, RssConfig};
 use spool_bench::state_memory::{self, StateMemoryConfig};
 use spool_bench::throughput::{self, ThroughputConfig};
 use spool_bench::BenchError;
@@ -54,6 +55,8 @@ enum Command {
     Omb(OmbArgs),
     /// A producer's enqueue latency alone, then beside hostile connections (loopback).
     Hostile(HostileArgs),
+    /// The started spoold's RSS at each backlog, after the drain, and after a settle.
+    Rss(RssArgs),
 }
 
 #[derive(Debug, Args)]
@@ -85,6 +88,59 @@ struct HostileArgs {
     /// The producer sends one message this often (ms).
     #[arg(long, default_value_t = 5)]
     interval_ms: u64,
+}
+
+#[derive(Debug, Args)]
+struct RssArgs {
+    /// Parent of the started spoold's temporary data directory.
+    #[arg(long, default_value = "/tmp")]
+    dir: PathBuf,
+    /// spoold binary to start [default: spoold next to this executable].
+    #[arg(long)]
+    spoold: Option<PathBuf>,
+    /// Broker shards [default: CPUs available].
+    #[arg(long)]
+    shards: Option<u16>,
+    /// Partitions of the queue [default: shards × 2].
+    #[arg(long)]
+    partitions: Option<u32>,
+    /// Record payload bytes (1.6 KiB).
+    #[arg(long, default_value_t = 1638)]
+    msg_bytes: u64,
+    /// Backlogs to sample at, ascending, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "100000,1000000")]
+    steps: Vec<u64>,
+    #[arg(long, default_value_t = 2)]
+    producers: u32,
+    /// Sends in flight per producer.
+    #[arg(long, default_value_t = 8192)]
+    window: u64,
+    /// Producer linger in µs.
+    #[arg(long, default_value_t = 5000)]
+    linger_us: u64,
+    /// Producer batch target in bytes.
+    #[arg(long, default_value_t = 256 * 1024)]
+    batch_bytes: u64,
+    #[arg(long, default_value_t = 2)]
+    consumers: u32,
+    /// Execution slots per consumer.
+    #[arg(long, default_value_t = 512)]
+    slots: u32,
+    /// Dedupe window of the queue (ms) [default: the client's queue default, 1 h].
+    #[arg(long, default_value_t = 3_600_000)]
+    dedupe_window_ms: u64,
+    /// Pause before each sample (ms).
+    #[arg(long, default_value_t = 2_000)]
+    settle_ms: u64,
+    /// Pause after the drain before the last sample (ms).
+    #[arg(long, default_value_t = 10_000)]
+    after_drain_ms: u64,
+    /// tokio worker threads for all clients.
+    #[arg(long, default_value_t = 2)]
+    client_threads: u64,
+    /// Also write the JSON report to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -535,6 +591,7 @@ fn main() -> ExitCode {
         Command::Capacity(args) => capacity(&args),
         Command::Omb(args) => omb(&args),
         Command::Hostile(args) => hostile(&args),
+        Command::Rss(args) => rss_run(&args),
     };
     report_result(report)
 }
@@ -628,6 +685,29 @@ fn capacity(args: &CapacityArgs) -> Result<String, BenchError> {
         report.predicted.drain_s
     );
     emit(&report, &report.series, &title, args.load.json.as_deref(), args.load.plot.as_deref())
+}
+
+fn rss_run(args: &RssArgs) -> Result<String, BenchError> {
+    let config = RssConfig {
+        spoold: args.spoold.clone(),
+        dir: args.dir.clone(),
+        shards: args.shards,
+        partitions: args.partitions,
+        msg_bytes: args.msg_bytes,
+        steps: args.steps.clone(),
+        producers: args.producers,
+        window: args.window,
+        linger_us: args.linger_us,
+        batch_bytes: args.batch_bytes,
+        consumers: args.consumers,
+        slots: args.slots,
+        dedupe_window_ms: args.dedupe_window_ms,
+        settle_ms: args.settle_ms,
+        after_drain_ms: args.after_drain_ms,
+        client_threads: args.client_threads,
+    };
+    let report = rss::run(&config)?;
+    emit(&report, &[], "spool-bench rss", args.json.as_deref(), None)
 }
 
 fn omb(args: &OmbArgs) -> Result<String, BenchError> {

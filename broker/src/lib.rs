@@ -11,6 +11,7 @@
 //! fault hooks (armed only with the `failpoints` feature). Only `io`, `net`
 //! and the shard bootstrap name glommio.
 
+pub mod alloc;
 pub mod clock;
 pub mod control;
 pub mod failpoint;

@@ -31,8 +31,8 @@ pub const COMMIT_BYTES_MAX: u64 = 8 << 20;
 /// Default target size of one group commit.
 pub const COMMIT_BYTES_DEFAULT: u64 = 1 << 20;
 /// First size of a commit's gather buffer; it doubles as batches arrive, up
-/// to the commit size. Commits of claims and acks are a few KiB, and the
-/// tail cache keeps each buffer at its allocated size.
+/// to the commit size. Commits of claims and acks are a few KiB; the tail
+/// cache keeps a copy of a commit's span, never its larger buffer.
 pub const GATHER_BUF_INITIAL_BYTES: u64 = 64 << 10;
 
 /// Most commits that may be written but not yet synced at once.
@@ -61,7 +61,8 @@ pub const INDEX_INTERVAL_BYTES_DEFAULT: u64 = 64 * 1024;
 /// Most index entries one segment can hold (one per interval at the minimum).
 pub const INDEX_ENTRIES_MAX: u64 = SEGMENT_BYTES_MAX / INDEX_INTERVAL_BYTES_MIN;
 
-/// Largest and default in-memory cache of recently committed pages.
+/// Largest and default in-memory cache of recently committed pages, per
+/// partition, counted at the memory its buffers hold.
 pub const TAIL_CACHE_BYTES_MAX: u64 = 256 << 20;
 pub const TAIL_CACHE_BYTES_DEFAULT: u64 = 8 << 20;
 

@@ -425,3 +425,44 @@ fn a_gather_grows_past_its_first_buffer_and_keeps_every_byte() {
     let read: Vec<Vec<u8>> = batches.into_iter().map(|batch| batch.bytes).collect();
     assert_eq!(read, expected);
 }
+
+#[test]
+fn the_tail_cache_holds_no_more_memory_than_its_bound() {
+    // Goal: the tail cache is bounded by the memory its buffers hold, not by the bytes
+    // committed into them: a small commit gathered in a GATHER_BUF_INITIAL_BYTES buffer
+    // must not pin the whole buffer (it did: 16× the bound with one-page commits), and
+    // everything the cache reads from is still served from it. Method: a 256 KiB cache,
+    // 300 one-page commits made durable one at a time; then the disk's live write-buffer
+    // bytes (every allocation at its full size) must be within the bound plus the one
+    // open gather, and the cache still serves the newest commits' batches.
+    use spool_broker::limits::GATHER_BUF_INITIAL_BYTES;
+    let tail_cache_bytes = 256 << 10;
+    let config = spool_broker::log::LogConfig {
+        segment_bytes: 4 << 20,
+        commit_bytes: 1 << 20,
+        pending_bytes_max: 2 << 20,
+        data_pending_bytes_max: 2 << 20,
+        tail_cache_bytes,
+        ..small_config()
+    };
+    let disk = SimStorage::new();
+    let fatal = Rc::new(RecordFatal::default());
+    let (log, _) = block_on(Log::open(disk.clone(), Path::new("/p"), config, 1, fatal)).unwrap();
+    let mut newest = Vec::new();
+    block_on(drive(&log, async {
+        for tag in 0..300u64 {
+            let batch = make_batch(1, 1500, tag);
+            let appended = log.append(&batch).unwrap();
+            appended.ticket.durable().await.unwrap();
+            newest = stamped(&batch, appended.next_offset.0 - 1, 1);
+        }
+        let live = disk.live_buf_bytes();
+        assert!(
+            live <= tail_cache_bytes + GATHER_BUF_INITIAL_BYTES,
+            "{live} bytes of write buffers alive against a {tail_cache_bytes}-byte cache"
+        );
+        let read = log.read(spool_broker::log::Offset(299), 4096).await.unwrap();
+        assert_eq!(read[0].bytes, newest);
+    }));
+    assert_eq!(log.stats().commits, 300, "each append committed alone");
+}

@@ -36,27 +36,8 @@ fn install_signal_handlers(stop: &Arc<AtomicBool>) -> Result<(), std::io::Error>
     Ok(())
 }
 
-/// glibc malloc: heap top kept (not trimmed) up to this much free memory,
-/// and allocations below this size served from the heap rather than mmap.
-const MALLOC_TRIM_THRESHOLD_BYTES: i32 = 256 << 20;
-const MALLOC_MMAP_THRESHOLD_BYTES: i32 = 32 << 20;
-
-/// Keeps glibc from returning memory to the kernel after every large free.
-/// Each request allocates and frees buffers of a batch's size (up to 1 MiB);
-/// with the defaults (trim and mmap thresholds of 128 KiB, per-thread arenas)
-/// every such free shrank the shard's heap with munmap and the next request
-/// faulted the pages back in: ~12 % of broker CPU under load in `perf`.
-fn tune_malloc() {
-    // SAFETY: mallopt only changes allocator parameters; called before any
-    // other thread exists. A refusal (return 0) leaves the defaults.
-    unsafe {
-        libc::mallopt(libc::M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD_BYTES);
-        libc::mallopt(libc::M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD_BYTES);
-    }
-}
-
 pub fn main() {
-    tune_malloc();
+    spool_broker::alloc::configure();
     let cli = Cli::parse();
     let allowed_cpus = cpus::allowed_cpus().len();
     let config = match BrokerConfig::load(&cli, std::env::vars(), allowed_cpus) {

@@ -41,6 +41,10 @@ pub const STARTUP_TIMEOUT_MS_DEFAULT: u64 = 120_000;
 /// Default segment size: small enough that a new queue on a fresh machine
 /// pre-zeroes little, large enough that rolls are rare.
 pub const SEGMENT_BYTES_DEFAULT: u64 = 64 << 20;
+/// Default per-partition tail cache: the newest committed pages kept in
+/// memory so claims of fresh messages read no disk. Memory is this times the
+/// partitions a broker hosts.
+pub const TAIL_CACHE_BYTES_DEFAULT: u64 = crate::limits::TAIL_CACHE_BYTES_DEFAULT;
 /// Upper bound for `connections_per_shard_max`.
 pub const CONNECTIONS_PER_SHARD_LIMIT: u32 = 65_536;
 /// Upper bound for `in_flight_per_connection_max`.
@@ -100,6 +104,9 @@ pub struct BrokerConfig {
     pub housekeeping_tick_ms: u64,
     /// Size of each partition's segment files (pre-zeroed before use).
     pub segment_bytes: u64,
+    /// Memory each partition keeps of its newest commits to serve claims
+    /// without a disk read (counted at the buffers' allocated size).
+    pub tail_cache_bytes: u64,
     /// Connections one shard serves at once; extra ones are closed on accept.
     pub connections_per_shard_max: u32,
     /// Requests one connection may have in flight; reading pauses beyond it.
@@ -150,6 +157,7 @@ impl BrokerConfig {
     pub fn log_config(&self) -> crate::log::LogConfig {
         crate::log::LogConfig {
             segment_bytes: self.segment_bytes,
+            tail_cache_bytes: self.tail_cache_bytes,
             ..crate::log::LogConfig::default()
         }
     }
@@ -208,6 +216,12 @@ impl BrokerConfig {
             self.housekeeping_tick_ms,
             HOUSEKEEPING_TICK_MS_MIN,
             HOUSEKEEPING_TICK_MS_MAX,
+        )?;
+        check_range(
+            "tail_cache_bytes",
+            self.tail_cache_bytes,
+            0,
+            crate::limits::TAIL_CACHE_BYTES_MAX,
         )?;
         let log = self.log_config();
         log.validate().map_err(|error| ConfigError::Invalid {
@@ -293,6 +307,7 @@ pub struct PartialConfig {
     pub spin_before_park_us: Option<u64>,
     pub housekeeping_tick_ms: Option<u64>,
     pub segment_bytes: Option<u64>,
+    pub tail_cache_bytes: Option<u64>,
     pub connections_per_shard_max: Option<u32>,
     pub in_flight_per_connection_max: Option<u32>,
     pub claim_waiters_per_connection_max: Option<u32>,
@@ -321,6 +336,8 @@ pub const ENV_SETTINGS: &[&str] = &[
     "SEGMENT_BYTES",
     "CONNECTIONS_PER_SHARD_MAX",
     "IN_FLIGHT_PER_CONNECTION_MAX",
+    "CLAIM_WAITERS_PER_CONNECTION_MAX",
+    "TAIL_CACHE_BYTES",
     "FRAME_BYTES_MAX",
     "IDLE_TIMEOUT_MS",
     "FRAME_TIMEOUT_MS",
@@ -396,6 +413,8 @@ pub const FILE_KEYS: &[&str] = &[
     "segment_bytes",
     "connections_per_shard_max",
     "in_flight_per_connection_max",
+    "claim_waiters_per_connection_max",
+    "tail_cache_bytes",
     "frame_bytes_max",
     "idle_timeout_ms",
     "frame_timeout_ms",
@@ -471,6 +490,7 @@ impl PartialConfig {
                     layer.housekeeping_tick_ms = Some(parse_env(&name, &value)?)
                 }
                 "SEGMENT_BYTES" => layer.segment_bytes = Some(parse_env(&name, &value)?),
+                "TAIL_CACHE_BYTES" => layer.tail_cache_bytes = Some(parse_env(&name, &value)?),
                 "CONNECTIONS_PER_SHARD_MAX" => {
                     layer.connections_per_shard_max = Some(parse_env(&name, &value)?)
                 }
@@ -513,6 +533,7 @@ impl PartialConfig {
             spin_before_park_us: higher.spin_before_park_us.or(self.spin_before_park_us),
             housekeeping_tick_ms: higher.housekeeping_tick_ms.or(self.housekeeping_tick_ms),
             segment_bytes: higher.segment_bytes.or(self.segment_bytes),
+            tail_cache_bytes: higher.tail_cache_bytes.or(self.tail_cache_bytes),
             connections_per_shard_max: higher
                 .connections_per_shard_max
                 .or(self.connections_per_shard_max),
@@ -548,6 +569,7 @@ impl PartialConfig {
             spin_before_park_us: self.spin_before_park_us.unwrap_or(0),
             housekeeping_tick_ms: self.housekeeping_tick_ms.unwrap_or(HOUSEKEEPING_TICK_MS_DEFAULT),
             segment_bytes: self.segment_bytes.unwrap_or(SEGMENT_BYTES_DEFAULT),
+            tail_cache_bytes: self.tail_cache_bytes.unwrap_or(TAIL_CACHE_BYTES_DEFAULT),
             connections_per_shard_max: self.connections_per_shard_max.unwrap_or(1_024),
             in_flight_per_connection_max: self.in_flight_per_connection_max.unwrap_or(128),
             claim_waiters_per_connection_max: self
@@ -599,6 +621,10 @@ pub struct Cli {
     /// Segment file size per partition, bytes [default: 64 MiB; 8 MiB..=1 GiB].
     #[arg(long, value_name = "BYTES")]
     pub segment_bytes: Option<u64>,
+    /// Memory per partition for its newest commits, bytes [default: 8 MiB;
+    /// 0..=256 MiB]. Env: SPOOL_TAIL_CACHE_BYTES.
+    #[arg(long, value_name = "BYTES")]
+    pub tail_cache_bytes: Option<u64>,
     /// Connections per shard [default: 1024].
     #[arg(long, value_name = "N")]
     pub connections_per_shard_max: Option<u32>,
@@ -641,6 +667,7 @@ impl Cli {
             spin_before_park_us: self.spin_before_park_us,
             housekeeping_tick_ms: self.housekeeping_tick_ms,
             segment_bytes: self.segment_bytes,
+            tail_cache_bytes: self.tail_cache_bytes,
             connections_per_shard_max: self.connections_per_shard_max,
             in_flight_per_connection_max: self.in_flight_per_connection_max,
             claim_waiters_per_connection_max: self.claim_waiters_per_connection_max,
@@ -768,6 +795,11 @@ mod tests {
             frame.resolve(1),
             Err(ConfigError::OutOfRange { field: "frame_bytes_max", .. })
         ));
+        let cache = PartialConfig { tail_cache_bytes: Some(1 << 40), ..Default::default() };
+        assert!(matches!(
+            cache.resolve(1),
+            Err(ConfigError::OutOfRange { field: "tail_cache_bytes", .. })
+        ));
         let filter = PartialConfig { log_filter: Some("info,[[[".into()), ..Default::default() };
         assert!(matches!(filter.resolve(1), Err(ConfigError::Invalid { field: "log_filter", .. })));
 
@@ -838,6 +870,35 @@ mod tests {
 
     // Goal: file errors name the file; unknown keys are rejected (typos must
     // not pass silently). Method: a missing file and a file with a typo.
+    // Goal: the name lists behind "did you mean" (FILE_KEYS, ENV_SETTINGS)
+    // hold every setting the parsers accept, so a new setting cannot be
+    // left out of the suggestions. Method: serde's unknown-field error
+    // lists every field of `PartialConfig`; compare that set with
+    // FILE_KEYS, and FILE_KEYS with ENV_SETTINGS (upper case, `LOG` for
+    // `log_filter`, plus `CONFIG`).
+    #[test]
+    fn setting_name_lists_match_the_parsers() {
+        let error = PartialConfig::from_toml("no_such_setting = 1\n").unwrap_err();
+        let message = error.message();
+        let expected =
+            message.split("expected one of").nth(1).unwrap_or_else(|| panic!("{message}"));
+        let mut fields: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+        fields.sort_unstable();
+        let mut file_keys = FILE_KEYS.to_vec();
+        file_keys.sort_unstable();
+        assert_eq!(fields, file_keys, "FILE_KEYS against PartialConfig's fields");
+        let mut from_files: Vec<String> = FILE_KEYS
+            .iter()
+            .map(|key| if *key == "log_filter" { "LOG".to_owned() } else { key.to_uppercase() })
+            .chain(std::iter::once("CONFIG".to_owned()))
+            .collect();
+        from_files.sort_unstable();
+        let mut env_settings: Vec<String> =
+            ENV_SETTINGS.iter().map(|name| (*name).to_owned()).collect();
+        env_settings.sort_unstable();
+        assert_eq!(env_settings, from_files, "ENV_SETTINGS against FILE_KEYS");
+    }
+
     #[test]
     fn file_errors_name_the_file_and_reject_unknown_keys() {
         let dir = tempfile::tempdir().unwrap();
@@ -872,6 +933,7 @@ mod tests {
         let file = PartialConfig::from_toml(
             "data_dir = \"/d\"\nlisten = \"127.0.0.1:9000\"\ncores = 1\nlog_format = \"json\"\n\
              log_filter = \"debug\"\nspin_before_park_us = 5\nhousekeeping_tick_ms = 4\n\
+             tail_cache_bytes = 65536\n\
              connections_per_shard_max = 9\nin_flight_per_connection_max = 8\n\
              frame_bytes_max = 8192\nidle_timeout_ms = 500\nframe_timeout_ms = 400\n\
              write_timeout_ms = 300\nstartup_timeout_ms = 200\nshutdown_timeout_ms = 150\n",
@@ -885,6 +947,7 @@ mod tests {
             ("SPOOL_LOG", "debug"),
             ("SPOOL_SPIN_BEFORE_PARK_US", "5"),
             ("SPOOL_HOUSEKEEPING_TICK_MS", "4"),
+            ("SPOOL_TAIL_CACHE_BYTES", "65536"),
             ("SPOOL_CONNECTIONS_PER_SHARD_MAX", "9"),
             ("SPOOL_IN_FLIGHT_PER_CONNECTION_MAX", "8"),
             ("SPOOL_FRAME_BYTES_MAX", "8192"),
@@ -903,6 +966,7 @@ mod tests {
             "--log-filter=debug",
             "--spin-before-park-us=5",
             "--housekeeping-tick-ms=4",
+            "--tail-cache-bytes=65536",
             "--connections-per-shard-max=9",
             "--in-flight-per-connection-max=8",
             "--frame-bytes-max=8192",
@@ -918,5 +982,6 @@ mod tests {
         let config = file.resolve(1).unwrap();
         assert_eq!(config.frame_bytes_max, 8192);
         assert_eq!(config.shutdown_timeout_ms, 150);
+        assert_eq!(config.log_config().tail_cache_bytes, 65536);
     }
 }

@@ -16,7 +16,7 @@
 //!
 //! Simplification: directories themselves are durable as soon as created.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -93,6 +93,9 @@ struct SimState {
 #[derive(Clone, Default)]
 pub struct SimStorage {
     state: Rc<RefCell<SimState>>,
+    /// Bytes allocated by `alloc_buf` and not yet dropped (see
+    /// [`SimStorage::live_buf_bytes`]).
+    live_buf_bytes: Rc<Cell<u64>>,
 }
 
 /// One open simulated file (a handle to an inode: renames keep it valid).
@@ -103,24 +106,49 @@ pub struct SimFile {
 }
 
 /// A plain heap buffer; alignment is asserted on positions and lengths.
-pub struct SimBuf(Vec<u8>);
+/// Counts its allocation in its disk's live-buffer bytes until dropped; a
+/// trim shortens it but keeps the allocation, as a DMA buffer does.
+pub struct SimBuf {
+    bytes: Vec<u8>,
+    /// Held for its `Drop`, which gives the bytes back to the count.
+    _live: Option<LiveBuf>,
+}
+
+/// The share of [`SimStorage::live_buf_bytes`] one buffer holds.
+struct LiveBuf {
+    counter: Rc<Cell<u64>>,
+    alloc_bytes: u64,
+}
+
+impl Drop for LiveBuf {
+    fn drop(&mut self) {
+        self.counter.set(self.counter.get() - self.alloc_bytes);
+    }
+}
+
+impl SimBuf {
+    /// A buffer outside any disk's accounting (for tests of the simulator).
+    pub fn from_vec(bytes: Vec<u8>) -> Self {
+        Self { bytes, _live: None }
+    }
+}
 
 impl AsRef<[u8]> for SimBuf {
     fn as_ref(&self) -> &[u8] {
-        &self.0
+        &self.bytes
     }
 }
 
 impl AsMut<[u8]> for SimBuf {
     fn as_mut(&mut self) -> &mut [u8] {
-        &mut self.0
+        &mut self.bytes
     }
 }
 
 impl IoBuf for SimBuf {
     fn trim(&mut self, len_bytes: usize) {
-        assert!(len_bytes <= self.0.len());
-        self.0.truncate(len_bytes);
+        assert!(len_bytes <= self.bytes.len());
+        self.bytes.truncate(len_bytes);
     }
 }
 
@@ -205,6 +233,13 @@ impl SimStorage {
         Self::default()
     }
 
+    /// Bytes of write buffers this disk's files allocated that are still
+    /// alive, at their allocated size (a trimmed buffer counts in full): the
+    /// memory a log holds in gathers, in-flight commits and its tail cache.
+    pub fn live_buf_bytes(&self) -> u64 {
+        self.live_buf_bytes.get()
+    }
+
     /// Mutating and non-mutating operations performed so far.
     pub fn op_count(&self) -> u64 {
         self.state.borrow().op_count
@@ -247,7 +282,7 @@ impl SimStorage {
             image.names.insert(path.clone(), new_id);
             image.durable_names.insert(path.clone(), new_id);
         }
-        SimStorage { state: Rc::new(RefCell::new(image)) }
+        SimStorage { state: Rc::new(RefCell::new(image)), live_buf_bytes: Rc::default() }
     }
 
     /// Total unsynced bytes across files (bounds `CrashMode::Prefix` sweeps).
@@ -419,7 +454,12 @@ impl StorageFile for SimFile {
     fn alloc_buf(&self, len_bytes: usize) -> SimBuf {
         assert_page_aligned(0, len_bytes);
         // Deliberately not zeroed: the log must fill every byte it writes.
-        SimBuf(vec![0xA5; len_bytes])
+        let counter = self.storage.live_buf_bytes.clone();
+        counter.set(counter.get() + len_bytes as u64);
+        SimBuf {
+            bytes: vec![0xA5; len_bytes],
+            _live: Some(LiveBuf { counter, alloc_bytes: len_bytes as u64 }),
+        }
     }
 
     async fn write_at(&self, buf: Rc<SimBuf>, pos: u64) -> Result<(), IoError> {
@@ -479,7 +519,7 @@ mod tests {
     use futures_lite::future::block_on;
 
     fn page(byte: u8) -> Rc<SimBuf> {
-        Rc::new(SimBuf(vec![byte; PAGE_BYTES as usize]))
+        Rc::new(SimBuf::from_vec(vec![byte; PAGE_BYTES as usize]))
     }
 
     #[test]
@@ -532,7 +572,7 @@ mod tests {
             disk.create_dir_all(Path::new("/d")).await.unwrap();
             let file = disk.open(Path::new("/d/a")).await.unwrap();
             disk.sync_dir(Path::new("/d")).await.unwrap();
-            let big = Rc::new(SimBuf(vec![7u8; 64 * 4096]));
+            let big = Rc::new(SimBuf::from_vec(vec![7u8; 64 * 4096]));
             file.write_at(big, 0).await.unwrap();
             let path = Path::new("/d/a");
             let one = disk.crash_image(CrashMode::Torn { seed: 9 }).file_bytes(path).unwrap();

@@ -101,6 +101,8 @@ struct Inflight<F: StorageFile> {
     next_offset: u64,
     entries: Vec<IndexEntry>,
     buf: Rc<F::Buf>,
+    /// Bytes allocated for `buf` (its length before the trim to the span).
+    alloc_bytes: u64,
     batches: u64,
 }
 
@@ -462,7 +464,8 @@ impl<S: Storage> Log<S> {
         assert!(state.gather_pos.is_multiple_of(PAGE_BYTES));
         // The buffer starts small and grows with the gather (`grow_gather`):
         // most commits are far below `commit_bytes`, and a buffer stays
-        // allocated at its full size while the tail cache holds it.
+        // allocated at its full size until the commit is durable (the tail
+        // cache then keeps a copy of its span only).
         let buf_bytes = span.max(GATHER_BUF_INITIAL_BYTES).min(cap_bytes);
         let buf = state.alloc_file.alloc_buf(buf_bytes as usize);
         let seq = state.next_seq;
@@ -676,6 +679,7 @@ impl<S: Storage> Shared<S> {
             let filler = &mut buf.as_mut()[data_bytes as usize..span as usize];
             write_filler(filler, (span - data_bytes) as usize, next_offset, self.leader_epoch);
         }
+        let alloc_bytes = buf.as_ref().len() as u64;
         buf.trim(span as usize);
         let buf = Rc::new(buf);
         state.pending_bytes -= data_bytes;
@@ -691,6 +695,7 @@ impl<S: Storage> Shared<S> {
                 next_offset,
                 entries,
                 buf: buf.clone(),
+                alloc_bytes,
                 batches,
             },
         );
@@ -733,14 +738,28 @@ impl<S: Storage> Shared<S> {
                 state.stats.records += done.next_offset - done.first_offset;
                 state.stats.commit_bytes += done.end_pos - done.pos;
                 let cached_bytes = done.end_pos - done.pos;
-                state.tail.push_back(Cached {
-                    first_offset: done.first_offset,
-                    next_offset: done.next_offset,
-                    path: segment.path.clone(),
-                    pos: done.pos,
-                    buf: done.buf,
-                });
-                state.tail_bytes += cached_bytes;
+                // The cache is bounded by the memory it holds, not by the
+                // bytes committed: a gather buffer is allocated ahead of its
+                // data (at least `GATHER_BUF_INITIAL_BYTES`, then doubling),
+                // so a 4 KiB commit may sit in a 64 KiB buffer. Such a buffer
+                // is copied into one of its span before it is cached, so the
+                // bound holds as many commits as it has bytes for.
+                // A commit larger than the whole cache would evict itself.
+                if cached_bytes <= self.config.tail_cache_bytes {
+                    let buf = if done.alloc_bytes > cached_bytes {
+                        compact(&*state.alloc_file, &done.buf)
+                    } else {
+                        done.buf
+                    };
+                    state.tail.push_back(Cached {
+                        first_offset: done.first_offset,
+                        next_offset: done.next_offset,
+                        path: segment.path.clone(),
+                        pos: done.pos,
+                        buf,
+                    });
+                    state.tail_bytes += cached_bytes;
+                }
                 while state.tail_bytes > self.config.tail_cache_bytes {
                     let Some(evicted) = state.tail.pop_front() else { break };
                     state.tail_bytes -= evicted.buf.as_ref().as_ref().len() as u64;
@@ -1014,6 +1033,15 @@ pub(crate) async fn write_index_file<S: Storage>(
     failpoint("log.index.sync", IoOp::Sync, file.path(), None)?;
     file.fdatasync().await?;
     storage.sync_dir(dir).await
+}
+
+/// A copy of `buf` in a buffer of exactly its length, so what the tail cache
+/// keeps is what it counts.
+fn compact<F: StorageFile>(alloc_file: &F, buf: &Rc<F::Buf>) -> Rc<F::Buf> {
+    let bytes = buf.as_ref().as_ref();
+    let mut exact = alloc_file.alloc_buf(bytes.len());
+    exact.as_mut().copy_from_slice(bytes);
+    Rc::new(exact)
 }
 
 /// Makes `gather`'s buffer hold `len` more bytes plus the filler that may

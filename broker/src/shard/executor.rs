@@ -59,6 +59,9 @@ async fn housekeeping(
     finished: StopSignal,
     mut on_tick: impl FnMut(),
 ) {
+    let ticks_per_collect =
+        (crate::alloc::COLLECT_INTERVAL.as_nanos() / tick.as_nanos().max(1)).max(1);
+    let mut ticks = 0u128;
     loop {
         let ended = or(
             async {
@@ -78,6 +81,11 @@ async fn housekeeping(
             stop.stop();
         }
         on_tick();
+        ticks += 1;
+        if ticks.is_multiple_of(ticks_per_collect) {
+            // Freed memory leaves RSS even while the shard is idle.
+            crate::alloc::collect();
+        }
     }
 }
 

@@ -15,6 +15,7 @@
 //! - `restart`: SIGTERM and SIGKILL mid-stream keep every acknowledged change.
 //! - `faults`: bad frames close only their connection; one broker per data dir.
 //! - `inputs`: refused inputs get clear answers and leave nothing behind.
+//! - `memory`: RSS after a drained backlog is the baseline plus the caches.
 
 // Helpers outside `#[test]` functions unwrap too: a failed step is a failed
 // test.
@@ -27,6 +28,7 @@ mod faults;
 mod inputs;
 mod lease;
 mod load;
+mod memory;
 mod ops;
 mod restart;
 mod routing;
