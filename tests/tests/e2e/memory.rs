@@ -2,7 +2,6 @@
 //! and drained, what stays is the configured caches, not the history.
 
 use spool_client::spool_wire::proto::PartitionId;
-use spool_client::spool_wire::ErrorCode;
 use spool_client::{Admin, Delivery, Message, Producer, ProducerConfig};
 use spool_tests::{test_queue_config, Spoold, SpooldOptions};
 
@@ -72,8 +71,7 @@ async fn rss_after_a_drain_is_the_baseline_plus_the_configured_caches() {
                 continue;
             }
             let tokens: Vec<_> = batch.deliveries.iter().map(Delivery::token).collect();
-            let codes = client.ack(QUEUE, PartitionId(partition), &tokens).await.unwrap();
-            assert!(codes.iter().all(|code| *code == ErrorCode::None), "acks: {codes:?}");
+            client.ack(QUEUE, PartitionId(partition), &tokens).await.unwrap();
             acked += tokens.len() as u64;
         }
         assert!(acked > before, "nothing claimable with {acked} of {MESSAGES} acked");
