@@ -185,3 +185,23 @@ async fn a_cancel_with_claim_id_zero_is_refused_and_the_connection_stays() {
     stream.write_all(&cancel_frame(5, 1)).unwrap();
     assert_eq!(read_answer(&mut stream), (5, Answer::Cancel(CancelOutcome::NotPending)));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_pipelined_right_behind_its_claim_finds_it() {
+    // Goal: a claim is cancellable from the moment it is read, so a
+    // CancelClaim sent right behind it (same write) withdraws it rather
+    // than missing it and leaving it to wait out its 60 s. Method: one
+    // write holding both frames; both answers arrive within the bound, the
+    // cancel CANCELLED and the claim empty.
+    let (broker, admin, _producer) = broker_with_queue().await;
+    let mut stream = connect(&broker.addr());
+    let mut both = claim_frame(5, 60_000);
+    both.extend_from_slice(&cancel_frame(6, 5));
+    let started = now();
+    stream.write_all(&both).unwrap();
+    let answers = read_answers(&mut stream, 2);
+    assert!(started.elapsed() < ANSWER_BOUND, "answered after {:?}", started.elapsed());
+    assert_eq!(answers[&6], Answer::Cancel(CancelOutcome::Cancelled));
+    assert_eq!(answers[&5], Answer::Claim(0));
+    assert!(peek(&admin).await.is_empty());
+}
