@@ -11,6 +11,7 @@ use std::rc::Rc;
 use glommio::{LocalExecutorBuilder, Placement};
 use spool_broker::io::DmaStorage;
 use spool_broker::log::{LogConfig, RecordFatal};
+use spool_broker::partition::signal::{ClaimCancel, WaitOwner};
 use spool_broker::partition::{
     Clock, EnqueueOutcome, OpenReport, Partition, PartitionError, PartitionName,
 };
@@ -445,6 +446,66 @@ fn a_large_claim_from_disk_serves_every_record_its_own_bytes() {
         }
         // Acked messages and the events between batches left gaps.
         assert!(offsets.windows(2).any(|pair| pair[1] > pair[0] + 1), "{offsets:?}");
+        close(opened).await;
+    });
+}
+
+#[test]
+fn a_cancelled_claim_answers_empty_and_claims_nothing_later() {
+    // Goal: a waiting claim whose cancel handle fires (the protocol's
+    // CancelClaim) returns empty at once and never claims what arrives
+    // afterwards; a cancel that comes before the claim looks claims nothing
+    // even with a message ready; once a claim decided its deliveries, a
+    // cancel is refused. Method: the clock stands still, so only the cancel
+    // can end the first wait; enqueue after it and check that a plain claim
+    // then gets the message on its first attempt.
+    let dir = tempfile::tempdir().unwrap();
+    let now = Rc::new(Cell::new(START_MS));
+    run(async move {
+        let opened = open(dir.path(), &now, QueueConfig::default()).await;
+        let partition = opened.0.clone();
+        let cancel = Rc::new(ClaimCancel::default());
+        let waiter = {
+            let (partition, cancel) = (partition.clone(), cancel.clone());
+            glommio::spawn_local(async move {
+                let waiting = Cell::new(0);
+                let owner = WaitOwner { id: 1, waiting: &waiting, waiting_max: 4 };
+                let never = std::future::pending();
+                let request = claim_request(1);
+                partition.claim_as(&request, Lane::Main, 60_000, owner, never, &cancel).await
+            })
+            .detach()
+        };
+        while partition.claims_waiting() == 0 {
+            glommio::executor().yield_now().await;
+        }
+        assert!(cancel.cancel());
+        let answered = waiter.await.unwrap().unwrap();
+        assert!(answered.is_empty(), "a cancelled claim answers empty");
+        assert_eq!(partition.claims_waiting(), 0, "its waiter slot is given back");
+
+        partition.enqueue(&batch(&[1], START_MS)).await.unwrap();
+        // Cancelled before it looks: nothing claimed although a message is ready.
+        let early = ClaimCancel::default();
+        assert!(early.cancel());
+        let waiting = Cell::new(0);
+        let owner = WaitOwner { id: 2, waiting: &waiting, waiting_max: 4 };
+        let never = std::future::pending();
+        let nothing =
+            partition.claim_as(&claim_request(1), Lane::Main, 0, owner, never, &early).await;
+        assert!(nothing.unwrap().is_empty());
+
+        // The message was never claimed: its first delivery is attempt 1.
+        let open_cancel = ClaimCancel::default();
+        let owner = WaitOwner { id: 3, waiting: &waiting, waiting_max: 4 };
+        let never = std::future::pending();
+        let claimed = partition
+            .claim_as(&claim_request(1), Lane::Main, 1_000, owner, never, &open_cancel)
+            .await
+            .unwrap();
+        assert_eq!(claimed.len(), 1);
+        assert_eq!(claimed[0].delivery.attempt, 1);
+        assert!(!open_cancel.cancel(), "a claim that decided cannot be cancelled");
         close(opened).await;
     });
 }

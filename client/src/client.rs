@@ -12,14 +12,15 @@
 //! It does not batch, retry on other errors, or run handlers: see
 //! [`Producer`](crate::Producer) and [`Consumer`](crate::Consumer).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, OnceLock, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::time::Duration;
 
 use spool_wire::proto::{
-    AckRequest, ClaimRequest, DeliveryToken, EnqueueRequest, EnqueueResponse, ExtendRequest,
-    MetadataRequest, PartitionId, PartitionMetadata, ReleaseRequest, Request, Response, WorkerId,
+    AckRequest, CancelClaimRequest, CancelOutcome, ClaimRequest, CorrelationId, DeliveryToken,
+    EnqueueRequest, EnqueueResponse, ExtendRequest, MetadataRequest, PartitionId,
+    PartitionMetadata, ReleaseRequest, Request, Response, WorkerId,
 };
 use spool_wire::ErrorCode;
 
@@ -388,6 +389,19 @@ impl Client {
         request: &Request<'_>,
         timeout: Duration,
     ) -> Result<ResponseBytes, ClientError> {
+        self.partition_call_observed(queue, partition, request, timeout, |_, _| {}).await
+    }
+
+    /// [`partition_call`](Self::partition_call) that tells `on_sent` the
+    /// connection and correlation id of each attempt once it is sent.
+    async fn partition_call_observed(
+        &self,
+        queue: &str,
+        partition: PartitionId,
+        request: &Request<'_>,
+        timeout: Duration,
+        mut on_sent: impl FnMut(&Connection, CorrelationId),
+    ) -> Result<ResponseBytes, ClientError> {
         let mut hint: Option<String> = None;
         for _ in 0..ROUTE_ATTEMPTS_MAX {
             let addr = match hint.take() {
@@ -395,7 +409,8 @@ impl Client {
                 None => self.owner_address(queue, partition).await?,
             };
             let connection = self.connection(&addr).await?;
-            match connection.call_with_timeout(request, timeout).await {
+            let sent = |id| on_sent(&connection, id);
+            match connection.call_observed(request, timeout, sent).await {
                 Err(ClientError::NotOwner { owner, message }) => {
                     tracing::debug!(%queue, partition = partition.0, %addr, %message, "not owner; rerouting");
                     self.refresh_metadata(&[queue]).await?;
@@ -459,6 +474,18 @@ impl Client {
         partition: PartitionId,
         options: &ClaimOptions,
     ) -> Result<ClaimBatch, ClientError> {
+        self.claim_observed(queue, partition, options, |_, _| {}).await
+    }
+
+    /// [`claim`](Self::claim) that tells `on_sent` where the claim went
+    /// (connection and correlation id), so it can be withdrawn.
+    async fn claim_observed(
+        &self,
+        queue: &str,
+        partition: PartitionId,
+        options: &ClaimOptions,
+        on_sent: impl FnMut(&Connection, CorrelationId),
+    ) -> Result<ClaimBatch, ClientError> {
         let request = Request::Claim(ClaimRequest {
             queue,
             partition,
@@ -469,7 +496,8 @@ impl Client {
             wait_ms: options.wait_ms,
         });
         let timeout = self.request_timeout() + Duration::from_millis(options.wait_ms.into());
-        let bytes = self.partition_call(queue, partition, &request, timeout).await?;
+        let bytes =
+            self.partition_call_observed(queue, partition, &request, timeout, on_sent).await?;
         let Response::Claim(response) = bytes.response()? else {
             return Err(ClientError::Protocol("claim answered with another response".into()));
         };
@@ -501,14 +529,21 @@ impl Client {
     /// deadline, and returns as soon as one of them answers with
     /// deliveries, so a message arriving on any partition wakes it.
     ///
-    /// The long-polls still outstanding then cannot be withdrawn (the
-    /// protocol has no cancel): a background task waits for them and
-    /// releases whatever they deliver after all, ready again after
-    /// [`CLAIM_EXTRA_RELEASE_DELAY_MS`](crate::limits::CLAIM_EXTRA_RELEASE_DELAY_MS),
-    /// as it does with deliveries beyond the credits when two partitions
-    /// answer in the same instant. Such a released message has used one
-    /// delivery attempt (it counts towards the queue's `max_deliveries`).
-    /// The same happens when the returned future is dropped while it waits.
+    /// The long-polls still outstanding are then withdrawn (the protocol's
+    /// CancelClaim) before it returns: a withdrawn claim has claimed
+    /// nothing, so a message arriving on its partition afterwards is left
+    /// for the next claim, its delivery attempts untouched. Only a claim
+    /// that the broker had already decided when the cancel arrived (the
+    /// message came in within that round trip) still delivers; its
+    /// deliveries are kept up to the credits, like those of answers that
+    /// arrive together, and the ones beyond the credits are released, ready
+    /// again after
+    /// [`CLAIM_EXTRA_RELEASE_DELAY_MS`](crate::limits::CLAIM_EXTRA_RELEASE_DELAY_MS).
+    /// Such a released message has used one delivery attempt (it counts
+    /// towards the queue's `max_deliveries`). When a cancel cannot be
+    /// delivered (the connection broke, or a broker without CancelClaim), or
+    /// the returned future is dropped while it waits, a background task
+    /// withdraws what it can and releases whatever the claims still bring.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), spool_client::ClientError> {
@@ -569,8 +604,11 @@ impl Client {
         let long_poll = ClaimOptions { wait_ms, ..*options };
         for partition in waitable {
             let (client, queue) = (self.clone(), Arc::clone(&waits.queue));
+            let sent = Arc::clone(&waits.sent);
+            waits.outstanding.insert(partition);
             waits.claims.spawn(async move {
-                let result = client.claim(&queue, partition, &long_poll).await;
+                let on_sent = |connection: &Connection, id| sent.record(partition, connection, id);
+                let result = client.claim_observed(&queue, partition, &long_poll, on_sent).await;
                 (partition, result)
             });
         }
@@ -579,7 +617,8 @@ impl Client {
                         received: &mut Vec<Delivery>,
                         waits: &mut PendingClaims| {
             match joined {
-                Ok((_, Ok(batch))) => {
+                Ok((partition, Ok(batch))) => {
+                    waits.outstanding.remove(&partition);
                     for delivery in batch.deliveries {
                         if received.len() < credits {
                             received.push(delivery);
@@ -589,6 +628,7 @@ impl Client {
                     }
                 }
                 Ok((partition, Err(error))) => {
+                    waits.outstanding.remove(&partition);
                     tracing::warn!(%queue, partition = partition.0, %error, "claim failed");
                     failed.get_or_insert(error);
                 }
@@ -606,6 +646,15 @@ impl Client {
         // Answers that arrived in the same instant join up to the credits.
         while let Some(joined) = waits.claims.try_join_next() {
             take(joined, &mut received, &mut waits);
+        }
+        // Withdraw the long-polls still waiting. Once every cancel is
+        // answered, each outstanding claim answers promptly: empty if the
+        // cancel withdrew it, with deliveries if it had already claimed
+        // (those join up to the credits too).
+        if waits.withdraw().await {
+            while let Some(joined) = waits.claims.join_next().await {
+                take(joined, &mut received, &mut waits);
+            }
         }
         // Dropping `waits` hands what is still outstanding to the release task.
         drop(waits);
@@ -708,18 +757,111 @@ impl Client {
     }
 }
 
+/// Where each long-poll of a [`Client::claim_any`] was sent, so it can be
+/// withdrawn with a CancelClaim on the same connection.
+#[derive(Default)]
+struct SentClaims(Mutex<HashMap<PartitionId, SentClaim>>);
+
+enum SentClaim {
+    /// On this connection, under this correlation id.
+    Sent(Connection, CorrelationId),
+    /// Withdrawn before it was sent: cancel it as soon as it is.
+    Withdrawn,
+}
+
+impl SentClaims {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PartitionId, SentClaim>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A long-poll was sent; if it is already withdrawn, cancels it now.
+    fn record(&self, partition: PartitionId, connection: &Connection, id: CorrelationId) {
+        let mut sent = self.lock();
+        if let Some(SentClaim::Withdrawn) = sent.get(&partition) {
+            let (connection, timeout) = (connection.clone(), connection.request_timeout());
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(async move {
+                    let _ = cancel_claim(&connection, id, timeout).await;
+                });
+            }
+            return;
+        }
+        sent.insert(partition, SentClaim::Sent(connection.clone(), id));
+    }
+
+    /// Marks the long-polls of `partitions` withdrawn and returns those
+    /// already sent, to cancel.
+    fn withdraw(
+        &self,
+        partitions: &HashSet<PartitionId>,
+    ) -> Vec<(PartitionId, Connection, CorrelationId)> {
+        let mut sent = self.lock();
+        let mut to_cancel = Vec::new();
+        for &partition in partitions {
+            if let Some(SentClaim::Sent(connection, id)) =
+                sent.insert(partition, SentClaim::Withdrawn)
+            {
+                to_cancel.push((partition, connection, id));
+            }
+        }
+        to_cancel
+    }
+}
+
+/// Sends a CancelClaim for the claim `claim` sent earlier on `connection`.
+async fn cancel_claim(
+    connection: &Connection,
+    claim: CorrelationId,
+    timeout: Duration,
+) -> Result<CancelOutcome, ClientError> {
+    let request = Request::CancelClaim(CancelClaimRequest { claim });
+    let bytes = connection.call_with_timeout(&request, timeout).await?;
+    match bytes.response()? {
+        Response::CancelClaim(response) => Ok(response.outcome),
+        _ => Err(ClientError::Protocol("cancel claim answered with another response".into())),
+    }
+}
+
+/// Sends a CancelClaim for each of `to_cancel`, all at once; true when
+/// every one was answered (whatever the outcome).
+async fn cancel_claims(
+    to_cancel: Vec<(PartitionId, Connection, CorrelationId)>,
+    timeout: Duration,
+    queue: &str,
+) -> bool {
+    let mut cancels = tokio::task::JoinSet::new();
+    for (partition, connection, id) in to_cancel {
+        cancels.spawn(async move { (partition, cancel_claim(&connection, id, timeout).await) });
+    }
+    let mut all_answered = true;
+    while let Some(joined) = cancels.join_next().await {
+        match joined {
+            Ok((_, Ok(_))) => {}
+            Ok((partition, Err(error))) => {
+                tracing::warn!(%queue, partition = partition.0, %error, "cancel of a long-poll claim failed");
+                all_answered = false;
+            }
+            Err(_) => all_answered = false,
+        }
+    }
+    all_answered
+}
+
 /// A partition's answer to one of [`Client::claim_any`]'s long-polls.
 type ClaimAnswer = (PartitionId, Result<ClaimBatch, ClientError>);
 
 /// The long-polls of a [`Client::claim_any`] and the deliveries it received
 /// beyond its credits. Whatever is left when it is dropped (on return, or
-/// when the caller drops the claim's future) goes to a task that waits for
-/// the outstanding claims and releases every delivery they bring, so no
-/// message stays leased to a caller that never sees it.
+/// when the caller drops the claim's future) goes to a task that withdraws
+/// the outstanding claims, waits for them and releases every delivery they
+/// bring, so no message stays leased to a caller that never sees it.
 struct PendingClaims {
     client: Client,
     queue: Arc<str>,
     claims: tokio::task::JoinSet<ClaimAnswer>,
+    /// Partitions whose long-poll has not answered yet.
+    outstanding: HashSet<PartitionId>,
+    sent: Arc<SentClaims>,
     extras: Vec<Delivery>,
 }
 
@@ -729,8 +871,22 @@ impl PendingClaims {
             client,
             queue: Arc::from(queue),
             claims: tokio::task::JoinSet::new(),
+            outstanding: HashSet::new(),
+            sent: Arc::default(),
             extras: Vec::new(),
         }
+    }
+
+    /// Withdraws every outstanding long-poll; true when each was sent and
+    /// its cancel answered, so each will answer promptly.
+    async fn withdraw(&mut self) -> bool {
+        if self.outstanding.is_empty() {
+            return true;
+        }
+        let to_cancel = self.sent.withdraw(&self.outstanding);
+        let all_sent = to_cancel.len() == self.outstanding.len();
+        let timeout = self.client.request_timeout();
+        cancel_claims(to_cancel, timeout, &self.queue).await && all_sent
     }
 }
 
@@ -741,22 +897,26 @@ impl Drop for PendingClaims {
         }
         let claims = std::mem::take(&mut self.claims);
         let extras = std::mem::take(&mut self.extras);
+        let to_cancel = self.sent.withdraw(&self.outstanding);
         let (client, queue) = (self.client.clone(), Arc::clone(&self.queue));
         // Without a runtime (it is shutting down) the claims are aborted with
         // the set; their leases run out on the broker.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(release_unwanted(client, queue, claims, extras));
+            runtime.spawn(release_unwanted(client, queue, claims, to_cancel, extras));
         }
     }
 }
 
-/// Releases `extras` and every delivery the outstanding `claims` bring.
+/// Withdraws `to_cancel`, then releases `extras` and every delivery the
+/// outstanding `claims` still bring.
 async fn release_unwanted(
     client: Client,
     queue: Arc<str>,
     mut claims: tokio::task::JoinSet<ClaimAnswer>,
+    to_cancel: Vec<(PartitionId, Connection, CorrelationId)>,
     extras: Vec<Delivery>,
 ) {
+    cancel_claims(to_cancel, client.request_timeout(), &queue).await;
     let release = |delivery: Delivery| {
         let client = client.clone();
         let queue = Arc::clone(&queue);

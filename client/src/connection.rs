@@ -287,6 +287,11 @@ impl Connection {
         self.shared.lock().closed.is_some()
     }
 
+    /// The configured request timeout.
+    pub fn request_timeout(&self) -> Duration {
+        self.shared.request_timeout
+    }
+
     /// Requests outstanding right now.
     pub fn in_flight(&self) -> usize {
         self.shared.lock().waiters.len()
@@ -314,13 +319,33 @@ impl Connection {
         request: &Request<'_>,
         timeout: Duration,
     ) -> Result<ResponseBytes, ClientError> {
-        match tokio::time::timeout(timeout, self.call_inner(request)).await {
+        self.call_observed(request, timeout, |_| {}).await
+    }
+
+    /// [`call_with_timeout`](Self::call_with_timeout) that tells `on_sent`
+    /// the request's correlation id once its frame is queued for the socket,
+    /// ahead of any request sent after `on_sent` returns (the way to name it
+    /// in a later CancelClaim).
+    ///
+    /// # Errors
+    /// As [`call`](Self::call).
+    pub async fn call_observed(
+        &self,
+        request: &Request<'_>,
+        timeout: Duration,
+        on_sent: impl FnOnce(CorrelationId),
+    ) -> Result<ResponseBytes, ClientError> {
+        match tokio::time::timeout(timeout, self.call_inner(request, on_sent)).await {
             Ok(result) => result,
             Err(_) => Err(ClientError::Timeout { timeout_ms: millis(timeout) }),
         }
     }
 
-    async fn call_inner(&self, request: &Request<'_>) -> Result<ResponseBytes, ClientError> {
+    async fn call_inner(
+        &self,
+        request: &Request<'_>,
+        on_sent: impl FnOnce(CorrelationId),
+    ) -> Result<ResponseBytes, ClientError> {
         let shared = &*self.shared;
         let _slot = match shared.slots.acquire().await {
             Ok(slot) => slot,
@@ -347,6 +372,7 @@ impl Connection {
         if shared.writes.send(frame).await.is_err() {
             return Err(shared.closed_error(&self.close_reason()));
         }
+        on_sent(CorrelationId(id));
         let bytes = match response.await {
             Ok(result) => result?,
             Err(_) => return Err(shared.closed_error(&self.close_reason())),

@@ -1,5 +1,5 @@
 //! Round trips of the data-path messages (Enqueue, Claim, Extend, Ack,
-//! Release) through encode → FrameDecoder → decode, with proptest, plus the
+//! Release, CancelClaim) through encode → FrameDecoder → decode, with proptest, plus the
 //! bounds each decoder enforces.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
@@ -10,10 +10,11 @@ use spool_wire::proto::limits::{
     RELEASE_DELAY_MS_MAX, RELEASE_REASON_BYTES_MAX,
 };
 use spool_wire::proto::{
-    AckRequest, AckResponse, ClaimRequest, ClaimResponse, CorrelationId, Delivery, DeliveryToken,
-    EnqueueRequest, EnqueueResponse, ExtendRequest, ExtendResponse, Frame, FrameDecoder,
-    Generation, Offset, PartitionId, ProtoError, RecordOutcome, ReleaseRequest, ReleaseResponse,
-    Reply, Request, Response, WorkerId,
+    AckRequest, AckResponse, ApiKey, CancelClaimRequest, CancelClaimResponse, CancelOutcome,
+    ClaimRequest, ClaimResponse, CorrelationId, Delivery, DeliveryToken, EnqueueRequest,
+    EnqueueResponse, ExtendRequest, ExtendResponse, Frame, FrameDecoder, Generation, Offset,
+    PartitionId, ProtoError, RecordOutcome, ReleaseRequest, ReleaseResponse, Reply, Request,
+    Response, WorkerId,
 };
 use spool_wire::ErrorCode;
 
@@ -161,6 +162,17 @@ proptest! {
         prop_assume!(reason.len() <= RELEASE_REASON_BYTES_MAX);
         request_round_trip(&Request::Release(ReleaseRequest { token, delay_ms, reason: &reason }), 3);
         response_round_trip(&Response::Release(ReleaseResponse { not_before_ms: not_before }), 3);
+    }
+
+    // Goal: CancelClaim request/response round trip under key 6; method:
+    // random claim ids (never 0) and both outcomes.
+    #[test]
+    fn cancel_claim(claim in 1u64.., cancelled: bool, correlation in 1u64..) {
+        let request = Request::CancelClaim(CancelClaimRequest { claim: CorrelationId(claim) });
+        assert_eq!(request.api_key(), ApiKey::CancelClaim);
+        request_round_trip(&request, correlation);
+        let outcome = if cancelled { CancelOutcome::Cancelled } else { CancelOutcome::NotPending };
+        response_round_trip(&Response::CancelClaim(CancelClaimResponse { outcome }), correlation);
     }
 }
 
@@ -331,5 +343,75 @@ fn enqueue_outcome_consistency() {
     bytes[code_at..code_at + 2].copy_from_slice(&ErrorCode::QueueFull.as_u16().to_le_bytes());
     through_decoder(&bytes, |frame| {
         assert!(matches!(Response::decode(frame), Err(ProtoError::Inconsistent(_))));
+    });
+}
+
+// Goal: the CancelClaim layout is the documented one (key 6, a u64 claim id
+// as the whole request body; u32 outcome + u32 reserved as the response) and
+// every malformed body is refused: claim id 0, a short or long body, an
+// unknown outcome, a nonzero reserved field. Method: encode, check bytes,
+// patch them, decode.
+#[test]
+fn cancel_claim_layout_and_validation() {
+    assert_eq!(ApiKey::from_u16(6), Some(ApiKey::CancelClaim));
+    assert!(ApiKey::CancelClaim.is_data_path());
+
+    let mut out = Vec::new();
+    let error = Request::CancelClaim(CancelClaimRequest { claim: CorrelationId(0) })
+        .encode(CorrelationId(1), &mut out)
+        .unwrap_err();
+    assert!(matches!(error, ProtoError::OutOfRange { .. }), "{error:?}");
+    assert_eq!(error.code(), ErrorCode::InvalidArgument);
+    assert!(out.is_empty());
+
+    let mut bytes = Vec::new();
+    Request::CancelClaim(CancelClaimRequest { claim: CorrelationId(0x0102_0304_0506_0708) })
+        .encode(CorrelationId(9), &mut bytes)
+        .unwrap();
+    assert_eq!(bytes.len(), 32, "24-byte header + 8-byte body");
+    assert_eq!(&bytes[4..6], &6u16.to_le_bytes());
+    assert_eq!(&bytes[20..24], &8u32.to_le_bytes());
+    assert_eq!(&bytes[24..32], &0x0102_0304_0506_0708u64.to_le_bytes());
+
+    // A peer that bypasses the encoder: id 0 is refused on decode too.
+    let mut zero = bytes.clone();
+    zero[24..32].copy_from_slice(&0u64.to_le_bytes());
+    through_decoder(&zero, |frame| {
+        let error = Request::decode(frame).unwrap_err();
+        assert!(matches!(error, ProtoError::OutOfRange { field: "claim correlation id", .. }));
+    });
+    // A body of 16 bytes (trailing bytes) is refused.
+    let mut long = bytes[..24].to_vec();
+    long[0..4].copy_from_slice(&40u32.to_le_bytes());
+    long[20..24].copy_from_slice(&16u32.to_le_bytes());
+    long.extend_from_slice(&7u64.to_le_bytes());
+    long.extend_from_slice(&0u64.to_le_bytes());
+    through_decoder(&long, |frame| {
+        assert!(Request::decode(frame).is_err(), "a 16-byte cancel body must not decode");
+    });
+    // A 4-byte body is truncated.
+    let mut short = bytes[..24].to_vec();
+    short[20..24].copy_from_slice(&4u32.to_le_bytes());
+    short.extend_from_slice(&[1, 0, 0, 0, 0, 0, 0, 0]);
+    short[28..32].copy_from_slice(&[0; 4]);
+    through_decoder(&short, |frame| {
+        assert!(matches!(Request::decode(frame), Err(ProtoError::Truncated { .. })));
+    });
+
+    let mut response = Vec::new();
+    Response::CancelClaim(CancelClaimResponse { outcome: CancelOutcome::NotPending })
+        .encode(CorrelationId(9), &mut response)
+        .unwrap();
+    assert_eq!(&response[24..32], &[1, 0, 0, 0, 0, 0, 0, 0]);
+    let mut unknown = response.clone();
+    unknown[24..28].copy_from_slice(&2u32.to_le_bytes());
+    through_decoder(&unknown, |frame| {
+        let error = Response::decode(frame).unwrap_err();
+        assert!(matches!(error, ProtoError::UnknownEnumValue { field: "cancel outcome", .. }));
+    });
+    let mut reserved = response;
+    reserved[28..32].copy_from_slice(&1u32.to_le_bytes());
+    through_decoder(&reserved, |frame| {
+        assert!(matches!(Response::decode(frame), Err(ProtoError::NonzeroReserved { .. })));
     });
 }

@@ -32,6 +32,7 @@ use glommio::timer::Timer;
 
 use crate::net::rejections::Rejections;
 use crate::net::stop::StopSignal;
+use crate::partition::signal::ClaimCancel;
 
 /// Most bytes requested from the socket per read.
 pub const READ_CHUNK_BYTES: usize = 64 * 1024;
@@ -122,17 +123,48 @@ thread_local! {
 /// What the requests of one connection share: an id distinct on this
 /// executor, a signal that trips when the connection's read side ends (the
 /// peer closed or reset it, a fault closes it, or the shard stops), the
-/// connection's count of waiting requests against its own bound, and the
-/// shard's rejection counters.
+/// connection's count of waiting requests against its own bound, the
+/// cancel handles of its long-poll claims (by correlation id, so a
+/// CancelClaim on this connection, and only on this one, can reach them),
+/// and the shard's rejection counters.
 #[derive(Debug)]
 pub struct Connection {
     id: u64,
     ended: StopSignal,
     /// Requests of this connection waiting now (claim long-polls).
     pub waiting: std::cell::Cell<usize>,
-    /// Most requests of this connection that may wait at once.
+    /// Most requests of this connection that may wait at once; also the
+    /// most long-poll claims it may have in flight (cancellable) at once.
     pub waiting_max: usize,
+    /// Long-poll claims in flight, by correlation id; at most `waiting_max`.
+    claims: std::cell::RefCell<std::collections::HashMap<u64, Rc<ClaimCancel>>>,
     rejections: Rc<Rejections>,
+}
+
+/// A long-poll claim's entry in its connection's cancel map; removed when
+/// the claim answers (dropped).
+#[derive(Debug)]
+pub struct ClaimRegistration<'c> {
+    connection: &'c Connection,
+    id: u64,
+    cancel: Rc<ClaimCancel>,
+}
+
+impl ClaimRegistration<'_> {
+    /// The claim's cancel handle, for `Partition::claim_as`.
+    pub fn cancel(&self) -> &ClaimCancel {
+        &self.cancel
+    }
+}
+
+impl Drop for ClaimRegistration<'_> {
+    fn drop(&mut self) {
+        let mut claims = self.connection.claims.borrow_mut();
+        // A later claim that reused the id (a client bug) owns the entry now.
+        if claims.get(&self.id).is_some_and(|entry| Rc::ptr_eq(entry, &self.cancel)) {
+            claims.remove(&self.id);
+        }
+    }
 }
 
 impl Connection {
@@ -144,8 +176,41 @@ impl Connection {
             ended: StopSignal::new(),
             waiting: std::cell::Cell::new(0),
             waiting_max,
+            claims: std::cell::RefCell::default(),
             rejections,
         }
+    }
+
+    /// Makes the long-poll claim with correlation id `id` cancellable by a
+    /// CancelClaim on this connection until the registration is dropped.
+    /// Call it before the claim's first await, so a cancel sent after the
+    /// claim always finds it.
+    ///
+    /// # Errors
+    /// The connection already has `waiting_max` long-poll claims in flight
+    /// (returns that bound).
+    pub fn register_claim(&self, id: u64) -> Result<ClaimRegistration<'_>, usize> {
+        let cancel = Rc::new(ClaimCancel::default());
+        {
+            let mut claims = self.claims.borrow_mut();
+            if claims.len() >= self.waiting_max && !claims.contains_key(&id) {
+                return Err(self.waiting_max);
+            }
+            claims.insert(id, cancel.clone());
+        }
+        Ok(ClaimRegistration { connection: self, id, cancel })
+    }
+
+    /// Withdraws this connection's long-poll claim `id` if it has decided
+    /// nothing yet; false when there is no such claim or it already decided.
+    pub fn cancel_claim(&self, id: u64) -> bool {
+        let cancel = self.claims.borrow().get(&id).cloned();
+        cancel.is_some_and(|cancel| cancel.cancel())
+    }
+
+    /// Long-poll claims of this connection in flight (cancellable) now.
+    pub fn claims_in_flight(&self) -> usize {
+        self.claims.borrow().len()
     }
 
     /// Distinct among the connections of this executor.
@@ -644,5 +709,35 @@ mod tests {
         futures_lite::future::block_on(write_burst(&mut writer, &mut burst, &mut coalesced))
             .unwrap();
         assert_eq!(writer.0, vec![small(1), large, [small(2), small(3)].concat()]);
+    }
+
+    #[test]
+    fn a_connection_cancels_only_its_own_registered_claims_within_its_bound() {
+        // Goal: the cancel map is per connection, bounded by waiting_max,
+        // and an entry lives exactly as long as its claim. Method: two
+        // connection scopes; register, cancel from the wrong and the right
+        // scope, fill the bound, drop a registration and register again.
+        let first = Connection::new(2, Rc::default());
+        let second = Connection::new(2, Rc::default());
+        let claim = first.register_claim(5).unwrap();
+        assert!(!second.cancel_claim(5), "another connection's id is not found");
+        assert!(!claim.cancel().is_cancelled());
+        assert!(!first.cancel_claim(6), "unknown id");
+        assert!(first.cancel_claim(5));
+        assert!(claim.cancel().is_cancelled());
+        assert!(!first.cancel_claim(5), "cancelled once");
+
+        let other = first.register_claim(7).unwrap();
+        assert_eq!(first.register_claim(8).unwrap_err(), 2, "bound of waiting_max entries");
+        assert_eq!(first.claims_in_flight(), 2);
+        drop(claim);
+        assert_eq!(first.claims_in_flight(), 1, "an answered claim leaves the map");
+        let again = first.register_claim(8).unwrap();
+        // A decided claim cannot be cancelled; the cancel is refused.
+        assert!(other.cancel().decide());
+        assert!(!first.cancel_claim(7));
+        assert!(!other.cancel().is_cancelled());
+        drop((other, again));
+        assert_eq!(first.claims_in_flight(), 0);
     }
 }

@@ -49,7 +49,7 @@ use crate::queue::{
     Redrive, ReleaseReason, CLAIMED_EVENT_BYTES, EVENT_BYTES,
 };
 use files::{SideFileError, CHECKPOINT_FILE, CHECKPOINT_MAGIC, EPOCH_FILE, EPOCH_MAGIC};
-use signal::{Signal, WaitOwner, WaitRefused, CLAIM_WAITERS_MAX};
+use signal::{ClaimCancel, Signal, WaitOwner, WaitRefused, CLAIM_WAITERS_MAX};
 
 /// Furthest a producer's `enqueue_time_ms` may be from the broker clock.
 pub const ENQUEUE_CLOCK_SKEW_MS_MAX: Millis = 5 * 60 * 1000;
@@ -759,7 +759,8 @@ impl<S: Storage + Clone> Partition<S> {
     ) -> Result<Vec<Claimed>, PartitionError> {
         let waiting = Cell::new(0);
         let owner = WaitOwner { id: u64::MAX, waiting: &waiting, waiting_max: usize::MAX };
-        self.claim_as(request, lane, wait_ms, owner, std::future::pending()).await
+        let cancel = ClaimCancel::default();
+        self.claim_as(request, lane, wait_ms, owner, std::future::pending(), &cancel).await
     }
 
     /// [`Partition::claim`] on behalf of `owner` (a connection), whose
@@ -768,7 +769,9 @@ impl<S: Storage + Clone> Partition<S> {
     /// `give_up` resolves (the peer closed, the broker stops) or when the
     /// partition evicts this waiter in favour of a lighter owner. A claim
     /// gives up only while waiting, never between appending its events and
-    /// replying.
+    /// replying. `cancel` withdraws it (the protocol's CancelClaim): once
+    /// cancelled it decides nothing more and answers empty at once; once it
+    /// has decided deliveries, `cancel` refuses (see [`ClaimCancel`]).
     ///
     /// # Errors
     /// Lease or credits out of range, too many waiters (on the partition or
@@ -780,6 +783,7 @@ impl<S: Storage + Clone> Partition<S> {
         wait_ms: Millis,
         owner: WaitOwner<'_>,
         give_up: impl Future<Output = ()>,
+        cancel: &ClaimCancel,
     ) -> Result<Vec<Claimed>, PartitionError> {
         let deadline = (self.clock)().saturating_add(wait_ms);
         let room = Self::control_bytes(request.credits as usize, true);
@@ -787,6 +791,9 @@ impl<S: Storage + Clone> Partition<S> {
         let mut slot = None;
         loop {
             self.log.writable(BatchKind::Control, room).await;
+            if cancel.is_cancelled() {
+                return Ok(Vec::new());
+            }
             let now = (self.clock)();
             let decision = {
                 let state = self.state.borrow();
@@ -796,6 +803,9 @@ impl<S: Storage + Clone> Partition<S> {
                 }
             };
             if !decision.deliveries.is_empty() {
+                // No await since the check above: not cancelled, so this holds.
+                let decided = cancel.decide();
+                debug_assert!(decided);
                 drop(slot);
                 let ticket = self.append_events(&decision.events, now)?;
                 if let Some(ticket) = ticket {
@@ -823,7 +833,7 @@ impl<S: Storage + Clone> Partition<S> {
                 false
             };
             let gave_up = async {
-                give_up.as_mut().await;
+                futures_lite::future::or(give_up.as_mut(), cancel.cancelled()).await;
                 true
             };
             if futures_lite::future::or(wait, gave_up).await {

@@ -179,6 +179,76 @@ impl Drop for WaiterSlot<'_, '_> {
     }
 }
 
+/// Where a cancellable claim stands, for [`ClaimCancel`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CancelState {
+    /// Nothing decided yet: a cancel still withdraws it.
+    Open,
+    /// Cancelled before it decided anything: it claims nothing more.
+    Cancelled,
+    /// It decided deliveries (is appending or answering): too late to cancel.
+    Decided,
+}
+
+/// The cancel handle of one claim (the protocol's CancelClaim). The claim
+/// calls [`ClaimCancel::decide`] the moment it has deliveries to append,
+/// before any await, and [`ClaimCancel::is_cancelled`] before each decision;
+/// a cancel arriving in between is therefore either before the decision
+/// (the claim answers empty, nothing claimed) or after it (the cancel is
+/// refused and the claim's answer stands). Single-threaded, runtime-free.
+#[derive(Debug)]
+pub struct ClaimCancel {
+    state: Cell<CancelState>,
+    waker: RefCell<Option<Waker>>,
+}
+
+impl Default for ClaimCancel {
+    fn default() -> Self {
+        Self { state: Cell::new(CancelState::Open), waker: RefCell::new(None) }
+    }
+}
+
+impl ClaimCancel {
+    /// Withdraws the claim if it has decided nothing yet; true if it did.
+    pub fn cancel(&self) -> bool {
+        if self.state.get() != CancelState::Open {
+            return false;
+        }
+        self.state.set(CancelState::Cancelled);
+        if let Some(waker) = self.waker.borrow_mut().take() {
+            waker.wake();
+        }
+        true
+    }
+
+    /// Whether [`ClaimCancel::cancel`] withdrew the claim.
+    pub fn is_cancelled(&self) -> bool {
+        self.state.get() == CancelState::Cancelled
+    }
+
+    /// The claim decided deliveries: from now on a cancel is refused.
+    /// Returns false (and changes nothing) if it was cancelled already.
+    pub fn decide(&self) -> bool {
+        if self.state.get() == CancelState::Cancelled {
+            return false;
+        }
+        self.state.set(CancelState::Decided);
+        true
+    }
+
+    /// Resolves once the claim is cancelled (one waiter: the claim itself).
+    pub async fn cancelled(&self) {
+        std::future::poll_fn(|cx| {
+            if self.is_cancelled() {
+                return Poll::Ready(());
+            }
+            *self.waker.borrow_mut() = Some(cx.waker().clone());
+            Poll::Pending
+        })
+        .await;
+    }
+}
+
 /// Future returned by [`Signal::wait`].
 #[derive(Debug)]
 pub struct SignalWait<'a> {

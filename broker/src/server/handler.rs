@@ -21,12 +21,12 @@ use std::rc::Rc;
 use spool_wire::batch::{validate_record, BatchBytes};
 use spool_wire::proto::limits::FRAME_HEADER_BYTES;
 use spool_wire::proto::{
-    self, decode_frame, AckResponse, ClaimResponse, CorrelationId, CreateQueueResponse, DeadLetter,
-    DeadLettersResponse, DeleteQueueResponse, DescribeQueueResponse, ErrorResponse, ExtendResponse,
-    Frame, FrameHeader, ListQueuesResponse, MessageState, MetadataResponse, NodeAddress,
-    PartitionMetadata, PartitionStats, PeekResponse, PeekedMessage, ProtoError, PurgeResponse,
-    QueueMetadata, QueueSummary, RecordOutcome, RedriveResponse, RedriveTarget, ReleaseResponse,
-    Request, Response, MAX_FRAME_BYTES,
+    self, decode_frame, AckResponse, CancelClaimResponse, CancelOutcome, ClaimResponse,
+    CorrelationId, CreateQueueResponse, DeadLetter, DeadLettersResponse, DeleteQueueResponse,
+    DescribeQueueResponse, ErrorResponse, ExtendResponse, Frame, FrameHeader, ListQueuesResponse,
+    MessageState, MetadataResponse, NodeAddress, PartitionMetadata, PartitionStats, PeekResponse,
+    PeekedMessage, ProtoError, PurgeResponse, QueueMetadata, QueueSummary, RecordOutcome,
+    RedriveResponse, RedriveTarget, ReleaseResponse, Request, Response, MAX_FRAME_BYTES,
 };
 use spool_wire::ErrorCode;
 
@@ -36,7 +36,7 @@ use super::convert::{
 use super::{ShardPartition, ShardState};
 use crate::control::assignment::QueueName;
 use crate::net::connection::{Connection, Decoded, FrameHandler, ProtocolFault, Refusal};
-use crate::partition::signal::WaitOwner;
+use crate::partition::signal::{ClaimCancel, WaitOwner};
 use crate::partition::{EnqueueOutcome, PartitionError};
 use crate::queue::{ClaimRequest, Lane, MessagePhase, Offset, Redrive, ReleaseReason, WorkerId};
 use crate::shard::ControlError;
@@ -432,6 +432,7 @@ impl SpoolHandler {
                 Ok(Response::Redrive(RedriveResponse { count: count as u64 }))
             }
             Request::Claim(_) => unreachable!("claims are answered by claim()"),
+            Request::CancelClaim(_) => unreachable!("cancels are answered by answer()"),
         }
     }
 
@@ -612,7 +613,7 @@ impl SpoolHandler {
         let mut out = Vec::new();
         let encoded = if let Request::Claim(claim) = &request {
             // Claims borrow record bytes from the partition's reply.
-            match self.claim(claim, connection).await {
+            match self.claim(claim, correlation_id, connection).await {
                 Ok(claimed) => {
                     let deliveries = claimed
                         .iter()
@@ -632,6 +633,17 @@ impl SpoolHandler {
                 }
                 Err(reply) => Err(reply),
             }
+        } else if let Request::CancelClaim(cancel) = &request {
+            // Only this connection's claims are in its map: another
+            // connection's id is simply not found.
+            let outcome = if connection.cancel_claim(cancel.claim.0) {
+                CancelOutcome::Cancelled
+            } else {
+                CancelOutcome::NotPending
+            };
+            Response::CancelClaim(CancelClaimResponse { outcome })
+                .encode(correlation_id, &mut out)
+                .map_err(|e| error(ErrorCode::Internal, e.to_string()))
         } else {
             match self.dispatch(request).await {
                 Ok(response) => response
@@ -649,12 +661,21 @@ impl SpoolHandler {
     /// A claim long-polls on behalf of its connection: its wait counts
     /// against the connection's bound (`claim_waiters_per_connection_max`)
     /// and ends, answered with what it found, when the connection ends (the
-    /// peer closed, or the broker stops).
+    /// peer closed, or the broker stops) or when a CancelClaim on the same
+    /// connection names its correlation id before it decided anything.
     async fn claim(
         &self,
         claim: &proto::ClaimRequest<'_>,
+        correlation_id: CorrelationId,
         connection: &Connection,
     ) -> Result<Vec<crate::partition::Claimed>, ErrorResponse> {
+        // Registered before the first await, so a CancelClaim the client
+        // sends after this claim finds it.
+        let registration = if claim.wait_ms > 0 {
+            Some(connection.register_claim(correlation_id.0))
+        } else {
+            None
+        };
         // `<queue>.dlq` names the dead-letter lane of `<queue>`'s partitions,
         // unless a queue by that very name exists (created before such
         // names were reserved).
@@ -676,9 +697,23 @@ impl SpoolHandler {
             waiting: &connection.waiting,
             waiting_max: connection.waiting_max,
         };
-        let claimed = partition
-            .claim_as(&request, lane, u64::from(claim.wait_ms), owner, connection.ended())
-            .await;
+        let unregistered = ClaimCancel::default();
+        let claimed = match &registration {
+            Some(Err(waiting_max)) => {
+                Err(PartitionError::TooManyWaitersOnConnection { waiting_max: *waiting_max })
+            }
+            Some(Ok(registered)) => {
+                let cancel = registered.cancel();
+                let wait_ms = u64::from(claim.wait_ms);
+                partition.claim_as(&request, lane, wait_ms, owner, connection.ended(), cancel).await
+            }
+            None => {
+                let wait_ms = u64::from(claim.wait_ms);
+                let ended = connection.ended();
+                partition.claim_as(&request, lane, wait_ms, owner, ended, &unregistered).await
+            }
+        };
+        drop(registration);
         claimed.map_err(|failure| {
             let reason = match failure {
                 PartitionError::TooManyWaitersOnConnection { .. } => {

@@ -1,11 +1,12 @@
 //! `Client::claim_any` against a live broker: one deadline over every
 //! partition, woken by whichever partition gets a message, nothing lost when
-//! several partitions answer at once; `shard_address` names the owners.
+//! several partitions answer at once, the long-polls it no longer needs
+//! withdrawn; `shard_address` names the owners.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use spool_client::spool_wire::proto::PartitionId;
+use spool_client::spool_wire::proto::{MessageState, Offset, PartitionId};
 use spool_client::{shard_address, Admin, ClaimOptions, Delivery, Message, Producer};
 use spool_client::{PayloadView, ProducerConfig};
 use spool_tests::{now, test_queue_config, Spoold};
@@ -147,4 +148,72 @@ async fn shard_addresses_are_public() {
         used.insert(addr);
     }
     assert_eq!(used, shards, "4 partitions spread over both shards");
+}
+
+// Goal: the long-polls claim_any leaves behind when it returns are withdrawn
+// (CancelClaim), so a message that arrives on their partitions afterwards is
+// never claimed by an orphaned wait and released (with max_deliveries = 1
+// that release would dead-letter it unhandled). Method: 4 partitions on 2
+// shards, max_deliveries 1; claim_any(1 credit, 5 s) waits on the empty
+// queue; one message to partition 0 wakes it; right after it returns, one
+// message to each of partitions 1..3; each must still be ready with 0
+// attempts (peek), no partition has released, claimed or dead-lettered
+// anything, and a plain claim then delivers each on its first attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claim_any_withdraws_its_other_long_polls() {
+    let broker = Spoold::start(2);
+    let client = broker.client().await;
+    let admin = Admin::new(client.clone());
+    admin.create_queue("withdraw", test_queue_config(PARTITIONS, 30_000, 1)).await.unwrap();
+    let producer = Producer::new(client.clone(), ProducerConfig::default()).unwrap();
+    let claimer = client.clone();
+    let claim = tokio::spawn(async move {
+        claimer.claim_any("withdraw", &ClaimOptions::new(1).lease_ms(30_000).wait_ms(5_000)).await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let key = key_for(0, PARTITIONS, 3);
+    producer.send("withdraw", Message::new("first").key(key)).await.unwrap();
+    let got = claim.await.unwrap().unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!((got[0].partition(), payload(&got[0])), (PartitionId(0), "first".to_owned()));
+    assert_eq!(got[0].attempt(), 1);
+
+    for partition in 1..PARTITIONS {
+        let key = key_for(partition, PARTITIONS, 3);
+        producer
+            .send("withdraw", Message::new(format!("late {partition}")).key(key))
+            .await
+            .unwrap();
+    }
+    // Long enough for an orphaned wait to claim and release what arrived.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for partition in 1..PARTITIONS {
+        let peeked = admin.peek("withdraw", PartitionId(partition), Offset(0), 10).await.unwrap();
+        assert_eq!(peeked.len(), 1, "partition {partition}: {peeked:?}");
+        assert_eq!(
+            (peeked[0].state, peeked[0].attempt),
+            (MessageState::Ready, 0),
+            "partition {partition}: the message was claimed by a withdrawn long-poll"
+        );
+    }
+    let described = admin.describe_queue("withdraw").await.unwrap();
+    for stats in &described.partitions {
+        let expected_claimed = u64::from(stats.partition == PartitionId(0));
+        assert_eq!(
+            (stats.claimed, stats.released, stats.quarantined),
+            (expected_claimed, 0, 0),
+            "partition {}: {stats:?}",
+            stats.partition.0
+        );
+    }
+    client.ack("withdraw", got[0].partition(), &[got[0].token()]).await.unwrap();
+    for partition in 1..PARTITIONS {
+        let options = ClaimOptions::new(5).wait_ms(2_000);
+        let batch = client.claim("withdraw", PartitionId(partition), &options).await.unwrap();
+        assert_eq!(batch.deliveries.len(), 1, "partition {partition}");
+        assert_eq!(batch.deliveries[0].attempt(), 1, "partition {partition}: first delivery");
+        assert_eq!(payload(&batch.deliveries[0]), format!("late {partition}"));
+        let token = batch.deliveries[0].token();
+        client.ack("withdraw", PartitionId(partition), &[token]).await.unwrap();
+    }
 }

@@ -13,6 +13,7 @@
 
 use super::codec::{check_len, check_range, validate_queue_name, Reader, Writer};
 use super::error::ProtoError;
+use super::frame::CorrelationId;
 use super::ids::{Generation, Offset, PartitionId, WorkerId};
 use super::limits::{
     ACK_TOKENS_MAX, CLAIM_BYTES_MAX, CLAIM_CREDITS_MAX, CLAIM_WAIT_MS_MAX, DELIVERY_TOKEN_BYTES,
@@ -562,5 +563,89 @@ impl ReleaseResponse {
         let not_before_ms = reader.u64()?;
         reader.finish()?;
         Ok(Self { not_before_ms })
+    }
+}
+
+// ---------------------------------------------------------------- CancelClaim
+
+/// Withdraw a long-poll Claim sent earlier on the same connection, named by
+/// its correlation id. A claim still waiting (nothing decided yet) ends at
+/// once and answers with no deliveries, as if its wait had run out; a claim
+/// that already claimed, answered, or never existed on this connection is
+/// left alone. A connection can only reach its own claims.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CancelClaimRequest {
+    /// The Claim's correlation id; never 0.
+    pub claim: CorrelationId,
+}
+
+impl CancelClaimRequest {
+    /// Checks that the id is not the reserved 0.
+    ///
+    /// # Errors
+    /// [`ProtoError::OutOfRange`].
+    pub fn validate(&self) -> Result<(), ProtoError> {
+        check_range("claim correlation id", self.claim.0, 1, u64::MAX)
+    }
+
+    pub(crate) fn write(&self, writer: &mut Writer<'_>) {
+        writer.u64(self.claim.0);
+    }
+
+    pub(crate) fn read(body: &[u8]) -> Result<Self, ProtoError> {
+        let mut reader = Reader::new(body);
+        let claim = CorrelationId(reader.u64()?);
+        reader.finish()?;
+        let request = Self { claim };
+        request.validate()?;
+        Ok(request)
+    }
+}
+
+/// What a CancelClaim found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// The claim was waiting; it answers (or has answered) with no
+    /// deliveries and claimed nothing.
+    Cancelled,
+    /// No waiting claim with that id on this connection: it already decided
+    /// its deliveries (its answer stands), already answered, or never was.
+    NotPending,
+}
+
+const CANCEL_CANCELLED: u32 = 0;
+const CANCEL_NOT_PENDING: u32 = 1;
+
+/// Result of a CancelClaim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CancelClaimResponse {
+    /// Whether a waiting claim was withdrawn.
+    pub outcome: CancelOutcome,
+}
+
+impl CancelClaimResponse {
+    pub(crate) fn write(&self, writer: &mut Writer<'_>) {
+        writer.u32(match self.outcome {
+            CancelOutcome::Cancelled => CANCEL_CANCELLED,
+            CancelOutcome::NotPending => CANCEL_NOT_PENDING,
+        });
+        writer.u32(0);
+    }
+
+    pub(crate) fn read(body: &[u8]) -> Result<Self, ProtoError> {
+        let mut reader = Reader::new(body);
+        let outcome = match reader.u32()? {
+            CANCEL_CANCELLED => CancelOutcome::Cancelled,
+            CANCEL_NOT_PENDING => CancelOutcome::NotPending,
+            other => {
+                return Err(ProtoError::UnknownEnumValue {
+                    field: "cancel outcome",
+                    value: other.into(),
+                })
+            }
+        };
+        reader.reserved_u32("cancel claim response reserved")?;
+        reader.finish()?;
+        Ok(Self { outcome })
     }
 }

@@ -63,6 +63,8 @@ pub enum ApiKey {
     Ack = 4,
     /// Give a claimed message back, now or later.
     Release = 5,
+    /// Withdraw a long-poll Claim still waiting on the same connection.
+    CancelClaim = 6,
     /// Create a queue.
     CreateQueue = 16,
     /// Delete a queue.
@@ -85,12 +87,13 @@ pub enum ApiKey {
 
 impl ApiKey {
     /// Every api key, in numeric order.
-    pub const ALL: [ApiKey; 14] = [
+    pub const ALL: [ApiKey; 15] = [
         ApiKey::Enqueue,
         ApiKey::Claim,
         ApiKey::Extend,
         ApiKey::Ack,
         ApiKey::Release,
+        ApiKey::CancelClaim,
         ApiKey::CreateQueue,
         ApiKey::DeleteQueue,
         ApiKey::ListQueues,

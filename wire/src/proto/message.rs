@@ -14,8 +14,9 @@ use super::control::{
     PeekResponse, PurgeRequest, PurgeResponse, RedriveRequest, RedriveResponse,
 };
 use super::data::{
-    AckRequest, AckResponse, ClaimRequest, ClaimResponse, EnqueueRequest, EnqueueResponse,
-    ExtendRequest, ExtendResponse, ReleaseRequest, ReleaseResponse,
+    AckRequest, AckResponse, CancelClaimRequest, CancelClaimResponse, ClaimRequest, ClaimResponse,
+    EnqueueRequest, EnqueueResponse, ExtendRequest, ExtendResponse, ReleaseRequest,
+    ReleaseResponse,
 };
 use super::error::ProtoError;
 use super::frame::{encode_frame, ApiKey, CorrelationId, Frame, HeaderFields};
@@ -35,6 +36,8 @@ pub enum Request<'a> {
     Ack(AckRequest),
     /// See [`ReleaseRequest`].
     Release(ReleaseRequest<'a>),
+    /// See [`CancelClaimRequest`].
+    CancelClaim(CancelClaimRequest),
     /// See [`CreateQueueRequest`].
     CreateQueue(CreateQueueRequest),
     /// See [`DeleteQueueRequest`].
@@ -68,6 +71,8 @@ pub enum Response<'a> {
     Ack(AckResponse),
     /// See [`ReleaseResponse`].
     Release(ReleaseResponse),
+    /// See [`CancelClaimResponse`].
+    CancelClaim(CancelClaimResponse),
     /// See [`CreateQueueResponse`].
     CreateQueue(CreateQueueResponse),
     /// See [`DeleteQueueResponse`].
@@ -147,6 +152,7 @@ macro_rules! api_key_of {
             Self::Extend(_) => ApiKey::Extend,
             Self::Ack(_) => ApiKey::Ack,
             Self::Release(_) => ApiKey::Release,
+            Self::CancelClaim(_) => ApiKey::CancelClaim,
             Self::CreateQueue(_) => ApiKey::CreateQueue,
             Self::DeleteQueue(_) => ApiKey::DeleteQueue,
             Self::ListQueues(_) => ApiKey::ListQueues,
@@ -177,6 +183,7 @@ impl<'a> Request<'a> {
             Self::Extend(request) => request.validate(),
             Self::Ack(request) => request.validate(),
             Self::Release(request) => request.validate(),
+            Self::CancelClaim(request) => request.validate(),
             Self::CreateQueue(request) => request.validate(),
             Self::DeleteQueue(request) => request.validate(),
             Self::ListQueues(_) => Ok(()),
@@ -220,6 +227,7 @@ impl<'a> Request<'a> {
                 Self::Extend(request) => request.write(&mut writer),
                 Self::Ack(request) => request.write(&mut writer),
                 Self::Release(request) => request.write(&mut writer),
+                Self::CancelClaim(request) => request.write(&mut writer),
                 Self::CreateQueue(request) => request.write(out),
                 Self::DeleteQueue(request) => request.write(out),
                 Self::ListQueues(request) => request.write(out),
@@ -249,6 +257,7 @@ impl<'a> Request<'a> {
             ApiKey::Extend => Self::Extend(ExtendRequest::read(body)?),
             ApiKey::Ack => Self::Ack(AckRequest::read(body)?),
             ApiKey::Release => Self::Release(ReleaseRequest::read(body)?),
+            ApiKey::CancelClaim => Self::CancelClaim(CancelClaimRequest::read(body)?),
             ApiKey::CreateQueue => Self::CreateQueue(CreateQueueRequest::read(body)?),
             ApiKey::DeleteQueue => Self::DeleteQueue(DeleteQueueRequest::read(body)?),
             ApiKey::ListQueues => Self::ListQueues(ListQueuesRequest::read(body)?),
@@ -284,6 +293,7 @@ impl<'a> Response<'a> {
             Self::DeadLetters(response) => response.validate(),
             Self::Extend(_)
             | Self::Release(_)
+            | Self::CancelClaim(_)
             | Self::CreateQueue(_)
             | Self::DeleteQueue(_)
             | Self::Purge(_)
@@ -319,6 +329,7 @@ impl<'a> Response<'a> {
                 Self::Extend(response) => response.write(&mut writer),
                 Self::Ack(response) => response.write(&mut writer),
                 Self::Release(response) => response.write(&mut writer),
+                Self::CancelClaim(response) => response.write(&mut writer),
                 Self::CreateQueue(response) => response.write(out),
                 Self::DeleteQueue(response) => response.write(out),
                 Self::ListQueues(response) => response.write(out),
@@ -350,6 +361,7 @@ impl<'a> Response<'a> {
                 ApiKey::Extend => Self::Extend(ExtendResponse::read(body)?),
                 ApiKey::Ack => Self::Ack(AckResponse::read(body)?),
                 ApiKey::Release => Self::Release(ReleaseResponse::read(body)?),
+                ApiKey::CancelClaim => Self::CancelClaim(CancelClaimResponse::read(body)?),
                 ApiKey::CreateQueue => Self::CreateQueue(CreateQueueResponse::read(body)?),
                 ApiKey::DeleteQueue => Self::DeleteQueue(DeleteQueueResponse::read(body)?),
                 ApiKey::ListQueues => Self::ListQueues(ListQueuesResponse::read(body)?),

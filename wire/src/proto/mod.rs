@@ -54,8 +54,9 @@ pub use control::{
     RedriveResponse, RedriveTarget,
 };
 pub use data::{
-    AckRequest, AckResponse, ClaimRequest, ClaimResponse, Delivery, DeliveryToken, EnqueueRequest,
-    EnqueueResponse, ExtendRequest, ExtendResponse, RecordOutcome, ReleaseRequest, ReleaseResponse,
+    AckRequest, AckResponse, CancelClaimRequest, CancelClaimResponse, CancelOutcome, ClaimRequest,
+    ClaimResponse, Delivery, DeliveryToken, EnqueueRequest, EnqueueResponse, ExtendRequest,
+    ExtendResponse, RecordOutcome, ReleaseRequest, ReleaseResponse,
 };
 pub use error::ProtoError;
 pub use frame::{
