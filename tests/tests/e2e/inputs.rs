@@ -9,7 +9,9 @@ use spool_client::spool_wire::limits::{PAYLOAD_INLINE_BYTES_MAX, SCHEDULE_HORIZO
 use spool_client::spool_wire::proto::PartitionId;
 use spool_client::spool_wire::ErrorCode;
 use spool_client::Admin;
-use spool_tests::{json_stdout, success_stdout, test_queue_config, Spoold, SpooldOptions};
+use spool_tests::{
+    json_lines_stdout, json_stdout, success_stdout, test_queue_config, Spoold, SpooldOptions,
+};
 
 use crate::common::{message_id, unix_ms};
 
@@ -60,8 +62,9 @@ fn create_queue_with_an_unopenable_partition_fails_and_rolls_back() {
     let listed = json_stdout(&broker.cli(&["--json", "queue", "list"]));
     assert_eq!(listed, serde_json::json!([{"queue": "jobs", "partitions": 2}]));
     success_stdout(&broker.cli(&["send", "jobs", "after-the-fix"]));
-    let received = json_stdout(&broker.cli(&["--json", "recv", "jobs", "--wait-ms", "2000"]));
-    assert_eq!(received[0]["payload"], "after-the-fix", "{received}");
+    let received = json_lines_stdout(&broker.cli(&["--json", "recv", "jobs", "--wait-ms", "2000"]));
+    assert_eq!(received.len(), 1, "{received:?}");
+    assert_eq!(received[0]["payload"], "after-the-fix", "{received:?}");
 }
 
 // Goal: a queue name ending in `.dlq` cannot be created (it addresses the
