@@ -271,3 +271,22 @@ fn a_log_under_a_relative_path_opens_appends_and_syncs() {
         assert_eq!(got, stored);
     });
 }
+
+#[test]
+fn a_zero_length_read_of_an_empty_file_answers_empty() {
+    // Goal: reading 0 bytes (an empty index or side file left by a crash
+    // between its create and its first write) answers an empty buffer
+    // instead of panicking the executor: glommio 0.9 aborts on a zero-byte
+    // DMA buffer ("Buffer allocation failed"). Method: create an empty file,
+    // open it through DmaStorage, read 0 bytes at 0.
+    use spool_broker::io::{Storage, StorageFile};
+    let temp = tempfile::tempdir().unwrap();
+    let path = temp.path().join("empty.index");
+    std::fs::write(&path, b"").unwrap();
+    run(async {
+        let file = DmaStorage.open(&path).await.unwrap();
+        assert_eq!(file.len_bytes().await.unwrap(), 0);
+        let read = file.read_at(0, 0).await.unwrap();
+        assert!(read.is_empty());
+    });
+}

@@ -36,6 +36,26 @@ impl IoBuf for DmaBuffer {
     }
 }
 
+/// The bytes of one read. A zero-length read never reaches glommio: 0.9
+/// panics on the executor ("Buffer allocation failed") when asked for a
+/// zero-byte buffer, and an empty side or index file left by a crash
+/// between its create and its first write is asked for exactly that.
+pub enum DmaRead {
+    Read(ReadResult),
+    Empty,
+}
+
+impl std::ops::Deref for DmaRead {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            DmaRead::Read(read) => read,
+            DmaRead::Empty => &[],
+        }
+    }
+}
+
 /// One open O_DIRECT file.
 pub struct DmaSegmentFile {
     file: DmaFile,
@@ -131,7 +151,7 @@ impl Storage for DmaStorage {
 
 impl StorageFile for DmaSegmentFile {
     type Buf = DmaBuffer;
-    type ReadBuf = ReadResult;
+    type ReadBuf = DmaRead;
 
     fn alloc_buf(&self, len_bytes: usize) -> DmaBuffer {
         assert_page_aligned(0, len_bytes);
@@ -156,11 +176,15 @@ impl StorageFile for DmaSegmentFile {
         Ok(())
     }
 
-    async fn read_at(&self, pos: u64, len_bytes: usize) -> Result<ReadResult, IoError> {
+    async fn read_at(&self, pos: u64, len_bytes: usize) -> Result<DmaRead, IoError> {
         assert!(pos.is_multiple_of(crate::limits::PAGE_BYTES));
+        if len_bytes == 0 {
+            return Ok(DmaRead::Empty);
+        }
         self.file
             .read_at_aligned(pos, len_bytes)
             .await
+            .map(DmaRead::Read)
             .map_err(|error| IoError::new(IoOp::Read, &self.path, Some(pos), to_io(error)))
     }
 
