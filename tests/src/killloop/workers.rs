@@ -153,7 +153,21 @@ pub async fn producer(
 ) -> Result<(), KillLoopError> {
     let config = &shared.config;
     let mut sequence = 0u64;
+    // The last batch every record of which was answered, and the broker
+    // instance that answered it.
+    let mut last_answered: Option<(PartitionId, Vec<MessageId>, Vec<u8>, Instance)> = None;
     while !shared.stopping() {
+        // Once per restart, the last answered batch is sent again as the
+        // same bytes: dedupe must survive the SIGKILL, so every record comes
+        // back `Duplicate` naming its original offset (the ledger checks
+        // it). This exercises the resend path at every kill, whether or not
+        // a batch happened to be in flight when it landed.
+        if let Some((partition, ids, bytes, answered_by)) = &last_answered {
+            if shared.instance() != *answered_by {
+                send_until_answered(&shared, &client, *partition, ids, bytes).await?;
+                last_answered = None;
+            }
+        }
         let backlog = {
             let ledger = shared.ledger();
             ledger.enqueued_count().saturating_sub(ledger.acked_count())
@@ -197,6 +211,7 @@ pub async fn producer(
             }
         }
         send_until_answered(&shared, &client, partition, &ids, &bytes).await?;
+        last_answered = Some((partition, ids, bytes.to_vec(), shared.instance()));
     }
     Ok(())
 }
