@@ -64,12 +64,8 @@ struct HostileArgs {
     /// Broker bootstrap address; without it a spoold is started and stopped.
     #[arg(long)]
     addr: Option<String>,
-    /// Parent of the started spoold's temporary data directory.
-    #[arg(long, default_value = "/tmp")]
-    dir: PathBuf,
-    /// spoold binary to start [default: spoold next to this executable].
-    #[arg(long)]
-    spoold: Option<PathBuf>,
+    #[command(flatten)]
+    started: StartedArgs,
     /// Broker shards: the started spoold's --cores.
     #[arg(long, default_value_t = 1)]
     shards: u16,
@@ -92,12 +88,8 @@ struct HostileArgs {
 
 #[derive(Debug, Args)]
 struct RssArgs {
-    /// Parent of the started spoold's temporary data directory.
-    #[arg(long, default_value = "/tmp")]
-    dir: PathBuf,
-    /// spoold binary to start [default: spoold next to this executable].
-    #[arg(long)]
-    spoold: Option<PathBuf>,
+    #[command(flatten)]
+    started: StartedArgs,
     /// Broker shards [default: CPUs available].
     #[arg(long)]
     shards: Option<u16>,
@@ -149,18 +141,25 @@ enum ArrivalsArg {
     Poisson,
 }
 
-/// Settings shared by the latency, capacity and omb scenarios.
+/// Where a scenario that starts its own spoold puts it, and which binary.
 #[derive(Debug, Args)]
-struct LoadArgs {
-    /// Broker bootstrap address; without it a spoold is started and stopped.
-    #[arg(long)]
-    addr: Option<String>,
+struct StartedArgs {
     /// Parent of the started spoold's temporary data directory.
     #[arg(long, default_value = "/tmp")]
     dir: PathBuf,
     /// spoold binary to start [default: spoold next to this executable].
     #[arg(long)]
     spoold: Option<PathBuf>,
+}
+
+/// Settings shared by the latency, capacity and omb scenarios.
+#[derive(Debug, Args)]
+struct LoadArgs {
+    /// Broker bootstrap address; without it a spoold is started and stopped.
+    #[arg(long)]
+    addr: Option<String>,
+    #[command(flatten)]
+    started: StartedArgs,
     /// Broker shards: the started spoold's --cores [default: CPUs available].
     #[arg(long)]
     shards: Option<u16>,
@@ -227,8 +226,8 @@ impl LoadArgs {
         LoadConfig {
             broker: BrokerConfig {
                 addr: self.addr.clone(),
-                dir: self.dir.clone(),
-                spoold: self.spoold.clone(),
+                dir: self.started.dir.clone(),
+                spoold: self.started.spoold.clone(),
                 shards: self.shards,
             },
             label,
@@ -426,12 +425,8 @@ struct ThroughputArgs {
     /// Broker bootstrap address; without it a spoold is started and stopped.
     #[arg(long)]
     addr: Option<String>,
-    /// Parent of the started spoold's temporary data directory.
-    #[arg(long, default_value = "/tmp")]
-    dir: PathBuf,
-    /// spoold binary to start [default: spoold next to this executable].
-    #[arg(long)]
-    spoold: Option<PathBuf>,
+    #[command(flatten)]
+    started: StartedArgs,
     /// Broker shards: the started spoold's --cores [default: CPUs available].
     #[arg(long)]
     shards: Option<u16>,
@@ -563,8 +558,8 @@ fn main() -> ExitCode {
         Command::Throughput(args) => {
             let config = ThroughputConfig {
                 addr: args.addr,
-                dir: args.dir,
-                spoold: args.spoold,
+                dir: args.started.dir,
+                spoold: args.started.spoold,
                 shards: args.shards,
                 queue: args.queue,
                 partitions: args.partitions,
@@ -616,8 +611,8 @@ fn hostile(args: &HostileArgs) -> Result<String, BenchError> {
     };
     let broker = Broker::start_or_connect(
         args.addr.as_deref(),
-        args.spoold.as_deref(),
-        &args.dir,
+        args.started.spoold.as_deref(),
+        &args.started.dir,
         args.shards,
         "hostile",
     )
@@ -689,8 +684,8 @@ fn capacity(args: &CapacityArgs) -> Result<String, BenchError> {
 
 fn rss_run(args: &RssArgs) -> Result<String, BenchError> {
     let config = RssConfig {
-        spoold: args.spoold.clone(),
-        dir: args.dir.clone(),
+        spoold: args.started.spoold.clone(),
+        dir: args.started.dir.clone(),
         shards: args.shards,
         partitions: args.partitions,
         msg_bytes: args.msg_bytes,
