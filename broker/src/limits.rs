@@ -117,7 +117,7 @@ pub const HOUSEKEEPING_IDLE_MAX: std::time::Duration = std::time::Duration::from
 /// How often the control executor polls for commands once none came for
 /// [`CONTROL_BUSY_FOR`] (while they keep coming it polls every housekeeping
 /// tick): the first create or delete after a quiet spell waits at most this.
-pub const CONTROL_IDLE_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+pub const CONTROL_IDLE_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 /// How long after a command the control executor keeps polling every tick.
 pub const CONTROL_BUSY_FOR: std::time::Duration = std::time::Duration::from_secs(1);
 
