@@ -36,6 +36,8 @@ pub enum BenchError {
     Capacity(#[from] crate::capacity::CapacityError),
     #[error("rss: {0}")]
     Rss(#[from] crate::rss::RssError),
+    #[error("idle: {0}")]
+    Idle(#[from] crate::idle::IdleError),
     #[error("omb: {0}")]
     Omb(#[from] crate::omb::OmbError),
     #[error("cannot encode the report: {0}")]

@@ -35,6 +35,7 @@ pub mod error;
 pub mod harness;
 pub mod heap;
 pub mod hostile;
+pub mod idle;
 pub mod latency;
 pub mod latency_scenario;
 pub mod load;

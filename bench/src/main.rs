@@ -14,6 +14,7 @@ use spool_bench::dist::{Arrivals, ServiceTime};
 use spool_bench::harness::Broker;
 use spool_bench::heap::CountingAllocator;
 use spool_bench::hostile::{self, HostileConfig};
+use spool_bench::idle::{self, IdleConfig};
 use spool_bench::latency_scenario::{self, LatencyConfig};
 use spool_bench::load::{self, BrokerConfig, LoadConfig, Phase, PhaseEnd, Sample};
 use spool_bench::log_append::{self, LogAppendConfig};
@@ -57,6 +58,8 @@ enum Command {
     Hostile(HostileArgs),
     /// The started spoold's RSS at each backlog, after the drain, and after a settle.
     Rss(RssArgs),
+    /// The started spoold's CPU and wake-ups per second with a queue and no traffic.
+    Idle(IdleArgs),
 }
 
 #[derive(Debug, Args)]
@@ -84,6 +87,27 @@ struct HostileArgs {
     /// The producer sends one message this often (ms).
     #[arg(long, default_value_t = 5)]
     interval_ms: u64,
+}
+
+#[derive(Debug, Args)]
+struct IdleArgs {
+    #[command(flatten)]
+    started: StartedArgs,
+    /// Broker shards [default: CPUs available].
+    #[arg(long)]
+    shards: Option<u16>,
+    /// Partitions of the queue created before measuring.
+    #[arg(long, default_value_t = 4)]
+    partitions: u32,
+    /// Pause after the queue is created, before measuring (ms).
+    #[arg(long, default_value_t = 2_000)]
+    settle_ms: u64,
+    /// Length of the measurement (s).
+    #[arg(long, default_value_t = 10.0)]
+    seconds: f64,
+    /// Also write the report here.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -587,6 +611,7 @@ fn main() -> ExitCode {
         Command::Omb(args) => omb(&args),
         Command::Hostile(args) => hostile(&args),
         Command::Rss(args) => rss_run(&args),
+        Command::Idle(args) => idle_run(&args),
     };
     report_result(report)
 }
@@ -680,6 +705,23 @@ fn capacity(args: &CapacityArgs) -> Result<String, BenchError> {
         report.predicted.drain_s
     );
     emit(&report, &report.series, &title, args.load.json.as_deref(), args.load.plot.as_deref())
+}
+
+fn idle_run(args: &IdleArgs) -> Result<String, BenchError> {
+    let config = IdleConfig {
+        spoold: args.started.spoold.clone(),
+        dir: args.started.dir.clone(),
+        shards: args.shards,
+        partitions: args.partitions,
+        settle_ms: args.settle_ms,
+        seconds: args.seconds,
+    };
+    let report = idle::run(&config)?;
+    eprintln!(
+        "spool-bench idle: {} shards, {} partitions: {:.2} % of a core, {:.0} wake-ups/s over {:.1} s",
+        report.shards, report.partitions, report.core_pct, report.wakeups_per_s, report.seconds
+    );
+    emit(&report, &[], "spool-bench idle", args.json.as_deref(), None)
 }
 
 fn rss_run(args: &RssArgs) -> Result<String, BenchError> {

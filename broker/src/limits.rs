@@ -107,3 +107,21 @@ const _: () = assert!(INDEX_INTERVAL_BYTES_DEFAULT.is_multiple_of(PAGE_BYTES));
 const _: () = assert!(TAIL_CACHE_BYTES_DEFAULT <= TAIL_CACHE_BYTES_MAX);
 const _: () = assert!(ZERO_FILL_CHUNK_BYTES.is_multiple_of(PAGE_BYTES));
 const _: () = assert!(SCAN_CHUNK_BYTES.is_multiple_of(PAGE_BYTES));
+
+/// Longest a shard's housekeeping timer sleeps when nothing falls due: it
+/// bounds how late the process-wide stop flag, a due checkpoint and a
+/// cross-executor wake-up glommio lost (DESIGN §8) are seen. Deadlines of
+/// leases, scheduled and expiring messages are met by the shard's alarm
+/// (`shard/alarm.rs`), not by this bound.
+pub const HOUSEKEEPING_IDLE_MAX: std::time::Duration = std::time::Duration::from_millis(100);
+/// How often the control executor polls for commands once none came for
+/// [`CONTROL_BUSY_FOR`] (while they keep coming it polls every housekeeping
+/// tick): the first create or delete after a quiet spell waits at most this.
+pub const CONTROL_IDLE_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+/// How long after a command the control executor keeps polling every tick.
+pub const CONTROL_BUSY_FOR: std::time::Duration = std::time::Duration::from_secs(1);
+
+const _: () = assert!(
+    HOUSEKEEPING_IDLE_MAX.as_millis() >= crate::control::config::HOUSEKEEPING_TICK_MS_MAX as u128
+);
+const _: () = assert!(CONTROL_IDLE_POLL.as_millis() <= HOUSEKEEPING_IDLE_MAX.as_millis());

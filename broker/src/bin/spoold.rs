@@ -66,13 +66,16 @@ pub fn main() {
         Ok(broker) => broker,
         Err(error) => fatal(error.fatal_reason(), error),
     };
-    // Forward the early flag into the broker's own flag.
+    // Forward the early flag into the broker's own flag. The executors see
+    // the broker's flag at their next housekeeping tick (at most
+    // HOUSEKEEPING_IDLE_MAX later), so polling faster than that buys nothing
+    // but wake-ups of an idle process.
     let broker_stop = broker.stop_flag();
     std::thread::Builder::new()
         .name("spool-signals".to_owned())
         .spawn(move || {
             while !stop.load(std::sync::atomic::Ordering::Acquire) {
-                std::thread::sleep(std::time::Duration::from_millis(5));
+                std::thread::sleep(SIGNAL_POLL);
             }
             broker_stop.store(true, std::sync::atomic::Ordering::Release);
         })
@@ -81,3 +84,6 @@ pub fn main() {
         fatal(error.fatal_reason(), error);
     }
 }
+
+/// How often the signal thread looks at the flag its handlers set.
+const SIGNAL_POLL: std::time::Duration = std::time::Duration::from_millis(25);

@@ -229,7 +229,14 @@ pub struct Partition<S: Storage + Clone> {
     closed: Cell<bool>,
     /// When the next disk-full retry may run ([`DISK_FULL_RETRY_MS`]).
     disk_retry_at_ms: Cell<Millis>,
+    /// Told the state's next timer deadline after events are applied, so
+    /// the shard's housekeeping can sleep until then (`shard/alarm.rs`).
+    wakeup_hook: RefCell<Option<WakeupHook>>,
 }
+
+/// Receives a partition's next timer deadline (lease end, scheduled or
+/// expiring message) whenever applied events may have brought it forward.
+pub type WakeupHook = Rc<dyn Fn(Millis)>;
 
 impl<S: Storage + Clone> std::fmt::Debug for Partition<S> {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -515,6 +522,7 @@ impl<S: Storage + Clone> Partition<S> {
             checkpoint_running: Cell::new(false),
             closed: Cell::new(false),
             disk_retry_at_ms: Cell::new(0),
+            wakeup_hook: RefCell::new(None),
         });
         let (replayed_batches, replayed_events) =
             partition.replay(covers.map_or(start, |offset| offset.0)).await?;
@@ -637,7 +645,35 @@ impl<S: Storage + Clone> Partition<S> {
         }
         drop(state);
         *self.last_ticket.borrow_mut() = Some(appended.ticket.clone());
+        self.hint_wakeup();
         Ok(Some(appended.ticket))
+    }
+
+    /// Tells the wake-up hook (if any) the state's next timer deadline.
+    fn hint_wakeup(&self) {
+        if let Some(hook) = self.wakeup_hook.borrow().as_ref() {
+            if let Some(at) = self.state.borrow().next_wakeup() {
+                hook(at);
+            }
+        }
+    }
+
+    /// Installs the hook told of every deadline applied events create (the
+    /// shard's alarm); replaces any earlier one.
+    pub fn set_wakeup_hook(&self, hook: WakeupHook) {
+        *self.wakeup_hook.borrow_mut() = Some(hook);
+    }
+
+    /// When [`Partition::tick`] next has something to do: the state's
+    /// earliest timer (lease end, scheduled or expiring message) and, while
+    /// the disk is full, the next retry. `None`: nothing is scheduled.
+    pub fn next_due(&self) -> Option<Millis> {
+        if self.closed.get() {
+            return None;
+        }
+        let timers = self.state.borrow().next_wakeup();
+        let retry = self.log.disk_full().then(|| self.disk_retry_at_ms.get());
+        timers.into_iter().chain(retry).min()
     }
 
     fn control_bytes(events: usize, claimed: bool) -> u64 {
@@ -715,6 +751,7 @@ impl<S: Storage + Clone> Partition<S> {
             }
             drop(state);
             *self.last_ticket.borrow_mut() = Some(appended.ticket.clone());
+            self.hint_wakeup();
             ticket = Some(appended.ticket);
         }
         for (index, decision) in decisions.iter().enumerate() {

@@ -705,12 +705,13 @@ impl SpoolHandler {
             Some(Ok(registered)) => {
                 let cancel = registered.cancel();
                 let wait_ms = u64::from(claim.wait_ms);
-                partition.claim_as(&request, lane, wait_ms, owner, connection.ended(), cancel).await
+                let give_up = ended_or_deadline(connection, wait_ms);
+                partition.claim_as(&request, lane, wait_ms, owner, give_up, cancel).await
             }
             None => {
                 let wait_ms = u64::from(claim.wait_ms);
-                let ended = connection.ended();
-                partition.claim_as(&request, lane, wait_ms, owner, ended, &unregistered).await
+                let give_up = ended_or_deadline(connection, wait_ms);
+                partition.claim_as(&request, lane, wait_ms, owner, give_up, &unregistered).await
             }
         };
         drop(registration);
@@ -827,4 +828,14 @@ impl FrameHandler for SpoolHandler {
         };
         Some(Self::encode_error(&reply, correlation_id, api_key, api_version))
     }
+}
+
+/// Resolves when the connection ends or `wait_ms` has passed: a long-poll's
+/// own timer, so its deadline is met to the millisecond however long the
+/// shard's housekeeping sleeps.
+async fn ended_or_deadline(connection: &Connection, wait_ms: u64) {
+    futures_lite::future::or(connection.ended(), async {
+        glommio::timer::Timer::new(std::time::Duration::from_millis(wait_ms)).await;
+    })
+    .await;
 }

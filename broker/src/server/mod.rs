@@ -29,6 +29,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
 
 use glommio::task::JoinHandle;
 use thiserror::Error;
@@ -41,6 +42,7 @@ use crate::io::DmaStorage;
 use crate::log::{ExitOnFatal, LogConfig};
 use crate::partition::{Clock, Partition, PartitionError, PartitionName};
 use crate::queue::{PartitionId, QueueId};
+use crate::shard::alarm::Alarm;
 use crate::shard::hooks::{ShardContext, ShardHooks, ShardHooksFactory};
 use crate::shard::ControlHandle;
 use handler::SpoolHandler;
@@ -128,6 +130,9 @@ pub struct ShardState {
     pub clock: Clock,
     /// Every shard's partition epochs, for Metadata.
     pub epochs: Arc<EpochBoard>,
+    /// Rung by a partition whose new deadline is earlier than the
+    /// housekeeping timer's planned tick.
+    pub alarm: Rc<Alarm>,
 }
 
 impl std::fmt::Debug for ShardState {
@@ -214,6 +219,12 @@ impl ShardState {
             "partition open"
         );
         self.epochs.publish(queue_id, partition, report.epoch.0);
+        let alarm = self.alarm.clone();
+        partition_rc.set_wakeup_hook(Rc::new(move |at| alarm.request(at)));
+        // Deadlines the replay restored (leases, scheduled messages).
+        if let Some(at) = partition_rc.next_due() {
+            self.alarm.request(at);
+        }
         let task = glommio::spawn_local(background).detach();
         self.partitions.borrow_mut().insert(
             (queue.as_str().to_owned(), partition),
@@ -255,6 +266,7 @@ impl ShardHooksFactory for SpoolHooksFactory {
             unavailable: RefCell::new(BTreeMap::new()),
             clock: Rc::new(|| crate::clock::now_ms().0),
             epochs: self.epochs.clone(),
+            alarm: Rc::new(Alarm::default()),
         });
         let handler = Rc::new(SpoolHandler::new(state.clone()));
         SpoolHooks { state, handler }
@@ -364,6 +376,27 @@ impl ShardHooks for SpoolHooks {
                 Ok(())
             }
         }
+    }
+
+    fn next_tick_in(&self, min: Duration, max: Duration) -> Duration {
+        let now = (self.state.clock)();
+        let due = self
+            .state
+            .partitions
+            .borrow()
+            .values()
+            .filter_map(|served| served.partition.next_due())
+            .min();
+        let wait = due.map_or(max, |at| Duration::from_millis(at.saturating_sub(now)));
+        let wait = wait.clamp(min, max);
+        self.state
+            .alarm
+            .plan(now.saturating_add(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)));
+        wait
+    }
+
+    fn alarm(&self) -> Option<Rc<Alarm>> {
+        Some(self.state.alarm.clone())
     }
 
     fn on_tick(&self) {

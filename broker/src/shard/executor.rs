@@ -29,14 +29,17 @@ use glommio::channels::shared_channel::{SharedReceiver, SharedSender};
 use glommio::sync::Gate;
 use glommio::timer::Timer;
 
+use crate::clock::instant_now;
 use crate::control::assignment::{
     AssignmentError, AssignmentTable, AssignmentUpdate, AssignmentVersion,
 };
 use crate::control::catalog::{self, Catalog};
+use crate::limits::{CONTROL_BUSY_FOR, CONTROL_IDLE_POLL, HOUSEKEEPING_IDLE_MAX};
 use crate::net::connection::ConnectionLimits;
 use crate::net::listener::{accept_loop, bind_listener, AcceptStats};
 use crate::net::stop::StopSignal;
 use crate::queue::QueueId;
+use crate::shard::alarm::Alarm;
 use crate::shard::hooks::{ShardContext, ShardHooks, ShardHooksFactory};
 use crate::shard::{
     ControlCommand, ControlError, Event, ExecutorName, QueueCreated, ShardError, ShardMessage,
@@ -50,22 +53,74 @@ const REPLAY_WAIT_POLL: Duration = Duration::from_millis(1);
 /// Most control commands turned into one batch of updates per tick.
 pub const CONTROL_COMMANDS_PER_TICK_MAX: usize = 256;
 
-/// Runs `on_tick` every `tick` until `finished` trips, tripping `stop` when
-/// the process-wide stop flag is set.
+/// What the housekeeping loop drives: a shard's hooks, or nothing but the
+/// stop flag and the allocator (the control executor).
+trait Ticker {
+    fn tick(&self);
+    fn next_tick_in(&self, min: Duration, max: Duration) -> Duration;
+    fn alarm(&self) -> Option<Rc<Alarm>>;
+}
+
+impl<H: ShardHooks> Ticker for Rc<H> {
+    fn tick(&self) {
+        self.on_tick();
+    }
+
+    fn next_tick_in(&self, min: Duration, max: Duration) -> Duration {
+        ShardHooks::next_tick_in(&**self, min, max).clamp(min, max)
+    }
+
+    fn alarm(&self) -> Option<Rc<Alarm>> {
+        ShardHooks::alarm(&**self)
+    }
+}
+
+/// The control executor's housekeeping: nothing falls due on it.
+struct NothingDue;
+
+impl Ticker for NothingDue {
+    fn tick(&self) {}
+
+    fn next_tick_in(&self, _min: Duration, max: Duration) -> Duration {
+        max
+    }
+
+    fn alarm(&self) -> Option<Rc<Alarm>> {
+        None
+    }
+}
+
+/// Ticks `ticker` until `finished` trips, tripping `stop` when the
+/// process-wide stop flag is set. After each tick it sleeps until the
+/// ticker's next deadline, at least `tick` and at most
+/// [`HOUSEKEEPING_IDLE_MAX`], or until the ticker's alarm rings (a request
+/// brought a deadline forward): a shard with nothing due wakes a few times a
+/// second instead of every `tick`.
 async fn housekeeping(
     tick: Duration,
     shared: Arc<Shared>,
     stop: StopSignal,
     finished: StopSignal,
-    mut on_tick: impl FnMut(),
+    ticker: impl Ticker,
 ) {
-    let ticks_per_collect =
-        (crate::alloc::COLLECT_INTERVAL.as_nanos() / tick.as_nanos().max(1)).max(1);
-    let mut ticks = 0u128;
+    let alarm = ticker.alarm();
+    let mut collected_at = instant_now();
+    let mut sleep = tick;
     loop {
         let ended = or(
             async {
-                Timer::new(tick).await;
+                or(
+                    async {
+                        Timer::new(sleep).await;
+                    },
+                    async {
+                        match &alarm {
+                            Some(alarm) => alarm.rung().await,
+                            None => std::future::pending().await,
+                        }
+                    },
+                )
+                .await;
                 false
             },
             async {
@@ -80,12 +135,14 @@ async fn housekeeping(
         if shared.stop_requested.load(Ordering::Acquire) {
             stop.stop();
         }
-        on_tick();
-        ticks += 1;
-        if ticks.is_multiple_of(ticks_per_collect) {
+        ticker.tick();
+        let now = instant_now();
+        if now.duration_since(collected_at) >= crate::alloc::COLLECT_INTERVAL {
             // Freed memory leaves RSS even while the shard is idle.
             crate::alloc::collect();
+            collected_at = now;
         }
+        sleep = ticker.next_tick_in(tick, HOUSEKEEPING_IDLE_MAX);
     }
 }
 
@@ -107,11 +164,13 @@ pub(crate) async fn shard_main<F: ShardHooksFactory>(
     let finished = StopSignal::new();
 
     let tick = context.config.housekeeping_tick();
-    let housekeeping_task =
-        glommio::spawn_local(housekeeping(tick, shared.clone(), stop.clone(), finished.clone(), {
-            let hooks = hooks.clone();
-            move || hooks.on_tick()
-        }));
+    let housekeeping_task = glommio::spawn_local(housekeeping(
+        tick,
+        shared.clone(),
+        stop.clone(),
+        finished.clone(),
+        hooks.clone(),
+    ));
 
     let assignment_task = glommio::spawn_local({
         let hooks = hooks.clone();
@@ -316,18 +375,29 @@ pub(crate) async fn control_main(
         shared.clone(),
         stop.clone(),
         finished.clone(),
-        || {},
+        NothingDue,
     ));
     let data_dir = start.data_dir;
     let mut state = ControlState { table: start.table, next_queue_id: start.next_queue_id };
     let mut result = Ok(());
+    // Commands are polled every `tick` while they keep coming, and every
+    // CONTROL_IDLE_POLL once none came for CONTROL_BUSY_FOR: an idle broker's
+    // control executor wakes a few dozen times a second, and the first
+    // command after a quiet spell waits at most one idle poll.
+    let mut last_command = instant_now();
     while !stop.is_stopped() {
-        Timer::new(tick).await;
+        let poll = if instant_now().duration_since(last_command) < CONTROL_BUSY_FOR {
+            tick
+        } else {
+            CONTROL_IDLE_POLL.max(tick)
+        };
+        Timer::new(poll).await;
         let commands: Vec<ControlCommand> =
             commands.try_iter().take(CONTROL_COMMANDS_PER_TICK_MAX).collect();
         if commands.is_empty() {
             continue;
         }
+        last_command = instant_now();
         let before = (state.table.clone(), state.next_queue_id);
         let mut batch: Vec<AssignmentUpdate> = Vec::new();
         let mut answers: Vec<Answer> =

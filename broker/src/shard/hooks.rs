@@ -20,6 +20,7 @@ use crate::control::config::BrokerConfig;
 use crate::control::data_dir::BrokerSecret;
 use crate::net::connection::FrameHandler;
 use crate::net::echo::EchoHandler;
+use crate::shard::alarm::Alarm;
 use crate::shard::ControlHandle;
 
 /// What a shard knows about itself when its hooks are built.
@@ -79,9 +80,29 @@ pub trait ShardHooks: 'static {
         table: &AssignmentTable,
     ) -> impl Future<Output = Result<(), Self::Error>>;
 
-    /// Every housekeeping tick (1–10 ms): lease expiry, scheduled → ready.
-    /// Must not block; spawn a task for anything long.
+    /// Every housekeeping tick: lease expiry, scheduled → ready. Must not
+    /// block; spawn a task for anything long.
     fn on_tick(&self);
+
+    /// How long the housekeeping timer may sleep after a tick: the time to
+    /// the hooks' next deadline, within `min..=max` (the configured tick and
+    /// the idle bound). Hooks that plan their own wake-ups plan on
+    /// [`alarm`](ShardHooks::alarm) here. The default ticks every `min`.
+    fn next_tick_in(
+        &self,
+        min: std::time::Duration,
+        max: std::time::Duration,
+    ) -> std::time::Duration {
+        let _ = max;
+        min
+    }
+
+    /// The alarm a request rings to bring the next tick forward (a deadline
+    /// earlier than the planned tick); `None` when the hooks never sleep past
+    /// the configured tick.
+    fn alarm(&self) -> Option<Rc<Alarm>> {
+        None
+    }
 
     /// Shutdown, after the listener closed and every connection drained:
     /// make everything acknowledged durable and close files. An error makes

@@ -24,6 +24,7 @@
 //!
 //! What a shard serves is not decided here: see [`hooks::ShardHooks`].
 
+pub mod alarm;
 pub mod cpus;
 mod executor;
 pub mod hooks;
