@@ -159,6 +159,27 @@ fn fence_releases_every_claim_of_an_older_epoch() {
     assert_eq!(h.replay(2).snapshot(Offset(0)), h.state.snapshot(Offset(0)));
 }
 
+// Goal: the fence needs no new record format: its `Released` with reason
+// EPOCH_FENCED is the 32-byte kind-4 record every version decodes, and it
+// round-trips exactly. Method: encode, check kind and reason bytes, decode.
+#[test]
+fn fence_events_use_the_existing_released_record() {
+    let event = Event::Released {
+        lane: Lane::Main,
+        offset: Offset(77),
+        generation: Generation(3),
+        reason: ReleaseReason::EPOCH_FENCED,
+        at_ms: 5_000,
+        not_before_ms: 5_000,
+    };
+    let mut bytes = Vec::new();
+    event.encode(&mut bytes).unwrap();
+    assert_eq!(bytes.len(), EVENT_BYTES);
+    assert_eq!(bytes[0], 4, "kind Released");
+    assert_eq!(u16::from_le_bytes([bytes[2], bytes[3]]), 0xFFFD);
+    assert_eq!(Event::decode(&bytes).unwrap(), event);
+}
+
 /// One seeded run of a partition's log with a durable watermark.
 struct CrashRun {
     rng: ChaCha8Rng,
