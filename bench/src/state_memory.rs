@@ -214,7 +214,7 @@ fn claim_all(
     };
     let mut tokens = Vec::new();
     loop {
-        let decision = state.claim(now, &request)?;
+        let decision = state.claim(now, &request, Offset(u64::MAX))?;
         if decision.deliveries.is_empty() {
             return Ok(tokens);
         }

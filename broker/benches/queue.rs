@@ -99,7 +99,7 @@ impl Backlog {
 
 /// One cycle: claim `credits`, apply, ack each, apply. Returns messages done.
 fn claim_ack(state: &mut PartitionState, now: Millis, request: &ClaimRequest) -> u64 {
-    let decision = match state.claim(now, request) {
+    let decision = match state.claim(now, request, Offset(u64::MAX)) {
         Ok(decision) => decision,
         Err(error) => panic!("claim refused: {error}"),
     };

@@ -115,7 +115,7 @@ fn memory_per_message() {
                 lease_ms: None,
             };
             while s.counters(1_000).ready > 0 {
-                for event in s.claim(1_000, &request).unwrap().events {
+                for event in s.claim(1_000, &request, Offset(u64::MAX)).unwrap().events {
                     s.apply(&event).unwrap();
                 }
             }

@@ -8,10 +8,24 @@
 //! watermark is contiguous, a reply that waited for its own events has also
 //! waited for every event it depended on.
 //!
+//! Claims, extends and releases are the exception: **decide → append →
+//! apply → reply**, without waiting for their commit. That is safe because
+//! (1) a claim hands out only records below the log's durable watermark
+//! (the decision takes it as an argument), so a reply never names a record
+//! a crash could lose, and (2) the epoch fence at open: every claim still
+//! outstanding after replay was made under an older epoch, whose tokens are
+//! refused, and is ended at once (`PartitionState::fence`) with events made
+//! durable before the partition serves. A claim (or extend, or release)
+//! lost before its sync is therefore the same as one the fence ended. Acks,
+//! enqueues, redrives and purges still reply only once durable.
+//! `docs/design/queue-semantics.md` ("Claims before their sync") has the
+//! argument.
+//!
 //! Recovery is the same fold: load the newest checkpoint (a snapshot of the
-//! state at offset X), replay the log from X. The leader epoch is kept in a
-//! side file and incremented every time the partition is opened, before any
-//! token can be issued, so tokens of an earlier open are stale.
+//! state at offset X), replay the log from X, then the epoch fence. The
+//! leader epoch is kept in a side file and incremented every time the
+//! partition is opened, before any token can be issued, so tokens of an
+//! earlier open are stale.
 //!
 //! Does not own: sockets or frames (`net/`, `server/`), timers (the shard's
 //! housekeeping tick calls [`Partition::tick`]), the clock (a [`Clock`] is
@@ -207,6 +221,9 @@ pub struct OpenReport {
     pub checkpoint_covers: Option<Offset>,
     pub replayed_batches: u64,
     pub replayed_events: u64,
+    /// Claims of an older epoch ended by the epoch fence (released, or
+    /// quarantined / expired as a release would have).
+    pub fenced_claims: u64,
     pub next_offset: Offset,
     pub log: crate::log::RecoveryReport,
 }
@@ -507,7 +524,7 @@ impl<S: Storage + Clone> Partition<S> {
                 })
             }
         };
-        let background = log.background();
+        let mut background = Box::pin(log.background());
         let partition = Rc::new(Self {
             name,
             dir: dir.to_path_buf(),
@@ -526,11 +543,32 @@ impl<S: Storage + Clone> Partition<S> {
         });
         let (replayed_batches, replayed_events) =
             partition.replay(covers.map_or(start, |offset| offset.0)).await?;
+        // The fence's events must be durable before anything is served, and
+        // durability needs the log's background future: drive it here until
+        // the fence is done, then hand it (still running) to the caller.
+        let fenced_claims = {
+            let fence = std::pin::pin!(partition.fence());
+            let mut fence = fence;
+            std::future::poll_fn(|cx| {
+                if let std::task::Poll::Ready(result) = fence.as_mut().poll(cx) {
+                    return std::task::Poll::Ready(result);
+                }
+                if background.as_mut().poll(cx).is_ready() {
+                    let reason = partition.log.failure().unwrap_or_else(|| "log closed".into());
+                    return std::task::Poll::Ready(Err(PartitionError::Log(LogError::Failed(
+                        reason,
+                    ))));
+                }
+                std::task::Poll::Pending
+            })
+            .await?
+        };
         let report = OpenReport {
             epoch,
             checkpoint_covers: covers,
             replayed_batches,
             replayed_events,
+            fenced_claims,
             next_offset: Offset(partition.log.next_offset().0),
             log: log_report,
         };
@@ -585,6 +623,45 @@ impl<S: Storage + Clone> Partition<S> {
             }
         }
         Ok((batches, events))
+    }
+
+    /// The epoch fence: ends every claim outstanding after replay (all of
+    /// them were made under an older epoch, since open bumped it) with the
+    /// events `PartitionState::fence` decides, appended and applied like any
+    /// other, and waits until they are durable. A crash before that repeats
+    /// the fence at the next open on the same claims. Returns how many
+    /// claims it ended.
+    async fn fence(&self) -> Result<u64, PartitionError> {
+        let mut fenced = 0u64;
+        let mut last = None;
+        loop {
+            if self.state.borrow().claims_outstanding() == 0 {
+                break;
+            }
+            self.log
+                .writable(BatchKind::Control, Self::control_bytes(CONTROL_BATCH_EVENTS_MAX, false))
+                .await;
+            let now = (self.clock)();
+            let events = self.state.borrow().fence(now, CONTROL_BATCH_EVENTS_MAX);
+            if events.is_empty() {
+                break;
+            }
+            fenced += events.len() as u64;
+            if let Some(ticket) = self.append_events(&events, now)? {
+                last = Some(ticket);
+            }
+        }
+        if let Some(ticket) = last {
+            ticket.durable().await?;
+            tracing::info!(partition = ?self.name, epoch = self.epoch.0, fenced, "claims of an older epoch released");
+        }
+        Ok(fenced)
+    }
+
+    /// The log's contiguous durable watermark as a queue offset: every
+    /// record below it is on disk, so a claim may hand it out.
+    fn durable_end(&self) -> Offset {
+        Offset(self.log.durable_offset().0)
     }
 
     pub fn name(&self) -> &PartitionName {
@@ -769,21 +846,28 @@ impl<S: Storage + Clone> Partition<S> {
                 EnqueueDecision::Accept | EnqueueDecision::QueueFull { .. } => {}
             }
         }
-        if ticket.is_some() {
-            self.claimable.notify();
-        }
+        let appended = ticket.is_some();
         // A duplicate reply promises the original is durable: without an
         // append of our own, wait for everything appended so far.
         let wait = ticket.or_else(|| self.last_ticket.borrow().clone());
         if let Some(wait) = wait {
             wait.durable().await?;
         }
+        // Claims hand out only durable records, so waiting claims are woken
+        // now that these are (not at append, when they could not take them).
+        // Should this future be dropped before, the next tick wakes them.
+        if appended {
+            self.claimable.notify();
+        }
         Ok(outcomes)
     }
 
     /// Claims up to `request.credits` messages from `lane`, long-polling up
-    /// to `wait_ms` when none is ready. Replies after the claim events are
-    /// durable, with each record's bytes. The wait belongs to no connection
+    /// to `wait_ms` when none is ready. Hands out only records below the
+    /// log's durable watermark, and replies once the claim events are
+    /// appended and applied, without waiting for them to be durable (the
+    /// epoch fence makes that safe; see the module doc), with each record's
+    /// bytes. The wait belongs to no connection
     /// and cannot be cut short; see [`Partition::claim_as`].
     ///
     /// # Errors
@@ -832,11 +916,12 @@ impl<S: Storage + Clone> Partition<S> {
                 return Ok(Vec::new());
             }
             let now = (self.clock)();
+            let durable_end = self.durable_end();
             let decision = {
                 let state = self.state.borrow();
                 match lane {
-                    Lane::Main => state.claim(now, request)?,
-                    Lane::DeadLetter => state.claim_dead_letters(now, request)?,
+                    Lane::Main => state.claim(now, request, durable_end)?,
+                    Lane::DeadLetter => state.claim_dead_letters(now, request, durable_end)?,
                 }
             };
             if !decision.deliveries.is_empty() {
@@ -844,10 +929,10 @@ impl<S: Storage + Clone> Partition<S> {
                 let decided = cancel.decide();
                 debug_assert!(decided);
                 drop(slot);
-                let ticket = self.append_events(&decision.events, now)?;
-                if let Some(ticket) = ticket {
-                    ticket.durable().await?;
-                }
+                // No wait for durability: every record delivered is below
+                // `durable_end`, and a claim lost before its sync is ended by
+                // the epoch fence at the next open.
+                self.append_events(&decision.events, now)?;
                 return self.with_records(decision.deliveries).await;
             }
             let evicted = slot.as_ref().is_some_and(signal::WaiterSlot::evicted);
@@ -979,8 +1064,9 @@ impl<S: Storage + Clone> Partition<S> {
         Ok(batch.bytes[start..start + len].to_vec())
     }
 
-    /// Mutates the state with one event decided by `decide`, appends it,
-    /// and waits for durability.
+    /// Mutates the state with one event decided by `decide` and appends it.
+    /// Extends and releases reply at once (a lost one ends, after a crash,
+    /// in the epoch fence's release of its claim); nothing else uses this.
     async fn mutate<T>(
         &self,
         decide: impl FnOnce(&PartitionState, Millis) -> Result<(Vec<Event>, T), QueueError>,
@@ -991,13 +1077,12 @@ impl<S: Storage + Clone> Partition<S> {
             let state = self.state.borrow();
             decide(&state, now)?
         };
-        if let Some(ticket) = self.append_events(&events, now)? {
-            ticket.durable().await?;
-        }
+        self.append_events(&events, now)?;
         Ok(value)
     }
 
     /// Extends the lease of `token` by `lease_ms` (queue default when None).
+    /// Replies once the event is appended and applied, before it is durable.
     ///
     /// # Errors
     /// Stale or invalid token, lease out of range, lifetime cap reached.
@@ -1071,6 +1156,9 @@ impl<S: Storage + Clone> Partition<S> {
 
     /// Releases `token`: the message is scheduled at `not_before_ms` (or
     /// after the queue's backoff when None). Returns when it becomes ready.
+    /// Replies once the event is appended and applied, before it is durable
+    /// (the released message is older than the watermark; a release lost in
+    /// a crash leaves its claim to the epoch fence).
     ///
     /// # Errors
     /// Stale or invalid token, delay too long.

@@ -308,9 +308,24 @@ impl PartitionState {
     /// by weighted round-robin with age promotion. Expired messages met on
     /// the way are never delivered: their expiry events join the answer.
     ///
+    /// `durable_end` is the log's contiguous durable watermark: every offset
+    /// below it is on disk. A claim never hands out a message at or past it
+    /// (its enqueue could still be lost), so claims may reply before their
+    /// own events are durable. A class whose head is not yet durable counts
+    /// as empty for choosing (nothing behind its head is looked at, and no
+    /// expiry is decided for it) but as non-empty for the round bookkeeping,
+    /// exactly as `apply(Claimed)` will see it, so the credits replay the
+    /// same. When that leaves no class to serve, the claim takes nothing
+    /// more; the head becomes claimable once its commit is synced.
+    ///
     /// # Errors
     /// [`QueueError::CreditsOutOfRange`], [`QueueError::LeaseOutOfRange`].
-    pub fn claim(&self, now: Millis, request: &ClaimRequest) -> Result<ClaimDecision, QueueError> {
+    pub fn claim(
+        &self,
+        now: Millis,
+        request: &ClaimRequest,
+        durable_end: Offset,
+    ) -> Result<ClaimDecision, QueueError> {
         Self::check_credits(request.credits)?;
         let lease_ms = self.lease(request.lease_ms)?;
         let deadline_ms = now.saturating_add(lease_ms);
@@ -324,9 +339,15 @@ impl PartitionState {
             // Drop expired heads first, exactly as their events will be
             // applied before the next `Claimed`.
             let mut heads = Vec::with_capacity(cursors.len());
+            let mut pending = Vec::with_capacity(cursors.len());
             for cursor in &mut cursors {
                 loop {
                     match cursor.peek() {
+                        Some(head) if head.offset >= durable_end => {
+                            heads.push(None);
+                            pending.push(true);
+                            break;
+                        }
                         Some(head) if head.expiry_ms <= now => {
                             if skipped >= CLAIM_EXPIRED_SCAN_MAX {
                                 break 'claims;
@@ -341,15 +362,21 @@ impl PartitionState {
                         }
                         head => {
                             heads.push(head);
+                            pending.push(false);
                             break;
                         }
                     }
                 }
             }
-            let nonempty: Vec<bool> = heads.iter().map(Option::is_some).collect();
-            if !nonempty.iter().any(|&n| n) {
+            if heads.iter().all(Option::is_none) {
                 break;
             }
+            // What `apply(Claimed)` will see: a class with a message at all.
+            let nonempty: Vec<bool> = heads
+                .iter()
+                .zip(&pending)
+                .map(|(head, &pending)| head.is_some() || pending)
+                .collect();
             credits.begin_pick(&weights, &nonempty);
             let class_heads: Vec<Option<ClassHead>> = heads
                 .iter()
@@ -393,10 +420,15 @@ impl PartitionState {
     ///
     /// # Errors
     /// [`QueueError::CreditsOutOfRange`], [`QueueError::LeaseOutOfRange`].
+    ///
+    /// `durable_end` as for [`PartitionState::claim`]: the claim stops at the
+    /// first dead letter at or past it (one quarantined by expiry before its
+    /// enqueue was synced), keeping order.
     pub fn claim_dead_letters(
         &self,
         now: Millis,
         request: &ClaimRequest,
+        durable_end: Offset,
     ) -> Result<ClaimDecision, QueueError> {
         Self::check_credits(request.credits)?;
         let lease_ms = self.lease(request.lease_ms)?;
@@ -404,6 +436,9 @@ impl PartitionState {
         let mut decision = ClaimDecision::default();
         let mut bytes = 0u64;
         for &(_, offset) in self.dlq_ready.iter().take(request.credits as usize) {
+            if offset >= durable_end {
+                break;
+            }
             let dead = &self.dlq[&offset];
             if bytes + u64::from(dead.size_bytes) > request.max_bytes {
                 break;
@@ -610,6 +645,63 @@ impl PartitionState {
             .unwrap_or_else(|| now.saturating_add(self.config.backoff.delay_ms(attempt)))
             .max(now);
         Ok(Event::Released { lane, offset, generation, reason, at_ms: now, not_before_ms })
+    }
+
+    /// The epoch fence: what opening the partition under a new leader
+    /// epoch does to every claim still outstanding after replay. Those
+    /// claims were made under an older epoch (open bumps the epoch before
+    /// anything is issued), so no token can ack, extend or release them any
+    /// more; each ends at once as a release with reason
+    /// [`ReleaseReason::EPOCH_FENCED`] would at `now`: ready again now (no
+    /// backoff), attempts + 1 (its `Claimed` event is durable, so the
+    /// delivery happened), quarantined when that was attempt
+    /// `max_deliveries`, expired (or quarantined, per config) when its
+    /// expiry has passed; a dead letter is simply ready again. At most
+    /// `limit` events, in offset order; the caller applies them and asks
+    /// again while the answer is full.
+    pub fn fence(&self, now: Millis, limit: usize) -> Vec<Event> {
+        let mut offsets: Vec<Offset> = self.claims.iter().map(|&(_, offset)| offset).collect();
+        offsets.sort_unstable();
+        offsets.into_iter().take(limit).filter_map(|offset| self.fence_event(offset, now)).collect()
+    }
+
+    fn fence_event(&self, offset: Offset, now: Millis) -> Option<Event> {
+        let reason = ReleaseReason::EPOCH_FENCED;
+        if let Some(dead) = self.dlq.get(&offset) {
+            return matches!(dead.phase, DeadPhase::Claimed(_)).then_some(Event::Released {
+                lane: Lane::DeadLetter,
+                offset,
+                generation: dead.generation,
+                reason,
+                at_ms: now,
+                not_before_ms: now,
+            });
+        }
+        let message = self.main_message(offset)?.warm;
+        if !matches!(message.phase, WarmPhase::Claimed(_)) {
+            return None;
+        }
+        let generation = message.generation;
+        Some(if message.expiry_ms <= now {
+            self.expiry_event(offset, generation, now)
+        } else if message.attempts.saturating_add(1) >= self.config.max_deliveries {
+            Event::Quarantined {
+                offset,
+                generation,
+                cause: QuarantineCause::Deliveries,
+                reason,
+                at_ms: now,
+            }
+        } else {
+            Event::Released {
+                lane: Lane::Main,
+                offset,
+                generation,
+                reason,
+                at_ms: now,
+                not_before_ms: now,
+            }
+        })
     }
 
     /// What time does to one message at `now`, if anything.

@@ -18,12 +18,13 @@
 //! // decisions: read-only, return events to append (nothing changes)
 //! state.admission(now) -> Admission;  admission.check(&EnqueueRequest) -> Result<EnqueueDecision, QueueError>
 //! state.enqueue_check(now, &EnqueueRequest) -> Result<EnqueueDecision, QueueError>
-//! state.claim(now, &ClaimRequest) -> Result<ClaimDecision { events, deliveries }, QueueError>
-//! state.claim_dead_letters(now, &ClaimRequest) -> Result<ClaimDecision, QueueError>
+//! state.claim(now, &ClaimRequest, durable_end: Offset) -> Result<ClaimDecision { events, deliveries }, QueueError>
+//! state.claim_dead_letters(now, &ClaimRequest, durable_end: Offset) -> Result<ClaimDecision, QueueError>
 //! state.extend(now, &DeliveryToken, lease_ms: Option<Millis>) -> Result<(Event, deadline_ms), QueueError>
 //! state.ack(now, &DeliveryToken) -> Result<Event, QueueError>
 //! state.release(now, &DeliveryToken, ReleaseReason, not_before_ms: Option<Millis>) -> Result<Event, QueueError>
 //! state.tick(now) -> Vec<Event>          // lease expiry, scheduled → ready, expiry; call at next_wakeup()
+//! state.fence(now, limit) -> Vec<Event>  // at open: end every claim of an older epoch at once
 //! state.redrive(now, Redrive) -> Result<Vec<Event>, QueueError>
 //! state.purge(now, Lane, max) -> Vec<Event>
 //! state.peek_dead_letters(after, max) -> Vec<MessageView>
@@ -45,7 +46,10 @@
 //!
 //! Ordering rule: apply a decision's events (in order) before making the
 //! next decision. The log assigns offsets synchronously at append, so the
-//! partition can apply right after appending and reply after the sync. Two
+//! partition can apply right after appending and reply after the sync (or,
+//! for claims, extends and releases, before it: claims hand out only
+//! records below the durable watermark they are given, and the epoch fence
+//! ends at open every claim a crash may have lost). Two
 //! decisions made on the same state without applying between them may
 //! conflict; `apply` then refuses the second with an `ApplyError` and
 //! changes nothing.

@@ -272,6 +272,11 @@ impl PartitionState {
         self.epoch
     }
 
+    /// Claims outstanding in either lane (what the epoch fence ends at open).
+    pub fn claims_outstanding(&self) -> usize {
+        self.claims.len()
+    }
+
     /// Class weights: bands then retry.
     pub(crate) fn weights(&self) -> Vec<u32> {
         let mut weights = self.config.band_weights.clone();

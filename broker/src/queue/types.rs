@@ -55,6 +55,10 @@ impl ReleaseReason {
     pub const LEASE_EXPIRED: Self = Self(0xFFFF);
     /// The message's expiry passed.
     pub const EXPIRED: Self = Self(0xFFFE);
+    /// The partition reopened under a new leader epoch while the message
+    /// was claimed: nobody can ack the old claim, so open released it
+    /// (the epoch fence, `docs/design/queue-semantics.md`).
+    pub const EPOCH_FENCED: Self = Self(0xFFFD);
 }
 
 /// Which of the partition's two queues a message or token belongs to: the

@@ -62,6 +62,7 @@ fn reason_text(reason: ReleaseReason, cause: Option<crate::queue::QuarantineCaus
         ReleaseReason::NONE => "none".to_owned(),
         ReleaseReason::LEASE_EXPIRED => "lease expired".to_owned(),
         ReleaseReason::EXPIRED => "expired".to_owned(),
+        ReleaseReason::EPOCH_FENCED => "claimed when the partition restarted".to_owned(),
         RELEASE_REASON_WORKER => "released by worker".to_owned(),
         ReleaseReason(code) => format!("code {code}"),
     };

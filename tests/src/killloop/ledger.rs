@@ -58,6 +58,10 @@ pub struct DeliverySeen {
     pub placement: Placement,
     /// Its claim generation.
     pub generation: Generation,
+    /// The partition's leader epoch its token names. A claim replies before
+    /// it is durable, so a crash may lose it and the next process deliver
+    /// the same generation again: (epoch, generation) tells them apart.
+    pub epoch: u64,
     /// When the claim request was sent (taken before sending).
     pub claim_sent: Seq,
 }
@@ -104,7 +108,8 @@ pub struct Violations {
     pub dedupe_conflicts: u64,
     /// Two different message ids at one placement.
     pub offset_conflicts: u64,
-    /// The same (id, generation) delivered twice: a claim was not durable.
+    /// The same (id, epoch, generation) delivered twice: two claims of one
+    /// process handed out one generation.
     pub generation_reused: u64,
     /// Deliveries of an id no producer submitted.
     pub phantom_deliveries: u64,
@@ -162,7 +167,7 @@ pub struct Ledger {
     id_at: HashMap<Placement, MessageId>,
     acked: HashMap<MessageId, AckRecord>,
     ack_unknown: HashMap<MessageId, Generation>,
-    delivered: HashSet<(MessageId, Generation)>,
+    delivered: HashSet<(MessageId, u64, Generation)>,
     lost_ids: HashSet<MessageId>,
     /// Conflicts, acked-but-live ids and unaccounted dead letters already
     /// counted: a listing repeats them at every check, the count must not.
@@ -245,17 +250,17 @@ impl Ledger {
 
     /// A claim answer delivered `seen`.
     pub fn delivered(&mut self, seen: DeliverySeen) {
-        let DeliverySeen { id, placement, generation, claim_sent } = seen;
+        let DeliverySeen { id, placement, generation, epoch, claim_sent } = seen;
         self.activity.deliveries += 1;
         if !self.submitted.contains(&id) {
             self.violations.phantom_deliveries += 1;
             self.violation(format!("phantom: {} delivered at {placement:?}", hex(id)));
         }
         self.observe_placement(id, placement, "delivery");
-        if !self.delivered.insert((id, generation)) {
+        if !self.delivered.insert((id, epoch, generation)) {
             self.violations.generation_reused += 1;
             self.violation(format!(
-                "generation: {} delivered twice with generation {}",
+                "generation: {} delivered twice with epoch {epoch} generation {}",
                 hex(id),
                 generation.0
             ));
@@ -445,6 +450,7 @@ mod tests {
             id: id(n),
             placement,
             generation: Generation(generation),
+            epoch: 1,
             claim_sent: ledger.next_seq(),
         }
     }
@@ -512,6 +518,10 @@ mod tests {
         ledger.delivered(once);
         let twice = seen(&mut ledger, 5, at(1, 1), 3);
         ledger.delivered(twice);
+        // Not a reuse: the same generation again under a newer epoch (the
+        // first claim was lost in a crash before its sync).
+        let next_epoch = DeliverySeen { epoch: 2, ..seen(&mut ledger, 5, at(1, 1), 3) };
+        ledger.delivered(next_epoch);
         // Stale token accepted: issued by process 1, used on process 2.
         ledger.token_use_succeeded(token_use(5, at(1, 1), 1, 2), "release");
         // Phantom: never submitted.

@@ -120,6 +120,14 @@ const DRAIN_ACK_TOKENS_MAX: usize =
     spool_client::spool_wire::proto::limits::ACK_TOKENS_MAX as usize;
 
 /// Wall-clock now (see [`crate::now`]).
+/// The leader epoch a delivery token names (bytes 24..32, little-endian;
+/// `docs/design/queue-semantics.md`, "Delivery token").
+pub(crate) fn token_epoch(token: &DeliveryToken) -> u64 {
+    let mut epoch = [0u8; 8];
+    epoch.copy_from_slice(&token.0[24..32]);
+    u64::from_le_bytes(epoch)
+}
+
 pub fn now() -> Instant {
     crate::now()
 }
@@ -585,6 +593,7 @@ async fn take_witness(
             id: delivery.message_id(),
             placement: Placement::new(partition, delivery.offset()),
             generation: delivery.generation(),
+            epoch: token_epoch(&delivery.token()),
             claim_sent,
         });
         held.push((
@@ -672,6 +681,7 @@ async fn drain(shared: &Shared, client: &Client, admin: &Admin) -> Result<u64, K
                         id: delivery.message_id(),
                         placement: Placement::new(partition, delivery.offset()),
                         generation: delivery.generation(),
+                        epoch: token_epoch(&delivery.token()),
                         claim_sent,
                     });
                 }

@@ -363,6 +363,7 @@ pub async fn consumer(
                             id: delivery.message_id(),
                             placement: Placement::new(delivery.partition(), delivery.offset()),
                             generation: delivery.generation(),
+                            epoch: super::token_epoch(&delivery.token()),
                             claim_sent,
                         });
                     }

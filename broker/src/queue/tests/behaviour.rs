@@ -1,7 +1,7 @@
 //! One test per contract bullet; each fails if its bullet breaks.
 
 use super::super::*;
-use super::harness::{ctx, id, request, Harness, SECRET};
+use super::harness::{ctx, id, request, Harness, ALL_DURABLE, SECRET};
 
 fn config() -> QueueConfig {
     QueueConfig {
@@ -335,7 +335,7 @@ fn quarantine_keeps_its_evidence_and_is_a_real_queue() {
     assert_eq!(h.state.retention_watermark(), Some(offset), "evidence holds retention");
     let request =
         ClaimRequest { worker: WorkerId(9), credits: 5, max_bytes: u64::MAX, lease_ms: None };
-    let decision = h.state.claim_dead_letters(3_000, &request).unwrap();
+    let decision = h.state.claim_dead_letters(3_000, &request, ALL_DURABLE).unwrap();
     assert_eq!(decision.deliveries.len(), 1);
     let dl = decision.deliveries[0];
     assert_eq!(dl.token.claim().lane, Lane::DeadLetter);
@@ -489,7 +489,7 @@ fn dead_letters_count_toward_max_messages() {
     // Acking a dead letter frees one slot.
     let request_dead =
         ClaimRequest { worker: WorkerId(9), credits: 1, max_bytes: u64::MAX, lease_ms: None };
-    let decision = h.state.claim_dead_letters(now, &request_dead).unwrap();
+    let decision = h.state.claim_dead_letters(now, &request_dead, ALL_DURABLE).unwrap();
     h.apply_all(&decision.events);
     assert_eq!(held(&h.state, now), (4, 400, 3), "a claimed dead letter is still held");
     h.ack(now + 1, &decision.deliveries[0]).unwrap();
@@ -712,12 +712,18 @@ fn claim_respects_credits_bytes_and_lease_bounds() {
     }
     assert_eq!(h.claim(0, 1, 3, None).len(), 3);
     let request = ClaimRequest { worker: WorkerId(1), credits: 10, max_bytes: 250, lease_ms: None };
-    let decision = h.state.claim(0, &request).unwrap();
+    let decision = h.state.claim(0, &request, ALL_DURABLE).unwrap();
     assert_eq!(decision.deliveries.len(), 2);
     let lease = ClaimRequest { lease_ms: Some(60_001), ..request };
-    assert!(matches!(h.state.claim(0, &lease), Err(QueueError::LeaseOutOfRange { .. })));
+    assert!(matches!(
+        h.state.claim(0, &lease, ALL_DURABLE),
+        Err(QueueError::LeaseOutOfRange { .. })
+    ));
     let credits = ClaimRequest { credits: 0, ..request };
-    assert!(matches!(h.state.claim(0, &credits), Err(QueueError::CreditsOutOfRange { .. })));
+    assert!(matches!(
+        h.state.claim(0, &credits, ALL_DURABLE),
+        Err(QueueError::CreditsOutOfRange { .. })
+    ));
 }
 
 // Goal: the retention watermark is the oldest offset the state still needs.

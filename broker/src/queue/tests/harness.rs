@@ -6,6 +6,10 @@ use super::super::*;
 
 pub const SECRET: [u8; 32] = [7; 32];
 
+/// A durable watermark past every offset: for tests of decisions that do
+/// not model the log's durability.
+pub const ALL_DURABLE: Offset = Offset(u64::MAX);
+
 pub fn ctx(config: QueueConfig, epoch: u64) -> PartitionContext {
     PartitionContext {
         queue: QueueId(3),
@@ -87,7 +91,7 @@ impl Harness {
     ) -> Vec<Delivery> {
         let request =
             ClaimRequest { worker: WorkerId(worker), credits, max_bytes: u64::MAX, lease_ms };
-        let decision = self.state.claim(now, &request).unwrap();
+        let decision = self.state.claim(now, &request, ALL_DURABLE).unwrap();
         self.apply_all(&decision.events);
         decision.deliveries
     }

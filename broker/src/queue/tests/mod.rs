@@ -2,5 +2,6 @@
 //! bullet) and the seeded model test against a naive reference.
 
 mod behaviour;
+mod fence;
 mod harness;
 mod model;

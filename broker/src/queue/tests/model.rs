@@ -14,7 +14,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::super::limits::{CLAIM_EXPIRED_SCAN_MAX, TICK_EVENTS_MAX};
 use super::super::*;
-use super::harness::{ctx, id};
+use super::harness::{ctx, id, ALL_DURABLE};
 
 const NEVER: Millis = Millis::MAX;
 
@@ -772,9 +772,9 @@ impl Run {
                 };
                 let dead = self.rng.random_bool(0.1);
                 let decision = if dead {
-                    self.state.claim_dead_letters(self.now, &req)
+                    self.state.claim_dead_letters(self.now, &req, ALL_DURABLE)
                 } else {
-                    self.state.claim(self.now, &req)
+                    self.state.claim(self.now, &req, ALL_DURABLE)
                 }
                 .unwrap();
                 if dead {
