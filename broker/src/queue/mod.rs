@@ -73,7 +73,7 @@ pub use decide::{
 };
 pub use error::{ApplyError, CodecError, InvalidToken, QueueError, StaleToken};
 pub use event::{Event, EventKind, CLAIMED_EVENT_BYTES, EVENT_BYTES};
-pub use snapshot::Restored;
+pub use snapshot::{Restored, SnapshotEncoder};
 pub use state::{
     MessagePhase, MessageView, PartitionContext, PartitionState, QueueCounters, Totals,
 };
