@@ -1,7 +1,9 @@
 //! Small side files of a partition directory: the leader epoch and the
 //! checkpoint. Both are replaced atomically (write a temporary file,
 //! fdatasync, rename, sync the directory) through the storage seam, so a crash
-//! leaves either the old or the new file, never a mix.
+//! leaves either the old or the new file, never a mix. A checkpoint streams
+//! its payload through [`SideFileWriter`] (one write chunk in memory; the
+//! header, which holds the payload's length and crc, is written last).
 //!
 //! Layout of both files (little-endian), padded with zeros to whole pages:
 //!
