@@ -485,6 +485,12 @@ impl DedupeTable {
         }
     }
 
+    /// Entries stored, live or not (O(generations)): an upper bound of
+    /// the live count, for sizing a buffer.
+    pub fn held_len(&self) -> usize {
+        self.generations.iter().map(|generation| generation.len).sum()
+    }
+
     /// Frees the generations held for a checkpoint.
     pub fn end_capture(&mut self) {
         self.retained = None;

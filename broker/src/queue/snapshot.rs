@@ -375,7 +375,16 @@ impl PartitionState {
     /// writes checkpoints in steps, through the same encoder).
     pub fn snapshot(&self, covers: Offset) -> Vec<u8> {
         let mut encoder = self.encoder(covers, None, self.dedupe.capture_now());
-        let mut out = Vec::new();
+        // Reserved up front (the dedupe count is O(entries); the table's
+        // generations are a close bound): doubling a Vec of a large
+        // backlog's snapshot would copy it several times.
+        let fresh: u64 = self.fresh.iter().map(FreshBand::len).sum();
+        let estimate = 256
+            + fresh as usize * FRESH_ENTRY_BYTES
+            + self.warm.len() * WARM_ENTRY_BYTES
+            + self.dlq.len() * DEAD_ENTRY_BYTES
+            + self.dedupe.held_len() * DEDUPE_ENTRY_BYTES;
+        let mut out = Vec::with_capacity(estimate);
         while !encoder.is_done() {
             // Nothing changes between these steps, so the counts hold.
             if let Err(error) = self.snapshot_step(&mut encoder, usize::MAX, &mut out) {
