@@ -1,7 +1,9 @@
 //! Small side files of a partition directory: the leader epoch and the
 //! checkpoint. Both are replaced atomically (write a temporary file,
 //! fdatasync, rename, sync the directory) through the storage seam, so a crash
-//! leaves either the old or the new file, never a mix.
+//! leaves either the old or the new file, never a mix. A checkpoint streams
+//! its payload through [`SideFileWriter`] (one write chunk in memory; the
+//! header, which holds the payload's length and crc, is written last).
 //!
 //! Layout of both files (little-endian), padded with zeros to whole pages:
 //!
@@ -18,7 +20,7 @@
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use crate::io::{IoError, IoOp, Storage, StorageFile};
+use crate::io::{IoBuf, IoError, IoOp, Storage, StorageFile};
 use crate::log::failpoint;
 
 use crate::limits::PAGE_BYTES;
@@ -74,61 +76,161 @@ pub async fn write_side_file<S: Storage>(
     value: u64,
     payload: &[u8],
 ) -> Result<(), IoError> {
-    let temp = dir.join(temp_name(name));
-    // A temporary file left by a crash may be longer than this one; start clean.
-    let _ = storage.remove(&temp).await;
-    let file = storage.open(&temp).await?;
-    let total = SIDE_HEADER_BYTES + payload.len();
-    let padded = total.div_ceil(PAGE_BYTES as usize) * PAGE_BYTES as usize;
-    let mut header = [0u8; SIDE_HEADER_BYTES];
-    header[0..4].copy_from_slice(&magic.to_le_bytes());
-    header[4..8].copy_from_slice(&SIDE_FILE_VERSION.to_le_bytes());
-    header[8..16].copy_from_slice(&(payload.len() as u64).to_le_bytes());
-    header[16..24].copy_from_slice(&value.to_le_bytes());
-    header[24..28].copy_from_slice(&crc32c::crc32c(payload).to_le_bytes());
-    let header_crc = crc32c::crc32c(&header[..28]);
-    header[28..32].copy_from_slice(&header_crc.to_le_bytes());
+    let mut writer = SideFileWriter::create(storage, dir, name).await?;
+    writer.write(payload).await?;
+    writer.finish(storage, magic, value).await
+}
 
-    let mut written = 0usize;
-    while written < padded {
-        let chunk = (padded - written).min(SIDE_WRITE_CHUNK_BYTES);
-        let mut buf = file.alloc_buf(chunk);
-        {
-            // Copy the part of header+payload that falls in [written,
-            // written + chunk) as slices, zero the rest.
-            let out = buf.as_mut();
-            let mut filled = 0usize;
-            if written < SIDE_HEADER_BYTES {
-                let part = &header[written..SIDE_HEADER_BYTES.min(written + chunk)];
-                out[..part.len()].copy_from_slice(part);
-                filled = part.len();
+/// A side file written in pieces, for a payload that is never in memory
+/// whole (a checkpoint): the payload streams through one write buffer of
+/// [`SIDE_WRITE_CHUNK_BYTES`] into a temporary file; [`finish`] writes the
+/// header (length and crc, known only at the end) into the first page,
+/// fdatasyncs, renames over `name` and syncs the directory. Until the
+/// rename the previous file is untouched, so a crash or an error at any
+/// point leaves it usable; a temporary file left behind is removed by the
+/// next writer.
+///
+/// [`finish`]: SideFileWriter::finish
+pub struct SideFileWriter<F: StorageFile> {
+    file: F,
+    temp: PathBuf,
+    dir: PathBuf,
+    name: String,
+    /// The chunk being filled: file bytes from `flushed`.
+    buf: F::Buf,
+    filled: usize,
+    flushed: u64,
+    /// The first page as written (header zeroed), rewritten with the
+    /// header by `finish`.
+    first_page: Vec<u8>,
+    payload_len: u64,
+    crc: u32,
+}
+
+impl<F: StorageFile> SideFileWriter<F> {
+    /// Opens a fresh temporary file for `name` in `dir`.
+    ///
+    /// # Errors
+    /// Any I/O error of the storage.
+    pub async fn create<S: Storage<File = F>>(
+        storage: &S,
+        dir: &Path,
+        name: &str,
+    ) -> Result<Self, IoError> {
+        let temp = dir.join(temp_name(name));
+        // A temporary file left by a crash may be longer than this one; start clean.
+        let _ = storage.remove(&temp).await;
+        let file = storage.open(&temp).await?;
+        let mut buf = file.alloc_buf(SIDE_WRITE_CHUNK_BYTES);
+        buf.as_mut()[..SIDE_HEADER_BYTES].fill(0);
+        Ok(Self {
+            file,
+            temp,
+            dir: dir.to_path_buf(),
+            name: name.to_owned(),
+            buf,
+            filled: SIDE_HEADER_BYTES,
+            flushed: 0,
+            first_page: Vec::new(),
+            payload_len: 0,
+            crc: 0,
+        })
+    }
+
+    /// Payload bytes written so far.
+    pub fn payload_len(&self) -> u64 {
+        self.payload_len
+    }
+
+    /// Appends `bytes` to the payload; writes each chunk as it fills.
+    ///
+    /// # Errors
+    /// Any I/O error of the storage.
+    pub async fn write(&mut self, mut bytes: &[u8]) -> Result<(), IoError> {
+        self.crc = crc32c::crc32c_append(self.crc, bytes);
+        self.payload_len += bytes.len() as u64;
+        while !bytes.is_empty() {
+            let room = SIDE_WRITE_CHUNK_BYTES - self.filled;
+            let take = room.min(bytes.len());
+            self.buf.as_mut()[self.filled..self.filled + take].copy_from_slice(&bytes[..take]);
+            self.filled += take;
+            bytes = &bytes[take..];
+            if self.filled == SIDE_WRITE_CHUNK_BYTES {
+                self.flush().await?;
             }
-            let from = (written + filled).saturating_sub(SIDE_HEADER_BYTES).min(payload.len());
-            let to = (written + chunk).saturating_sub(SIDE_HEADER_BYTES).min(payload.len());
-            out[filled..filled + (to - from)].copy_from_slice(&payload[from..to]);
-            filled += to - from;
-            out[filled..].fill(0);
+        }
+        Ok(())
+    }
+
+    /// Writes the filled part of the chunk (zero-padded to whole pages).
+    async fn flush(&mut self) -> Result<(), IoError> {
+        if self.filled == 0 {
+            return Ok(());
+        }
+        let padded = self.filled.div_ceil(PAGE_BYTES as usize) * PAGE_BYTES as usize;
+        let mut buf = std::mem::replace(&mut self.buf, self.file.alloc_buf(SIDE_WRITE_CHUNK_BYTES));
+        buf.as_mut()[self.filled..padded].fill(0);
+        buf.trim(padded);
+        if self.flushed == 0 {
+            self.first_page = buf.as_ref()[..PAGE_BYTES as usize].to_vec();
         }
         if cfg!(feature = "failpoints") {
-            failpoint(&format!("{name}.write"), IoOp::Write, &temp, Some(written as u64))?;
+            failpoint(
+                &format!("{}.write", self.name),
+                IoOp::Write,
+                &self.temp,
+                Some(self.flushed),
+            )?;
         }
-        file.write_at(Rc::new(buf), written as u64).await?;
-        written += chunk;
+        self.file.write_at(Rc::new(buf), self.flushed).await?;
+        self.flushed += padded as u64;
+        self.filled = 0;
+        Ok(())
     }
-    if cfg!(feature = "failpoints") {
-        failpoint(&format!("{name}.sync"), IoOp::Sync, &temp, None)?;
+
+    /// Writes the rest and the header, makes the file durable and puts it
+    /// in place of `name`.
+    ///
+    /// # Errors
+    /// Any I/O error of the storage; the previous file is then intact.
+    pub async fn finish<S: Storage<File = F>>(
+        mut self,
+        storage: &S,
+        magic: u32,
+        value: u64,
+    ) -> Result<(), IoError> {
+        self.flush().await?;
+        let mut header = [0u8; SIDE_HEADER_BYTES];
+        header[0..4].copy_from_slice(&magic.to_le_bytes());
+        header[4..8].copy_from_slice(&SIDE_FILE_VERSION.to_le_bytes());
+        header[8..16].copy_from_slice(&self.payload_len.to_le_bytes());
+        header[16..24].copy_from_slice(&value.to_le_bytes());
+        header[24..28].copy_from_slice(&self.crc.to_le_bytes());
+        let header_crc = crc32c::crc32c(&header[..28]);
+        header[28..32].copy_from_slice(&header_crc.to_le_bytes());
+        let mut page = self.file.alloc_buf(PAGE_BYTES as usize);
+        page.as_mut().copy_from_slice(&self.first_page);
+        page.as_mut()[..SIDE_HEADER_BYTES].copy_from_slice(&header);
+        if cfg!(feature = "failpoints") {
+            failpoint(&format!("{}.write", self.name), IoOp::Write, &self.temp, Some(0))?;
+        }
+        self.file.write_at(Rc::new(page), 0).await?;
+        if cfg!(feature = "failpoints") {
+            failpoint(&format!("{}.sync", self.name), IoOp::Sync, &self.temp, None)?;
+        }
+        self.file.fdatasync().await?;
+        let Self { file, temp, dir, name, .. } = self;
+        drop(file);
+        if cfg!(feature = "failpoints") {
+            failpoint(&format!("{name}.rename"), IoOp::Rename, &temp, None)?;
+        }
+        storage.rename(&temp, &dir.join(&name)).await?;
+        if cfg!(feature = "failpoints") {
+            failpoint(&format!("{name}.dir_sync"), IoOp::SyncDir, &dir, None)?;
+        }
+        storage.sync_dir(&dir).await?;
+        Ok(())
     }
-    file.fdatasync().await?;
-    drop(file);
-    if cfg!(feature = "failpoints") {
-        failpoint(&format!("{name}.rename"), IoOp::Rename, &temp, None)?;
-    }
-    storage.rename(&temp, &dir.join(name)).await?;
-    if cfg!(feature = "failpoints") {
-        failpoint(&format!("{name}.dir_sync"), IoOp::SyncDir, dir, None)?;
-    }
-    storage.sync_dir(dir).await?;
-    Ok(())
 }
 
 /// Checks a side file's header (its crc, magic, version); returns the

@@ -66,6 +66,18 @@ impl<V> ChunkMap<V> {
         self.chunks.iter().flatten().map(|(k, v)| (k, v))
     }
 
+    /// Entries with a key above `after` (all for `None`), in key order: a
+    /// checkpoint resumes here after yielding. O(log chunks) to find the start.
+    pub fn iter_after(&self, after: Option<Offset>) -> impl Iterator<Item = (&Offset, &V)> + '_ {
+        let first = after.map_or(0, |key| self.chunk_for(key));
+        self.chunks
+            .iter()
+            .skip(first)
+            .flatten()
+            .filter(move |(k, _)| after.is_none_or(|after| *k > after))
+            .map(|(k, v)| (k, v))
+    }
+
     /// Inserts `value` under `key`; returns the value it replaced.
     pub fn insert(&mut self, key: Offset, value: V) -> Option<V> {
         if self.chunks.is_empty() {

@@ -306,6 +306,35 @@ pub(crate) struct DedupeTable {
     last_generation_len: usize,
     /// A small dropped generation kept for reuse (`SPARE_SLOTS_MAX`).
     spare: Option<Generation>,
+    /// While a checkpoint reads the table in steps: the generations dropped
+    /// since it began, oldest first, kept until it ends. The checkpoint
+    /// reads `retained` then `generations` as one list, which only grows at
+    /// its end while it is held (see [`DedupeCapture`]).
+    retained: Option<Vec<Generation>>,
+}
+
+/// What a checkpoint needs to list the table as it was when it began: the
+/// liveness horizon of that moment. Entries are never changed in place;
+/// later ones are appended (at offsets the checkpoint does not cover) and
+/// whole generations dropped (kept in `retained` meanwhile), so the table at
+/// that moment is the prefix of the held list below its `covers` offset,
+/// filtered by this horizon.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DedupeCapture {
+    horizon_ms: Option<Millis>,
+    last_recorded: Option<Offset>,
+    /// Whether the listing reads the held generations (a stepped
+    /// checkpoint) or only the table as it is now (a one-shot listing,
+    /// which may run while a checkpoint holds generations).
+    held: bool,
+}
+
+/// Where a stepped listing of the table stands: generation (in the held
+/// list) and entry within it.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct DedupeCursor {
+    generation: usize,
+    index: usize,
 }
 
 impl DedupeTable {
@@ -325,6 +354,7 @@ impl DedupeTable {
             last_recorded: None,
             last_generation_len: 0,
             spare: None,
+            retained: None,
         }
     }
 
@@ -368,7 +398,9 @@ impl DedupeTable {
             }
             self.last_generation_len = oldest.len;
             if let Some(dropped) = self.generations.pop_front() {
-                if dropped.slots.len() <= SPARE_SLOTS_MAX {
+                if let Some(retained) = self.retained.as_mut() {
+                    retained.push(dropped);
+                } else if dropped.slots.len() <= SPARE_SLOTS_MAX {
                     self.spare = Some(dropped);
                 }
             }
@@ -436,7 +468,84 @@ impl DedupeTable {
             .filter(|&(_, offset, time_ms)| self.is_live(offset, time_ms))
     }
 
+    /// Starts holding dropped generations for a checkpoint that lists the
+    /// table in steps; returns the horizon of this moment.
+    pub fn begin_capture(&mut self) -> DedupeCapture {
+        self.retained = Some(Vec::new());
+        DedupeCapture { horizon_ms: self.horizon_ms, last_recorded: self.last_recorded, held: true }
+    }
+
+    /// The horizon of this moment, without holding anything (a one-shot
+    /// listing with no change in between).
+    pub fn capture_now(&self) -> DedupeCapture {
+        DedupeCapture {
+            horizon_ms: self.horizon_ms,
+            last_recorded: self.last_recorded,
+            held: false,
+        }
+    }
+
+    /// Entries stored, live or not (O(generations)): an upper bound of
+    /// the live count, for sizing a buffer.
+    pub fn held_len(&self) -> usize {
+        self.generations.iter().map(|generation| generation.len).sum()
+    }
+
+    /// Frees the generations held for a checkpoint.
+    pub fn end_capture(&mut self) {
+        self.retained = None;
+    }
+
+    fn held(&self, index: usize, held: bool) -> Option<&Generation> {
+        let retained = if held { self.retained.as_deref().unwrap_or(&[]) } else { &[] };
+        match index.checked_sub(retained.len()) {
+            None => retained.get(index),
+            Some(live) => self.generations.get(live),
+        }
+    }
+
+    /// Visits at most `budget` entries from `cursor` of the table as it was
+    /// at `capture` (entries at or above `limit` were recorded later and
+    /// end the listing), calling `each` with every entry live then. Returns
+    /// the entries visited and whether the listing is complete.
+    pub fn capture_step(
+        &self,
+        capture: DedupeCapture,
+        limit: Offset,
+        cursor: &mut DedupeCursor,
+        budget: usize,
+        mut each: impl FnMut(MessageId, Offset, Millis),
+    ) -> (usize, bool) {
+        let mut visited = 0;
+        while visited < budget {
+            let Some(generation) = self.held(cursor.generation, capture.held) else {
+                return (visited, true);
+            };
+            if cursor.index >= generation.len {
+                cursor.generation += 1;
+                cursor.index = 0;
+                continue;
+            }
+            let entry = generation.entry(cursor.index);
+            let (offset, time_ms) = generation.decode(entry);
+            if offset >= limit {
+                return (visited, true);
+            }
+            visited += 1;
+            cursor.index += 1;
+            let live = capture
+                .horizon_ms
+                .is_none_or(|horizon| time_ms.saturating_add(self.window_ms) > horizon)
+                || capture.last_recorded == Some(offset);
+            if live {
+                each(MessageId(entry.id), offset, time_ms);
+            }
+        }
+        (visited, false)
+    }
+
     /// Live entries. O(entries): for tests and invariant checks.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.entries().count()
     }

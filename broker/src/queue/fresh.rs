@@ -177,6 +177,31 @@ impl FreshBand {
             .map(move |e| self.view(e))
     }
 
+    /// Live messages with an offset above `after` (all of them for `None`),
+    /// in offset order: a checkpoint resumes here after yielding, however
+    /// the band changed in between. O(log chunks) to find the start.
+    pub fn iter_after(&self, after: Option<Offset>) -> impl Iterator<Item = FreshView> + '_ {
+        let (first, skip_to) = match after {
+            None => (0, None),
+            Some(after) => (
+                self.chunks.partition_point(|c| c.entries[0].offset <= after.0).saturating_sub(1),
+                Some(after.0),
+            ),
+        };
+        self.chunks
+            .iter()
+            .enumerate()
+            .skip(first)
+            .flat_map(move |(index, chunk)| {
+                let start = if index == 0 { self.head } else { 0 };
+                chunk.entries[start.min(chunk.entries.len())..].iter()
+            })
+            .filter(move |e| {
+                e.enqueue_time_ms != DEAD && skip_to.is_none_or(|after| e.offset > after)
+            })
+            .map(move |e| self.view(e))
+    }
+
     /// Position of a live message, if it is in this band.
     fn locate(&self, offset: Offset) -> Option<(usize, usize)> {
         let after = self.chunks.partition_point(|c| c.entries[0].offset <= offset.0);

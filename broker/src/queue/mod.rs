@@ -14,6 +14,9 @@
 //! PartitionState::new(PartitionContext { queue, partition, epoch, secret, config }) -> Result<Self, ConfigError>
 //! PartitionState::restore(bytes, ctx) -> Result<Restored { state, covers }, CodecError>
 //! state.snapshot(covers: Offset) -> Vec<u8>
+//! state.begin_snapshot(covers) -> SnapshotEncoder       // the same bytes, in steps, while serving:
+//! state.snapshot_step(&mut encoder, budget, &mut out) -> Result<done, CodecError>
+//! state.end_snapshot()
 //!
 //! // decisions: read-only, return events to append (nothing changes)
 //! state.admission(now) -> Admission;  admission.check(&EnqueueRequest) -> Result<EnqueueDecision, QueueError>
@@ -77,7 +80,7 @@ pub use decide::{
 };
 pub use error::{ApplyError, CodecError, InvalidToken, QueueError, StaleToken};
 pub use event::{Event, EventKind, CLAIMED_EVENT_BYTES, EVENT_BYTES};
-pub use snapshot::Restored;
+pub use snapshot::{Restored, SnapshotEncoder};
 pub use state::{
     MessagePhase, MessageView, PartitionContext, PartitionState, QueueCounters, Totals,
 };

@@ -22,6 +22,7 @@ use super::event::Event;
 use super::fairness::Credits;
 use super::fresh::{FreshBand, FreshView, NEVER};
 use super::limits::LEASE_MS_MAX;
+use super::snapshot::Capture;
 use super::token::TokenKey;
 use super::types::{
     EnqueueMeta, Generation, Lane, LeaderEpoch, Millis, Offset, PartitionId, QuarantineCause,
@@ -226,6 +227,10 @@ pub struct PartitionState {
     /// FIFO order is also age order.
     pub(crate) last_enqueue_time_ms: Millis,
     pub(crate) totals: Totals,
+    /// While a checkpoint is written in steps: what each message it covers
+    /// held before its first change since (`snapshot.rs`). Every change to
+    /// `fresh`, `warm` or `dlq` goes through `note` first.
+    pub(crate) capture: Option<Box<Capture>>,
 }
 
 impl PartitionState {
@@ -261,6 +266,7 @@ impl PartitionState {
             highest_enqueued: None,
             last_enqueue_time_ms: 0,
             totals: Totals::default(),
+            capture: None,
         })
     }
 
@@ -357,6 +363,7 @@ impl PartitionState {
 
     /// Removes a main-lane message from every structure that holds it.
     fn take_main(&mut self, offset: Offset) -> Option<MainMessage> {
+        self.note(offset);
         if let Some(warm) = self.warm.remove(&offset) {
             self.warm_bytes -= u64::from(warm.size_bytes);
             match warm.phase {
@@ -390,6 +397,7 @@ impl PartitionState {
 
     /// Puts a main-lane message into `warm` and its phase index.
     fn insert_warm(&mut self, offset: Offset, warm: Warm) {
+        self.note(offset);
         assert!(usize::from(warm.priority) < self.fresh.len());
         match warm.phase {
             WarmPhase::Scheduled { due_ms } => {
@@ -413,6 +421,7 @@ impl PartitionState {
     }
 
     fn take_dead(&mut self, offset: Offset) -> Option<DeadLetter> {
+        self.note(offset);
         let dead = self.dlq.remove(&offset)?;
         self.dlq_bytes -= u64::from(dead.size_bytes);
         match dead.phase {
@@ -425,6 +434,7 @@ impl PartitionState {
     }
 
     fn insert_dead(&mut self, offset: Offset, dead: DeadLetter) {
+        self.note(offset);
         match dead.phase {
             DeadPhase::Ready { since_ms } => assert!(self.dlq_ready.insert((since_ms, offset))),
             DeadPhase::Claimed(claim) => assert!(self.claims.insert((claim.deadline_ms(), offset))),
@@ -435,6 +445,7 @@ impl PartitionState {
 
     /// Inserts a fresh (never claimed, ready) message; used by apply and restore.
     pub(crate) fn insert_fresh(&mut self, band: usize, view: FreshView) {
+        self.note(view.offset);
         self.fresh[band].push(view);
     }
 
@@ -467,6 +478,7 @@ impl PartitionState {
                 let moved = Claim::new(claim.worker, claim.claimed_at_ms, deadline_ms).ok_or(
                     ApplyError::WrongState { offset, what: "Extended: deadline out of range" },
                 )?;
+                self.note(offset);
                 assert!(self.claims.remove(&(claim.deadline_ms(), offset)));
                 assert!(self.claims.insert((deadline_ms, offset)));
                 match lane {

@@ -5,7 +5,11 @@
 //! the real state makes must equal the model's, and so must every message,
 //! counter and the retention watermark. Crash-and-recover replays the whole
 //! log, and separately restores a snapshot taken at a random earlier point
-//! and replays the tail; both must equal the live state.
+//! and replays the tail; both must equal the live state. Checkpoints are
+//! also written in steps of a few entries interleaved with the sequence
+//! (begun at random, abandoned by a crash): each completed one must equal a
+//! one-shot snapshot of the moment it began, and restore plus replay of the
+//! log after it must equal the live state.
 
 use std::collections::BTreeMap;
 
@@ -637,7 +641,20 @@ fn random_config(rng: &mut ChaCha8Rng) -> QueueConfig {
     }
 }
 
+/// A checkpoint being written in steps while the sequence goes on.
+struct Stepped {
+    encoder: SnapshotEncoder,
+    bytes: Vec<u8>,
+    /// A one-shot snapshot taken when it began: what it must equal.
+    reference: Vec<u8>,
+    cut: usize,
+}
+
+/// Most entries one step of a stepped checkpoint may visit in the model.
+const MODEL_STEP_ENTRIES_MAX: usize = 5;
+
 struct Run {
+    stepped: Option<Stepped>,
     rng: ChaCha8Rng,
     config: QueueConfig,
     state: PartitionState,
@@ -647,6 +664,7 @@ struct Run {
     now: Millis,
     next_offset: u64,
     epoch: u64,
+    checkpoints_completed: u64,
 }
 
 impl Run {
@@ -932,6 +950,8 @@ impl Run {
     /// by snapshot-at-a-random-point plus tail replay; both must equal the
     /// live state byte for byte.
     fn crash_and_recover(&mut self, step: usize) {
+        // A checkpoint still being written is lost with the process.
+        self.stepped = None;
         let live = self.state.snapshot(Offset(0));
         let live_counters = self.state.counters(self.now);
         self.epoch += 1;
@@ -972,11 +992,63 @@ impl Run {
     }
 }
 
-fn run_seed(seed: u64, steps: usize) {
+impl Run {
+    /// Starts a stepped checkpoint at random, or advances the running one
+    /// by a random number of entries. When it completes, its bytes must
+    /// equal a one-shot snapshot taken when it began (every change in
+    /// between was recorded before it happened), and restoring them then
+    /// replaying the log after its cut must give the live state.
+    fn checkpoint_step(&mut self, step: usize) {
+        let Some(stepped) = self.stepped.as_mut() else {
+            if self.rng.random_bool(0.15) {
+                let cut = self.log.len();
+                let reference = self.state.snapshot(Offset(cut as u64));
+                let encoder = self.state.begin_snapshot(Offset(cut as u64));
+                self.stepped = Some(Stepped { encoder, bytes: Vec::new(), reference, cut });
+            }
+            return;
+        };
+        let budget = self.rng.random_range(1..=MODEL_STEP_ENTRIES_MAX);
+        let done = self
+            .state
+            .snapshot_step(&mut stepped.encoder, budget, &mut stepped.bytes)
+            .unwrap_or_else(|e| panic!("checkpoint step at step {step}: {e}"));
+        assert!(stepped.encoder.max_step_entries() <= MODEL_STEP_ENTRIES_MAX);
+        if !done {
+            return;
+        }
+        let Some(stepped) = self.stepped.take() else { return };
+        self.state.end_snapshot();
+        assert_eq!(self.state.snapshot_touched(), 0);
+        assert!(
+            stepped.bytes == stepped.reference,
+            "stepped checkpoint from event {} differs from the one-shot one at step {step}",
+            stepped.cut
+        );
+        let restored =
+            PartitionState::restore(&stepped.bytes, ctx(self.config.clone(), self.epoch)).unwrap();
+        assert_eq!(restored.covers, Offset(stepped.cut as u64));
+        let mut resumed = restored.state;
+        for event in &self.log[stepped.cut..] {
+            resumed.apply(event).unwrap();
+        }
+        assert_eq!(
+            resumed.snapshot(Offset(0)),
+            self.state.snapshot(Offset(0)),
+            "stepped checkpoint from {} + tail differs at step {step}",
+            stepped.cut
+        );
+        self.checkpoints_completed += 1;
+    }
+}
+
+fn run_seed(seed: u64, steps: usize) -> u64 {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let config = random_config(&mut rng);
     let state = PartitionState::new(ctx(config.clone(), 1)).unwrap();
     let mut run = Run {
+        stepped: None,
+        checkpoints_completed: 0,
         rng,
         model: Model::new(config.clone()),
         config,
@@ -989,8 +1061,10 @@ fn run_seed(seed: u64, steps: usize) {
     };
     for step in 0..steps {
         run.step(step);
+        run.checkpoint_step(step);
         run.compare(step);
     }
+    run.checkpoints_completed
 }
 
 // Goal: the real state machine equals the naive model on thousands of random
@@ -1001,13 +1075,20 @@ fn run_seed(seed: u64, steps: usize) {
 fn model_test_random_sequences() {
     let seeds: u64 =
         std::env::var("SPOOL_MODEL_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(2_000);
+    let mut checkpoints = 0;
     for seed in 0..seeds {
         let result = std::panic::catch_unwind(|| run_seed(seed, 120));
-        if let Err(panic) = result {
-            eprintln!("model test failed at seed {seed}; rerun with SPOOL_MODEL_SEED={seed}");
-            std::panic::resume_unwind(panic);
+        match result {
+            Ok(completed) => checkpoints += completed,
+            Err(panic) => {
+                eprintln!("model test failed at seed {seed}; rerun with SPOOL_MODEL_SEED={seed}");
+                std::panic::resume_unwind(panic);
+            }
         }
     }
+    // Stepped checkpoints completed across the seeds (most seeds finish
+    // several), so the interleaving check above is not vacuous.
+    assert!(checkpoints >= seeds, "only {checkpoints} stepped checkpoints completed");
 }
 
 // Goal: rerun one seed of the model test with many more steps.
@@ -1015,5 +1096,5 @@ fn model_test_random_sequences() {
 fn model_seed() {
     let seed =
         std::env::var("SPOOL_MODEL_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(424_242);
-    run_seed(seed, 1_500);
+    assert!(run_seed(seed, 1_500) > 0);
 }
