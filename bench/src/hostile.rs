@@ -7,7 +7,8 @@
 //! to `claims_per_connection` 60 s long-poll claims on the producer's
 //! partition and keep `requests_in_flight` DescribeQueue requests
 //! outstanding for the whole phase). The producer sends one 1 KiB message
-//! every `interval_ms` (linger 0) and records each send's latency. Bounded:
+//! every `interval_ms` (linger 0) and records each send's latency; the
+//! hostile connections run on their own runtime threads. Bounded:
 //! the connection count, the requests per connection and the phase length
 //! are all fixed by the command line.
 
@@ -196,12 +197,19 @@ async fn produce(
     Ok((latency.summary().into(), errors))
 }
 
-/// Runs both phases against `addr`.
+/// Runs both phases against `addr`. The hostile connections run on
+/// `hostile_runtime` (their own threads, as separate clients would), so the
+/// producer's latency is the broker's, not its own runtime's queue behind
+/// 200 busy connections.
 ///
 /// # Errors
 /// The client cannot connect, the queue cannot be created, or the
 /// histogram cannot be built.
-pub async fn run(addr: &str, config: &HostileConfig) -> Result<HostileReport, BenchError> {
+pub async fn run(
+    addr: &str,
+    config: &HostileConfig,
+    hostile_runtime: &tokio::runtime::Handle,
+) -> Result<HostileReport, BenchError> {
     let client =
         Client::connect(addr).await.map_err(|error| BenchError::Hostile(error.to_string()))?;
     let admin = Admin::new(client.clone());
@@ -222,7 +230,7 @@ pub async fn run(addr: &str, config: &HostileConfig) -> Result<HostileReport, Be
     let closed = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for _ in 0..config.connections {
-        tasks.push(tokio::spawn(hostile_connection(
+        tasks.push(hostile_runtime.spawn(hostile_connection(
             addr.to_owned(),
             config.clone(),
             stop.clone(),

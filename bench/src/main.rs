@@ -646,8 +646,15 @@ fn hostile(args: &HostileArgs) -> Result<String, BenchError> {
         .enable_all()
         .build()
         .map_err(|error| BenchError::Hostile(error.to_string()))?;
-    let report = runtime.block_on(hostile::run(broker.addr(), &config));
+    // The hostile clients get threads of their own, like separate processes.
+    let hostile_runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("hostile")
+        .build()
+        .map_err(|error| BenchError::Hostile(error.to_string()))?;
+    let report = runtime.block_on(hostile::run(broker.addr(), &config, hostile_runtime.handle()));
     drop(runtime);
+    drop(hostile_runtime);
     broker.stop().map_err(|error| BenchError::Hostile(error.to_string()))?;
     Ok(serde_json::to_string(&report?)?)
 }

@@ -1,4 +1,5 @@
-//! Named limits of the broker's storage path, in one place.
+//! Named limits of the broker's storage path (and the network path's
+//! response queue), in one place.
 //!
 //! Every buffer, queue and file size the log and the storage seam use is
 //! bounded by a constant here; runtime knobs (`LogConfig`) are validated
@@ -73,6 +74,13 @@ pub const SCAN_CHUNK_BYTES: u64 = 1 << 20;
 
 /// Largest `max_bytes` a single read may ask for.
 pub const READ_BYTES_MAX: u64 = 64 << 20;
+
+/// Bytes of responses one connection may hold produced but not yet written
+/// to its socket before the broker stops reading that connection's requests
+/// until the peer has read enough (backpressure, not an error). Requests
+/// already being handled still answer, so a connection holds at most this
+/// plus the answers of its requests in flight. Four maximal write bursts.
+pub const RESPONSE_QUEUE_BYTES_MAX: usize = 4 << 20;
 
 /// Most segment files one partition directory may hold.
 pub const SEGMENTS_MAX: usize = 1 << 16;

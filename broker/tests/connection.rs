@@ -29,12 +29,14 @@ fn limits() -> ConnectionLimits {
         idle_timeout: Duration::from_secs(20),
         frame_timeout: Duration::from_secs(20),
         write_timeout: Duration::from_secs(5),
+        response_bytes_max: 1 << 20,
     }
 }
 
 /// Echo frames, but a body `delay:<ms>` waits that long first, a body
 /// `wait:<ms>` waits that long or until the connection ends (answering
-/// `ended` then), and the handler records how many requests ran at once and
+/// `ended` then), a body `big:<bytes>` is answered with a body of that
+/// many bytes, and the handler records how many requests ran at once and
 /// the order in which frames were handled, by connection.
 struct DelayEcho {
     echo: EchoHandler,
@@ -97,6 +99,9 @@ impl FrameHandler for DelayEcho {
                 self.waits_ended.set(self.waits_ended.get() + 1);
                 frame = encode_echo_frame(b"ended");
             }
+        }
+        if let Some(bytes) = body.strip_prefix("big:").and_then(|bytes| bytes.parse().ok()) {
+            frame = encode_echo_frame(&vec![b'x'; bytes]);
         }
         self.running.set(self.running.get() - 1);
         frame
@@ -422,4 +427,155 @@ fn a_deep_pipeline_yields_to_another_connection() {
     assert_eq!(total, PIPELINE + 1);
     let position = position.expect("B's frame was handled");
     assert!(position < 200, "B's frame was handled after {position} of A's");
+}
+
+/// An in-memory connection: reads hand out `input` (then wait forever, or
+/// end once `closed`), writes append to `output` but stall while `stalled`.
+#[derive(Default)]
+struct Pipe {
+    input: Vec<u8>,
+    read_at: usize,
+    closed: bool,
+    output: Vec<u8>,
+    stalled: bool,
+    write_waker: Option<std::task::Waker>,
+    read_waker: Option<std::task::Waker>,
+}
+
+#[derive(Clone, Default)]
+struct PipeEnd(Rc<std::cell::RefCell<Pipe>>);
+
+impl futures_lite::AsyncRead for PipeEnd {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        out: &mut [u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let mut pipe = self.0.borrow_mut();
+        let left = pipe.input.len() - pipe.read_at;
+        if left == 0 {
+            if pipe.closed {
+                return std::task::Poll::Ready(Ok(0));
+            }
+            pipe.read_waker = Some(cx.waker().clone());
+            return std::task::Poll::Pending;
+        }
+        let count = left.min(out.len());
+        let at = pipe.read_at;
+        out[..count].copy_from_slice(&pipe.input[at..at + count]);
+        pipe.read_at += count;
+        std::task::Poll::Ready(Ok(count))
+    }
+}
+
+impl futures_lite::AsyncWrite for PipeEnd {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bytes: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let mut pipe = self.0.borrow_mut();
+        if pipe.stalled {
+            pipe.write_waker = Some(cx.waker().clone());
+            return std::task::Poll::Pending;
+        }
+        pipe.output.extend_from_slice(bytes);
+        std::task::Poll::Ready(Ok(bytes.len()))
+    }
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+    fn poll_close(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+/// Lets every task that can run, run (the pipe never needs the reactor).
+async fn settle() {
+    for _ in 0..10_000 {
+        futures_lite::future::yield_now().await;
+    }
+}
+
+// Goal: a peer that stops reading cannot make the broker hold more response
+// bytes than `response_bytes_max` plus the responses of the requests already
+// in flight when it was reached: reading pauses (backpressure, no error), and
+// once the peer reads again every request is answered. Method: `serve` over
+// an in-memory pipe holding 400 pipelined requests for 64 KiB answers, whose
+// writes stall; the in-flight bound (256) is far above what the byte bound
+// allows (4 answers), so only the byte bound can stop reading. After every
+// runnable task has run, count the requests handled and the peak of queued
+// response bytes; then let writes through and read all 400 answers. Without
+// the byte bound the loop handles all 400 and queues their 25 MiB.
+#[test]
+fn a_peer_that_stops_reading_pauses_its_requests_at_the_response_byte_bound() {
+    const REQUESTS: usize = 400;
+    const ANSWER: usize = 64 * 1024;
+    const BOUND: usize = 4 * ANSWER;
+    let limits = ConnectionLimits {
+        in_flight_max: 256,
+        response_bytes_max: BOUND,
+        write_timeout: Duration::from_secs(60),
+        ..limits()
+    };
+    let executor =
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound).make().expect("executor");
+    executor.run(async move {
+        let pipe = PipeEnd::default();
+        {
+            let mut state = pipe.0.borrow_mut();
+            state.stalled = true;
+            for _ in 0..REQUESTS {
+                state
+                    .input
+                    .extend_from_slice(&encode_echo_frame(format!("big:{ANSWER}").as_bytes()));
+            }
+        }
+        let handler = Rc::new(DelayEcho::new(limits.frame_bytes_max, true));
+        let scope = Rc::new(Connection::new(4, Rc::new(Rejections::default())));
+        let served = glommio::spawn_local(serve(
+            pipe.clone(),
+            handler.clone(),
+            limits,
+            StopSignal::new(),
+            scope.clone(),
+        ));
+        settle().await;
+        let handled = handler.handled.borrow().len();
+        let peak = scope.responses_queued_bytes_peak();
+        // Reading paused at the bound; what passed it is one dispatch turn
+        // (its requests were in flight when the bound was reached).
+        let in_flight_at_pause = spool_broker::net::connection::DISPATCH_BUDGET_FRAMES;
+        assert!(
+            handled <= BOUND / ANSWER + in_flight_at_pause,
+            "{handled} requests handled while the peer read nothing"
+        );
+        assert!(peak <= BOUND + in_flight_at_pause * (ANSWER + 4), "peak {peak} bytes queued");
+        assert!(peak >= BOUND, "the bound was reached: {peak}");
+        assert_eq!(pipe.0.borrow().output.len(), 0);
+
+        // The peer reads again: everything is answered, nothing failed.
+        {
+            let mut state = pipe.0.borrow_mut();
+            state.stalled = false;
+            state.closed = true;
+            if let Some(waker) = state.write_waker.take() {
+                waker.wake();
+            }
+            if let Some(waker) = state.read_waker.take() {
+                waker.wake();
+            }
+        }
+        let end = served.await;
+        assert!(matches!(end, ConnectionEnd::PeerClosed), "{end:?}");
+        assert_eq!(handler.handled.borrow().len(), REQUESTS);
+        assert_eq!(pipe.0.borrow().output.len(), REQUESTS * (ANSWER + 4));
+        assert_eq!(scope.responses_queued_bytes(), 0);
+    });
 }

@@ -3,7 +3,10 @@
 //! Owns the per-connection loop and its bounds: a read buffer that never
 //! exceeds `frame_bytes_max`, at most `in_flight_max` requests being handled
 //! at once (reading pauses at the limit: backpressure, not an error), an idle
-//! timeout, a per-frame deadline (a frame must arrive completely within
+//! timeout, a bound on the bytes of responses produced but not yet written
+//! (`response_bytes_max`: at the bound reading pauses until the peer has
+//! read enough, the same backpressure), a per-frame deadline (a frame must
+//! arrive completely within
 //! `frame_timeout` of its first byte or of the previous frame, so a peer that
 //! sends a byte at a time cannot hold a slot forever), and a write timeout
 //! (each response must be written within it, so a peer that stops reading
@@ -139,6 +142,12 @@ pub struct Connection {
     /// Long-poll claims in flight, by correlation id; at most `waiting_max`.
     claims: std::cell::RefCell<std::collections::HashMap<u64, Rc<ClaimCancel>>>,
     rejections: Rc<Rejections>,
+    /// Bytes of responses produced and not yet written to the socket.
+    response_bytes: std::cell::Cell<usize>,
+    /// Most `response_bytes` ever held.
+    response_bytes_peak: std::cell::Cell<usize>,
+    /// The reading loop, waiting for `response_bytes` to drop.
+    response_drained: std::cell::RefCell<Option<std::task::Waker>>,
 }
 
 /// A long-poll claim's entry in its connection's cancel map; removed when
@@ -178,7 +187,45 @@ impl Connection {
             waiting_max,
             claims: std::cell::RefCell::default(),
             rejections,
+            response_bytes: std::cell::Cell::new(0),
+            response_bytes_peak: std::cell::Cell::new(0),
+            response_drained: std::cell::RefCell::new(None),
         }
+    }
+
+    /// Bytes of this connection's responses produced and not yet written.
+    pub fn responses_queued_bytes(&self) -> usize {
+        self.response_bytes.get()
+    }
+
+    /// The most response bytes this connection has held queued at once.
+    pub fn responses_queued_bytes_peak(&self) -> usize {
+        self.response_bytes_peak.get()
+    }
+
+    fn responses_queued(&self, bytes: usize) {
+        let now = self.response_bytes.get() + bytes;
+        self.response_bytes.set(now);
+        self.response_bytes_peak.set(self.response_bytes_peak.get().max(now));
+    }
+
+    fn responses_written(&self, bytes: usize) {
+        self.response_bytes.set(self.response_bytes.get().saturating_sub(bytes));
+        if let Some(waker) = self.response_drained.borrow_mut().take() {
+            waker.wake();
+        }
+    }
+
+    /// Resolves once fewer than `bound` response bytes are queued.
+    async fn responses_below(&self, bound: usize) {
+        std::future::poll_fn(|cx| {
+            if self.response_bytes.get() < bound {
+                return std::task::Poll::Ready(());
+            }
+            *self.response_drained.borrow_mut() = Some(cx.waker().clone());
+            std::task::Poll::Pending
+        })
+        .await;
     }
 
     /// Makes the long-poll claim with correlation id `id` cancellable by a
@@ -250,6 +297,9 @@ pub struct ConnectionLimits {
     pub idle_timeout: Duration,
     pub frame_timeout: Duration,
     pub write_timeout: Duration,
+    /// Response bytes produced and not yet written at which reading pauses
+    /// ([`crate::limits::RESPONSE_QUEUE_BYTES_MAX`] in the broker).
+    pub response_bytes_max: usize,
 }
 
 impl ConnectionLimits {
@@ -261,6 +311,7 @@ impl ConnectionLimits {
             idle_timeout: Duration::from_millis(config.idle_timeout_ms),
             frame_timeout: Duration::from_millis(config.frame_timeout_ms),
             write_timeout: Duration::from_millis(config.write_timeout_ms),
+            response_bytes_max: crate::limits::RESPONSE_QUEUE_BYTES_MAX,
         }
     }
 }
@@ -373,13 +424,16 @@ where
     let write_loop = {
         let writer_failed = writer_failed.clone();
         let write_error = write_error.clone();
+        let writer_connection = connection.clone();
         async move {
             let mut writer = writer;
             let mut burst: Vec<H::Response> = Vec::new();
             let mut coalesced: Vec<u8> = Vec::new();
             while let Some(response) = receiver.recv().await {
                 if writer_failed.is_stopped() {
-                    continue; // drain so in-flight tasks can finish and drop senders
+                    // Drain so in-flight tasks can finish and drop senders.
+                    writer_connection.responses_written(response.as_ref().len());
+                    continue;
                 }
                 // Take every response that is already waiting (one wake-up,
                 // one write for a burst of pipelined answers).
@@ -403,6 +457,7 @@ where
                 };
                 let outcome = or(async { write.await.map(|()| true) }, deadline).await;
                 burst.clear();
+                writer_connection.responses_written(burst_bytes);
                 match outcome {
                     Ok(true) => {}
                     Ok(false) => {
@@ -484,12 +539,14 @@ where
         let response = handler.fault_response(fault);
         let sender = sender.clone();
         let in_flight = in_flight.clone();
+        let connection = connection.clone();
         connection.ended.stop();
         async move {
             if let Some(response) = response {
                 // Never closed, so acquiring every permit only waits.
                 let _ = in_flight.acquire(in_flight_max).await;
                 in_flight.signal(in_flight_max);
+                connection.responses_queued(response.as_ref().len());
                 let _ = sender.send(response).await;
             }
         }
@@ -500,6 +557,7 @@ where
         // is free and this pass's budget lasts.
         let mut consumed = 0;
         let mut blocked = false;
+        let mut responses_full = false;
         let mut budget_spent = false;
         let mut dispatched_frames = 0usize;
         let mut dispatched_bytes = 0usize;
@@ -512,6 +570,13 @@ where
             }
             if in_flight.available() == 0 {
                 blocked = true;
+                break;
+            }
+            if connection.responses_queued_bytes() >= limits.response_bytes_max {
+                // The peer is not reading its answers: hand over no more
+                // work until it has (backpressure, not an error).
+                blocked = true;
+                responses_full = true;
                 break;
             }
             let pending = &buffer[consumed..filled];
@@ -542,7 +607,8 @@ where
                     let sender = sender.clone();
                     let connection = connection.clone();
                     glommio::spawn_local(async move {
-                        let response = handler.handle(frame, connection).await;
+                        let response = handler.handle(frame, connection.clone()).await;
+                        connection.responses_queued(response.as_ref().len());
                         // Fails only if the writer is gone; nothing to tell.
                         let _ = sender.send(response).await;
                         drop(permit);
@@ -580,7 +646,8 @@ where
 
         let nothing_in_flight = in_flight.available() == in_flight_max;
         if blocked {
-            // Whole frames wait for a permit, not for the peer.
+            // Whole frames wait for a permit or for the peer to read its
+            // answers, not for the peer to send.
             frame_deadline = None;
         } else if filled > 0 && frame_deadline.is_none() {
             frame_deadline = Some(Timer::new(limits.frame_timeout));
@@ -616,6 +683,11 @@ where
                     Some(timer) => {
                         timer.await;
                         ReadEvent::FrameTimeout
+                    }
+                    None if responses_full => {
+                        // Wake when the writer has drained below the bound.
+                        connection.responses_below(limits.response_bytes_max).await;
+                        ReadEvent::InFlightDrained
                     }
                     None if blocked => {
                         // Wake when a permit frees up for the waiting frame.

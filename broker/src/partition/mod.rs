@@ -270,7 +270,8 @@ pub struct Partition<S: Storage + Clone> {
     state: RefCell<PartitionState>,
     clock: Clock,
     epoch: LeaderEpoch,
-    /// Woken when messages may have become claimable, and on every tick.
+    /// Waiting claims, woken when messages may have become claimable (see
+    /// [`signal`]).
     claimable: Signal,
     /// Ticket of the newest append, so a checkpoint can wait for durability.
     last_ticket: RefCell<Option<Ticket>>,
@@ -881,7 +882,7 @@ impl<S: Storage + Clone> Partition<S> {
                 EnqueueDecision::Accept | EnqueueDecision::QueueFull { .. } => {}
             }
         }
-        let appended = ticket.is_some();
+        let appended = accepted.len();
         // A duplicate reply promises the original is durable: without an
         // append of our own, wait for everything appended so far.
         let wait = ticket.or_else(|| self.last_ticket.borrow().clone());
@@ -890,9 +891,10 @@ impl<S: Storage + Clone> Partition<S> {
         }
         // Claims hand out only durable records, so waiting claims are woken
         // now that these are (not at append, when they could not take them).
-        // Should this future be dropped before, the next tick wakes them.
-        if appended {
-            self.claimable.notify();
+        // Should this future be dropped before, the next tick's sweep wakes
+        // them (a few at a time while messages are ready).
+        if appended > 0 {
+            self.claimable.notify(appended);
         }
         Ok(outcomes)
     }
@@ -975,18 +977,18 @@ impl<S: Storage + Clone> Partition<S> {
                 return Ok(Vec::new());
             }
             if slot.is_none() {
-                slot =
-                    Some(self.claimable.register(owner, CLAIM_WAITERS_MAX).map_err(|refused| {
-                        match refused {
-                            WaitRefused::OwnerFull { waiting_max } => {
-                                PartitionError::TooManyWaitersOnConnection { waiting_max }
-                            }
-                            WaitRefused::PartitionFull { .. } => PartitionError::TooManyWaiters,
+                slot = Some(self.claimable.register(owner, CLAIM_WAITERS_MAX, deadline).map_err(
+                    |refused| match refused {
+                        WaitRefused::OwnerFull { waiting_max } => {
+                            PartitionError::TooManyWaitersOnConnection { waiting_max }
                         }
-                    })?);
+                        WaitRefused::PartitionFull { .. } => PartitionError::TooManyWaiters,
+                    },
+                )?);
             }
+            let Some(waiter) = slot.as_ref() else { continue };
             let wait = async {
-                self.claimable.wait().await;
+                waiter.wait().await;
                 false
             };
             let gave_up = async {
@@ -1213,7 +1215,7 @@ impl<S: Storage + Clone> Partition<S> {
                 Ok((vec![event], due))
             })
             .await;
-        self.claimable.notify();
+        self.claimable.notify(1);
         result
     }
 
@@ -1237,7 +1239,7 @@ impl<S: Storage + Clone> Partition<S> {
         if let Some(ticket) = self.append_events(&events, now)? {
             ticket.durable().await?;
         }
-        self.claimable.notify();
+        self.claimable.notify(count);
         Ok(count)
     }
 
@@ -1308,8 +1310,8 @@ impl<S: Storage + Clone> Partition<S> {
 
     /// Housekeeping: lease expiry, scheduled → ready, expiry. Appends the
     /// events without waiting for durability (no one is waiting for a
-    /// reply); a later reply's durability covers them. Wakes long-polling
-    /// claims so they re-check. Never blocks.
+    /// reply); a later reply's durability covers them. Wakes the long-polling
+    /// claims that have something to re-check (see [`signal`]). Never blocks.
     pub fn tick(&self) {
         let now = (self.clock)();
         if self.log.disk_full() && now >= self.disk_retry_at_ms.get() {
@@ -1317,8 +1319,21 @@ impl<S: Storage + Clone> Partition<S> {
             self.log.retry_prepare();
         }
         let due = self.state.borrow().next_wakeup().is_some_and(|wakeup| wakeup <= now);
+        // Long-polls past their deadline answer. Others are woken when
+        // something fell due (a lease expired, a delay ended), and a few at
+        // a time, in turn, while messages are ready: a message that the
+        // claims woken for it could not take (too large for their
+        // max_bytes, the other lane) still finds a claim that can.
+        self.claimable.expire(now);
+        if self.claimable.claims_waiting() > 0 {
+            let counters = self.state.borrow().counters(now);
+            if counters.ready + counters.quarantined > counters.dead_letter_claimed {
+                self.claimable.notify(signal::TICK_SWEEP_WAKES);
+            }
+        }
         if due && !self.closed.get() {
             let events = self.state.borrow().tick(now);
+            self.claimable.notify(events.len().max(1));
             for chunk in events.chunks(CONTROL_BATCH_EVENTS_MAX) {
                 match self.append_events(chunk, now) {
                     Ok(_) => {}
@@ -1331,7 +1346,6 @@ impl<S: Storage + Clone> Partition<S> {
                 }
             }
         }
-        self.claimable.notify();
     }
 
     /// Whether enough log has been written since the last checkpoint: either
@@ -1443,7 +1457,7 @@ impl<S: Storage + Clone> Partition<S> {
     /// The final checkpoint failed; the log is closed regardless.
     pub async fn close(&self) -> Result<(), PartitionError> {
         self.closed.set(true);
-        self.claimable.notify();
+        self.claimable.notify_all();
         let result = self.checkpoint().await.map(|_| ());
         self.log.close();
         result

@@ -1,11 +1,21 @@
-//! A single-threaded "something changed" signal for long-polling claims, and
-//! the register of who is waiting on it.
+//! A single-threaded "messages may be claimable" signal for long-polling
+//! claims, and the register of who is waiting on it.
 //!
-//! Waiters register a waker and are woken all at once on [`Signal::notify`];
-//! each then re-checks its own condition (a claim retries its decision, and
-//! gives up when its wait deadline has passed). The partition notifies when
-//! messages may have become claimable and on every housekeeping tick, so a
-//! waiter never needs a timer of its own and this module names no runtime.
+//! Every waiting claim holds a [`WaiterSlot`], and wakes are **targeted**:
+//! [`Signal::notify`] wakes the `n` longest-waiting claims that are not
+//! already awake (an enqueue of `n` messages wakes `n`), [`Signal::expire`]
+//! wakes only the claims whose wait deadline has passed (the housekeeping
+//! tick calls it), an eviction wakes only the evicted claim, and
+//! [`Signal::notify_all`] (close, redrive) wakes everyone. A claim woken by
+//! `notify` holds a *wake*: if it looks and finds nothing it waits again and
+//! the wake is spent (it goes to the back of the line, so the next wake
+//! goes to someone else); if it leaves instead (it took messages, gave up,
+//! was cancelled) the wake passes to the next waiting claim, so messages it
+//! did not take are never left behind with everyone asleep. A partition
+//! with 4,096 waiting claims therefore does one claim decision per message
+//! that arrives, not 4,096, and a tick with nothing due wakes nobody: the
+//! cost of a long-poll is paid when it has something to find. This module
+//! names no runtime.
 //!
 //! A claim that goes on waiting first takes a [`WaiterSlot`]: the slot counts
 //! against the partition's bound (`CLAIM_WAITERS_MAX`) and against its
@@ -27,6 +37,12 @@ use std::task::{Context, Poll, Waker};
 /// returns at once with what it found (possibly nothing), so waiting clients
 /// cannot grow memory without bound.
 pub const CLAIM_WAITERS_MAX: usize = 4096;
+
+/// Waiting claims each housekeeping tick wakes, in turn, while the
+/// partition has ready messages: the safety net for a message the claims
+/// woken for it could not take (a smaller `max_bytes`, the other lane).
+/// With `w` claims waiting such a message is found within `w / 8` ticks.
+pub const TICK_SWEEP_WAKES: usize = 8;
 
 /// Who a waiting claim belongs to (a client connection), with that owner's
 /// own bound on claims waiting at once, across every partition of the shard.
@@ -50,48 +66,103 @@ pub enum WaitRefused {
     PartitionFull { waiters_max: usize },
 }
 
-/// Wakes every registered waiter on [`Signal::notify`].
+/// One waiting claim's entry.
+#[derive(Debug)]
+struct Entry {
+    owner: u64,
+    /// Wait deadline (ms, the partition's clock).
+    deadline: u64,
+    waker: Option<Waker>,
+    /// Woken and not yet waiting again: its wait resolves.
+    woken: bool,
+    /// Woken by [`Signal::notify`]: the wake passes on if it leaves.
+    holds_wake: bool,
+    /// Told to give up its wait for a lighter owner.
+    evicted: bool,
+}
+
+/// The register of waiting claims and their targeted wakes.
 #[derive(Debug, Default)]
 pub struct Signal {
-    epoch: Cell<u64>,
-    wakers: RefCell<Vec<Waker>>,
-    next_slot: Cell<u64>,
-    /// Live slots (evicted ones included, until their claim returns).
-    slots: RefCell<BTreeMap<u64, u64>>,
+    /// Keys grow: the smallest key has waited longest.
+    next_key: Cell<u64>,
+    slots: RefCell<BTreeMap<u64, Entry>>,
+    /// (deadline, key) of every slot, for [`Signal::expire`].
+    deadlines: RefCell<BTreeSet<(u64, u64)>>,
     /// Slots not evicted, per owner id.
     per_owner: RefCell<BTreeMap<u64, usize>>,
-    /// Slots told to give up their wait.
-    evicted: RefCell<BTreeSet<u64>>,
+    evicted: Cell<usize>,
+    /// Wakes issued so far (every kind), for tests and diagnostics.
+    wakes: Cell<u64>,
 }
 
 impl Signal {
-    /// Wakes every waiter registered so far.
-    pub fn notify(&self) {
-        self.epoch.set(self.epoch.get().wrapping_add(1));
-        let wakers = std::mem::take(&mut *self.wakers.borrow_mut());
+    /// Wakes up to `count` of the longest-waiting claims not already awake,
+    /// each holding a wake that passes on if it leaves without waiting
+    /// again. Call it with the number of messages that became claimable.
+    pub fn notify(&self, count: usize) {
+        let mut woken = Vec::new();
+        {
+            let mut slots = self.slots.borrow_mut();
+            for entry in slots.values_mut().filter(|entry| !entry.woken).take(count) {
+                entry.woken = true;
+                entry.holds_wake = true;
+                woken.extend(entry.waker.take());
+            }
+        }
+        self.wake(woken);
+    }
+
+    /// Wakes every waiting claim (the partition closes, or a change whose
+    /// extent is unknown).
+    pub fn notify_all(&self) {
+        let mut woken = Vec::new();
+        for entry in self.slots.borrow_mut().values_mut() {
+            entry.woken = true;
+            woken.extend(entry.waker.take());
+        }
+        self.wake(woken);
+    }
+
+    /// Wakes the claims whose wait deadline is at or before `now`, and no
+    /// other.
+    pub fn expire(&self, now: u64) {
+        let mut woken = Vec::new();
+        {
+            let deadlines = self.deadlines.borrow();
+            let mut slots = self.slots.borrow_mut();
+            for (_, key) in deadlines.range(..=(now, u64::MAX)) {
+                if let Some(entry) = slots.get_mut(key) {
+                    entry.woken = true;
+                    woken.extend(entry.waker.take());
+                }
+            }
+        }
+        self.wake(woken);
+    }
+
+    fn wake(&self, wakers: Vec<Waker>) {
+        self.wakes.set(self.wakes.get() + wakers.len() as u64);
         for waker in wakers {
             waker.wake();
         }
     }
 
-    /// Number of wakers currently registered.
-    pub fn waiters(&self) -> usize {
-        self.wakers.borrow().len()
+    /// Wakes issued so far (a waiter that had not yet registered a waker
+    /// is not counted).
+    pub fn wakes(&self) -> u64 {
+        self.wakes.get()
     }
 
     /// Claims holding a slot and not evicted.
     pub fn claims_waiting(&self) -> usize {
-        self.slots.borrow().len() - self.evicted.borrow().len()
+        self.slots.borrow().len() - self.evicted.get()
     }
 
-    /// Resolves at the next [`Signal::notify`] after this call.
-    pub fn wait(&self) -> SignalWait<'_> {
-        SignalWait { signal: self, seen: self.epoch.get() }
-    }
-
-    /// Takes a slot for a claim of `owner` that is about to wait, evicting a
-    /// waiter of the heaviest owner when the partition holds `waiters_max`
-    /// and that owner holds at least two more than `owner` does.
+    /// Takes a slot for a claim of `owner` that is about to wait until
+    /// `deadline`, evicting a waiter of the heaviest owner when the
+    /// partition holds `waiters_max` and that owner holds at least two more
+    /// than `owner` does.
     ///
     /// # Errors
     /// [`WaitRefused`] when the owner or the partition is at its bound.
@@ -99,6 +170,7 @@ impl Signal {
         &'s self,
         owner: WaitOwner<'o>,
         waiters_max: usize,
+        deadline: u64,
     ) -> Result<WaiterSlot<'s, 'o>, WaitRefused> {
         if owner.waiting.get() >= owner.waiting_max {
             return Err(WaitRefused::OwnerFull { waiting_max: owner.waiting_max });
@@ -116,30 +188,50 @@ impl Signal {
                 _ => return Err(WaitRefused::PartitionFull { waiters_max }),
             }
         }
-        let key = self.next_slot.get();
-        self.next_slot.set(key + 1);
-        self.slots.borrow_mut().insert(key, owner.id);
+        let key = self.insert(Entry {
+            owner: owner.id,
+            deadline,
+            waker: None,
+            woken: false,
+            holds_wake: false,
+            evicted: false,
+        });
         *self.per_owner.borrow_mut().entry(owner.id).or_insert(0) += 1;
         owner.waiting.set(owner.waiting.get() + 1);
-        Ok(WaiterSlot { signal: self, key, owner })
+        Ok(WaiterSlot { signal: self, key: Cell::new(key), owner })
     }
 
-    /// Tells the newest waiting claim of `victim` to give up, and wakes the
-    /// waiters so it sees it.
+    fn insert(&self, entry: Entry) -> u64 {
+        let key = self.next_key.get();
+        self.next_key.set(key + 1);
+        self.deadlines.borrow_mut().insert((entry.deadline, key));
+        self.slots.borrow_mut().insert(key, entry);
+        key
+    }
+
+    fn remove(&self, key: u64) -> Option<Entry> {
+        let entry = self.slots.borrow_mut().remove(&key)?;
+        self.deadlines.borrow_mut().remove(&(entry.deadline, key));
+        Some(entry)
+    }
+
+    /// Tells the newest waiting claim of `victim` to give up, and wakes it
+    /// (only it) so it sees it.
     fn evict_one(&self, victim: u64) {
-        let key = {
-            let slots = self.slots.borrow();
-            let evicted = self.evicted.borrow();
-            slots
-                .iter()
-                .rev()
-                .find(|(key, owner)| **owner == victim && !evicted.contains(key))
-                .map(|(key, _)| *key)
+        let waker = {
+            let mut slots = self.slots.borrow_mut();
+            let Some(entry) =
+                slots.values_mut().rev().find(|entry| entry.owner == victim && !entry.evicted)
+            else {
+                return;
+            };
+            entry.evicted = true;
+            entry.woken = true;
+            entry.waker.take()
         };
-        let Some(key) = key else { return };
-        self.evicted.borrow_mut().insert(key);
+        self.evicted.set(self.evicted.get() + 1);
         self.forget_owner_slot(victim);
-        self.notify();
+        self.wake(waker.into_iter().collect());
     }
 
     fn forget_owner_slot(&self, owner: u64) {
@@ -157,25 +249,78 @@ impl Signal {
 #[derive(Debug)]
 pub struct WaiterSlot<'s, 'o> {
     signal: &'s Signal,
-    key: u64,
+    /// Changes when a spent wake sends the claim to the back of the line.
+    key: Cell<u64>,
     owner: WaitOwner<'o>,
 }
 
 impl WaiterSlot<'_, '_> {
     /// The partition took this slot for a lighter owner: stop waiting.
     pub fn evicted(&self) -> bool {
-        self.signal.evicted.borrow().contains(&self.key)
+        self.signal.slots.borrow().get(&self.key.get()).is_some_and(|entry| entry.evicted)
+    }
+
+    /// Resolves when this claim is woken: messages may be claimable, its
+    /// deadline passed, it was evicted, or the partition closes. Call it
+    /// after looking and finding nothing: a wake it held is spent then, and
+    /// the claim goes to the back of the line.
+    pub fn wait(&self) -> SlotWait<'_> {
+        let signal = self.signal;
+        let key = self.key.get();
+        let spent = signal.slots.borrow().get(&key).is_some_and(|entry| entry.woken);
+        if spent {
+            if let Some(mut entry) = signal.remove(key) {
+                entry.woken = entry.evicted;
+                entry.holds_wake = false;
+                entry.waker = None;
+                self.key.set(signal.insert(entry));
+            }
+        }
+        SlotWait { signal, key: &self.key }
     }
 }
 
 impl Drop for WaiterSlot<'_, '_> {
     fn drop(&mut self) {
         let signal = self.signal;
-        signal.slots.borrow_mut().remove(&self.key);
-        if !signal.evicted.borrow_mut().remove(&self.key) {
+        let Some(entry) = signal.remove(self.key.get()) else { return };
+        if entry.evicted {
+            signal.evicted.set(signal.evicted.get() - 1);
+        } else {
             signal.forget_owner_slot(self.owner.id);
         }
         self.owner.waiting.set(self.owner.waiting.get() - 1);
+        if entry.holds_wake {
+            // It leaves without waiting again: what it did not take is the
+            // next waiter's to look at.
+            signal.notify(1);
+        }
+    }
+}
+
+/// Future returned by [`WaiterSlot::wait`].
+#[derive(Debug)]
+pub struct SlotWait<'a> {
+    signal: &'a Signal,
+    key: &'a Cell<u64>,
+}
+
+impl Future for SlotWait<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut slots = self.signal.slots.borrow_mut();
+        let Some(entry) = slots.get_mut(&self.key.get()) else {
+            return Poll::Ready(());
+        };
+        if entry.woken {
+            return Poll::Ready(());
+        }
+        match &mut entry.waker {
+            Some(waker) if waker.will_wake(cx.waker()) => {}
+            waker => *waker = Some(cx.waker().clone()),
+        }
+        Poll::Pending
     }
 }
 
@@ -249,44 +394,129 @@ impl ClaimCancel {
     }
 }
 
-/// Future returned by [`Signal::wait`].
-#[derive(Debug)]
-pub struct SignalWait<'a> {
-    signal: &'a Signal,
-    seen: u64,
-}
-
-impl Future for SignalWait<'_> {
-    type Output = ();
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.signal.epoch.get() != self.seen {
-            return Poll::Ready(());
-        }
-        let mut wakers = self.signal.wakers.borrow_mut();
-        if !wakers.iter().any(|waker| waker.will_wake(cx.waker())) {
-            wakers.push(cx.waker().clone());
-        }
-        Poll::Pending
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::task::Wake;
+
+    /// A waker that counts its wakes.
+    #[derive(Default)]
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn owner(id: u64, waiting: &Cell<usize>) -> WaitOwner<'_> {
+        WaitOwner { id, waiting, waiting_max: 100 }
+    }
+
+    /// Polls `slot`'s wait once with its own counting waker; true if ready.
+    fn ready(slot: &WaiterSlot<'_, '_>, count: &Arc<Count>) -> bool {
+        let waker = Waker::from(count.clone());
+        let mut cx = Context::from_waker(&waker);
+        Box::pin(slot.wait_again_free()).as_mut().poll(&mut cx).is_ready()
+    }
+
+    impl WaiterSlot<'_, '_> {
+        /// The wait future without spending a wake (test helper: polls the
+        /// state as it is).
+        fn wait_again_free(&self) -> SlotWait<'_> {
+            SlotWait { signal: self.signal, key: &self.key }
+        }
+    }
 
     #[test]
-    fn wait_resolves_only_after_notify() {
-        // Goal: a waiter is not released early and is released by notify.
+    fn notify_wakes_only_as_many_waiters_as_messages_oldest_first() {
+        // Goal: a message arriving at a partition with many waiting claims
+        // wakes one of them, the longest waiting, not all (the herd that
+        // saturated a shard with 4,096 long-polls). Method: 100 waiters
+        // with counting wakers; notify(1), then notify(2).
         let signal = Signal::default();
-        let mut wait = Box::pin(signal.wait());
-        let waker = Waker::noop();
-        let mut cx = Context::from_waker(waker);
-        assert!(wait.as_mut().poll(&mut cx).is_pending());
-        assert_eq!(signal.waiters(), 1);
-        signal.notify();
-        assert!(wait.as_mut().poll(&mut cx).is_ready());
-        assert_eq!(signal.waiters(), 0);
+        let waiting = Cell::new(0);
+        let slots: Vec<_> =
+            (0..100).map(|_| signal.register(owner(1, &waiting), 1000, 60_000).unwrap()).collect();
+        let counts: Vec<Arc<Count>> = (0..100).map(|_| Arc::default()).collect();
+        for (slot, count) in slots.iter().zip(&counts) {
+            assert!(!ready(slot, count));
+        }
+        signal.notify(1);
+        let woken: Vec<usize> =
+            (0..100).filter(|&i| counts[i].0.load(Ordering::Relaxed) > 0).collect();
+        assert_eq!(woken, vec![0], "one message, one wake, the oldest waiter");
+        assert!(ready(&slots[0], &counts[0]));
+        signal.notify(2);
+        let woken: Vec<usize> =
+            (0..100).filter(|&i| counts[i].0.load(Ordering::Relaxed) > 0).collect();
+        assert_eq!(woken, vec![0, 1, 2], "an awake waiter is not woken twice");
+        assert_eq!(signal.wakes(), 3);
+    }
+
+    #[test]
+    fn a_wake_passes_on_when_its_claim_leaves_and_is_spent_when_it_waits_again() {
+        // Goal: a woken claim that leaves (it took messages, gave up, was
+        // cancelled) hands its wake to the next waiter, so messages are
+        // never left with everyone asleep; one that finds nothing and waits
+        // again spends it and goes to the back of the line. Method: three
+        // waiters; notify(1); the first leaves, then the second waits again;
+        // the next notify reaches the third, then the second.
+        let signal = Signal::default();
+        let waiting = Cell::new(0);
+        let first = signal.register(owner(1, &waiting), 10, 60_000).unwrap();
+        let second = signal.register(owner(1, &waiting), 10, 60_000).unwrap();
+        let third = signal.register(owner(1, &waiting), 10, 60_000).unwrap();
+        let counts: Vec<Arc<Count>> = (0..3).map(|_| Arc::default()).collect();
+        for (slot, count) in [&first, &second, &third].into_iter().zip(&counts) {
+            assert!(!ready(slot, count));
+        }
+        signal.notify(1);
+        assert!(ready(&first, &counts[0]));
+        assert!(!ready(&second, &counts[1]));
+        drop(first);
+        assert_eq!(counts[1].0.load(Ordering::Relaxed), 1, "the wake passed on");
+        assert!(ready(&second, &counts[1]));
+        assert!(!ready(&third, &counts[2]));
+        // The second found nothing and waits again: the wake is spent.
+        let waker = Waker::from(counts[1].clone());
+        let mut cx = Context::from_waker(&waker);
+        assert!(Box::pin(second.wait()).as_mut().poll(&mut cx).is_pending());
+        assert_eq!(counts[2].0.load(Ordering::Relaxed), 0, "a spent wake wakes nobody");
+        signal.notify(1);
+        assert!(ready(&third, &counts[2]), "the line moved: the third is next");
+        assert!(!ready(&second, &counts[1]));
+        drop(third);
+        assert!(ready(&second, &counts[1]), "and the third's wake passes to the second");
+        drop(second);
+        assert_eq!(waiting.get(), 0);
+        assert_eq!(signal.claims_waiting(), 0);
+    }
+
+    #[test]
+    fn expire_wakes_only_waiters_past_their_deadline_and_notify_all_wakes_everyone() {
+        // Goal: the housekeeping tick ends waits whose deadline passed
+        // without waking the others; closing wakes everyone. Method:
+        // deadlines 10, 20, 30; expire(20); then notify_all.
+        let signal = Signal::default();
+        let waiting = Cell::new(0);
+        let slots: Vec<_> = [30, 10, 20]
+            .iter()
+            .map(|&deadline| signal.register(owner(1, &waiting), 10, deadline).unwrap())
+            .collect();
+        let counts: Vec<Arc<Count>> = (0..3).map(|_| Arc::default()).collect();
+        for (slot, count) in slots.iter().zip(&counts) {
+            assert!(!ready(slot, count));
+        }
+        signal.expire(5);
+        assert_eq!(signal.wakes(), 0);
+        signal.expire(20);
+        let woken: Vec<bool> = slots.iter().zip(&counts).map(|(s, c)| ready(s, c)).collect();
+        assert_eq!(woken, vec![false, true, true]);
+        signal.notify_all();
+        assert!(slots.iter().zip(&counts).all(|(s, c)| ready(s, c)));
     }
 
     #[test]
@@ -298,17 +528,17 @@ mod tests {
         let signal = Signal::default();
         let waiting = Cell::new(0);
         let owner = WaitOwner { id: 1, waiting: &waiting, waiting_max: 3 };
-        let mut held: Vec<_> = (0..3).map(|_| signal.register(owner, 100).unwrap()).collect();
+        let mut held: Vec<_> = (0..3).map(|_| signal.register(owner, 100, 0).unwrap()).collect();
         assert_eq!(waiting.get(), 3);
         assert_eq!(signal.claims_waiting(), 3);
         assert_eq!(
-            signal.register(owner, 100).unwrap_err(),
+            signal.register(owner, 100, 0).unwrap_err(),
             WaitRefused::OwnerFull { waiting_max: 3 }
         );
         held.pop();
         assert_eq!(waiting.get(), 2);
         assert_eq!(signal.claims_waiting(), 2);
-        held.push(signal.register(owner, 100).unwrap());
+        held.push(signal.register(owner, 100, 0).unwrap());
         drop(held);
         assert_eq!(waiting.get(), 0);
         assert_eq!(signal.claims_waiting(), 0);
@@ -318,27 +548,35 @@ mod tests {
     fn a_full_partition_evicts_the_heaviest_owner_for_a_lighter_one() {
         // Goal: one greedy owner filling the partition cannot lock out another
         // owner: the newcomer takes a slot of the greedy one, which is told to
-        // give up; an owner as heavy as everyone else is refused instead.
-        // Method: owner 1 fills a partition of 4, owner 2 registers twice.
+        // give up (and woken, alone); an owner as heavy as everyone else is
+        // refused instead. Method: owner 1 fills a partition of 4, owner 2
+        // registers twice.
         let signal = Signal::default();
         let greedy_waiting = Cell::new(0);
         let greedy = WaitOwner { id: 1, waiting: &greedy_waiting, waiting_max: 100 };
         let good_waiting = Cell::new(0);
         let good = WaitOwner { id: 2, waiting: &good_waiting, waiting_max: 100 };
-        let greedy_slots: Vec<_> = (0..4).map(|_| signal.register(greedy, 4).unwrap()).collect();
+        let greedy_slots: Vec<_> =
+            (0..4).map(|_| signal.register(greedy, 4, 60_000).unwrap()).collect();
+        let counts: Vec<Arc<Count>> = (0..4).map(|_| Arc::default()).collect();
+        for (slot, count) in greedy_slots.iter().zip(&counts) {
+            assert!(!ready(slot, count));
+        }
         assert_eq!(
-            signal.register(greedy, 4).unwrap_err(),
+            signal.register(greedy, 4, 60_000).unwrap_err(),
             WaitRefused::PartitionFull { waiters_max: 4 }
         );
-        let first = signal.register(good, 4).unwrap();
+        let first = signal.register(good, 4, 60_000).unwrap();
         assert!(!first.evicted());
         assert_eq!(greedy_slots.iter().filter(|slot| slot.evicted()).count(), 1);
+        assert_eq!(signal.wakes(), 1, "only the evicted claim is woken");
+        assert!(ready(&greedy_slots[3], &counts[3]), "the newest greedy claim");
         assert_eq!(signal.claims_waiting(), 4);
         // Owner 1 now holds 3 live slots, owner 2 holds 1: 3 > 1 + 1.
-        let second = signal.register(good, 4).unwrap();
+        let second = signal.register(good, 4, 60_000).unwrap();
         assert_eq!(greedy_slots.iter().filter(|slot| slot.evicted()).count(), 2);
         // 2 against 2: nobody is heavier by two, so the partition is full.
-        assert!(signal.register(good, 4).is_err());
+        assert!(signal.register(good, 4, 60_000).is_err());
         drop(greedy_slots);
         assert_eq!(greedy_waiting.get(), 0);
         assert_eq!(signal.claims_waiting(), 2);
