@@ -38,9 +38,8 @@ pub const HOUSEKEEPING_TICK_MS_DEFAULT: u64 = 5;
 /// Default bound on start-up, partition recovery included (a 7.2 M-message
 /// partition measured ≈1 min to reopen on a loaded 2-vCPU VM).
 pub const STARTUP_TIMEOUT_MS_DEFAULT: u64 = 120_000;
-/// Default segment size: small enough that a new queue on a fresh machine
-/// pre-zeroes little, large enough that rolls are rare.
-pub const SEGMENT_BYTES_DEFAULT: u64 = 64 << 20;
+/// Default segment size (the one definition, in `crate::limits`).
+pub const SEGMENT_BYTES_DEFAULT: u64 = crate::limits::SEGMENT_BYTES_DEFAULT;
 /// Default per-partition tail cache: the newest committed pages kept in
 /// memory so claims of fresh messages read no disk. Memory is this times the
 /// partitions a broker hosts.
