@@ -87,6 +87,11 @@ pub const SCAN_CHUNK_BYTES: u64 = 1 << 20;
 /// Largest `max_bytes` a single read may ask for.
 pub const READ_BYTES_MAX: u64 = 64 << 20;
 
+/// Partitions a shard opens at once when a queue is created (each open
+/// writes and syncs its epoch file and syncs its directory; run together,
+/// those syncs overlap).
+pub const PARTITION_OPENS_CONCURRENT: usize = 64;
+
 /// Most segment files one partition directory may hold.
 pub const SEGMENTS_MAX: usize = 1 << 16;
 
