@@ -71,8 +71,12 @@ use crate::throughput::payload;
 /// Bytes of the intended-send-time prefix every payload carries (one
 /// encoding for every scenario: `throughput` owns it).
 pub use crate::throughput::TIMESTAMP_BYTES;
-/// Queues one run may create (OMB `topics`).
-pub const QUEUES_MAX: u32 = 64;
+/// Queues one run may create (OMB `topics`): the broker's own limit of
+/// queues per node.
+pub const QUEUES_MAX: u32 = spool_broker::control::assignment::QUEUES_MAX as u32;
+/// Partitions over all of a run's queues: the broker's limit per node.
+pub const PARTITIONS_TOTAL_MAX: u64 =
+    spool_broker::control::assignment::PARTITIONS_PER_NODE_MAX as u64;
 /// Producers over all queues; each is one pacing thread.
 pub const PRODUCERS_MAX: u32 = 128;
 /// Consumers per queue at the start of a run.

@@ -179,6 +179,18 @@ pub fn parse(text: &str) -> Result<ParsedWorkload, OmbError> {
         producer_rate,
         test_duration_minutes,
     };
+    let total = u64::from(workload.topics) * u64::from(workload.partitions_per_topic);
+    if total > load::PARTITIONS_TOTAL_MAX {
+        return Err(field_error(
+            "partitionsPerTopic",
+            format!(
+                "{} topics × {} partitions = {total} partitions, over the broker's {} per node",
+                workload.topics,
+                workload.partitions_per_topic,
+                load::PARTITIONS_TOTAL_MAX
+            ),
+        ));
+    }
     let unsupported =
         map.into_iter().filter(|(field, _)| !SUPPORTED_FIELDS.contains(&field.as_str())).collect();
     Ok(ParsedWorkload { workload, unsupported })
@@ -336,6 +348,27 @@ testDurationMinutes: 5
         let bad = FULL.replace("topics: 1", "topics: many");
         assert!(matches!(parse(&bad), Err(OmbError::Field { field: "topics", .. })));
         assert!(matches!(parse("- a\n- b\n"), Err(OmbError::Yaml(_))));
+    }
+
+    #[test]
+    fn topic_counts_up_to_the_broker_limits_are_accepted() {
+        // Goal: OMB's 100- and 1k-topic workloads parse (`topics: 100` was refused as outside
+        // 1..=64), and counts past the broker's queues-per-node or partitions-per-node limits
+        // are refused naming the field. Method: FULL with its topic and partition counts changed.
+        for topics in [100, 1_000] {
+            let text = FULL
+                .replace("topics: 1\n", &format!("topics: {topics}\n"))
+                .replace("partitionsPerTopic: 4", "partitionsPerTopic: 1");
+            assert_eq!(parse(&text).unwrap().workload.topics, topics);
+        }
+        let over_queues =
+            FULL.replace("topics: 1\n", &format!("topics: {}\n", load::QUEUES_MAX + 1));
+        assert!(matches!(parse(&over_queues), Err(OmbError::Field { field: "topics", .. })));
+        let over_partitions = FULL.replace("topics: 1\n", "topics: 2501\n");
+        assert!(matches!(
+            parse(&over_partitions),
+            Err(OmbError::Field { field: "partitionsPerTopic", .. })
+        ));
     }
 
     #[test]

@@ -22,8 +22,21 @@ pub const PAGE_BYTES: u64 = 4096;
 pub const SEGMENT_BYTES_MIN: u64 = 64 * 1024;
 /// Largest segment: bounds the sparse index and per-segment scans.
 pub const SEGMENT_BYTES_MAX: u64 = 1 << 30;
-/// Default segment size.
-pub const SEGMENT_BYTES_DEFAULT: u64 = 256 << 20;
+/// Default segment size (the size segments grow to): small enough that a
+/// partition that fills one holds little, large enough that rolls are rare.
+/// The one default of the setting; `control::config` uses it too.
+pub const SEGMENT_BYTES_DEFAULT: u64 = 64 << 20;
+/// Default size of a partition's first segment. Each later segment doubles
+/// the one before, up to `segment_bytes`; an empty partition has no
+/// zero-filled segment at all (its first append prepares this one), so a
+/// partition that receives a few messages costs this much disk.
+pub const SEGMENT_BYTES_INITIAL_DEFAULT: u64 = 1 << 20;
+/// The next segment is prepared (zero-filled and synced under its temporary
+/// name) once the active one is filled to this percentage, not before: a
+/// partition that never fills half a segment never pays for a second one.
+/// At 50 % a 1 MiB segment leaves 512 KiB of appends to hide the 2 MiB
+/// preparation behind, and a 64 MiB one 32 MiB.
+pub const SEGMENT_PREPARE_AT_PERCENT: u64 = 50;
 
 /// Largest `commit_bytes` a log may be configured with. A single batch larger
 /// than `commit_bytes` is committed alone, so the largest commit is the larger
@@ -82,6 +95,11 @@ pub const READ_BYTES_MAX: u64 = 64 << 20;
 /// plus the answers of its requests in flight. Four maximal write bursts.
 pub const RESPONSE_QUEUE_BYTES_MAX: usize = 4 << 20;
 
+/// Partitions a shard opens at once when a queue is created (each open
+/// writes and syncs its epoch file and syncs its directory; run together,
+/// those syncs overlap).
+pub const PARTITION_OPENS_CONCURRENT: usize = 64;
+
 /// Most segment files one partition directory may hold.
 pub const SEGMENTS_MAX: usize = 1 << 16;
 
@@ -99,6 +117,10 @@ const _: () = assert!(SEGMENT_BYTES_MAX.is_multiple_of(PAGE_BYTES));
 const _: () = assert!(SEGMENT_BYTES_DEFAULT.is_multiple_of(PAGE_BYTES));
 const _: () = assert!(SEGMENT_BYTES_MIN <= SEGMENT_BYTES_DEFAULT);
 const _: () = assert!(SEGMENT_BYTES_DEFAULT <= SEGMENT_BYTES_MAX);
+const _: () = assert!(SEGMENT_BYTES_INITIAL_DEFAULT.is_multiple_of(PAGE_BYTES));
+const _: () = assert!(SEGMENT_BYTES_MIN <= SEGMENT_BYTES_INITIAL_DEFAULT);
+const _: () = assert!(SEGMENT_BYTES_INITIAL_DEFAULT <= SEGMENT_BYTES_DEFAULT);
+const _: () = assert!(SEGMENT_PREPARE_AT_PERCENT >= 1 && SEGMENT_PREPARE_AT_PERCENT <= 100);
 const _: () = assert!(COMMIT_BYTES_MAX.is_multiple_of(PAGE_BYTES));
 const _: () = assert!(COMMIT_BYTES_DEFAULT.is_multiple_of(PAGE_BYTES));
 const _: () = assert!(GATHER_BUF_INITIAL_BYTES.is_multiple_of(PAGE_BYTES));

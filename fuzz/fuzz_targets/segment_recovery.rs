@@ -33,6 +33,7 @@ const BATCHES_MAX: u8 = 8;
 fn config() -> LogConfig {
     LogConfig {
         segment_bytes: SEGMENT_BYTES as u64,
+        segment_bytes_initial: 64 * 1024,
         commit_bytes: 16 * 1024,
         batch_bytes_max: 8 * 1024,
         inflight_commits_max: 2,

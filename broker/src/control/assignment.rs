@@ -23,9 +23,16 @@ use crate::queue::{ConfigError, QueueConfig, QueueId};
 
 /// Longest queue name, in bytes.
 pub const QUEUE_NAME_BYTES_MAX: usize = 128;
-/// Most partitions one queue may have.
-pub const PARTITIONS_PER_QUEUE_MAX: u32 = 1_024;
-/// Most queues one table may hold.
+/// Most partitions one queue may have: the wire's bound, so every queue the
+/// broker accepts can be described in one Metadata response (OMB's largest
+/// single-topic workload has 10,000 partitions).
+pub const PARTITIONS_PER_QUEUE_MAX: u32 = spool_wire::proto::limits::PARTITIONS_MAX;
+/// Most partitions one node may host, over all its queues. Each open
+/// partition holds one file descriptor per segment file and, empty, about
+/// 10 KiB of memory (`docs/design/segment-format.md` "Cost of a partition");
+/// the bound keeps descriptors and memory predictable on one node.
+pub const PARTITIONS_PER_NODE_MAX: usize = 10_000;
+/// Most queues one table (one node) may hold.
 pub const QUEUES_MAX: usize = 10_000;
 /// Suffix that names a queue's dead-letter lane (`jobs.dlq` is the lane of
 /// `jobs` in a Claim), so no new queue may end with it.
@@ -141,6 +148,11 @@ pub enum AssignmentError {
     ShardOutOfRange { shard: ShardId, shard_count: u16 },
     #[error("table already holds {QUEUES_MAX} queues")]
     TooManyQueues,
+    #[error(
+        "the node hosts {hosted} partitions; {adding} more would pass its limit of {max} \
+         partitions (partitions_max)"
+    )]
+    TooManyPartitions { hosted: usize, adding: usize, max: usize },
     #[error("queue id {} is already used by queue {queue}", id.0)]
     QueueIdInUse { id: QueueId, queue: QueueName },
     #[error("invalid queue config: {0}")]
@@ -274,7 +286,20 @@ impl AssignmentTable {
         if self.queues.len() >= QUEUES_MAX {
             return Err(AssignmentError::TooManyQueues);
         }
+        let hosted = self.partition_count();
+        if hosted + shards.len() > PARTITIONS_PER_NODE_MAX {
+            return Err(AssignmentError::TooManyPartitions {
+                hosted,
+                adding: shards.len(),
+                max: PARTITIONS_PER_NODE_MAX,
+            });
+        }
         Ok(())
+    }
+
+    /// Partitions of every queue in the table.
+    pub fn partition_count(&self) -> usize {
+        self.queues.values().map(|queue| queue.partitions.len()).sum()
     }
 
     /// The update that deletes `queue`.
@@ -504,6 +529,34 @@ mod tests {
             table.plan_create_queue(name("q"), QueueId(1), PARTITIONS_PER_QUEUE_MAX + 1, config()),
             Err(AssignmentError::PartitionCount { count: PARTITIONS_PER_QUEUE_MAX + 1 })
         );
+        let mut full = AssignmentTable::new(2);
+        let per_queue = PARTITIONS_PER_QUEUE_MAX as usize;
+        for id in 0..PARTITIONS_PER_NODE_MAX / per_queue {
+            let queue = name(&format!("q{id}"));
+            let update = full
+                .plan_create_queue(
+                    queue,
+                    QueueId(u32::try_from(id).unwrap() + 1),
+                    PARTITIONS_PER_QUEUE_MAX,
+                    config(),
+                )
+                .unwrap();
+            full.apply(&update).unwrap();
+        }
+        let room = PARTITIONS_PER_NODE_MAX - full.partition_count();
+        let over = u32::try_from(room + 1).unwrap();
+        assert_eq!(
+            full.plan_create_queue(name("over"), QueueId(999), over, config()),
+            Err(AssignmentError::TooManyPartitions {
+                hosted: full.partition_count(),
+                adding: room + 1,
+                max: PARTITIONS_PER_NODE_MAX
+            })
+        );
+        if room > 0 {
+            let fits = u32::try_from(room).unwrap();
+            assert!(full.plan_create_queue(name("fits"), QueueId(999), fits, config()).is_ok());
+        }
         let bad_config = QueueConfig { max_deliveries: 0, ..QueueConfig::default() };
         assert_eq!(
             table.plan_create_queue(name("q"), QueueId(1), 1, Arc::new(bad_config)),

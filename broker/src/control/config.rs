@@ -38,9 +38,10 @@ pub const HOUSEKEEPING_TICK_MS_DEFAULT: u64 = 5;
 /// Default bound on start-up, partition recovery included (a 7.2 M-message
 /// partition measured ≈1 min to reopen on a loaded 2-vCPU VM).
 pub const STARTUP_TIMEOUT_MS_DEFAULT: u64 = 120_000;
-/// Default segment size: small enough that a new queue on a fresh machine
-/// pre-zeroes little, large enough that rolls are rare.
-pub const SEGMENT_BYTES_DEFAULT: u64 = 64 << 20;
+/// Default `partitions_max`: the node limit.
+pub const PARTITIONS_MAX_DEFAULT: u32 = crate::control::assignment::PARTITIONS_PER_NODE_MAX as u32;
+/// Default segment size (the one definition, in `crate::limits`).
+pub const SEGMENT_BYTES_DEFAULT: u64 = crate::limits::SEGMENT_BYTES_DEFAULT;
 /// Default per-partition tail cache: the newest committed pages kept in
 /// memory so claims of fresh messages read no disk. Memory is this times the
 /// partitions a broker hosts.
@@ -107,6 +108,10 @@ pub struct BrokerConfig {
     /// Memory each partition keeps of its newest commits to serve claims
     /// without a disk read (counted at the buffers' allocated size).
     pub tail_cache_bytes: u64,
+    /// Most partitions this node hosts over all queues
+    /// (`1..=PARTITIONS_PER_NODE_MAX`); a create past it is refused with
+    /// `AssignmentError::TooManyPartitions`.
+    pub partitions_max: u32,
     /// Connections one shard serves at once; extra ones are closed on accept.
     pub connections_per_shard_max: u32,
     /// Requests one connection may have in flight; reading pauses beyond it.
@@ -223,6 +228,12 @@ impl BrokerConfig {
             0,
             crate::limits::TAIL_CACHE_BYTES_MAX,
         )?;
+        check_range(
+            "partitions_max",
+            self.partitions_max.into(),
+            1,
+            crate::control::assignment::PARTITIONS_PER_NODE_MAX as u64,
+        )?;
         let log = self.log_config();
         log.validate().map_err(|error| ConfigError::Invalid {
             field: "segment_bytes",
@@ -308,6 +319,7 @@ pub struct PartialConfig {
     pub housekeeping_tick_ms: Option<u64>,
     pub segment_bytes: Option<u64>,
     pub tail_cache_bytes: Option<u64>,
+    pub partitions_max: Option<u32>,
     pub connections_per_shard_max: Option<u32>,
     pub in_flight_per_connection_max: Option<u32>,
     pub claim_waiters_per_connection_max: Option<u32>,
@@ -338,6 +350,7 @@ pub const ENV_SETTINGS: &[&str] = &[
     "IN_FLIGHT_PER_CONNECTION_MAX",
     "CLAIM_WAITERS_PER_CONNECTION_MAX",
     "TAIL_CACHE_BYTES",
+    "PARTITIONS_MAX",
     "FRAME_BYTES_MAX",
     "IDLE_TIMEOUT_MS",
     "FRAME_TIMEOUT_MS",
@@ -415,6 +428,7 @@ pub const FILE_KEYS: &[&str] = &[
     "in_flight_per_connection_max",
     "claim_waiters_per_connection_max",
     "tail_cache_bytes",
+    "partitions_max",
     "frame_bytes_max",
     "idle_timeout_ms",
     "frame_timeout_ms",
@@ -491,6 +505,7 @@ impl PartialConfig {
                 }
                 "SEGMENT_BYTES" => layer.segment_bytes = Some(parse_env(&name, &value)?),
                 "TAIL_CACHE_BYTES" => layer.tail_cache_bytes = Some(parse_env(&name, &value)?),
+                "PARTITIONS_MAX" => layer.partitions_max = Some(parse_env(&name, &value)?),
                 "CONNECTIONS_PER_SHARD_MAX" => {
                     layer.connections_per_shard_max = Some(parse_env(&name, &value)?)
                 }
@@ -534,6 +549,7 @@ impl PartialConfig {
             housekeeping_tick_ms: higher.housekeeping_tick_ms.or(self.housekeeping_tick_ms),
             segment_bytes: higher.segment_bytes.or(self.segment_bytes),
             tail_cache_bytes: higher.tail_cache_bytes.or(self.tail_cache_bytes),
+            partitions_max: higher.partitions_max.or(self.partitions_max),
             connections_per_shard_max: higher
                 .connections_per_shard_max
                 .or(self.connections_per_shard_max),
@@ -570,6 +586,7 @@ impl PartialConfig {
             housekeeping_tick_ms: self.housekeeping_tick_ms.unwrap_or(HOUSEKEEPING_TICK_MS_DEFAULT),
             segment_bytes: self.segment_bytes.unwrap_or(SEGMENT_BYTES_DEFAULT),
             tail_cache_bytes: self.tail_cache_bytes.unwrap_or(TAIL_CACHE_BYTES_DEFAULT),
+            partitions_max: self.partitions_max.unwrap_or(PARTITIONS_MAX_DEFAULT),
             connections_per_shard_max: self.connections_per_shard_max.unwrap_or(1_024),
             in_flight_per_connection_max: self.in_flight_per_connection_max.unwrap_or(128),
             claim_waiters_per_connection_max: self
@@ -618,13 +635,19 @@ pub struct Cli {
     /// Housekeeping timer period on every executor [default: 5, 1..=10].
     #[arg(long, value_name = "MS")]
     pub housekeeping_tick_ms: Option<u64>,
-    /// Segment file size per partition, bytes [default: 64 MiB; 8 MiB..=1 GiB].
+    /// Size segment files grow to, bytes (a partition's first segment is
+    /// 1 MiB, each next one doubles) [default: 64 MiB; one maximal commit
+    /// (≈ 4 MiB)..=1 GiB].
     #[arg(long, value_name = "BYTES")]
     pub segment_bytes: Option<u64>,
     /// Memory per partition for its newest commits, bytes [default: 8 MiB;
     /// 0..=256 MiB]. Env: SPOOL_TAIL_CACHE_BYTES.
     #[arg(long, value_name = "BYTES")]
     pub tail_cache_bytes: Option<u64>,
+    /// Partitions this node hosts over all queues [default: 10000;
+    /// 1..=10000]. Env: SPOOL_PARTITIONS_MAX.
+    #[arg(long, value_name = "N")]
+    pub partitions_max: Option<u32>,
     /// Connections per shard [default: 1024].
     #[arg(long, value_name = "N")]
     pub connections_per_shard_max: Option<u32>,
@@ -668,6 +691,7 @@ impl Cli {
             housekeeping_tick_ms: self.housekeeping_tick_ms,
             segment_bytes: self.segment_bytes,
             tail_cache_bytes: self.tail_cache_bytes,
+            partitions_max: self.partitions_max,
             connections_per_shard_max: self.connections_per_shard_max,
             in_flight_per_connection_max: self.in_flight_per_connection_max,
             claim_waiters_per_connection_max: self.claim_waiters_per_connection_max,

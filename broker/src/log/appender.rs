@@ -140,7 +140,8 @@ pub(crate) struct State<F: StorageFile> {
     durable_seq: u64,
     inflight: BTreeMap<u64, Inflight<F>>,
     pub durable_offset: u64,
-    prepared: Option<Rc<F>>,
+    /// The zero-filled next segment under its temporary name, and its size.
+    prepared: Option<(Rc<F>, u64)>,
     roll_waiting: bool,
     /// Preparing the next segment failed for lack of space: data appends
     /// are refused (`LogError::DiskFull`) so the room left in the active
@@ -151,8 +152,8 @@ pub(crate) struct State<F: StorageFile> {
     /// A retry of the preparation was asked for while `disk_full`.
     prepare_retry: bool,
     /// Gathers started a segment the roll has not named yet (they will
-    /// take the prepared file).
-    rolls_pending: usize,
+    /// take the prepared file), oldest first: the capacity each was given.
+    rolls_pending: VecDeque<u64>,
     /// A roll took the prepared file and has not yet renamed it: the
     /// prepared path still names that file, so the preparer must not reopen it.
     renaming: bool,
@@ -279,7 +280,7 @@ impl<S: Storage> Log<S> {
             roll_waiting: false,
             disk_full: false,
             prepare_retry: false,
-            rolls_pending: 0,
+            rolls_pending: VecDeque::new(),
             renaming: false,
             seal_queue: VecDeque::new(),
             tail: VecDeque::new(),
@@ -414,8 +415,18 @@ impl<S: Storage> Log<S> {
             }
             state.next_offset = next_offset;
             state.pending_bytes += len;
-            Appended { base_offset: Offset(base_offset), next_offset: Offset(next_offset), ticket }
+            let prepare = state.prepared.is_none() && wants_next(&state);
+            let appended = Appended {
+                base_offset: Offset(base_offset),
+                next_offset: Offset(next_offset),
+                ticket,
+            };
+            (appended, prepare)
         };
+        let (appended, prepare) = appended;
+        if prepare {
+            self.shared.prepare.notify_all();
+        }
         self.shared.work.notify_all();
         Ok(appended)
     }
@@ -444,10 +455,15 @@ impl<S: Storage> Log<S> {
         }
         if state.gather_pos + span > state.gather_segment.capacity {
             let base = state.next_offset;
+            // Segments start at `segment_bytes_initial` and double up to
+            // `segment_bytes`; a log without a zero-filled segment (its
+            // active segment is the empty file recovery created) gets its
+            // first one here, under the same base offset.
+            let capacity = config.next_segment_bytes(state.gather_segment.capacity, span);
             state.gather_segment = Rc::new(Segment {
                 base,
                 path: segment_path(&self.shared.dir, base),
-                capacity: config.segment_bytes,
+                capacity,
                 file: RefCell::new(None),
                 index: RefCell::new(SparseIndex::default()),
                 data_end: Cell::new(0),
@@ -456,7 +472,8 @@ impl<S: Storage> Log<S> {
             state.gather_pos = 0;
             state.gather_last_index_pos = None;
             state.gather_segment_unopened = true;
-            state.rolls_pending += 1;
+            state.rolls_pending.push_back(capacity);
+            self.shared.prepare.notify_all();
         }
         let room = state.gather_segment.capacity - state.gather_pos;
         let cap_bytes = config.commit_bytes.max(span).min(room);
@@ -574,7 +591,9 @@ impl<S: Storage> Log<S> {
             .collect()
     }
 
-    /// Whether a zero-filled next segment is ready under its temporary name.
+    /// Whether a zero-filled next segment is ready under its temporary name
+    /// (prepared once the active segment is past
+    /// [`LogConfig::prepare_at_bytes`], or when an append needs it).
     pub fn next_segment_prepared(&self) -> bool {
         self.shared.state.borrow().prepared.is_some()
     }
@@ -794,20 +813,27 @@ impl<S: Storage> Shared<S> {
                 if state.failed.is_some() {
                     return false;
                 }
-                if let Some(file) = state.prepared.take() {
+                if let Some(prepared) = state.prepared.take() {
                     state.roll_waiting = false;
                     state.renaming = true;
-                    assert!(state.rolls_pending > 0);
-                    state.rolls_pending -= 1;
-                    break file;
+                    assert!(state.rolls_pending.pop_front().is_some());
+                    break prepared;
                 }
                 state.roll_waiting = true;
             }
             self.prepare.notify_all();
             self.prepared.wait().await;
         };
+        let (file, prepared_bytes) = file;
         let prepared_path = self.dir.join(PREPARED_FILE_NAME);
         let renamed = async {
+            // Prepared before a commit larger than its planned size started
+            // this segment: zero the rest and sync it before the name.
+            if prepared_bytes < segment.capacity {
+                zero_fill(&*file, prepared_bytes, segment.capacity).await?;
+                failpoint("log.prepare.sync", IoOp::Sync, file.path(), None)?;
+                file.fdatasync().await?;
+            }
             failpoint("log.roll.rename", IoOp::Rename, &prepared_path, None)?;
             self.storage.rename(&prepared_path, &segment.path).await?;
             failpoint("log.roll.dir_sync", IoOp::SyncDir, &self.dir, None)?;
@@ -822,10 +848,20 @@ impl<S: Storage> Shared<S> {
             let mut state = self.state.borrow_mut();
             state.renaming = false;
             *segment.file.borrow_mut() = Some(file.clone());
-            if let Some(sealed) = state.segments.last().cloned() {
-                state.seal_queue.push_back(sealed);
+            let replaces_empty =
+                state.segments.last().is_some_and(|last| last.base == segment.base);
+            if replaces_empty {
+                // The rename replaced the empty file of a log that held no
+                // batch (a base offset starts one segment only otherwise:
+                // every commit holds at least one record).
+                let last = state.segments.len() - 1;
+                state.segments[last] = segment.clone();
+            } else {
+                if let Some(sealed) = state.segments.last().cloned() {
+                    state.seal_queue.push_back(sealed);
+                }
+                state.segments.push(segment.clone());
             }
-            state.segments.push(segment.clone());
             state.alloc_file = file;
             state.stats.segments_rolled += 1;
         }
@@ -899,7 +935,7 @@ async fn preparer<S: Storage>(shared: Rc<Shared<S>>) {
             } else if state.prepared.is_none()
                 && !state.renaming
                 && (!state.disk_full || state.prepare_retry)
-                && (state.roll_waiting || (!state.closing && !draining))
+                && (state.roll_waiting || (!state.closing && !draining && wants_next(&state)))
             {
                 state.prepare_retry = false;
                 Step::Prepare
@@ -915,17 +951,12 @@ async fn preparer<S: Storage>(shared: Rc<Shared<S>>) {
             Step::Exit => return,
             Step::Wait => shared.prepare.wait().await,
             Step::Prepare => {
-                match prepare_segment_file(
-                    &shared.storage,
-                    &shared.dir,
-                    shared.config.segment_bytes,
-                )
-                .await
-                {
+                let capacity = next_prepare_bytes(&shared.config, &shared.state.borrow());
+                match prepare_segment_file(&shared.storage, &shared.dir, capacity).await {
                     Ok(file) => {
                         let was_full = {
                             let mut state = shared.state.borrow_mut();
-                            state.prepared = Some(Rc::new(file));
+                            state.prepared = Some((Rc::new(file), capacity));
                             std::mem::take(&mut state.disk_full)
                         };
                         if was_full {
@@ -971,7 +1002,33 @@ async fn preparer<S: Storage>(shared: Rc<Shared<S>>) {
 /// and must reach the disk, so the log stops as for any write failure).
 fn disk_full_is_safe<S: Storage>(shared: &Shared<S>) -> bool {
     let state = shared.state.borrow();
-    state.rolls_pending == 0 && !state.roll_waiting
+    state.rolls_pending.is_empty() && !state.roll_waiting
+}
+
+/// Whether the preparer should make the next segment now: a gather already
+/// started it, or the segment being filled is past
+/// [`LogConfig::prepare_at_bytes`]. A log without a zero-filled segment
+/// prepares its first one only when an append needs it.
+fn wants_next<F: StorageFile>(state: &State<F>) -> bool {
+    if !state.rolls_pending.is_empty() {
+        return true;
+    }
+    // The pages the open gather will occupy count as filled.
+    let fill = state
+        .open
+        .as_ref()
+        .map_or(state.gather_pos, |gather| gather.pos + commit_span(gather.data_bytes));
+    LogConfig::prepare_at_bytes(state.gather_segment.capacity).is_some_and(|at| fill >= at)
+}
+
+/// Size of the next file to prepare: the segment the oldest pending roll
+/// will name, else the planned successor of the segment being filled (a
+/// commit that turns out larger zero-fills the rest at its roll).
+fn next_prepare_bytes<F: StorageFile>(config: &LogConfig, state: &State<F>) -> u64 {
+    match state.rolls_pending.front() {
+        Some(capacity) => *capacity,
+        None => config.next_segment_bytes(state.gather_segment.capacity, PAGE_BYTES),
+    }
 }
 
 /// Creates the prepared file, writes zeros through all of it, syncs it and
@@ -982,27 +1039,37 @@ pub(crate) async fn prepare_segment_file<S: Storage>(
     capacity: u64,
 ) -> Result<S::File, IoError> {
     let file = storage.open(&dir.join(PREPARED_FILE_NAME)).await?;
-    let chunk = ZERO_FILL_CHUNK_BYTES.min(capacity);
-    let mut zeros = file.alloc_buf(chunk as usize);
-    zeros.as_mut().fill(0);
-    let zeros = Rc::new(zeros);
-    let mut pos = 0;
-    while pos + chunk <= capacity {
-        failpoint("log.prepare.write", IoOp::Write, file.path(), Some(pos))?;
-        file.write_at(zeros.clone(), pos).await?;
-        pos += chunk;
-    }
-    if pos < capacity {
-        let mut rest = file.alloc_buf((capacity - pos) as usize);
-        rest.as_mut().fill(0);
-        failpoint("log.prepare.write", IoOp::Write, file.path(), Some(pos))?;
-        file.write_at(Rc::new(rest), pos).await?;
-    }
+    zero_fill(&file, 0, capacity).await?;
     failpoint("log.prepare.sync", IoOp::Sync, file.path(), None)?;
     file.fdatasync().await?;
     failpoint("log.prepare.dir_sync", IoOp::SyncDir, dir, None)?;
     storage.sync_dir(dir).await?;
     Ok(file)
+}
+
+/// Writes zeros over `[from, to)` of `file` (page-aligned), in chunks of
+/// `ZERO_FILL_CHUNK_BYTES`. The caller syncs.
+async fn zero_fill<F: StorageFile>(file: &F, from: u64, to: u64) -> Result<(), IoError> {
+    let chunk = ZERO_FILL_CHUNK_BYTES.min(to.saturating_sub(from));
+    if chunk == 0 {
+        return Ok(());
+    }
+    let mut zeros = file.alloc_buf(chunk as usize);
+    zeros.as_mut().fill(0);
+    let zeros = Rc::new(zeros);
+    let mut pos = from;
+    while pos + chunk <= to {
+        failpoint("log.prepare.write", IoOp::Write, file.path(), Some(pos))?;
+        file.write_at(zeros.clone(), pos).await?;
+        pos += chunk;
+    }
+    if pos < to {
+        let mut rest = file.alloc_buf((to - pos) as usize);
+        rest.as_mut().fill(0);
+        failpoint("log.prepare.write", IoOp::Write, file.path(), Some(pos))?;
+        file.write_at(Rc::new(rest), pos).await?;
+    }
+    Ok(())
 }
 
 /// Writes a sealed segment's sparse index file (write, sync, dir sync).

@@ -7,8 +7,8 @@ use crate::limits::{
     COMMIT_BYTES_DEFAULT, COMMIT_BYTES_MAX, DATA_PENDING_BYTES_DEFAULT,
     INDEX_INTERVAL_BYTES_DEFAULT, INDEX_INTERVAL_BYTES_MIN, INFLIGHT_COMMITS_DEFAULT,
     INFLIGHT_COMMITS_MAX, PAGE_BYTES, PENDING_BYTES_DEFAULT, PENDING_BYTES_MAX,
-    SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, TAIL_CACHE_BYTES_DEFAULT,
-    TAIL_CACHE_BYTES_MAX,
+    SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_INITIAL_DEFAULT, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN,
+    SEGMENT_PREPARE_AT_PERCENT, TAIL_CACHE_BYTES_DEFAULT, TAIL_CACHE_BYTES_MAX,
 };
 use crate::log::layout::commit_span;
 use spool_wire::batch::BatchKind;
@@ -17,8 +17,15 @@ use spool_wire::limits::{BATCH_BYTES_MAX, BATCH_HEADER_BYTES};
 /// Runtime configuration of one partition log.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LogConfig {
-    /// Size of each segment file (pre-zeroed); a commit never spans two.
+    /// Size segment files grow to (pre-zeroed); a commit never spans two.
     pub segment_bytes: u64,
+    /// Size of a log's first segment (`SEGMENT_BYTES_MIN ..=
+    /// SEGMENT_BYTES_MAX`; a value above `segment_bytes` means
+    /// `segment_bytes`). Each next segment doubles the one before, up to
+    /// `segment_bytes`, and
+    /// is at least as large as the commit that opens it
+    /// ([`LogConfig::next_segment_bytes`]).
+    pub segment_bytes_initial: u64,
     /// Target size of one group commit: gathering stops before a batch that
     /// would push the commit past it. A single larger batch commits alone.
     pub commit_bytes: u64,
@@ -45,6 +52,7 @@ impl Default for LogConfig {
     fn default() -> Self {
         Self {
             segment_bytes: SEGMENT_BYTES_DEFAULT,
+            segment_bytes_initial: SEGMENT_BYTES_INITIAL_DEFAULT,
             commit_bytes: COMMIT_BYTES_DEFAULT,
             batch_bytes_max: BATCH_BYTES_MAX as u64,
             inflight_commits_max: INFLIGHT_COMMITS_DEFAULT,
@@ -96,6 +104,13 @@ impl LogConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         in_range("segment_bytes", self.segment_bytes, SEGMENT_BYTES_MIN, SEGMENT_BYTES_MAX)?;
         page_aligned("segment_bytes", self.segment_bytes)?;
+        in_range(
+            "segment_bytes_initial",
+            self.segment_bytes_initial,
+            SEGMENT_BYTES_MIN,
+            SEGMENT_BYTES_MAX,
+        )?;
+        page_aligned("segment_bytes_initial", self.segment_bytes_initial)?;
         in_range("commit_bytes", self.commit_bytes, PAGE_BYTES, COMMIT_BYTES_MAX)?;
         page_aligned("commit_bytes", self.commit_bytes)?;
         in_range(
@@ -155,6 +170,27 @@ impl LogConfig {
         }
     }
 
+    /// Capacity of the segment after one of `current_bytes` (0: the log has
+    /// no zero-filled segment yet), for a commit of `span_bytes` that opens
+    /// it: double the current one, starting at `segment_bytes_initial` and
+    /// capped at `segment_bytes`, and never smaller than the commit.
+    pub fn next_segment_bytes(&self, current_bytes: u64, span_bytes: u64) -> u64 {
+        let initial = self.segment_bytes_initial.min(self.segment_bytes);
+        let grown = if current_bytes < initial {
+            initial
+        } else {
+            current_bytes.saturating_mul(2).min(self.segment_bytes)
+        };
+        grown.max(span_bytes)
+    }
+
+    /// Fill of a segment of `capacity_bytes` at which its successor is
+    /// prepared ([`SEGMENT_PREPARE_AT_PERCENT`]); `None` for a log without a
+    /// zero-filled segment, whose first append prepares one.
+    pub fn prepare_at_bytes(capacity_bytes: u64) -> Option<u64> {
+        (capacity_bytes > 0).then(|| capacity_bytes * SEGMENT_PREPARE_AT_PERCENT / 100)
+    }
+
     /// Largest number of bytes one commit can occupy on disk.
     pub fn commit_span_max(&self) -> u64 {
         self.commit_bytes.max(commit_span(self.batch_bytes_max))
@@ -193,5 +229,32 @@ mod tests {
         assert!(matches!(tiny.validate(), Err(ConfigError::SegmentTooSmall { .. })));
         let zero_inflight = LogConfig { inflight_commits_max: 0, ..LogConfig::default() };
         assert!(matches!(zero_inflight.validate(), Err(ConfigError::OutOfRange { .. })));
+        let initial_over =
+            LogConfig { segment_bytes_initial: SEGMENT_BYTES_MAX * 2, ..LogConfig::default() };
+        assert!(matches!(
+            initial_over.validate(),
+            Err(ConfigError::OutOfRange { field: "segment_bytes_initial", .. })
+        ));
+    }
+
+    #[test]
+    fn segments_start_small_double_and_hold_their_first_commit() {
+        // Goal: segment sizes follow initial, ×2, …, capped at segment_bytes, and a commit
+        // larger than the planned size gets a segment it fits. Method: the pure rule.
+        let config = LogConfig::default();
+        let mut sizes = vec![];
+        let mut current = 0;
+        for _ in 0..9 {
+            current = config.next_segment_bytes(current, PAGE_BYTES);
+            sizes.push(current >> 20);
+        }
+        assert_eq!(sizes, [1, 2, 4, 8, 16, 32, 64, 64, 64]);
+        let big_commit = config.commit_span_max();
+        assert_eq!(config.next_segment_bytes(0, big_commit), big_commit);
+        assert_eq!(config.next_segment_bytes(1 << 20, big_commit), big_commit);
+        let capped = LogConfig { segment_bytes: 256 << 10, ..LogConfig::default() };
+        assert_eq!(capped.next_segment_bytes(0, PAGE_BYTES), 256 << 10);
+        assert_eq!(LogConfig::prepare_at_bytes(0), None);
+        assert_eq!(LogConfig::prepare_at_bytes(1 << 20), Some((1 << 20) / 2));
     }
 }

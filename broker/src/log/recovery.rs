@@ -29,7 +29,7 @@ use spool_wire::batch::{write_filler, BatchHeader, BatchKind};
 use spool_wire::limits::BATCH_HEADER_BYTES;
 use spool_wire::WireError;
 
-use super::appender::{prepare_segment_file, write_index_file};
+use super::appender::write_index_file;
 use super::config::LogConfig;
 use super::error::{CorruptDetail, LogError};
 use super::index::{IndexEntry, PersistedIndex, SparseIndex, INDEX_FILE_BYTES_MAX};
@@ -115,9 +115,11 @@ pub(crate) async fn recover<S: Storage>(
     }
     report.stale_files_removed = stale.len();
     if bases.is_empty() {
-        prepare_segment_file(storage, dir, config.segment_bytes).await?;
-        storage.rename(&dir.join(PREPARED_FILE_NAME), &segment_path(dir, 0)).await?;
-        storage.sync_dir(dir).await?;
+        // No zero-filled segment until the first append needs one (the
+        // roll then renames the prepared file over this name): an empty
+        // log costs an empty file, created without a sync — lost in a
+        // crash, it is created again here.
+        storage.open(&segment_path(dir, 0)).await?;
         bases.push(0);
         report.created = true;
     }

@@ -305,17 +305,35 @@ impl ShardHooks for SpoolHooks {
         match &update.change {
             AssignmentChange::CreateQueue { queue, queue_id, shards, config } => {
                 // Every owned partition is tried: one that fails to open
-                // must not keep its neighbours closed.
+                // must not keep its neighbours closed. Up to
+                // PARTITION_OPENS_CONCURRENT open at once, so their syncs
+                // (epoch file, directory) overlap instead of queueing one
+                // after another: a 1,000-partition create is ~1,000 small
+                // syncs per shard.
+                let owned: Vec<u32> = shards
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, shard)| **shard == state.shard)
+                    .map(|(partition, _)| u32::try_from(partition).unwrap_or(u32::MAX))
+                    .collect();
                 let mut failures = Vec::new();
-                for (partition, shard) in shards.iter().enumerate() {
-                    if *shard != state.shard {
-                        continue;
-                    }
-                    let partition = u32::try_from(partition).unwrap_or(u32::MAX);
-                    if let Err(error) =
-                        state.open_partition(queue, *queue_id, partition, config).await
-                    {
-                        failures.push(error);
+                for wave in owned.chunks(crate::limits::PARTITION_OPENS_CONCURRENT) {
+                    let opening: Vec<_> = wave
+                        .iter()
+                        .map(|&partition| {
+                            let state = state.clone();
+                            let queue = queue.clone();
+                            let config = config.clone();
+                            let queue_id = *queue_id;
+                            glommio::spawn_local(async move {
+                                state.open_partition(&queue, queue_id, partition, &config).await
+                            })
+                        })
+                        .collect();
+                    for task in opening {
+                        if let Err(error) = task.await {
+                            failures.push(error);
+                        }
                     }
                 }
                 match failures.len() {

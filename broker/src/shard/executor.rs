@@ -253,6 +253,8 @@ pub(crate) struct ControlStart {
     pub(crate) replay: Vec<AssignmentUpdate>,
     pub(crate) next_queue_id: QueueId,
     pub(crate) data_dir: PathBuf,
+    /// `BrokerConfig::partitions_max`.
+    pub(crate) partitions_max: usize,
 }
 
 /// A command's answer, held until the tick's catalog write decides it.
@@ -298,6 +300,7 @@ impl Answer {
 struct ControlState {
     table: AssignmentTable,
     next_queue_id: QueueId,
+    partitions_max: usize,
 }
 
 impl ControlState {
@@ -309,6 +312,14 @@ impl ControlState {
                 let outcome = (|| {
                     let queue_id = self.next_queue_id;
                     let next = queue_id.0.checked_add(1).ok_or(ControlError::QueueIdsExhausted)?;
+                    let hosted = self.table.partition_count();
+                    let adding = partitions as usize;
+                    if hosted.saturating_add(adding) > self.partitions_max {
+                        let max = self.partitions_max;
+                        return Err(
+                            AssignmentError::TooManyPartitions { hosted, adding, max }.into()
+                        );
+                    }
                     let update =
                         self.table.plan_create_queue(queue, queue_id, partitions, config)?;
                     self.table.apply(&update)?;
@@ -378,7 +389,11 @@ pub(crate) async fn control_main(
         NothingDue,
     ));
     let data_dir = start.data_dir;
-    let mut state = ControlState { table: start.table, next_queue_id: start.next_queue_id };
+    let mut state = ControlState {
+        table: start.table,
+        next_queue_id: start.next_queue_id,
+        partitions_max: start.partitions_max,
+    };
     let mut result = Ok(());
     // Commands are polled every `tick` while they keep coming, and every
     // CONTROL_IDLE_POLL once none came for CONTROL_BUSY_FOR: an idle broker's

@@ -691,6 +691,7 @@ impl Broker {
                 replay: replay.updates,
                 next_queue_id: replay.next_queue_id,
                 data_dir: lock.dir().to_owned(),
+                partitions_max: config.partitions_max as usize,
             };
             let builder = LocalExecutorBuilder::new(Placement::Unbound).name("spool-control");
             let spawned = spawn_executor(

@@ -15,6 +15,7 @@ use spool_wire::limits::BATCH_HEADER_BYTES;
 pub fn small_config() -> LogConfig {
     LogConfig {
         segment_bytes: 64 * 1024,
+        segment_bytes_initial: 64 * 1024,
         commit_bytes: 16 * 1024,
         batch_bytes_max: 8 * 1024,
         inflight_commits_max: 2,

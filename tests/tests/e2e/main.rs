@@ -16,6 +16,7 @@
 //! - `faults`: bad frames close only their connection; one broker per data dir.
 //! - `inputs`: refused inputs get clear answers and leave nothing behind.
 //! - `memory`: RSS after a drained backlog is the baseline plus the caches.
+//! - `scale`: a 256-partition queue is small on disk; partition limits are typed errors.
 
 // Helpers outside `#[test]` functions unwrap too: a failed step is a failed
 // test.
@@ -32,3 +33,4 @@ mod memory;
 mod ops;
 mod restart;
 mod routing;
+mod scale;
