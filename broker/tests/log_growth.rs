@@ -282,3 +282,37 @@ fn a_crash_while_a_roll_grows_the_prepared_file_loses_nothing_acknowledged() {
     // Zero-fill write, sync, rename, dir sync, commit write, commit sync: ≥ 6 ops × 3 images.
     assert!(checked.get() >= 18, "checked {} images", checked.get());
 }
+
+#[test]
+fn a_full_disk_at_the_first_segment_refuses_the_append_and_a_retry_recovers() {
+    // Goal: an empty log whose first segment cannot be prepared (ENOSPC) refuses the first
+    // data append with DiskFull — the broker keeps running — instead of accepting it into a
+    // commit that has nowhere to go (a fatal log failure); once space is back, a retry
+    // prepares the segment and appends are durable again. Method: SimStorage failing the
+    // preparation's first write with ENOSPC; `writable` (what every partition append awaits)
+    // then `append`; `retry_prepare`; append again; a crash image holds only the second batch.
+    let disk = SimStorage::new();
+    let fatal = Rc::new(RecordFatal::default());
+    let log = block_on(Log::open(disk.clone(), Path::new("/p"), growth_config(), 1, fatal.clone()))
+        .unwrap()
+        .0;
+    disk.inject_disk_full(spool_broker::io::IoOp::Write, 1);
+    let refused = make_batch(1, 100, 1);
+    let accepted = make_batch(1, 100, 2);
+    block_on(drive(&log, async {
+        log.writable(spool_wire::batch::BatchKind::Data, refused.len() as u64).await;
+        assert!(log.disk_full(), "the first segment's preparation hit the full disk");
+        assert!(matches!(log.append(&refused), Err(LogError::DiskFull)));
+        log.retry_prepare();
+        while log.disk_full() {
+            yield_now().await;
+        }
+        log.writable(spool_wire::batch::BatchKind::Data, accepted.len() as u64).await;
+        log.append(&accepted).unwrap().ticket.durable().await.unwrap();
+    }));
+    assert!(fatal.reasons().is_empty(), "no fatal failure: {:?}", fatal.reasons());
+    let reopened = open(&disk.crash_image(CrashMode::DurableOnly), growth_config());
+    let batches = block_on(read_all(&reopened));
+    assert_eq!(batches.len(), 1);
+    assert_eq!(batches[0].bytes, stamped(&accepted, 0, 1));
+}

@@ -85,7 +85,8 @@ struct SimState {
     op_count: u64,
     counts: [u64; OP_KINDS],
     /// Absolute per-kind counts at which an operation fails.
-    faults: Vec<(IoOp, u64)>,
+    /// (operation, its count, fails as a full disk).
+    faults: Vec<(IoOp, u64, bool)>,
     hook: Option<Hook>,
 }
 
@@ -256,7 +257,15 @@ impl SimStorage {
         assert!(nth >= 1);
         let mut state = self.state.borrow_mut();
         let at = state.counts[op_index(op)] + nth;
-        state.faults.push((op, at));
+        state.faults.push((op, at, false));
+    }
+
+    /// As [`SimStorage::inject_failure`], failing with ENOSPC (a full disk).
+    pub fn inject_disk_full(&self, op: IoOp, nth: u64) {
+        assert!(nth >= 1);
+        let mut state = self.state.borrow_mut();
+        let at = state.counts[op_index(op)] + nth;
+        state.faults.push((op, at, true));
     }
 
     /// Runs `hook(disk, op, op_count)` after every mutating operation (open,
@@ -335,9 +344,17 @@ impl SimStorage {
             state.op_count += 1;
             state.counts[op_index(op)] += 1;
             let kind_count = state.counts[op_index(op)];
-            let injected = state.faults.iter().any(|(kind, at)| *kind == op && *at == kind_count);
-            let result = if injected {
-                Err(std::io::Error::other(format!("injected {op} failure")))
+            let injected = state
+                .faults
+                .iter()
+                .find(|(kind, at, _)| *kind == op && *at == kind_count)
+                .map(|(_, _, full)| *full);
+            let result = if let Some(full) = injected {
+                Err(if full {
+                    std::io::Error::from_raw_os_error(libc::ENOSPC)
+                } else {
+                    std::io::Error::other(format!("injected {op} failure"))
+                })
             } else {
                 effect(&mut state)
             };

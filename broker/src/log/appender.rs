@@ -151,6 +151,10 @@ pub(crate) struct State<F: StorageFile> {
     disk_full: bool,
     /// A retry of the preparation was asked for while `disk_full`.
     prepare_retry: bool,
+    /// A log without a zero-filled segment was asked for its first one by
+    /// [`Log::writable`]: prepared before any append needs it, so a full
+    /// disk refuses the append instead of failing a commit already applied.
+    first_segment_wanted: bool,
     /// Gathers started a segment the roll has not named yet (they will
     /// take the prepared file), oldest first: the capacity each was given.
     rolls_pending: VecDeque<u64>,
@@ -279,6 +283,7 @@ impl<S: Storage> Log<S> {
             prepared: None,
             roll_waiting: false,
             disk_full: false,
+            first_segment_wanted: false,
             prepare_retry: false,
             rolls_pending: VecDeque::new(),
             renaming: false,
@@ -513,9 +518,25 @@ impl<S: Storage> Log<S> {
         let limit_bytes = self.shared.config.pending_limit(kind);
         loop {
             {
-                let state = self.shared.state.borrow();
-                let fits = state.pending_bytes + len <= limit_bytes;
-                if fits || state.failed.is_some() || state.closing {
+                let mut state = self.shared.state.borrow_mut();
+                if state.failed.is_some() || state.closing {
+                    return;
+                }
+                // A log without a zero-filled segment (nothing appended
+                // yet) has its first one prepared before the first append:
+                // a full disk then refuses that append (`disk_full`) rather
+                // than failing a commit whose events were applied.
+                let needs_first = state.gather_segment.capacity == 0
+                    && state.prepared.is_none()
+                    && state.rolls_pending.is_empty()
+                    && !state.disk_full;
+                if needs_first {
+                    if !state.first_segment_wanted {
+                        state.first_segment_wanted = true;
+                        drop(state);
+                        self.shared.prepare.notify_all();
+                    }
+                } else if state.pending_bytes + len <= limit_bytes {
                     return;
                 }
             }
@@ -957,12 +978,15 @@ async fn preparer<S: Storage>(shared: Rc<Shared<S>>) {
                         let was_full = {
                             let mut state = shared.state.borrow_mut();
                             state.prepared = Some((Rc::new(file), capacity));
+                            state.first_segment_wanted = false;
                             std::mem::take(&mut state.disk_full)
                         };
                         if was_full {
                             tracing::info!(dir = %shared.dir.display(), "disk space is back: next segment prepared");
                         }
                         shared.prepared.notify_all();
+                        // An append may wait in `writable` for this file.
+                        shared.space.notify_all();
                     }
                     Err(error) if is_disk_full(&error) && disk_full_is_safe(&shared) => {
                         // Nothing gathered needs the segment yet: refuse
@@ -1010,7 +1034,7 @@ fn disk_full_is_safe<S: Storage>(shared: &Shared<S>) -> bool {
 /// [`LogConfig::prepare_at_bytes`]. A log without a zero-filled segment
 /// prepares its first one only when an append needs it.
 fn wants_next<F: StorageFile>(state: &State<F>) -> bool {
-    if !state.rolls_pending.is_empty() {
+    if !state.rolls_pending.is_empty() || state.first_segment_wanted {
         return true;
     }
     // The pages the open gather will occupy count as filled.
