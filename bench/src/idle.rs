@@ -204,19 +204,41 @@ mod tests {
     #[test]
     fn sampling_this_process_reads_cpu_and_switches() {
         // Goal: the /proc parsing finds this process's CPU time, threads and
-        // switches (a broken field index would read 0 or fail). Method: burn
-        // some CPU and sleep a few times, then sample our own pid.
-        let mut x = 0u64;
-        for i in 0..20_000_000u64 {
-            x = x.wrapping_mul(31).wrapping_add(i);
-        }
+        // switches (a broken field index would read a constant or fail).
+        // Method: sample our own pid, spin until its CPU time grows, sleep
+        // five times, and check both counters moved.
+        let first = sample(std::process::id()).unwrap();
+        // Spin until the kernel charges at least one more clock tick (10 ms
+        // at the usual 100 Hz), bounded so a broken parser cannot hang.
+        let started = instant_now();
+        let mut spun = 0u64;
+        let burnt = loop {
+            for i in 0..100_000u64 {
+                spun = std::hint::black_box(spun.wrapping_mul(31).wrapping_add(i));
+            }
+            let now = sample(std::process::id()).unwrap();
+            if now.cpu_ticks > first.cpu_ticks
+                || instant_now().duration_since(started) > Duration::from_secs(10)
+            {
+                break now;
+            }
+        };
         for _ in 0..5 {
             std::thread::sleep(Duration::from_millis(2));
         }
-        let sample = sample(std::process::id()).unwrap();
-        assert!(x != 1);
-        assert!(sample.threads >= 1);
-        assert!(sample.switches >= 5, "slept 5 times: {} switches", sample.switches);
-        assert!(sample.cpu_ticks >= 1, "burnt CPU: {} ticks", sample.cpu_ticks);
+        let after = sample(std::process::id()).unwrap();
+        assert!(after.threads >= 1);
+        assert!(
+            after.switches >= first.switches + 5,
+            "slept 5 times: {} then {} switches",
+            first.switches,
+            after.switches
+        );
+        assert!(
+            burnt.cpu_ticks > first.cpu_ticks,
+            "spun: {} then {} ticks",
+            first.cpu_ticks,
+            burnt.cpu_ticks
+        );
     }
 }

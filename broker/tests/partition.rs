@@ -643,6 +643,10 @@ fn a_crash_at_any_point_of_a_checkpoint_leaves_the_old_or_the_new_one_usable() {
                 partition.release(&item.delivery.token, ReleaseReason(1), None).await.unwrap();
             }
         }
+        // Releases reply before their sync; a peek waits for everything
+        // appended so far, so every image below holds them (a release lost
+        // in a crash would rightly come back fenced instead).
+        partition.peek(Offset(0), 1).await.unwrap();
         let before = partition.with_state(|state| state.messages());
         let images: Rc<std::cell::RefCell<Vec<SimStorage>>> = Rc::default();
         disk.set_hook({
@@ -656,6 +660,23 @@ fn a_crash_at_any_point_of_a_checkpoint_leaves_the_old_or_the_new_one_usable() {
         let new = partition.checkpoint().await.unwrap().expect("written");
         disk.clear_hook();
         assert!(new > old);
+        // A reopen fences the claims still held (epoch fence): every image
+        // must give the state a clean reopen of the disk gives, which
+        // differs from the live state only in those claims.
+        let (reference, _reference_task, _) =
+            open_sim(&disk.crash_image(CrashMode::DurableOnly), &now).await;
+        let expected = reference.with_state(|state| state.messages());
+        assert_eq!(expected.len(), before.len());
+        let claimed = |phase: &spool_broker::queue::MessagePhase| {
+            matches!(phase, spool_broker::queue::MessagePhase::Claimed { .. })
+        };
+        for (live, reopened) in before.iter().zip(&expected) {
+            if claimed(&live.phase) {
+                assert!(!claimed(&reopened.phase), "{reopened:?} is still claimed");
+            } else {
+                assert_eq!(live, reopened);
+            }
+        }
         let images = images.take();
         // Open, writes (at least two chunks and the header page), sync,
         // rename, directory sync: each with two images.
@@ -668,7 +689,14 @@ fn a_crash_at_any_point_of_a_checkpoint_leaves_the_old_or_the_new_one_usable() {
                 Some(covers) if covers == new => from_new += 1,
                 other => panic!("image {index}: reopened from {other:?}, not {old:?} or {new:?}"),
             }
-            assert_eq!(reopened.with_state(|state| state.messages()), before, "image {index}");
+            let got = reopened.with_state(|state| state.messages());
+            let first_difference = got.iter().zip(&expected).find(|(a, b)| a != b);
+            assert!(
+                got.len() == expected.len() && first_difference.is_none(),
+                "image {index}: {} messages against {}, first difference {first_difference:?}",
+                got.len(),
+                expected.len()
+            );
         }
         assert!(from_old > 0 && from_new > 0, "old {from_old}, new {from_new}");
     });

@@ -146,10 +146,23 @@ fn damage(name: &'static str, data_dir: &Path) -> Case {
             case(&active, true, &[RefusedPartition, Recovered])
         }
         "b_middle_batch_of_sealed_segment" => {
-            let batches = nonfiller(&sealed);
-            let middle = batches[batches.len() / 2];
-            flip_bit(&sealed, middle.pos + middle.len_bytes / 2, 5).unwrap();
-            case(&sealed, true, &[RefusedPartition, RefusedOnRead])
+            // A data batch of messages that are still unacked: the first
+            // ACKED offsets are acked messages (claimed in offset order), and
+            // damage to them lies below the checkpoint and is never read
+            // again, which is rightly no error. Segments start small and
+            // grow, so the oldest sealed one may hold only those.
+            let (file, batch) = segments[..segments.len() - 1]
+                .iter()
+                .find_map(|segment| {
+                    let unacked: Vec<BatchAt> = nonfiller(segment)
+                        .into_iter()
+                        .filter(|batch| batch.kind == 0 && batch.base_offset >= ACKED as u64)
+                        .collect();
+                    (!unacked.is_empty()).then(|| (segment.clone(), unacked[unacked.len() / 2]))
+                })
+                .expect("a sealed segment holds unacked messages");
+            flip_bit(&file, batch.pos + batch.len_bytes / 2, 5).unwrap();
+            case(&file, true, &[RefusedPartition, RefusedOnRead])
         }
         "b_batch_before_tail_of_active_segment" => {
             let batches = nonfiller(&active);
