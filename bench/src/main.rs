@@ -498,6 +498,10 @@ struct ThroughputArgs {
     /// How long a finished delivery waits for others to share its Ack (µs).
     #[arg(long, default_value_t = 1000)]
     ack_linger_us: u64,
+    /// Finished deliveries per consumer whose Ack is not answered yet
+    /// (`ConsumerConfig::acks_pending_max`); 0 = the same as `--slots`.
+    #[arg(long, default_value_t = 0)]
+    acks_pending: u64,
     /// A started spoold's --spin-before-park-us (0 = park at once).
     #[arg(long, default_value_t = 0)]
     spin_before_park_us: u64,
@@ -600,6 +604,7 @@ fn main() -> ExitCode {
                 client_threads: args.client_threads,
                 claims_in_flight: args.claims_in_flight,
                 ack_linger_us: args.ack_linger_us,
+                acks_pending: args.acks_pending,
                 spin_before_park_us: args.spin_before_park_us,
             };
             throughput::run(&config)

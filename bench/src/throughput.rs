@@ -33,7 +33,8 @@ use serde::Serialize;
 use spool_broker::clock::{instant_now, Instant};
 use spool_broker::control::config::SPIN_BEFORE_PARK_US_MAX;
 use spool_client::limits::{
-    CLAIMS_IN_FLIGHT_MAX, CONSUMER_SLOTS_MAX, PRODUCER_PENDING_MESSAGES_MAX,
+    CLAIMS_IN_FLIGHT_MAX, CONSUMER_ACKS_PENDING_MAX, CONSUMER_SLOTS_MAX,
+    PRODUCER_PENDING_MESSAGES_MAX,
 };
 use spool_client::spool_wire::proto::limits::PARTITIONS_MAX;
 use spool_client::spool_wire::proto::{MetadataRequest, Request};
@@ -141,6 +142,9 @@ pub struct ThroughputConfig {
     pub claims_in_flight: u64,
     /// Consumer ack linger (µs).
     pub ack_linger_us: u64,
+    /// Finished deliveries per consumer awaiting their Ack's answer
+    /// (`ConsumerConfig::acks_pending_max`); 0 = `slots`.
+    pub acks_pending: u64,
     /// `--spin-before-park-us` of a started spoold.
     pub spin_before_park_us: u64,
 }
@@ -171,6 +175,9 @@ pub struct ClaimAckReport {
     /// `acked`, how many deliveries one request carried.
     pub claim_requests: u64,
     pub ack_requests: u64,
+    /// Ack request sent → broker's answer (durable), one sample per request
+    /// answered inside the window.
+    pub ack_rtt_us: LatencySummary,
 }
 
 /// Send (or intended send) → handler start.
@@ -201,6 +208,7 @@ pub struct ConfigEcho {
     pub client_threads: u64,
     pub claims_in_flight: u64,
     pub ack_linger_us: u64,
+    pub acks_pending: u64,
     pub spin_before_park_us: u64,
 }
 
@@ -255,6 +263,7 @@ impl ThroughputConfig {
         check("client_threads", self.client_threads, 1, CLIENT_THREADS_MAX)?;
         check("claims_in_flight", self.claims_in_flight, 1, CLAIMS_IN_FLIGHT_MAX.into())?;
         check("ack_linger_us", self.ack_linger_us, 0, LINGER_US_MAX)?;
+        check("acks_pending", self.acks_pending, 0, CONSUMER_ACKS_PENDING_MAX.into())?;
         check("spin_before_park_us", self.spin_before_park_us, 0, SPIN_BEFORE_PARK_US_MAX)
     }
 }
@@ -334,6 +343,7 @@ struct Recorder {
     enqueued: AtomicU64,
     enqueue_latency: Mutex<Latency>,
     e2e_latency: Mutex<Latency>,
+    ack_rtt: Mutex<Latency>,
     errors: Mutex<BTreeMap<String, u64>>,
 }
 
@@ -348,6 +358,7 @@ impl Recorder {
             enqueued: AtomicU64::new(0),
             enqueue_latency: Mutex::new(latency()?),
             e2e_latency: Mutex::new(latency()?),
+            ack_rtt: Mutex::new(latency()?),
             errors: Mutex::new(BTreeMap::new()),
         })
     }
@@ -382,6 +393,14 @@ impl Recorder {
                 }
             }
             Err(error) => self.count_error(format!("enqueue.{}", error_name(&error))),
+        }
+    }
+
+    /// An Ack request was answered after `rtt`.
+    fn ack_answered(&self, rtt: Duration) {
+        if self.measuring.load(Ordering::Acquire) {
+            let rtt_ns = u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX);
+            self.ack_rtt.lock().unwrap_or_else(PoisonError::into_inner).record_ns(rtt_ns);
         }
     }
 
@@ -586,7 +605,13 @@ impl Run<'_> {
             // Deliveries awaiting their Ack are bounded like the slots, so
             // at most 2 × slots per consumer straddle the window's start
             // (claimed before it, acked inside it).
-            consumer_config.acks_pending_max = consumer_config.slots;
+            consumer_config.acks_pending_max = match config.acks_pending {
+                0 => consumer_config.slots,
+                n => u32::try_from(n).unwrap_or(u32::MAX),
+            };
+            let observed = Arc::clone(&recorder);
+            consumer_config.ack_observer =
+                Some(Arc::new(move |rtt: Duration, _tokens: usize| observed.ack_answered(rtt)));
             let recorder = Arc::clone(&recorder);
             let consumer = Consumer::start(client, consumer_config, move |delivery: Delivery| {
                 recorder.delivered(&delivery);
@@ -702,6 +727,7 @@ impl Run<'_> {
             recorder.enqueue_latency.lock().unwrap_or_else(PoisonError::into_inner).summary();
         let e2e_latency =
             recorder.e2e_latency.lock().unwrap_or_else(PoisonError::into_inner).summary();
+        let ack_rtt = recorder.ack_rtt.lock().unwrap_or_else(PoisonError::into_inner).summary();
         Ok(ThroughputReport {
             enqueue: EnqueueReport {
                 msgs_per_s: per_s(enqueued),
@@ -716,6 +742,7 @@ impl Run<'_> {
                 released_total: final_stats.released,
                 claim_requests: end_stats.claim_requests - start_stats.claim_requests,
                 ack_requests: end_stats.ack_requests - start_stats.ack_requests,
+                ack_rtt_us: ack_rtt,
             },
             e2e: E2eReport { latency_us: e2e_latency },
             metadata_rtt_us,
@@ -741,6 +768,7 @@ impl Run<'_> {
                 client_threads: config.client_threads,
                 claims_in_flight: config.claims_in_flight,
                 ack_linger_us: config.ack_linger_us,
+                acks_pending: config.acks_pending,
                 spin_before_park_us: config.spin_before_park_us,
             },
         })
@@ -789,6 +817,7 @@ mod tests {
             client_threads: 2,
             claims_in_flight: 4,
             ack_linger_us: 1000,
+            acks_pending: 0,
             spin_before_park_us: 0,
         }
     }

@@ -77,8 +77,14 @@ pub const SHUTDOWN_REASON: &str = "consumer shutting down";
 /// Release reason for a handler that panicked.
 pub const PANIC_REASON: &str = "handler panicked";
 
+/// Called once per answered Ack request with its round trip (request sent
+/// → broker's answer) and the number of tokens it carried; for latency
+/// figures of the ack path (benchmarks, a user's own metrics). It runs on
+/// the consumer's ack task: keep it short.
+pub type AckObserver = Arc<dyn Fn(Duration, usize) + Send + Sync>;
+
 /// Settings of a [`Consumer`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ConsumerConfig {
     /// The queue to consume.
     pub queue: String,
@@ -110,6 +116,29 @@ pub struct ConsumerConfig {
     /// `1..=CONSUMER_ACKS_PENDING_MAX`; a handler finishing past it keeps its
     /// slot until an Ack answer makes room.
     pub acks_pending_max: u32,
+    /// Sees every answered Ack request ([`AckObserver`]); none by default.
+    pub ack_observer: Option<AckObserver>,
+}
+
+impl std::fmt::Debug for ConsumerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsumerConfig")
+            .field("queue", &self.queue)
+            .field("slots", &self.slots)
+            .field("lease_ms", &self.lease_ms)
+            .field("wait_ms", &self.wait_ms)
+            .field("max_bytes", &self.max_bytes)
+            .field("worker", &self.worker)
+            .field("extend_interval", &self.extend_interval)
+            .field("release_delay_ms", &self.release_delay_ms)
+            .field("claims_in_flight", &self.claims_in_flight)
+            .field("ack_batch_max", &self.ack_batch_max)
+            .field("ack_linger", &self.ack_linger)
+            .field("prefetch", &self.prefetch)
+            .field("acks_pending_max", &self.acks_pending_max)
+            .field("ack_observer", &self.ack_observer.as_ref().map(|_| "set"))
+            .finish()
+    }
 }
 
 impl ConsumerConfig {
@@ -129,6 +158,7 @@ impl ConsumerConfig {
             ack_linger: ACK_LINGER_DEFAULT,
             prefetch: 0,
             acks_pending_max: CONSUMER_ACKS_PENDING_DEFAULT,
+            ack_observer: None,
         }
     }
 
@@ -840,7 +870,12 @@ async fn ack_request(shared: Arc<Shared>, items: Vec<AckItem>, _permit: OwnedSem
     let (queue, partition) = (Arc::clone(&first.target.queue), first.target.partition);
     let tokens: Vec<DeliveryToken> = items.iter().map(|item| item.target.token).collect();
     counters.ack_requests.fetch_add(1, Ordering::Relaxed);
-    match shared.client.ack(&queue, partition, &tokens).await {
+    let sent = std::time::Instant::now();
+    let answer = shared.client.ack(&queue, partition, &tokens).await;
+    if let Some(observer) = &shared.config.ack_observer {
+        observer(sent.elapsed(), tokens.len());
+    }
+    match answer {
         Ok(()) => {
             counters.acked.fetch_add(items.len() as u64, Ordering::Relaxed);
         }

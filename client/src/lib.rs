@@ -84,7 +84,9 @@ pub mod routing;
 pub use admin::{default_queue_config, Admin};
 pub use client::{process_worker, shard_address, ClaimBatch, ClaimOptions, Client, ClientConfig};
 pub use connection::{Connection, ConnectionConfig, ResponseBytes};
-pub use consumer::{Consumer, ConsumerConfig, ConsumerStats, PANIC_REASON, SHUTDOWN_REASON};
+pub use consumer::{
+    AckObserver, Consumer, ConsumerConfig, ConsumerStats, PANIC_REASON, SHUTDOWN_REASON,
+};
 pub use delivery::{Delivery, PayloadView};
 pub use error::{ClientError, RefusedAck};
 pub use producer::{Message, Producer, ProducerConfig, SendFuture};
