@@ -59,7 +59,7 @@ fn check_image(
             let base = batch.header.base_offset;
             assert_eq!(base, expected_next, "contiguous offsets");
             let original = appended.get(&base).expect("recovered batch was appended");
-            assert_eq!(&batch.bytes, original, "batch at {base} intact");
+            assert_eq!(&batch.bytes.to_vec(), original, "batch at {base} intact");
             expected_next = batch.header.next_offset();
         }
         assert_eq!(report.next_offset.0, expected_next);
@@ -461,7 +461,7 @@ fn a_gather_grows_past_its_first_buffer_and_keeps_every_byte() {
         block_on(Log::open(disk.crash_image(CrashMode::DurableOnly), dir, config, 2, fatal))
             .unwrap();
     let batches = block_on(read_all(&reopened));
-    let read: Vec<Vec<u8>> = batches.into_iter().map(|batch| batch.bytes).collect();
+    let read: Vec<Vec<u8>> = batches.into_iter().map(|batch| batch.bytes.to_vec()).collect();
     assert_eq!(read, expected);
 }
 
@@ -502,7 +502,7 @@ fn the_tail_cache_holds_no_more_memory_than_its_bound() {
             "{live} bytes of write buffers alive against a {tail_cache_bytes}-byte cache"
         );
         let read = log.read(spool_broker::log::Offset(299), 4096).await.unwrap();
-        assert_eq!(read[0].bytes, newest);
+        assert_eq!(read[0].bytes.to_vec(), newest);
     }));
     assert_eq!(log.stats().commits, 300, "each append committed alone");
 }

@@ -99,7 +99,10 @@ fn roll_index_reopen_and_retention_on_real_files() {
             assert_eq!(got.len(), 1);
             assert_eq!(got[0].bytes, stored[slot]);
         }
-        assert_eq!(read_all(&log).await.into_iter().map(|b| b.bytes).collect::<Vec<_>>(), stored);
+        assert_eq!(
+            read_all(&log).await.into_iter().map(|b| b.bytes.to_vec()).collect::<Vec<_>>(),
+            stored
+        );
         drop(log);
         let (log, report) = open(&dir).await.unwrap();
         assert_eq!(report.next_offset.0, next);
@@ -107,7 +110,10 @@ fn roll_index_reopen_and_retention_on_real_files() {
         assert_eq!(report.truncated_bytes, 0);
         assert_eq!(report.indexes_rebuilt, 0);
         assert_eq!(report.stale_files_removed, 1, "the prepared file is discarded");
-        assert_eq!(read_all(&log).await.into_iter().map(|b| b.bytes).collect::<Vec<_>>(), stored);
+        assert_eq!(
+            read_all(&log).await.into_iter().map(|b| b.bytes.to_vec()).collect::<Vec<_>>(),
+            stored
+        );
         // Retention: delete everything below the start of the third segment.
         let cut = segments[2].base_offset;
         let deleted = log.delete_below(cut).await.unwrap();
@@ -193,7 +199,7 @@ fn torn_tail_at_every_byte_of_the_last_commit() {
                 std::fs::write(&segment, &bytes).unwrap();
                 let (log, _) = open(&dir).await.unwrap_or_else(|e| panic!("cut {cut}: {e}"));
                 let recovered: Vec<Vec<u8>> =
-                    read_all(&log).await.into_iter().map(|b| b.bytes).collect();
+                    read_all(&log).await.into_iter().map(|b| b.bytes.to_vec()).collect();
                 assert!(recovered.len() >= earlier, "cut {cut}: earlier commits lost");
                 assert_eq!(recovered[..], stored[..recovered.len()], "cut {cut}: foreign bytes");
                 if cut == commit_end {
@@ -267,7 +273,7 @@ fn a_log_under_a_relative_path_opens_appends_and_syncs() {
         drop(log);
         let (log, _) = open(&dir).await.unwrap();
         let got = log.read(Offset(0), 1 << 20).await.unwrap();
-        let got: Vec<Vec<u8>> = got.into_iter().map(|batch| batch.bytes).collect();
+        let got: Vec<Vec<u8>> = got.into_iter().map(|batch| batch.bytes.to_vec()).collect();
         assert_eq!(got, stored);
     });
 }

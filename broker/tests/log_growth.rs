@@ -181,7 +181,8 @@ fn a_commit_larger_than_the_planned_segment_gets_a_segment_it_fits() {
     assert_eq!(sizes, vec![64 * KIB, span]);
     let image = disk.crash_image(CrashMode::DurableOnly);
     let reopened = open(&image, growth_config());
-    let read: Vec<Vec<u8>> = block_on(read_all(&reopened)).into_iter().map(|b| b.bytes).collect();
+    let read: Vec<Vec<u8>> =
+        block_on(read_all(&reopened)).into_iter().map(|b| b.bytes.to_vec()).collect();
     assert_eq!(read, expected);
 }
 
@@ -263,7 +264,7 @@ fn a_crash_while_a_roll_grows_the_prepared_file_loses_nothing_acknowledged() {
                         block_on(Log::open(image.clone(), dir, growth_config(), 2, fatal))
                             .unwrap_or_else(|error| panic!("recovery failed: {error}"));
                     let read: Vec<Vec<u8>> =
-                        block_on(read_all(&log)).into_iter().map(|b| b.bytes).collect();
+                        block_on(read_all(&log)).into_iter().map(|b| b.bytes.to_vec()).collect();
                     let acked = acked.borrow();
                     assert!(read.len() == acked.len() || read.len() == acked.len() + 1);
                     assert_eq!(&read[..acked.len()], &acked[..], "acknowledged batches intact");

@@ -34,7 +34,7 @@ fn written_log(batches: u64) -> (SimStorage, Vec<Vec<u8>>) {
             for ticket in tickets {
                 ticket.durable().await.unwrap();
             }
-            read_all(&log).await.into_iter().map(|batch| batch.bytes).collect::<Vec<_>>()
+            read_all(&log).await.into_iter().map(|batch| batch.bytes.to_vec()).collect::<Vec<_>>()
         })
         .await
     });
@@ -52,7 +52,9 @@ fn recover_and_check(disk: SimStorage, stored: &[Vec<u8>]) -> Result<(), TestCas
     prop_assert!(served.len() <= stored.len() + 1, "recovery invented batches");
     for (index, batch) in served.iter().enumerate() {
         match stored.get(index) {
-            Some(original) => prop_assert_eq!(&batch.bytes, original, "batch {} changed", index),
+            Some(original) => {
+                prop_assert_eq!(&batch.bytes.to_vec(), original, "batch {} changed", index)
+            }
             None => prop_assert!(false, "batch {} was never written", index),
         }
     }

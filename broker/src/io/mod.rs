@@ -120,7 +120,7 @@ pub trait Storage: 'static {
 #[allow(async_fn_in_trait)] // thread-per-core: these futures are !Send by design.
 pub trait StorageFile: 'static {
     type Buf: IoBuf;
-    type ReadBuf: Deref<Target = [u8]>;
+    type ReadBuf: Deref<Target = [u8]> + 'static;
 
     /// Allocates a write buffer of `len_bytes` (a page multiple) suitable for
     /// zero-copy O_DIRECT. Its contents are unspecified: fill all of it.

@@ -23,6 +23,7 @@ mod layout;
 mod reader;
 mod recovery;
 mod retention;
+mod shared;
 mod sync;
 mod window;
 
@@ -40,6 +41,7 @@ pub use config::{ConfigError, LogConfig};
 pub use error::{CorruptDetail, LogError};
 pub use index::{IndexEntry, SparseIndex};
 pub use layout::{commit_span, index_path, segment_path, PREPARED_FILE_NAME};
+pub use shared::SharedBytes;
 use spool_wire::batch::BatchHeader;
 
 /// Position of a record in a partition log.
@@ -195,11 +197,15 @@ pub struct Appended {
     pub ticket: Ticket,
 }
 
-/// One batch read back, crc-checked.
+/// One batch read back: its header, and its bytes as a range of the buffer
+/// the log holds them in (no copy). Both crcs were checked when the batch
+/// was read from a segment file; a batch served from the tail cache is the
+/// commit buffer this log built from validated batches, and is not checked
+/// again.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReadBatch {
     pub header: BatchHeader,
-    pub bytes: Vec<u8>,
+    pub bytes: SharedBytes,
 }
 
 /// What `open` found and did.

@@ -1,14 +1,17 @@
 //! [`Window`]: a page-aligned read window over one file, so scans and reads
 //! issue large aligned reads (O_DIRECT) and parse batches out of them.
 
+use std::rc::Rc;
+
 use crate::io::{IoError, StorageFile};
 use crate::log::layout::{page_ceil, page_floor};
+use crate::log::SharedBytes;
 
 pub(crate) struct Window<'a, F: StorageFile> {
     file: &'a F,
     chunk_bytes: u64,
     start: u64,
-    bytes: Option<F::ReadBuf>,
+    bytes: Option<Rc<F::ReadBuf>>,
     /// The last read returned less than asked: the file ends in the window.
     at_eof: bool,
 }
@@ -29,12 +32,34 @@ impl<'a, F: StorageFile> Window<'a, F> {
             let want = page_ceil(pos - start + len.max(self.chunk_bytes));
             let bytes = self.file.read_at(start, want as usize).await?;
             self.at_eof = (bytes.len() as u64) < want;
-            self.bytes = Some(bytes);
+            self.bytes = Some(Rc::new(bytes));
             self.start = start;
         }
         let Some(bytes) = self.bytes.as_ref() else { unreachable!("window just filled") };
         let from = (pos - self.start) as usize;
         let to = ((pos + len - self.start) as usize).min(bytes.len());
         Ok(&bytes[from.min(to)..to])
+    }
+
+    /// The bytes `[pos, pos + len)` that the last [`Window::get`] covered,
+    /// as a range of the read buffer itself (no copy).
+    ///
+    /// # Panics
+    /// When no `get` covered that range (a caller's bug).
+    pub fn share(&self, pos: u64, len: u64) -> SharedBytes {
+        let Some(bytes) = self.bytes.as_ref() else { panic!("share before get") };
+        let from = (pos - self.start) as usize;
+        let to = from + len as usize;
+        assert!(to <= bytes.len(), "share past the window");
+        SharedBytes::from_shared(Rc::new(SharedRead(bytes.clone()))).slice(from..to)
+    }
+}
+
+/// A window's read buffer, shared with the batches served from it.
+struct SharedRead<R>(Rc<R>);
+
+impl<R: std::ops::Deref<Target = [u8]>> AsRef<[u8]> for SharedRead<R> {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
     }
 }

@@ -55,7 +55,9 @@ use spool_wire::{ErrorCode, WireError};
 use thiserror::Error;
 
 use crate::io::Storage;
-use crate::log::{FatalHandler, Log, LogConfig, LogError, Offset as LogOffset, Ticket};
+use crate::log::{
+    FatalHandler, Log, LogConfig, LogError, Offset as LogOffset, SharedBytes, Ticket,
+};
 use crate::queue::{
     ApplyError, ClaimRequest, CodecError, Delivery, DeliveryToken, EnqueueDecision, EnqueueMeta,
     EnqueueRequest, Event, Lane, LeaderEpoch, MessageId, MessageView, Millis, Offset,
@@ -212,7 +214,8 @@ pub enum EnqueueOutcome {
 #[derive(Debug, Clone)]
 pub struct Claimed {
     pub delivery: Delivery,
-    pub record: Vec<u8>,
+    /// The record, as a range of the batch the log holds it in (no copy).
+    pub record: SharedBytes,
 }
 
 /// A live message and its record bytes, for peeks.
@@ -394,7 +397,7 @@ fn read_ahead_bytes(from: Offset, remaining: impl Iterator<Item = (Offset, u32)>
 
 struct CachedBatch {
     next_offset: u64,
-    bytes: Vec<u8>,
+    bytes: SharedBytes,
     /// (start, len) of each record inside `bytes`.
     records: Vec<(usize, usize)>,
 }
@@ -402,7 +405,7 @@ struct CachedBatch {
 impl CachedBatch {
     /// Indexes a batch the log read back and crc-checked (`header` is what
     /// its check returned), without checking the crcs a second time.
-    fn new(bytes: Vec<u8>, header: &BatchHeader) -> Result<Option<Self>, WireError> {
+    fn new(bytes: SharedBytes, header: &BatchHeader) -> Result<Option<Self>, WireError> {
         if header.kind != BatchKind::Data {
             return Ok(None);
         }
@@ -1032,7 +1035,7 @@ impl<S: Storage + Clone> Partition<S> {
         &self,
         items: &[T],
         locate: impl Fn(&T) -> (Offset, u32),
-    ) -> Result<Vec<Vec<u8>>, PartitionError> {
+    ) -> Result<Vec<SharedBytes>, PartitionError> {
         let mut cache = BatchCache::default();
         let mut out = Vec::with_capacity(items.len());
         for (index, item) in items.iter().enumerate() {
@@ -1050,7 +1053,7 @@ impl<S: Storage + Clone> Partition<S> {
         offset: Offset,
         read_ahead: impl FnOnce() -> u64,
         cache: &mut BatchCache,
-    ) -> Result<Vec<u8>, PartitionError> {
+    ) -> Result<SharedBytes, PartitionError> {
         let missing = |reason: String| PartitionError::Recovery { dir: self.dir.clone(), reason };
         let hit = cache
             .batches
@@ -1098,7 +1101,7 @@ impl<S: Storage + Clone> Partition<S> {
             .records
             .get(index)
             .ok_or_else(|| missing(format!("offset {} is past its batch", offset.0)))?;
-        Ok(batch.bytes[start..start + len].to_vec())
+        Ok(batch.bytes.slice(start..start + len))
     }
 
     /// Mutates the state with one event decided by `decide` and appends it.
@@ -1282,7 +1285,8 @@ impl<S: Storage + Clone> Partition<S> {
         if let Some(ticket) = ticket {
             ticket.durable().await?;
         }
-        self.record_bytes(offset, || 1, &mut BatchCache::default()).await
+        let record = self.record_bytes(offset, || 1, &mut BatchCache::default()).await?;
+        Ok(record.to_vec())
     }
 
     /// Live messages of the main lane from `from`, up to `max`, with their
@@ -1305,7 +1309,11 @@ impl<S: Storage + Clone> Partition<S> {
             ticket.durable().await?;
         }
         let records = self.records_of(&views, |view| (view.offset, view.size_bytes)).await?;
-        Ok(views.into_iter().zip(records).map(|(view, record)| Peeked { view, record }).collect())
+        Ok(views
+            .into_iter()
+            .zip(records)
+            .map(|(view, record)| Peeked { view, record: record.to_vec() })
+            .collect())
     }
 
     /// Housekeeping: lease expiry, scheduled → ready, expiry. Appends the

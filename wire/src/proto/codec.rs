@@ -167,6 +167,12 @@ impl<'v> Writer<'v> {
         self.out.extend_from_slice(bytes);
     }
 
+    /// Makes room for `more` bytes at once, so a large body is written
+    /// without the buffer growing (and copying itself) several times.
+    pub(crate) fn reserve(&mut self, more: usize) {
+        self.out.reserve(more);
+    }
+
     pub(crate) fn u8(&mut self, value: u8) {
         self.out.push(value);
     }

@@ -323,6 +323,16 @@ impl<'a> ClaimResponse<'a> {
     }
 
     pub(crate) fn write(&self, writer: &mut Writer<'_>) {
+        // Each delivery: token, offset, attempt, length, generation, the
+        // record padded to 8 bytes.
+        let fixed = DELIVERY_TOKEN_BYTES + 8 + 4 + 4 + 8;
+        writer.reserve(
+            16 + self
+                .deliveries
+                .iter()
+                .map(|delivery| fixed + delivery.record.len().next_multiple_of(8))
+                .sum::<usize>(),
+        );
         writer.u64(self.lease_deadline_ms);
         writer.u32(self.deliveries.len() as u32);
         writer.u32(0);
