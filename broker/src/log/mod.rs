@@ -52,14 +52,31 @@ impl fmt::Display for Offset {
     }
 }
 
-/// Why the log stopped. The code doubles as the process exit status in
-/// production.
+/// Why the log (or its partition) stopped. The code doubles as the process
+/// exit status in production, through [`crate::fatal`] like every other
+/// fatal reason.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FatalCode {
     WriteFailed = 70,
     SyncFailed = 71,
     PrepareFailed = 72,
     RollFailed = 73,
+    /// A partition side file (checkpoint, epoch) failed its fdatasync or
+    /// directory sync; raised by the partition through the same handler.
+    SideFileSyncFailed = 74,
+}
+
+impl From<FatalCode> for crate::fatal::FatalReason {
+    fn from(code: FatalCode) -> Self {
+        use crate::fatal::FatalReason;
+        match code {
+            FatalCode::WriteFailed => FatalReason::LogWrite,
+            FatalCode::SyncFailed => FatalReason::LogSync,
+            FatalCode::PrepareFailed => FatalReason::LogPrepare,
+            FatalCode::RollFailed => FatalReason::LogRoll,
+            FatalCode::SideFileSyncFailed => FatalReason::SideFileSync,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -75,15 +92,15 @@ pub trait FatalHandler {
     fn fatal(&self, reason: &FatalReason);
 }
 
-/// Production handler: logs with tracing and exits with the reason's code,
-/// so no sibling shard keeps serving beside a log in an unknown state.
+/// Production handler: exits through [`crate::fatal::fatal`] (logged, with
+/// the reason's code), so no sibling shard keeps serving beside a log in an
+/// unknown state.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ExitOnFatal;
 
 impl FatalHandler for ExitOnFatal {
     fn fatal(&self, reason: &FatalReason) {
-        tracing::error!(code = reason.code as i32, message = %reason.message, "fatal log error");
-        std::process::exit(reason.code as i32);
+        crate::fatal::fatal(reason.code.into(), format_args!("log: {}", reason.message));
     }
 }
 
