@@ -238,6 +238,13 @@ pub struct RecoveryReport {
     /// without being read (`Log::open_from`); their batches are crc-checked
     /// when read.
     pub segments_trusted: usize,
+    /// Segments fdatasynced before the log served (every scanned one), so
+    /// nothing recovery kept is answered as durable without a sync.
+    pub segments_synced: usize,
+    /// The highest leader epoch in the header of a batch recovery read (0
+    /// in an empty log). Trusted segments are not read; the newest batches
+    /// always are.
+    pub highest_epoch: u32,
 }
 
 /// Per-log counters since open.
