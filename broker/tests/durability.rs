@@ -100,7 +100,8 @@ fn recovery_syncs_the_batches_it_keeps_before_the_log_serves() {
     let fatal = Rc::new(RecordFatal::default());
     let killed: Rc<RefCell<Option<SimStorage>>> = Rc::default();
     block_on(async {
-        let (log, _) = Log::open(disk.clone(), dir, config.clone(), 1, fatal.clone()).await.unwrap();
+        let (log, _) =
+            Log::open(disk.clone(), dir, config.clone(), 1, fatal.clone()).await.unwrap();
         let background = log.background();
         let work = async {
             let first = log.append(&batch(1, 4)).unwrap();

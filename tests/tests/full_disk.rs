@@ -260,7 +260,10 @@ async fn a_partition_that_failed_to_open_for_lack_of_space_opens_when_space_retu
     options.data_dir = Some(data_dir.clone());
     let mut broker = Spoold::start_with(options);
     let client = broker.client().await;
-    Admin::new(client.clone()).create_queue(QUEUE, test_queue_config(1, 30_000, 100)).await.unwrap();
+    Admin::new(client.clone())
+        .create_queue(QUEUE, test_queue_config(1, 30_000, 100))
+        .await
+        .unwrap();
     let producer = Producer::new(client.clone(), ProducerConfig::default()).unwrap();
     let id = message_id(7, 0);
     producer.send(QUEUE, Message::new(payload_for(id, 1024)).id(id)).await.unwrap();

@@ -334,11 +334,8 @@ impl SimStorage {
         let state = self.state.borrow();
         let dirs: BTreeSet<PathBuf> =
             state.dirs.iter().filter(|dir| dir_survives(&state, dir)).cloned().collect();
-        let mut image = SimState {
-            durable_dirs: dirs.clone(),
-            dirs: dirs.clone(),
-            ..SimState::default()
-        };
+        let mut image =
+            SimState { durable_dirs: dirs.clone(), dirs: dirs.clone(), ..SimState::default() };
         for (path, id) in &state.durable_names {
             if !path.parent().is_some_and(|parent| dirs.contains(parent)) {
                 continue;
@@ -704,9 +701,8 @@ mod tests {
             file.write_at(Rc::new(SimBuf::from_vec(vec![1u8; 8 * 4096])), 0).await.unwrap();
             file.fdatasync().await.unwrap();
             file.write_at(Rc::new(SimBuf::from_vec(vec![2u8; 8 * 4096])), 0).await.unwrap();
-            let image = |seed| {
-                disk.crash_image(CrashMode::PowerLoss { seed }).file_bytes(path).unwrap()
-            };
+            let image =
+                |seed| disk.crash_image(CrashMode::PowerLoss { seed }).file_bytes(path).unwrap();
             assert_eq!(image(5), image(5));
             let one = image(5);
             let sectors: Vec<u8> = one
@@ -732,7 +728,10 @@ mod tests {
         block_on(async {
             let disk = SimStorage::new();
             let created = disk.create_dir_all(Path::new("/a/b")).await.unwrap();
-            assert_eq!(created, vec![PathBuf::from("/"), PathBuf::from("/a"), PathBuf::from("/a/b")]);
+            assert_eq!(
+                created,
+                vec![PathBuf::from("/"), PathBuf::from("/a"), PathBuf::from("/a/b")]
+            );
             let file = disk.open(Path::new("/a/b/f")).await.unwrap();
             file.write_at(page(3), 0).await.unwrap();
             file.fdatasync().await.unwrap();

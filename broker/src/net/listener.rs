@@ -87,7 +87,7 @@ pub fn check_port_free(addr: SocketAddr) -> Result<(), NetError> {
 /// [`NetError::PortInUse`] when the port is still in use after `patience`,
 /// [`NetError::Bind`] at once for any other bind error.
 pub fn wait_port_free(addr: SocketAddr, patience: Duration) -> Result<(), NetError> {
-    let started = std::time::Instant::now();
+    let started = crate::clock::instant_now();
     let pause = Duration::from_millis(crate::limits::PORT_IN_USE_RETRY_PAUSE_MS);
     let mut attempts = 0u32;
     loop {
@@ -95,7 +95,8 @@ pub fn wait_port_free(addr: SocketAddr, patience: Duration) -> Result<(), NetErr
         match check_port_free(addr) {
             Ok(()) => {
                 if attempts > 1 {
-                    let waited_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                    let waited_ms =
+                        u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
                     tracing::info!(%addr, attempts, waited_ms, "port came free; binding");
                 }
                 return Ok(());
@@ -312,7 +313,7 @@ mod tests {
     fn a_port_in_use_is_retried_until_free_or_the_patience_ends() {
         let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = holder.local_addr().unwrap();
-        let started = std::time::Instant::now();
+        let started = crate::clock::instant_now();
         let release = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(150));
             drop(holder);
@@ -323,7 +324,7 @@ mod tests {
 
         let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = held.local_addr().unwrap();
-        let started = std::time::Instant::now();
+        let started = crate::clock::instant_now();
         let error = wait_port_free(addr, Duration::from_millis(200)).unwrap_err();
         assert!(matches!(error, NetError::PortInUse { .. }), "{error}");
         assert!(started.elapsed() >= Duration::from_millis(200));

@@ -380,14 +380,14 @@ impl SpoolHooks {
                 if current != Some(retry.queue_id) || state.partition(&name, partition).is_some() {
                     return;
                 }
-                match state
+                // A failure is logged by the open (and retried again if it
+                // lacked space).
+                let opened = state
                     .open_partition(&retry.queue, retry.queue_id, partition, &retry.config)
-                    .await
-                {
-                    Ok(()) => tracing::info!(queue = %name, partition,
-                        "partition opened after disk space returned"),
-                    // Logged by the open (and retried again if it lacked space).
-                    Err(_) => {}
+                    .await;
+                if opened.is_ok() {
+                    tracing::info!(queue = %name, partition,
+                        "partition opened after disk space returned");
                 }
             })
             .detach();

@@ -76,8 +76,7 @@ const LIST_PAGE_MAX: u32 = spool_client::spool_wire::proto::limits::INSPECT_MESS
 /// still fails the run.
 const ORCHESTRATOR_PATIENCE: Duration = crate::START_TIMEOUT;
 const _: () = assert!(ORCHESTRATOR_PATIENCE.as_millis() >= crate::START_TIMEOUT.as_millis());
-const _: () =
-    assert!(crate::START_TIMEOUT.as_millis() > crate::BROKER_STARTUP_TIMEOUT_MS as u128);
+const _: () = assert!(crate::START_TIMEOUT.as_millis() > crate::BROKER_STARTUP_TIMEOUT_MS as u128);
 
 /// Pause between orchestrator attempts.
 const ORCHESTRATOR_RETRY_PAUSE: Duration = Duration::from_millis(50);
