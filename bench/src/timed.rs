@@ -101,7 +101,7 @@ impl<S: Storage> Storage for TimedStorage<S> {
         self.inner.list_dir(dir).await
     }
 
-    async fn create_dir_all(&self, dir: &Path) -> Result<(), IoError> {
+    async fn create_dir_all(&self, dir: &Path) -> Result<Vec<std::path::PathBuf>, IoError> {
         self.inner.create_dir_all(dir).await
     }
 

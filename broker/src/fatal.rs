@@ -37,6 +37,17 @@ pub enum FatalReason {
     ShutdownTimeout,
     /// Durable storage failed (for example `fdatasync`); never retried.
     Storage,
+    /// A partition log's write failed (the log's `FatalCode::WriteFailed`).
+    LogWrite,
+    /// A partition log's fdatasync failed.
+    LogSync,
+    /// Preparing (zero-filling, syncing) the next segment failed.
+    LogPrepare,
+    /// Naming the next segment (rename, directory sync) failed.
+    LogRoll,
+    /// A partition side file (checkpoint, epoch) failed to sync after its
+    /// bytes were written: its durability is unknown, so it is not retried.
+    SideFileSync,
 }
 
 impl FatalReason {
@@ -55,6 +66,12 @@ impl FatalReason {
             FatalReason::ShardFailed => 10,
             FatalReason::ShutdownTimeout => 11,
             FatalReason::Storage => 12,
+            // The log's codes, kept from when the log exited on its own.
+            FatalReason::LogWrite => 70,
+            FatalReason::LogSync => 71,
+            FatalReason::LogPrepare => 72,
+            FatalReason::LogRoll => 73,
+            FatalReason::SideFileSync => 74,
         }
     }
 
@@ -72,6 +89,11 @@ impl FatalReason {
             FatalReason::ShardFailed => "shard_failed",
             FatalReason::ShutdownTimeout => "shutdown_timeout",
             FatalReason::Storage => "storage",
+            FatalReason::LogWrite => "log_write",
+            FatalReason::LogSync => "log_sync",
+            FatalReason::LogPrepare => "log_prepare",
+            FatalReason::LogRoll => "log_roll",
+            FatalReason::SideFileSync => "side_file_sync",
         }
     }
 }
@@ -110,11 +132,32 @@ mod tests {
             FatalReason::ShardFailed,
             FatalReason::ShutdownTimeout,
             FatalReason::Storage,
+            FatalReason::LogWrite,
+            FatalReason::LogSync,
+            FatalReason::LogPrepare,
+            FatalReason::LogRoll,
+            FatalReason::SideFileSync,
         ];
         let mut codes: Vec<i32> = reasons.iter().map(|reason| reason.exit_code()).collect();
         codes.sort_unstable();
         codes.dedup();
         assert_eq!(codes.len(), reasons.len());
         assert!(codes.iter().all(|&code| code >= 2));
+    }
+
+    // Goal: the log's fatal codes exit through this table with the codes
+    // they always had (supervisors match on them). Method: map every code.
+    #[test]
+    fn log_fatal_codes_map_to_reasons_with_the_same_exit_code() {
+        use crate::log::FatalCode;
+        for code in [
+            FatalCode::WriteFailed,
+            FatalCode::SyncFailed,
+            FatalCode::PrepareFailed,
+            FatalCode::RollFailed,
+            FatalCode::SideFileSyncFailed,
+        ] {
+            assert_eq!(FatalReason::from(code).exit_code(), code as i32, "{code:?}");
+        }
     }
 }

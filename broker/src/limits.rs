@@ -100,6 +100,19 @@ pub const RESPONSE_QUEUE_BYTES_MAX: usize = 4 << 20;
 /// those syncs overlap).
 pub const PARTITION_OPENS_CONCURRENT: usize = 64;
 
+/// How long start-up keeps retrying a shard port that is still in use. The
+/// listening sockets of a SIGKILLed predecessor outlive it by a few
+/// milliseconds (3–12 ms measured), and a supervisor restarts at once; a
+/// port a live process holds still fails the start (`PortInUse`), after
+/// this long.
+pub const PORT_IN_USE_RETRY_MS: u64 = 2_000;
+/// Pause between two attempts to bind a port still in use.
+pub const PORT_IN_USE_RETRY_PAUSE_MS: u64 = 10;
+
+/// Pause before a partition that failed to open for lack of disk space is
+/// opened again (the shard's housekeeping retries it until it opens).
+pub const PARTITION_OPEN_RETRY_MS: u64 = 1_000;
+
 /// Most segment files one partition directory may hold.
 pub const SEGMENTS_MAX: usize = 1 << 16;
 
@@ -128,6 +141,12 @@ const _: () = assert!(COMMIT_BYTES_DEFAULT <= COMMIT_BYTES_MAX);
 const _: () = assert!(COMMIT_SPAN_FOR_MAX_BATCH <= COMMIT_BYTES_MAX);
 const _: () = assert!(COMMIT_BYTES_MAX <= SEGMENT_BYTES_DEFAULT);
 const _: () = assert!(INFLIGHT_COMMITS_DEFAULT >= 1);
+const _: () = assert!(PORT_IN_USE_RETRY_PAUSE_MS > 0);
+const _: () = assert!(PORT_IN_USE_RETRY_PAUSE_MS * 10 <= PORT_IN_USE_RETRY_MS);
+// A waiting start must not come near the broker's start-up budget.
+const _: () =
+    assert!(PORT_IN_USE_RETRY_MS * 10 <= crate::control::config::STARTUP_TIMEOUT_MS_DEFAULT);
+const _: () = assert!(PARTITION_OPEN_RETRY_MS > 0);
 const _: () = assert!(INFLIGHT_COMMITS_DEFAULT <= INFLIGHT_COMMITS_MAX);
 const _: () = assert!(PENDING_BYTES_DEFAULT <= PENDING_BYTES_MAX);
 const _: () = assert!(DATA_PENDING_BYTES_DEFAULT <= PENDING_BYTES_DEFAULT);

@@ -126,6 +126,7 @@ fn explore(seed: u64, config: &LogConfig, big_bytes: usize) -> (u64, u64) {
                 CrashMode::AllWritten,
                 CrashMode::Torn { seed: rng.next() },
                 CrashMode::Torn { seed: rng.next() },
+                CrashMode::PowerLoss { seed: rng.next() },
             ];
             if unsynced > 0 {
                 modes.push(CrashMode::Prefix { bytes: rng.below(unsynced) });

@@ -51,7 +51,7 @@ impl Storage for Counting {
     async fn list_dir(&self, dir: &Path) -> Result<Vec<String>, IoError> {
         self.inner.list_dir(dir).await
     }
-    async fn create_dir_all(&self, dir: &Path) -> Result<(), IoError> {
+    async fn create_dir_all(&self, dir: &Path) -> Result<Vec<std::path::PathBuf>, IoError> {
         self.inner.create_dir_all(dir).await
     }
     async fn sync_dir(&self, dir: &Path) -> Result<(), IoError> {

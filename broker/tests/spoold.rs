@@ -231,6 +231,29 @@ fn port_in_use_fails_clearly() {
     assert!(stderr.contains("already in use"), "{stderr}");
 }
 
+// Goal: a restart right after a SIGKILL does not die because the killed
+// process's listening socket outlives it for a few milliseconds: a port
+// still in use at start is retried for a bounded time, logged, and bound
+// once free. Method: hold the port with a std listener, start spoold, free
+// the port 300 ms later; spoold must then serve (not exit 5) and say it
+// waited.
+#[test]
+fn a_port_still_in_use_at_start_is_retried_until_free() {
+    let dir = tempfile::tempdir().unwrap();
+    let holder = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = holder.local_addr().unwrap().port();
+    let mut child = spawn_spoold(dir.path(), port, 1, &[]);
+    std::thread::sleep(Duration::from_millis(300));
+    drop(holder);
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut stream = connect_when_up(&mut child, addr);
+    list_queues_round_trip(&mut stream, 7);
+    signal(&child, libc::SIGTERM);
+    let (code, stderr) = wait_exit(child);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("port still in use"), "{stderr}");
+}
+
 // Goal: the broker secret is created once and survives restarts. Method:
 // start/stop twice on one dir, compare the secret file.
 #[test]

@@ -37,8 +37,21 @@ use tempfile::TempDir;
 /// pre-zeroing a partition's segment costs little.
 pub const SEGMENT_BYTES_TEST: u64 = 8 << 20;
 
-/// How long a broker may take to accept on every shard port.
-pub const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// The start-up timeout every test broker is given (`--startup-timeout-ms`):
+/// the broker's own default (`STARTUP_TIMEOUT_MS_DEFAULT`), so a test
+/// broker recovers under the budget a production one has.
+pub const BROKER_STARTUP_TIMEOUT_MS: u64 = 120_000;
+
+/// How much longer than [`BROKER_STARTUP_TIMEOUT_MS`] the harness waits
+/// for a broker to accept: a broker that cannot start in its budget exits
+/// on its own (exit 9) and is reported as such, never cut short by a
+/// harness that gave up first.
+pub const START_MARGIN: Duration = Duration::from_secs(5);
+
+/// How long a broker may take to accept on every shard port: its own
+/// start-up timeout plus [`START_MARGIN`].
+pub const START_TIMEOUT: Duration =
+    Duration::from_millis(BROKER_STARTUP_TIMEOUT_MS + START_MARGIN.as_millis() as u64);
 
 /// How long a SIGTERMed broker may take to drain and exit.
 pub const STOP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -344,6 +357,8 @@ fn spoold_command(data_dir: &Path, base_port: u16, options: &SpooldOptions, log:
         .arg(options.cores.to_string())
         .arg("--segment-bytes")
         .arg(options.segment_bytes.to_string())
+        .arg("--startup-timeout-ms")
+        .arg(BROKER_STARTUP_TIMEOUT_MS.to_string())
         .args(["--log-format", "human"])
         .args(&options.args)
         .env("NO_COLOR", "1")

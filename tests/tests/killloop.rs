@@ -40,3 +40,35 @@ async fn thirty_kills_lose_nothing_acknowledged() {
     assert_eq!(report.witness_tokens_refused, report.witness_tokens_tried, "{json}");
     assert!(report.activity.duplicates_answered + report.enqueue_retries > 0, "no resend: {json}");
 }
+
+// Goal: the kill loop never gives up on a restarting broker before the
+// broker itself would: the harness's start wait and the orchestrator's
+// patience cover the start-up timeout the broker runs with. Method: read
+// the broker's default start-up timeout from `spoold --help` and compare it
+// with the timeout the harness passes and the harness's start wait.
+#[test]
+fn the_harness_waits_at_least_as_long_as_the_broker_may_take_to_start() {
+    let help = std::process::Command::new(spool_tests::spoold_bin())
+        .arg("--help")
+        .output()
+        .expect("run spoold --help");
+    let text = String::from_utf8_lossy(&help.stdout);
+    let line = text
+        .lines()
+        .skip_while(|line| !line.contains("--startup-timeout-ms"))
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let default_ms: u64 = line
+        .split("[default: ")
+        .nth(1)
+        .and_then(|rest| rest.split(']').next())
+        .and_then(|number| number.parse().ok())
+        .unwrap_or_else(|| panic!("no default in: {line}"));
+    assert!(spool_tests::BROKER_STARTUP_TIMEOUT_MS >= default_ms);
+    let wait_ms = spool_tests::START_TIMEOUT.as_millis();
+    assert!(
+        wait_ms > u128::from(spool_tests::BROKER_STARTUP_TIMEOUT_MS),
+        "the harness waits {wait_ms} ms for a broker that may take {default_ms} ms"
+    );
+}

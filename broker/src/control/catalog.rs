@@ -448,7 +448,13 @@ impl Catalog {
 pub fn load(dir: &Path) -> Result<Option<Catalog>, CatalogError> {
     let temp_path = dir.join(CATALOG_TEMP_FILE_NAME);
     match std::fs::remove_file(&temp_path) {
-        Ok(()) => tracing::warn!(path = %temp_path.display(), "removed a half-written catalog"),
+        Ok(()) => {
+            tracing::warn!(path = %temp_path.display(), "removed a half-written catalog");
+            // Every remove is followed by a sync of its directory.
+            File::open(dir).and_then(|dir_file| dir_file.sync_all()).map_err(|source| {
+                CatalogError::Io { op: "sync directory", path: dir.to_path_buf(), source }
+            })?;
+        }
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
         Err(source) => {
             return Err(CatalogError::Io { op: "remove leftover", path: temp_path, source })

@@ -71,7 +71,7 @@ impl DataDirLock {
     /// another process (or another open in this process) holds it; `Io` for
     /// anything else.
     pub fn acquire(dir: &Path) -> Result<DataDirLock, DataDirError> {
-        std::fs::create_dir_all(dir).map_err(io_error("create data directory", dir))?;
+        create_dir_durable(dir)?;
         // Every partition, segment and checkpoint path is derived from
         // `dir()`, so resolving it here, once, makes all of them absolute:
         // glommio 0.9's `Directory::open` fails with EBADF on a relative
@@ -110,6 +110,29 @@ impl DataDirLock {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
+}
+
+/// `std::fs::create_dir_all`, then an fsync of the parent of every
+/// directory it created, so the data directory's name survives a crash
+/// (files in it are synced with it as their parent).
+fn create_dir_durable(dir: &Path) -> Result<(), DataDirError> {
+    let mut missing: Vec<&Path> = dir
+        .ancestors()
+        .filter(|ancestor| !ancestor.as_os_str().is_empty())
+        .take_while(|ancestor| !ancestor.is_dir())
+        .collect();
+    std::fs::create_dir_all(dir).map_err(io_error("create data directory", dir))?;
+    missing.reverse();
+    for created in missing {
+        let parent = match created.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent,
+            _ => Path::new("."),
+        };
+        File::open(parent)
+            .and_then(|parent| parent.sync_all())
+            .map_err(io_error("fsync parent of the data directory", parent))?;
+    }
+    Ok(())
 }
 
 fn read_holder_pid(file: &mut File) -> Option<u32> {

@@ -132,9 +132,27 @@ impl Storage for DmaStorage {
         Ok(names)
     }
 
-    async fn create_dir_all(&self, dir: &Path) -> Result<(), IoError> {
-        std::fs::create_dir_all(dir)
-            .map_err(|error| IoError::new(IoOp::CreateDir, dir, None, error))
+    async fn create_dir_all(&self, dir: &Path) -> Result<Vec<PathBuf>, IoError> {
+        let io_error = |error| IoError::new(IoOp::CreateDir, dir, None, error);
+        let mut missing: Vec<&Path> = dir
+            .ancestors()
+            .filter(|ancestor| !ancestor.as_os_str().is_empty())
+            .take_while(|ancestor| !ancestor.is_dir())
+            .collect();
+        missing.reverse();
+        let mut created = Vec::with_capacity(missing.len());
+        for ancestor in missing {
+            match std::fs::create_dir(ancestor) {
+                // Made meanwhile by another shard, which may not have synced
+                // its parent yet: counted as created, so ours is synced too.
+                Ok(()) => created.push(ancestor.to_path_buf()),
+                Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
+                    created.push(ancestor.to_path_buf());
+                }
+                Err(error) => return Err(io_error(error)),
+            }
+        }
+        Ok(created)
     }
 
     async fn sync_dir(&self, dir: &Path) -> Result<(), IoError> {

@@ -109,10 +109,34 @@ pub trait Storage: 'static {
     async fn rename(&self, from: &Path, to: &Path) -> Result<(), IoError>;
     /// File names (not paths) in `dir`, in no particular order.
     async fn list_dir(&self, dir: &Path) -> Result<Vec<String>, IoError>;
-    async fn create_dir_all(&self, dir: &Path) -> Result<(), IoError>;
+    /// Creates `dir` and its missing ancestors; returns the directories it
+    /// created, outermost first. Like a file's, a new directory's name is
+    /// durable only after [`Storage::sync_dir`] of its parent: use
+    /// [`create_dir_durable`], which does that.
+    async fn create_dir_all(&self, dir: &Path) -> Result<Vec<PathBuf>, IoError>;
     /// fsyncs the directory itself, making creates, renames and removes in it
     /// durable.
     async fn sync_dir(&self, dir: &Path) -> Result<(), IoError>;
+}
+
+/// Creates `dir` (and missing ancestors) and makes each created name
+/// durable: the parent of every directory it created is synced, outermost
+/// first, before this returns. A directory that already existed costs no
+/// sync.
+///
+/// The seam's rule, which every caller follows: a create, rename or remove
+/// of a file or directory is followed by a [`Storage::sync_dir`] of its
+/// parent before anything depends on it being durable.
+///
+/// # Errors
+/// Any I/O error of the storage.
+pub async fn create_dir_durable<S: Storage>(storage: &S, dir: &Path) -> Result<(), IoError> {
+    for created in storage.create_dir_all(dir).await? {
+        if let Some(parent) = created.parent().filter(|parent| !parent.as_os_str().is_empty()) {
+            storage.sync_dir(parent).await?;
+        }
+    }
+    Ok(())
 }
 
 /// Positional I/O on one open file. Positions and lengths of writes are whole

@@ -14,7 +14,14 @@
 //! runs after every mutating operation — the crash-point explorer. Nothing
 //! here reads a clock or an OS random source: runs repeat exactly.
 //!
-//! Simplification: directories themselves are durable as soon as created.
+//! Directories follow the same rule as files: a directory created by
+//! `create_dir_all` survives a crash only once its parent was synced
+//! (`sync_dir`) after the creation; a crash image drops every directory
+//! whose name is not durable, and with it everything below. The disk records
+//! each `sync_dir` ([`SimStorage::synced_dirs`]) and which directories have
+//! name changes no sync has made durable yet ([`SimStorage::dirty_dirs`]),
+//! so a test can assert the seam's rule: every create, rename and remove is
+//! followed by a sync of its parent.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
@@ -37,6 +44,11 @@ pub enum CrashMode {
     /// Each unsynced page independently: new, old, or mixed per sector with a
     /// torn sector (byte prefix); seeded.
     Torn { seed: u64 },
+    /// Power loss: each unsynced sector ([`SECTOR_BYTES`]) of every unsynced
+    /// write independently reaches the disk or does not, whole (the device
+    /// writes sectors atomically but in no particular order, and a later
+    /// write's sector may land while an earlier one's does not); seeded.
+    PowerLoss { seed: u64 },
 }
 
 /// Operation kinds the simulator counts and can fail.
@@ -82,6 +94,13 @@ struct SimState {
     names: BTreeMap<PathBuf, usize>,
     durable_names: BTreeMap<PathBuf, usize>,
     dirs: BTreeSet<PathBuf>,
+    /// Directories whose own name is durable in their parent.
+    durable_dirs: BTreeSet<PathBuf>,
+    /// Directories with creates, renames or removes (of files or
+    /// directories) since their last `sync_dir`.
+    dirty_dirs: BTreeSet<PathBuf>,
+    /// Every `sync_dir`, in order.
+    synced_dirs: Vec<PathBuf>,
     op_count: u64,
     counts: [u64; OP_KINDS],
     /// Absolute per-kind counts at which an operation fails.
@@ -226,6 +245,36 @@ fn file_image(data: &FileData, mode: CrashMode) -> Vec<u8> {
             }
             image
         }
+        CrashMode::PowerLoss { seed } => {
+            let mut rng = SplitMix(seed);
+            let mut image = data.durable.clone();
+            let sector = SECTOR_BYTES as usize;
+            for (pos, write) in &data.unsynced {
+                for (index, sector_bytes) in write.chunks(sector).enumerate() {
+                    if rng.below(2) == 0 {
+                        put(&mut image, *pos as usize + index * sector, sector_bytes);
+                    }
+                }
+            }
+            image
+        }
+    }
+}
+
+/// Marks the parent of `path` as having an unsynced name change.
+fn touch_parent(state: &mut SimState, path: &Path) {
+    if let Some(parent) = path.parent() {
+        state.dirty_dirs.insert(parent.to_path_buf());
+    }
+}
+
+/// Whether `dir` would survive a crash: the root, or a directory whose name
+/// is durable in a parent that would survive.
+fn dir_survives(state: &SimState, dir: &Path) -> bool {
+    match dir.parent() {
+        None => true,
+        Some(parent) if parent.as_os_str().is_empty() => true,
+        Some(parent) => state.durable_dirs.contains(dir) && dir_survives(state, parent),
     }
 }
 
@@ -283,8 +332,14 @@ impl SimStorage {
     /// named files with durable bytes plus the unsynced writes `mode` keeps.
     pub fn crash_image(&self, mode: CrashMode) -> SimStorage {
         let state = self.state.borrow();
-        let mut image = SimState { dirs: state.dirs.clone(), ..SimState::default() };
+        let dirs: BTreeSet<PathBuf> =
+            state.dirs.iter().filter(|dir| dir_survives(&state, dir)).cloned().collect();
+        let mut image =
+            SimState { durable_dirs: dirs.clone(), dirs: dirs.clone(), ..SimState::default() };
         for (path, id) in &state.durable_names {
+            if !path.parent().is_some_and(|parent| dirs.contains(parent)) {
+                continue;
+            }
             let bytes = file_image(&state.files[*id], mode);
             image.files.push(FileData { written: bytes.clone(), durable: bytes, unsynced: vec![] });
             let new_id = image.files.len() - 1;
@@ -292,6 +347,36 @@ impl SimStorage {
             image.durable_names.insert(path.clone(), new_id);
         }
         SimStorage { state: Rc::new(RefCell::new(image)), live_buf_bytes: Rc::default() }
+    }
+
+    /// The disk a killed process leaves while the machine keeps running
+    /// (SIGKILL, no power loss): every name and written byte is still there
+    /// for the next process to read, but what was not synced is still not
+    /// durable — a crash image of the returned disk drops it unless the next
+    /// process syncs it. Counts, faults and the hook are not carried over.
+    pub fn process_crash_image(&self) -> SimStorage {
+        let state = self.state.borrow();
+        let image = SimState {
+            files: state.files.clone(),
+            names: state.names.clone(),
+            durable_names: state.durable_names.clone(),
+            dirs: state.dirs.clone(),
+            durable_dirs: state.durable_dirs.clone(),
+            dirty_dirs: state.dirty_dirs.clone(),
+            ..SimState::default()
+        };
+        SimStorage { state: Rc::new(RefCell::new(image)), live_buf_bytes: Rc::default() }
+    }
+
+    /// Every directory synced so far, in order (one entry per `sync_dir`).
+    pub fn synced_dirs(&self) -> Vec<PathBuf> {
+        self.state.borrow().synced_dirs.clone()
+    }
+
+    /// Directories with a create, rename or remove in them (of a file or a
+    /// directory) that no `sync_dir` has made durable yet, sorted.
+    pub fn dirty_dirs(&self) -> Vec<PathBuf> {
+        self.state.borrow().dirty_dirs.iter().cloned().collect()
     }
 
     /// Total unsynced bytes across files (bounds `CrashMode::Prefix` sweeps).
@@ -398,6 +483,7 @@ impl Storage for SimStorage {
                 state.files.push(FileData::default());
                 let id = state.files.len() - 1;
                 state.names.insert(path.to_path_buf(), id);
+                touch_parent(state, path);
                 Ok(id)
             })
             .await?;
@@ -406,7 +492,9 @@ impl Storage for SimStorage {
 
     async fn remove(&self, path: &Path) -> Result<(), IoError> {
         self.perform(IoOp::Remove, path, None, |state| {
-            state.names.remove(path).map(|_| ()).ok_or_else(|| not_found(path))
+            state.names.remove(path).ok_or_else(|| not_found(path))?;
+            touch_parent(state, path);
+            Ok(())
         })
         .await
     }
@@ -416,6 +504,8 @@ impl Storage for SimStorage {
             parent_exists(state, to)?;
             let id = state.names.remove(from).ok_or_else(|| not_found(from))?;
             state.names.insert(to.to_path_buf(), id);
+            touch_parent(state, from);
+            touch_parent(state, to);
             Ok(())
         })
         .await
@@ -433,14 +523,24 @@ impl Storage for SimStorage {
         .await
     }
 
-    async fn create_dir_all(&self, dir: &Path) -> Result<(), IoError> {
+    async fn create_dir_all(&self, dir: &Path) -> Result<Vec<PathBuf>, IoError> {
         self.perform(IoOp::CreateDir, dir, None, |state| {
+            let mut created = Vec::new();
             for ancestor in dir.ancestors() {
-                if !ancestor.as_os_str().is_empty() {
-                    state.dirs.insert(ancestor.to_path_buf());
+                if ancestor.as_os_str().is_empty() || state.dirs.contains(ancestor) {
+                    continue;
                 }
+                state.dirs.insert(ancestor.to_path_buf());
+                if ancestor.parent().is_none() {
+                    // The root exists on every disk.
+                    state.durable_dirs.insert(ancestor.to_path_buf());
+                } else {
+                    touch_parent(state, ancestor);
+                }
+                created.push(ancestor.to_path_buf());
             }
-            Ok(())
+            created.reverse();
+            Ok(created)
         })
         .await
     }
@@ -458,6 +558,12 @@ impl Storage for SimStorage {
                 .map(|(path, id)| (path.clone(), *id))
                 .collect();
             state.durable_names.extend(live);
+            let children: Vec<PathBuf> =
+                state.dirs.iter().filter(|path| path.parent() == Some(dir)).cloned().collect();
+            state.durable_dirs.retain(|path| path.parent() != Some(dir));
+            state.durable_dirs.extend(children);
+            state.dirty_dirs.remove(dir);
+            state.synced_dirs.push(dir.to_path_buf());
             Ok(())
         })
         .await
@@ -545,7 +651,7 @@ mod tests {
         block_on(async {
             let disk = SimStorage::new();
             let dir = Path::new("/d");
-            disk.create_dir_all(dir).await.unwrap();
+            crate::io::create_dir_durable(&disk, dir).await.unwrap();
             let file = disk.open(&dir.join("a")).await.unwrap();
             file.write_at(page(1), 0).await.unwrap();
             let before_sync = disk.crash_image(CrashMode::AllWritten);
@@ -569,7 +675,7 @@ mod tests {
         // Goal: fault injection is exact and leaves the disk unchanged.
         block_on(async {
             let disk = SimStorage::new();
-            disk.create_dir_all(Path::new("/d")).await.unwrap();
+            crate::io::create_dir_durable(&disk, Path::new("/d")).await.unwrap();
             let file = disk.open(Path::new("/d/a")).await.unwrap();
             disk.inject_failure(IoOp::Write, 2);
             file.write_at(page(1), 0).await.unwrap();
@@ -582,11 +688,72 @@ mod tests {
     }
 
     #[test]
+    fn power_loss_images_keep_or_drop_whole_sectors_at_random() {
+        // Goal: a power-loss image keeps each unsynced sector whole or not
+        // at all, independently (later sectors may land while earlier ones do
+        // not), repeatably for a seed, and never touches synced bytes.
+        block_on(async {
+            let disk = SimStorage::new();
+            let path = Path::new("/d/a");
+            crate::io::create_dir_durable(&disk, Path::new("/d")).await.unwrap();
+            let file = disk.open(path).await.unwrap();
+            disk.sync_dir(Path::new("/d")).await.unwrap();
+            file.write_at(Rc::new(SimBuf::from_vec(vec![1u8; 8 * 4096])), 0).await.unwrap();
+            file.fdatasync().await.unwrap();
+            file.write_at(Rc::new(SimBuf::from_vec(vec![2u8; 8 * 4096])), 0).await.unwrap();
+            let image =
+                |seed| disk.crash_image(CrashMode::PowerLoss { seed }).file_bytes(path).unwrap();
+            assert_eq!(image(5), image(5));
+            let one = image(5);
+            let sectors: Vec<u8> = one
+                .chunks(SECTOR_BYTES as usize)
+                .map(|sector| {
+                    assert!(sector.iter().all(|byte| *byte == sector[0]), "a torn sector");
+                    sector[0]
+                })
+                .collect();
+            assert_eq!(sectors.len(), 64);
+            assert!(sectors.contains(&1) && sectors.contains(&2), "{sectors:?}");
+            // Not a prefix: some new sector follows an old one.
+            let first_old = sectors.iter().position(|byte| *byte == 1).unwrap();
+            assert!(sectors[first_old..].contains(&2), "{sectors:?}");
+        });
+    }
+
+    #[test]
+    fn directories_are_durable_only_once_their_parent_is_synced() {
+        // Goal: a crash image drops a directory (and all below it) whose
+        // name no sync of its parent made durable; the disk reports the
+        // unsynced directory and every sync.
+        block_on(async {
+            let disk = SimStorage::new();
+            let created = disk.create_dir_all(Path::new("/a/b")).await.unwrap();
+            assert_eq!(
+                created,
+                vec![PathBuf::from("/"), PathBuf::from("/a"), PathBuf::from("/a/b")]
+            );
+            let file = disk.open(Path::new("/a/b/f")).await.unwrap();
+            file.write_at(page(3), 0).await.unwrap();
+            file.fdatasync().await.unwrap();
+            disk.sync_dir(Path::new("/a/b")).await.unwrap();
+            assert_eq!(disk.dirty_dirs(), vec![PathBuf::from("/"), PathBuf::from("/a")]);
+            let lost = disk.crash_image(CrashMode::AllWritten);
+            assert!(lost.file_bytes(Path::new("/a/b/f")).is_none(), "/a was never named durably");
+            disk.sync_dir(Path::new("/")).await.unwrap();
+            disk.sync_dir(Path::new("/a")).await.unwrap();
+            assert!(disk.dirty_dirs().is_empty());
+            let kept = disk.crash_image(CrashMode::DurableOnly);
+            assert_eq!(kept.file_bytes(Path::new("/a/b/f")).unwrap(), vec![3u8; 4096]);
+            assert_eq!(disk.synced_dirs().len(), 3);
+        });
+    }
+
+    #[test]
     fn torn_images_are_deterministic_and_mix_old_and_new() {
         // Goal: the same seed gives the same image; torn images differ from both extremes.
         block_on(async {
             let disk = SimStorage::new();
-            disk.create_dir_all(Path::new("/d")).await.unwrap();
+            crate::io::create_dir_durable(&disk, Path::new("/d")).await.unwrap();
             let file = disk.open(Path::new("/d/a")).await.unwrap();
             disk.sync_dir(Path::new("/d")).await.unwrap();
             let big = Rc::new(SimBuf::from_vec(vec![7u8; 64 * 4096]));

@@ -54,14 +54,31 @@ impl fmt::Display for Offset {
     }
 }
 
-/// Why the log stopped. The code doubles as the process exit status in
-/// production.
+/// Why the log (or its partition) stopped. The code doubles as the process
+/// exit status in production, through [`crate::fatal`] like every other
+/// fatal reason.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FatalCode {
     WriteFailed = 70,
     SyncFailed = 71,
     PrepareFailed = 72,
     RollFailed = 73,
+    /// A partition side file (checkpoint, epoch) failed its fdatasync or
+    /// directory sync; raised by the partition through the same handler.
+    SideFileSyncFailed = 74,
+}
+
+impl From<FatalCode> for crate::fatal::FatalReason {
+    fn from(code: FatalCode) -> Self {
+        use crate::fatal::FatalReason;
+        match code {
+            FatalCode::WriteFailed => FatalReason::LogWrite,
+            FatalCode::SyncFailed => FatalReason::LogSync,
+            FatalCode::PrepareFailed => FatalReason::LogPrepare,
+            FatalCode::RollFailed => FatalReason::LogRoll,
+            FatalCode::SideFileSyncFailed => FatalReason::SideFileSync,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,15 +94,15 @@ pub trait FatalHandler {
     fn fatal(&self, reason: &FatalReason);
 }
 
-/// Production handler: logs with tracing and exits with the reason's code,
-/// so no sibling shard keeps serving beside a log in an unknown state.
+/// Production handler: exits through [`crate::fatal::fatal`] (logged, with
+/// the reason's code), so no sibling shard keeps serving beside a log in an
+/// unknown state.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ExitOnFatal;
 
 impl FatalHandler for ExitOnFatal {
     fn fatal(&self, reason: &FatalReason) {
-        tracing::error!(code = reason.code as i32, message = %reason.message, "fatal log error");
-        std::process::exit(reason.code as i32);
+        crate::fatal::fatal(reason.code.into(), format_args!("log: {}", reason.message));
     }
 }
 
@@ -227,6 +244,13 @@ pub struct RecoveryReport {
     /// without being read (`Log::open_from`); their batches are crc-checked
     /// when read.
     pub segments_trusted: usize,
+    /// Segments fdatasynced before the log served (every scanned one), so
+    /// nothing recovery kept is answered as durable without a sync.
+    pub segments_synced: usize,
+    /// The highest leader epoch in the header of a batch recovery read (0
+    /// in an empty log). Trusted segments are not read; the newest batches
+    /// always are.
+    pub highest_epoch: u32,
 }
 
 /// Per-log counters since open.

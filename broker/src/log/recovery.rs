@@ -20,6 +20,15 @@
 //! reported as `LogError::Corrupt` by the read that meets it, never served.
 //! A sealed segment without a valid index file, the segment holding the
 //! bound, every later one and the tail get the full scan.
+//!
+//! What recovery keeps it makes durable before the log serves: a process
+//! killed between a write and its fdatasync leaves bytes every later read
+//! sees but no sync covered, and a reply built on them (a duplicate enqueue
+//! answered with its original offset) would call them durable. So every
+//! scanned segment is fdatasynced and the directory synced (names created or
+//! removed by a previous process, or by this recovery) before `recover`
+//! returns. Trusted segments lie below a checkpoint, which is written only
+//! after everything it covers was synced.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -39,7 +48,7 @@ use super::layout::{
 };
 use super::window::Window;
 use super::{Offset, RecoveryReport};
-use crate::io::{Storage, StorageFile};
+use crate::io::{create_dir_durable, Storage, StorageFile};
 use crate::limits::{FILLER_BYTES_MIN, PAGE_BYTES, SCAN_CHUNK_BYTES, SEGMENTS_MAX};
 
 pub(crate) struct RecoveredSegment<F> {
@@ -69,6 +78,8 @@ struct Scan {
     dirty_end: Option<u64>,
     /// Why the scan stopped at `end`, when it was not a clean zero header.
     stop: Option<CorruptDetail>,
+    /// The highest leader epoch in a valid batch header (0: none).
+    highest_epoch: u32,
 }
 
 /// Recovers the log in `dir`. `trust_below`: sealed segments whose persisted
@@ -81,7 +92,7 @@ pub(crate) async fn recover<S: Storage>(
     leader_epoch: u32,
     trust_below: Option<u64>,
 ) -> Result<Recovered<S::File>, LogError> {
-    storage.create_dir_all(dir).await?;
+    create_dir_durable(storage, dir).await?;
     let mut report = RecoveryReport::default();
     let mut bases = Vec::new();
     let mut index_bases = BTreeSet::new();
@@ -107,24 +118,24 @@ pub(crate) async fn recover<S: Storage>(
             stale.push(index_path(dir, *base));
         }
     }
+    // The directory sync before `recover` returns makes these durable.
     for path in &stale {
         storage.remove(path).await?;
-    }
-    if !stale.is_empty() {
-        storage.sync_dir(dir).await?;
     }
     report.stale_files_removed = stale.len();
     if bases.is_empty() {
         // No zero-filled segment until the first append needs one (the
         // roll then renames the prepared file over this name): an empty
-        // log costs an empty file, created without a sync — lost in a
-        // crash, it is created again here.
+        // log costs an empty file, named durably by the directory sync
+        // below.
         storage.open(&segment_path(dir, 0)).await?;
         bases.push(0);
         report.created = true;
     }
 
     let mut segments = Vec::with_capacity(bases.len());
+    // Scanned segments: what they hold may never have been synced.
+    let mut scanned: Vec<Rc<S::File>> = Vec::new();
     let mut next_commit_pos = 0;
     let mut expected: Option<u64> = None;
     for (slot, base) in bases.iter().copied().enumerate() {
@@ -179,17 +190,26 @@ pub(crate) async fn recover<S: Storage>(
             check_index(storage, dir, base, has_index, &scan, &mut report).await?;
         }
         report.batches += scan.batches;
+        report.highest_epoch = report.highest_epoch.max(scan.highest_epoch);
         expected = Some(scan.next_offset);
+        let file = Rc::new(file);
+        scanned.push(file.clone());
         segments.push(RecoveredSegment {
             base,
             path,
-            file: Rc::new(file),
+            file,
             capacity,
             index: scan.index,
             data_end: end,
             next_offset: scan.next_offset,
         });
     }
+    // Durable before anything is served from it (see the module docs).
+    for file in &scanned {
+        file.fdatasync().await?;
+    }
+    storage.sync_dir(dir).await?;
+    report.segments_synced = scanned.len();
     report.segments = segments.len();
     report.next_offset = Offset(expected.unwrap_or(0));
     Ok(Recovered { segments, next_commit_pos, report })
@@ -210,6 +230,7 @@ async fn scan_segment<F: StorageFile>(
     let mut batches = 0;
     let mut index = SparseIndex::default();
     let mut last_index_pos: Option<u64> = None;
+    let mut highest_epoch = 0u32;
     let stop = loop {
         if pos + header_bytes > capacity {
             break None;
@@ -239,6 +260,7 @@ async fn scan_segment<F: StorageFile>(
         if header.base_offset != expected {
             break Some(CorruptDetail::OffsetGap { expected, found: header.base_offset });
         }
+        highest_epoch = highest_epoch.max(header.leader_epoch);
         if header.kind != BatchKind::Filler {
             batches += 1;
             if header.record_count > 0
@@ -264,11 +286,12 @@ async fn scan_segment<F: StorageFile>(
         }
         at += bytes.len() as u64;
     }
-    Ok(Scan { end: pos, next_offset: expected, batches, index, dirty_end, stop })
+    Ok(Scan { end: pos, next_offset: expected, batches, index, dirty_end, stop, highest_epoch })
 }
 
 /// Makes the last segment end cleanly on a page boundary: zero the torn
-/// region, close the partial page at `scan.end` with a filler, sync. Returns
+/// region, close the partial page at `scan.end` with a filler (the caller
+/// syncs every scanned segment before the log serves). Returns
 /// where the next commit starts. Only pages holding no acknowledged byte are
 /// rewritten: the partial page at the end belongs to the commit that was in
 /// flight (commits start on fresh pages).
@@ -313,7 +336,6 @@ async fn repair_tail<F: StorageFile>(
         write_filler(&mut buf.as_mut()[from..from + len], len, scan.next_offset, leader_epoch);
     }
     file.write_at(Rc::new(buf), write_start).await?;
-    file.fdatasync().await?;
     Ok(next_commit_pos)
 }
 

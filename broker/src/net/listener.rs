@@ -77,6 +77,43 @@ pub fn check_port_free(addr: SocketAddr) -> Result<(), NetError> {
     }
 }
 
+/// [`check_port_free`], retried for up to `patience` while the port is in
+/// use: a SIGKILLed predecessor's listening sockets outlive it by a few
+/// milliseconds, and a supervisor that restarts at once must not see the
+/// start fail for that. The wait is logged (once when it begins, once when
+/// the port came free). Production passes `PORT_IN_USE_RETRY_MS`.
+///
+/// # Errors
+/// [`NetError::PortInUse`] when the port is still in use after `patience`,
+/// [`NetError::Bind`] at once for any other bind error.
+pub fn wait_port_free(addr: SocketAddr, patience: Duration) -> Result<(), NetError> {
+    let started = crate::clock::instant_now();
+    let pause = Duration::from_millis(crate::limits::PORT_IN_USE_RETRY_PAUSE_MS);
+    let mut attempts = 0u32;
+    loop {
+        attempts += 1;
+        match check_port_free(addr) {
+            Ok(()) => {
+                if attempts > 1 {
+                    let waited_ms =
+                        u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                    tracing::info!(%addr, attempts, waited_ms, "port came free; binding");
+                }
+                return Ok(());
+            }
+            Err(NetError::PortInUse { .. }) if started.elapsed() < patience => {
+                if attempts == 1 {
+                    let patience_ms = u64::try_from(patience.as_millis()).unwrap_or(u64::MAX);
+                    tracing::warn!(%addr, patience_ms,
+                        "port still in use (a stopped predecessor's sockets?); retrying");
+                }
+                std::thread::sleep(pause);
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}
+
 /// Backlog of a shard's listening socket (glommio's own default).
 pub const LISTEN_BACKLOG: libc::c_int = 1024;
 
@@ -267,6 +304,32 @@ fn log_connection_end(peer: Option<SocketAddr>, end: &ConnectionEnd) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Goal: a port that comes free within the patience is waited for, one
+    // that stays taken fails after the patience, not sooner. Method: hold a
+    // port with a std listener and drop it from another thread after 150 ms;
+    // then hold one for good.
+    #[test]
+    fn a_port_in_use_is_retried_until_free_or_the_patience_ends() {
+        let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = holder.local_addr().unwrap();
+        let started = crate::clock::instant_now();
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(150));
+            drop(holder);
+        });
+        wait_port_free(addr, Duration::from_secs(5)).expect("free after the holder left");
+        assert!(started.elapsed() >= Duration::from_millis(140), "{:?}", started.elapsed());
+        release.join().unwrap();
+
+        let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = held.local_addr().unwrap();
+        let started = crate::clock::instant_now();
+        let error = wait_port_free(addr, Duration::from_millis(200)).unwrap_err();
+        assert!(matches!(error, NetError::PortInUse { .. }), "{error}");
+        assert!(started.elapsed() >= Duration::from_millis(200));
+        drop(held);
+    }
 
     // Goal: the port check refuses a port someone listens on, even when that
     // listener set SO_REUSEPORT (which is how glommio binds). Method: bind a

@@ -40,6 +40,7 @@
 //! days) from it, or that would expire before they are due
 //! (`INVALID_ARGUMENT`, nothing of the batch stored).
 
+mod epoch;
 pub mod files;
 pub mod signal;
 
@@ -54,9 +55,10 @@ use spool_wire::limits::SCHEDULE_HORIZON_MS;
 use spool_wire::{ErrorCode, WireError};
 use thiserror::Error;
 
-use crate::io::Storage;
+use crate::io::{IoOp, Storage};
 use crate::log::{
-    FatalHandler, Log, LogConfig, LogError, Offset as LogOffset, SharedBytes, Ticket,
+    FatalCode, FatalHandler, FatalReason, Log, LogConfig, LogError, Offset as LogOffset,
+    SharedBytes, Ticket,
 };
 use crate::queue::{
     ApplyError, ClaimRequest, CodecError, Delivery, DeliveryToken, EnqueueDecision, EnqueueMeta,
@@ -64,7 +66,7 @@ use crate::queue::{
     PartitionContext, PartitionId, PartitionState, QueueConfig, QueueCounters, QueueError, QueueId,
     Redrive, ReleaseReason, CLAIMED_EVENT_BYTES, EVENT_BYTES,
 };
-use files::{SideFileError, CHECKPOINT_FILE, CHECKPOINT_MAGIC, EPOCH_FILE, EPOCH_MAGIC};
+use files::{SideFileError, CHECKPOINT_FILE, CHECKPOINT_MAGIC};
 use signal::{ClaimCancel, Signal, WaitOwner, WaitRefused, CLAIM_WAITERS_MAX};
 
 /// Furthest a producer's `enqueue_time_ms` may be from the broker clock.
@@ -281,6 +283,11 @@ pub struct Partition<S: Storage + Clone> {
     checkpoint_covers: Cell<u64>,
     checkpoint_running: Cell<bool>,
     last_checkpoint: Cell<Option<CheckpointStats>>,
+    /// Told when a sync of this partition's files fails (production: exit).
+    fatal: Rc<dyn FatalHandler>,
+    /// A checkpoint's fdatasync or directory sync failed: no checkpoint is
+    /// tried again (see [`Partition::checkpoint`]).
+    sync_failed: Cell<bool>,
     closed: Cell<bool>,
     /// When the next disk-full retry may run ([`DISK_FULL_RETRY_MS`]).
     disk_retry_at_ms: Cell<Millis>,
@@ -456,18 +463,7 @@ impl<S: Storage + Clone> Partition<S> {
         clock: Clock,
     ) -> Result<(Rc<Self>, impl Future<Output = ()> + 'static, OpenReport), PartitionError> {
         config.validate()?;
-        storage.create_dir_all(dir).await.map_err(LogError::Io)?;
-        let previous = files::read_side_file(&storage, dir, EPOCH_FILE, EPOCH_MAGIC).await?;
-        let epoch_value = previous.map_or(0, |file| file.value) + 1;
-        // Durable before anything is appended or any token issued.
-        files::write_side_file(&storage, dir, EPOCH_FILE, EPOCH_MAGIC, epoch_value, &[])
-            .await
-            .map_err(LogError::Io)?;
-        let epoch = LeaderEpoch(epoch_value);
-        let log_epoch = u32::try_from(epoch_value).map_err(|_| PartitionError::Recovery {
-            dir: dir.to_path_buf(),
-            reason: format!("leader epoch {epoch_value} exceeds the log's u32 field"),
-        })?;
+        crate::io::create_dir_durable(&storage, dir).await.map_err(LogError::Io)?;
         // The checkpoint is read first: the offset it covers bounds the log's
         // recovery scan (sealed segments below it are not read; their
         // batches are crc-checked when read). No usable checkpoint: full scan.
@@ -485,14 +481,11 @@ impl<S: Storage + Clone> Partition<S> {
                 None
             }
         };
-        let (log, log_report) = match &checkpoint {
-            Some(file) => {
-                let scan_from = LogOffset(file.value);
-                Log::open_from(storage.clone(), dir, log_config, log_epoch, fatal, scan_from)
-                    .await?
-            }
-            None => Log::open(storage.clone(), dir, log_config, log_epoch, fatal).await?,
-        };
+        // The epoch: past the epoch file and every epoch in the log.
+        let scan_from = checkpoint.as_ref().map(|file| file.value);
+        let opened = epoch::open_log(&storage, dir, log_config, fatal.clone(), scan_from).await?;
+        let (log, log_report) = (opened.log, opened.report);
+        let epoch = LeaderEpoch(opened.epoch);
         let context = PartitionContext {
             queue: name.queue_id,
             partition: name.partition,
@@ -576,6 +569,8 @@ impl<S: Storage + Clone> Partition<S> {
             checkpoint_covers: Cell::new(covers.map_or(0, |offset| offset.0)),
             checkpoint_running: Cell::new(false),
             last_checkpoint: Cell::new(None),
+            fatal,
+            sync_failed: Cell::new(false),
             closed: Cell::new(false),
             disk_retry_at_ms: Cell::new(0),
             wakeup_hook: RefCell::new(None),
@@ -1361,6 +1356,7 @@ impl<S: Storage + Clone> Partition<S> {
     /// [`CHECKPOINT_INTERVAL_BYTES`] bytes.
     pub fn checkpoint_due(&self) -> bool {
         !self.checkpoint_running.get()
+            && !self.sync_failed.get()
             && self.log.next_offset().0 > self.checkpoint_covers.get()
             && (self.log.next_offset().0 - self.checkpoint_covers.get()
                 >= CHECKPOINT_INTERVAL_OFFSETS
@@ -1380,14 +1376,36 @@ impl<S: Storage + Clone> Partition<S> {
     /// Writes a checkpoint of the current state once everything it covers is
     /// durable, then deletes log segments below the retention watermark.
     ///
+    /// A failed write (a full disk) leaves the previous checkpoint in place
+    /// and its temporary file unnamed (the next checkpoint starts a new one).
+    /// A failed fdatasync or directory sync is never retried: what reached
+    /// the disk is unknown, so the fatal handler is told
+    /// ([`FatalCode::SideFileSyncFailed`]; production exits) and this
+    /// partition writes no checkpoint again.
+    ///
     /// # Errors
-    /// Storage failure (the previous checkpoint is then intact).
+    /// Storage failure (the previous checkpoint is then intact, unless a
+    /// sync failed after the rename).
     pub async fn checkpoint(&self) -> Result<Option<Offset>, PartitionError> {
+        if self.sync_failed.get() {
+            return Err(PartitionError::Log(LogError::Failed(
+                "a checkpoint sync failed earlier; no checkpoint is retried".into(),
+            )));
+        }
         if self.checkpoint_running.replace(true) {
             return Ok(None);
         }
         let result = self.checkpoint_inner().await;
         self.checkpoint_running.set(false);
+        if let Err(PartitionError::Log(LogError::Io(error))) = &result {
+            if matches!(error.op, IoOp::Sync | IoOp::SyncDir) {
+                self.sync_failed.set(true);
+                self.fatal.fatal(&FatalReason {
+                    code: FatalCode::SideFileSyncFailed,
+                    message: format!("checkpoint of {}: {error}", self.dir.display()),
+                });
+            }
+        }
         result
     }
 

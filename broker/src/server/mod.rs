@@ -111,6 +111,47 @@ pub struct Served {
     background: RefCell<Option<JoinHandle<()>>>,
 }
 
+/// A partition open to try again (see [`ShardState::open_retries`]).
+#[derive(Debug, Clone)]
+struct OpenRetry {
+    queue: QueueName,
+    queue_id: QueueId,
+    config: crate::queue::QueueConfig,
+    at_ms: u64,
+}
+
+/// Whether a partition failed to open because the disk is full (ENOSPC at
+/// any storage step of the open).
+fn lacks_space(error: &PartitionError) -> bool {
+    use crate::log::LogError;
+    use crate::partition::files::SideFileError;
+    let io = match error {
+        PartitionError::Log(LogError::Io(io)) | PartitionError::SideFile(SideFileError::Io(io)) => {
+            io
+        }
+        _ => return false,
+    };
+    io.source.raw_os_error() == Some(libc::ENOSPC)
+}
+
+/// Removes a half-written prepared segment a failed open left (or found)
+/// in `dir`, and syncs the directory: it holds the space the next attempt
+/// needs, and is never part of the log. Best effort: recovery removes it
+/// too once the partition opens.
+fn remove_prepared(dir: &Path) {
+    let path = dir.join(crate::log::PREPARED_FILE_NAME);
+    match std::fs::remove_file(&path) {
+        Ok(()) => {
+            tracing::info!(path = %path.display(), "removed a half-written prepared segment");
+            if let Err(error) = std::fs::File::open(dir).and_then(|dir| dir.sync_all()) {
+                tracing::warn!(dir = %dir.display(), %error, "directory sync after the removal failed");
+            }
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => tracing::warn!(path = %path.display(), %error, "could not remove it"),
+    }
+}
+
 /// State of one shard, shared by its hooks and its frame handler.
 pub struct ShardState {
     pub shard: ShardId,
@@ -127,6 +168,12 @@ pub struct ShardState {
     /// `STORAGE_FAILED` with that reason until an operator repairs the
     /// files and restarts the broker.
     pub unavailable: RefCell<BTreeMap<(String, u32), String>>,
+    /// Partitions that failed to open for lack of disk space: opened again
+    /// by the housekeeping tick every [`PARTITION_OPEN_RETRY_MS`] until they
+    /// open (space came back) or their queue is deleted.
+    ///
+    /// [`PARTITION_OPEN_RETRY_MS`]: crate::limits::PARTITION_OPEN_RETRY_MS
+    open_retries: RefCell<BTreeMap<(String, u32), OpenRetry>>,
     pub clock: Clock,
     /// Every shard's partition epochs, for Metadata.
     pub epochs: Arc<EpochBoard>,
@@ -194,6 +241,35 @@ impl ShardState {
         .await;
         let (partition_rc, background, report) = match opened {
             Ok(opened) => opened,
+            Err(error) if lacks_space(&error) => {
+                remove_prepared(&dir);
+                let retry_ms = crate::limits::PARTITION_OPEN_RETRY_MS;
+                let key = (queue.as_str().to_owned(), partition);
+                if self.unavailable.borrow().contains_key(&key) {
+                    tracing::debug!(queue = %queue, partition, %error, "still no disk space");
+                } else {
+                    tracing::warn!(shard = self.shard.0, queue = %queue, partition, %error,
+                        retry_ms, "partition could not open for lack of disk space; serving \
+                        STORAGE_FAILED for it and opening it again when space returns");
+                }
+                self.open_retries.borrow_mut().insert(
+                    (queue.as_str().to_owned(), partition),
+                    OpenRetry {
+                        queue: queue.clone(),
+                        queue_id,
+                        config: config.clone(),
+                        at_ms: (self.clock)().saturating_add(retry_ms),
+                    },
+                );
+                self.unavailable
+                    .borrow_mut()
+                    .insert((queue.as_str().to_owned(), partition), error.to_string());
+                return Err(ServerError::Partition {
+                    queue: queue.as_str().to_owned(),
+                    partition,
+                    error,
+                });
+            }
             Err(error) => {
                 tracing::error!(shard = self.shard.0, queue = %queue, partition, %error,
                     "partition refused to open; serving STORAGE_FAILED for it");
@@ -218,6 +294,7 @@ impl ShardState {
             truncated_bytes = report.log.truncated_bytes,
             "partition open"
         );
+        self.unavailable.borrow_mut().remove(&(queue.as_str().to_owned(), partition));
         self.epochs.publish(queue_id, partition, report.epoch.0);
         let alarm = self.alarm.clone();
         partition_rc.set_wakeup_hook(Rc::new(move |at| alarm.request(at)));
@@ -264,6 +341,7 @@ impl ShardHooksFactory for SpoolHooksFactory {
             table: RefCell::new(context.assignment_start.clone()),
             partitions: RefCell::new(BTreeMap::new()),
             unavailable: RefCell::new(BTreeMap::new()),
+            open_retries: RefCell::new(BTreeMap::new()),
             clock: Rc::new(|| crate::clock::now_ms().0),
             epochs: self.epochs.clone(),
             alarm: Rc::new(Alarm::default()),
@@ -278,6 +356,43 @@ impl ShardHooksFactory for SpoolHooksFactory {
 pub struct SpoolHooks {
     state: Rc<ShardState>,
     handler: Rc<SpoolHandler>,
+}
+
+impl SpoolHooks {
+    /// Opens again each partition whose open failed for lack of space and
+    /// whose retry is due (a failure schedules the next one).
+    fn retry_opens(&self) {
+        let now = (self.state.clock)();
+        let due: Vec<((String, u32), OpenRetry)> = {
+            let mut retries = self.state.open_retries.borrow_mut();
+            let keys: Vec<(String, u32)> = retries
+                .iter()
+                .filter(|(_, retry)| retry.at_ms <= now)
+                .map(|(key, _)| key.clone())
+                .collect();
+            keys.into_iter().filter_map(|key| retries.remove(&key).map(|r| (key, r))).collect()
+        };
+        for ((name, partition), retry) in due {
+            let state = self.state.clone();
+            glommio::spawn_local(async move {
+                // Deleted (or deleted and created again) meanwhile: not ours.
+                let current = state.table.borrow().queue(&retry.queue).map(|entry| entry.id);
+                if current != Some(retry.queue_id) || state.partition(&name, partition).is_some() {
+                    return;
+                }
+                // A failure is logged by the open (and retried again if it
+                // lacked space).
+                let opened = state
+                    .open_partition(&retry.queue, retry.queue_id, partition, &retry.config)
+                    .await;
+                if opened.is_ok() {
+                    tracing::info!(queue = %name, partition,
+                        "partition opened after disk space returned");
+                }
+            })
+            .detach();
+        }
+    }
 }
 
 impl ShardHooks for SpoolHooks {
@@ -366,6 +481,7 @@ impl ShardHooks for SpoolHooks {
                         .map(|(_, partition)| *partition)
                         .collect();
                     unavailable.retain(|(name, _), _| name != queue.as_str());
+                    state.open_retries.borrow_mut().retain(|(name, _), _| name != queue.as_str());
                     failed
                 };
                 if let Some(queue_id) = deleted_id {
@@ -389,6 +505,12 @@ impl ShardHooks for SpoolHooks {
                     // Off the data path and rare: a blocking remove is acceptable here.
                     std::fs::remove_dir_all(&dir)
                         .map_err(|error| ServerError::Remove { path: dir.clone(), error })?;
+                    // The removal is durable only with its parent synced.
+                    if let Some(parent) = dir.parent() {
+                        std::fs::File::open(parent)
+                            .and_then(|parent| parent.sync_all())
+                            .map_err(|error| ServerError::Remove { path: dir.clone(), error })?;
+                    }
                     tracing::info!(queue = %name, partition, "partition deleted");
                 }
                 Ok(())
@@ -418,6 +540,7 @@ impl ShardHooks for SpoolHooks {
     }
 
     fn on_tick(&self) {
+        self.retry_opens();
         let served: Vec<Rc<Served>> = self.state.partitions.borrow().values().cloned().collect();
         for entry in served {
             entry.partition.tick();

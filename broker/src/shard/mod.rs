@@ -48,7 +48,7 @@ use crate::control::catalog::{self, Catalog, CatalogError};
 use crate::control::config::{BrokerConfig, ConfigError};
 use crate::control::data_dir::{BrokerSecret, DataDirError, DataDirLock};
 use crate::fatal::FatalReason;
-use crate::net::listener::{check_port_free, NetError};
+use crate::net::listener::{wait_port_free, NetError};
 use crate::queue::{QueueConfig, QueueId};
 use hooks::{ShardContext, ShardHooksFactory};
 
@@ -614,8 +614,10 @@ impl Broker {
         let catalog_path = lock.dir().join(catalog::CATALOG_FILE_NAME);
         let replay = catalog.replay(shard_count, &catalog_path)?;
         let replay_version = replay.table.version();
+        // A SIGKILLed predecessor's sockets outlive it by milliseconds.
+        let patience = Duration::from_millis(crate::limits::PORT_IN_USE_RETRY_MS);
         for shard in 0..shard_count {
-            check_port_free(config.shard_listen(shard))?;
+            wait_port_free(config.shard_listen(shard), patience)?;
         }
 
         let config = Arc::new(config);

@@ -68,11 +68,15 @@ pub const QUEUE: &str = "killloop";
 const LIST_PAGE_MAX: u32 = spool_client::spool_wire::proto::limits::INSPECT_MESSAGES_MAX;
 
 /// How long one orchestrator request keeps being retried while a restarted
-/// broker settles. A broker replaying a large log after SIGKILL only starts
-/// answering once replay is done: a 5 s budget (100 attempts) ran out at
-/// kill 254 of a long run, so allow generously; a broker that is truly
-/// stuck still fails the run, only later.
-const ORCHESTRATOR_PATIENCE: Duration = Duration::from_secs(120);
+/// broker settles: as long as the harness waits for a broker to start
+/// ([`crate::START_TIMEOUT`], the broker's own start-up timeout plus a
+/// margin). A broker replaying a large log after SIGKILL only starts
+/// answering once replay is done (a 5 s budget ran out at kill 254 of a long
+/// run); a broker that is truly stuck exits on its own start-up timeout and
+/// still fails the run.
+const ORCHESTRATOR_PATIENCE: Duration = crate::START_TIMEOUT;
+const _: () = assert!(ORCHESTRATOR_PATIENCE.as_millis() >= crate::START_TIMEOUT.as_millis());
+const _: () = assert!(crate::START_TIMEOUT.as_millis() > crate::BROKER_STARTUP_TIMEOUT_MS as u128);
 
 /// Pause between orchestrator attempts.
 const ORCHESTRATOR_RETRY_PAUSE: Duration = Duration::from_millis(50);
