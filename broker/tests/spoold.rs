@@ -74,6 +74,8 @@ fn spawn_spoold(data_dir: &Path, base_port: u16, shards: u16, extra: &[&str]) ->
         .arg(shards.to_string())
         .args(extra)
         .env_remove("SPOOL_CONFIG")
+        // Tests run side by side: no two may take the default admin port.
+        .env("SPOOL_ADMIN_LISTEN", "off")
         .env("SPOOL_LOG", "info")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -154,7 +156,12 @@ fn wait_exit(mut child: Spoold) -> (Option<i32>, String) {
 }
 
 fn run_to_exit(args: &[&str]) -> Output {
-    Command::new(SPOOLD).args(args).env_remove("SPOOL_CONFIG").output().expect("run spoold")
+    Command::new(SPOOLD)
+        .args(args)
+        .env_remove("SPOOL_CONFIG")
+        .env("SPOOL_ADMIN_LISTEN", "off")
+        .output()
+        .expect("run spoold")
 }
 
 // Goal: spoold binds base_port + i for every shard and serves each port;
