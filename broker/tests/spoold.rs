@@ -238,6 +238,24 @@ fn port_in_use_fails_clearly() {
     assert!(stderr.contains("already in use"), "{stderr}");
 }
 
+// Goal: a taken admin port is a start error like a taken shard port (exit
+// code 5, the address named), not a broker that runs without its metrics.
+// Method: hold a port with a std listener, start spoold with that port as
+// its admin port (the flag overrides the tests' SPOOL_ADMIN_LISTEN=off).
+#[test]
+fn admin_port_in_use_fails_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let holder = TcpListener::bind("127.0.0.1:0").unwrap();
+    let admin = holder.local_addr().unwrap();
+    let base = free_base_port(1);
+    let flag = admin.to_string();
+    let child = spawn_spoold(dir.path(), base, 1, &["--admin-listen", &flag]);
+    let (code, stderr) = wait_exit(child);
+    assert_eq!(code, Some(5), "{stderr}");
+    assert!(stderr.contains(&flag), "{stderr}");
+    assert!(stderr.contains("admin port"), "{stderr}");
+}
+
 // Goal: the broker secret is created once and survives restarts. Method:
 // start/stop twice on one dir, compare the secret file.
 #[test]
