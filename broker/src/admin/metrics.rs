@@ -334,6 +334,28 @@ pub fn encode(reports: &[ShardReport], missing: &[u16]) -> Result<String, fmt::E
             histograms,
         );
     }
+    shard_counter!(
+        "spool_shard_connections_accepted",
+        "Client connections the shard accepted (refused ones included)",
+        |s| s.connections.accepted
+    );
+    shard_counter!(
+        "spool_shard_connections_refused",
+        "Client connections refused over connections_per_shard_max (TOO_MANY_CONNECTIONS)",
+        |s| s.connections.refused_over_limit
+    );
+    {
+        let active = Gauges::<ShardLabels>::default();
+        for shard in reports {
+            let labels = ShardLabels { shard: shard.shard.0.to_string() };
+            active.get_or_create(&labels).set(gauge_value(shard.connections.active));
+        }
+        registry.register(
+            "spool_shard_connections",
+            "Client connections open on the shard",
+            active,
+        );
+    }
     {
         let open = Gauges::<ShardLabels>::default();
         let refused = Gauges::<ShardLabels>::default();

@@ -41,7 +41,7 @@ use crate::net::stop::StopSignal;
 use crate::queue::QueueId;
 use crate::shard::alarm::Alarm;
 use crate::shard::hooks::{ShardContext, ShardHooks, ShardHooksFactory};
-use crate::shard::report::ShardReport;
+use crate::shard::report::{ConnectionCounts, ShardReport};
 use crate::shard::{
     ControlCommand, ControlError, Event, ExecutorName, QueueCreated, ShardError, ShardMessage,
     Shared,
@@ -173,8 +173,11 @@ pub(crate) async fn shard_main<F: ShardHooksFactory>(
         hooks.clone(),
     ));
 
+    // Created before the assignment loop, which reports them when asked.
+    let stats = Rc::new(AcceptStats::default());
     let assignment_task = glommio::spawn_local({
         let hooks = hooks.clone();
+        let stats = stats.clone();
         let stop = stop.clone();
         let shared = shared.clone();
         let mut table = start_table;
@@ -189,6 +192,11 @@ pub(crate) async fn shard_main<F: ShardHooksFactory>(
                     Some(ShardMessage::Assignments(updates)) => updates,
                     Some(ShardMessage::Report(reply)) => {
                         let mut report = ShardReport::new(shard, crate::io::stats::snapshot());
+                        report.connections = ConnectionCounts {
+                            active: stats.active.get() as u64,
+                            accepted: stats.accepted.get(),
+                            refused_over_limit: stats.refused_over_limit.get(),
+                        };
                         hooks.report(&mut report);
                         // The asker may have given up; one slot per shard,
                         // so this never waits.
@@ -233,7 +241,6 @@ pub(crate) async fn shard_main<F: ShardHooksFactory>(
     }
 
     let gate = Gate::new();
-    let stats = Rc::new(AcceptStats::default());
     accept_loop(
         listener,
         handler,

@@ -103,10 +103,22 @@ pub struct LogTotals {
     pub commit_bytes: u64,
 }
 
+/// A shard's client connections (its accept loop's `AcceptStats`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnectionCounts {
+    /// Connections open now.
+    pub active: u64,
+    /// Connections accepted since the shard started (refused ones included).
+    pub accepted: u64,
+    /// Connections refused over `connections_per_shard_max`.
+    pub refused_over_limit: u64,
+}
+
 /// Everything one shard reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardReport {
     pub shard: ShardId,
+    pub connections: ConnectionCounts,
     pub partitions: Vec<PartitionReport>,
     pub refused: Vec<RefusedPartition>,
     pub log: LogTotals,
@@ -117,6 +129,13 @@ pub struct ShardReport {
 impl ShardReport {
     /// A report with the shard's disk figures and nothing else yet.
     pub fn new(shard: ShardId, io: IoSnapshot) -> Self {
-        Self { shard, partitions: Vec::new(), refused: Vec::new(), log: LogTotals::default(), io }
+        Self {
+            shard,
+            connections: ConnectionCounts::default(),
+            partitions: Vec::new(),
+            refused: Vec::new(),
+            log: LogTotals::default(),
+            io,
+        }
     }
 }

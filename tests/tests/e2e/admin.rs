@@ -145,6 +145,12 @@ async fn metrics_move_as_operations_happen() {
     let syncs = after.sum("spool_shard_fdatasync_duration_seconds_count");
     assert!(syncs >= after.sum("spool_shard_commits_total").min(1.0), "syncs {syncs}");
     assert_eq!(after.sum("spool_shard_partitions_open"), 3.0);
+    // The test's client holds a connection to each shard it used.
+    assert!(after.sum("spool_shard_connections") >= 1.0);
+    assert!(
+        after.sum("spool_shard_connections_accepted_total") >= after.sum("spool_shard_connections")
+    );
+    assert_eq!(after.sum("spool_shard_connections_refused_total"), 0.0);
     assert_eq!(after.sum("spool_shard_partitions_refused"), 0.0);
 
     // Labels are queue, partition, shard and cause only: no payload, no
