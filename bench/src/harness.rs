@@ -161,6 +161,8 @@ impl SpooldProcess {
             .arg(spin_before_park_us.to_string())
             .env_remove("SPOOL_CONFIG")
             .env("SPOOL_LOG", "warn")
+            // Benchmarks run several brokers side by side; none needs metrics.
+            .env("SPOOL_ADMIN_LISTEN", "off")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)

@@ -7,10 +7,12 @@
 //! holds segments, group commit and recovery, `io` is the storage seam
 //! (glommio DMA files and a simulated disk). `control` holds config, the
 //! data-dir lock and secret, and the assignment table; `fatal` is the one
-//! way the process stops on its own; `failpoint` holds the test-only
+//! way the process stops on its own; `admin` serves the admin port (metrics,
+//! health) on its own thread, reaching the shards only by message; `failpoint` holds the test-only
 //! fault hooks (armed only with the `failpoints` feature). Only `io`, `net`
 //! and the shard bootstrap name glommio.
 
+pub mod admin;
 pub mod alloc;
 pub mod clock;
 pub mod control;

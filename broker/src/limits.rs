@@ -174,3 +174,22 @@ const _: () = assert!(
     HOUSEKEEPING_IDLE_MAX.as_millis() >= crate::control::config::HOUSEKEEPING_TICK_MS_MAX as u128
 );
 const _: () = assert!(CONTROL_IDLE_POLL.as_millis() <= HOUSEKEEPING_IDLE_MAX.as_millis());
+
+/// Connections the admin port serves at once; one more is closed on accept.
+pub const ADMIN_CONNECTIONS_MAX: usize = 64;
+/// A request's headers must arrive within this on the admin port.
+pub const ADMIN_HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// Longest a scrape or readiness check waits for the shards' reports. A
+/// report passes the control executor (polled at least every
+/// [`CONTROL_IDLE_POLL`]) and then a shard's channel, so this leaves room
+/// for a shard busy opening partitions; a shard later than this is reported
+/// missing rather than waited on.
+pub const ADMIN_REPORT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// How often the admin thread checks for the shards' reports.
+pub const ADMIN_REPORT_POLL: std::time::Duration = std::time::Duration::from_millis(2);
+/// How often the admin thread checks the broker's stop flag.
+pub const ADMIN_STOP_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+
+const _: () = assert!(ADMIN_REPORT_TIMEOUT.as_millis() > 10 * CONTROL_IDLE_POLL.as_millis());
+const _: () = assert!(ADMIN_REPORT_POLL.as_millis() >= 1);
+const _: () = assert!(ADMIN_CONNECTIONS_MAX >= 1);

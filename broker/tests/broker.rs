@@ -17,7 +17,7 @@ use spool_broker::control::assignment::{
     AssignmentChange, AssignmentTable, AssignmentUpdate, AssignmentVersion, QueueName, ShardId,
 };
 use spool_broker::control::catalog::{self, Catalog, CatalogError, CatalogQueue};
-use spool_broker::control::config::PartialConfig;
+use spool_broker::control::config::{AdminListen, PartialConfig};
 use spool_broker::fatal::FatalReason;
 use spool_broker::net::echo::EchoHandler;
 use spool_broker::queue::{Backoff, QueueConfig, QueueId};
@@ -175,6 +175,8 @@ fn start(
         data_dir: Some(dir.to_owned()),
         listen: Some(format!("127.0.0.1:{base}").parse().unwrap()),
         cores: Some(shards),
+        // Port 0: the kernel picks a free one (`Broker::admin_addr`).
+        admin_listen: Some(AdminListen::At("127.0.0.1:0".parse().unwrap())),
         ..Default::default()
     }
     .resolve(cpus::allowed_cpus().len())
@@ -454,4 +456,36 @@ fn failed_catalog_write_refuses_the_change() {
         assert_eq!(versions, vec![1], "shard {shard}");
     }
     stop(broker);
+}
+
+// Goal: the admin port runs in-process beside hooks that report nothing:
+// port 0 picks a free port, live answers 200, ready answers 200 once every
+// shard reported (a shard reaches it only by message), and stop ends the
+// admin thread with the executors. Method: start with admin port 0, raw
+// HTTP requests, stop; the port refuses connections afterwards.
+#[test]
+fn admin_port_zero_serves_health_and_stops_with_the_broker() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let record = Record::new(1);
+    let broker = start(dir.path(), 1, &record, None).unwrap();
+    let addr = broker.admin_addr().expect("admin port on");
+    assert_ne!(addr.port(), 0);
+    let get = |path: &str| {
+        let mut stream = std::net::TcpStream::connect(addr).unwrap();
+        stream.set_read_timeout(Some(std::time::Duration::from_secs(20))).unwrap();
+        let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        answer
+    };
+    assert!(get("/health/live").starts_with("HTTP/1.1 200"));
+    let ready = get("/health/ready");
+    assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
+    assert!(ready.contains("ready: 1 shards"), "{ready}");
+    let metrics = get("/metrics");
+    assert!(metrics.contains("spool_shard_reporting{shard=\"0\"} 1"), "{metrics}");
+    stop(broker);
+    assert!(std::net::TcpStream::connect(addr).is_err(), "the admin port closed on stop");
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use spool_broker::control::assignment::{AssignmentTable, AssignmentUpdate};
-use spool_broker::control::config::PartialConfig;
+use spool_broker::control::config::{AdminListen, PartialConfig};
 use spool_broker::net::echo::EchoHandler;
 use spool_broker::shard::alarm::Alarm;
 use spool_broker::shard::hooks::{ShardContext, ShardHooks, ShardHooksFactory};
@@ -115,6 +115,7 @@ fn ticks_in_a_second(mode: Mode) -> u64 {
         listen: Some(format!("127.0.0.1:{}", free_port()).parse().unwrap()),
         cores: Some(1),
         housekeeping_tick_ms: Some(5),
+        admin_listen: Some(AdminListen::Off),
         ..Default::default()
     }
     .resolve(cpus::allowed_cpus().len())

@@ -74,6 +74,8 @@ fn spawn_spoold(data_dir: &Path, base_port: u16, shards: u16, extra: &[&str]) ->
         .arg(shards.to_string())
         .args(extra)
         .env_remove("SPOOL_CONFIG")
+        // Tests run side by side: no two may take the default admin port.
+        .env("SPOOL_ADMIN_LISTEN", "off")
         .env("SPOOL_LOG", "info")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -154,7 +156,12 @@ fn wait_exit(mut child: Spoold) -> (Option<i32>, String) {
 }
 
 fn run_to_exit(args: &[&str]) -> Output {
-    Command::new(SPOOLD).args(args).env_remove("SPOOL_CONFIG").output().expect("run spoold")
+    Command::new(SPOOLD)
+        .args(args)
+        .env_remove("SPOOL_CONFIG")
+        .env("SPOOL_ADMIN_LISTEN", "off")
+        .output()
+        .expect("run spoold")
 }
 
 // Goal: spoold binds base_port + i for every shard and serves each port;
@@ -252,6 +259,24 @@ fn a_port_still_in_use_at_start_is_retried_until_free() {
     let (code, stderr) = wait_exit(child);
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stderr.contains("port still in use"), "{stderr}");
+}
+
+// Goal: a taken admin port is a start error like a taken shard port (exit
+// code 5, the address named), not a broker that runs without its metrics.
+// Method: hold a port with a std listener, start spoold with that port as
+// its admin port (the flag overrides the tests' SPOOL_ADMIN_LISTEN=off).
+#[test]
+fn admin_port_in_use_fails_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let holder = TcpListener::bind("127.0.0.1:0").unwrap();
+    let admin = holder.local_addr().unwrap();
+    let base = free_base_port(1);
+    let flag = admin.to_string();
+    let child = spawn_spoold(dir.path(), base, 1, &["--admin-listen", &flag]);
+    let (code, stderr) = wait_exit(child);
+    assert_eq!(code, Some(5), "{stderr}");
+    assert!(stderr.contains(&flag), "{stderr}");
+    assert!(stderr.contains("admin port"), "{stderr}");
 }
 
 // Goal: the broker secret is created once and survives restarts. Method:

@@ -17,6 +17,7 @@
 //! It does not assert anything about the broker; the tests in `tests/e2e/`
 //! do. Everything binds 127.0.0.1 only.
 
+pub mod admin;
 pub mod fault;
 pub mod killloop;
 
@@ -359,6 +360,8 @@ fn spoold_command(data_dir: &Path, base_port: u16, options: &SpooldOptions, log:
         .arg(options.segment_bytes.to_string())
         .arg("--startup-timeout-ms")
         .arg(BROKER_STARTUP_TIMEOUT_MS.to_string())
+        .arg("--admin-listen")
+        .arg(format!("127.0.0.1:{}", base_port + options.cores))
         .args(["--log-format", "human"])
         .args(&options.args)
         .env("NO_COLOR", "1")
@@ -470,7 +473,8 @@ impl Spoold {
         let cores = options.cores;
         let mut broker = Self { root, base_port: 0, options, child: None, starts: 0 };
         for attempt in 1..=START_ATTEMPTS_MAX {
-            broker.base_port = reserve_ports(cores);
+            // One more port after the shards' for the admin port.
+            broker.base_port = reserve_ports(cores + 1);
             match broker.spawn_and_wait() {
                 Ok(()) => return Ok(broker),
                 Err(StartFailure::Exited(status))
@@ -566,6 +570,12 @@ impl Spoold {
         format!("127.0.0.1:{}", self.port(shard))
     }
 
+    /// `127.0.0.1:port` of the admin port (HTTP: metrics and health): the
+    /// port after the last shard's, unless `args` moved or turned it off.
+    pub fn admin_addr(&self) -> String {
+        format!("127.0.0.1:{}", self.base_port + self.options.cores)
+    }
+
     /// The bootstrap address (shard 0).
     pub fn addr(&self) -> String {
         self.shard_addr(0)
@@ -620,8 +630,9 @@ impl Spoold {
     fn wait_ports_free(&self) {
         let started = now();
         loop {
-            let free = (0..self.options.cores)
-                .all(|shard| TcpListener::bind(("127.0.0.1", self.port(shard))).is_ok());
+            // The shard ports and the admin port after them.
+            let free = (0..=self.options.cores)
+                .all(|port| TcpListener::bind(("127.0.0.1", self.base_port + port)).is_ok());
             if free {
                 let waited = started.elapsed();
                 if waited > Duration::from_millis(100) {

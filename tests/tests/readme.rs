@@ -28,6 +28,8 @@ use spool_tests::{now, release_bin, reserve_ports};
 
 /// The README's default broker address (shard 0).
 const DEFAULT_PORT: u16 = 7400;
+/// The default admin port (HTTP: metrics and health).
+const DEFAULT_ADMIN_PORT: u16 = 7480;
 
 /// How long the README's `spoold` may take to accept on every shard port.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -323,7 +325,7 @@ fn readme_quickstart_runs_as_written() {
     );
     let shards = default_shards();
     let mut addr_args: Vec<String> = Vec::new();
-    let broker = if ports_free(DEFAULT_PORT, shards) {
+    let broker = if ports_free(DEFAULT_PORT, shards) && ports_free(DEFAULT_ADMIN_PORT, 1) {
         start_broker(&spoold, &cwd, DEFAULT_PORT, shards)
     } else {
         Err(format!("ports {DEFAULT_PORT}..+{shards} are busy"))
@@ -333,12 +335,15 @@ fn readme_quickstart_runs_as_written() {
         Err(why) => {
             // The README documents the fallback for a busy port.
             assert!(
-                readme.contains("--listen 127.0.0.1:") && readme.contains("--addr 127.0.0.1:"),
-                "README.md must document --listen/--addr for a busy port"
+                readme.contains("--listen 127.0.0.1:")
+                    && readme.contains("--addr 127.0.0.1:")
+                    && readme.contains("--admin-listen 127.0.0.1:"),
+                "README.md must document --listen/--addr/--admin-listen for a busy port"
             );
             eprintln!("default port unusable ({why}); using the documented --listen/--addr");
-            let base = reserve_ports(shards);
+            let base = reserve_ports(shards + 1);
             spoold.extend(["--listen".to_owned(), format!("127.0.0.1:{base}")]);
+            spoold.extend(["--admin-listen".to_owned(), format!("127.0.0.1:{}", base + shards)]);
             addr_args = vec!["--addr".to_owned(), format!("127.0.0.1:{base}")];
             start_broker(&spoold, &cwd, base, shards).unwrap()
         }

@@ -26,6 +26,9 @@ pub const DEFAULT_DATA_DIR: &str = "./spool-data";
 /// Default listen address of shard 0; shard `i` uses port + `i`.
 pub const DEFAULT_LISTEN: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 7400);
+/// Default address of the admin port (HTTP: metrics and health).
+pub const DEFAULT_ADMIN_LISTEN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 7480);
 /// Most shards one process runs (also bounded by the CPUs it may use).
 pub const SHARDS_MAX: u16 = 256;
 /// Longest `spin_before_park`: beyond a few ms spinning only burns a core.
@@ -86,6 +89,35 @@ impl std::str::FromStr for LogFormat {
     }
 }
 
+/// Where the admin port listens: an address, or `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub enum AdminListen {
+    /// No admin port.
+    Off,
+    /// Listen here (port 0: the kernel picks one; spoold logs it).
+    At(SocketAddr),
+}
+
+impl std::str::FromStr for AdminListen {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text.trim() {
+            "off" => Ok(AdminListen::Off),
+            other => other.parse::<SocketAddr>().map(AdminListen::At).map_err(|error| {
+                format!("expected an address like 127.0.0.1:7480 or `off`: {error}")
+            }),
+        }
+    }
+}
+
+impl TryFrom<String> for AdminListen {
+    type Error = String;
+    fn try_from(text: String) -> Result<Self, Self::Error> {
+        text.parse()
+    }
+}
+
 /// The validated broker configuration. Built by [`BrokerConfig::load`] or
 /// [`PartialConfig::resolve`]; every value is inside its documented range.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,6 +128,9 @@ pub struct BrokerConfig {
     pub listen: SocketAddr,
     /// Number of shards (one glommio executor pinned to one CPU each).
     pub shards: u16,
+    /// The admin port (HTTP/1.1: `/metrics`, `/health/live`,
+    /// `/health/ready`), served on its own thread; `None` turns it off.
+    pub admin_listen: Option<SocketAddr>,
     pub log_format: LogFormat,
     /// `tracing-subscriber` env-filter directives, e.g. `info,spool_broker=debug`.
     pub log_filter: String,
@@ -212,6 +247,18 @@ impl BrokerConfig {
                 ),
             });
         }
+        if let Some(admin) = self.admin_listen {
+            let shard_ports = u32::from(self.listen.port())..=last_port;
+            if admin.ip() == self.listen.ip() && shard_ports.contains(&u32::from(admin.port())) {
+                return Err(ConfigError::Invalid {
+                    field: "admin_listen",
+                    reason: format!(
+                        "{admin} is one of the shard ports {}..={last_port}",
+                        self.listen.port()
+                    ),
+                });
+            }
+        }
         if let Err(error) = tracing_subscriber::EnvFilter::try_new(&self.log_filter) {
             return Err(ConfigError::Invalid { field: "log_filter", reason: error.to_string() });
         }
@@ -312,6 +359,7 @@ pub struct PartialConfig {
     pub config_file: Option<PathBuf>,
     pub data_dir: Option<PathBuf>,
     pub listen: Option<SocketAddr>,
+    pub admin_listen: Option<AdminListen>,
     pub cores: Option<u16>,
     pub log_format: Option<LogFormat>,
     pub log_filter: Option<String>,
@@ -340,6 +388,7 @@ pub const ENV_SETTINGS: &[&str] = &[
     "CONFIG",
     "DATA_DIR",
     "LISTEN",
+    "ADMIN_LISTEN",
     "CORES",
     "LOG_FORMAT",
     "LOG",
@@ -418,6 +467,7 @@ pub fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) ->
 pub const FILE_KEYS: &[&str] = &[
     "data_dir",
     "listen",
+    "admin_listen",
     "cores",
     "log_format",
     "log_filter",
@@ -494,6 +544,7 @@ impl PartialConfig {
                 "CONFIG" => layer.config_file = Some(PathBuf::from(&value)),
                 "DATA_DIR" => layer.data_dir = Some(PathBuf::from(&value)),
                 "LISTEN" => layer.listen = Some(parse_env(&name, &value)?),
+                "ADMIN_LISTEN" => layer.admin_listen = Some(parse_env(&name, &value)?),
                 "CORES" => layer.cores = Some(parse_env(&name, &value)?),
                 "LOG_FORMAT" => layer.log_format = Some(parse_env(&name, &value)?),
                 "LOG" => layer.log_filter = Some(value.clone()),
@@ -542,6 +593,7 @@ impl PartialConfig {
             config_file: higher.config_file.or(self.config_file),
             data_dir: higher.data_dir.or(self.data_dir),
             listen: higher.listen.or(self.listen),
+            admin_listen: higher.admin_listen.or(self.admin_listen),
             cores: higher.cores.or(self.cores),
             log_format: higher.log_format.or(self.log_format),
             log_filter: higher.log_filter.or(self.log_filter),
@@ -580,6 +632,10 @@ impl PartialConfig {
             data_dir: self.data_dir.unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
             listen: self.listen.unwrap_or(DEFAULT_LISTEN),
             shards: self.cores.unwrap_or(default_shards),
+            admin_listen: match self.admin_listen.unwrap_or(AdminListen::At(DEFAULT_ADMIN_LISTEN)) {
+                AdminListen::Off => None,
+                AdminListen::At(addr) => Some(addr),
+            },
             log_format: self.log_format.unwrap_or(LogFormat::Human),
             log_filter: self.log_filter.unwrap_or_else(|| "info".to_owned()),
             spin_before_park_us: self.spin_before_park_us.unwrap_or(0),
@@ -619,6 +675,10 @@ pub struct Cli {
     /// Env: SPOOL_LISTEN.
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
+    /// Admin port (HTTP: /metrics, /health/live, /health/ready), or `off`
+    /// [default: 127.0.0.1:7480]. Env: SPOOL_ADMIN_LISTEN.
+    #[arg(long, value_name = "ADDR|off")]
+    pub admin_listen: Option<AdminListen>,
     /// Number of shards, one pinned executor per CPU [default: all allowed CPUs].
     /// Env: SPOOL_CORES.
     #[arg(long, value_name = "N")]
@@ -684,6 +744,7 @@ impl Cli {
             config_file: self.config.clone(),
             data_dir: self.data_dir.clone(),
             listen: self.listen,
+            admin_listen: self.admin_listen,
             cores: self.cores,
             log_format: self.log_format,
             log_filter: self.log_filter.clone(),
@@ -878,6 +939,31 @@ mod tests {
             let result = PartialConfig::from_env(vec![(name.clone(), "1".to_owned())]);
             assert!(!matches!(result, Err(ConfigError::UnknownEnvVar { .. })), "{name}");
         }
+    }
+
+    // Goal: the admin port defaults to 127.0.0.1:7480, is set or turned off
+    // from every source, and may not collide with a shard port. Method:
+    // resolve layers from defaults, env, file and flags.
+    #[test]
+    fn admin_listen_defaults_sets_turns_off_and_avoids_shard_ports() {
+        let config = PartialConfig::default().resolve(2).unwrap();
+        assert_eq!(config.admin_listen, Some(DEFAULT_ADMIN_LISTEN));
+        let off = PartialConfig::from_env(env(&[("SPOOL_ADMIN_LISTEN", "off")])).unwrap();
+        assert_eq!(off.resolve(2).unwrap().admin_listen, None);
+        let file = PartialConfig::from_toml("admin_listen = \"127.0.0.1:9100\"\n").unwrap();
+        assert_eq!(file.resolve(2).unwrap().admin_listen, Some("127.0.0.1:9100".parse().unwrap()));
+        let flags = cli(&["--admin-listen", "off"]).to_partial();
+        assert_eq!(flags.resolve(2).unwrap().admin_listen, None);
+        assert!(PartialConfig::from_env(env(&[("SPOOL_ADMIN_LISTEN", "nope")])).is_err());
+        let clash = PartialConfig {
+            admin_listen: Some(AdminListen::At("127.0.0.1:7401".parse().unwrap())),
+            cores: Some(2),
+            ..Default::default()
+        };
+        assert!(matches!(
+            clash.resolve(2),
+            Err(ConfigError::Invalid { field: "admin_listen", .. })
+        ));
     }
 
     // Goal: the suggestion picks the nearest candidate and gives up when

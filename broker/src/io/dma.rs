@@ -191,6 +191,7 @@ impl StorageFile for DmaSegmentFile {
             );
             return Err(IoError::new(IoOp::Write, &self.path, Some(pos), short));
         }
+        super::stats::record_write(len);
         Ok(())
     }
 
@@ -207,10 +208,13 @@ impl StorageFile for DmaSegmentFile {
     }
 
     async fn fdatasync(&self) -> Result<(), IoError> {
+        let started = crate::clock::instant_now();
         self.file
             .fdatasync()
             .await
-            .map_err(|error| IoError::new(IoOp::Sync, &self.path, None, to_io(error)))
+            .map_err(|error| IoError::new(IoOp::Sync, &self.path, None, to_io(error)))?;
+        super::stats::record_sync(crate::clock::instant_now().duration_since(started));
+        Ok(())
     }
 
     async fn len_bytes(&self) -> Result<u64, IoError> {

@@ -18,6 +18,7 @@
 
 mod dma;
 mod sim;
+pub mod stats;
 
 use std::fmt;
 use std::ops::Deref;

@@ -33,7 +33,7 @@ use spool_wire::ErrorCode;
 use super::convert::{
     queue_config_from_wire, queue_config_to_wire, token_from_wire, token_to_wire,
 };
-use super::{ShardPartition, ShardState};
+use super::{Served, ShardState};
 use crate::control::assignment::QueueName;
 use crate::net::connection::{Connection, Decoded, FrameHandler, ProtocolFault, Refusal};
 use crate::partition::signal::{ClaimCancel, WaitOwner};
@@ -133,7 +133,7 @@ type Answer = Result<Response<'static>, ErrorResponse>;
 
 /// The tokens of one Ack that name the same partition, with their positions
 /// in the request.
-type TokenGroup = (Rc<ShardPartition>, Vec<(usize, crate::queue::DeliveryToken)>);
+type TokenGroup = (Rc<Served>, Vec<(usize, crate::queue::DeliveryToken)>);
 
 /// Cuts a message to what an error response may carry
 /// (`ERROR_MESSAGE_BYTES_MAX`), at a character boundary.
@@ -188,8 +188,8 @@ impl SpoolHandler {
 
     /// The local partition, or the error a client should see: NOT_OWNER
     /// with the owner's address, QUEUE_NOT_FOUND or PARTITION_NOT_FOUND.
-    fn route(&self, queue: &str, partition: u32) -> Result<Rc<ShardPartition>, ErrorResponse> {
-        if let Some(found) = self.state.partition(queue, partition) {
+    fn route(&self, queue: &str, partition: u32) -> Result<Rc<Served>, ErrorResponse> {
+        if let Some(found) = self.state.served(queue, partition) {
             return Ok(found);
         }
         let name = QueueName::new(queue)
@@ -227,8 +227,10 @@ impl SpoolHandler {
         match request {
             Request::Enqueue(enqueue) => {
                 let partition = self.route(enqueue.queue, enqueue.partition.0)?;
-                let outcomes =
-                    partition.enqueue(enqueue.batch).await.map_err(|e| partition_error(&e))?;
+                let outcomes = partition.enqueue(enqueue.batch).await.map_err(|e| {
+                    partition.requests.failed(&e);
+                    partition_error(&e)
+                })?;
                 let base_offset = outcomes
                     .iter()
                     .find_map(|outcome| match outcome {
@@ -258,8 +260,11 @@ impl SpoolHandler {
                 let claim = *token.claim();
                 let partition = self.route_token(claim.queue, claim.partition.0)?;
                 let lease = (extend.lease_ms > 0).then_some(u64::from(extend.lease_ms));
-                let deadline =
-                    partition.extend(&token, lease).await.map_err(|e| partition_error(&e))?;
+                let deadline = partition.extend(&token, lease).await.map_err(|e| {
+                    partition.requests.failed(&e);
+                    partition_error(&e)
+                })?;
+                partition.requests.extended();
                 Ok(Response::Extend(ExtendResponse { lease_deadline_ms: deadline }))
             }
             Request::Ack(ack) => Ok(Response::Ack(self.ack(&ack.tokens).await)),
@@ -274,7 +279,10 @@ impl SpoolHandler {
                 let due = partition
                     .release(&token, RELEASE_REASON_WORKER, not_before)
                     .await
-                    .map_err(|e| partition_error(&e))?;
+                    .map_err(|e| {
+                        partition.requests.failed(&e);
+                        partition_error(&e)
+                    })?;
                 Ok(Response::Release(ReleaseResponse { not_before_ms: due }))
             }
             Request::CreateQueue(create) => {
@@ -442,8 +450,8 @@ impl SpoolHandler {
         &self,
         queue_id: crate::queue::QueueId,
         partition: u32,
-    ) -> Result<Rc<ShardPartition>, ErrorResponse> {
-        if let Some(found) = self.state.partition_by_id(queue_id, partition) {
+    ) -> Result<Rc<Served>, ErrorResponse> {
+        if let Some(found) = self.state.served_by_id(queue_id, partition) {
             return Ok(found);
         }
         let table = self.state.table.borrow();
@@ -485,7 +493,10 @@ impl SpoolHandler {
             for ((index, _), outcome) in members.iter().zip(outcomes) {
                 results[*index] = match outcome {
                     Ok(()) => ErrorCode::None,
-                    Err(failure) => failure.code(),
+                    Err(failure) => {
+                        partition.requests.token_refused(failure.code());
+                        failure.code()
+                    }
                 };
             }
         }
@@ -716,6 +727,10 @@ impl SpoolHandler {
             }
         };
         drop(registration);
+        match &claimed {
+            Ok(claimed) => partition.requests.claimed(claimed),
+            Err(failure) => partition.requests.failed(failure),
+        }
         claimed.map_err(|failure| {
             let reason = match failure {
                 PartitionError::TooManyWaitersOnConnection { .. } => {

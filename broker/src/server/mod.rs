@@ -21,9 +21,10 @@
 //! queue's name never sees the old files.
 
 pub mod convert;
+pub mod counters;
 pub mod handler;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -44,7 +45,9 @@ use crate::partition::{Clock, Partition, PartitionError, PartitionName};
 use crate::queue::{PartitionId, QueueId};
 use crate::shard::alarm::Alarm;
 use crate::shard::hooks::{ShardContext, ShardHooks, ShardHooksFactory};
+use crate::shard::report::{LogTotals, PartitionReport, RefusedPartition, ShardReport};
 use crate::shard::ControlHandle;
+use counters::RequestCounters;
 use handler::SpoolHandler;
 
 /// The partition type a shard serves.
@@ -105,9 +108,11 @@ impl EpochBoard {
     }
 }
 
-/// One partition this shard serves, and its log's background task.
+/// One partition this shard serves, its log's background task and the
+/// handler's request counters for it.
 pub struct Served {
     pub partition: Rc<ShardPartition>,
+    pub requests: RequestCounters,
     background: RefCell<Option<JoinHandle<()>>>,
 }
 
@@ -149,6 +154,14 @@ fn remove_prepared(dir: &Path) {
         }
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
         Err(error) => tracing::warn!(path = %path.display(), %error, "could not remove it"),
+        }
+    }
+}
+
+impl std::ops::Deref for Served {
+    type Target = ShardPartition;
+    fn deref(&self) -> &ShardPartition {
+        &self.partition
     }
 }
 
@@ -180,6 +193,9 @@ pub struct ShardState {
     /// Rung by a partition whose new deadline is earlier than the
     /// housekeeping timer's planned tick.
     pub alarm: Rc<Alarm>,
+    /// Log figures of partitions deleted since the shard started, so the
+    /// shard's reported totals never go back.
+    pub retired_log: Cell<LogTotals>,
 }
 
 impl std::fmt::Debug for ShardState {
@@ -200,19 +216,53 @@ impl ShardState {
 
     /// The partition `queue`/`partition` if this shard serves it.
     pub fn partition(&self, queue: &str, partition: u32) -> Option<Rc<ShardPartition>> {
-        self.partitions
-            .borrow()
-            .get(&(queue.to_owned(), partition))
-            .map(|served| served.partition.clone())
+        self.served(queue, partition).map(|served| served.partition.clone())
+    }
+
+    /// The served partition `queue`/`partition` (with its counters).
+    pub fn served(&self, queue: &str, partition: u32) -> Option<Rc<Served>> {
+        self.partitions.borrow().get(&(queue.to_owned(), partition)).cloned()
     }
 
     /// The partition with this queue id and partition, if served here.
     pub fn partition_by_id(&self, queue_id: QueueId, partition: u32) -> Option<Rc<ShardPartition>> {
+        self.served_by_id(queue_id, partition).map(|served| served.partition.clone())
+    }
+
+    /// The served partition with this queue id and partition.
+    pub fn served_by_id(&self, queue_id: QueueId, partition: u32) -> Option<Rc<Served>> {
         let table = self.table.borrow();
         let (name, _) = table.queue_by_id(queue_id)?;
         let name = name.as_str().to_owned();
         drop(table);
-        self.partition(&name, partition)
+        self.served(&name, partition)
+    }
+
+    /// Adds this shard's partitions, refusals and log figures to `report`.
+    fn report(&self, report: &mut ShardReport) {
+        let mut log = self.retired_log.get();
+        for ((queue, partition), served) in self.partitions.borrow().iter() {
+            let stats = served.partition.log().stats();
+            log.commits += stats.commits;
+            log.commit_bytes += stats.commit_bytes;
+            report.partitions.push(PartitionReport {
+                queue: queue.clone(),
+                partition: *partition,
+                counters: served.partition.counters(),
+                requests: served.requests.snapshot(),
+            });
+        }
+        report.log = log;
+        report.refused = self
+            .unavailable
+            .borrow()
+            .iter()
+            .map(|((queue, partition), reason)| RefusedPartition {
+                queue: queue.clone(),
+                partition: *partition,
+                reason: reason.clone(),
+            })
+            .collect();
     }
 
     async fn open_partition(
@@ -305,7 +355,11 @@ impl ShardState {
         let task = glommio::spawn_local(background).detach();
         self.partitions.borrow_mut().insert(
             (queue.as_str().to_owned(), partition),
-            Rc::new(Served { partition: partition_rc, background: RefCell::new(Some(task)) }),
+            Rc::new(Served {
+                partition: partition_rc,
+                requests: RequestCounters::default(),
+                background: RefCell::new(Some(task)),
+            }),
         );
         Ok(())
     }
@@ -345,6 +399,7 @@ impl ShardHooksFactory for SpoolHooksFactory {
             clock: Rc::new(|| crate::clock::now_ms().0),
             epochs: self.epochs.clone(),
             alarm: Rc::new(Alarm::default()),
+            retired_log: Cell::new(LogTotals::default()),
         });
         let handler = Rc::new(SpoolHandler::new(state.clone()));
         SpoolHooks { state, handler }
@@ -498,6 +553,11 @@ impl ShardHooks for SpoolHooks {
                 }
                 for ((name, partition), served) in doomed {
                     state.epochs.forget(served.partition.name().queue_id, partition);
+                    let stats = served.partition.log().stats();
+                    let mut retired = state.retired_log.get();
+                    retired.commits += stats.commits;
+                    retired.commit_bytes += stats.commit_bytes;
+                    state.retired_log.set(retired);
                     let dir = served.partition.dir().to_path_buf();
                     if let Err(error) = ShardState::close_served(&served).await {
                         tracing::warn!(queue = %name, partition, %error, "close before delete failed");
@@ -537,6 +597,10 @@ impl ShardHooks for SpoolHooks {
 
     fn alarm(&self) -> Option<Rc<Alarm>> {
         Some(self.state.alarm.clone())
+    }
+
+    fn report(&self, report: &mut ShardReport) {
+        self.state.report(report);
     }
 
     fn on_tick(&self) {

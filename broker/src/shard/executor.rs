@@ -41,6 +41,7 @@ use crate::net::stop::StopSignal;
 use crate::queue::QueueId;
 use crate::shard::alarm::Alarm;
 use crate::shard::hooks::{ShardContext, ShardHooks, ShardHooksFactory};
+use crate::shard::report::{ConnectionCounts, ShardReport};
 use crate::shard::{
     ControlCommand, ControlError, Event, ExecutorName, QueueCreated, ShardError, ShardMessage,
     Shared,
@@ -172,8 +173,11 @@ pub(crate) async fn shard_main<F: ShardHooksFactory>(
         hooks.clone(),
     ));
 
+    // Created before the assignment loop, which reports them when asked.
+    let stats = Rc::new(AcceptStats::default());
     let assignment_task = glommio::spawn_local({
         let hooks = hooks.clone();
+        let stats = stats.clone();
         let stop = stop.clone();
         let shared = shared.clone();
         let mut table = start_table;
@@ -184,8 +188,22 @@ pub(crate) async fn shard_main<F: ShardHooksFactory>(
                     None
                 })
                 .await;
-                let Some(ShardMessage::Assignments(updates)) = message else {
-                    return Ok(());
+                let updates = match message {
+                    Some(ShardMessage::Assignments(updates)) => updates,
+                    Some(ShardMessage::Report(reply)) => {
+                        let mut report = ShardReport::new(shard, crate::io::stats::snapshot());
+                        report.connections = ConnectionCounts {
+                            active: stats.active.get() as u64,
+                            accepted: stats.accepted.get(),
+                            refused_over_limit: stats.refused_over_limit.get(),
+                        };
+                        hooks.report(&mut report);
+                        // The asker may have given up; one slot per shard,
+                        // so this never waits.
+                        let _ = reply.try_send(report);
+                        continue;
+                    }
+                    None => return Ok(()),
                 };
                 for update in updates.iter() {
                     // The control path sends consecutive versions over a
@@ -223,7 +241,6 @@ pub(crate) async fn shard_main<F: ShardHooksFactory>(
     }
 
     let gate = Gate::new();
-    let stats = Rc::new(AcceptStats::default());
     accept_loop(
         listener,
         handler,
@@ -330,6 +347,9 @@ impl ControlState {
                 })();
                 Answer::Create(reply, outcome)
             }
+            ControlCommand::Report { .. } => {
+                unreachable!("report requests are forwarded, not executed")
+            }
             ControlCommand::DeleteQueue { queue, expect_id, reply } => {
                 let outcome = (|| {
                     if let Some(expected) = expect_id {
@@ -407,8 +427,20 @@ pub(crate) async fn control_main(
             CONTROL_IDLE_POLL.max(tick)
         };
         Timer::new(poll).await;
-        let commands: Vec<ControlCommand> =
-            commands.try_iter().take(CONTROL_COMMANDS_PER_TICK_MAX).collect();
+        let (reports, commands): (Vec<ControlCommand>, Vec<ControlCommand>) = commands
+            .try_iter()
+            .take(CONTROL_COMMANDS_PER_TICK_MAX)
+            .partition(|command| matches!(command, ControlCommand::Report { .. }));
+        for command in reports {
+            if let ControlCommand::Report { reply } = command {
+                // try_send: a shard whose channel is full (a burst of
+                // changes) is left out of this report rather than block
+                // the control executor; the asker sees it missing.
+                for sender in &connected {
+                    let _ = sender.try_send(ShardMessage::Report(reply.clone()));
+                }
+            }
+        }
         if commands.is_empty() {
             continue;
         }

@@ -104,6 +104,13 @@ pub trait ShardHooks: 'static {
         None
     }
 
+    /// Adds what the hooks count to `report` (the admin port's metrics and
+    /// readiness): open partitions' counters, refused partitions, log
+    /// figures. Reads only; must not block. The default adds nothing.
+    fn report(&self, report: &mut crate::shard::report::ShardReport) {
+        let _ = report;
+    }
+
     /// Shutdown, after the listener closed and every connection drained:
     /// make everything acknowledged durable and close files. An error makes
     /// the process exit non-zero.

@@ -16,8 +16,10 @@
 //! rewrites the catalog before broadcasting each later change.
 //!
 //! Cross-core channels (glommio `shared_channel`, one per shard, created here
-//! and connected at start-up) carry **assignment changes only**; nothing on
-//! the request path crosses cores. `channel_mesh` is avoided (DESIGN §8).
+//! and connected at start-up) carry assignment changes and the admin port's
+//! report requests (`ShardMessage::Report`: each shard answers with a
+//! [`report::ShardReport`] of what it already counts); nothing on the
+//! request path crosses cores. `channel_mesh` is avoided (DESIGN §8).
 //! Stop requests reach executors through an `AtomicBool` polled by every
 //! executor's permanent housekeeping timer, so a signal handler never has to
 //! wake a glommio reactor.
@@ -29,6 +31,7 @@ pub mod cpus;
 mod executor;
 pub mod hooks;
 pub mod memlock;
+pub mod report;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -77,6 +80,9 @@ pub const HOOK_FAILURES_PER_VERSION_MAX: usize = 256;
 pub enum ShardMessage {
     /// Consecutive table updates, to apply in order.
     Assignments(Arc<Vec<AssignmentUpdate>>),
+    /// Send this shard's [`report::ShardReport`] here (`try_send`: the
+    /// channel holds one slot per shard, so it never blocks the shard).
+    Report(mpsc::SyncSender<report::ShardReport>),
 }
 
 /// A created queue: the table version that holds it and its id.
@@ -103,6 +109,8 @@ pub(crate) enum ControlCommand {
         expect_id: Option<QueueId>,
         reply: mpsc::SyncSender<Result<AssignmentVersion, ControlError>>,
     },
+    /// Ask every shard for its report; each answers on `reply` itself.
+    Report { reply: mpsc::SyncSender<report::ShardReport> },
 }
 
 /// Which executor an event is about.
@@ -165,6 +173,8 @@ pub enum StartError {
     Net(#[from] NetError),
     #[error(transparent)]
     Catalog(#[from] CatalogError),
+    #[error(transparent)]
+    Admin(#[from] crate::admin::AdminError),
     #[error("{executor} failed to start: {error}")]
     Executor { executor: ExecutorName, error: ShardError },
     #[error("not up within startup_timeout_ms={timeout_ms}: {}", missing.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))]
@@ -183,12 +193,14 @@ impl StartError {
             StartError::Catalog(CatalogError::PlacementBeyondShards { .. }) => FatalReason::Config,
             StartError::Catalog(_) => FatalReason::DataDir,
             StartError::Net(NetError::PortInUse { .. })
+            | StartError::Admin(crate::admin::AdminError::Bind(NetError::PortInUse { .. }))
             | StartError::Executor { error: ShardError::Net(NetError::PortInUse { .. }), .. } => {
                 FatalReason::PortInUse
             }
-            StartError::Net(_) | StartError::Executor { .. } | StartError::Timeout { .. } => {
-                FatalReason::Startup
-            }
+            StartError::Net(_)
+            | StartError::Admin(_)
+            | StartError::Executor { .. }
+            | StartError::Timeout { .. } => FatalReason::Startup,
         }
     }
 }
@@ -492,6 +504,33 @@ impl ControlHandle {
         self.shared.committed.read().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
+    /// Number of shards.
+    pub fn shard_count(&self) -> usize {
+        self.shared.applied_versions.len()
+    }
+
+    /// Whether the broker has been asked to stop.
+    pub fn stop_requested(&self) -> bool {
+        self.shared.stop_requested.load(Ordering::Acquire)
+    }
+
+    /// Asks every shard for its [`report::ShardReport`] (through the control
+    /// executor and the shards' channels: cross-core messages, never shared
+    /// state). Never blocks: the reports arrive on the returned receiver,
+    /// one per shard that answers; poll it with `try_recv` up to a deadline.
+    /// A shard busy applying an assignment change answers after it.
+    ///
+    /// # Errors
+    /// Control stopped or busy.
+    pub fn request_reports(&self) -> Result<mpsc::Receiver<report::ShardReport>, ControlError> {
+        let (reply, reports) = mpsc::sync_channel(self.shard_count());
+        match self.commands.try_send(ControlCommand::Report { reply }) {
+            Ok(()) => Ok(reports),
+            Err(mpsc::TrySendError::Full(_)) => Err(ControlError::Busy),
+            Err(mpsc::TrySendError::Disconnected(_)) => Err(ControlError::Stopped),
+        }
+    }
+
     /// The newest table version `shard` has applied.
     pub fn applied_version(&self, shard: ShardId) -> AssignmentVersion {
         AssignmentVersion(
@@ -551,6 +590,8 @@ pub struct Broker {
     events: mpsc::Receiver<Event>,
     events_sender: mpsc::Sender<Event>,
     threads: Vec<(ExecutorName, JoinHandle<()>)>,
+    /// The admin port's thread, unless it is off.
+    admin: Option<crate::admin::AdminServer>,
     secret: BrokerSecret,
     // Held until the broker is dropped, after every executor has stopped.
     _lock: DataDirLock,
@@ -619,6 +660,10 @@ impl Broker {
         for shard in 0..shard_count {
             wait_port_free(config.shard_listen(shard), patience)?;
         }
+        // Bound now and served once the shards are up: a taken admin port
+        // is a start error like a taken shard port, and no probe comes in
+        // before there is something to report.
+        let admin_listener = config.admin_listen.map(crate::admin::bind).transpose()?;
 
         let config = Arc::new(config);
         let stop_requested = Arc::new(AtomicBool::new(false));
@@ -773,15 +818,36 @@ impl Broker {
                 Event::ShutdownDeadline => {}
             }
         }
+        let admin = match admin_listener {
+            Some(listener) => match crate::admin::AdminServer::spawn(listener, control.clone()) {
+                Ok(admin) => Some(admin),
+                Err(error) => {
+                    shared.stop_requested.store(true, Ordering::Release);
+                    return Err(error.into());
+                }
+            },
+            None => None,
+        };
         tracing::info!(
             shards = shard_count,
             queues = catalog.queues.len(),
             assignment_version = replay_version.0,
             listen = %config.listen,
+            admin = %admin.as_ref().map_or("off".to_owned(), |admin| admin.addr().to_string()),
             data_dir = %lock.dir().display(),
             "spoold started"
         );
-        Ok(Broker { config, shared, control, events, events_sender, threads, secret, _lock: lock })
+        Ok(Broker {
+            config,
+            shared,
+            control,
+            events,
+            events_sender,
+            threads,
+            admin,
+            secret,
+            _lock: lock,
+        })
     }
 
     pub fn config(&self) -> &BrokerConfig {
@@ -794,6 +860,11 @@ impl Broker {
 
     pub fn secret(&self) -> &BrokerSecret {
         &self.secret
+    }
+
+    /// Where the admin port listens (`None`: turned off).
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().map(crate::admin::AdminServer::addr)
     }
 
     /// Listen address of every shard, by shard index.
@@ -862,6 +933,12 @@ impl Broker {
                 }
                 Event::Ready(_) | Event::StartupDeadline => {}
             }
+        }
+        if let Some(admin) = self.admin.take() {
+            // Every executor has stopped, so the stop flag is set: the admin
+            // thread sees it within ADMIN_STOP_POLL.
+            self.request_stop();
+            admin.join();
         }
         for (name, handle) in self.threads.drain(..) {
             if handle.join().is_err() {

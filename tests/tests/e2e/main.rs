@@ -3,6 +3,8 @@
 //! One test binary with a module per area, so the client and tokio are
 //! linked once; nextest still runs every test in its own process.
 //!
+//! - `admin`: the admin port: metrics that move as operations happen and
+//!   parse, health live/ready (not ready with a refused partition).
 //! - `ops`: every protocol operation through the client library.
 //! - `cli`: every `spool` command against a live broker; streamed output
 //!   that matches what the broker stored after a mid-stream stop; the total
@@ -22,6 +24,7 @@
 // test.
 #![allow(clippy::unwrap_used)]
 
+mod admin;
 mod claim_any;
 mod cli;
 mod common;

@@ -1,0 +1,72 @@
+//! `GET /health/ready`: every partition the committed table assigns is open
+//! on its shard and serving; otherwise the list of those that are not, and
+//! why. Pure: the table and the reports come in as arguments.
+
+use std::fmt::Write as _;
+
+use crate::control::assignment::AssignmentTable;
+use crate::shard::report::ShardReport;
+
+/// Readiness: `Ok(summary)` when ready, `Err(reasons)` (one line each)
+/// when not.
+///
+/// `missing` are the shards that did not report in time; `stopping` is the
+/// broker draining.
+pub fn readiness(
+    table: &AssignmentTable,
+    reports: &[ShardReport],
+    missing: &[u16],
+    stopping: bool,
+) -> Result<String, Vec<String>> {
+    let mut reasons = Vec::new();
+    if stopping {
+        reasons.push("the broker is stopping".to_owned());
+    }
+    for shard in missing {
+        reasons.push(format!("shard {shard} did not report in time"));
+    }
+    let mut partitions = 0usize;
+    for (name, entry) in table.queues() {
+        for (index, assignment) in entry.partitions.iter().enumerate() {
+            partitions += 1;
+            let partition = u32::try_from(index).unwrap_or(u32::MAX);
+            let Some(report) = reports.iter().find(|report| report.shard == assignment.shard)
+            else {
+                // Reported above as a missing shard.
+                continue;
+            };
+            let queue = name.as_str();
+            if let Some(refused) = report
+                .refused
+                .iter()
+                .find(|refused| refused.queue == queue && refused.partition == partition)
+            {
+                reasons.push(format!(
+                    "partition {queue}/{partition} on shard {} refused to open: {}",
+                    assignment.shard.0, refused.reason
+                ));
+            } else if !report
+                .partitions
+                .iter()
+                .any(|open| open.queue == queue && open.partition == partition)
+            {
+                reasons.push(format!(
+                    "partition {queue}/{partition} is not open yet on shard {}",
+                    assignment.shard.0
+                ));
+            }
+        }
+    }
+    if reasons.is_empty() {
+        let mut summary = String::new();
+        let _ = write!(
+            summary,
+            "ready: {} shards, {} queues, {partitions} partitions open",
+            reports.len(),
+            table.queues().count()
+        );
+        Ok(summary)
+    } else {
+        Err(reasons)
+    }
+}

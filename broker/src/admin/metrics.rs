@@ -1,0 +1,388 @@
+//! `GET /metrics`: the shards' reports as Prometheus metrics, encoded by
+//! `prometheus-client` (OpenMetrics text).
+//!
+//! A scrape builds a fresh registry from the reports it gathered (the
+//! shards keep the counts; this thread keeps none between scrapes), so a
+//! deleted queue's series disappear with it. Labels are the queue name, the
+//! partition number, the shard number and a fixed set of causes: bounded by
+//! queues × partitions, and never a payload or a routing key. Every name is
+//! listed in `docs/metrics.md`.
+
+use std::fmt;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::{MetricType, TypedMetric};
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::io::stats::SYNC_LATENCY_BUCKETS_US;
+use crate::shard::report::{AdmissionCause, ShardReport};
+
+/// `Content-Type` of the exposition.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PartitionLabels {
+    queue: String,
+    partition: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CauseLabels {
+    queue: String,
+    partition: String,
+    cause: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ShardLabels {
+    shard: String,
+}
+
+/// Histograms counted elsewhere (the shards), encoded as they are: one per
+/// shard, buckets not cumulative, the last one `+Inf`.
+#[derive(Debug, Default)]
+struct ShardHistograms {
+    series: Vec<HistogramSeries>,
+}
+
+/// One shard's histogram: its labels, sum, count and `(bound, count)`
+/// buckets (not cumulative; the encoder adds them up).
+#[derive(Debug)]
+struct HistogramSeries {
+    labels: ShardLabels,
+    sum: f64,
+    count: u64,
+    buckets: Vec<(f64, u64)>,
+}
+
+impl TypedMetric for ShardHistograms {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for ShardHistograms {
+    fn encode(&self, mut encoder: MetricEncoder<'_>) -> Result<(), fmt::Error> {
+        for series in &self.series {
+            encoder.encode_family(&series.labels)?.encode_histogram::<NoLabelSet>(
+                series.sum,
+                series.count,
+                &series.buckets,
+                None,
+            )?;
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
+}
+
+type Counters<L> = Family<L, Counter>;
+type Gauges<L> = Family<L, Gauge>;
+type FloatGauges<L> = Family<L, Gauge<f64, std::sync::atomic::AtomicU64>>;
+
+fn gauge_value(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// Encodes `reports` (every shard that answered) and marks `missing` shards
+/// as not reporting.
+///
+/// # Errors
+/// Only a formatting failure of the encoder (writing to a `String`).
+pub fn encode(reports: &[ShardReport], missing: &[u16]) -> Result<String, fmt::Error> {
+    let mut registry = Registry::default();
+    macro_rules! partition_counter {
+        ($name:literal, $help:literal, |$report:ident| $value:expr) => {{
+            let family = Counters::<PartitionLabels>::default();
+            for shard in reports {
+                for $report in &shard.partitions {
+                    let labels = PartitionLabels {
+                        queue: $report.queue.clone(),
+                        partition: $report.partition.to_string(),
+                    };
+                    family.get_or_create(&labels).inc_by($value);
+                }
+            }
+            registry.register($name, $help, family);
+        }};
+    }
+    macro_rules! partition_gauge {
+        ($name:literal, $help:literal, |$report:ident| $value:expr) => {{
+            let family = Gauges::<PartitionLabels>::default();
+            for shard in reports {
+                for $report in &shard.partitions {
+                    let labels = PartitionLabels {
+                        queue: $report.queue.clone(),
+                        partition: $report.partition.to_string(),
+                    };
+                    family.get_or_create(&labels).set(gauge_value($value));
+                }
+            }
+            registry.register($name, $help, family);
+        }};
+    }
+    macro_rules! shard_counter {
+        ($name:literal, $help:literal, |$shard:ident| $value:expr) => {{
+            let family = Counters::<ShardLabels>::default();
+            for $shard in reports {
+                let labels = ShardLabels { shard: $shard.shard.0.to_string() };
+                family.get_or_create(&labels).inc_by($value);
+            }
+            registry.register($name, $help, family);
+        }};
+    }
+
+    partition_counter!(
+        "spool_enqueued_messages",
+        "Messages appended by enqueues (duplicates not counted)",
+        |p| p.counters.totals.enqueued
+    );
+    partition_counter!(
+        "spool_claims",
+        "Claim requests answered, with or without deliveries",
+        |p| p.requests.claims
+    );
+    partition_counter!(
+        "spool_delivered_messages",
+        "Messages handed out by claims (first deliveries and redeliveries)",
+        |p| p.requests.deliveries
+    );
+    partition_counter!(
+        "spool_redeliveries",
+        "Deliveries of a message delivered before (attempt > 1)",
+        |p| p.requests.redeliveries
+    );
+    partition_counter!(
+        "spool_acked_messages",
+        "Messages acked (main lane and dead-letter lane)",
+        |p| p.counters.totals.acked + p.counters.totals.dead_letter_acked
+    );
+    partition_counter!(
+        "spool_released_messages",
+        "Messages released back to the queue (by workers and by the epoch fence)",
+        |p| p.counters.totals.released
+    );
+    partition_counter!("spool_extends", "Lease extensions granted", |p| p.requests.extends);
+    partition_counter!(
+        "spool_lease_expirations",
+        "Leases that ran out before an ack, extend or release",
+        |p| p.counters.totals.lease_expired
+    );
+    partition_counter!(
+        "spool_stale_token_rejections",
+        "Acks, extends and releases refused with STALE_TOKEN",
+        |p| p.requests.stale_tokens
+    );
+    partition_counter!(
+        "spool_dead_letter_moves",
+        "Messages moved to the dead-letter lane (max deliveries or expiry)",
+        |p| p.counters.totals.quarantined
+    );
+    partition_counter!(
+        "spool_expired_messages",
+        "Messages whose expiry passed before they were acked",
+        |p| p.counters.totals.expired
+    );
+    partition_counter!("spool_redriven_messages", "Dead letters moved back to the queue", |p| p
+        .counters
+        .totals
+        .redriven);
+    partition_counter!("spool_purged_messages", "Messages removed by purges", |p| p
+        .counters
+        .totals
+        .purged);
+    {
+        let family = Counters::<CauseLabels>::default();
+        for shard in reports {
+            for report in &shard.partitions {
+                for cause in AdmissionCause::ALL {
+                    let labels = CauseLabels {
+                        queue: report.queue.clone(),
+                        partition: report.partition.to_string(),
+                        cause: cause.as_str().to_owned(),
+                    };
+                    family.get_or_create(&labels).inc_by(report.requests.rejections[cause.index()]);
+                }
+            }
+        }
+        registry.register(
+            "spool_admission_rejections",
+            "Requests refused before they changed anything, by cause",
+            family,
+        );
+    }
+    partition_gauge!("spool_ready_messages", "Main-lane messages ready to claim", |p| p
+        .counters
+        .ready);
+    partition_gauge!(
+        "spool_scheduled_messages",
+        "Main-lane messages waiting for their not-before time",
+        |p| p.counters.scheduled
+    );
+    partition_gauge!("spool_claimed_messages", "Main-lane messages under a lease", |p| p
+        .counters
+        .claimed);
+    partition_gauge!(
+        "spool_dead_letter_messages",
+        "Messages in the dead-letter lane (claimed there or not)",
+        |p| p.counters.quarantined
+    );
+    partition_gauge!(
+        "spool_stored_messages",
+        "Messages the partition holds (both lanes): what max_messages bounds",
+        |p| p.counters.held_messages
+    );
+    {
+        let family = Gauges::<PartitionLabels>::default();
+        for shard in reports {
+            for report in &shard.partitions {
+                let labels = PartitionLabels {
+                    queue: report.queue.clone(),
+                    partition: report.partition.to_string(),
+                };
+                family.get_or_create(&labels).set(gauge_value(report.counters.held_bytes));
+            }
+        }
+        registry.register_with_unit(
+            "spool_stored",
+            "Record bytes the partition holds (both lanes): what max_bytes bounds",
+            Unit::Bytes,
+            family,
+        );
+    }
+    {
+        let family = FloatGauges::<PartitionLabels>::default();
+        for shard in reports {
+            for report in &shard.partitions {
+                let labels = PartitionLabels {
+                    queue: report.queue.clone(),
+                    partition: report.partition.to_string(),
+                };
+                let age_ms = report.counters.oldest_ready_age_ms.unwrap_or(0);
+                family.get_or_create(&labels).set(age_ms as f64 / 1000.0);
+            }
+        }
+        registry.register_with_unit(
+            "spool_oldest_ready_age",
+            "Age of the oldest ready main-lane message (0 when none is ready)",
+            Unit::Seconds,
+            family,
+        );
+    }
+
+    shard_counter!(
+        "spool_shard_commits",
+        "Log commits made durable by the shard's partitions",
+        |s| s.log.commits
+    );
+    {
+        let family = Counters::<ShardLabels>::default();
+        for shard in reports {
+            let labels = ShardLabels { shard: shard.shard.0.to_string() };
+            family.get_or_create(&labels).inc_by(shard.log.commit_bytes);
+        }
+        registry.register_with_unit(
+            "spool_shard_commit",
+            "Bytes of log commits made durable (whole pages, fillers included)",
+            Unit::Bytes,
+            family,
+        );
+    }
+    {
+        let family = Counters::<ShardLabels>::default();
+        for shard in reports {
+            let labels = ShardLabels { shard: shard.shard.0.to_string() };
+            family.get_or_create(&labels).inc_by(shard.io.written_bytes);
+        }
+        registry.register_with_unit(
+            "spool_shard_written",
+            "Bytes the shard wrote to disk (log, index, segment zeroing, side files)",
+            Unit::Bytes,
+            family,
+        );
+    }
+    {
+        let mut histograms = ShardHistograms::default();
+        for shard in reports {
+            let buckets: Vec<(f64, u64)> = shard
+                .io
+                .sync_buckets
+                .iter()
+                .enumerate()
+                .map(|(index, count)| {
+                    let bound = SYNC_LATENCY_BUCKETS_US
+                        .get(index)
+                        .map_or(f64::MAX, |micros| *micros as f64 / 1e6);
+                    (bound, *count)
+                })
+                .collect();
+            histograms.series.push(HistogramSeries {
+                labels: ShardLabels { shard: shard.shard.0.to_string() },
+                sum: shard.io.sync_sum_us as f64 / 1e6,
+                count: shard.io.syncs(),
+                buckets,
+            });
+        }
+        registry.register_with_unit(
+            "spool_shard_fdatasync_duration",
+            "Time one fdatasync of a data file took",
+            Unit::Seconds,
+            histograms,
+        );
+    }
+    shard_counter!(
+        "spool_shard_connections_accepted",
+        "Client connections the shard accepted (refused ones included)",
+        |s| s.connections.accepted
+    );
+    shard_counter!(
+        "spool_shard_connections_refused",
+        "Client connections refused over connections_per_shard_max (TOO_MANY_CONNECTIONS)",
+        |s| s.connections.refused_over_limit
+    );
+    {
+        let active = Gauges::<ShardLabels>::default();
+        for shard in reports {
+            let labels = ShardLabels { shard: shard.shard.0.to_string() };
+            active.get_or_create(&labels).set(gauge_value(shard.connections.active));
+        }
+        registry.register(
+            "spool_shard_connections",
+            "Client connections open on the shard",
+            active,
+        );
+    }
+    {
+        let open = Gauges::<ShardLabels>::default();
+        let refused = Gauges::<ShardLabels>::default();
+        let reporting = Gauges::<ShardLabels>::default();
+        for shard in reports {
+            let labels = ShardLabels { shard: shard.shard.0.to_string() };
+            open.get_or_create(&labels).set(gauge_value(shard.partitions.len() as u64));
+            refused.get_or_create(&labels).set(gauge_value(shard.refused.len() as u64));
+            reporting.get_or_create(&labels).set(1);
+        }
+        for shard in missing {
+            reporting.get_or_create(&ShardLabels { shard: shard.to_string() }).set(0);
+        }
+        registry.register("spool_shard_partitions_open", "Partitions open on the shard", open);
+        registry.register(
+            "spool_shard_partitions_refused",
+            "Partitions the shard owns that refused to open (see /health/ready)",
+            refused,
+        );
+        registry.register(
+            "spool_shard_reporting",
+            "1 if the shard answered this scrape in time, 0 if not (its series are missing)",
+            reporting,
+        );
+    }
+
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry)?;
+    Ok(text)
+}

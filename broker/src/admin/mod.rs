@@ -1,0 +1,278 @@
+//! The admin port: HTTP/1.1 for operators and their tools — `GET /metrics`
+//! (Prometheus/OpenMetrics text), `GET /health/live`, `GET /health/ready`.
+//!
+//! It runs on its own thread (`spool-admin`) with a single-threaded tokio
+//! runtime and hyper; never on a shard. It holds no broker state and reads
+//! none across cores: each scrape or readiness check asks every shard for a
+//! [`ShardReport`] through the control path
+//! ([`ControlHandle::request_reports`]: the control executor forwards the
+//! request over each shard's channel, the shard answers from what it
+//! already counts) and waits at most [`ADMIN_REPORT_TIMEOUT`] for the
+//! answers. A shard that does not answer in time is reported missing
+//! (`spool_shard_reporting 0`, and not ready), never waited on longer.
+//!
+//! What it does not do (later work): a JSON API, authentication, TLS.
+//! Bind it to loopback or a private network (default `127.0.0.1:7480`;
+//! `admin_listen = "off"` turns it off).
+
+pub mod health;
+pub mod metrics;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use thiserror::Error;
+
+use crate::limits::{
+    ADMIN_CONNECTIONS_MAX, ADMIN_HEADER_READ_TIMEOUT, ADMIN_REPORT_POLL, ADMIN_REPORT_TIMEOUT,
+    ADMIN_STOP_POLL,
+};
+use crate::net::listener::NetError;
+use crate::shard::report::ShardReport;
+use crate::shard::ControlHandle;
+
+const TEXT: &str = "text/plain; charset=utf-8";
+
+/// Why the admin port did not start.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum AdminError {
+    #[error("admin port: {0}")]
+    Bind(#[from] NetError),
+    #[error("admin port {addr}: {source}")]
+    Listener { addr: SocketAddr, source: std::io::Error },
+    #[error("admin thread could not be started: {0}")]
+    Spawn(std::io::Error),
+}
+
+/// Binds the admin port (before the shards start, so a taken port is a
+/// start error, like a shard's). A port still in use is retried for
+/// `PORT_IN_USE_RETRY_MS`, as the shards' ports are: a SIGKILLed
+/// predecessor's listening socket outlives it by milliseconds.
+///
+/// # Errors
+/// [`NetError::PortInUse`] on EADDRINUSE past the retry, [`NetError::Bind`]
+/// otherwise.
+pub fn bind(addr: SocketAddr) -> Result<std::net::TcpListener, AdminError> {
+    crate::net::listener::wait_port_free(
+        addr,
+        std::time::Duration::from_millis(crate::limits::PORT_IN_USE_RETRY_MS),
+    )?;
+    let listener = std::net::TcpListener::bind(addr).map_err(|source| {
+        if source.kind() == std::io::ErrorKind::AddrInUse {
+            NetError::PortInUse { addr }
+        } else {
+            NetError::Bind { addr, source }
+        }
+    })?;
+    listener.set_nonblocking(true).map_err(|source| AdminError::Listener { addr, source })?;
+    Ok(listener)
+}
+
+/// The running admin port; its thread ends within [`ADMIN_STOP_POLL`] of
+/// the broker's stop flag.
+#[derive(Debug)]
+pub struct AdminServer {
+    addr: SocketAddr,
+    thread: JoinHandle<()>,
+}
+
+impl AdminServer {
+    /// Serves `listener` on a new thread until the broker stops.
+    ///
+    /// # Errors
+    /// The listener's address cannot be read, or the thread not spawned.
+    pub fn spawn(
+        listener: std::net::TcpListener,
+        control: ControlHandle,
+    ) -> Result<AdminServer, AdminError> {
+        let addr = listener.local_addr().map_err(|source| AdminError::Listener {
+            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+            source,
+        })?;
+        let thread = std::thread::Builder::new()
+            .name("spool-admin".to_owned())
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_io()
+                    .enable_time()
+                    .build()
+                {
+                    Ok(runtime) => runtime,
+                    Err(error) => {
+                        tracing::error!(%error, "admin port: no runtime; not serving");
+                        return;
+                    }
+                };
+                runtime.block_on(serve(listener, control));
+            })
+            .map_err(AdminError::Spawn)?;
+        Ok(AdminServer { addr, thread })
+    }
+
+    /// The bound address (the real port when configured with port 0).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Waits for the thread to end (after the stop flag is set).
+    pub fn join(self) {
+        if self.thread.join().is_err() {
+            tracing::error!("admin thread panicked");
+        }
+    }
+}
+
+async fn serve(listener: std::net::TcpListener, control: ControlHandle) {
+    let listener = match tokio::net::TcpListener::from_std(listener) {
+        Ok(listener) => listener,
+        Err(error) => {
+            tracing::error!(%error, "admin port: listener unusable; not serving");
+            return;
+        }
+    };
+    let slots = Arc::new(tokio::sync::Semaphore::new(ADMIN_CONNECTIONS_MAX));
+    while !control.stop_requested() {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = tokio::time::sleep(ADMIN_STOP_POLL) => continue,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(error) => {
+                // EMFILE and friends: back off instead of spinning.
+                tracing::warn!(%error, "admin port: accept failed");
+                tokio::time::sleep(ADMIN_STOP_POLL).await;
+                continue;
+            }
+        };
+        // Over the bound the connection is closed at once: the admin port
+        // must not hold more than a few sockets whatever its peers do.
+        let Ok(slot) = slots.clone().try_acquire_owned() else { continue };
+        let control = control.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |request| {
+                let control = control.clone();
+                async move { Ok::<_, Infallible>(route(&request, &control).await) }
+            });
+            let mut builder = http1::Builder::new();
+            builder.timer(TokioTimer::new()).header_read_timeout(ADMIN_HEADER_READ_TIMEOUT);
+            // A failed connection (peer gone, bad request) is the peer's
+            // business; hyper has answered what it could.
+            let _ = builder.serve_connection(TokioIo::new(stream), service).await;
+            drop(slot);
+        });
+    }
+}
+
+fn response(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
+async fn route(request: &Request<Incoming>, control: &ControlHandle) -> Response<Full<Bytes>> {
+    let path = request.uri().path();
+    if !matches!(path, "/metrics" | "/health/live" | "/health/ready") {
+        return response(StatusCode::NOT_FOUND, TEXT, format!("no such endpoint: {path}\n"));
+    }
+    if request.method() != Method::GET {
+        let mut refused =
+            response(StatusCode::METHOD_NOT_ALLOWED, TEXT, "only GET is served here\n".to_owned());
+        refused.headers_mut().insert(ALLOW, HeaderValue::from_static("GET"));
+        return refused;
+    }
+    match path {
+        "/health/live" => response(StatusCode::OK, TEXT, "live\n".to_owned()),
+        "/health/ready" => ready(control).await,
+        _ => metrics_page(control).await,
+    }
+}
+
+/// What the shards answered, and which did not.
+struct Gathered {
+    reports: Vec<ShardReport>,
+    missing: Vec<u16>,
+}
+
+/// Asks every shard for its report and waits up to [`ADMIN_REPORT_TIMEOUT`].
+async fn gather(control: &ControlHandle) -> Result<Gathered, String> {
+    let receiver = control.request_reports().map_err(|error| error.to_string())?;
+    let shards = control.shard_count();
+    let mut reports: Vec<ShardReport> = Vec::with_capacity(shards);
+    let polls = ADMIN_REPORT_TIMEOUT.as_millis() / ADMIN_REPORT_POLL.as_millis().max(1);
+    for _ in 0..=polls {
+        while let Ok(report) = receiver.try_recv() {
+            reports.push(report);
+        }
+        if reports.len() >= shards {
+            break;
+        }
+        // Polled rather than awaited: the answer comes from a glommio
+        // thread, and polling needs no cross-runtime wake-up.
+        tokio::time::sleep(ADMIN_REPORT_POLL).await;
+    }
+    reports.sort_by_key(|report| report.shard);
+    let missing = (0..shards)
+        .filter_map(|shard| u16::try_from(shard).ok())
+        .filter(|shard| !reports.iter().any(|report| report.shard.0 == *shard))
+        .collect();
+    Ok(Gathered { reports, missing })
+}
+
+async fn metrics_page(control: &ControlHandle) -> Response<Full<Bytes>> {
+    let gathered = match gather(control).await {
+        Ok(gathered) => gathered,
+        Err(error) => {
+            return response(StatusCode::SERVICE_UNAVAILABLE, TEXT, format!("{error}\n"));
+        }
+    };
+    match metrics::encode(&gathered.reports, &gathered.missing) {
+        Ok(text) => response(StatusCode::OK, metrics::CONTENT_TYPE, text),
+        Err(error) => response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            TEXT,
+            format!("metrics could not be encoded: {error}\n"),
+        ),
+    }
+}
+
+async fn ready(control: &ControlHandle) -> Response<Full<Bytes>> {
+    if control.stop_requested() {
+        return response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            TEXT,
+            "not ready\nthe broker is stopping\n".to_owned(),
+        );
+    }
+    let gathered = match gather(control).await {
+        Ok(gathered) => gathered,
+        Err(error) => {
+            return response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                TEXT,
+                format!("not ready\n{error}\n"),
+            );
+        }
+    };
+    let table = control.catalog_snapshot();
+    match health::readiness(&table, &gathered.reports, &gathered.missing, control.stop_requested())
+    {
+        Ok(summary) => response(StatusCode::OK, TEXT, format!("{summary}\n")),
+        Err(reasons) => response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            TEXT,
+            format!("not ready\n{}\n", reasons.join("\n")),
+        ),
+    }
+}

@@ -1,0 +1,141 @@
+//! What a shard tells the admin port when asked: its partitions' counters,
+//! the partitions it refused, its log and disk figures.
+//!
+//! A report is plain data (`Send`), built on the shard's own thread from
+//! what the shard already keeps — the queue state's counters, the log's
+//! `LogStats`, the request counters its handler bumps (`Cell`s), the
+//! thread's `io::stats` — and carried back over the cross-core report
+//! message (`ShardMessage::Report`). Building one reads; it changes nothing
+//! and is off the data path. It holds no payload and no routing key.
+
+use crate::control::assignment::ShardId;
+use crate::io::stats::IoSnapshot;
+use crate::queue::QueueCounters;
+
+/// Why a request was turned away before it changed anything (counted per
+/// partition; the label values of `spool_admission_rejections_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum AdmissionCause {
+    /// Enqueue refused: the queue's `max_messages`.
+    MaxMessages,
+    /// Enqueue refused: the queue's `max_bytes`.
+    MaxBytes,
+    /// Enqueue refused: the disk is full.
+    DiskFull,
+    /// Claim refused: the partition's bound on waiting claims.
+    ClaimWaitersPerPartition,
+    /// Claim refused: the connection's bound on waiting claims.
+    ClaimWaitersPerConnection,
+}
+
+impl AdmissionCause {
+    pub const ALL: [AdmissionCause; 5] = [
+        AdmissionCause::MaxMessages,
+        AdmissionCause::MaxBytes,
+        AdmissionCause::DiskFull,
+        AdmissionCause::ClaimWaitersPerPartition,
+        AdmissionCause::ClaimWaitersPerConnection,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AdmissionCause::MaxMessages => "max_messages",
+            AdmissionCause::MaxBytes => "max_bytes",
+            AdmissionCause::DiskFull => "disk_full",
+            AdmissionCause::ClaimWaitersPerPartition => "claim_waiters_per_partition",
+            AdmissionCause::ClaimWaitersPerConnection => "claim_waiters_per_connection",
+        }
+    }
+
+    /// Index into [`RequestCounts::rejections`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Counts the shard's handler keeps per partition for what the queue state
+/// does not count (it folds events; these are requests and refusals).
+/// Since the partition was opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RequestCounts {
+    /// Claim requests answered (with or without deliveries).
+    pub claims: u64,
+    /// Messages handed out by those claims.
+    pub deliveries: u64,
+    /// Deliveries of a message delivered before (attempt > 1).
+    pub redeliveries: u64,
+    /// Lease extensions granted.
+    pub extends: u64,
+    /// Acks, extends and releases refused as STALE_TOKEN.
+    pub stale_tokens: u64,
+    /// Refusals by [`AdmissionCause`] (indexed by [`AdmissionCause::index`]).
+    pub rejections: [u64; AdmissionCause::ALL.len()],
+}
+
+/// One open partition's figures.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionReport {
+    pub queue: String,
+    pub partition: u32,
+    /// The queue state's counters and cumulative totals (part of the fold,
+    /// so they survive restarts).
+    pub counters: QueueCounters,
+    pub requests: RequestCounts,
+}
+
+/// A partition this shard owns that did not open, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedPartition {
+    pub queue: String,
+    pub partition: u32,
+    pub reason: String,
+}
+
+/// Log figures of a shard: the sum of its partitions' `LogStats` since
+/// they opened, plus those of partitions deleted since the shard started
+/// (so the sum never goes back).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogTotals {
+    /// Commits made durable.
+    pub commits: u64,
+    /// Bytes those commits occupy on disk.
+    pub commit_bytes: u64,
+}
+
+/// A shard's client connections (its accept loop's `AcceptStats`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnectionCounts {
+    /// Connections open now.
+    pub active: u64,
+    /// Connections accepted since the shard started (refused ones included).
+    pub accepted: u64,
+    /// Connections refused over `connections_per_shard_max`.
+    pub refused_over_limit: u64,
+}
+
+/// Everything one shard reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardReport {
+    pub shard: ShardId,
+    pub connections: ConnectionCounts,
+    pub partitions: Vec<PartitionReport>,
+    pub refused: Vec<RefusedPartition>,
+    pub log: LogTotals,
+    /// This shard thread's disk figures.
+    pub io: IoSnapshot,
+}
+
+impl ShardReport {
+    /// A report with the shard's disk figures and nothing else yet.
+    pub fn new(shard: ShardId, io: IoSnapshot) -> Self {
+        Self {
+            shard,
+            connections: ConnectionCounts::default(),
+            partitions: Vec::new(),
+            refused: Vec::new(),
+            log: LogTotals::default(),
+            io,
+        }
+    }
+}
