@@ -507,3 +507,52 @@ fn the_tail_cache_holds_no_more_memory_than_its_bound() {
     }));
     assert_eq!(log.stats().commits, 300, "each append committed alone");
 }
+
+// Goal: committers never write further ahead of the durable watermark than
+// the recovery window allows (issue: a crash during one slow commit left
+// more unsynced bytes than `recovery_window_bytes`, and the partition then
+// refused to open after an ordinary crash). Method: hold the write of one
+// commit (a slow write), keep appending so the other committer runs ahead,
+// take the disk a crash at that moment leaves, and reopen it: recovery must
+// treat the hole as a torn tail (the held commit and everything after it
+// were never acknowledged) and keep every acknowledged batch.
+#[test]
+fn a_slow_commit_never_lets_later_commits_run_past_the_recovery_window() {
+    let config = LogConfig {
+        segment_bytes: 1 << 20,
+        segment_bytes_initial: 1 << 20,
+        ..small_config()
+    };
+    let disk = SimStorage::new();
+    let dir = Path::new("/p");
+    let fatal = Rc::new(RecordFatal::default());
+    let (log, _) =
+        block_on(Log::open(disk.clone(), dir, config.clone(), EPOCH, fatal.clone())).unwrap();
+    let warm = make_batch(1, 6000, 0);
+    let (image, held_reached) = block_on(drive(&log, async {
+        log.append(&warm).unwrap().ticket.durable().await.unwrap();
+        let gate = disk.hold(|op, _, _| op == IoOp::Write);
+        let mut tickets = Vec::new();
+        for tag in 1..=12 {
+            tickets.push(log.append(&make_batch(1, 6000, tag)).unwrap().ticket);
+            for _ in 0..50 {
+                yield_now().await;
+            }
+        }
+        let reached = gate.reached();
+        // A crash now: the held commit never reached the disk.
+        let image = disk.crash_image(CrashMode::DurableOnly);
+        gate.release();
+        for ticket in tickets {
+            ticket.durable().await.unwrap();
+        }
+        (image, reached)
+    }));
+    assert!(held_reached, "the commit write was held");
+    let (reopened, report) = block_on(Log::open(image, dir, config.clone(), EPOCH + 1, fatal))
+        .unwrap_or_else(|error| panic!("an ordinary crash must recover: {error}"));
+    let batches = block_on(read_all(&reopened));
+    assert_eq!(batches.len(), 1, "the acknowledged batch, and nothing after the hole");
+    assert_eq!(batches[0].bytes.to_vec(), stamped(&warm, 0, EPOCH), "acked batch kept intact");
+    assert_eq!(report.next_offset.0, 1, "nothing after the hole survives: none of it was acked");
+}

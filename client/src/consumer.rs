@@ -870,7 +870,7 @@ async fn ack_request(shared: Arc<Shared>, items: Vec<AckItem>, _permit: OwnedSem
     let (queue, partition) = (Arc::clone(&first.target.queue), first.target.partition);
     let tokens: Vec<DeliveryToken> = items.iter().map(|item| item.target.token).collect();
     counters.ack_requests.fetch_add(1, Ordering::Relaxed);
-    let sent = std::time::Instant::now();
+    let sent = tokio::time::Instant::now();
     let answer = shared.client.ack(&queue, partition, &tokens).await;
     if let Some(observer) = &shared.config.ack_observer {
         observer(sent.elapsed(), tokens.len());

@@ -107,6 +107,35 @@ struct SimState {
     /// (operation, its count, fails as a full disk).
     faults: Vec<(IoOp, u64, bool)>,
     hook: Option<Hook>,
+    /// An operation to hold before it takes effect ([`SimStorage::hold`]).
+    hold: Option<Hold>,
+}
+
+/// Which operation [`SimStorage::hold`] stops, and its gate.
+struct Hold {
+    matches: Box<dyn Fn(IoOp, &Path, Option<u64>) -> bool>,
+    gate: HoldGate,
+    taken: bool,
+}
+
+/// The gate of a held operation: whether one was caught, and releasing it.
+/// Cloning shares the gate.
+#[derive(Clone, Default)]
+pub struct HoldGate {
+    reached: Rc<Cell<bool>>,
+    released: Rc<Cell<bool>>,
+}
+
+impl HoldGate {
+    /// Whether the held operation has been issued (and is waiting).
+    pub fn reached(&self) -> bool {
+        self.reached.get()
+    }
+
+    /// Lets the held operation take effect at its next poll.
+    pub fn release(&self) {
+        self.released.set(true);
+    }
 }
 
 /// The simulated disk. Cloning shares the same disk.
@@ -328,6 +357,18 @@ impl SimStorage {
         self.state.borrow_mut().hook = None;
     }
 
+    /// Holds the first operation for which `matches(op, path, pos)` is true
+    /// before it takes effect, until the returned gate is released: a slow
+    /// write or sync, while everything else goes on (the held future keeps
+    /// yielding). One hold at a time.
+    pub fn hold(&self, matches: impl Fn(IoOp, &Path, Option<u64>) -> bool + 'static) -> HoldGate {
+        let gate = HoldGate::default();
+        let mut state = self.state.borrow_mut();
+        assert!(state.hold.as_ref().is_none_or(|hold| hold.taken), "one hold at a time");
+        state.hold = Some(Hold { matches: Box::new(matches), gate: gate.clone(), taken: false });
+        gate
+    }
+
     /// The disk a crash right now could leave, as a fresh simulator: durably
     /// named files with durable bytes plus the unsynced writes `mode` keeps.
     pub fn crash_image(&self, mode: CrashMode) -> SimStorage {
@@ -423,6 +464,22 @@ impl SimStorage {
         pos: Option<u64>,
         effect: impl FnOnce(&mut SimState) -> Result<T, std::io::Error>,
     ) -> Result<T, IoError> {
+        let held = {
+            let mut state = self.state.borrow_mut();
+            match state.hold.as_mut() {
+                Some(hold) if !hold.taken && (hold.matches)(op, path, pos) => {
+                    hold.taken = true;
+                    hold.gate.reached.set(true);
+                    Some(hold.gate.clone())
+                }
+                _ => None,
+            }
+        };
+        if let Some(gate) = held {
+            while !gate.released.get() {
+                futures_lite::future::yield_now().await;
+            }
+        }
         futures_lite::future::yield_now().await;
         let (result, count) = {
             let mut state = self.state.borrow_mut();

@@ -677,9 +677,22 @@ impl<S: Storage> Shared<S> {
                 if state.failed.is_some() {
                     return None;
                 }
-                let gather = match state.queued.pop_front() {
-                    Some(gather) => Some(gather),
-                    None => close_open(&mut state),
+                // In-flight bound: at most `inflight_commits_max` commits
+                // between the durable watermark and the newest write. A
+                // committer whose own commit synced while an earlier one
+                // has not must not write further ahead: a crash would then
+                // leave more unsynced bytes after the damage than
+                // `recovery_window_bytes` (inflight × the largest commit)
+                // allows, and recovery would refuse an ordinary torn tail
+                // as corruption.
+                let room = state.inflight.len() < self.config.inflight_commits_max;
+                let gather = if !room {
+                    None
+                } else {
+                    match state.queued.pop_front() {
+                        Some(gather) => Some(gather),
+                        None => close_open(&mut state),
+                    }
                 };
                 if let Some(gather) = gather {
                     let job = self.start_commit(&mut state, gather);
@@ -687,7 +700,7 @@ impl<S: Storage> Shared<S> {
                     self.space.notify_all();
                     return Some(job);
                 }
-                if state.closing {
+                if state.closing && room {
                     return None;
                 }
             }
@@ -807,10 +820,16 @@ impl<S: Storage> Shared<S> {
                 resolved.push(done.commit);
             }
         }
+        let advanced = !resolved.is_empty();
         for commit in resolved {
             commit.resolve(CommitStatus::Durable);
         }
         self.durable.notify_all();
+        if advanced {
+            // Commits left the in-flight map: a committer held back by the
+            // in-flight bound (`next_job`) may take the next one.
+            self.work.notify_all();
+        }
     }
 
     /// Gives the prepared file this segment's name, once every earlier commit
@@ -1013,8 +1032,15 @@ async fn preparer<S: Storage>(shared: Rc<Shared<S>>) {
             }
             Step::Seal(segment) => {
                 if let Err(error) = persist_index(&shared.storage, &shared.dir, &segment).await {
-                    // The index is an accelerator: recovery rebuilds it.
-                    tracing::warn!(%error, segment = segment.base, "index persist failed");
+                    // The index is an accelerator: recovery rebuilds it. A
+                    // file whose write or sync failed is never trusted:
+                    // removed (best effort; recovery also checks an index
+                    // file's crc and extents before using it).
+                    tracing::warn!(%error, segment = segment.base, "index persist failed; discarding the file");
+                    let path = index_path(&shared.dir, segment.base);
+                    if let Err(error) = shared.storage.remove(&path).await {
+                        tracing::warn!(%error, path = %path.display(), "discarding the index file failed");
+                    }
                 }
             }
         }

@@ -59,7 +59,8 @@ impl SharedBytes {
     /// A copy of `bytes` in a buffer of its own (tests, and callers that
     /// hold bytes the log did not produce).
     pub fn copy_from(bytes: &[u8]) -> Self {
-        Self::new(bytes.to_vec())
+        let owned: Vec<u8> = bytes.to_vec();
+        Self::new(owned)
     }
 
     /// The sub-range `range` of these bytes (relative to their start),

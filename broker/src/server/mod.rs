@@ -154,7 +154,6 @@ fn remove_prepared(dir: &Path) {
         }
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
         Err(error) => tracing::warn!(path = %path.display(), %error, "could not remove it"),
-        }
     }
 }
 
