@@ -518,11 +518,8 @@ fn the_tail_cache_holds_no_more_memory_than_its_bound() {
 // were never acknowledged) and keep every acknowledged batch.
 #[test]
 fn a_slow_commit_never_lets_later_commits_run_past_the_recovery_window() {
-    let config = LogConfig {
-        segment_bytes: 1 << 20,
-        segment_bytes_initial: 1 << 20,
-        ..small_config()
-    };
+    let config =
+        LogConfig { segment_bytes: 1 << 20, segment_bytes_initial: 1 << 20, ..small_config() };
     let disk = SimStorage::new();
     let dir = Path::new("/p");
     let fatal = Rc::new(RecordFatal::default());
