@@ -88,6 +88,9 @@ struct FileData {
 
 type Hook = Box<dyn FnMut(&SimStorage, IoOp, u64)>;
 
+/// Which operation a [`SimStorage::hold`] stops: (kind, path, position).
+type HoldMatch = Box<dyn Fn(IoOp, &Path, Option<u64>) -> bool>;
+
 #[derive(Default)]
 struct SimState {
     files: Vec<FileData>,
@@ -113,7 +116,7 @@ struct SimState {
 
 /// Which operation [`SimStorage::hold`] stops, and its gate.
 struct Hold {
-    matches: Box<dyn Fn(IoOp, &Path, Option<u64>) -> bool>,
+    matches: HoldMatch,
     gate: HoldGate,
     taken: bool,
 }
