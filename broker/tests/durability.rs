@@ -4,27 +4,24 @@
 //! and never retried, and the leader epoch never goes backwards.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
+mod common;
+
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use futures_lite::future::block_on;
-use glommio::{LocalExecutorBuilder, Placement};
 use spool_broker::io::{CrashMode, IoOp, SimStorage, Storage};
 use spool_broker::log::{FatalCode, Log, LogConfig, RecordFatal};
 use spool_broker::partition::{Clock, OpenReport, Partition, PartitionName};
 use spool_broker::queue::{PartitionId, QueueConfig, QueueId};
-use spool_wire::batch::{BatchBytes, DataBatchBuilder, MessageId, Payload, Record};
+use spool_wire::batch::BatchBytes;
 
 const START_MS: u64 = 1_700_000_000_000;
 const DIR: &str = "/data/q1/p0";
 
 fn run<T>(future: impl std::future::Future<Output = T>) -> T {
-    LocalExecutorBuilder::new(Placement::Unbound)
-        .io_memory(0)
-        .make()
-        .expect("glommio executor")
-        .run(future)
+    common::run_glommio(future)
 }
 
 fn small_log() -> LogConfig {
@@ -36,22 +33,7 @@ fn clock() -> Clock {
 }
 
 fn batch(first: u8, count: u8) -> BatchBytes {
-    let mut builder = DataBatchBuilder::new();
-    for id in first..first + count {
-        builder
-            .push(&Record {
-                message_id: MessageId([id; 16]),
-                routing_key: vec![],
-                headers: vec![],
-                payload: Payload::Inline(vec![id; 100]),
-                priority: 0,
-                not_before_ms: 0,
-                expiry_ms: 0,
-                enqueue_time_ms: START_MS,
-            })
-            .unwrap();
-    }
-    builder.finish().unwrap()
+    common::id_batch(&(first..first + count).collect::<Vec<u8>>(), START_MS)
 }
 
 type Opened = (Rc<Partition<SimStorage>>, glommio::task::JoinHandle<()>, OpenReport);

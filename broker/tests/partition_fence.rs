@@ -5,6 +5,8 @@
 //! loss would leave.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
+mod common;
+
 use std::cell::Cell;
 use std::future::Future;
 use std::path::Path;
@@ -19,7 +21,7 @@ use spool_broker::partition::{Clock, OpenReport, Partition, PartitionName};
 use spool_broker::queue::{
     ClaimRequest, Lane, Offset, PartitionId, QueueConfig, QueueId, ReleaseReason, WorkerId,
 };
-use spool_wire::batch::{BatchBytes, DataBatchBuilder, MessageId, Payload, Record};
+use spool_wire::batch::BatchBytes;
 use spool_wire::ErrorCode;
 
 const START_MS: u64 = 1_700_000_000_000;
@@ -44,22 +46,7 @@ fn clock(now: &Rc<Cell<u64>>) -> Clock {
 }
 
 fn batch(ids: &[u8], now_ms: u64) -> BatchBytes {
-    let mut builder = DataBatchBuilder::new();
-    for &id in ids {
-        builder
-            .push(&Record {
-                message_id: MessageId([id; 16]),
-                routing_key: vec![],
-                headers: vec![],
-                payload: Payload::Inline(vec![id; 100]),
-                priority: 0,
-                not_before_ms: 0,
-                expiry_ms: 0,
-                enqueue_time_ms: now_ms,
-            })
-            .unwrap();
-    }
-    builder.finish().unwrap()
+    common::id_batch(ids, now_ms)
 }
 
 fn claim_request(credits: u32) -> ClaimRequest {

@@ -264,6 +264,20 @@ impl ShardState {
             .collect();
     }
 
+    /// Records that `queue`/`partition` is not served (answered
+    /// `STORAGE_FAILED`, reported by `/health/ready`) and builds the error.
+    fn refuse_partition(
+        &self,
+        queue: &QueueName,
+        partition: u32,
+        error: PartitionError,
+    ) -> ServerError {
+        self.unavailable
+            .borrow_mut()
+            .insert((queue.as_str().to_owned(), partition), error.to_string());
+        ServerError::Partition { queue: queue.as_str().to_owned(), partition, error }
+    }
+
     async fn open_partition(
         &self,
         queue: &QueueName,
@@ -310,26 +324,12 @@ impl ShardState {
                         at_ms: (self.clock)().saturating_add(retry_ms),
                     },
                 );
-                self.unavailable
-                    .borrow_mut()
-                    .insert((queue.as_str().to_owned(), partition), error.to_string());
-                return Err(ServerError::Partition {
-                    queue: queue.as_str().to_owned(),
-                    partition,
-                    error,
-                });
+                return Err(self.refuse_partition(queue, partition, error));
             }
             Err(error) => {
                 tracing::error!(shard = self.shard.0, queue = %queue, partition, %error,
                     "partition refused to open; serving STORAGE_FAILED for it");
-                self.unavailable
-                    .borrow_mut()
-                    .insert((queue.as_str().to_owned(), partition), error.to_string());
-                return Err(ServerError::Partition {
-                    queue: queue.as_str().to_owned(),
-                    partition,
-                    error,
-                });
+                return Err(self.refuse_partition(queue, partition, error));
             }
         };
         tracing::info!(

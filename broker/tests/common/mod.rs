@@ -1,7 +1,7 @@
 //! Shared helpers for the log tests: batch builders, a small config, and a
 //! driver that runs a log's background future beside a workload.
 // Tests may unwrap (COMMON.md); clippy only exempts #[test] fns, not helpers.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(dead_code)]
 
 use std::future::Future;
@@ -89,4 +89,36 @@ pub async fn drive<S: Storage, T>(log: &Log<S>, work: impl Future<Output = T>) -
     };
     let ((), result) = futures_lite::future::zip(background, work).await;
     result
+}
+
+/// Runs `future` to completion on a fresh glommio executor (the partition
+/// tests need one: partitions spawn their log's background task).
+pub fn run_glommio<T>(future: impl Future<Output = T>) -> T {
+    glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+        .io_memory(0)
+        .make()
+        .expect("glommio executor")
+        .run(future)
+}
+
+/// A data batch of one 100-byte record per id, each record's id and
+/// payload made of that id, enqueued at `now_ms`.
+pub fn id_batch(ids: &[u8], now_ms: u64) -> spool_wire::batch::BatchBytes {
+    use spool_wire::batch::{DataBatchBuilder, MessageId, Payload, Record};
+    let mut builder = DataBatchBuilder::new();
+    for &id in ids {
+        builder
+            .push(&Record {
+                message_id: MessageId([id; 16]),
+                routing_key: vec![],
+                headers: vec![],
+                payload: Payload::Inline(vec![id; 100]),
+                priority: 0,
+                not_before_ms: 0,
+                expiry_ms: 0,
+                enqueue_time_ms: now_ms,
+            })
+            .unwrap();
+    }
+    builder.finish().unwrap()
 }
