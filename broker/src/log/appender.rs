@@ -260,8 +260,7 @@ impl<S: Storage> Log<S> {
                 next_offset: Cell::new(found.next_offset),
             }));
         }
-        let no_active =
-            |why: &'static str| LogError::NoActiveSegment { dir: dir.to_owned(), why };
+        let no_active = |why: &'static str| LogError::NoActiveSegment { dir: dir.to_owned(), why };
         let active = segments.last().cloned().ok_or_else(|| no_active("recovery found none"))?;
         let alloc_file =
             active.file().ok_or_else(|| no_active("the last segment's file is not open"))?;

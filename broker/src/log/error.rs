@@ -99,8 +99,10 @@ mod tests {
     fn an_open_without_an_active_segment_names_the_directory() {
         // Goal: `Log::open`'s "no active segment" cases say what happened and where, not
         // "0 segments, the limit" or "closed". Method: the message of the variant it returns.
-        let error =
-            LogError::NoActiveSegment { dir: PathBuf::from("/data/q/3"), why: "recovery found none" };
+        let error = LogError::NoActiveSegment {
+            dir: PathBuf::from("/data/q/3"),
+            why: "recovery found none",
+        };
         let text = error.to_string();
         assert!(text.contains("/data/q/3"), "{text}");
         assert!(text.contains("without an active segment: recovery found none"), "{text}");

@@ -1098,15 +1098,11 @@ impl<S: Storage + Clone> Partition<S> {
                 found.ok_or_else(|| missing("no record there in the log"))?
             }
         };
-        let batch = cache
-            .batches
-            .get(&base)
-            .ok_or_else(|| missing("its batch left the read cache"))?;
+        let batch =
+            cache.batches.get(&base).ok_or_else(|| missing("its batch left the read cache"))?;
         let index = (offset.0 - base) as usize;
-        let (start, len) = *batch
-            .records
-            .get(index)
-            .ok_or_else(|| missing("past the end of its batch"))?;
+        let (start, len) =
+            *batch.records.get(index).ok_or_else(|| missing("past the end of its batch"))?;
         Ok(batch.bytes.slice(start..start + len))
     }
 
