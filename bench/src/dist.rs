@@ -3,12 +3,12 @@
 //! ChaCha generator so a run's schedule repeats for a given `--seed`.
 //!
 //! Pure: no clock, no I/O. It does not decide when anything happens; the
-//! pacers and workers in [`crate::load`] do, from these draws. Written out
-//! (Box–Muller, inverse CDF) rather than pulling in `rand_distr`: two
-//! formulas, tested below against their moments.
+//! pacers and workers in [`crate::load`] do, from these draws. The
+//! distributions are `rand_distr`'s; the tests below check their moments.
 
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, Exp1, LogNormal};
 use serde::Serialize;
 
 /// Largest coefficient of variation accepted for a service time: beyond it
@@ -26,32 +26,21 @@ pub struct ServiceTime {
 }
 
 impl ServiceTime {
-    /// The log-normal's (mu, sigma) for this mean and CV:
-    /// sigma² = ln(1 + cv²), mu = ln(mean) − sigma²/2.
-    fn params(&self) -> (f64, f64) {
-        let sigma_sq = (1.0 + self.cv * self.cv).ln();
-        ((self.mean_ms).ln() - sigma_sq / 2.0, sigma_sq.sqrt())
-    }
-
-    /// One draw, in nanoseconds.
+    /// One draw, in nanoseconds. A mean of 0 (or one the distribution
+    /// cannot take: negative, NaN, a negative or non-finite CV; the CLI
+    /// refuses those first) draws 0 and uses no randomness.
     pub fn sample_ns(&self, rng: &mut ChaCha8Rng) -> u64 {
         if self.mean_ms <= 0.0 {
             return 0;
         }
-        let (mu, sigma) = self.params();
-        let ms = (mu + sigma * standard_normal(rng)).exp();
+        let Ok(log_normal) = LogNormal::from_mean_cv(self.mean_ms, self.cv) else {
+            return 0;
+        };
+        let ms = log_normal.sample(rng);
         // Saturating float-to-int cast: a draw past u64 ns (584 years) is
         // clamped, never UB.
         (ms * 1e6).min(SERVICE_MS_MAX * 1e6 * 100.0) as u64
     }
-}
-
-/// A standard normal draw (Box–Muller; one of the pair is used).
-fn standard_normal(rng: &mut ChaCha8Rng) -> f64 {
-    // 1 − U keeps the log argument in (0, 1].
-    let u1: f64 = 1.0 - rng.random::<f64>();
-    let u2: f64 = rng.random::<f64>();
-    (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
 }
 
 /// How sends are spaced in time.
@@ -70,7 +59,10 @@ impl Arrivals {
         let mean_ns = 1e9 / rate_per_s;
         let gap = match self {
             Self::Fixed => mean_ns,
-            Self::Poisson => -mean_ns * (1.0 - rng.random::<f64>()).ln(),
+            Self::Poisson => {
+                let unit: f64 = Exp1.sample(rng);
+                mean_ns * unit
+            }
         };
         // Saturating cast; at least 1 ns so the schedule always advances.
         (gap as u64).max(1)
@@ -112,6 +104,9 @@ mod tests {
         }
         let none = ServiceTime { mean_ms: 0.0, cv: 1.0 };
         assert_eq!(none.sample_ns(&mut rng(1, 1)), 0);
+        let constant = ServiceTime { mean_ms: 18.0, cv: 0.0 };
+        let exact = constant.sample_ns(&mut rng(1, 1)).abs_diff(18_000_000);
+        assert!(exact <= 1, "cv 0 draws the mean: off by {exact} ns");
     }
 
     #[test]
@@ -133,5 +128,12 @@ mod tests {
         let draw = |stream| Arrivals::Poisson.gap_ns(1000.0, &mut rng(5, stream));
         assert_eq!(draw(1), draw(1));
         assert_ne!(draw(1), draw(2));
+        let service = ServiceTime { mean_ms: 18.0, cv: 1.0 };
+        let draws = |stream| -> Vec<u64> {
+            let mut rng = rng(5, stream);
+            (0..8).map(|_| service.sample_ns(&mut rng)).collect()
+        };
+        assert_eq!(draws(3), draws(3));
+        assert_ne!(draws(3), draws(4));
     }
 }

@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::load::{
@@ -87,26 +87,41 @@ fn field_error(field: &'static str, problem: impl Into<String>) -> OmbError {
     OmbError::Field { field, problem: problem.into() }
 }
 
-fn take_u64(
-    map: &BTreeMap<String, Value>,
-    field: &'static str,
-    default: Option<u64>,
-) -> Result<u64, OmbError> {
-    match map.get(field) {
-        None => default.ok_or_else(|| field_error(field, "missing")),
-        Some(value) => value
-            .as_u64()
-            .ok_or_else(|| field_error(field, format!("{value} is not a whole number"))),
-    }
+/// The file as written: the supported fields typed (absent is `None`), every
+/// other top-level field kept with its value. Ranges, defaults and the
+/// relations between fields are checked by [`parse`].
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawWorkload {
+    #[serde(default, deserialize_with = "scalar_as_string")]
+    name: Option<String>,
+    topics: Option<u64>,
+    partitions_per_topic: Option<u64>,
+    message_size: Option<u64>,
+    producers_per_topic: Option<u64>,
+    consumer_per_subscription: Option<u64>,
+    producer_rate: Option<f64>,
+    test_duration_minutes: Option<f64>,
+    #[serde(flatten)]
+    unsupported: BTreeMap<String, Value>,
 }
 
-fn take_u32(
-    map: &BTreeMap<String, Value>,
-    field: &'static str,
-    default: Option<u32>,
-    max: u32,
-) -> Result<u32, OmbError> {
-    let value = take_u64(map, field, default.map(u64::from))?;
+/// A `name` of any scalar (`name: 100` is a number in YAML) as its text.
+fn scalar_as_string<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<String>, D::Error> {
+    Ok(match Value::deserialize(deserializer)? {
+        Value::Null => None,
+        Value::String(name) => Some(name),
+        other => Some(other.to_string()),
+    })
+}
+
+fn required<T>(value: Option<T>, field: &'static str) -> Result<T, OmbError> {
+    value.ok_or_else(|| field_error(field, "missing"))
+}
+
+fn in_range(value: u64, field: &'static str, max: u32) -> Result<u32, OmbError> {
     match u32::try_from(value) {
         Ok(value) if (1..=max).contains(&value) => Ok(value),
         _ => Err(field_error(field, format!("{value} is outside 1..={max}"))),
@@ -116,27 +131,20 @@ fn take_u32(
 /// Parses workload YAML.
 ///
 /// # Errors
-/// Not a YAML mapping, a supported field missing or out of range, or
-/// `producerRate: 0` (OMB's max-rate discovery, which this runner lacks).
+/// Not a YAML mapping, a supported field missing, of the wrong type or out of
+/// range (each names the field), or `producerRate: 0` (OMB's max-rate
+/// discovery, which this runner lacks).
 pub fn parse(text: &str) -> Result<ParsedWorkload, OmbError> {
-    let yaml: serde_yaml::Value =
-        serde_yaml::from_str(text).map_err(|error| OmbError::Yaml(error.to_string()))?;
-    let json = serde_json::to_value(&yaml).map_err(|error| OmbError::Yaml(error.to_string()))?;
-    let Value::Object(object) = json else {
-        return Err(OmbError::Yaml("the top level is not a mapping".to_owned()));
-    };
-    let map: BTreeMap<String, Value> = object.into_iter().collect();
-    let name = match map.get("name") {
-        None => None,
-        Some(Value::String(name)) => Some(name.clone()),
-        Some(other) => Some(other.to_string()),
-    };
-    let producer_rate = match map.get("producerRate") {
-        None => return Err(field_error("producerRate", "missing")),
-        Some(value) => value
-            .as_f64()
-            .ok_or_else(|| field_error("producerRate", format!("{value} is not a number")))?,
-    };
+    let deserializer = serde_norway::Deserializer::from_str(text);
+    let raw: RawWorkload = serde_path_to_error::deserialize(deserializer).map_err(|error| {
+        let path = error.path().to_string();
+        let inner = error.into_inner();
+        match SUPPORTED_FIELDS.iter().find(|field| **field == path) {
+            Some(field) => field_error(field, inner.to_string()),
+            None => OmbError::Yaml(inner.to_string()),
+        }
+    })?;
+    let producer_rate = required(raw.producer_rate, "producerRate")?;
     if !(producer_rate > 0.0 && producer_rate <= load::RATE_MAX) {
         return Err(field_error(
             "producerRate",
@@ -147,12 +155,7 @@ pub fn parse(text: &str) -> Result<ParsedWorkload, OmbError> {
             ),
         ));
     }
-    let test_duration_minutes = match map.get("testDurationMinutes") {
-        None => return Err(field_error("testDurationMinutes", "missing")),
-        Some(value) => value.as_f64().ok_or_else(|| {
-            field_error("testDurationMinutes", format!("{value} is not a number"))
-        })?,
-    };
+    let test_duration_minutes = required(raw.test_duration_minutes, "testDurationMinutes")?;
     if !(test_duration_minutes > 0.0 && test_duration_minutes <= DURATION_MINUTES_MAX) {
         return Err(field_error(
             "testDurationMinutes",
@@ -160,20 +163,22 @@ pub fn parse(text: &str) -> Result<ParsedWorkload, OmbError> {
         ));
     }
     let workload = Workload {
-        name,
-        topics: take_u32(&map, "topics", None, load::QUEUES_MAX)?,
-        partitions_per_topic: take_u32(
-            &map,
+        name: raw.name,
+        topics: in_range(required(raw.topics, "topics")?, "topics", load::QUEUES_MAX)?,
+        partitions_per_topic: in_range(
+            required(raw.partitions_per_topic, "partitionsPerTopic")?,
             "partitionsPerTopic",
-            None,
             spool_client::spool_wire::proto::limits::PARTITIONS_MAX,
         )?,
-        message_size: take_u64(&map, "messageSize", None)?,
-        producers_per_topic: take_u32(&map, "producersPerTopic", Some(1), load::PRODUCERS_MAX)?,
-        consumer_per_subscription: take_u32(
-            &map,
+        message_size: required(raw.message_size, "messageSize")?,
+        producers_per_topic: in_range(
+            raw.producers_per_topic.unwrap_or(1),
+            "producersPerTopic",
+            load::PRODUCERS_MAX,
+        )?,
+        consumer_per_subscription: in_range(
+            raw.consumer_per_subscription.unwrap_or(1),
             "consumerPerSubscription",
-            Some(1),
             load::CONSUMERS_PER_QUEUE_MAX,
         )?,
         producer_rate,
@@ -191,9 +196,7 @@ pub fn parse(text: &str) -> Result<ParsedWorkload, OmbError> {
             ),
         ));
     }
-    let unsupported =
-        map.into_iter().filter(|(field, _)| !SUPPORTED_FIELDS.contains(&field.as_str())).collect();
-    Ok(ParsedWorkload { workload, unsupported })
+    Ok(ParsedWorkload { workload, unsupported: raw.unsupported })
 }
 
 /// Reads and parses a workload file.
@@ -348,6 +351,29 @@ testDurationMinutes: 5
         let bad = FULL.replace("topics: 1", "topics: many");
         assert!(matches!(parse(&bad), Err(OmbError::Field { field: "topics", .. })));
         assert!(matches!(parse("- a\n- b\n"), Err(OmbError::Yaml(_))));
+    }
+
+    #[test]
+    fn type_errors_name_the_field_and_what_was_found() {
+        // Goal: a wrongly typed field fails with its name and the parser's description of
+        // the value (and where it is), a numeric `name` is kept as text, and a nested
+        // unsupported field keeps its structure. Method: FULL with one field changed.
+        let bad = FULL.replace("producerRate: 5000", "producerRate: fast");
+        let error = parse(&bad).unwrap_err();
+        let message = error.to_string();
+        assert!(matches!(error, OmbError::Field { field: "producerRate", .. }), "{message}");
+        assert!(message.contains("invalid type") && message.contains("fast"), "{message}");
+        assert!(message.contains("line 9"), "{message}");
+        let numeric_name = FULL.replace("name: 1 topic / 4 partitions / 1kb", "name: 100");
+        assert_eq!(parse(&numeric_name).unwrap().workload.name.as_deref(), Some("100"));
+        let nested = format!("{FULL}extra:\n  a: [1, 2]\n");
+        assert_eq!(parse(&nested).unwrap().unsupported["extra"], serde_json::json!({"a": [1, 2]}));
+        match parse("topics: [1]\n") {
+            Err(OmbError::Field { field: "topics", problem }) => {
+                assert!(problem.contains("invalid type"), "{problem}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -1,16 +1,18 @@
 //! The Spool broker.
 //!
 //! Modules in the order a request meets them: `net` accepts connections and
-//! moves frames in and out, `shard` runs one pinned executor per core and is
-//! the only code that sees other cores, `partition` orders the steps
+//! moves frames in and out, `server` decodes the Spool protocol and hands
+//! each request to the partition this shard owns, `shard` runs one pinned
+//! executor per core and is the only code that sees other cores, `partition`
+//! orders the steps
 //! (decide, append, sync, reply), `queue` is the pure state machine, `log`
 //! holds segments, group commit and recovery, `io` is the storage seam
 //! (glommio DMA files and a simulated disk). `control` holds config, the
 //! data-dir lock and secret, and the assignment table; `fatal` is the one
 //! way the process stops on its own; `admin` serves the admin port (metrics,
 //! health) on its own thread, reaching the shards only by message; `failpoint` holds the test-only
-//! fault hooks (armed only with the `failpoints` feature). Only `io`, `net`
-//! and the shard bootstrap name glommio.
+//! fault hooks (armed only with the `failpoints` feature). Only `io`, `net`,
+//! `server` and the shard bootstrap name glommio.
 
 pub mod admin;
 pub mod alloc;

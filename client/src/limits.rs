@@ -57,7 +57,7 @@ pub const PRODUCER_IN_FLIGHT_PER_PARTITION_DEFAULT: usize = 4;
 pub const PRODUCER_RETRIES_DEFAULT: u32 = 5;
 
 /// Producer: first retry backoff; doubles per retry up to
-/// [`RETRY_BACKOFF_MAX`].
+/// [`RETRY_BACKOFF_MAX`]; each wait is jittered into the upper half.
 pub const RETRY_BACKOFF_DEFAULT: Duration = Duration::from_millis(50);
 
 /// Longest backoff between two retries.

@@ -82,6 +82,7 @@ pub struct ProducerConfig {
     /// Retries of a batch after a retriable error.
     pub retries: u32,
     /// First retry backoff; doubles per retry up to [`RETRY_BACKOFF_MAX`].
+    /// Each wait is drawn between half of that and all of it (jitter).
     pub retry_backoff: Duration,
     /// Batches of one partition being sent at once before a due batch
     /// waits (and keeps growing), `1..=PRODUCER_IN_FLIGHT_BATCHES_MAX`.
@@ -567,15 +568,24 @@ async fn send_batch(inner: &Inner, queue: &str, partition: PartitionId, batch: O
             break;
         }
         attempt += 1;
-        tokio::time::sleep(backoff(inner.config.retry_backoff, attempt)).await;
+        let wait = backoff(inner.config.retry_backoff, attempt, rand::random::<f64>());
+        tokio::time::sleep(wait).await;
     }
     // Every path above resolves each record or retries; the last attempt
     // (`may_retry` false) resolves all of them.
     assert!(waiters.iter().all(Option::is_none));
 }
 
-fn backoff(base: Duration, attempt: u32) -> Duration {
-    base.saturating_mul(1 << attempt.saturating_sub(1).min(16)).min(RETRY_BACKOFF_MAX)
+/// The wait before retry `attempt` (1-based): a ceiling of `base` doubled per
+/// retry up to [`RETRY_BACKOFF_MAX`], and a wait drawn in
+/// `[ceiling / 2, ceiling]` by `unit` (uniform in `[0, 1)`), so producers
+/// that failed together do not retry together, yet each still backs off.
+fn backoff(base: Duration, attempt: u32, unit: f64) -> Duration {
+    let ceiling =
+        base.saturating_mul(1 << attempt.saturating_sub(1).min(16)).min(RETRY_BACKOFF_MAX);
+    let unit = if unit.is_finite() { unit.clamp(0.0, 1.0) } else { 0.0 };
+    let half = ceiling / 2;
+    half + (ceiling - half).mul_f64(unit)
 }
 
 /// One error per waiter: `ClientError` holds an `io::Error`, which is not
@@ -605,5 +615,27 @@ fn duplicate_error(error: &ClientError) -> ClientError {
             attempts: *attempts,
         },
         other => ClientError::Protocol(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_backoff_doubles_to_the_cap_with_jitter_in_the_upper_half() {
+        // Goal: the wait grows per retry, stops at RETRY_BACKOFF_MAX, and is spread over
+        // [ceiling / 2, ceiling] by the random draw (two producers that failed together
+        // wait differently). Method: the pure function at the draw's extremes and middle.
+        let base = Duration::from_millis(50);
+        for (attempt, ceiling_ms) in [(1, 50), (2, 100), (3, 200), (7, 2_000), (40, 2_000)] {
+            let ceiling = Duration::from_millis(ceiling_ms);
+            assert_eq!(backoff(base, attempt, 0.0), ceiling / 2, "attempt {attempt}");
+            assert_eq!(backoff(base, attempt, 1.0), ceiling, "attempt {attempt}");
+            let middle = backoff(base, attempt, 0.5);
+            assert!(ceiling / 2 < middle && middle < ceiling, "attempt {attempt}: {middle:?}");
+        }
+        assert_ne!(backoff(base, 2, 0.1), backoff(base, 2, 0.9));
+        assert_eq!(backoff(base, 1, f64::NAN), Duration::from_millis(25));
     }
 }

@@ -260,8 +260,10 @@ impl<S: Storage> Log<S> {
                 next_offset: Cell::new(found.next_offset),
             }));
         }
-        let active = segments.last().cloned().ok_or(LogError::TooManySegments { count: 0 })?;
-        let alloc_file = active.file().ok_or(LogError::Closed)?;
+        let no_active = |why: &'static str| LogError::NoActiveSegment { dir: dir.to_owned(), why };
+        let active = segments.last().cloned().ok_or_else(|| no_active("recovery found none"))?;
+        let alloc_file =
+            active.file().ok_or_else(|| no_active("the last segment's file is not open"))?;
         let next_offset = active.next_offset.get();
         let gather_last_index_pos = active.index.borrow().last_pos();
         let state = State {

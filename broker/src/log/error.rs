@@ -85,4 +85,27 @@ pub enum LogError {
     DiskFull,
     #[error("partition holds {count} segments, the limit")]
     TooManySegments { count: usize },
+    /// Recovery handed `open` no segment to append to, or one without an
+    /// open file: recovery always creates or reopens one, so this is a bug.
+    #[error("log {} opened without an active segment: {why}", dir.display())]
+    NoActiveSegment { dir: PathBuf, why: &'static str },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_open_without_an_active_segment_names_the_directory() {
+        // Goal: `Log::open`'s "no active segment" cases say what happened and where, not
+        // "0 segments, the limit" or "closed". Method: the message of the variant it returns.
+        let error = LogError::NoActiveSegment {
+            dir: PathBuf::from("/data/q/3"),
+            why: "recovery found none",
+        };
+        let text = error.to_string();
+        assert!(text.contains("/data/q/3"), "{text}");
+        assert!(text.contains("without an active segment: recovery found none"), "{text}");
+        assert!(!matches!(error, LogError::TooManySegments { .. } | LogError::Closed));
+    }
 }

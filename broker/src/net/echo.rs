@@ -1,11 +1,12 @@
-//! A length-prefixed echo protocol: the frame handler `spoold` serves until
-//! the Spool codec is plugged in, and the one the network tests use.
+//! A length-prefixed echo protocol: a frame handler with no Spool codec and
+//! no partitions, which the connection and shard tests serve (`spoold`
+//! serves the Spool protocol from `crate::server`).
 //!
 //! Frame: `u32` little-endian body length, then the body. The response is the
 //! same frame. A zero length or a length above the frame limit is a decode
 //! error; the fault response is a frame whose body starts with `error: `.
-//! It owns nothing else; it exists so the connection loop and a running
-//! `spoold` can be exercised end to end over real TCP.
+//! It owns nothing else; it exists so the connection loop and the shard
+//! bootstrap can be exercised end to end over real TCP.
 
 use std::future::Future;
 use std::rc::Rc;

@@ -4,8 +4,9 @@
 //! waiting requests, idle/frame/write timeouts), fair turns between the
 //! connections of a shard, and the counted, rate-limited report of every
 //! rejection. It does not decode the Spool protocol: the
-//! codec plugs in through [`connection::FrameHandler`]. One of the three
-//! places allowed to name glommio (with `io/` and the shard bootstrap).
+//! codec plugs in through [`connection::FrameHandler`] (`server/` is the
+//! Spool one, [`echo`] the one its tests use). One of the four places
+//! allowed to name glommio (with `io/`, `server/` and the shard bootstrap).
 
 pub mod connection;
 pub mod echo;

@@ -155,6 +155,12 @@ pub enum PartitionError {
     SideFile(#[from] SideFileError),
     #[error("recovery of {dir}: {reason}")]
     Recovery { dir: PathBuf, reason: String },
+    /// A message the state holds as live has no data record at its offset in
+    /// the log (or its batch left the read cache mid-request): the state and
+    /// the log disagree, which is a broker bug, not a client's or the disk's
+    /// (a failed or corrupt read is a [`LogError`]).
+    #[error("read of {dir} at offset {offset}: {reason}")]
+    ReadMiss { dir: PathBuf, offset: Offset, reason: &'static str },
     #[error("too many claims are waiting on this partition ({CLAIM_WAITERS_MAX})")]
     TooManyWaiters,
     #[error("this connection already has {waiting_max} claims waiting (claim_waiters_per_connection_max)")]
@@ -166,16 +172,21 @@ pub enum PartitionError {
 impl PartitionError {
     /// The wire error code a client sees.
     pub fn code(&self) -> ErrorCode {
-        use crate::queue::error::StaleToken;
         match self {
+            // Every variant by name (no wildcard): a new queue error must
+            // choose its code here.
             PartitionError::Queue(error) => match error {
                 QueueError::InvalidToken(_) => ErrorCode::InvalidToken,
-                QueueError::StaleToken(StaleToken::LeaseExpired { .. })
-                | QueueError::StaleToken(_) => ErrorCode::StaleToken,
+                QueueError::StaleToken(_) => ErrorCode::StaleToken,
                 QueueError::LeaseOutOfRange { .. } => ErrorCode::LeaseOutOfRange,
                 QueueError::LeaseLifetimeExhausted { .. } => ErrorCode::LeaseLifetimeExceeded,
-                QueueError::NotRedrivable(_) => ErrorCode::InvalidArgument,
-                _ => ErrorCode::InvalidArgument,
+                QueueError::CreditsOutOfRange { .. }
+                | QueueError::ReleaseDelayTooLong { .. }
+                | QueueError::PriorityOutOfRange { .. }
+                | QueueError::NotRedrivable(_) => ErrorCode::InvalidArgument,
+                // The request held more than one control batch of tokens: the
+                // rest succeed when sent again.
+                QueueError::AdmissionBatchFull { .. } => ErrorCode::Throttled,
             },
             PartitionError::Log(LogError::Backpressure { .. }) => ErrorCode::Throttled,
             PartitionError::Log(LogError::Closed) => ErrorCode::ShuttingDown,
@@ -199,6 +210,7 @@ impl PartitionError {
             PartitionError::SideFile(_) | PartitionError::Recovery { .. } => {
                 ErrorCode::StorageFailed
             }
+            PartitionError::ReadMiss { .. } => ErrorCode::Internal,
             PartitionError::Config(_) => ErrorCode::InvalidArgument,
         }
     }
@@ -1049,7 +1061,11 @@ impl<S: Storage + Clone> Partition<S> {
         read_ahead: impl FnOnce() -> u64,
         cache: &mut BatchCache,
     ) -> Result<SharedBytes, PartitionError> {
-        let missing = |reason: String| PartitionError::Recovery { dir: self.dir.clone(), reason };
+        let missing = |reason: &'static str| PartitionError::ReadMiss {
+            dir: self.dir.clone(),
+            offset,
+            reason,
+        };
         let hit = cache
             .batches
             .range(..=offset.0)
@@ -1074,28 +1090,19 @@ impl<S: Storage + Clone> Partition<S> {
                             }
                         }
                         None if holds_offset => {
-                            return Err(missing(format!(
-                                "offset {} is not a data record",
-                                offset.0
-                            )));
+                            return Err(missing("not a data record"));
                         }
                         None => {}
                     }
                 }
-                found.ok_or_else(|| {
-                    missing(format!("record at offset {} not found in the log", offset.0))
-                })?
+                found.ok_or_else(|| missing("no record there in the log"))?
             }
         };
-        let batch = cache
-            .batches
-            .get(&base)
-            .ok_or_else(|| missing(format!("batch {base} vanished from the read cache")))?;
+        let batch =
+            cache.batches.get(&base).ok_or_else(|| missing("its batch left the read cache"))?;
         let index = (offset.0 - base) as usize;
-        let (start, len) = *batch
-            .records
-            .get(index)
-            .ok_or_else(|| missing(format!("offset {} is past its batch", offset.0)))?;
+        let (start, len) =
+            *batch.records.get(index).ok_or_else(|| missing("past the end of its batch"))?;
         Ok(batch.bytes.slice(start..start + len))
     }
 
@@ -1487,5 +1494,51 @@ impl<S: Storage + Clone> Partition<S> {
         let result = self.checkpoint().await.map(|_| ());
         self.log.close();
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::queue::{InvalidToken, StaleToken};
+
+    #[test]
+    fn each_queue_error_and_the_read_miss_have_their_wire_code() {
+        // Goal: no queue error falls through to a catch-all code, and a claim-time read miss
+        // is reported as a broker bug, not as recovery or a bad argument. Method: one value
+        // of every variant and its expected stable code (the match in `code` has no
+        // wildcard, so a new variant fails to compile until it is mapped and added here).
+        let cases = [
+            (QueueError::InvalidToken(InvalidToken::BadMac), ErrorCode::InvalidToken),
+            (QueueError::StaleToken(StaleToken::NotClaimed), ErrorCode::StaleToken),
+            (
+                QueueError::StaleToken(StaleToken::LeaseExpired { deadline_ms: 1, now_ms: 2 }),
+                ErrorCode::StaleToken,
+            ),
+            (
+                QueueError::LeaseOutOfRange { lease_ms: 1, min_ms: 10, max_ms: 20 },
+                ErrorCode::LeaseOutOfRange,
+            ),
+            (QueueError::LeaseLifetimeExhausted { cap_ms: 5 }, ErrorCode::LeaseLifetimeExceeded),
+            (QueueError::CreditsOutOfRange { credits: 0, max: 8 }, ErrorCode::InvalidArgument),
+            (
+                QueueError::ReleaseDelayTooLong { not_before_ms: 9, max_ms: 1 },
+                ErrorCode::InvalidArgument,
+            ),
+            (QueueError::PriorityOutOfRange { priority: 9, bands: 2 }, ErrorCode::InvalidArgument),
+            (QueueError::AdmissionBatchFull { max: 4 }, ErrorCode::Throttled),
+            (QueueError::NotRedrivable(crate::queue::Offset(3)), ErrorCode::InvalidArgument),
+        ];
+        for (error, code) in cases {
+            assert_eq!(PartitionError::Queue(error).code(), code, "{error:?}");
+        }
+        let miss = PartitionError::ReadMiss {
+            dir: PathBuf::from("/data/q/0"),
+            offset: crate::queue::Offset(7),
+            reason: "no record there in the log",
+        };
+        assert_eq!(miss.code(), ErrorCode::Internal);
+        let text = miss.to_string();
+        assert!(text.contains("/data/q/0") && text.contains('7'), "{text}");
     }
 }

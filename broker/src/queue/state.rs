@@ -30,8 +30,9 @@ use super::types::{
 };
 
 /// What a partition is opened with. The secret and epoch are not part of the
-/// fold: the lead keeps the secret in the data dir and increments the epoch
-/// at each open.
+/// fold: the broker keeps the secret in its data dir
+/// (`control::data_dir`) and the partition raises the epoch at each open
+/// (`partition::epoch`).
 #[derive(Clone, Debug)]
 pub struct PartitionContext {
     pub queue: QueueId,

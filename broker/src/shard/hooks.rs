@@ -1,14 +1,16 @@
 //! The seam between the shard bootstrap and what a shard serves.
 //!
-//! Owns the [`ShardHooks`] trait: the lead plugs partitions (log + queue) and
-//! the protocol codec in here, without touching executors, channels, timers
+//! Owns the [`ShardHooks`] trait: the server (`crate::server`) plugs
+//! partitions (log + queue) and the protocol codec in here, without touching executors, channels, timers
 //! or shutdown. A [`ShardHooksFactory`] is handed to
 //! [`Broker::start`](crate::shard::Broker::start); it is `Send + Sync` and
 //! runs once *on each shard's executor thread*, so the hooks it builds may
 //! hold `Rc`/`RefCell` state and glommio files that never leave the core.
 //!
-//! [`EchoHooks`] is what `spoold` serves until then: the length-prefixed
-//! echo protocol and no partitions.
+//! `spoold` serves [`SpoolHooksFactory`](crate::server::SpoolHooksFactory).
+//! [`EchoHooks`] serves the length-prefixed echo protocol
+//! ([`crate::net::echo`]) and no partitions: the smallest hooks, for running
+//! the shard bootstrap without the Spool codec.
 
 use std::future::Future;
 use std::net::SocketAddr;
