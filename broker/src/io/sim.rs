@@ -114,9 +114,6 @@ struct SimState {
     hold: Option<Hold>,
 }
 
-/// Whether an operation (kind, file, position) is the one to hold.
-type HoldMatch = Box<dyn Fn(IoOp, &Path, Option<u64>) -> bool>;
-
 /// Which operation [`SimStorage::hold`] stops, and its gate.
 struct Hold {
     matches: HoldMatch,
