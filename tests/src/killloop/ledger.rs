@@ -152,6 +152,9 @@ pub struct Activity {
 struct AckRecord {
     generation: Generation,
     answered: Seq,
+    /// The process that answered it; `None` for an unknown ack that a live
+    /// check found applied.
+    instance: Option<Instance>,
 }
 
 /// The ledger; see the module doc.
@@ -272,13 +275,17 @@ impl Ledger {
             if claim_sent > ack.answered || generation > ack.generation {
                 self.violations.redelivered_after_ack += 1;
                 self.violation(format!(
-                    "redelivered: {} generation {} (claim sent at {:?}) after its ack of \
-                     generation {} answered at {:?}",
+                    "redelivered: {} at {placement:?} epoch {epoch} generation {} (claim sent \
+                     at {:?}) after its ack of generation {} answered at {:?} ({})",
                     hex(id),
                     generation.0,
                     claim_sent,
                     ack.generation.0,
-                    ack.answered
+                    ack.answered,
+                    match ack.instance {
+                        Some(instance) => format!("by process {}", instance.0),
+                        None => "an unknown ack a live check found applied".to_owned(),
+                    }
                 ));
             }
         }
@@ -305,7 +312,11 @@ impl Ledger {
         self.check_token_use(&used, "ack");
         let answered = self.next_seq();
         self.ack_unknown.remove(&used.id);
-        self.acked.entry(used.id).or_insert(AckRecord { generation: used.generation, answered });
+        self.acked.entry(used.id).or_insert(AckRecord {
+            generation: used.generation,
+            answered,
+            instance: Some(used.sent_instance),
+        });
     }
 
     /// An ack got no answer (the broker died or the connection broke): it
@@ -352,13 +363,16 @@ impl Ledger {
         }
         let unknown: Vec<(MessageId, Generation)> = self.ack_unknown.drain().collect();
         for (id, generation) in unknown {
-            let still_live = self.enqueued.get(&id).is_some_and(|at| live.contains_key(at));
+            // Where the message lives: its enqueue answer, or (when the
+            // producer never got one) the delivery its ack came from.
+            let placement = self.enqueued.get(&id).or_else(|| self.placement_of.get(&id));
+            let still_live = placement.is_some_and(|at| live.contains_key(at));
             if still_live {
                 self.activity.ack_unknown_not_applied += 1;
             } else {
                 self.activity.ack_unknown_applied += 1;
                 let answered = self.next_seq();
-                self.acked.entry(id).or_insert(AckRecord { generation, answered });
+                self.acked.entry(id).or_insert(AckRecord { generation, answered, instance: None });
             }
         }
         let mut lost = Vec::new();
@@ -572,6 +586,28 @@ mod tests {
         assert_eq!(ledger.violations(), Violations::default());
         ledger.live_check(&live_of(&[]));
         assert_eq!(ledger.violations().lost, 1, "id 2 was not acked and is gone");
+    }
+
+    // Goal: an unknown ack of a message whose enqueue answer never arrived
+    // (the producer was killed after the record was durable and delivered)
+    // is resolved by where the delivery showed the message, not taken as
+    // applied because no enqueue answer names its placement; a later
+    // delivery of the still-live message is not a redelivery after an ack.
+    // Method: deliver id 1 at (0, 4) with no enqueue answer, ack unknown,
+    // live check with (0, 4) live, deliver it again in the next epoch.
+    #[test]
+    fn an_unknown_ack_of_a_message_known_only_by_its_delivery_resolves_by_that_placement() {
+        let mut ledger = Ledger::new();
+        ledger.submit(id(1));
+        let first = seen(&mut ledger, 1, at(0, 4), 1);
+        ledger.delivered(first);
+        ledger.ack_unknown(id(1), Generation(1));
+        ledger.live_check(&live_of(&[(at(0, 4), 1)]));
+        assert_eq!(ledger.activity().ack_unknown_not_applied, 1);
+        assert_eq!(ledger.activity().ack_unknown_applied, 0);
+        let again = DeliverySeen { epoch: 2, ..seen(&mut ledger, 1, at(0, 4), 1) };
+        ledger.delivered(again);
+        assert_eq!(ledger.violations(), Violations::default(), "{:?}", ledger.samples());
     }
 
     // Goal: a token used on the process that issued it is fine; a delivery
