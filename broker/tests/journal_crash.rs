@@ -574,3 +574,104 @@ fn files_roll_named_by_position_with_the_next_one_prepared() {
         assert_eq!(&entry.payload, bytes);
     }
 }
+
+#[test]
+fn a_watermark_inside_a_skipped_file_tail_is_refused() {
+    // Goal: when a commit did not fit and the journal continued in the next file, no
+    // commit ends inside the zero tail it skipped; an intact entry recording a watermark
+    // there means a commit was lost from it, and recovery refuses naming that tail.
+    // Method: one 4 KiB commit and ten 8 KiB commits, each answered before the next, leave
+    // file 0 ending at 61440 and the journal continuing at 65536; rewrite one entry of
+    // file 1 to record a watermark of 63488 (its crc recomputed).
+    let disk = SimStorage::new();
+    let dir = Path::new(DIR);
+    let (journal, ..) =
+        block_on(open_collect(disk.clone(), dir, small_config(), JournalPos(0))).unwrap();
+    let positions = block_on(drive(&journal, async {
+        let mut positions = Vec::new();
+        for tag in 0..11u64 {
+            let size = if tag == 0 { 3000 } else { 5000 };
+            let bytes = payload(BatchKind::Data, size, tag);
+            let ticket = journal.append(Lane::Data, PartitionHandle(0), &bytes).unwrap();
+            ticket.durable().await.unwrap();
+            positions.push(ticket.position().unwrap().0);
+        }
+        positions
+    }));
+    assert_eq!(positions[7], 4096 + 6 * 8192);
+    assert_eq!(positions[8], 65536, "the ninth commit starts the next file");
+    let image = disk.crash_image(CrashMode::DurableOnly);
+    let second = journal_file_path(dir, 65536);
+    let mut bytes = image.file_bytes(&second).unwrap();
+    let at = (positions[9] - 65536) as usize;
+    bytes[at + 16..at + 24].copy_from_slice(&63_488u64.to_le_bytes());
+    let crc = crc32c::crc32c(&bytes[at..at + 28]);
+    bytes[at + 28..at + 32].copy_from_slice(&crc.to_le_bytes());
+    image.set_file_bytes(&second, bytes);
+    let error =
+        block_on(open_collect(image, dir, small_config(), JournalPos(0))).err().expect("refused");
+    match error {
+        JournalError::Corrupt { path, pos, detail } => {
+            assert_eq!(path, journal_file_path(dir, 0));
+            assert_eq!(pos, 61_440);
+            assert!(matches!(detail, JournalDamage::WatermarkInSkippedTail { .. }), "{detail}");
+        }
+        other => panic!("expected Corrupt, got {other}"),
+    }
+}
+
+#[test]
+fn a_roll_waits_until_the_old_file_is_durable() {
+    // Goal: the first commit of a new file is not written (the file is not even named)
+    // while a commit of the old file is not durable, so a crash can never keep the new
+    // file's data behind a lost commit of the old one. Method: fill file 0 to 61440 with
+    // answered commits; hold the write of the 4 KiB commit at 61440; append an entry that
+    // must roll to file 1; check file 1 stays unnamed and a crash image keeps no entry past
+    // the held one; release and check both become durable in order.
+    let disk = SimStorage::new();
+    let dir = Path::new(DIR);
+    let (journal, ..) =
+        block_on(open_collect(disk.clone(), dir, small_config(), JournalPos(0))).unwrap();
+    let first_file = journal_file_path(dir, 0);
+    let second_file = journal_file_path(dir, 65536);
+    block_on(drive(&journal, async {
+        for tag in 0..8u64 {
+            let size = if tag == 0 { 3000 } else { 5000 };
+            let bytes = payload(BatchKind::Data, size, tag);
+            journal
+                .append(Lane::Data, PartitionHandle(0), &bytes)
+                .unwrap()
+                .durable()
+                .await
+                .unwrap();
+        }
+        let held_path = first_file.clone();
+        let gate = disk.hold(move |op, path, pos| {
+            op == IoOp::Write && path == held_path && pos == Some(61_440)
+        });
+        let last_in_file =
+            journal.append(Lane::Data, PartitionHandle(0), &payload(BatchKind::Data, 3000, 8));
+        let last_in_file = last_in_file.unwrap();
+        while !gate.reached() {
+            yield_now().await;
+        }
+        let rolls =
+            journal.append(Lane::Data, PartitionHandle(1), &payload(BatchKind::Data, 5000, 9));
+        let rolls = rolls.unwrap();
+        for _ in 0..500 {
+            yield_now().await;
+        }
+        assert_eq!(last_in_file.position(), Some(JournalPos(61_440)));
+        assert_eq!(rolls.position(), Some(JournalPos(65_536)));
+        assert!(disk.file_bytes(&second_file).is_none(), "file 1 named before file 0 is durable");
+        assert!(rolls.status().is_none());
+        let image = disk.crash_image(CrashMode::AllWritten);
+        let (_j, _, found, _) =
+            open_collect(image, dir, small_config(), JournalPos(0)).await.unwrap();
+        assert_eq!(found.len(), 8, "nothing kept past the held commit");
+        gate.release();
+        last_in_file.durable().await.unwrap();
+        rolls.durable().await.unwrap();
+    }));
+    assert_eq!(journal.stats().files_rolled, 1);
+}

@@ -24,6 +24,10 @@ pub enum JournalDamage {
     BadFileLength { len_bytes: u64 },
     /// Damage at the end of a file too close to its end for a filler entry.
     NoRoomForFiller,
+    /// An intact entry records a watermark inside the zero tail a file
+    /// roll skipped (from this byte on): no commit ends there, so bytes it
+    /// knew durable are gone.
+    WatermarkInSkippedTail { watermark: JournalPos },
 }
 
 impl fmt::Display for JournalDamage {
@@ -40,6 +44,11 @@ impl fmt::Display for JournalDamage {
                 write!(f, "journal file of {len_bytes} bytes is not a whole number of pages")
             }
             Self::NoRoomForFiller => f.write_str("damaged entry too close to the file end"),
+            Self::WatermarkInSkippedTail { watermark } => write!(
+                f,
+                "an intact entry records the durable watermark {watermark} inside the \
+                 unwritten tail of this file"
+            ),
         }
     }
 }

@@ -269,10 +269,7 @@ fn record_watermark(
     if let Some(&(from, _)) = in_gap {
         let file = files.iter().find(|f| f.base <= from && from < f.base + f.len_bytes);
         let (path, pos) = file.map_or((PathBuf::new(), from), |f| (f.path.clone(), from - f.base));
-        let detail = JournalDamage::BelowWatermark {
-            error: EntryError::Zero,
-            watermark: JournalPos(watermark),
-        };
+        let detail = JournalDamage::WatermarkInSkippedTail { watermark: JournalPos(watermark) };
         return Err(JournalError::Corrupt { path, pos, detail });
     }
     report.watermark = report.watermark.max(JournalPos(watermark));
