@@ -115,6 +115,38 @@ fn check_image(image: SimStorage, snap: &Snapshot, config: &JournalConfig) -> bo
     })
 }
 
+/// Torn images per workload whose recovery is itself crashed at every step.
+const REPAIR_CRASHES_PER_WORKLOAD: u64 = 12;
+
+/// Recovers `image` with a hook that, at every mutating operation of the
+/// recovery (the repair write, its sync, the removals, the directory sync,
+/// the preparation of the first `next.prep`), checks the images a crash
+/// there could leave, as `check_image` does.
+fn crash_during_recovery(image: SimStorage, snap: &Snapshot, config: &JournalConfig) {
+    let checked = Rc::new(Cell::new(0u64));
+    {
+        let checked = checked.clone();
+        let snap = Snapshot { built: snap.built.clone(), answered: snap.answered.clone() };
+        let config = config.clone();
+        let mut rng = Rng(0x5EED ^ snap.built.len() as u64);
+        image.set_hook(move |disk, _op, _count| {
+            for mode in [
+                CrashMode::DurableOnly,
+                CrashMode::AllWritten,
+                CrashMode::PowerLoss { seed: rng.next() },
+                CrashMode::Torn { seed: rng.next() },
+            ] {
+                check_image(disk.crash_image(mode), &snap, &config);
+                checked.set(checked.get() + 1);
+            }
+        });
+    }
+    block_on(open_collect(image.clone(), Path::new(DIR), config.clone(), JournalPos(0)))
+        .unwrap_or_else(|error| panic!("recovery failed: {error}"));
+    image.clear_hook();
+    assert!(checked.get() >= 4, "the recovery of a torn tail performs operations");
+}
+
 /// Runs one seeded workload with the crash explorer installed; returns
 /// (images checked, images with a torn tail cut).
 fn explore(seed: u64, config: &JournalConfig, steps: usize) -> (u64, u64) {
@@ -149,6 +181,11 @@ fn explore(seed: u64, config: &JournalConfig, steps: usize) -> (u64, u64) {
             for mode in modes {
                 if check_image(disk.crash_image(mode), &snap, &config) {
                     torn.set(torn.get() + 1);
+                    if torn.get() <= REPAIR_CRASHES_PER_WORKLOAD {
+                        // The same image again (images are deterministic), now
+                        // crashed at every operation of its own recovery.
+                        crash_during_recovery(disk.crash_image(mode), &snap, &config);
+                    }
                 }
                 explored.set(explored.get() + 1);
             }
@@ -219,7 +256,8 @@ fn every_crash_point_keeps_every_answered_entry_and_nothing_after_a_hole() {
     // sector at random (power loss), recovers every answered entry byte for byte and in order,
     // keeps only a prefix of what was built, and leaves a journal that keeps appending.
     // Method: seeded workloads of control and data entries from four partitions over 64 KiB
-    // files; a hook recovers six images at every mutating operation.
+    // files; a hook recovers six images at every mutating operation; some torn images are
+    // also crashed at every operation of their own recovery (repair write, syncs, removals).
     let config = small_config();
     let (mut total, mut torn) = (0, 0);
     for seed in [1, 2, 3, 4] {
@@ -227,6 +265,7 @@ fn every_crash_point_keeps_every_answered_entry_and_nothing_after_a_hole() {
         total += explored;
         torn += cut;
     }
+    println!("explored {total} crash images, {torn} with a torn tail cut");
     assert!(total > 1000, "explored {total} images");
     assert!(torn > 50, "torn tails exercised: {torn}");
 }
