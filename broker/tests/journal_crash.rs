@@ -85,6 +85,11 @@ fn check_image(image: SimStorage, snap: &Snapshot, config: &JournalConfig) -> bo
             assert_eq!(entry.partition, *partition);
             assert_eq!(&entry.payload, bytes, "entry at {position} intact");
         }
+        // Watermarks: never past their own entry, never going back.
+        for pair in found.windows(2) {
+            assert!(pair[0].watermark <= pair[1].watermark, "watermarks go back");
+        }
+        assert!(found.iter().all(|entry| entry.watermark <= entry.position));
         let kept_end = found.last().map_or(0, |entry| entry.position.0);
         for answered in &snap.answered {
             assert!(
@@ -505,7 +510,7 @@ fn a_slow_write_holds_tickets_and_the_in_flight_bound() {
             .unwrap();
     let gate = disk
         .hold(|op, path, _| op == IoOp::Write && path.extension().is_some_and(|ext| ext == "wal"));
-    block_on(drive(&journal, async {
+    let later = block_on(drive(&journal, async {
         let first =
             journal.append(Lane::Data, PartitionHandle(0), &payload(BatchKind::Data, 100, 1));
         let first = first.unwrap();
@@ -533,7 +538,24 @@ fn a_slow_write_holds_tickets_and_the_in_flight_bound() {
         for ticket in later.iter().chain([&first]) {
             ticket.durable().await.unwrap();
         }
+        later
     }));
+    // Each entry recorded the watermark known when its commit was built: commit 2 was
+    // built while commit 1 was held (nothing durable), later ones after it was durable.
+    let (_j, _, found, _) = block_on(open_collect(
+        disk.crash_image(CrashMode::DurableOnly),
+        Path::new(DIR),
+        small_config(),
+        JournalPos(0),
+    ))
+    .unwrap();
+    let recorded = |ticket: &JournalTicket| {
+        found.iter().find(|entry| Some(entry.position) == ticket.position()).unwrap().watermark
+    };
+    assert_eq!(recorded(&later[0]), JournalPos(0));
+    let last = later.last().unwrap();
+    assert!(recorded(last) >= JournalPos(8192), "{:?}", recorded(last));
+    assert!(recorded(last) <= last.position().unwrap());
 }
 
 #[test]
