@@ -19,6 +19,7 @@ mod appender;
 mod config;
 mod error;
 mod index;
+pub mod journal;
 mod layout;
 mod reader;
 mod recovery;

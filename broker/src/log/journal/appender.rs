@@ -1,0 +1,732 @@
+//! [`Journal`]: the shard's appender — two lanes, group commit, file roll
+//! and preparation.
+//!
+//! `append` is synchronous: it checks the entry and queues a copy in its
+//! lane. Committers — one per in-flight slot — each build a commit from
+//! what is queued the moment they are free: every queued control entry (up
+//! to `control_commit_bytes`), then data entries (up to `commit_bytes` in
+//! total, or one larger entry), then a filler entry closing the last page.
+//! Building assigns the journal positions and stamps every header with the
+//! durable watermark known at that moment. A committer writes its commit
+//! with one `write_at` and syncs it with one `fdatasync`; at most
+//! `inflight_commits_max` commits lie between the durable watermark and the
+//! newest write (N+1 is written while N syncs). The watermark advances only
+//! over the contiguous prefix of synced commits, and only then are tickets
+//! resolved.
+//!
+//! A commit that does not fit in the rest of its file starts the next one
+//! at the file's end position (the rest stays zero). Its committer first
+//! waits until every earlier commit is durable — so a crash never leaves
+//! data in a file after a lost commit in the one before — then takes the
+//! zero-filled `next.prep` the preparer keeps ready, renames it to the new
+//! position's name and syncs the directory, and only then writes.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, VecDeque};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::rc::Rc;
+
+use super::config::JournalConfig;
+use super::entry::{
+    check_payload, write_filler, EntryHeader, ENTRY_HEADER_BYTES, FILLER_PARTITION,
+};
+use super::error::JournalError;
+use super::layout::commit_span;
+use super::prepare::{name_prepared, prepare_file};
+use super::recovery::{recover, RecoveryReport, RecoverySink};
+use super::{EntryCell, EntryStatus, JournalPos, JournalTicket, Lane, PartitionHandle};
+use crate::io::{IoError, Storage, StorageFile};
+use crate::log::sync::{join_all, Notify};
+use crate::log::{FatalCode, FatalHandler, FatalReason};
+
+/// Counters since open.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct JournalStats {
+    /// Commits built (each one write and one sync).
+    pub commits_built: u64,
+    /// Commits that became durable.
+    pub commits: u64,
+    /// Entries in durable commits, per lane (fillers not counted).
+    pub control_entries: u64,
+    pub data_entries: u64,
+    /// Bytes durable commits occupy (whole pages, fillers included).
+    pub commit_bytes: u64,
+    /// Journal files named by a roll.
+    pub files_rolled: u64,
+    /// `next.prep` files zero-filled.
+    pub files_prepared: u64,
+}
+
+/// One journal file the appender writes to.
+struct JournalFile<F> {
+    base: u64,
+    len_bytes: u64,
+    /// `None` until the roll gives the prepared file this file's name.
+    file: RefCell<Option<Rc<F>>>,
+}
+
+impl<F> JournalFile<F> {
+    fn end(&self) -> u64 {
+        self.base + self.len_bytes
+    }
+}
+
+/// An appended entry waiting in its lane.
+struct Pending {
+    partition: PartitionHandle,
+    payload: Box<[u8]>,
+    cell: Rc<EntryCell>,
+}
+
+impl Pending {
+    fn entry_bytes(&self) -> u64 {
+        (ENTRY_HEADER_BYTES + self.payload.len()) as u64
+    }
+}
+
+#[derive(Default)]
+struct LaneQueue {
+    entries: VecDeque<Pending>,
+    /// Entry bytes (headers included) queued.
+    pending_bytes: u64,
+}
+
+/// A commit built and not yet part of the durable prefix.
+struct Inflight {
+    synced: bool,
+    end_pos: u64,
+    span: u64,
+    cells: Vec<Rc<EntryCell>>,
+    control_entries: u64,
+    data_entries: u64,
+}
+
+struct Job<F: StorageFile> {
+    seq: u64,
+    pos: u64,
+    buf: Rc<F::Buf>,
+    file: Rc<JournalFile<F>>,
+    opens_file: bool,
+}
+
+struct State<F: StorageFile> {
+    failed: Option<Rc<str>>,
+    closing: bool,
+    control: LaneQueue,
+    data: LaneQueue,
+    /// Where the next commit starts, and the file it goes to.
+    build_pos: u64,
+    build_file: Rc<JournalFile<F>>,
+    next_seq: u64,
+    durable_seq: u64,
+    durable_pos: u64,
+    inflight: BTreeMap<u64, Inflight>,
+    /// The zero-filled `next.prep`, ready for the next roll.
+    prepared: Option<Rc<F>>,
+    roll_waiting: bool,
+    /// A roll took the prepared file and has not renamed it yet: `next.prep`
+    /// still names it, so the preparer must not open that name.
+    renaming: bool,
+    /// Any open file, to allocate write buffers from.
+    alloc_file: Rc<F>,
+    workers_running: usize,
+    background_started: bool,
+    stats: JournalStats,
+}
+
+struct Shared<S: Storage> {
+    storage: S,
+    dir: PathBuf,
+    config: JournalConfig,
+    fatal: Rc<dyn FatalHandler>,
+    state: RefCell<State<S::File>>,
+    /// Entries queued, room in flight, closing, or failure.
+    work: Notify,
+    /// The durable watermark moved (or the journal failed).
+    durable: Notify,
+    /// A file received its name.
+    named: Notify,
+    /// The preparer has something to do.
+    prepare: Notify,
+    /// A prepared file became available.
+    prepared: Notify,
+    /// Queued bytes dropped.
+    space: Notify,
+}
+
+/// The shard journal's appender. Single-threaded; all futures are `!Send`.
+pub struct Journal<S: Storage> {
+    shared: Rc<Shared<S>>,
+}
+
+impl<S: Storage> Journal<S> {
+    /// Recovers the journal in `dir` from `start` (every intact entry at or
+    /// after it goes to `sink`, in order; a torn tail is cut, and what is
+    /// kept is synced) and returns an appender that continues after it. An
+    /// empty directory gets its first file at `start`.
+    ///
+    /// # Errors
+    /// [`JournalError::Config`]; [`JournalError::Corrupt`] naming file and
+    /// byte for damage below the recorded durable watermark (the sink must
+    /// then drop what it gathered); [`JournalError::StartNotFound`];
+    /// [`JournalError::Io`].
+    pub async fn open(
+        storage: S,
+        dir: &Path,
+        config: JournalConfig,
+        start: JournalPos,
+        sink: &mut impl RecoverySink,
+        fatal: Rc<dyn FatalHandler>,
+    ) -> Result<(Self, RecoveryReport), JournalError> {
+        config.validate()?;
+        let recovered = recover(&storage, dir, &config, start, sink).await?;
+        let active = recovered.active;
+        let build_file = Rc::new(JournalFile {
+            base: active.base,
+            len_bytes: active.len_bytes,
+            file: RefCell::new(Some(active.file.clone())),
+        });
+        let state = State {
+            failed: None,
+            closing: false,
+            control: LaneQueue::default(),
+            data: LaneQueue::default(),
+            build_pos: recovered.next_pos,
+            build_file,
+            next_seq: 1,
+            durable_seq: 0,
+            durable_pos: recovered.next_pos,
+            inflight: BTreeMap::new(),
+            prepared: None,
+            roll_waiting: false,
+            renaming: false,
+            alloc_file: active.file,
+            workers_running: 0,
+            background_started: false,
+            stats: JournalStats::default(),
+        };
+        let shared = Rc::new(Shared {
+            storage,
+            dir: dir.to_path_buf(),
+            config,
+            fatal,
+            state: RefCell::new(state),
+            work: Notify::default(),
+            durable: Notify::default(),
+            named: Notify::default(),
+            prepare: Notify::default(),
+            prepared: Notify::default(),
+            space: Notify::default(),
+        });
+        Ok((Self { shared }, recovered.report))
+    }
+
+    /// The future that runs the committers and the preparer. The owner must
+    /// spawn or poll it; without it no ticket resolves. It completes after
+    /// [`Journal::close`] once everything queued is durable, or right after
+    /// a fatal error. Call once.
+    pub fn background(&self) -> impl Future<Output = ()> + 'static {
+        let shared = self.shared.clone();
+        let workers = {
+            let mut state = shared.state.borrow_mut();
+            assert!(!state.background_started, "Journal::background called twice");
+            state.background_started = true;
+            state.workers_running = shared.config.inflight_commits_max;
+            state.workers_running
+        };
+        async move {
+            let mut tasks: Vec<Pin<Box<dyn Future<Output = ()>>>> = Vec::new();
+            for _ in 0..workers {
+                tasks.push(Box::pin(committer(shared.clone())));
+            }
+            tasks.push(Box::pin(preparer(shared.clone())));
+            join_all(tasks).await;
+        }
+    }
+
+    /// Queues `payload` (one record batch, both crcs intact) for
+    /// `partition` in `lane`. Returns at once; the ticket resolves when the
+    /// entry is durable.
+    ///
+    /// # Errors
+    /// [`JournalError::ReservedPartition`], [`JournalError::InvalidEntry`]
+    /// (not one intact batch), [`JournalError::EntryTooLarge`] (a control
+    /// entry over `control_commit_bytes`, a data entry over
+    /// `entry_bytes_max`), [`JournalError::Backpressure`] when the lane's
+    /// queued bytes would pass its bound (nothing is queued; await
+    /// [`Journal::writable`] and retry), [`JournalError::Failed`],
+    /// [`JournalError::Closed`].
+    pub fn append(
+        &self,
+        lane: Lane,
+        partition: PartitionHandle,
+        payload: &[u8],
+    ) -> Result<JournalTicket, JournalError> {
+        if partition == FILLER_PARTITION {
+            return Err(JournalError::ReservedPartition(partition.0));
+        }
+        check_payload(payload).map_err(JournalError::InvalidEntry)?;
+        let len_bytes = (ENTRY_HEADER_BYTES + payload.len()) as u64;
+        let config = &self.shared.config;
+        let max_bytes = match lane {
+            Lane::Control => config.control_commit_bytes,
+            Lane::Data => config.entry_bytes_max,
+        };
+        if len_bytes > max_bytes {
+            return Err(JournalError::EntryTooLarge { lane, len_bytes, max_bytes });
+        }
+        let cell = EntryCell::new();
+        {
+            let mut state = self.shared.state.borrow_mut();
+            if let Some(reason) = &state.failed {
+                return Err(JournalError::Failed(reason.to_string()));
+            }
+            if state.closing {
+                return Err(JournalError::Closed);
+            }
+            let limit_bytes = self.shared.pending_limit(lane);
+            let queue = state.lane_mut(lane);
+            if queue.pending_bytes + len_bytes > limit_bytes {
+                return Err(JournalError::Backpressure {
+                    lane,
+                    pending_bytes: queue.pending_bytes,
+                    limit_bytes,
+                });
+            }
+            queue.pending_bytes += len_bytes;
+            queue.entries.push_back(Pending {
+                partition,
+                payload: payload.into(),
+                cell: cell.clone(),
+            });
+        }
+        self.shared.work.notify_all();
+        Ok(JournalTicket { cell })
+    }
+
+    /// Resolves when an entry of `len_bytes` (header included) would fit
+    /// under `lane`'s bound, or the journal failed or closed (`append` then
+    /// says why).
+    pub async fn writable(&self, lane: Lane, len_bytes: u64) {
+        let limit_bytes = self.shared.pending_limit(lane);
+        loop {
+            {
+                let mut state = self.shared.state.borrow_mut();
+                if state.failed.is_some() || state.closing {
+                    return;
+                }
+                if state.lane_mut(lane).pending_bytes + len_bytes <= limit_bytes {
+                    return;
+                }
+            }
+            self.shared.space.wait().await;
+        }
+    }
+
+    /// Stops accepting appends; [`Journal::background`] completes once every
+    /// queued entry is durable.
+    pub fn close(&self) {
+        self.shared.state.borrow_mut().closing = true;
+        for notify in [&self.shared.work, &self.shared.prepare, &self.shared.space] {
+            notify.notify_all();
+        }
+    }
+
+    /// Every journal byte below this is durable.
+    pub fn durable_position(&self) -> JournalPos {
+        JournalPos(self.shared.state.borrow().durable_pos)
+    }
+
+    /// Where the next commit will start.
+    pub fn next_position(&self) -> JournalPos {
+        JournalPos(self.shared.state.borrow().build_pos)
+    }
+
+    /// Commits built and not yet part of the durable prefix.
+    pub fn inflight_commits(&self) -> usize {
+        self.shared.state.borrow().inflight.len()
+    }
+
+    /// Entry bytes queued in `lane`, not yet built into a commit.
+    pub fn pending_bytes(&self, lane: Lane) -> u64 {
+        self.shared.state.borrow_mut().lane_mut(lane).pending_bytes
+    }
+
+    /// `Some(reason)` once a write, sync, roll or preparation failed.
+    pub fn failure(&self) -> Option<String> {
+        self.shared.state.borrow().failed.as_ref().map(|reason| reason.to_string())
+    }
+
+    pub fn stats(&self) -> JournalStats {
+        self.shared.state.borrow().stats
+    }
+
+    /// Whether a zero-filled `next.prep` is ready for the next roll.
+    pub fn next_file_prepared(&self) -> bool {
+        self.shared.state.borrow().prepared.is_some()
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.shared.dir
+    }
+}
+
+impl<F: StorageFile> State<F> {
+    fn lane_mut(&mut self, lane: Lane) -> &mut LaneQueue {
+        match lane {
+            Lane::Control => &mut self.control,
+            Lane::Data => &mut self.data,
+        }
+    }
+}
+
+impl<S: Storage> Shared<S> {
+    fn pending_limit(&self, lane: Lane) -> u64 {
+        match lane {
+            Lane::Control => self.config.control_pending_bytes_max,
+            Lane::Data => self.config.data_pending_bytes_max,
+        }
+    }
+
+    /// Enters the failed state once: fails every unacknowledged entry, wakes
+    /// every waiter and calls the fatal handler. Never retried: after a
+    /// failed write or sync the page cache state is unknown.
+    fn fail(&self, code: FatalCode, error: &IoError) {
+        let message = format!("{code:?}: {error}");
+        let cells = {
+            let mut state = self.state.borrow_mut();
+            if state.failed.is_some() {
+                return;
+            }
+            state.failed = Some(Rc::from(message.as_str()));
+            let mut cells: Vec<Rc<EntryCell>> =
+                state.inflight.values().flat_map(|commit| commit.cells.iter().cloned()).collect();
+            let state = &mut *state;
+            for lane in [&mut state.control, &mut state.data] {
+                cells.extend(lane.entries.drain(..).map(|pending| pending.cell));
+                lane.pending_bytes = 0;
+            }
+            state.inflight.clear();
+            cells
+        };
+        let reason: Rc<str> = Rc::from(message.as_str());
+        for cell in cells {
+            cell.resolve(EntryStatus::Failed(reason.clone()));
+        }
+        for notify in
+            [&self.work, &self.durable, &self.named, &self.prepare, &self.prepared, &self.space]
+        {
+            notify.notify_all();
+        }
+        self.fatal.fatal(&FatalReason { code, message });
+    }
+
+    fn is_failed(&self) -> bool {
+        self.state.borrow().failed.is_some()
+    }
+
+    /// Waits until a commit can be built (room in flight, entries queued)
+    /// and builds it; `None` when closed and drained, or failed.
+    async fn next_job(&self) -> Option<Job<S::File>> {
+        loop {
+            {
+                let mut state = self.state.borrow_mut();
+                if state.failed.is_some() {
+                    return None;
+                }
+                // In-flight bound: commits already synced but behind an
+                // unsynced one still count, so no committer writes more than
+                // `inflight_commits_max` commits past the durable watermark.
+                let room = state.inflight.len() < self.config.inflight_commits_max;
+                let queued = !state.control.entries.is_empty() || !state.data.entries.is_empty();
+                if room && queued {
+                    let job = self.build_commit(&mut state);
+                    drop(state);
+                    self.space.notify_all();
+                    return Some(job);
+                }
+                if state.closing && room && !queued {
+                    return None;
+                }
+            }
+            self.work.wait().await;
+        }
+    }
+
+    /// Takes the cycle's entries — control first, then data — assigns their
+    /// positions, stamps the durable watermark known now, closes the last
+    /// page with a filler and puts the commit in flight.
+    fn build_commit(&self, state: &mut State<S::File>) -> Job<S::File> {
+        let config = &self.config;
+        let mut taken: Vec<(Pending, Lane)> = Vec::new();
+        let mut control_bytes = 0;
+        while let Some(front) = state.control.entries.front() {
+            let len = front.entry_bytes();
+            if control_bytes + len > config.control_commit_bytes {
+                break;
+            }
+            control_bytes += len;
+            state.control.pending_bytes -= len;
+            if let Some(entry) = state.control.entries.pop_front() {
+                taken.push((entry, Lane::Control));
+            }
+        }
+        let mut total = control_bytes;
+        let mut data_taken = false;
+        while let Some(front) = state.data.entries.front() {
+            let len = front.entry_bytes();
+            // The cycle's first data entry always goes, so a data entry
+            // larger than what control left of `commit_bytes` still moves.
+            if data_taken && total + len > config.commit_bytes {
+                break;
+            }
+            total += len;
+            data_taken = true;
+            state.data.pending_bytes -= len;
+            if let Some(entry) = state.data.entries.pop_front() {
+                taken.push((entry, Lane::Data));
+            }
+        }
+        assert!(!taken.is_empty(), "a commit is built only with entries queued");
+        let span = commit_span(total);
+        assert!(span <= config.commit_span_max());
+        let mut opens_file = false;
+        if state.build_pos + span > state.build_file.end() {
+            let base = state.build_file.end();
+            state.build_file = Rc::new(JournalFile {
+                base,
+                len_bytes: config.file_bytes,
+                file: RefCell::new(None),
+            });
+            state.build_pos = base;
+            opens_file = true;
+            self.prepare.notify_all();
+        }
+        let seq = state.next_seq;
+        state.next_seq += 1;
+        let pos = state.build_pos;
+        let watermark = JournalPos(state.durable_pos);
+        assert!(watermark.0 <= pos);
+        let mut buf = state.alloc_file.alloc_buf(span as usize);
+        let bytes = buf.as_mut();
+        let mut at = 0usize;
+        let mut cells = Vec::with_capacity(taken.len());
+        let (mut control_entries, mut data_entries) = (0, 0);
+        for (entry, lane) in taken {
+            let len = entry.entry_bytes() as usize;
+            let position = pos + at as u64;
+            let header = EntryHeader {
+                partition: entry.partition,
+                position: JournalPos(position),
+                watermark,
+                entry_len: u32::try_from(len).expect("entry length checked at append"),
+            };
+            bytes[at..at + ENTRY_HEADER_BYTES].copy_from_slice(&header.encode());
+            bytes[at + ENTRY_HEADER_BYTES..at + len].copy_from_slice(&entry.payload);
+            entry.cell.position.set(Some(position));
+            entry.cell.commit_seq.set(Some(seq));
+            cells.push(entry.cell);
+            match lane {
+                Lane::Control => control_entries += 1,
+                Lane::Data => data_entries += 1,
+            }
+            at += len;
+        }
+        if span > total {
+            write_filler(&mut bytes[at..], JournalPos(pos + total), watermark);
+        }
+        state.build_pos = pos + span;
+        state.stats.commits_built += 1;
+        state.inflight.insert(
+            seq,
+            Inflight {
+                synced: false,
+                end_pos: pos + span,
+                span,
+                cells,
+                control_entries,
+                data_entries,
+            },
+        );
+        Job { seq, pos, buf: Rc::new(buf), file: state.build_file.clone(), opens_file }
+    }
+
+    /// Marks `seq` synced and advances the durable watermark over the
+    /// contiguous synced prefix, resolving those entries' tickets.
+    fn mark_synced(&self, seq: u64) {
+        let mut resolved = Vec::new();
+        {
+            let mut state = self.state.borrow_mut();
+            if state.failed.is_some() {
+                return;
+            }
+            match state.inflight.get_mut(&seq) {
+                Some(commit) => commit.synced = true,
+                None => unreachable!("synced commit {seq} is not in flight"),
+            }
+            while let Some(entry) = state.inflight.first_entry() {
+                if !entry.get().synced {
+                    break;
+                }
+                let (seq, done) = entry.remove_entry();
+                assert_eq!(seq, state.durable_seq + 1, "durable watermark must be contiguous");
+                assert!(done.end_pos > state.durable_pos);
+                state.durable_seq = seq;
+                state.durable_pos = done.end_pos;
+                state.stats.commits += 1;
+                state.stats.control_entries += done.control_entries;
+                state.stats.data_entries += done.data_entries;
+                state.stats.commit_bytes += done.span;
+                resolved.extend(done.cells);
+            }
+        }
+        for cell in resolved {
+            cell.resolve(EntryStatus::Durable);
+        }
+        self.durable.notify_all();
+        // Commits left the in-flight map: a committer held by the bound may
+        // build the next one.
+        self.work.notify_all();
+    }
+
+    /// Names the prepared file for `job`'s new file once every earlier
+    /// commit is durable. False when the journal failed.
+    async fn roll(&self, job: &Job<S::File>) -> bool {
+        loop {
+            {
+                let state = self.state.borrow();
+                if state.failed.is_some() {
+                    return false;
+                }
+                if state.durable_seq + 1 == job.seq {
+                    break;
+                }
+            }
+            self.durable.wait().await;
+        }
+        let prepared = loop {
+            {
+                let mut state = self.state.borrow_mut();
+                if state.failed.is_some() {
+                    return false;
+                }
+                if let Some(file) = state.prepared.take() {
+                    state.roll_waiting = false;
+                    state.renaming = true;
+                    break file;
+                }
+                state.roll_waiting = true;
+            }
+            self.prepare.notify_all();
+            self.prepared.wait().await;
+        };
+        let named = async {
+            let path = name_prepared(&self.storage, &self.dir, job.file.base).await?;
+            drop(prepared);
+            self.storage.open(&path).await
+        };
+        let file = match named.await {
+            Ok(file) => Rc::new(file),
+            Err(error) => {
+                self.fail(FatalCode::RollFailed, &error);
+                return false;
+            }
+        };
+        {
+            let mut state = self.state.borrow_mut();
+            state.renaming = false;
+            *job.file.file.borrow_mut() = Some(file.clone());
+            state.alloc_file = file;
+            state.stats.files_rolled += 1;
+        }
+        self.named.notify_all();
+        self.prepare.notify_all();
+        true
+    }
+
+    async fn wait_named(&self, file: &JournalFile<S::File>) -> Option<Rc<S::File>> {
+        loop {
+            if self.is_failed() {
+                return None;
+            }
+            if let Some(file) = file.file.borrow().clone() {
+                return Some(file);
+            }
+            self.named.wait().await;
+        }
+    }
+}
+
+/// One committer: build a commit, (roll,) write it, sync it, mark it synced.
+async fn committer<S: Storage>(shared: Rc<Shared<S>>) {
+    loop {
+        let Some(job) = shared.next_job().await else { break };
+        if job.opens_file && !shared.roll(&job).await {
+            break;
+        }
+        let Some(file) = shared.wait_named(&job.file).await else { break };
+        let offset = job.pos - job.file.base;
+        if let Err(error) = file.write_at(job.buf.clone(), offset).await {
+            shared.fail(FatalCode::WriteFailed, &error);
+            break;
+        }
+        if shared.is_failed() {
+            break;
+        }
+        if let Err(error) = file.fdatasync().await {
+            shared.fail(FatalCode::SyncFailed, &error);
+            break;
+        }
+        shared.mark_synced(job.seq);
+    }
+    shared.state.borrow_mut().workers_running -= 1;
+    shared.prepare.notify_all();
+}
+
+/// Keeps one zero-filled `next.prep` ready for the next roll.
+async fn preparer<S: Storage>(shared: Rc<Shared<S>>) {
+    enum Step {
+        Prepare,
+        Wait,
+        Exit,
+    }
+    loop {
+        let step = {
+            let state = shared.state.borrow();
+            if state.failed.is_some() {
+                Step::Exit
+            } else if state.prepared.is_none()
+                && !state.renaming
+                && (state.roll_waiting || !state.closing)
+            {
+                Step::Prepare
+            } else if state.closing && state.workers_running == 0 {
+                Step::Exit
+            } else {
+                Step::Wait
+            }
+        };
+        match step {
+            Step::Exit => return,
+            Step::Wait => shared.prepare.wait().await,
+            Step::Prepare => {
+                match prepare_file(&shared.storage, &shared.dir, shared.config.file_bytes).await {
+                    Ok(file) => {
+                        {
+                            let mut state = shared.state.borrow_mut();
+                            state.prepared = Some(Rc::new(file));
+                            state.stats.files_prepared += 1;
+                        }
+                        shared.prepared.notify_all();
+                    }
+                    Err(error) => {
+                        shared.fail(FatalCode::PrepareFailed, &error);
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}

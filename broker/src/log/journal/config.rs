@@ -1,0 +1,184 @@
+//! [`JournalConfig`]: the knobs of one shard journal and their named limits,
+//! validated before a journal opens.
+
+use thiserror::Error;
+
+use super::entry::{ENTRY_BYTES_MAX, ENTRY_HEADER_BYTES};
+use super::layout::page_ceil;
+use crate::limits::{COMMIT_BYTES_MAX, INFLIGHT_COMMITS_MAX, PAGE_BYTES};
+
+/// Default size of one journal file (pre-zeroed, overwritten in place).
+pub const JOURNAL_FILE_BYTES_DEFAULT: u64 = 64 << 20;
+/// Smallest journal file (small files keep tests fast).
+pub const JOURNAL_FILE_BYTES_MIN: u64 = 64 << 10;
+/// Largest journal file: bounds a recovery scan and a repair write.
+pub const JOURNAL_FILE_BYTES_MAX: u64 = 1 << 30;
+/// Default target of data bytes (control included) in one commit.
+pub const JOURNAL_COMMIT_BYTES_DEFAULT: u64 = 1 << 20;
+/// Default bound on control entries in one commit: at ≈ 40 B an ack, about
+/// 1,600 acks per cycle.
+pub const CONTROL_COMMIT_BYTES_DEFAULT: u64 = 64 << 10;
+/// Default bound on queued (not yet built into a commit) control bytes:
+/// sixteen cycles' worth.
+pub const CONTROL_PENDING_BYTES_DEFAULT: u64 = 1 << 20;
+/// Default bound on queued data bytes. Control entries never wait behind
+/// them (they go first in every cycle), so this bounds memory and producer
+/// latency, not ack latency.
+pub const DATA_PENDING_BYTES_DEFAULT: u64 = 32 << 20;
+/// Largest configurable bound on queued bytes of one lane.
+pub const LANE_PENDING_BYTES_MAX: u64 = 256 << 20;
+/// Default number of commits written but not yet part of the durable prefix.
+pub const JOURNAL_INFLIGHT_COMMITS_DEFAULT: usize = 2;
+
+const _: () = assert!(JOURNAL_FILE_BYTES_DEFAULT.is_multiple_of(PAGE_BYTES));
+const _: () = assert!(JOURNAL_FILE_BYTES_MIN.is_multiple_of(PAGE_BYTES));
+const _: () = assert!(CONTROL_COMMIT_BYTES_DEFAULT < JOURNAL_COMMIT_BYTES_DEFAULT);
+const _: () = assert!(JOURNAL_COMMIT_BYTES_DEFAULT <= COMMIT_BYTES_MAX);
+const _: () = assert!(CONTROL_PENDING_BYTES_DEFAULT >= CONTROL_COMMIT_BYTES_DEFAULT);
+const _: () = assert!(DATA_PENDING_BYTES_DEFAULT >= ENTRY_BYTES_MAX);
+const _: () = assert!(JOURNAL_INFLIGHT_COMMITS_DEFAULT <= INFLIGHT_COMMITS_MAX);
+
+/// Runtime configuration of one shard journal.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JournalConfig {
+    /// Size of every new journal file (pre-zeroed before it is named).
+    pub file_bytes: u64,
+    /// Target bytes of one commit: control entries, then data entries while
+    /// the total stays within this. A data entry larger than what is left
+    /// still goes when it is the cycle's first data entry.
+    pub commit_bytes: u64,
+    /// Bound on control entries in one commit; also the largest control entry.
+    pub control_commit_bytes: u64,
+    /// Largest data entry (header + batch).
+    pub entry_bytes_max: u64,
+    /// Commits between the durable watermark and the newest write, at most.
+    pub inflight_commits_max: usize,
+    /// Queued control bytes beyond which `append` answers back-pressure.
+    pub control_pending_bytes_max: u64,
+    /// Queued data bytes beyond which `append` answers back-pressure.
+    pub data_pending_bytes_max: u64,
+}
+
+impl Default for JournalConfig {
+    fn default() -> Self {
+        Self {
+            file_bytes: JOURNAL_FILE_BYTES_DEFAULT,
+            commit_bytes: JOURNAL_COMMIT_BYTES_DEFAULT,
+            control_commit_bytes: CONTROL_COMMIT_BYTES_DEFAULT,
+            entry_bytes_max: ENTRY_BYTES_MAX,
+            inflight_commits_max: JOURNAL_INFLIGHT_COMMITS_DEFAULT,
+            control_pending_bytes_max: CONTROL_PENDING_BYTES_DEFAULT,
+            data_pending_bytes_max: DATA_PENDING_BYTES_DEFAULT,
+        }
+    }
+}
+
+/// What is wrong with a [`JournalConfig`].
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum JournalConfigError {
+    #[error("{field} = {value} is outside [{min}, {max}]")]
+    OutOfRange { field: &'static str, value: u64, min: u64, max: u64 },
+    #[error("{field} = {value} is not a multiple of {PAGE_BYTES}")]
+    NotPageAligned { field: &'static str, value: u64 },
+    #[error("control_commit_bytes {control} must be below commit_bytes {commit}")]
+    ControlNotBelowCommit { control: u64, commit: u64 },
+    #[error("file_bytes {file_bytes} cannot hold the largest commit ({commit_span_bytes} bytes)")]
+    FileTooSmall { file_bytes: u64, commit_span_bytes: u64 },
+    #[error("{field} = {value} cannot hold one entry of {entry_bytes} bytes")]
+    PendingTooSmall { field: &'static str, value: u64, entry_bytes: u64 },
+}
+
+fn in_range(field: &'static str, value: u64, min: u64, max: u64) -> Result<(), JournalConfigError> {
+    if value < min || value > max {
+        return Err(JournalConfigError::OutOfRange { field, value, min, max });
+    }
+    Ok(())
+}
+
+fn page_aligned(field: &'static str, value: u64) -> Result<(), JournalConfigError> {
+    if !value.is_multiple_of(PAGE_BYTES) {
+        return Err(JournalConfigError::NotPageAligned { field, value });
+    }
+    Ok(())
+}
+
+impl JournalConfig {
+    /// Checks every knob against its limit and the relations between them.
+    ///
+    /// # Errors
+    /// The first violated rule.
+    pub fn validate(&self) -> Result<(), JournalConfigError> {
+        in_range("file_bytes", self.file_bytes, JOURNAL_FILE_BYTES_MIN, JOURNAL_FILE_BYTES_MAX)?;
+        page_aligned("file_bytes", self.file_bytes)?;
+        in_range("commit_bytes", self.commit_bytes, PAGE_BYTES, COMMIT_BYTES_MAX)?;
+        page_aligned("commit_bytes", self.commit_bytes)?;
+        let header = ENTRY_HEADER_BYTES as u64;
+        in_range("control_commit_bytes", self.control_commit_bytes, 2 * header, COMMIT_BYTES_MAX)?;
+        if self.control_commit_bytes >= self.commit_bytes {
+            return Err(JournalConfigError::ControlNotBelowCommit {
+                control: self.control_commit_bytes,
+                commit: self.commit_bytes,
+            });
+        }
+        in_range("entry_bytes_max", self.entry_bytes_max, 2 * header, ENTRY_BYTES_MAX)?;
+        in_range(
+            "inflight_commits_max",
+            self.inflight_commits_max as u64,
+            1,
+            INFLIGHT_COMMITS_MAX as u64,
+        )?;
+        for (field, value, entry_bytes) in [
+            (
+                "control_pending_bytes_max",
+                self.control_pending_bytes_max,
+                self.control_commit_bytes,
+            ),
+            ("data_pending_bytes_max", self.data_pending_bytes_max, self.entry_bytes_max),
+        ] {
+            in_range(field, value, 1, LANE_PENDING_BYTES_MAX)?;
+            if value < entry_bytes {
+                return Err(JournalConfigError::PendingTooSmall { field, value, entry_bytes });
+            }
+        }
+        let commit_span_bytes = self.commit_span_max();
+        if commit_span_bytes > self.file_bytes {
+            return Err(JournalConfigError::FileTooSmall {
+                file_bytes: self.file_bytes,
+                commit_span_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// Pages of the largest commit: at most `control_commit_bytes` of
+    /// control, then data up to `commit_bytes` in total or one entry of
+    /// `entry_bytes_max`, and a filler.
+    pub fn commit_span_max(&self) -> u64 {
+        let data = self.commit_bytes.max(self.control_commit_bytes + self.entry_bytes_max);
+        // `commit_span` is not monotonic (an aligned total needs no filler),
+        // so bound every total up to `data`.
+        page_ceil(data + ENTRY_HEADER_BYTES as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_is_valid_and_bad_knobs_are_named() {
+        // Goal: defaults pass; each broken relation is reported by name.
+        JournalConfig::default().validate().unwrap();
+        let control_too_big = JournalConfig { control_commit_bytes: 1 << 20, ..Default::default() };
+        assert!(matches!(
+            control_too_big.validate(),
+            Err(JournalConfigError::ControlNotBelowCommit { .. })
+        ));
+        let small_file = JournalConfig { file_bytes: 64 << 10, ..Default::default() };
+        assert!(matches!(small_file.validate(), Err(JournalConfigError::FileTooSmall { .. })));
+        let no_room = JournalConfig { data_pending_bytes_max: 4096, ..Default::default() };
+        let error = no_room.validate().unwrap_err();
+        assert!(error.to_string().contains("data_pending_bytes_max"), "{error}");
+    }
+}

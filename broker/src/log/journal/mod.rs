@@ -1,0 +1,189 @@
+//! The shard journal: one write-ahead journal per shard for the entries of
+//! every partition it owns (`docs/design/shard-journal.md`).
+//!
+//! What it owns: the files under its directory (pre-zeroed, fixed-size,
+//! named by the journal position of their byte 0, overwritten in place and
+//! never extended), the assignment of journal positions, the commit cycle
+//! with its two lanes — control entries ahead of data — and the meaning of
+//! "durable" (a [`JournalTicket`] resolves only when its commit and every
+//! commit before it are fdatasynced), and recovery with the watermark rule.
+//! What it does not do: know what a partition, an offset or an event is
+//! (payloads are record batches it only crc-checks), read a clock, or name a
+//! runtime — it is generic over [`crate::io::Storage`].
+//!
+//! Driving it: [`Journal::open`] recovers the directory from a start
+//! position, handing every intact entry to a [`RecoverySink`]; the owner
+//! then polls [`Journal::background`] (committers and the file preparer)
+//! until [`Journal::close`] or a fatal I/O error.
+
+mod appender;
+mod config;
+mod entry;
+mod error;
+mod layout;
+mod prepare;
+mod recovery;
+
+use std::cell::{Cell, RefCell};
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+
+pub use appender::{Journal, JournalStats};
+pub use config::{
+    JournalConfig, JournalConfigError, CONTROL_COMMIT_BYTES_DEFAULT, CONTROL_PENDING_BYTES_DEFAULT,
+    DATA_PENDING_BYTES_DEFAULT, JOURNAL_COMMIT_BYTES_DEFAULT, JOURNAL_FILE_BYTES_DEFAULT,
+    JOURNAL_FILE_BYTES_MAX, JOURNAL_FILE_BYTES_MIN, JOURNAL_INFLIGHT_COMMITS_DEFAULT,
+    LANE_PENDING_BYTES_MAX,
+};
+pub use entry::{
+    check_payload, decode_entry, write_filler, Entry, EntryError, EntryHeader, ENTRY_ALIGN,
+    ENTRY_BYTES_MAX, ENTRY_HEADER_BYTES, ENTRY_MAGIC, FILLER_PARTITION,
+};
+pub use error::{JournalDamage, JournalError};
+pub use layout::{
+    commit_span, journal_file_path, parse_journal_file_name, JOURNAL_FILE_SUFFIX,
+    JOURNAL_PREPARED_NAME,
+};
+pub use recovery::{RecoveredEntry, RecoveryReport, RecoverySink};
+
+/// A byte position in the shard's journal (private to the broker: clients
+/// see partition offsets).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct JournalPos(pub u64);
+
+impl fmt::Display for JournalPos {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A partition's shard-local handle, stable for the partition's life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct PartitionHandle(pub u32);
+
+impl fmt::Display for PartitionHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// Which queue of the commit cycle an entry waits in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Lane {
+    /// Claims, extends, releases, acks, markers: every cycle takes all of
+    /// them (up to `control_commit_bytes`) before any data.
+    Control,
+    /// Enqueued batches: up to `commit_bytes` per cycle, after control.
+    Data,
+}
+
+impl fmt::Display for Lane {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Control => "control",
+            Self::Data => "data",
+        })
+    }
+}
+
+#[derive(Clone, Debug)]
+enum EntryStatus {
+    Pending,
+    Durable,
+    Failed(std::rc::Rc<str>),
+}
+
+/// Completion state of one appended entry.
+#[derive(Debug)]
+struct EntryCell {
+    status: RefCell<EntryStatus>,
+    /// Set when a commit takes the entry.
+    position: Cell<Option<u64>>,
+    commit_seq: Cell<Option<u64>>,
+    wakers: RefCell<Vec<Waker>>,
+}
+
+impl EntryCell {
+    fn new() -> std::rc::Rc<Self> {
+        std::rc::Rc::new(Self {
+            status: RefCell::new(EntryStatus::Pending),
+            position: Cell::new(None),
+            commit_seq: Cell::new(None),
+            wakers: RefCell::new(Vec::new()),
+        })
+    }
+
+    fn resolve(&self, status: EntryStatus) {
+        {
+            let mut current = self.status.borrow_mut();
+            if !matches!(*current, EntryStatus::Pending) {
+                return;
+            }
+            *current = status;
+        }
+        for waker in std::mem::take(&mut *self.wakers.borrow_mut()) {
+            waker.wake();
+        }
+    }
+}
+
+/// Resolves when the appended entry and everything before it in the journal
+/// is durable, or fails if the journal failed first. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct JournalTicket {
+    cell: std::rc::Rc<EntryCell>,
+}
+
+impl JournalTicket {
+    /// `Some(Ok)` once durable, `Some(Err)` once failed, `None` while pending.
+    pub fn status(&self) -> Option<Result<(), JournalError>> {
+        match &*self.cell.status.borrow() {
+            EntryStatus::Pending => None,
+            EntryStatus::Durable => Some(Ok(())),
+            EntryStatus::Failed(reason) => Some(Err(JournalError::Failed(reason.to_string()))),
+        }
+    }
+
+    /// The entry's journal position, once a commit took it.
+    pub fn position(&self) -> Option<JournalPos> {
+        self.cell.position.get().map(JournalPos)
+    }
+
+    /// The number of the commit cycle that took the entry (1 = the first
+    /// commit built since open), once one did.
+    pub fn commit_seq(&self) -> Option<u64> {
+        self.cell.commit_seq.get()
+    }
+
+    /// Waits until the entry is durable.
+    ///
+    /// # Errors
+    /// [`JournalError::Failed`] when a write, sync or roll failed first: the
+    /// entry was never acknowledged and may or may not be on disk.
+    pub fn durable(&self) -> TicketWait<'_> {
+        TicketWait { ticket: self }
+    }
+}
+
+pub struct TicketWait<'a> {
+    ticket: &'a JournalTicket,
+}
+
+impl Future for TicketWait<'_> {
+    type Output = Result<(), JournalError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.ticket.status() {
+            Some(result) => Poll::Ready(result),
+            None => {
+                let mut wakers = self.ticket.cell.wakers.borrow_mut();
+                if !wakers.iter().any(|waker| waker.will_wake(cx.waker())) {
+                    wakers.push(cx.waker().clone());
+                }
+                Poll::Pending
+            }
+        }
+    }
+}
