@@ -151,6 +151,9 @@ struct RssArgs {
     /// Pause after the drain before the last sample (ms).
     #[arg(long, default_value_t = 10_000)]
     after_drain_ms: u64,
+    /// Stop after the last backlog sample: no drain (a build-up-only run).
+    #[arg(long)]
+    no_drain: bool,
     /// tokio worker threads for all clients.
     #[arg(long, default_value_t = 2)]
     client_threads: u64,
@@ -753,6 +756,7 @@ fn rss_run(args: &RssArgs) -> Result<String, BenchError> {
         dedupe_window_ms: args.dedupe_window_ms,
         settle_ms: args.settle_ms,
         after_drain_ms: args.after_drain_ms,
+        drain: !args.no_drain,
         client_threads: args.client_threads,
     };
     let report = rss::run(&config)?;

@@ -66,6 +66,9 @@ pub struct RssConfig {
     /// Wait after the drain before the last sample (ms): the allocator's
     /// time to give freed memory back.
     pub after_drain_ms: u64,
+    /// Drain the backlog after the last step (false: stop after the last
+    /// backlog sample, for a run that measures only the build-up).
+    pub drain: bool,
     pub client_threads: u64,
 }
 
@@ -270,6 +273,18 @@ async fn drive(
         producer.close().await;
     }
     drop(producers);
+    if !config.drain {
+        return Ok(RssReport {
+            shards,
+            partitions,
+            msg_bytes: config.msg_bytes,
+            dedupe_window_ms: config.dedupe_window_ms,
+            samples,
+            enqueue_msgs_per_s: enqueued as f64 / enqueue_s.max(f64::MIN_POSITIVE),
+            drain_msgs_per_s: 0.0,
+            enqueue_errors: errors.load(Ordering::Acquire),
+        });
+    }
 
     let drain_start = instant_now();
     let mut consumers = Vec::new();

@@ -13,6 +13,7 @@ use std::rc::Rc;
 use std::sync::mpsc;
 use std::time::Duration;
 
+use spool_broker::net::admission::{ADMISSION_QUANTUM_FRAMES, ADMISSION_ROUND_FRAMES};
 use spool_broker::net::echo::{encode_echo_frame, EchoError, EchoHandler, ECHO_ERROR_PREFIX};
 use spool_broker::net::{
     serve, serve_connection, Connection, ConnectionEnd, ConnectionLimits, Decoded, FrameHandler,
@@ -578,4 +579,94 @@ fn a_peer_that_stops_reading_pauses_its_requests_at_the_response_byte_bound() {
         assert_eq!(pipe.0.borrow().output.len(), REQUESTS * (ANSWER + 4));
         assert_eq!(scope.responses_queued_bytes(), 0);
     });
+}
+
+/// What one heavy connection pipelines: more than its in-flight window
+/// holds, so it always has a whole frame waiting.
+const HEAVY_PIPELINE: usize = 3_000;
+
+// Goal: a light connection's request gets into the shard within one turn of
+// each busy connection and behind at most one admission round of their
+// work, while heavy connections keep their in-flight windows full (the
+// hostile benchmark's cause: a well-behaved request waited behind every
+// frame the busy connections had handed over between two polls of the
+// executor's I/O). Method: one executor, in-memory connections; 8 heavy
+// connections each have 3,000 cheap requests buffered (in-flight bound
+// 128); once 2,000 of theirs have been handled a light connection receives
+// one request; count the heavy requests handled between that moment and the
+// light request. Without fair admission each heavy connection hands over 32
+// frames per turn and the light request waits behind several hundred.
+#[test]
+fn a_light_request_is_admitted_within_one_turn_of_each_heavy_connection() {
+    const HEAVY: usize = 8;
+    let limits = ConnectionLimits { in_flight_max: 128, frame_bytes_max: 64 * 1024, ..limits() };
+    let executor =
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound).make().expect("executor");
+    let (position, mark, total) = executor.run(async move {
+        let handler = Rc::new(DelayEcho::new(limits.frame_bytes_max, true));
+        let rejections = Rc::new(Rejections::default());
+        let mut served = Vec::new();
+        let mut heavy_pipes = Vec::new();
+        for _ in 0..HEAVY {
+            let pipe = PipeEnd::default();
+            {
+                let mut state = pipe.0.borrow_mut();
+                state.closed = true;
+                for _ in 0..HEAVY_PIPELINE {
+                    state.input.extend_from_slice(&encode_echo_frame(b"h"));
+                }
+            }
+            let scope = Rc::new(Connection::new(4, rejections.clone()));
+            served.push(glommio::spawn_local(serve(
+                pipe.clone(),
+                handler.clone(),
+                limits,
+                StopSignal::new(),
+                scope,
+            )));
+            heavy_pipes.push(pipe);
+        }
+        let light = PipeEnd::default();
+        let light_scope = Rc::new(Connection::new(4, rejections));
+        let light_id = light_scope.id();
+        served.push(glommio::spawn_local(serve(
+            light.clone(),
+            handler.clone(),
+            limits,
+            StopSignal::new(),
+            light_scope,
+        )));
+        while handler.handled.borrow().len() < 2_000 {
+            futures_lite::future::yield_now().await;
+        }
+        let mark = handler.handled.borrow().len();
+        {
+            let mut state = light.0.borrow_mut();
+            state.input.extend_from_slice(&encode_echo_frame(b"light"));
+            state.closed = true;
+            if let Some(waker) = state.read_waker.take() {
+                waker.wake();
+            }
+        }
+        for task in served {
+            let end = task.await;
+            assert!(matches!(end, ConnectionEnd::PeerClosed), "{end:?}");
+        }
+        for pipe in &heavy_pipes {
+            assert_eq!(pipe.0.borrow().output.len(), HEAVY_PIPELINE * 5, "every request answered");
+        }
+        let handled = handler.handled.borrow();
+        (handled.iter().position(|id| *id == light_id), mark, handled.len())
+    });
+    assert_eq!(total, HEAVY * HEAVY_PIPELINE + 1);
+    let position = position.expect("the light request was handled");
+    assert!(position >= mark);
+    let heavy_before = position - mark;
+    // One round of admissions already handed over, plus one turn of each
+    // heavy connection.
+    let bound = ADMISSION_ROUND_FRAMES + HEAVY * ADMISSION_QUANTUM_FRAMES;
+    assert!(
+        heavy_before <= bound,
+        "{heavy_before} heavy requests were handled before the light one (bound {bound})"
+    );
 }

@@ -33,6 +33,7 @@ use glommio::channels::local_channel;
 use glommio::sync::Semaphore;
 use glommio::timer::Timer;
 
+use crate::net::admission::{Admission, Admit};
 use crate::net::rejections::Rejections;
 use crate::net::stop::StopSignal;
 use crate::partition::signal::ClaimCancel;
@@ -142,6 +143,9 @@ pub struct Connection {
     /// Long-poll claims in flight, by correlation id; at most `waiting_max`.
     claims: std::cell::RefCell<std::collections::HashMap<u64, Rc<ClaimCancel>>>,
     rejections: Rc<Rejections>,
+    /// The shard's admission gate: the turns this connection takes with the
+    /// others before it hands a frame over.
+    admission: Rc<Admission>,
     /// Bytes of responses produced and not yet written to the socket.
     response_bytes: std::cell::Cell<usize>,
     /// Most `response_bytes` ever held.
@@ -187,6 +191,7 @@ impl Connection {
             waiting_max,
             claims: std::cell::RefCell::default(),
             rejections,
+            admission: Admission::of_this_shard(),
             response_bytes: std::cell::Cell::new(0),
             response_bytes_peak: std::cell::Cell::new(0),
             response_drained: std::cell::RefCell::new(None),
@@ -279,10 +284,27 @@ impl Connection {
     pub fn rejections(&self) -> &Rejections {
         &self.rejections
     }
+
+    /// The shard's admission gate (shared by its connections).
+    pub fn admission(&self) -> &Admission {
+        &self.admission
+    }
 }
 
-/// Frames one connection hands to tasks before its reading loop yields to
-/// the rest of the shard (fair share between connections)...
+/// Takes a connection out of the admission turn order when its reading
+/// loop ends, however it ends.
+struct AdmissionSeat(Rc<Connection>);
+
+impl Drop for AdmissionSeat {
+    fn drop(&mut self) {
+        self.0.admission.leave(self.0.id);
+    }
+}
+
+/// Frames one connection hands to tasks in one pass before its reading loop
+/// yields to the rest of the shard, when no other connection waits for a
+/// turn (while one does, the shard's admission turns of
+/// [`crate::net::admission::ADMISSION_QUANTUM_FRAMES`] apply)...
 pub const DISPATCH_BUDGET_FRAMES: usize = 32;
 /// ...or bytes of frames, whichever comes first.
 pub const DISPATCH_BUDGET_BYTES: usize = 256 * 1024;
@@ -520,6 +542,9 @@ where
     R: AsyncRead + Unpin,
 {
     let sender = Rc::new(sender);
+    let _seat = AdmissionSeat(connection.clone());
+    let admission = connection.admission.clone();
+    let connection_id = connection.id;
     let in_flight = Rc::new(Semaphore::new(limits.in_flight_max as u64));
     let in_flight_max = limits.in_flight_max as u64;
     // `buffer[..filled]` holds unread bytes; the rest of `buffer` is already
@@ -559,6 +584,8 @@ where
         let mut blocked = false;
         let mut responses_full = false;
         let mut budget_spent = false;
+        // Frames wait for this connection's admission turn.
+        let mut waiting_turn = false;
         let mut dispatched_frames = 0usize;
         let mut dispatched_bytes = 0usize;
         while consumed < filled {
@@ -577,6 +604,13 @@ where
                 // work until it has (backpressure, not an error).
                 blocked = true;
                 responses_full = true;
+                break;
+            }
+            if admission.ready(connection_id) == Admit::Wait {
+                // Other connections have frames waiting too: this one waits
+                // for its turn (see `admission`).
+                blocked = true;
+                waiting_turn = true;
                 break;
             }
             let pending = &buffer[consumed..filled];
@@ -599,6 +633,7 @@ where
                         blocked = true;
                         break;
                     };
+                    admission.charge(connection_id, len_bytes);
                     consumed += len_bytes;
                     dispatched_frames += 1;
                     dispatched_bytes += len_bytes;
@@ -624,6 +659,11 @@ where
         }
         buffer.copy_within(consumed..filled, 0);
         filled -= consumed;
+        if !waiting_turn {
+            // Nothing this connection can hand over now: its place in the
+            // turn order (and its turn) goes to the others.
+            admission.pass(connection_id);
+        }
 
         if stop.is_stopped() {
             return ConnectionEnd::Stopped;
@@ -683,6 +723,12 @@ where
                     Some(timer) => {
                         timer.await;
                         ReadEvent::FrameTimeout
+                    }
+                    None if waiting_turn => {
+                        // Wake when this connection holds the turn and the
+                        // round has room.
+                        admission.turn(connection_id).await;
+                        ReadEvent::InFlightDrained
                     }
                     None if responses_full => {
                         // Wake when the writer has drained below the bound.

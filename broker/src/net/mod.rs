@@ -1,19 +1,21 @@
 //! Network edge of a shard: listeners, connection loops, frames in and out.
 //!
 //! Owns sockets and per-connection bounds (buffer size, in-flight requests,
-//! waiting requests, idle/frame/write timeouts), fair turns between the
-//! connections of a shard, and the counted, rate-limited report of every
-//! rejection. It does not decode the Spool protocol: the
+//! waiting requests, idle/frame/write timeouts), fair admission of requests
+//! across the connections of a shard ([`admission`]: turns and rounds), and
+//! the counted, rate-limited report of every rejection. It does not decode the Spool protocol: the
 //! codec plugs in through [`connection::FrameHandler`] (`server/` is the
 //! Spool one, [`echo`] the one its tests use). One of the four places
 //! allowed to name glommio (with `io/`, `server/` and the shard bootstrap).
 
+pub mod admission;
 pub mod connection;
 pub mod echo;
 pub mod listener;
 pub mod rejections;
 pub mod stop;
 
+pub use admission::Admission;
 pub use connection::{
     serve, serve_connection, Connection, ConnectionEnd, ConnectionLimits, Decoded, FrameHandler,
     ProtocolFault, Refusal,
