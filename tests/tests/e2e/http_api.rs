@@ -286,3 +286,34 @@ fn every_documented_route_is_served() {
     }
     assert_eq!(operations, 15);
 }
+
+// Goal: the API bounds its requests in flight: with 32 long-poll claims
+// waiting, one more request is answered at once 429 THROTTLED with
+// Retry-After, and the port serves again once they end. Method: 32 threads
+// claim an empty queue with wait_ms 3 s; a 33rd request meanwhile.
+#[test]
+fn requests_in_flight_are_bounded() {
+    let broker = Spoold::start(1);
+    let addr = broker.admin_addr();
+    assert_eq!(call(&broker, "POST", "/v1/queues", json!({ "name": "idle" })).status, 201);
+    let waiting: Vec<_> = (0..32)
+        .map(|_| {
+            let addr = addr.clone();
+            std::thread::spawn(move || {
+                let body = json!({ "wait_ms": 3_000 });
+                http_json(&addr, "POST", "/v1/queues/idle/claims", &body).status
+            })
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(1_000));
+    let started = spool_tests::now();
+    let over = http(&addr, "GET", "/v1/queues");
+    assert!(started.elapsed() < std::time::Duration::from_secs(1), "answered at once");
+    let error = refused(&over, 429, 19, "THROTTLED");
+    assert_eq!(error["limit"], 32);
+    assert_eq!(over.header("retry-after"), Some("1"));
+    for thread in waiting {
+        assert_eq!(thread.join().unwrap(), 200);
+    }
+    assert_eq!(http(&addr, "GET", "/v1/queues").status, 200);
+}
