@@ -317,3 +317,28 @@ fn requests_in_flight_are_bounded() {
     }
     assert_eq!(http(&addr, "GET", "/v1/queues").status, 200);
 }
+
+// Goal: a send's schedule fields reach the broker: `delay_ms` and a future
+// `not_before_ms` make a message scheduled (not claimable), a past one is
+// ready at once, and giving both forms is refused. Method: send each,
+// read the counts from GET /v1/queues/{q}, claim what is ready.
+#[test]
+fn http_api_send_schedules() {
+    let broker = Spoold::start(1);
+    assert_eq!(call(&broker, "POST", "/v1/queues", json!({ "name": "later" })).status, 201);
+    let now_ms = crate::common::unix_ms();
+    let send = |body: Value| call(&broker, "POST", "/v1/queues/later/messages", body);
+    ok(&send(json!({ "payload": "in a minute", "delay_ms": 60_000 })));
+    ok(&send(
+        json!({ "payload": "in an hour", "not_before_ms": now_ms + 3_600_000, "ttl_ms": 7_200_000 }),
+    ));
+    ok(&send(json!({ "payload": "now", "not_before_ms": now_ms - 1_000 })));
+    let both = json!({ "payload": "x", "delay_ms": 1, "not_before_ms": now_ms });
+    refused(&send(both), 400, 5, "INVALID_ARGUMENT");
+    let described = ok(&http(&broker.admin_addr(), "GET", "/v1/queues/later"));
+    let partition = &described["partitions"][0];
+    assert_eq!((partition["scheduled"].clone(), partition["ready"].clone()), (json!(2), json!(1)));
+    let claimed = claim(&broker, "later", 10, 10_000, 0);
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0]["payload"], "now");
+}
