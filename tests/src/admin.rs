@@ -1,4 +1,4 @@
-//! The admin port from a test: a plain HTTP/1.1 GET over a std socket, and
+//! The admin port from a test: plain HTTP/1.1 requests over a std socket, and
 //! a checker for the metrics text that enforces the exposition's rules and
 //! the naming conventions, then answers sample lookups.
 
@@ -13,17 +13,53 @@ pub struct HttpAnswer {
     pub status: u16,
     pub content_type: String,
     pub body: String,
+    /// Every header, names lowercased.
+    pub headers: Vec<(String, String)>,
+}
+
+impl HttpAnswer {
+    /// The body as JSON. Panics when it is not.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body)
+            .unwrap_or_else(|error| panic!("not JSON ({error}): {self:?}"))
+    }
+
+    /// The value of header `name` (lowercase).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(have, _)| have == name).map(|(_, value)| value.as_str())
+    }
 }
 
 /// Sends `method path` to `addr` with `Connection: close` and reads the
 /// whole answer. Panics on a transport failure (a failed step is a failed
 /// test).
 pub fn http(addr: &str, method: &str, path: &str) -> HttpAnswer {
+    http_with_body(addr, method, path, b"")
+}
+
+/// `method path` with a JSON body.
+pub fn http_json(addr: &str, method: &str, path: &str, body: &serde_json::Value) -> HttpAnswer {
+    http_with_body(addr, method, path, body.to_string().as_bytes())
+}
+
+/// `method path` with `body` as its bytes (`Content-Type:
+/// application/json`, `Connection: close`).
+pub fn http_with_body(addr: &str, method: &str, path: &str, body: &[u8]) -> HttpAnswer {
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    let mut request = head.into_bytes();
+    request.extend_from_slice(body);
+    http_raw(addr, &request)
+}
+
+/// Sends `request` as written and reads the whole answer.
+pub fn http_raw(addr: &str, request: &[u8]) -> HttpAnswer {
     let mut stream = TcpStream::connect(addr).unwrap_or_else(|error| panic!("{addr}: {error}"));
-    stream.set_read_timeout(Some(Duration::from_secs(20))).expect("read timeout");
-    let request =
-        format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
-    stream.write_all(request.as_bytes()).expect("send request");
+    stream.set_read_timeout(Some(Duration::from_secs(60))).expect("read timeout");
+    stream.write_all(request).expect("send request");
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw).expect("read answer");
     let text = String::from_utf8(raw).expect("the answer is UTF-8");
@@ -35,17 +71,20 @@ pub fn http(addr: &str, method: &str, path: &str) -> HttpAnswer {
         .nth(1)
         .and_then(|code| code.parse().ok())
         .unwrap_or_else(|| panic!("bad status line {status_line:?}"));
-    let content_type = lines
+    let headers: Vec<(String, String)> = lines
         .filter_map(|line| line.split_once(':'))
-        .find(|(name, _)| name.eq_ignore_ascii_case("content-type"))
-        .map(|(_, value)| value.trim().to_owned())
-        .unwrap_or_default();
-    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_owned()))
+        .collect();
+    let header = |wanted: &str| {
+        headers.iter().find(|(name, _)| name == wanted).map(|(_, value)| value.clone())
+    };
+    let content_type = header("content-type").unwrap_or_default();
+    let body = if header("transfer-encoding").is_some_and(|value| value.contains("chunked")) {
         dechunk(body)
     } else {
         body.to_owned()
     };
-    HttpAnswer { status, content_type, body }
+    HttpAnswer { status, content_type, body, headers }
 }
 
 /// `GET path`.

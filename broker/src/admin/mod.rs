@@ -1,5 +1,8 @@
 //! The admin port: HTTP/1.1 for operators and their tools — `GET /metrics`
-//! (Prometheus/OpenMetrics text), `GET /health/live`, `GET /health/ready`.
+//! (Prometheus/OpenMetrics text), `GET /health/live`, `GET /health/ready`,
+//! and the JSON API under `/v1/` ([`api`]: queues, send, claim, ack,
+//! extend, release, dead letters, redrive, purge). Every route is in
+//! [`api::routes::ROUTES`]; `docs/openapi.json` describes them.
 //!
 //! It runs on its own thread (`spool-admin`) with a single-threaded tokio
 //! runtime and hyper; never on a shard. It holds no broker state and reads
@@ -11,10 +14,14 @@
 //! answers. A shard that does not answer in time is reported missing
 //! (`spool_shard_reporting 0`, and not ready), never waited on longer.
 //!
-//! What it does not do (later work): a JSON API, authentication, TLS.
+//! The API reaches the shards as a client would, over their TCP ports
+//! (see [`api`]): the admin thread never runs shard code.
+//!
+//! What it does not do (later work): authentication, TLS.
 //! Bind it to loopback or a private network (default `127.0.0.1:7480`;
 //! `admin_listen = "off"` turns it off).
 
+pub mod api;
 pub mod health;
 pub mod metrics;
 
@@ -28,7 +35,7 @@ use hyper::body::{Bytes, Incoming};
 use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper::{Method, Request, Response, StatusCode};
+use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use thiserror::Error;
 
@@ -36,6 +43,10 @@ use crate::limits::{
     ADMIN_CONNECTIONS_MAX, ADMIN_HEADER_READ_TIMEOUT, ADMIN_REPORT_POLL, ADMIN_REPORT_TIMEOUT,
     ADMIN_STOP_POLL,
 };
+use spool_wire::ErrorCode;
+
+use self::api::error::ApiError;
+use self::api::routes::{Operation, Unrouted};
 use crate::net::listener::NetError;
 use crate::shard::report::ShardReport;
 use crate::shard::ControlHandle;
@@ -91,9 +102,12 @@ impl AdminServer {
     ///
     /// # Errors
     /// The listener's address cannot be read, or the thread not spawned.
+    /// `shard_listen` is shard 0's listen address: the API's gateway
+    /// connects there as a client.
     pub fn spawn(
         listener: std::net::TcpListener,
         control: ControlHandle,
+        shard_listen: SocketAddr,
     ) -> Result<AdminServer, AdminError> {
         let addr = listener.local_addr().map_err(|source| AdminError::Listener {
             addr: SocketAddr::from(([0, 0, 0, 0], 0)),
@@ -113,7 +127,8 @@ impl AdminServer {
                         return;
                     }
                 };
-                runtime.block_on(serve(listener, control));
+                let gateway = api::Gateway::new(shard_listen, control.clone());
+                runtime.block_on(serve(listener, control, gateway));
             })
             .map_err(AdminError::Spawn)?;
         Ok(AdminServer { addr, thread })
@@ -132,7 +147,8 @@ impl AdminServer {
     }
 }
 
-async fn serve(listener: std::net::TcpListener, control: ControlHandle) {
+async fn serve(listener: std::net::TcpListener, control: ControlHandle, gateway: api::Gateway) {
+    let gateway = Arc::new(gateway);
     let listener = match tokio::net::TcpListener::from_std(listener) {
         Ok(listener) => listener,
         Err(error) => {
@@ -159,10 +175,12 @@ async fn serve(listener: std::net::TcpListener, control: ControlHandle) {
         // must not hold more than a few sockets whatever its peers do.
         let Ok(slot) = slots.clone().try_acquire_owned() else { continue };
         let control = control.clone();
+        let gateway = Arc::clone(&gateway);
         tokio::spawn(async move {
             let service = service_fn(move |request| {
                 let control = control.clone();
-                async move { Ok::<_, Infallible>(route(&request, &control).await) }
+                let gateway = Arc::clone(&gateway);
+                async move { Ok::<_, Infallible>(route(request, &control, &gateway).await) }
             });
             let mut builder = http1::Builder::new();
             builder.timer(TokioTimer::new()).header_read_timeout(ADMIN_HEADER_READ_TIMEOUT);
@@ -181,21 +199,37 @@ fn response(status: StatusCode, content_type: &'static str, body: String) -> Res
     response
 }
 
-async fn route(request: &Request<Incoming>, control: &ControlHandle) -> Response<Full<Bytes>> {
-    let path = request.uri().path();
-    if !matches!(path, "/metrics" | "/health/live" | "/health/ready") {
-        return response(StatusCode::NOT_FOUND, TEXT, format!("no such endpoint: {path}\n"));
-    }
-    if request.method() != Method::GET {
-        let mut refused =
-            response(StatusCode::METHOD_NOT_ALLOWED, TEXT, "only GET is served here\n".to_owned());
-        refused.headers_mut().insert(ALLOW, HeaderValue::from_static("GET"));
-        return refused;
-    }
-    match path {
-        "/health/live" => response(StatusCode::OK, TEXT, "live\n".to_owned()),
-        "/health/ready" => ready(control).await,
-        _ => metrics_page(control).await,
+async fn route(
+    request: Request<Incoming>,
+    control: &ControlHandle,
+    gateway: &api::Gateway,
+) -> Response<Full<Bytes>> {
+    let path = request.uri().path().to_owned();
+    let (operation, queue) = match api::routes::resolve(request.method(), &path) {
+        Ok(resolved) => resolved,
+        Err(Unrouted::NotFound) => {
+            return ApiError::new(ErrorCode::UnknownApi, format!("no such endpoint: {path}"))
+                .into_response();
+        }
+        Err(Unrouted::MethodNotAllowed(allowed)) => {
+            let allow = allowed.iter().map(hyper::Method::as_str).collect::<Vec<_>>().join(", ");
+            let mut refused = ApiError::new(
+                ErrorCode::UnknownApi,
+                format!("{} is not served on {path}; allowed: {allow}", request.method()),
+            )
+            .with_status(StatusCode::METHOD_NOT_ALLOWED)
+            .into_response();
+            if let Ok(allow) = HeaderValue::from_str(&allow) {
+                refused.headers_mut().insert(ALLOW, allow);
+            }
+            return refused;
+        }
+    };
+    match operation {
+        Operation::Live => response(StatusCode::OK, TEXT, "live\n".to_owned()),
+        Operation::Ready => ready(control).await,
+        Operation::Metrics => metrics_page(control).await,
+        _ => gateway.serve(operation, queue, request).await,
     }
 }
 

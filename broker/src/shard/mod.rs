@@ -819,7 +819,11 @@ impl Broker {
             }
         }
         let admin = match admin_listener {
-            Some(listener) => match crate::admin::AdminServer::spawn(listener, control.clone()) {
+            Some(listener) => match crate::admin::AdminServer::spawn(
+                listener,
+                control.clone(),
+                config.shard_listen(0),
+            ) {
                 Ok(admin) => Some(admin),
                 Err(error) => {
                     shared.stop_requested.store(true, Ordering::Release);

@@ -5,6 +5,8 @@
 //!
 //! - `admin`: the admin port: metrics that move as operations happen and
 //!   parse, health live/ready (not ready with a refused partition).
+//! - `http_api`: the JSON HTTP API of the admin port: every route, the
+//!   stable codes of its refusals, the OpenAPI document against the routes.
 //! - `ops`: every protocol operation through the client library.
 //! - `cli`: every `spool` command against a live broker; streamed output
 //!   that matches what the broker stored after a mid-stream stop; the total
@@ -29,6 +31,7 @@ mod claim_any;
 mod cli;
 mod common;
 mod faults;
+mod http_api;
 mod inputs;
 mod lease;
 mod load;

@@ -1,0 +1,57 @@
+//! Named bounds of the HTTP API. Every value a request names that the
+//! binary protocol also bounds (credits, waits, tokens per ack) is bounded
+//! here too, lower where an HTTP answer is held in memory as JSON; the
+//! broker then applies its own rules to whatever passes.
+
+use std::time::Duration;
+
+use spool_wire::proto::limits::{ACK_TOKENS_MAX, CLAIM_CREDITS_MAX, CLAIM_WAIT_MS_MAX};
+use spool_wire::proto::limits::{INSPECT_MESSAGES_MAX, QUEUE_NAME_BYTES_MAX};
+
+/// Largest request body: an inline payload at its limit
+/// (`PAYLOAD_INLINE_BYTES_MAX`, just under 1 MiB) sent as base64 (4/3 of
+/// it) with room for the other fields. A longer body is refused with 413
+/// `FRAME_TOO_LARGE` before it is read.
+pub const BODY_BYTES_MAX: usize = 2 << 20;
+
+/// A request body must arrive within this once its headers have.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// API requests served at once over all admin connections; one more is
+/// answered 429 `THROTTLED` at once. Below the broker's default bound on
+/// waiting claims per connection (64), since the gateway's claims share
+/// one connection per shard.
+pub const REQUESTS_IN_FLIGHT_MAX: usize = 32;
+
+/// Most deliveries one HTTP claim asks for: each is held as JSON in the
+/// answer.
+pub const CLAIM_CREDITS_MAX_HTTP: u32 = 256;
+
+/// Most record bytes one HTTP claim asks for (also its default).
+pub const CLAIM_BYTES_MAX_HTTP: u32 = 1 << 20;
+
+/// Longest long-poll of an HTTP claim.
+pub const CLAIM_WAIT_MS_MAX_HTTP: u32 = 30_000;
+
+/// Most tokens in one `POST /v1/acks` (the protocol's own bound).
+pub const ACK_TOKENS_MAX_HTTP: usize = ACK_TOKENS_MAX as usize;
+
+/// Most dead letters one `GET .../dead-letters` lists (the protocol's
+/// bound on one inspect request), and its default.
+pub const DEAD_LETTERS_MAX_HTTP: u32 = INSPECT_MESSAGES_MAX;
+
+/// Dead letters listed when the request names no `max`.
+pub const DEAD_LETTERS_DEFAULT_HTTP: u32 = 100;
+
+/// Longest token string accepted: the base64 of the largest token layout
+/// (format byte, partition, name length, the longest name, the token).
+pub const TOKEN_TEXT_BYTES_MAX: usize =
+    (1 + 4 + 1 + QUEUE_NAME_BYTES_MAX + spool_wire::proto::DELIVERY_TOKEN_BYTES).div_ceil(3) * 4;
+
+/// How long the gateway waits for a shard's answer (a claim adds its wait).
+pub const SHARD_REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+
+const _: () = assert!(CLAIM_CREDITS_MAX_HTTP <= CLAIM_CREDITS_MAX);
+const _: () = assert!(CLAIM_WAIT_MS_MAX_HTTP <= CLAIM_WAIT_MS_MAX);
+const _: () = assert!(DEAD_LETTERS_DEFAULT_HTTP <= DEAD_LETTERS_MAX_HTTP);
+const _: () = assert!(BODY_BYTES_MAX > spool_wire::limits::PAYLOAD_INLINE_BYTES_MAX / 3 * 4);

@@ -1,0 +1,683 @@
+//! The HTTP API (`/v1/...`): JSON for an operator or a curl user, served on
+//! the admin port.
+//!
+//! The admin thread is a **gateway**: it serves each request with the
+//! project's own client library (`spool-client`) over loopback TCP to the
+//! broker's own shard ports (shard 0's listen address is its bootstrap), so
+//! the data path stays where it is — on the shard that owns the partition,
+//! reached through its port like any client's — and every rule (validation,
+//! limits, admission, codes) is the binary protocol's own. The gateway
+//! keeps one [`Client`] (one connection per shard, opened on first use)
+//! and one [`Producer`] (linger 0, no retries: an HTTP caller retries with
+//! the same `id`, which the broker deduplicates).
+//!
+//! Delivery tokens travel as strings ([`token`]) that carry their queue and
+//! partition, so `POST /v1/acks`, `/v1/extends` and `/v1/releases` need no
+//! queue in the path. Errors are [`ApiError`]s: the stable wire codes with
+//! an HTTP status per code.
+//!
+//! Bounds ([`limits`]): body size (413 `FRAME_TOO_LARGE` naming the limit),
+//! body read time, requests in flight (429 `THROTTLED`), claim credits,
+//! bytes and wait, tokens per ack, dead letters per listing; the admin
+//! port's own connection bound holds too.
+
+pub mod error;
+pub mod json;
+pub mod limits;
+pub mod routes;
+pub mod token;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::{Request, Response, StatusCode};
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+use spool_client::spool_wire::proto::{Offset, PartitionId, RedriveTarget};
+use spool_client::{
+    Admin, ClaimOptions, Client, ClientConfig, ClientError, ConnectionConfig, Message, Producer,
+    ProducerConfig,
+};
+use spool_wire::batch::MessageId;
+use spool_wire::ErrorCode;
+use tokio::sync::{Mutex, Semaphore};
+
+use self::error::ApiError;
+use self::limits::{
+    ACK_TOKENS_MAX_HTTP, BODY_BYTES_MAX, BODY_READ_TIMEOUT, CLAIM_BYTES_MAX_HTTP,
+    CLAIM_CREDITS_MAX_HTTP, CLAIM_WAIT_MS_MAX_HTTP, DEAD_LETTERS_DEFAULT_HTTP,
+    DEAD_LETTERS_MAX_HTTP, REQUESTS_IN_FLIGHT_MAX, SHARD_REQUEST_TIMEOUT,
+};
+use self::routes::Operation;
+use crate::shard::ControlHandle;
+
+const JSON: &str = "application/json";
+
+/// A JSON answer.
+pub fn json_response(status: StatusCode, body: &Value) -> Response<Full<Bytes>> {
+    let bytes = serde_json::to_vec(body).unwrap_or_else(|_| b"{}".to_vec());
+    let mut response = Response::new(Full::new(Bytes::from(bytes)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(JSON));
+    response
+}
+
+/// The gateway's connections to the shards, opened on first use.
+struct Connected {
+    client: Client,
+    producer: Producer,
+}
+
+/// The API's state: where the shards are, the connections to them, and the
+/// in-flight bound.
+pub struct Gateway {
+    bootstrap: String,
+    control: ControlHandle,
+    connected: Mutex<Option<Connected>>,
+    in_flight: Arc<Semaphore>,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_struct("Gateway").field("bootstrap", &self.bootstrap).finish()
+    }
+}
+
+/// Where the gateway connects for `listen` (shard 0's listen address): an
+/// unspecified address (`0.0.0.0`, `::`) is reached on loopback.
+pub fn bootstrap_address(listen: SocketAddr) -> String {
+    let ip = match listen.ip() {
+        std::net::IpAddr::V4(ip) if ip.is_unspecified() => std::net::Ipv4Addr::LOCALHOST.into(),
+        std::net::IpAddr::V6(ip) if ip.is_unspecified() => std::net::Ipv6Addr::LOCALHOST.into(),
+        ip => ip,
+    };
+    SocketAddr::new(ip, listen.port()).to_string()
+}
+
+/// The request's parsed parts a handler needs.
+struct Call {
+    operation: Operation,
+    queue: Option<String>,
+    query: Option<String>,
+    body: Bytes,
+}
+
+impl Gateway {
+    /// A gateway to the shards whose first port is `shard_listen`.
+    pub fn new(shard_listen: SocketAddr, control: ControlHandle) -> Self {
+        Self {
+            bootstrap: bootstrap_address(shard_listen),
+            control,
+            connected: Mutex::new(None),
+            in_flight: Arc::new(Semaphore::new(REQUESTS_IN_FLIGHT_MAX)),
+        }
+    }
+
+    /// Serves one API request (`operation` already resolved from the route
+    /// table).
+    pub async fn serve(
+        &self,
+        operation: Operation,
+        queue: Option<String>,
+        request: Request<Incoming>,
+    ) -> Response<Full<Bytes>> {
+        let Ok(_slot) = self.in_flight.try_acquire() else {
+            return ApiError::new(
+                ErrorCode::Throttled,
+                format!("more than {REQUESTS_IN_FLIGHT_MAX} API requests in flight"),
+            )
+            .with_detail("limit", REQUESTS_IN_FLIGHT_MAX)
+            .into_response();
+        };
+        let query = request.uri().query().map(str::to_owned);
+        let body = match read_body(request).await {
+            Ok(body) => body,
+            Err(error) => return error.into_response(),
+        };
+        let call = Call { operation, queue, query, body };
+        match self.dispatch(&call).await {
+            Ok((status, body)) => json_response(status, &body),
+            Err(error) => error.into_response(),
+        }
+    }
+
+    async fn dispatch(&self, call: &Call) -> Result<(StatusCode, Value), ApiError> {
+        if self.control.stop_requested() {
+            return Err(ApiError::new(ErrorCode::ShuttingDown, "the broker is stopping"));
+        }
+        let queue = call.queue.as_deref().unwrap_or_default();
+        let ok = |body| Ok((StatusCode::OK, body));
+        match call.operation {
+            Operation::ListQueues => ok(self.list_queues().await?),
+            Operation::CreateQueue => {
+                Ok((StatusCode::CREATED, self.create_queue(parse(&call.body)?).await?))
+            }
+            Operation::DescribeQueue => ok(self.describe_queue(queue).await?),
+            Operation::DeleteQueue => ok(self.delete_queue(queue).await?),
+            Operation::Send => ok(self.send(queue, parse(&call.body)?).await?),
+            Operation::Claim => ok(self.claim(queue, parse(&call.body)?).await?),
+            Operation::Ack => ok(self.ack(parse(&call.body)?).await?),
+            Operation::Extend => ok(self.extend(parse(&call.body)?).await?),
+            Operation::Release => ok(self.release(parse(&call.body)?).await?),
+            Operation::DeadLetters => ok(self.dead_letters(queue, call.query.as_deref()).await?),
+            Operation::Redrive => ok(self.redrive(queue, parse(&call.body)?).await?),
+            Operation::Purge => ok(self.purge(queue, parse(&call.body)?).await?),
+            Operation::Metrics | Operation::Live | Operation::Ready => {
+                Err(ApiError::new(ErrorCode::Internal, "not an API route"))
+            }
+        }
+    }
+
+    /// The client and producer, connecting on first use (and again after a
+    /// failed connect).
+    async fn connected(&self) -> Result<(Client, Producer), ApiError> {
+        let mut connected = self.connected.lock().await;
+        if let Some(connected) = connected.as_ref() {
+            return Ok((connected.client.clone(), connected.producer.clone()));
+        }
+        let config = ClientConfig {
+            connection: ConnectionConfig {
+                request_timeout: SHARD_REQUEST_TIMEOUT,
+                ..ConnectionConfig::default()
+            },
+        };
+        let client = Client::connect_with(&self.bootstrap, config)
+            .await
+            .map_err(|error| self.fail(error))?;
+        let producer_config = ProducerConfig { retries: 0, ..ProducerConfig::default() };
+        let producer =
+            Producer::new(client.clone(), producer_config).map_err(|error| self.fail(error))?;
+        *connected = Some(Connected { client: client.clone(), producer: producer.clone() });
+        Ok((client, producer))
+    }
+
+    async fn client(&self) -> Result<Client, ApiError> {
+        Ok(self.connected().await?.0)
+    }
+
+    fn fail(&self, error: ClientError) -> ApiError {
+        ApiError::from_client(error, self.control.stop_requested())
+    }
+
+    /// Maps `error` about `queue`, and forgets the queue's cached layout
+    /// when the broker no longer knows it (deleted, or recreated elsewhere).
+    fn fail_on(&self, client: &Client, queue: &str, error: ClientError) -> ApiError {
+        if matches!(
+            error.code(),
+            Some(ErrorCode::QueueNotFound | ErrorCode::PartitionNotFound | ErrorCode::NotOwner)
+        ) {
+            client.forget_queue(queue);
+        }
+        self.fail(error)
+    }
+
+    /// The lease a claim or extend of `queue` uses when it names none: the
+    /// queue's `lease_default_ms` from the committed catalog (a local read),
+    /// else the client library's default (the broker then answers for an
+    /// unknown queue).
+    fn lease_default_ms(&self, queue: &str) -> u32 {
+        let table = self.control.catalog_snapshot();
+        crate::control::assignment::QueueName::new(queue)
+            .ok()
+            .and_then(|name| table.queue(&name).map(|entry| entry.config.lease_default_ms))
+            .and_then(|lease_ms| u32::try_from(lease_ms).ok())
+            .unwrap_or(spool_client::limits::LEASE_MS_DEFAULT)
+    }
+
+    async fn list_queues(&self) -> Result<Value, ApiError> {
+        let client = self.client().await?;
+        let queues = Admin::new(client).list_queues().await.map_err(|error| self.fail(error))?;
+        let queues: Vec<Value> = queues
+            .iter()
+            .map(|queue| json!({ "name": queue.name, "partitions": queue.partitions }))
+            .collect();
+        Ok(json!({ "queues": queues }))
+    }
+
+    async fn create_queue(&self, body: json::CreateQueue) -> Result<Value, ApiError> {
+        let client = self.client().await?;
+        let config = body.config();
+        let version = Admin::new(client)
+            .create_queue(&body.name, config.clone())
+            .await
+            .map_err(|error| self.fail(error))?;
+        Ok(json!({
+            "name": body.name,
+            "config": json::config(&config),
+            "assignment_version": version.0,
+        }))
+    }
+
+    async fn describe_queue(&self, queue: &str) -> Result<Value, ApiError> {
+        let client = self.client().await?;
+        let described = Admin::new(client.clone())
+            .describe_queue(queue)
+            .await
+            .map_err(|error| self.fail_on(&client, queue, error))?;
+        let partitions: Vec<Value> =
+            described.partitions.iter().map(json::partition_stats).collect();
+        Ok(json!({
+            "name": described.name,
+            "config": json::config(&described.config),
+            "partitions": partitions,
+        }))
+    }
+
+    async fn delete_queue(&self, queue: &str) -> Result<Value, ApiError> {
+        let client = self.client().await?;
+        let version = Admin::new(client.clone())
+            .delete_queue(queue)
+            .await
+            .map_err(|error| self.fail_on(&client, queue, error))?;
+        Ok(json!({ "name": queue, "deleted": true, "assignment_version": version.0 }))
+    }
+
+    async fn send(&self, queue: &str, body: json::SendMessage) -> Result<Value, ApiError> {
+        let mut message = Message::new(body.payload_bytes()?);
+        if let Some(key) = &body.key {
+            message = message.key(key.as_bytes().to_vec());
+        }
+        if let Some(id) = body.message_id()? {
+            message = message.id(MessageId(id));
+        }
+        message.priority = body.priority.unwrap_or(0);
+        for (key, value) in body.headers.iter().flatten() {
+            message = message.header(key.as_bytes().to_vec(), value.as_bytes().to_vec());
+        }
+        let now = crate::clock::now_ms().0;
+        message.delay_ms = match (body.delay_ms, body.not_before_ms) {
+            (Some(_), Some(_)) => {
+                return Err(ApiError::invalid("give at most one of delay_ms and not_before_ms"))
+            }
+            (Some(delay), None) => delay,
+            (None, Some(at)) => at.saturating_sub(now),
+            (None, None) => 0,
+        };
+        message.expiry_ms = match (body.expiry_ms, body.ttl_ms) {
+            (Some(_), Some(_)) => {
+                return Err(ApiError::invalid("give at most one of expiry_ms and ttl_ms"))
+            }
+            (Some(at), None) => at,
+            (None, Some(ttl)) => now.saturating_add(ttl),
+            (None, None) => 0,
+        };
+        let id = message.message_id.unwrap_or_else(|| MessageId(rand::random()));
+        message.message_id = Some(id);
+        let (client, producer) = self.connected().await?;
+        let fail = |error| self.fail_on(&client, queue, error);
+        let pending = producer.submit(queue, message).await.map_err(fail)?;
+        let partition = pending.partition();
+        let offset = pending.await.map_err(fail)?;
+        Ok(json!({
+            "queue": queue,
+            "partition": partition.0,
+            "offset": offset.0,
+            "message_id": json::hex(&id.0),
+        }))
+    }
+
+    async fn claim(&self, queue: &str, body: json::Claim) -> Result<Value, ApiError> {
+        let credits = body.credits.unwrap_or(1);
+        if !(1..=CLAIM_CREDITS_MAX_HTTP).contains(&credits) {
+            return Err(ApiError::invalid(format!(
+                "credits {credits} outside 1..={CLAIM_CREDITS_MAX_HTTP}"
+            ))
+            .with_detail("limit", CLAIM_CREDITS_MAX_HTTP));
+        }
+        let wait_ms = body.wait_ms.unwrap_or(0);
+        if wait_ms > CLAIM_WAIT_MS_MAX_HTTP {
+            return Err(ApiError::invalid(format!(
+                "wait_ms {wait_ms} over the limit of {CLAIM_WAIT_MS_MAX_HTTP}"
+            ))
+            .with_detail("limit", CLAIM_WAIT_MS_MAX_HTTP));
+        }
+        let max_bytes = body.max_bytes.unwrap_or(CLAIM_BYTES_MAX_HTTP);
+        if !(1..=CLAIM_BYTES_MAX_HTTP).contains(&max_bytes) {
+            return Err(ApiError::invalid(format!(
+                "max_bytes {max_bytes} outside 1..={CLAIM_BYTES_MAX_HTTP}"
+            ))
+            .with_detail("limit", CLAIM_BYTES_MAX_HTTP));
+        }
+        let lease_ms = body.lease_ms.unwrap_or_else(|| self.lease_default_ms(queue));
+        let options =
+            ClaimOptions::new(credits).lease_ms(lease_ms).wait_ms(wait_ms).max_bytes(max_bytes);
+        let client = self.client().await?;
+        let fail = |error| self.fail_on(&client, queue, error);
+        let deliveries = match body.partition {
+            Some(partition) => {
+                client
+                    .claim(queue, PartitionId(partition), &options)
+                    .await
+                    .map_err(fail)?
+                    .deliveries
+            }
+            None => client.claim_any(queue, &options).await.map_err(fail)?,
+        };
+        let messages: Vec<Value> = deliveries
+            .iter()
+            .map(|delivery| {
+                let text = token::encode(queue, delivery.partition(), &delivery.token());
+                json::delivery(delivery, text)
+            })
+            .collect();
+        Ok(json!({ "queue": queue, "messages": messages }))
+    }
+
+    async fn ack(&self, body: json::Ack) -> Result<Value, ApiError> {
+        if body.tokens.is_empty() || body.tokens.len() > ACK_TOKENS_MAX_HTTP {
+            return Err(ApiError::invalid(format!(
+                "{} tokens; give 1..={ACK_TOKENS_MAX_HTTP}",
+                body.tokens.len()
+            ))
+            .with_detail("limit", ACK_TOKENS_MAX_HTTP));
+        }
+        let routed =
+            body.tokens.iter().map(|text| token::decode(text)).collect::<Result<Vec<_>, _>>()?;
+        // One Ack request per partition, tokens in request order.
+        let mut groups: Vec<((String, PartitionId), Vec<usize>)> = Vec::new();
+        for (index, token) in routed.iter().enumerate() {
+            let key = (token.queue.clone(), token.partition);
+            match groups.iter_mut().find(|(group, _)| *group == key) {
+                Some((_, indices)) => indices.push(index),
+                None => groups.push((key, vec![index])),
+            }
+        }
+        let client = self.client().await?;
+        let mut refused: Vec<(usize, ApiError)> = Vec::new();
+        for ((queue, partition), indices) in &groups {
+            let tokens: Vec<_> = indices.iter().map(|&index| routed[index].token).collect();
+            match client.ack(queue, *partition, &tokens).await {
+                Ok(()) => {}
+                Err(ClientError::AckRefused { refused: tokens, .. }) => {
+                    for token in tokens {
+                        let message = format!("token {} was not acked", indices[token.index]);
+                        refused.push((indices[token.index], ApiError::new(token.code, message)));
+                    }
+                }
+                Err(error) => {
+                    let error = self.fail_on(&client, queue, error);
+                    refused.extend(indices.iter().map(|&index| (index, error.clone())));
+                }
+            }
+        }
+        let acked = routed.len() - refused.len();
+        if refused.is_empty() {
+            return Ok(json!({ "acked": acked }));
+        }
+        refused.sort_by_key(|(index, _)| *index);
+        let listed: Vec<Value> = refused
+            .iter()
+            .map(|(index, error)| {
+                json!({ "index": index, "code": error.code.as_u16(), "name": error.code.name(),
+                        "message": error.message })
+            })
+            .collect();
+        let (first_index, first) = &refused[0];
+        Err(ApiError::new(
+            first.code,
+            format!(
+                "{} of {} tokens refused; token {first_index}: {}",
+                refused.len(),
+                routed.len(),
+                first.message
+            ),
+        )
+        .with_status(first.status)
+        .with_detail("acked", acked)
+        .with_detail("refused", listed))
+    }
+
+    async fn extend(&self, body: json::Extend) -> Result<Value, ApiError> {
+        let routed = token::decode(&body.token)?;
+        let lease_ms = body.lease_ms.unwrap_or_else(|| self.lease_default_ms(&routed.queue));
+        let client = self.client().await?;
+        let deadline = client
+            .extend(&routed.queue, routed.partition, routed.token, lease_ms)
+            .await
+            .map_err(|error| self.fail_on(&client, &routed.queue, error))?;
+        Ok(json!({ "lease_deadline_ms": deadline }))
+    }
+
+    async fn release(&self, body: json::Release) -> Result<Value, ApiError> {
+        let routed = token::decode(&body.token)?;
+        let limit = spool_wire::proto::limits::RELEASE_REASON_BYTES_MAX;
+        if body.reason.len() > limit {
+            return Err(
+                ApiError::invalid(format!("reason over {limit} bytes")).with_detail("limit", limit)
+            );
+        }
+        let client = self.client().await?;
+        let not_before = client
+            .release(&routed.queue, routed.partition, routed.token, body.delay_ms, &body.reason)
+            .await
+            .map_err(|error| self.fail_on(&client, &routed.queue, error))?;
+        Ok(json!({ "not_before_ms": not_before }))
+    }
+
+    /// The partitions a queue-wide operation covers: `only`, or every
+    /// partition of fresh metadata.
+    async fn partitions_of(
+        &self,
+        client: &Client,
+        queue: &str,
+        only: Option<u32>,
+    ) -> Result<Vec<PartitionId>, ApiError> {
+        client.forget_queue(queue);
+        let count = client
+            .partition_count(queue)
+            .await
+            .map_err(|error| self.fail_on(client, queue, error))?;
+        match only {
+            Some(partition) if partition >= count => Err(ApiError::new(
+                ErrorCode::PartitionNotFound,
+                format!("queue '{queue}' has {count} partitions"),
+            )),
+            Some(partition) => Ok(vec![PartitionId(partition)]),
+            None => Ok((0..count).map(PartitionId).collect()),
+        }
+    }
+
+    async fn dead_letters(&self, queue: &str, query: Option<&str>) -> Result<Value, ApiError> {
+        let query = DeadLetterQuery::parse(query)?;
+        let client = self.client().await?;
+        let partitions = self.partitions_of(&client, queue, query.partition).await?;
+        let admin = Admin::new(client.clone());
+        let mut listed = Vec::new();
+        let mut left = query.max;
+        for partition in partitions {
+            if left == 0 {
+                break;
+            }
+            let entries = admin
+                .dead_letters(queue, partition, Offset(query.from_offset), left)
+                .await
+                .map_err(|error| self.fail_on(&client, queue, error))?;
+            left = left.saturating_sub(u32::try_from(entries.len()).unwrap_or(u32::MAX));
+            listed.extend(entries.iter().map(|entry| json::dead_letter(partition.0, entry)));
+        }
+        Ok(json!({ "queue": queue, "dead_letters": listed }))
+    }
+
+    async fn redrive(&self, queue: &str, body: json::Redrive) -> Result<Value, ApiError> {
+        let target = match body.offsets {
+            Some(_) if body.partition.is_none() => {
+                return Err(ApiError::invalid("offsets need a partition"))
+            }
+            Some(offsets) => RedriveTarget::Offsets(offsets.into_iter().map(Offset).collect()),
+            None => RedriveTarget::All,
+        };
+        let client = self.client().await?;
+        let partitions = self.partitions_of(&client, queue, body.partition).await?;
+        let admin = Admin::new(client.clone());
+        let mut total = 0u64;
+        let mut counts = Vec::new();
+        for partition in partitions {
+            let count = admin
+                .redrive(queue, partition, target.clone())
+                .await
+                .map_err(|error| self.fail_on(&client, queue, error))?;
+            total += count;
+            counts.push(json!({ "partition": partition.0, "count": count }));
+        }
+        Ok(json!({ "queue": queue, "redriven": total, "partitions": counts }))
+    }
+
+    async fn purge(&self, queue: &str, body: json::Purge) -> Result<Value, ApiError> {
+        let client = self.client().await?;
+        let partitions = self.partitions_of(&client, queue, body.partition).await?;
+        let admin = Admin::new(client.clone());
+        let dry_run = !body.confirm;
+        let mut total = 0u64;
+        let mut counts = Vec::new();
+        for partition in partitions {
+            let count = admin
+                .purge(queue, partition, dry_run)
+                .await
+                .map_err(|error| self.fail_on(&client, queue, error))?;
+            total += count;
+            counts.push(json!({ "partition": partition.0, "count": count }));
+        }
+        Ok(json!({ "queue": queue, "dry_run": dry_run, "count": total, "partitions": counts }))
+    }
+}
+
+/// The query of `GET /v1/queues/{q}/dead-letters`.
+struct DeadLetterQuery {
+    partition: Option<u32>,
+    from_offset: u64,
+    max: u32,
+}
+
+impl DeadLetterQuery {
+    fn parse(query: Option<&str>) -> Result<Self, ApiError> {
+        let mut parsed = Self { partition: None, from_offset: 0, max: DEAD_LETTERS_DEFAULT_HTTP };
+        for pair in query.unwrap_or_default().split('&').filter(|pair| !pair.is_empty()) {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let number = |name: &str| {
+                value.parse::<u64>().map_err(|_| {
+                    ApiError::invalid(format!("query parameter {name}: '{value}' is not a number"))
+                })
+            };
+            match name {
+                "partition" => {
+                    let partition = u32::try_from(number(name)?)
+                        .map_err(|_| ApiError::invalid("partition out of range"))?;
+                    parsed.partition = Some(partition);
+                }
+                "from_offset" => parsed.from_offset = number(name)?,
+                "max" => {
+                    let max = number(name)?;
+                    if !(1..=u64::from(DEAD_LETTERS_MAX_HTTP)).contains(&max) {
+                        return Err(ApiError::invalid(format!(
+                            "max {max} outside 1..={DEAD_LETTERS_MAX_HTTP}"
+                        ))
+                        .with_detail("limit", DEAD_LETTERS_MAX_HTTP));
+                    }
+                    parsed.max = u32::try_from(max).unwrap_or(DEAD_LETTERS_MAX_HTTP);
+                }
+                other => {
+                    return Err(ApiError::invalid(format!(
+                        "unknown query parameter '{other}' (partition, from_offset, max)"
+                    )))
+                }
+            }
+        }
+        if parsed.from_offset != 0 && parsed.partition.is_none() {
+            return Err(ApiError::invalid("from_offset needs a partition"));
+        }
+        Ok(parsed)
+    }
+}
+
+/// Reads the body up to [`BODY_BYTES_MAX`] within [`BODY_READ_TIMEOUT`].
+async fn read_body(request: Request<Incoming>) -> Result<Bytes, ApiError> {
+    let too_large = || {
+        ApiError::new(
+            ErrorCode::FrameTooLarge,
+            format!("request body over the limit of {BODY_BYTES_MAX} bytes"),
+        )
+        .with_detail("limit_bytes", BODY_BYTES_MAX)
+    };
+    let declared = request
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > BODY_BYTES_MAX as u64) {
+        return Err(too_large());
+    }
+    let limited = Limited::new(request.into_body(), BODY_BYTES_MAX);
+    match tokio::time::timeout(BODY_READ_TIMEOUT, limited.collect()).await {
+        Err(_) => Err(ApiError::new(
+            ErrorCode::Timeout,
+            format!("request body not received within {} s", BODY_READ_TIMEOUT.as_secs()),
+        )
+        .with_status(StatusCode::REQUEST_TIMEOUT)),
+        Ok(Err(error)) if error.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
+            Err(too_large())
+        }
+        Ok(Err(error)) => Err(ApiError::new(
+            ErrorCode::MalformedFrame,
+            format!("request body could not be read: {error}"),
+        )),
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+    }
+}
+
+/// Parses a JSON body; an empty body reads as `{}` (every field defaulted,
+/// or the missing field named). Bad JSON is `MALFORMED_FRAME`, a wrong or
+/// unknown field `INVALID_ARGUMENT`; both 400 with serde's message.
+fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    let body: &[u8] = if body.iter().all(u8::is_ascii_whitespace) { b"{}" } else { body };
+    serde_json::from_slice(body).map_err(|error| {
+        let code = match error.classify() {
+            serde_json::error::Category::Data => ErrorCode::InvalidArgument,
+            _ => ErrorCode::MalformedFrame,
+        };
+        ApiError::new(code, format!("request body: {error}")).with_status(StatusCode::BAD_REQUEST)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Goal: bad JSON and wrong fields are told apart, both 400 with
+    // serde's words; an empty body is `{}`. Method: parse samples.
+    #[test]
+    fn parse_tells_malformed_from_invalid() {
+        let malformed = parse::<json::Purge>(b"{\"confirm\": tru").unwrap_err();
+        assert_eq!(malformed.code, ErrorCode::MalformedFrame);
+        assert_eq!(malformed.status, StatusCode::BAD_REQUEST);
+        let unknown = parse::<json::Purge>(b"{\"confirmed\": true}").unwrap_err();
+        assert_eq!(unknown.code, ErrorCode::InvalidArgument);
+        assert!(unknown.message.contains("confirmed"), "{}", unknown.message);
+        let missing = parse::<json::Ack>(b"").unwrap_err();
+        assert!(missing.message.contains("tokens"), "{}", missing.message);
+        assert!(!parse::<json::Purge>(b" ").unwrap().confirm);
+    }
+
+    // Goal: the dead-letter query reads its three parameters and refuses
+    // anything else, and a max past the limit.
+    #[test]
+    fn dead_letter_query_is_bounded() {
+        let query = DeadLetterQuery::parse(Some("partition=2&from_offset=5&max=7")).unwrap();
+        assert_eq!((query.partition, query.from_offset, query.max), (Some(2), 5, 7));
+        assert!(DeadLetterQuery::parse(Some("max=1001")).is_err());
+        assert!(DeadLetterQuery::parse(Some("max=0")).is_err());
+        assert!(DeadLetterQuery::parse(Some("from_offset=3")).is_err());
+        assert!(DeadLetterQuery::parse(Some("limit=3")).is_err());
+        assert_eq!(DeadLetterQuery::parse(None).unwrap().max, DEAD_LETTERS_DEFAULT_HTTP);
+    }
+
+    // Goal: an unspecified listen address is reached on loopback.
+    #[test]
+    fn bootstrap_maps_unspecified_to_loopback() {
+        assert_eq!(bootstrap_address("0.0.0.0:7400".parse().unwrap()), "127.0.0.1:7400");
+        assert_eq!(bootstrap_address("[::]:7400".parse().unwrap()), "[::1]:7400");
+        assert_eq!(bootstrap_address("10.0.0.5:7400".parse().unwrap()), "10.0.0.5:7400");
+    }
+}
