@@ -13,18 +13,32 @@
 //! the committers (one per in-flight commit slot) and the segment preparer
 //! until [`Log::close`] (after draining) or a fatal I/O error.
 //!
+//! Files: `handle.rs` ([`Log`]: open, background, close, stats),
+//! `gather.rs` (append: offsets and the commit being gathered),
+//! `committer.rs` (write, sync, the durable watermark, the tail cache),
+//! `preparer.rs` (the next segment, sealed indexes), `state.rs` (what those
+//! share), `disk.rs` (file operations the appender and recovery share),
+//! `recovery.rs`, `reader.rs`, `retention.rs`, `index.rs`, `layout.rs`,
+//! `window.rs`, `shared.rs` ([`SharedBytes`]), `sync.rs` (the wake-up
+//! primitive).
+//!
 //! Layout, commit protocol and crash cases: `docs/design/segment-format.md`.
 
-mod appender;
+mod committer;
 mod config;
+mod disk;
 mod error;
+mod gather;
+mod handle;
 mod index;
 pub mod journal;
 mod layout;
+mod preparer;
 mod reader;
 mod recovery;
 mod retention;
 mod shared;
+mod state;
 mod sync;
 mod window;
 
@@ -36,10 +50,10 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 
-pub(crate) use appender::failpoint;
-pub use appender::Log;
 pub use config::{ConfigError, LogConfig};
+pub(crate) use disk::failpoint;
 pub use error::{CorruptDetail, LogError};
+pub use handle::Log;
 pub use index::{IndexEntry, SparseIndex};
 pub use layout::{commit_span, index_path, segment_path, PREPARED_FILE_NAME};
 pub use shared::SharedBytes;

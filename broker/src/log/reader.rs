@@ -11,8 +11,9 @@ use std::rc::Rc;
 use spool_wire::batch::{BatchHeader, BatchKind};
 use spool_wire::limits::BATCH_HEADER_BYTES;
 
-use super::appender::{Log, Segment};
 use super::error::{CorruptDetail, LogError};
+use super::handle::Log;
+use super::state::Segment;
 use super::window::Window;
 use super::{Offset, ReadBatch, SharedBytes};
 use crate::io::Storage;

@@ -38,8 +38,8 @@ use spool_wire::batch::{write_filler, BatchHeader, BatchKind};
 use spool_wire::limits::BATCH_HEADER_BYTES;
 use spool_wire::WireError;
 
-use super::appender::write_index_file;
 use super::config::LogConfig;
+use super::disk::write_index_file;
 use super::error::{CorruptDetail, LogError};
 use super::index::{IndexEntry, PersistedIndex, SparseIndex, INDEX_FILE_BYTES_MAX};
 use super::layout::{

@@ -2,8 +2,9 @@
 //! computes (oldest unacked offset, checkpoint, audit window — DESIGN §3).
 //! The active segment is never deleted; the directory is synced after.
 
-use super::appender::{failpoint, Log};
+use super::disk::failpoint;
 use super::error::LogError;
+use super::handle::Log;
 use super::layout::index_path;
 use super::Offset;
 use crate::io::{IoOp, Storage};

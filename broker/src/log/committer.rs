@@ -1,0 +1,315 @@
+//! Committers, one per in-flight slot: take what has gathered, close its
+//! last page with a filler, (roll to the prepared segment,) write its pages
+//! with one `write_at`, fdatasync, and mark it synced. The durable watermark
+//! advances only over a contiguous prefix of synced commits, and only then
+//! are tickets resolved; durable commits enter the tail cache.
+
+use std::rc::Rc;
+
+use spool_wire::batch::write_filler;
+
+use super::disk::{failpoint, zero_fill};
+use super::layout::{commit_span, PREPARED_FILE_NAME};
+use super::state::{close_open, Cached, Gather, Inflight, Job, Segment, Shared, State};
+use super::{CommitStatus, FatalCode};
+use crate::io::{IoBuf, IoOp, Storage, StorageFile};
+use crate::limits::PAGE_BYTES;
+
+impl<S: Storage> Shared<S> {
+    /// Waits for a gathered commit; `None` when closed and drained, or failed.
+    async fn next_job(&self) -> Option<Job<S::File>> {
+        loop {
+            {
+                let mut state = self.state.borrow_mut();
+                if state.failed.is_some() {
+                    return None;
+                }
+                // In-flight bound: at most `inflight_commits_max` commits
+                // between the durable watermark and the newest write. A
+                // committer whose own commit synced while an earlier one
+                // has not must not write further ahead: a crash would then
+                // leave more unsynced bytes after the damage than
+                // `recovery_window_bytes` (inflight × the largest commit)
+                // allows, and recovery would refuse an ordinary torn tail
+                // as corruption.
+                let room = state.inflight.len() < self.config.inflight_commits_max;
+                let gather = if !room {
+                    None
+                } else {
+                    match state.queued.pop_front() {
+                        Some(gather) => Some(gather),
+                        None => close_open(&mut state),
+                    }
+                };
+                if let Some(gather) = gather {
+                    let job = self.start_commit(&mut state, gather);
+                    drop(state);
+                    self.space.notify_all();
+                    return Some(job);
+                }
+                if state.closing && room {
+                    return None;
+                }
+            }
+            self.work.wait().await;
+        }
+    }
+
+    /// Closes a gather's last page with a filler and moves it in flight.
+    fn start_commit(&self, state: &mut State<S::File>, gather: Gather<S::File>) -> Job<S::File> {
+        let Gather {
+            seq,
+            mut buf,
+            data_bytes,
+            cap_bytes,
+            pos,
+            segment,
+            opens_segment,
+            first_offset,
+            next_offset,
+            batches,
+            entries,
+            commit,
+        } = gather;
+        let span = commit_span(data_bytes);
+        assert!(span <= cap_bytes);
+        assert!(pos.is_multiple_of(PAGE_BYTES));
+        assert!(pos + span <= segment.capacity);
+        if span > data_bytes {
+            let filler = &mut buf.as_mut()[data_bytes as usize..span as usize];
+            write_filler(filler, (span - data_bytes) as usize, next_offset, self.leader_epoch);
+        }
+        let alloc_bytes = buf.as_ref().len() as u64;
+        buf.trim(span as usize);
+        let buf = Rc::new(buf);
+        state.pending_bytes -= data_bytes;
+        state.inflight.insert(
+            seq,
+            Inflight {
+                synced: false,
+                commit,
+                segment: segment.clone(),
+                pos,
+                end_pos: pos + span,
+                first_offset,
+                next_offset,
+                entries,
+                buf: buf.clone(),
+                alloc_bytes,
+                batches,
+            },
+        );
+        Job { seq, pos, buf, segment, opens_segment }
+    }
+
+    /// Marks `seq` synced and advances the durable watermark over the
+    /// contiguous synced prefix, resolving those commits' tickets.
+    fn mark_synced(&self, seq: u64) {
+        let mut resolved = Vec::new();
+        {
+            let mut state = self.state.borrow_mut();
+            if state.failed.is_some() {
+                return;
+            }
+            match state.inflight.get_mut(&seq) {
+                Some(commit) => commit.synced = true,
+                None => unreachable!("synced commit {seq} is not in flight"),
+            }
+            while let Some(entry) = state.inflight.first_entry() {
+                if !entry.get().synced {
+                    break;
+                }
+                let (seq, done) = entry.remove_entry();
+                assert_eq!(seq, state.durable_seq + 1, "durable watermark must be contiguous");
+                state.durable_seq = seq;
+                let segment = &done.segment;
+                assert!(done.pos >= segment.data_end.get());
+                segment.data_end.set(done.end_pos);
+                segment.next_offset.set(done.next_offset);
+                {
+                    let mut index = segment.index.borrow_mut();
+                    for entry in &done.entries {
+                        index.push(*entry);
+                    }
+                }
+                state.durable_offset = done.next_offset;
+                state.stats.commits += 1;
+                state.stats.batches += done.batches;
+                state.stats.records += done.next_offset - done.first_offset;
+                state.stats.commit_bytes += done.end_pos - done.pos;
+                let cached_bytes = done.end_pos - done.pos;
+                // The cache is bounded by the memory it holds, not by the
+                // bytes committed: a gather buffer is allocated ahead of its
+                // data (at least `GATHER_BUF_INITIAL_BYTES`, then doubling),
+                // so a 4 KiB commit may sit in a 64 KiB buffer. Such a buffer
+                // is copied into one of its span before it is cached, so the
+                // bound holds as many commits as it has bytes for.
+                // A commit larger than the whole cache would evict itself.
+                if cached_bytes <= self.config.tail_cache_bytes {
+                    let buf = if done.alloc_bytes > cached_bytes {
+                        compact(&*state.alloc_file, &done.buf)
+                    } else {
+                        done.buf
+                    };
+                    state.tail.push_back(Cached {
+                        first_offset: done.first_offset,
+                        next_offset: done.next_offset,
+                        path: segment.path.clone(),
+                        pos: done.pos,
+                        buf,
+                    });
+                    state.tail_bytes += cached_bytes;
+                }
+                while state.tail_bytes > self.config.tail_cache_bytes {
+                    let Some(evicted) = state.tail.pop_front() else { break };
+                    state.tail_bytes -= evicted.buf.as_ref().as_ref().len() as u64;
+                }
+                resolved.push(done.commit);
+            }
+        }
+        let advanced = !resolved.is_empty();
+        for commit in resolved {
+            commit.resolve(CommitStatus::Durable);
+        }
+        self.durable.notify_all();
+        if advanced {
+            // Commits left the in-flight map: a committer held back by the
+            // in-flight bound (`next_job`) may take the next one.
+            self.work.notify_all();
+        }
+    }
+
+    /// Gives the prepared file this segment's name, once every earlier commit
+    /// (all of the old segment) is durable. False when the log failed.
+    async fn roll(&self, segment: &Rc<Segment<S::File>>, seq: u64) -> bool {
+        loop {
+            {
+                let state = self.state.borrow();
+                if state.failed.is_some() {
+                    return false;
+                }
+                if state.durable_seq + 1 == seq {
+                    break;
+                }
+            }
+            self.durable.wait().await;
+        }
+        let file = loop {
+            {
+                let mut state = self.state.borrow_mut();
+                if state.failed.is_some() {
+                    return false;
+                }
+                if let Some(prepared) = state.prepared.take() {
+                    state.roll_waiting = false;
+                    state.renaming = true;
+                    assert!(state.rolls_pending.pop_front().is_some());
+                    break prepared;
+                }
+                state.roll_waiting = true;
+            }
+            self.prepare.notify_all();
+            self.prepared.wait().await;
+        };
+        let (file, prepared_bytes) = file;
+        let prepared_path = self.dir.join(PREPARED_FILE_NAME);
+        let renamed = async {
+            // Prepared before a commit larger than its planned size started
+            // this segment: zero the rest and sync it before the name.
+            if prepared_bytes < segment.capacity {
+                zero_fill(&*file, prepared_bytes, segment.capacity).await?;
+                failpoint("log.prepare.sync", IoOp::Sync, file.path(), None)?;
+                file.fdatasync().await?;
+            }
+            failpoint("log.roll.rename", IoOp::Rename, &prepared_path, None)?;
+            self.storage.rename(&prepared_path, &segment.path).await?;
+            failpoint("log.roll.dir_sync", IoOp::SyncDir, &self.dir, None)?;
+            self.storage.sync_dir(&self.dir).await?;
+            failpoint("log.roll.dir_sync.after", IoOp::SyncDir, &self.dir, None)
+        };
+        if let Err(error) = renamed.await {
+            self.fail(FatalCode::RollFailed, &error);
+            return false;
+        }
+        {
+            let mut state = self.state.borrow_mut();
+            state.renaming = false;
+            *segment.file.borrow_mut() = Some(file.clone());
+            let replaces_empty =
+                state.segments.last().is_some_and(|last| last.base == segment.base);
+            if replaces_empty {
+                // The rename replaced the empty file of a log that held no
+                // batch (a base offset starts one segment only otherwise:
+                // every commit holds at least one record).
+                let last = state.segments.len() - 1;
+                state.segments[last] = segment.clone();
+            } else {
+                if let Some(sealed) = state.segments.last().cloned() {
+                    state.seal_queue.push_back(sealed);
+                }
+                state.segments.push(segment.clone());
+            }
+            state.alloc_file = file;
+            state.stats.segments_rolled += 1;
+        }
+        self.named.notify_all();
+        self.prepare.notify_all();
+        true
+    }
+
+    async fn wait_named(&self, segment: &Segment<S::File>) -> Option<Rc<S::File>> {
+        loop {
+            if self.is_failed() {
+                return None;
+            }
+            if let Some(file) = segment.file() {
+                return Some(file);
+            }
+            self.named.wait().await;
+        }
+    }
+}
+
+/// One committer: take a commit, (roll,) write it, sync it, mark it synced.
+pub(super) async fn committer<S: Storage>(shared: Rc<Shared<S>>) {
+    loop {
+        let Some(job) = shared.next_job().await else { break };
+        if job.opens_segment && !shared.roll(&job.segment, job.seq).await {
+            break;
+        }
+        let Some(file) = shared.wait_named(&job.segment).await else { break };
+        let written = async {
+            failpoint("log.commit.write", IoOp::Write, file.path(), Some(job.pos))?;
+            file.write_at(job.buf.clone(), job.pos).await?;
+            failpoint("log.commit.write.after", IoOp::Write, file.path(), Some(job.pos))
+        };
+        if let Err(error) = written.await {
+            shared.fail(FatalCode::WriteFailed, &error);
+            break;
+        }
+        if shared.is_failed() {
+            break;
+        }
+        let synced = async {
+            failpoint("log.commit.sync", IoOp::Sync, file.path(), None)?;
+            file.fdatasync().await?;
+            failpoint("log.commit.sync.after", IoOp::Sync, file.path(), None)
+        };
+        if let Err(error) = synced.await {
+            shared.fail(FatalCode::SyncFailed, &error);
+            break;
+        }
+        shared.mark_synced(job.seq);
+    }
+    shared.state.borrow_mut().workers_running -= 1;
+    shared.prepare.notify_all();
+}
+
+/// A copy of `buf` in a buffer of exactly its length, so what the tail cache
+/// keeps is what it counts.
+fn compact<F: StorageFile>(alloc_file: &F, buf: &Rc<F::Buf>) -> Rc<F::Buf> {
+    let bytes = buf.as_ref().as_ref();
+    let mut exact = alloc_file.alloc_buf(bytes.len());
+    exact.as_mut().copy_from_slice(bytes);
+    Rc::new(exact)
+}

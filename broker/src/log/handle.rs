@@ -1,0 +1,248 @@
+//! [`Log`]: the handle of one partition log. Opening (recovery, then the
+//! appender's state), the background future that runs the committers and
+//! the preparer, close, and what the log reports about itself. Appends are
+//! in `gather.rs`, reads in `reader.rs`, retention in `retention.rs`.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, VecDeque};
+use std::future::Future;
+use std::path::Path;
+use std::pin::Pin;
+use std::rc::Rc;
+
+use super::committer::committer;
+use super::config::LogConfig;
+use super::error::LogError;
+use super::preparer::preparer;
+use super::recovery;
+use super::state::{Segment, Shared, State};
+use super::sync::{join_all, Notify};
+use super::{FatalHandler, LogStats, Offset, RecoveryReport, SegmentInfo};
+use crate::io::Storage;
+
+/// One partition log. Single-threaded: clone-free handle around shared state;
+/// all futures are `!Send`.
+pub struct Log<S: Storage> {
+    pub(super) shared: Rc<Shared<S>>,
+}
+
+impl<S: Storage> Log<S> {
+    /// Opens (recovering) or creates the log in `dir`. Every batch is
+    /// crc-checked; a torn tail is cut and zeroed before this returns.
+    ///
+    /// # Errors
+    /// [`LogError::Config`] for an invalid config, [`LogError::Corrupt`]
+    /// naming file and byte for damage outside the torn-write window,
+    /// [`LogError::Io`] when the directory cannot be read or repaired.
+    pub async fn open(
+        storage: S,
+        dir: &Path,
+        config: LogConfig,
+        leader_epoch: u32,
+        fatal: Rc<dyn FatalHandler>,
+    ) -> Result<(Self, RecoveryReport), LogError> {
+        Self::open_inner(storage, dir, config, leader_epoch, fatal, None).await
+    }
+
+    /// Like [`Log::open`], but sealed segments that end at or below
+    /// `scan_from` (the offset a valid checkpoint covers) are not read: their
+    /// extent and sparse index come from their persisted index files, and
+    /// their batches are crc-checked when read instead (a bad one is
+    /// [`LogError::Corrupt`] from [`Log::read`], never served). A sealed
+    /// segment without a valid index file, the segment holding `scan_from`,
+    /// every later segment and the tail are scanned as by `open`, with the
+    /// same torn-tail repair and the same refusal of damage before the tail.
+    ///
+    /// # Errors
+    /// As [`Log::open`].
+    pub async fn open_from(
+        storage: S,
+        dir: &Path,
+        config: LogConfig,
+        leader_epoch: u32,
+        fatal: Rc<dyn FatalHandler>,
+        scan_from: Offset,
+    ) -> Result<(Self, RecoveryReport), LogError> {
+        Self::open_inner(storage, dir, config, leader_epoch, fatal, Some(scan_from.0)).await
+    }
+
+    async fn open_inner(
+        storage: S,
+        dir: &Path,
+        config: LogConfig,
+        leader_epoch: u32,
+        fatal: Rc<dyn FatalHandler>,
+        trust_below: Option<u64>,
+    ) -> Result<(Self, RecoveryReport), LogError> {
+        config.validate()?;
+        let recovered =
+            recovery::recover(&storage, dir, &config, leader_epoch, trust_below).await?;
+        let mut segments = Vec::with_capacity(recovered.segments.len());
+        for found in recovered.segments {
+            segments.push(Rc::new(Segment {
+                base: found.base,
+                path: found.path,
+                capacity: found.capacity,
+                file: RefCell::new(Some(found.file)),
+                index: RefCell::new(found.index),
+                data_end: Cell::new(found.data_end),
+                next_offset: Cell::new(found.next_offset),
+            }));
+        }
+        let no_active = |why: &'static str| LogError::NoActiveSegment { dir: dir.to_owned(), why };
+        let active = segments.last().cloned().ok_or_else(|| no_active("recovery found none"))?;
+        let alloc_file =
+            active.file().ok_or_else(|| no_active("the last segment's file is not open"))?;
+        let next_offset = active.next_offset.get();
+        let gather_last_index_pos = active.index.borrow().last_pos();
+        let state = State {
+            failed: None,
+            closing: false,
+            next_offset,
+            segments,
+            gather_segment: active,
+            gather_pos: recovered.next_commit_pos,
+            gather_last_index_pos,
+            gather_segment_unopened: false,
+            open: None,
+            queued: VecDeque::new(),
+            pending_bytes: 0,
+            next_seq: 1,
+            durable_seq: 0,
+            inflight: BTreeMap::new(),
+            durable_offset: next_offset,
+            prepared: None,
+            roll_waiting: false,
+            disk_full: false,
+            first_segment_wanted: false,
+            prepare_retry: false,
+            rolls_pending: VecDeque::new(),
+            renaming: false,
+            seal_queue: VecDeque::new(),
+            tail: VecDeque::new(),
+            tail_bytes: 0,
+            alloc_file,
+            workers_running: 0,
+            background_started: false,
+            stats: LogStats::default(),
+        };
+        let shared = Rc::new(Shared {
+            storage,
+            dir: dir.to_path_buf(),
+            config,
+            leader_epoch,
+            fatal,
+            state: RefCell::new(state),
+            work: Notify::default(),
+            durable: Notify::default(),
+            named: Notify::default(),
+            prepare: Notify::default(),
+            prepared: Notify::default(),
+            space: Notify::default(),
+        });
+        Ok((Self { shared }, recovered.report))
+    }
+
+    /// The future that runs the committers and the preparer. The owner must
+    /// spawn it (production: `glommio::spawn_local`) or poll it alongside
+    /// its own work; without it no ticket ever resolves. It completes after
+    /// [`Log::close`] once everything gathered is durable, or right after a
+    /// fatal error. Call once.
+    pub fn background(&self) -> impl Future<Output = ()> + 'static {
+        let shared = self.shared.clone();
+        let workers = {
+            let mut state = shared.state.borrow_mut();
+            assert!(!state.background_started, "Log::background called twice");
+            state.background_started = true;
+            state.workers_running = shared.config.inflight_commits_max;
+            state.workers_running
+        };
+        async move {
+            let mut tasks: Vec<Pin<Box<dyn Future<Output = ()>>>> = Vec::new();
+            for _ in 0..workers {
+                tasks.push(Box::pin(committer(shared.clone())));
+            }
+            tasks.push(Box::pin(preparer(shared.clone())));
+            join_all(tasks).await;
+        }
+    }
+
+    /// Whether the next segment could not be prepared for lack of space
+    /// (data appends then fail with [`LogError::DiskFull`]).
+    pub fn disk_full(&self) -> bool {
+        self.shared.state.borrow().disk_full
+    }
+
+    /// Asks the preparer to try again after [`Log::disk_full`] (space may
+    /// have been freed). The owner rate-limits this: each try writes zeros
+    /// until the disk is full again. Data appends stay refused until the
+    /// try succeeds.
+    pub fn retry_prepare(&self) {
+        let mut state = self.shared.state.borrow_mut();
+        if state.disk_full && !state.prepare_retry {
+            state.prepare_retry = true;
+            drop(state);
+            self.shared.prepare.notify_all();
+        }
+    }
+
+    /// Stops accepting appends; [`Log::background`] completes once every
+    /// gathered commit is durable.
+    pub fn close(&self) {
+        self.shared.state.borrow_mut().closing = true;
+        self.shared.work.notify_all();
+        self.shared.prepare.notify_all();
+        self.shared.space.notify_all();
+    }
+
+    /// The offset the next appended record will get.
+    pub fn next_offset(&self) -> Offset {
+        Offset(self.shared.state.borrow().next_offset)
+    }
+
+    /// Every offset below this is durable (and readable).
+    pub fn durable_offset(&self) -> Offset {
+        Offset(self.shared.state.borrow().durable_offset)
+    }
+
+    /// The oldest offset still held (after retention).
+    pub fn start_offset(&self) -> Offset {
+        Offset(self.shared.state.borrow().segments.first().map_or(0, |s| s.base))
+    }
+
+    /// `Some(reason)` once a write or sync failed.
+    pub fn failure(&self) -> Option<String> {
+        self.shared.state.borrow().failed.as_ref().map(|r| r.to_string())
+    }
+
+    pub fn stats(&self) -> LogStats {
+        self.shared.state.borrow().stats
+    }
+
+    /// Named segments, oldest first.
+    pub fn segments(&self) -> Vec<SegmentInfo> {
+        let state = self.shared.state.borrow();
+        state
+            .segments
+            .iter()
+            .map(|s| SegmentInfo {
+                base_offset: Offset(s.base),
+                next_offset: Offset(s.next_offset.get()),
+                path: s.path.clone(),
+                data_end: s.data_end.get(),
+                index_entries: s.index.borrow().entries().len(),
+            })
+            .collect()
+    }
+
+    /// Whether a zero-filled next segment is ready under its temporary name
+    /// (prepared once the active segment is past
+    /// [`LogConfig::prepare_at_bytes`], or when an append needs it).
+    pub fn next_segment_prepared(&self) -> bool {
+        self.shared.state.borrow().prepared.is_some()
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.shared.dir
+    }
+}

@@ -1,0 +1,165 @@
+//! Checkpoints: when one falls due, and writing one in bounded steps while
+//! the partition serves (a copy-on-write view of the state at the moment it
+//! began), then deleting the log segments it lets go.
+
+use std::cell::RefCell;
+
+use super::files::{self, SideFileError, CHECKPOINT_FILE, CHECKPOINT_MAGIC};
+use super::{
+    to_log, Partition, PartitionError, CHECKPOINT_INTERVAL_BYTES, CHECKPOINT_INTERVAL_OFFSETS,
+    CHECKPOINT_STEP_BYTES_MAX, CHECKPOINT_STEP_ENTRIES,
+};
+use crate::io::{IoOp, Storage};
+use crate::log::{FatalCode, FatalReason, LogError};
+use crate::queue::{Offset, PartitionState};
+
+/// What one checkpoint cost: it was written in `steps` steps of at most
+/// `max_step_entries` table entries each, yielding the shard between them;
+/// `touched` messages changed while it was written (their before-images
+/// were held until it ended).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckpointStats {
+    pub covers: Offset,
+    pub steps: u64,
+    pub max_step_entries: usize,
+    pub bytes: u64,
+    pub touched: usize,
+}
+
+/// Ends the state's snapshot capture however a checkpoint ends (done,
+/// failed, or its future dropped), so before-images are never held on.
+struct CaptureGuard<'a>(&'a RefCell<PartitionState>);
+
+impl Drop for CaptureGuard<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut state) = self.0.try_borrow_mut() {
+            state.end_snapshot();
+        }
+    }
+}
+
+impl<S: Storage + Clone> Partition<S> {
+    /// Whether enough log has been written since the last checkpoint: either
+    /// [`CHECKPOINT_INTERVAL_OFFSETS`] offsets or
+    /// [`CHECKPOINT_INTERVAL_BYTES`] bytes.
+    pub fn checkpoint_due(&self) -> bool {
+        !self.checkpoint_running.get()
+            && !self.sync_failed.get()
+            && self.log.next_offset().0 > self.checkpoint_covers.get()
+            && (self.log.next_offset().0 - self.checkpoint_covers.get()
+                >= CHECKPOINT_INTERVAL_OFFSETS
+                || self.log_bytes_since_checkpoint() >= CHECKPOINT_INTERVAL_BYTES)
+    }
+
+    fn log_bytes_since_checkpoint(&self) -> u64 {
+        let covers = self.checkpoint_covers.get();
+        self.log
+            .segments()
+            .iter()
+            .filter(|segment| segment.next_offset.0 > covers)
+            .map(|segment| segment.data_end)
+            .sum()
+    }
+
+    /// Writes a checkpoint of the current state once everything it covers is
+    /// durable, then deletes log segments below the retention watermark.
+    ///
+    /// A failed write (a full disk) leaves the previous checkpoint in place
+    /// and its temporary file unnamed (the next checkpoint starts a new one).
+    /// A failed fdatasync or directory sync is never retried: what reached
+    /// the disk is unknown, so the fatal handler is told
+    /// ([`FatalCode::SideFileSyncFailed`]; production exits) and this
+    /// partition writes no checkpoint again.
+    ///
+    /// # Errors
+    /// Storage failure (the previous checkpoint is then intact, unless a
+    /// sync failed after the rename).
+    pub async fn checkpoint(&self) -> Result<Option<Offset>, PartitionError> {
+        if self.sync_failed.get() {
+            return Err(PartitionError::Log(LogError::Failed(
+                "a checkpoint sync failed earlier; no checkpoint is retried".into(),
+            )));
+        }
+        if self.checkpoint_running.replace(true) {
+            return Ok(None);
+        }
+        let result = self.checkpoint_inner().await;
+        self.checkpoint_running.set(false);
+        if let Err(PartitionError::Log(LogError::Io(error))) = &result {
+            if matches!(error.op, IoOp::Sync | IoOp::SyncDir) {
+                self.sync_failed.set(true);
+                self.fatal.fatal(&FatalReason {
+                    code: FatalCode::SideFileSyncFailed,
+                    message: format!("checkpoint of {}: {error}", self.dir.display()),
+                });
+            }
+        }
+        result
+    }
+
+    async fn checkpoint_inner(&self) -> Result<Option<Offset>, PartitionError> {
+        // Every event below `covers` is applied and none above it (appends
+        // assign offsets and apply without an await between), so the state
+        // now is the fold of the log through `covers`. From here the state
+        // records what each message held before its first change, and the
+        // steps below write the state as it is now while requests go on.
+        let covers = Offset(self.log.next_offset().0);
+        let mut encoder = self.state.borrow_mut().begin_snapshot(covers);
+        let _capture = CaptureGuard(&self.state);
+        let ticket = self.last_ticket.borrow().clone();
+        let mut writer = files::SideFileWriter::create(&self.storage, &self.dir, CHECKPOINT_FILE)
+            .await
+            .map_err(LogError::Io)?;
+        let mut out = Vec::with_capacity(CHECKPOINT_STEP_BYTES_MAX);
+        loop {
+            out.clear();
+            let done = self
+                .state
+                .borrow()
+                .snapshot_step(&mut encoder, CHECKPOINT_STEP_ENTRIES, &mut out)
+                .map_err(|error| SideFileError::Invalid {
+                    path: self.dir.join(CHECKPOINT_FILE),
+                    reason: format!("snapshot not written: {error}"),
+                })?;
+            writer.write(&out).await.map_err(LogError::Io)?;
+            if done {
+                break;
+            }
+            // Let the shard serve between steps.
+            futures_lite::future::yield_now().await;
+        }
+        drop(out);
+        let touched = self.state.borrow().snapshot_touched();
+        self.state.borrow_mut().end_snapshot();
+        if let Some(ticket) = ticket {
+            ticket.durable().await?;
+        }
+        writer.finish(&self.storage, CHECKPOINT_MAGIC, covers.0).await.map_err(LogError::Io)?;
+        self.checkpoint_covers.set(covers.0);
+        self.last_checkpoint.set(Some(CheckpointStats {
+            covers,
+            steps: encoder.steps(),
+            max_step_entries: encoder.max_step_entries(),
+            bytes: encoder.bytes(),
+            touched,
+        }));
+        let watermark = self.state.borrow().retention_watermark().unwrap_or(covers);
+        let below = watermark.min(covers);
+        let deleted = self.log.delete_below(to_log(below)).await?;
+        tracing::debug!(
+            partition = ?self.name,
+            covers = covers.0,
+            steps = encoder.steps(),
+            bytes = encoder.bytes(),
+            touched,
+            deleted,
+            "checkpoint written"
+        );
+        Ok(Some(covers))
+    }
+
+    /// What the newest checkpoint written by this process cost.
+    pub fn last_checkpoint(&self) -> Option<CheckpointStats> {
+        self.last_checkpoint.get()
+    }
+}

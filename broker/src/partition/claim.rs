@@ -1,0 +1,124 @@
+//! Claims: decide deliveries below the durable watermark, append and apply
+//! the claim events, and reply with the records; with nothing to deliver,
+//! long-poll on the partition's waiter register (`signal.rs`) until woken,
+//! past the deadline, evicted, cancelled or given up.
+
+use std::cell::Cell;
+use std::future::Future;
+
+use spool_wire::batch::BatchKind;
+
+use super::read::Claimed;
+use super::signal::{self, ClaimCancel, WaitOwner, WaitRefused, CLAIM_WAITERS_MAX};
+use super::{Partition, PartitionError};
+use crate::io::Storage;
+use crate::queue::{ClaimRequest, Lane, Millis};
+
+impl<S: Storage + Clone> Partition<S> {
+    /// Claims up to `request.credits` messages from `lane`, long-polling up
+    /// to `wait_ms` when none is ready. Hands out only records below the
+    /// log's durable watermark, and replies once the claim events are
+    /// appended and applied, without waiting for them to be durable (the
+    /// epoch fence makes that safe; see the module doc), with each record's
+    /// bytes. The wait belongs to no connection
+    /// and cannot be cut short; see [`Partition::claim_as`].
+    ///
+    /// # Errors
+    /// Lease or credits out of range, too many waiters, storage failure.
+    pub async fn claim(
+        &self,
+        request: &ClaimRequest,
+        lane: Lane,
+        wait_ms: Millis,
+    ) -> Result<Vec<Claimed>, PartitionError> {
+        let waiting = Cell::new(0);
+        let owner = WaitOwner { id: u64::MAX, waiting: &waiting, waiting_max: usize::MAX };
+        let cancel = ClaimCancel::default();
+        self.claim_as(request, lane, wait_ms, owner, std::future::pending(), &cancel).await
+    }
+
+    /// [`Partition::claim`] on behalf of `owner` (a connection), whose
+    /// waiting claims count against its own bound as well as the
+    /// partition's. The wait ends early, with what was found (nothing), when
+    /// `give_up` resolves (the peer closed, the broker stops) or when the
+    /// partition evicts this waiter in favour of a lighter owner. A claim
+    /// gives up only while waiting, never between appending its events and
+    /// replying. `cancel` withdraws it (the protocol's CancelClaim): once
+    /// cancelled it decides nothing more and answers empty at once; once it
+    /// has decided deliveries, `cancel` refuses (see [`ClaimCancel`]).
+    ///
+    /// # Errors
+    /// Lease or credits out of range, too many waiters (on the partition or
+    /// for the owner), storage failure.
+    pub async fn claim_as(
+        &self,
+        request: &ClaimRequest,
+        lane: Lane,
+        wait_ms: Millis,
+        owner: WaitOwner<'_>,
+        give_up: impl Future<Output = ()>,
+        cancel: &ClaimCancel,
+    ) -> Result<Vec<Claimed>, PartitionError> {
+        let deadline = (self.clock)().saturating_add(wait_ms);
+        let room = Self::control_bytes(request.credits as usize, true);
+        let mut give_up = std::pin::pin!(give_up);
+        let mut slot = None;
+        loop {
+            self.log.writable(BatchKind::Control, room).await;
+            if cancel.is_cancelled() {
+                return Ok(Vec::new());
+            }
+            let now = (self.clock)();
+            let durable_end = self.durable_end();
+            let decision = {
+                let state = self.state.borrow();
+                match lane {
+                    Lane::Main => state.claim(now, request, durable_end)?,
+                    Lane::DeadLetter => state.claim_dead_letters(now, request, durable_end)?,
+                }
+            };
+            if !decision.deliveries.is_empty() {
+                // No await since the check above: not cancelled, so this holds.
+                let decided = cancel.decide();
+                debug_assert!(decided);
+                drop(slot);
+                // No wait for durability: every record delivered is below
+                // `durable_end`, and a claim lost before its sync is ended by
+                // the epoch fence at the next open.
+                self.append_events(&decision.events, now)?;
+                return self.with_records(decision.deliveries).await;
+            }
+            let evicted = slot.as_ref().is_some_and(signal::WaiterSlot::evicted);
+            if now >= deadline || self.closed.get() || evicted {
+                return Ok(Vec::new());
+            }
+            if slot.is_none() {
+                slot = Some(self.claimable.register(owner, CLAIM_WAITERS_MAX, deadline).map_err(
+                    |refused| match refused {
+                        WaitRefused::OwnerFull { waiting_max } => {
+                            PartitionError::TooManyWaitersOnConnection { waiting_max }
+                        }
+                        WaitRefused::PartitionFull { .. } => PartitionError::TooManyWaiters,
+                    },
+                )?);
+            }
+            let Some(waiter) = slot.as_ref() else { continue };
+            let wait = async {
+                waiter.wait().await;
+                false
+            };
+            let gave_up = async {
+                futures_lite::future::or(give_up.as_mut(), cancel.cancelled()).await;
+                true
+            };
+            if futures_lite::future::or(wait, gave_up).await {
+                return Ok(Vec::new());
+            }
+        }
+    }
+
+    /// Claims waiting on this partition now (long-polls holding a slot).
+    pub fn claims_waiting(&self) -> usize {
+        self.claimable.claims_waiting()
+    }
+}

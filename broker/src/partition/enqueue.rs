@@ -1,0 +1,163 @@
+//! Enqueue: validate a producer's batch, check each record's clock stamp and
+//! schedule, decide admission (dedupe, queue limits), append the accepted
+//! records, apply them, and reply once they are durable.
+
+use spool_wire::batch::{BatchKind, BatchView};
+use spool_wire::limits::SCHEDULE_HORIZON_MS;
+
+use super::{Partition, PartitionError, ENQUEUE_CLOCK_SKEW_MS_MAX};
+use crate::io::Storage;
+use crate::queue::{
+    EnqueueDecision, EnqueueMeta, EnqueueRequest, Event, MessageId, Millis, Offset,
+};
+
+/// What happened to one record of an enqueued batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EnqueueOutcome {
+    Appended { offset: Offset },
+    Duplicate { original: Offset },
+}
+
+/// Extracts the admission request of one archived record.
+pub(super) fn enqueue_request(view: &BatchView<'_>, index: usize) -> EnqueueRequest {
+    let record = view.record(index);
+    let expiry_ms = record.expiry_ms.to_native();
+    EnqueueRequest {
+        message_id: MessageId(record.message_id.0),
+        priority: record.priority,
+        not_before_ms: record.not_before_ms.to_native(),
+        expiry_ms: (expiry_ms != 0).then_some(expiry_ms),
+        // Bounded by RECORD_BYTES_MAX (validated), which fits u32.
+        size_bytes: view.record_bytes(index).len() as u32,
+    }
+}
+
+/// Refuses a record whose `not_before_ms` or `expiry_ms` lies beyond
+/// [`SCHEDULE_HORIZON_MS`] from `now_ms`, or that would expire before it is
+/// due (both set, expiry not after not_before).
+fn check_schedule(
+    view: &BatchView<'_>,
+    index: usize,
+    now_ms: Millis,
+) -> Result<(), PartitionError> {
+    let record = view.record(index);
+    let not_before_ms = record.not_before_ms.to_native();
+    let expiry_ms = record.expiry_ms.to_native();
+    let horizon_ms = now_ms.saturating_add(SCHEDULE_HORIZON_MS);
+    for (field, value_ms) in [("not_before_ms", not_before_ms), ("expiry_ms", expiry_ms)] {
+        if value_ms > horizon_ms {
+            return Err(PartitionError::BeyondHorizon { index, field, value_ms, now_ms });
+        }
+    }
+    if not_before_ms != 0 && expiry_ms != 0 && expiry_ms <= not_before_ms {
+        return Err(PartitionError::ExpiresBeforeDue { index, not_before_ms, expiry_ms });
+    }
+    Ok(())
+}
+
+impl<S: Storage + Clone> Partition<S> {
+    /// Enqueues a data batch from a producer (untrusted bytes, 8-aligned).
+    /// Returns one outcome per record, after the appended records are durable.
+    ///
+    /// # Errors
+    /// Invalid batch, clock skew, QUEUE_FULL (nothing is appended then),
+    /// storage failure.
+    pub async fn enqueue(&self, batch: &[u8]) -> Result<Vec<EnqueueOutcome>, PartitionError> {
+        let view = BatchView::validate(batch)?;
+        if view.header().kind != BatchKind::Data {
+            return Err(PartitionError::NotData);
+        }
+        if view.header().flags != 0 {
+            return Err(PartitionError::Flags(view.header().flags));
+        }
+        self.log.writable(BatchKind::Data, batch.len() as u64).await;
+        // From here to the append: no await, so no other request interleaves.
+        let now = (self.clock)();
+        let mut requests = Vec::with_capacity(view.len());
+        for index in 0..view.len() {
+            let stamp = view.record(index).enqueue_time_ms.to_native();
+            if stamp.abs_diff(now) > ENQUEUE_CLOCK_SKEW_MS_MAX {
+                return Err(PartitionError::ClockSkew { index, stamp_ms: stamp, now_ms: now });
+            }
+            check_schedule(&view, index, now)?;
+            requests.push((enqueue_request(&view, index), stamp));
+        }
+        let mut decisions = Vec::with_capacity(requests.len());
+        {
+            let state = self.state.borrow();
+            let mut admission = state.admission(now);
+            for (request, _) in &requests {
+                let decision = admission.check(request)?;
+                if let EnqueueDecision::QueueFull { limit } = decision {
+                    return Err(PartitionError::QueueFull { limit });
+                }
+                decisions.push(decision);
+            }
+        }
+        let accepted: Vec<u32> = decisions
+            .iter()
+            .enumerate()
+            .filter(|(_, decision)| matches!(decision, EnqueueDecision::Accept))
+            .map(|(index, _)| index as u32)
+            .collect();
+        let mut outcomes = vec![EnqueueOutcome::Duplicate { original: Offset(0) }; requests.len()];
+        let mut ticket = None;
+        if !accepted.is_empty() {
+            let reframed;
+            let bytes: &[u8] = if accepted.len() == requests.len() {
+                batch
+            } else {
+                reframed = view.reframe(&accepted)?;
+                &reframed
+            };
+            let appended = self.log.append(bytes)?;
+            let mut state = self.state.borrow_mut();
+            for (position, &index) in accepted.iter().enumerate() {
+                let offset = Offset(appended.base_offset.0 + position as u64);
+                let (request, stamp) = &requests[index as usize];
+                let event = Event::Enqueued(EnqueueMeta::new(request, offset, *stamp));
+                if let Err(error) = state.apply(&event) {
+                    panic!(
+                        "partition {:?}: enqueue at {offset:?} does not apply: {error}",
+                        self.name
+                    );
+                }
+                outcomes[index as usize] = EnqueueOutcome::Appended { offset };
+            }
+            drop(state);
+            *self.last_ticket.borrow_mut() = Some(appended.ticket.clone());
+            self.hint_wakeup();
+            ticket = Some(appended.ticket);
+        }
+        for (index, decision) in decisions.iter().enumerate() {
+            match decision {
+                EnqueueDecision::Duplicate { original } => {
+                    outcomes[index] = EnqueueOutcome::Duplicate { original: *original };
+                }
+                EnqueueDecision::DuplicateInBatch { index: first } => {
+                    let original = match outcomes[*first] {
+                        EnqueueOutcome::Appended { offset } => offset,
+                        EnqueueOutcome::Duplicate { original } => original,
+                    };
+                    outcomes[index] = EnqueueOutcome::Duplicate { original };
+                }
+                EnqueueDecision::Accept | EnqueueDecision::QueueFull { .. } => {}
+            }
+        }
+        let appended = accepted.len();
+        // A duplicate reply promises the original is durable: without an
+        // append of our own, wait for everything appended so far.
+        let wait = ticket.or_else(|| self.last_ticket.borrow().clone());
+        if let Some(wait) = wait {
+            wait.durable().await?;
+        }
+        // Claims hand out only durable records, so waiting claims are woken
+        // now that these are (not at append, when they could not take them).
+        // Should this future be dropped before, the next tick's sweep wakes
+        // them (a few at a time while messages are ready).
+        if appended > 0 {
+            self.claimable.notify(appended);
+        }
+        Ok(outcomes)
+    }
+}

@@ -1,0 +1,92 @@
+//! The housekeeping side of a partition: the tick (lease expiry, scheduled →
+//! ready, expiry, wakes of long-polls past their deadline), the next timer
+//! deadline for the shard's alarm, and close.
+
+use super::signal;
+use super::{Partition, PartitionError, WakeupHook, CONTROL_BATCH_EVENTS_MAX, DISK_FULL_RETRY_MS};
+use crate::io::Storage;
+use crate::log::LogError;
+use crate::queue::Millis;
+
+impl<S: Storage + Clone> Partition<S> {
+    /// Housekeeping: lease expiry, scheduled → ready, expiry. Appends the
+    /// events without waiting for durability (no one is waiting for a
+    /// reply); a later reply's durability covers them. Wakes the long-polling
+    /// claims that have something to re-check (see [`signal`]). Never blocks.
+    pub fn tick(&self) {
+        let now = (self.clock)();
+        if self.log.disk_full() && now >= self.disk_retry_at_ms.get() {
+            self.disk_retry_at_ms.set(now + DISK_FULL_RETRY_MS);
+            self.log.retry_prepare();
+        }
+        let due = self.state.borrow().next_wakeup().is_some_and(|wakeup| wakeup <= now);
+        // Long-polls past their deadline answer. Others are woken when
+        // something fell due (a lease expired, a delay ended), and a few at
+        // a time, in turn, while messages are ready: a message that the
+        // claims woken for it could not take (too large for their
+        // max_bytes, the other lane) still finds a claim that can.
+        self.claimable.expire(now);
+        if self.claimable.claims_waiting() > 0 {
+            let counters = self.state.borrow().counters(now);
+            if counters.ready + counters.quarantined > counters.dead_letter_claimed {
+                self.claimable.notify(signal::TICK_SWEEP_WAKES);
+            }
+        }
+        if due && !self.closed.get() {
+            let events = self.state.borrow().tick(now);
+            self.claimable.notify(events.len().max(1));
+            for chunk in events.chunks(CONTROL_BATCH_EVENTS_MAX) {
+                match self.append_events(chunk, now) {
+                    Ok(_) => {}
+                    // Full log buffers: try again next tick.
+                    Err(PartitionError::Log(LogError::Backpressure { .. })) => break,
+                    Err(error) => {
+                        tracing::warn!(partition = ?self.name, %error, "tick events not appended");
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Tells the wake-up hook (if any) the state's next timer deadline.
+    pub(super) fn hint_wakeup(&self) {
+        if let Some(hook) = self.wakeup_hook.borrow().as_ref() {
+            if let Some(at) = self.state.borrow().next_wakeup() {
+                hook(at);
+            }
+        }
+    }
+
+    /// Installs the hook told of every deadline applied events create (the
+    /// shard's alarm); replaces any earlier one.
+    pub fn set_wakeup_hook(&self, hook: WakeupHook) {
+        *self.wakeup_hook.borrow_mut() = Some(hook);
+    }
+
+    /// When [`Partition::tick`] next has something to do: the state's
+    /// earliest timer (lease end, scheduled or expiring message) and, while
+    /// the disk is full, the next retry. `None`: nothing is scheduled.
+    pub fn next_due(&self) -> Option<Millis> {
+        if self.closed.get() {
+            return None;
+        }
+        let timers = self.state.borrow().next_wakeup();
+        let retry = self.log.disk_full().then(|| self.disk_retry_at_ms.get());
+        timers.into_iter().chain(retry).min()
+    }
+
+    /// Stops serving: wakes waiting claims (they return empty), writes a
+    /// final checkpoint, and closes the log (its background future then
+    /// completes once everything gathered is durable).
+    ///
+    /// # Errors
+    /// The final checkpoint failed; the log is closed regardless.
+    pub async fn close(&self) -> Result<(), PartitionError> {
+        self.closed.set(true);
+        self.claimable.notify_all();
+        let result = self.checkpoint().await.map(|_| ());
+        self.log.close();
+        result
+    }
+}

@@ -1,0 +1,291 @@
+//! Open: recover the log, load the newest checkpoint, replay the log after
+//! it, then the epoch fence (every claim of an older epoch ended, durably,
+//! before the partition serves).
+
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::path::Path;
+use std::rc::Rc;
+
+use spool_wire::batch::BatchKind;
+
+use super::enqueue::enqueue_request;
+use super::files::{self, CHECKPOINT_FILE, CHECKPOINT_MAGIC};
+use super::read::{aligned, verified_view};
+use super::signal::Signal;
+use super::{
+    epoch, Clock, Partition, PartitionError, PartitionName, CONTROL_BATCH_EVENTS_MAX,
+    REPLAY_READ_BYTES,
+};
+use crate::io::Storage;
+use crate::log::{FatalHandler, LogConfig, LogError, Offset as LogOffset};
+use crate::queue::{
+    ApplyError, EnqueueMeta, Event, LeaderEpoch, Offset, PartitionContext, PartitionState,
+    QueueConfig,
+};
+
+/// What [`Partition::open`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenReport {
+    pub epoch: LeaderEpoch,
+    pub checkpoint_covers: Option<Offset>,
+    pub replayed_batches: u64,
+    pub replayed_events: u64,
+    /// Claims of an older epoch ended by the epoch fence (released, or
+    /// quarantined / expired as a release would have).
+    pub fenced_claims: u64,
+    pub next_offset: Offset,
+    pub log: crate::log::RecoveryReport,
+}
+
+impl<S: Storage + Clone> Partition<S> {
+    /// Opens (recovering) or creates the partition in `dir`: bumps and
+    /// persists the leader epoch, opens the log, loads the checkpoint and
+    /// replays the log after it. Returns the partition and the log's
+    /// background future, which the caller must spawn on this executor.
+    ///
+    /// # Errors
+    /// Log corruption outside the torn-write window, a damaged epoch file, a
+    /// checkpoint that cannot be used while the log no longer holds what it
+    /// covers, an event that does not fit the state during replay.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn open(
+        storage: S,
+        dir: &Path,
+        name: PartitionName,
+        config: QueueConfig,
+        log_config: LogConfig,
+        secret: [u8; 32],
+        fatal: Rc<dyn FatalHandler>,
+        clock: Clock,
+    ) -> Result<(Rc<Self>, impl Future<Output = ()> + 'static, OpenReport), PartitionError> {
+        config.validate()?;
+        crate::io::create_dir_durable(&storage, dir).await.map_err(LogError::Io)?;
+        // The checkpoint is read first: the offset it covers bounds the log's
+        // recovery scan (sealed segments below it are not read; their
+        // batches are crc-checked when read). No usable checkpoint: full scan.
+        let checkpoint = match files::read_side_file(
+            &storage,
+            dir,
+            CHECKPOINT_FILE,
+            CHECKPOINT_MAGIC,
+        )
+        .await
+        {
+            Ok(found) => found,
+            Err(error) => {
+                tracing::warn!(dir = %dir.display(), %error, "checkpoint unusable; replaying the whole log");
+                None
+            }
+        };
+        // The epoch: past the epoch file and every epoch in the log.
+        let scan_from = checkpoint.as_ref().map(|file| file.value);
+        let opened = epoch::open_log(&storage, dir, log_config, fatal.clone(), scan_from).await?;
+        let (log, log_report) = (opened.log, opened.report);
+        let epoch = LeaderEpoch(opened.epoch);
+        let context = PartitionContext {
+            queue: name.queue_id,
+            partition: name.partition,
+            epoch,
+            secret,
+            config: config.clone(),
+        };
+        let start = log.start_offset().0;
+        let log_end = log.next_offset().0;
+        // A checkpoint is written only after everything it covers is
+        // durable, so a log that now ends before it lost acknowledged
+        // batches: recovery cut as a torn tail what was media damage (or a
+        // truncated file). Replaying would reuse offsets the checkpoint's
+        // state already names; refuse instead, naming where the log ends.
+        if let Some(file) = &checkpoint {
+            if file.value > log_end {
+                let cut = match &log_report.truncated_at {
+                    Some((path, pos)) => format!(
+                        "{} at byte {pos} ({} bytes after it discarded as a torn tail)",
+                        path.display(),
+                        log_report.truncated_bytes
+                    ),
+                    None => format!("the last segment in {}", dir.display()),
+                };
+                return Err(PartitionError::Recovery {
+                    dir: dir.to_path_buf(),
+                    reason: format!(
+                        "the checkpoint covers offset {} but the log ends at offset {log_end}: \
+                         acknowledged batches are damaged or missing; the log ends at {cut}",
+                        file.value
+                    ),
+                });
+            }
+        }
+        let (state, covers) = match checkpoint {
+            Some(file) => match PartitionState::restore(&file.payload, context.clone()) {
+                Ok(restored) if restored.covers.0 >= start => {
+                    (restored.state, Some(restored.covers))
+                }
+                Ok(restored) => {
+                    return Err(PartitionError::Recovery {
+                        dir: dir.to_path_buf(),
+                        reason: format!(
+                            "checkpoint covers offset {} but the log starts at {start}",
+                            restored.covers.0
+                        ),
+                    })
+                }
+                Err(error) if start == 0 => {
+                    tracing::warn!(dir = %dir.display(), %error, "checkpoint does not decode; replaying the whole log");
+                    (PartitionState::new(context.clone())?, None)
+                }
+                Err(error) => {
+                    return Err(PartitionError::Recovery {
+                        dir: dir.join(CHECKPOINT_FILE),
+                        reason: format!(
+                            "checkpoint does not decode ({error}) and the log no longer starts at 0"
+                        ),
+                    })
+                }
+            },
+            None if start == 0 => (PartitionState::new(context.clone())?, None),
+            None => {
+                return Err(PartitionError::Recovery {
+                    dir: dir.to_path_buf(),
+                    reason: format!("no checkpoint, but the log starts at offset {start}"),
+                })
+            }
+        };
+        let mut background = Box::pin(log.background());
+        let partition = Rc::new(Self {
+            name,
+            dir: dir.to_path_buf(),
+            storage,
+            log,
+            state: RefCell::new(state),
+            clock,
+            epoch,
+            claimable: Signal::default(),
+            last_ticket: RefCell::new(None),
+            checkpoint_covers: Cell::new(covers.map_or(0, |offset| offset.0)),
+            checkpoint_running: Cell::new(false),
+            last_checkpoint: Cell::new(None),
+            fatal,
+            sync_failed: Cell::new(false),
+            closed: Cell::new(false),
+            disk_retry_at_ms: Cell::new(0),
+            wakeup_hook: RefCell::new(None),
+        });
+        let (replayed_batches, replayed_events) =
+            partition.replay(covers.map_or(start, |offset| offset.0)).await?;
+        // The fence's events must be durable before anything is served, and
+        // durability needs the log's background future: drive it here until
+        // the fence is done, then hand it (still running) to the caller.
+        let fenced_claims = {
+            let fence = std::pin::pin!(partition.fence());
+            let mut fence = fence;
+            std::future::poll_fn(|cx| {
+                if let std::task::Poll::Ready(result) = fence.as_mut().poll(cx) {
+                    return std::task::Poll::Ready(result);
+                }
+                if background.as_mut().poll(cx).is_ready() {
+                    let reason = partition.log.failure().unwrap_or_else(|| "log closed".into());
+                    return std::task::Poll::Ready(Err(PartitionError::Log(LogError::Failed(
+                        reason,
+                    ))));
+                }
+                std::task::Poll::Pending
+            })
+            .await?
+        };
+        let report = OpenReport {
+            epoch,
+            checkpoint_covers: covers,
+            replayed_batches,
+            replayed_events,
+            fenced_claims,
+            next_offset: Offset(partition.log.next_offset().0),
+            log: log_report,
+        };
+        Ok((partition, background, report))
+    }
+
+    /// Folds every batch from `from` to the log's end into the state.
+    async fn replay(&self, from: u64) -> Result<(u64, u64), PartitionError> {
+        let end = self.log.next_offset().0;
+        let mut next = from;
+        let mut batches = 0u64;
+        let mut events = 0u64;
+        let recovery = |reason: String| PartitionError::Recovery { dir: self.dir.clone(), reason };
+        while next < end {
+            let read = self.log.read(LogOffset(next), REPLAY_READ_BYTES).await?;
+            if read.is_empty() {
+                return Err(recovery(format!("log read at {next} returned nothing before {end}")));
+            }
+            for batch in read {
+                if batch.header.next_offset() <= next {
+                    continue;
+                }
+                let bytes = aligned(&batch.bytes);
+                let view = verified_view(&bytes, &batch.header)?;
+                let base = view.header().base_offset;
+                let mut state = self.state.borrow_mut();
+                for index in 0..view.len() {
+                    let offset = base + index as u64;
+                    if offset < next {
+                        continue;
+                    }
+                    let event = match view.header().kind {
+                        BatchKind::Data => {
+                            let request = enqueue_request(&view, index);
+                            let stamp = view.record(index).enqueue_time_ms.to_native();
+                            Event::Enqueued(EnqueueMeta::new(&request, Offset(offset), stamp))
+                        }
+                        BatchKind::Control => {
+                            Event::decode(view.control_record(index)).map_err(|error| {
+                                recovery(format!("event at offset {offset}: {error}"))
+                            })?
+                        }
+                        BatchKind::Filler => continue,
+                    };
+                    state.apply(&event).map_err(|error: ApplyError| {
+                        recovery(format!("event at offset {offset} does not apply: {error}"))
+                    })?;
+                    events += 1;
+                }
+                next = view.header().next_offset();
+                batches += 1;
+            }
+        }
+        Ok((batches, events))
+    }
+
+    /// The epoch fence: ends every claim outstanding after replay (all of
+    /// them were made under an older epoch, since open bumped it) with the
+    /// events `PartitionState::fence` decides, appended and applied like any
+    /// other, and waits until they are durable. A crash before that repeats
+    /// the fence at the next open on the same claims. Returns how many
+    /// claims it ended.
+    async fn fence(&self) -> Result<u64, PartitionError> {
+        let mut fenced = 0u64;
+        let mut last = None;
+        loop {
+            if self.state.borrow().claims_outstanding() == 0 {
+                break;
+            }
+            self.log
+                .writable(BatchKind::Control, Self::control_bytes(CONTROL_BATCH_EVENTS_MAX, false))
+                .await;
+            let now = (self.clock)();
+            let events = self.state.borrow().fence(now, CONTROL_BATCH_EVENTS_MAX);
+            if events.is_empty() {
+                break;
+            }
+            fenced += events.len() as u64;
+            if let Some(ticket) = self.append_events(&events, now)? {
+                last = Some(ticket);
+            }
+        }
+        if let Some(ticket) = last {
+            ticket.durable().await?;
+            tracing::info!(partition = ?self.name, epoch = self.epoch.0, fenced, "claims of an older epoch released");
+        }
+        Ok(fenced)
+    }
+}

@@ -1,0 +1,316 @@
+//! `apply`: the only mutation of the state, on the live path and on replay
+//! alike, with the checks that refuse an event that does not fit.
+
+use super::{Claim, DeadLetter, DeadPhase, PartitionState, Warm, WarmPhase};
+use crate::queue::error::ApplyError;
+use crate::queue::event::Event;
+use crate::queue::fresh::{FreshView, NEVER};
+use crate::queue::types::{EnqueueMeta, Generation, Lane, Millis, Offset, ReleaseReason};
+
+impl PartitionState {
+    /// Applies one event: the only way the state changes, on the live path
+    /// and on replay.
+    ///
+    /// # Errors
+    /// [`ApplyError`] when the event does not fit the state (nothing changes).
+    pub fn apply(&mut self, event: &Event) -> Result<(), ApplyError> {
+        match *event {
+            Event::Enqueued(meta) => self.apply_enqueued(&meta),
+            Event::Claimed { lane, offset, generation, worker, claimed_at_ms, deadline_ms } => {
+                let claim = Claim::new(worker, claimed_at_ms, deadline_ms).ok_or(
+                    ApplyError::WrongState { offset, what: "Claimed: deadline out of range" },
+                )?;
+                self.apply_claimed(lane, offset, generation, claim)
+            }
+            Event::Extended { lane, offset, generation, deadline_ms, .. } => {
+                let claim = self.current_claim(lane, offset, generation)?;
+                let moved = Claim::new(claim.worker, claim.claimed_at_ms, deadline_ms).ok_or(
+                    ApplyError::WrongState { offset, what: "Extended: deadline out of range" },
+                )?;
+                self.note(offset);
+                assert!(self.claims.remove(&(claim.deadline_ms(), offset)));
+                assert!(self.claims.insert((deadline_ms, offset)));
+                match lane {
+                    Lane::Main => {
+                        let warm = self.warm.get_mut(&offset).expect("current_claim found it");
+                        warm.phase = WarmPhase::Claimed(moved);
+                    }
+                    Lane::DeadLetter => {
+                        let dead = self.dlq.get_mut(&offset).expect("current_claim found it");
+                        dead.phase = DeadPhase::Claimed(moved);
+                    }
+                }
+                Ok(())
+            }
+            Event::Acked { lane, offset, generation, .. } => {
+                self.current_claim(lane, offset, generation)?;
+                match lane {
+                    Lane::Main => {
+                        self.take_main(offset).expect("current_claim found it");
+                        self.totals.acked += 1;
+                    }
+                    Lane::DeadLetter => {
+                        self.take_dead(offset).expect("current_claim found it");
+                        self.totals.dead_letter_acked += 1;
+                    }
+                }
+                Ok(())
+            }
+            Event::Released { lane, offset, generation, reason, at_ms, not_before_ms } => {
+                self.current_claim(lane, offset, generation)?;
+                self.end_claim(lane, offset, reason, at_ms, not_before_ms);
+                self.totals.released += 1;
+                Ok(())
+            }
+            Event::LeaseExpired { lane, offset, generation, at_ms } => {
+                self.current_claim(lane, offset, generation)?;
+                self.end_claim(lane, offset, ReleaseReason::LEASE_EXPIRED, at_ms, at_ms);
+                self.totals.lease_expired += 1;
+                Ok(())
+            }
+            Event::Readied { offset, generation, at_ms } => {
+                let warm = self.warm.get(&offset).ok_or(ApplyError::UnknownMessage(offset))?;
+                Self::check_generation(offset, generation, warm.generation)?;
+                if !matches!(warm.phase, WarmPhase::Scheduled { .. }) {
+                    return Err(ApplyError::WrongState { offset, what: "Readied: not scheduled" });
+                }
+                let mut warm = self.take_main(offset).expect("just found").warm;
+                warm.phase = WarmPhase::Ready { since_ms: at_ms };
+                self.insert_warm(offset, warm);
+                Ok(())
+            }
+            Event::Quarantined { offset, generation, cause, reason, at_ms } => {
+                let found = self.main_message(offset).ok_or(ApplyError::UnknownMessage(offset))?;
+                Self::check_generation(offset, generation, found.warm.generation)?;
+                let warm = self.take_main(offset).expect("just found").warm;
+                let ended_claim = matches!(warm.phase, WarmPhase::Claimed(_));
+                let dead = DeadLetter {
+                    enqueue_time_ms: warm.enqueue_time_ms,
+                    expiry_ms: warm.expiry_ms,
+                    size_bytes: warm.size_bytes,
+                    priority: warm.priority,
+                    attempts: warm.attempts.saturating_add(u16::from(ended_claim)),
+                    generation: warm.generation,
+                    last_reason: reason,
+                    cause,
+                    quarantined_at_ms: at_ms,
+                    phase: DeadPhase::Ready { since_ms: at_ms },
+                };
+                self.insert_dead(offset, dead);
+                self.totals.quarantined += 1;
+                Ok(())
+            }
+            Event::Expired { offset, generation, .. } => {
+                let found = self.main_message(offset).ok_or(ApplyError::UnknownMessage(offset))?;
+                Self::check_generation(offset, generation, found.warm.generation)?;
+                self.take_main(offset).expect("just found");
+                self.totals.expired += 1;
+                Ok(())
+            }
+            Event::Redriven { offset, generation, at_ms } => {
+                let dead = self.dlq.get(&offset).ok_or(ApplyError::UnknownMessage(offset))?;
+                Self::check_generation(offset, generation, dead.generation)?;
+                if !matches!(dead.phase, DeadPhase::Ready { .. }) {
+                    return Err(ApplyError::WrongState { offset, what: "Redriven: claimed" });
+                }
+                let dead = self.take_dead(offset).expect("just found");
+                let warm = Warm {
+                    enqueue_time_ms: dead.enqueue_time_ms,
+                    expiry_ms: dead.expiry_ms,
+                    size_bytes: dead.size_bytes,
+                    priority: self.band_of(dead.priority) as u8,
+                    attempts: 0,
+                    generation: dead.generation,
+                    last_reason: dead.last_reason,
+                    phase: WarmPhase::Ready { since_ms: at_ms },
+                };
+                self.insert_warm(offset, warm);
+                self.totals.redriven += 1;
+                Ok(())
+            }
+            Event::Purged { lane, offset, generation, .. } => {
+                match lane {
+                    Lane::Main => {
+                        let found =
+                            self.main_message(offset).ok_or(ApplyError::UnknownMessage(offset))?;
+                        Self::check_generation(offset, generation, found.warm.generation)?;
+                        if matches!(found.warm.phase, WarmPhase::Claimed(_)) {
+                            return Err(ApplyError::WrongState { offset, what: "Purged: claimed" });
+                        }
+                        self.take_main(offset).expect("just found");
+                    }
+                    Lane::DeadLetter => {
+                        let dead =
+                            self.dlq.get(&offset).ok_or(ApplyError::UnknownMessage(offset))?;
+                        Self::check_generation(offset, generation, dead.generation)?;
+                        if !matches!(dead.phase, DeadPhase::Ready { .. }) {
+                            return Err(ApplyError::WrongState { offset, what: "Purged: claimed" });
+                        }
+                        self.take_dead(offset).expect("just found");
+                    }
+                }
+                self.totals.purged += 1;
+                Ok(())
+            }
+        }
+    }
+
+    fn check_generation(
+        offset: Offset,
+        event: Generation,
+        state: Generation,
+    ) -> Result<(), ApplyError> {
+        if event == state {
+            Ok(())
+        } else {
+            Err(ApplyError::Generation { offset, event, state })
+        }
+    }
+
+    fn apply_enqueued(&mut self, meta: &EnqueueMeta) -> Result<(), ApplyError> {
+        if let Some(highest) = self.highest_enqueued {
+            if meta.offset <= highest {
+                return Err(ApplyError::OffsetNotIncreasing { offset: meta.offset, highest });
+            }
+        }
+        if self.dlq.contains_key(&meta.offset) {
+            return Err(ApplyError::DuplicateOffset(meta.offset));
+        }
+        // Never let a time reach the tombstone value, and keep enqueue times
+        // non-decreasing so FIFO order is age order.
+        let enqueue_time_ms =
+            meta.enqueue_time_ms.clamp(self.last_enqueue_time_ms, Millis::MAX - 1);
+        self.last_enqueue_time_ms = enqueue_time_ms;
+        self.highest_enqueued = Some(meta.offset);
+        self.dedupe.record(&meta.message_id, meta.offset, enqueue_time_ms);
+        let band = self.band_of(meta.priority);
+        // An expiry before the enqueue time is the enqueue time: expired at once.
+        let expiry_ms = meta.expiry_ms.map_or(NEVER, |e| e.max(enqueue_time_ms));
+        self.totals.enqueued += 1;
+        if meta.not_before_ms > enqueue_time_ms {
+            let warm = Warm {
+                enqueue_time_ms,
+                expiry_ms,
+                size_bytes: meta.size_bytes,
+                priority: band as u8,
+                attempts: 0,
+                generation: Generation(0),
+                last_reason: ReleaseReason::NONE,
+                phase: WarmPhase::Scheduled { due_ms: meta.not_before_ms },
+            };
+            self.insert_warm(meta.offset, warm);
+        } else {
+            let view = FreshView {
+                offset: meta.offset,
+                enqueue_time_ms,
+                size_bytes: meta.size_bytes,
+                expiry_ms,
+            };
+            self.insert_fresh(band, view);
+        }
+        Ok(())
+    }
+
+    fn apply_claimed(
+        &mut self,
+        lane: Lane,
+        offset: Offset,
+        generation: Generation,
+        claim: Claim,
+    ) -> Result<(), ApplyError> {
+        match lane {
+            Lane::Main => {
+                let found = self.main_message(offset).ok_or(ApplyError::UnknownMessage(offset))?;
+                let WarmPhase::Ready { .. } = found.warm.phase else {
+                    return Err(ApplyError::WrongState { offset, what: "Claimed: not ready" });
+                };
+                let next = Generation(found.warm.generation.0.wrapping_add(1));
+                Self::check_generation(offset, generation, next)?;
+                // Fairness bookkeeping exactly as the claim decision simulated it.
+                let class = self.class_of(&found.warm);
+                let nonempty = self.nonempty_classes();
+                let weights = self.weights();
+                self.credits.begin_pick(&weights, &nonempty);
+                self.credits.charge(class);
+                let mut warm = self.take_main(offset).expect("just found").warm;
+                warm.generation = generation;
+                warm.phase = WarmPhase::Claimed(claim);
+                self.insert_warm(offset, warm);
+            }
+            Lane::DeadLetter => {
+                let dead = self.dlq.get(&offset).ok_or(ApplyError::UnknownMessage(offset))?;
+                let DeadPhase::Ready { .. } = dead.phase else {
+                    return Err(ApplyError::WrongState { offset, what: "Claimed: not ready" });
+                };
+                let next = Generation(dead.generation.0.wrapping_add(1));
+                Self::check_generation(offset, generation, next)?;
+                let mut dead = self.take_dead(offset).expect("just found");
+                dead.generation = generation;
+                dead.phase = DeadPhase::Claimed(claim);
+                self.insert_dead(offset, dead);
+            }
+        }
+        Ok(())
+    }
+
+    /// The live claim of `offset` in `lane` with this generation.
+    fn current_claim(
+        &self,
+        lane: Lane,
+        offset: Offset,
+        generation: Generation,
+    ) -> Result<Claim, ApplyError> {
+        let (state_generation, phase_claim) = match lane {
+            Lane::Main => {
+                let warm = self.warm.get(&offset).ok_or(ApplyError::UnknownMessage(offset))?;
+                let claim = match warm.phase {
+                    WarmPhase::Claimed(claim) => Some(claim),
+                    _ => None,
+                };
+                (warm.generation, claim)
+            }
+            Lane::DeadLetter => {
+                let dead = self.dlq.get(&offset).ok_or(ApplyError::UnknownMessage(offset))?;
+                let claim = match dead.phase {
+                    DeadPhase::Claimed(claim) => Some(claim),
+                    DeadPhase::Ready { .. } => None,
+                };
+                (dead.generation, claim)
+            }
+        };
+        Self::check_generation(offset, generation, state_generation)?;
+        phase_claim.ok_or(ApplyError::WrongState { offset, what: "not claimed" })
+    }
+
+    /// A claim ended without an ack: count the attempt and make the message
+    /// ready (or scheduled until `not_before_ms`).
+    fn end_claim(
+        &mut self,
+        lane: Lane,
+        offset: Offset,
+        reason: ReleaseReason,
+        at_ms: Millis,
+        not_before_ms: Millis,
+    ) {
+        match lane {
+            Lane::Main => {
+                let mut warm = self.take_main(offset).expect("caller checked the claim").warm;
+                warm.attempts = warm.attempts.saturating_add(1);
+                warm.last_reason = reason;
+                warm.phase = if not_before_ms > at_ms {
+                    WarmPhase::Scheduled { due_ms: not_before_ms }
+                } else {
+                    WarmPhase::Ready { since_ms: at_ms }
+                };
+                self.insert_warm(offset, warm);
+            }
+            Lane::DeadLetter => {
+                let mut dead = self.take_dead(offset).expect("caller checked the claim");
+                dead.attempts = dead.attempts.saturating_add(1);
+                dead.last_reason = reason;
+                dead.phase = DeadPhase::Ready { since_ms: at_ms };
+                self.insert_dead(offset, dead);
+            }
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! What the state shows without changing: counters, the message views of
+//! peeks and describe, the retention watermark.
+
+use super::{DeadLetter, DeadPhase, PartitionState, Warm, WarmPhase};
+use crate::queue::fresh::{FreshBand, NEVER};
+use crate::queue::types::{
+    Generation, Lane, Millis, Offset, QuarantineCause, ReleaseReason, WorkerId,
+};
+
+/// Cumulative counts, part of the fold (and of snapshots).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Totals {
+    pub enqueued: u64,
+    pub acked: u64,
+    pub expired: u64,
+    pub quarantined: u64,
+    pub redriven: u64,
+    pub purged: u64,
+    pub released: u64,
+    pub lease_expired: u64,
+    pub dead_letter_acked: u64,
+}
+
+/// Counters for `describe`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueCounters {
+    /// Main-lane messages ready to claim (new and retried).
+    pub ready: u64,
+    /// Main-lane messages waiting for their `not_before`.
+    pub scheduled: u64,
+    /// Main-lane messages under a lease.
+    pub claimed: u64,
+    /// Messages in the dead-letter queue (claimed there or not).
+    pub quarantined: u64,
+    /// Dead letters under a lease.
+    pub dead_letter_claimed: u64,
+    /// Main-lane live messages (ready + scheduled + claimed) and their
+    /// record bytes: the work still to serve.
+    pub live_messages: u64,
+    pub live_bytes: u64,
+    /// Every message the queue still holds, main lane plus dead letters,
+    /// and their record bytes: the admission figures (`max_messages`,
+    /// `max_bytes`).
+    pub held_messages: u64,
+    pub held_bytes: u64,
+    /// Age of the oldest ready main-lane message.
+    pub oldest_ready_age_ms: Option<Millis>,
+    pub totals: Totals,
+}
+
+/// Where a message is, for tests and describe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MessagePhase {
+    Ready { since_ms: Millis },
+    Scheduled { due_ms: Millis },
+    Claimed { worker: WorkerId, claimed_at_ms: Millis, deadline_ms: Millis },
+}
+
+/// One live message (either lane), for tests, peeks and describe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MessageView {
+    pub offset: Offset,
+    pub lane: Lane,
+    pub phase: MessagePhase,
+    pub priority: u8,
+    pub size_bytes: u32,
+    pub enqueue_time_ms: Millis,
+    /// `None`: never expires.
+    pub expiry_ms: Option<Millis>,
+    pub attempts: u16,
+    pub generation: Generation,
+    pub last_reason: ReleaseReason,
+    /// Dead letters only: why and when they were quarantined.
+    pub quarantine: Option<(QuarantineCause, Millis)>,
+}
+
+impl PartitionState {
+    /// Lowest offset the state still needs the record of: the oldest live
+    /// main-lane message or dead letter (quarantine evidence). `None` when the
+    /// state needs no record. The log may delete below the minimum of this,
+    /// the newest checkpoint's offset and the configured audit window.
+    pub fn retention_watermark(&self) -> Option<Offset> {
+        let fresh = self.fresh.iter().filter_map(FreshBand::front).map(|v| v.offset);
+        let warm = self.warm.first_key();
+        let dead = self.dlq.keys().next().copied();
+        fresh.chain(warm).chain(dead).min()
+    }
+
+    /// Counters for describe.
+    pub fn counters(&self, now: Millis) -> QueueCounters {
+        let fresh_ready: u64 = self.fresh.iter().map(FreshBand::len).sum();
+        let warm_ready: u64 =
+            self.band_ready.iter().map(|s| s.len() as u64).sum::<u64>() + self.retry.len() as u64;
+        let main_claimed = self.claims.len() as u64 - self.dead_letter_claimed();
+        let oldest_fresh =
+            self.fresh.iter().filter_map(FreshBand::front).map(|v| v.enqueue_time_ms);
+        let oldest_warm = self
+            .band_ready
+            .iter()
+            .chain(std::iter::once(&self.retry))
+            .filter_map(|s| s.first())
+            .map(|&(since, _)| since);
+        let oldest = oldest_fresh.chain(oldest_warm).min();
+        QueueCounters {
+            ready: fresh_ready + warm_ready,
+            scheduled: self.scheduled.len() as u64,
+            claimed: main_claimed,
+            quarantined: self.dlq.len() as u64,
+            dead_letter_claimed: self.dead_letter_claimed(),
+            live_messages: self.live_messages(),
+            live_bytes: self.live_bytes(),
+            held_messages: self.held_messages(),
+            held_bytes: self.held_bytes(),
+            oldest_ready_age_ms: oldest.map(|since| now.saturating_sub(since)),
+            totals: self.totals,
+        }
+    }
+
+    fn dead_letter_claimed(&self) -> u64 {
+        self.dlq.len() as u64 - self.dlq_ready.len() as u64
+    }
+
+    /// Every live message of both lanes in offset order. O(n): for tests,
+    /// debugging and small describes, never the data path.
+    pub fn messages(&self) -> Vec<MessageView> {
+        let mut out = Vec::new();
+        for (band, fresh) in self.fresh.iter().enumerate() {
+            for view in fresh.iter() {
+                out.push(Self::main_view(view.offset, &Self::warm_from_fresh(&view, band)));
+            }
+        }
+        for (&offset, warm) in self.warm.iter() {
+            out.push(Self::main_view(offset, warm));
+        }
+        for (&offset, dead) in &self.dlq {
+            out.push(self.dead_view(offset, dead));
+        }
+        out.sort_by_key(|v| v.offset);
+        out
+    }
+
+    fn main_view(offset: Offset, warm: &Warm) -> MessageView {
+        let phase = match warm.phase {
+            WarmPhase::Scheduled { due_ms } => MessagePhase::Scheduled { due_ms },
+            WarmPhase::Ready { since_ms } => MessagePhase::Ready { since_ms },
+            WarmPhase::Claimed(c) => MessagePhase::Claimed {
+                worker: c.worker,
+                claimed_at_ms: c.claimed_at_ms,
+                deadline_ms: c.deadline_ms(),
+            },
+        };
+        MessageView {
+            offset,
+            lane: Lane::Main,
+            phase,
+            priority: warm.priority,
+            size_bytes: warm.size_bytes,
+            enqueue_time_ms: warm.enqueue_time_ms,
+            expiry_ms: (warm.expiry_ms != NEVER).then_some(warm.expiry_ms),
+            attempts: warm.attempts,
+            generation: warm.generation,
+            last_reason: warm.last_reason,
+            quarantine: None,
+        }
+    }
+
+    pub(crate) fn dead_view(&self, offset: Offset, dead: &DeadLetter) -> MessageView {
+        let phase = match dead.phase {
+            DeadPhase::Ready { since_ms } => MessagePhase::Ready { since_ms },
+            DeadPhase::Claimed(c) => MessagePhase::Claimed {
+                worker: c.worker,
+                claimed_at_ms: c.claimed_at_ms,
+                deadline_ms: c.deadline_ms(),
+            },
+        };
+        MessageView {
+            offset,
+            lane: Lane::DeadLetter,
+            phase,
+            priority: dead.priority,
+            size_bytes: dead.size_bytes,
+            enqueue_time_ms: dead.enqueue_time_ms,
+            expiry_ms: (dead.expiry_ms != NEVER).then_some(dead.expiry_ms),
+            attempts: dead.attempts,
+            generation: dead.generation,
+            last_reason: dead.last_reason,
+            quarantine: Some((dead.cause, dead.quarantined_at_ms)),
+        }
+    }
+}
