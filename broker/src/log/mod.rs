@@ -39,7 +39,7 @@ mod recovery;
 mod retention;
 mod shared;
 mod state;
-mod sync;
+pub(crate) mod sync;
 mod window;
 
 use std::cell::RefCell;
@@ -48,7 +48,7 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 
 pub use config::{ConfigError, LogConfig};
 pub(crate) use disk::failpoint;
@@ -58,6 +58,7 @@ pub use index::{IndexEntry, SparseIndex};
 pub use layout::{commit_span, index_path, segment_path, PREPARED_FILE_NAME};
 pub use shared::SharedBytes;
 use spool_wire::batch::BatchHeader;
+use sync::{Notify, NotifyWait};
 
 /// Position of a record in a partition log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -150,12 +151,13 @@ enum CommitStatus {
 #[derive(Debug)]
 struct CommitCell {
     status: RefCell<CommitStatus>,
-    wakers: RefCell<Vec<Waker>>,
+    /// Told once, when the status leaves `Pending`.
+    resolved: Notify,
 }
 
 impl CommitCell {
     fn new() -> Rc<Self> {
-        Rc::new(Self { status: RefCell::new(CommitStatus::Pending), wakers: RefCell::new(vec![]) })
+        Rc::new(Self { status: RefCell::new(CommitStatus::Pending), resolved: Notify::default() })
     }
 
     fn resolve(&self, status: CommitStatus) {
@@ -166,9 +168,7 @@ impl CommitCell {
             }
             *current = status;
         }
-        for waker in std::mem::take(&mut *self.wakers.borrow_mut()) {
-            waker.wake();
-        }
+        self.resolved.notify_all();
     }
 }
 
@@ -195,27 +195,32 @@ impl Ticket {
     /// [`LogError::Failed`] when a write or sync failed first: the batch was
     /// never acknowledged and may or may not be on disk.
     pub fn durable(&self) -> TicketWait<'_> {
-        TicketWait { ticket: self }
+        TicketWait { ticket: self, resolved: self.commit.resolved.wait() }
     }
 }
 
+/// Future of [`Ticket::durable`]: a wait on the commit's [`Notify`], which
+/// is told once when the commit resolves; dropping it deregisters.
 pub struct TicketWait<'a> {
     ticket: &'a Ticket,
+    resolved: NotifyWait<'a>,
 }
 
 impl Future for TicketWait<'_> {
     type Output = Result<(), LogError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.ticket.status() {
-            Some(result) => Poll::Ready(result),
-            None => {
-                let mut wakers = self.ticket.commit.wakers.borrow_mut();
-                if !wakers.iter().any(|waker| waker.will_wake(cx.waker())) {
-                    wakers.push(cx.waker().clone());
-                }
-                Poll::Pending
+        let this = self.get_mut();
+        loop {
+            if let Some(result) = this.ticket.status() {
+                return Poll::Ready(result);
             }
+            // The status is set before the notify, so a resolved wait with
+            // a pending status is not possible; wait again if it were.
+            if Pin::new(&mut this.resolved).poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            this.resolved = this.ticket.commit.resolved.wait();
         }
     }
 }

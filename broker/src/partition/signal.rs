@@ -33,6 +33,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
+use crate::log::sync::{Notify, WakerKey, WakerSet};
+
 /// Most claims that may long-poll one partition at once; a claim past it
 /// returns at once with what it found (possibly nothing), so waiting clients
 /// cannot grow memory without bound.
@@ -72,7 +74,8 @@ struct Entry {
     owner: u64,
     /// Wait deadline (ms, the partition's clock).
     deadline: u64,
-    waker: Option<Waker>,
+    /// Its place in the signal's [`WakerSet`], held from register to drop.
+    waker: WakerKey,
     /// Woken and not yet waiting again: its wait resolves.
     woken: bool,
     /// Woken by [`Signal::notify`]: the wake passes on if it leaves.
@@ -81,19 +84,25 @@ struct Entry {
     evicted: bool,
 }
 
-/// The register of waiting claims and their targeted wakes.
+/// The register of waiting claims and their targeted wakes. Every choice of
+/// whom to wake is a lookup in an ordered index (no scan of the waiters),
+/// and the wakers themselves live in one [`WakerSet`].
 #[derive(Debug, Default)]
 pub struct Signal {
     /// Keys grow: the smallest key has waited longest.
     next_key: Cell<u64>,
     slots: RefCell<BTreeMap<u64, Entry>>,
+    /// Keys of the slots not woken, oldest first: whom [`Signal::notify`]
+    /// wakes next.
+    asleep: RefCell<BTreeSet<u64>>,
     /// (deadline, key) of every slot, for [`Signal::expire`].
     deadlines: RefCell<BTreeSet<(u64, u64)>>,
-    /// Slots not evicted, per owner id.
-    per_owner: RefCell<BTreeMap<u64, usize>>,
+    /// Keys of the slots not evicted, per owner id (newest last).
+    per_owner: RefCell<BTreeMap<u64, BTreeSet<u64>>>,
     evicted: Cell<usize>,
     /// Wakes issued so far (every kind), for tests and diagnostics.
     wakes: Cell<u64>,
+    wakers: WakerSet,
 }
 
 impl Signal {
@@ -103,11 +112,15 @@ impl Signal {
     pub fn notify(&self, count: usize) {
         let mut woken = Vec::new();
         {
+            let mut asleep = self.asleep.borrow_mut();
             let mut slots = self.slots.borrow_mut();
-            for entry in slots.values_mut().filter(|entry| !entry.woken).take(count) {
-                entry.woken = true;
-                entry.holds_wake = true;
-                woken.extend(entry.waker.take());
+            for _ in 0..count {
+                let Some(key) = asleep.pop_first() else { break };
+                if let Some(entry) = slots.get_mut(&key) {
+                    entry.woken = true;
+                    entry.holds_wake = true;
+                    woken.extend(self.wakers.take(&entry.waker));
+                }
             }
         }
         self.wake(woken);
@@ -119,8 +132,9 @@ impl Signal {
         let mut woken = Vec::new();
         for entry in self.slots.borrow_mut().values_mut() {
             entry.woken = true;
-            woken.extend(entry.waker.take());
+            woken.extend(self.wakers.take(&entry.waker));
         }
+        self.asleep.borrow_mut().clear();
         self.wake(woken);
     }
 
@@ -130,17 +144,20 @@ impl Signal {
         let mut woken = Vec::new();
         {
             let deadlines = self.deadlines.borrow();
+            let mut asleep = self.asleep.borrow_mut();
             let mut slots = self.slots.borrow_mut();
             for (_, key) in deadlines.range(..=(now, u64::MAX)) {
                 if let Some(entry) = slots.get_mut(key) {
                     entry.woken = true;
-                    woken.extend(entry.waker.take());
+                    asleep.remove(key);
+                    woken.extend(self.wakers.take(&entry.waker));
                 }
             }
         }
         self.wake(woken);
     }
 
+    /// Wakes what the caller took, once it let go of its borrows.
     fn wake(&self, wakers: Vec<Waker>) {
         self.wakes.set(self.wakes.get() + wakers.len() as u64);
         for waker in wakers {
@@ -176,13 +193,16 @@ impl Signal {
             return Err(WaitRefused::OwnerFull { waiting_max: owner.waiting_max });
         }
         if self.claims_waiting() >= waiters_max {
-            let held = self.per_owner.borrow().get(&owner.id).copied().unwrap_or(0);
-            let heaviest = self
-                .per_owner
-                .borrow()
-                .iter()
-                .max_by_key(|(_, count)| **count)
-                .map(|(id, count)| (*id, *count));
+            // Only when the partition is full: one pass over its owners.
+            let (held, heaviest) = {
+                let per_owner = self.per_owner.borrow();
+                let held = per_owner.get(&owner.id).map_or(0, BTreeSet::len);
+                let heaviest = per_owner
+                    .iter()
+                    .max_by_key(|(_, keys)| keys.len())
+                    .map(|(id, keys)| (*id, keys.len()));
+                (held, heaviest)
+            };
             match heaviest {
                 Some((victim, count)) if count > held + 1 => self.evict_one(victim),
                 _ => return Err(WaitRefused::PartitionFull { waiters_max }),
@@ -191,54 +211,64 @@ impl Signal {
         let key = self.insert(Entry {
             owner: owner.id,
             deadline,
-            waker: None,
+            waker: self.wakers.insert(),
             woken: false,
             holds_wake: false,
             evicted: false,
         });
-        *self.per_owner.borrow_mut().entry(owner.id).or_insert(0) += 1;
         owner.waiting.set(owner.waiting.get() + 1);
         Ok(WaiterSlot { signal: self, key: Cell::new(key), owner })
     }
 
+    /// Files `entry` under a new key (the newest) in every index it belongs to.
     fn insert(&self, entry: Entry) -> u64 {
         let key = self.next_key.get();
         self.next_key.set(key + 1);
         self.deadlines.borrow_mut().insert((entry.deadline, key));
+        if !entry.woken {
+            self.asleep.borrow_mut().insert(key);
+        }
+        if !entry.evicted {
+            self.per_owner.borrow_mut().entry(entry.owner).or_default().insert(key);
+        }
         self.slots.borrow_mut().insert(key, entry);
         key
     }
 
+    /// Takes the entry under `key` out of every index.
     fn remove(&self, key: u64) -> Option<Entry> {
         let entry = self.slots.borrow_mut().remove(&key)?;
         self.deadlines.borrow_mut().remove(&(entry.deadline, key));
+        self.asleep.borrow_mut().remove(&key);
+        if !entry.evicted {
+            self.forget_owner_key(entry.owner, key);
+        }
         Some(entry)
     }
 
     /// Tells the newest waiting claim of `victim` to give up, and wakes it
     /// (only it) so it sees it.
     fn evict_one(&self, victim: u64) {
+        let newest = self.per_owner.borrow().get(&victim).and_then(|keys| keys.last().copied());
+        let Some(key) = newest else { return };
         let waker = {
             let mut slots = self.slots.borrow_mut();
-            let Some(entry) =
-                slots.values_mut().rev().find(|entry| entry.owner == victim && !entry.evicted)
-            else {
-                return;
-            };
+            let Some(entry) = slots.get_mut(&key) else { return };
             entry.evicted = true;
             entry.woken = true;
-            entry.waker.take()
+            self.wakers.take(&entry.waker)
         };
+        self.asleep.borrow_mut().remove(&key);
         self.evicted.set(self.evicted.get() + 1);
-        self.forget_owner_slot(victim);
+        self.forget_owner_key(victim, key);
         self.wake(waker.into_iter().collect());
     }
 
-    fn forget_owner_slot(&self, owner: u64) {
+    fn forget_owner_key(&self, owner: u64, key: u64) {
         let mut per_owner = self.per_owner.borrow_mut();
-        if let Some(count) = per_owner.get_mut(&owner) {
-            *count -= 1;
-            if *count == 0 {
+        if let Some(keys) = per_owner.get_mut(&owner) {
+            keys.remove(&key);
+            if keys.is_empty() {
                 per_owner.remove(&owner);
             }
         }
@@ -272,7 +302,7 @@ impl WaiterSlot<'_, '_> {
             if let Some(mut entry) = signal.remove(key) {
                 entry.woken = entry.evicted;
                 entry.holds_wake = false;
-                entry.waker = None;
+                drop(signal.wakers.take(&entry.waker));
                 self.key.set(signal.insert(entry));
             }
         }
@@ -286,9 +316,8 @@ impl Drop for WaiterSlot<'_, '_> {
         let Some(entry) = signal.remove(self.key.get()) else { return };
         if entry.evicted {
             signal.evicted.set(signal.evicted.get() - 1);
-        } else {
-            signal.forget_owner_slot(self.owner.id);
         }
+        signal.wakers.remove(entry.waker);
         self.owner.waiting.set(self.owner.waiting.get() - 1);
         if entry.holds_wake {
             // It leaves without waiting again: what it did not take is the
@@ -309,17 +338,14 @@ impl Future for SlotWait<'_> {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let mut slots = self.signal.slots.borrow_mut();
-        let Some(entry) = slots.get_mut(&self.key.get()) else {
+        let slots = self.signal.slots.borrow();
+        let Some(entry) = slots.get(&self.key.get()) else {
             return Poll::Ready(());
         };
         if entry.woken {
             return Poll::Ready(());
         }
-        match &mut entry.waker {
-            Some(waker) if waker.will_wake(cx.waker()) => {}
-            waker => *waker = Some(cx.waker().clone()),
-        }
+        self.signal.wakers.set(&entry.waker, cx.waker());
         Poll::Pending
     }
 }
@@ -344,12 +370,13 @@ enum CancelState {
 #[derive(Debug)]
 pub struct ClaimCancel {
     state: Cell<CancelState>,
-    waker: RefCell<Option<Waker>>,
+    /// Told once, when the claim is cancelled.
+    cancelled: Notify,
 }
 
 impl Default for ClaimCancel {
     fn default() -> Self {
-        Self { state: Cell::new(CancelState::Open), waker: RefCell::new(None) }
+        Self { state: Cell::new(CancelState::Open), cancelled: Notify::default() }
     }
 }
 
@@ -360,9 +387,7 @@ impl ClaimCancel {
             return false;
         }
         self.state.set(CancelState::Cancelled);
-        if let Some(waker) = self.waker.borrow_mut().take() {
-            waker.wake();
-        }
+        self.cancelled.notify_all();
         true
     }
 
@@ -381,16 +406,16 @@ impl ClaimCancel {
         true
     }
 
-    /// Resolves once the claim is cancelled (one waiter: the claim itself).
+    /// Resolves once the claim is cancelled.
     pub async fn cancelled(&self) {
-        std::future::poll_fn(|cx| {
+        loop {
+            // Created before the check: a cancel after it is not missed.
+            let wait = self.cancelled.wait();
             if self.is_cancelled() {
-                return Poll::Ready(());
+                return;
             }
-            *self.waker.borrow_mut() = Some(cx.waker().clone());
-            Poll::Pending
-        })
-        .await;
+            wait.await;
+        }
     }
 }
 
@@ -583,5 +608,7 @@ mod tests {
         drop((first, second));
         assert_eq!(signal.claims_waiting(), 0);
         assert!(signal.per_owner.borrow().is_empty());
+        assert!(signal.wakers.is_empty(), "every dropped slot gave its waker key back");
+        assert!(signal.asleep.borrow().is_empty());
     }
 }
