@@ -193,3 +193,105 @@ pub const ADMIN_STOP_POLL: std::time::Duration = std::time::Duration::from_milli
 const _: () = assert!(ADMIN_REPORT_TIMEOUT.as_millis() > 10 * CONTROL_IDLE_POLL.as_millis());
 const _: () = assert!(ADMIN_REPORT_POLL.as_millis() >= 1);
 const _: () = assert!(ADMIN_CONNECTIONS_MAX >= 1);
+
+// partition and log
+//
+// Bounds of a partition's request paths, its checkpoints and side files, and
+// its long-poll register. `partition/` re-exports the ones other modules and
+// tests name. Times are milliseconds on the broker clock.
+
+/// Furthest a producer's `enqueue_time_ms` may be from the broker clock.
+pub const ENQUEUE_CLOCK_SKEW_MS_MAX: u64 = 5 * 60 * 1000;
+/// Bytes read from the log per step of recovery replay.
+pub const REPLAY_READ_BYTES: u64 = 8 << 20;
+/// Most one claim or peek reads ahead of a record it needs (one
+/// segment-file read of at most this much; see `partition/read.rs`).
+pub const READ_AHEAD_BYTES_MAX: u64 = SCAN_CHUNK_BYTES;
+/// Framing counted per record when sizing a read-ahead: its position-table
+/// entry, archive fields and alignment.
+pub const READ_AHEAD_RECORD_SLACK_BYTES: u64 = 96;
+/// Table entries one checkpoint step visits before it yields the shard. An
+/// entry costs ≈ 70 ns to encode (the whole-state snapshot took ≈ 70 ms
+/// per million messages), so a step holds the executor well under 1 ms.
+pub const CHECKPOINT_STEP_ENTRIES: usize = 8192;
+/// Largest checkpoint entry: a dead letter's.
+pub const CHECKPOINT_ENTRY_BYTES_MAX: usize = 72;
+/// Most bytes one checkpoint step produces (its largest entry is a dead
+/// letter's 72 bytes; a band count or the header adds a few): the encode
+/// buffer a checkpoint holds besides the file's one write chunk.
+pub const CHECKPOINT_STEP_BYTES_MAX: usize =
+    CHECKPOINT_STEP_ENTRIES * CHECKPOINT_ENTRY_BYTES_MAX + 4096;
+/// Log bytes appended since the last checkpoint that make the next
+/// housekeeping pass write a new one.
+pub const CHECKPOINT_INTERVAL_BYTES: u64 = 256 << 20;
+/// Log offsets (records and events) appended since the last checkpoint that
+/// also make the next housekeeping pass write one. Replay cost follows the
+/// number of events, not their bytes: a small-message workload would
+/// otherwise replay millions of events (256 MiB of 100-byte records) on
+/// every restart. The kill loop found restart times growing without bound
+/// under the byte trigger alone.
+pub const CHECKPOINT_INTERVAL_OFFSETS: u64 = 1 << 16;
+/// How often a partition whose log is out of disk space asks it to try
+/// preparing the next segment again (each try writes zeros until the disk
+/// is full again, so not every tick).
+pub const DISK_FULL_RETRY_MS: u64 = 1_000;
+/// Most events one control batch carries.
+pub const CONTROL_BATCH_EVENTS_MAX: usize = 4096;
+/// Bytes of batch header and position-table slack reserved per control batch
+/// when asking the log for room.
+pub const CONTROL_BATCH_OVERHEAD_BYTES: u64 = spool_wire::limits::BATCH_HEADER_BYTES as u64 + 8;
+/// Largest write issued at once while writing a side file (checkpoint,
+/// epoch).
+pub const SIDE_WRITE_CHUNK_BYTES: usize = 1 << 20;
+/// Largest read issued at once while reading a side file back: a checkpoint
+/// of a large backlog is hundreds of MB, and O_DIRECT reads are serial here.
+pub const SIDE_READ_CHUNK_BYTES: usize = 8 << 20;
+/// Largest side file read back (a checkpoint of a very large backlog).
+pub const SIDE_FILE_BYTES_MAX: u64 = 4 << 30;
+/// Most claims that may long-poll one partition at once; a claim past it
+/// returns at once with what it found (possibly nothing), so waiting clients
+/// cannot grow memory without bound.
+pub const CLAIM_WAITERS_MAX: usize = 4096;
+/// Waiting claims each housekeeping tick wakes, in turn, while the
+/// partition has ready messages: the safety net for a message the claims
+/// woken for it could not take (a smaller `max_bytes`, the other lane).
+/// With `w` claims waiting such a message is found within `w / 8` ticks.
+pub const TICK_SWEEP_WAKES: usize = 8;
+
+// A producer's clock may be off by far less than how far ahead it may schedule.
+const _: () = assert!(ENQUEUE_CLOCK_SKEW_MS_MAX < spool_wire::limits::SCHEDULE_HORIZON_MS);
+// A replay step and a read-ahead are reads the log accepts, and a replay step
+// holds at least one maximal batch.
+const _: () = assert!(REPLAY_READ_BYTES <= READ_BYTES_MAX);
+const _: () = assert!(REPLAY_READ_BYTES >= spool_wire::limits::BATCH_BYTES_MAX as u64);
+const _: () = assert!(READ_AHEAD_BYTES_MAX <= READ_BYTES_MAX);
+const _: () = assert!(READ_AHEAD_RECORD_SLACK_BYTES.is_multiple_of(8));
+// A control batch of the most events, each a claim (the largest event), is a
+// batch the log accepts (its records within the wire's bounds), so a full
+// ack, fence, purge or tick batch is never refused for its size.
+const _: () = assert!(
+    CONTROL_BATCH_OVERHEAD_BYTES
+        + CONTROL_BATCH_EVENTS_MAX as u64 * (crate::queue::CLAIMED_EVENT_BYTES as u64 + 8)
+        <= spool_wire::limits::BATCH_BYTES_MAX as u64
+);
+const _: () =
+    assert!(CONTROL_BATCH_EVENTS_MAX as u64 <= spool_wire::limits::BATCH_RECORDS_MAX as u64);
+const _: () =
+    assert!(crate::queue::CLAIMED_EVENT_BYTES <= spool_wire::limits::CONTROL_RECORD_BYTES_MAX);
+const _: () = assert!(crate::queue::EVENT_BYTES <= crate::queue::CLAIMED_EVENT_BYTES);
+// A checkpoint step's output fits the side file's one write chunk, and both
+// side-file chunks are whole O_DIRECT pages.
+const _: () = assert!(CHECKPOINT_STEP_ENTRIES >= 1);
+const _: () = assert!(CHECKPOINT_STEP_BYTES_MAX <= SIDE_WRITE_CHUNK_BYTES);
+const _: () = assert!((SIDE_WRITE_CHUNK_BYTES as u64).is_multiple_of(PAGE_BYTES));
+const _: () = assert!((SIDE_READ_CHUNK_BYTES as u64).is_multiple_of(PAGE_BYTES));
+const _: () = assert!(SIDE_READ_CHUNK_BYTES as u64 <= SIDE_FILE_BYTES_MAX);
+// A checkpoint falls due no more often than a default segment fills, so each
+// one can let whole segments go.
+const _: () = assert!(CHECKPOINT_INTERVAL_BYTES >= SEGMENT_BYTES_DEFAULT);
+const _: () = assert!(CHECKPOINT_INTERVAL_OFFSETS >= 1);
+const _: () = assert!(DISK_FULL_RETRY_MS > 0);
+// The tick's sweep wakes some but not all of a full register; the register's
+// size travels as a u32 (`control::config`).
+const _: () = assert!(TICK_SWEEP_WAKES >= 1 && TICK_SWEEP_WAKES <= CLAIM_WAITERS_MAX);
+const _: () = assert!(CLAIM_WAITERS_MAX <= u32::MAX as usize);

@@ -23,20 +23,14 @@ use std::rc::Rc;
 use crate::io::{IoBuf, IoError, IoOp, Storage, StorageFile};
 use crate::log::failpoint;
 
-use crate::limits::PAGE_BYTES;
+pub use crate::limits::SIDE_FILE_BYTES_MAX;
+use crate::limits::{PAGE_BYTES, SIDE_READ_CHUNK_BYTES, SIDE_WRITE_CHUNK_BYTES};
 
 pub(crate) const EPOCH_MAGIC: u32 = u32::from_le_bytes(*b"SPEP");
 /// Magic of the checkpoint side file (for [`read_side_file`]).
 pub const CHECKPOINT_MAGIC: u32 = u32::from_le_bytes(*b"SPCK");
 const SIDE_FILE_VERSION: u32 = 1;
 const SIDE_HEADER_BYTES: usize = 32;
-/// Largest write issued at once while writing a side file.
-const SIDE_WRITE_CHUNK_BYTES: usize = 1 << 20;
-/// Largest read issued at once while reading a side file back: a checkpoint
-/// of a large backlog is hundreds of MB, and O_DIRECT reads are serial here.
-const SIDE_READ_CHUNK_BYTES: usize = 8 << 20;
-/// Largest side file read back (a checkpoint of a very large backlog).
-pub const SIDE_FILE_BYTES_MAX: u64 = 4 << 30;
 
 /// Name of the leader-epoch side file in a partition directory.
 pub const EPOCH_FILE: &str = "epoch";

@@ -83,43 +83,12 @@ pub use error::PartitionError;
 pub use open::OpenReport;
 pub use read::{Claimed, Peeked};
 
-/// Furthest a producer's `enqueue_time_ms` may be from the broker clock.
-pub const ENQUEUE_CLOCK_SKEW_MS_MAX: Millis = 5 * 60 * 1000;
-/// Bytes read from the log per step of recovery replay.
-pub const REPLAY_READ_BYTES: u64 = 8 << 20;
-/// Most one claim or peek reads ahead of a record it needs (one
-/// segment-file read of at most this much; see `read_ahead_bytes`).
-pub const READ_AHEAD_BYTES_MAX: u64 = crate::limits::SCAN_CHUNK_BYTES;
-/// Framing counted per record when sizing a read-ahead: its position-table
-/// entry, archive fields and alignment.
-const READ_AHEAD_RECORD_SLACK_BYTES: u64 = 96;
-/// Table entries one checkpoint step visits before it yields the shard. An
-/// entry costs ≈ 70 ns to encode (the whole-state snapshot took ≈ 70 ms
-/// per million messages), so a step holds the executor well under 1 ms.
-pub const CHECKPOINT_STEP_ENTRIES: usize = 8192;
-/// Most bytes one checkpoint step produces (its largest entry is a dead
-/// letter's 72 bytes; a band count or the header adds a few): the encode
-/// buffer a checkpoint holds besides the file's one write chunk.
-pub const CHECKPOINT_STEP_BYTES_MAX: usize = CHECKPOINT_STEP_ENTRIES * 72 + 4096;
-/// Log bytes appended since the last checkpoint that make the next
-/// housekeeping pass write a new one.
-pub const CHECKPOINT_INTERVAL_BYTES: u64 = 256 << 20;
-/// Log offsets (records and events) appended since the last checkpoint that
-/// also make the next housekeeping pass write one. Replay cost follows the
-/// number of events, not their bytes: a small-message workload would
-/// otherwise replay millions of events (256 MiB of 100-byte records) on
-/// every restart. The kill loop found restart times growing without bound
-/// under the byte trigger alone.
-pub const CHECKPOINT_INTERVAL_OFFSETS: u64 = 1 << 16;
-/// How often a partition whose log is out of disk space asks it to try
-/// preparing the next segment again (each try writes zeros until the disk
-/// is full again, so not every tick).
-pub const DISK_FULL_RETRY_MS: Millis = 1_000;
-/// Most events one control batch carries.
-pub const CONTROL_BATCH_EVENTS_MAX: usize = 4096;
-/// Bytes of batch header and position-table slack reserved per control batch
-/// when asking the log for room.
-const CONTROL_BATCH_OVERHEAD_BYTES: u64 = 64 + 8;
+pub use crate::limits::{
+    CHECKPOINT_INTERVAL_BYTES, CHECKPOINT_INTERVAL_OFFSETS, CHECKPOINT_STEP_BYTES_MAX,
+    CHECKPOINT_STEP_ENTRIES, CONTROL_BATCH_EVENTS_MAX, DISK_FULL_RETRY_MS,
+    ENQUEUE_CLOCK_SKEW_MS_MAX, READ_AHEAD_BYTES_MAX, REPLAY_READ_BYTES,
+};
+use crate::limits::{CONTROL_BATCH_OVERHEAD_BYTES, READ_AHEAD_RECORD_SLACK_BYTES};
 
 /// Reads the broker clock. Injected so tests can drive time.
 pub type Clock = Rc<dyn Fn() -> Millis>;

@@ -35,16 +35,7 @@ use std::task::{Context, Poll, Waker};
 
 use crate::log::sync::{Notify, WakerKey, WakerSet};
 
-/// Most claims that may long-poll one partition at once; a claim past it
-/// returns at once with what it found (possibly nothing), so waiting clients
-/// cannot grow memory without bound.
-pub const CLAIM_WAITERS_MAX: usize = 4096;
-
-/// Waiting claims each housekeeping tick wakes, in turn, while the
-/// partition has ready messages: the safety net for a message the claims
-/// woken for it could not take (a smaller `max_bytes`, the other lane).
-/// With `w` claims waiting such a message is found within `w / 8` ticks.
-pub const TICK_SWEEP_WAKES: usize = 8;
+pub use crate::limits::{CLAIM_WAITERS_MAX, TICK_SWEEP_WAKES};
 
 /// Who a waiting claim belongs to (a client connection), with that owner's
 /// own bound on claims waiting at once, across every partition of the shard.
