@@ -76,9 +76,7 @@ impl<S: Storage + Clone> Partition<S> {
     /// sync failed after the rename).
     pub async fn checkpoint(&self) -> Result<Option<Offset>, PartitionError> {
         if self.sync_failed.get() {
-            return Err(PartitionError::Log(LogError::Failed(
-                "a checkpoint sync failed earlier; no checkpoint is retried".into(),
-            )));
+            return Err(PartitionError::CheckpointsStopped { dir: self.dir.clone() });
         }
         if self.checkpoint_running.replace(true) {
             return Ok(None);

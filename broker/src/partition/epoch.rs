@@ -45,10 +45,8 @@ pub(super) async fn open_log<S: Storage + Clone>(
         files::write_side_file(storage, dir, EPOCH_FILE, EPOCH_MAGIC, epoch, &[])
             .await
             .map_err(LogError::Io)?;
-        let log_epoch = u32::try_from(epoch).map_err(|_| PartitionError::Recovery {
-            dir: dir.to_path_buf(),
-            reason: format!("leader epoch {epoch} exceeds the log's u32 field"),
-        })?;
+        let log_epoch = u32::try_from(epoch)
+            .map_err(|_| PartitionError::EpochExhausted { dir: dir.to_path_buf(), epoch })?;
         let config = log_config.clone();
         let fatal = fatal.clone();
         let (log, report) = match scan_from {

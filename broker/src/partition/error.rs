@@ -59,6 +59,14 @@ pub enum PartitionError {
     /// (a failed or corrupt read is a [`LogError`]).
     #[error("read of {dir} at offset {offset}: {reason}")]
     ReadMiss { dir: PathBuf, offset: Offset, reason: &'static str },
+    /// The leader epoch would pass the `u32` every batch header stores: the
+    /// partition has been opened 2^32 times and cannot be opened again.
+    #[error("{}: leader epoch {epoch} exceeds the log's u32 field", dir.display())]
+    EpochExhausted { dir: PathBuf, epoch: u64 },
+    /// A checkpoint's fdatasync or directory sync failed earlier (the fatal
+    /// handler was told): this partition writes no checkpoint again.
+    #[error("{}: a checkpoint sync failed earlier; no checkpoint is retried", dir.display())]
+    CheckpointsStopped { dir: PathBuf },
     #[error("too many claims are waiting on this partition ({CLAIM_WAITERS_MAX})")]
     TooManyWaiters,
     #[error("this connection already has {waiting_max} claims waiting (claim_waiters_per_connection_max)")]
@@ -105,9 +113,10 @@ impl PartitionError {
             PartitionError::TooManyWaiters | PartitionError::TooManyWaitersOnConnection { .. } => {
                 ErrorCode::Throttled
             }
-            PartitionError::SideFile(_) | PartitionError::Recovery { .. } => {
-                ErrorCode::StorageFailed
-            }
+            PartitionError::SideFile(_)
+            | PartitionError::Recovery { .. }
+            | PartitionError::EpochExhausted { .. }
+            | PartitionError::CheckpointsStopped { .. } => ErrorCode::StorageFailed,
             PartitionError::ReadMiss { .. } => ErrorCode::Internal,
             PartitionError::Config(_) => ErrorCode::InvalidArgument,
         }
@@ -157,5 +166,24 @@ mod tests {
         assert_eq!(miss.code(), ErrorCode::Internal);
         let text = miss.to_string();
         assert!(text.contains("/data/q/0") && text.contains('7'), "{text}");
+    }
+
+    #[test]
+    fn open_and_checkpoint_refusals_name_what_happened() {
+        // Goal: an exhausted leader epoch is not reported as a recovery problem and a
+        // stopped checkpoint is not reported as a failed log: each names the partition
+        // directory and what happened, with the storage code the client saw before.
+        // Method: the message and code of each variant.
+        let dir = PathBuf::from("/data/q/1");
+        let exhausted = PartitionError::EpochExhausted { dir: dir.clone(), epoch: 1 << 32 };
+        let text = exhausted.to_string();
+        assert!(text.contains("/data/q/1") && text.contains("4294967296"), "{text}");
+        assert!(!matches!(exhausted, PartitionError::Recovery { .. }));
+        assert_eq!(exhausted.code(), ErrorCode::StorageFailed);
+        let stopped = PartitionError::CheckpointsStopped { dir };
+        let text = stopped.to_string();
+        assert!(text.contains("/data/q/1") && text.contains("checkpoint sync failed"), "{text}");
+        assert!(!matches!(stopped, PartitionError::Log(_)));
+        assert_eq!(stopped.code(), ErrorCode::StorageFailed);
     }
 }
