@@ -24,7 +24,8 @@ use std::time::Duration;
 
 use spool_wire::batch::BatchBytes;
 use spool_wire::proto::{
-    ApiKey, AuthenticateRequest, CorrelationId, Frame, FrameDecoder, FrameHeader, Reply, Request, Response,
+    ApiKey, AuthenticateRequest, CorrelationId, Frame, FrameDecoder, FrameHeader, Reply, Request,
+    Response,
 };
 use spool_wire::ErrorCode;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -286,7 +287,10 @@ impl Connection {
     }
 
     /// The Authenticate handshake.
-    async fn authenticate(&self, credentials: &crate::auth::Credentials) -> Result<(), ClientError> {
+    async fn authenticate(
+        &self,
+        credentials: &crate::auth::Credentials,
+    ) -> Result<(), ClientError> {
         let request = Request::Authenticate(AuthenticateRequest {
             principal: &credentials.principal,
             secret: &credentials.secret,

@@ -16,13 +16,13 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use spool_client::spool_wire::proto::{
-    decode_frame, AuthenticateRequest, CorrelationId, ListQueuesRequest, MetadataRequest,
-    Offset, PartitionId, RedriveTarget, Reply, Request, Response,
+    decode_frame, AuthenticateRequest, CorrelationId, ListQueuesRequest, MetadataRequest, Offset,
+    PartitionId, RedriveTarget, Reply, Request, Response,
 };
 use spool_client::spool_wire::ErrorCode;
 use spool_client::{
-    Admin, ClaimOptions, Client, ClientConfig, ClientError, ConnectionConfig, Credentials,
-    Message, Producer, ProducerConfig,
+    Admin, ClaimOptions, Client, ClientConfig, ClientError, ConnectionConfig, Credentials, Message,
+    Producer, ProducerConfig,
 };
 use spool_tests::admin::{http_get, http_raw, HttpAnswer};
 use spool_tests::{spool_bin, test_queue_config, Spoold, SpooldOptions};
@@ -198,9 +198,11 @@ async fn try_operation(client: &Client, operation: &str) -> bool {
     let partition = PartitionId(0);
     let outcome: Result<(), ClientError> = match operation {
         "enqueue" => {
-            let producer =
-                Producer::new(client.clone(), ProducerConfig { retries: 0, ..ProducerConfig::default() })
-                    .unwrap();
+            let producer = Producer::new(
+                client.clone(),
+                ProducerConfig { retries: 0, ..ProducerConfig::default() },
+            )
+            .unwrap();
             producer.send(QUEUE, Message::new("m")).await.map(drop)
         }
         "claim" => client.claim_any(QUEUE, &ClaimOptions::new(1).wait_ms(0)).await.map(drop),
@@ -268,7 +270,13 @@ async fn acl_matrix_on_the_binary_protocol() {
 }
 
 /// `method path` with a JSON body and an optional bearer token.
-fn http_as(broker: &Spoold, token: Option<&str>, method: &str, path: &str, body: &Value) -> HttpAnswer {
+fn http_as(
+    broker: &Spoold,
+    token: Option<&str>,
+    method: &str,
+    path: &str,
+    body: &Value,
+) -> HttpAnswer {
     let addr = broker.admin_addr();
     let body = body.to_string();
     let authorization =
@@ -307,8 +315,13 @@ fn acl_matrix_on_the_http_api() {
     let (broker, _dir) = start_with_auth();
     let ops_token = format!("{OPS}:{OPS_SECRET}");
     let worker_token = format!("{WORKER}:{WORKER_SECRET}");
-    let created = http_as(&broker, Some(&ops_token), "POST", "/v1/queues",
-                          &json!({ "name": QUEUE, "partitions": 1 }));
+    let created = http_as(
+        &broker,
+        Some(&ops_token),
+        "POST",
+        "/v1/queues",
+        &json!({ "name": QUEUE, "partitions": 1 }),
+    );
     assert_eq!(created.status, 201, "{created:?}");
 
     for token in [None, Some("no-colon"), Some(&*format!("{WORKER}:{WRONG_SECRET}"))] {
@@ -340,7 +353,11 @@ fn acl_matrix_on_the_http_api() {
     }
 }
 
-fn spool_as(broker: &Spoold, principal: Option<(&str, &str)>, args: &[&str]) -> std::process::Output {
+fn spool_as(
+    broker: &Spoold,
+    principal: Option<(&str, &str)>,
+    args: &[&str],
+) -> std::process::Output {
     let mut command = Command::new(spool_bin());
     command.arg("--addr").arg(broker.addr()).args(args);
     command.env_remove("SPOOL_PRINCIPAL").env_remove("SPOOL_SECRET");

@@ -252,13 +252,17 @@ impl AuthPolicy {
     /// # Errors
     /// As [`AuthPolicy::load`].
     pub fn from_toml(text: &str, path: &Path) -> Result<AuthPolicy, AuthError> {
-        let file: AuthFile = toml::from_str(text)
-            .map_err(|source| AuthError::Parse { path: path.to_owned(), source: Box::new(source) })?;
+        let file: AuthFile = toml::from_str(text).map_err(|source| AuthError::Parse {
+            path: path.to_owned(),
+            source: Box::new(source),
+        })?;
         let invalid = |reason: String| AuthError::Invalid { path: path.to_owned(), reason };
         if file.principals.is_empty() {
-            return Err(invalid("no [[principals]]: an auth file turns authentication on, \
+            return Err(invalid(
+                "no [[principals]]: an auth file turns authentication on, \
                                 so it must name at least one principal"
-                .to_owned()));
+                    .to_owned(),
+            ));
         }
         if file.principals.len() > PRINCIPALS_MAX {
             return Err(invalid(format!("more than {PRINCIPALS_MAX} principals")));
@@ -312,9 +316,7 @@ impl AuthPolicy {
                 (name, Principal { secret_hash, grants })
             })
             .collect();
-        Ok(AuthPolicy {
-            policy: Some(Arc::new(Policy { source: path.to_owned(), principals })),
-        })
+        Ok(AuthPolicy { policy: Some(Arc::new(Policy { source: path.to_owned(), principals })) })
     }
 
     /// Whether connections must authenticate.

@@ -1129,8 +1129,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("auth.toml");
         let hash = crate::auth::hash_secret("s3cret").unwrap();
-        std::fs::write(&path, format!("[[principals]]\nname = \"ops\"\nsecret_hash = \"{hash}\"\n"))
-            .unwrap();
+        std::fs::write(
+            &path,
+            format!("[[principals]]\nname = \"ops\"\nsecret_hash = \"{hash}\"\n"),
+        )
+        .unwrap();
         let shown = path.display().to_string();
         let layers = [
             PartialConfig::from_toml(&format!("auth_file = {shown:?}\n")).unwrap(),
@@ -1149,7 +1152,8 @@ mod tests {
         assert!(matches!(error, ConfigError::Auth(_)), "{error:?}");
         assert!(error.to_string().contains("auth.toml"), "{error}");
         // The CLI's credentials may sit in spoold's environment.
-        let quiet = PartialConfig::from_env(env(&[("SPOOL_PRINCIPAL", "a"), ("SPOOL_SECRET", "b")]));
+        let quiet =
+            PartialConfig::from_env(env(&[("SPOOL_PRINCIPAL", "a"), ("SPOOL_SECRET", "b")]));
         assert!(quiet.is_ok());
     }
 }

@@ -806,9 +806,7 @@ where
             }
             ReadEvent::Data(Ok(read_bytes)) => filled = start + read_bytes,
             ReadEvent::Data(Err(error)) => return ConnectionEnd::ReadFailed(error),
-            ReadEvent::Stopped if connection.closing.is_stopped() => {
-                return ConnectionEnd::Closed
-            }
+            ReadEvent::Stopped if connection.closing.is_stopped() => return ConnectionEnd::Closed,
             ReadEvent::Stopped => return ConnectionEnd::Stopped,
             ReadEvent::WriterFailed => return ConnectionEnd::PeerClosed,
             ReadEvent::Idle => return ConnectionEnd::Idle,

@@ -113,7 +113,12 @@ impl Session {
         mask
     }
 
-    fn mask_by_id(&self, grants: &Grants, id: QueueId, name: impl FnOnce() -> Option<String>) -> u8 {
+    fn mask_by_id(
+        &self,
+        grants: &Grants,
+        id: QueueId,
+        name: impl FnOnce() -> Option<String>,
+    ) -> u8 {
         if let Some(mask) = self.by_id.borrow().get(&id.0) {
             return *mask;
         }
@@ -195,7 +200,11 @@ impl ShardAuth {
     /// The frame must not be served and the connection must close: it is
     /// not the handshake and none came before it, or the handshake was
     /// refused.
-    pub fn admit(&self, api_key: Option<ApiKey>, connection: &Connection) -> Result<(), ErrorResponse> {
+    pub fn admit(
+        &self,
+        api_key: Option<ApiKey>,
+        connection: &Connection,
+    ) -> Result<(), ErrorResponse> {
         if !self.is_enabled() {
             return Ok(());
         }
@@ -209,7 +218,10 @@ impl ShardAuth {
             State::Fresh => {
                 connection.rejections().record(
                     REJECT_UNAUTHENTICATED,
-                    &format_args!("a request before Authenticate on connection {}", connection.id()),
+                    &format_args!(
+                        "a request before Authenticate on connection {}",
+                        connection.id()
+                    ),
                 );
                 Err(unauthenticated(
                     "authentication is on: the first request on a connection must be \
@@ -257,9 +269,7 @@ impl ShardAuth {
                 let verified = known || {
                     let hash = hash.to_owned();
                     let secret = request.secret.to_owned();
-                    glommio::executor()
-                        .spawn_blocking(move || verify_secret(&hash, &secret))
-                        .await
+                    glommio::executor().spawn_blocking(move || verify_secret(&hash, &secret)).await
                 };
                 verified.then_some(grants)
             }
@@ -311,11 +321,7 @@ impl ShardAuth {
         count_denial(operation);
         ErrorResponse::new(
             ErrorCode::PermissionDenied,
-            format!(
-                "principal {} may not {} on queue {queue}",
-                grants.name(),
-                operation.as_str()
-            ),
+            format!("principal {} may not {} on queue {queue}", grants.name(), operation.as_str()),
         )
     }
 
@@ -345,9 +351,8 @@ impl ShardAuth {
             // A token that does not parse is refused by the handler itself.
             let Ok(token) = super::convert::token_from_wire(token) else { return Ok(()) };
             let id = token.claim().queue;
-            let name = || {
-                state.table.borrow().queue_by_id(id).map(|(name, _)| name.as_str().to_owned())
-            };
+            let name =
+                || state.table.borrow().queue_by_id(id).map(|(name, _)| name.as_str().to_owned());
             if session.mask_by_id(grants, id, name) & Operation::Claim.bit() != 0 {
                 Ok(())
             } else {
@@ -415,7 +420,10 @@ impl ShardAuth {
                 let partitions = QueueName::new(&delete.name).ok().and_then(|name| {
                     state.table.borrow().queue(&name).map(|entry| entry.partitions.len() as u64)
                 });
-                Some(AuditTarget { partitions: partitions.unwrap_or(0), ..target("delete_queue", &delete.name, None) })
+                Some(AuditTarget {
+                    partitions: partitions.unwrap_or(0),
+                    ..target("delete_queue", &delete.name, None)
+                })
             }
             _ => None,
         }
@@ -450,8 +458,7 @@ impl ShardAuth {
         let log = self.audit.clone();
         let operation = entry.operation.clone();
         let queue = entry.queue.clone();
-        let written =
-            glommio::executor().spawn_blocking(move || log.append(&entry)).await;
+        let written = glommio::executor().spawn_blocking(move || log.append(&entry)).await;
         if let Err(error) = written {
             tracing::error!(
                 path = %self.audit.path().display(),

@@ -30,10 +30,10 @@ use spool_wire::proto::{
 };
 use spool_wire::ErrorCode;
 
+use super::auth::ShardAuth;
 use super::convert::{
     queue_config_from_wire, queue_config_to_wire, token_from_wire, token_to_wire,
 };
-use super::auth::ShardAuth;
 use super::{Served, ShardState};
 use crate::control::assignment::QueueName;
 use crate::net::connection::{Connection, Decoded, FrameHandler, ProtocolFault, Refusal};

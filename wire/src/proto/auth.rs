@@ -111,10 +111,7 @@ impl AuthenticateResponse {
             0 => false,
             1 => true,
             other => {
-                return Err(ProtoError::UnknownEnumValue {
-                    field: "enforced",
-                    value: other.into(),
-                })
+                return Err(ProtoError::UnknownEnumValue { field: "enforced", value: other.into() })
             }
         };
         if reader.u8()? != 0 || reader.u16()? != 0 {
@@ -174,9 +171,13 @@ mod tests {
     // the decoder alike; a truncated body is malformed.
     #[test]
     fn bad_handshakes_are_refused() {
-        for (principal, secret) in
-            [("", "s"), ("a b", "s"), ("a", ""), ("ü", "s"), ("a", &*"x".repeat(SECRET_BYTES_MAX + 1))]
-        {
+        for (principal, secret) in [
+            ("", "s"),
+            ("a b", "s"),
+            ("a", ""),
+            ("ü", "s"),
+            ("a", &*"x".repeat(SECRET_BYTES_MAX + 1)),
+        ] {
             let request = Request::Authenticate(AuthenticateRequest { principal, secret });
             let error = request.encode(CorrelationId(1), &mut Vec::new()).unwrap_err();
             assert_eq!(error.code(), ErrorCode::InvalidArgument, "{principal:?}: {error}");

@@ -159,7 +159,13 @@ fn audit(args: &AuditArgs) -> Result<Output, Failure> {
         entries.retain(|entry| entry["queue"].as_str() == Some(queue.as_str()));
     }
     let mut table = Table::new(vec![
-        "time_ms", "principal", "operation", "queue", "partition", "count", "outcome",
+        "time_ms",
+        "principal",
+        "operation",
+        "queue",
+        "partition",
+        "count",
+        "outcome",
     ]);
     let text = |value: &Value| match value {
         Value::String(text) => text.clone(),
