@@ -430,6 +430,39 @@ async fn purge_needs_its_privilege_and_is_audited() {
         .unwrap();
     let text = String::from_utf8_lossy(&table.stdout);
     assert!(text.contains("PERMISSION_DENIED") && text.contains("ops"), "{text}");
+
+    // Redrive and queue deletion are audited too; the worker's refused
+    // delete as well.
+    let redriven = spool_as(&broker, Some((OPS, OPS_SECRET)), &["dlq", "redrive", QUEUE]);
+    assert!(redriven.status.success(), "{redriven:?}");
+    let refused =
+        spool_as(&broker, Some((WORKER, WORKER_SECRET)), &["queue", "delete", QUEUE, "--yes"]);
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("PERMISSION_DENIED"), "{refused:?}");
+    let deleted = spool_as(&broker, Some((OPS, OPS_SECRET)), &["queue", "delete", QUEUE, "--yes"]);
+    assert!(deleted.status.success(), "{deleted:?}");
+    let audit = Command::new(spool_bin())
+        .args(["--json", "audit", "--queue", QUEUE, "--data-dir"])
+        .arg(broker.data_dir())
+        .output()
+        .unwrap();
+    let entries: Value = serde_json::from_slice(&audit.stdout).unwrap();
+    let tail: Vec<(String, String, String)> = entries.as_array().unwrap()[2..]
+        .iter()
+        .map(|entry| {
+            let field = |name: &str| entry[name].as_str().unwrap_or_default().to_owned();
+            (field("principal"), field("operation"), field("outcome"))
+        })
+        .collect();
+    let expected: Vec<(String, String, String)> = [
+        (OPS, "redrive", "ok"),
+        (WORKER, "delete_queue", "PERMISSION_DENIED"),
+        (OPS, "delete_queue", "ok"),
+    ]
+    .iter()
+    .map(|(a, b, c)| ((*a).to_owned(), (*b).to_owned(), (*c).to_owned()))
+    .collect();
+    assert_eq!(tail, expected);
+    assert_eq!(entries[4]["count"], 1, "partitions of the deleted queue");
 }
 
 // Goal: `spool auth hash-secret` prints an argon2id PHC string a broker

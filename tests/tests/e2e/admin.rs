@@ -157,7 +157,8 @@ async fn metrics_move_as_operations_happen() {
     // routing key.
     for sample in &after.samples {
         for (name, value) in &sample.labels {
-            assert!(["queue", "partition", "shard", "cause", "operation", "le"].contains(&name.as_str()));
+            assert!(["queue", "partition", "shard", "cause", "operation", "le"]
+                .contains(&name.as_str()));
             assert!(!value.starts_with("key-") && !value.starts_with("m0"), "{sample:?}");
         }
     }
