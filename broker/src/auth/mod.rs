@@ -334,6 +334,13 @@ impl AuthPolicy {
         self.policy.as_ref().map(|policy| policy.source.as_path())
     }
 
+    /// A stored hash to verify a secret against when the principal is
+    /// unknown, so that refusal costs as long as a wrong secret does.
+    pub fn decoy_hash(&self) -> Option<&str> {
+        let policy = self.policy.as_ref()?;
+        policy.principals.values().next().map(|principal| principal.secret_hash.as_str())
+    }
+
     /// The stored hash and the grants of `name`, if the policy names it.
     pub fn principal(&self, name: &str) -> Option<(&str, Arc<Grants>)> {
         let principal = self.policy.as_ref()?.principals.get(name)?;

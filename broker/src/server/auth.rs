@@ -262,7 +262,20 @@ impl ShardAuth {
             hasher.finalize()
         };
         let accepted = match self.policy.principal(request.principal) {
-            None => None,
+            None => {
+                // An unknown principal costs the same argon2 run as a wrong
+                // secret (against another principal's hash, the result
+                // ignored), so the time of a refusal does not tell which
+                // principal names exist.
+                if let Some(decoy) = self.policy.decoy_hash() {
+                    let decoy = decoy.to_owned();
+                    let secret = request.secret.to_owned();
+                    let _ = glommio::executor()
+                        .spawn_blocking(move || verify_secret(&decoy, &secret))
+                        .await;
+                }
+                None
+            }
             Some((hash, grants)) => {
                 // blake3::Hash compares in constant time.
                 let known = self.verified.borrow().get(request.principal) == Some(&mac);
