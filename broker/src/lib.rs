@@ -16,6 +16,7 @@
 
 pub mod admin;
 pub mod alloc;
+pub mod auth;
 pub mod clock;
 pub mod control;
 pub mod failpoint;

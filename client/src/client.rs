@@ -40,6 +40,15 @@ pub struct ClientConfig {
     pub connection: ConnectionConfig,
 }
 
+impl ClientConfig {
+    /// The same settings, every connection authenticating as `credentials`.
+    #[must_use]
+    pub fn with_credentials(mut self, credentials: crate::auth::Credentials) -> Self {
+        self.connection.credentials = Some(credentials);
+        self
+    }
+}
+
 /// What a claim asks for: how many deliveries, how many record bytes, how
 /// long a lease, how long to wait when nothing is ready, and which worker
 /// the tokens are bound to.

@@ -24,7 +24,8 @@ use std::time::Duration;
 
 use spool_wire::batch::BatchBytes;
 use spool_wire::proto::{
-    ApiKey, CorrelationId, Frame, FrameDecoder, FrameHeader, Reply, Request, Response,
+    ApiKey, AuthenticateRequest, CorrelationId, Frame, FrameDecoder, FrameHeader, Reply, Request,
+    Response,
 };
 use spool_wire::ErrorCode;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -49,6 +50,9 @@ pub struct ConnectionConfig {
     pub connect_timeout: Duration,
     /// Most outstanding requests, `1..=IN_FLIGHT_REQUESTS_MAX`.
     pub in_flight_max: usize,
+    /// Sent in an Authenticate handshake before the connection is handed
+    /// out (a broker with authentication on refuses anything else first).
+    pub credentials: Option<crate::auth::Credentials>,
 }
 
 impl Default for ConnectionConfig {
@@ -57,6 +61,7 @@ impl Default for ConnectionConfig {
             request_timeout: REQUEST_TIMEOUT_DEFAULT,
             connect_timeout: CONNECT_TIMEOUT_DEFAULT,
             in_flight_max: IN_FLIGHT_REQUESTS_MAX,
+            credentials: None,
         }
     }
 }
@@ -274,7 +279,29 @@ impl Connection {
         });
         let reader = tokio::spawn(read_loop(Arc::clone(&shared), read_half));
         let writer = tokio::spawn(write_loop(Arc::clone(&shared), write_queue, write_half));
-        Ok(Self { shared, _tasks: Arc::new(Tasks { reader, writer }) })
+        let connection = Self { shared, _tasks: Arc::new(Tasks { reader, writer }) };
+        if let Some(credentials) = &config.credentials {
+            connection.authenticate(credentials).await?;
+        }
+        Ok(connection)
+    }
+
+    /// The Authenticate handshake.
+    async fn authenticate(
+        &self,
+        credentials: &crate::auth::Credentials,
+    ) -> Result<(), ClientError> {
+        let request = Request::Authenticate(AuthenticateRequest {
+            principal: &credentials.principal,
+            secret: &credentials.secret,
+        });
+        match self.call(&request).await?.response()? {
+            Response::Authenticate(_) => Ok(()),
+            other => Err(ClientError::Protocol(format!(
+                "Authenticate answered with {:?}",
+                other.api_key()
+            ))),
+        }
     }
 
     /// The peer address this connection was opened to.

@@ -71,6 +71,7 @@
 //! ```
 
 mod admin;
+pub mod auth;
 mod client;
 mod clock;
 mod connection;
@@ -82,6 +83,7 @@ mod producer;
 pub mod routing;
 
 pub use admin::{default_queue_config, Admin};
+pub use auth::Credentials;
 pub use client::{process_worker, shard_address, ClaimBatch, ClaimOptions, Client, ClientConfig};
 pub use connection::{Connection, ConnectionConfig, ResponseBytes};
 pub use consumer::{

@@ -72,6 +72,12 @@ pub enum ErrorCode {
     StorageFailed = 22,
     /// A broker bug; the outcome of this request is unknown.
     Internal = 23,
+    /// The connection has not authenticated (authentication is on and the
+    /// first request was not Authenticate), or its credentials were
+    /// refused. The connection is closed after this answer.
+    Unauthenticated = 24,
+    /// The authenticated principal may not do this operation on this queue.
+    PermissionDenied = 25,
 }
 
 /// Static facts about one code: its stable name, a one-line description and
@@ -141,6 +147,18 @@ pub const ERROR_CODES: &[ErrorCodeInfo] = &[
     info(ErrorCode::ShuttingDown, "SHUTTING_DOWN", "broker shutting down", true),
     info(ErrorCode::StorageFailed, "STORAGE_FAILED", "storage failed; outcome unknown", true),
     info(ErrorCode::Internal, "INTERNAL", "broker bug; outcome unknown", false),
+    info(
+        ErrorCode::Unauthenticated,
+        "UNAUTHENTICATED",
+        "authenticate first, with a known principal and its secret; the connection closes",
+        false,
+    ),
+    info(
+        ErrorCode::PermissionDenied,
+        "PERMISSION_DENIED",
+        "the principal may not do this operation on this queue",
+        false,
+    ),
 ];
 
 const fn info(
@@ -233,6 +251,8 @@ mod tests {
             (21, "SHUTTING_DOWN"),
             (22, "STORAGE_FAILED"),
             (23, "INTERNAL"),
+            (24, "UNAUTHENTICATED"),
+            (25, "PERMISSION_DENIED"),
         ];
         assert_eq!(pinned.len(), ERROR_CODES.len());
         for &(number, name) in pinned {
@@ -242,6 +262,8 @@ mod tests {
         }
         assert_eq!(ErrorCode::NotOwner as u16, 9);
         assert_eq!(ErrorCode::Internal as u16, 23);
+        assert_eq!(ErrorCode::Unauthenticated as u16, 24);
+        assert_eq!(ErrorCode::PermissionDenied as u16, 25);
     }
 
     // Goal: numbers and names are unique; method: collect both into sets.

@@ -41,6 +41,11 @@ struct ShardLabels {
     shard: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OperationLabels {
+    operation: String,
+}
+
 /// Histograms counted elsewhere (the shards), encoded as they are: one per
 /// shard, buckets not cumulative, the last one `+Inf`.
 #[derive(Debug, Default)]
@@ -379,6 +384,21 @@ pub fn encode(reports: &[ShardReport], missing: &[u16]) -> Result<String, fmt::E
             "spool_shard_reporting",
             "1 if the shard answered this scrape in time, 0 if not (its series are missing)",
             reporting,
+        );
+    }
+
+    {
+        let family = Counters::<OperationLabels>::default();
+        for operation in crate::auth::Operation::ALL {
+            let labels = OperationLabels { operation: operation.as_str().to_owned() };
+            let total: u64 =
+                reports.iter().map(|shard| shard.auth_denials[operation.index()]).sum();
+            family.get_or_create(&labels).inc_by(total);
+        }
+        registry.register(
+            "spool_auth_denials",
+            "Requests refused PERMISSION_DENIED (the principal lacks the right), by operation",
+            family,
         );
     }
 

@@ -17,9 +17,11 @@
 //! The API reaches the shards as a client would, over their TCP ports
 //! (see [`api`]): the admin thread never runs shard code.
 //!
-//! What it does not do (later work): authentication, TLS.
-//! Bind it to loopback or a private network (default `127.0.0.1:7480`;
-//! `admin_listen = "off"` turns it off).
+//! With authentication on, the API's requests carry
+//! `Authorization: Bearer <principal>:<secret>` and are served with that
+//! principal's rights ([`api`]). `/metrics` and `/health/*` need no token.
+//! What it does not do (later work): TLS. Bind it to loopback or a private
+//! network (default `127.0.0.1:7480`; `admin_listen = "off"` turns it off).
 
 pub mod api;
 pub mod health;
@@ -108,6 +110,7 @@ impl AdminServer {
         listener: std::net::TcpListener,
         control: ControlHandle,
         shard_listen: SocketAddr,
+        auth_required: bool,
     ) -> Result<AdminServer, AdminError> {
         let addr = listener.local_addr().map_err(|source| AdminError::Listener {
             addr: SocketAddr::from(([0, 0, 0, 0], 0)),
@@ -127,7 +130,7 @@ impl AdminServer {
                         return;
                     }
                 };
-                let gateway = api::Gateway::new(shard_listen, control.clone());
+                let gateway = api::Gateway::new(shard_listen, control.clone(), auth_required);
                 runtime.block_on(serve(listener, control, gateway));
             })
             .map_err(AdminError::Spawn)?;

@@ -47,6 +47,7 @@ pub fn main() {
     if let Err(error) = logging::init(config.log_format, &config.log_filter) {
         fatal(FatalReason::Logging, error);
     }
+    announce_auth(&config);
     // Parsed before anything touches the disk: a bad value exits with 2.
     let armed = spool_broker::failpoint::init();
     if !armed.is_empty() {
@@ -82,6 +83,25 @@ pub fn main() {
         .unwrap_or_else(|error| fatal(FatalReason::Signals, error));
     if let Err(error) = broker.wait() {
         fatal(error.fatal_reason(), error);
+    }
+}
+
+/// Says at start whether clients must authenticate: loudly when they need
+/// not (the single-node default), so an exposed broker is noticed.
+fn announce_auth(config: &BrokerConfig) {
+    match config.auth_file.as_deref() {
+        Some(path) if config.auth.is_enabled() => tracing::info!(
+            auth_file = %path.display(),
+            principals = config.auth.principal_count(),
+            "authentication ON: every connection must authenticate; ACLs apply"
+        ),
+        _ => tracing::warn!(
+            listen = %config.listen,
+            admin_listen = ?config.admin_listen,
+            "AUTHENTICATION IS OFF: any process that reaches the shard ports or the admin port \
+             can create, purge and delete every queue; set auth_file (--auth-file, \
+             SPOOL_AUTH_FILE) to turn it on (docs/operations.md, \"Authentication and ACLs\")"
+        ),
     }
 }
 

@@ -171,6 +171,10 @@ pub struct BrokerConfig {
     pub startup_timeout_ms: u64,
     /// In-flight work must drain within this after SIGTERM/SIGINT.
     pub shutdown_timeout_ms: u64,
+    /// The auth file (principals and ACLs); `None`: authentication off.
+    pub auth_file: Option<PathBuf>,
+    /// The policy read from `auth_file` when the config was resolved.
+    pub auth: crate::auth::AuthPolicy,
 }
 
 impl BrokerConfig {
@@ -347,6 +351,8 @@ pub enum ConfigError {
     OutOfRange { field: &'static str, value: u64, min: u64, max: u64 },
     #[error("{field} is not valid: {reason}")]
     Invalid { field: &'static str, reason: String },
+    #[error("auth_file: {0}")]
+    Auth(#[from] crate::auth::AuthError),
 }
 
 /// One configuration layer: every field optional. The TOML file uses these
@@ -377,6 +383,7 @@ pub struct PartialConfig {
     pub write_timeout_ms: Option<u64>,
     pub startup_timeout_ms: Option<u64>,
     pub shutdown_timeout_ms: Option<u64>,
+    pub auth_file: Option<PathBuf>,
 }
 
 /// Prefix of every environment variable the broker reads.
@@ -406,6 +413,7 @@ pub const ENV_SETTINGS: &[&str] = &[
     "WRITE_TIMEOUT_MS",
     "STARTUP_TIMEOUT_MS",
     "SHUTDOWN_TIMEOUT_MS",
+    "AUTH_FILE",
 ];
 
 /// `SPOOL_*` variables that are not broker settings but may be in a
@@ -425,6 +433,9 @@ pub const ENV_NOT_CONFIG: &[&str] = &[
     "SPOOL_MODEL_SEED",
     "SPOOL_MODEL_SEEDS",
     "SPOOL_LONG",
+    // The `spool` CLI's credentials, often exported in the same shell.
+    "SPOOL_PRINCIPAL",
+    "SPOOL_SECRET",
 ];
 
 /// ", did you mean X?" or nothing.
@@ -485,6 +496,7 @@ pub const FILE_KEYS: &[&str] = &[
     "write_timeout_ms",
     "startup_timeout_ms",
     "shutdown_timeout_ms",
+    "auth_file",
 ];
 
 /// The closest file key to the unknown key a TOML error names, if any.
@@ -574,6 +586,7 @@ impl PartialConfig {
                 "SHUTDOWN_TIMEOUT_MS" => {
                     layer.shutdown_timeout_ms = Some(parse_env(&name, &value)?)
                 }
+                "AUTH_FILE" => layer.auth_file = Some(PathBuf::from(&value)),
                 _ if ENV_NOT_CONFIG.contains(&name.as_str()) => {}
                 _ => {
                     let others =
@@ -617,6 +630,7 @@ impl PartialConfig {
             write_timeout_ms: higher.write_timeout_ms.or(self.write_timeout_ms),
             startup_timeout_ms: higher.startup_timeout_ms.or(self.startup_timeout_ms),
             shutdown_timeout_ms: higher.shutdown_timeout_ms.or(self.shutdown_timeout_ms),
+            auth_file: higher.auth_file.or(self.auth_file),
         }
     }
 
@@ -654,6 +668,11 @@ impl PartialConfig {
             write_timeout_ms: self.write_timeout_ms.unwrap_or(10_000),
             startup_timeout_ms: self.startup_timeout_ms.unwrap_or(STARTUP_TIMEOUT_MS_DEFAULT),
             shutdown_timeout_ms: self.shutdown_timeout_ms.unwrap_or(30_000),
+            auth: match &self.auth_file {
+                Some(path) => crate::auth::AuthPolicy::load(path)?,
+                None => crate::auth::AuthPolicy::off(),
+            },
+            auth_file: self.auth_file,
         };
         config.validate(allowed_cpus)?;
         Ok(config)
@@ -735,6 +754,10 @@ pub struct Cli {
     /// In-flight work must drain within this after SIGTERM [default: 30000].
     #[arg(long, value_name = "MS")]
     pub shutdown_timeout_ms: Option<u64>,
+    /// Auth file (TOML: principals with argon2 secret hashes, ACLs); turns
+    /// authentication on [default: off]. Env: SPOOL_AUTH_FILE.
+    #[arg(long, value_name = "FILE")]
+    pub auth_file: Option<PathBuf>,
 }
 
 impl Cli {
@@ -762,6 +785,7 @@ impl Cli {
             write_timeout_ms: self.write_timeout_ms,
             startup_timeout_ms: self.startup_timeout_ms,
             shutdown_timeout_ms: self.shutdown_timeout_ms,
+            auth_file: self.auth_file.clone(),
         }
     }
 }
@@ -1093,5 +1117,43 @@ mod tests {
         assert_eq!(config.frame_bytes_max, 8192);
         assert_eq!(config.shutdown_timeout_ms, 150);
         assert_eq!(config.log_config().tail_cache_bytes, 65536);
+    }
+
+    // Goal: no auth file means authentication off; an auth file from the
+    // file, env or flag turns it on with its principals; a bad auth file
+    // is a typed error naming it. Method: a hashed secret in a temp file.
+    #[test]
+    fn auth_file_turns_authentication_on_from_every_source() {
+        let config = PartialConfig::default().resolve(2).unwrap();
+        assert!(!config.auth.is_enabled());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("auth.toml");
+        let hash = crate::auth::hash_secret("s3cret").unwrap();
+        std::fs::write(
+            &path,
+            format!("[[principals]]\nname = \"ops\"\nsecret_hash = \"{hash}\"\n"),
+        )
+        .unwrap();
+        let shown = path.display().to_string();
+        let layers = [
+            PartialConfig::from_toml(&format!("auth_file = {shown:?}\n")).unwrap(),
+            PartialConfig::from_env(env(&[("SPOOL_AUTH_FILE", shown.as_str())])).unwrap(),
+            cli(&[format!("--auth-file={shown}").as_str()]).to_partial(),
+        ];
+        for layer in layers {
+            let config = layer.resolve(2).unwrap();
+            assert!(config.auth.is_enabled());
+            assert_eq!(config.auth.principal_count(), 1);
+            assert_eq!(config.auth_file.as_deref(), Some(path.as_path()));
+        }
+        std::fs::write(&path, "[[principals]]\nname = \"ops\"\nsecret_hash = \"x\"\n").unwrap();
+        let layer = PartialConfig { auth_file: Some(path.clone()), ..PartialConfig::default() };
+        let error = layer.resolve(2).unwrap_err();
+        assert!(matches!(error, ConfigError::Auth(_)), "{error:?}");
+        assert!(error.to_string().contains("auth.toml"), "{error}");
+        // The CLI's credentials may sit in spoold's environment.
+        let quiet =
+            PartialConfig::from_env(env(&[("SPOOL_PRINCIPAL", "a"), ("SPOOL_SECRET", "b")]));
+        assert!(quiet.is_ok());
     }
 }

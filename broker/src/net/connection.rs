@@ -91,6 +91,19 @@ pub trait FrameHandler: 'static {
     /// The bytes can never become a valid frame; the connection is closed.
     fn decode(&self, buffer: &[u8]) -> Result<Decoded<Self::Frame>, Self::DecodeError>;
 
+    /// Called in frame order for each decoded frame of `connection`, just
+    /// before it becomes a task: the place for per-connection rules that
+    /// depend on what came before (the authentication handshake). Admits
+    /// every frame by default.
+    ///
+    /// # Errors
+    /// The frame must not be served: the fault response for the error is
+    /// written after the answers in flight and the connection is closed.
+    fn admit(&self, frame: &Self::Frame, connection: &Connection) -> Result<(), Self::DecodeError> {
+        let _ = (frame, connection);
+        Ok(())
+    }
+
     /// Handles one request and produces its response. Runs as its own task,
     /// concurrently with other requests of the same connection. A request
     /// that waits for something to happen (a claim long-poll) should end its
@@ -152,6 +165,12 @@ pub struct Connection {
     response_bytes_peak: std::cell::Cell<usize>,
     /// The reading loop, waiting for `response_bytes` to drop.
     response_drained: std::cell::RefCell<Option<std::task::Waker>>,
+    /// What the handler keeps about this connection (the broker's
+    /// authentication session); the connection loop never looks at it.
+    pub session: std::cell::RefCell<Option<Rc<dyn std::any::Any>>>,
+    /// Trips when the handler asks for the connection to close (a refused
+    /// handshake): reading stops, the answers in flight are still written.
+    closing: StopSignal,
 }
 
 /// A long-poll claim's entry in its connection's cancel map; removed when
@@ -195,6 +214,8 @@ impl Connection {
             response_bytes: std::cell::Cell::new(0),
             response_bytes_peak: std::cell::Cell::new(0),
             response_drained: std::cell::RefCell::new(None),
+            session: std::cell::RefCell::new(None),
+            closing: StopSignal::new(),
         }
     }
 
@@ -280,6 +301,12 @@ impl Connection {
         self.ended.is_stopped()
     }
 
+    /// Asks the loop to close the connection: no more requests are read;
+    /// the answers of requests already handed over are still written.
+    pub fn close(&self) {
+        self.closing.stop();
+    }
+
     /// The shard's rejection counters (count and log a refused request).
     pub fn rejections(&self) -> &Rejections {
         &self.rejections
@@ -347,6 +374,8 @@ pub enum ConnectionEnd {
     Idle,
     /// The shard is stopping.
     Stopped,
+    /// The handler closed it ([`Connection::close`]).
+    Closed,
     /// The decoder rejected the bytes.
     DecodeError(String),
     /// The buffer filled with no whole frame.
@@ -633,6 +662,12 @@ where
                         blocked = true;
                         break;
                     };
+                    if let Err(error) = handler.admit(&frame, &connection) {
+                        let text = error.to_string();
+                        drop(permit);
+                        fault(ProtocolFault::Decode(&error)).await;
+                        return ConnectionEnd::DecodeError(text);
+                    }
                     admission.charge(connection_id, len_bytes);
                     consumed += len_bytes;
                     dispatched_frames += 1;
@@ -667,6 +702,9 @@ where
 
         if stop.is_stopped() {
             return ConnectionEnd::Stopped;
+        }
+        if connection.closing.is_stopped() {
+            return ConnectionEnd::Closed;
         }
         if writer_failed.is_stopped() {
             // The real error is reported by serve_connection.
@@ -711,7 +749,7 @@ where
                 }
             };
             let stopped = async {
-                stop.wait().await;
+                or(stop.wait(), connection.closing.wait()).await;
                 ReadEvent::Stopped
             };
             let failed = async {
@@ -768,6 +806,7 @@ where
             }
             ReadEvent::Data(Ok(read_bytes)) => filled = start + read_bytes,
             ReadEvent::Data(Err(error)) => return ConnectionEnd::ReadFailed(error),
+            ReadEvent::Stopped if connection.closing.is_stopped() => return ConnectionEnd::Closed,
             ReadEvent::Stopped => return ConnectionEnd::Stopped,
             ReadEvent::WriterFailed => return ConnectionEnd::PeerClosed,
             ReadEvent::Idle => return ConnectionEnd::Idle,

@@ -30,6 +30,7 @@ use spool_wire::proto::{
 };
 use spool_wire::ErrorCode;
 
+use super::auth::ShardAuth;
 use super::convert::{
     queue_config_from_wire, queue_config_to_wire, token_from_wire, token_to_wire,
 };
@@ -105,13 +106,16 @@ pub struct FrameError {
     correlation_id: CorrelationId,
     api_key: u16,
     api_version: u16,
+    /// The answer to send instead of the decode error's (a request refused
+    /// before the authentication handshake).
+    refusal: Option<ErrorResponse>,
 }
 
 impl FrameError {
     /// A fault about a whole frame in `bytes`: echoes its id, key, version.
     fn of_frame(error: ProtoError, bytes: &[u8]) -> Self {
         let (correlation_id, api_key, api_version) = raw_ids(bytes);
-        Self { error, correlation_id, api_key, api_version }
+        Self { error, correlation_id, api_key, api_version, refusal: None }
     }
 
     /// A fault found from the length prefix alone: correlation id 0 (the
@@ -119,7 +123,13 @@ impl FrameError {
     /// they arrived.
     fn of_prefix(error: ProtoError, bytes: &[u8]) -> Self {
         let (_, api_key, api_version) = raw_ids(bytes);
-        Self { error, correlation_id: CorrelationId::CONNECTION, api_key, api_version }
+        Self {
+            error,
+            correlation_id: CorrelationId::CONNECTION,
+            api_key,
+            api_version,
+            refusal: None,
+        }
     }
 }
 
@@ -127,6 +137,7 @@ impl FrameError {
 #[derive(Debug)]
 pub struct SpoolHandler {
     state: Rc<ShardState>,
+    auth: ShardAuth,
 }
 
 type Answer = Result<Response<'static>, ErrorResponse>;
@@ -179,7 +190,8 @@ fn control_error(failure: &ControlError) -> ErrorResponse {
 
 impl SpoolHandler {
     pub fn new(state: Rc<ShardState>) -> Self {
-        Self { state }
+        let auth = ShardAuth::new(state.config.auth.clone(), &state.config.data_dir);
+        Self { state, auth }
     }
 
     fn queue_exists(&self, queue: &str) -> bool {
@@ -442,6 +454,7 @@ impl SpoolHandler {
             }
             Request::Claim(_) => unreachable!("claims are answered by claim()"),
             Request::CancelClaim(_) => unreachable!("cancels are answered by answer()"),
+            Request::Authenticate(_) => unreachable!("handshakes are answered by answer()"),
         }
     }
 
@@ -622,6 +635,33 @@ impl SpoolHandler {
                 )
             }
         };
+        if let Request::Authenticate(handshake) = &request {
+            let mut out = Vec::new();
+            let encoded = match self.auth.authenticate(handshake, connection).await {
+                Ok(response) => Response::Authenticate(response)
+                    .encode(correlation_id, &mut out)
+                    .map_err(|e| error(ErrorCode::Internal, e.to_string())),
+                Err(reply) => Err(reply),
+            };
+            return match encoded {
+                Ok(()) => out,
+                Err(reply) => Self::encode_error(&reply, correlation_id, api_key, api_version),
+            };
+        }
+        let grants = match self.auth.grants(connection).await {
+            Ok(grants) => grants,
+            Err(reply) => {
+                return Self::encode_error(&reply, correlation_id, api_key, api_version);
+            }
+        };
+        let audit = ShardAuth::audit_target(&request, &self.state);
+        if let Err(reply) = self.auth.authorize(&request, &grants, connection, &self.state) {
+            if let Some(target) = audit {
+                let now = (self.state.clock)();
+                self.auth.audit(target, grants.name(), Err(&reply), now).await;
+            }
+            return Self::encode_error(&reply, correlation_id, api_key, api_version);
+        }
         let mut out = Vec::new();
         let encoded = if let Request::Claim(claim) = &request {
             // Claims borrow record bytes from the partition's reply.
@@ -657,7 +697,15 @@ impl SpoolHandler {
                 .encode(correlation_id, &mut out)
                 .map_err(|e| error(ErrorCode::Internal, e.to_string()))
         } else {
-            match self.dispatch(request).await {
+            let mut answered = self.dispatch(request).await;
+            if let Ok(response) = answered.as_mut() {
+                self.auth.filter_listing(response, &grants);
+            }
+            if let Some(target) = audit.filter(|target| !target.dry_run) {
+                let now = (self.state.clock)();
+                self.auth.audit(target, grants.name(), answered.as_ref(), now).await;
+            }
+            match answered {
                 Ok(response) => response
                     .encode(correlation_id, &mut out)
                     .map_err(|e| error(ErrorCode::Internal, e.to_string())),
@@ -811,6 +859,20 @@ impl FrameHandler for SpoolHandler {
         Ok(Decoded::Frame { frame: OwnedFrame { bytes, header }, len_bytes: declared })
     }
 
+    fn admit(&self, frame: &OwnedFrame, connection: &Connection) -> Result<(), FrameError> {
+        let api_key = frame.header.as_ref().ok().map(|header| header.api_key);
+        self.auth.admit(api_key, connection).map_err(|refusal| {
+            let (correlation_id, api_key, api_version) = raw_ids(&frame.bytes);
+            FrameError {
+                error: ProtoError::Inconsistent("request before the authentication handshake"),
+                correlation_id,
+                api_key,
+                api_version,
+                refusal: Some(refusal),
+            }
+        })
+    }
+
     async fn handle(self: Rc<Self>, frame: OwnedFrame, connection: Rc<Connection>) -> Vec<u8> {
         self.answer(&frame, &connection).await
     }
@@ -828,7 +890,10 @@ impl FrameHandler for SpoolHandler {
     fn fault_response(&self, fault: ProtocolFault<'_, FrameError>) -> Option<Vec<u8>> {
         let (reply, correlation_id, api_key, api_version) = match fault {
             ProtocolFault::Decode(failure) => (
-                ErrorResponse::from_proto_error(&failure.error),
+                failure
+                    .refusal
+                    .clone()
+                    .unwrap_or_else(|| ErrorResponse::from_proto_error(&failure.error)),
                 failure.correlation_id,
                 failure.api_key,
                 failure.api_version,

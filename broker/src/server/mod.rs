@@ -20,6 +20,7 @@
 //! Queue ids are never reused, so a queue created again under a deleted
 //! queue's name never sees the old files.
 
+pub mod auth;
 pub mod convert;
 pub mod counters;
 pub mod handler;

@@ -823,6 +823,7 @@ impl Broker {
                 listener,
                 control.clone(),
                 config.shard_listen(0),
+                config.auth.is_enabled(),
             ) {
                 Ok(admin) => Some(admin),
                 Err(error) => {

@@ -124,10 +124,14 @@ pub struct ShardReport {
     pub log: LogTotals,
     /// This shard thread's disk figures.
     pub io: IoSnapshot,
+    /// Requests this shard refused `PERMISSION_DENIED`, indexed like
+    /// `auth::Operation::ALL`.
+    pub auth_denials: [u64; crate::auth::Operation::ALL.len()],
 }
 
 impl ShardReport {
-    /// A report with the shard's disk figures and nothing else yet.
+    /// A report with the shard's disk figures and authorization refusals
+    /// (this thread's counters: call it on the shard) and nothing else yet.
     pub fn new(shard: ShardId, io: IoSnapshot) -> Self {
         Self {
             shard,
@@ -136,6 +140,7 @@ impl ShardReport {
             refused: Vec::new(),
             log: LogTotals::default(),
             io,
+            auth_denials: crate::auth::denials(),
         }
     }
 }

@@ -65,6 +65,9 @@ pub enum ApiKey {
     Release = 5,
     /// Withdraw a long-poll Claim still waiting on the same connection.
     CancelClaim = 6,
+    /// The connection handshake: principal and secret (first request when
+    /// the broker has authentication on).
+    Authenticate = 7,
     /// Create a queue.
     CreateQueue = 16,
     /// Delete a queue.
@@ -87,13 +90,14 @@ pub enum ApiKey {
 
 impl ApiKey {
     /// Every api key, in numeric order.
-    pub const ALL: [ApiKey; 15] = [
+    pub const ALL: [ApiKey; 16] = [
         ApiKey::Enqueue,
         ApiKey::Claim,
         ApiKey::Extend,
         ApiKey::Ack,
         ApiKey::Release,
         ApiKey::CancelClaim,
+        ApiKey::Authenticate,
         ApiKey::CreateQueue,
         ApiKey::DeleteQueue,
         ApiKey::ListQueues,

@@ -6,6 +6,7 @@
 //! (message, optional owner address), so a peer can always read why its
 //! request failed, even one whose version we do not speak.
 
+use super::auth::{AuthenticateRequest, AuthenticateResponse};
 use super::codec::{check_len, check_range, Reader, Writer};
 use super::control::{
     CreateQueueRequest, CreateQueueResponse, DeadLettersRequest, DeadLettersResponse,
@@ -38,6 +39,8 @@ pub enum Request<'a> {
     Release(ReleaseRequest<'a>),
     /// See [`CancelClaimRequest`].
     CancelClaim(CancelClaimRequest),
+    /// See [`AuthenticateRequest`].
+    Authenticate(AuthenticateRequest<'a>),
     /// See [`CreateQueueRequest`].
     CreateQueue(CreateQueueRequest),
     /// See [`DeleteQueueRequest`].
@@ -73,6 +76,8 @@ pub enum Response<'a> {
     Release(ReleaseResponse),
     /// See [`CancelClaimResponse`].
     CancelClaim(CancelClaimResponse),
+    /// See [`AuthenticateResponse`].
+    Authenticate(AuthenticateResponse),
     /// See [`CreateQueueResponse`].
     CreateQueue(CreateQueueResponse),
     /// See [`DeleteQueueResponse`].
@@ -153,6 +158,7 @@ macro_rules! api_key_of {
             Self::Ack(_) => ApiKey::Ack,
             Self::Release(_) => ApiKey::Release,
             Self::CancelClaim(_) => ApiKey::CancelClaim,
+            Self::Authenticate(_) => ApiKey::Authenticate,
             Self::CreateQueue(_) => ApiKey::CreateQueue,
             Self::DeleteQueue(_) => ApiKey::DeleteQueue,
             Self::ListQueues(_) => ApiKey::ListQueues,
@@ -184,6 +190,7 @@ impl<'a> Request<'a> {
             Self::Ack(request) => request.validate(),
             Self::Release(request) => request.validate(),
             Self::CancelClaim(request) => request.validate(),
+            Self::Authenticate(request) => request.validate(),
             Self::CreateQueue(request) => request.validate(),
             Self::DeleteQueue(request) => request.validate(),
             Self::ListQueues(_) => Ok(()),
@@ -228,6 +235,7 @@ impl<'a> Request<'a> {
                 Self::Ack(request) => request.write(&mut writer),
                 Self::Release(request) => request.write(&mut writer),
                 Self::CancelClaim(request) => request.write(&mut writer),
+                Self::Authenticate(request) => request.write(&mut writer),
                 Self::CreateQueue(request) => request.write(out),
                 Self::DeleteQueue(request) => request.write(out),
                 Self::ListQueues(request) => request.write(out),
@@ -258,6 +266,7 @@ impl<'a> Request<'a> {
             ApiKey::Ack => Self::Ack(AckRequest::read(body)?),
             ApiKey::Release => Self::Release(ReleaseRequest::read(body)?),
             ApiKey::CancelClaim => Self::CancelClaim(CancelClaimRequest::read(body)?),
+            ApiKey::Authenticate => Self::Authenticate(AuthenticateRequest::read(body)?),
             ApiKey::CreateQueue => Self::CreateQueue(CreateQueueRequest::read(body)?),
             ApiKey::DeleteQueue => Self::DeleteQueue(DeleteQueueRequest::read(body)?),
             ApiKey::ListQueues => Self::ListQueues(ListQueuesRequest::read(body)?),
@@ -294,6 +303,7 @@ impl<'a> Response<'a> {
             Self::Extend(_)
             | Self::Release(_)
             | Self::CancelClaim(_)
+            | Self::Authenticate(_)
             | Self::CreateQueue(_)
             | Self::DeleteQueue(_)
             | Self::Purge(_)
@@ -330,6 +340,7 @@ impl<'a> Response<'a> {
                 Self::Ack(response) => response.write(&mut writer),
                 Self::Release(response) => response.write(&mut writer),
                 Self::CancelClaim(response) => response.write(&mut writer),
+                Self::Authenticate(response) => response.write(&mut writer),
                 Self::CreateQueue(response) => response.write(out),
                 Self::DeleteQueue(response) => response.write(out),
                 Self::ListQueues(response) => response.write(out),
@@ -362,6 +373,7 @@ impl<'a> Response<'a> {
                 ApiKey::Ack => Self::Ack(AckResponse::read(body)?),
                 ApiKey::Release => Self::Release(ReleaseResponse::read(body)?),
                 ApiKey::CancelClaim => Self::CancelClaim(CancelClaimResponse::read(body)?),
+                ApiKey::Authenticate => Self::Authenticate(AuthenticateResponse::read(body)?),
                 ApiKey::CreateQueue => Self::CreateQueue(CreateQueueResponse::read(body)?),
                 ApiKey::DeleteQueue => Self::DeleteQueue(DeleteQueueResponse::read(body)?),
                 ApiKey::ListQueues => Self::ListQueues(ListQueuesResponse::read(body)?),

@@ -17,6 +17,7 @@
 //! keeps its correlation table). Layouts and rules:
 //! `docs/design/protocol.md`.
 
+mod auth;
 mod codec;
 mod control;
 #[allow(
@@ -44,6 +45,10 @@ mod ids;
 pub mod limits;
 mod message;
 
+pub use auth::{
+    validate_principal, AuthenticateRequest, AuthenticateResponse, PRINCIPAL_BYTES_MAX,
+    SECRET_BYTES_MAX,
+};
 pub use codec::validate_queue_name;
 pub use control::{
     Backoff, BackoffKind, CreateQueueRequest, CreateQueueResponse, DeadLetter, DeadLettersRequest,

@@ -53,6 +53,8 @@ pub fn status_for(code: ErrorCode) -> StatusCode {
         | ErrorCode::ShuttingDown
         | ErrorCode::StorageFailed => StatusCode::SERVICE_UNAVAILABLE,
         ErrorCode::Timeout => StatusCode::GATEWAY_TIMEOUT,
+        ErrorCode::Unauthenticated => StatusCode::UNAUTHORIZED,
+        ErrorCode::PermissionDenied => StatusCode::FORBIDDEN,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
@@ -174,6 +176,8 @@ mod tests {
         assert_eq!(status_for(ErrorCode::QueueNotFound), StatusCode::NOT_FOUND);
         assert_eq!(status_for(ErrorCode::StaleToken), StatusCode::CONFLICT);
         assert_eq!(status_for(ErrorCode::FrameTooLarge), StatusCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(status_for(ErrorCode::Unauthenticated), StatusCode::UNAUTHORIZED);
+        assert_eq!(status_for(ErrorCode::PermissionDenied), StatusCode::FORBIDDEN);
     }
 
     // Goal: the body carries the stable number and name and the details.

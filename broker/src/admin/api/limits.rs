@@ -55,3 +55,8 @@ const _: () = assert!(CLAIM_CREDITS_MAX_HTTP <= CLAIM_CREDITS_MAX);
 const _: () = assert!(CLAIM_WAIT_MS_MAX_HTTP <= CLAIM_WAIT_MS_MAX);
 const _: () = assert!(DEAD_LETTERS_DEFAULT_HTTP <= DEAD_LETTERS_MAX_HTTP);
 const _: () = assert!(BODY_BYTES_MAX > spool_wire::limits::PAYLOAD_INLINE_BYTES_MAX / 3 * 4);
+
+/// Callers (principal and secret) whose shard connections the gateway keeps
+/// open at once; each holds one connection per shard, counted against
+/// `connections_per_shard_max`.
+pub const GATEWAY_CALLERS_MAX: usize = 64;

@@ -27,19 +27,20 @@ pub mod limits;
 pub mod routes;
 pub mod token;
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
-use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, WWW_AUTHENTICATE};
 use hyper::{Request, Response, StatusCode};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use spool_client::spool_wire::proto::{Offset, PartitionId, RedriveTarget};
 use spool_client::{
-    Admin, ClaimOptions, Client, ClientConfig, ClientError, ConnectionConfig, Message, Producer,
-    ProducerConfig,
+    Admin, ClaimOptions, Client, ClientConfig, ClientError, ConnectionConfig, Credentials, Message,
+    Producer, ProducerConfig,
 };
 use spool_wire::batch::MessageId;
 use spool_wire::ErrorCode;
@@ -49,7 +50,7 @@ use self::error::ApiError;
 use self::limits::{
     ACK_TOKENS_MAX_HTTP, BODY_BYTES_MAX, BODY_READ_TIMEOUT, CLAIM_BYTES_MAX_HTTP,
     CLAIM_CREDITS_MAX_HTTP, CLAIM_WAIT_MS_MAX_HTTP, DEAD_LETTERS_DEFAULT_HTTP,
-    DEAD_LETTERS_MAX_HTTP, REQUESTS_IN_FLIGHT_MAX, SHARD_REQUEST_TIMEOUT,
+    DEAD_LETTERS_MAX_HTTP, GATEWAY_CALLERS_MAX, REQUESTS_IN_FLIGHT_MAX, SHARD_REQUEST_TIMEOUT,
 };
 use self::routes::Operation;
 use crate::shard::ControlHandle;
@@ -71,13 +72,29 @@ struct Connected {
     producer: Producer,
 }
 
-/// The API's state: where the shards are, the connections to them, and the
-/// in-flight bound.
+tokio::task_local! {
+    /// The credentials of the HTTP request being served (from its bearer
+    /// token), read by [`Gateway::connected`] so each request reaches the
+    /// shards as its own caller.
+    static CALLER: Option<Credentials>;
+}
+
+/// Which connections a request uses: one set per caller (principal and a
+/// MAC of its secret), `None` for requests without a token.
+type CallerKey = Option<(String, [u8; 32])>;
+
+/// The API's state: where the shards are, the connections to them (one
+/// set per caller), and the in-flight bound.
 pub struct Gateway {
     bootstrap: String,
     control: ControlHandle,
-    connected: Mutex<Option<Connected>>,
+    connected: Mutex<HashMap<CallerKey, Connected>>,
     in_flight: Arc<Semaphore>,
+    /// Whether the broker has authentication on: then a request without a
+    /// bearer token is refused here (401) before any connection is made.
+    auth_required: bool,
+    /// Key of the MAC that tells callers' secrets apart in `connected`.
+    mac_key: [u8; 32],
 }
 
 impl std::fmt::Debug for Gateway {
@@ -107,12 +124,17 @@ struct Call {
 
 impl Gateway {
     /// A gateway to the shards whose first port is `shard_listen`.
-    pub fn new(shard_listen: SocketAddr, control: ControlHandle) -> Self {
+    /// With `auth_required`, every API request needs
+    /// `Authorization: Bearer <principal>:<secret>` and is served with that
+    /// principal's rights (the shards check them, as for any client).
+    pub fn new(shard_listen: SocketAddr, control: ControlHandle, auth_required: bool) -> Self {
         Self {
             bootstrap: bootstrap_address(shard_listen),
             control,
-            connected: Mutex::new(None),
+            connected: Mutex::new(HashMap::new()),
             in_flight: Arc::new(Semaphore::new(REQUESTS_IN_FLIGHT_MAX)),
+            auth_required,
+            mac_key: rand::random(),
         }
     }
 
@@ -132,15 +154,26 @@ impl Gateway {
             .with_detail("limit", REQUESTS_IN_FLIGHT_MAX)
             .into_response();
         };
+        let credentials = match bearer_credentials(&request) {
+            Ok(credentials) => credentials,
+            Err(error) => return challenge(error.into_response()),
+        };
+        if self.auth_required && credentials.is_none() {
+            let error = ApiError::new(
+                ErrorCode::Unauthenticated,
+                "authentication is on: send Authorization: Bearer <principal>:<secret>",
+            );
+            return challenge(error.into_response());
+        }
         let query = request.uri().query().map(str::to_owned);
         let body = match read_body(request).await {
             Ok(body) => body,
             Err(error) => return error.into_response(),
         };
         let call = Call { operation, queue, query, body };
-        match self.dispatch(&call).await {
+        match CALLER.scope(credentials, self.dispatch(&call)).await {
             Ok((status, body)) => json_response(status, &body),
-            Err(error) => error.into_response(),
+            Err(error) => challenge(error.into_response()),
         }
     }
 
@@ -171,16 +204,26 @@ impl Gateway {
         }
     }
 
-    /// The client and producer, connecting on first use (and again after a
-    /// failed connect).
+    /// The caller's client and producer, connecting on first use (and
+    /// again after a failed connect). A caller with a bearer token gets
+    /// connections that authenticated as its principal, so the shards
+    /// apply its rights; the gateway has none of its own. At most
+    /// [`GATEWAY_CALLERS_MAX`] callers keep connections; past it one is
+    /// dropped (its next request connects again).
     async fn connected(&self) -> Result<(Client, Producer), ApiError> {
+        let credentials = CALLER.try_with(Clone::clone).ok().flatten();
+        let key: CallerKey = credentials.as_ref().map(|credentials| {
+            let mac = blake3::keyed_hash(&self.mac_key, credentials.secret.as_bytes());
+            (credentials.principal.clone(), *mac.as_bytes())
+        });
         let mut connected = self.connected.lock().await;
-        if let Some(connected) = connected.as_ref() {
+        if let Some(connected) = connected.get(&key) {
             return Ok((connected.client.clone(), connected.producer.clone()));
         }
         let config = ClientConfig {
             connection: ConnectionConfig {
                 request_timeout: SHARD_REQUEST_TIMEOUT,
+                credentials,
                 ..ConnectionConfig::default()
             },
         };
@@ -190,7 +233,12 @@ impl Gateway {
         let producer_config = ProducerConfig { retries: 0, ..ProducerConfig::default() };
         let producer =
             Producer::new(client.clone(), producer_config).map_err(|error| self.fail(error))?;
-        *connected = Some(Connected { client: client.clone(), producer: producer.clone() });
+        if connected.len() >= GATEWAY_CALLERS_MAX {
+            if let Some(evicted) = connected.keys().next().cloned() {
+                connected.remove(&evicted);
+            }
+        }
+        connected.insert(key, Connected { client: client.clone(), producer: producer.clone() });
         Ok((client, producer))
     }
 
@@ -593,6 +641,34 @@ impl DeadLetterQuery {
 }
 
 /// Reads the body up to [`BODY_BYTES_MAX`] within [`BODY_READ_TIMEOUT`].
+/// The credentials of an `Authorization: Bearer <principal>:<secret>`
+/// header; none without the header.
+///
+/// # Errors
+/// `UNAUTHENTICATED` for another scheme or a token not in that form.
+fn bearer_credentials(request: &Request<Incoming>) -> Result<Option<Credentials>, ApiError> {
+    let Some(value) = request.headers().get(AUTHORIZATION) else { return Ok(None) };
+    let malformed = || {
+        ApiError::new(
+            ErrorCode::Unauthenticated,
+            "Authorization must be `Bearer <principal>:<secret>`",
+        )
+    };
+    let text = value.to_str().map_err(|_| malformed())?;
+    let token = text.strip_prefix("Bearer ").ok_or_else(malformed)?;
+    Credentials::from_token(token.trim()).map(Some).ok_or_else(malformed)
+}
+
+/// Adds the `WWW-Authenticate` challenge to a 401 answer.
+fn challenge(mut response: Response<Full<Bytes>>) -> Response<Full<Bytes>> {
+    if response.status() == StatusCode::UNAUTHORIZED {
+        response
+            .headers_mut()
+            .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"spool\""));
+    }
+    response
+}
+
 async fn read_body(request: Request<Incoming>) -> Result<Bytes, ApiError> {
     let too_large = || {
         ApiError::new(

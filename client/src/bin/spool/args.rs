@@ -24,6 +24,14 @@ pub struct Cli {
     /// Per-request timeout.
     #[arg(long, global = true, default_value_t = 10_000)]
     pub timeout_ms: u64,
+    /// Principal to authenticate as (a broker with authentication on).
+    /// Env: SPOOL_PRINCIPAL.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub principal: Option<String>,
+    /// The principal's secret. Prefer SPOOL_SECRET: a flag is visible to
+    /// other users in the process list.
+    #[arg(long, global = true, value_name = "SECRET")]
+    pub secret: Option<String>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -48,6 +56,33 @@ pub enum Command {
     Dlq(DlqCommand),
     /// Per-queue message counts.
     Stats(StatsArgs),
+    /// Authentication helpers.
+    #[command(subcommand)]
+    Auth(AuthCommand),
+    /// Show the broker's audit log (purges, redrives, queue deletions):
+    /// reads `audit.log` from the broker's data directory, so it works with
+    /// the broker stopped too.
+    Audit(AuditArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AuthCommand {
+    /// Read a secret from stdin (one line) and print its argon2id hash
+    /// (PHC string) for the `secret_hash` of a principal in the auth file.
+    HashSecret,
+}
+
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    /// The broker's data directory (its `audit.log` is read).
+    #[arg(long, value_name = "DIR", conflicts_with = "file", required_unless_present = "file")]
+    pub data_dir: Option<std::path::PathBuf>,
+    /// The audit file itself.
+    #[arg(long, value_name = "FILE")]
+    pub file: Option<std::path::PathBuf>,
+    /// Only entries about this queue.
+    #[arg(long)]
+    pub queue: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

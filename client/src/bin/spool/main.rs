@@ -21,12 +21,18 @@ use spool_client::spool_wire::batch::{validate_record, BatchBytes, MessageId};
 use spool_client::spool_wire::proto::{Offset, PartitionId, PeekedMessage, RedriveTarget};
 use spool_client::{
     default_queue_config, Admin, ClaimOptions, Client, ClientConfig, ClientError, ConnectionConfig,
-    Delivery, Message, PayloadView, Producer, ProducerConfig, SendFuture,
+    Credentials, Delivery, Message, PayloadView, Producer, ProducerConfig, SendFuture,
 };
 use tokio::sync::mpsc;
 
-use args::{Cli, Command, DlqCommand, PeekArgs, QueueCommand, RecvArgs, SendArgs};
+use args::{
+    AuditArgs, AuthCommand, Cli, Command, DlqCommand, PeekArgs, QueueCommand, RecvArgs, SendArgs,
+};
 use render::{escape, show_bytes, Output, StreamTable, Table};
+
+/// The broker's audit log inside its data directory (the broker's
+/// `auth::audit::AUDIT_FILE_NAME`; the client does not depend on the broker).
+const AUDIT_FILE_NAME: &str = "audit.log";
 
 const EXIT_REFUSED: u8 = 1;
 const EXIT_TRANSPORT: u8 = 3;
@@ -96,10 +102,97 @@ fn main() -> ExitCode {
     }
 }
 
+/// The credentials from `--principal`/`--secret`, else `SPOOL_PRINCIPAL`/
+/// `SPOOL_SECRET`; none when no principal is given.
+fn credentials(cli: &Cli) -> Result<Option<Credentials>, Failure> {
+    let principal = cli.principal.clone().or_else(|| std::env::var("SPOOL_PRINCIPAL").ok());
+    let Some(principal) = principal.filter(|name| !name.is_empty()) else { return Ok(None) };
+    let secret = cli.secret.clone().or_else(|| std::env::var("SPOOL_SECRET").ok());
+    match secret.filter(|secret| !secret.is_empty()) {
+        Some(secret) => Ok(Some(Credentials::new(principal, secret))),
+        None => Err(Failure::Input(format!(
+            "principal {principal} given without a secret (--secret or SPOOL_SECRET)"
+        ))),
+    }
+}
+
+/// `spool auth hash-secret`: one stdin line in, its PHC string out.
+fn hash_secret_from_stdin() -> Result<Output, Failure> {
+    let mut line = String::new();
+    std::io::stdin()
+        .read_line(&mut line)
+        .map_err(|error| Failure::Input(format!("cannot read the secret from stdin: {error}")))?;
+    let secret = line.trim_end_matches(['\n', '\r']);
+    if secret.is_empty() {
+        return Err(Failure::Input("empty secret on stdin".to_owned()));
+    }
+    let hash = spool_client::auth::hash_secret(secret)?;
+    Ok(Output::message(hash.clone(), json!({ "secret_hash": hash })))
+}
+
+/// `spool audit`: the broker's audit log, oldest first.
+fn audit(args: &AuditArgs) -> Result<Output, Failure> {
+    let path = match (&args.file, &args.data_dir) {
+        (Some(file), _) => file.clone(),
+        (None, Some(dir)) => dir.join(AUDIT_FILE_NAME),
+        (None, None) => return Err(Failure::Input("--data-dir or --file".to_owned())),
+    };
+    let text = std::fs::read_to_string(&path)
+        .map_err(|error| Failure::Input(format!("cannot read {}: {error}", path.display())))?;
+    let mut entries: Vec<Value> = Vec::new();
+    let lines: Vec<&str> = text.lines().filter(|line| !line.trim().is_empty()).collect();
+    for (index, line) in lines.iter().enumerate() {
+        match serde_json::from_str::<Value>(line) {
+            Ok(entry) => entries.push(entry),
+            // A torn last line (the broker crashed mid-append) is skipped.
+            Err(_) if index + 1 == lines.len() && !text.ends_with('\n') => break,
+            Err(error) => {
+                return Err(Failure::Input(format!(
+                    "{}: line {}: {error}",
+                    path.display(),
+                    index + 1
+                )))
+            }
+        }
+    }
+    if let Some(queue) = &args.queue {
+        entries.retain(|entry| entry["queue"].as_str() == Some(queue.as_str()));
+    }
+    let mut table = Table::new(vec![
+        "time_ms",
+        "principal",
+        "operation",
+        "queue",
+        "partition",
+        "count",
+        "outcome",
+    ]);
+    let text = |value: &Value| match value {
+        Value::String(text) => text.clone(),
+        Value::Null => "-".to_owned(),
+        other => other.to_string(),
+    };
+    for entry in &entries {
+        table.push(
+            ["time_ms", "principal", "operation", "queue", "partition", "count", "outcome"]
+                .iter()
+                .map(|field| text(&entry[*field]))
+                .collect(),
+        );
+    }
+    Ok(Output::table(table, Value::Array(entries)))
+}
+
 async fn run(cli: &Cli) -> Result<Output, Failure> {
+    match &cli.command {
+        Command::Auth(AuthCommand::HashSecret) => return hash_secret_from_stdin(),
+        Command::Audit(args) => return audit(args),
+        _ => {}
+    }
     let config = ClientConfig {
         connection: ConnectionConfig {
             request_timeout: Duration::from_millis(cli.timeout_ms.max(1)),
+            credentials: credentials(cli)?,
             ..ConnectionConfig::default()
         },
     };
@@ -191,6 +284,7 @@ async fn run(cli: &Cli) -> Result<Output, Failure> {
             }
             Ok(render_stats(&described))
         }
+        Command::Auth(_) | Command::Audit(_) => unreachable!("answered before connecting"),
     }
 }
 
