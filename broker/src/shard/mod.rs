@@ -703,7 +703,8 @@ impl Broker {
             // EOPNOTSUPP on some kernels (see io/dma.rs): do without them.
             let mut builder = LocalExecutorBuilder::new(Placement::Fixed(cpu))
                 .name(&format!("spool-shard-{shard}"))
-                .io_memory(0);
+                .io_memory(0)
+                .preempt_timer(config.preempt_interval());
             if config.spin_before_park_us > 0 {
                 builder = builder.spin_before_park(config.spin_before_park());
             }
