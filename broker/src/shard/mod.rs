@@ -703,8 +703,7 @@ impl Broker {
             // EOPNOTSUPP on some kernels (see io/dma.rs): do without them.
             let mut builder = LocalExecutorBuilder::new(Placement::Fixed(cpu))
                 .name(&format!("spool-shard-{shard}"))
-                .io_memory(0)
-                .preempt_timer(config.preempt_interval());
+                .io_memory(0);
             if config.spin_before_park_us > 0 {
                 builder = builder.spin_before_park(config.spin_before_park());
             }
