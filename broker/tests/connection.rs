@@ -31,6 +31,7 @@ fn limits() -> ConnectionLimits {
         frame_timeout: Duration::from_secs(20),
         write_timeout: Duration::from_secs(5),
         response_bytes_max: 1 << 20,
+        io_poll_interval: std::time::Duration::from_millis(1),
     }
 }
 

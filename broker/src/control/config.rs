@@ -33,6 +33,16 @@ pub const DEFAULT_ADMIN_LISTEN: SocketAddr =
 pub const SHARDS_MAX: u16 = 256;
 /// Longest `spin_before_park`: beyond a few ms spinning only burns a core.
 pub const SPIN_BEFORE_PARK_US_MAX: u64 = 10_000;
+/// Range and default of `io_poll_interval_us`: how long a busy shard's
+/// connections run before they let the executor poll for completed I/O
+/// (`net/poll_gate.rs`). Without it a shard saturated by pipelined requests
+/// saw its finished log writes and syncs only at glommio's 100 ms preempt
+/// timer (bench/README.md, "`hostile`").
+pub const IO_POLL_INTERVAL_US_MIN: u64 = 100;
+pub const IO_POLL_INTERVAL_US_MAX: u64 = 100_000;
+pub const IO_POLL_INTERVAL_US_DEFAULT: u64 = 500;
+const _: () = assert!(IO_POLL_INTERVAL_US_MIN <= IO_POLL_INTERVAL_US_DEFAULT);
+const _: () = assert!(IO_POLL_INTERVAL_US_DEFAULT <= IO_POLL_INTERVAL_US_MAX);
 /// Housekeeping tick range (ms). The tick also guards against glommio's lost
 /// wake-up (DESIGN §8), which needs 1–10 ms to be effective.
 pub const HOUSEKEEPING_TICK_MS_MIN: u64 = 1;
@@ -136,6 +146,9 @@ pub struct BrokerConfig {
     pub log_filter: String,
     /// How long an idle executor spins before parking (0 = park at once).
     pub spin_before_park_us: u64,
+    /// Longest a busy shard's connections run before the executor polls
+    /// for completed I/O.
+    pub io_poll_interval_us: u64,
     /// Period of every executor's permanent housekeeping timer.
     pub housekeeping_tick_ms: u64,
     /// Size of each partition's segment files (pre-zeroed before use).
@@ -223,6 +236,10 @@ impl BrokerConfig {
         Duration::from_micros(self.spin_before_park_us)
     }
 
+    pub fn io_poll_interval(&self) -> Duration {
+        Duration::from_micros(self.io_poll_interval_us)
+    }
+
     /// Checks every range. [`PartialConfig::resolve`] calls it; the broker
     /// calls it again at start in case a caller built the struct by hand.
     ///
@@ -267,6 +284,12 @@ impl BrokerConfig {
             return Err(ConfigError::Invalid { field: "log_filter", reason: error.to_string() });
         }
         check_range("spin_before_park_us", self.spin_before_park_us, 0, SPIN_BEFORE_PARK_US_MAX)?;
+        check_range(
+            "io_poll_interval_us",
+            self.io_poll_interval_us,
+            IO_POLL_INTERVAL_US_MIN,
+            IO_POLL_INTERVAL_US_MAX,
+        )?;
         check_range(
             "housekeeping_tick_ms",
             self.housekeeping_tick_ms,
@@ -370,6 +393,7 @@ pub struct PartialConfig {
     pub log_format: Option<LogFormat>,
     pub log_filter: Option<String>,
     pub spin_before_park_us: Option<u64>,
+    pub io_poll_interval_us: Option<u64>,
     pub housekeeping_tick_ms: Option<u64>,
     pub segment_bytes: Option<u64>,
     pub tail_cache_bytes: Option<u64>,
@@ -400,6 +424,7 @@ pub const ENV_SETTINGS: &[&str] = &[
     "LOG_FORMAT",
     "LOG",
     "SPIN_BEFORE_PARK_US",
+    "IO_POLL_INTERVAL_US",
     "HOUSEKEEPING_TICK_MS",
     "SEGMENT_BYTES",
     "CONNECTIONS_PER_SHARD_MAX",
@@ -483,6 +508,7 @@ pub const FILE_KEYS: &[&str] = &[
     "log_format",
     "log_filter",
     "spin_before_park_us",
+    "io_poll_interval_us",
     "housekeeping_tick_ms",
     "segment_bytes",
     "connections_per_shard_max",
@@ -563,6 +589,9 @@ impl PartialConfig {
                 "SPIN_BEFORE_PARK_US" => {
                     layer.spin_before_park_us = Some(parse_env(&name, &value)?)
                 }
+                "IO_POLL_INTERVAL_US" => {
+                    layer.io_poll_interval_us = Some(parse_env(&name, &value)?)
+                }
                 "HOUSEKEEPING_TICK_MS" => {
                     layer.housekeeping_tick_ms = Some(parse_env(&name, &value)?)
                 }
@@ -611,6 +640,7 @@ impl PartialConfig {
             log_format: higher.log_format.or(self.log_format),
             log_filter: higher.log_filter.or(self.log_filter),
             spin_before_park_us: higher.spin_before_park_us.or(self.spin_before_park_us),
+            io_poll_interval_us: higher.io_poll_interval_us.or(self.io_poll_interval_us),
             housekeeping_tick_ms: higher.housekeeping_tick_ms.or(self.housekeeping_tick_ms),
             segment_bytes: higher.segment_bytes.or(self.segment_bytes),
             tail_cache_bytes: higher.tail_cache_bytes.or(self.tail_cache_bytes),
@@ -653,6 +683,7 @@ impl PartialConfig {
             log_format: self.log_format.unwrap_or(LogFormat::Human),
             log_filter: self.log_filter.unwrap_or_else(|| "info".to_owned()),
             spin_before_park_us: self.spin_before_park_us.unwrap_or(0),
+            io_poll_interval_us: self.io_poll_interval_us.unwrap_or(IO_POLL_INTERVAL_US_DEFAULT),
             housekeeping_tick_ms: self.housekeeping_tick_ms.unwrap_or(HOUSEKEEPING_TICK_MS_DEFAULT),
             segment_bytes: self.segment_bytes.unwrap_or(SEGMENT_BYTES_DEFAULT),
             tail_cache_bytes: self.tail_cache_bytes.unwrap_or(TAIL_CACHE_BYTES_DEFAULT),
@@ -711,6 +742,10 @@ pub struct Cli {
     /// Spin this long before parking an idle executor [default: 0, max 10000].
     #[arg(long, value_name = "US")]
     pub spin_before_park_us: Option<u64>,
+    /// Longest a busy shard's connections run before the executor polls for
+    /// completed I/O [default: 500, 100..=100000].
+    #[arg(long, value_name = "US")]
+    pub io_poll_interval_us: Option<u64>,
     /// Housekeeping timer period on every executor [default: 5, 1..=10].
     #[arg(long, value_name = "MS")]
     pub housekeeping_tick_ms: Option<u64>,
@@ -772,6 +807,7 @@ impl Cli {
             log_format: self.log_format,
             log_filter: self.log_filter.clone(),
             spin_before_park_us: self.spin_before_park_us,
+            io_poll_interval_us: self.io_poll_interval_us,
             housekeeping_tick_ms: self.housekeeping_tick_ms,
             segment_bytes: self.segment_bytes,
             tail_cache_bytes: self.tail_cache_bytes,
@@ -815,7 +851,24 @@ mod tests {
         assert_eq!(config.log_format, LogFormat::Human);
         assert_eq!(config.spin_before_park_us, 0);
         assert_eq!(config.housekeeping_tick_ms, 5);
+        assert_eq!(config.io_poll_interval_us, IO_POLL_INTERVAL_US_DEFAULT);
         assert_eq!(config.shard_listen(1), "127.0.0.1:7401".parse::<SocketAddr>().unwrap());
+    }
+
+    // Goal: the preempt interval is read from the environment and refused
+    // outside its range with the key named. Method: resolve layers with an
+    // in-range, a too-small and a too-large value.
+    #[test]
+    fn io_poll_interval_is_read_and_bounded() {
+        let layer = |value: &str| {
+            PartialConfig::from_env([("SPOOL_IO_POLL_INTERVAL_US".to_string(), value.to_string())])
+                .unwrap()
+        };
+        assert_eq!(layer("250").resolve(2).unwrap().io_poll_interval_us, 250);
+        for bad in ["99", "100001"] {
+            let error = layer(bad).resolve(2).unwrap_err().to_string();
+            assert!(error.contains("io_poll_interval_us"), "{error}");
+        }
     }
 
     // Goal: flags beat env beat file beat defaults, field by field. Method:

@@ -69,7 +69,18 @@ pub enum Admit {
     Wait,
 }
 
-/// A connection waiting for, or holding, a turn.
+/// Which line a connection's place is (or its turn came from).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Line {
+    /// Joined after having nothing waiting for a whole cycle: served first.
+    #[default]
+    New,
+    /// Used a whole turn, or came back within a cycle.
+    Old,
+}
+
+/// A connection with a place in line, holding the turn, or paying back a
+/// debt.
 #[derive(Debug, Default)]
 struct Member {
     /// Bytes it may still hand over; negative after a frame larger than
@@ -78,6 +89,14 @@ struct Member {
     /// Frames left in its current turn (0 while it does not hold one).
     frames_left: usize,
     waker: Option<Waker>,
+    /// It has frames it wants to hand over (it asked and got `Wait`, or
+    /// holds the turn).
+    wants: bool,
+    /// It has a place in `new` or `old` (a place may be kept while it has
+    /// nothing waiting: see the module docs).
+    placed: bool,
+    /// The line of its place, or of the turn it holds.
+    line: Line,
 }
 
 /// Counts of the gate's work, for tests and reports.
@@ -87,15 +106,24 @@ pub struct AdmissionStats {
     pub admitted: u64,
     /// Turns given while connections waited.
     pub turns: u64,
+    /// Turns given from the new line (connections that had been idle).
+    pub new_turns: u64,
     /// Rounds ended because the round's budget was spent.
     pub rounds_spent: u64,
 }
 
 #[derive(Debug, Default)]
 struct State {
-    /// Connections with a frame waiting, in turn order; the front holds the
-    /// turn.
-    ring: VecDeque<u64>,
+    /// Places of connections that had nothing waiting for a whole cycle, in
+    /// arrival order; served before `old`. May hold ids of connections that
+    /// left since (skipped).
+    new: VecDeque<u64>,
+    /// Places of the others, in turn order.
+    old: VecDeque<u64>,
+    /// The connection holding the turn (it has no place while it does).
+    holder: Option<u64>,
+    /// Members that want to hand over frames (placed or holding the turn).
+    wanting: usize,
     members: HashMap<u64, Member>,
     round_frames: usize,
     round_bytes: usize,
@@ -107,31 +135,65 @@ impl State {
         self.round_frames >= ADMISSION_ROUND_FRAMES || self.round_bytes >= ADMISSION_ROUND_BYTES
     }
 
-    /// Gives the front of the ring a new turn and wakes it.
+    /// Gives the turn to the first place, new line first, that wants it,
+    /// and wakes it. Places of connections that have nothing waiting are
+    /// settled on the way: a new one moves to the back of the old line (so
+    /// a connection cannot regain priority by emptying its buffer once per
+    /// turn), an old one is dropped. No holder when nobody wants a turn.
     fn start_turn(&mut self) {
-        let Some(&head) = self.ring.front() else {
+        self.holder = None;
+        loop {
+            let (id, line) = if let Some(id) = self.new.pop_front() {
+                (id, Line::New)
+            } else if let Some(id) = self.old.pop_front() {
+                (id, Line::Old)
+            } else {
+                return;
+            };
+            let Some(member) = self.members.get_mut(&id) else {
+                continue; // it left
+            };
+            if !member.wants {
+                if line == Line::New {
+                    member.line = Line::Old;
+                    self.old.push_back(id);
+                } else {
+                    member.placed = false;
+                    if member.deficit_bytes >= 0 {
+                        self.members.remove(&id);
+                    }
+                }
+                continue;
+            }
+            member.placed = false;
+            member.line = line;
+            member.deficit_bytes = member.deficit_bytes.saturating_add(ADMISSION_QUANTUM_BYTES);
+            member.frames_left = ADMISSION_QUANTUM_FRAMES;
+            self.holder = Some(id);
+            self.stats.turns += 1;
+            if line == Line::New {
+                self.stats.new_turns += 1;
+            }
+            if let Some(waker) = member.waker.take() {
+                waker.wake();
+            }
             return;
-        };
-        let member = self.members.entry(head).or_default();
-        member.deficit_bytes = member.deficit_bytes.saturating_add(ADMISSION_QUANTUM_BYTES);
-        member.frames_left = ADMISSION_QUANTUM_FRAMES;
-        self.stats.turns += 1;
-        if let Some(waker) = member.waker.take() {
-            waker.wake();
         }
     }
 
-    /// Takes `id` out of the ring; the next one gets the turn if `id` held
-    /// it. Returns whether it held the turn.
-    fn remove(&mut self, id: u64) -> bool {
-        let Some(at) = self.ring.iter().position(|&member| member == id) else {
-            return false;
-        };
-        self.ring.remove(at);
-        if at == 0 {
-            self.start_turn();
+    /// `id` (a member) wants a turn: gives it a place at the back of the
+    /// new line unless it has one.
+    fn want(&mut self, id: u64) {
+        let member = self.members.entry(id).or_default();
+        if !member.wants {
+            member.wants = true;
+            self.wanting += 1;
         }
-        at == 0
+        if !member.placed && self.holder != Some(id) {
+            member.placed = true;
+            member.line = Line::New;
+            self.new.push_back(id);
+        }
     }
 }
 
@@ -152,46 +214,51 @@ impl Admission {
     }
 
     /// Whether connection `id` may hand over a frame now. On `Wait` it has
-    /// a place in the turn order (kept until [`Admission::pass`] or
+    /// a place in line (kept until [`Admission::pass`] or
     /// [`Admission::leave`]) and should await [`Admission::turn`].
     pub fn ready(&self, id: u64) -> Admit {
         let mut state = self.state.borrow_mut();
-        if state.ring.is_empty() {
+        if state.holder == Some(id) {
+            if state.round_spent() {
+                return Admit::Wait;
+            }
+            let member = state.members.entry(id).or_default();
+            if member.frames_left > 0 && member.deficit_bytes > 0 {
+                return Admit::Go;
+            }
+            // Its turn is over: to the back of the old line, the next
+            // one's turn.
+            member.placed = true;
+            member.line = Line::Old;
+            state.old.push_back(id);
+            state.start_turn();
+            if state.holder == Some(id) && state.wanting == 1 {
+                // Alone: its new turn starts at once (paying back a debt
+                // takes as many turns as it needs, with nobody else to wait).
+                let member = state.members.entry(id).or_default();
+                if member.deficit_bytes <= 0 {
+                    member.deficit_bytes = ADMISSION_QUANTUM_BYTES;
+                }
+                return Admit::Go;
+            }
+            return Admit::Wait;
+        }
+        if state.holder.is_none() && state.wanting == 0 {
             if !state.round_spent() {
                 return Admit::Go;
             }
             // First to find the round spent: it takes the turn and waits
             // for the next round.
-            state.ring.push_back(id);
+            state.want(id);
             state.start_turn();
             return Admit::Wait;
         }
-        if state.ring.front() != Some(&id) {
-            if !state.ring.contains(&id) {
-                state.ring.push_back(id);
-                state.members.entry(id).or_default();
-            }
-            return Admit::Wait;
-        }
-        if state.round_spent() {
-            return Admit::Wait;
-        }
-        let member = state.members.entry(id).or_default();
-        if member.frames_left > 0 && member.deficit_bytes > 0 {
-            return Admit::Go;
-        }
-        // Its turn is over: to the back of the line, the next one's turn.
-        state.ring.pop_front();
-        state.ring.push_back(id);
-        state.start_turn();
-        if state.ring.len() == 1 {
-            // Alone: its new turn starts at once (paying back a debt takes
-            // as many turns as it needs, with nobody else to wait).
-            let member = state.members.entry(id).or_default();
-            if member.deficit_bytes <= 0 {
-                member.deficit_bytes = ADMISSION_QUANTUM_BYTES;
-            }
-            return Admit::Go;
+        state.want(id);
+        if state.holder.is_none() {
+            // Nobody holds the turn although someone wanted it (cannot
+            // happen: a turn is handed on whenever it ends): hand it on now
+            // rather than leave everyone waiting.
+            state.start_turn();
         }
         Admit::Wait
     }
@@ -203,7 +270,7 @@ impl Admission {
         state.round_frames += 1;
         state.round_bytes = state.round_bytes.saturating_add(len_bytes);
         state.stats.admitted += 1;
-        if state.ring.front() == Some(&id) {
+        if state.holder == Some(id) {
             if let Some(member) = state.members.get_mut(&id) {
                 member.frames_left = member.frames_left.saturating_sub(1);
                 let charged = i64::try_from(len_bytes).unwrap_or(i64::MAX);
@@ -213,26 +280,48 @@ impl Admission {
     }
 
     /// Connection `id` has nothing it can hand over for now (no whole frame,
-    /// no free in-flight permit, its answers unread): it gives up its place
-    /// (and its turn, if it held it). A debt it ran up is kept.
+    /// no free in-flight permit, its answers unread): it gives up its turn
+    /// if it held it. A debt it ran up is kept; so is its place for one more
+    /// cycle if it came from the new line (module docs).
     pub fn pass(&self, id: u64) {
         let mut state = self.state.borrow_mut();
-        state.remove(id);
-        if let Some(member) = state.members.get_mut(&id) {
-            member.deficit_bytes = member.deficit_bytes.min(0);
-            member.frames_left = 0;
-            member.waker = None;
-            if member.deficit_bytes == 0 {
+        let state = &mut *state;
+        let Some(member) = state.members.get_mut(&id) else {
+            return;
+        };
+        if member.wants {
+            member.wants = false;
+            state.wanting -= 1;
+        }
+        member.deficit_bytes = member.deficit_bytes.min(0);
+        member.frames_left = 0;
+        member.waker = None;
+        if state.holder == Some(id) {
+            if member.line == Line::New {
+                member.placed = true;
+                member.line = Line::Old;
+                state.old.push_back(id);
+            } else if member.deficit_bytes == 0 {
                 state.members.remove(&id);
             }
+            state.start_turn();
+        } else if !member.placed && member.deficit_bytes == 0 {
+            state.members.remove(&id);
         }
     }
 
-    /// Connection `id` is gone: forgets it, passing its turn on.
+    /// Connection `id` is gone: forgets it, passing its turn on. Its place,
+    /// if any, is skipped when reached.
     pub fn leave(&self, id: u64) {
         let mut state = self.state.borrow_mut();
-        state.remove(id);
-        state.members.remove(&id);
+        if let Some(member) = state.members.remove(&id) {
+            if member.wants {
+                state.wanting -= 1;
+            }
+        }
+        if state.holder == Some(id) {
+            state.start_turn();
+        }
     }
 
     /// Resolves when connection `id` (which got `Wait`) holds the turn and
@@ -242,15 +331,17 @@ impl Admission {
         loop {
             let round_over = std::future::poll_fn(|cx| {
                 let mut state = self.state.borrow_mut();
-                if state.ring.front() == Some(&id) {
+                if state.holder == Some(id) {
                     return Poll::Ready(state.round_spent());
                 }
-                if !state.ring.contains(&id) {
+                match state.members.get_mut(&id) {
+                    Some(member) if member.wants => {
+                        member.waker = Some(cx.waker().clone());
+                        Poll::Pending
+                    }
                     // Not waiting (it passed or left): nothing to wait for.
-                    return Poll::Ready(false);
+                    _ => Poll::Ready(false),
                 }
-                state.members.entry(id).or_default().waker = Some(cx.waker().clone());
-                Poll::Pending
             })
             .await;
             if !round_over {
@@ -272,9 +363,9 @@ impl Admission {
         state.round_bytes = 0;
     }
 
-    /// Connections waiting for a turn now.
+    /// Connections waiting for a turn or holding it now.
     pub fn waiting(&self) -> usize {
-        self.state.borrow().ring.len()
+        self.state.borrow().wanting
     }
 
     pub fn stats(&self) -> AdmissionStats {
@@ -297,11 +388,15 @@ mod tests {
         taken
     }
 
+    fn holder(gate: &Admission) -> u64 {
+        gate.state.borrow().holder.expect("someone holds the turn")
+    }
+
     /// Plays the part of the executor: whoever holds the turn takes what it
     /// wants; a spent round starts the next one. Returns the connection
     /// that was served and how many frames it handed over.
     fn serve_turn(gate: &Admission, wants: &mut HashMap<u64, usize>, len: usize) -> (u64, usize) {
-        let head = *gate.state.borrow().ring.front().expect("someone waits");
+        let head = holder(gate);
         if gate.state.borrow().round_spent() {
             gate.next_round();
         }
@@ -314,24 +409,37 @@ mod tests {
         (head, taken)
     }
 
-    // Goal: a light connection that joins while heavy ones keep frames
-    // waiting is admitted after at most one turn of each heavy connection,
-    // and every turn hands over at most the quantum. Method: 8 heavy
-    // connections with endless frames fill the round and queue; a light one
-    // arrives; drive turns as the executor would and count the heavy frames
-    // admitted before the light one.
-    #[test]
-    fn a_light_connection_waits_at_most_one_turn_of_each_heavy_one() {
-        const HEAVY: u64 = 8;
+    /// 8 heavy connections with endless frames that spent the round and
+    /// now queue for turns, each served once so that all are in the old
+    /// line.
+    fn saturated_gate(heavy: u64, wants: &mut HashMap<u64, usize>) -> Admission {
         let gate = Admission::default();
-        let mut wants: HashMap<u64, usize> = (0..HEAVY).map(|id| (id, usize::MAX)).collect();
-        // Heavy connections spend the round on the fast path, then queue.
-        for id in 0..HEAVY {
+        for id in 0..heavy {
+            wants.insert(id, usize::MAX);
             take(&gate, id, 100, ADMISSION_ROUND_FRAMES);
         }
-        for id in 0..HEAVY {
+        for id in 0..heavy {
             assert_eq!(gate.ready(id), Admit::Wait);
         }
+        for _ in 0..heavy {
+            serve_turn(&gate, wants, 100);
+        }
+        assert_eq!(gate.state.borrow().new.len(), 0, "every heavy one used a whole turn");
+        gate
+    }
+
+    // Goal: a light connection (nothing waiting for a while) that joins
+    // while heavy ones keep frames waiting is served next, after at most
+    // the turn in progress, and every turn hands over at most the quantum.
+    // Method: heavy connections with endless frames fill the round and
+    // queue; a light one arrives; drive turns as the executor would and
+    // count the heavy frames admitted before the light one. Without the
+    // new line it waits behind one turn of every heavy connection.
+    #[test]
+    fn a_light_connection_is_served_after_at_most_the_turn_in_progress() {
+        const HEAVY: u64 = 8;
+        let mut wants = HashMap::new();
+        let gate = saturated_gate(HEAVY, &mut wants);
         let light = 99;
         wants.insert(light, 1);
         assert_eq!(gate.ready(light), Admit::Wait, "others wait: it takes its place in line");
@@ -346,10 +454,43 @@ mod tests {
             heavy_before += taken;
         }
         assert!(
-            heavy_before <= HEAVY as usize * ADMISSION_QUANTUM_FRAMES,
+            heavy_before <= ADMISSION_QUANTUM_FRAMES,
             "{heavy_before} heavy frames before the light one"
         );
-        assert!(gate.stats().turns >= HEAVY);
+        assert!(gate.stats().new_turns >= 1);
+    }
+
+    // Goal: a connection cannot keep the new line's priority by emptying
+    // its buffer at every turn and refilling it at once: it gets at most
+    // about twice the turns of an always-busy connection, never a turn
+    // ahead of every other one each time. Method: heavy connections plus
+    // one that hands over one frame per turn, passes, and at once wants
+    // again; count its turns against a heavy one's.
+    #[test]
+    fn a_connection_that_empties_every_turn_gets_no_more_than_twice_a_share() {
+        const HEAVY: u64 = 8;
+        let mut wants = HashMap::new();
+        let gate = saturated_gate(HEAVY, &mut wants);
+        let pulsing = 50;
+        let mut turns: HashMap<u64, usize> = HashMap::new();
+        assert_eq!(gate.ready(pulsing), Admit::Wait);
+        wants.insert(pulsing, 1);
+        for _ in 0..(HEAVY as usize * 50) {
+            let (served, _) = serve_turn(&gate, &mut wants, 100);
+            *turns.entry(served).or_default() += 1;
+            if served == pulsing {
+                // It emptied (passed); its next frame arrives at once.
+                wants.insert(pulsing, 1);
+                assert_eq!(gate.ready(pulsing), Admit::Wait);
+            }
+        }
+        let heavy_turns = turns[&0];
+        assert!(heavy_turns >= 40, "heavy 0 got {heavy_turns} turns");
+        assert!(
+            turns[&pulsing] <= 2 * heavy_turns + 1,
+            "pulsing {} turns against heavy {heavy_turns}",
+            turns[&pulsing]
+        );
     }
 
     // Goal: shares are fair in bytes too: a connection sending frames far
@@ -366,7 +507,7 @@ mod tests {
         assert_eq!(gate.ready(big), Admit::Wait);
         assert_eq!(gate.ready(small), Admit::Wait);
         for _ in 0..400 {
-            let head = *gate.state.borrow().ring.front().expect("both wait");
+            let head = holder(&gate);
             if gate.state.borrow().round_spent() {
                 gate.next_round();
             }
@@ -374,7 +515,7 @@ mod tests {
             let taken = take(&gate, head, len, usize::MAX);
             *bytes.entry(head).or_default() += taken * len;
             // It still has frames: its place is back in line, not passed.
-            assert!(gate.state.borrow().ring.contains(&head));
+            assert!(gate.state.borrow().old.contains(&head) || holder(&gate) == head);
         }
         let (big_bytes, small_bytes) = (bytes[&big], bytes[&small]);
         // The small-frame connection is capped by the frame quantum
@@ -405,6 +546,28 @@ mod tests {
         assert_eq!(gate.ready(1), Admit::Go, "then 1 again");
         gate.leave(1);
         assert_eq!(gate.waiting(), 0);
+        // 2 keeps a place for one more cycle (it came from the new line);
+        // the next turn settles it and nothing is left.
+        assert_eq!(gate.ready(3), Admit::Go, "nobody waits: at once");
+        gate.pass(3);
+        gate.state.borrow_mut().start_turn();
         assert!(gate.state.borrow().members.is_empty(), "nothing kept for gone connections");
+    }
+
+    // Goal: a connection that leaves while it holds the turn or has a
+    // place never blocks the others. Method: three wait; the holder and a
+    // placed one leave; the third gets the turn.
+    #[test]
+    fn leaving_hands_the_turn_on_and_places_of_gone_connections_are_skipped() {
+        let gate = Admission::default();
+        take(&gate, 1, 10, usize::MAX);
+        assert_eq!(gate.ready(1), Admit::Wait);
+        assert_eq!(gate.ready(2), Admit::Wait);
+        assert_eq!(gate.ready(3), Admit::Wait);
+        assert_eq!(holder(&gate), 1);
+        gate.leave(2);
+        gate.leave(1);
+        assert_eq!(holder(&gate), 3);
+        assert_eq!(gate.waiting(), 1);
     }
 }

@@ -34,6 +34,7 @@ use glommio::sync::Semaphore;
 use glommio::timer::Timer;
 
 use crate::net::admission::{Admission, Admit};
+use crate::net::poll_gate::PollGate;
 use crate::net::rejections::Rejections;
 use crate::net::stop::StopSignal;
 use crate::partition::signal::ClaimCancel;
@@ -349,6 +350,9 @@ pub struct ConnectionLimits {
     /// Response bytes produced and not yet written at which reading pauses
     /// ([`crate::limits::RESPONSE_QUEUE_BYTES_MAX`] in the broker).
     pub response_bytes_max: usize,
+    /// Longest a connection loop runs before it lets the executor poll for
+    /// completed I/O when busy ([`crate::net::poll_gate`]).
+    pub io_poll_interval: Duration,
 }
 
 impl ConnectionLimits {
@@ -361,6 +365,7 @@ impl ConnectionLimits {
             frame_timeout: Duration::from_millis(config.frame_timeout_ms),
             write_timeout: Duration::from_millis(config.write_timeout_ms),
             response_bytes_max: crate::limits::RESPONSE_QUEUE_BYTES_MAX,
+            io_poll_interval: config.io_poll_interval(),
         }
     }
 }
@@ -476,6 +481,7 @@ where
         let writer_failed = writer_failed.clone();
         let write_error = write_error.clone();
         let writer_connection = connection.clone();
+        let gate = PollGate::new(limits.io_poll_interval);
         async move {
             let mut writer = writer;
             let mut burst: Vec<H::Response> = Vec::new();
@@ -501,6 +507,9 @@ where
                         Some(None) | None => break,
                     }
                 }
+                // A write that finds room completes inside this task: a
+                // busy connection lets the executor poll now and then.
+                gate.pass().await;
                 let write = write_burst(&mut writer, &mut burst, &mut coalesced);
                 let deadline = async {
                     Timer::new(limits.write_timeout).await;
@@ -606,7 +615,11 @@ where
         }
     };
 
+    let gate = PollGate::new(limits.io_poll_interval);
     loop {
+        // Reads that find data complete inside this task: a busy
+        // connection lets the executor poll now and then.
+        gate.pass().await;
         // Hand whole frames in the buffer to their own tasks while a permit
         // is free and this pass's budget lasts.
         let mut consumed = 0;

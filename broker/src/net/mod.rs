@@ -12,6 +12,7 @@ pub mod admission;
 pub mod connection;
 pub mod echo;
 pub mod listener;
+pub mod poll_gate;
 pub mod rejections;
 pub mod stop;
 
