@@ -401,6 +401,30 @@ pub fn encode(reports: &[ShardReport], missing: &[u16]) -> Result<String, fmt::E
             family,
         );
     }
+    {
+        // Process-wide: what the allocator has handed out and not had back,
+        // against what the kernel charges the process.
+        if let Some(live) = crate::alloc::live_heap_bytes() {
+            let gauge = Gauge::<i64>::default();
+            gauge.set(gauge_value(live));
+            registry.register_with_unit(
+                "spool_heap_live",
+                "Heap bytes allocated and not yet freed (the allocator's overhead is the resident set minus this)",
+                Unit::Bytes,
+                gauge,
+            );
+        }
+        if let Some(resident) = crate::alloc::resident_bytes() {
+            let gauge = Gauge::<i64>::default();
+            gauge.set(gauge_value(resident));
+            registry.register_with_unit(
+                "spool_process_resident",
+                "Resident set of the broker process",
+                Unit::Bytes,
+                gauge,
+            );
+        }
+    }
 
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry)?;

@@ -20,8 +20,9 @@ use spool_broker::shard::{cpus, Broker};
 /// state's chunks are allocated and freed on the shard threads at tens of
 /// thousands a second; glibc spent ≈10 % of a shard's CPU there
 /// (`unlink_chunk`, `malloc_consolidate`), see bench/README.md.
+/// Counted (`spool_heap_live_bytes`), see `spool_broker::alloc`.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: spool_broker::alloc::CountingMimalloc = spool_broker::alloc::CountingMimalloc;
 
 /// Exit code of a second signal during the drain.
 const FORCED_EXIT_CODE: i32 = 1;
@@ -38,6 +39,7 @@ fn install_signal_handlers(stop: &Arc<AtomicBool>) -> Result<(), std::io::Error>
 
 pub fn main() {
     spool_broker::alloc::configure();
+    ALLOCATOR.installed();
     let cli = Cli::parse();
     let allowed_cpus = cpus::allowed_cpus().len();
     let config = match BrokerConfig::load(&cli, std::env::vars(), allowed_cpus) {

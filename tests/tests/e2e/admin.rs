@@ -218,3 +218,45 @@ async fn a_refused_partition_makes_the_broker_not_ready() {
     assert_eq!(metrics.value("spool_shard_partitions_refused", &[("shard", "0")]), Some(1.0));
     assert_eq!(metrics.value("spool_shard_partitions_open", &[("shard", "0")]), Some(1.0));
 }
+
+// Goal: the process gauges tell live heap from the resident set: both are
+// exported by a real spoold, the live heap grows with a backlog, and it
+// never exceeds the resident set. Method: scrape, enqueue 20,000 messages
+// (tokio tasks sending at once, so the producer batches them), scrape.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heap_live_bytes_grow_with_the_backlog_and_stay_below_the_resident_set() {
+    const MESSAGES: u64 = 20_000;
+    let broker = Spoold::start(1);
+    let client = broker.client().await;
+    let admin = Admin::new(client.clone());
+    admin.create_queue("heap", test_queue_config(1, 5_000, 5)).await.unwrap();
+    let before = scrape(&broker);
+    let live_before = before.value("spool_heap_live_bytes", &[]).expect("live heap gauge");
+    let resident = before.value("spool_process_resident_bytes", &[]).expect("resident gauge");
+    assert!(live_before > 0.0 && live_before <= resident, "{live_before} of {resident}");
+
+    let producer =
+        std::sync::Arc::new(Producer::new(client.clone(), ProducerConfig::default()).unwrap());
+    let mut sends = tokio::task::JoinSet::new();
+    for sequence in 0..MESSAGES {
+        let producer = producer.clone();
+        sends.spawn(async move {
+            let message = Message::new(format!("m{sequence}")).id(message_id(3, sequence));
+            producer.send("heap", message).await
+        });
+    }
+    while let Some(sent) = sends.join_next().await {
+        sent.unwrap().unwrap();
+    }
+
+    let after = scrape(&broker);
+    let live_after = after.value("spool_heap_live_bytes", &[]).expect("live heap gauge");
+    let resident = after.value("spool_process_resident_bytes", &[]).expect("resident gauge");
+    // At least the queue state's share of each message (≥ 16 B; ≈ 25 B
+    // plus its dedupe id, broker/tests/queue_memory.rs).
+    assert!(
+        live_after - live_before >= (MESSAGES * 16) as f64,
+        "live heap {live_before} -> {live_after} for {MESSAGES} messages"
+    );
+    assert!(live_after <= resident, "{live_after} of {resident}");
+}
