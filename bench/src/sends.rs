@@ -145,4 +145,55 @@ mod tests {
         assert_eq!(u64::from_le_bytes(prefix), 0x0102_0304_0506_0708);
         assert!(bytes[TIMESTAMP_BYTES..].iter().all(|&byte| byte == 0));
     }
+
+    /// A multi-thread runtime, as the scenarios use: only its own workers
+    /// drive the timers a pacing thread's `Handle::block_on` waits on.
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap()
+    }
+
+    #[test]
+    fn a_free_window_slot_comes_at_once_and_a_full_window_gives_up_on_stop() {
+        // Goal: a pacer never blocks past the stop on a full window, and takes
+        // a free slot without waiting; method: a window of one, taken, then
+        // asked again with the stop set (it must give up within a re-check),
+        // then freed and asked again.
+        let runtime = runtime();
+        let permits = Arc::new(Semaphore::new(1));
+        let held = window_slot(runtime.handle(), &permits, || false);
+        assert!(held.is_some());
+        let started = spool_broker::clock::instant_now();
+        assert!(window_slot(runtime.handle(), &permits, || true).is_none());
+        assert!(started.elapsed() >= PACER_STOP_CHECK, "gave up before a re-check");
+        drop(held);
+        assert!(window_slot(runtime.handle(), &permits, || true).is_some());
+    }
+
+    #[test]
+    fn finish_awaits_the_send_tasks_and_joins_the_pacers() {
+        // Goal: finish returns only after every send task and pacing thread
+        // has ended, and says when the tasks outlast the timeout; method: a
+        // task and a thread that each set a flag, then a task that never ends.
+        let runtime = runtime();
+        let task_done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let pacer_done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (task_flag, pacer_flag) = (Arc::clone(&task_done), Arc::clone(&pacer_done));
+        let finished = runtime.block_on(async move {
+            let task = tokio::spawn(async move {
+                task_flag.store(true, std::sync::atomic::Ordering::Release);
+            });
+            let pacer = std::thread::spawn(move || {
+                pacer_flag.store(true, std::sync::atomic::Ordering::Release);
+            });
+            finish(vec![task], &[], vec![pacer], Duration::from_secs(5)).await
+        });
+        assert!(finished.is_ok());
+        assert!(task_done.load(std::sync::atomic::Ordering::Acquire));
+        assert!(pacer_done.load(std::sync::atomic::Ordering::Acquire));
+        let stuck = runtime.block_on(async {
+            let task = tokio::spawn(std::future::pending::<()>());
+            finish(vec![task], &[], Vec::new(), Duration::from_millis(50)).await
+        });
+        assert!(stuck.is_err());
+    }
 }
