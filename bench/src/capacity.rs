@@ -26,7 +26,7 @@ use spool_tuning::plan::{plan, Plan, PlanError, PlanInputs};
 use crate::dist::ServiceTime;
 use crate::load::{
     self, BacklogCheck, LoadConfig, LoadError, OmbResult, PercentilesMs, Phase, PhaseEnd,
-    PhaseOutcome, QueueResult, Sample,
+    PhaseOutcome, QueueResult, RunEcho, Sample,
 };
 
 /// A drain is complete when the ready backlog falls to this fraction of the
@@ -151,15 +151,9 @@ pub struct CapacityEcho {
     pub slots_burst: u32,
     pub slots_drain: u32,
     pub drain_max_s: f64,
-    pub arrivals: crate::dist::Arrivals,
-    pub producers: u32,
-    pub consumers: u32,
-    pub addr: String,
-    pub spoold_started: bool,
-    pub shards: u16,
-    pub queue: String,
-    pub partitions: u32,
-    pub seed: u64,
+    /// The run's setup (flattened: the same keys as ever).
+    #[serde(flatten)]
+    pub run: RunEcho,
 }
 
 /// One capacity run, as one JSON document.
@@ -354,15 +348,7 @@ pub fn run(config: &CapacityConfig) -> Result<CapacityReport, CapacityError> {
             slots_burst,
             slots_drain,
             drain_max_s,
-            arrivals: load.arrivals,
-            producers: load.producers_per_queue,
-            consumers: load.consumers_per_queue,
-            addr: outcome.addr.clone(),
-            spoold_started: outcome.spoold_started,
-            shards: outcome.shards,
-            queue: outcome.queues.first().cloned().unwrap_or_default(),
-            partitions: outcome.partitions,
-            seed: load.seed,
+            run: outcome.echo(&load),
         },
         predicted,
         measured,

@@ -1,11 +1,18 @@
-//! [`BenchError`]: every way a benchmark run can fail before it reports.
+//! [`BenchError`]: the ways the in-process scenarios (`log_append`,
+//! `state_memory`, `recovery`, `hostile`) and the shared measuring pieces
+//! (`latency`, `timed`) fail before they report.
+//!
+//! It names nothing of the client scenarios: `throughput`, the load engine
+//! and the scenarios on it keep their own error enums (they depend on this
+//! module's pieces, never the other way round), and the binary's `Failure`
+//! (`main.rs`) is the one place that gathers them all.
 
 use std::path::PathBuf;
 
 use spool_broker::log::LogError;
 use thiserror::Error;
 
-/// Why a benchmark run produced no report.
+/// Why an in-process scenario produced no report.
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum BenchError {
@@ -26,22 +33,8 @@ pub enum BenchError {
     Log(#[from] LogError),
     #[error("histogram: {0}")]
     Histogram(String),
-    #[error("throughput: {0}")]
-    Throughput(#[from] crate::throughput::ThroughputError),
-    #[error("load: {0}")]
-    Load(#[from] crate::load::LoadError),
     #[error("hostile: {0}")]
     Hostile(String),
-    #[error("capacity: {0}")]
-    Capacity(#[from] crate::capacity::CapacityError),
-    #[error("rss: {0}")]
-    Rss(#[from] crate::rss::RssError),
-    #[error("idle: {0}")]
-    Idle(#[from] crate::idle::IdleError),
-    #[error("omb: {0}")]
-    Omb(#[from] crate::omb::OmbError),
-    #[error("cannot encode the report: {0}")]
-    Report(#[from] serde_json::Error),
     #[error(
         "heap is not being counted: run this scenario from the spool-bench binary, which \
          installs spool_bench::heap::CountingAllocator as the global allocator"
@@ -63,4 +56,20 @@ pub enum BenchError {
     Partition(Box<spool_broker::partition::PartitionError>),
     #[error("scenario went wrong: {0}")]
     Scenario(String),
+}
+
+impl BenchError {
+    /// `Ok` when `value` is in `[min, max]`, else [`BenchError::OutOfRange`]
+    /// naming `field`: the one range check of every in-process scenario's
+    /// settings.
+    ///
+    /// # Errors
+    /// [`BenchError::OutOfRange`] when `value` is outside `[min, max]`.
+    pub fn check_range(field: &'static str, value: u64, min: u64, max: u64) -> Result<(), Self> {
+        if (min..=max).contains(&value) {
+            Ok(())
+        } else {
+            Err(Self::OutOfRange { field, value, min, max })
+        }
+    }
 }

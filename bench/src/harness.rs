@@ -1,6 +1,7 @@
 //! The broker side of the client benchmarks: a `spoold` child process on a
-//! temporary directory and free loopback ports, and the names the reports
-//! give client errors.
+//! temporary directory and free loopback ports; and what every client
+//! scenario shares on its own side: the runtime its clients run on and the
+//! names the reports give client and consumer errors.
 //!
 //! What it owns: [`SpooldProcess`] (start, wait until every shard listens,
 //! SIGTERM and a bounded wait, directory removal; killed and removed on drop
@@ -9,6 +10,7 @@
 //! scenarios do that through `spool-client`. Factored out of `throughput`
 //! so every scenario starts and stops brokers the same way.
 
+use std::collections::BTreeMap;
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -16,7 +18,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use spool_broker::clock::instant_now;
-use spool_client::ClientError;
+use spool_client::{ClientError, ConsumerStats};
 use thiserror::Error;
 
 /// Segment size of a spoold this benchmark starts (bytes).
@@ -58,7 +60,8 @@ pub struct Broker {
 
 impl Broker {
     /// `addr` if given; otherwise a `spoold` (`binary`, or the one next to
-    /// this executable) started under `dir` with `shards` shards.
+    /// this executable) started under `dir` with `shards` shards and
+    /// `--spin-before-park-us` `spin_before_park_us`.
     ///
     /// # Errors
     /// See [`SpooldProcess::start`] and [`sibling_spoold`].
@@ -68,6 +71,7 @@ impl Broker {
         dir: &Path,
         shards: u16,
         label: &str,
+        spin_before_park_us: u64,
     ) -> Result<Self, HarnessError> {
         if let Some(addr) = addr {
             return Ok(Self { spoold: None, addr: addr.to_owned() });
@@ -76,7 +80,7 @@ impl Broker {
             Some(path) => path.to_owned(),
             None => sibling_spoold()?,
         };
-        let process = SpooldProcess::start(&binary, dir, shards, label, 0)?;
+        let process = SpooldProcess::start(&binary, dir, shards, label, spin_before_park_us)?;
         let addr = process.addr().to_owned();
         Ok(Self { spoold: Some(process), addr })
     }
@@ -313,4 +317,32 @@ pub fn error_name(error: &ClientError) -> &'static str {
         ClientError::Shutdown => "SHUTDOWN",
         _ => "OTHER",
     }
+}
+
+/// Adds the consumers' failure counts to a report's `errors` under the names
+/// every report uses (`consumer.claim_failed`, `consumer.settle_failed`,
+/// `consumer.extend_failed`), leaving out the zeros.
+pub fn add_consumer_errors(errors: &mut BTreeMap<String, u64>, stats: &ConsumerStats) {
+    for (name, count) in [
+        ("consumer.claim_failed", stats.claim_failed),
+        ("consumer.settle_failed", stats.settle_failed),
+        ("consumer.extend_failed", stats.extend_failed),
+    ] {
+        if count > 0 {
+            errors.insert(name.to_owned(), count);
+        }
+    }
+}
+
+/// The tokio runtime every client of a run shares: `threads` workers (at
+/// least one) named `bench-client`.
+///
+/// # Errors
+/// The runtime's own, when its threads cannot be started.
+pub fn client_runtime(threads: u64) -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(usize::try_from(threads).unwrap_or(1).max(1))
+        .thread_name("bench-client")
+        .enable_all()
+        .build()
 }

@@ -11,9 +11,10 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::dist::{Arrivals, ServiceTime};
+use crate::dist::ServiceTime;
 use crate::load::{
-    self, LoadConfig, LoadError, OmbResult, PercentilesMs, Phase, PhaseEnd, QueueResult, Sample,
+    self, LoadConfig, LoadError, OmbResult, PercentilesMs, Phase, PhaseEnd, QueueResult, RunEcho,
+    Sample,
 };
 
 /// What to run.
@@ -38,15 +39,9 @@ pub struct LatencyEcho {
     pub slots: u32,
     pub msg_bytes: u64,
     pub service: ServiceTime,
-    pub arrivals: Arrivals,
-    pub producers: u32,
-    pub consumers: u32,
-    pub addr: String,
-    pub spoold_started: bool,
-    pub shards: u16,
-    pub queue: String,
-    pub partitions: u32,
-    pub seed: u64,
+    /// The run's setup (flattened: the same keys as ever).
+    #[serde(flatten)]
+    pub run: RunEcho,
 }
 
 /// One latency run, as one JSON document.
@@ -101,15 +96,7 @@ pub fn run(config: &LatencyConfig) -> Result<LatencyReport, LoadError> {
             slots: config.slots,
             msg_bytes: config.msg_bytes,
             service: config.service,
-            arrivals: load.arrivals,
-            producers: load.producers_per_queue,
-            consumers: load.consumers_per_queue,
-            addr: outcome.addr.clone(),
-            spoold_started: outcome.spoold_started,
-            shards: outcome.shards,
-            queue: outcome.queues.first().cloned().unwrap_or_default(),
-            partitions: outcome.partitions,
-            seed: load.seed,
+            run: outcome.echo(&load),
         },
         series: outcome.series,
     })

@@ -25,6 +25,13 @@
 //! - [`rss`]: the started `spoold`'s resident memory at each of a series of
 //!   backlogs, after the drain, and after a settle period.
 //!
+//! [`pinned`] is the frame of the in-process disk scenarios (a fresh run
+//! directory, one pinned glommio executor).
+//! [`sends`] is the send side `throughput` and [`load`] share (the
+//! timestamped payload, a pacer's window wait, the collector of its sends).
+//! [`error`] names only the in-process scenarios' failures; the client
+//! scenarios keep their own error enums, gathered by the binary.
+//!
 //! [`heap`] holds the counting allocator the binary installs for
 //! `state_memory`; the criterion micro-benchmarks of the state machine live
 //! beside it in `broker/benches/queue.rs`.
@@ -41,9 +48,11 @@ pub mod latency_scenario;
 pub mod load;
 pub mod log_append;
 pub mod omb;
+pub mod pinned;
 pub mod plot;
 pub mod recovery;
 pub mod rss;
+pub mod sends;
 pub mod state_memory;
 pub mod throughput;
 pub mod timed;

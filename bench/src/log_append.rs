@@ -15,11 +15,10 @@
 //! machine, or more than one partition.
 
 use std::cell::{Cell, RefCell};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::rc::Rc;
 use std::time::Duration;
 
-use glommio::{LocalExecutorBuilder, Placement};
 use serde::Serialize;
 use spool_broker::clock::{instant_now, Instant};
 use spool_broker::io::DmaStorage;
@@ -33,6 +32,7 @@ use spool_wire::limits::PAYLOAD_INLINE_BYTES_MAX;
 
 use crate::error::BenchError;
 use crate::latency::{Latency, LatencySummary};
+use crate::pinned::PinnedRun;
 use crate::timed::{IoSummary, IoTimings, TimedStorage};
 
 /// Most concurrent appenders: each is a task with one batch buffer.
@@ -45,49 +45,37 @@ const BYTES_PER_MB: f64 = 1_000_000.0;
 /// Leader epoch stamped on the benchmark's batches.
 const EPOCH: u32 = 1;
 
-/// What to run.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What to run: the `log-append` subcommand's flags (one definition, with
+/// their defaults).
+#[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
 pub struct LogAppendConfig {
-    /// Parent directory; the run uses a fresh subdirectory and removes it
-    /// afterwards unless `keep`.
-    pub dir: PathBuf,
+    #[command(flatten)]
+    pub pinned: PinnedRun,
     /// Inline payload bytes per record.
+    #[arg(long, default_value_t = 1024)]
     pub record_bytes: u64,
+    /// Concurrent appender tasks, each with one append in flight.
+    #[arg(long, default_value_t = 256)]
     pub appenders: u64,
+    /// Length of the measured window.
+    #[arg(long, default_value_t = 10)]
     pub seconds: u64,
+    /// Warm-up before the window (not measured).
+    #[arg(long, default_value_t = 1000)]
     pub warmup_ms: u64,
+    #[arg(long, default_value_t = SEGMENT_BYTES_DEFAULT)]
     pub segment_bytes: u64,
+    /// Group-commit target size (page multiple).
+    #[arg(long, default_value_t = COMMIT_BYTES_DEFAULT)]
     pub commit_bytes: u64,
+    /// Commits written but not yet synced at once.
+    #[arg(long, default_value_t = INFLIGHT_COMMITS_DEFAULT as u64)]
     pub inflight_commits: u64,
-    /// CPU the shard is pinned to.
-    pub core: usize,
-    pub keep: bool,
 }
 
 impl LogAppendConfig {
-    /// The defaults of the issue: 1 KiB records, 256 appenders, 10 s.
-    pub fn new(dir: PathBuf) -> Self {
-        Self {
-            dir,
-            record_bytes: 1024,
-            appenders: 256,
-            seconds: 10,
-            warmup_ms: 1000,
-            segment_bytes: SEGMENT_BYTES_DEFAULT,
-            commit_bytes: COMMIT_BYTES_DEFAULT,
-            inflight_commits: INFLIGHT_COMMITS_DEFAULT as u64,
-            core: 0,
-            keep: false,
-        }
-    }
-
     fn validate(&self) -> Result<(), BenchError> {
-        let check = |field, value, min, max| {
-            if value < min || value > max {
-                return Err(BenchError::OutOfRange { field, value, min, max });
-            }
-            Ok(())
-        };
+        let check = BenchError::check_range;
         check("record_bytes", self.record_bytes, 0, PAYLOAD_INLINE_BYTES_MAX as u64)?;
         check("appenders", self.appenders, 1, APPENDERS_MAX)?;
         check("seconds", self.seconds, 1, SECONDS_MAX)?;
@@ -221,18 +209,8 @@ async fn appender(
     Ok(())
 }
 
-/// A fresh directory under `parent` for this run.
-fn run_dir(parent: &Path) -> Result<PathBuf, BenchError> {
-    let dir = parent.join(format!("spool-bench-log-{}", std::process::id()));
-    let io_error = |action, source| BenchError::Dir { action, path: dir.clone(), source };
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir).map_err(|source| io_error("clear", source))?;
-    }
-    std::fs::create_dir_all(&dir).map_err(|source| io_error("create", source))?;
-    Ok(dir)
-}
-
-/// Runs the scenario on a new glommio executor pinned to `config.core`.
+/// Runs the scenario on a new glommio executor pinned to `--core`, in a
+/// fresh directory under `--dir` ([`PinnedRun`]).
 ///
 /// # Errors
 /// [`BenchError::OutOfRange`] for a bad config, [`BenchError::Executor`],
@@ -240,22 +218,7 @@ fn run_dir(parent: &Path) -> Result<PathBuf, BenchError> {
 pub fn run(config: &LogAppendConfig) -> Result<LogAppendReport, BenchError> {
     config.validate()?;
     config.log_config().validate().map_err(LogError::from)?;
-    let dir = run_dir(&config.dir)?;
-    let executor = LocalExecutorBuilder::new(Placement::Fixed(config.core))
-        // Registered (fixed) buffers make reads fail on virtio hosts: see broker io/dma.rs.
-        .io_memory(0)
-        .name("spool-bench")
-        .make()
-        .map_err(|error| BenchError::Executor(error.to_string()))?;
-    let result = executor.run(measure(config, &dir));
-    if !config.keep {
-        std::fs::remove_dir_all(&dir).map_err(|source| BenchError::Dir {
-            action: "remove",
-            path: dir.clone(),
-            source,
-        })?;
-    }
-    result
+    config.pinned.run("log", |dir| async move { measure(config, &dir).await })
 }
 
 async fn measure(config: &LogAppendConfig, dir: &Path) -> Result<LogAppendReport, BenchError> {

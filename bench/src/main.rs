@@ -9,27 +9,50 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::Serialize;
-use spool_bench::capacity::{self, CapacityConfig};
+use spool_bench::capacity::{self, CapacityConfig, CapacityError};
 use spool_bench::dist::{Arrivals, ServiceTime};
 use spool_bench::harness::Broker;
 use spool_bench::heap::CountingAllocator;
 use spool_bench::hostile::{self, HostileConfig};
-use spool_bench::idle::{self, IdleConfig};
+use spool_bench::idle::{self, IdleConfig, IdleError};
 use spool_bench::latency_scenario::{self, LatencyConfig};
-use spool_bench::load::{self, BrokerConfig, LoadConfig, Phase, PhaseEnd, Sample};
+use spool_bench::load::{self, BrokerConfig, LoadConfig, LoadError, Phase, PhaseEnd, Sample};
 use spool_bench::log_append::{self, LogAppendConfig};
-use spool_bench::omb::{self, OmbConfig};
+use spool_bench::omb::{self, OmbConfig, OmbError};
 use spool_bench::recovery::{self, RecoveryConfig};
-use spool_bench::rss::{self, RssConfig};
+use spool_bench::rss::{self, RssConfig, RssError};
 use spool_bench::state_memory::{self, StateMemoryConfig};
-use spool_bench::throughput::{self, ThroughputConfig};
+use spool_bench::throughput::{self, ThroughputConfig, ThroughputError, ThroughputLoad};
 use spool_bench::BenchError;
-use spool_broker::limits::{COMMIT_BYTES_DEFAULT, INFLIGHT_COMMITS_DEFAULT, SEGMENT_BYTES_DEFAULT};
+use thiserror::Error;
 
 /// Counts live heap bytes for `state-memory` (a relaxed atomic add per
 /// allocation: noise for the I/O scenarios).
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;
+
+/// Why a subcommand printed no report: each scenario's own error, as it
+/// said it. The one place that names every scenario's error type (the
+/// library's [`BenchError`] names none of them).
+#[derive(Debug, Error)]
+enum Failure {
+    #[error(transparent)]
+    Bench(#[from] BenchError),
+    #[error("throughput: {0}")]
+    Throughput(#[from] ThroughputError),
+    #[error("load: {0}")]
+    Load(#[from] LoadError),
+    #[error("capacity: {0}")]
+    Capacity(#[from] CapacityError),
+    #[error("rss: {0}")]
+    Rss(#[from] RssError),
+    #[error("idle: {0}")]
+    Idle(#[from] IdleError),
+    #[error("omb: {0}")]
+    Omb(#[from] OmbError),
+    #[error("cannot encode the report: {0}")]
+    Report(#[from] serde_json::Error),
+}
 
 #[derive(Debug, Parser)]
 #[command(name = "spool-bench", about = "Spool benchmarks; each prints one JSON object")]
@@ -41,11 +64,11 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// N appenders on one partition log (one glommio shard, O_DIRECT): append → durable.
-    LogAppend(LogAppendArgs),
+    LogAppend(LogAppendConfig),
     /// Heap bytes per message of the queue state machine (pure, no I/O).
-    StateMemory(StateMemoryArgs),
+    StateMemory(StateMemoryConfig),
     /// Reopen time of a large on-disk partition, with and without a checkpoint.
-    Recovery(RecoveryArgs),
+    Recovery(RecoveryConfig),
     /// Producers and consumers over the real client against a spoold (started here unless --addr).
     Throughput(ThroughputArgs),
     /// A fixed open-loop rate with simulated workers; percentiles every second.
@@ -179,9 +202,9 @@ struct StartedArgs {
     spoold: Option<PathBuf>,
 }
 
-/// Settings shared by the latency, capacity and omb scenarios.
+/// The broker and the queue a client scenario runs against.
 #[derive(Debug, Args)]
-struct LoadArgs {
+struct TargetArgs {
     /// Broker bootstrap address; without it a spoold is started and stopped.
     #[arg(long)]
     addr: Option<String>,
@@ -190,12 +213,19 @@ struct LoadArgs {
     /// Broker shards: the started spoold's --cores [default: CPUs available].
     #[arg(long)]
     shards: Option<u16>,
-    /// Queue name [default: <scenario>-<pid>]; created unless it exists.
+    /// Queue name [default: <scenario>-<pid>, bench-<pid> for throughput]; created unless it exists.
     #[arg(long)]
     queue: Option<String>,
     /// Partitions of a created queue [default: shards × 2].
     #[arg(long)]
     partitions: Option<u32>,
+}
+
+/// Settings shared by the latency, capacity and omb scenarios.
+#[derive(Debug, Args)]
+struct LoadArgs {
+    #[command(flatten)]
+    target: TargetArgs,
     /// Open-loop producers (one pacing thread each).
     #[arg(long, default_value_t = 2)]
     producers: u32,
@@ -252,15 +282,15 @@ impl LoadArgs {
     fn config(&self, label: &'static str) -> LoadConfig {
         LoadConfig {
             broker: BrokerConfig {
-                addr: self.addr.clone(),
-                dir: self.started.dir.clone(),
-                spoold: self.started.spoold.clone(),
-                shards: self.shards,
+                addr: self.target.addr.clone(),
+                dir: self.target.started.dir.clone(),
+                spoold: self.target.started.spoold.clone(),
+                shards: self.target.shards,
             },
             label,
-            queue: self.queue.clone(),
+            queue: self.target.queue.clone(),
             queues: 1,
-            partitions: self.partitions,
+            partitions: self.target.partitions,
             queue_max_messages: QUEUE_MAX_MESSAGES,
             queue_max_bytes: QUEUE_MAX_BYTES,
             dedupe_window_ms: self.dedupe_window_ms,
@@ -379,6 +409,11 @@ struct OmbArgs {
     duration_s: Option<f64>,
 }
 
+/// The report as the one JSON object a subcommand prints.
+fn to_json<R: Serialize>(report: R) -> Result<String, Failure> {
+    Ok(serde_json::to_string(&report)?)
+}
+
 /// Prints the report (stdout), and writes it and the plot where asked.
 fn emit<R: Serialize>(
     report: &R,
@@ -386,7 +421,7 @@ fn emit<R: Serialize>(
     title: &str,
     json: Option<&Path>,
     plot: Option<&Path>,
-) -> Result<String, BenchError> {
+) -> Result<String, Failure> {
     let text = serde_json::to_string(report)?;
     if let Some(path) = json {
         std::fs::write(path, format!("{text}\n")).map_err(|source| BenchError::Dir {
@@ -406,213 +441,37 @@ fn emit<R: Serialize>(
 }
 
 #[derive(Debug, Args)]
-struct StateMemoryArgs {
-    /// Never-claimed backlog to build (the capacity model's burst).
-    #[arg(long, default_value_t = 7_200_000)]
-    messages: u64,
-    /// Messages claimed, released and scheduled for the per-message figures.
-    #[arg(long, default_value_t = 100_000)]
-    warm_messages: u64,
-    /// Simulated enqueue rate: enqueue times advance 1/rate s per message.
-    #[arg(long, default_value_t = 25_000)]
-    rate_per_s: u64,
-}
-
-#[derive(Debug, Args)]
-struct RecoveryArgs {
-    /// Parent directory; the run uses a fresh subdirectory and removes it afterwards.
-    #[arg(long)]
-    dir: PathBuf,
-    #[arg(long, default_value_t = 7_200_000)]
-    messages: u64,
-    /// Inline payload bytes per record (1.6 KiB by default).
-    #[arg(long, default_value_t = 1_638)]
-    record_bytes: u64,
-    /// Records per data batch.
-    #[arg(long, default_value_t = 100)]
-    batch_records: u64,
-    /// Concurrent enqueue tasks.
-    #[arg(long, default_value_t = 8)]
-    enqueuers: u64,
-    /// Simulated enqueue rate: the broker clock advances 1/rate s per message.
-    #[arg(long, default_value_t = 25_000)]
-    rate_per_s: u64,
-    #[arg(long, default_value_t = SEGMENT_BYTES_DEFAULT)]
-    segment_bytes: u64,
-    /// CPU to pin the shard to.
-    #[arg(long, default_value_t = 0)]
-    core: usize,
-    /// Keep the partition directory after the run.
-    #[arg(long)]
-    keep: bool,
-}
-
-#[derive(Debug, Args)]
 struct ThroughputArgs {
-    /// Broker bootstrap address; without it a spoold is started and stopped.
-    #[arg(long)]
-    addr: Option<String>,
     #[command(flatten)]
-    started: StartedArgs,
-    /// Broker shards: the started spoold's --cores [default: CPUs available].
-    #[arg(long)]
-    shards: Option<u16>,
-    /// Queue name [default: bench-<pid>]; created unless it exists.
-    #[arg(long)]
-    queue: Option<String>,
-    /// Partitions of a created queue [default: shards × 2].
-    #[arg(long)]
-    partitions: Option<u32>,
-    /// Payload bytes per message (the first 8 carry the send time).
-    #[arg(long, default_value_t = 1024)]
-    msg_bytes: u64,
-    #[arg(long, default_value_t = 2)]
-    producers: u64,
-    #[arg(long, default_value_t = 2)]
-    consumers: u64,
-    /// Execution slots (claim credits) per consumer.
-    #[arg(long, default_value_t = 256)]
-    slots: u64,
-    /// Sends in flight per producer.
-    #[arg(long, default_value_t = 8192)]
-    window: u64,
-    /// Open loop: total msgs/s on a fixed schedule, latency from the intended send time.
-    #[arg(long)]
-    rate: Option<u64>,
-    /// Producer linger in µs (0: send at once, batch while a partition's
-    /// batches are in flight).
-    #[arg(long, default_value_t = 0)]
-    linger_us: u64,
-    /// Producer batch target in bytes.
-    #[arg(long, default_value_t = 256 * 1024)]
-    batch_bytes: u64,
-    /// Length of the measured window.
-    #[arg(long, default_value_t = 20)]
-    seconds: u64,
-    /// Warm-up before the window (not measured).
-    #[arg(long, default_value_t = 2000)]
-    warmup_ms: u64,
-    /// tokio worker threads for all clients.
-    #[arg(long, default_value_t = 2)]
-    client_threads: u64,
-    /// Claims each consumer keeps outstanding.
-    #[arg(long, default_value_t = 4)]
-    claims_in_flight: u64,
-    /// How long a finished delivery waits for others to share its Ack (µs).
-    #[arg(long, default_value_t = 1000)]
-    ack_linger_us: u64,
-    /// Finished deliveries per consumer whose Ack is not answered yet
-    /// (`ConsumerConfig::acks_pending_max`); 0 = the same as `--slots`.
-    #[arg(long, default_value_t = 0)]
-    acks_pending: u64,
-    /// A started spoold's --spin-before-park-us (0 = park at once).
-    #[arg(long, default_value_t = 0)]
-    spin_before_park_us: u64,
-}
-
-#[derive(Debug, Args)]
-struct LogAppendArgs {
-    /// Parent directory; the run uses a fresh subdirectory and removes it afterwards.
-    #[arg(long)]
-    dir: PathBuf,
-    /// Inline payload bytes per record.
-    #[arg(long, default_value_t = 1024)]
-    record_bytes: u64,
-    /// Concurrent appender tasks, each with one append in flight.
-    #[arg(long, default_value_t = 256)]
-    appenders: u64,
-    /// Length of the measured window.
-    #[arg(long, default_value_t = 10)]
-    seconds: u64,
-    /// Warm-up before the window (not measured).
-    #[arg(long, default_value_t = 1000)]
-    warmup_ms: u64,
-    #[arg(long, default_value_t = SEGMENT_BYTES_DEFAULT)]
-    segment_bytes: u64,
-    /// Group-commit target size (page multiple).
-    #[arg(long, default_value_t = COMMIT_BYTES_DEFAULT)]
-    commit_bytes: u64,
-    /// Commits written but not yet synced at once.
-    #[arg(long, default_value_t = INFLIGHT_COMMITS_DEFAULT as u64)]
-    inflight_commits: u64,
-    /// CPU to pin the shard to.
-    #[arg(long, default_value_t = 0)]
-    core: usize,
-    /// Keep the log directory after the run.
-    #[arg(long)]
-    keep: bool,
+    target: TargetArgs,
+    #[command(flatten)]
+    load: ThroughputLoad,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let report = match cli.command {
-        Command::LogAppend(args) => {
-            let config = LogAppendConfig {
-                dir: args.dir,
-                record_bytes: args.record_bytes,
-                appenders: args.appenders,
-                seconds: args.seconds,
-                warmup_ms: args.warmup_ms,
-                segment_bytes: args.segment_bytes,
-                commit_bytes: args.commit_bytes,
-                inflight_commits: args.inflight_commits,
-                core: args.core,
-                keep: args.keep,
-            };
-            log_append::run(&config)
-                .and_then(|report| serde_json::to_string(&report).map_err(BenchError::from))
+        Command::LogAppend(config) => {
+            log_append::run(&config).map_err(Failure::from).and_then(to_json)
         }
-        Command::StateMemory(args) => {
-            let config = StateMemoryConfig {
-                messages: args.messages,
-                warm_messages: args.warm_messages,
-                rate_per_s: args.rate_per_s,
-            };
-            state_memory::run(&config)
-                .and_then(|report| serde_json::to_string(&report).map_err(BenchError::from))
+        Command::StateMemory(config) => {
+            state_memory::run(&config).map_err(Failure::from).and_then(to_json)
         }
-        Command::Recovery(args) => {
-            let config = RecoveryConfig {
-                dir: args.dir,
-                messages: args.messages,
-                record_bytes: args.record_bytes,
-                batch_records: args.batch_records,
-                enqueuers: args.enqueuers,
-                rate_per_s: args.rate_per_s,
-                segment_bytes: args.segment_bytes,
-                core: args.core,
-                keep: args.keep,
-            };
-            recovery::run(&config)
-                .and_then(|report| serde_json::to_string(&report).map_err(BenchError::from))
+        Command::Recovery(config) => {
+            recovery::run(&config).map_err(Failure::from).and_then(to_json)
         }
         Command::Throughput(args) => {
+            let target = args.target;
             let config = ThroughputConfig {
-                addr: args.addr,
-                dir: args.started.dir,
-                spoold: args.started.spoold,
-                shards: args.shards,
-                queue: args.queue,
-                partitions: args.partitions,
-                msg_bytes: args.msg_bytes,
-                producers: args.producers,
-                consumers: args.consumers,
-                slots: args.slots,
-                window: args.window,
-                rate: args.rate,
-                linger_us: args.linger_us,
-                batch_bytes: args.batch_bytes,
-                seconds: args.seconds,
-                warmup_ms: args.warmup_ms,
-                client_threads: args.client_threads,
-                claims_in_flight: args.claims_in_flight,
-                ack_linger_us: args.ack_linger_us,
-                acks_pending: args.acks_pending,
-                spin_before_park_us: args.spin_before_park_us,
+                addr: target.addr,
+                dir: target.started.dir,
+                spoold: target.started.spoold,
+                shards: target.shards,
+                queue: target.queue,
+                partitions: target.partitions,
+                load: args.load,
             };
-            throughput::run(&config)
-                .map_err(BenchError::from)
-                .and_then(|report| serde_json::to_string(&report).map_err(BenchError::from))
+            throughput::run(&config).map_err(Failure::from).and_then(to_json)
         }
         Command::Latency(args) => latency(&args),
         Command::Capacity(args) => capacity(&args),
@@ -624,13 +483,8 @@ fn main() -> ExitCode {
     report_result(report)
 }
 
-fn hostile(args: &HostileArgs) -> Result<String, BenchError> {
-    let bounded = |field: &'static str, value: u64, min: u64, max: u64| {
-        if value < min || value > max {
-            return Err(BenchError::OutOfRange { field, value, min, max });
-        }
-        Ok(())
-    };
+fn hostile(args: &HostileArgs) -> Result<String, Failure> {
+    let bounded = BenchError::check_range;
     bounded("connections", u64::from(args.connections), 1, 1_000)?;
     bounded("claims_per_connection", u64::from(args.claims_per_connection), 0, 4_096)?;
     bounded("requests_in_flight", u64::from(args.requests_in_flight), 0, 4_096)?;
@@ -648,6 +502,7 @@ fn hostile(args: &HostileArgs) -> Result<String, BenchError> {
         &args.started.dir,
         args.shards,
         "hostile",
+        0,
     )
     .map_err(|error| BenchError::Hostile(error.to_string()))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -667,7 +522,7 @@ fn hostile(args: &HostileArgs) -> Result<String, BenchError> {
     Ok(serde_json::to_string(&report?)?)
 }
 
-fn report_result(report: Result<String, BenchError>) -> ExitCode {
+fn report_result(report: Result<String, Failure>) -> ExitCode {
     match report {
         Ok(json) => {
             println!("{json}");
@@ -680,7 +535,7 @@ fn report_result(report: Result<String, BenchError>) -> ExitCode {
     }
 }
 
-fn latency(args: &LatencyArgs) -> Result<String, BenchError> {
+fn latency(args: &LatencyArgs) -> Result<String, Failure> {
     let config = LatencyConfig {
         load: args.load.config("latency"),
         rate_per_s: args.rate,
@@ -689,12 +544,12 @@ fn latency(args: &LatencyArgs) -> Result<String, BenchError> {
         msg_bytes: args.msg_bytes,
         service: ServiceTime { mean_ms: args.service_ms, cv: args.service_cv },
     };
-    let report = latency_scenario::run(&config).map_err(BenchError::from)?;
+    let report = latency_scenario::run(&config)?;
     let title = format!("spool-bench latency: {} msgs/s for {} s", args.rate, args.seconds);
     emit(&report, &report.series, &title, args.load.json.as_deref(), args.load.plot.as_deref())
 }
 
-fn capacity(args: &CapacityArgs) -> Result<String, BenchError> {
+fn capacity(args: &CapacityArgs) -> Result<String, Failure> {
     let config = CapacityConfig {
         load: args.load.config("capacity"),
         time_scale: args.time_scale,
@@ -709,7 +564,7 @@ fn capacity(args: &CapacityArgs) -> Result<String, BenchError> {
         slots_drain: args.slots_drain,
         drain_max_factor: args.drain_max_factor,
     };
-    let report = capacity::run(&config).map_err(BenchError::from)?;
+    let report = capacity::run(&config)?;
     let title = format!(
         "spool-bench capacity (time scale {}): peak backlog {:.0} measured vs {:.0} predicted, \
          drain {:.1} s vs {:.1} s",
@@ -722,7 +577,7 @@ fn capacity(args: &CapacityArgs) -> Result<String, BenchError> {
     emit(&report, &report.series, &title, args.load.json.as_deref(), args.load.plot.as_deref())
 }
 
-fn idle_run(args: &IdleArgs) -> Result<String, BenchError> {
+fn idle_run(args: &IdleArgs) -> Result<String, Failure> {
     let config = IdleConfig {
         spoold: args.started.spoold.clone(),
         dir: args.started.dir.clone(),
@@ -739,7 +594,7 @@ fn idle_run(args: &IdleArgs) -> Result<String, BenchError> {
     emit(&report, &[], "spool-bench idle", args.json.as_deref(), None)
 }
 
-fn rss_run(args: &RssArgs) -> Result<String, BenchError> {
+fn rss_run(args: &RssArgs) -> Result<String, Failure> {
     let config = RssConfig {
         spoold: args.started.spoold.clone(),
         dir: args.started.dir.clone(),
@@ -763,8 +618,8 @@ fn rss_run(args: &RssArgs) -> Result<String, BenchError> {
     emit(&report, &[], "spool-bench rss", args.json.as_deref(), None)
 }
 
-fn omb(args: &OmbArgs) -> Result<String, BenchError> {
-    let parsed = omb::read(&args.workload).map_err(BenchError::from)?;
+fn omb(args: &OmbArgs) -> Result<String, Failure> {
+    let parsed = omb::read(&args.workload)?;
     for (field, value) in &parsed.unsupported {
         eprintln!(
             "spool-bench omb: unsupported workload field `{field}` ({value}) is not applied; \
@@ -780,7 +635,7 @@ fn omb(args: &OmbArgs) -> Result<String, BenchError> {
     };
     let mut config = config;
     config.load.service = ServiceTime { mean_ms: args.service_ms, cv: args.service_cv };
-    let report = omb::run(&config).map_err(BenchError::from)?;
+    let report = omb::run(&config)?;
     let title = format!("spool-bench omb: {}", args.workload.display());
     emit(&report, &report.series, &title, args.load.json.as_deref(), args.load.plot.as_deref())
 }

@@ -25,10 +25,9 @@
 use std::cell::Cell;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::rc::Rc;
 
-use glommio::{LocalExecutorBuilder, Placement};
 use serde::Serialize;
 use spool_broker::clock::instant_now;
 use spool_broker::io::DmaStorage;
@@ -44,6 +43,7 @@ use spool_wire::batch::{BatchBytes, DataBatchBuilder, MessageId, Payload, Record
 use spool_wire::limits::{BATCH_RECORDS_MAX, PAYLOAD_INLINE_BYTES_MAX};
 
 use crate::error::BenchError;
+use crate::pinned::PinnedRun;
 
 /// Largest backlog a run may build.
 pub const MESSAGES_MAX: u64 = 50_000_000;
@@ -65,50 +65,34 @@ const START_MS: Millis = 1_700_000_000_000;
 /// close leaves none).
 const SCAN_EPOCH: u32 = 1;
 
-/// What to run.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What to run: the `recovery` subcommand's flags (one definition, with
+/// their defaults: the capacity model's backlog, 7.2 M records of 1.6 KiB in
+/// batches of 100).
+#[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
 pub struct RecoveryConfig {
-    /// Parent directory; the run uses a fresh subdirectory in it.
-    pub dir: PathBuf,
+    #[command(flatten)]
+    pub pinned: PinnedRun,
+    #[arg(long, default_value_t = 7_200_000)]
     pub messages: u64,
-    /// Inline payload bytes per record (the capacity model: 1.6 KiB).
+    /// Inline payload bytes per record (1.6 KiB by default).
+    #[arg(long, default_value_t = 1_638)]
     pub record_bytes: u64,
     /// Records per data batch.
+    #[arg(long, default_value_t = 100)]
     pub batch_records: u64,
-    /// Concurrent enqueue tasks (each awaits its batch's durability).
+    /// Concurrent enqueue tasks.
+    #[arg(long, default_value_t = 8)]
     pub enqueuers: u64,
     /// Simulated enqueue rate: the broker clock advances 1/rate s per message.
+    #[arg(long, default_value_t = 25_000)]
     pub rate_per_s: u64,
+    #[arg(long, default_value_t = SEGMENT_BYTES_DEFAULT)]
     pub segment_bytes: u64,
-    /// CPU the shard is pinned to.
-    pub core: usize,
-    /// Keep the partition directory after the run.
-    pub keep: bool,
 }
 
 impl RecoveryConfig {
-    /// The capacity model's backlog: 7.2 M records of 1.6 KiB, batches of 100.
-    pub fn new(dir: PathBuf) -> Self {
-        Self {
-            dir,
-            messages: 7_200_000,
-            record_bytes: 1_638,
-            batch_records: 100,
-            enqueuers: 8,
-            rate_per_s: 25_000,
-            segment_bytes: SEGMENT_BYTES_DEFAULT,
-            core: 0,
-            keep: false,
-        }
-    }
-
     fn validate(&self) -> Result<(), BenchError> {
-        let check = |field, value, min, max| {
-            if value < min || value > max {
-                return Err(BenchError::OutOfRange { field, value, min, max });
-            }
-            Ok(())
-        };
+        let check = BenchError::check_range;
         check("messages", self.messages, 1, MESSAGES_MAX)?;
         check("record_bytes", self.record_bytes, 0, PAYLOAD_INLINE_BYTES_MAX as u64)?;
         check("batch_records", self.batch_records, 1, u64::from(BATCH_RECORDS_MAX))?;
@@ -255,7 +239,8 @@ fn queue_config() -> QueueConfig {
     }
 }
 
-/// Runs the scenario on a new glommio executor pinned to `config.core`.
+/// Runs the scenario on a new glommio executor pinned to `--core`, in a
+/// fresh directory under `--dir` ([`PinnedRun`]).
 ///
 /// # Errors
 /// [`BenchError::OutOfRange`], [`BenchError::InsufficientSpace`] before
@@ -272,30 +257,15 @@ pub fn run(config: &RecoveryConfig) -> Result<RecoveryReport, BenchError> {
         + config.messages * CHECKPOINT_BYTES_PER_MESSAGE_ESTIMATE
         + 2 * config.segment_bytes
         + SPACE_SLACK_BYTES;
-    let available = available_bytes(&config.dir)?;
+    let available = available_bytes(&config.pinned.dir)?;
     if available < needed_bytes {
         return Err(BenchError::InsufficientSpace {
-            dir: config.dir.clone(),
+            dir: config.pinned.dir.clone(),
             needed_bytes,
             available_bytes: available,
         });
     }
-    let dir = config.dir.join(format!("spool-bench-recovery-{}", std::process::id()));
-    let io_error = |action, source| BenchError::Dir { action, path: dir.clone(), source };
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir).map_err(|source| io_error("clear", source))?;
-    }
-    let executor = LocalExecutorBuilder::new(Placement::Fixed(config.core))
-        // Registered (fixed) buffers make reads fail on virtio hosts: see broker io/dma.rs.
-        .io_memory(0)
-        .name("spool-bench")
-        .make()
-        .map_err(|error| BenchError::Executor(error.to_string()))?;
-    let result = executor.run(measure(config, &dir, batch_bytes));
-    if !config.keep && dir.exists() {
-        std::fs::remove_dir_all(&dir).map_err(|source| io_error("remove", source))?;
-    }
-    result
+    config.pinned.run("recovery", |dir| async move { measure(config, &dir, batch_bytes).await })
 }
 
 type Opened = (Rc<Partition<DmaStorage>>, glommio::task::JoinHandle<()>, OpenReport);

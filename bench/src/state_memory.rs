@@ -55,30 +55,29 @@ const BANDS: u64 = 4;
 pub const TARGET_BYTES_PER_MESSAGE: f64 = 32.0;
 pub const TARGET_BYTES_PER_WARM_MESSAGE: f64 = 128.0;
 
-/// What to run.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What to run: the `state-memory` subcommand's flags.
+#[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
 pub struct StateMemoryConfig {
-    /// Never-claimed backlog size (the capacity model's burst: 7.2 M).
+    /// Never-claimed backlog to build (the capacity model's burst).
+    #[arg(long, default_value_t = Self::new().messages)]
     pub messages: u64,
-    /// Claimed / scheduled sample size.
+    /// Messages claimed, released and scheduled for the per-message figures.
+    #[arg(long, default_value_t = Self::new().warm_messages)]
     pub warm_messages: u64,
-    /// Simulated enqueue rate: enqueue times advance by 1/rate s per message.
+    /// Simulated enqueue rate: enqueue times advance 1/rate s per message.
+    #[arg(long, default_value_t = Self::new().rate_per_s)]
     pub rate_per_s: u64,
 }
 
 impl StateMemoryConfig {
-    /// The capacity model's burst: 7.2 M messages at 25,000/s, 100 k warm.
-    pub fn new() -> Self {
+    /// The capacity model's burst: 7.2 M messages at 25,000/s, 100 k warm
+    /// (also the subcommand's defaults).
+    pub const fn new() -> Self {
         Self { messages: 7_200_000, warm_messages: 100_000, rate_per_s: 25_000 }
     }
 
     fn validate(&self) -> Result<(), BenchError> {
-        let check = |field, value, min, max| {
-            if value < min || value > max {
-                return Err(BenchError::OutOfRange { field, value, min, max });
-            }
-            Ok(())
-        };
+        let check = BenchError::check_range;
         check("messages", self.messages, 1, MESSAGES_MAX)?;
         check("warm_messages", self.warm_messages, 1, WARM_MESSAGES_MAX)?;
         check("rate_per_s", self.rate_per_s, 1, RATE_PER_S_MAX)?;

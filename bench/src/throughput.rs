@@ -41,20 +41,22 @@ use spool_client::spool_wire::proto::{MetadataRequest, Request};
 use spool_client::spool_wire::ErrorCode;
 use spool_client::{
     default_queue_config, Admin, Client, ClientError, Connection, ConnectionConfig, Consumer,
-    ConsumerConfig, ConsumerStats, Delivery, Message, PayloadView, Producer, ProducerConfig,
-    SendFuture,
+    ConsumerConfig, ConsumerStats, Delivery, Message, Producer, ProducerConfig,
 };
 use spool_wire::limits::{BATCH_BYTES_MAX, PAYLOAD_INLINE_BYTES_MAX};
 use thiserror::Error;
 use tokio::runtime::Handle;
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinHandle;
 
-use crate::harness::{error_name, sibling_spoold, HarnessError, SpooldProcess};
+use crate::harness::{
+    add_consumer_errors, client_runtime, default_shards, error_name, Broker, HarnessError,
+};
 use crate::latency::{Latency, LatencySummary};
+use crate::sends::{
+    self, payload, track, window_slot, Pending, Sent, SUBMIT_ERROR_PAUSE, TIMESTAMP_BYTES,
+};
 
-/// Bytes of the send-time prefix every payload carries; the smallest payload.
-pub const TIMESTAMP_BYTES: usize = 8;
 pub const PRODUCERS_MAX: u32 = 256;
 pub const CONSUMERS_MAX: u32 = 256;
 /// Sends in flight per producer: the client refuses more pending messages.
@@ -72,10 +74,6 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 /// Consumers' long-poll wait: short, so shutdown does not wait long for an
 /// idle claim.
 const CLAIM_WAIT_MS: u32 = 100;
-/// Pause after a failed submit so a broken broker is not spun on.
-const SUBMIT_ERROR_PAUSE: Duration = Duration::from_millis(10);
-/// How often a pacing thread blocked on the window re-checks for the stop.
-const PACER_STOP_CHECK: Duration = Duration::from_millis(100);
 const BYTES_PER_MB: f64 = 1_000_000.0;
 
 /// Why a throughput run produced no report.
@@ -84,17 +82,10 @@ const BYTES_PER_MB: f64 = 1_000_000.0;
 pub enum ThroughputError {
     #[error("{field} = {value} is outside [{min}, {max}]")]
     OutOfRange { field: &'static str, value: u64, min: u64, max: u64 },
-    #[error("{action} {}: {source}", path.display())]
-    Dir {
-        action: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("spoold: {0}")]
-    Spoold(String),
     #[error("cannot build the tokio runtime: {0}")]
     Runtime(#[source] std::io::Error),
+    #[error("cannot spawn a pacing thread: {0}")]
+    Thread(#[source] std::io::Error),
     #[error("client: {0}")]
     Client(#[from] ClientError),
     #[error("histogram: {0}")]
@@ -105,7 +96,7 @@ pub enum ThroughputError {
     Drain(&'static str, Duration),
 }
 
-/// What to run.
+/// What to run: where the broker and the queue are, and the load.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ThroughputConfig {
     /// Broker to use; `None` starts a `spoold`.
@@ -121,31 +112,58 @@ pub struct ThroughputConfig {
     pub queue: Option<String>,
     /// Partitions of a created queue; `None` = shards × 2.
     pub partitions: Option<u32>,
+    pub load: ThroughputLoad,
+}
+
+/// The load of a run: sizes, counts, rates and client settings. One
+/// definition for the subcommand's flags (with their defaults) and the
+/// report's echo of them ([`ConfigEcho`] flattens it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, clap::Args)]
+pub struct ThroughputLoad {
+    /// Payload bytes per message (the first 8 carry the send time).
+    #[arg(long, default_value_t = 1024)]
     pub msg_bytes: u64,
+    #[arg(long, default_value_t = 2)]
     pub producers: u64,
+    #[arg(long, default_value_t = 2)]
     pub consumers: u64,
     /// Execution slots (claim credits) per consumer.
+    #[arg(long, default_value_t = 256)]
     pub slots: u64,
     /// Sends in flight per producer.
+    #[arg(long, default_value_t = 8192)]
     pub window: u64,
-    /// Open-loop rate over all producers (msgs/s); `None` = closed loop.
+    /// Open loop: total msgs/s on a fixed schedule, latency from the intended send time.
+    #[arg(long)]
     pub rate: Option<u64>,
-    /// Producer linger (µs).
+    /// Producer linger in µs (0: send at once, batch while a partition's
+    /// batches are in flight).
+    #[arg(long, default_value_t = 0)]
     pub linger_us: u64,
-    /// Producer batch target (bytes).
+    /// Producer batch target in bytes.
+    #[arg(long, default_value_t = 256 * 1024)]
     pub batch_bytes: u64,
+    /// Length of the measured window.
+    #[arg(long, default_value_t = 20)]
     pub seconds: u64,
+    /// Warm-up before the window (not measured).
+    #[arg(long, default_value_t = 2000)]
     pub warmup_ms: u64,
-    /// tokio worker threads shared by every producer and consumer.
+    /// tokio worker threads for all clients.
+    #[arg(long, default_value_t = 2)]
     pub client_threads: u64,
     /// Claims each consumer keeps outstanding.
+    #[arg(long, default_value_t = 4)]
     pub claims_in_flight: u64,
-    /// Consumer ack linger (µs).
+    /// How long a finished delivery waits for others to share its Ack (µs).
+    #[arg(long, default_value_t = 1000)]
     pub ack_linger_us: u64,
-    /// Finished deliveries per consumer awaiting their Ack's answer
-    /// (`ConsumerConfig::acks_pending_max`); 0 = `slots`.
+    /// Finished deliveries per consumer whose Ack is not answered yet
+    /// (`ConsumerConfig::acks_pending_max`); 0 = the same as `--slots`.
+    #[arg(long, default_value_t = 0)]
     pub acks_pending: u64,
-    /// `--spin-before-park-us` of a started spoold.
+    /// A started spoold's --spin-before-park-us (0 = park at once).
+    #[arg(long, default_value_t = 0)]
     pub spin_before_park_us: u64,
 }
 
@@ -195,21 +213,8 @@ pub struct ConfigEcho {
     pub queue: String,
     pub queue_created: bool,
     pub partitions: u32,
-    pub msg_bytes: u64,
-    pub producers: u64,
-    pub consumers: u64,
-    pub slots: u64,
-    pub window: u64,
-    pub rate: Option<u64>,
-    pub linger_us: u64,
-    pub batch_bytes: u64,
-    pub seconds: u64,
-    pub warmup_ms: u64,
-    pub client_threads: u64,
-    pub claims_in_flight: u64,
-    pub ack_linger_us: u64,
-    pub acks_pending: u64,
-    pub spin_before_park_us: u64,
+    #[serde(flatten)]
+    pub load: ThroughputLoad,
 }
 
 /// One run's result, printed as one JSON object.
@@ -239,16 +244,16 @@ impl ThroughputConfig {
         };
         check(
             "msg_bytes",
-            self.msg_bytes,
+            self.load.msg_bytes,
             TIMESTAMP_BYTES as u64,
             PAYLOAD_INLINE_BYTES_MAX as u64,
         )?;
-        check("producers", self.producers, 1, PRODUCERS_MAX.into())?;
-        check("consumers", self.consumers, 0, CONSUMERS_MAX.into())?;
-        check("slots", self.slots, 1, CONSUMER_SLOTS_MAX.into())?;
-        check("window", self.window, 1, WINDOW_MAX.into())?;
-        if let Some(rate) = self.rate {
-            check("rate", rate, self.producers, RATE_MAX)?;
+        check("producers", self.load.producers, 1, PRODUCERS_MAX.into())?;
+        check("consumers", self.load.consumers, 0, CONSUMERS_MAX.into())?;
+        check("slots", self.load.slots, 1, CONSUMER_SLOTS_MAX.into())?;
+        check("window", self.load.window, 1, WINDOW_MAX.into())?;
+        if let Some(rate) = self.load.rate {
+            check("rate", rate, self.load.producers, RATE_MAX)?;
         }
         if let Some(partitions) = self.partitions {
             check("partitions", partitions.into(), 1, PARTITIONS_MAX.into())?;
@@ -256,15 +261,15 @@ impl ThroughputConfig {
         if let Some(shards) = self.shards {
             check("shards", shards.into(), 1, u16::MAX.into())?;
         }
-        check("linger_us", self.linger_us, 0, LINGER_US_MAX)?;
-        check("batch_bytes", self.batch_bytes, 1, BATCH_BYTES_MAX as u64)?;
-        check("seconds", self.seconds, 1, SECONDS_MAX)?;
-        check("warmup_ms", self.warmup_ms, 0, WARMUP_MS_MAX)?;
-        check("client_threads", self.client_threads, 1, CLIENT_THREADS_MAX)?;
-        check("claims_in_flight", self.claims_in_flight, 1, CLAIMS_IN_FLIGHT_MAX.into())?;
-        check("ack_linger_us", self.ack_linger_us, 0, LINGER_US_MAX)?;
-        check("acks_pending", self.acks_pending, 0, CONSUMER_ACKS_PENDING_MAX.into())?;
-        check("spin_before_park_us", self.spin_before_park_us, 0, SPIN_BEFORE_PARK_US_MAX)
+        check("linger_us", self.load.linger_us, 0, LINGER_US_MAX)?;
+        check("batch_bytes", self.load.batch_bytes, 1, BATCH_BYTES_MAX as u64)?;
+        check("seconds", self.load.seconds, 1, SECONDS_MAX)?;
+        check("warmup_ms", self.load.warmup_ms, 0, WARMUP_MS_MAX)?;
+        check("client_threads", self.load.client_threads, 1, CLIENT_THREADS_MAX)?;
+        check("claims_in_flight", self.load.claims_in_flight, 1, CLAIMS_IN_FLIGHT_MAX.into())?;
+        check("ack_linger_us", self.load.ack_linger_us, 0, LINGER_US_MAX)?;
+        check("acks_pending", self.load.acks_pending, 0, CONSUMER_ACKS_PENDING_MAX.into())?;
+        check("spin_before_park_us", self.load.spin_before_park_us, 0, SPIN_BEFORE_PARK_US_MAX)
     }
 }
 
@@ -277,42 +282,21 @@ impl ThroughputConfig {
 pub fn run(config: &ThroughputConfig) -> Result<ThroughputReport, ThroughputError> {
     config.validate()?;
     tune_malloc();
-    let shards = config.shards.unwrap_or_else(|| {
-        std::thread::available_parallelism()
-            .map_or(1, |count| u16::try_from(count.get()).unwrap_or(u16::MAX))
-    });
-    let mut spoold = None;
-    let addr = match &config.addr {
-        Some(addr) => addr.clone(),
-        None => {
-            let binary = match &config.spoold {
-                Some(path) => path.clone(),
-                None => sibling_spoold()?,
-            };
-            let process = SpooldProcess::start(
-                &binary,
-                &config.dir,
-                shards,
-                "tput",
-                config.spin_before_park_us,
-            )?;
-            let addr = process.addr().to_owned();
-            spoold = Some(process);
-            addr
-        }
-    };
-    let threads = usize::try_from(config.client_threads).unwrap_or(1);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
-        .thread_name("bench-client")
-        .enable_all()
-        .build()
-        .map_err(ThroughputError::Runtime)?;
+    let shards = config.shards.unwrap_or_else(default_shards);
+    let broker = Broker::start_or_connect(
+        config.addr.as_deref(),
+        config.spoold.as_deref(),
+        &config.dir,
+        shards,
+        "tput",
+        config.load.spin_before_park_us,
+    )?;
+    let runtime = client_runtime(config.load.client_threads).map_err(ThroughputError::Runtime)?;
     let handle = runtime.handle().clone();
-    let run = Run { config, addr: &addr, shards, spoold_started: spoold.is_some(), handle };
+    let run = Run { config, addr: broker.addr(), shards, spoold_started: broker.started(), handle };
     let result = runtime.block_on(run.drive());
     runtime.shutdown_timeout(Duration::from_secs(5));
-    let stopped = spoold.map(SpooldProcess::stop).transpose();
+    let stopped = broker.stop();
     let report = result?;
     stopped?;
     Ok(report)
@@ -376,11 +360,7 @@ impl Recorder {
     }
 
     /// One send resolved; `start_ns` is its send (or intended) time.
-    fn sent(
-        &self,
-        start_ns: u64,
-        result: Result<spool_client::spool_wire::proto::Offset, ClientError>,
-    ) {
+    fn sent(&self, (start_ns, result): Sent) {
         match result {
             Ok(_) => {
                 if self.measuring.load(Ordering::Acquire) {
@@ -406,14 +386,7 @@ impl Recorder {
 
     /// A handler started on `delivery`.
     fn delivered(&self, delivery: &Delivery) {
-        let sent_ns = match delivery.payload() {
-            PayloadView::Inline(bytes) => bytes
-                .get(..TIMESTAMP_BYTES)
-                .and_then(|prefix| <[u8; TIMESTAMP_BYTES]>::try_from(prefix).ok())
-                .map(u64::from_le_bytes),
-            PayloadView::Reference { .. } => None,
-        };
-        match sent_ns {
+        match sends::sent_ns(delivery) {
             Some(sent_ns) => {
                 if self.measuring.load(Ordering::Acquire) {
                     let latency_ns = self.now_ns().saturating_sub(sent_ns);
@@ -426,22 +399,6 @@ impl Recorder {
             None => self.count_error("e2e.bad_payload".to_owned()),
         }
     }
-}
-
-/// A payload of `len_bytes` starting with `start_ns` (little endian): the
-/// send time every scenario's consumer reads back for end-to-end latency.
-pub(crate) fn payload(start_ns: u64, len_bytes: usize) -> Vec<u8> {
-    let mut bytes = vec![0u8; len_bytes];
-    bytes[..TIMESTAMP_BYTES].copy_from_slice(&start_ns.to_le_bytes());
-    bytes
-}
-
-type Sent = (u64, Result<spool_client::spool_wire::proto::Offset, ClientError>);
-
-async fn track(start_ns: u64, send: SendFuture, permit: OwnedSemaphorePermit) -> Sent {
-    let result = send.await;
-    drop(permit);
-    (start_ns, result)
 }
 
 /// Closed loop: keep `window` sends in flight as long as not stopping.
@@ -463,15 +420,15 @@ async fn closed_loop(
             tokio::select! {
                 biased;
                 Some((start_ns, result)) = in_flight.next(), if !in_flight.is_empty() => {
-                    recorder.sent(start_ns, result);
+                    recorder.sent((start_ns, result));
                     continue;
                 }
                 permit = Arc::clone(&window).acquire_owned() => permit.ok(),
             }
         };
         let Some(permit) = permit else {
-            if let Some((start_ns, result)) = in_flight.next().await {
-                recorder.sent(start_ns, result);
+            if let Some(resolved) = in_flight.next().await {
+                recorder.sent(resolved);
             }
             continue;
         };
@@ -500,7 +457,7 @@ struct Pacer {
     permits: Arc<Semaphore>,
     interval_ns: u64,
     msg_bytes: usize,
-    sends: mpsc::Sender<(u64, SendFuture, OwnedSemaphorePermit)>,
+    sends: mpsc::Sender<Pending>,
 }
 
 impl Pacer {
@@ -516,19 +473,9 @@ impl Pacer {
             if due_ns > now_ns {
                 std::thread::sleep(Duration::from_nanos(due_ns - now_ns));
             }
-            let permit = handle.block_on(async {
-                loop {
-                    tokio::select! {
-                        permit = Arc::clone(&permits).acquire_owned() => return permit.ok(),
-                        () = tokio::time::sleep(PACER_STOP_CHECK) => {
-                            if recorder.stopping() {
-                                return None;
-                            }
-                        }
-                    }
-                }
-            });
-            let Some(permit) = permit else { break };
+            let Some(permit) = window_slot(&handle, &permits, || recorder.stopping()) else {
+                break;
+            };
             let message = Message::new(payload(due_ns, msg_bytes));
             match handle.block_on(producer.submit(&queue, message)) {
                 Ok(send) => {
@@ -539,27 +486,6 @@ impl Pacer {
                 Err(error) => recorder.count_error(format!("enqueue.{}", error_name(&error))),
             }
             due_ns += interval_ns;
-        }
-    }
-}
-
-/// Open loop, collecting side: awaits the sends the pacer hands over.
-async fn collect(
-    recorder: Arc<Recorder>,
-    mut sends: mpsc::Receiver<(u64, SendFuture, OwnedSemaphorePermit)>,
-) {
-    let mut in_flight = FuturesUnordered::new();
-    let mut open = true;
-    loop {
-        tokio::select! {
-            Some((start_ns, result)) = in_flight.next(), if !in_flight.is_empty() => {
-                recorder.sent(start_ns, result);
-            }
-            send = sends.recv(), if open => match send {
-                Some((due_ns, send, permit)) => in_flight.push(track(due_ns, send, permit)),
-                None => open = false,
-            },
-            else => break,
         }
     }
 }
@@ -580,7 +506,7 @@ fn sum_stats(consumers: &[Consumer]) -> ConsumerStats {
 impl Run<'_> {
     async fn drive(self) -> Result<ThroughputReport, ThroughputError> {
         let config = self.config;
-        let msg_bytes = usize::try_from(config.msg_bytes).unwrap_or(TIMESTAMP_BYTES);
+        let msg_bytes = usize::try_from(config.load.msg_bytes).unwrap_or(TIMESTAMP_BYTES);
         let queue = config.queue.clone().unwrap_or_else(|| format!("bench-{}", std::process::id()));
         let admin = Admin::new(Client::connect(self.addr).await?);
         let wanted = config.partitions.unwrap_or(u32::from(self.shards) * 2).min(PARTITIONS_MAX);
@@ -595,17 +521,18 @@ impl Run<'_> {
 
         let recorder = Arc::new(Recorder::new()?);
         let mut consumers = Vec::new();
-        for _ in 0..config.consumers {
+        for _ in 0..config.load.consumers {
             let client = Client::connect(self.addr).await?;
             let mut consumer_config =
-                ConsumerConfig::new(queue.clone(), u32::try_from(config.slots).unwrap_or(1));
+                ConsumerConfig::new(queue.clone(), u32::try_from(config.load.slots).unwrap_or(1));
             consumer_config.wait_ms = CLAIM_WAIT_MS;
-            consumer_config.claims_in_flight = u32::try_from(config.claims_in_flight).unwrap_or(1);
-            consumer_config.ack_linger = Duration::from_micros(config.ack_linger_us);
+            consumer_config.claims_in_flight =
+                u32::try_from(config.load.claims_in_flight).unwrap_or(1);
+            consumer_config.ack_linger = Duration::from_micros(config.load.ack_linger_us);
             // Deliveries awaiting their Ack are bounded like the slots, so
             // at most 2 × slots per consumer straddle the window's start
             // (claimed before it, acked inside it).
-            consumer_config.acks_pending_max = match config.acks_pending {
+            consumer_config.acks_pending_max = match config.load.acks_pending {
                 0 => consumer_config.slots,
                 n => u32::try_from(n).unwrap_or(u32::MAX),
             };
@@ -621,22 +548,22 @@ impl Run<'_> {
         }
 
         let producer_config = ProducerConfig {
-            linger: Duration::from_micros(config.linger_us),
-            max_batch_bytes: usize::try_from(config.batch_bytes).unwrap_or(BATCH_BYTES_MAX),
+            linger: Duration::from_micros(config.load.linger_us),
+            max_batch_bytes: usize::try_from(config.load.batch_bytes).unwrap_or(BATCH_BYTES_MAX),
             ..ProducerConfig::default()
         };
-        let window = usize::try_from(config.window).unwrap_or(1);
+        let window = usize::try_from(config.load.window).unwrap_or(1);
         let mut producers = Vec::new();
         let mut tasks: Vec<JoinHandle<()>> = Vec::new();
         let mut pacers = Vec::new();
-        for index in 0..config.producers {
+        for index in 0..config.load.producers {
             let producer =
                 Producer::new(Client::connect(self.addr).await?, producer_config.clone())?;
             producers.push(producer.clone());
             let permits = Arc::new(Semaphore::new(window));
             let recorder = Arc::clone(&recorder);
             let queue = queue.clone();
-            match config.rate {
+            match config.load.rate {
                 None => {
                     tasks.push(tokio::spawn(closed_loop(
                         producer, queue, recorder, permits, msg_bytes,
@@ -644,11 +571,14 @@ impl Run<'_> {
                 }
                 Some(rate) => {
                     // Spread the rate: the first `rate % producers` get one more per second.
-                    let share =
-                        rate / config.producers + u64::from(index < rate % config.producers);
+                    let share = rate / config.load.producers
+                        + u64::from(index < rate % config.load.producers);
                     let interval_ns = 1_000_000_000 / share.max(1);
                     let (sender, receiver) = mpsc::channel(window);
-                    tasks.push(tokio::spawn(collect(Arc::clone(&recorder), receiver)));
+                    let collector = Arc::clone(&recorder);
+                    tasks.push(tokio::spawn(sends::collect(receiver, move |sent| {
+                        collector.sent(sent);
+                    })));
                     let handle = self.handle.clone();
                     let pacer = std::thread::Builder::new()
                         .name(format!("bench-pacer-{index}"))
@@ -665,40 +595,25 @@ impl Run<'_> {
                             }
                             .run();
                         })
-                        .map_err(|error| {
-                            ThroughputError::Spoold(format!("cannot spawn a pacer: {error}"))
-                        })?;
+                        .map_err(ThroughputError::Thread)?;
                     pacers.push(pacer);
                 }
             }
         }
 
-        tokio::time::sleep(Duration::from_millis(config.warmup_ms)).await;
+        tokio::time::sleep(Duration::from_millis(config.load.warmup_ms)).await;
         let start_stats = sum_stats(&consumers);
         recorder.measuring.store(true, Ordering::Release);
         let window_start = instant_now();
-        tokio::time::sleep(Duration::from_secs(config.seconds)).await;
+        tokio::time::sleep(Duration::from_secs(config.load.seconds)).await;
         recorder.measuring.store(false, Ordering::Release);
         let measured_s = instant_now().duration_since(window_start).as_secs_f64();
         let end_stats = sum_stats(&consumers);
 
         recorder.stopping.store(true, Ordering::Release);
-        let drain = async {
-            for task in tasks {
-                let _ = task.await;
-            }
-            for producer in &producers {
-                producer.close().await;
-            }
-        };
-        tokio::time::timeout(DRAIN_TIMEOUT, drain)
+        sends::finish(tasks, &producers, pacers, DRAIN_TIMEOUT)
             .await
             .map_err(|_| ThroughputError::Drain("producers", DRAIN_TIMEOUT))?;
-        for pacer in pacers {
-            // The pacer saw `stopping` (its window wait re-checks it) or its
-            // channel closed when the collector ended above.
-            let _ = tokio::task::spawn_blocking(move || pacer.join()).await;
-        }
         let mut final_stats = ConsumerStats::default();
         for consumer in consumers {
             let stats = tokio::time::timeout(DRAIN_TIMEOUT, consumer.shutdown())
@@ -711,15 +626,7 @@ impl Run<'_> {
         }
 
         let mut errors = recorder.errors.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        for (name, count) in [
-            ("consumer.claim_failed", final_stats.claim_failed),
-            ("consumer.settle_failed", final_stats.settle_failed),
-            ("consumer.extend_failed", final_stats.extend_failed),
-        ] {
-            if count > 0 {
-                errors.insert(name.to_owned(), count);
-            }
-        }
+        add_consumer_errors(&mut errors, &final_stats);
         let enqueued = recorder.enqueued.load(Ordering::Acquire);
         let acked = end_stats.acked - start_stats.acked;
         let per_s = |count: u64| count as f64 / measured_s;
@@ -731,7 +638,7 @@ impl Run<'_> {
         Ok(ThroughputReport {
             enqueue: EnqueueReport {
                 msgs_per_s: per_s(enqueued),
-                mb_per_s: per_s(enqueued) * config.msg_bytes as f64 / BYTES_PER_MB,
+                mb_per_s: per_s(enqueued) * config.load.msg_bytes as f64 / BYTES_PER_MB,
                 count: enqueued,
                 latency_us: enqueue_latency,
             },
@@ -755,21 +662,7 @@ impl Run<'_> {
                 queue,
                 queue_created: created,
                 partitions,
-                msg_bytes: config.msg_bytes,
-                producers: config.producers,
-                consumers: config.consumers,
-                slots: config.slots,
-                window: config.window,
-                rate: config.rate,
-                linger_us: config.linger_us,
-                batch_bytes: config.batch_bytes,
-                seconds: config.seconds,
-                warmup_ms: config.warmup_ms,
-                client_threads: config.client_threads,
-                claims_in_flight: config.claims_in_flight,
-                ack_linger_us: config.ack_linger_us,
-                acks_pending: config.acks_pending,
-                spin_before_park_us: config.spin_before_park_us,
+                load: config.load.clone(),
             },
         })
     }
@@ -804,21 +697,23 @@ mod tests {
             shards: Some(1),
             queue: None,
             partitions: None,
-            msg_bytes: 1024,
-            producers: 2,
-            consumers: 2,
-            slots: 256,
-            window: 4096,
-            rate: None,
-            linger_us: 5000,
-            batch_bytes: 256 * 1024,
-            seconds: 1,
-            warmup_ms: 0,
-            client_threads: 2,
-            claims_in_flight: 4,
-            ack_linger_us: 1000,
-            acks_pending: 0,
-            spin_before_park_us: 0,
+            load: ThroughputLoad {
+                msg_bytes: 1024,
+                producers: 2,
+                consumers: 2,
+                slots: 256,
+                window: 4096,
+                rate: None,
+                linger_us: 5000,
+                batch_bytes: 256 * 1024,
+                seconds: 1,
+                warmup_ms: 0,
+                client_threads: 2,
+                claims_in_flight: 4,
+                ack_linger_us: 1000,
+                acks_pending: 0,
+                spin_before_park_us: 0,
+            },
         }
     }
 
@@ -828,17 +723,17 @@ mod tests {
         assert!(config().validate().is_ok());
         type Mutate = fn(&mut ThroughputConfig);
         let cases: Vec<(&str, Mutate)> = vec![
-            ("msg_bytes", |c| c.msg_bytes = 7),
-            ("producers", |c| c.producers = 0),
-            ("slots", |c| c.slots = u64::from(CONSUMER_SLOTS_MAX) + 1),
-            ("window", |c| c.window = 0),
-            ("rate", |c| c.rate = Some(1)),
+            ("msg_bytes", |c| c.load.msg_bytes = 7),
+            ("producers", |c| c.load.producers = 0),
+            ("slots", |c| c.load.slots = u64::from(CONSUMER_SLOTS_MAX) + 1),
+            ("window", |c| c.load.window = 0),
+            ("rate", |c| c.load.rate = Some(1)),
             ("partitions", |c| c.partitions = Some(0)),
-            ("seconds", |c| c.seconds = 0),
-            ("client_threads", |c| c.client_threads = 0),
-            ("claims_in_flight", |c| c.claims_in_flight = 0),
-            ("ack_linger_us", |c| c.ack_linger_us = LINGER_US_MAX + 1),
-            ("spin_before_park_us", |c| c.spin_before_park_us = SPIN_BEFORE_PARK_US_MAX + 1),
+            ("seconds", |c| c.load.seconds = 0),
+            ("client_threads", |c| c.load.client_threads = 0),
+            ("claims_in_flight", |c| c.load.claims_in_flight = 0),
+            ("ack_linger_us", |c| c.load.ack_linger_us = LINGER_US_MAX + 1),
+            ("spin_before_park_us", |c| c.load.spin_before_park_us = SPIN_BEFORE_PARK_US_MAX + 1),
         ];
         for (field, mutate) in cases {
             let mut bad = config();
@@ -851,12 +746,52 @@ mod tests {
     }
 
     #[test]
-    fn payload_prefix_round_trips_through_a_delivery_timestamp() {
-        // Goal: the consumer reads back exactly the send time the producer wrote; method: encode, decode.
-        let bytes = payload(0x0102_0304_0506_0708, 64);
-        assert_eq!(bytes.len(), 64);
-        let prefix = <[u8; TIMESTAMP_BYTES]>::try_from(&bytes[..TIMESTAMP_BYTES]).unwrap();
-        assert_eq!(u64::from_le_bytes(prefix), 0x0102_0304_0506_0708);
-        assert!(bytes[TIMESTAMP_BYTES..].iter().all(|&byte| byte == 0));
+    fn config_echo_is_one_flat_object_with_its_keys_in_order() {
+        // Goal: the report's `config` keeps the flat keys, in the order it
+        // always printed them, now that the load settings are one struct
+        // flattened into it; method: serialize an echo, find each key after
+        // the one before.
+        let echo = ConfigEcho {
+            addr: "127.0.0.1:7400".to_owned(),
+            spoold_started: true,
+            shards: 1,
+            queue: "bench-1".to_owned(),
+            queue_created: true,
+            partitions: 2,
+            load: config().load,
+        };
+        let text = serde_json::to_string(&echo).unwrap();
+        assert!(!text.contains("\"load\""), "{text}");
+        let keys = [
+            "addr",
+            "spoold_started",
+            "shards",
+            "queue",
+            "queue_created",
+            "partitions",
+            "msg_bytes",
+            "producers",
+            "consumers",
+            "slots",
+            "window",
+            "rate",
+            "linger_us",
+            "batch_bytes",
+            "seconds",
+            "warmup_ms",
+            "client_threads",
+            "claims_in_flight",
+            "ack_linger_us",
+            "acks_pending",
+            "spin_before_park_us",
+        ];
+        let mut from = 0;
+        for key in keys {
+            let quoted = format!("\"{key}\":");
+            let at = text[from..].find(&quoted).unwrap_or_else(|| panic!("{key} in {text}"));
+            from += at + quoted.len();
+        }
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(value.as_object().map(serde_json::Map::len), Some(keys.len()));
     }
 }

@@ -8,28 +8,14 @@
 // Test helpers panic on setup failures by design.
 #![allow(clippy::unwrap_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 use serde_json::Value;
 
-const BENCH: &str = env!("CARGO_BIN_EXE_spool-bench");
+mod common;
 
-/// The `spoold` of the same profile, next to the bench binary, built if
-/// missing (cargo does not build a dependency's binaries for these tests).
-fn spoold() -> PathBuf {
-    let bench = Path::new(BENCH);
-    let path = bench.with_file_name("spoold");
-    let profile_dir = bench.parent().unwrap().file_name().unwrap().to_str().unwrap().to_owned();
-    let mut build = Command::new(env!("CARGO"));
-    build.args(["build", "-q", "-p", "spool-broker", "--bin", "spoold"]);
-    if profile_dir != "debug" {
-        build.args(["--profile", &profile_dir]);
-    }
-    assert!(build.status().unwrap().success(), "building spoold failed");
-    assert!(path.is_file(), "no spoold at {}", path.display());
-    path
-}
+use common::{spoold, BENCH};
 
 fn bench(dir: &Path, args: &[&str]) -> Output {
     Command::new(BENCH)

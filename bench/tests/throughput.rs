@@ -6,30 +6,14 @@
 // Test helpers panic on setup failures by design.
 #![allow(clippy::unwrap_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
 
-const BENCH: &str = env!("CARGO_BIN_EXE_spool-bench");
+mod common;
 
-/// The `spoold` of the same profile, next to the bench binary. Cargo does not
-/// build a dependency's binaries for this crate's tests, so build it if it is
-/// missing (a no-op when it is fresh).
-fn spoold() -> PathBuf {
-    let bench = Path::new(BENCH);
-    let path = bench.with_file_name("spoold");
-    let profile_dir = bench.parent().unwrap().file_name().unwrap().to_str().unwrap().to_owned();
-    let mut build = Command::new(env!("CARGO"));
-    build.args(["build", "-q", "-p", "spool-broker", "--bin", "spoold"]);
-    if profile_dir != "debug" {
-        build.args(["--profile", &profile_dir]);
-    }
-    let status = build.status().unwrap();
-    assert!(status.success(), "building spoold failed");
-    assert!(path.is_file(), "no spoold at {}", path.display());
-    path
-}
+use common::{spoold, BENCH};
 
 fn run_bench(dir: &Path, extra: &[&str]) -> Value {
     let output = Command::new(BENCH)

@@ -55,6 +55,17 @@ pub struct Admin {
     client: Client,
 }
 
+/// The answer of a partition request: the `field` of a `Response::Variant`,
+/// or `None` for a response of another kind ([`Admin::on_partition`]).
+macro_rules! answer {
+    ($variant:ident . $field:ident) => {
+        |response| match response {
+            Response::$variant(response) => Some(response.$field),
+            _ => None,
+        }
+    };
+}
+
 fn unexpected(operation: &str) -> ClientError {
     ClientError::Protocol(format!("{operation} answered with another response"))
 }
@@ -82,6 +93,21 @@ impl Admin {
     ) -> Result<crate::ResponseBytes, ClientError> {
         let timeout = self.client.config().connection.request_timeout;
         self.client.partition_call(queue, partition, &request, timeout).await
+    }
+
+    /// Sends `request` for a partition of `queue` to the shard that owns it
+    /// and takes what the caller wants out of the response with `answer`;
+    /// a response of another kind is a protocol error naming `operation`.
+    async fn on_partition<T>(
+        &self,
+        operation: &str,
+        queue: &str,
+        partition: PartitionId,
+        request: Request<'_>,
+        answer: impl FnOnce(Response<'_>) -> Option<T>,
+    ) -> Result<T, ClientError> {
+        let bytes = self.partition(queue, partition, request).await?;
+        answer(bytes.response()?).ok_or_else(|| unexpected(operation))
     }
 
     /// Creates a queue.
@@ -185,28 +211,8 @@ impl Admin {
         max: u32,
     ) -> Result<Vec<PeekedMessage>, ClientError> {
         let request = PeekRequest { queue: queue.to_owned(), partition, from_offset, max };
-        match self.partition(queue, partition, Request::Peek(request)).await?.response()? {
-            Response::Peek(response) => Ok(response.messages),
-            _ => Err(unexpected("peek")),
-        }
-    }
-
-    /// Drops a partition's messages; with `dry_run` only counts them.
-    /// Returns the count.
-    ///
-    /// # Errors
-    /// `QUEUE_NOT_FOUND`, `PARTITION_NOT_FOUND`, or a transport error.
-    pub async fn purge(
-        &self,
-        queue: &str,
-        partition: PartitionId,
-        dry_run: bool,
-    ) -> Result<u64, ClientError> {
-        let request = PurgeRequest { queue: queue.to_owned(), partition, dry_run };
-        match self.partition(queue, partition, Request::Purge(request)).await?.response()? {
-            Response::Purge(response) => Ok(response.count),
-            _ => Err(unexpected("purge")),
-        }
+        self.on_partition("peek", queue, partition, Request::Peek(request), answer!(Peek.messages))
+            .await
     }
 
     /// Up to `max` dead letters of a partition from `from_offset`.
@@ -221,10 +227,30 @@ impl Admin {
         max: u32,
     ) -> Result<Vec<DeadLetter>, ClientError> {
         let request = DeadLettersRequest { queue: queue.to_owned(), partition, from_offset, max };
-        match self.partition(queue, partition, Request::DeadLetters(request)).await?.response()? {
-            Response::DeadLetters(response) => Ok(response.entries),
-            _ => Err(unexpected("dead letters")),
-        }
+        self.on_partition(
+            "dead letters",
+            queue,
+            partition,
+            Request::DeadLetters(request),
+            answer!(DeadLetters.entries),
+        )
+        .await
+    }
+
+    /// Drops a partition's messages; with `dry_run` only counts them.
+    /// Returns the count.
+    ///
+    /// # Errors
+    /// `QUEUE_NOT_FOUND`, `PARTITION_NOT_FOUND`, or a transport error.
+    pub async fn purge(
+        &self,
+        queue: &str,
+        partition: PartitionId,
+        dry_run: bool,
+    ) -> Result<u64, ClientError> {
+        let request = PurgeRequest { queue: queue.to_owned(), partition, dry_run };
+        self.on_partition("purge", queue, partition, Request::Purge(request), answer!(Purge.count))
+            .await
     }
 
     /// Moves dead letters of a partition back to ready; returns how many.
@@ -238,9 +264,13 @@ impl Admin {
         target: RedriveTarget,
     ) -> Result<u64, ClientError> {
         let request = RedriveRequest { queue: queue.to_owned(), partition, target };
-        match self.partition(queue, partition, Request::Redrive(request)).await?.response()? {
-            Response::Redrive(response) => Ok(response.count),
-            _ => Err(unexpected("redrive")),
-        }
+        self.on_partition(
+            "redrive",
+            queue,
+            partition,
+            Request::Redrive(request),
+            answer!(Redrive.count),
+        )
+        .await
     }
 }

@@ -96,6 +96,50 @@ fn profile_dir() -> PathBuf {
     profile.to_path_buf()
 }
 
+/// Runs `cargo build --quiet` of this workspace with `args`, into the
+/// target directory that holds `profile_dir` and with its profile (`debug`,
+/// `release`, or a custom one); `what` names the binaries in the error,
+/// which carries cargo's stderr.
+fn cargo_build(what: &str, profile_dir: &Path, args: &[&str]) -> Result<(), String> {
+    let target_dir = profile_dir.parent().expect("profile dir has a parent");
+    let profile = profile_dir.file_name().and_then(|name| name.to_str()).unwrap_or("debug");
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let mut command = Command::new(cargo);
+    command.current_dir(workspace).args(["build", "--quiet"]).args(args);
+    command.arg("--target-dir").arg(target_dir);
+    match profile {
+        "debug" => {}
+        "release" => {
+            command.arg("--release");
+        }
+        other => {
+            command.args(["--profile", other]);
+        }
+    }
+    let output = command.output().map_err(|error| format!("running cargo: {error}"))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "cargo build ({profile}) of {what} failed ({}):\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        ))
+    }
+}
+
+/// `profile_dir/name` once `built` succeeded; panics with the build's error
+/// or when the binary is missing after it.
+fn built_binary(built: &Result<(), String>, profile_dir: &Path, name: &str) -> PathBuf {
+    if let Err(error) = built {
+        panic!("{error}");
+    }
+    let path = profile_dir.join(name);
+    assert!(path.is_file(), "{} is missing after the build", path.display());
+    path
+}
+
 /// Builds `spoold` and `spool` once per test process with the same profile
 /// and target directory as the tests, so the binaries match the sources.
 fn build_binaries() -> &'static Result<(), String> {
@@ -104,37 +148,9 @@ fn build_binaries() -> &'static Result<(), String> {
         if std::env::var_os(SPOOLD_BIN_ENV).is_some() && std::env::var_os(SPOOL_BIN_ENV).is_some() {
             return Ok(());
         }
-        let profile_dir = profile_dir();
-        let target_dir = profile_dir.parent().expect("profile dir has a parent");
-        let profile = profile_dir.file_name().and_then(|name| name.to_str()).unwrap_or("debug");
-        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-        let mut command = Command::new(cargo);
-        command
-            .current_dir(workspace)
-            .args(["build", "--quiet", "-p", "spool-broker", "--bin", "spoold"])
-            .args(["-p", "spool-client", "--bin", "spool"])
-            .arg("--target-dir")
-            .arg(target_dir);
-        match profile {
-            "debug" => {}
-            "release" => {
-                command.arg("--release");
-            }
-            other => {
-                command.args(["--profile", other]);
-            }
-        }
-        let output = command.output().map_err(|error| format!("running cargo: {error}"))?;
-        if output.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "cargo build of spoold/spool failed ({}):\n{}",
-                output.status,
-                String::from_utf8_lossy(&output.stderr)
-            ))
-        }
+        let args =
+            ["-p", "spool-broker", "--bin", "spoold", "-p", "spool-client", "--bin", "spool"];
+        cargo_build("spoold/spool", &profile_dir(), &args)
     })
 }
 
@@ -142,12 +158,7 @@ fn binary(name: &str, env: &str) -> PathBuf {
     if let Some(path) = std::env::var_os(env) {
         return PathBuf::from(path);
     }
-    if let Err(error) = build_binaries() {
-        panic!("{error}");
-    }
-    let path = profile_dir().join(name);
-    assert!(path.is_file(), "{} is missing after the build", path.display());
-    path
+    built_binary(build_binaries(), &profile_dir(), name)
 }
 
 /// Path of a release binary (`spoold` or `spool`) as the README's `cargo
@@ -156,33 +167,22 @@ fn binary(name: &str, env: &str) -> PathBuf {
 /// built it already, as it does before the tests).
 pub fn release_bin(name: &str) -> PathBuf {
     static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
-    let target_dir = profile_dir().parent().expect("profile dir has a parent").to_path_buf();
+    let release_dir = profile_dir().parent().expect("profile dir has a parent").join("release");
     let built = BUILT.get_or_init(|| {
-        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-        let output = Command::new(cargo)
-            .current_dir(workspace)
-            .args(["build", "--quiet", "--release", "--locked", "-p", "spool-broker"])
-            .args(["--bin", "spoold", "-p", "spool-client", "--bin", "spool", "--target-dir"])
-            .arg(&target_dir)
-            .output()
-            .map_err(|error| format!("running cargo: {error}"))?;
-        if output.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "cargo build --release of spoold/spool failed ({}):\n{}",
-                output.status,
-                String::from_utf8_lossy(&output.stderr)
-            ))
-        }
+        let args = [
+            "--locked",
+            "-p",
+            "spool-broker",
+            "--bin",
+            "spoold",
+            "-p",
+            "spool-client",
+            "--bin",
+            "spool",
+        ];
+        cargo_build("spoold/spool", &release_dir, &args)
     });
-    if let Err(error) = built {
-        panic!("{error}");
-    }
-    let path = target_dir.join("release").join(name);
-    assert!(path.is_file(), "{} is missing after the build", path.display());
-    path
+    built_binary(built, &release_dir, name)
 }
 
 /// Environment variable naming a prebuilt `spoold-failpoints`.
@@ -202,43 +202,10 @@ pub fn spoold_failpoints_bin() -> PathBuf {
         return PathBuf::from(path);
     }
     let built = BUILT.get_or_init(|| {
-        let profile_dir = profile_dir();
-        let target_dir = profile_dir.parent().expect("profile dir has a parent");
-        let profile = profile_dir.file_name().and_then(|name| name.to_str()).unwrap_or("debug");
-        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-        let mut command = Command::new(cargo);
-        command
-            .current_dir(workspace)
-            .args(["build", "--quiet", "-p", "spool-broker", "--features", "failpoints"])
-            .args(["--bin", "spoold-failpoints", "--target-dir"])
-            .arg(target_dir);
-        match profile {
-            "debug" => {}
-            "release" => {
-                command.arg("--release");
-            }
-            other => {
-                command.args(["--profile", other]);
-            }
-        }
-        let output = command.output().map_err(|error| format!("running cargo: {error}"))?;
-        if output.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "cargo build of spoold-failpoints failed ({}):\n{}",
-                output.status,
-                String::from_utf8_lossy(&output.stderr)
-            ))
-        }
+        let args = ["-p", "spool-broker", "--features", "failpoints", "--bin", "spoold-failpoints"];
+        cargo_build("spoold-failpoints", &profile_dir(), &args)
     });
-    if let Err(error) = built {
-        panic!("{error}");
-    }
-    let path = profile_dir().join("spoold-failpoints");
-    assert!(path.is_file(), "{} is missing after the build", path.display());
-    path
+    built_binary(built, &profile_dir(), "spoold-failpoints")
 }
 
 /// Path of the `spoold` binary under test.

@@ -26,7 +26,7 @@ use spool_client::{ClaimOptions, Client, ClientError, Delivery};
 use tokio::sync::RwLock;
 use tokio::task::JoinSet;
 
-use super::ledger::{DeliverySeen, Instance, Ledger, Placement, TokenUse};
+use super::ledger::{Instance, Ledger, Placement, TokenUse};
 use super::rng::Rng;
 use super::{unix_ms, KillLoopConfig, KillLoopError};
 
@@ -359,13 +359,7 @@ pub async fn consumer(
                     shared.lease_deadline(batch.lease_deadline_ms);
                     let mut ledger = shared.ledger();
                     for delivery in &batch.deliveries {
-                        ledger.delivered(DeliverySeen {
-                            id: delivery.message_id(),
-                            placement: Placement::new(delivery.partition(), delivery.offset()),
-                            generation: delivery.generation(),
-                            epoch: super::token_epoch(&delivery.token()),
-                            claim_sent,
-                        });
+                        ledger.delivered(super::delivery_seen(delivery, claim_sent));
                     }
                     Some((batch.deliveries, same_process.then_some(sent_instance)))
                 }
