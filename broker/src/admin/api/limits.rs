@@ -55,3 +55,8 @@ const _: () = assert!(CLAIM_CREDITS_MAX_HTTP <= CLAIM_CREDITS_MAX);
 const _: () = assert!(CLAIM_WAIT_MS_MAX_HTTP <= CLAIM_WAIT_MS_MAX);
 const _: () = assert!(DEAD_LETTERS_DEFAULT_HTTP <= DEAD_LETTERS_MAX_HTTP);
 const _: () = assert!(BODY_BYTES_MAX > spool_wire::limits::PAYLOAD_INLINE_BYTES_MAX / 3 * 4);
+// The gateway's claims share one connection per shard: all of them may wait
+// at once without reaching that connection's default bound on waiting claims.
+const _: () =
+    assert!(REQUESTS_IN_FLIGHT_MAX as u32 <= crate::limits::CLAIM_WAITERS_PER_CONNECTION_DEFAULT);
+const _: () = assert!(CLAIM_BYTES_MAX_HTTP <= spool_wire::proto::limits::CLAIM_BYTES_MAX);
