@@ -173,7 +173,7 @@ fn build_batch(appender: u64, record_bytes: u64) -> Result<Vec<u8>, BenchError> 
         priority: 0,
         not_before_ms: 0,
         expiry_ms: 0,
-        enqueue_time_ms: spool_broker::clock::now_ms().0,
+        enqueue_time_ms: spool_broker::clock::now_ms(),
     })?;
     Ok(builder.finish()?.to_vec())
 }

@@ -8,8 +8,9 @@
 //! thread. A shard that goes idle after a drain therefore kept everything it
 //! had freed (bench/README.md, "`rss`": 47 MiB of 149 MiB after draining a
 //! 100k backlog). [`configure`] shortens the delay and every executor calls
-//! [`collect`] from its housekeeping timer every [`COLLECT_INTERVAL`], so
-//! freed memory leaves RSS within about `PURGE_DELAY_MS + COLLECT_INTERVAL`.
+//! [`collect`] from its housekeeping timer every
+//! [`HEAP_COLLECT_INTERVAL`](crate::limits::HEAP_COLLECT_INTERVAL), so
+//! freed memory leaves RSS within about `PURGE_DELAY_MS + HEAP_COLLECT_INTERVAL`.
 //!
 //! What it does not do: bound how much the broker allocates (the caches and
 //! limits do that), or anything when mimalloc is not the global allocator
@@ -24,14 +25,11 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 // (tests included), not only into `spoold`, which installs it as the global
 // allocator: `mi_collect` and `mi_option_set_default` live there.
 extern crate mimalloc as _;
-use std::time::Duration;
 
 /// How long freed memory stays committed before it is purged (mimalloc's
 /// default is 1 s). Memory freed and reused within one burst of requests is
 /// still not faulted back in page by page.
 pub const PURGE_DELAY_MS: c_long = 250;
-/// How often each executor collects its heap and applies the due purges.
-pub const COLLECT_INTERVAL: Duration = Duration::from_secs(1);
 
 /// mimalloc's option number of `purge_delay` (`mi_option_t` of mimalloc v3,
 /// part of its ABI).

@@ -6,17 +6,18 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// Milliseconds since the Unix epoch (wall clock; for timestamps that leave
-/// the process).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Millis(pub u64);
+/// Milliseconds since the Unix epoch (wall clock): the broker's one time
+/// unit, for timestamps that leave the process and for every deadline the
+/// queue state machine keeps. A plain number with `_ms` names, not a
+/// newtype: arithmetic on it is everywhere.
+pub type Millis = u64;
 
 /// Wall-clock now, in milliseconds since the Unix epoch. A clock before 1970
 /// reads as 0 rather than failing: timestamps are informational.
 #[allow(clippy::disallowed_methods)]
 pub fn now_ms() -> Millis {
     let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
-    Millis(u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX))
+    u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// A monotonic instant, for measuring durations (latency, deadlines).
@@ -36,7 +37,7 @@ mod tests {
     fn clocks_move_forward() {
         // Goal: both clocks read something plausible and the monotonic one never goes back.
         let start = instant_now();
-        assert!(now_ms().0 > 1_600_000_000_000);
+        assert!(now_ms() > 1_600_000_000_000);
         assert!(instant_now() >= start);
     }
 }

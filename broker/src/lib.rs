@@ -11,8 +11,11 @@
 //! data-dir lock and secret, and the assignment table; `fatal` is the one
 //! way the process stops on its own; `admin` serves the admin port (metrics,
 //! health) on its own thread, reaching the shards only by message; `failpoint` holds the test-only
-//! fault hooks (armed only with the `failpoints` feature). Only `io`, `net`,
-//! `server` and the shard bootstrap name glommio.
+//! fault hooks (armed only with the `failpoints` feature); `limits` names
+//! every bound of the broker, with their relations checked at compile time;
+//! `clock` is the one place that reads time. Only `io`, `net`,
+//! `server`, the shard bootstrap and the binaries name glommio
+//! (`tests/tests/tidy.rs` checks it).
 
 pub mod admin;
 pub mod alloc;

@@ -1,12 +1,21 @@
-//! Named limits of the broker's storage path (and the network path's
-//! response queue), in one place.
+//! Named limits of the broker, in one place: the storage path, the network
+//! edge, the config's ranges and defaults, the control plane, the shards and
+//! the admin port.
 //!
-//! Every buffer, queue and file size the log and the storage seam use is
-//! bounded by a constant here; runtime knobs (`LogConfig`) are validated
-//! against them. The `const _` assertions state the relations the code relies
-//! on, so changing one number cannot silently break another.
+//! Every buffer, queue, file size, timeout and poll interval the broker uses
+//! is a constant here; runtime knobs (`LogConfig`, `BrokerConfig`) are
+//! validated against them. The `const _` assertions state the relations the
+//! code relies on, so changing one number cannot silently break another.
+//! Exceptions, each for its own reason: the queue state machine's bounds
+//! (`queue/limits.rs`, with the pure core they bound), the HTTP API's
+//! (`admin/api/limits.rs`, checked against the protocol's), and the on-disk
+//! and wire layouts (sizes of a format, not tunable bounds), which live with
+//! their codec. `tests/tests/tidy.rs` holds the rest of the tree to this.
+
+use std::time::Duration;
 
 use spool_wire::limits::{BATCH_BYTES_MAX, BATCH_HEADER_BYTES};
+use spool_wire::proto::limits::{FRAME_HEADER_BYTES, MAX_FRAME_BYTES, PARTITIONS_MAX};
 
 /// Smallest unit a disk may write atomically. We do **not** assume even this
 /// is atomic (see `docs/design/segment-format.md`); it is the granularity the
@@ -88,13 +97,6 @@ pub const SCAN_CHUNK_BYTES: u64 = 1 << 20;
 /// Largest `max_bytes` a single read may ask for.
 pub const READ_BYTES_MAX: u64 = 64 << 20;
 
-/// Bytes of responses one connection may hold produced but not yet written
-/// to its socket before the broker stops reading that connection's requests
-/// until the peer has read enough (backpressure, not an error). Requests
-/// already being handled still answer, so a connection holds at most this
-/// plus the answers of its requests in flight. Four maximal write bursts.
-pub const RESPONSE_QUEUE_BYTES_MAX: usize = 4 << 20;
-
 /// Partitions a shard opens at once when a queue is created (each open
 /// writes and syncs its epoch file and syncs its directory; run together,
 /// those syncs overlap).
@@ -144,8 +146,7 @@ const _: () = assert!(INFLIGHT_COMMITS_DEFAULT >= 1);
 const _: () = assert!(PORT_IN_USE_RETRY_PAUSE_MS > 0);
 const _: () = assert!(PORT_IN_USE_RETRY_PAUSE_MS * 10 <= PORT_IN_USE_RETRY_MS);
 // A waiting start must not come near the broker's start-up budget.
-const _: () =
-    assert!(PORT_IN_USE_RETRY_MS * 10 <= crate::control::config::STARTUP_TIMEOUT_MS_DEFAULT);
+const _: () = assert!(PORT_IN_USE_RETRY_MS * 10 <= STARTUP_TIMEOUT_MS_DEFAULT);
 const _: () = assert!(PARTITION_OPEN_RETRY_MS > 0);
 const _: () = assert!(INFLIGHT_COMMITS_DEFAULT <= INFLIGHT_COMMITS_MAX);
 const _: () = assert!(PENDING_BYTES_DEFAULT <= PENDING_BYTES_MAX);
@@ -162,33 +163,267 @@ const _: () = assert!(SCAN_CHUNK_BYTES.is_multiple_of(PAGE_BYTES));
 /// cross-executor wake-up glommio lost (DESIGN §8) are seen. Deadlines of
 /// leases, scheduled and expiring messages are met by the shard's alarm
 /// (`shard/alarm.rs`), not by this bound.
-pub const HOUSEKEEPING_IDLE_MAX: std::time::Duration = std::time::Duration::from_millis(100);
+pub const HOUSEKEEPING_IDLE_MAX: Duration = Duration::from_millis(100);
 /// How often the control executor polls for commands once none came for
 /// [`CONTROL_BUSY_FOR`] (while they keep coming it polls every housekeeping
 /// tick): the first create or delete after a quiet spell waits at most this.
-pub const CONTROL_IDLE_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+pub const CONTROL_IDLE_POLL: Duration = Duration::from_millis(50);
 /// How long after a command the control executor keeps polling every tick.
-pub const CONTROL_BUSY_FOR: std::time::Duration = std::time::Duration::from_secs(1);
+pub const CONTROL_BUSY_FOR: Duration = Duration::from_secs(1);
 
-const _: () = assert!(
-    HOUSEKEEPING_IDLE_MAX.as_millis() >= crate::control::config::HOUSEKEEPING_TICK_MS_MAX as u128
-);
+const _: () = assert!(HOUSEKEEPING_IDLE_MAX.as_millis() >= HOUSEKEEPING_TICK_MS_MAX as u128);
 const _: () = assert!(CONTROL_IDLE_POLL.as_millis() <= HOUSEKEEPING_IDLE_MAX.as_millis());
+
+// --- Network edge (`net/`) -------------------------------------------------
+
+/// Most bytes requested from the socket per read.
+pub const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// Responses already waiting are written together up to this many bytes
+/// (the last one may pass it)...
+pub const WRITE_BURST_BYTES_MAX: usize = 1 << 20;
+/// ...or this many responses, whichever comes first.
+pub const WRITE_BURST_RESPONSES_MAX: usize = 256;
+/// Responses up to this size are copied into one buffer and written with
+/// one syscall; a larger one is written from its own buffer (a copy would
+/// cost more than the syscall it saves).
+pub const WRITE_COPY_BYTES_MAX: usize = 16 * 1024;
+/// Bytes of responses one connection may hold produced but not yet written
+/// to its socket before the broker stops reading that connection's requests
+/// until the peer has read enough (backpressure, not an error). Requests
+/// already being handled still answer, so a connection holds at most this
+/// plus the answers of its requests in flight. Four maximal write bursts.
+pub const RESPONSE_QUEUE_BYTES_MAX: usize = 4 * WRITE_BURST_BYTES_MAX;
+/// Frames one connection hands to tasks in one pass before its reading loop
+/// yields to the rest of the shard, when no other connection waits for a
+/// turn (while one does, the shard's admission turns of
+/// [`ADMISSION_QUANTUM_FRAMES`] apply)...
+pub const DISPATCH_BUDGET_FRAMES: usize = 32;
+/// ...or bytes of frames, whichever comes first.
+pub const DISPATCH_BUDGET_BYTES: usize = 256 * 1024;
+
+/// Most frames one connection hands over in one turn while others wait
+/// (`net/admission.rs`).
+pub const ADMISSION_QUANTUM_FRAMES: usize = 4;
+/// Bytes credited to a connection's deficit per turn.
+pub const ADMISSION_QUANTUM_BYTES: i64 = 64 * 1024;
+/// Most frames admitted in one round (between two I/O polls of the
+/// executor when the shard is saturated)...
+pub const ADMISSION_ROUND_FRAMES: usize = 64;
+/// ...or bytes of frames, whichever comes first (a single larger frame is
+/// still admitted whole).
+pub const ADMISSION_ROUND_BYTES: usize = 2 * 1024 * 1024;
+/// The timer a spent round waits on: it fires at the executor's next I/O
+/// poll, so completions reach their tasks before more work is taken in.
+pub const ADMISSION_ROUND_GAP: Duration = Duration::from_micros(1);
+
+/// Pause after a failed `accept` (EMFILE and friends) so the loop does not
+/// spin while the condition lasts.
+pub const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(10);
+/// Refused connections being told why at once; past this, a refused
+/// connection is closed without its error frame (still counted and logged).
+pub const REFUSALS_IN_FLIGHT_MAX: usize = 64;
+/// A refused connection gets this long to take its error frame and close.
+pub const REFUSAL_LINGER: Duration = Duration::from_millis(500);
+/// Bytes a refused connection may send that are read and dropped while it
+/// takes its error frame (so closing does not reset it first).
+pub const REFUSAL_DRAIN_BYTES_MAX: usize = 64 * 1024;
+/// Backlog of a shard's listening socket (glommio's own default).
+pub const LISTEN_BACKLOG: libc::c_int = 1024;
+/// At most one log line per rejection reason per this many milliseconds.
+pub const REJECTION_LOG_INTERVAL_MS: u64 = 1_000;
+
+const _: () = assert!(WRITE_COPY_BYTES_MAX <= WRITE_BURST_BYTES_MAX);
+const _: () = assert!(WRITE_BURST_RESPONSES_MAX >= 1);
+const _: () = assert!(RESPONSE_QUEUE_BYTES_MAX >= WRITE_BURST_BYTES_MAX);
+const _: () = assert!(ADMISSION_QUANTUM_FRAMES > 0);
+const _: () = assert!(ADMISSION_QUANTUM_BYTES > 0);
+const _: () = assert!(ADMISSION_ROUND_FRAMES >= ADMISSION_QUANTUM_FRAMES);
+const _: () = assert!(ADMISSION_ROUND_BYTES >= ADMISSION_QUANTUM_BYTES as usize);
+// A lone connection's pass never takes more than one admission round.
+const _: () = assert!(DISPATCH_BUDGET_FRAMES <= ADMISSION_ROUND_FRAMES);
+const _: () = assert!(DISPATCH_BUDGET_BYTES <= ADMISSION_ROUND_BYTES);
+const _: () = assert!(REFUSALS_IN_FLIGHT_MAX >= 1);
+
+// --- Broker config (`control/config.rs`): ranges and defaults ---------------
+
+/// Most shards one process runs (also bounded by the CPUs it may use).
+pub const SHARDS_MAX: u16 = 256;
+/// Longest `spin_before_park`: beyond a few ms spinning only burns a core.
+pub const SPIN_BEFORE_PARK_US_MAX: u64 = 10_000;
+/// Range and default of `io_poll_interval_us`: how long a busy shard's
+/// connections run before they let the executor poll for completed I/O
+/// (`net/poll_gate.rs`). Without it a shard saturated by pipelined requests
+/// saw its finished log writes and syncs only at glommio's 100 ms preempt
+/// timer (bench/README.md, "`hostile`").
+pub const IO_POLL_INTERVAL_US_MIN: u64 = 100;
+pub const IO_POLL_INTERVAL_US_MAX: u64 = 100_000;
+pub const IO_POLL_INTERVAL_US_DEFAULT: u64 = 500;
+const _: () = assert!(IO_POLL_INTERVAL_US_MIN <= IO_POLL_INTERVAL_US_DEFAULT);
+const _: () = assert!(IO_POLL_INTERVAL_US_DEFAULT <= IO_POLL_INTERVAL_US_MAX);
+/// Housekeeping tick range (ms). The tick also guards against glommio's lost
+/// wake-up (DESIGN §8), which needs 1–10 ms to be effective.
+pub const HOUSEKEEPING_TICK_MS_MIN: u64 = 1;
+pub const HOUSEKEEPING_TICK_MS_MAX: u64 = 10;
+pub const HOUSEKEEPING_TICK_MS_DEFAULT: u64 = 5;
+/// Default bound on start-up, partition recovery included (a 7.2 M-message
+/// partition measured ≈1 min to reopen on a loaded 2-vCPU VM), and its range.
+pub const STARTUP_TIMEOUT_MS_DEFAULT: u64 = 120_000;
+pub const STARTUP_TIMEOUT_MS_MIN: u64 = 100;
+pub const STARTUP_TIMEOUT_MS_MAX: u64 = 300_000;
+/// Default `partitions_max`: the node limit.
+pub const PARTITIONS_MAX_DEFAULT: u32 = PARTITIONS_PER_NODE_MAX as u32;
+/// Default and upper bound of `connections_per_shard_max`.
+pub const CONNECTIONS_PER_SHARD_DEFAULT: u32 = 1_024;
+pub const CONNECTIONS_PER_SHARD_LIMIT: u32 = 65_536;
+/// Default and upper bound of `in_flight_per_connection_max`.
+pub const IN_FLIGHT_PER_CONNECTION_DEFAULT: u32 = 128;
+pub const IN_FLIGHT_PER_CONNECTION_LIMIT: u32 = 4_096;
+/// Default `claim_waiters_per_connection_max`: half the default in-flight
+/// bound, so a connection whose claims all wait still has room for acks.
+pub const CLAIM_WAITERS_PER_CONNECTION_DEFAULT: u32 = 64;
+/// Upper bound for `claim_waiters_per_connection_max`: a partition's own
+/// bound on waiting claims.
+pub const CLAIM_WAITERS_PER_CONNECTION_LIMIT: u32 =
+    crate::partition::signal::CLAIM_WAITERS_MAX as u32;
+/// Smallest allowed `frame_bytes_max`: a frame header plus a useful body.
+pub const FRAME_BYTES_MAX_LOWER: u32 = 4 * 1024;
+/// Largest allowed `frame_bytes_max`: every connection may buffer one frame.
+pub const FRAME_BYTES_MAX_UPPER: u32 = 64 * 1024 * 1024;
+/// Default `frame_bytes_max`: the largest record batch plus room for the
+/// frame header and request fields.
+pub const FRAME_BYTES_MAX_DEFAULT: u32 = BATCH_BYTES_MAX as u32 + 64 * 1024;
+/// `idle_timeout_ms`: a connection that sends nothing this long is closed.
+pub const IDLE_TIMEOUT_MS_DEFAULT: u64 = 300_000;
+pub const IDLE_TIMEOUT_MS_MIN: u64 = 100;
+pub const IDLE_TIMEOUT_MS_MAX: u64 = 86_400_000;
+/// `frame_timeout_ms`: a frame begun must be complete within this.
+pub const FRAME_TIMEOUT_MS_DEFAULT: u64 = 10_000;
+pub const FRAME_TIMEOUT_MS_MIN: u64 = 10;
+pub const FRAME_TIMEOUT_MS_MAX: u64 = 600_000;
+/// `write_timeout_ms`: a response write must finish within this.
+pub const WRITE_TIMEOUT_MS_DEFAULT: u64 = 10_000;
+pub const WRITE_TIMEOUT_MS_MIN: u64 = 10;
+pub const WRITE_TIMEOUT_MS_MAX: u64 = 600_000;
+/// `shutdown_timeout_ms`: how long a stop waits for the shards to drain.
+pub const SHUTDOWN_TIMEOUT_MS_DEFAULT: u64 = 30_000;
+pub const SHUTDOWN_TIMEOUT_MS_MIN: u64 = 100;
+pub const SHUTDOWN_TIMEOUT_MS_MAX: u64 = 600_000;
+
+const _: () = assert!(SHARDS_MAX >= 1);
+const _: () = assert!(HOUSEKEEPING_TICK_MS_MIN >= 1);
+const _: () = assert!(HOUSEKEEPING_TICK_MS_MIN <= HOUSEKEEPING_TICK_MS_DEFAULT);
+const _: () = assert!(HOUSEKEEPING_TICK_MS_DEFAULT <= HOUSEKEEPING_TICK_MS_MAX);
+const _: () = assert!(STARTUP_TIMEOUT_MS_MIN <= STARTUP_TIMEOUT_MS_DEFAULT);
+const _: () = assert!(STARTUP_TIMEOUT_MS_DEFAULT <= STARTUP_TIMEOUT_MS_MAX);
+const _: () = assert!(PARTITIONS_MAX_DEFAULT as usize <= PARTITIONS_PER_NODE_MAX);
+const _: () = assert!(CONNECTIONS_PER_SHARD_DEFAULT >= 1);
+const _: () = assert!(CONNECTIONS_PER_SHARD_DEFAULT <= CONNECTIONS_PER_SHARD_LIMIT);
+const _: () = assert!(IN_FLIGHT_PER_CONNECTION_DEFAULT <= IN_FLIGHT_PER_CONNECTION_LIMIT);
+const _: () = assert!(CLAIM_WAITERS_PER_CONNECTION_DEFAULT <= IN_FLIGHT_PER_CONNECTION_DEFAULT / 2);
+const _: () = assert!(CLAIM_WAITERS_PER_CONNECTION_DEFAULT <= CLAIM_WAITERS_PER_CONNECTION_LIMIT);
+const _: () = assert!(FRAME_BYTES_MAX_LOWER as usize > FRAME_HEADER_BYTES);
+const _: () = assert!(FRAME_BYTES_MAX_LOWER <= FRAME_BYTES_MAX_DEFAULT);
+const _: () = assert!(FRAME_BYTES_MAX_DEFAULT <= FRAME_BYTES_MAX_UPPER);
+// The default frame holds a maximal batch with its header and fields, and
+// the largest allowed one holds any frame the protocol defines.
+const _: () = assert!(FRAME_BYTES_MAX_DEFAULT as usize >= BATCH_BYTES_MAX + FRAME_HEADER_BYTES);
+const _: () = assert!(FRAME_BYTES_MAX_UPPER as usize >= MAX_FRAME_BYTES);
+const _: () = assert!(IDLE_TIMEOUT_MS_MIN <= IDLE_TIMEOUT_MS_DEFAULT);
+const _: () = assert!(IDLE_TIMEOUT_MS_DEFAULT <= IDLE_TIMEOUT_MS_MAX);
+const _: () = assert!(FRAME_TIMEOUT_MS_MIN <= FRAME_TIMEOUT_MS_DEFAULT);
+const _: () = assert!(FRAME_TIMEOUT_MS_DEFAULT <= FRAME_TIMEOUT_MS_MAX);
+const _: () = assert!(WRITE_TIMEOUT_MS_MIN <= WRITE_TIMEOUT_MS_DEFAULT);
+const _: () = assert!(WRITE_TIMEOUT_MS_DEFAULT <= WRITE_TIMEOUT_MS_MAX);
+const _: () = assert!(SHUTDOWN_TIMEOUT_MS_MIN <= SHUTDOWN_TIMEOUT_MS_DEFAULT);
+const _: () = assert!(SHUTDOWN_TIMEOUT_MS_DEFAULT <= SHUTDOWN_TIMEOUT_MS_MAX);
+
+// --- Control plane (`control/`): assignment table, catalog, data dir --------
+
+/// Most partitions one queue may have: the wire's bound, so every queue the
+/// broker accepts can be described in one Metadata response (OMB's largest
+/// single-topic workload has 10,000 partitions).
+pub const PARTITIONS_PER_QUEUE_MAX: u32 = PARTITIONS_MAX;
+/// Most partitions one node may host, over all its queues. Each open
+/// partition holds one file descriptor per segment file and, empty, about
+/// 10 KiB of memory (`docs/design/segment-format.md` "Cost of a partition");
+/// the bound keeps descriptors and memory predictable on one node.
+pub const PARTITIONS_PER_NODE_MAX: usize = 10_000;
+/// Most queues one table (one node) may hold.
+pub const QUEUES_MAX: usize = 10_000;
+/// Largest catalog body. A change whose catalog would exceed it is refused
+/// (`TooLarge`), and a bigger file is refused at start. 64 MiB holds the
+/// largest configs at [`QUEUES_MAX`] queues with a few hundred partitions
+/// each; JSON parsing of that size at start takes well under a second.
+pub const CATALOG_BODY_BYTES_MAX: usize = 64 << 20;
+/// Longest catalog header line, newline included.
+pub const CATALOG_HEADER_BYTES_MAX: usize = 64;
+/// Most bytes read from a lock file when looking for the holder's pid.
+pub const LOCK_FILE_READ_BYTES_MAX: u64 = 64;
+
+// One queue may use the whole node.
+const _: () = assert!(PARTITIONS_PER_QUEUE_MAX as usize <= PARTITIONS_PER_NODE_MAX);
+const _: () = assert!(QUEUES_MAX >= 1);
+
+// --- Shards (`shard/`) and what they serve (`server/`) ----------------------
+
+/// Capacity of each control → shard channel, in batches (≥ 1024 keeps a
+/// burst of admin changes from blocking the control executor; DESIGN §8).
+pub const SHARD_CHANNEL_CAPACITY: usize = 1024;
+/// Control commands waiting for the control executor.
+pub const CONTROL_COMMAND_QUEUE_MAX: usize = 1024;
+/// Most control commands turned into one batch of updates per tick.
+pub const CONTROL_COMMANDS_PER_TICK_MAX: usize = 256;
+/// How often the main thread checks the stop flag while shards run.
+pub const MAIN_POLL_INTERVAL: Duration = Duration::from_millis(20);
+/// How often the control calls poll for a reply or for shards to catch up.
+/// Polling (a sleep on threads, a glommio timer on executors) avoids
+/// cross-executor wake-ups, which glommio 0.9 can lose (DESIGN §8).
+pub const CONTROL_POLL_INTERVAL: Duration = Duration::from_millis(1);
+/// How often a starting shard checks whether it has applied the catalog's
+/// replay before it starts accepting.
+pub const REPLAY_WAIT_POLL: Duration = Duration::from_millis(1);
+/// Table versions whose hook failures are kept for a creator to collect
+/// (`shard::Shared::record_hook_failure`); older ones are dropped first. A
+/// creator collects its version within [`ADMIN_APPLY_TIMEOUT_MS`] of the
+/// change, long before this many later changes could be made.
+pub const HOOK_FAILURE_VERSIONS_MAX: usize = 1024;
+/// Failure reports kept per table version (one per shard is the most a
+/// change produces; the bound only guards the map).
+pub const HOOK_FAILURES_PER_VERSION_MAX: usize = 256;
+/// RLIMIT_MEMLOCK needed per executor (glommio's own minimum).
+pub const MEMLOCK_BYTES_PER_EXECUTOR: u64 = 512 * 1024;
+/// How long a CreateQueue/DeleteQueue waits for every shard to apply it.
+pub const ADMIN_APPLY_TIMEOUT_MS: u64 = 10_000;
+/// How often each executor collects its heap and applies the allocator's
+/// due purges (`alloc.rs`).
+pub const HEAP_COLLECT_INTERVAL: Duration = Duration::from_secs(1);
+/// How often `spoold`'s signal thread looks at the flag its handlers set.
+pub const SIGNAL_POLL: Duration = Duration::from_millis(25);
+
+const _: () = assert!(CONTROL_COMMANDS_PER_TICK_MAX <= CONTROL_COMMAND_QUEUE_MAX);
+// Freed memory is purged after the allocator's delay, at the next collection.
+const _: () = assert!(crate::alloc::PURGE_DELAY_MS as u128 <= HEAP_COLLECT_INTERVAL.as_millis());
+const _: () = assert!(CONTROL_POLL_INTERVAL.as_millis() <= CONTROL_IDLE_POLL.as_millis());
+// Every shard of the largest process can report a failure of one change.
+const _: () = assert!(HOOK_FAILURES_PER_VERSION_MAX >= SHARDS_MAX as usize);
+// A create waits on every shard, each polled by the control executor at
+// least every CONTROL_IDLE_POLL.
+const _: () = assert!(ADMIN_APPLY_TIMEOUT_MS as u128 > 10 * CONTROL_IDLE_POLL.as_millis());
 
 /// Connections the admin port serves at once; one more is closed on accept.
 pub const ADMIN_CONNECTIONS_MAX: usize = 64;
 /// A request's headers must arrive within this on the admin port.
-pub const ADMIN_HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+pub const ADMIN_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest a scrape or readiness check waits for the shards' reports. A
 /// report passes the control executor (polled at least every
 /// [`CONTROL_IDLE_POLL`]) and then a shard's channel, so this leaves room
 /// for a shard busy opening partitions; a shard later than this is reported
 /// missing rather than waited on.
-pub const ADMIN_REPORT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+pub const ADMIN_REPORT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often the admin thread checks for the shards' reports.
-pub const ADMIN_REPORT_POLL: std::time::Duration = std::time::Duration::from_millis(2);
+pub const ADMIN_REPORT_POLL: Duration = Duration::from_millis(2);
 /// How often the admin thread checks the broker's stop flag.
-pub const ADMIN_STOP_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+pub const ADMIN_STOP_POLL: Duration = Duration::from_millis(50);
 
 const _: () = assert!(ADMIN_REPORT_TIMEOUT.as_millis() > 10 * CONTROL_IDLE_POLL.as_millis());
 const _: () = assert!(ADMIN_REPORT_POLL.as_millis() >= 1);
@@ -295,3 +530,17 @@ const _: () = assert!(DISK_FULL_RETRY_MS > 0);
 // size travels as a u32 (`control::config`).
 const _: () = assert!(TICK_SWEEP_WAKES >= 1 && TICK_SWEEP_WAKES <= CLAIM_WAITERS_MAX);
 const _: () = assert!(CLAIM_WAITERS_MAX <= u32::MAX as usize);
+
+// authentication and authorization
+
+/// Most principals an auth file may name.
+pub const PRINCIPALS_MAX: usize = 10_000;
+/// Most ACL rules an auth file may hold.
+pub const ACL_RULES_MAX: usize = 100_000;
+/// Bytes of random salt in a secret hash made by `spool auth hash-secret`
+/// (argon2's recommended 16).
+pub const SALT_BYTES: usize = 16;
+/// Most queues one connection's rights cache holds (by name, and by id);
+/// past it the cache is emptied and fills again.
+pub const SESSION_RIGHTS_CACHE_MAX: usize = 1024;
+const _: () = assert!(SESSION_RIGHTS_CACHE_MAX > 0);

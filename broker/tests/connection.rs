@@ -13,7 +13,7 @@ use std::rc::Rc;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use spool_broker::net::admission::{ADMISSION_QUANTUM_FRAMES, ADMISSION_ROUND_FRAMES};
+use spool_broker::limits::{ADMISSION_QUANTUM_FRAMES, ADMISSION_ROUND_FRAMES};
 use spool_broker::net::echo::{encode_echo_frame, EchoError, EchoHandler, ECHO_ERROR_PREFIX};
 use spool_broker::net::{
     serve, serve_connection, Connection, ConnectionEnd, ConnectionLimits, Decoded, FrameHandler,
@@ -553,7 +553,7 @@ fn a_peer_that_stops_reading_pauses_its_requests_at_the_response_byte_bound() {
         let peak = scope.responses_queued_bytes_peak();
         // Reading paused at the bound; what passed it is one dispatch turn
         // (its requests were in flight when the bound was reached).
-        let in_flight_at_pause = spool_broker::net::connection::DISPATCH_BUDGET_FRAMES;
+        let in_flight_at_pause = spool_broker::limits::DISPATCH_BUDGET_FRAMES;
         assert!(
             handled <= BOUND / ANSWER + in_flight_at_pause,
             "{handled} requests handled while the peer read nothing"

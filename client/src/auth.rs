@@ -12,13 +12,11 @@
 //!
 //! [`ConnectionConfig::credentials`]: crate::ConnectionConfig::credentials
 
+pub use crate::limits::SALT_BYTES;
 use argon2::password_hash::{PasswordHasher, SaltString};
 use argon2::Argon2;
 
 use crate::error::ClientError;
-
-/// Bytes of random salt in a hash made by [`hash_secret`].
-pub const SALT_BYTES: usize = 16;
 
 /// A principal and its secret. `Debug` never shows the secret.
 #[derive(Clone, PartialEq, Eq)]

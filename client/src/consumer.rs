@@ -427,6 +427,13 @@ impl Consumer {
         self.shared.counters.snapshot()
     }
 
+    /// Acks of finished handlers waiting in the ack pipeline (for their
+    /// batch, or for the broker's answer); at most `acks_pending_max`.
+    pub fn acks_pending(&self) -> usize {
+        let room = self.shared.config.acks_pending_max as usize;
+        room - self.shared.acks_pending.available_permits()
+    }
+
     /// Stops claiming and waits until every delivery is acked or released.
     pub async fn shutdown(self) -> ConsumerStats {
         // The loop may already have ended (it never does on its own); either

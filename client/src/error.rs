@@ -4,6 +4,7 @@
 //! unknown), or the peer broke the protocol. [`ClientError::is_retriable`]
 //! says whether sending the same request again may succeed.
 
+use crate::limits::REFUSED_LISTED_MAX;
 use spool_wire::proto::{DeliveryToken, NodeAddress, ProtoError};
 use spool_wire::{ErrorCode, WireError};
 use thiserror::Error;
@@ -108,9 +109,6 @@ pub struct RefusedAck {
     /// Why (never `NONE`).
     pub code: ErrorCode,
 }
-
-/// How many refused tokens an [`ClientError::AckRefused`] message lists.
-const REFUSED_LISTED_MAX: usize = 8;
 
 fn first_code(refused: &[RefusedAck]) -> &'static str {
     refused.first().map_or("NONE", |refused| refused.code.name())

@@ -119,3 +119,45 @@ pub const CLAIM_EXTRA_RELEASE_DELAY_MS: u32 = 1;
 
 /// Release reason of such an extra delivery.
 pub const CLAIM_EXTRA_RELEASE_REASON: &str = "claimed beyond the credits of a claim_any";
+
+/// How many refused tokens a [`ClientError::AckRefused`](crate::ClientError::AckRefused)
+/// message lists.
+pub const REFUSED_LISTED_MAX: usize = 8;
+
+// --- The `spool` command line ------------------------------------------------
+
+/// Default broker address of the `spool` command line.
+pub const ADDR_DEFAULT: &str = "127.0.0.1:7400";
+/// Default `recv --wait-ms`: short, since a person is waiting.
+pub const RECV_WAIT_MS_DEFAULT: u32 = 1_000;
+/// Messages `spool send` has submitted and not yet seen acknowledged; input
+/// is read no further ahead.
+pub const SEND_IN_FLIGHT_MAX: usize = 16 * 1024;
+/// Stdin lines read ahead of their submission.
+pub const STDIN_READ_AHEAD_LINES: usize = 1024;
+/// Longest stdin line `spool send` takes (the broker's record limit; the
+/// record envelope makes the usable payload a little smaller).
+pub const LINE_BYTES_MAX: usize = spool_wire::limits::RECORD_BYTES_MAX;
+
+const _: () = assert!(RECV_WAIT_MS_DEFAULT <= spool_wire::proto::limits::CLAIM_WAIT_MS_MAX);
+const _: () = assert!(STDIN_READ_AHEAD_LINES <= SEND_IN_FLIGHT_MAX);
+const _: () = assert!(REFUSED_LISTED_MAX >= 1);
+
+// Every default inside its bound, and inside the protocol's.
+const _: () = assert!(CLAIM_CREDITS_DEFAULT >= 1);
+const _: () = assert!(CLAIM_CREDITS_DEFAULT <= spool_wire::proto::limits::CLAIM_CREDITS_MAX);
+const _: () = assert!(CLAIM_WAIT_MS_DEFAULT <= spool_wire::proto::limits::CLAIM_WAIT_MS_MAX);
+const _: () = assert!(CLAIM_BYTES_DEFAULT <= spool_wire::proto::limits::CLAIM_BYTES_MAX);
+const _: () = assert!(LEASE_MS_DEFAULT >= spool_wire::proto::limits::LEASE_MS_MIN);
+const _: () = assert!(LEASE_MS_DEFAULT <= spool_wire::proto::limits::LEASE_MS_MAX);
+const _: () = assert!(CLAIMS_IN_FLIGHT_DEFAULT <= CLAIMS_IN_FLIGHT_MAX);
+const _: () = assert!(CONSUMER_PREFETCH_MAX <= CONSUMER_SLOTS_MAX);
+const _: () = assert!(CONSUMER_ACKS_PENDING_DEFAULT <= CONSUMER_ACKS_PENDING_MAX);
+const _: () = assert!(RETRY_BACKOFF_DEFAULT.as_millis() <= RETRY_BACKOFF_MAX.as_millis());
+const _: () = assert!(BATCH_BYTES_DEFAULT <= spool_wire::limits::BATCH_BYTES_MAX);
+const _: () = assert!(PRODUCER_IN_FLIGHT_PER_PARTITION_DEFAULT <= PRODUCER_IN_FLIGHT_BATCHES_MAX);
+const _: () = assert!(ACK_REQUESTS_IN_FLIGHT_MAX <= IN_FLIGHT_REQUESTS_MAX);
+
+/// Bytes of random salt in a secret hash made by `spool auth hash-secret`
+/// (argon2's recommended 16).
+pub const SALT_BYTES: usize = 16;

@@ -11,15 +11,17 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{err, ok, start_broker, wait_for, EnqueueFault, FakeServer, Handler};
+use common::{
+    err, extends_of, ok, start_broker, stored_of, wait_for, EnqueueFault, FakeServer, Handler,
+};
 use spool_client::spool_wire::proto::{
     ApiKey, CorrelationId, EnqueueResponse, MetadataResponse, NodeAddress, Offset, PartitionId,
     PurgeRequest, PurgeResponse, RecordOutcome, Request, Response,
 };
 use spool_client::spool_wire::ErrorCode;
 use spool_client::{
-    Client, ClientConfig, ClientError, Connection, ConnectionConfig, Consumer, ConsumerConfig,
-    Delivery, Message, PayloadView, Producer, ProducerConfig,
+    Client, ClientError, Connection, ConnectionConfig, Consumer, ConsumerConfig, Delivery, Message,
+    PayloadView, Producer, ProducerConfig,
 };
 
 const TEST_LIMIT: Duration = Duration::from_secs(15);
@@ -83,16 +85,23 @@ async fn futures_join(futures: Vec<impl std::future::Future<Output = ()> + Send 
 
 // Goal: a request without an answer fails with TIMEOUT after the configured
 // time, leaves nothing pending, and the connection keeps working (a late
-// answer to the abandoned id is ignored). Method: the server answers
-// partition 0 only after 600 ms and partition 1 at once; timeout 150 ms.
+// answer to the abandoned id is ignored). Method: timeout 150 ms; the server
+// holds its answer to partition 0 and writes it only when the next request
+// (partition 1) comes, just before that one's answer on the same stream, so
+// the client reads the late answer first (no sleep to wait for it).
 #[tokio::test]
 async fn per_request_timeout() {
-    let handler: Handler = Arc::new(|request, id, outbox| {
+    let held: Arc<Mutex<Option<Vec<u8>>>> = Arc::default();
+    let late = Arc::clone(&held);
+    let handler: Handler = Arc::new(move |request, id, outbox| {
         let Request::Purge(purge) = request else { panic!() };
         let bytes = ok(id, &Response::Purge(PurgeResponse { count: 7 }));
         if purge.partition.0 == 0 {
-            outbox.send_after(Duration::from_millis(600), bytes);
+            *late.lock().unwrap() = Some(bytes);
         } else {
+            if let Some(late) = late.lock().unwrap().take() {
+                outbox.send(late);
+            }
             outbox.send(bytes);
         }
     });
@@ -108,8 +117,9 @@ async fn per_request_timeout() {
         assert_eq!(error.code(), Some(ErrorCode::Timeout));
         assert!(error.is_retriable());
         assert_eq!(connection.in_flight(), 0);
-        tokio::time::sleep(Duration::from_millis(600)).await; // the late answer arrives
+        assert!(held.lock().unwrap().is_some(), "the server holds the unanswered request");
         let bytes = connection.call(&purge(1)).await.unwrap();
+        assert!(held.lock().unwrap().is_none(), "the late answer went out first");
         assert!(matches!(bytes.response().unwrap(), Response::Purge(PurgeResponse { count: 7 })));
         assert!(!connection.is_closed());
     })
@@ -420,8 +430,9 @@ fn payload_text(delivery: &Delivery) -> String {
 // Goal: the consumer never runs more handlers than slots, asks exactly its
 // free slots as credits, extends leases while handlers run, acks successes
 // and releases failures with the error text. Method: 12 messages over 2
-// partitions (3 fail), 3 slots, handlers sleep 120 ms with a 40 ms extend
-// interval; the broker checks every claim against the deliveries the
+// partitions (3 fail), 3 slots, a 40 ms extend interval; each handler runs
+// until the broker has granted an extension of its own lease (the event,
+// not a sleep); the broker checks every claim against the deliveries the
 // consumer still holds (claimed, not settled, handler not finished).
 #[tokio::test]
 async fn consumer_respects_slots_extends_acks_and_releases() {
@@ -448,7 +459,8 @@ async fn consumer_respects_slots_extends_acks_and_releases() {
                 use std::sync::atomic::Ordering;
                 let now = running.fetch_add(1, Ordering::SeqCst) + 1;
                 running_max.fetch_max(now, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(120)).await;
+                let extended = wait_for(TEST_LIMIT, || extends_of(&state, &delivery) >= 1).await;
+                assert!(extended, "the lease of a running handler is extended");
                 running.fetch_sub(1, Ordering::SeqCst);
                 let text = payload_text(&delivery);
                 assert_eq!(delivery.attempt(), 1);
@@ -480,19 +492,16 @@ async fn consumer_respects_slots_extends_acks_and_releases() {
         state.released.iter().map(|(_, reason)| reason.clone()).collect();
     reasons.sort();
     assert_eq!(reasons, ["boom: fail-1", "boom: fail-5", "boom: fail-9"]);
-    assert!(
-        state.extends >= 12,
-        "each 120 ms handler should extend at least once: {}",
-        state.extends
-    );
+    assert!(state.extends >= 12, "each handler's lease was extended: {}", state.extends);
     assert_eq!(stats.acked, 9);
     assert_eq!(stats.released, 3);
     assert_eq!(stats.settle_failed, 0);
 }
 
 // Goal: shutdown stops claiming and drains running handlers (acking them).
-// Method: 2 slots, 5 messages, handlers sleep 300 ms; shut down while the
-// first two run: both are acked, the other three never claimed.
+// Method: 2 slots, 5 messages; handlers wait on a gate the test opens only
+// once shutdown has begun, so both run across it: both are acked, the
+// other three never claimed.
 #[tokio::test]
 async fn consumer_shutdown_drains_in_flight_work() {
     let (server, state) = start_broker("q", 1).await;
@@ -500,16 +509,30 @@ async fn consumer_shutdown_drains_in_flight_work() {
     let client = Client::connect(&server.addr).await.unwrap();
     let mut config = ConsumerConfig::new("q", 2);
     config.wait_ms = 10;
-    let consumer = Consumer::start(client, config, |_delivery: Delivery| async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        Ok::<(), String>(())
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let consumer = Consumer::start(client, config, {
+        let gate = Arc::clone(&gate);
+        move |_delivery: Delivery| {
+            let gate = Arc::clone(&gate);
+            async move {
+                gate.acquire().await.expect("the gate is never closed").forget();
+                Ok::<(), String>(())
+            }
+        }
     })
     .unwrap();
     // Both deliveries reached their handlers (with pipelined claims they
     // may come from two claims; a claim answered after shutdown began is
     // released instead, as documented).
     assert!(wait_for(TEST_LIMIT, || consumer.stats().claimed == 2).await);
-    let stats = bounded(consumer.shutdown()).await;
+    // `join!` polls the shutdown first (it stops the claim loop at once),
+    // then lets the two running handlers finish.
+    let (stats, ()) = bounded(async {
+        tokio::join!(consumer.shutdown(), async {
+            gate.add_permits(2);
+        })
+    })
+    .await;
     let state = state.lock().unwrap();
     assert_eq!(state.outstanding, 0);
     assert_eq!(state.acked.len(), 2);
@@ -680,10 +703,12 @@ async fn run_with_slow_acks(
 // Goal: prefetch claims ahead of free slots (hiding the claim round trip)
 // without running more handlers than slots, and prefetched deliveries keep
 // their leases alive while they wait. Method: 1 slot, prefetch 3, 12
-// messages, handlers sleep 150 ms, extend every 40 ms; the fake checks each
-// claim against slots + prefetch. Running alone accounts for about 3
-// extensions per delivery (36); deliveries waiting ~450 ms for the slot add
-// about 11 each, so far more than twice that shows waiting ones are kept.
+// messages, extend every 40 ms; each handler runs until the broker has
+// granted three extensions of its own lease (the event, not a sleep); the
+// fake checks each claim against slots + prefetch. Each handler notes how
+// long its delivery had been held and its lease's extensions when it
+// began: one held two extend intervals or more must have been extended
+// meanwhile, and (the prefetch at work) some must have been held that long.
 #[tokio::test]
 async fn consumer_prefetches_without_running_more_than_slots() {
     let (server, state) = start_broker("q", 1).await;
@@ -697,12 +722,16 @@ async fn consumer_prefetches_without_running_more_than_slots() {
     config.wait_ms = 10;
     config.lease_ms = 1000;
     config.extend_interval = Some(Duration::from_millis(40));
+    // (extensions, time held) of each delivery when its handler began.
+    let at_start: Arc<Mutex<Vec<(u32, Duration)>>> = Arc::default();
     let handler = {
-        let state = Arc::clone(&state);
-        move |_delivery: Delivery| {
-            let state = Arc::clone(&state);
+        let (state, at_start) = (Arc::clone(&state), Arc::clone(&at_start));
+        move |delivery: Delivery| {
+            let (state, at_start) = (Arc::clone(&state), Arc::clone(&at_start));
             async move {
-                tokio::time::sleep(Duration::from_millis(150)).await;
+                at_start.lock().unwrap().push(stored_of(&state, &delivery));
+                let extended = wait_for(TEST_LIMIT, || extends_of(&state, &delivery) >= 3).await;
+                assert!(extended, "the lease of a running handler is extended");
                 state.lock().unwrap().finished += 1;
                 Ok::<(), String>(())
             }
@@ -719,7 +748,15 @@ async fn consumer_prefetches_without_running_more_than_slots() {
     assert_eq!(state.credit_violations, 0, "claims: {:?}", state.claims);
     assert_eq!(stats.running_max, 1);
     assert!(stats.outstanding_max > 1 && stats.outstanding_max <= 4, "{stats:?}");
-    assert!(state.extends >= 2 * 12 * 3, "waiting deliveries extended: {}", state.extends);
+    let at_start = at_start.lock().unwrap();
+    assert_eq!(at_start.len(), 12);
+    let waited: Vec<u32> = at_start
+        .iter()
+        .filter(|(_, held)| *held >= Duration::from_millis(2 * 40))
+        .map(|(extends, _)| *extends)
+        .collect();
+    assert!(!waited.is_empty(), "no delivery waited for the slot: {at_start:?}");
+    assert!(waited.iter().all(|&extends| extends >= 1), "waited unextended: {at_start:?}");
     assert_eq!(stats.acked, 12);
 }
 
@@ -749,8 +786,8 @@ async fn consumer_shutdown_flushes_pending_acks() {
     })
     .unwrap();
     assert!(wait_for(TEST_LIMIT, || handled.load(std::sync::atomic::Ordering::SeqCst) == 5).await);
-    // Give the settle tasks time to hand their deliveries to the acker.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Every settled delivery has reached the ack pipeline.
+    assert!(wait_for(TEST_LIMIT, || consumer.acks_pending() == 5).await);
     assert_eq!(state.lock().unwrap().acked.len(), 0, "the linger holds the acks back");
     let started = tokio::time::Instant::now();
     let stats = bounded(consumer.shutdown()).await;
@@ -774,5 +811,4 @@ async fn server_errors_are_typed() {
     assert_eq!(error.code(), Some(ErrorCode::QueueNotFound));
     assert_eq!(error.to_string(), "QUEUE_NOT_FOUND: no queue 'q'");
     assert!(!error.is_retriable());
-    let _ = ClientConfig::default();
 }

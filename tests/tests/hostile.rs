@@ -5,7 +5,9 @@
 // and no error; spoold's RSS grows by less than RSS_GROWTH_KIB_MAX; past
 // `connections_per_shard_max` new connections are closed at once. Method: a
 // real spoold (1 shard, connection limit 80), 64 tokio tasks reconnecting
-// for the whole run, VmRSS from /proc before and after.
+// for the whole run, VmRSS from /proc before and after; the probe of the
+// connection limit waits until the broker's connection gauge is back to
+// what it was before the hostile load.
 //
 // How it can fail (checked against the measured figures, not by a broken
 // broker): good round trips measured p50 ≈ 37 ms, so the latency bound
@@ -21,6 +23,7 @@ use std::time::Duration;
 
 use spool_client::spool_wire::proto::PartitionId;
 use spool_client::{Admin, Delivery, Message, Producer, ProducerConfig};
+use spool_tests::admin::http_get;
 use spool_tests::fault::{claim_options, message_id};
 use spool_tests::{now, test_queue_config, Spoold, SpooldOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -147,6 +150,33 @@ async fn hostile(addr: String, slot: u64, stop: Arc<AtomicBool>, stats: Arc<Host
     }
 }
 
+/// Client connections the broker has open: its `spool_shard_connections`
+/// gauge, summed over shards.
+fn open_connections(broker: &Spoold) -> u64 {
+    let metrics = tokio::task::block_in_place(|| http_get(&broker.admin_addr(), "/metrics"));
+    metrics
+        .body
+        .lines()
+        .filter(|line| {
+            line.starts_with("spool_shard_connections ")
+                || line.starts_with("spool_shard_connections{")
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// Polls `condition` every 10 ms until it holds; false once `limit` passed.
+async fn wait_until(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = now() + limit;
+    while !condition() {
+        if now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    true
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_connections_do_not_hurt_a_good_client_or_grow_memory() {
     let mut options = SpooldOptions::new(1);
@@ -162,6 +192,7 @@ async fn hostile_connections_do_not_hurt_a_good_client_or_grow_memory() {
         client.claim(QUEUE, PartitionId(0), &claim_options(1, 1, 5_000, 1_000)).await.unwrap();
     client.ack(QUEUE, PartitionId(0), &[warm.deliveries[0].token()]).await.unwrap();
     let rss_start_kib = broker.rss_kib().unwrap();
+    let connections_before = open_connections(&broker);
 
     let stop = Arc::new(AtomicBool::new(false));
     let stats = Arc::new(HostileStats::default());
@@ -169,7 +200,12 @@ async fn hostile_connections_do_not_hurt_a_good_client_or_grow_memory() {
     for slot in 0..HOSTILE_CONNECTIONS {
         tasks.push(tokio::spawn(hostile(broker.addr(), slot, stop.clone(), stats.clone())));
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The good client starts once every hostile slot is connected.
+    let connected = wait_until(Duration::from_secs(30), || {
+        stats.connections.load(Ordering::Relaxed) >= HOSTILE_CONNECTIONS
+    })
+    .await;
+    assert!(connected, "hostile connections did not connect");
 
     let mut latencies = Vec::new();
     for round in 0..ROUND_TRIPS {
@@ -216,7 +252,11 @@ async fn hostile_connections_do_not_hurt_a_good_client_or_grow_memory() {
     );
 
     // The connection limit: past it, new connections are closed at once.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Probed once the broker has seen every hostile connection close.
+    let closed =
+        wait_until(Duration::from_secs(30), || open_connections(&broker) <= connections_before)
+            .await;
+    assert!(closed, "the broker still counts {} connections", open_connections(&broker));
     let mut idle = Vec::new();
     for _ in 0..PROBE_CONNECTIONS {
         idle.push(TcpStream::connect(broker.addr()).await.unwrap());

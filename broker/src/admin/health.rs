@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use crate::control::assignment::AssignmentTable;
+use crate::control::assignment::{AssignmentTable, PartitionId};
 use crate::shard::report::ShardReport;
 
 /// Readiness: `Ok(summary)` when ready, `Err(reasons)` (one line each)
@@ -29,7 +29,7 @@ pub fn readiness(
     for (name, entry) in table.queues() {
         for (index, assignment) in entry.partitions.iter().enumerate() {
             partitions += 1;
-            let partition = u32::try_from(index).unwrap_or(u32::MAX);
+            let partition = PartitionId(u32::try_from(index).unwrap_or(u32::MAX));
             let Some(report) = reports.iter().find(|report| report.shard == assignment.shard)
             else {
                 // Reported above as a missing shard.

@@ -20,6 +20,7 @@
 
 pub mod audit;
 
+pub use crate::limits::{ACL_RULES_MAX, PRINCIPALS_MAX, SALT_BYTES};
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -32,13 +33,6 @@ use thiserror::Error;
 
 /// The principal of every connection while authentication is off.
 pub const ANONYMOUS: &str = "anonymous";
-
-/// Most principals an auth file may name.
-pub const PRINCIPALS_MAX: usize = 10_000;
-/// Most ACL rules an auth file may hold.
-pub const ACL_RULES_MAX: usize = 100_000;
-/// Bytes of random salt in a hash made by [`hash_secret`].
-pub const SALT_BYTES: usize = 16;
 
 /// An operation an ACL grants. Extend, ack and release of a delivery come
 /// with `claim` (on the token's queue); create, delete and configure with

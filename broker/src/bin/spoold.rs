@@ -13,6 +13,7 @@ use clap::Parser;
 use spool_broker::control::config::{BrokerConfig, Cli};
 use spool_broker::control::logging;
 use spool_broker::fatal::{fatal, FatalReason};
+use spool_broker::limits::SIGNAL_POLL;
 use spool_broker::server::SpoolHooksFactory;
 use spool_broker::shard::{cpus, Broker};
 
@@ -106,6 +107,3 @@ fn announce_auth(config: &BrokerConfig) {
         ),
     }
 }
-
-/// How often the signal thread looks at the flag its handlers set.
-const SIGNAL_POLL: std::time::Duration = std::time::Duration::from_millis(25);

@@ -21,19 +21,6 @@ use thiserror::Error;
 
 use crate::queue::{ConfigError, QueueConfig, QueueId};
 
-/// Longest queue name, in bytes.
-pub const QUEUE_NAME_BYTES_MAX: usize = 128;
-/// Most partitions one queue may have: the wire's bound, so every queue the
-/// broker accepts can be described in one Metadata response (OMB's largest
-/// single-topic workload has 10,000 partitions).
-pub const PARTITIONS_PER_QUEUE_MAX: u32 = spool_wire::proto::limits::PARTITIONS_MAX;
-/// Most partitions one node may host, over all its queues. Each open
-/// partition holds one file descriptor per segment file and, empty, about
-/// 10 KiB of memory (`docs/design/segment-format.md` "Cost of a partition");
-/// the bound keeps descriptors and memory predictable on one node.
-pub const PARTITIONS_PER_NODE_MAX: usize = 10_000;
-/// Most queues one table (one node) may hold.
-pub const QUEUES_MAX: usize = 10_000;
 /// Suffix that names a queue's dead-letter lane (`jobs.dlq` is the lane of
 /// `jobs` in a Claim), so no new queue may end with it.
 pub const DEAD_LETTER_SUFFIX: &str = ".dlq";
@@ -42,13 +29,14 @@ pub const DEAD_LETTER_SUFFIX: &str = ".dlq";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ShardId(pub u16);
 
-/// A partition's index within its queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct PartitionId(pub u32);
-
-/// Version of the whole table; increases by one with every update.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct AssignmentVersion(pub u64);
+/// The table's bounds, defined in [`crate::limits`] (and the queue name's in
+/// the wire's limits); re-exported for their existing paths.
+pub use crate::limits::{PARTITIONS_PER_NODE_MAX, PARTITIONS_PER_QUEUE_MAX, QUEUES_MAX};
+use spool_wire::proto::limits::QUEUE_NAME_BYTES_MAX;
+/// A partition's index within its queue, and the version of the whole table
+/// (it increases by one with every update): the wire's types, one definition
+/// each in the workspace.
+pub use spool_wire::proto::{AssignmentVersion, PartitionId};
 
 /// A validated queue name: 1..=128 bytes of `[A-Za-z0-9._-]`, so it is safe
 /// as a directory name and in logs.

@@ -51,6 +51,7 @@ use crate::control::assignment::{
     AssignmentChange, AssignmentError, AssignmentTable, AssignmentUpdate, AssignmentVersion,
     QueueName, ShardId, PARTITIONS_PER_QUEUE_MAX, QUEUES_MAX,
 };
+use crate::limits::{CATALOG_BODY_BYTES_MAX, CATALOG_HEADER_BYTES_MAX};
 use crate::queue::{QueueConfig, QueueId};
 
 /// Name of the catalog inside the data directory.
@@ -61,13 +62,6 @@ pub const CATALOG_TEMP_FILE_NAME: &str = "catalog.tmp";
 pub const CATALOG_MAGIC: &str = "spool-catalog";
 /// The format version this broker writes and reads.
 pub const CATALOG_FORMAT_VERSION: u32 = 1;
-/// Largest catalog body. A change whose catalog would exceed it is refused
-/// (`TooLarge`), and a bigger file is refused at start. 64 MiB holds the
-/// largest configs at [`QUEUES_MAX`] queues with a few hundred partitions
-/// each; JSON parsing of that size at start takes well under a second.
-pub const CATALOG_BODY_BYTES_MAX: usize = 64 << 20;
-/// Longest header line, newline included.
-const HEADER_BYTES_MAX: usize = 64;
 /// The first queue id handed out; 0 is never a queue.
 pub const FIRST_QUEUE_ID: QueueId = QueueId(1);
 
@@ -250,7 +244,7 @@ impl Catalog {
             json.len(),
             crc32c::crc32c(&json)
         );
-        assert!(header.len() <= HEADER_BYTES_MAX);
+        assert!(header.len() <= CATALOG_HEADER_BYTES_MAX);
         let mut bytes = Vec::with_capacity(header.len() + json.len());
         bytes.extend_from_slice(header.as_bytes());
         bytes.extend_from_slice(&json);
@@ -266,7 +260,7 @@ impl Catalog {
         let damaged = |reason: String| CatalogError::Damaged { path: path.to_owned(), reason };
         let header_end = bytes
             .iter()
-            .take(HEADER_BYTES_MAX)
+            .take(CATALOG_HEADER_BYTES_MAX)
             .position(|&byte| byte == b'\n')
             .ok_or_else(|| damaged("no header line".to_owned()))?;
         let header = std::str::from_utf8(&bytes[..header_end])
@@ -466,7 +460,7 @@ pub fn load(dir: &Path) -> Result<Option<Catalog>, CatalogError> {
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(source) => return Err(CatalogError::Io { op: "open", path, source }),
     };
-    let limit = (CATALOG_BODY_BYTES_MAX + HEADER_BYTES_MAX) as u64;
+    let limit = (CATALOG_BODY_BYTES_MAX + CATALOG_HEADER_BYTES_MAX) as u64;
     let mut bytes = Vec::new();
     file.take(limit + 1).read_to_end(&mut bytes).map_err(io_error("read", &path))?;
     if bytes.len() as u64 > limit {

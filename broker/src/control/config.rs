@@ -1,7 +1,8 @@
 //! Broker configuration: one validated [`BrokerConfig`] built from layers.
 //!
-//! Owns the list of runtime knobs, their defaults, their allowed ranges and the
-//! precedence between sources: command-line flags win over `SPOOL_*`
+//! Owns the list of runtime knobs and the precedence between sources (their
+//! defaults and allowed ranges are named in `crate::limits`, with the
+//! relations between them checked at compile time): command-line flags win over `SPOOL_*`
 //! environment variables, which win over the TOML file (`--config FILE` or
 //! `SPOOL_CONFIG`), which wins over the defaults. Every source is parsed into
 //! a [`PartialConfig`] (all fields optional); the layers are overlaid and the
@@ -17,6 +18,22 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// The longest `spin_before_park` (defined in [`crate::limits`] with the
+/// other ranges; re-exported for the load generator's existing path).
+pub use crate::limits::SPIN_BEFORE_PARK_US_MAX;
+use crate::limits::{
+    CLAIM_WAITERS_PER_CONNECTION_DEFAULT, CLAIM_WAITERS_PER_CONNECTION_LIMIT,
+    CONNECTIONS_PER_SHARD_DEFAULT, CONNECTIONS_PER_SHARD_LIMIT, FRAME_BYTES_MAX_DEFAULT,
+    FRAME_BYTES_MAX_LOWER, FRAME_BYTES_MAX_UPPER, FRAME_TIMEOUT_MS_DEFAULT, FRAME_TIMEOUT_MS_MAX,
+    FRAME_TIMEOUT_MS_MIN, HOUSEKEEPING_TICK_MS_DEFAULT, HOUSEKEEPING_TICK_MS_MAX,
+    HOUSEKEEPING_TICK_MS_MIN, IDLE_TIMEOUT_MS_DEFAULT, IDLE_TIMEOUT_MS_MAX, IDLE_TIMEOUT_MS_MIN,
+    IN_FLIGHT_PER_CONNECTION_DEFAULT, IN_FLIGHT_PER_CONNECTION_LIMIT, IO_POLL_INTERVAL_US_DEFAULT,
+    IO_POLL_INTERVAL_US_MAX, IO_POLL_INTERVAL_US_MIN, PARTITIONS_MAX_DEFAULT,
+    PARTITIONS_PER_NODE_MAX, SEGMENT_BYTES_DEFAULT, SHARDS_MAX, SHUTDOWN_TIMEOUT_MS_DEFAULT,
+    SHUTDOWN_TIMEOUT_MS_MAX, SHUTDOWN_TIMEOUT_MS_MIN, STARTUP_TIMEOUT_MS_DEFAULT,
+    STARTUP_TIMEOUT_MS_MAX, STARTUP_TIMEOUT_MS_MIN, TAIL_CACHE_BYTES_DEFAULT, TAIL_CACHE_BYTES_MAX,
+    WRITE_TIMEOUT_MS_DEFAULT, WRITE_TIMEOUT_MS_MAX, WRITE_TIMEOUT_MS_MIN,
+};
 use clap::{Parser, ValueEnum};
 use serde::Deserialize;
 use thiserror::Error;
@@ -29,54 +46,6 @@ pub const DEFAULT_LISTEN: SocketAddr =
 /// Default address of the admin port (HTTP: metrics and health).
 pub const DEFAULT_ADMIN_LISTEN: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 7480);
-/// Most shards one process runs (also bounded by the CPUs it may use).
-pub const SHARDS_MAX: u16 = 256;
-/// Longest `spin_before_park`: beyond a few ms spinning only burns a core.
-pub const SPIN_BEFORE_PARK_US_MAX: u64 = 10_000;
-/// Range and default of `io_poll_interval_us`: how long a busy shard's
-/// connections run before they let the executor poll for completed I/O
-/// (`net/poll_gate.rs`). Without it a shard saturated by pipelined requests
-/// saw its finished log writes and syncs only at glommio's 100 ms preempt
-/// timer (bench/README.md, "`hostile`").
-pub const IO_POLL_INTERVAL_US_MIN: u64 = 100;
-pub const IO_POLL_INTERVAL_US_MAX: u64 = 100_000;
-pub const IO_POLL_INTERVAL_US_DEFAULT: u64 = 500;
-const _: () = assert!(IO_POLL_INTERVAL_US_MIN <= IO_POLL_INTERVAL_US_DEFAULT);
-const _: () = assert!(IO_POLL_INTERVAL_US_DEFAULT <= IO_POLL_INTERVAL_US_MAX);
-/// Housekeeping tick range (ms). The tick also guards against glommio's lost
-/// wake-up (DESIGN §8), which needs 1–10 ms to be effective.
-pub const HOUSEKEEPING_TICK_MS_MIN: u64 = 1;
-pub const HOUSEKEEPING_TICK_MS_MAX: u64 = 10;
-pub const HOUSEKEEPING_TICK_MS_DEFAULT: u64 = 5;
-/// Default bound on start-up, partition recovery included (a 7.2 M-message
-/// partition measured ≈1 min to reopen on a loaded 2-vCPU VM).
-pub const STARTUP_TIMEOUT_MS_DEFAULT: u64 = 120_000;
-/// Default `partitions_max`: the node limit.
-pub const PARTITIONS_MAX_DEFAULT: u32 = crate::control::assignment::PARTITIONS_PER_NODE_MAX as u32;
-/// Default segment size (the one definition, in `crate::limits`).
-pub const SEGMENT_BYTES_DEFAULT: u64 = crate::limits::SEGMENT_BYTES_DEFAULT;
-/// Default per-partition tail cache: the newest committed pages kept in
-/// memory so claims of fresh messages read no disk. Memory is this times the
-/// partitions a broker hosts.
-pub const TAIL_CACHE_BYTES_DEFAULT: u64 = crate::limits::TAIL_CACHE_BYTES_DEFAULT;
-/// Upper bound for `connections_per_shard_max`.
-pub const CONNECTIONS_PER_SHARD_LIMIT: u32 = 65_536;
-/// Upper bound for `in_flight_per_connection_max`.
-pub const IN_FLIGHT_PER_CONNECTION_LIMIT: u32 = 4_096;
-/// Default `claim_waiters_per_connection_max`: half the default in-flight
-/// bound, so a connection whose claims all wait still has room for acks.
-pub const CLAIM_WAITERS_PER_CONNECTION_DEFAULT: u32 = 64;
-/// Upper bound for `claim_waiters_per_connection_max`: a partition's own
-/// bound on waiting claims.
-pub const CLAIM_WAITERS_PER_CONNECTION_LIMIT: u32 =
-    crate::partition::signal::CLAIM_WAITERS_MAX as u32;
-/// Smallest allowed `frame_bytes_max`: a frame header plus a useful body.
-pub const FRAME_BYTES_MAX_LOWER: u32 = 4 * 1024;
-/// Largest allowed `frame_bytes_max`: every connection may buffer one frame.
-pub const FRAME_BYTES_MAX_UPPER: u32 = 64 * 1024 * 1024;
-/// Default `frame_bytes_max`: the largest record batch plus room for the
-/// frame header and request fields.
-pub const FRAME_BYTES_MAX_DEFAULT: u32 = spool_wire::limits::BATCH_BYTES_MAX as u32 + 64 * 1024;
 
 /// How log lines are written to stderr.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, ValueEnum)]
@@ -296,17 +265,12 @@ impl BrokerConfig {
             HOUSEKEEPING_TICK_MS_MIN,
             HOUSEKEEPING_TICK_MS_MAX,
         )?;
-        check_range(
-            "tail_cache_bytes",
-            self.tail_cache_bytes,
-            0,
-            crate::limits::TAIL_CACHE_BYTES_MAX,
-        )?;
+        check_range("tail_cache_bytes", self.tail_cache_bytes, 0, TAIL_CACHE_BYTES_MAX)?;
         check_range(
             "partitions_max",
             self.partitions_max.into(),
             1,
-            crate::control::assignment::PARTITIONS_PER_NODE_MAX as u64,
+            PARTITIONS_PER_NODE_MAX as u64,
         )?;
         let log = self.log_config();
         log.validate().map_err(|error| ConfigError::Invalid {
@@ -337,11 +301,36 @@ impl BrokerConfig {
             u64::from(FRAME_BYTES_MAX_LOWER),
             u64::from(FRAME_BYTES_MAX_UPPER),
         )?;
-        check_range("idle_timeout_ms", self.idle_timeout_ms, 100, 86_400_000)?;
-        check_range("frame_timeout_ms", self.frame_timeout_ms, 10, 600_000)?;
-        check_range("write_timeout_ms", self.write_timeout_ms, 10, 600_000)?;
-        check_range("startup_timeout_ms", self.startup_timeout_ms, 100, 300_000)?;
-        check_range("shutdown_timeout_ms", self.shutdown_timeout_ms, 100, 600_000)?;
+        check_range(
+            "idle_timeout_ms",
+            self.idle_timeout_ms,
+            IDLE_TIMEOUT_MS_MIN,
+            IDLE_TIMEOUT_MS_MAX,
+        )?;
+        check_range(
+            "frame_timeout_ms",
+            self.frame_timeout_ms,
+            FRAME_TIMEOUT_MS_MIN,
+            FRAME_TIMEOUT_MS_MAX,
+        )?;
+        check_range(
+            "write_timeout_ms",
+            self.write_timeout_ms,
+            WRITE_TIMEOUT_MS_MIN,
+            WRITE_TIMEOUT_MS_MAX,
+        )?;
+        check_range(
+            "startup_timeout_ms",
+            self.startup_timeout_ms,
+            STARTUP_TIMEOUT_MS_MIN,
+            STARTUP_TIMEOUT_MS_MAX,
+        )?;
+        check_range(
+            "shutdown_timeout_ms",
+            self.shutdown_timeout_ms,
+            SHUTDOWN_TIMEOUT_MS_MIN,
+            SHUTDOWN_TIMEOUT_MS_MAX,
+        )?;
         Ok(())
     }
 }
@@ -688,17 +677,21 @@ impl PartialConfig {
             segment_bytes: self.segment_bytes.unwrap_or(SEGMENT_BYTES_DEFAULT),
             tail_cache_bytes: self.tail_cache_bytes.unwrap_or(TAIL_CACHE_BYTES_DEFAULT),
             partitions_max: self.partitions_max.unwrap_or(PARTITIONS_MAX_DEFAULT),
-            connections_per_shard_max: self.connections_per_shard_max.unwrap_or(1_024),
-            in_flight_per_connection_max: self.in_flight_per_connection_max.unwrap_or(128),
+            connections_per_shard_max: self
+                .connections_per_shard_max
+                .unwrap_or(CONNECTIONS_PER_SHARD_DEFAULT),
+            in_flight_per_connection_max: self
+                .in_flight_per_connection_max
+                .unwrap_or(IN_FLIGHT_PER_CONNECTION_DEFAULT),
             claim_waiters_per_connection_max: self
                 .claim_waiters_per_connection_max
                 .unwrap_or(CLAIM_WAITERS_PER_CONNECTION_DEFAULT),
             frame_bytes_max: self.frame_bytes_max.unwrap_or(FRAME_BYTES_MAX_DEFAULT),
-            idle_timeout_ms: self.idle_timeout_ms.unwrap_or(300_000),
-            frame_timeout_ms: self.frame_timeout_ms.unwrap_or(10_000),
-            write_timeout_ms: self.write_timeout_ms.unwrap_or(10_000),
+            idle_timeout_ms: self.idle_timeout_ms.unwrap_or(IDLE_TIMEOUT_MS_DEFAULT),
+            frame_timeout_ms: self.frame_timeout_ms.unwrap_or(FRAME_TIMEOUT_MS_DEFAULT),
+            write_timeout_ms: self.write_timeout_ms.unwrap_or(WRITE_TIMEOUT_MS_DEFAULT),
             startup_timeout_ms: self.startup_timeout_ms.unwrap_or(STARTUP_TIMEOUT_MS_DEFAULT),
-            shutdown_timeout_ms: self.shutdown_timeout_ms.unwrap_or(30_000),
+            shutdown_timeout_ms: self.shutdown_timeout_ms.unwrap_or(SHUTDOWN_TIMEOUT_MS_DEFAULT),
             auth: match &self.auth_file {
                 Some(path) => crate::auth::AuthPolicy::load(path)?,
                 None => crate::auth::AuthPolicy::off(),

@@ -17,6 +17,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use crate::limits::LOCK_FILE_READ_BYTES_MAX;
 use rand::TryRngCore;
 use thiserror::Error;
 
@@ -26,8 +27,6 @@ pub const LOCK_FILE_NAME: &str = "LOCK";
 pub const SECRET_FILE_NAME: &str = "secret";
 /// Length of the broker secret.
 pub const SECRET_BYTES: usize = 32;
-/// Most bytes read from a lock file when looking for the holder's pid.
-const LOCK_FILE_READ_BYTES_MAX: u64 = 64;
 
 /// What can go wrong with the data directory's own files.
 #[derive(Debug, Error)]

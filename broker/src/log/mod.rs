@@ -43,7 +43,6 @@ pub(crate) mod sync;
 mod window;
 
 use std::cell::RefCell;
-use std::fmt;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -60,15 +59,9 @@ pub use shared::SharedBytes;
 use spool_wire::batch::BatchHeader;
 use sync::{Notify, NotifyWait};
 
-/// Position of a record in a partition log.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct Offset(pub u64);
-
-impl fmt::Display for Offset {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
-    }
-}
+/// Position of a record in a partition log: the workspace's one `Offset`
+/// (`spool_wire::proto::ids`), the same type the queue and the wire use.
+pub use spool_wire::proto::Offset;
 
 /// Why the log (or its partition) stopped. The code doubles as the process
 /// exit status in production, through [`crate::fatal`] like every other

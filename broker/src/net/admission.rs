@@ -36,29 +36,14 @@
 //! One gate per executor thread (a shard is one thread), shared by every
 //! connection made on it, like the connection ids.
 
+use crate::limits::{
+    ADMISSION_QUANTUM_BYTES, ADMISSION_QUANTUM_FRAMES, ADMISSION_ROUND_BYTES,
+    ADMISSION_ROUND_FRAMES, ADMISSION_ROUND_GAP,
+};
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 use std::task::{Poll, Waker};
-use std::time::Duration;
-
-/// Most frames one connection hands over in one turn while others wait.
-pub const ADMISSION_QUANTUM_FRAMES: usize = 4;
-/// Bytes credited to a connection's deficit per turn.
-pub const ADMISSION_QUANTUM_BYTES: i64 = 64 * 1024;
-/// Most frames admitted in one round (between two I/O polls of the
-/// executor when the shard is saturated)...
-pub const ADMISSION_ROUND_FRAMES: usize = 64;
-/// ...or bytes of frames, whichever comes first (a single larger frame is
-/// still admitted whole).
-pub const ADMISSION_ROUND_BYTES: usize = 2 * 1024 * 1024;
-/// The timer a spent round waits on: it fires at the executor's next I/O
-/// poll, so completions reach their tasks before more work is taken in.
-pub const ADMISSION_ROUND_GAP: Duration = Duration::from_micros(1);
-
-const _: () = assert!(ADMISSION_QUANTUM_FRAMES > 0);
-const _: () = assert!(ADMISSION_QUANTUM_BYTES > 0);
-const _: () = assert!(ADMISSION_ROUND_FRAMES >= ADMISSION_QUANTUM_FRAMES);
 
 /// Whether a connection may hand over its next frame now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

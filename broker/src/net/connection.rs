@@ -33,23 +33,15 @@ use glommio::channels::local_channel;
 use glommio::sync::Semaphore;
 use glommio::timer::Timer;
 
+use crate::limits::{
+    DISPATCH_BUDGET_BYTES, DISPATCH_BUDGET_FRAMES, READ_CHUNK_BYTES, WRITE_BURST_BYTES_MAX,
+    WRITE_BURST_RESPONSES_MAX, WRITE_COPY_BYTES_MAX,
+};
 use crate::net::admission::{Admission, Admit};
 use crate::net::poll_gate::PollGate;
 use crate::net::rejections::Rejections;
 use crate::net::stop::StopSignal;
 use crate::partition::signal::ClaimCancel;
-
-/// Most bytes requested from the socket per read.
-pub const READ_CHUNK_BYTES: usize = 64 * 1024;
-/// Responses already waiting are written together up to this many bytes
-/// (the last one may pass it)...
-pub const WRITE_BURST_BYTES_MAX: usize = 1 << 20;
-/// ...or this many responses, whichever comes first.
-pub const WRITE_BURST_RESPONSES_MAX: usize = 256;
-/// Responses up to this size are copied into one buffer and written with
-/// one syscall; a larger one is written from its own buffer (a copy would
-/// cost more than the syscall it saves).
-pub const WRITE_COPY_BYTES_MAX: usize = 16 * 1024;
 
 /// What a handler's decoder found at the front of the buffer.
 #[derive(Debug, PartialEq, Eq)]
@@ -328,14 +320,6 @@ impl Drop for AdmissionSeat {
         self.0.admission.leave(self.0.id);
     }
 }
-
-/// Frames one connection hands to tasks in one pass before its reading loop
-/// yields to the rest of the shard, when no other connection waits for a
-/// turn (while one does, the shard's admission turns of
-/// [`crate::net::admission::ADMISSION_QUANTUM_FRAMES`] apply)...
-pub const DISPATCH_BUDGET_FRAMES: usize = 32;
-/// ...or bytes of frames, whichever comes first.
-pub const DISPATCH_BUDGET_BYTES: usize = 256 * 1024;
 
 /// Bounds of one connection, from the broker config.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -29,23 +29,16 @@ use thiserror::Error;
 
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 
+use crate::limits::{
+    ACCEPT_ERROR_BACKOFF, LISTEN_BACKLOG, REFUSALS_IN_FLIGHT_MAX, REFUSAL_DRAIN_BYTES_MAX,
+    REFUSAL_LINGER,
+};
 use crate::net::connection::{
     serve, Connection, ConnectionEnd, ConnectionLimits, FrameHandler, Refusal,
 };
 use crate::net::rejections::Rejections;
 use crate::net::stop::StopSignal;
 
-/// Pause after a failed `accept` (EMFILE and friends) so the loop does not
-/// spin while the condition lasts.
-pub const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(10);
-/// Refused connections being told why at once; past this, a refused
-/// connection is closed without its error frame (still counted and logged).
-pub const REFUSALS_IN_FLIGHT_MAX: usize = 64;
-/// A refused connection gets this long to take its error frame and close.
-pub const REFUSAL_LINGER: Duration = Duration::from_millis(500);
-/// Bytes a refused connection may send that are read and dropped while it
-/// takes its error frame (so closing does not reset it first).
-pub const REFUSAL_DRAIN_BYTES_MAX: usize = 64 * 1024;
 /// Rejection reason: a connection over `connections_per_shard_max`.
 pub const REJECT_TOO_MANY_CONNECTIONS: &str = "too_many_connections";
 
@@ -113,9 +106,6 @@ pub fn wait_port_free(addr: SocketAddr, patience: Duration) -> Result<(), NetErr
         }
     }
 }
-
-/// Backlog of a shard's listening socket (glommio's own default).
-pub const LISTEN_BACKLOG: libc::c_int = 1024;
 
 /// Binds the shard's listener: a std listener (SO_REUSEADDR, never
 /// SO_REUSEPORT, so it fails with EADDRINUSE if anyone listens there, yet

@@ -8,11 +8,9 @@
 //! refusals is visible without flooding the log. Time arrives as an
 //! argument; the caller reads the clock.
 
+use crate::limits::REJECTION_LOG_INTERVAL_MS;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
-
-/// At most one log line per reason per this many milliseconds.
-pub const REJECTION_LOG_INTERVAL_MS: u64 = 1_000;
 
 /// What a rejection looks like on a log line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,7 +59,7 @@ impl Rejections {
     /// Counts one rejection now and logs it if due, with `detail` (the
     /// limit that was hit) on the line.
     pub fn record(&self, reason: &'static str, detail: &dyn std::fmt::Display) {
-        if let Some(line) = self.count(reason, crate::clock::now_ms().0) {
+        if let Some(line) = self.count(reason, crate::clock::now_ms()) {
             tracing::warn!(
                 reason = line.reason,
                 total = line.total,

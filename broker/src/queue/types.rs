@@ -2,43 +2,27 @@
 //!
 //! Newtypes keep an offset from being passed where a generation is expected;
 //! time stays a plain `Millis` with `_ms` names because arithmetic on it is
-//! everywhere and a newtype there would only add noise.
+//! everywhere and a newtype there would only add noise. The identities the
+//! wire carries too (offset, partition, worker, leader epoch, message id) are the wire's
+//! own types, re-exported here: one definition each in the workspace.
 
-/// Milliseconds on the broker clock. `queue/` never reads a clock: every
-/// decision takes `now: Millis` as an argument.
-pub type Millis = u64;
+/// Milliseconds on the broker clock (`crate::clock`'s one definition).
+/// `queue/` never reads a clock: every decision takes `now: Millis` as an
+/// argument.
+pub use crate::clock::Millis;
 
-/// Position of a record in the partition log. Assigned by the log at append
-/// time; a message is identified inside its partition by the offset of its
-/// data record, for its whole life (including in the dead-letter queue).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Offset(pub u64);
+/// Producer-chosen message id, the dedupe key (the record's own id).
+pub use spool_wire::batch::MessageId;
+pub use spool_wire::proto::{LeaderEpoch, Offset, PartitionId, WorkerId};
 
 /// Claim generation of one message: incremented by every claim, never reset
 /// (not even by redrive), so a token of an earlier claim can never match again.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Generation(pub u32);
 
-/// Leader epoch of a partition: incremented each time the partition is
-/// opened. Tokens issued under another epoch are stale.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct LeaderEpoch(pub u64);
-
-/// Identity of a worker (consumer), chosen by the client session.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct WorkerId(pub u64);
-
 /// Identity of a queue.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct QueueId(pub u32);
-
-/// Identity of a partition inside its queue.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct PartitionId(pub u32);
-
-/// Producer-chosen message id, the dedupe key.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct MessageId(pub [u8; 16]);
 
 /// Why a claim ended without an ack. Values below [`ReleaseReason::RESERVED_MIN`]
 /// are application codes carried opaquely; the top of the range is reserved
@@ -85,7 +69,7 @@ macro_rules! display_inner {
         }
     )*};
 }
-display_inner!(Offset, Generation, LeaderEpoch, WorkerId, QueueId, PartitionId);
+display_inner!(Generation, QueueId);
 
 impl std::fmt::Display for Lane {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -29,6 +29,7 @@
 //! [`AuditEntry`] to the data directory's audit log before they are
 //! answered (the append and its fdatasync run on the blocking pool).
 
+pub use crate::limits::SESSION_RIGHTS_CACHE_MAX;
 use std::any::Any;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -48,9 +49,6 @@ use crate::net::connection::Connection;
 use crate::net::stop::StopSignal;
 use crate::queue::QueueId;
 
-/// Most queues one connection's rights cache holds (by name, and by id);
-/// past it the cache is emptied and fills again.
-pub const SESSION_RIGHTS_CACHE_MAX: usize = 1024;
 /// Rejection reason of a refused handshake (counted and logged once a
 /// second at most, by [`crate::net::rejections`]).
 pub const REJECT_AUTHENTICATION_FAILED: &str = "authentication_failed";

@@ -39,18 +39,16 @@ use crate::control::assignment::QueueName;
 use crate::net::connection::{Connection, Decoded, FrameHandler, ProtocolFault, Refusal};
 use crate::partition::signal::{ClaimCancel, WaitOwner};
 use crate::partition::{EnqueueOutcome, PartitionError};
-use crate::queue::{ClaimRequest, Lane, MessagePhase, Offset, Redrive, ReleaseReason, WorkerId};
+use crate::queue::{ClaimRequest, Lane, MessagePhase, Offset, PartitionId, Redrive, ReleaseReason};
 use crate::shard::ControlError;
 
-/// How long a CreateQueue/DeleteQueue waits for every shard to apply it.
-pub const ADMIN_APPLY_TIMEOUT_MS: u64 = 10_000;
-/// Most messages one Peek or DeadLetters returns.
-pub const PEEK_MAX: usize = 1024;
 /// Reason code recorded when a worker releases a message. The worker's text
 /// is logged; the state machine keeps a code.
 pub const RELEASE_REASON_WORKER: ReleaseReason = ReleaseReason(1);
 
 pub use crate::control::assignment::DEAD_LETTER_SUFFIX;
+use crate::limits::ADMIN_APPLY_TIMEOUT_MS;
+use crate::queue::limits::PEEK_MAX;
 
 /// Rejection reason: a claim would wait past its connection's bound.
 pub const REJECT_CLAIM_WAITERS_PER_CONNECTION: &str = "claim_waiters_per_connection";
@@ -200,7 +198,7 @@ impl SpoolHandler {
 
     /// The local partition, or the error a client should see: NOT_OWNER
     /// with the owner's address, QUEUE_NOT_FOUND or PARTITION_NOT_FOUND.
-    fn route(&self, queue: &str, partition: u32) -> Result<Rc<Served>, ErrorResponse> {
+    fn route(&self, queue: &str, partition: PartitionId) -> Result<Rc<Served>, ErrorResponse> {
         if let Some(found) = self.state.served(queue, partition) {
             return Ok(found);
         }
@@ -210,7 +208,7 @@ impl SpoolHandler {
         let Some(entry) = table.queue(&name) else {
             return Err(error(ErrorCode::QueueNotFound, format!("queue {queue} does not exist")));
         };
-        let Some(assignment) = entry.partitions.get(partition as usize) else {
+        let Some(assignment) = entry.partitions.get(partition.0 as usize) else {
             return Err(error(
                 ErrorCode::PartitionNotFound,
                 format!("queue {queue} has {} partitions", entry.partitions.len()),
@@ -238,7 +236,7 @@ impl SpoolHandler {
     async fn dispatch(&self, request: Request<'_>) -> Result<Response<'static>, ErrorResponse> {
         match request {
             Request::Enqueue(enqueue) => {
-                let partition = self.route(enqueue.queue, enqueue.partition.0)?;
+                let partition = self.route(enqueue.queue, enqueue.partition)?;
                 let outcomes = partition.enqueue(enqueue.batch).await.map_err(|e| {
                     partition.requests.failed(&e);
                     partition_error(&e)
@@ -246,31 +244,28 @@ impl SpoolHandler {
                 let base_offset = outcomes
                     .iter()
                     .find_map(|outcome| match outcome {
-                        EnqueueOutcome::Appended { offset } => Some(offset.0),
+                        EnqueueOutcome::Appended { offset } => Some(*offset),
                         EnqueueOutcome::Duplicate { .. } => None,
                     })
-                    .unwrap_or(0);
+                    .unwrap_or_default();
                 let records = outcomes
                     .iter()
                     .map(|outcome| match outcome {
                         EnqueueOutcome::Appended { offset } => {
-                            RecordOutcome::Appended { offset: proto::Offset(offset.0) }
+                            RecordOutcome::Appended { offset: *offset }
                         }
                         EnqueueOutcome::Duplicate { original } => {
-                            RecordOutcome::Duplicate { original_offset: proto::Offset(original.0) }
+                            RecordOutcome::Duplicate { original_offset: *original }
                         }
                     })
                     .collect();
-                Ok(Response::Enqueue(proto::EnqueueResponse {
-                    base_offset: proto::Offset(base_offset),
-                    records,
-                }))
+                Ok(Response::Enqueue(proto::EnqueueResponse { base_offset, records }))
             }
             Request::Extend(extend) => {
                 let token = token_from_wire(&extend.token)
                     .map_err(|e| error(ErrorCode::InvalidToken, e.to_string()))?;
                 let claim = *token.claim();
-                let partition = self.route_token(claim.queue, claim.partition.0)?;
+                let partition = self.route_token(claim.queue, claim.partition)?;
                 let lease = (extend.lease_ms > 0).then_some(u64::from(extend.lease_ms));
                 let deadline = partition.extend(&token, lease).await.map_err(|e| {
                     partition.requests.failed(&e);
@@ -284,7 +279,7 @@ impl SpoolHandler {
                 let token = token_from_wire(&release.token)
                     .map_err(|e| error(ErrorCode::InvalidToken, e.to_string()))?;
                 let claim = *token.claim();
-                let partition = self.route_token(claim.queue, claim.partition.0)?;
+                let partition = self.route_token(claim.queue, claim.partition)?;
                 let not_before = (release.delay_ms > 0)
                     .then(|| (self.state.clock)().saturating_add(u64::from(release.delay_ms)));
                 tracing::debug!(offset = claim.offset.0, reason = release.reason, "release");
@@ -311,7 +306,7 @@ impl SpoolHandler {
                     .await
                     .map_err(|e| control_error(&e))?;
                 Ok(Response::CreateQueue(CreateQueueResponse {
-                    assignment_version: proto::AssignmentVersion(created.version.0),
+                    assignment_version: created.version,
                 }))
             }
             Request::DeleteQueue(delete) => {
@@ -321,9 +316,7 @@ impl SpoolHandler {
                     .delete_queue_async(&delete.name, ADMIN_APPLY_TIMEOUT_MS)
                     .await
                     .map_err(|e| control_error(&e))?;
-                Ok(Response::DeleteQueue(DeleteQueueResponse {
-                    assignment_version: proto::AssignmentVersion(version.0),
-                }))
+                Ok(Response::DeleteQueue(DeleteQueueResponse { assignment_version: version }))
             }
             Request::ListQueues(_) => {
                 let table = self.state.table.borrow();
@@ -339,16 +332,14 @@ impl SpoolHandler {
             Request::DescribeQueue(describe) => self.describe(&describe.name),
             Request::Metadata(metadata) => self.metadata(&metadata.queues),
             Request::Peek(peek) => {
-                let partition = self.route(&peek.queue, peek.partition.0)?;
+                let partition = self.route(&peek.queue, peek.partition)?;
                 let max = (peek.max as usize).min(PEEK_MAX);
-                let peeked = partition
-                    .peek(Offset(peek.from_offset.0), max)
-                    .await
-                    .map_err(|e| partition_error(&e))?;
+                let peeked =
+                    partition.peek(peek.from_offset, max).await.map_err(|e| partition_error(&e))?;
                 let messages = peeked
                     .into_iter()
                     .map(|message| PeekedMessage {
-                        offset: proto::Offset(message.view.offset.0),
+                        offset: message.view.offset,
                         state: match message.view.phase {
                             MessagePhase::Ready { .. } => MessageState::Ready,
                             MessagePhase::Scheduled { .. } => MessageState::Scheduled,
@@ -361,7 +352,7 @@ impl SpoolHandler {
                 Ok(Response::Peek(PeekResponse { messages }))
             }
             Request::Purge(purge) => {
-                let partition = self.route(&purge.queue, purge.partition.0)?;
+                let partition = self.route(&purge.queue, purge.partition)?;
                 let mut total = 0u64;
                 loop {
                     let count = partition
@@ -388,7 +379,7 @@ impl SpoolHandler {
                 Ok(Response::Purge(PurgeResponse { count: total }))
             }
             Request::DeadLetters(list) => {
-                let partition = self.route(&list.queue, list.partition.0)?;
+                let partition = self.route(&list.queue, list.partition)?;
                 let max = (list.max as usize).min(PEEK_MAX);
                 let after = list.from_offset.0.checked_sub(1).map(Offset);
                 let mut entries = Vec::new();
@@ -410,7 +401,7 @@ impl SpoolHandler {
                         })
                         .unwrap_or_default();
                     entries.push(DeadLetter {
-                        original_offset: proto::Offset(view.offset.0),
+                        original_offset: view.offset,
                         routing_key,
                         attempts: u32::from(view.attempts),
                         last_reason: reason_text(view.last_reason, view.quarantine.map(|(c, _)| c)),
@@ -422,7 +413,7 @@ impl SpoolHandler {
                 Ok(Response::DeadLetters(DeadLettersResponse { entries }))
             }
             Request::Redrive(redrive) => {
-                let partition = self.route(&redrive.queue, redrive.partition.0)?;
+                let partition = self.route(&redrive.queue, redrive.partition)?;
                 let count = match &redrive.target {
                     RedriveTarget::All => {
                         let mut total = 0usize;
@@ -443,7 +434,7 @@ impl SpoolHandler {
                         let mut total = 0usize;
                         for offset in offsets {
                             total += partition
-                                .redrive(Redrive::One(Offset(offset.0)))
+                                .redrive(Redrive::One(*offset))
                                 .await
                                 .map_err(|e| partition_error(&e))?;
                         }
@@ -462,7 +453,7 @@ impl SpoolHandler {
     fn route_token(
         &self,
         queue_id: crate::queue::QueueId,
-        partition: u32,
+        partition: PartitionId,
     ) -> Result<Rc<Served>, ErrorResponse> {
         if let Some(found) = self.state.served_by_id(queue_id, partition) {
             return Ok(found);
@@ -489,7 +480,7 @@ impl SpoolHandler {
                 }
             };
             let claim = *token.claim();
-            match self.route_token(claim.queue, claim.partition.0) {
+            match self.route_token(claim.queue, claim.partition) {
                 Ok(partition) => {
                     match groups.iter_mut().find(|(existing, _)| Rc::ptr_eq(existing, &partition)) {
                         Some((_, members)) => members.push((index, token)),
@@ -527,11 +518,11 @@ impl SpoolHandler {
         let config = queue_config_to_wire(&entry.config, partition_count);
         drop(table);
         let mut partitions = Vec::new();
-        for partition in 0..partition_count {
+        for partition in (0..partition_count).map(PartitionId) {
             let Some(served) = self.state.partition(queue, partition) else { continue };
             let counters = served.counters();
             partitions.push(PartitionStats {
-                partition: proto::PartitionId(partition),
+                partition,
                 ready: counters.ready,
                 scheduled: counters.scheduled,
                 claimed: counters.claimed,
@@ -563,15 +554,15 @@ impl SpoolHandler {
                 .iter()
                 .enumerate()
                 .map(|(index, assignment)| {
-                    let index = index as u32;
+                    let partition = PartitionId(index as u32);
                     let addr = self.state.shard_addr(assignment.shard);
                     // 0 only while no shard has the partition open.
-                    let epoch = self.state.epochs.epoch(entry.id, index).unwrap_or(0);
+                    let epoch = self.state.epochs.epoch(entry.id, partition).unwrap_or_default();
                     PartitionMetadata {
-                        partition: proto::PartitionId(index),
+                        partition,
                         host: addr.ip().to_string(),
                         shard_port: addr.port(),
-                        leader_epoch: proto::LeaderEpoch(epoch),
+                        leader_epoch: epoch,
                     }
                 })
                 .collect();
@@ -585,10 +576,7 @@ impl SpoolHandler {
                 ));
             }
         }
-        Ok(Response::Metadata(MetadataResponse {
-            assignment_version: proto::AssignmentVersion(table.version().0),
-            queues,
-        }))
+        Ok(Response::Metadata(MetadataResponse { assignment_version: table.version(), queues }))
     }
 
     fn encode_error(
@@ -671,7 +659,7 @@ impl SpoolHandler {
                         .iter()
                         .map(|item| proto::Delivery {
                             token: token_to_wire(&item.delivery.token),
-                            offset: proto::Offset(item.delivery.offset.0),
+                            offset: item.delivery.offset,
                             attempt: u32::from(item.delivery.attempt),
                             generation: proto::Generation(u64::from(item.delivery.generation.0)),
                             record: &item.record,
@@ -745,9 +733,9 @@ impl SpoolHandler {
             }
             _ => (claim.queue, Lane::Main),
         };
-        let partition = self.route(queue, claim.partition.0)?;
+        let partition = self.route(queue, claim.partition)?;
         let request = ClaimRequest {
-            worker: WorkerId(claim.worker.0),
+            worker: claim.worker,
             credits: claim.credits,
             max_bytes: u64::from(claim.max_bytes),
             lease_ms: (claim.lease_ms > 0).then_some(u64::from(claim.lease_ms)),
@@ -788,7 +776,7 @@ impl SpoolHandler {
                 _ => None,
             };
             if let Some(reason) = reason {
-                let detail = format_args!("claim on {queue}/{}: {failure}", claim.partition.0);
+                let detail = format_args!("claim on {queue}/{}: {failure}", claim.partition);
                 connection.rejections().record(reason, &detail);
             }
             partition_error(&failure)

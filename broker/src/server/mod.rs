@@ -43,7 +43,7 @@ use crate::control::config::BrokerConfig;
 use crate::io::DmaStorage;
 use crate::log::{ExitOnFatal, LogConfig};
 use crate::partition::{Clock, Partition, PartitionError, PartitionName};
-use crate::queue::{PartitionId, QueueId};
+use crate::queue::{LeaderEpoch, PartitionId, QueueId};
 use crate::shard::alarm::Alarm;
 use crate::shard::hooks::{ShardContext, ShardHooks, ShardHooksFactory};
 use crate::shard::report::{LogTotals, PartitionReport, RefusedPartition, ShardReport};
@@ -58,7 +58,7 @@ pub type ShardPartition = Partition<DmaStorage>;
 #[derive(Debug, Error)]
 pub enum ServerError {
     #[error("partition {queue}/{partition}: {error}")]
-    Partition { queue: String, partition: u32, error: PartitionError },
+    Partition { queue: String, partition: PartitionId, error: PartitionError },
     #[error("removing {}: {error}", path.display())]
     Remove { path: PathBuf, error: std::io::Error },
     /// More than one partition of one change failed.
@@ -67,11 +67,11 @@ pub enum ServerError {
 }
 
 /// Path of one partition's directory.
-pub fn partition_dir(data_dir: &Path, queue_id: QueueId, partition: u32) -> PathBuf {
+pub fn partition_dir(data_dir: &Path, queue_id: QueueId, partition: PartitionId) -> PathBuf {
     data_dir
         .join("partitions")
         .join(format!("q{:010}", queue_id.0))
-        .join(format!("p{partition:05}"))
+        .join(format!("p{:05}", partition.0))
 }
 
 /// The leader epoch of every partition open on any shard, keyed by queue id
@@ -79,22 +79,22 @@ pub fn partition_dir(data_dir: &Path, queue_id: QueueId, partition: u32) -> Path
 /// bounded by the assignment table (queues × `PARTITIONS_MAX`).
 #[derive(Debug, Default)]
 pub struct EpochBoard {
-    epochs: RwLock<BTreeMap<(QueueId, u32), u64>>,
+    epochs: RwLock<BTreeMap<(QueueId, PartitionId), LeaderEpoch>>,
 }
 
 impl EpochBoard {
     /// Publishes the epoch a partition was opened with.
-    pub fn publish(&self, queue_id: QueueId, partition: u32, epoch: u64) {
+    pub fn publish(&self, queue_id: QueueId, partition: PartitionId, epoch: LeaderEpoch) {
         self.write().insert((queue_id, partition), epoch);
     }
 
     /// Forgets a partition that was closed for good (queue deleted).
-    pub fn forget(&self, queue_id: QueueId, partition: u32) {
+    pub fn forget(&self, queue_id: QueueId, partition: PartitionId) {
         self.write().remove(&(queue_id, partition));
     }
 
     /// The epoch of an open partition, if some shard has it open.
-    pub fn epoch(&self, queue_id: QueueId, partition: u32) -> Option<u64> {
+    pub fn epoch(&self, queue_id: QueueId, partition: PartitionId) -> Option<LeaderEpoch> {
         // A panic while holding the lock cannot leave the map half-updated
         // (each operation is one insert or remove), so poisoning is ignored.
         self.epochs
@@ -104,7 +104,9 @@ impl EpochBoard {
             .copied()
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<(QueueId, u32), u64>> {
+    fn write(
+        &self,
+    ) -> std::sync::RwLockWriteGuard<'_, BTreeMap<(QueueId, PartitionId), LeaderEpoch>> {
         self.epochs.write().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -175,18 +177,18 @@ pub struct ShardState {
     /// This shard's copy of the assignment table.
     pub table: RefCell<AssignmentTable>,
     /// Partitions this shard owns, by queue name and partition.
-    pub partitions: RefCell<BTreeMap<(String, u32), Rc<Served>>>,
+    pub partitions: RefCell<BTreeMap<(String, PartitionId), Rc<Served>>>,
     /// Partitions this shard owns that failed to open, with the reason
     /// (corruption names file and byte). Requests for them are answered
     /// `STORAGE_FAILED` with that reason until an operator repairs the
     /// files and restarts the broker.
-    pub unavailable: RefCell<BTreeMap<(String, u32), String>>,
+    pub unavailable: RefCell<BTreeMap<(String, PartitionId), String>>,
     /// Partitions that failed to open for lack of disk space: opened again
     /// by the housekeeping tick every [`PARTITION_OPEN_RETRY_MS`] until they
     /// open (space came back) or their queue is deleted.
     ///
     /// [`PARTITION_OPEN_RETRY_MS`]: crate::limits::PARTITION_OPEN_RETRY_MS
-    open_retries: RefCell<BTreeMap<(String, u32), OpenRetry>>,
+    open_retries: RefCell<BTreeMap<(String, PartitionId), OpenRetry>>,
     pub clock: Clock,
     /// Every shard's partition epochs, for Metadata.
     pub epochs: Arc<EpochBoard>,
@@ -215,22 +217,26 @@ impl ShardState {
     }
 
     /// The partition `queue`/`partition` if this shard serves it.
-    pub fn partition(&self, queue: &str, partition: u32) -> Option<Rc<ShardPartition>> {
+    pub fn partition(&self, queue: &str, partition: PartitionId) -> Option<Rc<ShardPartition>> {
         self.served(queue, partition).map(|served| served.partition.clone())
     }
 
     /// The served partition `queue`/`partition` (with its counters).
-    pub fn served(&self, queue: &str, partition: u32) -> Option<Rc<Served>> {
+    pub fn served(&self, queue: &str, partition: PartitionId) -> Option<Rc<Served>> {
         self.partitions.borrow().get(&(queue.to_owned(), partition)).cloned()
     }
 
     /// The partition with this queue id and partition, if served here.
-    pub fn partition_by_id(&self, queue_id: QueueId, partition: u32) -> Option<Rc<ShardPartition>> {
+    pub fn partition_by_id(
+        &self,
+        queue_id: QueueId,
+        partition: PartitionId,
+    ) -> Option<Rc<ShardPartition>> {
         self.served_by_id(queue_id, partition).map(|served| served.partition.clone())
     }
 
     /// The served partition with this queue id and partition.
-    pub fn served_by_id(&self, queue_id: QueueId, partition: u32) -> Option<Rc<Served>> {
+    pub fn served_by_id(&self, queue_id: QueueId, partition: PartitionId) -> Option<Rc<Served>> {
         let table = self.table.borrow();
         let (name, _) = table.queue_by_id(queue_id)?;
         let name = name.as_str().to_owned();
@@ -270,7 +276,7 @@ impl ShardState {
     fn refuse_partition(
         &self,
         queue: &QueueName,
-        partition: u32,
+        partition: PartitionId,
         error: PartitionError,
     ) -> ServerError {
         self.unavailable
@@ -283,15 +289,11 @@ impl ShardState {
         &self,
         queue: &QueueName,
         queue_id: QueueId,
-        partition: u32,
+        partition: PartitionId,
         config: &crate::queue::QueueConfig,
     ) -> Result<(), ServerError> {
         let dir = partition_dir(&self.config.data_dir, queue_id, partition);
-        let name = PartitionName {
-            queue: queue.as_str().to_owned(),
-            queue_id,
-            partition: PartitionId(partition),
-        };
+        let name = PartitionName { queue: queue.as_str().to_owned(), queue_id, partition };
         let opened = Partition::open(
             DmaStorage,
             &dir,
@@ -310,9 +312,9 @@ impl ShardState {
                 let retry_ms = crate::limits::PARTITION_OPEN_RETRY_MS;
                 let key = (queue.as_str().to_owned(), partition);
                 if self.unavailable.borrow().contains_key(&key) {
-                    tracing::debug!(queue = %queue, partition, %error, "still no disk space");
+                    tracing::debug!(queue = %queue, partition = partition.0, %error, "still no disk space");
                 } else {
-                    tracing::warn!(shard = self.shard.0, queue = %queue, partition, %error,
+                    tracing::warn!(shard = self.shard.0, queue = %queue, partition = partition.0, %error,
                         retry_ms, "partition could not open for lack of disk space; serving \
                         STORAGE_FAILED for it and opening it again when space returns");
                 }
@@ -328,7 +330,7 @@ impl ShardState {
                 return Err(self.refuse_partition(queue, partition, error));
             }
             Err(error) => {
-                tracing::error!(shard = self.shard.0, queue = %queue, partition, %error,
+                tracing::error!(shard = self.shard.0, queue = %queue, partition = partition.0, %error,
                     "partition refused to open; serving STORAGE_FAILED for it");
                 return Err(self.refuse_partition(queue, partition, error));
             }
@@ -336,7 +338,7 @@ impl ShardState {
         tracing::info!(
             shard = self.shard.0,
             queue = %queue,
-            partition,
+            partition = partition.0,
             epoch = report.epoch.0,
             next_offset = report.next_offset.0,
             checkpoint = ?report.checkpoint_covers.map(|offset| offset.0),
@@ -345,7 +347,7 @@ impl ShardState {
             "partition open"
         );
         self.unavailable.borrow_mut().remove(&(queue.as_str().to_owned(), partition));
-        self.epochs.publish(queue_id, partition, report.epoch.0);
+        self.epochs.publish(queue_id, partition, report.epoch);
         let alarm = self.alarm.clone();
         partition_rc.set_wakeup_hook(Rc::new(move |at| alarm.request(at)));
         // Deadlines the replay restored (leases, scheduled messages).
@@ -396,7 +398,7 @@ impl ShardHooksFactory for SpoolHooksFactory {
             partitions: RefCell::new(BTreeMap::new()),
             unavailable: RefCell::new(BTreeMap::new()),
             open_retries: RefCell::new(BTreeMap::new()),
-            clock: Rc::new(|| crate::clock::now_ms().0),
+            clock: Rc::new(crate::clock::now_ms),
             epochs: self.epochs.clone(),
             alarm: Rc::new(Alarm::default()),
             retired_log: Cell::new(LogTotals::default()),
@@ -418,9 +420,9 @@ impl SpoolHooks {
     /// whose retry is due (a failure schedules the next one).
     fn retry_opens(&self) {
         let now = (self.state.clock)();
-        let due: Vec<((String, u32), OpenRetry)> = {
+        let due: Vec<((String, PartitionId), OpenRetry)> = {
             let mut retries = self.state.open_retries.borrow_mut();
-            let keys: Vec<(String, u32)> = retries
+            let keys: Vec<(String, PartitionId)> = retries
                 .iter()
                 .filter(|(_, retry)| retry.at_ms <= now)
                 .map(|(key, _)| key.clone())
@@ -441,7 +443,7 @@ impl SpoolHooks {
                     .open_partition(&retry.queue, retry.queue_id, partition, &retry.config)
                     .await;
                 if opened.is_ok() {
-                    tracing::info!(queue = %name, partition,
+                    tracing::info!(queue = %name, partition = partition.0,
                         "partition opened after disk space returned");
                 }
             })
@@ -480,11 +482,11 @@ impl ShardHooks for SpoolHooks {
                 // (epoch file, directory) overlap instead of queueing one
                 // after another: a 1,000-partition create is ~1,000 small
                 // syncs per shard.
-                let owned: Vec<u32> = shards
+                let owned: Vec<PartitionId> = shards
                     .iter()
                     .enumerate()
                     .filter(|(_, shard)| **shard == state.shard)
-                    .map(|(partition, _)| u32::try_from(partition).unwrap_or(u32::MAX))
+                    .map(|(partition, _)| PartitionId(u32::try_from(partition).unwrap_or(u32::MAX)))
                     .collect();
                 let mut failures = Vec::new();
                 for wave in owned.chunks(crate::limits::PARTITION_OPENS_CONCURRENT) {
@@ -513,9 +515,9 @@ impl ShardHooks for SpoolHooks {
                 }
             }
             AssignmentChange::DeleteQueue { queue } => {
-                let doomed: Vec<((String, u32), Rc<Served>)> = {
+                let doomed: Vec<((String, PartitionId), Rc<Served>)> = {
                     let mut partitions = state.partitions.borrow_mut();
-                    let keys: Vec<(String, u32)> = partitions
+                    let keys: Vec<(String, PartitionId)> = partitions
                         .keys()
                         .filter(|(name, _)| name == queue.as_str())
                         .cloned()
@@ -528,7 +530,7 @@ impl ShardHooks for SpoolHooks {
                 // failed open, or damage found at start): forget them, and
                 // remove what the failed open left behind. Only a directory
                 // is removed; whatever stood in its way is not ours.
-                let failed: Vec<u32> = {
+                let failed: Vec<PartitionId> = {
                     let mut unavailable = state.unavailable.borrow_mut();
                     let failed = unavailable
                         .keys()
@@ -545,7 +547,7 @@ impl ShardHooks for SpoolHooks {
                         let dir = partition_dir(&state.config.data_dir, queue_id, partition);
                         if dir.is_dir() {
                             if let Err(error) = std::fs::remove_dir_all(&dir) {
-                                tracing::warn!(queue = %queue, partition, %error,
+                                tracing::warn!(queue = %queue, partition = partition.0, %error,
                                     "could not remove the directory of a partition that never opened");
                             }
                         }
@@ -560,7 +562,7 @@ impl ShardHooks for SpoolHooks {
                     state.retired_log.set(retired);
                     let dir = served.partition.dir().to_path_buf();
                     if let Err(error) = ShardState::close_served(&served).await {
-                        tracing::warn!(queue = %name, partition, %error, "close before delete failed");
+                        tracing::warn!(queue = %name, partition = partition.0, %error, "close before delete failed");
                     }
                     // Off the data path and rare: a blocking remove is acceptable here.
                     std::fs::remove_dir_all(&dir)
@@ -571,7 +573,7 @@ impl ShardHooks for SpoolHooks {
                             .and_then(|parent| parent.sync_all())
                             .map_err(|error| ServerError::Remove { path: dir.clone(), error })?;
                     }
-                    tracing::info!(queue = %name, partition, "partition deleted");
+                    tracing::info!(queue = %name, partition = partition.0, "partition deleted");
                 }
                 Ok(())
             }
@@ -621,12 +623,12 @@ impl ShardHooks for SpoolHooks {
     }
 
     async fn flush(&self) -> Result<(), ServerError> {
-        let served: Vec<((String, u32), Rc<Served>)> =
+        let served: Vec<((String, PartitionId), Rc<Served>)> =
             std::mem::take(&mut *self.state.partitions.borrow_mut()).into_iter().collect();
         let mut first_error = None;
         for ((queue, partition), entry) in served {
             if let Err(error) = ShardState::close_served(&entry).await {
-                tracing::error!(%queue, partition, %error, "partition close failed");
+                tracing::error!(%queue, partition = partition.0, %error, "partition close failed");
                 first_error.get_or_insert(ServerError::Partition { queue, partition, error });
             }
         }

@@ -35,6 +35,7 @@ use crate::control::assignment::{
 };
 use crate::control::catalog::{self, Catalog};
 use crate::limits::{CONTROL_BUSY_FOR, CONTROL_IDLE_POLL, HOUSEKEEPING_IDLE_MAX};
+use crate::limits::{CONTROL_COMMANDS_PER_TICK_MAX, REPLAY_WAIT_POLL};
 use crate::net::connection::ConnectionLimits;
 use crate::net::listener::{accept_loop, bind_listener, AcceptStats};
 use crate::net::stop::StopSignal;
@@ -46,13 +47,6 @@ use crate::shard::{
     ControlCommand, ControlError, Event, ExecutorName, QueueCreated, ShardError, ShardMessage,
     Shared,
 };
-
-/// How often a starting shard checks whether it has applied the catalog's
-/// replay before it starts accepting.
-const REPLAY_WAIT_POLL: Duration = Duration::from_millis(1);
-
-/// Most control commands turned into one batch of updates per tick.
-pub const CONTROL_COMMANDS_PER_TICK_MAX: usize = 256;
 
 /// What the housekeeping loop drives: a shard's hooks, or nothing but the
 /// stop flag and the allocator (the control executor).
@@ -138,7 +132,7 @@ async fn housekeeping(
         }
         ticker.tick();
         let now = instant_now();
-        if now.duration_since(collected_at) >= crate::alloc::COLLECT_INTERVAL {
+        if now.duration_since(collected_at) >= crate::limits::HEAP_COLLECT_INTERVAL {
             // Freed memory leaves RSS even while the shard is idle.
             crate::alloc::collect();
             collected_at = now;

@@ -7,10 +7,8 @@
 //! message that says what to change. The decision is a pure function
 //! ([`plan`]) so it is tested without touching the process limits.
 
+use crate::limits::MEMLOCK_BYTES_PER_EXECUTOR;
 use thiserror::Error;
-
-/// RLIMIT_MEMLOCK needed per executor (glommio's own minimum).
-pub const MEMLOCK_BYTES_PER_EXECUTOR: u64 = 512 * 1024;
 
 /// The limit is too low and cannot be raised.
 #[derive(Debug, Error, PartialEq, Eq)]

@@ -51,29 +51,13 @@ use crate::control::catalog::{self, Catalog, CatalogError};
 use crate::control::config::{BrokerConfig, ConfigError};
 use crate::control::data_dir::{BrokerSecret, DataDirError, DataDirLock};
 use crate::fatal::FatalReason;
+use crate::limits::{
+    CONTROL_COMMAND_QUEUE_MAX, CONTROL_POLL_INTERVAL, HOOK_FAILURES_PER_VERSION_MAX,
+    HOOK_FAILURE_VERSIONS_MAX, MAIN_POLL_INTERVAL, SHARD_CHANNEL_CAPACITY,
+};
 use crate::net::listener::{wait_port_free, NetError};
 use crate::queue::{QueueConfig, QueueId};
 use hooks::{ShardContext, ShardHooksFactory};
-
-/// Capacity of each control → shard channel, in batches (≥ 1024 keeps a
-/// burst of admin changes from blocking the control executor; DESIGN §8).
-pub const SHARD_CHANNEL_CAPACITY: usize = 1024;
-/// Control commands waiting for the control executor.
-pub const CONTROL_COMMAND_QUEUE_MAX: usize = 1024;
-/// How often the main thread checks the stop flag while shards run.
-const MAIN_POLL_INTERVAL: Duration = Duration::from_millis(20);
-/// How often the control calls poll for a reply or for shards to catch up.
-/// Polling (a sleep on threads, a glommio timer on executors) avoids
-/// cross-executor wake-ups, which glommio 0.9 can lose (DESIGN §8).
-pub const CONTROL_POLL_INTERVAL: Duration = Duration::from_millis(1);
-/// Table versions whose hook failures are kept for a creator to collect
-/// ([`Shared::record_hook_failure`]); older ones are dropped first. A
-/// creator collects its version within `ADMIN_APPLY_TIMEOUT_MS` of the
-/// change, long before this many later changes could be made.
-pub const HOOK_FAILURE_VERSIONS_MAX: usize = 1024;
-/// Failure reports kept per table version (one per shard is the most a
-/// change produces; the bound only guards the map).
-pub const HOOK_FAILURES_PER_VERSION_MAX: usize = 256;
 
 /// Message from the control executor to a shard.
 #[derive(Debug, Clone)]

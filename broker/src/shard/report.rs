@@ -10,7 +10,7 @@
 
 use crate::control::assignment::ShardId;
 use crate::io::stats::IoSnapshot;
-use crate::queue::QueueCounters;
+use crate::queue::{PartitionId, QueueCounters};
 
 /// Why a request was turned away before it changed anything (counted per
 /// partition; the label values of `spool_admission_rejections_total`).
@@ -77,7 +77,7 @@ pub struct RequestCounts {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionReport {
     pub queue: String,
-    pub partition: u32,
+    pub partition: PartitionId,
     /// The queue state's counters and cumulative totals (part of the fold,
     /// so they survive restarts).
     pub counters: QueueCounters,
@@ -88,7 +88,7 @@ pub struct PartitionReport {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RefusedPartition {
     pub queue: String,
-    pub partition: u32,
+    pub partition: PartitionId,
     pub reason: String,
 }
 

@@ -138,6 +138,10 @@ pub struct Stored {
     pub state: StoredState,
     pub generation: u64,
     pub attempt: u32,
+    /// Extensions of its current claim's lease the broker granted.
+    pub extends: u32,
+    /// When its current claim was answered.
+    pub claimed_at: Option<tokio::time::Instant>,
 }
 
 /// What a test scripts for one Enqueue attempt.
@@ -269,6 +273,8 @@ pub fn mini_broker(state: Arc<Mutex<BrokerState>>) -> Handler {
                         state: StoredState::Ready,
                         generation: 0,
                         attempt: 0,
+                        extends: 0,
+                        claimed_at: None,
                     });
                     records.push(RecordOutcome::Appended { offset: Offset(log.len() as u64 - 1) });
                 }
@@ -301,6 +307,7 @@ pub fn mini_broker(state: Arc<Mutex<BrokerState>>) -> Handler {
                         stored.state = StoredState::Claimed;
                         stored.generation += 1;
                         stored.attempt += 1;
+                        stored.claimed_at = Some(tokio::time::Instant::now());
                         picked.push(offset);
                     }
                 }
@@ -334,8 +341,9 @@ pub fn mini_broker(state: Arc<Mutex<BrokerState>>) -> Handler {
             }
             Request::Extend(extend) => {
                 let (partition, offset, generation) = untoken(&extend.token);
-                let stored = &state.partitions[partition][offset];
+                let stored = &mut state.partitions[partition][offset];
                 if stored.state == StoredState::Claimed && stored.generation == generation {
+                    stored.extends += 1;
                     state.extends += 1;
                     let response = ExtendResponse { lease_deadline_ms: 1000 };
                     outbox.send(ok(id, &Response::Extend(response)));
@@ -406,6 +414,18 @@ pub async fn start_broker(queue: &str, partitions: u32) -> (FakeServer, Arc<Mute
     state.lock().unwrap().owners =
         (0..partitions).map(|_| ("127.0.0.1".to_owned(), server.port)).collect();
     (server, state)
+}
+
+/// Extensions the broker granted to the lease of `delivery`'s message.
+pub fn extends_of(state: &Mutex<BrokerState>, delivery: &spool_client::Delivery) -> u32 {
+    stored_of(state, delivery).0
+}
+
+/// The extensions of `delivery`'s lease and how long ago it was claimed.
+pub fn stored_of(state: &Mutex<BrokerState>, delivery: &spool_client::Delivery) -> (u32, Duration) {
+    let state = state.lock().unwrap();
+    let stored = &state.partitions[delivery.partition().0 as usize][delivery.offset().0 as usize];
+    (stored.extends, stored.claimed_at.map_or(Duration::ZERO, |at| at.elapsed()))
 }
 
 /// Polls `condition` every 5 ms until it holds or `limit` passes.

@@ -18,8 +18,22 @@ use crate::limits::{
     PAYLOAD_REF_LOCATION_BYTES_MAX, PRIORITY_BANDS_MAX, ROUTING_KEY_BYTES_MAX,
 };
 
-/// The producer-chosen identity of a message; the broker dedupes on it.
-#[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// The producer-chosen identity of a message; the broker dedupes on it (the
+/// queue state machine's `MessageId` is this type).
+#[derive(
+    Archive,
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+)]
 #[rkyv(compare(PartialEq), derive(Debug, PartialEq, Eq, Hash))]
 pub struct MessageId(pub [u8; 16]);
 

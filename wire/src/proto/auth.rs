@@ -16,11 +16,7 @@
 
 use super::codec::{check_range, Reader, Writer};
 use super::error::ProtoError;
-
-/// Longest principal name, bytes.
-pub const PRINCIPAL_BYTES_MAX: usize = 128;
-/// Longest secret, bytes.
-pub const SECRET_BYTES_MAX: usize = 1024;
+pub use super::limits::{PRINCIPAL_BYTES_MAX, SECRET_BYTES_MAX};
 
 /// Checks a principal name: 1..=[`PRINCIPAL_BYTES_MAX`] bytes of
 /// `[A-Za-z0-9._@-]`.

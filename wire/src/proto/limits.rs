@@ -119,3 +119,8 @@ const _: () = assert!(
         <= MAX_FRAME_BYTES
 );
 const _: () = assert!(BATCH_HEADER_BYTES <= BATCH_BYTES_MAX);
+
+/// Longest principal name in an Authenticate request, bytes.
+pub const PRINCIPAL_BYTES_MAX: usize = 128;
+/// Longest secret in an Authenticate request, bytes.
+pub const SECRET_BYTES_MAX: usize = 1024;

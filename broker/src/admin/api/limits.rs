@@ -60,3 +60,8 @@ const _: () = assert!(BODY_BYTES_MAX > spool_wire::limits::PAYLOAD_INLINE_BYTES_
 /// open at once; each holds one connection per shard, counted against
 /// `connections_per_shard_max`.
 pub const GATEWAY_CALLERS_MAX: usize = 64;
+// The gateway's claims share one connection per shard: all of them may wait
+// at once without reaching that connection's default bound on waiting claims.
+const _: () =
+    assert!(REQUESTS_IN_FLIGHT_MAX as u32 <= crate::limits::CLAIM_WAITERS_PER_CONNECTION_DEFAULT);
+const _: () = assert!(CLAIM_BYTES_MAX_HTTP <= spool_wire::proto::limits::CLAIM_BYTES_MAX);

@@ -335,7 +335,7 @@ impl Gateway {
         for (key, value) in body.headers.iter().flatten() {
             message = message.header(key.as_bytes().to_vec(), value.as_bytes().to_vec());
         }
-        let now = crate::clock::now_ms().0;
+        let now = crate::clock::now_ms();
         message.delay_ms = match (body.delay_ms, body.not_before_ms) {
             (Some(_), Some(_)) => {
                 return Err(ApiError::invalid("give at most one of delay_ms and not_before_ms"))

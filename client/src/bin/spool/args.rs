@@ -2,13 +2,8 @@
 //! command does is in `main.rs`, how results look is in `render.rs`.
 
 use clap::{Args, Parser, Subcommand};
+use spool_client::limits::{ADDR_DEFAULT, RECV_WAIT_MS_DEFAULT};
 use spool_client::spool_wire::limits::SCHEDULE_HORIZON_MS;
-
-/// Default broker address.
-pub const ADDR_DEFAULT: &str = "127.0.0.1:7400";
-
-/// Default `recv --wait-ms`: short, since a person is waiting.
-pub const RECV_WAIT_MS_DEFAULT: u32 = 1_000;
 
 /// Spool command line client.
 #[derive(Debug, Parser)]

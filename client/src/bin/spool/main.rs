@@ -29,6 +29,7 @@ use args::{
     AuditArgs, AuthCommand, Cli, Command, DlqCommand, PeekArgs, QueueCommand, RecvArgs, SendArgs,
 };
 use render::{escape, show_bytes, Output, StreamTable, Table};
+use spool_client::limits::{LINE_BYTES_MAX, SEND_IN_FLIGHT_MAX, STDIN_READ_AHEAD_LINES};
 
 /// The broker's audit log inside its data directory (the broker's
 /// `auth::audit::AUDIT_FILE_NAME`; the client does not depend on the broker).
@@ -37,17 +38,6 @@ const AUDIT_FILE_NAME: &str = "audit.log";
 const EXIT_REFUSED: u8 = 1;
 const EXIT_TRANSPORT: u8 = 3;
 const EXIT_DECLINED: u8 = 4;
-
-/// Messages `spool send` has submitted and not yet seen acknowledged; input
-/// is read no further ahead.
-const SEND_IN_FLIGHT_MAX: usize = 16 * 1024;
-
-/// Stdin lines read ahead of their submission.
-const STDIN_READ_AHEAD_LINES: usize = 1024;
-
-/// Longest stdin line `spool send` takes (the broker's record limit; the
-/// record envelope makes the usable payload a little smaller).
-const LINE_BYTES_MAX: usize = spool_client::spool_wire::limits::RECORD_BYTES_MAX;
 
 /// A command's failure: a client error, or the user said no.
 #[derive(Debug)]

@@ -1,0 +1,606 @@
+//! Tidy: the source tree keeps the rules ARCHITECTURE.md states as absences.
+//!
+//! Goal: a change that breaks one of them fails the test suite, not a
+//! review. Method: read the workspace's sources, blank out comments and
+//! string literals (a doc that *mentions* glommio names nothing), and check
+//! each rule over what is left:
+//!
+//! 1. Only `broker/src/{io,net,server,shard}/` and `broker/src/bin/` name
+//!    glommio; the rest of the broker, `wire` and `client` run without it.
+//! 2. `broker/src/queue/` never awaits, never reads a clock, does no I/O.
+//! 3. `client` depends on `wire`, never on `broker` (manifest and code).
+//! 4. A `const` named like a limit (`*_MAX`, `*_MIN`, `*_DEFAULT`, `*_LIMIT`,
+//!    `*_BYTES*`, ...) is defined in a `limits.rs`, unless [`LIMIT_ALLOWED`]
+//!    names it with its reason. An allowance that matches nothing fails too,
+//!    so the list cannot outlive the constants it excuses.
+//!
+//! Every rule is also run on a small injected example (the `checker_*`
+//! tests) so that a rule that matches nothing cannot pass vacuously.
+
+use std::fmt;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// Directories (relative to the workspace root, `/`-separated) whose files
+/// may name glommio: the storage seam, the network edge, the server that
+/// spawns tasks, the shard bootstrap, and the daemon binaries.
+const GLOMMIO_ALLOWED: &[&str] = &[
+    "broker/src/io/",
+    "broker/src/net/",
+    "broker/src/server/",
+    "broker/src/shard/",
+    "broker/src/bin/",
+];
+
+/// Source trees that rule 1 and rule 4 read.
+const LIBRARY_ROOTS: &[&str] = &["broker/src", "wire/src", "client/src"];
+
+/// Where the pure state machine lives (rule 2).
+const QUEUE_DIR: &str = "broker/src/queue/";
+
+/// Words that must not appear in `queue/` code, with why.
+const QUEUE_FORBIDDEN: &[(&str, &str)] = &[
+    ("async", "queue/ never awaits"),
+    (".await", "queue/ never awaits"),
+    ("Instant::now", "queue/ never reads a clock (now is an argument)"),
+    ("SystemTime", "queue/ never reads a clock (now is an argument)"),
+    ("now_ms(", "queue/ never reads a clock (now is an argument)"),
+    ("instant_now", "queue/ never reads a clock (now is an argument)"),
+    ("std::fs", "queue/ does no I/O"),
+    ("std::net", "queue/ does no I/O"),
+    ("File::", "queue/ does no I/O"),
+    ("tokio", "queue/ does no I/O"),
+    ("glommio", "queue/ does no I/O"),
+];
+
+/// Limit-like constants allowed outside a limits file: (path, name, reason).
+const LIMIT_ALLOWED: &[(&str, &str, &str)] = &[
+    // Sizes of a format: part of the layout they describe, not tunable bounds.
+    ("broker/src/net/echo.rs", "ECHO_PREFIX_BYTES", "layout of the echo test protocol's frame"),
+    ("broker/src/control/data_dir.rs", "SECRET_BYTES", "length of the broker secret's key"),
+    ("broker/src/queue/event.rs", "EVENT_BYTES", "layout of an encoded event"),
+    ("broker/src/queue/event.rs", "CLAIMED_EVENT_BYTES", "layout of an encoded event"),
+    ("broker/src/queue/snapshot.rs", "FRESH_ENTRY_BYTES", "layout of the snapshot format"),
+    ("broker/src/queue/snapshot.rs", "PHASE_BYTES", "layout of the snapshot format"),
+    ("broker/src/queue/snapshot.rs", "WARM_ENTRY_BYTES", "layout of the snapshot format"),
+    ("broker/src/queue/snapshot.rs", "DEAD_ENTRY_BYTES", "layout of the snapshot format"),
+    ("broker/src/queue/snapshot.rs", "DEDUPE_ENTRY_BYTES", "layout of the snapshot format"),
+    ("broker/src/queue/token.rs", "DELIVERY_TOKEN_BYTES", "layout of the delivery token"),
+    ("broker/src/queue/token.rs", "MAC_COVERS_BYTES", "layout of the delivery token"),
+    ("broker/src/queue/token.rs", "TOKEN_MAC_BYTES", "layout of the delivery token"),
+    ("broker/src/queue/types.rs", "RESERVED_MIN", "start of the broker's own release codes"),
+    ("broker/src/log/index.rs", "INDEX_HEADER_BYTES", "layout of the sparse index file"),
+    ("broker/src/log/index.rs", "INDEX_ENTRY_BYTES", "layout of the sparse index file"),
+    ("broker/src/log/journal/entry.rs", "ENTRY_HEADER_BYTES", "layout of a journal entry"),
+    ("broker/src/partition/files.rs", "SIDE_HEADER_BYTES", "layout of the side files"),
+    // Geometry of an in-memory structure, sized and tested with it.
+    ("broker/src/queue/dedupe.rs", "SLOTS_MIN", "geometry of the dedupe index"),
+    ("broker/src/queue/dedupe.rs", "SUBTABLE_SLOTS_MAX", "geometry of the dedupe index"),
+    ("broker/src/queue/dedupe.rs", "DIRECTORY_DEPTH_MAX", "geometry of the dedupe index"),
+    ("broker/src/queue/dedupe.rs", "SPARE_SLOTS_MAX", "geometry of the dedupe index"),
+    // Not ours to choose.
+    ("broker/src/shard/cpus.rs", "CPU_SET_CAPACITY", "the kernel's cpu_set_t size (libc)"),
+    // Test-only code compiled in with the `failpoints` feature alone.
+    ("broker/src/failpoint.rs", "DELAY_MS_MAX", "bound of the test-only failpoint syntax"),
+    ("broker/src/failpoint.rs", "ENTRIES_MAX", "bound of the test-only failpoint syntax"),
+    // The partition and log constants move to `broker/src/limits.rs` in
+    // another branch (wt-split); these entries go when it merges.
+    ("broker/src/log/index.rs", "INDEX_FILE_BYTES_MAX", "computed from the index file's format constants beside it"),
+    ("broker/src/log/journal/entry.rs", "ENTRY_BYTES_MAX", "the journal's own config (log/journal/, not yet used by partitions: docs/design/shard-journal.md §10)"),
+    ("broker/src/log/journal/config.rs", "JOURNAL_FILE_BYTES_DEFAULT", "the journal's own config (log/journal/, not yet used by partitions: docs/design/shard-journal.md §10)"),
+    ("broker/src/log/journal/config.rs", "JOURNAL_FILE_BYTES_MIN", "the journal's own config (log/journal/, not yet used by partitions: docs/design/shard-journal.md §10)"),
+    ("broker/src/log/journal/config.rs", "JOURNAL_FILE_BYTES_MAX", "the journal's own config (log/journal/, not yet used by partitions: docs/design/shard-journal.md §10)"),
+    ("broker/src/log/journal/config.rs", "JOURNAL_COMMIT_BYTES_DEFAULT", "the journal's own config (log/journal/, not yet used by partitions: docs/design/shard-journal.md §10)"),
+    ("broker/src/log/journal/config.rs", "CONTROL_COMMIT_BYTES_DEFAULT", "the journal's own config (log/journal/, not yet used by partitions: docs/design/shard-journal.md §10)"),
+    ("broker/src/log/journal/config.rs", "CONTROL_PENDING_BYTES_DEFAULT", "the journal's own config (log/journal/, not yet used by partitions: docs/design/shard-journal.md §10)"),
+    ("broker/src/log/journal/config.rs", "DATA_PENDING_BYTES_DEFAULT", "the journal's own config (log/journal/, not yet used by partitions: docs/design/shard-journal.md §10)"),
+    ("broker/src/log/journal/config.rs", "LANE_PENDING_BYTES_MAX", "the journal's own config (log/journal/, not yet used by partitions: docs/design/shard-journal.md §10)"),
+    ("broker/src/log/journal/config.rs", "JOURNAL_INFLIGHT_COMMITS_DEFAULT", "the journal's own config (log/journal/, not yet used by partitions: docs/design/shard-journal.md §10)"),
+];
+
+/// Name endings that mark a constant as a limit.
+const LIMIT_SUFFIXES: &[&str] = &[
+    "_MAX",
+    "_MIN",
+    "_DEFAULT",
+    "_LIMIT",
+    "_LOWER",
+    "_UPPER",
+    "_CAPACITY",
+    "_TIMEOUT",
+    "_INTERVAL",
+    "_BACKOFF",
+];
+/// Name parts that mark a constant as a limit wherever they stand.
+const LIMIT_INFIXES: &[&str] = &["_BYTES", "_MS_"];
+
+/// One source file: its path relative to the workspace root
+/// (`/`-separated) and its text.
+struct Source {
+    path: String,
+    text: String,
+}
+
+/// One broken rule.
+#[derive(Debug, PartialEq, Eq)]
+struct Violation {
+    rule: &'static str,
+    path: String,
+    line: usize,
+    detail: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(formatter, "{}:{}: [{}] {}", self.path, self.line, self.rule, self.detail)
+    }
+}
+
+/// The text with comments and the contents of string and char literals
+/// replaced by spaces; line breaks are kept so line numbers stay true.
+fn code_only(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let blank = |c: char| if c == '\n' { '\n' } else { ' ' };
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let next = chars.get(i + 1).copied();
+        if c == '/' && next == Some('/') {
+            while i < chars.len() && chars[i] != '\n' {
+                out.push(' ');
+                i += 1;
+            }
+        } else if c == '/' && next == Some('*') {
+            let mut depth = 0usize;
+            while i < chars.len() {
+                if chars[i] == '/' && chars.get(i + 1) == Some(&'*') {
+                    depth += 1;
+                    out.push_str("  ");
+                    i += 2;
+                } else if chars[i] == '*' && chars.get(i + 1) == Some(&'/') {
+                    depth -= 1;
+                    out.push_str("  ");
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    out.push(blank(chars[i]));
+                    i += 1;
+                }
+            }
+        } else if c == 'r' && (next == Some('"') || next == Some('#')) && !ident_before(&chars, i) {
+            // Raw string: r"..." or r#"..."#.
+            let mut hashes = 0;
+            let mut j = i + 1;
+            while chars.get(j) == Some(&'#') {
+                hashes += 1;
+                j += 1;
+            }
+            if chars.get(j) != Some(&'"') {
+                out.push(c);
+                i += 1;
+                continue;
+            }
+            out.push('"');
+            i = j + 1;
+            'raw: while i < chars.len() {
+                if chars[i] == '"' && (0..hashes).all(|k| chars.get(i + 1 + k) == Some(&'#')) {
+                    out.push('"');
+                    i += 1 + hashes;
+                    break 'raw;
+                }
+                out.push(blank(chars[i]));
+                i += 1;
+            }
+        } else if c == '"' {
+            out.push('"');
+            i += 1;
+            while i < chars.len() {
+                if chars[i] == '\\' {
+                    out.push(' ');
+                    if let Some(&escaped) = chars.get(i + 1) {
+                        out.push(blank(escaped));
+                    }
+                    i += 2;
+                } else if chars[i] == '"' {
+                    out.push('"');
+                    i += 1;
+                    break;
+                } else {
+                    out.push(blank(chars[i]));
+                    i += 1;
+                }
+            }
+        } else if c == '\'' {
+            // A char literal ('x', '\n', '\u{..}', '"'), else a lifetime.
+            if next == Some('\\') {
+                // Quote, backslash and the escaped character, then up to the
+                // closing quote (`\u{..}` is longer).
+                out.push_str("'  ");
+                i += 3;
+                while i < chars.len() && chars[i] != '\'' {
+                    out.push(' ');
+                    i += 1;
+                }
+                if i < chars.len() {
+                    out.push('\'');
+                    i += 1;
+                }
+            } else if chars.get(i + 2) == Some(&'\'') {
+                out.push_str("' '");
+                i += 3;
+            } else {
+                out.push(c);
+                i += 1;
+            }
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Whether the character before `index` continues an identifier (so an `r`
+/// there is part of a name, not a raw string's prefix).
+fn ident_before(chars: &[char], index: usize) -> bool {
+    index > 0 && (chars[index - 1].is_alphanumeric() || chars[index - 1] == '_')
+}
+
+/// Offsets of `word` in `code` that stand alone as an identifier (or, for a
+/// word that starts or ends with punctuation, anywhere).
+fn find_word(code: &str, word: &str) -> Vec<usize> {
+    let is_ident = |c: char| c.is_alphanumeric() || c == '_';
+    let first_is_ident = word.chars().next().is_some_and(is_ident);
+    let last_is_ident = word.chars().last().is_some_and(is_ident);
+    code.match_indices(word)
+        .filter(|(at, _)| {
+            let before = code[..*at].chars().last();
+            let after = code[at + word.len()..].chars().next();
+            (!first_is_ident || !before.is_some_and(is_ident))
+                && (!last_is_ident || !after.is_some_and(is_ident))
+        })
+        .map(|(at, _)| at)
+        .collect()
+}
+
+fn line_of(code: &str, offset: usize) -> usize {
+    code[..offset].matches('\n').count() + 1
+}
+
+/// Rule 1: glommio named outside the directories allowed to.
+fn check_glommio(files: &[Source]) -> Vec<Violation> {
+    let mut found = Vec::new();
+    for file in files {
+        if GLOMMIO_ALLOWED.iter().any(|dir| file.path.starts_with(dir)) {
+            continue;
+        }
+        let code = code_only(&file.text);
+        if let Some(&at) = find_word(&code, "glommio").first() {
+            found.push(Violation {
+                rule: "glommio",
+                path: file.path.clone(),
+                line: line_of(&code, at),
+                detail: "names glommio; only io/, net/, server/, shard/ and bin/ may".to_owned(),
+            });
+        }
+    }
+    found
+}
+
+/// Rule 2: async, a clock read or I/O in the pure state machine.
+fn check_queue(files: &[Source]) -> Vec<Violation> {
+    let mut found = Vec::new();
+    for file in files.iter().filter(|file| file.path.starts_with(QUEUE_DIR)) {
+        let code = code_only(&file.text);
+        for (word, why) in QUEUE_FORBIDDEN {
+            for at in find_word(&code, word) {
+                found.push(Violation {
+                    rule: "queue-pure",
+                    path: file.path.clone(),
+                    line: line_of(&code, at),
+                    detail: format!("`{word}`: {why}"),
+                });
+            }
+        }
+    }
+    found
+}
+
+/// Rule 3: the client's manifest or code names the broker.
+fn check_client_deps(manifest: &Source, client_files: &[Source]) -> Vec<Violation> {
+    let mut found = Vec::new();
+    let mut in_dependencies = false;
+    for (index, line) in manifest.text.lines().enumerate() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            in_dependencies = line.contains("dependencies");
+            // `[dependencies.spool-broker]` names it in the header itself.
+            if in_dependencies && (line.contains("spool-broker") || line.contains("spool_broker")) {
+                found.push(Violation {
+                    rule: "client-deps",
+                    path: manifest.path.clone(),
+                    line: index + 1,
+                    detail: "client depends on the broker; it may depend on wire only".to_owned(),
+                });
+            }
+            continue;
+        }
+        let key = line.split(['=', '.', ' ']).next().unwrap_or_default();
+        if in_dependencies && (key == "spool-broker" || key == "spool_broker") {
+            found.push(Violation {
+                rule: "client-deps",
+                path: manifest.path.clone(),
+                line: index + 1,
+                detail: "client depends on the broker; it may depend on wire only".to_owned(),
+            });
+        }
+    }
+    for file in client_files {
+        let code = code_only(&file.text);
+        if let Some(&at) = find_word(&code, "spool_broker").first() {
+            found.push(Violation {
+                rule: "client-deps",
+                path: file.path.clone(),
+                line: line_of(&code, at),
+                detail: "client code names spool_broker".to_owned(),
+            });
+        }
+    }
+    found
+}
+
+fn limit_like(name: &str) -> bool {
+    LIMIT_SUFFIXES.iter().any(|suffix| name.ends_with(suffix))
+        || LIMIT_INFIXES.iter().any(|infix| name.contains(infix))
+}
+
+/// The limit-like constants a file defines outside its tests: (line, name).
+fn limit_consts(text: &str) -> Vec<(usize, String)> {
+    let code = code_only(text);
+    let lines: Vec<&str> = code.lines().collect();
+    let mut found = Vec::new();
+    for (index, line) in lines.iter().enumerate() {
+        // A file's unit-test module comes last; its constants are test inputs.
+        if line.starts_with("#[cfg(test)]") {
+            let item =
+                lines[index + 1..].iter().map(|next| next.trim()).find(|next| !next.is_empty());
+            if item.is_some_and(|item| item.starts_with("mod ") || item.starts_with("pub mod ")) {
+                break;
+            }
+        }
+        let mut words = line.split_whitespace().peekable();
+        if words.peek().is_some_and(|word| word.starts_with("pub")) {
+            words.next();
+        }
+        if words.next() != Some("const") {
+            continue;
+        }
+        let Some(name) = words.next() else { continue };
+        let name = name.trim_end_matches(':');
+        let is_constant =
+            name.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
+        if is_constant && name != "_" && limit_like(name) {
+            found.push((index + 1, name.to_owned()));
+        }
+    }
+    found
+}
+
+fn is_limits_file(path: &str) -> bool {
+    path == "limits.rs" || path.ends_with("/limits.rs")
+}
+
+/// Rule 4: limit-like constants outside a limits file, and allowances that
+/// excuse nothing.
+fn check_limits(files: &[Source], allowed: &[(&str, &str, &str)]) -> Vec<Violation> {
+    let mut found = Vec::new();
+    let mut used = vec![false; allowed.len()];
+    for file in files {
+        // Unit-test modules in their own files are test code.
+        if is_limits_file(&file.path) || file.path.contains("/tests/") {
+            continue;
+        }
+        for (line, name) in limit_consts(&file.text) {
+            match allowed
+                .iter()
+                .position(|(path, allowed_name, _)| *path == file.path && *allowed_name == name)
+            {
+                Some(index) => used[index] = true,
+                None => found.push(Violation {
+                    rule: "limits",
+                    path: file.path.clone(),
+                    line,
+                    detail: format!(
+                        "`{name}` is named like a limit: define it in the crate's limits.rs \
+                         (or add it to LIMIT_ALLOWED with its reason)"
+                    ),
+                }),
+            }
+        }
+    }
+    for ((path, name, reason), used) in allowed.iter().zip(used) {
+        if !used {
+            found.push(Violation {
+                rule: "limits-allow",
+                path: (*path).to_owned(),
+                line: 0,
+                detail: format!("allowance for `{name}` ({reason}) matches no constant: remove it"),
+            });
+        }
+    }
+    found
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ sits in the workspace").to_owned()
+}
+
+/// Every `.rs` file under `dir` (relative to `root`), sorted, generated code
+/// left out.
+fn read_tree(root: &Path, dir: &str) -> Vec<Source> {
+    let mut files = Vec::new();
+    let mut pending = vec![root.join(dir)];
+    while let Some(next) = pending.pop() {
+        let entries =
+            fs::read_dir(&next).unwrap_or_else(|error| panic!("{}: {error}", next.display()));
+        for entry in entries {
+            let path = entry.expect("directory entry").path();
+            if path.is_dir() {
+                if path.file_name().is_some_and(|name| name != "generated") {
+                    pending.push(path);
+                }
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                files.push(read_source(root, &path));
+            }
+        }
+    }
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    files
+}
+
+fn read_source(root: &Path, path: &Path) -> Source {
+    let text =
+        fs::read_to_string(path).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+    let relative = path.strip_prefix(root).expect("under the root");
+    let path = relative
+        .components()
+        .map(|part| part.as_os_str().to_string_lossy())
+        .collect::<Vec<_>>()
+        .join("/");
+    Source { path, text }
+}
+
+fn report(violations: &[Violation]) -> String {
+    violations.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n")
+}
+
+#[test]
+fn tree_is_tidy() {
+    // Goal: the real tree keeps every rule. Method: read the library sources
+    // and the client's manifest and tests, run each checker, list every
+    // violation at once.
+    let root = workspace_root();
+    let library: Vec<Source> = LIBRARY_ROOTS.iter().flat_map(|dir| read_tree(&root, dir)).collect();
+    assert!(
+        library.iter().any(|file| file.path == "broker/src/queue/state/mod.rs"),
+        "the checker must see the queue's sources"
+    );
+    assert!(library.len() > 50, "only {} files read", library.len());
+    let mut client_files = read_tree(&root, "client/src");
+    client_files.extend(read_tree(&root, "client/tests"));
+    let manifest = read_source(&root, &root.join("client/Cargo.toml"));
+
+    let mut violations = check_glommio(&library);
+    violations.extend(check_queue(&library));
+    violations.extend(check_client_deps(&manifest, &client_files));
+    violations.extend(check_limits(&library, LIMIT_ALLOWED));
+    assert!(violations.is_empty(), "tidy rules broken:\n{}", report(&violations));
+}
+
+fn source(path: &str, text: &str) -> Source {
+    Source { path: path.to_owned(), text: text.to_owned() }
+}
+
+#[test]
+fn checker_finds_glommio_outside_its_modules() {
+    // Goal: rule 1 fires on code, not on docs or strings. Method: the same
+    // word in a comment, a string and a `use`, inside and outside an
+    // allowed directory.
+    let files = [
+        source(
+            "broker/src/log/a.rs",
+            "//! glommio in a doc\nlet s = \"glommio\";\nuse glommio::Task;\n",
+        ),
+        source("broker/src/net/b.rs", "use glommio::net::TcpListener;\n"),
+        source("wire/src/c.rs", "fn f() { glommio::spawn_local(x); }\n"),
+        source("broker/src/log/d.rs", "let glommio_like = 1; // glommio\n"),
+    ];
+    let found = check_glommio(&files);
+    let places: Vec<(&str, usize)> = found.iter().map(|v| (v.path.as_str(), v.line)).collect();
+    assert_eq!(places, vec![("broker/src/log/a.rs", 3), ("wire/src/c.rs", 1)]);
+}
+
+#[test]
+fn checker_finds_async_clock_and_io_in_queue() {
+    // Goal: rule 2 fires on each forbidden kind, only in queue/. Method: one
+    // line of each kind, plus the same words in a comment and in another
+    // module.
+    let files = [
+        source(
+            "broker/src/queue/x.rs",
+            "async fn a() {}\nlet t = Instant::now();\nlet f = std::fs::read(p);\n\
+             // async, SystemTime, std::net in a comment\nlet n = crate::clock::now_ms();\n\
+             let s = \"std::net\";\n",
+        ),
+        source("broker/src/partition/y.rs", "async fn b() { std::fs::read(p).await }\n"),
+    ];
+    let found = check_queue(&files);
+    let lines: Vec<usize> = found.iter().map(|v| v.line).collect();
+    assert_eq!(lines, vec![1, 2, 5, 3], "{}", report(&found));
+    assert!(found.iter().all(|v| v.path == "broker/src/queue/x.rs"));
+}
+
+#[test]
+fn checker_finds_a_client_dependency_on_the_broker() {
+    // Goal: rule 3 fires on the manifest and on code. Method: a manifest with
+    // the broker among dev-dependencies, and a file that names it.
+    let manifest = source(
+        "client/Cargo.toml",
+        "[package]\nname = \"spool-client\"\n\n[dependencies]\nspool-wire.workspace = true\n\n\
+         [dev-dependencies]\nspool-broker = { path = \"../broker\" }\n",
+    );
+    let files = [
+        source("client/src/a.rs", "use spool_broker::queue::Offset;\n"),
+        source("client/src/b.rs", "// spool_broker in a comment\n"),
+    ];
+    let found = check_client_deps(&manifest, &files);
+    let places: Vec<(&str, usize)> = found.iter().map(|v| (v.path.as_str(), v.line)).collect();
+    assert_eq!(places, vec![("client/Cargo.toml", 8), ("client/src/a.rs", 1)]);
+    let clean = source("client/Cargo.toml", "[dependencies]\nspool-wire.workspace = true\n");
+    assert!(check_client_deps(&clean, &files[1..]).is_empty());
+}
+
+#[test]
+fn checker_finds_limits_outside_limits_files() {
+    // Goal: rule 4 fires on each limit-like name outside a limits file,
+    // honours an allowance, and reports an allowance that excuses nothing.
+    // Method: constants of each shape in a module, a limits file and a test
+    // module.
+    let files = [
+        source(
+            "broker/src/net/x.rs",
+            "pub const READ_BYTES_MAX: usize = 1;\nconst WAIT_MS_DEFAULT: u64 = 2;\n\
+             pub(crate) const FRAME_BYTES: usize = 3;\npub const MAGIC: u32 = 4;\n\
+             pub const ALLOWED_MAX: u32 = 5;\n// const IN_COMMENT_MAX: u8 = 0;\n\
+             #[cfg(test)]\nmod tests { const TEST_MAX: usize = 6; }\n",
+        ),
+        source("broker/src/limits.rs", "pub const SEGMENT_BYTES_MAX: u64 = 1;\n"),
+        source("broker/src/queue/tests/model.rs", "const OPS_MAX: usize = 1;\n"),
+    ];
+    let allowed = [
+        ("broker/src/net/x.rs", "ALLOWED_MAX", "a reason"),
+        ("broker/src/gone.rs", "STALE_MAX", "excuses nothing"),
+    ];
+    let found = check_limits(&files, &allowed);
+    let names: Vec<(&str, usize)> = found.iter().map(|v| (v.rule, v.line)).collect();
+    assert_eq!(names, vec![("limits", 1), ("limits", 2), ("limits", 3), ("limits-allow", 0)]);
+    assert!(found[3].detail.contains("STALE_MAX"));
+}
+
+#[test]
+fn code_only_blanks_comments_and_literals_but_keeps_lines() {
+    // Goal: the checkers read code alone, at true line numbers. Method: each
+    // kind of comment and literal, with a word that must disappear.
+    let text = "a /* x\n y */ b // z\nc \"q\\\"w\" r#\"e\"f\"# '\"' 'a d\n";
+    let code = code_only(text);
+    assert_eq!(code.lines().count(), text.lines().count());
+    for gone in ["x", "y", "z", "q", "w", "e", "f"] {
+        assert!(find_word(&code, gone).is_empty(), "{gone} left in {code:?}");
+    }
+    for kept in ["a", "b", "c", "d"] {
+        assert!(!find_word(&code, kept).is_empty(), "{kept} lost from {code:?}");
+    }
+}
