@@ -266,7 +266,10 @@ fn long_poll_claim_wakes_on_enqueue() {
                 partition.claim(&claim_request(1), Lane::Main, 60_000).await
             })
         };
-        glommio::timer::sleep(std::time::Duration::from_millis(20)).await;
+        // The claim is waiting (registered) before the message arrives.
+        while partition.claims_waiting() == 0 {
+            futures_lite::future::yield_now().await;
+        }
         partition.enqueue(&batch(&[42], START_MS)).await.unwrap();
         let claimed: Result<Vec<_>, PartitionError> = waiter.await;
         let claimed = claimed.unwrap();

@@ -24,6 +24,8 @@
 use std::cell::Cell;
 use std::time::{Duration, Instant};
 
+use crate::clock::instant_now;
+
 /// The shortest timer glommio arms: it fires at the executor's next poll.
 const NEXT_POLL: Duration = Duration::from_micros(1);
 
@@ -47,7 +49,7 @@ impl PollGate {
     /// connection last saw it poll. The first call on an executor starts
     /// the clock.
     pub fn due(&self) -> bool {
-        self.due_at(Instant::now())
+        self.due_at(instant_now())
     }
 
     fn due_at(&self, now: Instant) -> bool {
@@ -67,7 +69,7 @@ impl PollGate {
             return;
         }
         glommio::timer::Timer::new(NEXT_POLL).await;
-        LAST_POLL.with(|last| last.set(Some(Instant::now())));
+        LAST_POLL.with(|last| last.set(Some(instant_now())));
     }
 }
 
@@ -86,7 +88,7 @@ mod tests {
             .expect("executor");
         executor.run(async {
             let gate = PollGate::new(Duration::from_millis(5));
-            let start = Instant::now();
+            let start = instant_now();
             assert!(!gate.due_at(start), "the first look starts the clock");
             assert!(!gate.due_at(start + Duration::from_millis(4)));
             assert!(gate.due_at(start + Duration::from_millis(5)));
