@@ -72,7 +72,20 @@ fn roll_index_reopen_and_retention_on_real_files() {
     run(async {
         let (log, report) = open(&dir).await.unwrap();
         assert!(report.created);
-        let stored = fill(&log, 200, 0).await;
+        // The preparer works in the background: wait (bounded) for the next segment before
+        // closing, or the close can stop it between the last append and the zero fill.
+        let stored = drive(&log, async {
+            let stored = fill_inner(&log, 200, 0).await;
+            for _ in 0..20_000 {
+                if log.next_segment_prepared() {
+                    break;
+                }
+                glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
+            }
+            stored
+        })
+        .await;
+        assert!(log.next_segment_prepared(), "the next segment was prepared within 20 s");
         let segments: Vec<SegmentInfo> = log.segments();
         assert!(segments.len() >= 4, "rolled: {}", segments.len());
         for pair in segments.windows(2) {
