@@ -7,7 +7,7 @@ use std::iter::Peekable;
 
 use super::error::{InvalidToken, QueueError, StaleToken};
 use super::event::Event;
-use super::fairness::ClassHead;
+use super::fairness::{ClassHead, PerClass};
 use super::fresh::NEVER;
 use super::limits::{
     ADMIN_EVENTS_MAX, ADMISSION_BATCH_MAX, CLAIM_CREDITS_MAX, CLAIM_EXPIRED_SCAN_MAX, PEEK_MAX,
@@ -162,13 +162,16 @@ type Source<'a> = Peekable<Box<dyn Iterator<Item = Candidate> + 'a>>;
 /// The ready messages of one class in serving order: the merge of its
 /// sources by (since, offset).
 struct ClassCursor<'a> {
-    sources: Vec<Source<'a>>,
+    /// A band's fresh backlog and its ready warm set; the retry class has
+    /// only the second. Inline, not a `Vec`: built on every claim.
+    sources: [Option<Source<'a>>; 2],
 }
 
 impl ClassCursor<'_> {
     fn peek(&mut self) -> Option<Candidate> {
         self.sources
             .iter_mut()
+            .flatten()
             .filter_map(|s| s.peek().copied())
             .min_by_key(|c| (c.since_ms, c.offset))
     }
@@ -178,11 +181,11 @@ impl ClassCursor<'_> {
             .sources
             .iter_mut()
             .enumerate()
-            .filter_map(|(i, s)| s.peek().map(|c| (i, (c.since_ms, c.offset))))
+            .filter_map(|(i, s)| s.as_mut()?.peek().map(|c| (i, (c.since_ms, c.offset))))
             .min_by_key(|&(_, key)| key)
             .map(|(i, _)| i);
-        if let Some(index) = best {
-            self.sources[index].next();
+        if let Some(source) = best.and_then(|index| self.sources[index].as_mut()) {
+            source.next();
         }
     }
 }
@@ -279,10 +282,10 @@ impl PartitionState {
                     attempts: 0,
                 }));
             cursors.push(ClassCursor {
-                sources: vec![fresh_iter.peekable(), self.warm_source(ready)],
+                sources: [Some(fresh_iter.peekable()), Some(self.warm_source(ready))],
             });
         }
-        cursors.push(ClassCursor { sources: vec![self.warm_source(&self.retry)] });
+        cursors.push(ClassCursor { sources: [None, Some(self.warm_source(&self.retry))] });
         cursors
     }
 
@@ -330,16 +333,21 @@ impl PartitionState {
         let lease_ms = self.lease(request.lease_ms)?;
         let deadline_ms = now.saturating_add(lease_ms);
         let weights = self.weights();
-        let mut credits = self.credits.clone();
+        let mut credits = self.credits;
         let mut cursors = self.class_cursors();
-        let mut decision = ClaimDecision::default();
+        // Both vectors are bounded by the request: at most `credits`
+        // deliveries, and their events plus the expiries met on the way.
+        let mut decision = ClaimDecision {
+            events: Vec::with_capacity(request.credits as usize),
+            deliveries: Vec::with_capacity(request.credits as usize),
+        };
         let mut bytes = 0u64;
         let mut skipped = 0usize;
         'claims: while decision.deliveries.len() < request.credits as usize {
             // Drop expired heads first, exactly as their events will be
             // applied before the next `Claimed`.
-            let mut heads = Vec::with_capacity(cursors.len());
-            let mut pending = Vec::with_capacity(cursors.len());
+            let mut heads: PerClass<Option<Candidate>> = PerClass::new();
+            let mut pending: PerClass<bool> = PerClass::new();
             for cursor in &mut cursors {
                 loop {
                     match cursor.peek() {
@@ -372,16 +380,14 @@ impl PartitionState {
                 break;
             }
             // What `apply(Claimed)` will see: a class with a message at all.
-            let nonempty: Vec<bool> = heads
-                .iter()
-                .zip(&pending)
-                .map(|(head, &pending)| head.is_some() || pending)
-                .collect();
+            let mut nonempty: PerClass<bool> = PerClass::new();
+            let mut class_heads: PerClass<Option<ClassHead>> = PerClass::new();
+            for (head, &pending) in heads.iter().zip(pending.iter()) {
+                nonempty.push(head.is_some() || pending);
+                class_heads
+                    .push(head.map(|c| ClassHead { since_ms: c.since_ms, offset: c.offset }));
+            }
             credits.begin_pick(&weights, &nonempty);
-            let class_heads: Vec<Option<ClassHead>> = heads
-                .iter()
-                .map(|h| h.map(|c| ClassHead { since_ms: c.since_ms, offset: c.offset }))
-                .collect();
             let Some(class) = credits.choose(&class_heads, now, self.config.age_promotion_ms)
             else {
                 break;

@@ -14,12 +14,67 @@
 //! over the same "which classes have a ready message" view; replay therefore
 //! reproduces the credits exactly.
 
+use std::ops::{Deref, DerefMut};
+
+use super::limits::PRIORITY_BANDS_MAX;
 use super::types::{Millis, Offset};
 
+/// Most classes a partition has: its priority bands plus the retry class.
+pub(crate) const CLASSES_MAX: usize = PRIORITY_BANDS_MAX as usize + 1;
+
+/// One value per class of a partition, held inline. The claim decision and
+/// `apply(Claimed)` build several of these for every message claimed; as
+/// `Vec`s they were most of the heap allocations of the claim path
+/// (`tests/queue_allocations.rs` counts them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PerClass<T: Copy + Default> {
+    items: [T; CLASSES_MAX],
+    len: usize,
+}
+
+impl<T: Copy + Default> PerClass<T> {
+    pub fn new() -> Self {
+        Self { items: [T::default(); CLASSES_MAX], len: 0 }
+    }
+
+    /// # Panics
+    /// More than [`CLASSES_MAX`] values: configs with more bands than
+    /// `PRIORITY_BANDS_MAX` are refused by `QueueConfig::validate`.
+    pub fn from_slice(values: &[T]) -> Self {
+        let mut per_class = Self::new();
+        for &value in values {
+            per_class.push(value);
+        }
+        per_class
+    }
+
+    /// # Panics
+    /// Past [`CLASSES_MAX`] values (see [`PerClass::from_slice`]).
+    pub fn push(&mut self, value: T) {
+        assert!(self.len < CLASSES_MAX, "more than {CLASSES_MAX} classes");
+        self.items[self.len] = value;
+        self.len += 1;
+    }
+}
+
+impl<T: Copy + Default> Deref for PerClass<T> {
+    type Target = [T];
+
+    fn deref(&self) -> &[T] {
+        &self.items[..self.len]
+    }
+}
+
+impl<T: Copy + Default> DerefMut for PerClass<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        &mut self.items[..self.len]
+    }
+}
+
 /// Weighted round-robin credits, one per class (bands, then retry).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Credits {
-    remaining: Vec<u32>,
+    remaining: PerClass<u32>,
 }
 
 /// The head of one class as the chooser sees it.
@@ -32,11 +87,12 @@ pub(crate) struct ClassHead {
 impl Credits {
     /// Full credits for a fresh round.
     pub fn new(weights: &[u32]) -> Self {
-        Self { remaining: weights.to_vec() }
+        Self { remaining: PerClass::from_slice(weights) }
     }
 
-    pub fn from_raw(remaining: Vec<u32>) -> Self {
-        Self { remaining }
+    /// Credits as a snapshot stored them (at most [`CLASSES_MAX`]).
+    pub fn from_raw(remaining: &[u32]) -> Self {
+        Self { remaining: PerClass::from_slice(remaining) }
     }
 
     pub fn raw(&self) -> &[u32] {
@@ -47,7 +103,8 @@ impl Credits {
     pub fn begin_pick(&mut self, weights: &[u32], nonempty: &[bool]) {
         assert!(weights.len() == self.remaining.len());
         assert!(nonempty.len() == self.remaining.len());
-        let any = self.remaining.iter().zip(nonempty).any(|(&credit, &ready)| ready && credit > 0);
+        let any =
+            self.remaining.iter().zip(nonempty.iter()).any(|(&credit, &ready)| ready && credit > 0);
         if !any {
             self.remaining.copy_from_slice(weights);
         }
@@ -70,7 +127,10 @@ impl Credits {
         if let Some((class, _)) = promoted {
             return Some(class);
         }
-        heads.iter().zip(&self.remaining).position(|(head, &credit)| head.is_some() && credit > 0)
+        heads
+            .iter()
+            .zip(self.remaining.iter())
+            .position(|(head, &credit)| head.is_some() && credit > 0)
     }
 
     /// The serving class pays one credit.

@@ -717,7 +717,7 @@ impl PartitionState {
             credits.push(r.u32()?);
         }
         if credits.len() == state.fresh.len() + 1 {
-            state.credits = Credits::from_raw(credits);
+            state.credits = Credits::from_raw(&credits);
         }
         // Fresh entries go straight into their band's chunks (each stored
         // band is in offset order: checked, not sorted). Only when the

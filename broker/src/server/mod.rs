@@ -24,6 +24,7 @@ pub mod auth;
 pub mod convert;
 pub mod counters;
 pub mod handler;
+pub mod served;
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -50,6 +51,7 @@ use crate::shard::report::{LogTotals, PartitionReport, RefusedPartition, ShardRe
 use crate::shard::ControlHandle;
 use counters::RequestCounters;
 use handler::SpoolHandler;
+use served::ServedMap;
 
 /// The partition type a shard serves.
 pub type ShardPartition = Partition<DmaStorage>;
@@ -177,7 +179,7 @@ pub struct ShardState {
     /// This shard's copy of the assignment table.
     pub table: RefCell<AssignmentTable>,
     /// Partitions this shard owns, by queue name and partition.
-    pub partitions: RefCell<BTreeMap<(String, PartitionId), Rc<Served>>>,
+    pub partitions: RefCell<ServedMap>,
     /// Partitions this shard owns that failed to open, with the reason
     /// (corruption names file and byte). Requests for them are answered
     /// `STORAGE_FAILED` with that reason until an operator repairs the
@@ -223,7 +225,7 @@ impl ShardState {
 
     /// The served partition `queue`/`partition` (with its counters).
     pub fn served(&self, queue: &str, partition: PartitionId) -> Option<Rc<Served>> {
-        self.partitions.borrow().get(&(queue.to_owned(), partition)).cloned()
+        self.partitions.borrow().get(queue, partition).cloned()
     }
 
     /// The partition with this queue id and partition, if served here.
@@ -239,21 +241,19 @@ impl ShardState {
     pub fn served_by_id(&self, queue_id: QueueId, partition: PartitionId) -> Option<Rc<Served>> {
         let table = self.table.borrow();
         let (name, _) = table.queue_by_id(queue_id)?;
-        let name = name.as_str().to_owned();
-        drop(table);
-        self.served(&name, partition)
+        self.served(name.as_str(), partition)
     }
 
     /// Adds this shard's partitions, refusals and log figures to `report`.
     fn report(&self, report: &mut ShardReport) {
         let mut log = self.retired_log.get();
-        for ((queue, partition), served) in self.partitions.borrow().iter() {
+        for (queue, partition, served) in self.partitions.borrow().iter() {
             let stats = served.partition.log().stats();
             log.commits += stats.commits;
             log.commit_bytes += stats.commit_bytes;
             report.partitions.push(PartitionReport {
-                queue: queue.clone(),
-                partition: *partition,
+                queue: queue.to_owned(),
+                partition,
                 counters: served.partition.counters(),
                 requests: served.requests.snapshot(),
             });
@@ -356,7 +356,8 @@ impl ShardState {
         }
         let task = glommio::spawn_local(background).detach();
         self.partitions.borrow_mut().insert(
-            (queue.as_str().to_owned(), partition),
+            queue.as_str(),
+            partition,
             Rc::new(Served {
                 partition: partition_rc,
                 requests: RequestCounters::default(),
@@ -395,7 +396,7 @@ impl ShardHooksFactory for SpoolHooksFactory {
             secret: *context.secret.as_bytes(),
             log_config: context.config.log_config(),
             table: RefCell::new(context.assignment_start.clone()),
-            partitions: RefCell::new(BTreeMap::new()),
+            partitions: RefCell::new(ServedMap::default()),
             unavailable: RefCell::new(BTreeMap::new()),
             open_retries: RefCell::new(BTreeMap::new()),
             clock: Rc::new(crate::clock::now_ms),
@@ -515,17 +516,8 @@ impl ShardHooks for SpoolHooks {
                 }
             }
             AssignmentChange::DeleteQueue { queue } => {
-                let doomed: Vec<((String, PartitionId), Rc<Served>)> = {
-                    let mut partitions = state.partitions.borrow_mut();
-                    let keys: Vec<(String, PartitionId)> = partitions
-                        .keys()
-                        .filter(|(name, _)| name == queue.as_str())
-                        .cloned()
-                        .collect();
-                    keys.into_iter()
-                        .filter_map(|key| partitions.remove(&key).map(|served| (key, served)))
-                        .collect()
-                };
+                let doomed: Vec<((String, PartitionId), Rc<Served>)> =
+                    state.partitions.borrow_mut().remove_queue(queue.as_str());
                 // Partitions that never opened (a create rolled back after a
                 // failed open, or damage found at start): forget them, and
                 // remove what the failed open left behind. Only a directory
@@ -624,7 +616,7 @@ impl ShardHooks for SpoolHooks {
 
     async fn flush(&self) -> Result<(), ServerError> {
         let served: Vec<((String, PartitionId), Rc<Served>)> =
-            std::mem::take(&mut *self.state.partitions.borrow_mut()).into_iter().collect();
+            self.state.partitions.borrow_mut().take_all();
         let mut first_error = None;
         for ((queue, partition), entry) in served {
             if let Err(error) = ShardState::close_served(&entry).await {

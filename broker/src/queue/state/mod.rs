@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::chunk_map::ChunkMap;
 use super::config::{ConfigError, QueueConfig};
 use super::dedupe::DedupeTable;
-use super::fairness::Credits;
+use super::fairness::{Credits, PerClass};
 use super::fresh::{FreshBand, FreshView, NEVER};
 use super::limits::LEASE_MS_MAX;
 use super::snapshot::Capture;
@@ -222,8 +222,8 @@ impl PartitionState {
     }
 
     /// Class weights: bands then retry.
-    pub(crate) fn weights(&self) -> Vec<u32> {
-        let mut weights = self.config.band_weights.clone();
+    pub(crate) fn weights(&self) -> PerClass<u32> {
+        let mut weights = PerClass::from_slice(&self.config.band_weights);
         weights.push(self.config.retry_weight);
         weights
     }
@@ -233,13 +233,11 @@ impl PartitionState {
     }
 
     /// Which classes have a ready message, in class order.
-    pub(crate) fn nonempty_classes(&self) -> Vec<bool> {
-        let mut nonempty: Vec<bool> = self
-            .fresh
-            .iter()
-            .zip(&self.band_ready)
-            .map(|(fresh, ready)| !fresh.is_empty() || !ready.is_empty())
-            .collect();
+    pub(crate) fn nonempty_classes(&self) -> PerClass<bool> {
+        let mut nonempty = PerClass::new();
+        for (fresh, ready) in self.fresh.iter().zip(&self.band_ready) {
+            nonempty.push(!fresh.is_empty() || !ready.is_empty());
+        }
         nonempty.push(!self.retry.is_empty());
         nonempty
     }
