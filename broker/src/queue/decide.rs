@@ -8,7 +8,7 @@ use std::iter::Peekable;
 use super::error::{InvalidToken, QueueError, StaleToken};
 use super::event::Event;
 use super::fairness::{ClassHead, PerClass};
-use super::fresh::NEVER;
+use super::fresh::{FreshBand, NEVER};
 use super::limits::{
     ADMIN_EVENTS_MAX, ADMISSION_BATCH_MAX, CLAIM_CREDITS_MAX, CLAIM_EXPIRED_SCAN_MAX, PEEK_MAX,
     RELEASE_DELAY_MS_MAX, TICK_EVENTS_MAX,
@@ -157,34 +157,43 @@ struct Candidate {
     attempts: u16,
 }
 
-type Source<'a> = Peekable<Box<dyn Iterator<Item = Candidate> + 'a>>;
-
-/// The ready messages of one class in serving order: the merge of its
-/// sources by (since, offset).
-struct ClassCursor<'a> {
-    /// A band's fresh backlog and its ready warm set; the retry class has
-    /// only the second. Inline, not a `Vec`: built on every claim.
-    sources: [Option<Source<'a>>; 2],
+/// The ready messages of one class in serving order: the merge of a band's
+/// fresh backlog and its ready warm set by (since, offset); the retry class
+/// has only the warm set. Concrete iterators, not boxed ones: a claim
+/// builds one cursor per class.
+struct ClassCursor<F: Iterator<Item = Candidate>, W: Iterator<Item = Candidate>> {
+    fresh: Option<Peekable<F>>,
+    warm: Peekable<W>,
 }
 
-impl ClassCursor<'_> {
+impl<F: Iterator<Item = Candidate>, W: Iterator<Item = Candidate>> ClassCursor<F, W> {
+    /// Whether the warm head comes first (ties go to the fresh one).
+    fn warm_first(fresh: Option<&Candidate>, warm: Option<&Candidate>) -> bool {
+        match (fresh, warm) {
+            (Some(fresh), Some(warm)) => {
+                (warm.since_ms, warm.offset) < (fresh.since_ms, fresh.offset)
+            }
+            (None, Some(_)) => true,
+            _ => false,
+        }
+    }
+
     fn peek(&mut self) -> Option<Candidate> {
-        self.sources
-            .iter_mut()
-            .flatten()
-            .filter_map(|s| s.peek().copied())
-            .min_by_key(|c| (c.since_ms, c.offset))
+        let fresh = self.fresh.as_mut().and_then(|source| source.peek().copied());
+        let warm = self.warm.peek().copied();
+        if Self::warm_first(fresh.as_ref(), warm.as_ref()) {
+            warm
+        } else {
+            fresh
+        }
     }
 
     fn advance(&mut self) {
-        let best = self
-            .sources
-            .iter_mut()
-            .enumerate()
-            .filter_map(|(i, s)| s.as_mut()?.peek().map(|c| (i, (c.since_ms, c.offset))))
-            .min_by_key(|&(_, key)| key)
-            .map(|(i, _)| i);
-        if let Some(source) = best.and_then(|index| self.sources[index].as_mut()) {
+        let fresh = self.fresh.as_mut().and_then(|source| source.peek().copied());
+        let warm = self.warm.peek().copied();
+        if Self::warm_first(fresh.as_ref(), warm.as_ref()) {
+            self.warm.next();
+        } else if let Some(source) = self.fresh.as_mut() {
             source.next();
         }
     }
@@ -253,39 +262,47 @@ impl PartitionState {
         }
     }
 
-    fn warm_source<'a>(&'a self, set: &'a BTreeSet<(Millis, Offset)>) -> Source<'a> {
-        let iter: Box<dyn Iterator<Item = Candidate> + 'a> =
-            Box::new(set.iter().map(move |&(since_ms, offset)| {
-                let warm = self.warm.get(&offset).expect("indexed messages are in warm");
-                Candidate {
-                    offset,
-                    since_ms,
-                    size_bytes: warm.size_bytes,
-                    expiry_ms: warm.expiry_ms,
-                    generation: warm.generation,
-                    attempts: warm.attempts,
-                }
-            }));
-        iter.peekable()
+    fn warm_source<'a>(
+        &'a self,
+        set: &'a BTreeSet<(Millis, Offset)>,
+    ) -> impl Iterator<Item = Candidate> + 'a {
+        set.iter().map(move |&(since_ms, offset)| {
+            let warm = self.warm.get(&offset).expect("indexed messages are in warm");
+            Candidate {
+                offset,
+                since_ms,
+                size_bytes: warm.size_bytes,
+                expiry_ms: warm.expiry_ms,
+                generation: warm.generation,
+                attempts: warm.attempts,
+            }
+        })
     }
 
-    fn class_cursors(&self) -> Vec<ClassCursor<'_>> {
+    fn fresh_source(band: &FreshBand) -> impl Iterator<Item = Candidate> + '_ {
+        band.iter().map(|v| Candidate {
+            offset: v.offset,
+            since_ms: v.enqueue_time_ms,
+            size_bytes: v.size_bytes,
+            expiry_ms: v.expiry_ms,
+            generation: Generation(0),
+            attempts: 0,
+        })
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn class_cursors(
+        &self,
+    ) -> Vec<ClassCursor<impl Iterator<Item = Candidate> + '_, impl Iterator<Item = Candidate> + '_>>
+    {
         let mut cursors = Vec::with_capacity(self.fresh.len() + 1);
         for (fresh, ready) in self.fresh.iter().zip(&self.band_ready) {
-            let fresh_iter: Box<dyn Iterator<Item = Candidate> + '_> =
-                Box::new(fresh.iter().map(|v| Candidate {
-                    offset: v.offset,
-                    since_ms: v.enqueue_time_ms,
-                    size_bytes: v.size_bytes,
-                    expiry_ms: v.expiry_ms,
-                    generation: Generation(0),
-                    attempts: 0,
-                }));
             cursors.push(ClassCursor {
-                sources: [Some(fresh_iter.peekable()), Some(self.warm_source(ready))],
+                fresh: Some(Self::fresh_source(fresh).peekable()),
+                warm: self.warm_source(ready).peekable(),
             });
         }
-        cursors.push(ClassCursor { sources: [None, Some(self.warm_source(&self.retry))] });
+        cursors.push(ClassCursor { fresh: None, warm: self.warm_source(&self.retry).peekable() });
         cursors
     }
 
