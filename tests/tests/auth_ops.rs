@@ -13,7 +13,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use spool_client::spool_wire::proto::{
@@ -176,7 +176,7 @@ fn read_answer(stream: &mut TcpStream) -> (u64, ErrorCode, String) {
 fn closed_by_broker(stream: &mut TcpStream) -> bool {
     stream.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
     let mut rest = Vec::new();
-    matches!(stream.read_to_end(&mut rest), Ok(_)) && rest.is_empty()
+    stream.read_to_end(&mut rest).is_ok() && rest.is_empty()
 }
 
 /// A raw connection that authenticated as `principal`.
@@ -213,7 +213,7 @@ fn reloads(broker: &Spoold, outcome: &str) -> f64 {
 /// Polls `condition` every 100 ms until it holds, for at most
 /// [`CONDITION_WAIT`]; panics with `what` if it never does.
 fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
-    let start = Instant::now();
+    let start = spool_tests::now();
     while !condition() {
         assert!(start.elapsed() < CONDITION_WAIT, "not within {CONDITION_WAIT:?}: {what}");
         std::thread::sleep(Duration::from_millis(100));
@@ -434,7 +434,8 @@ fn spool_metrics(broker: &Spoold, interval_ms: &str) -> Value {
 
 // Goal: `spool metrics QUEUE` shows the queue's figures as /metrics has
 // them (ready, claimed, dead-lettered, oldest ready age, per partition and
-// in total) and a drain time from the ack rate between its two scrapes.
+// in total) and rates between its two scrapes; the live-message gauges
+// move as messages are acked.
 // Method: a 2-partition queue with known contents; the table and JSON
 // forms read back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -458,6 +459,14 @@ async fn spool_metrics_prints_a_queues_key_figures() {
     assert_eq!(figures["partitions"].as_array().unwrap().len(), 2, "{figures}");
     assert!(figures["total"]["oldest_ready_age_seconds"].as_f64().unwrap() >= 0.0);
     assert_eq!(figures["total"]["ack_per_second"], Value::Null, "one scrape has no rates");
+    let exposition = scrape(&broker);
+    assert_eq!(exposition.sum("spool_live_messages"), 6.0, "ready 4 + claimed 2");
+    assert!(
+        exposition.sum("spool_live_bytes") >= 6.0 * 2.0,
+        "two payload bytes a message at least"
+    );
+    assert_eq!(exposition.sum("spool_dead_letter_claimed_messages"), 0.0);
+    assert_eq!(exposition.sum("spool_dead_letter_acked_messages_total"), 0.0);
 
     // Two scrapes give rates (the arithmetic of rates and drain time is
     // unit-tested in the CLI): nothing was acked between them, so the ack
@@ -472,6 +481,7 @@ async fn spool_metrics_prints_a_queues_key_figures() {
     let figures = spool_metrics(&broker, "0");
     assert_eq!(figures["total"]["claimed"], 0.0, "{figures}");
     assert_eq!(figures["total"]["ready"], 4.0, "{figures}");
+    assert_eq!(scrape(&broker).sum("spool_live_messages"), 4.0, "the acked ones left");
 
     let admin = broker.admin_addr();
     let table =

@@ -269,6 +269,37 @@ pub fn encode(
             family,
         );
     }
+    partition_gauge!(
+        "spool_live_messages",
+        "Main-lane messages still to serve (ready + scheduled + claimed)",
+        |p| p.counters.live_messages
+    );
+    partition_gauge!("spool_dead_letter_claimed_messages", "Dead letters under a lease", |p| p
+        .counters
+        .dead_letter_claimed);
+    partition_counter!(
+        "spool_dead_letter_acked_messages",
+        "Dead letters claimed from the dead-letter lane and acked",
+        |p| p.counters.totals.dead_letter_acked
+    );
+    {
+        let family = Gauges::<PartitionLabels>::default();
+        for shard in reports {
+            for report in &shard.partitions {
+                let labels = PartitionLabels {
+                    queue: report.queue.clone(),
+                    partition: report.partition.to_string(),
+                };
+                family.get_or_create(&labels).set(gauge_value(report.counters.live_bytes));
+            }
+        }
+        registry.register_with_unit(
+            "spool_live",
+            "Record bytes of the main-lane messages still to serve (ready + scheduled + claimed)",
+            Unit::Bytes,
+            family,
+        );
+    }
     {
         let family = FloatGauges::<PartitionLabels>::default();
         for shard in reports {
