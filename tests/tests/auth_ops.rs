@@ -332,6 +332,50 @@ async fn reload_changes_rights_of_open_sessions_and_cuts_off_removed_principals(
     }
 }
 
+// Goal: a reload reaches every shard before it is answered: a removed
+// principal's connections on each shard port are cut off on their next
+// request, and a principal added by the reload authenticates on each.
+// Method: a 2-shard broker, one raw connection per shard, one reload.
+#[test]
+fn reload_reaches_every_shard() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("auth.toml");
+    write_auth_file(&path, &[OPS_ENTRY, worker_entry(&["enqueue"])]);
+    let mut options = SpooldOptions::new(2);
+    options.args.push(format!("--auth-file={}", path.display()));
+    let broker = Spoold::start_with(options);
+    let mut streams: Vec<TcpStream> = (0..2)
+        .map(|shard| {
+            let mut stream = TcpStream::connect(broker.shard_addr(shard)).unwrap();
+            let handshake = Request::Authenticate(AuthenticateRequest {
+                principal: WORKER,
+                secret: WORKER_SECRET,
+            });
+            stream.write_all(&frame(&handshake, 1)).unwrap();
+            assert_eq!(read_answer(&mut stream).1, ErrorCode::None, "shard {shard}");
+            stream
+        })
+        .collect();
+    write_auth_file(&path, &[OPS_ENTRY, VIEWER_ENTRY]);
+    let answer = http_as(&broker, Some(&format!("{OPS}:{OPS_SECRET}")), "POST", "/v1/auth/reload");
+    assert_eq!(answer.status, 200, "{answer:?}");
+    for (shard, stream) in streams.iter_mut().enumerate() {
+        stream.write_all(&frame(&Request::ListQueues(ListQueuesRequest {}), 2)).unwrap();
+        let (_, code, message) = read_answer(stream);
+        assert_eq!(code, ErrorCode::Unauthenticated, "shard {shard}: {message}");
+        assert!(closed_by_broker(stream), "shard {shard}");
+        let mut fresh = TcpStream::connect(broker.shard_addr(shard as u16)).unwrap();
+        let handshake =
+            Request::Authenticate(AuthenticateRequest { principal: VIEWER, secret: VIEWER_SECRET });
+        fresh.write_all(&frame(&handshake, 1)).unwrap();
+        assert_eq!(
+            read_answer(&mut fresh).1,
+            ErrorCode::None,
+            "the new principal on shard {shard}"
+        );
+    }
+}
+
 // Goal: after AUTH_FAILURES_MAX (5) refused handshakes from one address
 // within the window, the next ones — even with the right secret — are
 // refused at once saying there were too many failed attempts, and counted
