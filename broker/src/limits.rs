@@ -544,3 +544,20 @@ pub const SALT_BYTES: usize = 16;
 /// past it the cache is emptied and fills again.
 pub const SESSION_RIGHTS_CACHE_MAX: usize = 1024;
 const _: () = assert!(SESSION_RIGHTS_CACHE_MAX > 0);
+/// Failed logins (refused Authenticate handshakes, refused HTTP bearer
+/// tokens) from one source IP within [`AUTH_FAILURE_WINDOW`] after which
+/// that address is locked out for a window: its further attempts are
+/// refused at once, without running argon2 (`auth::limiter`).
+pub const AUTH_FAILURES_MAX: u32 = 5;
+/// The window [`AUTH_FAILURES_MAX`] is counted in, and how long a lockout
+/// lasts from the failure that started it.
+pub const AUTH_FAILURE_WINDOW: Duration = Duration::from_secs(10);
+/// Most source addresses one failed-login table remembers (one table per
+/// shard and one for the admin port); past it the address whose last
+/// failure is oldest is forgotten.
+pub const AUTH_FAILURE_TABLE_MAX: usize = 4096;
+/// Longest a reload of the auth file waits for every shard to take the new
+/// policy before it answers that some have not yet.
+pub const AUTH_RELOAD_TIMEOUT: Duration = Duration::from_secs(10);
+const _: () = assert!(AUTH_FAILURES_MAX >= 1 && AUTH_FAILURE_TABLE_MAX >= 1);
+const _: () = assert!(AUTH_FAILURE_WINDOW.as_millis() >= 1);

@@ -93,12 +93,22 @@ fn gauge_value(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: String,
+}
+
 /// Encodes `reports` (every shard that answered) and marks `missing` shards
-/// as not reporting.
+/// as not reporting; `auth` gives the process-wide authentication figures
+/// (reloads, the admin port's lockouts, the policy generation).
 ///
 /// # Errors
 /// Only a formatting failure of the encoder (writing to a `String`).
-pub fn encode(reports: &[ShardReport], missing: &[u16]) -> Result<String, fmt::Error> {
+pub fn encode(
+    reports: &[ShardReport],
+    missing: &[u16],
+    auth: &crate::auth::reload::AuthState,
+) -> Result<String, fmt::Error> {
     let mut registry = Registry::default();
     macro_rules! partition_counter {
         ($name:literal, $help:literal, |$report:ident| $value:expr) => {{
@@ -259,6 +269,37 @@ pub fn encode(reports: &[ShardReport], missing: &[u16]) -> Result<String, fmt::E
             family,
         );
     }
+    partition_gauge!(
+        "spool_live_messages",
+        "Main-lane messages still to serve (ready + scheduled + claimed)",
+        |p| p.counters.live_messages
+    );
+    partition_gauge!("spool_dead_letter_claimed_messages", "Dead letters under a lease", |p| p
+        .counters
+        .dead_letter_claimed);
+    partition_counter!(
+        "spool_dead_letter_acked_messages",
+        "Dead letters claimed from the dead-letter lane and acked",
+        |p| p.counters.totals.dead_letter_acked
+    );
+    {
+        let family = Gauges::<PartitionLabels>::default();
+        for shard in reports {
+            for report in &shard.partitions {
+                let labels = PartitionLabels {
+                    queue: report.queue.clone(),
+                    partition: report.partition.to_string(),
+                };
+                family.get_or_create(&labels).set(gauge_value(report.counters.live_bytes));
+            }
+        }
+        registry.register_with_unit(
+            "spool_live",
+            "Record bytes of the main-lane messages still to serve (ready + scheduled + claimed)",
+            Unit::Bytes,
+            family,
+        );
+    }
     {
         let family = FloatGauges::<PartitionLabels>::default();
         for shard in reports {
@@ -399,6 +440,35 @@ pub fn encode(reports: &[ShardReport], missing: &[u16]) -> Result<String, fmt::E
             "spool_auth_denials",
             "Requests refused PERMISSION_DENIED (the principal lacks the right), by operation",
             family,
+        );
+    }
+    {
+        let family = Counters::<OutcomeLabels>::default();
+        let counts = auth.reload_counts();
+        for (outcome, count) in crate::auth::reload::RELOAD_OUTCOMES.iter().zip(counts) {
+            family.get_or_create(&OutcomeLabels { outcome: (*outcome).to_owned() }).inc_by(count);
+        }
+        registry.register(
+            "spool_auth_reloads",
+            "Auth file reloads (SIGHUP, POST /v1/auth/reload), by outcome: ok, invalid (the \
+             file did not load; the policy in force was kept), failed (not handed to every shard)",
+            family,
+        );
+        let lockouts = Counter::<u64>::default();
+        let shards: u64 = reports.iter().map(|shard| shard.auth_lockouts).sum();
+        lockouts.inc_by(shards + auth.http_lockouts());
+        registry.register(
+            "spool_auth_lockouts",
+            "Logins refused unverified because their source address had too many recent \
+             failures (handshakes on the shard ports and bearer tokens on the admin port)",
+            lockouts,
+        );
+        let generation = Gauge::<i64>::default();
+        generation.set(gauge_value(auth.current().generation));
+        registry.register(
+            "spool_auth_policy_generation",
+            "Generation of the auth policy in force (0: read at start; +1 per reload)",
+            generation,
         );
     }
     {

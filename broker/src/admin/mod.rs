@@ -165,8 +165,8 @@ async fn serve(listener: std::net::TcpListener, control: ControlHandle, gateway:
             accepted = listener.accept() => accepted,
             () = tokio::time::sleep(ADMIN_STOP_POLL) => continue,
         };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
+        let (stream, peer) = match accepted {
+            Ok((stream, peer)) => (stream, api::caller::PeerIp(peer.ip())),
             Err(error) => {
                 // EMFILE and friends: back off instead of spinning.
                 tracing::warn!(%error, "admin port: accept failed");
@@ -180,7 +180,8 @@ async fn serve(listener: std::net::TcpListener, control: ControlHandle, gateway:
         let control = control.clone();
         let gateway = Arc::clone(&gateway);
         tokio::spawn(async move {
-            let service = service_fn(move |request| {
+            let service = service_fn(move |mut request: Request<Incoming>| {
+                request.extensions_mut().insert(peer);
                 let control = control.clone();
                 let gateway = Arc::clone(&gateway);
                 async move { Ok::<_, Infallible>(route(request, &control, &gateway).await) }
@@ -274,7 +275,7 @@ async fn metrics_page(control: &ControlHandle) -> Response<Full<Bytes>> {
             return response(StatusCode::SERVICE_UNAVAILABLE, TEXT, format!("{error}\n"));
         }
     };
-    match metrics::encode(&gathered.reports, &gathered.missing) {
+    match metrics::encode(&gathered.reports, &gathered.missing, control.auth()) {
         Ok(text) => response(StatusCode::OK, metrics::CONTENT_TYPE, text),
         Err(error) => response(
             StatusCode::INTERNAL_SERVER_ERROR,

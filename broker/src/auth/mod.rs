@@ -16,9 +16,14 @@
 //!
 //! This module is pure (no I/O but reading the file, no clock, no glommio):
 //! the protocol glue lives in `server::auth` and the audit log in
-//! [`audit`].
+//! [`audit`]. [`reload`]: the auth file read again without a restart;
+//! [`limiter`]: failed logins per source address; [`describe`]: the
+//! compiled rules as an operator sees them (never a hash).
 
 pub mod audit;
+pub mod describe;
+pub mod limiter;
+pub mod reload;
 
 pub use crate::limits::{ACL_RULES_MAX, PRINCIPALS_MAX, SALT_BYTES};
 use std::cell::Cell;

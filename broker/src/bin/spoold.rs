@@ -4,7 +4,9 @@
 //! defaults), starts logging and the broker, turns SIGTERM/SIGINT into a
 //! graceful drain, and exits 0 after a clean stop or with a
 //! [`FatalReason`] code otherwise. A second SIGTERM/SIGINT during the drain
-//! exits at once (code 1).
+//! exits at once (code 1). SIGHUP reads the auth file again
+//! (`ControlHandle::reload_auth`): a file that does not load is logged and
+//! the policy in force kept.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -28,7 +30,11 @@ static ALLOCATOR: spool_broker::alloc::CountingMimalloc = spool_broker::alloc::C
 /// Exit code of a second signal during the drain.
 const FORCED_EXIT_CODE: i32 = 1;
 
-fn install_signal_handlers(stop: &Arc<AtomicBool>) -> Result<(), std::io::Error> {
+fn install_signal_handlers(
+    stop: &Arc<AtomicBool>,
+    reload: &Arc<AtomicBool>,
+) -> Result<(), std::io::Error> {
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, reload.clone())?;
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         // Registered first, so it sees the flag before the second handler
         // sets it: a repeated signal exits immediately.
@@ -63,7 +69,8 @@ pub fn main() {
     // Handlers go in before the executors start so an early SIGTERM is not
     // lost (the default action would kill us mid-start).
     let stop = Arc::new(AtomicBool::new(false));
-    if let Err(error) = install_signal_handlers(&stop) {
+    let reload = Arc::new(AtomicBool::new(false));
+    if let Err(error) = install_signal_handlers(&stop, &reload) {
         fatal(FatalReason::Signals, error);
     }
     let broker = match Broker::start(config, SpoolHooksFactory::default()) {
@@ -75,11 +82,17 @@ pub fn main() {
     // HOUSEKEEPING_IDLE_MAX later), so polling faster than that buys nothing
     // but wake-ups of an idle process.
     let broker_stop = broker.stop_flag();
+    let control = broker.control();
     std::thread::Builder::new()
         .name("spool-signals".to_owned())
         .spawn(move || {
             while !stop.load(std::sync::atomic::Ordering::Acquire) {
                 std::thread::sleep(SIGNAL_POLL);
+                if reload.swap(false, std::sync::atomic::Ordering::AcqRel) {
+                    tracing::info!("SIGHUP: reloading the auth file");
+                    // Logged and counted by reload_auth, either way.
+                    let _ = control.reload_auth();
+                }
             }
             broker_stop.store(true, std::sync::atomic::Ordering::Release);
         })

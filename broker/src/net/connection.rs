@@ -164,6 +164,9 @@ pub struct Connection {
     /// Trips when the handler asks for the connection to close (a refused
     /// handshake): reading stops, the answers in flight are still written.
     closing: StopSignal,
+    /// The peer's address, when the accept loop knows it (the failed-login
+    /// limiter counts by it).
+    peer_ip: std::cell::Cell<Option<std::net::IpAddr>>,
 }
 
 /// A long-poll claim's entry in its connection's cancel map; removed when
@@ -209,7 +212,18 @@ impl Connection {
             response_drained: std::cell::RefCell::new(None),
             session: std::cell::RefCell::new(None),
             closing: StopSignal::new(),
+            peer_ip: std::cell::Cell::new(None),
         }
+    }
+
+    /// Records the peer's address (the accept loop, once).
+    pub fn set_peer_ip(&self, ip: Option<std::net::IpAddr>) {
+        self.peer_ip.set(ip);
+    }
+
+    /// The peer's address, if known.
+    pub fn peer_ip(&self) -> Option<std::net::IpAddr> {
+        self.peer_ip.get()
     }
 
     /// Bytes of this connection's responses produced and not yet written.

@@ -266,6 +266,7 @@ pub async fn accept_loop<H: FrameHandler>(
         stats.active.set(stats.active.get() + 1);
         let guard = ActiveGuard(stats.clone());
         let scope = Rc::new(Connection::new(limits.waiting_max, stats.rejections.clone()));
+        scope.set_peer_ip(peer.map(|addr| addr.ip()));
         let connection = serve(stream, handler.clone(), limits, stop.clone(), scope);
         let spawned = gate.spawn(async move {
             let end = connection.await;

@@ -22,6 +22,18 @@
 //!   is `PERMISSION_DENIED`, counted per operation
 //!   (`spool_auth_denials_total`), and the connection stays open.
 //!
+//! - **Reload.** A reloaded auth file reaches the shard by message
+//!   ([`ShardAuth::replace_policy`], `auth::reload`): the shard's policy and
+//!   generation change, its verified-secrets cache is emptied, and each
+//!   session, on its next request, takes its principal's new rights (its
+//!   rights caches emptied) — or, when the principal is gone or its secret
+//!   hash changed, is answered `UNAUTHENTICATED` and its connection closed.
+//! - **Lockout.** After `AUTH_FAILURES_MAX` refused handshakes from one
+//!   source IP within `AUTH_FAILURE_WINDOW`, that address's handshakes are
+//!   refused at once, without argon2, until the window passes
+//!   (`auth::limiter`; one table per shard), counted as
+//!   `spool_auth_lockouts_total`.
+//!
 //! With it off, every connection acts as `anonymous` with every right, and
 //! an Authenticate is accepted as is (`enforced = false`).
 //!
@@ -43,10 +55,12 @@ use spool_wire::ErrorCode;
 
 use super::ShardState;
 use crate::auth::audit::{AuditEntry, AuditLog};
+use crate::auth::limiter::FailureLimiter;
 use crate::auth::{count_denial, verify_secret, AuthPolicy, Grants, Operation, ANONYMOUS};
 use crate::control::assignment::QueueName;
 use crate::net::connection::Connection;
 use crate::net::stop::StopSignal;
+use crate::partition::Clock;
 use crate::queue::QueueId;
 
 /// Rejection reason of a refused handshake (counted and logged once a
@@ -54,6 +68,12 @@ use crate::queue::QueueId;
 pub const REJECT_AUTHENTICATION_FAILED: &str = "authentication_failed";
 /// Rejection reason of a request sent before the handshake.
 pub const REJECT_UNAUTHENTICATED: &str = "unauthenticated_request";
+/// Rejection reason of a handshake refused because its address is locked
+/// out after too many failures.
+pub const REJECT_LOCKED_OUT: &str = "authentication_locked_out";
+/// Rejection reason of a request whose principal a reload removed (or whose
+/// secret it changed).
+pub const REJECT_REVOKED: &str = "principal_revoked";
 
 #[derive(Debug, Clone)]
 enum State {
@@ -80,6 +100,11 @@ pub struct Session {
     handshake_started: Cell<bool>,
     by_name: RefCell<HashMap<Box<str>, u8>>,
     by_id: RefCell<HashMap<u32, u8>>,
+    /// The policy generation its rights came from.
+    generation: Cell<u64>,
+    /// The secret hash its handshake verified against (a reload that
+    /// changes it ends the session).
+    secret_hash: RefCell<Box<str>>,
 }
 
 impl Session {
@@ -90,6 +115,8 @@ impl Session {
             handshake_started: Cell::new(false),
             by_name: RefCell::default(),
             by_id: RefCell::default(),
+            generation: Cell::new(0),
+            secret_hash: RefCell::default(),
         }
     }
 
@@ -147,9 +174,14 @@ pub struct AuditTarget {
 }
 
 /// The authentication state of one shard.
-#[derive(Debug)]
 pub struct ShardAuth {
-    policy: AuthPolicy,
+    /// The policy in force on this shard (replaced by a reload).
+    policy: RefCell<AuthPolicy>,
+    /// Its generation (0: the one read at start).
+    generation: Cell<u64>,
+    /// Failed handshakes per source address.
+    failures: RefCell<FailureLimiter>,
+    clock: Clock,
     anonymous: Rights,
     /// Key of the verified-secrets MAC; random per process start.
     mac_key: [u8; 32],
@@ -158,15 +190,29 @@ pub struct ShardAuth {
     audit: Arc<AuditLog>,
 }
 
+impl std::fmt::Debug for ShardAuth {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("ShardAuth")
+            .field("enabled", &self.is_enabled())
+            .field("generation", &self.generation.get())
+            .finish_non_exhaustive()
+    }
+}
+
 fn unauthenticated(message: impl Into<String>) -> ErrorResponse {
     ErrorResponse::new(ErrorCode::Unauthenticated, message)
 }
 
 impl ShardAuth {
-    /// The shard's view of `policy`; audits go to `data_dir`'s audit log.
-    pub fn new(policy: AuthPolicy, data_dir: &std::path::Path) -> ShardAuth {
+    /// The shard's view of `policy`; audits go to `data_dir`'s audit log;
+    /// `clock` times the failed-login windows.
+    pub fn new(policy: AuthPolicy, data_dir: &std::path::Path, clock: Clock) -> ShardAuth {
         ShardAuth {
-            policy,
+            policy: RefCell::new(policy),
+            generation: Cell::new(0),
+            failures: RefCell::new(FailureLimiter::default()),
+            clock,
             anonymous: Rc::new(Arc::new(Grants::everything(ANONYMOUS))),
             mac_key: rand::random(),
             verified: RefCell::default(),
@@ -176,7 +222,24 @@ impl ShardAuth {
 
     /// Whether connections must authenticate.
     pub fn is_enabled(&self) -> bool {
-        self.policy.is_enabled()
+        self.policy.borrow().is_enabled()
+    }
+
+    /// Puts a reloaded policy in force on this shard: sessions take it on
+    /// their next request; secrets verified under the old one are verified
+    /// again.
+    pub fn replace_policy(&self, policy: AuthPolicy, generation: u64) {
+        if generation <= self.generation.get() {
+            return;
+        }
+        *self.policy.borrow_mut() = policy;
+        self.generation.set(generation);
+        self.verified.borrow_mut().clear();
+    }
+
+    /// This shard's policy generation.
+    pub fn generation(&self) -> u64 {
+        self.generation.get()
     }
 
     fn session(connection: &Connection) -> Rc<Session> {
@@ -252,6 +315,32 @@ impl ShardAuth {
                 "this connection already authenticated; open a new one to change principal",
             ));
         }
+        let peer = connection.peer_ip();
+        if let Some(ip) = peer {
+            let locked = self.failures.borrow().check(ip, (self.clock)());
+            if let Err(locked) = locked {
+                crate::auth::limiter::count_lockout();
+                session.settle(State::Refused);
+                connection.rejections().record(
+                    REJECT_LOCKED_OUT,
+                    &format_args!(
+                        "handshake for principal {:?} from {ip} refused unverified: \
+                         too many failed attempts",
+                        request.principal
+                    ),
+                );
+                connection.close();
+                return Err(unauthenticated(locked.message()));
+            }
+        }
+        let generation = self.generation.get();
+        let (found, decoy) = {
+            let policy = self.policy.borrow();
+            let found = policy
+                .principal(request.principal)
+                .map(|(hash, grants)| (Box::<str>::from(hash), grants));
+            (found, policy.decoy_hash().map(str::to_owned))
+        };
         let mac = {
             let mut hasher = blake3::Hasher::new_keyed(&self.mac_key);
             hasher.update(request.principal.as_bytes());
@@ -259,14 +348,13 @@ impl ShardAuth {
             hasher.update(request.secret.as_bytes());
             hasher.finalize()
         };
-        let accepted = match self.policy.principal(request.principal) {
+        let accepted = match found {
             None => {
                 // An unknown principal costs the same argon2 run as a wrong
                 // secret (against another principal's hash, the result
                 // ignored), so the time of a refusal does not tell which
                 // principal names exist.
-                if let Some(decoy) = self.policy.decoy_hash() {
-                    let decoy = decoy.to_owned();
+                if let Some(decoy) = decoy {
                     let secret = request.secret.to_owned();
                     let _ = glommio::executor()
                         .spawn_blocking(move || verify_secret(&decoy, &secret))
@@ -278,20 +366,28 @@ impl ShardAuth {
                 // blake3::Hash compares in constant time.
                 let known = self.verified.borrow().get(request.principal) == Some(&mac);
                 let verified = known || {
-                    let hash = hash.to_owned();
+                    let hash = hash.to_string();
                     let secret = request.secret.to_owned();
                     glommio::executor().spawn_blocking(move || verify_secret(&hash, &secret)).await
                 };
-                verified.then_some(grants)
+                verified.then_some((hash, grants))
             }
         };
         match accepted {
-            Some(grants) => {
-                self.verified.borrow_mut().insert(request.principal.to_owned(), mac);
+            Some((hash, grants)) => {
+                // Cached only if no reload came during the verification.
+                if self.generation.get() == generation {
+                    self.verified.borrow_mut().insert(request.principal.to_owned(), mac);
+                }
+                session.generation.set(generation);
+                *session.secret_hash.borrow_mut() = hash;
                 session.settle(State::Authenticated(Rc::new(grants)));
                 Ok(AuthenticateResponse { enforced: true })
             }
             None => {
+                if let Some(ip) = peer {
+                    self.failures.borrow_mut().record_failure(ip, (self.clock)());
+                }
                 session.settle(State::Refused);
                 connection.rejections().record(
                     REJECT_AUTHENTICATION_FAILED,
@@ -319,13 +415,57 @@ impl ShardAuth {
         loop {
             let state = session.state.borrow().clone();
             match state {
-                State::Authenticated(grants) => return Ok(grants),
+                State::Authenticated(grants)
+                    if session.generation.get() == self.generation.get() =>
+                {
+                    return Ok(grants)
+                }
+                State::Authenticated(grants) => {
+                    return self.revalidate(&session, &grants, connection);
+                }
                 State::Verifying => session.settled.wait().await,
                 State::Fresh | State::Refused => {
                     return Err(unauthenticated("this connection is not authenticated"))
                 }
             }
         }
+    }
+
+    /// A session whose rights come from an older policy: its principal's
+    /// rights under the policy in force, or `UNAUTHENTICATED` (and the
+    /// connection closed) when the principal is gone or its secret hash
+    /// changed.
+    fn revalidate(
+        &self,
+        session: &Session,
+        grants: &Grants,
+        connection: &Connection,
+    ) -> Result<Rights, ErrorResponse> {
+        let name = grants.name().to_owned();
+        let found = self
+            .policy
+            .borrow()
+            .principal(&name)
+            .map(|(hash, grants)| (&**session.secret_hash.borrow() == hash, grants));
+        let reason = match found {
+            Some((true, grants)) => {
+                session.by_name.borrow_mut().clear();
+                session.by_id.borrow_mut().clear();
+                session.generation.set(self.generation.get());
+                let rights: Rights = Rc::new(grants);
+                *session.state.borrow_mut() = State::Authenticated(rights.clone());
+                return Ok(rights);
+            }
+            Some((false, _)) => format!("the secret of principal {name} changed"),
+            None => format!("principal {name} is no longer in the auth file"),
+        };
+        session.settle(State::Refused);
+        connection.rejections().record(
+            REJECT_REVOKED,
+            &format_args!("{reason}: connection {} closed", connection.id()),
+        );
+        connection.close();
+        Err(unauthenticated(format!("{reason} (auth file reloaded); the connection is closed")))
     }
 
     fn deny(grants: &Grants, operation: Operation, queue: &str) -> ErrorResponse {

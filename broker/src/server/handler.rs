@@ -188,8 +188,14 @@ fn control_error(failure: &ControlError) -> ErrorResponse {
 
 impl SpoolHandler {
     pub fn new(state: Rc<ShardState>) -> Self {
-        let auth = ShardAuth::new(state.config.auth.clone(), &state.config.data_dir);
+        let auth =
+            ShardAuth::new(state.config.auth.clone(), &state.config.data_dir, state.clock.clone());
         Self { state, auth }
+    }
+
+    /// Puts a reloaded auth policy in force on this shard (`auth::reload`).
+    pub fn replace_policy(&self, update: &crate::auth::reload::CurrentPolicy) {
+        self.auth.replace_policy(update.policy.clone(), update.generation);
     }
 
     fn queue_exists(&self, queue: &str) -> bool {

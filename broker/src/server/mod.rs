@@ -461,6 +461,10 @@ impl ShardHooks for SpoolHooks {
         self.handler.clone()
     }
 
+    fn on_policy(&self, update: &crate::auth::reload::CurrentPolicy) {
+        self.handler.replace_policy(update);
+    }
+
     async fn on_assignment(
         &self,
         update: &AssignmentUpdate,

@@ -184,6 +184,12 @@ pub(crate) async fn shard_main<F: ShardHooksFactory>(
                 .await;
                 let updates = match message {
                     Some(ShardMessage::Assignments(updates)) => updates,
+                    Some(ShardMessage::Policy(update)) => {
+                        hooks.on_policy(&update);
+                        shared.auth.applied[usize::from(shard.0)]
+                            .store(update.generation, Ordering::Release);
+                        continue;
+                    }
                     Some(ShardMessage::Report(reply)) => {
                         let mut report = ShardReport::new(shard, crate::io::stats::snapshot());
                         report.connections = ConnectionCounts {
@@ -341,8 +347,8 @@ impl ControlState {
                 })();
                 Answer::Create(reply, outcome)
             }
-            ControlCommand::Report { .. } => {
-                unreachable!("report requests are forwarded, not executed")
+            ControlCommand::Report { .. } | ControlCommand::Policy { .. } => {
+                unreachable!("report requests and policies are forwarded, not executed")
             }
             ControlCommand::DeleteQueue { queue, expect_id, reply } => {
                 let outcome = (|| {
@@ -421,18 +427,32 @@ pub(crate) async fn control_main(
             CONTROL_IDLE_POLL.max(tick)
         };
         Timer::new(poll).await;
-        let (reports, commands): (Vec<ControlCommand>, Vec<ControlCommand>) = commands
-            .try_iter()
-            .take(CONTROL_COMMANDS_PER_TICK_MAX)
-            .partition(|command| matches!(command, ControlCommand::Report { .. }));
+        let (reports, commands): (Vec<ControlCommand>, Vec<ControlCommand>) =
+            commands.try_iter().take(CONTROL_COMMANDS_PER_TICK_MAX).partition(|command| {
+                matches!(command, ControlCommand::Report { .. } | ControlCommand::Policy { .. })
+            });
         for command in reports {
-            if let ControlCommand::Report { reply } = command {
-                // try_send: a shard whose channel is full (a burst of
-                // changes) is left out of this report rather than block
-                // the control executor; the asker sees it missing.
-                for sender in &connected {
-                    let _ = sender.try_send(ShardMessage::Report(reply.clone()));
+            match command {
+                ControlCommand::Report { reply } => {
+                    // try_send: a shard whose channel is full (a burst of
+                    // changes) is left out of this report rather than block
+                    // the control executor; the asker sees it missing.
+                    for sender in &connected {
+                        let _ = sender.try_send(ShardMessage::Report(reply.clone()));
+                    }
                 }
+                ControlCommand::Policy { update, reply } => {
+                    // Every shard must get it: wait for room in a full channel.
+                    let mut sent = Ok(());
+                    for (shard, sender) in connected.iter().enumerate() {
+                        if sender.send(ShardMessage::Policy(update.clone())).await.is_err() {
+                            sent = Err(format!("the channel to shard {shard} is closed"));
+                            break;
+                        }
+                    }
+                    let _ = reply.send(sent);
+                }
+                _ => {}
             }
         }
         if commands.is_empty() {

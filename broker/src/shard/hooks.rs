@@ -113,6 +113,12 @@ pub trait ShardHooks: 'static {
         let _ = report;
     }
 
+    /// A reloaded auth policy (`auth::reload`): swap it in for the requests
+    /// that come next. Must not block. The default ignores it.
+    fn on_policy(&self, update: &crate::auth::reload::CurrentPolicy) {
+        let _ = update;
+    }
+
     /// Shutdown, after the listener closed and every connection drained:
     /// make everything acknowledged durable and close files. An error makes
     /// the process exit non-zero.

@@ -19,7 +19,9 @@
 //! and connected at start-up) carry assignment changes and the admin port's
 //! report requests (`ShardMessage::Report`: each shard answers with a
 //! [`report::ShardReport`] of what it already counts); nothing on the
-//! request path crosses cores. `channel_mesh` is avoided (DESIGN §8).
+//! request path crosses cores. A reloaded auth policy takes the same path
+//! (`ShardMessage::Policy`, see `policy.rs` and `auth::reload`).
+//! `channel_mesh` is avoided (DESIGN §8).
 //! Stop requests reach executors through an `AtomicBool` polled by every
 //! executor's permanent housekeeping timer, so a signal handler never has to
 //! wake a glommio reactor.
@@ -31,6 +33,7 @@ pub mod cpus;
 mod executor;
 pub mod hooks;
 pub mod memlock;
+mod policy;
 pub mod report;
 
 use std::collections::BTreeMap;
@@ -67,6 +70,9 @@ pub enum ShardMessage {
     /// Send this shard's [`report::ShardReport`] here (`try_send`: the
     /// channel holds one slot per shard, so it never blocks the shard).
     Report(mpsc::SyncSender<report::ShardReport>),
+    /// A reloaded auth policy: swap it in (`auth::reload`), then publish
+    /// its generation as applied.
+    Policy(Arc<crate::auth::reload::CurrentPolicy>),
 }
 
 /// A created queue: the table version that holds it and its id.
@@ -95,6 +101,12 @@ pub(crate) enum ControlCommand {
     },
     /// Ask every shard for its report; each answers on `reply` itself.
     Report { reply: mpsc::SyncSender<report::ShardReport> },
+    /// Hand a reloaded auth policy to every shard; answered once it is in
+    /// every shard's channel.
+    Policy {
+        update: Arc<crate::auth::reload::CurrentPolicy>,
+        reply: mpsc::SyncSender<Result<(), String>>,
+    },
 }
 
 /// Which executor an event is about.
@@ -254,6 +266,9 @@ pub(crate) struct Shared {
     /// publishes the version as applied. Bounded by
     /// [`HOOK_FAILURE_VERSIONS_MAX`].
     pub(crate) hook_failures: Mutex<BTreeMap<u64, Vec<String>>>,
+    /// The auth policy in force, each shard's applied generation and the
+    /// reload counts (`auth::reload`); off the data path.
+    pub(crate) auth: crate::auth::reload::AuthState,
 }
 
 impl Shared {
@@ -657,6 +672,11 @@ impl Broker {
             applied_versions: (0..shard_count).map(|_| AtomicU64::new(start_version)).collect(),
             committed: RwLock::new(Arc::new(replay.table.clone())),
             hook_failures: Mutex::new(BTreeMap::new()),
+            auth: crate::auth::reload::AuthState::new(
+                config.auth_file.clone(),
+                config.auth.clone(),
+                usize::from(shard_count),
+            ),
         });
         let (events_sender, events) = mpsc::channel();
         let (commands_sender, commands) = mpsc::sync_channel(CONTROL_COMMAND_QUEUE_MAX);

@@ -127,6 +127,9 @@ pub struct ShardReport {
     /// Requests this shard refused `PERMISSION_DENIED`, indexed like
     /// `auth::Operation::ALL`.
     pub auth_denials: [u64; crate::auth::Operation::ALL.len()],
+    /// Handshakes this shard refused unverified because their address was
+    /// locked out (`auth::limiter`).
+    pub auth_lockouts: u64,
 }
 
 impl ShardReport {
@@ -141,6 +144,7 @@ impl ShardReport {
             log: LogTotals::default(),
             io,
             auth_denials: crate::auth::denials(),
+            auth_lockouts: crate::auth::limiter::lockouts(),
         }
     }
 }

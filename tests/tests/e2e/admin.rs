@@ -153,11 +153,11 @@ async fn metrics_move_as_operations_happen() {
     assert_eq!(after.sum("spool_shard_connections_refused_total"), 0.0);
     assert_eq!(after.sum("spool_shard_partitions_refused"), 0.0);
 
-    // Labels are queue, partition, shard, cause and operation only: no payload, no
-    // routing key.
+    // Labels are queue, partition, shard, cause, operation and outcome only:
+    // no payload, no routing key.
     for sample in &after.samples {
         for (name, value) in &sample.labels {
-            assert!(["queue", "partition", "shard", "cause", "operation", "le"]
+            assert!(["queue", "partition", "shard", "cause", "operation", "outcome", "le"]
                 .contains(&name.as_str()));
             assert!(!value.starts_with("key-") && !value.starts_with("m0"), "{sample:?}");
         }

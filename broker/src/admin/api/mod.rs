@@ -21,9 +21,11 @@
 //! bytes and wait, tokens per ack, dead letters per listing; the admin
 //! port's own connection bound holds too.
 
+pub mod caller;
 pub mod error;
 pub mod json;
 pub mod limits;
+mod ops;
 pub mod routes;
 pub mod token;
 
@@ -95,6 +97,8 @@ pub struct Gateway {
     auth_required: bool,
     /// Key of the MAC that tells callers' secrets apart in `connected`.
     mac_key: [u8; 32],
+    /// Bearer tokens verified here first, with the failed-login limiter.
+    callers: caller::CallerAuth,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -120,6 +124,9 @@ struct Call {
     queue: Option<String>,
     query: Option<String>,
     body: Bytes,
+    /// The caller's rights as the admin port verified its token (`None`:
+    /// authentication off).
+    grants: Option<Arc<crate::auth::Grants>>,
 }
 
 impl Gateway {
@@ -130,6 +137,7 @@ impl Gateway {
     pub fn new(shard_listen: SocketAddr, control: ControlHandle, auth_required: bool) -> Self {
         Self {
             bootstrap: bootstrap_address(shard_listen),
+            callers: caller::CallerAuth::new(control.clone()),
             control,
             connected: Mutex::new(HashMap::new()),
             in_flight: Arc::new(Semaphore::new(REQUESTS_IN_FLIGHT_MAX)),
@@ -165,12 +173,17 @@ impl Gateway {
             );
             return challenge(error.into_response());
         }
+        let peer = request.extensions().get::<caller::PeerIp>().map(|peer| peer.0);
+        let grants = match self.callers.verify(credentials.as_ref(), peer).await {
+            Ok(grants) => grants,
+            Err(error) => return challenge(error.into_response()),
+        };
         let query = request.uri().query().map(str::to_owned);
         let body = match read_body(request).await {
             Ok(body) => body,
             Err(error) => return error.into_response(),
         };
-        let call = Call { operation, queue, query, body };
+        let call = Call { operation, queue, query, body, grants };
         match CALLER.scope(credentials, self.dispatch(&call)).await {
             Ok((status, body)) => json_response(status, &body),
             Err(error) => challenge(error.into_response()),
@@ -198,6 +211,8 @@ impl Gateway {
             Operation::DeadLetters => ok(self.dead_letters(queue, call.query.as_deref()).await?),
             Operation::Redrive => ok(self.redrive(queue, parse(&call.body)?).await?),
             Operation::Purge => ok(self.purge(queue, parse(&call.body)?).await?),
+            Operation::ReloadAuth => ok(self.reload_auth(call).await?),
+            Operation::Acl => ok(self.acl(call)?),
             Operation::Metrics | Operation::Live | Operation::Ready => {
                 Err(ApiError::new(ErrorCode::Internal, "not an API route"))
             }

@@ -22,6 +22,8 @@ pub enum Operation {
     DeadLetters,
     Redrive,
     Purge,
+    ReloadAuth,
+    Acl,
 }
 
 /// One served route: `{queue}` in a path matches one non-empty segment.
@@ -53,6 +55,8 @@ pub const ROUTES: &[Route] = &[
     route(Method::GET, "/v1/queues/{queue}/dead-letters", Operation::DeadLetters),
     route(Method::POST, "/v1/queues/{queue}/redrive", Operation::Redrive),
     route(Method::POST, "/v1/queues/{queue}/purge", Operation::Purge),
+    route(Method::POST, "/v1/auth/reload", Operation::ReloadAuth),
+    route(Method::GET, "/v1/acl", Operation::Acl),
 ];
 
 /// Why a request matched no route.

@@ -58,6 +58,13 @@ pub enum Command {
     /// reads `audit.log` from the broker's data directory, so it works with
     /// the broker stopped too.
     Audit(AuditArgs),
+    /// The ACL rules the broker has in force, and what a principal may do
+    /// on a queue (admin port; needs the admin right on every queue).
+    #[command(subcommand)]
+    Acl(crate::acl::AclCommand),
+    /// A queue's key figures from the admin port's /metrics: counts, oldest
+    /// ready age, enqueue and ack rates, predicted drain time.
+    Metrics(crate::metrics::MetricsArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -65,6 +72,10 @@ pub enum AuthCommand {
     /// Read a secret from stdin (one line) and print its argon2id hash
     /// (PHC string) for the `secret_hash` of a principal in the auth file.
     HashSecret,
+    /// Make the broker read its auth file again (admin port, `POST
+    /// /v1/auth/reload`; needs the admin right on every queue). A file that
+    /// does not load is refused with the reason and the old policy kept.
+    Reload(crate::acl::AdminAddr),
 }
 
 #[derive(Debug, Args)]

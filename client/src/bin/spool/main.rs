@@ -7,7 +7,10 @@
 //! 2 usage error, 3 connection/timeout/protocol trouble, 4 declined at a
 //! confirmation prompt.
 
+mod acl;
 mod args;
+mod http;
+mod metrics;
 mod render;
 
 use std::collections::VecDeque;
@@ -35,16 +38,19 @@ use spool_client::limits::{LINE_BYTES_MAX, SEND_IN_FLIGHT_MAX, STDIN_READ_AHEAD_
 /// `auth::audit::AUDIT_FILE_NAME`; the client does not depend on the broker).
 const AUDIT_FILE_NAME: &str = "audit.log";
 
-const EXIT_REFUSED: u8 = 1;
-const EXIT_TRANSPORT: u8 = 3;
+pub(crate) const EXIT_REFUSED: u8 = 1;
+pub(crate) const EXIT_TRANSPORT: u8 = 3;
 const EXIT_DECLINED: u8 = 4;
 
 /// A command's failure: a client error, or the user said no.
 #[derive(Debug)]
-enum Failure {
+pub(crate) enum Failure {
     Client(ClientError),
     Declined,
     Input(String),
+    /// The admin port refused (or could not be reached): the message and
+    /// the exit code.
+    Admin(String, u8),
 }
 
 impl From<ClientError> for Failure {
@@ -57,6 +63,7 @@ fn exit_code(failure: &Failure) -> u8 {
     match failure {
         Failure::Declined => EXIT_DECLINED,
         Failure::Input(_) => 2,
+        Failure::Admin(_, exit) => *exit,
         Failure::Client(error) => match error {
             ClientError::Io { .. }
             | ClientError::ConnectionClosed { .. }
@@ -85,7 +92,9 @@ fn main() -> ExitCode {
             match &failure {
                 Failure::Client(error) => eprintln!("error: {error}"),
                 Failure::Declined => eprintln!("aborted"),
-                Failure::Input(message) => eprintln!("error: {message}"),
+                Failure::Input(message) | Failure::Admin(message, _) => {
+                    eprintln!("error: {message}")
+                }
             }
             ExitCode::from(exit_code(&failure))
         }
@@ -104,6 +113,12 @@ fn credentials(cli: &Cli) -> Result<Option<Credentials>, Failure> {
             "principal {principal} given without a secret (--secret or SPOOL_SECRET)"
         ))),
     }
+}
+
+/// The admin port's answer time: the command's timeout, plus the broker's
+/// own bound on a reload's wait for every shard.
+fn admin_timeout(cli: &Cli) -> Duration {
+    Duration::from_millis(cli.timeout_ms.max(1)) + Duration::from_secs(10)
 }
 
 /// `spool auth hash-secret`: one stdin line in, its PHC string out.
@@ -177,6 +192,15 @@ async fn run(cli: &Cli) -> Result<Output, Failure> {
     match &cli.command {
         Command::Auth(AuthCommand::HashSecret) => return hash_secret_from_stdin(),
         Command::Audit(args) => return audit(args),
+        Command::Auth(AuthCommand::Reload(admin)) => {
+            let credentials = credentials(cli)?;
+            return acl::reload(admin, credentials.as_ref(), admin_timeout(cli)).await;
+        }
+        Command::Acl(command) => {
+            let credentials = credentials(cli)?;
+            return acl::run(command, credentials.as_ref(), admin_timeout(cli)).await;
+        }
+        Command::Metrics(args) => return metrics::run(args, admin_timeout(cli)).await,
         _ => {}
     }
     let config = ClientConfig {
@@ -274,7 +298,9 @@ async fn run(cli: &Cli) -> Result<Output, Failure> {
             }
             Ok(render_stats(&described))
         }
-        Command::Auth(_) | Command::Audit(_) => unreachable!("answered before connecting"),
+        Command::Auth(_) | Command::Audit(_) | Command::Acl(_) | Command::Metrics(_) => {
+            unreachable!("answered before connecting")
+        }
     }
 }
 
