@@ -544,3 +544,20 @@ pub const SALT_BYTES: usize = 16;
 /// past it the cache is emptied and fills again.
 pub const SESSION_RIGHTS_CACHE_MAX: usize = 1024;
 const _: () = assert!(SESSION_RIGHTS_CACHE_MAX > 0);
+
+// quotas per principal (`auth::quota`, `server::quota`)
+
+/// Highest `enqueue_messages_per_sec` an auth file may set (node-wide).
+pub const QUOTA_MESSAGES_PER_SEC_MAX: u64 = 100_000_000;
+/// Highest `enqueue_bytes_per_sec` an auth file may set (node-wide: 1 TiB/s).
+pub const QUOTA_BYTES_PER_SEC_MAX: u64 = 1 << 40;
+/// Highest `claims_in_flight_max` an auth file may set (node-wide). Each
+/// shard's table of claims in flight holds at most its share of this per
+/// principal with the quota.
+pub const QUOTA_CLAIMS_IN_FLIGHT_MAX: u64 = 1_000_000;
+/// The retry hint of a claim refused while only other claims' reservations
+/// (long-polls still waiting) hold the principal's share.
+pub const QUOTA_CLAIM_RETRY_MS: u64 = 100;
+const _: () = assert!(QUOTA_CLAIM_RETRY_MS > 0);
+// Scaled bucket amounts (`auth::quota::Bucket`) stay far inside i128.
+const _: () = assert!(QUOTA_BYTES_PER_SEC_MAX <= u64::MAX / 1000);

@@ -179,6 +179,11 @@ impl ShardAuth {
         self.policy.is_enabled()
     }
 
+    /// The policy this shard applies.
+    pub fn policy(&self) -> &AuthPolicy {
+        &self.policy
+    }
+
     fn session(connection: &Connection) -> Rc<Session> {
         let mut slot = connection.session.borrow_mut();
         if let Some(existing) = slot.as_ref() {

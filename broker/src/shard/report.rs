@@ -127,6 +127,8 @@ pub struct ShardReport {
     /// Requests this shard refused `PERMISSION_DENIED`, indexed like
     /// `auth::Operation::ALL`.
     pub auth_denials: [u64; crate::auth::Operation::ALL.len()],
+    /// Quota figures per principal with a quota (`server::quota`).
+    pub quotas: Vec<crate::server::quota::QuotaReport>,
 }
 
 impl ShardReport {
@@ -141,6 +143,7 @@ impl ShardReport {
             log: LogTotals::default(),
             io,
             auth_denials: crate::auth::denials(),
+            quotas: Vec::new(),
         }
     }
 }

@@ -24,6 +24,7 @@
 pub mod error;
 pub mod json;
 pub mod limits;
+pub mod quotas;
 pub mod routes;
 pub mod token;
 
@@ -95,6 +96,9 @@ pub struct Gateway {
     auth_required: bool,
     /// Key of the MAC that tells callers' secrets apart in `connected`.
     mac_key: [u8; 32],
+    /// The auth policy the broker started with: the rights of broker-wide
+    /// endpoints (`GET /v1/quotas`) are checked against it.
+    policy: crate::auth::AuthPolicy,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -127,7 +131,12 @@ impl Gateway {
     /// With `auth_required`, every API request needs
     /// `Authorization: Bearer <principal>:<secret>` and is served with that
     /// principal's rights (the shards check them, as for any client).
-    pub fn new(shard_listen: SocketAddr, control: ControlHandle, auth_required: bool) -> Self {
+    pub fn new(
+        shard_listen: SocketAddr,
+        control: ControlHandle,
+        policy: crate::auth::AuthPolicy,
+    ) -> Self {
+        let auth_required = policy.is_enabled();
         Self {
             bootstrap: bootstrap_address(shard_listen),
             control,
@@ -135,6 +144,7 @@ impl Gateway {
             in_flight: Arc::new(Semaphore::new(REQUESTS_IN_FLIGHT_MAX)),
             auth_required,
             mac_key: rand::random(),
+            policy,
         }
     }
 
@@ -198,6 +208,7 @@ impl Gateway {
             Operation::DeadLetters => ok(self.dead_letters(queue, call.query.as_deref()).await?),
             Operation::Redrive => ok(self.redrive(queue, parse(&call.body)?).await?),
             Operation::Purge => ok(self.purge(queue, parse(&call.body)?).await?),
+            Operation::Quotas => ok(self.quotas().await?),
             Operation::Metrics | Operation::Live | Operation::Ready => {
                 Err(ApiError::new(ErrorCode::Internal, "not an API route"))
             }

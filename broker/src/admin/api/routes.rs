@@ -22,6 +22,7 @@ pub enum Operation {
     DeadLetters,
     Redrive,
     Purge,
+    Quotas,
 }
 
 /// One served route: `{queue}` in a path matches one non-empty segment.
@@ -53,6 +54,7 @@ pub const ROUTES: &[Route] = &[
     route(Method::GET, "/v1/queues/{queue}/dead-letters", Operation::DeadLetters),
     route(Method::POST, "/v1/queues/{queue}/redrive", Operation::Redrive),
     route(Method::POST, "/v1/queues/{queue}/purge", Operation::Purge),
+    route(Method::GET, "/v1/quotas", Operation::Quotas),
 ];
 
 /// Why a request matched no route.

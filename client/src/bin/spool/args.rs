@@ -58,6 +58,23 @@ pub enum Command {
     /// reads `audit.log` from the broker's data directory, so it works with
     /// the broker stopped too.
     Audit(AuditArgs),
+    /// Quotas per principal (from the admin port).
+    #[command(subcommand)]
+    Quota(QuotaCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum QuotaCommand {
+    /// Each principal's quotas and what it uses now, summed over the
+    /// shards (`GET /v1/quotas`; needs `admin` on `*` with authentication on).
+    List(QuotaListArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct QuotaListArgs {
+    /// The broker's admin port.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7480")]
+    pub admin_addr: String,
 }
 
 #[derive(Debug, Subcommand)]

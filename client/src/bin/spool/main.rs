@@ -8,6 +8,7 @@
 //! confirmation prompt.
 
 mod args;
+mod quota;
 mod render;
 
 use std::collections::VecDeque;
@@ -26,7 +27,8 @@ use spool_client::{
 use tokio::sync::mpsc;
 
 use args::{
-    AuditArgs, AuthCommand, Cli, Command, DlqCommand, PeekArgs, QueueCommand, RecvArgs, SendArgs,
+    AuditArgs, AuthCommand, Cli, Command, DlqCommand, PeekArgs, QueueCommand, QuotaCommand,
+    RecvArgs, SendArgs,
 };
 use render::{escape, show_bytes, Output, StreamTable, Table};
 use spool_client::limits::{LINE_BYTES_MAX, SEND_IN_FLIGHT_MAX, STDIN_READ_AHEAD_LINES};
@@ -177,6 +179,10 @@ async fn run(cli: &Cli) -> Result<Output, Failure> {
     match &cli.command {
         Command::Auth(AuthCommand::HashSecret) => return hash_secret_from_stdin(),
         Command::Audit(args) => return audit(args),
+        Command::Quota(QuotaCommand::List(args)) => {
+            let timeout = Duration::from_millis(cli.timeout_ms.max(1));
+            return quota::list(args, credentials(cli)?.as_ref(), timeout);
+        }
         _ => {}
     }
     let config = ClientConfig {
@@ -274,7 +280,9 @@ async fn run(cli: &Cli) -> Result<Output, Failure> {
             }
             Ok(render_stats(&described))
         }
-        Command::Auth(_) | Command::Audit(_) => unreachable!("answered before connecting"),
+        Command::Auth(_) | Command::Audit(_) | Command::Quota(_) => {
+            unreachable!("answered before connecting")
+        }
     }
 }
 
