@@ -161,3 +161,10 @@ const _: () = assert!(ACK_REQUESTS_IN_FLIGHT_MAX <= IN_FLIGHT_REQUESTS_MAX);
 /// Bytes of random salt in a secret hash made by `spool auth hash-secret`
 /// (argon2's recommended 16).
 pub const SALT_BYTES: usize = 16;
+
+/// Most bytes of an admin-port answer the CLI reads (`spool quota list`;
+/// the answer for `PRINCIPALS_MAX` principals fits well within it).
+pub const ADMIN_ANSWER_BYTES_MAX: u64 = 16 << 20;
+/// The admin port the CLI asks by default (the broker's `admin_listen`
+/// default).
+pub const ADMIN_ADDR_DEFAULT: &str = "127.0.0.1:7480";

@@ -208,11 +208,12 @@ impl Bucket {
         self.level -= self.scaled(units);
     }
 
-    /// How much of the burst is used at `now_ms`, in whole units of this
-    /// shard (0 when full; more than the share while in debt).
+    /// How much of the burst is used at `now_ms`, in units of this shard
+    /// rounded up (0 only when full; more than the share while in debt).
     pub fn used(&mut self, now_ms: u64) -> u64 {
         self.refill(now_ms);
-        let used = (self.capacity() - self.level) / i128::from(self.shards * 1000);
+        let unit = i128::from(self.shards * 1000);
+        let used = (self.capacity() - self.level + unit - 1) / unit;
         u64::try_from(used.max(0)).unwrap_or(u64::MAX)
     }
 }
@@ -406,6 +407,10 @@ mod tests {
         assert!(bucket.check(1, 1_199).is_err());
         assert!(bucket.check(1, 1_200).is_ok());
         assert_eq!(bucket.used(1_200), 4);
+        // Used is rounded up: a bucket one scaled unit short of full is not
+        // taken for a full one (the tick drops only full buckets).
+        assert_eq!(bucket.used(1_999), 1);
+        assert_eq!(bucket.used(2_000), 0);
     }
 
     // Goal: a charge larger than the whole burst passes on a full bucket

@@ -389,6 +389,10 @@ mod tests {
         assert_eq!(reports[0].rejections, [1, 0, 0]);
         assert_eq!(reports[0].in_use[0], 2);
         assert!(quotas.charge_enqueue(&limited, &batch(1), 500).is_ok());
+        // Nearly refilled is not full: the tick keeps the bucket (a fresh
+        // one would forget the debt).
+        quotas.tick(999);
+        assert!(quotas.charge_enqueue(&limited, &batch(2), 999).is_err());
         quotas.tick(10_000);
         assert!(quotas.state.borrow().buckets.is_empty(), "a full bucket is dropped");
     }

@@ -2,7 +2,7 @@
 //! command does is in `main.rs`, how results look is in `render.rs`.
 
 use clap::{Args, Parser, Subcommand};
-use spool_client::limits::{ADDR_DEFAULT, RECV_WAIT_MS_DEFAULT};
+use spool_client::limits::{ADDR_DEFAULT, ADMIN_ADDR_DEFAULT, RECV_WAIT_MS_DEFAULT};
 use spool_client::spool_wire::limits::SCHEDULE_HORIZON_MS;
 
 /// Spool command line client.
@@ -73,7 +73,7 @@ pub enum QuotaCommand {
 #[derive(Debug, Args)]
 pub struct QuotaListArgs {
     /// The broker's admin port.
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7480")]
+    #[arg(long, value_name = "ADDR", default_value = ADMIN_ADDR_DEFAULT)]
     pub admin_addr: String,
 }
 

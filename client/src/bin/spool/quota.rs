@@ -9,15 +9,13 @@ use std::time::Duration;
 
 use serde_json::Value;
 use spool_client::spool_wire::ErrorCode;
+use spool_client::limits::ADMIN_ANSWER_BYTES_MAX;
 use spool_client::{ClientError, Credentials};
 
 use crate::args::QuotaListArgs;
 use crate::render::{Output, Table};
 use crate::Failure;
 
-/// Most bytes of an answer read (the admin port's answer for
-/// `PRINCIPALS_MAX` principals fits well within it).
-const ANSWER_BYTES_MAX: u64 = 16 << 20;
 
 fn transport(addr: &str, source: std::io::Error) -> Failure {
     Failure::Client(ClientError::Io { addr: addr.to_owned(), source })
@@ -49,7 +47,7 @@ fn get(
     stream.write_all(request.as_bytes()).map_err(|error| transport(addr, error))?;
     let mut answer = Vec::new();
     stream
-        .take(ANSWER_BYTES_MAX)
+        .take(ADMIN_ANSWER_BYTES_MAX)
         .read_to_end(&mut answer)
         .map_err(|error| transport(addr, error))?;
     let split = answer.windows(4).position(|window| window == b"\r\n\r\n").ok_or_else(|| {
