@@ -10,7 +10,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use spool_client::spool_wire::proto::PartitionId;
@@ -20,7 +20,7 @@ use spool_client::{
     Producer, ProducerConfig,
 };
 use spool_tests::admin::{http_get, http_raw, Exposition, HttpAnswer};
-use spool_tests::{spool_bin, test_queue_config, Spoold, SpooldOptions};
+use spool_tests::{now, spool_bin, test_queue_config, Spoold, SpooldOptions};
 
 const OPS: &str = "ops";
 const LIMITED: &str = "limited";
@@ -115,10 +115,11 @@ async fn enqueue_batch(
     records: u8,
 ) -> Result<spool_client::spool_wire::proto::EnqueueResponse, ClientError> {
     use spool_client::spool_wire::batch::{DataBatchBuilder, MessageId, Payload, Record};
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64;
+    // The record's time must lie near the broker's clock (one host).
+    #[allow(clippy::disallowed_methods)]
+    let now_ms =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()
+            as u64;
     let mut builder = DataBatchBuilder::new();
     for index in 0..records {
         let mut id = [0xB7; 16];
@@ -209,7 +210,7 @@ async fn enqueue_past_the_rate_is_refused_counted_and_passes_after_the_hint() {
     let limited_producer = producer(&limited);
     let before = rejections(&broker, LIMITED, "enqueue_messages_per_sec");
 
-    let charged = Instant::now();
+    let charged = now();
     enqueue_batch(&limited, 4).await.unwrap();
     let refused = limited_producer.send(QUEUE, Message::new("second")).await.unwrap_err();
     let hint = quota_refusal(&refused, "enqueue_messages_per_sec");
@@ -230,12 +231,12 @@ async fn enqueue_past_the_rate_is_refused_counted_and_passes_after_the_hint() {
 
     // After the hint the bucket has room again.
     tokio::time::sleep(hint).await;
-    let deadline = Instant::now() + PATIENCE;
+    let deadline = now() + PATIENCE;
     loop {
         match limited_producer.send(QUEUE, Message::new("after the hint")).await {
             Ok(_) => break,
             // The HTTP send above may have taken the room first.
-            Err(error) if Instant::now() < deadline => {
+            Err(error) if now() < deadline => {
                 let wait = quota_refusal(&error, "enqueue_messages_per_sec");
                 tokio::time::sleep(wait).await;
             }
@@ -326,12 +327,12 @@ async fn claims_past_the_allowance_are_clamped_refused_and_freed() {
     assert!(hint <= Duration::from_millis(300), "the short lease is the earliest: {hint:?}");
 
     // The short lease running out frees another, with no ack.
-    let leased_at = Instant::now();
+    let leased_at = now();
     let deadline = leased_at + PATIENCE;
     let freed = loop {
         match claim(&limited, 1, 60_000).await {
             Ok(freed) => break freed,
-            Err(error) if Instant::now() < deadline => {
+            Err(error) if now() < deadline => {
                 let wait = quota_refusal(&error, "claims_in_flight_max");
                 tokio::time::sleep(wait.max(Duration::from_millis(10))).await;
             }

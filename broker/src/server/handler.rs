@@ -31,10 +31,10 @@ use spool_wire::proto::{
 use spool_wire::ErrorCode;
 
 use super::auth::ShardAuth;
-use super::quota::{QuotaReport, ShardQuotas};
 use super::convert::{
     queue_config_from_wire, queue_config_to_wire, token_from_wire, token_to_wire,
 };
+use super::quota::{QuotaReport, ShardQuotas};
 use super::{Served, ShardState};
 use crate::control::assignment::QueueName;
 use crate::net::connection::{Connection, Decoded, FrameHandler, ProtocolFault, Refusal};
@@ -773,8 +773,7 @@ impl SpoolHandler {
         // A principal with `claims_in_flight_max` asks for at most what its
         // share leaves (the reservation is given back if this claim fails
         // or is dropped).
-        let reservation =
-            self.quotas.reserve_claim(grants, claim.credits, (self.state.clock)())?;
+        let reservation = self.quotas.reserve_claim(grants, claim.credits, (self.state.clock)())?;
         let request = ClaimRequest {
             worker: claim.worker,
             credits: reservation.as_ref().map_or(claim.credits, |held| held.granted()),

@@ -247,7 +247,8 @@ impl ShardQuotas {
         let mut state = self.state.borrow_mut();
         state.claims.expire(now_ms);
         state.buckets.retain(|_, buckets| {
-            let busy = |bucket: &mut Option<Bucket>| bucket.as_mut().is_some_and(|b| b.used(now_ms) > 0);
+            let busy =
+                |bucket: &mut Option<Bucket>| bucket.as_mut().is_some_and(|b| b.used(now_ms) > 0);
             busy(&mut buckets.messages) || busy(&mut buckets.bytes)
         });
     }

@@ -8,14 +8,13 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 use serde_json::Value;
-use spool_client::spool_wire::ErrorCode;
 use spool_client::limits::ADMIN_ANSWER_BYTES_MAX;
+use spool_client::spool_wire::ErrorCode;
 use spool_client::{ClientError, Credentials};
 
 use crate::args::QuotaListArgs;
 use crate::render::{Output, Table};
 use crate::Failure;
-
 
 fn transport(addr: &str, source: std::io::Error) -> Failure {
     Failure::Client(ClientError::Io { addr: addr.to_owned(), source })
