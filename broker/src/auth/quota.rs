@@ -77,6 +77,11 @@ impl QuotaConfig {
             && self.get(QuotaKind::ClaimsInFlightMax).is_none()
     }
 
+    /// Whether an enqueue rate is set.
+    pub fn limits_enqueue(&self) -> bool {
+        self.enqueue_messages_per_sec.is_some() || self.enqueue_bytes_per_sec.is_some()
+    }
+
     /// The node-wide figure of `kind`, if set.
     pub fn get(&self, kind: QuotaKind) -> Option<u64> {
         match kind {

@@ -677,8 +677,11 @@ impl SpoolHandler {
         }
         if let Request::Enqueue(enqueue) = &request {
             // Charged only where the partition is served: a request answered
-            // NOT_OWNER costs nothing.
-            if self.state.served(enqueue.queue, enqueue.partition).is_some() {
+            // NOT_OWNER costs nothing. Without an enqueue quota (and with
+            // authentication off) this is one check.
+            if grants.quota().limits_enqueue()
+                && self.state.served(enqueue.queue, enqueue.partition).is_some()
+            {
                 let now = (self.state.clock)();
                 if let Err(reply) = self.quotas.charge_enqueue(&grants, enqueue.batch, now) {
                     return Self::encode_error(&reply, correlation_id, api_key, api_version);

@@ -161,7 +161,7 @@ impl ShardQuotas {
         now_ms: u64,
     ) -> Result<(), ErrorResponse> {
         let quota = grants.quota();
-        if quota.enqueue_messages_per_sec.is_none() && quota.enqueue_bytes_per_sec.is_none() {
+        if !quota.limits_enqueue() {
             return Ok(());
         }
         // A batch whose header does not parse is refused by the partition;
