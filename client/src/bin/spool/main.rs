@@ -921,6 +921,10 @@ mod tests {
         let Command::Recv(recv) = cli.command else { panic!("not recv") };
         assert_eq!((recv.count, recv.no_ack, recv.lease_ms), (5, true, 30_000));
 
+        let cli = Cli::try_parse_from(["spool", "quota", "list"]).unwrap();
+        let Command::Quota(QuotaCommand::List(list)) = cli.command else { panic!("not quota") };
+        assert_eq!(list.admin_addr, spool_client::limits::ADMIN_ADDR_DEFAULT);
+
         let cli = Cli::try_parse_from(["spool", "purge", "jobs", "--yes"]).unwrap();
         let Command::Purge(purge) = cli.command else { panic!("not purge") };
         assert!(purge.yes);
