@@ -561,3 +561,20 @@ pub const AUTH_FAILURE_TABLE_MAX: usize = 4096;
 pub const AUTH_RELOAD_TIMEOUT: Duration = Duration::from_secs(10);
 const _: () = assert!(AUTH_FAILURES_MAX >= 1 && AUTH_FAILURE_TABLE_MAX >= 1);
 const _: () = assert!(AUTH_FAILURE_WINDOW.as_millis() >= 1);
+
+// quotas per principal (`auth::quota`, `server::quota`)
+
+/// Highest `enqueue_messages_per_sec` an auth file may set (node-wide).
+pub const QUOTA_MESSAGES_PER_SEC_MAX: u64 = 100_000_000;
+/// Highest `enqueue_bytes_per_sec` an auth file may set (node-wide: 1 TiB/s).
+pub const QUOTA_BYTES_PER_SEC_MAX: u64 = 1 << 40;
+/// Highest `claims_in_flight_max` an auth file may set (node-wide). Each
+/// shard's table of claims in flight holds at most its share of this per
+/// principal with the quota.
+pub const QUOTA_CLAIMS_IN_FLIGHT_MAX: u64 = 1_000_000;
+/// The retry hint of a claim refused while only other claims' reservations
+/// (long-polls still waiting) hold the principal's share.
+pub const QUOTA_CLAIM_RETRY_MS: u64 = 100;
+const _: () = assert!(QUOTA_CLAIM_RETRY_MS > 0);
+// Scaled bucket amounts (`auth::quota::Bucket`) stay far inside i128.
+const _: () = assert!(QUOTA_BYTES_PER_SEC_MAX <= u64::MAX / 1000);

@@ -97,6 +97,18 @@ pub enum ClientError {
     /// The component was shut down.
     #[error("shut down")]
     Shutdown,
+    /// `QUOTA_EXCEEDED`: the principal's quota (an enqueue rate, or claims
+    /// in flight) is used up on the shard that answered. Retriable: the
+    /// same request may succeed after [`ClientError::retry_after`].
+    #[error("QUOTA_EXCEEDED: {message}")]
+    QuotaExceeded {
+        /// The broker's explanation (names the quota).
+        message: String,
+        /// The broker's hint: when the quota will have room again (for
+        /// claims, when the earliest lease runs out; an ack frees room
+        /// sooner).
+        retry_after: Option<std::time::Duration>,
+    },
 }
 
 /// One token of an Ack request that the broker refused.
@@ -139,6 +151,7 @@ impl ClientError {
     pub fn code(&self) -> Option<ErrorCode> {
         match self {
             Self::Server { code, .. } => Some(*code),
+            Self::QuotaExceeded { .. } => Some(ErrorCode::QuotaExceeded),
             Self::AckRefused { refused, .. } => refused.first().map(|refused| refused.code),
             Self::NotOwner { .. } | Self::RouteExhausted { .. } => Some(ErrorCode::NotOwner),
             Self::Timeout { .. } => Some(ErrorCode::Timeout),
@@ -155,6 +168,7 @@ impl ClientError {
         match self {
             Self::Server { code, .. } => code.is_retriable(),
             Self::NotOwner { .. }
+            | Self::QuotaExceeded { .. }
             | Self::Io { .. }
             | Self::ConnectionClosed { .. }
             | Self::Timeout { .. } => true,
@@ -162,6 +176,15 @@ impl ClientError {
                 refused.iter().all(|refused| refused.code.is_retriable())
             }
             _ => false,
+        }
+    }
+
+    /// How long to wait before sending the same request again, when the
+    /// broker said ([`QuotaExceeded`](Self::QuotaExceeded)).
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            Self::QuotaExceeded { retry_after, .. } => *retry_after,
+            _ => None,
         }
     }
 
@@ -199,8 +222,34 @@ impl ClientError {
     ) -> Self {
         if code == ErrorCode::NotOwner {
             Self::NotOwner { message, owner }
+        } else if code == ErrorCode::QuotaExceeded {
+            let retry_after = spool_wire::codes::parse_retry_after_ms(&message)
+                .map(std::time::Duration::from_millis);
+            Self::QuotaExceeded { message, retry_after }
         } else {
             Self::Server { code, message }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Goal: QUOTA_EXCEEDED becomes the typed error, retriable, with the
+    // broker's hint read from its message.
+    #[test]
+    fn quota_refusals_are_typed_with_their_hint() {
+        let error = ClientError::from_response(
+            ErrorCode::QuotaExceeded,
+            "quota enqueue_messages_per_sec = 4 of principal p used up; retry after 250 ms"
+                .to_owned(),
+            None,
+        );
+        assert!(matches!(error, ClientError::QuotaExceeded { .. }));
+        assert_eq!(error.code(), Some(ErrorCode::QuotaExceeded));
+        assert!(error.is_retriable());
+        assert_eq!(error.retry_after(), Some(std::time::Duration::from_millis(250)));
+        assert!(error.to_string().starts_with("QUOTA_EXCEEDED: quota enqueue_messages_per_sec"));
     }
 }

@@ -170,3 +170,6 @@ pub const ADMIN_ADDR_DEFAULT: &str = "127.0.0.1:7480";
 pub const ADMIN_RESPONSE_BYTES_MAX: usize = 64 << 20;
 /// CLI: `spool metrics` scrapes twice this far apart to compute rates.
 pub const METRICS_INTERVAL_MS_DEFAULT: u64 = 1_000;
+/// Most bytes of an admin-port answer the CLI reads (`spool quota list`;
+/// the answer for `PRINCIPALS_MAX` principals fits well within it).
+pub const ADMIN_ANSWER_BYTES_MAX: u64 = 16 << 20;

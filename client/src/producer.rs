@@ -523,6 +523,8 @@ async fn send_batch(inner: &Inner, queue: &str, partition: PartitionId, batch: O
     loop {
         let may_retry = attempt < inner.config.retries;
         let mut retry = false;
+        // The broker's own hint (QUOTA_EXCEEDED), when it gave one.
+        let mut hint = None;
         match inner.client.enqueue(queue, partition, &bytes).await {
             Ok(response) if response.records.len() != waiters.len() => {
                 let message = format!(
@@ -556,6 +558,7 @@ async fn send_batch(inner: &Inner, queue: &str, partition: PartitionId, batch: O
             }
             Err(error) if error.is_retriable() && may_retry => {
                 tracing::debug!(%queue, partition = partition.0, attempt, %error, "retrying batch");
+                hint = error.retry_after();
                 retry = true;
             }
             Err(error) => {
@@ -569,7 +572,7 @@ async fn send_batch(inner: &Inner, queue: &str, partition: PartitionId, batch: O
         }
         attempt += 1;
         let wait = backoff(inner.config.retry_backoff, attempt, rand::random::<f64>());
-        tokio::time::sleep(wait).await;
+        tokio::time::sleep(hint.map_or(wait, |hint| wait.max(hint))).await;
     }
     // Every path above resolves each record or retries; the last attempt
     // (`may_retry` false) resolves all of them.
@@ -606,6 +609,9 @@ fn duplicate_error(error: &ClientError) -> ClientError {
             ClientError::ConnectionClosed { addr: addr.clone(), reason: reason.clone() }
         }
         ClientError::Timeout { timeout_ms } => ClientError::Timeout { timeout_ms: *timeout_ms },
+        ClientError::QuotaExceeded { message, retry_after } => {
+            ClientError::QuotaExceeded { message: message.clone(), retry_after: *retry_after }
+        }
         ClientError::Encode(error) => ClientError::Encode(error.clone()),
         ClientError::Record(error) => ClientError::Record(error.clone()),
         ClientError::UnknownQueue(queue) => ClientError::UnknownQueue(queue.clone()),

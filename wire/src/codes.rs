@@ -78,6 +78,10 @@ pub enum ErrorCode {
     Unauthenticated = 24,
     /// The authenticated principal may not do this operation on this queue.
     PermissionDenied = 25,
+    /// The principal's quota (a rate of enqueue, or claims in flight) is
+    /// used up on this shard; the message names the quota and says after
+    /// how many milliseconds to retry.
+    QuotaExceeded = 26,
 }
 
 /// Static facts about one code: its stable name, a one-line description and
@@ -159,6 +163,12 @@ pub const ERROR_CODES: &[ErrorCodeInfo] = &[
         "the principal may not do this operation on this queue",
         false,
     ),
+    info(
+        ErrorCode::QuotaExceeded,
+        "QUOTA_EXCEEDED",
+        "the principal's quota is used up; retry after the time the message names",
+        true,
+    ),
 ];
 
 const fn info(
@@ -212,6 +222,17 @@ impl ErrorCode {
     }
 }
 
+/// What precedes the wait in a `QUOTA_EXCEEDED` message: `...; retry after
+/// 250 ms`. Clients read the hint with [`parse_retry_after_ms`].
+pub const RETRY_AFTER_MARK: &str = "retry after ";
+
+/// The wait a `QUOTA_EXCEEDED` message names (`retry after N ms`), if any.
+pub fn parse_retry_after_ms(message: &str) -> Option<u64> {
+    let (_, rest) = message.rsplit_once(RETRY_AFTER_MARK)?;
+    let digits = rest.strip_suffix(" ms")?;
+    digits.parse().ok()
+}
+
 impl std::fmt::Display for ErrorCode {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(formatter, "{}({})", self.name(), self.as_u16())
@@ -253,6 +274,7 @@ mod tests {
             (23, "INTERNAL"),
             (24, "UNAUTHENTICATED"),
             (25, "PERMISSION_DENIED"),
+            (26, "QUOTA_EXCEEDED"),
         ];
         assert_eq!(pinned.len(), ERROR_CODES.len());
         for &(number, name) in pinned {
@@ -264,6 +286,16 @@ mod tests {
         assert_eq!(ErrorCode::Internal as u16, 23);
         assert_eq!(ErrorCode::Unauthenticated as u16, 24);
         assert_eq!(ErrorCode::PermissionDenied as u16, 25);
+        assert_eq!(ErrorCode::QuotaExceeded as u16, 26);
+    }
+
+    // Goal: the retry hint of a quota refusal reads back; anything else is
+    // no hint.
+    #[test]
+    fn retry_hints_parse() {
+        assert_eq!(parse_retry_after_ms("quota x used up; retry after 250 ms"), Some(250));
+        assert_eq!(parse_retry_after_ms("retry after soon"), None);
+        assert_eq!(parse_retry_after_ms("no hint"), None);
     }
 
     // Goal: numbers and names are unique; method: collect both into sets.

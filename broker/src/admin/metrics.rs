@@ -496,7 +496,45 @@ pub fn encode(
         }
     }
 
+    register_quotas(&mut registry, reports);
+
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry)?;
     Ok(text)
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct QuotaLabels {
+    principal: String,
+    quota: String,
+}
+
+/// `spool_quota_rejections_total` and `spool_quota_in_use`, summed over the
+/// shards, per principal with a quota (bounded by `PRINCIPALS_MAX`) and per
+/// quota it has set (or was refused under).
+fn register_quotas(registry: &mut Registry, reports: &[ShardReport]) {
+    let rejections = Counters::<QuotaLabels>::default();
+    let in_use = Gauges::<QuotaLabels>::default();
+    for (principal, merged) in crate::server::quota::merge(reports) {
+        for kind in crate::auth::quota::QuotaKind::ALL {
+            let refused = merged.rejections[kind.index()];
+            if merged.config.get(kind).is_none() && refused == 0 {
+                continue;
+            }
+            let labels =
+                QuotaLabels { principal: principal.clone(), quota: kind.as_str().to_owned() };
+            rejections.get_or_create(&labels).inc_by(refused);
+            in_use.get_or_create(&labels).set(gauge_value(merged.in_use[kind.index()]));
+        }
+    }
+    registry.register(
+        "spool_quota_rejections",
+        "Requests refused QUOTA_EXCEEDED, by principal and quota",
+        rejections,
+    );
+    registry.register(
+        "spool_quota_in_use",
+        "Quota in use, summed over the shards: claims in flight (plus credits of waiting claims), or the part of each shard's one-second enqueue burst that is spent (messages or bytes)",
+        in_use,
+    );
 }

@@ -110,7 +110,7 @@ impl AdminServer {
         listener: std::net::TcpListener,
         control: ControlHandle,
         shard_listen: SocketAddr,
-        auth_required: bool,
+        auth: crate::auth::AuthPolicy,
     ) -> Result<AdminServer, AdminError> {
         let addr = listener.local_addr().map_err(|source| AdminError::Listener {
             addr: SocketAddr::from(([0, 0, 0, 0], 0)),
@@ -130,7 +130,7 @@ impl AdminServer {
                         return;
                     }
                 };
-                let gateway = api::Gateway::new(shard_listen, control.clone(), auth_required);
+                let gateway = api::Gateway::new(shard_listen, control.clone(), auth);
                 runtime.block_on(serve(listener, control, gateway));
             })
             .map_err(AdminError::Spawn)?;
@@ -238,13 +238,13 @@ async fn route(
 }
 
 /// What the shards answered, and which did not.
-struct Gathered {
-    reports: Vec<ShardReport>,
-    missing: Vec<u16>,
+pub(crate) struct Gathered {
+    pub(crate) reports: Vec<ShardReport>,
+    pub(crate) missing: Vec<u16>,
 }
 
 /// Asks every shard for its report and waits up to [`ADMIN_REPORT_TIMEOUT`].
-async fn gather(control: &ControlHandle) -> Result<Gathered, String> {
+pub(crate) async fn gather(control: &ControlHandle) -> Result<Gathered, String> {
     let receiver = control.request_reports().map_err(|error| error.to_string())?;
     let shards = control.shard_count();
     let mut reports: Vec<ShardReport> = Vec::with_capacity(shards);

@@ -43,7 +43,7 @@ impl std::fmt::Display for QueuePattern {
 impl Grants {
     /// Whether a `*` rule gives `operation` (a right on every queue, the
     /// ones created later included): what the broker-wide operations of the
-    /// admin port (auth reload, ACL listing) require.
+    /// admin port (auth reload, ACL listing, quotas) require.
     pub fn allows_everywhere(&self, operation: Operation) -> bool {
         self.everywhere & operation.bit() != 0
     }

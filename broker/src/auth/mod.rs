@@ -23,6 +23,7 @@
 pub mod audit;
 pub mod describe;
 pub mod limiter;
+pub mod quota;
 pub mod reload;
 
 pub use crate::limits::{ACL_RULES_MAX, PRINCIPALS_MAX, SALT_BYTES};
@@ -123,6 +124,9 @@ struct PrincipalEntry {
     name: String,
     /// argon2 PHC string (`$argon2id$v=19$m=...,t=...,p=...$salt$hash`).
     secret_hash: String,
+    /// `[principals.quota]`: this principal's quotas (absent: unlimited).
+    #[serde(default)]
+    quota: Option<quota::QuotaConfig>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -176,12 +180,24 @@ pub struct Grants {
     rules: Vec<(QueuePattern, u8)>,
     /// Rights on every queue (from `*` rules): answered without a scan.
     everywhere: u8,
+    /// The principal's quotas (unlimited when the file sets none).
+    quota: quota::QuotaConfig,
 }
 
 impl Grants {
     /// Every right on every queue (authentication off).
     pub fn everything(name: &str) -> Grants {
-        Grants { name: name.to_owned(), rules: Vec::new(), everywhere: ALL_RIGHTS }
+        Grants {
+            name: name.to_owned(),
+            rules: Vec::new(),
+            everywhere: ALL_RIGHTS,
+            quota: quota::QuotaConfig::default(),
+        }
+    }
+
+    /// The principal's quotas.
+    pub fn quota(&self) -> &quota::QuotaConfig {
+        &self.quota
     }
 
     /// The principal's name.
@@ -271,6 +287,7 @@ impl AuthPolicy {
         }
         let mut rules: BTreeMap<String, Vec<(QueuePattern, u8)>> = BTreeMap::new();
         let mut hashes: BTreeMap<String, String> = BTreeMap::new();
+        let mut quotas: BTreeMap<String, quota::QuotaConfig> = BTreeMap::new();
         for entry in &file.principals {
             spool_wire::proto::validate_principal(&entry.name)
                 .map_err(|error| invalid(format!("principal {:?}: {error}", entry.name)))?;
@@ -284,6 +301,12 @@ impl AuthPolicy {
             })?;
             if hashes.insert(entry.name.clone(), entry.secret_hash.clone()).is_some() {
                 return Err(invalid(format!("principal {} is listed twice", entry.name)));
+            }
+            if let Some(config) = entry.quota {
+                config
+                    .validate()
+                    .map_err(|reason| invalid(format!("principal {}: {reason}", entry.name)))?;
+                quotas.insert(entry.name.clone(), config);
             }
             rules.insert(entry.name.clone(), Vec::new());
         }
@@ -309,8 +332,13 @@ impl AuthPolicy {
                     .filter(|(pattern, _)| *pattern == QueuePattern::Any)
                     .fold(0u8, |mask, (_, rights)| mask | rights);
                 let rules = list.into_iter().filter(|(pattern, _)| *pattern != QueuePattern::Any);
-                let grants =
-                    Arc::new(Grants { name: name.clone(), rules: rules.collect(), everywhere });
+                let quota = quotas.get(&name).copied().unwrap_or_default();
+                let grants = Arc::new(Grants {
+                    name: name.clone(),
+                    rules: rules.collect(),
+                    everywhere,
+                    quota,
+                });
                 let secret_hash = hashes.remove(&name).unwrap_or_default();
                 (name, Principal { secret_hash, grants })
             })
@@ -338,6 +366,17 @@ impl AuthPolicy {
     pub fn decoy_hash(&self) -> Option<&str> {
         let policy = self.policy.as_ref()?;
         policy.principals.values().next().map(|principal| principal.secret_hash.as_str())
+    }
+
+    /// Every principal with at least one quota, by name, and its quotas.
+    pub fn quotas(&self) -> Vec<(String, quota::QuotaConfig)> {
+        let Some(policy) = self.policy.as_ref() else { return Vec::new() };
+        policy
+            .principals
+            .iter()
+            .filter(|(_, principal)| !principal.grants.quota.is_unlimited())
+            .map(|(name, principal)| (name.clone(), principal.grants.quota))
+            .collect()
     }
 
     /// The stored hash and the grants of `name`, if the policy names it.
@@ -476,6 +515,40 @@ mod tests {
             ),
         ];
         for (text, expected) in cases {
+            let error = policy(&text).unwrap_err().to_string();
+            assert!(error.contains(expected), "{expected:?} not in {error:?}");
+        }
+    }
+
+    // Goal: `[principals.quota]` tables load onto their principal, absent
+    // figures are unlimited, and a figure out of range or unknown is
+    // refused naming it.
+    #[test]
+    fn quotas_load_per_principal_and_are_checked() {
+        let hash = hash_secret("x").unwrap();
+        let text = format!(
+            "[[principals]]\nname = \"a\"\nsecret_hash = \"{hash}\"\n\
+             [principals.quota]\nenqueue_messages_per_sec = 10\nclaims_in_flight_max = 4\n\
+             [[principals]]\nname = \"b\"\nsecret_hash = \"{hash}\"\n"
+        );
+        let loaded = policy(&text).unwrap();
+        let (_, a) = loaded.principal("a").unwrap();
+        assert_eq!(a.quota().enqueue_messages_per_sec, Some(10));
+        assert_eq!(a.quota().enqueue_bytes_per_sec, None);
+        assert_eq!(a.quota().claims_in_flight_max, Some(4));
+        let (_, b) = loaded.principal("b").unwrap();
+        assert!(b.quota().is_unlimited());
+        let listed: Vec<String> = loaded.quotas().into_iter().map(|(name, _)| name).collect();
+        assert_eq!(listed, vec!["a".to_owned()]);
+        for (bad, expected) in [
+            ("enqueue_bytes_per_sec = 0", "enqueue_bytes_per_sec"),
+            ("claims_in_flight_max = 99999999999", "claims_in_flight_max"),
+            ("stored_bytes_max = 1", "stored_bytes_max"),
+        ] {
+            let text = format!(
+                "[[principals]]\nname = \"a\"\nsecret_hash = \"{hash}\"\n\
+                 [principals.quota]\n{bad}\n"
+            );
             let error = policy(&text).unwrap_err().to_string();
             assert!(error.contains(expected), "{expected:?} not in {error:?}");
         }

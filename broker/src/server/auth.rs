@@ -242,6 +242,11 @@ impl ShardAuth {
         self.generation.get()
     }
 
+    /// The policy this shard applies now (a reload replaces it).
+    pub fn policy(&self) -> std::cell::Ref<'_, AuthPolicy> {
+        self.policy.borrow()
+    }
+
     fn session(connection: &Connection) -> Rc<Session> {
         let mut slot = connection.session.borrow_mut();
         if let Some(existing) = slot.as_ref() {

@@ -34,6 +34,7 @@ use super::auth::ShardAuth;
 use super::convert::{
     queue_config_from_wire, queue_config_to_wire, token_from_wire, token_to_wire,
 };
+use super::quota::{QuotaReport, ShardQuotas};
 use super::{Served, ShardState};
 use crate::control::assignment::QueueName;
 use crate::net::connection::{Connection, Decoded, FrameHandler, ProtocolFault, Refusal};
@@ -136,6 +137,7 @@ impl FrameError {
 pub struct SpoolHandler {
     state: Rc<ShardState>,
     auth: ShardAuth,
+    quotas: Rc<ShardQuotas>,
 }
 
 type Answer = Result<Response<'static>, ErrorResponse>;
@@ -190,7 +192,19 @@ impl SpoolHandler {
     pub fn new(state: Rc<ShardState>) -> Self {
         let auth =
             ShardAuth::new(state.config.auth.clone(), &state.config.data_dir, state.clock.clone());
-        Self { state, auth }
+        let quotas = ShardQuotas::new(state.shard.0, state.config.shards);
+        Self { state, auth, quotas }
+    }
+
+    /// The housekeeping tick's share of quota work (leases past their
+    /// deadline stop being tracked).
+    pub fn quota_tick(&self) {
+        self.quotas.tick((self.state.clock)());
+    }
+
+    /// This shard's quota figures, per principal with a quota.
+    pub fn quota_report(&self) -> Vec<QuotaReport> {
+        self.quotas.report(&self.auth.policy(), (self.state.clock)())
     }
 
     /// Puts a reloaded auth policy in force on this shard (`auth::reload`).
@@ -275,8 +289,12 @@ impl SpoolHandler {
                 let lease = (extend.lease_ms > 0).then_some(u64::from(extend.lease_ms));
                 let deadline = partition.extend(&token, lease).await.map_err(|e| {
                     partition.requests.failed(&e);
+                    if e.code() == ErrorCode::StaleToken {
+                        self.quotas.forget(&token.to_bytes());
+                    }
                     partition_error(&e)
                 })?;
+                self.quotas.extended(&token.to_bytes(), deadline);
                 partition.requests.extended();
                 Ok(Response::Extend(ExtendResponse { lease_deadline_ms: deadline }))
             }
@@ -294,8 +312,12 @@ impl SpoolHandler {
                     .await
                     .map_err(|e| {
                         partition.requests.failed(&e);
+                        if e.code() == ErrorCode::StaleToken {
+                            self.quotas.forget(&token.to_bytes());
+                        }
                         partition_error(&e)
                     })?;
+                self.quotas.forget(&token.to_bytes());
                 Ok(Response::Release(ReleaseResponse { not_before_ms: due }))
             }
             Request::CreateQueue(create) => {
@@ -500,7 +522,7 @@ impl SpoolHandler {
             let batch: Vec<crate::queue::DeliveryToken> =
                 members.iter().map(|(_, token)| *token).collect();
             let outcomes = partition.ack(&batch).await;
-            for ((index, _), outcome) in members.iter().zip(outcomes) {
+            for ((index, token), outcome) in members.iter().zip(outcomes) {
                 results[*index] = match outcome {
                     Ok(()) => ErrorCode::None,
                     Err(failure) => {
@@ -508,6 +530,9 @@ impl SpoolHandler {
                         failure.code()
                     }
                 };
+                if matches!(results[*index], ErrorCode::None | ErrorCode::StaleToken) {
+                    self.quotas.forget(&token.to_bytes());
+                }
             }
         }
         AckResponse { results }
@@ -656,10 +681,23 @@ impl SpoolHandler {
             }
             return Self::encode_error(&reply, correlation_id, api_key, api_version);
         }
+        if let Request::Enqueue(enqueue) = &request {
+            // Charged only where the partition is served: a request answered
+            // NOT_OWNER costs nothing. Without an enqueue quota (and with
+            // authentication off) this is one check.
+            if grants.quota().limits_enqueue()
+                && self.state.served(enqueue.queue, enqueue.partition).is_some()
+            {
+                let now = (self.state.clock)();
+                if let Err(reply) = self.quotas.charge_enqueue(&grants, enqueue.batch, now) {
+                    return Self::encode_error(&reply, correlation_id, api_key, api_version);
+                }
+            }
+        }
         let mut out = Vec::new();
         let encoded = if let Request::Claim(claim) = &request {
             // Claims borrow record bytes from the partition's reply.
-            match self.claim(claim, correlation_id, connection).await {
+            match self.claim(claim, correlation_id, connection, &grants).await {
                 Ok(claimed) => {
                     let deliveries = claimed
                         .iter()
@@ -722,6 +760,7 @@ impl SpoolHandler {
         claim: &proto::ClaimRequest<'_>,
         correlation_id: CorrelationId,
         connection: &Connection,
+        grants: &crate::auth::Grants,
     ) -> Result<Vec<crate::partition::Claimed>, ErrorResponse> {
         // Registered before the first await, so a CancelClaim the client
         // sends after this claim finds it.
@@ -740,9 +779,13 @@ impl SpoolHandler {
             _ => (claim.queue, Lane::Main),
         };
         let partition = self.route(queue, claim.partition)?;
+        // A principal with `claims_in_flight_max` asks for at most what its
+        // share leaves (the reservation is given back if this claim fails
+        // or is dropped).
+        let reservation = self.quotas.reserve_claim(grants, claim.credits, (self.state.clock)())?;
         let request = ClaimRequest {
             worker: claim.worker,
-            credits: claim.credits,
+            credits: reservation.as_ref().map_or(claim.credits, |held| held.granted()),
             max_bytes: u64::from(claim.max_bytes),
             lease_ms: (claim.lease_ms > 0).then_some(u64::from(claim.lease_ms)),
         };
@@ -772,6 +815,13 @@ impl SpoolHandler {
         match &claimed {
             Ok(claimed) => partition.requests.claimed(claimed),
             Err(failure) => partition.requests.failed(failure),
+        }
+        if let (Some(held), Ok(claimed)) = (reservation, &claimed) {
+            held.settle(
+                claimed
+                    .iter()
+                    .map(|item| (item.delivery.token.to_bytes(), item.delivery.deadline_ms)),
+            );
         }
         claimed.map_err(|failure| {
             let reason = match failure {

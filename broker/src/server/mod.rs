@@ -24,6 +24,7 @@ pub mod auth;
 pub mod convert;
 pub mod counters;
 pub mod handler;
+pub mod quota;
 pub mod served;
 
 use std::cell::{Cell, RefCell};
@@ -599,10 +600,12 @@ impl ShardHooks for SpoolHooks {
 
     fn report(&self, report: &mut ShardReport) {
         self.state.report(report);
+        report.quotas = self.handler.quota_report();
     }
 
     fn on_tick(&self) {
         self.retry_opens();
+        self.handler.quota_tick();
         let served: Vec<Rc<Served>> = self.state.partitions.borrow().values().cloned().collect();
         for entry in served {
             entry.partition.tick();

@@ -827,7 +827,7 @@ impl Broker {
                 listener,
                 control.clone(),
                 config.shard_listen(0),
-                config.auth.is_enabled(),
+                config.auth.clone(),
             ) {
                 Ok(admin) => Some(admin),
                 Err(error) => {

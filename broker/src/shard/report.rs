@@ -130,6 +130,8 @@ pub struct ShardReport {
     /// Handshakes this shard refused unverified because their address was
     /// locked out (`auth::limiter`).
     pub auth_lockouts: u64,
+    /// Quota figures per principal with a quota (`server::quota`).
+    pub quotas: Vec<crate::server::quota::QuotaReport>,
 }
 
 impl ShardReport {
@@ -145,6 +147,7 @@ impl ShardReport {
             io,
             auth_denials: crate::auth::denials(),
             auth_lockouts: crate::auth::limiter::lockouts(),
+            quotas: Vec::new(),
         }
     }
 }

@@ -46,7 +46,9 @@ pub fn status_for(code: ErrorCode) -> StatusCode {
         ErrorCode::QueueExists | ErrorCode::StaleToken | ErrorCode::LeaseLifetimeExceeded => {
             StatusCode::CONFLICT
         }
-        ErrorCode::QueueFull | ErrorCode::Throttled => StatusCode::TOO_MANY_REQUESTS,
+        ErrorCode::QueueFull | ErrorCode::Throttled | ErrorCode::QuotaExceeded => {
+            StatusCode::TOO_MANY_REQUESTS
+        }
         ErrorCode::DiskFull => StatusCode::INSUFFICIENT_STORAGE,
         ErrorCode::NotOwner
         | ErrorCode::TooManyConnections
@@ -100,7 +102,16 @@ impl ApiError {
     pub fn into_response(self) -> Response<Full<Bytes>> {
         let mut response = super::json_response(self.status, &self.body());
         if self.code.is_retriable() {
-            response.headers_mut().insert(RETRY_AFTER, HeaderValue::from_static("1"));
+            // The broker's hint (QUOTA_EXCEEDED's `retry_after_ms`) in whole
+            // seconds, rounded up; 1 s otherwise.
+            let seconds = self
+                .details
+                .get("retry_after_ms")
+                .and_then(Value::as_u64)
+                .map_or(1, |ms| ms.div_ceil(1000).max(1));
+            let value = HeaderValue::from_str(&seconds.to_string())
+                .unwrap_or_else(|_| HeaderValue::from_static("1"));
+            response.headers_mut().insert(RETRY_AFTER, value);
         }
         response
     }
@@ -113,6 +124,16 @@ impl ApiError {
         let message = error.to_string();
         match &error {
             ClientError::Server { code, message } => Self::new(*code, message.clone()),
+            ClientError::QuotaExceeded { message, retry_after } => {
+                let error = Self::new(ErrorCode::QuotaExceeded, message.clone());
+                match retry_after {
+                    Some(wait) => error.with_detail(
+                        "retry_after_ms",
+                        u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                    ),
+                    None => error,
+                }
+            }
             ClientError::UnknownQueue(queue) => {
                 Self::new(ErrorCode::QueueNotFound, format!("queue '{queue}' does not exist"))
             }

@@ -26,6 +26,7 @@ pub mod error;
 pub mod json;
 pub mod limits;
 mod ops;
+pub mod quotas;
 pub mod routes;
 pub mod token;
 
@@ -134,7 +135,12 @@ impl Gateway {
     /// With `auth_required`, every API request needs
     /// `Authorization: Bearer <principal>:<secret>` and is served with that
     /// principal's rights (the shards check them, as for any client).
-    pub fn new(shard_listen: SocketAddr, control: ControlHandle, auth_required: bool) -> Self {
+    pub fn new(
+        shard_listen: SocketAddr,
+        control: ControlHandle,
+        policy: crate::auth::AuthPolicy,
+    ) -> Self {
+        let auth_required = policy.is_enabled();
         Self {
             bootstrap: bootstrap_address(shard_listen),
             callers: caller::CallerAuth::new(control.clone()),
@@ -213,6 +219,7 @@ impl Gateway {
             Operation::Purge => ok(self.purge(queue, parse(&call.body)?).await?),
             Operation::ReloadAuth => ok(self.reload_auth(call).await?),
             Operation::Acl => ok(self.acl(call)?),
+            Operation::Quotas => ok(self.quotas(call).await?),
             Operation::Metrics | Operation::Live | Operation::Ready => {
                 Err(ApiError::new(ErrorCode::Internal, "not an API route"))
             }

@@ -58,7 +58,7 @@ fn reload_error(error: ReloadError) -> ApiError {
 
 impl Gateway {
     /// Refuses a caller without the `admin` right on every queue.
-    fn require_admin_everywhere(call: &Call, what: &str) -> Result<(), ApiError> {
+    pub(super) fn require_admin_everywhere(call: &Call, what: &str) -> Result<(), ApiError> {
         match &call.grants {
             None => Ok(()),
             Some(grants) if grants.allows_everywhere(Operation::Admin) => Ok(()),

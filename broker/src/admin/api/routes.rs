@@ -24,6 +24,7 @@ pub enum Operation {
     Purge,
     ReloadAuth,
     Acl,
+    Quotas,
 }
 
 /// One served route: `{queue}` in a path matches one non-empty segment.
@@ -57,6 +58,7 @@ pub const ROUTES: &[Route] = &[
     route(Method::POST, "/v1/queues/{queue}/purge", Operation::Purge),
     route(Method::POST, "/v1/auth/reload", Operation::ReloadAuth),
     route(Method::GET, "/v1/acl", Operation::Acl),
+    route(Method::GET, "/v1/quotas", Operation::Quotas),
 ];
 
 /// Why a request matched no route.

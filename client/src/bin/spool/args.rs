@@ -2,7 +2,7 @@
 //! command does is in `main.rs`, how results look is in `render.rs`.
 
 use clap::{Args, Parser, Subcommand};
-use spool_client::limits::{ADDR_DEFAULT, RECV_WAIT_MS_DEFAULT};
+use spool_client::limits::{ADDR_DEFAULT, ADMIN_ADDR_DEFAULT, RECV_WAIT_MS_DEFAULT};
 use spool_client::spool_wire::limits::SCHEDULE_HORIZON_MS;
 
 /// Spool command line client.
@@ -65,6 +65,23 @@ pub enum Command {
     /// A queue's key figures from the admin port's /metrics: counts, oldest
     /// ready age, enqueue and ack rates, predicted drain time.
     Metrics(crate::metrics::MetricsArgs),
+    /// Quotas per principal (from the admin port).
+    #[command(subcommand)]
+    Quota(QuotaCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum QuotaCommand {
+    /// Each principal's quotas and what it uses now, summed over the
+    /// shards (`GET /v1/quotas`; needs `admin` on `*` with authentication on).
+    List(QuotaListArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct QuotaListArgs {
+    /// The broker's admin port.
+    #[arg(long = "admin", value_name = "ADDR", default_value = ADMIN_ADDR_DEFAULT)]
+    pub admin_addr: String,
 }
 
 #[derive(Debug, Subcommand)]

@@ -11,6 +11,7 @@ mod acl;
 mod args;
 mod http;
 mod metrics;
+mod quota;
 mod render;
 
 use std::collections::VecDeque;
@@ -29,7 +30,8 @@ use spool_client::{
 use tokio::sync::mpsc;
 
 use args::{
-    AuditArgs, AuthCommand, Cli, Command, DlqCommand, PeekArgs, QueueCommand, RecvArgs, SendArgs,
+    AuditArgs, AuthCommand, Cli, Command, DlqCommand, PeekArgs, QueueCommand, QuotaCommand,
+    RecvArgs, SendArgs,
 };
 use render::{escape, show_bytes, Output, StreamTable, Table};
 use spool_client::limits::{LINE_BYTES_MAX, SEND_IN_FLIGHT_MAX, STDIN_READ_AHEAD_LINES};
@@ -201,6 +203,10 @@ async fn run(cli: &Cli) -> Result<Output, Failure> {
             return acl::run(command, credentials.as_ref(), admin_timeout(cli)).await;
         }
         Command::Metrics(args) => return metrics::run(args, admin_timeout(cli)).await,
+        Command::Quota(QuotaCommand::List(args)) => {
+            let timeout = Duration::from_millis(cli.timeout_ms.max(1));
+            return quota::list(args, credentials(cli)?.as_ref(), timeout);
+        }
         _ => {}
     }
     let config = ClientConfig {
@@ -298,7 +304,11 @@ async fn run(cli: &Cli) -> Result<Output, Failure> {
             }
             Ok(render_stats(&described))
         }
-        Command::Auth(_) | Command::Audit(_) | Command::Acl(_) | Command::Metrics(_) => {
+        Command::Auth(_)
+        | Command::Audit(_)
+        | Command::Acl(_)
+        | Command::Metrics(_)
+        | Command::Quota(_) => {
             unreachable!("answered before connecting")
         }
     }
@@ -938,6 +948,10 @@ mod tests {
         let cli = Cli::try_parse_from(["spool", "recv", "jobs", "-n", "5", "--no-ack"]).unwrap();
         let Command::Recv(recv) = cli.command else { panic!("not recv") };
         assert_eq!((recv.count, recv.no_ack, recv.lease_ms), (5, true, 30_000));
+
+        let cli = Cli::try_parse_from(["spool", "quota", "list"]).unwrap();
+        let Command::Quota(QuotaCommand::List(list)) = cli.command else { panic!("not quota") };
+        assert_eq!(list.admin_addr, spool_client::limits::ADMIN_ADDR_DEFAULT);
 
         let cli = Cli::try_parse_from(["spool", "purge", "jobs", "--yes"]).unwrap();
         let Command::Purge(purge) = cli.command else { panic!("not purge") };

@@ -1,0 +1,422 @@
+//! Quotas per principal on one shard: the glue between the protocol
+//! handler and the pure bookkeeping of [`crate::auth::quota`].
+//!
+//! Each shard enforces its own share of every node-wide quota
+//! (`docs/operations.md`, "Quotas"), with state only this shard's thread
+//! touches (`RefCell`s), so nothing here crosses cores:
+//!
+//! - **Enqueue** (after the ACL check, for a partition served here): the
+//!   batch's records and bytes are charged to the principal's two token
+//!   buckets (`enqueue_messages_per_sec`, `enqueue_bytes_per_sec`); both
+//!   are checked before either is charged. Not enough: `QUOTA_EXCEEDED`
+//!   naming the quota, with a retry-after in the message. A batch that is
+//!   charged and then refused for another reason (queue full, invalid)
+//!   stays charged: the rate counts what was asked for.
+//! - **Claim**: a principal with `claims_in_flight_max` reserves its
+//!   credits, clamped to what its share leaves (a claim for 10 with 3 left
+//!   asks the partition for 3); with nothing left it is answered
+//!   `QUOTA_EXCEEDED`. When the claim returns, the reservation goes and
+//!   each delivery is recorded with its lease deadline; a claim dropped
+//!   unanswered (its connection closed) gives its reservation back.
+//! - **Ack, Release** remove a delivery; **Extend** moves its deadline; a
+//!   token refused `STALE_TOKEN` is removed too (its claim is over). An
+//!   entry whose deadline passed stops counting at once and is dropped on
+//!   the housekeeping tick.
+//!
+//! Principals without quotas (and every connection while authentication is
+//! off) cost one check of an empty quota per request.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use spool_wire::batch::BatchHeader;
+use spool_wire::proto::ErrorResponse;
+use spool_wire::ErrorCode;
+
+use crate::auth::quota::{Bucket, ClaimTable, DeliveryKey, QuotaConfig, QuotaKind, Refused};
+use crate::auth::{AuthPolicy, Grants};
+
+/// One principal's figures on this shard, for the admin port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuotaReport {
+    pub principal: String,
+    /// The node-wide quotas the shard's policy gives the principal.
+    pub config: QuotaConfig,
+    /// What is in use on this shard, indexed like [`QuotaKind::ALL`]: for
+    /// a rate, the part of this shard's burst that is spent (units); for
+    /// claims, deliveries under a live lease plus credits reserved by
+    /// claims still waiting.
+    pub in_use: [u64; QuotaKind::ALL.len()],
+    /// Requests this shard refused `QUOTA_EXCEEDED`, by quota.
+    pub rejections: [u64; QuotaKind::ALL.len()],
+}
+
+/// Every shard's figures for one principal, summed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MergedQuota {
+    pub config: QuotaConfig,
+    pub in_use: [u64; QuotaKind::ALL.len()],
+    pub rejections: [u64; QuotaKind::ALL.len()],
+}
+
+/// Sums the shards' quota figures per principal (in name order); the
+/// configuration is the one the shards report (the same on each).
+pub fn merge(
+    reports: &[crate::shard::report::ShardReport],
+) -> std::collections::BTreeMap<String, MergedQuota> {
+    let mut merged: std::collections::BTreeMap<String, MergedQuota> = Default::default();
+    for report in reports.iter().flat_map(|shard| shard.quotas.iter()) {
+        let entry = merged.entry(report.principal.clone()).or_default();
+        if !report.config.is_unlimited() {
+            entry.config = report.config;
+        }
+        for kind in QuotaKind::ALL {
+            entry.in_use[kind.index()] += report.in_use[kind.index()];
+            entry.rejections[kind.index()] += report.rejections[kind.index()];
+        }
+    }
+    merged
+}
+
+/// A principal's enqueue buckets on this shard.
+#[derive(Debug, Default)]
+struct Buckets {
+    messages: Option<Bucket>,
+    bytes: Option<Bucket>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    buckets: HashMap<String, Buckets>,
+    claims: ClaimTable,
+    rejections: HashMap<String, [u64; QuotaKind::ALL.len()]>,
+}
+
+/// The quota state of one shard.
+#[derive(Debug)]
+pub struct ShardQuotas {
+    shard: u16,
+    shards: u16,
+    state: RefCell<State>,
+}
+
+/// The bucket for `rate`, made (full) or remade when the rate changed (a
+/// reloaded auth file).
+fn bucket_for(slot: &mut Option<Bucket>, rate: Option<u64>, shards: u16, now_ms: u64) {
+    match rate {
+        None => *slot = None,
+        Some(rate) => {
+            if slot.as_ref().map(Bucket::rate) != Some(rate) {
+                *slot = Some(Bucket::new(rate, shards, now_ms));
+            }
+        }
+    }
+}
+
+impl ShardQuotas {
+    /// The quotas of shard `shard` of `shards`.
+    pub fn new(shard: u16, shards: u16) -> Rc<ShardQuotas> {
+        Rc::new(ShardQuotas { shard, shards: shards.max(1), state: RefCell::default() })
+    }
+
+    fn refuse(
+        &self,
+        state: &mut State,
+        grants: &Grants,
+        kind: QuotaKind,
+        refused: Refused,
+    ) -> ErrorResponse {
+        let counts = state.rejections.entry(grants.name().to_owned()).or_default();
+        counts[kind.index()] += 1;
+        let limit = grants.quota().get(kind).unwrap_or_default();
+        let share = match kind {
+            QuotaKind::ClaimsInFlightMax => {
+                format!("{} on this shard", grants.quota().claims_share(self.shards).unwrap_or(0))
+            }
+            _ => format!("{limit}/{} a second on this shard", self.shards),
+        };
+        ErrorResponse::new(
+            ErrorCode::QuotaExceeded,
+            format!(
+                "quota {} = {limit} of principal {} used up on shard {} (share {share}); {}{} ms",
+                kind.as_str(),
+                grants.name(),
+                self.shard,
+                spool_wire::codes::RETRY_AFTER_MARK,
+                refused.retry_after_ms,
+            ),
+        )
+    }
+
+    /// Charges an Enqueue's batch to the principal's rates.
+    ///
+    /// # Errors
+    /// `QUOTA_EXCEEDED` naming the first rate that lacks room (nothing is
+    /// charged then).
+    pub fn charge_enqueue(
+        &self,
+        grants: &Grants,
+        batch: &[u8],
+        now_ms: u64,
+    ) -> Result<(), ErrorResponse> {
+        let quota = grants.quota();
+        if !quota.limits_enqueue() {
+            return Ok(());
+        }
+        // A batch whose header does not parse is refused by the partition;
+        // it is charged its bytes and one message.
+        let messages = BatchHeader::parse(batch).map_or(1, |header| u64::from(header.record_count));
+        let bytes = batch.len() as u64;
+        let mut state = self.state.borrow_mut();
+        let state = &mut *state;
+        let buckets = state.buckets.entry(grants.name().to_owned()).or_default();
+        bucket_for(&mut buckets.messages, quota.enqueue_messages_per_sec, self.shards, now_ms);
+        bucket_for(&mut buckets.bytes, quota.enqueue_bytes_per_sec, self.shards, now_ms);
+        let checks = [
+            (QuotaKind::EnqueueMessagesPerSec, buckets.messages.as_mut(), messages),
+            (QuotaKind::EnqueueBytesPerSec, buckets.bytes.as_mut(), bytes),
+        ];
+        let mut refusal = None;
+        for (kind, bucket, units) in checks {
+            let Some(bucket) = bucket else { continue };
+            if let Err(refused) = bucket.check(units, now_ms) {
+                refusal = Some((kind, refused));
+                break;
+            }
+        }
+        if let Some((kind, refused)) = refusal {
+            return Err(self.refuse(state, grants, kind, refused));
+        }
+        if let Some(bucket) = buckets.messages.as_mut() {
+            bucket.charge(messages, now_ms);
+        }
+        if let Some(bucket) = buckets.bytes.as_mut() {
+            bucket.charge(bytes, now_ms);
+        }
+        Ok(())
+    }
+
+    /// Reserves a claim's credits against the principal's share of
+    /// `claims_in_flight_max`: `None` when it has no such quota (the claim
+    /// goes as asked), else the reservation whose
+    /// [`granted`](ClaimReservation::granted) credits the claim may use.
+    ///
+    /// # Errors
+    /// `QUOTA_EXCEEDED` when nothing of the share is left.
+    pub fn reserve_claim(
+        self: &Rc<Self>,
+        grants: &Grants,
+        credits: u32,
+        now_ms: u64,
+    ) -> Result<Option<ClaimReservation>, ErrorResponse> {
+        let Some(share) = grants.quota().claims_share(self.shards) else { return Ok(None) };
+        let mut state = self.state.borrow_mut();
+        match state.claims.reserve(grants.name(), share, u64::from(credits), now_ms) {
+            Ok(granted) => Ok(Some(ClaimReservation {
+                quotas: Rc::clone(self),
+                principal: grants.name().to_owned(),
+                granted,
+            })),
+            Err(refused) => {
+                Err(self.refuse(&mut state, grants, QuotaKind::ClaimsInFlightMax, refused))
+            }
+        }
+    }
+
+    /// A delivery was acked or released, or its token refused as stale.
+    pub fn forget(&self, token: &DeliveryKey) {
+        let mut state = self.state.borrow_mut();
+        if !state.claims.is_empty() {
+            state.claims.remove(token);
+        }
+    }
+
+    /// A delivery's lease was extended to `deadline_ms`.
+    pub fn extended(&self, token: &DeliveryKey, deadline_ms: u64) {
+        let mut state = self.state.borrow_mut();
+        if !state.claims.is_empty() {
+            state.claims.extend(token, deadline_ms);
+        }
+    }
+
+    /// The housekeeping tick: drops deliveries past their deadline, and
+    /// buckets that are full again (a full bucket is what a new one is, so
+    /// the map holds only principals that enqueued within the last second).
+    pub fn tick(&self, now_ms: u64) {
+        let mut state = self.state.borrow_mut();
+        state.claims.expire(now_ms);
+        state.buckets.retain(|_, buckets| {
+            let busy =
+                |bucket: &mut Option<Bucket>| bucket.as_mut().is_some_and(|b| b.used(now_ms) > 0);
+            busy(&mut buckets.messages) || busy(&mut buckets.bytes)
+        });
+    }
+
+    /// One figure per principal with a quota in `policy` (this shard's
+    /// policy), plus any principal this shard refused since (a reloaded
+    /// file may have dropped its quota).
+    pub fn report(&self, policy: &AuthPolicy, now_ms: u64) -> Vec<QuotaReport> {
+        let mut state = self.state.borrow_mut();
+        let state = &mut *state;
+        let mut reports: Vec<QuotaReport> = policy
+            .quotas()
+            .into_iter()
+            .map(|(principal, config)| QuotaReport {
+                principal,
+                config,
+                in_use: [0; QuotaKind::ALL.len()],
+                rejections: [0; QuotaKind::ALL.len()],
+            })
+            .collect();
+        for (principal, counts) in &state.rejections {
+            match reports.iter_mut().find(|report| &report.principal == principal) {
+                Some(report) => report.rejections = *counts,
+                None => reports.push(QuotaReport {
+                    principal: principal.clone(),
+                    config: QuotaConfig::default(),
+                    in_use: [0; QuotaKind::ALL.len()],
+                    rejections: *counts,
+                }),
+            }
+        }
+        for report in &mut reports {
+            if let Some(buckets) = state.buckets.get_mut(&report.principal) {
+                if let Some(bucket) = buckets.messages.as_mut() {
+                    report.in_use[QuotaKind::EnqueueMessagesPerSec.index()] = bucket.used(now_ms);
+                }
+                if let Some(bucket) = buckets.bytes.as_mut() {
+                    report.in_use[QuotaKind::EnqueueBytesPerSec.index()] = bucket.used(now_ms);
+                }
+            }
+            report.in_use[QuotaKind::ClaimsInFlightMax.index()] =
+                state.claims.in_use(&report.principal, now_ms);
+        }
+        reports
+    }
+}
+
+/// Credits a claim holds against its principal's share while it is served.
+/// Dropped without [`settle`](ClaimReservation::settle) (the claim failed,
+/// or its task was dropped), it gives them all back.
+#[derive(Debug)]
+pub struct ClaimReservation {
+    quotas: Rc<ShardQuotas>,
+    principal: String,
+    granted: u64,
+}
+
+impl ClaimReservation {
+    /// The credits the claim may ask for (at least 1).
+    pub fn granted(&self) -> u32 {
+        u32::try_from(self.granted).unwrap_or(u32::MAX)
+    }
+
+    /// Ends the reservation and records the deliveries the claim made
+    /// (token, lease deadline).
+    pub fn settle(mut self, deliveries: impl IntoIterator<Item = (DeliveryKey, u64)>) {
+        let granted = std::mem::take(&mut self.granted);
+        self.quotas.state.borrow_mut().claims.settle(&self.principal, granted, deliveries);
+    }
+}
+
+impl Drop for ClaimReservation {
+    fn drop(&mut self) {
+        if self.granted > 0 {
+            let granted = std::mem::take(&mut self.granted);
+            self.quotas.state.borrow_mut().claims.settle(&self.principal, granted, []);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::hash_secret;
+    use std::path::Path;
+
+    fn policy() -> AuthPolicy {
+        let hash = hash_secret("x").unwrap_or_default();
+        let text = format!(
+            "[[principals]]\nname = \"p\"\nsecret_hash = \"{hash}\"\n\
+             [principals.quota]\nenqueue_messages_per_sec = 4\nclaims_in_flight_max = 3\n\
+             [[principals]]\nname = \"free\"\nsecret_hash = \"{hash}\"\n"
+        );
+        match AuthPolicy::from_toml(&text, Path::new("auth.toml")) {
+            Ok(policy) => policy,
+            Err(error) => panic!("{error}"),
+        }
+    }
+
+    fn batch(records: u32) -> Vec<u8> {
+        let mut builder = spool_wire::batch::DataBatchBuilder::new();
+        for n in 0..records {
+            let record = spool_wire::batch::Record {
+                message_id: spool_wire::batch::MessageId([n as u8; 16]),
+                routing_key: Vec::new(),
+                headers: Vec::new(),
+                payload: spool_wire::batch::Payload::Inline(b"x".to_vec()),
+                priority: 0,
+                not_before_ms: 0,
+                expiry_ms: 0,
+                enqueue_time_ms: 0,
+            };
+            assert!(builder.push(&record).is_ok());
+        }
+        builder.finish().map(|bytes| bytes.to_vec()).unwrap_or_default()
+    }
+
+    // Goal: the shard charges an enqueue's records, refuses past its share
+    // naming the quota with a parseable retry hint, counts the refusal,
+    // reports use, and leaves a principal without quota alone.
+    #[test]
+    fn enqueue_is_charged_and_refused_past_the_share() {
+        let policy = policy();
+        let (_, limited) = policy.principal("p").expect("p");
+        let (_, free) = policy.principal("free").expect("free");
+        // 4 a second over 2 shards: a burst of 2.
+        let quotas = ShardQuotas::new(0, 2);
+        assert!(quotas.charge_enqueue(&limited, &batch(2), 0).is_ok());
+        let refused = quotas.charge_enqueue(&limited, &batch(1), 0).expect_err("over the share");
+        assert_eq!(refused.code, ErrorCode::QuotaExceeded);
+        assert!(refused.message.contains("enqueue_messages_per_sec"), "{}", refused.message);
+        assert_eq!(spool_wire::codes::parse_retry_after_ms(&refused.message), Some(500));
+        for _ in 0..100 {
+            assert!(quotas.charge_enqueue(&free, &batch(10), 0).is_ok());
+        }
+        let reports = quotas.report(&policy, 0);
+        assert_eq!(reports.len(), 1);
+        assert_eq!(reports[0].principal, "p");
+        assert_eq!(reports[0].rejections, [1, 0, 0]);
+        assert_eq!(reports[0].in_use[0], 2);
+        assert!(quotas.charge_enqueue(&limited, &batch(1), 500).is_ok());
+        // Nearly refilled is not full: the tick keeps the bucket (a fresh
+        // one would forget the debt).
+        quotas.tick(999);
+        assert!(quotas.charge_enqueue(&limited, &batch(2), 999).is_err());
+        quotas.tick(10_000);
+        assert!(quotas.state.borrow().buckets.is_empty(), "a full bucket is dropped");
+    }
+
+    // Goal: a claim reservation is clamped, given back when dropped, and
+    // recorded when settled; ack frees it.
+    #[test]
+    fn claim_reservations_clamp_and_give_back() {
+        let policy = policy();
+        let (_, limited) = policy.principal("p").expect("p");
+        let quotas = ShardQuotas::new(0, 1);
+        let first = quotas.reserve_claim(&limited, 10, 0).ok().flatten().expect("reserved");
+        assert_eq!(first.granted(), 3);
+        assert!(quotas.reserve_claim(&limited, 1, 0).is_err());
+        drop(first);
+        let again = quotas.reserve_claim(&limited, 2, 0).ok().flatten().expect("given back");
+        let mut token = [0u8; crate::queue::DELIVERY_TOKEN_BYTES];
+        token[0] = 7;
+        again.settle([(token, 1_000)]);
+        assert_eq!(quotas.report(&policy, 0)[0].in_use[2], 1);
+        quotas.extended(&token, 5_000);
+        assert_eq!(quotas.report(&policy, 2_000)[0].in_use[2], 1);
+        quotas.forget(&token);
+        assert_eq!(quotas.report(&policy, 0)[0].in_use[2], 0);
+    }
+}
