@@ -163,13 +163,10 @@ const _: () = assert!(ACK_REQUESTS_IN_FLIGHT_MAX <= IN_FLIGHT_REQUESTS_MAX);
 pub const SALT_BYTES: usize = 16;
 
 /// CLI: the broker's admin port (`spool auth reload`, `spool acl`, `spool
-/// metrics`), the broker's own `admin_listen` default.
+/// metrics`, `spool quota`), the broker's own `admin_listen` default.
 pub const ADMIN_ADDR_DEFAULT: &str = "127.0.0.1:7480";
 /// CLI: most bytes of one admin-port answer read (a `/metrics` page of
 /// 10,000 queues is a few tens of MiB).
 pub const ADMIN_RESPONSE_BYTES_MAX: usize = 64 << 20;
 /// CLI: `spool metrics` scrapes twice this far apart to compute rates.
 pub const METRICS_INTERVAL_MS_DEFAULT: u64 = 1_000;
-/// Most bytes of an admin-port answer the CLI reads (`spool quota list`;
-/// the answer for `PRINCIPALS_MAX` principals fits well within it).
-pub const ADMIN_ANSWER_BYTES_MAX: u64 = 16 << 20;

@@ -52,7 +52,7 @@ fn failed(answer: &Answer) -> Failure {
     Failure::Admin(answer.refusal(), exit)
 }
 
-async fn admin_call(
+pub(crate) async fn admin_call(
     admin: &AdminAddr,
     method: &str,
     path: &str,

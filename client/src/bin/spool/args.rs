@@ -2,7 +2,7 @@
 //! command does is in `main.rs`, how results look is in `render.rs`.
 
 use clap::{Args, Parser, Subcommand};
-use spool_client::limits::{ADDR_DEFAULT, ADMIN_ADDR_DEFAULT, RECV_WAIT_MS_DEFAULT};
+use spool_client::limits::{ADDR_DEFAULT, RECV_WAIT_MS_DEFAULT};
 use spool_client::spool_wire::limits::SCHEDULE_HORIZON_MS;
 
 /// Spool command line client.
@@ -74,14 +74,7 @@ pub enum Command {
 pub enum QuotaCommand {
     /// Each principal's quotas and what it uses now, summed over the
     /// shards (`GET /v1/quotas`; needs `admin` on `*` with authentication on).
-    List(QuotaListArgs),
-}
-
-#[derive(Debug, Args)]
-pub struct QuotaListArgs {
-    /// The broker's admin port.
-    #[arg(long = "admin", value_name = "ADDR", default_value = ADMIN_ADDR_DEFAULT)]
-    pub admin_addr: String,
+    List(crate::acl::AdminAddr),
 }
 
 #[derive(Debug, Subcommand)]

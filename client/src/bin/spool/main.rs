@@ -203,9 +203,9 @@ async fn run(cli: &Cli) -> Result<Output, Failure> {
             return acl::run(command, credentials.as_ref(), admin_timeout(cli)).await;
         }
         Command::Metrics(args) => return metrics::run(args, admin_timeout(cli)).await,
-        Command::Quota(QuotaCommand::List(args)) => {
-            let timeout = Duration::from_millis(cli.timeout_ms.max(1));
-            return quota::list(args, credentials(cli)?.as_ref(), timeout);
+        Command::Quota(QuotaCommand::List(admin)) => {
+            let credentials = credentials(cli)?;
+            return quota::list(admin, credentials.as_ref(), admin_timeout(cli)).await;
         }
         _ => {}
     }
@@ -951,7 +951,7 @@ mod tests {
 
         let cli = Cli::try_parse_from(["spool", "quota", "list"]).unwrap();
         let Command::Quota(QuotaCommand::List(list)) = cli.command else { panic!("not quota") };
-        assert_eq!(list.admin_addr, spool_client::limits::ADMIN_ADDR_DEFAULT);
+        assert_eq!(list.admin, spool_client::limits::ADMIN_ADDR_DEFAULT);
 
         let cli = Cli::try_parse_from(["spool", "purge", "jobs", "--yes"]).unwrap();
         let Command::Purge(purge) = cli.command else { panic!("not purge") };
