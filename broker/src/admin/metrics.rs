@@ -139,6 +139,19 @@ pub fn encode(
             }
             registry.register($name, $help, family);
         }};
+        ($name:literal, $help:literal, unit $unit:expr, |$report:ident| $value:expr) => {{
+            let family = Gauges::<PartitionLabels>::default();
+            for shard in reports {
+                for $report in &shard.partitions {
+                    let labels = PartitionLabels {
+                        queue: $report.queue.clone(),
+                        partition: $report.partition.to_string(),
+                    };
+                    family.get_or_create(&labels).set(gauge_value($value));
+                }
+            }
+            registry.register_with_unit($name, $help, $unit, family);
+        }};
     }
     macro_rules! shard_counter {
         ($name:literal, $help:literal, |$shard:ident| $value:expr) => {{
@@ -251,24 +264,12 @@ pub fn encode(
         "Messages the partition holds (both lanes): what max_messages bounds",
         |p| p.counters.held_messages
     );
-    {
-        let family = Gauges::<PartitionLabels>::default();
-        for shard in reports {
-            for report in &shard.partitions {
-                let labels = PartitionLabels {
-                    queue: report.queue.clone(),
-                    partition: report.partition.to_string(),
-                };
-                family.get_or_create(&labels).set(gauge_value(report.counters.held_bytes));
-            }
-        }
-        registry.register_with_unit(
-            "spool_stored",
-            "Record bytes the partition holds (both lanes): what max_bytes bounds",
-            Unit::Bytes,
-            family,
-        );
-    }
+    partition_gauge!(
+        "spool_stored",
+        "Record bytes the partition holds (both lanes): what max_bytes bounds",
+        unit Unit::Bytes,
+        |p| p.counters.held_bytes
+    );
     partition_gauge!(
         "spool_live_messages",
         "Main-lane messages still to serve (ready + scheduled + claimed)",
@@ -282,24 +283,12 @@ pub fn encode(
         "Dead letters claimed from the dead-letter lane and acked",
         |p| p.counters.totals.dead_letter_acked
     );
-    {
-        let family = Gauges::<PartitionLabels>::default();
-        for shard in reports {
-            for report in &shard.partitions {
-                let labels = PartitionLabels {
-                    queue: report.queue.clone(),
-                    partition: report.partition.to_string(),
-                };
-                family.get_or_create(&labels).set(gauge_value(report.counters.live_bytes));
-            }
-        }
-        registry.register_with_unit(
-            "spool_live",
-            "Record bytes of the main-lane messages still to serve (ready + scheduled + claimed)",
-            Unit::Bytes,
-            family,
-        );
-    }
+    partition_gauge!(
+        "spool_live",
+        "Record bytes of the main-lane messages still to serve (ready + scheduled + claimed)",
+        unit Unit::Bytes,
+        |p| p.counters.live_bytes
+    );
     {
         let family = FloatGauges::<PartitionLabels>::default();
         for shard in reports {
