@@ -81,6 +81,7 @@ mod error;
 pub mod limits;
 mod producer;
 pub mod routing;
+pub mod tls;
 
 pub use admin::{default_queue_config, Admin};
 pub use auth::Credentials;
@@ -93,4 +94,5 @@ pub use delivery::{Delivery, PayloadView};
 pub use error::{ClientError, RefusedAck};
 pub use producer::{Message, Producer, ProducerConfig, SendFuture};
 pub use routing::partition_for_key;
+pub use tls::TlsConfig;
 pub use spool_wire;
