@@ -231,6 +231,40 @@ impl ShardAuth {
         }
     }
 
+    /// Authenticates `connection` as `principal`, named by the subject CN of
+    /// its TLS client certificate (verified against `tls_client_ca_file`),
+    /// before its first frame: no Authenticate is needed then, and one sent
+    /// anyway is refused like a second handshake. With authentication off
+    /// the name changes nothing (the connection is `anonymous`).
+    ///
+    /// # Errors
+    /// `UNAUTHENTICATED` when the auth file has no such principal; the
+    /// connection must close.
+    pub fn accept_certificate(
+        &self,
+        principal: &str,
+        connection: &Connection,
+    ) -> Result<(), ErrorResponse> {
+        if !self.is_enabled() {
+            return Ok(());
+        }
+        let session = Self::session(connection);
+        session.handshake_started.set(true);
+        match self.policy.principal(principal) {
+            Some((_, grants)) => {
+                session.settle(State::Authenticated(Rc::new(grants)));
+                Ok(())
+            }
+            None => {
+                session.settle(State::Refused);
+                Err(unauthenticated(format!(
+                    "the client certificate names principal {principal:?}, which the auth file \
+                     does not list"
+                )))
+            }
+        }
+    }
+
     /// Answers an Authenticate.
     ///
     /// # Errors

@@ -865,6 +865,16 @@ impl FrameHandler for SpoolHandler {
         self.answer(&frame, &connection).await
     }
 
+    fn certificate_principal(
+        &self,
+        principal: &str,
+        connection: &Connection,
+    ) -> Result<(), Option<Vec<u8>>> {
+        self.auth.accept_certificate(principal, connection).map_err(|refusal| {
+            Some(Self::encode_error(&refusal, CorrelationId::CONNECTION, 0, 0))
+        })
+    }
+
     fn refusal_response(&self, refusal: Refusal) -> Option<Vec<u8>> {
         let Refusal::TooManyConnections { connections_max } = refusal;
         let message = format!(

@@ -808,6 +808,7 @@ impl Broker {
                 control.clone(),
                 config.shard_listen(0),
                 config.auth.is_enabled(),
+                config.tls.clone(),
             ) {
                 Ok(admin) => Some(admin),
                 Err(error) => {
