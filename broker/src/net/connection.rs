@@ -825,6 +825,12 @@ where
                 }
             }
             ReadEvent::Data(Ok(read_bytes)) => filled = start + read_bytes,
+            // A TLS peer that closes without close_notify: a close all the
+            // same (its requests end there; TLS never takes a truncation as
+            // data).
+            ReadEvent::Data(Err(error)) if error.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return ConnectionEnd::PeerClosed
+            }
             ReadEvent::Data(Err(error)) => return ConnectionEnd::ReadFailed(error),
             ReadEvent::Stopped if connection.closing.is_stopped() => return ConnectionEnd::Closed,
             ReadEvent::Stopped => return ConnectionEnd::Stopped,

@@ -870,8 +870,11 @@ impl FrameHandler for SpoolHandler {
         principal: &str,
         connection: &Connection,
     ) -> Result<(), Option<Vec<u8>>> {
+        // Answered as the handshake it stands for (a connection-level
+        // error: correlation id 0), so a client reads it as the close's reason.
         self.auth.accept_certificate(principal, connection).map_err(|refusal| {
-            Some(Self::encode_error(&refusal, CorrelationId::CONNECTION, 0, 0))
+            let api_key = spool_wire::proto::ApiKey::Authenticate as u16;
+            Some(Self::encode_error(&refusal, CorrelationId::CONNECTION, api_key, 0))
         })
     }
 
