@@ -94,5 +94,5 @@ pub use delivery::{Delivery, PayloadView};
 pub use error::{ClientError, RefusedAck};
 pub use producer::{Message, Producer, ProducerConfig, SendFuture};
 pub use routing::partition_for_key;
-pub use tls::TlsConfig;
 pub use spool_wire;
+pub use tls::TlsConfig;

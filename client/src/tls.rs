@@ -138,10 +138,7 @@ impl TlsConfig {
             .map_err(|error| ClientError::Config(error.to_string()))?
         {
             roots.add(certificate).map_err(|error| {
-                ClientError::Config(format!(
-                    "CA certificate file {}: {error}",
-                    ca_file.display()
-                ))
+                ClientError::Config(format!("CA certificate file {}: {error}", ca_file.display()))
             })?;
         }
         let roots = Arc::new(roots);

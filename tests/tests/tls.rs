@@ -135,7 +135,7 @@ fn metric(broker: &Spoold, ca: &Path, name: &str) -> f64 {
 
 /// Polls `metric` until it exceeds `above`.
 fn wait_metric_above(broker: &Spoold, ca: &Path, name: &str, above: f64) -> f64 {
-    let started = std::time::Instant::now();
+    let started = spool_tests::now();
     loop {
         let value = metric(broker, ca, name);
         if value > above {
@@ -170,7 +170,7 @@ fn tls_carries_the_binary_protocol_and_the_admin_port() {
             producer.send("secure", Message::new(payload).key(index.to_string())).await.unwrap();
         }
         let mut received = 0;
-        let started = std::time::Instant::now();
+        let started = spool_tests::now();
         while received < 10 {
             let deliveries =
                 client.claim_any("secure", &ClaimOptions::new(10).wait_ms(1_000)).await.unwrap();

@@ -284,8 +284,10 @@ pub async fn accept_loop<H: FrameHandler>(
             let end = match tls {
                 None => serve(stream, handler, limits, stop, scope).await,
                 Some(tls) => {
-                    crate::net::tls::serve_tls(stream, &tls, handler, limits, stop, scope, &tls_stats)
-                        .await
+                    crate::net::tls::serve_tls(
+                        stream, &tls, handler, limits, stop, scope, &tls_stats,
+                    )
+                    .await
                 }
             };
             log_connection_end(peer, &end);

@@ -267,9 +267,10 @@ fn handshake_failed(
     reason: String,
 ) -> ConnectionEnd {
     stats.tls_handshake_failures.set(stats.tls_handshake_failures.get() + 1);
-    stats
-        .rejections
-        .record(REJECT_TLS_HANDSHAKE, &format_args!("TLS handshake with {peer:?} failed: {reason}"));
+    stats.rejections.record(
+        REJECT_TLS_HANDSHAKE,
+        &format_args!("TLS handshake with {peer:?} failed: {reason}"),
+    );
     ConnectionEnd::Tls(reason)
 }
 
@@ -346,11 +347,9 @@ mod tests {
         let plain = TlsServer::load(files.clone()).unwrap();
         assert!(!plain.verifies_clients());
         assert_eq!(plain.chain().len(), 1);
-        let with_ca = TlsServer::load(TlsFiles {
-            client_ca_file: Some(pki.ca_file()),
-            ..files.clone()
-        })
-        .unwrap();
+        let with_ca =
+            TlsServer::load(TlsFiles { client_ca_file: Some(pki.ca_file()), ..files.clone() })
+                .unwrap();
         assert!(with_ca.verifies_clients());
 
         let missing = pki.path("missing.pem");

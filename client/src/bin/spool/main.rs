@@ -116,9 +116,10 @@ fn tls(cli: &Cli) -> Result<Option<spool_client::TlsConfig>, Failure> {
     let ca = path(&cli.tls_ca, "SPOOL_TLS_CA");
     let cert = path(&cli.tls_cert, "SPOOL_TLS_CERT");
     let key = path(&cli.tls_key, "SPOOL_TLS_KEY");
-    let server_name = cli.tls_server_name.clone().or_else(|| {
-        env("SPOOL_TLS_SERVER_NAME").map(|name| name.to_string_lossy().into_owned())
-    });
+    let server_name = cli
+        .tls_server_name
+        .clone()
+        .or_else(|| env("SPOOL_TLS_SERVER_NAME").map(|name| name.to_string_lossy().into_owned()));
     spool_client::tls::from_options(
         ca.as_deref(),
         server_name.as_deref(),
