@@ -803,6 +803,8 @@ mod tests {
             "ack_linger_us",
             "acks_pending",
             "spin_before_park_us",
+            "tls",
+            "authenticated",
         ];
         let mut from = 0;
         for key in keys {
