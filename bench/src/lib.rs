@@ -52,6 +52,7 @@ pub mod pinned;
 pub mod plot;
 pub mod recovery;
 pub mod rss;
+pub mod security;
 pub mod sends;
 pub mod state_memory;
 pub mod throughput;

@@ -445,6 +445,8 @@ struct ThroughputArgs {
     #[command(flatten)]
     target: TargetArgs,
     #[command(flatten)]
+    security: spool_bench::security::ClientSecurity,
+    #[command(flatten)]
     load: ThroughputLoad,
 }
 
@@ -470,6 +472,7 @@ fn main() -> ExitCode {
                 queue: target.queue,
                 partitions: target.partitions,
                 load: args.load,
+                security: args.security.with_env(),
             };
             throughput::run(&config).map_err(Failure::from).and_then(to_json)
         }

@@ -40,7 +40,7 @@ use spool_client::spool_wire::proto::limits::PARTITIONS_MAX;
 use spool_client::spool_wire::proto::{MetadataRequest, Request};
 use spool_client::spool_wire::ErrorCode;
 use spool_client::{
-    default_queue_config, Admin, Client, ClientError, Connection, ConnectionConfig, Consumer,
+    default_queue_config, Admin, Client, ClientConfig, ClientError, Connection, Consumer,
     ConsumerConfig, ConsumerStats, Delivery, Message, Producer, ProducerConfig,
 };
 use spool_wire::limits::{BATCH_BYTES_MAX, PAYLOAD_INLINE_BYTES_MAX};
@@ -113,6 +113,8 @@ pub struct ThroughputConfig {
     /// Partitions of a created queue; `None` = shards × 2.
     pub partitions: Option<u32>,
     pub load: ThroughputLoad,
+    /// Credentials and TLS of every client connection.
+    pub security: crate::security::ClientSecurity,
 }
 
 /// The load of a run: sizes, counts, rates and client settings. One
@@ -215,6 +217,10 @@ pub struct ConfigEcho {
     pub partitions: u32,
     #[serde(flatten)]
     pub load: ThroughputLoad,
+    /// Connections spoke TLS.
+    pub tls: bool,
+    /// Connections authenticated with a secret.
+    pub authenticated: bool,
 }
 
 /// One run's result, printed as one JSON object.
@@ -504,11 +510,20 @@ fn sum_stats(consumers: &[Consumer]) -> ConsumerStats {
 }
 
 impl Run<'_> {
+    /// The client settings: defaults, with the run's credentials and TLS.
+    fn client_config(&self) -> Result<ClientConfig, ThroughputError> {
+        Ok(self.config.security.apply(ClientConfig::default())?)
+    }
+
+    async fn connect(&self) -> Result<Client, ThroughputError> {
+        Ok(Client::connect_with(self.addr, self.client_config()?).await?)
+    }
+
     async fn drive(self) -> Result<ThroughputReport, ThroughputError> {
         let config = self.config;
         let msg_bytes = usize::try_from(config.load.msg_bytes).unwrap_or(TIMESTAMP_BYTES);
         let queue = config.queue.clone().unwrap_or_else(|| format!("bench-{}", std::process::id()));
-        let admin = Admin::new(Client::connect(self.addr).await?);
+        let admin = Admin::new(self.connect().await?);
         let wanted = config.partitions.unwrap_or(u32::from(self.shards) * 2).min(PARTITIONS_MAX);
         let created = match admin.create_queue(&queue, default_queue_config(wanted)).await {
             Ok(_) => true,
@@ -522,7 +537,7 @@ impl Run<'_> {
         let recorder = Arc::new(Recorder::new()?);
         let mut consumers = Vec::new();
         for _ in 0..config.load.consumers {
-            let client = Client::connect(self.addr).await?;
+            let client = self.connect().await?;
             let mut consumer_config =
                 ConsumerConfig::new(queue.clone(), u32::try_from(config.load.slots).unwrap_or(1));
             consumer_config.wait_ms = CLAIM_WAIT_MS;
@@ -557,8 +572,7 @@ impl Run<'_> {
         let mut tasks: Vec<JoinHandle<()>> = Vec::new();
         let mut pacers = Vec::new();
         for index in 0..config.load.producers {
-            let producer =
-                Producer::new(Client::connect(self.addr).await?, producer_config.clone())?;
+            let producer = Producer::new(self.connect().await?, producer_config.clone())?;
             producers.push(producer.clone());
             let permits = Arc::new(Semaphore::new(window));
             let recorder = Arc::clone(&recorder);
@@ -663,6 +677,8 @@ impl Run<'_> {
                 queue_created: created,
                 partitions,
                 load: config.load.clone(),
+                tls: config.security.tls(),
+                authenticated: config.security.authenticates(),
             },
         })
     }
@@ -670,7 +686,7 @@ impl Run<'_> {
     /// [`METADATA_REQUESTS`] Metadata round trips, one at a time, on a
     /// fresh connection.
     async fn metadata_rtt(&self, queue: &str) -> Result<LatencySummary, ThroughputError> {
-        let connection = Connection::connect(self.addr, ConnectionConfig::default()).await?;
+        let connection = Connection::connect(self.addr, self.client_config()?.connection).await?;
         let request = Request::Metadata(MetadataRequest { queues: vec![queue.to_owned()] });
         let mut latency =
             Latency::new().map_err(|error| ThroughputError::Histogram(error.to_string()))?;
@@ -697,6 +713,7 @@ mod tests {
             shards: Some(1),
             queue: None,
             partitions: None,
+            security: Default::default(),
             load: ThroughputLoad {
                 msg_bytes: 1024,
                 producers: 2,
@@ -759,6 +776,8 @@ mod tests {
             queue_created: true,
             partitions: 2,
             load: config().load,
+            tls: false,
+            authenticated: false,
         };
         let text = serde_json::to_string(&echo).unwrap();
         assert!(!text.contains("\"load\""), "{text}");
@@ -784,6 +803,8 @@ mod tests {
             "ack_linger_us",
             "acks_pending",
             "spin_before_park_us",
+            "tls",
+            "authenticated",
         ];
         let mut from = 0;
         for key in keys {

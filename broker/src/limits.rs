@@ -224,6 +224,10 @@ pub const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(10);
 pub const REFUSALS_IN_FLIGHT_MAX: usize = 64;
 /// A refused connection gets this long to take its error frame and close.
 pub const REFUSAL_LINGER: Duration = Duration::from_millis(500);
+/// A TLS connection must complete its handshake within this of being
+/// accepted (shard ports and admin port), so a peer that connects and sends
+/// nothing, or a plain client that waits for an answer, cannot hold a slot.
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bytes a refused connection may send that are read and dropped while it
 /// takes its error frame (so closing does not reset it first).
 pub const REFUSAL_DRAIN_BYTES_MAX: usize = 64 * 1024;

@@ -47,6 +47,13 @@ impl ClientConfig {
         self.connection.credentials = Some(credentials);
         self
     }
+
+    /// The same settings, every connection speaking TLS as `tls` says.
+    #[must_use]
+    pub fn with_tls(mut self, tls: crate::tls::TlsConfig) -> Self {
+        self.connection.tls = Some(tls);
+        self
+    }
 }
 
 /// What a claim asks for: how many deliveries, how many record bytes, how

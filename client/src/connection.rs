@@ -28,8 +28,7 @@ use spool_wire::proto::{
     Response,
 };
 use spool_wire::ErrorCode;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::task::JoinHandle;
@@ -53,6 +52,9 @@ pub struct ConnectionConfig {
     /// Sent in an Authenticate handshake before the connection is handed
     /// out (a broker with authentication on refuses anything else first).
     pub credentials: Option<crate::auth::Credentials>,
+    /// Speak TLS to the broker (its certificate checked as the config
+    /// says); `None`: plain TCP.
+    pub tls: Option<crate::tls::TlsConfig>,
 }
 
 impl Default for ConnectionConfig {
@@ -62,6 +64,7 @@ impl Default for ConnectionConfig {
             connect_timeout: CONNECT_TIMEOUT_DEFAULT,
             in_flight_max: IN_FLIGHT_REQUESTS_MAX,
             credentials: None,
+            tls: None,
         }
     }
 }
@@ -267,7 +270,6 @@ impl Connection {
         stream
             .set_nodelay(true)
             .map_err(|source| ClientError::Io { addr: addr.to_owned(), source })?;
-        let (read_half, write_half) = stream.into_split();
         let (writes, write_queue) = mpsc::channel(WRITE_QUEUE_FRAMES_MAX);
         let shared = Arc::new(Shared {
             addr: addr.to_owned(),
@@ -277,8 +279,21 @@ impl Connection {
             writes,
             request_timeout: config.request_timeout,
         });
-        let reader = tokio::spawn(read_loop(Arc::clone(&shared), read_half));
-        let writer = tokio::spawn(write_loop(Arc::clone(&shared), write_queue, write_half));
+        let (reader, writer) = match &config.tls {
+            None => {
+                let (read_half, write_half) = stream.into_split();
+                let reader = tokio::spawn(read_loop(Arc::clone(&shared), read_half));
+                let writer = tokio::spawn(write_loop(Arc::clone(&shared), write_queue, write_half));
+                (reader, writer)
+            }
+            Some(tls) => {
+                let stream = tls_handshake(addr, tls, stream, config.connect_timeout).await?;
+                let (read_half, write_half) = tokio::io::split(stream);
+                let reader = tokio::spawn(read_loop(Arc::clone(&shared), read_half));
+                let writer = tokio::spawn(write_loop(Arc::clone(&shared), write_queue, write_half));
+                (reader, writer)
+            }
+        };
         let connection = Self { shared, _tasks: Arc::new(Tasks { reader, writer }) };
         if let Some(credentials) = &config.credentials {
             connection.authenticate(credentials).await?;
@@ -426,12 +441,52 @@ impl Connection {
     }
 }
 
+/// The client side of the TLS handshake, within `timeout`.
+async fn tls_handshake(
+    addr: &str,
+    tls: &crate::tls::TlsConfig,
+    stream: TcpStream,
+    timeout: Duration,
+) -> Result<tokio_rustls::client::TlsStream<TcpStream>, ClientError> {
+    let server_name = tls.server_name_for(addr)?;
+    let handshake = tls.connector().connect(server_name, stream);
+    match tokio::time::timeout(timeout, handshake).await {
+        Err(_) => Err(ClientError::Tls {
+            addr: addr.to_owned(),
+            reason: format!(
+                "no TLS handshake within {} ms; {}",
+                millis(timeout),
+                crate::tls::PLAIN_PORT_HINT
+            ),
+        }),
+        Ok(Err(error)) => {
+            // rustls reports bytes that are not TLS as a corrupt message or
+            // a bad record; a plain broker answers a ClientHello with a
+            // Spool error frame and closes.
+            let hint = if matches!(
+                error.kind(),
+                std::io::ErrorKind::InvalidData | std::io::ErrorKind::UnexpectedEof
+            ) && !error.to_string().contains("certificate")
+            {
+                format!("; {}", crate::tls::PLAIN_PORT_HINT)
+            } else {
+                String::new()
+            };
+            Err(ClientError::Tls { addr: addr.to_owned(), reason: format!("{error}{hint}") })
+        }
+        Ok(Ok(stream)) => Ok(stream),
+    }
+}
+
 fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-async fn read_loop(shared: Arc<Shared>, mut socket: OwnedReadHalf) {
+async fn read_loop<R: AsyncRead + Unpin>(shared: Arc<Shared>, mut socket: R) {
     let mut decoder = FrameDecoder::new();
+    // Until the first whole frame: bytes that start a TLS alert mean a plain
+    // connection reached a TLS port.
+    let mut first_read = true;
     let reason = 'connection: loop {
         loop {
             match decoder.next_frame() {
@@ -458,17 +513,24 @@ async fn read_loop(shared: Arc<Shared>, mut socket: OwnedReadHalf) {
         };
         match socket.read(buffer).await {
             Ok(0) => break "closed by peer".to_owned(),
-            Ok(read_bytes) => decoder.advance(read_bytes),
+            Ok(read_bytes) => {
+                if std::mem::take(&mut first_read)
+                    && crate::tls::looks_like_tls_alert(&buffer[..read_bytes])
+                {
+                    break crate::tls::TLS_PORT_HINT.to_owned();
+                }
+                decoder.advance(read_bytes)
+            }
             Err(error) => break format!("read failed: {error}"),
         }
     };
     shared.close(reason);
 }
 
-async fn write_loop(
+async fn write_loop<W: AsyncWrite + Unpin>(
     shared: Arc<Shared>,
     mut queue: mpsc::Receiver<Vec<u8>>,
-    mut socket: OwnedWriteHalf,
+    mut socket: W,
 ) {
     let mut buffer = Vec::new();
     while let Some(frame) = queue.recv().await {
@@ -489,6 +551,12 @@ async fn write_loop(
                 }
                 socket.write_all(&buffer).await
             }
+        };
+        // TLS keeps what the socket did not take in its own buffer until a
+        // flush (a no-op on plain TCP).
+        let written = match written {
+            Ok(()) => socket.flush().await,
+            Err(error) => Err(error),
         };
         if let Err(error) = written {
             shared.close(format!("write failed: {error}"));

@@ -39,6 +39,15 @@ pub enum ClientError {
         #[source]
         source: std::io::Error,
     },
+    /// The TLS handshake failed (the certificate was refused, or the port
+    /// does not speak TLS: see the reason).
+    #[error("TLS handshake with {addr} failed: {reason}")]
+    Tls {
+        /// The peer.
+        addr: String,
+        /// Why.
+        reason: String,
+    },
     /// The connection closed (or broke) with the request outstanding; its
     /// outcome is unknown.
     #[error("connection to {addr} closed: {reason}")]

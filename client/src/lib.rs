@@ -81,6 +81,7 @@ mod error;
 pub mod limits;
 mod producer;
 pub mod routing;
+pub mod tls;
 
 pub use admin::{default_queue_config, Admin};
 pub use auth::Credentials;
@@ -94,3 +95,4 @@ pub use error::{ClientError, RefusedAck};
 pub use producer::{Message, Producer, ProducerConfig, SendFuture};
 pub use routing::partition_for_key;
 pub use spool_wire;
+pub use tls::TlsConfig;

@@ -62,6 +62,11 @@ pub fn http_raw(addr: &str, request: &[u8]) -> HttpAnswer {
     stream.write_all(request).expect("send request");
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw).expect("read answer");
+    parse_answer(raw)
+}
+
+/// Reads a whole HTTP answer (head and body) as received.
+pub fn parse_answer(raw: Vec<u8>) -> HttpAnswer {
     let text = String::from_utf8(raw).expect("the answer is UTF-8");
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no head: {text:?}"));
     let mut lines = head.lines();

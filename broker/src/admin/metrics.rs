@@ -379,6 +379,11 @@ pub fn encode(
         "Client connections refused over connections_per_shard_max (TOO_MANY_CONNECTIONS)",
         |s| s.connections.refused_over_limit
     );
+    shard_counter!(
+        "spool_shard_tls_handshake_failures",
+        "TLS handshakes on the shard's port that failed or timed out (a plain client on a TLS port, a refused certificate)",
+        |s| s.connections.tls_handshake_failures
+    );
     {
         let active = Gauges::<ShardLabels>::default();
         for shard in reports {

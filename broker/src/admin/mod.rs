@@ -20,12 +20,15 @@
 //! With authentication on, the API's requests carry
 //! `Authorization: Bearer <principal>:<secret>` and are served with that
 //! principal's rights ([`api`]). `/metrics` and `/health/*` need no token.
-//! What it does not do (later work): TLS. Bind it to loopback or a private
-//! network (default `127.0.0.1:7480`; `admin_listen = "off"` turns it off).
+//! With TLS configured (`tls_cert_file`, `tls_key_file`) it speaks HTTPS
+//! only, with the shards' certificate ([`tls`]). Without it, bind it to
+//! loopback or a private network (default `127.0.0.1:7480`;
+//! `admin_listen = "off"` turns it off).
 
 pub mod api;
 pub mod health;
 pub mod metrics;
+pub mod tls;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -106,11 +109,14 @@ impl AdminServer {
     /// The listener's address cannot be read, or the thread not spawned.
     /// `shard_listen` is shard 0's listen address: the API's gateway
     /// connects there as a client.
+    /// With `tls` the port speaks HTTPS only, and the gateway reaches the
+    /// shards over TLS.
     pub fn spawn(
         listener: std::net::TcpListener,
         control: ControlHandle,
         shard_listen: SocketAddr,
         auth: crate::auth::AuthPolicy,
+        tls: Option<crate::net::tls::TlsServer>,
     ) -> Result<AdminServer, AdminError> {
         let addr = listener.local_addr().map_err(|source| AdminError::Listener {
             addr: SocketAddr::from(([0, 0, 0, 0], 0)),
@@ -130,8 +136,21 @@ impl AdminServer {
                         return;
                     }
                 };
-                let gateway = api::Gateway::new(shard_listen, control.clone(), auth);
-                runtime.block_on(serve(listener, control, gateway));
+                let mut gateway = api::Gateway::new(shard_listen, control.clone(), auth);
+                let acceptor = match &tls {
+                    None => None,
+                    Some(server) => match tls::gateway_client_tls(server) {
+                        Ok(client_tls) => {
+                            gateway = gateway.with_shard_tls(client_tls);
+                            Some(tokio_rustls::TlsAcceptor::from(server.config()))
+                        }
+                        Err(error) => {
+                            tracing::error!(%error, "admin port: no TLS client for the gateway; not serving");
+                            return;
+                        }
+                    },
+                };
+                runtime.block_on(serve(listener, control, gateway, acceptor));
             })
             .map_err(AdminError::Spawn)?;
         Ok(AdminServer { addr, thread })
@@ -150,7 +169,12 @@ impl AdminServer {
     }
 }
 
-async fn serve(listener: std::net::TcpListener, control: ControlHandle, gateway: api::Gateway) {
+async fn serve(
+    listener: std::net::TcpListener,
+    control: ControlHandle,
+    gateway: api::Gateway,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) {
     let gateway = Arc::new(gateway);
     let listener = match tokio::net::TcpListener::from_std(listener) {
         Ok(listener) => listener,
@@ -179,6 +203,7 @@ async fn serve(listener: std::net::TcpListener, control: ControlHandle, gateway:
         let Ok(slot) = slots.clone().try_acquire_owned() else { continue };
         let control = control.clone();
         let gateway = Arc::clone(&gateway);
+        let tls = tls.clone();
         tokio::spawn(async move {
             let service = service_fn(move |mut request: Request<Incoming>| {
                 request.extensions_mut().insert(peer);
@@ -190,7 +215,16 @@ async fn serve(listener: std::net::TcpListener, control: ControlHandle, gateway:
             builder.timer(TokioTimer::new()).header_read_timeout(ADMIN_HEADER_READ_TIMEOUT);
             // A failed connection (peer gone, bad request) is the peer's
             // business; hyper has answered what it could.
-            let _ = builder.serve_connection(TokioIo::new(stream), service).await;
+            match tls {
+                None => {
+                    let _ = builder.serve_connection(TokioIo::new(stream), service).await;
+                }
+                Some(acceptor) => {
+                    if let Some(stream) = tls::accept(&acceptor, stream).await {
+                        let _ = builder.serve_connection(TokioIo::new(stream), service).await;
+                    }
+                }
+            }
             drop(slot);
         });
     }

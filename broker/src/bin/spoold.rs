@@ -57,6 +57,7 @@ pub fn main() {
         fatal(FatalReason::Logging, error);
     }
     announce_auth(&config);
+    announce_tls(&config);
     // Parsed before anything touches the disk: a bad value exits with 2.
     let armed = spool_broker::failpoint::init();
     if !armed.is_empty() {
@@ -99,6 +100,25 @@ pub fn main() {
         .unwrap_or_else(|error| fatal(FatalReason::Signals, error));
     if let Err(error) = broker.wait() {
         fatal(error.fatal_reason(), error);
+    }
+}
+
+/// Says at start whether the ports speak TLS, and which.
+fn announce_tls(config: &BrokerConfig) {
+    let first = config.shard_listen(0);
+    let last = config.shard_listen(config.shards - 1);
+    match &config.tls {
+        Some(tls) => tracing::info!(
+            shard_ports = %format_args!("{first}..={}", last.port()),
+            admin_port = ?config.admin_listen,
+            "TLS ON: every shard port and the admin port speak TLS only; {}",
+            spool_broker::net::tls::describe(tls.files())
+        ),
+        None => tracing::info!(
+            shard_ports = %format_args!("{first}..={}", last.port()),
+            "TLS off: the shard ports and the admin port are plain TCP; set tls_cert_file and \
+             tls_key_file to turn it on"
+        ),
     }
 }
 

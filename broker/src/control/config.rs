@@ -157,6 +157,10 @@ pub struct BrokerConfig {
     pub auth_file: Option<PathBuf>,
     /// The policy read from `auth_file` when the config was resolved.
     pub auth: crate::auth::AuthPolicy,
+    /// TLS on every shard port and the admin port, loaded from
+    /// `tls_cert_file`, `tls_key_file` and `tls_client_ca_file` when the
+    /// config was resolved; `None`: plain TCP.
+    pub tls: Option<crate::net::tls::TlsServer>,
 }
 
 impl BrokerConfig {
@@ -365,6 +369,8 @@ pub enum ConfigError {
     Invalid { field: &'static str, reason: String },
     #[error("auth_file: {0}")]
     Auth(#[from] crate::auth::AuthError),
+    #[error("TLS: {0}")]
+    Tls(#[from] crate::net::tls::TlsError),
 }
 
 /// One configuration layer: every field optional. The TOML file uses these
@@ -397,6 +403,9 @@ pub struct PartialConfig {
     pub startup_timeout_ms: Option<u64>,
     pub shutdown_timeout_ms: Option<u64>,
     pub auth_file: Option<PathBuf>,
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_key_file: Option<PathBuf>,
+    pub tls_client_ca_file: Option<PathBuf>,
 }
 
 /// Prefix of every environment variable the broker reads.
@@ -428,6 +437,9 @@ pub const ENV_SETTINGS: &[&str] = &[
     "STARTUP_TIMEOUT_MS",
     "SHUTDOWN_TIMEOUT_MS",
     "AUTH_FILE",
+    "TLS_CERT_FILE",
+    "TLS_KEY_FILE",
+    "TLS_CLIENT_CA_FILE",
 ];
 
 /// `SPOOL_*` variables that are not broker settings but may be in a
@@ -450,6 +462,11 @@ pub const ENV_NOT_CONFIG: &[&str] = &[
     // The `spool` CLI's credentials, often exported in the same shell.
     "SPOOL_PRINCIPAL",
     "SPOOL_SECRET",
+    // The `spool` CLI's TLS options.
+    "SPOOL_TLS_CA",
+    "SPOOL_TLS_SERVER_NAME",
+    "SPOOL_TLS_CERT",
+    "SPOOL_TLS_KEY",
 ];
 
 /// ", did you mean X?" or nothing.
@@ -512,6 +529,9 @@ pub const FILE_KEYS: &[&str] = &[
     "startup_timeout_ms",
     "shutdown_timeout_ms",
     "auth_file",
+    "tls_cert_file",
+    "tls_key_file",
+    "tls_client_ca_file",
 ];
 
 /// The closest file key to the unknown key a TOML error names, if any.
@@ -605,6 +625,9 @@ impl PartialConfig {
                     layer.shutdown_timeout_ms = Some(parse_env(&name, &value)?)
                 }
                 "AUTH_FILE" => layer.auth_file = Some(PathBuf::from(&value)),
+                "TLS_CERT_FILE" => layer.tls_cert_file = Some(PathBuf::from(&value)),
+                "TLS_KEY_FILE" => layer.tls_key_file = Some(PathBuf::from(&value)),
+                "TLS_CLIENT_CA_FILE" => layer.tls_client_ca_file = Some(PathBuf::from(&value)),
                 _ if ENV_NOT_CONFIG.contains(&name.as_str()) => {}
                 _ => {
                     let others =
@@ -650,6 +673,9 @@ impl PartialConfig {
             startup_timeout_ms: higher.startup_timeout_ms.or(self.startup_timeout_ms),
             shutdown_timeout_ms: higher.shutdown_timeout_ms.or(self.shutdown_timeout_ms),
             auth_file: higher.auth_file.or(self.auth_file),
+            tls_cert_file: higher.tls_cert_file.or(self.tls_cert_file),
+            tls_key_file: higher.tls_key_file.or(self.tls_key_file),
+            tls_client_ca_file: higher.tls_client_ca_file.or(self.tls_client_ca_file),
         }
     }
 
@@ -697,6 +723,7 @@ impl PartialConfig {
                 None => crate::auth::AuthPolicy::off(),
             },
             auth_file: self.auth_file,
+            tls: tls_settings(self.tls_cert_file, self.tls_key_file, self.tls_client_ca_file)?,
         };
         config.validate(allowed_cpus)?;
         Ok(config)
@@ -786,6 +813,20 @@ pub struct Cli {
     /// authentication on [default: off]. Env: SPOOL_AUTH_FILE.
     #[arg(long, value_name = "FILE")]
     pub auth_file: Option<PathBuf>,
+    /// PEM certificate chain (own certificate first); with --tls-key-file
+    /// every shard port and the admin port speak TLS only [default: off].
+    /// Env: SPOOL_TLS_CERT_FILE.
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM private key of --tls-cert-file. Env: SPOOL_TLS_KEY_FILE.
+    #[arg(long, value_name = "FILE")]
+    pub tls_key_file: Option<PathBuf>,
+    /// PEM CA certificates that client certificates are verified against;
+    /// a verified certificate authenticates its connection as the auth
+    /// file's principal named by its subject CN (client certificates stay
+    /// optional). Env: SPOOL_TLS_CLIENT_CA_FILE.
+    #[arg(long, value_name = "FILE")]
+    pub tls_client_ca_file: Option<PathBuf>,
 }
 
 impl Cli {
@@ -815,7 +856,35 @@ impl Cli {
             startup_timeout_ms: self.startup_timeout_ms,
             shutdown_timeout_ms: self.shutdown_timeout_ms,
             auth_file: self.auth_file.clone(),
+            tls_cert_file: self.tls_cert_file.clone(),
+            tls_key_file: self.tls_key_file.clone(),
+            tls_client_ca_file: self.tls_client_ca_file.clone(),
         }
+    }
+}
+
+/// Loads TLS when a certificate and key are configured; either alone, or
+/// a client CA without them, is an error.
+fn tls_settings(
+    cert_file: Option<PathBuf>,
+    key_file: Option<PathBuf>,
+    client_ca_file: Option<PathBuf>,
+) -> Result<Option<crate::net::tls::TlsServer>, ConfigError> {
+    let invalid = |field, reason: &str| ConfigError::Invalid { field, reason: reason.to_owned() };
+    match (cert_file, key_file) {
+        (Some(cert_file), Some(key_file)) => {
+            let files = crate::net::tls::TlsFiles { cert_file, key_file, client_ca_file };
+            Ok(Some(crate::net::tls::TlsServer::load(files)?))
+        }
+        (Some(_), None) => Err(invalid("tls_key_file", "tls_cert_file is set; set its key too")),
+        (None, Some(_)) => {
+            Err(invalid("tls_cert_file", "tls_key_file is set; set its certificate too"))
+        }
+        (None, None) if client_ca_file.is_some() => Err(invalid(
+            "tls_client_ca_file",
+            "client certificates need TLS: set tls_cert_file and tls_key_file",
+        )),
+        (None, None) => Ok(None),
     }
 }
 

@@ -111,6 +111,22 @@ pub trait FrameHandler: 'static {
     fn fault_response(&self, fault: ProtocolFault<'_, Self::DecodeError>)
         -> Option<Self::Response>;
 
+    /// Called once, before the first frame, on a TLS connection whose
+    /// client certificate was verified against the configured CA and names
+    /// `principal` (its subject CN): the place to authenticate the
+    /// connection as that principal. Ignores it by default.
+    ///
+    /// # Errors
+    /// The connection must close: the response to write first, if any.
+    fn certificate_principal(
+        &self,
+        principal: &str,
+        connection: &Connection,
+    ) -> Result<(), Option<Self::Response>> {
+        let _ = (principal, connection);
+        Ok(())
+    }
+
     /// The response to write to a connection refused on accept, before it
     /// is closed (none by default).
     fn refusal_response(&self, refusal: Refusal) -> Option<Self::Response> {
@@ -389,6 +405,9 @@ pub enum ConnectionEnd {
     ReadFailed(std::io::Error),
     /// Writing failed or a response was not written within `write_timeout`.
     WriteFailed(std::io::Error),
+    /// The TLS handshake failed or timed out, or the client certificate
+    /// was refused (`net::tls`).
+    Tls(String),
 }
 
 /// Writes a burst of responses in order: runs of small ones through one
@@ -508,7 +527,11 @@ where
                 // A write that finds room completes inside this task: a
                 // busy connection lets the executor poll now and then.
                 gate.pass().await;
-                let write = write_burst(&mut writer, &mut burst, &mut coalesced);
+                // The flush sends what TLS still holds (a no-op on TCP).
+                let write = async {
+                    write_burst(&mut writer, &mut burst, &mut coalesced).await?;
+                    writer.flush().await
+                };
                 let deadline = async {
                     Timer::new(limits.write_timeout).await;
                     Ok(false)
@@ -816,6 +839,12 @@ where
                 }
             }
             ReadEvent::Data(Ok(read_bytes)) => filled = start + read_bytes,
+            // A TLS peer that closes without close_notify: a close all the
+            // same (its requests end there; TLS never takes a truncation as
+            // data).
+            ReadEvent::Data(Err(error)) if error.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return ConnectionEnd::PeerClosed
+            }
             ReadEvent::Data(Err(error)) => return ConnectionEnd::ReadFailed(error),
             ReadEvent::Stopped if connection.closing.is_stopped() => return ConnectionEnd::Closed,
             ReadEvent::Stopped => return ConnectionEnd::Stopped,

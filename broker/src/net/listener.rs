@@ -140,6 +140,8 @@ pub struct AcceptStats {
     pub accepted: Cell<u64>,
     pub refused_over_limit: Cell<u64>,
     pub active: Cell<usize>,
+    /// TLS handshakes that failed or timed out (`net::tls`).
+    pub tls_handshake_failures: Cell<u64>,
     /// Refused connections still being told why.
     pub refusing: Cell<usize>,
     /// Every rejection of this shard, per reason (shared with its
@@ -201,7 +203,10 @@ impl Drop for ActiveGuard {
 /// response (`TOO_MANY_CONNECTIONS`) and is closed, rather than queue in a
 /// backlog forever; each refusal is counted and logged (rate-limited).
 /// Returns when the listener is dropped (stop); connections may still be
-/// draining: close the gate to wait for them.
+/// draining: close the gate to wait for them. With `tls`, every connection
+/// is served over TLS ([`crate::net::tls::serve_tls`]) and a peer that does
+/// not complete the handshake is closed.
+#[allow(clippy::too_many_arguments)]
 pub async fn accept_loop<H: FrameHandler>(
     listener: TcpListener,
     handler: Rc<H>,
@@ -210,6 +215,7 @@ pub async fn accept_loop<H: FrameHandler>(
     stop: StopSignal,
     gate: Gate,
     stats: Rc<AcceptStats>,
+    tls: Option<crate::net::tls::TlsServer>,
 ) {
     loop {
         let accepted = or(async { Some(listener.accept().await) }, async {
@@ -239,7 +245,11 @@ pub async fn accept_loop<H: FrameHandler>(
             let response =
                 handler.refusal_response(Refusal::TooManyConnections { connections_max });
             match response {
-                Some(response) if stats.refusing.get() < REFUSALS_IN_FLIGHT_MAX => {
+                // A TLS port has no plain frame to send before the
+                // handshake: the connection is just closed.
+                Some(response)
+                    if tls.is_none() && stats.refusing.get() < REFUSALS_IN_FLIGHT_MAX =>
+                {
                     stats.refusing.set(stats.refusing.get() + 1);
                     let guard = RefusingGuard(stats.clone());
                     let spawned = gate.spawn(async move {
@@ -267,9 +277,20 @@ pub async fn accept_loop<H: FrameHandler>(
         let guard = ActiveGuard(stats.clone());
         let scope = Rc::new(Connection::new(limits.waiting_max, stats.rejections.clone()));
         scope.set_peer_ip(peer.map(|addr| addr.ip()));
-        let connection = serve(stream, handler.clone(), limits, stop.clone(), scope);
+        let handler = handler.clone();
+        let stop = stop.clone();
+        let tls = tls.clone();
+        let tls_stats = stats.clone();
         let spawned = gate.spawn(async move {
-            let end = connection.await;
+            let end = match tls {
+                None => serve(stream, handler, limits, stop, scope).await,
+                Some(tls) => {
+                    crate::net::tls::serve_tls(
+                        stream, &tls, handler, limits, stop, scope, &tls_stats,
+                    )
+                    .await
+                }
+            };
             log_connection_end(peer, &end);
             drop(guard);
         });

@@ -15,6 +15,7 @@ pub mod listener;
 pub mod poll_gate;
 pub mod rejections;
 pub mod stop;
+pub mod tls;
 
 pub use admission::Admission;
 pub use connection::{

@@ -105,6 +105,9 @@ pub struct Session {
     /// The secret hash its handshake verified against (a reload that
     /// changes it ends the session).
     secret_hash: RefCell<Box<str>>,
+    /// Authenticated by a verified client certificate (no secret): a
+    /// reload keeps it while its principal is still listed.
+    by_certificate: Cell<bool>,
 }
 
 impl Session {
@@ -117,6 +120,7 @@ impl Session {
             by_id: RefCell::default(),
             generation: Cell::new(0),
             secret_hash: RefCell::default(),
+            by_certificate: Cell::new(false),
         }
     }
 
@@ -299,6 +303,43 @@ impl ShardAuth {
         }
     }
 
+    /// Authenticates `connection` as `principal`, named by the subject CN of
+    /// its TLS client certificate (verified against `tls_client_ca_file`),
+    /// before its first frame: no Authenticate is needed then, and one sent
+    /// anyway is refused like a second handshake. With authentication off
+    /// the name changes nothing (the connection is `anonymous`).
+    ///
+    /// # Errors
+    /// `UNAUTHENTICATED` when the auth file has no such principal; the
+    /// connection must close.
+    pub fn accept_certificate(
+        &self,
+        principal: &str,
+        connection: &Connection,
+    ) -> Result<(), ErrorResponse> {
+        if !self.is_enabled() {
+            return Ok(());
+        }
+        let session = Self::session(connection);
+        session.handshake_started.set(true);
+        let found = self.policy.borrow().principal(principal).map(|(_, grants)| grants);
+        match found {
+            Some(grants) => {
+                session.generation.set(self.generation.get());
+                session.by_certificate.set(true);
+                session.settle(State::Authenticated(Rc::new(grants)));
+                Ok(())
+            }
+            None => {
+                session.settle(State::Refused);
+                Err(unauthenticated(format!(
+                    "the client certificate names principal {principal:?}, which the auth file \
+                     does not list"
+                )))
+            }
+        }
+    }
+
     /// Answers an Authenticate.
     ///
     /// # Errors
@@ -447,11 +488,10 @@ impl ShardAuth {
         connection: &Connection,
     ) -> Result<Rights, ErrorResponse> {
         let name = grants.name().to_owned();
-        let found = self
-            .policy
-            .borrow()
-            .principal(&name)
-            .map(|(hash, grants)| (&**session.secret_hash.borrow() == hash, grants));
+        let found = self.policy.borrow().principal(&name).map(|(hash, grants)| {
+            let same = session.by_certificate.get() || &**session.secret_hash.borrow() == hash;
+            (same, grants)
+        });
         let reason = match found {
             Some((true, grants)) => {
                 session.by_name.borrow_mut().clear();

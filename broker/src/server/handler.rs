@@ -921,6 +921,19 @@ impl FrameHandler for SpoolHandler {
         self.answer(&frame, &connection).await
     }
 
+    fn certificate_principal(
+        &self,
+        principal: &str,
+        connection: &Connection,
+    ) -> Result<(), Option<Vec<u8>>> {
+        // Answered as the handshake it stands for (a connection-level
+        // error: correlation id 0), so a client reads it as the close's reason.
+        self.auth.accept_certificate(principal, connection).map_err(|refusal| {
+            let api_key = spool_wire::proto::ApiKey::Authenticate as u16;
+            Some(Self::encode_error(&refusal, CorrelationId::CONNECTION, api_key, 0))
+        })
+    }
+
     fn refusal_response(&self, refusal: Refusal) -> Option<Vec<u8>> {
         let Refusal::TooManyConnections { connections_max } = refusal;
         let message = format!(

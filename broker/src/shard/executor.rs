@@ -196,6 +196,7 @@ pub(crate) async fn shard_main<F: ShardHooksFactory>(
                             active: stats.active.get() as u64,
                             accepted: stats.accepted.get(),
                             refused_over_limit: stats.refused_over_limit.get(),
+                            tls_handshake_failures: stats.tls_handshake_failures.get(),
                         };
                         hooks.report(&mut report);
                         // The asker may have given up; one slot per shard,
@@ -249,6 +250,7 @@ pub(crate) async fn shard_main<F: ShardHooksFactory>(
         stop.clone(),
         gate.clone(),
         stats.clone(),
+        context.config.tls.clone(),
     )
     .await;
     tracing::info!(shard = shard.0, active = stats.active.get(), "stopped accepting; draining");

@@ -828,6 +828,7 @@ impl Broker {
                 control.clone(),
                 config.shard_listen(0),
                 config.auth.clone(),
+                config.tls.clone(),
             ) {
                 Ok(admin) => Some(admin),
                 Err(error) => {

@@ -112,6 +112,8 @@ pub struct ConnectionCounts {
     pub accepted: u64,
     /// Connections refused over `connections_per_shard_max`.
     pub refused_over_limit: u64,
+    /// TLS handshakes that failed or timed out.
+    pub tls_handshake_failures: u64,
 }
 
 /// Everything one shard reports.

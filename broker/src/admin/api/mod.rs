@@ -100,6 +100,8 @@ pub struct Gateway {
     mac_key: [u8; 32],
     /// Bearer tokens verified here first, with the failed-login limiter.
     callers: caller::CallerAuth,
+    /// TLS towards the shard ports, when they speak it.
+    shard_tls: Option<spool_client::TlsConfig>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -149,7 +151,15 @@ impl Gateway {
             in_flight: Arc::new(Semaphore::new(REQUESTS_IN_FLIGHT_MAX)),
             auth_required,
             mac_key: rand::random(),
+            shard_tls: None,
         }
+    }
+
+    /// The same gateway, reaching the shards over TLS.
+    #[must_use]
+    pub fn with_shard_tls(mut self, tls: spool_client::TlsConfig) -> Self {
+        self.shard_tls = Some(tls);
+        self
     }
 
     /// Serves one API request (`operation` already resolved from the route
@@ -246,6 +256,7 @@ impl Gateway {
             connection: ConnectionConfig {
                 request_timeout: SHARD_REQUEST_TIMEOUT,
                 credentials,
+                tls: self.shard_tls.clone(),
                 ..ConnectionConfig::default()
             },
         };

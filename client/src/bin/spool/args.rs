@@ -27,6 +27,22 @@ pub struct Cli {
     /// other users in the process list.
     #[arg(long, global = true, value_name = "SECRET")]
     pub secret: Option<String>,
+    /// Speak TLS, trusting the CA certificates of this PEM file.
+    /// Env: SPOOL_TLS_CA.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub tls_ca: Option<std::path::PathBuf>,
+    /// Check the broker's certificate against this name instead of the
+    /// host in the address. Env: SPOOL_TLS_SERVER_NAME.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub tls_server_name: Option<String>,
+    /// Client certificate (PEM) to present; a broker that verifies client
+    /// certificates authenticates as the principal of its subject CN.
+    /// Env: SPOOL_TLS_CERT.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// Private key (PEM) of --tls-cert. Env: SPOOL_TLS_KEY.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub tls_key: Option<std::path::PathBuf>,
     #[command(subcommand)]
     pub command: Command,
 }

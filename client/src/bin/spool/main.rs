@@ -70,6 +70,7 @@ fn exit_code(failure: &Failure) -> u8 {
             ClientError::Io { .. }
             | ClientError::ConnectionClosed { .. }
             | ClientError::Timeout { .. }
+            | ClientError::Tls { .. }
             | ClientError::Protocol(_) => EXIT_TRANSPORT,
             _ => EXIT_REFUSED,
         },
@@ -121,6 +122,28 @@ fn credentials(cli: &Cli) -> Result<Option<Credentials>, Failure> {
 /// own bound on a reload's wait for every shard.
 fn admin_timeout(cli: &Cli) -> Duration {
     Duration::from_millis(cli.timeout_ms.max(1)) + Duration::from_secs(10)
+}
+
+/// The TLS options from `--tls-*`, else `SPOOL_TLS_*`; none without a CA.
+fn tls(cli: &Cli) -> Result<Option<spool_client::TlsConfig>, Failure> {
+    let env = |name: &str| std::env::var_os(name).filter(|value| !value.is_empty());
+    let path = |flag: &Option<std::path::PathBuf>, name: &str| {
+        flag.clone().or_else(|| env(name).map(std::path::PathBuf::from))
+    };
+    let ca = path(&cli.tls_ca, "SPOOL_TLS_CA");
+    let cert = path(&cli.tls_cert, "SPOOL_TLS_CERT");
+    let key = path(&cli.tls_key, "SPOOL_TLS_KEY");
+    let server_name = cli
+        .tls_server_name
+        .clone()
+        .or_else(|| env("SPOOL_TLS_SERVER_NAME").map(|name| name.to_string_lossy().into_owned()));
+    spool_client::tls::from_options(
+        ca.as_deref(),
+        server_name.as_deref(),
+        cert.as_deref(),
+        key.as_deref(),
+    )
+    .map_err(|error| Failure::Input(error.to_string()))
 }
 
 /// `spool auth hash-secret`: one stdin line in, its PHC string out.
@@ -213,6 +236,7 @@ async fn run(cli: &Cli) -> Result<Output, Failure> {
         connection: ConnectionConfig {
             request_timeout: Duration::from_millis(cli.timeout_ms.max(1)),
             credentials: credentials(cli)?,
+            tls: tls(cli)?,
             ..ConnectionConfig::default()
         },
     };
