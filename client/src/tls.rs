@@ -228,7 +228,9 @@ impl TlsConfig {
         })
     }
 
-    pub(crate) fn connector(&self) -> tokio_rustls::TlsConnector {
+    /// A tokio-rustls connector with this config (the client connections
+    /// use it; so does the CLI's admin-port client).
+    pub fn connector(&self) -> tokio_rustls::TlsConnector {
         tokio_rustls::TlsConnector::from(self.config.clone())
     }
 }

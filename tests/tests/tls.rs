@@ -202,6 +202,26 @@ fn tls_carries_the_binary_protocol_and_the_admin_port() {
     let queues = https_get(&broker.admin_addr(), "/v1/queues", &pki.ca_file());
     assert_eq!(queues.status, 200, "{queues:?}");
     assert!(queues.body.contains("secure"), "{queues:?}");
+    // The CLI's admin-port commands speak HTTPS with the same --tls-ca
+    // (and fail without it).
+    let admin = broker.admin_addr();
+    let figures = broker.cli(&[
+        "--tls-ca",
+        &ca,
+        "--json",
+        "metrics",
+        "secure",
+        "--admin",
+        &admin,
+        "--interval-ms",
+        "0",
+    ]);
+    let figures = success_stdout(&figures);
+    assert!(figures.contains("\"partitions\""), "{figures}");
+    let quotas = broker.cli(&["--tls-ca", &ca, "--json", "quota", "list", "--admin", &admin]);
+    success_stdout(&quotas);
+    let without = broker.cli(&["metrics", "secure", "--admin", &admin, "--interval-ms", "0"]);
+    assert!(!without.status.success(), "plain HTTP to the https admin port: {without:?}");
 
     // A plain HTTP request to the https port gets no answer.
     let mut plain = TcpStream::connect(broker.admin_addr()).unwrap();

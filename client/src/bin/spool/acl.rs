@@ -10,7 +10,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 use spool_client::limits::ADMIN_ADDR_DEFAULT;
-use spool_client::Credentials;
+use spool_client::{Credentials, TlsConfig};
 
 use crate::http::{call, Answer};
 use crate::render::{Output, Table};
@@ -54,12 +54,13 @@ fn failed(answer: &Answer) -> Failure {
 
 pub(crate) async fn admin_call(
     admin: &AdminAddr,
+    tls: Option<&TlsConfig>,
     method: &str,
     path: &str,
     credentials: Option<&Credentials>,
     timeout: Duration,
 ) -> Result<Value, Failure> {
-    let answer = call(&admin.admin, method, path, credentials, None, timeout)
+    let answer = call(&admin.admin, tls, method, path, credentials, None, timeout)
         .await
         .map_err(|error| Failure::Admin(error, EXIT_TRANSPORT))?;
     if answer.status != 200 {
@@ -73,10 +74,11 @@ pub(crate) async fn admin_call(
 /// `spool auth reload`.
 pub async fn reload(
     admin: &AdminAddr,
+    tls: Option<&TlsConfig>,
     credentials: Option<&Credentials>,
     timeout: Duration,
 ) -> Result<Output, Failure> {
-    let body = admin_call(admin, "POST", "/v1/auth/reload", credentials, timeout).await?;
+    let body = admin_call(admin, tls, "POST", "/v1/auth/reload", credentials, timeout).await?;
     let message = format!(
         "auth file {} reloaded: generation {}, {} principals, {} rules",
         body["auth_file"].as_str().unwrap_or("?"),
@@ -90,12 +92,13 @@ pub async fn reload(
 /// `spool acl list` and `spool acl check`.
 pub async fn run(
     command: &AclCommand,
+    tls: Option<&TlsConfig>,
     credentials: Option<&Credentials>,
     timeout: Duration,
 ) -> Result<Output, Failure> {
     match command {
         AclCommand::List(admin) => {
-            let body = admin_call(admin, "GET", "/v1/acl", credentials, timeout).await?;
+            let body = admin_call(admin, tls, "GET", "/v1/acl", credentials, timeout).await?;
             Ok(render_list(&body))
         }
         AclCommand::Check(check) => {
@@ -113,7 +116,7 @@ pub async fn run(
                 query_escape(&principal),
                 query_escape(&check.queue)
             );
-            let body = admin_call(&check.admin, "GET", &path, credentials, timeout).await?;
+            let body = admin_call(&check.admin, tls, "GET", &path, credentials, timeout).await?;
             let operations: Vec<&str> = body["operations"]
                 .as_array()
                 .map(|list| list.iter().filter_map(Value::as_str).collect())

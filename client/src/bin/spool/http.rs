@@ -2,14 +2,15 @@
 //! reload`, `spool acl`, `spool metrics`): one request per connection
 //! (`Connection: close`), the answer read to its end within the timeout and
 //! at most `ADMIN_RESPONSE_BYTES_MAX` bytes; `Content-Length`, chunked and
-//! read-to-close bodies.
+//! read-to-close bodies; HTTPS with the command's `--tls-*` options.
 
 use std::time::Duration;
 
 use serde_json::Value;
 use spool_client::limits::ADMIN_RESPONSE_BYTES_MAX;
 use spool_client::Credentials;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use spool_client::TlsConfig;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// An admin-port answer.
 #[derive(Debug)]
@@ -36,47 +37,53 @@ impl Answer {
     }
 }
 
-/// Sends one request to `addr` and reads the answer.
+/// Sends one request to `addr` and reads the answer; over TLS when `tls`
+/// is given (the admin port of a broker with `tls_cert_file` speaks HTTPS
+/// only).
 ///
 /// # Errors
-/// Connection, timeout, size or HTTP framing trouble, as text.
+/// Connection, TLS, timeout, size or HTTP framing trouble, as text.
 pub async fn call(
     addr: &str,
+    tls: Option<&TlsConfig>,
     method: &str,
     path: &str,
     bearer: Option<&Credentials>,
     body: Option<&[u8]>,
     timeout: Duration,
 ) -> Result<Answer, String> {
+    let mut request =
+        format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nAccept: */*\r\n");
+    if let Some(credentials) = bearer {
+        request.push_str(&format!(
+            "Authorization: Bearer {}:{}\r\n",
+            credentials.principal, credentials.secret
+        ));
+    }
+    let body = body.unwrap_or_default();
+    if !body.is_empty() || method != "GET" {
+        request.push_str("Content-Type: application/json\r\n");
+        request.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    request.push_str("\r\n");
+    let mut bytes = request.into_bytes();
+    bytes.extend_from_slice(body);
     let exchange = async {
-        let mut stream = tokio::net::TcpStream::connect(addr)
+        let stream = tokio::net::TcpStream::connect(addr)
             .await
             .map_err(|error| format!("cannot reach the admin port {addr}: {error}"))?;
-        let mut request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nAccept: */*\r\n"
-        );
-        if let Some(credentials) = bearer {
-            request.push_str(&format!(
-                "Authorization: Bearer {}:{}\r\n",
-                credentials.principal, credentials.secret
-            ));
+        let answer = match tls {
+            None => exchange_on(stream, &bytes).await,
+            Some(tls) => {
+                let name = tls.server_name_for(addr).map_err(|error| error.to_string())?;
+                let stream =
+                    tls.connector().connect(name, stream).await.map_err(|error| {
+                        format!("admin port {addr}: TLS handshake failed: {error}")
+                    })?;
+                exchange_on(stream, &bytes).await
+            }
         }
-        let body = body.unwrap_or_default();
-        if !body.is_empty() || method != "GET" {
-            request.push_str("Content-Type: application/json\r\n");
-            request.push_str(&format!("Content-Length: {}\r\n", body.len()));
-        }
-        request.push_str("\r\n");
-        let mut bytes = request.into_bytes();
-        bytes.extend_from_slice(body);
-        stream.write_all(&bytes).await.map_err(|error| format!("admin port {addr}: {error}"))?;
-        let mut answer = Vec::new();
-        let limit = u64::try_from(ADMIN_RESPONSE_BYTES_MAX).unwrap_or(u64::MAX) + 1;
-        (&mut stream)
-            .take(limit)
-            .read_to_end(&mut answer)
-            .await
-            .map_err(|error| format!("admin port {addr}: {error}"))?;
+        .map_err(|error| format!("admin port {addr}: {error}"))?;
         if answer.len() > ADMIN_RESPONSE_BYTES_MAX {
             return Err(format!("admin port {addr}: answer over {ADMIN_RESPONSE_BYTES_MAX} bytes"));
         }
@@ -85,6 +92,25 @@ pub async fn call(
     tokio::time::timeout(timeout, exchange)
         .await
         .map_err(|_| format!("admin port {addr}: no answer within {} ms", timeout.as_millis()))?
+}
+
+/// Writes `request` and reads the answer to the end (at most one byte past
+/// `ADMIN_RESPONSE_BYTES_MAX`, so the caller can tell it was too long). A
+/// TLS peer that closes without close_notify ends the answer like a plain
+/// close: the HTTP framing says whether it is complete.
+async fn exchange_on<S>(mut stream: S, request: &[u8]) -> Result<Vec<u8>, std::io::Error>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    stream.write_all(request).await?;
+    stream.flush().await?;
+    let mut answer = Vec::new();
+    let limit = u64::try_from(ADMIN_RESPONSE_BYTES_MAX).unwrap_or(u64::MAX) + 1;
+    match (&mut stream).take(limit).read_to_end(&mut answer).await {
+        Ok(_) => Ok(answer),
+        Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => Ok(answer),
+        Err(error) => Err(error),
+    }
 }
 
 /// Reads a whole HTTP/1.1 answer.

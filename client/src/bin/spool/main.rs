@@ -218,17 +218,21 @@ async fn run(cli: &Cli) -> Result<Output, Failure> {
         Command::Auth(AuthCommand::HashSecret) => return hash_secret_from_stdin(),
         Command::Audit(args) => return audit(args),
         Command::Auth(AuthCommand::Reload(admin)) => {
-            let credentials = credentials(cli)?;
-            return acl::reload(admin, credentials.as_ref(), admin_timeout(cli)).await;
+            let (credentials, tls) = (credentials(cli)?, tls(cli)?);
+            return acl::reload(admin, tls.as_ref(), credentials.as_ref(), admin_timeout(cli))
+                .await;
         }
         Command::Acl(command) => {
-            let credentials = credentials(cli)?;
-            return acl::run(command, credentials.as_ref(), admin_timeout(cli)).await;
+            let (credentials, tls) = (credentials(cli)?, tls(cli)?);
+            return acl::run(command, tls.as_ref(), credentials.as_ref(), admin_timeout(cli)).await;
         }
-        Command::Metrics(args) => return metrics::run(args, admin_timeout(cli)).await,
+        Command::Metrics(args) => {
+            return metrics::run(args, tls(cli)?.as_ref(), admin_timeout(cli)).await
+        }
         Command::Quota(QuotaCommand::List(admin)) => {
-            let credentials = credentials(cli)?;
-            return quota::list(admin, credentials.as_ref(), admin_timeout(cli)).await;
+            let (credentials, tls) = (credentials(cli)?, tls(cli)?);
+            return quota::list(admin, tls.as_ref(), credentials.as_ref(), admin_timeout(cli))
+                .await;
         }
         _ => {}
     }

@@ -11,6 +11,7 @@ use std::time::Duration;
 use clap::Args;
 use serde_json::{json, Value};
 use spool_client::limits::METRICS_INTERVAL_MS_DEFAULT;
+use spool_client::TlsConfig;
 
 use crate::acl::AdminAddr;
 use crate::http::call;
@@ -160,8 +161,12 @@ fn figures_of(samples: &[Sample], queue: &str) -> BTreeMap<u32, Figures> {
     partitions
 }
 
-async fn scrape(args: &MetricsArgs, timeout: Duration) -> Result<Vec<Sample>, Failure> {
-    let answer = call(&args.admin.admin, "GET", "/metrics", None, None, timeout)
+async fn scrape(
+    args: &MetricsArgs,
+    tls: Option<&TlsConfig>,
+    timeout: Duration,
+) -> Result<Vec<Sample>, Failure> {
+    let answer = call(&args.admin.admin, tls, "GET", "/metrics", None, None, timeout)
         .await
         .map_err(|error| Failure::Admin(error, EXIT_TRANSPORT))?;
     if answer.status != 200 {
@@ -229,12 +234,16 @@ fn cells(label: String, figures: &Figures, rates: Option<Rates>) -> (Vec<String>
 }
 
 /// `spool metrics QUEUE`.
-pub async fn run(args: &MetricsArgs, timeout: Duration) -> Result<Output, Failure> {
-    let first = figures_of(&scrape(args, timeout).await?, &args.queue);
+pub async fn run(
+    args: &MetricsArgs,
+    tls: Option<&TlsConfig>,
+    timeout: Duration,
+) -> Result<Output, Failure> {
+    let first = figures_of(&scrape(args, tls, timeout).await?, &args.queue);
     let (last, seconds) = if args.interval_ms > 0 {
         tokio::time::sleep(Duration::from_millis(args.interval_ms)).await;
         (
-            figures_of(&scrape(args, timeout).await?, &args.queue),
+            figures_of(&scrape(args, tls, timeout).await?, &args.queue),
             Some(args.interval_ms as f64 / 1000.0),
         )
     } else {

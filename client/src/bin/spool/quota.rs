@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use spool_client::Credentials;
+use spool_client::{Credentials, TlsConfig};
 
 use crate::acl::{admin_call, AdminAddr};
 use crate::render::{Output, Table};
@@ -15,10 +15,11 @@ use crate::Failure;
 /// `spool quota list`.
 pub async fn list(
     admin: &AdminAddr,
+    tls: Option<&TlsConfig>,
     credentials: Option<&Credentials>,
     timeout: Duration,
 ) -> Result<Output, Failure> {
-    let value = admin_call(admin, "GET", "/v1/quotas", credentials, timeout).await?;
+    let value = admin_call(admin, tls, "GET", "/v1/quotas", credentials, timeout).await?;
     let mut table = Table::new(vec!["principal", "quota", "limit", "in_use", "rejections"]);
     let text = |value: &Value| match value {
         Value::Null => "-".to_owned(),
