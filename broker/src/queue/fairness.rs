@@ -16,11 +16,8 @@
 
 use std::ops::{Deref, DerefMut};
 
-use super::limits::PRIORITY_BANDS_MAX;
+use super::limits::CLASSES_MAX;
 use super::types::{Millis, Offset};
-
-/// Most classes a partition has: its priority bands plus the retry class.
-pub(crate) const CLASSES_MAX: usize = PRIORITY_BANDS_MAX as usize + 1;
 
 /// One value per class of a partition, held inline. The claim decision and
 /// `apply(Claimed)` build several of these for every message claimed; as

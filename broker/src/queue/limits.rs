@@ -9,6 +9,10 @@ use super::types::Millis;
 pub const PRIORITY_BANDS_MIN: u8 = 4;
 /// Most priority bands a queue may have (the record format's limit).
 pub const PRIORITY_BANDS_MAX: u8 = spool_wire::limits::PRIORITY_BANDS_MAX;
+/// Most fairness classes a partition has: its priority bands plus the
+/// retry class (the claim path keeps one value per class inline,
+/// `fairness::PerClass`).
+pub const CLASSES_MAX: usize = PRIORITY_BANDS_MAX as usize + 1;
 /// Largest weighted-round-robin share of one class.
 pub const WEIGHT_MAX: u32 = 1024;
 /// Longest lease, lease lifetime and backoff delay: one day.
