@@ -125,31 +125,27 @@ pub fn encode(
             registry.register($name, $help, family);
         }};
     }
+    macro_rules! partition_gauge_family {
+        (|$report:ident| $value:expr) => {{
+            let family = Gauges::<PartitionLabels>::default();
+            for shard in reports {
+                for $report in &shard.partitions {
+                    let labels = PartitionLabels {
+                        queue: $report.queue.clone(),
+                        partition: $report.partition.to_string(),
+                    };
+                    family.get_or_create(&labels).set(gauge_value($value));
+                }
+            }
+            family
+        }};
+    }
     macro_rules! partition_gauge {
         ($name:literal, $help:literal, |$report:ident| $value:expr) => {{
-            let family = Gauges::<PartitionLabels>::default();
-            for shard in reports {
-                for $report in &shard.partitions {
-                    let labels = PartitionLabels {
-                        queue: $report.queue.clone(),
-                        partition: $report.partition.to_string(),
-                    };
-                    family.get_or_create(&labels).set(gauge_value($value));
-                }
-            }
-            registry.register($name, $help, family);
+            registry.register($name, $help, partition_gauge_family!(|$report| $value));
         }};
         ($name:literal, $help:literal, unit $unit:expr, |$report:ident| $value:expr) => {{
-            let family = Gauges::<PartitionLabels>::default();
-            for shard in reports {
-                for $report in &shard.partitions {
-                    let labels = PartitionLabels {
-                        queue: $report.queue.clone(),
-                        partition: $report.partition.to_string(),
-                    };
-                    family.get_or_create(&labels).set(gauge_value($value));
-                }
-            }
+            let family = partition_gauge_family!(|$report| $value);
             registry.register_with_unit($name, $help, $unit, family);
         }};
     }
