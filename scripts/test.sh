@@ -19,6 +19,14 @@ cargo build --locked -p spool-broker --bin spoold -p spool-client --bin spool
 cargo build --locked -p spool-broker --features failpoints --bin spoold-failpoints
 echo "== build the release binaries the README's commands run (tests/tests/readme.rs starts them)"
 cargo build --locked --release -p spool-broker --bin spoold -p spool-client --bin spool
+# The tests start exactly these binaries instead of running cargo again from
+# inside the test processes (a nested cargo may see another toolchain path
+# and rebuild everything, which once quadrupled the suite's time).
+target_dir="$(realpath -m "${CARGO_TARGET_DIR:-target}")"
+export SPOOL_E2E_SPOOLD="${target_dir}/debug/spoold"
+export SPOOL_E2E_SPOOL="${target_dir}/debug/spool"
+export SPOOL_E2E_SPOOLD_FAILPOINTS="${target_dir}/debug/spoold-failpoints"
+export SPOOL_E2E_RELEASE_DIR="${target_dir}/release"
 echo "== cargo nextest"
 cargo nextest run --workspace --locked --profile "$profile"
 echo "== doctests"

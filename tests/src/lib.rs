@@ -161,12 +161,22 @@ fn binary(name: &str, env: &str) -> PathBuf {
     built_binary(build_binaries(), &profile_dir(), name)
 }
 
+/// Environment variable naming a directory that holds prebuilt release
+/// `spoold` and `spool` (skips the release build; `scripts/test.sh` sets it
+/// after building them, so no test runs cargo itself).
+pub const RELEASE_DIR_ENV: &str = "SPOOL_E2E_RELEASE_DIR";
+
 /// Path of a release binary (`spoold` or `spool`) as the README's `cargo
 /// run --release` commands build it: `target/release/NAME` of this
 /// workspace, built once per test process (a no-op when `scripts/test.sh`
 /// built it already, as it does before the tests).
 pub fn release_bin(name: &str) -> PathBuf {
     static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
+    if let Some(dir) = std::env::var_os(RELEASE_DIR_ENV) {
+        let path = PathBuf::from(dir).join(name);
+        assert!(path.is_file(), "{} (from {RELEASE_DIR_ENV}) is missing", path.display());
+        return path;
+    }
     let release_dir = profile_dir().parent().expect("profile dir has a parent").join("release");
     let built = BUILT.get_or_init(|| {
         let args = [
