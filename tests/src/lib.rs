@@ -18,6 +18,7 @@
 //! do. Everything binds 127.0.0.1 only.
 
 pub mod admin;
+pub mod auth;
 pub mod fault;
 pub mod killloop;
 

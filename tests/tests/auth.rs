@@ -25,13 +25,11 @@ use spool_client::{
     Producer, ProducerConfig,
 };
 use spool_tests::admin::{http_get, http_raw, HttpAnswer};
+use spool_tests::auth::{
+    spool_as, write_auth_file, Principal, OPS, OPS_SECRET, WORKER, WORKER_SECRET, WRONG_SECRET,
+};
 use spool_tests::{spool_bin, test_queue_config, Spoold, SpooldOptions};
 
-const WORKER: &str = "worker";
-const WORKER_SECRET: &str = "w0rker-secret-never-logged";
-const OPS: &str = "ops";
-const OPS_SECRET: &str = "0ps-secret-never-logged";
-const WRONG_SECRET: &str = "wr0ng-secret-never-logged";
 const QUEUE: &str = "jobs";
 const READ_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -51,31 +49,19 @@ fn expected(principal: &str, operation: &str) -> bool {
 /// only `jobs`); ops may peek, describe, administer, purge and redrive
 /// every queue, and neither enqueue nor claim.
 fn auth_file(dir: &Path) -> PathBuf {
-    let worker = spool_client::auth::hash_secret(WORKER_SECRET).unwrap();
-    let ops = spool_client::auth::hash_secret(OPS_SECRET).unwrap();
-    let text = format!(
-        r#"
-[[principals]]
-name = "{WORKER}"
-secret_hash = "{worker}"
-
-[[principals]]
-name = "{OPS}"
-secret_hash = "{ops}"
-
-[[acl]]
-principal = "{WORKER}"
-queues = ["{QUEUE}"]
-operations = ["enqueue", "claim", "describe"]
-
-[[acl]]
-principal = "{OPS}"
-queues = ["*"]
-operations = ["peek", "describe", "admin", "purge", "redrive"]
-"#
-    );
     let path = dir.join("auth.toml");
-    std::fs::write(&path, text).unwrap();
+    write_auth_file(
+        &path,
+        &[
+            Principal::new(WORKER, WORKER_SECRET, &[QUEUE], &["enqueue", "claim", "describe"]),
+            Principal::new(
+                OPS,
+                OPS_SECRET,
+                &["*"],
+                &["peek", "describe", "admin", "purge", "redrive"],
+            ),
+        ],
+    );
     path
 }
 
@@ -351,22 +337,6 @@ fn acl_matrix_on_the_http_api() {
     for secret in [WORKER_SECRET, OPS_SECRET, WRONG_SECRET] {
         assert!(!log.contains(secret), "a secret is in the broker's log:\n{log}");
     }
-}
-
-fn spool_as(
-    broker: &Spoold,
-    principal: Option<(&str, &str)>,
-    args: &[&str],
-) -> std::process::Output {
-    let mut command = Command::new(spool_bin());
-    command.arg("--addr").arg(broker.addr()).args(args);
-    command.env_remove("SPOOL_PRINCIPAL").env_remove("SPOOL_SECRET");
-    if let Some((name, secret)) = principal {
-        // The secret by environment (the recommended way), the name by flag.
-        command.arg("--principal").arg(name).env("SPOOL_SECRET", secret);
-    }
-    command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    command.output().unwrap()
 }
 
 // Goal: a worker allowed to claim is denied purge; a purge with the right

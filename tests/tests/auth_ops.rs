@@ -8,11 +8,10 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -25,83 +24,28 @@ use spool_client::{
     Producer, ProducerConfig,
 };
 use spool_tests::admin::{http_get, http_raw, Exposition, HttpAnswer};
-use spool_tests::{spool_bin, test_queue_config, Spoold, SpooldOptions};
+use spool_tests::auth::{
+    spool_as, write_auth_file, write_auth_file_rehashing, Principal, OPS, OPS_SECRET, VIEWER,
+    VIEWER_SECRET, WORKER, WORKER_SECRET, WRONG_SECRET,
+};
+use spool_tests::{test_queue_config, Spoold, SpooldOptions};
 
-const WORKER: &str = "worker";
-const WORKER_SECRET: &str = "w0rker-secret-never-logged";
-const OPS: &str = "ops";
-const OPS_SECRET: &str = "0ps-secret-never-logged";
-const VIEWER: &str = "viewer";
-const VIEWER_SECRET: &str = "v1ewer-secret-never-logged";
-const WRONG_SECRET: &str = "wr0ng-secret-never-logged";
 const QUEUE: &str = "jobs";
 const READ_TIMEOUT: Duration = Duration::from_secs(20);
 /// Longest a test waits for a condition it polls (a lockout window is 10 s).
 const CONDITION_WAIT: Duration = Duration::from_secs(30);
 
-/// One principal's entry and rules in an auth file.
-struct Entry<'a> {
-    name: &'a str,
-    secret: &'a str,
-    queues: &'a [&'a str],
-    operations: &'a [&'a str],
-}
+const OPS_ENTRY: Principal<'static> =
+    Principal::new(OPS, OPS_SECRET, &["*"], &["admin", "describe", "peek", "purge", "redrive"]);
+const VIEWER_ENTRY: Principal<'static> =
+    Principal::new(VIEWER, VIEWER_SECRET, &["*"], &["describe"]);
 
-/// The hash of `secret`, made once per secret: a rewritten file keeps the
-/// hashes it had (a changed hash ends the principal's sessions).
-fn hash_of(secret: &str) -> String {
-    static HASHES: std::sync::Mutex<BTreeMap<String, String>> =
-        std::sync::Mutex::new(BTreeMap::new());
-    let mut hashes = HASHES.lock().unwrap();
-    hashes
-        .entry(secret.to_owned())
-        .or_insert_with(|| spool_client::auth::hash_secret(secret).unwrap())
-        .clone()
-}
-
-fn write_auth_file(path: &Path, entries: &[Entry<'_>]) {
-    write_auth_file_rehashing(path, entries, None);
-}
-
-/// As [`write_auth_file`], with a fresh hash (same secret, new salt) for
-/// principal `rehash`.
-fn write_auth_file_rehashing(path: &Path, entries: &[Entry<'_>], rehash: Option<&str>) {
-    let mut text = String::new();
-    for entry in entries {
-        let hash = if rehash == Some(entry.name) {
-            spool_client::auth::hash_secret(entry.secret).unwrap()
-        } else {
-            hash_of(entry.secret)
-        };
-        text.push_str(&format!(
-            "[[principals]]\nname = \"{}\"\nsecret_hash = \"{hash}\"\n\n",
-            entry.name
-        ));
-    }
-    for entry in entries {
-        text.push_str(&format!(
-            "[[acl]]\nprincipal = \"{}\"\nqueues = {:?}\noperations = {:?}\n\n",
-            entry.name, entry.queues, entry.operations
-        ));
-    }
-    std::fs::write(path, text).unwrap();
-}
-
-const OPS_ENTRY: Entry<'static> = Entry {
-    name: OPS,
-    secret: OPS_SECRET,
-    queues: &["*"],
-    operations: &["admin", "describe", "peek", "purge", "redrive"],
-};
-const VIEWER_ENTRY: Entry<'static> =
-    Entry { name: VIEWER, secret: VIEWER_SECRET, queues: &["*"], operations: &["describe"] };
-
-fn worker_entry(operations: &'static [&'static str]) -> Entry<'static> {
-    Entry { name: WORKER, secret: WORKER_SECRET, queues: &[QUEUE], operations }
+fn worker_entry(operations: &'static [&'static str]) -> Principal<'static> {
+    Principal::new(WORKER, WORKER_SECRET, &[QUEUE], operations)
 }
 
 /// A 1-shard broker with the auth file `entries`, and the file's path.
-fn start_with(entries: &[Entry<'_>]) -> (Spoold, tempfile::TempDir, PathBuf) {
+fn start_with(entries: &[Principal<'_>]) -> (Spoold, tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("auth.toml");
     write_auth_file(&path, entries);
@@ -130,21 +74,6 @@ fn http_as(broker: &Spoold, token: Option<&str>, method: &str, path: &str) -> Ht
          Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{{}}"
     );
     http_raw(&addr, head.as_bytes())
-}
-
-fn spool_as(
-    broker: &Spoold,
-    principal: Option<(&str, &str)>,
-    args: &[&str],
-) -> std::process::Output {
-    let mut command = Command::new(spool_bin());
-    command.arg("--addr").arg(broker.addr()).args(args);
-    command.env_remove("SPOOL_PRINCIPAL").env_remove("SPOOL_SECRET");
-    if let Some((name, secret)) = principal {
-        command.arg("--principal").arg(name).env("SPOOL_SECRET", secret);
-    }
-    command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    command.output().unwrap()
 }
 
 fn frame(request: &Request<'_>, correlation: u64) -> Vec<u8> {

@@ -20,6 +20,7 @@ use spool_client::{
     Producer, ProducerConfig,
 };
 use spool_tests::admin::{http_get, http_raw, Exposition, HttpAnswer};
+use spool_tests::auth::{write_auth_file, Principal};
 use spool_tests::{now, spool_bin, test_queue_config, Spoold, SpooldOptions};
 
 const OPS: &str = "ops";
@@ -35,53 +36,18 @@ const PATIENCE: Duration = Duration::from_secs(20);
 /// `bytes` may send one byte a second (any batch passes on a full bucket,
 /// then none for minutes); `free` has no quota; `ops` administers.
 fn auth_file(dir: &Path) -> PathBuf {
-    let hash = spool_client::auth::hash_secret(SECRET).unwrap();
-    let text = format!(
-        r#"
-[[principals]]
-name = "{OPS}"
-secret_hash = "{hash}"
-
-[[principals]]
-name = "{LIMITED}"
-secret_hash = "{hash}"
-[principals.quota]
-enqueue_messages_per_sec = 1
-claims_in_flight_max = 2
-
-[[principals]]
-name = "{BYTES}"
-secret_hash = "{hash}"
-[principals.quota]
-enqueue_bytes_per_sec = 1
-
-[[principals]]
-name = "{FREE}"
-secret_hash = "{hash}"
-
-[[acl]]
-principal = "{OPS}"
-queues = ["*"]
-operations = ["admin", "describe"]
-
-[[acl]]
-principal = "{LIMITED}"
-queues = ["*"]
-operations = ["enqueue", "claim", "describe"]
-
-[[acl]]
-principal = "{BYTES}"
-queues = ["*"]
-operations = ["enqueue"]
-
-[[acl]]
-principal = "{FREE}"
-queues = ["*"]
-operations = ["enqueue", "claim"]
-"#
-    );
     let path = dir.join("auth.toml");
-    std::fs::write(&path, text).unwrap();
+    write_auth_file(
+        &path,
+        &[
+            Principal::new(OPS, SECRET, &["*"], &["admin", "describe"]),
+            Principal::new(LIMITED, SECRET, &["*"], &["enqueue", "claim", "describe"])
+                .with_quota(&[("enqueue_messages_per_sec", 1), ("claims_in_flight_max", 2)]),
+            Principal::new(BYTES, SECRET, &["*"], &["enqueue"])
+                .with_quota(&[("enqueue_bytes_per_sec", 1)]),
+            Principal::new(FREE, SECRET, &["*"], &["enqueue", "claim"]),
+        ],
+    );
     path
 }
 

@@ -22,6 +22,7 @@ use spool_client::{
     Credentials, Message, TlsConfig,
 };
 use spool_tests::admin::{parse_answer, Exposition, HttpAnswer};
+use spool_tests::auth::{write_auth_file, Principal, OPS, OPS_SECRET, WORKER, WORKER_SECRET};
 use spool_tests::{json_lines_stdout, success_stdout, test_queue_config, Spoold, SpooldOptions};
 
 /// How long a condition the broker reports is polled for.
@@ -298,35 +299,17 @@ fn a_tls_client_on_a_plain_port_fails_cleanly() {
     assert!(stderr.contains("TLS handshake") && stderr.contains("plain TCP"), "{stderr}");
 }
 
-const WORKER: &str = "worker";
-const WORKER_SECRET: &str = "w0rker-secret";
-
-/// The auth file: `worker` may enqueue and claim `jobs`, nothing else.
+/// The auth file: `worker` may enqueue and claim `jobs`, nothing else;
+/// `ops` administers, describes and purges.
 fn auth_file(dir: &Path) -> PathBuf {
-    let hash = spool_client::auth::hash_secret(WORKER_SECRET).unwrap();
-    let text = format!(
-        r#"
-[[principals]]
-name = "{WORKER}"
-secret_hash = "{hash}"
-
-[[principals]]
-name = "ops"
-secret_hash = "{hash}"
-
-[[acl]]
-principal = "{WORKER}"
-queues = ["jobs"]
-operations = ["enqueue", "claim"]
-
-[[acl]]
-principal = "ops"
-queues = ["*"]
-operations = ["admin", "describe", "purge"]
-"#
-    );
     let path = dir.join("auth.toml");
-    std::fs::write(&path, text).unwrap();
+    write_auth_file(
+        &path,
+        &[
+            Principal::new(WORKER, WORKER_SECRET, &["jobs"], &["enqueue", "claim"]),
+            Principal::new(OPS, OPS_SECRET, &["*"], &["admin", "describe", "purge"]),
+        ],
+    );
     path
 }
 
@@ -356,8 +339,7 @@ fn client_certificates_authenticate_as_their_cn_principal() {
         // Set up with a secret: a client without a certificate.
         let ops = Client::connect_with(
             &broker.addr(),
-            client_config(Some(trusting(&pki)))
-                .with_credentials(Credentials::new("ops", WORKER_SECRET)),
+            client_config(Some(trusting(&pki))).with_credentials(Credentials::new(OPS, OPS_SECRET)),
         )
         .await
         .unwrap();
