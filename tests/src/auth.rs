@@ -10,6 +10,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
+use std::time::Duration;
+
+use spool_client::{Client, ClientConfig, ClientError, ConnectionConfig, Credentials};
 
 use crate::{spool_bin, Spoold};
 
@@ -106,6 +109,25 @@ pub fn write_auth_file(path: &Path, principals: &[Principal<'_>]) {
 /// As [`write_auth_file`], with a fresh hash for principal `rehash`.
 pub fn write_auth_file_rehashing(path: &Path, principals: &[Principal<'_>], rehash: Option<&str>) {
     std::fs::write(path, auth_file_text(principals, rehash)).expect("write the auth file");
+}
+
+/// Request timeout of [`client_as`]'s connections.
+pub const CLIENT_REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// A client of `broker` authenticated as `principal` with `secret`.
+pub async fn client_as(
+    broker: &Spoold,
+    principal: &str,
+    secret: &str,
+) -> Result<Client, ClientError> {
+    let config = ClientConfig {
+        connection: ConnectionConfig {
+            request_timeout: CLIENT_REQUEST_TIMEOUT,
+            ..ConnectionConfig::default()
+        },
+    }
+    .with_credentials(Credentials::new(principal, secret));
+    Client::connect_with(&broker.addr(), config).await
 }
 
 /// Runs the `spool` CLI against `broker` with `args`, as `principal`

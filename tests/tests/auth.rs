@@ -20,13 +20,11 @@ use spool_client::spool_wire::proto::{
     PartitionId, RedriveTarget, Reply, Request, Response,
 };
 use spool_client::spool_wire::ErrorCode;
-use spool_client::{
-    Admin, ClaimOptions, Client, ClientConfig, ClientError, ConnectionConfig, Credentials, Message,
-    Producer, ProducerConfig,
-};
+use spool_client::{Admin, ClaimOptions, Client, ClientError, Message, Producer, ProducerConfig};
 use spool_tests::admin::{http_get, http_raw, HttpAnswer};
 use spool_tests::auth::{
-    spool_as, write_auth_file, Principal, OPS, OPS_SECRET, WORKER, WORKER_SECRET, WRONG_SECRET,
+    client_as, spool_as, write_auth_file, Principal, OPS, OPS_SECRET, WORKER, WORKER_SECRET,
+    WRONG_SECRET,
 };
 use spool_tests::{spool_bin, test_queue_config, Spoold, SpooldOptions};
 
@@ -73,17 +71,6 @@ fn start_with_auth() -> (Spoold, tempfile::TempDir) {
     let mut options = SpooldOptions::new(1);
     options.args.push(format!("--auth-file={}", path.display()));
     (Spoold::start_with(options), dir)
-}
-
-async fn client_as(broker: &Spoold, principal: &str, secret: &str) -> Result<Client, ClientError> {
-    let config = ClientConfig {
-        connection: ConnectionConfig {
-            request_timeout: Duration::from_secs(15),
-            ..ConnectionConfig::default()
-        },
-    }
-    .with_credentials(Credentials::new(principal, secret));
-    Client::connect_with(&broker.addr(), config).await
 }
 
 fn frame(request: &Request<'_>, correlation: u64) -> Vec<u8> {

@@ -19,14 +19,11 @@ use spool_client::spool_wire::proto::{
     decode_frame, AuthenticateRequest, CorrelationId, ListQueuesRequest, Reply, Request, Response,
 };
 use spool_client::spool_wire::ErrorCode;
-use spool_client::{
-    Admin, ClaimOptions, Client, ClientConfig, ClientError, ConnectionConfig, Credentials, Message,
-    Producer, ProducerConfig,
-};
+use spool_client::{Admin, ClaimOptions, Client, ClientError, Message, Producer, ProducerConfig};
 use spool_tests::admin::{http_get, http_raw, Exposition, HttpAnswer};
 use spool_tests::auth::{
-    spool_as, write_auth_file, write_auth_file_rehashing, Principal, OPS, OPS_SECRET, VIEWER,
-    VIEWER_SECRET, WORKER, WORKER_SECRET, WRONG_SECRET,
+    client_as, spool_as, write_auth_file, write_auth_file_rehashing, Principal, OPS, OPS_SECRET,
+    VIEWER, VIEWER_SECRET, WORKER, WORKER_SECRET, WRONG_SECRET,
 };
 use spool_tests::{test_queue_config, Spoold, SpooldOptions};
 
@@ -52,17 +49,6 @@ fn start_with(entries: &[Principal<'_>]) -> (Spoold, tempfile::TempDir, PathBuf)
     let mut options = SpooldOptions::new(1);
     options.args.push(format!("--auth-file={}", path.display()));
     (Spoold::start_with(options), dir, path)
-}
-
-async fn client_as(broker: &Spoold, principal: &str, secret: &str) -> Result<Client, ClientError> {
-    let config = ClientConfig {
-        connection: ConnectionConfig {
-            request_timeout: Duration::from_secs(15),
-            ..ConnectionConfig::default()
-        },
-    }
-    .with_credentials(Credentials::new(principal, secret));
-    Client::connect_with(&broker.addr(), config).await
 }
 
 fn http_as(broker: &Spoold, token: Option<&str>, method: &str, path: &str) -> HttpAnswer {
