@@ -322,6 +322,66 @@ fn mid_log_corruption_is_refused_with_file_and_offset() {
 }
 
 #[test]
+fn damage_to_an_acknowledged_commit_near_the_tail_is_refused_not_cut() {
+    // Goal: inside the in-flight window, a flipped bit in a commit that was
+    // durable (acknowledged) is told from a torn tail by the watermark a later
+    // intact commit recorded in its filler: open refuses naming file and byte
+    // instead of cutting the commit and everything after it. The same flip in
+    // the last commit, which no later commit vouches for, is still cut.
+    let disk = SimStorage::new();
+    let dir = Path::new("/p");
+    let fatal = Rc::new(RecordFatal::default());
+    let (log, _) =
+        block_on(Log::open(disk.clone(), dir, small_config(), 1, fatal.clone())).unwrap();
+    // Three commits, each durable before the next is appended: the third
+    // commit's filler records the end of the second as durable.
+    let mut positions = Vec::new();
+    block_on(drive(&log, async {
+        for tag in 1..=3 {
+            let appended = log.append(&make_batch(1, 1000, tag)).unwrap();
+            appended.ticket.durable().await.unwrap();
+            positions.push(log.segments().last().unwrap().data_end);
+        }
+    }));
+    let active = log.segments().last().unwrap().path.clone();
+    log.close();
+    let window = small_config().recovery_window_bytes();
+    assert!(positions[2] <= window, "all three commits lie inside the torn-tail window");
+    let pristine = disk.file_bytes(&active).unwrap();
+    // Damage the first commit's record body (it starts at byte 0).
+    let mut bytes = pristine.clone();
+    bytes[200] ^= 0x04;
+    disk.set_file_bytes(&active, bytes);
+    let error = block_on(Log::open(disk.clone(), dir, small_config(), 2, fatal.clone()))
+        .err()
+        .expect("open must refuse damage below a recorded watermark");
+    match &error {
+        LogError::Corrupt { path, pos, detail } => {
+            assert_eq!(path, &active);
+            assert_eq!(*pos, 0);
+            let text = detail.to_string();
+            assert!(
+                text.contains("durable watermark") && text.contains("not a torn tail"),
+                "{text}"
+            );
+        }
+        other => panic!("expected Corrupt, got {other}"),
+    }
+    // The file was not repaired: the damage is still there to look at.
+    assert_ne!(disk.file_bytes(&active).unwrap(), pristine);
+    // Damage only the last commit instead: no later commit vouches for it,
+    // so it is indistinguishable from a torn write and is cut.
+    let mut bytes = pristine.clone();
+    let last_start = positions[1] as usize;
+    bytes[last_start + 200] ^= 0x04;
+    disk.set_file_bytes(&active, bytes);
+    let (log, report) =
+        block_on(Log::open(disk.clone(), dir, small_config(), 2, fatal.clone())).unwrap();
+    assert_eq!(report.truncated_at, Some((active.clone(), positions[1])));
+    assert_eq!(block_on(read_all(&log)).len(), 2, "the first two commits are kept");
+}
+
+#[test]
 fn backpressure_is_a_typed_error_and_writable_waits_for_space() {
     // Goal: appends beyond pending_bytes_max fail with Backpressure without queuing,
     // and space returns once the committer drains.

@@ -286,7 +286,7 @@ fn fillers_validate_as_empty_batches() {
     // filler with a record count or dirty body is rejected.
     let mut page = BatchBytes::new();
     page.resize(4096, 0xAA);
-    spool_wire::batch::write_filler(&mut page, 4096, 10, 2);
+    spool_wire::batch::write_filler(&mut page, 4096, 10, 2, 0);
     let view = BatchView::validate(&page).unwrap();
     assert!(view.is_empty());
     assert_eq!(view.header().kind, BatchKind::Filler);

@@ -77,7 +77,12 @@ impl<S: Storage> Shared<S> {
         assert!(pos + span <= segment.capacity);
         if span > data_bytes {
             let filler = &mut buf.as_mut()[data_bytes as usize..span as usize];
-            write_filler(filler, (span - data_bytes) as usize, next_offset, self.leader_epoch);
+            // The durable watermark known now: recovery refuses damage below
+            // the highest one an intact later commit recorded (§ "Damage or
+            // torn tail" of segment-format.md).
+            let watermark = state.durable_offset;
+            let len = (span - data_bytes) as usize;
+            write_filler(filler, len, next_offset, self.leader_epoch, watermark);
         }
         let alloc_bytes = buf.as_ref().len() as u64;
         buf.trim(span as usize);

@@ -24,6 +24,11 @@ pub enum CorruptDetail {
     DataAfterEnd { nonzero_until: u64 },
     /// A segment file's base offset does not continue the previous segment.
     SegmentGap { expected: u64, found: u64 },
+    /// The log stops at `offset` (damaged, or zeros where a batch was), but
+    /// an intact later commit recorded that everything below `watermark`
+    /// was durable when it was built: acknowledged data is damaged, not a
+    /// torn tail. `damage` is what stopped the scan (`None`: zeros).
+    BelowWatermark { offset: u64, watermark: u64, damage: Option<Box<CorruptDetail>> },
 }
 
 impl fmt::Display for CorruptDetail {
@@ -41,6 +46,17 @@ impl fmt::Display for CorruptDetail {
             }
             Self::SegmentGap { expected, found } => {
                 write!(f, "segment starts at offset {found}, expected {expected}")
+            }
+            Self::BelowWatermark { offset, watermark, damage } => {
+                match damage {
+                    Some(damage) => write!(f, "{damage} at offset {offset}")?,
+                    None => write!(f, "zeros where offset {offset} was written")?,
+                }
+                write!(
+                    f,
+                    ", below the durable watermark {watermark} recorded by a later intact \
+                     commit: acknowledged data is damaged (not a torn tail)"
+                )
             }
         }
     }

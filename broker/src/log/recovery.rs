@@ -34,7 +34,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use spool_wire::batch::{write_filler, BatchHeader, BatchKind};
+use spool_wire::batch::{write_filler, BatchHeader, BatchKind, FILLER_WATERMARK_NONE};
 use spool_wire::limits::BATCH_HEADER_BYTES;
 use spool_wire::WireError;
 
@@ -179,6 +179,18 @@ pub(crate) async fn recover<S: Storage>(
                     .unwrap_or(CorruptDetail::DataAfterEnd { nonzero_until: dirty_end });
                 return Err(LogError::Corrupt { path, pos: scan.end, detail });
             }
+            // Damage or a torn tail? A torn tail lies past every commit that
+            // was durable; an intact later commit that recorded a watermark
+            // above the stop point proves the stop point was durable.
+            let watermark = highest_watermark_after(&file, scan.end, dirty_end).await?;
+            if let Some(watermark) = watermark.filter(|watermark| *watermark > scan.next_offset) {
+                let detail = CorruptDetail::BelowWatermark {
+                    offset: scan.next_offset,
+                    watermark,
+                    damage: scan.stop.clone().map(Box::new),
+                };
+                return Err(LogError::Corrupt { path, pos: scan.end, detail });
+            }
             report.truncated_at = Some((path.clone(), scan.end));
             report.truncated_bytes = dirty_end - scan.end;
         }
@@ -289,6 +301,42 @@ async fn scan_segment<F: StorageFile>(
     Ok(Scan { end: pos, next_offset: expected, batches, index, dirty_end, stop, highest_epoch })
 }
 
+/// The highest durable watermark recorded by an intact filler in
+/// `[from, dirty_end)`: every commit starts on a page boundary, so each page
+/// boundary past `from` is tried as a commit start and the batches found
+/// there are followed (crcs checked) to the commit's filler. Bytes that do
+/// not verify are skipped to the next page boundary.
+async fn highest_watermark_after<F: StorageFile>(
+    file: &F,
+    from: u64,
+    dirty_end: u64,
+) -> Result<Option<u64>, LogError> {
+    let header_bytes = BATCH_HEADER_BYTES as u64;
+    let mut window = Window::new(file, SCAN_CHUNK_BYTES);
+    let mut highest = None;
+    let mut page = page_floor(from) + PAGE_BYTES;
+    while page + header_bytes <= dirty_end {
+        let mut pos = page;
+        // Follow the batches of the commit that may start at `page`.
+        while pos + header_bytes <= dirty_end {
+            let Ok(header) = BatchHeader::parse(window.get(pos, header_bytes).await?) else {
+                break;
+            };
+            let len = u64::from(header.batch_len);
+            let bytes = window.get(pos, len).await?;
+            if (bytes.len() as u64) < len || BatchHeader::verify(bytes).is_err() {
+                break;
+            }
+            if let Some(watermark) = header.filler_watermark() {
+                highest = highest.max(Some(watermark));
+            }
+            pos += len;
+        }
+        page = page_ceil(pos.max(page + 1));
+    }
+    Ok(highest)
+}
+
 /// Makes the last segment end cleanly on a page boundary: zero the torn
 /// region, close the partial page at `scan.end` with a filler (the caller
 /// syncs every scanned segment before the log serves). Returns
@@ -333,7 +381,10 @@ async fn repair_tail<F: StorageFile>(
     if filler_end > end {
         let from = (end - write_start) as usize;
         let len = (filler_end - end) as usize;
-        write_filler(&mut buf.as_mut()[from..from + len], len, scan.next_offset, leader_epoch);
+        // No watermark: what this repair keeps is made durable only by the
+        // syncs at the end of `recover`, after this write.
+        let filler = &mut buf.as_mut()[from..from + len];
+        write_filler(filler, len, scan.next_offset, leader_epoch, FILLER_WATERMARK_NONE);
     }
     file.write_at(Rc::new(buf), write_start).await?;
     Ok(next_commit_pos)

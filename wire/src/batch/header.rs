@@ -12,11 +12,18 @@
 //! 28     4    header_crc          broker       -
 //! 32     4    record_count        producer     body_crc
 //! 36     4    flags               producer     body_crc
-//! 40     8    first_timestamp_ms  producer     body_crc
+//! 40     8    first_timestamp_ms  producer     body_crc   (filler: watermark)
 //! 48     8    max_timestamp_ms    producer     body_crc
 //! 56     8    reserved (zero)     producer     body_crc
 //! 64     ...  body: position table, records
 //! ```
+//!
+//! A filler batch (written by the broker only, to close a commit's last page)
+//! carries no records and no timestamps; its `first_timestamp_ms` field
+//! holds instead the **durable watermark** known to the writer when the
+//! commit was built: the log's contiguous durable offset then (0 when none is
+//! known). Recovery uses it to tell damage to an acknowledged commit from a
+//! torn tail (`FILLER_WATERMARK_NONE`, [`BatchHeader::filler_watermark`]).
 //!
 //! `body_crc` is crc32c over bytes `[32, batch_len)`: everything the producer
 //! chose after the framing fields. The broker never changes those bytes, so
@@ -263,16 +270,43 @@ impl BatchHeader {
     pub fn next_offset(&self) -> u64 {
         self.base_offset + self.offset_count()
     }
+
+    /// For a filler, the durable watermark its writer recorded (an offset:
+    /// every record below it was durable when the commit the filler closes
+    /// was built); `None` for other kinds and for fillers that record none
+    /// ([`FILLER_WATERMARK_NONE`]).
+    pub fn filler_watermark(&self) -> Option<u64> {
+        match self.kind {
+            BatchKind::Filler if self.first_timestamp_ms != FILLER_WATERMARK_NONE => {
+                Some(self.first_timestamp_ms)
+            }
+            _ => None,
+        }
+    }
 }
+
+/// The watermark a filler records when its writer knows none (and what
+/// every filler written before fillers carried one holds).
+pub const FILLER_WATERMARK_NONE: u64 = 0;
 
 /// Writes a filler batch of exactly `len` bytes into `bytes[..len]`: a header
 /// with no records and a zero body. Fillers close the last 4 KiB page of a
-/// commit so the next commit starts on a fresh page.
+/// commit so the next commit starts on a fresh page; `watermark` is the
+/// durable watermark known to the writer ([`FILLER_WATERMARK_NONE`] if none).
 ///
 /// # Panics
 /// If `len` is smaller than a header, not a multiple of 8, larger than
-/// [`BATCH_BYTES_MAX`], or larger than `bytes`.
-pub fn write_filler(bytes: &mut [u8], len: usize, base_offset: u64, leader_epoch: u32) {
+/// [`BATCH_BYTES_MAX`], or larger than `bytes`, or if `watermark` is past
+/// `base_offset` (nothing after the filler can have been durable before it
+/// was written).
+pub fn write_filler(
+    bytes: &mut [u8],
+    len: usize,
+    base_offset: u64,
+    leader_epoch: u32,
+    watermark: u64,
+) {
+    assert!(watermark <= base_offset, "a filler's watermark is never past its own offset");
     assert!(len >= BATCH_HEADER_BYTES);
     assert!(len <= BATCH_BYTES_MAX);
     assert!(len.is_multiple_of(RECORD_ALIGN));
@@ -287,7 +321,7 @@ pub fn write_filler(bytes: &mut [u8], len: usize, base_offset: u64, leader_epoch
         header_crc: 0,
         record_count: 0,
         flags: 0,
-        first_timestamp_ms: 0,
+        first_timestamp_ms: watermark,
         max_timestamp_ms: 0,
     }
     .write(bytes);
@@ -301,12 +335,32 @@ mod tests {
     fn filler_round_trips_and_consumes_no_offsets() {
         // Goal: a filler is a valid batch that carries no offsets.
         let mut page = vec![0xAAu8; 4096];
-        write_filler(&mut page, 4096, 77, 3);
+        write_filler(&mut page, 4096, 77, 3, FILLER_WATERMARK_NONE);
         let header = BatchHeader::verify(&page).expect("filler verifies");
         assert_eq!(header.kind, BatchKind::Filler);
         assert_eq!(header.batch_len, 4096);
         assert_eq!(header.base_offset, 77);
         assert_eq!(header.next_offset(), 77);
+        assert_eq!(header.filler_watermark(), None);
+    }
+
+    #[test]
+    fn a_filler_carries_its_watermark_under_the_body_crc() {
+        // Goal: the watermark round-trips, and a flipped bit in it fails the
+        // body crc (it is the writer's claim that earlier data was durable).
+        let mut page = vec![0u8; 4096];
+        write_filler(&mut page, 4096, 77, 3, 70);
+        let header = BatchHeader::verify(&page).expect("filler verifies");
+        assert_eq!(header.filler_watermark(), Some(70));
+        page[40] ^= 0x01;
+        assert!(BatchHeader::verify(&page).is_err());
+    }
+
+    #[test]
+    #[should_panic(expected = "never past its own offset")]
+    fn a_filler_watermark_past_its_offset_is_a_bug() {
+        let mut page = vec![0u8; 4096];
+        write_filler(&mut page, 4096, 77, 3, 78);
     }
 
     #[test]

@@ -95,7 +95,7 @@ mod view;
 pub use builder::{BatchBytes, ControlBatchBuilder, DataBatchBuilder};
 pub use header::{
     write_filler, BatchHeader, BatchKind, BATCH_FLAGS_KNOWN, BATCH_FLAG_SUBSET,
-    BATCH_FORMAT_VERSION, BATCH_MAGIC,
+    BATCH_FORMAT_VERSION, BATCH_MAGIC, FILLER_WATERMARK_NONE,
 };
 pub use record::{
     ArchivedHeaderField, ArchivedMessageId, ArchivedPayload, ArchivedPayloadRef, ArchivedRecord,

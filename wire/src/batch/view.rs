@@ -226,8 +226,10 @@ impl<'a> BatchView<'a> {
 
     fn check_filler(&self) -> Result<(), WireError> {
         let header = &self.header;
+        // `first_timestamp_ms` of a filler is its writer's durable watermark
+        // (`BatchHeader::filler_watermark`), never past the filler itself.
         if header.record_count != 0
-            || header.first_timestamp_ms != 0
+            || header.first_timestamp_ms > header.base_offset
             || header.max_timestamp_ms != 0
             || self.bytes[BATCH_HEADER_BYTES..].iter().any(|&byte| byte != 0)
         {
