@@ -22,6 +22,7 @@ mod entry;
 mod error;
 mod layout;
 mod prepare;
+mod read;
 mod recovery;
 
 use std::cell::{Cell, RefCell};
@@ -35,7 +36,7 @@ pub use config::{
     JournalConfig, JournalConfigError, CONTROL_COMMIT_BYTES_DEFAULT, CONTROL_PENDING_BYTES_DEFAULT,
     DATA_PENDING_BYTES_DEFAULT, JOURNAL_COMMIT_BYTES_DEFAULT, JOURNAL_FILE_BYTES_DEFAULT,
     JOURNAL_FILE_BYTES_MAX, JOURNAL_FILE_BYTES_MIN, JOURNAL_INFLIGHT_COMMITS_DEFAULT,
-    LANE_PENDING_BYTES_MAX,
+    JOURNAL_READ_CACHE_BYTES_DEFAULT, JOURNAL_READ_CACHE_BYTES_MAX, LANE_PENDING_BYTES_MAX,
 };
 pub use entry::{
     check_payload, decode_entry, write_filler, Entry, EntryError, EntryHeader, ENTRY_ALIGN,
