@@ -11,16 +11,21 @@
 
 mod journal_common;
 
+use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::path::Path;
+use std::rc::Rc;
 
 use futures_lite::future::{block_on, yield_now};
 use journal_common::{drive, open_collect, payload, small_config};
 use spool_broker::io::{CrashMode, IoOp, SimStorage};
 use spool_broker::log::journal::{
-    journal_file_path, JournalDamage, JournalError, JournalPos, JournalTicket, Lane,
-    PartitionHandle,
+    journal_file_path, JournalAppended, JournalDamage, JournalError, JournalPartition, JournalPos,
+    JournalTicket, Lane, PartitionHandle, ShardJournal, ShardRecovery,
 };
-use spool_wire::batch::BatchKind;
+use spool_broker::log::{Offset, RecordFatal};
+use spool_wire::batch::{BatchHeader, BatchKind};
+use spool_wire::proto::PartitionId;
 
 const DIR: &str = "/shard-00/journal";
 
@@ -38,8 +43,11 @@ fn entries_read_back_by_position_from_the_cache_and_from_the_files() {
     let stored = block_on(drive(&journal, async {
         let mut stored: Vec<(JournalTicket, Vec<u8>)> = Vec::new();
         for tag in 0..120u64 {
-            let (lane, kind) =
-                if tag % 3 == 0 { (Lane::Control, BatchKind::Control) } else { (Lane::Data, BatchKind::Data) };
+            let (lane, kind) = if tag % 3 == 0 {
+                (Lane::Control, BatchKind::Control)
+            } else {
+                (Lane::Data, BatchKind::Data)
+            };
             let bytes = payload(kind, 200 + (tag as usize * 37) % 1500, tag);
             let ticket = journal.append(lane, PartitionHandle(tag as u32 % 5), &bytes).unwrap();
             stored.push((ticket, bytes));
@@ -98,11 +106,13 @@ fn reads_past_the_watermark_below_the_oldest_file_or_of_damage_are_typed_errors(
         op == IoOp::Write && path.extension().is_some_and(|ext| ext == "wal") && pos == Some(4096)
     });
     let (first, held) = block_on(drive(&journal, async {
-        let first = journal.append(Lane::Data, PartitionHandle(1), &payload(BatchKind::Data, 100, 1));
+        let first =
+            journal.append(Lane::Data, PartitionHandle(1), &payload(BatchKind::Data, 100, 1));
         let first = first.unwrap();
         first.durable().await.unwrap();
-        let held =
-            journal.append(Lane::Data, PartitionHandle(1), &payload(BatchKind::Data, 100, 2)).unwrap();
+        let held = journal
+            .append(Lane::Data, PartitionHandle(1), &payload(BatchKind::Data, 100, 2))
+            .unwrap();
         while !gate.reached() {
             yield_now().await;
         }
@@ -149,7 +159,10 @@ fn reads_past_the_watermark_below_the_oldest_file_or_of_damage_are_typed_errors(
     image.set_file_bytes(&path, bytes);
     let (journal, report, ..) =
         block_on(open_collect(image, dir, small_config(), JournalPos(65_536))).unwrap();
-    assert_eq!(report.files_scanned + 1, disk.names_in(dir).iter().filter(|n| n.ends_with(".wal")).count());
+    assert_eq!(
+        report.files_scanned + 1,
+        disk.names_in(dir).iter().filter(|n| n.ends_with(".wal")).count()
+    );
     block_on(async {
         let intact = journal.read(first.position().unwrap()).await.unwrap();
         assert_eq!(&*intact.bytes, &payload(BatchKind::Data, 100, 1)[..]);
@@ -168,4 +181,217 @@ fn reads_past_the_watermark_below_the_oldest_file_or_of_damage_are_typed_errors(
         block_on(fresh.read(JournalPos(0))),
         Err(JournalError::BelowOldestFile { oldest: JournalPos(65_536), .. })
     ));
+}
+
+const SHARD: &str = "/shard-00";
+
+/// A batch of `kind` holding `records` records (the journal reads only the
+/// header's count), body derived from `tag`.
+fn batch(kind: BatchKind, body_bytes: usize, records: u32, tag: u64) -> Vec<u8> {
+    let mut bytes = payload(kind, body_bytes, tag);
+    let mut header = BatchHeader::parse(&bytes).unwrap();
+    header.record_count = records;
+    header.base_offset = 0;
+    header.leader_epoch = 0;
+    header.write(&mut bytes);
+    bytes
+}
+
+/// The bytes `append` stores for `original`: the same batch with the
+/// broker-assigned base offset and epoch (header crc recomputed).
+fn stamped(original: &[u8], base_offset: u64, epoch: u32) -> Vec<u8> {
+    let mut bytes = original.to_vec();
+    BatchHeader::assign(&mut bytes, base_offset, epoch);
+    bytes
+}
+
+fn open_shard(
+    disk: &SimStorage,
+    start: JournalPos,
+) -> (Rc<ShardJournal<SimStorage>>, ShardRecovery) {
+    let fatal = Rc::new(RecordFatal::default());
+    block_on(ShardJournal::open(disk.clone(), Path::new(SHARD), small_config(), start, fatal))
+        .unwrap_or_else(|error| panic!("shard open failed: {error}"))
+}
+
+/// Opens every partition of the handles table from what recovery routed.
+fn partitions_of(
+    shard: &Rc<ShardJournal<SimStorage>>,
+    recovery: &ShardRecovery,
+) -> BTreeMap<PartitionHandle, JournalPartition<SimStorage>> {
+    shard
+        .handles()
+        .entries()
+        .into_iter()
+        .map(|(handle, _)| {
+            let routed = recovery.routed.partitions.get(&handle).cloned().unwrap_or_default();
+            (handle, shard.partition(handle, routed, Offset(0), EPOCH).unwrap())
+        })
+        .collect()
+}
+
+const EPOCH: u32 = 3;
+
+/// One append through a partition: what was sent and what it got.
+#[derive(Clone)]
+struct Sent {
+    handle: PartitionHandle,
+    kind: BatchKind,
+    original: Vec<u8>,
+    appended: JournalAppended,
+}
+
+/// Appends a seeded interleaving of data (1–4 records) and control batches
+/// to `parts`, awaiting some tickets on the way; returns every append.
+async fn workload(
+    parts: &BTreeMap<PartitionHandle, JournalPartition<SimStorage>>,
+    sent: &RefCell<Vec<Sent>>,
+    seed: u64,
+    steps: usize,
+) {
+    let handles: Vec<PartitionHandle> = parts.keys().copied().collect();
+    let mut rng = seed | 1;
+    let mut next = move |bound: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % bound
+    };
+    for step in 0..steps as u64 {
+        let handle = handles[next(handles.len() as u64) as usize];
+        let (kind, original) = if next(3) == 0 {
+            (BatchKind::Control, batch(BatchKind::Control, 16 + next(120) as usize, 1, step))
+        } else {
+            let records = 1 + next(4) as u32;
+            (BatchKind::Data, batch(BatchKind::Data, 100 + next(2500) as usize, records, step))
+        };
+        let appended = parts[&handle].append(&original).unwrap();
+        let ticket = appended.ticket.clone();
+        sent.borrow_mut().push(Sent { handle, kind, original, appended });
+        match next(6) {
+            0 => ticket.durable().await.unwrap(),
+            1 => yield_now().await,
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn partitions_get_dense_data_offsets_and_read_back_by_offset() {
+    // Goal: several partitions appending interleaved data and control batches each get
+    // dense offsets counting their data records only (control batches take none), every
+    // data batch reads back by any of its offsets byte for byte with the offset and epoch
+    // stamped into its header (header crc valid), reads honour max_bytes and stop at the
+    // durable end, and delete_below cuts the index from the front.
+    let disk = SimStorage::new();
+    let (shard, recovery) = open_shard(&disk, JournalPos(0));
+    assert!(recovery.report.created);
+    let handles: Vec<PartitionHandle> =
+        (0..3).map(|p| block_on(shard.register(40, PartitionId(p))).unwrap()).collect();
+    assert_eq!(handles, vec![PartitionHandle(0), PartitionHandle(1), PartitionHandle(2)]);
+    let parts = partitions_of(&shard, &recovery);
+    let sent = RefCell::new(Vec::new());
+    block_on(drive(shard.journal(), async {
+        workload(&parts, &sent, 7, 150).await;
+        let sent = sent.borrow().clone();
+        for s in &sent {
+            s.appended.ticket.durable().await.unwrap();
+        }
+        for (handle, part) in &parts {
+            let mine: Vec<&Sent> = sent.iter().filter(|s| s.handle == *handle).collect();
+            let mut expected = 0u64;
+            for s in &mine {
+                let header = BatchHeader::parse(&s.original).unwrap();
+                assert_eq!(s.appended.base_offset, Offset(expected), "dense data offsets");
+                if s.kind == BatchKind::Data {
+                    expected += u64::from(header.record_count);
+                }
+                assert_eq!(s.appended.next_offset, Offset(expected), "control takes none");
+            }
+            assert_eq!(part.next_offset(), Offset(expected));
+            assert_eq!(part.durable_offset(), Offset(expected));
+            let data: Vec<&&Sent> = mine.iter().filter(|s| s.kind == BatchKind::Data).collect();
+            assert_eq!(part.index().len(), data.len());
+            for s in &data {
+                let base = s.appended.base_offset.0;
+                for offset in base..s.appended.next_offset.0 {
+                    let read = part.read(Offset(offset), 1).await.unwrap();
+                    assert_eq!(read.len(), 1);
+                    assert_eq!(&*read[0].bytes, &stamped(&s.original, base, EPOCH)[..]);
+                    let checked = BatchHeader::verify(&read[0].bytes).unwrap();
+                    assert_eq!((checked.base_offset, checked.leader_epoch), (base, EPOCH));
+                }
+            }
+            // One read of everything, in order.
+            let all = part.read(Offset(0), 64 << 20).await.unwrap();
+            assert_eq!(all.len(), data.len());
+            for (read, s) in all.iter().zip(&data) {
+                assert_eq!(
+                    &*read.bytes,
+                    &stamped(&s.original, s.appended.base_offset.0, EPOCH)[..]
+                );
+            }
+            // max_bytes: the first batch alone when it already reaches it.
+            let first_len = data[0].original.len() as u64;
+            assert_eq!(part.read(Offset(0), first_len).await.unwrap().len(), 1);
+            assert!(part.read(Offset(expected), 1 << 20).await.unwrap().is_empty());
+            // Retention: the index loses its front, reads below the start are refused.
+            let cut_at = data[data.len() / 2].appended.base_offset;
+            let cut = part.delete_below(cut_at).await.unwrap();
+            assert_eq!(cut, data.len() / 2);
+            assert_eq!(part.start_offset(), cut_at);
+            assert_eq!(part.index().len(), data.len() - cut);
+            assert_eq!(part.index()[0].first_offset, cut_at.0);
+            assert!(matches!(
+                part.read(Offset(cut_at.0 - 1), 1).await,
+                Err(JournalError::OffsetOutOfRange { .. })
+            ));
+            let read = part.read(cut_at, 1).await.unwrap();
+            assert_eq!(read[0].header.base_offset, cut_at.0);
+            // A watermark before an entry's last offset keeps the entry.
+            let kept_end = data[data.len() / 2].appended.next_offset;
+            assert_eq!(part.delete_below(Offset(kept_end.0 - 1)).await.unwrap(), 0);
+            assert_eq!(part.start_offset(), cut_at);
+        }
+    }));
+}
+
+#[test]
+fn durable_offset_moves_only_when_the_commit_is_durable() {
+    // Goal: an appended data batch is not durable (durable_offset unchanged, a read at its
+    // offset empty) while its commit's write is held, and becomes both once released; a
+    // control batch never moves it. Method: SimStorage holds the second commit's write.
+    let disk = SimStorage::new();
+    let (shard, recovery) = open_shard(&disk, JournalPos(0));
+    block_on(shard.register(1, PartitionId(0))).unwrap();
+    let parts = partitions_of(&shard, &recovery);
+    let part = &parts[&PartitionHandle(0)];
+    block_on(drive(shard.journal(), async {
+        let first = part.append(&batch(BatchKind::Data, 200, 2, 1)).unwrap();
+        first.ticket.durable().await.unwrap();
+        assert_eq!(part.durable_offset(), Offset(2));
+        let gate = disk.hold(|op, path, _| {
+            op == IoOp::Write && path.extension().is_some_and(|ext| ext == "wal")
+        });
+        let held = part.append(&batch(BatchKind::Data, 300, 3, 2)).unwrap();
+        let control = part.append(&batch(BatchKind::Control, 40, 1, 3)).unwrap();
+        assert_eq!((held.base_offset, held.next_offset), (Offset(2), Offset(5)));
+        assert_eq!((control.base_offset, control.next_offset), (Offset(5), Offset(5)));
+        while !gate.reached() {
+            yield_now().await;
+        }
+        for _ in 0..50 {
+            yield_now().await;
+        }
+        assert!(held.ticket.status().is_none());
+        assert_eq!(part.next_offset(), Offset(5));
+        assert_eq!(part.durable_offset(), Offset(2), "not durable while the write is held");
+        assert!(part.read(Offset(2), 1 << 20).await.unwrap().is_empty());
+        assert_eq!(part.index().len(), 1);
+        gate.release();
+        held.ticket.durable().await.unwrap();
+        control.ticket.durable().await.unwrap();
+        assert_eq!(part.durable_offset(), Offset(5));
+        assert_eq!(part.read(Offset(4), 1 << 20).await.unwrap().len(), 1);
+    }));
 }

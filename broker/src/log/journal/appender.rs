@@ -296,10 +296,25 @@ impl<S: Storage> Journal<S> {
         partition: PartitionHandle,
         payload: &[u8],
     ) -> Result<JournalTicket, JournalError> {
+        self.append_owned(lane, partition, payload.into())
+    }
+
+    /// [`Journal::append`] of a payload the caller already holds in a
+    /// buffer of its own (a partition stamps offsets into its copy): queued
+    /// without another copy.
+    ///
+    /// # Errors
+    /// As [`Journal::append`].
+    pub fn append_owned(
+        &self,
+        lane: Lane,
+        partition: PartitionHandle,
+        payload: Box<[u8]>,
+    ) -> Result<JournalTicket, JournalError> {
         if partition == FILLER_PARTITION {
             return Err(JournalError::ReservedPartition(partition.0));
         }
-        check_payload(payload).map_err(JournalError::InvalidEntry)?;
+        check_payload(&payload).map_err(JournalError::InvalidEntry)?;
         let len_bytes = (ENTRY_HEADER_BYTES + payload.len()) as u64;
         let config = &self.shared.config;
         let max_bytes = match lane {
@@ -328,11 +343,7 @@ impl<S: Storage> Journal<S> {
                 });
             }
             queue.pending_bytes += len_bytes;
-            queue.entries.push_back(Pending {
-                partition,
-                payload: payload.into(),
-                cell: cell.clone(),
-            });
+            queue.entries.push_back(Pending { partition, payload, cell: cell.clone() });
         }
         self.shared.work.notify_all();
         Ok(JournalTicket { cell })

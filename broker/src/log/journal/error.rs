@@ -119,7 +119,9 @@ pub enum JournalError {
     HandlesCorrupt { path: PathBuf, reason: String },
     /// Recovered data entries of one partition do not number its offsets
     /// densely: the journal holds a gap no crash can leave.
-    #[error("partition handle {handle}: data entry at journal position {pos} starts at offset \
-             {found}, expected {expected}")]
+    #[error(
+        "partition handle {handle}: data entry at journal position {pos} starts at offset \
+             {found}, expected {expected}"
+    )]
     OffsetGap { handle: u32, pos: JournalPos, expected: u64, found: u64 },
 }

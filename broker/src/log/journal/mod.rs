@@ -20,10 +20,13 @@ mod appender;
 mod config;
 mod entry;
 mod error;
+mod handles;
 mod layout;
+mod partition;
 mod prepare;
 mod read;
 mod recovery;
+mod route;
 
 use std::cell::{Cell, RefCell};
 use std::fmt;
@@ -43,11 +46,16 @@ pub use entry::{
     ENTRY_BYTES_MAX, ENTRY_HEADER_BYTES, ENTRY_MAGIC, FILLER_PARTITION,
 };
 pub use error::{JournalDamage, JournalError};
+pub use handles::{HandleTarget, HandlesTable, HANDLES_FILE_NAME, HANDLES_MAX, HANDLES_TEMP_NAME};
 pub use layout::{
     commit_span, journal_file_path, parse_journal_file_name, JOURNAL_FILE_SUFFIX,
     JOURNAL_PREPARED_NAME,
 };
+pub use partition::{
+    JournalAppended, JournalPartition, ShardJournal, ShardRecovery, JOURNAL_DIR_NAME,
+};
 pub use recovery::{RecoveredEntry, RecoveryReport, RecoverySink};
+pub use route::{rebuild_index, JournalIndexEntry, RecoveryRouter, Routed, RoutedEntry};
 
 /// A byte position in the shard's journal (private to the broker: clients
 /// see partition offsets).
