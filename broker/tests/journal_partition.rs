@@ -630,4 +630,18 @@ fn entries_of_a_handle_not_in_the_table_are_garbage_not_routed() {
         shard.partition(stray, Vec::new(), Offset(0), EPOCH),
         Err(JournalError::UnknownHandle(77))
     ));
+    // Replay from a checkpoint's cursor: only this partition's entries at or after it.
+    let routed = recovery.routed.partitions[&known].clone();
+    let part = shard.partition(known, routed.clone(), Offset(0), EPOCH).unwrap();
+    let cursor = routed[1].position;
+    assert_eq!(part.replay_entries(cursor), routed[1..].to_vec());
+    let mut seen = Vec::new();
+    let count = block_on(part.replay(cursor, 1, |entry, batch| {
+        seen.push((entry.first_offset, batch.header.base_offset));
+    }))
+    .unwrap();
+    assert_eq!(count, 2);
+    assert_eq!(seen, vec![(1, 1), (2, 2)]);
+    part.finish_replay();
+    assert!(part.replay_entries(JournalPos(0)).is_empty());
 }

@@ -106,8 +106,12 @@ pub(super) struct Recovered<F> {
     /// Every journal file kept below the active one, oldest first: those
     /// below the start unopened (reads open them when needed), the scanned
     /// ones open.
-    pub older: Vec<(u64, PathBuf, Option<Rc<F>>)>,
+    pub older: Vec<KeptFile<F>>,
 }
+
+/// A journal file recovery kept: its base position, path and, when the
+/// scan opened it, its handle.
+pub(super) type KeptFile<F> = (u64, PathBuf, Option<Rc<F>>);
 
 /// A sliding read window over one file: reads `SCAN_CHUNK_BYTES` at a time
 /// and drops what lies before the page being read, so memory stays at a
@@ -256,7 +260,7 @@ pub(super) async fn recover<S: Storage>(
     report.next_position = JournalPos(next_pos);
     files.truncate(active_index + 1);
     let Some(active) = files.pop() else { unreachable!("the active file is kept") };
-    let mut older: Vec<(u64, PathBuf, Option<Rc<S::File>>)> =
+    let mut older: Vec<KeptFile<S::File>> =
         bases[..first].iter().map(|&base| (base, journal_file_path(dir, base), None)).collect();
     older.extend(files.into_iter().map(|f| (f.base, f.path, Some(f.file))));
     Ok(Recovered { active, next_pos, report, older })
