@@ -15,6 +15,17 @@
 //! position, handing every intact entry to a [`RecoverySink`]; the owner
 //! then polls [`Journal::background`] (committers and the file preparer)
 //! until [`Journal::close`] or a fatal I/O error.
+//!
+//! Reading: [`Journal::read`] / [`Journal::read_entries`] return a durable
+//! entry's batch by journal position (`read.rs`: from the read cache of
+//! recent commits, else the file).
+//!
+//! The partition side (`docs/design/shard-journal.md` §12), on top of the
+//! journal and still unaware of queues: [`ShardJournal`] (one per shard:
+//! the journal and the [`HandlesTable`], `handles.rs`), [`JournalPartition`]
+//! (a partition's dense data-only offsets, index, durable offset, reads
+//! and replay, `partition.rs`) and [`RecoveryRouter`] (recovery's entries
+//! routed by handle into per-partition position lists, `route.rs`).
 
 mod appender;
 mod config;
