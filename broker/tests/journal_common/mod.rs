@@ -28,6 +28,7 @@ pub fn small_config() -> JournalConfig {
         inflight_commits_max: 2,
         control_pending_bytes_max: 1 << 20,
         data_pending_bytes_max: 1 << 20,
+        read_cache_bytes: 32 * 1024,
     }
 }
 

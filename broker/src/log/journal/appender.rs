@@ -33,7 +33,7 @@ use super::entry::{
     check_payload, write_filler, EntryHeader, ENTRY_HEADER_BYTES, FILLER_PARTITION,
 };
 use super::error::JournalError;
-use super::layout::commit_span;
+use super::layout::{commit_span, journal_file_path};
 use super::prepare::{name_prepared, prepare_file};
 use super::recovery::{recover, RecoveryReport, RecoverySink};
 use super::{EntryCell, EntryStatus, JournalPos, JournalTicket, Lane, PartitionHandle};
@@ -73,6 +73,18 @@ impl<F> JournalFile<F> {
     }
 }
 
+/// A journal file as reads see it.
+pub(super) struct FileSlot<F> {
+    pub path: PathBuf,
+    pub file: Option<Rc<F>>,
+}
+
+/// A durable commit kept in memory: its pages as written.
+pub(super) struct CachedCommit<B> {
+    pub pos: u64,
+    pub buf: Rc<B>,
+}
+
 /// An appended entry waiting in its lane.
 struct Pending {
     partition: PartitionHandle,
@@ -94,8 +106,11 @@ struct LaneQueue {
 }
 
 /// A commit built and not yet part of the durable prefix.
-struct Inflight {
+struct Inflight<B> {
     synced: bool,
+    pos: u64,
+    /// The commit's bytes, kept for the read cache once it is durable.
+    buf: Rc<B>,
     end_pos: u64,
     span: u64,
     cells: Vec<Rc<EntryCell>>,
@@ -111,7 +126,7 @@ struct Job<F: StorageFile> {
     opens_file: bool,
 }
 
-struct State<F: StorageFile> {
+pub(super) struct State<F: StorageFile> {
     failed: Option<Rc<str>>,
     closing: bool,
     control: LaneQueue,
@@ -121,8 +136,14 @@ struct State<F: StorageFile> {
     build_file: Rc<JournalFile<F>>,
     next_seq: u64,
     durable_seq: u64,
-    durable_pos: u64,
-    inflight: BTreeMap<u64, Inflight>,
+    pub(super) durable_pos: u64,
+    inflight: BTreeMap<u64, Inflight<F::Buf>>,
+    /// Every journal file, by the journal position of its byte 0: where
+    /// reads find an entry's bytes. A file is opened on its first read.
+    pub(super) files: BTreeMap<u64, FileSlot<F>>,
+    /// Recent durable commits, oldest first, for reads (`read_cache_bytes`).
+    pub(super) cache: VecDeque<CachedCommit<F::Buf>>,
+    pub(super) cache_bytes: u64,
     /// The zero-filled `next.prep`, ready for the next roll.
     prepared: Option<Rc<F>>,
     roll_waiting: bool,
@@ -136,12 +157,12 @@ struct State<F: StorageFile> {
     stats: JournalStats,
 }
 
-struct Shared<S: Storage> {
-    storage: S,
+pub(super) struct Shared<S: Storage> {
+    pub(super) storage: S,
     dir: PathBuf,
-    config: JournalConfig,
+    pub(super) config: JournalConfig,
     fatal: Rc<dyn FatalHandler>,
-    state: RefCell<State<S::File>>,
+    pub(super) state: RefCell<State<S::File>>,
     /// Entries queued, room in flight, closing, or failure.
     work: Notify,
     /// The durable watermark moved (or the journal failed).
@@ -158,7 +179,7 @@ struct Shared<S: Storage> {
 
 /// The shard journal's appender. Single-threaded; all futures are `!Send`.
 pub struct Journal<S: Storage> {
-    shared: Rc<Shared<S>>,
+    pub(super) shared: Rc<Shared<S>>,
 }
 
 impl<S: Storage> Journal<S> {
@@ -183,6 +204,14 @@ impl<S: Storage> Journal<S> {
         config.validate()?;
         let recovered = recover(&storage, dir, &config, start, sink).await?;
         let active = recovered.active;
+        let mut files = BTreeMap::new();
+        for (base, path, file) in recovered.older {
+            files.insert(base, FileSlot { path, file });
+        }
+        files.insert(
+            active.base,
+            FileSlot { path: active.path.clone(), file: Some(active.file.clone()) },
+        );
         let build_file = Rc::new(JournalFile {
             base: active.base,
             len_bytes: active.len_bytes,
@@ -199,6 +228,9 @@ impl<S: Storage> Journal<S> {
             durable_seq: 0,
             durable_pos: recovered.next_pos,
             inflight: BTreeMap::new(),
+            files,
+            cache: VecDeque::new(),
+            cache_bytes: 0,
             prepared: None,
             roll_waiting: false,
             renaming: false,
@@ -264,10 +296,25 @@ impl<S: Storage> Journal<S> {
         partition: PartitionHandle,
         payload: &[u8],
     ) -> Result<JournalTicket, JournalError> {
+        self.append_owned(lane, partition, payload.into())
+    }
+
+    /// [`Journal::append`] of a payload the caller already holds in a
+    /// buffer of its own (a partition stamps offsets into its copy): queued
+    /// without another copy.
+    ///
+    /// # Errors
+    /// As [`Journal::append`].
+    pub fn append_owned(
+        &self,
+        lane: Lane,
+        partition: PartitionHandle,
+        payload: Box<[u8]>,
+    ) -> Result<JournalTicket, JournalError> {
         if partition == FILLER_PARTITION {
             return Err(JournalError::ReservedPartition(partition.0));
         }
-        check_payload(payload).map_err(JournalError::InvalidEntry)?;
+        check_payload(&payload).map_err(JournalError::InvalidEntry)?;
         let len_bytes = (ENTRY_HEADER_BYTES + payload.len()) as u64;
         let config = &self.shared.config;
         let max_bytes = match lane {
@@ -296,11 +343,7 @@ impl<S: Storage> Journal<S> {
                 });
             }
             queue.pending_bytes += len_bytes;
-            queue.entries.push_back(Pending {
-                partition,
-                payload: payload.into(),
-                cell: cell.clone(),
-            });
+            queue.entries.push_back(Pending { partition, payload, cell: cell.clone() });
         }
         self.shared.work.notify_all();
         Ok(JournalTicket { cell })
@@ -510,6 +553,8 @@ impl<S: Storage> Shared<S> {
         let watermark = JournalPos(state.durable_pos);
         assert!(watermark.0 <= pos);
         let mut buf = state.alloc_file.alloc_buf(span as usize);
+        let buf_bytes = buf.as_mut().len();
+        assert_eq!(buf_bytes as u64, span);
         let bytes = buf.as_mut();
         let mut at = 0usize;
         let mut cells = Vec::with_capacity(taken.len());
@@ -539,10 +584,13 @@ impl<S: Storage> Shared<S> {
         }
         state.build_pos = pos + span;
         state.stats.commits_built += 1;
+        let buf = Rc::new(buf);
         state.inflight.insert(
             seq,
             Inflight {
                 synced: false,
+                pos,
+                buf: buf.clone(),
                 end_pos: pos + span,
                 span,
                 cells,
@@ -550,7 +598,7 @@ impl<S: Storage> Shared<S> {
                 data_entries,
             },
         );
-        Job { seq, pos, buf: Rc::new(buf), file: state.build_file.clone(), opens_file }
+        Job { seq, pos, buf, file: state.build_file.clone(), opens_file }
     }
 
     /// Marks `seq` synced and advances the durable watermark over the
@@ -580,6 +628,15 @@ impl<S: Storage> Shared<S> {
                 state.stats.data_entries += done.data_entries;
                 state.stats.commit_bytes += done.span;
                 resolved.extend(done.cells);
+                let cache_max = self.config.read_cache_bytes;
+                if done.span <= cache_max {
+                    state.cache.push_back(CachedCommit { pos: done.pos, buf: done.buf });
+                    state.cache_bytes += done.span;
+                    while state.cache_bytes > cache_max {
+                        let Some(old) = state.cache.pop_front() else { break };
+                        state.cache_bytes -= old.buf.as_ref().as_ref().len() as u64;
+                    }
+                }
             }
         }
         for cell in resolved {
@@ -637,6 +694,8 @@ impl<S: Storage> Shared<S> {
         {
             let mut state = self.state.borrow_mut();
             state.renaming = false;
+            let path = journal_file_path(&self.dir, job.file.base);
+            state.files.insert(job.file.base, FileSlot { path, file: Some(file.clone()) });
             *job.file.file.borrow_mut() = Some(file.clone());
             state.alloc_file = file;
             state.stats.files_rolled += 1;

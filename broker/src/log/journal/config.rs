@@ -29,6 +29,11 @@ pub const DATA_PENDING_BYTES_DEFAULT: u64 = 32 << 20;
 pub const LANE_PENDING_BYTES_MAX: u64 = 256 << 20;
 /// Default number of commits written but not yet part of the durable prefix.
 pub const JOURNAL_INFLIGHT_COMMITS_DEFAULT: usize = 2;
+/// Default bound on durable commits kept in memory to serve reads of recent
+/// entries without a disk read (§7, the shard's read cache).
+pub const JOURNAL_READ_CACHE_BYTES_DEFAULT: u64 = 8 << 20;
+/// Largest configurable read cache of one shard journal.
+pub const JOURNAL_READ_CACHE_BYTES_MAX: u64 = 1 << 30;
 
 const _: () = assert!(JOURNAL_FILE_BYTES_DEFAULT.is_multiple_of(PAGE_BYTES));
 const _: () = assert!(JOURNAL_FILE_BYTES_MIN.is_multiple_of(PAGE_BYTES));
@@ -37,6 +42,7 @@ const _: () = assert!(JOURNAL_COMMIT_BYTES_DEFAULT <= COMMIT_BYTES_MAX);
 const _: () = assert!(CONTROL_PENDING_BYTES_DEFAULT >= CONTROL_COMMIT_BYTES_DEFAULT);
 const _: () = assert!(DATA_PENDING_BYTES_DEFAULT >= ENTRY_BYTES_MAX);
 const _: () = assert!(JOURNAL_INFLIGHT_COMMITS_DEFAULT <= INFLIGHT_COMMITS_MAX);
+const _: () = assert!(JOURNAL_READ_CACHE_BYTES_DEFAULT <= JOURNAL_READ_CACHE_BYTES_MAX);
 
 /// Runtime configuration of one shard journal.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,6 +63,10 @@ pub struct JournalConfig {
     pub control_pending_bytes_max: u64,
     /// Queued data bytes beyond which `append` answers back-pressure.
     pub data_pending_bytes_max: u64,
+    /// Bytes of recent durable commits kept in memory for reads (0: every
+    /// read goes to the file). Whole commits are cached, the oldest dropped
+    /// first.
+    pub read_cache_bytes: u64,
 }
 
 impl Default for JournalConfig {
@@ -69,6 +79,7 @@ impl Default for JournalConfig {
             inflight_commits_max: JOURNAL_INFLIGHT_COMMITS_DEFAULT,
             control_pending_bytes_max: CONTROL_PENDING_BYTES_DEFAULT,
             data_pending_bytes_max: DATA_PENDING_BYTES_DEFAULT,
+            read_cache_bytes: JOURNAL_READ_CACHE_BYTES_DEFAULT,
         }
     }
 }
@@ -141,6 +152,7 @@ impl JournalConfig {
                 return Err(JournalConfigError::PendingTooSmall { field, value, entry_bytes });
             }
         }
+        in_range("read_cache_bytes", self.read_cache_bytes, 0, JOURNAL_READ_CACHE_BYTES_MAX)?;
         let commit_span_bytes = self.commit_span_max();
         if commit_span_bytes > self.file_bytes {
             return Err(JournalConfigError::FileTooSmall {

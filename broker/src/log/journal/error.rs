@@ -28,6 +28,11 @@ pub enum JournalDamage {
     /// roll skipped (from this byte on): no commit ends there, so bytes it
     /// knew durable are gone.
     WatermarkInSkippedTail { watermark: JournalPos },
+    /// A read found no intact entry at a durable position it was sent to.
+    Unreadable(EntryError),
+    /// A partition's index names an entry whose batch is not the one it
+    /// expects (kind or first offset).
+    IndexMismatch { expected_offset: u64, found_offset: u64 },
 }
 
 impl fmt::Display for JournalDamage {
@@ -48,6 +53,12 @@ impl fmt::Display for JournalDamage {
                 f,
                 "an intact entry records the durable watermark {watermark} inside the \
                  unwritten tail of this file"
+            ),
+            Self::Unreadable(error) => write!(f, "no intact entry where one was read: {error}"),
+            Self::IndexMismatch { expected_offset, found_offset } => write!(
+                f,
+                "index expects a data batch at offset {expected_offset}, the entry holds \
+                 offset {found_offset}"
             ),
         }
     }
@@ -81,4 +92,36 @@ pub enum JournalError {
     Failed(String),
     #[error("journal is closed")]
     Closed,
+    /// A read of a position at or past the durable watermark: the entry is
+    /// not durable (or not written) yet.
+    #[error("journal position {pos} is not durable (durable below {durable})")]
+    NotDurable { pos: JournalPos, durable: JournalPos },
+    /// A read of a position below the oldest journal file still held.
+    #[error("journal position {pos} is below the oldest journal file ({oldest})")]
+    BelowOldestFile { pos: JournalPos, oldest: JournalPos },
+    /// A partition read below the partition's start (retention).
+    #[error("offset {offset} is below the partition start {start}")]
+    OffsetOutOfRange { offset: u64, start: u64 },
+    #[error("read of {max_bytes} bytes exceeds the limit {limit_bytes}")]
+    ReadTooLarge { max_bytes: u64, limit_bytes: u64 },
+    #[error("batch rejected: {0}")]
+    InvalidBatch(spool_wire::WireError),
+    #[error("batch cannot be appended: {0}")]
+    NotAppendable(&'static str),
+    /// A partition handle the shard's handles table does not hold.
+    #[error("partition handle {0} is not in the handles table")]
+    UnknownHandle(u32),
+    /// The handles table is full, or the partition already has a handle.
+    #[error("handles table: {0}")]
+    Handles(String),
+    /// The handles table on disk is damaged.
+    #[error("handles table {} is damaged: {reason}", path.display())]
+    HandlesCorrupt { path: PathBuf, reason: String },
+    /// Recovered data entries of one partition do not number its offsets
+    /// densely: the journal holds a gap no crash can leave.
+    #[error(
+        "partition handle {handle}: data entry at journal position {pos} starts at offset \
+             {found}, expected {expected}"
+    )]
+    OffsetGap { handle: u32, pos: JournalPos, expected: u64, found: u64 },
 }

@@ -15,14 +15,29 @@
 //! position, handing every intact entry to a [`RecoverySink`]; the owner
 //! then polls [`Journal::background`] (committers and the file preparer)
 //! until [`Journal::close`] or a fatal I/O error.
+//!
+//! Reading: [`Journal::read`] / [`Journal::read_entries`] return a durable
+//! entry's batch by journal position (`read.rs`: from the read cache of
+//! recent commits, else the file).
+//!
+//! The partition side (`docs/design/shard-journal.md` §12), on top of the
+//! journal and still unaware of queues: [`ShardJournal`] (one per shard:
+//! the journal and the [`HandlesTable`], `handles.rs`), [`JournalPartition`]
+//! (a partition's dense data-only offsets, index, durable offset, reads
+//! and replay, `partition.rs`) and [`RecoveryRouter`] (recovery's entries
+//! routed by handle into per-partition position lists, `route.rs`).
 
 mod appender;
 mod config;
 mod entry;
 mod error;
+mod handles;
 mod layout;
+mod partition;
 mod prepare;
+mod read;
 mod recovery;
+mod route;
 
 use std::cell::{Cell, RefCell};
 use std::fmt;
@@ -35,18 +50,23 @@ pub use config::{
     JournalConfig, JournalConfigError, CONTROL_COMMIT_BYTES_DEFAULT, CONTROL_PENDING_BYTES_DEFAULT,
     DATA_PENDING_BYTES_DEFAULT, JOURNAL_COMMIT_BYTES_DEFAULT, JOURNAL_FILE_BYTES_DEFAULT,
     JOURNAL_FILE_BYTES_MAX, JOURNAL_FILE_BYTES_MIN, JOURNAL_INFLIGHT_COMMITS_DEFAULT,
-    LANE_PENDING_BYTES_MAX,
+    JOURNAL_READ_CACHE_BYTES_DEFAULT, JOURNAL_READ_CACHE_BYTES_MAX, LANE_PENDING_BYTES_MAX,
 };
 pub use entry::{
     check_payload, decode_entry, write_filler, Entry, EntryError, EntryHeader, ENTRY_ALIGN,
     ENTRY_BYTES_MAX, ENTRY_HEADER_BYTES, ENTRY_MAGIC, FILLER_PARTITION,
 };
 pub use error::{JournalDamage, JournalError};
+pub use handles::{HandleTarget, HandlesTable, HANDLES_FILE_NAME, HANDLES_MAX, HANDLES_TEMP_NAME};
 pub use layout::{
     commit_span, journal_file_path, parse_journal_file_name, JOURNAL_FILE_SUFFIX,
     JOURNAL_PREPARED_NAME,
 };
+pub use partition::{
+    JournalAppended, JournalPartition, ShardJournal, ShardRecovery, JOURNAL_DIR_NAME,
+};
 pub use recovery::{RecoveredEntry, RecoveryReport, RecoverySink};
+pub use route::{rebuild_index, JournalIndexEntry, RecoveryRouter, Routed, RoutedEntry};
 
 /// A byte position in the shard's journal (private to the broker: clients
 /// see partition offsets).

@@ -103,7 +103,15 @@ pub(super) struct Recovered<F> {
     pub active: OpenFile<F>,
     pub next_pos: u64,
     pub report: RecoveryReport,
+    /// Every journal file kept below the active one, oldest first: those
+    /// below the start unopened (reads open them when needed), the scanned
+    /// ones open.
+    pub older: Vec<KeptFile<F>>,
 }
+
+/// A journal file recovery kept: its base position, path and, when the
+/// scan opened it, its handle.
+pub(super) type KeptFile<F> = (u64, PathBuf, Option<Rc<F>>);
 
 /// A sliding read window over one file: reads `SCAN_CHUNK_BYTES` at a time
 /// and drops what lies before the page being read, so memory stays at a
@@ -211,7 +219,7 @@ pub(super) async fn recover<S: Storage>(
         report.next_position = start;
         let active =
             OpenFile { base: start.0, len_bytes: config.file_bytes, path, file: Rc::new(file) };
-        return Ok(Recovered { active, next_pos: start.0, report });
+        return Ok(Recovered { active, next_pos: start.0, report, older: Vec::new() });
     };
     let mut files = Vec::with_capacity(bases.len() - first);
     for &base in &bases[first..] {
@@ -250,8 +258,12 @@ pub(super) async fn recover<S: Storage>(
     }
     storage.sync_dir(dir).await?;
     report.next_position = JournalPos(next_pos);
-    let active = files.swap_remove(active_index);
-    Ok(Recovered { active, next_pos, report })
+    files.truncate(active_index + 1);
+    let Some(active) = files.pop() else { unreachable!("the active file is kept") };
+    let mut older: Vec<KeptFile<S::File>> =
+        bases[..first].iter().map(|&base| (base, journal_file_path(dir, base), None)).collect();
+    older.extend(files.into_iter().map(|f| (f.base, f.path, Some(f.file))));
+    Ok(Recovered { active, next_pos, report, older })
 }
 
 /// Takes one watermark an intact header records: raises `W`, and refuses a

@@ -1,0 +1,469 @@
+//! [`ShardJournal`] and [`JournalPartition`]: the journal as partitions
+//! use it (`docs/design/shard-journal.md` §12).
+//!
+//! One `ShardJournal` per shard owns the [`Journal`] and the
+//! [`HandlesTable`]; opening it loads the table, then recovers the journal
+//! with a [`RecoveryRouter`], so every entry lands in its partition's list.
+//! A `JournalPartition` is one partition's view, with the method names and
+//! meanings of the segment log's [`crate::log::Log`] where they are the same:
+//!
+//! - offsets number **data records only**, densely: `append` of a data
+//!   batch stamps the next offset and the leader epoch into its header
+//!   (`header_crc` recomputed, as the segment log's append does) and queues
+//!   it in the data lane; a control batch goes to the control lane and
+//!   takes no offset (its header's base offset is the next data offset, for
+//!   information only);
+//! - the **index** is a sorted `Vec` of (first offset, journal position,
+//!   record count, batch length) per durable data entry; reads find their
+//!   entry by binary search and read it through the journal; retention cuts
+//!   it from the front;
+//! - `durable_offset` is the end of the last data entry whose commit is
+//!   durable (tickets resolve in commit order, so the appends not yet
+//!   durable are a suffix of the partition's).
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use spool_wire::batch::{BatchHeader, BatchKind};
+use spool_wire::proto::{Offset, PartitionId};
+
+use super::appender::Journal;
+use super::config::JournalConfig;
+use super::entry::ENTRY_HEADER_BYTES;
+use super::error::{JournalDamage, JournalError};
+use super::handles::{HandleTarget, HandlesTable};
+use super::layout::journal_file_path;
+use super::recovery::RecoveryReport;
+use super::route::{rebuild_index, JournalIndexEntry, RecoveryRouter, Routed, RoutedEntry};
+use super::{JournalPos, JournalTicket, Lane, PartitionHandle};
+use crate::io::Storage;
+use crate::limits::READ_BYTES_MAX;
+use crate::log::{FatalHandler, ReadBatch};
+
+/// Name of the journal directory inside a shard directory.
+pub const JOURNAL_DIR_NAME: &str = "journal";
+
+/// One shard's journal and handles table.
+pub struct ShardJournal<S: Storage> {
+    journal: Journal<S>,
+    handles: HandlesTable<S>,
+    dir: PathBuf,
+}
+
+/// What opening a shard recovered.
+#[derive(Debug)]
+pub struct ShardRecovery {
+    pub report: RecoveryReport,
+    /// Each known partition's entries, both lanes, in journal order.
+    pub routed: Routed,
+}
+
+impl<S: Storage + Clone> ShardJournal<S> {
+    /// Loads the handles table of `shard_dir`, then recovers its journal
+    /// (`shard_dir/journal`) from `start`, routing every entry to its
+    /// partition.
+    ///
+    /// # Errors
+    /// Those of [`HandlesTable::load`] and [`Journal::open`].
+    pub async fn open(
+        storage: S,
+        shard_dir: &Path,
+        config: JournalConfig,
+        start: JournalPos,
+        fatal: Rc<dyn FatalHandler>,
+    ) -> Result<(Rc<Self>, ShardRecovery), JournalError> {
+        let handles = HandlesTable::load(storage.clone(), shard_dir).await?;
+        let mut router =
+            RecoveryRouter::new(handles.entries().into_iter().map(|(handle, _)| handle));
+        let dir = shard_dir.join(JOURNAL_DIR_NAME);
+        let (journal, report) =
+            Journal::open(storage, &dir, config, start, &mut router, fatal).await?;
+        let shard = Rc::new(Self { journal, handles, dir: shard_dir.to_path_buf() });
+        Ok((shard, ShardRecovery { report, routed: router.finish() }))
+    }
+}
+
+impl<S: Storage> ShardJournal<S> {
+    pub fn journal(&self) -> &Journal<S> {
+        &self.journal
+    }
+
+    pub fn handles(&self) -> &HandlesTable<S> {
+        &self.handles
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The journal's committers and preparer (see [`Journal::background`]).
+    pub fn background(&self) -> impl Future<Output = ()> + 'static {
+        self.journal.background()
+    }
+
+    pub fn close(&self) {
+        self.journal.close();
+    }
+
+    /// The handle of (`queue_id`, `partition`), allocated and made durable
+    /// in the handles table first if it has none: call before the
+    /// partition's first append.
+    ///
+    /// # Errors
+    /// As [`HandlesTable::register`].
+    pub async fn register(
+        &self,
+        queue_id: u32,
+        partition: PartitionId,
+    ) -> Result<PartitionHandle, JournalError> {
+        self.handles.register(HandleTarget { queue_id, partition }).await
+    }
+
+    /// The view of partition `handle`, from the entries recovery routed to
+    /// it (empty for a new partition). `floor` is its next offset when no
+    /// data entry was routed (the checkpoint's next offset, or 0).
+    ///
+    /// # Errors
+    /// [`JournalError::UnknownHandle`] for a handle the table does not hold;
+    /// [`JournalError::OffsetGap`] when its data entries are not dense.
+    pub fn partition(
+        self: &Rc<Self>,
+        handle: PartitionHandle,
+        recovered: Vec<RoutedEntry>,
+        floor: Offset,
+        leader_epoch: u32,
+    ) -> Result<JournalPartition<S>, JournalError> {
+        if !self.handles.contains(handle) {
+            return Err(JournalError::UnknownHandle(handle.0));
+        }
+        let (index, next_offset) = rebuild_index(handle, &recovered, floor.0)?;
+        let start_offset = index.first().map_or(next_offset, |entry| entry.first_offset);
+        Ok(JournalPartition {
+            shard: self.clone(),
+            handle,
+            leader_epoch,
+            state: RefCell::new(PartitionState {
+                next_offset,
+                start_offset,
+                index,
+                pending: VecDeque::new(),
+                replay: recovered,
+                closed: false,
+            }),
+        })
+    }
+}
+
+/// What `append` assigned.
+#[derive(Clone, Debug)]
+pub struct JournalAppended {
+    /// A data batch's first offset; for a control batch the next data
+    /// offset (it takes none).
+    pub base_offset: Offset,
+    /// The offset after the batch's last record (equal to `base_offset`
+    /// for a control batch).
+    pub next_offset: Offset,
+    pub ticket: JournalTicket,
+}
+
+/// A data append whose commit is not yet known durable.
+struct PendingData {
+    first_offset: u64,
+    record_count: u32,
+    batch_len: u32,
+    ticket: JournalTicket,
+}
+
+struct PartitionState {
+    next_offset: u64,
+    start_offset: u64,
+    /// Durable data entries, by first offset.
+    index: Vec<JournalIndexEntry>,
+    /// Data appends not yet durable, in append (and so journal) order.
+    pending: VecDeque<PendingData>,
+    /// The entries recovery routed here, kept (positions only) until
+    /// [`JournalPartition::finish_replay`].
+    replay: Vec<RoutedEntry>,
+    closed: bool,
+}
+
+impl PartitionState {
+    /// Moves the appends whose commit is durable into the index.
+    fn settle(&mut self) {
+        while let Some(front) = self.pending.front() {
+            if !matches!(front.ticket.status(), Some(Ok(()))) {
+                break;
+            }
+            let Some(position) = front.ticket.position() else { break };
+            self.index.push(JournalIndexEntry {
+                first_offset: front.first_offset,
+                position,
+                record_count: front.record_count,
+                batch_len: front.batch_len,
+            });
+            self.pending.pop_front();
+        }
+    }
+
+    fn durable_offset(&self) -> u64 {
+        self.pending.front().map_or(self.next_offset, |pending| pending.first_offset)
+    }
+}
+
+/// One partition's view of its shard's journal.
+pub struct JournalPartition<S: Storage> {
+    shard: Rc<ShardJournal<S>>,
+    handle: PartitionHandle,
+    leader_epoch: u32,
+    state: RefCell<PartitionState>,
+}
+
+impl<S: Storage> JournalPartition<S> {
+    pub fn handle(&self) -> PartitionHandle {
+        self.handle
+    }
+
+    pub fn shard(&self) -> &Rc<ShardJournal<S>> {
+        &self.shard
+    }
+
+    /// Queues `batch`: a data batch gets the next offsets (stamped, with the
+    /// leader epoch, into its header) and goes to the data lane; a control
+    /// batch goes to the control lane and takes no offset. Returns at once;
+    /// await the ticket for durability.
+    ///
+    /// # Errors
+    /// [`JournalError::InvalidBatch`] (framing or body crc, or a length that
+    /// is not the batch's), [`JournalError::NotAppendable`] (fillers, empty
+    /// batches), [`JournalError::Closed`], and every error of
+    /// [`Journal::append`] (back-pressure per lane, entry too large,
+    /// failed). On an error nothing is queued and no offset is taken.
+    pub fn append(&self, batch: &[u8]) -> Result<JournalAppended, JournalError> {
+        let header = BatchHeader::verify_body(batch).map_err(JournalError::InvalidBatch)?;
+        if header.batch_len as usize != batch.len() {
+            return Err(JournalError::InvalidBatch(spool_wire::WireError::Truncated {
+                needed: header.batch_len as usize,
+                available: batch.len(),
+            }));
+        }
+        if header.kind == BatchKind::Filler {
+            return Err(JournalError::NotAppendable("filler batches are written by the log only"));
+        }
+        if header.record_count == 0 {
+            return Err(JournalError::NotAppendable("a batch must hold at least one record"));
+        }
+        let mut state = self.state.borrow_mut();
+        if state.closed {
+            return Err(JournalError::Closed);
+        }
+        let base_offset = state.next_offset;
+        let mut bytes: Box<[u8]> = batch.into();
+        BatchHeader::assign(&mut bytes, base_offset, self.leader_epoch);
+        let (lane, next_offset) = match header.kind {
+            BatchKind::Data => (Lane::Data, base_offset + u64::from(header.record_count)),
+            _ => (Lane::Control, base_offset),
+        };
+        let ticket = self.shard.journal.append_owned(lane, self.handle, bytes)?;
+        if lane == Lane::Data {
+            state.next_offset = next_offset;
+            state.pending.push_back(PendingData {
+                first_offset: base_offset,
+                record_count: header.record_count,
+                batch_len: header.batch_len,
+                ticket: ticket.clone(),
+            });
+        }
+        Ok(JournalAppended {
+            base_offset: Offset(base_offset),
+            next_offset: Offset(next_offset),
+            ticket,
+        })
+    }
+
+    /// Resolves when a `len`-byte batch of `kind` would fit under its lane's
+    /// bound (data batches: the data lane; control: the control lane), or
+    /// the journal failed or closed (`append` then says why).
+    pub async fn writable(&self, kind: BatchKind, len: u64) {
+        let lane = if kind == BatchKind::Data { Lane::Data } else { Lane::Control };
+        self.shard.journal.writable(lane, len + ENTRY_HEADER_BYTES as u64).await;
+    }
+
+    /// The offset the next data record will get.
+    pub fn next_offset(&self) -> Offset {
+        Offset(self.state.borrow().next_offset)
+    }
+
+    /// Every offset below this is durable (and readable).
+    pub fn durable_offset(&self) -> Offset {
+        let mut state = self.state.borrow_mut();
+        state.settle();
+        Offset(state.durable_offset())
+    }
+
+    /// The oldest offset still held (after retention).
+    pub fn start_offset(&self) -> Offset {
+        Offset(self.state.borrow().start_offset)
+    }
+
+    /// The durable data entries the index holds, oldest first.
+    pub fn index(&self) -> Vec<JournalIndexEntry> {
+        let mut state = self.state.borrow_mut();
+        state.settle();
+        state.index.clone()
+    }
+
+    /// Reads durable data batches starting with the one holding `from`,
+    /// until `max_bytes` is reached (at least one batch when any is durable
+    /// at or after `from`). Empty when `from` is at the durable end.
+    ///
+    /// # Errors
+    /// [`JournalError::OffsetOutOfRange`] below the start,
+    /// [`JournalError::ReadTooLarge`], [`JournalError::Corrupt`] naming file
+    /// and byte when an entry fails its checks or is not the batch the index
+    /// expects, [`JournalError::Io`].
+    pub async fn read(&self, from: Offset, max_bytes: u64) -> Result<Vec<ReadBatch>, JournalError> {
+        if max_bytes > READ_BYTES_MAX {
+            return Err(JournalError::ReadTooLarge { max_bytes, limit_bytes: READ_BYTES_MAX });
+        }
+        let wanted: Vec<JournalIndexEntry> = {
+            let mut state = self.state.borrow_mut();
+            state.settle();
+            if from.0 < state.start_offset {
+                return Err(JournalError::OffsetOutOfRange {
+                    offset: from.0,
+                    start: state.start_offset,
+                });
+            }
+            let first = state.index.partition_point(|entry| entry.end_offset() <= from.0);
+            let mut total = 0u64;
+            let mut wanted = Vec::new();
+            for entry in &state.index[first..] {
+                wanted.push(*entry);
+                total += u64::from(entry.batch_len);
+                if total >= max_bytes {
+                    break;
+                }
+            }
+            wanted
+        };
+        if wanted.is_empty() {
+            return Ok(Vec::new());
+        }
+        let positions: Vec<JournalPos> = wanted.iter().map(|entry| entry.position).collect();
+        let read_bytes = wanted.iter().map(|entry| u64::from(entry.batch_len)).sum::<u64>()
+            + (ENTRY_HEADER_BYTES * wanted.len()) as u64;
+        let batches = self.shard.journal.read_entries(&positions, read_bytes).await?;
+        for (batch, entry) in batches.iter().zip(&wanted) {
+            let header = &batch.header;
+            if header.kind != BatchKind::Data
+                || header.base_offset != entry.first_offset
+                || header.record_count != entry.record_count
+            {
+                return Err(self.mismatch(entry, header.base_offset));
+            }
+        }
+        Ok(batches)
+    }
+
+    fn mismatch(&self, entry: &JournalIndexEntry, found_offset: u64) -> JournalError {
+        let journal = &self.shard.journal;
+        let files = journal.shared.state.borrow();
+        let base = files.files.range(..=entry.position.0).next_back().map_or(0, |(base, _)| *base);
+        JournalError::Corrupt {
+            path: journal_file_path(journal.dir(), base),
+            pos: entry.position.0 - base,
+            detail: JournalDamage::IndexMismatch {
+                expected_offset: entry.first_offset,
+                found_offset,
+            },
+        }
+    }
+
+    /// Drops from the index every data entry whose every offset is below
+    /// `watermark`; reads below the new start then fail with
+    /// [`JournalError::OffsetOutOfRange`]. Returns how many were dropped.
+    /// Journal files are not deleted here (reclaiming them is step 4).
+    ///
+    /// # Errors
+    /// None yet; the signature is the segment log's.
+    #[allow(clippy::unused_async)]
+    pub async fn delete_below(&self, watermark: Offset) -> Result<usize, JournalError> {
+        let mut state = self.state.borrow_mut();
+        state.settle();
+        let cut = state.index.partition_point(|entry| entry.end_offset() <= watermark.0);
+        if cut == 0 {
+            return Ok(0);
+        }
+        state.start_offset = state.index[cut - 1].end_offset();
+        state.index.drain(..cut);
+        Ok(cut)
+    }
+
+    /// Always false: journal files are prepared per shard (a full disk
+    /// fails the journal's preparation, which is fatal).
+    pub fn disk_full(&self) -> bool {
+        false
+    }
+
+    /// Nothing to retry (see [`JournalPartition::disk_full`]).
+    pub fn retry_prepare(&self) {}
+
+    /// `Some(reason)` once the shard's journal failed.
+    pub fn failure(&self) -> Option<String> {
+        self.shard.journal.failure()
+    }
+
+    /// Stops this partition's appends; the shard's journal keeps running.
+    pub fn close(&self) {
+        self.state.borrow_mut().closed = true;
+    }
+
+    /// The recovered entries of this partition at or after `from` (the
+    /// checkpoint's cursor), both lanes, in journal order: what replay
+    /// applies.
+    pub fn replay_entries(&self, from: JournalPos) -> Vec<RoutedEntry> {
+        let state = self.state.borrow();
+        let first = state.replay.partition_point(|entry| entry.position < from);
+        state.replay[first..].to_vec()
+    }
+
+    /// Reads the recovered entries at or after `from`, in journal order, in
+    /// reads of at most `read_bytes`, handing each with its routing facts
+    /// to `apply`.
+    ///
+    /// # Errors
+    /// As [`Journal::read_entries`].
+    pub async fn replay(
+        &self,
+        from: JournalPos,
+        read_bytes: u64,
+        mut apply: impl FnMut(&RoutedEntry, &ReadBatch),
+    ) -> Result<usize, JournalError> {
+        let entries = self.replay_entries(from);
+        let mut done = 0;
+        while done < entries.len() {
+            let mut total = 0u64;
+            let mut end = done;
+            while end < entries.len() && (end == done || total < read_bytes) {
+                total += u64::from(entries[end].batch_len) + ENTRY_HEADER_BYTES as u64;
+                end += 1;
+            }
+            let positions: Vec<JournalPos> =
+                entries[done..end].iter().map(|entry| entry.position).collect();
+            let batches = self.shard.journal.read_entries(&positions, total).await?;
+            for (entry, batch) in entries[done..end].iter().zip(&batches) {
+                apply(entry, batch);
+            }
+            done = end;
+        }
+        Ok(entries.len())
+    }
+
+    /// Drops the recovered entry list once replay is done.
+    pub fn finish_replay(&self) {
+        self.state.borrow_mut().replay = Vec::new();
+    }
+}
