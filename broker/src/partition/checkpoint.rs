@@ -6,7 +6,7 @@ use std::cell::RefCell;
 
 use super::files::{self, SideFileError, CHECKPOINT_FILE, CHECKPOINT_MAGIC};
 use super::{
-    to_log, Partition, PartitionError, CHECKPOINT_INTERVAL_BYTES, CHECKPOINT_INTERVAL_OFFSETS,
+    Partition, PartitionError, CHECKPOINT_INTERVAL_BYTES, CHECKPOINT_INTERVAL_OFFSETS,
     CHECKPOINT_STEP_BYTES_MAX, CHECKPOINT_STEP_ENTRIES,
 };
 use crate::io::{IoOp, Storage};
@@ -45,20 +45,12 @@ impl<S: Storage + Clone> Partition<S> {
     pub fn checkpoint_due(&self) -> bool {
         !self.checkpoint_running.get()
             && !self.sync_failed.get()
-            && self.log.next_offset().0 > self.checkpoint_covers.get()
-            && (self.log.next_offset().0 - self.checkpoint_covers.get()
-                >= CHECKPOINT_INTERVAL_OFFSETS
-                || self.log_bytes_since_checkpoint() >= CHECKPOINT_INTERVAL_BYTES)
-    }
-
-    fn log_bytes_since_checkpoint(&self) -> u64 {
-        let covers = self.checkpoint_covers.get();
-        self.log
-            .segments()
-            .iter()
-            .filter(|segment| segment.next_offset.0 > covers)
-            .map(|segment| segment.data_end)
-            .sum()
+            && self.log.end() > self.checkpoint_covers.get()
+            && {
+                let growth = self.log.growth_since(self.checkpoint_covers.get());
+                growth.offsets >= CHECKPOINT_INTERVAL_OFFSETS
+                    || growth.bytes >= CHECKPOINT_INTERVAL_BYTES
+            }
     }
 
     /// Writes a checkpoint of the current state once everything it covers is
@@ -96,12 +88,14 @@ impl<S: Storage + Clone> Partition<S> {
     }
 
     async fn checkpoint_inner(&self) -> Result<Option<Offset>, PartitionError> {
-        // Every event below `covers` is applied and none above it (appends
-        // assign offsets and apply without an await between), so the state
-        // now is the fold of the log through `covers`. From here the state
+        // Every event before `end` is applied and none after it (appends
+        // assign their place and apply without an await between), so the
+        // state now is the fold of the log up to `end`. From here the state
         // records what each message held before its first change, and the
         // steps below write the state as it is now while requests go on.
-        let covers = Offset(self.log.next_offset().0);
+        // The snapshot and the side file both record the cursor's value.
+        let end = self.log.end();
+        let covers = Offset(end.to_checkpoint());
         let mut encoder = self.state.borrow_mut().begin_snapshot(covers);
         let _capture = CaptureGuard(&self.state);
         let ticket = self.last_ticket.borrow().clone();
@@ -132,8 +126,11 @@ impl<S: Storage + Clone> Partition<S> {
         if let Some(ticket) = ticket {
             ticket.durable().await?;
         }
-        writer.finish(&self.storage, CHECKPOINT_MAGIC, covers.0).await.map_err(LogError::Io)?;
-        self.checkpoint_covers.set(covers.0);
+        writer
+            .finish(&self.storage, CHECKPOINT_MAGIC, end.to_checkpoint())
+            .await
+            .map_err(LogError::Io)?;
+        self.checkpoint_covers.set(end);
         self.last_checkpoint.set(Some(CheckpointStats {
             covers,
             steps: encoder.steps(),
@@ -141,9 +138,8 @@ impl<S: Storage + Clone> Partition<S> {
             bytes: encoder.bytes(),
             touched,
         }));
-        let watermark = self.state.borrow().retention_watermark().unwrap_or(covers);
-        let below = watermark.min(covers);
-        let deleted = self.log.delete_below(to_log(below)).await?;
+        let oldest_live = self.state.borrow().retention_watermark();
+        let deleted = self.log.delete_below(oldest_live, end).await?;
         tracing::debug!(
             partition = ?self.name,
             covers = covers.0,

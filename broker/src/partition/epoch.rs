@@ -15,26 +15,26 @@ use std::path::Path;
 use std::rc::Rc;
 
 use super::files::{self, EPOCH_FILE, EPOCH_MAGIC};
-use super::PartitionError;
+use super::{LogCursor, PartitionError, PartitionLog};
 use crate::io::Storage;
-use crate::log::{FatalHandler, Log, LogConfig, LogError, Offset as LogOffset, RecoveryReport};
+use crate::log::{FatalHandler, LogConfig, LogError, RecoveryReport};
 
 /// The opened log, what its recovery found, and the partition's new epoch
 /// (durable in the epoch file before this returns).
 pub(super) struct Opened<S: Storage> {
-    pub log: Log<S>,
+    pub log: PartitionLog<S>,
     pub report: RecoveryReport,
     pub epoch: u64,
 }
 
 /// Bumps and persists the leader epoch and opens the log at it; see the
-/// module docs. `scan_from`: the offset a usable checkpoint covers.
+/// module docs. `scan_from`: where a usable checkpoint's state ends.
 pub(super) async fn open_log<S: Storage + Clone>(
     storage: &S,
     dir: &Path,
     log_config: LogConfig,
     fatal: Rc<dyn FatalHandler>,
-    scan_from: Option<u64>,
+    scan_from: Option<LogCursor>,
 ) -> Result<Opened<S>, PartitionError> {
     let previous = files::read_side_file(storage, dir, EPOCH_FILE, EPOCH_MAGIC).await?;
     // No epoch file: read every batch, so the highest epoch is seen.
@@ -49,13 +49,9 @@ pub(super) async fn open_log<S: Storage + Clone>(
             .map_err(|_| PartitionError::EpochExhausted { dir: dir.to_path_buf(), epoch })?;
         let config = log_config.clone();
         let fatal = fatal.clone();
-        let (log, report) = match scan_from {
-            Some(from) => {
-                Log::open_from(storage.clone(), dir, config, log_epoch, fatal, LogOffset(from))
-                    .await?
-            }
-            None => Log::open(storage.clone(), dir, config, log_epoch, fatal).await?,
-        };
+        let (log, report) =
+            PartitionLog::open_segments(storage.clone(), dir, config, log_epoch, fatal, scan_from)
+                .await?;
         let in_log = u64::from(report.highest_epoch);
         if in_log < epoch {
             return Ok(Opened { log, report, epoch });

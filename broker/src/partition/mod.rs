@@ -1,4 +1,5 @@
-//! A partition: one segment log plus the queue state folded from it.
+//! A partition: one log ([`PartitionLog`]) plus the queue state folded
+//! from it.
 //!
 //! Owns the order of every state change: **decide → append → apply → sync →
 //! reply**. The pure state machine (`queue/`) decides which events a request
@@ -46,7 +47,9 @@
 //! `read.rs` (reading records back for a request, with its read-ahead
 //! cache), `checkpoint.rs`, `housekeeping.rs` (tick, next deadline, close),
 //! `error.rs`; beside them `signal.rs` (the register of waiting claims),
-//! `files.rs` (side files) and `epoch.rs` (the leader epoch). This file
+//! `files.rs` (side files), `epoch.rs` (the leader epoch) and `log.rs`
+//! (`PartitionLog`: what the partition needs of its log, and the opaque
+//! `LogCursor` a checkpoint records and replay starts from). This file
 //! holds the partition itself and the append → apply step every request
 //! path shares.
 
@@ -58,6 +61,7 @@ mod epoch;
 mod error;
 pub mod files;
 mod housekeeping;
+mod log;
 mod open;
 mod operator;
 mod read;
@@ -70,13 +74,14 @@ use std::rc::Rc;
 use spool_wire::batch::ControlBatchBuilder;
 
 use crate::io::Storage;
-use crate::log::{FatalHandler, Log, Offset as LogOffset, Ticket};
+use crate::log::{FatalHandler, Offset as LogOffset, Ticket};
 use crate::queue::{
     Event, LeaderEpoch, Millis, Offset, PartitionId, PartitionState, QueueCounters, QueueId,
     CLAIMED_EVENT_BYTES, EVENT_BYTES,
 };
 use signal::Signal;
 
+pub use self::log::{LogCursor, LogGrowth, PartitionLog, Replay, ReplayBatch};
 pub use checkpoint::CheckpointStats;
 pub use enqueue::EnqueueOutcome;
 pub use error::PartitionError;
@@ -106,7 +111,7 @@ pub struct Partition<S: Storage + Clone> {
     name: PartitionName,
     dir: PathBuf,
     storage: S,
-    log: Log<S>,
+    log: PartitionLog<S>,
     state: RefCell<PartitionState>,
     clock: Clock,
     epoch: LeaderEpoch,
@@ -115,7 +120,8 @@ pub struct Partition<S: Storage + Clone> {
     claimable: Signal,
     /// Ticket of the newest append, so a checkpoint can wait for durability.
     last_ticket: RefCell<Option<Ticket>>,
-    checkpoint_covers: Cell<u64>,
+    /// Where the newest checkpoint's state ends in the log.
+    checkpoint_covers: Cell<LogCursor>,
     checkpoint_running: Cell<bool>,
     last_checkpoint: Cell<Option<CheckpointStats>>,
     /// Told when a sync of this partition's files fails (production: exit).
@@ -170,7 +176,7 @@ impl<S: Storage + Clone> Partition<S> {
     }
 
     /// The log, for stats and tests.
-    pub fn log(&self) -> &Log<S> {
+    pub fn log(&self) -> &PartitionLog<S> {
         &self.log
     }
 
@@ -186,7 +192,7 @@ impl<S: Storage + Clone> Partition<S> {
 
     /// Appends `events` as one control batch and applies them. Called inside
     /// a section with no await between the decision and this call, after
-    /// the caller made room with [`Log::writable`].
+    /// the caller made room with [`PartitionLog::writable`].
     fn append_events(
         &self,
         events: &[Event],

@@ -14,11 +14,11 @@ use super::files::{self, CHECKPOINT_FILE, CHECKPOINT_MAGIC};
 use super::read::{aligned, verified_view};
 use super::signal::Signal;
 use super::{
-    epoch, Clock, Partition, PartitionError, PartitionName, CONTROL_BATCH_EVENTS_MAX,
-    REPLAY_READ_BYTES,
+    epoch, Clock, LogCursor, Partition, PartitionError, PartitionName, ReplayBatch,
+    CONTROL_BATCH_EVENTS_MAX,
 };
 use crate::io::Storage;
-use crate::log::{FatalHandler, LogConfig, LogError, Offset as LogOffset};
+use crate::log::{FatalHandler, LogConfig, LogError};
 use crate::queue::{
     ApplyError, EnqueueMeta, Event, LeaderEpoch, Offset, PartitionContext, PartitionState,
     QueueConfig,
@@ -79,7 +79,7 @@ impl<S: Storage + Clone> Partition<S> {
             }
         };
         // The epoch: past the epoch file and every epoch in the log.
-        let scan_from = checkpoint.as_ref().map(|file| file.value);
+        let scan_from = checkpoint.as_ref().map(|file| LogCursor::from_checkpoint(file.value));
         let opened = epoch::open_log(&storage, dir, log_config, fatal.clone(), scan_from).await?;
         let (log, log_report) = (opened.log, opened.report);
         let epoch = LeaderEpoch(opened.epoch);
@@ -90,15 +90,15 @@ impl<S: Storage + Clone> Partition<S> {
             secret,
             config: config.clone(),
         };
-        let start = log.start_offset().0;
-        let log_end = log.next_offset().0;
+        let start = log.start();
+        let log_end = log.end();
         // A checkpoint is written only after everything it covers is
         // durable, so a log that now ends before it lost acknowledged
         // batches: recovery cut as a torn tail what was media damage (or a
         // truncated file). Replaying would reuse offsets the checkpoint's
         // state already names; refuse instead, naming where the log ends.
         if let Some(file) = &checkpoint {
-            if file.value > log_end {
+            if LogCursor::from_checkpoint(file.value) > log_end {
                 let cut = match &log_report.truncated_at {
                     Some((path, pos)) => format!(
                         "{} at byte {pos} ({} bytes after it discarded as a torn tail)",
@@ -119,7 +119,7 @@ impl<S: Storage + Clone> Partition<S> {
         }
         let (state, covers) = match checkpoint {
             Some(file) => match PartitionState::restore(&file.payload, context.clone()) {
-                Ok(restored) if restored.covers.0 >= start => {
+                Ok(restored) if LogCursor::from_checkpoint(restored.covers.0) >= start => {
                     (restored.state, Some(restored.covers))
                 }
                 Ok(restored) => {
@@ -131,7 +131,7 @@ impl<S: Storage + Clone> Partition<S> {
                         ),
                     })
                 }
-                Err(error) if start == 0 => {
+                Err(error) if start == LogCursor::default() => {
                     tracing::warn!(dir = %dir.display(), %error, "checkpoint does not decode; replaying the whole log");
                     (PartitionState::new(context.clone())?, None)
                 }
@@ -144,7 +144,7 @@ impl<S: Storage + Clone> Partition<S> {
                     })
                 }
             },
-            None if start == 0 => (PartitionState::new(context.clone())?, None),
+            None if start == LogCursor::default() => (PartitionState::new(context.clone())?, None),
             None => {
                 return Err(PartitionError::Recovery {
                     dir: dir.to_path_buf(),
@@ -152,6 +152,9 @@ impl<S: Storage + Clone> Partition<S> {
                 })
             }
         };
+        // Replay starts where the checkpoint's state ends, else at the
+        // log's start (which is then its beginning: checked above).
+        let replay_from = covers.map_or(start, |offset| LogCursor::from_checkpoint(offset.0));
         let mut background = Box::pin(log.background());
         let partition = Rc::new(Self {
             name,
@@ -163,7 +166,7 @@ impl<S: Storage + Clone> Partition<S> {
             epoch,
             claimable: Signal::default(),
             last_ticket: RefCell::new(None),
-            checkpoint_covers: Cell::new(covers.map_or(0, |offset| offset.0)),
+            checkpoint_covers: Cell::new(replay_from),
             checkpoint_running: Cell::new(false),
             last_checkpoint: Cell::new(None),
             fatal,
@@ -172,8 +175,7 @@ impl<S: Storage + Clone> Partition<S> {
             disk_retry_at_ms: Cell::new(0),
             wakeup_hook: RefCell::new(None),
         });
-        let (replayed_batches, replayed_events) =
-            partition.replay(covers.map_or(start, |offset| offset.0)).await?;
+        let (replayed_batches, replayed_events) = partition.replay(replay_from).await?;
         // The fence's events must be durable before anything is served, and
         // durability needs the log's background future: drive it here until
         // the fence is done, then hand it (still running) to the caller.
@@ -206,52 +208,38 @@ impl<S: Storage + Clone> Partition<S> {
         Ok((partition, background, report))
     }
 
-    /// Folds every batch from `from` to the log's end into the state.
-    async fn replay(&self, from: u64) -> Result<(u64, u64), PartitionError> {
-        let end = self.log.next_offset().0;
-        let mut next = from;
+    /// Folds every batch after `from` to the log's end into the state.
+    async fn replay(&self, from: LogCursor) -> Result<(u64, u64), PartitionError> {
+        let mut replay = self.log.replay(from);
         let mut batches = 0u64;
         let mut events = 0u64;
         let recovery = |reason: String| PartitionError::Recovery { dir: self.dir.clone(), reason };
-        while next < end {
-            let read = self.log.read(LogOffset(next), REPLAY_READ_BYTES).await?;
-            if read.is_empty() {
-                return Err(recovery(format!("log read at {next} returned nothing before {end}")));
-            }
-            for batch in read {
-                if batch.header.next_offset() <= next {
+        while let Some(ReplayBatch { batch, apply_from }) = replay.next_batch().await? {
+            let bytes = aligned(&batch.bytes);
+            let view = verified_view(&bytes, &batch.header)?;
+            let base = view.header().base_offset;
+            let mut state = self.state.borrow_mut();
+            for index in 0..view.len() {
+                let offset = base + index as u64;
+                if offset < apply_from.0 {
                     continue;
                 }
-                let bytes = aligned(&batch.bytes);
-                let view = verified_view(&bytes, &batch.header)?;
-                let base = view.header().base_offset;
-                let mut state = self.state.borrow_mut();
-                for index in 0..view.len() {
-                    let offset = base + index as u64;
-                    if offset < next {
-                        continue;
+                let event = match view.header().kind {
+                    BatchKind::Data => {
+                        let request = enqueue_request(&view, index);
+                        let stamp = view.record(index).enqueue_time_ms.to_native();
+                        Event::Enqueued(EnqueueMeta::new(&request, Offset(offset), stamp))
                     }
-                    let event = match view.header().kind {
-                        BatchKind::Data => {
-                            let request = enqueue_request(&view, index);
-                            let stamp = view.record(index).enqueue_time_ms.to_native();
-                            Event::Enqueued(EnqueueMeta::new(&request, Offset(offset), stamp))
-                        }
-                        BatchKind::Control => {
-                            Event::decode(view.control_record(index)).map_err(|error| {
-                                recovery(format!("event at offset {offset}: {error}"))
-                            })?
-                        }
-                        BatchKind::Filler => continue,
-                    };
-                    state.apply(&event).map_err(|error: ApplyError| {
-                        recovery(format!("event at offset {offset} does not apply: {error}"))
-                    })?;
-                    events += 1;
-                }
-                next = view.header().next_offset();
-                batches += 1;
+                    BatchKind::Control => Event::decode(view.control_record(index))
+                        .map_err(|error| recovery(format!("event at offset {offset}: {error}")))?,
+                    BatchKind::Filler => continue,
+                };
+                state.apply(&event).map_err(|error: ApplyError| {
+                    recovery(format!("event at offset {offset} does not apply: {error}"))
+                })?;
+                events += 1;
             }
+            batches += 1;
         }
         Ok((batches, events))
     }

@@ -1,7 +1,9 @@
 //! Tests of the queue state machine: behaviour tests (one per contract
-//! bullet) and the seeded model test against a naive reference.
+//! bullet), the seeded model test against a naive reference, and the
+//! commutation test of the journal's control lane.
 
 mod behaviour;
+mod commutation;
 mod fence;
 mod harness;
 mod model;
