@@ -21,6 +21,15 @@ use crate::io::stats::{COMMIT_SIZE_BUCKETS_BYTES, SYNC_LATENCY_BUCKETS_US};
 use crate::server::counters::REQUEST_LATENCY_BUCKETS_US;
 use crate::shard::report::{AdmissionCause, LatencyCounts, RequestOp, ShardReport};
 
+/// `reason` of `spool_dead_letter_moves_total`: `max_deliveries` claims
+/// ended without an ack.
+pub const DEAD_LETTER_REASON_MAX_DELIVERIES: &str = "max_deliveries";
+/// `reason`: the message's expiry passed (`dead_letter_on_expiry`).
+pub const DEAD_LETTER_REASON_EXPIRED: &str = "expired";
+/// `reason`: moves folded into a checkpoint written before the broker
+/// counted them by cause (shown only while nonzero).
+pub const DEAD_LETTER_REASON_UNKNOWN: &str = "unknown";
+
 /// `Content-Type` of the exposition.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -250,11 +259,36 @@ pub fn encode(
         "Acks, extends and releases refused with STALE_TOKEN",
         |p| p.requests.stale_tokens
     );
-    partition_counter!(
-        "spool_dead_letter_moves",
-        "Messages moved to the dead-letter lane (max deliveries or expiry)",
-        |p| p.counters.totals.quarantined
-    );
+    {
+        let family = Counters::<ReasonLabels>::default();
+        for shard in reports {
+            for report in &shard.partitions {
+                let totals = &report.counters.totals;
+                let by_cause = totals.quarantined_by_deliveries + totals.quarantined_by_expiry;
+                for (reason, count) in [
+                    (DEAD_LETTER_REASON_MAX_DELIVERIES, totals.quarantined_by_deliveries),
+                    (DEAD_LETTER_REASON_EXPIRED, totals.quarantined_by_expiry),
+                    (DEAD_LETTER_REASON_UNKNOWN, totals.quarantined.saturating_sub(by_cause)),
+                ] {
+                    if reason == DEAD_LETTER_REASON_UNKNOWN && count == 0 {
+                        continue;
+                    }
+                    let labels = ReasonLabels {
+                        queue: report.queue.clone(),
+                        partition: report.partition.to_string(),
+                        reason: reason.to_owned(),
+                    };
+                    family.get_or_create(&labels).inc_by(count);
+                }
+            }
+        }
+        registry.register(
+            "spool_dead_letter_moves",
+            "Messages moved to the dead-letter lane, by reason: max_deliveries, expired \
+             (dead_letter_on_expiry), unknown (moved before an upgrade; only while nonzero)",
+            family,
+        );
+    }
     partition_counter!(
         "spool_expired_messages",
         "Messages whose expiry passed before they were acked",
@@ -751,5 +785,31 @@ fn register_disk(registry: &mut Registry, disk: &DiskSpace) {
         let family = Gauges::<DirLabels>::default();
         family.get_or_create(&labels).set(gauge_value(value));
         registry.register_with_unit(name, help, Unit::Bytes, family);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Goal: the drain time is 0 with nothing left, backlog / rate with a
+    // positive rate, and absent when the rate is 0 or not known for every
+    // partition. Method: each case once.
+    #[test]
+    fn drain_time_is_backlog_over_rate_or_absent() {
+        assert_eq!(drain_time_seconds(0, None, true), Some(0.0));
+        assert_eq!(drain_time_seconds(100, Some(20.0), false), Some(5.0));
+        assert_eq!(drain_time_seconds(100, Some(0.0), false), None);
+        assert_eq!(drain_time_seconds(100, Some(20.0), true), None);
+        assert_eq!(drain_time_seconds(100, None, false), None);
+    }
+
+    // Goal: statvfs of a real directory gives a file system with room in
+    // it; a missing directory is an error, not a panic. Method: the temp dir.
+    #[test]
+    fn disk_space_of_a_directory() {
+        let disk = disk_space(&std::env::temp_dir()).unwrap();
+        assert!(disk.size_bytes > 0 && disk.available_bytes <= disk.size_bytes, "{disk:?}");
+        assert!(disk_space(std::path::Path::new("/no/such/spool/dir")).is_err());
     }
 }

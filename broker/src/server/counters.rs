@@ -203,4 +203,38 @@ mod tests {
         assert_eq!(counts.stale_tokens, 2);
         assert_eq!(counts.extends, 1);
     }
+
+    // Goal: each observation lands in the first bucket whose bound covers
+    // it, under its own op. Method: three enqueue latencies, one ack.
+    #[test]
+    fn latency_lands_in_its_bucket_under_its_op() {
+        let counters = RequestCounters::default();
+        let enqueue = &counters.latency[RequestOp::Enqueue.index()];
+        enqueue.observe(Duration::from_micros(50));
+        enqueue.observe(Duration::from_micros(51));
+        enqueue.observe(Duration::from_secs(60));
+        counters.observe(RequestOp::Ack, crate::clock::instant_now());
+        let counts = counters.snapshot();
+        let enqueued = counts.latency[RequestOp::Enqueue.index()];
+        assert_eq!(enqueued.buckets[0], 1);
+        assert_eq!(enqueued.buckets[1], 1);
+        assert_eq!(enqueued.buckets[REQUEST_LATENCY_BUCKETS - 1], 1);
+        assert_eq!(enqueued.sum_us, 50 + 51 + 60_000_000);
+        assert_eq!(counts.latency[RequestOp::Ack.index()].count(), 1);
+        assert_eq!(counts.latency[RequestOp::Claim.index()].count(), 0);
+    }
+
+    // Goal: the ack rate is unknown after one sample, the measured rate
+    // after the second, and then moves toward new rates by the weight of
+    // the time that passed. Method: samples at chosen times.
+    #[test]
+    fn ack_rate_is_a_time_weighted_moving_average() {
+        let counters = RequestCounters::default();
+        assert_eq!(counters.sample_acks(1_000, 0), None);
+        assert_eq!(counters.sample_acks(1_000, 5), None, "no time passed");
+        assert_eq!(counters.sample_acks(2_000, 100), Some(100.0));
+        // A whole window later at rate 0: weight 1 - 1/e.
+        let decayed = counters.sample_acks(2_000 + DRAIN_RATE_WINDOW_MS, 100).unwrap();
+        assert!((decayed - 100.0 / std::f64::consts::E).abs() < 1e-9, "{decayed}");
+    }
 }
