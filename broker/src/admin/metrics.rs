@@ -479,11 +479,7 @@ pub fn encode(
             family,
         );
     }
-    shard_counter!(
-        "spool_shard_tasks",
-        "Tasks the shard's executor ran",
-        |s| s.executor.tasks
-    );
+    shard_counter!("spool_shard_tasks", "Tasks the shard's executor ran", |s| s.executor.tasks);
     shard_counter!(
         "spool_shard_connections_accepted",
         "Client connections the shard accepted (refused ones included)",
@@ -691,7 +687,9 @@ fn register_queue_figures(registry: &mut Registry, reports: &[ShardReport]) {
                 1e6,
             ));
         }
-        if let Some(seconds) = drain_time_seconds(figures.backlog, figures.ack_rate, figures.rate_unknown) {
+        if let Some(seconds) =
+            drain_time_seconds(figures.backlog, figures.ack_rate, figures.rate_unknown)
+        {
             drain.get_or_create(&QueueLabels { queue: (*queue).to_owned() }).set(seconds);
         }
     }

@@ -136,8 +136,7 @@ pub fn record_commit(bytes: u64) {
 /// the segment files.
 pub fn record_read(from_cache: bool) {
     COUNTERS.with(|counters| {
-        let cell =
-            if from_cache { &counters.reads_from_cache } else { &counters.reads_from_files };
+        let cell = if from_cache { &counters.reads_from_cache } else { &counters.reads_from_files };
         cell.set(cell.get().wrapping_add(1));
     });
 }

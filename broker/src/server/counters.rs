@@ -18,10 +18,10 @@ use std::time::Duration;
 
 use spool_wire::ErrorCode;
 
+use crate::clock::{Instant, Millis};
 use crate::log::LogError;
 use crate::partition::{Claimed, PartitionError};
 use crate::queue::FullLimit;
-use crate::clock::{Instant, Millis};
 use crate::shard::report::{AdmissionCause, LatencyCounts, RequestCounts, RequestOp};
 
 /// Upper bounds (inclusive, microseconds) of the request latency

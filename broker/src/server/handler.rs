@@ -36,12 +36,12 @@ use super::convert::{
 };
 use super::quota::{QuotaReport, ShardQuotas};
 use super::{Served, ShardState};
+use crate::clock::Instant;
 use crate::control::assignment::QueueName;
 use crate::net::connection::{Connection, Decoded, FrameHandler, ProtocolFault, Refusal};
 use crate::partition::signal::{ClaimCancel, WaitOwner};
 use crate::partition::{EnqueueOutcome, PartitionError};
 use crate::queue::{ClaimRequest, Lane, MessagePhase, Offset, PartitionId, Redrive, ReleaseReason};
-use crate::clock::Instant;
 use crate::shard::report::RequestOp;
 use crate::shard::ControlError;
 

@@ -66,8 +66,13 @@ pub enum RequestOp {
 }
 
 impl RequestOp {
-    pub const ALL: [RequestOp; 5] =
-        [RequestOp::Enqueue, RequestOp::Claim, RequestOp::Ack, RequestOp::Release, RequestOp::Extend];
+    pub const ALL: [RequestOp; 5] = [
+        RequestOp::Enqueue,
+        RequestOp::Claim,
+        RequestOp::Ack,
+        RequestOp::Release,
+        RequestOp::Extend,
+    ];
 
     /// The label value.
     pub fn as_str(self) -> &'static str {
