@@ -739,6 +739,8 @@ pub struct DiskSpace {
 ///
 /// # Errors
 /// The path is not valid for the call, or statvfs failed.
+// The statvfs fields are u64 on this platform, narrower on others.
+#[allow(clippy::useless_conversion)]
 pub fn disk_space(dir: &std::path::Path) -> std::io::Result<DiskSpace> {
     use std::os::unix::ffi::OsStrExt;
     let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
