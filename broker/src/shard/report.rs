@@ -5,8 +5,10 @@
 //! what the shard already keeps — the queue state's counters, the log's
 //! `LogStats`, the request counters its handler bumps (`Cell`s), the
 //! thread's `io::stats` — and carried back over the cross-core report
-//! message (`ShardMessage::Report`). Building one reads; it changes nothing
-//! and is off the data path. It holds no payload and no routing key.
+//! message (`ShardMessage::Report`). Building one reads, and changes
+//! nothing but the counts of the report itself (each partition's ack-rate
+//! average takes a sample; the shard adds up glommio's executor figures);
+//! it is off the data path. It holds no payload and no routing key.
 
 use crate::control::assignment::ShardId;
 use crate::io::stats::IoSnapshot;
