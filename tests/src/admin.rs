@@ -238,8 +238,12 @@ impl Exposition {
             if !allowed.contains(&suffix) {
                 return Err(format!("{name} does not fit its {} family {}", family.1, family.0));
             }
-            if family.1 == "counter" && (value < 0.0 || value.fract() != 0.0 && value.is_finite()) {
-                // Our counters count things: whole and never negative.
+            let whole = !family.0.ends_with("_seconds");
+            if family.1 == "counter"
+                && (value < 0.0 || whole && value.fract() != 0.0 && value.is_finite())
+            {
+                // Our counters count things (whole) or time in seconds, and
+                // are never negative.
                 return Err(format!("counter {name} has value {value}"));
             }
             if !seen.insert(series.to_owned()) {
@@ -321,8 +325,12 @@ mod tests {
             good.replace("} 3", "} three"),
             good.replace("le=\"+Inf\"} 2", "le=\"+Inf\"} 1"),
             good.replace("queue=\"a\"", "queue=\"a"),
+            good.replace("} 3", "} 2.5"),
         ] {
             assert!(Exposition::parse(&broken).is_err(), "accepted:\n{broken}");
         }
+        // Time counted in seconds may be fractional.
+        let seconds = good.replace("spool_x", "spool_x_seconds").replace("} 3", "} 2.5");
+        assert!(Exposition::parse(&seconds).is_ok(), "refused:\n{seconds}");
     }
 }

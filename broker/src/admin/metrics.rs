@@ -17,8 +17,18 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::io::stats::SYNC_LATENCY_BUCKETS_US;
-use crate::shard::report::{AdmissionCause, ShardReport};
+use crate::io::stats::{COMMIT_SIZE_BUCKETS_BYTES, SYNC_LATENCY_BUCKETS_US};
+use crate::server::counters::REQUEST_LATENCY_BUCKETS_US;
+use crate::shard::report::{AdmissionCause, LatencyCounts, RequestOp, ShardReport};
+
+/// `reason` of `spool_dead_letter_moves_total`: `max_deliveries` claims
+/// ended without an ack.
+pub const DEAD_LETTER_REASON_MAX_DELIVERIES: &str = "max_deliveries";
+/// `reason`: the message's expiry passed (`dead_letter_on_expiry`).
+pub const DEAD_LETTER_REASON_EXPIRED: &str = "expired";
+/// `reason`: moves folded into a checkpoint written before the broker
+/// counted them by cause (shown only while nonzero).
+pub const DEAD_LETTER_REASON_UNKNOWN: &str = "unknown";
 
 /// `Content-Type` of the exposition.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -42,32 +52,77 @@ struct ShardLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct QueueLabels {
+    queue: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct QueueOpLabels {
+    queue: String,
+    op: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    queue: String,
+    partition: String,
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DirLabels {
+    dir: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OperationLabels {
     operation: String,
 }
 
-/// Histograms counted elsewhere (the shards), encoded as they are: one per
-/// shard, buckets not cumulative, the last one `+Inf`.
-#[derive(Debug, Default)]
-struct ShardHistograms {
-    series: Vec<HistogramSeries>,
+/// Histograms counted elsewhere (the shards), encoded as they are: one
+/// series per label set, buckets not cumulative, the last one `+Inf`.
+#[derive(Debug)]
+struct Histograms<L> {
+    series: Vec<HistogramSeries<L>>,
 }
 
-/// One shard's histogram: its labels, sum, count and `(bound, count)`
-/// buckets (not cumulative; the encoder adds them up).
+impl<L> Default for Histograms<L> {
+    fn default() -> Self {
+        Self { series: Vec::new() }
+    }
+}
+
+/// One histogram: its labels, sum, count and `(bound, count)` buckets (not
+/// cumulative; the encoder adds them up).
 #[derive(Debug)]
-struct HistogramSeries {
-    labels: ShardLabels,
+struct HistogramSeries<L> {
+    labels: L,
     sum: f64,
     count: u64,
     buckets: Vec<(f64, u64)>,
 }
 
-impl TypedMetric for ShardHistograms {
+impl<L> HistogramSeries<L> {
+    /// A series from per-bucket `counts` of `bounds` (the last count is the
+    /// `+Inf` bucket), each bound and the sum divided by `scale` (µs → s: 1e6).
+    fn new(labels: L, bounds: &[u64], counts: &[u64], sum: u64, scale: f64) -> Self {
+        let buckets = counts
+            .iter()
+            .enumerate()
+            .map(|(index, count)| {
+                let bound = bounds.get(index).map_or(f64::MAX, |bound| *bound as f64 / scale);
+                (bound, *count)
+            })
+            .collect();
+        Self { labels, sum: sum as f64 / scale, count: counts.iter().sum(), buckets }
+    }
+}
+
+impl<L: fmt::Debug + Send + Sync> TypedMetric for Histograms<L> {
     const TYPE: MetricType = MetricType::Histogram;
 }
 
-impl EncodeMetric for ShardHistograms {
+impl<L: EncodeLabelSet + fmt::Debug + Send + Sync> EncodeMetric for Histograms<L> {
     fn encode(&self, mut encoder: MetricEncoder<'_>) -> Result<(), fmt::Error> {
         for series in &self.series {
             encoder.encode_family(&series.labels)?.encode_histogram::<NoLabelSet>(
@@ -86,6 +141,7 @@ impl EncodeMetric for ShardHistograms {
 }
 
 type Counters<L> = Family<L, Counter>;
+type FloatCounters<L> = Family<L, Counter<f64, std::sync::atomic::AtomicU64>>;
 type Gauges<L> = Family<L, Gauge>;
 type FloatGauges<L> = Family<L, Gauge<f64, std::sync::atomic::AtomicU64>>;
 
@@ -100,7 +156,8 @@ struct OutcomeLabels {
 
 /// Encodes `reports` (every shard that answered) and marks `missing` shards
 /// as not reporting; `auth` gives the process-wide authentication figures
-/// (reloads, the admin port's lockouts, the policy generation).
+/// (reloads, the admin port's lockouts, the policy generation), `disk` the
+/// data directory's file system (none if statvfs failed).
 ///
 /// # Errors
 /// Only a formatting failure of the encoder (writing to a `String`).
@@ -108,6 +165,7 @@ pub fn encode(
     reports: &[ShardReport],
     missing: &[u16],
     auth: &crate::auth::reload::AuthState,
+    disk: Option<&DiskSpace>,
 ) -> Result<String, fmt::Error> {
     let mut registry = Registry::default();
     macro_rules! partition_counter {
@@ -201,11 +259,36 @@ pub fn encode(
         "Acks, extends and releases refused with STALE_TOKEN",
         |p| p.requests.stale_tokens
     );
-    partition_counter!(
-        "spool_dead_letter_moves",
-        "Messages moved to the dead-letter lane (max deliveries or expiry)",
-        |p| p.counters.totals.quarantined
-    );
+    {
+        let family = Counters::<ReasonLabels>::default();
+        for shard in reports {
+            for report in &shard.partitions {
+                let totals = &report.counters.totals;
+                let by_cause = totals.quarantined_by_deliveries + totals.quarantined_by_expiry;
+                for (reason, count) in [
+                    (DEAD_LETTER_REASON_MAX_DELIVERIES, totals.quarantined_by_deliveries),
+                    (DEAD_LETTER_REASON_EXPIRED, totals.quarantined_by_expiry),
+                    (DEAD_LETTER_REASON_UNKNOWN, totals.quarantined.saturating_sub(by_cause)),
+                ] {
+                    if reason == DEAD_LETTER_REASON_UNKNOWN && count == 0 {
+                        continue;
+                    }
+                    let labels = ReasonLabels {
+                        queue: report.queue.clone(),
+                        partition: report.partition.to_string(),
+                        reason: reason.to_owned(),
+                    };
+                    family.get_or_create(&labels).inc_by(count);
+                }
+            }
+        }
+        registry.register(
+            "spool_dead_letter_moves",
+            "Messages moved to the dead-letter lane, by reason: max_deliveries, expired \
+             (dead_letter_on_expiry), unknown (moved before an upgrade; only while nonzero)",
+            family,
+        );
+    }
     partition_counter!(
         "spool_expired_messages",
         "Messages whose expiry passed before they were acked",
@@ -304,6 +387,7 @@ pub fn encode(
             family,
         );
     }
+    register_queue_figures(&mut registry, reports);
 
     shard_counter!(
         "spool_shard_commits",
@@ -337,26 +421,15 @@ pub fn encode(
         );
     }
     {
-        let mut histograms = ShardHistograms::default();
+        let mut histograms = Histograms::<ShardLabels>::default();
         for shard in reports {
-            let buckets: Vec<(f64, u64)> = shard
-                .io
-                .sync_buckets
-                .iter()
-                .enumerate()
-                .map(|(index, count)| {
-                    let bound = SYNC_LATENCY_BUCKETS_US
-                        .get(index)
-                        .map_or(f64::MAX, |micros| *micros as f64 / 1e6);
-                    (bound, *count)
-                })
-                .collect();
-            histograms.series.push(HistogramSeries {
-                labels: ShardLabels { shard: shard.shard.0.to_string() },
-                sum: shard.io.sync_sum_us as f64 / 1e6,
-                count: shard.io.syncs(),
-                buckets,
-            });
+            histograms.series.push(HistogramSeries::new(
+                ShardLabels { shard: shard.shard.0.to_string() },
+                &SYNC_LATENCY_BUCKETS_US,
+                &shard.io.sync_buckets,
+                shard.io.sync_sum_us,
+                1e6,
+            ));
         }
         registry.register_with_unit(
             "spool_shard_fdatasync_duration",
@@ -365,6 +438,48 @@ pub fn encode(
             histograms,
         );
     }
+    {
+        let mut histograms = Histograms::<ShardLabels>::default();
+        for shard in reports {
+            histograms.series.push(HistogramSeries::new(
+                ShardLabels { shard: shard.shard.0.to_string() },
+                &COMMIT_SIZE_BUCKETS_BYTES,
+                &shard.io.commit_buckets,
+                shard.io.commit_sum_bytes,
+                1.0,
+            ));
+        }
+        registry.register_with_unit(
+            "spool_shard_commit_size",
+            "Bytes of one group commit made durable (whole pages, fillers included)",
+            Unit::Bytes,
+            histograms,
+        );
+    }
+    shard_counter!(
+        "spool_shard_read_cache_hits",
+        "Log reads served from the in-memory tail cache of recent commits",
+        |s| s.io.reads_from_cache
+    );
+    shard_counter!(
+        "spool_shard_read_cache_misses",
+        "Log reads that went to the segment files (the tail cache did not reach back far enough)",
+        |s| s.io.reads_from_files
+    );
+    {
+        let family = FloatCounters::<ShardLabels>::default();
+        for shard in reports {
+            let labels = ShardLabels { shard: shard.shard.0.to_string() };
+            family.get_or_create(&labels).inc_by(shard.executor.busy_us as f64 / 1e6);
+        }
+        registry.register_with_unit(
+            "spool_shard_busy",
+            "Time the shard's executor spent running tasks (rate() of it is the shard's utilisation, 0 to 1)",
+            Unit::Seconds,
+            family,
+        );
+    }
+    shard_counter!("spool_shard_tasks", "Tasks the shard's executor ran", |s| s.executor.tasks);
     shard_counter!(
         "spool_shard_connections_accepted",
         "Client connections the shard accepted (refused ones included)",
@@ -487,6 +602,9 @@ pub fn encode(
     }
 
     register_quotas(&mut registry, reports);
+    if let Some(disk) = disk {
+        register_disk(&mut registry, disk);
+    }
 
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry)?;
@@ -527,4 +645,171 @@ fn register_quotas(registry: &mut Registry, reports: &[ShardReport]) {
         "Quota in use, summed over the shards: claims in flight (plus credits of waiting claims), or the part of each shard's one-second enqueue burst that is spent (messages or bytes)",
         in_use,
     );
+}
+
+/// `spool_request_duration_seconds{queue,op}` (each queue's partitions on
+/// every shard added up) and `spool_drain_time_seconds{queue}`.
+fn register_queue_figures(registry: &mut Registry, reports: &[ShardReport]) {
+    use std::collections::BTreeMap;
+    /// Per queue: latency per op, backlog, ack rate (None: not measured yet
+    /// on some partition).
+    #[derive(Default)]
+    struct PerQueue {
+        latency: [LatencyCounts; RequestOp::ALL.len()],
+        backlog: u64,
+        ack_rate: Option<f64>,
+        rate_unknown: bool,
+    }
+    let mut queues: BTreeMap<&str, PerQueue> = BTreeMap::new();
+    for shard in reports {
+        for report in &shard.partitions {
+            let entry = queues.entry(report.queue.as_str()).or_default();
+            for (sum, partition) in entry.latency.iter_mut().zip(&report.requests.latency) {
+                sum.add(partition);
+            }
+            entry.backlog += report.counters.live_messages;
+            match report.ack_rate_per_sec {
+                Some(rate) => *entry.ack_rate.get_or_insert(0.0) += rate,
+                None => entry.rate_unknown = true,
+            }
+        }
+    }
+    let mut histograms = Histograms::<QueueOpLabels>::default();
+    let drain = FloatGauges::<QueueLabels>::default();
+    for (queue, figures) in &queues {
+        for op in RequestOp::ALL {
+            let counts = &figures.latency[op.index()];
+            histograms.series.push(HistogramSeries::new(
+                QueueOpLabels { queue: (*queue).to_owned(), op: op.as_str().to_owned() },
+                &REQUEST_LATENCY_BUCKETS_US,
+                &counts.buckets,
+                counts.sum_us,
+                1e6,
+            ));
+        }
+        if let Some(seconds) =
+            drain_time_seconds(figures.backlog, figures.ack_rate, figures.rate_unknown)
+        {
+            drain.get_or_create(&QueueLabels { queue: (*queue).to_owned() }).set(seconds);
+        }
+    }
+    registry.register_with_unit(
+        "spool_request_duration",
+        "Broker-side time of a data request, from decoded to reply built, by queue and op \
+         (a claim's includes its long-poll wait)",
+        Unit::Seconds,
+        histograms,
+    );
+    registry.register_with_unit(
+        "spool_drain_time",
+        "Predicted time to drain the queue: live main-lane messages / acks per second \
+         (moving average); absent while the ack rate is 0 or not measured yet",
+        Unit::Seconds,
+        drain,
+    );
+}
+
+/// The predicted drain time: 0 with no backlog; `backlog / rate` with a
+/// positive rate; `None` (no series) when the rate is 0 or some partition
+/// has not measured one yet.
+fn drain_time_seconds(backlog: u64, ack_rate: Option<f64>, rate_unknown: bool) -> Option<f64> {
+    if backlog == 0 {
+        return Some(0.0);
+    }
+    match ack_rate {
+        Some(rate) if !rate_unknown && rate > 0.0 => Some(backlog as f64 / rate),
+        _ => None,
+    }
+}
+
+/// The data directory's file system, as statvfs reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiskSpace {
+    pub dir: String,
+    /// Bytes an unprivileged process may still allocate (`f_bavail`).
+    pub available_bytes: u64,
+    /// Free bytes the file system keeps back for the superuser
+    /// (`f_bfree - f_bavail`).
+    pub reserved_bytes: u64,
+    /// The file system's size (`f_blocks`).
+    pub size_bytes: u64,
+}
+
+/// statvfs of `dir`. Blocking: call it off any executor.
+///
+/// # Errors
+/// The path is not valid for the call, or statvfs failed.
+// The statvfs fields are u64 on this platform, narrower on others.
+#[allow(clippy::useless_conversion)]
+pub fn disk_space(dir: &std::path::Path) -> std::io::Result<DiskSpace> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|error| std::io::Error::new(std::io::ErrorKind::InvalidInput, error))?;
+    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `path` is a NUL-terminated string that outlives the call and
+    // `stat` is writable memory of the struct's size, which statvfs fills.
+    let status = unsafe { libc::statvfs(path.as_ptr(), stat.as_mut_ptr()) };
+    if status != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: statvfs returned 0, so it initialised `stat`.
+    let stat = unsafe { stat.assume_init() };
+    let block = u64::from(stat.f_frsize);
+    let available = u64::from(stat.f_bavail);
+    let free = u64::from(stat.f_bfree);
+    Ok(DiskSpace {
+        dir: dir.display().to_string(),
+        available_bytes: available.saturating_mul(block),
+        reserved_bytes: free.saturating_sub(available).saturating_mul(block),
+        size_bytes: u64::from(stat.f_blocks).saturating_mul(block),
+    })
+}
+
+/// `spool_disk_available_bytes`, `spool_disk_reserved_bytes`,
+/// `spool_disk_size_bytes` of the data directory.
+fn register_disk(registry: &mut Registry, disk: &DiskSpace) {
+    let labels = DirLabels { dir: disk.dir.clone() };
+    for (name, help, value) in [
+        (
+            "spool_disk_available",
+            "Bytes the broker may still write in the data directory's file system (statvfs f_bavail)",
+            disk.available_bytes,
+        ),
+        (
+            "spool_disk_reserved",
+            "Free bytes of the data directory's file system kept back for the superuser (f_bfree - f_bavail)",
+            disk.reserved_bytes,
+        ),
+        ("spool_disk_size", "Size of the data directory's file system", disk.size_bytes),
+    ] {
+        let family = Gauges::<DirLabels>::default();
+        family.get_or_create(&labels).set(gauge_value(value));
+        registry.register_with_unit(name, help, Unit::Bytes, family);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Goal: the drain time is 0 with nothing left, backlog / rate with a
+    // positive rate, and absent when the rate is 0 or not known for every
+    // partition. Method: each case once.
+    #[test]
+    fn drain_time_is_backlog_over_rate_or_absent() {
+        assert_eq!(drain_time_seconds(0, None, true), Some(0.0));
+        assert_eq!(drain_time_seconds(100, Some(20.0), false), Some(5.0));
+        assert_eq!(drain_time_seconds(100, Some(0.0), false), None);
+        assert_eq!(drain_time_seconds(100, Some(20.0), true), None);
+        assert_eq!(drain_time_seconds(100, None, false), None);
+    }
+
+    // Goal: statvfs of a real directory gives a file system with room in
+    // it; a missing directory is an error, not a panic. Method: the temp dir.
+    #[test]
+    fn disk_space_of_a_directory() {
+        let disk = disk_space(&std::env::temp_dir()).unwrap();
+        assert!(disk.size_bytes > 0 && disk.available_bytes <= disk.size_bytes, "{disk:?}");
+        assert!(disk_space(std::path::Path::new("/no/such/spool/dir")).is_err());
+    }
 }

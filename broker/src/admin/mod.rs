@@ -309,7 +309,18 @@ async fn metrics_page(control: &ControlHandle) -> Response<Full<Bytes>> {
             return response(StatusCode::SERVICE_UNAVAILABLE, TEXT, format!("{error}\n"));
         }
     };
-    match metrics::encode(&gathered.reports, &gathered.missing, control.auth()) {
+    // statvfs off the runtime's thread: a stalled file system must not
+    // hold up /health/live.
+    let data_dir = control.data_dir().to_path_buf();
+    let disk = match tokio::task::spawn_blocking(move || metrics::disk_space(&data_dir)).await {
+        Ok(Ok(disk)) => Some(disk),
+        Ok(Err(error)) => {
+            tracing::warn!(%error, "statvfs of the data directory failed; no disk figures");
+            None
+        }
+        Err(_) => None,
+    };
+    match metrics::encode(&gathered.reports, &gathered.missing, control.auth(), disk.as_ref()) {
         Ok(text) => response(StatusCode::OK, metrics::CONTENT_TYPE, text),
         Err(error) => response(
             StatusCode::INTERNAL_SERVER_ERROR,

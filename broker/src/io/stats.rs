@@ -1,5 +1,8 @@
 //! What this thread's disk did: bytes written and `fdatasync` latencies,
-//! counted where `DmaStorage` does the I/O.
+//! counted where `DmaStorage` does the I/O; and what its logs did with it:
+//! the size of each group commit made durable, and whether each read was
+//! served from a log's in-memory tail cache or from its segment files
+//! (counted by `log/`, on whatever storage it runs).
 //!
 //! Thread-per-core makes "per shard" the same as "per thread": every shard's
 //! files are written only by its own executor thread, so the counters are
@@ -22,11 +25,37 @@ pub const SYNC_LATENCY_BUCKETS_US: [u64; 14] = [
 const BUCKETS: usize = SYNC_LATENCY_BUCKETS_US.len() + 1;
 const _: () = assert!(SYNC_LATENCY_BUCKETS_US[0] > 0);
 
+/// Upper bounds (inclusive, bytes) of the group commit size histogram's
+/// buckets; a last `+Inf` bucket holds the rest. A commit is whole pages:
+/// from one page (a lone ack) to a commit of many maximal batches.
+pub const COMMIT_SIZE_BUCKETS_BYTES: [u64; 13] = [
+    4 << 10,
+    8 << 10,
+    16 << 10,
+    32 << 10,
+    64 << 10,
+    128 << 10,
+    256 << 10,
+    512 << 10,
+    1 << 20,
+    2 << 20,
+    4 << 20,
+    8 << 20,
+    16 << 20,
+];
+
+const COMMIT_BUCKETS: usize = COMMIT_SIZE_BUCKETS_BYTES.len() + 1;
+const _: () = assert!(COMMIT_SIZE_BUCKETS_BYTES[0] == crate::limits::PAGE_BYTES);
+
 /// One thread's counters.
 struct IoCounters {
     written_bytes: Cell<u64>,
     syncs: [Cell<u64>; BUCKETS],
     sync_sum_us: Cell<u64>,
+    commits: [Cell<u64>; COMMIT_BUCKETS],
+    commit_sum_bytes: Cell<u64>,
+    reads_from_cache: Cell<u64>,
+    reads_from_files: Cell<u64>,
 }
 
 thread_local! {
@@ -35,6 +64,10 @@ thread_local! {
             written_bytes: Cell::new(0),
             syncs: [const { Cell::new(0) }; BUCKETS],
             sync_sum_us: Cell::new(0),
+            commits: [const { Cell::new(0) }; COMMIT_BUCKETS],
+            commit_sum_bytes: Cell::new(0),
+            reads_from_cache: Cell::new(0),
+            reads_from_files: Cell::new(0),
         }
     };
 }
@@ -47,6 +80,15 @@ pub struct IoSnapshot {
     /// last entry counts those slower than every bound.
     pub sync_buckets: [u64; BUCKETS],
     pub sync_sum_us: u64,
+    /// Group commits made durable per bucket of
+    /// [`COMMIT_SIZE_BUCKETS_BYTES`] (not cumulative; the last entry counts
+    /// those larger than every bound).
+    pub commit_buckets: [u64; COMMIT_BUCKETS],
+    pub commit_sum_bytes: u64,
+    /// Log reads served from the tail cache of recent commits.
+    pub reads_from_cache: u64,
+    /// Log reads that went to the segment files.
+    pub reads_from_files: u64,
 }
 
 impl IoSnapshot {
@@ -77,12 +119,38 @@ pub fn record_sync(took: Duration) {
     });
 }
 
+/// Counts one group commit of `bytes` (whole pages) made durable.
+pub fn record_commit(bytes: u64) {
+    let bucket = COMMIT_SIZE_BUCKETS_BYTES
+        .iter()
+        .position(|bound| bytes <= *bound)
+        .unwrap_or(COMMIT_SIZE_BUCKETS_BYTES.len());
+    COUNTERS.with(|counters| {
+        let cell = &counters.commits[bucket];
+        cell.set(cell.get() + 1);
+        counters.commit_sum_bytes.set(counters.commit_sum_bytes.get().saturating_add(bytes));
+    });
+}
+
+/// Counts one log read, served from the tail cache (`from_cache`) or from
+/// the segment files.
+pub fn record_read(from_cache: bool) {
+    COUNTERS.with(|counters| {
+        let cell = if from_cache { &counters.reads_from_cache } else { &counters.reads_from_files };
+        cell.set(cell.get().wrapping_add(1));
+    });
+}
+
 /// This thread's counters now.
 pub fn snapshot() -> IoSnapshot {
     COUNTERS.with(|counters| IoSnapshot {
         written_bytes: counters.written_bytes.get(),
         sync_buckets: std::array::from_fn(|index| counters.syncs[index].get()),
         sync_sum_us: counters.sync_sum_us.get(),
+        commit_buckets: std::array::from_fn(|index| counters.commits[index].get()),
+        commit_sum_bytes: counters.commit_sum_bytes.get(),
+        reads_from_cache: counters.reads_from_cache.get(),
+        reads_from_files: counters.reads_from_files.get(),
     })
 }
 
@@ -112,5 +180,28 @@ mod tests {
         assert_eq!(seen.syncs(), 3);
         assert_eq!(seen.sync_sum_us, 50 + 51 + 3_000_000);
         assert_eq!(snapshot().written_bytes, 0);
+    }
+
+    // Goal: a commit lands in the first bucket whose bound covers its size
+    // (a bound itself included), and reads are told apart by their source.
+    // Method: record on a fresh thread and read its snapshot.
+    #[test]
+    fn commits_and_reads_are_counted() {
+        let seen = std::thread::spawn(|| {
+            record_commit(4096);
+            record_commit(4097);
+            record_commit(1 << 30);
+            record_read(true);
+            record_read(true);
+            record_read(false);
+            snapshot()
+        })
+        .join()
+        .unwrap();
+        assert_eq!(seen.commit_buckets[0], 1);
+        assert_eq!(seen.commit_buckets[1], 1);
+        assert_eq!(seen.commit_buckets[COMMIT_BUCKETS - 1], 1);
+        assert_eq!(seen.commit_sum_bytes, 4096 + 4097 + (1 << 30));
+        assert_eq!((seen.reads_from_cache, seen.reads_from_files), (2, 1));
     }
 }

@@ -142,6 +142,7 @@ impl<S: Storage> Shared<S> {
                 state.stats.batches += done.batches;
                 state.stats.records += done.next_offset - done.first_offset;
                 state.stats.commit_bytes += done.end_pos - done.pos;
+                crate::io::stats::record_commit(done.end_pos - done.pos);
                 let cached_bytes = done.end_pos - done.pos;
                 // The cache is bounded by the memory it holds, not by the
                 // bytes committed: a gather buffer is allocated ahead of its

@@ -45,8 +45,10 @@ impl<S: Storage> Log<S> {
             return Ok(Vec::new());
         }
         if let Some(batches) = self.read_tail(from, max_bytes)? {
+            crate::io::stats::record_read(true);
             return Ok(batches);
         }
+        crate::io::stats::record_read(false);
         let segments: Vec<Rc<Segment<S::File>>> = {
             let state = self.shared.state.borrow();
             let first = state.segments.partition_point(|s| s.base <= from).saturating_sub(1);

@@ -27,7 +27,11 @@ use super::types::{
 };
 
 const SNAPSHOT_MAGIC: u32 = u32::from_le_bytes(*b"SPQS");
-const SNAPSHOT_VERSION: u16 = 1;
+/// Version 2 adds the dead-letter moves by cause to the totals; version 1
+/// (nine totals) is still read, its moves' causes unknown.
+const SNAPSHOT_VERSION: u16 = 2;
+/// The oldest version `restore` reads.
+const SNAPSHOT_VERSION_V1: u16 = 1;
 
 /// A restored state and the log offset its snapshot covers: replay resumes
 /// after it.
@@ -123,7 +127,7 @@ fn claim_fields(claim: &Claim) -> (u64, u64, u64) {
     (claim.worker.0, claim.claimed_at_ms, claim.deadline_ms())
 }
 
-fn totals_list(t: &Totals) -> [u64; 9] {
+fn totals_list(t: &Totals) -> [u64; 11] {
     [
         t.enqueued,
         t.acked,
@@ -134,6 +138,8 @@ fn totals_list(t: &Totals) -> [u64; 9] {
         t.released,
         t.lease_expired,
         t.dead_letter_acked,
+        t.quarantined_by_deliveries,
+        t.quarantined_by_expiry,
     ]
 }
 
@@ -680,7 +686,7 @@ impl PartitionState {
             return Err(CodecError::Magic);
         }
         let version = r.u16()?;
-        if version != SNAPSHOT_VERSION {
+        if version != SNAPSHOT_VERSION && version != SNAPSHOT_VERSION_V1 {
             return Err(CodecError::Version(version));
         }
         let mut state = PartitionState::new(ctx).map_err(|_| CodecError::Inconsistent("config"))?;
@@ -695,12 +701,16 @@ impl PartitionState {
         if state.last_enqueue_time_ms == Millis::MAX {
             return Err(CodecError::Inconsistent("last enqueue time"));
         }
-        let mut totals = [0u64; 9];
-        for total in &mut totals {
+        let mut totals = [0u64; 11];
+        let stored_totals = if version == SNAPSHOT_VERSION_V1 { 9 } else { totals.len() };
+        for total in &mut totals[..stored_totals] {
             *total = r.u64()?;
         }
-        let [enqueued, acked, expired, quarantined, redriven, purged, released, lease_expired, dead_letter_acked] =
+        let [enqueued, acked, expired, quarantined, redriven, purged, released, lease_expired, dead_letter_acked, quarantined_by_deliveries, quarantined_by_expiry] =
             totals;
+        if quarantined_by_deliveries.saturating_add(quarantined_by_expiry) > quarantined {
+            return Err(CodecError::Inconsistent("dead-letter moves by cause"));
+        }
         state.totals = Totals {
             enqueued,
             acked,
@@ -711,6 +721,8 @@ impl PartitionState {
             released,
             lease_expired,
             dead_letter_acked,
+            quarantined_by_deliveries,
+            quarantined_by_expiry,
         };
         let mut credits = Vec::with_capacity(stored_bands + 1);
         for _ in 0..=stored_bands {

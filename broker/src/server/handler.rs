@@ -36,11 +36,13 @@ use super::convert::{
 };
 use super::quota::{QuotaReport, ShardQuotas};
 use super::{Served, ShardState};
+use crate::clock::Instant;
 use crate::control::assignment::QueueName;
 use crate::net::connection::{Connection, Decoded, FrameHandler, ProtocolFault, Refusal};
 use crate::partition::signal::{ClaimCancel, WaitOwner};
 use crate::partition::{EnqueueOutcome, PartitionError};
 use crate::queue::{ClaimRequest, Lane, MessagePhase, Offset, PartitionId, Redrive, ReleaseReason};
+use crate::shard::report::RequestOp;
 use crate::shard::ControlError;
 
 /// Reason code recorded when a worker releases a message. The worker's text
@@ -141,6 +143,10 @@ pub struct SpoolHandler {
 }
 
 type Answer = Result<Response<'static>, ErrorResponse>;
+
+/// The partition a data request was routed to and its operation: the
+/// request's latency is counted there once its reply is built.
+type Timed = Option<(Rc<Served>, RequestOp)>;
 
 /// The tokens of one Ack that name the same partition, with their positions
 /// in the request.
@@ -253,10 +259,19 @@ impl SpoolHandler {
         Err(reply)
     }
 
-    async fn dispatch(&self, request: Request<'_>) -> Result<Response<'static>, ErrorResponse> {
+    /// Answers `request`; a data request names in `timed` the partition it
+    /// was routed to, whose latency histogram counts it once the reply is
+    /// built.
+    async fn dispatch(
+        &self,
+        request: Request<'_>,
+        started: Instant,
+        timed: &mut Timed,
+    ) -> Result<Response<'static>, ErrorResponse> {
         match request {
             Request::Enqueue(enqueue) => {
                 let partition = self.route(enqueue.queue, enqueue.partition)?;
+                *timed = Some((partition.clone(), RequestOp::Enqueue));
                 let outcomes = partition.enqueue(enqueue.batch).await.map_err(|e| {
                     partition.requests.failed(&e);
                     partition_error(&e)
@@ -286,6 +301,7 @@ impl SpoolHandler {
                     .map_err(|e| error(ErrorCode::InvalidToken, e.to_string()))?;
                 let claim = *token.claim();
                 let partition = self.route_token(claim.queue, claim.partition)?;
+                *timed = Some((partition.clone(), RequestOp::Extend));
                 let lease = (extend.lease_ms > 0).then_some(u64::from(extend.lease_ms));
                 let deadline = partition.extend(&token, lease).await.map_err(|e| {
                     partition.requests.failed(&e);
@@ -298,12 +314,13 @@ impl SpoolHandler {
                 partition.requests.extended();
                 Ok(Response::Extend(ExtendResponse { lease_deadline_ms: deadline }))
             }
-            Request::Ack(ack) => Ok(Response::Ack(self.ack(&ack.tokens).await)),
+            Request::Ack(ack) => Ok(Response::Ack(self.ack(&ack.tokens, started).await)),
             Request::Release(release) => {
                 let token = token_from_wire(&release.token)
                     .map_err(|e| error(ErrorCode::InvalidToken, e.to_string()))?;
                 let claim = *token.claim();
                 let partition = self.route_token(claim.queue, claim.partition)?;
+                *timed = Some((partition.clone(), RequestOp::Release));
                 let not_before = (release.delay_ms > 0)
                     .then(|| (self.state.clock)().saturating_add(u64::from(release.delay_ms)));
                 tracing::debug!(offset = claim.offset.0, reason = release.reason, "release");
@@ -495,7 +512,9 @@ impl SpoolHandler {
         self.route(&name, partition)
     }
 
-    async fn ack(&self, tokens: &[proto::DeliveryToken]) -> AckResponse {
+    /// Acks `tokens`, grouped by partition; each partition the request
+    /// touched counts it once in its ack latency histogram.
+    async fn ack(&self, tokens: &[proto::DeliveryToken], started: Instant) -> AckResponse {
         let mut results = vec![ErrorCode::None; tokens.len()];
         // Group by partition, keeping each token's position.
         let mut groups: Vec<TokenGroup> = Vec::new();
@@ -518,7 +537,7 @@ impl SpoolHandler {
                 Err(reply) => results[index] = reply.code,
             }
         }
-        for (partition, members) in groups {
+        for (partition, members) in &groups {
             let batch: Vec<crate::queue::DeliveryToken> =
                 members.iter().map(|(_, token)| *token).collect();
             let outcomes = partition.ack(&batch).await;
@@ -534,6 +553,9 @@ impl SpoolHandler {
                     self.quotas.forget(&token.to_bytes());
                 }
             }
+        }
+        for (partition, _) in &groups {
+            partition.requests.observe(RequestOp::Ack, started);
         }
         AckResponse { results }
     }
@@ -654,6 +676,8 @@ impl SpoolHandler {
                 )
             }
         };
+        // Latency counts from here (the request decoded) to the reply built.
+        let started = crate::clock::instant_now();
         if let Request::Authenticate(handshake) = &request {
             let mut out = Vec::new();
             let encoded = match self.auth.authenticate(handshake, connection).await {
@@ -695,9 +719,10 @@ impl SpoolHandler {
             }
         }
         let mut out = Vec::new();
+        let mut timed: Timed = None;
         let encoded = if let Request::Claim(claim) = &request {
             // Claims borrow record bytes from the partition's reply.
-            match self.claim(claim, correlation_id, connection, &grants).await {
+            match self.claim(claim, correlation_id, connection, &grants, &mut timed).await {
                 Ok(claimed) => {
                     let deliveries = claimed
                         .iter()
@@ -729,7 +754,7 @@ impl SpoolHandler {
                 .encode(correlation_id, &mut out)
                 .map_err(|e| error(ErrorCode::Internal, e.to_string()))
         } else {
-            let mut answered = self.dispatch(request).await;
+            let mut answered = self.dispatch(request, started, &mut timed).await;
             if let Ok(response) = answered.as_mut() {
                 self.auth.filter_listing(response, &grants);
             }
@@ -744,10 +769,14 @@ impl SpoolHandler {
                 Err(reply) => Err(reply),
             }
         };
-        match encoded {
+        let out = match encoded {
             Ok(()) => out,
             Err(reply) => Self::encode_error(&reply, correlation_id, api_key, api_version),
+        };
+        if let Some((partition, op)) = timed {
+            partition.requests.observe(op, started);
         }
+        out
     }
 
     /// A claim long-polls on behalf of its connection: its wait counts
@@ -761,6 +790,7 @@ impl SpoolHandler {
         correlation_id: CorrelationId,
         connection: &Connection,
         grants: &crate::auth::Grants,
+        timed: &mut Timed,
     ) -> Result<Vec<crate::partition::Claimed>, ErrorResponse> {
         // Registered before the first await, so a CancelClaim the client
         // sends after this claim finds it.
@@ -779,6 +809,7 @@ impl SpoolHandler {
             _ => (claim.queue, Lane::Main),
         };
         let partition = self.route(queue, claim.partition)?;
+        *timed = Some((partition.clone(), RequestOp::Claim));
         // A principal with `claims_in_flight_max` asks for at most what its
         // share leaves (the reservation is given back if this claim fails
         // or is dropped).

@@ -248,15 +248,19 @@ impl ShardState {
     /// Adds this shard's partitions, refusals and log figures to `report`.
     fn report(&self, report: &mut ShardReport) {
         let mut log = self.retired_log.get();
+        let now = (self.clock)();
         for (queue, partition, served) in self.partitions.borrow().iter() {
             let stats = served.partition.log().stats();
             log.commits += stats.commits;
             log.commit_bytes += stats.commit_bytes;
+            let counters = served.partition.counters();
+            let ack_rate_per_sec = served.requests.sample_acks(now, counters.totals.acked);
             report.partitions.push(PartitionReport {
                 queue: queue.to_owned(),
                 partition,
-                counters: served.partition.counters(),
+                counters,
                 requests: served.requests.snapshot(),
+                ack_rate_per_sec,
             });
         }
         report.log = log;

@@ -42,7 +42,7 @@ use crate::net::stop::StopSignal;
 use crate::queue::QueueId;
 use crate::shard::alarm::Alarm;
 use crate::shard::hooks::{ShardContext, ShardHooks, ShardHooksFactory};
-use crate::shard::report::{ConnectionCounts, ShardReport};
+use crate::shard::report::{ConnectionCounts, ExecutorCounts, ShardReport};
 use crate::shard::{
     ControlCommand, ControlError, Event, ExecutorName, QueueCreated, ShardError, ShardMessage,
     Shared,
@@ -176,6 +176,10 @@ pub(crate) async fn shard_main<F: ShardHooksFactory>(
         let shared = shared.clone();
         let mut table = start_table;
         async move {
+            // glommio hands out its run-time figures since the previous call
+            // (it resets them), so the shard adds them up here, the one
+            // place that asks.
+            let mut executor = ExecutorCounts::default();
             loop {
                 let message = or(async { receiver.recv().await }, async {
                     stop.wait().await;
@@ -198,6 +202,12 @@ pub(crate) async fn shard_main<F: ShardHooksFactory>(
                             refused_over_limit: stats.refused_over_limit.get(),
                             tls_handshake_failures: stats.tls_handshake_failures.get(),
                         };
+                        let since = glommio::executor().executor_stats();
+                        executor.busy_us = executor.busy_us.saturating_add(
+                            u64::try_from(since.executor_runtime().as_micros()).unwrap_or(u64::MAX),
+                        );
+                        executor.tasks = executor.tasks.saturating_add(since.tasks_executed());
+                        report.executor = executor;
                         hooks.report(&mut report);
                         // The asker may have given up; one slot per shard,
                         // so this never waits.

@@ -269,6 +269,8 @@ pub(crate) struct Shared {
     /// The auth policy in force, each shard's applied generation and the
     /// reload counts (`auth::reload`); off the data path.
     pub(crate) auth: crate::auth::reload::AuthState,
+    /// The data directory (for the admin port's disk figures).
+    pub(crate) data_dir: std::path::PathBuf,
 }
 
 impl Shared {
@@ -508,6 +510,11 @@ impl ControlHandle {
         self.shared.applied_versions.len()
     }
 
+    /// The broker's data directory.
+    pub fn data_dir(&self) -> &std::path::Path {
+        &self.shared.data_dir
+    }
+
     /// Whether the broker has been asked to stop.
     pub fn stop_requested(&self) -> bool {
         self.shared.stop_requested.load(Ordering::Acquire)
@@ -677,6 +684,7 @@ impl Broker {
                 config.auth.clone(),
                 usize::from(shard_count),
             ),
+            data_dir: config.data_dir.clone(),
         });
         let (events_sender, events) = mpsc::channel();
         let (commands_sender, commands) = mpsc::sync_channel(CONTROL_COMMAND_QUEUE_MAX);

@@ -5,8 +5,10 @@
 //! what the shard already keeps — the queue state's counters, the log's
 //! `LogStats`, the request counters its handler bumps (`Cell`s), the
 //! thread's `io::stats` — and carried back over the cross-core report
-//! message (`ShardMessage::Report`). Building one reads; it changes nothing
-//! and is off the data path. It holds no payload and no routing key.
+//! message (`ShardMessage::Report`). Building one reads, and changes
+//! nothing but the counts of the report itself (each partition's ack-rate
+//! average takes a sample; the shard adds up glommio's executor figures);
+//! it is off the data path. It holds no payload and no routing key.
 
 use crate::control::assignment::ShardId;
 use crate::io::stats::IoSnapshot;
@@ -54,6 +56,67 @@ impl AdmissionCause {
     }
 }
 
+/// A data request whose latency is measured (the label values of
+/// `spool_request_duration_seconds`' `op`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum RequestOp {
+    Enqueue,
+    Claim,
+    Ack,
+    Release,
+    Extend,
+}
+
+impl RequestOp {
+    pub const ALL: [RequestOp; 5] = [
+        RequestOp::Enqueue,
+        RequestOp::Claim,
+        RequestOp::Ack,
+        RequestOp::Release,
+        RequestOp::Extend,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequestOp::Enqueue => "enqueue",
+            RequestOp::Claim => "claim",
+            RequestOp::Ack => "ack",
+            RequestOp::Release => "release",
+            RequestOp::Extend => "extend",
+        }
+    }
+
+    /// Index into [`RequestCounts::latency`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// One operation's latency histogram: requests per bucket of
+/// `server::counters::REQUEST_LATENCY_BUCKETS_US` (not cumulative; the last
+/// entry counts those slower than every bound) and the sum in µs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LatencyCounts {
+    pub buckets: [u64; crate::server::counters::REQUEST_LATENCY_BUCKETS],
+    pub sum_us: u64,
+}
+
+impl LatencyCounts {
+    /// Requests counted.
+    pub fn count(&self) -> u64 {
+        self.buckets.iter().sum()
+    }
+
+    /// Adds `other`'s counts (another partition of the same queue).
+    pub fn add(&mut self, other: &LatencyCounts) {
+        for (mine, theirs) in self.buckets.iter_mut().zip(other.buckets) {
+            *mine += theirs;
+        }
+        self.sum_us += other.sum_us;
+    }
+}
+
 /// Counts the shard's handler keeps per partition for what the queue state
 /// does not count (it folds events; these are requests and refusals).
 /// Since the partition was opened.
@@ -71,10 +134,12 @@ pub struct RequestCounts {
     pub stale_tokens: u64,
     /// Refusals by [`AdmissionCause`] (indexed by [`AdmissionCause::index`]).
     pub rejections: [u64; AdmissionCause::ALL.len()],
+    /// Latency per [`RequestOp`] (indexed by [`RequestOp::index`]).
+    pub latency: [LatencyCounts; RequestOp::ALL.len()],
 }
 
 /// One open partition's figures.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PartitionReport {
     pub queue: String,
     pub partition: PartitionId,
@@ -82,6 +147,10 @@ pub struct PartitionReport {
     /// so they survive restarts).
     pub counters: QueueCounters,
     pub requests: RequestCounts,
+    /// Main-lane acks per second, moving average over
+    /// `server::counters::DRAIN_RATE_WINDOW_MS` (`None` until a second
+    /// report measured one).
+    pub ack_rate_per_sec: Option<f64>,
 }
 
 /// A partition this shard owns that did not open, and why.
@@ -116,11 +185,21 @@ pub struct ConnectionCounts {
     pub tls_handshake_failures: u64,
 }
 
+/// The shard's executor: time spent running tasks and tasks run, since the
+/// shard started (glommio's `ExecutorStats`; time asleep or polling for I/O
+/// is not counted).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExecutorCounts {
+    pub busy_us: u64,
+    pub tasks: u64,
+}
+
 /// Everything one shard reports.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ShardReport {
     pub shard: ShardId,
     pub connections: ConnectionCounts,
+    pub executor: ExecutorCounts,
     pub partitions: Vec<PartitionReport>,
     pub refused: Vec<RefusedPartition>,
     pub log: LogTotals,
@@ -143,6 +222,7 @@ impl ShardReport {
         Self {
             shard,
             connections: ConnectionCounts::default(),
+            executor: ExecutorCounts::default(),
             partitions: Vec::new(),
             refused: Vec::new(),
             log: LogTotals::default(),

@@ -107,7 +107,15 @@ async fn metrics_move_as_operations_happen() {
     assert_eq!(value("spool_released_messages_total", 0), 1.0);
     assert_eq!(value("spool_stale_token_rejections_total", 0), 1.0);
     assert_eq!(value("spool_lease_expirations_total", 0), 0.0);
-    assert_eq!(value("spool_dead_letter_moves_total", 0), 0.0);
+    let moves = |reason: &str| {
+        after.value(
+            "spool_dead_letter_moves_total",
+            &[("queue", "orders"), ("partition", "0"), ("reason", reason)],
+        )
+    };
+    assert_eq!(moves("max_deliveries"), Some(0.0));
+    assert_eq!(moves("expired"), Some(0.0));
+    assert_eq!(moves("unknown"), None, "shown only while nonzero");
     // 5 enqueued − 1 acked: the other four under a lease on partition 0,
     // none ready or scheduled; partition 1 has its one ready.
     assert_eq!(value("spool_claimed_messages", 0), 4.0);
@@ -157,8 +165,19 @@ async fn metrics_move_as_operations_happen() {
     // no payload, no routing key.
     for sample in &after.samples {
         for (name, value) in &sample.labels {
-            assert!(["queue", "partition", "shard", "cause", "operation", "outcome", "le"]
-                .contains(&name.as_str()));
+            assert!([
+                "queue",
+                "partition",
+                "shard",
+                "cause",
+                "operation",
+                "outcome",
+                "le",
+                "op",
+                "reason",
+                "dir"
+            ]
+            .contains(&name.as_str()));
             assert!(!value.starts_with("key-") && !value.starts_with("m0"), "{sample:?}");
         }
     }
@@ -167,6 +186,112 @@ async fn metrics_move_as_operations_happen() {
     admin.delete_queue("tiny").await.unwrap();
     let gone = scrape(&broker);
     assert!(gone.samples.iter().all(|s| s.labels.get("queue").map(String::as_str) != Some("tiny")));
+}
+
+/// `spool_request_duration_seconds_count{queue,op}`.
+fn requests(exposition: &Exposition, queue: &str, op: &str) -> f64 {
+    exposition
+        .value("spool_request_duration_seconds_count", &[("queue", queue), ("op", op)])
+        .unwrap_or_else(|| panic!("no request duration for {queue} {op}"))
+}
+
+// Goal: the latency histograms count each data request once under its
+// queue and op; a claim of records just written is a read-cache hit; group
+// commits land in the commit size histogram; the executor's busy time and
+// tasks grow; the disk figures are there; a release at max_deliveries is a
+// dead-letter move with reason max_deliveries; the drain time appears once
+// an ack rate is measured. Method: a 1-shard broker; scrape, act, scrape,
+// and compare with what the test did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn latency_cache_executor_disk_dead_letter_and_drain_metrics_move() {
+    let broker = Spoold::start(1);
+    let client = broker.client().await;
+    let admin = Admin::new(client.clone());
+    admin.create_queue("timed", test_queue_config(1, 5_000, 2)).await.unwrap();
+    admin.create_queue("once", test_queue_config(1, 5_000, 1)).await.unwrap();
+
+    let before = scrape(&broker);
+    for op in ["enqueue", "claim", "ack", "release", "extend"] {
+        assert_eq!(requests(&before, "timed", op), 0.0, "{op}");
+    }
+    let hits_before = before.sum("spool_shard_read_cache_hits_total");
+    let commits_before = before.sum("spool_shard_commit_size_bytes_count");
+    let busy_before = before.sum("spool_shard_busy_seconds_total");
+    let tasks_before = before.sum("spool_shard_tasks_total");
+
+    // Ten enqueue requests (no linger: one message per request).
+    let p0 = PartitionId(0);
+    let producer = Producer::new(client.clone(), ProducerConfig::default()).unwrap();
+    for sequence in 0..10 {
+        let message = Message::new(format!("t{sequence}")).id(message_id(4, sequence));
+        producer.send("timed", message).await.unwrap();
+    }
+    // One claim of four (read back from the tail cache: just written), one
+    // ack of two, one extend, one release.
+    let claimed = client.claim("timed", p0, &claim_options(1, 4, 5_000, 0)).await.unwrap();
+    assert_eq!(claimed.deliveries.len(), 4);
+    let tokens = [claimed.deliveries[0].token(), claimed.deliveries[1].token()];
+    client.ack("timed", p0, &tokens).await.unwrap();
+    client.extend("timed", p0, claimed.deliveries[2].token(), 10_000).await.unwrap();
+    client.release("timed", p0, claimed.deliveries[3].token(), 0, "later").await.unwrap();
+    // max_deliveries 1: a release of the first delivery dead-letters it.
+    producer.send("once", Message::new("doomed").id(message_id(5, 0))).await.unwrap();
+    let doomed = client.claim("once", p0, &claim_options(1, 1, 5_000, 0)).await.unwrap();
+    assert_eq!(doomed.deliveries.len(), 1);
+    client.release("once", p0, doomed.deliveries[0].token(), 0, "give up").await.unwrap();
+
+    let after = scrape(&broker);
+    assert_eq!(requests(&after, "timed", "enqueue"), 10.0);
+    assert_eq!(requests(&after, "timed", "claim"), 1.0);
+    assert_eq!(requests(&after, "timed", "ack"), 1.0);
+    assert_eq!(requests(&after, "timed", "extend"), 1.0);
+    assert_eq!(requests(&after, "timed", "release"), 1.0);
+    assert_eq!(requests(&after, "once", "release"), 1.0);
+    let sum = after
+        .value("spool_request_duration_seconds_sum", &[("queue", "timed"), ("op", "enqueue")])
+        .unwrap();
+    assert!(sum > 0.0, "ten enqueues took some time: {sum}");
+    assert!(after.sum("spool_shard_read_cache_hits_total") > hits_before);
+    // Ten enqueues, each durable before its answer: at least ten commits.
+    let commits = after.sum("spool_shard_commit_size_bytes_count") - commits_before;
+    assert!(commits >= 10.0, "{commits} commits");
+    assert!(after.sum("spool_shard_commit_size_bytes_sum") >= 4096.0 * commits);
+    assert!(after.sum("spool_shard_busy_seconds_total") > busy_before);
+    assert!(after.sum("spool_shard_tasks_total") > tasks_before);
+    let available = after.sum("spool_disk_available_bytes");
+    assert!(available > 0.0 && after.sum("spool_disk_size_bytes") >= available);
+    let moved = |exposition: &Exposition, queue: &str, reason: &str| {
+        exposition
+            .value(
+                "spool_dead_letter_moves_total",
+                &[("queue", queue), ("partition", "0"), ("reason", reason)],
+            )
+            .unwrap()
+    };
+    assert_eq!(moved(&after, "once", "max_deliveries"), 1.0);
+    assert_eq!(moved(&after, "once", "expired"), 0.0);
+    assert_eq!(moved(&after, "timed", "max_deliveries"), 0.0);
+
+    // Drain time: 0 for the drained queue "once"; for "timed" (8 left)
+    // absent until an ack rate is measured between two reports, then
+    // positive. Each scrape is a report; ack one more message between
+    // scrapes until the rate shows (bounded).
+    let drain = |exposition: &Exposition, queue: &str| {
+        exposition.value("spool_drain_time_seconds", &[("queue", queue)])
+    };
+    assert_eq!(drain(&after, "once"), Some(0.0));
+    let mut acked_more = 0;
+    let seconds = loop {
+        let batch = client.claim("timed", p0, &claim_options(1, 1, 5_000, 0)).await.unwrap();
+        assert_eq!(batch.deliveries.len(), 1, "messages left to ack");
+        client.ack("timed", p0, &[batch.deliveries[0].token()]).await.unwrap();
+        acked_more += 1;
+        if let Some(seconds) = drain(&scrape(&broker), "timed") {
+            break seconds;
+        }
+        assert!(acked_more < 6, "no drain time after {acked_more} acks between scrapes");
+    };
+    assert!(seconds > 0.0 && seconds.is_finite(), "{seconds}");
 }
 
 // Goal: live and ready answer 200 on a healthy broker; unknown paths and

@@ -5,7 +5,9 @@ use super::{Claim, DeadLetter, DeadPhase, PartitionState, Warm, WarmPhase};
 use crate::queue::error::ApplyError;
 use crate::queue::event::Event;
 use crate::queue::fresh::{FreshView, NEVER};
-use crate::queue::types::{EnqueueMeta, Generation, Lane, Millis, Offset, ReleaseReason};
+use crate::queue::types::{
+    EnqueueMeta, Generation, Lane, Millis, Offset, QuarantineCause, ReleaseReason,
+};
 
 impl PartitionState {
     /// Applies one event: the only way the state changes, on the live path
@@ -98,6 +100,10 @@ impl PartitionState {
                 };
                 self.insert_dead(offset, dead);
                 self.totals.quarantined += 1;
+                match cause {
+                    QuarantineCause::Deliveries => self.totals.quarantined_by_deliveries += 1,
+                    QuarantineCause::Expired => self.totals.quarantined_by_expiry += 1,
+                }
                 Ok(())
             }
             Event::Expired { offset, generation, .. } => {

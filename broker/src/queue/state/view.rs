@@ -19,6 +19,12 @@ pub struct Totals {
     pub released: u64,
     pub lease_expired: u64,
     pub dead_letter_acked: u64,
+    /// Of `quarantined`: moved after `max_deliveries` claims.
+    pub quarantined_by_deliveries: u64,
+    /// Of `quarantined`: moved when their expiry passed. The rest of
+    /// `quarantined` (neither) were folded into a checkpoint written before
+    /// the causes were counted.
+    pub quarantined_by_expiry: u64,
 }
 
 /// Counters for `describe`.

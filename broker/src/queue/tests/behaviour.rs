@@ -229,6 +229,8 @@ fn expiry_is_checked_at_claim_time() {
             let dead = h.state.peek_dead_letters(None, 10);
             assert_eq!(dead[0].offset, expiring);
             assert_eq!(dead[0].quarantine.unwrap().0, QuarantineCause::Expired);
+            let totals = counters.totals;
+            assert_eq!((totals.quarantined_by_expiry, totals.quarantined_by_deliveries), (1, 0));
         } else {
             assert_eq!(counters.totals.expired, 1);
             assert_eq!(counters.quarantined, 0);
@@ -332,6 +334,8 @@ fn quarantine_keeps_its_evidence_and_is_a_real_queue() {
     assert_eq!((v.enqueue_time_ms, v.priority), (5, 2));
     assert_eq!(v.quarantine, Some((QuarantineCause::Deliveries, 2_001)));
     assert_eq!(h.state.counters(3_000).quarantined, 1);
+    let totals = h.state.counters(3_000).totals;
+    assert_eq!((totals.quarantined_by_deliveries, totals.quarantined_by_expiry), (1, 0));
     assert_eq!(h.state.retention_watermark(), Some(offset), "evidence holds retention");
     let request =
         ClaimRequest { worker: WorkerId(9), credits: 5, max_bytes: u64::MAX, lease_ms: None };
@@ -616,6 +620,40 @@ fn checkpoint_plus_replay_equals_full_replay() {
         assert_eq!(resumed.snapshot(Offset(7)), live, "checkpoint at event {i}");
         state.apply(event).unwrap();
     }
+}
+
+// Goal: a checkpoint written before dead-letter moves were counted by cause
+// (version 1: nine totals) still restores, its moves counted under neither
+// cause; the current version keeps the causes. Method: quarantine one
+// message by deliveries, snapshot, rewrite the bytes as version 1 (drop the
+// two cause totals, version 1, new crc), restore both.
+#[test]
+fn version_1_snapshot_restores_with_its_dead_letter_causes_unknown() {
+    let mut h = Harness::new(QueueConfig { max_deliveries: 1, ..config() });
+    h.enqueue_ok(5, request(1, 0));
+    let d = h.claim(10, 1, 1, None)[0];
+    h.release(11, &d, 41, None).unwrap();
+    let bytes = h.state.snapshot(Offset(3));
+    let restored = PartitionState::restore(&bytes, ctx(config(), 2)).unwrap();
+    let totals = restored.state.counters(20).totals;
+    assert_eq!((totals.quarantined, totals.quarantined_by_deliveries), (1, 1));
+
+    // Header: magic 4, version 2, bands 2, covers 8, highest 8, last
+    // enqueue time 8; then the totals, the two cause totals last.
+    const TOTALS_AT: usize = 4 + 2 + 2 + 8 + 8 + 8;
+    let causes = TOTALS_AT + 9 * 8..TOTALS_AT + 11 * 8;
+    let mut body = bytes[..bytes.len() - 4].to_vec();
+    body[4..6].copy_from_slice(&1u16.to_le_bytes());
+    body.drain(causes);
+    let crc = crc32c::crc32c(&body);
+    body.extend_from_slice(&crc.to_le_bytes());
+    let old = PartitionState::restore(&body, ctx(config(), 2)).unwrap();
+    let totals = old.state.counters(20).totals;
+    assert_eq!(
+        (totals.quarantined, totals.quarantined_by_deliveries, totals.quarantined_by_expiry),
+        (1, 0, 0)
+    );
+    assert_eq!(old.state.counters(20).quarantined, 1);
 }
 
 // Goal: restore refuses damaged snapshots. Method: flip a byte, truncate.

@@ -532,6 +532,10 @@ impl Model {
                 v.phase = MessagePhase::Ready { since_ms: at_ms };
                 v.quarantine = Some((cause, at_ms));
                 self.totals.quarantined += 1;
+                match cause {
+                    QuarantineCause::Deliveries => self.totals.quarantined_by_deliveries += 1,
+                    QuarantineCause::Expired => self.totals.quarantined_by_expiry += 1,
+                }
             }
             Event::Expired { offset, .. } => {
                 self.messages.remove(&offset);
