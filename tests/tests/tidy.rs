@@ -98,6 +98,11 @@ const LIMIT_ALLOWED: &[(&str, &str, &str)] = &[
     ("broker/src/log/journal/config.rs", "DATA_PENDING_BYTES_DEFAULT", "the journal's own config (log/journal/, not yet used by partitions: docs/design/shard-journal.md §10)"),
     ("broker/src/log/journal/config.rs", "LANE_PENDING_BYTES_MAX", "the journal's own config (log/journal/, not yet used by partitions: docs/design/shard-journal.md §10)"),
     ("broker/src/log/journal/config.rs", "JOURNAL_INFLIGHT_COMMITS_DEFAULT", "the journal's own config (log/journal/, not yet used by partitions: docs/design/shard-journal.md §10)"),
+    ("broker/src/log/journal/config.rs", "JOURNAL_READ_CACHE_BYTES_DEFAULT", "the journal's own config (log/journal/, not yet used by partitions: docs/design/shard-journal.md §10)"),
+    ("broker/src/log/journal/config.rs", "JOURNAL_READ_CACHE_BYTES_MAX", "the journal's own config (log/journal/, not yet used by partitions: docs/design/shard-journal.md §10)"),
+    ("broker/src/log/journal/handles.rs", "HANDLES_MAX", "the handles table's own bound (log/journal/, not yet used by partitions: docs/design/shard-journal.md §12)"),
+    ("broker/src/log/journal/handles.rs", "HEADER_BYTES", "the handles table's on-disk format (header size), not a limit"),
+    ("broker/src/log/journal/handles.rs", "RECORD_BYTES", "the handles table's on-disk format (record size), not a limit"),
 ];
 
 /// Name endings that mark a constant as a limit.
