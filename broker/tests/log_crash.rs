@@ -17,7 +17,7 @@ use std::rc::Rc;
 use common::{drive, make_batch, read_all, small_config, stamped};
 use futures_lite::future::{block_on, yield_now};
 use spool_broker::io::{CrashMode, IoOp, SimStorage};
-use spool_broker::log::{Log, LogConfig, LogError, RecordFatal, Ticket};
+use spool_broker::log::{CorruptDetail, Log, LogConfig, LogError, RecordFatal, Ticket};
 
 const EPOCH: u32 = 3;
 
@@ -379,6 +379,58 @@ fn damage_to_an_acknowledged_commit_near_the_tail_is_refused_not_cut() {
         block_on(Log::open(disk.clone(), dir, small_config(), 2, fatal.clone())).unwrap();
     assert_eq!(report.truncated_at, Some((active.clone(), positions[1])));
     assert_eq!(block_on(read_all(&log)).len(), 2, "the first two commits are kept");
+}
+
+#[test]
+fn the_filler_that_ends_the_log_vouches_for_the_commit_before_it() {
+    // Goal: the watermark search reads the filler whose header holds the
+    // last non-zero byte of the segment. A filler's body is zeros and its
+    // header ends in zero bytes, so the log's last non-zero byte lies inside
+    // that header; the search used to stop at that byte, never parsed the
+    // header, and so cut a damaged acknowledged commit that the next
+    // commit's filler vouched for. Method: two one-page commits, each
+    // durable before the next; flip a bit in the first; reopen.
+    let disk = SimStorage::new();
+    let dir = Path::new("/p");
+    let fatal = Rc::new(RecordFatal::default());
+    let (log, _) =
+        block_on(Log::open(disk.clone(), dir, small_config(), 1, fatal.clone())).unwrap();
+    block_on(drive(&log, async {
+        for tag in 1..=2 {
+            let appended = log.append(&make_batch(1, 1000, tag)).unwrap();
+            appended.ticket.durable().await.unwrap();
+        }
+    }));
+    let active = log.segments().last().unwrap().path.clone();
+    let pristine = disk.file_bytes(&active).unwrap();
+    let last_nonzero = pristine.iter().rposition(|byte| *byte != 0).unwrap();
+    // The second commit starts on page 1; its filler follows its one batch.
+    let filler = 4096 + make_batch(1, 1000, 2).len();
+    let header_end = filler + spool_wire::limits::BATCH_HEADER_BYTES;
+    assert!(
+        (filler..header_end - 1).contains(&last_nonzero),
+        "the last non-zero byte ({last_nonzero}) lies inside the last filler's header \
+         ({filler}..{header_end}), before its end"
+    );
+    let mut bytes = pristine;
+    bytes[200] ^= 0x04;
+    disk.set_file_bytes(&active, bytes);
+    let error = block_on(Log::open(disk.clone(), dir, small_config(), 2, fatal.clone()))
+        .err()
+        .expect("open must refuse damage the second commit's filler vouches for");
+    match error {
+        LogError::Corrupt {
+            path,
+            pos,
+            detail: CorruptDetail::BelowWatermark { offset, watermark, .. },
+        } => {
+            assert_eq!(path, active);
+            assert_eq!(pos, 0);
+            assert_eq!(offset, 0);
+            assert_eq!(watermark, 1, "the second commit was built after the first was durable");
+        }
+        other => panic!("expected Corrupt BelowWatermark, got {other}"),
+    }
 }
 
 #[test]

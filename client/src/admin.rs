@@ -15,11 +15,15 @@ use spool_wire::proto::{
 
 use crate::client::Client;
 use crate::error::ClientError;
-use crate::limits::LEASE_MS_DEFAULT;
+use crate::limits::{DEDUPE_WINDOW_MS_DEFAULT, LEASE_MS_DEFAULT};
 
 /// Defaults for a new queue: one lease range of 1 s..15 min (30 s default),
-/// 1 h lifetime, 10 deliveries, exponential backoff 1 s..5 min, 1 h dedupe
-/// window, 10 M messages / 10 GiB, 4 priority bands.
+/// 1 h lifetime, 10 deliveries, exponential backoff 1 s..5 min, 5 min dedupe
+/// window (the broker's own default, and the interval peer brokers dedupe
+/// over: it covers a producer's retries, and every id in it is held in
+/// memory and rewritten by every checkpoint — see
+/// `docs/design/queue-semantics.md`, "Dedupe"), 10 M messages / 10 GiB,
+/// 4 priority bands.
 pub fn default_queue_config(partitions: u32) -> QueueConfig {
     QueueConfig {
         partitions,
@@ -30,7 +34,7 @@ pub fn default_queue_config(partitions: u32) -> QueueConfig {
         max_lease_lifetime_ms: 60 * 60 * 1000,
         max_deliveries: 10,
         backoff: Backoff { kind: BackoffKind::Exponential, base_ms: 1_000, cap_ms: 5 * 60 * 1000 },
-        dedupe_window_ms: 60 * 60 * 1000,
+        dedupe_window_ms: DEDUPE_WINDOW_MS_DEFAULT,
         max_messages: 10_000_000,
         max_bytes: 10 << 30,
         dead_letter_on_expiry: true,

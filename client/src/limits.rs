@@ -81,6 +81,14 @@ pub const CONSUMER_ACKS_PENDING_DEFAULT: u32 = 4 * spool_wire::proto::limits::AC
 /// consumer, `spool recv`).
 pub const LEASE_MS_DEFAULT: u32 = 30_000;
 
+/// Default dedupe window of a new queue ([`default_queue_config`](crate::default_queue_config),
+/// `spool queue create`, the admin API): 5 minutes, the broker's own
+/// default and the interval peer brokers deduplicate over. A producer's
+/// retries of one batch fall well inside it; a longer window costs memory
+/// (≈ 30 B per id) and checkpoint bytes (32 B per id, every checkpoint) for
+/// every id enqueued in it. Set per queue (`dedupe_window_ms`).
+pub const DEDUPE_WINDOW_MS_DEFAULT: u64 = 5 * 60 * 1000;
+
 /// Default deliveries one [`ClaimOptions`](crate::ClaimOptions) asks for.
 pub const CLAIM_CREDITS_DEFAULT: u32 = 1;
 
@@ -149,6 +157,7 @@ const _: () = assert!(CLAIM_CREDITS_DEFAULT <= spool_wire::proto::limits::CLAIM_
 const _: () = assert!(CLAIM_WAIT_MS_DEFAULT <= spool_wire::proto::limits::CLAIM_WAIT_MS_MAX);
 const _: () = assert!(CLAIM_BYTES_DEFAULT <= spool_wire::proto::limits::CLAIM_BYTES_MAX);
 const _: () = assert!(LEASE_MS_DEFAULT >= spool_wire::proto::limits::LEASE_MS_MIN);
+const _: () = assert!(DEDUPE_WINDOW_MS_DEFAULT <= spool_wire::proto::limits::DEDUPE_WINDOW_MS_MAX);
 const _: () = assert!(LEASE_MS_DEFAULT <= spool_wire::proto::limits::LEASE_MS_MAX);
 const _: () = assert!(CLAIMS_IN_FLIGHT_DEFAULT <= CLAIMS_IN_FLIGHT_MAX);
 const _: () = assert!(CONSUMER_PREFETCH_MAX <= CONSUMER_SLOTS_MAX);

@@ -749,8 +749,9 @@ impl Drop for Spoold {
 }
 
 /// A queue config for tests: short leases allowed (50 ms..60 s, default
-/// `lease_default_ms`), `max_deliveries`, linear 100 ms backoff, a 1 h dedupe
-/// window and generous admission limits.
+/// `lease_default_ms`), `max_deliveries`, linear 100 ms backoff, the default
+/// 5 min dedupe window (a resend after a kill comes within seconds) and
+/// generous admission limits.
 pub fn test_queue_config(
     partitions: u32,
     lease_default_ms: u32,
@@ -765,7 +766,7 @@ pub fn test_queue_config(
         max_lease_lifetime_ms: 10 * 60_000,
         max_deliveries,
         backoff: Backoff { kind: BackoffKind::Linear, base_ms: 100, cap_ms: 100 },
-        dedupe_window_ms: 60 * 60_000,
+        dedupe_window_ms: spool_client::limits::DEDUPE_WINDOW_MS_DEFAULT,
         max_messages: 10_000_000,
         max_bytes: 1 << 30,
         dead_letter_on_expiry: true,

@@ -301,11 +301,15 @@ async fn scan_segment<F: StorageFile>(
     Ok(Scan { end: pos, next_offset: expected, batches, index, dirty_end, stop, highest_epoch })
 }
 
-/// The highest durable watermark recorded by an intact filler in
-/// `[from, dirty_end)`: every commit starts on a page boundary, so each page
-/// boundary past `from` is tried as a commit start and the batches found
-/// there are followed (crcs checked) to the commit's filler. Bytes that do
-/// not verify are skipped to the next page boundary.
+/// The highest durable watermark recorded by an intact filler in the pages
+/// of `(from, dirty_end)`: every commit starts on a page boundary, so each
+/// page boundary past `from` is tried as a commit start and the batches
+/// found there are followed (crcs checked) to the commit's filler. Bytes
+/// that do not verify are skipped to the next page boundary. The search
+/// runs to the end of the page holding `dirty_end`, not to `dirty_end`
+/// itself: a filler's body is zeros and its header may end in zero bytes,
+/// so the last non-zero byte can lie inside the header of the very filler
+/// that vouches (a watermark page is nothing but that filler).
 async fn highest_watermark_after<F: StorageFile>(
     file: &F,
     from: u64,
@@ -314,11 +318,12 @@ async fn highest_watermark_after<F: StorageFile>(
     let header_bytes = BATCH_HEADER_BYTES as u64;
     let mut window = Window::new(file, SCAN_CHUNK_BYTES);
     let mut highest = None;
+    let limit = page_ceil(dirty_end);
     let mut page = page_floor(from) + PAGE_BYTES;
-    while page + header_bytes <= dirty_end {
+    while page + header_bytes <= limit {
         let mut pos = page;
         // Follow the batches of the commit that may start at `page`.
-        while pos + header_bytes <= dirty_end {
+        while pos + header_bytes <= limit {
             let Ok(header) = BatchHeader::parse(window.get(pos, header_bytes).await?) else {
                 break;
             };

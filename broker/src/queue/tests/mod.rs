@@ -3,6 +3,7 @@
 //! commutation test of the journal's control lane.
 
 mod behaviour;
+mod checkpoint_bytes;
 mod commutation;
 mod fence;
 mod harness;
