@@ -344,7 +344,7 @@ impl CrashRun {
             83..=91 => {
                 self.now += self.rng.random_range(0..4_000);
                 loop {
-                    let events = self.state.tick(self.now);
+                    let events = self.state.tick(self.now, Offset(self.durable as u64));
                     if events.is_empty() {
                         break;
                     }
