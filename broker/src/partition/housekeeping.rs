@@ -33,7 +33,8 @@ impl<S: Storage + Clone> Partition<S> {
             }
         }
         if due && !self.closed.get() {
-            let events = self.state.borrow().tick(now);
+            // Decided on durable records only (`PartitionState::tick`).
+            let events = self.state.borrow().tick(now, self.durable_end());
             self.claimable.notify(events.len().max(1));
             for chunk in events.chunks(CONTROL_BATCH_EVENTS_MAX) {
                 match self.append_events(chunk, now) {

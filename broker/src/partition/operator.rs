@@ -32,7 +32,10 @@ impl<S: Storage + Clone> Partition<S> {
         Ok(count)
     }
 
-    /// Counts (dry run) or removes up to `max` live messages of `lane`.
+    /// Removes up to `max` unclaimed messages of `lane` whose enqueue is
+    /// durable; a dry run removes nothing and counts every message that
+    /// purges repeated while they take `max` would remove (not capped by
+    /// `max`: the same rule, `PartitionState::purgeable`).
     ///
     /// # Errors
     /// Storage failure.
@@ -44,12 +47,12 @@ impl<S: Storage + Clone> Partition<S> {
     ) -> Result<usize, PartitionError> {
         let max = max.min(CONTROL_BATCH_EVENTS_MAX);
         if dry_run {
-            let now = (self.clock)();
-            return Ok(self.state.borrow().purge(now, lane, max).len());
+            let count = self.state.borrow().purgeable(lane, self.durable_end());
+            return Ok(usize::try_from(count).unwrap_or(usize::MAX));
         }
         self.log.writable(BatchKind::Control, Self::control_bytes(max, false)).await;
         let now = (self.clock)();
-        let events = self.state.borrow().purge(now, lane, max);
+        let events = self.state.borrow().purge(now, lane, max, self.durable_end());
         let count = events.len();
         if let Some(ticket) = self.append_events(&events, now)? {
             ticket.durable().await?;

@@ -332,11 +332,13 @@ impl PartitionState {
     /// below it is on disk. A claim never hands out a message at or past it
     /// (its enqueue could still be lost), so claims may reply before their
     /// own events are durable. A class whose head is not yet durable counts
-    /// as empty for choosing (nothing behind its head is looked at, and no
-    /// expiry is decided for it) but as non-empty for the round bookkeeping,
-    /// exactly as `apply(Claimed)` will see it, so the credits replay the
-    /// same. When that leaves no class to serve, the claim takes nothing
-    /// more; the head becomes claimable once its commit is synced.
+    /// as empty (nothing behind its head is looked at, and no expiry is
+    /// decided for it), for the choice and for the round bookkeeping alike:
+    /// the round rule ([`super::fairness::Credits::serve`]) reads only the
+    /// credits and the claimed message, so `apply(Claimed)` reproduces the
+    /// credits whichever undurable records the state holds when it runs.
+    /// When no class has a durable ready head, the claim takes nothing more;
+    /// the head becomes claimable once its commit is synced.
     ///
     /// # Errors
     /// [`QueueError::CreditsOutOfRange`], [`QueueError::LeaseOutOfRange`].
@@ -364,13 +366,11 @@ impl PartitionState {
             // Drop expired heads first, exactly as their events will be
             // applied before the next `Claimed`.
             let mut heads: PerClass<Option<Candidate>> = PerClass::new();
-            let mut pending: PerClass<bool> = PerClass::new();
             for cursor in &mut cursors {
                 loop {
                     match cursor.peek() {
                         Some(head) if head.offset >= durable_end => {
                             heads.push(None);
-                            pending.push(true);
                             break;
                         }
                         Some(head) if head.expiry_ms <= now => {
@@ -387,7 +387,6 @@ impl PartitionState {
                         }
                         head => {
                             heads.push(head);
-                            pending.push(false);
                             break;
                         }
                     }
@@ -396,16 +395,13 @@ impl PartitionState {
             if heads.iter().all(Option::is_none) {
                 break;
             }
-            // What `apply(Claimed)` will see: a class with a message at all.
-            let mut nonempty: PerClass<bool> = PerClass::new();
             let mut class_heads: PerClass<Option<ClassHead>> = PerClass::new();
-            for (head, &pending) in heads.iter().zip(pending.iter()) {
-                nonempty.push(head.is_some() || pending);
+            for head in heads.iter() {
                 class_heads
                     .push(head.map(|c| ClassHead { since_ms: c.since_ms, offset: c.offset }));
             }
-            credits.begin_pick(&weights, &nonempty);
-            let Some(class) = credits.choose(&class_heads, now, self.config.age_promotion_ms)
+            let Some((class, promoted)) =
+                credits.choose(&class_heads, now, self.config.age_promotion_ms)
             else {
                 break;
             };
@@ -414,7 +410,7 @@ impl PartitionState {
                 break;
             }
             bytes += u64::from(head.size_bytes);
-            credits.charge(class);
+            credits.serve(class, promoted, &weights);
             cursors[class].advance();
             let generation = Generation(head.generation.0.wrapping_add(1));
             decision.events.push(Event::Claimed {
@@ -779,17 +775,29 @@ impl PartitionState {
     /// mass expiry costs bounded work per call. Because readiness is derived
     /// from the log this way, a crash between "due" and "ready" loses
     /// nothing: the next tick after recovery finds the same message due.
-    pub fn tick(&self, now: Millis) -> Vec<Event> {
+    ///
+    /// `durable_end` as for [`PartitionState::claim`]: a tick decides only on
+    /// records below it. The expiry (or quarantine on expiry) or readiness of
+    /// a message whose enqueue is not yet durable waits for its sync (the
+    /// next tick after it finds it due), so every event a tick returns names
+    /// a durable record and may be written ahead of data appended before it
+    /// (the shard journal's control lane, `docs/design/shard-journal.md`
+    /// §12). Claimed messages and dead letters are durable already.
+    pub fn tick(&self, now: Millis, durable_end: Offset) -> Vec<Event> {
         let due = ..=(now, Offset(u64::MAX));
+        let durable = |&(_, offset): &(Millis, Offset)| (offset < durable_end).then_some(offset);
         let mut candidates = BTreeSet::new();
         // Every candidate below yields an event: claims past their deadline,
         // scheduled messages past min(due, expiry), ready ones past expiry.
-        candidates.extend(self.claims.range(due).take(TICK_EVENTS_MAX).map(|&(_, o)| o));
-        candidates.extend(self.scheduled.range(due).take(TICK_EVENTS_MAX).map(|&(_, o)| o));
-        candidates.extend(self.warm_expiry.range(due).take(TICK_EVENTS_MAX).map(|&(_, o)| o));
+        // Records not yet durable are passed over before the bound, so they
+        // never hide durable ones behind them; there are at most as many as
+        // appended records awaiting their sync.
+        candidates.extend(self.claims.range(due).filter_map(durable).take(TICK_EVENTS_MAX));
+        candidates.extend(self.scheduled.range(due).filter_map(durable).take(TICK_EVENTS_MAX));
+        candidates.extend(self.warm_expiry.range(due).filter_map(durable).take(TICK_EVENTS_MAX));
         let mut expired = Vec::new();
         for fresh in &self.fresh {
-            fresh.expired(now, TICK_EVENTS_MAX, &mut expired);
+            fresh.expired(now, durable_end, TICK_EVENTS_MAX, &mut expired);
         }
         candidates.extend(expired.iter().map(|v| v.offset));
         candidates
@@ -840,19 +848,29 @@ impl PartitionState {
 
     /// Removes up to `max` unclaimed messages of `lane`, lowest offset first
     /// (bounded by `ADMIN_EVENTS_MAX`). Claimed messages are left to their
-    /// workers.
-    pub fn purge(&self, now: Millis, lane: Lane, max: usize) -> Vec<Event> {
+    /// workers. `durable_end` as for [`PartitionState::tick`]: a purge takes
+    /// only records below it (a message whose enqueue is not yet durable is
+    /// left; a purge after its sync takes it), so every event names a
+    /// durable record. [`PartitionState::purgeable`] counts what repeated
+    /// purges would take.
+    pub fn purge(&self, now: Millis, lane: Lane, max: usize, durable_end: Offset) -> Vec<Event> {
         let max = max.min(ADMIN_EVENTS_MAX);
         match lane {
             Lane::Main => {
                 let mut offsets: Vec<(Offset, Generation)> = self
                     .fresh
                     .iter()
-                    .flat_map(|f| f.iter().take(max).map(|v| (v.offset, Generation(0))))
+                    .flat_map(|f| {
+                        f.iter()
+                            .take_while(|v| v.offset < durable_end)
+                            .take(max)
+                            .map(|v| (v.offset, Generation(0)))
+                    })
                     .collect();
                 offsets.extend(
                     self.warm
                         .iter()
+                        .take_while(|(&offset, _)| offset < durable_end)
                         .filter(|(_, w)| !matches!(w.phase, WarmPhase::Claimed(_)))
                         .take(max)
                         .map(|(&offset, w)| (offset, w.generation)),
@@ -871,7 +889,7 @@ impl PartitionState {
             }
             Lane::DeadLetter => self
                 .dlq
-                .iter()
+                .range(..durable_end)
                 .filter(|(_, d)| matches!(d.phase, DeadPhase::Ready { .. }))
                 .take(max)
                 .map(|(&offset, d)| Event::Purged {
@@ -881,6 +899,36 @@ impl PartitionState {
                     at_ms: now,
                 })
                 .collect(),
+        }
+    }
+
+    /// How many messages of `lane` a purge with this `durable_end` would
+    /// remove if repeated until it takes nothing (a dry run): the unclaimed
+    /// ones below `durable_end`. Costs O(bands + dead letters claimed +
+    /// records at or past `durable_end`), not O(messages).
+    pub fn purgeable(&self, lane: Lane, durable_end: Offset) -> u64 {
+        match lane {
+            Lane::Main => {
+                let counters = self.counters(0);
+                let unclaimed = counters.ready + counters.scheduled;
+                let after = durable_end.0.checked_sub(1).map(Offset);
+                let fresh_pending: u64 =
+                    self.fresh.iter().map(|f| f.iter_after(after).count() as u64).sum();
+                let warm_pending = self
+                    .warm
+                    .iter_after(after)
+                    .filter(|(_, w)| !matches!(w.phase, WarmPhase::Claimed(_)))
+                    .count() as u64;
+                unclaimed - fresh_pending - warm_pending
+            }
+            Lane::DeadLetter => {
+                let pending = self
+                    .dlq
+                    .range(durable_end..)
+                    .filter(|(_, d)| matches!(d.phase, DeadPhase::Ready { .. }))
+                    .count() as u64;
+                self.dlq_ready.len() as u64 - pending
+            }
         }
     }
 

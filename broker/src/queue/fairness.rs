@@ -6,13 +6,19 @@
 //! claim is served by the highest-priority class that has credits and a ready
 //! message; when no class with a ready message has credits left a new round
 //! starts. Age promotion overrides the weights: when some class head has been
-//! ready for `age_promotion_ms`, the oldest such head is served first. Either
-//! way the serving class pays one credit.
+//! ready for `age_promotion_ms`, the oldest such head is served first, without
+//! starting a round. Either way the serving class pays one credit if it has
+//! one.
 //!
 //! The credits are state, so both the claim decision (on a copy) and `apply`
-//! of a `Claimed` event run the same two steps, `begin_pick` then `charge`,
-//! over the same "which classes have a ready message" view; replay therefore
-//! reproduces the credits exactly.
+//! of a `Claimed` event run the same step, `serve`, and it reads only the
+//! credits and the claimed message: a new round starts exactly when a claim
+//! chosen by the weights (not promoted) comes from a class with no credit
+//! left, which the decision does only when no class with a durable ready
+//! message has any. Replay therefore reproduces the credits exactly, in
+//! run-time order and in the shard journal's order alike (where a claim may
+//! be replayed before records that were not yet durable when it was decided;
+//! `docs/design/shard-journal.md` §12).
 
 use std::ops::{Deref, DerefMut};
 
@@ -96,42 +102,57 @@ impl Credits {
         &self.remaining
     }
 
-    /// Starts a new round when no class with a ready message has credit left.
-    pub fn begin_pick(&mut self, weights: &[u32], nonempty: &[bool]) {
-        assert!(weights.len() == self.remaining.len());
-        assert!(nonempty.len() == self.remaining.len());
-        let any =
-            self.remaining.iter().zip(nonempty.iter()).any(|(&credit, &ready)| ready && credit > 0);
-        if !any {
-            self.remaining.copy_from_slice(weights);
-        }
-    }
-
-    /// The class that serves the next claim (after `begin_pick`), or `None`
-    /// if no class has a ready message.
+    /// The class that serves the next claim, and whether age promotion
+    /// chose it; `None` if no class has a (durable) ready message. Age
+    /// promotion first: the oldest head ready for `age_promotion_ms`. Else
+    /// the highest-priority class with a head and credit; when no class with
+    /// a head has credit left, the first class with a head (the round that
+    /// [`Credits::serve`] then starts gives it credit).
     pub fn choose(
         &self,
         heads: &[Option<ClassHead>],
         now: Millis,
         age_promotion_ms: Millis,
-    ) -> Option<usize> {
+    ) -> Option<(usize, bool)> {
         let promoted = heads
             .iter()
             .enumerate()
             .filter_map(|(class, head)| head.map(|h| (class, h)))
-            .filter(|(_, h)| now.saturating_sub(h.since_ms) >= age_promotion_ms)
+            .filter(|(_, h)| promoted(h.since_ms, now, age_promotion_ms))
             .min_by_key(|(_, h)| (h.since_ms, h.offset));
         if let Some((class, _)) = promoted {
-            return Some(class);
+            return Some((class, true));
         }
         heads
             .iter()
             .zip(self.remaining.iter())
             .position(|(head, &credit)| head.is_some() && credit > 0)
+            .or_else(|| heads.iter().position(Option::is_some))
+            .map(|class| (class, false))
     }
 
-    /// The serving class pays one credit.
-    pub fn charge(&mut self, class: usize) {
+    /// The round bookkeeping of one claim served by `class`, in the claim
+    /// decision and in `apply(Claimed)` alike. A claim chosen by the weights
+    /// from a class without credit means no class with a ready message had
+    /// any (else [`Credits::choose`] would have taken that one): a new round
+    /// starts (credits back to the weights). A promoted claim never starts a
+    /// round. Then the serving class pays one credit (none when it has none).
+    ///
+    /// The rule reads only the credits and the claimed message (its class,
+    /// and whether it was promoted: its ready age at the claim), never which
+    /// other classes hold messages, so a replay reproduces the credits
+    /// whichever records not yet durable at the decision it holds (the
+    /// journal's control lane may place the claim ahead of their data).
+    pub fn serve(&mut self, class: usize, promoted: bool, weights: &[u32]) {
+        assert!(weights.len() == self.remaining.len());
+        if !promoted && self.remaining[class] == 0 {
+            self.remaining.copy_from_slice(weights);
+        }
         self.remaining[class] = self.remaining[class].saturating_sub(1);
     }
+}
+
+/// Whether a head ready since `since_ms` is served by age promotion at `now`.
+pub(crate) fn promoted(since_ms: Millis, now: Millis, age_promotion_ms: Millis) -> bool {
+    now.saturating_sub(since_ms) >= age_promotion_ms
 }

@@ -275,12 +275,14 @@ impl FreshBand {
         }
     }
 
-    /// Appends to `out` the first `max` live messages with `expiry_ms <= now`,
-    /// in offset order. Chunks whose minimum expiry is later are skipped unread.
-    pub fn expired(&self, now: Millis, max: usize, out: &mut Vec<FreshView>) {
+    /// Appends to `out` the first `max` live messages below offset `below`
+    /// with `expiry_ms <= now`, in offset order. Chunks whose minimum expiry
+    /// is later are skipped unread; the scan stops at the first entry at or
+    /// past `below`.
+    pub fn expired(&self, now: Millis, below: Offset, max: usize, out: &mut Vec<FreshView>) {
         let limit = out.len() + max;
         for (index, chunk) in self.chunks.iter().enumerate() {
-            if out.len() >= limit {
+            if out.len() >= limit || chunk.entries[0].offset >= below.0 {
                 return;
             }
             if chunk.min_expiry_ms > now {
@@ -288,6 +290,9 @@ impl FreshBand {
             }
             let start = if index == 0 { self.head } else { 0 };
             for entry in &chunk.entries[start.min(chunk.entries.len())..] {
+                if entry.offset >= below.0 {
+                    return;
+                }
                 if entry.enqueue_time_ms == DEAD {
                     continue;
                 }
@@ -370,9 +375,15 @@ mod tests {
         assert_eq!(band.front(), mirror.first().copied());
         assert_eq!(band.remove(Offset(1)), None);
         let mut expired = Vec::new();
-        band.expired(50, usize::MAX, &mut expired);
+        band.expired(50, Offset(u64::MAX), usize::MAX, &mut expired);
         let want: Vec<_> = mirror.iter().copied().filter(|m| m.expiry_ms <= 50).collect();
         assert_eq!(expired, want);
+        let below = Offset(mirror.len() as u64 * 3 / 2);
+        expired.clear();
+        band.expired(50, below, usize::MAX, &mut expired);
+        let want: Vec<_> =
+            mirror.iter().copied().filter(|m| m.expiry_ms <= 50 && m.offset < below).collect();
+        assert_eq!(expired, want, "nothing at or past `below`");
         assert_eq!(band.len(), mirror.len() as u64);
     }
 }

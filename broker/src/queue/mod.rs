@@ -26,10 +26,10 @@
 //! state.extend(now, &DeliveryToken, lease_ms: Option<Millis>) -> Result<(Event, deadline_ms), QueueError>
 //! state.ack(now, &DeliveryToken) -> Result<Event, QueueError>
 //! state.release(now, &DeliveryToken, ReleaseReason, not_before_ms: Option<Millis>) -> Result<Event, QueueError>
-//! state.tick(now) -> Vec<Event>          // lease expiry, scheduled → ready, expiry; call at next_wakeup()
+//! state.tick(now, durable_end) -> Vec<Event>  // lease expiry, scheduled → ready, expiry of durable records; call at next_wakeup()
 //! state.fence(now, limit) -> Vec<Event>  // at open: end every claim of an older epoch at once
 //! state.redrive(now, Redrive) -> Result<Vec<Event>, QueueError>
-//! state.purge(now, Lane, max) -> Vec<Event>
+//! state.purge(now, Lane, max, durable_end) -> Vec<Event>;  state.purgeable(Lane, durable_end) -> u64
 //! state.peek_dead_letters(after, max) -> Vec<MessageView>
 //!
 //! // the only mutation, live and on replay
@@ -52,7 +52,10 @@
 //! partition can apply right after appending and reply after the sync (or,
 //! for claims, extends and releases, before it: claims hand out only
 //! records below the durable watermark they are given, and the epoch fence
-//! ends at open every claim a crash may have lost). Two
+//! ends at open every claim a crash may have lost). Claims, ticks and purges
+//! decide only on records below that watermark, and no event's effect depends
+//! on records above it, so a control event may also be written ahead of data
+//! appended before it (the shard journal's control lane). Two
 //! decisions made on the same state without applying between them may
 //! conflict; `apply` then refuses the second with an `ApplyError` and
 //! changes nothing.

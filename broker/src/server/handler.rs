@@ -413,14 +413,8 @@ impl SpoolHandler {
                         break;
                     }
                 }
-                if purge.dry_run {
-                    // A purge removes every unclaimed main-lane message (ready
-                    // or scheduled) and keeps claims, so that is what a dry run
-                    // counts. The dry-run purge above stops at one control
-                    // batch; the counters are exact at any size.
-                    let counters = partition.counters();
-                    total = counters.ready + counters.scheduled;
-                }
+                // A dry run counts, at any size, what the loop above removes:
+                // every unclaimed main-lane message whose enqueue is durable.
                 Ok(Response::Purge(PurgeResponse { count: total }))
             }
             Request::DeadLetters(list) => {

@@ -4,6 +4,7 @@
 use super::{Claim, DeadLetter, DeadPhase, PartitionState, Warm, WarmPhase};
 use crate::queue::error::ApplyError;
 use crate::queue::event::Event;
+use crate::queue::fairness;
 use crate::queue::fresh::{FreshView, NEVER};
 use crate::queue::types::{
     EnqueueMeta, Generation, Lane, Millis, Offset, QuarantineCause, ReleaseReason,
@@ -227,17 +228,21 @@ impl PartitionState {
         match lane {
             Lane::Main => {
                 let found = self.main_message(offset).ok_or(ApplyError::UnknownMessage(offset))?;
-                let WarmPhase::Ready { .. } = found.warm.phase else {
+                let WarmPhase::Ready { since_ms } = found.warm.phase else {
                     return Err(ApplyError::WrongState { offset, what: "Claimed: not ready" });
                 };
                 let next = Generation(found.warm.generation.0.wrapping_add(1));
                 Self::check_generation(offset, generation, next)?;
-                // Fairness bookkeeping exactly as the claim decision simulated it.
+                // Fairness bookkeeping exactly as the claim decision simulated
+                // it, from the credits and this message only (never from which
+                // other classes hold messages: some may not have been durable
+                // at the decision, and a replay in journal order may not hold
+                // them yet).
                 let class = self.class_of(&found.warm);
-                let nonempty = self.nonempty_classes();
+                let promoted =
+                    fairness::promoted(since_ms, claim.claimed_at_ms, self.config.age_promotion_ms);
                 let weights = self.weights();
-                self.credits.begin_pick(&weights, &nonempty);
-                self.credits.charge(class);
+                self.credits.serve(class, promoted, &weights);
                 let mut warm = self.take_main(offset).expect("just found").warm;
                 warm.generation = generation;
                 warm.phase = WarmPhase::Claimed(claim);

@@ -232,16 +232,6 @@ impl PartitionState {
         self.fresh.len()
     }
 
-    /// Which classes have a ready message, in class order.
-    pub(crate) fn nonempty_classes(&self) -> PerClass<bool> {
-        let mut nonempty = PerClass::new();
-        for (fresh, ready) in self.fresh.iter().zip(&self.band_ready) {
-            nonempty.push(!fresh.is_empty() || !ready.is_empty());
-        }
-        nonempty.push(!self.retry.is_empty());
-        nonempty
-    }
-
     pub(crate) fn band_of(&self, priority: u8) -> usize {
         usize::from(priority).min(self.fresh.len() - 1)
     }

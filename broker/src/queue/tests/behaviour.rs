@@ -503,7 +503,7 @@ fn dead_letters_count_toward_max_messages() {
     assert_eq!(h.enqueue(now + 1, request(5, 0)).0, full);
 
     // Purging a dead letter frees one slot.
-    let events = h.state.purge(now + 2, Lane::DeadLetter, 1);
+    let events = h.state.purge(now + 2, Lane::DeadLetter, 1, ALL_DURABLE);
     assert_eq!(events.len(), 1);
     h.apply_all(&events);
     assert_eq!(held(&h.state, now + 2), (3, 300, 1));
@@ -567,7 +567,7 @@ fn dead_letters_count_toward_max_bytes() {
     assert_eq!(held(&restored.state, now), (3, 1_000, 2));
     assert_eq!(restored.state.enqueue_check(now, &sized(4, 1)).unwrap(), full);
 
-    let events = h.state.purge(now, Lane::DeadLetter, 10);
+    let events = h.state.purge(now, Lane::DeadLetter, 10, ALL_DURABLE);
     assert_eq!(events.len(), 2);
     h.apply_all(&events);
     assert_eq!(held(&h.state, now), (1, 200, 0));
@@ -917,7 +917,7 @@ fn purge_removes_unclaimed_messages() {
         h.enqueue_ok(0, request(n, (n % 4) as u8));
     }
     let claimed = h.claim(0, 1, 1, None)[0];
-    let events = h.state.purge(1, Lane::Main, 100);
+    let events = h.state.purge(1, Lane::Main, 100, ALL_DURABLE);
     assert_eq!(events.len(), 4);
     h.apply_all(&events);
     assert_eq!(h.state.counters(1).totals.purged, 4);
@@ -939,7 +939,7 @@ fn mass_expiry_drains_in_bounded_ticks() {
     }
     let (mut calls, mut total) = (0, 0);
     loop {
-        let events = state.tick(2_000);
+        let events = state.tick(2_000, ALL_DURABLE);
         assert!(events.len() <= TICK_EVENTS_MAX);
         assert!(events.windows(2).all(|w| w[0].offset() < w[1].offset()));
         if events.is_empty() {

@@ -74,9 +74,9 @@ fn claim_delivers_only_below_the_durable_watermark() {
     assert_eq!(dead.deliveries.len(), 1);
 }
 
-// Goal: a class whose head is not durable counts as empty for the choice
-// but the round bookkeeping stays what apply computes, so a replay of the
-// events gives the same credits. Method: band 1 durable, band 0 enqueued
+// Goal: a class whose head is not durable counts as empty, and the round
+// bookkeeping stays what apply computes, so a replay of the events gives
+// the same credits. Method: band 1 durable, band 0 enqueued
 // after it and not durable; the claim serves band 1; the state after the
 // claim equals a replay of its log byte for byte.
 #[test]
@@ -344,7 +344,7 @@ impl CrashRun {
             83..=91 => {
                 self.now += self.rng.random_range(0..4_000);
                 loop {
-                    let events = self.state.tick(self.now);
+                    let events = self.state.tick(self.now, Offset(self.durable as u64));
                     if events.is_empty() {
                         break;
                     }

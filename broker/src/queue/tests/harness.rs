@@ -97,7 +97,7 @@ impl Harness {
     }
 
     pub fn tick(&mut self, now: Millis) -> Vec<Event> {
-        let events = self.state.tick(now);
+        let events = self.state.tick(now, ALL_DURABLE);
         self.apply_all(&events);
         events
     }

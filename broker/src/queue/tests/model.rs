@@ -100,10 +100,14 @@ impl Model {
         heads
     }
 
-    fn begin_pick(credits: &mut [u32], weights: &[u32], nonempty: &[bool]) {
-        if !credits.iter().zip(nonempty).any(|(&c, &n)| n && c > 0) {
+    /// The round rule: a claim chosen by the weights from a class with no
+    /// credit starts a new round (it is chosen so only when no class with a
+    /// head has credit); a promoted claim never does. The class pays one.
+    fn serve(credits: &mut [u32], weights: &[u32], class: usize, promoted: bool) {
+        if !promoted && credits[class] == 0 {
             credits.copy_from_slice(weights);
         }
+        credits[class] = credits[class].saturating_sub(1);
     }
 
     fn expiry_event(&self, offset: Offset, generation: Generation, now: Millis) -> Event {
@@ -218,11 +222,9 @@ impl Model {
                 events.push(self.expiry_event(first.offset, first.generation, now));
                 gone.push(first.offset);
             }
-            let nonempty: Vec<bool> = heads.iter().map(Option::is_some).collect();
-            if !nonempty.contains(&true) {
+            if heads.iter().all(Option::is_none) {
                 break;
             }
-            Self::begin_pick(&mut credits, &weights, &nonempty);
             let promoted = heads
                 .iter()
                 .enumerate()
@@ -232,13 +234,14 @@ impl Model {
                 .map(|(c, _)| c);
             let class = promoted
                 .or_else(|| (0..heads.len()).find(|&c| heads[c].is_some() && credits[c] > 0))
-                .expect("a class with credit after begin_pick");
+                .or_else(|| (0..heads.len()).find(|&c| heads[c].is_some()))
+                .expect("a class with a head");
             let head = heads[class].expect("chosen class has a head");
             if bytes + u64::from(head.size_bytes) > req.max_bytes {
                 break;
             }
             bytes += u64::from(head.size_bytes);
-            credits[class] = credits[class].saturating_sub(1);
+            Self::serve(&mut credits, &weights, class, promoted.is_some());
             gone.push(head.offset);
             let generation = Generation(head.generation.0 + 1);
             events.push(Event::Claimed {
@@ -486,12 +489,12 @@ impl Model {
             }
             Event::Claimed { lane, offset, generation, worker, claimed_at_ms, deadline_ms } => {
                 if lane == Lane::Main {
-                    let heads = self.class_heads(&[]);
-                    let nonempty: Vec<bool> = heads.iter().map(Option::is_some).collect();
+                    let message = &self.messages[&offset];
+                    let class = self.class(message);
+                    let promoted = claimed_at_ms.saturating_sub(Self::since(message))
+                        >= self.config.age_promotion_ms;
                     let weights = self.weights();
-                    Self::begin_pick(&mut self.credits, &weights, &nonempty);
-                    let class = self.class(&self.messages[&offset]);
-                    self.credits[class] = self.credits[class].saturating_sub(1);
+                    Self::serve(&mut self.credits, &weights, class, promoted);
                 }
                 let v = self.messages.get_mut(&offset).unwrap();
                 v.generation = generation;
@@ -892,14 +895,14 @@ impl Run {
             85..=91 => {
                 self.now += self.rng.random_range(0..2_500);
                 loop {
-                    let events = self.state.tick(self.now);
+                    let events = self.state.tick(self.now, ALL_DURABLE);
                     assert_eq!(events, self.model.tick(self.now), "tick at step {step}");
                     self.apply(&events);
                     if events.len() < TICK_EVENTS_MAX {
                         break;
                     }
                 }
-                assert!(self.state.tick(self.now).is_empty());
+                assert!(self.state.tick(self.now, ALL_DURABLE).is_empty());
                 // Nothing is due before the wake-up the shard timer would use.
                 let wake = self.state.next_wakeup();
                 let probe =
@@ -938,7 +941,8 @@ impl Run {
             }
             94 => {
                 let lane = if self.rng.random_bool(0.5) { Lane::Main } else { Lane::DeadLetter };
-                let events = self.state.purge(self.now, lane, self.rng.random_range(0..3));
+                let events =
+                    self.state.purge(self.now, lane, self.rng.random_range(0..3), ALL_DURABLE);
                 for e in &events {
                     let v = &self.model.messages[&e.offset()];
                     assert_eq!(v.lane, lane);
