@@ -58,6 +58,7 @@
 //! changes nothing.
 
 mod chunk_map;
+mod claim_age;
 pub mod config;
 mod decide;
 mod dedupe;

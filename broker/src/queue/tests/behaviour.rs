@@ -1037,3 +1037,46 @@ fn restore_is_total_on_damaged_snapshots() {
     }
     assert!(accepted > 0, "some flips land in values that stay valid");
 }
+
+// Goal: the oldest claim age is the age of the oldest claim still held,
+// whatever its lease: an extension (a later deadline) keeps its claim time,
+// a younger claim with an earlier deadline does not hide it, a dead-letter
+// claim counts, and it survives a checkpoint and a replay. Method: claims
+// at 1 s and 2 s with different leases; extend, release, ack; snapshot,
+// restore and replay in between.
+#[test]
+fn oldest_claim_age_follows_the_oldest_held_claim() {
+    let mut h = Harness::new(QueueConfig { max_deliveries: 1, ..config() });
+    for n in 0..4 {
+        h.enqueue_ok(0, request(n, 0));
+    }
+    assert_eq!(h.state.counters(500).oldest_claim_age_ms, None);
+    let old = h.claim(1_000, 1, 2, Some(60_000));
+    // A younger claim whose lease ends first (7 s against 61 s).
+    let young = h.claim(2_000, 2, 1, Some(5_000));
+    assert_eq!(h.state.counters(2_500).oldest_claim_age_ms, Some(1_500));
+    let (event, _) = h.state.extend(2_600, &old[0].token, Some(60_000)).unwrap();
+    h.apply_all(&[event]);
+    assert_eq!(h.state.counters(3_000).oldest_claim_age_ms, Some(2_000), "extension keeps it");
+    // A checkpoint and a full replay give the same oldest claim.
+    let restored =
+        PartitionState::restore(&h.state.snapshot(Offset(9)), ctx(h.config.clone(), 1)).unwrap();
+    assert_eq!(restored.state.counters(3_000).oldest_claim_age_ms, Some(2_000));
+    assert_eq!(h.replay(1).counters(3_000).oldest_claim_age_ms, Some(2_000));
+    h.ack(3_000, &old[0]).unwrap();
+    assert_eq!(h.state.counters(3_000).oldest_claim_age_ms, Some(2_000), "old[1] is held");
+    // max_deliveries 1: the release dead-letters old[1]; the young claim
+    // is now the oldest held.
+    h.release(3_100, &old[1], 1, None).unwrap();
+    assert_eq!(h.state.counters(3_500).oldest_claim_age_ms, Some(1_500));
+    h.ack(3_500, &young[0]).unwrap();
+    assert_eq!(h.state.counters(3_500).oldest_claim_age_ms, None);
+    // A claim in the dead-letter lane counts too.
+    let request =
+        ClaimRequest { worker: WorkerId(3), credits: 1, max_bytes: u64::MAX, lease_ms: None };
+    let dead = h.state.claim_dead_letters(4_000, &request, ALL_DURABLE).unwrap();
+    assert_eq!(dead.deliveries.len(), 1);
+    h.apply_all(&dead.events);
+    assert_eq!(h.state.counters(4_250).oldest_claim_age_ms, Some(250));
+    h.state.assert_invariants();
+}
