@@ -69,6 +69,7 @@ mod fresh;
 pub mod limits;
 mod snapshot;
 mod state;
+pub mod stored;
 pub mod token;
 pub mod types;
 
