@@ -387,6 +387,26 @@ pub fn encode(
             family,
         );
     }
+    {
+        let family = FloatGauges::<PartitionLabels>::default();
+        for shard in reports {
+            for report in &shard.partitions {
+                let labels = PartitionLabels {
+                    queue: report.queue.clone(),
+                    partition: report.partition.to_string(),
+                };
+                let age_ms = report.counters.oldest_claim_age_ms.unwrap_or(0);
+                family.get_or_create(&labels).set(age_ms as f64 / 1000.0);
+            }
+        }
+        registry.register_with_unit(
+            "spool_oldest_claim_age",
+            "Age of the oldest claim still held, either lane: claimed and not yet acked, \
+             released or expired (0 when none is held)",
+            Unit::Seconds,
+            family,
+        );
+    }
     register_queue_figures(&mut registry, reports);
 
     shard_counter!(
@@ -434,6 +454,25 @@ pub fn encode(
         registry.register_with_unit(
             "spool_shard_fdatasync_duration",
             "Time one fdatasync of a data file took",
+            Unit::Seconds,
+            histograms,
+        );
+    }
+    {
+        let mut histograms = Histograms::<ShardLabels>::default();
+        for shard in reports {
+            histograms.series.push(HistogramSeries::new(
+                ShardLabels { shard: shard.shard.0.to_string() },
+                &SYNC_LATENCY_BUCKETS_US,
+                &shard.io.commit_duration_buckets,
+                shard.io.commit_duration_sum_us,
+                1e6,
+            ));
+        }
+        registry.register_with_unit(
+            "spool_shard_commit_duration",
+            "Time from a group commit's write being submitted to the commit being durable \
+             (write, fdatasync, and any wait for earlier commits)",
             Unit::Seconds,
             histograms,
         );

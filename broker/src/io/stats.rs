@@ -1,8 +1,9 @@
 //! What this thread's disk did: bytes written and `fdatasync` latencies,
 //! counted where `DmaStorage` does the I/O; and what its logs did with it:
-//! the size of each group commit made durable, and whether each read was
-//! served from a log's in-memory tail cache or from its segment files
-//! (counted by `log/`, on whatever storage it runs).
+//! the size of each group commit made durable and the time from its write
+//! being submitted to it being durable, and whether each read was served
+//! from a log's in-memory tail cache or from its segment files (counted by
+//! `log/`, on whatever storage it runs).
 //!
 //! Thread-per-core makes "per shard" the same as "per thread": every shard's
 //! files are written only by its own executor thread, so the counters are
@@ -54,6 +55,8 @@ struct IoCounters {
     sync_sum_us: Cell<u64>,
     commits: [Cell<u64>; COMMIT_BUCKETS],
     commit_sum_bytes: Cell<u64>,
+    commit_durations: [Cell<u64>; BUCKETS],
+    commit_duration_sum_us: Cell<u64>,
     reads_from_cache: Cell<u64>,
     reads_from_files: Cell<u64>,
 }
@@ -66,6 +69,8 @@ thread_local! {
             sync_sum_us: Cell::new(0),
             commits: [const { Cell::new(0) }; COMMIT_BUCKETS],
             commit_sum_bytes: Cell::new(0),
+            commit_durations: [const { Cell::new(0) }; BUCKETS],
+            commit_duration_sum_us: Cell::new(0),
             reads_from_cache: Cell::new(0),
             reads_from_files: Cell::new(0),
         }
@@ -85,6 +90,11 @@ pub struct IoSnapshot {
     /// those larger than every bound).
     pub commit_buckets: [u64; COMMIT_BUCKETS],
     pub commit_sum_bytes: u64,
+    /// Group commits made durable per bucket of [`SYNC_LATENCY_BUCKETS_US`]
+    /// of the time from their write being submitted to their being durable
+    /// (not cumulative; the last entry counts the slower ones).
+    pub commit_duration_buckets: [u64; BUCKETS],
+    pub commit_duration_sum_us: u64,
     /// Log reads served from the tail cache of recent commits.
     pub reads_from_cache: u64,
     /// Log reads that went to the segment files.
@@ -105,13 +115,20 @@ pub fn record_write(bytes: usize) {
     });
 }
 
-/// Counts one `fdatasync` that took `took`.
-pub fn record_sync(took: Duration) {
+/// `took` in microseconds and the index of its bucket of
+/// [`SYNC_LATENCY_BUCKETS_US`] (the last one: slower than every bound).
+fn latency_bucket(took: Duration) -> (u64, usize) {
     let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
     let bucket = SYNC_LATENCY_BUCKETS_US
         .iter()
         .position(|bound| micros <= *bound)
         .unwrap_or(SYNC_LATENCY_BUCKETS_US.len());
+    (micros, bucket)
+}
+
+/// Counts one `fdatasync` that took `took`.
+pub fn record_sync(took: Duration) {
+    let (micros, bucket) = latency_bucket(took);
     COUNTERS.with(|counters| {
         let cell = &counters.syncs[bucket];
         cell.set(cell.get() + 1);
@@ -119,16 +136,24 @@ pub fn record_sync(took: Duration) {
     });
 }
 
-/// Counts one group commit of `bytes` (whole pages) made durable.
-pub fn record_commit(bytes: u64) {
+/// Counts one group commit of `bytes` (whole pages) made durable `took`
+/// after its write was submitted (the write, its `fdatasync`, and any wait
+/// for earlier commits to become durable: the durable watermark is
+/// contiguous).
+pub fn record_commit(bytes: u64, took: Duration) {
     let bucket = COMMIT_SIZE_BUCKETS_BYTES
         .iter()
         .position(|bound| bytes <= *bound)
         .unwrap_or(COMMIT_SIZE_BUCKETS_BYTES.len());
+    let (micros, duration_bucket) = latency_bucket(took);
     COUNTERS.with(|counters| {
         let cell = &counters.commits[bucket];
         cell.set(cell.get() + 1);
         counters.commit_sum_bytes.set(counters.commit_sum_bytes.get().saturating_add(bytes));
+        let cell = &counters.commit_durations[duration_bucket];
+        cell.set(cell.get() + 1);
+        let sum = &counters.commit_duration_sum_us;
+        sum.set(sum.get().saturating_add(micros));
     });
 }
 
@@ -149,6 +174,10 @@ pub fn snapshot() -> IoSnapshot {
         sync_sum_us: counters.sync_sum_us.get(),
         commit_buckets: std::array::from_fn(|index| counters.commits[index].get()),
         commit_sum_bytes: counters.commit_sum_bytes.get(),
+        commit_duration_buckets: std::array::from_fn(|index| {
+            counters.commit_durations[index].get()
+        }),
+        commit_duration_sum_us: counters.commit_duration_sum_us.get(),
         reads_from_cache: counters.reads_from_cache.get(),
         reads_from_files: counters.reads_from_files.get(),
     })
@@ -183,14 +212,15 @@ mod tests {
     }
 
     // Goal: a commit lands in the first bucket whose bound covers its size
-    // (a bound itself included), and reads are told apart by their source.
+    // (a bound itself included) and in the one that covers its duration,
+    // and reads are told apart by their source.
     // Method: record on a fresh thread and read its snapshot.
     #[test]
     fn commits_and_reads_are_counted() {
         let seen = std::thread::spawn(|| {
-            record_commit(4096);
-            record_commit(4097);
-            record_commit(1 << 30);
+            record_commit(4096, Duration::from_micros(40));
+            record_commit(4097, Duration::from_micros(1_000));
+            record_commit(1 << 30, Duration::from_secs(2));
             record_read(true);
             record_read(true);
             record_read(false);
@@ -202,6 +232,12 @@ mod tests {
         assert_eq!(seen.commit_buckets[1], 1);
         assert_eq!(seen.commit_buckets[COMMIT_BUCKETS - 1], 1);
         assert_eq!(seen.commit_sum_bytes, 4096 + 4097 + (1 << 30));
+        let mut durations = [0; BUCKETS];
+        durations[0] = 1;
+        durations[4] = 1;
+        durations[BUCKETS - 1] = 1;
+        assert_eq!(seen.commit_duration_buckets, durations);
+        assert_eq!(seen.commit_duration_sum_us, 40 + 1_000 + 2_000_000);
         assert_eq!((seen.reads_from_cache, seen.reads_from_files), (2, 1));
     }
 }

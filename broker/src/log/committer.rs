@@ -102,6 +102,7 @@ impl<S: Storage> Shared<S> {
                 buf: buf.clone(),
                 alloc_bytes,
                 batches,
+                started: crate::clock::instant_now(),
             },
         );
         Job { seq, pos, buf, segment, opens_segment }
@@ -142,7 +143,10 @@ impl<S: Storage> Shared<S> {
                 state.stats.batches += done.batches;
                 state.stats.records += done.next_offset - done.first_offset;
                 state.stats.commit_bytes += done.end_pos - done.pos;
-                crate::io::stats::record_commit(done.end_pos - done.pos);
+                crate::io::stats::record_commit(
+                    done.end_pos - done.pos,
+                    crate::clock::instant_now().duration_since(done.started),
+                );
                 let cached_bytes = done.end_pos - done.pos;
                 // The cache is bounded by the memory it holds, not by the
                 // bytes committed: a gather buffer is allocated ahead of its

@@ -67,6 +67,9 @@ pub(super) struct Inflight<F: StorageFile> {
     /// Bytes allocated for `buf` (its length before the trim to the span).
     pub(super) alloc_bytes: u64,
     pub(super) batches: u64,
+    /// When a committer took it to write (`spool_shard_commit_duration_seconds`
+    /// runs from here to durable).
+    pub(super) started: crate::clock::Instant,
 }
 
 /// A durable commit kept in memory to serve tail reads.

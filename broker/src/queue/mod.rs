@@ -61,6 +61,7 @@
 //! changes nothing.
 
 mod chunk_map;
+mod claim_age;
 pub mod config;
 mod decide;
 mod dedupe;
@@ -71,6 +72,7 @@ mod fresh;
 pub mod limits;
 mod snapshot;
 mod state;
+pub mod stored;
 pub mod token;
 pub mod types;
 

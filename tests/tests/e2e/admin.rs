@@ -197,10 +197,11 @@ fn requests(exposition: &Exposition, queue: &str, op: &str) -> f64 {
 
 // Goal: the latency histograms count each data request once under its
 // queue and op; a claim of records just written is a read-cache hit; group
-// commits land in the commit size histogram; the executor's busy time and
-// tasks grow; the disk figures are there; a release at max_deliveries is a
-// dead-letter move with reason max_deliveries; the drain time appears once
-// an ack rate is measured. Method: a 1-shard broker; scrape, act, scrape,
+// commits land in the commit size and commit duration histograms; the
+// executor's busy time and tasks grow; the oldest claim age follows the
+// claim still held; the disk figures are there; a release at
+// max_deliveries is a dead-letter move with reason max_deliveries; the
+// drain time appears once an ack rate is measured. Method: a 1-shard broker; scrape, act, scrape,
 // and compare with what the test did.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn latency_cache_executor_disk_dead_letter_and_drain_metrics_move() {
@@ -216,8 +217,17 @@ async fn latency_cache_executor_disk_dead_letter_and_drain_metrics_move() {
     }
     let hits_before = before.sum("spool_shard_read_cache_hits_total");
     let commits_before = before.sum("spool_shard_commit_size_bytes_count");
+    let commit_time_before = before.sum("spool_shard_commit_duration_seconds_sum");
+    assert_eq!(
+        before.sum("spool_shard_commit_duration_seconds_count"),
+        commits_before,
+        "every durable commit is timed once"
+    );
     let busy_before = before.sum("spool_shard_busy_seconds_total");
     let tasks_before = before.sum("spool_shard_tasks_total");
+    let claim_age =
+        |exposition: &Exposition| at(exposition, "spool_oldest_claim_age_seconds", "timed", 0);
+    assert_eq!(claim_age(&before), 0.0, "no claim held yet");
 
     // Ten enqueue requests (no linger: one message per request).
     let p0 = PartitionId(0);
@@ -228,6 +238,7 @@ async fn latency_cache_executor_disk_dead_letter_and_drain_metrics_move() {
     }
     // One claim of four (read back from the tail cache: just written), one
     // ack of two, one extend, one release.
+    let claim_sent = spool_tests::now();
     let claimed = client.claim("timed", p0, &claim_options(1, 4, 5_000, 0)).await.unwrap();
     assert_eq!(claimed.deliveries.len(), 4);
     let tokens = [claimed.deliveries[0].token(), claimed.deliveries[1].token()];
@@ -241,6 +252,11 @@ async fn latency_cache_executor_disk_dead_letter_and_drain_metrics_move() {
     client.release("once", p0, doomed.deliveries[0].token(), 0, "give up").await.unwrap();
 
     let after = scrape(&broker);
+    // The extended claim is still held: its age is at most the time since
+    // the claim was sent (+1 ms: the broker counts whole milliseconds).
+    let held = claim_age(&after);
+    assert!(held <= claim_sent.elapsed().as_secs_f64() + 0.001, "{held}");
+    assert_eq!(at(&after, "spool_oldest_claim_age_seconds", "once", 0), 0.0);
     assert_eq!(requests(&after, "timed", "enqueue"), 10.0);
     assert_eq!(requests(&after, "timed", "claim"), 1.0);
     assert_eq!(requests(&after, "timed", "ack"), 1.0);
@@ -256,6 +272,14 @@ async fn latency_cache_executor_disk_dead_letter_and_drain_metrics_move() {
     let commits = after.sum("spool_shard_commit_size_bytes_count") - commits_before;
     assert!(commits >= 10.0, "{commits} commits");
     assert!(after.sum("spool_shard_commit_size_bytes_sum") >= 4096.0 * commits);
+    // The same commits are timed from write to durable: each took a write
+    // and an fdatasync, so the time grew.
+    assert_eq!(
+        after.sum("spool_shard_commit_duration_seconds_count"),
+        after.sum("spool_shard_commit_size_bytes_count"),
+    );
+    let commit_time = after.sum("spool_shard_commit_duration_seconds_sum") - commit_time_before;
+    assert!(commit_time > 0.0, "{commits} commits took {commit_time} s");
     assert!(after.sum("spool_shard_busy_seconds_total") > busy_before);
     assert!(after.sum("spool_shard_tasks_total") > tasks_before);
     let available = after.sum("spool_disk_available_bytes");
@@ -272,7 +296,25 @@ async fn latency_cache_executor_disk_dead_letter_and_drain_metrics_move() {
     assert_eq!(moved(&after, "once", "expired"), 0.0);
     assert_eq!(moved(&after, "timed", "max_deliveries"), 0.0);
 
-    // Drain time: 0 for the drained queue "once"; for "timed" (8 left)
+    // The held claim ages as time passes (polled, bounded), and its ack
+    // takes the age back to 0.
+    let aged_at = spool_tests::now();
+    loop {
+        let age = claim_age(&scrape(&broker));
+        if age >= 0.05 {
+            assert!(age <= claim_sent.elapsed().as_secs_f64() + 0.001, "{age}");
+            break;
+        }
+        assert!(
+            aged_at.elapsed() < std::time::Duration::from_secs(10),
+            "the claim's age stays {age}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    client.ack("timed", p0, &[claimed.deliveries[2].token()]).await.unwrap();
+    assert_eq!(claim_age(&scrape(&broker)), 0.0, "no claim held after the ack");
+
+    // Drain time: 0 for the drained queue "once"; for "timed" (7 left)
     // absent until an ack rate is measured between two reports, then
     // positive. Each scrape is a report; ack one more message between
     // scrapes until the rate shows (bounded).

@@ -1,7 +1,7 @@
 //! `assert_invariants`: every index agrees with the messages it indexes (the
 //! model tests call it after each step).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::{DeadPhase, PartitionState, WarmPhase};
 use crate::queue::fresh::NEVER;
@@ -30,6 +30,8 @@ impl PartitionState {
             }
         }
         let (mut ready, mut retry, mut scheduled, mut claims, mut expiry) = (0, 0, 0, 0, 0);
+        // Live claims by claim time, to check `claim_ages` against.
+        let mut claim_times: BTreeMap<u64, u32> = BTreeMap::new();
         let mut bytes = 0u64;
         for (&offset, warm) in self.warm.iter() {
             assert!(!self.dlq.contains_key(&offset));
@@ -60,6 +62,7 @@ impl PartitionState {
                     // The config's lifetime cap may shrink across restarts; the
                     // absolute limit may not.
                     assert!(claim.deadline_ms() - claim.claimed_at_ms <= LEASE_MS_MAX);
+                    *claim_times.entry(claim.claimed_at_ms).or_default() += 1;
                     claims += 1;
                 }
             }
@@ -80,6 +83,7 @@ impl PartitionState {
                 }
                 DeadPhase::Claimed(claim) => {
                     assert!(self.claims.contains(&(claim.deadline_ms(), offset)));
+                    *claim_times.entry(claim.claimed_at_ms).or_default() += 1;
                     claims += 1;
                 }
             }
@@ -87,6 +91,12 @@ impl PartitionState {
         assert!(dead_ready == self.dlq_ready.len());
         assert!(dead_bytes == self.dlq_bytes);
         assert!(claims == self.claims.len());
+        assert!(self.claim_ages.len() == claims as u64);
+        assert!(self.claim_ages.times() == claim_times.len());
+        for (time, count) in &claim_times {
+            assert!(self.claim_ages.count_at(*time) == *count);
+        }
+        assert!(self.claim_ages.oldest() == claim_times.keys().next().copied());
         self.dedupe.assert_invariants();
     }
 }

@@ -19,6 +19,7 @@ mod view;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::chunk_map::ChunkMap;
+use super::claim_age::ClaimAges;
 use super::config::{ConfigError, QueueConfig};
 use super::dedupe::DedupeTable;
 use super::fairness::{Credits, PerClass};
@@ -151,6 +152,10 @@ pub struct PartitionState {
     pub(crate) warm_bytes: u64,
     /// Live leases of both lanes: (deadline, offset).
     pub(crate) claims: BTreeSet<(Millis, Offset)>,
+    /// The same leases by claim time (`claim_age.rs`): the oldest claim
+    /// still held, without a scan. Kept beside `claims` by
+    /// `insert_warm`/`take_main`/`insert_dead`/`take_dead`.
+    pub(crate) claim_ages: ClaimAges,
     pub(crate) dlq: BTreeMap<Offset, DeadLetter>,
     pub(crate) dlq_ready: BTreeSet<(Millis, Offset)>,
     /// Record bytes of every dead letter, kept beside `dlq` by
@@ -197,6 +202,7 @@ impl PartitionState {
             warm_expiry: BTreeSet::new(),
             warm_bytes: 0,
             claims: BTreeSet::new(),
+            claim_ages: ClaimAges::default(),
             dlq: BTreeMap::new(),
             dlq_ready: BTreeSet::new(),
             dlq_bytes: 0,
@@ -308,7 +314,8 @@ impl PartitionState {
                     assert!(set.remove(&(since_ms, offset)));
                 }
                 WarmPhase::Claimed(claim) => {
-                    assert!(self.claims.remove(&(claim.deadline_ms(), offset)))
+                    assert!(self.claims.remove(&(claim.deadline_ms(), offset)));
+                    self.claim_ages.remove(claim.claimed_at_ms);
                 }
             }
             return Some(MainMessage { warm });
@@ -340,7 +347,10 @@ impl PartitionState {
                 };
                 assert!(set.insert((since_ms, offset)));
             }
-            WarmPhase::Claimed(claim) => assert!(self.claims.insert((claim.deadline_ms(), offset))),
+            WarmPhase::Claimed(claim) => {
+                assert!(self.claims.insert((claim.deadline_ms(), offset)));
+                self.claim_ages.add(claim.claimed_at_ms);
+            }
         }
         self.warm_bytes += u64::from(warm.size_bytes);
         assert!(self.warm.insert(offset, warm).is_none());
@@ -353,7 +363,8 @@ impl PartitionState {
         match dead.phase {
             DeadPhase::Ready { since_ms } => assert!(self.dlq_ready.remove(&(since_ms, offset))),
             DeadPhase::Claimed(claim) => {
-                assert!(self.claims.remove(&(claim.deadline_ms(), offset)))
+                assert!(self.claims.remove(&(claim.deadline_ms(), offset)));
+                self.claim_ages.remove(claim.claimed_at_ms);
             }
         }
         Some(dead)
@@ -363,7 +374,10 @@ impl PartitionState {
         self.note(offset);
         match dead.phase {
             DeadPhase::Ready { since_ms } => assert!(self.dlq_ready.insert((since_ms, offset))),
-            DeadPhase::Claimed(claim) => assert!(self.claims.insert((claim.deadline_ms(), offset))),
+            DeadPhase::Claimed(claim) => {
+                assert!(self.claims.insert((claim.deadline_ms(), offset)));
+                self.claim_ages.add(claim.claimed_at_ms);
+            }
         }
         self.dlq_bytes += u64::from(dead.size_bytes);
         assert!(self.dlq.insert(offset, dead).is_none());

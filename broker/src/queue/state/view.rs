@@ -51,6 +51,9 @@ pub struct QueueCounters {
     pub held_bytes: u64,
     /// Age of the oldest ready main-lane message.
     pub oldest_ready_age_ms: Option<Millis>,
+    /// Age of the oldest claim still held (either lane): claimed, not yet
+    /// acked, released or expired.
+    pub oldest_claim_age_ms: Option<Millis>,
     pub totals: Totals,
 }
 
@@ -118,6 +121,7 @@ impl PartitionState {
             held_messages: self.held_messages(),
             held_bytes: self.held_bytes(),
             oldest_ready_age_ms: oldest.map(|since| now.saturating_sub(since)),
+            oldest_claim_age_ms: self.claim_ages.oldest().map(|at| now.saturating_sub(at)),
             totals: self.totals,
         }
     }

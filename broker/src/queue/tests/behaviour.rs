@@ -1037,3 +1037,119 @@ fn restore_is_total_on_damaged_snapshots() {
     }
     assert!(accepted > 0, "some flips land in values that stay valid");
 }
+
+// Goal: the oldest claim age is the age of the oldest claim still held,
+// whatever its lease: an extension (a later deadline) keeps its claim time,
+// a younger claim with an earlier deadline does not hide it, a dead-letter
+// claim counts, and it survives a checkpoint and a replay. Method: claims
+// at 1 s and 2 s with different leases; extend, release, ack; snapshot,
+// restore and replay in between.
+#[test]
+fn oldest_claim_age_follows_the_oldest_held_claim() {
+    let mut h = Harness::new(QueueConfig { max_deliveries: 1, ..config() });
+    for n in 0..4 {
+        h.enqueue_ok(0, request(n, 0));
+    }
+    assert_eq!(h.state.counters(500).oldest_claim_age_ms, None);
+    let old = h.claim(1_000, 1, 2, Some(60_000));
+    // A younger claim whose lease ends first (7 s against 61 s).
+    let young = h.claim(2_000, 2, 1, Some(5_000));
+    assert_eq!(h.state.counters(2_500).oldest_claim_age_ms, Some(1_500));
+    let (event, _) = h.state.extend(2_600, &old[0].token, Some(60_000)).unwrap();
+    h.apply_all(&[event]);
+    assert_eq!(h.state.counters(3_000).oldest_claim_age_ms, Some(2_000), "extension keeps it");
+    // A checkpoint and a full replay give the same oldest claim.
+    let restored =
+        PartitionState::restore(&h.state.snapshot(Offset(9)), ctx(h.config.clone(), 1)).unwrap();
+    assert_eq!(restored.state.counters(3_000).oldest_claim_age_ms, Some(2_000));
+    assert_eq!(h.replay(1).counters(3_000).oldest_claim_age_ms, Some(2_000));
+    h.ack(3_000, &old[0]).unwrap();
+    assert_eq!(h.state.counters(3_000).oldest_claim_age_ms, Some(2_000), "old[1] is held");
+    // max_deliveries 1: the release dead-letters old[1]; the young claim
+    // is now the oldest held.
+    h.release(3_100, &old[1], 1, None).unwrap();
+    assert_eq!(h.state.counters(3_500).oldest_claim_age_ms, Some(1_500));
+    h.ack(3_500, &young[0]).unwrap();
+    assert_eq!(h.state.counters(3_500).oldest_claim_age_ms, None);
+    // A claim in the dead-letter lane counts too.
+    let request =
+        ClaimRequest { worker: WorkerId(3), credits: 1, max_bytes: u64::MAX, lease_ms: None };
+    let dead = h.state.claim_dead_letters(4_000, &request, ALL_DURABLE).unwrap();
+    assert_eq!(dead.deliveries.len(), 1);
+    h.apply_all(&dead.events);
+    assert_eq!(h.state.counters(4_250).oldest_claim_age_ms, Some(250));
+    h.state.assert_invariants();
+}
+
+// Goal: per-principal stored counts, fed by `stored::leaving` read before
+// each event, go down on an ack of either lane, an expiry and a purge, and
+// stay on claims, releases and quarantine; the same events replayed on a
+// fresh state give the same counts. Method: two principals' messages, one
+// of each way out; then a replay of the log with the same attributions.
+#[test]
+fn stored_counts_follow_acks_expiry_and_purge() {
+    use crate::queue::stored::{leaving, PrincipalId, Stored, StoredByPrincipal};
+    fn step(h: &mut Harness, stored: &mut StoredByPrincipal, events: &[Event]) {
+        for event in events {
+            if let Some((offset, size)) = leaving(&h.state, event) {
+                stored.leave(offset, size);
+            }
+            h.apply_all(&[*event]);
+        }
+    }
+    let (alice, bob) = (PrincipalId(1), PrincipalId(2));
+    let mut h = Harness::new(QueueConfig { max_deliveries: 1, ..config() });
+    let mut stored = StoredByPrincipal::default();
+    let a: Vec<Offset> = (0..3).map(|n| h.enqueue_ok(0, request(n, 0))).collect();
+    assert!(stored.attribute(a[0], &[100; 3], alice));
+    let expiring = EnqueueRequest { expiry_ms: Some(5_000), ..request(10, 0) };
+    let b = [h.enqueue_ok(0, expiring), h.enqueue_ok(0, request(11, 0))];
+    assert!(stored.attribute(b[0], &[100; 2], bob));
+    let attributed_after = h.log.len();
+    let count = |messages: u64| Stored { messages, bytes: messages * 100 };
+    assert_eq!((stored.stored(alice), stored.stored(bob)), (count(3), count(2)));
+
+    // Claim alice's first two: nothing leaves. Ack one, release the other
+    // (max_deliveries 1: dead-lettered, still stored).
+    let claimed = h.claim(1_000, 1, 2, None);
+    let ack = h.state.ack(1_100, &claimed[0].token).unwrap();
+    step(&mut h, &mut stored, &[ack]);
+    let release = h.state.release(1_100, &claimed[1].token, ReleaseReason(1), None).unwrap();
+    step(&mut h, &mut stored, &[release]);
+    assert_eq!(stored.stored(alice), count(2), "acked one; the dead letter is stored");
+    // The dead letter claimed and acked: it leaves.
+    let request =
+        ClaimRequest { worker: WorkerId(2), credits: 1, max_bytes: u64::MAX, lease_ms: None };
+    let dead = h.state.claim_dead_letters(1_200, &request, ALL_DURABLE).unwrap();
+    step(&mut h, &mut stored, &dead.events);
+    let ack = h.state.ack(1_300, &dead.deliveries[0].token).unwrap();
+    step(&mut h, &mut stored, &[ack]);
+    assert_eq!(stored.stored(alice), count(1));
+    // Bob's expiring message expires (no dead-lettering on expiry).
+    let expired = h.state.tick(6_000);
+    assert!(expired.iter().any(|event| matches!(event, Event::Expired { .. })));
+    step(&mut h, &mut stored, &expired);
+    assert_eq!(stored.stored(bob), count(1));
+    // A purge takes the rest.
+    let purged = h.state.purge(6_100, Lane::Main, 100);
+    step(&mut h, &mut stored, &purged);
+    assert_eq!(stored.iter().count(), 0, "nothing stored for anyone");
+    stored.trim_below(h.state.retention_watermark());
+    assert_eq!(stored.runs(), 0);
+
+    // Replay: the same events and attributions on a fresh state.
+    let mut replayed = PartitionState::new(ctx(h.config.clone(), 1)).unwrap();
+    let mut again = StoredByPrincipal::default();
+    for (index, event) in h.log.iter().enumerate() {
+        if index == attributed_after {
+            assert!(again.attribute(a[0], &[100; 3], alice));
+            assert!(again.attribute(b[0], &[100; 2], bob));
+            assert_eq!((again.stored(alice), again.stored(bob)), (count(3), count(2)));
+        }
+        if let Some((offset, size)) = leaving(&replayed, event) {
+            again.leave(offset, size);
+        }
+        replayed.apply(event).unwrap();
+    }
+    assert_eq!(again.iter().count(), 0);
+}

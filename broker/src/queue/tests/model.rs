@@ -602,6 +602,15 @@ impl Model {
                 .map(|v| Self::since(v))
                 .min()
                 .map(|s| now.saturating_sub(s)),
+            oldest_claim_age_ms: self
+                .messages
+                .values()
+                .filter_map(|v| match v.phase {
+                    MessagePhase::Claimed { claimed_at_ms, .. } => Some(claimed_at_ms),
+                    _ => None,
+                })
+                .min()
+                .map(|at| now.saturating_sub(at)),
             totals: self.totals,
         }
     }
