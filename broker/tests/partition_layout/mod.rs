@@ -35,11 +35,14 @@ pub fn journal_shard_dir(dir: &Path) -> PathBuf {
     dir.join("shard")
 }
 
+/// A future the test spawns.
+type Task = Pin<Box<dyn Future<Output = ()>>>;
+
 /// The background work of an opened partition: the partition's own future
 /// and, for the journal layout, the shard journal and its future.
 pub struct Background<S: Storage> {
-    partition: Pin<Box<dyn Future<Output = ()>>>,
-    shard: Option<(Rc<ShardJournal<S>>, Pin<Box<dyn Future<Output = ()>>>)>,
+    partition: Task,
+    shard: Option<(Rc<ShardJournal<S>>, Task)>,
 }
 
 impl<S: Storage + 'static> Background<S> {
@@ -125,7 +128,7 @@ pub async fn open_partition<S: Storage + Clone + 'static>(
             .await?;
             let handle = shard.register(name.queue_id.0, name.partition).await?;
             let routed = recovery.routed.partitions.remove(&handle).unwrap_or_default();
-            let journal_future: Pin<Box<dyn Future<Output = ()>>> = Box::pin(shard.background());
+            let journal_future: Task = Box::pin(shard.background());
             let journal_future = std::cell::RefCell::new(Some(journal_future));
             // The open waits for its fence to be durable: the journal's
             // committers must run meanwhile.
