@@ -8,7 +8,10 @@ use std::future::Future;
 use std::path::Path;
 use std::rc::Rc;
 
+mod partition_layout;
+
 use glommio::{LocalExecutorBuilder, Placement};
+use partition_layout::{open_partition, Layout};
 use spool_broker::io::{CrashMode, DmaStorage, SimStorage};
 use spool_broker::log::{LogConfig, RecordFatal};
 use spool_broker::partition::signal::{ClaimCancel, WaitOwner};
@@ -64,22 +67,22 @@ fn batch(ids: &[u8], now_ms: u64) -> BatchBytes {
 
 type Opened = (Rc<Partition<DmaStorage>>, glommio::task::JoinHandle<()>);
 
-async fn open(dir: &Path, now: &Rc<Cell<u64>>, config: QueueConfig) -> Opened {
+async fn open(layout: Layout, dir: &Path, now: &Rc<Cell<u64>>, config: QueueConfig) -> Opened {
     let name =
         PartitionName { queue: "jobs".into(), queue_id: QueueId(1), partition: PartitionId(0) };
-    let (partition, background, _report) = Partition::open(
+    let (partition, background, _report) = open_partition(
+        layout,
         DmaStorage,
         dir,
         name,
         config,
         small_log(),
-        [7u8; 32],
         Rc::new(RecordFatal::default()),
         clock(now),
     )
     .await
     .expect("open");
-    let task = glommio::spawn_local(background).detach();
+    let task = glommio::spawn_local(background.into_future()).detach();
     (partition, task)
 }
 
@@ -92,8 +95,21 @@ fn claim_request(credits: u32) -> ClaimRequest {
     ClaimRequest { worker: WorkerId(9), credits, max_bytes: 1 << 20, lease_ms: Some(30_000) }
 }
 
-#[test]
-fn enqueue_claim_ack_survive_restart_and_old_tokens_are_stale() {
+// Every test below that opens with `open` runs on both log layouts.
+both_layouts!(
+    enqueue_claim_ack_survive_restart_and_old_tokens_are_stale,
+    duplicate_enqueue_returns_the_original_offset_and_appends_nothing,
+    full_queue_rejects_and_keeps_accepted_work,
+    many_small_records_make_a_checkpoint_due_long_before_the_byte_interval,
+    checkpoint_then_replay_equals_the_live_state,
+    long_poll_claim_wakes_on_enqueue,
+    a_token_repeated_in_one_ack_is_acked_once,
+    ack_after_close_is_refused_not_acknowledged,
+    a_large_claim_from_disk_serves_every_record_its_own_bytes,
+    a_cancelled_claim_answers_empty_and_claims_nothing_later,
+);
+
+fn enqueue_claim_ack_survive_restart_and_old_tokens_are_stale(layout: Layout) {
     // Goal: acknowledged enqueues and acks survive a restart; a token from
     // before the restart is stale; claims of the old epoch are released at
     // open (epoch fence), not held until their lease ends. Method: enqueue
@@ -102,7 +118,7 @@ fn enqueue_claim_ack_survive_restart_and_old_tokens_are_stale() {
     let dir = tempfile::tempdir().unwrap();
     let now = Rc::new(Cell::new(START_MS));
     run(async move {
-        let opened = open(dir.path(), &now, QueueConfig::default()).await;
+        let opened = open(layout, dir.path(), &now, QueueConfig::default()).await;
         let partition = opened.0.clone();
         let epoch_before = partition.epoch();
         let outcomes = partition.enqueue(&batch(&[1, 2, 3, 4, 5], START_MS)).await.unwrap();
@@ -120,7 +136,7 @@ fn enqueue_claim_ack_survive_restart_and_old_tokens_are_stale() {
         assert!(acks[0].is_ok());
         close(opened).await;
 
-        let opened = open(dir.path(), &now, QueueConfig::default()).await;
+        let opened = open(layout, dir.path(), &now, QueueConfig::default()).await;
         let partition = opened.0.clone();
         assert!(partition.epoch() > epoch_before, "epoch bumps on every open");
         let counters = partition.counters();
@@ -139,18 +155,17 @@ fn enqueue_claim_ack_survive_restart_and_old_tokens_are_stale() {
     });
 }
 
-#[test]
-fn duplicate_enqueue_returns_the_original_offset_and_appends_nothing() {
+fn duplicate_enqueue_returns_the_original_offset_and_appends_nothing(layout: Layout) {
     // Goal: dedupe across a restart. Method: enqueue id 1, restart, enqueue
     // id 1 again with id 2; id 1 reports its original offset.
     let dir = tempfile::tempdir().unwrap();
     let now = Rc::new(Cell::new(START_MS));
     run(async move {
-        let opened = open(dir.path(), &now, QueueConfig::default()).await;
+        let opened = open(layout, dir.path(), &now, QueueConfig::default()).await;
         let first = opened.0.enqueue(&batch(&[1], START_MS)).await.unwrap();
         let EnqueueOutcome::Appended { offset } = first[0] else { panic!("appended") };
         close(opened).await;
-        let opened = open(dir.path(), &now, QueueConfig::default()).await;
+        let opened = open(layout, dir.path(), &now, QueueConfig::default()).await;
         let next = opened.0.log().next_offset();
         let second = opened.0.enqueue(&batch(&[1, 2], START_MS + 10)).await.unwrap();
         assert_eq!(second[0], EnqueueOutcome::Duplicate { original: offset });
@@ -161,15 +176,14 @@ fn duplicate_enqueue_returns_the_original_offset_and_appends_nothing() {
     });
 }
 
-#[test]
-fn full_queue_rejects_and_keeps_accepted_work() {
+fn full_queue_rejects_and_keeps_accepted_work(layout: Layout) {
     // Goal: admission. Method: max_messages 3; a batch of 2 then a batch of 2
     // is refused whole with QUEUE_FULL; the first two stay claimable.
     let dir = tempfile::tempdir().unwrap();
     let now = Rc::new(Cell::new(START_MS));
     run(async move {
         let config = QueueConfig { max_messages: 3, ..QueueConfig::default() };
-        let opened = open(dir.path(), &now, config).await;
+        let opened = open(layout, dir.path(), &now, config).await;
         opened.0.enqueue(&batch(&[1, 2], START_MS)).await.unwrap();
         let refused = opened.0.enqueue(&batch(&[3, 4], START_MS)).await.unwrap_err();
         assert_eq!(refused.code(), ErrorCode::QueueFull);
@@ -180,8 +194,7 @@ fn full_queue_rejects_and_keeps_accepted_work() {
     });
 }
 
-#[test]
-fn many_small_records_make_a_checkpoint_due_long_before_the_byte_interval() {
+fn many_small_records_make_a_checkpoint_due_long_before_the_byte_interval(layout: Layout) {
     // Goal: replay after a crash stays bounded in events, not only in bytes: a
     // checkpoint falls due after CHECKPOINT_INTERVAL_OFFSETS offsets even when
     // they hold far less than CHECKPOINT_INTERVAL_BYTES. Method: enqueue small
@@ -201,7 +214,7 @@ fn many_small_records_make_a_checkpoint_due_long_before_the_byte_interval() {
     let dir = tempfile::tempdir().unwrap();
     let now = Rc::new(Cell::new(START_MS));
     run(async move {
-        let opened = open(dir.path(), &now, QueueConfig::default()).await;
+        let opened = open(layout, dir.path(), &now, QueueConfig::default()).await;
         let partition = opened.0.clone();
         let batches = CHECKPOINT_INTERVAL_OFFSETS / PER_BATCH;
         let mut written_bytes = 0u64;
@@ -220,15 +233,14 @@ fn many_small_records_make_a_checkpoint_due_long_before_the_byte_interval() {
     });
 }
 
-#[test]
-fn checkpoint_then_replay_equals_the_live_state() {
+fn checkpoint_then_replay_equals_the_live_state(layout: Layout) {
     // Goal: recovery from a checkpoint plus the log tail gives the same state
     // as the live partition. Method: mixed operations, checkpoint midway,
     // more operations, compare the message views before close and after open.
     let dir = tempfile::tempdir().unwrap();
     let now = Rc::new(Cell::new(START_MS));
     run(async move {
-        let opened = open(dir.path(), &now, QueueConfig::default()).await;
+        let opened = open(layout, dir.path(), &now, QueueConfig::default()).await;
         let partition = opened.0.clone();
         partition.enqueue(&batch(&[1, 2, 3, 4, 5, 6], START_MS)).await.unwrap();
         let claimed = partition.claim(&claim_request(2), Lane::Main, 0).await.unwrap();
@@ -243,7 +255,7 @@ fn checkpoint_then_replay_equals_the_live_state() {
         let before = partition.with_state(|state| state.messages());
         close(opened).await;
 
-        let opened = open(dir.path(), &now, QueueConfig::default()).await;
+        let opened = open(layout, dir.path(), &now, QueueConfig::default()).await;
         let after = opened.0.with_state(|state| state.messages());
         assert_eq!(before, after);
         opened.0.with_state(|state| state.assert_invariants());
@@ -251,14 +263,13 @@ fn checkpoint_then_replay_equals_the_live_state() {
     });
 }
 
-#[test]
-fn long_poll_claim_wakes_on_enqueue() {
+fn long_poll_claim_wakes_on_enqueue(layout: Layout) {
     // Goal: a claim with a wait returns as soon as a message arrives.
     // Method: start a waiting claim, enqueue from another task, check it got it.
     let dir = tempfile::tempdir().unwrap();
     let now = Rc::new(Cell::new(START_MS));
     run(async move {
-        let opened = open(dir.path(), &now, QueueConfig::default()).await;
+        let opened = open(layout, dir.path(), &now, QueueConfig::default()).await;
         let partition = opened.0.clone();
         let waiter = {
             let partition = partition.clone();
@@ -279,15 +290,14 @@ fn long_poll_claim_wakes_on_enqueue() {
     });
 }
 
-#[test]
-fn a_token_repeated_in_one_ack_is_acked_once() {
+fn a_token_repeated_in_one_ack_is_acked_once(layout: Layout) {
     // Goal: one ack per claim even when a request repeats a token. Method:
     // ack [t, t]; the first succeeds, the second is stale; the message is
     // acked exactly once (live count drops by one).
     let dir = tempfile::tempdir().unwrap();
     let now = Rc::new(Cell::new(START_MS));
     run(async move {
-        let opened = open(dir.path(), &now, QueueConfig::default()).await;
+        let opened = open(layout, dir.path(), &now, QueueConfig::default()).await;
         opened.0.enqueue(&batch(&[1, 2], START_MS)).await.unwrap();
         let claimed = opened.0.claim(&claim_request(1), Lane::Main, 0).await.unwrap();
         let token = claimed[0].delivery.token;
@@ -300,15 +310,14 @@ fn a_token_repeated_in_one_ack_is_acked_once() {
     });
 }
 
-#[test]
-fn ack_after_close_is_refused_not_acknowledged() {
+fn ack_after_close_is_refused_not_acknowledged(layout: Layout) {
     // Goal: a closing partition never acknowledges an ack it did not append.
     // Method: claim, close, ack; the ack reports an error and a reopen still
     // has the message (claimed under the old epoch: the fence makes it ready).
     let dir = tempfile::tempdir().unwrap();
     let now = Rc::new(Cell::new(START_MS));
     run(async move {
-        let opened = open(dir.path(), &now, QueueConfig::default()).await;
+        let opened = open(layout, dir.path(), &now, QueueConfig::default()).await;
         opened.0.enqueue(&batch(&[1], START_MS)).await.unwrap();
         let claimed = opened.0.claim(&claim_request(1), Lane::Main, 0).await.unwrap();
         let partition = opened.0.clone();
@@ -316,7 +325,7 @@ fn ack_after_close_is_refused_not_acknowledged() {
         let results = partition.ack(&[claimed[0].delivery.token]).await;
         assert_eq!(results[0].as_ref().unwrap_err().code(), ErrorCode::ShuttingDown);
         drop(partition);
-        let reopened = open(dir.path(), &now, QueueConfig::default()).await;
+        let reopened = open(layout, dir.path(), &now, QueueConfig::default()).await;
         assert_eq!(reopened.0.counters().live_messages, 1, "the unacknowledged ack was not kept");
         close(reopened).await;
     });
@@ -401,8 +410,7 @@ fn numbered_record(number: u16, now_ms: u64) -> Record {
     record(id, (0..200u16).map(|i| (number ^ i) as u8).collect(), now_ms)
 }
 
-#[test]
-fn a_large_claim_from_disk_serves_every_record_its_own_bytes() {
+fn a_large_claim_from_disk_serves_every_record_its_own_bytes(layout: Layout) {
     // Goal: a claim reads its records ahead in one log read (not one per
     // batch) and still serves each delivery the bytes of its own record,
     // across batches, control batches interleaved between them, and gaps
@@ -414,7 +422,7 @@ fn a_large_claim_from_disk_serves_every_record_its_own_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let now = Rc::new(Cell::new(START_MS));
     run(async move {
-        let opened = open(dir.path(), &now, QueueConfig::default()).await;
+        let opened = open(layout, dir.path(), &now, QueueConfig::default()).await;
         let partition = opened.0.clone();
         let mut acked = 0;
         for index in 0..40u16 {
@@ -429,7 +437,7 @@ fn a_large_claim_from_disk_serves_every_record_its_own_bytes() {
         }
         close(opened).await;
 
-        let opened = open(dir.path(), &now, QueueConfig::default()).await;
+        let opened = open(layout, dir.path(), &now, QueueConfig::default()).await;
         let partition = opened.0.clone();
         let request = ClaimRequest { max_bytes: 4 << 20, ..claim_request(1_000) };
         let claimed = partition.claim(&request, Lane::Main, 0).await.unwrap();
@@ -447,14 +455,22 @@ fn a_large_claim_from_disk_serves_every_record_its_own_bytes() {
             }
             offsets.push(item.delivery.offset.0);
         }
-        // Acked messages and the events between batches left gaps.
-        assert!(offsets.windows(2).any(|pair| pair[1] > pair[0] + 1), "{offsets:?}");
+        match layout {
+            // Acked messages and the events between batches left gaps.
+            Layout::Segments => {
+                assert!(offsets.windows(2).any(|pair| pair[1] > pair[0] + 1), "{offsets:?}");
+            }
+            // Offsets number data records only (control entries take none),
+            // and the acked ones are the oldest: the rest are dense.
+            Layout::Journal => {
+                assert_eq!(offsets, (acked as u64..400).collect::<Vec<_>>());
+            }
+        }
         close(opened).await;
     });
 }
 
-#[test]
-fn a_cancelled_claim_answers_empty_and_claims_nothing_later() {
+fn a_cancelled_claim_answers_empty_and_claims_nothing_later(layout: Layout) {
     // Goal: a waiting claim whose cancel handle fires (the protocol's
     // CancelClaim) returns empty at once and never claims what arrives
     // afterwards; a cancel that comes before the claim looks claims nothing
@@ -465,7 +481,7 @@ fn a_cancelled_claim_answers_empty_and_claims_nothing_later() {
     let dir = tempfile::tempdir().unwrap();
     let now = Rc::new(Cell::new(START_MS));
     run(async move {
-        let opened = open(dir.path(), &now, QueueConfig::default()).await;
+        let opened = open(layout, dir.path(), &now, QueueConfig::default()).await;
         let partition = opened.0.clone();
         let cancel = Rc::new(ClaimCancel::default());
         let waiter = {

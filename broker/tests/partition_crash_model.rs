@@ -22,12 +22,14 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
 mod common;
+mod partition_layout;
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::rc::Rc;
 
+use partition_layout::{open_partition, Layout};
 use spool_broker::io::{CrashMode, IoOp, SimStorage};
 use spool_broker::log::{LogConfig, RecordFatal};
 use spool_broker::partition::{Clock, EnqueueOutcome, Partition, PartitionName};
@@ -148,23 +150,29 @@ fn id_of(record: &[u8]) -> Option<u64> {
 
 type Opened = (Rc<Partition<SimStorage>>, glommio::task::JoinHandle<()>);
 
-async fn open(disk: &SimStorage, now: &Rc<Cell<u64>>, context: &str, stats: &Stats) -> Opened {
+async fn open(
+    layout: Layout,
+    disk: &SimStorage,
+    now: &Rc<Cell<u64>>,
+    context: &str,
+    stats: &Stats,
+) -> Opened {
     let name =
         PartitionName { queue: "jobs".into(), queue_id: QueueId(1), partition: PartitionId(0) };
-    let (partition, background, report) = Partition::open(
+    let (partition, background, report) = open_partition(
+        layout,
         disk.clone(),
         Path::new("/data/p0"),
         name,
         queue_config(),
         log_config(),
-        [7u8; 32],
         Rc::new(RecordFatal::default()),
         clock(now),
     )
     .await
     .unwrap_or_else(|error| panic!("{context}: reopen failed: {error}"));
     stats.fenced.set(stats.fenced.get() + report.fenced_claims);
-    let task = glommio::spawn_local(background).detach();
+    let task = glommio::spawn_local(background.into_future()).detach();
     (partition, task)
 }
 
@@ -340,7 +348,7 @@ async fn housekeeper(round: Rc<Round>, mut rng: Rng) {
 }
 
 /// One seed: `ROUNDS` crash-and-reopen rounds.
-async fn run_seed(seed: u64, stats: Rc<Stats>) {
+async fn run_seed(layout: Layout, seed: u64, stats: Rc<Stats>) {
     let mut rng = Rng::new(seed);
     let now = Rc::new(Cell::new(START_MS));
     let mut disk = SimStorage::new();
@@ -348,7 +356,7 @@ async fn run_seed(seed: u64, stats: Rc<Stats>) {
     let next_id = Rc::new(Cell::new(1u64));
     for round_index in 0..ROUNDS {
         let context = format!("seed {seed} round {round_index}");
-        let (partition, task) = open(&disk, &now, &context, &stats).await;
+        let (partition, task) = open(layout, &disk, &now, &context, &stats).await;
         check(&partition, &mut model.borrow_mut(), &context);
         // The crash point: a random mutating operation of this round.
         let crash_at = disk.op_count() + 40 + rng.below(1_500);
@@ -408,15 +416,16 @@ async fn run_seed(seed: u64, stats: Rc<Stats>) {
         now.set(now.get() + 500);
     }
     let context = format!("seed {seed} final");
-    let (partition, task) = open(&disk, &now, &context, &stats).await;
+    let (partition, task) = open(layout, &disk, &now, &context, &stats).await;
     check(&partition, &mut model.borrow_mut(), &context);
     assert!(!model.borrow().acked.is_empty(), "{context}: the workload acked nothing");
     partition.log().close();
     task.await;
 }
 
-#[test]
-fn answered_enqueues_and_acks_survive_chained_crashes_with_checkpoints_running() {
+both_layouts!(answered_enqueues_and_acks_survive_chained_crashes_with_checkpoints_running);
+
+fn answered_enqueues_and_acks_survive_chained_crashes_with_checkpoints_running(layout: Layout) {
     // Goal: the partition keeps its contract across chains of crashes taken
     // at arbitrary disk operations while producers, consumers, ticks and
     // checkpoints run concurrently (see the module doc for what is checked).
@@ -427,7 +436,7 @@ fn answered_enqueues_and_acks_survive_chained_crashes_with_checkpoints_running()
     let stats = common::run_glommio(async move {
         let stats = Rc::new(Stats::default());
         for seed in 0..seeds {
-            run_seed(seed, stats.clone()).await;
+            run_seed(layout, seed, stats.clone()).await;
         }
         stats
     });

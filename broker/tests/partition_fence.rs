@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
 mod common;
+mod partition_layout;
 
 use std::cell::Cell;
 use std::future::Future;
@@ -15,6 +16,7 @@ use std::rc::Rc;
 use std::task::Poll;
 
 use futures_lite::future::{block_on, poll_once};
+use partition_layout::{open_partition, Layout};
 use spool_broker::io::{CrashMode, SimStorage};
 use spool_broker::log::{LogConfig, RecordFatal};
 use spool_broker::partition::{Clock, OpenReport, Partition, PartitionName};
@@ -59,6 +61,7 @@ fn claim_request(credits: u32) -> ClaimRequest {
 /// (the fence waits for its own commit); returns the background future
 /// unspawned, so the test decides when the disk makes progress.
 fn open(
+    layout: Layout,
     disk: &SimStorage,
     now: &Rc<Cell<u64>>,
 ) -> (Rc<Partition<SimStorage>>, Background, OpenReport) {
@@ -66,18 +69,18 @@ fn open(
         PartitionName { queue: "jobs".into(), queue_id: QueueId(1), partition: PartitionId(0) };
     // Default config: leases up to 15 min, an exponential backoff from 1 s.
     let config = QueueConfig::default();
-    let (partition, background, report) = block_on(Partition::open(
+    let (partition, background, report) = block_on(open_partition(
+        layout,
         disk.clone(),
         Path::new("/p"),
         name,
         config,
         log_config(),
-        [7u8; 32],
         Rc::new(RecordFatal::default()),
         clock(now),
     ))
     .expect("open");
-    (partition, Box::pin(background), report)
+    (partition, Box::pin(background.into_future()), report)
 }
 
 /// Polls `work` without the log making progress; panics unless it finishes.
@@ -105,8 +108,12 @@ fn with_sync<T>(background: &mut Background, work: impl Future<Output = T>) -> T
     }))
 }
 
-#[test]
-fn claim_replies_before_its_commit_and_only_hands_out_durable_records() {
+both_layouts!(
+    claim_replies_before_its_commit_and_only_hands_out_durable_records,
+    claim_lost_before_its_sync_is_ready_after_reopen_and_its_token_is_stale,
+);
+
+fn claim_replies_before_its_commit_and_only_hands_out_durable_records(layout: Layout) {
     // Goal: a claim replies once appended and applied, with its own commit
     // still not durable; it never delivers a record whose enqueue is not
     // durable; a long-polling claim is woken when an enqueue becomes durable.
@@ -118,7 +125,7 @@ fn claim_replies_before_its_commit_and_only_hands_out_durable_records() {
     // and 4 while the clock stands still.
     let disk = SimStorage::new();
     let now = Rc::new(Cell::new(START_MS));
-    let (partition, mut background, _) = open(&disk, &now);
+    let (partition, mut background, _) = open(layout, &disk, &now);
     with_sync(&mut background, partition.enqueue(&batch(&[1, 2], START_MS))).unwrap();
     let durable_before = partition.log().durable_offset();
     let second = batch(&[3, 4], START_MS);
@@ -157,8 +164,7 @@ fn without_sync_once<T>(work: Pin<&mut impl Future<Output = T>>) -> Option<T> {
     block_on(poll_once(work))
 }
 
-#[test]
-fn claim_lost_before_its_sync_is_ready_after_reopen_and_its_token_is_stale() {
+fn claim_lost_before_its_sync_is_ready_after_reopen_and_its_token_is_stale(layout: Layout) {
     // Goal: a crash after a claim replied but before its commit was synced
     // leaves the message ready at once after reopen (long before the lease),
     // with the old token STALE_TOKEN; a claim that did reach the disk is
@@ -168,7 +174,7 @@ fn claim_lost_before_its_sync_is_ready_after_reopen_and_its_token_is_stale() {
     // take the durable-only crash image, reopen it at the same instant.
     let disk = SimStorage::new();
     let now = Rc::new(Cell::new(START_MS));
-    let (partition, mut background, _) = open(&disk, &now);
+    let (partition, mut background, _) = open(layout, &disk, &now);
     with_sync(&mut background, partition.enqueue(&batch(&[1, 2, 3, 4, 5], START_MS))).unwrap();
     let synced = without_sync(partition.claim(&claim_request(3), Lane::Main, 0)).unwrap();
     // The ack of the third claim waits for its commit, which holds all three.
@@ -180,7 +186,7 @@ fn claim_lost_before_its_sync_is_ready_after_reopen_and_its_token_is_stale() {
     drop((partition, background));
 
     now.set(START_MS + 1_000);
-    let (partition, mut background, report) = open(&image, &now);
+    let (partition, mut background, report) = open(layout, &image, &now);
     assert_eq!(report.fenced_claims, 2, "the two durable claims were fenced");
     let counters = partition.counters();
     assert_eq!((counters.claimed, counters.live_messages), (0, 4), "{counters:?}");
@@ -206,7 +212,7 @@ fn claim_lost_before_its_sync_is_ready_after_reopen_and_its_token_is_stale() {
     let results = with_sync(&mut background, partition.ack(&acks));
     assert!(results.iter().all(Result::is_ok));
     let image = image.crash_image(CrashMode::DurableOnly);
-    let (partition, _background, report) = open(&image, &now);
+    let (partition, _background, report) = open(layout, &image, &now);
     assert_eq!(report.fenced_claims, 0);
     assert_eq!(partition.counters().live_messages, 0);
 }

@@ -43,14 +43,12 @@ impl<S: Storage + Clone> Partition<S> {
     /// [`CHECKPOINT_INTERVAL_OFFSETS`] offsets or
     /// [`CHECKPOINT_INTERVAL_BYTES`] bytes.
     pub fn checkpoint_due(&self) -> bool {
-        !self.checkpoint_running.get()
-            && !self.sync_failed.get()
-            && self.log.end() > self.checkpoint_covers.get()
-            && {
-                let growth = self.log.growth_since(self.checkpoint_covers.get());
-                growth.offsets >= CHECKPOINT_INTERVAL_OFFSETS
-                    || growth.bytes >= CHECKPOINT_INTERVAL_BYTES
-            }
+        !self.checkpoint_running.get() && !self.sync_failed.get() && {
+            let growth = self.log.growth_since(self.checkpoint_covers.get());
+            growth.offsets > 0
+                && (growth.offsets >= CHECKPOINT_INTERVAL_OFFSETS
+                    || growth.bytes >= CHECKPOINT_INTERVAL_BYTES)
+        }
     }
 
     /// Writes a checkpoint of the current state once everything it covers is
@@ -88,20 +86,29 @@ impl<S: Storage + Clone> Partition<S> {
     }
 
     async fn checkpoint_inner(&self) -> Result<Option<Offset>, PartitionError> {
-        // Every event before `end` is applied and none after it (appends
+        // Every event before the mark is applied and none after it (appends
         // assign their place and apply without an await between), so the
-        // state now is the fold of the log up to `end`. From here the state
-        // records what each message held before its first change, and the
-        // steps below write the state as it is now while requests go on.
-        // The snapshot and the side file both record the cursor's value.
-        let end = self.log.end();
-        let covers = Offset(end.to_checkpoint());
+        // state now is the fold of the log up to the mark. From here the
+        // state records what each message held before its first change, and
+        // the steps below write the state as it is now while requests go on.
+        // The snapshot records the data offset it covers; the side file the
+        // cursor's value (the same offset for the segment log; the scan
+        // start for the journal, whose control cursor leads the payload:
+        // `log.rs`).
+        let mark = self.log.mark();
+        let covers = mark.data_offset();
         let mut encoder = self.state.borrow_mut().begin_snapshot(covers);
         let _capture = CaptureGuard(&self.state);
-        let ticket = self.last_ticket.borrow().clone();
+        let barrier = self.appends.borrow().barrier();
         let mut writer = files::SideFileWriter::create(&self.storage, &self.dir, CHECKPOINT_FILE)
             .await
             .map_err(LogError::Io)?;
+        let oldest_live = self.state.borrow().retention_watermark();
+        let end = self.log.resolve(mark, oldest_live).await?;
+        let prefix = self.log.checkpoint_prefix(end);
+        if !prefix.is_empty() {
+            writer.write(&prefix).await.map_err(LogError::Io)?;
+        }
         let mut out = Vec::with_capacity(CHECKPOINT_STEP_BYTES_MAX);
         loop {
             out.clear();
@@ -123,9 +130,7 @@ impl<S: Storage + Clone> Partition<S> {
         drop(out);
         let touched = self.state.borrow().snapshot_touched();
         self.state.borrow_mut().end_snapshot();
-        if let Some(ticket) = ticket {
-            ticket.durable().await?;
-        }
+        barrier.durable().await?;
         writer
             .finish(&self.storage, CHECKPOINT_MAGIC, end.to_checkpoint())
             .await

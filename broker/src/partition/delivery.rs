@@ -83,7 +83,7 @@ impl<S: Storage + Clone> Partition<S> {
         }
         // Append first, then apply: a refused append changes nothing.
         let outcome = match self.append_events(&events, now) {
-            Ok(Some(ticket)) => ticket.durable().await.map_err(PartitionError::from),
+            Ok(Some(ticket)) => ticket.durable().await,
             Ok(None) => Ok(()),
             Err(error) => Err(error),
         };

@@ -125,7 +125,7 @@ impl<S: Storage + Clone> Partition<S> {
                 outcomes[index as usize] = EnqueueOutcome::Appended { offset };
             }
             drop(state);
-            *self.last_ticket.borrow_mut() = Some(appended.ticket.clone());
+            self.appends.borrow_mut().note(BatchKind::Data, &appended.ticket);
             self.hint_wakeup();
             ticket = Some(appended.ticket);
         }
@@ -147,9 +147,12 @@ impl<S: Storage + Clone> Partition<S> {
         let appended = accepted.len();
         // A duplicate reply promises the original is durable: without an
         // append of our own, wait for everything appended so far.
-        let wait = ticket.or_else(|| self.last_ticket.borrow().clone());
-        if let Some(wait) = wait {
-            wait.durable().await?;
+        match ticket {
+            Some(ticket) => ticket.durable().await?,
+            None => {
+                let barrier = self.appends.borrow().barrier();
+                barrier.durable().await?;
+            }
         }
         // Claims hand out only durable records, so waiting claims are woken
         // now that these are (not at append, when they could not take them).

@@ -10,6 +10,7 @@ use thiserror::Error;
 use super::files::SideFileError;
 use super::signal::CLAIM_WAITERS_MAX;
 use super::ENQUEUE_CLOCK_SKEW_MS_MAX;
+use crate::log::journal::JournalError;
 use crate::log::LogError;
 use crate::queue::{CodecError, Millis, Offset, QueueError};
 
@@ -25,6 +26,10 @@ pub enum PartitionError {
     Queue(#[from] QueueError),
     #[error("log: {0}")]
     Log(#[from] LogError),
+    /// The shard journal (journal layout): the same classes as the segment
+    /// log's errors, mapped onto the same codes.
+    #[error("journal: {0}")]
+    Journal(#[from] JournalError),
     #[error("batch rejected: {0}")]
     Batch(#[from] WireError),
     #[error("batch kind must be data for an enqueue")]
@@ -100,6 +105,14 @@ impl PartitionError {
             PartitionError::Log(LogError::InvalidBatch(_))
             | PartitionError::Log(LogError::BatchTooLarge { .. }) => ErrorCode::BatchInvalid,
             PartitionError::Log(_) => ErrorCode::StorageFailed,
+            PartitionError::Journal(JournalError::Backpressure { .. }) => ErrorCode::Throttled,
+            PartitionError::Journal(JournalError::Closed) => ErrorCode::ShuttingDown,
+            PartitionError::Journal(
+                JournalError::InvalidBatch(_)
+                | JournalError::NotAppendable(_)
+                | JournalError::EntryTooLarge { .. },
+            ) => ErrorCode::BatchInvalid,
+            PartitionError::Journal(_) => ErrorCode::StorageFailed,
             PartitionError::Batch(WireError::RecordTooLarge { .. }) => ErrorCode::RecordTooLarge,
             PartitionError::Batch(_)
             | PartitionError::NotData

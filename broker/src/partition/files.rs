@@ -11,11 +11,20 @@
 //! 0  4  magic ("SPEP" epoch, "SPCK" checkpoint)
 //! 4  4  format version (1)
 //! 8  8  payload length in bytes
-//! 16 8  value: the epoch, or the offset the checkpoint covers
+//! 16 8  value: the epoch, or the checkpoint's cursor (below)
 //! 24 4  crc32c of the payload
 //! 28 4  crc32c of bytes [0, 28)
 //! 32 .. payload
 //! ```
+//!
+//! The checkpoint's value and payload per log layout (`log.rs`): on the
+//! segment log the value is the offset the checkpoint covers and the
+//! payload the state's snapshot; on the shard journal the value is the
+//! journal position the shard's recovery must start from for this
+//! partition (its scan start), and the payload is the control cursor `c_p`
+//! (8 bytes, little-endian: the journal position where the control entries
+//! the snapshot does not hold begin) followed by the snapshot, which
+//! records the data offset it covers.
 
 use std::path::{Path, PathBuf};
 use std::rc::Rc;

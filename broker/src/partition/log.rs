@@ -20,6 +20,26 @@
 //! - **Retention.** A checkpoint lets go of what its state no longer needs:
 //!   data records below the oldest live message and control records below the
 //!   checkpoint ([`PartitionLog::delete_below`] takes both).
+//! - **Durability across lanes.** The segment log makes appends durable in
+//!   append order; the journal does so per lane (control ahead of queued
+//!   data), so "everything appended so far is durable" is the newest ticket
+//!   of each lane ([`LastAppends`]).
+//!
+//! A checkpoint of the journal layout needs two points, because control
+//! entries can be written ahead of data appended before them: the data
+//! offset its state covers (in the snapshot itself, as for the segment log)
+//! and the **control cursor** `c_p`, the end of the last control entry the
+//! state holds (every control entry of the partition appended before the
+//! snapshot lies below it, every later one at or past it: the control lane
+//! is written in append order). Replay applies data entries past the
+//! offset and control entries at or past `c_p`. The side file's value is
+//! the **scan start**: `c_p`, or lower when a data entry the partition still
+//! needs (its oldest live message, or one past the covered offset) sits
+//! lower — the shard's journal recovery starts at the least scan start of
+//! its partitions, so every entry a partition needs is routed to it. The
+//! side file's payload is `c_p` (8 bytes, little-endian) followed by the
+//! snapshot. For the segment log value and cursor are the covered offset
+//! and the payload is the snapshot, as it always was.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -30,39 +50,105 @@ use spool_wire::batch::BatchKind;
 
 use super::{PartitionError, REPLAY_READ_BYTES};
 use crate::io::Storage;
-use crate::log::{
-    Appended, FatalHandler, Log, LogConfig, LogError, LogStats, Offset, ReadBatch, RecoveryReport,
-    SegmentInfo,
+use crate::log::journal::{
+    JournalPartition, JournalPos, JournalTicket, Lane as JournalLane, RoutedEntry,
+    ENTRY_HEADER_BYTES,
 };
+use crate::log::{
+    FatalHandler, Log, LogConfig, LogError, LogStats, Offset, ReadBatch, RecoveryReport,
+    SegmentInfo, Ticket,
+};
+
+/// Bytes of the journal layout's checkpoint payload before the snapshot:
+/// the control cursor `c_p` (see the module docs).
+pub const JOURNAL_CHECKPOINT_PREFIX_BYTES: usize = 8;
 
 /// A point in a partition's log: "everything before here", as a checkpoint
 /// records it and as replay resumes from it.
 ///
 /// Opaque on purpose: in the segment log it is a partition offset (control
-/// batches take offsets there), in the shard journal it will be a journal
-/// position (control entries take no partition offsets), so arithmetic with
-/// record offsets would be right for one layout and wrong for the other.
-/// Cursors of one log compare in log order. The checkpoint side file stores
-/// [`LogCursor::to_checkpoint`]; for the segment log that is the offset, as
-/// it always was, so the file format does not change.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
-pub struct LogCursor(u64);
+/// batches take offsets there), in the shard journal a data offset plus the
+/// control cursor `c_p` and the scan start (module docs), so arithmetic
+/// with record offsets would be right for one layout and wrong for the
+/// other. The checkpoint side file stores [`LogCursor::to_checkpoint`]; for
+/// the segment log that is the offset, as it always was, so the file format
+/// does not change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LogCursor {
+    /// Segment log: the offset. Journal: the scan start.
+    value: u64,
+    /// The data offset the state covers (segment log: the offset).
+    data: u64,
+    /// Journal: the control cursor `c_p`.
+    control: u64,
+    /// Journal: records and batch bytes appended since open at this point
+    /// (what a checkpoint being due is measured from).
+    records: u64,
+    bytes: u64,
+}
 
 impl LogCursor {
     /// The value the checkpoint side file stores for this cursor.
     pub fn to_checkpoint(self) -> u64 {
-        self.0
+        self.value
     }
 
-    /// The cursor a checkpoint side file recorded.
+    /// The cursor a checkpoint side file of the segment log recorded.
     pub fn from_checkpoint(value: u64) -> Self {
-        Self(value)
+        Self { value, data: value, ..Self::default() }
+    }
+
+    /// The cursor a journal checkpoint recorded: its scan start (the side
+    /// file's value), the data offset its state covers and its control
+    /// cursor.
+    pub fn from_journal_checkpoint(scan: u64, data: Offset, control: JournalPos) -> Self {
+        Self { value: scan, data: data.0, control: control.0, records: 0, bytes: 0 }
+    }
+
+    /// Journal: the control cursor `c_p` (0 for the segment log).
+    pub fn control_cursor(self) -> u64 {
+        self.control
+    }
+
+    /// The data offset the state at this cursor covers: records below it
+    /// are in the state.
+    pub fn data_offset(self) -> Offset {
+        Offset(self.data)
     }
 }
 
 impl std::fmt::Display for LogCursor {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(formatter, "{}", self.0)
+        if self.control == 0 && self.value == self.data {
+            write!(formatter, "{}", self.value)
+        } else {
+            write!(
+                formatter,
+                "offset {} (control cursor {}, scan start {})",
+                self.data, self.control, self.value
+            )
+        }
+    }
+}
+
+/// Where the log ends at the moment a checkpoint's snapshot begins
+/// ([`PartitionLog::mark`]); [`PartitionLog::resolve`] turns it into the
+/// cursor the checkpoint records, once the appends before it have a place
+/// in the log.
+pub struct LogMark {
+    data: u64,
+    records: u64,
+    bytes: u64,
+    /// Journal: the control end known at the mark, and the newest control
+    /// append (its position is known once a commit took it).
+    control_end: JournalPos,
+    control: Option<(JournalTicket, u64)>,
+}
+
+impl LogMark {
+    /// The data offset the snapshot covers.
+    pub fn data_offset(&self) -> Offset {
+        Offset(self.data)
     }
 }
 
@@ -70,16 +156,106 @@ impl std::fmt::Display for LogCursor {
 /// is due.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LogGrowth {
-    /// Offsets assigned after it.
+    /// Offsets assigned after it (journal: records appended, both lanes).
     pub offsets: u64,
-    /// Bytes of log held after it.
+    /// Bytes of log held after it (journal: batch bytes appended).
     pub bytes: u64,
+}
+
+/// A ticket of either layout: resolves when the append is durable.
+#[derive(Clone, Debug)]
+pub enum LogTicket {
+    Segments(Ticket),
+    Journal(JournalTicket),
+}
+
+impl LogTicket {
+    /// Waits until the append is durable.
+    ///
+    /// # Errors
+    /// The log (or journal) failed before that; the append was never
+    /// acknowledged.
+    pub async fn durable(&self) -> Result<(), PartitionError> {
+        match self {
+            Self::Segments(ticket) => ticket.durable().await.map_err(PartitionError::from),
+            Self::Journal(ticket) => ticket.durable().await.map_err(PartitionError::from),
+        }
+    }
+
+    /// `Some(Ok)` once durable, `Some(Err)` once failed, `None` while pending.
+    pub fn status(&self) -> Option<Result<(), PartitionError>> {
+        match self {
+            Self::Segments(ticket) => ticket.status().map(|r| r.map_err(PartitionError::from)),
+            Self::Journal(ticket) => ticket.status().map(|r| r.map_err(PartitionError::from)),
+        }
+    }
+}
+
+/// What `append` assigned, for both layouts.
+#[derive(Clone, Debug)]
+pub struct LogAppended {
+    /// A data batch's first offset (journal control batch: the next data
+    /// offset; it takes none).
+    pub base_offset: Offset,
+    pub next_offset: Offset,
+    pub ticket: LogTicket,
+}
+
+/// The newest ticket of each lane: once all of them resolve, every append
+/// made so far is durable. The segment log is durable in append order, so
+/// its newest ticket alone says it.
+#[derive(Debug, Default)]
+pub struct LastAppends {
+    data: Option<LogTicket>,
+    control: Option<LogTicket>,
+}
+
+impl LastAppends {
+    /// Records the ticket of an append of `kind`.
+    pub fn note(&mut self, kind: BatchKind, ticket: &LogTicket) {
+        match ticket {
+            LogTicket::Segments(_) => {
+                self.data = Some(ticket.clone());
+                self.control = None;
+            }
+            LogTicket::Journal(_) if kind == BatchKind::Data => self.data = Some(ticket.clone()),
+            LogTicket::Journal(_) => self.control = Some(ticket.clone()),
+        }
+    }
+
+    /// The tickets to wait for (at most one per lane).
+    pub fn barrier(&self) -> Barrier {
+        Barrier(self.data.iter().chain(self.control.iter()).cloned().collect())
+    }
+}
+
+/// Every append made before it was taken ([`LastAppends::barrier`]).
+#[derive(Debug, Default)]
+pub struct Barrier(Vec<LogTicket>);
+
+impl Barrier {
+    /// Waits until every append before the barrier is durable.
+    ///
+    /// # Errors
+    /// The log failed first.
+    pub async fn durable(&self) -> Result<(), PartitionError> {
+        for ticket in &self.0 {
+            ticket.durable().await?;
+        }
+        Ok(())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 /// A partition's log; see the module docs.
 pub enum PartitionLog<S: Storage> {
     /// The per-partition segment log.
     Segments(Log<S>),
+    /// The partition's view of its shard's journal.
+    Journal(Rc<JournalPartition<S>>),
 }
 
 impl<S: Storage> PartitionLog<S> {
@@ -99,7 +275,8 @@ impl<S: Storage> PartitionLog<S> {
     ) -> Result<(Self, RecoveryReport), LogError> {
         let (log, report) = match scan_from {
             Some(from) => {
-                Log::open_from(storage, dir, config, leader_epoch, fatal, Offset(from.0)).await?
+                Log::open_from(storage, dir, config, leader_epoch, fatal, Offset(from.value))
+                    .await?
             }
             None => Log::open(storage, dir, config, leader_epoch, fatal).await?,
         };
@@ -107,10 +284,23 @@ impl<S: Storage> PartitionLog<S> {
     }
 
     /// The future that makes appends durable; the owner spawns it (see
-    /// [`Log::background`]). Call once.
-    pub fn background(&self) -> impl Future<Output = ()> + 'static {
+    /// [`Log::background`]). Call once. For the journal the shard runs the
+    /// journal's own background; this one completes once the partition is
+    /// closed and its appends are durable.
+    pub fn background(&self) -> std::pin::Pin<Box<dyn Future<Output = ()> + 'static>> {
         match self {
-            Self::Segments(log) => log.background(),
+            Self::Segments(log) => Box::pin(log.background()),
+            Self::Journal(part) => {
+                let part = part.clone();
+                Box::pin(async move {
+                    part.wait_closed().await;
+                    let (data, control) = part.last_tickets();
+                    for ticket in data.iter().chain(control.iter()) {
+                        // A failure was answered to the appender already.
+                        let _ = ticket.durable().await;
+                    }
+                })
+            }
         }
     }
 
@@ -118,10 +308,25 @@ impl<S: Storage> PartitionLog<S> {
     /// resolves).
     ///
     /// # Errors
-    /// As [`Log::append`].
-    pub fn append(&self, batch: &[u8]) -> Result<Appended, LogError> {
+    /// As [`Log::append`] and [`JournalPartition::append`].
+    pub fn append(&self, batch: &[u8]) -> Result<LogAppended, PartitionError> {
         match self {
-            Self::Segments(log) => log.append(batch),
+            Self::Segments(log) => {
+                let appended = log.append(batch)?;
+                Ok(LogAppended {
+                    base_offset: appended.base_offset,
+                    next_offset: appended.next_offset,
+                    ticket: LogTicket::Segments(appended.ticket),
+                })
+            }
+            Self::Journal(part) => {
+                let appended = part.append(batch)?;
+                Ok(LogAppended {
+                    base_offset: appended.base_offset,
+                    next_offset: appended.next_offset,
+                    ticket: LogTicket::Journal(appended.ticket),
+                })
+            }
         }
     }
 
@@ -129,16 +334,22 @@ impl<S: Storage> PartitionLog<S> {
     pub async fn writable(&self, kind: BatchKind, len: u64) {
         match self {
             Self::Segments(log) => log.writable(kind, len).await,
+            Self::Journal(part) => part.writable(kind, len).await,
         }
     }
 
-    /// Batches from the one holding `from`, up to about `max_bytes`.
+    /// Data batches from the one holding `from`, up to about `max_bytes`.
     ///
     /// # Errors
-    /// As [`Log::read`].
-    pub async fn read(&self, from: Offset, max_bytes: u64) -> Result<Vec<ReadBatch>, LogError> {
+    /// As [`Log::read`] and [`JournalPartition::read`].
+    pub async fn read(
+        &self,
+        from: Offset,
+        max_bytes: u64,
+    ) -> Result<Vec<ReadBatch>, PartitionError> {
         match self {
-            Self::Segments(log) => log.read(from, max_bytes).await,
+            Self::Segments(log) => Ok(log.read(from, max_bytes).await?),
+            Self::Journal(part) => Ok(part.read(from, max_bytes).await?),
         }
     }
 
@@ -146,6 +357,7 @@ impl<S: Storage> PartitionLog<S> {
     pub fn next_offset(&self) -> Offset {
         match self {
             Self::Segments(log) => log.next_offset(),
+            Self::Journal(part) => part.next_offset(),
         }
     }
 
@@ -153,6 +365,7 @@ impl<S: Storage> PartitionLog<S> {
     pub fn durable_offset(&self) -> Offset {
         match self {
             Self::Segments(log) => log.durable_offset(),
+            Self::Journal(part) => part.durable_offset(),
         }
     }
 
@@ -160,22 +373,80 @@ impl<S: Storage> PartitionLog<S> {
     pub fn start_offset(&self) -> Offset {
         match self {
             Self::Segments(log) => log.start_offset(),
+            Self::Journal(part) => part.start_offset(),
         }
     }
 
-    /// Where the log ends now: a checkpoint of the state as it is now
-    /// records this, and replay from it applies exactly what comes after.
-    pub fn end(&self) -> LogCursor {
+    /// Where the log ends now, taken at the moment a checkpoint's snapshot
+    /// begins (no await between this and the snapshot).
+    pub fn mark(&self) -> LogMark {
         match self {
-            Self::Segments(log) => LogCursor(log.next_offset().0),
+            Self::Segments(log) => {
+                let next = log.next_offset().0;
+                LogMark {
+                    data: next,
+                    records: 0,
+                    bytes: 0,
+                    control_end: JournalPos(0),
+                    control: None,
+                }
+            }
+            Self::Journal(part) => {
+                let (records, bytes) = part.appended();
+                let (control_end, control) = part.control_mark();
+                LogMark { data: part.next_offset().0, records, bytes, control_end, control }
+            }
         }
     }
 
-    /// Where the log starts (after retention): replay from an earlier cursor
-    /// would miss records.
-    pub fn start(&self) -> LogCursor {
+    /// The cursor a checkpoint taken at `mark` records: for the journal,
+    /// waits until the newest control append before the mark is in a
+    /// commit (its end is the control cursor), and lowers the scan start to
+    /// the data entry of `oldest_live` (or of the covered offset) when that
+    /// lies lower.
+    ///
+    /// # Errors
+    /// The journal failed before the control append was written.
+    pub async fn resolve(
+        &self,
+        mark: LogMark,
+        oldest_live: Option<Offset>,
+    ) -> Result<LogCursor, PartitionError> {
         match self {
-            Self::Segments(log) => LogCursor(log.start_offset().0),
+            Self::Segments(_) => Ok(LogCursor::from_checkpoint(mark.data)),
+            Self::Journal(part) => {
+                let mut control = mark.control_end;
+                if let Some((ticket, entry_len)) = &mark.control {
+                    ticket.durable().await?;
+                    if let Some(position) = ticket.position() {
+                        control = control.max(JournalPos(position.0 + entry_len));
+                    }
+                }
+                // A data entry built after now lies past `control` (that
+                // control entry is already in a commit); one built before
+                // may lie lower, and replay needs it if it holds a record
+                // the state still needs or one past the covered offset.
+                let needed = oldest_live.map_or(mark.data, |live| live.0.min(mark.data));
+                let scan = part
+                    .position_of(Offset(needed))
+                    .map_or(control.0, |position| position.0.min(control.0));
+                Ok(LogCursor {
+                    value: scan,
+                    data: mark.data,
+                    control: control.0,
+                    records: mark.records,
+                    bytes: mark.bytes,
+                })
+            }
+        }
+    }
+
+    /// The bytes a checkpoint's payload starts with for `cursor` (the
+    /// journal's control cursor; nothing for the segment log).
+    pub fn checkpoint_prefix(&self, cursor: LogCursor) -> Vec<u8> {
+        match self {
+            Self::Segments(_) => Vec::new(),
+            Self::Journal(_) => cursor.control.to_le_bytes().to_vec(),
         }
     }
 
@@ -183,27 +454,51 @@ impl<S: Storage> PartitionLog<S> {
     pub fn growth_since(&self, cursor: LogCursor) -> LogGrowth {
         match self {
             Self::Segments(log) => LogGrowth {
-                offsets: log.next_offset().0.saturating_sub(cursor.0),
+                offsets: log.next_offset().0.saturating_sub(cursor.value),
                 bytes: log
                     .segments()
                     .iter()
-                    .filter(|segment| segment.next_offset.0 > cursor.0)
+                    .filter(|segment| segment.next_offset.0 > cursor.value)
                     .map(|segment| segment.data_end)
                     .sum(),
             },
+            Self::Journal(part) => {
+                let (records, bytes) = part.appended();
+                LogGrowth {
+                    offsets: records.saturating_sub(cursor.records),
+                    bytes: bytes.saturating_sub(cursor.bytes),
+                }
+            }
         }
     }
 
-    /// Reads the log from `from` to its end, batch by batch, for replay.
+    /// Reads the log after `from` to its end, batch by batch, for replay.
     pub fn replay(&self, from: LogCursor) -> Replay<'_, S> {
-        let end = self.next_offset().0;
-        Replay { log: self, next: from.0, end, read: VecDeque::new() }
+        let source = match self {
+            Self::Segments(log) => ReplaySource::Segments { end: log.next_offset().0 },
+            Self::Journal(part) => {
+                // Both lanes in journal order: data entries with records past
+                // the covered offset, control entries at or past `c_p`.
+                let entries: VecDeque<RoutedEntry> = part
+                    .replay_entries(JournalPos(0))
+                    .into_iter()
+                    .filter(|entry| match entry.lane {
+                        JournalLane::Data => {
+                            entry.first_offset + u64::from(entry.record_count) > from.data
+                        }
+                        JournalLane::Control => entry.position.0 >= from.control,
+                    })
+                    .collect();
+                ReplaySource::Journal { entries }
+            }
+        };
+        Replay { log: self, next: from.data, source, read: VecDeque::new() }
     }
 
     /// Lets go of what a checkpoint at `checkpoint` no longer needs: data
     /// records below `oldest_live` (the oldest message the state still
     /// holds; `None`: none) and control records before `checkpoint`. Returns
-    /// how many files were deleted.
+    /// how many files (journal: index entries) were deleted.
     ///
     /// # Errors
     /// As [`Log::delete_below`].
@@ -211,13 +506,15 @@ impl<S: Storage> PartitionLog<S> {
         &self,
         oldest_live: Option<Offset>,
         checkpoint: LogCursor,
-    ) -> Result<usize, LogError> {
+    ) -> Result<usize, PartitionError> {
+        let covers = Offset(checkpoint.data);
+        let below = oldest_live.unwrap_or(covers).min(covers);
         match self {
-            Self::Segments(log) => {
-                // Control batches take offsets here: below both bounds.
-                let covers = Offset(checkpoint.0);
-                log.delete_below(oldest_live.unwrap_or(covers).min(covers)).await
-            }
+            // Control batches take offsets here: below both bounds.
+            Self::Segments(log) => Ok(log.delete_below(below).await?),
+            // Journal files are reclaimed per shard (not yet): the index is
+            // cut.
+            Self::Journal(part) => Ok(part.delete_below(below).await?),
         }
     }
 
@@ -225,6 +522,7 @@ impl<S: Storage> PartitionLog<S> {
     pub fn disk_full(&self) -> bool {
         match self {
             Self::Segments(log) => log.disk_full(),
+            Self::Journal(part) => part.disk_full(),
         }
     }
 
@@ -232,6 +530,7 @@ impl<S: Storage> PartitionLog<S> {
     pub fn retry_prepare(&self) {
         match self {
             Self::Segments(log) => log.retry_prepare(),
+            Self::Journal(part) => part.retry_prepare(),
         }
     }
 
@@ -239,6 +538,7 @@ impl<S: Storage> PartitionLog<S> {
     pub fn failure(&self) -> Option<String> {
         match self {
             Self::Segments(log) => log.failure(),
+            Self::Journal(part) => part.failure(),
         }
     }
 
@@ -247,27 +547,40 @@ impl<S: Storage> PartitionLog<S> {
     pub fn close(&self) {
         match self {
             Self::Segments(log) => log.close(),
+            Self::Journal(part) => part.close(),
         }
     }
 
-    /// Counters since open.
+    /// Counters since open (the journal's are the shard's: see
+    /// [`crate::log::journal::Journal::stats`]; none per partition).
     pub fn stats(&self) -> LogStats {
         match self {
             Self::Segments(log) => log.stats(),
+            Self::Journal(_) => LogStats::default(),
         }
     }
 
-    /// Named segment files, oldest first.
+    /// Named segment files, oldest first (none for the journal).
     pub fn segments(&self) -> Vec<SegmentInfo> {
         match self {
             Self::Segments(log) => log.segments(),
+            Self::Journal(_) => Vec::new(),
         }
     }
 
-    /// The directory the log's files are in.
+    /// The directory the log's files are in (journal: the shard's).
     pub fn dir(&self) -> &Path {
         match self {
             Self::Segments(log) => log.dir(),
+            Self::Journal(part) => part.shard().dir(),
+        }
+    }
+
+    /// The journal view, for the journal layout.
+    pub fn journal(&self) -> Option<&Rc<JournalPartition<S>>> {
+        match self {
+            Self::Segments(_) => None,
+            Self::Journal(part) => Some(part),
         }
     }
 }
@@ -279,12 +592,22 @@ pub struct ReplayBatch {
     pub apply_from: Offset,
 }
 
+enum ReplaySource {
+    Segments {
+        end: u64,
+    },
+    /// The journal entries still to read, in journal order.
+    Journal {
+        entries: VecDeque<RoutedEntry>,
+    },
+}
+
 /// The batches after a cursor, in log order ([`PartitionLog::replay`]).
 pub struct Replay<'a, S: Storage> {
     log: &'a PartitionLog<S>,
-    /// The next offset to apply.
+    /// The next data offset to apply.
     next: u64,
-    end: u64,
+    source: ReplaySource,
     read: VecDeque<ReadBatch>,
 }
 
@@ -296,6 +619,12 @@ impl<S: Storage> Replay<'_, S> {
     pub async fn next_batch(&mut self) -> Result<Option<ReplayBatch>, PartitionError> {
         loop {
             while let Some(batch) = self.read.pop_front() {
+                let journal = matches!(self.source, ReplaySource::Journal { .. });
+                if journal && batch.header.kind != BatchKind::Data {
+                    // Journal control entries take no offsets; the filter
+                    // chose them already.
+                    return Ok(Some(ReplayBatch { batch, apply_from: Offset(0) }));
+                }
                 // Batches wholly before the cursor were applied already.
                 if batch.header.next_offset() <= self.next {
                     continue;
@@ -304,20 +633,48 @@ impl<S: Storage> Replay<'_, S> {
                 self.next = batch.header.next_offset();
                 return Ok(Some(ReplayBatch { batch, apply_from }));
             }
-            if self.next >= self.end {
-                return Ok(None);
+            match (&mut self.source, self.log) {
+                (ReplaySource::Segments { end }, PartitionLog::Segments(log)) => {
+                    if self.next >= *end {
+                        return Ok(None);
+                    }
+                    let read = log.read(Offset(self.next), REPLAY_READ_BYTES).await?;
+                    if read.is_empty() {
+                        return Err(PartitionError::Recovery {
+                            dir: PathBuf::from(log.dir()),
+                            reason: format!(
+                                "log read at {} returned nothing before {end}",
+                                self.next
+                            ),
+                        });
+                    }
+                    self.read.extend(read);
+                }
+                (ReplaySource::Journal { entries }, PartitionLog::Journal(part)) => {
+                    if entries.is_empty() {
+                        return Ok(None);
+                    }
+                    let mut total = 0u64;
+                    let mut chunk = Vec::new();
+                    while let Some(entry) = entries.front() {
+                        let len = u64::from(entry.batch_len) + ENTRY_HEADER_BYTES as u64;
+                        if !chunk.is_empty() && total + len > REPLAY_READ_BYTES {
+                            break;
+                        }
+                        total += len;
+                        chunk.push(entry.position);
+                        entries.pop_front();
+                    }
+                    let read = part.shard().journal().read_entries(&chunk, total).await?;
+                    self.read.extend(read);
+                }
+                (_, log) => {
+                    return Err(PartitionError::Recovery {
+                        dir: PathBuf::from(log.dir()),
+                        reason: "replay source of the other log layout".into(),
+                    })
+                }
             }
-            let read = self.log.read(Offset(self.next), REPLAY_READ_BYTES).await?;
-            if read.is_empty() {
-                return Err(PartitionError::Recovery {
-                    dir: PathBuf::from(self.log.dir()),
-                    reason: format!(
-                        "log read at {} returned nothing before {}",
-                        self.next, self.end
-                    ),
-                });
-            }
-            self.read.extend(read);
         }
     }
 }

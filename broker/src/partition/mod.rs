@@ -74,18 +74,21 @@ use std::rc::Rc;
 use spool_wire::batch::ControlBatchBuilder;
 
 use crate::io::Storage;
-use crate::log::{FatalHandler, Offset as LogOffset, Ticket};
+use crate::log::{FatalHandler, Offset as LogOffset};
 use crate::queue::{
     Event, LeaderEpoch, Millis, Offset, PartitionId, PartitionState, QueueCounters, QueueId,
     CLAIMED_EVENT_BYTES, EVENT_BYTES,
 };
 use signal::Signal;
 
-pub use self::log::{LogCursor, LogGrowth, PartitionLog, Replay, ReplayBatch};
+pub use self::log::{
+    Barrier, LastAppends, LogAppended, LogCursor, LogGrowth, LogMark, LogTicket, PartitionLog,
+    Replay, ReplayBatch, JOURNAL_CHECKPOINT_PREFIX_BYTES,
+};
 pub use checkpoint::CheckpointStats;
 pub use enqueue::EnqueueOutcome;
 pub use error::PartitionError;
-pub use open::OpenReport;
+pub use open::{JournalOpen, OpenReport};
 pub use read::{Claimed, Peeked};
 
 pub use crate::limits::{
@@ -118,8 +121,9 @@ pub struct Partition<S: Storage + Clone> {
     /// Waiting claims, woken when messages may have become claimable (see
     /// [`signal`]).
     claimable: Signal,
-    /// Ticket of the newest append, so a checkpoint can wait for durability.
-    last_ticket: RefCell<Option<Ticket>>,
+    /// Tickets of the newest appends (one per lane), so a checkpoint or a
+    /// read can wait until everything appended is durable.
+    appends: RefCell<LastAppends>,
     /// Where the newest checkpoint's state ends in the log.
     checkpoint_covers: Cell<LogCursor>,
     checkpoint_running: Cell<bool>,
@@ -197,7 +201,7 @@ impl<S: Storage + Clone> Partition<S> {
         &self,
         events: &[Event],
         now: Millis,
-    ) -> Result<Option<Ticket>, PartitionError> {
+    ) -> Result<Option<LogTicket>, PartitionError> {
         if events.is_empty() {
             return Ok(None);
         }
@@ -220,7 +224,7 @@ impl<S: Storage + Clone> Partition<S> {
             }
         }
         drop(state);
-        *self.last_ticket.borrow_mut() = Some(appended.ticket.clone());
+        self.appends.borrow_mut().note(spool_wire::batch::BatchKind::Control, &appended.ticket);
         self.hint_wakeup();
         Ok(Some(appended.ticket))
     }

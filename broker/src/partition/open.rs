@@ -10,19 +10,46 @@ use std::rc::Rc;
 use spool_wire::batch::BatchKind;
 
 use super::enqueue::enqueue_request;
-use super::files::{self, CHECKPOINT_FILE, CHECKPOINT_MAGIC};
+use super::files::{self, CHECKPOINT_FILE, CHECKPOINT_MAGIC, EPOCH_FILE, EPOCH_MAGIC};
 use super::read::{aligned, verified_view};
 use super::signal::Signal;
 use super::{
-    epoch, Clock, LogCursor, Partition, PartitionError, PartitionName, ReplayBatch,
-    CONTROL_BATCH_EVENTS_MAX,
+    epoch, Clock, LastAppends, LogCursor, Partition, PartitionError, PartitionLog, PartitionName,
+    ReplayBatch, CONTROL_BATCH_EVENTS_MAX, JOURNAL_CHECKPOINT_PREFIX_BYTES,
 };
 use crate::io::Storage;
+use crate::log::journal::{JournalPos, PartitionHandle, RoutedEntry, ShardJournal};
 use crate::log::{FatalHandler, LogConfig, LogError};
 use crate::queue::{
     ApplyError, EnqueueMeta, Event, LeaderEpoch, Offset, PartitionContext, PartitionState,
     QueueConfig,
 };
+
+/// What [`Partition::open_journal`] needs of the shard: its journal, the
+/// partition's handle in it (registered before its first append) and the
+/// entries the shard's recovery routed to it.
+pub struct JournalOpen<S: Storage> {
+    pub shard: Rc<ShardJournal<S>>,
+    pub handle: PartitionHandle,
+    pub routed: Vec<RoutedEntry>,
+}
+
+/// A log opened and a state restored, for [`Partition::finish_open`].
+struct Opening<'a, S: Storage> {
+    storage: S,
+    dir: &'a Path,
+    name: PartitionName,
+    log: PartitionLog<S>,
+    state: PartitionState,
+    epoch: LeaderEpoch,
+    covers: Option<Offset>,
+    replay_from: LogCursor,
+    log_report: crate::log::RecoveryReport,
+}
+
+fn control_of(cursor: &LogCursor) -> JournalPos {
+    JournalPos(cursor.control_cursor())
+}
 
 /// What [`Partition::open`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,15 +117,15 @@ impl<S: Storage + Clone> Partition<S> {
             secret,
             config: config.clone(),
         };
-        let start = log.start();
-        let log_end = log.end();
+        let start = log.start_offset().0;
+        let log_end = log.next_offset().0;
         // A checkpoint is written only after everything it covers is
         // durable, so a log that now ends before it lost acknowledged
         // batches: recovery cut as a torn tail what was media damage (or a
         // truncated file). Replaying would reuse offsets the checkpoint's
         // state already names; refuse instead, naming where the log ends.
         if let Some(file) = &checkpoint {
-            if LogCursor::from_checkpoint(file.value) > log_end {
+            if file.value > log_end {
                 let cut = match &log_report.truncated_at {
                     Some((path, pos)) => format!(
                         "{} at byte {pos} ({} bytes after it discarded as a torn tail)",
@@ -119,7 +146,7 @@ impl<S: Storage + Clone> Partition<S> {
         }
         let (state, covers) = match checkpoint {
             Some(file) => match PartitionState::restore(&file.payload, context.clone()) {
-                Ok(restored) if LogCursor::from_checkpoint(restored.covers.0) >= start => {
+                Ok(restored) if restored.covers.0 >= start => {
                     (restored.state, Some(restored.covers))
                 }
                 Ok(restored) => {
@@ -131,7 +158,7 @@ impl<S: Storage + Clone> Partition<S> {
                         ),
                     })
                 }
-                Err(error) if start == LogCursor::default() => {
+                Err(error) if start == 0 => {
                     tracing::warn!(dir = %dir.display(), %error, "checkpoint does not decode; replaying the whole log");
                     (PartitionState::new(context.clone())?, None)
                 }
@@ -144,7 +171,7 @@ impl<S: Storage + Clone> Partition<S> {
                     })
                 }
             },
-            None if start == LogCursor::default() => (PartitionState::new(context.clone())?, None),
+            None if start == 0 => (PartitionState::new(context.clone())?, None),
             None => {
                 return Err(PartitionError::Recovery {
                     dir: dir.to_path_buf(),
@@ -154,8 +181,136 @@ impl<S: Storage + Clone> Partition<S> {
         };
         // Replay starts where the checkpoint's state ends, else at the
         // log's start (which is then its beginning: checked above).
-        let replay_from = covers.map_or(start, |offset| LogCursor::from_checkpoint(offset.0));
-        let mut background = Box::pin(log.background());
+        let replay_from = LogCursor::from_checkpoint(covers.map_or(start, |offset| offset.0));
+        Self::finish_open(
+            Opening { storage, dir, name, log, state, epoch, covers, replay_from, log_report },
+            fatal,
+            clock,
+        )
+        .await
+    }
+
+    /// Opens (recovering) or creates the partition in `dir` on its shard's
+    /// journal (the journal layout, `docs/design/shard-journal.md` §12):
+    /// bumps and persists the leader epoch, loads the checkpoint (its
+    /// payload is the control cursor `c_p`, then the snapshot: `log.rs`),
+    /// builds the partition's journal view from the entries the shard's
+    /// recovery routed to it, replays those past the checkpoint and runs
+    /// the epoch fence. The shard's journal background must be running.
+    /// The returned future completes once the partition is closed and its
+    /// appends are durable.
+    ///
+    /// # Errors
+    /// A damaged epoch file or checkpoint, a journal that no longer holds
+    /// what the checkpoint covers, data entries that do not number offsets
+    /// densely, an event that does not fit the state during replay.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn open_journal(
+        storage: S,
+        dir: &Path,
+        name: PartitionName,
+        config: QueueConfig,
+        journal: JournalOpen<S>,
+        secret: [u8; 32],
+        fatal: Rc<dyn FatalHandler>,
+        clock: Clock,
+    ) -> Result<(Rc<Self>, impl Future<Output = ()> + 'static, OpenReport), PartitionError> {
+        config.validate()?;
+        crate::io::create_dir_durable(&storage, dir).await.map_err(LogError::Io)?;
+        let checkpoint =
+            files::read_side_file(&storage, dir, CHECKPOINT_FILE, CHECKPOINT_MAGIC).await?;
+        let previous = files::read_side_file(&storage, dir, EPOCH_FILE, EPOCH_MAGIC).await?;
+        let epoch_value = previous.map_or(0, |file| file.value) + 1;
+        // Durable before anything is appended or any token issued.
+        files::write_side_file(&storage, dir, EPOCH_FILE, EPOCH_MAGIC, epoch_value, &[])
+            .await
+            .map_err(LogError::Io)?;
+        let log_epoch = u32::try_from(epoch_value).map_err(|_| PartitionError::EpochExhausted {
+            dir: dir.to_path_buf(),
+            epoch: epoch_value,
+        })?;
+        let epoch = LeaderEpoch(epoch_value);
+        let context = PartitionContext {
+            queue: name.queue_id,
+            partition: name.partition,
+            epoch,
+            secret,
+            config: config.clone(),
+        };
+        let recovery = |reason: String| PartitionError::Recovery { dir: dir.to_path_buf(), reason };
+        let (state, covers, replay_from) = match checkpoint {
+            Some(file) => {
+                let Some((control, snapshot)) =
+                    file.payload.split_first_chunk::<JOURNAL_CHECKPOINT_PREFIX_BYTES>()
+                else {
+                    return Err(recovery("checkpoint shorter than its control cursor".into()));
+                };
+                let control = JournalPos(u64::from_le_bytes(*control));
+                // The journal before the scan start may be gone: a checkpoint
+                // that does not decode cannot be replaced by a full replay.
+                let restored = PartitionState::restore(snapshot, context.clone())
+                    .map_err(|error| recovery(format!("checkpoint does not decode: {error}")))?;
+                let cursor = LogCursor::from_journal_checkpoint(
+                    file.value,
+                    Offset(restored.covers.0),
+                    control,
+                );
+                (restored.state, Some(restored.covers), cursor)
+            }
+            None => (PartitionState::new(context.clone())?, None, LogCursor::default()),
+        };
+        let floor = covers.map_or(Offset(0), |covers| Offset(covers.0));
+        let JournalOpen { shard, handle, routed } = journal;
+        let view = shard.partition(handle, routed, floor, log_epoch)?;
+        // A checkpoint is written only once everything it covers is
+        // durable: a journal that now ends before it lost answered batches.
+        if view.next_offset() < floor {
+            return Err(recovery(format!(
+                "the checkpoint covers offset {} but the journal holds this partition's data \
+                 only to offset {}: acknowledged batches are damaged or missing",
+                floor.0,
+                view.next_offset().0
+            )));
+        }
+        view.raise_control_end(control_of(&replay_from));
+        let log = PartitionLog::Journal(Rc::new(view));
+        let log_report = crate::log::RecoveryReport {
+            next_offset: log.next_offset(),
+            ..crate::log::RecoveryReport::default()
+        };
+        Self::finish_open(
+            Opening { storage, dir, name, log, state, epoch, covers, replay_from, log_report },
+            fatal,
+            clock,
+        )
+        .await
+    }
+
+    /// Where the shard's journal recovery must start for the partition in
+    /// `dir` (journal layout): its checkpoint's scan start, or 0 without a
+    /// checkpoint (every entry of the partition is needed). The shard
+    /// starts at the least over its partitions.
+    ///
+    /// # Errors
+    /// The checkpoint side file is unreadable or damaged: the partition
+    /// cannot be recovered without it (the journal below a scan start may
+    /// be gone).
+    pub async fn journal_scan_start(storage: &S, dir: &Path) -> Result<JournalPos, PartitionError> {
+        let checkpoint =
+            files::read_side_file(storage, dir, CHECKPOINT_FILE, CHECKPOINT_MAGIC).await?;
+        Ok(JournalPos(checkpoint.map_or(0, |file| file.value)))
+    }
+
+    /// What both layouts share once the log is open and the checkpoint
+    /// restored: the partition, its replay, the epoch fence.
+    async fn finish_open(
+        opening: Opening<'_, S>,
+        fatal: Rc<dyn FatalHandler>,
+        clock: Clock,
+    ) -> Result<(Rc<Self>, impl Future<Output = ()> + 'static, OpenReport), PartitionError> {
+        let Opening { storage, dir, name, log, state, epoch, covers, replay_from, log_report } =
+            opening;
+        let mut background = log.background();
         let partition = Rc::new(Self {
             name,
             dir: dir.to_path_buf(),
@@ -165,7 +320,7 @@ impl<S: Storage + Clone> Partition<S> {
             clock,
             epoch,
             claimable: Signal::default(),
-            last_ticket: RefCell::new(None),
+            appends: RefCell::new(LastAppends::default()),
             checkpoint_covers: Cell::new(replay_from),
             checkpoint_running: Cell::new(false),
             last_checkpoint: Cell::new(None),
@@ -176,6 +331,9 @@ impl<S: Storage + Clone> Partition<S> {
             wakeup_hook: RefCell::new(None),
         });
         let (replayed_batches, replayed_events) = partition.replay(replay_from).await?;
+        if let Some(view) = partition.log.journal() {
+            view.finish_replay();
+        }
         // The fence's events must be durable before anything is served, and
         // durability needs the log's background future: drive it here until
         // the fence is done, then hand it (still running) to the caller.

@@ -215,10 +215,8 @@ impl<S: Storage + Clone> Partition<S> {
     /// # Errors
     /// Storage failure, or no data record at `offset`.
     pub async fn record(&self, offset: Offset) -> Result<Vec<u8>, PartitionError> {
-        let ticket = self.last_ticket.borrow().clone();
-        if let Some(ticket) = ticket {
-            ticket.durable().await?;
-        }
+        let barrier = self.appends.borrow().barrier();
+        barrier.durable().await?;
         let record = self.record_bytes(offset, || 1, &mut BatchCache::default()).await?;
         Ok(record.to_vec())
     }
@@ -238,10 +236,8 @@ impl<S: Storage + Clone> Partition<S> {
             .take(max)
             .collect();
         // Records are readable once durable; wait for everything appended.
-        let ticket = self.last_ticket.borrow().clone();
-        if let Some(ticket) = ticket {
-            ticket.durable().await?;
-        }
+        let barrier = self.appends.borrow().barrier();
+        barrier.durable().await?;
         let records = self.records_of(&views, |view| (view.offset, view.size_bytes)).await?;
         Ok(views
             .into_iter()

@@ -115,6 +115,45 @@ fn page_aligned(field: &'static str, value: u64) -> Result<(), JournalConfigErro
 }
 
 impl JournalConfig {
+    /// The journal of a shard whose partitions were configured with
+    /// `log` (the segment log's settings, `BrokerConfig::log_config`): the
+    /// same commit size, commits in flight, per-lane pending bounds and read
+    /// cache; files of `segment_bytes` (at least [`JOURNAL_FILE_BYTES_MIN`]
+    /// and large enough for the largest commit); entries as large as the
+    /// largest batch plus its header. A control commit must take the
+    /// largest control batch a partition appends (a claim or fence of
+    /// `CONTROL_BATCH_EVENTS_MAX` events, ≈ 192 KiB): at least
+    /// [`CONTROL_COMMIT_BYTES_DEFAULT`] and that, and a commit at least twice
+    /// it, so data still goes in a cycle whose control lane is full.
+    pub fn for_partitions(log: &crate::log::LogConfig) -> Self {
+        use crate::limits::{CONTROL_BATCH_EVENTS_MAX, CONTROL_BATCH_OVERHEAD_BYTES};
+        let header = ENTRY_HEADER_BYTES as u64;
+        let control_batch_max = CONTROL_BATCH_OVERHEAD_BYTES
+            + CONTROL_BATCH_EVENTS_MAX as u64 * (crate::queue::CLAIMED_EVENT_BYTES as u64 + 8);
+        let control_commit_bytes =
+            page_ceil(control_batch_max + header).max(CONTROL_COMMIT_BYTES_DEFAULT);
+        let commit_bytes =
+            page_ceil(log.commit_bytes.max(PAGE_BYTES)).max(2 * control_commit_bytes);
+        let entry_bytes_max = (log.batch_bytes_max + header).min(ENTRY_BYTES_MAX);
+        let mut config = Self {
+            file_bytes: page_ceil(log.segment_bytes.max(JOURNAL_FILE_BYTES_MIN)),
+            commit_bytes,
+            control_commit_bytes,
+            entry_bytes_max,
+            inflight_commits_max: log.inflight_commits_max.clamp(1, INFLIGHT_COMMITS_MAX),
+            control_pending_bytes_max: log
+                .pending_bytes_max
+                .clamp(control_commit_bytes, LANE_PENDING_BYTES_MAX),
+            data_pending_bytes_max: log
+                .data_pending_bytes_max
+                .clamp(entry_bytes_max, LANE_PENDING_BYTES_MAX),
+            read_cache_bytes: log.tail_cache_bytes.min(JOURNAL_READ_CACHE_BYTES_MAX),
+        };
+        config.file_bytes =
+            config.file_bytes.max(config.commit_span_max()).min(JOURNAL_FILE_BYTES_MAX);
+        config
+    }
+
     /// Checks every knob against its limit and the relations between them.
     ///
     /// # Errors
@@ -177,6 +216,28 @@ impl JournalConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_journal_of_partitions_takes_their_largest_control_batch() {
+        // Goal: a journal built from a partition's log settings is valid and accepts every
+        // control batch a partition may append (a claim or fence of the most events), for
+        // the default settings and for the tests' small ones. Method: validate both and
+        // compare the control entry bound with the largest control batch plus its header.
+        use crate::limits::{CONTROL_BATCH_EVENTS_MAX, CONTROL_BATCH_OVERHEAD_BYTES};
+        let largest = CONTROL_BATCH_OVERHEAD_BYTES
+            + CONTROL_BATCH_EVENTS_MAX as u64 * (crate::queue::CLAIMED_EVENT_BYTES as u64 + 8)
+            + ENTRY_HEADER_BYTES as u64;
+        let small = crate::log::LogConfig {
+            segment_bytes: 256 << 10,
+            commit_bytes: 16 << 10,
+            ..crate::log::LogConfig::default()
+        };
+        for log in [crate::log::LogConfig::default(), small] {
+            let config = JournalConfig::for_partitions(&log);
+            config.validate().unwrap();
+            assert!(config.control_commit_bytes >= largest, "{config:?}");
+        }
+    }
 
     #[test]
     fn the_default_is_valid_and_bad_knobs_are_named() {

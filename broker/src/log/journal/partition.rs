@@ -41,6 +41,7 @@ use super::route::{rebuild_index, JournalIndexEntry, RecoveryRouter, Routed, Rou
 use super::{JournalPos, JournalTicket, Lane, PartitionHandle};
 use crate::io::Storage;
 use crate::limits::READ_BYTES_MAX;
+use crate::log::sync::Notify;
 use crate::log::{FatalHandler, ReadBatch};
 
 /// Name of the journal directory inside a shard directory.
@@ -141,6 +142,16 @@ impl<S: Storage> ShardJournal<S> {
         }
         let (index, next_offset) = rebuild_index(handle, &recovered, floor.0)?;
         let start_offset = index.first().map_or(next_offset, |entry| entry.first_offset);
+        // Where the recovered control entries end: the control cursor of a
+        // checkpoint taken before this partition appends any.
+        let control_end = recovered.iter().rev().find(|entry| entry.lane == Lane::Control).map_or(
+            JournalPos(0),
+            |entry| {
+                JournalPos(
+                    entry.position.0 + ENTRY_HEADER_BYTES as u64 + u64::from(entry.batch_len),
+                )
+            },
+        );
         Ok(JournalPartition {
             shard: self.clone(),
             handle,
@@ -152,7 +163,13 @@ impl<S: Storage> ShardJournal<S> {
                 pending: VecDeque::new(),
                 replay: recovered,
                 closed: false,
+                last_data: None,
+                last_control: None,
+                control_end,
+                appended_records: 0,
+                appended_bytes: 0,
             }),
+            closed: Notify::default(),
         })
     }
 }
@@ -188,6 +205,17 @@ struct PartitionState {
     /// [`JournalPartition::finish_replay`].
     replay: Vec<RoutedEntry>,
     closed: bool,
+    /// The newest data append's ticket.
+    last_data: Option<JournalTicket>,
+    /// The newest control append's ticket and entry length.
+    last_control: Option<(JournalTicket, u64)>,
+    /// The end of the newest control entry whose position is known (a
+    /// recovered one, or an append a commit took).
+    control_end: JournalPos,
+    /// Records (data and control) and batch bytes appended since open: how
+    /// much a replay would have to apply, for when a checkpoint is due.
+    appended_records: u64,
+    appended_bytes: u64,
 }
 
 impl PartitionState {
@@ -219,6 +247,8 @@ pub struct JournalPartition<S: Storage> {
     handle: PartitionHandle,
     leader_epoch: u32,
     state: RefCell<PartitionState>,
+    /// Told once, by [`JournalPartition::close`].
+    closed: Notify,
 }
 
 impl<S: Storage> JournalPartition<S> {
@@ -267,6 +297,8 @@ impl<S: Storage> JournalPartition<S> {
             _ => (Lane::Control, base_offset),
         };
         let ticket = self.shard.journal.append_owned(lane, self.handle, bytes)?;
+        state.appended_records += u64::from(header.record_count);
+        state.appended_bytes += u64::from(header.batch_len);
         if lane == Lane::Data {
             state.next_offset = next_offset;
             state.pending.push_back(PendingData {
@@ -275,6 +307,10 @@ impl<S: Storage> JournalPartition<S> {
                 batch_len: header.batch_len,
                 ticket: ticket.clone(),
             });
+            state.last_data = Some(ticket.clone());
+        } else {
+            let entry_len = ENTRY_HEADER_BYTES as u64 + u64::from(header.batch_len);
+            state.last_control = Some((ticket.clone(), entry_len));
         }
         Ok(JournalAppended {
             base_offset: Offset(base_offset),
@@ -419,6 +455,83 @@ impl<S: Storage> JournalPartition<S> {
     /// Stops this partition's appends; the shard's journal keeps running.
     pub fn close(&self) {
         self.state.borrow_mut().closed = true;
+        self.closed.notify_all();
+    }
+
+    /// Resolves once [`JournalPartition::close`] was called.
+    pub async fn wait_closed(&self) {
+        loop {
+            let wait = self.closed.wait();
+            if self.state.borrow().closed {
+                return;
+            }
+            wait.await;
+        }
+    }
+
+    /// The tickets of the newest data and the newest control append (each
+    /// lane is durable in append order, but the lanes are not ordered
+    /// against each other): once both resolve, every append so far is
+    /// durable.
+    pub fn last_tickets(&self) -> (Option<JournalTicket>, Option<JournalTicket>) {
+        let state = self.state.borrow();
+        (state.last_data.clone(), state.last_control.as_ref().map(|(ticket, _)| ticket.clone()))
+    }
+
+    /// Records and batch bytes appended (both lanes) since open.
+    pub fn appended(&self) -> (u64, u64) {
+        let state = self.state.borrow();
+        (state.appended_records, state.appended_bytes)
+    }
+
+    /// The end of the newest control entry appended so far (or recovered):
+    /// every control entry of this partition appended before now lies below
+    /// it, every later one at or past it. `None` while the newest control
+    /// append is not yet in a commit (its position is not known; it is once
+    /// its ticket resolves).
+    pub fn control_end(&self) -> Option<JournalPos> {
+        let mut state = self.state.borrow_mut();
+        if let Some((ticket, entry_len)) = &state.last_control {
+            let position = ticket.position()?;
+            let end = JournalPos(position.0 + entry_len);
+            state.control_end = state.control_end.max(end);
+        }
+        Some(state.control_end)
+    }
+
+    /// The control end known now and the newest control append with its
+    /// entry length (whose end, once a commit placed it, may lie past it):
+    /// what a checkpoint's control cursor is made of.
+    pub fn control_mark(&self) -> (JournalPos, Option<(JournalTicket, u64)>) {
+        let state = self.state.borrow();
+        (state.control_end, state.last_control.clone())
+    }
+
+    /// Raises the control end to at least `floor` (a checkpoint's control
+    /// cursor: control entries below it were folded into its state).
+    pub fn raise_control_end(&self, floor: JournalPos) {
+        let mut state = self.state.borrow_mut();
+        state.control_end = state.control_end.max(floor);
+    }
+
+    /// The journal position of the data entry holding `offset`, once a
+    /// commit took it; `None` for an offset with no entry yet positioned
+    /// (not appended, or appended and still queued).
+    pub fn position_of(&self, offset: Offset) -> Option<JournalPos> {
+        let mut state = self.state.borrow_mut();
+        state.settle();
+        let found = state.index.partition_point(|entry| entry.end_offset() <= offset.0);
+        if let Some(entry) = state.index.get(found) {
+            if entry.first_offset <= offset.0 {
+                return Some(entry.position);
+            }
+        }
+        state
+            .pending
+            .iter()
+            .find(|pending| pending.first_offset + u64::from(pending.record_count) > offset.0)
+            .filter(|pending| pending.first_offset <= offset.0)
+            .and_then(|pending| pending.ticket.position())
     }
 
     /// The recovered entries of this partition at or after `from` (the

@@ -1,0 +1,188 @@
+//! The partition tests' fixture for both log layouts: a partition opened on
+//! its own segment log, or as a `JournalPartition` of a `ShardJournal` (the
+//! journal layout, `docs/design/shard-journal.md` §12), with the same test
+//! bodies. `both_layouts!` turns each test body (a function of a `Layout`)
+//! into one `#[test]` per layout.
+// Tests may unwrap (COMMON.md); clippy only exempts #[test] fns, not helpers.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::rc::Rc;
+
+use spool_broker::io::{create_dir_durable, Storage};
+use spool_broker::log::journal::{JournalConfig, ShardJournal};
+use spool_broker::log::{FatalHandler, LogConfig};
+use spool_broker::partition::{
+    Clock, JournalOpen, OpenReport, Partition, PartitionError, PartitionName,
+};
+use spool_broker::queue::QueueConfig;
+
+/// Which log a partition runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// Its own segment log in its directory.
+    Segments,
+    /// Its shard's journal (here one shard per partition directory, in
+    /// `journal_shard_dir`).
+    Journal,
+}
+
+/// The shard directory of the journal a test partition in `dir` uses.
+pub fn journal_shard_dir(dir: &Path) -> PathBuf {
+    dir.join("shard")
+}
+
+/// A future the test spawns.
+type Task = Pin<Box<dyn Future<Output = ()>>>;
+
+/// The background work of an opened partition: the partition's own future
+/// and, for the journal layout, the shard journal and its future.
+pub struct Background<S: Storage> {
+    partition: Task,
+    shard: Option<(Rc<ShardJournal<S>>, Task)>,
+}
+
+impl<S: Storage + 'static> Background<S> {
+    /// One future running all of it: completes once the partition was
+    /// closed, its appends are durable and (journal) the shard journal was
+    /// closed and drained.
+    pub fn into_future(self) -> impl Future<Output = ()> + 'static {
+        let Background { partition, shard } = self;
+        async move {
+            match shard {
+                None => partition.await,
+                Some((shard, journal)) => {
+                    let journal = std::pin::pin!(journal);
+                    let mut journal = journal;
+                    let mut partition = partition;
+                    let mut partition_done = false;
+                    // The journal's committers run beside the partition's
+                    // future; once the partition is closed and durable, the
+                    // journal is closed and drained.
+                    std::future::poll_fn(|cx| {
+                        if !partition_done && partition.as_mut().poll(cx).is_ready() {
+                            partition_done = true;
+                            shard.close();
+                        }
+                        match journal.as_mut().poll(cx) {
+                            std::task::Poll::Ready(()) if partition_done => {
+                                std::task::Poll::Ready(())
+                            }
+                            std::task::Poll::Ready(()) => {
+                                // The journal stopped (failed): the partition's
+                                // appends fail; nothing more to drive.
+                                std::task::Poll::Ready(())
+                            }
+                            std::task::Poll::Pending => std::task::Poll::Pending,
+                        }
+                    })
+                    .await;
+                }
+            }
+        }
+    }
+}
+
+/// Opens the partition in `dir` on `layout`. For the journal the shard
+/// journal (in [`journal_shard_dir`]) is recovered from the partition's
+/// checkpoint scan start, the partition's handle registered, and its routed
+/// entries handed to it — what `shard/` does for each partition of a shard.
+/// The returned background must be driven (spawned) for appends to become
+/// durable; the open itself drives what it needs.
+#[allow(clippy::too_many_arguments)]
+pub async fn open_partition<S: Storage + Clone + 'static>(
+    layout: Layout,
+    storage: S,
+    dir: &Path,
+    name: PartitionName,
+    config: QueueConfig,
+    log_config: LogConfig,
+    fatal: Rc<dyn FatalHandler>,
+    clock: Clock,
+) -> Result<(Rc<Partition<S>>, Background<S>, OpenReport), PartitionError> {
+    match layout {
+        Layout::Segments => {
+            let (partition, background, report) =
+                Partition::open(storage, dir, name, config, log_config, [7u8; 32], fatal, clock)
+                    .await?;
+            Ok((partition, Background { partition: Box::pin(background), shard: None }, report))
+        }
+        Layout::Journal => {
+            create_dir_durable(&storage, dir).await.map_err(spool_broker::log::LogError::Io)?;
+            let shard_dir = journal_shard_dir(dir);
+            create_dir_durable(&storage, &shard_dir)
+                .await
+                .map_err(spool_broker::log::LogError::Io)?;
+            let start = Partition::<S>::journal_scan_start(&storage, dir).await?;
+            let journal_config = JournalConfig::for_partitions(&log_config);
+            let (shard, mut recovery) = ShardJournal::open(
+                storage.clone(),
+                &shard_dir,
+                journal_config,
+                start,
+                fatal.clone(),
+            )
+            .await?;
+            let handle = shard.register(name.queue_id.0, name.partition).await?;
+            let routed = recovery.routed.partitions.remove(&handle).unwrap_or_default();
+            let journal_future: Task = Box::pin(shard.background());
+            let journal_future = std::cell::RefCell::new(Some(journal_future));
+            // The open waits for its fence to be durable: the journal's
+            // committers must run meanwhile.
+            let open = Partition::open_journal(
+                storage,
+                dir,
+                name,
+                config,
+                JournalOpen { shard: shard.clone(), handle, routed },
+                [7u8; 32],
+                fatal,
+                clock,
+            );
+            let mut open = std::pin::pin!(open);
+            let opened = std::future::poll_fn(|cx| {
+                if let std::task::Poll::Ready(result) = open.as_mut().poll(cx) {
+                    return std::task::Poll::Ready(result);
+                }
+                if let Some(journal) = journal_future.borrow_mut().as_mut() {
+                    if journal.as_mut().poll(cx).is_ready() {
+                        return std::task::Poll::Ready(Err(PartitionError::Journal(
+                            spool_broker::log::journal::JournalError::Failed(
+                                shard.journal().failure().unwrap_or_else(|| "closed".into()),
+                            ),
+                        )));
+                    }
+                }
+                std::task::Poll::Pending
+            })
+            .await;
+            let (partition, background, report) = opened?;
+            let journal_future = journal_future.borrow_mut().take().expect("journal future");
+            Ok((
+                partition,
+                Background {
+                    partition: Box::pin(background),
+                    shard: Some((shard, journal_future)),
+                },
+                report,
+            ))
+        }
+    }
+}
+
+/// One `#[test]` per layout for each listed test body (`fn name(layout:
+/// Layout)`), in modules `segments` and `journal`.
+#[macro_export]
+macro_rules! both_layouts {
+    ($($name:ident),* $(,)?) => {
+        mod segments {
+            $(#[test] fn $name() { super::$name($crate::partition_layout::Layout::Segments) })*
+        }
+        mod journal {
+            $(#[test] fn $name() { super::$name($crate::partition_layout::Layout::Journal) })*
+        }
+    };
+}
