@@ -1126,12 +1126,12 @@ fn stored_counts_follow_acks_expiry_and_purge() {
     step(&mut h, &mut stored, &[ack]);
     assert_eq!(stored.stored(alice), count(1));
     // Bob's expiring message expires (no dead-lettering on expiry).
-    let expired = h.state.tick(6_000);
+    let expired = h.state.tick(6_000, ALL_DURABLE);
     assert!(expired.iter().any(|event| matches!(event, Event::Expired { .. })));
     step(&mut h, &mut stored, &expired);
     assert_eq!(stored.stored(bob), count(1));
     // A purge takes the rest.
-    let purged = h.state.purge(6_100, Lane::Main, 100);
+    let purged = h.state.purge(6_100, Lane::Main, 100, ALL_DURABLE);
     step(&mut h, &mut stored, &purged);
     assert_eq!(stored.iter().count(), 0, "nothing stored for anyone");
     stored.trim_below(h.state.retention_watermark());
