@@ -20,6 +20,9 @@
 //! entry's batch by journal position (`read.rs`: from the read cache of
 //! recent commits, else the file).
 //!
+//! Releasing: [`Journal::release_below`] removes the files wholly below a
+//! position the owner no longer needs (`retention.rs`).
+//!
 //! The partition side (`docs/design/shard-journal.md` §12), on top of the
 //! journal and still unaware of queues: [`ShardJournal`] (one per shard:
 //! the journal and the [`HandlesTable`], `handles.rs`), [`JournalPartition`]
@@ -37,6 +40,7 @@ mod partition;
 mod prepare;
 mod read;
 mod recovery;
+mod retention;
 mod route;
 
 use std::cell::{Cell, RefCell};
@@ -66,6 +70,7 @@ pub use partition::{
     JournalAppended, JournalPartition, ShardJournal, ShardRecovery, JOURNAL_DIR_NAME,
 };
 pub use recovery::{RecoveredEntry, RecoveryReport, RecoverySink};
+pub use retention::Released;
 pub use route::{rebuild_index, JournalIndexEntry, RecoveryRouter, Routed, RoutedEntry};
 
 /// A byte position in the shard's journal (private to the broker: clients
