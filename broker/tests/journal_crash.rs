@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use futures_lite::future::{block_on, yield_now};
-use journal_common::{drive, open_collect, payload, small_config};
+use journal_common::{append_durable, drive, open_collect, payload, small_config};
 use spool_broker::io::{CrashMode, IoOp, SimStorage};
 use spool_broker::log::journal::{
     journal_file_path, JournalConfig, JournalDamage, JournalError, JournalPos, JournalTicket, Lane,
@@ -598,24 +598,8 @@ fn files_roll_named_by_position_with_the_next_one_prepared() {
     let config = small_config();
     let (journal, ..) =
         block_on(open_collect(disk.clone(), dir, config.clone(), JournalPos(0))).unwrap();
-    let stored = block_on(drive(&journal, async {
-        let mut stored = Vec::new();
-        for tag in 0..120u64 {
-            let bytes = payload(BatchKind::Data, 2000, tag);
-            let ticket = journal.append(Lane::Data, PartitionHandle(2), &bytes).unwrap();
-            stored.push((ticket, bytes));
-            if tag % 10 == 9 {
-                stored.last().unwrap().0.durable().await.unwrap();
-            }
-        }
-        for (ticket, _) in &stored {
-            ticket.durable().await.unwrap();
-        }
-        while !journal.next_file_prepared() {
-            yield_now().await;
-        }
-        stored
-    }));
+    let stored =
+        block_on(drive(&journal, append_durable(&journal, PartitionHandle(2), 120, 2000, 10)));
     let names = disk.names_in(dir);
     let files: Vec<&String> = names.iter().filter(|name| name.ends_with(".wal")).collect();
     assert!(files.len() >= 3, "{names:?}");

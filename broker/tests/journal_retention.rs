@@ -12,10 +12,10 @@ use std::path::Path;
 use std::rc::Rc;
 
 use futures_lite::future::{block_on, yield_now};
-use journal_common::{drive, open_collect, payload, small_config};
+use journal_common::{append_durable, drive, open_collect, payload, small_config};
 use spool_broker::io::{CrashMode, IoOp, SimStorage};
 use spool_broker::log::journal::{
-    journal_file_path, Journal, JournalError, JournalPos, JournalTicket, Lane, PartitionHandle,
+    journal_file_path, Journal, JournalError, JournalPos, Lane, PartitionHandle,
     JOURNAL_FILE_SUFFIX,
 };
 use spool_wire::batch::BatchKind;
@@ -40,24 +40,8 @@ fn written(count: u64) -> (SimStorage, Vec<(JournalPos, Vec<u8>)>) {
     let (journal, ..) =
         block_on(open_collect(disk.clone(), Path::new(DIR), small_config(), JournalPos(0)))
             .unwrap();
-    let entries = block_on(drive(&journal, async {
-        let mut stored: Vec<(JournalTicket, Vec<u8>)> = Vec::new();
-        for tag in 0..count {
-            let bytes = payload(BatchKind::Data, 2000, tag);
-            let ticket = journal.append(Lane::Data, PartitionHandle(1), &bytes).unwrap();
-            stored.push((ticket, bytes));
-            if tag % 8 == 7 {
-                stored.last().unwrap().0.durable().await.unwrap();
-            }
-        }
-        for (ticket, _) in &stored {
-            ticket.durable().await.unwrap();
-        }
-        while !journal.next_file_prepared() {
-            yield_now().await;
-        }
-        stored
-    }));
+    let entries =
+        block_on(drive(&journal, append_durable(&journal, PartitionHandle(1), count, 2000, 8)));
     let entries =
         entries.into_iter().map(|(ticket, bytes)| (ticket.position().unwrap(), bytes)).collect();
     (disk, entries)

@@ -19,7 +19,9 @@ use prometheus_client::registry::{Registry, Unit};
 
 use crate::io::stats::{COMMIT_SIZE_BUCKETS_BYTES, SYNC_LATENCY_BUCKETS_US};
 use crate::server::counters::REQUEST_LATENCY_BUCKETS_US;
-use crate::shard::report::{AdmissionCause, LatencyCounts, RequestOp, ShardReport};
+use crate::shard::report::{
+    AdmissionCause, LatencyCounts, PartitionReport, RequestOp, ShardReport,
+};
 
 /// `reason` of `spool_dead_letter_moves_total`: `max_deliveries` claims
 /// ended without an ack.
@@ -368,45 +370,21 @@ pub fn encode(
         unit Unit::Bytes,
         |p| p.counters.live_bytes
     );
-    {
-        let family = FloatGauges::<PartitionLabels>::default();
-        for shard in reports {
-            for report in &shard.partitions {
-                let labels = PartitionLabels {
-                    queue: report.queue.clone(),
-                    partition: report.partition.to_string(),
-                };
-                let age_ms = report.counters.oldest_ready_age_ms.unwrap_or(0);
-                family.get_or_create(&labels).set(age_ms as f64 / 1000.0);
-            }
-        }
-        registry.register_with_unit(
-            "spool_oldest_ready_age",
-            "Age of the oldest ready main-lane message (0 when none is ready)",
-            Unit::Seconds,
-            family,
-        );
-    }
-    {
-        let family = FloatGauges::<PartitionLabels>::default();
-        for shard in reports {
-            for report in &shard.partitions {
-                let labels = PartitionLabels {
-                    queue: report.queue.clone(),
-                    partition: report.partition.to_string(),
-                };
-                let age_ms = report.counters.oldest_claim_age_ms.unwrap_or(0);
-                family.get_or_create(&labels).set(age_ms as f64 / 1000.0);
-            }
-        }
-        registry.register_with_unit(
-            "spool_oldest_claim_age",
-            "Age of the oldest claim still held, either lane: claimed and not yet acked, \
-             released or expired (0 when none is held)",
-            Unit::Seconds,
-            family,
-        );
-    }
+    register_partition_age(
+        &mut registry,
+        reports,
+        "spool_oldest_ready_age",
+        "Age of the oldest ready main-lane message (0 when none is ready)",
+        |report| report.counters.oldest_ready_age_ms,
+    );
+    register_partition_age(
+        &mut registry,
+        reports,
+        "spool_oldest_claim_age",
+        "Age of the oldest claim still held, either lane: claimed and not yet acked, \
+         released or expired (0 when none is held)",
+        |report| report.counters.oldest_claim_age_ms,
+    );
     register_queue_figures(&mut registry, reports);
 
     shard_counter!(
@@ -659,6 +637,27 @@ struct QuotaLabels {
 /// `spool_quota_rejections_total` and `spool_quota_in_use`, summed over the
 /// shards, per principal with a quota (bounded by `PRINCIPALS_MAX`) and per
 /// quota it has set (or was refused under).
+/// A per-partition age gauge in seconds (0 when `age_ms` is `None`).
+fn register_partition_age(
+    registry: &mut Registry,
+    reports: &[ShardReport],
+    name: &str,
+    help: &str,
+    age_ms: impl Fn(&PartitionReport) -> Option<u64>,
+) {
+    let family = FloatGauges::<PartitionLabels>::default();
+    for shard in reports {
+        for report in &shard.partitions {
+            let labels = PartitionLabels {
+                queue: report.queue.clone(),
+                partition: report.partition.to_string(),
+            };
+            family.get_or_create(&labels).set(age_ms(report).unwrap_or(0) as f64 / 1000.0);
+        }
+    }
+    registry.register_with_unit(name, help, Unit::Seconds, family);
+}
+
 fn register_quotas(registry: &mut Registry, reports: &[ShardReport]) {
     let rejections = Counters::<QuotaLabels>::default();
     let in_use = Gauges::<QuotaLabels>::default();

@@ -11,8 +11,8 @@ use std::rc::Rc;
 
 use spool_broker::io::Storage;
 use spool_broker::log::journal::{
-    Journal, JournalConfig, JournalError, JournalPos, PartitionHandle, RecoveredEntry,
-    RecoveryReport,
+    Journal, JournalConfig, JournalError, JournalPos, JournalTicket, Lane, PartitionHandle,
+    RecoveredEntry, RecoveryReport,
 };
 use spool_broker::log::RecordFatal;
 use spool_wire::batch::{BatchHeader, BatchKind};
@@ -104,4 +104,33 @@ pub async fn drive<S: Storage, T>(journal: &Journal<S>, work: impl Future<Output
     };
     let ((), result) = futures_lite::future::zip(background, work).await;
     result
+}
+
+/// Appends `count` data entries of `body_bytes` for `partition` (tags
+/// 0..count), waiting for every `sync_every`-th to be durable, then for
+/// all of them and for the next file to be prepared. Returns each ticket
+/// with its payload. Run it under [`drive`].
+pub async fn append_durable<S: Storage>(
+    journal: &Journal<S>,
+    partition: PartitionHandle,
+    count: u64,
+    body_bytes: usize,
+    sync_every: u64,
+) -> Vec<(JournalTicket, Vec<u8>)> {
+    let mut stored: Vec<(JournalTicket, Vec<u8>)> = Vec::new();
+    for tag in 0..count {
+        let bytes = payload(BatchKind::Data, body_bytes, tag);
+        let ticket = journal.append(Lane::Data, partition, &bytes).unwrap();
+        stored.push((ticket, bytes));
+        if tag % sync_every == sync_every - 1 {
+            stored.last().unwrap().0.durable().await.unwrap();
+        }
+    }
+    for (ticket, _) in &stored {
+        ticket.durable().await.unwrap();
+    }
+    while !journal.next_file_prepared() {
+        futures_lite::future::yield_now().await;
+    }
+    stored
 }
