@@ -62,6 +62,7 @@ const LIMIT_ALLOWED: &[(&str, &str, &str)] = &[
     ("broker/src/control/data_dir.rs", "SECRET_BYTES", "length of the broker secret's key"),
     ("broker/src/queue/event.rs", "EVENT_BYTES", "layout of an encoded event"),
     ("broker/src/queue/event.rs", "CLAIMED_EVENT_BYTES", "layout of an encoded event"),
+    ("broker/src/partition/log.rs", "JOURNAL_CHECKPOINT_PREFIX_BYTES", "layout of the journal layout's checkpoint payload (the control cursor before the snapshot)"),
     ("broker/src/queue/snapshot.rs", "FRESH_ENTRY_BYTES", "layout of the snapshot format"),
     ("broker/src/queue/snapshot.rs", "PHASE_BYTES", "layout of the snapshot format"),
     ("broker/src/queue/snapshot.rs", "WARM_ENTRY_BYTES", "layout of the snapshot format"),
