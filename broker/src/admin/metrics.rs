@@ -418,43 +418,21 @@ pub fn encode(
             family,
         );
     }
-    {
-        let mut histograms = Histograms::<ShardLabels>::default();
-        for shard in reports {
-            histograms.series.push(HistogramSeries::new(
-                ShardLabels { shard: shard.shard.0.to_string() },
-                &SYNC_LATENCY_BUCKETS_US,
-                &shard.io.sync_buckets,
-                shard.io.sync_sum_us,
-                1e6,
-            ));
-        }
-        registry.register_with_unit(
-            "spool_shard_fdatasync_duration",
-            "Time one fdatasync of a data file took",
-            Unit::Seconds,
-            histograms,
-        );
-    }
-    {
-        let mut histograms = Histograms::<ShardLabels>::default();
-        for shard in reports {
-            histograms.series.push(HistogramSeries::new(
-                ShardLabels { shard: shard.shard.0.to_string() },
-                &SYNC_LATENCY_BUCKETS_US,
-                &shard.io.commit_duration_buckets,
-                shard.io.commit_duration_sum_us,
-                1e6,
-            ));
-        }
-        registry.register_with_unit(
-            "spool_shard_commit_duration",
-            "Time from a group commit's write being submitted to the commit being durable \
-             (write, fdatasync, and any wait for earlier commits)",
-            Unit::Seconds,
-            histograms,
-        );
-    }
+    register_shard_latency(
+        &mut registry,
+        reports,
+        "spool_shard_fdatasync_duration",
+        "Time one fdatasync of a data file took",
+        |shard| (&shard.io.sync_buckets[..], shard.io.sync_sum_us),
+    );
+    register_shard_latency(
+        &mut registry,
+        reports,
+        "spool_shard_commit_duration",
+        "Time from a group commit's write being submitted to the commit being durable \
+         (write, fdatasync, and any wait for earlier commits)",
+        |shard| (&shard.io.commit_duration_buckets[..], shard.io.commit_duration_sum_us),
+    );
     {
         let mut histograms = Histograms::<ShardLabels>::default();
         for shard in reports {
@@ -637,6 +615,29 @@ struct QuotaLabels {
 /// `spool_quota_rejections_total` and `spool_quota_in_use`, summed over the
 /// shards, per principal with a quota (bounded by `PRINCIPALS_MAX`) and per
 /// quota it has set (or was refused under).
+/// A per-shard latency histogram in seconds over `SYNC_LATENCY_BUCKETS_US`:
+/// `series` gives a shard's bucket counts and its sum in microseconds.
+fn register_shard_latency(
+    registry: &mut Registry,
+    reports: &[ShardReport],
+    name: &str,
+    help: &str,
+    series: impl Fn(&ShardReport) -> (&[u64], u64),
+) {
+    let mut histograms = Histograms::<ShardLabels>::default();
+    for shard in reports {
+        let (counts, sum_us) = series(shard);
+        histograms.series.push(HistogramSeries::new(
+            ShardLabels { shard: shard.shard.0.to_string() },
+            &SYNC_LATENCY_BUCKETS_US,
+            counts,
+            sum_us,
+            1e6,
+        ));
+    }
+    registry.register_with_unit(name, help, Unit::Seconds, histograms);
+}
+
 /// A per-partition age gauge in seconds (0 when `age_ms` is `None`).
 fn register_partition_age(
     registry: &mut Registry,
