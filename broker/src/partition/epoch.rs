@@ -27,6 +27,26 @@ pub(super) struct Opened<S: Storage> {
     pub epoch: u64,
 }
 
+/// The epoch the epoch file holds, 0 without one.
+pub(super) async fn stored<S: Storage>(storage: &S, dir: &Path) -> Result<u64, PartitionError> {
+    let previous = files::read_side_file(storage, dir, EPOCH_FILE, EPOCH_MAGIC).await?;
+    Ok(previous.map_or(0, |file| file.value))
+}
+
+/// Makes `epoch` durable in the epoch file (before anything is appended or
+/// any token issued) and returns it as a batch header's epoch.
+pub(super) async fn persist<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    epoch: u64,
+) -> Result<u32, PartitionError> {
+    files::write_side_file(storage, dir, EPOCH_FILE, EPOCH_MAGIC, epoch, &[])
+        .await
+        .map_err(LogError::Io)?;
+    u32::try_from(epoch)
+        .map_err(|_| PartitionError::EpochExhausted { dir: dir.to_path_buf(), epoch })
+}
+
 /// Bumps and persists the leader epoch and opens the log at it; see the
 /// module docs. `scan_from`: where a usable checkpoint's state ends.
 pub(super) async fn open_log<S: Storage + Clone>(
@@ -41,12 +61,7 @@ pub(super) async fn open_log<S: Storage + Clone>(
     let scan_from = scan_from.filter(|_| previous.is_some());
     let mut epoch = previous.map_or(0, |file| file.value) + 1;
     loop {
-        // Durable before anything is appended or any token issued.
-        files::write_side_file(storage, dir, EPOCH_FILE, EPOCH_MAGIC, epoch, &[])
-            .await
-            .map_err(LogError::Io)?;
-        let log_epoch = u32::try_from(epoch)
-            .map_err(|_| PartitionError::EpochExhausted { dir: dir.to_path_buf(), epoch })?;
+        let log_epoch = persist(storage, dir, epoch).await?;
         let config = log_config.clone();
         let fatal = fatal.clone();
         let (log, report) =

@@ -10,7 +10,7 @@ use std::rc::Rc;
 use spool_wire::batch::BatchKind;
 
 use super::enqueue::enqueue_request;
-use super::files::{self, CHECKPOINT_FILE, CHECKPOINT_MAGIC, EPOCH_FILE, EPOCH_MAGIC};
+use super::files::{self, CHECKPOINT_FILE, CHECKPOINT_MAGIC};
 use super::read::{aligned, verified_view};
 use super::signal::Signal;
 use super::{
@@ -219,16 +219,8 @@ impl<S: Storage + Clone> Partition<S> {
         crate::io::create_dir_durable(&storage, dir).await.map_err(LogError::Io)?;
         let checkpoint =
             files::read_side_file(&storage, dir, CHECKPOINT_FILE, CHECKPOINT_MAGIC).await?;
-        let previous = files::read_side_file(&storage, dir, EPOCH_FILE, EPOCH_MAGIC).await?;
-        let epoch_value = previous.map_or(0, |file| file.value) + 1;
-        // Durable before anything is appended or any token issued.
-        files::write_side_file(&storage, dir, EPOCH_FILE, EPOCH_MAGIC, epoch_value, &[])
-            .await
-            .map_err(LogError::Io)?;
-        let log_epoch = u32::try_from(epoch_value).map_err(|_| PartitionError::EpochExhausted {
-            dir: dir.to_path_buf(),
-            epoch: epoch_value,
-        })?;
+        let epoch_value = super::epoch::stored(&storage, dir).await? + 1;
+        let log_epoch = super::epoch::persist(&storage, dir, epoch_value).await?;
         let epoch = LeaderEpoch(epoch_value);
         let context = PartitionContext {
             queue: name.queue_id,
