@@ -212,9 +212,6 @@ pub const ADMISSION_ROUND_FRAMES: usize = 64;
 /// ...or bytes of frames, whichever comes first (a single larger frame is
 /// still admitted whole).
 pub const ADMISSION_ROUND_BYTES: usize = 2 * 1024 * 1024;
-/// The timer a spent round waits on: it fires at the executor's next I/O
-/// poll, so completions reach their tasks before more work is taken in.
-pub const ADMISSION_ROUND_GAP: Duration = Duration::from_micros(1);
 
 /// Pause after a failed `accept` (EMFILE and friends) so the loop does not
 /// spin while the condition lasts.

@@ -26,10 +26,10 @@
 //!   connection is admitted at once (no turn-taking cost when idle).
 //! - **Rounds.** At most [`ADMISSION_ROUND_FRAMES`] frames (or
 //!   [`ADMISSION_ROUND_BYTES`]) are admitted per round. Once a round is
-//!   spent, the connection whose turn it is waits on a timer of
-//!   [`ADMISSION_ROUND_GAP`] (glommio fires timers only when it polls for
-//!   I/O, which it does once the tasks that can run have run) before the
-//!   next round starts. So a step of any request waits behind at most one
+//!   spent, the connection whose turn it is waits for the executor's next
+//!   poll for I/O and the tasks it woke
+//!   ([`crate::net::poll_gate::after_next_poll`]) before the next round
+//!   starts. So a step of any request waits behind at most one
 //!   round of newly admitted work, not behind everything every connection
 //!   had buffered.
 //!
@@ -38,7 +38,7 @@
 
 use crate::limits::{
     ADMISSION_QUANTUM_BYTES, ADMISSION_QUANTUM_FRAMES, ADMISSION_ROUND_BYTES,
-    ADMISSION_ROUND_FRAMES, ADMISSION_ROUND_GAP,
+    ADMISSION_ROUND_FRAMES,
 };
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
@@ -332,7 +332,7 @@ impl Admission {
             if !round_over {
                 return;
             }
-            glommio::timer::Timer::new(ADMISSION_ROUND_GAP).await;
+            crate::net::poll_gate::after_next_poll().await;
             self.next_round();
         }
     }
