@@ -50,40 +50,42 @@ impl<S: Storage + Clone> Partition<S> {
         let now = (self.clock)();
         let mut results: Vec<Result<(), PartitionError>> = Vec::with_capacity(tokens.len());
         // The events and the tokens seen live in the partition's reused
-        // scratch (no await until it is given back).
-        let mut scratch = self.scratch.ack.borrow_mut();
-        let scratch::AckScratch { events, seen } = &mut *scratch;
-        events.reserve(events_max);
-        {
-            let state = self.state.borrow();
-            // Decisions are made on the unchanged state; a token repeated in
-            // this request would be accepted twice, so the second is stale.
-            for token in tokens.iter().take(CONTROL_BATCH_EVENTS_MAX) {
-                let claim = token.claim();
-                if !seen.insert(scratch::seen_key(claim.lane, claim.offset)) {
-                    results.push(Err(PartitionError::Queue(QueueError::StaleToken(
-                        crate::queue::StaleToken::NotClaimed,
-                    ))));
-                    continue;
-                }
-                match state.ack(now, token) {
-                    Ok(event) => {
-                        events.push(event);
-                        results.push(Ok(()));
+        // scratch, given back before the wait for durability.
+        let appended = {
+            let mut scratch = self.scratch.ack.borrow_mut();
+            let scratch::AckScratch { events, seen } = &mut *scratch;
+            events.reserve(events_max);
+            {
+                let state = self.state.borrow();
+                // Decisions are made on the unchanged state; a token repeated in
+                // this request would be accepted twice, so the second is stale.
+                for token in tokens.iter().take(CONTROL_BATCH_EVENTS_MAX) {
+                    let claim = token.claim();
+                    if !seen.insert(scratch::seen_key(claim.lane, claim.offset)) {
+                        results.push(Err(PartitionError::Queue(QueueError::StaleToken(
+                            crate::queue::StaleToken::NotClaimed,
+                        ))));
+                        continue;
                     }
-                    Err(error) => results.push(Err(error.into())),
+                    match state.ack(now, token) {
+                        Ok(event) => {
+                            events.push(event);
+                            results.push(Ok(()));
+                        }
+                        Err(error) => results.push(Err(error.into())),
+                    }
                 }
             }
-        }
-        for _ in results.len()..tokens.len() {
-            results.push(Err(PartitionError::Queue(QueueError::AdmissionBatchFull {
-                max: CONTROL_BATCH_EVENTS_MAX,
-            })));
-        }
-        // Append first, then apply: a refused append changes nothing.
-        let appended = self.append_events(events, now);
-        scratch.recycle();
-        drop(scratch);
+            for _ in results.len()..tokens.len() {
+                results.push(Err(PartitionError::Queue(QueueError::AdmissionBatchFull {
+                    max: CONTROL_BATCH_EVENTS_MAX,
+                })));
+            }
+            // Append first, then apply: a refused append changes nothing.
+            let appended = self.append_events(events, now);
+            scratch.recycle();
+            appended
+        };
         let outcome = match appended {
             Ok(Some(ticket)) => ticket.durable().await,
             Ok(None) => Ok(()),

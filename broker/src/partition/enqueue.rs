@@ -76,11 +76,12 @@ impl<S: Storage + Clone> Partition<S> {
         let now = (self.clock)();
         // The bookkeeping lives in the partition's reused scratch, given
         // back before the wait for durability.
-        let mut scratch = self.scratch.enqueue.borrow_mut();
-        let result = self.admit_and_append(batch, &view, now, &mut scratch);
-        scratch.recycle();
-        drop(scratch);
-        let (outcomes, ticket) = result?;
+        let (outcomes, ticket) = {
+            let mut scratch = self.scratch.enqueue.borrow_mut();
+            let result = self.admit_and_append(batch, &view, now, &mut scratch);
+            scratch.recycle();
+            result?
+        };
         let appended = outcomes
             .iter()
             .filter(|outcome| matches!(outcome, EnqueueOutcome::Appended { .. }))
