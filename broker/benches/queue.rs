@@ -9,6 +9,12 @@
 //!   outside the timed sections before it passes 1 M messages.
 //! - `snapshot` / `restore`: a checkpoint of a 1 M-message backlog (with its
 //!   dedupe entries) and its restore.
+//! - `dedupe`: the dedupe table alone through the state machine, default
+//!   window, ids that look random (as a client's UUIDs): `insert_probe` is
+//!   the admission check of a new id (a probe that misses) and its
+//!   `apply(Enqueued)` (the insert), from an empty table so the first
+//!   generation's growth is included; `probe_hit` the admission check of an
+//!   id already in the window.
 //!
 //! Timing uses `iter_custom` over chunks so refills never count. Run with
 //! `cargo bench -p spool-broker --bench queue`.
@@ -19,8 +25,8 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use spool_broker::clock::instant_now;
 use spool_broker::queue::{
-    ClaimRequest, EnqueueMeta, Event, LeaderEpoch, MessageId, Millis, Offset, PartitionContext,
-    PartitionId, PartitionState, QueueConfig, QueueId, WorkerId,
+    ClaimRequest, EnqueueDecision, EnqueueMeta, EnqueueRequest, Event, LeaderEpoch, MessageId,
+    Millis, Offset, PartitionContext, PartitionId, PartitionState, QueueConfig, QueueId, WorkerId,
 };
 
 /// The backlog every claim+ack cycle runs against.
@@ -204,5 +210,84 @@ fn bench_snapshot(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_claim_ack, bench_enqueue_apply, bench_snapshot);
+/// An id that looks random (a client's UUID), distinct for each `n`.
+fn random_id(n: u64) -> MessageId {
+    let mix = |x: u64| {
+        let x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        let x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        x ^ (x >> 31)
+    };
+    let mut id = [0u8; 16];
+    id[..8].copy_from_slice(&mix(n).to_le_bytes());
+    id[8..].copy_from_slice(&mix(n ^ 0x9e37_79b9_7f4a_7c15).to_le_bytes());
+    MessageId(id)
+}
+
+fn request_of(id: MessageId) -> EnqueueRequest {
+    EnqueueRequest {
+        message_id: id,
+        priority: 0,
+        not_before_ms: 0,
+        expiry_ms: None,
+        size_bytes: 1_638,
+    }
+}
+
+fn bench_dedupe(c: &mut Criterion) {
+    let mut group = c.benchmark_group("dedupe");
+    group.throughput(Throughput::Elements(1));
+    let window_ms = QueueConfig::default().dedupe_window_ms;
+    let mut state = new_state(window_ms);
+    let mut next = 0u64;
+    group.bench_function("insert_probe", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            let mut left = iters;
+            while left > 0 {
+                if next >= BACKLOG {
+                    state = new_state(window_ms);
+                    next = 0;
+                }
+                let chunk = left.min(CHUNK).min(BACKLOG - next);
+                let events: Vec<(EnqueueRequest, Event)> = (next..next + chunk)
+                    .map(|n| {
+                        let id = random_id(n);
+                        let meta = EnqueueMeta::new(&request_of(id), Offset(n), time_ms(n));
+                        (request_of(id), Event::Enqueued(meta))
+                    })
+                    .collect();
+                let start = instant_now();
+                for (request, event) in &events {
+                    let decision = state.enqueue_check(time_ms(next), request);
+                    debug_assert_eq!(decision, Ok(EnqueueDecision::Accept));
+                    black_box(decision).ok();
+                    apply(&mut state, event);
+                }
+                total += instant_now().duration_since(start);
+                next += chunk;
+                left -= chunk;
+            }
+            total
+        });
+    });
+    let mut full = new_state(window_ms);
+    for n in 0..CHUNK {
+        let id = random_id(n);
+        apply(
+            &mut full,
+            &Event::Enqueued(EnqueueMeta::new(&request_of(id), Offset(n), time_ms(n))),
+        );
+    }
+    let now = time_ms(CHUNK);
+    let mut probe = 0u64;
+    group.bench_function("probe_hit", |b| {
+        b.iter(|| {
+            probe = (probe + 1) % CHUNK;
+            black_box(full.enqueue_check(now, &request_of(random_id(probe)))).ok()
+        });
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench_claim_ack, bench_enqueue_apply, bench_snapshot, bench_dedupe);
 criterion_main!(benches);

@@ -476,6 +476,16 @@ pub const CONTROL_BATCH_EVENTS_MAX: usize = 4096;
 /// Bytes of batch header and position-table slack reserved per control batch
 /// when asking the log for room.
 pub const CONTROL_BATCH_OVERHEAD_BYTES: u64 = spool_wire::limits::BATCH_HEADER_BYTES as u64 + 8;
+/// Records (enqueue) or events and tokens (claim, ack) a partition's
+/// reused request scratch keeps room for between requests: a larger request
+/// allocates what it needs and its scratch is dropped afterwards, so one
+/// huge request does not pin its buffers for the partition's life, while
+/// requests up to this size allocate nothing for their bookkeeping.
+pub const REQUEST_SCRATCH_ENTRIES_MAX: usize = 1024;
+/// Bytes a partition's reused control-batch builder and buffer keep
+/// between appends (the same rule for bytes): a claim of 1,024 messages
+/// builds a control batch of about 150 KiB.
+pub const CONTROL_SCRATCH_BYTES_MAX: usize = 256 * 1024;
 /// Largest write issued at once while writing a side file (checkpoint,
 /// epoch).
 pub const SIDE_WRITE_CHUNK_BYTES: usize = 1 << 20;
@@ -515,6 +525,11 @@ const _: () =
 const _: () =
     assert!(crate::queue::CLAIMED_EVENT_BYTES <= spool_wire::limits::CONTROL_RECORD_BYTES_MAX);
 const _: () = assert!(crate::queue::EVENT_BYTES <= crate::queue::CLAIMED_EVENT_BYTES);
+// A scratch kept for the largest claim's control batch fits its byte cap.
+const _: () = assert!(
+    REQUEST_SCRATCH_ENTRIES_MAX * (crate::queue::CLAIMED_EVENT_BYTES + 8 + 16)
+        <= CONTROL_SCRATCH_BYTES_MAX
+);
 // A checkpoint step's output fits the side file's one write chunk, and both
 // side-file chunks are whole O_DIRECT pages.
 const _: () = assert!(CHECKPOINT_STEP_ENTRIES >= 1);

@@ -154,6 +154,32 @@ proptest! {
         response_round_trip(&Response::Ack(AckResponse { results }), 2);
     }
 
+    // Goal: `Request::check` (the broker's first pass, which builds no token
+    // list) accepts and refuses exactly what `Request::decode` does, with
+    // the same error. Method: an encoded Ack's body cut short, extended or
+    // with a byte changed at random, checked both ways.
+    #[test]
+    fn ack_check_agrees_with_decode(
+        tokens in vec(token(), 1..20),
+        cut in 0usize..2_000,
+        extra in 0usize..24,
+        flip in (0usize..2_000, any::<u8>()),
+    ) {
+        let mut bytes = Vec::new();
+        Request::Ack(AckRequest { tokens }).encode(CorrelationId(3), &mut bytes).unwrap();
+        through_decoder(&bytes, |frame| {
+            let mut body = frame.body.to_vec();
+            let at = flip.0 % body.len();
+            body[at] ^= flip.1;
+            body.truncate(body.len().min(cut.max(1)));
+            body.resize(body.len() + extra, 0);
+            let changed = Frame { header: frame.header, body: &body };
+            let decoded = Request::decode(&changed).map(drop);
+            assert_eq!(Request::check(&changed), decoded);
+            assert_eq!(Request::check(frame), Ok(()));
+        });
+    }
+
     // Goal: Release request/response round trip, including multi-byte UTF-8
     // reasons; method: random reasons cut to the byte limit.
     #[test]

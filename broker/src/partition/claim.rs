@@ -12,7 +12,7 @@ use super::read::Claimed;
 use super::signal::{self, ClaimCancel, WaitOwner, WaitRefused, CLAIM_WAITERS_MAX};
 use super::{Partition, PartitionError};
 use crate::io::Storage;
-use crate::queue::{ClaimRequest, Lane, Millis};
+use crate::queue::{ClaimDecision, ClaimRequest, Lane, Millis};
 
 impl<S: Storage + Clone> Partition<S> {
     /// Claims up to `request.credits` messages from `lane`, long-polling up
@@ -63,6 +63,9 @@ impl<S: Storage + Clone> Partition<S> {
         let room = Self::control_bytes(request.credits as usize, true);
         let mut give_up = std::pin::pin!(give_up);
         let mut slot = None;
+        // The decision's vectors are the partition's reused ones, given back
+        // when this claim ends (see `scratch.rs`).
+        let mut decision = ClaimScratch { partition: self, decision: self.scratch.take_claim() };
         loop {
             self.log.writable(BatchKind::Control, room).await;
             if cancel.is_cancelled() {
@@ -70,13 +73,17 @@ impl<S: Storage + Clone> Partition<S> {
             }
             let now = (self.clock)();
             let durable_end = self.durable_end();
-            let decision = {
+            {
                 let state = self.state.borrow();
+                let decision = &mut decision.decision;
                 match lane {
-                    Lane::Main => state.claim(now, request, durable_end)?,
-                    Lane::DeadLetter => state.claim_dead_letters(now, request, durable_end)?,
+                    Lane::Main => state.claim_into(now, request, durable_end, decision)?,
+                    Lane::DeadLetter => {
+                        state.claim_dead_letters_into(now, request, durable_end, decision)?;
+                    }
                 }
-            };
+            }
+            let decision = &decision.decision;
             if !decision.deliveries.is_empty() {
                 // No await since the check above: not cancelled, so this holds.
                 let decided = cancel.decide();
@@ -86,7 +93,7 @@ impl<S: Storage + Clone> Partition<S> {
                 // `durable_end`, and a claim lost before its sync is ended by
                 // the epoch fence at the next open.
                 self.append_events(&decision.events, now)?;
-                return self.with_records(decision.deliveries).await;
+                return self.with_records(&decision.deliveries).await;
             }
             let evicted = slot.as_ref().is_some_and(signal::WaiterSlot::evicted);
             if now >= deadline || self.closed.get() || evicted {
@@ -120,5 +127,18 @@ impl<S: Storage + Clone> Partition<S> {
     /// Claims waiting on this partition now (long-polls holding a slot).
     pub fn claims_waiting(&self) -> usize {
         self.claimable.claims_waiting()
+    }
+}
+
+/// A claim's decision on loan from its partition's scratch: given back
+/// however the claim ends (answered, failed, or its future dropped).
+struct ClaimScratch<'a, S: Storage + Clone> {
+    partition: &'a Partition<S>,
+    decision: ClaimDecision,
+}
+
+impl<S: Storage + Clone> Drop for ClaimScratch<'_, S> {
+    fn drop(&mut self) {
+        self.partition.scratch.give_claim(std::mem::take(&mut self.decision));
     }
 }

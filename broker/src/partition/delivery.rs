@@ -5,7 +5,7 @@
 use spool_wire::batch::BatchKind;
 use spool_wire::ErrorCode;
 
-use super::{Partition, PartitionError, CONTROL_BATCH_EVENTS_MAX};
+use super::{scratch, Partition, PartitionError, CONTROL_BATCH_EVENTS_MAX};
 use crate::io::Storage;
 use crate::log::LogError;
 use crate::queue::{DeliveryToken, Event, Millis, PartitionState, QueueError, ReleaseReason};
@@ -16,15 +16,15 @@ impl<S: Storage + Clone> Partition<S> {
     /// in the epoch fence's release of its claim); nothing else uses this.
     async fn mutate<T>(
         &self,
-        decide: impl FnOnce(&PartitionState, Millis) -> Result<(Vec<Event>, T), QueueError>,
+        decide: impl FnOnce(&PartitionState, Millis) -> Result<(Event, T), QueueError>,
     ) -> Result<T, PartitionError> {
         self.log.writable(BatchKind::Control, Self::control_bytes(1, false)).await;
         let now = (self.clock)();
-        let (events, value) = {
+        let (event, value) = {
             let state = self.state.borrow();
             decide(&state, now)?
         };
-        self.append_events(&events, now)?;
+        self.append_events(std::slice::from_ref(&event), now)?;
         Ok(value)
     }
 
@@ -38,11 +38,7 @@ impl<S: Storage + Clone> Partition<S> {
         token: &DeliveryToken,
         lease_ms: Option<Millis>,
     ) -> Result<Millis, PartitionError> {
-        self.mutate(|state, now| {
-            let (event, deadline) = state.extend(now, token, lease_ms)?;
-            Ok((vec![event], deadline))
-        })
-        .await
+        self.mutate(|state, now| state.extend(now, token, lease_ms)).await
     }
 
     /// Acks each token; one result per token, in order. All accepted acks are
@@ -53,36 +49,44 @@ impl<S: Storage + Clone> Partition<S> {
         // From here to the append: no await, so no other request interleaves.
         let now = (self.clock)();
         let mut results: Vec<Result<(), PartitionError>> = Vec::with_capacity(tokens.len());
-        let mut events = Vec::with_capacity(events_max);
-        {
-            let state = self.state.borrow();
-            // Decisions are made on the unchanged state; a token repeated in
-            // this request would be accepted twice, so the second is stale.
-            let mut seen = std::collections::BTreeSet::new();
-            for token in tokens.iter().take(CONTROL_BATCH_EVENTS_MAX) {
-                let claim = token.claim();
-                if !seen.insert((claim.lane as u8, claim.offset)) {
-                    results.push(Err(PartitionError::Queue(QueueError::StaleToken(
-                        crate::queue::StaleToken::NotClaimed,
-                    ))));
-                    continue;
-                }
-                match state.ack(now, token) {
-                    Ok(event) => {
-                        events.push(event);
-                        results.push(Ok(()));
+        // The events and the tokens seen live in the partition's reused
+        // scratch, given back before the wait for durability.
+        let appended = {
+            let mut scratch = self.scratch.ack.borrow_mut();
+            let scratch::AckScratch { events, seen } = &mut *scratch;
+            events.reserve(events_max);
+            {
+                let state = self.state.borrow();
+                // Decisions are made on the unchanged state; a token repeated in
+                // this request would be accepted twice, so the second is stale.
+                for token in tokens.iter().take(CONTROL_BATCH_EVENTS_MAX) {
+                    let claim = token.claim();
+                    if !seen.insert(scratch::seen_key(claim.lane, claim.offset)) {
+                        results.push(Err(PartitionError::Queue(QueueError::StaleToken(
+                            crate::queue::StaleToken::NotClaimed,
+                        ))));
+                        continue;
                     }
-                    Err(error) => results.push(Err(error.into())),
+                    match state.ack(now, token) {
+                        Ok(event) => {
+                            events.push(event);
+                            results.push(Ok(()));
+                        }
+                        Err(error) => results.push(Err(error.into())),
+                    }
                 }
             }
-        }
-        for _ in results.len()..tokens.len() {
-            results.push(Err(PartitionError::Queue(QueueError::AdmissionBatchFull {
-                max: CONTROL_BATCH_EVENTS_MAX,
-            })));
-        }
-        // Append first, then apply: a refused append changes nothing.
-        let outcome = match self.append_events(&events, now) {
+            for _ in results.len()..tokens.len() {
+                results.push(Err(PartitionError::Queue(QueueError::AdmissionBatchFull {
+                    max: CONTROL_BATCH_EVENTS_MAX,
+                })));
+            }
+            // Append first, then apply: a refused append changes nothing.
+            let appended = self.append_events(events, now);
+            scratch.recycle();
+            appended
+        };
+        let outcome = match appended {
             Ok(Some(ticket)) => ticket.durable().await,
             Ok(None) => Ok(()),
             Err(error) => Err(error),
@@ -122,7 +126,7 @@ impl<S: Storage + Clone> Partition<S> {
                     Event::Released { not_before_ms, .. } => *not_before_ms,
                     _ => now,
                 };
-                Ok((vec![event], due))
+                Ok((event, due))
             })
             .await;
         self.claimable.notify(1);

@@ -5,7 +5,8 @@
 use spool_wire::batch::{BatchKind, BatchView};
 use spool_wire::limits::SCHEDULE_HORIZON_MS;
 
-use super::{Partition, PartitionError, ENQUEUE_CLOCK_SKEW_MS_MAX};
+use super::scratch::EnqueueScratch;
+use super::{LogTicket, Partition, PartitionError, ENQUEUE_CLOCK_SKEW_MS_MAX};
 use crate::io::Storage;
 use crate::queue::{
     EnqueueDecision, EnqueueMeta, EnqueueRequest, Event, MessageId, Millis, Offset,
@@ -73,20 +74,64 @@ impl<S: Storage + Clone> Partition<S> {
         self.log.writable(BatchKind::Data, batch.len() as u64).await;
         // From here to the append: no await, so no other request interleaves.
         let now = (self.clock)();
-        let mut requests = Vec::with_capacity(view.len());
+        // The bookkeeping lives in the partition's reused scratch, given
+        // back before the wait for durability.
+        let (outcomes, ticket) = {
+            let mut scratch = self.scratch.enqueue.borrow_mut();
+            let result = self.admit_and_append(batch, &view, now, &mut scratch);
+            scratch.recycle();
+            result?
+        };
+        let appended = outcomes
+            .iter()
+            .filter(|outcome| matches!(outcome, EnqueueOutcome::Appended { .. }))
+            .count();
+        // A duplicate reply promises the original is durable: without an
+        // append of our own, wait for everything appended so far.
+        match ticket {
+            Some(ticket) => ticket.durable().await?,
+            None => {
+                let barrier = self.appends.borrow().barrier();
+                barrier.durable().await?;
+            }
+        }
+        // Claims hand out only durable records, so waiting claims are woken
+        // now that these are (not at append, when they could not take them).
+        // Should this future be dropped before, the next tick's sweep wakes
+        // them (a few at a time while messages are ready).
+        if appended > 0 {
+            self.claimable.notify(appended);
+        }
+        Ok(outcomes)
+    }
+
+    /// The part of [`Partition::enqueue`] with no await: check each record,
+    /// decide admission, append the accepted records and apply them.
+    /// Returns one outcome per record and the append's ticket (none when
+    /// every record was a duplicate).
+    fn admit_and_append(
+        &self,
+        batch: &[u8],
+        view: &BatchView<'_>,
+        now: Millis,
+        scratch: &mut EnqueueScratch,
+    ) -> Result<(Vec<EnqueueOutcome>, Option<LogTicket>), PartitionError> {
+        let EnqueueScratch { requests, decisions, accepted, ids } = scratch;
+        requests.clear();
+        decisions.clear();
+        accepted.clear();
         for index in 0..view.len() {
             let stamp = view.record(index).enqueue_time_ms.to_native();
             if stamp.abs_diff(now) > ENQUEUE_CLOCK_SKEW_MS_MAX {
                 return Err(PartitionError::ClockSkew { index, stamp_ms: stamp, now_ms: now });
             }
-            check_schedule(&view, index, now)?;
-            requests.push((enqueue_request(&view, index), stamp));
+            check_schedule(view, index, now)?;
+            requests.push((enqueue_request(view, index), stamp));
         }
-        let mut decisions = Vec::with_capacity(requests.len());
         {
             let state = self.state.borrow();
-            let mut admission = state.admission(now);
-            for (request, _) in &requests {
+            let mut admission = state.admission_with(now, ids);
+            for (request, _) in requests.iter() {
                 let decision = admission.check(request)?;
                 if let EnqueueDecision::QueueFull { limit } = decision {
                     return Err(PartitionError::QueueFull { limit });
@@ -94,12 +139,13 @@ impl<S: Storage + Clone> Partition<S> {
                 decisions.push(decision);
             }
         }
-        let accepted: Vec<u32> = decisions
-            .iter()
-            .enumerate()
-            .filter(|(_, decision)| matches!(decision, EnqueueDecision::Accept))
-            .map(|(index, _)| index as u32)
-            .collect();
+        accepted.extend(
+            decisions
+                .iter()
+                .enumerate()
+                .filter(|(_, decision)| matches!(decision, EnqueueDecision::Accept))
+                .map(|(index, _)| index as u32),
+        );
         let mut outcomes = vec![EnqueueOutcome::Duplicate { original: Offset(0) }; requests.len()];
         let mut ticket = None;
         if !accepted.is_empty() {
@@ -107,7 +153,7 @@ impl<S: Storage + Clone> Partition<S> {
             let bytes: &[u8] = if accepted.len() == requests.len() {
                 batch
             } else {
-                reframed = view.reframe(&accepted)?;
+                reframed = view.reframe(accepted)?;
                 &reframed
             };
             let appended = self.log.append(bytes)?;
@@ -144,23 +190,6 @@ impl<S: Storage + Clone> Partition<S> {
                 EnqueueDecision::Accept | EnqueueDecision::QueueFull { .. } => {}
             }
         }
-        let appended = accepted.len();
-        // A duplicate reply promises the original is durable: without an
-        // append of our own, wait for everything appended so far.
-        match ticket {
-            Some(ticket) => ticket.durable().await?,
-            None => {
-                let barrier = self.appends.borrow().barrier();
-                barrier.durable().await?;
-            }
-        }
-        // Claims hand out only durable records, so waiting claims are woken
-        // now that these are (not at append, when they could not take them).
-        // Should this future be dropped before, the next tick's sweep wakes
-        // them (a few at a time while messages are ready).
-        if appended > 0 {
-            self.claimable.notify(appended);
-        }
-        Ok(outcomes)
+        Ok((outcomes, ticket))
     }
 }

@@ -65,13 +65,12 @@ mod log;
 mod open;
 mod operator;
 mod read;
+mod scratch;
 pub mod signal;
 
 use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
-
-use spool_wire::batch::ControlBatchBuilder;
 
 use crate::io::Storage;
 use crate::log::{FatalHandler, Offset as LogOffset};
@@ -139,6 +138,8 @@ pub struct Partition<S: Storage + Clone> {
     /// Told the state's next timer deadline after events are applied, so
     /// the shard's housekeeping can sleep until then (`shard/alarm.rs`).
     wakeup_hook: RefCell<Option<WakeupHook>>,
+    /// Buffers the request paths reuse (`scratch.rs`).
+    scratch: scratch::Scratch,
 }
 
 /// Receives a partition's next timer deadline (lease end, scheduled or
@@ -205,15 +206,13 @@ impl<S: Storage + Clone> Partition<S> {
         if events.is_empty() {
             return Ok(None);
         }
-        let mut builder = ControlBatchBuilder::new();
-        let mut encoded = Vec::with_capacity(CLAIMED_EVENT_BYTES);
-        for event in events {
-            encoded.clear();
-            event.encode(&mut encoded).map_err(PartitionError::Token)?;
-            builder.push(now, &encoded)?;
-        }
-        let batch = builder.finish()?;
-        let appended = self.log.append(&batch)?;
+        let appended = {
+            let mut scratch = self.scratch.control.borrow_mut();
+            let built = Self::build_control_batch(&mut scratch, events, now)
+                .and_then(|()| self.log.append(&scratch.batch));
+            scratch.recycle();
+            built?
+        };
         let mut state = self.state.borrow_mut();
         for event in events {
             if let Err(error) = state.apply(event) {
@@ -227,6 +226,25 @@ impl<S: Storage + Clone> Partition<S> {
         self.appends.borrow_mut().note(spool_wire::batch::BatchKind::Control, &appended.ticket);
         self.hint_wakeup();
         Ok(Some(appended.ticket))
+    }
+
+    /// Encodes `events` into `scratch.batch` as one control batch, with the
+    /// scratch's builder and event buffer (no allocation once they have
+    /// room).
+    fn build_control_batch(
+        scratch: &mut scratch::ControlScratch,
+        events: &[Event],
+        now: Millis,
+    ) -> Result<(), PartitionError> {
+        let scratch::ControlScratch { builder, encoded, batch } = scratch;
+        builder.clear();
+        for event in events {
+            encoded.clear();
+            event.encode(encoded).map_err(PartitionError::Token)?;
+            builder.push(now, encoded)?;
+        }
+        builder.finish_into(batch)?;
+        Ok(())
     }
 
     fn control_bytes(events: usize, claimed: bool) -> u64 {

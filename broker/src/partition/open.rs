@@ -321,6 +321,7 @@ impl<S: Storage + Clone> Partition<S> {
             closed: Cell::new(false),
             disk_retry_at_ms: Cell::new(0),
             wakeup_hook: RefCell::new(None),
+            scratch: super::scratch::Scratch::default(),
         });
         let (replayed_batches, replayed_events) = partition.replay(replay_from).await?;
         if let Some(view) = partition.log.journal() {

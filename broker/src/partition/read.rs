@@ -2,9 +2,8 @@
 //! per cache miss, sized to the records still to serve, and each record
 //! served as a range of the batch the log holds (no copy).
 
-use std::collections::BTreeMap;
-
 use spool_wire::batch::{BatchBytes, BatchHeader, BatchKind, BatchView};
+use spool_wire::limits::{BATCH_HEADER_BYTES, POSITION_ENTRY_BYTES};
 use spool_wire::WireError;
 
 use super::{
@@ -57,12 +56,37 @@ pub(super) fn aligned(bytes: &[u8]) -> Aligned<'_> {
     }
 }
 
-/// Data batches read back for one request, each with the byte range of
-/// every record, so serving a record copies only that record.
+/// Data batches read back for one request, so serving a record copies
+/// nothing. A vector sorted by base offset (reads go forward, so a batch is
+/// usually pushed at the end), reused across requests by the partition.
 #[derive(Default)]
-struct BatchCache {
-    /// Base offset → batch.
-    batches: BTreeMap<u64, CachedBatch>,
+pub(super) struct BatchCache {
+    batches: Vec<CachedBatch>,
+}
+
+impl BatchCache {
+    /// The batch holding `offset`, if read already.
+    fn holding(&self, offset: u64) -> Option<&CachedBatch> {
+        let after = self.batches.partition_point(|batch| batch.base_offset <= offset);
+        let batch = self.batches.get(after.checked_sub(1)?)?;
+        (batch.next_offset > offset).then_some(batch)
+    }
+
+    /// Adds a batch (replacing one with the same base offset).
+    fn insert(&mut self, batch: CachedBatch) {
+        let at = self.batches.partition_point(|held| held.base_offset < batch.base_offset);
+        match self.batches.get_mut(at) {
+            Some(held) if held.base_offset == batch.base_offset => *held = batch,
+            _ => self.batches.insert(at, batch),
+        }
+    }
+
+    /// Empties it for the next request; `false` when it grew past
+    /// `REQUEST_SCRATCH_ENTRIES_MAX` batches (then the caller drops it).
+    pub(super) fn recycle(&mut self) -> bool {
+        self.batches.clear();
+        self.batches.capacity() <= super::scratch::REQUEST_SCRATCH_ENTRIES_MAX
+    }
 }
 
 /// Bytes one log read of a request may cover: the records (offset, size)
@@ -78,28 +102,40 @@ fn read_ahead_bytes(from: Offset, remaining: impl Iterator<Item = (Offset, u32)>
 }
 
 struct CachedBatch {
+    base_offset: u64,
     next_offset: u64,
     bytes: SharedBytes,
-    /// (start, len) of each record inside `bytes`.
-    records: Vec<(usize, usize)>,
 }
 
 impl CachedBatch {
-    /// Indexes a batch the log read back and crc-checked (`header` is what
-    /// its check returned), without checking the crcs a second time.
+    /// Checks the layout of a batch the log read back and crc-checked
+    /// (`header` is what its check returned), without checking the crcs a
+    /// second time; its records are then found through its position table.
     fn new(bytes: SharedBytes, header: &BatchHeader) -> Result<Option<Self>, WireError> {
         if header.kind != BatchKind::Data {
             return Ok(None);
         }
-        let records = {
+        {
             let view_bytes = aligned(&bytes);
-            let view = verified_view(&view_bytes, header)?;
-            let start = view_bytes.as_ptr() as usize;
-            view.record_slices()
-                .map(|slice| (slice.as_ptr() as usize - start, slice.len()))
-                .collect()
+            verified_view(&view_bytes, header)?;
+        }
+        Ok(Some(Self { base_offset: header.base_offset, next_offset: header.next_offset(), bytes }))
+    }
+
+    /// (start, len) of record `index` inside `bytes`, read from the position
+    /// table the layout check accepted (bounds-checked all the same).
+    fn record_range(&self, index: usize) -> Option<(usize, usize)> {
+        let count = (self.next_offset - self.base_offset) as usize;
+        if index >= count {
+            return None;
+        }
+        let entry = BATCH_HEADER_BYTES + index * POSITION_ENTRY_BYTES;
+        let word = |at: usize| -> Option<usize> {
+            let raw: [u8; 4] = self.bytes.get(at..at + 4)?.try_into().ok()?;
+            Some(u32::from_le_bytes(raw) as usize)
         };
-        Ok(Some(Self { next_offset: header.next_offset(), bytes, records }))
+        let (start, len) = (word(entry)?, word(entry + 4)?);
+        (start.checked_add(len)? <= self.bytes.len()).then_some((start, len))
     }
 }
 
@@ -123,15 +159,14 @@ impl<S: Storage + Clone> Partition<S> {
     /// Reads the record bytes of each delivery from the log.
     pub(super) async fn with_records(
         &self,
-        deliveries: Vec<Delivery>,
+        deliveries: &[Delivery],
     ) -> Result<Vec<Claimed>, PartitionError> {
-        let records =
-            self.records_of(&deliveries, |delivery| (delivery.offset, delivery.size_bytes)).await?;
-        Ok(deliveries
-            .into_iter()
-            .zip(records)
-            .map(|(delivery, record)| Claimed { delivery, record })
-            .collect())
+        self.records_of(
+            deliveries,
+            |delivery| (delivery.offset, delivery.size_bytes),
+            |delivery, record| Claimed { delivery: *delivery, record },
+        )
+        .await
     }
 
     /// The record bytes of each item, `locate` giving its (offset, size).
@@ -142,19 +177,38 @@ impl<S: Storage + Clone> Partition<S> {
     /// few hundred consecutive messages from the backlog is one or two reads
     /// of the segment file instead of one per batch, each of which scanned
     /// forward from the sparse index again.
-    async fn records_of<T>(
+    ///
+    /// The answer is `make(item, record)` for each item: one vector, the
+    /// reply's. The batch cache is the partition's reused one (taken for
+    /// the request, given back after; a request that runs meanwhile starts
+    /// from an empty one).
+    async fn records_of<T, R>(
         &self,
         items: &[T],
         locate: impl Fn(&T) -> (Offset, u32),
-    ) -> Result<Vec<SharedBytes>, PartitionError> {
-        let mut cache = BatchCache::default();
+        make: impl Fn(&T, SharedBytes) -> R,
+    ) -> Result<Vec<R>, PartitionError> {
+        let mut cache = self.scratch.read.take();
         let mut out = Vec::with_capacity(items.len());
+        let mut failed = None;
         for (index, item) in items.iter().enumerate() {
             let (offset, _) = locate(item);
             let ahead = || read_ahead_bytes(offset, items[index..].iter().map(&locate));
-            out.push(self.record_bytes(offset, ahead, &mut cache).await?);
+            match self.record_bytes(offset, ahead, &mut cache).await {
+                Ok(record) => out.push(make(item, record)),
+                Err(error) => {
+                    failed = Some(error);
+                    break;
+                }
+            }
         }
-        Ok(out)
+        if cache.recycle() {
+            self.scratch.read.set(cache);
+        }
+        match failed {
+            Some(error) => Err(error),
+            None => Ok(out),
+        }
     }
 
     /// The bytes of the data record at `offset`, reading its batch into
@@ -170,12 +224,7 @@ impl<S: Storage + Clone> Partition<S> {
             offset,
             reason,
         };
-        let hit = cache
-            .batches
-            .range(..=offset.0)
-            .next_back()
-            .filter(|(_, batch)| batch.next_offset > offset.0)
-            .map(|(base, _)| *base);
+        let hit = cache.holding(offset.0).map(|batch| batch.base_offset);
         let base = match hit {
             Some(base) => base,
             None => {
@@ -188,7 +237,7 @@ impl<S: Storage + Clone> Partition<S> {
                     // holding `offset` must be data.
                     match CachedBatch::new(batch.bytes, &batch.header)? {
                         Some(cached) => {
-                            cache.batches.insert(base, cached);
+                            cache.insert(cached);
                             if holds_offset {
                                 found = Some(base);
                             }
@@ -202,11 +251,13 @@ impl<S: Storage + Clone> Partition<S> {
                 found.ok_or_else(|| missing("no record there in the log"))?
             }
         };
-        let batch =
-            cache.batches.get(&base).ok_or_else(|| missing("its batch left the read cache"))?;
+        let batch = cache
+            .holding(offset.0)
+            .filter(|batch| batch.base_offset == base)
+            .ok_or_else(|| missing("its batch left the read cache"))?;
         let index = (offset.0 - base) as usize;
         let (start, len) =
-            *batch.records.get(index).ok_or_else(|| missing("past the end of its batch"))?;
+            batch.record_range(index).ok_or_else(|| missing("past the end of its batch"))?;
         Ok(batch.bytes.slice(start..start + len))
     }
 
@@ -238,11 +289,11 @@ impl<S: Storage + Clone> Partition<S> {
         // Records are readable once durable; wait for everything appended.
         let barrier = self.appends.borrow().barrier();
         barrier.durable().await?;
-        let records = self.records_of(&views, |view| (view.offset, view.size_bytes)).await?;
-        Ok(views
-            .into_iter()
-            .zip(records)
-            .map(|(view, record)| Peeked { view, record: record.to_vec() })
-            .collect())
+        self.records_of(
+            &views,
+            |view| (view.offset, view.size_bytes),
+            |view, record| Peeked { view: *view, record: record.to_vec() },
+        )
+        .await
     }
 }

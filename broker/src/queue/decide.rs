@@ -2,7 +2,7 @@
 //! changes state; the caller appends the events to the log and then feeds
 //! each one to `PartitionState::apply`, in order, before the next decision.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeSet, HashMap};
 use std::iter::Peekable;
 
 use super::error::{InvalidToken, QueueError, StaleToken};
@@ -51,6 +51,44 @@ impl std::fmt::Display for FullLimit {
     }
 }
 
+/// Ids accepted earlier in one admission batch, with their index in it. An
+/// owner that checks many batches (a partition) keeps one and lends it to
+/// each ([`PartitionState::admission_with`]), so a batch allocates nothing
+/// for it. Ids are client-chosen: the map hashes them with std's keyed
+/// SipHash (`RandomState`).
+#[derive(Debug, Default)]
+pub struct AdmissionIds {
+    ids: HashMap<MessageId, usize>,
+}
+
+impl AdmissionIds {
+    /// Forgets every id, keeping the allocation.
+    pub fn clear(&mut self) {
+        self.ids.clear();
+    }
+
+    /// Ids it has room for without allocating.
+    pub fn capacity(&self) -> usize {
+        self.ids.capacity()
+    }
+}
+
+/// An admission's in-batch ids: its own, or lent by the caller.
+#[derive(Debug)]
+enum BatchIds<'a> {
+    Own(AdmissionIds),
+    Lent(&'a mut AdmissionIds),
+}
+
+impl BatchIds<'_> {
+    fn ids(&mut self) -> &mut HashMap<MessageId, usize> {
+        match self {
+            BatchIds::Own(ids) => &mut ids.ids,
+            BatchIds::Lent(ids) => &mut ids.ids,
+        }
+    }
+}
+
 /// Checks the enqueues of one data batch against dedupe and admission,
 /// counting the ones it accepted so far (they are not applied yet).
 #[derive(Debug)]
@@ -61,7 +99,7 @@ pub struct Admission<'a> {
     accepted_messages: u64,
     accepted_bytes: u64,
     /// Ids accepted earlier in this batch, and their index in it.
-    batch_ids: BTreeMap<MessageId, usize>,
+    batch_ids: BatchIds<'a>,
 }
 
 impl Admission<'_> {
@@ -82,7 +120,7 @@ impl Admission<'_> {
         if let Some(original) = self.state.dedupe_hit(self.now, &request.message_id) {
             return Ok(EnqueueDecision::Duplicate { original });
         }
-        if let Some(&first) = self.batch_ids.get(&request.message_id) {
+        if let Some(&first) = self.batch_ids.ids().get(&request.message_id) {
             return Ok(EnqueueDecision::DuplicateInBatch { index: first });
         }
         // Dead letters count: a quarantine is a move inside the queue, not a
@@ -97,7 +135,7 @@ impl Admission<'_> {
         }
         self.accepted_messages += 1;
         self.accepted_bytes += bytes;
-        self.batch_ids.insert(request.message_id, index);
+        self.batch_ids.ids().insert(request.message_id, index);
         Ok(EnqueueDecision::Accept)
     }
 }
@@ -208,7 +246,22 @@ impl PartitionState {
             checked: 0,
             accepted_messages: 0,
             accepted_bytes: 0,
-            batch_ids: BTreeMap::new(),
+            batch_ids: BatchIds::Own(AdmissionIds::default()),
+        }
+    }
+
+    /// [`PartitionState::admission`] with the in-batch ids kept in `ids`
+    /// (cleared here), so checking a batch allocates nothing once `ids` has
+    /// room for it.
+    pub fn admission_with<'a>(&'a self, now: Millis, ids: &'a mut AdmissionIds) -> Admission<'a> {
+        ids.clear();
+        Admission {
+            state: self,
+            now,
+            checked: 0,
+            accepted_messages: 0,
+            accepted_bytes: 0,
+            batch_ids: BatchIds::Lent(ids),
         }
     }
 
@@ -348,18 +401,40 @@ impl PartitionState {
         request: &ClaimRequest,
         durable_end: Offset,
     ) -> Result<ClaimDecision, QueueError> {
+        // Both vectors are bounded by the request: at most `credits`
+        // deliveries, and their events plus the expiries met on the way.
+        let credits = (request.credits as usize).min(CLAIM_CREDITS_MAX as usize);
+        let mut decision = ClaimDecision {
+            events: Vec::with_capacity(credits),
+            deliveries: Vec::with_capacity(credits),
+        };
+        self.claim_into(now, request, durable_end, &mut decision)?;
+        Ok(decision)
+    }
+
+    /// [`PartitionState::claim`] into `decision` (emptied first, its
+    /// vectors' capacity reused), so a caller that claims often allocates
+    /// nothing for the answer's vectors.
+    ///
+    /// # Errors
+    /// As [`PartitionState::claim`]; `decision` is then empty.
+    pub fn claim_into(
+        &self,
+        now: Millis,
+        request: &ClaimRequest,
+        durable_end: Offset,
+        decision: &mut ClaimDecision,
+    ) -> Result<(), QueueError> {
+        decision.events.clear();
+        decision.deliveries.clear();
         Self::check_credits(request.credits)?;
         let lease_ms = self.lease(request.lease_ms)?;
         let deadline_ms = now.saturating_add(lease_ms);
         let weights = self.weights();
         let mut credits = self.credits;
         let mut cursors = self.class_cursors();
-        // Both vectors are bounded by the request: at most `credits`
-        // deliveries, and their events plus the expiries met on the way.
-        let mut decision = ClaimDecision {
-            events: Vec::with_capacity(request.credits as usize),
-            deliveries: Vec::with_capacity(request.credits as usize),
-        };
+        decision.events.reserve(request.credits as usize);
+        decision.deliveries.reserve(request.credits as usize);
         let mut bytes = 0u64;
         let mut skipped = 0usize;
         'claims: while decision.deliveries.len() < request.credits as usize {
@@ -431,7 +506,7 @@ impl PartitionState {
                 size_bytes: head.size_bytes,
             });
         }
-        Ok(decision)
+        Ok(())
     }
 
     /// Claims dead letters, oldest quarantine first (to inspect or repair
@@ -449,10 +524,28 @@ impl PartitionState {
         request: &ClaimRequest,
         durable_end: Offset,
     ) -> Result<ClaimDecision, QueueError> {
+        let mut decision = ClaimDecision::default();
+        self.claim_dead_letters_into(now, request, durable_end, &mut decision)?;
+        Ok(decision)
+    }
+
+    /// [`PartitionState::claim_dead_letters`] into `decision` (emptied
+    /// first, its capacity reused).
+    ///
+    /// # Errors
+    /// As [`PartitionState::claim_dead_letters`]; `decision` is then empty.
+    pub fn claim_dead_letters_into(
+        &self,
+        now: Millis,
+        request: &ClaimRequest,
+        durable_end: Offset,
+        decision: &mut ClaimDecision,
+    ) -> Result<(), QueueError> {
+        decision.events.clear();
+        decision.deliveries.clear();
         Self::check_credits(request.credits)?;
         let lease_ms = self.lease(request.lease_ms)?;
         let deadline_ms = now.saturating_add(lease_ms);
-        let mut decision = ClaimDecision::default();
         let mut bytes = 0u64;
         for &(_, offset) in self.dlq_ready.iter().take(request.credits as usize) {
             if offset >= durable_end {
@@ -482,7 +575,7 @@ impl PartitionState {
                 size_bytes: dead.size_bytes,
             });
         }
-        Ok(decision)
+        Ok(())
     }
 
     /// Checks a token: genuine, for this partition, this epoch, and naming

@@ -81,7 +81,8 @@ mod tests;
 
 pub use config::{Backoff, ConfigError, QueueConfig};
 pub use decide::{
-    Admission, ClaimDecision, ClaimRequest, Delivery, EnqueueDecision, FullLimit, Redrive,
+    Admission, AdmissionIds, ClaimDecision, ClaimRequest, Delivery, EnqueueDecision, FullLimit,
+    Redrive,
 };
 pub use error::{ApplyError, CodecError, InvalidToken, QueueError, StaleToken};
 pub use event::{Event, EventKind, CLAIMED_EVENT_BYTES, EVENT_BYTES};

@@ -148,9 +148,14 @@ type Answer = Result<Response<'static>, ErrorResponse>;
 /// request's latency is counted there once its reply is built.
 type Timed = Option<(Rc<Served>, RequestOp)>;
 
-/// The tokens of one Ack that name the same partition, with their positions
-/// in the request.
-type TokenGroup = (Rc<Served>, Vec<(usize, crate::queue::DeliveryToken)>);
+/// The tokens of one Ack that name the same partition, and their positions
+/// in the request (two parallel vectors, so the tokens go to the partition
+/// as they are).
+struct TokenGroup {
+    partition: Rc<Served>,
+    positions: Vec<usize>,
+    tokens: Vec<crate::queue::DeliveryToken>,
+}
 
 /// Cuts a message to what an error response may carry
 /// (`ERROR_MESSAGE_BYTES_MAX`), at a character boundary.
@@ -510,8 +515,9 @@ impl SpoolHandler {
     /// touched counts it once in its ack latency histogram.
     async fn ack(&self, tokens: &[proto::DeliveryToken], started: Instant) -> AckResponse {
         let mut results = vec![ErrorCode::None; tokens.len()];
-        // Group by partition, keeping each token's position.
-        let mut groups: Vec<TokenGroup> = Vec::new();
+        // Group by partition, keeping each token's position. Usually one
+        // partition: one group, its vectors sized for every token left.
+        let mut groups: Vec<TokenGroup> = Vec::with_capacity(1);
         for (index, raw) in tokens.iter().enumerate() {
             let token = match token_from_wire(raw) {
                 Ok(token) => token,
@@ -523,19 +529,30 @@ impl SpoolHandler {
             let claim = *token.claim();
             match self.route_token(claim.queue, claim.partition) {
                 Ok(partition) => {
-                    match groups.iter_mut().find(|(existing, _)| Rc::ptr_eq(existing, &partition)) {
-                        Some((_, members)) => members.push((index, token)),
-                        None => groups.push((partition, vec![(index, token)])),
+                    match groups.iter_mut().find(|group| Rc::ptr_eq(&group.partition, &partition)) {
+                        Some(group) => {
+                            group.positions.push(index);
+                            group.tokens.push(token);
+                        }
+                        None => {
+                            let left = tokens.len() - index;
+                            let mut group = TokenGroup {
+                                partition,
+                                positions: Vec::with_capacity(left),
+                                tokens: Vec::with_capacity(left),
+                            };
+                            group.positions.push(index);
+                            group.tokens.push(token);
+                            groups.push(group);
+                        }
                     }
                 }
                 Err(reply) => results[index] = reply.code,
             }
         }
-        for (partition, members) in &groups {
-            let batch: Vec<crate::queue::DeliveryToken> =
-                members.iter().map(|(_, token)| *token).collect();
-            let outcomes = partition.ack(&batch).await;
-            for ((index, token), outcome) in members.iter().zip(outcomes) {
+        for TokenGroup { partition, positions, tokens } in &groups {
+            let outcomes = partition.ack(tokens).await;
+            for ((index, token), outcome) in positions.iter().zip(tokens).zip(outcomes) {
                 results[*index] = match outcome {
                     Ok(()) => ErrorCode::None,
                     Err(failure) => {
@@ -548,8 +565,8 @@ impl SpoolHandler {
                 }
             }
         }
-        for (partition, _) in &groups {
-            partition.requests.observe(RequestOp::Ack, started);
+        for group in &groups {
+            group.partition.requests.observe(RequestOp::Ack, started);
         }
         AckResponse { results }
     }
@@ -908,14 +925,15 @@ impl FrameHandler for SpoolHandler {
                 let error = ProtoError::WrongDirection { expected: "request" };
                 return Err(FrameError::of_frame(error, &bytes));
             }
-            Ok(frame) => match Request::decode(&frame) {
+            Ok(frame) => match Request::check(&frame) {
                 // A body that does not parse (truncated, trailing bytes, bad
                 // flatbuffer) closes the connection (protocol.md, "Errors and
                 // the connection"); a field out of range is answered by
-                // `answer` and the connection carries on. The body is decoded
-                // again in `answer` (the request borrows from the frame, which
-                // moves into its task); decoding borrows, so that second pass
-                // is only the checks. The header is kept, not parsed again.
+                // `answer` and the connection carries on. Here the body is
+                // only checked (`Request::check` builds nothing, not even an
+                // Ack's token list); `answer` decodes it once (the request
+                // borrows from the frame, which moves into its task). The
+                // header is kept, not parsed again.
                 Err(failure) if failure.closes_connection() => {
                     return Err(FrameError::of_frame(failure, &bytes));
                 }

@@ -117,13 +117,27 @@ impl Region {
 
     /// Writes header, table and records into one new aligned buffer.
     pub(crate) fn finish(&self, kind: BatchKind, flags: u32) -> Result<BatchBytes, WireError> {
+        let mut out = BatchBytes::with_capacity(self.encoded_len_bytes());
+        self.finish_into(kind, flags, &mut out)?;
+        Ok(out)
+    }
+
+    /// Writes header, table and records into `out` (cleared first, its
+    /// capacity reused).
+    pub(crate) fn finish_into(
+        &self,
+        kind: BatchKind,
+        flags: u32,
+        out: &mut BatchBytes,
+    ) -> Result<(), WireError> {
         if self.entries.is_empty() {
             return Err(WireError::EmptyBatch(kind.name()));
         }
         let batch_len = self.encoded_len_bytes();
         assert!(batch_len <= BATCH_BYTES_MAX);
         let region_start = BATCH_HEADER_BYTES + self.entries.len() * POSITION_ENTRY_BYTES;
-        let mut out = BatchBytes::with_capacity(batch_len);
+        out.clear();
+        out.reserve(batch_len);
         out.resize(BATCH_HEADER_BYTES, 0);
         for &(position, len) in &self.entries {
             let absolute = u32::try_from(region_start + position as usize)
@@ -145,8 +159,8 @@ impl Region {
             first_timestamp_ms: self.first_timestamp_ms,
             max_timestamp_ms: self.max_timestamp_ms,
         }
-        .write(&mut out);
-        Ok(out)
+        .write(out);
+        Ok(())
     }
 }
 
@@ -318,6 +332,22 @@ impl ControlBatchBuilder {
     /// [`WireError::EmptyBatch`] when no event was pushed.
     pub fn finish(&self) -> Result<BatchBytes, WireError> {
         self.region.finish(BatchKind::Control, 0)
+    }
+
+    /// [`ControlBatchBuilder::finish`] into `out` (cleared first), so a
+    /// caller that builds many batches reuses one buffer.
+    ///
+    /// # Errors
+    /// [`WireError::EmptyBatch`] when no event was pushed.
+    pub fn finish_into(&self, out: &mut BatchBytes) -> Result<(), WireError> {
+        self.region.finish_into(BatchKind::Control, 0, out)
+    }
+
+    /// Bytes the builder holds for records and their entries (its capacity,
+    /// not its contents): lets an owner that reuses it bound what it keeps.
+    pub fn capacity_bytes(&self) -> usize {
+        self.region.records.capacity()
+            + self.region.entries.capacity() * std::mem::size_of::<(u32, u32)>()
     }
 
     /// Forgets every event, keeping the allocation for the next batch.

@@ -459,6 +459,19 @@ impl AckRequest {
         }
     }
 
+    /// The checks of [`AckRequest::read`], in the same order and with the
+    /// same errors, without collecting the tokens (no allocation).
+    pub(crate) fn check(body: &[u8]) -> Result<(), ProtoError> {
+        let mut reader = Reader::new(body);
+        let count = reader.u32()?;
+        reader.reserved_u32("ack reserved")?;
+        check_range("ack tokens", count.into(), 1, ACK_TOKENS_MAX.into())?;
+        for _ in 0..count {
+            read_token(&mut reader)?;
+        }
+        reader.finish()
+    }
+
     pub(crate) fn read(body: &[u8]) -> Result<Self, ProtoError> {
         let mut reader = Reader::new(body);
         let count = reader.u32()?;

@@ -250,6 +250,23 @@ impl<'a> Request<'a> {
         })
     }
 
+    /// Whether [`Request::decode`] would accept `frame`: the same checks and
+    /// the same error, without building what does not borrow from the
+    /// frame (an Ack's token list), so a caller that must check a frame
+    /// before it keeps it, and decodes it later, allocates only once.
+    ///
+    /// # Errors
+    /// As [`Request::decode`].
+    pub fn check(frame: &Frame<'a>) -> Result<(), ProtoError> {
+        match frame.header.api_key {
+            ApiKey::Ack => {
+                expect_request(frame)?;
+                AckRequest::check(frame.body)
+            }
+            _ => Self::decode(frame).map(drop),
+        }
+    }
+
     /// Decodes and validates a request frame. The frame's header has already
     /// been validated by the frame decoder (api key known, version supported).
     ///
@@ -311,6 +328,28 @@ impl<'a> Response<'a> {
         }
     }
 
+    /// Bytes the data path's responses take as a frame, padding included
+    /// (exact for enqueue, claim and ack, an upper bound for the others);
+    /// 0 for the control plane's, whose buffer grows as written.
+    pub fn encoded_len_hint(&self) -> usize {
+        use crate::proto::limits::{DELIVERY_TOKEN_BYTES, FRAME_HEADER_BYTES};
+        let body = match self {
+            Self::Enqueue(response) => 16 + 16 * response.records.len(),
+            Self::Ack(response) => 4 + 2 * response.results.len(),
+            Self::Claim(response) => {
+                let fixed = DELIVERY_TOKEN_BYTES + 8 + 4 + 4 + 8;
+                16 + response
+                    .deliveries
+                    .iter()
+                    .map(|delivery| fixed + delivery.record.len().next_multiple_of(8))
+                    .sum::<usize>()
+            }
+            Self::Extend(_) | Self::Release(_) | Self::CancelClaim(_) => 16,
+            _ => return 0,
+        };
+        FRAME_HEADER_BYTES + body.next_multiple_of(8)
+    }
+
     /// Appends this response as one frame answering `correlation_id` (newest
     /// version of its api key; a broker answering an older request version
     /// will pick the version here once a second one exists).
@@ -323,6 +362,9 @@ impl<'a> Response<'a> {
         out: &mut Vec<u8>,
     ) -> Result<(), ProtoError> {
         self.validate()?;
+        // One allocation for the data path's answers instead of a header
+        // buffer grown by doubling as the body is written.
+        out.reserve(self.encoded_len_hint());
         let api_key = self.api_key();
         let fields = HeaderFields {
             api_key: api_key.as_u16(),
