@@ -52,7 +52,7 @@ use crate::control::assignment::{
 };
 use crate::control::catalog::{self, Catalog, CatalogError};
 use crate::control::config::{BrokerConfig, ConfigError};
-use crate::control::data_dir::{BrokerSecret, DataDirError, DataDirLock};
+use crate::control::data_dir::{BrokerSecret, DataDirError, DataDirFormat, DataDirLock};
 use crate::fatal::FatalReason;
 use crate::limits::{
     CONTROL_COMMAND_QUEUE_MAX, CONTROL_POLL_INTERVAL, HOOK_FAILURES_PER_VERSION_MAX,
@@ -184,6 +184,8 @@ impl StartError {
             StartError::Config(_) => FatalReason::Config,
             StartError::Memlock(_) => FatalReason::Memlock,
             StartError::DataDir(DataDirError::Locked { .. }) => FatalReason::DataDirLocked,
+            // The data is fine; the flags (layout, shard count) do not fit it.
+            StartError::DataDir(error) if error.is_config_mismatch() => FatalReason::Config,
             StartError::DataDir(_) => FatalReason::DataDir,
             // The data is fine; the flags no longer fit it.
             StartError::Catalog(CatalogError::PlacementBeyondShards { .. }) => FatalReason::Config,
@@ -655,6 +657,9 @@ impl Broker {
         // One executor per shard plus the control executor.
         memlock::ensure(usize::from(shard_count) + 1)?;
         let lock = DataDirLock::acquire(&config.data_dir)?;
+        // Before the secret: a directory without one is new and records the
+        // configured layout; an existing one must match its record.
+        DataDirFormat::load_or_create(&lock, config.log_layout, shard_count)?;
         let secret = BrokerSecret::load_or_create(&lock)?;
         // Read before anything starts, so a bad catalog is a start error.
         let catalog = catalog::load(lock.dir())?.unwrap_or_else(|| Catalog::empty(shard_count));
