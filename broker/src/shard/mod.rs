@@ -145,6 +145,8 @@ pub enum ShardError {
     Assignment(AssignmentError),
     #[error("flush failed: {0}")]
     Flush(String),
+    #[error("shard start failed: {0}")]
+    Start(String),
     #[error("catalog write failed: {0}")]
     Catalog(String),
     #[error("channel to shard {shard} closed")]
@@ -666,6 +668,7 @@ impl Broker {
         let catalog_path = lock.dir().join(catalog::CATALOG_FILE_NAME);
         let replay = catalog.replay(shard_count, &catalog_path)?;
         let replay_version = replay.table.version();
+        let recovered = Arc::new(replay.table.clone());
         // A SIGKILLed predecessor's sockets outlive it by milliseconds.
         let patience = Duration::from_millis(crate::limits::PORT_IN_USE_RETRY_MS);
         for shard in 0..shard_count {
@@ -715,6 +718,7 @@ impl Broker {
                 secret: secret.clone(),
                 control: control.clone(),
                 assignment_start: replay.start.clone(),
+                recovered: recovered.clone(),
             };
             // Registered (fixed) buffers make O_DIRECT reads fail with
             // EOPNOTSUPP on some kernels (see io/dma.rs): do without them.
