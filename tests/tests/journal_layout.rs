@@ -127,18 +127,18 @@ async fn journal_layout_keeps_acknowledged_work_across_sigkill_and_keeps_its_sha
     let data_dir = broker.data_dir();
     let format = std::fs::read_to_string(data_dir.join("format")).unwrap();
     assert!(format.contains("log_layout = journal") && format.contains("shards = 2"), "{format}");
-    for shard in 0..SHARDS {
-        let journal = data_dir.join(format!("shard-{shard:02}")).join("journal");
-        assert!(journal.is_dir(), "{} missing", journal.display());
-    }
 
     let client = broker.client().await;
     let admin = Admin::new(client.clone());
     admin.create_queue("stream", test_queue_config(PARTITIONS, 5_000, 100)).await.unwrap();
     admin.create_queue("held", test_queue_config(1, 5_000, 100)).await.unwrap();
-    // Every partition has a handle in its shard's table, made before its
-    // first append.
+    // Every shard applied the creates, so each recovered its journal first
+    // (a shard's port accepts before that, so not earlier), and every
+    // partition has a handle in its shard's table, made before its first
+    // append.
     for shard in 0..SHARDS {
+        let journal = data_dir.join(format!("shard-{shard:02}")).join("journal");
+        assert!(journal.is_dir(), "{} missing", journal.display());
         let handles = data_dir.join(format!("shard-{shard:02}")).join("handles");
         assert!(handles.is_file(), "{} missing", handles.display());
     }
