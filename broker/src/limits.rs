@@ -360,6 +360,9 @@ pub const CATALOG_BODY_BYTES_MAX: usize = 64 << 20;
 pub const CATALOG_HEADER_BYTES_MAX: usize = 64;
 /// Most bytes read from a lock file when looking for the holder's pid.
 pub const LOCK_FILE_READ_BYTES_MAX: u64 = 64;
+/// Most bytes read of the data directory's `format` record (a few short
+/// `key = value` lines).
+pub const FORMAT_FILE_READ_BYTES_MAX: u64 = 256;
 
 // One queue may use the whole node.
 const _: () = assert!(PARTITIONS_PER_QUEUE_MAX as usize <= PARTITIONS_PER_NODE_MAX);

@@ -68,6 +68,49 @@ impl std::str::FromStr for LogFormat {
     }
 }
 
+/// How partitions keep their logs on disk (`docs/design/shard-journal.md`).
+/// Recorded in the data directory when it is created
+/// (`control::data_dir::DataDirFormat`): a directory is always started with
+/// the layout it was created with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLayout {
+    /// Each partition its own segment log in its directory (the default).
+    #[default]
+    Segments,
+    /// One journal per shard shared by every partition of the shard: one
+    /// group commit and one fdatasync per shard per cycle. Journal files are
+    /// not released yet, so its disk use only grows.
+    Journal,
+}
+
+impl LogLayout {
+    /// The name used in flags, files and the data directory's record.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogLayout::Segments => "segments",
+            LogLayout::Journal => "journal",
+        }
+    }
+}
+
+impl fmt::Display for LogLayout {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for LogLayout {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "segments" => Ok(LogLayout::Segments),
+            "journal" => Ok(LogLayout::Journal),
+            other => Err(format!("expected `segments` or `journal`, got `{other}`")),
+        }
+    }
+}
+
 /// Where the admin port listens: an address, or `off`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(try_from = "String")]
@@ -125,6 +168,9 @@ pub struct BrokerConfig {
     /// Memory each partition keeps of its newest commits to serve claims
     /// without a disk read (counted at the buffers' allocated size).
     pub tail_cache_bytes: u64,
+    /// How partitions keep their logs: each its own segment log, or one
+    /// journal per shard. Fixed for a data directory at its creation.
+    pub log_layout: LogLayout,
     /// Most partitions this node hosts over all queues
     /// (`1..=PARTITIONS_PER_NODE_MAX`); a create past it is refused with
     /// `AssignmentError::TooManyPartitions`.
@@ -392,6 +438,7 @@ pub struct PartialConfig {
     pub housekeeping_tick_ms: Option<u64>,
     pub segment_bytes: Option<u64>,
     pub tail_cache_bytes: Option<u64>,
+    pub log_layout: Option<LogLayout>,
     pub partitions_max: Option<u32>,
     pub connections_per_shard_max: Option<u32>,
     pub in_flight_per_connection_max: Option<u32>,
@@ -429,6 +476,7 @@ pub const ENV_SETTINGS: &[&str] = &[
     "IN_FLIGHT_PER_CONNECTION_MAX",
     "CLAIM_WAITERS_PER_CONNECTION_MAX",
     "TAIL_CACHE_BYTES",
+    "LOG_LAYOUT",
     "PARTITIONS_MAX",
     "FRAME_BYTES_MAX",
     "IDLE_TIMEOUT_MS",
@@ -522,6 +570,7 @@ pub const FILE_KEYS: &[&str] = &[
     "in_flight_per_connection_max",
     "claim_waiters_per_connection_max",
     "tail_cache_bytes",
+    "log_layout",
     "partitions_max",
     "frame_bytes_max",
     "idle_timeout_ms",
@@ -607,6 +656,7 @@ impl PartialConfig {
                 }
                 "SEGMENT_BYTES" => layer.segment_bytes = Some(parse_env(&name, &value)?),
                 "TAIL_CACHE_BYTES" => layer.tail_cache_bytes = Some(parse_env(&name, &value)?),
+                "LOG_LAYOUT" => layer.log_layout = Some(parse_env(&name, &value)?),
                 "PARTITIONS_MAX" => layer.partitions_max = Some(parse_env(&name, &value)?),
                 "CONNECTIONS_PER_SHARD_MAX" => {
                     layer.connections_per_shard_max = Some(parse_env(&name, &value)?)
@@ -657,6 +707,7 @@ impl PartialConfig {
             housekeeping_tick_ms: higher.housekeeping_tick_ms.or(self.housekeeping_tick_ms),
             segment_bytes: higher.segment_bytes.or(self.segment_bytes),
             tail_cache_bytes: higher.tail_cache_bytes.or(self.tail_cache_bytes),
+            log_layout: higher.log_layout.or(self.log_layout),
             partitions_max: higher.partitions_max.or(self.partitions_max),
             connections_per_shard_max: higher
                 .connections_per_shard_max
@@ -703,6 +754,7 @@ impl PartialConfig {
             housekeeping_tick_ms: self.housekeeping_tick_ms.unwrap_or(HOUSEKEEPING_TICK_MS_DEFAULT),
             segment_bytes: self.segment_bytes.unwrap_or(SEGMENT_BYTES_DEFAULT),
             tail_cache_bytes: self.tail_cache_bytes.unwrap_or(TAIL_CACHE_BYTES_DEFAULT),
+            log_layout: self.log_layout.unwrap_or_default(),
             partitions_max: self.partitions_max.unwrap_or(PARTITIONS_MAX_DEFAULT),
             connections_per_shard_max: self
                 .connections_per_shard_max
@@ -779,6 +831,11 @@ pub struct Cli {
     /// 0..=256 MiB]. Env: SPOOL_TAIL_CACHE_BYTES.
     #[arg(long, value_name = "BYTES")]
     pub tail_cache_bytes: Option<u64>,
+    /// How partitions keep their logs: `segments` (each its own segment
+    /// log) or `journal` (one journal per shard); fixed for a data directory
+    /// when it is created [default: segments]. Env: SPOOL_LOG_LAYOUT.
+    #[arg(long, value_enum)]
+    pub log_layout: Option<LogLayout>,
     /// Partitions this node hosts over all queues [default: 10000;
     /// 1..=10000]. Env: SPOOL_PARTITIONS_MAX.
     #[arg(long, value_name = "N")]
@@ -846,6 +903,7 @@ impl Cli {
             housekeeping_tick_ms: self.housekeeping_tick_ms,
             segment_bytes: self.segment_bytes,
             tail_cache_bytes: self.tail_cache_bytes,
+            log_layout: self.log_layout,
             partitions_max: self.partitions_max,
             connections_per_shard_max: self.connections_per_shard_max,
             in_flight_per_connection_max: self.in_flight_per_connection_max,
@@ -1183,7 +1241,7 @@ mod tests {
         let file = PartialConfig::from_toml(
             "data_dir = \"/d\"\nlisten = \"127.0.0.1:9000\"\ncores = 1\nlog_format = \"json\"\n\
              log_filter = \"debug\"\nspin_before_park_us = 5\nhousekeeping_tick_ms = 4\n\
-             tail_cache_bytes = 65536\n\
+             tail_cache_bytes = 65536\nlog_layout = \"journal\"\n\
              connections_per_shard_max = 9\nin_flight_per_connection_max = 8\n\
              frame_bytes_max = 8192\nidle_timeout_ms = 500\nframe_timeout_ms = 400\n\
              write_timeout_ms = 300\nstartup_timeout_ms = 200\nshutdown_timeout_ms = 150\n",
@@ -1198,6 +1256,7 @@ mod tests {
             ("SPOOL_SPIN_BEFORE_PARK_US", "5"),
             ("SPOOL_HOUSEKEEPING_TICK_MS", "4"),
             ("SPOOL_TAIL_CACHE_BYTES", "65536"),
+            ("SPOOL_LOG_LAYOUT", "journal"),
             ("SPOOL_CONNECTIONS_PER_SHARD_MAX", "9"),
             ("SPOOL_IN_FLIGHT_PER_CONNECTION_MAX", "8"),
             ("SPOOL_FRAME_BYTES_MAX", "8192"),
@@ -1217,6 +1276,7 @@ mod tests {
             "--spin-before-park-us=5",
             "--housekeeping-tick-ms=4",
             "--tail-cache-bytes=65536",
+            "--log-layout=journal",
             "--connections-per-shard-max=9",
             "--in-flight-per-connection-max=8",
             "--frame-bytes-max=8192",
@@ -1233,6 +1293,7 @@ mod tests {
         assert_eq!(config.frame_bytes_max, 8192);
         assert_eq!(config.shutdown_timeout_ms, 150);
         assert_eq!(config.log_config().tail_cache_bytes, 65536);
+        assert_eq!(config.log_layout, LogLayout::Journal);
     }
 
     // Goal: no auth file means authentication off; an auth file from the

@@ -1,11 +1,14 @@
-//! The data directory's process-level files: `LOCK` and `secret`.
+//! The data directory's process-level files: `LOCK`, `secret` and `format`.
 //!
 //! Owns exclusive use of a data directory ([`DataDirLock`]: an `flock` on
 //! `DATA_DIR/LOCK`, held for the life of the process, with the holder's pid
 //! written inside so a second broker can say who holds it) and the broker
 //! secret ([`BrokerSecret`]: 32 random bytes in `DATA_DIR/secret`, created
-//! once, used later to MAC delivery tokens). It does not know about
-//! partitions or segments.
+//! once, used later to MAC delivery tokens), and the directory's format
+//! record ([`DataDirFormat`]: `DATA_DIR/format`, the log layout and, for the
+//! journal layout, the shard count, written when the directory is created
+//! and checked at every later start). It does not know about partitions or
+//! segments.
 //!
 //! Why the lock matters beyond the files: glommio's `TcpListener` always sets
 //! SO_REUSEPORT, so a second broker on the same ports would bind silently and
@@ -17,7 +20,8 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::limits::LOCK_FILE_READ_BYTES_MAX;
+use crate::control::config::LogLayout;
+use crate::limits::{FORMAT_FILE_READ_BYTES_MAX, LOCK_FILE_READ_BYTES_MAX};
 use rand::TryRngCore;
 use thiserror::Error;
 
@@ -25,6 +29,8 @@ use thiserror::Error;
 pub const LOCK_FILE_NAME: &str = "LOCK";
 /// Name of the secret file inside the data directory.
 pub const SECRET_FILE_NAME: &str = "secret";
+/// Name of the format record inside the data directory.
+pub const FORMAT_FILE_NAME: &str = "format";
 /// Length of the broker secret.
 pub const SECRET_BYTES: usize = 32;
 
@@ -44,6 +50,29 @@ pub enum DataDirError {
     SecretWrongSize { path: PathBuf, len_bytes: u64 },
     #[error("no randomness from the OS for the broker secret: {0}")]
     Random(String),
+    #[error(
+        "data directory {dir} was created with log_layout = {recorded}; it cannot be started \
+         with log_layout = {configured} (start it with --log-layout {recorded}, or use a new \
+         data directory)"
+    )]
+    LayoutMismatch { dir: PathBuf, recorded: LogLayout, configured: LogLayout },
+    #[error(
+        "data directory {dir} holds one journal per shard for {recorded} shards; it cannot be \
+         started with {configured} shards (start it with --cores {recorded})"
+    )]
+    ShardCountMismatch { dir: PathBuf, recorded: u16, configured: u16 },
+    #[error("format record {path} is not valid: {reason}")]
+    FormatInvalid { path: PathBuf, reason: String },
+}
+
+impl DataDirError {
+    /// Whether the data is fine and only the flags do not fit it.
+    pub fn is_config_mismatch(&self) -> bool {
+        matches!(
+            self,
+            DataDirError::LayoutMismatch { .. } | DataDirError::ShardCountMismatch { .. }
+        )
+    }
 }
 
 fn io_error<'a>(
@@ -141,6 +170,158 @@ fn read_holder_pid(file: &mut File) -> Option<u32> {
     text.trim().parse().ok()
 }
 
+/// What a data directory was created as: its log layout and, for the
+/// journal layout, its shard count (each shard's partitions live in that
+/// shard's journal, so a restart must have the same shards).
+///
+/// `DATA_DIR/format` holds it as text lines `log_layout = journal` and
+/// `shards = 2` (the latter for the journal layout only), written once when
+/// the directory is created, like the secret (temporary name, fsync,
+/// rename, directory fsync). A directory written before the record existed
+/// (it has a secret but no record) is of the segment layout; its record is
+/// written at its next start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataDirFormat {
+    pub log_layout: LogLayout,
+    /// The shard count of a journal directory (`None` for segments: a
+    /// segment directory may be started with any shard count).
+    pub shards: Option<u16>,
+}
+
+impl DataDirFormat {
+    /// The format of a directory created with `layout` and `shards`.
+    pub fn new(layout: LogLayout, shards: u16) -> DataDirFormat {
+        let shards = match layout {
+            LogLayout::Segments => None,
+            LogLayout::Journal => Some(shards),
+        };
+        DataDirFormat { log_layout: layout, shards }
+    }
+
+    fn encode(self) -> String {
+        let mut text = format!("log_layout = {}\n", self.log_layout);
+        if let Some(shards) = self.shards {
+            text.push_str(&format!("shards = {shards}\n"));
+        }
+        text
+    }
+
+    fn decode(text: &str) -> Result<DataDirFormat, String> {
+        let mut layout = None;
+        let mut shards = None;
+        for line in text.lines().map(str::trim).filter(|line| !line.is_empty()) {
+            let (key, value) = line
+                .split_once('=')
+                .ok_or_else(|| format!("line {line:?} is not `key = value`"))?;
+            match key.trim() {
+                "log_layout" => layout = Some(value.trim().parse::<LogLayout>()?),
+                "shards" => {
+                    let count = value
+                        .trim()
+                        .parse::<u16>()
+                        .map_err(|error| format!("shards {value:?}: {error}"))?;
+                    shards = Some(count);
+                }
+                other => return Err(format!("unknown key {other:?}")),
+            }
+        }
+        let log_layout = layout.ok_or("no log_layout")?;
+        match (log_layout, shards) {
+            (LogLayout::Journal, None) => Err("the journal layout records no shard count".into()),
+            (LogLayout::Journal, Some(0)) => Err("shards = 0".into()),
+            (LogLayout::Segments, Some(_)) => {
+                Err("the segment layout records a shard count".into())
+            }
+            _ => Ok(DataDirFormat { log_layout, shards }),
+        }
+    }
+
+    /// Reads the record of the locked directory, or writes one for
+    /// `layout` and `shards` when there is none (a new directory, or one
+    /// written before the record existed, which is of the segment layout),
+    /// then checks that the broker may start this directory with `layout`
+    /// and `shards`. Call before the secret is created: a directory without
+    /// a secret is new.
+    ///
+    /// # Errors
+    /// [`DataDirError::LayoutMismatch`] and
+    /// [`DataDirError::ShardCountMismatch`] naming both values;
+    /// [`DataDirError::FormatInvalid`] for a damaged record; `Io`.
+    pub fn load_or_create(
+        lock: &DataDirLock,
+        layout: LogLayout,
+        shards: u16,
+    ) -> Result<DataDirFormat, DataDirError> {
+        let dir = lock.dir();
+        let path = dir.join(FORMAT_FILE_NAME);
+        let recorded = match File::open(&path) {
+            Ok(file) => {
+                let mut text = String::new();
+                file.take(FORMAT_FILE_READ_BYTES_MAX)
+                    .read_to_string(&mut text)
+                    .map_err(io_error("read format record", &path))?;
+                DataDirFormat::decode(&text)
+                    .map_err(|reason| DataDirError::FormatInvalid { path: path.clone(), reason })?
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                let existing = dir.join(SECRET_FILE_NAME).exists();
+                let format = if existing {
+                    DataDirFormat::new(LogLayout::Segments, shards)
+                } else {
+                    DataDirFormat::new(layout, shards)
+                };
+                write_durable(dir, FORMAT_FILE_NAME, format.encode().as_bytes(), 0o644)?;
+                tracing::info!(path = %path.display(), log_layout = %format.log_layout,
+                    shards = ?format.shards, "recorded the data directory's format");
+                format
+            }
+            Err(source) => return Err(DataDirError::Io { op: "open format record", path, source }),
+        };
+        if recorded.log_layout != layout {
+            return Err(DataDirError::LayoutMismatch {
+                dir: dir.to_owned(),
+                recorded: recorded.log_layout,
+                configured: layout,
+            });
+        }
+        if let Some(recorded_shards) = recorded.shards {
+            if recorded_shards != shards {
+                return Err(DataDirError::ShardCountMismatch {
+                    dir: dir.to_owned(),
+                    recorded: recorded_shards,
+                    configured: shards,
+                });
+            }
+        }
+        Ok(recorded)
+    }
+}
+
+/// Writes `bytes` as `dir/name` so that a crash leaves the old file or the
+/// whole new one: a temporary name with `mode`, fsync, rename, directory
+/// fsync.
+fn write_durable(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> Result<(), DataDirError> {
+    let path = dir.join(name);
+    let temp_path = dir.join(format!("{name}.tmp"));
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(&temp_path)
+        .map_err(io_error("create", &temp_path))?;
+    // A leftover temp file from a crash keeps its old mode.
+    file.set_permissions(std::fs::Permissions::from_mode(mode))
+        .map_err(io_error("chmod", &temp_path))?;
+    file.write_all(bytes).map_err(io_error("write", &temp_path))?;
+    file.sync_all().map_err(io_error("fsync", &temp_path))?;
+    drop(file);
+    std::fs::rename(&temp_path, &path).map_err(io_error("rename", &path))?;
+    File::open(dir)
+        .and_then(|dir_file| dir_file.sync_all())
+        .map_err(io_error("fsync data directory", dir))
+}
+
 /// The broker's secret key. `Debug` does not print it.
 #[derive(Clone, PartialEq, Eq)]
 pub struct BrokerSecret([u8; SECRET_BYTES]);
@@ -172,24 +353,7 @@ impl BrokerSecret {
         rand::rngs::OsRng
             .try_fill_bytes(&mut bytes)
             .map_err(|error| DataDirError::Random(error.to_string()))?;
-        let temp_path = dir.join(format!("{SECRET_FILE_NAME}.tmp"));
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&temp_path)
-            .map_err(io_error("create secret", &temp_path))?;
-        // A leftover temp file from a crash keeps its old mode: force 0600.
-        file.set_permissions(std::fs::Permissions::from_mode(0o600))
-            .map_err(io_error("chmod secret", &temp_path))?;
-        file.write_all(&bytes).map_err(io_error("write secret", &temp_path))?;
-        file.sync_all().map_err(io_error("fsync secret", &temp_path))?;
-        drop(file);
-        std::fs::rename(&temp_path, &path).map_err(io_error("rename secret", &path))?;
-        File::open(dir)
-            .and_then(|dir_file| dir_file.sync_all())
-            .map_err(io_error("fsync data directory", dir))?;
+        write_durable(dir, SECRET_FILE_NAME, &bytes, 0o600)?;
         tracing::info!(path = %path.display(), "created broker secret");
         Ok(BrokerSecret(bytes))
     }
@@ -262,6 +426,57 @@ mod tests {
         assert_eq!(meta.permissions().mode() & 0o777, 0o600);
         assert_eq!(meta.len(), SECRET_BYTES as u64);
         assert!(!format!("{created:?}").contains(&format!("{}", created.as_bytes()[0])));
+    }
+
+    // Goal: a new directory records the layout it was created with (and,
+    // for the journal, the shard count); a later start with the other
+    // layout or another shard count is refused naming both; a directory
+    // written before the record existed is of the segment layout. Method:
+    // create, reopen with each mismatch, and a directory holding only a
+    // secret.
+    #[test]
+    fn format_is_recorded_at_creation_and_enforced() {
+        let dir = tempfile::tempdir().unwrap();
+        let lock = DataDirLock::acquire(dir.path()).unwrap();
+        let created = DataDirFormat::load_or_create(&lock, LogLayout::Journal, 2).unwrap();
+        assert_eq!(created, DataDirFormat { log_layout: LogLayout::Journal, shards: Some(2) });
+        BrokerSecret::load_or_create(&lock).unwrap();
+        assert_eq!(DataDirFormat::load_or_create(&lock, LogLayout::Journal, 2).unwrap(), created);
+        let error = DataDirFormat::load_or_create(&lock, LogLayout::Segments, 2).unwrap_err();
+        assert!(error.is_config_mismatch());
+        let text = error.to_string();
+        assert!(
+            text.contains("log_layout = journal") && text.contains("log_layout = segments"),
+            "{text}"
+        );
+        let error = DataDirFormat::load_or_create(&lock, LogLayout::Journal, 3).unwrap_err();
+        let text = error.to_string();
+        assert!(text.contains("for 2 shards") && text.contains("with 3 shards"), "{text}");
+        assert!(matches!(
+            error,
+            DataDirError::ShardCountMismatch { recorded: 2, configured: 3, .. }
+        ));
+        drop(lock);
+
+        // Written before the record: a secret and no format file.
+        let old = tempfile::tempdir().unwrap();
+        let lock = DataDirLock::acquire(old.path()).unwrap();
+        BrokerSecret::load_or_create(&lock).unwrap();
+        let error = DataDirFormat::load_or_create(&lock, LogLayout::Journal, 1).unwrap_err();
+        assert!(matches!(
+            error,
+            DataDirError::LayoutMismatch {
+                recorded: LogLayout::Segments,
+                configured: LogLayout::Journal,
+                ..
+            }
+        ));
+        // A segment directory takes any shard count.
+        DataDirFormat::load_or_create(&lock, LogLayout::Segments, 1).unwrap();
+        DataDirFormat::load_or_create(&lock, LogLayout::Segments, 4).unwrap();
+        std::fs::write(old.path().join(FORMAT_FILE_NAME), "log_layout = tape\n").unwrap();
+        let error = DataDirFormat::load_or_create(&lock, LogLayout::Segments, 1).unwrap_err();
+        assert!(matches!(error, DataDirError::FormatInvalid { .. }), "{error}");
     }
 
     // Goal: a secret of the wrong size is a typed error, never replaced.

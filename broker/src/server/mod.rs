@@ -19,6 +19,20 @@
 //! Partition directories: `DATA_DIR/partitions/q{queue_id:010}/p{partition:05}`.
 //! Queue ids are never reused, so a queue created again under a deleted
 //! queue's name never sees the old files.
+//!
+//! Log layout (`log_layout`): with `segments` each partition keeps its own
+//! segment log in its directory. With `journal` each shard owns one
+//! [`ShardJournal`] in `DATA_DIR/shard-{shard:02}/` (`journal/` files and the
+//! `handles` table; see [`journal_shard_dir`]), recovered by
+//! [`SpoolHooks::start`] before any partition opens, from the least
+//! checkpoint scan start over the partitions the catalog gives the shard;
+//! each partition then opens with its routed entries
+//! ([`Partition::open_journal`]; its directory keeps the epoch and
+//! checkpoint side files), its handle registered in the table first (a
+//! partition created at run time gets a new one before its first append).
+//! A deleted queue's partitions close and their directories go; their
+//! handles stay in the table and their entries in the journal files (no
+//! journal file is released yet: `docs/design/shard-journal.md` §12).
 
 pub mod auth;
 pub mod convert;
@@ -41,10 +55,14 @@ use thiserror::Error;
 use crate::control::assignment::{
     AssignmentChange, AssignmentTable, AssignmentUpdate, QueueName, ShardId,
 };
-use crate::control::config::BrokerConfig;
+use crate::control::config::{BrokerConfig, LogLayout};
 use crate::io::DmaStorage;
+use crate::log::journal::{
+    CommitObserver, JournalConfig, JournalError, JournalPos, PartitionHandle, RoutedEntry,
+    ShardJournal,
+};
 use crate::log::{ExitOnFatal, LogConfig};
-use crate::partition::{Clock, Partition, PartitionError, PartitionName};
+use crate::partition::{Clock, JournalOpen, Partition, PartitionError, PartitionName};
 use crate::queue::{LeaderEpoch, PartitionId, QueueId};
 use crate::shard::alarm::Alarm;
 use crate::shard::hooks::{ShardContext, ShardHooks, ShardHooksFactory};
@@ -64,6 +82,9 @@ pub enum ServerError {
     Partition { queue: String, partition: PartitionId, error: PartitionError },
     #[error("removing {}: {error}", path.display())]
     Remove { path: PathBuf, error: std::io::Error },
+    /// The shard journal did not open (damage names file and byte).
+    #[error("shard journal {}: {error}", dir.display())]
+    Journal { dir: PathBuf, error: JournalError },
     /// More than one partition of one change failed.
     #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
     Several(Vec<ServerError>),
@@ -75,6 +96,53 @@ pub fn partition_dir(data_dir: &Path, queue_id: QueueId, partition: PartitionId)
         .join("partitions")
         .join(format!("q{:010}", queue_id.0))
         .join(format!("p{:05}", partition.0))
+}
+
+/// The directory of shard `shard`'s journal and handles table (journal
+/// layout): `DATA_DIR/shard-{shard:02}`.
+pub fn journal_shard_dir(data_dir: &Path, shard: ShardId) -> PathBuf {
+    data_dir.join(format!("shard-{:02}", shard.0))
+}
+
+/// The shard's journal (journal layout), opened by [`SpoolHooks::start`].
+pub struct ShardJournalRun {
+    pub shard: Rc<ShardJournal<DmaStorage>>,
+    /// The entries recovery routed to each handle, until its partition
+    /// opens (taken then; a failed open leaves them for the next attempt).
+    /// Handles of deleted queues keep theirs (positions only, no payload
+    /// bytes) until the journal's reclamation (step 4).
+    routed: RefCell<BTreeMap<PartitionHandle, Vec<RoutedEntry>>>,
+    /// The journal's committers and preparer.
+    task: RefCell<Option<JoinHandle<()>>>,
+}
+
+/// Feeds the shard journal's commits into the per-thread disk counters the
+/// segment committers feed (`io::stats::record_commit`: commit size and
+/// build-to-durable time), so `spool_shard_commit_*` mean the same for both
+/// layouts. Commits become durable in the order they were built.
+#[derive(Default)]
+struct CommitTimer {
+    built: RefCell<std::collections::VecDeque<(u64, crate::clock::Instant)>>,
+}
+
+impl CommitObserver for CommitTimer {
+    fn built(&self, seq: u64) {
+        self.built.borrow_mut().push_back((seq, crate::clock::instant_now()));
+    }
+
+    fn durable(&self, seq: u64, span_bytes: u64) {
+        let mut built = self.built.borrow_mut();
+        while let Some(&(front, started)) = built.front() {
+            if front > seq {
+                break;
+            }
+            built.pop_front();
+            if front == seq {
+                let took = crate::clock::instant_now().duration_since(started);
+                crate::io::stats::record_commit(span_bytes, took);
+            }
+        }
+    }
 }
 
 /// The leader epoch of every partition open on any shard, keyed by queue id
@@ -201,6 +269,10 @@ pub struct ShardState {
     /// Log figures of partitions deleted since the shard started, so the
     /// shard's reported totals never go back.
     pub retired_log: Cell<LogTotals>,
+    /// The table after the catalog's replay (what `start` recovers for).
+    recovered: Arc<AssignmentTable>,
+    /// The shard's journal, with the journal layout, once `start` opened it.
+    pub journal: RefCell<Option<Rc<ShardJournalRun>>>,
 }
 
 impl std::fmt::Debug for ShardState {
@@ -263,6 +335,11 @@ impl ShardState {
                 ack_rate_per_sec,
             });
         }
+        if let Some(journal) = &*self.journal.borrow() {
+            let stats = journal.shard.journal().stats();
+            log.commits += stats.commits;
+            log.commit_bytes += stats.commit_bytes;
+        }
         report.log = log;
         report.refused = self
             .unavailable
@@ -299,18 +376,30 @@ impl ShardState {
     ) -> Result<(), ServerError> {
         let dir = partition_dir(&self.config.data_dir, queue_id, partition);
         let name = PartitionName { queue: queue.as_str().to_owned(), queue_id, partition };
-        let opened = Partition::open(
-            DmaStorage,
-            &dir,
-            name,
-            config.clone(),
-            self.log_config.clone(),
-            self.secret,
-            Rc::new(ExitOnFatal),
-            self.clock.clone(),
-        )
-        .await;
-        let (partition_rc, background, report) = match opened {
+        let journal = self.journal.borrow().clone();
+        let opened = match (self.config.log_layout, journal) {
+            (LogLayout::Segments, _) => Partition::open(
+                DmaStorage,
+                &dir,
+                name,
+                config.clone(),
+                self.log_config.clone(),
+                self.secret,
+                Rc::new(ExitOnFatal),
+                self.clock.clone(),
+            )
+            .await
+            .map(|(partition, background, report)| {
+                (partition, Box::pin(background) as BackgroundTask, report, None)
+            }),
+            (LogLayout::Journal, None) => Err(PartitionError::Journal(JournalError::Failed(
+                "the shard journal is not open".into(),
+            ))),
+            (LogLayout::Journal, Some(journal)) => {
+                self.open_journal_partition(&journal, &dir, name, config).await
+            }
+        };
+        let (partition_rc, background, report, handle) = match opened {
             Ok(opened) => opened,
             Err(error) if lacks_space(&error) => {
                 remove_prepared(&dir);
@@ -359,6 +448,9 @@ impl ShardState {
         if let Some(at) = partition_rc.next_due() {
             self.alarm.request(at);
         }
+        if let (Some(handle), Some(journal)) = (handle, &*self.journal.borrow()) {
+            journal.routed.borrow_mut().remove(&handle);
+        }
         let task = glommio::spawn_local(background).detach();
         self.partitions.borrow_mut().insert(
             queue.as_str(),
@@ -372,6 +464,115 @@ impl ShardState {
         Ok(())
     }
 
+    /// Opens `name` on the shard journal: its handle (registered, durably,
+    /// before its first append) and the entries recovery routed to it. The
+    /// entries stay in the map until the caller knows the open succeeded.
+    async fn open_journal_partition(
+        &self,
+        journal: &ShardJournalRun,
+        dir: &Path,
+        name: PartitionName,
+        config: &crate::queue::QueueConfig,
+    ) -> Result<
+        (Rc<ShardPartition>, BackgroundTask, crate::partition::OpenReport, Option<PartitionHandle>),
+        PartitionError,
+    > {
+        let handle = journal.shard.register(name.queue_id.0, name.partition).await?;
+        let routed = journal.routed.borrow().get(&handle).cloned().unwrap_or_default();
+        let (partition, background, report) = Partition::open_journal(
+            DmaStorage,
+            dir,
+            name,
+            config.clone(),
+            JournalOpen { shard: journal.shard.clone(), handle, routed },
+            self.secret,
+            Rc::new(ExitOnFatal),
+            self.clock.clone(),
+        )
+        .await?;
+        Ok((partition, Box::pin(background) as BackgroundTask, report, Some(handle)))
+    }
+
+    /// Opens the shard journal (journal layout) before any partition: from
+    /// the least checkpoint scan start over the partitions the catalog gives
+    /// this shard (a partition without a checkpoint, or without a directory
+    /// yet, needs the journal from its first file), or from the oldest
+    /// journal file when it has none.
+    async fn open_journal(&self) -> Result<(), ServerError> {
+        let shard_dir = journal_shard_dir(&self.config.data_dir, self.shard);
+        let journal_error = |error: JournalError| ServerError::Journal {
+            dir: shard_dir.join(crate::log::journal::JOURNAL_DIR_NAME),
+            error,
+        };
+        crate::io::create_dir_durable(&DmaStorage, &shard_dir)
+            .await
+            .map_err(|error| journal_error(JournalError::Io(error)))?;
+        let mut start: Option<JournalPos> = None;
+        let mut partitions = 0usize;
+        for (queue, partition) in self.recovered.owned_by(self.shard) {
+            partitions += 1;
+            let Some(entry) = self.recovered.queue(queue) else { continue };
+            let dir = partition_dir(&self.config.data_dir, entry.id, partition);
+            let scan_start = if dir.is_dir() {
+                Partition::<DmaStorage>::journal_scan_start(&DmaStorage, &dir).await.map_err(
+                    |error| ServerError::Partition {
+                        queue: queue.as_str().to_owned(),
+                        partition,
+                        error,
+                    },
+                )?
+            } else {
+                JournalPos(0)
+            };
+            start = Some(start.map_or(scan_start, |least| least.min(scan_start)));
+        }
+        let journal_dir = shard_dir.join(crate::log::journal::JOURNAL_DIR_NAME);
+        let start = match start {
+            Some(start) => start,
+            None => JournalPos(oldest_journal_file(&journal_dir)),
+        };
+        let config = JournalConfig::for_partitions(&self.log_config);
+        let (shard, recovery) =
+            ShardJournal::open(DmaStorage, &shard_dir, config, start, Rc::new(ExitOnFatal))
+                .await
+                .map_err(journal_error)?;
+        shard.journal().set_commit_observer(Rc::new(CommitTimer::default()));
+        let report = &recovery.report;
+        tracing::info!(
+            shard = self.shard.0,
+            dir = %shard_dir.display(),
+            partitions,
+            start = start.0,
+            recovered_to = report.next_position.0,
+            routed_partitions = recovery.routed.partitions.len(),
+            garbage_entries = recovery.routed.garbage_entries,
+            "shard journal open"
+        );
+        let task = glommio::spawn_local(shard.background()).detach();
+        *self.journal.borrow_mut() = Some(Rc::new(ShardJournalRun {
+            shard,
+            routed: RefCell::new(recovery.routed.partitions),
+            task: RefCell::new(Some(task)),
+        }));
+        Ok(())
+    }
+
+    /// Closes the shard journal once its partitions are closed: everything
+    /// queued becomes durable, then its committers stop.
+    async fn close_journal(&self) {
+        let journal = self.journal.borrow_mut().take();
+        if let Some(journal) = journal {
+            journal.shard.close();
+            let task = journal.task.borrow_mut().take();
+            if let Some(task) = task {
+                task.await;
+            }
+            if let Some(reason) = journal.shard.journal().failure() {
+                tracing::error!(shard = self.shard.0, %reason, "shard journal failed");
+            }
+        }
+    }
+
     async fn close_served(served: &Served) -> Result<(), PartitionError> {
         let result = served.partition.close().await;
         let task = served.background.borrow_mut().take();
@@ -380,6 +581,22 @@ impl ShardState {
         }
         result
     }
+}
+
+/// A partition's background future, whichever its log.
+type BackgroundTask = std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>;
+
+/// The base position of the oldest journal file in `dir` (0 when there is
+/// none, or the directory does not exist yet).
+fn oldest_journal_file(dir: &Path) -> u64 {
+    let Ok(names) = std::fs::read_dir(dir) else { return 0 };
+    names
+        .filter_map(Result::ok)
+        .filter_map(|entry| {
+            entry.file_name().to_str().and_then(crate::log::journal::parse_journal_file_name)
+        })
+        .min()
+        .unwrap_or(0)
 }
 
 /// Builds [`SpoolHooks`] on each shard. Partitions use the broker config's
@@ -408,6 +625,8 @@ impl ShardHooksFactory for SpoolHooksFactory {
             epochs: self.epochs.clone(),
             alarm: Rc::new(Alarm::default()),
             retired_log: Cell::new(LogTotals::default()),
+            recovered: context.recovered.clone(),
+            journal: RefCell::new(None),
         });
         let handler = Rc::new(SpoolHandler::new(state.clone()));
         SpoolHooks { state, handler }
@@ -461,6 +680,13 @@ impl SpoolHooks {
 impl ShardHooks for SpoolHooks {
     type Handler = SpoolHandler;
     type Error = ServerError;
+
+    async fn start(&self) -> Result<(), ServerError> {
+        match self.state.config.log_layout {
+            LogLayout::Segments => Ok(()),
+            LogLayout::Journal => self.state.open_journal().await,
+        }
+    }
 
     fn frame_handler(&self) -> Rc<SpoolHandler> {
         self.handler.clone()
@@ -635,6 +861,7 @@ impl ShardHooks for SpoolHooks {
                 first_error.get_or_insert(ServerError::Partition { queue, partition, error });
             }
         }
+        self.state.close_journal().await;
         first_error.map_or(Ok(()), Err)
     }
 }

@@ -154,6 +154,8 @@ pub(crate) async fn shard_main<F: ShardHooksFactory>(
     let receiver = receiver.connect().await;
     let listener = bind_listener(context.listen).map_err(ShardError::Net)?;
     let hooks = Rc::new(factory.make(&context));
+    // Before the replay's updates are applied (the channel holds them).
+    hooks.start().await.map_err(|error| ShardError::Start(error.to_string()))?;
     let handler = hooks.frame_handler();
     let stop = StopSignal::new();
     let finished = StopSignal::new();

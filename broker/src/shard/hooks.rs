@@ -45,6 +45,10 @@ pub struct ShardContext {
     /// replay: hooks that keep their own copy start from a clone of it and
     /// apply each update they are given.
     pub assignment_start: AssignmentTable,
+    /// The table after the catalog's replay: every partition this shard
+    /// will be given at start (read by [`ShardHooks::start`], before the
+    /// replay's updates arrive).
+    pub recovered: Arc<AssignmentTable>,
 }
 
 /// Per-shard behaviour. Every method runs on the shard's own executor.
@@ -53,6 +57,14 @@ pub trait ShardHooks: 'static {
     type Handler: FrameHandler;
     /// Failures of assignment changes and flushes.
     type Error: std::error::Error + 'static;
+
+    /// Runs once on the shard before any assignment update, connection or
+    /// tick: what the shard needs before its partitions open (the journal
+    /// layout recovers the shard's journal here). An error stops the shard
+    /// and with it the broker's start. The default does nothing.
+    fn start(&self) -> impl Future<Output = Result<(), Self::Error>> {
+        std::future::ready(Ok(()))
+    }
 
     /// The frame handler shared by every connection of this shard. Called
     /// once, after the hooks are built and before the first accept.

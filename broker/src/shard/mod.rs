@@ -52,7 +52,7 @@ use crate::control::assignment::{
 };
 use crate::control::catalog::{self, Catalog, CatalogError};
 use crate::control::config::{BrokerConfig, ConfigError};
-use crate::control::data_dir::{BrokerSecret, DataDirError, DataDirLock};
+use crate::control::data_dir::{BrokerSecret, DataDirError, DataDirFormat, DataDirLock};
 use crate::fatal::FatalReason;
 use crate::limits::{
     CONTROL_COMMAND_QUEUE_MAX, CONTROL_POLL_INTERVAL, HOOK_FAILURES_PER_VERSION_MAX,
@@ -145,6 +145,8 @@ pub enum ShardError {
     Assignment(AssignmentError),
     #[error("flush failed: {0}")]
     Flush(String),
+    #[error("shard start failed: {0}")]
+    Start(String),
     #[error("catalog write failed: {0}")]
     Catalog(String),
     #[error("channel to shard {shard} closed")]
@@ -184,6 +186,8 @@ impl StartError {
             StartError::Config(_) => FatalReason::Config,
             StartError::Memlock(_) => FatalReason::Memlock,
             StartError::DataDir(DataDirError::Locked { .. }) => FatalReason::DataDirLocked,
+            // The data is fine; the flags (layout, shard count) do not fit it.
+            StartError::DataDir(error) if error.is_config_mismatch() => FatalReason::Config,
             StartError::DataDir(_) => FatalReason::DataDir,
             // The data is fine; the flags no longer fit it.
             StartError::Catalog(CatalogError::PlacementBeyondShards { .. }) => FatalReason::Config,
@@ -655,12 +659,16 @@ impl Broker {
         // One executor per shard plus the control executor.
         memlock::ensure(usize::from(shard_count) + 1)?;
         let lock = DataDirLock::acquire(&config.data_dir)?;
+        // Before the secret: a directory without one is new and records the
+        // configured layout; an existing one must match its record.
+        DataDirFormat::load_or_create(&lock, config.log_layout, shard_count)?;
         let secret = BrokerSecret::load_or_create(&lock)?;
         // Read before anything starts, so a bad catalog is a start error.
         let catalog = catalog::load(lock.dir())?.unwrap_or_else(|| Catalog::empty(shard_count));
         let catalog_path = lock.dir().join(catalog::CATALOG_FILE_NAME);
         let replay = catalog.replay(shard_count, &catalog_path)?;
         let replay_version = replay.table.version();
+        let recovered = Arc::new(replay.table.clone());
         // A SIGKILLed predecessor's sockets outlive it by milliseconds.
         let patience = Duration::from_millis(crate::limits::PORT_IN_USE_RETRY_MS);
         for shard in 0..shard_count {
@@ -710,6 +718,7 @@ impl Broker {
                 secret: secret.clone(),
                 control: control.clone(),
                 assignment_start: replay.start.clone(),
+                recovered: recovered.clone(),
             };
             // Registered (fixed) buffers make O_DIRECT reads fail with
             // EOPNOTSUPP on some kernels (see io/dma.rs): do without them.

@@ -175,6 +175,20 @@ pub(super) struct Shared<S: Storage> {
     prepared: Notify,
     /// Queued bytes dropped.
     space: Notify,
+    /// Told of every commit built and made durable (metrics).
+    observer: RefCell<Option<Rc<dyn CommitObserver>>>,
+}
+
+/// Told of each commit when it is built and when it becomes durable (in the
+/// order they were built: the durable watermark is contiguous), so the
+/// owner can count and time commits — the journal itself reads no clock.
+/// Called from inside the journal: it must not call back into it.
+pub trait CommitObserver {
+    /// Commit `seq` was built and its write is about to be submitted.
+    fn built(&self, seq: u64);
+    /// Commit `seq`, `span_bytes` of whole pages, and every commit before it
+    /// are durable.
+    fn durable(&self, seq: u64, span_bytes: u64);
 }
 
 /// The shard journal's appender. Single-threaded; all futures are `!Send`.
@@ -251,6 +265,7 @@ impl<S: Storage> Journal<S> {
             prepare: Notify::default(),
             prepared: Notify::default(),
             space: Notify::default(),
+            observer: RefCell::new(None),
         });
         Ok((Self { shared }, recovered.report))
     }
@@ -404,6 +419,12 @@ impl<S: Storage> Journal<S> {
 
     pub fn stats(&self) -> JournalStats {
         self.shared.state.borrow().stats
+    }
+
+    /// Tells `observer` of every commit built and made durable from now on
+    /// (replacing any earlier one).
+    pub fn set_commit_observer(&self, observer: Rc<dyn CommitObserver>) {
+        *self.shared.observer.borrow_mut() = Some(observer);
     }
 
     /// Whether a zero-filled `next.prep` is ready for the next roll.
@@ -584,6 +605,9 @@ impl<S: Storage> Shared<S> {
         }
         state.build_pos = pos + span;
         state.stats.commits_built += 1;
+        if let Some(observer) = &*self.observer.borrow() {
+            observer.built(seq);
+        }
         let buf = Rc::new(buf);
         state.inflight.insert(
             seq,
@@ -627,6 +651,9 @@ impl<S: Storage> Shared<S> {
                 state.stats.control_entries += done.control_entries;
                 state.stats.data_entries += done.data_entries;
                 state.stats.commit_bytes += done.span;
+                if let Some(observer) = &*self.observer.borrow() {
+                    observer.durable(seq, done.span);
+                }
                 resolved.extend(done.cells);
                 let cache_max = self.config.read_cache_bytes;
                 if done.span <= cache_max {
