@@ -258,12 +258,12 @@ fn a_damaged_or_missing_generation_file_refuses_the_open_naming_it(layout: Layou
         let mut bytes = image.file_bytes(&victim).unwrap();
         bytes[40] ^= 0x10;
         image.set_file_bytes(&victim, bytes);
-        let error = try_open(layout, &image, &now).await.err().expect("refused");
+        let Err(error) = try_open(layout, &image, &now).await else { panic!("opened") };
         assert!(error.to_string().contains(&files[0]), "{error}");
 
         let image = disk.crash_image(CrashMode::DurableOnly);
         remove(&image, &victim).await;
-        let error = try_open(layout, &image, &now).await.err().expect("refused");
+        let Err(error) = try_open(layout, &image, &now).await else { panic!("opened") };
         assert!(error.to_string().contains(&files[0]), "{error}");
         assert!(error.to_string().contains("missing"), "{error}");
 
