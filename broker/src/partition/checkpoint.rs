@@ -16,7 +16,10 @@ use crate::queue::{Offset, PartitionState};
 /// What one checkpoint cost: it was written in `steps` steps of at most
 /// `max_step_entries` table entries each, yielding the shard between them;
 /// `touched` messages changed while it was written (their before-images
-/// were held until it ended).
+/// were held until it ended). `bytes` is the checkpoint's snapshot; the
+/// sealed dedupe generations it refers to are `generations`, of which it
+/// wrote `generation_files` new files of `generation_bytes` payload bytes
+/// (each sealed generation is written once: `dedupe_files.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CheckpointStats {
     pub covers: Offset,
@@ -24,6 +27,9 @@ pub struct CheckpointStats {
     pub max_step_entries: usize,
     pub bytes: u64,
     pub touched: usize,
+    pub generations: usize,
+    pub generation_files: u64,
+    pub generation_bytes: u64,
 }
 
 /// Ends the state's snapshot capture however a checkpoint ends (done,
@@ -100,6 +106,9 @@ impl<S: Storage + Clone> Partition<S> {
         let mut encoder = self.state.borrow_mut().begin_snapshot(covers);
         let _capture = CaptureGuard(&self.state);
         let barrier = self.appends.borrow().barrier();
+        // Sealed dedupe generations are written once each, as their own
+        // side files, before the checkpoint that refers to them.
+        let referred = self.refer_dedupe_generations(&mut encoder).await.map_err(LogError::Io)?;
         let mut writer = files::SideFileWriter::create(&self.storage, &self.dir, CHECKPOINT_FILE)
             .await
             .map_err(LogError::Io)?;
@@ -142,7 +151,15 @@ impl<S: Storage + Clone> Partition<S> {
             max_step_entries: encoder.max_step_entries(),
             bytes: encoder.bytes(),
             touched,
+            generations: referred.references.len(),
+            generation_files: referred.written_files,
+            generation_bytes: referred.written_bytes,
         }));
+        // The new checkpoint is in place and its directory synced: the
+        // generation files only older checkpoints referred to can go.
+        super::dedupe_files::remove_unreferenced(&self.storage, &self.dir, &referred.references)
+            .await
+            .map_err(LogError::Io)?;
         let oldest_live = self.state.borrow().retention_watermark();
         let deleted = self.log.delete_below(oldest_live, end).await?;
         tracing::debug!(

@@ -1,5 +1,7 @@
-//! Small side files of a partition directory: the leader epoch and the
-//! checkpoint. Both are replaced atomically (write a temporary file,
+//! Small side files of a partition directory: the leader epoch, the
+//! checkpoint and the sealed dedupe generations it refers to
+//! (`dedupe_files.rs`, magic "SPDG", value the generation's first offset).
+//! All are replaced atomically (write a temporary file,
 //! fdatasync, rename, sync the directory) through the storage seam, so a crash
 //! leaves either the old or the new file, never a mix. A checkpoint streams
 //! its payload through [`SideFileWriter`] (one write chunk in memory; the
@@ -8,7 +10,7 @@
 //! Layout of both files (little-endian), padded with zeros to whole pages:
 //!
 //! ```text
-//! 0  4  magic ("SPEP" epoch, "SPCK" checkpoint)
+//! 0  4  magic ("SPEP" epoch, "SPCK" checkpoint, "SPDG" dedupe generation)
 //! 4  4  format version (1)
 //! 8  8  payload length in bytes
 //! 16 8  value: the epoch, or the checkpoint's cursor (below)

@@ -47,7 +47,9 @@
 //! `read.rs` (reading records back for a request, with its read-ahead
 //! cache), `checkpoint.rs`, `housekeeping.rs` (tick, next deadline, close),
 //! `error.rs`; beside them `signal.rs` (the register of waiting claims),
-//! `files.rs` (side files), `epoch.rs` (the leader epoch) and `log.rs`
+//! `files.rs` (side files), `dedupe_files.rs` (sealed dedupe generations
+//! written once as side files, which checkpoints refer to), `epoch.rs`
+//! (the leader epoch) and `log.rs`
 //! (`PartitionLog`: what the partition needs of its log, and the opaque
 //! `LogCursor` a checkpoint records and replay starts from). This file
 //! holds the partition itself and the append → apply step every request
@@ -55,6 +57,7 @@
 
 mod checkpoint;
 mod claim;
+mod dedupe_files;
 mod delivery;
 mod enqueue;
 mod epoch;

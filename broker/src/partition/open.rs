@@ -145,7 +145,14 @@ impl<S: Storage + Clone> Partition<S> {
             }
         }
         let (state, covers) = match checkpoint {
-            Some(file) => match PartitionState::restore(&file.payload, context.clone()) {
+            Some(file) => match super::dedupe_files::restore_checkpoint(
+                &storage,
+                dir,
+                &file.payload,
+                context.clone(),
+            )
+            .await?
+            {
                 Ok(restored) if restored.covers.0 >= start => {
                     (restored.state, Some(restored.covers))
                 }
@@ -240,8 +247,14 @@ impl<S: Storage + Clone> Partition<S> {
                 let control = JournalPos(u64::from_le_bytes(*control));
                 // The journal before the scan start may be gone: a checkpoint
                 // that does not decode cannot be replaced by a full replay.
-                let restored = PartitionState::restore(snapshot, context.clone())
-                    .map_err(|error| recovery(format!("checkpoint does not decode: {error}")))?;
+                let restored = super::dedupe_files::restore_checkpoint(
+                    &storage,
+                    dir,
+                    snapshot,
+                    context.clone(),
+                )
+                .await?
+                .map_err(|error| recovery(format!("checkpoint does not decode: {error}")))?;
                 let cursor = LogCursor::from_journal_checkpoint(
                     file.value,
                     Offset(restored.covers.0),

@@ -170,6 +170,9 @@ struct Generation {
     /// Most slot bytes (index and directory) held at once, the transient
     /// copy of a growing sub-table included.
     slot_bytes_peak: usize,
+    /// The side file this (sealed) generation was written to, if any: a
+    /// persisted generation takes no more entries (see [`GenerationRef`]).
+    persisted: Option<GenerationRef>,
 }
 
 fn slots_for(expected_len: usize) -> usize {
@@ -224,6 +227,7 @@ impl Generation {
             depth,
             tables,
             slot_bytes_peak: 0,
+            persisted: None,
         };
         generation.slot_bytes_peak = generation.slot_bytes();
         generation
@@ -274,7 +278,8 @@ impl Generation {
     }
 
     fn is_closed_for(&self, span_ms: Millis, time_ms: Millis, offset: u64) -> bool {
-        closes(self.base_time_ms, self.base_offset, self.len, span_ms, time_ms, offset)
+        self.persisted.is_some()
+            || closes(self.base_time_ms, self.base_offset, self.len, span_ms, time_ms, offset)
     }
 
     /// Empties a dropped generation for reuse as a new one.
@@ -298,6 +303,7 @@ impl Generation {
         self.directory.push(0);
         self.depth = 0;
         self.slot_bytes_peak = self.slot_bytes();
+        self.persisted = None;
     }
 
     /// Total slots of a spare generation (it has one sub-table).
@@ -515,6 +521,11 @@ pub(crate) struct DedupeTable {
     /// reads `retained` then `generations` as one list, which only grows at
     /// its end while it is held (see [`DedupeCapture`]).
     retained: Option<Vec<Generation>>,
+    /// Entries at or before this time were dropped as dead by the restore
+    /// that built this table (from the checkpoint's `dead_through`): a
+    /// persisted generation's file still lists them, so every later
+    /// checkpoint that refers to the file must filter them out again.
+    dead_floor_ms: Option<Millis>,
 }
 
 /// What a checkpoint needs to list the table as it was when it began: the
@@ -526,6 +537,9 @@ pub(crate) struct DedupeTable {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct DedupeCapture {
     horizon_ms: Option<Millis>,
+    /// Entries at or before this time were dead at that moment (see
+    /// [`DedupeTable::dead_through`]).
+    dead_through_ms: Option<Millis>,
     last_recorded: Option<Offset>,
     /// Whether the listing reads the held generations (a stepped
     /// checkpoint) or only the table as it is now (a one-shot listing,
@@ -539,6 +553,13 @@ pub(crate) struct DedupeCapture {
 pub(crate) struct DedupeCursor {
     generation: usize,
     index: usize,
+}
+
+impl DedupeCursor {
+    /// The start of held generation `generation`.
+    pub fn at_generation(generation: usize) -> Self {
+        Self { generation, index: 0 }
+    }
 }
 
 impl DedupeTable {
@@ -559,6 +580,7 @@ impl DedupeTable {
             last_generation_len: 0,
             spare: None,
             retained: None,
+            dead_floor_ms: None,
         }
     }
 
@@ -613,14 +635,16 @@ impl DedupeTable {
         if self.live(hash, id).is_some() {
             return false;
         }
-        let pushed = self.push(hash, id, offset, now, None);
+        let pushed = self.push(hash, id, offset, now, None, None);
         assert!(pushed.is_ok(), "a dead entry is replaced, never refused");
         self.last_recorded = Some(offset);
         true
     }
 
     /// Appends to the newest generation, opening one when needed (sized for
-    /// `size_hint` entries, else for as many as the previous one got).
+    /// `size_hint` entries, else for as many as the previous one got);
+    /// `opens_at`: open a new generation with that base (time, offset)
+    /// whatever the newest is (a restore's group boundary).
     fn push(
         &mut self,
         hash: u64,
@@ -628,6 +652,7 @@ impl DedupeTable {
         offset: Offset,
         time_ms: Millis,
         size_hint: Option<usize>,
+        opens_at: Option<(Millis, u64)>,
     ) -> Result<(), RestoreError> {
         if let Some(newest) = self.generations.back() {
             if time_ms < newest.last_time_ms {
@@ -637,11 +662,13 @@ impl DedupeTable {
                 return Err(RestoreError::OffsetOrder);
             }
         }
-        let opens = self
-            .generations
-            .back()
-            .is_none_or(|newest| newest.is_closed_for(self.span_ms, time_ms, offset.0));
+        let opens = opens_at.is_some()
+            || self
+                .generations
+                .back()
+                .is_none_or(|newest| newest.is_closed_for(self.span_ms, time_ms, offset.0));
         if opens {
+            let (base_time_ms, base_offset) = opens_at.unwrap_or((time_ms, offset.0));
             let previous = self.generations.back().map_or(self.last_generation_len, |g| g.len);
             let expected = size_hint.unwrap_or(previous);
             if let Some(newest) = self.generations.back() {
@@ -649,10 +676,10 @@ impl DedupeTable {
             }
             let generation = match self.spare.take() {
                 Some(mut spare) if spare.slots_held() >= slots_for(expected) => {
-                    spare.reset(time_ms, offset.0);
+                    spare.reset(base_time_ms, base_offset);
                     spare
                 }
-                _ => Generation::new(time_ms, offset.0, expected),
+                _ => Generation::new(base_time_ms, base_offset, expected),
             };
             self.generations.push_back(generation);
         }
@@ -676,7 +703,12 @@ impl DedupeTable {
     /// table in steps; returns the horizon of this moment.
     pub fn begin_capture(&mut self) -> DedupeCapture {
         self.retained = Some(Vec::new());
-        DedupeCapture { horizon_ms: self.horizon_ms, last_recorded: self.last_recorded, held: true }
+        DedupeCapture {
+            horizon_ms: self.horizon_ms,
+            dead_through_ms: self.dead_through(),
+            last_recorded: self.last_recorded,
+            held: true,
+        }
     }
 
     /// The horizon of this moment, without holding anything (a one-shot
@@ -684,6 +716,7 @@ impl DedupeTable {
     pub fn capture_now(&self) -> DedupeCapture {
         DedupeCapture {
             horizon_ms: self.horizon_ms,
+            dead_through_ms: self.dead_through(),
             last_recorded: self.last_recorded,
             held: false,
         }
@@ -763,43 +796,12 @@ impl DedupeTable {
     /// [`RestoreError`] when times go backwards, offsets do not increase or
     /// an id repeats within a generation; the table is then left partially
     /// filled (the caller discards the whole state).
+    #[cfg(test)]
     pub fn restore<I>(&mut self, entries: I) -> Result<(), RestoreError>
     where
         I: Iterator<Item = (MessageId, Offset, Millis)> + Clone,
     {
-        assert!(self.generations.is_empty());
-        // Pass 1: how many entries each generation will get (same boundaries
-        // as `push`; out-of-order input is refused by `push` in pass 2).
-        let mut sizes: Vec<usize> = Vec::new();
-        let mut current: Option<(Millis, u64, usize)> = None;
-        for (_, offset, time_ms) in entries.clone() {
-            let opens = current.is_none_or(|(base_time_ms, base_offset, len)| {
-                closes(base_time_ms, base_offset, len, self.span_ms, time_ms, offset.0)
-            });
-            if opens {
-                current = Some((time_ms, offset.0, 0));
-                sizes.push(0);
-            }
-            if let Some((_, _, len)) = current.as_mut() {
-                *len += 1;
-            }
-            if let Some(size) = sizes.last_mut() {
-                *size += 1;
-            }
-        }
-        // Pass 2: insert into generations presized for those counts. A
-        // repeated id is refused within a generation (the insert probe
-        // meets it for free); probing every older generation per entry would
-        // cost more than the rest of the restore, for a case our own
-        // snapshots never contain (the newest entry would shadow it anyway).
-        for (id, offset, time_ms) in entries {
-            let hash = self.keys.hash(&id.0);
-            // Nothing is dropped during a restore, so a generation opened now
-            // is number `generations.len()`.
-            let hint = sizes.get(self.generations.len()).copied().unwrap_or(0);
-            self.push(hash, &id, offset, time_ms, Some(hint))?;
-        }
-        Ok(())
+        self.restore_groups(&[RestoreGroup { base: None, entries }], None)
     }
 
     /// Read-only consistency check (tests): generation order and bounds,
@@ -853,6 +855,245 @@ impl DedupeTable {
             assert!(ids.insert(id));
             assert!(self.live(self.keys.hash(&id.0), &id) == Some((offset, time_ms)));
         }
+    }
+}
+
+/// Bytes of one entry in a snapshot's dedupe list and in a generation
+/// file: time, id, offset (little-endian).
+pub(crate) const DEDUPE_RECORD_BYTES: usize = 8 + 16 + 8;
+
+/// Appends one entry in its 32-byte stored form.
+pub(crate) fn encode_record(out: &mut Vec<u8>, id: &MessageId, offset: Offset, time_ms: Millis) {
+    out.extend_from_slice(&time_ms.to_le_bytes());
+    out.extend_from_slice(&id.0);
+    out.extend_from_slice(&offset.0.to_le_bytes());
+}
+
+/// One stored entry (the caller slices exact records).
+pub(crate) fn decode_record(record: &[u8]) -> (MessageId, Offset, Millis) {
+    let mut time = [0u8; 8];
+    time.copy_from_slice(&record[0..8]);
+    let mut id = [0u8; 16];
+    id.copy_from_slice(&record[8..24]);
+    let mut offset = [0u8; 8];
+    offset.copy_from_slice(&record[24..32]);
+    (MessageId(id), Offset(u64::from_le_bytes(offset)), u64::from_le_bytes(time))
+}
+
+/// A sealed generation written once as a side file
+/// (`partition/dedupe_files.rs`), as a checkpoint refers to it: the
+/// generation's base, every entry its arena held when written (dead ones
+/// too: a restore filters them by the checkpoint's `dead_through`), and
+/// the crc32c of the file's payload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GenerationRef {
+    pub first_offset: Offset,
+    pub base_time_ms: Millis,
+    pub entries: u64,
+    pub crc: u32,
+}
+
+/// A generation a checkpoint does not list inline: sealed when the
+/// checkpoint began (not the newest, or persisted), with entries still
+/// live then.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SealedGeneration {
+    /// Its place in the held list of the capture.
+    pub index: usize,
+    pub first_offset: Offset,
+    pub base_time_ms: Millis,
+    pub entries: u64,
+    /// Its file, when one was written before.
+    pub persisted: Option<GenerationRef>,
+}
+
+/// Entries of one restored generation group: a referenced generation
+/// (`base`: opened at its base, and marked persisted when its live entries
+/// fit one generation) or the inline list (`None`).
+pub(crate) struct RestoreGroup<I> {
+    pub base: Option<GenerationRef>,
+    pub entries: I,
+}
+
+impl DedupeTable {
+    /// The time at and before which every entry is dead now (outside the
+    /// window at the horizon, or dropped by the restore): `None` when none is.
+    fn dead_through(&self) -> Option<Millis> {
+        let by_horizon = self.horizon_ms.and_then(|horizon| horizon.checked_sub(self.window_ms));
+        by_horizon.max(self.dead_floor_ms)
+    }
+
+    /// What a checkpoint holding `capture` records as dead: entries of the
+    /// generation files it refers to at or before this time are skipped
+    /// by the restore.
+    pub fn capture_dead_through(capture: DedupeCapture) -> Option<Millis> {
+        capture.dead_through_ms
+    }
+
+    /// The sealed generations of a stepped capture just begun (call right
+    /// after [`begin_capture`](Self::begin_capture), before any change),
+    /// oldest first, leaving out those wholly dead; and the held-list index
+    /// the inline listing starts from (the open generation's, past the end
+    /// when there is none).
+    pub fn sealed(&self, capture: DedupeCapture) -> (Vec<SealedGeneration>, usize) {
+        let count = self.generations.len();
+        let open_from = match self.generations.back() {
+            Some(newest) if newest.persisted.is_none() => count - 1,
+            _ => count,
+        };
+        let sealed = self
+            .generations
+            .iter()
+            .enumerate()
+            .take(open_from)
+            .filter(|(_, generation)| {
+                capture.dead_through_ms.is_none_or(|dead| generation.last_time_ms > dead)
+            })
+            .map(|(index, generation)| SealedGeneration {
+                index,
+                first_offset: Offset(generation.base_offset),
+                base_time_ms: generation.base_time_ms,
+                entries: generation.len as u64,
+                persisted: generation.persisted,
+            })
+            .collect();
+        (sealed, open_from)
+    }
+
+    /// Appends at most `budget` entries of held generation `index` from
+    /// `*at` to `out` in their stored form (every entry of the arena, in
+    /// record order); returns whether the generation is complete.
+    pub fn generation_step(
+        &self,
+        capture: DedupeCapture,
+        index: usize,
+        at: &mut usize,
+        budget: usize,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        let Some(generation) = self.held(index, capture.held) else { return true };
+        let end = generation.len.min(at.saturating_add(budget));
+        for entry in (*at..end).map(|position| generation.entry(position)) {
+            let (offset, time_ms) = generation.decode(entry);
+            encode_record(out, &MessageId(entry.id), offset, time_ms);
+        }
+        *at = end;
+        end == generation.len
+    }
+
+    /// Records that the sealed generation based at `reference.first_offset`
+    /// has its file: later checkpoints refer to it instead of writing it.
+    pub fn mark_persisted(&mut self, reference: GenerationRef) {
+        let retained = self.retained.iter_mut().flatten();
+        if let Some(generation) = retained
+            .chain(self.generations.iter_mut())
+            .find(|generation| generation.base_offset == reference.first_offset.0)
+        {
+            generation.persisted = Some(reference);
+        }
+    }
+
+    /// Rebuilds the table from a checkpoint's groups, in order: each
+    /// group opens a new generation (a referenced one at its recorded
+    /// base), and entries already filtered by the checkpoint's
+    /// `dead_through` (kept as this table's floor). A referenced group whose
+    /// entries fit one generation is marked persisted: its file is not
+    /// written again. Generations are sized from a first pass.
+    ///
+    /// # Errors
+    /// [`RestoreError`] when times go backwards, offsets do not increase,
+    /// an entry lies before its group's base or an id repeats within a
+    /// generation; the table is then partially filled (the caller discards
+    /// the whole state).
+    pub fn restore_groups<I>(
+        &mut self,
+        groups: &[RestoreGroup<I>],
+        dead_floor_ms: Option<Millis>,
+    ) -> Result<(), RestoreError>
+    where
+        I: Iterator<Item = (MessageId, Offset, Millis)> + Clone,
+    {
+        assert!(self.generations.is_empty());
+        let span_ms = self.span_ms;
+        // Where a group's first entry opens its generation: at the
+        // referenced base when the entry fits a generation based there.
+        let first_base = |base: Option<GenerationRef>, time_ms: Millis, offset: Offset| {
+            let Some(base) = base else { return Ok((time_ms, offset.0)) };
+            if time_ms < base.base_time_ms {
+                return Err(RestoreError::TimeOrder);
+            }
+            if offset < base.first_offset {
+                return Err(RestoreError::OffsetOrder);
+            }
+            let (base_time, base_offset) = (base.base_time_ms, base.first_offset.0);
+            Ok(if closes(base_time, base_offset, 0, span_ms, time_ms, offset.0) {
+                (time_ms, offset.0)
+            } else {
+                (base_time, base_offset)
+            })
+        };
+        // Pass 1: how many entries each generation will get (same boundaries
+        // as `push`; out-of-order input is refused by `push` in pass 2), and
+        // which groups land in exactly one generation at their base.
+        let mut sizes: Vec<usize> = Vec::new();
+        let mut whole: Vec<bool> = Vec::with_capacity(groups.len());
+        for group in groups {
+            let mut current: Option<(Millis, u64, usize)> = None;
+            let mut opened = 0usize;
+            let mut at_base = false;
+            for (_, offset, time_ms) in group.entries.clone() {
+                let opens_at = match current {
+                    None => {
+                        let base = first_base(group.base, time_ms, offset)?;
+                        at_base = group.base.is_some_and(|r| r.first_offset.0 == base.1);
+                        Some(base)
+                    }
+                    Some((base_time_ms, base_offset, len)) => {
+                        closes(base_time_ms, base_offset, len, span_ms, time_ms, offset.0)
+                            .then_some((time_ms, offset.0))
+                    }
+                };
+                if let Some((base_time_ms, base_offset)) = opens_at {
+                    current = Some((base_time_ms, base_offset, 0));
+                    sizes.push(0);
+                    opened += 1;
+                }
+                if let Some((_, _, len)) = current.as_mut() {
+                    *len += 1;
+                }
+                if let Some(size) = sizes.last_mut() {
+                    *size += 1;
+                }
+            }
+            whole.push(opened == 1 && at_base);
+        }
+        // Pass 2: insert into generations presized for those counts. A
+        // repeated id is refused within a generation (the insert probe
+        // meets it for free); probing every older generation per entry would
+        // cost more than the rest of the restore, for a case our own
+        // snapshots never contain (the newest entry would shadow it anyway).
+        for (group, whole) in groups.iter().zip(whole) {
+            let mut first = true;
+            let mut any = false;
+            for (id, offset, time_ms) in group.entries.clone() {
+                let hash = self.keys.hash(&id.0);
+                let opens_at =
+                    if first { Some(first_base(group.base, time_ms, offset)?) } else { None };
+                first = false;
+                any = true;
+                // Nothing is dropped during a restore, so a generation opened
+                // now is number `generations.len()`.
+                let hint = sizes.get(self.generations.len()).copied().unwrap_or(0);
+                self.push(hash, &id, offset, time_ms, Some(hint), opens_at)?;
+            }
+            if let (true, true, Some(reference)) = (any, whole, group.base) {
+                if let Some(newest) = self.generations.back_mut() {
+                    newest.persisted = Some(reference);
+                }
+            }
+        }
+        self.dead_floor_ms = dead_floor_ms;
+        Ok(())
     }
 }
 

@@ -84,9 +84,10 @@ pub use decide::{
     Admission, AdmissionIds, ClaimDecision, ClaimRequest, Delivery, EnqueueDecision, FullLimit,
     Redrive,
 };
+pub use dedupe::GenerationRef;
 pub use error::{ApplyError, CodecError, InvalidToken, QueueError, StaleToken};
 pub use event::{Event, EventKind, CLAIMED_EVENT_BYTES, EVENT_BYTES};
-pub use snapshot::{Restored, SnapshotEncoder};
+pub use snapshot::{PendingRestore, Restored, SnapshotEncoder};
 pub use state::{
     MessagePhase, MessageView, PartitionContext, PartitionState, QueueCounters, Totals,
 };

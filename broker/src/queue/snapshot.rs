@@ -6,15 +6,25 @@
 //!
 //! Layout (little-endian): header (magic "SPQS", version, bands, covers,
 //! highest enqueued + 1, last enqueue time, totals, credits), then fresh
-//! entries per band, warm entries, dead letters, dedupe entries (each list
-//! preceded by its u64 count), then crc32c of everything before it. Derived
-//! indexes (phase sets, expiry index, chunk headers) are not stored.
+//! entries per band, warm entries, dead letters, the dedupe section (each
+//! list preceded by its u64 count), then crc32c of everything before it.
+//! Derived indexes (phase sets, expiry index, chunk headers) are not stored.
+//!
+//! The dedupe section (version 3): `dead_through` (u8 flag, u64 ms: entries
+//! of the referenced generation files at or before it are dead), the
+//! sealed generations written once as side files (count, then first
+//! offset, base time, entry count, crc32c of each: `GenerationRef`), then
+//! the open generation's live entries inline (count, 32 B each). Versions 1
+//! and 2 hold every live entry inline and nothing else.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::ops::Bound;
 
-use super::dedupe::{DedupeCapture, DedupeCursor, RestoreError};
+use super::dedupe::{
+    decode_record, DedupeCapture, DedupeCursor, DedupeTable, GenerationRef, RestoreError,
+    RestoreGroup, SealedGeneration, DEDUPE_RECORD_BYTES,
+};
 use super::error::CodecError;
 use super::fairness::Credits;
 use super::fresh::{FreshBand, FreshView};
@@ -27,9 +37,13 @@ use super::types::{
 };
 
 const SNAPSHOT_MAGIC: u32 = u32::from_le_bytes(*b"SPQS");
-/// Version 2 adds the dead-letter moves by cause to the totals; version 1
-/// (nine totals) is still read, its moves' causes unknown.
-const SNAPSHOT_VERSION: u16 = 2;
+/// Version 3 refers to sealed dedupe generations in side files (the
+/// dedupe section, module docs); version 2 adds the dead-letter moves by
+/// cause to the totals; versions 2 and 1 (nine totals) are still read,
+/// version 1's moves' causes unknown.
+const SNAPSHOT_VERSION: u16 = 3;
+/// The version before dedupe generation files (every entry inline).
+const SNAPSHOT_VERSION_V2: u16 = 2;
 /// The oldest version `restore` reads.
 const SNAPSHOT_VERSION_V1: u16 = 1;
 
@@ -70,7 +84,7 @@ struct Reader<'a> {
     at: usize,
 }
 
-impl Reader<'_> {
+impl<'a> Reader<'a> {
     fn take<const N: usize>(&mut self) -> Result<[u8; N], CodecError> {
         let end = self.at.checked_add(N).ok_or(CodecError::Truncated)?;
         let slice = self.bytes.get(self.at..end).ok_or(CodecError::Truncated)?;
@@ -102,7 +116,7 @@ impl Reader<'_> {
         Ok(count)
     }
     /// The next `len` bytes as one slice.
-    fn take_slice(&mut self, len: usize) -> Result<&[u8], CodecError> {
+    fn take_slice(&mut self, len: usize) -> Result<&'a [u8], CodecError> {
         let end = self.at.checked_add(len).ok_or(CodecError::Truncated)?;
         let slice = self.bytes.get(self.at..end).ok_or(CodecError::Truncated)?;
         self.at = end;
@@ -117,7 +131,9 @@ const FRESH_ENTRY_BYTES: usize = 28;
 const PHASE_BYTES: usize = 25;
 const WARM_ENTRY_BYTES: usize = 8 + 8 + 8 + 4 + 1 + 2 + 4 + 2 + PHASE_BYTES;
 const DEAD_ENTRY_BYTES: usize = WARM_ENTRY_BYTES + 1 + 8;
-const DEDUPE_ENTRY_BYTES: usize = 8 + 16 + 8;
+const DEDUPE_ENTRY_BYTES: usize = DEDUPE_RECORD_BYTES;
+/// One generation reference: first offset, base time, entries, crc.
+const DEDUPE_REF_BYTES: usize = 8 + 8 + 8 + 4;
 
 const PHASE_SCHEDULED: u8 = 1;
 const PHASE_READY: u8 = 2;
@@ -141,17 +157,6 @@ fn totals_list(t: &Totals) -> [u64; 11] {
         t.quarantined_by_deliveries,
         t.quarantined_by_expiry,
     ]
-}
-
-/// One dedupe record: time, id, offset (the caller slices exact records).
-fn decode_dedupe_entry(record: &[u8]) -> (MessageId, Offset, Millis) {
-    let mut time = [0u8; 8];
-    time.copy_from_slice(&record[0..8]);
-    let mut id = [0u8; 16];
-    id.copy_from_slice(&record[8..24]);
-    let mut offset = [0u8; 8];
-    offset.copy_from_slice(&record[24..32]);
-    (MessageId(id), Offset(u64::from_le_bytes(offset)), u64::from_le_bytes(time))
 }
 
 /// Checks that no offset is in two of the restored lists (fresh bands,
@@ -214,6 +219,7 @@ enum Section {
     Fresh(usize),
     Warm,
     Dead,
+    DedupeRefs,
     DedupeCount,
     Dedupe,
     Done,
@@ -238,6 +244,10 @@ pub struct SnapshotEncoder {
     dedupe: DedupeCapture,
     dedupe_cursor: DedupeCursor,
     dedupe_count: u64,
+    /// Sealed generations the snapshot refers to instead of listing them,
+    /// and the held-list generation the inline listing starts from.
+    dedupe_refs: Vec<GenerationRef>,
+    dedupe_inline_from: usize,
     section: Section,
     /// Whether the current section's count has been written.
     started: bool,
@@ -432,6 +442,8 @@ impl PartitionState {
             dedupe,
             dedupe_cursor: DedupeCursor::default(),
             dedupe_count: 0,
+            dedupe_refs: Vec::new(),
+            dedupe_inline_from: 0,
             section: Section::Header,
             started: false,
             after: None,
@@ -605,6 +617,19 @@ impl PartitionState {
                         },
                     )
                 }
+                Section::DedupeRefs => {
+                    let dead_through = DedupeTable::capture_dead_through(encoder.dedupe);
+                    w.u8(u8::from(dead_through.is_some()));
+                    w.u64(dead_through.unwrap_or(0));
+                    w.u64(encoder.dedupe_refs.len() as u64);
+                    for reference in &encoder.dedupe_refs {
+                        w.u64(reference.first_offset.0);
+                        w.u64(reference.base_time_ms);
+                        w.u64(reference.entries);
+                        w.u32(reference.crc);
+                    }
+                    true
+                }
                 Section::DedupeCount | Section::Dedupe => {
                     // The list's count comes first, but counting it is as
                     // long as listing it: one pass counts, a second writes.
@@ -637,7 +662,9 @@ impl PartitionState {
                 Section::Warm => Some(encoder.warm_count),
                 Section::Dead => Some(encoder.dead_count),
                 Section::Dedupe => Some(encoder.dedupe_count),
-                Section::Header | Section::DedupeCount | Section::Done => None,
+                Section::Header | Section::DedupeRefs | Section::DedupeCount | Section::Done => {
+                    None
+                }
             };
             if expected.is_some_and(|expected| expected != encoder.emitted) {
                 return Err(CodecError::Inconsistent("snapshot table changed while written"));
@@ -645,14 +672,18 @@ impl PartitionState {
             if section == Section::DedupeCount {
                 encoder.dedupe_count = encoder.emitted;
                 w.u64(encoder.dedupe_count);
-                encoder.dedupe_cursor = DedupeCursor::default();
+                encoder.dedupe_cursor = DedupeCursor::at_generation(encoder.dedupe_inline_from);
             }
             encoder.section = match section {
                 Section::Header => Section::Fresh(0),
                 Section::Fresh(band) if band + 1 < self.fresh.len() => Section::Fresh(band + 1),
                 Section::Fresh(_) => Section::Warm,
                 Section::Warm => Section::Dead,
-                Section::Dead => Section::DedupeCount,
+                Section::Dead => Section::DedupeRefs,
+                Section::DedupeRefs => {
+                    encoder.dedupe_cursor = DedupeCursor::at_generation(encoder.dedupe_inline_from);
+                    Section::DedupeCount
+                }
                 Section::DedupeCount => Section::Dedupe,
                 Section::Dedupe | Section::Done => Section::Done,
             };
@@ -671,6 +702,20 @@ impl PartitionState {
     /// [`CodecError`] on a bad crc, magic, version, length or inconsistent
     /// content; a config error is reported as `Inconsistent("config")`.
     pub fn restore(bytes: &[u8], ctx: PartitionContext) -> Result<Restored, CodecError> {
+        Self::restore_begin(bytes, ctx)?.finish(&[])
+    }
+
+    /// The first half of [`restore`](Self::restore): decodes everything
+    /// but the dedupe entries, and names the generation files the snapshot
+    /// refers to ([`PendingRestore::references`]), which the caller reads
+    /// and hands to [`PendingRestore::finish`].
+    ///
+    /// # Errors
+    /// As [`restore`](Self::restore).
+    pub fn restore_begin(
+        bytes: &[u8],
+        ctx: PartitionContext,
+    ) -> Result<PendingRestore<'_>, CodecError> {
         if bytes.len() > SNAPSHOT_BYTES_MAX {
             return Err(CodecError::TooLarge(SNAPSHOT_BYTES_MAX));
         }
@@ -686,7 +731,7 @@ impl PartitionState {
             return Err(CodecError::Magic);
         }
         let version = r.u16()?;
-        if version != SNAPSHOT_VERSION && version != SNAPSHOT_VERSION_V1 {
+        if ![SNAPSHOT_VERSION, SNAPSHOT_VERSION_V2, SNAPSHOT_VERSION_V1].contains(&version) {
             return Err(CodecError::Version(version));
         }
         let mut state = PartitionState::new(ctx).map_err(|_| CodecError::Inconsistent("config"))?;
@@ -855,19 +900,150 @@ impl PartitionState {
         if highest.is_some_and(|last| state.highest_enqueued.is_none_or(|h| last > h)) {
             return Err(CodecError::Inconsistent("offset above the highest enqueued"));
         }
+        // --- Dedupe section (generation files: version 3) ---
+        let mut dead_through = None;
+        let mut references = Vec::new();
+        if version >= SNAPSHOT_VERSION {
+            let flag = r.u8()?;
+            let time = r.u64()?;
+            dead_through = match flag {
+                0 => None,
+                1 => Some(time),
+                _ => return Err(CodecError::BadField("dedupe dead_through")),
+            };
+            let count = r.count(DEDUPE_REF_BYTES)?;
+            references.reserve_exact(count);
+            for _ in 0..count {
+                let reference = GenerationRef {
+                    first_offset: Offset(r.u64()?),
+                    base_time_ms: r.u64()?,
+                    entries: r.u64()?,
+                    crc: r.u32()?,
+                };
+                let ordered = references
+                    .last()
+                    .is_none_or(|last: &GenerationRef| reference.first_offset > last.first_offset);
+                if !ordered || reference.entries == 0 {
+                    return Err(CodecError::Inconsistent("dedupe generation reference"));
+                }
+                references.push(reference);
+            }
+        }
         let count = r.count(DEDUPE_ENTRY_BYTES)?;
-        let list = r.take_slice(count * DEDUPE_ENTRY_BYTES)?;
-        let entries = list.chunks_exact(DEDUPE_ENTRY_BYTES).map(decode_dedupe_entry);
-        state.dedupe.restore(entries).map_err(|error| {
+        let inline = r.take_slice(count * DEDUPE_ENTRY_BYTES)?;
+        if r.at != body.len() {
+            return Err(CodecError::Inconsistent("trailing bytes"));
+        }
+        Ok(PendingRestore { state, covers, dead_through, references, inline })
+    }
+}
+
+// --- Dedupe generation files: what a checkpoint writes once per sealed
+// generation, and the second half of a restore. ---
+
+/// A snapshot decoded but for its dedupe entries, which wait for the
+/// generation files it refers to (see [`PartitionState::restore_begin`]).
+#[derive(Debug)]
+pub struct PendingRestore<'a> {
+    state: PartitionState,
+    covers: Offset,
+    dead_through: Option<Millis>,
+    references: Vec<GenerationRef>,
+    inline: &'a [u8],
+}
+
+impl PendingRestore<'_> {
+    /// The generation files the snapshot refers to, in order.
+    pub fn references(&self) -> &[GenerationRef] {
+        &self.references
+    }
+
+    /// Rebuilds the dedupe table from `generations` (the payload of each
+    /// referenced file, in [`references`](Self::references) order; the
+    /// caller has checked each file's crc and entry count) and the inline
+    /// list.
+    ///
+    /// # Errors
+    /// `Inconsistent` when a payload is missing or of the wrong length, or
+    /// the entries are out of order or repeat an id within a generation.
+    pub fn finish(self, generations: &[&[u8]]) -> Result<Restored, CodecError> {
+        let Self { mut state, covers, dead_through, references, inline } = self;
+        if generations.len() != references.len() {
+            return Err(CodecError::Inconsistent("dedupe generation file missing"));
+        }
+        let mut groups = Vec::with_capacity(references.len() + 1);
+        for (reference, payload) in references.iter().zip(generations) {
+            let expected = usize::try_from(reference.entries)
+                .ok()
+                .and_then(|entries| entries.checked_mul(DEDUPE_ENTRY_BYTES));
+            if expected != Some(payload.len()) {
+                return Err(CodecError::Inconsistent("dedupe generation length"));
+            }
+            groups.push(RestoreGroup {
+                base: Some(*reference),
+                entries: dedupe_list(payload, dead_through),
+            });
+        }
+        groups.push(RestoreGroup { base: None, entries: dedupe_list(inline, None) });
+        state.dedupe.restore_groups(&groups, dead_through).map_err(|error| {
             CodecError::Inconsistent(match error {
                 RestoreError::TimeOrder => "dedupe entry time order",
                 RestoreError::OffsetOrder => "dedupe entry offset order",
                 RestoreError::DuplicateId => "dedupe entry",
             })
         })?;
-        if r.at != body.len() {
-            return Err(CodecError::Inconsistent("trailing bytes"));
-        }
         Ok(Restored { state, covers })
     }
 }
+
+/// The entries of a stored dedupe list, without those at or before `dead`.
+fn dedupe_list(
+    bytes: &[u8],
+    dead: Option<Millis>,
+) -> impl Iterator<Item = (MessageId, Offset, Millis)> + Clone + '_ {
+    bytes
+        .chunks_exact(DEDUPE_ENTRY_BYTES)
+        .map(decode_record)
+        .filter(move |&(_, _, time_ms)| dead.is_none_or(|dead| time_ms > dead))
+}
+
+impl SnapshotEncoder {
+    /// Refers the snapshot to generation files instead of listing those
+    /// generations: `references` (oldest first) and the held-list
+    /// generation the inline list starts from (from
+    /// [`PartitionState::dedupe_sealed`]). Call before the first step.
+    pub fn refer_generations(&mut self, references: Vec<GenerationRef>, inline_from: usize) {
+        self.dedupe_refs = references;
+        self.dedupe_inline_from = inline_from;
+    }
+}
+
+impl PartitionState {
+    /// The sealed dedupe generations of the stepped snapshot `encoder` just
+    /// began (call before any change), and where its inline list starts.
+    pub(crate) fn dedupe_sealed(
+        &self,
+        encoder: &SnapshotEncoder,
+    ) -> (Vec<SealedGeneration>, usize) {
+        self.dedupe.sealed(encoder.dedupe)
+    }
+
+    /// Appends at most `budget` stored entries of sealed generation
+    /// `index` from `*at` to `out`; returns whether it is complete.
+    pub(crate) fn dedupe_generation_step(
+        &self,
+        encoder: &SnapshotEncoder,
+        index: usize,
+        at: &mut usize,
+        budget: usize,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        self.dedupe.generation_step(encoder.dedupe, index, at, budget, out)
+    }
+
+    /// Records that a sealed generation's file is written.
+    pub(crate) fn dedupe_mark_persisted(&mut self, reference: GenerationRef) {
+        self.dedupe.mark_persisted(reference);
+    }
+}
+// --- End of dedupe generation files. ---

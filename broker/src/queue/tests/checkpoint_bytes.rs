@@ -2,6 +2,8 @@
 //! follow what the state holds now (the dedupe window × the enqueue rate),
 //! not how much traffic the partition has seen.
 
+use super::super::dedupe::GenerationRef;
+use super::super::limits::DEDUPE_GENERATIONS;
 use super::super::*;
 use super::harness::{ctx, request, ALL_DURABLE};
 
@@ -90,4 +92,199 @@ fn checkpoint_bytes_follow_the_window_not_the_history() {
     let (hour_sizes, _) = checkpoint_sizes(hour, 65, INTERVAL_MS);
     let hour_last = hour_sizes[hour_sizes.len() - 1];
     assert!(hour_last > 11 * (last - header), "1 h window: {hour_last} B, 5 min: {last} B");
+}
+
+/// A generation file as a test keeps it: its reference and payload.
+type GenerationFiles = std::collections::BTreeMap<(u64, u64), (GenerationRef, Vec<u8>)>;
+
+/// One stepped checkpoint as the partition writes it
+/// (`partition/dedupe_files.rs`): every sealed generation without a file
+/// gets one (kept in `files`), the snapshot refers to them and lists the
+/// open generation inline. Returns the snapshot, its references and the
+/// generation bytes written.
+fn checkpoint_with_files(
+    state: &mut PartitionState,
+    covers: Offset,
+    files: &mut GenerationFiles,
+) -> (Vec<u8>, Vec<GenerationRef>, u64) {
+    let mut encoder = state.begin_snapshot(covers);
+    let (sealed, inline_from) = state.dedupe_sealed(&encoder);
+    let mut references = Vec::new();
+    let mut written = 0u64;
+    for generation in sealed {
+        if let Some(reference) = generation.persisted {
+            references.push(reference);
+            continue;
+        }
+        let (mut out, mut at) = (Vec::new(), 0usize);
+        while !state.dedupe_generation_step(&encoder, generation.index, &mut at, 500, &mut out) {}
+        let reference = GenerationRef {
+            first_offset: generation.first_offset,
+            base_time_ms: generation.base_time_ms,
+            entries: generation.entries,
+            crc: crc32c::crc32c(&out),
+        };
+        assert_eq!(out.len() as u64, reference.entries * DEDUPE_ENTRY_BYTES as u64);
+        written += out.len() as u64;
+        let key = (reference.first_offset.0, reference.entries);
+        assert!(files.insert(key, (reference, out)).is_none(), "generation {key:?} written twice");
+        state.dedupe_mark_persisted(reference);
+        references.push(reference);
+    }
+    encoder.refer_generations(references.clone(), inline_from);
+    let mut bytes = Vec::new();
+    loop {
+        let mut out = Vec::new();
+        let done = state.snapshot_step(&mut encoder, 500, &mut out).unwrap();
+        bytes.extend_from_slice(&out);
+        if done {
+            break;
+        }
+    }
+    state.end_snapshot();
+    (bytes, references, written)
+}
+
+/// Restores `bytes` with the generation files it refers to.
+fn restore_with_files(
+    bytes: &[u8],
+    config: QueueConfig,
+    files: &GenerationFiles,
+) -> PartitionState {
+    let pending = PartitionState::restore_begin(bytes, ctx(config, 2)).unwrap();
+    let payloads: Vec<&[u8]> = pending
+        .references()
+        .iter()
+        .map(|r| files[&(r.first_offset.0, r.entries)].1.as_slice())
+        .collect();
+    pending.finish(&payloads).unwrap().state
+}
+
+/// Enqueues and acks one message at `now` (three offsets).
+fn enqueue_ack(state: &mut PartitionState, n: u64, now: Millis, next_offset: &mut u64) {
+    let request = request(n, 0);
+    assert_eq!(state.enqueue_check(now, &request).unwrap(), EnqueueDecision::Accept);
+    state.apply(&Event::Enqueued(EnqueueMeta::new(&request, Offset(*next_offset), now))).unwrap();
+    *next_offset += 1;
+    let claim =
+        ClaimRequest { worker: WorkerId(1), credits: 1, max_bytes: u64::MAX, lease_ms: None };
+    let decision = state.claim(now, &claim, ALL_DURABLE).unwrap();
+    for event in &decision.events {
+        state.apply(event).unwrap();
+        *next_offset += 1;
+    }
+    let ack = state.ack(now, &decision.deliveries[0].token).unwrap();
+    state.apply(&ack).unwrap();
+    *next_offset += 1;
+}
+
+// Goal: with sealed generations written once as side files, a checkpoint's
+// own bytes stay bounded by one generation (the open one) plus a reference
+// per sealed one, not by the window; each id is written to a generation
+// file at most once over many checkpoints (also after a restore, whose
+// generations keep their files); and a restore from the checkpoint plus
+// its files gives back exactly the live window. Method: 8 s window (1 s
+// generations), one enqueue + ack every 5 ms for 60 s with a checkpoint
+// every 700 ms; restore halfway and go on from the restored state.
+#[test]
+fn sealed_generations_are_written_once_and_checkpoints_list_only_the_open_one() {
+    const INTERVAL_MS: u64 = 5;
+    const WINDOW_MS: u64 = 8_000;
+    let config = QueueConfig {
+        max_messages: 1 << 32,
+        dedupe_window_ms: WINDOW_MS,
+        ..QueueConfig::default()
+    };
+    let mut state = PartitionState::new(ctx(config.clone(), 1)).unwrap();
+    let mut files = GenerationFiles::new();
+    let empty = PartitionState::new(ctx(config.clone(), 1)).unwrap().snapshot(Offset(0)).len();
+    let span_ids = (WINDOW_MS / DEDUPE_GENERATIONS as u64 / INTERVAL_MS) as usize;
+    let window_ids = (WINDOW_MS / INTERVAL_MS) as usize;
+    let (mut now, mut next_offset, mut n) = (1_000_000u64, 0u64, 0u64);
+    let (mut written_total, mut checkpoints, mut largest) = (0u64, 0, 0usize);
+    let mut restored_once = false;
+    while n < 12_000 {
+        enqueue_ack(&mut state, n, now, &mut next_offset);
+        n += 1;
+        now += INTERVAL_MS;
+        if n % 140 != 0 {
+            continue;
+        }
+        let (bytes, references, written) =
+            checkpoint_with_files(&mut state, Offset(next_offset), &mut files);
+        checkpoints += 1;
+        written_total += written;
+        // The open generation inline, one reference per sealed generation.
+        let bound = empty + (span_ids + 1) * DEDUPE_ENTRY_BYTES + references.len() * 28;
+        assert!(bytes.len() <= bound, "checkpoint {checkpoints}: {} B over {bound} B", bytes.len());
+        assert!(references.len() <= DEDUPE_GENERATIONS + 1);
+        largest = largest.max(bytes.len());
+        let restored = restore_with_files(&bytes, config.clone(), &files);
+        restored.assert_invariants();
+        let want: Vec<_> = state.dedupe.entries().collect();
+        if n as usize >= window_ids {
+            assert!(want.len() >= window_ids - 1, "{} ids live in the window", want.len());
+        }
+        assert_eq!(restored.dedupe.entries().collect::<Vec<_>>(), want, "checkpoint {checkpoints}");
+        if !restored_once && n >= 6_000 {
+            // Go on from the restored state: its generations keep their files.
+            state = restored;
+            restored_once = true;
+        }
+    }
+    assert!(restored_once);
+    // Every id went to a generation file at most once (the open generation
+    // at the end has none yet).
+    assert!(written_total <= n * DEDUPE_ENTRY_BYTES as u64, "{written_total} B for {n} ids");
+    assert!(written_total >= (n as usize - 2 * span_ids) as u64 * DEDUPE_ENTRY_BYTES as u64);
+    // All inline, a checkpoint would list the whole window.
+    assert!(largest * 4 < window_ids * DEDUPE_ENTRY_BYTES, "largest checkpoint {largest} B");
+    // A resent id of the window is still a duplicate after the restore.
+    let bytes = checkpoint_with_files(&mut state, Offset(next_offset), &mut files).0;
+    let restored = restore_with_files(&bytes, config, &files);
+    let resent = request(n - window_ids as u64 / 2, 0);
+    assert!(matches!(
+        restored.enqueue_check(now, &resent).unwrap(),
+        EnqueueDecision::Duplicate { .. }
+    ));
+}
+
+// Goal: a checkpoint of version 2 (every dedupe id inline, no generation
+// files) still loads, with its window. Method: a version-3 snapshot of a
+// state holding only dedupe entries, rewritten in the version-2 layout
+// (no `dead_through`, no references; version field 2; crc recomputed).
+#[test]
+fn a_version_2_checkpoint_with_ids_inline_still_loads() {
+    let config = QueueConfig { max_messages: 1 << 32, ..QueueConfig::default() };
+    let mut state = PartitionState::new(ctx(config.clone(), 1)).unwrap();
+    let (mut now, mut next_offset) = (1_000_000u64, 0u64);
+    for n in 0..50 {
+        enqueue_ack(&mut state, n, now, &mut next_offset);
+        now += 10;
+    }
+    let v3 = state.snapshot(Offset(next_offset));
+    let list = 8 + 50 * DEDUPE_ENTRY_BYTES;
+    let section = 9 + 8 + list;
+    let body_end = v3.len() - 4;
+    let mut v2 = v3[..body_end - section].to_vec();
+    v2.extend_from_slice(&v3[body_end - list..body_end]);
+    v2[4..6].copy_from_slice(&2u16.to_le_bytes());
+    let crc = crc32c::crc32c(&v2);
+    v2.extend_from_slice(&crc.to_le_bytes());
+    let restored = PartitionState::restore(&v2, ctx(config, 2)).unwrap();
+    assert_eq!(restored.covers, Offset(next_offset));
+    assert_eq!(
+        restored.state.dedupe.entries().collect::<Vec<_>>(),
+        state.dedupe.entries().collect::<Vec<_>>()
+    );
+    assert!(matches!(
+        restored.state.enqueue_check(now, &request(7, 0)).unwrap(),
+        EnqueueDecision::Duplicate { .. }
+    ));
+    // The same bytes with version 3 do not decode: the layouts differ.
+    let mut wrong = v2[..v2.len() - 4].to_vec();
+    wrong[4..6].copy_from_slice(&3u16.to_le_bytes());
+    let crc = crc32c::crc32c(&wrong);
+    wrong.extend_from_slice(&crc.to_le_bytes());
+    assert!(PartitionState::restore(&wrong, ctx(QueueConfig::default(), 2)).is_err());
 }
