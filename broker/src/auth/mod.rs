@@ -182,6 +182,9 @@ pub struct Grants {
     everywhere: u8,
     /// The principal's quotas (unlimited when the file sets none).
     quota: quota::QuotaConfig,
+    /// The stable id its enqueued records are attributed to
+    /// (`queue::stored`); `UNKNOWN` with authentication off.
+    id: crate::queue::stored::PrincipalId,
 }
 
 impl Grants {
@@ -192,7 +195,15 @@ impl Grants {
             rules: Vec::new(),
             everywhere: ALL_RIGHTS,
             quota: quota::QuotaConfig::default(),
+            id: crate::queue::stored::PrincipalId::UNKNOWN,
         }
+    }
+
+    /// The id the principal's enqueued records are attributed to (stored
+    /// quotas): [`PrincipalId::UNKNOWN`](crate::queue::stored::PrincipalId)
+    /// for every connection while authentication is off.
+    pub fn principal_id(&self) -> crate::queue::stored::PrincipalId {
+        self.id
     }
 
     /// The principal's quotas.
@@ -334,6 +345,7 @@ impl AuthPolicy {
                 let rules = list.into_iter().filter(|(pattern, _)| *pattern != QueuePattern::Any);
                 let quota = quotas.get(&name).copied().unwrap_or_default();
                 let grants = Arc::new(Grants {
+                    id: crate::queue::stored::principal_id(&name),
                     name: name.clone(),
                     rules: rules.collect(),
                     everywhere,

@@ -7,8 +7,10 @@
 //! Layout (little-endian): header (magic "SPQS", version, bands, covers,
 //! highest enqueued + 1, last enqueue time, totals, credits), then fresh
 //! entries per band, warm entries, dead letters, dedupe entries (each list
-//! preceded by its u64 count), then crc32c of everything before it. Derived
-//! indexes (phase sets, expiry index, chunk headers) are not stored.
+//! preceded by its u64 count), the stored counts per principal (version 3:
+//! the attribution runs, then the counts, each list preceded by its u64
+//! count), then crc32c of everything before it. Derived indexes (phase
+//! sets, expiry index, chunk headers) are not stored.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
@@ -19,6 +21,7 @@ use super::error::CodecError;
 use super::fairness::Credits;
 use super::fresh::{FreshBand, FreshView};
 use super::limits::SNAPSHOT_BYTES_MAX;
+use super::stored::{PrincipalId, Stored, StoredByPrincipal};
 use super::state::{
     Claim, DeadLetter, DeadPhase, PartitionContext, PartitionState, Totals, Warm, WarmPhase,
 };
@@ -27,9 +30,12 @@ use super::types::{
 };
 
 const SNAPSHOT_MAGIC: u32 = u32::from_le_bytes(*b"SPQS");
-/// Version 2 adds the dead-letter moves by cause to the totals; version 1
-/// (nine totals) is still read, its moves' causes unknown.
-const SNAPSHOT_VERSION: u16 = 2;
+/// Version 3 adds the stored counts per principal (a trailing section);
+/// version 2 (no such section: nothing attributed) is still read, and so is
+/// version 1 (nine totals), its dead-letter moves' causes unknown.
+const SNAPSHOT_VERSION: u16 = 3;
+/// The version before the stored counts.
+const SNAPSHOT_VERSION_V2: u16 = 2;
 /// The oldest version `restore` reads.
 const SNAPSHOT_VERSION_V1: u16 = 1;
 
@@ -118,6 +124,10 @@ const PHASE_BYTES: usize = 25;
 const WARM_ENTRY_BYTES: usize = 8 + 8 + 8 + 4 + 1 + 2 + 4 + 2 + PHASE_BYTES;
 const DEAD_ENTRY_BYTES: usize = WARM_ENTRY_BYTES + 1 + 8;
 const DEDUPE_ENTRY_BYTES: usize = 8 + 16 + 8;
+/// A run: first offset, end, principal.
+const STORED_RUN_BYTES: usize = 8 + 8 + 8;
+/// A count: principal, messages, bytes.
+const STORED_COUNT_BYTES: usize = 8 + 8 + 8;
 
 const PHASE_SCHEDULED: u8 = 1;
 const PHASE_READY: u8 = 2;
@@ -216,6 +226,7 @@ enum Section {
     Dead,
     DedupeCount,
     Dedupe,
+    Stored,
     Done,
 }
 
@@ -232,6 +243,9 @@ pub struct SnapshotEncoder {
     /// one-shot snapshot taken while a stepped one runs ignores them).
     captured: bool,
     header: Vec<u8>,
+    /// The stored-counts section, taken whole when the snapshot began (a
+    /// few runs per producer: small next to the message tables).
+    stored: Vec<u8>,
     fresh_counts: Vec<u64>,
     warm_count: u64,
     dead_count: u64,
@@ -375,6 +389,35 @@ fn range_after<V>(
     map.into_iter().flat_map(move |map| map.range((lower, Bound::Unbounded))).map(|(k, v)| (*k, v))
 }
 
+/// The stored-counts section: runs within the offsets enqueued, counts
+/// that add up to at most what the state holds.
+fn read_stored(r: &mut Reader<'_>, state: &PartitionState) -> Result<StoredByPrincipal, CodecError> {
+    let bad = || CodecError::Inconsistent("stored counts");
+    let run_count = r.count(STORED_RUN_BYTES)?;
+    let mut runs = Vec::with_capacity(run_count);
+    for _ in 0..run_count {
+        runs.push((r.u64()?, r.u64()?, PrincipalId(r.u64()?)));
+    }
+    let highest_end = state.highest_enqueued.map_or(0, |highest| highest.0 + 1);
+    if runs.last().is_some_and(|(_, end, _)| *end > highest_end) {
+        return Err(bad());
+    }
+    let count_count = r.count(STORED_COUNT_BYTES)?;
+    let mut counts = Vec::with_capacity(count_count);
+    for _ in 0..count_count {
+        let principal = PrincipalId(r.u64()?);
+        counts.push((principal, Stored { messages: r.u64()?, bytes: r.u64()? }));
+    }
+    let messages = counts.iter().try_fold(0u64, |sum, (_, stored)| sum.checked_add(stored.messages));
+    let bytes = counts.iter().try_fold(0u64, |sum, (_, stored)| sum.checked_add(stored.bytes));
+    let within = messages.is_some_and(|messages| messages <= state.held_messages())
+        && bytes.is_some_and(|bytes| bytes <= state.held_bytes());
+    if !within {
+        return Err(bad());
+    }
+    StoredByPrincipal::from_parts(runs, counts).ok_or_else(bad)
+}
+
 impl PartitionState {
     /// The canonical bytes of this state, covering the log through `covers`,
     /// in one buffer (tests, benches and small states; the partition
@@ -421,11 +464,29 @@ impl PartitionState {
         for &credit in self.credits.raw() {
             w.u32(credit);
         }
+        let header = w.0;
+        let mut w = Writer(Vec::with_capacity(
+            16 + self.stored.runs() * STORED_RUN_BYTES
+                + self.stored.iter().count() * STORED_COUNT_BYTES,
+        ));
+        w.u64(self.stored.runs() as u64);
+        for (first, end, principal) in self.stored.run_list() {
+            w.u64(first);
+            w.u64(end);
+            w.u64(principal.0);
+        }
+        w.u64(self.stored.iter().count() as u64);
+        for (principal, stored) in self.stored.iter() {
+            w.u64(principal.0);
+            w.u64(stored.messages);
+            w.u64(stored.bytes);
+        }
         SnapshotEncoder {
             covers,
             limit: limit.unwrap_or(Offset(u64::MAX)),
             captured: limit.is_some(),
-            header: w.0,
+            header,
+            stored: w.0,
             fresh_counts: self.fresh.iter().map(FreshBand::len).collect(),
             warm_count: self.warm.len() as u64,
             dead_count: self.dlq.len() as u64,
@@ -626,6 +687,10 @@ impl PartitionState {
                     *left -= visited;
                     complete
                 }
+                Section::Stored => {
+                    w.0.extend_from_slice(&encoder.stored);
+                    true
+                }
                 Section::Done => true,
             };
             encoder.emitted += emitted;
@@ -637,7 +702,7 @@ impl PartitionState {
                 Section::Warm => Some(encoder.warm_count),
                 Section::Dead => Some(encoder.dead_count),
                 Section::Dedupe => Some(encoder.dedupe_count),
-                Section::Header | Section::DedupeCount | Section::Done => None,
+                Section::Header | Section::DedupeCount | Section::Stored | Section::Done => None,
             };
             if expected.is_some_and(|expected| expected != encoder.emitted) {
                 return Err(CodecError::Inconsistent("snapshot table changed while written"));
@@ -654,7 +719,8 @@ impl PartitionState {
                 Section::Warm => Section::Dead,
                 Section::Dead => Section::DedupeCount,
                 Section::DedupeCount => Section::Dedupe,
-                Section::Dedupe | Section::Done => Section::Done,
+                Section::Dedupe => Section::Stored,
+                Section::Stored | Section::Done => Section::Done,
             };
             encoder.after = None;
             encoder.emitted = 0;
@@ -686,7 +752,7 @@ impl PartitionState {
             return Err(CodecError::Magic);
         }
         let version = r.u16()?;
-        if version != SNAPSHOT_VERSION && version != SNAPSHOT_VERSION_V1 {
+        if !(SNAPSHOT_VERSION_V1..=SNAPSHOT_VERSION).contains(&version) {
             return Err(CodecError::Version(version));
         }
         let mut state = PartitionState::new(ctx).map_err(|_| CodecError::Inconsistent("config"))?;
@@ -865,6 +931,9 @@ impl PartitionState {
                 RestoreError::DuplicateId => "dedupe entry",
             })
         })?;
+        if version > SNAPSHOT_VERSION_V2 {
+            state.stored = read_stored(&mut r, &state)?;
+        }
         if r.at != body.len() {
             return Err(CodecError::Inconsistent("trailing bytes"));
         }

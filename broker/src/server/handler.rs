@@ -35,6 +35,8 @@ use super::convert::{
     queue_config_from_wire, queue_config_to_wire, token_from_wire, token_to_wire,
 };
 use super::quota::{QuotaReport, ShardQuotas};
+use crate::queue::stored::{PrincipalId, Stored};
+use std::collections::HashMap;
 use super::{Served, ShardState};
 use crate::clock::Instant;
 use crate::control::assignment::QueueName;
@@ -203,9 +205,35 @@ impl SpoolHandler {
     }
 
     /// The housekeeping tick's share of quota work (leases past their
-    /// deadline stop being tracked).
+    /// deadline stop being tracked; the stored quotas recomputed from the
+    /// partitions when some principal has one).
     pub fn quota_tick(&self) {
         self.quotas.tick((self.state.clock)());
+        let policy = self.auth.policy();
+        if policy.quotas().iter().any(|(_, config)| config.limits_stored()) {
+            let mut totals: HashMap<PrincipalId, Stored> = HashMap::new();
+            for served in self.state.partitions.borrow().values() {
+                served.partition.with_state(|state| {
+                    for (principal, stored) in state.stored().iter() {
+                        let total = totals.entry(principal).or_default();
+                        total.messages += stored.messages;
+                        total.bytes += stored.bytes;
+                    }
+                });
+            }
+            self.quotas.recompute_stored(&policy, &totals);
+        }
+    }
+
+    /// What `principal`'s records hold on this shard's partitions.
+    fn stored_here(&self, principal: PrincipalId) -> Stored {
+        let mut total = Stored::default();
+        for served in self.state.partitions.borrow().values() {
+            let stored = served.partition.with_state(|state| state.stored().stored(principal));
+            total.messages += stored.messages;
+            total.bytes += stored.bytes;
+        }
+        total
     }
 
     /// This shard's quota figures, per principal with a quota.
@@ -265,6 +293,7 @@ impl SpoolHandler {
     async fn dispatch(
         &self,
         request: Request<'_>,
+        principal: PrincipalId,
         started: Instant,
         timed: &mut Timed,
     ) -> Result<Response<'static>, ErrorResponse> {
@@ -272,7 +301,7 @@ impl SpoolHandler {
             Request::Enqueue(enqueue) => {
                 let partition = self.route(enqueue.queue, enqueue.partition)?;
                 *timed = Some((partition.clone(), RequestOp::Enqueue));
-                let outcomes = partition.enqueue(enqueue.batch).await.map_err(|e| {
+                let outcomes = partition.enqueue_as(enqueue.batch, principal).await.map_err(|e| {
                     partition.requests.failed(&e);
                     partition_error(&e)
                 })?;
@@ -699,6 +728,7 @@ impl SpoolHandler {
             }
             return Self::encode_error(&reply, correlation_id, api_key, api_version);
         }
+        let mut stored_charge = None;
         if let Request::Enqueue(enqueue) = &request {
             // Charged only where the partition is served: a request answered
             // NOT_OWNER costs nothing. Without an enqueue quota (and with
@@ -709,6 +739,18 @@ impl SpoolHandler {
                 let now = (self.state.clock)();
                 if let Err(reply) = self.quotas.charge_enqueue(&grants, enqueue.batch, now) {
                     return Self::encode_error(&reply, correlation_id, api_key, api_version);
+                }
+            }
+            // The stored quotas: held while the enqueue runs (`StoredCharge`).
+            if grants.quota().limits_stored()
+                && self.state.served(enqueue.queue, enqueue.partition).is_some()
+            {
+                let id = grants.principal_id();
+                match self.quotas.charge_stored(&grants, enqueue.batch, || self.stored_here(id)) {
+                    Ok(charge) => stored_charge = charge,
+                    Err(reply) => {
+                        return Self::encode_error(&reply, correlation_id, api_key, api_version)
+                    }
                 }
             }
         }
@@ -748,7 +790,8 @@ impl SpoolHandler {
                 .encode(correlation_id, &mut out)
                 .map_err(|e| error(ErrorCode::Internal, e.to_string()))
         } else {
-            let mut answered = self.dispatch(request, started, &mut timed).await;
+            let principal = grants.principal_id();
+            let mut answered = self.dispatch(request, principal, started, &mut timed).await;
             if let Ok(response) = answered.as_mut() {
                 self.auth.filter_listing(response, &grants);
             }
@@ -770,6 +813,7 @@ impl SpoolHandler {
         if let Some((partition, op)) = timed {
             partition.requests.observe(op, started);
         }
+        drop(stored_charge);
         out
     }
 

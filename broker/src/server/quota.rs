@@ -23,6 +23,21 @@
 //!   entry whose deadline passed stops counting at once and is dropped on
 //!   the housekeeping tick.
 //!
+//! - **Stored** (`stored_messages_max`, `stored_bytes_max`; after the rate
+//!   check): the shard keeps, per principal with such a quota, an upper
+//!   bound of what the principal's records hold on this shard: the sum of
+//!   its partitions' `StoredByPrincipal` counts at the last recompute
+//!   (every housekeeping tick, at most `HOUSEKEEPING_IDLE_MAX` apart) plus
+//!   every batch charged since, and plus the batches still in flight (their
+//!   [`StoredCharge`] not yet dropped), which a recompute cannot see yet. A
+//!   batch is admitted when that bound plus the batch stays within the
+//!   shard's exact share ([`QuotaConfig::stored_share`]: the shares add up
+//!   to the node-wide figure). The bound never falls below what is stored,
+//!   so the node never holds more than the quota; it can be above it until
+//!   the next recompute (acks, duplicates, a batch's framing counted as
+//!   bytes), so a producer just back under its quota may wait one tick:
+//!   the refusal's retry hint.
+//!
 //! Principals without quotas (and every connection while authentication is
 //! off) cost one check of an empty quota per request.
 
@@ -36,6 +51,12 @@ use spool_wire::ErrorCode;
 
 use crate::auth::quota::{Bucket, ClaimTable, DeliveryKey, QuotaConfig, QuotaKind, Refused};
 use crate::auth::{AuthPolicy, Grants};
+use crate::limits::HOUSEKEEPING_IDLE_MAX;
+use crate::queue::stored::{PrincipalId, Stored};
+
+/// The retry hint of a stored quota's refusal: the longest a shard goes
+/// between two recomputes of what is stored.
+pub const STORED_RETRY_MS: u64 = HOUSEKEEPING_IDLE_MAX.as_millis() as u64;
 
 /// One principal's figures on this shard, for the admin port.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,9 +107,22 @@ struct Buckets {
     bytes: Option<Bucket>,
 }
 
+/// What a principal with a stored quota holds on this shard, as admission
+/// counts it.
+#[derive(Debug, Default, Clone, Copy)]
+struct StoredUse {
+    /// Upper bound of what is stored: the last recompute plus every batch
+    /// charged since.
+    used: Stored,
+    /// Batches charged whose enqueue has not finished (not yet visible to a
+    /// recompute, or just applied).
+    pending: Stored,
+}
+
 #[derive(Debug, Default)]
 struct State {
     buckets: HashMap<String, Buckets>,
+    stored: HashMap<String, StoredUse>,
     claims: ClaimTable,
     rejections: HashMap<String, [u64; QuotaKind::ALL.len()]>,
 }
@@ -134,6 +168,10 @@ impl ShardQuotas {
             QuotaKind::ClaimsInFlightMax => {
                 format!("{} on this shard", grants.quota().claims_share(self.shards).unwrap_or(0))
             }
+            QuotaKind::StoredMessagesMax | QuotaKind::StoredBytesMax => format!(
+                "{} on this shard",
+                grants.quota().stored_share(kind, self.shard, self.shards).unwrap_or(0)
+            ),
             _ => format!("{limit}/{} a second on this shard", self.shards),
         };
         ErrorResponse::new(
@@ -195,6 +233,78 @@ impl ShardQuotas {
             bucket.charge(bytes, now_ms);
         }
         Ok(())
+    }
+
+    /// Charges an Enqueue's batch to the principal's stored quotas: its
+    /// record count, and its bytes less the header and position table (at
+    /// least its record bytes). `stored_here` sums what the principal's
+    /// records hold on this shard's partitions; it is called only the first
+    /// time the principal is seen (later the tick's recompute keeps it).
+    /// The returned charge is held while the enqueue runs.
+    ///
+    /// # Errors
+    /// `QUOTA_EXCEEDED` naming the stored quota the batch would pass
+    /// (nothing is charged then).
+    pub fn charge_stored(
+        self: &Rc<Self>,
+        grants: &Grants,
+        batch: &[u8],
+        stored_here: impl FnOnce() -> Stored,
+    ) -> Result<Option<StoredCharge>, ErrorResponse> {
+        let quota = grants.quota();
+        if !quota.limits_stored() {
+            return Ok(None);
+        }
+        let records = BatchHeader::parse(batch).map_or(1, |header| u64::from(header.record_count));
+        let framing = spool_wire::limits::BATCH_HEADER_BYTES as u64
+            + records * spool_wire::limits::POSITION_ENTRY_BYTES as u64;
+        let units = Stored { messages: records, bytes: (batch.len() as u64).saturating_sub(framing) };
+        let mut state = self.state.borrow_mut();
+        let state = &mut *state;
+        let entry = state
+            .stored
+            .entry(grants.name().to_owned())
+            .or_insert_with(|| StoredUse { used: stored_here(), pending: Stored::default() });
+        let checks = [
+            (QuotaKind::StoredMessagesMax, entry.used.messages, units.messages),
+            (QuotaKind::StoredBytesMax, entry.used.bytes, units.bytes),
+        ];
+        for (kind, used, units) in checks {
+            let Some(share) = quota.stored_share(kind, self.shard, self.shards) else { continue };
+            if used.saturating_add(units) > share {
+                let refused = Refused { retry_after_ms: STORED_RETRY_MS };
+                return Err(self.refuse(state, grants, kind, refused));
+            }
+        }
+        add(&mut entry.used, units);
+        add(&mut entry.pending, units);
+        Ok(Some(StoredCharge {
+            quotas: Rc::clone(self),
+            principal: grants.name().to_owned(),
+            units,
+        }))
+    }
+
+    /// The tick's recompute of the stored quotas: for every principal of
+    /// `policy` with one, what its records hold on this shard (`totals`,
+    /// summed over the shard's partitions) plus its batches in flight.
+    /// Principals that no longer have a stored quota are forgotten.
+    pub fn recompute_stored(&self, policy: &AuthPolicy, totals: &HashMap<PrincipalId, Stored>) {
+        let mut state = self.state.borrow_mut();
+        let mut next = HashMap::new();
+        for (name, config) in policy.quotas() {
+            if !config.limits_stored() {
+                continue;
+            }
+            let Some((_, grants)) = policy.principal(&name) else { continue };
+            let pending = state.stored.get(&name).map(|entry| entry.pending).unwrap_or_default();
+            let mut used = totals.get(&grants.principal_id()).copied().unwrap_or_default();
+            add(&mut used, pending);
+            next.insert(name, StoredUse { used, pending });
+        }
+        // A charge still in flight for a principal that lost its quota
+        // finds no entry when it ends: nothing to give back.
+        state.stored = next;
     }
 
     /// Reserves a claim's credits against the principal's share of
@@ -291,8 +401,38 @@ impl ShardQuotas {
             }
             report.in_use[QuotaKind::ClaimsInFlightMax.index()] =
                 state.claims.in_use(&report.principal, now_ms);
+            if let Some(entry) = state.stored.get(&report.principal) {
+                report.in_use[QuotaKind::StoredMessagesMax.index()] = entry.used.messages;
+                report.in_use[QuotaKind::StoredBytesMax.index()] = entry.used.bytes;
+            }
         }
         reports
+    }
+}
+
+fn add(to: &mut Stored, units: Stored) {
+    to.messages = to.messages.saturating_add(units.messages);
+    to.bytes = to.bytes.saturating_add(units.bytes);
+}
+
+/// A batch charged to its principal's stored quotas while its enqueue runs
+/// (a recompute in between counts it as in flight). Dropped when the
+/// enqueue ended, however it ended: the charge stays in the bound until the
+/// next recompute, which then sees what was really stored.
+#[derive(Debug)]
+pub struct StoredCharge {
+    quotas: Rc<ShardQuotas>,
+    principal: String,
+    units: Stored,
+}
+
+impl Drop for StoredCharge {
+    fn drop(&mut self) {
+        let mut state = self.quotas.state.borrow_mut();
+        if let Some(entry) = state.stored.get_mut(&self.principal) {
+            entry.pending.messages = entry.pending.messages.saturating_sub(self.units.messages);
+            entry.pending.bytes = entry.pending.bytes.saturating_sub(self.units.bytes);
+        }
     }
 }
 
@@ -387,7 +527,7 @@ mod tests {
         let reports = quotas.report(&policy, 0);
         assert_eq!(reports.len(), 1);
         assert_eq!(reports[0].principal, "p");
-        assert_eq!(reports[0].rejections, [1, 0, 0]);
+        assert_eq!(reports[0].rejections, [1, 0, 0, 0, 0]);
         assert_eq!(reports[0].in_use[0], 2);
         assert!(quotas.charge_enqueue(&limited, &batch(1), 500).is_ok());
         // Nearly refilled is not full: the tick keeps the bucket (a fresh
