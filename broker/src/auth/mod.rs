@@ -550,12 +550,23 @@ mod tests {
         assert_eq!(a.quota().claims_in_flight_max, Some(4));
         let (_, b) = loaded.principal("b").unwrap();
         assert!(b.quota().is_unlimited());
+        assert_ne!(a.principal_id(), b.principal_id());
+        assert_eq!(a.principal_id(), crate::queue::stored::principal_id("a"));
+        let stored = format!(
+            "[[principals]]\nname = \"s\"\nsecret_hash = \"{hash}\"\n\
+             [principals.quota]\nstored_messages_max = 5\nstored_bytes_max = 4096\n"
+        );
+        let stored = policy(&stored).unwrap();
+        let (_, s) = stored.principal("s").unwrap();
+        assert_eq!((s.quota().stored_messages_max, s.quota().stored_bytes_max), (Some(5), Some(4096)));
         let listed: Vec<String> = loaded.quotas().into_iter().map(|(name, _)| name).collect();
         assert_eq!(listed, vec!["a".to_owned()]);
         for (bad, expected) in [
             ("enqueue_bytes_per_sec = 0", "enqueue_bytes_per_sec"),
             ("claims_in_flight_max = 99999999999", "claims_in_flight_max"),
-            ("stored_bytes_max = 1", "stored_bytes_max"),
+            ("stored_bytes_max = 0", "stored_bytes_max"),
+            ("stored_messages_max = 1099511627777", "stored_messages_max"),
+            ("stored_records_max = 1", "stored_records_max"),
         ] {
             let text = format!(
                 "[[principals]]\nname = \"a\"\nsecret_hash = \"{hash}\"\n\

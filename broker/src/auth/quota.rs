@@ -456,6 +456,40 @@ mod tests {
         assert_eq!(bucket.used(2_000), 0);
     }
 
+    // Goal: the stored quotas are split exactly: the shares of all shards
+    // add up to the node-wide figure (no overshoot), differ by at most one,
+    // and only the stored kinds have one. Method: every figure 0..40 over
+    // 1..=8 shards.
+    #[test]
+    fn stored_shares_add_up_to_the_figure() {
+        for max in 1..40u64 {
+            for shards in 1..=8u16 {
+                let config = QuotaConfig {
+                    stored_messages_max: Some(max),
+                    stored_bytes_max: Some(max * 1_000),
+                    ..QuotaConfig::default()
+                };
+                for (kind, figure) in
+                    [(QuotaKind::StoredMessagesMax, max), (QuotaKind::StoredBytesMax, max * 1_000)]
+                {
+                    let shares: Vec<u64> = (0..shards)
+                        .map(|shard| config.stored_share(kind, shard, shards).unwrap())
+                        .collect();
+                    assert_eq!(shares.iter().sum::<u64>(), figure, "{max} over {shards}");
+                    let (low, high) = (shares.iter().min(), shares.iter().max());
+                    assert!(high.unwrap() - low.unwrap() <= 1);
+                }
+                assert_eq!(config.stored_share(QuotaKind::ClaimsInFlightMax, 0, shards), None);
+            }
+        }
+        assert_eq!(QuotaConfig::default().stored_share(QuotaKind::StoredMessagesMax, 0, 1), None);
+        let config = QuotaConfig { stored_messages_max: Some(1), ..QuotaConfig::default() };
+        assert!(config.limits_stored() && !config.is_unlimited());
+        assert!(config.validate().is_ok());
+        let zero = QuotaConfig { stored_bytes_max: Some(0), ..QuotaConfig::default() };
+        assert!(zero.validate().unwrap_err().contains("stored_bytes_max"));
+    }
+
     // Goal: a charge larger than the whole burst passes on a full bucket
     // and leaves it in debt for as long as it would have taken to earn.
     #[test]

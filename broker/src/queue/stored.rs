@@ -97,7 +97,7 @@ impl StoredByPrincipal {
             }
         }
         let bytes = sizes.iter().map(|size| u64::from(*size)).sum::<u64>();
-        self.attribute_run(first, sizes.len() as u64, principal, sizes.len() as u64, bytes);
+        self.attribute_run(first, sizes.len() as u64, principal, sizes.len() as u64, bytes, true);
         true
     }
 
@@ -107,6 +107,12 @@ impl StoredByPrincipal {
     /// holds). Runs at or above `first` name offsets no record was applied
     /// at (an attribution whose data never became durable, its offsets
     /// appended again since): they are cut, counting nothing.
+    ///
+    /// `merge`: whether the offsets between the last run's end and `first`
+    /// hold no message (the caller knows; only control records, or records
+    /// gone already), so that the same principal's last run may grow over
+    /// them. A held record there is someone else's or no one's, and must
+    /// not be taken for this principal's.
     pub fn attribute_run(
         &mut self,
         first: Offset,
@@ -114,6 +120,7 @@ impl StoredByPrincipal {
         principal: PrincipalId,
         messages: u64,
         bytes: u64,
+        merge: bool,
     ) {
         if count == 0 || principal == PrincipalId::UNKNOWN {
             return;
@@ -134,7 +141,7 @@ impl StoredByPrincipal {
             // batches (control records) hold no message, so a gap of them
             // does not break a run either: no other principal's records lie
             // between.
-            Some((start, run)) if run.principal == principal => {
+            Some((start, run)) if merge && run.principal == principal => {
                 self.runs.insert(start, Run { end, principal });
             }
             _ => {
@@ -200,6 +207,11 @@ impl StoredByPrincipal {
     /// Whether no run is kept (then nothing is counted either).
     pub fn is_empty(&self) -> bool {
         self.runs.is_empty() && self.counts.is_empty()
+    }
+
+    /// One past the highest attributed offset, if any run is kept.
+    pub(crate) fn last_end(&self) -> Option<Offset> {
+        self.runs.last_key_value().map(|(_, run)| Offset(run.end))
     }
 
     /// Whether `offset` lies in the lowest run (a leave there may free it).

@@ -538,6 +538,102 @@ mod tests {
         assert!(quotas.state.borrow().buckets.is_empty(), "a full bucket is dropped");
     }
 
+    fn stored_policy(max: u64) -> AuthPolicy {
+        let hash = hash_secret("x").unwrap_or_default();
+        let text = format!(
+            "[[principals]]\nname = \"s\"\nsecret_hash = \"{hash}\"\n\
+             [principals.quota]\nstored_messages_max = {max}\n"
+        );
+        match AuthPolicy::from_toml(&text, Path::new("auth.toml")) {
+            Ok(policy) => policy,
+            Err(error) => panic!("{error}"),
+        }
+    }
+
+    // Goal: the node never holds more than stored_messages_max for the
+    // principal. Over 3 shards the shares (3, 2, 2) admit exactly 7; on one
+    // shard, whatever the order of charges, enqueues that finish (applied
+    // or not), acks and recomputes, what is stored plus what is in flight
+    // never passes the share, a refusal names the quota with the 100 ms
+    // hint, and room comes back after acks at the next recompute.
+    // Method: single-record batches; a seeded random walk checked after
+    // every step against the truth the test keeps.
+    #[test]
+    fn stored_admission_never_passes_the_share() {
+        use rand::{Rng, SeedableRng};
+        const MAX: u64 = 7;
+        let policy = stored_policy(MAX);
+        let (_, grants) = policy.principal("s").expect("s");
+        let id = grants.principal_id();
+        let mut admitted = 0;
+        for shard in 0..3 {
+            let quotas = ShardQuotas::new(shard, 3);
+            while let Ok(Some(charge)) = quotas.charge_stored(&grants, &batch(1), Stored::default) {
+                admitted += 1;
+                drop(charge);
+                assert!(admitted <= MAX, "past the node-wide figure");
+            }
+        }
+        assert_eq!(admitted, MAX);
+
+        let quotas = ShardQuotas::new(0, 1);
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(15);
+        let mut stored = 0u64;
+        let mut in_flight: Vec<(StoredCharge, u64)> = Vec::new();
+        let (mut refusals, mut admissions) = (0, 0);
+        for _ in 0..20_000 {
+            match rng.random_range(0..4) {
+                0 => {
+                    let records = rng.random_range(1..4u8);
+                    let first = stored;
+                    match quotas.charge_stored(&grants, &batch(u32::from(records)), || Stored {
+                        messages: first,
+                        bytes: 0,
+                    }) {
+                        Ok(Some(charge)) => {
+                            admissions += 1;
+                            in_flight.push((charge, u64::from(records)));
+                        }
+                        Ok(None) => panic!("the principal has a stored quota"),
+                        Err(refused) => {
+                            refusals += 1;
+                            assert_eq!(refused.code, ErrorCode::QuotaExceeded);
+                            assert!(refused.message.contains("stored_messages_max"));
+                            assert_eq!(
+                                spool_wire::codes::parse_retry_after_ms(&refused.message),
+                                Some(STORED_RETRY_MS)
+                            );
+                        }
+                    }
+                }
+                1 if !in_flight.is_empty() => {
+                    // The enqueue ends: appended, or refused/deduplicated.
+                    let (charge, records) = in_flight.swap_remove(0);
+                    if rng.random_bool(0.8) {
+                        stored += records;
+                    }
+                    drop(charge);
+                }
+                2 => stored -= rng.random_range(0..=stored),
+                _ => {
+                    let totals = HashMap::from([(id, Stored { messages: stored, bytes: 0 })]);
+                    quotas.recompute_stored(&policy, &totals);
+                }
+            }
+            let flying: u64 = in_flight.iter().map(|(_, records)| records).sum();
+            assert!(stored + flying <= MAX, "stored {stored} + in flight {flying} > {MAX}");
+        }
+        assert!(refusals > 100 && admissions > 100, "{refusals} refused, {admissions} admitted");
+        // Everything acked and finished: the next recompute gives it all back.
+        in_flight.clear();
+        let totals = HashMap::from([(id, Stored::default())]);
+        quotas.recompute_stored(&policy, &totals);
+        let charge = quotas.charge_stored(&grants, &batch(MAX as u32), Stored::default);
+        assert!(matches!(charge, Ok(Some(_))), "room for the whole share again");
+        let report = quotas.report(&policy, 0);
+        assert_eq!(report[0].in_use[QuotaKind::StoredMessagesMax.index()], MAX);
+    }
+
     // Goal: a claim reservation is clamped, given back when dropped, and
     // recorded when settled; ack frees it.
     #[test]

@@ -207,8 +207,23 @@ impl PartitionState {
                 bytes += u64::from(found.warm.size_bytes);
             }
         }
-        self.stored.attribute_run(offset, u64::from(count), principal, messages, bytes);
+        // The last run may grow over the gap before this batch only if
+        // the gap holds no message (another producer's, or an anonymous
+        // one, would otherwise be taken for this principal's).
+        let merge =
+            self.stored.last_end().is_none_or(|from| from >= offset || !self.holds_any_in(from, offset));
+        self.stored.attribute_run(offset, u64::from(count), principal, messages, bytes, merge);
         Ok(())
+    }
+
+    /// Whether the state holds a message (either lane) at an offset in
+    /// `[from, to)`. O(bands + log n).
+    fn holds_any_in(&self, from: Offset, to: Offset) -> bool {
+        let after = from.0.checked_sub(1).map(Offset);
+        let below = |offset: Offset| offset < to;
+        self.fresh.iter().any(|band| band.iter_after(after).next().is_some_and(|v| below(v.offset)))
+            || self.warm.iter_after(after).next().is_some_and(|(offset, _)| below(*offset))
+            || self.dlq.range(from..to).next().is_some()
     }
 
     fn check_generation(
