@@ -558,7 +558,10 @@ mod tests {
         );
         let stored = policy(&stored).unwrap();
         let (_, s) = stored.principal("s").unwrap();
-        assert_eq!((s.quota().stored_messages_max, s.quota().stored_bytes_max), (Some(5), Some(4096)));
+        assert_eq!(
+            (s.quota().stored_messages_max, s.quota().stored_bytes_max),
+            (Some(5), Some(4096))
+        );
         let listed: Vec<String> = loaded.quotas().into_iter().map(|(name, _)| name).collect();
         assert_eq!(listed, vec!["a".to_owned()]);
         for (bad, expected) in [

@@ -21,10 +21,10 @@ use super::error::CodecError;
 use super::fairness::Credits;
 use super::fresh::{FreshBand, FreshView};
 use super::limits::SNAPSHOT_BYTES_MAX;
-use super::stored::{PrincipalId, Stored, StoredByPrincipal};
 use super::state::{
     Claim, DeadLetter, DeadPhase, PartitionContext, PartitionState, Totals, Warm, WarmPhase,
 };
+use super::stored::{PrincipalId, Stored, StoredByPrincipal};
 use super::types::{
     Generation, MessageId, Millis, Offset, QuarantineCause, ReleaseReason, WorkerId,
 };
@@ -391,7 +391,10 @@ fn range_after<V>(
 
 /// The stored-counts section: runs within the offsets enqueued, counts
 /// that add up to at most what the state holds.
-fn read_stored(r: &mut Reader<'_>, state: &PartitionState) -> Result<StoredByPrincipal, CodecError> {
+fn read_stored(
+    r: &mut Reader<'_>,
+    state: &PartitionState,
+) -> Result<StoredByPrincipal, CodecError> {
     let bad = || CodecError::Inconsistent("stored counts");
     let run_count = r.count(STORED_RUN_BYTES)?;
     let mut runs = Vec::with_capacity(run_count);
@@ -408,7 +411,8 @@ fn read_stored(r: &mut Reader<'_>, state: &PartitionState) -> Result<StoredByPri
         let principal = PrincipalId(r.u64()?);
         counts.push((principal, Stored { messages: r.u64()?, bytes: r.u64()? }));
     }
-    let messages = counts.iter().try_fold(0u64, |sum, (_, stored)| sum.checked_add(stored.messages));
+    let messages =
+        counts.iter().try_fold(0u64, |sum, (_, stored)| sum.checked_add(stored.messages));
     let bytes = counts.iter().try_fold(0u64, |sum, (_, stored)| sum.checked_add(stored.bytes));
     let within = messages.is_some_and(|messages| messages <= state.held_messages())
         && bytes.is_some_and(|bytes| bytes <= state.held_bytes());

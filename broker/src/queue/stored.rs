@@ -216,7 +216,9 @@ impl StoredByPrincipal {
 
     /// Whether `offset` lies in the lowest run (a leave there may free it).
     pub(crate) fn in_first_run(&self, offset: Offset) -> bool {
-        self.runs.first_key_value().is_some_and(|(start, run)| *start <= offset.0 && offset.0 < run.end)
+        self.runs
+            .first_key_value()
+            .is_some_and(|(start, run)| *start <= offset.0 && offset.0 < run.end)
     }
 
     /// The runs as `(first, end, principal)`, in offset order (snapshot).

@@ -35,17 +35,17 @@ use super::convert::{
     queue_config_from_wire, queue_config_to_wire, token_from_wire, token_to_wire,
 };
 use super::quota::{QuotaReport, ShardQuotas};
-use crate::queue::stored::{PrincipalId, Stored};
-use std::collections::HashMap;
 use super::{Served, ShardState};
 use crate::clock::Instant;
 use crate::control::assignment::QueueName;
 use crate::net::connection::{Connection, Decoded, FrameHandler, ProtocolFault, Refusal};
 use crate::partition::signal::{ClaimCancel, WaitOwner};
 use crate::partition::{EnqueueOutcome, PartitionError};
+use crate::queue::stored::{PrincipalId, Stored};
 use crate::queue::{ClaimRequest, Lane, MessagePhase, Offset, PartitionId, Redrive, ReleaseReason};
 use crate::shard::report::RequestOp;
 use crate::shard::ControlError;
+use std::collections::HashMap;
 
 /// Reason code recorded when a worker releases a message. The worker's text
 /// is logged; the state machine keeps a code.
@@ -212,7 +212,8 @@ impl SpoolHandler {
         let policy = self.auth.policy();
         if policy.quotas().iter().any(|(_, config)| config.limits_stored()) {
             let mut totals: HashMap<PrincipalId, Stored> = HashMap::new();
-            for served in self.state.partitions.borrow().values() {
+            let partitions = self.state.partitions.borrow();
+            for served in partitions.values() {
                 served.partition.with_state(|state| {
                     for (principal, stored) in state.stored().iter() {
                         let total = totals.entry(principal).or_default();
@@ -221,7 +222,7 @@ impl SpoolHandler {
                     }
                 });
             }
-            self.quotas.recompute_stored(&policy, &totals);
+            self.quotas.recompute_stored(&policy, partitions.len(), &totals);
         }
     }
 
@@ -301,10 +302,11 @@ impl SpoolHandler {
             Request::Enqueue(enqueue) => {
                 let partition = self.route(enqueue.queue, enqueue.partition)?;
                 *timed = Some((partition.clone(), RequestOp::Enqueue));
-                let outcomes = partition.enqueue_as(enqueue.batch, principal).await.map_err(|e| {
-                    partition.requests.failed(&e);
-                    partition_error(&e)
-                })?;
+                let outcomes =
+                    partition.enqueue_as(enqueue.batch, principal).await.map_err(|e| {
+                        partition.requests.failed(&e);
+                        partition_error(&e)
+                    })?;
                 let base_offset = outcomes
                     .iter()
                     .find_map(|outcome| match outcome {
@@ -746,7 +748,9 @@ impl SpoolHandler {
                 && self.state.served(enqueue.queue, enqueue.partition).is_some()
             {
                 let id = grants.principal_id();
-                match self.quotas.charge_stored(&grants, enqueue.batch, || self.stored_here(id)) {
+                let partitions = self.state.partitions.borrow().len();
+                let here = || self.stored_here(id);
+                match self.quotas.charge_stored(&grants, enqueue.batch, partitions, here) {
                     Ok(charge) => stored_charge = charge,
                     Err(reply) => {
                         return Self::encode_error(&reply, correlation_id, api_key, api_version)

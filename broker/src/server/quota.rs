@@ -27,9 +27,10 @@
 //!   check): the shard keeps, per principal with such a quota, an upper
 //!   bound of what the principal's records hold on this shard: the sum of
 //!   its partitions' `StoredByPrincipal` counts at the last recompute
-//!   (every housekeeping tick, at most `HOUSEKEEPING_IDLE_MAX` apart) plus
-//!   every batch charged since, and plus the batches still in flight (their
-//!   [`StoredCharge`] not yet dropped), which a recompute cannot see yet. A
+//!   (every housekeeping tick, at most `HOUSEKEEPING_IDLE_MAX` apart, for a
+//!   principal with no batch in flight: a batch is applied before its
+//!   [`StoredCharge`] is dropped, so a sum then could count it twice) plus
+//!   every batch charged since. A
 //!   batch is admitted when that bound plus the batch stays within the
 //!   shard's exact share ([`QuotaConfig::stored_share`]: the shares add up
 //!   to the node-wide figure). The bound never falls below what is stored,
@@ -117,12 +118,18 @@ struct StoredUse {
     /// Batches charged whose enqueue has not finished (not yet visible to a
     /// recompute, or just applied).
     pending: Stored,
+    /// Whether `used` was summed over the partitions served now (else the
+    /// next charge sums it).
+    summed: bool,
 }
 
 #[derive(Debug, Default)]
 struct State {
     buckets: HashMap<String, Buckets>,
     stored: HashMap<String, StoredUse>,
+    /// Partitions the shard served when `stored` was last summed: a
+    /// partition opened (or closed) since makes every figure stale.
+    stored_partitions: usize,
     claims: ClaimTable,
     rejections: HashMap<String, [u64; QuotaKind::ALL.len()]>,
 }
@@ -245,26 +252,36 @@ impl ShardQuotas {
     /// # Errors
     /// `QUOTA_EXCEEDED` naming the stored quota the batch would pass
     /// (nothing is charged then).
+    ///
+    /// `partitions`: how many partitions the shard serves now; when it
+    /// changed since the figures were summed (a partition opened, with
+    /// records of its own), every figure is summed again, so a partition
+    /// counts from its first enqueue after it opened.
     pub fn charge_stored(
         self: &Rc<Self>,
         grants: &Grants,
         batch: &[u8],
+        partitions: usize,
         stored_here: impl FnOnce() -> Stored,
     ) -> Result<Option<StoredCharge>, ErrorResponse> {
         let quota = grants.quota();
         if !quota.limits_stored() {
             return Ok(None);
         }
+        self.partitions_changed(partitions);
         let records = BatchHeader::parse(batch).map_or(1, |header| u64::from(header.record_count));
         let framing = spool_wire::limits::BATCH_HEADER_BYTES as u64
             + records * spool_wire::limits::POSITION_ENTRY_BYTES as u64;
-        let units = Stored { messages: records, bytes: (batch.len() as u64).saturating_sub(framing) };
+        let units =
+            Stored { messages: records, bytes: (batch.len() as u64).saturating_sub(framing) };
         let mut state = self.state.borrow_mut();
         let state = &mut *state;
-        let entry = state
-            .stored
-            .entry(grants.name().to_owned())
-            .or_insert_with(|| StoredUse { used: stored_here(), pending: Stored::default() });
+        let entry = state.stored.entry(grants.name().to_owned()).or_default();
+        if !entry.summed {
+            entry.used = stored_here();
+            add(&mut entry.used, entry.pending);
+            entry.summed = true;
+        }
         let checks = [
             (QuotaKind::StoredMessagesMax, entry.used.messages, units.messages),
             (QuotaKind::StoredBytesMax, entry.used.bytes, units.bytes),
@@ -286,10 +303,21 @@ impl ShardQuotas {
     }
 
     /// The tick's recompute of the stored quotas: for every principal of
-    /// `policy` with one, what its records hold on this shard (`totals`,
-    /// summed over the shard's partitions) plus its batches in flight.
-    /// Principals that no longer have a stored quota are forgotten.
-    pub fn recompute_stored(&self, policy: &AuthPolicy, totals: &HashMap<PrincipalId, Stored>) {
+    /// `policy` with one and no batch in flight, what its records hold on
+    /// this shard (`totals`, summed over the shard's partitions); a
+    /// principal with a batch in flight keeps its bound until a tick finds
+    /// none (only a producer below its quota has batches in flight, so
+    /// only room it does not need yet waits). Principals that no longer
+    /// have a stored quota are forgotten.
+    /// Only principals already seen are kept (a principal is first summed
+    /// by its first charge, when the partition it enqueues to is open).
+    pub fn recompute_stored(
+        &self,
+        policy: &AuthPolicy,
+        partitions: usize,
+        totals: &HashMap<PrincipalId, Stored>,
+    ) {
+        self.partitions_changed(partitions);
         let mut state = self.state.borrow_mut();
         let mut next = HashMap::new();
         for (name, config) in policy.quotas() {
@@ -297,14 +325,35 @@ impl ShardQuotas {
                 continue;
             }
             let Some((_, grants)) = policy.principal(&name) else { continue };
-            let pending = state.stored.get(&name).map(|entry| entry.pending).unwrap_or_default();
-            let mut used = totals.get(&grants.principal_id()).copied().unwrap_or_default();
-            add(&mut used, pending);
-            next.insert(name, StoredUse { used, pending });
+            let Some(entry) = state.stored.get(&name).copied() else { continue };
+            // With a batch in flight the partitions may already hold it (it
+            // is applied before its reply waits for the sync): keep the
+            // bound, which counts every charge since the last sum, rather
+            // than count the batch twice.
+            let in_flight = entry.pending.messages > 0 || entry.pending.bytes > 0;
+            if !entry.summed || in_flight {
+                next.insert(name, entry);
+                continue;
+            }
+            let used = totals.get(&grants.principal_id()).copied().unwrap_or_default();
+            next.insert(name, StoredUse { used, pending: entry.pending, summed: true });
         }
         // A charge still in flight for a principal that lost its quota
         // finds no entry when it ends: nothing to give back.
         state.stored = next;
+    }
+
+    /// Forgets every stored figure when the shard's partitions changed
+    /// (their next charge sums them again), keeping what is in flight.
+    fn partitions_changed(&self, partitions: usize) {
+        let mut state = self.state.borrow_mut();
+        if state.stored_partitions != partitions {
+            state.stored_partitions = partitions;
+            state.stored.retain(|_, entry| {
+                entry.summed = false;
+                entry.pending.messages > 0 || entry.pending.bytes > 0
+            });
+        }
     }
 
     /// Reserves a claim's credits against the principal's share of
@@ -554,8 +603,9 @@ mod tests {
     // principal. Over 3 shards the shares (3, 2, 2) admit exactly 7; on one
     // shard, whatever the order of charges, enqueues that finish (applied
     // or not), acks and recomputes, what is stored plus what is in flight
-    // never passes the share, a refusal names the quota with the 100 ms
-    // hint, and room comes back after acks at the next recompute.
+    // never passes the share (also when partitions open and the figures
+    // are summed again), a refusal names the quota with the 100 ms hint,
+    // and room comes back after acks at the next recompute.
     // Method: single-record batches; a seeded random walk checked after
     // every step against the truth the test keeps.
     #[test]
@@ -568,7 +618,9 @@ mod tests {
         let mut admitted = 0;
         for shard in 0..3 {
             let quotas = ShardQuotas::new(shard, 3);
-            while let Ok(Some(charge)) = quotas.charge_stored(&grants, &batch(1), Stored::default) {
+            while let Ok(Some(charge)) =
+                quotas.charge_stored(&grants, &batch(1), 1, Stored::default)
+            {
                 admitted += 1;
                 drop(charge);
                 assert!(admitted <= MAX, "past the node-wide figure");
@@ -576,23 +628,41 @@ mod tests {
         }
         assert_eq!(admitted, MAX);
 
+        // Sequential sends, each applied and summed by a tick before its
+        // reply: exactly the share, no double count.
+        let quotas = ShardQuotas::new(0, 1);
+        let mut stored = 0u64;
+        let mut sent = 0;
+        while let Ok(Some(charge)) =
+            quotas.charge_stored(&grants, &batch(1), 1, || Stored { messages: stored, bytes: 0 })
+        {
+            stored += 1;
+            let totals = HashMap::from([(id, Stored { messages: stored, bytes: 0 })]);
+            quotas.recompute_stored(&policy, 1, &totals);
+            drop(charge);
+            sent += 1;
+            assert!(sent <= MAX);
+        }
+        assert_eq!(sent, MAX);
+
         let quotas = ShardQuotas::new(0, 1);
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(15);
         let mut stored = 0u64;
-        let mut in_flight: Vec<(StoredCharge, u64)> = Vec::new();
+        // Charges in flight: (charge, records, applied yet).
+        let mut in_flight: Vec<(StoredCharge, u64, bool)> = Vec::new();
         let (mut refusals, mut admissions) = (0, 0);
+        let mut partitions = 1;
         for _ in 0..20_000 {
-            match rng.random_range(0..4) {
+            match rng.random_range(0..5) {
                 0 => {
                     let records = rng.random_range(1..4u8);
                     let first = stored;
-                    match quotas.charge_stored(&grants, &batch(u32::from(records)), || Stored {
-                        messages: first,
-                        bytes: 0,
-                    }) {
+                    let batch = batch(u32::from(records));
+                    let here = || Stored { messages: first, bytes: 0 };
+                    match quotas.charge_stored(&grants, &batch, partitions, here) {
                         Ok(Some(charge)) => {
                             admissions += 1;
-                            in_flight.push((charge, u64::from(records)));
+                            in_flight.push((charge, u64::from(records), false));
                         }
                         Ok(None) => panic!("the principal has a stored quota"),
                         Err(refused) => {
@@ -607,28 +677,35 @@ mod tests {
                     }
                 }
                 1 if !in_flight.is_empty() => {
-                    // The enqueue ends: appended, or refused/deduplicated.
-                    let (charge, records) = in_flight.swap_remove(0);
-                    if rng.random_bool(0.8) {
-                        stored += records;
+                    // The oldest enqueue moves on: applied (or refused,
+                    // deduplicated), then answered.
+                    let index = rng.random_range(0..in_flight.len());
+                    if in_flight[index].2 {
+                        in_flight.swap_remove(index);
+                    } else if rng.random_bool(0.8) {
+                        stored += in_flight[index].1;
+                        in_flight[index].2 = true;
+                    } else {
+                        in_flight.swap_remove(index);
                     }
-                    drop(charge);
                 }
                 2 => stored -= rng.random_range(0..=stored),
+                // A partition opened: the next charge sums again.
+                3 => partitions += 1,
                 _ => {
                     let totals = HashMap::from([(id, Stored { messages: stored, bytes: 0 })]);
-                    quotas.recompute_stored(&policy, &totals);
+                    quotas.recompute_stored(&policy, partitions, &totals);
                 }
             }
-            let flying: u64 = in_flight.iter().map(|(_, records)| records).sum();
+            let flying: u64 = in_flight.iter().filter(|entry| !entry.2).map(|entry| entry.1).sum();
             assert!(stored + flying <= MAX, "stored {stored} + in flight {flying} > {MAX}");
         }
         assert!(refusals > 100 && admissions > 100, "{refusals} refused, {admissions} admitted");
         // Everything acked and finished: the next recompute gives it all back.
         in_flight.clear();
         let totals = HashMap::from([(id, Stored::default())]);
-        quotas.recompute_stored(&policy, &totals);
-        let charge = quotas.charge_stored(&grants, &batch(MAX as u32), Stored::default);
+        quotas.recompute_stored(&policy, partitions, &totals);
+        let charge = quotas.charge_stored(&grants, &batch(MAX as u32), partitions, Stored::default);
         assert!(matches!(charge, Ok(Some(_))), "room for the whole share again");
         let report = quotas.report(&policy, 0);
         assert_eq!(report[0].in_use[QuotaKind::StoredMessagesMax.index()], MAX);

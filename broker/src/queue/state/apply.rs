@@ -210,8 +210,10 @@ impl PartitionState {
         // The last run may grow over the gap before this batch only if
         // the gap holds no message (another producer's, or an anonymous
         // one, would otherwise be taken for this principal's).
-        let merge =
-            self.stored.last_end().is_none_or(|from| from >= offset || !self.holds_any_in(from, offset));
+        let merge = self
+            .stored
+            .last_end()
+            .is_none_or(|from| from >= offset || !self.holds_any_in(from, offset));
         self.stored.attribute_run(offset, u64::from(count), principal, messages, bytes, merge);
         Ok(())
     }
