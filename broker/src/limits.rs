@@ -591,6 +591,10 @@ pub const QUOTA_BYTES_PER_SEC_MAX: u64 = 1 << 40;
 /// shard's table of claims in flight holds at most its share of this per
 /// principal with the quota.
 pub const QUOTA_CLAIMS_IN_FLIGHT_MAX: u64 = 1_000_000;
+/// Highest `stored_messages_max` an auth file may set (node-wide).
+pub const QUOTA_STORED_MESSAGES_MAX: u64 = 1 << 40;
+/// Highest `stored_bytes_max` an auth file may set (node-wide: 1 PiB).
+pub const QUOTA_STORED_BYTES_MAX: u64 = 1 << 50;
 /// The retry hint of a claim refused while only other claims' reservations
 /// (long-polls still waiting) hold the principal's share.
 pub const QUOTA_CLAIM_RETRY_MS: u64 = 100;

@@ -681,7 +681,7 @@ fn register_quotas(registry: &mut Registry, reports: &[ShardReport]) {
     );
     registry.register(
         "spool_quota_in_use",
-        "Quota in use, summed over the shards: claims in flight (plus credits of waiting claims), or the part of each shard's one-second enqueue burst that is spent (messages or bytes)",
+        "Quota in use, summed over the shards: claims in flight (plus credits of waiting claims), the part of each shard's one-second enqueue burst that is spent (messages or bytes), or the messages or record bytes a principal's records hold (stored quotas)",
         in_use,
     );
 }

@@ -182,6 +182,9 @@ pub struct Grants {
     everywhere: u8,
     /// The principal's quotas (unlimited when the file sets none).
     quota: quota::QuotaConfig,
+    /// The stable id its enqueued records are attributed to
+    /// (`queue::stored`); `UNKNOWN` with authentication off.
+    id: crate::queue::stored::PrincipalId,
 }
 
 impl Grants {
@@ -192,7 +195,15 @@ impl Grants {
             rules: Vec::new(),
             everywhere: ALL_RIGHTS,
             quota: quota::QuotaConfig::default(),
+            id: crate::queue::stored::PrincipalId::UNKNOWN,
         }
+    }
+
+    /// The id the principal's enqueued records are attributed to (stored
+    /// quotas): [`PrincipalId::UNKNOWN`](crate::queue::stored::PrincipalId)
+    /// for every connection while authentication is off.
+    pub fn principal_id(&self) -> crate::queue::stored::PrincipalId {
+        self.id
     }
 
     /// The principal's quotas.
@@ -334,6 +345,7 @@ impl AuthPolicy {
                 let rules = list.into_iter().filter(|(pattern, _)| *pattern != QueuePattern::Any);
                 let quota = quotas.get(&name).copied().unwrap_or_default();
                 let grants = Arc::new(Grants {
+                    id: crate::queue::stored::principal_id(&name),
                     name: name.clone(),
                     rules: rules.collect(),
                     everywhere,
@@ -538,12 +550,26 @@ mod tests {
         assert_eq!(a.quota().claims_in_flight_max, Some(4));
         let (_, b) = loaded.principal("b").unwrap();
         assert!(b.quota().is_unlimited());
+        assert_ne!(a.principal_id(), b.principal_id());
+        assert_eq!(a.principal_id(), crate::queue::stored::principal_id("a"));
+        let stored = format!(
+            "[[principals]]\nname = \"s\"\nsecret_hash = \"{hash}\"\n\
+             [principals.quota]\nstored_messages_max = 5\nstored_bytes_max = 4096\n"
+        );
+        let stored = policy(&stored).unwrap();
+        let (_, s) = stored.principal("s").unwrap();
+        assert_eq!(
+            (s.quota().stored_messages_max, s.quota().stored_bytes_max),
+            (Some(5), Some(4096))
+        );
         let listed: Vec<String> = loaded.quotas().into_iter().map(|(name, _)| name).collect();
         assert_eq!(listed, vec!["a".to_owned()]);
         for (bad, expected) in [
             ("enqueue_bytes_per_sec = 0", "enqueue_bytes_per_sec"),
             ("claims_in_flight_max = 99999999999", "claims_in_flight_max"),
-            ("stored_bytes_max = 1", "stored_bytes_max"),
+            ("stored_bytes_max = 0", "stored_bytes_max"),
+            ("stored_messages_max = 1099511627777", "stored_messages_max"),
+            ("stored_records_max = 1", "stored_records_max"),
         ] {
             let text = format!(
                 "[[principals]]\nname = \"a\"\nsecret_hash = \"{hash}\"\n\

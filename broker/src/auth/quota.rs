@@ -3,13 +3,16 @@
 //!
 //! A principal's `quota` table in the auth file (`docs/operations.md`,
 //! "Quotas") names node-wide figures — `enqueue_messages_per_sec`,
-//! `enqueue_bytes_per_sec`, `claims_in_flight_max` — each optional (absent =
-//! unlimited). The broker is thread-per-core and no request crosses cores,
+//! `enqueue_bytes_per_sec`, `claims_in_flight_max`, `stored_messages_max`,
+//! `stored_bytes_max` — each optional (absent = unlimited). The broker is thread-per-core and no request crosses cores,
 //! so each shard enforces an equal **share** of each figure on its own
 //! ([`QuotaConfig::share`]): a rate `r` becomes `r / shards` per second per
 //! shard with a burst of one share-second ([`Bucket`]), and
 //! `claims_in_flight_max` becomes `⌈max / shards⌉` claims per shard
-//! ([`ClaimTable`]). A principal whose partitions all sit on one shard gets
+//! ([`ClaimTable`]), and a stored quota is split exactly: shard `i` of `n`
+//! gets `max / n`, plus one for the first `max % n` shards
+//! ([`QuotaConfig::stored_share`]), so the shares add up to `max` and the
+//! node never holds more than `max` for the principal. A principal whose partitions all sit on one shard gets
 //! that shard's share, not the whole figure.
 //!
 //! This module is pure: no clock (time is an argument, milliseconds of the
@@ -22,7 +25,7 @@ use serde::Deserialize;
 
 pub use crate::limits::{
     QUOTA_BYTES_PER_SEC_MAX, QUOTA_CLAIMS_IN_FLIGHT_MAX, QUOTA_CLAIM_RETRY_MS,
-    QUOTA_MESSAGES_PER_SEC_MAX,
+    QUOTA_MESSAGES_PER_SEC_MAX, QUOTA_STORED_BYTES_MAX, QUOTA_STORED_MESSAGES_MAX,
 };
 
 /// Which quota a figure, a refusal or a gauge is about.
@@ -31,14 +34,18 @@ pub enum QuotaKind {
     EnqueueMessagesPerSec,
     EnqueueBytesPerSec,
     ClaimsInFlightMax,
+    StoredMessagesMax,
+    StoredBytesMax,
 }
 
 impl QuotaKind {
     /// Every kind, in the order of [`QuotaKind::index`].
-    pub const ALL: [QuotaKind; 3] = [
+    pub const ALL: [QuotaKind; 5] = [
         QuotaKind::EnqueueMessagesPerSec,
         QuotaKind::EnqueueBytesPerSec,
         QuotaKind::ClaimsInFlightMax,
+        QuotaKind::StoredMessagesMax,
+        QuotaKind::StoredBytesMax,
     ];
 
     /// Position in [`QuotaKind::ALL`].
@@ -52,6 +59,8 @@ impl QuotaKind {
             QuotaKind::EnqueueMessagesPerSec => "enqueue_messages_per_sec",
             QuotaKind::EnqueueBytesPerSec => "enqueue_bytes_per_sec",
             QuotaKind::ClaimsInFlightMax => "claims_in_flight_max",
+            QuotaKind::StoredMessagesMax => "stored_messages_max",
+            QuotaKind::StoredBytesMax => "stored_bytes_max",
         }
     }
 }
@@ -67,14 +76,22 @@ pub struct QuotaConfig {
     pub enqueue_bytes_per_sec: Option<u64>,
     /// Deliveries under a live lease at once.
     pub claims_in_flight_max: Option<u64>,
+    /// Messages the principal enqueued that the node still holds (until
+    /// acked, expired without dead-lettering, or purged).
+    pub stored_messages_max: Option<u64>,
+    /// Record bytes of those messages.
+    pub stored_bytes_max: Option<u64>,
 }
 
 impl QuotaConfig {
     /// Whether no quota is set.
     pub fn is_unlimited(&self) -> bool {
-        self.get(QuotaKind::EnqueueMessagesPerSec).is_none()
-            && self.get(QuotaKind::EnqueueBytesPerSec).is_none()
-            && self.get(QuotaKind::ClaimsInFlightMax).is_none()
+        QuotaKind::ALL.iter().all(|kind| self.get(*kind).is_none())
+    }
+
+    /// Whether a stored quota is set.
+    pub fn limits_stored(&self) -> bool {
+        self.stored_messages_max.is_some() || self.stored_bytes_max.is_some()
     }
 
     /// Whether an enqueue rate is set.
@@ -88,6 +105,8 @@ impl QuotaConfig {
             QuotaKind::EnqueueMessagesPerSec => self.enqueue_messages_per_sec,
             QuotaKind::EnqueueBytesPerSec => self.enqueue_bytes_per_sec,
             QuotaKind::ClaimsInFlightMax => self.claims_in_flight_max,
+            QuotaKind::StoredMessagesMax => self.stored_messages_max,
+            QuotaKind::StoredBytesMax => self.stored_bytes_max,
         }
     }
 
@@ -104,12 +123,31 @@ impl QuotaConfig {
                 QuotaKind::EnqueueMessagesPerSec => QUOTA_MESSAGES_PER_SEC_MAX,
                 QuotaKind::EnqueueBytesPerSec => QUOTA_BYTES_PER_SEC_MAX,
                 QuotaKind::ClaimsInFlightMax => QUOTA_CLAIMS_IN_FLIGHT_MAX,
+                QuotaKind::StoredMessagesMax => QUOTA_STORED_MESSAGES_MAX,
+                QuotaKind::StoredBytesMax => QUOTA_STORED_BYTES_MAX,
             };
             if !(1..=max).contains(&value) {
                 return Err(format!("quota {} = {value} outside 1..={max}", kind.as_str()));
             }
         }
         Ok(())
+    }
+
+    /// Shard `shard`'s share of the stored quota `kind` (of
+    /// `stored_messages_max` or `stored_bytes_max`; `None` for another kind
+    /// or when unset): `max / shards`, plus one on the first `max % shards`
+    /// shards. The shares of all shards add up to exactly `max`, so the
+    /// node-wide figure is never exceeded; a shard may get 0 when `max` is
+    /// below the shard count.
+    pub fn stored_share(&self, kind: QuotaKind, shard: u16, shards: u16) -> Option<u64> {
+        let max = match kind {
+            QuotaKind::StoredMessagesMax => self.stored_messages_max?,
+            QuotaKind::StoredBytesMax => self.stored_bytes_max?,
+            _ => return None,
+        };
+        let shards = u64::from(shards.max(1));
+        let extra = u64::from(u64::from(shard) < max % shards);
+        Some(max / shards + extra)
     }
 
     /// One shard's share of `claims_in_flight_max`: `⌈max / shards⌉`.
@@ -416,6 +454,40 @@ mod tests {
         // taken for a full one (the tick drops only full buckets).
         assert_eq!(bucket.used(1_999), 1);
         assert_eq!(bucket.used(2_000), 0);
+    }
+
+    // Goal: the stored quotas are split exactly: the shares of all shards
+    // add up to the node-wide figure (no overshoot), differ by at most one,
+    // and only the stored kinds have one. Method: every figure 0..40 over
+    // 1..=8 shards.
+    #[test]
+    fn stored_shares_add_up_to_the_figure() {
+        for max in 1..40u64 {
+            for shards in 1..=8u16 {
+                let config = QuotaConfig {
+                    stored_messages_max: Some(max),
+                    stored_bytes_max: Some(max * 1_000),
+                    ..QuotaConfig::default()
+                };
+                for (kind, figure) in
+                    [(QuotaKind::StoredMessagesMax, max), (QuotaKind::StoredBytesMax, max * 1_000)]
+                {
+                    let shares: Vec<u64> = (0..shards)
+                        .map(|shard| config.stored_share(kind, shard, shards).unwrap())
+                        .collect();
+                    assert_eq!(shares.iter().sum::<u64>(), figure, "{max} over {shards}");
+                    let (low, high) = (shares.iter().min(), shares.iter().max());
+                    assert!(high.unwrap() - low.unwrap() <= 1);
+                }
+                assert_eq!(config.stored_share(QuotaKind::ClaimsInFlightMax, 0, shards), None);
+            }
+        }
+        assert_eq!(QuotaConfig::default().stored_share(QuotaKind::StoredMessagesMax, 0, 1), None);
+        let config = QuotaConfig { stored_messages_max: Some(1), ..QuotaConfig::default() };
+        assert!(config.limits_stored() && !config.is_unlimited());
+        assert!(config.validate().is_ok());
+        let zero = QuotaConfig { stored_bytes_max: Some(0), ..QuotaConfig::default() };
+        assert!(zero.validate().unwrap_err().contains("stored_bytes_max"));
     }
 
     // Goal: a charge larger than the whole burst passes on a full bucket

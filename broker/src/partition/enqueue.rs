@@ -1,6 +1,9 @@
 //! Enqueue: validate a producer's batch, check each record's clock stamp and
 //! schedule, decide admission (dedupe, queue limits), append the accepted
-//! records, apply them, and reply once they are durable.
+//! records, apply them, and reply once they are durable. A batch from an
+//! authenticated producer is followed, in the same synchronous step, by its
+//! `Attributed` event (who wrote the records: the stored quotas,
+//! `queue/stored.rs`), and the reply waits for that event's commit too.
 
 use spool_wire::batch::{BatchKind, BatchView};
 use spool_wire::limits::SCHEDULE_HORIZON_MS;
@@ -8,6 +11,7 @@ use spool_wire::limits::SCHEDULE_HORIZON_MS;
 use super::scratch::EnqueueScratch;
 use super::{LogTicket, Partition, PartitionError, ENQUEUE_CLOCK_SKEW_MS_MAX};
 use crate::io::Storage;
+use crate::queue::stored::PrincipalId;
 use crate::queue::{
     EnqueueDecision, EnqueueMeta, EnqueueRequest, Event, MessageId, Millis, Offset,
 };
@@ -64,6 +68,21 @@ impl<S: Storage + Clone> Partition<S> {
     /// Invalid batch, clock skew, QUEUE_FULL (nothing is appended then),
     /// storage failure.
     pub async fn enqueue(&self, batch: &[u8]) -> Result<Vec<EnqueueOutcome>, PartitionError> {
+        self.enqueue_as(batch, PrincipalId::UNKNOWN).await
+    }
+
+    /// [`enqueue`](Self::enqueue) for `principal`: the appended records
+    /// count against its stored quotas until they leave
+    /// ([`PrincipalId::UNKNOWN`]: against no one, and no event is
+    /// appended).
+    ///
+    /// # Errors
+    /// As [`enqueue`](Self::enqueue).
+    pub async fn enqueue_as(
+        &self,
+        batch: &[u8],
+        principal: PrincipalId,
+    ) -> Result<Vec<EnqueueOutcome>, PartitionError> {
         let view = BatchView::validate(batch)?;
         if view.header().kind != BatchKind::Data {
             return Err(PartitionError::NotData);
@@ -76,9 +95,9 @@ impl<S: Storage + Clone> Partition<S> {
         let now = (self.clock)();
         // The bookkeeping lives in the partition's reused scratch, given
         // back before the wait for durability.
-        let (outcomes, ticket) = {
+        let (outcomes, ticket, attributed) = {
             let mut scratch = self.scratch.enqueue.borrow_mut();
-            let result = self.admit_and_append(batch, &view, now, &mut scratch);
+            let result = self.admit_and_append(batch, &view, now, principal, &mut scratch);
             scratch.recycle();
             result?
         };
@@ -89,7 +108,12 @@ impl<S: Storage + Clone> Partition<S> {
         // A duplicate reply promises the original is durable: without an
         // append of our own, wait for everything appended so far.
         match ticket {
-            Some(ticket) => ticket.durable().await?,
+            Some(ticket) => {
+                ticket.durable().await?;
+                if let Some(control) = attributed {
+                    control.durable().await?;
+                }
+            }
             None => {
                 let barrier = self.appends.borrow().barrier();
                 barrier.durable().await?;
@@ -107,15 +131,18 @@ impl<S: Storage + Clone> Partition<S> {
 
     /// The part of [`Partition::enqueue`] with no await: check each record,
     /// decide admission, append the accepted records and apply them.
-    /// Returns one outcome per record and the append's ticket (none when
-    /// every record was a duplicate).
+    /// Returns one outcome per record, the append's ticket (none when every
+    /// record was a duplicate) and the ticket of the records' attribution to
+    /// `principal` (none for [`PrincipalId::UNKNOWN`]).
+    #[allow(clippy::type_complexity)]
     fn admit_and_append(
         &self,
         batch: &[u8],
         view: &BatchView<'_>,
         now: Millis,
+        principal: PrincipalId,
         scratch: &mut EnqueueScratch,
-    ) -> Result<(Vec<EnqueueOutcome>, Option<LogTicket>), PartitionError> {
+    ) -> Result<(Vec<EnqueueOutcome>, Option<LogTicket>, Option<LogTicket>), PartitionError> {
         let EnqueueScratch { requests, decisions, accepted, ids } = scratch;
         requests.clear();
         decisions.clear();
@@ -148,6 +175,7 @@ impl<S: Storage + Clone> Partition<S> {
         );
         let mut outcomes = vec![EnqueueOutcome::Duplicate { original: Offset(0) }; requests.len()];
         let mut ticket = None;
+        let mut attributed = None;
         if !accepted.is_empty() {
             let reframed;
             let bytes: &[u8] = if accepted.len() == requests.len() {
@@ -174,6 +202,29 @@ impl<S: Storage + Clone> Partition<S> {
             self.appends.borrow_mut().note(BatchKind::Data, &appended.ticket);
             self.hint_wakeup();
             ticket = Some(appended.ticket);
+            if principal != PrincipalId::UNKNOWN {
+                // Still no await since the data append: nothing lies
+                // between the batch and its attribution.
+                let event = Event::Attributed {
+                    offset: appended.base_offset,
+                    // At most a batch's record count.
+                    count: accepted.len() as u32,
+                    principal,
+                    at_ms: now,
+                };
+                match self.append_events(&[event], now) {
+                    Ok(control) => attributed = control,
+                    // The records are appended and will be answered; only
+                    // their attribution is lost (they count against no
+                    // one, as after a crash between the two). A log that
+                    // failed fails the data's ticket too.
+                    Err(error) => tracing::warn!(
+                        partition = ?self.name,
+                        %error,
+                        "enqueue: attribution not appended; the records count against no one"
+                    ),
+                }
+            }
         }
         for (index, decision) in decisions.iter().enumerate() {
             match decision {
@@ -190,6 +241,6 @@ impl<S: Storage + Clone> Partition<S> {
                 EnqueueDecision::Accept | EnqueueDecision::QueueFull { .. } => {}
             }
         }
-        Ok((outcomes, ticket))
+        Ok((outcomes, ticket, attributed))
     }
 }

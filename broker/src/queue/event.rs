@@ -9,19 +9,28 @@
 //! Common layout (byte offsets; all integers little-endian):
 //!
 //! ```text
-//!  0  u8   kind            1..=10, see EventKind
+//!  0  u8   kind            1..=11, see EventKind
 //!  1  u8   lane            0 main, 1 dead-letter (Quarantined: cause 1 deliveries, 2 expired)
 //!  2  u16  reason          Released, Quarantined; else 0
-//!  4  u32  generation      the claim generation the event acts on (Claimed: the new one)
-//!  8  u64  offset          the message's data-record offset
+//!  4  u32  generation      the claim generation the event acts on (Claimed: the new one;
+//!                          Attributed: the record count)
+//!  8  u64  offset          the message's data-record offset (Attributed: the first one)
 //! 16  u64  at_ms           when the decision was made (Claimed: claimed_at_ms)
-//! 24  u64  time_ms         Claimed, Extended: deadline_ms; Released: not_before_ms; else 0
+//! 24  u64  time_ms         Claimed, Extended: deadline_ms; Released: not_before_ms;
+//!                          Attributed: the principal id (never 0); else 0
 //! 32  u64  worker          Claimed only
 //! ```
 //!
 //! `Claimed` is 40 bytes, every other kind 32. Unused fields must be zero.
+//!
+//! `Attributed` (kind 11) names who wrote a data batch: the enqueue path
+//! appends it right behind the batch, in the same synchronous step, for an
+//! authenticated producer (`queue/stored.rs`). It changes no message; a log
+//! without it (written before it existed, or by anonymous producers) folds
+//! exactly as before, its records counted against no one.
 
 use super::error::CodecError;
+use super::stored::PrincipalId;
 use super::types::{
     EnqueueMeta, Generation, Lane, Millis, Offset, QuarantineCause, ReleaseReason, WorkerId,
 };
@@ -49,6 +58,7 @@ pub enum EventKind {
     Expired = 8,
     Redriven = 9,
     Purged = 10,
+    Attributed = 11,
 }
 
 /// One state transition. See `docs/design/queue-semantics.md` for what each
@@ -104,6 +114,10 @@ pub enum Event {
     Redriven { offset: Offset, generation: Generation, at_ms: Millis },
     /// An operator removed an unclaimed message from `lane`.
     Purged { lane: Lane, offset: Offset, generation: Generation, at_ms: Millis },
+    /// The `count` data records from `offset` on were appended by
+    /// `principal` (never [`PrincipalId::UNKNOWN`]); only the per-principal
+    /// stored counts change (`stored.rs`).
+    Attributed { offset: Offset, count: u32, principal: PrincipalId, at_ms: Millis },
 }
 
 /// The common fields every control record has, before kind-specific meaning.
@@ -133,7 +147,8 @@ impl Event {
             | Self::Quarantined { offset, .. }
             | Self::Expired { offset, .. }
             | Self::Redriven { offset, .. }
-            | Self::Purged { offset, .. } => offset,
+            | Self::Purged { offset, .. }
+            | Self::Attributed { offset, .. } => offset,
         }
     }
 
@@ -234,6 +249,14 @@ impl Event {
                 at_ms,
                 ..Fields::default()
             },
+            Self::Attributed { offset, count, principal, at_ms } => Fields {
+                kind: EventKind::Attributed as u8,
+                generation: count,
+                offset: offset.0,
+                at_ms,
+                time_ms: principal.0,
+                ..Fields::default()
+            },
         };
         Some(f)
     }
@@ -268,7 +291,7 @@ impl Event {
     /// field value is unknown, or an unused field is not zero.
     pub fn decode(bytes: &[u8]) -> Result<Self, CodecError> {
         let kind = *bytes.first().ok_or(CodecError::Length { expected: EVENT_BYTES, got: 0 })?;
-        if !(EventKind::Claimed as u8..=EventKind::Purged as u8).contains(&kind) {
+        if !(EventKind::Claimed as u8..=EventKind::Attributed as u8).contains(&kind) {
             return Err(CodecError::UnknownKind(kind));
         }
         let expected =
@@ -352,6 +375,21 @@ impl Event {
             10 => {
                 zero(reason == 0 && time_ms == 0)?;
                 Self::Purged { lane: lane()?, offset, generation, at_ms }
+            }
+            11 => {
+                zero(lane_byte == 0 && reason == 0)?;
+                if generation.0 == 0 {
+                    return Err(CodecError::BadField("record count"));
+                }
+                if time_ms == PrincipalId::UNKNOWN.0 {
+                    return Err(CodecError::BadField("principal"));
+                }
+                Self::Attributed {
+                    offset,
+                    count: generation.0,
+                    principal: PrincipalId(time_ms),
+                    at_ms,
+                }
             }
             other => return Err(CodecError::UnknownKind(other)),
         };

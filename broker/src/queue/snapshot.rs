@@ -7,15 +7,18 @@
 //! Layout (little-endian): header (magic "SPQS", version, bands, covers,
 //! highest enqueued + 1, last enqueue time, totals, credits), then fresh
 //! entries per band, warm entries, dead letters, the dedupe section (each
-//! list preceded by its u64 count), then crc32c of everything before it.
-//! Derived indexes (phase sets, expiry index, chunk headers) are not stored.
+//! list preceded by its u64 count), the stored counts per principal (the
+//! attribution runs, then the counts, each list preceded by its u64 count),
+//! then crc32c of everything before it. Derived indexes (phase sets, expiry
+//! index, chunk headers) are not stored.
 //!
 //! The dedupe section (version 3): `dead_through` (u8 flag, u64 ms: entries
 //! of the referenced generation files at or before it are dead), the
 //! sealed generations written once as side files (count, then first
 //! offset, base time, entry count, crc32c of each: `GenerationRef`), then
 //! the open generation's live entries inline (count, 32 B each). Versions 1
-//! and 2 hold every live entry inline and nothing else.
+//! and 2 hold every live entry inline and nothing else, and no stored
+//! counts (nothing attributed).
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
@@ -32,17 +35,19 @@ use super::limits::SNAPSHOT_BYTES_MAX;
 use super::state::{
     Claim, DeadLetter, DeadPhase, PartitionContext, PartitionState, Totals, Warm, WarmPhase,
 };
+use super::stored::{PrincipalId, Stored, StoredByPrincipal};
 use super::types::{
     Generation, MessageId, Millis, Offset, QuarantineCause, ReleaseReason, WorkerId,
 };
 
 const SNAPSHOT_MAGIC: u32 = u32::from_le_bytes(*b"SPQS");
 /// Version 3 refers to sealed dedupe generations in side files (the
-/// dedupe section, module docs); version 2 adds the dead-letter moves by
-/// cause to the totals; versions 2 and 1 (nine totals) are still read,
-/// version 1's moves' causes unknown.
+/// dedupe section, module docs) and adds the stored counts per principal
+/// (a trailing section); version 2 adds the dead-letter moves by cause to
+/// the totals; versions 2 and 1 (nine totals) are still read, version 1's
+/// moves' causes unknown.
 const SNAPSHOT_VERSION: u16 = 3;
-/// The version before dedupe generation files (every entry inline).
+/// The version before dedupe generation files and stored counts.
 const SNAPSHOT_VERSION_V2: u16 = 2;
 /// The oldest version `restore` reads.
 const SNAPSHOT_VERSION_V1: u16 = 1;
@@ -134,6 +139,10 @@ const DEAD_ENTRY_BYTES: usize = WARM_ENTRY_BYTES + 1 + 8;
 const DEDUPE_ENTRY_BYTES: usize = DEDUPE_RECORD_BYTES;
 /// One generation reference: first offset, base time, entries, crc.
 const DEDUPE_REF_BYTES: usize = 8 + 8 + 8 + 4;
+/// A run: first offset, end, principal.
+const STORED_RUN_BYTES: usize = 8 + 8 + 8;
+/// A count: principal, messages, bytes.
+const STORED_COUNT_BYTES: usize = 8 + 8 + 8;
 
 const PHASE_SCHEDULED: u8 = 1;
 const PHASE_READY: u8 = 2;
@@ -222,6 +231,7 @@ enum Section {
     DedupeRefs,
     DedupeCount,
     Dedupe,
+    Stored,
     Done,
 }
 
@@ -238,6 +248,9 @@ pub struct SnapshotEncoder {
     /// one-shot snapshot taken while a stepped one runs ignores them).
     captured: bool,
     header: Vec<u8>,
+    /// The stored-counts section, taken whole when the snapshot began (a
+    /// few runs per producer: small next to the message tables).
+    stored: Vec<u8>,
     fresh_counts: Vec<u64>,
     warm_count: u64,
     dead_count: u64,
@@ -385,6 +398,39 @@ fn range_after<V>(
     map.into_iter().flat_map(move |map| map.range((lower, Bound::Unbounded))).map(|(k, v)| (*k, v))
 }
 
+/// The stored-counts section: runs within the offsets enqueued, counts
+/// that add up to at most what the state holds.
+fn read_stored(
+    r: &mut Reader<'_>,
+    state: &PartitionState,
+) -> Result<StoredByPrincipal, CodecError> {
+    let bad = || CodecError::Inconsistent("stored counts");
+    let run_count = r.count(STORED_RUN_BYTES)?;
+    let mut runs = Vec::with_capacity(run_count);
+    for _ in 0..run_count {
+        runs.push((r.u64()?, r.u64()?, PrincipalId(r.u64()?)));
+    }
+    let highest_end = state.highest_enqueued.map_or(0, |highest| highest.0 + 1);
+    if runs.last().is_some_and(|(_, end, _)| *end > highest_end) {
+        return Err(bad());
+    }
+    let count_count = r.count(STORED_COUNT_BYTES)?;
+    let mut counts = Vec::with_capacity(count_count);
+    for _ in 0..count_count {
+        let principal = PrincipalId(r.u64()?);
+        counts.push((principal, Stored { messages: r.u64()?, bytes: r.u64()? }));
+    }
+    let messages =
+        counts.iter().try_fold(0u64, |sum, (_, stored)| sum.checked_add(stored.messages));
+    let bytes = counts.iter().try_fold(0u64, |sum, (_, stored)| sum.checked_add(stored.bytes));
+    let within = messages.is_some_and(|messages| messages <= state.held_messages())
+        && bytes.is_some_and(|bytes| bytes <= state.held_bytes());
+    if !within {
+        return Err(bad());
+    }
+    StoredByPrincipal::from_parts(runs, counts).ok_or_else(bad)
+}
+
 impl PartitionState {
     /// The canonical bytes of this state, covering the log through `covers`,
     /// in one buffer (tests, benches and small states; the partition
@@ -431,11 +477,29 @@ impl PartitionState {
         for &credit in self.credits.raw() {
             w.u32(credit);
         }
+        let header = w.0;
+        let mut w = Writer(Vec::with_capacity(
+            16 + self.stored.runs() * STORED_RUN_BYTES
+                + self.stored.iter().count() * STORED_COUNT_BYTES,
+        ));
+        w.u64(self.stored.runs() as u64);
+        for (first, end, principal) in self.stored.run_list() {
+            w.u64(first);
+            w.u64(end);
+            w.u64(principal.0);
+        }
+        w.u64(self.stored.iter().count() as u64);
+        for (principal, stored) in self.stored.iter() {
+            w.u64(principal.0);
+            w.u64(stored.messages);
+            w.u64(stored.bytes);
+        }
         SnapshotEncoder {
             covers,
             limit: limit.unwrap_or(Offset(u64::MAX)),
             captured: limit.is_some(),
-            header: w.0,
+            header,
+            stored: w.0,
             fresh_counts: self.fresh.iter().map(FreshBand::len).collect(),
             warm_count: self.warm.len() as u64,
             dead_count: self.dlq.len() as u64,
@@ -651,6 +715,10 @@ impl PartitionState {
                     *left -= visited;
                     complete
                 }
+                Section::Stored => {
+                    w.0.extend_from_slice(&encoder.stored);
+                    true
+                }
                 Section::Done => true,
             };
             encoder.emitted += emitted;
@@ -662,9 +730,11 @@ impl PartitionState {
                 Section::Warm => Some(encoder.warm_count),
                 Section::Dead => Some(encoder.dead_count),
                 Section::Dedupe => Some(encoder.dedupe_count),
-                Section::Header | Section::DedupeRefs | Section::DedupeCount | Section::Done => {
-                    None
-                }
+                Section::Header
+                | Section::DedupeRefs
+                | Section::DedupeCount
+                | Section::Stored
+                | Section::Done => None,
             };
             if expected.is_some_and(|expected| expected != encoder.emitted) {
                 return Err(CodecError::Inconsistent("snapshot table changed while written"));
@@ -685,7 +755,8 @@ impl PartitionState {
                     Section::DedupeCount
                 }
                 Section::DedupeCount => Section::Dedupe,
-                Section::Dedupe | Section::Done => Section::Done,
+                Section::Dedupe => Section::Stored,
+                Section::Stored | Section::Done => Section::Done,
             };
             encoder.after = None;
             encoder.emitted = 0;
@@ -931,6 +1002,10 @@ impl PartitionState {
         }
         let count = r.count(DEDUPE_ENTRY_BYTES)?;
         let inline = r.take_slice(count * DEDUPE_ENTRY_BYTES)?;
+        // --- End of the dedupe section ---
+        if version >= SNAPSHOT_VERSION {
+            state.stored = read_stored(&mut r, &state)?;
+        }
         if r.at != body.len() {
             return Err(CodecError::Inconsistent("trailing bytes"));
         }

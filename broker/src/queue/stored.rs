@@ -91,32 +91,68 @@ impl StoredByPrincipal {
     /// Offsets at or below an existing run's end are refused (`false`, no
     /// change): attributions arrive in offset order, once each.
     pub fn attribute(&mut self, first: Offset, sizes: &[u32], principal: PrincipalId) -> bool {
-        if sizes.is_empty() || principal == PrincipalId::UNKNOWN {
-            return true;
-        }
-        let end = first.0 + sizes.len() as u64;
-        let last = self.runs.last_key_value().map(|(start, run)| (*start, *run));
-        if let Some((_, run)) = last {
+        if let Some((_, run)) = self.runs.last_key_value() {
             if first.0 < run.end {
                 return false;
             }
         }
-        match last {
-            // Adjacent and the same principal: the run grows. Offsets
-            // between two batches (control records) hold no message, so a
-            // gap of them does not break a run either: no other principal's
-            // records lie between.
-            Some((start, run)) if run.principal == principal => {
+        let bytes = sizes.iter().map(|size| u64::from(*size)).sum::<u64>();
+        self.attribute_run(first, sizes.len() as u64, principal, sizes.len() as u64, bytes, true);
+        true
+    }
+
+    /// Attributes the `count` offsets from `first` on to `principal`, and
+    /// counts `messages` held messages of `bytes` record bytes among them
+    /// (the fold's `Attributed` event: the records it names that the state
+    /// holds). Runs at or above `first` name offsets no record was applied
+    /// at (an attribution whose data never became durable, its offsets
+    /// appended again since): they are cut, counting nothing.
+    ///
+    /// `merge`: whether the offsets between the last run's end and `first`
+    /// hold no message (the caller knows; only control records, or records
+    /// gone already), so that the same principal's last run may grow over
+    /// them. A held record there is someone else's or no one's, and must
+    /// not be taken for this principal's.
+    pub fn attribute_run(
+        &mut self,
+        first: Offset,
+        count: u64,
+        principal: PrincipalId,
+        messages: u64,
+        bytes: u64,
+        merge: bool,
+    ) {
+        if count == 0 || principal == PrincipalId::UNKNOWN {
+            return;
+        }
+        let end = first.0.saturating_add(count);
+        while let Some(mut entry) = self.runs.last_entry() {
+            if entry.get().end <= first.0 {
+                break;
+            }
+            if *entry.key() < first.0 {
+                entry.get_mut().end = first.0;
+                break;
+            }
+            entry.remove();
+        }
+        match self.runs.last_key_value().map(|(start, run)| (*start, *run)) {
+            // The same principal: the run grows. Offsets between two
+            // batches (control records) hold no message, so a gap of them
+            // does not break a run either: no other principal's records lie
+            // between.
+            Some((start, run)) if merge && run.principal == principal => {
                 self.runs.insert(start, Run { end, principal });
             }
             _ => {
                 self.runs.insert(first.0, Run { end, principal });
             }
         }
-        let stored = self.counts.entry(principal).or_default();
-        stored.messages += sizes.len() as u64;
-        stored.bytes += sizes.iter().map(|size| u64::from(*size)).sum::<u64>();
-        true
+        if messages > 0 {
+            let stored = self.counts.entry(principal).or_default();
+            stored.messages += messages;
+            stored.bytes += bytes;
+        }
     }
 
     /// The principal the message at `offset` is attributed to, if any.
@@ -166,6 +202,56 @@ impl StoredByPrincipal {
     /// Runs kept (for memory measurements and tests).
     pub fn runs(&self) -> usize {
         self.runs.len()
+    }
+
+    /// Whether no run is kept (then nothing is counted either).
+    pub fn is_empty(&self) -> bool {
+        self.runs.is_empty() && self.counts.is_empty()
+    }
+
+    /// One past the highest attributed offset, if any run is kept.
+    pub(crate) fn last_end(&self) -> Option<Offset> {
+        self.runs.last_key_value().map(|(_, run)| Offset(run.end))
+    }
+
+    /// Whether `offset` lies in the lowest run (a leave there may free it).
+    pub(crate) fn in_first_run(&self, offset: Offset) -> bool {
+        self.runs
+            .first_key_value()
+            .is_some_and(|(start, run)| *start <= offset.0 && offset.0 < run.end)
+    }
+
+    /// The runs as `(first, end, principal)`, in offset order (snapshot).
+    pub(crate) fn run_list(&self) -> impl Iterator<Item = (u64, u64, PrincipalId)> + '_ {
+        self.runs.iter().map(|(start, run)| (*start, run.end, run.principal))
+    }
+
+    /// Rebuilds from a snapshot's runs and counts; `None` when they do not
+    /// describe a valid table (unordered or empty runs, the unknown
+    /// principal, a count of no messages).
+    pub(crate) fn from_parts(
+        runs: impl IntoIterator<Item = (u64, u64, PrincipalId)>,
+        counts: impl IntoIterator<Item = (PrincipalId, Stored)>,
+    ) -> Option<StoredByPrincipal> {
+        let mut table = StoredByPrincipal::default();
+        let mut last_end = 0u64;
+        for (first, end, principal) in runs {
+            let fits = first < end && (table.runs.is_empty() || first >= last_end);
+            if !fits || principal == PrincipalId::UNKNOWN {
+                return None;
+            }
+            last_end = end;
+            table.runs.insert(first, Run { end, principal });
+        }
+        for (principal, stored) in counts {
+            if principal == PrincipalId::UNKNOWN || stored.messages == 0 {
+                return None;
+            }
+            if table.counts.insert(principal, stored).is_some() {
+                return None;
+            }
+        }
+        Some(table)
     }
 }
 

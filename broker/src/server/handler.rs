@@ -41,9 +41,11 @@ use crate::control::assignment::QueueName;
 use crate::net::connection::{Connection, Decoded, FrameHandler, ProtocolFault, Refusal};
 use crate::partition::signal::{ClaimCancel, WaitOwner};
 use crate::partition::{EnqueueOutcome, PartitionError};
+use crate::queue::stored::{PrincipalId, Stored};
 use crate::queue::{ClaimRequest, Lane, MessagePhase, Offset, PartitionId, Redrive, ReleaseReason};
 use crate::shard::report::RequestOp;
 use crate::shard::ControlError;
+use std::collections::HashMap;
 
 /// Reason code recorded when a worker releases a message. The worker's text
 /// is logged; the state machine keeps a code.
@@ -208,9 +210,36 @@ impl SpoolHandler {
     }
 
     /// The housekeeping tick's share of quota work (leases past their
-    /// deadline stop being tracked).
+    /// deadline stop being tracked; the stored quotas recomputed from the
+    /// partitions when some principal has one).
     pub fn quota_tick(&self) {
         self.quotas.tick((self.state.clock)());
+        let policy = self.auth.policy();
+        if policy.quotas().iter().any(|(_, config)| config.limits_stored()) {
+            let mut totals: HashMap<PrincipalId, Stored> = HashMap::new();
+            let partitions = self.state.partitions.borrow();
+            for served in partitions.values() {
+                served.partition.with_state(|state| {
+                    for (principal, stored) in state.stored().iter() {
+                        let total = totals.entry(principal).or_default();
+                        total.messages += stored.messages;
+                        total.bytes += stored.bytes;
+                    }
+                });
+            }
+            self.quotas.recompute_stored(&policy, partitions.len(), &totals);
+        }
+    }
+
+    /// What `principal`'s records hold on this shard's partitions.
+    fn stored_here(&self, principal: PrincipalId) -> Stored {
+        let mut total = Stored::default();
+        for served in self.state.partitions.borrow().values() {
+            let stored = served.partition.with_state(|state| state.stored().stored(principal));
+            total.messages += stored.messages;
+            total.bytes += stored.bytes;
+        }
+        total
     }
 
     /// This shard's quota figures, per principal with a quota.
@@ -270,6 +299,7 @@ impl SpoolHandler {
     async fn dispatch(
         &self,
         request: Request<'_>,
+        principal: PrincipalId,
         started: Instant,
         timed: &mut Timed,
     ) -> Result<Response<'static>, ErrorResponse> {
@@ -277,10 +307,11 @@ impl SpoolHandler {
             Request::Enqueue(enqueue) => {
                 let partition = self.route(enqueue.queue, enqueue.partition)?;
                 *timed = Some((partition.clone(), RequestOp::Enqueue));
-                let outcomes = partition.enqueue(enqueue.batch).await.map_err(|e| {
-                    partition.requests.failed(&e);
-                    partition_error(&e)
-                })?;
+                let outcomes =
+                    partition.enqueue_as(enqueue.batch, principal).await.map_err(|e| {
+                        partition.requests.failed(&e);
+                        partition_error(&e)
+                    })?;
                 let base_offset = outcomes
                     .iter()
                     .find_map(|outcome| match outcome {
@@ -716,6 +747,7 @@ impl SpoolHandler {
             }
             return Self::encode_error(&reply, correlation_id, api_key, api_version);
         }
+        let mut stored_charge = None;
         if let Request::Enqueue(enqueue) = &request {
             // Charged only where the partition is served: a request answered
             // NOT_OWNER costs nothing. Without an enqueue quota (and with
@@ -726,6 +758,20 @@ impl SpoolHandler {
                 let now = (self.state.clock)();
                 if let Err(reply) = self.quotas.charge_enqueue(&grants, enqueue.batch, now) {
                     return Self::encode_error(&reply, correlation_id, api_key, api_version);
+                }
+            }
+            // The stored quotas: held while the enqueue runs (`StoredCharge`).
+            if grants.quota().limits_stored()
+                && self.state.served(enqueue.queue, enqueue.partition).is_some()
+            {
+                let id = grants.principal_id();
+                let partitions = self.state.partitions.borrow().len();
+                let here = || self.stored_here(id);
+                match self.quotas.charge_stored(&grants, enqueue.batch, partitions, here) {
+                    Ok(charge) => stored_charge = charge,
+                    Err(reply) => {
+                        return Self::encode_error(&reply, correlation_id, api_key, api_version)
+                    }
                 }
             }
         }
@@ -765,7 +811,8 @@ impl SpoolHandler {
                 .encode(correlation_id, &mut out)
                 .map_err(|e| error(ErrorCode::Internal, e.to_string()))
         } else {
-            let mut answered = self.dispatch(request, started, &mut timed).await;
+            let principal = grants.principal_id();
+            let mut answered = self.dispatch(request, principal, started, &mut timed).await;
             if let Ok(response) = answered.as_mut() {
                 self.auth.filter_listing(response, &grants);
             }
@@ -787,6 +834,7 @@ impl SpoolHandler {
         if let Some((partition, op)) = timed {
             partition.requests.observe(op, started);
         }
+        drop(stored_charge);
         out
     }
 

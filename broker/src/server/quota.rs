@@ -23,6 +23,22 @@
 //!   entry whose deadline passed stops counting at once and is dropped on
 //!   the housekeeping tick.
 //!
+//! - **Stored** (`stored_messages_max`, `stored_bytes_max`; after the rate
+//!   check): the shard keeps, per principal with such a quota, an upper
+//!   bound of what the principal's records hold on this shard: the sum of
+//!   its partitions' `StoredByPrincipal` counts at the last recompute
+//!   (every housekeeping tick, at most `HOUSEKEEPING_IDLE_MAX` apart, for a
+//!   principal with no batch in flight: a batch is applied before its
+//!   [`StoredCharge`] is dropped, so a sum then could count it twice) plus
+//!   every batch charged since. A
+//!   batch is admitted when that bound plus the batch stays within the
+//!   shard's exact share ([`QuotaConfig::stored_share`]: the shares add up
+//!   to the node-wide figure). The bound never falls below what is stored,
+//!   so the node never holds more than the quota; it can be above it until
+//!   the next recompute (acks, duplicates, a batch's framing counted as
+//!   bytes), so a producer just back under its quota may wait one tick:
+//!   the refusal's retry hint.
+//!
 //! Principals without quotas (and every connection while authentication is
 //! off) cost one check of an empty quota per request.
 
@@ -36,6 +52,12 @@ use spool_wire::ErrorCode;
 
 use crate::auth::quota::{Bucket, ClaimTable, DeliveryKey, QuotaConfig, QuotaKind, Refused};
 use crate::auth::{AuthPolicy, Grants};
+use crate::limits::HOUSEKEEPING_IDLE_MAX;
+use crate::queue::stored::{PrincipalId, Stored};
+
+/// The retry hint of a stored quota's refusal: the longest a shard goes
+/// between two recomputes of what is stored.
+pub const STORED_RETRY_MS: u64 = HOUSEKEEPING_IDLE_MAX.as_millis() as u64;
 
 /// One principal's figures on this shard, for the admin port.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,9 +108,28 @@ struct Buckets {
     bytes: Option<Bucket>,
 }
 
+/// What a principal with a stored quota holds on this shard, as admission
+/// counts it.
+#[derive(Debug, Default, Clone, Copy)]
+struct StoredUse {
+    /// Upper bound of what is stored: the last recompute plus every batch
+    /// charged since.
+    used: Stored,
+    /// Batches charged whose enqueue has not finished (not yet visible to a
+    /// recompute, or just applied).
+    pending: Stored,
+    /// Whether `used` was summed over the partitions served now (else the
+    /// next charge sums it).
+    summed: bool,
+}
+
 #[derive(Debug, Default)]
 struct State {
     buckets: HashMap<String, Buckets>,
+    stored: HashMap<String, StoredUse>,
+    /// Partitions the shard served when `stored` was last summed: a
+    /// partition opened (or closed) since makes every figure stale.
+    stored_partitions: usize,
     claims: ClaimTable,
     rejections: HashMap<String, [u64; QuotaKind::ALL.len()]>,
 }
@@ -134,6 +175,10 @@ impl ShardQuotas {
             QuotaKind::ClaimsInFlightMax => {
                 format!("{} on this shard", grants.quota().claims_share(self.shards).unwrap_or(0))
             }
+            QuotaKind::StoredMessagesMax | QuotaKind::StoredBytesMax => format!(
+                "{} on this shard",
+                grants.quota().stored_share(kind, self.shard, self.shards).unwrap_or(0)
+            ),
             _ => format!("{limit}/{} a second on this shard", self.shards),
         };
         ErrorResponse::new(
@@ -195,6 +240,120 @@ impl ShardQuotas {
             bucket.charge(bytes, now_ms);
         }
         Ok(())
+    }
+
+    /// Charges an Enqueue's batch to the principal's stored quotas: its
+    /// record count, and its bytes less the header and position table (at
+    /// least its record bytes). `stored_here` sums what the principal's
+    /// records hold on this shard's partitions; it is called only the first
+    /// time the principal is seen (later the tick's recompute keeps it).
+    /// The returned charge is held while the enqueue runs.
+    ///
+    /// # Errors
+    /// `QUOTA_EXCEEDED` naming the stored quota the batch would pass
+    /// (nothing is charged then).
+    ///
+    /// `partitions`: how many partitions the shard serves now; when it
+    /// changed since the figures were summed (a partition opened, with
+    /// records of its own), every figure is summed again, so a partition
+    /// counts from its first enqueue after it opened.
+    pub fn charge_stored(
+        self: &Rc<Self>,
+        grants: &Grants,
+        batch: &[u8],
+        partitions: usize,
+        stored_here: impl FnOnce() -> Stored,
+    ) -> Result<Option<StoredCharge>, ErrorResponse> {
+        let quota = grants.quota();
+        if !quota.limits_stored() {
+            return Ok(None);
+        }
+        self.partitions_changed(partitions);
+        let records = BatchHeader::parse(batch).map_or(1, |header| u64::from(header.record_count));
+        let framing = spool_wire::limits::BATCH_HEADER_BYTES as u64
+            + records * spool_wire::limits::POSITION_ENTRY_BYTES as u64;
+        let units =
+            Stored { messages: records, bytes: (batch.len() as u64).saturating_sub(framing) };
+        let mut state = self.state.borrow_mut();
+        let state = &mut *state;
+        let entry = state.stored.entry(grants.name().to_owned()).or_default();
+        if !entry.summed {
+            entry.used = stored_here();
+            add(&mut entry.used, entry.pending);
+            entry.summed = true;
+        }
+        let checks = [
+            (QuotaKind::StoredMessagesMax, entry.used.messages, units.messages),
+            (QuotaKind::StoredBytesMax, entry.used.bytes, units.bytes),
+        ];
+        for (kind, used, units) in checks {
+            let Some(share) = quota.stored_share(kind, self.shard, self.shards) else { continue };
+            if used.saturating_add(units) > share {
+                let refused = Refused { retry_after_ms: STORED_RETRY_MS };
+                return Err(self.refuse(state, grants, kind, refused));
+            }
+        }
+        add(&mut entry.used, units);
+        add(&mut entry.pending, units);
+        Ok(Some(StoredCharge {
+            quotas: Rc::clone(self),
+            principal: grants.name().to_owned(),
+            units,
+        }))
+    }
+
+    /// The tick's recompute of the stored quotas: for every principal of
+    /// `policy` with one and no batch in flight, what its records hold on
+    /// this shard (`totals`, summed over the shard's partitions); a
+    /// principal with a batch in flight keeps its bound until a tick finds
+    /// none (only a producer below its quota has batches in flight, so
+    /// only room it does not need yet waits). Principals that no longer
+    /// have a stored quota are forgotten.
+    /// Only principals already seen are kept (a principal is first summed
+    /// by its first charge, when the partition it enqueues to is open).
+    pub fn recompute_stored(
+        &self,
+        policy: &AuthPolicy,
+        partitions: usize,
+        totals: &HashMap<PrincipalId, Stored>,
+    ) {
+        self.partitions_changed(partitions);
+        let mut state = self.state.borrow_mut();
+        let mut next = HashMap::new();
+        for (name, config) in policy.quotas() {
+            if !config.limits_stored() {
+                continue;
+            }
+            let Some((_, grants)) = policy.principal(&name) else { continue };
+            let Some(entry) = state.stored.get(&name).copied() else { continue };
+            // With a batch in flight the partitions may already hold it (it
+            // is applied before its reply waits for the sync): keep the
+            // bound, which counts every charge since the last sum, rather
+            // than count the batch twice.
+            let in_flight = entry.pending.messages > 0 || entry.pending.bytes > 0;
+            if !entry.summed || in_flight {
+                next.insert(name, entry);
+                continue;
+            }
+            let used = totals.get(&grants.principal_id()).copied().unwrap_or_default();
+            next.insert(name, StoredUse { used, pending: entry.pending, summed: true });
+        }
+        // A charge still in flight for a principal that lost its quota
+        // finds no entry when it ends: nothing to give back.
+        state.stored = next;
+    }
+
+    /// Forgets every stored figure when the shard's partitions changed
+    /// (their next charge sums them again), keeping what is in flight.
+    fn partitions_changed(&self, partitions: usize) {
+        let mut state = self.state.borrow_mut();
+        if state.stored_partitions != partitions {
+            state.stored_partitions = partitions;
+            state.stored.retain(|_, entry| {
+                entry.summed = false;
+                entry.pending.messages > 0 || entry.pending.bytes > 0
+            });
+        }
     }
 
     /// Reserves a claim's credits against the principal's share of
@@ -291,8 +450,38 @@ impl ShardQuotas {
             }
             report.in_use[QuotaKind::ClaimsInFlightMax.index()] =
                 state.claims.in_use(&report.principal, now_ms);
+            if let Some(entry) = state.stored.get(&report.principal) {
+                report.in_use[QuotaKind::StoredMessagesMax.index()] = entry.used.messages;
+                report.in_use[QuotaKind::StoredBytesMax.index()] = entry.used.bytes;
+            }
         }
         reports
+    }
+}
+
+fn add(to: &mut Stored, units: Stored) {
+    to.messages = to.messages.saturating_add(units.messages);
+    to.bytes = to.bytes.saturating_add(units.bytes);
+}
+
+/// A batch charged to its principal's stored quotas while its enqueue runs
+/// (a recompute in between counts it as in flight). Dropped when the
+/// enqueue ended, however it ended: the charge stays in the bound until the
+/// next recompute, which then sees what was really stored.
+#[derive(Debug)]
+pub struct StoredCharge {
+    quotas: Rc<ShardQuotas>,
+    principal: String,
+    units: Stored,
+}
+
+impl Drop for StoredCharge {
+    fn drop(&mut self) {
+        let mut state = self.quotas.state.borrow_mut();
+        if let Some(entry) = state.stored.get_mut(&self.principal) {
+            entry.pending.messages = entry.pending.messages.saturating_sub(self.units.messages);
+            entry.pending.bytes = entry.pending.bytes.saturating_sub(self.units.bytes);
+        }
     }
 }
 
@@ -387,7 +576,7 @@ mod tests {
         let reports = quotas.report(&policy, 0);
         assert_eq!(reports.len(), 1);
         assert_eq!(reports[0].principal, "p");
-        assert_eq!(reports[0].rejections, [1, 0, 0]);
+        assert_eq!(reports[0].rejections, [1, 0, 0, 0, 0]);
         assert_eq!(reports[0].in_use[0], 2);
         assert!(quotas.charge_enqueue(&limited, &batch(1), 500).is_ok());
         // Nearly refilled is not full: the tick keeps the bucket (a fresh
@@ -396,6 +585,130 @@ mod tests {
         assert!(quotas.charge_enqueue(&limited, &batch(2), 999).is_err());
         quotas.tick(10_000);
         assert!(quotas.state.borrow().buckets.is_empty(), "a full bucket is dropped");
+    }
+
+    fn stored_policy(max: u64) -> AuthPolicy {
+        let hash = hash_secret("x").unwrap_or_default();
+        let text = format!(
+            "[[principals]]\nname = \"s\"\nsecret_hash = \"{hash}\"\n\
+             [principals.quota]\nstored_messages_max = {max}\n"
+        );
+        match AuthPolicy::from_toml(&text, Path::new("auth.toml")) {
+            Ok(policy) => policy,
+            Err(error) => panic!("{error}"),
+        }
+    }
+
+    // Goal: the node never holds more than stored_messages_max for the
+    // principal. Over 3 shards the shares (3, 2, 2) admit exactly 7; on one
+    // shard, whatever the order of charges, enqueues that finish (applied
+    // or not), acks and recomputes, what is stored plus what is in flight
+    // never passes the share (also when partitions open and the figures
+    // are summed again), a refusal names the quota with the 100 ms hint,
+    // and room comes back after acks at the next recompute.
+    // Method: single-record batches; a seeded random walk checked after
+    // every step against the truth the test keeps.
+    #[test]
+    fn stored_admission_never_passes_the_share() {
+        use rand::{Rng, SeedableRng};
+        const MAX: u64 = 7;
+        let policy = stored_policy(MAX);
+        let (_, grants) = policy.principal("s").expect("s");
+        let id = grants.principal_id();
+        let mut admitted = 0;
+        for shard in 0..3 {
+            let quotas = ShardQuotas::new(shard, 3);
+            while let Ok(Some(charge)) =
+                quotas.charge_stored(&grants, &batch(1), 1, Stored::default)
+            {
+                admitted += 1;
+                drop(charge);
+                assert!(admitted <= MAX, "past the node-wide figure");
+            }
+        }
+        assert_eq!(admitted, MAX);
+
+        // Sequential sends, each applied and summed by a tick before its
+        // reply: exactly the share, no double count.
+        let quotas = ShardQuotas::new(0, 1);
+        let mut stored = 0u64;
+        let mut sent = 0;
+        while let Ok(Some(charge)) =
+            quotas.charge_stored(&grants, &batch(1), 1, || Stored { messages: stored, bytes: 0 })
+        {
+            stored += 1;
+            let totals = HashMap::from([(id, Stored { messages: stored, bytes: 0 })]);
+            quotas.recompute_stored(&policy, 1, &totals);
+            drop(charge);
+            sent += 1;
+            assert!(sent <= MAX);
+        }
+        assert_eq!(sent, MAX);
+
+        let quotas = ShardQuotas::new(0, 1);
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(15);
+        let mut stored = 0u64;
+        // Charges in flight: (charge, records, applied yet).
+        let mut in_flight: Vec<(StoredCharge, u64, bool)> = Vec::new();
+        let (mut refusals, mut admissions) = (0, 0);
+        let mut partitions = 1;
+        for _ in 0..20_000 {
+            match rng.random_range(0..5) {
+                0 => {
+                    let records = rng.random_range(1..4u8);
+                    let first = stored;
+                    let batch = batch(u32::from(records));
+                    let here = || Stored { messages: first, bytes: 0 };
+                    match quotas.charge_stored(&grants, &batch, partitions, here) {
+                        Ok(Some(charge)) => {
+                            admissions += 1;
+                            in_flight.push((charge, u64::from(records), false));
+                        }
+                        Ok(None) => panic!("the principal has a stored quota"),
+                        Err(refused) => {
+                            refusals += 1;
+                            assert_eq!(refused.code, ErrorCode::QuotaExceeded);
+                            assert!(refused.message.contains("stored_messages_max"));
+                            assert_eq!(
+                                spool_wire::codes::parse_retry_after_ms(&refused.message),
+                                Some(STORED_RETRY_MS)
+                            );
+                        }
+                    }
+                }
+                1 if !in_flight.is_empty() => {
+                    // The oldest enqueue moves on: applied (or refused,
+                    // deduplicated), then answered.
+                    let index = rng.random_range(0..in_flight.len());
+                    if in_flight[index].2 {
+                        in_flight.swap_remove(index);
+                    } else if rng.random_bool(0.8) {
+                        stored += in_flight[index].1;
+                        in_flight[index].2 = true;
+                    } else {
+                        in_flight.swap_remove(index);
+                    }
+                }
+                2 => stored -= rng.random_range(0..=stored),
+                // A partition opened: the next charge sums again.
+                3 => partitions += 1,
+                _ => {
+                    let totals = HashMap::from([(id, Stored { messages: stored, bytes: 0 })]);
+                    quotas.recompute_stored(&policy, partitions, &totals);
+                }
+            }
+            let flying: u64 = in_flight.iter().filter(|entry| !entry.2).map(|entry| entry.1).sum();
+            assert!(stored + flying <= MAX, "stored {stored} + in flight {flying} > {MAX}");
+        }
+        assert!(refusals > 100 && admissions > 100, "{refusals} refused, {admissions} admitted");
+        // Everything acked and finished: the next recompute gives it all back.
+        in_flight.clear();
+        let totals = HashMap::from([(id, Stored::default())]);
+        quotas.recompute_stored(&policy, partitions, &totals);
+        let charge = quotas.charge_stored(&grants, &batch(MAX as u32), partitions, Stored::default);
+        assert!(matches!(charge, Ok(Some(_))), "room for the whole share again");
+        let report = quotas.report(&policy, 0);
+        assert_eq!(report[0].in_use[QuotaKind::StoredMessagesMax.index()], MAX);
     }
 
     // Goal: a claim reservation is clamped, given back when dropped, and

@@ -17,6 +17,25 @@ impl PartitionState {
     /// # Errors
     /// [`ApplyError`] when the event does not fit the state (nothing changes).
     pub fn apply(&mut self, event: &Event) -> Result<(), ApplyError> {
+        // A message that leaves (ack, expiry, purge) leaves its principal's
+        // stored counts: read before the event takes it out. An event that
+        // does not apply changes nothing, so the counts are lowered only
+        // once it did.
+        let leaving =
+            if self.stored.is_empty() { None } else { crate::queue::stored::leaving(self, event) };
+        self.apply_event(event)?;
+        if let Some((offset, size)) = leaving {
+            let first = self.stored.in_first_run(offset);
+            self.stored.leave(offset, size);
+            if first {
+                let oldest = self.retention_watermark();
+                self.stored.trim_below(oldest);
+            }
+        }
+        Ok(())
+    }
+
+    fn apply_event(&mut self, event: &Event) -> Result<(), ApplyError> {
         match *event {
             Event::Enqueued(meta) => self.apply_enqueued(&meta),
             Event::Claimed { lane, offset, generation, worker, claimed_at_ms, deadline_ms } => {
@@ -159,7 +178,54 @@ impl PartitionState {
                 self.totals.purged += 1;
                 Ok(())
             }
+            Event::Attributed { offset, count, principal, .. } => {
+                self.apply_attributed(offset, count, principal)
+            }
         }
+    }
+
+    /// Counts the held records among the `count` from `offset` on against
+    /// `principal`. On the live path and on replay of a segment log they
+    /// are all held (the event is appended right behind its batch, in the
+    /// same step). A record the state does not hold counts nothing: in a
+    /// journal (control lane ahead of data) the event may replay before
+    /// its records, or outlive records a crash lost, and then the counts
+    /// can only be lower, never higher (`docs/operations.md`, "Stored
+    /// quotas").
+    fn apply_attributed(
+        &mut self,
+        offset: Offset,
+        count: u32,
+        principal: crate::queue::stored::PrincipalId,
+    ) -> Result<(), ApplyError> {
+        let highest_end = self.highest_enqueued.map_or(0, |highest| highest.0 + 1);
+        let end = offset.0.saturating_add(u64::from(count)).min(highest_end);
+        let (mut messages, mut bytes) = (0u64, 0u64);
+        for at in offset.0..end.max(offset.0) {
+            if let Some(found) = self.main_message(Offset(at)) {
+                messages += 1;
+                bytes += u64::from(found.warm.size_bytes);
+            }
+        }
+        // The last run may grow over the gap before this batch only if
+        // the gap holds no message (another producer's, or an anonymous
+        // one, would otherwise be taken for this principal's).
+        let merge = self
+            .stored
+            .last_end()
+            .is_none_or(|from| from >= offset || !self.holds_any_in(from, offset));
+        self.stored.attribute_run(offset, u64::from(count), principal, messages, bytes, merge);
+        Ok(())
+    }
+
+    /// Whether the state holds a message (either lane) at an offset in
+    /// `[from, to)`. O(bands + log n).
+    fn holds_any_in(&self, from: Offset, to: Offset) -> bool {
+        let after = from.0.checked_sub(1).map(Offset);
+        let below = |offset: Offset| offset < to;
+        self.fresh.iter().any(|band| band.iter_after(after).next().is_some_and(|v| below(v.offset)))
+            || self.warm.iter_after(after).next().is_some_and(|(offset, _)| below(*offset))
+            || self.dlq.range(from..to).next().is_some()
     }
 
     fn check_generation(

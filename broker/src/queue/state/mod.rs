@@ -26,6 +26,7 @@ use super::fairness::{Credits, PerClass};
 use super::fresh::{FreshBand, FreshView, NEVER};
 use super::limits::LEASE_MS_MAX;
 use super::snapshot::Capture;
+use super::stored::StoredByPrincipal;
 use super::token::TokenKey;
 use super::types::{
     Generation, LeaderEpoch, Millis, Offset, PartitionId, QuarantineCause, QueueId, ReleaseReason,
@@ -170,6 +171,9 @@ pub struct PartitionState {
     /// FIFO order is also age order.
     pub(crate) last_enqueue_time_ms: Millis,
     pub(crate) totals: Totals,
+    /// Messages and record bytes held per producing principal, from the
+    /// `Attributed` events (`stored.rs`); empty while nothing is attributed.
+    pub(crate) stored: StoredByPrincipal,
     /// While a checkpoint is written in steps: what each message it covers
     /// held before its first change since (`snapshot.rs`). Every change to
     /// `fresh`, `warm` or `dlq` goes through `note` first.
@@ -210,12 +214,18 @@ impl PartitionState {
             highest_enqueued: None,
             last_enqueue_time_ms: 0,
             totals: Totals::default(),
+            stored: StoredByPrincipal::default(),
             capture: None,
         })
     }
 
     pub fn config(&self) -> &QueueConfig {
         &self.config
+    }
+
+    /// Messages and record bytes held per producing principal.
+    pub fn stored(&self) -> &StoredByPrincipal {
+        &self.stored
     }
 
     pub fn leader_epoch(&self) -> LeaderEpoch {

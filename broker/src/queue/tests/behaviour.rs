@@ -642,7 +642,8 @@ fn version_1_snapshot_restores_with_its_dead_letter_causes_unknown() {
     // enqueue time 8; then the totals, the two cause totals last.
     const TOTALS_AT: usize = 4 + 2 + 2 + 8 + 8 + 8;
     let causes = TOTALS_AT + 9 * 8..TOTALS_AT + 11 * 8;
-    let mut body = bytes[..bytes.len() - 4].to_vec();
+    // Version 3's trailing stored-counts section (two empty lists) goes too.
+    let mut body = bytes[..bytes.len() - 4 - 16].to_vec();
     body[4..6].copy_from_slice(&1u16.to_le_bytes());
     // Version 3's dedupe section starts with `dead_through` (9 bytes) and
     // the count of generation references (8, here 0) before the inline list.
@@ -659,6 +660,87 @@ fn version_1_snapshot_restores_with_its_dead_letter_causes_unknown() {
         (1, 0, 0)
     );
     assert_eq!(old.state.counters(20).quarantined, 1);
+}
+
+// Goal: stored counts per principal are part of the checkpoint: a
+// checkpoint taken after every event, restored and followed by the rest of
+// the log, gives the live counts and runs; a checkpoint of version 2 (no
+// stored section, written before attribution existed) restores with nothing
+// attributed, and the log after it attributes as on the live path.
+// Method: two principals' enqueues with their `Attributed` events, acks, a
+// dead letter and a purge; snapshot at each event; then a version-2 rewrite.
+#[test]
+fn stored_counts_survive_checkpoint_and_replay() {
+    use crate::queue::stored::{PrincipalId, Stored};
+    let (alice, bob) = (PrincipalId(7), PrincipalId(8));
+    let sized = |n: u64, size_bytes: u32| EnqueueRequest { size_bytes, ..request(n, 0) };
+    let mut h = Harness::new(QueueConfig { max_deliveries: 1, ..config() });
+    let attribute = |h: &mut Harness, first: Offset, count: u32, principal| {
+        h.apply_all(&[Event::Attributed { offset: first, count, principal, at_ms: 0 }]);
+    };
+    let a: Vec<Offset> = (0..3).map(|n| h.enqueue_ok(0, sized(n, 100))).collect();
+    attribute(&mut h, a[0], 3, alice);
+    let b: Vec<Offset> = (10..12).map(|n| h.enqueue_ok(0, sized(n, 10))).collect();
+    attribute(&mut h, b[0], 2, bob);
+    h.enqueue_ok(0, sized(20, 1_000)); // anonymous: no event
+    let claimed = h.claim(1_000, 1, 2, None);
+    h.ack(1_100, &claimed[0]).unwrap();
+    h.release(1_100, &claimed[1], 1, None).unwrap(); // dead-lettered: still stored
+    let purged = h.state.purge(1_200, Lane::Main, 1, ALL_DURABLE);
+    h.apply_all(&purged);
+    let c = h.enqueue_ok(1_300, sized(30, 5));
+    attribute(&mut h, c, 1, alice);
+    let live = h.state.stored().clone();
+    assert_eq!(live.stored(alice), Stored { messages: 2, bytes: 105 }, "one acked, one purged");
+    assert_eq!(live.stored(bob), Stored { messages: 2, bytes: 20 });
+    assert_eq!(live.iter().count(), 2, "the anonymous record counts for no one");
+    let end = Offset(h.next_offset);
+    let live_bytes = h.state.snapshot(end);
+
+    let mut state = PartitionState::new(ctx(h.config.clone(), 1)).unwrap();
+    for (i, event) in h.log.iter().enumerate() {
+        let restored =
+            PartitionState::restore(&state.snapshot(Offset(i as u64)), ctx(h.config.clone(), 1))
+                .unwrap();
+        let mut resumed = restored.state;
+        for tail in &h.log[i..] {
+            resumed.apply(tail).unwrap();
+        }
+        assert_eq!(resumed.stored(), &live, "checkpoint at event {i}");
+        assert_eq!(resumed.snapshot(end), live_bytes, "checkpoint at event {i}");
+        state.apply(event).unwrap();
+    }
+
+    // Version 2: the same bytes without the trailing section.
+    let first_attribution =
+        h.log.iter().position(|event| matches!(event, Event::Attributed { .. })).unwrap();
+    let mut before = PartitionState::new(ctx(h.config.clone(), 1)).unwrap();
+    for event in &h.log[..first_attribution] {
+        before.apply(event).unwrap();
+    }
+    let bytes = before.snapshot(Offset(first_attribution as u64));
+    let mut body = bytes[..bytes.len() - 4 - 16].to_vec();
+    body[4..6].copy_from_slice(&2u16.to_le_bytes());
+    // Version 3's dedupe section starts with `dead_through` (9 bytes) and
+    // the count of generation references (8, here 0) before the inline list.
+    let inline = 8 + before.dedupe.entries().count() * 32;
+    let refs_at = body.len() - inline - 17;
+    body.drain(refs_at..refs_at + 17);
+    let crc = crc32c::crc32c(&body);
+    body.extend_from_slice(&crc.to_le_bytes());
+    let mut old = PartitionState::restore(&body, ctx(h.config.clone(), 1)).unwrap().state;
+    assert!(old.stored().is_empty());
+    for event in &h.log[first_attribution..] {
+        old.apply(event).unwrap();
+    }
+    assert_eq!(old.stored(), &live);
+    // A version-2 snapshot that still carries bytes after its dedupe list
+    // is refused (the section is read from version 3 on only).
+    let mut trailing = bytes[..bytes.len() - 4].to_vec();
+    trailing[4..6].copy_from_slice(&2u16.to_le_bytes());
+    let crc = crc32c::crc32c(&trailing);
+    trailing.extend_from_slice(&crc.to_le_bytes());
+    assert!(PartitionState::restore(&trailing, ctx(h.config.clone(), 1)).is_err());
 }
 
 // Goal: restore refuses damaged snapshots. Method: flip a byte, truncate.
@@ -841,6 +923,12 @@ fn events_round_trip_and_bad_records_are_refused() {
         Event::Expired { offset: o, generation: g, at_ms: 11 },
         Event::Redriven { offset: o, generation: g, at_ms: 12 },
         Event::Purged { lane: Lane::DeadLetter, offset: o, generation: g, at_ms: 13 },
+        Event::Attributed {
+            offset: o,
+            count: 3,
+            principal: crate::queue::stored::PrincipalId(0xFEED),
+            at_ms: 14,
+        },
     ];
     for event in events {
         let mut out = vec![0xAA];
@@ -859,6 +947,16 @@ fn events_round_trip_and_bad_records_are_refused() {
     events[2].encode(&mut acked).unwrap();
     acked[30] = 1; // unused time field
     assert_eq!(Event::decode(&acked), Err(CodecError::Reserved));
+    // Attributed: a record count of 0 or the unknown principal is refused.
+    let mut attributed = Vec::new();
+    events[10].encode(&mut attributed).unwrap();
+    assert_eq!(attributed[0], 11, "kind 11");
+    let mut no_records = attributed.clone();
+    no_records[4..8].copy_from_slice(&0u32.to_le_bytes());
+    assert_eq!(Event::decode(&no_records), Err(CodecError::BadField("record count")));
+    let mut no_one = attributed.clone();
+    no_one[24..32].copy_from_slice(&0u64.to_le_bytes());
+    assert_eq!(Event::decode(&no_one), Err(CodecError::BadField("principal")));
     let meta = EnqueueMeta::new(&request(1, 0), Offset(1), 0);
     assert_eq!(Event::Enqueued(meta).encode(&mut Vec::new()), Err(CodecError::NotControl));
 }

@@ -9,7 +9,10 @@
 //! also written in steps of a few entries interleaved with the sequence
 //! (begun at random, abandoned by a crash): each completed one must equal a
 //! one-shot snapshot of the moment it began, and restore plus replay of the
-//! log after it must equal the live state.
+//! log after it must equal the live state. Enqueues are attributed to one
+//! of a few principals (or none) with `Attributed` events, and the state's
+//! stored counts per principal must equal the model's sum over the
+//! messages it holds (so every checkpoint and replay check covers them).
 
 use std::collections::BTreeMap;
 
@@ -31,7 +34,13 @@ struct Model {
     credits: Vec<u32>,
     totals: Totals,
     last_enqueue_ms: Millis,
+    /// Who wrote each attributed offset (kept after the message leaves: the
+    /// counts sum over `messages` only).
+    owners: BTreeMap<Offset, stored::PrincipalId>,
 }
+
+/// Principals the model attributes to (0: none, no event).
+const MODEL_PRINCIPALS: u64 = 3;
 
 fn expiry(view: &MessageView) -> Millis {
     view.expiry_ms.unwrap_or(NEVER)
@@ -49,7 +58,20 @@ impl Model {
             credits,
             totals: Totals::default(),
             last_enqueue_ms: 0,
+            owners: BTreeMap::new(),
         }
+    }
+
+    /// What each principal holds: messages and record bytes.
+    fn stored(&self, principal: stored::PrincipalId) -> stored::Stored {
+        let mut out = stored::Stored::default();
+        for view in self.messages.values() {
+            if self.owners.get(&view.offset) == Some(&principal) {
+                out.messages += 1;
+                out.bytes += u64::from(view.size_bytes);
+            }
+        }
+        out
     }
 
     fn weights(&self) -> Vec<u32> {
@@ -556,6 +578,13 @@ impl Model {
                 self.messages.remove(&offset);
                 self.totals.purged += 1;
             }
+            Event::Attributed { offset, count, principal, .. } => {
+                for at in offset.0..offset.0 + u64::from(count) {
+                    if self.messages.contains_key(&Offset(at)) {
+                        self.owners.insert(Offset(at), principal);
+                    }
+                }
+            }
         }
     }
 
@@ -704,6 +733,30 @@ impl Run {
             "counters at step {step}"
         );
         assert_eq!(self.state.retention_watermark(), self.model.messages.keys().next().copied());
+        for principal in (1..=MODEL_PRINCIPALS).map(stored::PrincipalId) {
+            assert_eq!(
+                self.state.stored().stored(principal),
+                self.model.stored(principal),
+                "stored counts of {principal:?} at step {step}"
+            );
+        }
+    }
+
+    /// Attributes the `count` records appended from `first` on to a random
+    /// principal, or to none (no event), as the enqueue path does.
+    fn attribute(&mut self, first: u64, count: u64) {
+        let principal = self.rng.random_range(0..=MODEL_PRINCIPALS);
+        if count == 0 || principal == 0 {
+            return;
+        }
+        let count = u32::try_from(count).expect("a batch fits u32");
+        let event = Event::Attributed {
+            offset: Offset(first),
+            count,
+            principal: stored::PrincipalId(principal),
+            at_ms: self.now,
+        };
+        self.apply(&[event]);
     }
 
     fn token(&mut self) -> Option<(TokenClaim, DeliveryToken, bool)> {
@@ -760,12 +813,14 @@ impl Run {
                     self.model.enqueue_batch(self.now, &batch),
                     "batch at step {step}"
                 );
+                let first = self.next_offset;
                 for (r, decision) in batch.iter().zip(real) {
                     if decision == Ok(EnqueueDecision::Accept) {
                         let meta = EnqueueMeta::new(r, Offset(self.next_offset), self.now);
                         self.apply(&[Event::Enqueued(meta)]);
                     }
                 }
+                self.attribute(first, self.next_offset - first);
             }
             5..=34 => {
                 let r = EnqueueRequest {
@@ -787,6 +842,7 @@ impl Run {
                 if real == Ok(EnqueueDecision::Accept) {
                     let meta = EnqueueMeta::new(&r, Offset(self.next_offset), self.now);
                     self.apply(&[Event::Enqueued(meta)]);
+                    self.attribute(meta.offset.0, 1);
                 }
             }
             35..=54 => {
