@@ -16,6 +16,8 @@
 #[allow(dead_code)]
 #[path = "e2e/common.rs"]
 mod common;
+#[path = "e2e/stream.rs"]
+mod stream;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,100 +27,25 @@ use std::time::Duration;
 use spool_client::spool_wire::batch::MessageId;
 use spool_client::spool_wire::proto::{MessageState, Offset, PartitionId};
 use spool_client::spool_wire::ErrorCode;
-use spool_client::{Admin, Client, Delivery, Message, Producer, ProducerConfig};
+use spool_client::{Admin, Delivery, Message, Producer, ProducerConfig};
 use spool_tests::{test_queue_config, Spoold, SpooldOptions};
 
 use common::{claim_options, count_by_id, drain, eventually, id_parts, message_id, unix_ms};
+use stream::{consume, produce, Ledger};
 
 const SHARDS: u16 = 2;
 /// Partitions of the streamed queue: several on each shard's journal.
 const PARTITIONS: u32 = 4;
-const STREAM_LEASE_MS: u32 = 2_000;
 /// Lease of the claims held across the kill: still unexpired when their
 /// tokens are tried and their messages claimed after the restart.
 const HELD_LEASE_MS: u32 = 60_000;
 const ENQUEUED_BEFORE_KILL: usize = 2_000;
 const ACKED_BEFORE_KILL: usize = 300;
-/// Pause of the streaming consumer after each acked claim, so a backlog is
-/// on disk at the kill.
-const CONSUMER_PAUSE: Duration = Duration::from_millis(20);
 
 fn journal_options() -> SpooldOptions {
     let mut options = SpooldOptions::new(SHARDS);
     options.args.extend(["--log-layout".to_owned(), "journal".to_owned()]);
     options
-}
-
-#[derive(Default)]
-struct Ledger {
-    submitted: HashSet<MessageId>,
-    /// Ids whose enqueue the broker acknowledged.
-    enqueued: HashSet<MessageId>,
-    /// Ids whose ack the broker acknowledged.
-    acked: HashSet<MessageId>,
-    /// Ids whose ack was sent but got no answer (outcome unknown).
-    ack_unknown: HashSet<MessageId>,
-}
-
-/// Streams enqueues until `stop` or the first failure; returns that failure.
-async fn produce(client: Client, ledger: Arc<Mutex<Ledger>>, stop: Arc<AtomicBool>) -> String {
-    let config = ProducerConfig { retries: 1, ..ProducerConfig::default() };
-    let producer = Producer::new(client, config).unwrap();
-    let mut sequence = 0u64;
-    while !stop.load(Ordering::Acquire) {
-        let mut pending = Vec::new();
-        for _ in 0..200 {
-            let id = message_id(1, sequence);
-            sequence += 1;
-            ledger.lock().unwrap().submitted.insert(id);
-            match producer.submit("stream", Message::new("work").id(id)).await {
-                Ok(future) => pending.push((id, future)),
-                Err(error) => return format!("submit: {error}"),
-            }
-        }
-        let mut failed = None;
-        for (id, future) in pending {
-            match future.await {
-                Ok(_) => {
-                    ledger.lock().unwrap().enqueued.insert(id);
-                }
-                Err(error) => failed = Some(format!("enqueue: {error}")),
-            }
-        }
-        if let Some(error) = failed {
-            return error;
-        }
-    }
-    "stopped".to_owned()
-}
-
-/// Claims and acks round the partitions until `stop` or the first failure.
-async fn consume(client: Client, ledger: Arc<Mutex<Ledger>>, stop: Arc<AtomicBool>) -> String {
-    let mut partition = 0u32;
-    while !stop.load(Ordering::Acquire) {
-        let options = claim_options(0x5eed, 50, STREAM_LEASE_MS, 50);
-        let batch = match client.claim("stream", PartitionId(partition), &options).await {
-            Ok(batch) => batch,
-            Err(error) => return format!("claim: {error}"),
-        };
-        partition = (partition + 1) % PARTITIONS;
-        if batch.deliveries.is_empty() {
-            continue;
-        }
-        let tokens: Vec<_> = batch.deliveries.iter().map(Delivery::token).collect();
-        let ids: Vec<_> = batch.deliveries.iter().map(Delivery::message_id).collect();
-        match client.ack("stream", batch.deliveries[0].partition(), &tokens).await {
-            Ok(()) => {
-                ledger.lock().unwrap().acked.extend(ids);
-                tokio::time::sleep(CONSUMER_PAUSE).await;
-            }
-            Err(error) => {
-                ledger.lock().unwrap().ack_unknown.extend(ids);
-                return format!("ack: {error}");
-            }
-        }
-    }
-    "stopped".to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -163,8 +90,12 @@ async fn journal_layout_keeps_acknowledged_work_across_sigkill_and_keeps_its_sha
     let stop = Arc::new(AtomicBool::new(false));
     let producing =
         tokio::spawn(produce(broker.client().await, Arc::clone(&ledger), Arc::clone(&stop)));
-    let consuming =
-        tokio::spawn(consume(broker.client().await, Arc::clone(&ledger), Arc::clone(&stop)));
+    let consuming = tokio::spawn(consume(
+        broker.client().await,
+        Arc::clone(&ledger),
+        Arc::clone(&stop),
+        PARTITIONS,
+    ));
     let streaming = eventually(Duration::from_secs(60), || {
         let ledger = ledger.lock().unwrap();
         let ready = (ledger.enqueued.len() >= ENQUEUED_BEFORE_KILL

@@ -40,3 +40,4 @@ mod ops;
 mod restart;
 mod routing;
 mod scale;
+mod stream;

@@ -3,7 +3,7 @@
 //! are stale (the leader epoch moved), and what was claimed at the stop is
 //! claimable again at once (the epoch fence), not after its lease.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -11,13 +11,12 @@ use std::time::Duration;
 use spool_client::spool_wire::batch::MessageId;
 use spool_client::spool_wire::proto::{MessageState, Offset, PartitionId};
 use spool_client::spool_wire::ErrorCode;
-use spool_client::{Admin, Client, Delivery, Message, Producer, ProducerConfig};
+use spool_client::{Admin, Delivery, Message, Producer, ProducerConfig};
 use spool_tests::{test_queue_config, Spoold};
 
 use crate::common::{claim_options, count_by_id, drain, eventually, message_id, unix_ms};
+use crate::stream::{consume, produce, Ledger};
 
-/// Lease of the streaming consumer.
-const STREAM_LEASE_MS: u32 = 2_000;
 /// Lease of the claims held across the restart; long enough that they are
 /// still unexpired when the old tokens are tried after the restart and when
 /// the fenced messages are claimed again.
@@ -27,86 +26,6 @@ const ENQUEUED_BEFORE_STOP: usize = 3_000;
 /// Messages acked by the consumer before the broker is stopped.
 const ACKED_BEFORE_STOP: usize = 500;
 const PARTITIONS: u32 = 2;
-/// Pause of the streaming consumer after each acked claim.
-const CONSUMER_PAUSE: Duration = Duration::from_millis(20);
-
-#[derive(Default)]
-struct Ledger {
-    /// Every id a producer submitted.
-    submitted: HashSet<MessageId>,
-    /// Ids whose enqueue the broker acknowledged.
-    enqueued: HashSet<MessageId>,
-    /// Ids whose ack the broker acknowledged.
-    acked: HashSet<MessageId>,
-    /// Ids whose ack was sent but got no answer (outcome unknown).
-    ack_unknown: HashSet<MessageId>,
-}
-
-/// Streams enqueues until `stop` or the first failure; returns that failure.
-async fn produce(client: Client, ledger: Arc<Mutex<Ledger>>, stop: Arc<AtomicBool>) -> String {
-    let config = ProducerConfig { retries: 1, ..ProducerConfig::default() };
-    let producer = Producer::new(client, config).unwrap();
-    let mut sequence = 0u64;
-    while !stop.load(Ordering::Acquire) {
-        let mut pending = Vec::new();
-        for _ in 0..200 {
-            let id = message_id(1, sequence);
-            sequence += 1;
-            ledger.lock().unwrap().submitted.insert(id);
-            match producer.submit("stream", Message::new("work").id(id)).await {
-                Ok(future) => pending.push((id, future)),
-                Err(error) => return format!("submit: {error}"),
-            }
-        }
-        let mut failed = None;
-        for (id, future) in pending {
-            match future.await {
-                Ok(_) => {
-                    ledger.lock().unwrap().enqueued.insert(id);
-                }
-                Err(error) => failed = Some(format!("enqueue: {error}")),
-            }
-        }
-        if let Some(error) = failed {
-            return error;
-        }
-    }
-    "stopped".to_owned()
-}
-
-/// Claims and acks until `stop` or the first failure; returns that failure.
-async fn consume(client: Client, ledger: Arc<Mutex<Ledger>>, stop: Arc<AtomicBool>) -> String {
-    let mut partition = 0u32;
-    while !stop.load(Ordering::Acquire) {
-        let options = claim_options(0x5eed, 50, STREAM_LEASE_MS, 50);
-        let batch = match client.claim("stream", PartitionId(partition), &options).await {
-            Ok(batch) => batch,
-            Err(error) => return format!("claim: {error}"),
-        };
-        partition = (partition + 1) % PARTITIONS;
-        if batch.deliveries.is_empty() {
-            continue;
-        }
-        let tokens: Vec<_> = batch.deliveries.iter().map(Delivery::token).collect();
-        let ids: Vec<_> = batch.deliveries.iter().map(Delivery::message_id).collect();
-        match client.ack("stream", batch.deliveries[0].partition(), &tokens).await {
-            Ok(()) => {
-                {
-                    // Ok: the broker acked every token of the fresh claim.
-                    let mut ledger = ledger.lock().unwrap();
-                    ledger.acked.extend(ids);
-                }
-                // Slower than the producer, so a backlog is on disk at the stop.
-                tokio::time::sleep(CONSUMER_PAUSE).await;
-            }
-            Err(error) => {
-                ledger.lock().unwrap().ack_unknown.extend(ids);
-                return format!("ack: {error}");
-            }
-        }
-    }
-    "stopped".to_owned()
-}
 
 #[derive(Clone, Copy, Debug)]
 enum Stop {
@@ -129,8 +48,12 @@ async fn restart_mid_stream(how: Stop) {
     let stop = Arc::new(AtomicBool::new(false));
     let producing =
         tokio::spawn(produce(broker.client().await, Arc::clone(&ledger), Arc::clone(&stop)));
-    let consuming =
-        tokio::spawn(consume(broker.client().await, Arc::clone(&ledger), Arc::clone(&stop)));
+    let consuming = tokio::spawn(consume(
+        broker.client().await,
+        Arc::clone(&ledger),
+        Arc::clone(&stop),
+        PARTITIONS,
+    ));
     let streaming = eventually(Duration::from_secs(40), || {
         let ledger = ledger.lock().unwrap();
         let ready = (ledger.enqueued.len() >= ENQUEUED_BEFORE_STOP
