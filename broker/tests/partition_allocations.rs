@@ -12,7 +12,6 @@
 //! of figures before and after the per-partition scratch buffers.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::path::Path;
@@ -28,51 +27,9 @@ use spool_broker::queue::{
 };
 use spool_wire::batch::{BatchBytes, DataBatchBuilder, MessageId, Payload, Record};
 
-struct Counting;
+mod counting_alloc;
 
-thread_local! {
-    /// Whether this thread's allocations are counted now (inside a request
-    /// future's poll). `const` initializers, no destructors: reading them
-    /// never allocates.
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-    /// Allocation calls (alloc, alloc_zeroed, realloc) counted so far.
-    static CALLS: Cell<u64> = const { Cell::new(0) };
-}
-
-fn counted() {
-    let _ = COUNTING.try_with(|on| {
-        if on.get() {
-            let _ = CALLS.try_with(|calls| calls.set(calls.get() + 1));
-        }
-    });
-}
-
-fn calls() -> u64 {
-    CALLS.with(Cell::get)
-}
-
-// SAFETY: delegates to the system allocator and only counts calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        counted();
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        counted();
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as our caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        counted();
-        // SAFETY: same contract as our caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+use counting_alloc::{calls, Counting};
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
@@ -83,9 +40,9 @@ struct Counted<F>(Pin<Box<F>>);
 impl<F: Future> Future for Counted<F> {
     type Output = F::Output;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        COUNTING.with(|on| on.set(true));
+        counting_alloc::set_counting(true);
         let polled = self.0.as_mut().poll(cx);
-        COUNTING.with(|on| on.set(false));
+        counting_alloc::set_counting(false);
         polled
     }
 }

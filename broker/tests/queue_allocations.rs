@@ -11,52 +11,14 @@
 //! inline arrays (`queue::fairness::PerClass`), and the class cursors merge
 //! concrete iterators instead of nine boxed ones a claim.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
 use spool_broker::queue::{
     ClaimRequest, EnqueueMeta, Event, LeaderEpoch, MessageId, Offset, PartitionContext,
     PartitionId, PartitionState, QueueConfig, QueueId, WorkerId,
 };
 
-struct Counting;
+mod counting_alloc;
 
-thread_local! {
-    /// Allocation calls (alloc, alloc_zeroed, realloc) of this thread. A
-    /// `const` initializer and no destructor: reading it never allocates.
-    static CALLS: Cell<u64> = const { Cell::new(0) };
-}
-
-fn counted() {
-    let _ = CALLS.try_with(|calls| calls.set(calls.get() + 1));
-}
-
-fn calls() -> u64 {
-    CALLS.with(Cell::get)
-}
-
-// SAFETY: delegates to the system allocator and only counts calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        counted();
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        counted();
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as our caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        counted();
-        // SAFETY: same contract as our caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+use counting_alloc::{calls, Counting};
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
@@ -100,6 +62,8 @@ fn enqueued(n: u64) -> Event {
 // bookkeeping. Before `PerClass` the claim path made 8.6 a message.
 #[test]
 fn claim_and_ack_allocate_per_request_not_per_message() {
+    // Counted only on this thread, from here on.
+    counting_alloc::set_counting(true);
     let mut state = state();
     for n in 0..MESSAGES {
         state.apply(&enqueued(n)).unwrap();
