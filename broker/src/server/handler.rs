@@ -811,7 +811,14 @@ impl SpoolHandler {
                 .encode(correlation_id, &mut out)
                 .map_err(|e| error(ErrorCode::Internal, e.to_string()))
         } else {
-            let principal = grants.principal_id();
+            // Records are attributed (an `Attributed` event per batch) only
+            // for a principal with a stored quota: other producers pay
+            // nothing for it.
+            let principal = if grants.quota().limits_stored() {
+                grants.principal_id()
+            } else {
+                PrincipalId::UNKNOWN
+            };
             let mut answered = self.dispatch(request, principal, started, &mut timed).await;
             if let Ok(response) = answered.as_mut() {
                 self.auth.filter_listing(response, &grants);
