@@ -20,8 +20,7 @@ mod common;
 mod stream;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use spool_client::spool_wire::batch::MessageId;
@@ -30,8 +29,8 @@ use spool_client::spool_wire::ErrorCode;
 use spool_client::{Admin, Delivery, Message, Producer, ProducerConfig};
 use spool_tests::{test_queue_config, Spoold, SpooldOptions};
 
-use common::{claim_options, count_by_id, drain, eventually, id_parts, message_id, unix_ms};
-use stream::{consume, produce, Ledger};
+use common::{claim_options, count_by_id, drain, id_parts, message_id, unix_ms};
+use stream::Stream;
 
 const SHARDS: u16 = 2;
 /// Partitions of the streamed queue: several on each shard's journal.
@@ -86,38 +85,14 @@ async fn journal_layout_keeps_acknowledged_work_across_sigkill_and_keeps_its_sha
         producer.send("held", Message::new("held").id(message_id(2, sequence))).await.unwrap();
     }
 
-    let ledger: Arc<Mutex<Ledger>> = Arc::default();
-    let stop = Arc::new(AtomicBool::new(false));
-    let producing =
-        tokio::spawn(produce(broker.client().await, Arc::clone(&ledger), Arc::clone(&stop)));
-    let consuming = tokio::spawn(consume(
+    let stream = Stream::start(
         broker.client().await,
-        Arc::clone(&ledger),
-        Arc::clone(&stop),
+        broker.client().await,
         PARTITIONS,
-    ));
-    let streaming = eventually(Duration::from_secs(60), || {
-        let ledger = ledger.lock().unwrap();
-        let ready = (ledger.enqueued.len() >= ENQUEUED_BEFORE_KILL
-            && ledger.acked.len() >= ACKED_BEFORE_KILL)
-            || producing.is_finished()
-            || consuming.is_finished();
-        async move { ready }
-    })
+        (ENQUEUED_BEFORE_KILL, ACKED_BEFORE_KILL),
+        Duration::from_secs(60),
+    )
     .await;
-    if !streaming || producing.is_finished() || consuming.is_finished() {
-        stop.store(true, Ordering::Release);
-        let (enqueued, acked) = {
-            let ledger = ledger.lock().unwrap();
-            (ledger.enqueued.len(), ledger.acked.len())
-        };
-        panic!(
-            "the stream did not get going: {enqueued} enqueued, {acked} acked; producer: {}; \
-             consumer: {}",
-            producing.await.unwrap(),
-            consuming.await.unwrap()
-        );
-    }
 
     // Claims held across the kill, their leases unexpired afterwards.
     let held =
@@ -125,9 +100,8 @@ async fn journal_layout_keeps_acknowledged_work_across_sigkill_and_keeps_its_sha
     assert_eq!(held.deliveries.len(), 5);
 
     broker.kill();
-    stop.store(true, Ordering::Release);
-    let produced = producing.await.unwrap();
-    let consumed = consuming.await.unwrap();
+    let ledger = Arc::clone(&stream.ledger);
+    let (produced, consumed) = stream.finish().await;
     eprintln!("at the kill: producer {produced}; consumer {consumed}");
     broker.restart();
 

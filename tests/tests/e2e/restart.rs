@@ -4,8 +4,7 @@
 //! claimable again at once (the epoch fence), not after its lease.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use spool_client::spool_wire::batch::MessageId;
@@ -14,8 +13,8 @@ use spool_client::spool_wire::ErrorCode;
 use spool_client::{Admin, Delivery, Message, Producer, ProducerConfig};
 use spool_tests::{test_queue_config, Spoold};
 
-use crate::common::{claim_options, count_by_id, drain, eventually, message_id, unix_ms};
-use crate::stream::{consume, produce, Ledger};
+use crate::common::{claim_options, count_by_id, drain, message_id, unix_ms};
+use crate::stream::Stream;
 
 /// Lease of the claims held across the restart; long enough that they are
 /// still unexpired when the old tokens are tried after the restart and when
@@ -44,38 +43,14 @@ async fn restart_mid_stream(how: Stop) {
         producer.send("held", Message::new("held").id(message_id(2, sequence))).await.unwrap();
     }
 
-    let ledger: Arc<Mutex<Ledger>> = Arc::default();
-    let stop = Arc::new(AtomicBool::new(false));
-    let producing =
-        tokio::spawn(produce(broker.client().await, Arc::clone(&ledger), Arc::clone(&stop)));
-    let consuming = tokio::spawn(consume(
+    let stream = Stream::start(
         broker.client().await,
-        Arc::clone(&ledger),
-        Arc::clone(&stop),
+        broker.client().await,
         PARTITIONS,
-    ));
-    let streaming = eventually(Duration::from_secs(40), || {
-        let ledger = ledger.lock().unwrap();
-        let ready = (ledger.enqueued.len() >= ENQUEUED_BEFORE_STOP
-            && ledger.acked.len() >= ACKED_BEFORE_STOP)
-            || producing.is_finished()
-            || consuming.is_finished();
-        async move { ready }
-    })
+        (ENQUEUED_BEFORE_STOP, ACKED_BEFORE_STOP),
+        Duration::from_secs(40),
+    )
     .await;
-    if !streaming || producing.is_finished() || consuming.is_finished() {
-        stop.store(true, Ordering::Release);
-        let (enqueued, acked) = {
-            let ledger = ledger.lock().unwrap();
-            (ledger.enqueued.len(), ledger.acked.len())
-        };
-        panic!(
-            "the stream did not get going: {enqueued} enqueued, {acked} acked; producer: {}; \
-             consumer: {}",
-            producing.await.unwrap(),
-            consuming.await.unwrap()
-        );
-    }
 
     // Claims held across the restart, still unexpired afterwards.
     let held = client.claim("held", PartitionId(0), &claim_options(7, 5, HELD_LEASE_MS, 0)).await;
@@ -89,9 +64,8 @@ async fn restart_mid_stream(how: Stop) {
         }
         Stop::Kill => broker.kill(),
     }
-    stop.store(true, Ordering::Release);
-    let produced = producing.await.unwrap();
-    let consumed = consuming.await.unwrap();
+    let ledger = Arc::clone(&stream.ledger);
+    let (produced, consumed) = stream.finish().await;
     eprintln!("at the stop: producer {produced}; consumer {consumed}");
     broker.restart();
 

@@ -11,7 +11,7 @@ use spool_client::spool_wire::batch::MessageId;
 use spool_client::spool_wire::proto::PartitionId;
 use spool_client::{Client, Delivery, Message, Producer, ProducerConfig};
 
-use super::common::{claim_options, message_id};
+use super::common::{claim_options, eventually, message_id};
 
 /// Lease of the streaming consumer.
 pub const STREAM_LEASE_MS: u32 = 2_000;
@@ -98,4 +98,60 @@ pub async fn consume(
         }
     }
     "stopped".to_owned()
+}
+
+/// A producer and a consumer streaming against the broker, and the ledger
+/// of what it acknowledged.
+pub struct Stream {
+    pub ledger: Arc<Mutex<Ledger>>,
+    stop: Arc<AtomicBool>,
+    producing: tokio::task::JoinHandle<String>,
+    consuming: tokio::task::JoinHandle<String>,
+}
+
+impl Stream {
+    /// Starts streaming on `producer` and `consumer` (queue `stream` of
+    /// `partitions`) and returns once at least `enqueued` enqueues and
+    /// `acked` acks were acknowledged; panics with both sides' errors if
+    /// that does not happen within `patience` or either side stops first.
+    pub async fn start(
+        producer: Client,
+        consumer: Client,
+        partitions: u32,
+        (enqueued, acked): (usize, usize),
+        patience: Duration,
+    ) -> Stream {
+        let ledger: Arc<Mutex<Ledger>> = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let producing = tokio::spawn(produce(producer, Arc::clone(&ledger), Arc::clone(&stop)));
+        let consuming =
+            tokio::spawn(consume(consumer, Arc::clone(&ledger), Arc::clone(&stop), partitions));
+        let streaming = eventually(patience, || {
+            let ledger = ledger.lock().unwrap();
+            let ready = (ledger.enqueued.len() >= enqueued && ledger.acked.len() >= acked)
+                || producing.is_finished()
+                || consuming.is_finished();
+            async move { ready }
+        })
+        .await;
+        let stream = Stream { ledger, stop, producing, consuming };
+        if !streaming || stream.producing.is_finished() || stream.consuming.is_finished() {
+            let (enqueued, acked) = {
+                let ledger = stream.ledger.lock().unwrap();
+                (ledger.enqueued.len(), ledger.acked.len())
+            };
+            let (producer, consumer) = stream.finish().await;
+            panic!(
+                "the stream did not get going: {enqueued} enqueued, {acked} acked; producer: \
+                 {producer}; consumer: {consumer}"
+            );
+        }
+        stream
+    }
+
+    /// Stops both sides and returns how each ended.
+    pub async fn finish(self) -> (String, String) {
+        self.stop.store(true, Ordering::Release);
+        (self.producing.await.unwrap(), self.consuming.await.unwrap())
+    }
 }
