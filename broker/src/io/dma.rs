@@ -179,6 +179,7 @@ impl StorageFile for DmaSegmentFile {
     async fn write_at(&self, buf: Rc<DmaBuffer>, pos: u64) -> Result<(), IoError> {
         let len = buf.len();
         assert_page_aligned(pos, len);
+        let _in_flight = super::stats::InFlight::begin();
         let written = self
             .file
             .write_rc_at(buf, pos)
@@ -209,6 +210,7 @@ impl StorageFile for DmaSegmentFile {
 
     async fn fdatasync(&self) -> Result<(), IoError> {
         let started = crate::clock::instant_now();
+        let _in_flight = super::stats::InFlight::begin();
         self.file
             .fdatasync()
             .await

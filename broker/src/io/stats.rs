@@ -166,6 +166,38 @@ pub fn record_read(from_cache: bool) {
     });
 }
 
+thread_local! {
+    /// Disk writes and syncs this thread has submitted and not yet seen
+    /// complete. The poll gate (`net/poll_gate.rs`) reads it: while the
+    /// disk has work of ours in flight, a busy shard looks at its
+    /// completions more often, so a commit's write, its sync and the reply
+    /// they release follow the disk and not the gate's clock.
+    static DISK_IN_FLIGHT: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Marks one disk operation of this thread in flight until it is dropped
+/// (completed, failed or cancelled alike).
+#[must_use = "the operation counts as in flight only while the guard lives"]
+pub struct InFlight(());
+
+impl InFlight {
+    pub fn begin() -> InFlight {
+        DISK_IN_FLIGHT.with(|count| count.set(count.get().saturating_add(1)));
+        InFlight(())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        DISK_IN_FLIGHT.with(|count| count.set(count.get().saturating_sub(1)));
+    }
+}
+
+/// Whether this thread has a disk write or sync in flight.
+pub fn disk_in_flight() -> bool {
+    DISK_IN_FLIGHT.with(|count| count.get() > 0)
+}
+
 /// This thread's counters now.
 pub fn snapshot() -> IoSnapshot {
     COUNTERS.with(|counters| IoSnapshot {
@@ -186,6 +218,24 @@ pub fn snapshot() -> IoSnapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Goal: the in-flight mark lasts exactly as long as its guards, also
+    // when one is dropped early (a cancelled write). Method: nest guards.
+    #[test]
+    fn disk_in_flight_follows_the_guards() {
+        std::thread::spawn(|| {
+            assert!(!disk_in_flight());
+            let write = InFlight::begin();
+            let sync = InFlight::begin();
+            assert!(disk_in_flight());
+            drop(write);
+            assert!(disk_in_flight(), "one operation is still in flight");
+            drop(sync);
+            assert!(!disk_in_flight());
+        })
+        .join()
+        .unwrap();
+    }
 
     // Goal: a sync lands in the first bucket whose bound covers it, the sum
     // adds up, writes add up, and another thread's counters are its own.

@@ -42,6 +42,12 @@ use crate::clock::instant_now;
 /// The shortest timer glommio arms: it fires at the executor's next poll.
 const NEXT_POLL: Duration = Duration::from_micros(1);
 
+/// The gate's interval while a disk write or sync of this shard is in
+/// flight: its completion is seen within this long even when busy
+/// connections fill the run queue.
+const DISK_BUSY_INTERVAL: Duration =
+    Duration::from_micros(crate::limits::IO_POLL_INTERVAL_DISK_BUSY_US);
+
 /// How many times the marker steps back behind newly woken tasks before it
 /// wakes the parked connection loops: the length of wake-up chain that runs
 /// ahead of them (an I/O completion wakes a committer, which wakes a
@@ -82,12 +88,23 @@ impl PollGate {
     /// connection last saw it poll. The first call on an executor starts
     /// the clock.
     pub fn due(&self) -> bool {
-        self.due_at(instant_now())
+        self.due_at(instant_now(), crate::io::stats::disk_in_flight())
     }
 
-    fn due_at(&self, now: Instant) -> bool {
+    /// The interval in force: shorter while the shard's disk has work of
+    /// ours in flight ([`DISK_BUSY_INTERVAL`]).
+    fn interval(&self, disk_busy: bool) -> Duration {
+        if disk_busy {
+            self.interval.min(DISK_BUSY_INTERVAL)
+        } else {
+            self.interval
+        }
+    }
+
+    fn due_at(&self, now: Instant, disk_busy: bool) -> bool {
+        let interval = self.interval(disk_busy);
         LAST_POLL.with(|last| match last.get() {
-            Some(at) => now.saturating_duration_since(at) >= self.interval,
+            Some(at) => now.saturating_duration_since(at) >= interval,
             None => {
                 last.set(Some(now));
                 false
@@ -193,13 +210,35 @@ mod tests {
         executor.run(async {
             let gate = PollGate::new(Duration::from_millis(5));
             let start = instant_now();
-            assert!(!gate.due_at(start), "the first look starts the clock");
-            assert!(!gate.due_at(start + Duration::from_millis(4)));
-            assert!(gate.due_at(start + Duration::from_millis(5)));
+            assert!(!gate.due_at(start, false), "the first look starts the clock");
+            assert!(!gate.due_at(start + Duration::from_millis(4), false));
+            assert!(gate.due_at(start + Duration::from_millis(5), false));
             LAST_POLL.with(|last| last.set(Some(start - Duration::from_millis(10))));
             assert!(gate.due());
             gate.pass().await;
             assert!(!gate.due(), "a poll was just seen");
+        });
+    }
+
+    // Goal: while a disk write or sync is in flight the gate closes after
+    // the short disk-busy interval, not the configured one, and a
+    // configured interval shorter than that stays in force. Method: drive
+    // `due_at` with chosen instants and either state of the disk.
+    #[test]
+    fn a_busy_disk_shortens_the_interval() {
+        let executor = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .make()
+            .expect("executor");
+        executor.run(async {
+            let gate = PollGate::new(Duration::from_millis(5));
+            let start = instant_now();
+            assert!(!gate.due_at(start, true), "the first look starts the clock");
+            assert!(!gate.due_at(start + DISK_BUSY_INTERVAL / 2, true));
+            assert!(gate.due_at(start + DISK_BUSY_INTERVAL, true));
+            assert!(!gate.due_at(start + DISK_BUSY_INTERVAL, false), "an idle disk: 5 ms");
+            let short = PollGate::new(DISK_BUSY_INTERVAL / 2);
+            assert!(short.due_at(start + DISK_BUSY_INTERVAL / 2, true));
+            assert!(short.due_at(start + DISK_BUSY_INTERVAL / 2, false));
         });
     }
 
