@@ -45,8 +45,9 @@ const NEXT_POLL: Duration = Duration::from_micros(1);
 /// The gate's interval while a disk write or sync of this shard is in
 /// flight: its completion is seen within this long even when busy
 /// connections fill the run queue.
-const DISK_BUSY_INTERVAL: Duration =
-    Duration::from_micros(crate::limits::IO_POLL_INTERVAL_DISK_BUSY_US);
+const fn disk_busy_interval() -> Duration {
+    Duration::from_micros(crate::limits::IO_POLL_INTERVAL_DISK_BUSY_US)
+}
 
 /// How many times the marker steps back behind newly woken tasks before it
 /// wakes the parked connection loops: the length of wake-up chain that runs
@@ -92,10 +93,10 @@ impl PollGate {
     }
 
     /// The interval in force: shorter while the shard's disk has work of
-    /// ours in flight ([`DISK_BUSY_INTERVAL`]).
+    /// ours in flight ([`disk_busy_interval`]).
     fn interval(&self, disk_busy: bool) -> Duration {
         if disk_busy {
-            self.interval.min(DISK_BUSY_INTERVAL)
+            self.interval.min(disk_busy_interval())
         } else {
             self.interval
         }
@@ -230,15 +231,16 @@ mod tests {
             .make()
             .expect("executor");
         executor.run(async {
+            let busy = disk_busy_interval();
             let gate = PollGate::new(Duration::from_millis(5));
             let start = instant_now();
             assert!(!gate.due_at(start, true), "the first look starts the clock");
-            assert!(!gate.due_at(start + DISK_BUSY_INTERVAL / 2, true));
-            assert!(gate.due_at(start + DISK_BUSY_INTERVAL, true));
-            assert!(!gate.due_at(start + DISK_BUSY_INTERVAL, false), "an idle disk: 5 ms");
-            let short = PollGate::new(DISK_BUSY_INTERVAL / 2);
-            assert!(short.due_at(start + DISK_BUSY_INTERVAL / 2, true));
-            assert!(short.due_at(start + DISK_BUSY_INTERVAL / 2, false));
+            assert!(!gate.due_at(start + busy / 2, true));
+            assert!(gate.due_at(start + busy, true));
+            assert!(!gate.due_at(start + busy, false), "an idle disk: 5 ms");
+            let short = PollGate::new(busy / 2);
+            assert!(short.due_at(start + busy / 2, true));
+            assert!(short.due_at(start + busy / 2, false));
         });
     }
 
