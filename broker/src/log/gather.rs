@@ -194,6 +194,22 @@ impl<S: Storage> Log<S> {
         Ok(())
     }
 
+    /// Whether a data batch of `data_len` bytes and a control batch of
+    /// `control_len` bytes appended right after it (no await between) would
+    /// both fit under their pending bounds now; also true once the log
+    /// failed or closed (`append` then says why). Await
+    /// [`Log::writable`] for each and ask again while false.
+    pub fn room_for_pair(&self, data_len: u64, control_len: u64) -> bool {
+        let state = self.shared.state.borrow();
+        if state.failed.is_some() || state.closing {
+            return true;
+        }
+        let config = &self.shared.config;
+        state.pending_bytes + data_len <= config.pending_limit(BatchKind::Data)
+            && state.pending_bytes + data_len + control_len
+                <= config.pending_limit(BatchKind::Control)
+    }
+
     /// Resolves when a `len`-byte batch of `kind` would fit under its pending
     /// bound ([`crate::log::LogConfig::pending_limit`]: data batches stop earlier than
     /// control batches), or the log failed or closed (`append` then reports

@@ -90,7 +90,14 @@ impl<S: Storage + Clone> Partition<S> {
         if view.header().flags != 0 {
             return Err(PartitionError::Flags(view.header().flags));
         }
-        self.log.writable(BatchKind::Data, batch.len() as u64).await;
+        if principal == PrincipalId::UNKNOWN {
+            self.log.writable(BatchKind::Data, batch.len() as u64).await;
+        } else {
+            // Room for the batch and its attribution together: once the
+            // data is appended, the attribution cannot be refused for room
+            // (it would leave the records counted against no one).
+            self.log.writable_pair(batch.len() as u64, Self::control_bytes(1, false)).await;
+        }
         // From here to the append: no await, so no other request interleaves.
         let now = (self.clock)();
         // The bookkeeping lives in the partition's reused scratch, given
@@ -212,17 +219,21 @@ impl<S: Storage + Clone> Partition<S> {
                     principal,
                     at_ms: now,
                 };
+                // Room for it was there with the data's (`writable_pair`),
+                // and a log that failed or closed refused the data already
+                // (nothing awaited between): what is left is a segment log
+                // out of segments. Then the enqueue is answered with that
+                // error rather than leave the records silently uncounted.
                 match self.append_events(&[event], now) {
                     Ok(control) => attributed = control,
-                    // The records are appended and will be answered; only
-                    // their attribution is lost (they count against no
-                    // one, as after a crash between the two). A log that
-                    // failed fails the data's ticket too.
-                    Err(error) => tracing::warn!(
-                        partition = ?self.name,
-                        %error,
-                        "enqueue: attribution not appended; the records count against no one"
-                    ),
+                    Err(error) => {
+                        tracing::error!(
+                            partition = ?self.name,
+                            %error,
+                            "enqueue: attribution not appended; the batch is refused"
+                        );
+                        return Err(error);
+                    }
                 }
             }
         }

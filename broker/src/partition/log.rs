@@ -338,6 +338,35 @@ impl<S: Storage> PartitionLog<S> {
         }
     }
 
+    /// Resolves when a data batch of `data_len` bytes and a control batch
+    /// of `control_len` bytes appended right after it, with no await
+    /// between, both fit under their bounds (or the log failed or closed:
+    /// `append` then says why). So the second append cannot be refused for
+    /// room once the first was taken.
+    pub async fn writable_pair(&self, data_len: u64, control_len: u64) {
+        loop {
+            self.writable(BatchKind::Data, data_len).await;
+            match self {
+                // Both share one pending bound (the data one is tighter).
+                Self::Segments(log) => {
+                    log.writable(BatchKind::Control, data_len + control_len).await;
+                    if log.room_for_pair(data_len, control_len) {
+                        return;
+                    }
+                }
+                // One bound per lane.
+                Self::Journal(part) => {
+                    part.writable(BatchKind::Control, control_len).await;
+                    if part.has_room(BatchKind::Data, data_len)
+                        && part.has_room(BatchKind::Control, control_len)
+                    {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
     /// Data batches from the one holding `from`, up to about `max_bytes`.
     ///
     /// # Errors

@@ -378,11 +378,20 @@ impl<S: Storage + Clone> Partition<S> {
         let mut batches = 0u64;
         let mut events = 0u64;
         let recovery = |reason: String| PartitionError::Recovery { dir: self.dir.clone(), reason };
+        // An attribution whose records have not arrived when the epoch
+        // changes (or replay ends) outlived records a crash lost: the
+        // offsets are taken again by the next epoch's records.
+        let mut epoch = None;
         while let Some(ReplayBatch { batch, apply_from }) = replay.next_batch().await? {
             let bytes = aligned(&batch.bytes);
             let view = verified_view(&bytes, &batch.header)?;
             let base = view.header().base_offset;
             let mut state = self.state.borrow_mut();
+            let batch_epoch = view.header().leader_epoch;
+            if epoch.is_some_and(|last| last != batch_epoch) {
+                state.drop_pending_attributions();
+            }
+            epoch = Some(batch_epoch);
             for index in 0..view.len() {
                 let offset = base + index as u64;
                 if offset < apply_from.0 {
@@ -405,6 +414,7 @@ impl<S: Storage + Clone> Partition<S> {
             }
             batches += 1;
         }
+        self.state.borrow_mut().drop_pending_attributions();
         Ok((batches, events))
     }
 

@@ -155,6 +155,49 @@ impl StoredByPrincipal {
         }
     }
 
+    /// A record was applied at `offset` (of `size_bytes`) after an
+    /// attribution that names it: it counts against that principal now.
+    /// On the live path a batch's records are applied before its
+    /// attribution, so no run names a new record yet; in a journal's
+    /// replay the attribution (control lane) can come first, and its run
+    /// waits for the records (a *pending* attribution, cut by
+    /// [`drop_pending`](Self::drop_pending) at the end of replay and at
+    /// every epoch change within it).
+    pub fn arrived(&mut self, offset: Offset, size_bytes: u32) {
+        if self.last_end().is_none_or(|end| end.0 <= offset.0) {
+            return;
+        }
+        let Some(principal) = self.principal_of(offset) else { return };
+        let stored = self.counts.entry(principal).or_default();
+        stored.messages += 1;
+        stored.bytes += u64::from(size_bytes);
+    }
+
+    /// Cuts every run at `next` (the offset the next applied record would
+    /// take): attributions of records that never arrived. Their data was
+    /// lost (a crash took it after its attribution became durable), and the
+    /// offsets will be taken again by other records, which must not count
+    /// against the old principal. They counted nothing, so no count
+    /// changes. Returns how many attributed offsets were cut.
+    pub fn drop_pending(&mut self, next: Offset) -> u64 {
+        let mut cut = 0u64;
+        while let Some(mut entry) = self.runs.last_entry() {
+            let start = *entry.key();
+            let run = *entry.get();
+            if run.end <= next.0 {
+                break;
+            }
+            if start < next.0 {
+                cut += run.end - next.0;
+                entry.get_mut().end = next.0;
+                break;
+            }
+            cut += run.end - start;
+            entry.remove();
+        }
+        cut
+    }
+
     /// The principal the message at `offset` is attributed to, if any.
     pub fn principal_of(&self, offset: Offset) -> Option<PrincipalId> {
         let (_, run) = self.runs.range(..=offset.0).next_back()?;

@@ -764,6 +764,10 @@ impl SpoolHandler {
             if grants.quota().limits_stored()
                 && self.state.served(enqueue.queue, enqueue.partition).is_some()
             {
+                let waiting = self.state.partitions_waiting_to_open();
+                if let Err(reply) = self.quotas.check_stored_known(&grants, waiting) {
+                    return Self::encode_error(&reply, correlation_id, api_key, api_version);
+                }
                 let id = grants.principal_id();
                 let partitions = self.state.partitions.borrow().len();
                 let here = || self.stored_here(id);

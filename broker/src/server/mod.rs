@@ -353,6 +353,12 @@ impl ShardState {
             .collect();
     }
 
+    /// Partitions of this shard whose open is retried (refused for lack of
+    /// disk space): their records are not in any stored figure yet.
+    pub fn partitions_waiting_to_open(&self) -> usize {
+        self.open_retries.borrow().len()
+    }
+
     /// Records that `queue`/`partition` is not served (answered
     /// `STORAGE_FAILED`, reported by `/health/ready`) and builds the error.
     fn refuse_partition(

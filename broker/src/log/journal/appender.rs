@@ -383,6 +383,17 @@ impl<S: Storage> Journal<S> {
         }
     }
 
+    /// Whether an entry of `len_bytes` (header included) fits under
+    /// `lane`'s bound now; also true once the journal failed or closed
+    /// (`append` then says why).
+    pub fn has_room(&self, lane: Lane, len_bytes: u64) -> bool {
+        let limit_bytes = self.shared.pending_limit(lane);
+        let mut state = self.shared.state.borrow_mut();
+        state.failed.is_some()
+            || state.closing
+            || state.lane_mut(lane).pending_bytes + len_bytes <= limit_bytes
+    }
+
     /// Stops accepting appends; [`Journal::background`] completes once every
     /// queued entry is durable.
     pub fn close(&self) {

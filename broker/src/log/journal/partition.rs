@@ -319,6 +319,13 @@ impl<S: Storage> JournalPartition<S> {
         })
     }
 
+    /// Whether a `len`-byte batch of `kind` fits under its lane's bound
+    /// now (or the journal failed or closed).
+    pub fn has_room(&self, kind: BatchKind, len: u64) -> bool {
+        let lane = if kind == BatchKind::Data { Lane::Data } else { Lane::Control };
+        self.shard.journal.has_room(lane, len + ENTRY_HEADER_BYTES as u64)
+    }
+
     /// Resolves when a `len`-byte batch of `kind` would fit under its lane's
     /// bound (data batches: the data lane; control: the control lane), or
     /// the journal failed or closed (`append` then says why).

@@ -28,11 +28,33 @@ impl PartitionState {
             let first = self.stored.in_first_run(offset);
             self.stored.leave(offset, size);
             if first {
-                let oldest = self.retention_watermark();
-                self.stored.trim_below(oldest);
+                // With nothing held, only runs of records still to come (a
+                // pending attribution in a journal's replay) stay.
+                let oldest = self.retention_watermark().unwrap_or(self.next_data_offset());
+                self.stored.trim_below(Some(oldest));
+            }
+        }
+        if let Event::Enqueued(meta) = event {
+            if !self.stored.is_empty() {
+                self.stored.arrived(meta.offset, meta.size_bytes);
             }
         }
         Ok(())
+    }
+
+    /// One past the highest offset a record was applied at (0 before any).
+    fn next_data_offset(&self) -> Offset {
+        Offset(self.highest_enqueued.map_or(0, |highest| highest.0 + 1))
+    }
+
+    /// Drops the attributions of records not applied (yet): see
+    /// [`StoredByPrincipal::drop_pending`]. Replay calls it when the
+    /// leader epoch of the batches changes and when it ends; on the live
+    /// path there are none (a batch's records are applied before its
+    /// attribution). Returns how many attributed offsets were dropped.
+    pub fn drop_pending_attributions(&mut self) -> u64 {
+        let next = self.next_data_offset();
+        self.stored.drop_pending(next)
     }
 
     fn apply_event(&mut self, event: &Event) -> Result<(), ApplyError> {
@@ -187,11 +209,12 @@ impl PartitionState {
     /// Counts the held records among the `count` from `offset` on against
     /// `principal`. On the live path and on replay of a segment log they
     /// are all held (the event is appended right behind its batch, in the
-    /// same step). A record the state does not hold counts nothing: in a
-    /// journal (control lane ahead of data) the event may replay before
-    /// its records, or outlive records a crash lost, and then the counts
-    /// can only be lower, never higher (`docs/operations.md`, "Stored
-    /// quotas").
+    /// same step). In a journal (control lane ahead of data) the event may
+    /// replay before its records: its run is kept, and each record counts
+    /// when its `Enqueued` event arrives ([`StoredByPrincipal::arrived`]);
+    /// an event that outlived records a crash lost is dropped at the next
+    /// epoch or the end of replay ([`Self::drop_pending_attributions`])
+    /// (`docs/operations.md`, "Stored quotas").
     fn apply_attributed(
         &mut self,
         offset: Offset,
@@ -210,10 +233,12 @@ impl PartitionState {
         // The last run may grow over the gap before this batch only if
         // the gap holds no message (another producer's, or an anonymous
         // one, would otherwise be taken for this principal's).
-        let merge = self
-            .stored
-            .last_end()
-            .is_none_or(|from| from >= offset || !self.holds_any_in(from, offset));
+        // Offsets not applied yet (a journal's replay) may still receive
+        // someone else's records: no merge over them.
+        let merge = self.stored.last_end().is_none_or(|from| {
+            from >= offset
+                || (offset <= self.next_data_offset() && !self.holds_any_in(from, offset))
+        });
         self.stored.attribute_run(offset, u64::from(count), principal, messages, bytes, merge);
         Ok(())
     }

@@ -1256,3 +1256,73 @@ fn stored_counts_follow_acks_expiry_and_purge() {
     }
     assert_eq!(again.iter().count(), 0);
 }
+
+// Goal: in a journal's replay an attribution can come before its records
+// (the control lane is written ahead of queued data): its records count
+// when they arrive, to the same counts and runs as in the live order; it
+// never lets a principal's run grow over offsets not applied yet (an
+// anonymous record may still land there); and an attribution whose records
+// never arrive (a crash lost them, their offsets taken again later) is
+// dropped, so the records that take its offsets count against no one.
+// Method: one set of events applied in live order and in "attributions
+// first" order, compare; then a lone attribution, the drop replay makes at
+// its end or at an epoch change, and anonymous records at its offsets.
+#[test]
+fn an_attribution_ahead_of_its_records_counts_them_when_they_arrive() {
+    use crate::queue::stored::{PrincipalId, Stored};
+    let (alice, bob) = (PrincipalId(1), PrincipalId(2));
+    let enqueued = |n: u64| Event::Enqueued(EnqueueMeta::new(&request(n, 0), Offset(n), 1_000 + n));
+    let attributed = |offset: u64, count: u32, principal: PrincipalId| Event::Attributed {
+        offset: Offset(offset),
+        count,
+        principal,
+        at_ms: 1_000,
+    };
+    // Offsets 0-1 alice, 2 anonymous, 3 alice, 4 bob.
+    let live = [
+        enqueued(0),
+        enqueued(1),
+        attributed(0, 2, alice),
+        enqueued(2),
+        enqueued(3),
+        attributed(3, 1, alice),
+        enqueued(4),
+        attributed(4, 1, bob),
+    ];
+    let journal = [
+        attributed(0, 2, alice),
+        attributed(3, 1, alice),
+        attributed(4, 1, bob),
+        enqueued(0),
+        enqueued(1),
+        enqueued(2),
+        enqueued(3),
+        enqueued(4),
+    ];
+    let fold = |events: &[Event]| {
+        let mut h = Harness::new(config());
+        for event in events {
+            h.state.apply(event).unwrap();
+        }
+        assert_eq!(h.state.drop_pending_attributions(), 0, "every record arrived");
+        h.state
+    };
+    let (live, journal) = (fold(&live), fold(&journal));
+    let size = u64::from(request(0, 0).size_bytes);
+    let count = |messages: u64| Stored { messages, bytes: messages * size };
+    assert_eq!(journal.stored().stored(alice), count(3));
+    assert_eq!(journal.stored().stored(bob), count(1));
+    assert_eq!(journal.stored().principal_of(Offset(2)), None, "the anonymous record");
+    assert_eq!(journal.stored(), live.stored());
+
+    // Alice's records at 1-2 were lost; the next epoch appends anonymous
+    // records there.
+    let mut h = Harness::new(config());
+    h.state.apply(&enqueued(0)).unwrap();
+    h.state.apply(&attributed(1, 2, alice)).unwrap();
+    assert_eq!(h.state.drop_pending_attributions(), 2);
+    h.state.apply(&enqueued(1)).unwrap();
+    h.state.apply(&enqueued(2)).unwrap();
+    assert_eq!(h.state.stored().stored(alice), Stored::default());
+    assert_eq!(h.state.stored().principal_of(Offset(1)), None);
+}
