@@ -73,6 +73,23 @@ impl Broker {
         label: &str,
         spin_before_park_us: u64,
     ) -> Result<Self, HarnessError> {
+        Self::start_or_connect_with_args(addr, binary, dir, shards, label, spin_before_park_us, &[])
+    }
+
+    /// [`start_or_connect`](Self::start_or_connect), a started spoold
+    /// getting `extra_args` after its own (e.g. `--log-layout journal`).
+    ///
+    /// # Errors
+    /// See [`SpooldProcess::start`] and [`sibling_spoold`].
+    pub fn start_or_connect_with_args(
+        addr: Option<&str>,
+        binary: Option<&Path>,
+        dir: &Path,
+        shards: u16,
+        label: &str,
+        spin_before_park_us: u64,
+        extra_args: &[String],
+    ) -> Result<Self, HarnessError> {
         if let Some(addr) = addr {
             return Ok(Self { spoold: None, addr: addr.to_owned() });
         }
@@ -80,7 +97,14 @@ impl Broker {
             Some(path) => path.to_owned(),
             None => sibling_spoold()?,
         };
-        let process = SpooldProcess::start(&binary, dir, shards, label, spin_before_park_us)?;
+        let process = SpooldProcess::start_with_args(
+            &binary,
+            dir,
+            shards,
+            label,
+            spin_before_park_us,
+            extra_args,
+        )?;
         let addr = process.addr().to_owned();
         Ok(Self { spoold: Some(process), addr })
     }
@@ -144,6 +168,21 @@ impl SpooldProcess {
         label: &str,
         spin_before_park_us: u64,
     ) -> Result<Self, HarnessError> {
+        Self::start_with_args(binary, parent, shards, label, spin_before_park_us, &[])
+    }
+
+    /// [`start`](Self::start) with `extra_args` after spoold's own.
+    ///
+    /// # Errors
+    /// See [`start`](Self::start).
+    pub fn start_with_args(
+        binary: &Path,
+        parent: &Path,
+        shards: u16,
+        label: &str,
+        spin_before_park_us: u64,
+        extra_args: &[String],
+    ) -> Result<Self, HarnessError> {
         let dir = parent.join(format!("spool-bench-{label}-{}", std::process::id()));
         let dir_error = |action, source| HarnessError::Dir { action, path: dir.clone(), source };
         std::fs::create_dir_all(&dir).map_err(|source| dir_error("cannot create", source))?;
@@ -163,6 +202,7 @@ impl SpooldProcess {
             .arg(SPOOLD_SEGMENT_BYTES.to_string())
             .arg("--spin-before-park-us")
             .arg(spin_before_park_us.to_string())
+            .args(extra_args)
             .env_remove("SPOOL_CONFIG")
             .env("SPOOL_LOG", "warn")
             // Benchmarks run several brokers side by side; none needs metrics.

@@ -276,6 +276,10 @@ struct LoadArgs {
     /// Write an SVG plot of the time series to this file.
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// An argument for the started spoold, after its own (repeat it:
+    /// `--spoold-arg=--log-layout --spoold-arg=journal`).
+    #[arg(long = "spoold-arg", allow_hyphen_values = true)]
+    spoold_args: Vec<String>,
 }
 
 impl LoadArgs {
@@ -286,6 +290,7 @@ impl LoadArgs {
                 dir: self.target.started.dir.clone(),
                 spoold: self.target.started.spoold.clone(),
                 shards: self.target.shards,
+                spoold_args: self.spoold_args.clone(),
             },
             label,
             queue: self.target.queue.clone(),
@@ -295,6 +300,7 @@ impl LoadArgs {
             queue_max_bytes: QUEUE_MAX_BYTES,
             dedupe_window_ms: self.dedupe_window_ms,
             msg_bytes: 1024,
+            payloads: std::sync::Arc::default(),
             producers_per_queue: self.producers,
             consumers_per_queue: self.consumers,
             arrivals: match self.arrivals {
@@ -407,6 +413,10 @@ struct OmbArgs {
     /// Run this long instead of testDurationMinutes.
     #[arg(long)]
     duration_s: Option<f64>,
+    /// Where a relative payloadFile is looked for first (then next to the
+    /// workload file, then in its directory's parent).
+    #[arg(long)]
+    payload_dir: Option<PathBuf>,
 }
 
 /// The report as the one JSON object a subcommand prints.
@@ -629,12 +639,21 @@ fn omb(args: &OmbArgs) -> Result<String, Failure> {
              it is listed under \"unsupported\" in the report"
         );
     }
+    if let Some(seconds) = args.duration_s {
+        eprintln!(
+            "spool-bench omb: --duration-s {seconds} overrides testDurationMinutes {} \
+             ({} s)",
+            parsed.workload.test_duration_minutes,
+            parsed.workload.test_duration_minutes * 60.0
+        );
+    }
     let config = OmbConfig {
         load: args.load.config("omb"),
         workload_file: args.workload.clone(),
         parsed,
         slots_per_consumer: args.slots,
         duration_s: args.duration_s,
+        payload_dir: args.payload_dir.clone(),
     };
     let mut config = config;
     config.load.service = ServiceTime { mean_ms: args.service_ms, cv: args.service_cv };

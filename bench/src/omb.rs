@@ -1,18 +1,24 @@
 //! `omb`: runs an OpenMessaging Benchmark workload file against Spool.
 //!
 //! What it owns: reading an OMB workload YAML, mapping it onto the load
-//! engine (a topic is a queue, a subscription's consumers are workers), and
-//! the list of fields it does not support. What it does not do: OMB's
-//! driver files, warm-up phase, max-rate discovery (`producerRate: 0`) or
-//! consumer-backlog builds; every field it does not map is **reported**
-//! (stderr and the JSON's `unsupported`), never silently dropped.
+//! engine (a topic is a queue, a subscription's consumers are workers), the
+//! payloads (OMB's `payloadFile`, or its randomized pool), OMB's backlog
+//! phase, and the list of fields it does not support. What it does not do:
+//! OMB's driver files, warm-up phase or max-rate discovery
+//! (`producerRate: 0`); every field it does not map is **reported** (stderr
+//! and the JSON's `unsupported`), never silently dropped.
 //!
 //! Mapping: `topics` queues of `partitionsPerTopic` partitions;
 //! `producersPerTopic` open-loop producers per queue sharing `producerRate`
 //! (msgs/s over all topics, as in OMB) at `messageSize` bytes;
 //! `consumerPerSubscription` consumers per queue, each with `--slots` slots
 //! and the given service time (default 0: ack at once, as OMB consumers
-//! do); `testDurationMinutes` of load.
+//! do); `testDurationMinutes` of load. `subscriptionsPerTopic: 1` is the
+//! queue itself; more is refused (Spool has no subscriptions yet).
+//! `consumerBacklogSizeGB > 0` runs OMB's backlog phase first: consumers
+//! paused until the client's backlog is that size, then resumed until it is
+//! drained to `max(1000, (1 − backlogDrainRatio) × backlog)` messages, then
+//! the test duration.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -28,8 +34,18 @@ use crate::load::{
 pub const WORKLOAD_BYTES_MAX: u64 = 1 << 20;
 /// Longest test duration accepted (minutes).
 pub const DURATION_MINUTES_MAX: f64 = 24.0 * 60.0;
+/// Largest `randomizedPayloadPoolSize`.
+pub const PAYLOAD_POOL_SIZE_MAX: u32 = 100_000;
+/// Free space a backlog build leaves on the data directory's file system,
+/// beyond the backlog's payload bytes (record headers, indexes, the
+/// journal, other users of the disk).
+pub const BACKLOG_FREE_MARGIN_BYTES: u64 = 4 << 30;
+/// OMB's least backlog counted as drained (messages).
+pub const BACKLOG_DRAINED_MIN_MSGS: u64 = 1_000;
+/// Longest a backlog build or drain may take before the run goes on (s).
+pub const BACKLOG_PHASE_S_MAX: f64 = 6.0 * 3_600.0;
 /// The fields this runner maps (OMB's names).
-pub const SUPPORTED_FIELDS: [&str; 8] = [
+pub const SUPPORTED_FIELDS: [&str; 15] = [
     "name",
     "topics",
     "partitionsPerTopic",
@@ -38,6 +54,13 @@ pub const SUPPORTED_FIELDS: [&str; 8] = [
     "consumerPerSubscription",
     "producerRate",
     "testDurationMinutes",
+    "subscriptionsPerTopic",
+    "payloadFile",
+    "useRandomizedPayloads",
+    "randomBytesRatio",
+    "randomizedPayloadPoolSize",
+    "consumerBacklogSizeGB",
+    "backlogDrainRatio",
 ];
 
 /// Why a workload cannot be run.
@@ -56,6 +79,21 @@ pub enum OmbError {
     Yaml(String),
     #[error("workload field {field}: {problem}")]
     Field { field: &'static str, problem: String },
+    #[error("payloadFile {file:?} not found; tried {}", tried.iter().map(|path| path.display().to_string()).collect::<Vec<_>>().join(", "))]
+    PayloadMissing { file: String, tried: Vec<PathBuf> },
+    #[error("payloadFile {} is {len_bytes} bytes, but messageSize is {message_size} (OMB requires them equal)", path.display())]
+    PayloadSize { path: PathBuf, len_bytes: u64, message_size: u64 },
+    #[error(
+        "consumerBacklogSizeGB {backlog_gb}: {backlog_bytes} bytes of backlog, but {} has {free_bytes} bytes free, less a margin of {BACKLOG_FREE_MARGIN_BYTES} bytes",
+        dir.display()
+    )]
+    BacklogTooLarge { backlog_gb: u64, backlog_bytes: u64, dir: PathBuf, free_bytes: u64 },
+    #[error("cannot statvfs {}: {source}", dir.display())]
+    FreeSpace {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Load(#[from] LoadError),
 }
@@ -73,6 +111,47 @@ pub struct Workload {
     /// msgs/s over all topics.
     pub producer_rate: f64,
     pub test_duration_minutes: f64,
+    /// Always 1: the queue itself.
+    pub subscriptions_per_topic: u32,
+    pub payload: PayloadSource,
+    /// OMB's backlog phase when > 0 (GiB: OMB multiplies by 1024³).
+    #[serde(rename = "consumerBacklogSizeGB")]
+    pub consumer_backlog_size_gb: u64,
+    /// Share of the backlog that must be drained before the test duration
+    /// starts (OMB's default 1.0).
+    pub backlog_drain_ratio: f64,
+}
+
+/// Where the payloads come from.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum PayloadSource {
+    /// No `payloadFile` and no randomized payloads: zeros.
+    Zeros,
+    /// `payloadFile` as written in the workload.
+    File(String),
+    /// `useRandomizedPayloads`: `pool_size` payloads, each
+    /// `floor(messageSize × random_bytes_ratio)` random bytes then zeros.
+    Randomized { random_bytes_ratio: f64, pool_size: u32 },
+}
+
+impl Workload {
+    /// The backlog OMB builds, in messages (`consumerBacklogSizeGB × 1024³
+    /// ÷ messageSize`); 0 = none.
+    pub fn backlog_msgs(&self) -> u64 {
+        self.backlog_bytes() / self.message_size.max(1)
+    }
+
+    /// The backlog OMB builds, in payload bytes.
+    pub fn backlog_bytes(&self) -> u64 {
+        self.consumer_backlog_size_gb.saturating_mul(1 << 30)
+    }
+
+    /// The backlog left when OMB counts it as drained (messages).
+    pub fn backlog_drained_msgs(&self) -> u64 {
+        let left = ((1.0 - self.backlog_drain_ratio) * self.backlog_msgs() as f64) as u64;
+        left.max(BACKLOG_DRAINED_MIN_MSGS)
+    }
 }
 
 /// A parsed file: what runs, and what does not.
@@ -102,6 +181,14 @@ struct RawWorkload {
     consumer_per_subscription: Option<u64>,
     producer_rate: Option<f64>,
     test_duration_minutes: Option<f64>,
+    subscriptions_per_topic: Option<u64>,
+    payload_file: Option<String>,
+    use_randomized_payloads: Option<bool>,
+    random_bytes_ratio: Option<f64>,
+    randomized_payload_pool_size: Option<u64>,
+    #[serde(rename = "consumerBacklogSizeGB")]
+    consumer_backlog_size_gb: Option<u64>,
+    backlog_drain_ratio: Option<f64>,
     #[serde(flatten)]
     unsupported: BTreeMap<String, Value>,
 }
@@ -183,6 +270,21 @@ pub fn parse(text: &str) -> Result<ParsedWorkload, OmbError> {
         )?,
         producer_rate,
         test_duration_minutes,
+        subscriptions_per_topic: subscriptions(raw.subscriptions_per_topic)?,
+        payload: payload_source(
+            raw.payload_file,
+            raw.use_randomized_payloads,
+            raw.random_bytes_ratio,
+            raw.randomized_payload_pool_size,
+        )?,
+        consumer_backlog_size_gb: raw.consumer_backlog_size_gb.unwrap_or(0),
+        backlog_drain_ratio: match raw.backlog_drain_ratio {
+            None => 1.0,
+            Some(ratio) if (0.0..=1.0).contains(&ratio) => ratio,
+            Some(ratio) => {
+                return Err(field_error("backlogDrainRatio", format!("{ratio} is outside [0, 1]")))
+            }
+        },
     };
     let total = u64::from(workload.topics) * u64::from(workload.partitions_per_topic);
     if total > load::PARTITIONS_TOTAL_MAX {
@@ -197,6 +299,179 @@ pub fn parse(text: &str) -> Result<ParsedWorkload, OmbError> {
         ));
     }
     Ok(ParsedWorkload { workload, unsupported: raw.unsupported })
+}
+
+/// `subscriptionsPerTopic`: absent or 1 (the queue itself).
+fn subscriptions(value: Option<u64>) -> Result<u32, OmbError> {
+    match value.unwrap_or(1) {
+        1 => Ok(1),
+        other => Err(field_error(
+            "subscriptionsPerTopic",
+            format!(
+                "{other}: Spool has no subscriptions yet (a queue delivers each message to one \
+                 consumer), so only 1 (the queue itself) can run"
+            ),
+        )),
+    }
+}
+
+/// OMB's choice: randomized payloads when `useRandomizedPayloads`, else
+/// `payloadFile` (absent: zeros).
+fn payload_source(
+    file: Option<String>,
+    randomized: Option<bool>,
+    ratio: Option<f64>,
+    pool_size: Option<u64>,
+) -> Result<PayloadSource, OmbError> {
+    if randomized != Some(true) {
+        return Ok(file.map_or(PayloadSource::Zeros, PayloadSource::File));
+    }
+    let ratio = ratio.unwrap_or(0.0);
+    if !(0.0..=1.0).contains(&ratio) {
+        return Err(field_error("randomBytesRatio", format!("{ratio} is outside [0, 1]")));
+    }
+    let pool_size = in_range(
+        required(pool_size, "randomizedPayloadPoolSize")?,
+        "randomizedPayloadPoolSize",
+        PAYLOAD_POOL_SIZE_MAX,
+    )?;
+    Ok(PayloadSource::Randomized { random_bytes_ratio: ratio, pool_size })
+}
+
+/// OMB's randomized pool: `pool_size` payloads of `message_size` bytes,
+/// each `floor(message_size × ratio)` random bytes followed by zeros
+/// (OMB's `WorkloadGenerator`; random from `seed` here).
+pub fn random_pool(message_size: usize, ratio: f64, pool_size: u32, seed: u64) -> Vec<Vec<u8>> {
+    let random_bytes = ((message_size as f64 * ratio) as usize).min(message_size);
+    let mut rng = crate::dist::rng(seed, u64::MAX);
+    (0..pool_size)
+        .map(|_| {
+            let mut payload = vec![0u8; message_size];
+            rand::RngCore::fill_bytes(&mut rng, &mut payload[..random_bytes]);
+            payload
+        })
+        .collect()
+}
+
+/// Where a relative `payloadFile` is looked for, in order: under
+/// `payload_dir` (as written, then by its file name), then relative to the
+/// workload file's directory and that directory's parent (OMB's files say
+/// `payload/…` from the repository root, next to `workloads/`).
+pub fn payload_candidates(
+    file: &str,
+    workload_file: &Path,
+    payload_dir: Option<&Path>,
+) -> Vec<PathBuf> {
+    let written = Path::new(file);
+    if written.is_absolute() {
+        return vec![written.to_owned()];
+    }
+    let mut candidates = Vec::new();
+    if let Some(dir) = payload_dir {
+        candidates.push(dir.join(written));
+        if let Some(name) = written.file_name() {
+            candidates.push(dir.join(name));
+        }
+    }
+    let workload_dir = match workload_file.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    candidates.push(workload_dir.join(written));
+    if let Some(parent) = workload_dir.parent() {
+        let parent = if parent.as_os_str().is_empty() { Path::new(".") } else { parent };
+        candidates.push(parent.join(written));
+    } else {
+        candidates.push(workload_dir.join("..").join(written));
+    }
+    candidates.dedup();
+    candidates
+}
+
+/// The payloads a run sends (empty = zeros).
+///
+/// # Errors
+/// A `payloadFile` found under none of [`payload_candidates`] (naming every
+/// path tried), unreadable, or not exactly `messageSize` bytes (as OMB).
+pub fn payloads(
+    workload: &Workload,
+    workload_file: &Path,
+    payload_dir: Option<&Path>,
+    seed: u64,
+) -> Result<Vec<Vec<u8>>, OmbError> {
+    let message_size = workload.message_size;
+    match &workload.payload {
+        PayloadSource::Zeros => Ok(Vec::new()),
+        PayloadSource::Randomized { random_bytes_ratio, pool_size } => {
+            let size = usize::try_from(message_size)
+                .map_err(|_| field_error("messageSize", format!("{message_size} is too large")))?;
+            let pool_bytes = message_size.saturating_mul(u64::from(*pool_size));
+            if pool_bytes > load::PAYLOAD_POOL_BYTES_MAX {
+                return Err(field_error(
+                    "randomizedPayloadPoolSize",
+                    format!(
+                        "{pool_size} × {message_size} bytes = {pool_bytes} bytes, over {}",
+                        load::PAYLOAD_POOL_BYTES_MAX
+                    ),
+                ));
+            }
+            Ok(random_pool(size, *random_bytes_ratio, *pool_size, seed))
+        }
+        PayloadSource::File(file) => {
+            let tried = payload_candidates(file, workload_file, payload_dir);
+            let Some(path) = tried.iter().find(|path| path.is_file()) else {
+                return Err(OmbError::PayloadMissing { file: file.clone(), tried });
+            };
+            let read_error = |source| OmbError::Read { path: path.clone(), source };
+            let len_bytes = std::fs::metadata(path).map_err(read_error)?.len();
+            if len_bytes != message_size {
+                return Err(OmbError::PayloadSize { path: path.clone(), len_bytes, message_size });
+            }
+            Ok(vec![std::fs::read(path).map_err(read_error)?])
+        }
+    }
+}
+
+/// Refuses a backlog that does not fit the free space of `dir`'s file
+/// system less [`BACKLOG_FREE_MARGIN_BYTES`].
+///
+/// # Errors
+/// [`OmbError::BacklogTooLarge`] with the figures, or a failed statvfs.
+pub fn check_backlog_space(workload: &Workload, dir: &Path) -> Result<(), OmbError> {
+    if workload.consumer_backlog_size_gb == 0 {
+        return Ok(());
+    }
+    let free_bytes = free_bytes(dir)?;
+    backlog_fits(workload, dir, free_bytes)
+}
+
+/// The comparison of [`check_backlog_space`], with the free space given.
+fn backlog_fits(workload: &Workload, dir: &Path, free_bytes: u64) -> Result<(), OmbError> {
+    let backlog_bytes = workload.backlog_bytes();
+    if backlog_bytes > free_bytes.saturating_sub(BACKLOG_FREE_MARGIN_BYTES) {
+        return Err(OmbError::BacklogTooLarge {
+            backlog_gb: workload.consumer_backlog_size_gb,
+            backlog_bytes,
+            dir: dir.to_owned(),
+            free_bytes,
+        });
+    }
+    Ok(())
+}
+
+/// Bytes available to an unprivileged user on `dir`'s file system.
+fn free_bytes(dir: &Path) -> Result<u64, OmbError> {
+    use std::os::unix::ffi::OsStrExt;
+    let error = |source| OmbError::FreeSpace { dir: dir.to_owned(), source };
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| error(std::io::Error::from(std::io::ErrorKind::InvalidInput)))?;
+    // SAFETY: statvfs(3) writes into the zeroed struct we own; the path is NUL-terminated.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above: a NUL-terminated path and a struct we own.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {
+        return Err(error(std::io::Error::last_os_error()));
+    }
+    Ok(stat.f_bavail.saturating_mul(stat.f_frsize))
 }
 
 /// Reads and parses a workload file.
@@ -224,6 +499,8 @@ pub struct OmbConfig {
     pub slots_per_consumer: u32,
     /// Replaces `testDurationMinutes` (e.g. for a short check).
     pub duration_s: Option<f64>,
+    /// Where a relative `payloadFile` is looked for first.
+    pub payload_dir: Option<PathBuf>,
 }
 
 /// One OMB run, as one JSON document.
@@ -244,6 +521,12 @@ pub struct OmbReport {
     pub errors: BTreeMap<String, u64>,
     pub queues: Vec<String>,
     pub slots_per_consumer: u32,
+    /// Slots over all consumers as run (capped at the engine's limit).
+    pub slots_total: u32,
+    /// Payloads the producers picked from (0 = zeros).
+    pub payload_pool: usize,
+    /// The backlog build, drain and test phases as run.
+    pub phases: Vec<load::PhaseOutcome>,
     pub addr: String,
     pub spoold_started: bool,
     pub series: Vec<Sample>,
@@ -256,25 +539,18 @@ pub struct OmbReport {
 /// send-time prefix) or a failed load run.
 pub fn run(config: &OmbConfig) -> Result<OmbReport, OmbError> {
     let workload = &config.parsed.workload;
-    let seconds = config.duration_s.unwrap_or(workload.test_duration_minutes * 60.0);
-    let mut load = config.load.clone();
-    load.queues = workload.topics;
-    load.partitions = Some(workload.partitions_per_topic);
-    load.msg_bytes = workload.message_size;
-    load.producers_per_queue = workload.producers_per_topic;
-    load.consumers_per_queue = workload.consumer_per_subscription;
-    load.expected_s = seconds;
-    load.phases = vec![Phase {
-        name: "omb".to_owned(),
-        seconds,
-        rate_per_s: workload.producer_rate,
-        slots: workload
-            .topics
-            .saturating_mul(workload.consumer_per_subscription)
-            .saturating_mul(config.slots_per_consumer),
-        end: PhaseEnd::Elapsed,
-    }];
+    let mut load = plan(config)?;
+    load.payloads = std::sync::Arc::new(payloads(
+        workload,
+        &config.workload_file,
+        config.payload_dir.as_deref(),
+        load.seed,
+    )?);
+    if load.broker.addr.is_none() {
+        check_backlog_space(workload, &load.broker.dir)?;
+    }
     let outcome = load::run(&load)?;
+    let slots_total = load.phases.iter().map(|phase| phase.slots).max().unwrap_or(0);
     Ok(OmbReport {
         scenario: "omb",
         workload_file: config.workload_file.clone(),
@@ -288,10 +564,70 @@ pub fn run(config: &OmbConfig) -> Result<OmbReport, OmbError> {
         errors: outcome.errors.clone(),
         queues: outcome.queues.clone(),
         slots_per_consumer: config.slots_per_consumer,
+        slots_total,
+        payload_pool: load.payloads.len(),
+        phases: outcome.phases.clone(),
         addr: outcome.addr.clone(),
         spoold_started: outcome.spoold_started,
         series: outcome.series,
     })
+}
+
+/// The engine run a workload maps to: queues, producers, consumers and
+/// phases (a backlog build with the consumers paused and its drain, when
+/// asked, then the test).
+///
+/// # Errors
+/// None today beyond the engine's own checks, which [`load::run`] makes.
+pub fn plan(config: &OmbConfig) -> Result<LoadConfig, OmbError> {
+    let workload = &config.parsed.workload;
+    let seconds = config.duration_s.unwrap_or(workload.test_duration_minutes * 60.0);
+    let mut load = config.load.clone();
+    load.queues = workload.topics;
+    load.partitions = Some(workload.partitions_per_topic);
+    load.msg_bytes = workload.message_size;
+    load.producers_per_queue = workload.producers_per_topic;
+    load.consumers_per_queue = workload.consumer_per_subscription;
+    let slots = u64::from(workload.topics)
+        .saturating_mul(u64::from(workload.consumer_per_subscription))
+        .saturating_mul(u64::from(config.slots_per_consumer))
+        .min(u64::from(load::SLOTS_MAX));
+    let slots = u32::try_from(slots).unwrap_or(load::SLOTS_MAX);
+    let rate = workload.producer_rate;
+    let mut phases = Vec::new();
+    let backlog_msgs = workload.backlog_msgs();
+    let mut expected_s = seconds;
+    if backlog_msgs > 0 {
+        // The queues must admit the whole backlog.
+        load.queue_max_messages = load.queue_max_messages.max(backlog_msgs.saturating_mul(2));
+        load.queue_max_bytes = load.queue_max_bytes.max(workload.backlog_bytes().saturating_mul(2));
+        let build_s = (backlog_msgs as f64 / rate * 2.0 + 60.0).min(BACKLOG_PHASE_S_MAX);
+        phases.push(Phase {
+            name: "backlog-build".to_owned(),
+            seconds: build_s,
+            rate_per_s: rate,
+            slots: 0,
+            end: PhaseEnd::Backlog { target_msgs: backlog_msgs },
+        });
+        phases.push(Phase {
+            name: "backlog-drain".to_owned(),
+            seconds: BACKLOG_PHASE_S_MAX,
+            rate_per_s: rate,
+            slots,
+            end: PhaseEnd::Drained { threshold_msgs: workload.backlog_drained_msgs() },
+        });
+        expected_s += backlog_msgs as f64 / rate * 2.0;
+    }
+    phases.push(Phase {
+        name: "omb".to_owned(),
+        seconds,
+        rate_per_s: rate,
+        slots,
+        end: PhaseEnd::Elapsed,
+    });
+    load.phases = phases;
+    load.expected_s = expected_s;
+    Ok(load)
 }
 
 #[cfg(test)]
@@ -310,7 +646,36 @@ producersPerTopic: 2
 producerRate: 5000
 consumerBacklogSizeGB: 0
 testDurationMinutes: 5
+keyDistributor: NO_KEY
 ";
+
+    /// OMB's `1k-topic-1kb-4p-4c-100k.yaml`, without its licence header.
+    const THOUSAND_TOPICS: &str = "\
+name: 100k rate 4 producers and 4 consumers on 1k topic
+topics: 1000
+partitionsPerTopic: 1
+messageSize: 1024
+useRandomizedPayloads: true
+randomBytesRatio: 0.5
+randomizedPayloadPoolSize: 1000
+subscriptionsPerTopic: 1
+consumerPerSubscription: 4
+producersPerTopic: 4
+producerRate: 100000
+consumerBacklogSizeGB: 0
+testDurationMinutes: 5
+";
+
+    fn omb_config(text: &str) -> OmbConfig {
+        OmbConfig {
+            load: crate::load::tests::config(),
+            workload_file: PathBuf::from("/nowhere/workloads/w.yaml"),
+            parsed: parse(text).unwrap(),
+            slots_per_consumer: 64,
+            duration_s: Some(30.0),
+            payload_dir: None,
+        }
+    }
 
     #[test]
     fn supported_fields_map_and_the_rest_are_listed() {
@@ -326,9 +691,165 @@ testDurationMinutes: 5
         assert_eq!(workload.consumer_per_subscription, 2);
         assert_eq!(workload.producer_rate, 5000.0);
         assert_eq!(workload.test_duration_minutes, 5.0);
+        assert_eq!(workload.subscriptions_per_topic, 1);
+        assert_eq!(workload.payload, PayloadSource::File("payload/payload-1Kb.data".to_owned()));
+        assert_eq!(workload.consumer_backlog_size_gb, 0);
+        assert_eq!(workload.backlog_drain_ratio, 1.0);
         let unsupported: Vec<&str> = parsed.unsupported.keys().map(String::as_str).collect();
-        assert_eq!(unsupported, ["consumerBacklogSizeGB", "payloadFile", "subscriptionsPerTopic"]);
-        assert_eq!(parsed.unsupported["payloadFile"], "payload/payload-1Kb.data");
+        assert_eq!(unsupported, ["keyDistributor"]);
+        assert_eq!(parsed.unsupported["keyDistributor"], "NO_KEY");
+    }
+
+    #[test]
+    fn randomized_payloads_and_backlog_fields_map() {
+        // Goal: OMB's randomized-payload and backlog fields are read (they were listed as
+        // unsupported and not applied). Method: OMB's 1k-topic file, then a backlog variant.
+        let workload = parse(THOUSAND_TOPICS).unwrap().workload;
+        assert_eq!(
+            workload.payload,
+            PayloadSource::Randomized { random_bytes_ratio: 0.5, pool_size: 1000 }
+        );
+        let backlog = format!(
+            "{}consumerBacklogSizeGB: 2\nbacklogDrainRatio: 0.5\n",
+            THOUSAND_TOPICS.replace("consumerBacklogSizeGB: 0\n", "")
+        );
+        let workload = parse(&backlog).unwrap().workload;
+        assert_eq!(workload.consumer_backlog_size_gb, 2);
+        assert_eq!(workload.backlog_msgs(), 2 * 1024 * 1024);
+        assert_eq!(workload.backlog_drained_msgs(), 1024 * 1024);
+        let no_pool = THOUSAND_TOPICS.replace("randomizedPayloadPoolSize: 1000\n", "");
+        assert!(matches!(
+            parse(&no_pool),
+            Err(OmbError::Field { field: "randomizedPayloadPoolSize", .. })
+        ));
+        let bad_ratio = THOUSAND_TOPICS.replace("randomBytesRatio: 0.5", "randomBytesRatio: 1.5");
+        assert!(matches!(
+            parse(&bad_ratio),
+            Err(OmbError::Field { field: "randomBytesRatio", .. })
+        ));
+    }
+
+    #[test]
+    fn more_than_one_subscription_is_refused_not_ignored() {
+        // Goal: subscriptionsPerTopic > 1 (fan-out) fails saying subscriptions do not exist.
+        let two = FULL.replace("subscriptionsPerTopic: 1", "subscriptionsPerTopic: 2");
+        match parse(&two) {
+            Err(OmbError::Field { field: "subscriptionsPerTopic", problem }) => {
+                assert!(problem.contains("no subscriptions yet"), "{problem}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let zero = FULL.replace("subscriptionsPerTopic: 1", "subscriptionsPerTopic: 0");
+        assert!(matches!(
+            parse(&zero),
+            Err(OmbError::Field { field: "subscriptionsPerTopic", .. })
+        ));
+    }
+
+    #[test]
+    fn random_pool_has_the_ratio_of_random_bytes_then_zeros() {
+        // Goal: OMB's pool: N payloads of messageSize, the first floor(size × ratio) bytes
+        // random, the rest zeros, payloads distinct. Method: count bytes of a 1,000 × 1 KiB pool.
+        let pool = random_pool(1024, 0.5, 1000, 7);
+        assert_eq!(pool.len(), 1000);
+        assert!(pool.iter().all(|payload| payload.len() == 1024));
+        assert!(pool.iter().all(|payload| payload[512..].iter().all(|byte| *byte == 0)));
+        let nonzero: usize =
+            pool.iter().map(|payload| payload[..512].iter().filter(|b| **b != 0).count()).sum();
+        // Uniform random bytes are zero 1/256 of the time.
+        let expected = 1000.0 * 512.0 * 255.0 / 256.0;
+        assert!((nonzero as f64 - expected).abs() < expected * 0.01, "{nonzero} vs {expected}");
+        assert_ne!(pool[0], pool[1]);
+        assert_eq!(random_pool(1024, 0.0, 3, 7), vec![vec![0u8; 1024]; 3]);
+        let odd = random_pool(100, 0.333, 1, 7);
+        assert!(odd[0][33..].iter().all(|byte| *byte == 0));
+        assert_eq!(random_pool(100, 1.0, 2, 7), random_pool(100, 1.0, 2, 7), "seeded");
+    }
+
+    #[test]
+    fn payload_file_is_found_beside_or_above_the_workload_or_named_missing() {
+        // Goal: OMB's relative `payload/…` resolves from the workload's directory or its
+        // parent (or --payload-dir); a missing file names every path tried; a file whose
+        // size differs from messageSize is refused as OMB does.
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("workloads")).unwrap();
+        std::fs::create_dir_all(root.path().join("payload")).unwrap();
+        let workload_file = root.path().join("workloads/w.yaml");
+        let mut workload = parse(FULL).unwrap().workload;
+        let missing = payloads(&workload, &workload_file, None, 1).unwrap_err();
+        match &missing {
+            OmbError::PayloadMissing { tried, .. } => assert_eq!(
+                tried,
+                &[
+                    root.path().join("workloads/payload/payload-1Kb.data"),
+                    root.path().join("payload/payload-1Kb.data"),
+                ]
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert!(missing.to_string().contains("workloads/payload/payload-1Kb.data"), "{missing}");
+        let bytes: Vec<u8> = (0..1024).map(|index| (index % 251) as u8).collect();
+        std::fs::write(root.path().join("payload/payload-1Kb.data"), &bytes).unwrap();
+        assert_eq!(payloads(&workload, &workload_file, None, 1).unwrap(), vec![bytes.clone()]);
+        // --payload-dir: as written, or by file name.
+        let elsewhere = tempfile::tempdir().unwrap();
+        std::fs::write(elsewhere.path().join("payload-1Kb.data"), &bytes).unwrap();
+        let far = Path::new("/nowhere/w.yaml");
+        assert_eq!(payloads(&workload, far, Some(elsewhere.path()), 1).unwrap(), vec![bytes]);
+        workload.message_size = 1000;
+        assert!(matches!(
+            payloads(&workload, &workload_file, None, 1),
+            Err(OmbError::PayloadSize { len_bytes: 1024, message_size: 1000, .. })
+        ));
+    }
+
+    #[test]
+    fn a_backlog_bigger_than_the_free_space_is_refused_with_the_figures() {
+        // Goal: consumerBacklogSizeGB beyond free space − margin fails before anything
+        // starts, saying how much is asked and how much is free.
+        let text = FULL.replace("consumerBacklogSizeGB: 0", "consumerBacklogSizeGB: 100");
+        let workload = parse(&text).unwrap().workload;
+        let dir = Path::new("/data");
+        let error = backlog_fits(&workload, dir, 50 << 30).unwrap_err();
+        let message = error.to_string();
+        assert!(matches!(error, OmbError::BacklogTooLarge { backlog_gb: 100, .. }), "{message}");
+        assert!(message.contains(&(100u64 << 30).to_string()), "{message}");
+        assert!(message.contains(&(50u64 << 30).to_string()), "{message}");
+        assert!(backlog_fits(&workload, dir, (100 << 30) + BACKLOG_FREE_MARGIN_BYTES).is_ok());
+        assert!(backlog_fits(&workload, dir, (100 << 30) + BACKLOG_FREE_MARGIN_BYTES - 1).is_err());
+        // The real statvfs answers for an existing directory.
+        assert!(free_bytes(Path::new("/tmp")).unwrap() > 0);
+    }
+
+    #[test]
+    fn backlog_workload_plans_a_paused_build_a_drain_then_the_test() {
+        // Goal: OMB's backlog phase: consumers paused (0 slots) until the backlog is built,
+        // then resumed until drained to OMB's threshold, then the test duration; queues admit
+        // the backlog. Without a backlog there is one phase.
+        let text = FULL.replace("consumerBacklogSizeGB: 0", "consumerBacklogSizeGB: 1");
+        let load = plan(&omb_config(&text)).unwrap();
+        let names: Vec<&str> = load.phases.iter().map(|phase| phase.name.as_str()).collect();
+        assert_eq!(names, ["backlog-build", "backlog-drain", "omb"]);
+        assert_eq!(load.phases[0].slots, 0);
+        assert_eq!(load.phases[0].end, PhaseEnd::Backlog { target_msgs: 1 << 20 });
+        assert_eq!(load.phases[1].end, PhaseEnd::Drained { threshold_msgs: 1000 });
+        assert_eq!(load.phases[2].seconds, 30.0);
+        assert!(load.phases.iter().all(|phase| phase.rate_per_s == 5000.0));
+        assert!(load.queue_max_messages >= 1 << 20 && load.queue_max_bytes >= 1 << 30);
+        assert!(load.validate().is_ok());
+        assert_eq!(plan(&omb_config(FULL)).unwrap().phases.len(), 1);
+    }
+
+    #[test]
+    fn thousand_topics_of_four_producers_and_consumers_fit_the_engine() {
+        // Goal: OMB's 1k-topic workload (4,000 producers, 4,000 consumers) passes the
+        // engine's checks (it was refused: at most 128 producers, one thread each), with
+        // slots capped at the engine's limit.
+        let load = plan(&omb_config(THOUSAND_TOPICS)).unwrap();
+        assert_eq!(load.producers(), 4000);
+        assert_eq!(load.consumers(), 4000);
+        assert_eq!(load.phases[0].slots, load::SLOTS_MAX);
+        assert!(load.validate().is_ok(), "{:?}", load.validate());
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! those checks use.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use serde::Serialize;
 use spool_client::limits::{CLAIMS_IN_FLIGHT_MAX, PRODUCER_PENDING_MESSAGES_MAX};
@@ -20,10 +21,25 @@ pub const QUEUES_MAX: u32 = spool_broker::control::assignment::QUEUES_MAX as u32
 /// Partitions over all of a run's queues: the broker's limit per node.
 pub const PARTITIONS_TOTAL_MAX: u64 =
     spool_broker::control::assignment::PARTITIONS_PER_NODE_MAX as u64;
-/// Producers over all queues; each is one pacing thread.
-pub const PRODUCERS_MAX: u32 = 128;
+/// Producers over all queues (OMB's `topics × producersPerTopic`, e.g.
+/// 1,000 × 4): each is a schedule, not a thread; they are multiplexed over
+/// at most [`PACER_THREADS_MAX`] pacing threads.
+pub const PRODUCERS_MAX: u32 = 65_536;
+/// Pacing threads of a run, each with its own connection: producers beyond
+/// this share them (a thread serves its producers round-robin at the sum of
+/// their rates).
+pub const PACER_THREADS_MAX: u32 = 16;
 /// Consumers per queue at the start of a run.
 pub const CONSUMERS_PER_QUEUE_MAX: u32 = 64;
+/// Consumers over all queues (OMB's `topics × consumerPerSubscription`).
+pub const CONSUMERS_MAX: u32 = 65_536;
+/// Client connections the consumers open: one per consumer up to this, then
+/// shared (a [`spool_client::Client`] multiplexes its requests). 256 keeps
+/// 4,000 consumers × 2 claims in flight at ≈31 long-polling claims per
+/// connection, under the broker's default of 64.
+pub const CONSUMER_CONNECTIONS_MAX: u32 = 256;
+/// Largest payload pool (bytes over all its payloads).
+pub const PAYLOAD_POOL_BYTES_MAX: u64 = 256 << 20;
 /// Phases of one run.
 pub const PHASES_MAX: usize = 16;
 /// Execution slots over all consumers of a run.
@@ -73,6 +89,8 @@ pub struct BrokerConfig {
     /// Shards of a started spoold (and the default partition count's
     /// basis); `None` = CPUs available.
     pub shards: Option<u16>,
+    /// Extra arguments of a started spoold (e.g. `--log-layout journal`).
+    pub spoold_args: Vec<String>,
 }
 
 /// How a phase ends.
@@ -81,6 +99,9 @@ pub struct BrokerConfig {
 pub enum PhaseEnd {
     /// After its `seconds`.
     Elapsed,
+    /// When the client's backlog (enqueued − acked) is at least
+    /// `target_msgs` (OMB's backlog build), or after `seconds` at the latest.
+    Backlog { target_msgs: u64 },
     /// When the client's ready backlog (enqueued − claimed) is at most
     /// `threshold_msgs`, or after `seconds` at the latest.
     Drained { threshold_msgs: u64 },
@@ -94,7 +115,8 @@ pub struct Phase {
     pub seconds: f64,
     /// Ingress over all producers (msgs/s); 0 = no sends.
     pub rate_per_s: f64,
-    /// Execution slots over all consumers of all queues.
+    /// Execution slots over all consumers of all queues; 0 pauses the
+    /// consumers (they are shut down and started again by the next phase).
     pub slots: u32,
     pub end: PhaseEnd,
 }
@@ -115,6 +137,10 @@ pub struct LoadConfig {
     pub queue_max_bytes: u64,
     pub dedupe_window_ms: u64,
     pub msg_bytes: u64,
+    /// Payloads the producers pick from at random (each of `msg_bytes`; its
+    /// first [`TIMESTAMP_BYTES`] are overwritten by the send time); empty =
+    /// zeros.
+    pub payloads: Arc<Vec<Vec<u8>>>,
     pub producers_per_queue: u32,
     /// Consumers a queue's slots are spread over.
     pub consumers_per_queue: u32,
@@ -159,6 +185,19 @@ impl LoadConfig {
         check("msg_bytes", self.msg_bytes as f64, msg_min, PAYLOAD_INLINE_BYTES_MAX as f64)?;
         check("producers", self.producers() as f64, 1.0, PRODUCERS_MAX.into())?;
         check("consumers", self.consumers_per_queue.into(), 1.0, CONSUMERS_PER_QUEUE_MAX.into())?;
+        check("consumers_total", self.consumers() as f64, 1.0, CONSUMERS_MAX.into())?;
+        let pool_bytes: usize = self.payloads.iter().map(Vec::len).sum();
+        check("payload_pool_bytes", pool_bytes as f64, 0.0, PAYLOAD_POOL_BYTES_MAX as f64)?;
+        if let Some(wrong) =
+            self.payloads.iter().find(|payload| payload.len() as u64 != self.msg_bytes)
+        {
+            check(
+                "payload_bytes",
+                wrong.len() as f64,
+                self.msg_bytes as f64,
+                self.msg_bytes as f64,
+            )?;
+        }
         if let Some(partitions) = self.partitions {
             check("partitions", partitions.into(), 1.0, PARTITIONS_MAX.into())?;
         }
@@ -177,13 +216,16 @@ impl LoadConfig {
             let name = &phase.name;
             check(&format!("{name}.seconds"), phase.seconds, 0.001, PHASE_S_MAX)?;
             check(&format!("{name}.rate"), phase.rate_per_s, 0.0, RATE_MAX)?;
-            // Every queue needs a slot, and no consumer more than the protocol's credits.
-            check(
-                &format!("{name}.slots"),
-                phase.slots.into(),
-                self.queues.into(),
-                SLOTS_MAX.into(),
-            )?;
+            // Every queue needs a slot (or none: paused), and no consumer more than the
+            // protocol's credits.
+            if phase.slots > 0 {
+                check(
+                    &format!("{name}.slots"),
+                    phase.slots.into(),
+                    self.queues.into(),
+                    SLOTS_MAX.into(),
+                )?;
+            }
         }
         check("window", self.window as f64, 1.0, WINDOW_MAX as f64)?;
         check("linger_us", self.linger_us as f64, 0.0, LINGER_US_MAX as f64)?;
@@ -192,8 +234,12 @@ impl LoadConfig {
         check("client_threads", self.client_threads as f64, 1.0, CLIENT_THREADS_MAX as f64)
     }
 
-    pub(super) fn producers(&self) -> u32 {
+    pub fn producers(&self) -> u32 {
         self.queues.saturating_mul(self.producers_per_queue)
+    }
+
+    pub fn consumers(&self) -> u32 {
+        self.queues.saturating_mul(self.consumers_per_queue)
     }
 }
 
@@ -208,6 +254,7 @@ pub(crate) mod tests {
                 dir: PathBuf::from("/tmp"),
                 spoold: None,
                 shards: Some(1),
+                spoold_args: Vec::new(),
             },
             label: "test",
             queue: None,
@@ -217,6 +264,7 @@ pub(crate) mod tests {
             queue_max_bytes: 1 << 30,
             dedupe_window_ms: 60_000,
             msg_bytes: 64,
+            payloads: Arc::default(),
             producers_per_queue: 1,
             consumers_per_queue: 1,
             arrivals: Arrivals::Fixed,
@@ -259,10 +307,20 @@ pub(crate) mod tests {
             ("phases", |c| c.phases.clear()),
             ("only.seconds", |c| c.phases[0].seconds = 0.0),
             ("only.rate", |c| c.phases[0].rate_per_s = f64::NAN),
-            ("only.slots", |c| c.phases[0].slots = 0),
+            ("only.slots", |c| c.phases[0].slots = SLOTS_MAX + 1),
+            ("producers", |c| c.producers_per_queue = PRODUCERS_MAX + 1),
+            ("consumers_total", |c| {
+                c.queues = QUEUES_MAX;
+                c.consumers_per_queue = CONSUMERS_PER_QUEUE_MAX;
+            }),
+            ("payload_bytes", |c| c.payloads = Arc::new(vec![vec![0; 63]])),
             ("window", |c| c.window = 0),
             ("client_threads", |c| c.client_threads = 0),
         ];
+        // A phase without slots pauses the consumers (OMB's backlog build).
+        let mut paused = config();
+        paused.phases[0].slots = 0;
+        assert!(paused.validate().is_ok());
         for (field, mutate) in cases {
             let mut bad = config();
             mutate(&mut bad);

@@ -14,7 +14,7 @@ use spool_wire::limits::BATCH_BYTES_MAX;
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, Semaphore};
 
-use super::config::{LoadConfig, PhaseEnd};
+use super::config::{LoadConfig, PhaseEnd, PACER_THREADS_MAX};
 use super::pacer::Pacer;
 use super::recorder::Recorder;
 use super::report::{LoadOutcome, PhaseOutcome, Sample};
@@ -39,13 +39,14 @@ const FINISH_TIMEOUT: Duration = Duration::from_secs(60);
 pub fn run(config: &LoadConfig) -> Result<LoadOutcome, LoadError> {
     config.validate()?;
     let shards = config.broker.shards.unwrap_or_else(default_shards);
-    let broker = Broker::start_or_connect(
+    let broker = Broker::start_or_connect_with_args(
         config.broker.addr.as_deref(),
         config.broker.spoold.as_deref(),
         &config.broker.dir,
         shards,
         config.label,
         0,
+        &config.broker.spoold_args,
     )?;
     let runtime = client_runtime(config.client_threads).map_err(LoadError::Runtime)?;
     let handle = runtime.handle().clone();
@@ -109,13 +110,22 @@ async fn drive(
         max_batch_bytes: usize::try_from(config.batch_bytes).unwrap_or(BATCH_BYTES_MAX),
         ..ProducerConfig::default()
     };
-    let producers_total = f64::from(config.producers());
-    let mut pacer_parts = Vec::new();
+    // Producer k (queue by queue) is paced by thread k mod threads; each
+    // thread has its own connection.
+    let producers_total = config.producers();
+    let threads = producers_total.clamp(1, PACER_THREADS_MAX);
+    let mut thread_queues: Vec<Vec<String>> = vec![Vec::new(); threads as usize];
+    let mut index = 0usize;
     for queue in &queues {
         for _ in 0..config.producers_per_queue {
-            let producer = Producer::new(Client::connect(addr).await?, producer_config.clone())?;
-            pacer_parts.push((queue.clone(), producer));
+            thread_queues[index % threads as usize].push(queue.clone());
+            index += 1;
         }
+    }
+    let mut pacer_parts = Vec::new();
+    for served in thread_queues {
+        let producer = Producer::new(Client::connect(addr).await?, producer_config.clone())?;
+        pacer_parts.push((served, producer));
     }
     let live = Arc::new(Live {
         recorder: Arc::clone(&recorder),
@@ -134,7 +144,8 @@ async fn drive(
     let mut producers = Vec::new();
     let mut collectors = Vec::new();
     let mut pacers = Vec::new();
-    for (stream, (queue, producer)) in pacer_parts.into_iter().enumerate() {
+    for (stream, (served, producer)) in pacer_parts.into_iter().enumerate() {
+        let share = served.len() as f64 / f64::from(producers_total.max(1));
         producers.push(producer.clone());
         let (sender, receiver) = mpsc::channel(window);
         let collector = Arc::clone(&recorder);
@@ -142,13 +153,14 @@ async fn drive(
         let pacer = Pacer {
             handle: handle.clone(),
             producer,
-            queue,
+            queues: served,
             recorder: Arc::clone(&recorder),
-            rates: config.phases.iter().map(|phase| phase.rate_per_s / producers_total).collect(),
+            rates: config.phases.iter().map(|phase| phase.rate_per_s * share).collect(),
             arrivals: config.arrivals,
             rng: dist::rng(config.seed, 1 + stream as u64),
             permits: Arc::new(Semaphore::new(window)),
             msg_bytes,
+            payloads: Arc::clone(&config.payloads),
             sends: sender,
         };
         let thread = std::thread::Builder::new()
@@ -173,6 +185,20 @@ async fn drive(
             PhaseEnd::Elapsed => {
                 tokio::time::sleep(length).await;
                 None
+            }
+            PhaseEnd::Backlog { target_msgs } => {
+                let deadline = tokio::time::Instant::now() + length;
+                loop {
+                    let now = live.snapshot().await;
+                    backlog_max = backlog_max.max(now.backlog());
+                    if now.backlog() >= target_msgs as i64 {
+                        break Some(true);
+                    }
+                    if tokio::time::Instant::now() >= deadline {
+                        break Some(false);
+                    }
+                    tokio::time::sleep(DRAIN_POLL).await;
+                }
             }
             PhaseEnd::Drained { threshold_msgs } => {
                 let deadline = tokio::time::Instant::now() + length;

@@ -4,8 +4,10 @@
 //!
 //! What it owns, for one run: the broker ([`Broker`]: started here unless an
 //! address is given), the run's queues (created; deleted afterwards only on a
-//! broker it did not start), one tokio runtime for every client, a pacing
-//! thread per producer, the consumers, the sampler, and an optional progress
+//! broker it did not start), one tokio runtime for every client, the pacing
+//! threads (one per producer up to 16, then shared: a thread paces its
+//! producers in turn at the sum of their rates), the consumers (a connection
+//! each up to 256, then shared), the sampler, and an optional progress
 //! bar on stderr. What it does not do: decide phases or judge results (the
 //! scenarios build [`Phase`]s and compare with the planner), or touch broker
 //! internals (it speaks the protocol through `spool-client`; the broker's own

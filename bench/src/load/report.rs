@@ -105,8 +105,8 @@ pub struct PhaseOutcome {
     pub name: String,
     pub started_s: f64,
     pub ended_s: f64,
-    /// For a draining phase: whether the threshold was reached (else it hit
-    /// its `seconds`).
+    /// For a draining or backlog-building phase: whether its threshold was
+    /// reached (else it hit its `seconds`).
     pub drained: Option<bool>,
     pub rate_per_s: f64,
     pub slots: u32,

@@ -9,7 +9,7 @@ use spool_broker::clock::instant_now;
 use spool_client::limits::CONSUMER_SLOTS_MAX;
 use spool_client::{Client, Consumer, ConsumerConfig, ConsumerStats, Delivery};
 
-use super::config::LoadConfig;
+use super::config::{LoadConfig, CONSUMER_CONNECTIONS_MAX};
 use super::recorder::Recorder;
 use super::LoadError;
 use crate::dist::ServiceTime;
@@ -17,6 +17,10 @@ use crate::dist::ServiceTime;
 /// Consumers' long-poll wait: short, so a consumer being retired or a run
 /// ending does not wait long for an idle claim.
 const CLAIM_WAIT_MS: u32 = 100;
+/// The long-poll wait when a run has more consumers than
+/// [`CONSUMER_CONNECTIONS_MAX`]: thousands of idle consumers re-claiming
+/// every 100 ms would be the broker's main load.
+const CLAIM_WAIT_MANY_MS: u32 = 1_000;
 
 /// The simulated workers of every queue: consumers with slots, grown and
 /// shrunk at phase boundaries.
@@ -30,6 +34,12 @@ pub(super) struct Workers {
     ack_linger_us: u64,
     service: ServiceTime,
     recorder: Arc<Recorder>,
+    /// Long-poll wait of every claim.
+    claim_wait_ms: u32,
+    /// Connections opened so far; the consumer started `n`-th uses
+    /// connection `n mod CONSUMER_CONNECTIONS_MAX`.
+    clients: Vec<Client>,
+    started: usize,
     /// Per queue: running consumers and their slots, oldest first.
     running: Vec<Vec<(Consumer, u32)>>,
     /// Stats of consumers already shut down.
@@ -55,6 +65,13 @@ impl Workers {
             ack_linger_us: config.ack_linger_us,
             service: config.service,
             recorder,
+            claim_wait_ms: if config.consumers() > CONSUMER_CONNECTIONS_MAX {
+                CLAIM_WAIT_MANY_MS
+            } else {
+                CLAIM_WAIT_MS
+            },
+            clients: Vec::new(),
+            started: 0,
             running: queues.iter().map(|_| Vec::new()).collect(),
             retired: Arc::new(Mutex::new(ConsumerStats::default())),
             retiring: Vec::new(),
@@ -105,16 +122,30 @@ impl Workers {
         let count = self.consumers_per_queue.min(missing).max(missing.div_ceil(CONSUMER_SLOTS_MAX));
         for position in 0..count {
             let slots = missing / count + u32::from(position < missing % count);
-            let consumer = self.start(&self.queues[index], slots).await?;
+            let queue = self.queues[index].clone();
+            let consumer = self.start(&queue, slots).await?;
             self.running[index].push((consumer, slots));
         }
         Ok(())
     }
 
-    async fn start(&self, queue: &str, slots: u32) -> Result<Consumer, LoadError> {
+    /// The next consumer's connection: a new one up to
+    /// [`CONSUMER_CONNECTIONS_MAX`], then the opened ones in turn.
+    async fn client(&mut self) -> Result<Client, LoadError> {
+        let index = self.started % CONSUMER_CONNECTIONS_MAX as usize;
+        self.started += 1;
+        if let Some(client) = self.clients.get(index) {
+            return Ok(client.clone());
+        }
         let client = Client::connect(&self.addr).await?;
+        self.clients.push(client.clone());
+        Ok(client)
+    }
+
+    async fn start(&mut self, queue: &str, slots: u32) -> Result<Consumer, LoadError> {
+        let client = self.client().await?;
         let mut consumer_config = ConsumerConfig::new(queue.to_owned(), slots);
-        consumer_config.wait_ms = CLAIM_WAIT_MS;
+        consumer_config.wait_ms = self.claim_wait_ms;
         consumer_config.lease_ms = self.lease_ms;
         consumer_config.claims_in_flight = self.claims_in_flight;
         consumer_config.ack_linger = Duration::from_micros(self.ack_linger_us);
@@ -144,14 +175,17 @@ impl Workers {
         Ok(consumer)
     }
 
-    /// Shuts every consumer down and returns the run's consumer totals.
+    /// Shuts every consumer down, all at once (each may wait for a long
+    /// poll: one after the other, 4,000 consumers would take an hour), and
+    /// returns the run's consumer totals.
     pub(super) async fn finish(mut self) -> ConsumerStats {
-        for running in std::mem::take(&mut self.running) {
-            for (consumer, _) in running {
-                let stats = consumer.shutdown().await;
-                let mut total = self.retired.lock().unwrap_or_else(PoisonError::into_inner);
-                *total = total.merged(stats);
-            }
+        let shutdowns = std::mem::take(&mut self.running)
+            .into_iter()
+            .flatten()
+            .map(|(consumer, _)| consumer.shutdown());
+        for stats in futures_util::future::join_all(shutdowns).await {
+            let mut total = self.retired.lock().unwrap_or_else(PoisonError::into_inner);
+            *total = total.merged(stats);
         }
         for task in std::mem::take(&mut self.retiring) {
             let _ = task.await;
