@@ -88,6 +88,11 @@ fn recovery_syncs_the_batches_it_keeps_before_the_log_serves() {
         let work = async {
             let first = log.append(&batch(1, 4)).unwrap();
             first.ticket.durable().await.unwrap();
+            // The idle log's witness page is written first: the write the
+            // hook catches is the second commit's.
+            while log.stats().witness_pages < 1 {
+                futures_lite::future::yield_now().await;
+            }
             disk.set_hook({
                 let killed = killed.clone();
                 move |disk, op, _| {
@@ -168,6 +173,11 @@ fn a_failed_checkpoint_sync_is_fatal_and_never_retried() {
         let fatal = Rc::new(RecordFatal::default());
         let opened = open(&disk, fatal.clone()).await;
         opened.0.enqueue(&batch(1, 3)).await.unwrap();
+        // The idle log's witness page is synced first: the sync that fails
+        // is the checkpoint's.
+        while opened.0.log().stats().witness_pages < 1 {
+            futures_lite::future::yield_now().await;
+        }
         disk.inject_failure(IoOp::Sync, 1);
         let error = opened.0.checkpoint().await.expect_err("the sync failed");
         let reasons = fatal.reasons();

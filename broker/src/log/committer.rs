@@ -10,14 +10,17 @@ use spool_wire::batch::write_filler;
 
 use super::disk::{failpoint, zero_fill};
 use super::layout::{commit_span, PREPARED_FILE_NAME};
-use super::state::{close_open, Cached, Gather, Inflight, Job, Segment, Shared, State};
+use super::state::{
+    close_open, Cached, Gather, Inflight, Job, Segment, Shared, State, Task, WitnessJob,
+};
 use super::{CommitStatus, FatalCode};
 use crate::io::{IoBuf, IoOp, Storage, StorageFile};
 use crate::limits::PAGE_BYTES;
 
 impl<S: Storage> Shared<S> {
-    /// Waits for a gathered commit; `None` when closed and drained, or failed.
-    async fn next_job(&self) -> Option<Job<S::File>> {
+    /// Waits for a gathered commit, or a witness page once the committers
+    /// went idle; `None` when closed and drained, or failed.
+    async fn next_job(&self) -> Option<Task<S::File>> {
         loop {
             {
                 let mut state = self.state.borrow_mut();
@@ -33,7 +36,11 @@ impl<S: Storage> Shared<S> {
                 // allows, and recovery would refuse an ordinary torn tail
                 // as corruption.
                 let room = state.inflight.len() < self.config.inflight_commits_max;
-                let gather = if !room {
+                // The next commit reuses the witness page's position: it
+                // starts only once that page is written and synced (two
+                // writes to one page in flight may land in either order).
+                let witness_inflight = state.witness_inflight;
+                let gather = if !room || witness_inflight {
                     None
                 } else {
                     match state.queued.pop_front() {
@@ -45,9 +52,13 @@ impl<S: Storage> Shared<S> {
                     let job = self.start_commit(&mut state, gather);
                     drop(state);
                     self.space.notify_all();
-                    return Some(job);
+                    return Some(Task::Commit(job));
                 }
-                if state.closing && room {
+                if witness_inflight {
+                    // Woken when the page is synced (or the log failed).
+                } else if let Some(witness) = self.start_witness(&mut state) {
+                    return Some(Task::Witness(witness));
+                } else if state.closing && room {
                     return None;
                 }
             }
@@ -81,6 +92,7 @@ impl<S: Storage> Shared<S> {
             // the highest one an intact later commit recorded (§ "Damage or
             // torn tail" of segment-format.md).
             let watermark = state.durable_offset;
+            state.witnessed_offset = state.witnessed_offset.max(watermark);
             let len = (span - data_bytes) as usize;
             write_filler(filler, len, next_offset, self.leader_epoch, watermark);
         }
@@ -106,6 +118,69 @@ impl<S: Storage> Shared<S> {
             },
         );
         Job { seq, pos, buf, segment, opens_segment }
+    }
+
+    /// A witness page, when the committers are idle (nothing gathered,
+    /// queued or in flight) and the durable watermark is above every
+    /// watermark a filler recorded: the last commits then have no later
+    /// commit to vouch that they were durable, and recovery could not tell
+    /// damage to them from a torn tail. The page lies where the next commit
+    /// starts and does not advance the segment's data end: that commit
+    /// reuses it (it holds no acknowledged byte). None when the active
+    /// segment has no page left (the next commit rolls).
+    fn start_witness(&self, state: &mut State<S::File>) -> Option<WitnessJob<S::File>> {
+        let idle = state.open.is_none() && state.queued.is_empty() && state.inflight.is_empty();
+        if !idle || state.durable_offset <= state.witnessed_offset {
+            return None;
+        }
+        let segment = &state.gather_segment;
+        let pos = state.gather_pos;
+        if pos + PAGE_BYTES > segment.capacity {
+            return None;
+        }
+        let file = segment.file()?;
+        assert!(pos >= segment.data_end.get());
+        assert_eq!(state.next_offset, state.durable_offset, "idle: everything is durable");
+        let watermark = state.durable_offset;
+        let mut buf = state.alloc_file.alloc_buf(PAGE_BYTES as usize);
+        write_filler(buf.as_mut(), PAGE_BYTES as usize, watermark, self.leader_epoch, watermark);
+        state.witnessed_offset = watermark;
+        state.witness_inflight = true;
+        Some(WitnessJob { pos, buf: Rc::new(buf), file })
+    }
+
+    /// Writes and syncs a witness page, then lets commits start again.
+    /// False when the log failed.
+    async fn write_witness(&self, witness: WitnessJob<S::File>) -> bool {
+        let WitnessJob { pos, buf, file } = witness;
+        let written = async {
+            failpoint("log.witness.write", IoOp::Write, file.path(), Some(pos))?;
+            file.write_at(buf, pos).await?;
+            failpoint("log.witness.write.after", IoOp::Write, file.path(), Some(pos))
+        };
+        if let Err(error) = written.await {
+            self.fail(FatalCode::WriteFailed, &error);
+            return false;
+        }
+        if self.is_failed() {
+            return false;
+        }
+        let synced = async {
+            failpoint("log.witness.sync", IoOp::Sync, file.path(), None)?;
+            file.fdatasync().await?;
+            failpoint("log.witness.sync.after", IoOp::Sync, file.path(), None)
+        };
+        if let Err(error) = synced.await {
+            self.fail(FatalCode::SyncFailed, &error);
+            return false;
+        }
+        {
+            let mut state = self.state.borrow_mut();
+            state.witness_inflight = false;
+            state.stats.witness_pages += 1;
+        }
+        self.work.notify_all();
+        true
     }
 
     /// Marks `seq` synced and advances the durable watermark over the
@@ -283,7 +358,16 @@ impl<S: Storage> Shared<S> {
 /// One committer: take a commit, (roll,) write it, sync it, mark it synced.
 pub(super) async fn committer<S: Storage>(shared: Rc<Shared<S>>) {
     loop {
-        let Some(job) = shared.next_job().await else { break };
+        let job = match shared.next_job().await {
+            None => break,
+            Some(Task::Commit(job)) => job,
+            Some(Task::Witness(witness)) => {
+                if !shared.write_witness(witness).await {
+                    break;
+                }
+                continue;
+            }
+        };
         if job.opens_segment && !shared.roll(&job.segment, job.seq).await {
             break;
         }

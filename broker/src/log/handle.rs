@@ -111,6 +111,12 @@ impl<S: Storage> Log<S> {
             durable_seq: 0,
             inflight: BTreeMap::new(),
             durable_offset: next_offset,
+            // A tail that recovery found witnessed (or holding no commit)
+            // needs no page; otherwise the committers write one as soon
+            // as they run, so the last commits before a crash (or before a
+            // torn tail was cut) get a witness too.
+            witnessed_offset: if recovered.tail_witnessed { next_offset } else { 0 },
+            witness_inflight: false,
             prepared: None,
             roll_waiting: false,
             disk_full: false,

@@ -279,6 +279,9 @@ pub struct LogStats {
     /// Bytes those commits occupy on disk (whole pages, fillers included).
     pub commit_bytes: u64,
     pub segments_rolled: u64,
+    /// Witness pages written and synced: one per idle transition after a
+    /// commit (`segment-format.md`, "Witness page").
+    pub witness_pages: u64,
 }
 
 /// Summary of one segment, for tests and operators.

@@ -65,12 +65,19 @@ pub(crate) struct Recovered<F> {
     pub segments: Vec<RecoveredSegment<F>>,
     /// Where the next commit starts in the last segment (page-aligned).
     pub next_commit_pos: u64,
+    /// The last segment ends with a witness page (or holds no commit): no
+    /// acknowledged commit at the tail lacks a later watermark.
+    pub tail_witnessed: bool,
     pub report: RecoveryReport,
 }
 
 struct Scan {
     /// End of the valid batches.
     end: u64,
+    /// End of the valid batches without the witness pages that trail them
+    /// (a filler that starts on a page boundary is a commit of its own: a
+    /// witness page, past the data end the log indexed).
+    data_end: u64,
     next_offset: u64,
     batches: u64,
     index: SparseIndex,
@@ -137,6 +144,7 @@ pub(crate) async fn recover<S: Storage>(
     // Scanned segments: what they hold may never have been synced.
     let mut scanned: Vec<Rc<S::File>> = Vec::new();
     let mut next_commit_pos = 0;
+    let mut tail_witnessed = false;
     let mut expected: Option<u64> = None;
     for (slot, base) in bases.iter().copied().enumerate() {
         let is_last = slot + 1 == bases.len();
@@ -196,6 +204,14 @@ pub(crate) async fn recover<S: Storage>(
         }
         if is_last {
             end = repair_tail(&file, &scan, capacity, leader_epoch).await?;
+            // Trailing witness pages hold no acknowledged byte: the next
+            // commit reuses the first one's page, as it would have before
+            // the restart (one page per commit, never a page per restart).
+            if end == scan.end && scan.data_end < scan.end {
+                end = scan.data_end;
+                tail_witnessed = true;
+            }
+            tail_witnessed |= scan.batches == 0;
             next_commit_pos = end;
         } else {
             let has_index = index_bases.contains(&base);
@@ -224,7 +240,7 @@ pub(crate) async fn recover<S: Storage>(
     report.segments_synced = scanned.len();
     report.segments = segments.len();
     report.next_offset = Offset(expected.unwrap_or(0));
-    Ok(Recovered { segments, next_commit_pos, report })
+    Ok(Recovered { segments, next_commit_pos, tail_witnessed, report })
 }
 
 /// Reads every batch of one segment from position 0, then finds how far
@@ -238,6 +254,7 @@ async fn scan_segment<F: StorageFile>(
     let header_bytes = BATCH_HEADER_BYTES as u64;
     let mut window = Window::new(file, SCAN_CHUNK_BYTES);
     let mut pos = 0u64;
+    let mut data_end = 0u64;
     let mut expected = base;
     let mut batches = 0;
     let mut index = SparseIndex::default();
@@ -282,8 +299,12 @@ async fn scan_segment<F: StorageFile>(
                 last_index_pos = Some(pos);
             }
         }
+        let witness = header.kind == BatchKind::Filler && pos.is_multiple_of(PAGE_BYTES);
         expected = header.next_offset();
         pos += len;
+        if !witness {
+            data_end = pos;
+        }
     };
     let mut dirty_end = None;
     let mut at = pos;
@@ -298,7 +319,16 @@ async fn scan_segment<F: StorageFile>(
         }
         at += bytes.len() as u64;
     }
-    Ok(Scan { end: pos, next_offset: expected, batches, index, dirty_end, stop, highest_epoch })
+    Ok(Scan {
+        end: pos,
+        data_end,
+        next_offset: expected,
+        batches,
+        index,
+        dirty_end,
+        stop,
+        highest_epoch,
+    })
 }
 
 /// The highest durable watermark recorded by an intact filler in the pages
@@ -447,9 +477,11 @@ async fn check_index<S: Storage>(
 ) -> Result<(), LogError> {
     let mut valid = false;
     if has_index {
+        // A segment sealed after a witness page ends with that page past
+        // the data end the log indexed.
         valid = read_index(storage, dir, base).await?.is_some_and(|persisted| {
             persisted.index == scan.index
-                && persisted.data_end == scan.end
+                && (persisted.data_end == scan.end || persisted.data_end == scan.data_end)
                 && persisted.next_offset == scan.next_offset
         });
     }

@@ -89,6 +89,21 @@ pub(super) struct Job<F: StorageFile> {
     pub(super) opens_segment: bool,
 }
 
+/// A witness page handed to a committer: one page holding just a filler
+/// whose watermark covers every durable commit, written where the next
+/// commit will start (`segment-format.md`, "Witness page").
+pub(super) struct WitnessJob<F: StorageFile> {
+    pub(super) pos: u64,
+    pub(super) buf: Rc<F::Buf>,
+    pub(super) file: Rc<F>,
+}
+
+/// What a committer takes: a commit, or a witness page once they went idle.
+pub(super) enum Task<F: StorageFile> {
+    Commit(Job<F>),
+    Witness(WitnessJob<F>),
+}
+
 pub(super) struct State<F: StorageFile> {
     pub(super) failed: Option<Rc<str>>,
     pub(super) closing: bool,
@@ -106,6 +121,13 @@ pub(super) struct State<F: StorageFile> {
     pub(super) durable_seq: u64,
     pub(super) inflight: BTreeMap<u64, Inflight<F>>,
     pub(super) durable_offset: u64,
+    /// The highest durable watermark a filler written (or found at the tail
+    /// by recovery) records: when the committers go idle with
+    /// `durable_offset` above it, one witness page records it.
+    pub(super) witnessed_offset: u64,
+    /// A witness page is being written or synced: no commit starts until it
+    /// is synced (the next commit reuses its page).
+    pub(super) witness_inflight: bool,
     /// The zero-filled next segment under its temporary name, and its size.
     pub(super) prepared: Option<(Rc<F>, u64)>,
     pub(super) roll_waiting: bool,
