@@ -222,9 +222,9 @@ async fn ack_all(
     expected: usize,
 ) -> Vec<MessageId> {
     let mut ids = Vec::new();
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     while ids.len() < expected {
-        assert!(std::time::Instant::now() < deadline, "only {} of {expected} claimed", ids.len());
+        assert!(tokio::time::Instant::now() < deadline, "only {} of {expected} claimed", ids.len());
         let claimed = client
             .claim(queue, PartitionId(partition), &claim_options(9, 8, 30_000, 200))
             .await
@@ -241,10 +241,10 @@ async fn ack_all(
 
 /// Polls until `wal_files(dir)` is at most `most`, up to 20 s.
 async fn wait_files_at_most(dir: &std::path::Path, most: usize) -> usize {
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         let files = wal_files(dir);
-        if files <= most || std::time::Instant::now() >= deadline {
+        if files <= most || tokio::time::Instant::now() >= deadline {
             return files;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -25,9 +25,10 @@ async fn thirty_kills_lose_nothing_acknowledged() {
 }
 
 // Goal: the same promises on the journal layout (one journal per shard,
-// claims that reply before their commit, the epoch fence, journal files
-// released while the loop runs). Method: the same quick loop with
-// `--log-layout journal` on every start; every violation count must be 0.
+// claims that reply before their commit, the epoch fence, the shard's
+// journal release passes and the checkpoints they ask for running
+// throughout). Method: the same quick loop with `--log-layout journal` on
+// every start; every violation count must be 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thirty_kills_on_the_journal_lose_nothing_acknowledged() {
     let mut config = KillLoopConfig::quick(KILLS, seed());
