@@ -115,6 +115,12 @@ pub const PORT_IN_USE_RETRY_PAUSE_MS: u64 = 10;
 /// opened again (the shard's housekeeping retries it until it opens).
 pub const PARTITION_OPEN_RETRY_MS: u64 = 1_000;
 
+/// Journal layout: least time between two passes of a shard's journal
+/// release (the least position its partitions still need, then every
+/// journal file wholly below it removed; idle partitions that pin an old
+/// file asked for a checkpoint). A pass costs O(partitions of the shard).
+pub const JOURNAL_RELEASE_INTERVAL_MS: u64 = 1_000;
+
 /// Most segment files one partition directory may hold.
 pub const SEGMENTS_MAX: usize = 1 << 16;
 
@@ -148,6 +154,7 @@ const _: () = assert!(PORT_IN_USE_RETRY_PAUSE_MS * 10 <= PORT_IN_USE_RETRY_MS);
 // A waiting start must not come near the broker's start-up budget.
 const _: () = assert!(PORT_IN_USE_RETRY_MS * 10 <= STARTUP_TIMEOUT_MS_DEFAULT);
 const _: () = assert!(PARTITION_OPEN_RETRY_MS > 0);
+const _: () = assert!(JOURNAL_RELEASE_INTERVAL_MS > 0);
 const _: () = assert!(INFLIGHT_COMMITS_DEFAULT <= INFLIGHT_COMMITS_MAX);
 const _: () = assert!(PENDING_BYTES_DEFAULT <= PENDING_BYTES_MAX);
 const _: () = assert!(DATA_PENDING_BYTES_DEFAULT <= PENDING_BYTES_DEFAULT);

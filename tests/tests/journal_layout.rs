@@ -186,3 +186,171 @@ async fn journal_layout_keeps_acknowledged_work_across_sigkill_and_keeps_its_sha
     let after = drain(&client, "stream", 100, 1).await;
     assert!(after.is_empty(), "acked messages came back after a clean restart: {after:?}");
 }
+
+/// Bulk records enqueued one by one (each its own commit) into the
+/// partition that is drained: 40 MiB, five 8 MiB journal files.
+const BULK_RECORDS: u64 = 160;
+const BULK_PAYLOAD_BYTES: usize = 256 << 10;
+/// Three of the broker's release passes (`JOURNAL_RELEASE_INTERVAL_MS`, 1 s).
+const RELEASE_PASSES_WAIT: Duration = Duration::from_secs(3);
+
+/// Journal files (`*.wal`) in `dir`.
+fn wal_files(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|entry| entry.file_name().to_string_lossy().ends_with(".wal"))
+        .count()
+}
+
+/// GET /metrics, checked.
+fn scrape(broker: &Spoold) -> spool_tests::admin::Exposition {
+    let answer = tokio::task::block_in_place(|| {
+        spool_tests::admin::http_get(&broker.admin_addr(), "/metrics")
+    });
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    spool_tests::admin::Exposition::parse(&answer.body)
+        .unwrap_or_else(|error| panic!("the metrics do not parse: {error}\n{}", answer.body))
+}
+
+/// Claims and acks every ready message of `queue`/`partition`, `expected`
+/// in all; returns their ids.
+async fn ack_all(
+    client: &spool_client::Client,
+    queue: &str,
+    partition: u32,
+    expected: usize,
+) -> Vec<MessageId> {
+    let mut ids = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while ids.len() < expected {
+        assert!(tokio::time::Instant::now() < deadline, "only {} of {expected} claimed", ids.len());
+        let claimed = client
+            .claim(queue, PartitionId(partition), &claim_options(9, 8, 30_000, 200))
+            .await
+            .unwrap();
+        if claimed.deliveries.is_empty() {
+            continue;
+        }
+        let tokens: Vec<_> = claimed.deliveries.iter().map(Delivery::token).collect();
+        client.ack(queue, PartitionId(partition), &tokens).await.unwrap();
+        ids.extend(claimed.deliveries.iter().map(Delivery::message_id));
+    }
+    ids
+}
+
+/// Polls until `wal_files(dir)` is at most `most`, up to 20 s.
+async fn wait_files_at_most(dir: &std::path::Path, most: usize) -> usize {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let files = wal_files(dir);
+        if files <= most || tokio::time::Instant::now() >= deadline {
+            return files;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+// Goal: a journal broker releases the journal files nobody needs once
+// their records are acked and the partitions checkpointed (so its data
+// directory does not grow forever), keeps every file an unacked record
+// still lies in (files go as a prefix: one old live record holds them all),
+// loses nothing acknowledged when it is SIGKILLed after a release, and its
+// journal commits reach the shard commit metrics. Method: one shard, a
+// queue of two partitions; one early record left unacked on partition 0,
+// then 40 MiB enqueued one record at a time on partition 1 (scrape before
+// and after: the commit size and duration histograms count every commit),
+// all acked; the file count holds while the early record is live, drops to
+// at most two once it is acked; then fresh unacked records, SIGKILL,
+// restart: exactly those come back, once each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn journal_files_are_released_after_acks_and_a_kill_after_the_release_loses_nothing() {
+    let mut options = SpooldOptions::new(1);
+    options.args.extend(["--log-layout".to_owned(), "journal".to_owned()]);
+    let mut broker = Spoold::start_with(options);
+    let journal_dir = broker.data_dir().join("shard-00").join("journal");
+    let client = broker.client().await;
+    let admin = Admin::new(client.clone());
+    admin.create_queue("rel", test_queue_config(2, 30_000, 100)).await.unwrap();
+    let producer = Producer::new(client.clone(), ProducerConfig::default()).unwrap();
+    let (key0, key1) = (common::key_for(0, 2, 1), common::key_for(1, 2, 1));
+    producer
+        .send("rel", Message::new("early").key(key0.clone()).id(message_id(10, 0)))
+        .await
+        .unwrap();
+
+    let before = scrape(&broker);
+    let payload = vec![7u8; BULK_PAYLOAD_BYTES];
+    for sequence in 0..BULK_RECORDS {
+        let message = Message::new(payload.clone()).key(key1.clone()).id(message_id(11, sequence));
+        producer.send("rel", message).await.unwrap();
+    }
+    let after = scrape(&broker);
+    let delta = |name: &str| after.sum(name) - before.sum(name);
+    let commits = delta("spool_shard_commit_size_bytes_count");
+    assert!(commits >= BULK_RECORDS as f64, "{commits} commits counted for {BULK_RECORDS} sends");
+    assert!(
+        delta("spool_shard_commit_size_bytes_sum")
+            >= (BULK_RECORDS as usize * BULK_PAYLOAD_BYTES) as f64,
+        "the commit sizes do not hold the bulk"
+    );
+    assert_eq!(delta("spool_shard_commit_duration_seconds_count"), commits, "each commit timed");
+    assert!(delta("spool_shard_commit_duration_seconds_sum") > 0.0);
+
+    let bulk = ack_all(&client, "rel", 1, BULK_RECORDS as usize).await;
+    assert_eq!(bulk.len(), BULK_RECORDS as usize);
+    let full = wal_files(&journal_dir);
+    assert!(full >= 5, "40 MiB over 8 MiB files: {full} files");
+    // The early record lies in the first file: nothing can go yet (files
+    // are released as a prefix). Several release passes run meanwhile.
+    tokio::time::sleep(RELEASE_PASSES_WAIT).await;
+    assert_eq!(wal_files(&journal_dir), full, "a file holding a live record was released");
+    let pinned = scrape(&broker);
+    assert_eq!(pinned.sum("spool_journal_files"), full as f64);
+    assert!(
+        pinned.sum("spool_journal_files_without_live") >= (full - 2) as f64,
+        "the drained files hold no live bytes: {}",
+        pinned.sum("spool_journal_files_without_live")
+    );
+    assert_eq!(pinned.sum("spool_journal_released_files_total"), 0.0);
+
+    let early = ack_all(&client, "rel", 0, 1).await;
+    assert_eq!(early, vec![message_id(10, 0)]);
+    let left = wait_files_at_most(&journal_dir, 2).await;
+    assert!(left <= 2, "{full} journal files, {left} left after every record was acked");
+    let released = scrape(&broker);
+    assert!(released.sum("spool_journal_released_files_total") >= (full - 2) as f64);
+    assert_eq!(released.sum("spool_journal_files"), left as f64);
+
+    // Unacked records after the release, then a kill.
+    for sequence in 0..6 {
+        let key = if sequence % 2 == 0 { &key0 } else { &key1 };
+        producer
+            .send(
+                "rel",
+                Message::new(format!("late-{sequence}"))
+                    .key(key.clone())
+                    .id(message_id(12, sequence)),
+            )
+            .await
+            .unwrap();
+    }
+    drop(producer);
+    drop(admin);
+    drop(client);
+    broker.kill();
+    broker.restart();
+    let client = broker.client().await;
+    let drained = drain(&client, "rel", 300, 2).await;
+    let counts = count_by_id(&drained);
+    let mut ids: Vec<_> = counts.keys().copied().collect();
+    ids.sort_by_key(|id| id.0);
+    let expected: Vec<_> = (0..6).map(|sequence| message_id(12, sequence)).collect();
+    assert_eq!(ids, expected, "exactly the unacked records come back after the release and kill");
+    assert!(counts.values().all(|count| *count == 1), "{counts:?}");
+    for delivery in &drained {
+        let (_, sequence) = id_parts(delivery.message_id());
+        let expected = format!("late-{sequence}");
+        assert_eq!(delivery.payload(), spool_client::PayloadView::Inline(expected.as_bytes()));
+    }
+}

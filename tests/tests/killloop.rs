@@ -21,12 +21,32 @@ const KILLS: u32 = 30;
 // settings (kills every 0.1–0.4 s), then every violation count must be 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thirty_kills_lose_nothing_acknowledged() {
+    thirty_kills(KillLoopConfig::quick(KILLS, seed())).await;
+}
+
+// Goal: the same promises on the journal layout (one journal per shard,
+// claims that reply before their commit, the epoch fence, the shard's
+// journal release passes and the checkpoints they ask for running
+// throughout). Method: the same quick loop with `--log-layout journal` on
+// every start; every violation count must be 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thirty_kills_on_the_journal_lose_nothing_acknowledged() {
+    let mut config = KillLoopConfig::quick(KILLS, seed());
+    config.spoold_args = vec!["--log-layout".to_owned(), "journal".to_owned()];
+    thirty_kills(config).await;
+}
+
+fn seed() -> u64 {
     let seed = std::env::var("SPOOL_KILLLOOP_SEED")
         .ok()
         .and_then(|text| text.parse().ok())
         .unwrap_or(0x5EED_2025);
     eprintln!("kill loop seed {seed} (set SPOOL_KILLLOOP_SEED to repeat)");
-    let report = run(KillLoopConfig::quick(KILLS, seed)).await.expect("the kill loop finishes");
+    seed
+}
+
+async fn thirty_kills(config: KillLoopConfig) {
+    let report = run(config).await.expect("the kill loop finishes");
     let json = report.to_json();
     eprintln!("{json}");
     assert_eq!(report.kills, KILLS);

@@ -147,6 +147,58 @@ type FloatCounters<L> = Family<L, Counter<f64, std::sync::atomic::AtomicU64>>;
 type Gauges<L> = Family<L, Gauge>;
 type FloatGauges<L> = Family<L, Gauge<f64, std::sync::atomic::AtomicU64>>;
 
+/// The shard journals' figures (journal layout; no series for a shard on
+/// the segment layout).
+fn register_journal_figures(registry: &mut Registry, reports: &[ShardReport]) {
+    let files = Gauges::<ShardLabels>::default();
+    let idle_files = Gauges::<ShardLabels>::default();
+    let file_bytes = Gauges::<ShardLabels>::default();
+    let live_bytes = Gauges::<ShardLabels>::default();
+    let released_files = Counters::<ShardLabels>::default();
+    let released_bytes = Counters::<ShardLabels>::default();
+    for shard in reports {
+        let Some(journal) = &shard.journal else { continue };
+        let labels = ShardLabels { shard: shard.shard.0.to_string() };
+        files.get_or_create(&labels).set(gauge_value(journal.files));
+        idle_files.get_or_create(&labels).set(gauge_value(journal.files_without_live_bytes));
+        file_bytes.get_or_create(&labels).set(gauge_value(journal.file_bytes));
+        live_bytes.get_or_create(&labels).set(gauge_value(journal.live_bytes));
+        released_files.get_or_create(&labels).inc_by(journal.released_files);
+        released_bytes.get_or_create(&labels).inc_by(journal.released_bytes);
+    }
+    registry.register("spool_journal_files", "Journal files the shard holds", files);
+    registry.register(
+        "spool_journal_files_without_live",
+        "Journal files (the newest aside) holding no live record's batch, still held because \
+         a partition's checkpoint scan start lies in or below them",
+        idle_files,
+    );
+    registry.register_with_unit(
+        "spool_journal_file",
+        "Bytes of the journal files the shard holds",
+        Unit::Bytes,
+        file_bytes,
+    );
+    registry.register_with_unit(
+        "spool_journal_live",
+        "Entry bytes of the batches the shard's open partitions still read from its journal \
+         (a batch counts whole while any of its records is live)",
+        Unit::Bytes,
+        live_bytes,
+    );
+    registry.register(
+        "spool_journal_released_files",
+        "Journal files released since the shard started",
+        released_files,
+    );
+    registry.register_with_unit(
+        "spool_journal_released",
+        "Bytes of the journal files released since the shard started",
+        Unit::Bytes,
+        released_bytes,
+    );
+}
+
 fn gauge_value(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
@@ -502,6 +554,7 @@ pub fn encode(
             active,
         );
     }
+    register_journal_figures(&mut registry, reports);
     {
         let open = Gauges::<ShardLabels>::default();
         let refused = Gauges::<ShardLabels>::default();

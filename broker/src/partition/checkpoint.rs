@@ -10,6 +10,7 @@ use super::{
     CHECKPOINT_STEP_BYTES_MAX, CHECKPOINT_STEP_ENTRIES,
 };
 use crate::io::{IoOp, Storage};
+use crate::log::journal::JournalPos;
 use crate::log::{FatalCode, FatalReason, LogError};
 use crate::queue::{Offset, PartitionState};
 
@@ -172,6 +173,47 @@ impl<S: Storage + Clone> Partition<S> {
             "checkpoint written"
         );
         Ok(Some(covers))
+    }
+
+    /// Journal layout: the least journal position this partition needs
+    /// now: its durable checkpoint's scan start (what its recovery replays
+    /// from; 0 without a checkpoint) or the oldest data entry it still
+    /// indexes (what reads of its live records need), whichever is lower.
+    /// `None` for the segment layout.
+    pub fn journal_pin(&self) -> Option<JournalPos> {
+        let part = self.log.journal()?;
+        let scan = JournalPos(self.checkpoint_covers.get().to_checkpoint());
+        Some(part.oldest_indexed().map_or(scan, |oldest| oldest.min(scan)))
+    }
+
+    /// Journal layout: whether a checkpoint taken now would let go of a
+    /// journal file this partition pins: the scan start it would record
+    /// (its oldest live record's entry, else the durable watermark) lies in
+    /// a later file than [`Partition::journal_pin`]. An idle partition's
+    /// checkpoint is never due by growth, so the shard asks for one when
+    /// this holds; a partition pinned by an old live record answers false
+    /// (a checkpoint would not move it).
+    pub fn journal_checkpoint_frees(&self) -> bool {
+        if self.checkpoint_running.get() || self.sync_failed.get() || self.closed.get() {
+            return false;
+        }
+        let (Some(part), Some(pin)) = (self.log.journal(), self.journal_pin()) else {
+            return false;
+        };
+        let journal = part.shard().journal();
+        let (control_end, last_control) = part.control_mark();
+        let mut control = control_end.max(journal.durable_position());
+        if let Some((ticket, entry_len)) = last_control {
+            match ticket.position() {
+                Some(position) => control = control.max(JournalPos(position.0 + entry_len)),
+                // Its place is not known yet: ask again next time.
+                None => return false,
+            }
+        }
+        let next = part.next_offset();
+        let needed = self.state.borrow().retention_watermark().map_or(next, |live| live.min(next));
+        let after = part.position_of(needed).map_or(control, |position| position.min(control));
+        journal.file_base(after) > journal.file_base(pin)
     }
 
     /// What the newest checkpoint written by this process cost.

@@ -423,6 +423,14 @@ impl<S: Storage> PartitionLog<S> {
             Self::Journal(part) => {
                 let (records, bytes) = part.appended();
                 let (control_end, control) = part.control_mark();
+                // Every control entry appended from now on goes into a
+                // commit built later, at or past the durable watermark; the
+                // ones appended before end at `control_end` or at the end of
+                // `control` (which `resolve` waits for). So the watermark is
+                // as good a control cursor as the last entry's end, and it
+                // lets an idle partition's checkpoint move its cursor up to
+                // the journal's head (and stop pinning old journal files).
+                let control_end = control_end.max(part.shard().journal().durable_position());
                 LogMark { data: part.next_offset().0, records, bytes, control_end, control }
             }
         }

@@ -292,18 +292,23 @@ impl<S: Storage + Clone> Partition<S> {
     }
 
     /// Where the shard's journal recovery must start for the partition in
-    /// `dir` (journal layout): its checkpoint's scan start, or 0 without a
-    /// checkpoint (every entry of the partition is needed). The shard
-    /// starts at the least over its partitions.
+    /// `dir` (journal layout): its checkpoint's scan start, or `None`
+    /// without a checkpoint (every entry of the partition is needed: the
+    /// shard releases no journal file while a partition without a
+    /// checkpoint is open, so they are all in the files it still holds).
+    /// The shard starts at the least over its partitions.
     ///
     /// # Errors
     /// The checkpoint side file is unreadable or damaged: the partition
     /// cannot be recovered without it (the journal below a scan start may
     /// be gone).
-    pub async fn journal_scan_start(storage: &S, dir: &Path) -> Result<JournalPos, PartitionError> {
+    pub async fn journal_scan_start(
+        storage: &S,
+        dir: &Path,
+    ) -> Result<Option<JournalPos>, PartitionError> {
         let checkpoint =
             files::read_side_file(storage, dir, CHECKPOINT_FILE, CHECKPOINT_MAGIC).await?;
-        Ok(JournalPos(checkpoint.map_or(0, |file| file.value)))
+        Ok(checkpoint.map(|file| JournalPos(file.value)))
     }
 
     /// What both layouts share once the log is open and the checkpoint

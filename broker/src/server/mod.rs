@@ -31,8 +31,21 @@
 //! checkpoint side files), its handle registered in the table first (a
 //! partition created at run time gets a new one before its first append).
 //! A deleted queue's partitions close and their directories go; their
-//! handles stay in the table and their entries in the journal files (no
-//! journal file is released yet: `docs/design/shard-journal.md` §12).
+//! handles stay in the table and their entries in the journal files until
+//! those files are released.
+//!
+//! Journal release: every [`JOURNAL_RELEASE_INTERVAL_MS`] the housekeeping
+//! tick takes the least journal position the shard's open partitions need
+//! ([`Partition::journal_pin`]: a checkpoint's scan start, or the oldest
+//! data entry a live record is read from) and removes every journal file
+//! wholly below it ([`Journal::release_below`]); a partition whose
+//! checkpoint would move its pin to a later file (an idle one) is asked for
+//! a checkpoint. Nothing is released while a partition the table gives the
+//! shard is not open (its recovery may need any file), nor while a
+//! partition without a checkpoint is open (it pins position 0).
+//!
+//! [`JOURNAL_RELEASE_INTERVAL_MS`]: crate::limits::JOURNAL_RELEASE_INTERVAL_MS
+//! [`Journal::release_below`]: crate::log::journal::Journal::release_below
 
 pub mod auth;
 pub mod convert;
@@ -66,7 +79,9 @@ use crate::partition::{Clock, JournalOpen, Partition, PartitionError, PartitionN
 use crate::queue::{LeaderEpoch, PartitionId, QueueId};
 use crate::shard::alarm::Alarm;
 use crate::shard::hooks::{ShardContext, ShardHooks, ShardHooksFactory};
-use crate::shard::report::{LogTotals, PartitionReport, RefusedPartition, ShardReport};
+use crate::shard::report::{
+    JournalReport, LogTotals, PartitionReport, RefusedPartition, ShardReport,
+};
 use crate::shard::ControlHandle;
 use counters::RequestCounters;
 use handler::SpoolHandler;
@@ -114,6 +129,14 @@ pub struct ShardJournalRun {
     routed: RefCell<BTreeMap<PartitionHandle, Vec<RoutedEntry>>>,
     /// The journal's committers and preparer.
     task: RefCell<Option<JoinHandle<()>>>,
+    /// Bytes of one journal file.
+    file_bytes: u64,
+    /// A release pass is running.
+    releasing: Cell<bool>,
+    /// When the next release pass may start (broker clock, ms).
+    next_release_ms: Cell<u64>,
+    /// What the release passes did and found (`report`).
+    release: Cell<JournalReport>,
 }
 
 /// Feeds the shard journal's commits into the per-thread disk counters the
@@ -339,6 +362,7 @@ impl ShardState {
             let stats = journal.shard.journal().stats();
             log.commits += stats.commits;
             log.commit_bytes += stats.commit_bytes;
+            report.journal = Some(self.journal_report(journal));
         }
         report.log = log;
         report.refused = self
@@ -513,7 +537,9 @@ impl ShardState {
         crate::io::create_dir_durable(&DmaStorage, &shard_dir)
             .await
             .map_err(|error| journal_error(JournalError::Io(error)))?;
-        let mut start: Option<JournalPos> = None;
+        // The least scan start; `Some(None)`: a partition without a
+        // checkpoint (from the oldest file).
+        let mut start: Option<Option<JournalPos>> = None;
         let mut partitions = 0usize;
         for (queue, partition) in self.recovered.owned_by(self.shard) {
             partitions += 1;
@@ -528,16 +554,24 @@ impl ShardState {
                     },
                 )?
             } else {
-                JournalPos(0)
+                None
             };
-            start = Some(start.map_or(scan_start, |least| least.min(scan_start)));
+            start = Some(match (start, scan_start) {
+                (None, scan) => scan,
+                (Some(None), _) | (Some(_), None) => None,
+                (Some(Some(least)), Some(scan)) => Some(least.min(scan)),
+            });
         }
         let journal_dir = shard_dir.join(crate::log::journal::JOURNAL_DIR_NAME);
+        let oldest = JournalPos(oldest_journal_file(&journal_dir));
+        // A partition without a checkpoint needs every entry it wrote: all
+        // in the files still held (none is released while it is open).
         let start = match start {
-            Some(start) => start,
-            None => JournalPos(oldest_journal_file(&journal_dir)),
+            Some(Some(start)) => start,
+            Some(None) | None => oldest,
         };
         let config = JournalConfig::for_partitions(&self.log_config);
+        let file_bytes = config.file_bytes;
         let (shard, recovery) =
             ShardJournal::open(DmaStorage, &shard_dir, config, start, Rc::new(ExitOnFatal))
                 .await
@@ -559,8 +593,107 @@ impl ShardState {
             shard,
             routed: RefCell::new(recovery.routed.partitions),
             task: RefCell::new(Some(task)),
+            file_bytes,
+            releasing: Cell::new(false),
+            next_release_ms: Cell::new(0),
+            release: Cell::new(JournalReport::default()),
         }));
         Ok(())
+    }
+
+    /// Starts a journal release pass when one is due (journal layout; see
+    /// the module docs): the least position the open partitions need, the
+    /// files wholly below it removed, and a checkpoint asked of each
+    /// partition whose pin a checkpoint would move to a later file.
+    fn release_journal(self: &Rc<Self>) {
+        let Some(journal) = self.journal.borrow().clone() else { return };
+        let now = (self.clock)();
+        if journal.releasing.get() || now < journal.next_release_ms.get() {
+            return;
+        }
+        journal.next_release_ms.set(now.saturating_add(crate::limits::JOURNAL_RELEASE_INTERVAL_MS));
+        // A partition of this shard that is not open (opening, or refused)
+        // may need any file at its next open.
+        let owned = self.table.borrow().owned_by(self.shard).count();
+        let served: Vec<Rc<Served>> = self.partitions.borrow().values().cloned().collect();
+        if served.len() < owned || !self.unavailable.borrow().is_empty() {
+            return;
+        }
+        let files = journal.shard.journal();
+        let mut needed = files.durable_position();
+        for entry in &served {
+            let Some(pin) = entry.partition.journal_pin() else { return };
+            needed = needed.min(pin);
+            if entry.partition.journal_checkpoint_frees() {
+                let partition = entry.partition.clone();
+                glommio::spawn_local(async move {
+                    if let Err(error) = partition.checkpoint().await {
+                        tracing::warn!(partition = ?partition.name(), %error, "checkpoint failed");
+                    }
+                })
+                .detach();
+            }
+        }
+        let mut figures = journal.release.get();
+        figures.needed_from = needed.0;
+        journal.release.set(figures);
+        if files.file_base(needed) <= files.oldest_file() {
+            return;
+        }
+        journal.releasing.set(true);
+        let shard = self.shard;
+        glommio::spawn_local(async move {
+            let result = journal.shard.journal().release_below(needed).await;
+            journal.releasing.set(false);
+            match result {
+                Ok(released) => {
+                    let mut figures = journal.release.get();
+                    figures.released_files += released.files as u64;
+                    figures.released_bytes += released.bytes;
+                    journal.release.set(figures);
+                    // Entries of deleted queues' handles that lay there.
+                    journal.routed.borrow_mut().values_mut().for_each(|entries| {
+                        entries.retain(|entry| entry.position >= released.oldest);
+                    });
+                    tracing::debug!(
+                        shard = shard.0,
+                        needed = needed.0,
+                        files = released.files,
+                        bytes = released.bytes,
+                        oldest = released.oldest.0,
+                        "journal files released"
+                    );
+                }
+                Err(error) => {
+                    tracing::warn!(shard = shard.0, needed = needed.0, %error,
+                        "journal release failed; the next pass tries again");
+                }
+            }
+        })
+        .detach();
+    }
+
+    /// The journal figures for `report`: files held, the live bytes the
+    /// open partitions index (per file, to count the files that hold none)
+    /// and what the release passes did.
+    fn journal_report(&self, journal: &ShardJournalRun) -> JournalReport {
+        let files = journal.shard.journal();
+        let mut live: BTreeMap<JournalPos, u64> = BTreeMap::new();
+        for served in self.partitions.borrow().values() {
+            if let Some(part) = served.partition.log().journal() {
+                part.indexed_bytes_by_file(|position| files.file_base(position), &mut live);
+            }
+        }
+        let count = files.file_count() as u64;
+        let newest = files.newest_file();
+        let held_with_live = live.keys().filter(|base| **base != newest).count() as u64;
+        JournalReport {
+            files: count,
+            file_bytes: count * journal.file_bytes,
+            live_bytes: live.values().sum(),
+            files_without_live_bytes: count.saturating_sub(1).saturating_sub(held_with_live),
+            ..journal.release.get()
+        }
     }
 
     /// Closes the shard journal once its partitions are closed: everything
@@ -841,6 +974,7 @@ impl ShardHooks for SpoolHooks {
 
     fn on_tick(&self) {
         self.retry_opens();
+        self.state.release_journal();
         self.handler.quota_tick();
         let served: Vec<Rc<Served>> = self.state.partitions.borrow().values().cloned().collect();
         for entry in served {

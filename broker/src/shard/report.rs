@@ -213,6 +213,30 @@ pub struct ShardReport {
     pub auth_lockouts: u64,
     /// Quota figures per principal with a quota (`server::quota`).
     pub quotas: Vec<crate::server::quota::QuotaReport>,
+    /// The shard's journal (journal layout only).
+    pub journal: Option<JournalReport>,
+}
+
+/// A shard's journal and its release (journal layout).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JournalReport {
+    /// Journal files held (the one commits are written to included).
+    pub files: u64,
+    /// Their bytes on disk.
+    pub file_bytes: u64,
+    /// Entry bytes of the data entries the shard's open partitions still
+    /// index: the batches of their live records (a batch counts whole
+    /// while any of its records is live).
+    pub live_bytes: u64,
+    /// Files (other than the newest) that hold none of those bytes but are
+    /// still held: pinned by a partition's checkpoint scan start.
+    pub files_without_live_bytes: u64,
+    /// The least journal position the shard's partitions needed at the
+    /// last release pass (files wholly below it were removed).
+    pub needed_from: u64,
+    /// Journal files released, and their bytes, since the shard started.
+    pub released_files: u64,
+    pub released_bytes: u64,
 }
 
 impl ShardReport {
@@ -230,6 +254,7 @@ impl ShardReport {
             auth_denials: crate::auth::denials(),
             auth_lockouts: crate::auth::limiter::lockouts(),
             quotas: Vec::new(),
+            journal: None,
         }
     }
 }

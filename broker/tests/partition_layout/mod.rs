@@ -116,7 +116,9 @@ pub async fn open_partition<S: Storage + Clone + 'static>(
             create_dir_durable(&storage, &shard_dir)
                 .await
                 .map_err(spool_broker::log::LogError::Io)?;
-            let start = Partition::<S>::journal_scan_start(&storage, dir).await?;
+            let start = Partition::<S>::journal_scan_start(&storage, dir)
+                .await?
+                .unwrap_or(spool_broker::log::journal::JournalPos(0));
             let journal_config = JournalConfig::for_partitions(&log_config);
             let (shard, mut recovery) = ShardJournal::open(
                 storage.clone(),

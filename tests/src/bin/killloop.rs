@@ -3,24 +3,30 @@
 //!
 //! ```text
 //! cargo run --release -p spool-tests --bin killloop -- --kills 200 --seed 7 [--cores 2] [--quick]
+//!     [--log-layout journal] [--spoold-arg=FLAG ...]
 //! ```
 //!
 //! Exit code: 0 when every violation count is 0, 1 when any is not, 2 for a
 //! usage error, 3 when the run could not finish (the broker stopped
 //! answering). The seed goes to stderr first, so a run that dies still names
 //! it. `--quick` uses the test's short intervals and small load.
+//! `--log-layout L` runs the broker on that log layout (`segments` or
+//! `journal`); each `--spoold-arg=FLAG` (or `--spoold-arg FLAG`) is passed
+//! to every `spoold` start as is, after the harness's own flags.
 
 use std::process::ExitCode;
 
 use spool_tests::killloop::{run, KillLoopConfig};
 
-const USAGE: &str = "usage: killloop --kills N [--seed S] [--cores C] [--quick]";
+const USAGE: &str = "usage: killloop --kills N [--seed S] [--cores C] [--quick] \
+                     [--log-layout segments|journal] [--spoold-arg=FLAG ...]";
 
 struct Args {
     kills: u32,
     seed: u64,
     cores: Option<u16>,
     quick: bool,
+    spoold_args: Vec<String>,
 }
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -28,7 +34,12 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     let mut seed = None;
     let mut cores = None;
     let mut quick = false;
+    let mut spoold_args = Vec::new();
     while let Some(arg) = args.next() {
+        if let Some(flag) = arg.strip_prefix("--spoold-arg=") {
+            spoold_args.push(flag.to_owned());
+            continue;
+        }
         let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
         match arg.as_str() {
             "--kills" => {
@@ -39,6 +50,14 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
                 cores = Some(value("--cores")?.parse().map_err(|e| format!("--cores: {e}"))?)
             }
             "--quick" => quick = true,
+            "--spoold-arg" => spoold_args.push(value("--spoold-arg")?),
+            "--log-layout" => {
+                let layout = value("--log-layout")?;
+                if !matches!(layout.as_str(), "segments" | "journal") {
+                    return Err(format!("--log-layout: segments or journal, not {layout}"));
+                }
+                spoold_args.extend(["--log-layout".to_owned(), layout]);
+            }
             "-h" | "--help" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown argument {other}\n{USAGE}")),
         }
@@ -46,7 +65,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     let kills = kills.ok_or_else(|| format!("--kills is required\n{USAGE}"))?;
     // No seed given: one from the clock, printed so the run can be repeated.
     let seed = seed.unwrap_or_else(spool_tests::killloop::unix_ms);
-    Ok(Args { kills, seed, cores, quick })
+    Ok(Args { kills, seed, cores, quick, spoold_args })
 }
 
 fn main() -> ExitCode {
@@ -64,6 +83,7 @@ fn main() -> ExitCode {
         KillLoopConfig::new(args.kills, args.seed)
     };
     config.progress = true;
+    config.spoold_args = args.spoold_args;
     if let Some(cores) = args.cores {
         config.cores = cores;
     }
@@ -108,5 +128,9 @@ mod tests {
         assert!(parse("--seed 1").is_err(), "--kills is required");
         assert!(parse("--kills x").is_err());
         assert!(parse("--kills 1 --bogus").is_err());
+        let args = parse("--kills 1 --log-layout journal --spoold-arg=--cores --spoold-arg 3")
+            .expect("valid flags");
+        assert_eq!(args.spoold_args, ["--log-layout", "journal", "--cores", "3"]);
+        assert!(parse("--kills 1 --log-layout heap").is_err());
     }
 }

@@ -61,6 +61,9 @@ pub struct KillLoopConfig {
     pub failpoints: Vec<FailpointArm>,
     /// The `spoold` binary (a failpoint build); `None`: the ordinary one.
     pub spoold_bin: Option<PathBuf>,
+    /// More `spoold` flags, after the harness's own (a later flag wins),
+    /// on every start: e.g. `--log-layout journal`.
+    pub spoold_args: Vec<String>,
 }
 
 /// One failpoint armed for one cycle: `point=abort@from_hit`.
@@ -99,6 +102,7 @@ impl KillLoopConfig {
             progress: false,
             failpoints: Vec::new(),
             spoold_bin: None,
+            spoold_args: Vec::new(),
         }
     }
 

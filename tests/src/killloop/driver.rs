@@ -38,6 +38,7 @@ pub async fn run(config: KillLoopConfig) -> Result<KillLoopReport, KillLoopError
     let started = now();
     let mut options = SpooldOptions::new(config.cores);
     options.bin = config.spoold_bin.clone();
+    options.args.extend(config.spoold_args.iter().cloned());
     let broker = blocking(move || Spoold::start_with(options)).await;
     let mut slot = Some(broker);
     let result = run_on(config, &mut slot, started).await;

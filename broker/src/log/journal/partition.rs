@@ -521,6 +521,36 @@ impl<S: Storage> JournalPartition<S> {
         state.control_end = state.control_end.max(floor);
     }
 
+    /// The journal position of the oldest data entry this partition still
+    /// reads (the front of its index, or its oldest append a commit took
+    /// but whose ticket has not resolved yet): reads of its live records
+    /// need every file from there on. `None` when it indexes nothing.
+    pub fn oldest_indexed(&self) -> Option<JournalPos> {
+        let mut state = self.state.borrow_mut();
+        state.settle();
+        state
+            .index
+            .first()
+            .map(|entry| entry.position)
+            .or_else(|| state.pending.front().and_then(|pending| pending.ticket.position()))
+    }
+
+    /// Entry bytes (header and batch) of the data entries this partition
+    /// still indexes, per journal file (keyed by the file's base position
+    /// as `file_of` names it): what its live records hold on disk.
+    pub fn indexed_bytes_by_file(
+        &self,
+        file_of: impl Fn(JournalPos) -> JournalPos,
+        into: &mut std::collections::BTreeMap<JournalPos, u64>,
+    ) {
+        let mut state = self.state.borrow_mut();
+        state.settle();
+        for entry in &state.index {
+            *into.entry(file_of(entry.position)).or_default() +=
+                ENTRY_HEADER_BYTES as u64 + u64::from(entry.batch_len);
+        }
+    }
+
     /// The journal position of the data entry holding `offset`, once a
     /// commit took it; `None` for an offset with no entry yet positioned
     /// (not appended, or appended and still queued).

@@ -110,6 +110,21 @@ impl<S: Storage> Journal<S> {
         self.shared.state.borrow().files.len()
     }
 
+    /// The journal position of byte 0 of the file holding `pos`: the
+    /// newest file that starts at or below it (`pos` itself when no file
+    /// does). Two positions in the same file pin the same file.
+    pub fn file_base(&self, pos: JournalPos) -> JournalPos {
+        JournalPos(
+            self.shared.state.borrow().files.range(..=pos.0).next_back().map_or(pos.0, |(b, _)| *b),
+        )
+    }
+
+    /// The journal position of byte 0 of the newest file (the one commits
+    /// are written to).
+    pub fn newest_file(&self) -> JournalPos {
+        JournalPos(self.shared.state.borrow().files.keys().next_back().copied().unwrap_or(0))
+    }
+
     fn relist(&self, base: u64, path: std::path::PathBuf) {
         self.shared
             .state
