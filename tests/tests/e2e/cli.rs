@@ -26,8 +26,18 @@ fn cli_commands_against_a_live_broker() {
     let broker = Spoold::start(2);
     let cli = |args: &[&str]| json_stdout(&broker.cli(args));
 
-    let created =
-        cli(&["--json", "queue", "create", "mail", "--partitions", "2", "--max-deliveries", "1"]);
+    let created = cli(&[
+        "--json",
+        "queue",
+        "create",
+        "mail",
+        "--partitions",
+        "2",
+        "--max-deliveries",
+        "1",
+        "--dedupe-window-ms",
+        "60000",
+    ]);
     assert_eq!(
         (created["queue"].as_str(), created["partitions"].as_u64()),
         (Some("mail"), Some(2))
@@ -53,6 +63,7 @@ fn cli_commands_against_a_live_broker() {
     let described = cli(&["--json", "queue", "describe", "mail"]);
     assert_eq!(described["config"]["partitions"], 2);
     assert_eq!(described["config"]["max_deliveries"], 1);
+    assert_eq!(described["config"]["dedupe_window_ms"], 60000);
     let partitions = &described["partitions"];
     assert_eq!(partitions.as_array().map(Vec::len), Some(2), "both shards: {described}");
     assert_eq!(sum(partitions, "ready"), 4, "{described}");

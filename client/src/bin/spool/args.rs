@@ -157,6 +157,10 @@ pub struct CreateArgs {
     /// Admission limit on messages.
     #[arg(long)]
     pub max_messages: Option<u64>,
+    /// How long an enqueue's message id is remembered for deduplication
+    /// (ms; the broker refuses a value past its bound) [default: 300000].
+    #[arg(long)]
+    pub dedupe_window_ms: Option<u64>,
 }
 
 #[derive(Debug, Args)]

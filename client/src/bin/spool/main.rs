@@ -263,6 +263,9 @@ async fn run(cli: &Cli) -> Result<Output, Failure> {
             if let Some(max) = create.max_messages {
                 config.max_messages = max;
             }
+            if let Some(window_ms) = create.dedupe_window_ms {
+                config.dedupe_window_ms = window_ms;
+            }
             let version = admin.create_queue(&create.queue, config).await?;
             Ok(Output::message(
                 format!("created queue {} ({} partitions)", create.queue, create.partitions),
