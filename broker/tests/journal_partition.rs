@@ -645,3 +645,53 @@ fn entries_of_a_handle_not_in_the_table_are_garbage_not_routed() {
     part.finish_replay();
     assert!(part.replay_entries(JournalPos(0)).is_empty());
 }
+
+#[test]
+fn opening_many_partitions_bumps_their_epochs_in_one_durable_table_write() {
+    // Goal: the leader epochs of journal partitions live in the handles table and are
+    // bumped for many partitions with one write and one fdatasync: 500 partitions opened
+    // together cost one sync (registering them one by one cost 500, each rewriting the
+    // whole table); the epochs are durable when the call returns (a crash image right
+    // after holds them), each reopen bumps them by one, a partition's floor (its old
+    // epoch side file) lifts its epoch above it, and a partition listed twice is bumped
+    // once.
+    let disk = SimStorage::new();
+    let dir = Path::new(SHARD);
+    let table = block_on(HandlesTable::load(disk.clone(), dir)).unwrap();
+    let targets: Vec<(HandleTarget, u64)> =
+        (0..500u32).map(|p| (HandleTarget { queue_id: 3, partition: PartitionId(p) }, 0)).collect();
+    let (syncs, dir_syncs) = (disk.count(IoOp::Sync), disk.count(IoOp::SyncDir));
+    let opened = block_on(table.open_epochs(&targets)).unwrap();
+    assert_eq!(disk.count(IoOp::Sync) - syncs, 1, "one fdatasync for 500 partitions");
+    assert_eq!(disk.count(IoOp::SyncDir) - dir_syncs, 1, "one directory sync");
+    assert_eq!(opened.len(), 500);
+    for (index, (handle, epoch)) in opened.iter().enumerate() {
+        assert_eq!(*handle, PartitionHandle(index as u32));
+        assert_eq!(*epoch, 1);
+    }
+
+    let image = disk.crash_image(CrashMode::DurableOnly);
+    let reloaded = block_on(HandlesTable::load(image.clone(), dir)).unwrap();
+    assert_eq!(reloaded.entries(), table.entries());
+    assert!(opened.iter().all(|(handle, _)| reloaded.epoch(*handle) == Some(1)));
+
+    // Reopen: every epoch one higher; partition 7's floor of 40 lifts it to 41; a
+    // duplicate is bumped once.
+    let mut again = targets.clone();
+    again[7].1 = 40;
+    again.push(again[3]);
+    let reopened = block_on(reloaded.open_epochs(&again)).unwrap();
+    assert_eq!(reopened.len(), 501);
+    assert_eq!(reopened[7], (PartitionHandle(7), 41));
+    assert_eq!(reopened[3], (PartitionHandle(3), 2));
+    assert_eq!(reopened[500], (PartitionHandle(3), 2));
+    assert!(reopened.iter().enumerate().all(|(i, (_, e))| i == 7 || *e == 2));
+    let after =
+        block_on(HandlesTable::load(image.crash_image(CrashMode::DurableOnly), dir)).unwrap();
+    assert_eq!(after.epoch(PartitionHandle(7)), Some(41));
+    assert_eq!(after.epoch(PartitionHandle(499)), Some(2));
+    // Registering keeps the epoch as it is.
+    let target = HandleTarget { queue_id: 3, partition: PartitionId(9) };
+    assert_eq!(block_on(after.register(target)).unwrap(), PartitionHandle(9));
+    assert_eq!(after.epoch(PartitionHandle(9)), Some(2));
+}

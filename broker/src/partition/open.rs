@@ -26,11 +26,15 @@ use crate::queue::{
 };
 
 /// What [`Partition::open_journal`] needs of the shard: its journal, the
-/// partition's handle in it (registered before its first append) and the
-/// entries the shard's recovery routed to it.
+/// partition's handle in it (registered before its first append), its new
+/// leader epoch, already durable in the shard's handles table
+/// ([`ShardJournal::open_partitions`], which bumps the epochs of every
+/// partition opened together in one write), and the entries the shard's
+/// recovery routed to it.
 pub struct JournalOpen<S: Storage> {
     pub shard: Rc<ShardJournal<S>>,
     pub handle: PartitionHandle,
+    pub epoch: u32,
     pub routed: Vec<RoutedEntry>,
 }
 
@@ -226,9 +230,16 @@ impl<S: Storage + Clone> Partition<S> {
         crate::io::create_dir_durable(&storage, dir).await.map_err(LogError::Io)?;
         let checkpoint =
             files::read_side_file(&storage, dir, CHECKPOINT_FILE, CHECKPOINT_MAGIC).await?;
-        let epoch_value = super::epoch::stored(&storage, dir).await? + 1;
-        let log_epoch = super::epoch::persist(&storage, dir, epoch_value).await?;
-        let epoch = LeaderEpoch(epoch_value);
+        let JournalOpen { shard, handle, epoch: log_epoch, routed } = journal;
+        // The shard's handles table made the epoch durable (one write for
+        // every partition opened with this one); the fence below relies on
+        // it being above every epoch a token was issued under.
+        if log_epoch == 0 {
+            return Err(PartitionError::Journal(crate::log::journal::JournalError::Failed(
+                "a journal partition opened without a leader epoch".into(),
+            )));
+        }
+        let epoch = LeaderEpoch(u64::from(log_epoch));
         let context = PartitionContext {
             queue: name.queue_id,
             partition: name.partition,
@@ -265,7 +276,6 @@ impl<S: Storage + Clone> Partition<S> {
             None => (PartitionState::new(context.clone())?, None, LogCursor::default()),
         };
         let floor = covers.map_or(Offset(0), |covers| Offset(covers.0));
-        let JournalOpen { shard, handle, routed } = journal;
         let view = shard.partition(handle, routed, floor, log_epoch)?;
         // A checkpoint is written only once everything it covers is
         // durable: a journal that now ends before it lost answered batches.
@@ -289,6 +299,17 @@ impl<S: Storage + Clone> Partition<S> {
             clock,
         )
         .await
+    }
+
+    /// The floor of a journal partition's next leader epoch besides the
+    /// shard's handles table: the epoch side file of `dir`, which holds
+    /// the epoch of a partition opened before the table held epochs (0
+    /// without one). Read it only when the table's epoch is 0.
+    ///
+    /// # Errors
+    /// The epoch side file is unreadable or damaged.
+    pub async fn journal_epoch_floor(storage: &S, dir: &Path) -> Result<u64, PartitionError> {
+        super::epoch::stored(storage, dir).await
     }
 
     /// Where the shard's journal recovery must start for the partition in

@@ -27,9 +27,14 @@
 //! [`SpoolHooks::start`] before any partition opens, from the least
 //! checkpoint scan start over the partitions the catalog gives the shard;
 //! each partition then opens with its routed entries
-//! ([`Partition::open_journal`]; its directory keeps the epoch and
-//! checkpoint side files), its handle registered in the table first (a
-//! partition created at run time gets a new one before its first append).
+//! ([`Partition::open_journal`]; its directory keeps the checkpoint side
+//! files), its handle and its new leader epoch made durable in the table
+//! first (a partition created at run time gets a new handle before its
+//! first append). The partitions of one queue on this shard do that
+//! together ([`ShardState::open_journal_epochs`]): their directories
+//! created with one sync of each parent, one table write for all their
+//! handles and epochs, so a wide create or a restart costs a few syncs per
+//! shard rather than several per partition.
 //! A deleted queue's partitions close and their directories go; their
 //! handles stay in the table and their entries in the journal files until
 //! those files are released.
@@ -397,12 +402,17 @@ impl ShardState {
         ServerError::Partition { queue: queue.as_str().to_owned(), partition, error }
     }
 
+    /// Opens `queue`/`partition`. `epoch_opened`: its journal handle and
+    /// new leader epoch when [`ShardState::open_journal_epochs`] already
+    /// made them durable for a group of partitions (journal layout); without
+    /// it the open makes its own.
     async fn open_partition(
         &self,
         queue: &QueueName,
         queue_id: QueueId,
         partition: PartitionId,
         config: &crate::queue::QueueConfig,
+        epoch_opened: Option<(PartitionHandle, u32)>,
     ) -> Result<(), ServerError> {
         let dir = partition_dir(&self.config.data_dir, queue_id, partition);
         let name = PartitionName { queue: queue.as_str().to_owned(), queue_id, partition };
@@ -426,7 +436,7 @@ impl ShardState {
                 "the shard journal is not open".into(),
             ))),
             (LogLayout::Journal, Some(journal)) => {
-                self.open_journal_partition(&journal, &dir, name, config).await
+                self.open_journal_partition(&journal, &dir, name, config, epoch_opened).await
             }
         };
         let (partition_rc, background, report, handle) = match opened {
@@ -495,32 +505,111 @@ impl ShardState {
     }
 
     /// Opens `name` on the shard journal: its handle (registered, durably,
-    /// before its first append) and the entries recovery routed to it. The
-    /// entries stay in the map until the caller knows the open succeeded.
+    /// before its first append) and new leader epoch (`epoch_opened`, or
+    /// made here), and the entries recovery routed to it. The entries stay
+    /// in the map until the caller knows the open succeeded.
     async fn open_journal_partition(
         &self,
         journal: &ShardJournalRun,
         dir: &Path,
         name: PartitionName,
         config: &crate::queue::QueueConfig,
+        epoch_opened: Option<(PartitionHandle, u32)>,
     ) -> Result<
         (Rc<ShardPartition>, BackgroundTask, crate::partition::OpenReport, Option<PartitionHandle>),
         PartitionError,
     > {
-        let handle = journal.shard.register(name.queue_id.0, name.partition).await?;
+        let (handle, epoch) = match epoch_opened {
+            Some(opened) => opened,
+            None => {
+                crate::io::create_dir_durable(&DmaStorage, dir)
+                    .await
+                    .map_err(crate::log::LogError::Io)?;
+                let floor =
+                    Self::journal_epoch_floor(journal, name.queue_id, name.partition, dir).await?;
+                let opened = journal
+                    .shard
+                    .open_partitions(&[(name.queue_id.0, name.partition, floor)])
+                    .await?;
+                opened.first().copied().ok_or_else(|| {
+                    PartitionError::Journal(JournalError::Failed("no epoch was opened".into()))
+                })?
+            }
+        };
         let routed = journal.routed.borrow().get(&handle).cloned().unwrap_or_default();
         let (partition, background, report) = Partition::open_journal(
             DmaStorage,
             dir,
             name,
             config.clone(),
-            JournalOpen { shard: journal.shard.clone(), handle, routed },
+            JournalOpen { shard: journal.shard.clone(), handle, epoch, routed },
             self.secret,
             Rc::new(ExitOnFatal),
             self.clock.clone(),
         )
         .await?;
         Ok((partition, Box::pin(background) as BackgroundTask, report, Some(handle)))
+    }
+
+    /// The epoch floor of a journal partition besides the handles table:
+    /// its epoch side file, read only when the table holds no epoch for it
+    /// (a table written before tables held epochs).
+    async fn journal_epoch_floor(
+        journal: &ShardJournalRun,
+        queue_id: QueueId,
+        partition: PartitionId,
+        dir: &Path,
+    ) -> Result<u64, PartitionError> {
+        let handles = journal.shard.handles();
+        let target = crate::log::journal::HandleTarget { queue_id: queue_id.0, partition };
+        let in_table = handles.handle_of(target).and_then(|handle| handles.epoch(handle));
+        match in_table {
+            Some(epoch) if epoch > 0 => Ok(0),
+            _ => Partition::<DmaStorage>::journal_epoch_floor(&DmaStorage, dir).await,
+        }
+    }
+
+    /// Makes the journal partitions `partitions` of `queue_id` ready to
+    /// open together (journal layout): their directories created with one
+    /// sync of each parent, then their handles and new leader epochs
+    /// written to the shard's handles table in **one** durable write. What
+    /// it returns is passed to [`ShardState::open_partition`]. `None`
+    /// without the journal layout or when the group step failed (each
+    /// partition's open then tries on its own and reports its error).
+    async fn open_journal_epochs(
+        &self,
+        queue_id: QueueId,
+        partitions: &[PartitionId],
+    ) -> Option<Vec<(PartitionHandle, u32)>> {
+        if self.config.log_layout != LogLayout::Journal || partitions.is_empty() {
+            return None;
+        }
+        let journal = self.journal.borrow().clone()?;
+        let dirs: Vec<PathBuf> = partitions
+            .iter()
+            .map(|partition| partition_dir(&self.config.data_dir, queue_id, *partition))
+            .collect();
+        let grouped = async {
+            crate::io::create_dirs_durable(&DmaStorage, &dirs)
+                .await
+                .map_err(|error| PartitionError::Log(crate::log::LogError::Io(error)))?;
+            let mut opening = Vec::with_capacity(partitions.len());
+            for (partition, dir) in partitions.iter().zip(&dirs) {
+                let floor = Self::journal_epoch_floor(&journal, queue_id, *partition, dir).await?;
+                opening.push((queue_id.0, *partition, floor));
+            }
+            Ok::<_, PartitionError>(journal.shard.open_partitions(&opening).await?)
+        };
+        match grouped.await {
+            Ok(opened) if opened.len() == partitions.len() => Some(opened),
+            Ok(_) => None,
+            Err(error) => {
+                tracing::warn!(shard = self.shard.0, queue_id = queue_id.0, %error,
+                    partitions = partitions.len(),
+                    "opening the partitions' epochs together failed; each opens on its own");
+                None
+            }
+        }
     }
 
     /// Opens the shard journal (journal layout) before any partition: from
@@ -804,7 +893,7 @@ impl SpoolHooks {
                 // A failure is logged by the open (and retried again if it
                 // lacked space).
                 let opened = state
-                    .open_partition(&retry.queue, retry.queue_id, partition, &retry.config)
+                    .open_partition(&retry.queue, retry.queue_id, partition, &retry.config, None)
                     .await;
                 if opened.is_ok() {
                     tracing::info!(queue = %name, partition = partition.0,
@@ -855,25 +944,37 @@ impl ShardHooks for SpoolHooks {
                 // must not keep its neighbours closed. Up to
                 // PARTITION_OPENS_CONCURRENT open at once, so their syncs
                 // (epoch file, directory) overlap instead of queueing one
-                // after another: a 1,000-partition create is ~1,000 small
-                // syncs per shard.
+                // after another: on the segment layout a 1,000-partition
+                // create is ~1,000 small syncs per shard. On the journal
+                // layout the directories and the epochs of all of them are
+                // made durable first, together (a few syncs per shard).
                 let owned: Vec<PartitionId> = shards
                     .iter()
                     .enumerate()
                     .filter(|(_, shard)| **shard == state.shard)
                     .map(|(partition, _)| PartitionId(u32::try_from(partition).unwrap_or(u32::MAX)))
                     .collect();
+                let epochs = state.open_journal_epochs(*queue_id, &owned).await;
                 let mut failures = Vec::new();
-                for wave in owned.chunks(crate::limits::PARTITION_OPENS_CONCURRENT) {
+                for (at, wave) in
+                    owned.chunks(crate::limits::PARTITION_OPENS_CONCURRENT).enumerate()
+                {
+                    let first = at * crate::limits::PARTITION_OPENS_CONCURRENT;
                     let opening: Vec<_> = wave
                         .iter()
-                        .map(|&partition| {
+                        .enumerate()
+                        .map(|(index, &partition)| {
                             let state = state.clone();
                             let queue = queue.clone();
                             let config = config.clone();
                             let queue_id = *queue_id;
+                            let opened = epochs
+                                .as_ref()
+                                .and_then(|epochs| epochs.get(first + index).copied());
                             glommio::spawn_local(async move {
-                                state.open_partition(&queue, queue_id, partition, &config).await
+                                state
+                                    .open_partition(&queue, queue_id, partition, &config, opened)
+                                    .await
                             })
                         })
                         .collect();

@@ -128,7 +128,9 @@ pub async fn open_partition<S: Storage + Clone + 'static>(
                 fatal.clone(),
             )
             .await?;
-            let handle = shard.register(name.queue_id.0, name.partition).await?;
+            let floor = Partition::<S>::journal_epoch_floor(&storage, dir).await?;
+            let opened = shard.open_partitions(&[(name.queue_id.0, name.partition, floor)]).await?;
+            let (handle, epoch) = opened[0];
             let routed = recovery.routed.partitions.remove(&handle).unwrap_or_default();
             let journal_future: Task = Box::pin(shard.background());
             let journal_future = std::cell::RefCell::new(Some(journal_future));
@@ -139,7 +141,7 @@ pub async fn open_partition<S: Storage + Clone + 'static>(
                 dir,
                 name,
                 config,
-                JournalOpen { shard: shard.clone(), handle, routed },
+                JournalOpen { shard: shard.clone(), handle, epoch, routed },
                 [7u8; 32],
                 fatal,
                 clock,

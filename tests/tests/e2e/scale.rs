@@ -7,7 +7,8 @@ use std::path::Path;
 
 use spool_client::spool_wire::proto::PartitionId;
 use spool_client::spool_wire::ErrorCode;
-use spool_client::{Admin, Message, Producer, ProducerConfig};
+use spool_client::{Admin, Delivery, Message, Producer, ProducerConfig};
+use spool_tests::admin::{http_get, Exposition};
 use spool_tests::{test_queue_config, Spoold, SpooldOptions};
 
 use crate::common::{claim_options, key_for, message_id};
@@ -104,4 +105,98 @@ async fn partition_limits_are_typed_errors_end_to_end() {
         admin.list_queues().await.unwrap().into_iter().map(|queue| queue.name).collect();
     assert_eq!(names, vec!["first".to_owned()], "the refused create left nothing");
     admin.create_queue("third", test_queue_config(8, 30_000, 3)).await.unwrap();
+}
+
+/// Partitions of the wide journal queue: 1,000 per shard.
+const WIDE_PARTITIONS: u32 = 2_000;
+/// Partitions of it that are used after the create and after the restart.
+const USED: [u32; 4] = [0, 1, 999, 1_999];
+
+/// fdatasyncs the shards made since the broker started (`/metrics`).
+fn fdatasyncs(broker: &Spoold) -> f64 {
+    let answer = tokio::task::block_in_place(|| http_get(&broker.admin_addr(), "/metrics"));
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let exposition = Exposition::parse(&answer.body).unwrap();
+    exposition.sum("spool_shard_fdatasync_duration_seconds_count")
+}
+
+// Goal: on the journal layout, opening a wide queue's partitions is batched per shard, not
+// paid per partition: creating 2,000 partitions (1,000 per shard) makes far fewer fdatasyncs
+// than partitions (each partition used to write and sync its own epoch file, and the
+// shard's handles table was rewritten and synced once per partition, one after another:
+// the 10,000-partition create timed out); so does reopening them all after a SIGKILL. The
+// partitions work (send, claim, ack on partitions of both shards) and the epoch fence still
+// holds across the kill: a token claimed before it is STALE_TOKEN after the restart and its
+// message is claimable at once. Method: a real 2-shard spoold with `--log-layout journal`;
+// the shards' fdatasync count from /metrics around the create and after the restart; no
+// timing assertion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wide_journal_queue_opens_its_partitions_with_a_few_syncs_per_shard() {
+    let mut options = SpooldOptions::new(2);
+    options.args.extend(["--log-layout".to_owned(), "journal".to_owned()]);
+    let mut broker = Spoold::start_with(options);
+    let client = broker.client().await;
+    let admin = Admin::new(client.clone());
+    let before = fdatasyncs(&broker);
+    admin.create_queue("wide", test_queue_config(WIDE_PARTITIONS, 60_000, 3)).await.unwrap();
+    let create_syncs = fdatasyncs(&broker) - before;
+    assert!(
+        create_syncs < f64::from(WIDE_PARTITIONS) / 100.0,
+        "creating {WIDE_PARTITIONS} journal partitions made {create_syncs} fdatasyncs"
+    );
+    let described = admin.describe_queue("wide").await.unwrap();
+    assert_eq!(described.partitions.len(), WIDE_PARTITIONS as usize);
+
+    let producer = Producer::new(client.clone(), ProducerConfig::default()).unwrap();
+    for partition in USED {
+        for round in 0..2 {
+            let message = Message::new(format!("m{partition}-{round}"))
+                .key(key_for(partition, WIDE_PARTITIONS, 0))
+                .id(message_id(partition, round));
+            producer.send("wide", message).await.unwrap();
+        }
+    }
+    // One message of each used partition acked, one held across the kill.
+    let mut held = Vec::new();
+    for partition in USED {
+        let batch = client
+            .claim("wide", PartitionId(partition), &claim_options(1, 1, 60_000, 1_000))
+            .await
+            .unwrap();
+        assert_eq!(batch.deliveries.len(), 1, "partition {partition}");
+        assert_eq!(batch.deliveries[0].partition(), PartitionId(partition));
+        let tokens: Vec<_> = batch.deliveries.iter().map(Delivery::token).collect();
+        client.ack("wide", PartitionId(partition), &tokens).await.unwrap();
+        let batch = client
+            .claim("wide", PartitionId(partition), &claim_options(1, 1, 60_000, 1_000))
+            .await
+            .unwrap();
+        assert_eq!(batch.deliveries.len(), 1, "partition {partition}");
+        held.push((partition, batch.deliveries[0].token()));
+    }
+
+    drop(client);
+    broker.kill();
+    broker.restart();
+    let reopen_syncs = fdatasyncs(&broker);
+    assert!(
+        reopen_syncs < f64::from(WIDE_PARTITIONS) / 100.0,
+        "reopening {WIDE_PARTITIONS} journal partitions made {reopen_syncs} fdatasyncs"
+    );
+    let client = broker.client().await;
+    for (partition, token) in held {
+        let refused = client.ack("wide", PartitionId(partition), &[token]).await.unwrap_err();
+        assert_eq!(
+            refused.refused_codes(),
+            vec![ErrorCode::StaleToken],
+            "partition {partition}: a pre-kill token after the restart"
+        );
+        let batch = client
+            .claim("wide", PartitionId(partition), &claim_options(2, 4, 60_000, 1_000))
+            .await
+            .unwrap();
+        assert_eq!(batch.deliveries.len(), 1, "partition {partition}: its held message");
+        let tokens: Vec<_> = batch.deliveries.iter().map(Delivery::token).collect();
+        client.ack("wide", PartitionId(partition), &tokens).await.unwrap();
+    }
 }

@@ -11,18 +11,30 @@
 //! directory. A crash leaves the old table or the new one; a leftover
 //! `handles.tmp` is removed by [`HandlesTable::load`].
 //!
+//! The table also holds each partition's **leader epoch**: opening a
+//! partition bumps its epoch here, durably, before the partition serves
+//! anything (the epoch fence, `shard-journal.md` §4). One write covers
+//! every partition opened together ([`HandlesTable::open_epochs`]): a
+//! queue's partitions on this shard, when it is created or when the broker
+//! starts, cost one table write and one fdatasync, not one per partition.
+//!
 //! Layout (little-endian), zero-padded to whole pages:
 //!
 //! ```text
 //!  0  4  magic "SPHT"
-//!  4  4  format version (1)
+//!  4  4  format version (2; version 1 is read, its epochs as 0)
 //!  8  4  entry count
 //! 12  4  next handle to allocate (handles are never reused)
 //! 16  4  crc32c of the entries
 //! 20  8  zero
 //! 28  4  crc32c of bytes [0, 28)
-//! 32 ..  entries of 16 bytes: handle, queue id, partition, zero
+//! 32 ..  entries of 16 bytes: handle, queue id, partition, leader epoch
 //! ```
+//!
+//! A leader epoch of 0 means the table holds none for that partition (a
+//! version-1 table, where the word was zero, or a handle registered
+//! without opening): its epoch is then the partition's epoch side file's
+//! (the caller passes it as the floor of [`HandlesTable::open_epochs`]).
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -46,7 +58,9 @@ pub const HANDLES_TEMP_NAME: &str = "handles.tmp";
 pub const HANDLES_MAX: usize = 65_536;
 
 const HANDLES_MAGIC: u32 = u32::from_le_bytes(*b"SPHT");
-const HANDLES_VERSION: u32 = 1;
+const HANDLES_VERSION: u32 = 2;
+/// The format before leader epochs: the fourth word of an entry is zero.
+const HANDLES_VERSION_NO_EPOCHS: u32 = 1;
 const HEADER_BYTES: usize = 32;
 const RECORD_BYTES: usize = 16;
 
@@ -59,11 +73,22 @@ pub struct HandleTarget {
     pub partition: PartitionId,
 }
 
+/// One handle's row: its partition and leader epoch (0: none recorded).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Row {
+    target: HandleTarget,
+    epoch: u32,
+}
+
+type Rows = BTreeMap<PartitionHandle, Row>;
+
 /// The table in memory: only what is durable on disk.
 pub struct HandlesTable<S: Storage> {
     storage: S,
     dir: PathBuf,
-    entries: RefCell<BTreeMap<PartitionHandle, HandleTarget>>,
+    entries: RefCell<Rows>,
+    /// Reverse index of `entries`: always the same handles.
+    by_target: RefCell<BTreeMap<HandleTarget, PartitionHandle>>,
     next_handle: Cell<u32>,
     /// A write is in flight; other registrations wait for it.
     writing: Cell<bool>,
@@ -105,10 +130,12 @@ impl<S: Storage> HandlesTable<S> {
             let bytes = file.read_at(0, len as usize).await?;
             (entries, next_handle) = decode(&bytes).map_err(corrupt)?;
         }
+        let by_target = entries.iter().map(|(handle, row)| (row.target, *handle)).collect();
         Ok(Self {
             storage,
             dir: dir.to_path_buf(),
             entries: RefCell::new(entries),
+            by_target: RefCell::new(by_target),
             next_handle: Cell::new(next_handle),
             writing: Cell::new(false),
             written: Notify::default(),
@@ -117,11 +144,16 @@ impl<S: Storage> HandlesTable<S> {
 
     /// The durable handle of `target`, if it has one.
     pub fn handle_of(&self, target: HandleTarget) -> Option<PartitionHandle> {
-        self.entries.borrow().iter().find(|(_, t)| **t == target).map(|(handle, _)| *handle)
+        self.by_target.borrow().get(&target).copied()
     }
 
     pub fn target(&self, handle: PartitionHandle) -> Option<HandleTarget> {
-        self.entries.borrow().get(&handle).copied()
+        self.entries.borrow().get(&handle).map(|row| row.target)
+    }
+
+    /// The durable leader epoch of `handle` (0: the table holds none).
+    pub fn epoch(&self, handle: PartitionHandle) -> Option<u32> {
+        self.entries.borrow().get(&handle).map(|row| row.epoch)
     }
 
     pub fn contains(&self, handle: PartitionHandle) -> bool {
@@ -130,49 +162,109 @@ impl<S: Storage> HandlesTable<S> {
 
     /// Every durable handle and its partition.
     pub fn entries(&self) -> Vec<(PartitionHandle, HandleTarget)> {
-        self.entries.borrow().iter().map(|(handle, target)| (*handle, *target)).collect()
+        self.entries.borrow().iter().map(|(handle, row)| (*handle, row.target)).collect()
     }
 
     /// The handle of `target`: the one it has, or a new one, returned only
-    /// once the table holding it is durable.
+    /// once the table holding it is durable. Its epoch is left as it is.
     ///
     /// # Errors
-    /// [`JournalError::Handles`] when the table is full,
-    /// [`JournalError::Io`] when the write fails (the table in memory and
-    /// on disk is then the old one).
+    /// As [`HandlesTable::open_epochs`].
     pub async fn register(&self, target: HandleTarget) -> Result<PartitionHandle, JournalError> {
-        loop {
-            if let Some(handle) = self.handle_of(target) {
-                return Ok(handle);
-            }
-            if !self.writing.get() {
-                break;
-            }
+        if let Some(handle) = self.handle_of(target) {
+            return Ok(handle);
+        }
+        let changed = self.change(&[target], None).await?;
+        Ok(changed[0].0)
+    }
+
+    /// Opens the partitions `opening` together: each gets its handle (the
+    /// one it has, or a new one) and a leader epoch one above the greater
+    /// of the table's and its floor (the epoch its side file holds, 0 when
+    /// none), and the whole table is written and made durable **once**
+    /// before this returns. Returns (handle, new epoch) per partition, in
+    /// order. A partition listed twice gets one handle and one bump.
+    ///
+    /// # Errors
+    /// [`JournalError::Handles`] when the table is full or an epoch would
+    /// pass `u32::MAX`, [`JournalError::Io`] when the write fails (the
+    /// table in memory and on disk is then the old one, and no epoch was
+    /// given out).
+    pub async fn open_epochs(
+        &self,
+        opening: &[(HandleTarget, u64)],
+    ) -> Result<Vec<(PartitionHandle, u32)>, JournalError> {
+        let targets: Vec<HandleTarget> = opening.iter().map(|(target, _)| *target).collect();
+        let floors: BTreeMap<HandleTarget, u64> = opening.iter().copied().collect();
+        self.change(&targets, Some(&floors)).await
+    }
+
+    /// Registers `targets` and, with `floors`, bumps their epochs, in one
+    /// durable write (waiting for a write in flight first).
+    async fn change(
+        &self,
+        targets: &[HandleTarget],
+        floors: Option<&BTreeMap<HandleTarget, u64>>,
+    ) -> Result<Vec<(PartitionHandle, u32)>, JournalError> {
+        while self.writing.get() {
             self.written.wait().await;
         }
-        let handle = PartitionHandle(self.next_handle.get());
-        if self.entries.borrow().len() >= HANDLES_MAX || handle == FILLER_PARTITION {
-            return Err(JournalError::Handles(format!("the table holds {HANDLES_MAX} handles")));
-        }
         let mut next = self.entries.borrow().clone();
-        next.insert(handle, target);
+        let mut next_handle = self.next_handle.get();
+        let mut by_target = self.by_target.borrow().clone();
+        let mut bumped: BTreeMap<PartitionHandle, u32> = BTreeMap::new();
+        let mut changed = Vec::with_capacity(targets.len());
+        for target in targets {
+            let handle = match by_target.get(target) {
+                Some(handle) => *handle,
+                None => {
+                    let handle = PartitionHandle(next_handle);
+                    if next.len() >= HANDLES_MAX || handle == FILLER_PARTITION {
+                        return Err(JournalError::Handles(format!(
+                            "the table holds {HANDLES_MAX} handles"
+                        )));
+                    }
+                    next.insert(handle, Row { target: *target, epoch: 0 });
+                    by_target.insert(*target, handle);
+                    next_handle += 1;
+                    handle
+                }
+            };
+            let row = next.get_mut(&handle).expect("every handle of by_target has a row");
+            if let Some(floors) = floors {
+                if let Some(epoch) = bumped.get(&handle) {
+                    changed.push((handle, *epoch));
+                    continue;
+                }
+                let floor = floors.get(target).copied().unwrap_or(0);
+                let epoch = u64::from(row.epoch).max(floor) + 1;
+                let epoch = u32::try_from(epoch).map_err(|_| {
+                    JournalError::Handles(format!(
+                        "the leader epoch of queue {} partition {} passes {}",
+                        target.queue_id,
+                        target.partition.0,
+                        u32::MAX
+                    ))
+                })?;
+                row.epoch = epoch;
+                bumped.insert(handle, epoch);
+            }
+            changed.push((handle, row.epoch));
+        }
         self.writing.set(true);
-        let written = self.write(&next, handle.0 + 1).await;
+        let written = self.write(&next, next_handle).await;
         self.writing.set(false);
         if written.is_ok() {
             *self.entries.borrow_mut() = next;
-            self.next_handle.set(handle.0 + 1);
+            *self.by_target.borrow_mut() = by_target;
+            self.next_handle.set(next_handle);
         }
         self.written.notify_all();
         written?;
-        Ok(handle)
+        Ok(changed)
     }
 
-    async fn write(
-        &self,
-        entries: &BTreeMap<PartitionHandle, HandleTarget>,
-        next_handle: u32,
-    ) -> Result<(), IoError> {
+    async fn write(&self, entries: &Rows, next_handle: u32) -> Result<(), IoError> {
         let bytes = encode(entries, next_handle);
         let temp = self.dir.join(HANDLES_TEMP_NAME);
         // A temporary file left by a failed write may be longer; start clean.
@@ -188,15 +280,16 @@ impl<S: Storage> HandlesTable<S> {
     }
 }
 
-fn encode(entries: &BTreeMap<PartitionHandle, HandleTarget>, next_handle: u32) -> Vec<u8> {
+fn encode(entries: &Rows, next_handle: u32) -> Vec<u8> {
     let body = entries.len() * RECORD_BYTES;
     let len = ((HEADER_BYTES + body) as u64).div_ceil(PAGE_BYTES) * PAGE_BYTES;
     let mut bytes = vec![0u8; len as usize];
-    for (index, (handle, target)) in entries.iter().enumerate() {
+    for (index, (handle, row)) in entries.iter().enumerate() {
         let at = HEADER_BYTES + index * RECORD_BYTES;
         bytes[at..at + 4].copy_from_slice(&handle.0.to_le_bytes());
-        bytes[at + 4..at + 8].copy_from_slice(&target.queue_id.to_le_bytes());
-        bytes[at + 8..at + 12].copy_from_slice(&target.partition.0.to_le_bytes());
+        bytes[at + 4..at + 8].copy_from_slice(&row.target.queue_id.to_le_bytes());
+        bytes[at + 8..at + 12].copy_from_slice(&row.target.partition.0.to_le_bytes());
+        bytes[at + 12..at + 16].copy_from_slice(&row.epoch.to_le_bytes());
     }
     let count = u32::try_from(entries.len()).expect("the table is bounded by HANDLES_MAX");
     bytes[0..4].copy_from_slice(&HANDLES_MAGIC.to_le_bytes());
@@ -210,7 +303,7 @@ fn encode(entries: &BTreeMap<PartitionHandle, HandleTarget>, next_handle: u32) -
     bytes
 }
 
-type Decoded = (BTreeMap<PartitionHandle, HandleTarget>, u32);
+type Decoded = (Rows, u32);
 
 fn decode(bytes: &[u8]) -> Result<Decoded, String> {
     if bytes.len() < HEADER_BYTES {
@@ -222,8 +315,9 @@ fn decode(bytes: &[u8]) -> Result<Decoded, String> {
     if u32_at(bytes, 0) != HANDLES_MAGIC {
         return Err(format!("bad magic {:#010x}", u32_at(bytes, 0)));
     }
-    if u32_at(bytes, 4) != HANDLES_VERSION {
-        return Err(format!("unsupported version {}", u32_at(bytes, 4)));
+    let version = u32_at(bytes, 4);
+    if version != HANDLES_VERSION && version != HANDLES_VERSION_NO_EPOCHS {
+        return Err(format!("unsupported version {version}"));
     }
     let count = u32_at(bytes, 8) as usize;
     let next_handle = u32_at(bytes, 12);
@@ -239,7 +333,8 @@ fn decode(bytes: &[u8]) -> Result<Decoded, String> {
         let handle = PartitionHandle(u32_at(record, 0));
         let target =
             HandleTarget { queue_id: u32_at(record, 4), partition: PartitionId(u32_at(record, 8)) };
-        if handle.0 >= next_handle || entries.insert(handle, target).is_some() {
+        let epoch = if version == HANDLES_VERSION { u32_at(record, 12) } else { 0 };
+        if handle.0 >= next_handle || entries.insert(handle, Row { target, epoch }).is_some() {
             return Err(format!("handle {handle} repeated or not below the next handle"));
         }
     }
@@ -256,11 +351,18 @@ mod tests {
         let mut entries = BTreeMap::new();
         for handle in 0..5u32 {
             let target = HandleTarget { queue_id: 7 + handle, partition: PartitionId(handle * 3) };
-            entries.insert(PartitionHandle(handle), target);
+            entries.insert(PartitionHandle(handle), Row { target, epoch: handle * 11 });
         }
         let bytes = encode(&entries, 9);
         assert_eq!(bytes.len() as u64 % PAGE_BYTES, 0);
         assert_eq!(decode(&bytes), Ok((entries, 9)));
+        // A version-1 table (the epoch word zero) reads with epochs 0.
+        let mut old = bytes.clone();
+        old[4..8].copy_from_slice(&HANDLES_VERSION_NO_EPOCHS.to_le_bytes());
+        let header_crc = crc32c::crc32c(&old[..28]);
+        old[28..32].copy_from_slice(&header_crc.to_le_bytes());
+        let (old_entries, _) = decode(&old).unwrap();
+        assert!(old_entries.values().all(|row| row.epoch == 0));
         for at in 0..HEADER_BYTES + 5 * RECORD_BYTES {
             let mut damaged = bytes.clone();
             damaged[at] ^= 1;

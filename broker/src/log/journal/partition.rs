@@ -109,6 +109,26 @@ impl<S: Storage> ShardJournal<S> {
         self.journal.close();
     }
 
+    /// Opens the partitions `opening` (queue id, partition, epoch floor)
+    /// together: as [`HandlesTable::open_epochs`], one durable table write
+    /// for all of them. Call before their first append and before they
+    /// serve anything: the returned epochs are durable.
+    ///
+    /// # Errors
+    /// As [`HandlesTable::open_epochs`].
+    pub async fn open_partitions(
+        &self,
+        opening: &[(u32, PartitionId, u64)],
+    ) -> Result<Vec<(PartitionHandle, u32)>, JournalError> {
+        let opening: Vec<(HandleTarget, u64)> = opening
+            .iter()
+            .map(|(queue_id, partition, floor)| {
+                (HandleTarget { queue_id: *queue_id, partition: *partition }, *floor)
+            })
+            .collect();
+        self.handles.open_epochs(&opening).await
+    }
+
     /// The handle of (`queue_id`, `partition`), allocated and made durable
     /// in the handles table first if it has none: call before the
     /// partition's first append.
