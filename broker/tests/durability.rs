@@ -192,6 +192,61 @@ fn a_failed_checkpoint_sync_is_fatal_and_never_retried() {
     });
 }
 
+// Goal: a partition's close (a queue delete, a shutdown) must not return
+// while a checkpoint a tick started is still writing: the delete removes the
+// directory next, and the checkpoint's sync of that directory then failed
+// and stopped the broker (`side_file_sync`, exit 74: seen when a benchmark
+// deleted its queue). And no checkpoint may start once the partition is
+// closed. Method: hold the running checkpoint's first sync, close the
+// partition beside it: close must still be pending while the sync is held,
+// and end (with its own final checkpoint) once it is released; a checkpoint
+// asked for afterwards does no I/O, and nothing is fatal. On the old code
+// close returned at once (the final checkpoint saw one running and skipped).
+#[test]
+fn close_waits_for_a_running_checkpoint_and_none_starts_after_it() {
+    run(async {
+        let disk = SimStorage::new();
+        let fatal = Rc::new(RecordFatal::default());
+        let (partition, background, _) = open(&disk, fatal.clone()).await;
+        partition.enqueue(&batch(1, 3)).await.unwrap();
+        while partition.log().stats().witness_pages < 1 {
+            futures_lite::future::yield_now().await;
+        }
+        let gate = disk.hold(|op, _, _| op == IoOp::Sync);
+        let running = {
+            let partition = partition.clone();
+            glommio::spawn_local(async move { partition.checkpoint().await }).detach()
+        };
+        while !gate.reached() {
+            futures_lite::future::yield_now().await;
+        }
+        let closed = Rc::new(std::cell::Cell::new(false));
+        let closing = {
+            let (partition, closed) = (partition.clone(), closed.clone());
+            glommio::spawn_local(async move {
+                let result = partition.close().await;
+                closed.set(true);
+                result
+            })
+            .detach()
+        };
+        for _ in 0..100 {
+            futures_lite::future::yield_now().await;
+        }
+        assert!(!closed.get(), "close returned while a checkpoint was still writing");
+        gate.release();
+        let first = running.await.expect("task").expect("the running checkpoint");
+        assert!(first.is_some(), "the running checkpoint completed");
+        closing.await.expect("task").expect("close");
+        background.await;
+        let (writes, syncs) = (disk.count(IoOp::Write), disk.count(IoOp::Sync));
+        assert_eq!(partition.checkpoint().await.unwrap(), None, "a closed partition checkpointed");
+        assert!(!partition.checkpoint_due());
+        assert_eq!((disk.count(IoOp::Write), disk.count(IoOp::Sync)), (writes, syncs));
+        assert!(fatal.reasons().is_empty(), "{:?}", fatal.reasons());
+    });
+}
+
 // Goal (issue 14, item 6): the leader epoch never goes backwards. Every
 // batch carries its epoch; a lost epoch file must not restart the epoch
 // below them (tokens and fences of an old epoch would pass as current).

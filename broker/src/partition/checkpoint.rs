@@ -52,7 +52,7 @@ impl<S: Storage + Clone> Partition<S> {
     /// [`CHECKPOINT_INTERVAL_OFFSETS`] offsets or
     /// [`CHECKPOINT_INTERVAL_BYTES`] bytes.
     pub fn checkpoint_due(&self) -> bool {
-        !self.checkpoint_running.get() && !self.sync_failed.get() && {
+        !self.checkpoint_running.get() && !self.sync_failed.get() && !self.closed.get() && {
             let growth = self.log.growth_since(self.checkpoint_covers.get());
             growth.offsets > 0
                 && (growth.offsets >= CHECKPOINT_INTERVAL_OFFSETS
@@ -73,7 +73,24 @@ impl<S: Storage + Clone> Partition<S> {
     /// # Errors
     /// Storage failure (the previous checkpoint is then intact, unless a
     /// sync failed after the rename).
+    /// A closed partition takes no checkpoint (`Ok(None)`): its final one
+    /// was written by [`Partition::close`], and its directory may be gone.
     pub async fn checkpoint(&self) -> Result<Option<Offset>, PartitionError> {
+        if self.closed.get() {
+            return Ok(None);
+        }
+        self.run_checkpoint().await
+    }
+
+    /// [`Partition::close`]'s final checkpoint, after any running one ended.
+    pub(super) async fn final_checkpoint(&self) -> Result<Option<Offset>, PartitionError> {
+        while self.checkpoint_running.get() {
+            self.checkpoint_ended.wait().await;
+        }
+        self.run_checkpoint().await
+    }
+
+    async fn run_checkpoint(&self) -> Result<Option<Offset>, PartitionError> {
         if self.sync_failed.get() {
             return Err(PartitionError::CheckpointsStopped { dir: self.dir.clone() });
         }
@@ -82,6 +99,7 @@ impl<S: Storage + Clone> Partition<S> {
         }
         let result = self.checkpoint_inner().await;
         self.checkpoint_running.set(false);
+        self.checkpoint_ended.notify_all();
         if let Err(PartitionError::Log(LogError::Io(error))) = &result {
             if matches!(error.op, IoOp::Sync | IoOp::SyncDir) {
                 self.sync_failed.set(true);

@@ -77,16 +77,19 @@ impl<S: Storage + Clone> Partition<S> {
         timers.into_iter().chain(retry).min()
     }
 
-    /// Stops serving: wakes waiting claims (they return empty), writes a
-    /// final checkpoint, and closes the log (its background future then
-    /// completes once everything gathered is durable).
+    /// Stops serving: wakes waiting claims (they return empty), waits for a
+    /// checkpoint already running (started by a tick, it would otherwise
+    /// go on writing after `close` returned, into a directory a queue
+    /// delete removes next), writes a final checkpoint, and closes the log
+    /// (its background future then completes once everything gathered is
+    /// durable). No checkpoint starts after this.
     ///
     /// # Errors
     /// The final checkpoint failed; the log is closed regardless.
     pub async fn close(&self) -> Result<(), PartitionError> {
         self.closed.set(true);
         self.claimable.notify_all();
-        let result = self.checkpoint().await.map(|_| ());
+        let result = self.final_checkpoint().await.map(|_| ());
         self.log.close();
         result
     }

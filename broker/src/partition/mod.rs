@@ -129,6 +129,8 @@ pub struct Partition<S: Storage + Clone> {
     /// Where the newest checkpoint's state ends in the log.
     checkpoint_covers: Cell<LogCursor>,
     checkpoint_running: Cell<bool>,
+    /// Told when a running checkpoint ends (so `close` can wait for it).
+    checkpoint_ended: crate::log::sync::Notify,
     last_checkpoint: Cell<Option<CheckpointStats>>,
     /// Told when a sync of this partition's files fails (production: exit).
     fatal: Rc<dyn FatalHandler>,
