@@ -16,7 +16,7 @@ use common::{drive, make_batch, read_all, small_config};
 use futures_lite::future::block_on;
 use spool_broker::io::{IoError, SimBuf, SimFile, SimStorage, Storage, StorageFile};
 use spool_broker::log::{
-    index_path, CorruptDetail, Log, LogError, Offset, RecordFatal, SegmentInfo,
+    index_path, CorruptDetail, Log, LogError, Offset, RecordFatal, ResumePoint, SegmentInfo,
 };
 
 const EPOCH: u32 = 5;
@@ -280,4 +280,188 @@ fn torn_tail_is_still_cut_with_a_bound() {
         appended
     }));
     assert_eq!(appended.base_offset, last.next_offset);
+}
+
+/// The resume point a log recovered from `disk` gives for a checkpoint at `covers`.
+fn resume_point_at(disk: &SimStorage, covers: u64) -> ResumePoint {
+    block_on(async {
+        let image = disk.crash_image(spool_broker::io::CrashMode::DurableOnly);
+        let fatal = Rc::new(RecordFatal::default());
+        let (log, _) = Log::open(image, dir(), small_config(), EPOCH + 1, fatal).await.unwrap();
+        log.resume_point(Offset(covers)).expect("a resume point")
+    })
+}
+
+async fn open_resume(
+    storage: Counting,
+    bound: u64,
+    resume: ResumePoint,
+) -> Result<(Log<Counting>, spool_broker::log::RecoveryReport), LogError> {
+    let fatal = Rc::new(RecordFatal::default());
+    Log::open_from_resume(
+        storage,
+        dir(),
+        small_config(),
+        EPOCH + 1,
+        fatal,
+        Offset(bound),
+        Some(resume),
+    )
+    .await
+}
+
+/// Positions read in `path`.
+fn reads_of(reads: &Reads, path: &Path) -> Vec<u64> {
+    reads.borrow().iter().filter(|(read, _)| read == path).map(|(_, pos)| *pos).collect()
+}
+
+#[test]
+fn a_resume_point_scans_the_last_segment_only_from_its_position() {
+    // Goal: with a resume point the segment holding the bound is read only from the point's
+    // page on (open_from reads it from 0), and every batch below the point still reads
+    // back through the point's index entries after the reopen. Fails without the resume
+    // point in recovery (the reads start at 0).
+    let (disk, segments) = build(230);
+    let last = segments.last().unwrap();
+    let end = last.next_offset.0;
+    let point = resume_point_at(&disk, end);
+    assert_eq!(point.base, last.base_offset.0);
+    assert!(point.pos >= 16 * 1024, "the test wants a point well into the segment: {point:?}");
+    let floor = point.pos / 4096 * 4096;
+
+    let storage = counting(&disk);
+    let reads = storage.reads.clone();
+    let (log, report) = block_on(open_resume(storage, end, point.clone())).unwrap();
+    assert_eq!(report.resumed_at, Some((last.path.clone(), point.pos)));
+    assert!(!report.resume_rejected);
+    let positions = reads_of(&reads, &last.path);
+    assert!(!positions.is_empty());
+    assert!(positions.iter().all(|pos| *pos >= floor), "read below the point: {positions:?}");
+    assert_eq!(report.scan_bytes_read, 64 * 1024 - floor);
+    assert_eq!(report.next_offset.0, end);
+    assert_eq!(log.segments(), segments, "same extents and index as a full scan");
+    let batches = block_on(read_all(&log));
+    assert_eq!(batches.len(), 230);
+
+    // The same open without the point reads the segment from its start.
+    let storage = counting(&disk);
+    let reads = storage.reads.clone();
+    let (_, report) = block_on(open_from(storage, end)).unwrap();
+    assert_eq!(report.resumed_at, None);
+    assert_eq!(report.scan_bytes_read, 64 * 1024);
+    assert!(reads_of(&reads, &last.path).contains(&0));
+}
+
+#[test]
+fn a_resume_point_in_a_sealed_segment_keeps_its_index_file() {
+    // Goal: a bound inside a sealed segment resumes that segment's scan at the point; the
+    // index it rebuilds (point's entries + scanned ones) equals its index file (not
+    // rewritten), the segments below are trusted and the later ones scanned whole.
+    let (disk, segments) = build(230);
+    let holding = &segments[2];
+    let span = holding.next_offset.0 - holding.base_offset.0;
+    let bound = holding.base_offset.0 + span * 3 / 4;
+    let point = resume_point_at(&disk, bound);
+    assert_eq!(point.base, holding.base_offset.0);
+    assert!(point.offset < bound && point.pos > 0);
+    let storage = counting(&disk);
+    let reads = storage.reads.clone();
+    let (log, report) = block_on(open_resume(storage, bound, point.clone())).unwrap();
+    assert_eq!(report.resumed_at, Some((holding.path.clone(), point.pos)));
+    assert_eq!(report.segments_trusted, 2);
+    assert_eq!(report.indexes_rebuilt, 0);
+    let floor = point.pos / 4096 * 4096;
+    assert!(reads_of(&reads, &holding.path).iter().all(|pos| *pos >= floor));
+    assert!(reads_of(&reads, &segments[0].path).is_empty());
+    assert_eq!(log.segments(), segments);
+    assert_eq!(block_on(read_all(&log)).len(), 230);
+}
+
+#[test]
+fn a_stale_or_bogus_resume_point_falls_back_to_the_full_scan() {
+    // Goal: a point into the middle of a batch, with an offset other than its batch's, or past the end of
+    // the data (zeros, as after a torn tail) is detected by the batch at its position and
+    // the segment is scanned from its start: nothing is lost or skipped. A point past the
+    // segment's capacity or for another segment is not used at all.
+    let (disk, segments) = build(230);
+    let last = segments.last().unwrap();
+    let end = last.next_offset.0;
+    let good = resume_point_at(&disk, end);
+    let past_data = (last.data_end / 4096 + 1) * 4096;
+    let rejected = [
+        ResumePoint { pos: good.pos + 64, ..good.clone() },
+        ResumePoint { offset: good.offset - 1, ..good.clone() },
+        ResumePoint { pos: past_data, ..good.clone() },
+    ];
+    for point in rejected {
+        let storage = counting(&disk);
+        let reads = storage.reads.clone();
+        let (log, report) = block_on(open_resume(storage, end, point.clone())).unwrap();
+        assert!(report.resume_rejected, "{point:?}");
+        assert_eq!(report.resumed_at, None);
+        assert!(reads_of(&reads, &last.path).contains(&0), "{point:?}: scanned from 0");
+        assert_eq!(report.next_offset.0, end);
+        assert_eq!(log.segments(), segments);
+        assert_eq!(block_on(read_all(&log)).len(), 230);
+    }
+    let unused = [
+        ResumePoint { pos: 64 * 1024 + 4096, ..good.clone() },
+        ResumePoint { base: segments[1].base_offset.0, ..good.clone() },
+    ];
+    for point in unused {
+        let (log, report) = block_on(open_resume(counting(&disk), end, point.clone())).unwrap();
+        assert!(!report.resume_rejected, "{point:?}");
+        assert_eq!(report.resumed_at, None);
+        assert_eq!(log.segments(), segments);
+    }
+    // A point at or past the bound is never used: the bound is what the checkpoint vouches.
+    let (_, report) = block_on(open_resume(counting(&disk), good.offset, good.clone())).unwrap();
+    assert_eq!(report.resumed_at, None);
+}
+
+#[test]
+fn damage_and_torn_tails_after_a_resume_point_are_handled_as_by_the_full_scan() {
+    // Goal: the part scanned from a resume point keeps the full scan's rules: damage to an
+    // acknowledged batch after the point (before the tail window) is refused naming file
+    // and byte; garbage right after the last commit is a torn tail, cut and zeroed.
+    let (disk, segments) = build(230);
+    let last = segments.last().unwrap();
+    let end = last.next_offset.0;
+    let point = resume_point_at(&disk, end);
+
+    let torn = counting(&disk);
+    let mut bytes = torn.inner.file_bytes(&last.path).unwrap();
+    let data_end = last.data_end as usize;
+    bytes[data_end..data_end + 300].fill(0x5A);
+    torn.inner.set_file_bytes(&last.path, bytes);
+    let (_, report) = block_on(open_resume(torn, end, point.clone())).unwrap();
+    assert!(report.resumed_at.is_some());
+    assert_eq!(report.truncated_at, Some((last.path.clone(), last.data_end)));
+    assert_eq!(report.next_offset.0, end);
+
+    // A bound inside a sealed segment: damage to the batch after the point is refused.
+    let holding = &segments[2];
+    let bound = holding.base_offset.0 + (holding.next_offset.0 - holding.base_offset.0) * 3 / 4;
+    let point = resume_point_at(&disk, bound);
+    assert_eq!(point.base, holding.base_offset.0);
+    let damaged = counting(&disk);
+    let mut bytes = damaged.inner.file_bytes(&holding.path).unwrap();
+    let at = point.pos as usize;
+    let len = u32::from_le_bytes(bytes[at + 8..at + 12].try_into().unwrap()) as usize;
+    let mut next = at + len;
+    // Step over the filler that closes the point's commit, to the next batch.
+    let kind = u16::from_le_bytes(bytes[next + 6..next + 8].try_into().unwrap());
+    if kind == 2 {
+        next += u32::from_le_bytes(bytes[next + 8..next + 12].try_into().unwrap()) as usize;
+    }
+    bytes[next + 100] ^= 0x40;
+    damaged.inner.set_file_bytes(&holding.path, bytes);
+    match block_on(open_resume(damaged, bound, point)) {
+        Err(LogError::Corrupt { path, pos, .. }) => {
+            assert_eq!(path, holding.path);
+            assert_eq!(pos, next as u64);
+        }
+        Err(other) => panic!("expected Corrupt, got {other}"),
+        Ok(_) => panic!("damage after the resume point must be refused"),
+    }
 }

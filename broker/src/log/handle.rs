@@ -13,6 +13,7 @@ use std::rc::Rc;
 use super::committer::committer;
 use super::config::LogConfig;
 use super::error::LogError;
+use super::index::{ResumePoint, SparseIndex};
 use super::preparer::preparer;
 use super::recovery;
 use super::state::{Segment, Shared, State};
@@ -41,7 +42,7 @@ impl<S: Storage> Log<S> {
         leader_epoch: u32,
         fatal: Rc<dyn FatalHandler>,
     ) -> Result<(Self, RecoveryReport), LogError> {
-        Self::open_inner(storage, dir, config, leader_epoch, fatal, None).await
+        Self::open_inner(storage, dir, config, leader_epoch, fatal, None, None).await
     }
 
     /// Like [`Log::open`], but sealed segments that end at or below
@@ -63,7 +64,31 @@ impl<S: Storage> Log<S> {
         fatal: Rc<dyn FatalHandler>,
         scan_from: Offset,
     ) -> Result<(Self, RecoveryReport), LogError> {
-        Self::open_inner(storage, dir, config, leader_epoch, fatal, Some(scan_from.0)).await
+        Self::open_inner(storage, dir, config, leader_epoch, fatal, Some(scan_from.0), None).await
+    }
+
+    /// Like [`Log::open_from`], but the scan of the segment holding
+    /// `scan_from` starts at `resume` (a [`Log::resume_point`] taken when
+    /// everything below `scan_from` was durable) when it names that segment
+    /// and an offset below `scan_from`: the bytes before its position are
+    /// not read, its sparse index entries stand for them, and their batches
+    /// are crc-checked when read, as in a trusted sealed segment. The batch
+    /// at the position must verify and carry the point's offset; otherwise
+    /// the segment is scanned from its start
+    /// ([`RecoveryReport::resume_rejected`]).
+    ///
+    /// # Errors
+    /// As [`Log::open`].
+    pub async fn open_from_resume(
+        storage: S,
+        dir: &Path,
+        config: LogConfig,
+        leader_epoch: u32,
+        fatal: Rc<dyn FatalHandler>,
+        scan_from: Offset,
+        resume: Option<ResumePoint>,
+    ) -> Result<(Self, RecoveryReport), LogError> {
+        Self::open_inner(storage, dir, config, leader_epoch, fatal, Some(scan_from.0), resume).await
     }
 
     async fn open_inner(
@@ -73,10 +98,12 @@ impl<S: Storage> Log<S> {
         leader_epoch: u32,
         fatal: Rc<dyn FatalHandler>,
         trust_below: Option<u64>,
+        resume: Option<ResumePoint>,
     ) -> Result<(Self, RecoveryReport), LogError> {
         config.validate()?;
         let recovered =
-            recovery::recover(&storage, dir, &config, leader_epoch, trust_below).await?;
+            recovery::recover(&storage, dir, &config, leader_epoch, trust_below, resume.as_ref())
+                .await?;
         let mut segments = Vec::with_capacity(recovered.segments.len());
         for found in recovered.segments {
             segments.push(Rc::new(Segment {
@@ -223,6 +250,34 @@ impl<S: Storage> Log<S> {
 
     pub fn stats(&self) -> LogStats {
         self.shared.state.borrow().stats
+    }
+
+    /// Where a reopen bounded by `covers` may start scanning
+    /// ([`Log::open_from_resume`]): in the segment a bounded recovery scans
+    /// first (the first whose durable records reach `covers`, else the
+    /// last), the last indexed durable batch below `covers`, with the
+    /// index entries before it. `None` when that segment has no such batch
+    /// past its first position (the scan then starts at 0 anyway). Every
+    /// offset below `covers` must be durable (a checkpoint's barrier); the
+    /// point then names bytes that were synced before it was taken.
+    pub fn resume_point(&self, covers: Offset) -> Option<ResumePoint> {
+        let state = self.shared.state.borrow();
+        let segment = state
+            .segments
+            .iter()
+            .find(|segment| segment.next_offset.get() > covers.0)
+            .or(state.segments.last())?;
+        let index = segment.index.borrow();
+        let below = index.entries().partition_point(|entry| entry.offset < covers.0);
+        let (last, before) = index.entries()[..below].split_last()?;
+        if last.pos == 0 || last.offset >= segment.next_offset.get() {
+            return None;
+        }
+        let mut prefix = SparseIndex::default();
+        for entry in before {
+            prefix.push(*entry);
+        }
+        Some(ResumePoint { base: segment.base, pos: last.pos, offset: last.offset, index: prefix })
     }
 
     /// Named segments, oldest first.

@@ -136,6 +136,52 @@ impl SparseIndex {
     }
 }
 
+/// Where a reopen may start scanning a segment instead of at its start
+/// (`Log::open_from_resume`, `docs/design/segment-format.md` "Resume
+/// point"): the batch at `pos` has base offset `offset`, everything before
+/// `pos` in segment `base` was durable when the point was taken, and
+/// `index` holds the sparse index entries of that prefix (positions below
+/// `pos`), so reads below it still find their batches. Persisted in the
+/// index file format, with `data_end` = `pos` and `next_offset` =
+/// `offset`: the prefix is described exactly as a sealed segment's index
+/// file describes a whole segment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResumePoint {
+    pub base: u64,
+    pub pos: u64,
+    pub offset: u64,
+    pub index: SparseIndex,
+}
+
+impl ResumePoint {
+    /// The index file image (not padded).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut bytes = self.index.encode(self.base, self.pos, self.offset);
+        bytes.truncate(INDEX_HEADER_BYTES + self.index.entries.len() * INDEX_ENTRY_BYTES);
+        bytes
+    }
+
+    /// Parses [`ResumePoint::encode`]'s bytes; `None` when they are damaged
+    /// (magic, version, crc) or inconsistent: a position of 0, an offset
+    /// below the base, an entry outside `[base, offset)` × `[0, pos)`.
+    pub fn decode(bytes: &[u8]) -> Option<Self> {
+        let base = u64::from_le_bytes(bytes.get(16..24)?.try_into().ok()?);
+        let persisted = SparseIndex::decode(bytes, base)?;
+        let point = Self {
+            base,
+            pos: persisted.data_end,
+            offset: persisted.next_offset,
+            index: persisted.index,
+        };
+        let consistent = point.pos > 0
+            && point.offset >= base
+            && point.index.entries.iter().all(|entry| {
+                entry.offset >= base && entry.offset < point.offset && entry.pos < point.pos
+            });
+        consistent.then_some(point)
+    }
+}
+
 /// A decoded index file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PersistedIndex {
@@ -173,5 +219,31 @@ mod tests {
             assert!(SparseIndex::decode(&damaged, 10).is_none(), "flip at {at}");
         }
         assert!(SparseIndex::decode(&[0u8; 4096], 10).is_none());
+    }
+
+    #[test]
+    fn resume_point_round_trips_and_rejects_damage_and_nonsense() {
+        // Goal: a resume point survives encode/decode; a flipped byte, an entry at or past
+        // its position or offset, or a position of 0 is refused (the reopen then scans).
+        let mut index = SparseIndex::default();
+        for step in 0..10u64 {
+            index.push(IndexEntry { offset: 100 + step * 5, pos: step * 8192 });
+        }
+        let point = ResumePoint { base: 100, pos: 10 * 8192, offset: 150, index };
+        let bytes = point.encode();
+        assert_eq!(bytes.len(), 48 + 16 * 10);
+        assert_eq!(ResumePoint::decode(&bytes), Some(point.clone()));
+        for at in [0, 5, 13, 17, 25, 33, 60, 200] {
+            let mut damaged = bytes.clone();
+            damaged[at] ^= 0x10;
+            assert!(ResumePoint::decode(&damaged).is_none(), "flip at {at}");
+        }
+        let before_last = ResumePoint { pos: 9 * 8192, ..point.clone() };
+        assert!(ResumePoint::decode(&before_last.encode()).is_none(), "entry at pos");
+        let low_offset = ResumePoint { offset: 145, ..point.clone() };
+        assert!(ResumePoint::decode(&low_offset.encode()).is_none(), "entry at offset");
+        let at_start =
+            ResumePoint { base: 100, pos: 0, offset: 100, index: SparseIndex::default() };
+        assert!(ResumePoint::decode(&at_start.encode()).is_none(), "position 0");
     }
 }

@@ -53,7 +53,7 @@ pub use config::{ConfigError, LogConfig};
 pub(crate) use disk::failpoint;
 pub use error::{CorruptDetail, LogError};
 pub use handle::Log;
-pub use index::{IndexEntry, SparseIndex};
+pub use index::{IndexEntry, ResumePoint, SparseIndex};
 pub use layout::{commit_span, index_path, segment_path, PREPARED_FILE_NAME};
 pub use shared::SharedBytes;
 use spool_wire::batch::BatchHeader;
@@ -260,6 +260,17 @@ pub struct RecoveryReport {
     /// Segments fdatasynced before the log served (every scanned one), so
     /// nothing recovery kept is answered as durable without a sync.
     pub segments_synced: usize,
+    /// The scan of the segment holding the scan bound started at a resume
+    /// point (`Log::open_from_resume`): that segment's path and the byte
+    /// position the scan started at; the bytes before it were not read.
+    pub resumed_at: Option<(PathBuf, u64)>,
+    /// A resume point was given for a segment that was scanned, but the
+    /// batch at its position did not verify (crc, base offset): that
+    /// segment was scanned from its start.
+    pub resume_rejected: bool,
+    /// Bytes of segment files the recovery scans read (the torn-tail
+    /// search and the repair not counted).
+    pub scan_bytes_read: u64,
     /// The highest leader epoch in the header of a batch recovery read (0
     /// in an empty log). Trusted segments are not read; the newest batches
     /// always are.

@@ -21,6 +21,16 @@
 //! A sealed segment without a valid index file, the segment holding the
 //! bound, every later one and the tail get the full scan.
 //!
+//! With a resume point as well (`Log::open_from_resume`: the position of an
+//! indexed batch below the bound in the segment holding it, recorded with
+//! the checkpoint), that segment's scan starts at the point instead of at
+//! position 0: the bytes before it are trusted like a sealed segment's
+//! indexed part (its sparse index comes from the point; its batches are
+//! crc-checked when read). The batch at the point must parse, pass both
+//! crcs and carry the point's offset; otherwise the point is stale or
+//! wrong and the segment is scanned from its start. From the point on the
+//! scan, the torn-tail rule and the repair are those of the full scan.
+//!
 //! What recovery keeps it makes durable before the log serves: a process
 //! killed between a write and its fdatasync leaves bytes every later read
 //! sees but no sync covered, and a reply built on them (a duplicate enqueue
@@ -41,7 +51,7 @@ use spool_wire::WireError;
 use super::config::LogConfig;
 use super::disk::write_index_file;
 use super::error::{CorruptDetail, LogError};
-use super::index::{IndexEntry, PersistedIndex, SparseIndex, INDEX_FILE_BYTES_MAX};
+use super::index::{IndexEntry, PersistedIndex, ResumePoint, SparseIndex, INDEX_FILE_BYTES_MAX};
 use super::layout::{
     index_path, page_ceil, page_floor, parse_name, segment_path, INDEX_SUFFIX, PREPARED_FILE_NAME,
     SEGMENT_SUFFIX,
@@ -87,17 +97,21 @@ struct Scan {
     stop: Option<CorruptDetail>,
     /// The highest leader epoch in a valid batch header (0: none).
     highest_epoch: u32,
+    /// Bytes read from the segment file.
+    read_bytes: u64,
 }
 
 /// Recovers the log in `dir`. `trust_below`: sealed segments whose persisted
 /// index says they end at or below this offset are not scanned (see the
-/// module docs); `None` scans everything.
+/// module docs); `None` scans everything. `resume`: where the scan of the
+/// segment it names may start, used only with a bound above its offset.
 pub(crate) async fn recover<S: Storage>(
     storage: &S,
     dir: &Path,
     config: &LogConfig,
     leader_epoch: u32,
     trust_below: Option<u64>,
+    resume: Option<&ResumePoint>,
 ) -> Result<Recovered<S::File>, LogError> {
     create_dir_durable(storage, dir).await?;
     let mut report = RecoveryReport::default();
@@ -176,7 +190,27 @@ pub(crate) async fn recover<S: Storage>(
                 continue;
             }
         }
-        let scan = scan_segment(&file, base, capacity, config).await?;
+        let resume_here = resume.filter(|point| {
+            point.base == base
+                && trust_below.is_some_and(|bound| point.offset < bound)
+                && point.pos < capacity
+        });
+        let mut scan = None;
+        if let Some(point) = resume_here {
+            scan = scan_segment(&file, base, capacity, config, Some(point)).await?;
+            match &scan {
+                Some(_) => report.resumed_at = Some((path.clone(), point.pos)),
+                None => report.resume_rejected = true,
+            }
+        }
+        let scan = match scan {
+            Some(scan) => scan,
+            None => match scan_segment(&file, base, capacity, config, None).await? {
+                Some(scan) => scan,
+                None => unreachable!("a scan from the segment start is never rejected"),
+            },
+        };
+        report.scan_bytes_read += scan.read_bytes;
         let mut end = scan.end;
         if let Some(dirty_end) = scan.dirty_end {
             let in_window = dirty_end - scan.end <= config.recovery_window_bytes();
@@ -243,23 +277,34 @@ pub(crate) async fn recover<S: Storage>(
     Ok(Recovered { segments, next_commit_pos, tail_witnessed, report })
 }
 
-/// Reads every batch of one segment from position 0, then finds how far
-/// non-zero bytes reach after the last valid one.
+/// Reads every batch of one segment from position 0 (or from `resume`),
+/// then finds how far non-zero bytes reach after the last valid one.
+/// `None` only with `resume`, when the batch at its position is not a valid
+/// data or control batch with its offset: the point is stale or wrong.
 async fn scan_segment<F: StorageFile>(
     file: &F,
     base: u64,
     capacity: u64,
     config: &LogConfig,
-) -> Result<Scan, LogError> {
+    resume: Option<&ResumePoint>,
+) -> Result<Option<Scan>, LogError> {
     let header_bytes = BATCH_HEADER_BYTES as u64;
     let mut window = Window::new(file, SCAN_CHUNK_BYTES);
     let mut pos = 0u64;
-    let mut data_end = 0u64;
     let mut expected = base;
-    let mut batches = 0;
     let mut index = SparseIndex::default();
-    let mut last_index_pos: Option<u64> = None;
+    if let Some(point) = resume {
+        // The prefix is trusted: its index continues from the point's, so
+        // the entries placed from here are those a full scan would place.
+        pos = point.pos;
+        expected = point.offset;
+        index = point.index.clone();
+    }
+    let mut last_index_pos = index.last_pos();
+    let mut data_end = pos;
+    let mut batches = 0;
     let mut highest_epoch = 0u32;
+    let mut verify_first = resume.is_some();
     let stop = loop {
         if pos + header_bytes > capacity {
             break None;
@@ -289,6 +334,12 @@ async fn scan_segment<F: StorageFile>(
         if header.base_offset != expected {
             break Some(CorruptDetail::OffsetGap { expected, found: header.base_offset });
         }
+        if verify_first {
+            if header.kind == BatchKind::Filler {
+                break Some(CorruptDetail::OffsetGap { expected, found: header.base_offset });
+            }
+            verify_first = false;
+        }
         highest_epoch = highest_epoch.max(header.leader_epoch);
         if header.kind != BatchKind::Filler {
             batches += 1;
@@ -306,6 +357,11 @@ async fn scan_segment<F: StorageFile>(
             data_end = pos;
         }
     };
+    if verify_first {
+        // The batch at the resume point did not verify (or is a filler, or
+        // zeros): not the batch the point names.
+        return Ok(None);
+    }
     let mut dirty_end = None;
     let mut at = pos;
     while at < capacity {
@@ -319,7 +375,7 @@ async fn scan_segment<F: StorageFile>(
         }
         at += bytes.len() as u64;
     }
-    Ok(Scan {
+    Ok(Some(Scan {
         end: pos,
         data_end,
         next_offset: expected,
@@ -328,7 +384,8 @@ async fn scan_segment<F: StorageFile>(
         dirty_end,
         stop,
         highest_epoch,
-    })
+        read_bytes: window.read_bytes(),
+    }))
 }
 
 /// The highest durable watermark recorded by an intact filler in the pages

@@ -14,11 +14,13 @@ pub(crate) struct Window<'a, F: StorageFile> {
     bytes: Option<Rc<F::ReadBuf>>,
     /// The last read returned less than asked: the file ends in the window.
     at_eof: bool,
+    /// Bytes read from the file so far.
+    read_bytes: u64,
 }
 
 impl<'a, F: StorageFile> Window<'a, F> {
     pub fn new(file: &'a F, chunk_bytes: u64) -> Self {
-        Self { file, chunk_bytes, start: 0, bytes: None, at_eof: false }
+        Self { file, chunk_bytes, start: 0, bytes: None, at_eof: false, read_bytes: 0 }
     }
 
     /// Bytes `[pos, pos + len)`, shorter only at end of file.
@@ -32,6 +34,7 @@ impl<'a, F: StorageFile> Window<'a, F> {
             let want = page_ceil(pos - start + len.max(self.chunk_bytes));
             let bytes = self.file.read_at(start, want as usize).await?;
             self.at_eof = (bytes.len() as u64) < want;
+            self.read_bytes += bytes.len() as u64;
             self.bytes = Some(Rc::new(bytes));
             self.start = start;
         }
@@ -39,6 +42,11 @@ impl<'a, F: StorageFile> Window<'a, F> {
         let from = (pos - self.start) as usize;
         let to = ((pos + len - self.start) as usize).min(bytes.len());
         Ok(&bytes[from.min(to)..to])
+    }
+
+    /// Bytes read from the file through this window.
+    pub fn read_bytes(&self) -> u64 {
+        self.read_bytes
     }
 
     /// The bytes `[pos, pos + len)` that the last [`Window::get`] covered,

@@ -4,7 +4,9 @@
 
 use std::cell::RefCell;
 
-use super::files::{self, SideFileError, CHECKPOINT_FILE, CHECKPOINT_MAGIC};
+use super::files::{
+    self, SideFileError, CHECKPOINT_FILE, CHECKPOINT_MAGIC, RESUME_FILE, RESUME_MAGIC,
+};
 use super::{
     Partition, PartitionError, CHECKPOINT_INTERVAL_BYTES, CHECKPOINT_INTERVAL_OFFSETS,
     CHECKPOINT_STEP_BYTES_MAX, CHECKPOINT_STEP_ENTRIES,
@@ -174,6 +176,23 @@ impl<S: Storage + Clone> Partition<S> {
             generation_files: referred.written_files,
             generation_bytes: referred.written_bytes,
         }));
+        // Where the reopen after this checkpoint may start scanning the
+        // segment holding its offset: everything below it is durable (the
+        // barrier above), so the point names synced bytes. Written after
+        // the checkpoint: a crash between the two leaves the older point
+        // (still a durable prefix) or none (the segment is scanned whole).
+        if let Some(point) = self.log.resume_point(end) {
+            files::write_side_file(
+                &self.storage,
+                &self.dir,
+                RESUME_FILE,
+                RESUME_MAGIC,
+                end.to_checkpoint(),
+                &point.encode(),
+            )
+            .await
+            .map_err(LogError::Io)?;
+        }
         // The new checkpoint is in place and its directory synced: the
         // generation files only older checkpoints referred to can go.
         super::dedupe_files::remove_unreferenced(&self.storage, &self.dir, &referred.references)

@@ -17,7 +17,7 @@ use std::rc::Rc;
 use super::files::{self, EPOCH_FILE, EPOCH_MAGIC};
 use super::{LogCursor, PartitionError, PartitionLog};
 use crate::io::Storage;
-use crate::log::{FatalHandler, LogConfig, LogError, RecoveryReport};
+use crate::log::{FatalHandler, LogConfig, LogError, RecoveryReport, ResumePoint};
 
 /// The opened log, what its recovery found, and the partition's new epoch
 /// (durable in the epoch file before this returns).
@@ -48,13 +48,16 @@ pub(super) async fn persist<S: Storage>(
 }
 
 /// Bumps and persists the leader epoch and opens the log at it; see the
-/// module docs. `scan_from`: where a usable checkpoint's state ends.
+/// module docs. `scan_from`: where a usable checkpoint's state ends;
+/// `resume`: where the scan of the segment holding it may start (both
+/// ignored without an epoch file).
 pub(super) async fn open_log<S: Storage + Clone>(
     storage: &S,
     dir: &Path,
     log_config: LogConfig,
     fatal: Rc<dyn FatalHandler>,
     scan_from: Option<LogCursor>,
+    resume: Option<ResumePoint>,
 ) -> Result<Opened<S>, PartitionError> {
     let previous = files::read_side_file(storage, dir, EPOCH_FILE, EPOCH_MAGIC).await?;
     // No epoch file: read every batch, so the highest epoch is seen.
@@ -64,9 +67,16 @@ pub(super) async fn open_log<S: Storage + Clone>(
         let log_epoch = persist(storage, dir, epoch).await?;
         let config = log_config.clone();
         let fatal = fatal.clone();
-        let (log, report) =
-            PartitionLog::open_segments(storage.clone(), dir, config, log_epoch, fatal, scan_from)
-                .await?;
+        let (log, report) = PartitionLog::open_segments(
+            storage.clone(),
+            dir,
+            config,
+            log_epoch,
+            fatal,
+            scan_from,
+            resume.clone(),
+        )
+        .await?;
         let in_log = u64::from(report.highest_epoch);
         if in_log < epoch {
             return Ok(Opened { log, report, epoch });

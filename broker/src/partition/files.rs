@@ -1,16 +1,18 @@
 //! Small side files of a partition directory: the leader epoch, the
 //! checkpoint and the sealed dedupe generations it refers to
-//! (`dedupe_files.rs`, magic "SPDG", value the generation's first offset).
+//! (`dedupe_files.rs`, magic "SPDG", value the generation's first offset),
+//! and the resume point written after a checkpoint ([`RESUME_FILE`]).
 //! All are replaced atomically (write a temporary file,
 //! fdatasync, rename, sync the directory) through the storage seam, so a crash
 //! leaves either the old or the new file, never a mix. A checkpoint streams
 //! its payload through [`SideFileWriter`] (one write chunk in memory; the
 //! header, which holds the payload's length and crc, is written last).
 //!
-//! Layout of both files (little-endian), padded with zeros to whole pages:
+//! Layout of every side file (little-endian), padded with zeros to whole pages:
 //!
 //! ```text
-//! 0  4  magic ("SPEP" epoch, "SPCK" checkpoint, "SPDG" dedupe generation)
+//! 0  4  magic ("SPEP" epoch, "SPCK" checkpoint, "SPDG" dedupe generation,
+//!       "SPRS" resume point)
 //! 4  4  format version (1)
 //! 8  8  payload length in bytes
 //! 16 8  value: the epoch, or the checkpoint's cursor (below)
@@ -48,6 +50,15 @@ pub const EPOCH_FILE: &str = "epoch";
 /// Name of the checkpoint side file in a partition directory (benchmarks
 /// delete it to measure a full replay).
 pub const CHECKPOINT_FILE: &str = "checkpoint";
+/// Magic of the resume side file (for [`read_side_file`]).
+pub const RESUME_MAGIC: u32 = u32::from_le_bytes(*b"SPRS");
+/// Name of the resume side file in a partition directory: where the
+/// reopen after the checkpoint may start scanning the segment holding its
+/// offset (value: the offset the checkpoint covered; payload: a
+/// `log::ResumePoint`). Written after the checkpoint; without it (a
+/// checkpoint of an older version, a crash between the two) that segment
+/// is scanned from its start.
+pub const RESUME_FILE: &str = "resume";
 
 /// What is wrong with a side file.
 #[derive(Debug, thiserror::Error)]

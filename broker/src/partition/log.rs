@@ -56,7 +56,7 @@ use crate::log::journal::{
 };
 use crate::log::{
     FatalHandler, Log, LogConfig, LogError, LogStats, Offset, ReadBatch, RecoveryReport,
-    SegmentInfo, Ticket,
+    ResumePoint, SegmentInfo, Ticket,
 };
 
 /// Bytes of the journal layout's checkpoint payload before the snapshot:
@@ -261,7 +261,9 @@ pub enum PartitionLog<S: Storage> {
 impl<S: Storage> PartitionLog<S> {
     /// Opens (recovering) the segment log in `dir` at `leader_epoch`.
     /// `scan_from`: what a usable checkpoint covers; sealed segments below
-    /// it are not read ([`Log::open_from`]). `None`: a full scan.
+    /// it are not read ([`Log::open_from`]), and the segment holding it is
+    /// scanned from `resume` when that verifies
+    /// ([`Log::open_from_resume`]). `None`: a full scan.
     ///
     /// # Errors
     /// As [`Log::open`].
@@ -272,10 +274,12 @@ impl<S: Storage> PartitionLog<S> {
         leader_epoch: u32,
         fatal: Rc<dyn FatalHandler>,
         scan_from: Option<LogCursor>,
+        resume: Option<ResumePoint>,
     ) -> Result<(Self, RecoveryReport), LogError> {
         let (log, report) = match scan_from {
             Some(from) => {
-                Log::open_from(storage, dir, config, leader_epoch, fatal, Offset(from.value))
+                let bound = Offset(from.value);
+                Log::open_from_resume(storage, dir, config, leader_epoch, fatal, bound, resume)
                     .await?
             }
             None => Log::open(storage, dir, config, leader_epoch, fatal).await?,
@@ -475,6 +479,15 @@ impl<S: Storage> PartitionLog<S> {
                     bytes: mark.bytes,
                 })
             }
+        }
+    }
+
+    /// Segment log: where a reopen after a checkpoint at `cursor` may start
+    /// scanning ([`Log::resume_point`]); `None` for the journal.
+    pub fn resume_point(&self, cursor: LogCursor) -> Option<ResumePoint> {
+        match self {
+            Self::Segments(log) => log.resume_point(Offset(cursor.value)),
+            Self::Journal(_) => None,
         }
     }
 

@@ -10,7 +10,7 @@ use std::rc::Rc;
 use spool_wire::batch::BatchKind;
 
 use super::enqueue::enqueue_request;
-use super::files::{self, CHECKPOINT_FILE, CHECKPOINT_MAGIC};
+use super::files::{self, CHECKPOINT_FILE, CHECKPOINT_MAGIC, RESUME_FILE, RESUME_MAGIC};
 use super::read::{aligned, verified_view};
 use super::signal::Signal;
 use super::{
@@ -19,7 +19,7 @@ use super::{
 };
 use crate::io::Storage;
 use crate::log::journal::{JournalPos, PartitionHandle, RoutedEntry, ShardJournal};
-use crate::log::{FatalHandler, LogConfig, LogError};
+use crate::log::{FatalHandler, LogConfig, LogError, ResumePoint};
 use crate::queue::{
     ApplyError, EnqueueMeta, Event, LeaderEpoch, Offset, PartitionContext, PartitionState,
     QueueConfig,
@@ -49,6 +49,23 @@ struct Opening<'a, S: Storage> {
     covers: Option<Offset>,
     replay_from: LogCursor,
     log_report: crate::log::RecoveryReport,
+}
+
+/// The resume side file's point, when it decodes and was taken for a
+/// checkpoint covering no more than `covers` (the checkpoint in place).
+async fn read_resume<S: Storage>(storage: &S, dir: &Path, covers: u64) -> Option<ResumePoint> {
+    let file = match files::read_side_file(storage, dir, RESUME_FILE, RESUME_MAGIC).await {
+        Ok(file) => file?,
+        Err(error) => {
+            tracing::warn!(dir = %dir.display(), %error, "resume point unusable; scanning the checkpoint's segment whole");
+            return None;
+        }
+    };
+    let point = ResumePoint::decode(&file.payload);
+    if point.is_none() {
+        tracing::warn!(dir = %dir.display(), "resume point does not decode; scanning the checkpoint's segment whole");
+    }
+    point.filter(|point| file.value <= covers && point.offset < file.value)
 }
 
 fn control_of(cursor: &LogCursor) -> JournalPos {
@@ -109,9 +126,18 @@ impl<S: Storage + Clone> Partition<S> {
                 None
             }
         };
+        // Where the scan of the segment holding the checkpoint's offset may
+        // start: a resume point taken for this checkpoint (or an older one:
+        // its prefix was durable too). Missing, damaged or newer than the
+        // checkpoint: that segment is scanned from its start.
+        let resume = match &checkpoint {
+            Some(checkpoint) => read_resume(&storage, dir, checkpoint.value).await,
+            None => None,
+        };
         // The epoch: past the epoch file and every epoch in the log.
         let scan_from = checkpoint.as_ref().map(|file| LogCursor::from_checkpoint(file.value));
-        let opened = epoch::open_log(&storage, dir, log_config, fatal.clone(), scan_from).await?;
+        let opened =
+            epoch::open_log(&storage, dir, log_config, fatal.clone(), scan_from, resume).await?;
         let (log, log_report) = (opened.log, opened.report);
         let epoch = LeaderEpoch(opened.epoch);
         let context = PartitionContext {

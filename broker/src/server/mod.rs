@@ -478,6 +478,8 @@ impl ShardState {
             checkpoint = ?report.checkpoint_covers.map(|offset| offset.0),
             replayed_events = report.replayed_events,
             truncated_bytes = report.log.truncated_bytes,
+            scan_bytes_read = report.log.scan_bytes_read,
+            resumed_at = ?report.log.resumed_at.as_ref().map(|(_, pos)| *pos),
             "partition open"
         );
         self.unavailable.borrow_mut().remove(&(queue.as_str().to_owned(), partition));
