@@ -15,7 +15,7 @@ use super::index::{IndexEntry, SparseIndex};
 use super::layout::{commit_span, segment_path};
 use super::preparer::wants_next;
 use super::state::{close_open, Gather, Segment, State};
-use super::{Appended, CommitCell, Offset, Ticket};
+use super::{Appended, CommitCell, GatherSlot, Offset, Ticket};
 use crate::io::{IoOp, Storage, StorageFile};
 use crate::limits::{GATHER_BUF_INITIAL_BYTES, PAGE_BYTES, SEGMENTS_MAX};
 
@@ -99,6 +99,7 @@ impl<S: Storage> Log<S> {
             gather.next_offset = next_offset;
             gather.batches += 1;
             let ticket = Ticket { commit: gather.commit.clone() };
+            let slot = GatherSlot { seq: gather.seq, at: at as u64 };
             if indexed {
                 state.gather_last_index_pos = Some(pos);
             }
@@ -109,6 +110,7 @@ impl<S: Storage> Log<S> {
                 base_offset: Offset(base_offset),
                 next_offset: Offset(next_offset),
                 ticket,
+                slot,
             };
             (appended, prepare)
         };
@@ -118,6 +120,45 @@ impl<S: Storage> Log<S> {
         }
         self.shared.work.notify_all();
         Ok(appended)
+    }
+
+    /// Replaces the batch appended at `slot` with `batch`, if no committer
+    /// took its commit yet (the commit is still being gathered): `batch`
+    /// must be of the same kind, length and record count, so it keeps the
+    /// offsets, the place in the commit and the index entries of the one it
+    /// replaces; it is stamped with the same base offset and leader epoch.
+    /// Returns whether it was replaced; `false` (nothing changes) once the
+    /// commit was handed to a write, or the log failed or is closing, or
+    /// `batch` does not match. Its bytes are then written as if appended in
+    /// the first place: the caller amends an event of its own whose commit
+    /// has not been written (`partition/enqueue.rs`, attribution).
+    pub fn replace_gathered(&self, slot: GatherSlot, batch: &[u8]) -> bool {
+        let Ok(header) = BatchHeader::verify_body(batch) else { return false };
+        let mut state = self.shared.state.borrow_mut();
+        if state.failed.is_some() || state.closing {
+            return false;
+        }
+        let epoch = self.shared.leader_epoch;
+        let Some(gather) = state.open.as_mut().filter(|gather| gather.seq == slot.seq) else {
+            return false;
+        };
+        let at = slot.at as usize;
+        let end = at + batch.len();
+        if end as u64 > gather.data_bytes || header.batch_len as usize != batch.len() {
+            return false;
+        }
+        let target = &mut gather.buf.as_mut()[at..end];
+        let Ok(old) = BatchHeader::parse(target) else { return false };
+        let same = old.kind == header.kind
+            && old.batch_len == header.batch_len
+            && old.record_count == header.record_count;
+        if !same {
+            return false;
+        }
+        let base_offset = old.base_offset;
+        target.copy_from_slice(batch);
+        BatchHeader::assign(target, base_offset, epoch);
+        true
     }
 
     /// Closes the open gather and starts a new one that can hold a batch of

@@ -225,6 +225,18 @@ pub struct Appended {
     /// The offset after this batch's last record.
     pub next_offset: Offset,
     pub ticket: Ticket,
+    /// Where the batch waits in the commit being gathered, for
+    /// [`Log::replace_gathered`].
+    pub slot: GatherSlot,
+}
+
+/// A batch's place in the commit being gathered: the commit's sequence
+/// number and the batch's byte position in it. Names the batch only while
+/// that commit is still open (no committer took it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GatherSlot {
+    seq: u64,
+    at: u64,
 }
 
 /// One batch read back: its header, and its bytes as a range of the buffer

@@ -123,6 +123,10 @@ impl<S: Storage + Clone> Partition<S> {
         // start for the journal, whose control cursor leads the payload:
         // `log.rs`).
         let mark = self.log.mark();
+        // The open attribution, if any, lies before the mark: it must not
+        // grow over records after it (replay from the checkpoint would not
+        // read it again), so the next batch gets an event of its own.
+        self.attribution.borrow_mut().take();
         let covers = mark.data_offset();
         let mut encoder = self.state.borrow_mut().begin_snapshot(covers);
         let _capture = CaptureGuard(&self.state);

@@ -9,7 +9,7 @@ use spool_wire::batch::{BatchKind, BatchView};
 use spool_wire::limits::SCHEDULE_HORIZON_MS;
 
 use super::scratch::EnqueueScratch;
-use super::{LogTicket, Partition, PartitionError, ENQUEUE_CLOCK_SKEW_MS_MAX};
+use super::{LogTicket, Partition, PartitionError, QueuedSlot, ENQUEUE_CLOCK_SKEW_MS_MAX};
 use crate::io::Storage;
 use crate::queue::stored::PrincipalId;
 use crate::queue::{
@@ -58,6 +58,28 @@ fn check_schedule(
         return Err(PartitionError::ExpiresBeforeDue { index, not_before_ms, expiry_ms });
     }
     Ok(())
+}
+
+/// The newest `Attributed` event, while the commit that will hold it is
+/// still open and no other data batch was appended after the ones it names.
+/// The next batch of the same principal is attributed by rewriting it in
+/// place (`count` grows over the new records; in the segment log also over
+/// the control records between, which hold no message) instead of by an
+/// event of its own. Forgotten when another producer's (or an anonymous)
+/// batch is appended, when a checkpoint marks the log (the event must not
+/// change once a checkpoint's state covers it), and when its commit was
+/// taken (the rewrite is refused).
+pub(super) struct OpenAttribution {
+    principal: PrincipalId,
+    /// The first record it names.
+    offset: Offset,
+    /// The offsets it names from `offset` on.
+    count: u32,
+    /// The event's time and its control record's stamp.
+    at_ms: Millis,
+    /// Where its control batch waits for a commit.
+    slot: QueuedSlot,
+    ticket: LogTicket,
 }
 
 impl<S: Storage + Clone> Partition<S> {
@@ -209,13 +231,22 @@ impl<S: Storage + Clone> Partition<S> {
             self.appends.borrow_mut().note(BatchKind::Data, &appended.ticket);
             self.hint_wakeup();
             ticket = Some(appended.ticket);
-            if principal != PrincipalId::UNKNOWN {
+            // At most a batch's record count.
+            let records = accepted.len() as u32;
+            if principal == PrincipalId::UNKNOWN {
+                // Records no one is named for now lie after the open
+                // attribution: it cannot grow over them.
+                self.attribution.borrow_mut().take();
+            } else if let Some(control) =
+                self.extend_attribution(principal, appended.base_offset, records)
+            {
+                attributed = Some(control);
+            } else {
                 // Still no await since the data append: nothing lies
                 // between the batch and its attribution.
                 let event = Event::Attributed {
                     offset: appended.base_offset,
-                    // At most a batch's record count.
-                    count: accepted.len() as u32,
+                    count: records,
                     principal,
                     at_ms: now,
                 };
@@ -224,8 +255,8 @@ impl<S: Storage + Clone> Partition<S> {
                 // (nothing awaited between): what is left is a segment log
                 // out of segments. Then the enqueue is answered with that
                 // error rather than leave the records silently uncounted.
-                match self.append_events(&[event], now) {
-                    Ok(control) => attributed = control,
+                match self.append_attribution(event, now) {
+                    Ok(control) => attributed = Some(control),
                     Err(error) => {
                         tracing::error!(
                             partition = ?self.name,
@@ -253,5 +284,87 @@ impl<S: Storage + Clone> Partition<S> {
             }
         }
         Ok((outcomes, ticket, attributed))
+    }
+
+    /// Appends `event` (an `Attributed`) as a control batch of its own and
+    /// keeps it open for the next batch of its principal to extend.
+    fn append_attribution(&self, event: Event, now: Millis) -> Result<LogTicket, PartitionError> {
+        let Event::Attributed { offset, count, principal, .. } = event else {
+            unreachable!("only attributions are kept open");
+        };
+        let appended = self.append_events_at(&[event], now)?;
+        let mut stats = self.attribution_stats.get();
+        stats.events += 1;
+        self.attribution_stats.set(stats);
+        *self.attribution.borrow_mut() = Some(OpenAttribution {
+            principal,
+            offset,
+            count,
+            at_ms: now,
+            slot: appended.slot,
+            ticket: appended.ticket.clone(),
+        });
+        Ok(appended.ticket)
+    }
+
+    /// Attributes the `records` records appended from `base` on to
+    /// `principal` by extending the open attribution, when it is the same
+    /// principal's and its commit is still open: its control batch is
+    /// rewritten in place to name everything from its first record to the
+    /// last of these, and the state applies the attribution of these
+    /// records alone (the run grows over them; what lies between holds no
+    /// message). Returns the extended event's ticket, or `None` (the open
+    /// attribution forgotten) when it cannot be extended: the caller
+    /// appends an event of its own.
+    fn extend_attribution(
+        &self,
+        principal: PrincipalId,
+        base: Offset,
+        records: u32,
+    ) -> Option<LogTicket> {
+        let mut slot = self.attribution.borrow_mut();
+        let open = slot.as_mut()?;
+        let grown = base
+            .0
+            .checked_add(u64::from(records))
+            .and_then(|end| end.checked_sub(open.offset.0))
+            .and_then(|count| u32::try_from(count).ok());
+        let count = match grown {
+            // The new records lie after those it names (no other data
+            // batch was appended since: it would have been forgotten).
+            Some(count)
+                if open.principal == principal
+                    && base.0 >= open.offset.0 + u64::from(open.count) =>
+            {
+                count
+            }
+            _ => {
+                *slot = None;
+                return None;
+            }
+        };
+        let event = Event::Attributed { offset: open.offset, count, principal, at_ms: open.at_ms };
+        let replaced = {
+            let mut scratch = self.scratch.control.borrow_mut();
+            let built = Self::build_control_batch(&mut scratch, &[event], open.at_ms)
+                .is_ok_and(|()| self.log.replace_queued(&open.slot, &scratch.batch));
+            scratch.recycle();
+            built
+        };
+        if !replaced {
+            *slot = None;
+            return None;
+        }
+        open.count = count;
+        let (ticket, at_ms) = (open.ticket.clone(), open.at_ms);
+        drop(slot);
+        let increment = Event::Attributed { offset: base, count: records, principal, at_ms };
+        if let Err(error) = self.state.borrow_mut().apply(&increment) {
+            panic!("partition {:?}: attribution at {base:?} does not apply: {error}", self.name);
+        }
+        let mut stats = self.attribution_stats.get();
+        stats.extended += 1;
+        self.attribution_stats.set(stats);
+        Some(ticket)
     }
 }

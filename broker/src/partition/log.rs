@@ -55,8 +55,8 @@ use crate::log::journal::{
     ENTRY_HEADER_BYTES,
 };
 use crate::log::{
-    FatalHandler, Log, LogConfig, LogError, LogStats, Offset, ReadBatch, RecoveryReport,
-    ResumePoint, SegmentInfo, Ticket,
+    FatalHandler, GatherSlot, Log, LogConfig, LogError, LogStats, Offset, ReadBatch,
+    RecoveryReport, ResumePoint, SegmentInfo, Ticket,
 };
 
 /// Bytes of the journal layout's checkpoint payload before the snapshot:
@@ -199,6 +199,17 @@ pub struct LogAppended {
     pub base_offset: Offset,
     pub next_offset: Offset,
     pub ticket: LogTicket,
+    /// Where the batch waits for its commit
+    /// ([`PartitionLog::replace_queued`]).
+    pub slot: QueuedSlot,
+}
+
+/// Where an appended batch waits until a commit takes it: the segment
+/// log's open gather, or the journal's lane queue.
+#[derive(Clone, Debug)]
+pub enum QueuedSlot {
+    Segments(GatherSlot),
+    Journal(JournalTicket),
 }
 
 /// The newest ticket of each lane: once all of them resolve, every append
@@ -321,6 +332,7 @@ impl<S: Storage> PartitionLog<S> {
                     base_offset: appended.base_offset,
                     next_offset: appended.next_offset,
                     ticket: LogTicket::Segments(appended.ticket),
+                    slot: QueuedSlot::Segments(appended.slot),
                 })
             }
             Self::Journal(part) => {
@@ -328,9 +340,27 @@ impl<S: Storage> PartitionLog<S> {
                 Ok(LogAppended {
                     base_offset: appended.base_offset,
                     next_offset: appended.next_offset,
+                    slot: QueuedSlot::Journal(appended.ticket.clone()),
                     ticket: LogTicket::Journal(appended.ticket),
                 })
             }
+        }
+    }
+
+    /// Replaces the control batch appended at `slot` with `batch` (same
+    /// length and record count) while no commit has taken it, so its bytes
+    /// are written as if appended so in the first place: the segment log's
+    /// [`Log::replace_gathered`], the journal's
+    /// [`JournalPartition::replace_queued_control`]. Returns whether it was
+    /// replaced; `false` (nothing changed) once its commit was taken (or
+    /// the log failed or is closing).
+    pub fn replace_queued(&self, slot: &QueuedSlot, batch: &[u8]) -> bool {
+        match (self, slot) {
+            (Self::Segments(log), QueuedSlot::Segments(slot)) => log.replace_gathered(*slot, batch),
+            (Self::Journal(part), QueuedSlot::Journal(ticket)) => {
+                part.replace_queued_control(ticket, batch)
+            }
+            _ => false,
         }
     }
 

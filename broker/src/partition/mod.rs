@@ -85,7 +85,7 @@ use signal::Signal;
 
 pub use self::log::{
     Barrier, LastAppends, LogAppended, LogCursor, LogGrowth, LogMark, LogTicket, PartitionLog,
-    Replay, ReplayBatch, JOURNAL_CHECKPOINT_PREFIX_BYTES,
+    QueuedSlot, Replay, ReplayBatch, JOURNAL_CHECKPOINT_PREFIX_BYTES,
 };
 pub use checkpoint::CheckpointStats;
 pub use enqueue::EnqueueOutcome;
@@ -145,6 +145,22 @@ pub struct Partition<S: Storage + Clone> {
     wakeup_hook: RefCell<Option<WakeupHook>>,
     /// Buffers the request paths reuse (`scratch.rs`).
     scratch: scratch::Scratch,
+    /// The newest `Attributed` event while its commit is still open and it
+    /// names the newest data batch: the next batch of the same principal
+    /// extends it rather than append one of its own (`enqueue.rs`).
+    attribution: RefCell<Option<enqueue::OpenAttribution>>,
+    attribution_stats: Cell<AttributionStats>,
+}
+
+/// How the partition's batches were attributed since open
+/// ([`Partition::attribution_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AttributionStats {
+    /// `Attributed` events appended.
+    pub events: u64,
+    /// Batches attributed by extending an event not yet written instead
+    /// of appending one.
+    pub extended: u64,
 }
 
 /// Receives a partition's next timer deadline (lease end, scheduled or
@@ -190,6 +206,12 @@ impl<S: Storage + Clone> Partition<S> {
         &self.log
     }
 
+    /// How batches were attributed since open: events appended, batches
+    /// that extended one instead.
+    pub fn attribution_stats(&self) -> AttributionStats {
+        self.attribution_stats.get()
+    }
+
     /// Counters for DescribeQueue.
     pub fn counters(&self) -> QueueCounters {
         self.state.borrow().counters((self.clock)())
@@ -211,6 +233,16 @@ impl<S: Storage + Clone> Partition<S> {
         if events.is_empty() {
             return Ok(None);
         }
+        Ok(Some(self.append_events_at(events, now)?.ticket))
+    }
+
+    /// [`append_events`](Self::append_events) of at least one event,
+    /// returning where the batch was appended.
+    fn append_events_at(
+        &self,
+        events: &[Event],
+        now: Millis,
+    ) -> Result<LogAppended, PartitionError> {
         let appended = {
             let mut scratch = self.scratch.control.borrow_mut();
             let built = Self::build_control_batch(&mut scratch, events, now)
@@ -230,7 +262,7 @@ impl<S: Storage + Clone> Partition<S> {
         drop(state);
         self.appends.borrow_mut().note(spool_wire::batch::BatchKind::Control, &appended.ticket);
         self.hint_wakeup();
-        Ok(Some(appended.ticket))
+        Ok(appended)
     }
 
     /// Encodes `events` into `scratch.batch` as one control batch, with the

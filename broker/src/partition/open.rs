@@ -14,8 +14,9 @@ use super::files::{self, CHECKPOINT_FILE, CHECKPOINT_MAGIC, RESUME_FILE, RESUME_
 use super::read::{aligned, verified_view};
 use super::signal::Signal;
 use super::{
-    epoch, Clock, LastAppends, LogCursor, Partition, PartitionError, PartitionLog, PartitionName,
-    ReplayBatch, CONTROL_BATCH_EVENTS_MAX, JOURNAL_CHECKPOINT_PREFIX_BYTES,
+    epoch, AttributionStats, Clock, LastAppends, LogCursor, Partition, PartitionError,
+    PartitionLog, PartitionName, ReplayBatch, CONTROL_BATCH_EVENTS_MAX,
+    JOURNAL_CHECKPOINT_PREFIX_BYTES,
 };
 use crate::io::Storage;
 use crate::log::journal::{JournalPos, PartitionHandle, RoutedEntry, ShardJournal};
@@ -388,6 +389,8 @@ impl<S: Storage + Clone> Partition<S> {
             disk_retry_at_ms: Cell::new(0),
             wakeup_hook: RefCell::new(None),
             scratch: super::scratch::Scratch::default(),
+            attribution: RefCell::new(None),
+            attribution_stats: Cell::new(AttributionStats::default()),
         });
         let (replayed_batches, replayed_events) = partition.replay(replay_from).await?;
         if let Some(view) = partition.log.journal() {

@@ -25,7 +25,11 @@
 //!
 //! `Attributed` (kind 11) names who wrote a data batch: the enqueue path
 //! appends it right behind the batch, in the same synchronous step, for an
-//! authenticated producer (`queue/stored.rs`). It changes no message; a log
+//! authenticated producer (`queue/stored.rs`), and while its commit is
+//! still open extends it over the same producer's next batches (then it
+//! names the control records between them too, which hold no message;
+//! `docs/design/queue-semantics.md`, "Attributed: one event per open
+//! commit"). It changes no message; a log
 //! without it (written before it existed, or by anonymous producers) folds
 //! exactly as before, its records counted against no one.
 

@@ -126,7 +126,10 @@ struct StoredUse {
 #[derive(Debug, Default)]
 struct State {
     buckets: HashMap<String, Buckets>,
-    stored: HashMap<String, StoredUse>,
+    /// By principal id (`Grants::principal_id`, a hash of the name): an
+    /// Enqueue looks its principal up and holds its charge without copying
+    /// the name.
+    stored: HashMap<PrincipalId, StoredUse>,
     /// Partitions the shard served when `stored` was last summed: a
     /// partition opened (or closed) since makes every figure stale.
     stored_partitions: usize,
@@ -276,7 +279,8 @@ impl ShardQuotas {
             Stored { messages: records, bytes: (batch.len() as u64).saturating_sub(framing) };
         let mut state = self.state.borrow_mut();
         let state = &mut *state;
-        let entry = state.stored.entry(grants.name().to_owned()).or_default();
+        let principal = grants.principal_id();
+        let entry = state.stored.entry(principal).or_default();
         if !entry.summed {
             entry.used = stored_here();
             add(&mut entry.used, entry.pending);
@@ -295,11 +299,7 @@ impl ShardQuotas {
         }
         add(&mut entry.used, units);
         add(&mut entry.pending, units);
-        Ok(Some(StoredCharge {
-            quotas: Rc::clone(self),
-            principal: grants.name().to_owned(),
-            units,
-        }))
+        Ok(Some(StoredCharge { quotas: Rc::clone(self), principal, units }))
     }
 
     /// Refuses a principal with a stored quota while `waiting` of this
@@ -363,18 +363,19 @@ impl ShardQuotas {
                 continue;
             }
             let Some((_, grants)) = policy.principal(&name) else { continue };
-            let Some(entry) = state.stored.get(&name).copied() else { continue };
+            let id = grants.principal_id();
+            let Some(entry) = state.stored.get(&id).copied() else { continue };
             // With a batch in flight the partitions may already hold it (it
             // is applied before its reply waits for the sync): keep the
             // bound, which counts every charge since the last sum, rather
             // than count the batch twice.
             let in_flight = entry.pending.messages > 0 || entry.pending.bytes > 0;
             if !entry.summed || in_flight {
-                next.insert(name, entry);
+                next.insert(id, entry);
                 continue;
             }
-            let used = totals.get(&grants.principal_id()).copied().unwrap_or_default();
-            next.insert(name, StoredUse { used, pending: entry.pending, summed: true });
+            let used = totals.get(&id).copied().unwrap_or_default();
+            next.insert(id, StoredUse { used, pending: entry.pending, summed: true });
         }
         // A charge still in flight for a principal that lost its quota
         // finds no entry when it ends: nothing to give back.
@@ -488,7 +489,8 @@ impl ShardQuotas {
             }
             report.in_use[QuotaKind::ClaimsInFlightMax.index()] =
                 state.claims.in_use(&report.principal, now_ms);
-            if let Some(entry) = state.stored.get(&report.principal) {
+            let id = crate::queue::stored::principal_id(&report.principal);
+            if let Some(entry) = state.stored.get(&id) {
                 report.in_use[QuotaKind::StoredMessagesMax.index()] = entry.used.messages;
                 report.in_use[QuotaKind::StoredBytesMax.index()] = entry.used.bytes;
             }
@@ -509,7 +511,7 @@ fn add(to: &mut Stored, units: Stored) {
 #[derive(Debug)]
 pub struct StoredCharge {
     quotas: Rc<ShardQuotas>,
-    principal: String,
+    principal: PrincipalId,
     units: Stored,
 }
 

@@ -364,6 +364,35 @@ impl<S: Storage> Journal<S> {
         Ok(JournalTicket { cell })
     }
 
+    /// Lets `amend` rewrite, in place, the payload of the entry `ticket`
+    /// names while it is still queued in `lane` (no commit took it: its
+    /// bytes are written as amended, as if appended so). `amend` returns
+    /// whether it changed the payload; its length cannot change. Returns
+    /// `false` without calling `amend` once a commit took the entry, or the
+    /// journal failed or is closing.
+    pub fn amend_queued(
+        &self,
+        lane: Lane,
+        ticket: &JournalTicket,
+        amend: impl FnOnce(&mut [u8]) -> bool,
+    ) -> bool {
+        if ticket.cell.position.get().is_some() {
+            return false;
+        }
+        let mut state = self.shared.state.borrow_mut();
+        if state.failed.is_some() || state.closing {
+            return false;
+        }
+        // The entry amended is most often the newest of its lane.
+        let queue = state.lane_mut(lane);
+        let Some(entry) =
+            queue.entries.iter_mut().rev().find(|entry| Rc::ptr_eq(&entry.cell, &ticket.cell))
+        else {
+            return false;
+        };
+        amend(&mut entry.payload)
+    }
+
     /// Resolves when an entry of `len_bytes` (header included) would fit
     /// under `lane`'s bound, or the journal failed or closed (`append` then
     /// says why).

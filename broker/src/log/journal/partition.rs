@@ -339,6 +339,34 @@ impl<S: Storage> JournalPartition<S> {
         })
     }
 
+    /// Replaces the control batch `ticket` names with `batch` while no
+    /// commit took it (the journal's [`Journal::amend_queued`]): `batch`
+    /// must be a control batch of the same length and record count; it is
+    /// stamped with the base offset and leader epoch of the one it
+    /// replaces. Returns whether it was replaced (`false`: nothing
+    /// changed).
+    pub fn replace_queued_control(&self, ticket: &JournalTicket, batch: &[u8]) -> bool {
+        let Ok(header) = BatchHeader::verify_body(batch) else { return false };
+        if header.kind != BatchKind::Control || header.batch_len as usize != batch.len() {
+            return false;
+        }
+        let epoch = self.leader_epoch;
+        self.shard.journal.amend_queued(Lane::Control, ticket, |payload| {
+            let Ok(old) = BatchHeader::parse(payload) else { return false };
+            let same = old.kind == header.kind
+                && old.batch_len == header.batch_len
+                && old.record_count == header.record_count
+                && payload.len() == batch.len();
+            if !same {
+                return false;
+            }
+            let base_offset = old.base_offset;
+            payload.copy_from_slice(batch);
+            BatchHeader::assign(payload, base_offset, epoch);
+            true
+        })
+    }
+
     /// Whether a `len`-byte batch of `kind` fits under its lane's bound
     /// now (or the journal failed or closed).
     pub fn has_room(&self, kind: BatchKind, len: u64) -> bool {
