@@ -388,7 +388,12 @@ fn a_crash_in_the_middle_of_a_shared_attribution_s_commit_counts_what_it_kept(la
         disk.set_hook(move |disk, op, _| {
             if op == spool_broker::io::IoOp::Write {
                 let unsynced = disk.unsynced_bytes();
-                for bytes in [unsynced / 3, unsynced / 2, unsynced * 2 / 3] {
+                // A prefix budget applies per file: fractions of all that is
+                // unsynced, and small budgets that cut inside this commit
+                // even when megabytes of the journal's next file are being
+                // zero-filled beside it (they would cover the whole commit).
+                let fractions = [unsynced / 3, unsynced / 2, unsynced * 2 / 3];
+                for bytes in fractions.into_iter().chain([1024, 2048, 4096, 6144]) {
                     sink.borrow_mut().push(disk.crash_image(CrashMode::Prefix { bytes }));
                 }
                 for seed in 0..2 {
