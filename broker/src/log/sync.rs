@@ -98,19 +98,23 @@ impl WakerSet {
     /// Wakes every stored waker (each at most once; a slot keeps its key).
     /// Returns how many were woken.
     pub fn wake_all(&self) -> usize {
-        let wakers: Vec<Waker> = self
-            .slots
-            .borrow_mut()
-            .iter_mut()
-            .filter_map(|slot| match slot {
-                Slot::Held(stored) => stored.take(),
-                Slot::Free(_) => None,
-            })
-            .collect();
-        let count = wakers.len();
-        // Woken outside the borrow: a waker may run code that uses this set.
-        for waker in wakers {
-            waker.wake();
+        // One slot at a time, each waker taken under a short borrow and woken
+        // outside it (a waker may run code that uses this set), so a wake-up
+        // allocates nothing: this runs on every append and every commit.
+        // Slots added while waking (past `len`) registered after this call
+        // began and are left alone; a slot reused below `len` may get a
+        // spurious wake-up, which a future must tolerate anyway.
+        let len = self.slots.borrow().len();
+        let mut count = 0;
+        for index in 0..len {
+            let waker = match self.slots.borrow_mut().get_mut(index) {
+                Some(Slot::Held(stored)) => stored.take(),
+                _ => None,
+            };
+            if let Some(waker) = waker {
+                waker.wake();
+                count += 1;
+            }
         }
         count
     }
