@@ -79,8 +79,9 @@ pub enum LogLayout {
     #[default]
     Segments,
     /// One journal per shard shared by every partition of the shard: one
-    /// group commit and one fdatasync per shard per cycle. Journal files are
-    /// not released yet, so its disk use only grows.
+    /// group commit and one fdatasync per shard per cycle. A journal file is
+    /// released once no open partition needs it; files go oldest first, so
+    /// one live record in an old file holds that file and every later one.
     Journal,
 }
 
