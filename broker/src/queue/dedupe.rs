@@ -62,6 +62,8 @@ const PRESIZE_NUMERATOR: usize = 5;
 const PRESIZE_DENOMINATOR: usize = 4;
 /// Smallest table of a generation.
 const SLOTS_MIN: usize = 64;
+/// Smallest capacity of a generation's first entry chunk (8 entries, 192 B).
+const FIRST_CHUNK_ENTRIES_MIN: usize = 8;
 /// Largest sub-table of a generation's index (256 KiB of slots): a full one
 /// splits in two instead of growing.
 pub(crate) const SUBTABLE_SLOTS_MAX: usize = 1 << 16;
@@ -160,7 +162,10 @@ struct Generation {
     last_offset: u64,
     len: usize,
     /// Fixed chunks of `DEDUPE_CHUNK_ENTRIES` (only the last is partial), so
-    /// the arena never holds a doubled `Vec`'s spare half.
+    /// the arena never holds a doubled `Vec`'s spare half — except the first,
+    /// which starts at the generation's expected size (at least
+    /// `FIRST_CHUNK_ENTRIES_MIN`) and doubles up to a whole chunk: a quiet
+    /// partition's few ids cost a few hundred bytes, not a 48 KiB chunk.
     chunks: Vec<Vec<Entry>>,
     /// `1 << depth` entries: the sub-table (index into `tables`) of the ids
     /// whose hash has those bits at `DIRECTORY_SHIFT`.
@@ -202,6 +207,13 @@ fn closes(
 }
 
 /// Tag kept in a slot: the hash's low byte (placement uses its high bits).
+/// Capacity of a generation's first entry chunk when `expected_len` ids are
+/// expected: the next power of two, between `FIRST_CHUNK_ENTRIES_MIN` and a
+/// whole chunk (a power of two, so doubling never passes it).
+fn first_chunk_entries(expected_len: usize) -> usize {
+    expected_len.next_power_of_two().clamp(FIRST_CHUNK_ENTRIES_MIN, DEDUPE_CHUNK_ENTRIES)
+}
+
 fn tag_of(hash: u64) -> u32 {
     (hash & 0xFF) as u32
 }
@@ -222,7 +234,7 @@ impl Generation {
             last_time_ms: base_time_ms,
             last_offset: base_offset,
             len: 0,
-            chunks: Vec::new(),
+            chunks: vec![Vec::with_capacity(first_chunk_entries(expected_len))],
             directory: (0..tables.len() as u32).collect(),
             depth,
             tables,
@@ -400,6 +412,9 @@ impl Generation {
         };
         let index = self.len;
         self.tables[table].slots[pos] = tag_of(hash) << SLOT_INDEX_BITS | (index as u32 + 1);
+        // The first chunk starts at the generation's expected size and
+        // doubles as a `Vec` does (powers of two, so it stops at exactly
+        // `DEDUPE_CHUNK_ENTRIES`); later ones are allocated whole.
         if self.chunks.last().is_none_or(|chunk| chunk.len() == DEDUPE_CHUNK_ENTRIES) {
             self.chunks.push(Vec::with_capacity(DEDUPE_CHUNK_ENTRIES));
         }
@@ -819,6 +834,7 @@ impl DedupeTable {
                 if index + 1 < generation.chunks.len() {
                     assert!(chunk.len() == DEDUPE_CHUNK_ENTRIES);
                 }
+                assert!(chunk.capacity() <= DEDUPE_CHUNK_ENTRIES);
             }
             assert!(generation.directory.len() == 1 << generation.depth);
             let mut occupied = 0;
@@ -1254,6 +1270,31 @@ mod tests {
         assert_eq!(table.hit(1_000, &id(IDS - 1)), Some(Offset(IDS - 1)));
         assert_eq!(table.hit(1_000, &id(0)), Some(Offset(0)));
         assert_eq!(table.hit(1_000, &id(IDS)), None);
+    }
+
+    // Goal: a generation holding a few ids holds a few entries' memory, not
+    // a whole 48 KiB chunk (a quiet partition's cost), and its first chunk
+    // grows to exactly a whole chunk before the next one opens. Method: 3
+    // ids, then 5,000 in the same generation.
+    #[test]
+    fn a_few_ids_hold_a_small_first_chunk_that_grows_to_a_whole_one() {
+        let mut table = DedupeTable::new(&[9; 32], 60_000);
+        for n in 0..3 {
+            table.record(&id(n), Offset(n), 1_000);
+        }
+        let capacity = |table: &DedupeTable| -> Vec<usize> {
+            let generation = table.generations.back().expect("one generation");
+            generation.chunks.iter().map(Vec::capacity).collect()
+        };
+        assert_eq!(capacity(&table), vec![FIRST_CHUNK_ENTRIES_MIN]);
+        for n in 3..5_000 {
+            table.record(&id(n), Offset(n), 1_000);
+        }
+        table.assert_invariants();
+        assert_eq!(table.generations.len(), 1);
+        assert_eq!(capacity(&table), vec![DEDUPE_CHUNK_ENTRIES; 3]);
+        assert_eq!(table.hit(1_000, &id(0)), Some(Offset(0)));
+        assert_eq!(table.hit(1_000, &id(4_999)), Some(Offset(4_999)));
     }
 
     // Goal: whole generations are dropped once their newest entry leaves the
