@@ -800,3 +800,48 @@ fn a_crash_at_any_point_of_a_checkpoint_leaves_the_old_or_the_new_one_usable() {
         assert!(from_old > 0 && from_new > 0, "old {from_old}, new {from_new}");
     });
 }
+
+#[test]
+fn acked_commits_leave_the_tail_cache_at_the_next_tick() {
+    // Goal: a partition whose messages were acked holds no cached commits
+    // at rest (segments layout: the cache is the partition's own, up to
+    // `tail_cache_bytes`), while commits holding a live message stay cached.
+    // Method: two enqueue commits, ack the first's records, tick: the first
+    // commit goes, the second stays; ack the rest, tick: nothing is cached;
+    // a later message is still claimed with its own bytes.
+    let dir = tempfile::tempdir().unwrap();
+    let now = Rc::new(Cell::new(START_MS));
+    run(async move {
+        let opened = open(Layout::Segments, dir.path(), &now, QueueConfig::default()).await;
+        let partition = opened.0.clone();
+        partition.enqueue(&batch(&[1, 2, 3], START_MS)).await.unwrap();
+        let after_first = partition.log().cached_bytes();
+        partition.enqueue(&batch(&[4], START_MS)).await.unwrap();
+        let after_both = partition.log().cached_bytes();
+        assert!(after_first > 0 && after_both > after_first, "{after_first} then {after_both}");
+        partition.tick();
+        assert_eq!(partition.log().cached_bytes(), after_both, "every message is live");
+
+        let claimed = partition.claim(&claim_request(4), Lane::Main, 0).await.unwrap();
+        assert_eq!(claimed.len(), 4);
+        let first: Vec<_> = claimed[..3].iter().map(|c| c.delivery.token).collect();
+        assert!(partition.ack(&first).await.iter().all(Result::is_ok));
+        let with_ack = partition.log().cached_bytes();
+        partition.tick();
+        let trimmed = partition.log().cached_bytes();
+        assert_eq!(trimmed, with_ack - after_first, "the first commit, and only it, went");
+
+        assert!(partition.ack(&[claimed[3].delivery.token]).await[0].is_ok());
+        partition.tick();
+        assert_eq!(partition.log().cached_bytes(), 0, "nothing live: nothing cached");
+
+        partition.enqueue(&batch(&[5], START_MS)).await.unwrap();
+        let claimed = partition.claim(&claim_request(1), Lane::Main, 0).await.unwrap();
+        let record = spool_wire::batch::validate_record(&claimed[0].record).unwrap();
+        match &record.payload {
+            spool_wire::batch::ArchivedPayload::Inline(bytes) => assert_eq!(&bytes[..], &[5; 100]),
+            other => panic!("inline payload expected, got {other:?}"),
+        }
+        close(opened).await;
+    });
+}

@@ -1,6 +1,8 @@
 //! Retention: delete whole sealed segments below a watermark the owner
 //! computes (oldest unacked offset, checkpoint, audit window — DESIGN §3).
 //! The active segment is never deleted; the directory is synced after.
+//! The tail cache is trimmed the same way, in memory only: commits whose
+//! every record is below the oldest live one are never read again.
 
 use super::disk::failpoint;
 use super::error::LogError;
@@ -10,6 +12,26 @@ use super::Offset;
 use crate::io::{IoOp, Storage};
 
 impl<S: Storage> Log<S> {
+    /// Drops the cached commits whose every record is below `watermark`
+    /// (from the oldest; the cache stays one contiguous run) and returns the
+    /// bytes freed. No I/O: reads below the cache go to the disk as before.
+    pub fn trim_cache_below(&self, watermark: Offset) -> u64 {
+        let mut state = self.shared.state.borrow_mut();
+        let mut freed = 0;
+        while state.tail.front().is_some_and(|cached| cached.next_offset <= watermark.0) {
+            if let Some(evicted) = state.tail.pop_front() {
+                freed += evicted.buf.as_ref().as_ref().len() as u64;
+            }
+        }
+        state.tail_bytes = state.tail_bytes.saturating_sub(freed);
+        freed
+    }
+
+    /// Bytes the tail cache holds (the memory of its buffers).
+    pub fn cached_bytes(&self) -> u64 {
+        self.shared.state.borrow().tail_bytes
+    }
+
     /// Deletes every sealed segment whose every offset is below `watermark`,
     /// oldest first, and returns how many were deleted. Reads below the new
     /// start then fail with [`LogError::OffsetOutOfRange`].

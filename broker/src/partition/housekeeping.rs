@@ -32,6 +32,12 @@ impl<S: Storage + Clone> Partition<S> {
                 self.claimable.notify(signal::TICK_SWEEP_WAKES);
             }
         }
+        if self.log.cached_bytes() > 0 {
+            // Cached commits below the oldest live message are never read
+            // again: an idle partition whose messages were acked holds none.
+            let oldest_live = self.state.borrow().retention_watermark();
+            self.log.trim_cache_below(oldest_live);
+        }
         if due && !self.closed.get() {
             // Decided on durable records only (`PartitionState::tick`).
             let events = self.state.borrow().tick(now, self.durable_end());

@@ -640,6 +640,29 @@ impl<S: Storage> PartitionLog<S> {
         }
     }
 
+    /// Frees the cached commits whose every record is below `oldest_live`
+    /// (the oldest message the state still holds; `None`: none, so every
+    /// durable commit) and returns the bytes freed: a partition whose
+    /// messages were acked holds no cache at rest. The journal's read cache
+    /// is the shard's, bounded there: nothing to do per partition.
+    pub fn trim_cache_below(&self, oldest_live: Option<Offset>) -> u64 {
+        match self {
+            Self::Segments(log) => {
+                log.trim_cache_below(oldest_live.unwrap_or_else(|| log.durable_offset()))
+            }
+            Self::Journal(_) => 0,
+        }
+    }
+
+    /// Bytes this partition's own tail cache holds (0 for the journal,
+    /// whose cache is the shard's).
+    pub fn cached_bytes(&self) -> u64 {
+        match self {
+            Self::Segments(log) => log.cached_bytes(),
+            Self::Journal(_) => 0,
+        }
+    }
+
     /// Named segment files, oldest first (none for the journal).
     pub fn segments(&self) -> Vec<SegmentInfo> {
         match self {
