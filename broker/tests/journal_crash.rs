@@ -153,8 +153,10 @@ fn crash_during_recovery(image: SimStorage, snap: &Snapshot, config: &JournalCon
 }
 
 /// Runs one seeded workload with the crash explorer installed; returns
-/// (images checked, images with a torn tail cut).
-fn explore(seed: u64, config: &JournalConfig, steps: usize) -> (u64, u64) {
+/// (images checked, images with a torn tail cut). With `idle_steps`, every
+/// step ends waiting for the newest entry: each is an idle transition, so
+/// the committers write a witness entry after almost every commit.
+fn explore(seed: u64, config: &JournalConfig, steps: usize, idle_steps: bool) -> (u64, u64) {
     let disk = SimStorage::new();
     let dir = Path::new(DIR);
     let (journal, report, found, fatal) =
@@ -236,6 +238,12 @@ fn explore(seed: u64, config: &JournalConfig, steps: usize) -> (u64, u64) {
                     }
                 }
             }
+            if idle_steps {
+                let ticket = appended.borrow().last().map(|(_, _, ticket)| ticket.clone());
+                if let Some(ticket) = ticket {
+                    ticket.durable().await.expect("durable");
+                }
+            }
         }
         let tickets: Vec<JournalTicket> =
             appended.borrow().iter().map(|(_, _, ticket)| ticket.clone()).collect();
@@ -245,7 +253,12 @@ fn explore(seed: u64, config: &JournalConfig, steps: usize) -> (u64, u64) {
     }));
     disk.clear_hook();
     assert!(fatal.reasons().is_empty());
-    assert!(journal.stats().files_rolled >= 2, "workload rolled files: {:?}", journal.stats());
+    let stats = journal.stats();
+    assert!(stats.files_rolled >= 2, "workload rolled files: {stats:?}");
+    assert!(stats.witnesses >= 1, "the journal went idle at least at close: {stats:?}");
+    if idle_steps {
+        assert!(stats.witnesses * 2 >= stats.commits, "witness entries written: {stats:?}");
+    }
     assert!(disk.dirty_dirs().is_empty(), "names left unsynced: {:?}", disk.dirty_dirs());
     // The final image, fully synced, holds everything, every entry answered.
     let snap = snapshot(&appended);
@@ -266,7 +279,7 @@ fn every_crash_point_keeps_every_answered_entry_and_nothing_after_a_hole() {
     let config = small_config();
     let (mut total, mut torn) = (0, 0);
     for seed in [1, 2, 3, 4] {
-        let (explored, cut) = explore(seed, &config, 160);
+        let (explored, cut) = explore(seed, &config, 160, false);
         total += explored;
         torn += cut;
     }
@@ -280,9 +293,29 @@ fn crash_points_with_four_commits_in_flight() {
     // Goal: the watermark rule holds with a deeper pipeline (damage in any of four
     // overlapping commits is past every recorded watermark). Method: as above, inflight 4.
     let config = JournalConfig { inflight_commits_max: 4, ..small_config() };
-    let (total, torn) = explore(11, &config, 100);
+    let (total, torn) = explore(11, &config, 100, false);
     assert!(total > 200, "explored {total}");
     assert!(torn > 10, "torn {torn}");
+}
+
+#[test]
+fn every_crash_point_around_witness_entries_keeps_every_answered_entry() {
+    // Goal: a crash at any write or sync of a witness entry, or of the commits around it
+    // (the one it vouches for, the one built while it is in flight, a witness that rolls
+    // to the next file), with any unsynced-write outcome, loses no answered entry in either
+    // lane and refuses no undamaged image. Method: the explorer above on workloads that wait
+    // for the newest entry after every step, so nearly every commit is followed by a
+    // witness entry (counted); some steps queue several entries of both lanes at once.
+    let config = small_config();
+    let (mut total, mut torn) = (0, 0);
+    for seed in [5, 6] {
+        let (explored, cut) = explore(seed, &config, 120, true);
+        total += explored;
+        torn += cut;
+    }
+    println!("explored {total} crash images around witness entries, {torn} with a torn tail cut");
+    assert!(total > 1000, "explored {total} images");
+    assert!(torn > 50, "torn tails exercised: {torn}");
 }
 
 /// Appends `count` entries one commit at a time (each awaited before the
@@ -351,10 +384,11 @@ fn a_torn_tail_is_cut_zeroed_and_synced_before_open_returns() {
     // image (as a torn in-flight commit would leave); recover; crash the result at once.
     let (disk, entries) = committed_disk(4);
     let path = journal_file_path(Path::new(DIR), 0);
-    // The last commit is one page at its entry's position; leave one zero page after it.
+    // The last commit is one page at its entry's position, its witness entry the next
+    // page; leave one zero page after that.
     let last_commit = entries.last().unwrap().0.position().unwrap().0 as usize;
     let mut bytes = disk.file_bytes(&path).unwrap();
-    let garbage_at = last_commit + 2 * 4096;
+    let garbage_at = last_commit + 3 * 4096;
     for (index, byte) in bytes[garbage_at..garbage_at + 5000].iter_mut().enumerate() {
         *byte = (index % 251) as u8 + 1;
     }
@@ -626,30 +660,30 @@ fn a_watermark_inside_a_skipped_file_tail_is_refused() {
     // Goal: when a commit did not fit and the journal continued in the next file, no
     // commit ends inside the zero tail it skipped; an intact entry recording a watermark
     // there means a commit was lost from it, and recovery refuses naming that tail.
-    // Method: one 4 KiB commit and ten 8 KiB commits, each answered before the next, leave
-    // file 0 ending at 61440 and the journal continuing at 65536; rewrite one entry of
-    // file 1 to record a watermark of 63488 (its crc recomputed).
+    // Method: eight 8 KiB commits, each answered before the next and so each followed by a
+    // 4 KiB witness entry, leave file 0 ending at 61440 (five commits, five witnesses) and
+    // the journal continuing at 65536; rewrite one entry of file 1 to record a watermark of
+    // 63488 (its crc recomputed).
     let disk = SimStorage::new();
     let dir = Path::new(DIR);
     let (journal, ..) =
         block_on(open_collect(disk.clone(), dir, small_config(), JournalPos(0))).unwrap();
     let positions = block_on(drive(&journal, async {
         let mut positions = Vec::new();
-        for tag in 0..11u64 {
-            let size = if tag == 0 { 3000 } else { 5000 };
-            let bytes = payload(BatchKind::Data, size, tag);
+        for tag in 0..8u64 {
+            let bytes = payload(BatchKind::Data, 5000, tag);
             let ticket = journal.append(Lane::Data, PartitionHandle(0), &bytes).unwrap();
             ticket.durable().await.unwrap();
             positions.push(ticket.position().unwrap().0);
         }
         positions
     }));
-    assert_eq!(positions[7], 4096 + 6 * 8192);
-    assert_eq!(positions[8], 65536, "the ninth commit starts the next file");
+    assert_eq!(positions[4], 4 * 12_288);
+    assert_eq!(positions[5], 65536, "the sixth commit starts the next file");
     let image = disk.crash_image(CrashMode::DurableOnly);
     let second = journal_file_path(dir, 65536);
     let mut bytes = image.file_bytes(&second).unwrap();
-    let at = (positions[9] - 65536) as usize;
+    let at = (positions[6] - 65536) as usize;
     bytes[at + 16..at + 24].copy_from_slice(&63_488u64.to_le_bytes());
     let crc = crc32c::crc32c(&bytes[at..at + 28]);
     bytes[at + 28..at + 32].copy_from_slice(&crc.to_le_bytes());
@@ -673,7 +707,9 @@ fn a_roll_waits_until_the_old_file_is_durable() {
     // file's data behind a lost commit of the old one. Method: fill file 0 to 61440 with
     // answered commits; hold the write of the 4 KiB commit at 61440; append an entry that
     // must roll to file 1; check file 1 stays unnamed and a crash image keeps no entry past
-    // the held one; release and check both become durable in order.
+    // the held one; release and check both become durable in order. Each answered commit
+    // is followed by its witness entry (one page): one 8 KiB and six 4 KiB commits reach
+    // 61440.
     let disk = SimStorage::new();
     let dir = Path::new(DIR);
     let (journal, ..) =
@@ -681,8 +717,8 @@ fn a_roll_waits_until_the_old_file_is_durable() {
     let first_file = journal_file_path(dir, 0);
     let second_file = journal_file_path(dir, 65536);
     block_on(drive(&journal, async {
-        for tag in 0..8u64 {
-            let size = if tag == 0 { 3000 } else { 5000 };
+        for tag in 0..7u64 {
+            let size = if tag == 0 { 5000 } else { 3000 };
             let bytes = payload(BatchKind::Data, size, tag);
             journal
                 .append(Lane::Data, PartitionHandle(0), &bytes)
@@ -714,7 +750,7 @@ fn a_roll_waits_until_the_old_file_is_durable() {
         let image = disk.crash_image(CrashMode::AllWritten);
         let (_j, _, found, _) =
             open_collect(image, dir, small_config(), JournalPos(0)).await.unwrap();
-        assert_eq!(found.len(), 8, "nothing kept past the held commit");
+        assert_eq!(found.len(), 7, "nothing kept past the held commit");
         gate.release();
         last_in_file.durable().await.unwrap();
         rolls.durable().await.unwrap();

@@ -103,8 +103,9 @@ fn reads_past_the_watermark_below_the_oldest_file_or_of_damage_are_typed_errors(
     let dir = Path::new(DIR);
     let (journal, ..) =
         block_on(open_collect(disk.clone(), dir, small_config(), JournalPos(0))).unwrap();
+    // The first commit's page, its witness entry's page, then the held commit.
     let gate = disk.hold(|op, path, pos| {
-        op == IoOp::Write && path.extension().is_some_and(|ext| ext == "wal") && pos == Some(4096)
+        op == IoOp::Write && path.extension().is_some_and(|ext| ext == "wal") && pos == Some(8192)
     });
     let (first, held) = block_on(drive(&journal, async {
         let first =
@@ -114,14 +115,14 @@ fn reads_past_the_watermark_below_the_oldest_file_or_of_damage_are_typed_errors(
         let held = journal
             .append(Lane::Data, PartitionHandle(1), &payload(BatchKind::Data, 100, 2))
             .unwrap();
-        while !gate.reached() {
+        while !gate.reached() || journal.durable_position() < JournalPos(8192) {
             yield_now().await;
         }
         let pos = held.position().unwrap();
         match journal.read(pos).await {
             Err(JournalError::NotDurable { pos: at, durable }) => {
                 assert_eq!(at, pos);
-                assert_eq!(durable, JournalPos(4096));
+                assert_eq!(durable, JournalPos(8192));
             }
             other => panic!("expected NotDurable, got {other:?}"),
         }

@@ -156,6 +156,7 @@ fn register_journal_figures(registry: &mut Registry, reports: &[ShardReport]) {
     let live_bytes = Gauges::<ShardLabels>::default();
     let released_files = Counters::<ShardLabels>::default();
     let released_bytes = Counters::<ShardLabels>::default();
+    let witnesses = Counters::<ShardLabels>::default();
     for shard in reports {
         let Some(journal) = &shard.journal else { continue };
         let labels = ShardLabels { shard: shard.shard.0.to_string() };
@@ -165,6 +166,7 @@ fn register_journal_figures(registry: &mut Registry, reports: &[ShardReport]) {
         live_bytes.get_or_create(&labels).set(gauge_value(journal.live_bytes));
         released_files.get_or_create(&labels).inc_by(journal.released_files);
         released_bytes.get_or_create(&labels).inc_by(journal.released_bytes);
+        witnesses.get_or_create(&labels).inc_by(journal.witnesses);
     }
     registry.register("spool_journal_files", "Journal files the shard holds", files);
     registry.register(
@@ -196,6 +198,12 @@ fn register_journal_figures(registry: &mut Registry, reports: &[ShardReport]) {
         "Bytes of the journal files released since the shard started",
         Unit::Bytes,
         released_bytes,
+    );
+    registry.register(
+        "spool_journal_witnesses",
+        "Witness entries the journal made durable since the shard started (one page and one \
+         sync each time its committers went idle after a commit)",
+        witnesses,
     );
 }
 

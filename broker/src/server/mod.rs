@@ -783,6 +783,7 @@ impl ShardState {
             file_bytes: count * journal.file_bytes,
             live_bytes: live.values().sum(),
             files_without_live_bytes: count.saturating_sub(1).saturating_sub(held_with_live),
+            witnesses: files.stats().witnesses,
             ..journal.release.get()
         }
     }

@@ -237,6 +237,9 @@ pub struct JournalReport {
     /// Journal files released, and their bytes, since the shard started.
     pub released_files: u64,
     pub released_bytes: u64,
+    /// Witness entries the journal made durable since the shard started
+    /// (one per idle transition, `shard-journal.md` §11).
+    pub witnesses: u64,
 }
 
 impl ShardReport {

@@ -14,6 +14,13 @@
 //! over the contiguous prefix of synced commits, and only then are tickets
 //! resolved.
 //!
+//! When the committers go idle (both lanes empty, nothing in flight) while
+//! no header vouches for the last durable entries, one of them builds a
+//! witness entry: a one-page filler whose watermark is the durable
+//! watermark, written and synced like a commit without tickets, so
+//! recovery refuses damage to the last answered commits instead of cutting
+//! it (`shard-journal.md` §11, "Witness entries").
+//!
 //! A commit that does not fit in the rest of its file starts the next one
 //! at the file's end position (the rest stays zero). Its committer first
 //! waits until every earlier commit is durable — so a crash never leaves
@@ -37,7 +44,9 @@ use super::layout::{commit_span, journal_file_path};
 use super::prepare::{name_prepared, prepare_file};
 use super::recovery::{recover, RecoveryReport, RecoverySink};
 use super::{EntryCell, EntryStatus, JournalPos, JournalTicket, Lane, PartitionHandle};
-use crate::io::{IoError, Storage, StorageFile};
+use crate::io::{IoError, IoOp, Storage, StorageFile};
+use crate::limits::PAGE_BYTES;
+use crate::log::disk::failpoint;
 use crate::log::sync::{join_all, Notify};
 use crate::log::{FatalCode, FatalHandler, FatalReason};
 
@@ -57,6 +66,9 @@ pub struct JournalStats {
     pub files_rolled: u64,
     /// `next.prep` files zero-filled.
     pub files_prepared: u64,
+    /// Witness entries that became durable (one page each, one write and
+    /// one sync; not counted in `commits` nor `commit_bytes`).
+    pub witnesses: u64,
 }
 
 /// One journal file the appender writes to.
@@ -105,9 +117,12 @@ struct LaneQueue {
     pending_bytes: u64,
 }
 
-/// A commit built and not yet part of the durable prefix.
+/// A commit (or a witness entry) built and not yet part of the durable
+/// prefix.
 struct Inflight<B> {
     synced: bool,
+    /// A witness entry: one page holding one filler, no ticket.
+    witness: bool,
     pos: u64,
     /// The commit's bytes, kept for the read cache once it is durable.
     buf: Rc<B>,
@@ -120,6 +135,7 @@ struct Inflight<B> {
 
 struct Job<F: StorageFile> {
     seq: u64,
+    witness: bool,
     pos: u64,
     buf: Rc<F::Buf>,
     file: Rc<JournalFile<F>>,
@@ -137,6 +153,13 @@ pub(super) struct State<F: StorageFile> {
     next_seq: u64,
     durable_seq: u64,
     pub(super) durable_pos: u64,
+    /// The highest watermark stamped into any header built (or recovered).
+    recorded_watermark: u64,
+    /// Every entry lies below this once durable: the end of the last
+    /// durable commit holding entries (at open, of the last recovered
+    /// entry). While it is above `recorded_watermark` no header vouches
+    /// for the last entries, and an idle journal writes a witness entry.
+    entries_end: u64,
     inflight: BTreeMap<u64, Inflight<F::Buf>>,
     /// Every journal file, by the journal position of its byte 0: where
     /// reads find an entry's bytes. A file is opened on its first read.
@@ -241,6 +264,11 @@ impl<S: Storage> Journal<S> {
             next_seq: 1,
             durable_seq: 0,
             durable_pos: recovered.next_pos,
+            // A journal whose last entries no later header vouches for (a
+            // crash before their witness was durable, a torn tail cut
+            // after them) gets its witness as soon as the committers run.
+            recorded_watermark: recovered.report.watermark.0,
+            entries_end: recovered.report.entries_end.0,
             inflight: BTreeMap::new(),
             files,
             cache: VecDeque::new(),
@@ -532,7 +560,8 @@ impl<S: Storage> Shared<S> {
     }
 
     /// Waits until a commit can be built (room in flight, entries queued)
-    /// and builds it; `None` when closed and drained, or failed.
+    /// and builds it, or builds a witness entry once the committers went
+    /// idle; `None` when closed and drained (witness included), or failed.
     async fn next_job(&self) -> Option<Job<S::File>> {
         loop {
             {
@@ -550,6 +579,14 @@ impl<S: Storage> Shared<S> {
                     drop(state);
                     self.space.notify_all();
                     return Some(job);
+                }
+                // Idle: nothing queued in either lane, nothing in flight,
+                // and the last durable entries vouched for by no header.
+                if !queued
+                    && state.inflight.is_empty()
+                    && state.entries_end > state.recorded_watermark
+                {
+                    return Some(self.build_witness(&mut state));
                 }
                 if state.closing && room && !queued {
                     return None;
@@ -596,23 +633,13 @@ impl<S: Storage> Shared<S> {
         assert!(!taken.is_empty(), "a commit is built only with entries queued");
         let span = commit_span(total);
         assert!(span <= config.commit_span_max());
-        let mut opens_file = false;
-        if state.build_pos + span > state.build_file.end() {
-            let base = state.build_file.end();
-            state.build_file = Rc::new(JournalFile {
-                base,
-                len_bytes: config.file_bytes,
-                file: RefCell::new(None),
-            });
-            state.build_pos = base;
-            opens_file = true;
-            self.prepare.notify_all();
-        }
+        let opens_file = self.place(state, span);
         let seq = state.next_seq;
         state.next_seq += 1;
         let pos = state.build_pos;
         let watermark = JournalPos(state.durable_pos);
         assert!(watermark.0 <= pos);
+        state.recorded_watermark = state.recorded_watermark.max(watermark.0);
         let mut buf = state.alloc_file.alloc_buf(span as usize);
         let buf_bytes = buf.as_mut().len();
         assert_eq!(buf_bytes as u64, span);
@@ -653,6 +680,7 @@ impl<S: Storage> Shared<S> {
             seq,
             Inflight {
                 synced: false,
+                witness: false,
                 pos,
                 buf: buf.clone(),
                 end_pos: pos + span,
@@ -662,7 +690,65 @@ impl<S: Storage> Shared<S> {
                 data_entries,
             },
         );
-        Job { seq, pos, buf, file: state.build_file.clone(), opens_file }
+        Job { seq, witness: false, pos, buf, file: state.build_file.clone(), opens_file }
+    }
+
+    /// Moves the build position to the next file when `span` does not fit
+    /// in the rest of the current one; true when it did (the commit opens
+    /// that file).
+    fn place(&self, state: &mut State<S::File>, span: u64) -> bool {
+        if state.build_pos + span <= state.build_file.end() {
+            return false;
+        }
+        let base = state.build_file.end();
+        state.build_file = Rc::new(JournalFile {
+            base,
+            len_bytes: self.config.file_bytes,
+            file: RefCell::new(None),
+        });
+        state.build_pos = base;
+        self.prepare.notify_all();
+        true
+    }
+
+    /// Builds a witness entry (`shard-journal.md` §11, "Witness entries"):
+    /// one page holding one filler whose watermark is the durable
+    /// watermark, which covers every entry written so far, at the build
+    /// position. It is an ordinary commit without tickets: it consumes its
+    /// page (the next commit starts after it, nothing is written twice),
+    /// joins the in-flight sequence, and the durable watermark passes it
+    /// only once it is synced — so no entry after it is answered before it
+    /// is durable.
+    fn build_witness(&self, state: &mut State<S::File>) -> Job<S::File> {
+        assert!(state.inflight.is_empty(), "a witness is built only when idle");
+        let span = PAGE_BYTES;
+        let opens_file = self.place(state, span);
+        let seq = state.next_seq;
+        state.next_seq += 1;
+        let pos = state.build_pos;
+        let watermark = state.durable_pos;
+        assert!(watermark <= pos);
+        assert!(watermark >= state.entries_end, "idle: every entry is durable");
+        state.recorded_watermark = state.recorded_watermark.max(watermark);
+        let mut buf = state.alloc_file.alloc_buf(span as usize);
+        write_filler(buf.as_mut(), JournalPos(pos), JournalPos(watermark));
+        state.build_pos = pos + span;
+        let buf = Rc::new(buf);
+        state.inflight.insert(
+            seq,
+            Inflight {
+                synced: false,
+                witness: true,
+                pos,
+                buf: buf.clone(),
+                end_pos: pos + span,
+                span,
+                cells: Vec::new(),
+                control_entries: 0,
+                data_entries: 0,
+            },
+        );
+        Job { seq, witness: true, pos, buf, file: state.build_file.clone(), opens_file }
     }
 
     /// Marks `seq` synced and advances the durable watermark over the
@@ -687,6 +773,12 @@ impl<S: Storage> Shared<S> {
                 assert!(done.end_pos > state.durable_pos);
                 state.durable_seq = seq;
                 state.durable_pos = done.end_pos;
+                if done.witness {
+                    // Holds no entry: not cached, not a commit to observe.
+                    state.stats.witnesses += 1;
+                    continue;
+                }
+                state.entries_end = done.end_pos;
                 state.stats.commits += 1;
                 state.stats.control_entries += done.control_entries;
                 state.stats.data_entries += done.data_entries;
@@ -794,14 +886,33 @@ async fn committer<S: Storage>(shared: Rc<Shared<S>>) {
         }
         let Some(file) = shared.wait_named(&job.file).await else { break };
         let offset = job.pos - job.file.base;
-        if let Err(error) = file.write_at(job.buf.clone(), offset).await {
+        // Failpoints sit on the witness's write and sync only (a commit's
+        // are the storage seam's); a failure is fatal either way.
+        let point = |name: &str, op: IoOp, pos: Option<u64>| {
+            if job.witness {
+                failpoint(name, op, file.path(), pos)
+            } else {
+                Ok(())
+            }
+        };
+        let written = async {
+            point("journal.witness.write", IoOp::Write, Some(offset))?;
+            file.write_at(job.buf.clone(), offset).await?;
+            point("journal.witness.write.after", IoOp::Write, Some(offset))
+        };
+        if let Err(error) = written.await {
             shared.fail(FatalCode::WriteFailed, &error);
             break;
         }
         if shared.is_failed() {
             break;
         }
-        if let Err(error) = file.fdatasync().await {
+        let synced = async {
+            point("journal.witness.sync", IoOp::Sync, None)?;
+            file.fdatasync().await?;
+            point("journal.witness.sync.after", IoOp::Sync, None)
+        };
+        if let Err(error) = synced.await {
             shared.fail(FatalCode::SyncFailed, &error);
             break;
         }

@@ -14,6 +14,10 @@
 //!   not zero, later files are removed — and the file and the directory are
 //!   synced before this returns.
 //!
+//! The witness entry an idle journal appends (a one-page filler whose
+//! watermark is the durable end) is an ordinary intact filler here: its
+//! watermark raises `W` over the last answered commits.
+//!
 //! To find `W` past the damage, the scan probes every page boundary after
 //! it for an entry header that names its own position (every commit starts
 //! on a page) and follows the chain of headers from there. A header with a
@@ -73,6 +77,10 @@ pub struct RecoveryReport {
     pub fillers: u64,
     /// The highest watermark an intact entry recorded (at least `start`).
     pub watermark: JournalPos,
+    /// End of the last intact entry (fillers excluded) found at or after
+    /// `start`, or `start`. When it is past `watermark`, no header vouches
+    /// for the last entries and the appender writes a witness entry.
+    pub entries_end: JournalPos,
     /// Where the next commit goes.
     pub next_position: JournalPos,
     /// The journal directory held no journal file; the first was created.
@@ -190,7 +198,8 @@ pub(super) async fn recover<S: Storage>(
     sink: &mut impl RecoverySink,
 ) -> Result<Recovered<S::File>, JournalError> {
     create_dir_durable(storage, dir).await?;
-    let mut report = RecoveryReport { start, watermark: start, ..RecoveryReport::default() };
+    let mut report =
+        RecoveryReport { start, watermark: start, entries_end: start, ..RecoveryReport::default() };
     let not_found = || JournalError::StartNotFound { dir: dir.to_path_buf(), start };
     if !start.0.is_multiple_of(super::entry::ENTRY_ALIGN as u64) {
         return Err(not_found());
@@ -355,6 +364,7 @@ async fn scan<F: StorageFile>(
             report.fillers += 1;
         } else {
             report.entries += 1;
+            report.entries_end = JournalPos(pos + entry_len);
             sink.entry(RecoveredEntry {
                 partition: entry.header.partition,
                 position: entry.header.position,
