@@ -442,6 +442,14 @@ fn reopen_scans_from_the_checkpoints_resume_point_and_claims_still_read_below_it
         for chunk in tokens.chunks(50) {
             assert!(partition.ack(chunk).await.iter().all(Result::is_ok));
         }
+        // How the acks' commits fell decides whether a segment just rolled;
+        // the point needs an indexed batch past the active segment's start.
+        let mut number = 300u16;
+        while partition.log().segments().last().unwrap().index_entries < 3 {
+            assert!(number < 400, "the active segment never took 3 indexed batches");
+            partition.enqueue(&numbered_batch(number, 2, START_MS)).await.unwrap();
+            number += 2;
+        }
         let before = partition.with_state(|state| state.messages());
         close((partition, task)).await;
 
