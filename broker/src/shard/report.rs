@@ -237,6 +237,17 @@ pub struct JournalReport {
     /// Journal files released, and their bytes, since the shard started.
     pub released_files: u64,
     pub released_bytes: u64,
+    /// Relocation since the shard started: live data entries appended again
+    /// at the head, their entry bytes, index entries dropped (no record of
+    /// theirs held), and passes that ran (`docs/design/shard-journal.md`
+    /// §6).
+    pub relocated_entries: u64,
+    pub relocated_bytes: u64,
+    pub relocation_dropped_entries: u64,
+    pub relocation_passes: u64,
+    /// The garbage ratio the last pass measured, in millionths (share of
+    /// the held files, the newest aside, that holds no live record).
+    pub garbage_ratio_millionths: u64,
 }
 
 impl ShardReport {
