@@ -232,7 +232,7 @@ fn register_journal_figures(registry: &mut Registry, reports: &[ShardReport]) {
     registry.register(
         "spool_journal_garbage_ratio",
         "Share of the held journal files (the newest aside) holding no live record, at the \
-         last release pass",
+         last relocation pass (run when nothing could be released)",
         garbage_ratio,
     );
 }

@@ -214,3 +214,63 @@ pub fn rebuild_index(
     let next = appended_end.unwrap_or(floor).max(copies_end);
     Ok((index, next))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(position: u64, first_offset: u64, record_count: u32, relocated: bool) -> RoutedEntry {
+        RoutedEntry {
+            position: JournalPos(position),
+            lane: Lane::Data,
+            first_offset,
+            record_count,
+            batch_len: 64,
+            relocated,
+        }
+    }
+
+    #[test]
+    fn a_copy_replaces_its_original_or_stands_alone_below_the_appends() {
+        // Goal: the later of an original and its relocated copy is indexed; a copy whose
+        // original's file is gone is indexed below the appends; the next offset is the appends'
+        // end (or the floor), never a copy's.
+        let handle = PartitionHandle(3);
+        let both = [data(0, 0, 2, false), data(100, 2, 3, false), data(900, 0, 2, true)];
+        let (index, next) = rebuild_index(handle, &both, 0).unwrap();
+        assert_eq!(index.len(), 2);
+        assert_eq!((index[0].first_offset, index[0].position), (0, JournalPos(900)));
+        assert_eq!(next, 5);
+        let alone = [data(500, 40, 4, false), data(900, 7, 1, true), data(1000, 44, 1, false)];
+        let (index, next) = rebuild_index(handle, &alone, 0).unwrap();
+        let offsets: Vec<u64> = index.iter().map(|entry| entry.first_offset).collect();
+        assert_eq!(offsets, vec![7, 40, 44]);
+        assert_eq!(next, 45);
+        // Only a copy, the checkpoint's next offset as the floor.
+        let (index, next) = rebuild_index(handle, &[data(900, 7, 1, true)], 60).unwrap();
+        assert_eq!((index.len(), next), (1, 60));
+    }
+
+    #[test]
+    fn appends_must_stay_dense_and_copies_must_match_what_they_overlap() {
+        // Goal: a gap between appends is still refused with copies around, and a copy that
+        // overlaps an entry without matching its range is refused.
+        let handle = PartitionHandle(3);
+        let gap = [data(0, 0, 2, false), data(50, 0, 2, true), data(100, 3, 1, false)];
+        assert!(matches!(rebuild_index(handle, &gap, 0), Err(JournalError::OffsetGap { .. })));
+        let skewed = [data(0, 0, 4, false), data(100, 2, 2, true)];
+        assert!(matches!(rebuild_index(handle, &skewed, 0), Err(JournalError::OffsetGap { .. })));
+        let resized = [data(0, 0, 4, false), data(100, 0, 2, true)];
+        assert!(matches!(rebuild_index(handle, &resized, 0), Err(JournalError::OffsetGap { .. })));
+    }
+
+    #[test]
+    fn the_relocated_bit_round_trips_beside_any_handle() {
+        // Goal: every handle the table can hold keeps its value under the relocated bit.
+        for handle in [0, 1, 4_096, (super::super::HANDLES_MAX - 1) as u32] {
+            let field = relocated_field(PartitionHandle(handle));
+            assert_eq!(split_field(field), (PartitionHandle(handle), true));
+            assert_eq!(split_field(PartitionHandle(handle)), (PartitionHandle(handle), false));
+        }
+    }
+}
