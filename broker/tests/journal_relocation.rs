@@ -27,8 +27,12 @@ use spool_wire::batch::{BatchBytes, DataBatchBuilder, MessageId, Payload, Record
 
 const START_MS: u64 = 1_700_000_000_000;
 const DIR: &str = "/data/p0";
-/// The payload of the record kept live in the oldest file.
+/// The payload of the record kept live (claimed) in the oldest file.
 const KEPT: &[u8] = b"the one record nobody acks, in the oldest journal file";
+/// The payload of a second live record (scheduled far ahead, so never
+/// claimed), enqueued halfway through the workload: its entry lies below
+/// the first one's copy until a pass reaches its own file.
+const MIDDLE: &[u8] = b"a later live record, in a middle journal file";
 
 fn log_config() -> LogConfig {
     // The smallest journal files the partition settings give (the commit
@@ -49,6 +53,11 @@ fn log_config() -> LogConfig {
 /// A batch of `payloads`, the record of `payloads[i]` with message id
 /// `first_id + i` (ids are deduplicated: each must be new).
 fn batch(first_id: u64, payloads: &[Vec<u8>]) -> BatchBytes {
+    batch_due(first_id, payloads, 0)
+}
+
+/// [`batch`] of records not claimable before `not_before_ms` (0: at once).
+fn batch_due(first_id: u64, payloads: &[Vec<u8>], not_before_ms: u64) -> BatchBytes {
     let mut builder = DataBatchBuilder::new();
     for (index, payload) in payloads.iter().enumerate() {
         let mut id = [0u8; 16];
@@ -60,7 +69,7 @@ fn batch(first_id: u64, payloads: &[Vec<u8>]) -> BatchBytes {
                 headers: vec![],
                 payload: Payload::Inline(payload.clone()),
                 priority: 0,
-                not_before_ms: 0,
+                not_before_ms,
                 expiry_ms: 0,
                 enqueue_time_ms: START_MS,
             })
@@ -124,9 +133,11 @@ async fn claim_all(partition: &Partition<SimStorage>) -> Vec<(DeliveryToken, u64
 }
 
 /// Enqueues the kept record (offset 0), then `batches` batches of four
-/// 6,000-byte records, claiming and acking each batch: the kept record's
-/// file and many more are written, every record but offset 0 acked.
-async fn workload(partition: &Partition<SimStorage>, batches: u64) -> BTreeSet<u64> {
+/// 6,000-byte records, claiming and acking each batch, with the middle
+/// record enqueued halfway (scheduled far ahead): the kept record's file and
+/// many more are written, every record but those two acked. Returns the
+/// acked offsets and the middle record's offset.
+async fn workload(partition: &Partition<SimStorage>, batches: u64) -> (BTreeSet<u64>, u64) {
     let outcomes = partition.enqueue(&batch(0, &[KEPT.to_vec()])).await.unwrap();
     assert!(matches!(outcomes[0], EnqueueOutcome::Appended { offset } if offset.0 == 0));
     // Claim the kept record and release nothing: it stays claimed until the
@@ -140,7 +151,16 @@ async fn workload(partition: &Partition<SimStorage>, batches: u64) -> BTreeSet<u
     let kept = partition.claim(&request, Lane::Main, 0).await.unwrap();
     assert_eq!(kept[0].delivery.offset.0, 0);
     let mut acked = BTreeSet::new();
+    let mut middle = None;
     for tag in 0..batches {
+        if tag == batches / 2 {
+            let outcomes = partition
+                .enqueue(&batch_due(1_000_000, &[MIDDLE.to_vec()], START_MS + 86_400_000))
+                .await;
+            let outcomes = outcomes.unwrap();
+            let EnqueueOutcome::Appended { offset } = outcomes[0] else { panic!("{outcomes:?}") };
+            middle = Some(offset.0);
+        }
         let payloads: Vec<Vec<u8>> = (0..4).map(|i| filler_payload(tag * 4 + i)).collect();
         partition.enqueue(&batch(1 + tag * 4, &payloads)).await.unwrap();
         let claimed = claim_all(partition).await;
@@ -150,7 +170,7 @@ async fn workload(partition: &Partition<SimStorage>, batches: u64) -> BTreeSet<u
         }
         acked.extend(claimed.iter().map(|(_, offset, _)| *offset));
     }
-    acked
+    (acked, middle.expect("the middle record was enqueued"))
 }
 
 /// What the shard's release pass does (`server::release_journal`), for one
@@ -176,22 +196,27 @@ async fn reclaim_round(partition: &Rc<Partition<SimStorage>>) -> usize {
     0
 }
 
-/// Checks a (re)opened partition: the kept record is the only live message,
-/// it claims at offset 0 with its payload, and acks.
-async fn kept_record_claims_and_acks(partition: &Partition<SimStorage>, context: &str) {
+/// Checks a (re)opened partition: the kept and the middle record are the
+/// only live messages, the kept one claims once at offset 0 with its
+/// payload and acks, the middle one reads back with its payload.
+async fn kept_records_claim_and_ack(partition: &Partition<SimStorage>, middle: u64, context: &str) {
     let live: Vec<u64> =
         partition.with_state(|state| state.messages()).iter().map(|view| view.offset.0).collect();
-    assert_eq!(live, vec![0], "{context}: live messages");
+    assert_eq!(live, vec![0, middle], "{context}: live messages");
     let claimed = claim_all(partition).await;
-    assert_eq!(claimed.len(), 1, "{context}: one delivery");
-    let (token, offset, record) = &claimed[0];
-    assert_eq!(*offset, 0, "{context}");
+    let offsets: Vec<u64> = claimed.iter().map(|(_, offset, _)| *offset).collect();
+    assert_eq!(offsets, vec![0], "{context}: one delivery");
+    let (token, _, record) = &claimed[0];
+    assert!(record.windows(KEPT.len()).any(|window| window == KEPT), "{context}: its payload");
+    let scheduled = partition.record(spool_broker::queue::Offset(middle)).await.unwrap();
     assert!(
-        record.windows(KEPT.len()).any(|window| window == KEPT),
-        "{context}: the record's payload"
+        scheduled.windows(MIDDLE.len()).any(|window| window == MIDDLE),
+        "{context}: the middle record's payload"
     );
     partition.ack(&[*token]).await[0].as_ref().unwrap();
-    assert!(partition.with_state(|state| state.messages()).is_empty(), "{context}");
+    let live: Vec<u64> =
+        partition.with_state(|state| state.messages()).iter().map(|view| view.offset.0).collect();
+    assert_eq!(live, vec![middle], "{context}");
 }
 
 #[test]
@@ -205,7 +230,7 @@ fn one_live_record_no_longer_pins_the_journal_after_relocation() {
         let now = Rc::new(Cell::new(START_MS));
         let disk = SimStorage::new();
         let (partition, task) = open(&disk, &now).await;
-        let acked = workload(&partition, 200).await;
+        let (acked, middle) = workload(&partition, 200).await;
         assert_eq!(acked.len(), 800);
         let journal = journal(&partition);
         let written = journal.file_count();
@@ -238,13 +263,13 @@ fn one_live_record_no_longer_pins_the_journal_after_relocation() {
         let image = disk.process_crash_image();
         now.set(now.get() + 1_000);
         let (reopened, reopened_task) = open(&image, &now).await;
-        kept_record_claims_and_acks(&reopened, "after a crash").await;
+        kept_records_claim_and_ack(&reopened, middle, "after a crash").await;
         reopened.log().close();
         reopened_task.await;
         // The original keeps serving it too (the copy is what it reads).
         now.set(now.get() + 700_000);
         partition.tick();
-        kept_record_claims_and_acks(&partition, "live").await;
+        kept_records_claim_and_ack(&partition, middle, "live").await;
         partition.log().close();
         task.await;
     });
@@ -257,11 +282,11 @@ fn a_crash_at_any_step_of_relocation_and_release_keeps_every_answer() {
     // (synced only, everything written) each reopen with the kept record
     // live exactly once, claimable at offset 0 with its payload, and no
     // acked record live again.
-    let images: Vec<SimStorage> = common::run_glommio(async {
+    let (images, middle): (Vec<SimStorage>, u64) = common::run_glommio(async {
         let now = Rc::new(Cell::new(START_MS));
         let disk = SimStorage::new();
         let (partition, task) = open(&disk, &now).await;
-        let acked = workload(&partition, 120).await;
+        let (acked, middle) = workload(&partition, 120).await;
         assert_eq!(acked.len(), 480);
         let images = Rc::new(RefCell::new(Vec::new()));
         {
@@ -286,7 +311,7 @@ fn a_crash_at_any_step_of_relocation_and_release_keeps_every_answer() {
         assert!(released >= written - 3, "released {released} of {written}");
         partition.log().close();
         task.await;
-        images.take()
+        (images.take(), middle)
     });
     assert!(images.len() >= 40, "{} images", images.len());
     eprintln!("{} crash images", images.len());
@@ -296,7 +321,7 @@ fn a_crash_at_any_step_of_relocation_and_release_keeps_every_answer() {
             let now = Rc::new(Cell::new(START_MS + 1_000_000));
             let (partition, task) = open(&image, &now).await;
             let context = format!("image {index} of {count}");
-            kept_record_claims_and_acks(&partition, &context).await;
+            kept_records_claim_and_ack(&partition, middle, &context).await;
             partition.log().close();
             task.await;
         });
