@@ -121,6 +121,29 @@ pub const PARTITION_OPEN_RETRY_MS: u64 = 1_000;
 /// file asked for a checkpoint). A pass costs O(partitions of the shard).
 pub const JOURNAL_RELEASE_INTERVAL_MS: u64 = 1_000;
 
+/// Journal layout: default of `journal_garbage_ratio_max`, the share of
+/// the held journal files (the newest aside) that may carry no live record
+/// before the shard relocates the live entries of its oldest file to the
+/// head so the file can be released (`docs/design/shard-journal.md` §6):
+/// at 0.5 the journal holds at most about twice its live data (plus the
+/// file being written and the relocation under way).
+pub const JOURNAL_GARBAGE_RATIO_MAX_DEFAULT: f64 = 0.5;
+
+/// Journal layout: most entry bytes one relocation pass of a shard copies
+/// (passes run at most every [`JOURNAL_RELEASE_INTERVAL_MS`]), so
+/// relocation takes a bounded share of the disk and never holds the
+/// executor for long: at the default interval, 8 MiB/s per shard.
+pub const JOURNAL_RELOCATE_BYTES_PER_PASS: u64 = 8 << 20;
+
+/// Journal layout: most index entries one relocation pass looks at per
+/// partition (each costs a state lookup per record it holds); the pass
+/// yields to the executor every [`JOURNAL_RELOCATE_YIELD_ENTRIES`].
+pub const JOURNAL_RELOCATE_ENTRIES_PER_PASS: usize = 65_536;
+
+/// Journal layout: index entries a relocation pass looks at between two
+/// yields to the executor.
+pub const JOURNAL_RELOCATE_YIELD_ENTRIES: usize = 256;
+
 /// Most segment files one partition directory may hold.
 pub const SEGMENTS_MAX: usize = 1 << 16;
 
@@ -155,6 +178,9 @@ const _: () = assert!(PORT_IN_USE_RETRY_PAUSE_MS * 10 <= PORT_IN_USE_RETRY_MS);
 const _: () = assert!(PORT_IN_USE_RETRY_MS * 10 <= STARTUP_TIMEOUT_MS_DEFAULT);
 const _: () = assert!(PARTITION_OPEN_RETRY_MS > 0);
 const _: () = assert!(JOURNAL_RELEASE_INTERVAL_MS > 0);
+const _: () = assert!(JOURNAL_RELOCATE_BYTES_PER_PASS > 0);
+const _: () = assert!(JOURNAL_RELOCATE_YIELD_ENTRIES > 0);
+const _: () = assert!(JOURNAL_RELOCATE_ENTRIES_PER_PASS >= JOURNAL_RELOCATE_YIELD_ENTRIES);
 const _: () = assert!(INFLIGHT_COMMITS_DEFAULT <= INFLIGHT_COMMITS_MAX);
 const _: () = assert!(PENDING_BYTES_DEFAULT <= PENDING_BYTES_MAX);
 const _: () = assert!(DATA_PENDING_BYTES_DEFAULT <= PENDING_BYTES_DEFAULT);

@@ -254,7 +254,8 @@ async fn wait_files_at_most(dir: &std::path::Path, most: usize) -> usize {
 // Goal: a journal broker releases the journal files nobody needs once
 // their records are acked and the partitions checkpointed (so its data
 // directory does not grow forever), keeps every file an unacked record
-// still lies in (files go as a prefix: one old live record holds them all),
+// still lies in when relocation is off (`--journal-garbage-ratio-max 1`:
+// files go as a prefix, one old live record holds them all),
 // loses nothing acknowledged when it is SIGKILLed after a release, and its
 // journal commits reach the shard commit metrics (and the witness entries
 // written after each awaited send their counter). Method: one shard, a
@@ -267,7 +268,13 @@ async fn wait_files_at_most(dir: &std::path::Path, most: usize) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn journal_files_are_released_after_acks_and_a_kill_after_the_release_loses_nothing() {
     let mut options = SpooldOptions::new(1);
-    options.args.extend(["--log-layout".to_owned(), "journal".to_owned()]);
+    // Relocation off: this is the release alone (files go as a prefix).
+    options.args.extend([
+        "--log-layout".to_owned(),
+        "journal".to_owned(),
+        "--journal-garbage-ratio-max".to_owned(),
+        "1".to_owned(),
+    ]);
     let mut broker = Spoold::start_with(options);
     let journal_dir = broker.data_dir().join("shard-00").join("journal");
     let client = broker.client().await;
@@ -373,4 +380,60 @@ async fn journal_files_are_released_after_acks_and_a_kill_after_the_release_lose
         let expected = format!("late-{sequence}");
         assert_eq!(delivery.payload(), spool_client::PayloadView::Inline(expected.as_bytes()));
     }
+}
+
+// Goal: with relocation on (the default garbage ratio, 0.5), one early
+// unacked record no longer holds the journal: after 40 MiB acked behind it
+// the shard copies the record to the head, releases the old files and
+// keeps a bounded number; the relocation metrics count it; a SIGKILL after
+// that brings the record back, once, with its payload, and nothing acked.
+// Method: one shard, a queue of two partitions; the early record on
+// partition 0, the bulk on partition 1 acked; poll the journal directory,
+// scrape, kill, restart, drain both partitions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_early_unacked_record_is_relocated_and_the_journal_stays_bounded_across_a_kill() {
+    let mut options = SpooldOptions::new(1);
+    options.args.extend(["--log-layout".to_owned(), "journal".to_owned()]);
+    let mut broker = Spoold::start_with(options);
+    let journal_dir = broker.data_dir().join("shard-00").join("journal");
+    let client = broker.client().await;
+    let admin = Admin::new(client.clone());
+    admin.create_queue("reloc", test_queue_config(2, 30_000, 100)).await.unwrap();
+    let producer = Producer::new(client.clone(), ProducerConfig::default()).unwrap();
+    let (key0, key1) = (common::key_for(0, 2, 1), common::key_for(1, 2, 1));
+    producer
+        .send("reloc", Message::new("early, never acked").key(key0).id(message_id(20, 0)))
+        .await
+        .unwrap();
+    let payload = vec![9u8; BULK_PAYLOAD_BYTES];
+    for sequence in 0..BULK_RECORDS {
+        let message = Message::new(payload.clone()).key(key1.clone()).id(message_id(21, sequence));
+        producer.send("reloc", message).await.unwrap();
+    }
+    let bulk = ack_all(&client, "reloc", 1, BULK_RECORDS as usize).await;
+    assert_eq!(bulk.len(), BULK_RECORDS as usize);
+    let full = wal_files(&journal_dir);
+    assert!(full >= 5, "40 MiB over 8 MiB files: {full} files");
+    // Relocation, the checkpoints it needs and the releases after it.
+    let left = wait_files_at_most(&journal_dir, 3).await;
+    assert!(left <= 3, "{full} journal files, {left} left with one early record live");
+    let figures = scrape(&broker);
+    assert!(figures.sum("spool_journal_relocated_bytes_total") > 0.0, "nothing relocated");
+    assert!(figures.sum("spool_journal_relocated_entries_total") >= 1.0);
+    assert!(figures.sum("spool_journal_released_files_total") >= (full - 3) as f64);
+    drop(producer);
+    drop(admin);
+    drop(client);
+    broker.kill();
+    broker.restart();
+    let client = broker.client().await;
+    let drained = drain(&client, "reloc", 10, 2).await;
+    let counts = count_by_id(&drained);
+    assert_eq!(counts.len(), 1, "only the early record comes back: {counts:?}");
+    assert_eq!(counts.get(&message_id(20, 0)), Some(&1), "{counts:?}");
+    assert_eq!(
+        drained[0].payload(),
+        spool_client::PayloadView::Inline(b"early, never acked".as_slice())
+    );
+    assert!(wal_files(&journal_dir) <= 3);
 }

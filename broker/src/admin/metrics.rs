@@ -157,6 +157,11 @@ fn register_journal_figures(registry: &mut Registry, reports: &[ShardReport]) {
     let released_files = Counters::<ShardLabels>::default();
     let released_bytes = Counters::<ShardLabels>::default();
     let witnesses = Counters::<ShardLabels>::default();
+    let relocated_entries = Counters::<ShardLabels>::default();
+    let relocated_bytes = Counters::<ShardLabels>::default();
+    let dropped_entries = Counters::<ShardLabels>::default();
+    let relocation_passes = Counters::<ShardLabels>::default();
+    let garbage_ratio = FloatGauges::<ShardLabels>::default();
     for shard in reports {
         let Some(journal) = &shard.journal else { continue };
         let labels = ShardLabels { shard: shard.shard.0.to_string() };
@@ -167,6 +172,12 @@ fn register_journal_figures(registry: &mut Registry, reports: &[ShardReport]) {
         released_files.get_or_create(&labels).inc_by(journal.released_files);
         released_bytes.get_or_create(&labels).inc_by(journal.released_bytes);
         witnesses.get_or_create(&labels).inc_by(journal.witnesses);
+        relocated_entries.get_or_create(&labels).inc_by(journal.relocated_entries);
+        relocated_bytes.get_or_create(&labels).inc_by(journal.relocated_bytes);
+        dropped_entries.get_or_create(&labels).inc_by(journal.relocation_dropped_entries);
+        relocation_passes.get_or_create(&labels).inc_by(journal.relocation_passes);
+        #[allow(clippy::cast_precision_loss)] // millionths of a ratio: exact in f64
+        garbage_ratio.get_or_create(&labels).set(journal.garbage_ratio_millionths as f64 / 1e6);
     }
     registry.register("spool_journal_files", "Journal files the shard holds", files);
     registry.register(
@@ -204,6 +215,33 @@ fn register_journal_figures(registry: &mut Registry, reports: &[ShardReport]) {
         "Witness entries the journal made durable since the shard started (one page and one \
          sync each time its committers went idle after a commit)",
         witnesses,
+    );
+    registry.register(
+        "spool_journal_relocated_entries",
+        "Live data entries relocated to the journal's head since the shard started",
+        relocated_entries,
+    );
+    registry.register_with_unit(
+        "spool_journal_relocated",
+        "Entry bytes relocated to the journal's head since the shard started",
+        Unit::Bytes,
+        relocated_bytes,
+    );
+    registry.register(
+        "spool_journal_relocation_dropped_entries",
+        "Index entries a relocation pass dropped because none of their records was held",
+        dropped_entries,
+    );
+    registry.register(
+        "spool_journal_relocation_passes",
+        "Relocation passes run since the shard started",
+        relocation_passes,
+    );
+    registry.register(
+        "spool_journal_garbage_ratio",
+        "Share of the held journal files (the newest aside) holding no live record, at the \
+         last relocation pass (run when nothing could be released)",
+        garbage_ratio,
     );
 }
 

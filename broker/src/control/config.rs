@@ -112,6 +112,45 @@ impl std::str::FromStr for LogLayout {
     }
 }
 
+/// A share between 0 and 1 (finite): `journal_garbage_ratio_max`.
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd, Deserialize)]
+#[serde(try_from = "f64")]
+pub struct Ratio(f64);
+
+// Never NaN (checked on construction), so equality is an equivalence.
+impl Eq for Ratio {}
+
+impl Ratio {
+    pub fn get(self) -> f64 {
+        self.0
+    }
+}
+
+impl TryFrom<f64> for Ratio {
+    type Error = String;
+    fn try_from(value: f64) -> Result<Self, Self::Error> {
+        if (0.0..=1.0).contains(&value) {
+            Ok(Self(value))
+        } else {
+            Err(format!("expected a ratio between 0 and 1, got {value}"))
+        }
+    }
+}
+
+impl std::str::FromStr for Ratio {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let value: f64 = text.parse().map_err(|error| format!("`{text}`: {error}"))?;
+        Self::try_from(value)
+    }
+}
+
+impl fmt::Display for Ratio {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 /// Where the admin port listens: an address, or `off`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(try_from = "String")]
@@ -172,6 +211,10 @@ pub struct BrokerConfig {
     /// How partitions keep their logs: each its own segment log, or one
     /// journal per shard. Fixed for a data directory at its creation.
     pub log_layout: LogLayout,
+    /// Journal layout: the share of the held journal files that may carry
+    /// no live record before the shard relocates the live entries of its
+    /// oldest file (0..=1; 1 never relocates).
+    pub journal_garbage_ratio_max: Ratio,
     /// Most partitions this node hosts over all queues
     /// (`1..=PARTITIONS_PER_NODE_MAX`); a create past it is refused with
     /// `AssignmentError::TooManyPartitions`.
@@ -440,6 +483,7 @@ pub struct PartialConfig {
     pub segment_bytes: Option<u64>,
     pub tail_cache_bytes: Option<u64>,
     pub log_layout: Option<LogLayout>,
+    pub journal_garbage_ratio_max: Option<Ratio>,
     pub partitions_max: Option<u32>,
     pub connections_per_shard_max: Option<u32>,
     pub in_flight_per_connection_max: Option<u32>,
@@ -478,6 +522,7 @@ pub const ENV_SETTINGS: &[&str] = &[
     "CLAIM_WAITERS_PER_CONNECTION_MAX",
     "TAIL_CACHE_BYTES",
     "LOG_LAYOUT",
+    "JOURNAL_GARBAGE_RATIO_MAX",
     "PARTITIONS_MAX",
     "FRAME_BYTES_MAX",
     "IDLE_TIMEOUT_MS",
@@ -572,6 +617,7 @@ pub const FILE_KEYS: &[&str] = &[
     "claim_waiters_per_connection_max",
     "tail_cache_bytes",
     "log_layout",
+    "journal_garbage_ratio_max",
     "partitions_max",
     "frame_bytes_max",
     "idle_timeout_ms",
@@ -658,6 +704,9 @@ impl PartialConfig {
                 "SEGMENT_BYTES" => layer.segment_bytes = Some(parse_env(&name, &value)?),
                 "TAIL_CACHE_BYTES" => layer.tail_cache_bytes = Some(parse_env(&name, &value)?),
                 "LOG_LAYOUT" => layer.log_layout = Some(parse_env(&name, &value)?),
+                "JOURNAL_GARBAGE_RATIO_MAX" => {
+                    layer.journal_garbage_ratio_max = Some(parse_env(&name, &value)?)
+                }
                 "PARTITIONS_MAX" => layer.partitions_max = Some(parse_env(&name, &value)?),
                 "CONNECTIONS_PER_SHARD_MAX" => {
                     layer.connections_per_shard_max = Some(parse_env(&name, &value)?)
@@ -709,6 +758,9 @@ impl PartialConfig {
             segment_bytes: higher.segment_bytes.or(self.segment_bytes),
             tail_cache_bytes: higher.tail_cache_bytes.or(self.tail_cache_bytes),
             log_layout: higher.log_layout.or(self.log_layout),
+            journal_garbage_ratio_max: higher
+                .journal_garbage_ratio_max
+                .or(self.journal_garbage_ratio_max),
             partitions_max: higher.partitions_max.or(self.partitions_max),
             connections_per_shard_max: higher
                 .connections_per_shard_max
@@ -756,6 +808,9 @@ impl PartialConfig {
             segment_bytes: self.segment_bytes.unwrap_or(SEGMENT_BYTES_DEFAULT),
             tail_cache_bytes: self.tail_cache_bytes.unwrap_or(TAIL_CACHE_BYTES_DEFAULT),
             log_layout: self.log_layout.unwrap_or_default(),
+            journal_garbage_ratio_max: self
+                .journal_garbage_ratio_max
+                .unwrap_or(Ratio(crate::limits::JOURNAL_GARBAGE_RATIO_MAX_DEFAULT)),
             partitions_max: self.partitions_max.unwrap_or(PARTITIONS_MAX_DEFAULT),
             connections_per_shard_max: self
                 .connections_per_shard_max
@@ -837,6 +892,12 @@ pub struct Cli {
     /// when it is created [default: segments]. Env: SPOOL_LOG_LAYOUT.
     #[arg(long, value_enum)]
     pub log_layout: Option<LogLayout>,
+    /// Journal layout: share of the held journal files that may carry no
+    /// live record before the live entries of the oldest file are
+    /// relocated to the head so it can be released [default: 0.5; 0..=1,
+    /// 1 never relocates]. Env: SPOOL_JOURNAL_GARBAGE_RATIO_MAX.
+    #[arg(long, value_name = "RATIO")]
+    pub journal_garbage_ratio_max: Option<Ratio>,
     /// Partitions this node hosts over all queues [default: 10000;
     /// 1..=10000]. Env: SPOOL_PARTITIONS_MAX.
     #[arg(long, value_name = "N")]
@@ -905,6 +966,7 @@ impl Cli {
             segment_bytes: self.segment_bytes,
             tail_cache_bytes: self.tail_cache_bytes,
             log_layout: self.log_layout,
+            journal_garbage_ratio_max: self.journal_garbage_ratio_max,
             partitions_max: self.partitions_max,
             connections_per_shard_max: self.connections_per_shard_max,
             in_flight_per_connection_max: self.in_flight_per_connection_max,

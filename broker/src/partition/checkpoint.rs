@@ -253,7 +253,8 @@ impl<S: Storage + Clone> Partition<S> {
         }
         let next = part.next_offset();
         let needed = self.state.borrow().retention_watermark().map_or(next, |live| live.min(next));
-        let after = part.position_of(needed).map_or(control, |position| position.min(control));
+        let after =
+            part.lowest_position_from(needed).map_or(control, |position| position.min(control));
         journal.file_base(after) > journal.file_base(pin)
     }
 

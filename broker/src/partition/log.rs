@@ -497,9 +497,12 @@ impl<S: Storage> PartitionLog<S> {
                 // control entry is already in a commit); one built before
                 // may lie lower, and replay needs it if it holds a record
                 // the state still needs or one past the covered offset.
+                // Relocated copies (`docs/design/shard-journal.md` §6) put
+                // an older record's entry above later ones: the scan starts
+                // at the lowest entry holding `needed` or any later offset.
                 let needed = oldest_live.map_or(mark.data, |live| live.0.min(mark.data));
                 let scan = part
-                    .position_of(Offset(needed))
+                    .lowest_position_from(Offset(needed))
                     .map_or(control.0, |position| position.0.min(control.0));
                 Ok(LogCursor {
                     value: scan,
@@ -559,12 +562,15 @@ impl<S: Storage> PartitionLog<S> {
             Self::Journal(part) => {
                 // Both lanes in journal order: data entries with records past
                 // the covered offset, control entries at or past `c_p`.
+                // Relocated copies are data only: their records are in the
+                // checkpoint that let them be made, never events again.
                 let entries: VecDeque<RoutedEntry> = part
                     .replay_entries(JournalPos(0))
                     .into_iter()
                     .filter(|entry| match entry.lane {
                         JournalLane::Data => {
-                            entry.first_offset + u64::from(entry.record_count) > from.data
+                            !entry.relocated
+                                && entry.first_offset + u64::from(entry.record_count) > from.data
                         }
                         JournalLane::Control => entry.position.0 >= from.control,
                     })

@@ -68,6 +68,7 @@ mod log;
 mod open;
 mod operator;
 mod read;
+mod relocate;
 mod scratch;
 pub mod signal;
 
@@ -92,6 +93,7 @@ pub use enqueue::EnqueueOutcome;
 pub use error::PartitionError;
 pub use open::{JournalOpen, OpenReport};
 pub use read::{Claimed, Peeked};
+pub use relocate::{garbage_ratio, relocate_pass, RelocatePass, RelocateStep};
 
 pub use crate::limits::{
     CHECKPOINT_INTERVAL_BYTES, CHECKPOINT_INTERVAL_OFFSETS, CHECKPOINT_STEP_BYTES_MAX,

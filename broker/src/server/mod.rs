@@ -138,6 +138,8 @@ pub struct ShardJournalRun {
     file_bytes: u64,
     /// A release pass is running.
     releasing: Cell<bool>,
+    /// A relocation pass is running.
+    relocating: Cell<bool>,
     /// When the next release pass may start (broker clock, ms).
     next_release_ms: Cell<u64>,
     /// What the release passes did and found (`report`).
@@ -686,6 +688,7 @@ impl ShardState {
             task: RefCell::new(Some(task)),
             file_bytes,
             releasing: Cell::new(false),
+            relocating: Cell::new(false),
             next_release_ms: Cell::new(0),
             release: Cell::new(JournalReport::default()),
         }));
@@ -729,6 +732,9 @@ impl ShardState {
         figures.needed_from = needed.0;
         journal.release.set(figures);
         if files.file_base(needed) <= files.oldest_file() {
+            // Nothing to release: the oldest file is pinned. Relocating its
+            // live entries (when most held bytes are garbage) lets it go.
+            self.relocate_journal(&journal, served);
             return;
         }
         journal.releasing.set(true);
@@ -758,6 +764,67 @@ impl ShardState {
                 Err(error) => {
                     tracing::warn!(shard = shard.0, needed = needed.0, %error,
                         "journal release failed; the next pass tries again");
+                }
+            }
+        })
+        .detach();
+    }
+
+    /// Starts a relocation pass (`partition::relocate_pass`) of the oldest
+    /// journal file unless one is running: paced by
+    /// [`JOURNAL_RELOCATE_BYTES_PER_PASS`] per release interval, its file
+    /// released by a later release pass.
+    ///
+    /// [`JOURNAL_RELOCATE_BYTES_PER_PASS`]: crate::limits::JOURNAL_RELOCATE_BYTES_PER_PASS
+    fn relocate_journal(&self, journal: &Rc<ShardJournalRun>, served: Vec<Rc<Served>>) {
+        if journal.relocating.get() {
+            return;
+        }
+        journal.relocating.set(true);
+        let journal = journal.clone();
+        let ratio_max = self.config.journal_garbage_ratio_max.get();
+        let shard = self.shard;
+        glommio::spawn_local(async move {
+            let partitions: Vec<Rc<ShardPartition>> =
+                served.iter().map(|entry| entry.partition.clone()).collect();
+            drop(served);
+            let result = crate::partition::relocate_pass(
+                journal.shard.journal(),
+                &partitions,
+                ratio_max,
+                crate::limits::JOURNAL_RELOCATE_BYTES_PER_PASS,
+            )
+            .await;
+            journal.relocating.set(false);
+            match result {
+                Ok(pass) => {
+                    let mut figures = journal.release.get();
+                    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                    {
+                        figures.garbage_ratio_millionths = (pass.garbage_ratio * 1e6) as u64;
+                    }
+                    if pass.file.is_some() {
+                        figures.relocation_passes += 1;
+                        figures.relocated_entries += pass.copied_entries;
+                        figures.relocated_bytes += pass.copied_bytes;
+                        figures.relocation_dropped_entries += pass.dropped_entries;
+                        tracing::debug!(
+                            shard = shard.0,
+                            file = pass.file.map_or(0, |file| file.0),
+                            ratio = pass.garbage_ratio,
+                            copied = pass.copied_entries,
+                            bytes = pass.copied_bytes,
+                            dropped = pass.dropped_entries,
+                            remaining = pass.remaining,
+                            checkpoints = pass.checkpoints,
+                            "journal relocation pass"
+                        );
+                    }
+                    journal.release.set(figures);
+                }
+                Err(error) => {
+                    tracing::warn!(shard = shard.0, %error,
+                        "journal relocation failed; the next pass tries again");
                 }
             }
         })

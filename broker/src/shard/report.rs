@@ -240,6 +240,17 @@ pub struct JournalReport {
     /// Witness entries the journal made durable since the shard started
     /// (one per idle transition, `shard-journal.md` §11).
     pub witnesses: u64,
+    /// Relocation since the shard started: live data entries appended again
+    /// at the head, their entry bytes, index entries dropped (no record of
+    /// theirs held), and passes that ran (`docs/design/shard-journal.md`
+    /// §6).
+    pub relocated_entries: u64,
+    pub relocated_bytes: u64,
+    pub relocation_dropped_entries: u64,
+    pub relocation_passes: u64,
+    /// The garbage ratio the last pass measured, in millionths (share of
+    /// the held files, the newest aside, that holds no live record).
+    pub garbage_ratio_millionths: u64,
 }
 
 impl ShardReport {

@@ -37,7 +37,9 @@ use super::error::{JournalDamage, JournalError};
 use super::handles::{HandleTarget, HandlesTable};
 use super::layout::journal_file_path;
 use super::recovery::RecoveryReport;
-use super::route::{rebuild_index, JournalIndexEntry, RecoveryRouter, Routed, RoutedEntry};
+use super::route::{
+    rebuild_index, relocated_field, JournalIndexEntry, RecoveryRouter, Routed, RoutedEntry,
+};
 use super::{JournalPos, JournalTicket, Lane, PartitionHandle};
 use crate::io::Storage;
 use crate::limits::READ_BYTES_MAX;
@@ -181,6 +183,7 @@ impl<S: Storage> ShardJournal<S> {
                 start_offset,
                 index,
                 pending: VecDeque::new(),
+                relocating: Vec::new(),
                 replay: recovered,
                 closed: false,
                 last_data: None,
@@ -206,6 +209,14 @@ pub struct JournalAppended {
     pub ticket: JournalTicket,
 }
 
+/// A relocated copy of an indexed data entry whose commit is not yet known
+/// durable: the index moves to it once it is.
+struct Relocating {
+    first_offset: u64,
+    record_count: u32,
+    ticket: JournalTicket,
+}
+
 /// A data append whose commit is not yet known durable.
 struct PendingData {
     first_offset: u64,
@@ -221,6 +232,9 @@ struct PartitionState {
     index: Vec<JournalIndexEntry>,
     /// Data appends not yet durable, in append (and so journal) order.
     pending: VecDeque<PendingData>,
+    /// Relocated copies not yet known durable (`docs/design/shard-journal.md`
+    /// §6).
+    relocating: Vec<Relocating>,
     /// The entries recovery routed here, kept (positions only) until
     /// [`JournalPartition::finish_replay`].
     replay: Vec<RoutedEntry>,
@@ -254,6 +268,27 @@ impl PartitionState {
             });
             self.pending.pop_front();
         }
+        if self.relocating.is_empty() {
+            return;
+        }
+        let index = &mut self.index;
+        self.relocating.retain(|copy| match copy.ticket.status() {
+            None => true,
+            // A failed journal fails every partition; the original stays.
+            Some(Err(_)) => false,
+            Some(Ok(())) => {
+                // The entry may have been cut meanwhile (its records acked
+                // and a checkpoint let them go): the copy is then garbage.
+                let found = index.binary_search_by_key(&copy.first_offset, |e| e.first_offset);
+                if let (Ok(at), Some(position)) = (found, copy.ticket.position()) {
+                    let entry = &mut index[at];
+                    if entry.record_count == copy.record_count && entry.position < position {
+                        entry.position = position;
+                    }
+                }
+                false
+            }
+        });
     }
 
     fn durable_offset(&self) -> u64 {
@@ -576,10 +611,12 @@ impl<S: Storage> JournalPartition<S> {
     pub fn oldest_indexed(&self) -> Option<JournalPos> {
         let mut state = self.state.borrow_mut();
         state.settle();
+        // Relocated copies make positions not follow offsets.
         state
             .index
-            .first()
+            .iter()
             .map(|entry| entry.position)
+            .min()
             .or_else(|| state.pending.front().and_then(|pending| pending.ticket.position()))
     }
 
@@ -597,6 +634,108 @@ impl<S: Storage> JournalPartition<S> {
             *into.entry(file_of(entry.position)).or_default() +=
                 ENTRY_HEADER_BYTES as u64 + u64::from(entry.batch_len);
         }
+    }
+
+    /// The lowest journal position of the data entries holding `offset` or
+    /// a later one (indexed, or appended and placed by a commit): what a
+    /// recovery must scan from to index every record from `offset` on.
+    /// Relocated copies make positions not follow offsets, so this is not
+    /// the position of `offset`'s entry. `None` when there is none.
+    pub fn lowest_position_from(&self, offset: Offset) -> Option<JournalPos> {
+        let mut state = self.state.borrow_mut();
+        state.settle();
+        let first = state.index.partition_point(|entry| entry.end_offset() <= offset.0);
+        let indexed = state.index[first..].iter().map(|entry| entry.position).min();
+        let pending = state.pending.iter().find_map(|pending| pending.ticket.position());
+        match (indexed, pending) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The indexed data entries whose position lies in `[from, to)` and
+    /// that have no relocated copy in flight: what relocating that range of
+    /// the journal has to copy or let go.
+    pub fn indexed_in(&self, from: JournalPos, to: JournalPos) -> Vec<JournalIndexEntry> {
+        let mut state = self.state.borrow_mut();
+        state.settle();
+        let state = &*state;
+        state
+            .index
+            .iter()
+            .filter(|entry| entry.position >= from && entry.position < to)
+            .filter(|entry| {
+                !state.relocating.iter().any(|copy| copy.first_offset == entry.first_offset)
+            })
+            .copied()
+            .collect()
+    }
+
+    /// Appends `batch`, the bytes of the durable data entry `entry` as read
+    /// back (offsets and epoch stamped), again at the journal's head as a
+    /// relocated copy (data lane, same offsets); once its commit is durable
+    /// the index points at the copy. The caller must make sure replay
+    /// never needs the records as events (a durable checkpoint covers
+    /// them): a copy is data only.
+    ///
+    /// # Errors
+    /// [`JournalError::InvalidBatch`] when `batch` is not `entry`'s batch,
+    /// [`JournalError::Closed`], and those of [`Journal::append`].
+    pub fn relocate(
+        &self,
+        entry: &JournalIndexEntry,
+        batch: &[u8],
+    ) -> Result<JournalTicket, JournalError> {
+        let header = BatchHeader::verify(batch).map_err(JournalError::InvalidBatch)?;
+        if header.kind != BatchKind::Data
+            || header.base_offset != entry.first_offset
+            || header.record_count != entry.record_count
+            || header.batch_len != entry.batch_len
+            || batch.len() != header.batch_len as usize
+        {
+            return Err(JournalError::NotAppendable("a relocated copy must be its entry's batch"));
+        }
+        let mut state = self.state.borrow_mut();
+        if state.closed {
+            return Err(JournalError::Closed);
+        }
+        let ticket = self.shard.journal.append_owned(
+            Lane::Data,
+            relocated_field(self.handle),
+            batch.into(),
+        )?;
+        state.relocating.push(Relocating {
+            first_offset: entry.first_offset,
+            record_count: entry.record_count,
+            ticket: ticket.clone(),
+        });
+        Ok(ticket)
+    }
+
+    /// Drops the index entry starting at `first_offset` (none of its
+    /// records is needed any more: the caller checked the state and a
+    /// durable checkpoint covers them). Returns whether one was dropped.
+    pub fn forget(&self, first_offset: Offset) -> bool {
+        let mut state = self.state.borrow_mut();
+        state.settle();
+        match state.index.binary_search_by_key(&first_offset.0, |entry| entry.first_offset) {
+            Ok(at) => {
+                state.index.remove(at);
+                if at == 0 {
+                    state.start_offset =
+                        state.index.first().map_or(state.next_offset, |e| e.first_offset);
+                }
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Relocated copies appended and not yet durable.
+    pub fn relocations_in_flight(&self) -> usize {
+        let mut state = self.state.borrow_mut();
+        state.settle();
+        state.relocating.len()
     }
 
     /// The journal position of the data entry holding `offset`, once a

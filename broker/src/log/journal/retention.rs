@@ -119,6 +119,16 @@ impl<S: Storage> Journal<S> {
         )
     }
 
+    /// The journal position of byte 0 of the file after the one starting
+    /// at `base` (`None` when it is the newest, or not held).
+    pub fn next_file(&self, base: JournalPos) -> Option<JournalPos> {
+        let state = self.shared.state.borrow();
+        if !state.files.contains_key(&base.0) {
+            return None;
+        }
+        state.files.range(base.0 + 1..).next().map(|(next, _)| JournalPos(*next))
+    }
+
     /// The journal position of byte 0 of the newest file (the one commits
     /// are written to).
     pub fn newest_file(&self) -> JournalPos {

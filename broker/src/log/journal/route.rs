@@ -5,6 +5,14 @@
 //! not hold are counted as garbage. From a partition's list come its index
 //! and next offset ([`rebuild_index`]) and its replay (both lanes, in
 //! journal order, from a checkpoint's cursor).
+//!
+//! A **relocated copy** (`docs/design/shard-journal.md` §6) is a data entry
+//! appended again, byte for byte, at the journal's head so that the file
+//! holding the original can be released: its header's partition field is
+//! the handle with [`RELOCATED_BIT`] set. It carries the same offsets as
+//! the original, so a partition's index keeps one entry per offset range
+//! (the later copy, when both are found), and replay never applies it: a
+//! copy is made only of records a durable checkpoint already covers.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -14,6 +22,24 @@ use super::entry::ENTRY_HEADER_BYTES;
 use super::error::JournalError;
 use super::recovery::{RecoveredEntry, RecoverySink};
 use super::{JournalPos, Lane, PartitionHandle};
+
+/// Set in an entry header's partition field (beside the handle, which is
+/// below [`super::HANDLES_MAX`]) on a relocated copy of a data entry. The
+/// filler's field (`u32::MAX`) has it set too: fillers are recognised first.
+pub const RELOCATED_BIT: u32 = 1 << 31;
+
+const _: () = assert!((super::HANDLES_MAX as u64) < RELOCATED_BIT as u64);
+
+/// The partition field of a relocated copy of `handle`'s entry.
+pub fn relocated_field(handle: PartitionHandle) -> PartitionHandle {
+    PartitionHandle(handle.0 | RELOCATED_BIT)
+}
+
+/// The handle an entry header's partition field names, and whether the
+/// entry is a relocated copy.
+pub fn split_field(field: PartitionHandle) -> (PartitionHandle, bool) {
+    (PartitionHandle(field.0 & !RELOCATED_BIT), field.0 & RELOCATED_BIT != 0)
+}
 
 /// One entry of a partition as recovery found it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,6 +53,8 @@ pub struct RoutedEntry {
     pub record_count: u32,
     /// The batch's length (the entry less its header).
     pub batch_len: u32,
+    /// A relocated copy of a data entry: data only, never replayed.
+    pub relocated: bool,
 }
 
 /// One data entry in a partition's index: ≈ 24 bytes per batch, not per
@@ -86,54 +114,163 @@ impl RecoverySink for RecoveryRouter {
         // Recovery checked both crcs of the payload; parsing cannot fail on
         // it, and an entry that did would be counted as garbage, not routed.
         let header = BatchHeader::parse(entry.payload);
-        let (true, Ok(header)) = (self.known.contains(&entry.partition), header) else {
+        let (handle, relocated) = split_field(entry.partition);
+        let (true, Ok(header)) = (self.known.contains(&handle), header) else {
             self.garbage_entries += 1;
             self.garbage_bytes += entry_bytes;
             return;
         };
         let lane = if header.kind == BatchKind::Data { Lane::Data } else { Lane::Control };
-        self.partitions.entry(entry.partition).or_default().push(RoutedEntry {
+        if relocated && lane != Lane::Data {
+            // Only data entries are relocated: nothing of the journal's
+            // writes such an entry, so it is not routed.
+            self.garbage_entries += 1;
+            self.garbage_bytes += entry_bytes;
+            return;
+        }
+        self.partitions.entry(handle).or_default().push(RoutedEntry {
             position: entry.position,
             lane,
             first_offset: header.base_offset,
             record_count: header.record_count,
             batch_len: header.batch_len,
+            relocated,
         });
     }
 }
 
 /// A partition's index and next offset from its routed entries: every data
-/// entry, which must number the offsets densely from the first one (a crash
-/// keeps a prefix of the journal, so a partition's recovered data entries
-/// are a prefix of its appends). `floor` is the next offset when the list
-/// holds no data entry (the checkpoint's, or 0).
+/// entry, sorted by first offset. The entries that are not relocated copies
+/// must number the offsets densely from the first one (a crash keeps a
+/// prefix of the journal, so a partition's recovered appends are a prefix
+/// of its appends); a relocated copy replaces the entry of the same offsets
+/// found before it (the original, or an older copy) or, when the original's
+/// file was released, stands alone below the appends. `floor` is the next
+/// offset when the list holds no data entry (the checkpoint's, or 0).
 ///
 /// # Errors
-/// [`JournalError::OffsetGap`] naming the handle and the entry.
+/// [`JournalError::OffsetGap`] naming the handle and the entry: appends not
+/// dense, or a copy that overlaps another entry without matching it.
 pub fn rebuild_index(
     handle: PartitionHandle,
     entries: &[RoutedEntry],
     floor: u64,
 ) -> Result<(Vec<JournalIndexEntry>, u64), JournalError> {
-    let mut index: Vec<JournalIndexEntry> = Vec::new();
+    let mut by_offset: BTreeMap<u64, JournalIndexEntry> = BTreeMap::new();
+    let mut appended_end: Option<u64> = None;
     for entry in entries.iter().filter(|entry| entry.lane == Lane::Data) {
-        if let Some(last) = index.last() {
-            if entry.first_offset != last.end_offset() {
-                return Err(JournalError::OffsetGap {
-                    handle: handle.0,
-                    pos: entry.position,
-                    expected: last.end_offset(),
-                    found: entry.first_offset,
-                });
-            }
-        }
-        index.push(JournalIndexEntry {
+        let indexed = JournalIndexEntry {
             first_offset: entry.first_offset,
             position: entry.position,
             record_count: entry.record_count,
             batch_len: entry.batch_len,
-        });
+        };
+        let gap = |expected: u64| JournalError::OffsetGap {
+            handle: handle.0,
+            pos: entry.position,
+            expected,
+            found: entry.first_offset,
+        };
+        if entry.relocated {
+            // The same range as an entry found before, or one overlapping
+            // none.
+            if let Some(same) = by_offset.get(&entry.first_offset) {
+                if same.record_count != entry.record_count {
+                    return Err(gap(same.end_offset()));
+                }
+            } else {
+                let below = by_offset.range(..entry.first_offset).next_back();
+                if let Some((_, below)) = below.filter(|(_, e)| e.end_offset() > entry.first_offset)
+                {
+                    return Err(gap(below.end_offset()));
+                }
+                let above = by_offset.range(entry.first_offset..).next();
+                if let Some((_, above)) =
+                    above.filter(|(_, e)| e.first_offset < indexed.end_offset())
+                {
+                    return Err(gap(above.first_offset));
+                }
+            }
+            by_offset.insert(entry.first_offset, indexed);
+            continue;
+        }
+        if let Some(end) = appended_end {
+            if entry.first_offset != end {
+                return Err(gap(end));
+            }
+        } else if let Some((_, last)) = by_offset.iter().next_back() {
+            // Copies found before the first append: all below it.
+            if last.end_offset() > entry.first_offset {
+                return Err(gap(last.end_offset()));
+            }
+        }
+        appended_end = Some(indexed.end_offset());
+        by_offset.insert(entry.first_offset, indexed);
     }
-    let next = index.last().map_or(floor, JournalIndexEntry::end_offset);
+    let index: Vec<JournalIndexEntry> = by_offset.into_values().collect();
+    // The appends' end (copies lie below it); without appends the floor
+    // (copies lie below the checkpoint that let them be made).
+    let copies_end = index.last().map_or(0, JournalIndexEntry::end_offset);
+    let next = appended_end.unwrap_or(floor).max(copies_end);
     Ok((index, next))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(position: u64, first_offset: u64, record_count: u32, relocated: bool) -> RoutedEntry {
+        RoutedEntry {
+            position: JournalPos(position),
+            lane: Lane::Data,
+            first_offset,
+            record_count,
+            batch_len: 64,
+            relocated,
+        }
+    }
+
+    #[test]
+    fn a_copy_replaces_its_original_or_stands_alone_below_the_appends() {
+        // Goal: the later of an original and its relocated copy is indexed; a copy whose
+        // original's file is gone is indexed below the appends; the next offset is the appends'
+        // end (or the floor), never a copy's.
+        let handle = PartitionHandle(3);
+        let both = [data(0, 0, 2, false), data(100, 2, 3, false), data(900, 0, 2, true)];
+        let (index, next) = rebuild_index(handle, &both, 0).unwrap();
+        assert_eq!(index.len(), 2);
+        assert_eq!((index[0].first_offset, index[0].position), (0, JournalPos(900)));
+        assert_eq!(next, 5);
+        let alone = [data(500, 40, 4, false), data(900, 7, 1, true), data(1000, 44, 1, false)];
+        let (index, next) = rebuild_index(handle, &alone, 0).unwrap();
+        let offsets: Vec<u64> = index.iter().map(|entry| entry.first_offset).collect();
+        assert_eq!(offsets, vec![7, 40, 44]);
+        assert_eq!(next, 45);
+        // Only a copy, the checkpoint's next offset as the floor.
+        let (index, next) = rebuild_index(handle, &[data(900, 7, 1, true)], 60).unwrap();
+        assert_eq!((index.len(), next), (1, 60));
+    }
+
+    #[test]
+    fn appends_must_stay_dense_and_copies_must_match_what_they_overlap() {
+        // Goal: a gap between appends is still refused with copies around, and a copy that
+        // overlaps an entry without matching its range is refused.
+        let handle = PartitionHandle(3);
+        let gap = [data(0, 0, 2, false), data(50, 0, 2, true), data(100, 3, 1, false)];
+        assert!(matches!(rebuild_index(handle, &gap, 0), Err(JournalError::OffsetGap { .. })));
+        let skewed = [data(0, 0, 4, false), data(100, 2, 2, true)];
+        assert!(matches!(rebuild_index(handle, &skewed, 0), Err(JournalError::OffsetGap { .. })));
+        let resized = [data(0, 0, 4, false), data(100, 0, 2, true)];
+        assert!(matches!(rebuild_index(handle, &resized, 0), Err(JournalError::OffsetGap { .. })));
+    }
+
+    #[test]
+    fn the_relocated_bit_round_trips_beside_any_handle() {
+        // Goal: every handle the table can hold keeps its value under the relocated bit.
+        for handle in [0, 1, 4_096, (super::super::HANDLES_MAX - 1) as u32] {
+            let field = relocated_field(PartitionHandle(handle));
+            assert_eq!(split_field(field), (PartitionHandle(handle), true));
+            assert_eq!(split_field(PartitionHandle(handle)), (PartitionHandle(handle), false));
+        }
+    }
 }

@@ -95,6 +95,17 @@ impl PartitionState {
         fresh.chain(warm).chain(dead).min()
     }
 
+    /// Whether the state still holds any message (either lane, any phase)
+    /// at an offset in `[first, end)`: whether a stored batch of those
+    /// offsets is still needed. O(end - first) lookups.
+    pub fn holds_any(&self, first: Offset, end: Offset) -> bool {
+        (first.0..end.0).map(Offset).any(|offset| {
+            self.warm.contains_key(&offset)
+                || self.dlq.contains_key(&offset)
+                || self.fresh.iter().any(|band| band.get(offset).is_some())
+        })
+    }
+
     /// Counters for describe.
     pub fn counters(&self, now: Millis) -> QueueCounters {
         let fresh_ready: u64 = self.fresh.iter().map(FreshBand::len).sum();
