@@ -93,6 +93,13 @@ pub const TAIL_CACHE_BYTES_DEFAULT: u64 = 8 << 20;
 /// scanning a segment at recovery.
 pub const ZERO_FILL_CHUNK_BYTES: u64 = 1 << 20;
 pub const SCAN_CHUNK_BYTES: u64 = 1 << 20;
+/// Default step of the written-bytes reservation (`log/reserve.rs`): the
+/// committers extend a segment's durable bound `Z` (every byte they ever
+/// wrote lies below it) this far past the commit that needs it, ahead of
+/// need, and a reopen's search for non-zero bytes after the last valid batch
+/// reads at most this much past the written bytes instead of running to the
+/// segment's capacity. One reservation write and sync per step of data.
+pub const RESERVE_STEP_BYTES_DEFAULT: u64 = 1 << 20;
 
 /// Largest `max_bytes` a single read may ask for.
 pub const READ_BYTES_MAX: u64 = 64 << 20;
@@ -156,6 +163,7 @@ pub const COMMIT_SPAN_FOR_MAX_BATCH: u64 =
     (BATCH_BYTES_MAX as u64 + FILLER_BYTES_MIN).div_ceil(PAGE_BYTES) * PAGE_BYTES;
 
 const _: () = assert!(PAGE_BYTES.is_multiple_of(SECTOR_BYTES));
+const _: () = assert!(RESERVE_STEP_BYTES_DEFAULT.is_multiple_of(PAGE_BYTES));
 const _: () = assert!(SEGMENT_BYTES_MIN.is_multiple_of(PAGE_BYTES));
 const _: () = assert!(SEGMENT_BYTES_MAX.is_multiple_of(PAGE_BYTES));
 const _: () = assert!(SEGMENT_BYTES_DEFAULT.is_multiple_of(PAGE_BYTES));

@@ -34,6 +34,7 @@ fn growth_config() -> LogConfig {
         data_pending_bytes_max: 1 << 20,
         index_interval_bytes: 4096,
         tail_cache_bytes: 32 * KIB,
+        reserve_step_bytes: LogConfig::default().reserve_step_bytes,
     }
 }
 

@@ -61,6 +61,7 @@ const LIMIT_ALLOWED: &[(&str, &str, &str)] = &[
     ("broker/src/net/echo.rs", "ECHO_PREFIX_BYTES", "layout of the echo test protocol's frame"),
     ("broker/src/control/data_dir.rs", "SECRET_BYTES", "length of the broker secret's key"),
     ("broker/src/queue/event.rs", "EVENT_BYTES", "layout of an encoded event"),
+    ("broker/src/log/reserve.rs", "RESERVE_COVERED_BYTES", "layout of the reservation file (the bytes its crc covers)"),
     ("broker/src/queue/event.rs", "CLAIMED_EVENT_BYTES", "layout of an encoded event"),
     ("broker/src/partition/log.rs", "JOURNAL_CHECKPOINT_PREFIX_BYTES", "layout of the journal layout's checkpoint payload (the control cursor before the snapshot)"),
     ("broker/src/queue/snapshot.rs", "FRESH_ENTRY_BYTES", "layout of the snapshot format"),

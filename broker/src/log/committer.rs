@@ -6,6 +6,7 @@
 
 use std::rc::Rc;
 
+use futures_lite::future::zip;
 use spool_wire::batch::write_filler;
 
 use super::disk::{failpoint, zero_fill};
@@ -146,13 +147,23 @@ impl<S: Storage> Shared<S> {
         write_filler(buf.as_mut(), PAGE_BYTES as usize, watermark, self.leader_epoch, watermark);
         state.witnessed_offset = watermark;
         state.witness_inflight = true;
-        Some(WitnessJob { pos, buf: Rc::new(buf), file })
+        let (base, capacity) = (segment.base, segment.capacity);
+        Some(WitnessJob { base, capacity, pos, buf: Rc::new(buf), file })
     }
 
     /// Writes and syncs a witness page, then lets commits start again.
     /// False when the log failed.
     async fn write_witness(&self, witness: WitnessJob<S::File>) -> bool {
-        let WitnessJob { pos, buf, file } = witness;
+        let WitnessJob { base, capacity, pos, buf, file } = witness;
+        match self.reserve(base, capacity, pos + PAGE_BYTES).await {
+            Err(()) => return false,
+            Ok(Some(claim)) => {
+                if self.extend_reservation(claim).await.is_err() {
+                    return false;
+                }
+            }
+            Ok(None) => {}
+        }
         let written = async {
             failpoint("log.witness.write", IoOp::Write, file.path(), Some(pos))?;
             file.write_at(buf, pos).await?;
@@ -372,25 +383,43 @@ pub(super) async fn committer<S: Storage>(shared: Rc<Shared<S>>) {
             break;
         }
         let Some(file) = shared.wait_named(&job.segment).await else { break };
-        let written = async {
-            failpoint("log.commit.write", IoOp::Write, file.path(), Some(job.pos))?;
-            file.write_at(job.buf.clone(), job.pos).await?;
-            failpoint("log.commit.write.after", IoOp::Write, file.path(), Some(job.pos))
-        };
-        if let Err(error) = written.await {
-            shared.fail(FatalCode::WriteFailed, &error);
+        // Nothing at or past a bound the reservation file may claim is
+        // written; an extension ahead of need runs beside the commit.
+        let end = job.pos + job.buf.as_ref().as_ref().len() as u64;
+        let Ok(ahead) = shared.reserve(job.segment.base, job.segment.capacity, end).await else {
             break;
-        }
-        if shared.is_failed() {
-            break;
-        }
-        let synced = async {
-            failpoint("log.commit.sync", IoOp::Sync, file.path(), None)?;
-            file.fdatasync().await?;
-            failpoint("log.commit.sync.after", IoOp::Sync, file.path(), None)
         };
-        if let Err(error) = synced.await {
-            shared.fail(FatalCode::SyncFailed, &error);
+        let io = async {
+            let written = async {
+                failpoint("log.commit.write", IoOp::Write, file.path(), Some(job.pos))?;
+                file.write_at(job.buf.clone(), job.pos).await?;
+                failpoint("log.commit.write.after", IoOp::Write, file.path(), Some(job.pos))
+            };
+            written.await.map_err(|error| (FatalCode::WriteFailed, error))?;
+            if shared.is_failed() {
+                return Ok(false);
+            }
+            let synced = async {
+                failpoint("log.commit.sync", IoOp::Sync, file.path(), None)?;
+                file.fdatasync().await?;
+                failpoint("log.commit.sync.after", IoOp::Sync, file.path(), None)
+            };
+            synced.await.map_err(|error| (FatalCode::SyncFailed, error))?;
+            Ok::<bool, (FatalCode, crate::io::IoError)>(true)
+        };
+        let (io, extended) = match ahead {
+            Some(claim) => zip(io, shared.extend_reservation(claim)).await,
+            None => (io.await, Ok(())),
+        };
+        match io {
+            Err((code, error)) => {
+                shared.fail(code, &error);
+                break;
+            }
+            Ok(false) => break,
+            Ok(true) => {}
+        }
+        if extended.is_err() {
             break;
         }
         shared.mark_synced(job.seq);

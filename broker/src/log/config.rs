@@ -7,8 +7,9 @@ use crate::limits::{
     COMMIT_BYTES_DEFAULT, COMMIT_BYTES_MAX, DATA_PENDING_BYTES_DEFAULT,
     INDEX_INTERVAL_BYTES_DEFAULT, INDEX_INTERVAL_BYTES_MIN, INFLIGHT_COMMITS_DEFAULT,
     INFLIGHT_COMMITS_MAX, PAGE_BYTES, PENDING_BYTES_DEFAULT, PENDING_BYTES_MAX,
-    SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_INITIAL_DEFAULT, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN,
-    SEGMENT_PREPARE_AT_PERCENT, TAIL_CACHE_BYTES_DEFAULT, TAIL_CACHE_BYTES_MAX,
+    RESERVE_STEP_BYTES_DEFAULT, SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_INITIAL_DEFAULT,
+    SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SEGMENT_PREPARE_AT_PERCENT, TAIL_CACHE_BYTES_DEFAULT,
+    TAIL_CACHE_BYTES_MAX,
 };
 use crate::log::layout::commit_span;
 use spool_wire::batch::BatchKind;
@@ -46,6 +47,12 @@ pub struct LogConfig {
     pub index_interval_bytes: u64,
     /// Bytes of recent commits kept in memory to serve tail reads.
     pub tail_cache_bytes: u64,
+    /// Step of the written-bytes reservation (`PAGE_BYTES ..=
+    /// SEGMENT_BYTES_MAX`, page-aligned): how far past a commit the durable
+    /// bound of written bytes is extended, and so how far past the written
+    /// bytes a reopen searches for non-zero bytes (`segment-format.md`,
+    /// "Written-bytes reservation").
+    pub reserve_step_bytes: u64,
 }
 
 impl Default for LogConfig {
@@ -60,6 +67,7 @@ impl Default for LogConfig {
             data_pending_bytes_max: DATA_PENDING_BYTES_DEFAULT,
             index_interval_bytes: INDEX_INTERVAL_BYTES_DEFAULT,
             tail_cache_bytes: TAIL_CACHE_BYTES_DEFAULT,
+            reserve_step_bytes: RESERVE_STEP_BYTES_DEFAULT,
         }
     }
 }
@@ -139,6 +147,8 @@ impl LogConfig {
             SEGMENT_BYTES_MAX,
         )?;
         in_range("tail_cache_bytes", self.tail_cache_bytes, 0, TAIL_CACHE_BYTES_MAX)?;
+        in_range("reserve_step_bytes", self.reserve_step_bytes, PAGE_BYTES, SEGMENT_BYTES_MAX)?;
+        page_aligned("reserve_step_bytes", self.reserve_step_bytes)?;
         let commit_span_bytes = self.commit_span_max();
         if commit_span_bytes > self.segment_bytes {
             return Err(ConfigError::SegmentTooSmall {

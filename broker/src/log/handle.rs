@@ -16,6 +16,7 @@ use super::error::LogError;
 use super::index::{ResumePoint, SparseIndex};
 use super::preparer::preparer;
 use super::recovery;
+use super::reserve::Reservation;
 use super::state::{Segment, Shared, State};
 use super::sync::{join_all, Notify};
 use super::{FatalHandler, LogStats, Offset, RecoveryReport, SegmentInfo};
@@ -144,6 +145,11 @@ impl<S: Storage> Log<S> {
             // torn tail was cut) get a witness too.
             witnessed_offset: if recovered.tail_witnessed { next_offset } else { 0 },
             witness_inflight: false,
+            reservation: Reservation {
+                file: recovered.reserve_file,
+                durable: recovered.reserve_claim,
+                inflight: None,
+            },
             prepared: None,
             roll_waiting: false,
             disk_full: false,
@@ -172,6 +178,7 @@ impl<S: Storage> Log<S> {
             prepare: Notify::default(),
             prepared: Notify::default(),
             space: Notify::default(),
+            reserved: Notify::default(),
         });
         Ok((Self { shared }, recovered.report))
     }

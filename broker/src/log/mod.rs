@@ -36,6 +36,7 @@ mod layout;
 mod preparer;
 mod reader;
 mod recovery;
+mod reserve;
 mod retention;
 mod shared;
 mod state;
@@ -55,6 +56,7 @@ pub use error::{CorruptDetail, LogError};
 pub use handle::Log;
 pub use index::{IndexEntry, ResumePoint, SparseIndex};
 pub use layout::{commit_span, index_path, segment_path, PREPARED_FILE_NAME};
+pub use reserve::{reserve_claim_of, reserve_page, RESERVE_FILE_NAME};
 pub use shared::SharedBytes;
 use spool_wire::batch::BatchHeader;
 use sync::{Notify, NotifyWait};
@@ -280,9 +282,19 @@ pub struct RecoveryReport {
     /// batch at its position did not verify (crc, base offset): that
     /// segment was scanned from its start.
     pub resume_rejected: bool,
-    /// Bytes of segment files the recovery scans read (the torn-tail
-    /// search and the repair not counted).
+    /// Bytes of segment files recovery read: the scans of the batches, the
+    /// search for non-zero bytes after them and the torn-tail search (the
+    /// repair's one-page read not counted).
     pub scan_bytes_read: u64,
+    /// The written-bytes reservation bounded the last segment's search for
+    /// non-zero bytes: the search stopped at this file position instead of
+    /// the segment's capacity (`None`: no claim for that segment, an old
+    /// data directory, or a claim rejected below).
+    pub reserve_bound: Option<u64>,
+    /// The reservation file claimed a bound for a scanned segment below
+    /// the valid batches found in it (a stale or bogus claim): ignored,
+    /// that segment was searched to its capacity.
+    pub reserve_rejected: bool,
     /// The highest leader epoch in the header of a batch recovery read (0
     /// in an empty log). Trusted segments are not read; the newest batches
     /// always are.
@@ -305,6 +317,10 @@ pub struct LogStats {
     /// Witness pages written and synced: one per idle transition after a
     /// commit (`segment-format.md`, "Witness page").
     pub witness_pages: u64,
+    /// Writes of the reservation file (each synced): the durable bound of
+    /// written bytes extended (`segment-format.md`, "Written-bytes
+    /// reservation").
+    pub reservations: u64,
 }
 
 /// Summary of one segment, for tests and operators.

@@ -56,6 +56,7 @@ use super::layout::{
     index_path, page_ceil, page_floor, parse_name, segment_path, INDEX_SUFFIX, PREPARED_FILE_NAME,
     SEGMENT_SUFFIX,
 };
+use super::reserve::{self, Claim, RESERVE_FILE_NAME};
 use super::window::Window;
 use super::{Offset, RecoveryReport};
 use crate::io::{create_dir_durable, Storage, StorageFile};
@@ -73,6 +74,10 @@ pub(crate) struct RecoveredSegment<F> {
 
 pub(crate) struct Recovered<F> {
     pub segments: Vec<RecoveredSegment<F>>,
+    /// The reservation file (created empty when missing) and the claim it
+    /// durably records (synced before `recover` returns).
+    pub reserve_file: Rc<F>,
+    pub reserve_claim: Option<Claim>,
     /// Where the next commit starts in the last segment (page-aligned).
     pub next_commit_pos: u64,
     /// The last segment ends with a witness page (or holds no commit): no
@@ -99,6 +104,11 @@ struct Scan {
     highest_epoch: u32,
     /// Bytes read from the segment file.
     read_bytes: u64,
+    /// Where the search for non-zero bytes after `end` stopped: the
+    /// reservation's bound when it held, else the capacity.
+    search_end: u64,
+    /// A reservation bound was given but valid batches reach past it.
+    bound_rejected: bool,
 }
 
 /// Recovers the log in `dir`. `trust_below`: sealed segments whose persisted
@@ -144,6 +154,16 @@ pub(crate) async fn recover<S: Storage>(
         storage.remove(path).await?;
     }
     report.stale_files_removed = stale.len();
+    // The reservation file: which segment holds zeros from which position
+    // on (`reserve.rs`). Read as it is; synced below whatever it holds, so
+    // the claim the log continues from is the durable one.
+    let reserve_file = storage.open(&dir.join(RESERVE_FILE_NAME)).await?;
+    let reserve_len = reserve_file.len_bytes().await?;
+    let mut claim = None;
+    if reserve_len > 0 {
+        let bytes = reserve_file.read_at(0, PAGE_BYTES as usize).await?;
+        claim = reserve::decode(&bytes);
+    }
     if bases.is_empty() {
         // No zero-filled segment until the first append needs one (the
         // roll then renames the prepared file over this name): an empty
@@ -195,9 +215,10 @@ pub(crate) async fn recover<S: Storage>(
                 && trust_below.is_some_and(|bound| point.offset < bound)
                 && point.pos < capacity
         });
+        let zeros_from = claim.filter(|claim| claim.base == base).map(|claim| claim.bound);
         let mut scan = None;
         if let Some(point) = resume_here {
-            scan = scan_segment(&file, base, capacity, config, Some(point)).await?;
+            scan = scan_segment(&file, base, capacity, config, Some(point), zeros_from).await?;
             match &scan {
                 Some(_) => report.resumed_at = Some((path.clone(), point.pos)),
                 None => report.resume_rejected = true,
@@ -205,12 +226,16 @@ pub(crate) async fn recover<S: Storage>(
         }
         let scan = match scan {
             Some(scan) => scan,
-            None => match scan_segment(&file, base, capacity, config, None).await? {
+            None => match scan_segment(&file, base, capacity, config, None, zeros_from).await? {
                 Some(scan) => scan,
                 None => unreachable!("a scan from the segment start is never rejected"),
             },
         };
         report.scan_bytes_read += scan.read_bytes;
+        report.reserve_rejected |= scan.bound_rejected;
+        if is_last && scan.search_end < capacity {
+            report.reserve_bound = Some(scan.search_end);
+        }
         let mut end = scan.end;
         if let Some(dirty_end) = scan.dirty_end {
             let in_window = dirty_end - scan.end <= config.recovery_window_bytes();
@@ -224,7 +249,8 @@ pub(crate) async fn recover<S: Storage>(
             // Damage or a torn tail? A torn tail lies past every commit that
             // was durable; an intact later commit that recorded a watermark
             // above the stop point proves the stop point was durable.
-            let watermark = highest_watermark_after(&file, scan.end, dirty_end).await?;
+            let (watermark, read) = highest_watermark_after(&file, scan.end, dirty_end).await?;
+            report.scan_bytes_read += read;
             if let Some(watermark) = watermark.filter(|watermark| *watermark > scan.next_offset) {
                 let detail = CorruptDetail::BelowWatermark {
                     offset: scan.next_offset,
@@ -237,6 +263,16 @@ pub(crate) async fn recover<S: Storage>(
             report.truncated_bytes = dirty_end - scan.end;
         }
         if is_last {
+            // The repair's filler may end a page past the bound (a filler
+            // lost from the last page below it): the claim moves first.
+            if let Some(bound) = zeros_from.filter(|bound| *bound == scan.search_end) {
+                let reach = page_ceil(scan.end + FILLER_BYTES_MIN).min(capacity);
+                if !scan.end.is_multiple_of(PAGE_BYTES) && reach > bound {
+                    let moved = Claim { base, bound: reach };
+                    reserve::write_claim(&reserve_file, moved).await.map_err(|(_, e)| e)?;
+                    claim = Some(moved);
+                }
+            }
             end = repair_tail(&file, &scan, capacity, leader_epoch).await?;
             // Trailing witness pages hold no acknowledged byte: the next
             // commit reuses the first one's page, as it would have before
@@ -270,15 +306,30 @@ pub(crate) async fn recover<S: Storage>(
     for file in &scanned {
         file.fdatasync().await?;
     }
+    if reserve_len > 0 {
+        // What a killed process wrote and did not sync is readable here: the
+        // log's rule (nothing past a claim that a crash could leave) must
+        // hold for the claim it continues from.
+        reserve_file.fdatasync().await?;
+    }
     storage.sync_dir(dir).await?;
     report.segments_synced = scanned.len();
     report.segments = segments.len();
     report.next_offset = Offset(expected.unwrap_or(0));
-    Ok(Recovered { segments, next_commit_pos, tail_witnessed, report })
+    Ok(Recovered {
+        segments,
+        reserve_file: Rc::new(reserve_file),
+        reserve_claim: claim,
+        next_commit_pos,
+        tail_witnessed,
+        report,
+    })
 }
 
 /// Reads every batch of one segment from position 0 (or from `resume`),
-/// then finds how far non-zero bytes reach after the last valid one.
+/// then finds how far non-zero bytes reach after the last valid one: up to
+/// `zeros_from` (the reservation's bound for this segment) when the valid
+/// batches end at or below it, else up to the capacity.
 /// `None` only with `resume`, when the batch at its position is not a valid
 /// data or control batch with its offset: the point is stale or wrong.
 async fn scan_segment<F: StorageFile>(
@@ -287,9 +338,14 @@ async fn scan_segment<F: StorageFile>(
     capacity: u64,
     config: &LogConfig,
     resume: Option<&ResumePoint>,
+    zeros_from: Option<u64>,
 ) -> Result<Option<Scan>, LogError> {
     let header_bytes = BATCH_HEADER_BYTES as u64;
     let mut window = Window::new(file, SCAN_CHUNK_BYTES);
+    if let Some(bound) = zeros_from {
+        // The page at the bound is read too (the probe below).
+        window = window.ahead_until(bound.min(capacity) + PAGE_BYTES);
+    }
     let mut pos = 0u64;
     let mut expected = base;
     let mut index = SparseIndex::default();
@@ -362,10 +418,25 @@ async fn scan_segment<F: StorageFile>(
         // zeros): not the batch the point names.
         return Ok(None);
     }
+    // Every byte the committers wrote lies below the bound (they extend it
+    // durably first). Valid batches past it, or a non-zero byte in the page
+    // at it, mean the claim is not this segment's (stale or bogus): search
+    // to the capacity, as without one.
+    let mut search_end = capacity;
+    let mut bound_rejected = false;
+    if let Some(bound) = zeros_from.map(|bound| bound.min(capacity)) {
+        let probe_clean =
+            bound >= capacity || window.get(bound, PAGE_BYTES).await?.iter().all(|byte| *byte == 0);
+        if pos <= bound && probe_clean {
+            search_end = bound;
+        } else {
+            bound_rejected = true;
+        }
+    }
     let mut dirty_end = None;
     let mut at = pos;
-    while at < capacity {
-        let len = SCAN_CHUNK_BYTES.min(capacity - at);
+    while at < search_end {
+        let len = SCAN_CHUNK_BYTES.min(search_end - at);
         let bytes = window.get(at, len).await?;
         if bytes.is_empty() {
             break;
@@ -385,6 +456,8 @@ async fn scan_segment<F: StorageFile>(
         stop,
         highest_epoch,
         read_bytes: window.read_bytes(),
+        search_end,
+        bound_rejected,
     }))
 }
 
@@ -397,15 +470,16 @@ async fn scan_segment<F: StorageFile>(
 /// itself: a filler's body is zeros and its header may end in zero bytes,
 /// so the last non-zero byte can lie inside the header of the very filler
 /// that vouches (a watermark page is nothing but that filler).
+/// Also returns the bytes it read.
 async fn highest_watermark_after<F: StorageFile>(
     file: &F,
     from: u64,
     dirty_end: u64,
-) -> Result<Option<u64>, LogError> {
+) -> Result<(Option<u64>, u64), LogError> {
     let header_bytes = BATCH_HEADER_BYTES as u64;
-    let mut window = Window::new(file, SCAN_CHUNK_BYTES);
-    let mut highest = None;
     let limit = page_ceil(dirty_end);
+    let mut window = Window::new(file, SCAN_CHUNK_BYTES).ahead_until(limit);
+    let mut highest = None;
     let mut page = page_floor(from) + PAGE_BYTES;
     while page + header_bytes <= limit {
         let mut pos = page;
@@ -426,7 +500,7 @@ async fn highest_watermark_after<F: StorageFile>(
         }
         page = page_ceil(pos.max(page + 1));
     }
-    Ok(highest)
+    Ok((highest, window.read_bytes()))
 }
 
 /// Makes the last segment end cleanly on a page boundary: zero the torn

@@ -11,6 +11,7 @@ use std::rc::Rc;
 use super::config::LogConfig;
 use super::index::{IndexEntry, SparseIndex};
 use super::layout::commit_span;
+use super::reserve::Reservation;
 use super::sync::Notify;
 use super::{CommitCell, CommitStatus, FatalCode, FatalHandler, FatalReason, LogStats};
 use crate::io::{IoError, Storage, StorageFile};
@@ -93,6 +94,8 @@ pub(super) struct Job<F: StorageFile> {
 /// whose watermark covers every durable commit, written where the next
 /// commit will start (`segment-format.md`, "Witness page").
 pub(super) struct WitnessJob<F: StorageFile> {
+    pub(super) base: u64,
+    pub(super) capacity: u64,
     pub(super) pos: u64,
     pub(super) buf: Rc<F::Buf>,
     pub(super) file: Rc<F>,
@@ -128,6 +131,9 @@ pub(super) struct State<F: StorageFile> {
     /// A witness page is being written or synced: no commit starts until it
     /// is synced (the next commit reuses its page).
     pub(super) witness_inflight: bool,
+    /// The written-bytes reservation: no byte of a segment is written at or
+    /// past the bound a claim for it makes until a larger one is synced.
+    pub(super) reservation: Reservation<F>,
     /// The zero-filled next segment under its temporary name, and its size.
     pub(super) prepared: Option<(Rc<F>, u64)>,
     pub(super) roll_waiting: bool,
@@ -177,6 +183,8 @@ pub(super) struct Shared<S: Storage> {
     pub(super) prepared: Notify,
     /// Pending bytes dropped.
     pub(super) space: Notify,
+    /// A reservation write was synced (or the log failed).
+    pub(super) reserved: Notify,
 }
 
 /// Takes the open gather, advancing the gather position past its pages.
@@ -212,9 +220,15 @@ impl<S: Storage> Shared<S> {
         for commit in commits {
             commit.resolve(CommitStatus::Failed(reason.clone()));
         }
-        for notify in
-            [&self.work, &self.durable, &self.named, &self.prepare, &self.prepared, &self.space]
-        {
+        for notify in [
+            &self.work,
+            &self.durable,
+            &self.named,
+            &self.prepare,
+            &self.prepared,
+            &self.space,
+            &self.reserved,
+        ] {
             notify.notify_all();
         }
         self.fatal.fatal(&FatalReason { code, message });

@@ -16,11 +16,29 @@ pub(crate) struct Window<'a, F: StorageFile> {
     at_eof: bool,
     /// Bytes read from the file so far.
     read_bytes: u64,
+    /// Reads ahead of what is asked stop here (what is asked is always read).
+    ahead_end: u64,
 }
 
 impl<'a, F: StorageFile> Window<'a, F> {
     pub fn new(file: &'a F, chunk_bytes: u64) -> Self {
-        Self { file, chunk_bytes, start: 0, bytes: None, at_eof: false, read_bytes: 0 }
+        Self {
+            file,
+            chunk_bytes,
+            start: 0,
+            bytes: None,
+            at_eof: false,
+            read_bytes: 0,
+            ahead_end: u64::MAX,
+        }
+    }
+
+    /// Reads ahead of what [`Window::get`] asks for stop at `end` (what is
+    /// asked past it is still read): a scan that knows where the bytes it
+    /// needs end reads no chunk beyond them.
+    pub fn ahead_until(mut self, end: u64) -> Self {
+        self.ahead_end = end;
+        self
     }
 
     /// Bytes `[pos, pos + len)`, shorter only at end of file.
@@ -31,7 +49,9 @@ impl<'a, F: StorageFile> Window<'a, F> {
         });
         if !covered {
             let start = page_floor(pos);
-            let want = page_ceil(pos - start + len.max(self.chunk_bytes));
+            let asked = page_ceil(pos + len);
+            let ahead = page_ceil(self.ahead_end.min(pos.saturating_add(self.chunk_bytes)));
+            let want = asked.max(ahead) - start;
             let bytes = self.file.read_at(start, want as usize).await?;
             self.at_eof = (bytes.len() as u64) < want;
             self.read_bytes += bytes.len() as u64;

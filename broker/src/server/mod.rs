@@ -481,6 +481,7 @@ impl ShardState {
             replayed_events = report.replayed_events,
             truncated_bytes = report.log.truncated_bytes,
             scan_bytes_read = report.log.scan_bytes_read,
+            reserve_bound = ?report.log.reserve_bound,
             resumed_at = ?report.log.resumed_at.as_ref().map(|(_, pos)| *pos),
             "partition open"
         );
