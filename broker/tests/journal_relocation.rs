@@ -47,6 +47,7 @@ fn log_config() -> LogConfig {
         data_pending_bytes_max: 128 * 1024,
         index_interval_bytes: 4096,
         tail_cache_bytes: 64 * 1024,
+        ..LogConfig::default()
     }
 }
 
