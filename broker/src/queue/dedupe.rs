@@ -72,7 +72,7 @@ const PRESIZE_DENOMINATOR: usize = 4;
 /// Smallest table of a generation.
 const SLOTS_MIN: usize = 64;
 /// Smallest capacity of a generation's first entry chunk (8 entries, 192 B).
-const FIRST_CHUNK_ENTRIES_MIN: usize = 8;
+const FIRST_CHUNK_FLOOR_ENTRIES: usize = 8;
 /// Sub-table size (256 KiB of slots) from which a full sub-table splits in
 /// two instead of growing; a grown one stays under 5/4 of it.
 pub(crate) const SUBTABLE_SLOTS_MAX: usize = 1 << 16;
@@ -173,7 +173,7 @@ struct Generation {
     /// Fixed chunks of `DEDUPE_CHUNK_ENTRIES` (only the last is partial), so
     /// the arena never holds a doubled `Vec`'s spare half — except the first,
     /// which starts at the generation's expected size (at least
-    /// `FIRST_CHUNK_ENTRIES_MIN`) and doubles up to a whole chunk: a quiet
+    /// `FIRST_CHUNK_FLOOR_ENTRIES`) and doubles up to a whole chunk: a quiet
     /// partition's few ids cost a few hundred bytes, not a 48 KiB chunk.
     chunks: Vec<Vec<Entry>>,
     /// `1 << depth` entries: the sub-table (index into `tables`) of the ids
@@ -277,10 +277,10 @@ fn closes(
 
 /// Tag kept in a slot: the hash's low byte (placement uses its high bits).
 /// Capacity of a generation's first entry chunk when `expected_len` ids are
-/// expected: the next power of two, between `FIRST_CHUNK_ENTRIES_MIN` and a
+/// expected: the next power of two, between `FIRST_CHUNK_FLOOR_ENTRIES` and a
 /// whole chunk (a power of two, so doubling never passes it).
 fn first_chunk_entries(expected_len: usize) -> usize {
-    expected_len.next_power_of_two().clamp(FIRST_CHUNK_ENTRIES_MIN, DEDUPE_CHUNK_ENTRIES)
+    expected_len.next_power_of_two().clamp(FIRST_CHUNK_FLOOR_ENTRIES, DEDUPE_CHUNK_ENTRIES)
 }
 
 fn tag_of(hash: u64) -> u32 {
@@ -1377,7 +1377,7 @@ mod tests {
             let generation = table.generations.back().expect("one generation");
             generation.chunks.iter().map(Vec::capacity).collect()
         };
-        assert_eq!(capacity(&table), vec![FIRST_CHUNK_ENTRIES_MIN]);
+        assert_eq!(capacity(&table), vec![FIRST_CHUNK_FLOOR_ENTRIES]);
         for n in 3..5_000 {
             table.record(&id(n), Offset(n), 1_000);
         }
