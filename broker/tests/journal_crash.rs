@@ -447,6 +447,7 @@ fn control_entries_go_ahead_of_ten_mebibytes_of_queued_data() {
         control_pending_bytes_max: 1 << 20,
         data_pending_bytes_max: 16 << 20,
         read_cache_bytes: 0,
+        read_ahead_bytes: 0,
     };
     let disk = SimStorage::new();
     let (journal, ..) =

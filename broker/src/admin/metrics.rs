@@ -559,6 +559,11 @@ pub fn encode(
         "Log reads that went to the segment files (the tail cache did not reach back far enough)",
         |s| s.io.reads_from_files
     );
+    shard_counter!(
+        "spool_shard_read_bytes",
+        "Bytes the shard read from its disk files (log, journal and side files)",
+        |s| s.io.read_bytes
+    );
     {
         let family = FloatCounters::<ShardLabels>::default();
         for shard in reports {

@@ -201,11 +201,13 @@ impl StorageFile for DmaSegmentFile {
         if len_bytes == 0 {
             return Ok(DmaRead::Empty);
         }
-        self.file
+        let read = self
+            .file
             .read_at_aligned(pos, len_bytes)
             .await
-            .map(DmaRead::Read)
-            .map_err(|error| IoError::new(IoOp::Read, &self.path, Some(pos), to_io(error)))
+            .map_err(|error| IoError::new(IoOp::Read, &self.path, Some(pos), to_io(error)))?;
+        super::stats::record_read_bytes(read.len());
+        Ok(DmaRead::Read(read))
     }
 
     async fn fdatasync(&self) -> Result<(), IoError> {

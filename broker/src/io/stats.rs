@@ -59,6 +59,7 @@ struct IoCounters {
     commit_duration_sum_us: Cell<u64>,
     reads_from_cache: Cell<u64>,
     reads_from_files: Cell<u64>,
+    read_bytes: Cell<u64>,
 }
 
 thread_local! {
@@ -73,6 +74,7 @@ thread_local! {
             commit_duration_sum_us: Cell::new(0),
             reads_from_cache: Cell::new(0),
             reads_from_files: Cell::new(0),
+            read_bytes: Cell::new(0),
         }
     };
 }
@@ -99,6 +101,8 @@ pub struct IoSnapshot {
     pub reads_from_cache: u64,
     /// Log reads that went to the segment files.
     pub reads_from_files: u64,
+    /// Bytes read from the disk by this thread (every file kind).
+    pub read_bytes: u64,
 }
 
 impl IoSnapshot {
@@ -112,6 +116,13 @@ impl IoSnapshot {
 pub fn record_write(bytes: usize) {
     COUNTERS.with(|counters| {
         counters.written_bytes.set(counters.written_bytes.get().saturating_add(bytes as u64));
+    });
+}
+
+/// Counts `bytes` read from the disk by this thread.
+pub fn record_read_bytes(bytes: usize) {
+    COUNTERS.with(|counters| {
+        counters.read_bytes.set(counters.read_bytes.get().saturating_add(bytes as u64));
     });
 }
 
@@ -212,6 +223,7 @@ pub fn snapshot() -> IoSnapshot {
         commit_duration_sum_us: counters.commit_duration_sum_us.get(),
         reads_from_cache: counters.reads_from_cache.get(),
         reads_from_files: counters.reads_from_files.get(),
+        read_bytes: counters.read_bytes.get(),
     })
 }
 
@@ -274,6 +286,8 @@ mod tests {
             record_read(true);
             record_read(true);
             record_read(false);
+            record_read_bytes(1 << 20);
+            record_read_bytes(4096);
             snapshot()
         })
         .join()
@@ -282,6 +296,7 @@ mod tests {
         assert_eq!(seen.commit_buckets[1], 1);
         assert_eq!(seen.commit_buckets[COMMIT_BUCKETS - 1], 1);
         assert_eq!(seen.commit_sum_bytes, 4096 + 4097 + (1 << 30));
+        assert_eq!(seen.read_bytes, (1 << 20) + 4096);
         let mut durations = [0; BUCKETS];
         durations[0] = 1;
         durations[4] = 1;

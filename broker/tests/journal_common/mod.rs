@@ -29,6 +29,7 @@ pub fn small_config() -> JournalConfig {
         control_pending_bytes_max: 1 << 20,
         data_pending_bytes_max: 1 << 20,
         read_cache_bytes: 32 * 1024,
+        read_ahead_bytes: 32 * 1024,
     }
 }
 

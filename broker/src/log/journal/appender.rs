@@ -167,6 +167,11 @@ pub(super) struct State<F: StorageFile> {
     /// Recent durable commits, oldest first, for reads (`read_cache_bytes`).
     pub(super) cache: VecDeque<CachedCommit<F::Buf>>,
     pub(super) cache_bytes: u64,
+    /// Chunks of journal files read for entries the commit cache no longer
+    /// held, newest last, kept for the other partitions' reads of the same
+    /// bytes (`read_ahead_bytes`).
+    pub(super) chunks: VecDeque<super::read::ReadChunk>,
+    pub(super) chunk_bytes: u64,
     /// The zero-filled `next.prep`, ready for the next roll.
     prepared: Option<Rc<F>>,
     roll_waiting: bool,
@@ -273,6 +278,8 @@ impl<S: Storage> Journal<S> {
             files,
             cache: VecDeque::new(),
             cache_bytes: 0,
+            chunks: VecDeque::new(),
+            chunk_bytes: 0,
             prepared: None,
             roll_waiting: false,
             renaming: false,

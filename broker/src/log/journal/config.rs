@@ -34,6 +34,12 @@ pub const JOURNAL_INFLIGHT_COMMITS_DEFAULT: usize = 2;
 pub const JOURNAL_READ_CACHE_BYTES_DEFAULT: u64 = 8 << 20;
 /// Largest configurable read cache of one shard journal.
 pub const JOURNAL_READ_CACHE_BYTES_MAX: u64 = 1 << 30;
+/// Bytes of one read of a journal file for entries the commit cache no
+/// longer holds: a lagging consumer's partition finds its entries spread
+/// between every other partition's, so each read takes a whole chunk
+/// (aligned to a multiple of it) and keeps it for the partitions that come
+/// next (`read_ahead_bytes`).
+pub const JOURNAL_READ_CHUNK_BYTES: u64 = 256 << 10;
 
 const _: () = assert!(JOURNAL_FILE_BYTES_DEFAULT.is_multiple_of(PAGE_BYTES));
 const _: () = assert!(JOURNAL_FILE_BYTES_MIN.is_multiple_of(PAGE_BYTES));
@@ -43,6 +49,7 @@ const _: () = assert!(CONTROL_PENDING_BYTES_DEFAULT >= CONTROL_COMMIT_BYTES_DEFA
 const _: () = assert!(DATA_PENDING_BYTES_DEFAULT >= ENTRY_BYTES_MAX);
 const _: () = assert!(JOURNAL_INFLIGHT_COMMITS_DEFAULT <= INFLIGHT_COMMITS_MAX);
 const _: () = assert!(JOURNAL_READ_CACHE_BYTES_DEFAULT <= JOURNAL_READ_CACHE_BYTES_MAX);
+const _: () = assert!(JOURNAL_READ_CHUNK_BYTES.is_multiple_of(PAGE_BYTES));
 
 /// Runtime configuration of one shard journal.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -67,6 +74,10 @@ pub struct JournalConfig {
     /// read goes to the file). Whole commits are cached, the oldest dropped
     /// first.
     pub read_cache_bytes: u64,
+    /// Bytes of chunks read from journal files kept in memory for the
+    /// reads that follow (0: each read's chunk serves that read only).
+    /// Chunks of [`JOURNAL_READ_CHUNK_BYTES`], the oldest dropped first.
+    pub read_ahead_bytes: u64,
 }
 
 impl Default for JournalConfig {
@@ -80,6 +91,7 @@ impl Default for JournalConfig {
             control_pending_bytes_max: CONTROL_PENDING_BYTES_DEFAULT,
             data_pending_bytes_max: DATA_PENDING_BYTES_DEFAULT,
             read_cache_bytes: JOURNAL_READ_CACHE_BYTES_DEFAULT,
+            read_ahead_bytes: JOURNAL_READ_CACHE_BYTES_DEFAULT,
         }
     }
 }
@@ -118,7 +130,8 @@ impl JournalConfig {
     /// The journal of a shard whose partitions were configured with
     /// `log` (the segment log's settings, `BrokerConfig::log_config`): the
     /// same commit size, commits in flight, per-lane pending bounds and read
-    /// cache; files of `segment_bytes` (at least [`JOURNAL_FILE_BYTES_MIN`]
+    /// cache (`tail_cache_bytes` for the commit cache, and as much again for
+    /// chunks read from the files); files of `segment_bytes` (at least [`JOURNAL_FILE_BYTES_MIN`]
     /// and large enough for the largest commit); entries as large as the
     /// largest batch plus its header. A control commit must take the
     /// largest control batch a partition appends (a claim or fence of
@@ -148,6 +161,7 @@ impl JournalConfig {
                 .data_pending_bytes_max
                 .clamp(entry_bytes_max, LANE_PENDING_BYTES_MAX),
             read_cache_bytes: log.tail_cache_bytes.min(JOURNAL_READ_CACHE_BYTES_MAX),
+            read_ahead_bytes: log.tail_cache_bytes.min(JOURNAL_READ_CACHE_BYTES_MAX),
         };
         config.file_bytes =
             config.file_bytes.max(config.commit_span_max()).min(JOURNAL_FILE_BYTES_MAX);
@@ -192,6 +206,7 @@ impl JournalConfig {
             }
         }
         in_range("read_cache_bytes", self.read_cache_bytes, 0, JOURNAL_READ_CACHE_BYTES_MAX)?;
+        in_range("read_ahead_bytes", self.read_ahead_bytes, 0, JOURNAL_READ_CACHE_BYTES_MAX)?;
         let commit_span_bytes = self.commit_span_max();
         if commit_span_bytes > self.file_bytes {
             return Err(JournalConfigError::FileTooSmall {

@@ -16,12 +16,14 @@ use std::rc::Rc;
 use spool_wire::batch::BatchHeader;
 
 use super::appender::{CachedCommit, Journal};
+use super::config::JOURNAL_READ_CHUNK_BYTES;
 use super::entry::{check_payload, EntryError, EntryHeader, ENTRY_HEADER_BYTES};
 use super::error::{JournalDamage, JournalError};
 use super::JournalPos;
-use crate::io::{Storage, StorageFile};
-use crate::limits::{PAGE_BYTES, SCAN_CHUNK_BYTES};
-use crate::log::window::Window;
+use crate::io::Storage;
+use crate::io::StorageFile;
+use crate::limits::PAGE_BYTES;
+use crate::log::layout::{page_ceil, page_floor};
 use crate::log::{ReadBatch, SharedBytes};
 
 impl<S: Storage> Journal<S> {
@@ -41,9 +43,15 @@ impl<S: Storage> Journal<S> {
     }
 
     /// The batches of the durable entries at `positions`, one per position,
-    /// in the order given. Consecutive positions in one file that lie close
-    /// together are served from one read of up to `read_bytes` (at most
-    /// [`SCAN_CHUNK_BYTES`]).
+    /// in the order given. An entry the commit cache no longer holds is
+    /// served from a chunk of its file: one read of
+    /// [`JOURNAL_READ_CHUNK_BYTES`] (aligned to a multiple of it, longer
+    /// only for an entry that crosses its end), checked entry by entry and
+    /// kept for the reads that follow (`read_ahead_bytes`), since the
+    /// entries of the shard's other partitions lie between this one's.
+    /// `read_bytes` is how much the caller wants in all; a lone entry
+    /// asked with at most a page of `read_bytes` ([`Journal::read`]) reads
+    /// only the pages it needs.
     ///
     /// # Errors
     /// As [`Journal::read`], for the first position that fails.
@@ -54,36 +62,160 @@ impl<S: Storage> Journal<S> {
     ) -> Result<Vec<ReadBatch>, JournalError> {
         let durable = self.durable_position();
         let mut out = Vec::with_capacity(positions.len());
-        let chunk = read_bytes.div_ceil(PAGE_BYTES).max(1).saturating_mul(PAGE_BYTES);
-        let chunk = chunk.min(SCAN_CHUNK_BYTES);
-        let mut at = 0;
-        while at < positions.len() {
-            let pos = positions[at];
+        let mut went_to_file = false;
+        // The chunk read last, for a journal that keeps no chunks.
+        let mut last: Option<ReadChunk> = None;
+        let whole_chunks = positions.len() > 1 || read_bytes > PAGE_BYTES;
+        for &pos in positions {
             if pos >= durable {
                 return Err(JournalError::NotDurable { pos, durable });
             }
             if let Some(batch) = self.read_cached(pos)? {
                 out.push(batch);
-                at += 1;
                 continue;
             }
-            // Every following position in the same file, not in the cache,
-            // shares one window.
-            let (base, end, path, file) = self.file_for(pos).await?;
-            let mut window = Window::new(&*file, chunk);
-            while at < positions.len() {
-                let pos = positions[at];
-                if pos.0 < base || pos.0 >= end {
-                    break;
-                }
-                if pos >= durable {
-                    return Err(JournalError::NotDurable { pos, durable });
-                }
-                out.push(read_from_file(&mut window, &path, base, pos).await?);
-                at += 1;
+            if let Some(batch) = self.read_chunked(pos, last.as_ref())? {
+                out.push(batch);
+                continue;
+            }
+            went_to_file = true;
+            let chunk = self.read_chunk(pos, durable, whole_chunks).await?;
+            let Some(batch) = self.read_chunked(pos, Some(&chunk))? else {
+                unreachable!("a chunk read for an entry covers it")
+            };
+            out.push(batch);
+            self.keep_chunk(&chunk);
+            last = Some(chunk);
+        }
+        crate::io::stats::record_read(!went_to_file);
+        Ok(out)
+    }
+
+    /// The entry at `pos` from `last` or a kept chunk that holds all of it,
+    /// checked (crc included). `None` when no chunk holds the entry whole.
+    fn read_chunked(
+        &self,
+        pos: JournalPos,
+        last: Option<&ReadChunk>,
+    ) -> Result<Option<ReadBatch>, JournalError> {
+        let state = self.shared.state.borrow();
+        let oldest = state.files.keys().next().copied().unwrap_or(0);
+        if pos.0 < oldest {
+            return Ok(None);
+        }
+        let covering = last.into_iter().chain(state.chunks.iter().rev());
+        for chunk in covering.filter(|chunk| chunk.pos <= pos.0 && pos.0 < chunk.valid_end) {
+            if let Some(batch) = entry_in_chunk(&state.files, chunk, pos)? {
+                return Ok(Some(batch));
             }
         }
-        Ok(out)
+        Ok(None)
+    }
+
+    /// Reads the chunk of `pos`'s file that holds the entry at `pos`: from
+    /// the multiple of [`JOURNAL_READ_CHUNK_BYTES`] at or below it to the
+    /// next (`whole`; otherwise the entry's first page only), never past the
+    /// file. An entry that crosses that end gets a read of its own pages.
+    async fn read_chunk(
+        &self,
+        pos: JournalPos,
+        durable: JournalPos,
+        whole: bool,
+    ) -> Result<ReadChunk, JournalError> {
+        let (base, end, path, file) = self.file_for(pos).await?;
+        let off = pos.0 - base;
+        let file_len = end - base;
+        let (start, want) = if whole {
+            let start = off - off % JOURNAL_READ_CHUNK_BYTES;
+            (start, start + JOURNAL_READ_CHUNK_BYTES)
+        } else {
+            (page_floor(off), page_ceil(off + ENTRY_HEADER_BYTES as u64))
+        };
+        // Bytes past the durable watermark are not served: not read either.
+        let stop = want.min(file_len).min(page_ceil(durable.0 - base).max(start + PAGE_BYTES));
+        // An entry whose header a kept chunk holds runs past that chunk's
+        // end: only its own pages are read.
+        let (start, stop) = match self.kept_entry_len(pos) {
+            Some(len) if off + len <= file_len => (page_floor(off), page_ceil(off + len)),
+            _ => (start, stop),
+        };
+        let mut start = start;
+        let mut bytes = file.read_at(start, (stop - start) as usize).await?;
+        // An entry that runs past the chunk just read (its header, then its
+        // body): its own pages, read again to its end.
+        let header_end = off + ENTRY_HEADER_BYTES as u64;
+        if header_end > start + bytes.len() as u64 && header_end <= file_len {
+            start = page_floor(off);
+            bytes =
+                file.read_at(start, (page_ceil(header_end).min(file_len) - start) as usize).await?;
+        }
+        let head_at = (off - start) as usize;
+        if head_at + ENTRY_HEADER_BYTES <= bytes.len() {
+            if let Ok(header) = EntryHeader::decode_at(&bytes[head_at..], pos) {
+                let entry_end = off + u64::from(header.entry_len);
+                if entry_end > start + bytes.len() as u64 && entry_end <= file_len {
+                    start = page_floor(off);
+                    let stop = page_ceil(entry_end).min(file_len);
+                    bytes = file.read_at(start, (stop - start) as usize).await?;
+                }
+            }
+        }
+        let chunk_pos = base + start;
+        let read_end = chunk_pos + bytes.len() as u64;
+        let chunk = ReadChunk {
+            pos: chunk_pos,
+            valid_end: read_end.min(durable.0),
+            bytes: SharedBytes::new(bytes),
+        };
+        // An entry still short (a read that ended early, a damaged header):
+        // the checks name the byte.
+        if self.read_chunked(pos, Some(&chunk))?.is_none() {
+            return Err(unreadable(
+                path,
+                off,
+                EntryError::Truncated {
+                    needed: ENTRY_HEADER_BYTES,
+                    available: (read_end.min(durable.0)).saturating_sub(pos.0) as usize,
+                },
+            ));
+        }
+        Ok(chunk)
+    }
+
+    /// The length of the entry at `pos` when a kept chunk holds its intact
+    /// header but not all of it.
+    fn kept_entry_len(&self, pos: JournalPos) -> Option<u64> {
+        let state = self.shared.state.borrow();
+        state.chunks.iter().rev().find_map(|chunk| {
+            let valid = chunk.valid_end.min(chunk.pos + chunk.bytes.len() as u64);
+            if pos.0 < chunk.pos || pos.0 + ENTRY_HEADER_BYTES as u64 > valid {
+                return None;
+            }
+            let off = (pos.0 - chunk.pos) as usize;
+            EntryHeader::decode_at(&chunk.bytes[off..], pos)
+                .ok()
+                .map(|header| u64::from(header.entry_len))
+        })
+    }
+
+    /// Keeps `chunk` for later reads, dropping the oldest beyond
+    /// `read_ahead_bytes` and any of a file no longer held.
+    fn keep_chunk(&self, chunk: &ReadChunk) {
+        let max = self.shared.config.read_ahead_bytes;
+        let len = chunk.bytes.len() as u64;
+        if len > max {
+            return;
+        }
+        let mut state = self.shared.state.borrow_mut();
+        let oldest = state.files.keys().next().copied().unwrap_or(0);
+        state.chunks.push_back(chunk.clone());
+        state.chunk_bytes += len;
+        while state.chunk_bytes > max
+            || state.chunks.front().is_some_and(|front| front.pos < oldest)
+        {
+            let Some(old) = state.chunks.pop_front() else { break };
+            state.chunk_bytes -= old.bytes.len() as u64;
+        }
     }
 
     /// The entry at `pos` from the read cache, if a cached commit holds it.
@@ -170,32 +302,54 @@ impl<S: Storage> Journal<S> {
     pub fn read_cache_bytes(&self) -> u64 {
         self.shared.state.borrow().cache_bytes
     }
+
+    /// Bytes of file chunks kept for reads.
+    pub fn read_ahead_bytes(&self) -> u64 {
+        self.shared.state.borrow().chunk_bytes
+    }
 }
 
 fn unreadable(path: PathBuf, pos: u64, error: EntryError) -> JournalError {
     JournalError::Corrupt { path, pos, detail: JournalDamage::Unreadable(error) }
 }
 
-/// Reads and checks the entry at `pos` of the file whose byte 0 is `base`.
-async fn read_from_file<F: StorageFile>(
-    window: &mut Window<'_, F>,
-    path: &std::path::Path,
-    base: u64,
+/// The entry at `pos` if `chunk` holds all of it, checked (crc included);
+/// damage is named by file (from `files`) and byte.
+fn entry_in_chunk<F: StorageFile>(
+    files: &std::collections::BTreeMap<u64, super::appender::FileSlot<F>>,
+    chunk: &ReadChunk,
     pos: JournalPos,
-) -> Result<ReadBatch, JournalError> {
-    let off = pos.0 - base;
-    let bad = |error| unreadable(path.to_path_buf(), off, error);
-    let head = window.get(off, ENTRY_HEADER_BYTES as u64).await?;
-    let header = EntryHeader::decode_at(head, pos).map_err(bad)?;
+) -> Result<Option<ReadBatch>, JournalError> {
+    let off = (pos.0 - chunk.pos) as usize;
+    let valid = (chunk.valid_end - chunk.pos) as usize;
+    let bytes = &chunk.bytes[..valid.min(chunk.bytes.len())];
+    if off + ENTRY_HEADER_BYTES > bytes.len() {
+        return Ok(None);
+    }
+    let bad = |error| {
+        let base = files.range(..=pos.0).next_back().map_or(0, |(base, _)| *base);
+        let path = files.get(&base).map(|slot| slot.path.clone()).unwrap_or_default();
+        unreadable(path, pos.0 - base, error)
+    };
+    let header = EntryHeader::decode_at(&bytes[off..], pos).map_err(bad)?;
     if header.is_filler() {
         return Err(bad(EntryError::FillerPayload));
     }
-    let len = u64::from(header.entry_len);
-    let bytes = window.get(off, len).await?;
-    if (bytes.len() as u64) < len {
-        return Err(bad(EntryError::Truncated { needed: len as usize, available: bytes.len() }));
+    let end = off + header.entry_len as usize;
+    if end > bytes.len() {
+        return Ok(None);
     }
-    let batch = check_payload(&bytes[ENTRY_HEADER_BYTES..]).map_err(bad)?;
-    let header_bytes = ENTRY_HEADER_BYTES as u64;
-    Ok(ReadBatch { header: batch, bytes: window.share(off + header_bytes, len - header_bytes) })
+    let batch = check_payload(&bytes[off + ENTRY_HEADER_BYTES..end]).map_err(bad)?;
+    Ok(Some(ReadBatch { header: batch, bytes: chunk.bytes.slice(off + ENTRY_HEADER_BYTES..end) }))
+}
+
+/// A chunk of a journal file as read, and how much of it was durable then.
+#[derive(Clone)]
+pub(crate) struct ReadChunk {
+    /// Journal position of its first byte.
+    pos: u64,
+    /// Entries ending past this were not durable when it was read: they are
+    /// read again, not served from these bytes.
+    valid_end: u64,
+    bytes: SharedBytes,
 }
