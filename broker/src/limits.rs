@@ -93,6 +93,15 @@ pub const TAIL_CACHE_BYTES_DEFAULT: u64 = 8 << 20;
 /// scanning a segment at recovery.
 pub const ZERO_FILL_CHUNK_BYTES: u64 = 1 << 20;
 pub const SCAN_CHUNK_BYTES: u64 = 1 << 20;
+
+/// Bytes of one read of a journal file for entries the commit cache no
+/// longer holds: a lagging consumer's partition finds its entries spread
+/// between every other partition's, so each read takes a whole chunk
+/// (aligned to a multiple of it) and keeps it for the partitions that come
+/// next (`read_ahead_bytes`).
+pub const JOURNAL_READ_CHUNK_BYTES: u64 = 256 << 10;
+const _: () = assert!(JOURNAL_READ_CHUNK_BYTES.is_multiple_of(PAGE_BYTES));
+
 /// Default step of the written-bytes reservation (`log/reserve.rs`): the
 /// committers extend a segment's durable bound `Z` (every byte they ever
 /// wrote lies below it) this far past the commit that needs it, ahead of

@@ -34,12 +34,6 @@ pub const JOURNAL_INFLIGHT_COMMITS_DEFAULT: usize = 2;
 pub const JOURNAL_READ_CACHE_BYTES_DEFAULT: u64 = 8 << 20;
 /// Largest configurable read cache of one shard journal.
 pub const JOURNAL_READ_CACHE_BYTES_MAX: u64 = 1 << 30;
-/// Bytes of one read of a journal file for entries the commit cache no
-/// longer holds: a lagging consumer's partition finds its entries spread
-/// between every other partition's, so each read takes a whole chunk
-/// (aligned to a multiple of it) and keeps it for the partitions that come
-/// next (`read_ahead_bytes`).
-pub const JOURNAL_READ_CHUNK_BYTES: u64 = 256 << 10;
 
 const _: () = assert!(JOURNAL_FILE_BYTES_DEFAULT.is_multiple_of(PAGE_BYTES));
 const _: () = assert!(JOURNAL_FILE_BYTES_MIN.is_multiple_of(PAGE_BYTES));
@@ -49,7 +43,6 @@ const _: () = assert!(CONTROL_PENDING_BYTES_DEFAULT >= CONTROL_COMMIT_BYTES_DEFA
 const _: () = assert!(DATA_PENDING_BYTES_DEFAULT >= ENTRY_BYTES_MAX);
 const _: () = assert!(JOURNAL_INFLIGHT_COMMITS_DEFAULT <= INFLIGHT_COMMITS_MAX);
 const _: () = assert!(JOURNAL_READ_CACHE_BYTES_DEFAULT <= JOURNAL_READ_CACHE_BYTES_MAX);
-const _: () = assert!(JOURNAL_READ_CHUNK_BYTES.is_multiple_of(PAGE_BYTES));
 
 /// Runtime configuration of one shard journal.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -76,7 +69,8 @@ pub struct JournalConfig {
     pub read_cache_bytes: u64,
     /// Bytes of chunks read from journal files kept in memory for the
     /// reads that follow (0: each read's chunk serves that read only).
-    /// Chunks of [`JOURNAL_READ_CHUNK_BYTES`], the oldest dropped first.
+    /// Chunks of [`crate::limits::JOURNAL_READ_CHUNK_BYTES`], the oldest
+    /// dropped first.
     pub read_ahead_bytes: u64,
 }
 

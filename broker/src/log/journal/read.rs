@@ -16,13 +16,12 @@ use std::rc::Rc;
 use spool_wire::batch::BatchHeader;
 
 use super::appender::{CachedCommit, Journal};
-use super::config::JOURNAL_READ_CHUNK_BYTES;
 use super::entry::{check_payload, EntryError, EntryHeader, ENTRY_HEADER_BYTES};
 use super::error::{JournalDamage, JournalError};
 use super::JournalPos;
 use crate::io::Storage;
 use crate::io::StorageFile;
-use crate::limits::PAGE_BYTES;
+use crate::limits::{JOURNAL_READ_CHUNK_BYTES, PAGE_BYTES};
 use crate::log::layout::{page_ceil, page_floor};
 use crate::log::{ReadBatch, SharedBytes};
 
