@@ -179,12 +179,31 @@ async fn journal_layout_keeps_acknowledged_work_across_sigkill_and_keeps_its_sha
         "the refusal names both layouts:\n{}",
         refused.log
     );
-    // With its own settings it starts, and what was drained stays drained.
+    // With no layout set it starts with the recorded one (journal), and
+    // what was drained stays drained; a message sent now is there after a
+    // restart with the layout named explicitly.
+    let mut unset = journal_options().args;
+    let flag = unset.iter().position(|arg| arg == "--log-layout").unwrap();
+    unset.drain(flag..flag + 2);
+    broker.options_mut().args = unset;
+    broker.restart();
+    assert!(
+        broker.log().contains("starting with the data directory's recorded layout"),
+        "the broker says which layout it took:\n{}",
+        broker.log()
+    );
+    let client = broker.client().await;
+    let after = drain(&client, "stream", 100, 1).await;
+    assert!(after.is_empty(), "acked messages came back after a clean restart: {after:?}");
+    let producer = Producer::new(client.clone(), ProducerConfig::default()).unwrap();
+    producer.send("stream", Message::new("unset").id(message_id(4, 0))).await.unwrap();
+    drop((producer, client));
+    assert!(broker.terminate().success());
     broker.options_mut().args = journal_options().args;
     broker.restart();
     let client = broker.client().await;
     let after = drain(&client, "stream", 100, 1).await;
-    assert!(after.is_empty(), "acked messages came back after a clean restart: {after:?}");
+    assert_eq!(after.len(), 1, "the message sent with no layout set: {after:?}");
 }
 
 /// Bulk records enqueued one by one (each its own commit) into the

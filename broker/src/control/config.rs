@@ -211,6 +211,10 @@ pub struct BrokerConfig {
     /// How partitions keep their logs: each its own segment log, or one
     /// journal per shard. Fixed for a data directory at its creation.
     pub log_layout: LogLayout,
+    /// Whether `log_layout` was set (flag, environment or file). When it
+    /// was not, an existing data directory is started with the layout it
+    /// records and only a new one takes `log_layout` (the default).
+    pub log_layout_explicit: bool,
     /// Journal layout: the share of the held journal files that may carry
     /// no live record before the shard relocates the live entries of its
     /// oldest file (0..=1; 1 never relocates).
@@ -808,6 +812,7 @@ impl PartialConfig {
             segment_bytes: self.segment_bytes.unwrap_or(SEGMENT_BYTES_DEFAULT),
             tail_cache_bytes: self.tail_cache_bytes.unwrap_or(TAIL_CACHE_BYTES_DEFAULT),
             log_layout: self.log_layout.unwrap_or_default(),
+            log_layout_explicit: self.log_layout.is_some(),
             journal_garbage_ratio_max: self
                 .journal_garbage_ratio_max
                 .unwrap_or(Ratio(crate::limits::JOURNAL_GARBAGE_RATIO_MAX_DEFAULT)),
@@ -889,7 +894,8 @@ pub struct Cli {
     pub tail_cache_bytes: Option<u64>,
     /// How partitions keep their logs: `segments` (each its own segment
     /// log) or `journal` (one journal per shard); fixed for a data directory
-    /// when it is created [default: segments]. Env: SPOOL_LOG_LAYOUT.
+    /// when it is created; unset, an existing directory starts with the
+    /// layout it records [default: segments]. Env: SPOOL_LOG_LAYOUT.
     #[arg(long, value_enum)]
     pub log_layout: Option<LogLayout>,
     /// Journal layout: share of the held journal files that may carry no
@@ -1357,6 +1363,10 @@ mod tests {
         assert_eq!(config.shutdown_timeout_ms, 150);
         assert_eq!(config.log_config().tail_cache_bytes, 65536);
         assert_eq!(config.log_layout, LogLayout::Journal);
+        assert!(config.log_layout_explicit, "set in the file");
+        let unset = PartialConfig::default().resolve(1).unwrap();
+        assert_eq!(unset.log_layout, LogLayout::Segments);
+        assert!(!unset.log_layout_explicit, "the default is not an explicit choice");
     }
 
     // Goal: no auth file means authentication off; an auth file from the

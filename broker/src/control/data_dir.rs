@@ -240,8 +240,11 @@ impl DataDirFormat {
     /// `layout` and `shards` when there is none (a new directory, or one
     /// written before the record existed, which is of the segment layout),
     /// then checks that the broker may start this directory with `layout`
-    /// and `shards`. Call before the secret is created: a directory without
-    /// a secret is new.
+    /// and `shards`. A `layout` that was not set explicitly
+    /// (`layout_explicit` false) is only the default of a new directory:
+    /// an existing one keeps its recorded layout, which the caller reads
+    /// from the answer. Call before the secret is created: a directory
+    /// without a secret is new.
     ///
     /// # Errors
     /// [`DataDirError::LayoutMismatch`] and
@@ -250,6 +253,7 @@ impl DataDirFormat {
     pub fn load_or_create(
         lock: &DataDirLock,
         layout: LogLayout,
+        layout_explicit: bool,
         shards: u16,
     ) -> Result<DataDirFormat, DataDirError> {
         let dir = lock.dir();
@@ -277,7 +281,8 @@ impl DataDirFormat {
             }
             Err(source) => return Err(DataDirError::Io { op: "open format record", path, source }),
         };
-        if recorded.log_layout != layout {
+        // A layout nobody asked for follows the directory's record.
+        if layout_explicit && recorded.log_layout != layout {
             return Err(DataDirError::LayoutMismatch {
                 dir: dir.to_owned(),
                 recorded: recorded.log_layout,
@@ -430,7 +435,8 @@ mod tests {
 
     // Goal: a new directory records the layout it was created with (and,
     // for the journal, the shard count); a later start with the other
-    // layout or another shard count is refused naming both; a directory
+    // layout set explicitly or another shard count is refused naming both,
+    // a start that set no layout takes the recorded one; a directory
     // written before the record existed is of the segment layout. Method:
     // create, reopen with each mismatch, and a directory holding only a
     // secret.
@@ -438,18 +444,28 @@ mod tests {
     fn format_is_recorded_at_creation_and_enforced() {
         let dir = tempfile::tempdir().unwrap();
         let lock = DataDirLock::acquire(dir.path()).unwrap();
-        let created = DataDirFormat::load_or_create(&lock, LogLayout::Journal, 2).unwrap();
+        let created = DataDirFormat::load_or_create(&lock, LogLayout::Journal, true, 2).unwrap();
         assert_eq!(created, DataDirFormat { log_layout: LogLayout::Journal, shards: Some(2) });
         BrokerSecret::load_or_create(&lock).unwrap();
-        assert_eq!(DataDirFormat::load_or_create(&lock, LogLayout::Journal, 2).unwrap(), created);
-        let error = DataDirFormat::load_or_create(&lock, LogLayout::Segments, 2).unwrap_err();
+        assert_eq!(
+            DataDirFormat::load_or_create(&lock, LogLayout::Journal, true, 2).unwrap(),
+            created
+        );
+        let error = DataDirFormat::load_or_create(&lock, LogLayout::Segments, true, 2).unwrap_err();
         assert!(error.is_config_mismatch());
         let text = error.to_string();
         assert!(
             text.contains("log_layout = journal") && text.contains("log_layout = segments"),
             "{text}"
         );
-        let error = DataDirFormat::load_or_create(&lock, LogLayout::Journal, 3).unwrap_err();
+        // Not set explicitly: the journal directory starts as a journal,
+        // and its shard count is still enforced.
+        let followed = DataDirFormat::load_or_create(&lock, LogLayout::Segments, false, 2).unwrap();
+        assert_eq!(followed, created);
+        let error =
+            DataDirFormat::load_or_create(&lock, LogLayout::Segments, false, 3).unwrap_err();
+        assert!(matches!(error, DataDirError::ShardCountMismatch { recorded: 2, .. }), "{error}");
+        let error = DataDirFormat::load_or_create(&lock, LogLayout::Journal, true, 3).unwrap_err();
         let text = error.to_string();
         assert!(text.contains("for 2 shards") && text.contains("with 3 shards"), "{text}");
         assert!(matches!(
@@ -462,7 +478,7 @@ mod tests {
         let old = tempfile::tempdir().unwrap();
         let lock = DataDirLock::acquire(old.path()).unwrap();
         BrokerSecret::load_or_create(&lock).unwrap();
-        let error = DataDirFormat::load_or_create(&lock, LogLayout::Journal, 1).unwrap_err();
+        let error = DataDirFormat::load_or_create(&lock, LogLayout::Journal, true, 1).unwrap_err();
         assert!(matches!(
             error,
             DataDirError::LayoutMismatch {
@@ -471,11 +487,14 @@ mod tests {
                 ..
             }
         ));
+        // A layout nobody set follows the record instead of being refused.
+        let followed = DataDirFormat::load_or_create(&lock, LogLayout::Journal, false, 1).unwrap();
+        assert_eq!(followed.log_layout, LogLayout::Segments);
         // A segment directory takes any shard count.
-        DataDirFormat::load_or_create(&lock, LogLayout::Segments, 1).unwrap();
-        DataDirFormat::load_or_create(&lock, LogLayout::Segments, 4).unwrap();
+        DataDirFormat::load_or_create(&lock, LogLayout::Segments, true, 1).unwrap();
+        DataDirFormat::load_or_create(&lock, LogLayout::Segments, true, 4).unwrap();
         std::fs::write(old.path().join(FORMAT_FILE_NAME), "log_layout = tape\n").unwrap();
-        let error = DataDirFormat::load_or_create(&lock, LogLayout::Segments, 1).unwrap_err();
+        let error = DataDirFormat::load_or_create(&lock, LogLayout::Segments, true, 1).unwrap_err();
         assert!(matches!(error, DataDirError::FormatInvalid { .. }), "{error}");
     }
 

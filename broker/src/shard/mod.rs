@@ -650,7 +650,7 @@ impl Broker {
     /// # Errors
     /// [`StartError`]; map it to an exit with [`StartError::fatal_reason`].
     pub fn start<F: ShardHooksFactory>(
-        config: BrokerConfig,
+        mut config: BrokerConfig,
         factory: F,
     ) -> Result<Broker, StartError> {
         let cpus = cpus::allowed_cpus();
@@ -660,8 +660,19 @@ impl Broker {
         memlock::ensure(usize::from(shard_count) + 1)?;
         let lock = DataDirLock::acquire(&config.data_dir)?;
         // Before the secret: a directory without one is new and records the
-        // configured layout; an existing one must match its record.
-        DataDirFormat::load_or_create(&lock, config.log_layout, shard_count)?;
+        // configured layout; an existing one must match its record when a
+        // layout was set, and otherwise starts with the recorded one.
+        let format = DataDirFormat::load_or_create(
+            &lock,
+            config.log_layout,
+            config.log_layout_explicit,
+            shard_count,
+        )?;
+        if config.log_layout != format.log_layout {
+            tracing::info!(log_layout = %format.log_layout,
+                "no log_layout set: starting with the data directory's recorded layout");
+            config.log_layout = format.log_layout;
+        }
         let secret = BrokerSecret::load_or_create(&lock)?;
         // Read before anything starts, so a bad catalog is a start error.
         let catalog = catalog::load(lock.dir())?.unwrap_or_else(|| Catalog::empty(shard_count));
