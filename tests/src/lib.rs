@@ -323,6 +323,40 @@ impl SpooldOptions {
     }
 }
 
+/// Spawns `command` from a thread that lives as long as the test process.
+///
+/// The broker's command sets `PR_SET_PDEATHSIG`, which fires when the
+/// *thread* that forked the child exits, not the process. A start made on a
+/// pooled thread (tokio's `spawn_blocking`, whose idle threads exit after
+/// 10 s) would have its broker SIGKILLed some seconds later, in the middle
+/// of a test: the kill loop's final drain over a 256-partition queue found
+/// both shard ports refusing that way. One lasting spawner thread forks
+/// every broker instead.
+fn spawn_lasting(command: Command) -> std::io::Result<Child> {
+    type Request = (Command, std::sync::mpsc::Sender<std::io::Result<Child>>);
+    static SPAWNER: OnceLock<std::sync::Mutex<std::sync::mpsc::Sender<Request>>> = OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (requests, incoming) = std::sync::mpsc::channel::<Request>();
+        std::thread::Builder::new()
+            .name("spoold-spawner".to_owned())
+            .spawn(move || {
+                for (mut command, answer) in incoming {
+                    // The asker may have given up (a panicking test).
+                    let _ = answer.send(command.spawn());
+                }
+            })
+            .expect("start the spawner thread");
+        std::sync::Mutex::new(requests)
+    });
+    let (answer, answered) = std::sync::mpsc::channel();
+    spawner
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .send((command, answer))
+        .expect("the spawner thread lives as long as the process");
+    answered.recv().expect("the spawner thread answers every request")
+}
+
 /// The command that runs `spoold` with the test settings.
 fn spoold_command(data_dir: &Path, base_port: u16, options: &SpooldOptions, log: &File) -> Command {
     let bin = options.bin.clone().unwrap_or_else(spoold_bin);
@@ -576,8 +610,8 @@ impl Spoold {
     fn spawn_and_wait(&mut self) -> Result<(), StartFailure> {
         assert!(self.child.is_none(), "spoold already running");
         let log = self.open_log();
-        let mut command = spoold_command(&self.data_dir(), self.base_port, &self.options, &log);
-        let child = command.spawn().expect("spawn spoold");
+        let command = spoold_command(&self.data_dir(), self.base_port, &self.options, &log);
+        let child = spawn_lasting(command).expect("spawn spoold");
         self.starts += 1;
         self.child = Some(child);
         let started = now();

@@ -36,6 +36,49 @@ async fn thirty_kills_on_the_journal_lose_nothing_acknowledged() {
     thirty_kills(config).await;
 }
 
+/// Partitions of the wide-queue run.
+const WIDE_PARTITIONS: u32 = 256;
+
+/// Kills of the wide-queue run (each restart reopens every partition and
+/// the check lists every partition's live messages).
+const WIDE_KILLS: u32 = 20;
+
+/// Unacked backlog the wide run's producers may build: random consumers
+/// find few messages per claim over 256 partitions, so a deeper backlog
+/// than the quick run's lets the enqueues reach most partitions.
+const WIDE_BACKLOG: usize = 4_000;
+
+// Goal: the same promises when the queue is wide: 256 partitions on the
+// journal layout, so many partitions' enqueues, claims and acks share each
+// commit and sync of a shard's journal, every restart reopens 128
+// partitions per shard from one journal, and the checker compares every
+// partition's live messages. Method: the quick loop with 256 partitions
+// and `--log-layout journal`; every violation count must be 0 and the
+// load must have reached well beyond a handful of partitions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_kills_of_a_256_partition_queue_on_the_journal_lose_nothing_acknowledged() {
+    let mut config = KillLoopConfig::quick(WIDE_KILLS, seed());
+    config.partitions = WIDE_PARTITIONS;
+    config.backlog_max = WIDE_BACKLOG;
+    config.spoold_args = vec!["--log-layout".to_owned(), "journal".to_owned()];
+    let report = run(config).await.expect("the kill loop finishes");
+    let json = report.to_json();
+    eprintln!("{json}");
+    assert_eq!(report.kills, WIDE_KILLS);
+    assert_eq!(report.violations_total(), 0, "violations: {json}");
+    assert!(report.acked_enqueues_checked >= 2_000, "too little load: {json}");
+    assert!(report.acks_acknowledged >= 2_000, "too few acks: {json}");
+    assert!(report.drained < report.acks_acknowledged, "no worker ack: {json}");
+    assert!(report.activity.live_checks > u64::from(WIDE_KILLS), "a check per restart: {json}");
+    assert!(report.witness_tokens_unexpired > 0, "no witness token outlived a restart: {json}");
+    assert_eq!(report.witness_tokens_refused, report.witness_tokens_tried, "{json}");
+    assert!(
+        report.partitions_used >= WIDE_PARTITIONS * 5 / 8,
+        "the load reached only {} partitions: {json}",
+        report.partitions_used
+    );
+}
+
 fn seed() -> u64 {
     let seed = std::env::var("SPOOL_KILLLOOP_SEED")
         .ok()

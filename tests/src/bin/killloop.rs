@@ -3,13 +3,16 @@
 //!
 //! ```text
 //! cargo run --release -p spool-tests --bin killloop -- --kills 200 --seed 7 [--cores 2] [--quick]
-//!     [--log-layout journal] [--spoold-arg=FLAG ...]
+//!     [--partitions 4] [--backlog 4000] [--log-layout journal] [--spoold-arg=FLAG ...]
 //! ```
 //!
 //! Exit code: 0 when every violation count is 0, 1 when any is not, 2 for a
 //! usage error, 3 when the run could not finish (the broker stopped
 //! answering). The seed goes to stderr first, so a run that dies still names
 //! it. `--quick` uses the test's short intervals and small load.
+//! `--partitions N` sets the queue's partition count (default 4);
+//! `--backlog N` the unacked enqueues at which producers pause (default
+//! 4,000, 1,000 with `--quick`).
 //! `--log-layout L` runs the broker on that log layout (`segments` or
 //! `journal`); each `--spoold-arg=FLAG` (or `--spoold-arg FLAG`) is passed
 //! to every `spoold` start as is, after the harness's own flags.
@@ -19,12 +22,14 @@ use std::process::ExitCode;
 use spool_tests::killloop::{run, KillLoopConfig};
 
 const USAGE: &str = "usage: killloop --kills N [--seed S] [--cores C] [--quick] \
-                     [--log-layout segments|journal] [--spoold-arg=FLAG ...]";
+                     [--partitions P] [--backlog B] [--log-layout segments|journal] [--spoold-arg=FLAG ...]";
 
 struct Args {
     kills: u32,
     seed: u64,
     cores: Option<u16>,
+    partitions: Option<u32>,
+    backlog: Option<usize>,
     quick: bool,
     spoold_args: Vec<String>,
 }
@@ -33,6 +38,8 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     let mut kills = None;
     let mut seed = None;
     let mut cores = None;
+    let mut partitions = None;
+    let mut backlog = None;
     let mut quick = false;
     let mut spoold_args = Vec::new();
     while let Some(arg) = args.next() {
@@ -48,6 +55,13 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
             "--seed" => seed = Some(value("--seed")?.parse().map_err(|e| format!("--seed: {e}"))?),
             "--cores" => {
                 cores = Some(value("--cores")?.parse().map_err(|e| format!("--cores: {e}"))?)
+            }
+            "--partitions" => {
+                partitions =
+                    Some(value("--partitions")?.parse().map_err(|e| format!("--partitions: {e}"))?)
+            }
+            "--backlog" => {
+                backlog = Some(value("--backlog")?.parse().map_err(|e| format!("--backlog: {e}"))?)
             }
             "--quick" => quick = true,
             "--spoold-arg" => spoold_args.push(value("--spoold-arg")?),
@@ -65,7 +79,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     let kills = kills.ok_or_else(|| format!("--kills is required\n{USAGE}"))?;
     // No seed given: one from the clock, printed so the run can be repeated.
     let seed = seed.unwrap_or_else(spool_tests::killloop::unix_ms);
-    Ok(Args { kills, seed, cores, quick, spoold_args })
+    Ok(Args { kills, seed, cores, partitions, backlog, quick, spoold_args })
 }
 
 fn main() -> ExitCode {
@@ -86,6 +100,12 @@ fn main() -> ExitCode {
     config.spoold_args = args.spoold_args;
     if let Some(cores) = args.cores {
         config.cores = cores;
+    }
+    if let Some(partitions) = args.partitions {
+        config.partitions = partitions;
+    }
+    if let Some(backlog) = args.backlog {
+        config.backlog_max = backlog;
     }
     let runtime =
         match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
@@ -132,5 +152,8 @@ mod tests {
             .expect("valid flags");
         assert_eq!(args.spoold_args, ["--log-layout", "journal", "--cores", "3"]);
         assert!(parse("--kills 1 --log-layout heap").is_err());
+        let args = parse("--kills 1 --partitions 256 --backlog 4000").expect("valid flags");
+        assert_eq!((args.partitions, args.backlog), (Some(256), Some(4000)));
+        assert!(parse("--kills 1 --partitions many").is_err());
     }
 }

@@ -240,7 +240,9 @@ pub(super) async fn check_witness(
 }
 
 /// Claims and acks everything live until the queue reports nothing ready,
-/// scheduled or claimed; returns how many were drained.
+/// scheduled or claimed; returns how many were drained. Each pass claims
+/// only from the partitions the queue reports as holding something, so a
+/// wide queue is not walked partition by partition with a long poll each.
 pub(super) async fn drain(
     shared: &Shared,
     client: &Client,
@@ -250,7 +252,31 @@ pub(super) async fn drain(
     let started = now();
     let mut drained = 0u64;
     loop {
-        for partition in (0..config.partitions).map(PartitionId) {
+        let described = retrying("describe", || admin.describe_queue(QUEUE)).await?;
+        let holding: Vec<PartitionId> = described
+            .partitions
+            .iter()
+            .filter(|p| p.ready + p.scheduled + p.claimed > 0)
+            .map(|p| p.partition)
+            .collect();
+        if holding.is_empty() && described.partitions.len() == config.partitions as usize {
+            return Ok(drained);
+        }
+        if started.elapsed() >= config.drain_timeout {
+            let remaining: u64 =
+                described.partitions.iter().map(|p| p.ready + p.scheduled + p.claimed).sum();
+            return Err(KillLoopError::Stuck(format!(
+                "drain: {remaining} messages still live in {} partitions after {:?}",
+                holding.len(),
+                config.drain_timeout
+            )));
+        }
+        if holding.is_empty() {
+            // Not every partition was described yet: ask again shortly.
+            tokio::time::sleep(ORCHESTRATOR_RETRY_PAUSE).await;
+            continue;
+        }
+        for partition in holding {
             let options = ClaimOptions {
                 worker: DRAIN_WORKER,
                 credits: spool_client::spool_wire::proto::limits::CLAIM_CREDITS_MAX,
@@ -293,18 +319,6 @@ pub(super) async fn drain(
                     });
                 }
             }
-        }
-        let described = retrying("describe", || admin.describe_queue(QUEUE)).await?;
-        let remaining: u64 =
-            described.partitions.iter().map(|p| p.ready + p.scheduled + p.claimed).sum();
-        if remaining == 0 && described.partitions.len() == config.partitions as usize {
-            return Ok(drained);
-        }
-        if started.elapsed() >= config.drain_timeout {
-            return Err(KillLoopError::Stuck(format!(
-                "drain: {remaining} messages still live after {:?}",
-                config.drain_timeout
-            )));
         }
     }
 }

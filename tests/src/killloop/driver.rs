@@ -171,6 +171,7 @@ async fn run_on(
         duration_s: started.elapsed().as_secs_f64(),
         acked_enqueues_checked: ledger.enqueued_count() as u64,
         acks_acknowledged: ledger.acked_count() as u64,
+        partitions_used: u32::try_from(ledger.partitions_enqueued()).unwrap_or(u32::MAX),
         drained,
         dead_letters: dead.len() as u64,
         witness_tokens_tried: tally.tried,

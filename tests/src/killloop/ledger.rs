@@ -337,6 +337,11 @@ impl Ledger {
         self.enqueued.len()
     }
 
+    /// Distinct partitions holding an acknowledged enqueue.
+    pub fn partitions_enqueued(&self) -> usize {
+        self.enqueued.values().map(|placement| placement.partition).collect::<HashSet<_>>().len()
+    }
+
     /// Acknowledged acks.
     pub fn acked_count(&self) -> usize {
         self.acked.len()

@@ -38,6 +38,8 @@ pub struct KillLoopReport {
     pub acked_enqueues_checked: u64,
     /// Acks acknowledged (workers and drain).
     pub acks_acknowledged: u64,
+    /// Distinct partitions that received an acknowledged enqueue.
+    pub partitions_used: u32,
     /// Messages the final drain claimed and acked.
     pub drained: u64,
     /// Dead letters at the end.
@@ -95,6 +97,7 @@ impl KillLoopReport {
             "duration_s": (self.duration_s * 10.0).round() / 10.0,
             "acked_enqueues_checked": self.acked_enqueues_checked,
             "acks_acknowledged": self.acks_acknowledged,
+            "partitions_used": self.partitions_used,
             "deliveries": a.deliveries,
             "drained": self.drained,
             "dead_letters": self.dead_letters,
