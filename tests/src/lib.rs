@@ -8,7 +8,8 @@
 //! restarted on the same directory and ports ([`Spoold::restart`]). Dropping
 //! a [`Spoold`] kills its process, and only it; the child also gets
 //! `PR_SET_PDEATHSIG`, so a test process killed by nextest's timeout does not
-//! leave a broker behind.
+//! leave a broker behind (every broker is forked by one lasting thread, since
+//! that signal follows the forking thread, not the process).
 //!
 //! It also finds the binaries under test ([`spoold_bin`], [`spool_bin`]):
 //! the workspace's `target/<profile>/` next to the test executable, built once
