@@ -145,6 +145,20 @@ pub const JOURNAL_RELEASE_INTERVAL_MS: u64 = 1_000;
 /// file being written and the relocation under way).
 pub const JOURNAL_GARBAGE_RATIO_MAX_DEFAULT: f64 = 0.5;
 
+/// Journal layout: default of `journal_retain_bytes`, the journal bytes a
+/// shard may hold before it asks the partitions pinning its oldest files
+/// for checkpoints (and relocates live entries). A file can only go once
+/// every partition with an entry in it has checkpointed past it: with
+/// thousands of partitions each holding a little of every file, releasing
+/// each file as soon as possible costs a checkpoint (a side file and its
+/// sync) per partition per file; holding up to this many bytes costs that
+/// once per this many bytes written. 8 files of the default 64 MiB; a
+/// restart replays at most about this much journal per shard.
+pub const JOURNAL_RETAIN_BYTES_DEFAULT: u64 = 512 << 20;
+
+/// Upper bound of `journal_retain_bytes` (1 TiB).
+pub const JOURNAL_RETAIN_BYTES_MAX: u64 = 1 << 40;
+
 /// Journal layout: most entry bytes one relocation pass of a shard copies
 /// (passes run at most every [`JOURNAL_RELEASE_INTERVAL_MS`]), so
 /// relocation takes a bounded share of the disk and never holds the

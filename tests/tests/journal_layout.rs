@@ -287,12 +287,15 @@ async fn wait_files_at_most(dir: &std::path::Path, most: usize) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn journal_files_are_released_after_acks_and_a_kill_after_the_release_loses_nothing() {
     let mut options = SpooldOptions::new(1);
-    // Relocation off: this is the release alone (files go as a prefix).
+    // Relocation off: this is the release alone (files go as a prefix);
+    // no retain budget: every file goes as soon as nobody needs it.
     options.args.extend([
         "--log-layout".to_owned(),
         "journal".to_owned(),
         "--journal-garbage-ratio-max".to_owned(),
         "1".to_owned(),
+        "--journal-retain-bytes".to_owned(),
+        "0".to_owned(),
     ]);
     let mut broker = Spoold::start_with(options);
     let journal_dir = broker.data_dir().join("shard-00").join("journal");
@@ -412,7 +415,12 @@ async fn journal_files_are_released_after_acks_and_a_kill_after_the_release_lose
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_early_unacked_record_is_relocated_and_the_journal_stays_bounded_across_a_kill() {
     let mut options = SpooldOptions::new(1);
-    options.args.extend(["--log-layout".to_owned(), "journal".to_owned()]);
+    options.args.extend([
+        "--log-layout".to_owned(),
+        "journal".to_owned(),
+        "--journal-retain-bytes".to_owned(),
+        "0".to_owned(),
+    ]);
     let mut broker = Spoold::start_with(options);
     let journal_dir = broker.data_dir().join("shard-00").join("journal");
     let client = broker.client().await;
@@ -455,4 +463,79 @@ async fn an_early_unacked_record_is_relocated_and_the_journal_stays_bounded_acro
         spool_client::PayloadView::Inline(b"early, never acked".as_slice())
     );
     assert!(wal_files(&journal_dir) <= 3);
+}
+
+/// `--journal-retain-bytes` for `budget`.
+fn retain_args(budget: u64) -> [String; 2] {
+    ["--journal-retain-bytes".to_owned(), budget.to_string()]
+}
+
+// Goal: below its retain budget a shard asks no checkpoint of an idle
+// partition pinning its oldest journal file (that costs a side file and a
+// sync per partition; with thousands of partitions, per file written), so
+// the files stay; once the shard holds more than the budget, the pass asks
+// for the checkpoint and the files go; nothing acked comes back across
+// the SIGKILL in between. Method: one shard, relocation off; partition 0
+// gets one record, acked (idle, no checkpoint: it pins the first file);
+// partition 1 gets 40 MiB one record at a time, acked. With a 1 GiB budget
+// three release passes leave every file and ask nothing; SIGKILL, restart
+// with a 16 MiB budget (the shard holds five 8 MiB files): the idle
+// partition is asked, files drop to at most two; then a drain finds
+// nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn below_its_retain_budget_a_shard_asks_no_checkpoint_and_above_it_files_go() {
+    let mut options = SpooldOptions::new(1);
+    options.args.extend([
+        "--log-layout".to_owned(),
+        "journal".to_owned(),
+        "--journal-garbage-ratio-max".to_owned(),
+        "1".to_owned(),
+    ]);
+    options.args.extend(retain_args(1 << 30));
+    let mut broker = Spoold::start_with(options);
+    let journal_dir = broker.data_dir().join("shard-00").join("journal");
+    let client = broker.client().await;
+    let admin = Admin::new(client.clone());
+    admin.create_queue("budget", test_queue_config(2, 30_000, 100)).await.unwrap();
+    let producer = Producer::new(client.clone(), ProducerConfig::default()).unwrap();
+    let (key0, key1) = (common::key_for(0, 2, 1), common::key_for(1, 2, 1));
+    producer.send("budget", Message::new("idle").key(key0).id(message_id(30, 0))).await.unwrap();
+    assert_eq!(ack_all(&client, "budget", 0, 1).await, vec![message_id(30, 0)]);
+    let payload = vec![5u8; BULK_PAYLOAD_BYTES];
+    for sequence in 0..BULK_RECORDS {
+        let message = Message::new(payload.clone()).key(key1.clone()).id(message_id(31, sequence));
+        producer.send("budget", message).await.unwrap();
+    }
+    let bulk = ack_all(&client, "budget", 1, BULK_RECORDS as usize).await;
+    assert_eq!(bulk.len(), BULK_RECORDS as usize);
+    let full = wal_files(&journal_dir);
+    assert!(full >= 5, "40 MiB over 8 MiB files: {full} files");
+    tokio::time::sleep(RELEASE_PASSES_WAIT).await;
+    let held = scrape(&broker);
+    assert_eq!(
+        held.sum("spool_journal_release_checkpoints_total"),
+        0.0,
+        "a checkpoint was asked below the budget"
+    );
+    assert_eq!(wal_files(&journal_dir), full, "the idle partition's pin was moved below budget");
+    assert_eq!(held.sum("spool_journal_released_files_total"), 0.0);
+
+    drop(producer);
+    drop(admin);
+    drop(client);
+    broker.kill();
+    let args = &mut broker.options_mut().args;
+    let at = args.iter().position(|arg| arg == "--journal-retain-bytes").unwrap();
+    args[at + 1] = (16u64 << 20).to_string();
+    broker.restart();
+    let left = wait_files_at_most(&journal_dir, 2).await;
+    assert!(left <= 2, "{full} journal files, {left} left over the budget");
+    let over = scrape(&broker);
+    assert!(
+        over.sum("spool_journal_release_checkpoints_total") >= 1.0,
+        "over the budget the idle partition was not asked for a checkpoint"
+    );
+    let client = broker.client().await;
+    let drained = drain(&client, "budget", 300, 2).await;
+    assert!(drained.is_empty(), "acked records came back: {} of them", drained.len());
 }

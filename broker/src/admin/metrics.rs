@@ -157,6 +157,7 @@ fn register_journal_figures(registry: &mut Registry, reports: &[ShardReport]) {
     let released_files = Counters::<ShardLabels>::default();
     let released_bytes = Counters::<ShardLabels>::default();
     let witnesses = Counters::<ShardLabels>::default();
+    let release_checkpoints = Counters::<ShardLabels>::default();
     let relocated_entries = Counters::<ShardLabels>::default();
     let relocated_bytes = Counters::<ShardLabels>::default();
     let dropped_entries = Counters::<ShardLabels>::default();
@@ -172,6 +173,7 @@ fn register_journal_figures(registry: &mut Registry, reports: &[ShardReport]) {
         released_files.get_or_create(&labels).inc_by(journal.released_files);
         released_bytes.get_or_create(&labels).inc_by(journal.released_bytes);
         witnesses.get_or_create(&labels).inc_by(journal.witnesses);
+        release_checkpoints.get_or_create(&labels).inc_by(journal.release_checkpoints);
         relocated_entries.get_or_create(&labels).inc_by(journal.relocated_entries);
         relocated_bytes.get_or_create(&labels).inc_by(journal.relocated_bytes);
         dropped_entries.get_or_create(&labels).inc_by(journal.relocation_dropped_entries);
@@ -215,6 +217,12 @@ fn register_journal_figures(registry: &mut Registry, reports: &[ShardReport]) {
         "Witness entries the journal made durable since the shard started (one page and one \
          sync each time its committers went idle after a commit)",
         witnesses,
+    );
+    registry.register(
+        "spool_journal_release_checkpoints",
+        "Checkpoints the journal release passes asked of partitions pinning an old file, since \
+         the shard started (only while it held more than journal_retain_bytes)",
+        release_checkpoints,
     );
     registry.register(
         "spool_journal_relocated_entries",

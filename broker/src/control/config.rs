@@ -219,6 +219,13 @@ pub struct BrokerConfig {
     /// no live record before the shard relocates the live entries of its
     /// oldest file (0..=1; 1 never relocates).
     pub journal_garbage_ratio_max: Ratio,
+    /// Journal layout: bytes of journal files a shard may hold before it
+    /// asks the partitions pinning its oldest files for checkpoints (and
+    /// relocates): below it only files nobody needs are released, so a
+    /// shard of many partitions pays a checkpoint per partition once per
+    /// this many bytes written instead of once per file
+    /// (`0..=JOURNAL_RETAIN_BYTES_MAX`; 0 releases as soon as it can).
+    pub journal_retain_bytes: u64,
     /// Most partitions this node hosts over all queues
     /// (`1..=PARTITIONS_PER_NODE_MAX`); a create past it is refused with
     /// `AssignmentError::TooManyPartitions`.
@@ -365,6 +372,12 @@ impl BrokerConfig {
         )?;
         check_range("tail_cache_bytes", self.tail_cache_bytes, 0, TAIL_CACHE_BYTES_MAX)?;
         check_range(
+            "journal_retain_bytes",
+            self.journal_retain_bytes,
+            0,
+            crate::limits::JOURNAL_RETAIN_BYTES_MAX,
+        )?;
+        check_range(
             "partitions_max",
             self.partitions_max.into(),
             1,
@@ -488,6 +501,7 @@ pub struct PartialConfig {
     pub tail_cache_bytes: Option<u64>,
     pub log_layout: Option<LogLayout>,
     pub journal_garbage_ratio_max: Option<Ratio>,
+    pub journal_retain_bytes: Option<u64>,
     pub partitions_max: Option<u32>,
     pub connections_per_shard_max: Option<u32>,
     pub in_flight_per_connection_max: Option<u32>,
@@ -527,6 +541,7 @@ pub const ENV_SETTINGS: &[&str] = &[
     "TAIL_CACHE_BYTES",
     "LOG_LAYOUT",
     "JOURNAL_GARBAGE_RATIO_MAX",
+    "JOURNAL_RETAIN_BYTES",
     "PARTITIONS_MAX",
     "FRAME_BYTES_MAX",
     "IDLE_TIMEOUT_MS",
@@ -622,6 +637,7 @@ pub const FILE_KEYS: &[&str] = &[
     "tail_cache_bytes",
     "log_layout",
     "journal_garbage_ratio_max",
+    "journal_retain_bytes",
     "partitions_max",
     "frame_bytes_max",
     "idle_timeout_ms",
@@ -711,6 +727,9 @@ impl PartialConfig {
                 "JOURNAL_GARBAGE_RATIO_MAX" => {
                     layer.journal_garbage_ratio_max = Some(parse_env(&name, &value)?)
                 }
+                "JOURNAL_RETAIN_BYTES" => {
+                    layer.journal_retain_bytes = Some(parse_env(&name, &value)?)
+                }
                 "PARTITIONS_MAX" => layer.partitions_max = Some(parse_env(&name, &value)?),
                 "CONNECTIONS_PER_SHARD_MAX" => {
                     layer.connections_per_shard_max = Some(parse_env(&name, &value)?)
@@ -765,6 +784,7 @@ impl PartialConfig {
             journal_garbage_ratio_max: higher
                 .journal_garbage_ratio_max
                 .or(self.journal_garbage_ratio_max),
+            journal_retain_bytes: higher.journal_retain_bytes.or(self.journal_retain_bytes),
             partitions_max: higher.partitions_max.or(self.partitions_max),
             connections_per_shard_max: higher
                 .connections_per_shard_max
@@ -816,6 +836,9 @@ impl PartialConfig {
             journal_garbage_ratio_max: self
                 .journal_garbage_ratio_max
                 .unwrap_or(Ratio(crate::limits::JOURNAL_GARBAGE_RATIO_MAX_DEFAULT)),
+            journal_retain_bytes: self
+                .journal_retain_bytes
+                .unwrap_or(crate::limits::JOURNAL_RETAIN_BYTES_DEFAULT),
             partitions_max: self.partitions_max.unwrap_or(PARTITIONS_MAX_DEFAULT),
             connections_per_shard_max: self
                 .connections_per_shard_max
@@ -904,6 +927,12 @@ pub struct Cli {
     /// 1 never relocates]. Env: SPOOL_JOURNAL_GARBAGE_RATIO_MAX.
     #[arg(long, value_name = "RATIO")]
     pub journal_garbage_ratio_max: Option<Ratio>,
+    /// Journal layout: journal bytes a shard holds before it asks the
+    /// partitions pinning its oldest files for checkpoints (and relocates)
+    /// [default: 536870912 (512 MiB); 0..=2^40, 0 releases as soon as it
+    /// can]. Env: SPOOL_JOURNAL_RETAIN_BYTES.
+    #[arg(long, value_name = "BYTES")]
+    pub journal_retain_bytes: Option<u64>,
     /// Partitions this node hosts over all queues [default: 10000;
     /// 1..=10000]. Env: SPOOL_PARTITIONS_MAX.
     #[arg(long, value_name = "N")]
@@ -973,6 +1002,7 @@ impl Cli {
             tail_cache_bytes: self.tail_cache_bytes,
             log_layout: self.log_layout,
             journal_garbage_ratio_max: self.journal_garbage_ratio_max,
+            journal_retain_bytes: self.journal_retain_bytes,
             partitions_max: self.partitions_max,
             connections_per_shard_max: self.connections_per_shard_max,
             in_flight_per_connection_max: self.in_flight_per_connection_max,
@@ -1141,6 +1171,14 @@ mod tests {
         assert!(matches!(
             port_overflow.resolve(2),
             Err(ConfigError::Invalid { field: "listen", .. })
+        ));
+        let retain = PartialConfig {
+            journal_retain_bytes: Some(crate::limits::JOURNAL_RETAIN_BYTES_MAX + 1),
+            ..Default::default()
+        };
+        assert!(matches!(
+            retain.resolve(1),
+            Err(ConfigError::OutOfRange { field: "journal_retain_bytes", .. })
         ));
         let frame = PartialConfig { frame_bytes_max: Some(100), ..Default::default() };
         assert!(matches!(

@@ -43,9 +43,13 @@
 //! tick takes the least journal position the shard's open partitions need
 //! ([`Partition::journal_pin`]: a checkpoint's scan start, or the oldest
 //! data entry a live record is read from) and removes every journal file
-//! wholly below it ([`Journal::release_below`]); a partition whose
-//! checkpoint would move its pin to a later file (an idle one) is asked for
-//! a checkpoint. Nothing is released while a partition the table gives the
+//! wholly below it ([`Journal::release_below`]). Once the shard holds more
+//! than `journal_retain_bytes` of journal files (or cannot prepare its next
+//! one), a partition whose checkpoint would move its pin to a later file
+//! (an idle one) is asked for a checkpoint, and the oldest file's live
+//! entries may be relocated; below the budget neither happens, so a shard
+//! of thousands of thinly written partitions pays their checkpoints once
+//! per budget written, not once per file. Nothing is released while a partition the table gives the
 //! shard is not open (its recovery may need any file), nor while a
 //! partition without a checkpoint is open (it pins position 0).
 //!
@@ -698,8 +702,9 @@ impl ShardState {
 
     /// Starts a journal release pass when one is due (journal layout; see
     /// the module docs): the least position the open partitions need, the
-    /// files wholly below it removed, and a checkpoint asked of each
-    /// partition whose pin a checkpoint would move to a later file.
+    /// files wholly below it removed, and, over the retain budget, a
+    /// checkpoint asked of each partition whose pin a checkpoint would move
+    /// to a later file.
     fn release_journal(self: &Rc<Self>) {
         let Some(journal) = self.journal.borrow().clone() else { return };
         let now = (self.clock)();
@@ -715,11 +720,22 @@ impl ShardState {
             return;
         }
         let files = journal.shard.journal();
+        // Checkpoints asked for and relocation only once the shard holds
+        // more than `journal_retain_bytes` (or cannot prepare its next
+        // file): with many partitions each holding a little of every file,
+        // releasing each file at once costs a checkpoint per partition per
+        // file; holding a budget costs that once per budget written.
+        let held = u64::try_from(files.file_count())
+            .unwrap_or(u64::MAX)
+            .saturating_mul(journal.file_bytes);
+        let over_budget = held > self.config.journal_retain_bytes || !files.next_file_prepared();
         let mut needed = files.durable_position();
+        let mut asked = 0;
         for entry in &served {
             let Some(pin) = entry.partition.journal_pin() else { return };
             needed = needed.min(pin);
-            if entry.partition.journal_checkpoint_frees() {
+            if over_budget && entry.partition.journal_checkpoint_frees() {
+                asked += 1;
                 let partition = entry.partition.clone();
                 glommio::spawn_local(async move {
                     if let Err(error) = partition.checkpoint().await {
@@ -731,11 +747,14 @@ impl ShardState {
         }
         let mut figures = journal.release.get();
         figures.needed_from = needed.0;
+        figures.release_checkpoints += asked;
         journal.release.set(figures);
         if files.file_base(needed) <= files.oldest_file() {
             // Nothing to release: the oldest file is pinned. Relocating its
             // live entries (when most held bytes are garbage) lets it go.
-            self.relocate_journal(&journal, served);
+            if over_budget {
+                self.relocate_journal(&journal, served);
+            }
             return;
         }
         journal.releasing.set(true);

@@ -237,6 +237,10 @@ pub struct JournalReport {
     /// Journal files released, and their bytes, since the shard started.
     pub released_files: u64,
     pub released_bytes: u64,
+    /// Checkpoints the release passes asked of partitions pinning an old
+    /// file since the shard started (only while the shard held more than
+    /// `journal_retain_bytes`).
+    pub release_checkpoints: u64,
     /// Witness entries the journal made durable since the shard started
     /// (one per idle transition, `shard-journal.md` §11).
     pub witnesses: u64,
