@@ -10,14 +10,17 @@
 
 mod journal_common;
 
+use std::cell::{Cell, RefCell};
 use std::path::Path;
+use std::rc::Rc;
+use std::task::{Poll, Waker};
 
 use futures_lite::future::{block_on, yield_now};
 use journal_common::{drive, open_collect, payload, small_config};
 use spool_broker::io::{CrashMode, IoOp, SimStorage};
 use spool_broker::log::journal::{
     journal_file_path, Journal, JournalDamage, JournalError, JournalPos, JournalTicket, Lane,
-    PartitionHandle,
+    PartitionHandle, WitnessDelay,
 };
 use spool_wire::batch::BatchKind;
 
@@ -282,4 +285,87 @@ fn a_failed_witness_write_is_fatal() {
     assert_eq!(reasons.len(), 1);
     assert_eq!(reasons[0].code, spool_broker::log::FatalCode::WriteFailed);
     assert_eq!(journal.stats().witnesses, 0);
+}
+
+/// A witness delay the test ends by hand: every delay made waits until
+/// [`Gate::open`]; counts the delays made.
+#[derive(Default)]
+struct Gate {
+    opened: Cell<bool>,
+    made: Cell<u32>,
+    wakers: RefCell<Vec<Waker>>,
+}
+
+impl Gate {
+    fn delay(self: &Rc<Self>) -> WitnessDelay {
+        let gate = self.clone();
+        Rc::new(move || {
+            gate.made.set(gate.made.get() + 1);
+            let gate = gate.clone();
+            Box::pin(std::future::poll_fn(move |cx| {
+                if gate.opened.get() {
+                    Poll::Ready(())
+                } else {
+                    gate.wakers.borrow_mut().push(cx.waker().clone());
+                    Poll::Pending
+                }
+            }))
+        })
+    }
+
+    fn open(&self) {
+        self.opened.set(true);
+        for waker in self.wakers.borrow_mut().drain(..) {
+            waker.wake();
+        }
+    }
+}
+
+#[test]
+fn a_witness_waits_out_its_delay_and_a_commit_within_it_vouches_instead() {
+    // Goal: with a witness delay, an idle transition followed by a commit within the delay
+    // costs no witness (the commit's headers vouch for the entries before it, so damage to
+    // them is still refused); the witness comes once the delay runs out with the journal
+    // still idle, and only then is damage to the last commit refused rather than cut — the
+    // window the delay trades for one write and sync less per commit of a thin stream.
+    // Method: a gate as the delay; three commits answered one by one (each an idle
+    // transition) with the gate shut; durable image A; open the gate; durable image B.
+    let disk = SimStorage::new();
+    let dir = Path::new(DIR);
+    let (journal, ..) =
+        block_on(open_collect(disk.clone(), dir, small_config(), JournalPos(0))).unwrap();
+    let gate = Rc::new(Gate::default());
+    journal.set_witness_delay(gate.delay());
+    let (entries, before, after) = block_on(drive(&journal, async {
+        let entries = one_by_one(&journal, Lane::Data, 3).await;
+        settle().await;
+        let stats = journal.stats();
+        assert_eq!((stats.commits, stats.witnesses), (3, 0), "no witness within the delay");
+        for (index, (ticket, _)) in entries.iter().enumerate() {
+            // One page each, end to end: no witness page between them.
+            assert_eq!(ticket.position(), Some(JournalPos(index as u64 * PAGE)));
+        }
+        assert_eq!(gate.made.get(), 3, "one delay per idle transition, each ended by work");
+        let before = disk.crash_image(CrashMode::DurableOnly);
+        gate.open();
+        settle().await;
+        assert_eq!(journal.stats().witnesses, 1, "the delay ran out idle: one witness");
+        (entries, before, disk.crash_image(CrashMode::DurableOnly))
+    }));
+    let second = entries[1].0.position().unwrap().0;
+    let last = entries[2].0.position().unwrap().0;
+    // Within the delay: the second commit is vouched for by the third's header.
+    let damaged = before.crash_image(CrashMode::DurableOnly);
+    let bytes = flip(&damaged, second + 100);
+    assert_refused_at(&damaged, second, &bytes);
+    // ... the last one by nothing yet: damage to it is cut like a torn tail.
+    let damaged = before.crash_image(CrashMode::DurableOnly);
+    flip(&damaged, last + 100);
+    let (_j, report, found, _) =
+        block_on(open_collect(damaged, dir, small_config(), JournalPos(0))).unwrap();
+    assert_eq!(found.len(), 2, "the unvouched last commit is cut: {report:?}");
+    // After the delay its witness vouches for it: refused.
+    let damaged = after.crash_image(CrashMode::DurableOnly);
+    let bytes = flip(&damaged, last + 100);
+    assert_refused_at(&damaged, last, &bytes);
 }

@@ -315,14 +315,19 @@ async fn journal_files_are_released_after_acks_and_a_kill_after_the_release_lose
         let message = Message::new(payload.clone()).key(key1.clone()).id(message_id(11, sequence));
         producer.send("rel", message).await.unwrap();
     }
+    // Idle past the witness delay (`JOURNAL_WITNESS_DELAY_MS`, 5 ms).
+    tokio::time::sleep(Duration::from_millis(200)).await;
     let after = scrape(&broker);
     let delta = |name: &str| after.sum(name) - before.sum(name);
     let commits = delta("spool_shard_commit_size_bytes_count");
     assert!(commits >= BULK_RECORDS as f64, "{commits} commits counted for {BULK_RECORDS} sends");
-    // Each send waits for its reply: the committers go idle after each commit.
+    // Each send waits for its reply: the committers go idle after each
+    // commit, mostly for less than the witness delay (the next send's
+    // commit vouches instead); the journal left idle after the last one
+    // writes its witness.
     let witnesses = delta("spool_journal_witnesses_total");
     assert!(
-        witnesses >= BULK_RECORDS as f64 / 2.0 && witnesses <= commits,
+        witnesses >= 1.0 && witnesses <= commits,
         "{witnesses} witness entries for {BULK_RECORDS} sends awaited one by one"
     );
     assert!(

@@ -675,6 +675,14 @@ impl ShardState {
                 .await
                 .map_err(journal_error)?;
         shard.journal().set_commit_observer(Rc::new(CommitTimer::default()));
+        shard.journal().set_witness_delay(Rc::new(|| {
+            Box::pin(async {
+                glommio::timer::Timer::new(Duration::from_millis(
+                    crate::limits::JOURNAL_WITNESS_DELAY_MS,
+                ))
+                .await;
+            })
+        }));
         let report = &recovery.report;
         tracing::info!(
             shard = self.shard.0,

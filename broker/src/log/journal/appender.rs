@@ -19,7 +19,11 @@
 //! witness entry: a one-page filler whose watermark is the durable
 //! watermark, written and synced like a commit without tickets, so
 //! recovery refuses damage to the last answered commits instead of cutting
-//! it (`shard-journal.md` §11, "Witness entries").
+//! it (`shard-journal.md` §11, "Witness entries"). With a witness delay
+//! set ([`Journal::set_witness_delay`]) the witness waits for it first: a
+//! commit built meanwhile vouches instead (its headers carry the
+//! watermark), so a thin steady stream — a commit every millisecond or so
+//! — does not pay a second write and sync for each commit.
 //!
 //! A commit that does not fit in the rest of its file starts the next one
 //! at the file's end position (the rest stays zero). Its committer first
@@ -183,7 +187,17 @@ pub(super) struct State<F: StorageFile> {
     workers_running: usize,
     background_started: bool,
     stats: JournalStats,
+    /// A committer waits out the witness delay (only one does).
+    witness_armed: bool,
+    /// The witness delay ran out with the journal still idle (or the open
+    /// found the last entries unvouched): the next idle committer builds
+    /// the witness at once. Cleared by every commit built.
+    witness_ripe: bool,
 }
+
+/// Makes the future a witness entry waits for before it is built
+/// ([`Journal::set_witness_delay`]).
+pub type WitnessDelay = Rc<dyn Fn() -> Pin<Box<dyn Future<Output = ()>>>>;
 
 pub(super) struct Shared<S: Storage> {
     pub(super) storage: S,
@@ -205,6 +219,9 @@ pub(super) struct Shared<S: Storage> {
     space: Notify,
     /// Told of every commit built and made durable (metrics).
     observer: RefCell<Option<Rc<dyn CommitObserver>>>,
+    /// What a witness waits for once the committers went idle; none: it is
+    /// built at once.
+    witness_delay: RefCell<Option<WitnessDelay>>,
 }
 
 /// Told of each commit when it is built and when it becomes durable (in the
@@ -287,6 +304,10 @@ impl<S: Storage> Journal<S> {
             workers_running: 0,
             background_started: false,
             stats: JournalStats::default(),
+            witness_armed: false,
+            // An open that found its last entries unvouched writes their
+            // witness without a delay.
+            witness_ripe: true,
         };
         let shared = Rc::new(Shared {
             storage,
@@ -301,6 +322,7 @@ impl<S: Storage> Journal<S> {
             prepared: Notify::default(),
             space: Notify::default(),
             observer: RefCell::new(None),
+            witness_delay: RefCell::new(None),
         });
         Ok((Self { shared }, recovered.report))
     }
@@ -461,6 +483,7 @@ impl<S: Storage> Journal<S> {
     /// Stops accepting appends; [`Journal::background`] completes once every
     /// queued entry is durable.
     pub fn close(&self) {
+        // A witness waiting out its delay is written at once.
         self.shared.state.borrow_mut().closing = true;
         for notify in [&self.shared.work, &self.shared.prepare, &self.shared.space] {
             notify.notify_all();
@@ -500,6 +523,17 @@ impl<S: Storage> Journal<S> {
     /// (replacing any earlier one).
     pub fn set_commit_observer(&self, observer: Rc<dyn CommitObserver>) {
         *self.shared.observer.borrow_mut() = Some(observer);
+    }
+
+    /// Makes every later witness entry wait for a future made by `delay`
+    /// once the committers went idle, and be skipped if a commit is built
+    /// meanwhile (its headers vouch for the same entries). The journal reads
+    /// no clock: the owner's timer decides how long. The trade: an answered
+    /// commit whose bytes are damaged on the medium before the delay ran
+    /// out and a later commit or witness vouched for it is cut at recovery
+    /// like a torn tail instead of refused (`shard-journal.md` §11).
+    pub fn set_witness_delay(&self, delay: WitnessDelay) {
+        *self.shared.witness_delay.borrow_mut() = Some(delay);
     }
 
     /// Whether a zero-filled `next.prep` is ready for the next roll.
@@ -571,6 +605,8 @@ impl<S: Storage> Shared<S> {
     /// idle; `None` when closed and drained (witness included), or failed.
     async fn next_job(&self) -> Option<Job<S::File>> {
         loop {
+            // A witness delay this committer is to wait out (only one does).
+            let mut witness_delay = None;
             {
                 let mut state = self.state.borrow_mut();
                 if state.failed.is_some() {
@@ -593,13 +629,45 @@ impl<S: Storage> Shared<S> {
                     && state.inflight.is_empty()
                     && state.entries_end > state.recorded_watermark
                 {
-                    return Some(self.build_witness(&mut state));
+                    match self.witness_delay.borrow().clone() {
+                        Some(delay) if !state.witness_ripe && !state.closing => {
+                            if !state.witness_armed {
+                                state.witness_armed = true;
+                                witness_delay = Some(delay);
+                            }
+                        }
+                        _ => {
+                            state.witness_ripe = false;
+                            return Some(self.build_witness(&mut state));
+                        }
+                    }
                 }
-                if state.closing && room && !queued {
+                if witness_delay.is_none() && state.closing && room && !queued {
                     return None;
                 }
             }
-            self.work.wait().await;
+            match witness_delay {
+                // Work arriving first ends the wait: its commit vouches
+                // instead of the witness.
+                Some(delay) => {
+                    let timer = delay();
+                    let ran_out = futures_lite::future::or(
+                        async {
+                            self.work.wait().await;
+                            false
+                        },
+                        async {
+                            timer.await;
+                            true
+                        },
+                    )
+                    .await;
+                    let mut state = self.state.borrow_mut();
+                    state.witness_armed = false;
+                    state.witness_ripe |= ran_out;
+                }
+                None => self.work.wait().await,
+            }
         }
     }
 
@@ -607,6 +675,8 @@ impl<S: Storage> Shared<S> {
     /// positions, stamps the durable watermark known now, closes the last
     /// page with a filler and puts the commit in flight.
     fn build_commit(&self, state: &mut State<S::File>) -> Job<S::File> {
+        // This commit's headers vouch for every entry durable before it.
+        state.witness_ripe = false;
         let config = &self.config;
         let mut taken: Vec<(Pending, Lane)> = Vec::new();
         let mut control_bytes = 0;
