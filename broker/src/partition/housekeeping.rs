@@ -99,4 +99,20 @@ impl<S: Storage + Clone> Partition<S> {
         self.log.close();
         result
     }
+
+    /// Stops serving a partition whose queue is deleted (its directory is
+    /// removed next): as [`Partition::close`], but without the final
+    /// checkpoint — nothing will open this partition again (queue ids are
+    /// never reused), so that side file and its sync would be written only
+    /// to be removed, once per partition of the deleted queue. A
+    /// checkpoint already running is still waited for, so nothing writes
+    /// into the directory once this returns.
+    pub async fn close_for_delete(&self) {
+        self.closed.set(true);
+        self.claimable.notify_all();
+        while self.checkpoint_running.get() {
+            self.checkpoint_ended.wait().await;
+        }
+        self.log.close();
+    }
 }

@@ -64,7 +64,7 @@ pub mod quota;
 pub mod served;
 
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -899,6 +899,16 @@ impl ShardState {
         }
     }
 
+    /// Closes a partition of a deleted queue without its final checkpoint
+    /// ([`Partition::close_for_delete`]) and waits for its background task.
+    async fn discard_served(served: &Served) {
+        served.partition.close_for_delete().await;
+        let task = served.background.borrow_mut().take();
+        if let Some(task) = task {
+            task.await;
+        }
+    }
+
     async fn close_served(served: &Served) -> Result<(), PartitionError> {
         let result = served.partition.close().await;
         let task = served.background.borrow_mut().take();
@@ -908,6 +918,10 @@ impl ShardState {
         result
     }
 }
+
+/// A deleted queue's partitions are closed and removed in steps of this
+/// many, the shard serving its other partitions between steps.
+const DELETE_YIELD_PARTITIONS: usize = 64;
 
 /// A partition's background future, whichever its log.
 type BackgroundTask = std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>;
@@ -1118,7 +1132,14 @@ impl ShardHooks for SpoolHooks {
                         }
                     }
                 }
-                for ((name, partition), served) in doomed {
+                // Each removal is durable once its parent (the queue's
+                // directory) is synced: once for all of them, after the
+                // last. A crash before that may leave directories of the
+                // deleted queue behind, unused (its id is never reused),
+                // as a crash before the removal always could.
+                let mut parents = BTreeSet::new();
+                let count = doomed.len();
+                for (index, ((name, partition), served)) in doomed.into_iter().enumerate() {
                     state.epochs.forget(served.partition.name().queue_id, partition);
                     let stats = served.partition.log().stats();
                     let mut retired = state.retired_log.get();
@@ -1126,19 +1147,28 @@ impl ShardHooks for SpoolHooks {
                     retired.commit_bytes += stats.commit_bytes;
                     state.retired_log.set(retired);
                     let dir = served.partition.dir().to_path_buf();
-                    if let Err(error) = ShardState::close_served(&served).await {
-                        tracing::warn!(queue = %name, partition = partition.0, %error, "close before delete failed");
-                    }
+                    // No final checkpoint: the directory goes next.
+                    ShardState::discard_served(&served).await;
                     // Off the data path and rare: a blocking remove is acceptable here.
                     std::fs::remove_dir_all(&dir)
                         .map_err(|error| ServerError::Remove { path: dir.clone(), error })?;
-                    // The removal is durable only with its parent synced.
                     if let Some(parent) = dir.parent() {
-                        std::fs::File::open(parent)
-                            .and_then(|parent| parent.sync_all())
-                            .map_err(|error| ServerError::Remove { path: dir.clone(), error })?;
+                        parents.insert(parent.to_path_buf());
                     }
-                    tracing::info!(queue = %name, partition = partition.0, "partition deleted");
+                    if index % DELETE_YIELD_PARTITIONS == DELETE_YIELD_PARTITIONS - 1 {
+                        // A wide queue's delete lets the shard serve between steps.
+                        futures_lite::future::yield_now().await;
+                    }
+                    tracing::debug!(queue = %name, partition = partition.0, "partition deleted");
+                }
+                for parent in parents {
+                    std::fs::File::open(&parent)
+                        .and_then(|parent| parent.sync_all())
+                        .map_err(|error| ServerError::Remove { path: parent.clone(), error })?;
+                }
+                if count > 0 {
+                    tracing::info!(queue = %queue, partitions = count, shard = state.shard.0,
+                        "partitions of a deleted queue removed");
                 }
                 Ok(())
             }

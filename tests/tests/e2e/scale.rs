@@ -127,9 +127,10 @@ fn fdatasyncs(broker: &Spoold) -> f64 {
 // the 10,000-partition create timed out); so does reopening them all after a SIGKILL. The
 // partitions work (send, claim, ack on partitions of both shards) and the epoch fence still
 // holds across the kill: a token claimed before it is STALE_TOKEN after the restart and its
-// message is claimable at once. Method: a real 2-shard spoold with `--log-layout journal`;
-// the shards' fdatasync count from /metrics around the create and after the restart; no
-// timing assertion.
+// message is claimable at once. Deleting the queue is batched too: no final checkpoint per
+// partition, its directories gone. Method: a real 2-shard spoold with `--log-layout journal`;
+// the shards' fdatasync count from /metrics around the create, after the restart and around
+// the delete; no timing assertion.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wide_journal_queue_opens_its_partitions_with_a_few_syncs_per_shard() {
     let mut options = SpooldOptions::new(2);
@@ -199,4 +200,21 @@ async fn a_wide_journal_queue_opens_its_partitions_with_a_few_syncs_per_shard() 
         let tokens: Vec<_> = batch.deliveries.iter().map(Delivery::token).collect();
         client.ack("wide", PartitionId(partition), &tokens).await.unwrap();
     }
+
+    // Deleting it: no final checkpoint per partition (each was a side file
+    // and its sync, written to be removed), one directory sync per queue
+    // directory, and every partition directory gone.
+    let before = fdatasyncs(&broker);
+    Admin::new(client.clone()).delete_queue("wide").await.unwrap();
+    let delete_syncs = fdatasyncs(&broker) - before;
+    assert!(
+        delete_syncs < f64::from(WIDE_PARTITIONS) / 100.0,
+        "deleting {WIDE_PARTITIONS} journal partitions made {delete_syncs} fdatasyncs"
+    );
+    let partitions_dir = broker.data_dir().join("partitions");
+    let left: usize = std::fs::read_dir(&partitions_dir)
+        .unwrap()
+        .map(|queue_dir| std::fs::read_dir(queue_dir.unwrap().path()).unwrap().count())
+        .sum();
+    assert_eq!(left, 0, "partition directories left after the delete");
 }
