@@ -237,6 +237,13 @@ const _: () = assert!(SCAN_CHUNK_BYTES.is_multiple_of(PAGE_BYTES));
 /// leases, scheduled and expiring messages are met by the shard's alarm
 /// (`shard/alarm.rs`), not by this bound.
 pub const HOUSEKEEPING_IDLE_MAX: Duration = Duration::from_millis(100);
+
+/// How often the housekeeping tick visits every partition of its shard
+/// (`server/tick.rs`). Between sweeps it visits only the partitions touched
+/// since the last tick or with a deadline passed, so an idle partition
+/// costs one visit per sweep; the sweep is the safety net for a change no
+/// hook reports (a disk that filled under an append retries within it).
+pub const HOUSEKEEPING_FULL_SWEEP_MS: u64 = 1_000;
 /// How often the control executor polls for commands once none came for
 /// [`CONTROL_BUSY_FOR`] (while they keep coming it polls every housekeeping
 /// tick): the first create or delete after a quiet spell waits at most this.

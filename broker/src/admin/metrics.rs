@@ -587,6 +587,11 @@ pub fn encode(
     }
     shard_counter!("spool_shard_tasks", "Tasks the shard's executor ran", |s| s.executor.tasks);
     shard_counter!(
+        "spool_shard_tick_visits",
+        "Partition visits of the shard's housekeeping ticks (touched, due, or swept)",
+        |s| s.tick_visits
+    );
+    shard_counter!(
         "spool_shard_connections_accepted",
         "Client connections the shard accepted (refused ones included)",
         |s| s.connections.accepted

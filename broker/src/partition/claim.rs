@@ -108,6 +108,7 @@ impl<S: Storage + Clone> Partition<S> {
                         WaitRefused::PartitionFull { .. } => PartitionError::TooManyWaiters,
                     },
                 )?);
+                self.hint_waiting(deadline);
             }
             let Some(waiter) = slot.as_ref() else { continue };
             let wait = async {

@@ -3,7 +3,9 @@
 //! deadline for the shard's alarm, and close.
 
 use super::signal;
-use super::{Partition, PartitionError, WakeupHook, CONTROL_BATCH_EVENTS_MAX, DISK_FULL_RETRY_MS};
+use super::{
+    Partition, PartitionError, TouchHook, WakeupHook, CONTROL_BATCH_EVENTS_MAX, DISK_FULL_RETRY_MS,
+};
 use crate::io::Storage;
 use crate::log::LogError;
 use crate::queue::Millis;
@@ -56,13 +58,58 @@ impl<S: Storage + Clone> Partition<S> {
         }
     }
 
-    /// Tells the wake-up hook (if any) the state's next timer deadline.
+    /// Tells the wake-up hook (if any) the state's next timer deadline,
+    /// and the touch hook that the partition changed.
     pub(super) fn hint_wakeup(&self) {
         if let Some(hook) = self.wakeup_hook.borrow().as_ref() {
             if let Some(at) = self.state.borrow().next_wakeup() {
                 hook(at);
             }
         }
+        self.touched();
+    }
+
+    /// A claim started waiting until `deadline`: the tick must run by then
+    /// to end its wait ([`Signal::expire`](signal::Signal::expire)).
+    pub(super) fn hint_waiting(&self, deadline: Millis) {
+        if let Some(hook) = self.wakeup_hook.borrow().as_ref() {
+            hook(deadline);
+        }
+        self.touched();
+    }
+
+    fn touched(&self) {
+        if let Some(hook) = self.touch_hook.borrow().as_ref() {
+            hook();
+        }
+    }
+
+    /// Installs the hook told whenever this partition changes (see
+    /// [`Partition::next_visit`]); replaces any earlier one.
+    pub fn set_touch_hook(&self, hook: TouchHook) {
+        *self.touch_hook.borrow_mut() = Some(hook);
+    }
+
+    /// When the shard's tick must next visit this partition, if nothing
+    /// touches it first: its timers ([`Partition::next_due`]), the wait
+    /// deadline of its earliest waiting claim, and `now` (the next tick)
+    /// while claims wait and messages are ready (the tick's sweep wakes a
+    /// few at a time). `None`: a visit has nothing to do until the
+    /// partition is touched (a request changes it). The tick of a
+    /// partition with neither is skipped, so an idle partition costs no
+    /// periodic work.
+    pub fn next_visit(&self, now: Millis) -> Option<Millis> {
+        let mut at = self.next_due();
+        if let Some(deadline) = self.claimable.next_deadline() {
+            at = Some(at.map_or(deadline, |at| at.min(deadline)));
+        }
+        if self.claimable.claims_waiting() > 0 {
+            let counters = self.state.borrow().counters(now);
+            if counters.ready + counters.quarantined > counters.dead_letter_claimed {
+                at = Some(now);
+            }
+        }
+        at
     }
 
     /// Installs the hook told of every deadline applied events create (the

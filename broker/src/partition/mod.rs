@@ -145,6 +145,10 @@ pub struct Partition<S: Storage + Clone> {
     /// Told the state's next timer deadline after events are applied, so
     /// the shard's housekeeping can sleep until then (`shard/alarm.rs`).
     wakeup_hook: RefCell<Option<WakeupHook>>,
+    /// Told whenever the partition's state or its waiting claims changed,
+    /// so the shard's housekeeping visits it at its next tick
+    /// (`Partition::set_touch_hook`).
+    touch_hook: RefCell<Option<TouchHook>>,
     /// Buffers the request paths reuse (`scratch.rs`).
     scratch: scratch::Scratch,
     /// The newest `Attributed` event while its commit is still open and it
@@ -168,6 +172,10 @@ pub struct AttributionStats {
 /// Receives a partition's next timer deadline (lease end, scheduled or
 /// expiring message) whenever applied events may have brought it forward.
 pub type WakeupHook = Rc<dyn Fn(Millis)>;
+
+/// Told that a partition changed (events applied, a batch appended, a
+/// claim started waiting): the shard's tick should look at it.
+pub type TouchHook = Rc<dyn Fn()>;
 
 impl<S: Storage + Clone> std::fmt::Debug for Partition<S> {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -388,6 +388,7 @@ impl<S: Storage + Clone> Partition<S> {
             closed: Cell::new(false),
             disk_retry_at_ms: Cell::new(0),
             wakeup_hook: RefCell::new(None),
+            touch_hook: RefCell::new(None),
             scratch: super::scratch::Scratch::default(),
             attribution: RefCell::new(None),
             attribution_stats: Cell::new(AttributionStats::default()),

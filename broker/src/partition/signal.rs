@@ -162,6 +162,13 @@ impl Signal {
         self.wakes.get()
     }
 
+    /// The earliest wait deadline of a claim holding a slot (evicted ones
+    /// included until they leave): when [`Signal::expire`] next has
+    /// something to end.
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.deadlines.borrow().first().map(|&(deadline, _)| deadline)
+    }
+
     /// Claims holding a slot and not evicted.
     pub fn claims_waiting(&self) -> usize {
         self.slots.borrow().len() - self.evicted.get()

@@ -62,6 +62,7 @@ pub mod counters;
 pub mod handler;
 pub mod quota;
 pub mod served;
+pub mod tick;
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
@@ -95,6 +96,7 @@ use crate::shard::ControlHandle;
 use counters::RequestCounters;
 use handler::SpoolHandler;
 use served::ServedMap;
+use tick::{TickPlan, TickSlot, Visited};
 
 /// The partition type a shard serves.
 pub type ShardPartition = Partition<DmaStorage>;
@@ -222,6 +224,14 @@ pub struct Served {
     pub partition: Rc<ShardPartition>,
     pub requests: RequestCounters,
     background: RefCell<Option<JoinHandle<()>>>,
+    /// Its place in the shard's [`TickPlan`].
+    tick: TickSlot,
+}
+
+impl Visited for Served {
+    fn tick_slot(&self) -> &TickSlot {
+        &self.tick
+    }
 }
 
 /// A partition open to try again (see [`ShardState::open_retries`]).
@@ -307,6 +317,8 @@ pub struct ShardState {
     recovered: Arc<AssignmentTable>,
     /// The shard's journal, with the journal layout, once `start` opened it.
     pub journal: RefCell<Option<Rc<ShardJournalRun>>>,
+    /// Which partitions the housekeeping tick visits (`tick.rs`).
+    pub tick_plan: Rc<TickPlan<Served>>,
 }
 
 impl std::fmt::Debug for ShardState {
@@ -501,15 +513,23 @@ impl ShardState {
             journal.routed.borrow_mut().remove(&handle);
         }
         let task = glommio::spawn_local(background).detach();
-        self.partitions.borrow_mut().insert(
-            queue.as_str(),
-            partition,
-            Rc::new(Served {
-                partition: partition_rc,
-                requests: RequestCounters::default(),
-                background: RefCell::new(Some(task)),
-            }),
-        );
+        let served = Rc::new(Served {
+            partition: partition_rc,
+            requests: RequestCounters::default(),
+            background: RefCell::new(Some(task)),
+            tick: self.tick_plan.slot(),
+        });
+        // Weak both ways: the plan holds the served partition while it is
+        // listed, and the partition holds this hook.
+        let (plan, weak) = (Rc::downgrade(&self.tick_plan), Rc::downgrade(&served));
+        served.partition.set_touch_hook(Rc::new(move || {
+            if let (Some(plan), Some(served)) = (plan.upgrade(), weak.upgrade()) {
+                plan.touch(&served);
+            }
+        }));
+        // The first tick looks at it (the replay may have restored timers).
+        self.tick_plan.touch(&served);
+        self.partitions.borrow_mut().insert(queue.as_str(), partition, served);
         Ok(())
     }
 
@@ -967,6 +987,7 @@ impl ShardHooksFactory for SpoolHooksFactory {
             retired_log: Cell::new(LogTotals::default()),
             recovered: context.recovered.clone(),
             journal: RefCell::new(None),
+            tick_plan: Rc::new(TickPlan::new(crate::limits::HOUSEKEEPING_FULL_SWEEP_MS)),
         });
         let handler = Rc::new(SpoolHandler::new(state.clone()));
         SpoolHooks { state, handler }
@@ -1149,6 +1170,7 @@ impl ShardHooks for SpoolHooks {
                     let dir = served.partition.dir().to_path_buf();
                     // No final checkpoint: the directory goes next.
                     ShardState::discard_served(&served).await;
+                    state.tick_plan.forget(&served);
                     // Off the data path and rare: a blocking remove is acceptable here.
                     std::fs::remove_dir_all(&dir)
                         .map_err(|error| ServerError::Remove { path: dir.clone(), error })?;
@@ -1177,15 +1199,8 @@ impl ShardHooks for SpoolHooks {
 
     fn next_tick_in(&self, min: Duration, max: Duration) -> Duration {
         let now = (self.state.clock)();
-        let due = self
-            .state
-            .partitions
-            .borrow()
-            .values()
-            .filter_map(|served| served.partition.next_due())
-            .min();
-        let wait = due.map_or(max, |at| Duration::from_millis(at.saturating_sub(now)));
-        let wait = wait.clamp(min, max);
+        let due = self.state.tick_plan.next_round_at();
+        let wait = Duration::from_millis(due.saturating_sub(now)).clamp(min, max);
         self.state
             .alarm
             .plan(now.saturating_add(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)));
@@ -1198,6 +1213,7 @@ impl ShardHooks for SpoolHooks {
 
     fn report(&self, report: &mut ShardReport) {
         self.state.report(report);
+        report.tick_visits = self.state.tick_plan.visits();
         report.quotas = self.handler.quota_report();
     }
 
@@ -1205,9 +1221,14 @@ impl ShardHooks for SpoolHooks {
         self.retry_opens();
         self.state.release_journal();
         self.handler.quota_tick();
-        let served: Vec<Rc<Served>> = self.state.partitions.borrow().values().cloned().collect();
-        for entry in served {
+        // Only the partitions touched since the last tick, those with a
+        // deadline passed, and all of them once per full sweep (`tick.rs`).
+        let now = (self.state.clock)();
+        let plan = &self.state.tick_plan;
+        let visit = plan.round(now, || self.state.partitions.borrow().values().cloned().collect());
+        for entry in visit {
             entry.partition.tick();
+            plan.schedule(&entry, entry.partition.next_visit(now));
             if entry.partition.checkpoint_due() {
                 let partition = entry.partition.clone();
                 glommio::spawn_local(async move {

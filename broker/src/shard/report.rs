@@ -215,6 +215,9 @@ pub struct ShardReport {
     pub quotas: Vec<crate::server::quota::QuotaReport>,
     /// The shard's journal (journal layout only).
     pub journal: Option<JournalReport>,
+    /// Partition visits of the housekeeping ticks since the shard started
+    /// (`server/tick.rs`).
+    pub tick_visits: u64,
 }
 
 /// A shard's journal and its release (journal layout).
@@ -273,6 +276,7 @@ impl ShardReport {
             auth_lockouts: crate::auth::limiter::lockouts(),
             quotas: Vec::new(),
             journal: None,
+            tick_visits: 0,
         }
     }
 }

@@ -218,3 +218,67 @@ async fn a_wide_journal_queue_opens_its_partitions_with_a_few_syncs_per_shard() 
         .sum();
     assert_eq!(left, 0, "partition directories left after the delete");
 }
+
+/// Partition visits of the shards' housekeeping ticks (`/metrics`).
+fn tick_visits(broker: &Spoold) -> f64 {
+    let answer = tokio::task::block_in_place(|| http_get(&broker.admin_addr(), "/metrics"));
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    Exposition::parse(&answer.body).unwrap().sum("spool_shard_tick_visits_total")
+}
+
+// Goal: an idle partition costs no periodic work beyond one housekeeping visit per full sweep
+// (1 s), where every tick (every 5–100 ms) used to visit every partition; and the deadlines of
+// a wide queue's partitions are still met on time without those visits: a lease that runs
+// out makes its message claimable again (after the queue's 100 ms backoff) for a claim that
+// long-polls meanwhile, and a long-poll on an empty partition ends at its wait. Method: a real
+// 2-shard spoold (journal layout, 2,000 partitions); the ticks' visit counter from /metrics
+// over 3 idle seconds; then the lease and the long-poll, timed loosely (debug build, shared
+// machine).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_partitions_cost_a_visit_per_sweep_and_their_deadlines_are_still_met() {
+    let mut options = SpooldOptions::new(2);
+    options.args.extend(["--log-layout".to_owned(), "journal".to_owned()]);
+    let broker = Spoold::start_with(options);
+    let client = broker.client().await;
+    let admin = Admin::new(client.clone());
+    admin.create_queue("idle", test_queue_config(WIDE_PARTITIONS, 60_000, 5)).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
+    let before = tick_visits(&broker);
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let per_second = (tick_visits(&broker) - before) / 3.0;
+    assert!(
+        per_second < 2.5 * f64::from(WIDE_PARTITIONS),
+        "{per_second} tick visits a second for {WIDE_PARTITIONS} idle partitions"
+    );
+
+    let partition = 7;
+    let producer = Producer::new(client.clone(), ProducerConfig::default()).unwrap();
+    let message =
+        Message::new("leased").key(key_for(partition, WIDE_PARTITIONS, 0)).id(message_id(77, 0));
+    producer.send("idle", message).await.unwrap();
+    let first = client
+        .claim("idle", PartitionId(partition), &claim_options(1, 1, 300, 1_000))
+        .await
+        .unwrap();
+    assert_eq!(first.deliveries.len(), 1);
+    let started = tokio::time::Instant::now();
+    let again = client
+        .claim("idle", PartitionId(partition), &claim_options(2, 1, 60_000, 10_000))
+        .await
+        .unwrap();
+    let waited = started.elapsed();
+    assert_eq!(again.deliveries.len(), 1, "the message came back after its lease");
+    assert_eq!(again.deliveries[0].attempt(), 2);
+    assert!(waited < std::time::Duration::from_secs(3), "redelivered only after {waited:?}");
+
+    let started = tokio::time::Instant::now();
+    let empty =
+        client.claim("idle", PartitionId(11), &claim_options(3, 1, 60_000, 500)).await.unwrap();
+    let waited = started.elapsed();
+    assert!(empty.deliveries.is_empty());
+    assert!(
+        waited >= std::time::Duration::from_millis(450)
+            && waited < std::time::Duration::from_millis(2_500),
+        "a 500 ms long-poll ended after {waited:?}"
+    );
+}
