@@ -593,6 +593,11 @@ pub const CLAIM_WAITERS_MAX: usize = 4096;
 /// woken for it could not take (a smaller `max_bytes`, the other lane).
 /// With `w` claims waiting such a message is found within `w / 8` ticks.
 pub const TICK_SWEEP_WAKES: usize = 8;
+/// How soon a partition whose claims wait beside ready messages is visited
+/// again for that sweep (`Partition::next_visit`): the idle tick's period,
+/// so a queue with dead letters left alone and consumers long-polling its
+/// main lane costs a few wakes every 100 ms, not every tick.
+pub const TICK_SWEEP_INTERVAL_MS: u64 = 100;
 
 // A producer's clock may be off by far less than how far ahead it may schedule.
 const _: () = assert!(ENQUEUE_CLOCK_SKEW_MS_MAX < spool_wire::limits::SCHEDULE_HORIZON_MS);

@@ -107,6 +107,7 @@ both_layouts!(
     ack_after_close_is_refused_not_acknowledged,
     a_large_claim_from_disk_serves_every_record_its_own_bytes,
     a_cancelled_claim_answers_empty_and_claims_nothing_later,
+    next_visit_names_the_timers_the_waits_and_the_sweep_and_changes_touch,
 );
 
 fn enqueue_claim_ack_survive_restart_and_old_tokens_are_stale(layout: Layout) {
@@ -850,6 +851,63 @@ fn acked_commits_leave_the_tail_cache_at_the_next_tick() {
             spool_wire::batch::ArchivedPayload::Inline(bytes) => assert_eq!(&bytes[..], &[5; 100]),
             other => panic!("inline payload expected, got {other:?}"),
         }
+        close(opened).await;
+    });
+}
+
+fn next_visit_names_the_timers_the_waits_and_the_sweep_and_changes_touch(layout: Layout) {
+    // Goal: the shard's tick visits a partition only when it changed or its next visit came
+    // (`server/tick.rs`), so `next_visit` must name every deadline the tick serves and the
+    // touch hook must fire on every change: nothing to do at rest (None); a claim's lease end;
+    // a long-poll's wait deadline; the sweep 100 ms on while a claim waits beside a ready
+    // message it cannot take (the other lane); touches on enqueue, claim, a claim starting to
+    // wait and ack. Method: a controlled clock, a counting touch hook, `next_visit` read after
+    // each step.
+    let dir = tempfile::tempdir().unwrap();
+    let now = Rc::new(Cell::new(START_MS));
+    run(async move {
+        let opened = open(layout, dir.path(), &now, QueueConfig::default()).await;
+        let partition = opened.0.clone();
+        let touches = Rc::new(Cell::new(0u32));
+        let counter = touches.clone();
+        partition.set_touch_hook(Rc::new(move || counter.set(counter.get() + 1)));
+        assert_eq!(partition.next_visit(START_MS), None, "an empty partition has nothing due");
+
+        partition.enqueue(&batch(&[1], START_MS)).await.unwrap();
+        assert!(touches.get() >= 1, "an enqueue touches");
+        let lease = ClaimRequest { lease_ms: Some(2_000), ..claim_request(1) };
+        let claimed = partition.claim(&lease, Lane::Main, 0).await.unwrap();
+        assert_eq!(claimed.len(), 1);
+        let after_claim = touches.get();
+        assert!(after_claim >= 2, "a claim touches");
+        assert_eq!(partition.next_visit(START_MS), Some(START_MS + 2_000), "the lease end");
+        assert!(partition.ack(&[claimed[0].delivery.token]).await[0].is_ok());
+        assert!(touches.get() > after_claim, "an ack touches");
+
+        // A message ready in the main lane, a claim waiting on the dead-letter lane.
+        partition.enqueue(&batch(&[2], START_MS)).await.unwrap();
+        let before_wait = touches.get();
+        let waiter = {
+            let partition = partition.clone();
+            glommio::spawn_local(async move {
+                partition.claim(&claim_request(1), Lane::DeadLetter, 5_000).await
+            })
+        };
+        while partition.claims_waiting() == 0 {
+            futures_lite::future::yield_now().await;
+        }
+        assert!(touches.get() > before_wait, "a claim starting to wait touches");
+        let sweep = START_MS + spool_broker::limits::TICK_SWEEP_INTERVAL_MS;
+        assert_eq!(partition.next_visit(START_MS), Some(sweep), "the sweep beside a ready message");
+        // Once the main lane is empty: the wait deadline, before the new lease's end.
+        let taken = partition.claim(&claim_request(1), Lane::Main, 0).await.unwrap();
+        assert_eq!(taken.len(), 1);
+        assert_eq!(partition.next_visit(START_MS), Some(START_MS + 5_000));
+        now.set(START_MS + 5_000);
+        partition.tick();
+        let ended: Result<Vec<_>, PartitionError> = waiter.await;
+        assert!(ended.unwrap().is_empty(), "the wait ended at its deadline");
+        assert_eq!(partition.next_visit(START_MS + 5_000), Some(START_MS + 30_000), "the lease");
         close(opened).await;
     });
 }

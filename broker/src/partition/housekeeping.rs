@@ -92,9 +92,10 @@ impl<S: Storage + Clone> Partition<S> {
 
     /// When the shard's tick must next visit this partition, if nothing
     /// touches it first: its timers ([`Partition::next_due`]), the wait
-    /// deadline of its earliest waiting claim, and `now` (the next tick)
-    /// while claims wait and messages are ready (the tick's sweep wakes a
-    /// few at a time). `None`: a visit has nothing to do until the
+    /// deadline of its earliest waiting claim, and
+    /// [`TICK_SWEEP_INTERVAL_MS`](crate::limits::TICK_SWEEP_INTERVAL_MS)
+    /// from `now` while claims wait and messages are ready (the tick's
+    /// sweep wakes a few at a time). `None`: a visit has nothing to do until the
     /// partition is touched (a request changes it). The tick of a
     /// partition with neither is skipped, so an idle partition costs no
     /// periodic work.
@@ -106,7 +107,8 @@ impl<S: Storage + Clone> Partition<S> {
         if self.claimable.claims_waiting() > 0 {
             let counters = self.state.borrow().counters(now);
             if counters.ready + counters.quarantined > counters.dead_letter_claimed {
-                at = Some(now);
+                let sweep = now.saturating_add(crate::limits::TICK_SWEEP_INTERVAL_MS);
+                at = Some(at.map_or(sweep, |at| at.min(sweep)));
             }
         }
         at
