@@ -270,6 +270,47 @@ async fn wait_files_at_most(dir: &std::path::Path, most: usize) -> usize {
     }
 }
 
+/// What the release tests share: one shard on the journal layout started
+/// with `args` too, the path of its journal files, and a queue `queue` of
+/// two partitions with a client, its admin and a producer.
+struct OneShardJournal {
+    broker: Spoold,
+    journal_dir: std::path::PathBuf,
+    client: spool_client::Client,
+    admin: Admin,
+    producer: Producer,
+}
+
+impl OneShardJournal {
+    async fn start(args: &[&str], queue: &str) -> Self {
+        let mut options = SpooldOptions::new(1);
+        options.args.extend(["--log-layout".to_owned(), "journal".to_owned()]);
+        options.args.extend(args.iter().map(|arg| (*arg).to_owned()));
+        let broker = Spoold::start_with(options);
+        let journal_dir = broker.data_dir().join("shard-00").join("journal");
+        let client = broker.client().await;
+        let admin = Admin::new(client.clone());
+        admin.create_queue(queue, test_queue_config(2, 30_000, 100)).await.unwrap();
+        let producer = Producer::new(client.clone(), ProducerConfig::default()).unwrap();
+        Self { broker, journal_dir, client, admin, producer }
+    }
+}
+
+/// Keys of partitions 0 and 1 of a two-partition queue.
+fn two_keys() -> (String, String) {
+    (common::key_for(0, 2, 1), common::key_for(1, 2, 1))
+}
+
+/// Sends the bulk (`BULK_RECORDS` of `BULK_PAYLOAD_BYTES` filled with
+/// `fill`, one at a time, ids `message_id(source, 0..)`) with `key`.
+async fn send_bulk(producer: &Producer, queue: &str, key: &str, fill: u8, source: u32) {
+    let payload = vec![fill; BULK_PAYLOAD_BYTES];
+    for sequence in 0..BULK_RECORDS {
+        let message = Message::new(payload.clone()).key(key).id(message_id(source, sequence));
+        producer.send(queue, message).await.unwrap();
+    }
+}
+
 // Goal: a journal broker releases the journal files nobody needs once
 // their records are acked and the partitions checkpointed (so its data
 // directory does not grow forever), keeps every file an unacked record
@@ -286,35 +327,19 @@ async fn wait_files_at_most(dir: &std::path::Path, most: usize) -> usize {
 // restart: exactly those come back, once each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn journal_files_are_released_after_acks_and_a_kill_after_the_release_loses_nothing() {
-    let mut options = SpooldOptions::new(1);
     // Relocation off: this is the release alone (files go as a prefix);
     // no retain budget: every file goes as soon as nobody needs it.
-    options.args.extend([
-        "--log-layout".to_owned(),
-        "journal".to_owned(),
-        "--journal-garbage-ratio-max".to_owned(),
-        "1".to_owned(),
-        "--journal-retain-bytes".to_owned(),
-        "0".to_owned(),
-    ]);
-    let mut broker = Spoold::start_with(options);
-    let journal_dir = broker.data_dir().join("shard-00").join("journal");
-    let client = broker.client().await;
-    let admin = Admin::new(client.clone());
-    admin.create_queue("rel", test_queue_config(2, 30_000, 100)).await.unwrap();
-    let producer = Producer::new(client.clone(), ProducerConfig::default()).unwrap();
-    let (key0, key1) = (common::key_for(0, 2, 1), common::key_for(1, 2, 1));
+    let args = ["--journal-garbage-ratio-max", "1", "--journal-retain-bytes", "0"];
+    let OneShardJournal { mut broker, journal_dir, client, admin, producer } =
+        OneShardJournal::start(&args, "rel").await;
+    let (key0, key1) = two_keys();
     producer
         .send("rel", Message::new("early").key(key0.clone()).id(message_id(10, 0)))
         .await
         .unwrap();
 
     let before = scrape(&broker);
-    let payload = vec![7u8; BULK_PAYLOAD_BYTES];
-    for sequence in 0..BULK_RECORDS {
-        let message = Message::new(payload.clone()).key(key1.clone()).id(message_id(11, sequence));
-        producer.send("rel", message).await.unwrap();
-    }
+    send_bulk(&producer, "rel", &key1, 7, 11).await;
     // Idle past the witness delay (`JOURNAL_WITNESS_DELAY_MS`, 5 ms).
     tokio::time::sleep(Duration::from_millis(200)).await;
     let after = scrape(&broker);
@@ -419,29 +444,14 @@ async fn journal_files_are_released_after_acks_and_a_kill_after_the_release_lose
 // scrape, kill, restart, drain both partitions.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_early_unacked_record_is_relocated_and_the_journal_stays_bounded_across_a_kill() {
-    let mut options = SpooldOptions::new(1);
-    options.args.extend([
-        "--log-layout".to_owned(),
-        "journal".to_owned(),
-        "--journal-retain-bytes".to_owned(),
-        "0".to_owned(),
-    ]);
-    let mut broker = Spoold::start_with(options);
-    let journal_dir = broker.data_dir().join("shard-00").join("journal");
-    let client = broker.client().await;
-    let admin = Admin::new(client.clone());
-    admin.create_queue("reloc", test_queue_config(2, 30_000, 100)).await.unwrap();
-    let producer = Producer::new(client.clone(), ProducerConfig::default()).unwrap();
-    let (key0, key1) = (common::key_for(0, 2, 1), common::key_for(1, 2, 1));
+    let OneShardJournal { mut broker, journal_dir, client, admin, producer } =
+        OneShardJournal::start(&["--journal-retain-bytes", "0"], "reloc").await;
+    let (key0, key1) = two_keys();
     producer
         .send("reloc", Message::new("early, never acked").key(key0).id(message_id(20, 0)))
         .await
         .unwrap();
-    let payload = vec![9u8; BULK_PAYLOAD_BYTES];
-    for sequence in 0..BULK_RECORDS {
-        let message = Message::new(payload.clone()).key(key1.clone()).id(message_id(21, sequence));
-        producer.send("reloc", message).await.unwrap();
-    }
+    send_bulk(&producer, "reloc", &key1, 9, 21).await;
     let bulk = ack_all(&client, "reloc", 1, BULK_RECORDS as usize).await;
     assert_eq!(bulk.len(), BULK_RECORDS as usize);
     let full = wal_files(&journal_dir);
@@ -470,11 +480,6 @@ async fn an_early_unacked_record_is_relocated_and_the_journal_stays_bounded_acro
     assert!(wal_files(&journal_dir) <= 3);
 }
 
-/// `--journal-retain-bytes` for `budget`.
-fn retain_args(budget: u64) -> [String; 2] {
-    ["--journal-retain-bytes".to_owned(), budget.to_string()]
-}
-
 // Goal: below its retain budget a shard asks no checkpoint of an idle
 // partition pinning its oldest journal file (that costs a side file and a
 // sync per partition; with thousands of partitions, per file written), so
@@ -489,28 +494,13 @@ fn retain_args(budget: u64) -> [String; 2] {
 // nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn below_its_retain_budget_a_shard_asks_no_checkpoint_and_above_it_files_go() {
-    let mut options = SpooldOptions::new(1);
-    options.args.extend([
-        "--log-layout".to_owned(),
-        "journal".to_owned(),
-        "--journal-garbage-ratio-max".to_owned(),
-        "1".to_owned(),
-    ]);
-    options.args.extend(retain_args(1 << 30));
-    let mut broker = Spoold::start_with(options);
-    let journal_dir = broker.data_dir().join("shard-00").join("journal");
-    let client = broker.client().await;
-    let admin = Admin::new(client.clone());
-    admin.create_queue("budget", test_queue_config(2, 30_000, 100)).await.unwrap();
-    let producer = Producer::new(client.clone(), ProducerConfig::default()).unwrap();
-    let (key0, key1) = (common::key_for(0, 2, 1), common::key_for(1, 2, 1));
+    let args = ["--journal-garbage-ratio-max", "1", "--journal-retain-bytes", "1073741824"];
+    let OneShardJournal { mut broker, journal_dir, client, admin, producer } =
+        OneShardJournal::start(&args, "budget").await;
+    let (key0, key1) = two_keys();
     producer.send("budget", Message::new("idle").key(key0).id(message_id(30, 0))).await.unwrap();
     assert_eq!(ack_all(&client, "budget", 0, 1).await, vec![message_id(30, 0)]);
-    let payload = vec![5u8; BULK_PAYLOAD_BYTES];
-    for sequence in 0..BULK_RECORDS {
-        let message = Message::new(payload.clone()).key(key1.clone()).id(message_id(31, sequence));
-        producer.send("budget", message).await.unwrap();
-    }
+    send_bulk(&producer, "budget", &key1, 5, 31).await;
     let bulk = ack_all(&client, "budget", 1, BULK_RECORDS as usize).await;
     assert_eq!(bulk.len(), BULK_RECORDS as usize);
     let full = wal_files(&journal_dir);

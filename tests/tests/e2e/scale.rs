@@ -112,12 +112,16 @@ const WIDE_PARTITIONS: u32 = 2_000;
 /// Partitions of it that are used after the create and after the restart.
 const USED: [u32; 4] = [0, 1, 999, 1_999];
 
-/// fdatasyncs the shards made since the broker started (`/metrics`).
-fn fdatasyncs(broker: &Spoold) -> f64 {
+/// `name` summed over the shards (`/metrics`).
+fn metric_sum(broker: &Spoold, name: &str) -> f64 {
     let answer = tokio::task::block_in_place(|| http_get(&broker.admin_addr(), "/metrics"));
     assert_eq!(answer.status, 200, "{}", answer.body);
-    let exposition = Exposition::parse(&answer.body).unwrap();
-    exposition.sum("spool_shard_fdatasync_duration_seconds_count")
+    Exposition::parse(&answer.body).unwrap().sum(name)
+}
+
+/// fdatasyncs the shards made since the broker started.
+fn fdatasyncs(broker: &Spoold) -> f64 {
+    metric_sum(broker, "spool_shard_fdatasync_duration_seconds_count")
 }
 
 // Goal: on the journal layout, opening a wide queue's partitions is batched per shard, not
@@ -219,11 +223,9 @@ async fn a_wide_journal_queue_opens_its_partitions_with_a_few_syncs_per_shard() 
     assert_eq!(left, 0, "partition directories left after the delete");
 }
 
-/// Partition visits of the shards' housekeeping ticks (`/metrics`).
+/// Partition visits of the shards' housekeeping ticks.
 fn tick_visits(broker: &Spoold) -> f64 {
-    let answer = tokio::task::block_in_place(|| http_get(&broker.admin_addr(), "/metrics"));
-    assert_eq!(answer.status, 200, "{}", answer.body);
-    Exposition::parse(&answer.body).unwrap().sum("spool_shard_tick_visits_total")
+    metric_sum(broker, "spool_shard_tick_visits_total")
 }
 
 // Goal: an idle partition costs no periodic work beyond one housekeeping visit per full sweep
