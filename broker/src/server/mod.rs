@@ -44,8 +44,7 @@
 //! ([`Partition::journal_pin`]: a checkpoint's scan start, or the oldest
 //! data entry a live record is read from) and removes every journal file
 //! wholly below it ([`Journal::release_below`]). Once the shard holds more
-//! than `journal_retain_bytes` of journal files (or cannot prepare its next
-//! one), a partition whose checkpoint would move its pin to a later file
+//! than `journal_retain_bytes` of journal files, a partition whose checkpoint would move its pin to a later file
 //! (an idle one) is asked for a checkpoint, and the oldest file's live
 //! entries may be relocated; below the budget neither happens, so a shard
 //! of thousands of thinly written partitions pays their checkpoints once
@@ -749,14 +748,17 @@ impl ShardState {
         }
         let files = journal.shard.journal();
         // Checkpoints asked for and relocation only once the shard holds
-        // more than `journal_retain_bytes` (or cannot prepare its next
-        // file): with many partitions each holding a little of every file,
-        // releasing each file at once costs a checkpoint per partition per
-        // file; holding a budget costs that once per budget written.
+        // more than `journal_retain_bytes`: with many partitions each
+        // holding a little of every file, releasing each file at once costs
+        // a checkpoint per partition per file; holding a budget costs that
+        // once per budget written.
         let held = u64::try_from(files.file_count())
             .unwrap_or(u64::MAX)
             .saturating_mul(journal.file_bytes);
-        let over_budget = held > self.config.journal_retain_bytes || !files.next_file_prepared();
+        // (Not "or its next file is not prepared": that holds for a moment
+        // after every roll, and a journal that cannot prepare one has
+        // failed, fatally.)
+        let over_budget = held > self.config.journal_retain_bytes;
         let mut needed = files.durable_position();
         let mut asked = 0;
         for entry in &served {
@@ -923,19 +925,22 @@ impl ShardState {
     /// ([`Partition::close_for_delete`]) and waits for its background task.
     async fn discard_served(served: &Served) {
         served.partition.close_for_delete().await;
-        let task = served.background.borrow_mut().take();
-        if let Some(task) = task {
-            task.await;
-        }
+        Self::background_ended(served).await;
     }
 
     async fn close_served(served: &Served) -> Result<(), PartitionError> {
         let result = served.partition.close().await;
+        Self::background_ended(served).await;
+        result
+    }
+
+    /// Waits for a closed partition's background task (its log's last
+    /// commits durable).
+    async fn background_ended(served: &Served) {
         let task = served.background.borrow_mut().take();
         if let Some(task) = task {
             task.await;
         }
-        result
     }
 }
 
