@@ -156,6 +156,10 @@ struct Inner {
     config: ClientConfig,
     /// Queue name → its partitions, indexed by partition number.
     metadata: RwLock<HashMap<String, Vec<PartitionMetadata>>>,
+    /// Queue name → one partition per shard that leads some of its
+    /// partitions (the lowest-numbered), where a claim of any partition is
+    /// sent; kept with `metadata`, written under its lock.
+    claim_targets: RwLock<HashMap<String, Arc<[PartitionId]>>>,
     /// `host:port` → connection. An async lock: opening a connection awaits.
     connections: tokio::sync::Mutex<HashMap<String, Connection>>,
     /// Where the next [`Client::claim_any`] sweep starts, so every
@@ -230,6 +234,7 @@ impl Client {
                 bootstrap: bootstrap.to_owned(),
                 config,
                 metadata: RwLock::new(HashMap::new()),
+                claim_targets: RwLock::new(HashMap::new()),
                 connections: tokio::sync::Mutex::new(HashMap::new()),
                 next_sweep: AtomicU32::new(0),
             }),
@@ -297,11 +302,14 @@ impl Client {
             return Err(ClientError::Protocol("metadata answered with another response".into()));
         };
         let mut metadata = self.inner.metadata.write().unwrap_or_else(PoisonError::into_inner);
+        let mut targets = self.inner.claim_targets.write().unwrap_or_else(PoisonError::into_inner);
         if queues.is_empty() {
             metadata.clear();
+            targets.clear();
         }
         for &queue in queues {
             metadata.remove(queue);
+            targets.remove(queue);
         }
         for mut queue in response.queues {
             queue.partitions.sort_by_key(|partition| partition.partition);
@@ -316,15 +324,52 @@ impl Client {
                     queue.name
                 )));
             }
+            let mut shards = HashSet::new();
+            let firsts: Arc<[PartitionId]> = queue
+                .partitions
+                .iter()
+                .filter(|partition| shards.insert((partition.host.clone(), partition.shard_port)))
+                .map(|partition| partition.partition)
+                .collect();
+            targets.insert(queue.name.clone(), firsts);
             metadata.insert(queue.name, queue.partitions);
         }
         Ok(())
     }
 
+    /// Where claims of any partition of `queue` go: one partition per shard
+    /// that leads some of its partitions (the lowest-numbered of that
+    /// shard), from the cache or fetched. [`claim_shard`](Self::claim_shard)
+    /// sends a claim of any partition to the shard leading each.
+    ///
+    /// # Errors
+    /// [`ClientError::UnknownQueue`] when the broker does not know it.
+    pub async fn claim_targets(&self, queue: &str) -> Result<Arc<[PartitionId]>, ClientError> {
+        if let Some(targets) = self.cached_claim_targets(queue) {
+            return Ok(targets);
+        }
+        self.refresh_metadata(&[queue]).await?;
+        self.cached_claim_targets(queue).ok_or_else(|| ClientError::UnknownQueue(queue.to_owned()))
+    }
+
+    /// The cached `host:port` of the shard leading `partition` of `queue`
+    /// (no fetch, no copy of the metadata).
+    pub(crate) fn cached_owner(&self, queue: &str, partition: PartitionId) -> Option<String> {
+        let metadata = self.inner.metadata.read().unwrap_or_else(PoisonError::into_inner);
+        metadata.get(queue)?.get(partition.0 as usize).map(shard_address)
+    }
+
+    fn cached_claim_targets(&self, queue: &str) -> Option<Arc<[PartitionId]>> {
+        let targets = self.inner.claim_targets.read().unwrap_or_else(PoisonError::into_inner);
+        targets.get(queue).filter(|targets| !targets.is_empty()).cloned()
+    }
+
     /// Forgets the cached metadata of `queue` (after it was deleted or
     /// recreated).
     pub fn forget_queue(&self, queue: &str) {
-        self.inner.metadata.write().unwrap_or_else(PoisonError::into_inner).remove(queue);
+        let mut metadata = self.inner.metadata.write().unwrap_or_else(PoisonError::into_inner);
+        metadata.remove(queue);
+        self.inner.claim_targets.write().unwrap_or_else(PoisonError::into_inner).remove(queue);
     }
 
     /// The partitions of `queue`, from the cache or fetched.
@@ -490,14 +535,49 @@ impl Client {
         partition: PartitionId,
         options: &ClaimOptions,
     ) -> Result<ClaimBatch, ClientError> {
-        self.claim_observed(queue, partition, options, |_, _| {}).await
+        self.claim_observed(queue, partition, partition, options, |_, _| {}).await
     }
 
-    /// [`claim`](Self::claim) that tells `on_sent` where the claim went
-    /// (connection and correlation id), so it can be withdrawn.
+    /// Leases up to `options.credits` messages from any partitions of
+    /// `queue` led by the shard that leads `via` (one of
+    /// [`claim_targets`](Self::claim_targets)), waiting up to
+    /// `options.wait_ms` when none is ready there: one request, however
+    /// many partitions that shard leads; the broker visits the partitions
+    /// with messages ready in turn. Each delivery names its partition
+    /// ([`Delivery::partition`]); an Ack may carry tokens of several
+    /// partitions of one shard.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), spool_client::ClientError> {
+    /// use spool_client::{ClaimOptions, Client};
+    /// let client = Client::connect("127.0.0.1:7400").await?;
+    /// for &via in client.claim_targets("jobs").await?.iter() {
+    ///     let batch = client.claim_shard("jobs", via, &ClaimOptions::new(10).wait_ms(0)).await?;
+    ///     for delivery in &batch.deliveries {
+    ///         println!("{}/{}", delivery.partition().0, delivery.offset().0);
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`claim`](Self::claim).
+    pub async fn claim_shard(
+        &self,
+        queue: &str,
+        via: PartitionId,
+        options: &ClaimOptions,
+    ) -> Result<ClaimBatch, ClientError> {
+        self.claim_observed(queue, via, PartitionId::ANY, options, |_, _| {}).await
+    }
+
+    /// A claim of `partition` (or of [`PartitionId::ANY`]) sent to the
+    /// shard that leads `via`, telling `on_sent` where it went (connection
+    /// and correlation id), so it can be withdrawn.
     async fn claim_observed(
         &self,
         queue: &str,
+        via: PartitionId,
         partition: PartitionId,
         options: &ClaimOptions,
         on_sent: impl FnMut(&Connection, CorrelationId),
@@ -512,8 +592,7 @@ impl Client {
             wait_ms: options.wait_ms,
         });
         let timeout = self.request_timeout() + Duration::from_millis(options.wait_ms.into());
-        let bytes =
-            self.partition_call_observed(queue, partition, &request, timeout, on_sent).await?;
+        let bytes = self.partition_call_observed(queue, via, &request, timeout, on_sent).await?;
         let Response::Claim(response) = bytes.response()? else {
             return Err(ClientError::Protocol("claim answered with another response".into()));
         };
@@ -529,7 +608,22 @@ impl Client {
             .deliveries
             .iter()
             .map(|wire| {
-                Delivery::new(Arc::clone(&queue), partition, response.lease_deadline_ms, wire)
+                // A claim of one partition gets that partition's messages;
+                // one of any partition gets each delivery's own.
+                let named = wire.partition;
+                let ok = if partition == PartitionId::ANY {
+                    named != PartitionId::ANY
+                } else {
+                    named == partition || named == PartitionId::ANY
+                };
+                if !ok {
+                    return Err(ClientError::Protocol(format!(
+                        "claim of partition {partition} answered with a delivery of partition \
+                         {named}"
+                    )));
+                }
+                let from = if partition == PartitionId::ANY { named } else { partition };
+                Delivery::new(Arc::clone(&queue), from, response.lease_deadline_ms, wire)
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(ClaimBatch { lease_deadline_ms: response.lease_deadline_ms, deliveries })
@@ -538,11 +632,13 @@ impl Client {
     /// Leases up to `options.credits` messages from whichever partitions of
     /// `queue` have them, waiting at most `options.wait_ms` **in total**.
     ///
-    /// First it sweeps the partitions without waiting (starting at a
-    /// different partition each call, so none is always asked first) and
-    /// returns what it found. When every partition was empty it long-polls
-    /// all of them at once, each claim with the time left of the one
-    /// deadline, and returns as soon as one of them answers with
+    /// It sends claims of any partition ([`claim_shard`](Self::claim_shard)),
+    /// one per shard that leads partitions of the queue, not one per
+    /// partition. First it asks the shards in turn without waiting
+    /// (starting at a different shard each call, so none is always asked
+    /// first) and returns what it found. When every shard had nothing it
+    /// long-polls all of them at once, each claim with the time left of the
+    /// one deadline, and returns as soon as one of them answers with
     /// deliveries, so a message arriving on any partition wakes it.
     ///
     /// The long-polls still outstanding are then withdrawn (the protocol's
@@ -585,19 +681,20 @@ impl Client {
         queue: &str,
         options: &ClaimOptions,
     ) -> Result<Vec<Delivery>, ClientError> {
-        let count = self.partition_count(queue).await?;
+        let targets = self.claim_targets(queue).await?;
+        let count = targets.len();
         let deadline = tokio::time::Instant::now() + Duration::from_millis(options.wait_ms.into());
-        let first = self.inner.next_sweep.fetch_add(1, Ordering::Relaxed) % count;
+        let first = self.inner.next_sweep.fetch_add(1, Ordering::Relaxed) as usize % count;
         let mut received: Vec<Delivery> = Vec::new();
         let mut failed: Option<ClientError> = None;
         let mut waitable = Vec::new();
-        for partition in (0..count).map(|n| PartitionId((first + n) % count)) {
+        for partition in (0..count).map(|n| targets[(first + n) % count]) {
             let remaining = options.credits.saturating_sub(received.len() as u32);
             if remaining == 0 {
                 break;
             }
             let sweep = ClaimOptions { credits: remaining, wait_ms: 0, ..*options };
-            match self.claim(queue, partition, &sweep).await {
+            match self.claim_shard(queue, partition, &sweep).await {
                 Ok(batch) => {
                     received.extend(batch.deliveries);
                     waitable.push(partition);
@@ -624,7 +721,9 @@ impl Client {
             waits.outstanding.insert(partition);
             waits.claims.spawn(async move {
                 let on_sent = |connection: &Connection, id| sent.record(partition, connection, id);
-                let result = client.claim_observed(&queue, partition, &long_poll, on_sent).await;
+                let any = PartitionId::ANY;
+                let result =
+                    client.claim_observed(&queue, partition, any, &long_poll, on_sent).await;
                 (partition, result)
             });
         }

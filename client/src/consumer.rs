@@ -453,7 +453,8 @@ struct ClaimOutcome {
     result: Result<ClaimBatch, ClientError>,
 }
 
-/// One claim request on `partition`, with `credits` slots already taken.
+/// One claim of any partition of the shard leading `partition` (one of the
+/// queue's claim targets), with `credits` slots already taken.
 /// A failed claim pauses [`CLAIM_ERROR_BACKOFF`] (less if shutdown begins)
 /// before it reports, so a broker that is down sees at most
 /// `claims_in_flight` attempts per backoff.
@@ -468,7 +469,7 @@ async fn claim_once(
     let result = match partition {
         Some(partition) => {
             shared.counters.claim_requests.fetch_add(1, Ordering::Relaxed);
-            let result = shared.client.claim(&config.queue, partition, &options).await;
+            let result = shared.client.claim_shard(&config.queue, partition, &options).await;
             if let Err(error) = &result {
                 tracing::warn!(queue = %config.queue, partition = partition.0, %error, "claim failed");
             }
@@ -501,9 +502,9 @@ async fn claim_loop<H, F, E>(
     let acker = tokio::spawn(ack_loop(Arc::clone(&shared), ack_queue));
     let mut tasks = JoinSet::new();
     let mut claims: JoinSet<ClaimOutcome> = JoinSet::new();
-    let mut next_partition = 0u32;
-    // Claims in a row that came back empty: a full sweep of them turns on
-    // the long-poll.
+    let mut next_target = 0usize;
+    // Claims in a row that came back empty: a full sweep of the shards
+    // turns on the long-poll.
     let mut empty_claims = 0usize;
     let share = config.claim_share();
     let credits_max = config.window().min(CLAIM_CREDITS_MAX);
@@ -540,14 +541,14 @@ async fn claim_loop<H, F, E>(
             credit = Arc::clone(&shared.credits).acquire_many_owned(wanted), if wanted > 0 => {
                 let Ok(credit) = credit else { break };
                 credit.forget();
-                let partitions = match shared.client.partition_count(&config.queue).await {
-                    Ok(count) => count as usize,
+                let targets = match shared.client.claim_targets(&config.queue).await {
+                    Ok(targets) => targets,
                     Err(error) => {
                         tracing::warn!(queue = %config.queue, %error, "no metadata for the consumer's queue");
-                        0
+                        Arc::from(Vec::new())
                     }
                 };
-                let long_poll = partitions > 0 && empty_claims >= partitions;
+                let long_poll = !targets.is_empty() && empty_claims >= targets.len();
                 // Each claim asks for at most a share, so the credits are
                 // spread over `claims_in_flight` claims (and partitions).
                 let limit = share.min(credits_max).max(wanted);
@@ -561,11 +562,9 @@ async fn claim_loop<H, F, E>(
                         Err(_) => break,
                     }
                 }
-                let partition = u32::try_from(partitions)
-                    .ok()
-                    .filter(|&count| count > 0)
-                    .map(|count| PartitionId(next_partition % count));
-                next_partition = next_partition.wrapping_add(1);
+                let partition = (!targets.is_empty())
+                    .then(|| targets[next_target % targets.len()]);
+                next_target = next_target.wrapping_add(1);
                 let options = ClaimOptions {
                     worker: config.worker,
                     credits,
@@ -840,7 +839,8 @@ async fn ack_loop(shared: Arc<Shared>, mut queue: mpsc::Receiver<AckItem>) {
     while requests.join_next().await.is_some() {}
 }
 
-/// Sends `pending` as Ack requests: one per partition, each at most
+/// Sends `pending` as Ack requests: one per shard (the broker acks the
+/// tokens of each partition of a request together), each at most
 /// `ack_batch_max` tokens, each waiting for a request slot first.
 async fn flush_acks(
     shared: &Arc<Shared>,
@@ -851,11 +851,16 @@ async fn flush_acks(
     let batch_max = shared.config.ack_batch_max as usize;
     let mut items = std::mem::take(pending);
     while !items.is_empty() {
-        // Split off the first item's partition (order within it kept).
+        // Split off the first item's shard (order within it kept); a
+        // partition whose shard the cache does not know goes alone.
         let (queue, partition) = (Arc::clone(&items[0].target.queue), items[0].target.partition);
-        let (mut group, rest): (Vec<AckItem>, Vec<AckItem>) = items
-            .into_iter()
-            .partition(|item| item.target.partition == partition && item.target.queue == queue);
+        let shard = shared.client.cached_owner(&queue, partition);
+        let (mut group, rest): (Vec<AckItem>, Vec<AckItem>) = items.into_iter().partition(|item| {
+            item.target.queue == queue
+                && (item.target.partition == partition
+                    || shard.is_some()
+                        && shared.client.cached_owner(&queue, item.target.partition) == shard)
+        });
         items = rest;
         while !group.is_empty() {
             let tail = group.split_off(group.len().min(batch_max));
@@ -869,8 +874,8 @@ async fn flush_acks(
     }
 }
 
-/// One Ack request for `items` (all of one partition); frees their room in
-/// the pipeline when the broker answered.
+/// One Ack request for `items` (all of one shard), sent to the shard of the
+/// first; frees their room in the pipeline when the broker answered.
 async fn ack_request(shared: Arc<Shared>, items: Vec<AckItem>, _permit: OwnedSemaphorePermit) {
     let counters = &shared.counters;
     let Some(first) = items.first() else { return };

@@ -49,6 +49,7 @@ fn claim_response(criterion: &mut Criterion) {
         .enumerate()
         .map(|(index, record)| Delivery {
             token: DeliveryToken([index as u8; 64]),
+            partition: PartitionId(index as u32 % 4),
             offset: Offset(1000 + index as u64),
             attempt: 1,
             generation: Generation(1),

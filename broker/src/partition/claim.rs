@@ -125,10 +125,58 @@ impl<S: Storage + Clone> Partition<S> {
         }
     }
 
+    /// Claims what is ready on the main lane now, without waiting: the
+    /// step a claim of any partition of the shard takes at each partition
+    /// its ready ring lists. Returns the deliveries and whether the
+    /// partition is exhausted (nothing more claimable below its durable
+    /// end, [`ClaimDecision::exhausted`]); a closed partition is. `cancel`
+    /// as for [`Partition::claim_as`]: checked before deciding, decided
+    /// once there are deliveries.
+    ///
+    /// [`ClaimDecision::exhausted`]: crate::queue::ClaimDecision::exhausted
+    ///
+    /// # Errors
+    /// Lease or credits out of range, storage failure.
+    pub async fn claim_ready(
+        &self,
+        request: &ClaimRequest,
+        cancel: &ClaimCancel,
+    ) -> Result<ClaimedReady, PartitionError> {
+        let room = Self::control_bytes(request.credits as usize, true);
+        let mut scratch = ClaimScratch { partition: self, decision: self.scratch.take_claim() };
+        self.log.writable(BatchKind::Control, room).await;
+        if self.closed.get() || cancel.is_cancelled() {
+            return Ok(ClaimedReady { claimed: Vec::new(), exhausted: self.closed.get() });
+        }
+        let now = (self.clock)();
+        let durable_end = self.durable_end();
+        let decision = &mut scratch.decision;
+        self.state.borrow().claim_into(now, request, durable_end, decision)?;
+        let exhausted = decision.exhausted;
+        if decision.deliveries.is_empty() {
+            return Ok(ClaimedReady { claimed: Vec::new(), exhausted });
+        }
+        // No await since the check above: not cancelled, so this holds.
+        let decided = cancel.decide();
+        debug_assert!(decided);
+        self.append_events(&decision.events, now)?;
+        let claimed = self.with_records(&decision.deliveries).await?;
+        Ok(ClaimedReady { claimed, exhausted })
+    }
+
     /// Claims waiting on this partition now (long-polls holding a slot).
     pub fn claims_waiting(&self) -> usize {
         self.claimable.claims_waiting()
     }
+}
+
+/// What [`Partition::claim_ready`] found.
+#[derive(Debug)]
+pub struct ClaimedReady {
+    /// The deliveries, with their records.
+    pub claimed: Vec<Claimed>,
+    /// Nothing more was claimable when it decided.
+    pub exhausted: bool,
 }
 
 /// A claim's decision on loan from its partition's scratch: given back

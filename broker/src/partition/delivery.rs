@@ -129,7 +129,7 @@ impl<S: Storage + Clone> Partition<S> {
                 Ok((event, due))
             })
             .await;
-        self.claimable.notify(1);
+        self.may_be_claimable(1);
         result
     }
 }

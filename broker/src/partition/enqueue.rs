@@ -153,7 +153,7 @@ impl<S: Storage + Clone> Partition<S> {
         // Should this future be dropped before, the next tick's sweep wakes
         // them (a few at a time while messages are ready).
         if appended > 0 {
-            self.claimable.notify(appended);
+            self.may_be_claimable(appended);
         }
         Ok(outcomes)
     }

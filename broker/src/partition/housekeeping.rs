@@ -4,7 +4,7 @@
 
 use super::signal;
 use super::{
-    Partition, PartitionError, TouchHook, WakeupHook, CONTROL_BATCH_EVENTS_MAX, DISK_FULL_RETRY_MS,
+    Partition, PartitionError, ReadyHook, TouchHook, WakeupHook, CONTROL_BATCH_EVENTS_MAX, DISK_FULL_RETRY_MS,
 };
 use crate::io::Storage;
 use crate::log::LogError;
@@ -34,6 +34,13 @@ impl<S: Storage + Clone> Partition<S> {
                 self.claimable.notify(signal::TICK_SWEEP_WAKES);
             }
         }
+        // The ready ring's safety net, as the sweep above is the waiting
+        // claims': messages whose wake was lost (an enqueue whose reply
+        // future was dropped before its records were durable) are listed
+        // again at the latest by the next full sweep.
+        if !self.closed.get() && self.state.borrow().has_ready() {
+            self.ready(0);
+        }
         if self.log.cached_bytes() > 0 {
             // Cached commits below the oldest live message are never read
             // again: an idle partition whose messages were acked holds none.
@@ -43,7 +50,7 @@ impl<S: Storage + Clone> Partition<S> {
         if due && !self.closed.get() {
             // Decided on durable records only (`PartitionState::tick`).
             let events = self.state.borrow().tick(now, self.durable_end());
-            self.claimable.notify(events.len().max(1));
+            self.may_be_claimable(events.len().max(1));
             for chunk in events.chunks(CONTROL_BATCH_EVENTS_MAX) {
                 match self.append_events(chunk, now) {
                     Ok(_) => {}
@@ -76,6 +83,29 @@ impl<S: Storage + Clone> Partition<S> {
             hook(deadline);
         }
         self.touched();
+    }
+
+    /// Messages may have become claimable, `count` of them: wakes as many
+    /// waiting claims of this partition ([`signal::Signal::notify`]) and
+    /// tells the ready hook.
+    pub(super) fn may_be_claimable(&self, count: usize) {
+        self.claimable.notify(count);
+        self.ready(count);
+    }
+
+    fn ready(&self, count: usize) {
+        if let Some(hook) = self.ready_hook.borrow().as_ref() {
+            hook(count);
+        }
+    }
+
+    /// Installs the hook told whenever main-lane messages may have become
+    /// claimable (an enqueue made durable, a release, a lease ended or a
+    /// delay passed, a redrive) with how many, and at every tick that finds
+    /// messages ready (with 0); replaces any earlier one. The shard's ready
+    /// ring lists the partition from it, for claims of any partition.
+    pub fn set_ready_hook(&self, hook: ReadyHook) {
+        *self.ready_hook.borrow_mut() = Some(hook);
     }
 
     fn touched(&self) {

@@ -88,6 +88,7 @@ pub use self::log::{
     Barrier, LastAppends, LogAppended, LogCursor, LogGrowth, LogMark, LogTicket, PartitionLog,
     QueuedSlot, Replay, ReplayBatch, JOURNAL_CHECKPOINT_PREFIX_BYTES,
 };
+pub use claim::ClaimedReady;
 pub use checkpoint::CheckpointStats;
 pub use enqueue::EnqueueOutcome;
 pub use error::PartitionError;
@@ -149,6 +150,11 @@ pub struct Partition<S: Storage + Clone> {
     /// so the shard's housekeeping visits it at its next tick
     /// (`Partition::set_touch_hook`).
     touch_hook: RefCell<Option<TouchHook>>,
+    /// Told whenever main-lane messages may have become claimable, with
+    /// how many (0: the tick found some ready), so the shard's ready ring
+    /// lists the partition for claims of any partition
+    /// (`Partition::set_ready_hook`).
+    ready_hook: RefCell<Option<ReadyHook>>,
     /// Buffers the request paths reuse (`scratch.rs`).
     scratch: scratch::Scratch,
     /// The newest `Attributed` event while its commit is still open and it
@@ -176,6 +182,11 @@ pub type WakeupHook = Rc<dyn Fn(Millis)>;
 /// Told that a partition changed (events applied, a batch appended, a
 /// claim started waiting): the shard's tick should look at it.
 pub type TouchHook = Rc<dyn Fn()>;
+
+/// Told that main-lane messages of a partition may have become claimable,
+/// with how many (0: some are ready, count unknown; see
+/// [`Partition::set_ready_hook`]).
+pub type ReadyHook = Rc<dyn Fn(usize)>;
 
 impl<S: Storage + Clone> std::fmt::Debug for Partition<S> {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

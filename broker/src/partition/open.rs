@@ -389,6 +389,7 @@ impl<S: Storage + Clone> Partition<S> {
             disk_retry_at_ms: Cell::new(0),
             wakeup_hook: RefCell::new(None),
             touch_hook: RefCell::new(None),
+            ready_hook: RefCell::new(None),
             scratch: super::scratch::Scratch::default(),
             attribution: RefCell::new(None),
             attribution_stats: Cell::new(AttributionStats::default()),

@@ -28,7 +28,7 @@ impl<S: Storage + Clone> Partition<S> {
         if let Some(ticket) = self.append_events(&events, now)? {
             ticket.durable().await?;
         }
-        self.claimable.notify(count);
+        self.may_be_claimable(count);
         Ok(count)
     }
 

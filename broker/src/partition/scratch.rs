@@ -120,6 +120,7 @@ impl Scratch {
     pub fn give_claim(&self, mut decision: ClaimDecision) {
         decision.events.clear();
         decision.deliveries.clear();
+        decision.exhausted = false;
         let largest = decision.events.capacity().max(decision.deliveries.capacity());
         if largest <= REQUEST_SCRATCH_ENTRIES_MAX {
             self.claim.set(decision);

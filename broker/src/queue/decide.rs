@@ -173,6 +173,12 @@ pub struct Delivery {
 pub struct ClaimDecision {
     pub events: Vec<Event>,
     pub deliveries: Vec<Delivery>,
+    /// The claim stopped because no message below `durable_end` was left
+    /// to deliver (not because its credits or bytes ran out, nor at the
+    /// expired-message scan bound): a claim now, with any credits, would
+    /// find nothing more. Main lane only; a dead-letter claim leaves it
+    /// false.
+    pub exhausted: bool,
 }
 
 /// Which dead letters to redrive.
@@ -407,6 +413,7 @@ impl PartitionState {
         let mut decision = ClaimDecision {
             events: Vec::with_capacity(credits),
             deliveries: Vec::with_capacity(credits),
+            exhausted: false,
         };
         self.claim_into(now, request, durable_end, &mut decision)?;
         Ok(decision)
@@ -427,6 +434,7 @@ impl PartitionState {
     ) -> Result<(), QueueError> {
         decision.events.clear();
         decision.deliveries.clear();
+        decision.exhausted = false;
         Self::check_credits(request.credits)?;
         let lease_ms = self.lease(request.lease_ms)?;
         let deadline_ms = now.saturating_add(lease_ms);
@@ -468,6 +476,7 @@ impl PartitionState {
                 }
             }
             if heads.iter().all(Option::is_none) {
+                decision.exhausted = true;
                 break;
             }
             let mut class_heads: PerClass<Option<ClassHead>> = PerClass::new();
@@ -478,6 +487,9 @@ impl PartitionState {
             let Some((class, promoted)) =
                 credits.choose(&class_heads, now, self.config.age_promotion_ms)
             else {
+                // A class with a head is always chosen; none chosen means
+                // none had one.
+                decision.exhausted = true;
                 break;
             };
             let head = heads[class].expect("chosen classes have a head");
@@ -543,6 +555,7 @@ impl PartitionState {
     ) -> Result<(), QueueError> {
         decision.events.clear();
         decision.deliveries.clear();
+        decision.exhausted = false;
         Self::check_credits(request.credits)?;
         let lease_ms = self.lease(request.lease_ms)?;
         let deadline_ms = now.saturating_add(lease_ms);

@@ -38,8 +38,11 @@ use super::quota::{QuotaReport, ShardQuotas};
 use super::{Served, ShardState};
 use crate::clock::Instant;
 use crate::control::assignment::QueueName;
-use crate::net::connection::{Connection, Decoded, FrameHandler, ProtocolFault, Refusal};
-use crate::partition::signal::{ClaimCancel, WaitOwner};
+use crate::net::connection::{
+    ClaimRegistration, Connection, Decoded, FrameHandler, ProtocolFault, Refusal,
+};
+use super::ready::ReadyRing;
+use crate::partition::signal::{ClaimCancel, WaitOwner, WaitRefused, CLAIM_WAITERS_MAX};
 use crate::partition::{EnqueueOutcome, PartitionError};
 use crate::queue::stored::{PrincipalId, Stored};
 use crate::queue::{ClaimRequest, Lane, MessagePhase, Offset, PartitionId, Redrive, ReleaseReason};
@@ -581,8 +584,20 @@ impl SpoolHandler {
                 Err(reply) => results[index] = reply.code,
             }
         }
-        for TokenGroup { partition, positions, tokens } in &groups {
-            let outcomes = partition.ack(tokens).await;
+        // The partitions' acks run at once: each waits for its own commit
+        // to be durable, and on the shard journal those commits share a
+        // sync (an Ack for deliveries of a claim of any partition names
+        // many partitions).
+        let answered = match groups.as_slice() {
+            [only] => vec![only.partition.ack(&only.tokens).await],
+            many => {
+                futures_util::future::join_all(
+                    many.iter().map(|group| group.partition.ack(&group.tokens)),
+                )
+                .await
+            }
+        };
+        for (TokenGroup { partition, positions, tokens }, outcomes) in groups.iter().zip(answered) {
             for ((index, token), outcome) in positions.iter().zip(tokens).zip(outcomes) {
                 results[*index] = match outcome {
                     Ok(()) => ErrorCode::None,
@@ -789,6 +804,7 @@ impl SpoolHandler {
                         .iter()
                         .map(|item| proto::Delivery {
                             token: token_to_wire(&item.delivery.token),
+                            partition: item.delivery.token.claim().partition,
                             offset: item.delivery.offset,
                             attempt: u32::from(item.delivery.attempt),
                             generation: proto::Generation(u64::from(item.delivery.generation.0)),
@@ -797,8 +813,9 @@ impl SpoolHandler {
                         .collect();
                     let deadline =
                         claimed.iter().map(|item| item.delivery.deadline_ms).max().unwrap_or(0);
+                    // In the version asked: a v0 client reads no partitions.
                     Response::Claim(ClaimResponse { lease_deadline_ms: deadline, deliveries })
-                        .encode(correlation_id, &mut out)
+                        .encode_version(correlation_id, api_version, &mut out)
                         .map_err(|e| error(ErrorCode::Internal, e.to_string()))
                 }
                 Err(reply) => Err(reply),
@@ -878,6 +895,9 @@ impl SpoolHandler {
             }
             _ => (claim.queue, Lane::Main),
         };
+        if claim.partition == PartitionId::ANY {
+            return self.claim_any(claim, queue, lane, registration, connection, grants, timed).await;
+        }
         let partition = self.route(queue, claim.partition)?;
         *timed = Some((partition.clone(), RequestOp::Claim));
         // A principal with `claims_in_flight_max` asks for at most what its
@@ -924,21 +944,214 @@ impl SpoolHandler {
                     .map(|item| (item.delivery.token.to_bytes(), item.delivery.deadline_ms)),
             );
         }
-        claimed.map_err(|failure| {
-            let reason = match failure {
-                PartitionError::TooManyWaitersOnConnection { .. } => {
-                    Some(REJECT_CLAIM_WAITERS_PER_CONNECTION)
-                }
-                PartitionError::TooManyWaiters => Some(REJECT_CLAIM_WAITERS_PER_PARTITION),
-                _ => None,
-            };
-            if let Some(reason) = reason {
-                let detail = format_args!("claim on {queue}/{}: {failure}", claim.partition);
-                connection.rejections().record(reason, &detail);
-            }
-            partition_error(&failure)
-        })
+        claimed.map_err(|failure| claim_failed(connection, queue, claim.partition, &failure))
     }
+
+    /// A Claim of partition `ANY`: visits the queue's ready ring on this
+    /// shard (`ready.rs`) and takes from each listed partition what is
+    /// ready, in rotation, until the credits or bytes are spent or every
+    /// listed partition was visited once; with nothing found, waits on the
+    /// ring (bounded as a partition's waiters are, by
+    /// `CLAIM_WAITERS_MAX` per queue and shard and by the connection's own
+    /// bound) until a partition is listed, the wait ends, or the claim is
+    /// cancelled. Main lane only.
+    #[allow(clippy::too_many_arguments)]
+    async fn claim_any(
+        &self,
+        claim: &proto::ClaimRequest<'_>,
+        queue: &str,
+        lane: Lane,
+        registration: Option<Result<ClaimRegistration<'_>, usize>>,
+        connection: &Connection,
+        grants: &crate::auth::Grants,
+        timed: &mut Timed,
+    ) -> Result<Vec<crate::partition::Claimed>, ErrorResponse> {
+        if lane == Lane::DeadLetter {
+            return Err(error(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "claim of partition ANY serves the main lane; name a partition of {queue} \
+                     to claim its dead letters"
+                ),
+            ));
+        }
+        let Some(ring) = self.state.partitions.borrow().ready(queue) else {
+            if !self.queue_exists(queue) {
+                return Err(error(
+                    ErrorCode::QueueNotFound,
+                    format!("queue {queue} does not exist"),
+                ));
+            }
+            return Err(error(
+                ErrorCode::NotOwner,
+                format!(
+                    "shard {} leads no partition of queue {queue}; claim ANY at a shard that \
+                     leads one (Metadata names them)",
+                    self.state.shard.0
+                ),
+            ));
+        };
+        let reservation = self.quotas.reserve_claim(grants, claim.credits, (self.state.clock)())?;
+        let credits = reservation.as_ref().map_or(claim.credits, |held| held.granted());
+        let owner = WaitOwner {
+            id: connection.id(),
+            waiting: &connection.waiting,
+            waiting_max: connection.waiting_max,
+        };
+        let unregistered = ClaimCancel::default();
+        let (cancel, refused) = match &registration {
+            Some(Ok(registered)) => (registered.cancel(), None),
+            Some(Err(waiting_max)) => (&unregistered, Some(*waiting_max)),
+            None => (&unregistered, None),
+        };
+        if let Some(waiting_max) = refused {
+            let failure = PartitionError::TooManyWaitersOnConnection { waiting_max };
+            return Err(claim_failed(connection, queue, claim.partition, &failure));
+        }
+        let wait_ms = u64::from(claim.wait_ms);
+        let deadline = (self.state.clock)().saturating_add(wait_ms);
+        let mut give_up = std::pin::pin!(ended_or_deadline(connection, wait_ms));
+        let mut slot = None;
+        let claimed = loop {
+            let found = self.visit_ready(&ring, queue, claim, credits, cancel, timed).await;
+            match found {
+                Ok(found) if found.is_empty() => {}
+                other => break other,
+            }
+            let evicted = slot.as_ref().is_some_and(crate::partition::signal::WaiterSlot::evicted);
+            if cancel.is_cancelled() || evicted || (self.state.clock)() >= deadline {
+                break Ok(Vec::new());
+            }
+            if slot.is_none() {
+                match ring.waiters().register(owner, CLAIM_WAITERS_MAX, deadline) {
+                    Ok(registered) => slot = Some(registered),
+                    Err(refused) => {
+                        let failure = match refused {
+                            WaitRefused::OwnerFull { waiting_max } => {
+                                PartitionError::TooManyWaitersOnConnection { waiting_max }
+                            }
+                            WaitRefused::PartitionFull { .. } => PartitionError::TooManyWaiters,
+                        };
+                        break Err(claim_failed(connection, queue, claim.partition, &failure));
+                    }
+                }
+                // Listed between the visit and the registration: look again.
+                if !ring.is_empty() {
+                    continue;
+                }
+            }
+            let Some(waiter) = slot.as_ref() else { continue };
+            let wait = async {
+                waiter.wait().await;
+                false
+            };
+            let gave_up = async {
+                futures_lite::future::or(give_up.as_mut(), cancel.cancelled()).await;
+                true
+            };
+            if futures_lite::future::or(wait, gave_up).await {
+                break Ok(Vec::new());
+            }
+        };
+        drop(slot);
+        drop(registration);
+        if let (Some(held), Ok(claimed)) = (reservation, &claimed) {
+            held.settle(
+                claimed
+                    .iter()
+                    .map(|item| (item.delivery.token.to_bytes(), item.delivery.deadline_ms)),
+            );
+        }
+        claimed
+    }
+
+    /// One pass of a claim of any partition over `ring`: each partition
+    /// listed when it starts is visited at most once. A partition's error
+    /// ends the pass: with deliveries already taken they are answered (the
+    /// failing partition stays listed), else the error is.
+    async fn visit_ready(
+        &self,
+        ring: &ReadyRing,
+        queue: &str,
+        claim: &proto::ClaimRequest<'_>,
+        credits: u32,
+        cancel: &ClaimCancel,
+        timed: &mut Timed,
+    ) -> Result<Vec<crate::partition::Claimed>, ErrorResponse> {
+        let mut out: Vec<crate::partition::Claimed> = Vec::new();
+        let mut credits_left = credits;
+        let mut bytes_left = u64::from(claim.max_bytes);
+        let mut visits = ring.len();
+        while visits > 0 && credits_left > 0 && bytes_left > 0 && !cancel.is_cancelled() {
+            visits -= 1;
+            let Some(partition) = ring.next() else { break };
+            // Gone since it was listed (its queue deleted, reassigned).
+            let Some(served) = self.state.served(queue, partition) else { continue };
+            let step = ClaimRequest {
+                worker: claim.worker,
+                credits: credits_left,
+                max_bytes: bytes_left,
+                lease_ms: (claim.lease_ms > 0).then_some(u64::from(claim.lease_ms)),
+            };
+            match served.partition.claim_ready(&step, cancel).await {
+                Ok(ready) => {
+                    if !ready.exhausted {
+                        ring.keep(partition);
+                    }
+                    if ready.claimed.is_empty() {
+                        continue;
+                    }
+                    served.requests.claimed(&ready.claimed);
+                    if timed.is_none() {
+                        *timed = Some((served.clone(), RequestOp::Claim));
+                    }
+                    credits_left -= ready.claimed.len() as u32;
+                    let bytes: u64 =
+                        ready.claimed.iter().map(|item| u64::from(item.delivery.size_bytes)).sum();
+                    bytes_left = bytes_left.saturating_sub(bytes);
+                    out.extend(ready.claimed);
+                }
+                Err(failure) => {
+                    ring.keep(partition);
+                    served.requests.failed(&failure);
+                    if out.is_empty() {
+                        return Err(partition_error(&failure));
+                    }
+                    tracing::warn!(%queue, partition = partition.0, %failure,
+                        "claim of any partition: answering what other partitions gave");
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A claim's failure as the client sees it; the waiter bounds are also
+/// recorded in the connection's rejections.
+fn claim_failed(
+    connection: &Connection,
+    queue: &str,
+    partition: PartitionId,
+    failure: &PartitionError,
+) -> ErrorResponse {
+    let reason = match failure {
+        PartitionError::TooManyWaitersOnConnection { .. } => {
+            Some(REJECT_CLAIM_WAITERS_PER_CONNECTION)
+        }
+        PartitionError::TooManyWaiters => Some(REJECT_CLAIM_WAITERS_PER_PARTITION),
+        _ => None,
+    };
+    if let Some(reason) = reason {
+        let named = if partition == PartitionId::ANY {
+            "ANY".to_owned()
+        } else {
+            partition.to_string()
+        };
+        let detail = format_args!("claim on {queue}/{named}: {failure}");
+        connection.rejections().record(reason, &detail);
+    }
+    partition_error(failure)
 }
 
 /// Correlation id, api key and version read straight from a frame header

@@ -60,7 +60,8 @@ pub mod convert;
 pub mod counters;
 pub mod handler;
 pub mod quota;
-pub mod served;
+pub mod ready;
+mod served;
 pub mod tick;
 
 use std::cell::{Cell, RefCell};
@@ -528,7 +529,16 @@ impl ShardState {
         }));
         // The first tick looks at it (the replay may have restored timers).
         self.tick_plan.touch(&served);
-        self.partitions.borrow_mut().insert(queue.as_str(), partition, served);
+        let ring = self.partitions.borrow_mut().insert(queue.as_str(), partition, served.clone());
+        // Listed at once: the replay may have restored ready messages; the
+        // first claim of any partition that finds it exhausted drops it.
+        let weak = Rc::downgrade(&ring);
+        served.partition.set_ready_hook(Rc::new(move |count| {
+            if let Some(ring) = weak.upgrade() {
+                ring.mark(partition, count);
+            }
+        }));
+        ring.mark(partition, 0);
         Ok(())
     }
 

@@ -1,28 +1,43 @@
 //! The partitions a shard serves, looked up by queue name and partition
 //! without allocating: every data-path request does one lookup, and a key
-//! of `(String, PartitionId)` needed an owned `String` for each.
+//! of `(String, PartitionId)` needed an owned `String` for each. Each
+//! queue also has its ready ring here (`ready.rs`), made with its first
+//! partition and closed when the queue stops being served.
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
+use super::ready::ReadyRing;
 use super::Served;
 use crate::queue::PartitionId;
+
+/// The partitions of one queue this shard serves, and their ready ring.
+#[derive(Default)]
+struct QueueServed {
+    partitions: BTreeMap<PartitionId, Rc<Served>>,
+    ready: Rc<ReadyRing>,
+}
 
 /// Served partitions by queue name, then partition.
 #[derive(Default)]
 pub struct ServedMap {
-    queues: BTreeMap<String, BTreeMap<PartitionId, Rc<Served>>>,
+    queues: BTreeMap<String, QueueServed>,
 }
 
 impl ServedMap {
     /// The served partition `queue`/`partition`.
     pub fn get(&self, queue: &str, partition: PartitionId) -> Option<&Rc<Served>> {
-        self.queues.get(queue)?.get(&partition)
+        self.queues.get(queue)?.partitions.get(&partition)
+    }
+
+    /// The ready ring of `queue`, if this shard serves any of its partitions.
+    pub fn ready(&self, queue: &str) -> Option<Rc<ReadyRing>> {
+        self.queues.get(queue).map(|served| Rc::clone(&served.ready))
     }
 
     /// Partitions served, over all queues.
     pub fn len(&self) -> usize {
-        self.queues.values().map(BTreeMap::len).sum()
+        self.queues.values().map(|served| served.partitions.len()).sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -31,36 +46,51 @@ impl ServedMap {
 
     /// Every served partition, by queue name then partition.
     pub fn iter(&self) -> impl Iterator<Item = (&str, PartitionId, &Rc<Served>)> + '_ {
-        self.queues.iter().flat_map(|(queue, partitions)| {
-            partitions.iter().map(move |(partition, served)| (queue.as_str(), *partition, served))
+        self.queues.iter().flat_map(|(queue, served)| {
+            served
+                .partitions
+                .iter()
+                .map(move |(partition, served)| (queue.as_str(), *partition, served))
         })
     }
 
     pub fn values(&self) -> impl Iterator<Item = &Rc<Served>> + '_ {
-        self.queues.values().flat_map(BTreeMap::values)
+        self.queues.values().flat_map(|served| served.partitions.values())
     }
 
-    /// Adds (or replaces) `queue`/`partition`.
-    pub fn insert(&mut self, queue: &str, partition: PartitionId, served: Rc<Served>) {
-        self.queues.entry(queue.to_owned()).or_default().insert(partition, served);
+    /// Adds (or replaces) `queue`/`partition`; returns the queue's ready ring.
+    pub fn insert(
+        &mut self,
+        queue: &str,
+        partition: PartitionId,
+        served: Rc<Served>,
+    ) -> Rc<ReadyRing> {
+        let entry = self.queues.entry(queue.to_owned()).or_default();
+        entry.partitions.insert(partition, served);
+        Rc::clone(&entry.ready)
     }
 
-    /// Removes every partition of `queue`, in partition order.
+    /// Removes every partition of `queue`, in partition order, and closes
+    /// its ready ring (claims waiting on it answer empty).
     pub fn remove_queue(&mut self, queue: &str) -> Vec<((String, PartitionId), Rc<Served>)> {
-        self.queues.remove_entry(queue).map_or_else(Vec::new, |(name, partitions)| {
-            partitions
+        self.queues.remove_entry(queue).map_or_else(Vec::new, |(name, served)| {
+            served.ready.close();
+            served
+                .partitions
                 .into_iter()
                 .map(|(partition, served)| ((name.clone(), partition), served))
                 .collect()
         })
     }
 
-    /// Removes and returns every served partition.
+    /// Removes and returns every served partition, closing every ring.
     pub fn take_all(&mut self) -> Vec<((String, PartitionId), Rc<Served>)> {
         std::mem::take(&mut self.queues)
             .into_iter()
-            .flat_map(|(name, partitions)| {
-                partitions
+            .flat_map(|(name, served)| {
+                served.ready.close();
+                served
+                    .partitions
                     .into_iter()
                     .map(move |(partition, served)| ((name.clone(), partition), served))
             })

@@ -194,6 +194,10 @@ pub struct BrokerState {
     pub ack_delay: Option<Duration>,
     /// Arrival time of every claim.
     pub claim_times: Vec<tokio::time::Instant>,
+    /// Claims of partition ANY received (served over every partition, from
+    /// a rotating start).
+    pub any_claims: usize,
+    any_cursor: usize,
 }
 
 impl BrokerState {
@@ -296,27 +300,38 @@ pub fn mini_broker(state: Arc<Mutex<BrokerState>>) -> Handler {
                 if state.slots > 0 && held + claim.credits as usize > state.slots {
                     state.credit_violations += 1;
                 }
-                let partition = claim.partition.0;
-                let log = &mut state.partitions[partition as usize];
+                let count = state.partitions.len();
+                let order: Vec<usize> = if claim.partition == PartitionId::ANY {
+                    state.any_claims += 1;
+                    state.any_cursor += 1;
+                    (0..count).map(|n| (state.any_cursor + n) % count).collect()
+                } else {
+                    vec![claim.partition.0 as usize]
+                };
                 let mut picked = Vec::new();
-                for (offset, stored) in log.iter_mut().enumerate() {
-                    if picked.len() == claim.credits as usize {
-                        break;
-                    }
-                    if stored.state == StoredState::Ready {
-                        stored.state = StoredState::Claimed;
-                        stored.generation += 1;
-                        stored.attempt += 1;
-                        stored.claimed_at = Some(tokio::time::Instant::now());
-                        picked.push(offset);
+                for partition in order {
+                    let log = &mut state.partitions[partition];
+                    for (offset, stored) in log.iter_mut().enumerate() {
+                        if picked.len() == claim.credits as usize {
+                            break;
+                        }
+                        if stored.state == StoredState::Ready {
+                            stored.state = StoredState::Claimed;
+                            stored.generation += 1;
+                            stored.attempt += 1;
+                            stored.claimed_at = Some(tokio::time::Instant::now());
+                            picked.push((partition, offset));
+                        }
                     }
                 }
+                let partitions = &state.partitions;
                 let deliveries = picked
                     .iter()
-                    .map(|&offset| {
-                        let stored = &log[offset];
+                    .map(|&(partition, offset)| {
+                        let stored = &partitions[partition][offset];
                         Delivery {
-                            token: token(partition, offset as u64, stored.generation),
+                            token: token(partition as u32, offset as u64, stored.generation),
+                            partition: PartitionId(partition as u32),
                             offset: Offset(offset as u64),
                             attempt: stored.attempt,
                             generation: Generation(stored.generation),

@@ -13,7 +13,7 @@
 
 use super::codec::{check_len, check_range, validate_queue_name, Reader, Writer};
 use super::error::ProtoError;
-use super::frame::CorrelationId;
+use super::frame::{CorrelationId, CLAIM_VERSION_ANY};
 use super::ids::{Generation, Offset, PartitionId, WorkerId};
 use super::limits::{
     ACK_TOKENS_MAX, CLAIM_BYTES_MAX, CLAIM_CREDITS_MAX, CLAIM_WAIT_MS_MAX, DELIVERY_TOKEN_BYTES,
@@ -217,12 +217,15 @@ impl EnqueueResponse {
 // ---------------------------------------------------------------- Claim
 
 /// Lease up to `credits` messages (at most `max_bytes` of records) from one
-/// partition, long-polling up to `wait_ms` if none is ready.
+/// partition, or (version 1, [`PartitionId::ANY`]) from any partitions of
+/// the queue that the shard reached leads, long-polling up to `wait_ms` if
+/// none is ready.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimRequest<'a> {
     /// Queue name.
     pub queue: &'a str,
-    /// Partition to claim from.
+    /// Partition to claim from; [`PartitionId::ANY`] (version 1 and later):
+    /// any the shard leads.
     pub partition: PartitionId,
     /// The claiming worker.
     pub worker: WorkerId,
@@ -243,6 +246,19 @@ impl<'a> ClaimRequest<'a> {
     /// # Errors
     /// [`ProtoError::InvalidQueueName`], [`ProtoError::OutOfRange`].
     pub fn validate(&self) -> Result<(), ProtoError> {
+        self.validate_version(CLAIM_VERSION_ANY)
+    }
+
+    /// [`ClaimRequest::validate`] as `version` of the Claim reads it:
+    /// [`PartitionId::ANY`] needs version 1.
+    ///
+    /// # Errors
+    /// As [`ClaimRequest::validate`]; [`ProtoError::Inconsistent`] for `ANY`
+    /// in version 0.
+    pub fn validate_version(&self, version: u16) -> Result<(), ProtoError> {
+        if self.partition == PartitionId::ANY && version < CLAIM_VERSION_ANY {
+            return Err(ProtoError::Inconsistent("claim partition ANY needs claim version 1"));
+        }
         validate_queue_name(self.queue)?;
         check_range("credits", self.credits.into(), 1, CLAIM_CREDITS_MAX.into())?;
         check_range("max_bytes", self.max_bytes.into(), 1, CLAIM_BYTES_MAX.into())?;
@@ -262,7 +278,7 @@ impl<'a> ClaimRequest<'a> {
         writer.u32(0);
     }
 
-    pub(crate) fn read(body: &'a [u8]) -> Result<Self, ProtoError> {
+    pub(crate) fn read(body: &'a [u8], version: u16) -> Result<Self, ProtoError> {
         let mut reader = Reader::new(body);
         let queue = reader.queue_name()?;
         reader.align()?;
@@ -275,7 +291,7 @@ impl<'a> ClaimRequest<'a> {
         reader.reserved_u32("claim reserved")?;
         reader.finish()?;
         let request = Self { queue, partition, worker, credits, max_bytes, lease_ms, wait_ms };
-        request.validate()?;
+        request.validate_version(version)?;
         Ok(request)
     }
 }
@@ -285,6 +301,10 @@ impl<'a> ClaimRequest<'a> {
 pub struct Delivery<'a> {
     /// Hand back to extend, ack or release.
     pub token: DeliveryToken,
+    /// The message's partition: the one the Claim named, or (Claim `ANY`)
+    /// the one it came from. A version-0 response does not carry it; its
+    /// decoder says [`PartitionId::ANY`].
+    pub partition: PartitionId,
     /// The message's offset in the partition.
     pub offset: Offset,
     /// How many times it has been delivered, this time included.
@@ -322,17 +342,30 @@ impl<'a> ClaimResponse<'a> {
         Ok(())
     }
 
-    pub(crate) fn write(&self, writer: &mut Writer<'_>) {
-        // Each delivery: token, offset, attempt, length, generation, the
-        // record padded to 8 bytes.
-        let fixed = DELIVERY_TOKEN_BYTES + 8 + 4 + 4 + 8;
-        writer.reserve(
-            16 + self
-                .deliveries
-                .iter()
-                .map(|delivery| fixed + delivery.record.len().next_multiple_of(8))
-                .sum::<usize>(),
-        );
+    /// Fixed bytes of one delivery before its record in `version`.
+    pub(crate) const fn delivery_fixed_bytes(version: u16) -> usize {
+        let v0 = DELIVERY_TOKEN_BYTES + 8 + 4 + 4 + 8;
+        if version >= CLAIM_VERSION_ANY {
+            v0 + 8
+        } else {
+            v0
+        }
+    }
+
+    /// Body bytes of this response in `version`, padding included.
+    pub(crate) fn body_bytes(&self, version: u16) -> usize {
+        let fixed = Self::delivery_fixed_bytes(version);
+        16 + self
+            .deliveries
+            .iter()
+            .map(|delivery| fixed + delivery.record.len().next_multiple_of(8))
+            .sum::<usize>()
+    }
+
+    pub(crate) fn write(&self, writer: &mut Writer<'_>, version: u16) {
+        // Each delivery: token, offset, attempt, length, generation, (v1:
+        // partition and 4 reserved bytes,) the record padded to 8 bytes.
+        writer.reserve(self.body_bytes(version));
         writer.u64(self.lease_deadline_ms);
         writer.u32(self.deliveries.len() as u32);
         writer.u32(0);
@@ -342,12 +375,16 @@ impl<'a> ClaimResponse<'a> {
             writer.u32(delivery.attempt);
             writer.u32(delivery.record.len() as u32);
             writer.u64(delivery.generation.0);
+            if version >= CLAIM_VERSION_ANY {
+                writer.u32(delivery.partition.0);
+                writer.u32(0);
+            }
             writer.bytes(delivery.record);
             writer.align();
         }
     }
 
-    pub(crate) fn read(body: &'a [u8]) -> Result<Self, ProtoError> {
+    pub(crate) fn read(body: &'a [u8], version: u16) -> Result<Self, ProtoError> {
         let mut reader = Reader::new(body);
         let lease_deadline_ms = reader.u64()?;
         let count = reader.u32()? as usize;
@@ -360,6 +397,13 @@ impl<'a> ClaimResponse<'a> {
             let attempt = reader.u32()?;
             let record_len = reader.u32()? as usize;
             let generation = Generation(reader.u64()?);
+            let partition = if version >= CLAIM_VERSION_ANY {
+                let partition = PartitionId(reader.u32()?);
+                reader.reserved_u32("delivery reserved")?;
+                partition
+            } else {
+                PartitionId::ANY
+            };
             if record_len > RECORD_BYTES_MAX {
                 return Err(ProtoError::RecordTooLarge {
                     len_bytes: record_len,
@@ -368,7 +412,7 @@ impl<'a> ClaimResponse<'a> {
             }
             let record = reader.take(record_len)?;
             reader.align()?;
-            deliveries.push(Delivery { token, offset, attempt, generation, record });
+            deliveries.push(Delivery { token, partition, offset, attempt, generation, record });
         }
         reader.finish()?;
         Ok(Self { lease_deadline_ms, deliveries })

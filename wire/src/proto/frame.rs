@@ -47,6 +47,12 @@ pub const FLAG_RESPONSE: u16 = 1;
 /// Every flag bit this version defines.
 const FLAGS_KNOWN: u16 = FLAG_RESPONSE;
 
+/// The Claim version that may name [`PartitionId::ANY`] and whose deliveries
+/// name their partition.
+///
+/// [`PartitionId::ANY`]: crate::proto::PartitionId::ANY
+pub const CLAIM_VERSION_ANY: u16 = 1;
+
 /// The operation a frame carries. Numbers are stable and never reused, like
 /// error codes; data-path keys are below 16, control-plane keys 16 and up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -125,8 +131,15 @@ impl ApiKey {
     }
 
     /// Newest api version this codec decodes and encodes; encoders write it.
+    /// Claim v1: the request may name [`PartitionId::ANY`], and each delivery
+    /// of the response names its partition.
+    ///
+    /// [`PartitionId::ANY`]: crate::proto::PartitionId::ANY
     pub const fn max_version(self) -> u16 {
-        0
+        match self {
+            Self::Claim => CLAIM_VERSION_ANY,
+            _ => 0,
+        }
     }
 
     /// Whether this codec speaks `version` of this key.

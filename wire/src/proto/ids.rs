@@ -16,6 +16,13 @@
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PartitionId(pub u32);
 
+impl PartitionId {
+    /// In a Claim (version 1 and later): any partition of the queue that the
+    /// shard the request reaches leads. Never a partition's own number
+    /// (partitions per queue stay far below it).
+    pub const ANY: Self = Self(u32::MAX);
+}
+
 /// A position in a partition log. Assigned by the log at append time; a
 /// message is identified inside its partition by the offset of its data
 /// record, for its whole life (including in the dead-letter queue).

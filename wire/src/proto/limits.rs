@@ -94,8 +94,10 @@ pub const DECODER_BUFFER_BYTES_MAX: usize = MAX_FRAME_BYTES + DECODER_READ_BYTES
 /// offers for one read.
 pub const DECODER_READ_BYTES: usize = 64 * 1024;
 
-/// Fixed bytes of one delivery in a Claim response before its record.
-pub const CLAIM_DELIVERY_HEADER_BYTES: usize = DELIVERY_TOKEN_BYTES + 24;
+/// Fixed bytes of one delivery in a Claim response before its record, in
+/// the newest version (v1 adds the delivery's partition and 4 reserved
+/// bytes to v0's token, offset, attempt, length and generation).
+pub const CLAIM_DELIVERY_HEADER_BYTES: usize = DELIVERY_TOKEN_BYTES + 32;
 
 const _: () = assert!(FRAME_HEADER_BYTES.is_multiple_of(FRAME_ALIGN));
 const _: () = assert!(MAX_FRAME_BYTES.is_multiple_of(FRAME_ALIGN));

@@ -214,14 +214,35 @@ impl<'a> Request<'a> {
         correlation_id: CorrelationId,
         out: &mut Vec<u8>,
     ) -> Result<(), ProtoError> {
+        self.encode_version(correlation_id, self.api_key().max_version(), out)
+    }
+
+    /// [`Request::encode`] as `version` of its api key (a client speaking
+    /// to an older broker; tests of older versions).
+    ///
+    /// # Errors
+    /// As [`Request::encode`]; a version this codec does not speak; a
+    /// field the version cannot carry (a Claim of partition `ANY` in v0).
+    pub fn encode_version(
+        &self,
+        correlation_id: CorrelationId,
+        version: u16,
+        out: &mut Vec<u8>,
+    ) -> Result<(), ProtoError> {
         if correlation_id == CorrelationId::CONNECTION {
             return Err(ProtoError::Inconsistent("correlation id 0 is reserved"));
         }
-        self.validate()?;
         let api_key = self.api_key();
+        if !api_key.supports(version) {
+            return Err(ProtoError::Inconsistent("api version not spoken by this codec"));
+        }
+        self.validate()?;
+        if let Self::Claim(request) = self {
+            request.validate_version(version)?;
+        }
         let fields = HeaderFields {
             api_key: api_key.as_u16(),
-            api_version: api_key.max_version(),
+            api_version: version,
             correlation_id,
             is_response: false,
             error_code: ErrorCode::None,
@@ -275,10 +296,11 @@ impl<'a> Request<'a> {
     pub fn decode(frame: &Frame<'a>) -> Result<Self, ProtoError> {
         expect_request(frame)?;
         let body = frame.body;
-        // One version per key so far; a v1 adds arms keyed on api_version.
+        let version = frame.header.api_version;
+        // One version per key except Claim (v1: partition ANY).
         Ok(match frame.header.api_key {
             ApiKey::Enqueue => Self::Enqueue(EnqueueRequest::read(body)?),
-            ApiKey::Claim => Self::Claim(ClaimRequest::read(body)?),
+            ApiKey::Claim => Self::Claim(ClaimRequest::read(body, version)?),
             ApiKey::Extend => Self::Extend(ExtendRequest::read(body)?),
             ApiKey::Ack => Self::Ack(AckRequest::read(body)?),
             ApiKey::Release => Self::Release(ReleaseRequest::read(body)?),
@@ -332,18 +354,16 @@ impl<'a> Response<'a> {
     /// (exact for enqueue, claim and ack, an upper bound for the others);
     /// 0 for the control plane's, whose buffer grows as written.
     pub fn encoded_len_hint(&self) -> usize {
-        use crate::proto::limits::{DELIVERY_TOKEN_BYTES, FRAME_HEADER_BYTES};
+        self.encoded_len_hint_version(self.api_key().max_version())
+    }
+
+    /// [`Response::encoded_len_hint`] as `version` of its api key.
+    pub fn encoded_len_hint_version(&self, version: u16) -> usize {
+        use crate::proto::limits::FRAME_HEADER_BYTES;
         let body = match self {
             Self::Enqueue(response) => 16 + 16 * response.records.len(),
             Self::Ack(response) => 4 + 2 * response.results.len(),
-            Self::Claim(response) => {
-                let fixed = DELIVERY_TOKEN_BYTES + 8 + 4 + 4 + 8;
-                16 + response
-                    .deliveries
-                    .iter()
-                    .map(|delivery| fixed + delivery.record.len().next_multiple_of(8))
-                    .sum::<usize>()
-            }
+            Self::Claim(response) => response.body_bytes(version),
             Self::Extend(_) | Self::Release(_) | Self::CancelClaim(_) => 16,
             _ => return 0,
         };
@@ -361,14 +381,31 @@ impl<'a> Response<'a> {
         correlation_id: CorrelationId,
         out: &mut Vec<u8>,
     ) -> Result<(), ProtoError> {
+        self.encode_version(correlation_id, self.api_key().max_version(), out)
+    }
+
+    /// [`Response::encode`] as `version` of its api key: the version of the
+    /// request it answers.
+    ///
+    /// # Errors
+    /// As [`Response::encode`]; a version this codec does not speak.
+    pub fn encode_version(
+        &self,
+        correlation_id: CorrelationId,
+        version: u16,
+        out: &mut Vec<u8>,
+    ) -> Result<(), ProtoError> {
+        let api_key = self.api_key();
+        if !api_key.supports(version) {
+            return Err(ProtoError::Inconsistent("api version not spoken by this codec"));
+        }
         self.validate()?;
         // One allocation for the data path's answers instead of a header
         // buffer grown by doubling as the body is written.
-        out.reserve(self.encoded_len_hint());
-        let api_key = self.api_key();
+        out.reserve(self.encoded_len_hint_version(version));
         let fields = HeaderFields {
             api_key: api_key.as_u16(),
-            api_version: api_key.max_version(),
+            api_version: version,
             correlation_id,
             is_response: true,
             error_code: ErrorCode::None,
@@ -377,7 +414,7 @@ impl<'a> Response<'a> {
             let mut writer = Writer::new(out);
             match self {
                 Self::Enqueue(response) => response.write(&mut writer),
-                Self::Claim(response) => response.write(&mut writer),
+                Self::Claim(response) => response.write(&mut writer, version),
                 Self::Extend(response) => response.write(&mut writer),
                 Self::Ack(response) => response.write(&mut writer),
                 Self::Release(response) => response.write(&mut writer),
@@ -407,10 +444,11 @@ impl<'a> Response<'a> {
             return Err(ProtoError::WrongDirection { expected: "response" });
         }
         let body = frame.body;
+        let version = frame.header.api_version;
         let reply = if frame.header.error_code == ErrorCode::None {
             Reply::Ok(match frame.header.api_key {
                 ApiKey::Enqueue => Self::Enqueue(EnqueueResponse::read(body)?),
-                ApiKey::Claim => Self::Claim(ClaimResponse::read(body)?),
+                ApiKey::Claim => Self::Claim(ClaimResponse::read(body, version)?),
                 ApiKey::Extend => Self::Extend(ExtendResponse::read(body)?),
                 ApiKey::Ack => Self::Ack(AckResponse::read(body)?),
                 ApiKey::Release => Self::Release(ReleaseResponse::read(body)?),

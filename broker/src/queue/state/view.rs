@@ -107,6 +107,14 @@ impl PartitionState {
     }
 
     /// Counters for describe.
+    /// Whether a main-lane message is ready (claimable once its enqueue is
+    /// durable and its record is not past its expiry): O(priority bands).
+    pub fn has_ready(&self) -> bool {
+        self.fresh.iter().any(|band| band.len() > 0)
+            || self.band_ready.iter().any(|ready| !ready.is_empty())
+            || !self.retry.is_empty()
+    }
+
     pub fn counters(&self, now: Millis) -> QueueCounters {
         let fresh_ready: u64 = self.fresh.iter().map(FreshBand::len).sum();
         let warm_ready: u64 =
