@@ -108,6 +108,7 @@ both_layouts!(
     a_large_claim_from_disk_serves_every_record_its_own_bytes,
     a_cancelled_claim_answers_empty_and_claims_nothing_later,
     next_visit_names_the_timers_the_waits_and_the_sweep_and_changes_touch,
+    the_ready_hook_lists_every_claimable_message_through_a_random_history,
 );
 
 fn enqueue_claim_ack_survive_restart_and_old_tokens_are_stale(layout: Layout) {
@@ -910,4 +911,108 @@ fn next_visit_names_the_timers_the_waits_and_the_sweep_and_changes_touch(layout:
         assert_eq!(partition.next_visit(START_MS + 5_000), Some(START_MS + 30_000), "the lease");
         close(opened).await;
     });
+}
+
+fn the_ready_hook_lists_every_claimable_message_through_a_random_history(layout: Layout) {
+    // Goal: the ready hook, which keeps the shard's ready ring for claims
+    // of any partition, never leaves a claimable message unlisted: after
+    // every step of a history of enqueues (some scheduled), claims of one
+    // partition and of any, acks, releases with and without delay, lease
+    // ends and ticks, a partition whose last `claim_ready` found it
+    // exhausted and that the hook has not called since has nothing to
+    // claim. Method: the hook sets a flag, an exhausted `claim_ready` clears
+    // it; after each step, an unlisted partition is probed with a
+    // `claim_ready` that must come back empty (and exhausted). Seeded, so a
+    // failure names its seed and step; the run must also see the flag
+    // cleared and set again many times (the check is not vacuous).
+    for seed in 1..=6u64 {
+        let dir = tempfile::tempdir().unwrap();
+        let now = Rc::new(Cell::new(START_MS));
+        let config = QueueConfig { max_deliveries: 3, ..QueueConfig::default() };
+        let clock_now = now.clone();
+        let (relisted, probes) = run(async move {
+            let opened = open(layout, dir.path(), &clock_now, config).await;
+            let partition = opened.0.clone();
+            let listed = Rc::new(Cell::new(false));
+            let hook_listed = listed.clone();
+            partition.set_ready_hook(Rc::new(move |_| hook_listed.set(true)));
+            let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+            let mut next = move |bound: u64| {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                rng % bound
+            };
+            let mut held: Vec<spool_broker::queue::DeliveryToken> = Vec::new();
+            let mut sent = 0u32;
+            let (mut relisted, mut probes) = (0u32, 0u32);
+            let cancel = ClaimCancel::default();
+            for step in 0..400 {
+                let at = clock_now.get();
+                let was_listed = listed.get();
+                match next(9) {
+                    0 => {
+                        let mut builder = DataBatchBuilder::new();
+                        for _ in 0..=next(3) {
+                            sent += 1;
+                            let mut id = [0u8; 16];
+                            id[..4].copy_from_slice(&sent.to_le_bytes());
+                            let mut message = record(id, vec![7; 64], at);
+                            if next(4) == 0 {
+                                message.not_before_ms = at + 1 + next(4_000);
+                            }
+                            builder.push(&message).unwrap();
+                        }
+                        partition.enqueue(&builder.finish().unwrap()).await.unwrap();
+                    }
+                    1 | 2 => {
+                        let credits = 1 + next(8) as u32;
+                        let ready = partition.claim_ready(&claim_request(credits), &cancel).await;
+                        let ready = ready.unwrap();
+                        if ready.exhausted {
+                            listed.set(false);
+                        }
+                        held.extend(ready.claimed.iter().map(|item| item.delivery.token));
+                    }
+                    3 => {
+                        let claimed =
+                            partition.claim(&claim_request(2), Lane::Main, 0).await.unwrap();
+                        held.extend(claimed.iter().map(|item| item.delivery.token));
+                    }
+                    4 if !held.is_empty() => {
+                        let token = held.swap_remove(next(held.len() as u64) as usize);
+                        let _ = partition.ack(&[token]).await;
+                    }
+                    5 if !held.is_empty() => {
+                        let token = held.swap_remove(next(held.len() as u64) as usize);
+                        let delay = (next(2) == 0).then(|| at + 1 + next(3_000));
+                        let _ = partition.release(&token, ReleaseReason(2), delay).await;
+                    }
+                    _ => {
+                        // Time passes (leases of 30 s end now and then);
+                        // the shard's alarm runs the tick when it is due.
+                        clock_now.set(at + next(9_000));
+                        partition.tick();
+                    }
+                }
+                if !listed.get() {
+                    probes += 1;
+                    let probe = partition.claim_ready(&claim_request(1_000), &cancel).await;
+                    let probe = probe.unwrap();
+                    assert!(
+                        probe.claimed.is_empty(),
+                        "seed {seed} step {step}: {} claimable messages not listed",
+                        probe.claimed.len()
+                    );
+                    assert!(probe.exhausted, "seed {seed} step {step}");
+                }
+                if listed.get() && !was_listed {
+                    relisted += 1;
+                }
+            }
+            close(opened).await;
+            (relisted, probes)
+        });
+        assert!(probes > 20 && relisted > 10, "seed {seed}: {probes} probes, {relisted} relisted");
+    }
 }
