@@ -18,17 +18,23 @@
 //! lease runs while they wait, so keep it small: about the deliveries the
 //! slots finish during one claim round trip.
 //!
-//! **Claims are pipelined**: up to `claims_in_flight` claims are outstanding
-//! at once, each on the next partition in turn, each asking for at most a
-//! share of the slots (`slots / claims_in_flight`). The first claim goes out
-//! as soon as one slot is free; further ones wait until a share is free, so
-//! slots that come back one at a time are claimed in useful batches rather
-//! than one per request. A claim long-polls (`wait_ms`) only after a full
-//! sweep of the partitions found nothing; since it holds only a share, one
-//! idle partition cannot hold every slot while another fills up.
+//! **Claims are pipelined and go to shards, not partitions**: each is a
+//! claim of any partition (`Claim` v1, partition `ANY`) sent to the next
+//! shard in turn that leads partitions of the queue
+//! ([`Client::claim_targets`]); the broker answers it from whichever of
+//! that shard's partitions have messages ready, in rotation. So a queue of
+//! 10,000 partitions on 2 shards costs one claim per shard, not one per
+//! partition. Up to `claims_in_flight` claims are outstanding at once, each
+//! asking for at most a share of the slots (`slots / claims_in_flight`).
+//! The first claim goes out as soon as one slot is free; further ones wait
+//! until a share is free, so slots that come back one at a time are
+//! claimed in useful batches rather than one per request. A claim
+//! long-polls (`wait_ms`) only after a full sweep of the shards found
+//! nothing; since it holds only a share, one idle shard cannot hold every
+//! slot while another has work.
 //!
 //! **Acks are batched**: a handler that returned `Ok` hands its delivery to
-//! the acker, which sends one Ack request per partition for everything that
+//! the acker, which sends one Ack request per shard for everything that
 //! completed within `ack_linger` of the first waiting delivery, or as soon as
 //! `ack_batch_max` are waiting (the protocol's Ack carries up to
 //! `ACK_TOKENS_MAX` tokens). At most [`ACK_REQUESTS_IN_FLIGHT_MAX`] Ack
@@ -44,7 +50,7 @@
 //! drains running handlers, and flushes every pending ack before it returns.
 //!
 //! It does not rebalance partitions between consumers: every consumer claims
-//! from every partition.
+//! from every shard, and so from every partition.
 
 use std::fmt::Display;
 use std::future::Future;
