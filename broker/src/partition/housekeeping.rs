@@ -4,7 +4,8 @@
 
 use super::signal;
 use super::{
-    Partition, PartitionError, ReadyHook, TouchHook, WakeupHook, CONTROL_BATCH_EVENTS_MAX, DISK_FULL_RETRY_MS,
+    Partition, PartitionError, ReadyHook, TouchHook, WakeupHook, CONTROL_BATCH_EVENTS_MAX,
+    DISK_FULL_RETRY_MS,
 };
 use crate::io::Storage;
 use crate::log::LogError;

@@ -88,8 +88,8 @@ pub use self::log::{
     Barrier, LastAppends, LogAppended, LogCursor, LogGrowth, LogMark, LogTicket, PartitionLog,
     QueuedSlot, Replay, ReplayBatch, JOURNAL_CHECKPOINT_PREFIX_BYTES,
 };
-pub use claim::ClaimedReady;
 pub use checkpoint::CheckpointStats;
+pub use claim::ClaimedReady;
 pub use enqueue::EnqueueOutcome;
 pub use error::PartitionError;
 pub use open::{JournalOpen, OpenReport};

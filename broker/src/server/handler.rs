@@ -35,13 +35,13 @@ use super::convert::{
     queue_config_from_wire, queue_config_to_wire, token_from_wire, token_to_wire,
 };
 use super::quota::{QuotaReport, ShardQuotas};
+use super::ready::ReadyRing;
 use super::{Served, ShardState};
 use crate::clock::Instant;
 use crate::control::assignment::QueueName;
 use crate::net::connection::{
     ClaimRegistration, Connection, Decoded, FrameHandler, ProtocolFault, Refusal,
 };
-use super::ready::ReadyRing;
 use crate::partition::signal::{ClaimCancel, WaitOwner, WaitRefused, CLAIM_WAITERS_MAX};
 use crate::partition::{EnqueueOutcome, PartitionError};
 use crate::queue::stored::{PrincipalId, Stored};
@@ -896,7 +896,9 @@ impl SpoolHandler {
             _ => (claim.queue, Lane::Main),
         };
         if claim.partition == PartitionId::ANY {
-            return self.claim_any(claim, queue, lane, registration, connection, grants, timed).await;
+            return self
+                .claim_any(claim, queue, lane, registration, connection, grants, timed)
+                .await;
         }
         let partition = self.route(queue, claim.partition)?;
         *timed = Some((partition.clone(), RequestOp::Claim));
@@ -1143,11 +1145,8 @@ fn claim_failed(
         _ => None,
     };
     if let Some(reason) = reason {
-        let named = if partition == PartitionId::ANY {
-            "ANY".to_owned()
-        } else {
-            partition.to_string()
-        };
+        let named =
+            if partition == PartitionId::ANY { "ANY".to_owned() } else { partition.to_string() };
         let detail = format_args!("claim on {queue}/{named}: {failure}");
         connection.rejections().record(reason, &detail);
     }

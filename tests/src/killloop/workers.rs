@@ -318,8 +318,10 @@ fn plan(rng: &mut Rng, config: &KillLoopConfig) -> Plan {
     Plan { hold_ms, extend: rng.percent(20), action }
 }
 
-/// One consumer: claims with random credits from random partitions, and
-/// handles each delivery in its own task after a random time.
+/// One consumer: claims with random credits, half of them from a random
+/// partition and half of any partition of a random shard (Claim `ANY`,
+/// whose deliveries name their partitions), and handles each delivery in
+/// its own task after a random time.
 ///
 /// # Errors
 /// None today; the signature matches [`producer`] so both are joined alike.
@@ -350,7 +352,17 @@ pub async fn consumer(
             let _gate = shared.gate.read().await;
             let sent_instance = shared.instance();
             let claim_sent = shared.ledger().next_seq();
-            let answer = client.claim(&shared.queue, partition, &options).await;
+            let answer = if rng.percent(50) {
+                client.claim(&shared.queue, partition, &options).await
+            } else {
+                match client.claim_targets(&shared.queue).await {
+                    Ok(targets) => {
+                        let via = targets[rng.range(0, targets.len() as u64 - 1) as usize];
+                        client.claim_shard(&shared.queue, via, &options).await
+                    }
+                    Err(error) => Err(error),
+                }
+            };
             // The answer came from the process that was current at the send
             // only if no kill happened in between.
             let same_process = shared.instance() == sent_instance;

@@ -13,6 +13,8 @@
 //!   `recv --wait-ms`; terminal-safe tables.
 //! - `claim_any`: one deadline over every partition, woken by any of them,
 //!   nothing lost to unwanted deliveries; public shard addresses.
+//! - `claim_shard`: Claim v1 of partition ANY: one claim per shard gets its
+//!   partitions' messages, long-polls, rotates; its wire refusals; cancel.
 //! - `lease`: the lease trace over the network (expiry, generation, stale ack).
 //! - `routing`: `NOT_OWNER` on the wrong shard and the client following it.
 //! - `load`: 2 producers, 4 consumers, exactly-once acks of every message.
@@ -28,6 +30,7 @@
 
 mod admin;
 mod claim_any;
+mod claim_shard;
 mod cli;
 mod common;
 mod faults;

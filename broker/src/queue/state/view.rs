@@ -110,7 +110,7 @@ impl PartitionState {
     /// Whether a main-lane message is ready (claimable once its enqueue is
     /// durable and its record is not past its expiry): O(priority bands).
     pub fn has_ready(&self) -> bool {
-        self.fresh.iter().any(|band| band.len() > 0)
+        self.fresh.iter().any(|band| !band.is_empty())
             || self.band_ready.iter().any(|ready| !ready.is_empty())
             || !self.retry.is_empty()
     }
