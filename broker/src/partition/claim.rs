@@ -111,15 +111,7 @@ impl<S: Storage + Clone> Partition<S> {
                 self.hint_waiting(deadline);
             }
             let Some(waiter) = slot.as_ref() else { continue };
-            let wait = async {
-                waiter.wait().await;
-                false
-            };
-            let gave_up = async {
-                futures_lite::future::or(give_up.as_mut(), cancel.cancelled()).await;
-                true
-            };
-            if futures_lite::future::or(wait, gave_up).await {
+            if waiter.wait_or_give_up(give_up.as_mut(), cancel).await {
                 return Ok(Vec::new());
             }
         }

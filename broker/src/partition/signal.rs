@@ -306,6 +306,26 @@ impl WaiterSlot<'_, '_> {
         }
         SlotWait { signal, key: &self.key }
     }
+
+    /// [`WaiterSlot::wait`] for a claim that may also give up (`give_up`
+    /// resolves: the peer closed, its wait ended) or be withdrawn
+    /// (`cancel`). True when it gave up or was withdrawn; false when it was
+    /// woken (look again).
+    pub async fn wait_or_give_up(
+        &self,
+        give_up: Pin<&mut impl Future<Output = ()>>,
+        cancel: &ClaimCancel,
+    ) -> bool {
+        let wait = async {
+            self.wait().await;
+            false
+        };
+        let gave_up = async {
+            futures_lite::future::or(give_up, cancel.cancelled()).await;
+            true
+        };
+        futures_lite::future::or(wait, gave_up).await
+    }
 }
 
 impl Drop for WaiterSlot<'_, '_> {
