@@ -343,6 +343,11 @@ impl ControlState {
                 let outcome = (|| {
                     let queue_id = self.next_queue_id;
                     let next = queue_id.0.checked_add(1).ok_or(ControlError::QueueIdsExhausted)?;
+                    // An existing name answers QUEUE_EXISTS whatever the
+                    // node's room (a client's create-unless-it-exists).
+                    if self.table.queue(&queue).is_some() {
+                        return Err(AssignmentError::QueueExists(queue).into());
+                    }
                     let hosted = self.table.partition_count();
                     let adding = partitions as usize;
                     if hosted.saturating_add(adding) > self.partitions_max {

@@ -79,8 +79,10 @@ async fn a_queue_of_256_partitions_is_small_on_disk_and_every_partition_works() 
 
 // Goal: the partition limits answer with typed errors end to end: a queue over the
 // per-queue limit, and a create that would pass the node's partitions_max, are refused with
-// INVALID_ARGUMENT naming the limit, and leave no queue behind. Method: a spoold started with
-// --partitions-max 40; create 32, then 16 more (refused), then 8 (accepted).
+// INVALID_ARGUMENT naming the limit, and leave no queue behind; a create of a name that
+// exists answers QUEUE_EXISTS even on a full node (create-unless-it-exists clients rely on
+// it). Method: a spoold started with --partitions-max 40; create 32, then 16 more (refused),
+// then 8 (accepted, the node is full), then "first" again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partition_limits_are_typed_errors_end_to_end() {
     let mut options = SpooldOptions::new(2);
@@ -105,6 +107,8 @@ async fn partition_limits_are_typed_errors_end_to_end() {
         admin.list_queues().await.unwrap().into_iter().map(|queue| queue.name).collect();
     assert_eq!(names, vec!["first".to_owned()], "the refused create left nothing");
     admin.create_queue("third", test_queue_config(8, 30_000, 3)).await.unwrap();
+    let again = admin.create_queue("first", test_queue_config(32, 30_000, 3)).await.unwrap_err();
+    assert_eq!(again.code(), Some(ErrorCode::QueueExists), "{again}");
 }
 
 /// Partitions of the wide journal queue: 1,000 per shard.
