@@ -10,8 +10,18 @@
 //! grow by themselves while the previous ones are on their way (natural
 //! batching), and an idle producer with zero linger sends each message at
 //! once. A batch whose builder is completely full is sent regardless.
-//! Partition choice: FNV-1a of the routing key ([`partition_for_key`]), or
-//! round robin without a key.
+//! A due batch also waits (and grows) while the producer as a whole has
+//! [`PRODUCER_IN_FLIGHT_BATCHES_MAX`] batches in flight: the first to finish
+//! sends the longest-waiting one. So on a queue of thousands of partitions
+//! batches still grow under load instead of queueing as one-record requests.
+//!
+//! Partition choice: FNV-1a of the routing key ([`partition_for_key`]).
+//! Without a key, **sticky round robin**: the queue's keyless messages join
+//! one partition's open batch as long as that batch is open, and move to the
+//! next partition (round robin) once it is taken for sending. At low load
+//! every message finds its batch already sent and the choice is plain round
+//! robin; under load (or with a linger) a keyless stream fills one batch at a
+//! time instead of one record into each of the queue's partitions.
 //!
 //! Retries: a batch whose send fails with a retriable error (broken
 //! connection, timeout, `QUEUE_FULL`, ...) is sent again **as the same bytes**,
@@ -25,10 +35,10 @@
 //! batches being sent in all, and (except full batches and `flush`)
 //! `in_flight_per_partition` per partition.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -227,27 +237,78 @@ struct OpenBatch {
     builder: DataBatchBuilder,
     waiters: Vec<Waiter>,
     /// Full enough or lingered long enough: sent once its partition has an
-    /// in-flight slot.
+    /// in-flight slot and the producer is under its in-flight bound.
     due: bool,
+    /// Listed in [`Accumulator::blocked`].
+    blocked: bool,
 }
 
 type BatchKey = (String, PartitionId);
 
-/// Open batches and per-partition in-flight counts; both hold one entry per
-/// partition written to, so they are bounded by the queues' partitions.
+/// Open batches, in-flight counts and each queue's keyless partition. `open`,
+/// `in_flight` and `sticky` hold one entry per partition (or queue) written
+/// to, so they are bounded by the queues' partitions; `blocked` holds at most
+/// one live entry per open batch (stale ones, whose batch went another way,
+/// are dropped as they reach the front).
 #[derive(Default)]
 struct Accumulator {
     open: HashMap<BatchKey, OpenBatch>,
     in_flight: HashMap<BatchKey, usize>,
+    /// Batches taken and not yet finished, over every partition.
+    in_flight_total: usize,
+    /// Partitions whose due batch waits for the producer-wide bound, oldest
+    /// first.
+    blocked: VecDeque<BatchKey>,
+    /// Where each queue's keyless messages go while that batch is open.
+    sticky: HashMap<String, PartitionId>,
+    /// Turns of the keyless round robin (over every queue).
+    round_robin: u32,
     next_batch_id: u64,
 }
 
 impl Accumulator {
-    /// Takes `key`'s open batch if it is due and its partition has room,
-    /// counting it in flight.
+    /// The partition of a keyless message to `queue` (of `partitions`): the
+    /// queue's sticky partition while its batch is open, else the next one
+    /// in round robin.
+    fn keyless_partition(&mut self, queue: &str, partitions: u32) -> PartitionId {
+        let next = PartitionId(self.round_robin % partitions.max(1));
+        match self.sticky.get_mut(queue) {
+            Some(sticky)
+                if sticky.0 < partitions
+                    && self.open.contains_key(&(queue.to_owned(), *sticky)) =>
+            {
+                *sticky
+            }
+            Some(sticky) => {
+                *sticky = next;
+                self.round_robin = self.round_robin.wrapping_add(1);
+                next
+            }
+            None => {
+                self.sticky.insert(queue.to_owned(), next);
+                self.round_robin = self.round_robin.wrapping_add(1);
+                next
+            }
+        }
+    }
+
+    /// Takes `key`'s open batch if it is due, its partition has room and the
+    /// producer has fewer than [`PRODUCER_IN_FLIGHT_BATCHES_MAX`] batches in
+    /// flight, counting it in flight. A due batch held back by the
+    /// producer-wide bound joins `blocked` (once); one held back by its
+    /// partition's bound is taken when that partition's batch finishes.
     fn take_due(&mut self, key: &BatchKey, in_flight_max: usize) -> Option<OpenBatch> {
-        let due = self.open.get(key).is_some_and(|batch| batch.due);
-        if !due || self.in_flight.get(key).copied().unwrap_or(0) >= in_flight_max {
+        let partition_busy = self.in_flight.get(key).copied().unwrap_or(0) >= in_flight_max;
+        let producer_busy = self.in_flight_total >= PRODUCER_IN_FLIGHT_BATCHES_MAX;
+        let batch = self.open.get_mut(key)?;
+        if !batch.due || partition_busy {
+            return None;
+        }
+        if producer_busy {
+            if !batch.blocked {
+                batch.blocked = true;
+                self.blocked.push_back(key.clone());
+            }
             return None;
         }
         self.take(key)
@@ -257,11 +318,14 @@ impl Accumulator {
     fn take(&mut self, key: &BatchKey) -> Option<OpenBatch> {
         let batch = self.open.remove(key)?;
         *self.in_flight.entry(key.clone()).or_insert(0) += 1;
+        self.in_flight_total += 1;
         Some(batch)
     }
 
-    /// A batch of `key` finished sending.
-    fn sent(&mut self, key: &BatchKey) {
+    /// A batch of `key` finished sending: returns what may go now, `key`'s
+    /// next batch first, then those waiting longest for the producer-wide
+    /// bound.
+    fn sent(&mut self, key: &BatchKey, in_flight_max: usize) -> Vec<(BatchKey, OpenBatch)> {
         let count = self.in_flight.get_mut(key);
         assert!(count.as_ref().is_some_and(|count| **count > 0), "sent a batch never taken");
         if let Some(count) = count {
@@ -270,6 +334,23 @@ impl Accumulator {
                 self.in_flight.remove(key);
             }
         }
+        self.in_flight_total = self.in_flight_total.saturating_sub(1);
+        let mut ready = Vec::new();
+        if let Some(batch) = self.take_due(key, in_flight_max) {
+            ready.push((key.clone(), batch));
+        }
+        while self.in_flight_total < PRODUCER_IN_FLIGHT_BATCHES_MAX {
+            let Some(waiting) = self.blocked.pop_front() else { break };
+            match self.open.get_mut(&waiting) {
+                Some(batch) if batch.blocked => batch.blocked = false,
+                // Taken another way (flush, full, its partition's turn).
+                _ => continue,
+            }
+            if let Some(batch) = self.take_due(&waiting, in_flight_max) {
+                ready.push((waiting, batch));
+            }
+        }
+        ready
     }
 }
 
@@ -279,7 +360,6 @@ struct Inner {
     accumulator: Mutex<Accumulator>,
     pending: Arc<Semaphore>,
     in_flight: Arc<Semaphore>,
-    round_robin: AtomicU32,
     closed: AtomicBool,
 }
 
@@ -341,7 +421,6 @@ impl Producer {
                 accumulator: Mutex::new(Accumulator::default()),
                 pending: Arc::new(Semaphore::new(PRODUCER_PENDING_MESSAGES_MAX)),
                 in_flight: Arc::new(Semaphore::new(PRODUCER_IN_FLIGHT_BATCHES_MAX)),
-                round_robin: AtomicU32::new(0),
                 closed: AtomicBool::new(false),
             }),
         })
@@ -371,20 +450,19 @@ impl Producer {
         let slot =
             Arc::clone(&inner.pending).acquire_owned().await.map_err(|_| ClientError::Shutdown)?;
         let partitions = inner.client.partition_count(queue).await?;
-        let partition = if message.routing_key.is_empty() {
-            PartitionId(inner.round_robin.fetch_add(1, Ordering::Relaxed) % partitions)
-        } else {
-            partition_for_key(&message.routing_key, partitions)
-        };
+        let keyed = (!message.routing_key.is_empty())
+            .then(|| partition_for_key(&message.routing_key, partitions));
         let record = message.into_record(unix_ms());
         let (sender, receiver) = oneshot::channel();
-        let key = (queue.to_owned(), partition);
         let config = &inner.config;
         let mut ready = Vec::new();
         let mut new_batch_id = None;
-        {
+        let key = {
             let mut accumulator = inner.lock();
             let accumulator = &mut *accumulator;
+            let partition =
+                keyed.unwrap_or_else(|| accumulator.keyless_partition(queue, partitions));
+            let key = (queue.to_owned(), partition);
             if !accumulator.open.contains_key(&key) {
                 new_batch_id = Some(open_batch(accumulator, &key));
             }
@@ -412,7 +490,9 @@ impl Producer {
             if let Some(due) = accumulator.take_due(&key, config.in_flight_per_partition) {
                 ready.push(due);
             }
-        }
+            key
+        };
+        let partition = key.1;
         for batch in ready {
             self.spawn_send(key.clone(), batch);
         }
@@ -479,13 +559,9 @@ impl Producer {
                 let _flight = Arc::clone(&inner.in_flight).acquire_owned().await;
                 send_batch(inner, &key.0, key.1, batch).await;
             }
-            let next = {
-                let mut accumulator = inner.lock();
-                accumulator.sent(&key);
-                accumulator.take_due(&key, inner.config.in_flight_per_partition)
-            };
-            if let Some(next) = next {
-                producer.spawn_send(key, next);
+            let next = inner.lock().sent(&key, inner.config.in_flight_per_partition);
+            for (key, batch) in next {
+                producer.spawn_send(key, batch);
             }
         });
     }
@@ -496,7 +572,13 @@ fn open_batch(accumulator: &mut Accumulator, key: &BatchKey) -> u64 {
     accumulator.next_batch_id += 1;
     accumulator.open.insert(
         key.clone(),
-        OpenBatch { id, builder: DataBatchBuilder::new(), waiters: Vec::new(), due: false },
+        OpenBatch {
+            id,
+            builder: DataBatchBuilder::new(),
+            waiters: Vec::new(),
+            due: false,
+            blocked: false,
+        },
     );
     id
 }

@@ -396,6 +396,67 @@ async fn producer_zero_linger_sends_at_once_and_batches_while_in_flight() {
     assert_eq!(sizes, [1, 99]);
 }
 
+// Goal: keyless messages go round robin while each batch leaves at once
+// (low load). Method: 8 keyless sends, each awaited before the next, to a
+// 4-partition queue: the Enqueues name partitions 0, 1, 2, 3, 0, 1, 2, 3.
+#[tokio::test]
+async fn producer_keyless_messages_go_round_robin_at_low_load() {
+    let (server, state) = start_broker("q", 4).await;
+    let client = Client::connect(&server.addr).await.unwrap();
+    let producer = Producer::new(client, ProducerConfig::default()).unwrap();
+    for n in 0..8u8 {
+        let send = producer.submit("q", Message::new(vec![n; 8])).await.unwrap();
+        assert_eq!(send.partition(), PartitionId(u32::from(n) % 4));
+        bounded(send).await.unwrap();
+    }
+    assert_eq!(state.lock().unwrap().enqueue_partitions, [0, 1, 2, 3, 0, 1, 2, 3]);
+}
+
+// Goal: when the producer has PRODUCER_IN_FLIGHT_BATCHES_MAX batches in
+// flight, a due batch waits and grows instead of queueing as a one-record
+// request, and keyless messages stick to one partition's open batch meanwhile
+// (a wide queue under load gets full batches, not one record per partition).
+// Method: a 128-partition queue whose Enqueues are answered after 300 ms;
+// 64 keyless messages leave at once, one per partition 0..63; 100 more
+// submitted while those are in flight must all join partition 64's batch and
+// go as one Enqueue of 100 once a slot frees (before: 100 more requests of 1
+// record, spread over partitions 64..127 and 0..35).
+#[tokio::test]
+async fn producer_keyless_batches_grow_on_one_partition_while_the_producer_is_at_its_bound() {
+    let (server, state) = start_broker("q", 128).await;
+    state.lock().unwrap().enqueue_delay = Some(Duration::from_millis(300));
+    let client = Client::connect(&server.addr).await.unwrap();
+    let producer = Producer::new(client, ProducerConfig::default()).unwrap();
+    let bound = spool_client::limits::PRODUCER_IN_FLIGHT_BATCHES_MAX;
+    let mut sends = Vec::new();
+    for _ in 0..bound {
+        sends.push(producer.submit("q", Message::new(vec![1u8; 8])).await.unwrap());
+    }
+    assert!(
+        wait_for(Duration::from_millis(250), || state.lock().unwrap().enqueue_attempts.len()
+            == bound)
+        .await,
+        "the first {bound} messages leave at once"
+    );
+    for _ in 0..100 {
+        let send = producer.submit("q", Message::new(vec![2u8; 8])).await.unwrap();
+        assert_eq!(send.partition(), PartitionId(bound as u32), "keyless messages stick");
+        sends.push(send);
+    }
+    assert_eq!(state.lock().unwrap().enqueue_attempts.len(), bound, "the rest waits for a slot");
+    for send in sends {
+        bounded(send).await.unwrap();
+    }
+    let state = state.lock().unwrap();
+    let sizes: Vec<usize> = state.enqueue_attempts.iter().map(Vec::len).collect();
+    let mut expected = vec![1; bound];
+    expected.push(100);
+    assert_eq!(sizes, expected);
+    let expected_partitions: Vec<u32> = (0..=bound as u32).collect();
+    assert_eq!(state.enqueue_partitions, expected_partitions);
+    assert_eq!(state.stored(), bound + 100);
+}
+
 // ------------------------------------------------------------ consumer
 
 async fn fill(state: &Arc<Mutex<common::BrokerState>>, server: &FakeServer, payloads: &[&str]) {

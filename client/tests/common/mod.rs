@@ -161,6 +161,8 @@ pub struct BrokerState {
     pub partitions: Vec<Vec<Stored>>,
     /// Message ids of every Enqueue request received, in arrival order.
     pub enqueue_attempts: Vec<Vec<MessageId>>,
+    /// The partition of every Enqueue request received, in arrival order.
+    pub enqueue_partitions: Vec<u32>,
     /// Faults for the next Enqueue attempts, first first.
     pub enqueue_faults: Vec<EnqueueFault>,
     /// When set, every Enqueue is answered only after this long.
@@ -251,6 +253,7 @@ pub fn mini_broker(state: Arc<Mutex<BrokerState>>) -> Handler {
                 let ids: Vec<MessageId> =
                     view.records().map(|record| MessageId(record.message_id.0)).collect();
                 state.enqueue_attempts.push(ids.clone());
+                state.enqueue_partitions.push(enqueue.partition.0);
                 let fault = if state.enqueue_faults.is_empty() {
                     None
                 } else {
