@@ -136,6 +136,10 @@ pub const PARTITION_OPEN_RETRY_MS: u64 = 1_000;
 /// journal file wholly below it removed; idle partitions that pin an old
 /// file asked for a checkpoint). A pass costs O(partitions of the shard).
 pub const JOURNAL_RELEASE_INTERVAL_MS: u64 = 1_000;
+/// Journal layout: checkpoints a release pass runs at once (it may ask one
+/// of every partition of the shard; the rest wait their turn, and no pass
+/// asks more until they are done).
+pub const JOURNAL_RELEASE_CHECKPOINTS_IN_FLIGHT: usize = 16;
 
 /// Journal layout: default of `journal_garbage_ratio_max`, the share of
 /// the held journal files (the newest aside) that may carry no live record
@@ -579,6 +583,10 @@ pub const CONTROL_SCRATCH_BYTES_MAX: usize = 256 * 1024;
 /// Largest write issued at once while writing a side file (checkpoint,
 /// epoch).
 pub const SIDE_WRITE_CHUNK_BYTES: usize = 1 << 20;
+/// First write buffer of a side file; each chunk written doubles the next,
+/// up to [`SIDE_WRITE_CHUNK_BYTES`]. Small, because a shard may write the
+/// checkpoints of thousands of small partitions in one release pass.
+pub const SIDE_WRITE_CHUNK_FIRST_BYTES: usize = 16 * 1024;
 /// Largest read issued at once while reading a side file back: a checkpoint
 /// of a large backlog is hundreds of MB, and O_DIRECT reads are serial here.
 pub const SIDE_READ_CHUNK_BYTES: usize = 8 << 20;
@@ -630,6 +638,9 @@ const _: () = assert!(
 const _: () = assert!(CHECKPOINT_STEP_ENTRIES >= 1);
 const _: () = assert!(CHECKPOINT_STEP_BYTES_MAX <= SIDE_WRITE_CHUNK_BYTES);
 const _: () = assert!((SIDE_WRITE_CHUNK_BYTES as u64).is_multiple_of(PAGE_BYTES));
+const _: () = assert!((SIDE_WRITE_CHUNK_FIRST_BYTES as u64).is_multiple_of(PAGE_BYTES));
+const _: () = assert!(SIDE_WRITE_CHUNK_FIRST_BYTES <= SIDE_WRITE_CHUNK_BYTES);
+const _: () = assert!(SIDE_WRITE_CHUNK_FIRST_BYTES > 32);
 const _: () = assert!((SIDE_READ_CHUNK_BYTES as u64).is_multiple_of(PAGE_BYTES));
 const _: () = assert!(SIDE_READ_CHUNK_BYTES as u64 <= SIDE_FILE_BYTES_MAX);
 // A checkpoint falls due no more often than a default segment fills, so each

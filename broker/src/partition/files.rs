@@ -37,7 +37,9 @@ use crate::io::{IoBuf, IoError, IoOp, Storage, StorageFile};
 use crate::log::failpoint;
 
 pub use crate::limits::SIDE_FILE_BYTES_MAX;
-use crate::limits::{PAGE_BYTES, SIDE_READ_CHUNK_BYTES, SIDE_WRITE_CHUNK_BYTES};
+use crate::limits::{
+    PAGE_BYTES, SIDE_READ_CHUNK_BYTES, SIDE_WRITE_CHUNK_BYTES, SIDE_WRITE_CHUNK_FIRST_BYTES,
+};
 
 pub(crate) const EPOCH_MAGIC: u32 = u32::from_le_bytes(*b"SPEP");
 /// Magic of the checkpoint side file (for [`read_side_file`]).
@@ -98,8 +100,11 @@ pub async fn write_side_file<S: Storage>(
 }
 
 /// A side file written in pieces, for a payload that is never in memory
-/// whole (a checkpoint): the payload streams through one write buffer of
-/// [`SIDE_WRITE_CHUNK_BYTES`] into a temporary file; [`finish`] writes the
+/// whole (a checkpoint): the payload streams through one write buffer into
+/// a temporary file. The buffer starts at [`SIDE_WRITE_CHUNK_FIRST_BYTES`]
+/// and doubles per chunk written, up to [`SIDE_WRITE_CHUNK_BYTES`], so the
+/// checkpoint of a small partition holds (and zeroes) a few KiB, not a MiB,
+/// and a large one still writes in large chunks; [`finish`] writes the
 /// header (length and crc, known only at the end) into the first page,
 /// fdatasyncs, renames over `name` and syncs the directory. Until the
 /// rename the previous file is untouched, so a crash or an error at any
@@ -112,8 +117,11 @@ pub struct SideFileWriter<F: StorageFile> {
     temp: PathBuf,
     dir: PathBuf,
     name: String,
-    /// The chunk being filled: file bytes from `flushed`.
-    buf: F::Buf,
+    /// The chunk being filled: file bytes from `flushed` (`None` after a
+    /// flush until more bytes come).
+    buf: Option<F::Buf>,
+    /// Size of the next chunk allocated.
+    chunk: usize,
     filled: usize,
     flushed: u64,
     /// The first page as written (header zeroed), rewritten with the
@@ -137,14 +145,15 @@ impl<F: StorageFile> SideFileWriter<F> {
         // A temporary file left by a crash may be longer than this one; start clean.
         let _ = storage.remove(&temp).await;
         let file = storage.open(&temp).await?;
-        let mut buf = file.alloc_buf(SIDE_WRITE_CHUNK_BYTES);
+        let mut buf = file.alloc_buf(SIDE_WRITE_CHUNK_FIRST_BYTES);
         buf.as_mut()[..SIDE_HEADER_BYTES].fill(0);
         Ok(Self {
             file,
             temp,
             dir: dir.to_path_buf(),
             name: name.to_owned(),
-            buf,
+            buf: Some(buf),
+            chunk: SIDE_WRITE_CHUNK_FIRST_BYTES,
             filled: SIDE_HEADER_BYTES,
             flushed: 0,
             first_page: Vec::new(),
@@ -166,13 +175,16 @@ impl<F: StorageFile> SideFileWriter<F> {
         self.crc = crc32c::crc32c_append(self.crc, bytes);
         self.payload_len += bytes.len() as u64;
         while !bytes.is_empty() {
-            let room = SIDE_WRITE_CHUNK_BYTES - self.filled;
+            let (file, chunk) = (&self.file, self.chunk);
+            let buf = self.buf.get_or_insert_with(|| file.alloc_buf(chunk));
+            let room = self.chunk - self.filled;
             let take = room.min(bytes.len());
-            self.buf.as_mut()[self.filled..self.filled + take].copy_from_slice(&bytes[..take]);
+            buf.as_mut()[self.filled..self.filled + take].copy_from_slice(&bytes[..take]);
             self.filled += take;
             bytes = &bytes[take..];
-            if self.filled == SIDE_WRITE_CHUNK_BYTES {
+            if self.filled == self.chunk {
                 self.flush().await?;
+                self.chunk = (self.chunk * 2).min(SIDE_WRITE_CHUNK_BYTES);
             }
         }
         Ok(())
@@ -183,8 +195,8 @@ impl<F: StorageFile> SideFileWriter<F> {
         if self.filled == 0 {
             return Ok(());
         }
+        let Some(mut buf) = self.buf.take() else { return Ok(()) };
         let padded = self.filled.div_ceil(PAGE_BYTES as usize) * PAGE_BYTES as usize;
-        let mut buf = std::mem::replace(&mut self.buf, self.file.alloc_buf(SIDE_WRITE_CHUNK_BYTES));
         buf.as_mut()[self.filled..padded].fill(0);
         buf.trim(padded);
         if self.flushed == 0 {

@@ -146,6 +146,8 @@ pub struct ShardJournalRun {
     releasing: Cell<bool>,
     /// A relocation pass is running.
     relocating: Cell<bool>,
+    /// The checkpoints a release pass asked for are running.
+    checkpointing: Cell<bool>,
     /// When the next release pass may start (broker clock, ms).
     next_release_ms: Cell<u64>,
     /// What the release passes did and found (`report`).
@@ -731,6 +733,7 @@ impl ShardState {
             file_bytes,
             releasing: Cell::new(false),
             relocating: Cell::new(false),
+            checkpointing: Cell::new(false),
             next_release_ms: Cell::new(0),
             release: Cell::new(JournalReport::default()),
         }));
@@ -769,26 +772,44 @@ impl ShardState {
         // after every roll, and a journal that cannot prepare one has
         // failed, fatally.)
         let over_budget = held > self.config.journal_retain_bytes;
+        // While the checkpoints of an earlier pass run, none is asked (they
+        // are what moves the pins); the pass still releases what it can.
+        let ask = over_budget && !journal.checkpointing.get();
         let mut needed = files.durable_position();
-        let mut asked = 0;
+        let mut asked = Vec::new();
         for entry in &served {
             let Some(pin) = entry.partition.journal_pin() else { return };
             needed = needed.min(pin);
-            if over_budget && entry.partition.journal_checkpoint_frees() {
-                asked += 1;
-                let partition = entry.partition.clone();
-                glommio::spawn_local(async move {
-                    if let Err(error) = partition.checkpoint().await {
-                        tracing::warn!(partition = ?partition.name(), %error, "checkpoint failed");
-                    }
-                })
-                .detach();
+            if ask && entry.partition.journal_checkpoint_frees() {
+                asked.push(entry.partition.clone());
             }
         }
         let mut figures = journal.release.get();
         figures.needed_from = needed.0;
-        figures.release_checkpoints += asked;
+        figures.release_checkpoints += asked.len() as u64;
         journal.release.set(figures);
+        if !asked.is_empty() {
+            // At most JOURNAL_RELEASE_CHECKPOINTS_IN_FLIGHT at once: each
+            // holds a write buffer and a file, and a shard of thousands of
+            // partitions asks thousands of them in one pass.
+            journal.checkpointing.set(true);
+            let run = Rc::clone(&journal);
+            glommio::spawn_local(async move {
+                futures_util::StreamExt::for_each_concurrent(
+                    futures_util::stream::iter(asked),
+                    crate::limits::JOURNAL_RELEASE_CHECKPOINTS_IN_FLIGHT,
+                    |partition| async move {
+                        if let Err(error) = partition.checkpoint().await {
+                            tracing::warn!(partition = ?partition.name(), %error,
+                                "checkpoint failed");
+                        }
+                    },
+                )
+                .await;
+                run.checkpointing.set(false);
+            })
+            .detach();
+        }
         if files.file_base(needed) <= files.oldest_file() {
             // Nothing to release: the oldest file is pinned. Relocating its
             // live entries (when most held bytes are garbage) lets it go.
