@@ -322,9 +322,10 @@ impl Accumulator {
         Some(batch)
     }
 
-    /// A batch of `key` finished sending: returns what may go now, `key`'s
-    /// next batch first, then those waiting longest for the producer-wide
-    /// bound.
+    /// A batch of `key` finished sending: returns what may go now, those
+    /// waiting longest for the producer-wide bound first, then `key`'s next
+    /// batch (which queues behind them when the bound is still reached, so
+    /// a busy partition cannot keep the freed slots to itself).
     fn sent(&mut self, key: &BatchKey, in_flight_max: usize) -> Vec<(BatchKey, OpenBatch)> {
         let count = self.in_flight.get_mut(key);
         assert!(count.as_ref().is_some_and(|count| **count > 0), "sent a batch never taken");
@@ -336,9 +337,6 @@ impl Accumulator {
         }
         self.in_flight_total = self.in_flight_total.saturating_sub(1);
         let mut ready = Vec::new();
-        if let Some(batch) = self.take_due(key, in_flight_max) {
-            ready.push((key.clone(), batch));
-        }
         while self.in_flight_total < PRODUCER_IN_FLIGHT_BATCHES_MAX {
             let Some(waiting) = self.blocked.pop_front() else { break };
             match self.open.get_mut(&waiting) {
@@ -349,6 +347,9 @@ impl Accumulator {
             if let Some(batch) = self.take_due(&waiting, in_flight_max) {
                 ready.push((waiting, batch));
             }
+        }
+        if let Some(batch) = self.take_due(key, in_flight_max) {
+            ready.push((key.clone(), batch));
         }
         ready
     }

@@ -457,6 +457,61 @@ async fn producer_keyless_batches_grow_on_one_partition_while_the_producer_is_at
     assert_eq!(state.stored(), bound + 100);
 }
 
+// Goal: a slot freed under the producer-wide bound goes to the batch that
+// waited longest, not to the partition that just finished (a busy partition
+// cannot keep the slots to itself while another's batch waits). Method: a
+// 2-partition queue whose Enqueues are answered after 300 ms,
+// in_flight_per_partition at the bound; 64 one-record batches of key A fill
+// the bound; then one message of key B, then 10 more of key A, all waiting;
+// the 65th Enqueue must be B's, the 66th A's batch of 10.
+#[tokio::test]
+async fn producer_gives_a_freed_slot_to_the_batch_that_waited_longest() {
+    let (server, state) = start_broker("q", 2).await;
+    state.lock().unwrap().enqueue_delay = Some(Duration::from_millis(300));
+    let client = Client::connect(&server.addr).await.unwrap();
+    let bound = spool_client::limits::PRODUCER_IN_FLIGHT_BATCHES_MAX;
+    let config = ProducerConfig { in_flight_per_partition: bound, ..ProducerConfig::default() };
+    let producer = Producer::new(client, config).unwrap();
+    let key_of = |partition: u32| {
+        (0..)
+            .map(|n| format!("key-{n}"))
+            .find(|key| spool_client::partition_for_key(key.as_bytes(), 2).0 == partition)
+            .unwrap()
+    };
+    let (key_a, key_b) = (key_of(0), key_of(1));
+    let mut sends = Vec::new();
+    for _ in 0..bound {
+        sends.push(
+            producer.submit("q", Message::new(vec![1u8; 8]).key(key_a.clone())).await.unwrap(),
+        );
+    }
+    assert!(
+        wait_for(Duration::from_millis(250), || state.lock().unwrap().enqueue_attempts.len()
+            == bound)
+        .await,
+        "the first {bound} batches leave at once"
+    );
+    sends.push(producer.submit("q", Message::new(vec![2u8; 8]).key(key_b.clone())).await.unwrap());
+    for _ in 0..10 {
+        sends.push(
+            producer.submit("q", Message::new(vec![3u8; 8]).key(key_a.clone())).await.unwrap(),
+        );
+    }
+    for send in sends {
+        bounded(send).await.unwrap();
+    }
+    let state = state.lock().unwrap();
+    let sizes: Vec<usize> = state.enqueue_attempts.iter().map(Vec::len).collect();
+    assert_eq!(sizes.len(), bound + 2, "{sizes:?}");
+    assert_eq!(
+        state.enqueue_partitions[bound],
+        1,
+        "B's batch waited longest: {:?}",
+        &state.enqueue_partitions[bound..]
+    );
+    assert_eq!((state.enqueue_partitions[bound + 1], sizes[bound + 1]), (0, 10));
+}
+
 // ------------------------------------------------------------ consumer
 
 async fn fill(state: &Arc<Mutex<common::BrokerState>>, server: &FakeServer, payloads: &[&str]) {
