@@ -3,23 +3,16 @@
 //! size and the pieces' split, the file reads back byte for byte.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
-use std::future::Future;
 use std::path::Path;
 
-use glommio::{LocalExecutorBuilder, Placement};
+mod common;
+
+use common::run_glommio as run;
 use spool_broker::io::{IoOp, SimStorage, Storage};
 use spool_broker::limits::{SIDE_WRITE_CHUNK_BYTES, SIDE_WRITE_CHUNK_FIRST_BYTES};
 use spool_broker::partition::files::{read_side_file, SideFileWriter};
 
 const MAGIC: u32 = 0x5344_4546;
-
-fn run<T>(future: impl Future<Output = T>) -> T {
-    LocalExecutorBuilder::new(Placement::Unbound)
-        .io_memory(0)
-        .make()
-        .expect("glommio executor")
-        .run(future)
-}
 
 /// Bytes that differ at every offset (a misplaced chunk cannot read back equal).
 fn payload(len: usize) -> Vec<u8> {
