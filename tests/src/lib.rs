@@ -220,6 +220,21 @@ pub fn spoold_failpoints_bin() -> PathBuf {
     built_binary(built, &profile_dir(), "spoold-failpoints")
 }
 
+/// Reads one whole frame (its 4-byte length prefix included) from a
+/// blocking stream, for tests that speak the wire protocol by hand.
+///
+/// # Errors
+/// The stream's read error (a timeout, a closed connection).
+pub fn read_frame_bytes(stream: &mut impl Read) -> std::io::Result<Vec<u8>> {
+    let mut prefix = [0u8; 4];
+    stream.read_exact(&mut prefix)?;
+    let len = u32::from_le_bytes(prefix) as usize;
+    let mut bytes = prefix.to_vec();
+    bytes.resize(len.max(4), 0);
+    stream.read_exact(&mut bytes[4..])?;
+    Ok(bytes)
+}
+
 /// Path of the `spoold` binary under test.
 pub fn spoold_bin() -> PathBuf {
     binary("spoold", SPOOLD_BIN_ENV)

@@ -71,13 +71,8 @@ fn frame(request: &Request<'_>, correlation: u64) -> Vec<u8> {
 /// Reads exactly one answer from `stream`: (correlation id, code, message).
 fn read_answer(stream: &mut TcpStream) -> (u64, ErrorCode, String) {
     stream.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
-    let mut prefix = [0u8; 4];
-    stream.read_exact(&mut prefix).unwrap();
-    let length = u32::from_le_bytes(prefix) as usize;
-    let mut bytes = prefix.to_vec();
-    bytes.resize(length, 0);
-    stream.read_exact(&mut bytes[4..]).unwrap();
-    let mut aligned = spool_client::spool_wire::batch::BatchBytes::with_capacity(length);
+    let bytes = spool_tests::read_frame_bytes(stream).unwrap();
+    let mut aligned = spool_client::spool_wire::batch::BatchBytes::with_capacity(bytes.len());
     aligned.extend_from_slice(&bytes);
     let decoded = decode_frame(&aligned).unwrap();
     let reply = Response::decode(&decoded).unwrap();

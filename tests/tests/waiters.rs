@@ -63,13 +63,8 @@ struct Reply {
 /// Reads one frame and its header fields as they are on the wire (a reply
 /// about the connection carries api key 0, which `decode_frame` refuses).
 fn read_reply(stream: &mut TcpStream) -> std::io::Result<Reply> {
-    let mut prefix = [0u8; 4];
-    stream.read_exact(&mut prefix)?;
-    let len = u32::from_le_bytes(prefix) as usize;
-    assert!(len >= 24, "frame length {len}");
-    let mut frame = prefix.to_vec();
-    frame.resize(len, 0);
-    stream.read_exact(&mut frame[4..])?;
+    let frame = spool_tests::read_frame_bytes(stream)?;
+    assert!(frame.len() >= 24, "frame length {}", frame.len());
     let error = u16::from_le_bytes([frame[18], frame[19]]);
     Ok(Reply {
         error: ErrorCode::from_u16(error).unwrap(),

@@ -7,7 +7,7 @@
 //! layouts; a CancelClaim withdraws a waiting claim of `ANY`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::time::Duration;
 
@@ -308,12 +308,7 @@ fn connect(addr: &str) -> TcpStream {
 
 /// Reads one response frame: its correlation id and what it says.
 fn read_answer(stream: &mut TcpStream) -> (u64, Answer) {
-    let mut prefix = [0u8; 4];
-    stream.read_exact(&mut prefix).unwrap();
-    let len = u32::from_le_bytes(prefix) as usize;
-    let mut bytes = prefix.to_vec();
-    bytes.resize(len, 0);
-    stream.read_exact(&mut bytes[4..]).unwrap();
+    let bytes = spool_tests::read_frame_bytes(stream).unwrap();
     let frame = decode_frame(&bytes).unwrap();
     let version = frame.header.api_version;
     let reply = Response::decode(&frame).unwrap();
