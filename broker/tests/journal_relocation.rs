@@ -88,6 +88,12 @@ fn filler_payload(tag: u64) -> Vec<u8> {
 type Opened = (Rc<Partition<SimStorage>>, glommio::task::JoinHandle<()>);
 
 async fn open(disk: &SimStorage, now: &Rc<Cell<u64>>) -> Opened {
+    open_on(Layout::Journal, disk, now).await
+}
+
+/// [`open`] on `layout`: `Layout::JournalOrdered` has the shard's ordered
+/// pass replay the partition, as spoold does at start.
+async fn open_on(layout: Layout, disk: &SimStorage, now: &Rc<Cell<u64>>) -> Opened {
     let name =
         PartitionName { queue: "jobs".into(), queue_id: QueueId(1), partition: PartitionId(0) };
     let clock: Clock = {
@@ -95,7 +101,7 @@ async fn open(disk: &SimStorage, now: &Rc<Cell<u64>>) -> Opened {
         Rc::new(move || now.get())
     };
     let (partition, background, _report) = open_partition(
-        Layout::Journal,
+        layout,
         disk.clone(),
         Path::new(DIR),
         name,
@@ -260,10 +266,11 @@ fn one_live_record_no_longer_pins_the_journal_after_relocation() {
         let index = partition.log().journal().unwrap().index();
         assert_eq!(index[0].first_offset, 0);
         assert!(index[0].position >= journal.oldest_file(), "{index:?}");
-        // A crash now (a killed process) brings back the record, once.
+        // A crash now (a killed process) brings back the record, once
+        // (reopened through the shard's ordered pass, as at a start).
         let image = disk.process_crash_image();
         now.set(now.get() + 1_000);
-        let (reopened, reopened_task) = open(&image, &now).await;
+        let (reopened, reopened_task) = open_on(Layout::JournalOrdered, &image, &now).await;
         kept_records_claim_and_ack(&reopened, middle, "after a crash").await;
         reopened.log().close();
         reopened_task.await;
@@ -320,7 +327,12 @@ fn a_crash_at_any_step_of_relocation_and_release_keeps_every_answer() {
     for (index, image) in images.into_iter().enumerate() {
         common::run_glommio(async move {
             let now = Rc::new(Cell::new(START_MS + 1_000_000));
-            let (partition, task) = open(&image, &now).await;
+            // Half the images of each crash mode (they come in pairs, synced
+            // only then everything written) reopen through the shard's
+            // ordered pass.
+            let ordered = (index / 2) % 2 == 1;
+            let layout = if ordered { Layout::JournalOrdered } else { Layout::Journal };
+            let (partition, task) = open_on(layout, &image, &now).await;
             let context = format!("image {index} of {count}");
             kept_records_claim_and_ack(&partition, middle, &context).await;
             partition.log().close();

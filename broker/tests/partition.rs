@@ -552,7 +552,7 @@ fn a_large_claim_from_disk_serves_every_record_its_own_bytes(layout: Layout) {
             }
             // Offsets number data records only (control entries take none),
             // and the acked ones are the oldest: the rest are dense.
-            Layout::Journal => {
+            Layout::Journal | Layout::JournalOrdered => {
                 assert_eq!(offsets, (acked as u64..400).collect::<Vec<_>>());
             }
         }

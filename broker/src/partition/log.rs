@@ -115,6 +115,20 @@ impl LogCursor {
     pub fn data_offset(self) -> Offset {
         Offset(self.data)
     }
+
+    /// Journal: whether replay from this cursor applies `entry` — both
+    /// lanes in journal order, data entries with records past the covered
+    /// offset, control entries at or past `c_p`. Relocated copies are data
+    /// only: their records are in the checkpoint that let them be made,
+    /// never events again.
+    pub fn journal_replays(self, entry: &RoutedEntry) -> bool {
+        match entry.lane {
+            JournalLane::Data => {
+                !entry.relocated && entry.first_offset + u64::from(entry.record_count) > self.data
+            }
+            JournalLane::Control => entry.position.0 >= self.control,
+        }
+    }
 }
 
 impl std::fmt::Display for LogCursor {
@@ -560,25 +574,20 @@ impl<S: Storage> PartitionLog<S> {
         let source = match self {
             Self::Segments(log) => ReplaySource::Segments { end: log.next_offset().0 },
             Self::Journal(part) => {
-                // Both lanes in journal order: data entries with records past
-                // the covered offset, control entries at or past `c_p`.
-                // Relocated copies are data only: their records are in the
-                // checkpoint that let them be made, never events again.
                 let entries: VecDeque<RoutedEntry> = part
                     .replay_entries(JournalPos(0))
                     .into_iter()
-                    .filter(|entry| match entry.lane {
-                        JournalLane::Data => {
-                            !entry.relocated
-                                && entry.first_offset + u64::from(entry.record_count) > from.data
-                        }
-                        JournalLane::Control => entry.position.0 >= from.control,
-                    })
+                    .filter(|entry| from.journal_replays(entry))
                     .collect();
                 ReplaySource::Journal { entries }
             }
         };
-        Replay { log: self, next: from.data, source, read: VecDeque::new() }
+        Replay {
+            log: self,
+            cursor: ReplayCursor { next: from.data },
+            source,
+            read: VecDeque::new(),
+        }
     }
 
     /// Lets go of what a checkpoint at `checkpoint` no longer needs: data
@@ -711,11 +720,44 @@ enum ReplaySource {
     },
 }
 
+/// Which records of the batches read in log order replay applies: those
+/// past the offset the checkpoint covers and past every batch before.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct ReplayCursor {
+    /// The next data offset to apply.
+    next: u64,
+}
+
+impl ReplayCursor {
+    /// A cursor for a replay from `from`.
+    pub(super) fn new(from: LogCursor) -> Self {
+        Self { next: from.data }
+    }
+
+    /// The first offset of `header`'s batch to apply (journal control
+    /// batches take no offsets: every event of one the filter chose), or
+    /// `None` for a data batch wholly applied before.
+    pub(super) fn admit(
+        &mut self,
+        header: &spool_wire::batch::BatchHeader,
+        journal: bool,
+    ) -> Option<Offset> {
+        if journal && header.kind != BatchKind::Data {
+            return Some(Offset(0));
+        }
+        if header.next_offset() <= self.next {
+            return None;
+        }
+        let apply_from = Offset(self.next);
+        self.next = header.next_offset();
+        Some(apply_from)
+    }
+}
+
 /// The batches after a cursor, in log order ([`PartitionLog::replay`]).
 pub struct Replay<'a, S: Storage> {
     log: &'a PartitionLog<S>,
-    /// The next data offset to apply.
-    next: u64,
+    cursor: ReplayCursor,
     source: ReplaySource,
     read: VecDeque<ReadBatch>,
 }
@@ -729,31 +771,23 @@ impl<S: Storage> Replay<'_, S> {
         loop {
             while let Some(batch) = self.read.pop_front() {
                 let journal = matches!(self.source, ReplaySource::Journal { .. });
-                if journal && batch.header.kind != BatchKind::Data {
-                    // Journal control entries take no offsets; the filter
-                    // chose them already.
-                    return Ok(Some(ReplayBatch { batch, apply_from: Offset(0) }));
-                }
                 // Batches wholly before the cursor were applied already.
-                if batch.header.next_offset() <= self.next {
-                    continue;
+                if let Some(apply_from) = self.cursor.admit(&batch.header, journal) {
+                    return Ok(Some(ReplayBatch { batch, apply_from }));
                 }
-                let apply_from = Offset(self.next);
-                self.next = batch.header.next_offset();
-                return Ok(Some(ReplayBatch { batch, apply_from }));
             }
             match (&mut self.source, self.log) {
                 (ReplaySource::Segments { end }, PartitionLog::Segments(log)) => {
-                    if self.next >= *end {
+                    if self.cursor.next >= *end {
                         return Ok(None);
                     }
-                    let read = log.read(Offset(self.next), REPLAY_READ_BYTES).await?;
+                    let read = log.read(Offset(self.cursor.next), REPLAY_READ_BYTES).await?;
                     if read.is_empty() {
                         return Err(PartitionError::Recovery {
                             dir: PathBuf::from(log.dir()),
                             reason: format!(
                                 "log read at {} returned nothing before {end}",
-                                self.next
+                                self.cursor.next
                             ),
                         });
                     }

@@ -49,7 +49,8 @@
 //! `error.rs`; beside them `signal.rs` (the register of waiting claims),
 //! `files.rs` (side files), `dedupe_files.rs` (sealed dedupe generations
 //! written once as side files, which checkpoints refer to), `epoch.rs`
-//! (the leader epoch) and `log.rs`
+//! (the leader epoch), `shard_replay.rs` (a shard journal's partitions
+//! replayed in one pass in journal order at start) and `log.rs`
 //! (`PartitionLog`: what the partition needs of its log, and the opaque
 //! `LogCursor` a checkpoint records and replay starts from). This file
 //! holds the partition itself and the append → apply step every request
@@ -70,6 +71,7 @@ mod operator;
 mod read;
 mod relocate;
 mod scratch;
+mod shard_replay;
 pub mod signal;
 
 use std::cell::{Cell, RefCell};
@@ -92,9 +94,10 @@ pub use checkpoint::CheckpointStats;
 pub use claim::ClaimedReady;
 pub use enqueue::EnqueueOutcome;
 pub use error::PartitionError;
-pub use open::{JournalOpen, OpenReport};
+pub use open::{JournalOpen, JournalReplayed, OpenReport};
 pub use read::{Claimed, Peeked};
 pub use relocate::{garbage_ratio, relocate_pass, RelocatePass, RelocateStep};
+pub use shard_replay::{replay_journal_shard, ShardReplayReport, ShardReplayTarget};
 
 pub use crate::limits::{
     CHECKPOINT_INTERVAL_BYTES, CHECKPOINT_INTERVAL_OFFSETS, CHECKPOINT_STEP_BYTES_MAX,

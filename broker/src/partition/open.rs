@@ -20,7 +20,7 @@ use super::{
 };
 use crate::io::Storage;
 use crate::log::journal::{JournalPos, PartitionHandle, RoutedEntry, ShardJournal};
-use crate::log::{FatalHandler, LogConfig, LogError, ResumePoint};
+use crate::log::{FatalHandler, LogConfig, LogError, ReadBatch, ResumePoint};
 use crate::queue::{
     ApplyError, EnqueueMeta, Event, LeaderEpoch, Offset, PartitionContext, PartitionState,
     QueueConfig,
@@ -37,6 +37,38 @@ pub struct JournalOpen<S: Storage> {
     pub handle: PartitionHandle,
     pub epoch: u32,
     pub routed: Vec<RoutedEntry>,
+    /// Its checkpoint restored and its entries replayed already, by the
+    /// shard's one ordered pass at start ([`super::replay_journal_shard`]);
+    /// `None`: the open does both.
+    pub replayed: Option<JournalReplayed>,
+}
+
+/// A journal partition's state as its open would have made it before the
+/// epoch fence: checkpoint restored, every entry past it replayed. Made by
+/// the shard's ordered pass ([`super::replay_journal_shard`]) so that a
+/// shard of many partitions reads its journal once at start, instead of
+/// each partition reading the chunks that hold its own entries.
+pub struct JournalReplayed {
+    /// The queue config it was restored with: a partition opened with
+    /// another one does it all again.
+    pub(super) config: QueueConfig,
+    pub(super) state: PartitionState,
+    pub(super) covers: Option<Offset>,
+    pub(super) replay_from: LogCursor,
+    pub(super) batches: u64,
+    pub(super) events: u64,
+}
+
+impl std::fmt::Debug for JournalReplayed {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("JournalReplayed")
+            .field("covers", &self.covers)
+            .field("replay_from", &self.replay_from)
+            .field("batches", &self.batches)
+            .field("events", &self.events)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A log opened and a state restored, for [`Partition::finish_open`].
@@ -50,6 +82,9 @@ struct Opening<'a, S: Storage> {
     covers: Option<Offset>,
     replay_from: LogCursor,
     log_report: crate::log::RecoveryReport,
+    /// (batches, events) replayed before the open (the shard's ordered
+    /// pass): `finish_open` replays nothing.
+    replayed: Option<(u64, u64)>,
 }
 
 /// The resume side file's point, when it decodes and was taken for a
@@ -221,7 +256,18 @@ impl<S: Storage + Clone> Partition<S> {
         // log's start (which is then its beginning: checked above).
         let replay_from = LogCursor::from_checkpoint(covers.map_or(start, |offset| offset.0));
         Self::finish_open(
-            Opening { storage, dir, name, log, state, epoch, covers, replay_from, log_report },
+            Opening {
+                storage,
+                dir,
+                name,
+                log,
+                state,
+                epoch,
+                covers,
+                replay_from,
+                log_report,
+                replayed: None,
+            },
             fatal,
             clock,
         )
@@ -255,9 +301,7 @@ impl<S: Storage + Clone> Partition<S> {
     ) -> Result<(Rc<Self>, impl Future<Output = ()> + 'static, OpenReport), PartitionError> {
         config.validate()?;
         crate::io::create_dir_durable(&storage, dir).await.map_err(LogError::Io)?;
-        let checkpoint =
-            files::read_side_file(&storage, dir, CHECKPOINT_FILE, CHECKPOINT_MAGIC).await?;
-        let JournalOpen { shard, handle, epoch: log_epoch, routed } = journal;
+        let JournalOpen { shard, handle, epoch: log_epoch, routed, replayed } = journal;
         // The shard's handles table made the epoch durable (one write for
         // every partition opened with this one); the fence below relies on
         // it being above every epoch a token was issued under.
@@ -274,34 +318,21 @@ impl<S: Storage + Clone> Partition<S> {
             secret,
             config: config.clone(),
         };
+        let (mut state, covers, replay_from, replayed) =
+            match replayed.filter(|replayed| replayed.config == config) {
+                Some(done) => {
+                    (done.state, done.covers, done.replay_from, Some((done.batches, done.events)))
+                }
+                None => {
+                    let (state, covers, replay_from) =
+                        restore_journal_state(&storage, dir, context).await?;
+                    (state, covers, replay_from, None)
+                }
+            };
+        // Replay never reads the epoch: a state the shard's pass restored
+        // before the new epoch was known takes it now.
+        state.set_leader_epoch(epoch);
         let recovery = |reason: String| PartitionError::Recovery { dir: dir.to_path_buf(), reason };
-        let (state, covers, replay_from) = match checkpoint {
-            Some(file) => {
-                let Some((control, snapshot)) =
-                    file.payload.split_first_chunk::<JOURNAL_CHECKPOINT_PREFIX_BYTES>()
-                else {
-                    return Err(recovery("checkpoint shorter than its control cursor".into()));
-                };
-                let control = JournalPos(u64::from_le_bytes(*control));
-                // The journal before the scan start may be gone: a checkpoint
-                // that does not decode cannot be replaced by a full replay.
-                let restored = super::dedupe_files::restore_checkpoint(
-                    &storage,
-                    dir,
-                    snapshot,
-                    context.clone(),
-                )
-                .await?
-                .map_err(|error| recovery(format!("checkpoint does not decode: {error}")))?;
-                let cursor = LogCursor::from_journal_checkpoint(
-                    file.value,
-                    Offset(restored.covers.0),
-                    control,
-                );
-                (restored.state, Some(restored.covers), cursor)
-            }
-            None => (PartitionState::new(context.clone())?, None, LogCursor::default()),
-        };
         let floor = covers.map_or(Offset(0), |covers| Offset(covers.0));
         let view = shard.partition(handle, routed, floor, log_epoch)?;
         // A checkpoint is written only once everything it covers is
@@ -321,7 +352,18 @@ impl<S: Storage + Clone> Partition<S> {
             ..crate::log::RecoveryReport::default()
         };
         Self::finish_open(
-            Opening { storage, dir, name, log, state, epoch, covers, replay_from, log_report },
+            Opening {
+                storage,
+                dir,
+                name,
+                log,
+                state,
+                epoch,
+                covers,
+                replay_from,
+                log_report,
+                replayed,
+            },
             fatal,
             clock,
         )
@@ -366,8 +408,18 @@ impl<S: Storage + Clone> Partition<S> {
         fatal: Rc<dyn FatalHandler>,
         clock: Clock,
     ) -> Result<(Rc<Self>, impl Future<Output = ()> + 'static, OpenReport), PartitionError> {
-        let Opening { storage, dir, name, log, state, epoch, covers, replay_from, log_report } =
-            opening;
+        let Opening {
+            storage,
+            dir,
+            name,
+            log,
+            state,
+            epoch,
+            covers,
+            replay_from,
+            log_report,
+            replayed,
+        } = opening;
         let mut background = log.background();
         let partition = Rc::new(Self {
             name,
@@ -394,7 +446,10 @@ impl<S: Storage + Clone> Partition<S> {
             attribution: RefCell::new(None),
             attribution_stats: Cell::new(AttributionStats::default()),
         });
-        let (replayed_batches, replayed_events) = partition.replay(replay_from).await?;
+        let (replayed_batches, replayed_events) = match replayed {
+            Some(done) => done,
+            None => partition.replay(replay_from).await?,
+        };
         if let Some(view) = partition.log.journal() {
             view.finish_replay();
         }
@@ -433,47 +488,11 @@ impl<S: Storage + Clone> Partition<S> {
     /// Folds every batch after `from` to the log's end into the state.
     async fn replay(&self, from: LogCursor) -> Result<(u64, u64), PartitionError> {
         let mut replay = self.log.replay(from);
-        let mut batches = 0u64;
-        let mut events = 0u64;
-        let recovery = |reason: String| PartitionError::Recovery { dir: self.dir.clone(), reason };
-        // An attribution whose records have not arrived when the epoch
-        // changes (or replay ends) outlived records a crash lost: the
-        // offsets are taken again by the next epoch's records.
-        let mut epoch = None;
+        let mut fold = ReplayFold::default();
         while let Some(ReplayBatch { batch, apply_from }) = replay.next_batch().await? {
-            let bytes = aligned(&batch.bytes);
-            let view = verified_view(&bytes, &batch.header)?;
-            let base = view.header().base_offset;
-            let mut state = self.state.borrow_mut();
-            let batch_epoch = view.header().leader_epoch;
-            if epoch.is_some_and(|last| last != batch_epoch) {
-                state.drop_pending_attributions();
-            }
-            epoch = Some(batch_epoch);
-            for index in 0..view.len() {
-                let offset = base + index as u64;
-                if offset < apply_from.0 {
-                    continue;
-                }
-                let event = match view.header().kind {
-                    BatchKind::Data => {
-                        let request = enqueue_request(&view, index);
-                        let stamp = view.record(index).enqueue_time_ms.to_native();
-                        Event::Enqueued(EnqueueMeta::new(&request, Offset(offset), stamp))
-                    }
-                    BatchKind::Control => Event::decode(view.control_record(index))
-                        .map_err(|error| recovery(format!("event at offset {offset}: {error}")))?,
-                    BatchKind::Filler => continue,
-                };
-                state.apply(&event).map_err(|error: ApplyError| {
-                    recovery(format!("event at offset {offset} does not apply: {error}"))
-                })?;
-                events += 1;
-            }
-            batches += 1;
+            fold.apply(&mut self.state.borrow_mut(), &batch, apply_from, &self.dir)?;
         }
-        self.state.borrow_mut().drop_pending_attributions();
-        Ok((batches, events))
+        Ok(fold.finish(&mut self.state.borrow_mut()))
     }
 
     /// The epoch fence: ends every claim outstanding after replay (all of
@@ -507,5 +526,100 @@ impl<S: Storage + Clone> Partition<S> {
             tracing::info!(partition = ?self.name, epoch = self.epoch.0, fenced, "claims of an older epoch released");
         }
         Ok(fenced)
+    }
+}
+
+/// Restores a journal partition's state from the checkpoint in `dir` (a
+/// new state without one): the state, the offset it covers and the cursor
+/// replay starts from.
+pub(super) async fn restore_journal_state<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    context: PartitionContext,
+) -> Result<(PartitionState, Option<Offset>, LogCursor), PartitionError> {
+    let checkpoint = files::read_side_file(storage, dir, CHECKPOINT_FILE, CHECKPOINT_MAGIC).await?;
+    let recovery = |reason: String| PartitionError::Recovery { dir: dir.to_path_buf(), reason };
+    let Some(file) = checkpoint else {
+        return Ok((PartitionState::new(context)?, None, LogCursor::default()));
+    };
+    let Some((control, snapshot)) =
+        file.payload.split_first_chunk::<JOURNAL_CHECKPOINT_PREFIX_BYTES>()
+    else {
+        return Err(recovery("checkpoint shorter than its control cursor".into()));
+    };
+    let control = JournalPos(u64::from_le_bytes(*control));
+    // The journal before the scan start may be gone: a checkpoint that does
+    // not decode cannot be replaced by a full replay.
+    let restored = super::dedupe_files::restore_checkpoint(storage, dir, snapshot, context)
+        .await?
+        .map_err(|error| recovery(format!("checkpoint does not decode: {error}")))?;
+    let cursor = LogCursor::from_journal_checkpoint(file.value, Offset(restored.covers.0), control);
+    Ok((restored.state, Some(restored.covers), cursor))
+}
+
+/// Folds replayed batches, in log order, into a partition's state; shared
+/// by a partition's own replay and the shard's ordered pass.
+#[derive(Default)]
+pub(super) struct ReplayFold {
+    /// The leader epoch of the last batch folded.
+    epoch: Option<u64>,
+    batches: u64,
+    events: u64,
+}
+
+impl ReplayFold {
+    /// Applies the events of `batch` from `apply_from` on (records below
+    /// were applied before the cursor replay started at).
+    ///
+    /// # Errors
+    /// A batch that does not verify, an event that does not decode or does
+    /// not fit the state (naming `dir` and the offset).
+    pub(super) fn apply(
+        &mut self,
+        state: &mut PartitionState,
+        batch: &ReadBatch,
+        apply_from: Offset,
+        dir: &Path,
+    ) -> Result<(), PartitionError> {
+        let recovery = |reason: String| PartitionError::Recovery { dir: dir.to_path_buf(), reason };
+        let bytes = aligned(&batch.bytes);
+        let view = verified_view(&bytes, &batch.header)?;
+        let base = view.header().base_offset;
+        // An attribution whose records have not arrived when the epoch
+        // changes (or replay ends) outlived records a crash lost: the
+        // offsets are taken again by the next epoch's records.
+        let batch_epoch = u64::from(view.header().leader_epoch);
+        if self.epoch.is_some_and(|last| last != batch_epoch) {
+            state.drop_pending_attributions();
+        }
+        self.epoch = Some(batch_epoch);
+        for index in 0..view.len() {
+            let offset = base + index as u64;
+            if offset < apply_from.0 {
+                continue;
+            }
+            let event = match view.header().kind {
+                BatchKind::Data => {
+                    let request = enqueue_request(&view, index);
+                    let stamp = view.record(index).enqueue_time_ms.to_native();
+                    Event::Enqueued(EnqueueMeta::new(&request, Offset(offset), stamp))
+                }
+                BatchKind::Control => Event::decode(view.control_record(index))
+                    .map_err(|error| recovery(format!("event at offset {offset}: {error}")))?,
+                BatchKind::Filler => continue,
+            };
+            state.apply(&event).map_err(|error: ApplyError| {
+                recovery(format!("event at offset {offset} does not apply: {error}"))
+            })?;
+            self.events += 1;
+        }
+        self.batches += 1;
+        Ok(())
+    }
+
+    /// Ends the replay: (batches, events) folded.
+    pub(super) fn finish(self, state: &mut PartitionState) -> (u64, u64) {
+        state.drop_pending_attributions();
+        (self.batches, self.events)
     }
 }

@@ -65,7 +65,7 @@ mod served;
 pub mod tick;
 
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -85,7 +85,10 @@ use crate::log::journal::{
     ShardJournal,
 };
 use crate::log::{ExitOnFatal, LogConfig};
-use crate::partition::{Clock, JournalOpen, Partition, PartitionError, PartitionName};
+use crate::partition::{
+    replay_journal_shard, Clock, JournalOpen, JournalReplayed, Partition, PartitionError,
+    PartitionName, ShardReplayTarget,
+};
 use crate::queue::{LeaderEpoch, PartitionId, QueueId};
 use crate::shard::alarm::Alarm;
 use crate::shard::hooks::{ShardContext, ShardHooks, ShardHooksFactory};
@@ -138,6 +141,11 @@ pub struct ShardJournalRun {
     /// Handles of deleted queues keep theirs (positions only, no payload
     /// bytes) until the journal's reclamation (step 4).
     routed: RefCell<BTreeMap<PartitionHandle, Vec<RoutedEntry>>>,
+    /// The states the ordered replay at start made (checkpoint restored,
+    /// entries replayed in journal order: `partition::replay_journal_shard`),
+    /// taken by each partition's open; what is left once the catalog's
+    /// replay is applied is dropped.
+    replayed: RefCell<HashMap<PartitionHandle, JournalReplayed>>,
     /// The journal's committers and preparer.
     task: RefCell<Option<JoinHandle<()>>>,
     /// Bytes of one journal file.
@@ -577,12 +585,13 @@ impl ShardState {
             }
         };
         let routed = journal.routed.borrow().get(&handle).cloned().unwrap_or_default();
+        let replayed = journal.replayed.borrow_mut().remove(&handle);
         let (partition, background, report) = Partition::open_journal(
             DmaStorage,
             dir,
             name,
             config.clone(),
-            JournalOpen { shard: journal.shard.clone(), handle, epoch, routed },
+            JournalOpen { shard: journal.shard.clone(), handle, epoch, routed, replayed },
             self.secret,
             Rc::new(ExitOnFatal),
             self.clock.clone(),
@@ -729,6 +738,7 @@ impl ShardState {
         *self.journal.borrow_mut() = Some(Rc::new(ShardJournalRun {
             shard,
             routed: RefCell::new(recovery.routed.partitions),
+            replayed: RefCell::new(HashMap::new()),
             task: RefCell::new(Some(task)),
             file_bytes,
             releasing: Cell::new(false),
@@ -737,7 +747,83 @@ impl ShardState {
             next_release_ms: Cell::new(0),
             release: Cell::new(JournalReport::default()),
         }));
+        self.replay_journal_partitions().await;
         Ok(())
+    }
+
+    /// Drops the states of the ordered replay at start that no open took,
+    /// once the catalog's replay (`recovered`, up to its version) has been
+    /// applied: a partition opened later (a retry) replays on its own.
+    fn drop_unopened_replays(&self, applied: crate::control::assignment::AssignmentVersion) {
+        if applied < self.recovered.version() {
+            return;
+        }
+        let Some(journal) = self.journal.borrow().clone() else { return };
+        let left = std::mem::take(&mut *journal.replayed.borrow_mut());
+        if !left.is_empty() {
+            tracing::info!(
+                shard = self.shard.0,
+                partitions = left.len(),
+                "states of the ordered replay no open took dropped"
+            );
+        }
+    }
+
+    /// Replays the journal partitions this shard owns in one pass, in
+    /// journal order (`partition::replay_journal_shard`), before any of
+    /// them opens: each chunk of the journal is read once, where partitions
+    /// replaying on their own would each read the chunks holding their
+    /// entries. Their opens take the states; a partition the pass leaves
+    /// out opens as before.
+    async fn replay_journal_partitions(&self) {
+        let Some(journal) = self.journal.borrow().clone() else { return };
+        let handles = journal.shard.handles();
+        let mut targets = Vec::new();
+        for (queue, partition) in self.recovered.owned_by(self.shard) {
+            let Some(entry) = self.recovered.queue(queue) else { continue };
+            let target = crate::log::journal::HandleTarget { queue_id: entry.id.0, partition };
+            let Some(handle) = handles.handle_of(target) else { continue };
+            let dir = partition_dir(&self.config.data_dir, entry.id, partition);
+            if !dir.is_dir() {
+                continue;
+            }
+            targets.push(ShardReplayTarget {
+                handle,
+                dir,
+                queue: entry.id,
+                partition,
+                config: (*entry.config).clone(),
+            });
+        }
+        if targets.is_empty() {
+            return;
+        }
+        let started = crate::clock::instant_now();
+        // Nothing else runs on the shard yet (no partition is open, no
+        // assignment applied): the routed lists are lent to the pass.
+        let routed = std::mem::take(&mut *journal.routed.borrow_mut());
+        let (replayed, report) = replay_journal_shard(
+            &DmaStorage,
+            journal.shard.journal(),
+            &routed,
+            targets,
+            self.secret,
+        )
+        .await;
+        *journal.routed.borrow_mut() = routed;
+        tracing::info!(
+            shard = self.shard.0,
+            partitions = report.partitions,
+            replayed = report.replayed,
+            left_to_open = report.left_to_open,
+            entries = report.entries,
+            entry_bytes = report.entry_bytes,
+            events = report.events,
+            read_failed = ?report.read_failed,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "shard journal replayed in journal order"
+        );
+        *journal.replayed.borrow_mut() = replayed;
     }
 
     /// Starts a journal release pass when one is due (journal layout; see
@@ -1107,7 +1193,7 @@ impl ShardHooks for SpoolHooks {
             AssignmentChange::CreateQueue { .. } => None,
         };
         *state.table.borrow_mut() = table.clone();
-        match &update.change {
+        let result = match &update.change {
             AssignmentChange::CreateQueue { queue, queue_id, shards, config } => {
                 // Every owned partition is tried: one that fails to open
                 // must not keep its neighbours closed. Up to
@@ -1230,7 +1316,9 @@ impl ShardHooks for SpoolHooks {
                 }
                 Ok(())
             }
-        }
+        };
+        state.drop_unopened_replays(update.version);
+        result
     }
 
     fn next_tick_in(&self, min: Duration, max: Duration) -> Duration {

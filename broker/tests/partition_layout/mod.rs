@@ -16,7 +16,8 @@ use spool_broker::io::{create_dir_durable, Storage};
 use spool_broker::log::journal::{JournalConfig, ShardJournal};
 use spool_broker::log::{FatalHandler, LogConfig};
 use spool_broker::partition::{
-    Clock, JournalOpen, OpenReport, Partition, PartitionError, PartitionName,
+    replay_journal_shard, Clock, JournalOpen, OpenReport, Partition, PartitionError, PartitionName,
+    ShardReplayTarget,
 };
 use spool_broker::queue::QueueConfig;
 
@@ -28,6 +29,10 @@ pub enum Layout {
     /// Its shard's journal (here one shard per partition directory, in
     /// `journal_shard_dir`).
     Journal,
+    /// As `Journal`, its checkpoint restored and its entries replayed by
+    /// the shard's ordered pass (`replay_journal_shard`) before the open,
+    /// as spoold opens the partitions it finds at start.
+    JournalOrdered,
 }
 
 /// The shard directory of the journal a test partition in `dir` uses.
@@ -110,7 +115,7 @@ pub async fn open_partition<S: Storage + Clone + 'static>(
                     .await?;
             Ok((partition, Background { partition: Box::pin(background), shard: None }, report))
         }
-        Layout::Journal => {
+        Layout::Journal | Layout::JournalOrdered => {
             create_dir_durable(&storage, dir).await.map_err(spool_broker::log::LogError::Io)?;
             let shard_dir = journal_shard_dir(dir);
             create_dir_durable(&storage, &shard_dir)
@@ -131,6 +136,27 @@ pub async fn open_partition<S: Storage + Clone + 'static>(
             let floor = Partition::<S>::journal_epoch_floor(&storage, dir).await?;
             let opened = shard.open_partitions(&[(name.queue_id.0, name.partition, floor)]).await?;
             let (handle, epoch) = opened[0];
+            let replayed = if layout == Layout::JournalOrdered {
+                let target = ShardReplayTarget {
+                    handle,
+                    dir: dir.to_path_buf(),
+                    queue: name.queue_id,
+                    partition: name.partition,
+                    config: config.clone(),
+                };
+                let (mut replayed, report) = replay_journal_shard(
+                    &storage,
+                    shard.journal(),
+                    &recovery.routed.partitions,
+                    vec![target],
+                    [7u8; 32],
+                )
+                .await;
+                assert_eq!(report.read_failed, None, "{report:?}");
+                replayed.remove(&handle)
+            } else {
+                None
+            };
             let routed = recovery.routed.partitions.remove(&handle).unwrap_or_default();
             let journal_future: Task = Box::pin(shard.background());
             let journal_future = std::cell::RefCell::new(Some(journal_future));
@@ -141,7 +167,7 @@ pub async fn open_partition<S: Storage + Clone + 'static>(
                 dir,
                 name,
                 config,
-                JournalOpen { shard: shard.clone(), handle, epoch, routed },
+                JournalOpen { shard: shard.clone(), handle, epoch, routed, replayed },
                 [7u8; 32],
                 fatal,
                 clock,
@@ -187,6 +213,11 @@ macro_rules! both_layouts {
         }
         mod journal {
             $(#[test] fn $name() { super::$name($crate::partition_layout::Layout::Journal) })*
+        }
+        mod journal_ordered {
+            $(#[test] fn $name() {
+                super::$name($crate::partition_layout::Layout::JournalOrdered)
+            })*
         }
     };
 }

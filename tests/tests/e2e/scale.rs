@@ -393,3 +393,111 @@ async fn release_checkpoints_of_a_wide_journal_queue_run_a_few_at_a_time() {
          checkpointed"
     );
 }
+
+/// Bytes the process `pid` has read from storage (`/proc/PID/io`).
+fn process_read_bytes(pid: u32) -> u64 {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap();
+    let line = io.lines().find(|line| line.starts_with("read_bytes:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+// Goal: a journal shard holding a backlog spread over many partitions reopens reading its
+// journal about twice (the recovery scan, then one replay pass in journal order), not once
+// per partition: each partition's own replay read the 256 KiB chunks holding its entries,
+// so 1,000 partitions with a 900 MB backlog read ≈ 60 GB and peaked at 7 GiB. Nothing is
+// lost on the way: every acked message stays acked, every other one is ready again.
+// Method: a real 2-shard spoold, journal layout, a queue of 256 partitions; 48 rounds of
+// one 1 KiB message per partition (the partitions' entries interleave in each journal);
+// a consumer acks ~1,500 of them; SIGKILL; restart. The restarted process's read_bytes
+// (/proc/PID/io) up to the moment it serves stays under 3× the data dir's allocated bytes
+// plus 32 MiB (the old per-partition replays read ~30×); describe_queue then counts every
+// message: acked = what the consumer had answered acked, ready = the rest, none claimed;
+// the log reports the ordered pass over every partition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wide_journal_backlog_reopens_reading_its_journal_about_twice() {
+    const ROUNDS: u64 = 48;
+    const ACK_AT_LEAST: u64 = 1_500;
+    let mut options = SpooldOptions::new(2);
+    options.args.extend(["--log-layout", "journal"].map(str::to_owned));
+    // A read-ahead budget (1 MiB, four chunks) well below the journal, as
+    // on a node whose backlog outgrows its caches.
+    options.set_env("SPOOL_TAIL_CACHE_BYTES", "1048576");
+    let mut broker = Spoold::start_with(options);
+    let client = broker.client().await;
+    let admin = Admin::new(client.clone());
+    admin.create_queue("wide", test_queue_config(PARTITIONS, 60_000, 5)).await.unwrap();
+    let producer = Producer::new(client.clone(), ProducerConfig::default()).unwrap();
+    let keys: Vec<String> =
+        (0..PARTITIONS).map(|partition| key_for(partition, PARTITIONS, 0)).collect();
+    for round in 0..ROUNDS {
+        let mut sends = Vec::new();
+        for (partition, key) in (0..PARTITIONS).zip(&keys) {
+            let message =
+                Message::new(vec![7u8; 1024]).key(key.clone()).id(message_id(partition, round));
+            sends.push(producer.submit("wide", message).await.unwrap());
+        }
+        for send in sends {
+            send.await.unwrap();
+        }
+    }
+    let total = ROUNDS * u64::from(PARTITIONS);
+
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut config = spool_client::ConsumerConfig::new("wide", 64);
+    config.wait_ms = 100;
+    let counter = std::sync::Arc::clone(&seen);
+    let consumer = spool_client::Consumer::start(client.clone(), config, move |_: Delivery| {
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        async { Ok::<(), String>(()) }
+    })
+    .unwrap();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    while seen.load(std::sync::atomic::Ordering::Relaxed) < ACK_AT_LEAST {
+        assert!(tokio::time::Instant::now() < deadline, "the consumer got too few deliveries");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let stats = consumer.shutdown().await;
+    assert!(stats.acked >= ACK_AT_LEAST && stats.acked < total, "{stats:?}");
+    drop(producer);
+    drop(client);
+
+    broker.kill();
+    let on_disk = disk_bytes(&broker.data_dir());
+    broker.restart();
+    let client = broker.client().await;
+    let admin = Admin::new(client.clone());
+    let described = admin.describe_queue("wide").await.unwrap();
+    let read = process_read_bytes(broker.pid().expect("spoold is running"));
+    let bound = 3 * on_disk + 32 * KIB * KIB;
+    assert!(
+        read < bound,
+        "the restart read {} MiB for a data dir of {} MiB (bound {} MiB)",
+        read / KIB / KIB,
+        on_disk / KIB / KIB,
+        bound / KIB / KIB
+    );
+    let (mut acked, mut ready, mut claimed, mut other) = (0u64, 0u64, 0u64, 0u64);
+    for partition in &described.partitions {
+        acked += partition.acked;
+        ready += partition.ready;
+        claimed += partition.claimed;
+        other += partition.scheduled + partition.quarantined + partition.expired;
+    }
+    // Claims the consumer's shutdown released, or the restart's epoch
+    // fence ended, wait out their retry backoff as scheduled messages.
+    assert_eq!(
+        (acked, ready + other, claimed),
+        (stats.acked, total - stats.acked, 0),
+        "read {} MiB; {stats:?}",
+        read / KIB / KIB
+    );
+    let log = broker.log();
+    let passes: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("shard journal replayed in journal order"))
+        .collect();
+    assert_eq!(passes.len(), 2, "one ordered pass per shard at the restart:\n{log}");
+    for pass in passes {
+        assert!(pass.contains("left_to_open=0") && !pass.contains("replayed=0"), "{pass}");
+    }
+}

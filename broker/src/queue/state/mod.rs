@@ -232,6 +232,14 @@ impl PartitionState {
         self.epoch
     }
 
+    /// Sets the leader epoch new tokens carry and acks must match. Replay
+    /// never reads it, so a state restored and replayed before its open
+    /// knew the new epoch (the shard journal's ordered pass at start) takes
+    /// it here, before the epoch fence and before anything is served.
+    pub fn set_leader_epoch(&mut self, epoch: LeaderEpoch) {
+        self.epoch = epoch;
+    }
+
     /// Claims outstanding in either lane (what the epoch fence ends at open).
     pub fn claims_outstanding(&self) -> usize {
         self.claims.len()
