@@ -99,6 +99,15 @@ pub struct BacklogCheck {
     pub relative_error: f64,
 }
 
+/// Confirmed sends − confirmed acks, saturating at the ends of `i64`.
+fn end_backlog(enqueued: u64, acked: u64) -> i64 {
+    if enqueued >= acked {
+        i64::try_from(enqueued - acked).unwrap_or(i64::MAX)
+    } else {
+        i64::try_from(acked - enqueued).map_or(i64::MIN, |over| -over)
+    }
+}
+
 /// How one phase went.
 #[derive(Clone, Debug, Serialize)]
 pub struct PhaseOutcome {
@@ -168,7 +177,11 @@ pub struct OmbResult {
     pub publishRate: f64,
     /// Confirmed acks ÷ run length.
     pub consumeRate: f64,
-    /// Client backlog (enqueued − acked) at the last sample.
+    /// Client backlog at the end of the run: confirmed sends − confirmed
+    /// acks, both final. (A sample's figure can dip below zero while the
+    /// run goes: a consumer may ack a message before its producer has
+    /// processed the enqueue's answer. The last sample of a run whose
+    /// samples are far apart was one of those.)
     pub backlog: i64,
     pub publishLatency50pct: f64,
     pub publishLatency99pct: f64,
@@ -223,7 +236,7 @@ impl LoadOutcome {
         OmbResult {
             publishRate: per_s(self.enqueued),
             consumeRate: per_s(self.acked),
-            backlog: self.series.last().map_or(0, |sample| sample.backlog_client),
+            backlog: end_backlog(self.enqueued, self.acked),
             publishLatency50pct: self.publish_latency_ms.p50,
             publishLatency99pct: self.publish_latency_ms.p99,
             publishLatency999pct: self.publish_latency_ms.p999,
@@ -267,5 +280,77 @@ impl LoadOutcome {
     /// Every error of the run, summed.
     pub fn error_total(&self) -> u64 {
         self.errors.values().sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(backlog: i64) -> Sample {
+        Sample {
+            t_s: 1.0,
+            phase: "test".to_owned(),
+            publish_rate: 100.0,
+            consume_rate: 100.0,
+            backlog_client: backlog,
+            ready_client: backlog,
+            backlog_broker: 0,
+            ready_broker: 0,
+            claimed_broker: 0,
+            oldest_ready_age_ms: 0,
+            busy_slots: 1,
+            held_slots: 1,
+            slots: 2,
+            predicted_backlog: None,
+            publish_latency_ms: PercentilesMs::default(),
+            e2e_latency_ms: PercentilesMs::default(),
+            errors: 0,
+        }
+    }
+
+    fn outcome(enqueued: u64, acked: u64, last_sample_backlog: i64) -> LoadOutcome {
+        LoadOutcome {
+            duration_s: 10.0,
+            phases: Vec::new(),
+            series: vec![sample(last_sample_backlog)],
+            submitted: enqueued,
+            enqueued,
+            claimed: acked,
+            acked,
+            released: 0,
+            redelivered: 0,
+            extend_failed: 0,
+            claim_requests: 1,
+            ack_requests: 1,
+            publish_latency_ms: PercentilesMs::default(),
+            e2e_latency_ms: PercentilesMs::default(),
+            service_ms: PercentilesMs::default(),
+            claim_to_ack_mean_ms: 0.0,
+            broker_final: BrokerCounts::default(),
+            errors: BTreeMap::new(),
+            addr: "127.0.0.1:1".to_owned(),
+            spoold_started: false,
+            shards: 1,
+            queues: vec!["q".to_owned()],
+            queues_created: true,
+            partitions: 1,
+        }
+    }
+
+    // Goal: the OMB backlog is the end-of-run difference of the final
+    // counts — a drained run reports 0 and a run that left messages
+    // reports them — not the last sample's figure, which a consumer acking
+    // before its producer saw the enqueue's answer can push below zero
+    // (the 1k-topic run reported -57,281 with nothing left). Method: omb()
+    // over outcomes whose last sample disagrees with the final counts; the
+    // difference itself at the extremes of the types.
+    #[test]
+    fn the_omb_backlog_is_the_difference_of_the_final_counts() {
+        assert_eq!(outcome(3_555_837, 3_555_837, -57_281).omb().backlog, 0);
+        assert_eq!(outcome(5_958_896, 683_276, 5_100_000).omb().backlog, 5_275_620);
+        assert_eq!(end_backlog(10, 12), -2);
+        assert_eq!(end_backlog(u64::MAX, 0), i64::MAX);
+        assert_eq!(end_backlog(0, u64::MAX), i64::MIN);
     }
 }
