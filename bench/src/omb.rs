@@ -459,11 +459,18 @@ fn backlog_fits(workload: &Workload, dir: &Path, free_bytes: u64) -> Result<(), 
     Ok(())
 }
 
-/// Bytes available to an unprivileged user on `dir`'s file system.
+/// Bytes available to an unprivileged user on `dir`'s file system. A `dir`
+/// not created yet (the run creates it) is measured at its nearest existing
+/// ancestor, the file system it will be created on.
 fn free_bytes(dir: &Path) -> Result<u64, OmbError> {
     use std::os::unix::ffi::OsStrExt;
     let error = |source| OmbError::FreeSpace { dir: dir.to_owned(), source };
-    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
+    let existing = dir
+        .ancestors()
+        .map(|ancestor| if ancestor.as_os_str().is_empty() { Path::new(".") } else { ancestor })
+        .find(|ancestor| ancestor.exists())
+        .unwrap_or(dir);
+    let path = std::ffi::CString::new(existing.as_os_str().as_bytes())
         .map_err(|_| error(std::io::Error::from(std::io::ErrorKind::InvalidInput)))?;
     // SAFETY: statvfs(3) writes into the zeroed struct we own; the path is NUL-terminated.
     let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
@@ -817,8 +824,21 @@ testDurationMinutes: 5
         assert!(message.contains(&(50u64 << 30).to_string()), "{message}");
         assert!(backlog_fits(&workload, dir, (100 << 30) + BACKLOG_FREE_MARGIN_BYTES).is_ok());
         assert!(backlog_fits(&workload, dir, (100 << 30) + BACKLOG_FREE_MARGIN_BYTES - 1).is_err());
-        // The real statvfs answers for an existing directory.
+        // The real statvfs answers for an existing directory, and for one
+        // not created yet (as `--dir` is before the run), at the file system
+        // it will be created on; the check then refuses with the figures
+        // instead of failing to find the directory.
         assert!(free_bytes(Path::new("/tmp")).unwrap() > 0);
+        let root = tempfile::tempdir().unwrap();
+        let fresh = root.path().join("not").join("yet");
+        assert!(free_bytes(&fresh).unwrap() > 0);
+        assert!(free_bytes(Path::new("relative-dir-not-yet-made")).unwrap() > 0);
+        let huge = FULL.replace("consumerBacklogSizeGB: 0", "consumerBacklogSizeGB: 1000000");
+        let huge = parse(&huge).unwrap().workload;
+        assert!(matches!(
+            check_backlog_space(&huge, &fresh),
+            Err(OmbError::BacklogTooLarge { backlog_gb: 1_000_000, .. })
+        ));
     }
 
     #[test]
