@@ -20,9 +20,10 @@ use spool_broker::control::catalog::{self, Catalog, CatalogError, CatalogQueue};
 use spool_broker::control::config::{AdminListen, PartialConfig};
 use spool_broker::fatal::FatalReason;
 use spool_broker::net::echo::EchoHandler;
+use spool_broker::net::listener::NetError;
 use spool_broker::queue::{Backoff, QueueConfig, QueueId};
 use spool_broker::shard::hooks::{ShardContext, ShardHooks, ShardHooksFactory};
-use spool_broker::shard::{cpus, Broker, ControlError, ControlHandle, StartError};
+use spool_broker::shard::{cpus, Broker, ControlError, ControlHandle, ShardError, StartError};
 
 /// What a shard-side `create_queue_async` call observed when it finished.
 #[derive(Debug)]
@@ -170,7 +171,30 @@ fn start(
     record: &Arc<Record>,
     create_from_shard: Option<&'static str>,
 ) -> Result<Broker, StartError> {
-    let base = free_base_port(shards);
+    // The ports were free when probed; a test running beside this one may
+    // bind one of them before the shards do: then new ports, a few times.
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        match start_on(free_base_port(shards), dir, shards, record, create_from_shard) {
+            Err(StartError::Executor {
+                error: ShardError::Net(NetError::PortInUse { addr }),
+                ..
+            }) if attempts < 5 => {
+                eprintln!("port {addr} taken before the shard bound it; new ports");
+            }
+            result => return result,
+        }
+    }
+}
+
+fn start_on(
+    base: u16,
+    dir: &Path,
+    shards: u16,
+    record: &Arc<Record>,
+    create_from_shard: Option<&'static str>,
+) -> Result<Broker, StartError> {
     let config = PartialConfig {
         data_dir: Some(dir.to_owned()),
         listen: Some(format!("127.0.0.1:{base}").parse().unwrap()),
