@@ -561,6 +561,18 @@ pub const CHECKPOINT_INTERVAL_BYTES: u64 = 256 << 20;
 /// every restart. The kill loop found restart times growing without bound
 /// under the byte trigger alone.
 pub const CHECKPOINT_INTERVAL_OFFSETS: u64 = 1 << 16;
+/// A partition holding many messages waits for more offsets than
+/// [`CHECKPOINT_INTERVAL_OFFSETS`] between checkpoints: at least its held
+/// messages divided by this. A checkpoint snapshots every held message
+/// (≈ 70 ns each), so with a fixed interval a deep backlog paid its whole
+/// snapshot again every 65,536 acks: draining 400,000 messages spent a
+/// tenth of the broker's CPU in snapshots, and the cost per ack grew with
+/// the backlog. With the interval a fraction of what is held, each offset
+/// pays at most this many snapshot entries, whatever the depth; a restart
+/// replays at most that many events on top of restoring the snapshot it
+/// already reads (the same order of work), and the byte interval still
+/// bounds the log a replay reads.
+pub const CHECKPOINT_INTERVAL_HELD_DIVISOR: u64 = 2;
 /// How often a partition whose log is out of disk space asks it to try
 /// preparing the next segment again (each try writes zeros until the disk
 /// is full again, so not every tick).
@@ -647,6 +659,7 @@ const _: () = assert!(SIDE_READ_CHUNK_BYTES as u64 <= SIDE_FILE_BYTES_MAX);
 // one can let whole segments go.
 const _: () = assert!(CHECKPOINT_INTERVAL_BYTES >= SEGMENT_BYTES_DEFAULT);
 const _: () = assert!(CHECKPOINT_INTERVAL_OFFSETS >= 1);
+const _: () = assert!(CHECKPOINT_INTERVAL_HELD_DIVISOR >= 1);
 const _: () = assert!(DISK_FULL_RETRY_MS > 0);
 // The tick's sweep wakes some but not all of a full register; the register's
 // size travels as a u32 (`control::config`).

@@ -101,6 +101,7 @@ both_layouts!(
     duplicate_enqueue_returns_the_original_offset_and_appends_nothing,
     full_queue_rejects_and_keeps_accepted_work,
     many_small_records_make_a_checkpoint_due_long_before_the_byte_interval,
+    a_deep_backlog_waits_for_half_its_size_in_offsets_between_checkpoints,
     checkpoint_then_replay_equals_the_live_state,
     long_poll_claim_wakes_on_enqueue,
     a_token_repeated_in_one_ack_is_acked_once,
@@ -229,6 +230,68 @@ fn many_small_records_make_a_checkpoint_due_long_before_the_byte_interval(layout
         partition.enqueue(&small_batch((batches - 1) * PER_BATCH, START_MS)).await.unwrap();
         assert!(written_bytes < CHECKPOINT_INTERVAL_BYTES / 16, "far below the byte interval");
         assert!(partition.checkpoint_due(), "due once the offset interval is reached");
+        partition.checkpoint().await.unwrap().expect("written");
+        assert!(!partition.checkpoint_due(), "a fresh checkpoint resets the interval");
+        close(opened).await;
+    });
+}
+
+fn a_deep_backlog_waits_for_half_its_size_in_offsets_between_checkpoints(layout: Layout) {
+    // Goal: a checkpoint snapshots every held message, so a partition holding
+    // many waits for more offsets than CHECKPOINT_INTERVAL_OFFSETS between
+    // checkpoints (held / CHECKPOINT_INTERVAL_HELD_DIVISOR), and the snapshot
+    // work per appended offset stays bounded. Method: hold 4 × the offset
+    // interval, checkpoint, append one offset interval more: not due (it was
+    // with the fixed interval); append until the growth reaches half of what
+    // is held: due; a checkpoint clears it.
+    use spool_broker::partition::{
+        checkpoint_interval_offsets, CHECKPOINT_INTERVAL_HELD_DIVISOR, CHECKPOINT_INTERVAL_OFFSETS,
+    };
+    const PER_BATCH: u64 = 1024;
+    fn small_batch(first: u64, now_ms: u64) -> BatchBytes {
+        let mut builder = DataBatchBuilder::new();
+        for id in first..first + PER_BATCH {
+            let mut message_id = [0u8; 16];
+            message_id[..8].copy_from_slice(&id.to_le_bytes());
+            builder.push(&record(message_id, vec![1; 8], now_ms)).unwrap();
+        }
+        builder.finish().unwrap()
+    }
+    assert_eq!(CHECKPOINT_INTERVAL_HELD_DIVISOR, 2, "the counts below assume half");
+    assert_eq!(checkpoint_interval_offsets(0), CHECKPOINT_INTERVAL_OFFSETS);
+    assert_eq!(
+        checkpoint_interval_offsets(10 * CHECKPOINT_INTERVAL_OFFSETS),
+        5 * CHECKPOINT_INTERVAL_OFFSETS
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let now = Rc::new(Cell::new(START_MS));
+    run(async move {
+        let opened = open(layout, dir.path(), &now, QueueConfig::default()).await;
+        let partition = opened.0.clone();
+        let held = 4 * CHECKPOINT_INTERVAL_OFFSETS;
+        let mut next = 0;
+        while next < held {
+            partition.enqueue(&small_batch(next, START_MS)).await.unwrap();
+            next += PER_BATCH;
+        }
+        partition.checkpoint().await.unwrap().expect("written");
+        assert!(!partition.checkpoint_due());
+        while next < held + CHECKPOINT_INTERVAL_OFFSETS {
+            partition.enqueue(&small_batch(next, START_MS)).await.unwrap();
+            next += PER_BATCH;
+        }
+        assert!(
+            !partition.checkpoint_due(),
+            "one offset interval past a checkpoint of {held} held messages is not due"
+        );
+        // Due once the growth g reaches (held + g) / 2, i.e. g = held.
+        while next < 2 * held - PER_BATCH {
+            partition.enqueue(&small_batch(next, START_MS)).await.unwrap();
+            next += PER_BATCH;
+        }
+        assert!(!partition.checkpoint_due(), "one batch short of half of what is held");
+        partition.enqueue(&small_batch(next, START_MS)).await.unwrap();
+        assert!(partition.checkpoint_due(), "due at half of what is held");
         partition.checkpoint().await.unwrap().expect("written");
         assert!(!partition.checkpoint_due(), "a fresh checkpoint resets the interval");
         close(opened).await;

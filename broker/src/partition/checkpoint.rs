@@ -8,8 +8,8 @@ use super::files::{
     self, SideFileError, CHECKPOINT_FILE, CHECKPOINT_MAGIC, RESUME_FILE, RESUME_MAGIC,
 };
 use super::{
-    Partition, PartitionError, CHECKPOINT_INTERVAL_BYTES, CHECKPOINT_INTERVAL_OFFSETS,
-    CHECKPOINT_STEP_BYTES_MAX, CHECKPOINT_STEP_ENTRIES,
+    Partition, PartitionError, CHECKPOINT_INTERVAL_BYTES, CHECKPOINT_INTERVAL_HELD_DIVISOR,
+    CHECKPOINT_INTERVAL_OFFSETS, CHECKPOINT_STEP_BYTES_MAX, CHECKPOINT_STEP_ENTRIES,
 };
 use crate::io::{IoOp, Storage};
 use crate::log::journal::JournalPos;
@@ -47,16 +47,26 @@ impl Drop for CaptureGuard<'_> {
     }
 }
 
+/// Offsets appended after a checkpoint that make the next one due, for a
+/// partition holding `held` messages (both lanes): at least
+/// [`CHECKPOINT_INTERVAL_OFFSETS`], and at least `held /`
+/// [`CHECKPOINT_INTERVAL_HELD_DIVISOR`], so the snapshot entries written
+/// per appended offset stay bounded however deep the backlog is.
+pub fn checkpoint_interval_offsets(held: u64) -> u64 {
+    CHECKPOINT_INTERVAL_OFFSETS.max(held / CHECKPOINT_INTERVAL_HELD_DIVISOR)
+}
+
 impl<S: Storage + Clone> Partition<S> {
     /// Whether enough log has been written since the last checkpoint: either
-    /// [`CHECKPOINT_INTERVAL_OFFSETS`] offsets or
-    /// [`CHECKPOINT_INTERVAL_BYTES`] bytes.
+    /// [`checkpoint_interval_offsets`] offsets (for what the state holds
+    /// now) or [`CHECKPOINT_INTERVAL_BYTES`] bytes.
     pub fn checkpoint_due(&self) -> bool {
         !self.checkpoint_running.get() && !self.sync_failed.get() && !self.closed.get() && {
             let growth = self.log.growth_since(self.checkpoint_covers.get());
             growth.offsets > 0
-                && (growth.offsets >= CHECKPOINT_INTERVAL_OFFSETS
-                    || growth.bytes >= CHECKPOINT_INTERVAL_BYTES)
+                && (growth.bytes >= CHECKPOINT_INTERVAL_BYTES
+                    || growth.offsets
+                        >= checkpoint_interval_offsets(self.state.borrow().held_messages()))
         }
     }
 

@@ -90,7 +90,7 @@ pub use self::log::{
     Barrier, LastAppends, LogAppended, LogCursor, LogGrowth, LogMark, LogTicket, PartitionLog,
     QueuedSlot, Replay, ReplayBatch, JOURNAL_CHECKPOINT_PREFIX_BYTES,
 };
-pub use checkpoint::CheckpointStats;
+pub use checkpoint::{checkpoint_interval_offsets, CheckpointStats};
 pub use claim::ClaimedReady;
 pub use enqueue::EnqueueOutcome;
 pub use error::PartitionError;
@@ -100,9 +100,9 @@ pub use relocate::{garbage_ratio, relocate_pass, RelocatePass, RelocateStep};
 pub use shard_replay::{replay_journal_shard, ShardReplayReport, ShardReplayTarget};
 
 pub use crate::limits::{
-    CHECKPOINT_INTERVAL_BYTES, CHECKPOINT_INTERVAL_OFFSETS, CHECKPOINT_STEP_BYTES_MAX,
-    CHECKPOINT_STEP_ENTRIES, CONTROL_BATCH_EVENTS_MAX, DISK_FULL_RETRY_MS,
-    ENQUEUE_CLOCK_SKEW_MS_MAX, READ_AHEAD_BYTES_MAX, REPLAY_READ_BYTES,
+    CHECKPOINT_INTERVAL_BYTES, CHECKPOINT_INTERVAL_HELD_DIVISOR, CHECKPOINT_INTERVAL_OFFSETS,
+    CHECKPOINT_STEP_BYTES_MAX, CHECKPOINT_STEP_ENTRIES, CONTROL_BATCH_EVENTS_MAX,
+    DISK_FULL_RETRY_MS, ENQUEUE_CLOCK_SKEW_MS_MAX, READ_AHEAD_BYTES_MAX, REPLAY_READ_BYTES,
 };
 use crate::limits::{CONTROL_BATCH_OVERHEAD_BYTES, READ_AHEAD_RECORD_SLACK_BYTES};
 
