@@ -93,6 +93,13 @@ pub const TAIL_CACHE_BYTES_DEFAULT: u64 = 8 << 20;
 /// scanning a segment at recovery.
 pub const ZERO_FILL_CHUNK_BYTES: u64 = 1 << 20;
 pub const SCAN_CHUNK_BYTES: u64 = 1 << 20;
+/// A read of a segment file that misses the tail cache reads at least this
+/// much (up to [`SCAN_CHUNK_BYTES`]), and the batches it holds whole stay
+/// with the log as its read-back (one read's worth per partition, freed
+/// once consumers pass it): the next claims of a backlog take their records
+/// from memory, each batch crc-checked once, instead of reading and
+/// checking the same producer batch again for every few records.
+pub const READ_BACK_MIN_BYTES: u64 = 256 << 10;
 
 /// Bytes of one read of a journal file for entries the commit cache no
 /// longer holds: a lagging consumer's partition finds its entries spread
@@ -234,6 +241,7 @@ const _: () = assert!(INDEX_INTERVAL_BYTES_DEFAULT.is_multiple_of(PAGE_BYTES));
 const _: () = assert!(TAIL_CACHE_BYTES_DEFAULT <= TAIL_CACHE_BYTES_MAX);
 const _: () = assert!(ZERO_FILL_CHUNK_BYTES.is_multiple_of(PAGE_BYTES));
 const _: () = assert!(SCAN_CHUNK_BYTES.is_multiple_of(PAGE_BYTES));
+const _: () = assert!(READ_BACK_MIN_BYTES <= SCAN_CHUNK_BYTES);
 
 /// Longest a shard's housekeeping timer sleeps when nothing falls due: it
 /// bounds how late the process-wide stop flag, a due checkpoint and a

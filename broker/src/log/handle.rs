@@ -160,6 +160,8 @@ impl<S: Storage> Log<S> {
             seal_queue: VecDeque::new(),
             tail: VecDeque::new(),
             tail_bytes: 0,
+            read_back: Vec::new(),
+            read_back_bytes: 0,
             alloc_file,
             workers_running: 0,
             background_started: false,

@@ -2,7 +2,8 @@
 //! computes (oldest unacked offset, checkpoint, audit window — DESIGN §3).
 //! The active segment is never deleted; the directory is synced after.
 //! The tail cache is trimmed the same way, in memory only: commits whose
-//! every record is below the oldest live one are never read again.
+//! every record is below the oldest live one are never read again, and so
+//! is the read-back of the last file read once all of it is below.
 
 use super::disk::failpoint;
 use super::error::LogError;
@@ -24,12 +25,19 @@ impl<S: Storage> Log<S> {
             }
         }
         state.tail_bytes = state.tail_bytes.saturating_sub(freed);
+        if state.read_back.last().is_some_and(|batch| batch.header.next_offset() <= watermark.0) {
+            freed += state.read_back_bytes;
+            state.read_back = Vec::new();
+            state.read_back_bytes = 0;
+        }
         freed
     }
 
-    /// Bytes the tail cache holds (the memory of its buffers).
+    /// Bytes the tail cache and the read-back hold (the memory of their
+    /// buffers).
     pub fn cached_bytes(&self) -> u64 {
-        self.shared.state.borrow().tail_bytes
+        let state = self.shared.state.borrow();
+        state.tail_bytes + state.read_back_bytes
     }
 
     /// Deletes every sealed segment whose every offset is below `watermark`,

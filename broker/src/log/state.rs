@@ -13,7 +13,7 @@ use super::index::{IndexEntry, SparseIndex};
 use super::layout::commit_span;
 use super::reserve::Reservation;
 use super::sync::Notify;
-use super::{CommitCell, CommitStatus, FatalCode, FatalHandler, FatalReason, LogStats};
+use super::{CommitCell, CommitStatus, FatalCode, FatalHandler, FatalReason, LogStats, ReadBatch};
 use crate::io::{IoError, Storage, StorageFile};
 
 /// One segment file and what is durable in it.
@@ -158,6 +158,12 @@ pub(super) struct State<F: StorageFile> {
     pub(super) seal_queue: VecDeque<Rc<Segment<F>>>,
     pub(super) tail: VecDeque<Cached<F::Buf>>,
     pub(super) tail_bytes: u64,
+    /// The batches the last read of a segment file returned or held whole
+    /// (consecutive, crc-checked), kept for the reads that follow it
+    /// (`reader.rs`); empty when none.
+    pub(super) read_back: Vec<ReadBatch>,
+    /// Bytes read from the file for `read_back` (its buffers' size at most).
+    pub(super) read_back_bytes: u64,
     pub(super) alloc_file: Rc<F>,
     pub(super) workers_running: usize,
     pub(super) background_started: bool,

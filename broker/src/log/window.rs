@@ -64,6 +64,14 @@ impl<'a, F: StorageFile> Window<'a, F> {
         Ok(&bytes[from.min(to)..to])
     }
 
+    /// Whether the bytes read last hold all of `[pos, pos + len)` (a
+    /// [`Window::get`] of it would not read).
+    pub fn holds(&self, pos: u64, len: u64) -> bool {
+        self.bytes
+            .as_ref()
+            .is_some_and(|bytes| pos >= self.start && pos + len <= self.start + bytes.len() as u64)
+    }
+
     /// Bytes read from the file through this window.
     pub fn read_bytes(&self) -> u64 {
         self.read_bytes

@@ -10,6 +10,7 @@
 //! so only its headers are parsed. Positions at or past the durable
 //! watermark, and below the oldest journal file, are typed errors.
 
+use std::cell::RefCell;
 use std::path::PathBuf;
 use std::rc::Rc;
 
@@ -165,6 +166,7 @@ impl<S: Storage> Journal<S> {
             pos: chunk_pos,
             valid_end: read_end.min(durable.0),
             bytes: SharedBytes::new(bytes),
+            checked: Rc::default(),
         };
         // An entry still short (a read that ended early, a damaged header):
         // the checks name the byte.
@@ -338,8 +340,16 @@ fn entry_in_chunk<F: StorageFile>(
     if end > bytes.len() {
         return Ok(None);
     }
-    let batch = check_payload(&bytes[off + ENTRY_HEADER_BYTES..end]).map_err(bad)?;
-    Ok(Some(ReadBatch { header: batch, bytes: chunk.bytes.slice(off + ENTRY_HEADER_BYTES..end) }))
+    let payload = off + ENTRY_HEADER_BYTES..end;
+    let batch = match chunk.checked_at(off) {
+        Some(batch) => batch,
+        None => {
+            let batch = check_payload(&bytes[payload.clone()]).map_err(bad)?;
+            chunk.note_checked(off, batch);
+            batch
+        }
+    };
+    Ok(Some(ReadBatch { header: batch, bytes: chunk.bytes.slice(payload) }))
 }
 
 /// A chunk of a journal file as read, and how much of it was durable then.
@@ -351,4 +361,27 @@ pub(crate) struct ReadChunk {
     /// read again, not served from these bytes.
     valid_end: u64,
     bytes: SharedBytes,
+    /// The entries of these bytes whose payload passed `check_payload`
+    /// (crcs included), by offset in the chunk, sorted, with the header the
+    /// check returned: a chunk kept for later reads checks each entry once,
+    /// not once per read that takes a record from it (a backlog's claims
+    /// take a few records of the same batch each). Shared by the clones.
+    checked: Rc<RefCell<Vec<(usize, BatchHeader)>>>,
+}
+
+impl ReadChunk {
+    /// The header an earlier check of the entry at `off` returned.
+    fn checked_at(&self, off: usize) -> Option<BatchHeader> {
+        let checked = self.checked.borrow();
+        let at = checked.binary_search_by_key(&off, |&(entry, _)| entry).ok()?;
+        Some(checked[at].1)
+    }
+
+    /// Records that the entry at `off` passed its check.
+    fn note_checked(&self, off: usize, header: BatchHeader) {
+        let mut checked = self.checked.borrow_mut();
+        if let Err(at) = checked.binary_search_by_key(&off, |&(entry, _)| entry) {
+            checked.insert(at, (off, header));
+        }
+    }
 }
