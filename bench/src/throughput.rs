@@ -33,8 +33,8 @@ use serde::Serialize;
 use spool_broker::clock::{instant_now, Instant};
 use spool_broker::control::config::SPIN_BEFORE_PARK_US_MAX;
 use spool_client::limits::{
-    CLAIMS_IN_FLIGHT_MAX, CONSUMER_ACKS_PENDING_MAX, CONSUMER_SLOTS_MAX,
-    PRODUCER_PENDING_MESSAGES_MAX,
+    CLAIMS_IN_FLIGHT_MAX, CONSUMER_ACKS_PENDING_DEFAULT, CONSUMER_ACKS_PENDING_MAX,
+    CONSUMER_SLOTS_MAX, PRODUCER_PENDING_MESSAGES_MAX,
 };
 use spool_client::spool_wire::proto::limits::PARTITIONS_MAX;
 use spool_client::spool_wire::proto::{MetadataRequest, Request};
@@ -161,8 +161,10 @@ pub struct ThroughputLoad {
     #[arg(long, default_value_t = 1000)]
     pub ack_linger_us: u64,
     /// Finished deliveries per consumer whose Ack is not answered yet
-    /// (`ConsumerConfig::acks_pending_max`); 0 = the same as `--slots`.
-    #[arg(long, default_value_t = 0)]
+    /// (`ConsumerConfig::acks_pending_max`); the client's default unless
+    /// set; 0 = the same as `--slots` (how runs before 2026-12-03 measured:
+    /// a slot then stayed held for its Ack's round trip).
+    #[arg(long, default_value_t = u64::from(CONSUMER_ACKS_PENDING_DEFAULT))]
     pub acks_pending: u64,
     /// A started spoold's --spin-before-park-us (0 = park at once).
     #[arg(long, default_value_t = 0)]
@@ -544,9 +546,10 @@ impl Run<'_> {
             consumer_config.claims_in_flight =
                 u32::try_from(config.load.claims_in_flight).unwrap_or(1);
             consumer_config.ack_linger = Duration::from_micros(config.load.ack_linger_us);
-            // Deliveries awaiting their Ack are bounded like the slots, so
-            // at most 2 × slots per consumer straddle the window's start
-            // (claimed before it, acked inside it).
+            // Deliveries awaiting their Ack are bounded (the client's
+            // default, 4,096, unless set): at most slots + that many per
+            // consumer straddle the window's start (claimed before it,
+            // acked inside it), as many as straddle its end the other way.
             consumer_config.acks_pending_max = match config.load.acks_pending {
                 0 => consumer_config.slots,
                 n => u32::try_from(n).unwrap_or(u32::MAX),
