@@ -246,6 +246,7 @@ impl<F: Iterator<Item = Candidate>, W: Iterator<Item = Candidate>> ClassCursor<F
 impl PartitionState {
     /// Starts checking one data batch's enqueues.
     pub fn admission(&self, now: Millis) -> Admission<'_> {
+        self.dedupe.begin_admission();
         Admission {
             state: self,
             now,
@@ -261,6 +262,7 @@ impl PartitionState {
     /// room for it.
     pub fn admission_with<'a>(&'a self, now: Millis, ids: &'a mut AdmissionIds) -> Admission<'a> {
         ids.clear();
+        self.dedupe.begin_admission();
         Admission {
             state: self,
             now,

@@ -53,6 +53,7 @@
 //! forgotten yet), and the entry the last `record` stored survives until the
 //! next `record` even with a zero window.
 
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 
 use super::limits::{DEDUPE_CHUNK_ENTRIES, DEDUPE_GENERATIONS, DEDUPE_GENERATION_ENTRIES_MAX};
@@ -91,6 +92,8 @@ const DIRECTORY_DEPTH_MAX: u32 = 16;
 /// the next one: with a tiny window (0 ms is valid) a generation lives for a
 /// millisecond, and allocating its arena chunk each time would dominate.
 const SPARE_SLOTS_MAX: usize = 4096;
+/// Most ids one admission remembers as absent (a batch's records at most).
+const ABSENT_MEMO_MAX: usize = super::limits::ADMISSION_BATCH_MAX;
 /// Key-derivation context for the slot-placement key.
 const KEY_CONTEXT: &str = "spool 2025 dedupe table v1";
 
@@ -632,6 +635,13 @@ pub(crate) struct DedupeTable {
     /// persisted generation's file still lists them, so every later
     /// checkpoint that refers to the file must filter them out again.
     dead_floor_ms: Option<Millis>,
+    /// The ids the current admission's checks found absent, in check order,
+    /// with their hashes ([`DedupeTable::begin_admission`]): the `record` of
+    /// an accepted one takes its entry instead of probing every generation
+    /// again (see [`DedupeTable::take_absent`] for why that is exact).
+    absent: RefCell<VecDeque<(u64, MessageId)>>,
+    /// Set by the first [`DedupeTable::begin_admission`].
+    admitting: Cell<bool>,
 }
 
 /// What a checkpoint needs to list the table as it was when it began: the
@@ -687,7 +697,47 @@ impl DedupeTable {
             spare: None,
             retained: None,
             dead_floor_ms: None,
+            absent: RefCell::default(),
+            admitting: Cell::new(false),
         }
+    }
+
+    /// A data batch's admission begins: forgets the ids earlier checks found
+    /// absent, so every id remembered below was checked by this admission,
+    /// whose accepted records are applied right after its checks with
+    /// nothing in between (`partition/enqueue.rs`).
+    pub fn begin_admission(&self) {
+        self.absent.borrow_mut().clear();
+        self.admitting.set(true);
+    }
+
+    /// Remembers that this admission's check found `id` absent (only once
+    /// admissions are in use: a table read and written directly keeps no
+    /// memo).
+    fn note_absent(&self, hash: u64, id: &MessageId) {
+        let mut absent = self.absent.borrow_mut();
+        if self.admitting.get() && absent.len() < ABSENT_MEMO_MAX {
+            absent.push_back((hash, *id));
+        }
+    }
+
+    /// Whether this admission's check found `id` absent: takes its entry,
+    /// and those of ids checked before it that were not recorded (refused,
+    /// or repeated in the batch). Exact, because within one admission an id
+    /// is recorded at most once (a repeat is `DuplicateInBatch`), `record`
+    /// only adds the id it records, and dropping old generations or moving
+    /// the horizon only makes entries absent: an id absent at its check is
+    /// still absent at its record. Anything else (no entry, a `record`
+    /// outside an admission) empties the memo and answers `false`, and the
+    /// caller probes as before.
+    fn take_absent(&self, hash: u64, id: &MessageId) -> bool {
+        let mut absent = self.absent.borrow_mut();
+        while let Some((noted_hash, noted)) = absent.pop_front() {
+            if noted_hash == hash && noted == *id {
+                return true;
+            }
+        }
+        false
     }
 
     fn is_live(&self, offset: Offset, time_ms: Millis) -> bool {
@@ -714,7 +764,11 @@ impl DedupeTable {
     /// The original offset if `id` was enqueued within the window as seen at
     /// `now` (the enqueue decision's check).
     pub fn hit(&self, now: Millis, id: &MessageId) -> Option<Offset> {
-        let (offset, time_ms) = self.live(self.keys.hash(&id.0), id)?;
+        let hash = self.keys.hash(&id.0);
+        let Some((offset, time_ms)) = self.live(hash, id) else {
+            self.note_absent(hash, id);
+            return None;
+        };
         (time_ms.saturating_add(self.window_ms) > now).then_some(offset)
     }
 
@@ -738,7 +792,7 @@ impl DedupeTable {
             }
         }
         let hash = self.keys.hash(&id.0);
-        if self.live(hash, id).is_some() {
+        if !self.take_absent(hash, id) && self.live(hash, id).is_some() {
             return false;
         }
         let pushed = self.push(hash, id, offset, now, None, None);
@@ -1281,6 +1335,69 @@ mod tests {
                 }
             }
         }
+    }
+
+    // Goal: admissions (every id of a batch checked, then the accepted ones
+    // recorded, each once) give the answers of the reference map although a
+    // record of an id its admission found absent probes no generation
+    // again: repeats within a batch, ids refused as duplicates, batches
+    // refused whole (checked, nothing recorded), and expiry between checks
+    // and records. A memo that outlived its admission or served a repeated
+    // id would store a duplicate and differ from the map.
+    #[test]
+    fn admissions_that_skip_the_record_probe_match_the_reference_map() {
+        let mut seed = 0x6A09_E667_F3BC_C908u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut skipped = 0usize;
+        for round in 0..40u64 {
+            let window_ms = 1 + next() % 400;
+            let mut table = DedupeTable::new(&[round as u8; 32], window_ms);
+            let mut reference = Reference { window_ms, map: BTreeMap::new() };
+            let mut now = 1_000u64;
+            let mut offset = 0u64;
+            let ids = 1 + next() % 200;
+            for batch in 0..400u64 {
+                now += next() % 8;
+                let len = 1 + next() % 12;
+                let asked: Vec<MessageId> = (0..len).map(|_| id(next() % ids)).collect();
+                table.begin_admission();
+                let mut accepted: Vec<MessageId> = Vec::new();
+                for request in &asked {
+                    let hit = table.hit(now, request);
+                    assert_eq!(hit, reference.hit(now, request), "round {round} batch {batch}");
+                    if hit.is_none() && !accepted.contains(request) {
+                        accepted.push(*request);
+                    }
+                }
+                if next() % 10 == 0 {
+                    continue; // refused whole: checked, nothing recorded
+                }
+                let memo_before = table.absent.borrow().len();
+                for request in accepted {
+                    let absent_before = !reference.map.contains_key(&request)
+                        || reference.hit(now, &request).is_none();
+                    reference.record(request, Offset(offset), now);
+                    assert_eq!(
+                        table.record(&request, Offset(offset), now),
+                        absent_before,
+                        "round {round} batch {batch}: stored"
+                    );
+                    offset += 1;
+                }
+                skipped += memo_before - table.absent.borrow().len();
+            }
+            table.assert_invariants();
+            let listed: Vec<_> = table.entries().collect();
+            let mut want: Vec<_> = reference.map.iter().map(|(&i, &(o, t))| (i, o, t)).collect();
+            want.sort_by_key(|&(_, o, t)| (t, o));
+            assert_eq!(listed, want, "round {round}");
+        }
+        assert!(skipped > 10_000, "records took their admission's answer ({skipped})");
     }
 
     // Goal: the slot hash is SipHash-1-3 of the id under the table's key,
