@@ -56,7 +56,9 @@
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 
-use super::limits::{DEDUPE_CHUNK_ENTRIES, DEDUPE_GENERATIONS, DEDUPE_GENERATION_ENTRIES_MAX};
+use super::limits::{
+    ADMISSION_BATCH_MAX, DEDUPE_CHUNK_ENTRIES, DEDUPE_GENERATIONS, DEDUPE_GENERATION_ENTRIES_MAX,
+};
 use super::types::{MessageId, Millis, Offset};
 
 /// Low bits of a slot: arena index + 1 (0 marks an empty slot).
@@ -92,8 +94,6 @@ const DIRECTORY_DEPTH_MAX: u32 = 16;
 /// the next one: with a tiny window (0 ms is valid) a generation lives for a
 /// millisecond, and allocating its arena chunk each time would dominate.
 const SPARE_SLOTS_MAX: usize = 4096;
-/// Most ids one admission remembers as absent (a batch's records at most).
-const ABSENT_MEMO_MAX: usize = super::limits::ADMISSION_BATCH_MAX;
 /// Key-derivation context for the slot-placement key.
 const KEY_CONTEXT: &str = "spool 2025 dedupe table v1";
 
@@ -716,7 +716,7 @@ impl DedupeTable {
     /// memo).
     fn note_absent(&self, hash: u64, id: &MessageId) {
         let mut absent = self.absent.borrow_mut();
-        if self.admitting.get() && absent.len() < ABSENT_MEMO_MAX {
+        if self.admitting.get() && absent.len() < ADMISSION_BATCH_MAX {
             absent.push_back((hash, *id));
         }
     }
