@@ -57,7 +57,8 @@ use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 
 use super::limits::{
-    ADMISSION_BATCH_MAX, DEDUPE_CHUNK_ENTRIES, DEDUPE_GENERATIONS, DEDUPE_GENERATION_ENTRIES_MAX,
+    ADMISSION_BATCH_MAX, DEDUPE_ABSENT_MEMO_KEPT_MAX, DEDUPE_CHUNK_ENTRIES, DEDUPE_GENERATIONS,
+    DEDUPE_GENERATION_ENTRIES_MAX,
 };
 use super::types::{MessageId, Millis, Offset};
 
@@ -707,7 +708,12 @@ impl DedupeTable {
     /// whose accepted records are applied right after its checks with
     /// nothing in between (`partition/enqueue.rs`).
     pub fn begin_admission(&self) {
-        self.absent.borrow_mut().clear();
+        let mut absent = self.absent.borrow_mut();
+        if absent.capacity() > DEDUPE_ABSENT_MEMO_KEPT_MAX {
+            *absent = VecDeque::new();
+        } else {
+            absent.clear();
+        }
         self.admitting.set(true);
     }
 
@@ -1398,6 +1404,30 @@ mod tests {
             assert_eq!(listed, want, "round {round}");
         }
         assert!(skipped > 10_000, "records took their admission's answer ({skipped})");
+    }
+
+    // Goal: one huge admission does not pin its memo (24 B per record) for the
+    // partition's life: the next admission drops a memo grown past
+    // DEDUPE_ABSENT_MEMO_KEPT_MAX and keeps a smaller one for reuse.
+    #[test]
+    fn a_large_admission_does_not_pin_its_memo() {
+        let mut table = DedupeTable::new(&[2; 32], 60_000);
+        table.begin_admission();
+        for n in 0..5_000u64 {
+            assert_eq!(table.hit(1_000, &id(n)), None);
+        }
+        assert!(table.absent.borrow().capacity() >= 5_000);
+        for n in 0..5_000u64 {
+            assert!(table.record(&id(n), Offset(n), 1_000));
+        }
+        table.begin_admission();
+        assert!(table.absent.borrow().capacity() <= DEDUPE_ABSENT_MEMO_KEPT_MAX);
+        for n in 5_000..5_100u64 {
+            assert_eq!(table.hit(1_000, &id(n)), None);
+        }
+        let kept = table.absent.borrow().capacity();
+        table.begin_admission();
+        assert_eq!(table.absent.borrow().capacity(), kept, "a small memo is reused");
     }
 
     // Goal: the slot hash is SipHash-1-3 of the id under the table's key,

@@ -54,6 +54,12 @@ pub const DEDUPE_GENERATIONS: usize = 8;
 pub const DEDUPE_GENERATION_ENTRIES_MAX: usize = (1 << 24) - 2;
 /// Dedupe entries are stored in fixed chunks of this many (24 B each).
 pub const DEDUPE_CHUNK_ENTRIES: usize = 2048;
+/// Ids an admission's dedupe memo keeps room for between batches (the ids
+/// its checks found absent, `dedupe.rs`): a larger batch allocates what it
+/// needs and the memo is dropped at the next admission, so one huge batch
+/// does not pin 24 bytes per record for the partition's life (the same rule
+/// as the partition's request scratch).
+pub const DEDUPE_ABSENT_MEMO_KEPT_MAX: usize = 1024;
 /// Largest snapshot `restore` accepts (1 GiB): a bound on what a corrupt
 /// length field can make it allocate.
 pub const SNAPSHOT_BYTES_MAX: usize = 1 << 30;
