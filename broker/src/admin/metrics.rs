@@ -559,12 +559,12 @@ pub fn encode(
     }
     shard_counter!(
         "spool_shard_read_cache_hits",
-        "Log reads served from the in-memory tail cache of recent commits",
+        "Log reads served from memory (the tail cache of recent commits, or the read-back of the last file read)",
         |s| s.io.reads_from_cache
     );
     shard_counter!(
         "spool_shard_read_cache_misses",
-        "Log reads that went to the segment files (the tail cache did not reach back far enough)",
+        "Log reads that went to the segment files (neither the tail cache nor the read-back held the offset)",
         |s| s.io.reads_from_files
     );
     shard_counter!(
