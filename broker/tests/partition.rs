@@ -197,6 +197,21 @@ fn full_queue_rejects_and_keeps_accepted_work(layout: Layout) {
     });
 }
 
+/// Records per [`small_batch`].
+const SMALL_BATCH_RECORDS: u64 = 1024;
+
+/// A batch of [`SMALL_BATCH_RECORDS`] records of `body_bytes`, ids `first..`
+/// (unique, so dedupe accepts each).
+fn small_batch(first: u64, now_ms: u64, body_bytes: usize) -> BatchBytes {
+    let mut builder = DataBatchBuilder::new();
+    for id in first..first + SMALL_BATCH_RECORDS {
+        let mut message_id = [0u8; 16];
+        message_id[..8].copy_from_slice(&id.to_le_bytes());
+        builder.push(&record(message_id, vec![1; body_bytes], now_ms)).unwrap();
+    }
+    builder.finish().unwrap()
+}
+
 fn many_small_records_make_a_checkpoint_due_long_before_the_byte_interval(layout: Layout) {
     // Goal: replay after a crash stays bounded in events, not only in bytes: a
     // checkpoint falls due after CHECKPOINT_INTERVAL_OFFSETS offsets even when
@@ -204,16 +219,8 @@ fn many_small_records_make_a_checkpoint_due_long_before_the_byte_interval(layout
     // records with unique ids just below and then past the offset interval and
     // check `checkpoint_due` flips, then clears once a checkpoint is written.
     use spool_broker::partition::{CHECKPOINT_INTERVAL_BYTES, CHECKPOINT_INTERVAL_OFFSETS};
-    const PER_BATCH: u64 = 1024;
-    fn small_batch(first: u64, now_ms: u64) -> BatchBytes {
-        let mut builder = DataBatchBuilder::new();
-        for id in first..first + PER_BATCH {
-            let mut message_id = [0u8; 16];
-            message_id[..8].copy_from_slice(&id.to_le_bytes());
-            builder.push(&record(message_id, vec![1; 16], now_ms)).unwrap();
-        }
-        builder.finish().unwrap()
-    }
+    const PER_BATCH: u64 = SMALL_BATCH_RECORDS;
+    let small_batch = |first, now_ms| small_batch(first, now_ms, 16);
     let dir = tempfile::tempdir().unwrap();
     let now = Rc::new(Cell::new(START_MS));
     run(async move {
@@ -247,16 +254,8 @@ fn a_deep_backlog_waits_for_half_its_size_in_offsets_between_checkpoints(layout:
     use spool_broker::partition::{
         checkpoint_interval_offsets, CHECKPOINT_INTERVAL_HELD_DIVISOR, CHECKPOINT_INTERVAL_OFFSETS,
     };
-    const PER_BATCH: u64 = 1024;
-    fn small_batch(first: u64, now_ms: u64) -> BatchBytes {
-        let mut builder = DataBatchBuilder::new();
-        for id in first..first + PER_BATCH {
-            let mut message_id = [0u8; 16];
-            message_id[..8].copy_from_slice(&id.to_le_bytes());
-            builder.push(&record(message_id, vec![1; 8], now_ms)).unwrap();
-        }
-        builder.finish().unwrap()
-    }
+    const PER_BATCH: u64 = SMALL_BATCH_RECORDS;
+    let small_batch = |first, now_ms| small_batch(first, now_ms, 8);
     assert_eq!(CHECKPOINT_INTERVAL_HELD_DIVISOR, 2, "the counts below assume half");
     assert_eq!(checkpoint_interval_offsets(0), CHECKPOINT_INTERVAL_OFFSETS);
     assert_eq!(

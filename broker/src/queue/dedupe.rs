@@ -1288,6 +1288,16 @@ mod tests {
         }
     }
 
+    /// A seeded xorshift64 stream (tests repeat exactly).
+    fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+        move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        }
+    }
+
     fn id(n: u64) -> MessageId {
         let mut raw = [0u8; 16];
         raw[..8].copy_from_slice(&n.to_le_bytes());
@@ -1299,13 +1309,7 @@ mod tests {
     // at random points. Method: drive both with a seeded xorshift.
     #[test]
     fn table_matches_the_reference_map() {
-        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = xorshift(0x9E37_79B9_7F4A_7C15u64);
         for round in 0..60u64 {
             let window_ms = match round % 4 {
                 0 => 0,
@@ -1352,13 +1356,7 @@ mod tests {
     // id would store a duplicate and differ from the map.
     #[test]
     fn admissions_that_skip_the_record_probe_match_the_reference_map() {
-        let mut seed = 0x6A09_E667_F3BC_C908u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = xorshift(0x6A09_E667_F3BC_C908u64);
         let mut skipped = 0usize;
         for round in 0..40u64 {
             let window_ms = 1 + next() % 400;
@@ -1380,7 +1378,7 @@ mod tests {
                         accepted.push(*request);
                     }
                 }
-                if next() % 10 == 0 {
+                if next().is_multiple_of(10) {
                     continue; // refused whole: checked, nothing recorded
                 }
                 let memo_before = table.absent.borrow().len();
@@ -1436,13 +1434,7 @@ mod tests {
     #[test]
     fn the_slot_hash_is_siphash_1_3_of_the_id() {
         use std::hash::Hasher;
-        let mut seed = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = xorshift(0x2545_F491_4F6C_DD1Du64);
         for _ in 0..1_000 {
             let keys = Keys { k0: next(), k1: next() };
             let mut id = [0u8; 16];
