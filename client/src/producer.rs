@@ -17,11 +17,15 @@
 //!
 //! Partition choice: FNV-1a of the routing key ([`partition_for_key`]).
 //! Without a key, **sticky round robin**: the queue's keyless messages join
-//! one partition's open batch as long as that batch is open, and move to the
-//! next partition (round robin) once it is taken for sending. At low load
-//! every message finds its batch already sent and the choice is plain round
-//! robin; under load (or with a linger) a keyless stream fills one batch at a
-//! time instead of one record into each of the queue's partitions.
+//! one partition's open batch as long as that batch is open and smaller than
+//! `max_batch_bytes`, and move to the next partition (round robin) once it
+//! is taken for sending or has reached that size. At low load every message
+//! finds its batch already sent and the choice is plain round robin; under
+//! load (or with a linger) a keyless stream fills one batch at a time instead
+//! of one record into each of the queue's partitions. A batch that is due
+//! but waits for its partition's in-flight room ends the turn once it has
+//! reached `max_batch_bytes`: the stream moves on to the other partitions
+//! instead of piling onto the one that is slowest to take it.
 //!
 //! Retries: a batch whose send fails with a retriable error (broken
 //! connection, timeout, `QUEUE_FULL`, ...) is sent again **as the same bytes**,
@@ -268,14 +272,22 @@ struct Accumulator {
 
 impl Accumulator {
     /// The partition of a keyless message to `queue` (of `partitions`): the
-    /// queue's sticky partition while its batch is open, else the next one
-    /// in round robin.
-    fn keyless_partition(&mut self, queue: &str, partitions: u32) -> PartitionId {
+    /// queue's sticky partition while its batch is open and smaller than
+    /// `batch_bytes`, else the next one in round robin.
+    fn keyless_partition(
+        &mut self,
+        queue: &str,
+        partitions: u32,
+        batch_bytes: usize,
+    ) -> PartitionId {
         let next = PartitionId(self.round_robin % partitions.max(1));
         match self.sticky.get_mut(queue) {
             Some(sticky)
                 if sticky.0 < partitions
-                    && self.open.contains_key(&(queue.to_owned(), *sticky)) =>
+                    && self
+                        .open
+                        .get(&(queue.to_owned(), *sticky))
+                        .is_some_and(|batch| batch.builder.encoded_len_bytes() < batch_bytes) =>
             {
                 *sticky
             }
@@ -461,8 +473,9 @@ impl Producer {
         let key = {
             let mut accumulator = inner.lock();
             let accumulator = &mut *accumulator;
-            let partition =
-                keyed.unwrap_or_else(|| accumulator.keyless_partition(queue, partitions));
+            let partition = keyed.unwrap_or_else(|| {
+                accumulator.keyless_partition(queue, partitions, config.max_batch_bytes)
+            });
             let key = (queue.to_owned(), partition);
             if !accumulator.open.contains_key(&key) {
                 new_batch_id = Some(open_batch(accumulator, &key));
@@ -726,5 +739,39 @@ mod tests {
         }
         assert_ne!(backoff(base, 2, 0.1), backoff(base, 2, 0.9));
         assert_eq!(backoff(base, 1, f64::NAN), Duration::from_millis(25));
+    }
+
+    fn push_kib(accumulator: &mut Accumulator, key: &BatchKey) {
+        let message = Message::new(vec![1u8; 1024]);
+        let batch = accumulator.open.get_mut(key).unwrap();
+        batch.builder.push(&message.into_record(1)).unwrap();
+    }
+
+    #[test]
+    fn a_keyless_turn_ends_when_its_batch_reaches_the_batch_size() {
+        // Goal: keyless messages stay on the sticky partition while its batch is
+        // open and under the batch size, and move on (round robin) once it reached
+        // that size even though it is still open (due, waiting for in-flight room),
+        // or once it was taken. Method: the accumulator alone, batches filled by hand.
+        let mut accumulator = Accumulator::default();
+        let batch_bytes = 8 * 1024;
+        let first = accumulator.keyless_partition("q", 3, batch_bytes);
+        assert_eq!(first, PartitionId(0));
+        let key = ("q".to_owned(), first);
+        open_batch(&mut accumulator, &key);
+        push_kib(&mut accumulator, &key);
+        assert_eq!(accumulator.keyless_partition("q", 3, batch_bytes), first, "turn continues");
+        while accumulator.open[&key].builder.encoded_len_bytes() < batch_bytes {
+            push_kib(&mut accumulator, &key);
+        }
+        assert!(accumulator.open.contains_key(&key), "the full batch is still open");
+        let second = accumulator.keyless_partition("q", 3, batch_bytes);
+        assert_eq!(second, PartitionId(1), "a batch of the batch size ends the turn");
+        let key = ("q".to_owned(), second);
+        open_batch(&mut accumulator, &key);
+        push_kib(&mut accumulator, &key);
+        assert_eq!(accumulator.keyless_partition("q", 3, batch_bytes), second);
+        assert!(accumulator.take(&key).is_some());
+        assert_eq!(accumulator.keyless_partition("q", 3, batch_bytes), PartitionId(2));
     }
 }

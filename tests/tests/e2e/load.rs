@@ -162,3 +162,43 @@ async fn two_producers_four_consumers_ack_every_message_once() {
     // Every partition got work (round-robin without keys).
     assert!(described.partitions.iter().all(|p| p.acked > 0), "{described:?}");
 }
+
+// Goal: a keyless stream that outruns its partitions is spread over all of
+// them: a partition still busy with its earlier batch ends the sticky turn
+// once its waiting batch reached `max_batch_bytes`, instead of taking every
+// keyless message until the builder is full (4 MiB) while the others idle.
+// Method: 4 partitions, one batch in flight per partition, 32 KiB batches,
+// 8,000 messages of 1 KiB submitted before any is awaited; every partition
+// gets at least a sixth of them (round robin in 32 KiB turns gives each
+// about a quarter; the old rule gave the first busy partition thousands).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyless_stream_under_load_spreads_over_every_partition() {
+    const SENT: usize = 8_000;
+    let broker = Spoold::start(2);
+    let client = broker.client().await;
+    Admin::new(client.clone())
+        .create_queue("spread", test_queue_config(PARTITIONS, LEASE_MS, 5))
+        .await
+        .unwrap();
+    let config = ProducerConfig {
+        max_batch_bytes: 32 * 1024,
+        in_flight_per_partition: 1,
+        ..ProducerConfig::default()
+    };
+    let producer = Producer::new(client, config).unwrap();
+    let mut sends = Vec::with_capacity(SENT);
+    for _ in 0..SENT {
+        sends.push(producer.submit("spread", Message::new(vec![7u8; 1024])).await.unwrap());
+    }
+    let mut per_partition: HashMap<u32, usize> = HashMap::new();
+    for send in sends {
+        let partition = send.partition().0;
+        send.await.unwrap();
+        *per_partition.entry(partition).or_default() += 1;
+    }
+    assert_eq!(per_partition.values().sum::<usize>(), SENT);
+    for partition in 0..PARTITIONS {
+        let got = per_partition.get(&partition).copied().unwrap_or(0);
+        assert!(got >= SENT / 6, "partition {partition} got {got} of {SENT}: {per_partition:?}");
+    }
+}
