@@ -33,6 +33,15 @@
 //! nothing; since it holds only a share, one idle shard cannot hold every
 //! slot while another has work.
 //!
+//! **Caught-up shards** get one claim at a time: a shard whose last claim
+//! came back with fewer deliveries than it asked for has been drained to
+//! what is durable there, so its next claim long-polls (it is answered as
+//! soon as messages arrive) and no second one goes there until it answered;
+//! the other claims go, in turn, to the shards that still fill them. A
+//! claim that comes back full makes its shard busy again. Without this a
+//! consumer whose backlog sits on one shard sent every other claim to an
+//! idle one and got half of its answers empty.
+//!
 //! **Acks are batched**: a handler that returned `Ok` hands its delivery to
 //! the acker, which sends one Ack request per shard for everything that
 //! completed within `ack_linger` of the first waiting delivery, or as soon as
@@ -89,6 +98,12 @@ pub const PANIC_REASON: &str = "handler panicked";
 /// the consumer's ack task: keep it short.
 pub type AckObserver = Arc<dyn Fn(Duration, usize) + Send + Sync>;
 
+/// Called once per answered Claim request with its round trip (request
+/// sent → broker's answer), the credits it asked for and the deliveries it
+/// brought; for figures of the claim path (benchmarks, a user's own
+/// metrics). It runs on the claim's task: keep it short.
+pub type ClaimObserver = Arc<dyn Fn(Duration, u32, usize) + Send + Sync>;
+
 /// Settings of a [`Consumer`].
 #[derive(Clone)]
 pub struct ConsumerConfig {
@@ -124,6 +139,8 @@ pub struct ConsumerConfig {
     pub acks_pending_max: u32,
     /// Sees every answered Ack request ([`AckObserver`]); none by default.
     pub ack_observer: Option<AckObserver>,
+    /// Sees every answered Claim request ([`ClaimObserver`]); none by default.
+    pub claim_observer: Option<ClaimObserver>,
 }
 
 impl std::fmt::Debug for ConsumerConfig {
@@ -143,6 +160,7 @@ impl std::fmt::Debug for ConsumerConfig {
             .field("prefetch", &self.prefetch)
             .field("acks_pending_max", &self.acks_pending_max)
             .field("ack_observer", &self.ack_observer.as_ref().map(|_| "set"))
+            .field("claim_observer", &self.claim_observer.as_ref().map(|_| "set"))
             .finish()
     }
 }
@@ -165,6 +183,7 @@ impl ConsumerConfig {
             prefetch: 0,
             acks_pending_max: CONSUMER_ACKS_PENDING_DEFAULT,
             ack_observer: None,
+            claim_observer: None,
         }
     }
 
@@ -454,6 +473,8 @@ impl Consumer {
 
 /// What a finished claim task reports back to the loop.
 struct ClaimOutcome {
+    /// The claim target it went to (`None`: no target was known).
+    target: Option<PartitionId>,
     /// Credits the claim asked for (taken from the free room).
     credits: u32,
     result: Result<ClaimBatch, ClientError>,
@@ -475,7 +496,11 @@ async fn claim_once(
     let result = match partition {
         Some(partition) => {
             shared.counters.claim_requests.fetch_add(1, Ordering::Relaxed);
+            let sent = tokio::time::Instant::now();
             let result = shared.client.claim_shard(&config.queue, partition, &options).await;
+            if let (Some(observer), Ok(batch)) = (&config.claim_observer, &result) {
+                observer(sent.elapsed(), credits, batch.deliveries.len());
+            }
             if let Err(error) = &result {
                 tracing::warn!(queue = %config.queue, partition = partition.0, %error, "claim failed");
             }
@@ -488,9 +513,9 @@ async fn claim_once(
         shared.credits.add_permits(credits as usize);
         shared.counters.claim_failed.fetch_add(1, Ordering::Relaxed);
         pause(&mut stopped).await;
-        return ClaimOutcome { credits: 0, result };
+        return ClaimOutcome { target: partition, credits: 0, result };
     }
-    ClaimOutcome { credits, result }
+    ClaimOutcome { target: partition, credits, result }
 }
 
 async fn claim_loop<H, F, E>(
@@ -512,6 +537,10 @@ async fn claim_loop<H, F, E>(
     // Claims in a row that came back empty: a full sweep of the shards
     // turns on the long-poll.
     let mut empty_claims = 0usize;
+    // Where claims go (module doc, "caught-up shards"): the last targets
+    // known, and which of them are caught up and how many claims each has.
+    let mut targets: Arc<[PartitionId]> = Arc::from(Vec::new());
+    let mut spread = ClaimSpread::default();
     let share = config.claim_share();
     let credits_max = config.window().min(CLAIM_CREDITS_MAX);
     loop {
@@ -520,8 +549,10 @@ async fn claim_loop<H, F, E>(
         }
         // The first claim goes out for one free credit; while others are
         // out, wait for a share, so credits coming back one by one are
-        // batched.
+        // batched. None goes out while every known shard is caught up and
+        // has its claim: one of those answers first.
         let wanted = match claims.len() {
+            _ if !claims.is_empty() && !spread.any_open(&targets) => 0,
             0 => 1,
             outstanding if outstanding < config.claims_in_flight as usize => share,
             _ => 0,
@@ -537,8 +568,12 @@ async fn claim_loop<H, F, E>(
                     tracing::error!(queue = %config.queue, "claim task failed");
                     continue;
                 };
+                spread.answered(outcome.target);
                 let Ok(batch) = outcome.result else { continue };
                 let received = batch.deliveries.len();
+                if let Some(target) = outcome.target {
+                    spread.set_caught_up(target, received < outcome.credits as usize);
+                }
                 shared.credits.add_permits(outcome.credits as usize - received);
                 empty_claims = if received == 0 { empty_claims + 1 } else { 0 };
                 let stopping = *stopped.borrow();
@@ -547,14 +582,18 @@ async fn claim_loop<H, F, E>(
             credit = Arc::clone(&shared.credits).acquire_many_owned(wanted), if wanted > 0 => {
                 let Ok(credit) = credit else { break };
                 credit.forget();
-                let targets = match shared.client.claim_targets(&config.queue).await {
-                    Ok(targets) => targets,
+                targets = match shared.client.claim_targets(&config.queue).await {
+                    Ok(known) => {
+                        if !Arc::ptr_eq(&known, &targets) {
+                            spread.keep_only(&known);
+                        }
+                        known
+                    }
                     Err(error) => {
                         tracing::warn!(queue = %config.queue, %error, "no metadata for the consumer's queue");
                         Arc::from(Vec::new())
                     }
                 };
-                let long_poll = !targets.is_empty() && empty_claims >= targets.len();
                 // Each claim asks for at most a share, so the credits are
                 // spread over `claims_in_flight` claims (and partitions).
                 let limit = share.min(credits_max).max(wanted);
@@ -568,9 +607,20 @@ async fn claim_loop<H, F, E>(
                         Err(_) => break,
                     }
                 }
-                let partition = (!targets.is_empty())
-                    .then(|| targets[next_target % targets.len()]);
-                next_target = next_target.wrapping_add(1);
+                // The next shard in turn that is open: not caught up, or
+                // caught up without a claim.
+                let pick = (0..targets.len())
+                    .map(|step| next_target.wrapping_add(step))
+                    .find(|at| spread.open(targets[at % targets.len()]))
+                    .unwrap_or(next_target);
+                let partition = (!targets.is_empty()).then(|| targets[pick % targets.len()]);
+                next_target = pick.wrapping_add(1);
+                // A caught-up shard's claim waits there for messages; so
+                // does any claim after a full sweep of empty answers.
+                let long_poll = !targets.is_empty()
+                    && (empty_claims >= targets.len()
+                        || partition.is_some_and(|target| spread.is_caught_up(target)));
+                spread.sent(partition);
                 let options = ClaimOptions {
                     worker: config.worker,
                     credits,
@@ -598,6 +648,74 @@ async fn claim_loop<H, F, E>(
     drop(acks);
     if let Err(error) = acker.await {
         tracing::error!(%error, "consumer acker failed");
+    }
+}
+
+/// Where a consumer's claims go: which claim targets (shards) are caught
+/// up, their last claim having come back with fewer deliveries than it had
+/// credits (they were drained to what is durable there), and how many
+/// claims each target has outstanding. A caught-up target gets one claim
+/// at a time, and that claim long-polls; the rest of the claims go to the
+/// targets that still fill them (module doc). At most one entry per claim
+/// target, and the targets are the queue's shards.
+#[derive(Debug, Default)]
+struct ClaimSpread {
+    /// (target, caught up, claims outstanding).
+    targets: Vec<(PartitionId, bool, usize)>,
+}
+
+impl ClaimSpread {
+    fn entry(&mut self, target: PartitionId) -> &mut (PartitionId, bool, usize) {
+        let at = match self.targets.iter().position(|(known, _, _)| *known == target) {
+            Some(at) => at,
+            None => {
+                self.targets.push((target, false, 0));
+                self.targets.len() - 1
+            }
+        };
+        &mut self.targets[at]
+    }
+
+    fn is_caught_up(&self, target: PartitionId) -> bool {
+        self.targets.iter().any(|(known, caught_up, _)| *known == target && *caught_up)
+    }
+
+    /// Whether `target` may get a claim now: not caught up, or caught up
+    /// with no claim outstanding.
+    fn open(&self, target: PartitionId) -> bool {
+        self.targets
+            .iter()
+            .find(|(known, _, _)| *known == target)
+            .is_none_or(|(_, caught_up, outstanding)| !*caught_up || *outstanding == 0)
+    }
+
+    /// Whether any of `targets` may get a claim now (true when none is
+    /// known yet: the claim fetches them).
+    fn any_open(&self, targets: &[PartitionId]) -> bool {
+        targets.is_empty() || targets.iter().any(|target| self.open(*target))
+    }
+
+    fn sent(&mut self, target: Option<PartitionId>) {
+        if let Some(target) = target {
+            self.entry(target).2 += 1;
+        }
+    }
+
+    fn answered(&mut self, target: Option<PartitionId>) {
+        if let Some(target) = target {
+            let entry = self.entry(target);
+            entry.2 = entry.2.saturating_sub(1);
+        }
+    }
+
+    fn set_caught_up(&mut self, target: PartitionId, caught_up: bool) {
+        self.entry(target).1 = caught_up;
+    }
+
+    /// The targets changed (metadata refreshed): forgets the ones gone that
+    /// have no claim outstanding.
+    fn keep_only(&mut self, targets: &[PartitionId]) {
+        self.targets.retain(|(known, _, outstanding)| *outstanding > 0 || targets.contains(known));
     }
 }
 
@@ -661,14 +779,19 @@ async fn run_delivery<H, F, E>(
     let mut lease = LeaseKeeper::new(&shared, &target);
     // A prefetched delivery waits for a slot with its lease kept alive; if
     // shutdown begins first it is released unstarted.
-    let slot = lease
-        .keep_while(async {
-            tokio::select! {
-                permit = Arc::clone(&shared.slots).acquire_owned() => permit.ok(),
-                _ = stopped.wait_for(|stopping| *stopping) => None,
-            }
-        })
-        .await;
+    let slot = match Arc::clone(&shared.slots).try_acquire_owned() {
+        Ok(permit) => Some(permit),
+        Err(_) => {
+            lease
+                .keep_while(async {
+                    tokio::select! {
+                        permit = Arc::clone(&shared.slots).acquire_owned() => permit.ok(),
+                        _ = stopped.wait_for(|stopping| *stopping) => None,
+                    }
+                })
+                .await
+        }
+    };
     let Some(permit) = slot else {
         release(held, None, target, SHUTDOWN_REASON.to_owned()).await;
         return;
@@ -721,11 +844,13 @@ impl<'a> LeaseKeeper<'a> {
         Self { shared, target, extending: true, next }
     }
 
-    /// Drives `work` to completion, extending the lease meanwhile.
+    /// Drives `work` to completion, extending the lease meanwhile. The work
+    /// is polled first, so work that is done at once never arms a timer.
     async fn keep_while<T>(&mut self, work: impl Future<Output = T>) -> T {
         let mut work = std::pin::pin!(work);
         loop {
             tokio::select! {
+                biased;
                 output = &mut work => return output,
                 () = tokio::time::sleep_until(self.next), if self.extending => {
                     self.extend_once().await;
@@ -912,4 +1037,43 @@ async fn ack_request(shared: Arc<Shared>, items: Vec<AckItem>, _permit: OwnedSem
     }
     // Dropping the items drops their permits: room in the pipeline.
     drop(items);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_caught_up_target_gets_one_claim_at_a_time() {
+        // Goal: a target is open while it is not caught up whatever its claims,
+        // and once caught up only while it has no claim outstanding; a full answer
+        // opens it again; the spread forgets targets gone that have no claim.
+        // Method: the bookkeeping alone, driven as the claim loop drives it.
+        let (a, b) = (PartitionId(0), PartitionId(5));
+        let mut spread = ClaimSpread::default();
+        assert!(spread.open(a) && spread.any_open(&[a, b]) && spread.any_open(&[]));
+        spread.sent(Some(a));
+        spread.sent(Some(a));
+        assert!(spread.open(a), "a busy target takes any number of claims");
+        spread.answered(Some(a));
+        spread.set_caught_up(a, true);
+        assert!(spread.is_caught_up(a) && !spread.open(a), "one claim still out");
+        spread.answered(Some(a));
+        assert!(spread.open(a), "caught up, no claim out");
+        spread.sent(Some(a));
+        spread.sent(Some(b));
+        spread.answered(Some(b));
+        spread.set_caught_up(b, true);
+        spread.sent(Some(b));
+        assert!(!spread.any_open(&[a, b]), "both caught up, each with its claim");
+        spread.answered(Some(a));
+        spread.set_caught_up(a, false);
+        assert!(spread.open(a) && !spread.is_caught_up(a), "a full answer opens it again");
+        spread.keep_only(&[a]);
+        assert!(!spread.open(b), "b keeps its entry while its claim is out");
+        spread.answered(Some(b));
+        spread.keep_only(&[a]);
+        assert!(spread.open(b) && !spread.is_caught_up(b), "b forgotten");
+        assert_eq!(spread.targets.len(), 1);
+    }
 }

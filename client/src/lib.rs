@@ -88,7 +88,8 @@ pub use auth::Credentials;
 pub use client::{process_worker, shard_address, ClaimBatch, ClaimOptions, Client, ClientConfig};
 pub use connection::{Connection, ConnectionConfig, ResponseBytes};
 pub use consumer::{
-    AckObserver, Consumer, ConsumerConfig, ConsumerStats, PANIC_REASON, SHUTDOWN_REASON,
+    AckObserver, ClaimObserver, Consumer, ConsumerConfig, ConsumerStats, PANIC_REASON,
+    SHUTDOWN_REASON,
 };
 pub use delivery::{Delivery, PayloadView};
 pub use error::{ClientError, RefusedAck};

@@ -426,3 +426,75 @@ async fn a_cancelled_claim_of_any_claims_nothing_later() {
     assert_eq!(partitions.len(), 1, "the connection still claims");
     assert!(partitions[0].0 < PARTITIONS);
 }
+
+// Goal: a consumer's claims go where the messages are. A shard whose last
+// claim came back short (caught up) gets one claim at a time, and that claim
+// long-polls, so the other claims take the busy shard's backlog instead of
+// coming back empty from the idle one. Method: 2 shards, 2 partitions (one
+// each), 4,000 messages all on one shard's partition; a `Consumer` (64
+// slots, 4 claims in flight, 1 s long-poll) drains them while its claim
+// observer counts the answers: at most a tenth are empty (the first
+// claims, before the idle shard is known to be caught up, its long-polls
+// timing out, and the busy shard's last ones), where sending claims to each
+// shard in turn left about half of them empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_sends_its_claims_where_the_backlog_is() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    const SENT: u64 = 4_000;
+    let broker = Spoold::start(2);
+    let client = broker.client().await;
+    Admin::new(client.clone())
+        .create_queue("lopsided", test_queue_config(2, 30_000, 5))
+        .await
+        .unwrap();
+    let by_shard = partitions_by_shard(&client, "lopsided").await;
+    assert_eq!(by_shard.len(), 2, "one partition per shard: {by_shard:?}");
+    let busy = *by_shard.values().next().unwrap().iter().next().unwrap();
+    let producer = Producer::new(client.clone(), ProducerConfig::default()).unwrap();
+    let mut sends = Vec::new();
+    for sequence in 0..SENT {
+        let message = Message::new(format!("m{sequence}")).key(key_for(busy, 2, 7));
+        sends.push(producer.submit("lopsided", message).await.unwrap());
+    }
+    for send in sends {
+        assert_eq!(send.partition().0, busy);
+        send.await.unwrap();
+    }
+
+    let claims = Arc::new(AtomicU64::new(0));
+    let empty = Arc::new(AtomicU64::new(0));
+    let acked = Arc::new(AtomicU64::new(0));
+    let mut config = spool_client::ConsumerConfig::new("lopsided", 64);
+    config.claims_in_flight = 4;
+    config.wait_ms = 1_000;
+    let (counted, emptied) = (Arc::clone(&claims), Arc::clone(&empty));
+    config.claim_observer =
+        Some(Arc::new(move |_rtt: Duration, _credits: u32, received: usize| {
+            counted.fetch_add(1, Ordering::Relaxed);
+            if received == 0 {
+                emptied.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    let handled = Arc::clone(&acked);
+    let consumer = spool_client::Consumer::start(client.clone(), config, move |_: Delivery| {
+        handled.fetch_add(1, Ordering::Relaxed);
+        async { Ok::<(), std::convert::Infallible>(()) }
+    })
+    .unwrap();
+    let drained = crate::common::eventually(Duration::from_secs(60), || {
+        let acked = Arc::clone(&acked);
+        async move { acked.load(Ordering::Relaxed) >= SENT }
+    })
+    .await;
+    let (claims_seen, empty_seen) = (claims.load(Ordering::Relaxed), empty.load(Ordering::Relaxed));
+    let stats = consumer.shutdown().await;
+    assert!(drained, "handled {} of {SENT}", acked.load(Ordering::Relaxed));
+    assert_eq!(stats.acked, SENT);
+    assert!(claims_seen >= SENT / 64, "{claims_seen} claims for {SENT} messages");
+    assert!(
+        empty_seen * 10 <= claims_seen,
+        "{empty_seen} of {claims_seen} claims came back empty while one shard had a backlog"
+    );
+}
