@@ -200,6 +200,13 @@ pub struct ClaimAckReport {
     /// Ack request sent → broker's answer (durable), one sample per request
     /// answered inside the window.
     pub ack_rtt_us: LatencySummary,
+    /// Claim request sent → broker's answer, one sample per claim answered
+    /// inside the window (empty answers included).
+    pub claim_rtt_us: LatencySummary,
+    /// Credits the claims answered inside the window asked for, and the
+    /// deliveries they brought: how full a claim came back.
+    pub claim_credits_asked: u64,
+    pub claim_deliveries: u64,
 }
 
 /// Send (or intended send) → handler start.
@@ -336,6 +343,9 @@ struct Recorder {
     enqueue_latency: Mutex<Latency>,
     e2e_latency: Mutex<Latency>,
     ack_rtt: Mutex<Latency>,
+    claim_rtt: Mutex<Latency>,
+    claim_credits_asked: AtomicU64,
+    claim_deliveries: AtomicU64,
     errors: Mutex<BTreeMap<String, u64>>,
 }
 
@@ -351,6 +361,9 @@ impl Recorder {
             enqueue_latency: Mutex::new(latency()?),
             e2e_latency: Mutex::new(latency()?),
             ack_rtt: Mutex::new(latency()?),
+            claim_rtt: Mutex::new(latency()?),
+            claim_credits_asked: AtomicU64::new(0),
+            claim_deliveries: AtomicU64::new(0),
             errors: Mutex::new(BTreeMap::new()),
         })
     }
@@ -389,6 +402,17 @@ impl Recorder {
         if self.measuring.load(Ordering::Acquire) {
             let rtt_ns = u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX);
             self.ack_rtt.lock().unwrap_or_else(PoisonError::into_inner).record_ns(rtt_ns);
+        }
+    }
+
+    /// A Claim request asking for `credits` was answered after `rtt` with
+    /// `received` deliveries.
+    fn claim_answered(&self, rtt: Duration, credits: u32, received: usize) {
+        if self.measuring.load(Ordering::Acquire) {
+            let rtt_ns = u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX);
+            self.claim_rtt.lock().unwrap_or_else(PoisonError::into_inner).record_ns(rtt_ns);
+            self.claim_credits_asked.fetch_add(u64::from(credits), Ordering::Relaxed);
+            self.claim_deliveries.fetch_add(received as u64, Ordering::Relaxed);
         }
     }
 
@@ -557,6 +581,11 @@ impl Run<'_> {
             let observed = Arc::clone(&recorder);
             consumer_config.ack_observer =
                 Some(Arc::new(move |rtt: Duration, _tokens: usize| observed.ack_answered(rtt)));
+            let observed = Arc::clone(&recorder);
+            consumer_config.claim_observer =
+                Some(Arc::new(move |rtt: Duration, credits: u32, received: usize| {
+                    observed.claim_answered(rtt, credits, received);
+                }));
             let recorder = Arc::clone(&recorder);
             let consumer = Consumer::start(client, consumer_config, move |delivery: Delivery| {
                 recorder.delivered(&delivery);
@@ -652,6 +681,7 @@ impl Run<'_> {
         let e2e_latency =
             recorder.e2e_latency.lock().unwrap_or_else(PoisonError::into_inner).summary();
         let ack_rtt = recorder.ack_rtt.lock().unwrap_or_else(PoisonError::into_inner).summary();
+        let claim_rtt = recorder.claim_rtt.lock().unwrap_or_else(PoisonError::into_inner).summary();
         Ok(ThroughputReport {
             enqueue: EnqueueReport {
                 msgs_per_s: per_s(enqueued),
@@ -667,6 +697,9 @@ impl Run<'_> {
                 claim_requests: end_stats.claim_requests - start_stats.claim_requests,
                 ack_requests: end_stats.ack_requests - start_stats.ack_requests,
                 ack_rtt_us: ack_rtt,
+                claim_rtt_us: claim_rtt,
+                claim_credits_asked: recorder.claim_credits_asked.load(Ordering::Acquire),
+                claim_deliveries: recorder.claim_deliveries.load(Ordering::Acquire),
             },
             e2e: E2eReport { latency_us: e2e_latency },
             metadata_rtt_us,

@@ -86,6 +86,16 @@ fn check_report(report: &Value) {
     assert!(claimed + straddling >= acked, "claimed {claimed} acked {acked}");
     // Only a claim in flight at shutdown is released (at most the slots).
     assert!(number(report, "claim_ack.released_total") <= 16.0);
+    // Claims answered in the window: one round trip each, never more deliveries
+    // than credits asked, and together what was claimed in it (give or take the claims
+    // answered as the window closed: at most the slots of each consumer).
+    let claim_rtts = number(report, "claim_ack.claim_rtt_us.count");
+    assert!(claim_rtts > 0.0);
+    check_latency(report, "claim_ack.claim_rtt_us", false);
+    let deliveries = number(report, "claim_ack.claim_deliveries");
+    assert!(deliveries <= number(report, "claim_ack.claim_credits_asked"));
+    let edge = slots * number(report, "config.consumers");
+    assert!(deliveries > 0.0 && deliveries <= claimed + edge, "{deliveries} of {claimed}");
     check_latency(report, "e2e.latency_us", false);
     assert_eq!(number(report, "metadata_rtt_us.count"), 1000.0);
     check_latency(report, "metadata_rtt_us", false);
