@@ -167,14 +167,16 @@ pub const JOURNAL_GARBAGE_RATIO_MAX_DEFAULT: f64 = 0.5;
 /// restart replays at most about this much journal per shard.
 pub const JOURNAL_RETAIN_BYTES_DEFAULT: u64 = 512 << 20;
 
-/// Journal layout: how long a shard's journal stays idle after a commit
-/// before it writes the witness entry that vouches for that commit
-/// (`docs/design/shard-journal.md` §11). A commit built within it vouches
-/// instead, so a thin steady stream (a commit every millisecond or so, as
-/// with many partitions each written a little) does not pay a second write
-/// and sync per commit; a commit damaged on the medium within this window
-/// of a crash is cut instead of refused.
-pub const JOURNAL_WITNESS_DELAY_MS: u64 = 5;
+/// How long a log stays idle after a commit before it writes the witness
+/// that vouches for that commit: the shard journal's witness entry
+/// (`docs/design/shard-journal.md` §11) and a partition segment log's
+/// witness page (`docs/design/segment-format.md`, "Witness delay"). A
+/// commit built within it vouches instead, so a thin steady stream (a
+/// commit every millisecond or so, as with many partitions each written a
+/// little, or requests one at a time) does not pay a second write and sync
+/// per commit; a commit damaged on the medium within this window of a crash
+/// is cut instead of refused.
+pub const WITNESS_DELAY_MS: u64 = 5;
 
 /// Upper bound of `journal_retain_bytes` (1 TiB).
 pub const JOURNAL_RETAIN_BYTES_MAX: u64 = 1 << 40;

@@ -9,20 +9,20 @@
 #![allow(clippy::unwrap_used)]
 
 mod journal_common;
+mod witness_gate;
 
-use std::cell::{Cell, RefCell};
 use std::path::Path;
 use std::rc::Rc;
-use std::task::{Poll, Waker};
 
 use futures_lite::future::{block_on, yield_now};
 use journal_common::{drive, open_collect, payload, small_config};
 use spool_broker::io::{CrashMode, IoOp, SimStorage};
 use spool_broker::log::journal::{
     journal_file_path, Journal, JournalDamage, JournalError, JournalPos, JournalTicket, Lane,
-    PartitionHandle, WitnessDelay,
+    PartitionHandle,
 };
 use spool_wire::batch::BatchKind;
+use witness_gate::Gate;
 
 const DIR: &str = "/shard-00/journal";
 const PAGE: u64 = 4096;
@@ -285,40 +285,6 @@ fn a_failed_witness_write_is_fatal() {
     assert_eq!(reasons.len(), 1);
     assert_eq!(reasons[0].code, spool_broker::log::FatalCode::WriteFailed);
     assert_eq!(journal.stats().witnesses, 0);
-}
-
-/// A witness delay the test ends by hand: every delay made waits until
-/// [`Gate::open`]; counts the delays made.
-#[derive(Default)]
-struct Gate {
-    opened: Cell<bool>,
-    made: Cell<u32>,
-    wakers: RefCell<Vec<Waker>>,
-}
-
-impl Gate {
-    fn delay(self: &Rc<Self>) -> WitnessDelay {
-        let gate = self.clone();
-        Rc::new(move || {
-            gate.made.set(gate.made.get() + 1);
-            let gate = gate.clone();
-            Box::pin(std::future::poll_fn(move |cx| {
-                if gate.opened.get() {
-                    Poll::Ready(())
-                } else {
-                    gate.wakers.borrow_mut().push(cx.waker().clone());
-                    Poll::Pending
-                }
-            }))
-        })
-    }
-
-    fn open(&self) {
-        self.opened.set(true);
-        for waker in self.wakers.borrow_mut().drain(..) {
-            waker.wake();
-        }
-    }
 }
 
 #[test]

@@ -8,6 +8,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod common;
+mod witness_gate;
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -21,6 +22,7 @@ use spool_broker::log::{
     reserve_claim_of, reserve_page, segment_path, CorruptDetail, Log, LogConfig, LogError,
     RecordFatal, Ticket, RESERVE_FILE_NAME,
 };
+use witness_gate::Gate;
 
 const EPOCH: u32 = 3;
 
@@ -490,6 +492,74 @@ fn a_flipped_bit_in_the_last_commit_of_an_idle_log_is_refused() {
         assert_eq!(log.segments().last().unwrap().data_end, (commits + 1) * 4096);
         assert!(fatal.reasons().is_empty());
     }
+}
+
+#[test]
+fn a_witness_page_waits_out_its_delay_and_a_commit_within_it_vouches_instead() {
+    // Goal: with a witness delay, an idle transition followed by a commit within the delay
+    // costs no page and no sync (that commit's filler records the durable watermark, so
+    // damage to the commits before it is still refused); the page comes once the delay runs
+    // out with the log still idle, and only then is damage to the last commit refused rather
+    // than cut: the window the delay trades for one write and sync less per commit of a
+    // thin stream. Method: three 1-page commits one by one under a delay the test ends by
+    // hand; count pages, syncs and delays; flip a bit in the second and the last commit of
+    // crash images taken before and after the delay ran out; reopen each.
+    let disk = SimStorage::new();
+    let dir = Path::new("/p");
+    let fatal = Rc::new(RecordFatal::default());
+    let (log, _) =
+        block_on(Log::open(disk.clone(), dir, small_config(), 1, fatal.clone())).unwrap();
+    let gate = Rc::new(Gate::default());
+    log.set_witness_delay(gate.delay());
+    let settle = || async {
+        for _ in 0..300 {
+            yield_now().await;
+        }
+    };
+    let (starts, syncs, before, after) = block_on(drive(&log, async {
+        let mut starts = Vec::new();
+        let mut syncs = 0;
+        for tag in 1..=3u64 {
+            starts.push(log.segments().last().map_or(0, |segment| segment.data_end));
+            let syncs_before = disk.count(IoOp::Sync);
+            let appended = log.append(&make_batch(1, 1000, tag)).unwrap();
+            appended.ticket.durable().await.unwrap();
+            settle().await;
+            if tag > 1 {
+                syncs += disk.count(IoOp::Sync) - syncs_before;
+            }
+        }
+        assert_eq!(log.stats().witness_pages, 0, "no page within the delay");
+        assert_eq!(gate.made.get(), 3, "one delay per idle transition");
+        let before = disk.crash_image(CrashMode::DurableOnly);
+        gate.open();
+        settle().await;
+        assert_eq!(log.stats().witness_pages, 1, "the delay ran out idle: one page");
+        (starts, syncs, before, disk.crash_image(CrashMode::DurableOnly))
+    }));
+    assert_eq!(syncs, 2, "the second and third commits: one sync each, no page's");
+    assert!(fatal.reasons().is_empty());
+    let active = log.segments().last().unwrap().path.clone();
+    let flipped = |image: &SimStorage, at: u64| {
+        let damaged = image.crash_image(CrashMode::DurableOnly);
+        let mut bytes = damaged.file_bytes(&active).unwrap();
+        bytes[at as usize + 200] ^= 0x04;
+        damaged.set_file_bytes(&active, bytes);
+        damaged
+    };
+    let refused_at = |result: Result<usize, LogError>, at: u64| match result {
+        Err(LogError::Corrupt { pos, detail: CorruptDetail::BelowWatermark { .. }, .. }) => {
+            assert_eq!(pos, at);
+        }
+        other => panic!("expected Corrupt BelowWatermark at {at}, got {other:?}"),
+    };
+    // Within the delay: the second commit is vouched for by the third's filler.
+    refused_at(reopen(&flipped(&before, starts[1]), &small_config(), 2), starts[1]);
+    // ... the last one by nothing yet: damage to it is cut like a torn tail.
+    assert_eq!(reopen(&flipped(&before, starts[2]), &small_config(), 2).unwrap(), 2);
+    // After the delay its page vouches for it: refused.
+    refused_at(reopen(&flipped(&after, starts[2]), &small_config(), 2), starts[2]);
+    assert_eq!(reopen(&after, &small_config(), 2).unwrap(), 3);
 }
 
 #[test]

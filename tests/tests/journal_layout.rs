@@ -340,7 +340,7 @@ async fn journal_files_are_released_after_acks_and_a_kill_after_the_release_lose
 
     let before = scrape(&broker);
     send_bulk(&producer, "rel", &key1, 7, 11).await;
-    // Idle past the witness delay (`JOURNAL_WITNESS_DELAY_MS`, 5 ms).
+    // Idle past the witness delay (`WITNESS_DELAY_MS`, 5 ms).
     tokio::time::sleep(Duration::from_millis(200)).await;
     let after = scrape(&broker);
     let delta = |name: &str| after.sum(name) - before.sum(name);

@@ -20,9 +20,12 @@ use crate::limits::PAGE_BYTES;
 
 impl<S: Storage> Shared<S> {
     /// Waits for a gathered commit, or a witness page once the committers
-    /// went idle; `None` when closed and drained, or failed.
+    /// went idle (after the witness delay, when one is set); `None` when
+    /// closed and drained, or failed.
     async fn next_job(&self) -> Option<Task<S::File>> {
         loop {
+            // A witness delay this committer is to wait out (only one does).
+            let mut witness_delay = None;
             {
                 let mut state = self.state.borrow_mut();
                 if state.failed.is_some() {
@@ -57,18 +60,58 @@ impl<S: Storage> Shared<S> {
                 }
                 if witness_inflight {
                     // Woken when the page is synced (or the log failed).
-                } else if let Some(witness) = self.start_witness(&mut state) {
-                    return Some(Task::Witness(witness));
+                } else if witness_due(&state) {
+                    match self.witness_delay.borrow().clone() {
+                        Some(delay) if !state.witness_ripe && !state.closing => {
+                            if !state.witness_armed {
+                                state.witness_armed = true;
+                                witness_delay = Some(delay);
+                            }
+                        }
+                        _ => {
+                            state.witness_ripe = false;
+                            if let Some(witness) = self.start_witness(&mut state) {
+                                return Some(Task::Witness(witness));
+                            }
+                            if state.closing && room {
+                                return None;
+                            }
+                        }
+                    }
                 } else if state.closing && room {
                     return None;
                 }
             }
-            self.work.wait().await;
+            match witness_delay {
+                // Work arriving first ends the wait: its commit vouches
+                // instead of the page.
+                Some(delay) => {
+                    let timer = delay();
+                    let ran_out = futures_lite::future::or(
+                        async {
+                            self.work.wait().await;
+                            false
+                        },
+                        async {
+                            timer.await;
+                            true
+                        },
+                    )
+                    .await;
+                    let mut state = self.state.borrow_mut();
+                    state.witness_armed = false;
+                    state.witness_ripe |= ran_out;
+                }
+                None => self.work.wait().await,
+            }
         }
     }
 
     /// Closes a gather's last page with a filler and moves it in flight.
     fn start_commit(&self, state: &mut State<S::File>, gather: Gather<S::File>) -> Job<S::File> {
+        // A witness delay that ran out is for the idle log before this
+        // commit; the next idle transition waits again.
+        state.witness_ripe = false;
         let Gather {
             seq,
             mut buf,
@@ -130,8 +173,7 @@ impl<S: Storage> Shared<S> {
     /// reuses it (it holds no acknowledged byte). None when the active
     /// segment has no page left (the next commit rolls).
     fn start_witness(&self, state: &mut State<S::File>) -> Option<WitnessJob<S::File>> {
-        let idle = state.open.is_none() && state.queued.is_empty() && state.inflight.is_empty();
-        if !idle || state.durable_offset <= state.witnessed_offset {
+        if !witness_due(state) {
             return None;
         }
         let segment = &state.gather_segment;
@@ -426,6 +468,14 @@ pub(super) async fn committer<S: Storage>(shared: Rc<Shared<S>>) {
     }
     shared.state.borrow_mut().workers_running -= 1;
     shared.prepare.notify_all();
+}
+
+/// The committers are idle (nothing gathered, queued or in flight) and the
+/// durable watermark is above every watermark a filler recorded: a witness
+/// page is due ([`Shared::start_witness`]).
+fn witness_due<F: StorageFile>(state: &State<F>) -> bool {
+    let idle = state.open.is_none() && state.queued.is_empty() && state.inflight.is_empty();
+    idle && state.durable_offset > state.witnessed_offset
 }
 
 /// A copy of `buf` in a buffer of exactly its length, so what the tail cache

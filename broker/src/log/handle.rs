@@ -145,6 +145,8 @@ impl<S: Storage> Log<S> {
             // torn tail was cut) get a witness too.
             witnessed_offset: if recovered.tail_witnessed { next_offset } else { 0 },
             witness_inflight: false,
+            witness_armed: false,
+            witness_ripe: false,
             reservation: Reservation {
                 file: recovered.reserve_file,
                 durable: recovered.reserve_claim,
@@ -181,8 +183,21 @@ impl<S: Storage> Log<S> {
             prepared: Notify::default(),
             space: Notify::default(),
             reserved: Notify::default(),
+            witness_delay: RefCell::new(None),
         });
         Ok((Self { shared }, recovered.report))
+    }
+
+    /// Makes an idle committer wait for `delay` before it writes a witness
+    /// page: a commit built meanwhile vouches for the commits before it
+    /// (its filler records the durable watermark), so a thin steady stream
+    /// does not pay a page and a sync for each commit. Damage to the last
+    /// commit within the delay of a crash is then cut like a torn tail
+    /// rather than refused (segment-format.md, "Witness delay"). Without it
+    /// (the default) the page is written as soon as the committers go idle;
+    /// while closing it never waits.
+    pub fn set_witness_delay(&self, delay: super::WitnessDelay) {
+        *self.shared.witness_delay.borrow_mut() = Some(delay);
     }
 
     /// The future that runs the committers and the preparer. The owner must

@@ -58,6 +58,14 @@ pub use index::{IndexEntry, ResumePoint, SparseIndex};
 pub use layout::{commit_span, index_path, segment_path, PREPARED_FILE_NAME};
 pub use reserve::{reserve_claim_of, reserve_page, RESERVE_FILE_NAME};
 pub use shared::SharedBytes;
+
+/// Makes the future a witness (page of the segment log, entry of the shard
+/// journal) waits for before it is built, once the committers went idle:
+/// a commit built meanwhile vouches instead ([`Log::set_witness_delay`],
+/// [`journal::Journal::set_witness_delay`]). The log reads no clock; the
+/// broker makes a timer of `WITNESS_DELAY_MS`.
+pub type WitnessDelay =
+    std::rc::Rc<dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>>;
 use spool_wire::batch::BatchHeader;
 use sync::{Notify, NotifyWait};
 

@@ -131,6 +131,10 @@ pub(super) struct State<F: StorageFile> {
     /// A witness page is being written or synced: no commit starts until it
     /// is synced (the next commit reuses its page).
     pub(super) witness_inflight: bool,
+    /// A committer waits out the witness delay (only one does).
+    pub(super) witness_armed: bool,
+    /// The witness delay ran out idle: the page is written without another.
+    pub(super) witness_ripe: bool,
     /// The written-bytes reservation: no byte of a segment is written at or
     /// past the bound a claim for it makes until a larger one is synced.
     pub(super) reservation: Reservation<F>,
@@ -191,6 +195,9 @@ pub(super) struct Shared<S: Storage> {
     pub(super) space: Notify,
     /// A reservation write was synced (or the log failed).
     pub(super) reserved: Notify,
+    /// What an idle committer waits for before it writes a witness page
+    /// ([`super::Log::set_witness_delay`]); none: at once.
+    pub(super) witness_delay: RefCell<Option<super::WitnessDelay>>,
 }
 
 /// Takes the open gather, advancing the gather position past its pages.

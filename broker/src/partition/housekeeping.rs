@@ -151,6 +151,12 @@ impl<S: Storage + Clone> Partition<S> {
         *self.wakeup_hook.borrow_mut() = Some(hook);
     }
 
+    /// The witness delay of the partition's own segment log (the journal
+    /// layout's is the shard journal's): see `Log::set_witness_delay`.
+    pub fn set_witness_delay(&self, delay: crate::log::WitnessDelay) {
+        self.log.set_witness_delay(delay);
+    }
+
     /// When [`Partition::tick`] next has something to do: the state's
     /// earliest timer (lease end, scheduled or expiring message) and, while
     /// the disk is full, the next retry. `None`: nothing is scheduled.

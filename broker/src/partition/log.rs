@@ -669,6 +669,15 @@ impl<S: Storage> PartitionLog<S> {
         }
     }
 
+    /// The witness delay of the segment log ([`Log::set_witness_delay`]);
+    /// the journal's is the shard's (`Journal::set_witness_delay`), so
+    /// nothing here.
+    pub fn set_witness_delay(&self, delay: crate::log::WitnessDelay) {
+        if let Self::Segments(log) = self {
+            log.set_witness_delay(delay);
+        }
+    }
+
     /// Bytes this partition's own tail cache holds (0 for the journal,
     /// whose cache is the shard's).
     pub fn cached_bytes(&self) -> u64 {

@@ -271,6 +271,17 @@ fn lacks_space(error: &PartitionError) -> bool {
 /// in `dir`, and syncs the directory: it holds the space the next attempt
 /// needs, and is never part of the log. Best effort: recovery removes it
 /// too once the partition opens.
+/// The witness delay both layouts use: a glommio timer of
+/// `WITNESS_DELAY_MS` (`Log::set_witness_delay`, `Journal::set_witness_delay`).
+fn witness_delay() -> crate::log::WitnessDelay {
+    Rc::new(|| {
+        Box::pin(async {
+            glommio::timer::Timer::new(Duration::from_millis(crate::limits::WITNESS_DELAY_MS))
+                .await;
+        })
+    })
+}
+
 fn remove_prepared(dir: &Path) {
     let path = dir.join(crate::log::PREPARED_FILE_NAME);
     match std::fs::remove_file(&path) {
@@ -515,6 +526,9 @@ impl ShardState {
         self.epochs.publish(queue_id, partition, report.epoch);
         let alarm = self.alarm.clone();
         partition_rc.set_wakeup_hook(Rc::new(move |at| alarm.request(at)));
+        // Segment layout: the partition's own log waits before a witness
+        // page like the shard journal does (a no-op for the journal).
+        partition_rc.set_witness_delay(witness_delay());
         // Deadlines the replay restored (leases, scheduled messages).
         if let Some(at) = partition_rc.next_due() {
             self.alarm.request(at);
@@ -715,14 +729,7 @@ impl ShardState {
                 .await
                 .map_err(journal_error)?;
         shard.journal().set_commit_observer(Rc::new(CommitTimer::default()));
-        shard.journal().set_witness_delay(Rc::new(|| {
-            Box::pin(async {
-                glommio::timer::Timer::new(Duration::from_millis(
-                    crate::limits::JOURNAL_WITNESS_DELAY_MS,
-                ))
-                .await;
-            })
-        }));
+        shard.journal().set_witness_delay(witness_delay());
         let report = &recovery.report;
         tracing::info!(
             shard = self.shard.0,

@@ -195,9 +195,7 @@ pub(super) struct State<F: StorageFile> {
     witness_ripe: bool,
 }
 
-/// Makes the future a witness entry waits for before it is built
-/// ([`Journal::set_witness_delay`]).
-pub type WitnessDelay = Rc<dyn Fn() -> Pin<Box<dyn Future<Output = ()>>>>;
+pub use crate::log::WitnessDelay;
 
 pub(super) struct Shared<S: Storage> {
     pub(super) storage: S,
