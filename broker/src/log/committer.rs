@@ -83,21 +83,8 @@ impl<S: Storage> Shared<S> {
                 }
             }
             match witness_delay {
-                // Work arriving first ends the wait: its commit vouches
-                // instead of the page.
                 Some(delay) => {
-                    let timer = delay();
-                    let ran_out = futures_lite::future::or(
-                        async {
-                            self.work.wait().await;
-                            false
-                        },
-                        async {
-                            timer.await;
-                            true
-                        },
-                    )
-                    .await;
+                    let ran_out = crate::log::work_or_witness_delay(&self.work, &delay).await;
                     let mut state = self.state.borrow_mut();
                     state.witness_armed = false;
                     state.witness_ripe |= ran_out;

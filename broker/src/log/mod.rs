@@ -66,6 +66,25 @@ pub use shared::SharedBytes;
 /// broker makes a timer of `WITNESS_DELAY_MS`.
 pub type WitnessDelay =
     std::rc::Rc<dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>>;
+
+/// Waits for new `work` or for a witness `delay` to run out, whichever
+/// comes first; true when the delay ran out (the witness is then due
+/// without another wait). Work arriving first ends the wait: its commit
+/// vouches instead of the witness.
+pub(crate) async fn work_or_witness_delay(work: &sync::Notify, delay: &WitnessDelay) -> bool {
+    let timer = delay();
+    futures_lite::future::or(
+        async {
+            work.wait().await;
+            false
+        },
+        async {
+            timer.await;
+            true
+        },
+    )
+    .await
+}
 use spool_wire::batch::BatchHeader;
 use sync::{Notify, NotifyWait};
 
