@@ -9,6 +9,7 @@ use std::path::Path;
 use std::rc::Rc;
 
 mod partition_layout;
+mod witness_gate;
 
 use glommio::{LocalExecutorBuilder, Placement};
 use partition_layout::{open_partition, Layout};
@@ -711,6 +712,65 @@ async fn open_sim(disk: &SimStorage, now: &Rc<Cell<u64>>) -> SimOpened {
     .expect("open");
     let task = glommio::spawn_local(background).detach();
     (partition, task, report)
+}
+
+#[test]
+fn claims_ride_the_next_commit_someone_waits_for_and_a_crash_meanwhile_loses_only_them() {
+    // Goal: with the segment log's commit delay (the broker sets
+    // `COMMIT_DELAY_MS` for segment partitions), a claim, which replies
+    // without its own sync, costs no commit of its own: its events are
+    // written with the next commit someone waits for (an ack, an enqueue).
+    // A crash while they are held loses only them: after reopen the
+    // message is ready at once (not after its lease), the lost claim's
+    // token is stale, and the acked message never comes back. Method:
+    // SimStorage, a commit delay the test never ends, the log's commit
+    // count around each request, a crash image while a claim is held.
+    let now = Rc::new(Cell::new(START_MS));
+    run(async move {
+        let disk = SimStorage::new();
+        let (partition, _task, _) = open_sim(&disk, &now).await;
+        let gate = Rc::new(witness_gate::Gate::default());
+        partition.set_commit_delay(gate.delay());
+        let settle = || async {
+            for _ in 0..300 {
+                futures_lite::future::yield_now().await;
+            }
+        };
+        partition.enqueue(&batch(&[1, 2, 3], START_MS)).await.unwrap();
+        let commits = || partition.log().stats().commits;
+        let start = commits();
+        let first = partition.claim(&claim_request(1), Lane::Main, 0).await.unwrap();
+        assert_eq!(first.len(), 1);
+        settle().await;
+        assert_eq!(commits(), start, "the claim is held, not committed");
+        assert!(partition.ack(&[first[0].delivery.token]).await[0].is_ok());
+        assert_eq!(commits(), start + 1, "one commit carried the claim and the ack");
+
+        let second = partition.claim(&claim_request(1), Lane::Main, 0).await.unwrap();
+        assert_eq!(second.len(), 1);
+        settle().await;
+        assert_eq!(commits(), start + 1, "the second claim is held");
+        let crashed = disk.crash_image(CrashMode::AllWritten);
+        partition.enqueue(&batch(&[4], START_MS)).await.unwrap();
+        assert_eq!(commits(), start + 2, "the enqueue's commit carried the held claim");
+        assert_eq!(gate.made.get(), 2, "one delay per held commit, none ran out");
+
+        // The crash lost the held claim's events and nothing else.
+        let (reopened, _reopened_task, _) = open_sim(&crashed, &now).await;
+        assert_eq!(reopened.counters().live_messages, 2, "message 1 stays acked");
+        let stale = reopened.ack(&[second[0].delivery.token]).await;
+        assert_eq!(stale[0].as_ref().unwrap_err().code(), ErrorCode::StaleToken);
+        let again = reopened.claim(&claim_request(3), Lane::Main, 0).await.unwrap();
+        let mut ids: Vec<u8> = again
+            .iter()
+            .map(|claimed| {
+                let record = spool_wire::batch::validate_record(&claimed.record).unwrap();
+                record.message_id.0[0]
+            })
+            .collect();
+        ids.sort_unstable();
+        assert_eq!(ids, vec![2, 3], "the lost claim's message is ready at once");
+    });
 }
 
 #[test]

@@ -26,6 +26,9 @@ impl<S: Storage> Shared<S> {
         loop {
             // A witness delay this committer is to wait out (only one does).
             let mut witness_delay = None;
+            // The open gather (by seq) whose commit delay this committer is
+            // to wait out (only one does).
+            let mut defer = None;
             {
                 let mut state = self.state.borrow_mut();
                 if state.failed.is_some() {
@@ -46,11 +49,16 @@ impl<S: Storage> Shared<S> {
                 let witness_inflight = state.witness_inflight;
                 let gather = if !room || witness_inflight {
                     None
-                } else {
-                    match state.queued.pop_front() {
-                        Some(gather) => Some(gather),
-                        None => close_open(&mut state),
+                } else if let Some(gather) = state.queued.pop_front() {
+                    Some(gather)
+                } else if let Some(seq) = self.deferred(&state) {
+                    if !state.defer_armed {
+                        state.defer_armed = true;
+                        defer = Some(seq);
                     }
+                    None
+                } else {
+                    close_open(&mut state)
                 };
                 if let Some(gather) = gather {
                     let job = self.start_commit(&mut state, gather);
@@ -82,15 +90,61 @@ impl<S: Storage> Shared<S> {
                     return None;
                 }
             }
-            match witness_delay {
-                Some(delay) => {
+            match (witness_delay, defer) {
+                (Some(delay), _) => {
                     let ran_out = crate::log::work_or_witness_delay(&self.work, &delay).await;
                     let mut state = self.state.borrow_mut();
                     state.witness_armed = false;
                     state.witness_ripe |= ran_out;
                 }
-                None => self.work.wait().await,
+                (None, Some(seq)) => self.wait_commit_delay(seq).await,
+                (None, None) => self.work.wait().await,
             }
+        }
+    }
+
+    /// The open gather's seq when its commit may be held back: nobody waits
+    /// for it, a commit delay is set, its delay has not run out, and the
+    /// log is not closing. A gather that filled up was queued, not open.
+    fn deferred(&self, state: &State<S::File>) -> Option<u64> {
+        let gather = state.open.as_ref()?;
+        let held = !gather.commit.wanted.get()
+            && !state.closing
+            && state.defer_ripe != Some(gather.seq)
+            && self.commit_delay.borrow().is_some();
+        held.then_some(gather.seq)
+    }
+
+    /// Waits for new work or for the commit delay of gather `seq` to run
+    /// out, whichever comes first. The delay is made once per gather and
+    /// kept across wake-ups (appends meanwhile do not restart it).
+    async fn wait_commit_delay(&self, seq: u64) {
+        let timer = match self.defer_timer.borrow_mut().take() {
+            Some((timer_seq, timer)) if timer_seq == seq => Some(timer),
+            _ => self.commit_delay.borrow().as_ref().map(|delay| delay()),
+        };
+        let Some(mut timer) = timer else {
+            self.state.borrow_mut().defer_armed = false;
+            return;
+        };
+        let ran_out = futures_lite::future::or(
+            async {
+                self.work.wait().await;
+                false
+            },
+            async {
+                (&mut timer).await;
+                true
+            },
+        )
+        .await;
+        let mut state = self.state.borrow_mut();
+        state.defer_armed = false;
+        if ran_out {
+            state.defer_ripe = Some(seq);
+        } else if state.open.as_ref().is_some_and(|gather| gather.seq == seq) {
+            // Still open: the next wait goes on with this delay.
+            *self.defer_timer.borrow_mut() = Some((seq, timer));
         }
     }
 
@@ -99,6 +153,10 @@ impl<S: Storage> Shared<S> {
         // A witness delay that ran out is for the idle log before this
         // commit; the next idle transition waits again.
         state.witness_ripe = false;
+        if self.defer_timer.borrow().as_ref().is_some_and(|(timer_seq, _)| *timer_seq == gather.seq)
+        {
+            *self.defer_timer.borrow_mut() = None;
+        }
         let Gather {
             seq,
             mut buf,

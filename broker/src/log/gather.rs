@@ -31,6 +31,23 @@ impl<S: Storage> Log<S> {
     /// (nothing is queued; await [`Log::writable`] and retry),
     /// [`LogError::TooManySegments`], [`LogError::Failed`], [`LogError::Closed`].
     pub fn append(&self, batch: &[u8]) -> Result<Appended, LogError> {
+        self.append_as(batch, true)
+    }
+
+    /// [`Log::append`] of a batch nobody is to wait for at once (the
+    /// partition's claims, extends, releases and expiries, which reply
+    /// without their own sync): with a commit delay set
+    /// ([`Log::set_commit_delay`]) its commit may stay open for the delay,
+    /// to ride the next commit someone waits for. Awaiting its ticket takes
+    /// the commit at once.
+    ///
+    /// # Errors
+    /// As [`Log::append`].
+    pub fn append_deferred(&self, batch: &[u8]) -> Result<Appended, LogError> {
+        self.append_as(batch, false)
+    }
+
+    fn append_as(&self, batch: &[u8], wanted: bool) -> Result<Appended, LogError> {
         failpoint("log.append", IoOp::Write, &self.shared.dir, None)?;
         let header = BatchHeader::verify_body(batch).map_err(LogError::InvalidBatch)?;
         if header.batch_len as usize != batch.len() {
@@ -98,6 +115,9 @@ impl<S: Storage> Log<S> {
             gather.data_bytes += len;
             gather.next_offset = next_offset;
             gather.batches += 1;
+            if wanted {
+                gather.commit.wanted.set(true);
+            }
             let ticket = Ticket { commit: gather.commit.clone() };
             let slot = GatherSlot { seq: gather.seq, at: at as u64 };
             if indexed {
@@ -112,13 +132,17 @@ impl<S: Storage> Log<S> {
                 ticket,
                 slot,
             };
-            (appended, prepare)
+            (appended, prepare, fits)
         };
-        let (appended, prepare) = appended;
+        let (appended, prepare, fits) = appended;
         if prepare {
             self.shared.prepare.notify_all();
         }
-        self.shared.work.notify_all();
+        // A deferred batch joining the open gather changes nothing a
+        // committer waits on (it is held back, or already due).
+        if wanted || !fits {
+            self.shared.work.notify_all();
+        }
         Ok(appended)
     }
 
@@ -230,7 +254,7 @@ impl<S: Storage> Log<S> {
             next_offset: state.next_offset,
             batches: 0,
             entries: Vec::new(),
-            commit: CommitCell::new(),
+            commit: CommitCell::new(self.shared.work.clone()),
         });
         Ok(())
     }

@@ -147,6 +147,8 @@ impl<S: Storage> Log<S> {
             witness_inflight: false,
             witness_armed: false,
             witness_ripe: false,
+            defer_armed: false,
+            defer_ripe: None,
             reservation: Reservation {
                 file: recovered.reserve_file,
                 durable: recovered.reserve_claim,
@@ -176,7 +178,7 @@ impl<S: Storage> Log<S> {
             leader_epoch,
             fatal,
             state: RefCell::new(state),
-            work: Notify::default(),
+            work: Rc::new(Notify::default()),
             durable: Notify::default(),
             named: Notify::default(),
             prepare: Notify::default(),
@@ -184,6 +186,8 @@ impl<S: Storage> Log<S> {
             space: Notify::default(),
             reserved: Notify::default(),
             witness_delay: RefCell::new(None),
+            commit_delay: RefCell::new(None),
+            defer_timer: RefCell::new(None),
         });
         Ok((Self { shared }, recovered.report))
     }
@@ -198,6 +202,20 @@ impl<S: Storage> Log<S> {
     /// while closing it never waits.
     pub fn set_witness_delay(&self, delay: super::WitnessDelay) {
         *self.shared.witness_delay.borrow_mut() = Some(delay);
+    }
+
+    /// Lets a commit that nobody waits for — every batch in it appended
+    /// with [`Log::append_deferred`], no ticket of it awaited — stay open
+    /// for `delay` from when a committer could first take it, so that it
+    /// rides the next commit someone waits for instead of costing a write
+    /// and a sync of its own. An append with [`Log::append`] or a wait on
+    /// any of its tickets ends the delay; so do a full gather and `close`.
+    /// The delay is not restarted by appends meanwhile: a deferred batch
+    /// is taken at most `delay` after a committer was free to take it.
+    /// Without it (the default) every commit is taken at once.
+    /// (segment-format.md, "Commit protocol", step 2.)
+    pub fn set_commit_delay(&self, delay: super::WitnessDelay) {
+        *self.shared.commit_delay.borrow_mut() = Some(delay);
     }
 
     /// The future that runs the committers and the preparer. The owner must

@@ -43,7 +43,7 @@ mod state;
 pub(crate) mod sync;
 mod window;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -63,9 +63,12 @@ pub use shared::SharedBytes;
 /// journal) waits for before it is built, once the committers went idle:
 /// a commit built meanwhile vouches instead ([`Log::set_witness_delay`],
 /// [`journal::Journal::set_witness_delay`]). The log reads no clock; the
-/// broker makes a timer of `WITNESS_DELAY_MS`.
-pub type WitnessDelay =
-    std::rc::Rc<dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>>;
+/// broker makes a timer of `WITNESS_DELAY_MS`. The segment log's commit
+/// delay ([`Log::set_commit_delay`]) is made the same way.
+pub type WitnessDelay = std::rc::Rc<dyn Fn() -> DelayFuture>;
+
+/// One delay a [`WitnessDelay`] made.
+pub type DelayFuture = std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>;
 
 /// Waits for new `work` or for a witness `delay` to run out, whichever
 /// comes first; true when the delay ran out (the witness is then due
@@ -175,11 +178,30 @@ struct CommitCell {
     status: RefCell<CommitStatus>,
     /// Told once, when the status leaves `Pending`.
     resolved: Notify,
+    /// Someone waits for this commit: it holds a batch appended with
+    /// [`Log::append`] (not [`Log::append_deferred`]), or a ticket of it is
+    /// awaited. A commit nobody waits for may be held back by the commit
+    /// delay ([`Log::set_commit_delay`]).
+    wanted: Cell<bool>,
+    /// The committers' work signal, told when the commit becomes wanted.
+    work: Rc<Notify>,
 }
 
 impl CommitCell {
-    fn new() -> Rc<Self> {
-        Rc::new(Self { status: RefCell::new(CommitStatus::Pending), resolved: Notify::default() })
+    fn new(work: Rc<Notify>) -> Rc<Self> {
+        Rc::new(Self {
+            status: RefCell::new(CommitStatus::Pending),
+            resolved: Notify::default(),
+            wanted: Cell::new(false),
+            work,
+        })
+    }
+
+    /// Marks the commit wanted; tells the committers the first time.
+    fn want(&self) {
+        if !self.wanted.replace(true) {
+            self.work.notify_all();
+        }
     }
 
     fn resolve(&self, status: CommitStatus) {
@@ -216,7 +238,12 @@ impl Ticket {
     /// # Errors
     /// [`LogError::Failed`] when a write or sync failed first: the batch was
     /// never acknowledged and may or may not be on disk.
+    /// A commit held back by the commit delay is taken at once: someone
+    /// waits for it now.
     pub fn durable(&self) -> TicketWait<'_> {
+        if matches!(*self.commit.status.borrow(), CommitStatus::Pending) {
+            self.commit.want();
+        }
         TicketWait { ticket: self, resolved: self.commit.resolved.wait() }
     }
 }

@@ -135,6 +135,12 @@ pub(super) struct State<F: StorageFile> {
     pub(super) witness_armed: bool,
     /// The witness delay ran out idle: the page is written without another.
     pub(super) witness_ripe: bool,
+    /// A committer waits out the commit delay of the open gather (only one
+    /// does; [`super::Log::set_commit_delay`]).
+    pub(super) defer_armed: bool,
+    /// The gather (by seq) whose commit delay ran out: taken without
+    /// another wait.
+    pub(super) defer_ripe: Option<u64>,
     /// The written-bytes reservation: no byte of a segment is written at or
     /// past the bound a claim for it makes until a larger one is synced.
     pub(super) reservation: Reservation<F>,
@@ -181,8 +187,9 @@ pub(super) struct Shared<S: Storage> {
     pub(super) leader_epoch: u32,
     pub(super) fatal: Rc<dyn FatalHandler>,
     pub(super) state: RefCell<State<S::File>>,
-    /// New gathered work, closing, or failure.
-    pub(super) work: Notify,
+    /// New gathered work, a commit wanted, closing, or failure (shared with
+    /// every commit's cell, [`super::CommitCell::want`]).
+    pub(super) work: Rc<Notify>,
     /// The durable watermark moved (or the log failed).
     pub(super) durable: Notify,
     /// A segment received its name.
@@ -198,6 +205,13 @@ pub(super) struct Shared<S: Storage> {
     /// What an idle committer waits for before it writes a witness page
     /// ([`super::Log::set_witness_delay`]); none: at once.
     pub(super) witness_delay: RefCell<Option<super::WitnessDelay>>,
+    /// How long a gather nobody waits for may stay open
+    /// ([`super::Log::set_commit_delay`]); none: it is taken at once.
+    pub(super) commit_delay: RefCell<Option<super::WitnessDelay>>,
+    /// The running commit delay and the gather (by seq) it is for: kept
+    /// across the waiting committer's wake-ups, so appends that arrive
+    /// meanwhile do not restart it.
+    pub(super) defer_timer: RefCell<Option<(u64, super::DelayFuture)>>,
 }
 
 /// Takes the open gather, advancing the gather position past its pages.

@@ -92,7 +92,7 @@ impl<S: Storage + Clone> Partition<S> {
                 // No wait for durability: every record delivered is below
                 // `durable_end`, and a claim lost before its sync is ended by
                 // the epoch fence at the next open.
-                self.append_events(&decision.events, now)?;
+                self.append_events_deferred(&decision.events, now)?;
                 return self.with_records(&decision.deliveries).await;
             }
             let evicted = slot.as_ref().is_some_and(signal::WaiterSlot::evicted);
@@ -151,7 +151,7 @@ impl<S: Storage + Clone> Partition<S> {
         // No await since the check above: not cancelled, so this holds.
         let decided = cancel.decide();
         debug_assert!(decided);
-        self.append_events(&decision.events, now)?;
+        self.append_events_deferred(&decision.events, now)?;
         let claimed = self.with_records(&decision.deliveries).await?;
         Ok(ClaimedReady { claimed, exhausted })
     }

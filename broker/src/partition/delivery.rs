@@ -24,7 +24,7 @@ impl<S: Storage + Clone> Partition<S> {
             let state = self.state.borrow();
             decide(&state, now)?
         };
-        self.append_events(std::slice::from_ref(&event), now)?;
+        self.append_events_deferred(std::slice::from_ref(&event), now)?;
         Ok(value)
     }
 

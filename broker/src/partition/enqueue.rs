@@ -292,7 +292,7 @@ impl<S: Storage + Clone> Partition<S> {
         let Event::Attributed { offset, count, principal, .. } = event else {
             unreachable!("only attributions are kept open");
         };
-        let appended = self.append_events_at(&[event], now)?;
+        let appended = self.append_events_at(&[event], now, true)?;
         let mut stats = self.attribution_stats.get();
         stats.events += 1;
         self.attribution_stats.set(stats);

@@ -53,8 +53,8 @@ impl<S: Storage + Clone> Partition<S> {
             let events = self.state.borrow().tick(now, self.durable_end());
             self.may_be_claimable(events.len().max(1));
             for chunk in events.chunks(CONTROL_BATCH_EVENTS_MAX) {
-                match self.append_events(chunk, now) {
-                    Ok(_) => {}
+                match self.append_events_deferred(chunk, now) {
+                    Ok(()) => {}
                     // Full log buffers: try again next tick.
                     Err(PartitionError::Log(LogError::Backpressure { .. })) => break,
                     Err(error) => {
@@ -155,6 +155,14 @@ impl<S: Storage + Clone> Partition<S> {
     /// layout's is the shard journal's): see `Log::set_witness_delay`.
     pub fn set_witness_delay(&self, delay: crate::log::WitnessDelay) {
         self.log.set_witness_delay(delay);
+    }
+
+    /// The segment log's commit delay (`Log::set_commit_delay`): claims,
+    /// extends, releases and expiries ride the next commit someone waits
+    /// for, within it. The journal layout has none (its cycle carries every
+    /// queued control entry).
+    pub fn set_commit_delay(&self, delay: crate::log::WitnessDelay) {
+        self.log.set_commit_delay(delay);
     }
 
     /// When [`Partition::tick`] next has something to do: the state's

@@ -361,6 +361,29 @@ impl<S: Storage> PartitionLog<S> {
         }
     }
 
+    /// [`append`](Self::append) of a batch nobody is to wait for at once:
+    /// the segment log may hold its commit back for its commit delay
+    /// ([`Log::append_deferred`]); the shard journal takes it as any other
+    /// control batch (its cycle already carries every queued control entry
+    /// in the next commit).
+    ///
+    /// # Errors
+    /// As [`append`](Self::append).
+    pub fn append_deferred(&self, batch: &[u8]) -> Result<LogAppended, PartitionError> {
+        match self {
+            Self::Segments(log) => {
+                let appended = log.append_deferred(batch)?;
+                Ok(LogAppended {
+                    base_offset: appended.base_offset,
+                    next_offset: appended.next_offset,
+                    ticket: LogTicket::Segments(appended.ticket),
+                    slot: QueuedSlot::Segments(appended.slot),
+                })
+            }
+            Self::Journal(_) => self.append(batch),
+        }
+    }
+
     /// Replaces the control batch appended at `slot` with `batch` (same
     /// length and record count) while no commit has taken it, so its bytes
     /// are written as if appended so in the first place: the segment log's
@@ -675,6 +698,14 @@ impl<S: Storage> PartitionLog<S> {
     pub fn set_witness_delay(&self, delay: crate::log::WitnessDelay) {
         if let Self::Segments(log) = self {
             log.set_witness_delay(delay);
+        }
+    }
+
+    /// The commit delay of the segment log ([`Log::set_commit_delay`]);
+    /// the journal has none.
+    pub fn set_commit_delay(&self, delay: crate::log::WitnessDelay) {
+        if let Self::Segments(log) = self {
+            log.set_commit_delay(delay);
         }
     }
 

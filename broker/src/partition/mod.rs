@@ -257,20 +257,41 @@ impl<S: Storage + Clone> Partition<S> {
         if events.is_empty() {
             return Ok(None);
         }
-        Ok(Some(self.append_events_at(events, now)?.ticket))
+        Ok(Some(self.append_events_at(events, now, true)?.ticket))
+    }
+
+    /// [`append_events`](Self::append_events) of events whose reply does
+    /// not wait for their durability (claims, extends, releases, the
+    /// tick's expiries: a crash that loses them is covered by the epoch
+    /// fence and the next tick). Their commit may wait for the next one
+    /// someone waits for, within the log's commit delay
+    /// ([`PartitionLog::append_deferred`]).
+    fn append_events_deferred(&self, events: &[Event], now: Millis) -> Result<(), PartitionError> {
+        if !events.is_empty() {
+            self.append_events_at(events, now, false)?;
+        }
+        Ok(())
     }
 
     /// [`append_events`](Self::append_events) of at least one event,
-    /// returning where the batch was appended.
+    /// returning where the batch was appended; `wanted`: someone will wait
+    /// for its durability ([`PartitionLog::append`]) or not
+    /// ([`PartitionLog::append_deferred`]).
     fn append_events_at(
         &self,
         events: &[Event],
         now: Millis,
+        wanted: bool,
     ) -> Result<LogAppended, PartitionError> {
         let appended = {
             let mut scratch = self.scratch.control.borrow_mut();
-            let built = Self::build_control_batch(&mut scratch, events, now)
-                .and_then(|()| self.log.append(&scratch.batch));
+            let built = Self::build_control_batch(&mut scratch, events, now).and_then(|()| {
+                if wanted {
+                    self.log.append(&scratch.batch)
+                } else {
+                    self.log.append_deferred(&scratch.batch)
+                }
+            });
             scratch.recycle();
             built?
         };

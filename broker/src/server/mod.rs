@@ -267,21 +267,30 @@ fn lacks_space(error: &PartitionError) -> bool {
     io.source.raw_os_error() == Some(libc::ENOSPC)
 }
 
-/// Removes a half-written prepared segment a failed open left (or found)
-/// in `dir`, and syncs the directory: it holds the space the next attempt
-/// needs, and is never part of the log. Best effort: recovery removes it
-/// too once the partition opens.
 /// The witness delay both layouts use: a glommio timer of
 /// `WITNESS_DELAY_MS` (`Log::set_witness_delay`, `Journal::set_witness_delay`).
 fn witness_delay() -> crate::log::WitnessDelay {
-    Rc::new(|| {
-        Box::pin(async {
-            glommio::timer::Timer::new(Duration::from_millis(crate::limits::WITNESS_DELAY_MS))
-                .await;
+    timer_of(crate::limits::WITNESS_DELAY_MS)
+}
+
+/// The segment log's commit delay: a glommio timer of `COMMIT_DELAY_MS`
+/// (`Log::set_commit_delay`).
+fn commit_delay() -> crate::log::WitnessDelay {
+    timer_of(crate::limits::COMMIT_DELAY_MS)
+}
+
+fn timer_of(ms: u64) -> crate::log::WitnessDelay {
+    Rc::new(move || {
+        Box::pin(async move {
+            glommio::timer::Timer::new(Duration::from_millis(ms)).await;
         })
     })
 }
 
+/// Removes a half-written prepared segment a failed open left (or found)
+/// in `dir`, and syncs the directory: it holds the space the next attempt
+/// needs, and is never part of the log. Best effort: recovery removes it
+/// too once the partition opens.
 fn remove_prepared(dir: &Path) {
     let path = dir.join(crate::log::PREPARED_FILE_NAME);
     match std::fs::remove_file(&path) {
@@ -529,6 +538,7 @@ impl ShardState {
         // Segment layout: the partition's own log waits before a witness
         // page like the shard journal does (a no-op for the journal).
         partition_rc.set_witness_delay(witness_delay());
+        partition_rc.set_commit_delay(commit_delay());
         // Deadlines the replay restored (leases, scheduled messages).
         if let Some(at) = partition_rc.next_due() {
             self.alarm.request(at);
