@@ -178,12 +178,14 @@ pub const JOURNAL_RETAIN_BYTES_DEFAULT: u64 = 512 << 20;
 /// is cut instead of refused.
 pub const WITNESS_DELAY_MS: u64 = 5;
 
-/// How long a segment log's commit that nobody waits for (claims, extends,
-/// releases, expiries: they reply without their own sync) may stay open
-/// for a commit someone waits for (an enqueue, an ack) to carry it
-/// (`Log::set_commit_delay`, `docs/design/segment-format.md`, "Commit
-/// protocol"). Bounds how long such events stay unwritten; a crash within
-/// it loses them, which the epoch fence covers.
+/// How long a commit that nobody waits for (claims, extends, releases,
+/// expiries: they reply without their own sync) may stay open for a commit
+/// someone waits for (an enqueue, an ack) to carry it: a segment log's
+/// gather (`Log::set_commit_delay`, `docs/design/segment-format.md`,
+/// "Commit protocol") and a shard journal's cycle
+/// (`Journal::set_commit_delay`, `docs/design/shard-journal.md` §3).
+/// Bounds how long such events stay unwritten; a crash within it loses
+/// them, which the epoch fence covers.
 pub const COMMIT_DELAY_MS: u64 = 5;
 
 /// Upper bound of `journal_retain_bytes` (1 TiB).

@@ -159,8 +159,8 @@ impl<S: Storage + Clone> Partition<S> {
 
     /// The segment log's commit delay (`Log::set_commit_delay`): claims,
     /// extends, releases and expiries ride the next commit someone waits
-    /// for, within it. The journal layout has none (its cycle carries every
-    /// queued control entry).
+    /// for, within it. The journal layout's is the shard's
+    /// (`Journal::set_commit_delay`).
     pub fn set_commit_delay(&self, delay: crate::log::WitnessDelay) {
         self.log.set_commit_delay(delay);
     }

@@ -363,9 +363,8 @@ impl<S: Storage> PartitionLog<S> {
 
     /// [`append`](Self::append) of a batch nobody is to wait for at once:
     /// the segment log may hold its commit back for its commit delay
-    /// ([`Log::append_deferred`]); the shard journal takes it as any other
-    /// control batch (its cycle already carries every queued control entry
-    /// in the next commit).
+    /// ([`Log::append_deferred`]), the shard journal its cycle
+    /// ([`JournalPartition::append_deferred`]).
     ///
     /// # Errors
     /// As [`append`](Self::append).
@@ -380,7 +379,15 @@ impl<S: Storage> PartitionLog<S> {
                     slot: QueuedSlot::Segments(appended.slot),
                 })
             }
-            Self::Journal(_) => self.append(batch),
+            Self::Journal(part) => {
+                let appended = part.append_deferred(batch)?;
+                Ok(LogAppended {
+                    base_offset: appended.base_offset,
+                    next_offset: appended.next_offset,
+                    slot: QueuedSlot::Journal(appended.ticket.clone()),
+                    ticket: LogTicket::Journal(appended.ticket),
+                })
+            }
         }
     }
 
@@ -702,7 +709,8 @@ impl<S: Storage> PartitionLog<S> {
     }
 
     /// The commit delay of the segment log ([`Log::set_commit_delay`]);
-    /// the journal has none.
+    /// the journal's is the shard's (`Journal::set_commit_delay`), so
+    /// nothing here.
     pub fn set_commit_delay(&self, delay: crate::log::WitnessDelay) {
         if let Self::Segments(log) = self {
             log.set_commit_delay(delay);

@@ -273,8 +273,8 @@ fn witness_delay() -> crate::log::WitnessDelay {
     timer_of(crate::limits::WITNESS_DELAY_MS)
 }
 
-/// The segment log's commit delay: a glommio timer of `COMMIT_DELAY_MS`
-/// (`Log::set_commit_delay`).
+/// The commit delay both layouts use: a glommio timer of `COMMIT_DELAY_MS`
+/// (`Log::set_commit_delay`, `Journal::set_commit_delay`).
 fn commit_delay() -> crate::log::WitnessDelay {
     timer_of(crate::limits::COMMIT_DELAY_MS)
 }
@@ -740,6 +740,7 @@ impl ShardState {
                 .map_err(journal_error)?;
         shard.journal().set_commit_observer(Rc::new(CommitTimer::default()));
         shard.journal().set_witness_delay(witness_delay());
+        shard.journal().set_commit_delay(commit_delay());
         let report = &recovery.report;
         tracing::info!(
             shard = self.shard.0,

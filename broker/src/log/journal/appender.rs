@@ -47,7 +47,7 @@ use super::error::JournalError;
 use super::layout::{commit_span, journal_file_path};
 use super::prepare::{name_prepared, prepare_file};
 use super::recovery::{recover, RecoveryReport, RecoverySink};
-use super::{EntryCell, EntryStatus, JournalPos, JournalTicket, Lane, PartitionHandle};
+use super::{EntryCell, EntryStatus, JournalPos, JournalTicket, Lane, PartitionHandle, Wants};
 use crate::io::{IoError, IoOp, Storage, StorageFile};
 use crate::limits::PAGE_BYTES;
 use crate::log::disk::failpoint;
@@ -193,6 +193,11 @@ pub(super) struct State<F: StorageFile> {
     /// found the last entries unvouched): the next idle committer builds
     /// the witness at once. Cleared by every commit built.
     witness_ripe: bool,
+    /// A committer waits out the commit delay (only one does).
+    defer_armed: bool,
+    /// The commit (by the seq it will get) whose delay ran out: built
+    /// without another wait.
+    defer_ripe: Option<u64>,
 }
 
 pub use crate::log::WitnessDelay;
@@ -203,8 +208,9 @@ pub(super) struct Shared<S: Storage> {
     pub(super) config: JournalConfig,
     fatal: Rc<dyn FatalHandler>,
     pub(super) state: RefCell<State<S::File>>,
-    /// Entries queued, room in flight, closing, or failure.
-    work: Notify,
+    /// Entries queued, room in flight, closing, or failure (`wants.work`),
+    /// and the count of queued entries someone waits for.
+    wants: Rc<Wants>,
     /// The durable watermark moved (or the journal failed).
     durable: Notify,
     /// A file received its name.
@@ -220,6 +226,12 @@ pub(super) struct Shared<S: Storage> {
     /// What a witness waits for once the committers went idle; none: it is
     /// built at once.
     witness_delay: RefCell<Option<WitnessDelay>>,
+    /// How long a cycle of deferred entries only may wait for an entry
+    /// someone waits for ([`Journal::set_commit_delay`]); none: at once.
+    commit_delay: RefCell<Option<WitnessDelay>>,
+    /// The running commit delay and the commit (by the seq it will get) it
+    /// holds back: kept across the waiting committer's wake-ups.
+    defer_timer: RefCell<Option<(u64, crate::log::DelayFuture)>>,
 }
 
 /// Told of each commit when it is built and when it becomes durable (in the
@@ -303,6 +315,8 @@ impl<S: Storage> Journal<S> {
             background_started: false,
             stats: JournalStats::default(),
             witness_armed: false,
+            defer_armed: false,
+            defer_ripe: None,
             // An open that found its last entries unvouched writes their
             // witness without a delay.
             witness_ripe: true,
@@ -313,7 +327,7 @@ impl<S: Storage> Journal<S> {
             config,
             fatal,
             state: RefCell::new(state),
-            work: Notify::default(),
+            wants: Rc::new(Wants::default()),
             durable: Notify::default(),
             named: Notify::default(),
             prepare: Notify::default(),
@@ -321,6 +335,8 @@ impl<S: Storage> Journal<S> {
             space: Notify::default(),
             observer: RefCell::new(None),
             witness_delay: RefCell::new(None),
+            commit_delay: RefCell::new(None),
+            defer_timer: RefCell::new(None),
         });
         Ok((Self { shared }, recovered.report))
     }
@@ -381,6 +397,34 @@ impl<S: Storage> Journal<S> {
         partition: PartitionHandle,
         payload: Box<[u8]>,
     ) -> Result<JournalTicket, JournalError> {
+        self.append_owned_as(lane, partition, payload, true)
+    }
+
+    /// [`Journal::append_owned`] of an entry nobody waits for at once (a
+    /// partition's claims, extends, releases and expiries, which reply
+    /// without their own sync): with a commit delay set
+    /// ([`Journal::set_commit_delay`]) a cycle of such entries only may wait
+    /// for the delay, to ride the next cycle someone waits for. Awaiting
+    /// its ticket takes the cycle at once.
+    ///
+    /// # Errors
+    /// As [`Journal::append`].
+    pub fn append_owned_deferred(
+        &self,
+        lane: Lane,
+        partition: PartitionHandle,
+        payload: Box<[u8]>,
+    ) -> Result<JournalTicket, JournalError> {
+        self.append_owned_as(lane, partition, payload, false)
+    }
+
+    fn append_owned_as(
+        &self,
+        lane: Lane,
+        partition: PartitionHandle,
+        payload: Box<[u8]>,
+        wanted: bool,
+    ) -> Result<JournalTicket, JournalError> {
         if partition == FILLER_PARTITION {
             return Err(JournalError::ReservedPartition(partition.0));
         }
@@ -394,8 +438,7 @@ impl<S: Storage> Journal<S> {
         if len_bytes > max_bytes {
             return Err(JournalError::EntryTooLarge { lane, len_bytes, max_bytes });
         }
-        let cell = EntryCell::new();
-        {
+        let cell = {
             let mut state = self.shared.state.borrow_mut();
             if let Some(reason) = &state.failed {
                 return Err(JournalError::Failed(reason.to_string()));
@@ -413,9 +456,21 @@ impl<S: Storage> Journal<S> {
                 });
             }
             queue.pending_bytes += len_bytes;
+            let cell = EntryCell::new(self.shared.wants.clone(), wanted);
             queue.entries.push_back(Pending { partition, payload, cell: cell.clone() });
+            cell
+        };
+        // A deferred entry changes nothing a committer waits on unless it
+        // is the first queued (a held cycle starts its delay) or fills the
+        // control lane to a cycle's worth (the held cycle is due).
+        let due = {
+            let state = self.shared.state.borrow();
+            state.control.entries.len() + state.data.entries.len() == 1
+                || state.control.pending_bytes >= config.control_commit_bytes
+        };
+        if wanted || due {
+            self.shared.wants.work.notify_all();
         }
-        self.shared.work.notify_all();
         Ok(JournalTicket { cell })
     }
 
@@ -483,7 +538,7 @@ impl<S: Storage> Journal<S> {
     pub fn close(&self) {
         // A witness waiting out its delay is written at once.
         self.shared.state.borrow_mut().closing = true;
-        for notify in [&self.shared.work, &self.shared.prepare, &self.shared.space] {
+        for notify in [&self.shared.wants.work, &self.shared.prepare, &self.shared.space] {
             notify.notify_all();
         }
     }
@@ -534,6 +589,19 @@ impl<S: Storage> Journal<S> {
         *self.shared.witness_delay.borrow_mut() = Some(delay);
     }
 
+    /// Lets a commit cycle whose queued entries were all appended with
+    /// [`Journal::append_owned_deferred`] (and none of whose tickets is
+    /// awaited) wait for `delay`, from when a committer could first build
+    /// it, so that its entries ride the next cycle someone waits for
+    /// instead of costing a write and a sync of their own. An entry
+    /// appended with [`Journal::append`], a wait on any queued ticket, a
+    /// full control lane and `close` end the delay; appends meanwhile do
+    /// not restart it. Without it (the default) every cycle is built at
+    /// once. (shard-journal.md §3, "Commit delay".)
+    pub fn set_commit_delay(&self, delay: WitnessDelay) {
+        *self.shared.commit_delay.borrow_mut() = Some(delay);
+    }
+
     /// Whether a zero-filled `next.prep` is ready for the next roll.
     pub fn next_file_prepared(&self) -> bool {
         self.shared.state.borrow().prepared.is_some()
@@ -580,15 +648,21 @@ impl<S: Storage> Shared<S> {
                 lane.pending_bytes = 0;
             }
             state.inflight.clear();
+            self.wants.queued.set(0);
             cells
         };
         let reason: Rc<str> = Rc::from(message.as_str());
         for cell in cells {
             cell.resolve(EntryStatus::Failed(reason.clone()));
         }
-        for notify in
-            [&self.work, &self.durable, &self.named, &self.prepare, &self.prepared, &self.space]
-        {
+        for notify in [
+            &self.wants.work,
+            &self.durable,
+            &self.named,
+            &self.prepare,
+            &self.prepared,
+            &self.space,
+        ] {
             notify.notify_all();
         }
         self.fatal.fatal(&FatalReason { code, message });
@@ -605,6 +679,9 @@ impl<S: Storage> Shared<S> {
         loop {
             // A witness delay this committer is to wait out (only one does).
             let mut witness_delay = None;
+            // The held commit (by its seq) whose commit delay this
+            // committer is to wait out (only one does).
+            let mut defer = None;
             {
                 let mut state = self.state.borrow_mut();
                 if state.failed.is_some() {
@@ -615,7 +692,12 @@ impl<S: Storage> Shared<S> {
                 // `inflight_commits_max` commits past the durable watermark.
                 let room = state.inflight.len() < self.config.inflight_commits_max;
                 let queued = !state.control.entries.is_empty() || !state.data.entries.is_empty();
-                if room && queued {
+                let held = queued && room && self.held(&state);
+                if held && !state.defer_armed {
+                    state.defer_armed = true;
+                    defer = Some(state.next_seq);
+                }
+                if room && queued && !held {
                     let job = self.build_commit(&mut state);
                     drop(state);
                     self.space.notify_all();
@@ -646,13 +728,63 @@ impl<S: Storage> Shared<S> {
             }
             match witness_delay {
                 Some(delay) => {
-                    let ran_out = crate::log::work_or_witness_delay(&self.work, &delay).await;
+                    let ran_out = crate::log::work_or_witness_delay(&self.wants.work, &delay).await;
                     let mut state = self.state.borrow_mut();
                     state.witness_armed = false;
                     state.witness_ripe |= ran_out;
                 }
-                None => self.work.wait().await,
+                None => self.work_wait(defer).await,
             }
+        }
+    }
+
+    /// Whether the next cycle may be held back: nobody waits for any queued
+    /// entry, a commit delay is set and has not run out for it, the control
+    /// lane would not fill a cycle, and the journal is not closing.
+    fn held(&self, state: &State<S::File>) -> bool {
+        self.wants.queued.get() == 0
+            && !state.closing
+            && state.defer_ripe != Some(state.next_seq)
+            && state.control.pending_bytes < self.config.control_commit_bytes
+            && state.data.entries.is_empty()
+            && self.commit_delay.borrow().is_some()
+    }
+
+    /// Waits for new work or, when `defer` names the held commit this
+    /// committer waits out, for its commit delay to run out, whichever
+    /// comes first. The delay is made once per held commit and kept across
+    /// wake-ups.
+    async fn work_wait(&self, defer: Option<u64>) {
+        let Some(seq) = defer else {
+            self.wants.work.wait().await;
+            return;
+        };
+        let timer = match self.defer_timer.borrow_mut().take() {
+            Some((timer_seq, timer)) if timer_seq == seq => Some(timer),
+            _ => self.commit_delay.borrow().as_ref().map(|delay| delay()),
+        };
+        let Some(mut timer) = timer else {
+            self.state.borrow_mut().defer_armed = false;
+            return;
+        };
+        let ran_out = futures_lite::future::or(
+            async {
+                self.wants.work.wait().await;
+                false
+            },
+            async {
+                (&mut timer).await;
+                true
+            },
+        )
+        .await;
+        let mut state = self.state.borrow_mut();
+        state.defer_armed = false;
+        if ran_out {
+            state.defer_ripe = Some(seq);
+        } else if state.next_seq == seq {
+            // Not built yet: the next wait goes on with this delay.
+            *self.defer_timer.borrow_mut() = Some((seq, timer));
         }
     }
 
@@ -662,6 +794,9 @@ impl<S: Storage> Shared<S> {
     fn build_commit(&self, state: &mut State<S::File>) -> Job<S::File> {
         // This commit's headers vouch for every entry durable before it.
         state.witness_ripe = false;
+        if self.defer_timer.borrow().as_ref().is_some_and(|(seq, _)| *seq == state.next_seq) {
+            *self.defer_timer.borrow_mut() = None;
+        }
         let config = &self.config;
         let mut taken: Vec<(Pending, Lane)> = Vec::new();
         let mut control_bytes = 0;
@@ -720,6 +855,7 @@ impl<S: Storage> Shared<S> {
             };
             bytes[at..at + ENTRY_HEADER_BYTES].copy_from_slice(&header.encode());
             bytes[at + ENTRY_HEADER_BYTES..at + len].copy_from_slice(&entry.payload);
+            entry.cell.taken();
             entry.cell.position.set(Some(position));
             entry.cell.commit_seq.set(Some(seq));
             cells.push(entry.cell);
@@ -866,7 +1002,7 @@ impl<S: Storage> Shared<S> {
         self.durable.notify_all();
         // Commits left the in-flight map: a committer held by the bound may
         // build the next one.
-        self.work.notify_all();
+        self.wants.work.notify_all();
     }
 
     /// Names the prepared file for `job`'s new file once every earlier

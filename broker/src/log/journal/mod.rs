@@ -128,16 +128,55 @@ struct EntryCell {
     position: Cell<Option<u64>>,
     commit_seq: Cell<Option<u64>>,
     wakers: RefCell<Vec<Waker>>,
+    /// Someone waits for this entry: appended with [`Journal::append`]
+    /// (not [`Journal::append_deferred`]), or its ticket is awaited.
+    wanted: Cell<bool>,
+    /// The appender's count of queued entries someone waits for, and the
+    /// committers' signal ([`Journal::set_commit_delay`]).
+    wants: std::rc::Rc<Wants>,
+}
+
+/// Queued (not yet taken) entries someone waits for, and the committers'
+/// work signal, told when a queued entry becomes wanted: while the count is
+/// zero and a commit delay is set, a cycle of deferred entries only may be
+/// held ([`Journal::set_commit_delay`]).
+#[derive(Debug, Default)]
+pub(super) struct Wants {
+    pub(super) queued: Cell<usize>,
+    pub(super) work: crate::log::sync::Notify,
 }
 
 impl EntryCell {
-    fn new() -> std::rc::Rc<Self> {
+    fn new(wants: std::rc::Rc<Wants>, wanted: bool) -> std::rc::Rc<Self> {
+        if wanted {
+            wants.queued.set(wants.queued.get() + 1);
+        }
         std::rc::Rc::new(Self {
             status: RefCell::new(EntryStatus::Pending),
             position: Cell::new(None),
             commit_seq: Cell::new(None),
             wakers: RefCell::new(Vec::new()),
+            wanted: Cell::new(wanted),
+            wants,
         })
+    }
+
+    /// Marks a queued entry wanted (its ticket is awaited): the committers
+    /// take its cycle at once. No effect once taken or resolved.
+    fn want(&self) {
+        let queued =
+            self.position.get().is_none() && matches!(*self.status.borrow(), EntryStatus::Pending);
+        if queued && !self.wanted.replace(true) {
+            self.wants.queued.set(self.wants.queued.get() + 1);
+            self.wants.work.notify_all();
+        }
+    }
+
+    /// A commit took the entry: it no longer counts as queued.
+    fn taken(&self) {
+        if self.wanted.get() {
+            self.wants.queued.set(self.wants.queued.get().saturating_sub(1));
+        }
     }
 
     fn resolve(&self, status: EntryStatus) {
@@ -187,7 +226,10 @@ impl JournalTicket {
     /// # Errors
     /// [`JournalError::Failed`] when a write, sync or roll failed first: the
     /// entry was never acknowledged and may or may not be on disk.
+    /// An entry held back by the commit delay is taken at once: someone
+    /// waits for it now.
     pub fn durable(&self) -> TicketWait<'_> {
+        self.cell.want();
         TicketWait { ticket: self }
     }
 }

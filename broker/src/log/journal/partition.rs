@@ -327,6 +327,22 @@ impl<S: Storage> JournalPartition<S> {
     /// [`Journal::append`] (back-pressure per lane, entry too large,
     /// failed). On an error nothing is queued and no offset is taken.
     pub fn append(&self, batch: &[u8]) -> Result<JournalAppended, JournalError> {
+        self.append_as(batch, true)
+    }
+
+    /// [`append`](Self::append) of a control batch nobody waits for at
+    /// once (claims, extends, releases, expiries): queued with
+    /// [`Journal::append_owned_deferred`], so a cycle of such entries only
+    /// may wait for the shard's commit delay. A data batch is appended as
+    /// by `append`.
+    ///
+    /// # Errors
+    /// As [`append`](Self::append).
+    pub fn append_deferred(&self, batch: &[u8]) -> Result<JournalAppended, JournalError> {
+        self.append_as(batch, false)
+    }
+
+    fn append_as(&self, batch: &[u8], wanted: bool) -> Result<JournalAppended, JournalError> {
         let header = BatchHeader::verify_body(batch).map_err(JournalError::InvalidBatch)?;
         if header.batch_len as usize != batch.len() {
             return Err(JournalError::InvalidBatch(spool_wire::WireError::Truncated {
@@ -351,7 +367,11 @@ impl<S: Storage> JournalPartition<S> {
             BatchKind::Data => (Lane::Data, base_offset + u64::from(header.record_count)),
             _ => (Lane::Control, base_offset),
         };
-        let ticket = self.shard.journal.append_owned(lane, self.handle, bytes)?;
+        let ticket = if wanted || lane == Lane::Data {
+            self.shard.journal.append_owned(lane, self.handle, bytes)?
+        } else {
+            self.shard.journal.append_owned_deferred(lane, self.handle, bytes)?
+        };
         state.appended_records += u64::from(header.record_count);
         state.appended_bytes += u64::from(header.batch_len);
         if lane == Lane::Data {
