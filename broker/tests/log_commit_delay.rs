@@ -32,6 +32,14 @@ fn open(disk: &SimStorage, commit_gate: &Rc<Gate>) -> (Log<SimStorage>, Rc<Recor
     (log, fatal)
 }
 
+/// A fresh disk, a commit delay the test ends by hand, and a log on them.
+fn setup() -> (SimStorage, Rc<Gate>, Log<SimStorage>, Rc<RecordFatal>) {
+    let disk = SimStorage::new();
+    let gate = Rc::new(Gate::default());
+    let (log, fatal) = open(&disk, &gate);
+    (disk, gate, log, fatal)
+}
+
 async fn settle() {
     for _ in 0..300 {
         yield_now().await;
@@ -41,6 +49,20 @@ async fn settle() {
 /// Writes, syncs and commits so far.
 fn counts(disk: &SimStorage, log: &Log<SimStorage>) -> (u64, u64, u64) {
     (disk.count(IoOp::Write), disk.count(IoOp::Sync), log.stats().commits)
+}
+
+/// Writes, syncs and commits since `before` (a [`counts`]).
+fn since(disk: &SimStorage, log: &Log<SimStorage>, before: (u64, u64, u64)) -> (u64, u64, u64) {
+    let now = counts(disk, log);
+    (now.0 - before.0, now.1 - before.1, now.2 - before.2)
+}
+
+/// A first commit (which also names the first segment), waited for, then
+/// the committers left to go idle: counts taken after it see only the
+/// test's own commits.
+async fn first_commit(log: &Log<SimStorage>) {
+    log.append(&make_batch(1, 1000, 1)).unwrap().ticket.durable().await.unwrap();
+    settle().await;
 }
 
 /// The batches a reopened crash image of `disk` holds (durable bytes only).
@@ -61,13 +83,9 @@ fn a_deferred_batch_rides_the_next_commit_someone_waits_for() {
     // along, in one commit (one write, one sync). Without the delay each
     // would be a commit. Method: one deferred append, count I/O; then a
     // wanted append and its wait; count again; a crash image in between.
-    let disk = SimStorage::new();
-    let gate = Rc::new(Gate::default());
-    let (log, fatal) = open(&disk, &gate);
+    let (disk, gate, log, fatal) = setup();
     block_on(drive(&log, async {
-        // The first commit also names the first segment; count after it.
-        log.append(&make_batch(1, 1000, 1)).unwrap().ticket.durable().await.unwrap();
-        settle().await;
+        first_commit(&log).await;
         let before = counts(&disk, &log);
         let claim = log.append_deferred(&make_batch(2, 200, 2)).unwrap();
         settle().await;
@@ -80,12 +98,8 @@ fn a_deferred_batch_rides_the_next_commit_someone_waits_for() {
         let enqueue = log.append(&make_batch(1, 1000, 3)).unwrap();
         enqueue.ticket.durable().await.unwrap();
         assert!(matches!(claim.ticket.status(), Some(Ok(()))), "carried by the wanted commit");
-        let after = counts(&disk, &log);
-        assert_eq!(
-            (after.0 - before.0, after.1 - before.1, after.2 - before.2),
-            (1, 1, 1),
-            "both batches in one commit: one write, one sync"
-        );
+        let one_commit = since(&disk, &log, before);
+        assert_eq!(one_commit, (1, 1, 1), "both batches in one commit: one write, one sync");
         assert_eq!(batches_after_crash(&disk), 3);
     }));
     assert!(fatal.reasons().is_empty());
@@ -100,12 +114,9 @@ fn a_held_commit_is_taken_when_its_delay_runs_out_and_appends_do_not_restart_it(
     // written and synced with everything gathered. Method: four deferred
     // appends with the executor settling between them; count delays and
     // I/O; end the delay by hand.
-    let disk = SimStorage::new();
-    let gate = Rc::new(Gate::default());
-    let (log, fatal) = open(&disk, &gate);
+    let (disk, gate, log, fatal) = setup();
     block_on(drive(&log, async {
-        log.append(&make_batch(1, 1000, 1)).unwrap().ticket.durable().await.unwrap();
-        settle().await;
+        first_commit(&log).await;
         let before = counts(&disk, &log);
         let mut tickets = Vec::new();
         for tag in 2..6 {
@@ -118,8 +129,8 @@ fn a_held_commit_is_taken_when_its_delay_runs_out_and_appends_do_not_restart_it(
         gate.open();
         settle().await;
         assert!(tickets.iter().all(|ticket| matches!(ticket.status(), Some(Ok(())))));
-        let after = counts(&disk, &log);
-        assert_eq!((after.0 - before.0, after.2 - before.2), (1, 1), "one commit of all four");
+        let (writes, _, commits) = since(&disk, &log, before);
+        assert_eq!((writes, commits), (1, 1), "one commit of all four");
         assert_eq!(batches_after_crash(&disk), 5);
     }));
     assert!(fatal.reasons().is_empty());
@@ -133,9 +144,7 @@ fn a_wait_on_a_held_ticket_or_close_takes_the_commit_at_once() {
     // an orderly stop loses nothing appended. Method: a deferred append
     // awaited under a delay that never runs out; another left held when
     // the log closes; reopen.
-    let disk = SimStorage::new();
-    let gate = Rc::new(Gate::default());
-    let (log, fatal) = open(&disk, &gate);
+    let (disk, gate, log, fatal) = setup();
     block_on(drive(&log, async {
         let held = log.append_deferred(&make_batch(1, 500, 1)).unwrap();
         settle().await;

@@ -111,40 +111,21 @@ impl<S: Storage> Shared<S> {
         let held = !gather.commit.wanted.get()
             && !state.closing
             && state.defer_ripe != Some(gather.seq)
-            && self.commit_delay.borrow().is_some();
+            && self.commit_delay.is_set();
         held.then_some(gather.seq)
     }
 
     /// Waits for new work or for the commit delay of gather `seq` to run
-    /// out, whichever comes first. The delay is made once per gather and
-    /// kept across wake-ups (appends meanwhile do not restart it).
+    /// out, whichever comes first ([`super::HeldDelay::wait`]).
     async fn wait_commit_delay(&self, seq: u64) {
-        let timer = match self.defer_timer.borrow_mut().take() {
-            Some((timer_seq, timer)) if timer_seq == seq => Some(timer),
-            _ => self.commit_delay.borrow().as_ref().map(|delay| delay()),
-        };
-        let Some(mut timer) = timer else {
-            self.state.borrow_mut().defer_armed = false;
-            return;
-        };
-        let ran_out = futures_lite::future::or(
-            async {
-                self.work.wait().await;
-                false
-            },
-            async {
-                (&mut timer).await;
-                true
-            },
-        )
-        .await;
+        let ran_out = self.commit_delay.wait(&self.work, seq).await;
         let mut state = self.state.borrow_mut();
         state.defer_armed = false;
         if ran_out {
             state.defer_ripe = Some(seq);
-        } else if state.open.as_ref().is_some_and(|gather| gather.seq == seq) {
-            // Still open: the next wait goes on with this delay.
-            *self.defer_timer.borrow_mut() = Some((seq, timer));
+        } else if state.open.as_ref().is_none_or(|gather| gather.seq != seq) {
+            // Another committer took it meanwhile.
+            self.commit_delay.taken(seq);
         }
     }
 
@@ -153,10 +134,7 @@ impl<S: Storage> Shared<S> {
         // A witness delay that ran out is for the idle log before this
         // commit; the next idle transition waits again.
         state.witness_ripe = false;
-        if self.defer_timer.borrow().as_ref().is_some_and(|(timer_seq, _)| *timer_seq == gather.seq)
-        {
-            *self.defer_timer.borrow_mut() = None;
-        }
+        self.commit_delay.taken(gather.seq);
         let Gather {
             seq,
             mut buf,

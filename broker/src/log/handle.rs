@@ -186,8 +186,7 @@ impl<S: Storage> Log<S> {
             space: Notify::default(),
             reserved: Notify::default(),
             witness_delay: RefCell::new(None),
-            commit_delay: RefCell::new(None),
-            defer_timer: RefCell::new(None),
+            commit_delay: super::HeldDelay::default(),
         });
         Ok((Self { shared }, recovered.report))
     }
@@ -215,7 +214,7 @@ impl<S: Storage> Log<S> {
     /// Without it (the default) every commit is taken at once.
     /// (segment-format.md, "Commit protocol", step 2.)
     pub fn set_commit_delay(&self, delay: super::WitnessDelay) {
-        *self.shared.commit_delay.borrow_mut() = Some(delay);
+        self.shared.commit_delay.set(delay);
     }
 
     /// The future that runs the committers and the preparer. The owner must

@@ -70,6 +70,62 @@ pub type WitnessDelay = std::rc::Rc<dyn Fn() -> DelayFuture>;
 /// One delay a [`WitnessDelay`] made.
 pub type DelayFuture = std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>;
 
+/// The commit delay of a held commit — a segment log's gather, a shard
+/// journal's cycle — by the seq that commit has or will get: made on the
+/// first wait and kept across the waiting committer's wake-ups, so appends
+/// meanwhile do not restart it ([`Log::set_commit_delay`],
+/// [`journal::Journal::set_commit_delay`]).
+#[derive(Default)]
+pub(crate) struct HeldDelay {
+    delay: RefCell<Option<WitnessDelay>>,
+    running: RefCell<Option<(u64, DelayFuture)>>,
+}
+
+impl HeldDelay {
+    pub(crate) fn set(&self, delay: WitnessDelay) {
+        *self.delay.borrow_mut() = Some(delay);
+    }
+
+    /// Whether a delay is set (without one nothing is held).
+    pub(crate) fn is_set(&self) -> bool {
+        self.delay.borrow().is_some()
+    }
+
+    /// Waits for `work` or for the delay of held commit `seq` to run out,
+    /// whichever comes first; true when it ran out (or none is set). A
+    /// delay that work interrupted goes on at the next wait for `seq`.
+    pub(crate) async fn wait(&self, work: &Notify, seq: u64) -> bool {
+        let timer = match self.running.borrow_mut().take() {
+            Some((running_seq, timer)) if running_seq == seq => Some(timer),
+            _ => self.delay.borrow().as_ref().map(|delay| delay()),
+        };
+        let Some(mut timer) = timer else { return true };
+        let ran_out = futures_lite::future::or(
+            async {
+                work.wait().await;
+                false
+            },
+            async {
+                (&mut timer).await;
+                true
+            },
+        )
+        .await;
+        if !ran_out {
+            *self.running.borrow_mut() = Some((seq, timer));
+        }
+        ran_out
+    }
+
+    /// Commit `seq` was taken: its delay is done with.
+    pub(crate) fn taken(&self, seq: u64) {
+        let mut running = self.running.borrow_mut();
+        if running.as_ref().is_some_and(|(running_seq, _)| *running_seq == seq) {
+            *running = None;
+        }
+    }
+}
+
 /// Waits for new `work` or for a witness `delay` to run out, whichever
 /// comes first; true when the delay ran out (the witness is then due
 /// without another wait). Work arriving first ends the wait: its commit

@@ -205,13 +205,10 @@ pub(super) struct Shared<S: Storage> {
     /// What an idle committer waits for before it writes a witness page
     /// ([`super::Log::set_witness_delay`]); none: at once.
     pub(super) witness_delay: RefCell<Option<super::WitnessDelay>>,
-    /// How long a gather nobody waits for may stay open
-    /// ([`super::Log::set_commit_delay`]); none: it is taken at once.
-    pub(super) commit_delay: RefCell<Option<super::WitnessDelay>>,
-    /// The running commit delay and the gather (by seq) it is for: kept
-    /// across the waiting committer's wake-ups, so appends that arrive
-    /// meanwhile do not restart it.
-    pub(super) defer_timer: RefCell<Option<(u64, super::DelayFuture)>>,
+    /// How long a gather nobody waits for may stay open, and the running
+    /// delay of the one held ([`super::Log::set_commit_delay`]); none set:
+    /// every gather is taken at once.
+    pub(super) commit_delay: super::HeldDelay,
 }
 
 /// Takes the open gather, advancing the gather position past its pages.

@@ -339,26 +339,7 @@ impl<S: Storage> PartitionLog<S> {
     /// # Errors
     /// As [`Log::append`] and [`JournalPartition::append`].
     pub fn append(&self, batch: &[u8]) -> Result<LogAppended, PartitionError> {
-        match self {
-            Self::Segments(log) => {
-                let appended = log.append(batch)?;
-                Ok(LogAppended {
-                    base_offset: appended.base_offset,
-                    next_offset: appended.next_offset,
-                    ticket: LogTicket::Segments(appended.ticket),
-                    slot: QueuedSlot::Segments(appended.slot),
-                })
-            }
-            Self::Journal(part) => {
-                let appended = part.append(batch)?;
-                Ok(LogAppended {
-                    base_offset: appended.base_offset,
-                    next_offset: appended.next_offset,
-                    slot: QueuedSlot::Journal(appended.ticket.clone()),
-                    ticket: LogTicket::Journal(appended.ticket),
-                })
-            }
-        }
+        self.append_as(batch, true)
     }
 
     /// [`append`](Self::append) of a batch nobody is to wait for at once:
@@ -369,9 +350,14 @@ impl<S: Storage> PartitionLog<S> {
     /// # Errors
     /// As [`append`](Self::append).
     pub fn append_deferred(&self, batch: &[u8]) -> Result<LogAppended, PartitionError> {
+        self.append_as(batch, false)
+    }
+
+    fn append_as(&self, batch: &[u8], wanted: bool) -> Result<LogAppended, PartitionError> {
         match self {
             Self::Segments(log) => {
-                let appended = log.append_deferred(batch)?;
+                let appended =
+                    if wanted { log.append(batch)? } else { log.append_deferred(batch)? };
                 Ok(LogAppended {
                     base_offset: appended.base_offset,
                     next_offset: appended.next_offset,
@@ -380,7 +366,8 @@ impl<S: Storage> PartitionLog<S> {
                 })
             }
             Self::Journal(part) => {
-                let appended = part.append_deferred(batch)?;
+                let appended =
+                    if wanted { part.append(batch)? } else { part.append_deferred(batch)? };
                 Ok(LogAppended {
                     base_offset: appended.base_offset,
                     next_offset: appended.next_offset,

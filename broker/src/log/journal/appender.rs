@@ -227,11 +227,9 @@ pub(super) struct Shared<S: Storage> {
     /// built at once.
     witness_delay: RefCell<Option<WitnessDelay>>,
     /// How long a cycle of deferred entries only may wait for an entry
-    /// someone waits for ([`Journal::set_commit_delay`]); none: at once.
-    commit_delay: RefCell<Option<WitnessDelay>>,
-    /// The running commit delay and the commit (by the seq it will get) it
-    /// holds back: kept across the waiting committer's wake-ups.
-    defer_timer: RefCell<Option<(u64, crate::log::DelayFuture)>>,
+    /// someone waits for, and the running delay of the one held
+    /// ([`Journal::set_commit_delay`]); none set: every cycle at once.
+    commit_delay: crate::log::HeldDelay,
 }
 
 /// Told of each commit when it is built and when it becomes durable (in the
@@ -335,8 +333,7 @@ impl<S: Storage> Journal<S> {
             space: Notify::default(),
             observer: RefCell::new(None),
             witness_delay: RefCell::new(None),
-            commit_delay: RefCell::new(None),
-            defer_timer: RefCell::new(None),
+            commit_delay: crate::log::HeldDelay::default(),
         });
         Ok((Self { shared }, recovered.report))
     }
@@ -599,7 +596,7 @@ impl<S: Storage> Journal<S> {
     /// not restart it. Without it (the default) every cycle is built at
     /// once. (shard-journal.md §3, "Commit delay".)
     pub fn set_commit_delay(&self, delay: WitnessDelay) {
-        *self.shared.commit_delay.borrow_mut() = Some(delay);
+        self.shared.commit_delay.set(delay);
     }
 
     /// Whether a zero-filled `next.prep` is ready for the next roll.
@@ -747,44 +744,25 @@ impl<S: Storage> Shared<S> {
             && state.defer_ripe != Some(state.next_seq)
             && state.control.pending_bytes < self.config.control_commit_bytes
             && state.data.entries.is_empty()
-            && self.commit_delay.borrow().is_some()
+            && self.commit_delay.is_set()
     }
 
     /// Waits for new work or, when `defer` names the held commit this
     /// committer waits out, for its commit delay to run out, whichever
-    /// comes first. The delay is made once per held commit and kept across
-    /// wake-ups.
+    /// comes first ([`crate::log::HeldDelay::wait`]).
     async fn work_wait(&self, defer: Option<u64>) {
         let Some(seq) = defer else {
             self.wants.work.wait().await;
             return;
         };
-        let timer = match self.defer_timer.borrow_mut().take() {
-            Some((timer_seq, timer)) if timer_seq == seq => Some(timer),
-            _ => self.commit_delay.borrow().as_ref().map(|delay| delay()),
-        };
-        let Some(mut timer) = timer else {
-            self.state.borrow_mut().defer_armed = false;
-            return;
-        };
-        let ran_out = futures_lite::future::or(
-            async {
-                self.wants.work.wait().await;
-                false
-            },
-            async {
-                (&mut timer).await;
-                true
-            },
-        )
-        .await;
+        let ran_out = self.commit_delay.wait(&self.wants.work, seq).await;
         let mut state = self.state.borrow_mut();
         state.defer_armed = false;
         if ran_out {
             state.defer_ripe = Some(seq);
-        } else if state.next_seq == seq {
-            // Not built yet: the next wait goes on with this delay.
-            *self.defer_timer.borrow_mut() = Some((seq, timer));
+        } else if state.next_seq != seq {
+            // Another committer built it meanwhile.
+            self.commit_delay.taken(seq);
         }
     }
 
@@ -794,9 +772,7 @@ impl<S: Storage> Shared<S> {
     fn build_commit(&self, state: &mut State<S::File>) -> Job<S::File> {
         // This commit's headers vouch for every entry durable before it.
         state.witness_ripe = false;
-        if self.defer_timer.borrow().as_ref().is_some_and(|(seq, _)| *seq == state.next_seq) {
-            *self.defer_timer.borrow_mut() = None;
-        }
+        self.commit_delay.taken(state.next_seq);
         let config = &self.config;
         let mut taken: Vec<(Pending, Lane)> = Vec::new();
         let mut control_bytes = 0;
