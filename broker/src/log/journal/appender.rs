@@ -455,16 +455,14 @@ impl<S: Storage> Journal<S> {
             queue.pending_bytes += len_bytes;
             let cell = EntryCell::new(self.shared.wants.clone(), wanted);
             queue.entries.push_back(Pending { partition, payload, cell: cell.clone() });
-            cell
+            // A deferred entry changes nothing a committer waits on unless
+            // it is the first queued (a held cycle starts its delay) or
+            // fills the control lane to a cycle's worth (the cycle is due).
+            let due = state.control.entries.len() + state.data.entries.len() == 1
+                || state.control.pending_bytes >= config.control_commit_bytes;
+            (cell, due)
         };
-        // A deferred entry changes nothing a committer waits on unless it
-        // is the first queued (a held cycle starts its delay) or fills the
-        // control lane to a cycle's worth (the held cycle is due).
-        let due = {
-            let state = self.shared.state.borrow();
-            state.control.entries.len() + state.data.entries.len() == 1
-                || state.control.pending_bytes >= config.control_commit_bytes
-        };
+        let (cell, due) = cell;
         if wanted || due {
             self.shared.wants.work.notify_all();
         }
