@@ -362,6 +362,10 @@ fn merge_step<V>(
 ) -> bool {
     let mut live = live.take_while(|(offset, _)| *offset < limit).peekable();
     let mut before = before.peekable();
+    // Live offsets come in ascending order above `after`, so the touched
+    // offsets are walked beside them (one search per step, not per entry).
+    let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
+    let mut touched = touched.map(|touched| touched.range((lower, Bound::Unbounded)).peekable());
     loop {
         if *budget == 0 {
             return false;
@@ -382,7 +386,11 @@ fn merge_step<V>(
             *after = Some(offset);
         } else {
             let Some((offset, value)) = live.next() else { return true };
-            if !touched.is_some_and(|touched| touched.contains(&offset)) {
+            let changed = touched.as_mut().is_some_and(|touched| {
+                while touched.next_if(|touched| **touched < offset).is_some() {}
+                touched.peek().is_some_and(|touched| **touched == offset)
+            });
+            if !changed {
                 emit(offset, value);
             }
             *after = Some(offset);
