@@ -3,7 +3,8 @@
 #
 # The consumer-path figures beside the machine's own references, in one run
 # (nothing else should run meanwhile; the load average is printed):
-#   - fio: 4 KiB write + fdatasync p50/p99 (the disk's sync);
+#   - fio: 4 KiB write + fdatasync p50/p99 (the disk's sync), alone and
+#     beside a 300 MB/s writer;
 #   - sockperf: CPU per request of a bare TCP echo server on loopback at
 #     25,000 and 5,000 requests/s (the machine's floor for a request that
 #     wakes a server; needs `apt-get install sockperf`);
@@ -50,6 +51,24 @@ PY
     rm -f "$WORK/fio.tmp"
 }
 
+# The same 4 KiB sync beside a 300 MB/s O_DIRECT writer that syncs every
+# MiB (what an ack's sync shares the disk with in a closed loop).
+fio_sync_beside_writer() {
+    fio --output-format=json \
+        --name=writer --filename="$WORK/fio.w" --size=4G --bs=256k --rw=write --direct=1 \
+        --ioengine=io_uring --iodepth=4 --rate=300m --fdatasync=4 --runtime=10 --time_based \
+        --name=sync --filename="$WORK/fio.tmp" --size=256M --bs=4k --rw=write --direct=1 \
+        --ioengine=sync --fdatasync=1 --runtime=10 --time_based > "$WORK/fio.json" 2> /dev/null
+    python3 - "$WORK/fio.json" <<'PY'
+import json, sys
+jobs = {j['jobname']: j for j in json.load(open(sys.argv[1]))['jobs']}
+s = jobs['sync']['sync']['lat_ns']['percentile']
+print('fio 4 KiB write+fdatasync beside a %.0f MB/s writer: sync p50 %.0f us, p99 %.0f us' % (
+    jobs['writer']['write']['bw'] / 1024, s['50.000000'] / 1e3, s['99.000000'] / 1e3))
+PY
+    rm -f "$WORK/fio.tmp" "$WORK/fio.w"
+}
+
 sockperf_echo() {
     local mps=$1 p; p=$(port)
     taskset -c 0 sockperf server --tcp -i 127.0.0.1 -p "$p" > /dev/null 2>&1 &
@@ -86,8 +105,9 @@ def split(text):
     return out
 a, b = split(sys.argv[4]), split(sys.argv[5])
 e = r['enqueue']; n = e['count']
-print('spoold at %.0f msgs/s: enqueue p50 %.2f ms p99 %.1f ms, broker CPU %.0f %% of a core = %.1f us/msg; by thread %s' % (
-    e['msgs_per_s'], e['latency_us']['p50'] / 1e3, e['latency_us']['p99'] / 1e3, t * 100 / (10 * hz),
+x = r['e2e']['latency_us']
+print('spoold at %.0f msgs/s: enqueue p50 %.2f ms p99 %.1f ms, end to end p99 %.1f ms, broker CPU %.0f %% of a core = %.1f us/msg; by thread %s' % (
+    e['msgs_per_s'], e['latency_us']['p50'] / 1e3, e['latency_us']['p99'] / 1e3, x['p99'] / 1e3, t * 100 / (10 * hz),
     t / hz * 1e6 / n, {k: b[k] - a.get(k, 0) for k in b if b[k] - a.get(k, 0) > 0}))
 PY
 }
@@ -141,6 +161,7 @@ PY
 
 echo "load $(cut -d' ' -f1-3 /proc/loadavg)"
 fio_sync
+fio_sync_beside_writer
 for round in $(seq "$ROUNDS"); do
     echo "== round $round, load $(cut -d' ' -f1-3 /proc/loadavg)"
     sockperf_echo 25000
