@@ -77,7 +77,7 @@ impl Broker {
     }
 
     /// [`start_or_connect`](Self::start_or_connect), a started spoold
-    /// getting `extra_args` after its own (e.g. `--log-layout journal`).
+    /// getting `extra_args` after its own (e.g. `--journal-retain-bytes 0`).
     ///
     /// # Errors
     /// See [`SpooldProcess::start`] and [`sibling_spoold`].

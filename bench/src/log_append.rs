@@ -1,18 +1,21 @@
-//! `log-append`: group-commit throughput and append → durable latency of one
-//! partition log on one glommio shard.
+//! `log-append`: group-commit throughput and append → durable latency of
+//! one shard journal on one glommio shard, shared by `--partitions`
+//! partitions.
 //!
-//! N appender tasks share one [`Log`] on real O_DIRECT files. Each builds a
-//! one-record data batch once and then loops: `append` (the log stamps the
-//! offsets into its own copy) → await the ticket → record the latency from
-//! the append call to durability. `Backpressure` is answered by awaiting
-//! `Log::writable`, and the wait counts toward that append's latency.
+//! N appender tasks (spread over the partitions in turn) append through
+//! their partition's [`JournalPartition`] on real O_DIRECT files. Each
+//! builds a one-record data batch once and then loops: `append` (the
+//! journal stamps the offsets into its own copy) → await the ticket →
+//! record the latency from the append call to durability. `Backpressure` is
+//! answered by awaiting `JournalPartition::writable`, and the wait counts
+//! toward that append's latency.
 //!
-//! Measurement: after a warm-up, the controller snapshots `LogStats` and the
-//! storage timings, lets the run go for `seconds`, and snapshots again. An
-//! append counts when it becomes durable inside the window (whenever it
-//! started), so throughput, commit counts and latency describe the same
-//! completions. What this does not measure: the network, the queue state
-//! machine, or more than one partition.
+//! Measurement: after a warm-up, the controller snapshots the journal's
+//! `JournalStats` and the storage timings, lets the run go for `seconds`,
+//! and snapshots again. An append counts when it becomes durable inside the
+//! window (whenever it started), so throughput, commit counts and latency
+//! describe the same completions. What this does not measure: the network
+//! or the queue state machine.
 
 use std::cell::{Cell, RefCell};
 use std::path::Path;
@@ -26,9 +29,13 @@ use spool_broker::limits::{
     COMMIT_BYTES_DEFAULT, COMMIT_BYTES_MAX, INFLIGHT_COMMITS_DEFAULT, INFLIGHT_COMMITS_MAX,
     SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN,
 };
-use spool_broker::log::{FatalHandler, FatalReason, Log, LogConfig, LogError, LogStats};
+use spool_broker::log::journal::{
+    JournalConfig, JournalError, JournalPartition, JournalPos, JournalStats, ShardJournal,
+};
+use spool_broker::log::{FatalHandler, FatalReason, LogConfig, LogError};
 use spool_wire::batch::{DataBatchBuilder, MessageId, Payload, Record};
 use spool_wire::limits::PAYLOAD_INLINE_BYTES_MAX;
+use spool_wire::proto::{Offset, PartitionId};
 
 use crate::error::BenchError;
 use crate::latency::{Latency, LatencySummary};
@@ -37,13 +44,13 @@ use crate::timed::{IoSummary, IoTimings, TimedStorage};
 
 /// Most concurrent appenders: each is a task with one batch buffer.
 pub const APPENDERS_MAX: u64 = 65_536;
+/// Most partitions sharing the journal.
+pub const PARTITIONS_MAX: u64 = 10_000;
 /// Longest measured window and warm-up.
 pub const SECONDS_MAX: u64 = 3_600;
 pub const WARMUP_MS_MAX: u64 = 600_000;
 /// Bytes per MB in `mb_per_s` (decimal, as fio's "MB/s").
 const BYTES_PER_MB: f64 = 1_000_000.0;
-/// Leader epoch stamped on the benchmark's batches.
-const EPOCH: u32 = 1;
 
 /// What to run: the `log-append` subcommand's flags (one definition, with
 /// their defaults).
@@ -57,6 +64,9 @@ pub struct LogAppendConfig {
     /// Concurrent appender tasks, each with one append in flight.
     #[arg(long, default_value_t = 256)]
     pub appenders: u64,
+    /// Partitions sharing the shard journal (appenders spread over them).
+    #[arg(long, default_value_t = 1)]
+    pub partitions: u64,
     /// Length of the measured window.
     #[arg(long, default_value_t = 10)]
     pub seconds: u64,
@@ -78,6 +88,7 @@ impl LogAppendConfig {
         let check = BenchError::check_range;
         check("record_bytes", self.record_bytes, 0, PAYLOAD_INLINE_BYTES_MAX as u64)?;
         check("appenders", self.appenders, 1, APPENDERS_MAX)?;
+        check("partitions", self.partitions, 1, PARTITIONS_MAX.min(self.appenders))?;
         check("seconds", self.seconds, 1, SECONDS_MAX)?;
         check("warmup_ms", self.warmup_ms, 0, WARMUP_MS_MAX)?;
         check("segment_bytes", self.segment_bytes, SEGMENT_BYTES_MIN, SEGMENT_BYTES_MAX)?;
@@ -114,14 +125,16 @@ pub struct LogAppendReport {
     /// append call → ticket durable, for appends durable in the window.
     pub latency_us: LatencySummary,
     /// Every write and fdatasync the log issued in the window (commits and
-    /// the zero-fill of the next segment), timed at the storage seam.
+    /// the zero-fill of the next journal file), timed at the storage seam.
     pub io: IoSummary,
     pub records: u64,
     pub commits: u64,
-    pub segments_rolled: u64,
+    /// Journal files named by a roll in the window.
+    pub files_rolled: u64,
     pub backpressure_waits: u64,
     pub measured_s: f64,
     pub appenders: u64,
+    pub partitions: u64,
     pub record_bytes: u64,
     pub batch_bytes: u64,
     pub seconds: u64,
@@ -183,17 +196,17 @@ fn elapsed_ns(start: Instant) -> u64 {
 }
 
 async fn appender(
-    log: Rc<Log<TimedStorage<DmaStorage>>>,
+    log: Rc<JournalPartition<TimedStorage<DmaStorage>>>,
     run: Rc<Run>,
     batch: Vec<u8>,
-) -> Result<(), LogError> {
+) -> Result<(), JournalError> {
     let len_bytes = batch.len() as u64;
     while run.phase.get() != Phase::Stop {
         let start = instant_now();
         let appended = loop {
             match log.append(&batch) {
                 Ok(appended) => break appended,
-                Err(LogError::Backpressure { .. }) => {
+                Err(JournalError::Backpressure { .. }) => {
                     run.backpressure_waits.set(run.backpressure_waits.get() + 1);
                     log.writable(spool_wire::batch::BatchKind::Data, len_bytes).await;
                 }
@@ -214,7 +227,7 @@ async fn appender(
 ///
 /// # Errors
 /// [`BenchError::OutOfRange`] for a bad config, [`BenchError::Executor`],
-/// [`BenchError::Dir`], and any [`LogError`] from opening or appending.
+/// [`BenchError::Dir`], and any journal error from opening or appending.
 pub fn run(config: &LogAppendConfig) -> Result<LogAppendReport, BenchError> {
     config.validate()?;
     config.log_config().validate().map_err(LogError::from)?;
@@ -225,9 +238,23 @@ async fn measure(config: &LogAppendConfig, dir: &Path) -> Result<LogAppendReport
     let timings = Rc::new(RefCell::new(IoTimings::new()?));
     let fatal = Rc::new(FatalSlot::default());
     let storage = TimedStorage::new(DmaStorage, timings.clone());
-    let (log, _report) = Log::open(storage, dir, config.log_config(), EPOCH, fatal.clone()).await?;
-    let log = Rc::new(log);
-    let background = glommio::spawn_local(log.background());
+    let journal_config = JournalConfig::for_partitions(&config.log_config());
+    let journal_error = |error: JournalError| BenchError::Scenario(format!("journal: {error}"));
+    let (shard, _recovery) =
+        ShardJournal::open(storage, dir, journal_config, JournalPos(0), fatal.clone())
+            .await
+            .map_err(journal_error)?;
+    let background = glommio::spawn_local(shard.background());
+    let opening: Vec<(u32, PartitionId, u64)> = (0..config.partitions)
+        .map(|partition| (1, PartitionId(u32::try_from(partition).unwrap_or(u32::MAX)), 0))
+        .collect();
+    let handles = shard.open_partitions(&opening).await.map_err(journal_error)?;
+    let mut partitions = Vec::with_capacity(handles.len());
+    for (handle, epoch) in handles {
+        let view = shard.partition(handle, Vec::new(), Offset(0), epoch).map_err(journal_error)?;
+        view.finish_replay();
+        partitions.push(Rc::new(view));
+    }
     let run = Rc::new(Run {
         phase: Cell::new(Phase::Warmup),
         latency: RefCell::new(Latency::new()?),
@@ -239,18 +266,19 @@ async fn measure(config: &LogAppendConfig, dir: &Path) -> Result<LogAppendReport
     for index in 0..config.appenders {
         let batch = build_batch(index, config.record_bytes)?;
         batch_bytes = batch.len() as u64;
-        tasks.push(glommio::spawn_local(appender(log.clone(), run.clone(), batch)));
+        let log = partitions[(index % config.partitions) as usize].clone();
+        tasks.push(glommio::spawn_local(appender(log, run.clone(), batch)));
     }
 
     glommio::timer::sleep(Duration::from_millis(config.warmup_ms)).await;
-    let before: LogStats = log.stats();
+    let before: JournalStats = shard.journal().stats();
     timings.borrow_mut().reset();
     run.phase.set(Phase::Measure);
     let window_start = instant_now();
     glommio::timer::sleep(Duration::from_secs(config.seconds)).await;
     run.phase.set(Phase::Stop);
     let measured_s = instant_now().duration_since(window_start).as_secs_f64();
-    let after = log.stats();
+    let after = shard.journal().stats();
     let io = timings.borrow().summary();
 
     let mut first_error = None;
@@ -259,19 +287,23 @@ async fn measure(config: &LogAppendConfig, dir: &Path) -> Result<LogAppendReport
             first_error.get_or_insert(error);
         }
     }
-    log.close();
+    for partition in &partitions {
+        partition.close();
+    }
+    shard.close();
     background.await;
     if let Some(reason) = fatal.reason.borrow().as_ref() {
         return Err(BenchError::Log(LogError::Failed(reason.message.clone())));
     }
     if let Some(error) = first_error {
-        return Err(error.into());
+        return Err(journal_error(error));
     }
 
     let records = run.records.get();
     let latency_us = run.latency.borrow().summary();
     let commits = after.commits - before.commits;
-    let records_in_commits = after.records - before.records;
+    // One record per data entry: the entries are the records.
+    let records_in_commits = after.data_entries - before.data_entries;
     let per_s = |count: f64| count / measured_s;
     Ok(LogAppendReport {
         scenario: "log-append",
@@ -290,10 +322,11 @@ async fn measure(config: &LogAppendConfig, dir: &Path) -> Result<LogAppendReport
         io,
         records,
         commits,
-        segments_rolled: after.segments_rolled - before.segments_rolled,
+        files_rolled: after.files_rolled - before.files_rolled,
         backpressure_waits: run.backpressure_waits.get(),
         measured_s,
         appenders: config.appenders,
+        partitions: config.partitions,
         record_bytes: config.record_bytes,
         batch_bytes,
         seconds: config.seconds,

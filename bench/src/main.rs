@@ -277,7 +277,7 @@ struct LoadArgs {
     #[arg(long)]
     plot: Option<PathBuf>,
     /// An argument for the started spoold, after its own (repeat it:
-    /// `--spoold-arg=--log-layout --spoold-arg=journal`).
+    /// `--spoold-arg=--journal-retain-bytes --spoold-arg=0`).
     #[arg(long = "spoold-arg", allow_hyphen_values = true)]
     spoold_args: Vec<String>,
 }

@@ -1,23 +1,25 @@
 //! `recovery`: how long a partition takes to reopen after a large backlog,
 //! with a checkpoint and without one.
 //!
-//! Builds a real partition on disk (one glommio shard, [`DmaStorage`],
-//! [`Partition::open`]) holding `messages` never-claimed messages of
+//! Builds a real partition on disk (one glommio shard, [`DmaStorage`], a
+//! shard journal and [`Partition::open_journal`], as `spoold` opens a
+//! partition) holding `messages` never-claimed messages of
 //! `record_bytes` inline payload, enqueued in data batches of
 //! `batch_records` by `enqueuers` concurrent tasks through
 //! [`Partition::enqueue`], with a broker clock that advances as it would at
 //! `rate_per_s` (so the dedupe window, and with it the checkpoint, holds
 //! what production would). Then:
-//! (a) `checkpoint()`, close, and time `Partition::open` (load the
-//!     checkpoint, restore the state, replay the few events after it);
-//! (b) close, delete the checkpoint file, and time `Partition::open` again
-//!     (replay the whole log through `apply`).
+//! (a) `checkpoint()`, close, and time the reopen (the journal's recovery
+//!     scan from the checkpoint's scan start, the checkpoint loaded with
+//!     its dedupe generation files, the few events after it replayed);
+//! (b) close, delete the checkpoint file, and time the reopen again (the
+//!     whole journal scanned and replayed through `apply`).
 //! Each reopen is checked: the state must hold exactly `messages` live
 //! messages. All reads are O_DIRECT, so (b) is not helped by a page cache
 //! that (a) warmed.
 //!
-//! Disk: the log is about `messages × batch_bytes / batch_records` plus one
-//! prepared segment; the run checks free space with statvfs first and
+//! Disk: the journal is about `messages × batch_bytes / batch_records` plus
+//! its prepared file; the run checks free space with statvfs first and
 //! refuses with the figure it needs. The run directory is removed
 //! afterwards unless `keep`. What this does not measure: the network path,
 //! claims, or a crash (close is clean; crash recovery is the log tests').
@@ -32,12 +34,15 @@ use serde::Serialize;
 use spool_broker::clock::instant_now;
 use spool_broker::io::DmaStorage;
 use spool_broker::limits::{SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN};
-use spool_broker::log::{Log, LogConfig, LogError, Offset as LogOffset, RecordFatal};
+use spool_broker::log::journal::{JournalConfig, JournalError, JournalPos, ShardJournal};
+use spool_broker::log::{LogConfig, LogError, RecordFatal};
 use spool_broker::partition::files::{self, CHECKPOINT_FILE, CHECKPOINT_MAGIC};
-use spool_broker::partition::{Clock, OpenReport, Partition, PartitionError, PartitionName};
+use spool_broker::partition::{
+    Clock, JournalOpen, OpenReport, Partition, PartitionError, PartitionName,
+};
 use spool_broker::queue::limits::{QUEUE_BYTES_MAX, QUEUE_MESSAGES_MAX};
 use spool_broker::queue::{
-    LeaderEpoch, Millis, PartitionContext, PartitionId, PartitionState, QueueConfig, QueueId,
+    LeaderEpoch, Millis, PartitionContext, PartitionId, QueueConfig, QueueId,
 };
 use spool_wire::batch::{BatchBytes, DataBatchBuilder, MessageId, Payload, Record};
 use spool_wire::limits::{BATCH_RECORDS_MAX, PAYLOAD_INLINE_BYTES_MAX};
@@ -60,10 +65,10 @@ const SPACE_SLACK_BYTES: u64 = 256 << 20;
 const CHECKPOINT_BYTES_PER_MESSAGE_ESTIMATE: u64 = 96;
 /// Broker time of the first enqueue.
 const START_MS: Millis = 1_700_000_000_000;
-/// Leader epoch handed to the bare log open that times the scan (the log
-/// uses it only to stamp a filler when it repairs a torn tail, and a clean
-/// close leaves none).
-const SCAN_EPOCH: u32 = 1;
+/// The partition's directory (side files) under the run directory.
+const PARTITION_DIR: &str = "p0";
+/// The shard journal's directory under the run directory.
+const SHARD_DIR: &str = "shard";
 
 /// What to run: the `recovery` subcommand's flags (one definition, with
 /// their defaults: the capacity model's backlog, 7.2 M records of 1.6 KiB in
@@ -119,18 +124,17 @@ impl RecoveryConfig {
 /// One timed reopen.
 #[derive(Clone, Debug, Serialize)]
 pub struct Reopen {
-    /// `Partition::open` from call to return: epoch file, log scan,
-    /// checkpoint load and restore, replay.
+    /// From the call to a serving partition: the shard journal's recovery
+    /// scan, the epoch write, checkpoint load and restore, replay, the
+    /// epoch fence.
     pub recovery_ms: f64,
     pub checkpoint_covers: Option<u64>,
     pub replayed_batches: u64,
     pub replayed_events: u64,
-    /// Segments and batches the log's own open found (its crc scan).
-    pub log_segments: usize,
-    pub log_batches: u64,
-    /// Sealed segments taken from their index files without a scan (below
-    /// the checkpoint; `Log::open_from`).
-    pub log_segments_trusted: usize,
+    /// Journal entries the shard's recovery scan found (its crc scan).
+    pub journal_entries: u64,
+    /// Journal files that scan read.
+    pub journal_files_scanned: usize,
     /// Live messages after the reopen (must equal `messages`).
     pub live_messages: u64,
 }
@@ -144,23 +148,24 @@ pub struct RecoveryReport {
     pub batch_records: u64,
     /// Bytes of one full data batch as the producer sends it.
     pub batch_bytes: u64,
-    /// Sum of the sizes of every file in the partition directory after the
-    /// build (segments are pre-zeroed at full size, so the active one counts whole).
+    /// Sum of the sizes of every file in the partition directory and the
+    /// shard journal after the build (journal files are pre-zeroed at full
+    /// size, so the newest and the prepared one count whole).
     pub bytes_on_disk: u64,
     pub checkpoint_bytes: u64,
-    /// `Log::open` alone on the built directory: the full recovery scan
-    /// (every segment, every batch crc-checked): what a reopen without a
-    /// usable checkpoint pays.
+    /// `ShardJournal::open` alone from position 0: the full recovery scan
+    /// (every journal file, every entry crc-checked): what a reopen without
+    /// a usable checkpoint pays before its replay.
     pub log_scan_ms: f64,
-    /// `Log::open_from` alone, bounded by the checkpoint's offset: sealed
-    /// segments below it are not read; what `Partition::open` pays with a
-    /// checkpoint.
+    /// `ShardJournal::open` alone from the checkpoint's scan start: files
+    /// wholly below it are not read; what a reopen with a checkpoint pays.
     pub log_scan_from_checkpoint_ms: f64,
     /// Reading the checkpoint side file alone (`files::read_side_file`:
     /// serial 1 MiB O_DIRECT reads, crc check).
     pub checkpoint_read_ms: f64,
-    /// `PartitionState::restore` of those bytes alone (decode, rebuild the
-    /// state and its derived indexes).
+    /// `Partition::restore_checkpoint` alone: the snapshot and the dedupe
+    /// generation files it refers to, decoded into the state as the open
+    /// does it.
     pub checkpoint_restore_ms: f64,
     /// Building the backlog: enqueue calls to the last one durable.
     pub build_ms: f64,
@@ -268,36 +273,77 @@ pub fn run(config: &RecoveryConfig) -> Result<RecoveryReport, BenchError> {
     config.pinned.run("recovery", |dir| async move { measure(config, &dir, batch_bytes).await })
 }
 
-type Opened = (Rc<Partition<DmaStorage>>, glommio::task::JoinHandle<()>, OpenReport);
+/// An open partition, its background task, its shard journal and that
+/// journal's task, and what the open found with the journal's recovery.
+struct Opened {
+    partition: Rc<Partition<DmaStorage>>,
+    task: glommio::task::JoinHandle<()>,
+    shard: Rc<ShardJournal<DmaStorage>>,
+    journal_task: glommio::task::JoinHandle<()>,
+    report: OpenReport,
+    journal: spool_broker::log::journal::RecoveryReport,
+}
 
+fn journal_error(error: JournalError) -> BenchError {
+    BenchError::Partition(Box::new(PartitionError::Journal(error)))
+}
+
+/// Opens the partition as `spoold` does: the shard journal recovered from
+/// the partition's checkpoint scan start, its handle and new epoch made
+/// durable, the routed entries handed to its open.
 async fn open(
     dir: &Path,
     config: &RecoveryConfig,
     clock: &Rc<Cell<Millis>>,
     fatal: &Rc<RecordFatal>,
 ) -> Result<Opened, BenchError> {
+    let partition_dir = dir.join(PARTITION_DIR);
+    let shard_dir = dir.join(SHARD_DIR);
+    for path in [&partition_dir, &shard_dir] {
+        std::fs::create_dir_all(path).map_err(|source| BenchError::Dir {
+            action: "create",
+            path: path.clone(),
+            source,
+        })?;
+    }
+    let start = Partition::<DmaStorage>::journal_scan_start(&DmaStorage, &partition_dir)
+        .await?
+        .unwrap_or(JournalPos(0));
+    let journal_config = JournalConfig::for_partitions(&config.log_config());
+    let (shard, mut recovery) =
+        ShardJournal::open(DmaStorage, &shard_dir, journal_config, start, fatal.clone())
+            .await
+            .map_err(journal_error)?;
+    let journal_task = glommio::spawn_local(shard.background()).detach();
+    let floor = Partition::<DmaStorage>::journal_epoch_floor(&DmaStorage, &partition_dir).await?;
+    let opened =
+        shard.open_partitions(&[(1, PartitionId(0), floor)]).await.map_err(journal_error)?;
+    let (handle, epoch) = opened[0];
+    let routed = recovery.routed.partitions.remove(&handle).unwrap_or_default();
     let name =
         PartitionName { queue: "bench".into(), queue_id: QueueId(1), partition: PartitionId(0) };
     let now = clock.clone();
     let partition_clock: Clock = Rc::new(move || now.get());
-    let (partition, background, report) = Partition::open(
+    let (partition, background, report) = Partition::open_journal(
         DmaStorage,
-        dir,
+        &partition_dir,
         name,
         queue_config(),
-        config.log_config(),
+        JournalOpen { shard: shard.clone(), handle, epoch, routed, replayed: None },
         [0x5b; 32],
         fatal.clone(),
         partition_clock,
     )
     .await?;
     let task = glommio::spawn_local(background).detach();
-    Ok((partition, task, report))
+    Ok(Opened { partition, task, shard, journal_task, report, journal: recovery.report })
 }
 
-async fn close((partition, task, _): Opened, fatal: &RecordFatal) -> Result<(), BenchError> {
-    partition.close().await?;
-    task.await;
+async fn close(opened: Opened, fatal: &RecordFatal) -> Result<(), BenchError> {
+    opened.partition.close().await?;
+    opened.task.await;
+    opened.shard.close();
+    opened.journal_task.await;
     if let Some(reason) = fatal.reasons().first() {
         return Err(BenchError::Log(LogError::Failed(reason.message.clone())));
     }
@@ -314,16 +360,15 @@ async fn reopen(
     let start = instant_now();
     let opened = open(dir, config, clock, fatal).await?;
     let recovery_ms = instant_now().duration_since(start).as_secs_f64() * 1000.0;
-    let report = &opened.2;
-    let live_messages = opened.0.counters().live_messages;
+    let report = &opened.report;
+    let live_messages = opened.partition.counters().live_messages;
     let reopen = Reopen {
         recovery_ms,
         checkpoint_covers: report.checkpoint_covers.map(|offset| offset.0),
         replayed_batches: report.replayed_batches,
         replayed_events: report.replayed_events,
-        log_segments: report.log.segments,
-        log_batches: report.log.batches,
-        log_segments_trusted: report.log.segments_trusted,
+        journal_entries: opened.journal.entries,
+        journal_files_scanned: opened.journal.files_scanned,
         live_messages,
     };
     close(opened, fatal).await?;
@@ -336,26 +381,23 @@ async fn reopen(
     Ok(reopen)
 }
 
-/// Times `Log::open` alone (the full scan), or `Log::open_from(scan_from)`
-/// when given, then closes the log again.
-async fn time_log_open(
+/// Times the shard journal's recovery alone from `start` (the full scan
+/// from 0, or from the checkpoint's scan start), then closes it again.
+async fn time_journal_open(
     dir: &Path,
     config: &RecoveryConfig,
     fatal: &Rc<RecordFatal>,
-    scan_from: Option<u64>,
+    start: JournalPos,
 ) -> Result<f64, BenchError> {
-    let start = instant_now();
-    let (log, _report) = match scan_from {
-        Some(offset) => {
-            let from = LogOffset(offset);
-            Log::open_from(DmaStorage, dir, config.log_config(), SCAN_EPOCH, fatal.clone(), from)
-                .await?
-        }
-        None => Log::open(DmaStorage, dir, config.log_config(), SCAN_EPOCH, fatal.clone()).await?,
-    };
-    let scan_ms = instant_now().duration_since(start).as_secs_f64() * 1000.0;
-    let background = glommio::spawn_local(log.background());
-    log.close();
+    let began = instant_now();
+    let journal_config = JournalConfig::for_partitions(&config.log_config());
+    let (shard, _recovery) =
+        ShardJournal::open(DmaStorage, &dir.join(SHARD_DIR), journal_config, start, fatal.clone())
+            .await
+            .map_err(journal_error)?;
+    let scan_ms = instant_now().duration_since(began).as_secs_f64() * 1000.0;
+    let background = glommio::spawn_local(shard.background());
+    shard.close();
     background.await;
     if let Some(reason) = fatal.reasons().first() {
         return Err(BenchError::Log(LogError::Failed(reason.message.clone())));
@@ -363,15 +405,17 @@ async fn time_log_open(
     Ok(scan_ms)
 }
 
-/// Times reading the checkpoint file and restoring the state from it, each
-/// alone, as `Partition::open` does them. Returns both and the offset the
-/// checkpoint covers.
-async fn time_checkpoint_load(dir: &Path) -> Result<(f64, f64, u64), BenchError> {
+/// Times reading the checkpoint file, and restoring the state from it as
+/// the partition's open does (dedupe generation files included), each
+/// alone. Returns both and the checkpoint's scan start.
+async fn time_checkpoint_load(dir: &Path) -> Result<(f64, f64, JournalPos), BenchError> {
+    let partition_dir = dir.join(PARTITION_DIR);
     let start = instant_now();
-    let file = files::read_side_file(&DmaStorage, dir, CHECKPOINT_FILE, CHECKPOINT_MAGIC)
-        .await
-        .map_err(|error| BenchError::Partition(Box::new(error.into())))?
-        .ok_or_else(|| BenchError::Scenario("the build left no checkpoint".to_owned()))?;
+    let file =
+        files::read_side_file(&DmaStorage, &partition_dir, CHECKPOINT_FILE, CHECKPOINT_MAGIC)
+            .await
+            .map_err(|error| BenchError::Partition(Box::new(error.into())))?
+            .ok_or_else(|| BenchError::Scenario("the build left no checkpoint".to_owned()))?;
     let read_ms = instant_now().duration_since(start).as_secs_f64() * 1000.0;
     let ctx = PartitionContext {
         queue: QueueId(1),
@@ -381,11 +425,14 @@ async fn time_checkpoint_load(dir: &Path) -> Result<(f64, f64, u64), BenchError>
         config: queue_config(),
     };
     let start = instant_now();
-    let restored = PartitionState::restore(&file.payload, ctx)
-        .map_err(|error| BenchError::Scenario(format!("checkpoint does not restore: {error}")))?;
+    let (restored, covers) =
+        Partition::<DmaStorage>::restore_checkpoint(&DmaStorage, &partition_dir, ctx).await?;
     let restore_ms = instant_now().duration_since(start).as_secs_f64() * 1000.0;
+    if covers.is_none() {
+        return Err(BenchError::Scenario("the checkpoint restored nothing".to_owned()));
+    }
     drop(restored);
-    Ok((read_ms, restore_ms, file.value))
+    Ok((read_ms, restore_ms, JournalPos(file.value)))
 }
 
 /// One enqueue task: takes the next batch number until none is left.
@@ -423,7 +470,7 @@ async fn measure(
     let tasks: Vec<_> = (0..config.enqueuers)
         .map(|_| {
             glommio::spawn_local(enqueuer(
-                opened.0.clone(),
+                opened.partition.clone(),
                 shared.clone(),
                 next_batch.clone(),
                 clock.clone(),
@@ -442,10 +489,11 @@ async fn measure(
         let _ = close(opened, &fatal).await;
         return Err(error);
     }
-    opened.0.checkpoint().await?;
+    opened.partition.checkpoint().await?;
     close(opened, &fatal).await?;
-    let bytes_on_disk = dir_bytes(dir)?;
-    let checkpoint_path = dir.join(CHECKPOINT_FILE);
+    let bytes_on_disk = dir_bytes(&dir.join(PARTITION_DIR))?
+        + dir_bytes(&dir.join(SHARD_DIR).join(spool_broker::log::journal::JOURNAL_DIR_NAME))?;
+    let checkpoint_path = dir.join(PARTITION_DIR).join(CHECKPOINT_FILE);
     let checkpoint_bytes = std::fs::metadata(&checkpoint_path)
         .map_err(|source| BenchError::Dir {
             action: "stat",
@@ -454,9 +502,9 @@ async fn measure(
         })?
         .len();
 
-    let log_scan_ms = time_log_open(dir, config, &fatal, None).await?;
-    let (checkpoint_read_ms, checkpoint_restore_ms, covers) = time_checkpoint_load(dir).await?;
-    let log_scan_from_checkpoint_ms = time_log_open(dir, config, &fatal, Some(covers)).await?;
+    let log_scan_ms = time_journal_open(dir, config, &fatal, JournalPos(0)).await?;
+    let (checkpoint_read_ms, checkpoint_restore_ms, scan_start) = time_checkpoint_load(dir).await?;
+    let log_scan_from_checkpoint_ms = time_journal_open(dir, config, &fatal, scan_start).await?;
     let with_checkpoint = reopen(dir, config, &clock, &fatal).await?;
     // Closing wrote a fresh checkpoint; remove it so the next open replays all.
     std::fs::remove_file(&checkpoint_path).map_err(|source| BenchError::Dir {

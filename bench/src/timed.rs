@@ -59,7 +59,7 @@ impl IoTimings {
 }
 
 /// `inner`, with every file's writes and syncs timed into `timings`.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct TimedStorage<S> {
     inner: S,
     timings: Rc<RefCell<IoTimings>>,

@@ -18,13 +18,14 @@ fn number(report: &Value, path: &[&str]) -> f64 {
 
 #[test]
 fn log_append_reports_every_field_with_sane_values() {
-    // Goal: a 1 s run with 8 appenders prints one JSON object whose throughput, commit and
-    // latency figures are present and mutually consistent, and cleans up its log directory.
+    // Goal: a 1 s run with 8 appenders over 4 partitions of one shard journal prints one JSON
+    // object whose throughput, commit and latency figures are present and mutually
+    // consistent, and cleans up its log directory.
     let temp = tempfile::tempdir().unwrap();
     let output = Command::new(env!("CARGO_BIN_EXE_spool-bench"))
         .args(["log-append", "--dir"])
         .arg(temp.path())
-        .args(["--record-bytes", "1024", "--appenders", "8", "--seconds", "1"])
+        .args(["--record-bytes", "1024", "--appenders", "8", "--partitions", "4", "--seconds", "1"])
         .args(["--warmup-ms", "200", "--segment-bytes", "4194304", "--commit-bytes", "65536"])
         .output()
         .unwrap();
@@ -37,6 +38,7 @@ fn log_append_reports_every_field_with_sane_values() {
     assert_eq!(report["scenario"], "log-append");
     for (field, expected) in [
         ("appenders", 8.0),
+        ("partitions", 4.0),
         ("record_bytes", 1024.0),
         ("seconds", 1.0),
         ("segment_bytes", 4_194_304.0),

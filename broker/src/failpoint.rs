@@ -4,7 +4,7 @@
 //!
 //! Owns the list of point names ([`POINTS`]), the `SPOOL_FAILPOINTS` parser
 //! and the per-point hit counters. Does not decide where points sit: the
-//! [`eval`] call sites in `log/` and `partition/files.rs` do, each right
+//! [`eval`] call sites in `log/journal/` and `partition/files.rs` do, each right
 //! before the operation it names (a name ending in `.after` sits right after
 //! it).
 //!
@@ -22,33 +22,26 @@
 
 /// Every failpoint, in data-path order. Names are stable: tests walk them.
 pub const POINTS: &[&str] = &[
-    "log.append",
-    "log.commit.write",
-    "log.commit.write.after",
-    "log.commit.sync",
-    "log.commit.sync.after",
-    "log.witness.write",
-    "log.witness.write.after",
-    "log.witness.sync",
-    "log.witness.sync.after",
-    "log.roll.rename",
-    "log.roll.dir_sync",
-    "log.roll.dir_sync.after",
-    "log.prepare.write",
-    "log.prepare.sync",
-    "log.prepare.dir_sync",
-    "log.index.write",
-    "log.index.sync",
-    "log.retention.remove",
-    "log.retention.dir_sync",
+    "journal.commit.write",
+    "journal.commit.write.after",
+    "journal.commit.sync",
+    "journal.commit.sync.after",
     "journal.witness.write",
     "journal.witness.write.after",
     "journal.witness.sync",
     "journal.witness.sync.after",
-    "epoch.write",
-    "epoch.sync",
-    "epoch.rename",
-    "epoch.dir_sync",
+    "journal.roll.rename",
+    "journal.roll.dir_sync",
+    "journal.roll.dir_sync.after",
+    "journal.prepare.write",
+    "journal.prepare.sync",
+    "journal.prepare.dir_sync",
+    "journal.release.remove",
+    "journal.release.dir_sync",
+    "handles.write",
+    "handles.sync",
+    "handles.rename",
+    "handles.dir_sync",
     "checkpoint.write",
     "checkpoint.sync",
     "checkpoint.rename",
@@ -249,25 +242,36 @@ mod tests {
     #[test]
     fn parses_actions_hits_and_refuses_unknown_points() {
         // Goal: the env syntax parses every action and rejects typos by name.
-        let arms = parse("log.commit.sync=abort@3; checkpoint.write=error;log.append=delay(25)")
-            .expect("valid");
+        let arms = parse(
+            "journal.commit.sync=abort@3; checkpoint.write=error;journal.commit.write=delay(25)",
+        )
+        .expect("valid");
         assert_eq!(
             arms,
             vec![
-                Arm { point: "log.commit.sync", action: Action::Abort, from_hit: 3 },
+                Arm { point: "journal.commit.sync", action: Action::Abort, from_hit: 3 },
                 Arm { point: "checkpoint.write", action: Action::Error, from_hit: 1 },
-                Arm { point: "log.append", action: Action::DelayMs(25), from_hit: 1 },
+                Arm { point: "journal.commit.write", action: Action::DelayMs(25), from_hit: 1 },
             ]
         );
         assert!(parse("").expect("empty").is_empty());
-        assert!(matches!(parse("log.sinc=abort"), Err(FailpointError::UnknownPoint { .. })));
-        assert!(matches!(parse("log.append=explode"), Err(FailpointError::UnknownAction { .. })));
-        assert!(matches!(parse("log.append=abort@0"), Err(FailpointError::OutOfRange { .. })));
+        assert!(matches!(parse("journal.sinc=abort"), Err(FailpointError::UnknownPoint { .. })));
+        // A point of the retired segment log is refused by name too.
+        assert!(matches!(parse("log.append=abort"), Err(FailpointError::UnknownPoint { .. })));
+        let commit = "journal.commit.write";
         assert!(matches!(
-            parse("log.append=delay(99999999)"),
+            parse(&format!("{commit}=explode")),
+            Err(FailpointError::UnknownAction { .. })
+        ));
+        assert!(matches!(
+            parse(&format!("{commit}=abort@0")),
             Err(FailpointError::OutOfRange { .. })
         ));
-        assert!(matches!(parse("log.append"), Err(FailpointError::Syntax { .. })));
+        assert!(matches!(
+            parse(&format!("{commit}=delay(99999999)")),
+            Err(FailpointError::OutOfRange { .. })
+        ));
+        assert!(matches!(parse(commit), Err(FailpointError::Syntax { .. })));
     }
 
     #[test]

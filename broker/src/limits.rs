@@ -35,17 +35,6 @@ pub const SEGMENT_BYTES_MAX: u64 = 1 << 30;
 /// partition that fills one holds little, large enough that rolls are rare.
 /// The one default of the setting; `control::config` uses it too.
 pub const SEGMENT_BYTES_DEFAULT: u64 = 64 << 20;
-/// Default size of a partition's first segment. Each later segment doubles
-/// the one before, up to `segment_bytes`; an empty partition has no
-/// zero-filled segment at all (its first append prepares this one), so a
-/// partition that receives a few messages costs this much disk.
-pub const SEGMENT_BYTES_INITIAL_DEFAULT: u64 = 1 << 20;
-/// The next segment is prepared (zero-filled and synced under its temporary
-/// name) once the active one is filled to this percentage, not before: a
-/// partition that never fills half a segment never pays for a second one.
-/// At 50 % a 1 MiB segment leaves 512 KiB of appends to hide the 2 MiB
-/// preparation behind, and a 64 MiB one 32 MiB.
-pub const SEGMENT_PREPARE_AT_PERCENT: u64 = 50;
 
 /// Largest `commit_bytes` a log may be configured with. A single batch larger
 /// than `commit_bytes` is committed alone, so the largest commit is the larger
@@ -53,10 +42,6 @@ pub const SEGMENT_PREPARE_AT_PERCENT: u64 = 50;
 pub const COMMIT_BYTES_MAX: u64 = 8 << 20;
 /// Default target size of one group commit.
 pub const COMMIT_BYTES_DEFAULT: u64 = 1 << 20;
-/// First size of a commit's gather buffer; it doubles as batches arrive, up
-/// to the commit size. Commits of claims and acks are a few KiB; the tail
-/// cache keeps a copy of a commit's span, never its larger buffer.
-pub const GATHER_BUF_INITIAL_BYTES: u64 = 64 << 10;
 
 /// Most commits that may be written but not yet synced at once.
 pub const INFLIGHT_COMMITS_MAX: usize = 8;
@@ -78,12 +63,6 @@ pub const PENDING_BYTES_DEFAULT: u64 = 32 << 20;
 /// commits fed.
 pub const DATA_PENDING_BYTES_DEFAULT: u64 = COMMIT_SPAN_FOR_MAX_BATCH;
 
-/// Smallest and default spacing of sparse index entries, in segment bytes.
-pub const INDEX_INTERVAL_BYTES_MIN: u64 = PAGE_BYTES;
-pub const INDEX_INTERVAL_BYTES_DEFAULT: u64 = 64 * 1024;
-/// Most index entries one segment can hold (one per interval at the minimum).
-pub const INDEX_ENTRIES_MAX: u64 = SEGMENT_BYTES_MAX / INDEX_INTERVAL_BYTES_MIN;
-
 /// Largest and default in-memory cache of recently committed pages, per
 /// partition, counted at the memory its buffers hold.
 pub const TAIL_CACHE_BYTES_MAX: u64 = 256 << 20;
@@ -93,13 +72,6 @@ pub const TAIL_CACHE_BYTES_DEFAULT: u64 = 8 << 20;
 /// scanning a segment at recovery.
 pub const ZERO_FILL_CHUNK_BYTES: u64 = 1 << 20;
 pub const SCAN_CHUNK_BYTES: u64 = 1 << 20;
-/// A read of a segment file that misses the tail cache reads at least this
-/// much (up to [`SCAN_CHUNK_BYTES`]), and the batches it holds whole stay
-/// with the log as its read-back (one read's worth per partition, freed
-/// once consumers pass it): the next claims of a backlog take their records
-/// from memory, each batch crc-checked once, instead of reading and
-/// checking the same producer batch again for every few records.
-pub const READ_BACK_MIN_BYTES: u64 = 256 << 10;
 
 /// Bytes of one read of a journal file for entries the commit cache no
 /// longer holds: a lagging consumer's partition finds its entries spread
@@ -108,14 +80,6 @@ pub const READ_BACK_MIN_BYTES: u64 = 256 << 10;
 /// next (`read_ahead_bytes`).
 pub const JOURNAL_READ_CHUNK_BYTES: u64 = 256 << 10;
 const _: () = assert!(JOURNAL_READ_CHUNK_BYTES.is_multiple_of(PAGE_BYTES));
-
-/// Default step of the written-bytes reservation (`log/reserve.rs`): the
-/// committers extend a segment's durable bound `Z` (every byte they ever
-/// wrote lies below it) this far past the commit that needs it, ahead of
-/// need, and a reopen's search for non-zero bytes after the last valid batch
-/// reads at most this much past the written bytes instead of running to the
-/// segment's capacity. One reservation write and sync per step of data.
-pub const RESERVE_STEP_BYTES_DEFAULT: u64 = 1 << 20;
 
 /// Largest `max_bytes` a single read may ask for.
 pub const READ_BYTES_MAX: u64 = 64 << 20;
@@ -206,9 +170,6 @@ pub const JOURNAL_RELOCATE_ENTRIES_PER_PASS: usize = 65_536;
 /// yields to the executor.
 pub const JOURNAL_RELOCATE_YIELD_ENTRIES: usize = 256;
 
-/// Most segment files one partition directory may hold.
-pub const SEGMENTS_MAX: usize = 1 << 16;
-
 /// Smallest filler batch: a bare header.
 pub const FILLER_BYTES_MIN: u64 = BATCH_HEADER_BYTES as u64;
 
@@ -218,19 +179,13 @@ pub const COMMIT_SPAN_FOR_MAX_BATCH: u64 =
     (BATCH_BYTES_MAX as u64 + FILLER_BYTES_MIN).div_ceil(PAGE_BYTES) * PAGE_BYTES;
 
 const _: () = assert!(PAGE_BYTES.is_multiple_of(SECTOR_BYTES));
-const _: () = assert!(RESERVE_STEP_BYTES_DEFAULT.is_multiple_of(PAGE_BYTES));
 const _: () = assert!(SEGMENT_BYTES_MIN.is_multiple_of(PAGE_BYTES));
 const _: () = assert!(SEGMENT_BYTES_MAX.is_multiple_of(PAGE_BYTES));
 const _: () = assert!(SEGMENT_BYTES_DEFAULT.is_multiple_of(PAGE_BYTES));
 const _: () = assert!(SEGMENT_BYTES_MIN <= SEGMENT_BYTES_DEFAULT);
 const _: () = assert!(SEGMENT_BYTES_DEFAULT <= SEGMENT_BYTES_MAX);
-const _: () = assert!(SEGMENT_BYTES_INITIAL_DEFAULT.is_multiple_of(PAGE_BYTES));
-const _: () = assert!(SEGMENT_BYTES_MIN <= SEGMENT_BYTES_INITIAL_DEFAULT);
-const _: () = assert!(SEGMENT_BYTES_INITIAL_DEFAULT <= SEGMENT_BYTES_DEFAULT);
-const _: () = assert!(SEGMENT_PREPARE_AT_PERCENT >= 1 && SEGMENT_PREPARE_AT_PERCENT <= 100);
 const _: () = assert!(COMMIT_BYTES_MAX.is_multiple_of(PAGE_BYTES));
 const _: () = assert!(COMMIT_BYTES_DEFAULT.is_multiple_of(PAGE_BYTES));
-const _: () = assert!(GATHER_BUF_INITIAL_BYTES.is_multiple_of(PAGE_BYTES));
 const _: () = assert!(COMMIT_BYTES_DEFAULT <= COMMIT_BYTES_MAX);
 const _: () = assert!(COMMIT_SPAN_FOR_MAX_BATCH <= COMMIT_BYTES_MAX);
 const _: () = assert!(COMMIT_BYTES_MAX <= SEGMENT_BYTES_DEFAULT);
@@ -249,11 +204,9 @@ const _: () = assert!(PENDING_BYTES_DEFAULT <= PENDING_BYTES_MAX);
 const _: () = assert!(DATA_PENDING_BYTES_DEFAULT <= PENDING_BYTES_DEFAULT);
 const _: () = assert!(DATA_PENDING_BYTES_DEFAULT >= COMMIT_SPAN_FOR_MAX_BATCH);
 const _: () = assert!(PENDING_BYTES_DEFAULT >= COMMIT_SPAN_FOR_MAX_BATCH);
-const _: () = assert!(INDEX_INTERVAL_BYTES_DEFAULT.is_multiple_of(PAGE_BYTES));
 const _: () = assert!(TAIL_CACHE_BYTES_DEFAULT <= TAIL_CACHE_BYTES_MAX);
 const _: () = assert!(ZERO_FILL_CHUNK_BYTES.is_multiple_of(PAGE_BYTES));
 const _: () = assert!(SCAN_CHUNK_BYTES.is_multiple_of(PAGE_BYTES));
-const _: () = assert!(READ_BACK_MIN_BYTES <= SCAN_CHUNK_BYTES);
 
 /// Longest a shard's housekeeping timer sleeps when nothing falls due: it
 /// bounds how late the process-wide stop flag, a due checkpoint and a

@@ -39,15 +39,12 @@ fn log_config() -> LogConfig {
     // span bounds them from below).
     LogConfig {
         segment_bytes: 64 * 1024,
-        segment_bytes_initial: 64 * 1024,
         commit_bytes: 16 * 1024,
         batch_bytes_max: 64 * 1024,
         inflight_commits_max: 2,
         pending_bytes_max: 256 * 1024,
         data_pending_bytes_max: 128 * 1024,
-        index_interval_bytes: 4096,
         tail_cache_bytes: 64 * 1024,
-        ..LogConfig::default()
     }
 }
 
@@ -117,7 +114,7 @@ async fn open_on(layout: Layout, disk: &SimStorage, now: &Rc<Cell<u64>>) -> Open
 }
 
 fn journal(partition: &Partition<SimStorage>) -> &Journal<SimStorage> {
-    partition.log().journal().unwrap().shard().journal()
+    partition.log().journal().shard().journal()
 }
 
 async fn claim_all(partition: &Partition<SimStorage>) -> Vec<(DeliveryToken, u64, Vec<u8>)> {
@@ -189,13 +186,13 @@ async fn reclaim_round(partition: &Rc<Partition<SimStorage>>) -> usize {
     if partition.journal_checkpoint_frees() {
         partition.checkpoint().await.unwrap();
     }
-    let needed = journal.durable_position().min(partition.journal_pin().unwrap());
+    let needed = journal.durable_position().min(partition.journal_pin());
     if journal.file_base(needed) > journal.oldest_file() {
         return journal.release_below(needed).await.unwrap().files;
     }
     relocate_pass(journal, std::slice::from_ref(partition), 0.5, 8 << 20).await.unwrap();
     // Let the copies' commit become durable.
-    let (data, control) = partition.log().journal().unwrap().last_tickets();
+    let (data, control) = partition.log().journal().last_tickets();
     for ticket in [data, control].into_iter().flatten() {
         let _ = ticket.durable().await;
     }
@@ -248,7 +245,7 @@ fn one_live_record_no_longer_pins_the_journal_after_relocation() {
             if partition.journal_checkpoint_frees() {
                 partition.checkpoint().await.unwrap();
             }
-            let needed = journal.durable_position().min(partition.journal_pin().unwrap());
+            let needed = journal.durable_position().min(partition.journal_pin());
             assert_eq!(journal.release_below(needed).await.unwrap().files, 0);
         }
         assert_eq!(journal.file_count(), written);
@@ -263,7 +260,7 @@ fn one_live_record_no_longer_pins_the_journal_after_relocation() {
         // The kept record's batch is read from its copy, in a file still
         // held (dead batches of the newest files stay indexed until a
         // checkpoint cuts them or a pass reaches their file).
-        let index = partition.log().journal().unwrap().index();
+        let index = partition.log().journal().index();
         assert_eq!(index[0].first_offset, 0);
         assert!(index[0].position >= journal.oldest_file(), "{index:?}");
         // A crash now (a killed process) brings back the record, once

@@ -396,156 +396,6 @@ fn ack_after_close_is_refused_not_acknowledged(layout: Layout) {
     });
 }
 
-/// Opens with 64 KiB segments (so a small test rolls several) and returns the report.
-async fn open_small_segments(
-    dir: &Path,
-    now: &Rc<Cell<u64>>,
-) -> (Rc<Partition<DmaStorage>>, glommio::task::JoinHandle<()>, OpenReport) {
-    let name =
-        PartitionName { queue: "jobs".into(), queue_id: QueueId(1), partition: PartitionId(0) };
-    let (partition, background, report) = Partition::open(
-        DmaStorage,
-        dir,
-        name,
-        QueueConfig::default(),
-        LogConfig {
-            segment_bytes: 64 * 1024,
-            commit_bytes: 16 * 1024,
-            batch_bytes_max: 8 * 1024,
-            pending_bytes_max: 1 << 20,
-            index_interval_bytes: 4096,
-            tail_cache_bytes: 32 * 1024,
-            ..LogConfig::default()
-        },
-        [7u8; 32],
-        Rc::new(RecordFatal::default()),
-        clock(now),
-    )
-    .await
-    .expect("open");
-    (partition, glommio::spawn_local(background).detach(), report)
-}
-
-#[test]
-fn reopen_with_a_checkpoint_skips_sealed_segments_below_it() {
-    // Goal: Partition::open bounds the log scan by the checkpoint (sealed segments below it
-    // are trusted, not read) and still recovers the same state; without the checkpoint the
-    // whole log is scanned. Method: roll several 64 KiB segments, close, reopen twice.
-    let dir = tempfile::tempdir().unwrap();
-    let now = Rc::new(Cell::new(START_MS));
-    run(async move {
-        let (partition, task, _) = open_small_segments(dir.path(), &now).await;
-        for round in 0..40u8 {
-            let ids: Vec<u8> = (0..5).map(|i| round.wrapping_mul(5).wrapping_add(i)).collect();
-            partition.enqueue(&batch(&ids, START_MS)).await.unwrap();
-        }
-        assert!(partition.log().segments().len() >= 3, "the test needs sealed segments");
-        let before = partition.with_state(|state| state.messages());
-        close((partition, task)).await;
-
-        let (partition, task, report) = open_small_segments(dir.path(), &now).await;
-        assert!(report.checkpoint_covers.is_some());
-        assert_eq!(report.log.segments_trusted, partition.log().segments().len() - 1);
-        assert_eq!(partition.with_state(|state| state.messages()), before);
-        close((partition, task)).await;
-
-        std::fs::remove_file(dir.path().join("checkpoint")).unwrap();
-        let (partition, task, report) = open_small_segments(dir.path(), &now).await;
-        assert_eq!(report.checkpoint_covers, None);
-        assert_eq!(report.log.segments_trusted, 0);
-        assert_eq!(partition.with_state(|state| state.messages()), before);
-        close((partition, task)).await;
-    });
-}
-
-#[test]
-fn reopen_scans_from_the_checkpoints_resume_point_and_claims_still_read_below_it() {
-    // Goal: the reopen after a checkpoint reads the segment holding its offset only from
-    // the resume point written with it (fewer bytes than the scan without the point), and
-    // claims of live messages below the point still read their records. Without the
-    // resume file (a checkpoint of an older version) or with a damaged one the segment is
-    // scanned whole and the state is the same. Fails on the old code: no resume point.
-    let dir = tempfile::tempdir().unwrap();
-    let now = Rc::new(Cell::new(START_MS));
-    run(async move {
-        let (partition, task, _) = open_small_segments(dir.path(), &now).await;
-        for index in 0..150u16 {
-            partition.enqueue(&numbered_batch(index * 2, 2, START_MS)).await.unwrap();
-        }
-        let segments = partition.log().segments();
-        let last = segments.last().unwrap().clone();
-        assert!(last.index_entries >= 3, "the test wants a point inside the segment");
-        close((partition, task)).await;
-        assert!(dir.path().join("resume").exists());
-
-        let (partition, task, resumed) = open_small_segments(dir.path(), &now).await;
-        let (path, pos) = resumed.log.resumed_at.clone().expect("scan resumed at the point");
-        assert_eq!(path, last.path);
-        assert!(pos > 0);
-        assert!(!resumed.log.resume_rejected);
-        // Every live message, the ones below the point included, reads back its own record.
-        let request = ClaimRequest { max_bytes: 4 << 20, ..claim_request(50) };
-        let mut claimed = Vec::new();
-        for _ in 0..6 {
-            claimed.extend(partition.claim(&request, Lane::Main, 0).await.unwrap());
-        }
-        assert_eq!(claimed.len(), 300);
-        for item in &claimed {
-            let record = spool_wire::batch::validate_record(&item.record).unwrap();
-            let number = u16::from_be_bytes([record.message_id.0[0], record.message_id.0[1]]);
-            let expected = numbered_record(number, START_MS);
-            match (&record.payload, &expected.payload) {
-                (spool_wire::batch::ArchivedPayload::Inline(got), Payload::Inline(want)) => {
-                    assert_eq!(got.as_slice(), want.as_slice(), "payload of record {number}");
-                }
-                (other, _) => panic!("inline payload expected, got {other:?}"),
-            }
-        }
-        // Acked (in steps the test's batch size holds), so the next open has no claims
-        // of an older epoch to fence.
-        let tokens: Vec<_> = claimed.iter().map(|item| item.delivery.token).collect();
-        for chunk in tokens.chunks(50) {
-            assert!(partition.ack(chunk).await.iter().all(Result::is_ok));
-        }
-        // How the acks' commits fell decides whether a segment just rolled;
-        // the point needs an indexed batch past the active segment's start.
-        let mut number = 300u16;
-        while partition.log().segments().last().unwrap().index_entries < 3 {
-            assert!(number < 400, "the active segment never took 3 indexed batches");
-            partition.enqueue(&numbered_batch(number, 2, START_MS)).await.unwrap();
-            number += 2;
-        }
-        let before = partition.with_state(|state| state.messages());
-        close((partition, task)).await;
-
-        // Without the resume file: the same state, from a scan of the whole segment.
-        std::fs::remove_file(dir.path().join("resume")).unwrap();
-        let (partition, task, whole) = open_small_segments(dir.path(), &now).await;
-        assert_eq!(whole.log.resumed_at, None);
-        assert_eq!(partition.with_state(|state| state.messages()), before);
-        close((partition, task)).await;
-        let (partition, task, again) = open_small_segments(dir.path(), &now).await;
-        assert!(again.log.resumed_at.is_some(), "the close's checkpoint wrote a new point");
-        assert!(
-            again.log.scan_bytes_read < whole.log.scan_bytes_read,
-            "resumed {} bytes, whole {}",
-            again.log.scan_bytes_read,
-            whole.log.scan_bytes_read
-        );
-        close((partition, task)).await;
-
-        // A damaged resume file: ignored, the segment scanned whole.
-        let resume = dir.path().join("resume");
-        let mut bytes = std::fs::read(&resume).unwrap();
-        bytes[40] ^= 0xFF;
-        std::fs::write(&resume, bytes).unwrap();
-        let (partition, task, damaged) = open_small_segments(dir.path(), &now).await;
-        assert_eq!(damaged.log.resumed_at, None);
-        assert_eq!(partition.with_state(|state| state.messages()), before);
-        close((partition, task)).await;
-    });
-}
-
 /// A data batch of records `first..first + count`, each with a message id
 /// and a payload derived from its number (so a record served for the wrong
 /// offset is caught).
@@ -608,17 +458,9 @@ fn a_large_claim_from_disk_serves_every_record_its_own_bytes(layout: Layout) {
             }
             offsets.push(item.delivery.offset.0);
         }
-        match layout {
-            // Acked messages and the events between batches left gaps.
-            Layout::Segments => {
-                assert!(offsets.windows(2).any(|pair| pair[1] > pair[0] + 1), "{offsets:?}");
-            }
-            // Offsets number data records only (control entries take none),
-            // and the acked ones are the oldest: the rest are dense.
-            Layout::Journal | Layout::JournalOrdered => {
-                assert_eq!(offsets, (acked as u64..400).collect::<Vec<_>>());
-            }
-        }
+        // Offsets number data records only (control entries take none), and
+        // the acked ones are the oldest: the rest are dense.
+        assert_eq!(offsets, (acked as u64..400).collect::<Vec<_>>());
         close(opened).await;
     });
 }
@@ -698,46 +540,47 @@ type SimOpened = (Rc<Partition<SimStorage>>, glommio::task::JoinHandle<()>, Open
 async fn open_sim(disk: &SimStorage, now: &Rc<Cell<u64>>) -> SimOpened {
     let name =
         PartitionName { queue: "jobs".into(), queue_id: QueueId(1), partition: PartitionId(0) };
-    let (partition, background, report) = Partition::open(
+    let (partition, background, report) = open_partition(
+        Layout::Journal,
         disk.clone(),
         Path::new("/data/p0"),
         name,
         QueueConfig::default(),
         small_log(),
-        [7u8; 32],
         Rc::new(RecordFatal::default()),
         clock(now),
     )
     .await
     .expect("open");
-    let task = glommio::spawn_local(background).detach();
+    let task = glommio::spawn_local(background.into_future()).detach();
     (partition, task, report)
 }
 
 #[test]
 fn claims_ride_the_next_commit_someone_waits_for_and_a_crash_meanwhile_loses_only_them() {
-    // Goal: with the segment log's commit delay (the broker sets
-    // `COMMIT_DELAY_MS` for segment partitions), a claim, which replies
+    // Goal: with the shard journal's commit delay (the broker sets
+    // `COMMIT_DELAY_MS`), a claim, which replies
     // without its own sync, costs no commit of its own: its events are
     // written with the next commit someone waits for (an ack, an enqueue).
     // A crash while they are held loses only them: after reopen the
     // message is ready at once (not after its lease), the lost claim's
     // token is stale, and the acked message never comes back. Method:
-    // SimStorage, a commit delay the test never ends, the log's commit
+    // SimStorage, a commit delay the test never ends, the journal's commit
     // count around each request, a crash image while a claim is held.
     let now = Rc::new(Cell::new(START_MS));
     run(async move {
         let disk = SimStorage::new();
         let (partition, _task, _) = open_sim(&disk, &now).await;
         let gate = Rc::new(witness_gate::Gate::default());
-        partition.set_commit_delay(gate.delay());
+        let journal = partition.log().journal().shard().journal();
+        journal.set_commit_delay(gate.delay());
         let settle = || async {
             for _ in 0..300 {
                 futures_lite::future::yield_now().await;
             }
         };
         partition.enqueue(&batch(&[1, 2, 3], START_MS)).await.unwrap();
-        let commits = || partition.log().stats().commits;
+        let commits = || journal.stats().commits;
         let start = commits();
         let first = partition.claim(&claim_request(1), Lane::Main, 0).await.unwrap();
         assert_eq!(first.len(), 1);
@@ -930,51 +773,6 @@ fn a_crash_at_any_point_of_a_checkpoint_leaves_the_old_or_the_new_one_usable() {
             );
         }
         assert!(from_old > 0 && from_new > 0, "old {from_old}, new {from_new}");
-    });
-}
-
-#[test]
-fn acked_commits_leave_the_tail_cache_at_the_next_tick() {
-    // Goal: a partition whose messages were acked holds no cached commits
-    // at rest (segments layout: the cache is the partition's own, up to
-    // `tail_cache_bytes`), while commits holding a live message stay cached.
-    // Method: two enqueue commits, ack the first's records, tick: the first
-    // commit goes, the second stays; ack the rest, tick: nothing is cached;
-    // a later message is still claimed with its own bytes.
-    let dir = tempfile::tempdir().unwrap();
-    let now = Rc::new(Cell::new(START_MS));
-    run(async move {
-        let opened = open(Layout::Segments, dir.path(), &now, QueueConfig::default()).await;
-        let partition = opened.0.clone();
-        partition.enqueue(&batch(&[1, 2, 3], START_MS)).await.unwrap();
-        let after_first = partition.log().cached_bytes();
-        partition.enqueue(&batch(&[4], START_MS)).await.unwrap();
-        let after_both = partition.log().cached_bytes();
-        assert!(after_first > 0 && after_both > after_first, "{after_first} then {after_both}");
-        partition.tick();
-        assert_eq!(partition.log().cached_bytes(), after_both, "every message is live");
-
-        let claimed = partition.claim(&claim_request(4), Lane::Main, 0).await.unwrap();
-        assert_eq!(claimed.len(), 4);
-        let first: Vec<_> = claimed[..3].iter().map(|c| c.delivery.token).collect();
-        assert!(partition.ack(&first).await.iter().all(Result::is_ok));
-        let with_ack = partition.log().cached_bytes();
-        partition.tick();
-        let trimmed = partition.log().cached_bytes();
-        assert_eq!(trimmed, with_ack - after_first, "the first commit, and only it, went");
-
-        assert!(partition.ack(&[claimed[3].delivery.token]).await[0].is_ok());
-        partition.tick();
-        assert_eq!(partition.log().cached_bytes(), 0, "nothing live: nothing cached");
-
-        partition.enqueue(&batch(&[5], START_MS)).await.unwrap();
-        let claimed = partition.claim(&claim_request(1), Lane::Main, 0).await.unwrap();
-        let record = spool_wire::batch::validate_record(&claimed[0].record).unwrap();
-        match &record.payload {
-            spool_wire::batch::ArchivedPayload::Inline(bytes) => assert_eq!(&bytes[..], &[5; 100]),
-            other => panic!("inline payload expected, got {other:?}"),
-        }
-        close(opened).await;
     });
 }
 

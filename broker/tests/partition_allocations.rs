@@ -28,6 +28,8 @@ use spool_broker::queue::{
 use spool_wire::batch::{BatchBytes, DataBatchBuilder, MessageId, Payload, Record};
 
 mod counting_alloc;
+mod partition_layout;
+use partition_layout::{open_partition, Layout};
 
 use counting_alloc::{calls, Counting};
 
@@ -119,19 +121,19 @@ fn measure() -> Figures {
         let name =
             PartitionName { queue: "jobs".into(), queue_id: QueueId(1), partition: PartitionId(0) };
         let log = LogConfig { segment_bytes: 64 << 20, ..LogConfig::default() };
-        let (partition, background, _) = Partition::open(
+        let (partition, background, _) = open_partition(
+            Layout::Journal,
             disk,
             Path::new("/data/p0"),
             name,
             QueueConfig::default(),
             log,
-            [7u8; 32],
             Rc::new(RecordFatal::default()),
             clock,
         )
         .await
         .expect("open");
-        let _task = glommio::spawn_local(background).detach();
+        let _task = glommio::spawn_local(background.into_future()).detach();
         let partition: Rc<Partition<SimStorage>> = partition;
         let mut figures = Figures::default();
         let mut next_id = 0u64;
@@ -258,14 +260,22 @@ fn partition_requests_allocate_a_bounded_number_of_times() {
     // its waiter slot, its DMA buffer), and for
     // a claim the list of class cursors (1) and the log's read of the
     // records (about 14: its batch list and the cached commits' slices).
+    // On the shard journal (the only log since the segment log was
+    // removed), measured: enqueue 4.1 / 5.1, claim of 64 20.7, ack 4.0 /
+    // 4.0, extend 2.0, release 2.2. A control append that the segment log
+    // copied into its open gather buffer (no allocation) costs the journal
+    // two: the entry's own copy of the batch (`Box<[u8]>`, queued in its
+    // lane until a commit takes it) and its ticket cell
+    // (`log/journal/appender.rs`, `append_owned_as`); pooling those is the
+    // way back to 0.
     let bounds = [
         ("enqueue of 1", figures.enqueue_1, 5.0),
         ("enqueue of 64", figures.enqueue_64, 7.0),
-        ("claim of 64", figures.claim_64, 20.0),
+        ("claim of 64", figures.claim_64, 22.0),
         ("ack of 1", figures.ack_1, 5.0),
         ("ack of 64", figures.ack_64, 5.0),
-        ("extend", figures.extend, 0.5),
-        ("release", figures.release, 0.5),
+        ("extend", figures.extend, 2.0),
+        ("release", figures.release, 2.5),
     ];
     for (kind, measured, bound) in bounds {
         assert!(measured <= bound, "{kind}: {measured:.2} allocation calls a request");

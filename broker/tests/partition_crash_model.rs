@@ -82,15 +82,12 @@ fn log_config() -> LogConfig {
     // flight happen within a round.
     LogConfig {
         segment_bytes: 256 * 1024,
-        segment_bytes_initial: 64 * 1024,
         commit_bytes: 16 * 1024,
         batch_bytes_max: 64 * 1024,
         inflight_commits_max: 2,
         pending_bytes_max: 256 * 1024,
         data_pending_bytes_max: 128 * 1024,
-        index_interval_bytes: 4096,
         tail_cache_bytes: 64 * 1024,
-        reserve_step_bytes: LogConfig::default().reserve_step_bytes,
     }
 }
 

@@ -312,6 +312,9 @@ pub struct SpooldOptions {
     /// A data directory outside the broker's temporary root (a loop-mounted
     /// file system); it must exist and outlive the broker.
     pub data_dir: Option<PathBuf>,
+    /// The soft RLIMIT_NOFILE the process starts with (its hard limit
+    /// unchanged); `None`: the test process's own.
+    pub nofile_soft: Option<u64>,
 }
 
 impl SpooldOptions {
@@ -324,6 +327,7 @@ impl SpooldOptions {
             env: Vec::new(),
             bin: None,
             data_dir: None,
+            nofile_soft: None,
         }
     }
 
@@ -405,13 +409,25 @@ fn spoold_command(data_dir: &Path, base_port: u16, options: &SpooldOptions, log:
     for (name, value) in &options.env {
         command.env(name, value);
     }
+    let nofile_soft = options.nofile_soft;
     // SAFETY: the closure runs in the child between fork and exec and calls
-    // only prctl(2), which is async-signal-safe.
+    // only prctl(2), getrlimit(2) and setrlimit(2), which are
+    // async-signal-safe.
     unsafe {
         use std::os::unix::process::CommandExt;
-        command.pre_exec(|| {
+        command.pre_exec(move || {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
                 return Err(std::io::Error::last_os_error());
+            }
+            if let Some(soft) = nofile_soft {
+                let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+                if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                limit.rlim_cur = soft as libc::rlim_t;
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
             }
             Ok(())
         });

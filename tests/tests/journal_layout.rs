@@ -1,13 +1,13 @@
-// Goal: the journal layout (`--log-layout journal`: one journal per shard
-// shared by its partitions, `docs/design/shard-journal.md`) serves the
+// Goal: the journal (one journal per shard shared by its partitions, the
+// only log layout: `docs/design/shard-journal.md`) serves the
 // protocol end to end and keeps every promise across a crash: over 2 shards
 // and several partitions, create/send/claim/ack work; after a SIGKILL in
 // the middle of a stream of enqueues and acks, every acknowledged enqueue
 // is there, no acknowledged ack is undone, a token from before the kill is
 // STALE_TOKEN while its message is claimable at once (the epoch fence, not
-// the lease); and the data directory keeps its layout and shard count: a
-// restart with another `--cores` or with `--log-layout segments` is refused
-// with a message naming both values. Method: real spoold processes over
+// the lease); and the data directory keeps its shard count (a restart with
+// another `--cores` is refused naming both values), and a directory of the
+// retired segment layout is refused saying what to do. Method: real spoold processes over
 // TCP, a ledger of what the broker acknowledged, compared with a drain
 // after the restart.
 
@@ -42,9 +42,7 @@ const ENQUEUED_BEFORE_KILL: usize = 2_000;
 const ACKED_BEFORE_KILL: usize = 300;
 
 fn journal_options() -> SpooldOptions {
-    let mut options = SpooldOptions::new(SHARDS);
-    options.args.extend(["--log-layout".to_owned(), "journal".to_owned()]);
-    options
+    SpooldOptions::new(SHARDS)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -168,42 +166,35 @@ async fn journal_layout_keeps_acknowledged_work_across_sigkill_and_keeps_its_sha
         "the refusal names both shard counts:\n{}",
         refused.log
     );
-    // The layout is fixed too.
+    // A data directory of the retired segment layout is refused, saying
+    // what it is and what to do, and is left as it was.
     broker.options_mut().cores = SHARDS;
-    broker.options_mut().args = vec!["--log-layout".to_owned(), "segments".to_owned()];
+    let format_path = data_dir.join("format");
+    let journal_format = std::fs::read_to_string(&format_path).unwrap();
+    std::fs::write(&format_path, "log_layout = segments\n").unwrap();
     let refused = broker.try_restart().unwrap_err();
     assert!(refused.status.is_some_and(|status| !status.success()), "{refused}");
     assert!(
-        refused.log.contains("log_layout = journal")
-            && refused.log.contains("log_layout = segments"),
-        "the refusal names both layouts:\n{}",
+        refused.log.contains("segment log layout") && refused.log.contains("new data directory"),
+        "the refusal says what the directory is and what to do:\n{}",
         refused.log
     );
-    // With no layout set it starts with the recorded one (journal), and
-    // what was drained stays drained; a message sent now is there after a
-    // restart with the layout named explicitly.
-    let mut unset = journal_options().args;
-    let flag = unset.iter().position(|arg| arg == "--log-layout").unwrap();
-    unset.drain(flag..flag + 2);
-    broker.options_mut().args = unset;
+    assert_eq!(std::fs::read_to_string(&format_path).unwrap(), "log_layout = segments\n");
+    // Its journal record back: what was drained stays drained, and a
+    // message sent now is there after a restart.
+    std::fs::write(&format_path, journal_format).unwrap();
     broker.restart();
-    assert!(
-        broker.log().contains("starting with the data directory's recorded layout"),
-        "the broker says which layout it took:\n{}",
-        broker.log()
-    );
     let client = broker.client().await;
     let after = drain(&client, "stream", 100, 1).await;
     assert!(after.is_empty(), "acked messages came back after a clean restart: {after:?}");
     let producer = Producer::new(client.clone(), ProducerConfig::default()).unwrap();
-    producer.send("stream", Message::new("unset").id(message_id(4, 0))).await.unwrap();
+    producer.send("stream", Message::new("later").id(message_id(4, 0))).await.unwrap();
     drop((producer, client));
     assert!(broker.terminate().success());
-    broker.options_mut().args = journal_options().args;
     broker.restart();
     let client = broker.client().await;
     let after = drain(&client, "stream", 100, 1).await;
-    assert_eq!(after.len(), 1, "the message sent with no layout set: {after:?}");
+    assert_eq!(after.len(), 1, "the message sent after the refused start: {after:?}");
 }
 
 /// Bulk records enqueued one by one (each its own commit) into the
@@ -284,7 +275,6 @@ struct OneShardJournal {
 impl OneShardJournal {
     async fn start(args: &[&str], queue: &str) -> Self {
         let mut options = SpooldOptions::new(1);
-        options.args.extend(["--log-layout".to_owned(), "journal".to_owned()]);
         options.args.extend(args.iter().map(|arg| (*arg).to_owned()));
         let broker = Spoold::start_with(options);
         let journal_dir = broker.data_dir().join("shard-00").join("journal");

@@ -17,23 +17,14 @@ use spool_tests::killloop::{run, KillLoopConfig};
 const KILLS: u32 = 30;
 
 // Goal: nothing acknowledged is lost or undone across 30 SIGKILLs, and no
-// token from a killed process is accepted. Method: the kill loop with quick
-// settings (kills every 0.1–0.4 s), then every violation count must be 0.
+// token from a killed process is accepted, with everything the shard
+// journal does running throughout (claims that reply before their commit,
+// the epoch fence, release passes and the checkpoints they ask for).
+// Method: the kill loop with quick settings (kills every 0.1–0.4 s), then
+// every violation count must be 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thirty_kills_lose_nothing_acknowledged() {
     thirty_kills(KillLoopConfig::quick(KILLS, seed())).await;
-}
-
-// Goal: the same promises on the journal layout (one journal per shard,
-// claims that reply before their commit, the epoch fence, the shard's
-// journal release passes and the checkpoints they ask for running
-// throughout). Method: the same quick loop with `--log-layout journal` on
-// every start; every violation count must be 0.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn thirty_kills_on_the_journal_lose_nothing_acknowledged() {
-    let mut config = KillLoopConfig::quick(KILLS, seed());
-    config.spoold_args = vec!["--log-layout".to_owned(), "journal".to_owned()];
-    thirty_kills(config).await;
 }
 
 /// Partitions of the wide-queue run.
@@ -48,19 +39,17 @@ const WIDE_KILLS: u32 = 20;
 /// than the quick run's lets the enqueues reach most partitions.
 const WIDE_BACKLOG: usize = 4_000;
 
-// Goal: the same promises when the queue is wide: 256 partitions on the
-// journal layout, so many partitions' enqueues, claims and acks share each
+// Goal: the same promises when the queue is wide: 256 partitions, so many partitions' enqueues, claims and acks share each
 // commit and sync of a shard's journal, every restart reopens 128
 // partitions per shard from one journal, and the checker compares every
 // partition's live messages. Method: the quick loop with 256 partitions
-// and `--log-layout journal`; every violation count must be 0 and the
+// every violation count must be 0 and the
 // load must have reached well beyond a handful of partitions.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_kills_of_a_256_partition_queue_on_the_journal_lose_nothing_acknowledged() {
     let mut config = KillLoopConfig::quick(WIDE_KILLS, seed());
     config.partitions = WIDE_PARTITIONS;
     config.backlog_max = WIDE_BACKLOG;
-    config.spoold_args = vec!["--log-layout".to_owned(), "journal".to_owned()];
     let report = run(config).await.expect("the kill loop finishes");
     let json = report.to_json();
     eprintln!("{json}");

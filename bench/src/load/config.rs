@@ -89,7 +89,7 @@ pub struct BrokerConfig {
     /// Shards of a started spoold (and the default partition count's
     /// basis); `None` = CPUs available.
     pub shards: Option<u16>,
-    /// Extra arguments of a started spoold (e.g. `--log-layout journal`).
+    /// Extra arguments of a started spoold (e.g. `--journal-retain-bytes 0`).
     pub spoold_args: Vec<String>,
 }
 

@@ -147,8 +147,7 @@ type FloatCounters<L> = Family<L, Counter<f64, std::sync::atomic::AtomicU64>>;
 type Gauges<L> = Family<L, Gauge>;
 type FloatGauges<L> = Family<L, Gauge<f64, std::sync::atomic::AtomicU64>>;
 
-/// The shard journals' figures (journal layout; no series for a shard on
-/// the segment layout).
+/// The shard journals' figures.
 fn register_journal_figures(registry: &mut Registry, reports: &[ShardReport]) {
     let files = Gauges::<ShardLabels>::default();
     let idle_files = Gauges::<ShardLabels>::default();
@@ -519,7 +518,7 @@ pub fn encode(
         }
         registry.register_with_unit(
             "spool_shard_written",
-            "Bytes the shard wrote to disk (log, index, segment zeroing, side files)",
+            "Bytes the shard wrote to disk (journal commits, journal file zeroing, side files)",
             Unit::Bytes,
             family,
         );
@@ -564,7 +563,7 @@ pub fn encode(
     );
     shard_counter!(
         "spool_shard_read_cache_misses",
-        "Log reads that went to the segment files (neither the tail cache nor the read-back held the offset)",
+        "Log reads that went to the journal files (neither the commit cache nor the read-ahead held the offset)",
         |s| s.io.reads_from_files
     );
     shard_counter!(

@@ -68,50 +68,6 @@ impl std::str::FromStr for LogFormat {
     }
 }
 
-/// How partitions keep their logs on disk (`docs/design/shard-journal.md`).
-/// Recorded in the data directory when it is created
-/// (`control::data_dir::DataDirFormat`): a directory is always started with
-/// the layout it was created with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum LogLayout {
-    /// Each partition its own segment log in its directory (the default).
-    #[default]
-    Segments,
-    /// One journal per shard shared by every partition of the shard: one
-    /// group commit and one fdatasync per shard per cycle. A journal file is
-    /// released once no open partition needs it; files go oldest first, so
-    /// one live record in an old file holds that file and every later one.
-    Journal,
-}
-
-impl LogLayout {
-    /// The name used in flags, files and the data directory's record.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LogLayout::Segments => "segments",
-            LogLayout::Journal => "journal",
-        }
-    }
-}
-
-impl fmt::Display for LogLayout {
-    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        formatter.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for LogLayout {
-    type Err = String;
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        match text {
-            "segments" => Ok(LogLayout::Segments),
-            "journal" => Ok(LogLayout::Journal),
-            other => Err(format!("expected `segments` or `journal`, got `{other}`")),
-        }
-    }
-}
-
 /// A share between 0 and 1 (finite): `journal_garbage_ratio_max`.
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd, Deserialize)]
 #[serde(try_from = "f64")]
@@ -203,23 +159,16 @@ pub struct BrokerConfig {
     pub io_poll_interval_us: u64,
     /// Period of every executor's permanent housekeeping timer.
     pub housekeeping_tick_ms: u64,
-    /// Size of each partition's segment files (pre-zeroed before use).
+    /// Size of each shard journal's segment files (pre-zeroed before use).
     pub segment_bytes: u64,
     /// Memory each partition keeps of its newest commits to serve claims
     /// without a disk read (counted at the buffers' allocated size).
     pub tail_cache_bytes: u64,
-    /// How partitions keep their logs: each its own segment log, or one
-    /// journal per shard. Fixed for a data directory at its creation.
-    pub log_layout: LogLayout,
-    /// Whether `log_layout` was set (flag, environment or file). When it
-    /// was not, an existing data directory is started with the layout it
-    /// records and only a new one takes `log_layout` (the default).
-    pub log_layout_explicit: bool,
-    /// Journal layout: the share of the held journal files that may carry
+    /// The share of the held journal files that may carry
     /// no live record before the shard relocates the live entries of its
     /// oldest file (0..=1; 1 never relocates).
     pub journal_garbage_ratio_max: Ratio,
-    /// Journal layout: bytes of journal files a shard may hold before it
+    /// Bytes of journal files a shard may hold before it
     /// asks the partitions pinning its oldest files for checkpoints (and
     /// relocates): below it only files nobody needs are released, so a
     /// shard of many partitions pays a checkpoint per partition once per
@@ -284,7 +233,8 @@ impl BrokerConfig {
         file_layer.overlay(env_layer).overlay(cli.to_partial()).resolve(allowed_cpus)
     }
 
-    /// The segment-log settings every partition of this broker uses.
+    /// The log settings every shard journal of this broker derives its own
+    /// from.
     pub fn log_config(&self) -> crate::log::LogConfig {
         crate::log::LogConfig {
             segment_bytes: self.segment_bytes,
@@ -499,7 +449,6 @@ pub struct PartialConfig {
     pub housekeeping_tick_ms: Option<u64>,
     pub segment_bytes: Option<u64>,
     pub tail_cache_bytes: Option<u64>,
-    pub log_layout: Option<LogLayout>,
     pub journal_garbage_ratio_max: Option<Ratio>,
     pub journal_retain_bytes: Option<u64>,
     pub partitions_max: Option<u32>,
@@ -539,7 +488,6 @@ pub const ENV_SETTINGS: &[&str] = &[
     "IN_FLIGHT_PER_CONNECTION_MAX",
     "CLAIM_WAITERS_PER_CONNECTION_MAX",
     "TAIL_CACHE_BYTES",
-    "LOG_LAYOUT",
     "JOURNAL_GARBAGE_RATIO_MAX",
     "JOURNAL_RETAIN_BYTES",
     "PARTITIONS_MAX",
@@ -635,7 +583,6 @@ pub const FILE_KEYS: &[&str] = &[
     "in_flight_per_connection_max",
     "claim_waiters_per_connection_max",
     "tail_cache_bytes",
-    "log_layout",
     "journal_garbage_ratio_max",
     "journal_retain_bytes",
     "partitions_max",
@@ -723,7 +670,6 @@ impl PartialConfig {
                 }
                 "SEGMENT_BYTES" => layer.segment_bytes = Some(parse_env(&name, &value)?),
                 "TAIL_CACHE_BYTES" => layer.tail_cache_bytes = Some(parse_env(&name, &value)?),
-                "LOG_LAYOUT" => layer.log_layout = Some(parse_env(&name, &value)?),
                 "JOURNAL_GARBAGE_RATIO_MAX" => {
                     layer.journal_garbage_ratio_max = Some(parse_env(&name, &value)?)
                 }
@@ -780,7 +726,6 @@ impl PartialConfig {
             housekeeping_tick_ms: higher.housekeeping_tick_ms.or(self.housekeeping_tick_ms),
             segment_bytes: higher.segment_bytes.or(self.segment_bytes),
             tail_cache_bytes: higher.tail_cache_bytes.or(self.tail_cache_bytes),
-            log_layout: higher.log_layout.or(self.log_layout),
             journal_garbage_ratio_max: higher
                 .journal_garbage_ratio_max
                 .or(self.journal_garbage_ratio_max),
@@ -831,8 +776,6 @@ impl PartialConfig {
             housekeeping_tick_ms: self.housekeeping_tick_ms.unwrap_or(HOUSEKEEPING_TICK_MS_DEFAULT),
             segment_bytes: self.segment_bytes.unwrap_or(SEGMENT_BYTES_DEFAULT),
             tail_cache_bytes: self.tail_cache_bytes.unwrap_or(TAIL_CACHE_BYTES_DEFAULT),
-            log_layout: self.log_layout.unwrap_or_default(),
-            log_layout_explicit: self.log_layout.is_some(),
             journal_garbage_ratio_max: self
                 .journal_garbage_ratio_max
                 .unwrap_or(Ratio(crate::limits::JOURNAL_GARBAGE_RATIO_MAX_DEFAULT)),
@@ -906,8 +849,8 @@ pub struct Cli {
     /// Housekeeping timer period on every executor [default: 5, 1..=10].
     #[arg(long, value_name = "MS")]
     pub housekeeping_tick_ms: Option<u64>,
-    /// Size segment files grow to, bytes (a partition's first segment is
-    /// 1 MiB, each next one doubles) [default: 64 MiB; one maximal commit
+    /// Size of each shard journal's segment files, bytes (each is
+    /// zero-filled before use) [default: 64 MiB; one maximal commit
     /// (≈ 4 MiB)..=1 GiB].
     #[arg(long, value_name = "BYTES")]
     pub segment_bytes: Option<u64>,
@@ -915,19 +858,13 @@ pub struct Cli {
     /// 0..=256 MiB]. Env: SPOOL_TAIL_CACHE_BYTES.
     #[arg(long, value_name = "BYTES")]
     pub tail_cache_bytes: Option<u64>,
-    /// How partitions keep their logs: `segments` (each its own segment
-    /// log) or `journal` (one journal per shard); fixed for a data directory
-    /// when it is created; unset, an existing directory starts with the
-    /// layout it records [default: segments]. Env: SPOOL_LOG_LAYOUT.
-    #[arg(long, value_enum)]
-    pub log_layout: Option<LogLayout>,
-    /// Journal layout: share of the held journal files that may carry no
+    /// Share of the held journal files that may carry no
     /// live record before the live entries of the oldest file are
     /// relocated to the head so it can be released [default: 0.5; 0..=1,
     /// 1 never relocates]. Env: SPOOL_JOURNAL_GARBAGE_RATIO_MAX.
     #[arg(long, value_name = "RATIO")]
     pub journal_garbage_ratio_max: Option<Ratio>,
-    /// Journal layout: journal bytes a shard holds before it asks the
+    /// Journal bytes a shard holds before it asks the
     /// partitions pinning its oldest files for checkpoints (and relocates)
     /// [default: 536870912 (512 MiB); 0..=2^40, 0 releases as soon as it
     /// can]. Env: SPOOL_JOURNAL_RETAIN_BYTES.
@@ -1000,7 +937,6 @@ impl Cli {
             housekeeping_tick_ms: self.housekeeping_tick_ms,
             segment_bytes: self.segment_bytes,
             tail_cache_bytes: self.tail_cache_bytes,
-            log_layout: self.log_layout,
             journal_garbage_ratio_max: self.journal_garbage_ratio_max,
             journal_retain_bytes: self.journal_retain_bytes,
             partitions_max: self.partitions_max,
@@ -1348,7 +1284,7 @@ mod tests {
         let file = PartialConfig::from_toml(
             "data_dir = \"/d\"\nlisten = \"127.0.0.1:9000\"\ncores = 1\nlog_format = \"json\"\n\
              log_filter = \"debug\"\nspin_before_park_us = 5\nhousekeeping_tick_ms = 4\n\
-             tail_cache_bytes = 65536\nlog_layout = \"journal\"\n\
+             tail_cache_bytes = 65536\n\
              connections_per_shard_max = 9\nin_flight_per_connection_max = 8\n\
              frame_bytes_max = 8192\nidle_timeout_ms = 500\nframe_timeout_ms = 400\n\
              write_timeout_ms = 300\nstartup_timeout_ms = 200\nshutdown_timeout_ms = 150\n",
@@ -1363,7 +1299,6 @@ mod tests {
             ("SPOOL_SPIN_BEFORE_PARK_US", "5"),
             ("SPOOL_HOUSEKEEPING_TICK_MS", "4"),
             ("SPOOL_TAIL_CACHE_BYTES", "65536"),
-            ("SPOOL_LOG_LAYOUT", "journal"),
             ("SPOOL_CONNECTIONS_PER_SHARD_MAX", "9"),
             ("SPOOL_IN_FLIGHT_PER_CONNECTION_MAX", "8"),
             ("SPOOL_FRAME_BYTES_MAX", "8192"),
@@ -1383,7 +1318,6 @@ mod tests {
             "--spin-before-park-us=5",
             "--housekeeping-tick-ms=4",
             "--tail-cache-bytes=65536",
-            "--log-layout=journal",
             "--connections-per-shard-max=9",
             "--in-flight-per-connection-max=8",
             "--frame-bytes-max=8192",
@@ -1400,11 +1334,6 @@ mod tests {
         assert_eq!(config.frame_bytes_max, 8192);
         assert_eq!(config.shutdown_timeout_ms, 150);
         assert_eq!(config.log_config().tail_cache_bytes, 65536);
-        assert_eq!(config.log_layout, LogLayout::Journal);
-        assert!(config.log_layout_explicit, "set in the file");
-        let unset = PartialConfig::default().resolve(1).unwrap();
-        assert_eq!(unset.log_layout, LogLayout::Segments);
-        assert!(!unset.log_layout_explicit, "the default is not an explicit choice");
     }
 
     // Goal: no auth file means authentication off; an auth file from the

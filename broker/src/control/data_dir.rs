@@ -5,10 +5,10 @@
 //! written inside so a second broker can say who holds it) and the broker
 //! secret ([`BrokerSecret`]: 32 random bytes in `DATA_DIR/secret`, created
 //! once, used later to MAC delivery tokens), and the directory's format
-//! record ([`DataDirFormat`]: `DATA_DIR/format`, the log layout and, for the
-//! journal layout, the shard count, written when the directory is created
-//! and checked at every later start). It does not know about partitions or
-//! segments.
+//! record ([`DataDirFormat`]: `DATA_DIR/format`, the log layout and the
+//! shard count, written when the directory is created and checked at every
+//! later start: a directory of the retired per-partition segment layout is
+//! refused with what to do). It does not know about partitions or journals.
 //!
 //! Why the lock matters beyond the files: glommio's `TcpListener` always sets
 //! SO_REUSEPORT, so a second broker on the same ports would bind silently and
@@ -20,10 +20,48 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::control::config::LogLayout;
 use crate::limits::{FORMAT_FILE_READ_BYTES_MAX, LOCK_FILE_READ_BYTES_MAX};
 use rand::TryRngCore;
 use thiserror::Error;
+
+/// How a data directory keeps its logs, as its format record names it.
+/// Only [`LogLayout::Journal`] is started; the retired per-partition
+/// segment layout is recognised so that such a directory is refused with
+/// what to do, not misread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogLayout {
+    /// Each partition its own segment log in its directory (retired).
+    Segments,
+    /// One journal per shard shared by every partition of the shard.
+    Journal,
+}
+
+impl LogLayout {
+    /// The name in the format record.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogLayout::Segments => "segments",
+            LogLayout::Journal => "journal",
+        }
+    }
+}
+
+impl std::fmt::Display for LogLayout {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for LogLayout {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "segments" => Ok(LogLayout::Segments),
+            "journal" => Ok(LogLayout::Journal),
+            other => Err(format!("expected `journal` (or the retired `segments`), got `{other}`")),
+        }
+    }
+}
 
 /// Name of the lock file inside the data directory.
 pub const LOCK_FILE_NAME: &str = "LOCK";
@@ -51,11 +89,12 @@ pub enum DataDirError {
     #[error("no randomness from the OS for the broker secret: {0}")]
     Random(String),
     #[error(
-        "data directory {dir} was created with log_layout = {recorded}; it cannot be started \
-         with log_layout = {configured} (start it with --log-layout {recorded}, or use a new \
-         data directory)"
+        "data directory {dir} holds the per-partition segment log layout ({why}), which this \
+         spoold no longer reads: every log is now one journal per shard. Drain its queues with \
+         the spoold release that wrote it (or keep running that release on it), and start this \
+         one with a new data directory (--data-dir)"
     )]
-    LayoutMismatch { dir: PathBuf, recorded: LogLayout, configured: LogLayout },
+    SegmentLayout { dir: PathBuf, why: &'static str },
     #[error(
         "data directory {dir} holds one journal per shard for {recorded} shards; it cannot be \
          started with {configured} shards (start it with --cores {recorded})"
@@ -68,10 +107,7 @@ pub enum DataDirError {
 impl DataDirError {
     /// Whether the data is fine and only the flags do not fit it.
     pub fn is_config_mismatch(&self) -> bool {
-        matches!(
-            self,
-            DataDirError::LayoutMismatch { .. } | DataDirError::ShardCountMismatch { .. }
-        )
+        matches!(self, DataDirError::SegmentLayout { .. } | DataDirError::ShardCountMismatch { .. })
     }
 }
 
@@ -175,27 +211,22 @@ fn read_holder_pid(file: &mut File) -> Option<u32> {
 /// shard's journal, so a restart must have the same shards).
 ///
 /// `DATA_DIR/format` holds it as text lines `log_layout = journal` and
-/// `shards = 2` (the latter for the journal layout only), written once when
-/// the directory is created, like the secret (temporary name, fsync,
-/// rename, directory fsync). A directory written before the record existed
-/// (it has a secret but no record) is of the segment layout; its record is
-/// written at its next start.
+/// `shards = 2`, written once when the directory is created, like the
+/// secret (temporary name, fsync, rename, directory fsync). A record of
+/// `log_layout = segments` (no shard count), or a directory written before
+/// the record existed (it has a secret but no record), is of the retired
+/// segment layout and is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DataDirFormat {
     pub log_layout: LogLayout,
-    /// The shard count of a journal directory (`None` for segments: a
-    /// segment directory may be started with any shard count).
+    /// The shard count of a journal directory (`None` for segments).
     pub shards: Option<u16>,
 }
 
 impl DataDirFormat {
-    /// The format of a directory created with `layout` and `shards`.
-    pub fn new(layout: LogLayout, shards: u16) -> DataDirFormat {
-        let shards = match layout {
-            LogLayout::Segments => None,
-            LogLayout::Journal => Some(shards),
-        };
-        DataDirFormat { log_layout: layout, shards }
+    /// The format of a new directory for `shards` shards.
+    pub fn journal(shards: u16) -> DataDirFormat {
+        DataDirFormat { log_layout: LogLayout::Journal, shards: Some(shards) }
     }
 
     fn encode(self) -> String {
@@ -236,26 +267,17 @@ impl DataDirFormat {
         }
     }
 
-    /// Reads the record of the locked directory, or writes one for
-    /// `layout` and `shards` when there is none (a new directory, or one
-    /// written before the record existed, which is of the segment layout),
-    /// then checks that the broker may start this directory with `layout`
-    /// and `shards`. A `layout` that was not set explicitly
-    /// (`layout_explicit` false) is only the default of a new directory:
-    /// an existing one keeps its recorded layout, which the caller reads
-    /// from the answer. Call before the secret is created: a directory
-    /// without a secret is new.
+    /// Reads the record of the locked directory, or writes one of the
+    /// journal layout for `shards` when the directory is new, then checks
+    /// that the broker may start it with `shards`. Call before the secret
+    /// is created: a directory without a secret is new.
     ///
     /// # Errors
-    /// [`DataDirError::LayoutMismatch`] and
-    /// [`DataDirError::ShardCountMismatch`] naming both values;
+    /// [`DataDirError::SegmentLayout`] for a directory of the retired
+    /// segment layout (recorded so, or written before the record existed);
+    /// [`DataDirError::ShardCountMismatch`] naming both counts;
     /// [`DataDirError::FormatInvalid`] for a damaged record; `Io`.
-    pub fn load_or_create(
-        lock: &DataDirLock,
-        layout: LogLayout,
-        layout_explicit: bool,
-        shards: u16,
-    ) -> Result<DataDirFormat, DataDirError> {
+    pub fn load_or_create(lock: &DataDirLock, shards: u16) -> Result<DataDirFormat, DataDirError> {
         let dir = lock.dir();
         let path = dir.join(FORMAT_FILE_NAME);
         let recorded = match File::open(&path) {
@@ -268,12 +290,13 @@ impl DataDirFormat {
                     .map_err(|reason| DataDirError::FormatInvalid { path: path.clone(), reason })?
             }
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                let existing = dir.join(SECRET_FILE_NAME).exists();
-                let format = if existing {
-                    DataDirFormat::new(LogLayout::Segments, shards)
-                } else {
-                    DataDirFormat::new(layout, shards)
-                };
+                if dir.join(SECRET_FILE_NAME).exists() {
+                    return Err(DataDirError::SegmentLayout {
+                        dir: dir.to_owned(),
+                        why: "it has a broker secret but no format record",
+                    });
+                }
+                let format = DataDirFormat::journal(shards);
                 write_durable(dir, FORMAT_FILE_NAME, format.encode().as_bytes(), 0o644)?;
                 tracing::info!(path = %path.display(), log_layout = %format.log_layout,
                     shards = ?format.shards, "recorded the data directory's format");
@@ -281,12 +304,10 @@ impl DataDirFormat {
             }
             Err(source) => return Err(DataDirError::Io { op: "open format record", path, source }),
         };
-        // A layout nobody asked for follows the directory's record.
-        if layout_explicit && recorded.log_layout != layout {
-            return Err(DataDirError::LayoutMismatch {
+        if recorded.log_layout == LogLayout::Segments {
+            return Err(DataDirError::SegmentLayout {
                 dir: dir.to_owned(),
-                recorded: recorded.log_layout,
-                configured: layout,
+                why: "its format record says log_layout = segments",
             });
         }
         if let Some(recorded_shards) = recorded.shards {
@@ -433,68 +454,50 @@ mod tests {
         assert!(!format!("{created:?}").contains(&format!("{}", created.as_bytes()[0])));
     }
 
-    // Goal: a new directory records the layout it was created with (and,
-    // for the journal, the shard count); a later start with the other
-    // layout set explicitly or another shard count is refused naming both,
-    // a start that set no layout takes the recorded one; a directory
-    // written before the record existed is of the segment layout. Method:
-    // create, reopen with each mismatch, and a directory holding only a
-    // secret.
+    // Goal: a new directory records the journal layout and its shard
+    // count; a later start with another shard count is refused naming both;
+    // a directory of the retired segment layout (recorded so, or written
+    // before the record existed) is refused saying what to do, and nothing
+    // in it is changed. Method: create, reopen with each mismatch, a record
+    // of `segments`, and a directory holding only a secret.
     #[test]
     fn format_is_recorded_at_creation_and_enforced() {
         let dir = tempfile::tempdir().unwrap();
         let lock = DataDirLock::acquire(dir.path()).unwrap();
-        let created = DataDirFormat::load_or_create(&lock, LogLayout::Journal, true, 2).unwrap();
+        let created = DataDirFormat::load_or_create(&lock, 2).unwrap();
         assert_eq!(created, DataDirFormat { log_layout: LogLayout::Journal, shards: Some(2) });
         BrokerSecret::load_or_create(&lock).unwrap();
-        assert_eq!(
-            DataDirFormat::load_or_create(&lock, LogLayout::Journal, true, 2).unwrap(),
-            created
-        );
-        let error = DataDirFormat::load_or_create(&lock, LogLayout::Segments, true, 2).unwrap_err();
+        assert_eq!(DataDirFormat::load_or_create(&lock, 2).unwrap(), created);
+        let error = DataDirFormat::load_or_create(&lock, 3).unwrap_err();
         assert!(error.is_config_mismatch());
-        let text = error.to_string();
-        assert!(
-            text.contains("log_layout = journal") && text.contains("log_layout = segments"),
-            "{text}"
-        );
-        // Not set explicitly: the journal directory starts as a journal,
-        // and its shard count is still enforced.
-        let followed = DataDirFormat::load_or_create(&lock, LogLayout::Segments, false, 2).unwrap();
-        assert_eq!(followed, created);
-        let error =
-            DataDirFormat::load_or_create(&lock, LogLayout::Segments, false, 3).unwrap_err();
-        assert!(matches!(error, DataDirError::ShardCountMismatch { recorded: 2, .. }), "{error}");
-        let error = DataDirFormat::load_or_create(&lock, LogLayout::Journal, true, 3).unwrap_err();
         let text = error.to_string();
         assert!(text.contains("for 2 shards") && text.contains("with 3 shards"), "{text}");
         assert!(matches!(
             error,
             DataDirError::ShardCountMismatch { recorded: 2, configured: 3, .. }
         ));
+        // A record of the retired layout.
+        let format_path = dir.path().join(FORMAT_FILE_NAME);
+        std::fs::write(&format_path, "log_layout = segments\n").unwrap();
+        let error = DataDirFormat::load_or_create(&lock, 2).unwrap_err();
+        let text = error.to_string();
+        assert!(matches!(error, DataDirError::SegmentLayout { .. }), "{error}");
+        assert!(
+            text.contains("segment log layout") && text.contains("new data directory"),
+            "{text}"
+        );
+        assert_eq!(std::fs::read_to_string(&format_path).unwrap(), "log_layout = segments\n");
         drop(lock);
 
         // Written before the record: a secret and no format file.
         let old = tempfile::tempdir().unwrap();
         let lock = DataDirLock::acquire(old.path()).unwrap();
         BrokerSecret::load_or_create(&lock).unwrap();
-        let error = DataDirFormat::load_or_create(&lock, LogLayout::Journal, true, 1).unwrap_err();
-        assert!(matches!(
-            error,
-            DataDirError::LayoutMismatch {
-                recorded: LogLayout::Segments,
-                configured: LogLayout::Journal,
-                ..
-            }
-        ));
-        // A layout nobody set follows the record instead of being refused.
-        let followed = DataDirFormat::load_or_create(&lock, LogLayout::Journal, false, 1).unwrap();
-        assert_eq!(followed.log_layout, LogLayout::Segments);
-        // A segment directory takes any shard count.
-        DataDirFormat::load_or_create(&lock, LogLayout::Segments, true, 1).unwrap();
-        DataDirFormat::load_or_create(&lock, LogLayout::Segments, true, 4).unwrap();
+        let error = DataDirFormat::load_or_create(&lock, 1).unwrap_err();
+        assert!(matches!(error, DataDirError::SegmentLayout { .. }), "{error}");
+        assert!(!old.path().join(FORMAT_FILE_NAME).exists(), "nothing written");
         std::fs::write(old.path().join(FORMAT_FILE_NAME), "log_layout = tape\n").unwrap();
-        let error = DataDirFormat::load_or_create(&lock, LogLayout::Segments, true, 1).unwrap_err();
+        let error = DataDirFormat::load_or_create(&lock, 1).unwrap_err();
         assert!(matches!(error, DataDirError::FormatInvalid { .. }), "{error}");
     }
 

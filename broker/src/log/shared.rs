@@ -1,5 +1,5 @@
 //! [`SharedBytes`]: a byte range of a buffer the log already holds — a
-//! cached commit or a read from a segment file — shared instead of copied.
+//! cached commit or a read from a journal file — shared instead of copied.
 //!
 //! A claim hands out records as slices of the batch they were stored in
 //! (DESIGN §3: the same bytes on the wire and on disk): the log returns each

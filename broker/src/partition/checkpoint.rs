@@ -4,9 +4,7 @@
 
 use std::cell::RefCell;
 
-use super::files::{
-    self, SideFileError, CHECKPOINT_FILE, CHECKPOINT_MAGIC, RESUME_FILE, RESUME_MAGIC,
-};
+use super::files::{self, SideFileError, CHECKPOINT_FILE, CHECKPOINT_MAGIC};
 use super::{
     Partition, PartitionError, CHECKPOINT_INTERVAL_BYTES, CHECKPOINT_INTERVAL_HELD_DIVISOR,
     CHECKPOINT_INTERVAL_OFFSETS, CHECKPOINT_STEP_BYTES_MAX, CHECKPOINT_STEP_ENTRIES,
@@ -190,23 +188,6 @@ impl<S: Storage + Clone> Partition<S> {
             generation_files: referred.written_files,
             generation_bytes: referred.written_bytes,
         }));
-        // Where the reopen after this checkpoint may start scanning the
-        // segment holding its offset: everything below it is durable (the
-        // barrier above), so the point names synced bytes. Written after
-        // the checkpoint: a crash between the two leaves the older point
-        // (still a durable prefix) or none (the segment is scanned whole).
-        if let Some(point) = self.log.resume_point(end) {
-            files::write_side_file(
-                &self.storage,
-                &self.dir,
-                RESUME_FILE,
-                RESUME_MAGIC,
-                end.to_checkpoint(),
-                &point.encode(),
-            )
-            .await
-            .map_err(LogError::Io)?;
-        }
         // The new checkpoint is in place and its directory synced: the
         // generation files only older checkpoints referred to can go.
         super::dedupe_files::remove_unreferenced(&self.storage, &self.dir, &referred.references)
@@ -226,18 +207,16 @@ impl<S: Storage + Clone> Partition<S> {
         Ok(Some(covers))
     }
 
-    /// Journal layout: the least journal position this partition needs
-    /// now: its durable checkpoint's scan start (what its recovery replays
-    /// from; 0 without a checkpoint) or the oldest data entry it still
-    /// indexes (what reads of its live records need), whichever is lower.
-    /// `None` for the segment layout.
-    pub fn journal_pin(&self) -> Option<JournalPos> {
-        let part = self.log.journal()?;
+    /// The least journal position this partition needs now: its durable
+    /// checkpoint's scan start (what its recovery replays from; 0 without a
+    /// checkpoint) or the oldest data entry it still indexes (what reads of
+    /// its live records need), whichever is lower.
+    pub fn journal_pin(&self) -> JournalPos {
         let scan = JournalPos(self.checkpoint_covers.get().to_checkpoint());
-        Some(part.oldest_indexed().map_or(scan, |oldest| oldest.min(scan)))
+        self.log.journal().oldest_indexed().map_or(scan, |oldest| oldest.min(scan))
     }
 
-    /// Journal layout: whether a checkpoint taken now would let go of a
+    /// Whether a checkpoint taken now would let go of a
     /// journal file this partition pins: the scan start it would record
     /// (its oldest live record's entry, else the durable watermark) lies in
     /// a later file than [`Partition::journal_pin`]. An idle partition's
@@ -248,9 +227,7 @@ impl<S: Storage + Clone> Partition<S> {
         if self.checkpoint_running.get() || self.sync_failed.get() || self.closed.get() {
             return false;
         }
-        let (Some(part), Some(pin)) = (self.log.journal(), self.journal_pin()) else {
-            return false;
-        };
+        let (part, pin) = (self.log.journal(), self.journal_pin());
         let journal = part.shard().journal();
         let (control_end, last_control) = part.control_mark();
         let mut control = control_end.max(journal.durable_position());

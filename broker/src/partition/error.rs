@@ -107,6 +107,7 @@ impl PartitionError {
             PartitionError::Log(_) => ErrorCode::StorageFailed,
             PartitionError::Journal(JournalError::Backpressure { .. }) => ErrorCode::Throttled,
             PartitionError::Journal(JournalError::Closed) => ErrorCode::ShuttingDown,
+            PartitionError::Journal(JournalError::DiskFull { .. }) => ErrorCode::DiskFull,
             PartitionError::Journal(
                 JournalError::InvalidBatch(_)
                 | JournalError::NotAppendable(_)

@@ -1,7 +1,6 @@
 //! Small side files of a partition directory: the leader epoch, the
 //! checkpoint and the sealed dedupe generations it refers to
-//! (`dedupe_files.rs`, magic "SPDG", value the generation's first offset),
-//! and the resume point written after a checkpoint ([`RESUME_FILE`]).
+//! (`dedupe_files.rs`, magic "SPDG", value the generation's first offset).
 //! All are replaced atomically (write a temporary file,
 //! fdatasync, rename, sync the directory) through the storage seam, so a crash
 //! leaves either the old or the new file, never a mix. A checkpoint streams
@@ -11,8 +10,8 @@
 //! Layout of every side file (little-endian), padded with zeros to whole pages:
 //!
 //! ```text
-//! 0  4  magic ("SPEP" epoch, "SPCK" checkpoint, "SPDG" dedupe generation,
-//!       "SPRS" resume point)
+//! 0  4  magic ("SPEP" epoch, "SPCK" checkpoint, "SPDG" dedupe generation;
+//!       "SPRS", a retired resume point, is never reused)
 //! 4  4  format version (1)
 //! 8  8  payload length in bytes
 //! 16 8  value: the epoch, or the checkpoint's cursor (below)
@@ -21,9 +20,7 @@
 //! 32 .. payload
 //! ```
 //!
-//! The checkpoint's value and payload per log layout (`log.rs`): on the
-//! segment log the value is the offset the checkpoint covers and the
-//! payload the state's snapshot; on the shard journal the value is the
+//! The checkpoint's value and payload (`log.rs`): the value is the
 //! journal position the shard's recovery must start from for this
 //! partition (its scan start), and the payload is the control cursor `c_p`
 //! (8 bytes, little-endian: the journal position where the control entries
@@ -52,16 +49,6 @@ pub const EPOCH_FILE: &str = "epoch";
 /// Name of the checkpoint side file in a partition directory (benchmarks
 /// delete it to measure a full replay).
 pub const CHECKPOINT_FILE: &str = "checkpoint";
-/// Magic of the resume side file (for [`read_side_file`]).
-pub const RESUME_MAGIC: u32 = u32::from_le_bytes(*b"SPRS");
-/// Name of the resume side file in a partition directory: where the
-/// reopen after the checkpoint may start scanning the segment holding its
-/// offset (value: the offset the checkpoint covered; payload: a
-/// `log::ResumePoint`). Written after the checkpoint; without it (a
-/// checkpoint of an older version, a crash between the two) that segment
-/// is scanned from its start.
-pub const RESUME_FILE: &str = "resume";
-
 /// What is wrong with a side file.
 #[derive(Debug, thiserror::Error)]
 pub enum SideFileError {

@@ -8,6 +8,7 @@ use super::{
     DISK_FULL_RETRY_MS,
 };
 use crate::io::Storage;
+use crate::log::journal::JournalError;
 use crate::log::LogError;
 use crate::queue::Millis;
 
@@ -42,12 +43,6 @@ impl<S: Storage + Clone> Partition<S> {
         if !self.closed.get() && self.state.borrow().has_ready() {
             self.ready(0);
         }
-        if self.log.cached_bytes() > 0 {
-            // Cached commits below the oldest live message are never read
-            // again: an idle partition whose messages were acked holds none.
-            let oldest_live = self.state.borrow().retention_watermark();
-            self.log.trim_cache_below(oldest_live);
-        }
         if due && !self.closed.get() {
             // Decided on durable records only (`PartitionState::tick`).
             let events = self.state.borrow().tick(now, self.durable_end());
@@ -56,7 +51,10 @@ impl<S: Storage + Clone> Partition<S> {
                 match self.append_events_deferred(chunk, now) {
                     Ok(()) => {}
                     // Full log buffers: try again next tick.
-                    Err(PartitionError::Log(LogError::Backpressure { .. })) => break,
+                    Err(
+                        PartitionError::Log(LogError::Backpressure { .. })
+                        | PartitionError::Journal(JournalError::Backpressure { .. }),
+                    ) => break,
                     Err(error) => {
                         tracing::warn!(partition = ?self.name, %error, "tick events not appended");
                         break;
@@ -149,20 +147,6 @@ impl<S: Storage + Clone> Partition<S> {
     /// shard's alarm); replaces any earlier one.
     pub fn set_wakeup_hook(&self, hook: WakeupHook) {
         *self.wakeup_hook.borrow_mut() = Some(hook);
-    }
-
-    /// The witness delay of the partition's own segment log (the journal
-    /// layout's is the shard journal's): see `Log::set_witness_delay`.
-    pub fn set_witness_delay(&self, delay: crate::log::WitnessDelay) {
-        self.log.set_witness_delay(delay);
-    }
-
-    /// The segment log's commit delay (`Log::set_commit_delay`): claims,
-    /// extends, releases and expiries ride the next commit someone waits
-    /// for, within it. The journal layout's is the shard's
-    /// (`Journal::set_commit_delay`).
-    pub fn set_commit_delay(&self, delay: crate::log::WitnessDelay) {
-        self.log.set_commit_delay(delay);
     }
 
     /// When [`Partition::tick`] next has something to do: the state's

@@ -24,9 +24,9 @@
 //!
 //! Recovery is the same fold: load the newest checkpoint (a snapshot of the
 //! state at offset X), replay the log from X, then the epoch fence. The
-//! leader epoch is kept in a side file and incremented every time the
-//! partition is opened, before any token can be issued, so tokens of an
-//! earlier open are stale.
+//! leader epoch is kept in the shard journal's handles table and
+//! incremented durably every time the partition is opened, before any
+//! token can be issued, so tokens of an earlier open are stale.
 //!
 //! Does not own: sockets or frames (`net/`, `server/`), timers (the shard's
 //! housekeeping tick calls [`Partition::tick`]), the clock (a [`Clock`] is

@@ -10,17 +10,16 @@ use std::rc::Rc;
 use spool_wire::batch::BatchKind;
 
 use super::enqueue::enqueue_request;
-use super::files::{self, CHECKPOINT_FILE, CHECKPOINT_MAGIC, RESUME_FILE, RESUME_MAGIC};
+use super::files::{self, CHECKPOINT_FILE, CHECKPOINT_MAGIC};
 use super::read::{aligned, verified_view};
 use super::signal::Signal;
 use super::{
-    epoch, AttributionStats, Clock, LastAppends, LogCursor, Partition, PartitionError,
-    PartitionLog, PartitionName, ReplayBatch, CONTROL_BATCH_EVENTS_MAX,
-    JOURNAL_CHECKPOINT_PREFIX_BYTES,
+    AttributionStats, Clock, LastAppends, LogCursor, Partition, PartitionError, PartitionLog,
+    PartitionName, ReplayBatch, CONTROL_BATCH_EVENTS_MAX, JOURNAL_CHECKPOINT_PREFIX_BYTES,
 };
 use crate::io::Storage;
 use crate::log::journal::{JournalPos, PartitionHandle, RoutedEntry, ShardJournal};
-use crate::log::{FatalHandler, LogConfig, LogError, ReadBatch, ResumePoint};
+use crate::log::{FatalHandler, LogError, ReadBatch};
 use crate::queue::{
     ApplyError, EnqueueMeta, Event, LeaderEpoch, Offset, PartitionContext, PartitionState,
     QueueConfig,
@@ -81,34 +80,16 @@ struct Opening<'a, S: Storage> {
     epoch: LeaderEpoch,
     covers: Option<Offset>,
     replay_from: LogCursor,
-    log_report: crate::log::RecoveryReport,
     /// (batches, events) replayed before the open (the shard's ordered
     /// pass): `finish_open` replays nothing.
     replayed: Option<(u64, u64)>,
-}
-
-/// The resume side file's point, when it decodes and was taken for a
-/// checkpoint covering no more than `covers` (the checkpoint in place).
-async fn read_resume<S: Storage>(storage: &S, dir: &Path, covers: u64) -> Option<ResumePoint> {
-    let file = match files::read_side_file(storage, dir, RESUME_FILE, RESUME_MAGIC).await {
-        Ok(file) => file?,
-        Err(error) => {
-            tracing::warn!(dir = %dir.display(), %error, "resume point unusable; scanning the checkpoint's segment whole");
-            return None;
-        }
-    };
-    let point = ResumePoint::decode(&file.payload);
-    if point.is_none() {
-        tracing::warn!(dir = %dir.display(), "resume point does not decode; scanning the checkpoint's segment whole");
-    }
-    point.filter(|point| file.value <= covers && point.offset < file.value)
 }
 
 fn control_of(cursor: &LogCursor) -> JournalPos {
     JournalPos(cursor.control_cursor())
 }
 
-/// What [`Partition::open`] found.
+/// What [`Partition::open_journal`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpenReport {
     pub epoch: LeaderEpoch,
@@ -119,163 +100,11 @@ pub struct OpenReport {
     /// quarantined / expired as a release would have).
     pub fenced_claims: u64,
     pub next_offset: Offset,
-    pub log: crate::log::RecoveryReport,
 }
 
 impl<S: Storage + Clone> Partition<S> {
-    /// Opens (recovering) or creates the partition in `dir`: bumps and
-    /// persists the leader epoch, opens the log, loads the checkpoint and
-    /// replays the log after it. Returns the partition and the log's
-    /// background future, which the caller must spawn on this executor.
-    ///
-    /// # Errors
-    /// Log corruption outside the torn-write window, a damaged epoch file, a
-    /// checkpoint that cannot be used while the log no longer holds what it
-    /// covers, an event that does not fit the state during replay.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn open(
-        storage: S,
-        dir: &Path,
-        name: PartitionName,
-        config: QueueConfig,
-        log_config: LogConfig,
-        secret: [u8; 32],
-        fatal: Rc<dyn FatalHandler>,
-        clock: Clock,
-    ) -> Result<(Rc<Self>, impl Future<Output = ()> + 'static, OpenReport), PartitionError> {
-        config.validate()?;
-        crate::io::create_dir_durable(&storage, dir).await.map_err(LogError::Io)?;
-        // The checkpoint is read first: the offset it covers bounds the log's
-        // recovery scan (sealed segments below it are not read; their
-        // batches are crc-checked when read). No usable checkpoint: full scan.
-        let checkpoint = match files::read_side_file(
-            &storage,
-            dir,
-            CHECKPOINT_FILE,
-            CHECKPOINT_MAGIC,
-        )
-        .await
-        {
-            Ok(found) => found,
-            Err(error) => {
-                tracing::warn!(dir = %dir.display(), %error, "checkpoint unusable; replaying the whole log");
-                None
-            }
-        };
-        // Where the scan of the segment holding the checkpoint's offset may
-        // start: a resume point taken for this checkpoint (or an older one:
-        // its prefix was durable too). Missing, damaged or newer than the
-        // checkpoint: that segment is scanned from its start.
-        let resume = match &checkpoint {
-            Some(checkpoint) => read_resume(&storage, dir, checkpoint.value).await,
-            None => None,
-        };
-        // The epoch: past the epoch file and every epoch in the log.
-        let scan_from = checkpoint.as_ref().map(|file| LogCursor::from_checkpoint(file.value));
-        let opened =
-            epoch::open_log(&storage, dir, log_config, fatal.clone(), scan_from, resume).await?;
-        let (log, log_report) = (opened.log, opened.report);
-        let epoch = LeaderEpoch(opened.epoch);
-        let context = PartitionContext {
-            queue: name.queue_id,
-            partition: name.partition,
-            epoch,
-            secret,
-            config: config.clone(),
-        };
-        let start = log.start_offset().0;
-        let log_end = log.next_offset().0;
-        // A checkpoint is written only after everything it covers is
-        // durable, so a log that now ends before it lost acknowledged
-        // batches: recovery cut as a torn tail what was media damage (or a
-        // truncated file). Replaying would reuse offsets the checkpoint's
-        // state already names; refuse instead, naming where the log ends.
-        if let Some(file) = &checkpoint {
-            if file.value > log_end {
-                let cut = match &log_report.truncated_at {
-                    Some((path, pos)) => format!(
-                        "{} at byte {pos} ({} bytes after it discarded as a torn tail)",
-                        path.display(),
-                        log_report.truncated_bytes
-                    ),
-                    None => format!("the last segment in {}", dir.display()),
-                };
-                return Err(PartitionError::Recovery {
-                    dir: dir.to_path_buf(),
-                    reason: format!(
-                        "the checkpoint covers offset {} but the log ends at offset {log_end}: \
-                         acknowledged batches are damaged or missing; the log ends at {cut}",
-                        file.value
-                    ),
-                });
-            }
-        }
-        let (state, covers) = match checkpoint {
-            Some(file) => match super::dedupe_files::restore_checkpoint(
-                &storage,
-                dir,
-                &file.payload,
-                context.clone(),
-            )
-            .await?
-            {
-                Ok(restored) if restored.covers.0 >= start => {
-                    (restored.state, Some(restored.covers))
-                }
-                Ok(restored) => {
-                    return Err(PartitionError::Recovery {
-                        dir: dir.to_path_buf(),
-                        reason: format!(
-                            "checkpoint covers offset {} but the log starts at {start}",
-                            restored.covers.0
-                        ),
-                    })
-                }
-                Err(error) if start == 0 => {
-                    tracing::warn!(dir = %dir.display(), %error, "checkpoint does not decode; replaying the whole log");
-                    (PartitionState::new(context.clone())?, None)
-                }
-                Err(error) => {
-                    return Err(PartitionError::Recovery {
-                        dir: dir.join(CHECKPOINT_FILE),
-                        reason: format!(
-                            "checkpoint does not decode ({error}) and the log no longer starts at 0"
-                        ),
-                    })
-                }
-            },
-            None if start == 0 => (PartitionState::new(context.clone())?, None),
-            None => {
-                return Err(PartitionError::Recovery {
-                    dir: dir.to_path_buf(),
-                    reason: format!("no checkpoint, but the log starts at offset {start}"),
-                })
-            }
-        };
-        // Replay starts where the checkpoint's state ends, else at the
-        // log's start (which is then its beginning: checked above).
-        let replay_from = LogCursor::from_checkpoint(covers.map_or(start, |offset| offset.0));
-        Self::finish_open(
-            Opening {
-                storage,
-                dir,
-                name,
-                log,
-                state,
-                epoch,
-                covers,
-                replay_from,
-                log_report,
-                replayed: None,
-            },
-            fatal,
-            clock,
-        )
-        .await
-    }
-
     /// Opens (recovering) or creates the partition in `dir` on its shard's
-    /// journal (the journal layout, `docs/design/shard-journal.md` §12):
+    /// journal (`docs/design/shard-journal.md` §12):
     /// bumps and persists the leader epoch, loads the checkpoint (its
     /// payload is the control cursor `c_p`, then the snapshot: `log.rs`),
     /// builds the partition's journal view from the entries the shard's
@@ -346,28 +175,30 @@ impl<S: Storage + Clone> Partition<S> {
             )));
         }
         view.raise_control_end(control_of(&replay_from));
-        let log = PartitionLog::Journal(Rc::new(view));
-        let log_report = crate::log::RecoveryReport {
-            next_offset: log.next_offset(),
-            ..crate::log::RecoveryReport::default()
-        };
+        let log = PartitionLog::new(Rc::new(view));
         Self::finish_open(
-            Opening {
-                storage,
-                dir,
-                name,
-                log,
-                state,
-                epoch,
-                covers,
-                replay_from,
-                log_report,
-                replayed,
-            },
+            Opening { storage, dir, name, log, state, epoch, covers, replay_from, replayed },
             fatal,
             clock,
         )
         .await
+    }
+
+    /// The state the checkpoint in `dir` restores to, exactly as the
+    /// partition's open restores it (the snapshot and the dedupe generation
+    /// files it refers to), and the data offset it covers (`None`: no
+    /// checkpoint, a new state). For tools that time a restore on its own.
+    ///
+    /// # Errors
+    /// The checkpoint or a generation file it refers to is unreadable or
+    /// does not decode.
+    pub async fn restore_checkpoint(
+        storage: &S,
+        dir: &Path,
+        context: PartitionContext,
+    ) -> Result<(PartitionState, Option<Offset>), PartitionError> {
+        let (state, covers, _) = restore_journal_state(storage, dir, context).await?;
+        Ok((state, covers))
     }
 
     /// The floor of a journal partition's next leader epoch besides the
@@ -382,7 +213,7 @@ impl<S: Storage + Clone> Partition<S> {
     }
 
     /// Where the shard's journal recovery must start for the partition in
-    /// `dir` (journal layout): its checkpoint's scan start, or `None`
+    /// `dir`: its checkpoint's scan start, or `None`
     /// without a checkpoint (every entry of the partition is needed: the
     /// shard releases no journal file while a partition without a
     /// checkpoint is open, so they are all in the files it still holds).
@@ -401,25 +232,15 @@ impl<S: Storage + Clone> Partition<S> {
         Ok(checkpoint.map(|file| JournalPos(file.value)))
     }
 
-    /// What both layouts share once the log is open and the checkpoint
-    /// restored: the partition, its replay, the epoch fence.
+    /// Once the journal view is made and the checkpoint restored: the
+    /// partition, its replay, the epoch fence.
     async fn finish_open(
         opening: Opening<'_, S>,
         fatal: Rc<dyn FatalHandler>,
         clock: Clock,
     ) -> Result<(Rc<Self>, impl Future<Output = ()> + 'static, OpenReport), PartitionError> {
-        let Opening {
-            storage,
-            dir,
-            name,
-            log,
-            state,
-            epoch,
-            covers,
-            replay_from,
-            log_report,
-            replayed,
-        } = opening;
+        let Opening { storage, dir, name, log, state, epoch, covers, replay_from, replayed } =
+            opening;
         let mut background = log.background();
         let partition = Rc::new(Self {
             name,
@@ -450,9 +271,7 @@ impl<S: Storage + Clone> Partition<S> {
             Some(done) => done,
             None => partition.replay(replay_from).await?,
         };
-        if let Some(view) = partition.log.journal() {
-            view.finish_replay();
-        }
+        partition.log.journal().finish_replay();
         // The fence's events must be durable before anything is served, and
         // durability needs the log's background future: drive it here until
         // the fence is done, then hand it (still running) to the caller.
@@ -480,7 +299,6 @@ impl<S: Storage + Clone> Partition<S> {
             replayed_events,
             fenced_claims,
             next_offset: Offset(partition.log.next_offset().0),
-            log: log_report,
         };
         Ok((partition, background, report))
     }

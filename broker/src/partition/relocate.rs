@@ -72,7 +72,7 @@ impl<S: Storage + Clone> Partition<S> {
         budget_bytes: u64,
     ) -> Result<RelocateStep, PartitionError> {
         let mut step = RelocateStep::default();
-        let Some(part) = self.log.journal() else { return Ok(step) };
+        let part = self.log.journal();
         if self.closed.get() {
             return Ok(step);
         }

@@ -159,7 +159,7 @@ pub async fn replay_journal_shard<S: Storage + Clone>(
             report.entry_bytes += u64::from(*bytes);
             let slot = &mut folding[*index as usize];
             let Some(part) = slot else { continue };
-            let Some(apply_from) = part.cursor.admit(&batch.header, true) else { continue };
+            let Some(apply_from) = part.cursor.admit(&batch.header) else { continue };
             if let Err(error) =
                 part.fold.apply(&mut part.state, batch, apply_from, &part.target.dir)
             {

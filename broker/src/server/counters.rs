@@ -19,6 +19,7 @@ use std::time::Duration;
 use spool_wire::ErrorCode;
 
 use crate::clock::{Instant, Millis};
+use crate::log::journal::JournalError;
 use crate::log::LogError;
 use crate::partition::{Claimed, PartitionError};
 use crate::queue::FullLimit;
@@ -121,7 +122,8 @@ impl RequestCounters {
         let cause = match error {
             PartitionError::QueueFull { limit: FullLimit::Messages } => AdmissionCause::MaxMessages,
             PartitionError::QueueFull { limit: FullLimit::Bytes } => AdmissionCause::MaxBytes,
-            PartitionError::Log(LogError::DiskFull) => AdmissionCause::DiskFull,
+            PartitionError::Log(LogError::DiskFull)
+            | PartitionError::Journal(JournalError::DiskFull { .. }) => AdmissionCause::DiskFull,
             PartitionError::TooManyWaiters => AdmissionCause::ClaimWaitersPerPartition,
             PartitionError::TooManyWaitersOnConnection { .. } => {
                 AdmissionCause::ClaimWaitersPerConnection

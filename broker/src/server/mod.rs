@@ -20,8 +20,7 @@
 //! Queue ids are never reused, so a queue created again under a deleted
 //! queue's name never sees the old files.
 //!
-//! Log layout (`log_layout`): with `segments` each partition keeps its own
-//! segment log in its directory. With `journal` each shard owns one
+//! The log: each shard owns one
 //! [`ShardJournal`] in `DATA_DIR/shard-{shard:02}/` (`journal/` files and the
 //! `handles` table; see [`journal_shard_dir`]), recovered by
 //! [`SpoolHooks::start`] before any partition opens, from the least
@@ -78,7 +77,7 @@ use thiserror::Error;
 use crate::control::assignment::{
     AssignmentChange, AssignmentTable, AssignmentUpdate, QueueName, ShardId,
 };
-use crate::control::config::{BrokerConfig, LogLayout};
+use crate::control::config::BrokerConfig;
 use crate::io::DmaStorage;
 use crate::log::journal::{
     CommitObserver, JournalConfig, JournalError, JournalPos, PartitionHandle, RoutedEntry,
@@ -127,13 +126,13 @@ pub fn partition_dir(data_dir: &Path, queue_id: QueueId, partition: PartitionId)
         .join(format!("p{:05}", partition.0))
 }
 
-/// The directory of shard `shard`'s journal and handles table (journal
-/// layout): `DATA_DIR/shard-{shard:02}`.
+/// The directory of shard `shard`'s journal and handles table:
+/// `DATA_DIR/shard-{shard:02}`.
 pub fn journal_shard_dir(data_dir: &Path, shard: ShardId) -> PathBuf {
     data_dir.join(format!("shard-{:02}", shard.0))
 }
 
-/// The shard's journal (journal layout), opened by [`SpoolHooks::start`].
+/// The shard's journal, opened by [`SpoolHooks::start`].
 pub struct ShardJournalRun {
     pub shard: Rc<ShardJournal<DmaStorage>>,
     /// The entries recovery routed to each handle, until its partition
@@ -162,10 +161,10 @@ pub struct ShardJournalRun {
     release: Cell<JournalReport>,
 }
 
-/// Feeds the shard journal's commits into the per-thread disk counters the
-/// segment committers feed (`io::stats::record_commit`: commit size and
-/// build-to-durable time), so `spool_shard_commit_*` mean the same for both
-/// layouts. Commits become durable in the order they were built.
+/// Feeds the shard journal's commits into the per-thread disk counters
+/// (`io::stats::record_commit`: commit size and build-to-durable time) that
+/// `spool_shard_commit_*` report. Commits become durable in the order they
+/// were built.
 #[derive(Default)]
 struct CommitTimer {
     built: RefCell<std::collections::VecDeque<(u64, crate::clock::Instant)>>,
@@ -267,14 +266,14 @@ fn lacks_space(error: &PartitionError) -> bool {
     io.source.raw_os_error() == Some(libc::ENOSPC)
 }
 
-/// The witness delay both layouts use: a glommio timer of
-/// `WITNESS_DELAY_MS` (`Log::set_witness_delay`, `Journal::set_witness_delay`).
+/// The shard journal's witness delay: a glommio timer of `WITNESS_DELAY_MS`
+/// (`Journal::set_witness_delay`).
 fn witness_delay() -> crate::log::WitnessDelay {
     timer_of(crate::limits::WITNESS_DELAY_MS)
 }
 
-/// The commit delay both layouts use: a glommio timer of `COMMIT_DELAY_MS`
-/// (`Log::set_commit_delay`, `Journal::set_commit_delay`).
+/// The shard journal's commit delay: a glommio timer of `COMMIT_DELAY_MS`
+/// (`Journal::set_commit_delay`).
 fn commit_delay() -> crate::log::WitnessDelay {
     timer_of(crate::limits::COMMIT_DELAY_MS)
 }
@@ -285,24 +284,6 @@ fn timer_of(ms: u64) -> crate::log::WitnessDelay {
             glommio::timer::Timer::new(Duration::from_millis(ms)).await;
         })
     })
-}
-
-/// Removes a half-written prepared segment a failed open left (or found)
-/// in `dir`, and syncs the directory: it holds the space the next attempt
-/// needs, and is never part of the log. Best effort: recovery removes it
-/// too once the partition opens.
-fn remove_prepared(dir: &Path) {
-    let path = dir.join(crate::log::PREPARED_FILE_NAME);
-    match std::fs::remove_file(&path) {
-        Ok(()) => {
-            tracing::info!(path = %path.display(), "removed a half-written prepared segment");
-            if let Err(error) = std::fs::File::open(dir).and_then(|dir| dir.sync_all()) {
-                tracing::warn!(dir = %dir.display(), %error, "directory sync after the removal failed");
-            }
-        }
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-        Err(error) => tracing::warn!(path = %path.display(), %error, "could not remove it"),
-    }
 }
 
 impl std::ops::Deref for Served {
@@ -340,12 +321,9 @@ pub struct ShardState {
     /// Rung by a partition whose new deadline is earlier than the
     /// housekeeping timer's planned tick.
     pub alarm: Rc<Alarm>,
-    /// Log figures of partitions deleted since the shard started, so the
-    /// shard's reported totals never go back.
-    pub retired_log: Cell<LogTotals>,
     /// The table after the catalog's replay (what `start` recovers for).
     recovered: Arc<AssignmentTable>,
-    /// The shard's journal, with the journal layout, once `start` opened it.
+    /// The shard's journal, once `start` opened it.
     pub journal: RefCell<Option<Rc<ShardJournalRun>>>,
     /// Which partitions the housekeeping tick visits (`tick.rs`).
     pub tick_plan: Rc<TickPlan<Served>>,
@@ -395,12 +373,9 @@ impl ShardState {
 
     /// Adds this shard's partitions, refusals and log figures to `report`.
     fn report(&self, report: &mut ShardReport) {
-        let mut log = self.retired_log.get();
+        let mut log = LogTotals::default();
         let now = (self.clock)();
         for (queue, partition, served) in self.partitions.borrow().iter() {
-            let stats = served.partition.log().stats();
-            log.commits += stats.commits;
-            log.commit_bytes += stats.commit_bytes;
             let counters = served.partition.counters();
             let ack_rate_per_sec = served.requests.sample_acks(now, counters.totals.acked);
             report.partitions.push(PartitionReport {
@@ -452,8 +427,8 @@ impl ShardState {
 
     /// Opens `queue`/`partition`. `epoch_opened`: its journal handle and
     /// new leader epoch when [`ShardState::open_journal_epochs`] already
-    /// made them durable for a group of partitions (journal layout); without
-    /// it the open makes its own.
+    /// made them durable for a group of partitions; without it the open
+    /// makes its own.
     async fn open_partition(
         &self,
         queue: &QueueName,
@@ -465,32 +440,17 @@ impl ShardState {
         let dir = partition_dir(&self.config.data_dir, queue_id, partition);
         let name = PartitionName { queue: queue.as_str().to_owned(), queue_id, partition };
         let journal = self.journal.borrow().clone();
-        let opened = match (self.config.log_layout, journal) {
-            (LogLayout::Segments, _) => Partition::open(
-                DmaStorage,
-                &dir,
-                name,
-                config.clone(),
-                self.log_config.clone(),
-                self.secret,
-                Rc::new(ExitOnFatal),
-                self.clock.clone(),
-            )
-            .await
-            .map(|(partition, background, report)| {
-                (partition, Box::pin(background) as BackgroundTask, report, None)
-            }),
-            (LogLayout::Journal, None) => Err(PartitionError::Journal(JournalError::Failed(
+        let opened = match journal {
+            None => Err(PartitionError::Journal(JournalError::Failed(
                 "the shard journal is not open".into(),
             ))),
-            (LogLayout::Journal, Some(journal)) => {
+            Some(journal) => {
                 self.open_journal_partition(&journal, &dir, name, config, epoch_opened).await
             }
         };
         let (partition_rc, background, report, handle) = match opened {
             Ok(opened) => opened,
             Err(error) if lacks_space(&error) => {
-                remove_prepared(&dir);
                 let retry_ms = crate::limits::PARTITION_OPEN_RETRY_MS;
                 let key = (queue.as_str().to_owned(), partition);
                 if self.unavailable.borrow().contains_key(&key) {
@@ -525,20 +485,12 @@ impl ShardState {
             next_offset = report.next_offset.0,
             checkpoint = ?report.checkpoint_covers.map(|offset| offset.0),
             replayed_events = report.replayed_events,
-            truncated_bytes = report.log.truncated_bytes,
-            scan_bytes_read = report.log.scan_bytes_read,
-            reserve_bound = ?report.log.reserve_bound,
-            resumed_at = ?report.log.resumed_at.as_ref().map(|(_, pos)| *pos),
             "partition open"
         );
         self.unavailable.borrow_mut().remove(&(queue.as_str().to_owned(), partition));
         self.epochs.publish(queue_id, partition, report.epoch);
         let alarm = self.alarm.clone();
         partition_rc.set_wakeup_hook(Rc::new(move |at| alarm.request(at)));
-        // Segment layout: the partition's own log waits before a witness
-        // page like the shard journal does (a no-op for the journal).
-        partition_rc.set_witness_delay(witness_delay());
-        partition_rc.set_commit_delay(commit_delay());
         // Deadlines the replay restored (leases, scheduled messages).
         if let Some(at) = partition_rc.next_due() {
             self.alarm.request(at);
@@ -643,18 +595,19 @@ impl ShardState {
     }
 
     /// Makes the journal partitions `partitions` of `queue_id` ready to
-    /// open together (journal layout): their directories created with one
+    /// open together: their directories created with one
     /// sync of each parent, then their handles and new leader epochs
     /// written to the shard's handles table in **one** durable write. What
     /// it returns is passed to [`ShardState::open_partition`]. `None`
-    /// without the journal layout or when the group step failed (each
+    /// without partitions, before the journal opened or when the group
+    /// step failed (each
     /// partition's open then tries on its own and reports its error).
     async fn open_journal_epochs(
         &self,
         queue_id: QueueId,
         partitions: &[PartitionId],
     ) -> Option<Vec<(PartitionHandle, u32)>> {
-        if self.config.log_layout != LogLayout::Journal || partitions.is_empty() {
+        if partitions.is_empty() {
             return None;
         }
         let journal = self.journal.borrow().clone()?;
@@ -882,8 +835,7 @@ impl ShardState {
         let mut needed = files.durable_position();
         let mut asked = Vec::new();
         for entry in &served {
-            let Some(pin) = entry.partition.journal_pin() else { return };
-            needed = needed.min(pin);
+            needed = needed.min(entry.partition.journal_pin());
             if ask && entry.partition.journal_checkpoint_frees() {
                 asked.push(entry.partition.clone());
             }
@@ -1023,9 +975,8 @@ impl ShardState {
         let files = journal.shard.journal();
         let mut live: BTreeMap<JournalPos, u64> = BTreeMap::new();
         for served in self.partitions.borrow().values() {
-            if let Some(part) = served.partition.log().journal() {
-                part.indexed_bytes_by_file(|position| files.file_base(position), &mut live);
-            }
+            let part = served.partition.log().journal();
+            part.indexed_bytes_by_file(|position| files.file_base(position), &mut live);
         }
         let count = files.file_count() as u64;
         let newest = files.newest_file();
@@ -1124,7 +1075,6 @@ impl ShardHooksFactory for SpoolHooksFactory {
             clock: Rc::new(crate::clock::now_ms),
             epochs: self.epochs.clone(),
             alarm: Rc::new(Alarm::default()),
-            retired_log: Cell::new(LogTotals::default()),
             recovered: context.recovered.clone(),
             journal: RefCell::new(None),
             tick_plan: Rc::new(TickPlan::new(crate::limits::HOUSEKEEPING_FULL_SWEEP_MS)),
@@ -1183,10 +1133,7 @@ impl ShardHooks for SpoolHooks {
     type Error = ServerError;
 
     async fn start(&self) -> Result<(), ServerError> {
-        match self.state.config.log_layout {
-            LogLayout::Segments => Ok(()),
-            LogLayout::Journal => self.state.open_journal().await,
-        }
+        self.state.open_journal().await
     }
 
     fn frame_handler(&self) -> Rc<SpoolHandler> {
@@ -1217,10 +1164,9 @@ impl ShardHooks for SpoolHooks {
                 // must not keep its neighbours closed. Up to
                 // PARTITION_OPENS_CONCURRENT open at once, so their syncs
                 // (epoch file, directory) overlap instead of queueing one
-                // after another: on the segment layout a 1,000-partition
-                // create is ~1,000 small syncs per shard. On the journal
-                // layout the directories and the epochs of all of them are
-                // made durable first, together (a few syncs per shard).
+                // after another. The directories and the epochs of all of
+                // them are made durable first, together (a few syncs per
+                // shard, not several per partition).
                 let owned: Vec<PartitionId> = shards
                     .iter()
                     .enumerate()
@@ -1302,11 +1248,6 @@ impl ShardHooks for SpoolHooks {
                 let count = doomed.len();
                 for (index, ((name, partition), served)) in doomed.into_iter().enumerate() {
                     state.epochs.forget(served.partition.name().queue_id, partition);
-                    let stats = served.partition.log().stats();
-                    let mut retired = state.retired_log.get();
-                    retired.commits += stats.commits;
-                    retired.commit_bytes += stats.commit_bytes;
-                    state.retired_log.set(retired);
                     let dir = served.partition.dir().to_path_buf();
                     // No final checkpoint: the directory goes next.
                     ShardState::discard_served(&served).await;

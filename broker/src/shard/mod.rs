@@ -33,6 +33,7 @@ pub mod cpus;
 mod executor;
 pub mod hooks;
 pub mod memlock;
+pub mod nofile;
 mod policy;
 pub mod report;
 
@@ -650,7 +651,7 @@ impl Broker {
     /// # Errors
     /// [`StartError`]; map it to an exit with [`StartError::fatal_reason`].
     pub fn start<F: ShardHooksFactory>(
-        mut config: BrokerConfig,
+        config: BrokerConfig,
         factory: F,
     ) -> Result<Broker, StartError> {
         let cpus = cpus::allowed_cpus();
@@ -659,20 +660,14 @@ impl Broker {
         // One executor per shard plus the control executor.
         memlock::ensure(usize::from(shard_count) + 1)?;
         let lock = DataDirLock::acquire(&config.data_dir)?;
-        // Before the secret: a directory without one is new and records the
-        // configured layout; an existing one must match its record when a
-        // layout was set, and otherwise starts with the recorded one.
-        let format = DataDirFormat::load_or_create(
-            &lock,
-            config.log_layout,
-            config.log_layout_explicit,
-            shard_count,
-        )?;
-        if config.log_layout != format.log_layout {
-            tracing::info!(log_layout = %format.log_layout,
-                "no log_layout set: starting with the data directory's recorded layout");
-            config.log_layout = format.log_layout;
-        }
+        // Before the secret: a directory without one is new and records
+        // the journal layout and this shard count; an existing one must be
+        // of the journal layout and have the same shard count.
+        DataDirFormat::load_or_create(&lock, shard_count)?;
+        // File descriptors do not grow with partitions (one journal per
+        // shard), but connections and side-file opens do: take what the
+        // hard limit allows, and say so.
+        nofile::raise_to_hard();
         let secret = BrokerSecret::load_or_create(&lock)?;
         // Read before anything starts, so a bad catalog is a start error.
         let catalog = catalog::load(lock.dir())?.unwrap_or_else(|| Catalog::empty(shard_count));

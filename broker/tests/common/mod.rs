@@ -1,13 +1,12 @@
-//! Shared helpers for the log tests: batch builders, a small config, and a
-//! driver that runs a log's background future beside a workload.
+//! Shared helpers for the broker's tests: batch builders, a small log
+//! config, and a glommio executor to run them on.
 // Tests may unwrap (COMMON.md); clippy only exempts #[test] fns, not helpers.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(dead_code)]
 
 use std::future::Future;
 
-use spool_broker::io::Storage;
-use spool_broker::log::{Log, LogConfig, ReadBatch};
+use spool_broker::log::LogConfig;
 use spool_wire::batch::{BatchHeader, BatchKind};
 use spool_wire::limits::BATCH_HEADER_BYTES;
 
@@ -15,15 +14,12 @@ use spool_wire::limits::BATCH_HEADER_BYTES;
 pub fn small_config() -> LogConfig {
     LogConfig {
         segment_bytes: 64 * 1024,
-        segment_bytes_initial: 64 * 1024,
         commit_bytes: 16 * 1024,
         batch_bytes_max: 8 * 1024,
         inflight_commits_max: 2,
         pending_bytes_max: 1 << 20,
         data_pending_bytes_max: 1 << 20,
-        index_interval_bytes: 4096,
         tail_cache_bytes: 32 * 1024,
-        reserve_step_bytes: LogConfig::default().reserve_step_bytes,
     }
 }
 
@@ -61,35 +57,6 @@ pub fn stamped(batch: &[u8], base_offset: u64, epoch: u32) -> Vec<u8> {
     let mut copy = batch.to_vec();
     BatchHeader::assign(&mut copy, base_offset, epoch);
     copy
-}
-
-/// Reads every durable batch from the log start.
-pub async fn read_all<S: Storage>(log: &Log<S>) -> Vec<ReadBatch> {
-    let mut out = Vec::new();
-    let mut from = log.start_offset();
-    while from < log.durable_offset() {
-        let batches = log.read(from, 64 * 1024).await.expect("read");
-        assert!(!batches.is_empty(), "no batch at {from} below the durable end");
-        for batch in batches {
-            assert_eq!(batch.header.base_offset, from.0, "offsets are contiguous");
-            from = spool_broker::log::Offset(batch.header.next_offset());
-            out.push(batch);
-        }
-    }
-    out
-}
-
-/// Runs `work` while polling the log's background future; closes the log
-/// when `work` ends and waits for the drain.
-pub async fn drive<S: Storage, T>(log: &Log<S>, work: impl Future<Output = T>) -> T {
-    let background = log.background();
-    let work = async {
-        let result = work.await;
-        log.close();
-        result
-    };
-    let ((), result) = futures_lite::future::zip(background, work).await;
-    result
 }
 
 /// Runs `future` to completion on a fresh glommio executor (the partition

@@ -1,8 +1,8 @@
-//! The partition tests' fixture for both log layouts: a partition opened on
-//! its own segment log, or as a `JournalPartition` of a `ShardJournal` (the
-//! journal layout, `docs/design/shard-journal.md` §12), with the same test
-//! bodies. `both_layouts!` turns each test body (a function of a `Layout`)
-//! into one `#[test]` per layout.
+//! The partition tests' fixture: a partition opened as a `JournalPartition`
+//! of its own `ShardJournal` (`docs/design/shard-journal.md` §12), either
+//! replaying on its own or restored by the shard's ordered pass first, with
+//! the same test bodies. `both_layouts!` turns each test body (a function of
+//! a `Layout`) into one `#[test]` per way of opening.
 // Tests may unwrap (COMMON.md); clippy only exempts #[test] fns, not helpers.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(dead_code)]
@@ -21,11 +21,9 @@ use spool_broker::partition::{
 };
 use spool_broker::queue::QueueConfig;
 
-/// Which log a partition runs on.
+/// How a partition is opened on its shard's journal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Layout {
-    /// Its own segment log in its directory.
-    Segments,
     /// Its shard's journal (here one shard per partition directory, in
     /// `journal_shard_dir`).
     Journal,
@@ -44,7 +42,7 @@ pub fn journal_shard_dir(dir: &Path) -> PathBuf {
 type Task = Pin<Box<dyn Future<Output = ()>>>;
 
 /// The background work of an opened partition: the partition's own future
-/// and, for the journal layout, the shard journal and its future.
+/// and the shard journal and its future.
 pub struct Background<S: Storage> {
     partition: Task,
     shard: Option<(Rc<ShardJournal<S>>, Task)>,
@@ -91,8 +89,8 @@ impl<S: Storage + 'static> Background<S> {
     }
 }
 
-/// Opens the partition in `dir` on `layout`. For the journal the shard
-/// journal (in [`journal_shard_dir`]) is recovered from the partition's
+/// Opens the partition in `dir` as `layout` says: the shard journal (in
+/// [`journal_shard_dir`]) is recovered from the partition's
 /// checkpoint scan start, the partition's handle registered, and its routed
 /// entries handed to it — what `shard/` does for each partition of a shard.
 /// The returned background must be driven (spawned) for appends to become
@@ -109,12 +107,6 @@ pub async fn open_partition<S: Storage + Clone + 'static>(
     clock: Clock,
 ) -> Result<(Rc<Partition<S>>, Background<S>, OpenReport), PartitionError> {
     match layout {
-        Layout::Segments => {
-            let (partition, background, report) =
-                Partition::open(storage, dir, name, config, log_config, [7u8; 32], fatal, clock)
-                    .await?;
-            Ok((partition, Background { partition: Box::pin(background), shard: None }, report))
-        }
         Layout::Journal | Layout::JournalOrdered => {
             create_dir_durable(&storage, dir).await.map_err(spool_broker::log::LogError::Io)?;
             let shard_dir = journal_shard_dir(dir);
@@ -203,14 +195,11 @@ pub async fn open_partition<S: Storage + Clone + 'static>(
     }
 }
 
-/// One `#[test]` per layout for each listed test body (`fn name(layout:
-/// Layout)`), in modules `segments` and `journal`.
+/// One `#[test]` per way of opening for each listed test body (`fn
+/// name(layout: Layout)`), in modules `journal` and `journal_ordered`.
 #[macro_export]
 macro_rules! both_layouts {
     ($($name:ident),* $(,)?) => {
-        mod segments {
-            $(#[test] fn $name() { super::$name($crate::partition_layout::Layout::Segments) })*
-        }
         mod journal {
             $(#[test] fn $name() { super::$name($crate::partition_layout::Layout::Journal) })*
         }

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --release -p spool-tests --bin killloop -- --kills 200 --seed 7 [--cores 2] [--quick]
-//!     [--partitions 4] [--backlog 4000] [--log-layout journal] [--spoold-arg=FLAG ...]
+//!     [--partitions 4] [--backlog 4000] [--spoold-arg=FLAG ...]
 //! ```
 //!
 //! Exit code: 0 when every violation count is 0, 1 when any is not, 2 for a
@@ -13,16 +13,15 @@
 //! `--partitions N` sets the queue's partition count (default 4);
 //! `--backlog N` the unacked enqueues at which producers pause (default
 //! 4,000, 1,000 with `--quick`).
-//! `--log-layout L` runs the broker on that log layout (`segments` or
-//! `journal`); each `--spoold-arg=FLAG` (or `--spoold-arg FLAG`) is passed
-//! to every `spoold` start as is, after the harness's own flags.
+//! Each `--spoold-arg=FLAG` (or `--spoold-arg FLAG`) is passed to every
+//! `spoold` start as is, after the harness's own flags.
 
 use std::process::ExitCode;
 
 use spool_tests::killloop::{run, KillLoopConfig};
 
 const USAGE: &str = "usage: killloop --kills N [--seed S] [--cores C] [--quick] \
-                     [--partitions P] [--backlog B] [--log-layout segments|journal] [--spoold-arg=FLAG ...]";
+                     [--partitions P] [--backlog B] [--spoold-arg=FLAG ...]";
 
 struct Args {
     kills: u32,
@@ -65,13 +64,6 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
             }
             "--quick" => quick = true,
             "--spoold-arg" => spoold_args.push(value("--spoold-arg")?),
-            "--log-layout" => {
-                let layout = value("--log-layout")?;
-                if !matches!(layout.as_str(), "segments" | "journal") {
-                    return Err(format!("--log-layout: segments or journal, not {layout}"));
-                }
-                spoold_args.extend(["--log-layout".to_owned(), layout]);
-            }
             "-h" | "--help" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown argument {other}\n{USAGE}")),
         }
@@ -148,10 +140,10 @@ mod tests {
         assert!(parse("--seed 1").is_err(), "--kills is required");
         assert!(parse("--kills x").is_err());
         assert!(parse("--kills 1 --bogus").is_err());
-        let args = parse("--kills 1 --log-layout journal --spoold-arg=--cores --spoold-arg 3")
+        let args = parse("--kills 1 --spoold-arg=--journal-retain-bytes --spoold-arg 0")
             .expect("valid flags");
-        assert_eq!(args.spoold_args, ["--log-layout", "journal", "--cores", "3"]);
-        assert!(parse("--kills 1 --log-layout heap").is_err());
+        assert_eq!(args.spoold_args, ["--journal-retain-bytes", "0"]);
+        assert!(parse("--kills 1 --log-layout journal").is_err(), "the layout flag is gone");
         let args = parse("--kills 1 --partitions 256 --backlog 4000").expect("valid flags");
         assert_eq!((args.partitions, args.backlog), (Some(256), Some(4000)));
         assert!(parse("--kills 1 --partitions many").is_err());

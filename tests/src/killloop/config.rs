@@ -62,7 +62,7 @@ pub struct KillLoopConfig {
     /// The `spoold` binary (a failpoint build); `None`: the ordinary one.
     pub spoold_bin: Option<PathBuf>,
     /// More `spoold` flags, after the harness's own (a later flag wins),
-    /// on every start: e.g. `--log-layout journal`.
+    /// on every start: e.g. `--journal-retain-bytes 0`.
     pub spoold_args: Vec<String>,
 }
 

@@ -44,7 +44,7 @@ use super::entry::{
     check_payload, write_filler, EntryHeader, ENTRY_HEADER_BYTES, FILLER_PARTITION,
 };
 use super::error::JournalError;
-use super::layout::{commit_span, journal_file_path};
+use super::layout::{commit_span, journal_file_path, JOURNAL_PREPARED_NAME};
 use super::prepare::{name_prepared, prepare_file};
 use super::recovery::{recover, RecoveryReport, RecoverySink};
 use super::{EntryCell, EntryStatus, JournalPos, JournalTicket, Lane, PartitionHandle, Wants};
@@ -73,6 +73,14 @@ pub struct JournalStats {
     /// Witness entries that became durable (one page each, one write and
     /// one sync; not counted in `commits` nor `commit_bytes`).
     pub witnesses: u64,
+    /// Preparations of the next file that failed for lack of disk space.
+    pub prepares_disk_full: u64,
+}
+
+/// Whether an I/O error means the file system is out of space.
+fn is_disk_full(error: &IoError) -> bool {
+    error.source.kind() == std::io::ErrorKind::StorageFull
+        || error.source.raw_os_error() == Some(libc::ENOSPC)
 }
 
 /// One journal file the appender writes to.
@@ -93,6 +101,9 @@ impl<F> JournalFile<F> {
 pub(super) struct FileSlot<F> {
     pub path: PathBuf,
     pub file: Option<Rc<F>>,
+    /// Its length, when known (a file recovery found before the newest
+    /// ends where the next begins).
+    pub len_bytes: Option<u64>,
 }
 
 /// A durable commit kept in memory: its pages as written.
@@ -176,9 +187,25 @@ pub(super) struct State<F: StorageFile> {
     /// bytes (`read_ahead_bytes`).
     pub(super) chunks: VecDeque<super::read::ReadChunk>,
     pub(super) chunk_bytes: u64,
-    /// The zero-filled `next.prep`, ready for the next roll.
-    prepared: Option<Rc<F>>,
+    /// The zero-filled `next.prep`, ready for the next roll, and its length.
+    prepared: Option<(Rc<F>, u64)>,
     roll_waiting: bool,
+    /// The length the next file gets: the file size, or less while the disk
+    /// is short of space (halved per failed preparation, down to one
+    /// largest commit: `JournalConfig::commit_span_max`), so a full disk
+    /// clears once the space for the next commit returns, not a whole file.
+    next_len: u64,
+    /// Lengths of the files commits were placed in that no roll has named
+    /// yet, oldest first: the preparer makes the front one's length, which
+    /// can then no longer shrink.
+    placed: VecDeque<u64>,
+    /// The last preparation of the next file failed for lack of disk
+    /// space: data entries are refused ([`JournalError::DiskFull`]) while
+    /// control entries use the room left in the current file, and the
+    /// preparer waits for [`Journal::retry_prepare`] before it tries again.
+    disk_full: bool,
+    /// [`Journal::retry_prepare`] asked for another attempt.
+    retry_asked: bool,
     /// A roll took the prepared file and has not renamed it yet: `next.prep`
     /// still names it, so the preparer must not open that name.
     renaming: bool,
@@ -273,11 +300,15 @@ impl<S: Storage> Journal<S> {
         let active = recovered.active;
         let mut files = BTreeMap::new();
         for (base, path, file) in recovered.older {
-            files.insert(base, FileSlot { path, file });
+            files.insert(base, FileSlot { path, file, len_bytes: None });
         }
         files.insert(
             active.base,
-            FileSlot { path: active.path.clone(), file: Some(active.file.clone()) },
+            FileSlot {
+                path: active.path.clone(),
+                file: Some(active.file.clone()),
+                len_bytes: Some(active.len_bytes),
+            },
         );
         let build_file = Rc::new(JournalFile {
             base: active.base,
@@ -307,6 +338,10 @@ impl<S: Storage> Journal<S> {
             chunk_bytes: 0,
             prepared: None,
             roll_waiting: false,
+            next_len: config.file_bytes,
+            placed: VecDeque::new(),
+            disk_full: false,
+            retry_asked: false,
             renaming: false,
             alloc_file: active.file,
             workers_running: 0,
@@ -442,6 +477,9 @@ impl<S: Storage> Journal<S> {
             }
             if state.closing {
                 return Err(JournalError::Closed);
+            }
+            if lane == Lane::Data && state.disk_full {
+                return Err(JournalError::DiskFull { file_bytes: state.next_len });
             }
             let limit_bytes = self.shared.pending_limit(lane);
             let queue = state.lane_mut(lane);
@@ -600,6 +638,25 @@ impl<S: Storage> Journal<S> {
     /// Whether a zero-filled `next.prep` is ready for the next roll.
     pub fn next_file_prepared(&self) -> bool {
         self.shared.state.borrow().prepared.is_some()
+    }
+
+    /// Whether data entries are refused because the next file could not
+    /// be prepared for lack of disk space.
+    pub fn disk_full(&self) -> bool {
+        self.shared.state.borrow().disk_full
+    }
+
+    /// Asks the preparer to try again after [`Journal::disk_full`] (the
+    /// broker's partitions call it every `DISK_FULL_RETRY_MS` while the
+    /// disk is full; the journal reads no clock). Nothing while space is
+    /// not short.
+    pub fn retry_prepare(&self) {
+        let mut state = self.shared.state.borrow_mut();
+        if state.disk_full && !state.retry_asked {
+            state.retry_asked = true;
+            drop(state);
+            self.shared.prepare.notify_all();
+        }
     }
 
     pub fn dir(&self) -> &Path {
@@ -873,11 +930,14 @@ impl<S: Storage> Shared<S> {
             return false;
         }
         let base = state.build_file.end();
-        state.build_file = Rc::new(JournalFile {
-            base,
-            len_bytes: self.config.file_bytes,
-            file: RefCell::new(None),
-        });
+        let len_bytes = if state.placed.is_empty() {
+            state.prepared.as_ref().map_or(state.next_len, |(_, len)| *len)
+        } else {
+            // The next file is placed already: this is the one after it.
+            self.config.file_bytes
+        };
+        state.placed.push_back(len_bytes);
+        state.build_file = Rc::new(JournalFile { base, len_bytes, file: RefCell::new(None) });
         state.build_pos = base;
         self.prepare.notify_all();
         true
@@ -1000,9 +1060,29 @@ impl<S: Storage> Shared<S> {
                 if state.failed.is_some() {
                     return false;
                 }
-                if let Some(file) = state.prepared.take() {
+                if let Some((file, len_bytes)) = state.prepared.take() {
                     state.roll_waiting = false;
                     state.renaming = true;
+                    let placed = state.placed.pop_front();
+                    if placed != Some(len_bytes) || len_bytes != job.file.len_bytes {
+                        drop(state);
+                        let reason = format!(
+                            "the prepared journal file has {len_bytes} bytes, the commit was \
+                             placed in one of {} (placed {placed:?}): not rolled",
+                            job.file.len_bytes
+                        );
+                        let error = IoError::new(
+                            IoOp::Rename,
+                            &self.dir,
+                            None,
+                            std::io::Error::other(reason),
+                        );
+                        self.fail(FatalCode::RollFailed, &error);
+                        return false;
+                    }
+                    // The file after this one: as placed, else the full size.
+                    state.next_len =
+                        state.placed.front().copied().unwrap_or(self.config.file_bytes);
                     break file;
                 }
                 state.roll_waiting = true;
@@ -1026,7 +1106,10 @@ impl<S: Storage> Shared<S> {
             let mut state = self.state.borrow_mut();
             state.renaming = false;
             let path = journal_file_path(&self.dir, job.file.base);
-            state.files.insert(job.file.base, FileSlot { path, file: Some(file.clone()) });
+            state.files.insert(
+                job.file.base,
+                FileSlot { path, file: Some(file.clone()), len_bytes: Some(job.file.len_bytes) },
+            );
             *job.file.file.borrow_mut() = Some(file.clone());
             state.alloc_file = file;
             state.stats.files_rolled += 1;
@@ -1049,6 +1132,21 @@ impl<S: Storage> Shared<S> {
     }
 }
 
+/// Failpoints around a commit's write and sync (`crate::failpoint`).
+const COMMIT_POINTS: [&str; 4] = [
+    "journal.commit.write",
+    "journal.commit.write.after",
+    "journal.commit.sync",
+    "journal.commit.sync.after",
+];
+/// Failpoints around a witness entry's write and sync.
+const WITNESS_POINTS: [&str; 4] = [
+    "journal.witness.write",
+    "journal.witness.write.after",
+    "journal.witness.sync",
+    "journal.witness.sync.after",
+];
+
 /// One committer: build a commit, (roll,) write it, sync it, mark it synced.
 async fn committer<S: Storage>(shared: Rc<Shared<S>>) {
     loop {
@@ -1058,19 +1156,16 @@ async fn committer<S: Storage>(shared: Rc<Shared<S>>) {
         }
         let Some(file) = shared.wait_named(&job.file).await else { break };
         let offset = job.pos - job.file.base;
-        // Failpoints sit on the witness's write and sync only (a commit's
-        // are the storage seam's); a failure is fatal either way.
-        let point = |name: &str, op: IoOp, pos: Option<u64>| {
-            if job.witness {
-                failpoint(name, op, file.path(), pos)
-            } else {
-                Ok(())
-            }
+        // A witness and a commit have failpoints of their own around the
+        // write and the sync; a failure is fatal either way.
+        let names = if job.witness { WITNESS_POINTS } else { COMMIT_POINTS };
+        let point = |index: usize, op: IoOp, pos: Option<u64>| {
+            failpoint(names[index], op, file.path(), pos)
         };
         let written = async {
-            point("journal.witness.write", IoOp::Write, Some(offset))?;
+            point(0, IoOp::Write, Some(offset))?;
             file.write_at(job.buf.clone(), offset).await?;
-            point("journal.witness.write.after", IoOp::Write, Some(offset))
+            point(1, IoOp::Write, Some(offset))
         };
         if let Err(error) = written.await {
             shared.fail(FatalCode::WriteFailed, &error);
@@ -1080,9 +1175,9 @@ async fn committer<S: Storage>(shared: Rc<Shared<S>>) {
             break;
         }
         let synced = async {
-            point("journal.witness.sync", IoOp::Sync, None)?;
+            point(2, IoOp::Sync, None)?;
             file.fdatasync().await?;
-            point("journal.witness.sync.after", IoOp::Sync, None)
+            point(3, IoOp::Sync, None)
         };
         if let Err(error) = synced.await {
             shared.fail(FatalCode::SyncFailed, &error);
@@ -1109,6 +1204,7 @@ async fn preparer<S: Storage>(shared: Rc<Shared<S>>) {
             } else if state.prepared.is_none()
                 && !state.renaming
                 && (state.roll_waiting || !state.closing)
+                && (!state.disk_full || state.retry_asked)
             {
                 Step::Prepare
             } else if state.closing && state.workers_running == 0 {
@@ -1121,14 +1217,58 @@ async fn preparer<S: Storage>(shared: Rc<Shared<S>>) {
             Step::Exit => return,
             Step::Wait => shared.prepare.wait().await,
             Step::Prepare => {
-                match prepare_file(&shared.storage, &shared.dir, shared.config.file_bytes).await {
+                let len_bytes = {
+                    let mut state = shared.state.borrow_mut();
+                    state.retry_asked = false;
+                    state.next_len
+                };
+                match prepare_file(&shared.storage, &shared.dir, len_bytes).await {
                     Ok(file) => {
-                        {
+                        let was_full = {
                             let mut state = shared.state.borrow_mut();
-                            state.prepared = Some(Rc::new(file));
+                            // A commit placed meanwhile took this length.
+                            debug_assert_eq!(state.next_len, len_bytes);
+                            state.prepared = Some((Rc::new(file), len_bytes));
                             state.stats.files_prepared += 1;
+                            std::mem::replace(&mut state.disk_full, false)
+                        };
+                        if was_full {
+                            tracing::info!(dir = %shared.dir.display(),
+                                "disk space is back: the next journal file is prepared; \
+                                 data is accepted again");
                         }
                         shared.prepared.notify_all();
+                    }
+                    Err(error) if is_disk_full(&error) => {
+                        // Out of space: give back what the attempt took
+                        // (the partial file is never part of the journal)
+                        // and refuse data until a retry succeeds.
+                        let prep = shared.dir.join(JOURNAL_PREPARED_NAME);
+                        if let Err(error) = shared.storage.remove(&prep).await {
+                            tracing::warn!(path = %prep.display(), %error,
+                                "could not remove the partial next journal file");
+                        }
+                        let _ = shared.storage.sync_dir(&shared.dir).await;
+                        let first = {
+                            let mut state = shared.state.borrow_mut();
+                            state.stats.prepares_disk_full += 1;
+                            // The next try asks for less, unless a commit
+                            // already sits in the next file at this length.
+                            if state.placed.is_empty() {
+                                let least = shared.config.commit_span_max();
+                                state.next_len = (state.next_len / 2 / PAGE_BYTES * PAGE_BYTES)
+                                    .max(least)
+                                    .min(shared.config.file_bytes);
+                            }
+                            !std::mem::replace(&mut state.disk_full, true)
+                        };
+                        if first {
+                            tracing::warn!(dir = %shared.dir.display(), %error,
+                                file_bytes = len_bytes,
+                                "disk full: the next journal file cannot be prepared; data is \
+                                 refused (DISK_FULL) until a smaller one fits (down to one \
+                                 commit), acks and claims go on in the current file");
+                        }
                     }
                     Err(error) => {
                         shared.fail(FatalCode::PrepareFailed, &error);

@@ -122,7 +122,7 @@ fn page_aligned(field: &'static str, value: u64) -> Result<(), JournalConfigErro
 
 impl JournalConfig {
     /// The journal of a shard whose partitions were configured with
-    /// `log` (the segment log's settings, `BrokerConfig::log_config`): the
+    /// `log` (the broker's log settings, `BrokerConfig::log_config`): the
     /// same commit size, commits in flight, per-lane pending bounds and read
     /// cache (`tail_cache_bytes` for the commit cache, and as much again for
     /// chunks read from the files); files of `segment_bytes` (at least [`JOURNAL_FILE_BYTES_MIN`]

@@ -90,6 +90,14 @@ pub enum JournalError {
     /// A write, sync or roll failed earlier; the journal accepts nothing more.
     #[error("journal failed: {0}")]
     Failed(String),
+    /// The next journal file could not be prepared for lack of disk space:
+    /// data is refused until a retry prepares it; control entries (acks,
+    /// claims) still go into the room left in the current file.
+    #[error(
+        "disk full: the shard journal's next file ({file_bytes} bytes) cannot be prepared; \
+         enqueues are refused until that much space returns"
+    )]
+    DiskFull { file_bytes: u64 },
     #[error("journal is closed")]
     Closed,
     /// A read of a position at or past the durable watermark: the entry is

@@ -46,8 +46,9 @@ use spool_wire::proto::PartitionId;
 use super::entry::FILLER_PARTITION;
 use super::error::JournalError;
 use super::PartitionHandle;
-use crate::io::{create_dir_durable, IoError, Storage, StorageFile};
+use crate::io::{create_dir_durable, IoError, IoOp, Storage, StorageFile};
 use crate::limits::PAGE_BYTES;
+use crate::log::failpoint;
 use crate::log::sync::Notify;
 
 /// Name of the handles table in a shard directory.
@@ -272,10 +273,14 @@ impl<S: Storage> HandlesTable<S> {
         let file = self.storage.open(&temp).await?;
         let mut buf = file.alloc_buf(bytes.len());
         buf.as_mut().copy_from_slice(&bytes);
+        failpoint("handles.write", IoOp::Write, &temp, Some(0))?;
         file.write_at(Rc::new(buf), 0).await?;
+        failpoint("handles.sync", IoOp::Sync, &temp, None)?;
         file.fdatasync().await?;
         drop(file);
+        failpoint("handles.rename", IoOp::Rename, &temp, None)?;
         self.storage.rename(&temp, &self.dir.join(HANDLES_FILE_NAME)).await?;
+        failpoint("handles.dir_sync", IoOp::SyncDir, &self.dir, None)?;
         self.storage.sync_dir(&self.dir).await
     }
 }

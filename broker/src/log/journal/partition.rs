@@ -4,12 +4,12 @@
 //! One `ShardJournal` per shard owns the [`Journal`] and the
 //! [`HandlesTable`]; opening it loads the table, then recovers the journal
 //! with a [`RecoveryRouter`], so every entry lands in its partition's list.
-//! A `JournalPartition` is one partition's view, with the method names and
-//! meanings of the segment log's [`crate::log::Log`] where they are the same:
+//! A `JournalPartition` is one partition's view of the shard's journal, its
+//! log as the partition sees it:
 //!
 //! - offsets number **data records only**, densely: `append` of a data
 //!   batch stamps the next offset and the leader epoch into its header
-//!   (`header_crc` recomputed, as the segment log's append does) and queues
+//!   (`header_crc` recomputed) and queues
 //!   it in the data lane; a control batch goes to the control lane and
 //!   takes no offset (its header's base offset is the next data offset, for
 //!   information only);
@@ -531,10 +531,11 @@ impl<S: Storage> JournalPartition<S> {
     /// Drops from the index every data entry whose every offset is below
     /// `watermark`; reads below the new start then fail with
     /// [`JournalError::OffsetOutOfRange`]. Returns how many were dropped.
-    /// Journal files are not deleted here (reclaiming them is step 4).
+    /// Journal files are not deleted here: the shard's release passes do
+    /// that (`retention.rs`).
     ///
     /// # Errors
-    /// None yet; the signature is the segment log's.
+    /// None yet; the signature leaves room for an index kept on disk.
     #[allow(clippy::unused_async)]
     pub async fn delete_below(&self, watermark: Offset) -> Result<usize, JournalError> {
         let mut state = self.state.borrow_mut();
@@ -548,14 +549,17 @@ impl<S: Storage> JournalPartition<S> {
         Ok(cut)
     }
 
-    /// Always false: journal files are prepared per shard (a full disk
-    /// fails the journal's preparation, which is fatal).
+    /// Whether the shard journal refuses data for lack of disk space (its
+    /// next file could not be prepared): [`Journal::disk_full`].
     pub fn disk_full(&self) -> bool {
-        false
+        self.shard.journal.disk_full()
     }
 
-    /// Nothing to retry (see [`JournalPartition::disk_full`]).
-    pub fn retry_prepare(&self) {}
+    /// Asks the shard journal to try preparing its next file again
+    /// ([`Journal::retry_prepare`]).
+    pub fn retry_prepare(&self) {
+        self.shard.journal.retry_prepare();
+    }
 
     /// `Some(reason)` once the shard's journal failed.
     pub fn failure(&self) -> Option<String> {

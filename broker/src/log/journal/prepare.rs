@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use super::layout::{journal_file_path, JOURNAL_PREPARED_NAME};
-use crate::io::{IoError, Storage, StorageFile};
+use crate::io::{IoError, IoOp, Storage, StorageFile};
 use crate::limits::ZERO_FILL_CHUNK_BYTES;
+use crate::log::failpoint;
 
 /// Creates `next.prep`, writes zeros through `len_bytes` of it, fdatasyncs
 /// it and syncs the directory (its name is then durable, so a crash leaves
@@ -19,7 +20,9 @@ pub(super) async fn prepare_file<S: Storage>(
 ) -> Result<S::File, IoError> {
     let file = storage.open(&dir.join(JOURNAL_PREPARED_NAME)).await?;
     zero_fill(&file, len_bytes).await?;
+    failpoint("journal.prepare.sync", IoOp::Sync, file.path(), None)?;
     file.fdatasync().await?;
+    failpoint("journal.prepare.dir_sync", IoOp::SyncDir, dir, None)?;
     storage.sync_dir(dir).await?;
     Ok(file)
 }
@@ -34,8 +37,11 @@ pub(super) async fn name_prepared<S: Storage>(
     base: u64,
 ) -> Result<PathBuf, IoError> {
     let path = journal_file_path(dir, base);
+    failpoint("journal.roll.rename", IoOp::Rename, &path, None)?;
     storage.rename(&dir.join(JOURNAL_PREPARED_NAME), &path).await?;
+    failpoint("journal.roll.dir_sync", IoOp::SyncDir, dir, None)?;
     storage.sync_dir(dir).await?;
+    failpoint("journal.roll.dir_sync.after", IoOp::SyncDir, dir, None)?;
     Ok(path)
 }
 
@@ -47,6 +53,7 @@ async fn zero_fill<F: StorageFile>(file: &F, len_bytes: u64) -> Result<(), IoErr
     let zeros = Rc::new(zeros);
     let mut pos = 0;
     while pos + chunk <= len_bytes {
+        failpoint("journal.prepare.write", IoOp::Write, file.path(), Some(pos))?;
         file.write_at(zeros.clone(), pos).await?;
         pos += chunk;
     }

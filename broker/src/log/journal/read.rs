@@ -3,8 +3,7 @@
 //! recent durable commits when it still holds the commit, otherwise an
 //! aligned read of the journal file through the storage seam.
 //!
-//! The checks are the segment log's (`log/reader.rs`): a batch read from a
-//! file is checked once, right after the read (the entry header's crc and
+//! A batch read from a file is checked once, right after the read (the entry header's crc and
 //! position, then both batch crcs and its length); a batch served from the
 //! cache lies in a commit buffer this journal built from checked payloads,
 //! so only its headers are parsed. Positions at or past the durable
@@ -19,11 +18,11 @@ use spool_wire::batch::BatchHeader;
 use super::appender::{CachedCommit, Journal};
 use super::entry::{check_payload, EntryError, EntryHeader, ENTRY_HEADER_BYTES};
 use super::error::{JournalDamage, JournalError};
+use super::layout::{page_ceil, page_floor};
 use super::JournalPos;
 use crate::io::Storage;
 use crate::io::StorageFile;
 use crate::limits::{JOURNAL_READ_CHUNK_BYTES, PAGE_BYTES};
-use crate::log::layout::{page_ceil, page_floor};
 use crate::log::{ReadBatch, SharedBytes};
 
 impl<S: Storage> Journal<S> {
@@ -276,11 +275,13 @@ impl<S: Storage> Journal<S> {
                 let oldest = state.files.keys().next().copied().unwrap_or(0);
                 return Err(JournalError::BelowOldestFile { pos, oldest: JournalPos(oldest) });
             };
-            let end = state
-                .files
-                .range(base + 1..)
-                .next()
-                .map_or(base + self.shared.config.file_bytes, |(next, _)| *next);
+            // A file ends where the next begins; the newest where its own
+            // length says (files are shorter while the disk is short of
+            // space).
+            let end = state.files.range(base + 1..).next().map_or_else(
+                || base + slot.len_bytes.unwrap_or(self.shared.config.file_bytes),
+                |(next, _)| *next,
+            );
             (*base, end, slot.path.clone(), slot.file.clone())
         };
         if let Some(file) = file {

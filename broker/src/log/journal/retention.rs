@@ -30,7 +30,8 @@
 use super::appender::Journal;
 use super::error::JournalError;
 use super::JournalPos;
-use crate::io::Storage;
+use crate::io::{IoOp, Storage};
+use crate::log::failpoint;
 
 /// What one [`Journal::release_below`] removed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -85,7 +86,11 @@ impl<S: Storage> Journal<S> {
                     }
                 }
             }
-            if let Err(error) = storage.remove(path).await {
+            let removed = async {
+                failpoint("journal.release.remove", IoOp::Remove, path, None)?;
+                storage.remove(path).await
+            };
+            if let Err(error) = removed.await {
                 if error.source.kind() != std::io::ErrorKind::NotFound {
                     // Still on disk: list it again so the next call retries.
                     self.relist(*base, path.clone());
@@ -95,6 +100,7 @@ impl<S: Storage> Journal<S> {
             released.files += 1;
             released.bytes += end - base;
         }
+        failpoint("journal.release.dir_sync", IoOp::SyncDir, self.dir(), None)?;
         storage.sync_dir(self.dir()).await?;
         released.oldest = self.oldest_file();
         Ok(released)
@@ -140,6 +146,6 @@ impl<S: Storage> Journal<S> {
             .state
             .borrow_mut()
             .files
-            .insert(base, super::appender::FileSlot { path, file: None });
+            .insert(base, super::appender::FileSlot { path, file: None, len_bytes: None });
     }
 }

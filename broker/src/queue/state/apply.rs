@@ -207,8 +207,7 @@ impl PartitionState {
     }
 
     /// Counts the held records among the `count` from `offset` on against
-    /// `principal`. On the live path and on replay of a segment log they
-    /// are all held (the event is appended right behind its batch, in the
+    /// `principal`. On the live path they are all held (the event is appended right behind its batch, in the
     /// same step). In a journal (control lane ahead of data) the event may
     /// replay before its records: its run is kept, and each record counts
     /// when its `Enqueued` event arrives ([`StoredByPrincipal::arrived`]);
