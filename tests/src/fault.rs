@@ -1,6 +1,7 @@
 //! Helpers of the fault tests (`tests/tests/{corruption,lease_pause,hostile,
 //! full_disk,failpoints,overload}.rs`): message ids and payloads a checker
-//! can recompute, damaging files, finding a partition's directory, and
+//! can recompute, damaging files, finding a partition's directory and a
+//! shard's journal files, walking a journal file entry by entry, and
 //! draining a partition while checking every payload.
 //!
 //! It asserts nothing about the broker itself; each test does.
@@ -148,44 +149,174 @@ pub fn flip_bit(path: &Path, pos: u64, bit: u8) -> std::io::Result<()> {
     file.sync_all()
 }
 
-/// One batch found in a segment file by [`segment_batches`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BatchAt {
-    /// File position of its header.
-    pub pos: u64,
-    /// `batch_len`.
-    pub len_bytes: u64,
-    /// 0 data, 1 control, 2 filler.
-    pub kind: u16,
-    /// Base offset.
-    pub base_offset: u64,
+/// crc32c (Castagnoli, reflected, as the broker's headers use), computed
+/// here so the helpers below read journal files without the broker's code.
+pub fn crc32c(bytes: &[u8]) -> u32 {
+    const POLY: u32 = 0x82F6_3B78;
+    let mut crc = !0u32;
+    for byte in bytes {
+        crc ^= u32::from(*byte);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 { (crc >> 1) ^ POLY } else { crc >> 1 };
+        }
+    }
+    !crc
 }
 
-/// Walks the batch headers of a segment file (see
-/// `docs/design/segment-format.md`) up to the first all-zero header. Reads
-/// the header fields only; checks nothing.
-pub fn segment_batches(path: &Path) -> std::io::Result<Vec<BatchAt>> {
-    const HEADER_BYTES: usize = 64;
+/// Bytes of a journal entry header (`docs/design/shard-journal.md` §2).
+pub const JOURNAL_HEADER_BYTES: u64 = 32;
+/// Bytes of the batch header at the start of a journal entry's payload.
+pub const BATCH_HEADER_BYTES: u64 = 64;
+/// Partition field of a filler entry.
+pub const FILLER_HANDLE: u32 = u32::MAX;
+/// Suffix of journal files (`{position:020}.wal`).
+pub const JOURNAL_FILE_SUFFIX: &str = ".wal";
+/// The journal file being zero-filled ahead of need.
+pub const JOURNAL_PREPARED_NAME: &str = "next.prep";
+
+/// `DATA_DIR/shard-NN`.
+pub fn shard_dir(data_dir: &Path, shard: u16) -> PathBuf {
+    data_dir.join(format!("shard-{shard:02}"))
+}
+
+/// `DATA_DIR/shard-NN/journal`.
+pub fn journal_dir(data_dir: &Path, shard: u16) -> PathBuf {
+    shard_dir(data_dir, shard).join("journal")
+}
+
+/// The journal files (`*.wal`) of shard `shard`, oldest first (their names
+/// are zero-padded positions, so name order is position order).
+pub fn journal_files(data_dir: &Path, shard: u16) -> Vec<PathBuf> {
+    files_ending(&journal_dir(data_dir, shard), JOURNAL_FILE_SUFFIX)
+}
+
+/// The journal position of byte 0 of a journal file, from its name.
+pub fn journal_file_base(path: &Path) -> Option<u64> {
+    let name = path.file_name()?.to_str()?;
+    let digits = name.strip_suffix(JOURNAL_FILE_SUFFIX)?;
+    (digits.len() == 20 && digits.bytes().all(|byte| byte.is_ascii_digit()))
+        .then(|| digits.parse().ok())
+        .flatten()
+}
+
+/// One entry found in a journal file by [`journal_entries`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntryAt {
+    /// File offset of its 32-byte header.
+    pub pos: u64,
+    /// Journal position it names (file base + `pos`).
+    pub position: u64,
+    /// Partition handle (bit 31: a relocated copy); [`FILLER_HANDLE`] for a
+    /// filler.
+    pub handle: u32,
+    /// The durable watermark its writer recorded.
+    pub watermark: u64,
+    /// `entry_len`: header plus payload.
+    pub len_bytes: u64,
+    /// The payload batch's kind (0 data, 1 control); `None` for a filler.
+    pub batch_kind: Option<u16>,
+    /// The payload batch's base offset (a data batch's first partition
+    /// offset); 0 for a filler.
+    pub base_offset: u64,
+    /// The payload batch's record count; 0 for a filler.
+    pub record_count: u32,
+}
+
+impl EntryAt {
+    pub fn is_filler(&self) -> bool {
+        self.handle == FILLER_HANDLE
+    }
+
+    pub fn is_data(&self) -> bool {
+        self.batch_kind == Some(0)
+    }
+
+    pub fn is_control(&self) -> bool {
+        self.batch_kind == Some(1)
+    }
+
+    /// File offset just past the entry.
+    pub fn end(&self) -> u64 {
+        self.pos + self.len_bytes
+    }
+
+    /// File offset of its payload (the batch header).
+    pub fn payload_pos(&self) -> u64 {
+        self.pos + JOURNAL_HEADER_BYTES
+    }
+}
+
+fn le(bytes: &[u8], at: usize, len: usize) -> u64 {
+    let mut raw = [0u8; 8];
+    raw[..len].copy_from_slice(&bytes[at..at + len]);
+    u64::from_le_bytes(raw)
+}
+
+/// Walks the entries of one journal file (layout in
+/// `docs/design/shard-journal.md` §2) from byte 0, header by header, up to
+/// the first header that is not intact (all zero: the unwritten rest; bad
+/// magic, header crc, length or self-named position: damage). Checks the
+/// 32-byte headers only, not the payloads' batch crcs; reads the kind, base
+/// offset and record count of each payload's batch header.
+pub fn journal_entries(path: &Path) -> std::io::Result<Vec<EntryAt>> {
+    let header_bytes = JOURNAL_HEADER_BYTES as usize;
+    let base = journal_file_base(path).ok_or_else(|| {
+        std::io::Error::other(format!("{} is not a journal file name", path.display()))
+    })?;
     let bytes = std::fs::read(path)?;
-    let mut batches = Vec::new();
+    let mut entries = Vec::new();
     let mut pos = 0usize;
-    while pos + HEADER_BYTES <= bytes.len() {
-        let header = &bytes[pos..pos + HEADER_BYTES];
-        if header.iter().all(|byte| *byte == 0) {
+    while pos + header_bytes <= bytes.len() {
+        let header = &bytes[pos..pos + header_bytes];
+        if &header[0..4] != b"SPJ1" || le(header, 28, 4) != u64::from(crc32c(&header[..28])) {
             break;
         }
-        let field = |at: usize, len: usize| {
-            let mut raw = [0u8; 8];
-            raw[..len].copy_from_slice(&header[at..at + len]);
-            u64::from_le_bytes(raw)
-        };
-        let len_bytes = field(8, 4);
-        if len_bytes < HEADER_BYTES as u64 {
+        let len_bytes = le(header, 24, 4);
+        let position = le(header, 8, 8);
+        if len_bytes < JOURNAL_HEADER_BYTES
+            || len_bytes % 8 != 0
+            || position != base + pos as u64
+            || pos as u64 + len_bytes > bytes.len() as u64
+        {
             break;
         }
-        let kind = u16::try_from(field(6, 2)).unwrap_or(u16::MAX);
-        batches.push(BatchAt { pos: pos as u64, len_bytes, kind, base_offset: field(16, 8) });
+        let handle = u32::try_from(le(header, 4, 4)).unwrap_or(FILLER_HANDLE);
+        let payload = pos + header_bytes;
+        let batch = (handle != FILLER_HANDLE
+            && len_bytes >= JOURNAL_HEADER_BYTES + BATCH_HEADER_BYTES)
+            .then(|| &bytes[payload..payload + BATCH_HEADER_BYTES as usize]);
+        entries.push(EntryAt {
+            pos: pos as u64,
+            position,
+            handle,
+            watermark: le(header, 16, 8),
+            len_bytes,
+            batch_kind: batch.map(|batch| u16::try_from(le(batch, 6, 2)).unwrap_or(u16::MAX)),
+            base_offset: batch.map_or(0, |batch| le(batch, 16, 8)),
+            record_count: batch.map_or(0, |batch| u32::try_from(le(batch, 32, 4)).unwrap_or(0)),
+        });
         pos += usize::try_from(len_bytes).unwrap_or(usize::MAX / 2);
     }
-    Ok(batches)
+    Ok(entries)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crc32c_matches_the_standard_check_value() {
+        // Goal: the test's own crc32c is Castagnoli's (check value of
+        // "123456789"), so header crcs it computes are the broker's.
+        assert_eq!(crc32c(b"123456789"), 0xE306_9283);
+        assert_eq!(crc32c(b""), 0);
+    }
+
+    #[test]
+    fn journal_file_names_parse() {
+        // Goal: only `{20 digits}.wal` names a journal file.
+        assert_eq!(journal_file_base(Path::new("/j/00000000000008388608.wal")), Some(8_388_608));
+        assert_eq!(journal_file_base(Path::new("/j/next.prep")), None);
+        assert_eq!(journal_file_base(Path::new("/j/0000000000000000000x.wal")), None);
+    }
 }

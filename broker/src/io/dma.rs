@@ -83,7 +83,23 @@ async fn prime_iopoll_probe(path: &Path) -> Result<(), IoError> {
         return Ok(());
     }
     let probe = dir.join(PROBE_FILE_NAME);
-    std::fs::write(&probe, vec![0u8; crate::limits::PAGE_BYTES as usize]).map_err(io_error)?;
+    if let Err(error) = std::fs::write(&probe, vec![0u8; crate::limits::PAGE_BYTES as usize]) {
+        let _ = std::fs::remove_file(&probe);
+        // No room for the probe (a full disk). A file that already holds a
+        // page answers glommio's probe as truthfully as the probe file
+        // would, so opening it first is safe (reads of a checkpoint, say,
+        // which recovery needs before it can make room); an empty or new
+        // file is not, so its open fails as the probe did. Nothing is
+        // marked primed: the next open tries the probe again.
+        let holds_a_page =
+            std::fs::metadata(path).is_ok_and(|meta| meta.len() >= crate::limits::PAGE_BYTES);
+        if holds_a_page {
+            tracing::debug!(dir = %dir.display(), %error,
+                "iopoll probe not written; the file opened holds data and probes instead");
+            return Ok(());
+        }
+        return Err(io_error(error));
+    }
     let opened = OpenOptions::new().read(true).dma_open(&probe).await;
     let removed = std::fs::remove_file(&probe);
     let file = opened.map_err(|error| IoError::new(IoOp::Open, &probe, None, to_io(error)))?;

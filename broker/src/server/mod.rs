@@ -703,6 +703,8 @@ impl ShardState {
             recovered_to = report.next_position.0,
             routed_partitions = recovery.routed.partitions.len(),
             garbage_entries = recovery.routed.garbage_entries,
+            torn_tail_cut_at = ?report.truncated_at.as_ref().map(|(_, pos)| *pos),
+            prepared_removed = report.prepared_removed,
             "shard journal open"
         );
         let task = glommio::spawn_local(shard.background()).detach();
