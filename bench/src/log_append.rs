@@ -10,6 +10,11 @@
 //! answered by awaiting `JournalPartition::writable`, and the wait counts
 //! toward that append's latency.
 //!
+//! The journal runs with spoold's witness and commit delays
+//! ([`as_spoold`]): a closed loop of appenders leaves the committers idle
+//! between cycles, and without the delay every commit would be followed by
+//! a witness entry's write and sync that spoold does not pay.
+//!
 //! Measurement: after a warm-up, the controller snapshots the journal's
 //! `JournalStats` and the storage timings, lets the run go for `seconds`,
 //! and snapshots again. An append counts when it becomes durable inside the
@@ -24,15 +29,16 @@ use std::time::Duration;
 
 use serde::Serialize;
 use spool_broker::clock::{instant_now, Instant};
-use spool_broker::io::DmaStorage;
+use spool_broker::io::{DmaStorage, Storage};
 use spool_broker::limits::{
-    COMMIT_BYTES_DEFAULT, COMMIT_BYTES_MAX, INFLIGHT_COMMITS_DEFAULT, INFLIGHT_COMMITS_MAX,
-    SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN,
+    COMMIT_BYTES_DEFAULT, COMMIT_BYTES_MAX, COMMIT_DELAY_MS, INFLIGHT_COMMITS_DEFAULT,
+    INFLIGHT_COMMITS_MAX, SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN,
+    WITNESS_DELAY_MS,
 };
 use spool_broker::log::journal::{
-    JournalConfig, JournalError, JournalPartition, JournalPos, JournalStats, ShardJournal,
+    Journal, JournalConfig, JournalError, JournalPartition, JournalPos, JournalStats, ShardJournal,
 };
-use spool_broker::log::{FatalHandler, FatalReason, LogConfig, LogError};
+use spool_broker::log::{FatalHandler, FatalReason, LogConfig, LogError, WitnessDelay};
 use spool_wire::batch::{DataBatchBuilder, MessageId, Payload, Record};
 use spool_wire::limits::PAYLOAD_INLINE_BYTES_MAX;
 use spool_wire::proto::{Offset, PartitionId};
@@ -73,6 +79,7 @@ pub struct LogAppendConfig {
     /// Warm-up before the window (not measured).
     #[arg(long, default_value_t = 1000)]
     pub warmup_ms: u64,
+    /// spoold's `segment_bytes`: the size of each shard journal file.
     #[arg(long, default_value_t = SEGMENT_BYTES_DEFAULT)]
     pub segment_bytes: u64,
     /// Group-commit target size (page multiple).
@@ -131,6 +138,9 @@ pub struct LogAppendReport {
     pub commits: u64,
     /// Journal files named by a roll in the window.
     pub files_rolled: u64,
+    /// Witness entries made durable in the window: one page, one write and
+    /// one sync each, not counted in `commits` (in `io` they are).
+    pub witnesses: u64,
     pub backpressure_waits: u64,
     pub measured_s: f64,
     pub appenders: u64,
@@ -142,6 +152,30 @@ pub struct LogAppendReport {
     pub segment_bytes: u64,
     pub commit_bytes: u64,
     pub inflight_commits: u64,
+    /// The journal's file size and commit target as
+    /// `JournalConfig::for_partitions` derives them from `segment_bytes` and
+    /// `commit_bytes` (as spoold does).
+    pub journal_file_bytes: u64,
+    pub journal_commit_bytes: u64,
+    /// spoold's witness and commit delays, which the journal runs with.
+    pub witness_delay_ms: u64,
+    pub commit_delay_ms: u64,
+}
+
+/// A glommio timer of `ms`, as a journal delay.
+fn timer_of(ms: u64) -> WitnessDelay {
+    Rc::new(move || {
+        Box::pin(async move {
+            glommio::timer::Timer::new(Duration::from_millis(ms)).await;
+        })
+    })
+}
+
+/// Gives `journal` the witness and commit delays spoold gives every shard
+/// journal it opens (`WITNESS_DELAY_MS`, `COMMIT_DELAY_MS`).
+pub(crate) fn as_spoold<S: Storage>(journal: &Journal<S>) {
+    journal.set_witness_delay(timer_of(WITNESS_DELAY_MS));
+    journal.set_commit_delay(timer_of(COMMIT_DELAY_MS));
 }
 
 /// Records the first fatal log error so the run can report it; appenders
@@ -239,11 +273,14 @@ async fn measure(config: &LogAppendConfig, dir: &Path) -> Result<LogAppendReport
     let fatal = Rc::new(FatalSlot::default());
     let storage = TimedStorage::new(DmaStorage, timings.clone());
     let journal_config = JournalConfig::for_partitions(&config.log_config());
+    let (journal_file_bytes, journal_commit_bytes) =
+        (journal_config.file_bytes, journal_config.commit_bytes);
     let journal_error = |error: JournalError| BenchError::Scenario(format!("journal: {error}"));
     let (shard, _recovery) =
         ShardJournal::open(storage, dir, journal_config, JournalPos(0), fatal.clone())
             .await
             .map_err(journal_error)?;
+    as_spoold(shard.journal());
     let background = glommio::spawn_local(shard.background());
     let opening: Vec<(u32, PartitionId, u64)> = (0..config.partitions)
         .map(|partition| (1, PartitionId(u32::try_from(partition).unwrap_or(u32::MAX)), 0))
@@ -323,6 +360,7 @@ async fn measure(config: &LogAppendConfig, dir: &Path) -> Result<LogAppendReport
         records,
         commits,
         files_rolled: after.files_rolled - before.files_rolled,
+        witnesses: after.witnesses - before.witnesses,
         backpressure_waits: run.backpressure_waits.get(),
         measured_s,
         appenders: config.appenders,
@@ -334,5 +372,9 @@ async fn measure(config: &LogAppendConfig, dir: &Path) -> Result<LogAppendReport
         segment_bytes: config.segment_bytes,
         commit_bytes: config.commit_bytes,
         inflight_commits: config.inflight_commits,
+        journal_file_bytes,
+        journal_commit_bytes,
+        witness_delay_ms: WITNESS_DELAY_MS,
+        commit_delay_ms: COMMIT_DELAY_MS,
     })
 }

@@ -63,7 +63,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// N appenders on one partition log (one glommio shard, O_DIRECT): append → durable.
+    /// N appenders on partitions of one shard journal (one glommio shard, O_DIRECT): append → durable.
     LogAppend(LogAppendConfig),
     /// Heap bytes per message of the queue state machine (pure, no I/O).
     StateMemory(StateMemoryConfig),

@@ -4,8 +4,8 @@
 //! keep it.
 //!
 //! What it does not do: create or open anything in the directory (the
-//! scenario's `Log::open` or `Partition::open` creates it, durably) or
-//! measure anything.
+//! scenario's `ShardJournal::open` or `Partition::open_journal` creates it,
+//! durably) or measure anything.
 
 use std::future::Future;
 use std::path::PathBuf;

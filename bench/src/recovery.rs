@@ -7,16 +7,24 @@
 //! `record_bytes` inline payload, enqueued in data batches of
 //! `batch_records` by `enqueuers` concurrent tasks through
 //! [`Partition::enqueue`], with a broker clock that advances as it would at
-//! `rate_per_s` (so the dedupe window, and with it the checkpoint, holds
-//! what production would). Then:
-//! (a) `checkpoint()`, close, and time the reopen (the journal's recovery
-//!     scan from the checkpoint's scan start, the checkpoint loaded with
-//!     its dedupe generation files, the few events after it replayed);
+//! `rate_per_s` (so the dedupe window, and with it the checkpoint and its
+//! sealed dedupe generation files, hold what production would). Then:
+//! (a) `checkpoint()`, close, and time the reopen;
 //! (b) close, delete the checkpoint file, and time the reopen again (the
 //!     whole journal scanned and replayed through `apply`).
-//! Each reopen is checked: the state must hold exactly `messages` live
-//! messages. All reads are O_DIRECT, so (b) is not helped by a page cache
-//! that (a) warmed.
+//!
+//! Every reopen goes the way `spoold` starts a shard (`server::open_journal`
+//! and `open_journal_partition`), through the broker's own functions only:
+//! the journal's recovery scan from the partition's checkpoint scan start
+//! (from the oldest journal file without one), the shard's ordered replay
+//! ([`replay_journal_shard`]: the checkpoint restored with the dedupe
+//! generation files it refers to, the entries after it folded in), the new
+//! epoch made durable in the handles table, then [`Partition::open_journal`]
+//! taking the replayed state and running the epoch fence. Nothing here
+//! reads a checkpoint's contents itself, so a restore the broker would
+//! refuse is refused here too. Each reopen is checked: the state must hold
+//! exactly `messages` live messages. All reads are O_DIRECT, so (b) is not
+//! helped by a page cache that (a) warmed.
 //!
 //! Disk: the journal is about `messages × batch_bytes / batch_records` plus
 //! its prepared file; the run checks free space with statvfs first and
@@ -25,6 +33,7 @@
 //! claims, or a crash (close is clean; crash recovery is the log tests').
 
 use std::cell::Cell;
+use std::collections::HashMap;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -32,13 +41,17 @@ use std::rc::Rc;
 
 use serde::Serialize;
 use spool_broker::clock::instant_now;
-use spool_broker::io::DmaStorage;
+use spool_broker::io::{create_dir_durable, DmaStorage};
 use spool_broker::limits::{SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN};
-use spool_broker::log::journal::{JournalConfig, JournalError, JournalPos, ShardJournal};
+use spool_broker::log::journal::{
+    parse_journal_file_name, HandleTarget, JournalConfig, JournalError, JournalPos, ShardJournal,
+    JOURNAL_DIR_NAME,
+};
 use spool_broker::log::{LogConfig, LogError, RecordFatal};
 use spool_broker::partition::files::{self, CHECKPOINT_FILE, CHECKPOINT_MAGIC};
 use spool_broker::partition::{
-    Clock, JournalOpen, OpenReport, Partition, PartitionError, PartitionName,
+    replay_journal_shard, Clock, JournalOpen, OpenReport, Partition, PartitionError, PartitionName,
+    ShardReplayReport, ShardReplayTarget,
 };
 use spool_broker::queue::limits::{QUEUE_BYTES_MAX, QUEUE_MESSAGES_MAX};
 use spool_broker::queue::{
@@ -69,6 +82,15 @@ const START_MS: Millis = 1_700_000_000_000;
 const PARTITION_DIR: &str = "p0";
 /// The shard journal's directory under the run directory.
 const SHARD_DIR: &str = "shard";
+/// The one partition: queue 1, partition 0.
+const QUEUE_ID: QueueId = QueueId(1);
+const PARTITION: PartitionId = PartitionId(0);
+/// The broker secret the partition's tokens would be made with.
+const SECRET: [u8; 32] = [0x5b; 32];
+/// Prefix and suffix of a sealed dedupe generation's side file
+/// (`partition::dedupe_files`).
+const GENERATION_FILE_PREFIX: &str = "dedupe-";
+const GENERATION_FILE_SUFFIX: &str = ".gen";
 
 /// What to run: the `recovery` subcommand's flags (one definition, with
 /// their defaults: the capacity model's backlog, 7.2 M records of 1.6 KiB in
@@ -91,6 +113,7 @@ pub struct RecoveryConfig {
     /// Simulated enqueue rate: the broker clock advances 1/rate s per message.
     #[arg(long, default_value_t = 25_000)]
     pub rate_per_s: u64,
+    /// spoold's `segment_bytes`: the size of each shard journal file.
     #[arg(long, default_value_t = SEGMENT_BYTES_DEFAULT)]
     pub segment_bytes: u64,
 }
@@ -125,16 +148,28 @@ impl RecoveryConfig {
 #[derive(Clone, Debug, Serialize)]
 pub struct Reopen {
     /// From the call to a serving partition: the shard journal's recovery
-    /// scan, the epoch write, checkpoint load and restore, replay, the
-    /// epoch fence.
+    /// scan, checkpoint load and restore (dedupe generation files
+    /// included), the ordered replay, the epoch write, the epoch fence.
     pub recovery_ms: f64,
+    /// `recovery_ms` in its parts.
+    #[serde(flatten)]
+    pub timings: OpenTimings,
     pub checkpoint_covers: Option<u64>,
     pub replayed_batches: u64,
     pub replayed_events: u64,
+    /// Where the journal's recovery scan started (the checkpoint's scan
+    /// start, or the oldest journal file).
+    pub journal_scan_start: u64,
     /// Journal entries the shard's recovery scan found (its crc scan).
     pub journal_entries: u64,
     /// Journal files that scan read.
     pub journal_files_scanned: usize,
+    /// The shard's ordered replay took the partition (its open only ran
+    /// the epoch fence); false: the open replayed on its own.
+    pub shard_replayed: bool,
+    /// Journal entries the ordered replay read, and their bytes.
+    pub shard_replay_entries: u64,
+    pub shard_replay_entry_bytes: u64,
     /// Live messages after the reopen (must equal `messages`).
     pub live_messages: u64,
 }
@@ -153,9 +188,15 @@ pub struct RecoveryReport {
     /// size, so the newest and the prepared one count whole).
     pub bytes_on_disk: u64,
     pub checkpoint_bytes: u64,
-    /// `ShardJournal::open` alone from position 0: the full recovery scan
-    /// (every journal file, every entry crc-checked): what a reopen without
-    /// a usable checkpoint pays before its replay.
+    /// Sealed dedupe generations the build's last checkpoint refers to, and
+    /// the generation side files in the partition directory after it (the
+    /// reopen with the checkpoint reads every one).
+    pub dedupe_generations: usize,
+    pub dedupe_generation_files: u64,
+    pub dedupe_generation_bytes: u64,
+    /// `ShardJournal::open` alone from the oldest journal file: the full
+    /// recovery scan (every journal file, every entry crc-checked): what a
+    /// reopen without a usable checkpoint pays before its replay.
     pub log_scan_ms: f64,
     /// `ShardJournal::open` alone from the checkpoint's scan start: files
     /// wholly below it are not read; what a reopen with a checkpoint pays.
@@ -176,6 +217,9 @@ pub struct RecoveryReport {
     pub enqueuers: u64,
     pub rate_per_s: u64,
     pub segment_bytes: u64,
+    /// The journal's file size (`JournalConfig::for_partitions`, as spoold
+    /// derives it from `segment_bytes`).
+    pub journal_file_bytes: u64,
 }
 
 /// Bytes free to an unprivileged writer on the filesystem holding `path`.
@@ -208,6 +252,23 @@ fn dir_bytes(dir: &Path) -> Result<u64, BenchError> {
         }
     }
     Ok(total)
+}
+
+/// The sealed dedupe generation side files in the partition directory
+/// `dir`: how many, and their bytes.
+fn generation_files(dir: &Path) -> Result<(u64, u64), BenchError> {
+    let io_error = |source| BenchError::Dir { action: "list", path: dir.to_path_buf(), source };
+    let (mut count, mut bytes) = (0, 0);
+    for entry in std::fs::read_dir(dir).map_err(io_error)? {
+        let entry = entry.map_err(io_error)?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.starts_with(GENERATION_FILE_PREFIX) && name.ends_with(GENERATION_FILE_SUFFIX) {
+            count += 1;
+            bytes += entry.metadata().map_err(io_error)?.len();
+        }
+    }
+    Ok((count, bytes))
 }
 
 /// Data batch number `index`: records `index × batch_records ..`, each with
@@ -274,7 +335,7 @@ pub fn run(config: &RecoveryConfig) -> Result<RecoveryReport, BenchError> {
 }
 
 /// An open partition, its background task, its shard journal and that
-/// journal's task, and what the open found with the journal's recovery.
+/// journal's task, and what the open found on the way.
 struct Opened {
     partition: Rc<Partition<DmaStorage>>,
     task: glommio::task::JoinHandle<()>,
@@ -282,15 +343,64 @@ struct Opened {
     journal_task: glommio::task::JoinHandle<()>,
     report: OpenReport,
     journal: spool_broker::log::journal::RecoveryReport,
+    /// The shard's ordered replay (`None` on the first open: the handles
+    /// table did not know the partition yet, so spoold would not run it).
+    shard_replay: Option<ShardReplayReport>,
+    timings: OpenTimings,
+}
+
+/// The parts of one open, in milliseconds.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct OpenTimings {
+    /// `ShardJournal::open`: the handles table and the journal's recovery
+    /// scan from the scan start.
+    pub journal_open_ms: f64,
+    /// `replay_journal_shard`: checkpoint restore (with its dedupe
+    /// generation files) and the ordered replay of the entries after it.
+    pub shard_replay_ms: f64,
+    /// The epoch write (`open_partitions`) and `Partition::open_journal`
+    /// (the journal view, the epoch fence).
+    pub partition_open_ms: f64,
 }
 
 fn journal_error(error: JournalError) -> BenchError {
     BenchError::Partition(Box::new(PartitionError::Journal(error)))
 }
 
-/// Opens the partition as `spoold` does: the shard journal recovered from
-/// the partition's checkpoint scan start, its handle and new epoch made
-/// durable, the routed entries handed to its open.
+fn ms_since(start: spool_broker::clock::Instant) -> f64 {
+    instant_now().duration_since(start).as_secs_f64() * 1000.0
+}
+
+/// The position of the oldest journal file in `journal_dir` (0 without
+/// one), where spoold starts the scan for a partition without a checkpoint.
+fn oldest_journal_file(journal_dir: &Path) -> Result<JournalPos, BenchError> {
+    let io_error =
+        |source| BenchError::Dir { action: "list", path: journal_dir.to_path_buf(), source };
+    let names = match std::fs::read_dir(journal_dir) {
+        Ok(names) => names,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(JournalPos(0)),
+        Err(error) => return Err(io_error(error)),
+    };
+    let mut oldest = None::<u64>;
+    for entry in names {
+        let entry = entry.map_err(io_error)?;
+        if let Some(base) = entry.file_name().to_str().and_then(parse_journal_file_name) {
+            oldest = Some(oldest.map_or(base, |least| least.min(base)));
+        }
+    }
+    Ok(JournalPos(oldest.unwrap_or(0)))
+}
+
+fn partition_name() -> PartitionName {
+    PartitionName { queue: "bench".into(), queue_id: QUEUE_ID, partition: PARTITION }
+}
+
+/// Opens the partition as `spoold` starts a shard: the shard journal
+/// recovered from the partition's checkpoint scan start (the oldest file
+/// without one), the shard's ordered replay when the handles table knows
+/// the partition, its new epoch made durable, then the partition's open
+/// taking the replayed state (or replaying itself when the pass left it
+/// out, meeting the same error).
 async fn open(
     dir: &Path,
     config: &RecoveryConfig,
@@ -299,44 +409,101 @@ async fn open(
 ) -> Result<Opened, BenchError> {
     let partition_dir = dir.join(PARTITION_DIR);
     let shard_dir = dir.join(SHARD_DIR);
-    for path in [&partition_dir, &shard_dir] {
-        std::fs::create_dir_all(path).map_err(|source| BenchError::Dir {
-            action: "create",
-            path: path.clone(),
-            source,
-        })?;
-    }
-    let start = Partition::<DmaStorage>::journal_scan_start(&DmaStorage, &partition_dir)
-        .await?
-        .unwrap_or(JournalPos(0));
+    let began = instant_now();
+    let scan_start = if partition_dir.is_dir() {
+        Partition::<DmaStorage>::journal_scan_start(&DmaStorage, &partition_dir).await?
+    } else {
+        None
+    };
+    let start = match scan_start {
+        Some(start) => start,
+        None => oldest_journal_file(&shard_dir.join(JOURNAL_DIR_NAME))?,
+    };
+    create_dir_durable(&DmaStorage, &shard_dir).await.map_err(LogError::Io)?;
     let journal_config = JournalConfig::for_partitions(&config.log_config());
     let (shard, mut recovery) =
         ShardJournal::open(DmaStorage, &shard_dir, journal_config, start, fatal.clone())
             .await
             .map_err(journal_error)?;
+    crate::log_append::as_spoold(shard.journal());
     let journal_task = glommio::spawn_local(shard.background()).detach();
-    let floor = Partition::<DmaStorage>::journal_epoch_floor(&DmaStorage, &partition_dir).await?;
+    let journal_open_ms = ms_since(began);
+
+    let began = instant_now();
+    let target = HandleTarget { queue_id: QUEUE_ID.0, partition: PARTITION };
+    let known = shard.handles().handle_of(target).filter(|_| partition_dir.is_dir());
+    let (mut replayed, shard_replay) = match known {
+        Some(handle) => {
+            let targets = vec![ShardReplayTarget {
+                handle,
+                dir: partition_dir.clone(),
+                queue: QUEUE_ID,
+                partition: PARTITION,
+                config: queue_config(),
+            }];
+            let (replayed, report) = replay_journal_shard(
+                &DmaStorage,
+                shard.journal(),
+                &recovery.routed.partitions,
+                targets,
+                SECRET,
+            )
+            .await;
+            (replayed, Some(report))
+        }
+        None => (HashMap::new(), None),
+    };
+    let shard_replay_ms = ms_since(began);
+
+    let began = instant_now();
+    create_dir_durable(&DmaStorage, &partition_dir).await.map_err(LogError::Io)?;
+    // As spoold: the epoch side file is a floor only when the handles table
+    // holds no epoch for the partition.
+    let in_table =
+        shard.handles().handle_of(target).and_then(|handle| shard.handles().epoch(handle));
+    let floor = match in_table {
+        Some(epoch) if epoch > 0 => 0,
+        _ => Partition::<DmaStorage>::journal_epoch_floor(&DmaStorage, &partition_dir).await?,
+    };
     let opened =
-        shard.open_partitions(&[(1, PartitionId(0), floor)]).await.map_err(journal_error)?;
-    let (handle, epoch) = opened[0];
+        shard.open_partitions(&[(QUEUE_ID.0, PARTITION, floor)]).await.map_err(journal_error)?;
+    let (handle, epoch) = opened
+        .first()
+        .copied()
+        .ok_or_else(|| journal_error(JournalError::Failed("no epoch was opened".into())))?;
     let routed = recovery.routed.partitions.remove(&handle).unwrap_or_default();
-    let name =
-        PartitionName { queue: "bench".into(), queue_id: QueueId(1), partition: PartitionId(0) };
     let now = clock.clone();
     let partition_clock: Clock = Rc::new(move || now.get());
     let (partition, background, report) = Partition::open_journal(
         DmaStorage,
         &partition_dir,
-        name,
+        partition_name(),
         queue_config(),
-        JournalOpen { shard: shard.clone(), handle, epoch, routed, replayed: None },
-        [0x5b; 32],
+        JournalOpen {
+            shard: shard.clone(),
+            handle,
+            epoch,
+            routed,
+            replayed: replayed.remove(&handle),
+        },
+        SECRET,
         fatal.clone(),
         partition_clock,
     )
     .await?;
     let task = glommio::spawn_local(background).detach();
-    Ok(Opened { partition, task, shard, journal_task, report, journal: recovery.report })
+    let timings =
+        OpenTimings { journal_open_ms, shard_replay_ms, partition_open_ms: ms_since(began) };
+    Ok(Opened {
+        partition,
+        task,
+        shard,
+        journal_task,
+        report,
+        journal: recovery.report,
+        shard_replay,
+        timings,
+    })
 }
 
 async fn close(opened: Opened, fatal: &RecordFatal) -> Result<(), BenchError> {
@@ -359,16 +526,22 @@ async fn reopen(
 ) -> Result<Reopen, BenchError> {
     let start = instant_now();
     let opened = open(dir, config, clock, fatal).await?;
-    let recovery_ms = instant_now().duration_since(start).as_secs_f64() * 1000.0;
+    let recovery_ms = ms_since(start);
     let report = &opened.report;
     let live_messages = opened.partition.counters().live_messages;
+    let shard_replay = opened.shard_replay.clone().unwrap_or_default();
     let reopen = Reopen {
         recovery_ms,
+        timings: opened.timings,
         checkpoint_covers: report.checkpoint_covers.map(|offset| offset.0),
         replayed_batches: report.replayed_batches,
         replayed_events: report.replayed_events,
+        journal_scan_start: opened.journal.start.0,
         journal_entries: opened.journal.entries,
         journal_files_scanned: opened.journal.files_scanned,
+        shard_replayed: shard_replay.replayed == 1,
+        shard_replay_entries: shard_replay.entries,
+        shard_replay_entry_bytes: shard_replay.entry_bytes,
         live_messages,
     };
     close(opened, fatal).await?;
@@ -382,7 +555,8 @@ async fn reopen(
 }
 
 /// Times the shard journal's recovery alone from `start` (the full scan
-/// from 0, or from the checkpoint's scan start), then closes it again.
+/// from the oldest file, or from the checkpoint's scan start), then closes
+/// it again.
 async fn time_journal_open(
     dir: &Path,
     config: &RecoveryConfig,
@@ -395,7 +569,7 @@ async fn time_journal_open(
         ShardJournal::open(DmaStorage, &dir.join(SHARD_DIR), journal_config, start, fatal.clone())
             .await
             .map_err(journal_error)?;
-    let scan_ms = instant_now().duration_since(began).as_secs_f64() * 1000.0;
+    let scan_ms = ms_since(began);
     let background = glommio::spawn_local(shard.background());
     shard.close();
     background.await;
@@ -416,18 +590,18 @@ async fn time_checkpoint_load(dir: &Path) -> Result<(f64, f64, JournalPos), Benc
             .await
             .map_err(|error| BenchError::Partition(Box::new(error.into())))?
             .ok_or_else(|| BenchError::Scenario("the build left no checkpoint".to_owned()))?;
-    let read_ms = instant_now().duration_since(start).as_secs_f64() * 1000.0;
+    let read_ms = ms_since(start);
     let ctx = PartitionContext {
-        queue: QueueId(1),
-        partition: PartitionId(0),
+        queue: QUEUE_ID,
+        partition: PARTITION,
         epoch: LeaderEpoch(u64::MAX),
-        secret: [0x5b; 32],
+        secret: SECRET,
         config: queue_config(),
     };
     let start = instant_now();
     let (restored, covers) =
         Partition::<DmaStorage>::restore_checkpoint(&DmaStorage, &partition_dir, ctx).await?;
-    let restore_ms = instant_now().duration_since(start).as_secs_f64() * 1000.0;
+    let restore_ms = ms_since(start);
     if covers.is_none() {
         return Err(BenchError::Scenario("the checkpoint restored nothing".to_owned()));
     }
@@ -483,17 +657,23 @@ async fn measure(
             first_error.get_or_insert(error);
         }
     }
-    let build_ms = instant_now().duration_since(build_start).as_secs_f64() * 1000.0;
+    let build_ms = ms_since(build_start);
     if let Some(error) = first_error {
         // Best effort: the build already failed, report that error.
         let _ = close(opened, &fatal).await;
         return Err(error);
     }
     opened.partition.checkpoint().await?;
+    let partition = opened.partition.clone();
+    // Closing writes the final checkpoint, the one the reopen restores.
     close(opened, &fatal).await?;
-    let bytes_on_disk = dir_bytes(&dir.join(PARTITION_DIR))?
-        + dir_bytes(&dir.join(SHARD_DIR).join(spool_broker::log::journal::JOURNAL_DIR_NAME))?;
-    let checkpoint_path = dir.join(PARTITION_DIR).join(CHECKPOINT_FILE);
+    let dedupe_generations = partition.last_checkpoint().map_or(0, |stats| stats.generations);
+    drop(partition);
+    let partition_dir = dir.join(PARTITION_DIR);
+    let journal_dir = dir.join(SHARD_DIR).join(JOURNAL_DIR_NAME);
+    let bytes_on_disk = dir_bytes(&partition_dir)? + dir_bytes(&journal_dir)?;
+    let (dedupe_generation_files, dedupe_generation_bytes) = generation_files(&partition_dir)?;
+    let checkpoint_path = partition_dir.join(CHECKPOINT_FILE);
     let checkpoint_bytes = std::fs::metadata(&checkpoint_path)
         .map_err(|source| BenchError::Dir {
             action: "stat",
@@ -502,7 +682,8 @@ async fn measure(
         })?
         .len();
 
-    let log_scan_ms = time_journal_open(dir, config, &fatal, JournalPos(0)).await?;
+    let oldest = oldest_journal_file(&journal_dir)?;
+    let log_scan_ms = time_journal_open(dir, config, &fatal, oldest).await?;
     let (checkpoint_read_ms, checkpoint_restore_ms, scan_start) = time_checkpoint_load(dir).await?;
     let log_scan_from_checkpoint_ms = time_journal_open(dir, config, &fatal, scan_start).await?;
     let with_checkpoint = reopen(dir, config, &clock, &fatal).await?;
@@ -522,6 +703,9 @@ async fn measure(
         batch_bytes,
         bytes_on_disk,
         checkpoint_bytes,
+        dedupe_generations,
+        dedupe_generation_files,
+        dedupe_generation_bytes,
         log_scan_ms,
         log_scan_from_checkpoint_ms,
         checkpoint_read_ms,
@@ -534,6 +718,7 @@ async fn measure(
         enqueuers: config.enqueuers,
         rate_per_s: config.rate_per_s,
         segment_bytes: config.segment_bytes,
+        journal_file_bytes: JournalConfig::for_partitions(&config.log_config()).file_bytes,
     })
 }
 

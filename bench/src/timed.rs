@@ -28,7 +28,8 @@ pub struct IoTimings {
 /// What [`IoTimings`] saw, for a report.
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct IoSummary {
-    /// Every write: commits and the preparer's zero-fill of the next segment.
+    /// Every write: commits, witness entries and the preparer's zero-fill
+    /// of the next journal file.
     pub write_bytes: u64,
     pub write_us: LatencySummary,
     pub sync_us: LatencySummary,

@@ -57,6 +57,10 @@ fn log_append_reports_every_field_with_sane_values() {
     let mb_per_s = number(&report, &["mb_per_s"]);
     assert!((mb_per_s - records_per_s * batch_bytes / 1e6).abs() < 1e-6 * mb_per_s);
     assert!(number(&report, &["disk_mb_per_s"]) >= mb_per_s, "pages include fillers");
+    let file_bytes = number(&report, &["journal_file_bytes"]);
+    assert!(file_bytes >= 4_194_304.0, "journal files of at least --segment-bytes: {file_bytes}");
+    assert!(number(&report, &["journal_commit_bytes"]) >= 65_536.0);
+    assert!(number(&report, &["witnesses"]) >= 0.0);
     let commits_per_s = number(&report, &["commits_per_s"]);
     assert!(commits_per_s > 0.0);
     let per_commit = number(&report, &["records_per_commit_mean"]);

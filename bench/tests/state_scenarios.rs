@@ -68,7 +68,11 @@ fn state_memory_reports_every_figure_with_sane_values() {
 fn recovery_reopens_with_and_without_a_checkpoint_and_cleans_up() {
     // Goal: a 20 k-message partition reopens with every message both ways; with a
     // checkpoint nothing (or next to nothing) is replayed, without one every enqueue is,
-    // the figures are present, and the run directory is removed afterwards.
+    // the figures are present, and the run directory is removed afterwards. At 100
+    // messages/s of broker time the backlog spans 200 s of the 5-minute dedupe window, so
+    // the checkpoint refers to sealed dedupe generation files, which the reopen (spoold's
+    // ordered replay and open) must restore: the bench once restored the checkpoint
+    // without them and refused its own backlog from 1 M messages on.
     let temp = tempfile::tempdir().unwrap();
     let dir = temp.path().to_str().unwrap();
     let report = run_bench(&[
@@ -79,6 +83,8 @@ fn recovery_reopens_with_and_without_a_checkpoint_and_cleans_up() {
         "256",
         "--segment-bytes",
         "4194304",
+        "--rate-per-s",
+        "100",
         "--dir",
         dir,
     ]);
@@ -91,6 +97,10 @@ fn recovery_reopens_with_and_without_a_checkpoint_and_cleans_up() {
     let on_disk = number(&report, &["bytes_on_disk"]);
     assert!(on_disk >= 200.0 * batch_bytes, "200 batches are on disk: {on_disk}");
     assert!(number(&report, &["checkpoint_bytes"]) > 0.0);
+    let generations = number(&report, &["dedupe_generations"]);
+    assert!(generations >= 1.0, "the checkpoint refers to sealed generations: {report}");
+    assert_eq!(number(&report, &["dedupe_generation_files"]), generations, "one file each");
+    assert!(number(&report, &["dedupe_generation_bytes"]) > 0.0);
     assert!(number(&report, &["build_ms"]) > 0.0);
     for field in ["log_scan_ms", "checkpoint_read_ms", "checkpoint_restore_ms"] {
         assert!(number(&report, &[field]) > 0.0, "{field}");
@@ -103,6 +113,10 @@ fn recovery_reopens_with_and_without_a_checkpoint_and_cleans_up() {
         assert!(number(reopen, &["recovery_ms"]) > 0.0);
         assert_eq!(number(reopen, &["live_messages"]), 20_000.0, "{reopen}");
         assert!(number(reopen, &["journal_files_scanned"]) >= 1.0);
+        assert_eq!(reopen["shard_replayed"], true, "spoold's ordered replay took it: {reopen}");
+        for part in ["journal_open_ms", "shard_replay_ms", "partition_open_ms"] {
+            assert!(number(reopen, &[part]) <= number(reopen, &["recovery_ms"]), "{part}");
+        }
     }
     // Without a checkpoint the shard journal is scanned from its start, every
     // entry; with one from the checkpoint's scan start (here the oldest live
