@@ -274,7 +274,7 @@ pub fn journal_entries(path: &Path) -> std::io::Result<Vec<EntryAt>> {
         let len_bytes = le(header, 24, 4);
         let position = le(header, 8, 8);
         if len_bytes < JOURNAL_HEADER_BYTES
-            || len_bytes % 8 != 0
+            || !len_bytes.is_multiple_of(8)
             || position != base + pos as u64
             || pos as u64 + len_bytes > bytes.len() as u64
         {

@@ -258,9 +258,9 @@ fn lacks_space(error: &PartitionError) -> bool {
     use crate::log::LogError;
     use crate::partition::files::SideFileError;
     let io = match error {
-        PartitionError::Log(LogError::Io(io)) | PartitionError::SideFile(SideFileError::Io(io)) => {
-            io
-        }
+        PartitionError::Log(LogError::Io(io))
+        | PartitionError::SideFile(SideFileError::Io(io))
+        | PartitionError::Journal(JournalError::Io(io)) => io,
         _ => return false,
     };
     io.source.raw_os_error() == Some(libc::ENOSPC)

@@ -24,6 +24,11 @@ pub enum JournalDamage {
     BadFileLength { len_bytes: u64 },
     /// Damage at the end of a file too close to its end for a filler entry.
     NoRoomForFiller,
+    /// An intact entry header (its crc holds) whose entry runs past the end
+    /// of its file: every file is zero-filled to its whole length before it
+    /// is named and a commit is placed only where it fits, so no torn write
+    /// leaves this; the file was shortened.
+    RunsPastFileEnd { entry_len: u64, file_len: u64 },
     /// An intact entry records a watermark inside the zero tail a file
     /// roll skipped (from this byte on): no commit ends there, so bytes it
     /// knew durable are gone.
@@ -49,6 +54,11 @@ impl fmt::Display for JournalDamage {
                 write!(f, "journal file of {len_bytes} bytes is not a whole number of pages")
             }
             Self::NoRoomForFiller => f.write_str("damaged entry too close to the file end"),
+            Self::RunsPastFileEnd { entry_len, file_len } => write!(
+                f,
+                "an intact entry of {entry_len} bytes runs past the end of its file \
+                 ({file_len} bytes): the file was shortened, not torn"
+            ),
             Self::WatermarkInSkippedTail { watermark } => write!(
                 f,
                 "an intact entry records the durable watermark {watermark} inside the \

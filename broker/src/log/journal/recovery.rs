@@ -351,8 +351,11 @@ async fn scan<F: StorageFile>(
         };
         let entry_len = u64::from(header.entry_len);
         if off + entry_len > file.len_bytes {
-            let available = (file.len_bytes - off) as usize;
-            return damage(EntryError::Truncated { needed: entry_len as usize, available });
+            // Not a torn write (its header is intact and every file is
+            // zero-filled to its length before it is named): a shortened
+            // file, refused whatever the watermark says.
+            let detail = JournalDamage::RunsPastFileEnd { entry_len, file_len: file.len_bytes };
+            return Err(JournalError::Corrupt { path: file.path.clone(), pos: off, detail });
         }
         let bytes = window.get(off, entry_len).await?;
         let entry = match decode_entry(bytes, JournalPos(pos)) {
