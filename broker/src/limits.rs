@@ -18,7 +18,7 @@ use spool_wire::limits::{BATCH_BYTES_MAX, BATCH_HEADER_BYTES};
 use spool_wire::proto::limits::{FRAME_HEADER_BYTES, MAX_FRAME_BYTES, PARTITIONS_MAX};
 
 /// Smallest unit a disk may write atomically. We do **not** assume even this
-/// is atomic (see `docs/design/segment-format.md`); it is the granularity the
+/// is atomic (see `docs/design/shard-journal.md` §15); it is the granularity the
 /// simulator tears writes at.
 pub const SECTOR_BYTES: u64 = 512;
 
@@ -133,8 +133,7 @@ pub const JOURNAL_RETAIN_BYTES_DEFAULT: u64 = 512 << 20;
 
 /// How long a log stays idle after a commit before it writes the witness
 /// that vouches for that commit: the shard journal's witness entry
-/// (`docs/design/shard-journal.md` §11) and a partition segment log's
-/// witness page (`docs/design/segment-format.md`, "Witness delay"). A
+/// (`docs/design/shard-journal.md` §11). A
 /// commit built within it vouches instead, so a thin steady stream (a
 /// commit every millisecond or so, as with many partitions each written a
 /// little, or requests one at a time) does not pay a second write and sync
@@ -144,10 +143,8 @@ pub const WITNESS_DELAY_MS: u64 = 5;
 
 /// How long a commit that nobody waits for (claims, extends, releases,
 /// expiries: they reply without their own sync) may stay open for a commit
-/// someone waits for (an enqueue, an ack) to carry it: a segment log's
-/// gather (`Log::set_commit_delay`, `docs/design/segment-format.md`,
-/// "Commit protocol") and a shard journal's cycle
-/// (`Journal::set_commit_delay`, `docs/design/shard-journal.md` §3).
+/// someone waits for (an enqueue, an ack) to carry it: a shard journal's
+/// cycle (`Journal::set_commit_delay`, `docs/design/shard-journal.md` §3).
 /// Bounds how long such events stay unwritten; a crash within it loses
 /// them, which the epoch fence covers.
 pub const COMMIT_DELAY_MS: u64 = 5;
@@ -408,10 +405,11 @@ const _: () = assert!(SHUTDOWN_TIMEOUT_MS_DEFAULT <= SHUTDOWN_TIMEOUT_MS_MAX);
 /// broker accepts can be described in one Metadata response (OMB's largest
 /// single-topic workload has 10,000 partitions).
 pub const PARTITIONS_PER_QUEUE_MAX: u32 = PARTITIONS_MAX;
-/// Most partitions one node may host, over all its queues. Each open
-/// partition holds one file descriptor per segment file and, empty, about
-/// 10 KiB of memory (`docs/design/segment-format.md` "Cost of a partition");
-/// the bound keeps descriptors and memory predictable on one node.
+/// Most partitions one node may host, over all its queues. An open
+/// partition holds no file descriptor of its own (its entries are in its
+/// shard's journal) and, empty, a few KiB of memory (`bench/README.md`,
+/// "Per-partition cost"); the bound keeps memory and start time
+/// predictable on one node.
 pub const PARTITIONS_PER_NODE_MAX: usize = 10_000;
 /// Most queues one table (one node) may hold.
 pub const QUEUES_MAX: usize = 10_000;

@@ -1,4 +1,4 @@
-//! A partition on real files: the state machine wired to the segment log.
+//! A partition on real files: the state machine wired to its shard journal.
 //! Each test drives a partition through glommio with a controlled clock and
 //! checks what a restart (close or crash) recovers.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report

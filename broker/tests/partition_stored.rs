@@ -226,7 +226,7 @@ fn stored_counts_after_a_crash_equal_the_counts_before(layout: Layout) {
 fn a_log_short_of_room_for_the_attribution_still_counts_the_batch(layout: Layout) {
     // Goal: a batch from a principal with a stored quota is counted even
     // when the log has room for the data but not for its attribution right
-    // behind it (it waits for room for both). Method: a segment log with a
+    // behind it (it waits for room for both). Method: a log with a
     // 4 KiB pending bound; an anonymous batch and an attributed one whose
     // sizes fill it to within less than an attribution, appended in the
     // same step; the principal's count once both are answered. (The

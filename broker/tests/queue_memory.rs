@@ -161,9 +161,10 @@ fn meta_at(n: u64, offset: u64) -> Event {
     })
 }
 
-/// `MESSAGES` records in batches of `batch`, as a segment log numbers them
-/// (each batch followed by one control batch, which takes an offset), each
-/// batch attributed to `principals(batch index)` when that is `Some`.
+/// `MESSAGES` records in batches of `batch`, each attributed batch followed
+/// by a gap of one offset (offsets that are not dense: the harder case for
+/// the state's runs), each batch attributed to `principals(batch index)`
+/// when that is `Some`.
 fn fill_batches(s: &mut PartitionState, batch: u64, principals: impl Fn(u64) -> Option<u64>) {
     let mut offset = 0u64;
     for index in 0..MESSAGES / batch {

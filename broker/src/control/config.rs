@@ -161,8 +161,9 @@ pub struct BrokerConfig {
     pub housekeeping_tick_ms: u64,
     /// Size of each shard journal's segment files (pre-zeroed before use).
     pub segment_bytes: u64,
-    /// Memory each partition keeps of its newest commits to serve claims
-    /// without a disk read (counted at the buffers' allocated size).
+    /// Memory each shard journal keeps of its newest commits to serve
+    /// claims without a disk read, and as much again for chunks read from
+    /// its files (counted at the buffers' allocated size).
     pub tail_cache_bytes: u64,
     /// The share of the held journal files that may carry
     /// no live record before the shard relocates the live entries of its
@@ -854,8 +855,9 @@ pub struct Cli {
     /// (≈ 4 MiB)..=1 GiB].
     #[arg(long, value_name = "BYTES")]
     pub segment_bytes: Option<u64>,
-    /// Memory per partition for its newest commits, bytes [default: 8 MiB;
-    /// 0..=256 MiB]. Env: SPOOL_TAIL_CACHE_BYTES.
+    /// Memory per shard journal for its newest commits (and as much again
+    /// for chunks read back), bytes [default: 8 MiB; 0..=256 MiB]. Env:
+    /// SPOOL_TAIL_CACHE_BYTES.
     #[arg(long, value_name = "BYTES")]
     pub tail_cache_bytes: Option<u64>,
     /// Share of the held journal files that may carry no

@@ -2,7 +2,7 @@
 //! counted where `DmaStorage` does the I/O; and what its logs did with it:
 //! the size of each group commit made durable and the time from its write
 //! being submitted to it being durable, and whether each read was served
-//! from a log's in-memory tail cache or from its segment files (counted by
+//! from the journal's in-memory caches or from its files (counted by
 //! `log/`, on whatever storage it runs).
 //!
 //! Thread-per-core makes "per shard" the same as "per thread": every shard's
@@ -99,7 +99,7 @@ pub struct IoSnapshot {
     pub commit_duration_sum_us: u64,
     /// Log reads served from the tail cache of recent commits.
     pub reads_from_cache: u64,
-    /// Log reads that went to the segment files.
+    /// Log reads that went to the journal files.
     pub reads_from_files: u64,
     /// Bytes read from the disk by this thread (every file kind).
     pub read_bytes: u64,
@@ -168,8 +168,8 @@ pub fn record_commit(bytes: u64, took: Duration) {
     });
 }
 
-/// Counts one log read, served from the tail cache (`from_cache`) or from
-/// the segment files.
+/// Counts one log read, served from the journal's caches (`from_cache`) or
+/// from its files.
 pub fn record_read(from_cache: bool) {
     COUNTERS.with(|counters| {
         let cell = if from_cache { &counters.reads_from_cache } else { &counters.reads_from_files };

@@ -127,9 +127,8 @@ impl<S: Storage + Clone> Partition<S> {
         // state records what each message held before its first change, and
         // the steps below write the state as it is now while requests go on.
         // The snapshot records the data offset it covers; the side file the
-        // cursor's value (the same offset for the segment log; the scan
-        // start for the journal, whose control cursor leads the payload:
-        // `log.rs`).
+        // cursor's value (the scan start; the control cursor leads the
+        // payload: `log.rs`).
         let mark = self.log.mark();
         // The open attribution, if any, lies before the mark: it must not
         // grow over records after it (replay from the checkpoint would not

@@ -63,8 +63,7 @@ fn check_schedule(
 /// The newest `Attributed` event, while the commit that will hold it is
 /// still open and no other data batch was appended after the ones it names.
 /// The next batch of the same principal is attributed by rewriting it in
-/// place (`count` grows over the new records; in the segment log also over
-/// the control records between, which hold no message) instead of by an
+/// place (`count` grows over the new records) instead of by an
 /// event of its own. Forgotten when another producer's (or an anonymous)
 /// batch is appended, when a checkpoint marks the log (the event must not
 /// change once a checkpoint's state covers it), and when its commit was
@@ -252,8 +251,9 @@ impl<S: Storage + Clone> Partition<S> {
                 };
                 // Room for it was there with the data's (`writable_pair`),
                 // and a log that failed or closed refused the data already
-                // (nothing awaited between): what is left is a segment log
-                // out of segments. Then the enqueue is answered with that
+                // (nothing awaited between): what is left is a journal that
+                // refuses the entry (too large, say). Then the enqueue is
+                // answered with that
                 // error rather than leave the records silently uncounted.
                 match self.append_attribution(event, now) {
                     Ok(control) => attributed = Some(control),

@@ -104,8 +104,8 @@ pub struct OpenReport {
 
 impl<S: Storage + Clone> Partition<S> {
     /// Opens (recovering) or creates the partition in `dir` on its shard's
-    /// journal (`docs/design/shard-journal.md` §12):
-    /// bumps and persists the leader epoch, loads the checkpoint (its
+    /// journal (`docs/design/shard-journal.md` §12): takes the leader epoch
+    /// the shard's handles table made durable, loads the checkpoint (its
     /// payload is the control cursor `c_p`, then the snapshot: `log.rs`),
     /// builds the partition's journal view from the entries the shard's
     /// recovery routed to it, replays those past the checkpoint and runs
@@ -114,7 +114,7 @@ impl<S: Storage + Clone> Partition<S> {
     /// appends are durable.
     ///
     /// # Errors
-    /// A damaged epoch file or checkpoint, a journal that no longer holds
+    /// A damaged checkpoint, a journal that no longer holds
     /// what the checkpoint covers, data entries that do not number offsets
     /// densely, an event that does not fit the state during replay.
     #[allow(clippy::too_many_arguments)]

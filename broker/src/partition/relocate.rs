@@ -60,8 +60,7 @@ impl<S: Storage + Clone> Partition<S> {
     /// with a record the state still holds is copied to the head (at most
     /// `budget_bytes` of them, at least one), one without is dropped from
     /// the index. Entries with a record past the durable checkpoint stay
-    /// (`needs_checkpoint`). Nothing for the segment layout or a closed
-    /// partition.
+    /// (`needs_checkpoint`). Nothing for a closed partition.
     ///
     /// # Errors
     /// A read of an entry that fails, or a journal that failed.

@@ -1,5 +1,5 @@
-//! A witness delay the test ends by hand, for the segment log's witness
-//! pages and the shard journal's witness entries alike.
+//! A witness (or commit) delay the test ends by hand, for the shard
+//! journal's witness entries and held cycles.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
