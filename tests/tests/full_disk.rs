@@ -414,6 +414,31 @@ fn fill_with(path: &Path) -> u64 {
     written
 }
 
+/// A 1-shard spoold on a loop-mounted 96 MiB ext4, a 1-partition queue
+/// holding one acknowledged message, then stopped with SIGTERM: the mount
+/// (keep it alive), the data directory, the broker and the message's id.
+async fn one_message_then_stopped() -> (LoopMount, PathBuf, Spoold, MessageId) {
+    let mount = LoopMount::new(IMAGE_BYTES).unwrap();
+    let data_dir = mount.path().join("data");
+    std::fs::create_dir(&data_dir).unwrap();
+    let mut options = SpooldOptions::new(1);
+    options.segment_bytes = SEGMENT_BYTES_TEST;
+    options.data_dir = Some(data_dir.clone());
+    let mut broker = Spoold::start_with(options);
+    let client = broker.client().await;
+    Admin::new(client.clone())
+        .create_queue(QUEUE, test_queue_config(1, 30_000, 100))
+        .await
+        .unwrap();
+    let producer = Producer::new(client.clone(), ProducerConfig::default()).unwrap();
+    let id = message_id(7, 0);
+    producer.send(QUEUE, Message::new(payload_for(id, 1024)).id(id)).await.unwrap();
+    drop(producer);
+    drop(client);
+    assert!(broker.terminate().success());
+    (mount, data_dir, broker, id)
+}
+
 // Goal (issue 14, item 8): a half-written `next.prep` that a crashed
 // preparation of the shard journal's next file left, holding the rest of
 // the disk, does not keep the broker from starting: recovery removes it
@@ -434,24 +459,7 @@ async fn a_half_written_next_journal_file_is_removed_before_the_shard_serves() {
         eprintln!("SKIP full_disk: {reason}");
         return;
     }
-    let mount = LoopMount::new(IMAGE_BYTES).unwrap();
-    let data_dir = mount.path().join("data");
-    std::fs::create_dir(&data_dir).unwrap();
-    let mut options = SpooldOptions::new(1);
-    options.segment_bytes = SEGMENT_BYTES_TEST;
-    options.data_dir = Some(data_dir.clone());
-    let mut broker = Spoold::start_with(options);
-    let client = broker.client().await;
-    Admin::new(client.clone())
-        .create_queue(QUEUE, test_queue_config(1, 30_000, 100))
-        .await
-        .unwrap();
-    let producer = Producer::new(client.clone(), ProducerConfig::default()).unwrap();
-    let id = message_id(7, 0);
-    producer.send(QUEUE, Message::new(payload_for(id, 1024)).id(id)).await.unwrap();
-    drop(producer);
-    drop(client);
-    assert!(broker.terminate().success());
+    let (_mount, data_dir, mut broker, id) = one_message_then_stopped().await;
 
     let prepared = data_dir.join("shard-00").join("journal").join("next.prep");
     let filled = fill_with(&prepared);
@@ -500,15 +508,14 @@ async fn a_half_written_next_journal_file_is_removed_before_the_shard_serves() {
 // accept enqueues again (the journal's next file could not be prepared
 // either).
 //
-// How it was shown able to fail: it fails on this tree. The open's ENOSPC
-// comes from rewriting the shard's handles table (creating `handles.tmp`:
-// "journal: open .../shard-00: No space left on device"), a
-// `PartitionError::Journal(JournalError::Io)`, which `lacks_space`
-// (`broker/src/server/mod.rs`) does not count as lack of space (it knows
-// only `PartitionError::Log(LogError::Io)` and `SideFile(Io)`): the
-// partition is refused ("partition refused to open; serving
-// STORAGE_FAILED") until a restart, and the claim loop times out after the
-// ballast is gone.
+// How it was shown able to fail: it failed 4 of 4 runs before
+// `lacks_space` (`broker/src/server/mod.rs`) counted the journal's ENOSPC.
+// The open's ENOSPC comes from rewriting the shard's handles table
+// (creating `handles.tmp`: "journal: open .../shard-00: No space left on
+// device"), a `PartitionError::Journal(JournalError::Io)`; not counted as
+// lack of space, the partition was refused ("partition refused to open;
+// serving STORAGE_FAILED") until a restart, and the claim loop timed out
+// after the ballast was gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[allow(clippy::too_many_lines)]
 async fn a_partition_that_failed_to_open_for_lack_of_space_opens_when_space_returns() {
@@ -516,24 +523,7 @@ async fn a_partition_that_failed_to_open_for_lack_of_space_opens_when_space_retu
         eprintln!("SKIP full_disk: {reason}");
         return;
     }
-    let mount = LoopMount::new(IMAGE_BYTES).unwrap();
-    let data_dir = mount.path().join("data");
-    std::fs::create_dir(&data_dir).unwrap();
-    let mut options = SpooldOptions::new(1);
-    options.segment_bytes = SEGMENT_BYTES_TEST;
-    options.data_dir = Some(data_dir.clone());
-    let mut broker = Spoold::start_with(options);
-    let client = broker.client().await;
-    Admin::new(client.clone())
-        .create_queue(QUEUE, test_queue_config(1, 30_000, 100))
-        .await
-        .unwrap();
-    let producer = Producer::new(client.clone(), ProducerConfig::default()).unwrap();
-    let id = message_id(7, 0);
-    producer.send(QUEUE, Message::new(payload_for(id, 1024)).id(id)).await.unwrap();
-    drop(producer);
-    drop(client);
-    assert!(broker.terminate().success());
+    let (mount, data_dir, mut broker, id) = one_message_then_stopped().await;
     assert!(shard_dir(&data_dir, 0).join("handles").is_file());
     // The stop leaves a prepared next journal file, which the start would
     // delete, giving its space back before the partition opens: remove it
