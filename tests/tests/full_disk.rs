@@ -50,7 +50,7 @@ use std::time::Duration;
 use spool_client::spool_wire::batch::MessageId;
 use spool_client::spool_wire::proto::PartitionId;
 use spool_client::spool_wire::ErrorCode;
-use spool_client::{Admin, ClientError, Delivery, Message, Producer, ProducerConfig};
+use spool_client::{Admin, Client, ClientError, Delivery, Message, Producer, ProducerConfig};
 use spool_tests::fault::{
     claim_options, drain_partition, files_ending, inline_payload, journal_dir, message_id,
     payload_for, shard_dir, JOURNAL_PREPARED_NAME,
@@ -414,6 +414,29 @@ fn fill_with(path: &Path) -> u64 {
     written
 }
 
+/// Claims from the partition until it answers with deliveries (it may
+/// answer STORAGE_FAILED meanwhile, and nothing else), within
+/// `RECOVERY_TIMEOUT`.
+async fn claim_once_open(client: &Client, broker: &Spoold) -> Vec<Delivery> {
+    let started = now();
+    let delivered = loop {
+        match client.claim(QUEUE, P0, &claim_options(1, 50, 30_000, 100)).await {
+            Ok(batch) if !batch.deliveries.is_empty() => break batch.deliveries,
+            Ok(_) => {}
+            Err(error) => {
+                assert_eq!(error.code(), Some(ErrorCode::StorageFailed), "{error}");
+            }
+        }
+        assert!(
+            started.elapsed() < RECOVERY_TIMEOUT,
+            "the partition did not open again:\n{}",
+            broker.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    delivered
+}
+
 /// A 1-shard spoold on a loop-mounted 96 MiB ext4, a 1-partition queue
 /// holding one acknowledged message, then stopped with SIGTERM: the mount
 /// (keep it alive), the data directory, the broker and the message's id.
@@ -468,22 +491,7 @@ async fn a_half_written_next_journal_file_is_removed_before_the_shard_serves() {
     broker.restart();
     let pid = broker.pid();
     let client = broker.client().await;
-    let started = now();
-    let delivered = loop {
-        match client.claim(QUEUE, P0, &claim_options(1, 50, 30_000, 100)).await {
-            Ok(batch) if !batch.deliveries.is_empty() => break batch.deliveries,
-            Ok(_) => {}
-            Err(error) => {
-                assert_eq!(error.code(), Some(ErrorCode::StorageFailed), "{error}");
-            }
-        }
-        assert!(
-            started.elapsed() < RECOVERY_TIMEOUT,
-            "the partition did not open again:\n{}",
-            broker.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let delivered = claim_once_open(&client, &broker).await;
     assert_eq!(delivered[0].message_id(), id);
     assert_eq!(broker.pid(), pid, "no restart");
     // The preparer may have made a new `next.prep` since: one file's worth.
@@ -561,22 +569,7 @@ async fn a_partition_that_failed_to_open_for_lack_of_space_opens_when_space_retu
     }
 
     std::fs::remove_file(&ballast).unwrap();
-    let started = now();
-    let delivered = loop {
-        match client.claim(QUEUE, P0, &claim_options(1, 50, 30_000, 100)).await {
-            Ok(batch) if !batch.deliveries.is_empty() => break batch.deliveries,
-            Ok(_) => {}
-            Err(error) => {
-                assert_eq!(error.code(), Some(ErrorCode::StorageFailed), "{error}");
-            }
-        }
-        assert!(
-            started.elapsed() < RECOVERY_TIMEOUT,
-            "the partition did not open again:\n{}",
-            broker.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let delivered = claim_once_open(&client, &broker).await;
     assert_eq!(delivered[0].message_id(), id);
     assert_eq!(broker.pid(), pid, "no restart");
     let log = broker.log();
