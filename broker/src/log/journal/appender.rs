@@ -44,8 +44,8 @@ use super::entry::{
     check_payload, write_filler, EntryHeader, ENTRY_HEADER_BYTES, FILLER_PARTITION,
 };
 use super::error::JournalError;
-use super::layout::{commit_span, journal_file_path, JOURNAL_PREPARED_NAME};
-use super::prepare::{name_prepared, prepare_file};
+use super::layout::{commit_span, journal_file_path};
+use super::prepare::{name_prepared, preparer};
 use super::recovery::{recover, RecoveryReport, RecoverySink};
 use super::{EntryCell, EntryStatus, JournalPos, JournalTicket, Lane, PartitionHandle, Wants};
 use crate::io::{IoError, IoOp, Storage, StorageFile};
@@ -75,12 +75,6 @@ pub struct JournalStats {
     pub witnesses: u64,
     /// Preparations of the next file that failed for lack of disk space.
     pub prepares_disk_full: u64,
-}
-
-/// Whether an I/O error means the file system is out of space.
-fn is_disk_full(error: &IoError) -> bool {
-    error.source.kind() == std::io::ErrorKind::StorageFull
-        || error.source.raw_os_error() == Some(libc::ENOSPC)
 }
 
 /// One journal file the appender writes to.
@@ -158,8 +152,8 @@ struct Job<F: StorageFile> {
 }
 
 pub(super) struct State<F: StorageFile> {
-    failed: Option<Rc<str>>,
-    closing: bool,
+    pub(super) failed: Option<Rc<str>>,
+    pub(super) closing: bool,
     control: LaneQueue,
     data: LaneQueue,
     /// Where the next commit starts, and the file it goes to.
@@ -188,32 +182,32 @@ pub(super) struct State<F: StorageFile> {
     pub(super) chunks: VecDeque<super::read::ReadChunk>,
     pub(super) chunk_bytes: u64,
     /// The zero-filled `next.prep`, ready for the next roll, and its length.
-    prepared: Option<(Rc<F>, u64)>,
-    roll_waiting: bool,
+    pub(super) prepared: Option<(Rc<F>, u64)>,
+    pub(super) roll_waiting: bool,
     /// The length the next file gets: the file size, or less while the disk
     /// is short of space (halved per failed preparation, down to one
     /// largest commit: `JournalConfig::commit_span_max`), so a full disk
     /// clears once the space for the next commit returns, not a whole file.
-    next_len: u64,
+    pub(super) next_len: u64,
     /// Lengths of the files commits were placed in that no roll has named
     /// yet, oldest first: the preparer makes the front one's length, which
     /// can then no longer shrink.
-    placed: VecDeque<u64>,
+    pub(super) placed: VecDeque<u64>,
     /// The last preparation of the next file failed for lack of disk
     /// space: data entries are refused ([`JournalError::DiskFull`]) while
     /// control entries use the room left in the current file, and the
     /// preparer waits for [`Journal::retry_prepare`] before it tries again.
-    disk_full: bool,
+    pub(super) disk_full: bool,
     /// [`Journal::retry_prepare`] asked for another attempt.
-    retry_asked: bool,
+    pub(super) retry_asked: bool,
     /// A roll took the prepared file and has not renamed it yet: `next.prep`
     /// still names it, so the preparer must not open that name.
-    renaming: bool,
+    pub(super) renaming: bool,
     /// Any open file, to allocate write buffers from.
     alloc_file: Rc<F>,
-    workers_running: usize,
+    pub(super) workers_running: usize,
     background_started: bool,
-    stats: JournalStats,
+    pub(super) stats: JournalStats,
     /// A committer waits out the witness delay (only one does).
     witness_armed: bool,
     /// The witness delay ran out with the journal still idle (or the open
@@ -231,7 +225,7 @@ pub use crate::log::WitnessDelay;
 
 pub(super) struct Shared<S: Storage> {
     pub(super) storage: S,
-    dir: PathBuf,
+    pub(super) dir: PathBuf,
     pub(super) config: JournalConfig,
     fatal: Rc<dyn FatalHandler>,
     pub(super) state: RefCell<State<S::File>>,
@@ -243,9 +237,9 @@ pub(super) struct Shared<S: Storage> {
     /// A file received its name.
     named: Notify,
     /// The preparer has something to do.
-    prepare: Notify,
+    pub(super) prepare: Notify,
     /// A prepared file became available.
-    prepared: Notify,
+    pub(super) prepared: Notify,
     /// Queued bytes dropped.
     space: Notify,
     /// Told of every commit built and made durable (metrics).
@@ -684,7 +678,7 @@ impl<S: Storage> Shared<S> {
     /// Enters the failed state once: fails every unacknowledged entry, wakes
     /// every waiter and calls the fatal handler. Never retried: after a
     /// failed write or sync the page cache state is unknown.
-    fn fail(&self, code: FatalCode, error: &IoError) {
+    pub(super) fn fail(&self, code: FatalCode, error: &IoError) {
         let message = format!("{code:?}: {error}");
         let cells = {
             let mut state = self.state.borrow_mut();
@@ -1187,95 +1181,4 @@ async fn committer<S: Storage>(shared: Rc<Shared<S>>) {
     }
     shared.state.borrow_mut().workers_running -= 1;
     shared.prepare.notify_all();
-}
-
-/// Keeps one zero-filled `next.prep` ready for the next roll.
-async fn preparer<S: Storage>(shared: Rc<Shared<S>>) {
-    enum Step {
-        Prepare,
-        Wait,
-        Exit,
-    }
-    loop {
-        let step = {
-            let state = shared.state.borrow();
-            if state.failed.is_some() {
-                Step::Exit
-            } else if state.prepared.is_none()
-                && !state.renaming
-                && (state.roll_waiting || !state.closing)
-                && (!state.disk_full || state.retry_asked)
-            {
-                Step::Prepare
-            } else if state.closing && state.workers_running == 0 {
-                Step::Exit
-            } else {
-                Step::Wait
-            }
-        };
-        match step {
-            Step::Exit => return,
-            Step::Wait => shared.prepare.wait().await,
-            Step::Prepare => {
-                let len_bytes = {
-                    let mut state = shared.state.borrow_mut();
-                    state.retry_asked = false;
-                    state.next_len
-                };
-                match prepare_file(&shared.storage, &shared.dir, len_bytes).await {
-                    Ok(file) => {
-                        let was_full = {
-                            let mut state = shared.state.borrow_mut();
-                            // A commit placed meanwhile took this length.
-                            debug_assert_eq!(state.next_len, len_bytes);
-                            state.prepared = Some((Rc::new(file), len_bytes));
-                            state.stats.files_prepared += 1;
-                            std::mem::replace(&mut state.disk_full, false)
-                        };
-                        if was_full {
-                            tracing::info!(dir = %shared.dir.display(),
-                                "disk space is back: the next journal file is prepared; \
-                                 data is accepted again");
-                        }
-                        shared.prepared.notify_all();
-                    }
-                    Err(error) if is_disk_full(&error) => {
-                        // Out of space: give back what the attempt took
-                        // (the partial file is never part of the journal)
-                        // and refuse data until a retry succeeds.
-                        let prep = shared.dir.join(JOURNAL_PREPARED_NAME);
-                        if let Err(error) = shared.storage.remove(&prep).await {
-                            tracing::warn!(path = %prep.display(), %error,
-                                "could not remove the partial next journal file");
-                        }
-                        let _ = shared.storage.sync_dir(&shared.dir).await;
-                        let first = {
-                            let mut state = shared.state.borrow_mut();
-                            state.stats.prepares_disk_full += 1;
-                            // The next try asks for less, unless a commit
-                            // already sits in the next file at this length.
-                            if state.placed.is_empty() {
-                                let least = shared.config.commit_span_max();
-                                state.next_len = (state.next_len / 2 / PAGE_BYTES * PAGE_BYTES)
-                                    .max(least)
-                                    .min(shared.config.file_bytes);
-                            }
-                            !std::mem::replace(&mut state.disk_full, true)
-                        };
-                        if first {
-                            tracing::warn!(dir = %shared.dir.display(), %error,
-                                file_bytes = len_bytes,
-                                "disk full: the next journal file cannot be prepared; data is \
-                                 refused (DISK_FULL) until a smaller one fits (down to one \
-                                 commit), acks and claims go on in the current file");
-                        }
-                    }
-                    Err(error) => {
-                        shared.fail(FatalCode::PrepareFailed, &error);
-                        return;
-                    }
-                }
-            }
-        }
-    }
 }
