@@ -288,7 +288,8 @@ async fn measure(config: &LogAppendConfig, dir: &Path) -> Result<LogAppendReport
     let handles = shard.open_partitions(&opening).await.map_err(journal_error)?;
     let mut partitions = Vec::with_capacity(handles.len());
     for (handle, epoch) in handles {
-        let view = shard.partition(handle, Vec::new(), Offset(0), epoch).map_err(journal_error)?;
+        let view =
+            shard.partition(handle, Vec::new(), Offset(0), epoch, 0).map_err(journal_error)?;
         view.finish_replay();
         partitions.push(Rc::new(view));
     }

@@ -84,6 +84,13 @@ const _: () = assert!(JOURNAL_READ_CHUNK_BYTES.is_multiple_of(PAGE_BYTES));
 /// Largest `max_bytes` a single read may ask for.
 pub const READ_BYTES_MAX: u64 = 64 << 20;
 
+/// Entries a replicated partition's log may hold above its committed index
+/// (`docs/design/shard-journal.md` §14): each costs ≈ 56 bytes of memory
+/// until it commits, and every journal file from the oldest of them on is
+/// kept. Past it, appends are refused (`JournalError::UncommittedFull`,
+/// throttled on the wire) until the log commits.
+pub const LOG_UNCOMMITTED_ENTRIES_MAX: usize = 65_536;
+
 /// Partitions a shard opens at once when a queue is created (each open
 /// writes and syncs its epoch file and syncs its directory; run together,
 /// those syncs overlap).

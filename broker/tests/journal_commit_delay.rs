@@ -42,7 +42,14 @@ fn open(disk: &SimStorage, gate: &Rc<Gate>) -> Journal<SimStorage> {
 
 fn deferred(journal: &Journal<SimStorage>, partition: u32, tag: u64) -> JournalTicket {
     let bytes = payload(BatchKind::Control, 40, tag);
-    journal.append_owned_deferred(Lane::Control, PartitionHandle(partition), bytes.into()).unwrap()
+    journal
+        .append_owned_deferred(
+            Lane::Control,
+            PartitionHandle(partition),
+            spool_broker::log::journal::EntryMeta::default(),
+            bytes.into(),
+        )
+        .unwrap()
 }
 
 /// Writes, syncs and commits built so far.

@@ -494,7 +494,8 @@ fn each_lane_has_its_own_bound_and_back_pressure_names_it() {
     let disk = SimStorage::new();
     let (journal, ..) =
         block_on(open_collect(disk, Path::new(DIR), config, JournalPos(0))).unwrap();
-    let bytes = payload(BatchKind::Data, 4000, 1);
+    // 48 header + 64 batch header + 3984 body: 4 KiB entries.
+    let bytes = payload(BatchKind::Data, 3984, 1);
     let mut accepted = 0;
     let error = loop {
         match journal.append(Lane::Data, PartitionHandle(0), &bytes) {
@@ -686,8 +687,9 @@ fn a_watermark_inside_a_skipped_file_tail_is_refused() {
     let mut bytes = image.file_bytes(&second).unwrap();
     let at = (positions[6] - 65536) as usize;
     bytes[at + 16..at + 24].copy_from_slice(&63_488u64.to_le_bytes());
-    let crc = crc32c::crc32c(&bytes[at..at + 28]);
-    bytes[at + 28..at + 32].copy_from_slice(&crc.to_le_bytes());
+    // The v2 header's crc covers its first 44 bytes.
+    let crc = crc32c::crc32c(&bytes[at..at + 44]);
+    bytes[at + 44..at + 48].copy_from_slice(&crc.to_le_bytes());
     image.set_file_bytes(&second, bytes);
     let error =
         block_on(open_collect(image, dir, small_config(), JournalPos(0))).err().expect("refused");

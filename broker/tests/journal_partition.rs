@@ -22,7 +22,7 @@ use spool_broker::io::{CrashMode, IoOp, SimStorage};
 use spool_broker::log::journal::{
     journal_file_path, HandleTarget, HandlesTable, JournalAppended, JournalDamage, JournalError,
     JournalPartition, JournalPos, JournalTicket, Lane, PartitionHandle, ShardJournal,
-    ShardRecovery, HANDLES_TEMP_NAME,
+    ShardRecovery, ENTRY_HEADER_BYTES, HANDLES_TEMP_NAME,
 };
 use spool_broker::log::{Offset, RecordFatal};
 use spool_wire::batch::{BatchHeader, BatchKind};
@@ -227,7 +227,7 @@ fn partitions_of(
         .into_iter()
         .map(|(handle, _)| {
             let routed = recovery.routed.partitions.get(&handle).cloned().unwrap_or_default();
-            (handle, shard.partition(handle, routed, Offset(0), EPOCH).unwrap())
+            (handle, shard.partition(handle, routed, Offset(0), EPOCH, 0).unwrap())
         })
         .collect()
 }
@@ -615,7 +615,7 @@ fn entries_of_a_handle_not_in_the_table_are_garbage_not_routed() {
         let mut stray_bytes = 0;
         for tag in 0..3u64 {
             let bytes = batch(BatchKind::Data, 100, 1, tag);
-            stray_bytes += bytes.len() as u64 + 32;
+            stray_bytes += (bytes.len() + ENTRY_HEADER_BYTES) as u64;
             shard.journal().append(Lane::Data, stray, &bytes).unwrap().durable().await.unwrap();
             let mine = parts[&known].append(&batch(BatchKind::Data, 80, 1, 10 + tag)).unwrap();
             mine.ticket.durable().await.unwrap();
@@ -628,12 +628,12 @@ fn entries_of_a_handle_not_in_the_table_are_garbage_not_routed() {
     assert_eq!(recovery.routed.partitions.keys().copied().collect::<Vec<_>>(), vec![known]);
     assert_eq!(recovery.routed.partitions[&known].len(), 3);
     assert!(matches!(
-        shard.partition(stray, Vec::new(), Offset(0), EPOCH),
+        shard.partition(stray, Vec::new(), Offset(0), EPOCH, 0),
         Err(JournalError::UnknownHandle(77))
     ));
     // Replay from a checkpoint's cursor: only this partition's entries at or after it.
     let routed = recovery.routed.partitions[&known].clone();
-    let part = shard.partition(known, routed.clone(), Offset(0), EPOCH).unwrap();
+    let part = shard.partition(known, routed.clone(), Offset(0), EPOCH, 0).unwrap();
     let cursor = routed[1].position;
     assert_eq!(part.replay_entries(cursor), routed[1..].to_vec());
     let mut seen = Vec::new();
@@ -837,7 +837,7 @@ fn a_chunk_read_before_later_entries_were_durable_does_not_serve_them() {
 
 #[test]
 fn an_entry_whose_header_crosses_a_chunk_end_still_reads_whole() {
-    // Goal: an entry whose 32-byte header starts in one 256 KiB chunk and ends in the next
+    // Goal: an entry whose 48-byte header starts in one 256 KiB chunk and ends in the next
     // reads back byte for byte (its own pages are read again), and so does every entry
     // around it. Method: append ≈ 1 KiB entries for 3 partitions in commits of a few pages,
     // trying body sizes and cadences until an entry's header straddles a chunk boundary;
@@ -873,7 +873,8 @@ fn an_entry_whose_header_crosses_a_chunk_end_still_reads_whole() {
                 by_partition[partition as usize].push((ticket.position().unwrap(), bytes));
             }
             let chunk = 256u64 << 10;
-            let straddles = |pos: JournalPos| pos.0 / chunk != (pos.0 + 31) / chunk;
+            let header = ENTRY_HEADER_BYTES as u64 - 1;
+            let straddles = |pos: JournalPos| pos.0 / chunk != (pos.0 + header) / chunk;
             if !by_partition.iter().flatten().any(|(pos, _)| straddles(*pos)) {
                 return false;
             }

@@ -163,8 +163,11 @@ pub fn crc32c(bytes: &[u8]) -> u32 {
     !crc
 }
 
-/// Bytes of a journal entry header (`docs/design/shard-journal.md` §2).
-pub const JOURNAL_HEADER_BYTES: u64 = 32;
+/// Bytes of the journal entry header the broker writes (v2, "SPJ2", with
+/// the entry index and term; `broker/src/log/journal/entry.rs`).
+pub const JOURNAL_HEADER_BYTES: u64 = 48;
+/// Bytes of a v1 header ("SPJ1"): fillers, and entries of older journals.
+pub const JOURNAL_V1_HEADER_BYTES: u64 = 32;
 /// Bytes of the batch header at the start of a journal entry's payload.
 pub const BATCH_HEADER_BYTES: u64 = 64;
 /// Partition field of a filler entry.
@@ -202,8 +205,12 @@ pub fn journal_file_base(path: &Path) -> Option<u64> {
 /// One entry found in a journal file by [`journal_entries`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EntryAt {
-    /// File offset of its 32-byte header.
+    /// File offset of its header.
     pub pos: u64,
+    /// Bytes of its header: 48 (v2) or 32 (v1, fillers).
+    pub header_bytes: u64,
+    /// Its entry index in its partition's log (0 in a v1 header).
+    pub entry_index: u64,
     /// Journal position it names (file base + `pos`).
     pub position: u64,
     /// Partition handle (bit 31: a relocated copy); [`FILLER_HANDLE`] for a
@@ -242,7 +249,7 @@ impl EntryAt {
 
     /// File offset of its payload (the batch header).
     pub fn payload_pos(&self) -> u64 {
-        self.pos + JOURNAL_HEADER_BYTES
+        self.pos + self.header_bytes
     }
 }
 
@@ -253,27 +260,35 @@ fn le(bytes: &[u8], at: usize, len: usize) -> u64 {
 }
 
 /// Walks the entries of one journal file (layout in
-/// `docs/design/shard-journal.md` §2) from byte 0, header by header, up to
+/// `broker/src/log/journal/entry.rs`) from byte 0, header by header, up to
 /// the first header that is not intact (all zero: the unwritten rest; bad
-/// magic, header crc, length or self-named position: damage). Checks the
-/// 32-byte headers only, not the payloads' batch crcs; reads the kind, base
-/// offset and record count of each payload's batch header.
+/// magic, header crc, length or self-named position: damage). Reads both
+/// header forms — v2 (48 bytes, crc of the first 44) and v1 (32 bytes, crc
+/// of the first 28; fillers) — and not the payloads' batch crcs; reads the
+/// kind, base offset and record count of each payload's batch header.
 pub fn journal_entries(path: &Path) -> std::io::Result<Vec<EntryAt>> {
-    let header_bytes = JOURNAL_HEADER_BYTES as usize;
     let base = journal_file_base(path).ok_or_else(|| {
         std::io::Error::other(format!("{} is not a journal file name", path.display()))
     })?;
     let bytes = std::fs::read(path)?;
     let mut entries = Vec::new();
     let mut pos = 0usize;
-    while pos + header_bytes <= bytes.len() {
-        let header = &bytes[pos..pos + header_bytes];
-        if &header[0..4] != b"SPJ1" || le(header, 28, 4) != u64::from(crc32c(&header[..28])) {
+    while pos + JOURNAL_V1_HEADER_BYTES as usize <= bytes.len() {
+        let (header_bytes, len_at, crc_at) = match &bytes[pos..pos + 4] {
+            b"SPJ2" => (JOURNAL_HEADER_BYTES as usize, 40, 44),
+            b"SPJ1" => (JOURNAL_V1_HEADER_BYTES as usize, 24, 28),
+            _ => break,
+        };
+        if pos + header_bytes > bytes.len() {
             break;
         }
-        let len_bytes = le(header, 24, 4);
+        let header = &bytes[pos..pos + header_bytes];
+        if le(header, crc_at, 4) != u64::from(crc32c(&header[..crc_at])) {
+            break;
+        }
+        let len_bytes = le(header, len_at, 4);
         let position = le(header, 8, 8);
-        if len_bytes < JOURNAL_HEADER_BYTES
+        if len_bytes < header_bytes as u64
             || !len_bytes.is_multiple_of(8)
             || position != base + pos as u64
             || pos as u64 + len_bytes > bytes.len() as u64
@@ -283,10 +298,12 @@ pub fn journal_entries(path: &Path) -> std::io::Result<Vec<EntryAt>> {
         let handle = u32::try_from(le(header, 4, 4)).unwrap_or(FILLER_HANDLE);
         let payload = pos + header_bytes;
         let batch = (handle != FILLER_HANDLE
-            && len_bytes >= JOURNAL_HEADER_BYTES + BATCH_HEADER_BYTES)
+            && len_bytes >= header_bytes as u64 + BATCH_HEADER_BYTES)
             .then(|| &bytes[payload..payload + BATCH_HEADER_BYTES as usize]);
         entries.push(EntryAt {
             pos: pos as u64,
+            header_bytes: header_bytes as u64,
+            entry_index: if header_bytes == 48 { le(header, 24, 8) } else { 0 },
             position,
             handle,
             watermark: le(header, 16, 8),

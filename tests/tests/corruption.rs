@@ -290,7 +290,12 @@ fn damage(name: &'static str, data_dir: &Path) -> Case {
             // batch's body crc no longer matches.
             let entries = journal.unacked_data(1);
             let entry = entries[entries.len() / 2];
-            flip_bit(&files[1], entry.payload_pos() + (entry.len_bytes - 32) / 2, 5).unwrap();
+            flip_bit(
+                &files[1],
+                entry.payload_pos() + (entry.len_bytes - entry.header_bytes) / 2,
+                5,
+            )
+            .unwrap();
             case(&files[1], Some(entry.pos), &[RefusedStart])
         }
         "a_last_data_entry_payload_flip" => {

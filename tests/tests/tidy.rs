@@ -63,6 +63,7 @@ const LIMIT_ALLOWED: &[(&str, &str, &str)] = &[
     ("broker/src/queue/event.rs", "EVENT_BYTES", "layout of an encoded event"),
     ("broker/src/queue/event.rs", "CLAIMED_EVENT_BYTES", "layout of an encoded event"),
     ("broker/src/partition/log.rs", "JOURNAL_CHECKPOINT_PREFIX_BYTES", "layout of the journal layout's checkpoint payload (the control cursor before the snapshot)"),
+    ("broker/src/partition/log.rs", "CHECKPOINT_INDEX_BYTES", "layout of the journal layout's checkpoint payload (the entry index after the control cursor)"),
     ("broker/src/queue/snapshot.rs", "FRESH_ENTRY_BYTES", "layout of the snapshot format"),
     ("broker/src/queue/snapshot.rs", "PHASE_BYTES", "layout of the snapshot format"),
     ("broker/src/queue/snapshot.rs", "WARM_ENTRY_BYTES", "layout of the snapshot format"),
@@ -77,6 +78,7 @@ const LIMIT_ALLOWED: &[(&str, &str, &str)] = &[
     ("broker/src/queue/token.rs", "TOKEN_MAC_BYTES", "layout of the delivery token"),
     ("broker/src/queue/types.rs", "RESERVED_MIN", "start of the broker's own release codes"),
     ("broker/src/log/journal/entry.rs", "ENTRY_HEADER_BYTES", "layout of a journal entry"),
+    ("broker/src/log/journal/entry.rs", "V1_HEADER_BYTES", "layout of a journal entry (the v1 header of older journals and of fillers)"),
     ("broker/src/partition/files.rs", "SIDE_HEADER_BYTES", "layout of the side files"),
     // Geometry of an in-memory structure, sized and tested with it.
     ("broker/src/queue/dedupe.rs", "SLOTS_MIN", "geometry of the dedupe index"),

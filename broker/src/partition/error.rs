@@ -105,7 +105,11 @@ impl PartitionError {
             PartitionError::Log(LogError::InvalidBatch(_))
             | PartitionError::Log(LogError::BatchTooLarge { .. }) => ErrorCode::BatchInvalid,
             PartitionError::Log(_) => ErrorCode::StorageFailed,
-            PartitionError::Journal(JournalError::Backpressure { .. }) => ErrorCode::Throttled,
+            PartitionError::Journal(
+                JournalError::Backpressure { .. }
+                | JournalError::Truncating
+                | JournalError::UncommittedFull { .. },
+            ) => ErrorCode::Throttled,
             PartitionError::Journal(JournalError::Closed) => ErrorCode::ShuttingDown,
             PartitionError::Journal(JournalError::DiskFull { .. }) => ErrorCode::DiskFull,
             PartitionError::Journal(

@@ -30,8 +30,12 @@
 //! partition still needs (its oldest live message, or one past the covered
 //! offset) sits lower — the shard's journal recovery starts at the least
 //! scan start of its partitions, so every entry a partition needs is routed
-//! to it. The side file's payload is `c_p` (8 bytes, little-endian)
-//! followed by the snapshot.
+//! to it. The side file's payload is `c_p` (8 bytes, little-endian, its top
+//! bit set) and the last entry index of the partition's log at the
+//! checkpoint (8 bytes: the floor of its index when no later entry
+//! survives, `docs/design/shard-journal.md` §14), followed by the snapshot;
+//! a checkpoint written before entry indexes has `c_p` alone, top bit
+//! clear.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -44,13 +48,21 @@ use super::{PartitionError, REPLAY_READ_BYTES};
 use crate::io::Storage;
 use crate::log::journal::{
     JournalPartition, JournalPos, JournalTicket, Lane as JournalLane, RoutedEntry,
-    ENTRY_HEADER_BYTES,
 };
 use crate::log::{Offset, ReadBatch};
 
 /// Bytes of the journal layout's checkpoint payload before the snapshot:
-/// the control cursor `c_p` (see the module docs).
+/// the control cursor `c_p` (see the module docs), with
+/// [`CHECKPOINT_INDEX_FLAG`] set when the entry index follows
+/// ([`CHECKPOINT_INDEX_BYTES`] more).
 pub const JOURNAL_CHECKPOINT_PREFIX_BYTES: usize = 8;
+/// Bytes of the entry index a checkpoint records after its control cursor.
+pub const CHECKPOINT_INDEX_BYTES: usize = 8;
+/// Set in a checkpoint's control cursor word when the last entry index of
+/// the partition's log at the checkpoint follows it (checkpoints written
+/// before entry indexes have 8 bytes, a journal position, whose top bit is
+/// never set).
+pub const CHECKPOINT_INDEX_FLAG: u64 = 1 << 63;
 
 /// A point in a partition's log: "everything before here", as a checkpoint
 /// records it and as replay resumes from it.
@@ -71,6 +83,10 @@ pub struct LogCursor {
     /// checkpoint being due is measured from).
     records: u64,
     bytes: u64,
+    /// The last entry index of the partition's log at this point
+    /// (`docs/design/shard-journal.md` §14): the floor of its index when
+    /// no later entry survives.
+    entry_index: u64,
 }
 
 impl LogCursor {
@@ -82,8 +98,19 @@ impl LogCursor {
     /// The cursor a journal checkpoint recorded: its scan start (the side
     /// file's value), the data offset its state covers and its control
     /// cursor.
-    pub fn from_journal_checkpoint(scan: u64, data: Offset, control: JournalPos) -> Self {
-        Self { value: scan, data: data.0, control: control.0, records: 0, bytes: 0 }
+    pub fn from_journal_checkpoint(
+        scan: u64,
+        data: Offset,
+        control: JournalPos,
+        entry_index: u64,
+    ) -> Self {
+        Self { value: scan, data: data.0, control: control.0, records: 0, bytes: 0, entry_index }
+    }
+
+    /// The last entry index the checkpoint recorded (0: none, or a
+    /// checkpoint written before entry indexes).
+    pub fn entry_index(self) -> u64 {
+        self.entry_index
     }
 
     /// The control cursor `c_p`.
@@ -138,6 +165,7 @@ pub struct LogMark {
     /// (its position is known once a commit took it).
     control_end: JournalPos,
     control: Option<(JournalTicket, u64)>,
+    entry_index: u64,
 }
 
 impl LogMark {
@@ -369,7 +397,14 @@ impl<S: Storage> PartitionLog<S> {
         // its cursor up to the journal's head (and stop pinning old journal
         // files).
         let control_end = control_end.max(part.shard().journal().durable_position());
-        LogMark { data: part.next_offset().0, records, bytes, control_end, control }
+        LogMark {
+            data: part.next_offset().0,
+            records,
+            bytes,
+            control_end,
+            control,
+            entry_index: part.last_index(),
+        }
     }
 
     /// The cursor a checkpoint taken at `mark` records: waits until the
@@ -409,13 +444,16 @@ impl<S: Storage> PartitionLog<S> {
             control: control.0,
             records: mark.records,
             bytes: mark.bytes,
+            entry_index: mark.entry_index,
         })
     }
 
     /// The bytes a checkpoint's payload starts with for `cursor`: its
-    /// control cursor.
+    /// control cursor (flagged), then the last entry index.
     pub fn checkpoint_prefix(&self, cursor: LogCursor) -> Vec<u8> {
-        cursor.control.to_le_bytes().to_vec()
+        let mut prefix = (cursor.control | CHECKPOINT_INDEX_FLAG).to_le_bytes().to_vec();
+        prefix.extend_from_slice(&cursor.entry_index.to_le_bytes());
+        prefix
     }
 
     /// How much was written after `cursor`.
@@ -558,7 +596,7 @@ impl<S: Storage> Replay<'_, S> {
             let mut total = 0u64;
             let mut chunk = Vec::new();
             while let Some(entry) = self.entries.front() {
-                let len = u64::from(entry.batch_len) + ENTRY_HEADER_BYTES as u64;
+                let len = u64::from(entry.entry_len);
                 if !chunk.is_empty() && total + len > REPLAY_READ_BYTES {
                     break;
                 }

@@ -88,7 +88,8 @@ use signal::Signal;
 
 pub use self::log::{
     Barrier, LastAppends, LogAppended, LogCursor, LogGrowth, LogMark, LogTicket, PartitionLog,
-    QueuedSlot, Replay, ReplayBatch, JOURNAL_CHECKPOINT_PREFIX_BYTES,
+    QueuedSlot, Replay, ReplayBatch, CHECKPOINT_INDEX_BYTES, CHECKPOINT_INDEX_FLAG,
+    JOURNAL_CHECKPOINT_PREFIX_BYTES,
 };
 pub use checkpoint::{checkpoint_interval_offsets, CheckpointStats};
 pub use claim::ClaimedReady;

@@ -15,7 +15,8 @@ use super::read::{aligned, verified_view};
 use super::signal::Signal;
 use super::{
     AttributionStats, Clock, LastAppends, LogCursor, Partition, PartitionError, PartitionLog,
-    PartitionName, ReplayBatch, CONTROL_BATCH_EVENTS_MAX, JOURNAL_CHECKPOINT_PREFIX_BYTES,
+    PartitionName, ReplayBatch, CHECKPOINT_INDEX_BYTES, CHECKPOINT_INDEX_FLAG,
+    CONTROL_BATCH_EVENTS_MAX, JOURNAL_CHECKPOINT_PREFIX_BYTES,
 };
 use crate::io::Storage;
 use crate::log::journal::{JournalPos, PartitionHandle, RoutedEntry, ShardJournal};
@@ -163,7 +164,7 @@ impl<S: Storage + Clone> Partition<S> {
         state.set_leader_epoch(epoch);
         let recovery = |reason: String| PartitionError::Recovery { dir: dir.to_path_buf(), reason };
         let floor = covers.map_or(Offset(0), |covers| Offset(covers.0));
-        let view = shard.partition(handle, routed, floor, log_epoch)?;
+        let view = shard.partition(handle, routed, floor, log_epoch, replay_from.entry_index())?;
         // A checkpoint is written only once everything it covers is
         // durable: a journal that now ends before it lost answered batches.
         if view.next_offset() < floor {
@@ -365,13 +366,29 @@ pub(super) async fn restore_journal_state<S: Storage>(
     else {
         return Err(recovery("checkpoint shorter than its control cursor".into()));
     };
-    let control = JournalPos(u64::from_le_bytes(*control));
+    let control = u64::from_le_bytes(*control);
+    // A checkpoint written before entry indexes holds the control cursor
+    // alone (a journal position: top bit clear).
+    let (control, entry_index, snapshot) = if control & CHECKPOINT_INDEX_FLAG == 0 {
+        (control, 0, snapshot)
+    } else {
+        let Some((index, snapshot)) = snapshot.split_first_chunk::<CHECKPOINT_INDEX_BYTES>() else {
+            return Err(recovery("checkpoint shorter than its entry index".into()));
+        };
+        (control & !CHECKPOINT_INDEX_FLAG, u64::from_le_bytes(*index), snapshot)
+    };
+    let control = JournalPos(control);
     // The journal before the scan start may be gone: a checkpoint that does
     // not decode cannot be replaced by a full replay.
     let restored = super::dedupe_files::restore_checkpoint(storage, dir, snapshot, context)
         .await?
         .map_err(|error| recovery(format!("checkpoint does not decode: {error}")))?;
-    let cursor = LogCursor::from_journal_checkpoint(file.value, Offset(restored.covers.0), control);
+    let cursor = LogCursor::from_journal_checkpoint(
+        file.value,
+        Offset(restored.covers.0),
+        control,
+        entry_index,
+    );
     Ok((restored.state, Some(restored.covers), cursor))
 }
 

@@ -32,7 +32,7 @@ use super::open::{restore_journal_state, JournalReplayed, ReplayFold};
 use super::{LogCursor, PartitionError, REPLAY_READ_BYTES};
 use crate::io::Storage;
 use crate::limits::PARTITION_OPENS_CONCURRENT;
-use crate::log::journal::{Journal, JournalPos, PartitionHandle, RoutedEntry, ENTRY_HEADER_BYTES};
+use crate::log::journal::{Journal, JournalPos, PartitionHandle, RoutedEntry};
 use crate::queue::{LeaderEpoch, Offset, PartitionContext, PartitionState, QueueConfig, QueueId};
 
 /// A partition the ordered pass replays.
@@ -128,7 +128,7 @@ pub async fn replay_journal_shard<S: Storage + Clone>(
         let index = u32::try_from(index).unwrap_or(u32::MAX);
         order.extend(entries.iter().filter(|entry| part.replay_from.journal_replays(entry)).map(
             |entry| {
-                let bytes = entry.batch_len.saturating_add(ENTRY_HEADER_BYTES as u32);
+                let bytes = entry.entry_len;
                 (entry.position, index, bytes)
             },
         ));

@@ -41,7 +41,8 @@ use std::rc::Rc;
 
 use super::config::JournalConfig;
 use super::entry::{
-    check_payload, write_filler, EntryHeader, ENTRY_HEADER_BYTES, FILLER_PARTITION,
+    check_payload, write_filler, EntryHeader, Marker, ENTRY_HEADER_BYTES, FILLER_PARTITION,
+    MARKER_BITS,
 };
 use super::error::JournalError;
 use super::layout::{commit_span, journal_file_path};
@@ -106,9 +107,19 @@ pub(super) struct CachedCommit<B> {
     pub buf: Rc<B>,
 }
 
+/// What an entry's header says of its place in its partition's log
+/// (`docs/design/shard-journal.md` §14): the default (index 0) is an entry
+/// that is not part of one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EntryMeta {
+    pub entry_index: u64,
+    pub term: u64,
+}
+
 /// An appended entry waiting in its lane.
 struct Pending {
     partition: PartitionHandle,
+    meta: EntryMeta,
     payload: Box<[u8]>,
     cell: Rc<EntryCell>,
 }
@@ -408,7 +419,7 @@ impl<S: Storage> Journal<S> {
         partition: PartitionHandle,
         payload: &[u8],
     ) -> Result<JournalTicket, JournalError> {
-        self.append_owned(lane, partition, payload.into())
+        self.append_owned(lane, partition, EntryMeta::default(), payload.into())
     }
 
     /// [`Journal::append`] of a payload the caller already holds in a
@@ -421,9 +432,41 @@ impl<S: Storage> Journal<S> {
         &self,
         lane: Lane,
         partition: PartitionHandle,
+        meta: EntryMeta,
         payload: Box<[u8]>,
     ) -> Result<JournalTicket, JournalError> {
-        self.append_owned_as(lane, partition, payload, true)
+        if partition.0 & MARKER_BITS != 0 && partition != FILLER_PARTITION {
+            return Err(JournalError::ReservedPartition(partition.0));
+        }
+        check_payload(&payload).map_err(JournalError::InvalidEntry)?;
+        self.append_owned_as(lane, partition, meta, payload, true)
+    }
+
+    /// Appends the `marker` of `handle`'s log at `meta` (control lane, no
+    /// payload): [`Marker::Truncate`] cancels the entries of the handle
+    /// from `meta.entry_index` on that lie before it in the journal,
+    /// [`Marker::Commit`] records the log committed up to that index.
+    /// Durable as any entry: await the ticket.
+    ///
+    /// # Errors
+    /// [`JournalError::ReservedPartition`] for a handle with the marker
+    /// bits set, [`JournalError::NotAppendable`] for index 0, and those of
+    /// [`Journal::append`] (back-pressure, failed, closed).
+    pub fn append_marker(
+        &self,
+        handle: PartitionHandle,
+        marker: Marker,
+        meta: EntryMeta,
+        wanted: bool,
+    ) -> Result<JournalTicket, JournalError> {
+        if handle.0 & (MARKER_BITS | super::route::RELOCATED_BIT) != 0 {
+            return Err(JournalError::ReservedPartition(handle.0));
+        }
+        if meta.entry_index == 0 {
+            return Err(JournalError::NotAppendable("a marker names an entry index"));
+        }
+        let field = PartitionHandle(handle.0 | marker.bit());
+        self.append_owned_as(Lane::Control, field, meta, Box::default(), wanted)
     }
 
     /// [`Journal::append_owned`] of an entry nobody waits for at once (a
@@ -439,22 +482,29 @@ impl<S: Storage> Journal<S> {
         &self,
         lane: Lane,
         partition: PartitionHandle,
+        meta: EntryMeta,
         payload: Box<[u8]>,
     ) -> Result<JournalTicket, JournalError> {
-        self.append_owned_as(lane, partition, payload, false)
+        if partition.0 & MARKER_BITS != 0 && partition != FILLER_PARTITION {
+            return Err(JournalError::ReservedPartition(partition.0));
+        }
+        check_payload(&payload).map_err(JournalError::InvalidEntry)?;
+        self.append_owned_as(lane, partition, meta, payload, false)
     }
 
+    /// Queues an entry whose payload the caller checked (or a marker's
+    /// empty one).
     fn append_owned_as(
         &self,
         lane: Lane,
         partition: PartitionHandle,
+        meta: EntryMeta,
         payload: Box<[u8]>,
         wanted: bool,
     ) -> Result<JournalTicket, JournalError> {
         if partition == FILLER_PARTITION {
             return Err(JournalError::ReservedPartition(partition.0));
         }
-        check_payload(&payload).map_err(JournalError::InvalidEntry)?;
         let len_bytes = (ENTRY_HEADER_BYTES + payload.len()) as u64;
         let config = &self.shared.config;
         let max_bytes = match lane {
@@ -486,7 +536,7 @@ impl<S: Storage> Journal<S> {
             }
             queue.pending_bytes += len_bytes;
             let cell = EntryCell::new(self.shared.wants.clone(), wanted);
-            queue.entries.push_back(Pending { partition, payload, cell: cell.clone() });
+            queue.entries.push_back(Pending { partition, meta, payload, cell: cell.clone() });
             // A deferred entry changes nothing a committer waits on unless
             // it is the first queued (a held cycle starts its delay) or
             // fills the control lane to a cycle's worth (the cycle is due).
@@ -872,13 +922,15 @@ impl<S: Storage> Shared<S> {
         for (entry, lane) in taken {
             let len = entry.entry_bytes() as usize;
             let position = pos + at as u64;
-            let header = EntryHeader {
-                partition: entry.partition,
-                position: JournalPos(position),
+            let header = EntryHeader::v2(
+                entry.partition,
+                JournalPos(position),
                 watermark,
-                entry_len: u32::try_from(len).expect("entry length checked at append"),
-            };
-            bytes[at..at + ENTRY_HEADER_BYTES].copy_from_slice(&header.encode());
+                u32::try_from(len).expect("entry length checked at append"),
+                entry.meta.entry_index,
+                entry.meta.term,
+            );
+            header.write_to(&mut bytes[at..at + ENTRY_HEADER_BYTES]);
             bytes[at + ENTRY_HEADER_BYTES..at + len].copy_from_slice(&entry.payload);
             entry.cell.taken();
             entry.cell.position.set(Some(position));

@@ -142,4 +142,36 @@ pub enum JournalError {
              {found}, expected {expected}"
     )]
     OffsetGap { handle: u32, pos: JournalPos, expected: u64, found: u64 },
+    /// An append at an entry index that does not continue the partition's
+    /// log (a follower never holds a hole), or a recovered log whose
+    /// entries above the committed index are not dense.
+    #[error("entry index {got} does not continue the partition's log (expected {expected})")]
+    IndexGap { expected: u64, got: u64 },
+    /// An append at a term below the last entry's: terms never go back
+    /// along a log.
+    #[error("term {got} is below the last entry's term {last_term}")]
+    TermBehind { last_term: u64, got: u64 },
+    /// A follower's data batch whose base offset is not the partition's
+    /// next data offset: the leader's bytes are kept as sent, so they must
+    /// continue this log's offsets exactly.
+    #[error("data batch at offset {got} does not continue the partition at offset {expected}")]
+    OffsetMismatch { expected: u64, got: u64 },
+    /// A truncation at or below the committed index: what is committed is
+    /// never cancelled.
+    #[error("cannot truncate from entry {from}: the log is committed up to {committed}")]
+    TruncateCommitted { from: u64, committed: u64 },
+    /// A truncation of the partition's log is under way: appends wait.
+    #[error("a truncation of this partition's log is under way")]
+    Truncating,
+    /// A commit index past the partition's last entry.
+    #[error("commit index {index} is past the last entry {last_index}")]
+    CommitPastLog { index: u64, last_index: u64 },
+    /// A commit index given to a partition whose log commits by local
+    /// durability.
+    #[error("the partition's log commits by local durability, not by a given index")]
+    NotReplicated,
+    /// A replicated partition holds its limit of entries above the
+    /// committed index: appends wait for commits.
+    #[error("{limit} entries above the committed index: appends wait for the log to commit")]
+    UncommittedFull { limit: usize },
 }

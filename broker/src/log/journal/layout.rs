@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::entry::ENTRY_HEADER_BYTES;
+use super::entry::V1_HEADER_BYTES;
 use crate::limits::PAGE_BYTES;
 
 /// Name of the file being zero-filled to become the next journal file.
@@ -37,13 +37,13 @@ pub fn page_ceil(pos: u64) -> u64 {
 }
 
 /// Bytes a commit of `data_bytes` of entries occupies: whole pages, with
-/// room for a filler entry (at least a header) unless the entries end on a
+/// room for a filler entry (at least a v1 header) unless the entries end on a
 /// page boundary.
 pub fn commit_span(data_bytes: u64) -> u64 {
     if data_bytes.is_multiple_of(PAGE_BYTES) {
         data_bytes
     } else {
-        page_ceil(data_bytes + ENTRY_HEADER_BYTES as u64)
+        page_ceil(data_bytes + V1_HEADER_BYTES as u64)
     }
 }
 
@@ -60,7 +60,7 @@ mod tests {
         for data in (8..20_000).step_by(8) {
             let span = commit_span(data);
             assert!(span.is_multiple_of(PAGE_BYTES));
-            assert!(span == data || span - data >= ENTRY_HEADER_BYTES as u64);
+            assert!(span == data || span - data >= V1_HEADER_BYTES as u64);
         }
     }
 

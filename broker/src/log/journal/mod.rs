@@ -33,6 +33,7 @@
 mod appender;
 mod config;
 mod entry;
+mod entry_log;
 mod error;
 mod handles;
 mod layout;
@@ -49,7 +50,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
-pub use appender::{CommitObserver, Journal, JournalStats, WitnessDelay};
+pub use appender::{CommitObserver, EntryMeta, Journal, JournalStats, WitnessDelay};
 pub use config::{
     JournalConfig, JournalConfigError, CONTROL_COMMIT_BYTES_DEFAULT, CONTROL_PENDING_BYTES_DEFAULT,
     DATA_PENDING_BYTES_DEFAULT, JOURNAL_COMMIT_BYTES_DEFAULT, JOURNAL_FILE_BYTES_DEFAULT,
@@ -57,9 +58,11 @@ pub use config::{
     JOURNAL_READ_CACHE_BYTES_DEFAULT, JOURNAL_READ_CACHE_BYTES_MAX, LANE_PENDING_BYTES_MAX,
 };
 pub use entry::{
-    check_payload, decode_entry, write_filler, Entry, EntryError, EntryHeader, ENTRY_ALIGN,
-    ENTRY_BYTES_MAX, ENTRY_HEADER_BYTES, ENTRY_MAGIC, FILLER_PARTITION,
+    check_payload, decode_entry, write_filler, Entry, EntryError, EntryHeader, HeaderForm, Marker,
+    ENTRY_ALIGN, ENTRY_BYTES_MAX, ENTRY_HEADER_BYTES, ENTRY_MAGIC, FILLER_PARTITION, MARKER_COMMIT,
+    MARKER_TRUNCATE, V1_HEADER_BYTES, V1_MAGIC,
 };
+pub use entry_log::{Cancelled, LogMode};
 pub use error::{JournalDamage, JournalError};
 pub use handles::{HandleTarget, HandlesTable, HANDLES_FILE_NAME, HANDLES_MAX, HANDLES_TEMP_NAME};
 pub use layout::{
@@ -71,7 +74,9 @@ pub use partition::{
 };
 pub use recovery::{RecoveredEntry, RecoveryReport, RecoverySink};
 pub use retention::Released;
-pub use route::{rebuild_index, JournalIndexEntry, RecoveryRouter, Routed, RoutedEntry};
+pub use route::{
+    rebuild_index, JournalIndexEntry, RecoveredLog, RecoveryRouter, Routed, RoutedEntry,
+};
 
 /// A byte position in the shard's journal (private to the broker: clients
 /// see partition offsets).

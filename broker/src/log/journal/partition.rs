@@ -30,15 +30,17 @@ use std::rc::Rc;
 use spool_wire::batch::{BatchHeader, BatchKind};
 use spool_wire::proto::{Offset, PartitionId};
 
-use super::appender::Journal;
+use super::appender::{EntryMeta, Journal};
 use super::config::JournalConfig;
-use super::entry::ENTRY_HEADER_BYTES;
+use super::entry::{Marker, ENTRY_HEADER_BYTES};
+use super::entry_log::{Cancelled, EntryLog, LogMode};
 use super::error::{JournalDamage, JournalError};
 use super::handles::{HandleTarget, HandlesTable};
 use super::layout::journal_file_path;
 use super::recovery::RecoveryReport;
 use super::route::{
-    rebuild_index, relocated_field, JournalIndexEntry, RecoveryRouter, Routed, RoutedEntry,
+    rebuild_index, relocated_field, JournalIndexEntry, RecoveredLog, RecoveryRouter, Routed,
+    RoutedEntry,
 };
 use super::{JournalPos, JournalTicket, Lane, PartitionHandle};
 use crate::io::Storage;
@@ -147,7 +149,10 @@ impl<S: Storage> ShardJournal<S> {
 
     /// The view of partition `handle`, from the entries recovery routed to
     /// it (empty for a new partition). `floor` is its next offset when no
-    /// data entry was routed (the checkpoint's next offset, or 0).
+    /// data entry was routed (the checkpoint's next offset, or 0);
+    /// `index_floor` the last entry index its checkpoint recorded (0
+    /// without one). Its log commits by local durability
+    /// ([`LogMode::Local`]).
     ///
     /// # Errors
     /// [`JournalError::UnknownHandle`] for a handle the table does not hold;
@@ -158,6 +163,43 @@ impl<S: Storage> ShardJournal<S> {
         recovered: Vec<RoutedEntry>,
         floor: Offset,
         leader_epoch: u32,
+        index_floor: u64,
+    ) -> Result<JournalPartition<S>, JournalError> {
+        let log = RecoveredLog::default();
+        self.view(handle, recovered, log, floor, leader_epoch, index_floor, LogMode::Local)
+    }
+
+    /// [`partition`](Self::partition) of a partition whose log is
+    /// replicated ([`LogMode::Replicated`]): its committed index is what
+    /// its commit markers recorded (`log`, from
+    /// [`Routed::logs`]) and moves only by
+    /// [`JournalPartition::set_committed`].
+    ///
+    /// # Errors
+    /// As [`partition`](Self::partition), and [`JournalError::IndexGap`]
+    /// when its entries above the committed index are not dense.
+    pub fn replicated_partition(
+        self: &Rc<Self>,
+        handle: PartitionHandle,
+        recovered: Vec<RoutedEntry>,
+        log: RecoveredLog,
+        floor: Offset,
+        leader_epoch: u32,
+        index_floor: u64,
+    ) -> Result<JournalPartition<S>, JournalError> {
+        self.view(handle, recovered, log, floor, leader_epoch, index_floor, LogMode::Replicated)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn view(
+        self: &Rc<Self>,
+        handle: PartitionHandle,
+        recovered: Vec<RoutedEntry>,
+        log: RecoveredLog,
+        floor: Offset,
+        leader_epoch: u32,
+        index_floor: u64,
+        mode: LogMode,
     ) -> Result<JournalPartition<S>, JournalError> {
         if !self.handles.contains(handle) {
             return Err(JournalError::UnknownHandle(handle.0));
@@ -166,14 +208,19 @@ impl<S: Storage> ShardJournal<S> {
         let start_offset = index.first().map_or(next_offset, |entry| entry.first_offset);
         // Where the recovered control entries end: the control cursor of a
         // checkpoint taken before this partition appends any.
-        let control_end = recovered.iter().rev().find(|entry| entry.lane == Lane::Control).map_or(
-            JournalPos(0),
-            |entry| {
-                JournalPos(
-                    entry.position.0 + ENTRY_HEADER_BYTES as u64 + u64::from(entry.batch_len),
-                )
-            },
-        );
+        let control_end = recovered
+            .iter()
+            .rev()
+            .find(|entry| entry.lane == Lane::Control)
+            .map_or(JournalPos(0), |entry| {
+                JournalPos(entry.position.0 + u64::from(entry.entry_len))
+            });
+        let logged: Vec<_> = recovered
+            .iter()
+            .map(|e| (e.entry_index, e.term, e.lane, e.first_offset, e.position))
+            .collect();
+        let entry_log = EntryLog::open(mode, index_floor, &logged, log.committed)?;
+        let term = entry_log.last_term().max(u64::from(leader_epoch));
         Ok(JournalPartition {
             shard: self.clone(),
             handle,
@@ -191,6 +238,10 @@ impl<S: Storage> ShardJournal<S> {
                 control_end,
                 appended_records: 0,
                 appended_bytes: 0,
+                log: entry_log,
+                term,
+                commit_marked: log.committed,
+                commit_marker: None,
             }),
             closed: Notify::default(),
         })
@@ -250,11 +301,22 @@ struct PartitionState {
     /// much a replay would have to apply, for when a checkpoint is due.
     appended_records: u64,
     appended_bytes: u64,
+    /// Entry indexes, terms and the committed index
+    /// (`docs/design/shard-journal.md` §14).
+    log: EntryLog<JournalTicket>,
+    /// The term this partition's own appends get.
+    term: u64,
+    /// The highest committed index a commit marker was appended for, and
+    /// the newest such marker while it is not durable.
+    commit_marked: u64,
+    commit_marker: Option<JournalTicket>,
 }
 
 impl PartitionState {
-    /// Moves the appends whose commit is durable into the index.
+    /// Moves the appends whose commit is durable into the index, and the
+    /// committed index as far as it may go.
     fn settle(&mut self) {
+        self.log.settle();
         while let Some(front) = self.pending.front() {
             if !matches!(front.ticket.status(), Some(Ok(()))) {
                 break;
@@ -344,34 +406,90 @@ impl<S: Storage> JournalPartition<S> {
 
     fn append_as(&self, batch: &[u8], wanted: bool) -> Result<JournalAppended, JournalError> {
         let header = BatchHeader::verify_body(batch).map_err(JournalError::InvalidBatch)?;
-        if header.batch_len as usize != batch.len() {
-            return Err(JournalError::InvalidBatch(spool_wire::WireError::Truncated {
-                needed: header.batch_len as usize,
-                available: batch.len(),
-            }));
-        }
-        if header.kind == BatchKind::Filler {
-            return Err(JournalError::NotAppendable("filler batches are written by the log only"));
-        }
-        if header.record_count == 0 {
-            return Err(JournalError::NotAppendable("a batch must hold at least one record"));
-        }
+        check_appendable(&header, batch)?;
         let mut state = self.state.borrow_mut();
         if state.closed {
             return Err(JournalError::Closed);
         }
+        state.log.settle();
+        let meta = EntryMeta { entry_index: state.log.last_index() + 1, term: state.term };
+        state.log.check_append(meta.entry_index, meta.term)?;
         let base_offset = state.next_offset;
         let mut bytes: Box<[u8]> = batch.into();
         BatchHeader::assign(&mut bytes, base_offset, self.leader_epoch);
+        self.queue(&mut state, &header, meta, bytes, wanted)
+    }
+
+    /// Appends `batch` as the entry (`index`, `term`) of this partition's
+    /// log, as a follower appends what its leader sent
+    /// (`docs/design/shard-journal.md` §14.2): the leader's bytes as they
+    /// are (offsets and epoch already stamped, crcs checked), a data
+    /// batch's base offset continuing this partition's offsets exactly.
+    /// `index` must be the next one: a conflicting suffix is cancelled
+    /// first with [`truncate_from`](Self::truncate_from). Durable with the
+    /// shard's group commit, as any append; `wanted: false` lets it ride
+    /// the next cycle someone waits for.
+    ///
+    /// # Errors
+    /// [`JournalError::IndexGap`], [`JournalError::TermBehind`],
+    /// [`JournalError::OffsetMismatch`], [`JournalError::Truncating`],
+    /// [`JournalError::UncommittedFull`], and those of
+    /// [`append`](Self::append). On an error nothing is queued.
+    pub fn append_at(
+        &self,
+        index: u64,
+        term: u64,
+        batch: &[u8],
+        wanted: bool,
+    ) -> Result<JournalAppended, JournalError> {
+        let header = BatchHeader::verify(batch).map_err(JournalError::InvalidBatch)?;
+        check_appendable(&header, batch)?;
+        let mut state = self.state.borrow_mut();
+        if state.closed {
+            return Err(JournalError::Closed);
+        }
+        state.log.settle();
+        state.log.check_append(index, term)?;
+        if header.kind == BatchKind::Data && header.base_offset != state.next_offset {
+            return Err(JournalError::OffsetMismatch {
+                expected: state.next_offset,
+                got: header.base_offset,
+            });
+        }
+        let meta = EntryMeta { entry_index: index, term };
+        let appended = self.queue(&mut state, &header, meta, batch.into(), wanted)?;
+        state.term = state.term.max(term);
+        Ok(appended)
+    }
+
+    /// Queues a checked batch as the entry `meta` and records it.
+    fn queue(
+        &self,
+        state: &mut PartitionState,
+        header: &BatchHeader,
+        meta: EntryMeta,
+        bytes: Box<[u8]>,
+        wanted: bool,
+    ) -> Result<JournalAppended, JournalError> {
+        let base_offset = state.next_offset;
         let (lane, next_offset) = match header.kind {
             BatchKind::Data => (Lane::Data, base_offset + u64::from(header.record_count)),
             _ => (Lane::Control, base_offset),
         };
-        let ticket = if wanted || lane == Lane::Data {
-            self.shard.journal.append_owned(lane, self.handle, bytes)?
-        } else {
-            self.shard.journal.append_owned_deferred(lane, self.handle, bytes)?
+        // A replicated log goes through one lane, so that the journal holds
+        // its entries in index order and a crash keeps a prefix of them (a
+        // control entry written ahead of queued data would leave a hole a
+        // leader compares against). On one node, control goes ahead.
+        let journal_lane = match state.log.mode() {
+            LogMode::Local => lane,
+            LogMode::Replicated => Lane::Data,
         };
+        let ticket = if wanted || journal_lane == Lane::Data {
+            self.shard.journal.append_owned(journal_lane, self.handle, meta, bytes)?
+        } else {
+            self.shard.journal.append_owned_deferred(journal_lane, self.handle, meta, bytes)?
+        };
+        state.log.push(meta.term, lane, base_offset, ticket.clone());
         state.appended_records += u64::from(header.record_count);
         state.appended_bytes += u64::from(header.batch_len);
         if lane == Lane::Data {
@@ -392,6 +510,165 @@ impl<S: Storage> JournalPartition<S> {
             next_offset: Offset(next_offset),
             ticket,
         })
+    }
+
+    /// Cancels this partition's log from entry `from` on
+    /// (`docs/design/shard-journal.md` §14.3): waits until every entry of
+    /// that suffix is durable (appends are refused meanwhile with
+    /// [`JournalError::Truncating`]), appends a truncation marker and waits
+    /// for it, then drops the suffix — its data offsets are taken again by
+    /// the next data append. A crash before the marker is durable keeps
+    /// the suffix; after, recovery drops it whatever follows. Returns what
+    /// was cancelled (nothing when `from` is the next index).
+    ///
+    /// # Errors
+    /// [`JournalError::TruncateCommitted`] at or below the committed index
+    /// (or the commit target), [`JournalError::IndexGap`] past the next
+    /// index, [`JournalError::Truncating`], [`JournalError::Closed`], and
+    /// the journal's failure: then nothing was cancelled.
+    pub async fn truncate_from(&self, from: u64) -> Result<Cancelled, JournalError> {
+        let waits = {
+            let mut state = self.state.borrow_mut();
+            if state.closed {
+                return Err(JournalError::Closed);
+            }
+            state.settle();
+            match state.log.begin_truncate(from)? {
+                Some(waits) => waits,
+                None => return Ok(Cancelled { entries: 0, data_from: None }),
+            }
+        };
+        let marked = async {
+            for ticket in &waits {
+                ticket.durable().await?;
+            }
+            let term = self.state.borrow().term;
+            let meta = EntryMeta { entry_index: from, term };
+            let marker =
+                self.shard.journal.append_marker(self.handle, Marker::Truncate, meta, true)?;
+            marker.durable().await
+        };
+        if let Err(error) = marked.await {
+            self.state.borrow_mut().log.abort_truncate();
+            return Err(error);
+        }
+        let mut state = self.state.borrow_mut();
+        let cancelled = state.log.finish_truncate(from);
+        if let Some(data_from) = cancelled.data_from {
+            state.pending.retain(|pending| pending.first_offset < data_from);
+            let cut = state.index.partition_point(|entry| entry.first_offset < data_from);
+            state.index.truncate(cut);
+            state.next_offset = data_from;
+            state.start_offset = state.start_offset.min(data_from);
+        }
+        Ok(cancelled)
+    }
+
+    /// Records that this partition's log is committed up to `index`
+    /// (replicated mode: on a quorum); the committed index follows as far
+    /// as the entries are durable here, and a commit marker carrying it is
+    /// appended (deferred: it rides the next commit) when it moved and no
+    /// earlier marker is still queued. Returns the committed index now.
+    ///
+    /// # Errors
+    /// [`JournalError::NotReplicated`], [`JournalError::CommitPastLog`],
+    /// and those of the journal's append (the index is taken; only its
+    /// marker is not).
+    pub fn set_committed(&self, index: u64) -> Result<u64, JournalError> {
+        let mut state = self.state.borrow_mut();
+        state.log.set_commit_target(index)?;
+        state.settle();
+        let committed = state.log.committed();
+        let marker_queued =
+            state.commit_marker.as_ref().is_some_and(|ticket| ticket.status().is_none());
+        if committed > state.commit_marked && !marker_queued {
+            let meta = EntryMeta { entry_index: committed, term: state.term };
+            let ticket =
+                self.shard.journal.append_marker(self.handle, Marker::Commit, meta, false)?;
+            state.commit_marked = committed;
+            state.commit_marker = Some(ticket);
+        }
+        Ok(committed)
+    }
+
+    /// Makes the committed index durable now: appends a commit marker for
+    /// it (unless one is) and waits for it.
+    ///
+    /// # Errors
+    /// [`JournalError::NotReplicated`] in local mode, and the journal's.
+    pub async fn persist_committed(&self) -> Result<u64, JournalError> {
+        let (committed, ticket) = {
+            let mut state = self.state.borrow_mut();
+            if state.log.mode() != LogMode::Replicated {
+                return Err(JournalError::NotReplicated);
+            }
+            state.settle();
+            let committed = state.log.committed();
+            let queued = state.commit_marker.clone().filter(|_| state.commit_marked == committed);
+            let ticket = match queued {
+                Some(ticket) => Some(ticket),
+                None if committed > state.commit_marked => {
+                    let meta = EntryMeta { entry_index: committed, term: state.term };
+                    let ticket = self.shard.journal.append_marker(
+                        self.handle,
+                        Marker::Commit,
+                        meta,
+                        true,
+                    )?;
+                    state.commit_marked = committed;
+                    state.commit_marker = Some(ticket.clone());
+                    Some(ticket)
+                }
+                None => None,
+            };
+            (committed, ticket)
+        };
+        if let Some(ticket) = ticket {
+            ticket.durable().await?;
+        }
+        Ok(committed)
+    }
+
+    /// The index of this partition's last entry (0: none yet).
+    pub fn last_index(&self) -> u64 {
+        self.state.borrow().log.last_index()
+    }
+
+    /// The committed index: every entry at or below it is durable here and
+    /// (replicated mode) on a quorum; never cancelled.
+    pub fn committed_index(&self) -> u64 {
+        let mut state = self.state.borrow_mut();
+        state.settle();
+        state.log.committed()
+    }
+
+    /// The term of the entry at `index`, while the log knows it (the
+    /// committed entry or one above it).
+    pub fn term_at(&self, index: u64) -> Option<u64> {
+        let mut state = self.state.borrow_mut();
+        state.settle();
+        state.log.term_at(index)
+    }
+
+    /// Entries above the committed index (at most
+    /// [`LOG_UNCOMMITTED_ENTRIES_MAX`](crate::limits::LOG_UNCOMMITTED_ENTRIES_MAX)
+    /// in replicated mode).
+    pub fn uncommitted_entries(&self) -> usize {
+        let mut state = self.state.borrow_mut();
+        state.settle();
+        state.log.uncommitted()
+    }
+
+    /// How this partition's committed index moves.
+    pub fn log_mode(&self) -> LogMode {
+        self.state.borrow().log.mode()
+    }
+
+    /// Sets the term this partition's own appends get from now on (a
+    /// leader's term); never lowers it.
+    pub fn raise_term(&self, term: u64) {
+        let mut state = self.state.borrow_mut();
+        state.term = state.term.max(term);
     }
 
     /// Replaces the control batch `ticket` names with `batch` while no
@@ -630,18 +907,26 @@ impl<S: Storage> JournalPartition<S> {
 
     /// The journal position of the oldest data entry this partition still
     /// reads (the front of its index, or its oldest append a commit took
-    /// but whose ticket has not resolved yet): reads of its live records
-    /// need every file from there on. `None` when it indexes nothing.
+    /// but whose ticket has not resolved yet), or of its oldest entry above
+    /// the committed index when lower: reads of its live records, and its
+    /// log's uncommitted suffix, need every file from there on. `None` when
+    /// it holds nothing.
     pub fn oldest_indexed(&self) -> Option<JournalPos> {
         let mut state = self.state.borrow_mut();
         state.settle();
         // Relocated copies make positions not follow offsets.
-        state
+        let indexed = state
             .index
             .iter()
             .map(|entry| entry.position)
             .min()
-            .or_else(|| state.pending.front().and_then(|pending| pending.ticket.position()))
+            .or_else(|| state.pending.front().and_then(|pending| pending.ticket.position()));
+        // Entries above the committed index stay too (both lanes): a
+        // leader may resend them, a follower cancel them.
+        match (indexed, state.log.uncommitted_from()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Entry bytes (header and batch) of the data entries this partition
@@ -684,10 +969,13 @@ impl<S: Storage> JournalPartition<S> {
         let mut state = self.state.borrow_mut();
         state.settle();
         let state = &*state;
+        // Entries above the committed index are never moved.
+        let uncommitted = state.log.uncommitted_data_from().unwrap_or(u64::MAX);
         state
             .index
             .iter()
             .filter(|entry| entry.position >= from && entry.position < to)
+            .filter(|entry| entry.end_offset() <= uncommitted)
             .filter(|entry| {
                 !state.relocating.iter().any(|copy| copy.first_offset == entry.first_offset)
             })
@@ -726,6 +1014,7 @@ impl<S: Storage> JournalPartition<S> {
         let ticket = self.shard.journal.append_owned(
             Lane::Data,
             relocated_field(self.handle),
+            EntryMeta::default(),
             batch.into(),
         )?;
         state.relocating.push(Relocating {
@@ -827,4 +1116,22 @@ impl<S: Storage> JournalPartition<S> {
     pub fn finish_replay(&self) {
         self.state.borrow_mut().replay = Vec::new();
     }
+}
+
+/// The rules every appended batch obeys: its length is the batch's, not a
+/// filler, at least one record.
+fn check_appendable(header: &BatchHeader, batch: &[u8]) -> Result<(), JournalError> {
+    if header.batch_len as usize != batch.len() {
+        return Err(JournalError::InvalidBatch(spool_wire::WireError::Truncated {
+            needed: header.batch_len as usize,
+            available: batch.len(),
+        }));
+    }
+    if header.kind == BatchKind::Filler {
+        return Err(JournalError::NotAppendable("filler batches are written by the log only"));
+    }
+    if header.record_count == 0 {
+        return Err(JournalError::NotAppendable("a batch must hold at least one record"));
+    }
+    Ok(())
 }

@@ -252,7 +252,7 @@ impl<S: Storage> Journal<S> {
             let (path, at) = path();
             unreadable(path, at, error)
         })?;
-        let payload = off + ENTRY_HEADER_BYTES..off + header.entry_len as usize;
+        let payload = off + header.header_bytes()..off + header.entry_len as usize;
         // Built by this journal from payloads that passed `check_payload`:
         // parsing the batch header is enough.
         let batch = BatchHeader::parse(&bytes[payload.clone()]).map_err(|error| {
@@ -341,7 +341,7 @@ fn entry_in_chunk<F: StorageFile>(
     if end > bytes.len() {
         return Ok(None);
     }
-    let payload = off + ENTRY_HEADER_BYTES..end;
+    let payload = off + header.header_bytes()..end;
     let batch = match chunk.checked_at(off) {
         Some(batch) => batch,
         None => {

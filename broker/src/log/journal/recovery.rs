@@ -32,7 +32,10 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use super::config::JournalConfig;
-use super::entry::{decode_entry, write_filler, EntryError, EntryHeader, ENTRY_HEADER_BYTES};
+use super::entry::{
+    decode_entry, write_filler, EntryError, EntryHeader, Marker, ENTRY_HEADER_BYTES,
+    V1_HEADER_BYTES,
+};
 use super::error::{JournalDamage, JournalError};
 use super::layout::{
     journal_file_path, page_ceil, page_floor, parse_journal_file_name, JOURNAL_PREPARED_NAME,
@@ -49,7 +52,15 @@ pub struct RecoveredEntry<'a> {
     pub position: JournalPos,
     /// The durable watermark its writer recorded.
     pub watermark: JournalPos,
-    /// The batch, both crcs checked.
+    /// The entry's index in its partition's log, and its term (0 for an
+    /// entry of a v1 journal, or one that is not a log entry).
+    pub entry_index: u64,
+    pub term: u64,
+    /// A payload-less marker of the partition's log, if it is one.
+    pub marker: Option<Marker>,
+    /// Header and payload bytes.
+    pub entry_len: u32,
+    /// The batch, both crcs checked (empty for a marker).
     pub payload: &'a [u8],
 }
 
@@ -306,7 +317,6 @@ async fn scan<F: StorageFile>(
     report: &mut RecoveryReport,
     gaps: &mut Vec<(u64, u64)>,
 ) -> Result<ScanEnd, JournalError> {
-    let header_bytes = ENTRY_HEADER_BYTES as u64;
     let mut index = 0;
     let mut pos = start;
     let mut window = Window::new(&*files[0].file, files[0].len_bytes);
@@ -323,10 +333,12 @@ async fn scan<F: StorageFile>(
             continue;
         }
         let damage = move |error| Ok(ScanEnd::Damage { index, pos, error });
-        if off + header_bytes > file.len_bytes {
+        if off + V1_HEADER_BYTES as u64 > file.len_bytes {
             let available = (file.len_bytes - off) as usize;
-            return damage(EntryError::Truncated { needed: ENTRY_HEADER_BYTES, available });
+            return damage(EntryError::Truncated { needed: V1_HEADER_BYTES, available });
         }
+        // A v1 filler may end the file 32 bytes after its start.
+        let header_bytes = (ENTRY_HEADER_BYTES as u64).min(file.len_bytes - off);
         let header = EntryHeader::decode_at(window.get(off, header_bytes).await?, JournalPos(pos));
         let header = match header {
             Ok(header) => header,
@@ -372,6 +384,10 @@ async fn scan<F: StorageFile>(
                 partition: entry.header.partition,
                 position: entry.header.position,
                 watermark: entry.header.watermark,
+                entry_index: entry.header.entry_index,
+                term: entry.header.term,
+                marker: entry.header.marker(),
+                entry_len: entry.header.entry_len,
                 payload: entry.payload,
             });
         }
@@ -389,12 +405,13 @@ async fn probe_watermarks<F: StorageFile>(
     gaps: &[(u64, u64)],
     files: &[OpenFile<F>],
 ) -> Result<(), JournalError> {
-    let header_bytes = ENTRY_HEADER_BYTES as u64;
+    let least = V1_HEADER_BYTES as u64;
     let mut window = Window::new(&*file.file, file.len_bytes);
     let mut probe = from;
-    while probe + header_bytes <= file.len_bytes {
+    while probe + least <= file.len_bytes {
         let mut at = probe;
-        while at + header_bytes <= file.len_bytes {
+        while at + least <= file.len_bytes {
+            let header_bytes = (ENTRY_HEADER_BYTES as u64).min(file.len_bytes - at);
             let bytes = window.get(at, header_bytes).await?;
             match EntryHeader::decode_at(bytes, JournalPos(file.base + at)) {
                 Ok(header) => {
@@ -436,8 +453,7 @@ async fn repair<S: Storage>(
     // A torn tail. Close `off`'s page with a filler (unless it starts a
     // page) and zero every non-zero byte after it, in one write.
     let page_start = page_floor(off);
-    let filler_end =
-        if off == page_start { off } else { page_ceil(off + ENTRY_HEADER_BYTES as u64) };
+    let filler_end = if off == page_start { off } else { page_ceil(off + V1_HEADER_BYTES as u64) };
     if filler_end > file.len_bytes {
         let detail = JournalDamage::NoRoomForFiller;
         return Err(JournalError::Corrupt { path: file.path.clone(), pos: off, detail });

@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use spool_wire::batch::{BatchHeader, BatchKind};
 
-use super::entry::ENTRY_HEADER_BYTES;
+use super::entry::Marker;
 use super::error::JournalError;
 use super::recovery::{RecoveredEntry, RecoverySink};
 use super::{JournalPos, Lane, PartitionHandle};
@@ -53,8 +53,14 @@ pub struct RoutedEntry {
     pub record_count: u32,
     /// The batch's length (the entry less its header).
     pub batch_len: u32,
+    /// Header and batch: where the entry ends (headers are 32 or 48 bytes).
+    pub entry_len: u32,
     /// A relocated copy of a data entry: data only, never replayed.
     pub relocated: bool,
+    /// Its index in the partition's log and its term (0 for a v1 entry or
+    /// a relocated copy: not a log entry of their own).
+    pub entry_index: u64,
+    pub term: u64,
 }
 
 /// One data entry in a partition's index: ≈ 24 bytes per batch, not per
@@ -74,20 +80,35 @@ impl JournalIndexEntry {
     }
 }
 
+/// What a partition's markers said (`docs/design/shard-journal.md` §14).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecoveredLog {
+    /// The highest index a commit marker recorded (0: none found).
+    pub committed: u64,
+    /// Entries a truncation marker cancelled (dropped from the list).
+    pub cancelled: u64,
+    /// Truncation markers found.
+    pub truncations: u64,
+}
+
 /// Routes recovered entries into per-partition lists.
 #[derive(Debug, Default)]
 pub struct RecoveryRouter {
     known: BTreeSet<PartitionHandle>,
     partitions: BTreeMap<PartitionHandle, Vec<RoutedEntry>>,
+    logs: BTreeMap<PartitionHandle, RecoveredLog>,
     garbage_entries: u64,
     garbage_bytes: u64,
 }
 
-/// What routing gathered: each known partition's entries in journal order,
-/// and the entries of unknown handles counted as garbage.
+/// What routing gathered: each known partition's entries in journal order
+/// (less those a truncation marker cancelled; markers themselves are not
+/// listed), what its markers said, and the entries of unknown handles
+/// counted as garbage.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Routed {
     pub partitions: BTreeMap<PartitionHandle, Vec<RoutedEntry>>,
+    pub logs: BTreeMap<PartitionHandle, RecoveredLog>,
     pub garbage_entries: u64,
     /// Entry bytes (headers included) of the garbage entries.
     pub garbage_bytes: u64,
@@ -102,6 +123,7 @@ impl RecoveryRouter {
     pub fn finish(self) -> Routed {
         Routed {
             partitions: self.partitions,
+            logs: self.logs,
             garbage_entries: self.garbage_entries,
             garbage_bytes: self.garbage_bytes,
         }
@@ -110,7 +132,30 @@ impl RecoveryRouter {
 
 impl RecoverySink for RecoveryRouter {
     fn entry(&mut self, entry: RecoveredEntry<'_>) {
-        let entry_bytes = (ENTRY_HEADER_BYTES + entry.payload.len()) as u64;
+        let entry_bytes = u64::from(entry.entry_len);
+        if let Some(marker) = entry.marker {
+            let handle = PartitionHandle(entry.partition.0 & !super::entry::MARKER_BITS);
+            if !self.known.contains(&handle) {
+                self.garbage_entries += 1;
+                self.garbage_bytes += entry_bytes;
+                return;
+            }
+            let log = self.logs.entry(handle).or_default();
+            match marker {
+                Marker::Commit => log.committed = log.committed.max(entry.entry_index),
+                Marker::Truncate => {
+                    // Every entry of the partition from that index on found
+                    // so far lies before the marker: cancelled.
+                    let from = entry.entry_index;
+                    let list = self.partitions.entry(handle).or_default();
+                    let before = list.len();
+                    list.retain(|routed| routed.entry_index == 0 || routed.entry_index < from);
+                    log.cancelled += (before - list.len()) as u64;
+                    log.truncations += 1;
+                }
+            }
+            return;
+        }
         // Recovery checked both crcs of the payload; parsing cannot fail on
         // it, and an entry that did would be counted as garbage, not routed.
         let header = BatchHeader::parse(entry.payload);
@@ -134,7 +179,10 @@ impl RecoverySink for RecoveryRouter {
             first_offset: header.base_offset,
             record_count: header.record_count,
             batch_len: header.batch_len,
+            entry_len: entry.entry_len,
             relocated,
+            entry_index: if relocated { 0 } else { entry.entry_index },
+            term: entry.term,
         });
     }
 }
@@ -226,7 +274,10 @@ mod tests {
             first_offset,
             record_count,
             batch_len: 64,
+            entry_len: 112,
             relocated,
+            entry_index: 0,
+            term: 0,
         }
     }
 

@@ -1,0 +1,537 @@
+//! A partition's log as replication sees it (`docs/design/shard-journal.md`
+//! §14): every entry of the partition, data and control alike, numbered
+//! densely by its **entry index** with the **term** it was appended in, and
+//! the **committed index** below which nothing may be cancelled.
+//!
+//! Pure: no I/O and no clock. [`JournalPartition`](super::JournalPartition)
+//! keeps one per partition and tells it what it appended and what became
+//! durable; this type keeps the entries above the committed index (their
+//! term, lane, first data offset and completion), decides the index and
+//! term rules of a follower's append and of a truncation, and moves the
+//! committed index:
+//!
+//! - [`LogMode::Local`] (one node): an entry is committed once it and every
+//!   entry before it is durable — the committed index follows the journal's
+//!   group commit, so nothing above it is ever cancelled (a truncation can
+//!   only name what is not yet durable, and waiting for it commits it).
+//! - [`LogMode::Replicated`]: the committed index is what the replication
+//!   layer says is on a quorum ([`EntryLog::set_commit_target`]), capped at
+//!   the local durable prefix; entries above it may be truncated.
+//!
+//! Entries at or below the committed index are let go of here (their
+//! positions are the partition's data index and replay list, as before);
+//! the term of the last committed one is kept for the log-matching check.
+
+use std::collections::VecDeque;
+
+use super::error::JournalError;
+use super::{JournalPos, JournalTicket, Lane};
+use crate::limits::LOG_UNCOMMITTED_ENTRIES_MAX;
+
+/// How a partition's committed index moves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum LogMode {
+    /// Committed once durable locally (a single node).
+    #[default]
+    Local,
+    /// Committed when the replication layer says so, never past the local
+    /// durable prefix.
+    Replicated,
+}
+
+/// What an entry's completion tells the log: durable yet, and where.
+pub(super) trait Completion {
+    fn is_durable(&self) -> bool;
+    fn position(&self) -> Option<JournalPos>;
+}
+
+impl Completion for JournalTicket {
+    fn is_durable(&self) -> bool {
+        matches!(self.status(), Some(Ok(())))
+    }
+
+    fn position(&self) -> Option<JournalPos> {
+        JournalTicket::position(self)
+    }
+}
+
+/// An entry above the committed index.
+#[derive(Clone, Debug)]
+pub(super) struct LogSlot<T> {
+    pub index: u64,
+    pub term: u64,
+    pub lane: Lane,
+    /// A data entry's first offset; a control entry's is the partition's
+    /// next data offset at its append.
+    pub first_offset: u64,
+    /// `None`: recovered (durable, at `recovered_at`).
+    pub ticket: Option<T>,
+    pub recovered_at: JournalPos,
+}
+
+impl<T: Completion> LogSlot<T> {
+    fn is_durable(&self) -> bool {
+        self.ticket.as_ref().is_none_or(Completion::is_durable)
+    }
+
+    fn position(&self) -> Option<JournalPos> {
+        match &self.ticket {
+            None => Some(self.recovered_at),
+            Some(ticket) => ticket.position(),
+        }
+    }
+}
+
+/// A partition's entry log: indexes, terms, the committed index.
+#[derive(Debug)]
+pub(super) struct EntryLog<T> {
+    mode: LogMode,
+    last_index: u64,
+    last_term: u64,
+    committed: u64,
+    /// The term of the entry at `committed` (`None` when it is unknown: a
+    /// reopened log whose committed entry was let go of before).
+    committed_term: Option<u64>,
+    /// What the replication layer says is committed (replicated mode).
+    commit_target: u64,
+    /// Entries `committed + 1 ..= last_index`, in index order.
+    slots: VecDeque<LogSlot<T>>,
+    /// A truncation waits for its suffix to be durable: appends are
+    /// refused meanwhile.
+    truncating: bool,
+}
+
+/// What a truncation cancelled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cancelled {
+    pub entries: u64,
+    /// The first data offset of the cancelled suffix (the partition's next
+    /// data offset goes back to it), when it held data.
+    pub data_from: Option<u64>,
+}
+
+impl<T: Completion + Clone> EntryLog<T> {
+    /// The log of a partition reopened with `recovered` (its v2 entries
+    /// recovery kept: index, term, lane, first offset, position — any
+    /// order), `floor` (the last index its checkpoint recorded) and, in
+    /// replicated mode, the highest index a commit marker recorded.
+    ///
+    /// # Errors
+    /// [`JournalError::IndexGap`] when the entries above the committed
+    /// index are not dense (replicated mode: they would be the log a
+    /// leader compares against), or an index is found twice.
+    pub fn open(
+        mode: LogMode,
+        floor: u64,
+        recovered: &[(u64, u64, Lane, u64, JournalPos)],
+        committed_marker: u64,
+    ) -> Result<Self, JournalError> {
+        let mut sorted: Vec<_> = recovered.iter().filter(|entry| entry.0 > 0).copied().collect();
+        sorted.sort_unstable_by_key(|entry| entry.0);
+        if let Some(pair) = sorted.windows(2).find(|pair| pair[0].0 == pair[1].0) {
+            return Err(JournalError::IndexGap { expected: pair[0].0 + 1, got: pair[1].0 });
+        }
+        let (last_index, last_term) = match sorted.last() {
+            Some(last) if last.0 >= floor => (last.0, last.1),
+            _ => (floor, 0),
+        };
+        let committed = match mode {
+            LogMode::Local => last_index,
+            LogMode::Replicated => committed_marker.min(last_index),
+        };
+        let term_of = |index: u64| sorted.iter().find(|entry| entry.0 == index).map(|e| e.1);
+        let committed_term = if committed == 0 { Some(0) } else { term_of(committed) };
+        let mut slots = VecDeque::new();
+        let mut expected = committed + 1;
+        for &(index, term, lane, first_offset, position) in
+            sorted.iter().filter(|entry| entry.0 > committed)
+        {
+            if index != expected {
+                return Err(JournalError::IndexGap { expected, got: index });
+            }
+            slots.push_back(LogSlot {
+                index,
+                term,
+                lane,
+                first_offset,
+                ticket: None,
+                recovered_at: position,
+            });
+            expected += 1;
+        }
+        // Every index above the committed one up to the last is held (a
+        // checkpoint's floor past them would leave a hole a leader compares
+        // against).
+        if last_index > committed && expected != last_index + 1 {
+            return Err(JournalError::IndexGap { expected, got: last_index });
+        }
+        let last_term =
+            if last_index == committed { committed_term.unwrap_or(last_term) } else { last_term };
+        Ok(Self {
+            mode,
+            last_index,
+            last_term,
+            committed,
+            committed_term,
+            commit_target: committed,
+            slots,
+            truncating: false,
+        })
+    }
+
+    pub fn mode(&self) -> LogMode {
+        self.mode
+    }
+
+    pub fn last_index(&self) -> u64 {
+        self.last_index
+    }
+
+    pub fn last_term(&self) -> u64 {
+        self.last_term
+    }
+
+    pub fn committed(&self) -> u64 {
+        self.committed
+    }
+
+    /// The term of the entry at `index`, when the log still knows it (the
+    /// committed entry, or one above it; 0 for index 0).
+    pub fn term_at(&self, index: u64) -> Option<u64> {
+        if index == self.committed {
+            return self.committed_term;
+        }
+        let first = self.slots.front()?.index;
+        let at = usize::try_from(index.checked_sub(first)?).ok()?;
+        self.slots.get(at).map(|slot| slot.term)
+    }
+
+    /// Checks an append at (`index`, `term`): the next index, a term not
+    /// below the last one's, no truncation under way, room above the
+    /// committed index (replicated mode).
+    ///
+    /// # Errors
+    /// [`JournalError::Truncating`], [`JournalError::IndexGap`],
+    /// [`JournalError::TermBehind`], [`JournalError::UncommittedFull`].
+    pub fn check_append(&self, index: u64, term: u64) -> Result<(), JournalError> {
+        if self.truncating {
+            return Err(JournalError::Truncating);
+        }
+        if index != self.last_index + 1 {
+            return Err(JournalError::IndexGap { expected: self.last_index + 1, got: index });
+        }
+        if term < self.last_term {
+            return Err(JournalError::TermBehind { last_term: self.last_term, got: term });
+        }
+        if self.mode == LogMode::Replicated && self.slots.len() >= LOG_UNCOMMITTED_ENTRIES_MAX {
+            return Err(JournalError::UncommittedFull { limit: LOG_UNCOMMITTED_ENTRIES_MAX });
+        }
+        Ok(())
+    }
+
+    /// Records an append [`check_append`](Self::check_append) allowed.
+    pub fn push(&mut self, term: u64, lane: Lane, first_offset: u64, ticket: T) {
+        self.last_index += 1;
+        self.last_term = term;
+        self.slots.push_back(LogSlot {
+            index: self.last_index,
+            term,
+            lane,
+            first_offset,
+            ticket: Some(ticket),
+            recovered_at: JournalPos(0),
+        });
+    }
+
+    /// The highest index at and below which every entry is durable.
+    pub fn durable_index(&self) -> u64 {
+        let durable = self.slots.iter().take_while(|slot| slot.is_durable()).count();
+        self.committed + durable as u64
+    }
+
+    /// Moves the committed index as far as the mode allows now; returns
+    /// whether it moved.
+    pub fn settle(&mut self) -> bool {
+        let target = match self.mode {
+            LogMode::Local => self.durable_index(),
+            LogMode::Replicated => self.commit_target.min(self.durable_index()),
+        };
+        if target <= self.committed {
+            return false;
+        }
+        while self.slots.front().is_some_and(|slot| slot.index <= target) {
+            if let Some(slot) = self.slots.pop_front() {
+                self.committed_term = Some(slot.term);
+            }
+        }
+        self.committed = target;
+        true
+    }
+
+    /// Records that the entries up to `index` are committed (replicated
+    /// mode: on a quorum); the committed index follows once they are
+    /// durable here too. Lower targets than one already given change
+    /// nothing.
+    ///
+    /// # Errors
+    /// [`JournalError::CommitPastLog`] for an index past the last entry;
+    /// [`JournalError::NotReplicated`] in local mode (durability commits).
+    pub fn set_commit_target(&mut self, index: u64) -> Result<(), JournalError> {
+        if self.mode != LogMode::Replicated {
+            return Err(JournalError::NotReplicated);
+        }
+        if index > self.last_index {
+            return Err(JournalError::CommitPastLog { index, last_index: self.last_index });
+        }
+        self.commit_target = self.commit_target.max(index);
+        Ok(())
+    }
+
+    /// Starts cancelling the entries from `from` on: returns the
+    /// completions to wait for (the suffix must be durable before the
+    /// marker is written, so that every cancelled entry lies before it in
+    /// the journal) — `None` when there is nothing to cancel (`from` is the
+    /// next index). Appends are refused until
+    /// [`finish_truncate`](Self::finish_truncate) or
+    /// [`abort_truncate`](Self::abort_truncate).
+    ///
+    /// # Errors
+    /// [`JournalError::TruncateCommitted`] at or below the committed index
+    /// (or the commit target), [`JournalError::IndexGap`] past the next
+    /// index, [`JournalError::Truncating`] during another truncation.
+    pub fn begin_truncate(&mut self, from: u64) -> Result<Option<Vec<T>>, JournalError> {
+        if self.truncating {
+            return Err(JournalError::Truncating);
+        }
+        let committed = self.committed.max(self.commit_target);
+        if from <= committed {
+            return Err(JournalError::TruncateCommitted { from, committed });
+        }
+        if from > self.last_index + 1 {
+            return Err(JournalError::IndexGap { expected: self.last_index + 1, got: from });
+        }
+        if from == self.last_index + 1 {
+            return Ok(None);
+        }
+        self.truncating = true;
+        Ok(Some(
+            self.slots
+                .iter()
+                .filter(|slot| slot.index >= from)
+                .filter_map(|slot| slot.ticket.clone())
+                .collect(),
+        ))
+    }
+
+    /// The truncation's marker is durable: drops the entries from `from`
+    /// on and lets appends in again, at `from`.
+    pub fn finish_truncate(&mut self, from: u64) -> Cancelled {
+        self.truncating = false;
+        let keep = self.slots.iter().take_while(|slot| slot.index < from).count();
+        let cancelled: Vec<LogSlot<T>> = self.slots.drain(keep..).collect();
+        self.last_index = from - 1;
+        self.last_term = match self.slots.back() {
+            Some(slot) => slot.term,
+            None => self.committed_term.unwrap_or(0),
+        };
+        Cancelled {
+            entries: cancelled.len() as u64,
+            data_from: cancelled
+                .iter()
+                .find(|slot| slot.lane == Lane::Data)
+                .map(|slot| slot.first_offset),
+        }
+    }
+
+    /// The truncation failed before its marker was durable: nothing was
+    /// cancelled (the journal has failed, or the caller gave up).
+    pub fn abort_truncate(&mut self) {
+        self.truncating = false;
+    }
+
+    /// The lowest journal position of an entry above the committed index
+    /// (placed by a commit): files from there on must stay, since a
+    /// leader may resend or a follower cancel what they hold.
+    pub fn uncommitted_from(&self) -> Option<JournalPos> {
+        self.slots.iter().filter_map(LogSlot::position).min()
+    }
+
+    /// The first data offset above the committed index: data entries from
+    /// there on are not relocated.
+    pub fn uncommitted_data_from(&self) -> Option<u64> {
+        self.slots.iter().find(|slot| slot.lane == Lane::Data).map(|slot| slot.first_offset)
+    }
+
+    /// Entries above the committed index.
+    pub fn uncommitted(&self) -> usize {
+        self.slots.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+    use std::rc::Rc;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// A completion the test resolves by hand.
+    #[derive(Clone, Debug, Default)]
+    struct Done(Rc<Cell<bool>>);
+
+    impl Completion for Done {
+        fn is_durable(&self) -> bool {
+            self.0.get()
+        }
+
+        fn position(&self) -> Option<JournalPos> {
+            None
+        }
+    }
+
+    fn log(mode: LogMode) -> EntryLog<Done> {
+        EntryLog::open(mode, 0, &[], 0).unwrap()
+    }
+
+    fn push(log: &mut EntryLog<Done>, term: u64, lane: Lane) -> Done {
+        let index = log.last_index() + 1;
+        log.check_append(index, term).unwrap();
+        let done = Done::default();
+        log.push(term, lane, index * 10, done.clone());
+        done
+    }
+
+    #[test]
+    fn local_commits_follow_the_durable_prefix_not_the_lane_order() {
+        // Goal: a control entry durable ahead of an earlier data entry does
+        // not commit past it; once both are durable both are committed.
+        let mut log = log(LogMode::Local);
+        let data = push(&mut log, 1, Lane::Data);
+        let control = push(&mut log, 1, Lane::Control);
+        control.0.set(true);
+        assert!(!log.settle());
+        assert_eq!(log.committed(), 0);
+        data.0.set(true);
+        assert!(log.settle());
+        assert_eq!((log.committed(), log.term_at(2)), (2, Some(1)));
+        assert_eq!(log.uncommitted(), 0);
+        // Local mode takes no commit target and cancels nothing committed.
+        assert!(matches!(log.set_commit_target(2), Err(JournalError::NotReplicated)));
+        assert!(matches!(log.begin_truncate(2), Err(JournalError::TruncateCommitted { .. })));
+    }
+
+    #[test]
+    fn a_follower_append_must_continue_the_log() {
+        // Goal: gaps, repeats and lower terms are refused; the next index at
+        // the same or a higher term is taken.
+        let mut log = log(LogMode::Replicated);
+        push(&mut log, 2, Lane::Data);
+        assert!(matches!(log.check_append(3, 2), Err(JournalError::IndexGap { expected: 2, .. })));
+        assert!(matches!(log.check_append(1, 2), Err(JournalError::IndexGap { .. })));
+        assert!(matches!(log.check_append(2, 1), Err(JournalError::TermBehind { .. })));
+        assert!(log.check_append(2, 3).is_ok());
+    }
+
+    #[test]
+    fn replicated_commits_wait_for_the_target_and_for_durability() {
+        // Goal: the committed index is the lower of the target and the
+        // durable prefix; a target past the log is refused.
+        let mut log = log(LogMode::Replicated);
+        let first = push(&mut log, 1, Lane::Data);
+        let second = push(&mut log, 1, Lane::Control);
+        first.0.set(true);
+        second.0.set(true);
+        assert!(!log.settle());
+        log.set_commit_target(1).unwrap();
+        assert!(log.settle());
+        assert_eq!(log.committed(), 1);
+        assert!(matches!(log.set_commit_target(3), Err(JournalError::CommitPastLog { .. })));
+        let third = push(&mut log, 1, Lane::Data);
+        log.set_commit_target(3).unwrap();
+        log.settle();
+        assert_eq!(log.committed(), 2);
+        third.0.set(true);
+        log.settle();
+        assert_eq!(log.committed(), 3);
+    }
+
+    #[test]
+    fn truncation_cancels_the_suffix_and_the_next_append_reuses_its_index() {
+        // Goal: truncating from 2 waits for entries 2.. and then drops them;
+        // the data offsets go back to the first cancelled data entry; the
+        // next append is index 2 again, at any term not below entry 1's.
+        let mut log = log(LogMode::Replicated);
+        push(&mut log, 1, Lane::Data);
+        push(&mut log, 1, Lane::Control);
+        push(&mut log, 1, Lane::Data);
+        let waits = log.begin_truncate(2).unwrap().unwrap();
+        assert_eq!(waits.len(), 2);
+        assert!(matches!(log.check_append(4, 1), Err(JournalError::Truncating)));
+        let cancelled = log.finish_truncate(2);
+        assert_eq!(cancelled, Cancelled { entries: 2, data_from: Some(30) });
+        assert_eq!((log.last_index(), log.last_term()), (1, 1));
+        assert!(log.check_append(2, 1).is_ok());
+        assert_eq!(log.begin_truncate(2).unwrap().map(|w| w.len()), None);
+        assert!(matches!(log.begin_truncate(3), Err(JournalError::IndexGap { .. })));
+    }
+
+    #[test]
+    fn reopening_checks_density_above_the_commit_marker() {
+        // Goal: a replicated log reopens with its uncommitted entries dense
+        // and refuses a hole among them; below the committed index holes
+        // are what retention left and are fine.
+        let at = JournalPos(0);
+        let entries = [
+            (7, 2, Lane::Data, 0, at),
+            (9, 2, Lane::Data, 0, at),
+            (10, 3, Lane::Control, 0, at),
+            (11, 3, Lane::Data, 0, at),
+        ];
+        let log = EntryLog::<Done>::open(LogMode::Replicated, 0, &entries, 9).unwrap();
+        assert_eq!((log.committed(), log.last_index(), log.last_term()), (9, 11, 3));
+        assert_eq!((log.term_at(9), log.term_at(10), log.term_at(8)), (Some(2), Some(3), None));
+        let hole = EntryLog::<Done>::open(LogMode::Replicated, 0, &entries, 7);
+        assert!(matches!(hole, Err(JournalError::IndexGap { expected: 8, got: 9 })));
+        let local = EntryLog::<Done>::open(LogMode::Local, 0, &entries, 0).unwrap();
+        assert_eq!(local.committed(), 11);
+        // A checkpoint's floor above every recovered index is the last one.
+        let floor = EntryLog::<Done>::open(LogMode::Local, 40, &entries, 0).unwrap();
+        assert_eq!(floor.last_index(), 40);
+    }
+
+    proptest! {
+        #[test]
+        fn committed_never_passes_a_non_durable_entry(
+            ops in proptest::collection::vec((0u8..4, any::<bool>()), 1..80),
+        ) {
+            // Goal: whatever resolves in whatever order, every entry at or
+            // below the committed index is durable, and indexes stay dense.
+            let mut log = log(LogMode::Local);
+            let mut all: Vec<Done> = Vec::new();
+            for (op, data) in ops {
+                match op {
+                    0 | 1 => {
+                        let lane = if data { Lane::Data } else { Lane::Control };
+                        all.push(push(&mut log, 1, lane));
+                    }
+                    2 => {
+                        // Resolve some entry, not necessarily the oldest.
+                        if let Some(done) = all.iter().find(|d| !d.0.get() && data == d.0.get()) {
+                            done.0.set(true);
+                        } else if let Some(done) = all.iter().rev().find(|d| !d.0.get()) {
+                            done.0.set(true);
+                        }
+                    }
+                    _ => { log.settle(); }
+                }
+                log.settle();
+                let committed = log.committed() as usize;
+                prop_assert!(all[..committed].iter().all(|done| done.0.get()));
+                prop_assert_eq!(log.last_index() as usize, all.len());
+                prop_assert_eq!(log.uncommitted(), all.len() - committed);
+            }
+        }
+    }
+}
