@@ -84,6 +84,15 @@ const _: () = assert!(JOURNAL_READ_CHUNK_BYTES.is_multiple_of(PAGE_BYTES));
 /// Largest `max_bytes` a single read may ask for.
 pub const READ_BYTES_MAX: u64 = 64 << 20;
 
+/// Partitions one claim of any partition visits in journal order: the
+/// ring's first ones, each asked where its next messages lie
+/// (`server/ready.rs`); the rest wait for the next claim. Bounds the work of
+/// one claim over a ring of thousands of partitions.
+pub const CLAIM_ANY_VISIT_PARTITIONS_MAX: usize = 64;
+/// Messages of one partition whose journal positions a claim of any
+/// partition looks at before deciding how many to take from it.
+pub const CLAIM_ANY_PEEK_MESSAGES_MAX: u32 = 64;
+
 /// Entries a replicated partition's log may hold above its committed index
 /// (`docs/design/shard-journal.md` §14): each costs ≈ 56 bytes of memory
 /// until it commits, and every journal file from the oldest of them on is

@@ -156,6 +156,39 @@ impl<S: Storage + Clone> Partition<S> {
         Ok(ClaimedReady { claimed, exhausted })
     }
 
+    /// Where the messages a [`claim_ready`](Self::claim_ready) of
+    /// `request` would deliver lie in the shard's journal, in the order it
+    /// would deliver them (`u64::MAX` for one whose entry has no position
+    /// yet), into `positions` (cleared first); and whether nothing more is
+    /// claimable. Decides as the claim would, appends nothing: what a
+    /// claim of any partition orders its visits by
+    /// (`docs/design/shard-journal.md` §13).
+    ///
+    /// # Errors
+    /// As [`claim_ready`](Self::claim_ready)'s decision (a lease out of
+    /// range).
+    pub fn ready_positions(
+        &self,
+        request: &ClaimRequest,
+        positions: &mut Vec<u64>,
+    ) -> Result<bool, PartitionError> {
+        positions.clear();
+        if self.closed.get() {
+            return Ok(true);
+        }
+        let mut scratch = ClaimScratch { partition: self, decision: self.scratch.take_claim() };
+        let decision = &mut scratch.decision;
+        self.state.borrow().claim_into((self.clock)(), request, self.durable_end(), decision)?;
+        let journal = self.log.journal();
+        positions.extend(
+            decision
+                .deliveries
+                .iter()
+                .map(|delivery| journal.position_of(delivery.offset).map_or(u64::MAX, |p| p.0)),
+        );
+        Ok(decision.exhausted)
+    }
+
     /// Claims waiting on this partition now (long-polls holding a slot).
     pub fn claims_waiting(&self) -> usize {
         self.claimable.claims_waiting()

@@ -35,7 +35,9 @@ use super::convert::{
     queue_config_from_wire, queue_config_to_wire, token_from_wire, token_to_wire,
 };
 use super::quota::{QuotaReport, ShardQuotas};
-use super::ready::ReadyRing;
+use super::ready::{
+    plan_visit, ReadyRing, Take, CLAIM_ANY_PEEK_MESSAGES_MAX, CLAIM_ANY_VISIT_PARTITIONS_MAX,
+};
 use super::{Served, ShardState};
 use crate::clock::Instant;
 use crate::control::assignment::QueueName;
@@ -1075,19 +1077,51 @@ impl SpoolHandler {
         let mut out: Vec<crate::partition::Claimed> = Vec::new();
         let mut credits_left = credits;
         let mut bytes_left = u64::from(claim.max_bytes);
-        let mut visits = ring.len();
-        while visits > 0 && credits_left > 0 && bytes_left > 0 && !cancel.is_cancelled() {
-            visits -= 1;
+        let lease_ms = (claim.lease_ms > 0).then_some(u64::from(claim.lease_ms));
+        let request = |credits: u32, max_bytes: u64| ClaimRequest {
+            worker: claim.worker,
+            credits,
+            max_bytes,
+            lease_ms,
+        };
+        // The visit: the ring's first partitions, each with where the
+        // messages it would deliver lie in the journal (`ready.rs`).
+        let mut visit: Vec<(Vec<u64>, (PartitionId, Rc<Served>))> = Vec::new();
+        let peek = request(credits.min(CLAIM_ANY_PEEK_MESSAGES_MAX), bytes_left);
+        for _ in 0..ring.len().min(CLAIM_ANY_VISIT_PARTITIONS_MAX) {
             let Some(partition) = ring.next() else { break };
             // Gone since it was listed (its queue deleted, reassigned).
             let Some(served) = self.state.served(queue, partition) else { continue };
-            let step = ClaimRequest {
-                worker: claim.worker,
-                credits: credits_left,
-                max_bytes: bytes_left,
-                lease_ms: (claim.lease_ms > 0).then_some(u64::from(claim.lease_ms)),
+            let mut positions = Vec::new();
+            match served.partition.ready_positions(&peek, &mut positions) {
+                Ok(exhausted) if positions.is_empty() => {
+                    if !exhausted {
+                        ring.keep(partition);
+                    }
+                }
+                Ok(_) => visit.push((positions, (partition, served))),
+                Err(failure) => {
+                    ring.keep(partition);
+                    served.requests.failed(&failure);
+                    for (_, (partition, _)) in &visit {
+                        ring.keep(*partition);
+                    }
+                    return Err(partition_error(&failure));
+                }
+            }
+        }
+        let takes = plan_visit(&mut visit);
+        let mut visiting = visit.into_iter().zip(takes);
+        while let Some(((_, (partition, served)), take)) = visiting.next() {
+            if credits_left == 0 || bytes_left == 0 || cancel.is_cancelled() {
+                ring.keep(partition);
+                continue;
+            }
+            let credits = match take {
+                Take::AtMost(count) => count.min(credits_left),
+                Take::All => credits_left,
             };
-            match served.partition.claim_ready(&step, cancel).await {
+            match served.partition.claim_ready(&request(credits, bytes_left), cancel).await {
                 Ok(ready) => {
                     if !ready.exhausted {
                         ring.keep(partition);
@@ -1108,6 +1142,9 @@ impl SpoolHandler {
                 Err(failure) => {
                     ring.keep(partition);
                     served.requests.failed(&failure);
+                    for ((_, (partition, _)), _) in visiting.by_ref() {
+                        ring.keep(partition);
+                    }
                     if out.is_empty() {
                         return Err(partition_error(&failure));
                     }

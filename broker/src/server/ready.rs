@@ -11,8 +11,20 @@
 //! exhausted (nothing claimable below its durable end), so a partition with
 //! a claimable message is always listed, or is listed again by the wake
 //! that made it claimable. A visit that leaves messages behind (its credits
-//! or bytes ran out) puts the partition at the back, so a busy partition
-//! cannot starve the others: claims rotate over the listed partitions.
+//! or bytes ran out) puts the partition at the back, so a ring longer than
+//! one visit is still covered by the claims that follow, and inside a
+//! visit the oldest messages go first: a busy partition cannot starve the
+//! others (a quiet partition's message waits at most for the shard's
+//! older ones).
+//!
+//! A claim visits the ring's first partitions
+//! ([`CLAIM_ANY_VISIT_PARTITIONS_MAX`]) in the order their next messages
+//! lie in the shard's journal, oldest first, and takes from each only the
+//! messages that lie before the next one's ([`plan_visit`]): a consumer
+//! behind the commit cache then walks the journal forward, and one chunk
+//! read from a file serves every partition with entries in it, instead of
+//! each partition's claim reading the whole stretch its messages span
+//! (`docs/design/shard-journal.md` §13).
 //!
 //! Listing is O(1) (a flag per partition number and a queue), a partition
 //! is listed at most once, and the ring holds at most the queue's
@@ -21,8 +33,36 @@
 use std::cell::RefCell;
 use std::collections::VecDeque;
 
+pub use crate::limits::{CLAIM_ANY_PEEK_MESSAGES_MAX, CLAIM_ANY_VISIT_PARTITIONS_MAX};
 use crate::partition::signal::Signal;
 use crate::queue::PartitionId;
+
+/// How much one partition of a visit takes: the messages before the next
+/// partition's first (at least one), or, for the last, all it can.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Take {
+    AtMost(u32),
+    All,
+}
+
+/// Orders a visit's partitions — each with the journal positions of the
+/// messages a claim would deliver from it, in delivery order (none empty)
+/// — by their first message's position, and says what each takes: the
+/// messages whose positions lie before the next partition's first message
+/// (at least one, so every visit moves), the last one all it can. Ties keep
+/// the ring's order.
+pub fn plan_visit<T>(candidates: &mut [(Vec<u64>, T)]) -> Vec<Take> {
+    candidates.sort_by_key(|(positions, _)| positions.first().copied().unwrap_or(u64::MAX));
+    (0..candidates.len())
+        .map(|at| match candidates.get(at + 1).and_then(|(next, _)| next.first()) {
+            None => Take::All,
+            Some(&bound) => {
+                let before = candidates[at].0.iter().take_while(|p| **p < bound).count();
+                Take::AtMost(u32::try_from(before.max(1)).unwrap_or(u32::MAX))
+            }
+        })
+        .collect()
+}
 
 /// See the module doc.
 #[derive(Debug, Default)]
@@ -110,6 +150,32 @@ impl ReadyRing {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Goal: a visit walks the journal forward — partitions in the order of
+    // their first message's position, each taking only what lies before the
+    // next one's first message (at least one), the last taking all; a lone
+    // partition takes all; method: hand-made positions.
+    #[test]
+    fn a_visit_takes_in_journal_order() {
+        let mut interleaved = vec![
+            (vec![300, 1_300, 2_300], 'c'),
+            (vec![100, 1_100, 2_100], 'a'),
+            (vec![200, 1_200], 'b'),
+        ];
+        let takes = plan_visit(&mut interleaved);
+        let order: Vec<char> = interleaved.iter().map(|(_, name)| *name).collect();
+        assert_eq!(order, vec!['a', 'b', 'c']);
+        assert_eq!(takes, vec![Take::AtMost(1), Take::AtMost(1), Take::All]);
+        // One partition far behind the others: it takes everything before them.
+        let mut behind = vec![(vec![5_000, 5_100], 'x'), (vec![10, 20, 30, 6_000], 'y')];
+        assert_eq!(plan_visit(&mut behind), vec![Take::AtMost(3), Take::All]);
+        assert_eq!(behind[0].1, 'y');
+        // Unplaced messages (u64::MAX) sort last; a lone partition takes all.
+        let mut unplaced = vec![(vec![u64::MAX], 'u'), (vec![7, 8], 'p')];
+        assert_eq!(plan_visit(&mut unplaced), vec![Take::AtMost(2), Take::All]);
+        let mut lone = vec![(vec![1, 2, 3], 'l')];
+        assert_eq!(plan_visit(&mut lone), vec![Take::All]);
+    }
 
     // Goal: a partition is listed once however often it is marked, visits
     // come out in listing order, and `keep` sends a partition to the back;

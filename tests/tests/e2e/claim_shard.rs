@@ -2,7 +2,7 @@
 //! shard gets the messages of exactly the partitions that shard leads, each
 //! delivery naming its partition; one Ack carries tokens of several of
 //! them; the long-poll is woken by any of them; busy partitions cannot
-//! starve the others (the ready ring rotates); the wire's refusals (v0,
+//! starve the others (claims serve the shard's oldest messages first); the wire's refusals (v0,
 //! dead letters, unknown queue, a shard leading nothing) and v0/v1 response
 //! layouts; a CancelClaim withdraws a waiting claim of `ANY`.
 
@@ -173,18 +173,17 @@ async fn a_claim_of_any_long_polls_the_shards_partitions() {
     assert!(took < Duration::from_millis(2_500), "waited too long: {took:?}");
 }
 
-// Goal: claims of ANY rotate over the shard's partitions with messages, so
-// a busy partition cannot starve a quiet one. Method: 2 shards, 8
-// partitions; two partitions A < B led by shard 0; a first claim of the
-// empty queue empties the ring (a new queue lists its partitions in the
-// order they opened), so it lists A then B as they get messages: 50 to A,
-// then (A's sends durable) 1 to B; claims of ANY with 10 credits and no
-// wait: B's message comes within the first 2 claims (A is visited first,
-// keeps messages and goes to the back of the ring, so B is next; without
-// rotation it would come after A is drained, in the 6th); draining
-// delivers all 51, only from A and B, each once.
+// Goal: claims of ANY serve the shard's oldest messages first across its
+// partitions (a visit walks the journal forward), so a busy partition
+// cannot starve a quiet one: the quiet partition's message, enqueued after
+// 30 of the busy one's and before 30 more, is delivered right after the
+// first 30 and before any of the later ones, whatever the ring's order.
+// Method: 2 shards, 8 partitions; two partitions led by shard 0; 30 sends
+// to the busy one (awaited), 1 to the quiet one, 30 more to the busy one;
+// claims of ANY with 10 credits and no wait until empty: the quiet message
+// is the 31st delivered, every message comes once, only from those two.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claims_of_any_rotate_over_busy_partitions() {
+async fn claims_of_any_serve_the_oldest_first_so_a_busy_partition_starves_none() {
     const PARTITIONS: u32 = 8;
     let broker = Spoold::start(2);
     let client = broker.client().await;
@@ -198,26 +197,26 @@ async fn claims_of_any_rotate_over_busy_partitions() {
     let (busy, quiet) = (led[0], led[1]);
     let via = PartitionId(busy);
     let options = ClaimOptions::new(10).lease_ms(30_000).wait_ms(0);
-    // A new queue lists its partitions in the order they opened; a claim
-    // of the empty queue finds each exhausted and empties the ring, so the
-    // enqueues below list busy, then quiet.
-    let batch = client.claim_shard("rotate", via, &options).await.unwrap();
-    assert!(batch.deliveries.is_empty());
 
-    let mut sends = Vec::new();
-    for n in 0..50 {
-        let key = key_for(busy, PARTITIONS, 31);
-        sends.push(producer.submit("rotate", Message::new(format!("busy {n}")).key(key)).await);
+    let busy_key = key_for(busy, PARTITIONS, 31);
+    for group in 0..2 {
+        let mut sends = Vec::new();
+        for n in 0..30 {
+            let message = Message::new(format!("busy {}", group * 30 + n)).key(busy_key.clone());
+            sends.push(producer.submit("rotate", message).await);
+        }
+        for send in sends {
+            send.unwrap().await.unwrap();
+        }
+        if group == 0 {
+            let key = key_for(quiet, PARTITIONS, 31);
+            producer.send("rotate", Message::new("quiet").key(key)).await.unwrap();
+        }
     }
-    for send in sends {
-        send.unwrap().await.unwrap();
-    }
-    let key = key_for(quiet, PARTITIONS, 31);
-    producer.send("rotate", Message::new("quiet").key(key)).await.unwrap();
 
-    let mut quiet_in_claim = None;
+    let mut order: Vec<String> = Vec::new();
     let mut seen = BTreeSet::new();
-    for claim in 0..10 {
+    for claim in 0..20 {
         let batch = client.claim_shard("rotate", via, &options).await.unwrap();
         if batch.deliveries.is_empty() {
             break;
@@ -227,17 +226,17 @@ async fn claims_of_any_rotate_over_busy_partitions() {
             let partition = delivery.partition().0;
             assert!(partition == busy || partition == quiet, "claim {claim}: from {partition}");
             assert!(seen.insert((partition, delivery.offset())), "delivered twice");
-            if partition == quiet {
-                assert_eq!(payload(delivery), "quiet");
-                quiet_in_claim.get_or_insert(claim);
-            }
+            order.push(payload(delivery));
         }
         let tokens: Vec<_> = batch.deliveries.iter().map(Delivery::token).collect();
         client.ack("rotate", via, &tokens).await.unwrap();
     }
-    assert_eq!(seen.len(), 51, "every message delivered once");
-    let quiet_in_claim = quiet_in_claim.expect("the quiet partition's message came");
-    assert!(quiet_in_claim < 2, "starved until claim {quiet_in_claim}: no rotation");
+    assert_eq!(seen.len(), 61, "every message delivered once");
+    let quiet_at = order.iter().position(|body| body == "quiet").expect("the quiet message came");
+    assert_eq!(quiet_at, 30, "served by age across partitions: {order:?}");
+    let busy_order: Vec<&String> = order.iter().filter(|body| *body != "quiet").collect();
+    let expected: Vec<String> = (0..60).map(|n| format!("busy {n}")).collect();
+    assert_eq!(busy_order, expected.iter().collect::<Vec<_>>(), "a partition's own order");
 }
 
 const READ_TIMEOUT: Duration = Duration::from_secs(15);

@@ -14,7 +14,9 @@
 //! - `claim_any`: one deadline over every partition, woken by any of them,
 //!   nothing lost to unwanted deliveries; public shard addresses.
 //! - `claim_shard`: Claim v1 of partition ANY: one claim per shard gets its
-//!   partitions' messages, long-polls, rotates; its wire refusals; cancel.
+//!   partitions' messages, long-polls, oldest first; its wire refusals; cancel.
+//! - `lagging`: a consumer behind the commit cache over 100 partitions
+//!   reads the shard's journal about once, not once per partition.
 //! - `lease`: the lease trace over the network (expiry, generation, stale ack).
 //! - `routing`: `NOT_OWNER` on the wrong shard and the client following it.
 //! - `load`: 2 producers, 4 consumers, exactly-once acks of every message.
@@ -36,6 +38,7 @@ mod common;
 mod faults;
 mod http_api;
 mod inputs;
+mod lagging;
 mod lease;
 mod load;
 mod memory;
