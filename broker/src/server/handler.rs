@@ -1086,7 +1086,7 @@ impl SpoolHandler {
         };
         // The visit: the ring's first partitions, each with where the
         // messages it would deliver lie in the journal (`ready.rs`).
-        let mut visit: Vec<(Vec<u64>, (PartitionId, Rc<Served>))> = Vec::new();
+        let mut visit: Vec<(Vec<u64>, Visited)> = Vec::new();
         let peek = request(credits.min(CLAIM_ANY_PEEK_MESSAGES_MAX), bytes_left);
         for _ in 0..ring.len().min(CLAIM_ANY_VISIT_PARTITIONS_MAX) {
             let Some(partition) = ring.next() else { break };
@@ -1157,6 +1157,9 @@ impl SpoolHandler {
         Ok(out)
     }
 }
+
+/// A partition a claim of any partition visits, and what serves it.
+type Visited = (PartitionId, Rc<Served>);
 
 /// A claim's failure as the client sees it; the waiter bounds are also
 /// recorded in the connection's rejections.
