@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use futures_lite::future::{block_on, yield_now};
-use journal_common::{append_durable, drive, open_collect, payload, small_config};
+use journal_common::{append_durable, drive, open_collect, payload, small_config, Rng};
 use spool_broker::io::{CrashMode, IoOp, SimStorage};
 use spool_broker::log::journal::{
     journal_file_path, JournalConfig, JournalDamage, JournalError, JournalPos, JournalTicket, Lane,
@@ -26,20 +26,6 @@ use spool_broker::log::FatalCode;
 use spool_wire::batch::BatchKind;
 
 const DIR: &str = "/shard-00/journal";
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, bound: u64) -> u64 {
-        self.next() % bound
-    }
-}
 
 /// One appended entry: partition, payload, ticket.
 type Appended = Rc<RefCell<Vec<(PartitionHandle, Vec<u8>, JournalTicket)>>>;

@@ -17,14 +17,14 @@ use std::path::Path;
 use std::rc::Rc;
 
 use futures_lite::future::{block_on, yield_now};
-use journal_common::{drive, open_collect, payload, small_config};
+use journal_common::{drive, open_collect, open_shard, payload, small_config, SHARD};
 use spool_broker::io::{CrashMode, IoOp, SimStorage};
 use spool_broker::log::journal::{
     journal_file_path, HandleTarget, HandlesTable, JournalAppended, JournalDamage, JournalError,
     JournalPartition, JournalPos, JournalTicket, Lane, PartitionHandle, ShardJournal,
     ShardRecovery, ENTRY_HEADER_BYTES, HANDLES_TEMP_NAME,
 };
-use spool_broker::log::{Offset, RecordFatal};
+use spool_broker::log::Offset;
 use spool_wire::batch::{BatchHeader, BatchKind};
 use spool_wire::proto::PartitionId;
 
@@ -185,8 +185,6 @@ fn reads_past_the_watermark_below_the_oldest_file_or_of_damage_are_typed_errors(
     ));
 }
 
-const SHARD: &str = "/shard-00";
-
 /// A batch of `kind` holding `records` records (the journal reads only the
 /// header's count), body derived from `tag`.
 fn batch(kind: BatchKind, body_bytes: usize, records: u32, tag: u64) -> Vec<u8> {
@@ -205,15 +203,6 @@ fn stamped(original: &[u8], base_offset: u64, epoch: u32) -> Vec<u8> {
     let mut bytes = original.to_vec();
     BatchHeader::assign(&mut bytes, base_offset, epoch);
     bytes
-}
-
-fn open_shard(
-    disk: &SimStorage,
-    start: JournalPos,
-) -> (Rc<ShardJournal<SimStorage>>, ShardRecovery) {
-    let fatal = Rc::new(RecordFatal::default());
-    block_on(ShardJournal::open(disk.clone(), Path::new(SHARD), small_config(), start, fatal))
-        .unwrap_or_else(|error| panic!("shard open failed: {error}"))
 }
 
 /// Opens every partition of the handles table from what recovery routed.

@@ -18,35 +18,20 @@ use std::path::Path;
 use std::rc::Rc;
 
 use futures_lite::future::block_on;
-use journal_common::{drive, payload, small_config};
+use journal_common::{drive, open_shard, payload, Rng, SHARD};
 use spool_broker::io::{CrashMode, SimStorage};
 use spool_broker::log::journal::{
     journal_file_path, write_filler, EntryHeader, HeaderForm, JournalError, JournalPartition,
     JournalPos, JournalTicket, LogMode, PartitionHandle, ShardJournal, ShardRecovery,
     V1_HEADER_BYTES,
 };
-use spool_broker::log::{Offset, RecordFatal};
+use spool_broker::log::Offset;
 use spool_wire::batch::{BatchHeader, BatchKind};
 use spool_wire::limits::BATCH_HEADER_BYTES;
 use spool_wire::proto::PartitionId;
 
-const SHARD: &str = "/shard-00";
 const EPOCH: u32 = 2;
 const PARTITIONS: u32 = 3;
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, bound: u64) -> u64 {
-        self.next() % bound
-    }
-}
 
 /// One entry ever appended to a partition's log.
 struct Appended {
@@ -74,18 +59,6 @@ fn answered(ticket: &JournalTicket) -> bool {
     matches!(ticket.status(), Some(Ok(())))
 }
 
-fn open_shard(disk: &SimStorage) -> (Rc<ShardJournal<SimStorage>>, ShardRecovery) {
-    let fatal = Rc::new(RecordFatal::default());
-    block_on(ShardJournal::open(
-        disk.clone(),
-        Path::new(SHARD),
-        small_config(),
-        JournalPos(0),
-        fatal,
-    ))
-    .unwrap_or_else(|error| panic!("shard open failed: {error}"))
-}
-
 fn open_partitions(
     shard: &Rc<ShardJournal<SimStorage>>,
     recovery: &ShardRecovery,
@@ -107,7 +80,7 @@ fn open_partitions(
 /// Recovers `image` and checks every partition against the model.
 /// Returns the entries recovered in all.
 fn check_image(image: &SimStorage, models: &Models) -> u64 {
-    let (shard, recovery) = open_shard(image);
+    let (shard, recovery) = open_shard(image, JournalPos(0));
     let parts = open_partitions(&shard, &recovery);
     let models = models.borrow();
     let mut total = 0;
@@ -172,7 +145,7 @@ fn follower_batch(part: &JournalPartition<SimStorage>, kind: BatchKind, tag: u64
 /// (images checked, truncations done).
 fn explore(seed: u64, steps: usize) -> (u64, u64) {
     let disk = SimStorage::new();
-    let (shard, recovery) = open_shard(&disk);
+    let (shard, recovery) = open_shard(&disk, JournalPos(0));
     for p in 0..PARTITIONS {
         block_on(shard.register(7, PartitionId(p))).unwrap();
     }
@@ -336,7 +309,7 @@ fn follower_appends_and_truncations_keep_their_rules() {
     // at or below the committed index is cancelled; after a truncation the next append
     // takes the cancelled index and data offsets again; a reopened log keeps it all.
     let disk = SimStorage::new();
-    let (shard, recovery) = open_shard(&disk);
+    let (shard, recovery) = open_shard(&disk, JournalPos(0));
     let handle = block_on(shard.register(3, PartitionId(0))).unwrap();
     let parts = open_partitions(&shard, &recovery);
     let part = &parts[&handle];
@@ -370,7 +343,7 @@ fn follower_appends_and_truncations_keep_their_rules() {
         appended.ticket.durable().await.unwrap();
         assert_eq!(part.persist_committed().await.unwrap(), 2);
     }));
-    let (shard, recovery) = open_shard(&disk.crash_image(CrashMode::DurableOnly));
+    let (shard, recovery) = open_shard(&disk.crash_image(CrashMode::DurableOnly), JournalPos(0));
     let parts = open_partitions(&shard, &recovery);
     let part = &parts[&handle];
     assert_eq!(recovery.routed.logs[&handle].cancelled, 2);
@@ -385,7 +358,7 @@ fn a_local_log_numbers_both_lanes_and_commits_by_durability() {
     // committed index follows the durable prefix; a reopened log continues the numbering
     // (from the recovered entries, or from a checkpoint's floor when none survives).
     let disk = SimStorage::new();
-    let (shard, _) = open_shard(&disk);
+    let (shard, _) = open_shard(&disk, JournalPos(0));
     let handle = block_on(shard.register(4, PartitionId(0))).unwrap();
     let part = shard.partition(handle, Vec::new(), Offset(0), EPOCH, 0).unwrap();
     block_on(drive(shard.journal(), async {
@@ -400,7 +373,7 @@ fn a_local_log_numbers_both_lanes_and_commits_by_durability() {
         assert!(matches!(part.set_committed(2), Err(JournalError::NotReplicated)));
         assert!(matches!(part.truncate_from(2).await, Err(JournalError::TruncateCommitted { .. })));
     }));
-    let (shard, recovery) = open_shard(&disk.crash_image(CrashMode::DurableOnly));
+    let (shard, recovery) = open_shard(&disk.crash_image(CrashMode::DurableOnly), JournalPos(0));
     let routed = recovery.routed.partitions[&handle].clone();
     let indexes: Vec<u64> = routed.iter().map(|entry| entry.entry_index).collect();
     let mut sorted = indexes.clone();
@@ -420,7 +393,7 @@ fn an_older_journal_of_v1_entries_reopens_and_continues_in_v2() {
     // Method: a shard journal whose first file is replaced by a hand-made v1 image (one
     // data entry of the registered partition, a v1 filler to the page end, zeros after).
     let disk = SimStorage::new();
-    let (shard, _) = open_shard(&disk);
+    let (shard, _) = open_shard(&disk, JournalPos(0));
     let handle = block_on(shard.register(5, PartitionId(0))).unwrap();
     block_on(drive(shard.journal(), async {}));
     let file = journal_file_path(&Path::new(SHARD).join("journal"), 0);
@@ -446,7 +419,7 @@ fn an_older_journal_of_v1_entries_reopens_and_continues_in_v2() {
     );
     let disk = disk.crash_image(CrashMode::DurableOnly);
     disk.set_file_bytes(&file, image);
-    let (shard, recovery) = open_shard(&disk);
+    let (shard, recovery) = open_shard(&disk, JournalPos(0));
     let routed = recovery.routed.partitions[&handle].clone();
     assert_eq!(routed.len(), 1);
     assert_eq!((routed[0].entry_index, routed[0].entry_len), (0, entry_len));
@@ -457,7 +430,7 @@ fn an_older_journal_of_v1_entries_reopens_and_continues_in_v2() {
         assert_eq!((new.base_offset, part.last_index()), (Offset(1), 1));
         new.ticket.durable().await.unwrap();
     }));
-    let (shard, recovery) = open_shard(&disk.crash_image(CrashMode::DurableOnly));
+    let (shard, recovery) = open_shard(&disk.crash_image(CrashMode::DurableOnly), JournalPos(0));
     let routed = recovery.routed.partitions[&handle].clone();
     let indexes: Vec<u64> = routed.iter().map(|entry| entry.entry_index).collect();
     assert_eq!(indexes, vec![0, 1]);

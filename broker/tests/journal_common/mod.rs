@@ -9,10 +9,10 @@ use std::future::Future;
 use std::path::Path;
 use std::rc::Rc;
 
-use spool_broker::io::Storage;
+use spool_broker::io::{SimStorage, Storage};
 use spool_broker::log::journal::{
     Journal, JournalConfig, JournalError, JournalPos, JournalTicket, Lane, PartitionHandle,
-    RecoveredEntry, RecoveryReport,
+    RecoveredEntry, RecoveryReport, ShardJournal, ShardRecovery,
 };
 use spool_broker::log::RecordFatal;
 use spool_wire::batch::{BatchHeader, BatchKind};
@@ -134,4 +134,40 @@ pub async fn append_durable<S: Storage>(
         futures_lite::future::yield_now().await;
     }
     stored
+}
+
+/// The shard directory of the partition-level journal tests.
+pub const SHARD: &str = "/shard-00";
+
+/// Opens (recovering) the shard journal of [`SHARD`] on `disk` from
+/// `start` with [`small_config`].
+pub fn open_shard(
+    disk: &SimStorage,
+    start: JournalPos,
+) -> (Rc<ShardJournal<SimStorage>>, ShardRecovery) {
+    let fatal = Rc::new(RecordFatal::default());
+    futures_lite::future::block_on(ShardJournal::open(
+        disk.clone(),
+        Path::new(SHARD),
+        small_config(),
+        start,
+        fatal,
+    ))
+    .unwrap_or_else(|error| panic!("shard open failed: {error}"))
+}
+
+/// A seeded xorshift generator: workloads that replay exactly.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    pub fn below(&mut self, bound: u64) -> u64 {
+        self.next() % bound
+    }
 }

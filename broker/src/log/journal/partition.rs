@@ -629,6 +629,13 @@ impl<S: Storage> JournalPartition<S> {
         Ok(committed)
     }
 
+    /// `read` of the state once what became durable is settled.
+    fn settled<R>(&self, read: impl FnOnce(&PartitionState) -> R) -> R {
+        let mut state = self.state.borrow_mut();
+        state.settle();
+        read(&state)
+    }
+
     /// The index of this partition's last entry (0: none yet).
     pub fn last_index(&self) -> u64 {
         self.state.borrow().log.last_index()
@@ -637,26 +644,20 @@ impl<S: Storage> JournalPartition<S> {
     /// The committed index: every entry at or below it is durable here and
     /// (replicated mode) on a quorum; never cancelled.
     pub fn committed_index(&self) -> u64 {
-        let mut state = self.state.borrow_mut();
-        state.settle();
-        state.log.committed()
+        self.settled(|state| state.log.committed())
     }
 
     /// The term of the entry at `index`, while the log knows it (the
     /// committed entry or one above it).
     pub fn term_at(&self, index: u64) -> Option<u64> {
-        let mut state = self.state.borrow_mut();
-        state.settle();
-        state.log.term_at(index)
+        self.settled(|state| state.log.term_at(index))
     }
 
     /// Entries above the committed index (at most
     /// [`LOG_UNCOMMITTED_ENTRIES_MAX`](crate::limits::LOG_UNCOMMITTED_ENTRIES_MAX)
     /// in replicated mode).
     pub fn uncommitted_entries(&self) -> usize {
-        let mut state = self.state.borrow_mut();
-        state.settle();
-        state.log.uncommitted()
+        self.settled(|state| state.log.uncommitted())
     }
 
     /// How this partition's committed index moves.
@@ -721,9 +722,7 @@ impl<S: Storage> JournalPartition<S> {
 
     /// Every offset below this is durable (and readable).
     pub fn durable_offset(&self) -> Offset {
-        let mut state = self.state.borrow_mut();
-        state.settle();
-        Offset(state.durable_offset())
+        self.settled(|state| Offset(state.durable_offset()))
     }
 
     /// The oldest offset still held (after retention).
@@ -733,9 +732,7 @@ impl<S: Storage> JournalPartition<S> {
 
     /// The durable data entries the index holds, oldest first.
     pub fn index(&self) -> Vec<JournalIndexEntry> {
-        let mut state = self.state.borrow_mut();
-        state.settle();
-        state.index.clone()
+        self.settled(|state| state.index.clone())
     }
 
     /// Reads durable data batches starting with the one holding `from`,
@@ -1046,9 +1043,7 @@ impl<S: Storage> JournalPartition<S> {
 
     /// Relocated copies appended and not yet durable.
     pub fn relocations_in_flight(&self) -> usize {
-        let mut state = self.state.borrow_mut();
-        state.settle();
-        state.relocating.len()
+        self.settled(|state| state.relocating.len())
     }
 
     /// The journal position of the data entry holding `offset`, once a
