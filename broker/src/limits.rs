@@ -303,6 +303,29 @@ pub const LISTEN_BACKLOG: libc::c_int = 1024;
 /// At most one log line per rejection reason per this many milliseconds.
 pub const REJECTION_LOG_INTERVAL_MS: u64 = 1_000;
 
+/// Consumer pace (`net/pace.rs`, `docs/design/consumer-pace.md`): how long
+/// a full claim keeps consumers counted as hungry, and saturated intake as
+/// saturated; the shard paces enqueues only while both hold.
+pub const PACE_WINDOW: Duration = Duration::from_millis(100);
+/// Longest one enqueue frame is held while paced: producers slow down to
+/// the consumers' pace, they never stop (a connection's floor is one frame
+/// per hold).
+pub const PACE_HOLD_MAX: Duration = Duration::from_millis(50);
+/// Bytes of enqueue frames being handled at once from which the shard's
+/// intake counts as saturated: far above what a moderate rate keeps in
+/// flight (25k msgs/s of 1 KiB with a 2 ms sync ≈ 50 KiB), far below a
+/// closed-loop producer's window of large batches (32 × 256 KiB).
+pub const PACE_INTAKE_BYTES_MIN: usize = 1 << 20;
+/// Most enqueue credit (messages) claims may bank while paced: how far
+/// producers may run ahead of the consumers' pace in one go.
+pub const PACE_CREDIT_MESSAGES_MAX: i64 = 4_096;
+/// Range and default of `consumer_pace_percent`: while paced, enqueued
+/// messages ≤ this % of delivered ones (0 turns the pace off). 110: claim +
+/// ack ≥ 0.9 × enqueue under saturation.
+pub const CONSUMER_PACE_PERCENT_MIN: u32 = 100;
+pub const CONSUMER_PACE_PERCENT_MAX: u32 = 1_000;
+pub const CONSUMER_PACE_PERCENT_DEFAULT: u32 = 110;
+
 const _: () = assert!(WRITE_COPY_BYTES_MAX <= WRITE_BURST_BYTES_MAX);
 const _: () = assert!(WRITE_BURST_RESPONSES_MAX >= 1);
 const _: () = assert!(RESPONSE_QUEUE_BYTES_MAX >= WRITE_BURST_BYTES_MAX);
@@ -314,6 +337,10 @@ const _: () = assert!(ADMISSION_ROUND_BYTES >= ADMISSION_QUANTUM_BYTES as usize)
 const _: () = assert!(DISPATCH_BUDGET_FRAMES <= ADMISSION_ROUND_FRAMES);
 const _: () = assert!(DISPATCH_BUDGET_BYTES <= ADMISSION_ROUND_BYTES);
 const _: () = assert!(REFUSALS_IN_FLIGHT_MAX >= 1);
+const _: () = assert!(PACE_HOLD_MAX.as_millis() <= PACE_WINDOW.as_millis());
+const _: () = assert!(PACE_CREDIT_MESSAGES_MAX > 0);
+const _: () = assert!(CONSUMER_PACE_PERCENT_MIN <= CONSUMER_PACE_PERCENT_DEFAULT);
+const _: () = assert!(CONSUMER_PACE_PERCENT_DEFAULT <= CONSUMER_PACE_PERCENT_MAX);
 
 // --- Broker config (`control/config.rs`): ranges and defaults ---------------
 

@@ -32,6 +32,7 @@ fn limits() -> ConnectionLimits {
         write_timeout: Duration::from_secs(5),
         response_bytes_max: 1 << 20,
         io_poll_interval: std::time::Duration::from_millis(1),
+        pace_percent: 0,
     }
 }
 

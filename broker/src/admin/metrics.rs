@@ -586,6 +586,39 @@ pub fn encode(
     }
     shard_counter!("spool_shard_tasks", "Tasks the shard's executor ran", |s| s.executor.tasks);
     shard_counter!(
+        "spool_pace_holds",
+        "Enqueue frames the consumer pace held while consumers were behind",
+        |s| s.pace.holds
+    );
+    {
+        let family = FloatCounters::<ShardLabels>::default();
+        for shard in reports {
+            let labels = ShardLabels { shard: shard.shard.0.to_string() };
+            family.get_or_create(&labels).inc_by(shard.pace.held_us as f64 / 1e6);
+        }
+        registry.register_with_unit(
+            "spool_pace_held",
+            "Time enqueue frames were held by the consumer pace",
+            Unit::Seconds,
+            family,
+        );
+    }
+    shard_counter!(
+        "spool_pace_hold_timeouts",
+        "Held enqueue frames let go at the hold's bound (PACE_HOLD_MAX) rather than by consumer progress",
+        |s| s.pace.hold_timeouts
+    );
+    shard_counter!(
+        "spool_pace_paced_messages",
+        "Enqueued messages charged to the consumer pace's credit (enqueued while paced)",
+        |s| s.pace.paced_messages
+    );
+    shard_counter!(
+        "spool_pace_full_claims",
+        "Claims answered with as many deliveries as credits (consumers hungry)",
+        |s| s.pace.full_claims
+    );
+    shard_counter!(
         "spool_shard_tick_visits",
         "Partition visits of the shard's housekeeping ticks (touched, due, or swept)",
         |s| s.tick_visits

@@ -23,7 +23,8 @@ use std::time::Duration;
 pub use crate::limits::SPIN_BEFORE_PARK_US_MAX;
 use crate::limits::{
     CLAIM_WAITERS_PER_CONNECTION_DEFAULT, CLAIM_WAITERS_PER_CONNECTION_LIMIT,
-    CONNECTIONS_PER_SHARD_DEFAULT, CONNECTIONS_PER_SHARD_LIMIT, FRAME_BYTES_MAX_DEFAULT,
+    CONNECTIONS_PER_SHARD_DEFAULT, CONNECTIONS_PER_SHARD_LIMIT, CONSUMER_PACE_PERCENT_DEFAULT,
+    CONSUMER_PACE_PERCENT_MAX, CONSUMER_PACE_PERCENT_MIN, FRAME_BYTES_MAX_DEFAULT,
     FRAME_BYTES_MAX_LOWER, FRAME_BYTES_MAX_UPPER, FRAME_TIMEOUT_MS_DEFAULT, FRAME_TIMEOUT_MS_MAX,
     FRAME_TIMEOUT_MS_MIN, HOUSEKEEPING_TICK_MS_DEFAULT, HOUSEKEEPING_TICK_MS_MAX,
     HOUSEKEEPING_TICK_MS_MIN, IDLE_TIMEOUT_MS_DEFAULT, IDLE_TIMEOUT_MS_MAX, IDLE_TIMEOUT_MS_MIN,
@@ -157,6 +158,10 @@ pub struct BrokerConfig {
     /// Longest a busy shard's connections run before the executor polls
     /// for completed I/O.
     pub io_poll_interval_us: u64,
+    /// While the shard's consumers are behind its producers (full claims
+    /// and saturated intake), enqueued messages at most this % of the
+    /// delivered ones; 0 turns the pace off (`net/pace.rs`).
+    pub consumer_pace_percent: u32,
     /// Period of every executor's permanent housekeeping timer.
     pub housekeeping_tick_ms: u64,
     /// Size of each shard journal's segment files (pre-zeroed before use).
@@ -315,6 +320,14 @@ impl BrokerConfig {
             IO_POLL_INTERVAL_US_MIN,
             IO_POLL_INTERVAL_US_MAX,
         )?;
+        if self.consumer_pace_percent != 0 {
+            check_range(
+                "consumer_pace_percent",
+                u64::from(self.consumer_pace_percent),
+                u64::from(CONSUMER_PACE_PERCENT_MIN),
+                u64::from(CONSUMER_PACE_PERCENT_MAX),
+            )?;
+        }
         check_range(
             "housekeeping_tick_ms",
             self.housekeeping_tick_ms,
@@ -447,6 +460,7 @@ pub struct PartialConfig {
     pub log_filter: Option<String>,
     pub spin_before_park_us: Option<u64>,
     pub io_poll_interval_us: Option<u64>,
+    pub consumer_pace_percent: Option<u32>,
     pub housekeeping_tick_ms: Option<u64>,
     pub segment_bytes: Option<u64>,
     pub tail_cache_bytes: Option<u64>,
@@ -483,6 +497,7 @@ pub const ENV_SETTINGS: &[&str] = &[
     "LOG",
     "SPIN_BEFORE_PARK_US",
     "IO_POLL_INTERVAL_US",
+    "CONSUMER_PACE_PERCENT",
     "HOUSEKEEPING_TICK_MS",
     "SEGMENT_BYTES",
     "CONNECTIONS_PER_SHARD_MAX",
@@ -578,6 +593,7 @@ pub const FILE_KEYS: &[&str] = &[
     "log_filter",
     "spin_before_park_us",
     "io_poll_interval_us",
+    "consumer_pace_percent",
     "housekeeping_tick_ms",
     "segment_bytes",
     "connections_per_shard_max",
@@ -666,6 +682,9 @@ impl PartialConfig {
                 "IO_POLL_INTERVAL_US" => {
                     layer.io_poll_interval_us = Some(parse_env(&name, &value)?)
                 }
+                "CONSUMER_PACE_PERCENT" => {
+                    layer.consumer_pace_percent = Some(parse_env(&name, &value)?)
+                }
                 "HOUSEKEEPING_TICK_MS" => {
                     layer.housekeeping_tick_ms = Some(parse_env(&name, &value)?)
                 }
@@ -724,6 +743,7 @@ impl PartialConfig {
             log_filter: higher.log_filter.or(self.log_filter),
             spin_before_park_us: higher.spin_before_park_us.or(self.spin_before_park_us),
             io_poll_interval_us: higher.io_poll_interval_us.or(self.io_poll_interval_us),
+            consumer_pace_percent: higher.consumer_pace_percent.or(self.consumer_pace_percent),
             housekeeping_tick_ms: higher.housekeeping_tick_ms.or(self.housekeeping_tick_ms),
             segment_bytes: higher.segment_bytes.or(self.segment_bytes),
             tail_cache_bytes: higher.tail_cache_bytes.or(self.tail_cache_bytes),
@@ -774,6 +794,9 @@ impl PartialConfig {
             log_filter: self.log_filter.unwrap_or_else(|| "info".to_owned()),
             spin_before_park_us: self.spin_before_park_us.unwrap_or(0),
             io_poll_interval_us: self.io_poll_interval_us.unwrap_or(IO_POLL_INTERVAL_US_DEFAULT),
+            consumer_pace_percent: self
+                .consumer_pace_percent
+                .unwrap_or(CONSUMER_PACE_PERCENT_DEFAULT),
             housekeeping_tick_ms: self.housekeeping_tick_ms.unwrap_or(HOUSEKEEPING_TICK_MS_DEFAULT),
             segment_bytes: self.segment_bytes.unwrap_or(SEGMENT_BYTES_DEFAULT),
             tail_cache_bytes: self.tail_cache_bytes.unwrap_or(TAIL_CACHE_BYTES_DEFAULT),
@@ -847,6 +870,10 @@ pub struct Cli {
     /// completed I/O [default: 500, 100..=100000].
     #[arg(long, value_name = "US")]
     pub io_poll_interval_us: Option<u64>,
+    /// While consumers are behind producers, enqueued messages at most this
+    /// % of delivered ones [default: 110, 100..=1000; 0 = off].
+    #[arg(long, value_name = "PERCENT")]
+    pub consumer_pace_percent: Option<u32>,
     /// Housekeeping timer period on every executor [default: 5, 1..=10].
     #[arg(long, value_name = "MS")]
     pub housekeeping_tick_ms: Option<u64>,
@@ -936,6 +963,7 @@ impl Cli {
             log_filter: self.log_filter.clone(),
             spin_before_park_us: self.spin_before_park_us,
             io_poll_interval_us: self.io_poll_interval_us,
+            consumer_pace_percent: self.consumer_pace_percent,
             housekeeping_tick_ms: self.housekeeping_tick_ms,
             segment_bytes: self.segment_bytes,
             tail_cache_bytes: self.tail_cache_bytes,
@@ -1010,6 +1038,7 @@ mod tests {
         assert_eq!(config.spin_before_park_us, 0);
         assert_eq!(config.housekeeping_tick_ms, 5);
         assert_eq!(config.io_poll_interval_us, IO_POLL_INTERVAL_US_DEFAULT);
+        assert_eq!(config.consumer_pace_percent, CONSUMER_PACE_PERCENT_DEFAULT);
         assert_eq!(config.shard_listen(1), "127.0.0.1:7401".parse::<SocketAddr>().unwrap());
     }
 
@@ -1026,6 +1055,26 @@ mod tests {
         for bad in ["99", "100001"] {
             let error = layer(bad).resolve(2).unwrap_err().to_string();
             assert!(error.contains("io_poll_interval_us"), "{error}");
+        }
+    }
+
+    // Goal: the consumer pace is read from the environment, 0 turns it off,
+    // and a value outside its range is refused with the key named. Method:
+    // resolve layers with the default, 0, in-range and out-of-range values.
+    #[test]
+    fn consumer_pace_percent_is_read_and_bounded() {
+        let layer = |value: &str| {
+            PartialConfig::from_env([(
+                "SPOOL_CONSUMER_PACE_PERCENT".to_string(),
+                value.to_string(),
+            )])
+            .unwrap()
+        };
+        assert_eq!(layer("0").resolve(2).unwrap().consumer_pace_percent, 0);
+        assert_eq!(layer("150").resolve(2).unwrap().consumer_pace_percent, 150);
+        for bad in ["99", "1001"] {
+            let error = layer(bad).resolve(2).unwrap_err().to_string();
+            assert!(error.contains("consumer_pace_percent"), "{error}");
         }
     }
 

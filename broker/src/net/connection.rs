@@ -38,6 +38,7 @@ use crate::limits::{
     WRITE_BURST_RESPONSES_MAX, WRITE_COPY_BYTES_MAX,
 };
 use crate::net::admission::{Admission, Admit};
+use crate::net::pace::{Pace, PaceDecision};
 use crate::net::poll_gate::PollGate;
 use crate::net::rejections::Rejections;
 use crate::net::stop::StopSignal;
@@ -107,6 +108,15 @@ pub trait FrameHandler: 'static {
         connection: Rc<Connection>,
     ) -> impl Future<Output = Self::Response>;
 
+    /// Whether the frame at the front of `buffer` (never empty, perhaps
+    /// not whole) is intake — producer data that the shard's consumer pace
+    /// may hold back ([`crate::net::pace`]). Must only peek at the header.
+    /// None is, by default.
+    fn is_intake(&self, buffer: &[u8]) -> bool {
+        let _ = buffer;
+        false
+    }
+
     /// The response to write before closing on `fault`, if any.
     fn fault_response(&self, fault: ProtocolFault<'_, Self::DecodeError>)
         -> Option<Self::Response>;
@@ -168,6 +178,9 @@ pub struct Connection {
     /// The shard's admission gate: the turns this connection takes with the
     /// others before it hands a frame over.
     admission: Rc<Admission>,
+    /// The shard's consumer pace: holds this connection's enqueues while
+    /// the shard's consumers are behind.
+    pace: Rc<Pace>,
     /// Bytes of responses produced and not yet written to the socket.
     response_bytes: std::cell::Cell<usize>,
     /// Most `response_bytes` ever held.
@@ -223,6 +236,7 @@ impl Connection {
             claims: std::cell::RefCell::default(),
             rejections,
             admission: Admission::of_this_shard(),
+            pace: Pace::of_this_shard(),
             response_bytes: std::cell::Cell::new(0),
             response_bytes_peak: std::cell::Cell::new(0),
             response_drained: std::cell::RefCell::new(None),
@@ -339,6 +353,11 @@ impl Connection {
     pub fn admission(&self) -> &Admission {
         &self.admission
     }
+
+    /// The shard's consumer pace (shared by its connections).
+    pub fn pace(&self) -> &Rc<Pace> {
+        &self.pace
+    }
 }
 
 /// Takes a connection out of the admission turn order when its reading
@@ -367,6 +386,9 @@ pub struct ConnectionLimits {
     /// Longest a connection loop runs before it lets the executor poll for
     /// completed I/O when busy ([`crate::net::poll_gate`]).
     pub io_poll_interval: Duration,
+    /// Enqueued messages at most this % of delivered ones while the shard
+    /// is paced; 0: never paced ([`crate::net::pace`]).
+    pub pace_percent: u32,
 }
 
 impl ConnectionLimits {
@@ -380,6 +402,7 @@ impl ConnectionLimits {
             write_timeout: Duration::from_millis(config.write_timeout_ms),
             response_bytes_max: crate::limits::RESPONSE_QUEUE_BYTES_MAX,
             io_poll_interval: config.io_poll_interval(),
+            pace_percent: config.consumer_pace_percent,
         }
     }
 }
@@ -637,6 +660,11 @@ where
     };
 
     let gate = PollGate::new(limits.io_poll_interval);
+    let pace = connection.pace.clone();
+    // The intake frame at the front of the buffer: held by the pace since
+    // then, or already let go (asked once per frame, so one hold is bounded).
+    let mut pace_held_since: Option<std::time::Instant> = None;
+    let mut pace_granted = false;
     loop {
         // Reads that find data complete inside this task: a busy
         // connection lets the executor poll now and then.
@@ -649,6 +677,8 @@ where
         let mut budget_spent = false;
         // Frames wait for this connection's admission turn.
         let mut waiting_turn = false;
+        // The front frame is intake held by the consumer pace.
+        let mut pace_hold = false;
         let mut dispatched_frames = 0usize;
         let mut dispatched_bytes = 0usize;
         while consumed < filled {
@@ -668,6 +698,26 @@ where
                 blocked = true;
                 responses_full = true;
                 break;
+            }
+            if !pace_granted
+                && limits.pace_percent > 0
+                && handler.is_intake(&buffer[consumed..filled])
+            {
+                let now = crate::clock::instant_now();
+                match pace.decide(now, pace_held_since, limits.pace_percent) {
+                    PaceDecision::Go => {
+                        pace_held_since = None;
+                        pace_granted = true;
+                    }
+                    PaceDecision::Hold => {
+                        // Consumers are behind: this producer waits (and
+                        // its later frames behind it, in order).
+                        pace_held_since.get_or_insert(now);
+                        blocked = true;
+                        pace_hold = true;
+                        break;
+                    }
+                }
             }
             if admission.ready(connection_id) == Admit::Wait {
                 // Other connections have frames waiting too: this one waits
@@ -703,6 +753,7 @@ where
                         return ConnectionEnd::DecodeError(text);
                     }
                     admission.charge(connection_id, len_bytes);
+                    pace_granted = false;
                     consumed += len_bytes;
                     dispatched_frames += 1;
                     dispatched_bytes += len_bytes;
@@ -795,6 +846,20 @@ where
                     Some(timer) => {
                         timer.await;
                         ReadEvent::FrameTimeout
+                    }
+                    None if pace_hold => {
+                        // Wake when a claim earns credit, or at the hold's
+                        // bound (the frame then goes anyway).
+                        let held_since = pace_held_since.unwrap_or_else(crate::clock::instant_now);
+                        let left = crate::net::pace::PaceState::hold_left(
+                            crate::clock::instant_now(),
+                            held_since,
+                        );
+                        or(pace.credit(), async {
+                            Timer::new(left).await;
+                        })
+                        .await;
+                        ReadEvent::InFlightDrained
                     }
                     None if waiting_turn => {
                         // Wake when this connection holds the turn and the

@@ -2,7 +2,8 @@
 //!
 //! Owns sockets and per-connection bounds (buffer size, in-flight requests,
 //! waiting requests, idle/frame/write timeouts), fair admission of requests
-//! across the connections of a shard ([`admission`]: turns and rounds), and
+//! across the connections of a shard ([`admission`]: turns and rounds), the
+//! consumer pace that holds enqueues while consumers are behind ([`pace`]), and
 //! the counted, rate-limited report of every rejection. It does not decode the Spool protocol: the
 //! codec plugs in through [`connection::FrameHandler`] (`server/` is the
 //! Spool one, [`echo`] the one its tests use). One of the four places
@@ -12,6 +13,7 @@ pub mod admission;
 pub mod connection;
 pub mod echo;
 pub mod listener;
+pub mod pace;
 pub mod poll_gate;
 pub mod rejections;
 pub mod stop;

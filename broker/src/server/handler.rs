@@ -765,6 +765,17 @@ impl SpoolHandler {
             return Self::encode_error(&reply, correlation_id, api_key, api_version);
         }
         let mut stored_charge = None;
+        let pace_percent = self.state.config.consumer_pace_percent;
+        // An enqueue counts as the shard's intake while it is handled, and
+        // spends the consumer pace's credit while paced (`net/pace.rs`).
+        let _intake = match &request {
+            Request::Enqueue(enqueue) if pace_percent > 0 => {
+                let messages = spool_wire::batch::BatchHeader::parse(enqueue.batch)
+                    .map_or(0, |header| header.record_count as usize);
+                Some(connection.pace().intake(started, owned.bytes.len(), messages, pace_percent))
+            }
+            _ => None,
+        };
         if let Request::Enqueue(enqueue) = &request {
             // Charged only where the partition is served: a request answered
             // NOT_OWNER costs nothing. Without an enqueue quota (and with
@@ -802,6 +813,10 @@ impl SpoolHandler {
             // Claims borrow record bytes from the partition's reply.
             match self.claim(claim, correlation_id, connection, &grants, &mut timed).await {
                 Ok(claimed) => {
+                    if pace_percent > 0 {
+                        let now = crate::clock::instant_now();
+                        connection.pace().claimed(now, claim.credits, claimed.len(), pace_percent);
+                    }
                     let deliveries = claimed
                         .iter()
                         .map(|item| proto::Delivery {
@@ -1247,6 +1262,13 @@ impl FrameHandler for SpoolHandler {
             Err(failure) => return Err(FrameError::of_frame(failure, &bytes)),
         };
         Ok(Decoded::Frame { frame: OwnedFrame { bytes, header }, len_bytes: declared })
+    }
+
+    fn is_intake(&self, buffer: &[u8]) -> bool {
+        // The api key sits at bytes 4..6 of the frame header.
+        buffer.len() >= 6
+            && u16::from_le_bytes([buffer[4], buffer[5]])
+                == spool_wire::proto::ApiKey::Enqueue.as_u16()
     }
 
     fn admit(&self, frame: &OwnedFrame, connection: &Connection) -> Result<(), FrameError> {

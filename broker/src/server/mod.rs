@@ -1299,6 +1299,7 @@ impl ShardHooks for SpoolHooks {
     fn report(&self, report: &mut ShardReport) {
         self.state.report(report);
         report.tick_visits = self.state.tick_plan.visits();
+        report.pace = crate::net::pace::Pace::of_this_shard().stats();
         report.quotas = self.handler.quota_report();
     }
 

@@ -218,6 +218,8 @@ pub struct ShardReport {
     /// Partition visits of the housekeeping ticks since the shard started
     /// (`server/tick.rs`).
     pub tick_visits: u64,
+    /// What the shard's consumer pace did (`net/pace.rs`).
+    pub pace: crate::net::pace::PaceStats,
 }
 
 /// A shard's journal and its release (journal layout).
@@ -277,6 +279,7 @@ impl ShardReport {
             quotas: Vec::new(),
             journal: None,
             tick_visits: 0,
+            pace: crate::net::pace::PaceStats::default(),
         }
     }
 }
