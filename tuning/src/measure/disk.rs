@@ -3,7 +3,10 @@
 //!
 //! What it owns: opening probe files O_DIRECT (falling back to buffered with
 //! a note where the filesystem refuses it), the sync loop, and the writer
-//! thread that streams at a target rate. What it does not do: judge the
+//! thread that streams at a target rate. Both write over files zeroed
+//! beforehand, as the journal overwrites its pre-zeroed files in place: a
+//! sync that also commits a file's growth is a different, slower
+//! operation (several ms on ext4 where the overwrite takes a fraction of one). What it does not do: judge the
 //! figures ([`crate::verdict`]) or pick the target ([`crate::plan`]'s
 //! per-node ingress). Std threads and blocking calls: this crate has no
 //! runtime, and a probe that measures the kernel should not add one.
@@ -24,16 +27,18 @@ use crate::clock::instant_now;
 pub const ALIGN_BYTES: usize = 4096;
 /// The sync probe's write: one sector, the smallest commit the journal makes.
 pub const SYNC_WRITE_BYTES: usize = 4096;
-/// The sync probe writes sequentially and wraps here.
-pub const SYNC_FILE_BYTES: u64 = 64 * 1024 * 1024;
+/// The sync probe's file (zeroed first); it writes sequentially and wraps.
+pub const SYNC_FILE_BYTES: u64 = 16 * 1024 * 1024;
 /// Most sync samples kept (a RAM-backed "disk" syncs in a microsecond).
 pub const SYNC_SAMPLES_MAX: usize = 500_000;
 /// The writer's block: a large sequential write, as the journal's commits under load.
 pub const WRITER_BLOCK_BYTES: usize = 256 * 1024;
 /// The writer syncs after this many bytes (as a journal commit does).
 pub const WRITER_SYNC_BYTES: u64 = 1024 * 1024;
-/// The writer's file wraps here, so a long probe does not fill the disk.
-pub const WRITER_FILE_BYTES_MAX: u64 = 1024 * 1024 * 1024;
+/// The writer's file (zeroed first); it wraps, so a long probe does not fill the disk.
+pub const WRITER_FILE_BYTES: u64 = 64 * 1024 * 1024;
+/// Block of the zeroing pass.
+const ZERO_BLOCK_BYTES: usize = 1024 * 1024;
 /// Free space left untouched beyond what the writer needs.
 pub const FREE_BYTES_MARGIN: u64 = 256 * 1024 * 1024;
 /// Longest pause of the writer between blocks when it is ahead of its pace.
@@ -98,19 +103,34 @@ fn open_probe_file(path: &Path) -> io::Result<ProbeFile> {
     })
 }
 
-/// 4 KiB write + fdatasync at sequential offsets for `duration` (at least
-/// one sample), then removes the file.
+/// Opens `path` as [`open_probe_file`] and writes `bytes` of zeros (then
+/// fdatasync), so later writes overwrite allocated blocks in place.
+fn zeroed_probe_file(path: &Path, bytes: u64) -> io::Result<ProbeFile> {
+    let probe_file = open_probe_file(path)?;
+    let mut zeros = AlignedBuf::new(ZERO_BLOCK_BYTES);
+    zeros.storage.fill(0);
+    let block = ZERO_BLOCK_BYTES as u64;
+    assert_eq!(bytes % block, 0);
+    for offset in (0..bytes).step_by(ZERO_BLOCK_BYTES) {
+        probe_file.file.write_all_at(zeros.bytes(), offset)?;
+    }
+    probe_file.file.sync_data()?;
+    Ok(probe_file)
+}
+
+/// 4 KiB write + fdatasync at sequential offsets of a zeroed file for
+/// `duration` (at least one sample), then removes the file.
 ///
 /// # Errors
 /// The file cannot be created, written or synced.
 pub fn sync_probe(path: &Path, duration: Duration) -> io::Result<SyncProbe> {
-    let result = sync_loop(path, duration);
+    let result = zeroed_probe_file(path, SYNC_FILE_BYTES)
+        .and_then(|probe_file| sync_loop(probe_file, duration));
     let _ = fs::remove_file(path);
     result
 }
 
-fn sync_loop(path: &Path, duration: Duration) -> io::Result<SyncProbe> {
-    let probe_file = open_probe_file(path)?;
+fn sync_loop(probe_file: ProbeFile, duration: Duration) -> io::Result<SyncProbe> {
     let buf = AlignedBuf::new(SYNC_WRITE_BYTES);
     let mut samples = Vec::new();
     let mut offset = 0_u64;
@@ -144,16 +164,16 @@ pub struct Writer {
 }
 
 impl Writer {
-    /// Opens `path` here (so an open error is returned at once) and starts
-    /// writing [`WRITER_BLOCK_BYTES`] blocks at `target_bytes_per_s`,
-    /// fdatasync every [`WRITER_SYNC_BYTES`].
+    /// Zeroes a [`WRITER_FILE_BYTES`] file at `path` here (so an error is
+    /// returned at once) and starts overwriting it in [`WRITER_BLOCK_BYTES`]
+    /// blocks at `target_bytes_per_s`, fdatasync every [`WRITER_SYNC_BYTES`].
     ///
     /// # Errors
-    /// The file cannot be created or the thread cannot start.
+    /// The file cannot be created or zeroed, or the thread cannot start.
     pub fn start(path: &Path, target_bytes_per_s: f64) -> io::Result<Self> {
         assert!(target_bytes_per_s.is_finite());
         assert!(target_bytes_per_s > 0.0);
-        let probe_file = open_probe_file(path)?;
+        let probe_file = zeroed_probe_file(path, WRITER_FILE_BYTES)?;
         let stop = Arc::new(AtomicBool::new(false));
         let stop_seen = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
@@ -185,7 +205,7 @@ fn write_paced(
     while !stop.load(Ordering::Acquire) {
         let due_bytes = target_bytes_per_s * start.elapsed().as_secs_f64();
         if (written as f64) < due_bytes {
-            probe_file.file.write_all_at(buf.bytes(), written % WRITER_FILE_BYTES_MAX)?;
+            probe_file.file.write_all_at(buf.bytes(), written % WRITER_FILE_BYTES)?;
             written += block;
             since_sync += block;
             if since_sync >= WRITER_SYNC_BYTES {
@@ -211,47 +231,57 @@ fn write_paced(
     })
 }
 
-/// Bytes the writer may write in `duration` at `target_bytes_per_s`
-/// (its file wraps at [`WRITER_FILE_BYTES_MAX`]).
-pub fn writer_file_bytes(duration: Duration, target_bytes_per_s: f64) -> u64 {
-    let seconds = (duration + WRITER_RAMP).as_secs_f64();
-    // Saturating cast of a bounded product, then the wrap.
-    ((target_bytes_per_s * seconds).ceil() as u64).min(WRITER_FILE_BYTES_MAX)
-}
-
 /// The sync probe beside a writer at `target_bytes_per_s`: the writer
 /// starts [`WRITER_RAMP`] before the syncs and stops after them. Files go
-/// in `dir` and are removed. The writer is skipped when `free_bytes` cannot
-/// hold its file plus [`FREE_BYTES_MARGIN`].
+/// in `dir` and are removed. Skipped when `free_bytes` cannot hold both
+/// files plus [`FREE_BYTES_MARGIN`].
 pub fn sync_beside_writer(
     dir: &Path,
     duration: Duration,
     target_bytes_per_s: f64,
     free_bytes: Option<u64>,
 ) -> (Probe<SyncProbe>, Probe<WriterProbe>) {
-    let need_bytes = writer_file_bytes(duration, target_bytes_per_s);
+    let need_bytes = WRITER_FILE_BYTES + SYNC_FILE_BYTES;
     if let Some(free) = free_bytes {
         if free < need_bytes.saturating_add(FREE_BYTES_MARGIN) {
             let reason = format!(
-                "the writer needs {need_bytes} bytes plus a {FREE_BYTES_MARGIN}-byte margin, \
-                 the filesystem has {free} free"
+                "the writer and syncs need {need_bytes} bytes plus a {FREE_BYTES_MARGIN}-byte \
+                 margin, the filesystem has {free} free"
             );
             return (Probe::Skipped { reason: reason.clone() }, Probe::Skipped { reason });
         }
     }
+    let sync_path = dir.join("sync-beside");
     let writer_path = dir.join("writer");
-    let writer = match Writer::start(&writer_path, target_bytes_per_s) {
+    let result = beside_writer(&sync_path, &writer_path, duration, target_bytes_per_s);
+    let _ = fs::remove_file(&sync_path);
+    let _ = fs::remove_file(&writer_path);
+    result
+}
+
+fn beside_writer(
+    sync_path: &Path,
+    writer_path: &Path,
+    duration: Duration,
+    target_bytes_per_s: f64,
+) -> (Probe<SyncProbe>, Probe<WriterProbe>) {
+    let failed = |what: &str, error: io::Error| {
+        let reason = format!("{what}: {error}");
+        (Probe::Failed { reason: reason.clone() }, Probe::Failed { reason })
+    };
+    // Both files are zeroed before the writer starts, so the syncs meet
+    // the writer's pace alone.
+    let sync_file = match zeroed_probe_file(sync_path, SYNC_FILE_BYTES) {
+        Ok(file) => file,
+        Err(error) => return failed("cannot prepare the sync file", error),
+    };
+    let writer = match Writer::start(writer_path, target_bytes_per_s) {
         Ok(writer) => writer,
-        Err(error) => {
-            let _ = fs::remove_file(&writer_path);
-            let reason = format!("cannot start the writer: {error}");
-            return (Probe::Failed { reason: reason.clone() }, Probe::Failed { reason });
-        }
+        Err(error) => return failed("cannot start the writer", error),
     };
     std::thread::sleep(WRITER_RAMP);
-    let sync = sync_probe(&dir.join("sync-beside"), duration);
+    let sync = sync_loop(sync_file, duration);
     let writer = writer.stop();
-    let _ = fs::remove_file(&writer_path);
     (sync.into(), writer.into())
 }
 
