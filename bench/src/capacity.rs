@@ -19,9 +19,14 @@
 //! - `--time-scale` shortens both phases and keeps every rate: at 0.05 the
 //!   1,200 s burst is 60 s and the model predicts a 360,000-message backlog
 //!   drained in 90 s.
+//! - `--host FILE` (the output of `spool-plan host --json`): beside the
+//!   nominal prediction, the prediction at the host's measured limits
+//!   ([`predict_at_host`]): rates capped where its CPU or disk cannot carry
+//!   them, the planner re-run, and which limit binds.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use spool_tuning::plan::{plan, Plan, PlanError, PlanInputs};
+use spool_tuning::verdict::{Carries, HostLimits, Verdict};
 
 use crate::dist::ServiceTime;
 use crate::load::{
@@ -42,6 +47,11 @@ pub const TIME_SCALE_MAX: f64 = 1.0;
 pub const DRAIN_MAX_FACTOR_MAX: f64 = 100.0;
 /// The drain phase may run at least this long past its predicted end.
 const DRAIN_GRACE_S: f64 = 30.0;
+/// Share of a message's broker CPU (enqueue + claim + ack) paid on the
+/// enqueue side, for phases where producers and consumers run at different
+/// rates. An assumption, not a measurement: the host probe times the whole
+/// cycle at equal rates. At equal rates the share does not matter.
+pub const ENQUEUE_SHARE_OF_MESSAGE_CPU: f64 = 0.5;
 
 /// Why a capacity run produced no report.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +63,8 @@ pub enum CapacityError {
     OutOfRange { field: &'static str, value: f64, min: f64, max: f64 },
     #[error(transparent)]
     Load(#[from] LoadError),
+    #[error("the host file is not `spool-plan host --json` output with measurements: {0}")]
+    HostFile(String),
 }
 
 /// The model's inputs (defaults: DESIGN.md §7) and how to run it.
@@ -78,6 +90,158 @@ pub struct CapacityConfig {
     /// The drain phase ends at the latest after this × the predicted drain
     /// time (at least 30 s more than predicted).
     pub drain_max_factor: f64,
+    /// The host's measured limits (`--host`), for a prediction at them.
+    pub host: Option<HostModel>,
+}
+
+/// What `spool-plan host --json` said about the host, as the bench uses it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HostModel {
+    pub limits: HostLimits,
+    pub verdict: Verdict,
+    /// The load generator runs on the measured host (a started spoold): its
+    /// CPU per message counts against the same CPUs.
+    pub clients_on_host: bool,
+}
+
+impl HostModel {
+    /// Reads the `model` object of `spool-plan host --json` output.
+    ///
+    /// # Errors
+    /// [`CapacityError::HostFile`] when the text is not that JSON, or was
+    /// made with `--no-measure`.
+    pub fn from_host_json(text: &str, clients_on_host: bool) -> Result<Self, CapacityError> {
+        let bad = |why: String| CapacityError::HostFile(why);
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|error| bad(error.to_string()))?;
+        let model = value.get("model").filter(|model| !model.is_null()).ok_or_else(|| {
+            bad("no \"model\" object (was it made with --no-measure?)".to_owned())
+        })?;
+        let field = |name: &str| model.get(name).cloned().unwrap_or(serde_json::Value::Null);
+        Ok(Self {
+            limits: serde_json::from_value(field("limits"))
+                .map_err(|error| bad(format!("model.limits: {error}")))?,
+            verdict: serde_json::from_value(field("verdict"))
+                .map_err(|error| bad(format!("model.verdict: {error}")))?,
+            clients_on_host,
+        })
+    }
+}
+
+/// The model's rates in one run's two phases.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct PhaseRates {
+    pub burst_rate: f64,
+    pub burst_consumer_rate: f64,
+    pub drain_ingress_rate: f64,
+    pub drain_consumer_rate: f64,
+}
+
+/// The prediction at the host's measured limits.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AtHost {
+    /// What `spool-plan host` concluded, and why.
+    pub host_carries: Carries,
+    pub host_summary: String,
+    /// CPU per message counted against the host: the broker's, plus the
+    /// client's when it runs there.
+    pub cpu_us_per_msg: Option<f64>,
+    /// Whole messages/s (enqueue + claim + ack) the host's CPUs carry:
+    /// CPUs × 10⁶ ÷ `cpu_us_per_msg`.
+    pub msgs_per_s_max: Option<f64>,
+    /// Producer rate the disk carries: its measured bandwidth (known only
+    /// where the host's writer fell short) ÷ record bytes.
+    pub ingress_msgs_per_s_max: Option<f64>,
+    pub rates: PhaseRates,
+    /// Each limit that lowered a rate, in a sentence; empty = none binds.
+    pub binding: Vec<String>,
+    pub peak_backlog: f64,
+    pub drain_s: f64,
+}
+
+/// Caps the model's rates at the host's limits and re-runs the planner. Pure.
+///
+/// - **disk**: producers at most `disk_bytes_per_s_max ÷ record_bytes`.
+/// - **CPU**: a phase's demand, in whole messages/s, is
+///   `share × producer + (1 − share) × consumer`
+///   ([`ENQUEUE_SHARE_OF_MESSAGE_CPU`]); above the host's
+///   `msgs_per_s_max` both sides are scaled down by the same factor (the
+///   broker serves both and favours neither).
+///
+/// # Errors
+/// Inputs the planner rejects (as it would the nominal ones).
+pub fn predict_at_host(config: &CapacityConfig, host: &HostModel) -> Result<AtHost, CapacityError> {
+    let limits = &host.limits;
+    let cpu_us_per_msg = limits.broker_cpu_us_per_msg.map(|broker| {
+        let client =
+            if host.clients_on_host { limits.client_cpu_us_per_msg.unwrap_or(0.0) } else { 0.0 };
+        broker + client
+    });
+    let msgs_per_s_max = match (limits.cpus, cpu_us_per_msg) {
+        (Some(cpus), Some(us)) if us > 0.0 => Some(cpus as f64 * 1e6 / us),
+        _ => None,
+    };
+    let ingress_msgs_per_s_max = limits
+        .disk_bytes_per_s_max
+        .filter(|_| config.record_bytes > 0)
+        .map(|bytes| bytes / config.record_bytes as f64);
+    let mut binding = Vec::new();
+    let mut phase = |name: &str, producer: f64, consumer: f64| {
+        let mut producer_capped = producer;
+        if let Some(max) = ingress_msgs_per_s_max.filter(|max| producer > *max) {
+            binding.push(format!(
+                "disk: {name} producers {producer:.0} -> {max:.0} msgs/s (the disk's measured \
+                 bandwidth)"
+            ));
+            producer_capped = max;
+        }
+        let mut consumer_capped = consumer;
+        if let Some(max) = msgs_per_s_max {
+            let share = ENQUEUE_SHARE_OF_MESSAGE_CPU;
+            let demand = share * producer_capped + (1.0 - share) * consumer;
+            if demand > max {
+                let factor = max / demand;
+                binding.push(format!(
+                    "cpu: {name} demand {demand:.0} > {max:.0} whole msgs/s the CPUs carry: \
+                     producers {producer_capped:.0} -> {:.0}, consumers {consumer:.0} -> {:.0}",
+                    producer_capped * factor,
+                    consumer * factor
+                ));
+                producer_capped *= factor;
+                consumer_capped *= factor;
+            }
+        }
+        (producer_capped, consumer_capped)
+    };
+    let (burst_rate, burst_consumer_rate) =
+        phase("burst", config.burst_rate, config.burst_consumer_rate);
+    let (drain_ingress_rate, drain_consumer_rate) =
+        phase("drain", config.drain_ingress_rate, config.drain_consumer_rate);
+    let rates =
+        PhaseRates { burst_rate, burst_consumer_rate, drain_ingress_rate, drain_consumer_rate };
+    let capped = CapacityConfig {
+        burst_rate,
+        burst_consumer_rate,
+        drain_ingress_rate,
+        drain_consumer_rate,
+        ..config.clone()
+    };
+    // Scaling both sides of a phase by one factor keeps the drain's consumers
+    // above its ingress, and the disk cap only lowers ingress, so capped
+    // rates drain whenever the nominal ones do.
+    let planned = plan(&capped.plan_inputs())?;
+    let (peak_backlog, drain_s) = (planned.backlog_msgs, planned.drain_s);
+    Ok(AtHost {
+        host_carries: host.verdict.carries,
+        host_summary: host.verdict.summary.clone(),
+        cpu_us_per_msg,
+        msgs_per_s_max,
+        ingress_msgs_per_s_max,
+        rates,
+        binding,
+        peak_backlog,
+        drain_s,
+    })
 }
 
 /// What the planner predicts for the scaled model.
@@ -172,6 +336,8 @@ pub struct CapacityReport {
     pub config: CapacityEcho,
     /// The planner's full output for the scaled model.
     pub plan: Plan,
+    /// The prediction at the host's measured limits (`--host`).
+    pub predicted_at_host: Option<AtHost>,
     pub series: Vec<Sample>,
 }
 
@@ -205,6 +371,25 @@ impl CapacityConfig {
     }
 }
 
+/// One line for the run's title: the prediction at the host's limits and what binds.
+pub fn at_host_line(at_host: &AtHost) -> String {
+    let drain = format!("drain {:.1} s", at_host.drain_s);
+    let binds = if at_host.binding.is_empty() {
+        "no limit binds".to_owned()
+    } else {
+        format!("binds: {}", at_host.binding.join("; "))
+    };
+    format!(
+        "; at this host's limits: peak {:.0}, {drain} ({binds}; host carries the model: {})",
+        at_host.peak_backlog,
+        match at_host.host_carries {
+            Carries::Yes => "yes",
+            Carries::No => "no",
+            Carries::Unknown => "unknown",
+        }
+    )
+}
+
 /// Slots for `rate` at `service` (Little's law), at least 1.
 pub fn slots_for(rate_per_s: f64, service: &ServiceTime) -> u32 {
     // Saturating cast of a validated, bounded product.
@@ -230,6 +415,8 @@ pub fn predicted_backlog(config: &CapacityConfig, t_s: f64) -> f64 {
 pub fn run(config: &CapacityConfig) -> Result<CapacityReport, CapacityError> {
     config.validate()?;
     let plan = plan(&config.plan_inputs())?;
+    let predicted_at_host =
+        config.host.as_ref().map(|host| predict_at_host(config, host)).transpose()?;
     let slots_burst = config
         .slots_burst
         .unwrap_or_else(|| slots_for(config.burst_consumer_rate, &config.service));
@@ -354,6 +541,7 @@ pub fn run(config: &CapacityConfig) -> Result<CapacityReport, CapacityError> {
         measured,
         phases: outcome.phases,
         plan,
+        predicted_at_host,
         series: outcome.series,
     })
 }
@@ -376,6 +564,7 @@ mod tests {
             slots_burst: None,
             slots_drain: None,
             drain_max_factor: 3.0,
+            host: None,
         }
     }
 
@@ -405,6 +594,141 @@ mod tests {
         assert!((predicted_backlog(&config, 105.0) - 180_000.0).abs() < 1e-6);
         assert_eq!(predicted_backlog(&config, 150.0), 0.0);
         assert_eq!(predicted_backlog(&config, 400.0), 0.0);
+    }
+
+    fn host(broker_us: Option<f64>, client_us: f64, disk_bytes_per_s: Option<f64>) -> HostModel {
+        let saturated = broker_us.map(|us| 2.0 * 1e6 / us);
+        HostModel {
+            limits: HostLimits {
+                cpus: Some(2),
+                broker_cpu_us_per_msg: broker_us,
+                client_cpu_us_per_msg: Some(client_us),
+                broker_msgs_per_s_saturated: saturated,
+                broker_msgs_per_s_at_headroom: saturated.map(|rate| rate * 0.7),
+                writer_target_bytes_per_s: Some(40_960_000.0),
+                writer_achieved_bytes_per_s: Some(disk_bytes_per_s.unwrap_or(40_960_000.0)),
+                disk_bytes_per_s_max: disk_bytes_per_s,
+                sync_p99_ms_alone: Some(1.0),
+                sync_p99_ms_beside_writer: Some(2.0),
+            },
+            verdict: Verdict {
+                carries: Carries::Yes,
+                checks: Vec::new(),
+                summary: "this host carries the model".to_owned(),
+            },
+            clients_on_host: false,
+        }
+    }
+
+    #[test]
+    fn a_host_with_room_predicts_the_nominal_model() {
+        // Goal: limits above every rate change nothing and name no binding limit.
+        // Method: 10 µs/msg on 2 CPUs (200k msgs/s), the disk's ceiling unknown.
+        let config = model(0.05);
+        let at_host = predict_at_host(&config, &host(Some(10.0), 5.0, None)).unwrap();
+        assert!(at_host.binding.is_empty(), "{:?}", at_host.binding);
+        assert!((at_host.peak_backlog - 360_000.0).abs() < 1e-6);
+        assert!((at_host.drain_s - 90.0).abs() < 1e-9);
+        assert_eq!(at_host.msgs_per_s_max, Some(200_000.0));
+        assert_eq!(at_host.rates.drain_consumer_rate, 23_000.0);
+        assert!(at_host_line(&at_host).contains("no limit binds"));
+    }
+
+    #[test]
+    fn cpu_scales_both_sides_of_each_phase() {
+        // Goal: a CPU-bound host scales producers and consumers of a phase by
+        // demand ÷ capacity, and the planner's arithmetic follows. Method:
+        // 100 µs/msg on 2 CPUs = 20,000 whole msgs/s; the burst asks
+        // 0.5 × 25,000 + 0.5 × 19,000 = 22,000, the drain 21,000.
+        let config = model(0.05);
+        let at_host = predict_at_host(&config, &host(Some(100.0), 50.0, None)).unwrap();
+        let burst = 20_000.0 / 22_000.0;
+        let drain = 20_000.0 / 21_000.0;
+        assert!((at_host.rates.burst_rate - 25_000.0 * burst).abs() < 1e-6);
+        assert!((at_host.rates.burst_consumer_rate - 19_000.0 * burst).abs() < 1e-6);
+        assert!((at_host.rates.drain_consumer_rate - 23_000.0 * drain).abs() < 1e-6);
+        let peak = 6_000.0 * burst * 60.0;
+        assert!((at_host.peak_backlog - peak).abs() < 1e-6);
+        assert!((at_host.drain_s - peak / (4_000.0 * drain)).abs() < 1e-9);
+        assert_eq!(at_host.binding.len(), 2);
+        assert!(
+            at_host.binding.iter().all(|line| line.starts_with("cpu: ")),
+            "{:?}",
+            at_host.binding
+        );
+
+        // Clients on the host add their CPU: 100 + 50 µs = 13,333 msgs/s.
+        let mut shared = host(Some(100.0), 50.0, None);
+        shared.clients_on_host = true;
+        let at_host = predict_at_host(&config, &shared).unwrap();
+        assert!((at_host.msgs_per_s_max.unwrap() - 2e6 / 150.0).abs() < 1e-6);
+        assert!(at_host.rates.burst_rate < 25_000.0 * burst);
+    }
+
+    #[test]
+    fn a_slow_disk_caps_producers_and_says_so() {
+        // Goal: a disk below the burst's ingress caps producers only.
+        // Method: 10 MiB/s at 1,638 B/record = 6,401 msgs/s, below every
+        // consumer rate: no backlog grows.
+        let config = model(0.05);
+        let at_host = predict_at_host(&config, &host(Some(10.0), 5.0, Some(10_485_760.0))).unwrap();
+        let max = 10_485_760.0 / 1638.0;
+        assert_eq!(at_host.ingress_msgs_per_s_max, Some(max));
+        assert_eq!(at_host.rates.burst_rate, max);
+        assert_eq!(at_host.rates.drain_ingress_rate, max);
+        assert_eq!(at_host.rates.burst_consumer_rate, 19_000.0);
+        assert_eq!(at_host.peak_backlog, 0.0);
+        assert!(at_host.binding.iter().all(|line| line.starts_with("disk: ")));
+    }
+
+    #[test]
+    fn host_file_is_read_from_spool_plan_output() {
+        // Goal: the bench reads what `spool-plan host --json` writes (the same
+        // types), and refuses a file made with --no-measure. Method: judge
+        // fabricated measurements with spool-tuning, wrap as the CLI does.
+        use spool_tuning::measure::{CpuMeasured, Measurements, Probe};
+        use spool_tuning::verdict::{judge, ModelNeed};
+        fn skipped<T>() -> Probe<T> {
+            Probe::Skipped { reason: "test".to_owned() }
+        }
+        let measurements = Measurements {
+            dir: "/tmp/x".to_owned(),
+            seconds_per_probe: 3.0,
+            sync_alone: skipped(),
+            sync_beside_writer: skipped(),
+            writer: skipped(),
+            cpu: Probe::Measured {
+                value: CpuMeasured {
+                    rate_msgs_per_s: 25_000,
+                    seconds: 3,
+                    shards: 2,
+                    partitions: 4,
+                    msg_bytes: 1638,
+                    enqueued: 75_000,
+                    acked: 75_000,
+                    achieved_msgs_per_s: 25_000.0,
+                    broker_cpu_s: 2.5,
+                    broker_cpu_us_per_msg: 40.0,
+                    client_cpu_us_per_msg: 30.0,
+                    spoold: "spoold".to_owned(),
+                    spool_bench: "spool-bench".to_owned(),
+                },
+            },
+        };
+        let inputs = PlanInputs::default();
+        let need = ModelNeed::new(&inputs, &plan(&inputs).unwrap());
+        let check = judge(measurements, Some(2), need);
+        let text = serde_json::json!({ "host": {}, "applied": null, "model": check }).to_string();
+        let host = HostModel::from_host_json(&text, true).unwrap();
+        assert_eq!(host.limits.broker_cpu_us_per_msg, Some(40.0));
+        assert_eq!(host.verdict.carries, Carries::Unknown);
+        let at_host = predict_at_host(&model(0.05), &host).unwrap();
+        assert!((at_host.msgs_per_s_max.unwrap() - 2e6 / 70.0).abs() < 1e-6);
+
+        let no_measure = r#"{"host": {}, "applied": null, "model": null}"#;
+        let error = HostModel::from_host_json(no_measure, true).unwrap_err();
+        assert!(error.to_string().contains("--no-measure"), "{error}");
+        assert!(HostModel::from_host_json("[]", true).is_err());
     }
 
     #[test]

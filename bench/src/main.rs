@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::Serialize;
-use spool_bench::capacity::{self, CapacityConfig, CapacityError};
+use spool_bench::capacity::{self, CapacityConfig, CapacityError, HostModel};
 use spool_bench::dist::{Arrivals, ServiceTime};
 use spool_bench::harness::Broker;
 use spool_bench::heap::CountingAllocator;
@@ -393,6 +393,9 @@ struct CapacityArgs {
     /// The drain ends at the latest after this × the predicted drain time.
     #[arg(long, default_value_t = 4.0)]
     drain_max_factor: f64,
+    /// `spool-plan host --json` output for this host: also predict at its measured limits.
+    #[arg(long, value_name = "FILE")]
+    host: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -562,7 +565,27 @@ fn latency(args: &LatencyArgs) -> Result<String, Failure> {
     emit(&report, &report.series, &title, args.load.json.as_deref(), args.load.plot.as_deref())
 }
 
+/// Largest `--host` file read: a `spool-plan host --json` object is a few KiB.
+const HOST_FILE_BYTES_MAX: u64 = 1024 * 1024;
+
+fn read_host_model(path: &Path, clients_on_host: bool) -> Result<HostModel, Failure> {
+    use std::io::Read;
+    let read_error = |source| BenchError::Dir {
+        action: "cannot read the host file",
+        path: path.to_owned(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(read_error)?;
+    let mut text = String::new();
+    file.take(HOST_FILE_BYTES_MAX).read_to_string(&mut text).map_err(read_error)?;
+    Ok(HostModel::from_host_json(&text, clients_on_host)?)
+}
+
 fn capacity(args: &CapacityArgs) -> Result<String, Failure> {
+    // Without --addr the bench starts spoold here: its clients share the measured CPUs.
+    let clients_on_host = args.load.target.addr.is_none();
+    let host =
+        args.host.as_deref().map(|path| read_host_model(path, clients_on_host)).transpose()?;
     let config = CapacityConfig {
         load: args.load.config("capacity"),
         time_scale: args.time_scale,
@@ -576,9 +599,10 @@ fn capacity(args: &CapacityArgs) -> Result<String, Failure> {
         slots_burst: args.slots_burst,
         slots_drain: args.slots_drain,
         drain_max_factor: args.drain_max_factor,
+        host,
     };
     let report = capacity::run(&config)?;
-    let title = format!(
+    let mut title = format!(
         "spool-bench capacity (time scale {}): peak backlog {:.0} measured vs {:.0} predicted, \
          drain {:.1} s vs {:.1} s",
         args.time_scale,
@@ -587,6 +611,10 @@ fn capacity(args: &CapacityArgs) -> Result<String, Failure> {
         report.measured.drain_s,
         report.predicted.drain_s
     );
+    if let Some(at_host) = &report.predicted_at_host {
+        title.push_str(&capacity::at_host_line(at_host));
+        eprintln!("{title}");
+    }
     emit(&report, &report.series, &title, args.load.json.as_deref(), args.load.plot.as_deref())
 }
 

@@ -119,6 +119,31 @@ fn check_common(report: &Value, omb_prefix: &str) {
     assert!(times.windows(2).all(|pair| pair[0] < pair[1]), "samples in time order: {times:?}");
 }
 
+// Goal: `capacity --host` reads the host file before it starts anything, and a
+// file without measurements (`spool-plan host --no-measure`) is refused with
+// the reason. Method: such a file and a missing one; nothing appears in --dir.
+#[test]
+fn capacity_host_file_is_checked_before_any_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let host_file = dir.path().join("host.json");
+    std::fs::write(&host_file, r#"{"host": {}, "applied": null, "model": null}"#).unwrap();
+    let run_dir = dir.path().join("runs");
+    std::fs::create_dir(&run_dir).unwrap();
+    for (file, needle) in [
+        (host_file.to_str().unwrap(), "--no-measure"),
+        ("/nonexistent/host.json", "cannot read the host file"),
+    ] {
+        let output = Command::new(BENCH)
+            .args(["capacity", "--host", file, "--dir", run_dir.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(!output.status.success());
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(needle), "{stderr}");
+    }
+    assert_eq!(std::fs::read_dir(&run_dir).unwrap().count(), 0, "a broker was started");
+}
+
 // Goal: a short capacity run completes, its JSON has every documented field, the client's
 // backlog estimate matches the broker's own count within 1 % at the end of the burst, and
 // --json / --plot write the same report and an SVG. Method: --time-scale 0.01 of a 600 s

@@ -9,7 +9,13 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use spool_tuning::host::{self, HostError, Roots};
+use spool_tuning::host::{self, Check, HostError, Roots};
+use spool_tuning::measure::{
+    self, MeasureConfig, MEASURE_SECONDS_DEFAULT, MEASURE_SECONDS_MAX, MEASURE_SECONDS_MIN,
+    PROBE_RATE_MSGS_PER_S_MAX, PROBE_RATE_MSGS_PER_S_MIN,
+};
+use spool_tuning::plan::MIB_BYTES;
+use spool_tuning::verdict::{self, ModelNeed};
 use spool_tuning::{plan, report, PlanError, PlanInputs};
 
 /// Largest inputs file read: a PlanInputs object is well under a kilobyte.
@@ -33,16 +39,38 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Check this host (io_uring, memlock, CPUs, data dir's disk) and list the changes Spool would make.
+    /// Check this host (io_uring, memlock, CPUs, data dir's disk), list the changes Spool would
+    /// make, and measure whether it carries the model (fdatasync beside the node's ingress,
+    /// broker CPU per message).
     #[command(allow_negative_numbers = true)]
     Host {
-        /// Data directory whose filesystem and device are checked (need not exist yet).
+        /// Data directory whose filesystem and device are checked (need not exist yet); the
+        /// probes write in a temporary directory inside it (or its nearest existing ancestor).
         #[arg(long, default_value = ".")]
         data_dir: PathBuf,
         /// Make the listed changes (root only; runtime writes to /proc and /sys).
         #[arg(long)]
         apply: bool,
+        #[command(flatten)]
+        measure: MeasureArgs,
     },
+}
+
+/// How `host` measures the model's limits.
+#[derive(Debug, Args)]
+struct MeasureArgs {
+    /// Only the read-only checks: no disk probes, no broker run.
+    #[arg(long)]
+    no_measure: bool,
+    /// Length of each probe in seconds (sync alone, sync beside the writer, broker run).
+    #[arg(long, default_value_t = MEASURE_SECONDS_DEFAULT, value_name = "SECONDS")]
+    measure_seconds: f64,
+    /// Directory holding spoold and spool-bench for the CPU probe [default: this executable's].
+    #[arg(long, value_name = "DIR")]
+    bin_dir: Option<PathBuf>,
+    /// Open-loop rate of the CPU probe (msgs/s) [default: the model's messages per node].
+    #[arg(long, value_name = "MSGS_PER_S")]
+    probe_rate: Option<u64>,
 }
 
 /// Workload flags; each overrides the defaults (the seed's model) and the inputs file.
@@ -60,6 +88,9 @@ struct InputArgs {
     /// Copies of every record.
     #[arg(long, global = true)]
     replicas: Option<u32>,
+    /// Broker nodes the replicas are spread over [default: one per replica].
+    #[arg(long, global = true)]
+    nodes: Option<u32>,
     /// Retention window after ingress (s).
     #[arg(long, global = true)]
     retention_s: Option<f64>,
@@ -116,6 +147,8 @@ enum CliError {
     InputsJson { path: PathBuf, source: serde_json::Error },
     #[error("{0}")]
     Host(#[from] HostError),
+    #[error("--{flag} {value} is outside [{min}, {max}]")]
+    OutOfRange { flag: &'static str, value: f64, min: f64, max: f64 },
     #[error("cannot encode JSON output: {0}")]
     Output(serde_json::Error),
     #[error("{failed} host change(s) failed to apply (see output)")]
@@ -129,7 +162,8 @@ impl CliError {
             | CliError::InputsRead { .. }
             | CliError::InputsTooLarge { .. }
             | CliError::InputsJson { .. }
-            | CliError::Host(_) => 2,
+            | CliError::Host(_)
+            | CliError::OutOfRange { .. } => 2,
             CliError::Output(_) | CliError::ApplyFailed { .. } => 1,
         }
     }
@@ -159,7 +193,8 @@ fn run(cli: &Cli) -> Result<(), CliError> {
             }
             Ok(())
         }
-        Some(Command::Host { data_dir, apply }) => {
+        Some(Command::Host { data_dir, apply, measure: measure_args }) => {
+            measure_args.validate()?;
             let roots = Roots::default();
             // Disk sizes are whole bytes; the plan's input limits keep this far below u64::MAX.
             let need_bytes = plan.disk_bytes_per_replica.ceil() as u64;
@@ -170,14 +205,35 @@ fn run(cli: &Cli) -> Result<(), CliError> {
             } else {
                 None
             };
+            let model = if measure_args.no_measure {
+                None
+            } else {
+                let config = measure_args.config(&inputs, &plan, &host_report);
+                eprintln!(
+                    "spool-plan: measuring the model's limits in {} (about {:.0} s) ...",
+                    host_report.probed_path,
+                    config.seconds * 3.0 + 2.0
+                );
+                let measurements = measure::measure(Path::new(&host_report.probed_path), &config);
+                let cpus = host_report.cpu_count.value().copied();
+                Some(verdict::judge(measurements, cpus, ModelNeed::new(&inputs, &plan)))
+            };
             if cli.json {
-                let object = serde_json::json!({ "host": host_report, "applied": applied });
+                let object = serde_json::json!({
+                    "host": host_report,
+                    "applied": applied,
+                    "model": model,
+                });
                 println!("{}", to_json(&object)?);
             } else {
                 print!("{}", report::render_host(&host_report));
                 for result in applied.iter().flatten() {
                     let path = result.path.as_deref().unwrap_or("-");
                     println!("applied {} {path}: {}", result.setting, result.outcome);
+                }
+                match &model {
+                    Some(model) => print!("\n{}", report::render_model(model)),
+                    None => println!("\nmodel: not measured (--no-measure)"),
                 }
             }
             let failed = applied
@@ -189,6 +245,62 @@ fn run(cli: &Cli) -> Result<(), CliError> {
                 return Err(CliError::ApplyFailed { failed });
             }
             Ok(())
+        }
+    }
+}
+
+impl MeasureArgs {
+    fn validate(&self) -> Result<(), CliError> {
+        let seconds = self.measure_seconds;
+        if !(seconds.is_finite() && (MEASURE_SECONDS_MIN..=MEASURE_SECONDS_MAX).contains(&seconds))
+        {
+            return Err(CliError::OutOfRange {
+                flag: "measure-seconds",
+                value: seconds,
+                min: MEASURE_SECONDS_MIN,
+                max: MEASURE_SECONDS_MAX,
+            });
+        }
+        let rate = self.probe_rate.unwrap_or(PROBE_RATE_MSGS_PER_S_MIN);
+        if !(PROBE_RATE_MSGS_PER_S_MIN..=PROBE_RATE_MSGS_PER_S_MAX).contains(&rate) {
+            return Err(CliError::OutOfRange {
+                flag: "probe-rate",
+                value: rate as f64,
+                min: PROBE_RATE_MSGS_PER_S_MIN as f64,
+                max: PROBE_RATE_MSGS_PER_S_MAX as f64,
+            });
+        }
+        Ok(())
+    }
+
+    /// The probes' settings: the writer at this node's share of the model's
+    /// ingress, the broker run with the model's record size on every CPU.
+    fn config(
+        &self,
+        inputs: &PlanInputs,
+        plan: &spool_tuning::Plan,
+        report: &host::HostReport,
+    ) -> MeasureConfig {
+        let bin_dir = self.bin_dir.clone().or_else(|| {
+            std::env::current_exe().ok().and_then(|exe| exe.parent().map(Path::to_path_buf))
+        });
+        let shards = match &report.cpu_count {
+            Check::Ok { value } => u16::try_from(*value).unwrap_or(u16::MAX),
+            Check::Unknown { .. } => 1,
+        };
+        MeasureConfig {
+            seconds: self.measure_seconds,
+            writer_target_bytes_per_s: plan.node_ingress_mib_per_s * MIB_BYTES,
+            free_bytes: report.disk.free_bytes,
+            bin_dir,
+            // The node's rate: the CPU per message at the rate the verdict applies it to.
+            probe_rate_msgs_per_s: self.probe_rate.unwrap_or_else(|| {
+                let node_rate = plan.node_msgs_per_s.round() as u64;
+                node_rate.clamp(PROBE_RATE_MSGS_PER_S_MIN, PROBE_RATE_MSGS_PER_S_MAX)
+            }),
+            // Validated to at most 1 MiB, so the cast is exact enough and in range.
+            msg_bytes: inputs.record_bytes.round().max(1.0) as u64,
+            shards,
         }
     }
 }
@@ -228,6 +340,9 @@ fn merged_inputs(args: &InputArgs) -> Result<PlanInputs, CliError> {
     }
     if let Some(replicas) = args.replicas {
         inputs.replicas = replicas;
+    }
+    if let Some(nodes) = args.nodes {
+        inputs.nodes = Some(nodes);
     }
     Ok(inputs)
 }

@@ -31,6 +31,8 @@ pub const RATE_MSGS_PER_S_MAX: f64 = 1e9;
 pub const RECORD_BYTES_MAX: f64 = (1 << 20) as f64;
 /// Most replicas of a partition.
 pub const REPLICAS_MAX: u32 = 15;
+/// Most broker nodes a plan spreads its partitions over.
+pub const NODES_MAX: u32 = 1_000;
 /// Longest retention window or burst (a year, in seconds).
 pub const DURATION_S_MAX: f64 = 365.0 * DAY_S;
 /// Longest mean service time (an hour, in ms).
@@ -59,6 +61,11 @@ pub struct PlanInputs {
     pub record_bytes: f64,
     /// Copies of every record.
     pub replicas: u32,
+    /// Broker nodes the partitions and their replicas are spread over, evenly.
+    /// `None` (the default) = one node per replica (3 for the model): every
+    /// node holds a copy of every partition. Each replica is on its own node,
+    /// so a count below `replicas` is refused.
+    pub nodes: Option<u32>,
     /// How long records stay on disk after ingress (replay/audit window).
     pub retention_s: f64,
     /// Producer rate during the burst.
@@ -100,6 +107,7 @@ impl Default for PlanInputs {
             rate_msgs_per_s: 25_000.0,
             record_bytes: 1.6 * 1024.0,
             replicas: 3,
+            nodes: None,
             retention_s: DAY_S,
             burst_rate_msgs_per_s: 25_000.0,
             burst_s: 20.0 * 60.0,
@@ -132,6 +140,8 @@ pub enum PlanError {
     AboveLimit { field: &'static str, value: f64, limit: f64 },
     #[error("replicas must be between 1 and {REPLICAS_MAX}, got {0}")]
     Replicas(u32),
+    #[error("nodes must be between replicas ({replicas}) and {NODES_MAX}, got {nodes}")]
+    Nodes { nodes: u32, replicas: u32 },
     #[error("utilization_target must be in (0, 1], got {0}")]
     Utilization(f64),
     #[error("service_cv (coefficient of variation) must be >= 0, got {0}")]
@@ -157,6 +167,18 @@ pub struct Plan {
     /// logical × replicas: what the disks of the cluster write, before log,
     /// index, checksum and compaction amplification.
     pub ingress_replicated_mib_per_s: f64,
+    /// Nodes the plan spreads partitions over ([`PlanInputs::nodes`] resolved).
+    pub nodes: u32,
+    /// What one node's disk writes at the peak produce rate: max(rate, burst
+    /// rate) × record size × replicas ÷ nodes. This node's share of the
+    /// replicated ingress, what `spool-plan host` streams beside its sync probe.
+    pub node_ingress_mib_per_s: f64,
+    /// Messages one node carries at the peak: max(peak produce, peak consume
+    /// rate) × replicas ÷ nodes. Each is an enqueue, a claim and an ack; a
+    /// follower's copy is counted as a whole message (an upper bound: it
+    /// applies the same entries, from one replication stream instead of
+    /// client requests).
+    pub node_msgs_per_s: f64,
     /// Replicated ingress kept for one day.
     pub unreclaimed_tib_per_day: f64,
     /// The same in bytes.
@@ -222,6 +244,11 @@ pub fn plan(inputs: &PlanInputs) -> Result<Plan, PlanError> {
     let partitions_for_consume = whole_count(consume_peak / inputs.partition_consume_msgs_per_s)?;
     let partitions = partitions_for_produce.max(partitions_for_consume);
 
+    let nodes = inputs.nodes.unwrap_or(inputs.replicas);
+    let node_share = replicas / f64::from(nodes);
+    let node_ingress_mib_per_s = produce_peak * inputs.record_bytes * node_share / MIB_BYTES;
+    let node_msgs_per_s = produce_peak.max(consume_peak) * node_share;
+
     // With `rate` taken as sustained for the whole window, the backlog's records
     // lie inside the retention window whenever it is longer than the backlog's
     // age, so the two are not added: the larger one is what must fit.
@@ -246,6 +273,9 @@ pub fn plan(inputs: &PlanInputs) -> Result<Plan, PlanError> {
     let plan = Plan {
         ingress_logical_mib_per_s: ingress_bytes_per_s / MIB_BYTES,
         ingress_replicated_mib_per_s: ingress_bytes_per_s * replicas / MIB_BYTES,
+        nodes,
+        node_ingress_mib_per_s,
+        node_msgs_per_s,
         unreclaimed_tib_per_day: unreclaimed_bytes_per_day / TIB_BYTES,
         unreclaimed_bytes_per_day,
         retained_bytes,
@@ -271,6 +301,8 @@ impl Plan {
         for value in [
             self.ingress_logical_mib_per_s,
             self.ingress_replicated_mib_per_s,
+            self.node_ingress_mib_per_s,
+            self.node_msgs_per_s,
             self.unreclaimed_bytes_per_day,
             self.retained_bytes,
             self.backlog_msgs,
@@ -347,6 +379,11 @@ fn validate(inputs: &PlanInputs) -> Result<(), PlanError> {
 
     if inputs.replicas == 0 || inputs.replicas > REPLICAS_MAX {
         return Err(PlanError::Replicas(inputs.replicas));
+    }
+    if let Some(nodes) = inputs.nodes {
+        if nodes < inputs.replicas || nodes > NODES_MAX {
+            return Err(PlanError::Nodes { nodes, replicas: inputs.replicas });
+        }
     }
     if !(inputs.utilization_target > 0.0 && inputs.utilization_target <= 1.0) {
         return Err(PlanError::Utilization(inputs.utilization_target));

@@ -5,7 +5,9 @@
 //! JSON output would lack, so scripts and people see the same numbers.
 
 use crate::host::{ApplyHow, Check, HostReport};
+use crate::measure::{Probe, SyncProbe, WriteMode};
 use crate::plan::{Plan, PlanInputs, MIB_BYTES};
+use crate::verdict::{Carries, ModelCheck, Status};
 
 /// One table line.
 #[derive(Debug, Clone, PartialEq)]
@@ -81,6 +83,7 @@ pub fn plan_sections(inputs: &PlanInputs, plan: &Plan) -> Vec<Section> {
                 Row::new("rate", grouped(inputs.rate_msgs_per_s, 0), "msgs/s"),
                 Row::new("record size", grouped(inputs.record_bytes, 1), "bytes"),
                 Row::new("replicas", inputs.replicas.to_string(), ""),
+                Row::new("nodes", plan.nodes.to_string(), ""),
                 Row::new("retention", grouped(inputs.retention_s, 0), "s"),
                 Row::new(
                     "burst",
@@ -132,6 +135,8 @@ pub fn plan_sections(inputs: &PlanInputs, plan: &Plan) -> Vec<Section> {
                     grouped(plan.ingress_replicated_mib_per_s, 2),
                     "MiB/s",
                 ),
+                Row::new("ingress per node", grouped(plan.node_ingress_mib_per_s, 2), "MiB/s"),
+                Row::new("messages per node (peak)", grouped(plan.node_msgs_per_s, 0), "msgs/s"),
                 Row::new(
                     "unreclaimed per day (replicated)",
                     grouped(plan.unreclaimed_tib_per_day, 2),
@@ -293,6 +298,112 @@ pub fn render_host(report: &HostReport) -> String {
         for path in &change.paths {
             out.push_str(&format!("    write: {path}\n"));
         }
+    }
+    out
+}
+
+/// The measured limits beside the model's need, then the verdict, one line per check.
+pub fn render_model(model: &ModelCheck) -> String {
+    fn probe<T>(probe: &Probe<T>, show: impl Fn(&T) -> String) -> String {
+        match probe {
+            Probe::Measured { value } => show(value),
+            Probe::Skipped { reason } => format!("skipped ({reason})"),
+            Probe::Failed { reason } => format!("failed ({reason})"),
+        }
+    }
+    let sync = |sync: &SyncProbe| {
+        let mode = match sync.mode {
+            WriteMode::Direct => "O_DIRECT",
+            WriteMode::Buffered => "buffered",
+        };
+        format!(
+            "p50 {:.2} / p99 {:.2} / max {:.2} ms ({} syncs, {mode})",
+            sync.latency.p50_us / 1000.0,
+            sync.latency.p99_us / 1000.0,
+            sync.latency.max_us / 1000.0,
+            sync.latency.samples
+        )
+    };
+    let need = &model.need;
+    let measurements = &model.measurements;
+    let rows = vec![
+        Row::new(
+            "node's share (nodes, replicas)",
+            format!(
+                "{} MiB/s, {} msgs/s ({}, {})",
+                grouped(need.node_ingress_bytes_per_s / MIB_BYTES, 2),
+                grouped(need.node_msgs_per_s, 0),
+                need.nodes,
+                need.replicas
+            ),
+            "",
+        ),
+        Row::new("sync the model sizes for", format!("{} ms", need.sync_slow_ms), ""),
+        Row::new("4 KiB write+fdatasync alone", probe(&measurements.sync_alone, sync), ""),
+        Row::new("the same beside the writer", probe(&measurements.sync_beside_writer, sync), ""),
+        Row::new(
+            "writer",
+            probe(&measurements.writer, |writer| {
+                format!(
+                    "{} of {} MiB/s",
+                    grouped(writer.achieved_bytes_per_s / MIB_BYTES, 1),
+                    grouped(writer.target_bytes_per_s / MIB_BYTES, 1)
+                )
+            }),
+            "",
+        ),
+        Row::new(
+            "broker CPU per message",
+            probe(&measurements.cpu, |cpu| {
+                format!(
+                    "{:.1} us (client {:.1} us) at {} msgs/s for {} s, {} shards, {} msgs",
+                    cpu.broker_cpu_us_per_msg,
+                    cpu.client_cpu_us_per_msg,
+                    grouped(cpu.rate_msgs_per_s as f64, 0),
+                    cpu.seconds,
+                    cpu.shards,
+                    grouped(cpu.enqueued as f64, 0)
+                )
+            }),
+            "",
+        ),
+        Row::new(
+            "broker msgs/s, all CPUs / at headroom",
+            match (
+                model.limits.broker_msgs_per_s_saturated,
+                model.limits.broker_msgs_per_s_at_headroom,
+            ) {
+                (Some(all), Some(headroom)) => {
+                    format!("{} / {}", grouped(all, 0), grouped(headroom, 0))
+                }
+                _ => "unknown".to_owned(),
+            },
+            "",
+        ),
+    ];
+    let title = format!("model on this host (probes in {})", measurements.dir);
+    let mut out = render_aligned(&[Section { title, rows }], ValueAlign::Left);
+    let verdict = &model.verdict;
+    let answer = match verdict.carries {
+        Carries::Yes => "yes",
+        Carries::No => "NO",
+        Carries::Unknown => "unknown",
+    };
+    out.push_str(&format!("\ncarries the model: {answer}\n"));
+    for check in &verdict.checks {
+        let status = match check.status {
+            Status::Pass => "pass",
+            Status::Fail => "FAIL",
+            Status::Unknown => "unknown",
+        };
+        out.push_str(&format!("  [{status}] {}\n", check.detail));
+    }
+    for note in [&measurements.sync_alone, &measurements.sync_beside_writer]
+        .into_iter()
+        .filter_map(|probe| probe.value().and_then(|sync| sync.note.clone()))
+        .take(1)
+    {
+        out.push_str(&format!("  note: {note}\n"));
     }
     out
 }

@@ -98,7 +98,8 @@ fn invalid_inputs_exit_2() {
 fn host_json_runs_here() {
     let dir = tempfile::tempdir().unwrap();
     let data_dir = dir.path().join("not-created-yet");
-    let output = spool_plan(&["host", "--json", "--data-dir", data_dir.to_str().unwrap()]);
+    let output =
+        spool_plan(&["host", "--json", "--no-measure", "--data-dir", data_dir.to_str().unwrap()]);
     assert!(output.status.success(), "{output:?}");
     let value: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
     let host = &value["host"];
@@ -112,4 +113,61 @@ fn host_json_runs_here() {
     assert_eq!(host["disk"]["needed_bytes"].as_f64().unwrap(), expected_need);
     assert!(host["changes"].is_array());
     assert!(value["applied"].is_null());
+    assert!(value["model"].is_null());
+}
+
+// Goal: `host` measures by default, briefly when told, in a directory it
+// removes; without spoold and spool-bench the CPU probe is a skip and the
+// verdict cannot be "yes". Method: 0.2 s probes, an empty --bin-dir.
+#[test]
+fn host_measures_briefly_and_skips_cpu_without_binaries() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin_dir = tempfile::tempdir().unwrap();
+    let output = spool_plan(&[
+        "host",
+        "--json",
+        "--measure-seconds",
+        "0.2",
+        "--rate",
+        "2000",
+        "--burst-rate",
+        "2000",
+        "--burst-consumer-rate",
+        "1500",
+        "--drain-ingress-rate",
+        "1000",
+        "--drain-consumer-rate",
+        "1800",
+        "--bin-dir",
+        bin_dir.path().to_str().unwrap(),
+        "--data-dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{output:?}");
+    let value: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
+    let model = &value["model"];
+    let measurements = &model["measurements"];
+    for probe in ["sync_alone", "sync_beside_writer", "writer"] {
+        assert_eq!(measurements[probe]["status"], "measured", "{probe}: {model}");
+    }
+    let latency = &measurements["sync_beside_writer"]["value"]["latency"];
+    let (p50, p99, max) = (
+        latency["p50_us"].as_f64().unwrap(),
+        latency["p99_us"].as_f64().unwrap(),
+        latency["max_us"].as_f64().unwrap(),
+    );
+    assert!(p50 > 0.0 && p50 <= p99 && p99 <= max, "{latency}");
+    // 2,000 msgs/s × 1,638.4 B × 3 replicas / 3 nodes.
+    let target = measurements["writer"]["value"]["target_bytes_per_s"].as_f64().unwrap();
+    assert!((target - 3_276_800.0).abs() < 1e-6, "{target}");
+    assert_eq!(measurements["cpu"]["status"], "skipped");
+    assert!(measurements["cpu"]["reason"].as_str().unwrap().contains("not found"));
+    let carries = model["verdict"]["carries"].as_str().unwrap();
+    assert!(carries == "unknown" || carries == "no", "{carries}");
+    assert_eq!(model["verdict"]["checks"][2]["status"], "unknown");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "probe files left behind");
+
+    let output = spool_plan(&["host", "--measure-seconds", "61"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8(output.stderr).unwrap().contains("--measure-seconds 61"));
 }

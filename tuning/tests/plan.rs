@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
 use proptest::prelude::*;
-use spool_tuning::plan::{DAY_S, MIB_BYTES, TIB_BYTES};
+use spool_tuning::plan::{DAY_S, MIB_BYTES, NODES_MAX, TIB_BYTES};
 use spool_tuning::{plan, PlanError, PlanInputs};
 
 fn close(actual: f64, expected: f64, relative: f64) -> bool {
@@ -148,6 +148,26 @@ fn inputs_json_round_trip_and_defaults() {
     let partial: PlanInputs = serde_json::from_str(r#"{"replicas": 5}"#).unwrap();
     assert_eq!(partial, PlanInputs { replicas: 5, ..PlanInputs::default() });
     assert!(serde_json::from_str::<PlanInputs>(r#"{"replica": 5}"#).is_err());
+}
+
+// Goal: a node's share is the replicated load spread over the nodes: the
+// model's 3 replicas on 3 nodes give each node the whole logical ingress
+// (39.06 MiB/s, 25,000 msgs/s); 6 nodes halve it; fewer nodes than replicas
+// is refused. Method: the defaults, then `nodes` set.
+#[test]
+fn node_share_spreads_replicas_over_nodes() {
+    let inputs = PlanInputs::default();
+    let model = plan(&inputs).unwrap();
+    assert_eq!(model.nodes, 3);
+    assert!(close(model.node_ingress_mib_per_s, 39.0625, 1e-12));
+    assert_eq!(model.node_msgs_per_s, 25_000.0);
+    let six = plan(&PlanInputs { nodes: Some(6), ..inputs.clone() }).unwrap();
+    assert!(close(six.node_ingress_mib_per_s, 39.0625 / 2.0, 1e-12));
+    assert_eq!(six.node_msgs_per_s, 12_500.0);
+    let two = PlanInputs { nodes: Some(2), ..inputs.clone() };
+    assert_eq!(plan(&two), Err(PlanError::Nodes { nodes: 2, replicas: 3 }));
+    let many = PlanInputs { nodes: Some(NODES_MAX + 1), ..inputs };
+    assert!(matches!(plan(&many), Err(PlanError::Nodes { .. })));
 }
 
 fn valid_inputs() -> impl Strategy<Value = PlanInputs> {
