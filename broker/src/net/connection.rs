@@ -181,6 +181,11 @@ pub struct Connection {
     /// The shard's consumer pace: holds this connection's enqueues while
     /// the shard's consumers are behind.
     pace: Rc<Pace>,
+    /// This connection has claimed: it carries a consumer, and the pace
+    /// never holds its frames (a held enqueue at the front of its buffer
+    /// would hold its claims and acks behind it, slowing the very consumer
+    /// the pace waits for).
+    claims_seen: std::cell::Cell<bool>,
     /// Bytes of responses produced and not yet written to the socket.
     response_bytes: std::cell::Cell<usize>,
     /// Most `response_bytes` ever held.
@@ -237,6 +242,7 @@ impl Connection {
             rejections,
             admission: Admission::of_this_shard(),
             pace: Pace::of_this_shard(),
+            claims_seen: std::cell::Cell::new(false),
             response_bytes: std::cell::Cell::new(0),
             response_bytes_peak: std::cell::Cell::new(0),
             response_drained: std::cell::RefCell::new(None),
@@ -357,6 +363,17 @@ impl Connection {
     /// The shard's consumer pace (shared by its connections).
     pub fn pace(&self) -> &Rc<Pace> {
         &self.pace
+    }
+
+    /// Records that this connection claimed: from now on it carries a
+    /// consumer and the pace lets its enqueues go unheld.
+    pub fn note_claim(&self) {
+        self.claims_seen.set(true);
+    }
+
+    /// Whether this connection ever claimed ([`Self::note_claim`]).
+    pub fn carries_consumer(&self) -> bool {
+        self.claims_seen.get()
     }
 }
 
@@ -701,6 +718,7 @@ where
             }
             if !pace_granted
                 && limits.pace_percent > 0
+                && !connection.carries_consumer()
                 && handler.is_intake(&buffer[consumed..filled])
             {
                 let now = crate::clock::instant_now();

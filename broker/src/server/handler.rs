@@ -813,6 +813,7 @@ impl SpoolHandler {
             // Claims borrow record bytes from the partition's reply.
             match self.claim(claim, correlation_id, connection, &grants, &mut timed).await {
                 Ok(claimed) => {
+                    connection.note_claim();
                     if pace_percent > 0 {
                         let now = crate::clock::instant_now();
                         connection.pace().claimed(now, claim.credits, claimed.len(), pace_percent);

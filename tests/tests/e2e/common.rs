@@ -8,6 +8,8 @@ use std::time::Duration;
 use spool_client::spool_wire::batch::MessageId;
 use spool_client::spool_wire::proto::{PartitionId, WorkerId};
 use spool_client::{partition_for_key, ClaimOptions, Client, Delivery};
+use spool_tests::admin::{http_get, Exposition};
+use spool_tests::Spoold;
 
 /// Unix ms now, comparable with the broker's lease deadlines (same host).
 #[allow(clippy::disallowed_methods)]
@@ -100,4 +102,11 @@ where
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// `name` summed over the shards (`/metrics`).
+pub fn metric_sum(broker: &Spoold, name: &str) -> f64 {
+    let answer = tokio::task::block_in_place(|| http_get(&broker.admin_addr(), "/metrics"));
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    Exposition::parse(&answer.body).unwrap().sum(name)
 }

@@ -8,17 +8,9 @@
 use std::time::Duration;
 
 use spool_client::{Admin, ClaimOptions, Delivery, Message, PayloadView, Producer, ProducerConfig};
-use spool_tests::admin::{http_get, Exposition};
 use spool_tests::{test_queue_config, Spoold, SpooldOptions};
 
-use crate::common::key_for;
-
-/// `name` summed over the shards (`/metrics`).
-fn metric_sum(broker: &Spoold, name: &str) -> f64 {
-    let answer = tokio::task::block_in_place(|| http_get(&broker.admin_addr(), "/metrics"));
-    assert_eq!(answer.status, 200, "{}", answer.body);
-    Exposition::parse(&answer.body).unwrap().sum(name)
-}
+use crate::common::{key_for, metric_sum};
 
 fn payload_len(delivery: &Delivery) -> usize {
     match delivery.payload() {

@@ -17,6 +17,8 @@
 //!   partitions' messages, long-polls, oldest first; its wire refusals; cancel.
 //! - `lagging`: a consumer behind the commit cache over 100 partitions
 //!   reads the shard's journal about once, not once per partition.
+//! - `pace`: a saturating producer is held to its consumers' pace; a burst
+//!   alone, the pace turned off, or a connection that also claims never is.
 //! - `lease`: the lease trace over the network (expiry, generation, stale ack).
 //! - `routing`: `NOT_OWNER` on the wrong shard and the client following it.
 //! - `load`: 2 producers, 4 consumers, exactly-once acks of every message.
@@ -43,6 +45,7 @@ mod lease;
 mod load;
 mod memory;
 mod ops;
+mod pace;
 mod restart;
 mod routing;
 mod scale;

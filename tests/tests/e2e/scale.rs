@@ -8,10 +8,9 @@ use std::path::Path;
 use spool_client::spool_wire::proto::PartitionId;
 use spool_client::spool_wire::ErrorCode;
 use spool_client::{Admin, Delivery, Message, Producer, ProducerConfig};
-use spool_tests::admin::{http_get, Exposition};
 use spool_tests::{test_queue_config, Spoold, SpooldOptions};
 
-use crate::common::{claim_options, key_for, message_id};
+use crate::common::{claim_options, key_for, message_id, metric_sum};
 
 const PARTITIONS: u32 = 256;
 const KIB: u64 = 1024;
@@ -121,13 +120,6 @@ async fn partition_limits_are_typed_errors_end_to_end() {
 const WIDE_PARTITIONS: u32 = 2_000;
 /// Partitions of it that are used after the create and after the restart.
 const USED: [u32; 4] = [0, 1, 999, 1_999];
-
-/// `name` summed over the shards (`/metrics`).
-fn metric_sum(broker: &Spoold, name: &str) -> f64 {
-    let answer = tokio::task::block_in_place(|| http_get(&broker.admin_addr(), "/metrics"));
-    assert_eq!(answer.status, 200, "{}", answer.body);
-    Exposition::parse(&answer.body).unwrap().sum(name)
-}
 
 /// fdatasyncs the shards made since the broker started.
 fn fdatasyncs(broker: &Spoold) -> f64 {
