@@ -22,6 +22,9 @@
 //!   progress bar and an SVG [`plot`]. [`harness`] starts and stops the
 //!   `spoold` these and `throughput` run against.
 //!
+//! - [`redis_streams`]: the peer, Redis Streams (XADD / XREADGROUP /
+//!   XACK over the [`resp`] codec) driven with `throughput`'s shape, for
+//!   side-by-side runs in one sitting (`bench/scripts/peer.sh`).
 //! - [`rss`]: the started `spoold`'s resident memory at each of a series of
 //!   backlogs, after the drain, and after a settle period.
 //!
@@ -51,6 +54,8 @@ pub mod omb;
 pub mod pinned;
 pub mod plot;
 pub mod recovery;
+pub mod redis_streams;
+pub mod resp;
 pub mod rss;
 pub mod security;
 pub mod sends;

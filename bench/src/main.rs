@@ -20,6 +20,7 @@ use spool_bench::load::{self, BrokerConfig, LoadConfig, LoadError, Phase, PhaseE
 use spool_bench::log_append::{self, LogAppendConfig};
 use spool_bench::omb::{self, OmbConfig, OmbError};
 use spool_bench::recovery::{self, RecoveryConfig};
+use spool_bench::redis_streams::{self, RedisLoad, RedisStreamsError};
 use spool_bench::rss::{self, RssConfig, RssError};
 use spool_bench::state_memory::{self, StateMemoryConfig};
 use spool_bench::throughput::{self, ThroughputConfig, ThroughputError, ThroughputLoad};
@@ -50,6 +51,8 @@ enum Failure {
     Idle(#[from] IdleError),
     #[error("omb: {0}")]
     Omb(#[from] OmbError),
+    #[error("redis-streams: {0}")]
+    RedisStreams(#[from] RedisStreamsError),
     #[error("cannot encode the report: {0}")]
     Report(#[from] serde_json::Error),
 }
@@ -83,6 +86,8 @@ enum Command {
     Rss(RssArgs),
     /// The started spoold's CPU and wake-ups per second with a queue and no traffic.
     Idle(IdleArgs),
+    /// The peer: Redis Streams (XADD / XREADGROUP / XACK) with throughput's load shape.
+    RedisStreams(RedisLoad),
 }
 
 #[derive(Debug, Args)]
@@ -495,6 +500,9 @@ fn main() -> ExitCode {
         Command::Hostile(args) => hostile(&args),
         Command::Rss(args) => rss_run(&args),
         Command::Idle(args) => idle_run(&args),
+        Command::RedisStreams(load) => {
+            redis_streams::run(&load).map_err(Failure::from).and_then(to_json)
+        }
     };
     report_result(report)
 }

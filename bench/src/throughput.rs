@@ -125,6 +125,7 @@ pub struct ThroughputLoad {
     /// Payload bytes per message (the first 8 carry the send time).
     #[arg(long, default_value_t = 1024)]
     pub msg_bytes: u64,
+    /// Producers; 0 only drains what an earlier run left in `--queue`.
     #[arg(long, default_value_t = 2)]
     pub producers: u64,
     #[arg(long, default_value_t = 2)]
@@ -263,11 +264,14 @@ impl ThroughputConfig {
             TIMESTAMP_BYTES as u64,
             PAYLOAD_INLINE_BYTES_MAX as u64,
         )?;
-        check("producers", self.load.producers, 1, PRODUCERS_MAX.into())?;
+        check("producers", self.load.producers, 0, PRODUCERS_MAX.into())?;
         check("consumers", self.load.consumers, 0, CONSUMERS_MAX.into())?;
+        // No producers drains a backlog an earlier run left in `--queue`.
+        check("producers + consumers", self.load.producers + self.load.consumers, 1, u64::MAX)?;
         check("slots", self.load.slots, 1, CONSUMER_SLOTS_MAX.into())?;
         check("window", self.load.window, 1, WINDOW_MAX.into())?;
         if let Some(rate) = self.load.rate {
+            check("producers (with --rate)", self.load.producers, 1, PRODUCERS_MAX.into())?;
             check("rate", rate, self.load.producers, RATE_MAX)?;
         }
         if let Some(partitions) = self.partitions {
@@ -335,6 +339,9 @@ fn tune_malloc() {
 struct Recorder {
     /// Zero of the payload timestamps.
     base: Instant,
+    /// Whether deliveries carry this process's send times (it has
+    /// producers); a backlog another run left gives no end-to-end samples.
+    timed: bool,
     /// Samples count only while set (the window).
     measuring: AtomicBool,
     /// Producers stop submitting once set.
@@ -350,11 +357,12 @@ struct Recorder {
 }
 
 impl Recorder {
-    fn new() -> Result<Self, ThroughputError> {
+    fn new(timed: bool) -> Result<Self, ThroughputError> {
         let latency =
             || Latency::new().map_err(|error| ThroughputError::Histogram(error.to_string()));
         Ok(Self {
             base: instant_now(),
+            timed,
             measuring: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
             enqueued: AtomicU64::new(0),
@@ -418,6 +426,9 @@ impl Recorder {
 
     /// A handler started on `delivery`.
     fn delivered(&self, delivery: &Delivery) {
+        if !self.timed {
+            return;
+        }
         match sends::sent_ns(delivery) {
             Some(sent_ns) => {
                 if self.measuring.load(Ordering::Acquire) {
@@ -560,7 +571,7 @@ impl Run<'_> {
             u32::try_from(admin.client().partitions(&queue).await?.len()).unwrap_or(u32::MAX);
         let metadata_rtt_us = self.metadata_rtt(&queue).await?;
 
-        let recorder = Arc::new(Recorder::new()?);
+        let recorder = Arc::new(Recorder::new(config.load.producers > 0)?);
         let mut consumers = Vec::new();
         for _ in 0..config.load.consumers {
             let client = self.connect().await?;
@@ -777,7 +788,15 @@ mod tests {
         type Mutate = fn(&mut ThroughputConfig);
         let cases: Vec<(&str, Mutate)> = vec![
             ("msg_bytes", |c| c.load.msg_bytes = 7),
-            ("producers", |c| c.load.producers = 0),
+            ("producers", |c| c.load.producers = u64::from(PRODUCERS_MAX) + 1),
+            ("producers + consumers", |c| {
+                c.load.producers = 0;
+                c.load.consumers = 0;
+            }),
+            ("producers (with --rate)", |c| {
+                c.load.producers = 0;
+                c.load.rate = Some(5_000);
+            }),
             ("slots", |c| c.load.slots = u64::from(CONSUMER_SLOTS_MAX) + 1),
             ("window", |c| c.load.window = 0),
             ("rate", |c| c.load.rate = Some(1)),
