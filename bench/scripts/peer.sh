@@ -18,10 +18,12 @@
 # average. spoold runs with its defaults (one shard per core; the queue has
 # 4 partitions); redis-server 7 single-threaded. Needs redis-server
 # (`apt-get install redis-server`). BINDIR holds spoold, spool and
-# spool-bench (default target/release).
+# spool-bench (default target/release). PEERS="spool" (or "redis") runs
+# one side only.
 set -euo pipefail
 BIN=${1:-$(cd "$(dirname "$0")/../.." && pwd)/target/release}
 SECONDS_PER_PHASE=${2:-20}
+PEERS=${PEERS:-spool redis}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/spool-peer.XXXX")
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
 ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
@@ -94,6 +96,7 @@ PY
 
 echo "| phase   | peer  | enqueue/s | consume/s | ratio | enq p99 ms | e2e p99 ms | CPU-s | load 1m |"
 echo "|---|---|---|---|---|---|---|---|---|"
+if [[ " $PEERS " == *" spool "* ]]; then
 start_spoold
 fresh_queue
 phase produce spool --consumers 0
@@ -105,7 +108,9 @@ phase rate5k spool --rate 5000
 fresh_queue
 phase rate25k spool --rate 25000
 stop
+fi
 
+if [[ " $PEERS " == *" redis "* ]]; then
 start_redis
 phase produce redis --fresh --consumers 0
 phase drain redis --producers 0
@@ -113,3 +118,4 @@ phase mixed redis --fresh
 phase rate5k redis --fresh --rate 5000
 phase rate25k redis --fresh --rate 25000
 stop
+fi
