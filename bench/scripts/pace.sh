@@ -16,23 +16,7 @@ ROUNDS=${1:?rounds}; shift
 BIN=${BINDIR:-$(cd "$(dirname "$0")/../.." && pwd)/target/release}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/spool-pace.XXXX")
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
-ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
-port() { echo $((20000 + RANDOM % 20000)); }
-load() { cut -d' ' -f1-3 /proc/loadavg; }
-
-start_spoold() {
-    rm -rf "$WORK/data"
-    PORT=$(port); APORT=$((PORT + 10))
-    "$1" --data-dir "$WORK/data" --listen "127.0.0.1:$PORT" \
-        --admin-listen "127.0.0.1:$APORT" > "$WORK/spoold.log" 2>&1 &
-    SP=$!
-    for _ in $(seq 100); do
-        curl -sf "127.0.0.1:$APORT/metrics" > /dev/null && return 0
-        sleep 0.1
-    done
-    echo "spoold did not start" >&2; cat "$WORK/spoold.log" >&2; exit 1
-}
-stop_spoold() { kill "$SP"; wait "$SP" 2>/dev/null || true; }
+. "$(dirname "$0")/lib.sh"
 bench() { "$BIN/spool-bench" throughput --addr "127.0.0.1:$PORT" --partitions 4 --warmup-ms 0 "$@"; }
 
 closed_loop() {

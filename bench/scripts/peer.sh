@@ -26,39 +26,22 @@ SECONDS_PER_PHASE=${2:-20}
 PEERS=${PEERS:-spool redis}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/spool-peer.XXXX")
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
-ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
-port() { echo $((20000 + RANDOM % 20000)); }
-load() { cut -d' ' -f1 /proc/loadavg; }
+. "$(dirname "$0")/lib.sh"
 HZ=$(getconf CLK_TCK)
 command -v redis-server > /dev/null || { echo "redis-server not found" >&2; exit 2; }
-
-start_spoold() {
-    rm -rf "$WORK/spool"
-    PORT=$(port); APORT=$((PORT + 10))
-    "$BIN/spoold" --data-dir "$WORK/spool" --listen "127.0.0.1:$PORT" \
-        --admin-listen "127.0.0.1:$APORT" > "$WORK/spoold.log" 2>&1 &
-    PID=$!
-    for _ in $(seq 100); do
-        curl -sf "127.0.0.1:$APORT/metrics" > /dev/null && return 0
-        sleep 0.1
-    done
-    echo "spoold did not start" >&2; cat "$WORK/spoold.log" >&2; exit 1
-}
 
 start_redis() {
     rm -rf "$WORK/redis"; mkdir -p "$WORK/redis"
     RPORT=$(port)
     redis-server --port "$RPORT" --bind 127.0.0.1 --dir "$WORK/redis" --save "" \
         --appendonly yes --appendfsync always --daemonize no > "$WORK/redis.log" 2>&1 &
-    PID=$!
+    SP=$!
     for _ in $(seq 100); do
         redis-cli -p "$RPORT" ping > /dev/null 2>&1 && return 0
         sleep 0.1
     done
     echo "redis-server did not start" >&2; cat "$WORK/redis.log" >&2; exit 1
 }
-
-stop() { kill "$PID"; wait "$PID" 2>/dev/null || true; }
 
 fresh_queue() {
     "$BIN/spool" --addr "127.0.0.1:$PORT" queue delete peer --yes > /dev/null 2>&1 || true
@@ -69,7 +52,7 @@ fresh_queue() {
 phase() {
     local name=$1 broker=$2; shift 2
     local t0 t1 l0
-    l0=$(load); t0=$(ticks "$PID")
+    l0=$(load | cut -d" " -f1); t0=$(ticks "$SP")
     if [[ $broker == spool ]]; then
         "$BIN/spool-bench" throughput --addr "127.0.0.1:$PORT" --queue peer --window 256 \
             --slots 64 --claims-in-flight 1 --warmup-ms 2000 --seconds "$SECONDS_PER_PHASE" \
@@ -78,8 +61,8 @@ phase() {
         "$BIN/spool-bench" redis-streams --addr "127.0.0.1:$RPORT" --stream peer --window 256 \
             --count 64 --warmup-ms 2000 --seconds "$SECONDS_PER_PHASE" "$@" > "$WORK/out.json"
     fi
-    t1=$(ticks "$PID")
-    python3 - "$WORK/out.json" "$name" "$broker" "$(( t1 - t0 ))" "$HZ" "$l0" "$(load)" <<'PY'
+    t1=$(ticks "$SP")
+    python3 - "$WORK/out.json" "$name" "$broker" "$(( t1 - t0 ))" "$HZ" "$l0" "$(load | cut -d" " -f1)" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1])); name, broker = sys.argv[2], sys.argv[3]
 cpu = int(sys.argv[4]) / int(sys.argv[5])
@@ -97,7 +80,7 @@ PY
 echo "| phase   | peer  | enqueue/s | consume/s | ratio | enq p99 ms | e2e p99 ms | CPU-s | load 1m |"
 echo "|---|---|---|---|---|---|---|---|---|"
 if [[ " $PEERS " == *" spool "* ]]; then
-start_spoold
+start_spoold "$BIN/spoold"
 fresh_queue
 phase produce spool --consumers 0
 phase drain spool --producers 0
@@ -107,7 +90,7 @@ fresh_queue
 phase rate5k spool --rate 5000
 fresh_queue
 phase rate25k spool --rate 25000
-stop
+stop_spoold
 fi
 
 if [[ " $PEERS " == *" redis "* ]]; then
@@ -117,5 +100,5 @@ phase drain redis --producers 0
 phase mixed redis --fresh
 phase rate5k redis --fresh --rate 5000
 phase rate25k redis --fresh --rate 25000
-stop
+stop_spoold  # SP is redis-server here
 fi

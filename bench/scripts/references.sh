@@ -20,23 +20,7 @@ BIN=${1:-$(cd "$(dirname "$0")/../.." && pwd)/target/release}
 ROUNDS=${2:-3}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/spool-refs.XXXX")
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
-ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
-port() { echo $((20000 + RANDOM % 20000)); }
-
-# spoold on a fresh directory; sets SP (pid), PORT, APORT.
-start_spoold() {
-    rm -rf "$WORK/data"
-    PORT=$(port); APORT=$((PORT + 10))
-    "$BIN/spoold" --data-dir "$WORK/data" --listen "127.0.0.1:$PORT" \
-        --admin-listen "127.0.0.1:$APORT" > "$WORK/spoold.log" 2>&1 &
-    SP=$!
-    for _ in $(seq 100); do
-        curl -sf "127.0.0.1:$APORT/metrics" > /dev/null && return 0
-        sleep 0.1
-    done
-    echo "spoold did not start" >&2; cat "$WORK/spoold.log" >&2; exit 1
-}
-stop_spoold() { kill "$SP"; wait "$SP" 2>/dev/null || true; }
+. "$(dirname "$0")/lib.sh"
 bench() { "$BIN/spool-bench" throughput --addr "127.0.0.1:$PORT" --partitions 4 --warmup-ms 0 "$@"; }
 
 fio_sync() {
@@ -90,7 +74,7 @@ threads() {
 
 rate_run() {
     local rate=$1
-    start_spoold
+    start_spoold "$BIN/spoold"
     local t0 s0; t0=$(ticks "$SP"); s0=$(threads)
     bench --rate "$rate" --seconds 10 > "$WORK/rate.json" 2> /dev/null
     local t1 s1; t1=$(ticks "$SP"); s1=$(threads)
@@ -113,7 +97,7 @@ PY
 }
 
 alone() {
-    start_spoold
+    start_spoold "$BIN/spoold"
     "$BIN/spool" queue create q --addr "127.0.0.1:$PORT" --partitions 4 > /dev/null
     local t0 t1 t2
     t0=$(ticks "$SP")
@@ -137,7 +121,7 @@ PY
 }
 
 closed_loop() {
-    start_spoold
+    start_spoold "$BIN/spoold"
     (sleep 9; curl -s "127.0.0.1:$APORT/metrics" > "$WORK/metrics") &
     local scrape=$!
     bench --seconds 10 > "$WORK/closed.json" 2> /dev/null
