@@ -41,6 +41,7 @@ mod partition;
 mod prepare;
 mod read;
 mod recovery;
+mod replicate;
 mod retention;
 mod route;
 

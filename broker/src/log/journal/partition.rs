@@ -32,8 +32,8 @@ use spool_wire::proto::{Offset, PartitionId};
 
 use super::appender::{EntryMeta, Journal};
 use super::config::JournalConfig;
-use super::entry::{Marker, ENTRY_HEADER_BYTES};
-use super::entry_log::{Cancelled, EntryLog, LogMode};
+use super::entry::ENTRY_HEADER_BYTES;
+use super::entry_log::{EntryLog, LogMode};
 use super::error::{JournalDamage, JournalError};
 use super::handles::{HandleTarget, HandlesTable};
 use super::layout::journal_file_path;
@@ -269,27 +269,27 @@ struct Relocating {
 }
 
 /// A data append whose commit is not yet known durable.
-struct PendingData {
-    first_offset: u64,
+pub(super) struct PendingData {
+    pub(super) first_offset: u64,
     record_count: u32,
     batch_len: u32,
     ticket: JournalTicket,
 }
 
-struct PartitionState {
-    next_offset: u64,
-    start_offset: u64,
+pub(super) struct PartitionState {
+    pub(super) next_offset: u64,
+    pub(super) start_offset: u64,
     /// Durable data entries, by first offset.
-    index: Vec<JournalIndexEntry>,
+    pub(super) index: Vec<JournalIndexEntry>,
     /// Data appends not yet durable, in append (and so journal) order.
-    pending: VecDeque<PendingData>,
+    pub(super) pending: VecDeque<PendingData>,
     /// Relocated copies not yet known durable (`docs/design/shard-journal.md`
     /// §6).
     relocating: Vec<Relocating>,
     /// The entries recovery routed here, kept (positions only) until
     /// [`JournalPartition::finish_replay`].
     replay: Vec<RoutedEntry>,
-    closed: bool,
+    pub(super) closed: bool,
     /// The newest data append's ticket.
     last_data: Option<JournalTicket>,
     /// The newest control append's ticket and entry length.
@@ -303,19 +303,19 @@ struct PartitionState {
     appended_bytes: u64,
     /// Entry indexes, terms and the committed index
     /// (`docs/design/shard-journal.md` §14).
-    log: EntryLog<JournalTicket>,
+    pub(super) log: EntryLog<JournalTicket>,
     /// The term this partition's own appends get.
-    term: u64,
+    pub(super) term: u64,
     /// The highest committed index a commit marker was appended for, and
     /// the newest such marker while it is not durable.
-    commit_marked: u64,
-    commit_marker: Option<JournalTicket>,
+    pub(super) commit_marked: u64,
+    pub(super) commit_marker: Option<JournalTicket>,
 }
 
 impl PartitionState {
     /// Moves the appends whose commit is durable into the index, and the
     /// committed index as far as it may go.
-    fn settle(&mut self) {
+    pub(super) fn settle(&mut self) {
         self.log.settle();
         while let Some(front) = self.pending.front() {
             if !matches!(front.ticket.status(), Some(Ok(()))) {
@@ -360,10 +360,10 @@ impl PartitionState {
 
 /// One partition's view of its shard's journal.
 pub struct JournalPartition<S: Storage> {
-    shard: Rc<ShardJournal<S>>,
-    handle: PartitionHandle,
+    pub(super) shard: Rc<ShardJournal<S>>,
+    pub(super) handle: PartitionHandle,
     leader_epoch: u32,
-    state: RefCell<PartitionState>,
+    pub(super) state: RefCell<PartitionState>,
     /// Told once, by [`JournalPartition::close`].
     closed: Notify,
 }
@@ -420,50 +420,8 @@ impl<S: Storage> JournalPartition<S> {
         self.queue(&mut state, &header, meta, bytes, wanted)
     }
 
-    /// Appends `batch` as the entry (`index`, `term`) of this partition's
-    /// log, as a follower appends what its leader sent
-    /// (`docs/design/shard-journal.md` §14.2): the leader's bytes as they
-    /// are (offsets and epoch already stamped, crcs checked), a data
-    /// batch's base offset continuing this partition's offsets exactly.
-    /// `index` must be the next one: a conflicting suffix is cancelled
-    /// first with [`truncate_from`](Self::truncate_from). Durable with the
-    /// shard's group commit, as any append; `wanted: false` lets it ride
-    /// the next cycle someone waits for.
-    ///
-    /// # Errors
-    /// [`JournalError::IndexGap`], [`JournalError::TermBehind`],
-    /// [`JournalError::OffsetMismatch`], [`JournalError::Truncating`],
-    /// [`JournalError::UncommittedFull`], and those of
-    /// [`append`](Self::append). On an error nothing is queued.
-    pub fn append_at(
-        &self,
-        index: u64,
-        term: u64,
-        batch: &[u8],
-        wanted: bool,
-    ) -> Result<JournalAppended, JournalError> {
-        let header = BatchHeader::verify(batch).map_err(JournalError::InvalidBatch)?;
-        check_appendable(&header, batch)?;
-        let mut state = self.state.borrow_mut();
-        if state.closed {
-            return Err(JournalError::Closed);
-        }
-        state.log.settle();
-        state.log.check_append(index, term)?;
-        if header.kind == BatchKind::Data && header.base_offset != state.next_offset {
-            return Err(JournalError::OffsetMismatch {
-                expected: state.next_offset,
-                got: header.base_offset,
-            });
-        }
-        let meta = EntryMeta { entry_index: index, term };
-        let appended = self.queue(&mut state, &header, meta, batch.into(), wanted)?;
-        state.term = state.term.max(term);
-        Ok(appended)
-    }
-
     /// Queues a checked batch as the entry `meta` and records it.
-    fn queue(
+    pub(super) fn queue(
         &self,
         state: &mut PartitionState,
         header: &BatchHeader,
@@ -512,164 +470,11 @@ impl<S: Storage> JournalPartition<S> {
         })
     }
 
-    /// Cancels this partition's log from entry `from` on
-    /// (`docs/design/shard-journal.md` §14.3): waits until every entry of
-    /// that suffix is durable (appends are refused meanwhile with
-    /// [`JournalError::Truncating`]), appends a truncation marker and waits
-    /// for it, then drops the suffix — its data offsets are taken again by
-    /// the next data append. A crash before the marker is durable keeps
-    /// the suffix; after, recovery drops it whatever follows. Returns what
-    /// was cancelled (nothing when `from` is the next index).
-    ///
-    /// # Errors
-    /// [`JournalError::TruncateCommitted`] at or below the committed index
-    /// (or the commit target), [`JournalError::IndexGap`] past the next
-    /// index, [`JournalError::Truncating`], [`JournalError::Closed`], and
-    /// the journal's failure: then nothing was cancelled.
-    pub async fn truncate_from(&self, from: u64) -> Result<Cancelled, JournalError> {
-        let waits = {
-            let mut state = self.state.borrow_mut();
-            if state.closed {
-                return Err(JournalError::Closed);
-            }
-            state.settle();
-            match state.log.begin_truncate(from)? {
-                Some(waits) => waits,
-                None => return Ok(Cancelled { entries: 0, data_from: None }),
-            }
-        };
-        let marked = async {
-            for ticket in &waits {
-                ticket.durable().await?;
-            }
-            let term = self.state.borrow().term;
-            let meta = EntryMeta { entry_index: from, term };
-            let marker =
-                self.shard.journal.append_marker(self.handle, Marker::Truncate, meta, true)?;
-            marker.durable().await
-        };
-        if let Err(error) = marked.await {
-            self.state.borrow_mut().log.abort_truncate();
-            return Err(error);
-        }
-        let mut state = self.state.borrow_mut();
-        let cancelled = state.log.finish_truncate(from);
-        if let Some(data_from) = cancelled.data_from {
-            state.pending.retain(|pending| pending.first_offset < data_from);
-            let cut = state.index.partition_point(|entry| entry.first_offset < data_from);
-            state.index.truncate(cut);
-            state.next_offset = data_from;
-            state.start_offset = state.start_offset.min(data_from);
-        }
-        Ok(cancelled)
-    }
-
-    /// Records that this partition's log is committed up to `index`
-    /// (replicated mode: on a quorum); the committed index follows as far
-    /// as the entries are durable here, and a commit marker carrying it is
-    /// appended (deferred: it rides the next commit) when it moved and no
-    /// earlier marker is still queued. Returns the committed index now.
-    ///
-    /// # Errors
-    /// [`JournalError::NotReplicated`], [`JournalError::CommitPastLog`],
-    /// and those of the journal's append (the index is taken; only its
-    /// marker is not).
-    pub fn set_committed(&self, index: u64) -> Result<u64, JournalError> {
-        let mut state = self.state.borrow_mut();
-        state.log.set_commit_target(index)?;
-        state.settle();
-        let committed = state.log.committed();
-        let marker_queued =
-            state.commit_marker.as_ref().is_some_and(|ticket| ticket.status().is_none());
-        if committed > state.commit_marked && !marker_queued {
-            let meta = EntryMeta { entry_index: committed, term: state.term };
-            let ticket =
-                self.shard.journal.append_marker(self.handle, Marker::Commit, meta, false)?;
-            state.commit_marked = committed;
-            state.commit_marker = Some(ticket);
-        }
-        Ok(committed)
-    }
-
-    /// Makes the committed index durable now: appends a commit marker for
-    /// it (unless one is) and waits for it.
-    ///
-    /// # Errors
-    /// [`JournalError::NotReplicated`] in local mode, and the journal's.
-    pub async fn persist_committed(&self) -> Result<u64, JournalError> {
-        let (committed, ticket) = {
-            let mut state = self.state.borrow_mut();
-            if state.log.mode() != LogMode::Replicated {
-                return Err(JournalError::NotReplicated);
-            }
-            state.settle();
-            let committed = state.log.committed();
-            let queued = state.commit_marker.clone().filter(|_| state.commit_marked == committed);
-            let ticket = match queued {
-                Some(ticket) => Some(ticket),
-                None if committed > state.commit_marked => {
-                    let meta = EntryMeta { entry_index: committed, term: state.term };
-                    let ticket = self.shard.journal.append_marker(
-                        self.handle,
-                        Marker::Commit,
-                        meta,
-                        true,
-                    )?;
-                    state.commit_marked = committed;
-                    state.commit_marker = Some(ticket.clone());
-                    Some(ticket)
-                }
-                None => None,
-            };
-            (committed, ticket)
-        };
-        if let Some(ticket) = ticket {
-            ticket.durable().await?;
-        }
-        Ok(committed)
-    }
-
     /// `read` of the state once what became durable is settled.
-    fn settled<R>(&self, read: impl FnOnce(&PartitionState) -> R) -> R {
+    pub(super) fn settled<R>(&self, read: impl FnOnce(&PartitionState) -> R) -> R {
         let mut state = self.state.borrow_mut();
         state.settle();
         read(&state)
-    }
-
-    /// The index of this partition's last entry (0: none yet).
-    pub fn last_index(&self) -> u64 {
-        self.state.borrow().log.last_index()
-    }
-
-    /// The committed index: every entry at or below it is durable here and
-    /// (replicated mode) on a quorum; never cancelled.
-    pub fn committed_index(&self) -> u64 {
-        self.settled(|state| state.log.committed())
-    }
-
-    /// The term of the entry at `index`, while the log knows it (the
-    /// committed entry or one above it).
-    pub fn term_at(&self, index: u64) -> Option<u64> {
-        self.settled(|state| state.log.term_at(index))
-    }
-
-    /// Entries above the committed index (at most
-    /// [`LOG_UNCOMMITTED_ENTRIES_MAX`](crate::limits::LOG_UNCOMMITTED_ENTRIES_MAX)
-    /// in replicated mode).
-    pub fn uncommitted_entries(&self) -> usize {
-        self.settled(|state| state.log.uncommitted())
-    }
-
-    /// How this partition's committed index moves.
-    pub fn log_mode(&self) -> LogMode {
-        self.state.borrow().log.mode()
-    }
-
-    /// Sets the term this partition's own appends get from now on (a
-    /// leader's term); never lowers it.
-    pub fn raise_term(&self, term: u64) {
-        let mut state = self.state.borrow_mut();
-        state.term = state.term.max(term);
     }
 
     /// Replaces the control batch `ticket` names with `batch` while no
@@ -1115,7 +920,7 @@ impl<S: Storage> JournalPartition<S> {
 
 /// The rules every appended batch obeys: its length is the batch's, not a
 /// filler, at least one record.
-fn check_appendable(header: &BatchHeader, batch: &[u8]) -> Result<(), JournalError> {
+pub(super) fn check_appendable(header: &BatchHeader, batch: &[u8]) -> Result<(), JournalError> {
     if header.batch_len as usize != batch.len() {
         return Err(JournalError::InvalidBatch(spool_wire::WireError::Truncated {
             needed: header.batch_len as usize,

@@ -1,0 +1,215 @@
+//! The replication side of [`JournalPartition`]
+//! (`docs/design/shard-journal.md` §14): appending an entry at a given
+//! (index, term) as a follower does, cancelling an uncommitted suffix, the
+//! committed index and its commit markers, and the entry log's accessors.
+//!
+//! The partition's own appends, reads and retention live in `partition.rs`;
+//! the pure entry bookkeeping (indexes, terms, what is committed) in
+//! `entry_log.rs`. This file only drives that bookkeeping against the
+//! shard's journal: it waits for tickets and appends markers.
+
+use spool_wire::batch::{BatchHeader, BatchKind};
+
+use super::appender::EntryMeta;
+use super::entry::Marker;
+use super::entry_log::{Cancelled, LogMode};
+use super::error::JournalError;
+use super::partition::{check_appendable, JournalAppended, JournalPartition};
+use crate::io::Storage;
+
+impl<S: Storage> JournalPartition<S> {
+    /// Appends `batch` as the entry (`index`, `term`) of this partition's
+    /// log, as a follower appends what its leader sent
+    /// (`docs/design/shard-journal.md` §14.2): the leader's bytes as they
+    /// are (offsets and epoch already stamped, crcs checked), a data
+    /// batch's base offset continuing this partition's offsets exactly.
+    /// `index` must be the next one: a conflicting suffix is cancelled
+    /// first with [`truncate_from`](Self::truncate_from). Durable with the
+    /// shard's group commit, as any append; `wanted: false` lets it ride
+    /// the next cycle someone waits for.
+    ///
+    /// # Errors
+    /// [`JournalError::IndexGap`], [`JournalError::TermBehind`],
+    /// [`JournalError::OffsetMismatch`], [`JournalError::Truncating`],
+    /// [`JournalError::UncommittedFull`], and those of
+    /// [`append`](Self::append). On an error nothing is queued.
+    pub fn append_at(
+        &self,
+        index: u64,
+        term: u64,
+        batch: &[u8],
+        wanted: bool,
+    ) -> Result<JournalAppended, JournalError> {
+        let header = BatchHeader::verify(batch).map_err(JournalError::InvalidBatch)?;
+        check_appendable(&header, batch)?;
+        let mut state = self.state.borrow_mut();
+        if state.closed {
+            return Err(JournalError::Closed);
+        }
+        state.log.settle();
+        state.log.check_append(index, term)?;
+        if header.kind == BatchKind::Data && header.base_offset != state.next_offset {
+            return Err(JournalError::OffsetMismatch {
+                expected: state.next_offset,
+                got: header.base_offset,
+            });
+        }
+        let meta = EntryMeta { entry_index: index, term };
+        let appended = self.queue(&mut state, &header, meta, batch.into(), wanted)?;
+        state.term = state.term.max(term);
+        Ok(appended)
+    }
+
+    /// Cancels this partition's log from entry `from` on
+    /// (`docs/design/shard-journal.md` §14.3): waits until every entry of
+    /// that suffix is durable (appends are refused meanwhile with
+    /// [`JournalError::Truncating`]), appends a truncation marker and waits
+    /// for it, then drops the suffix — its data offsets are taken again by
+    /// the next data append. A crash before the marker is durable keeps
+    /// the suffix; after, recovery drops it whatever follows. Returns what
+    /// was cancelled (nothing when `from` is the next index).
+    ///
+    /// # Errors
+    /// [`JournalError::TruncateCommitted`] at or below the committed index
+    /// (or the commit target), [`JournalError::IndexGap`] past the next
+    /// index, [`JournalError::Truncating`], [`JournalError::Closed`], and
+    /// the journal's failure: then nothing was cancelled.
+    pub async fn truncate_from(&self, from: u64) -> Result<Cancelled, JournalError> {
+        let waits = {
+            let mut state = self.state.borrow_mut();
+            if state.closed {
+                return Err(JournalError::Closed);
+            }
+            state.settle();
+            match state.log.begin_truncate(from)? {
+                Some(waits) => waits,
+                None => return Ok(Cancelled { entries: 0, data_from: None }),
+            }
+        };
+        let marked = async {
+            for ticket in &waits {
+                ticket.durable().await?;
+            }
+            let term = self.state.borrow().term;
+            let meta = EntryMeta { entry_index: from, term };
+            let marker =
+                self.shard.journal().append_marker(self.handle, Marker::Truncate, meta, true)?;
+            marker.durable().await
+        };
+        if let Err(error) = marked.await {
+            self.state.borrow_mut().log.abort_truncate();
+            return Err(error);
+        }
+        let mut state = self.state.borrow_mut();
+        let cancelled = state.log.finish_truncate(from);
+        if let Some(data_from) = cancelled.data_from {
+            state.pending.retain(|pending| pending.first_offset < data_from);
+            let cut = state.index.partition_point(|entry| entry.first_offset < data_from);
+            state.index.truncate(cut);
+            state.next_offset = data_from;
+            state.start_offset = state.start_offset.min(data_from);
+        }
+        Ok(cancelled)
+    }
+
+    /// Records that this partition's log is committed up to `index`
+    /// (replicated mode: on a quorum); the committed index follows as far
+    /// as the entries are durable here, and a commit marker carrying it is
+    /// appended (deferred: it rides the next commit) when it moved and no
+    /// earlier marker is still queued. Returns the committed index now.
+    ///
+    /// # Errors
+    /// [`JournalError::NotReplicated`], [`JournalError::CommitPastLog`],
+    /// and those of the journal's append (the index is taken; only its
+    /// marker is not).
+    pub fn set_committed(&self, index: u64) -> Result<u64, JournalError> {
+        let mut state = self.state.borrow_mut();
+        state.log.set_commit_target(index)?;
+        state.settle();
+        let committed = state.log.committed();
+        let marker_queued =
+            state.commit_marker.as_ref().is_some_and(|ticket| ticket.status().is_none());
+        if committed > state.commit_marked && !marker_queued {
+            let meta = EntryMeta { entry_index: committed, term: state.term };
+            let ticket =
+                self.shard.journal().append_marker(self.handle, Marker::Commit, meta, false)?;
+            state.commit_marked = committed;
+            state.commit_marker = Some(ticket);
+        }
+        Ok(committed)
+    }
+
+    /// Makes the committed index durable now: appends a commit marker for
+    /// it (unless one is) and waits for it.
+    ///
+    /// # Errors
+    /// [`JournalError::NotReplicated`] in local mode, and the journal's.
+    pub async fn persist_committed(&self) -> Result<u64, JournalError> {
+        let (committed, ticket) = {
+            let mut state = self.state.borrow_mut();
+            if state.log.mode() != LogMode::Replicated {
+                return Err(JournalError::NotReplicated);
+            }
+            state.settle();
+            let committed = state.log.committed();
+            let queued = state.commit_marker.clone().filter(|_| state.commit_marked == committed);
+            let ticket = match queued {
+                Some(ticket) => Some(ticket),
+                None if committed > state.commit_marked => {
+                    let meta = EntryMeta { entry_index: committed, term: state.term };
+                    let ticket = self.shard.journal().append_marker(
+                        self.handle,
+                        Marker::Commit,
+                        meta,
+                        true,
+                    )?;
+                    state.commit_marked = committed;
+                    state.commit_marker = Some(ticket.clone());
+                    Some(ticket)
+                }
+                None => None,
+            };
+            (committed, ticket)
+        };
+        if let Some(ticket) = ticket {
+            ticket.durable().await?;
+        }
+        Ok(committed)
+    }
+
+    /// The index of this partition's last entry (0: none yet).
+    pub fn last_index(&self) -> u64 {
+        self.state.borrow().log.last_index()
+    }
+
+    /// The committed index: every entry at or below it is durable here and
+    /// (replicated mode) on a quorum; never cancelled.
+    pub fn committed_index(&self) -> u64 {
+        self.settled(|state| state.log.committed())
+    }
+
+    /// The term of the entry at `index`, while the log knows it (the
+    /// committed entry or one above it).
+    pub fn term_at(&self, index: u64) -> Option<u64> {
+        self.settled(|state| state.log.term_at(index))
+    }
+
+    /// Entries above the committed index (at most
+    /// [`LOG_UNCOMMITTED_ENTRIES_MAX`](crate::limits::LOG_UNCOMMITTED_ENTRIES_MAX)
+    /// in replicated mode).
+    pub fn uncommitted_entries(&self) -> usize {
+        self.settled(|state| state.log.uncommitted())
+    }
+
+    /// How this partition's committed index moves.
+    pub fn log_mode(&self) -> LogMode {
+        self.state.borrow().log.mode()
+    }
+
+    /// Sets the term this partition's own appends get from now on (a
+    /// leader's term); never lowers it.
+    pub fn raise_term(&self, term: u64) {
+        let mut state = self.state.borrow_mut();
+        state.term = state.term.max(term);
+    }
+}
