@@ -48,18 +48,21 @@ fresh_queue() {
     "$BIN/spool" --addr "127.0.0.1:$PORT" queue create peer --partitions 4 > /dev/null
 }
 
-# phase NAME BROKER ARGS...: one run, one line.
+# phase NAME BROKER ARGS...: one run, one line. The drain has no warm-up:
+# a warm-up would eat the backlog the produce phase left.
 phase() {
     local name=$1 broker=$2; shift 2
+    local warmup=2000
+    [[ $name == drain ]] && warmup=0
     local t0 t1 l0
     l0=$(load | cut -d" " -f1); t0=$(ticks "$SP")
     if [[ $broker == spool ]]; then
         "$BIN/spool-bench" throughput --addr "127.0.0.1:$PORT" --queue peer --window 256 \
-            --slots 64 --claims-in-flight 1 --warmup-ms 2000 --seconds "$SECONDS_PER_PHASE" \
+            --slots 64 --claims-in-flight 1 --warmup-ms "$warmup" --seconds "$SECONDS_PER_PHASE" \
             "$@" > "$WORK/out.json"
     else
         "$BIN/spool-bench" redis-streams --addr "127.0.0.1:$RPORT" --stream peer --window 256 \
-            --count 64 --warmup-ms 2000 --seconds "$SECONDS_PER_PHASE" "$@" > "$WORK/out.json"
+            --count 64 --warmup-ms "$warmup" --seconds "$SECONDS_PER_PHASE" "$@" > "$WORK/out.json"
     fi
     t1=$(ticks "$SP")
     python3 - "$WORK/out.json" "$name" "$broker" "$(( t1 - t0 ))" "$HZ" "$l0" "$(load | cut -d" " -f1)" <<'PY'
