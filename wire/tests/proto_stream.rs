@@ -7,7 +7,7 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 use spool_wire::proto::limits::{DECODER_BUFFER_BYTES_MAX, FRAME_HEADER_BYTES, MAX_FRAME_BYTES};
 use spool_wire::proto::{
-    decode_frame, AckRequest, ClaimRequest, CorrelationId, DeliveryToken, EnqueueRequest,
+    decode_frame, AckRequest, ApiKey, ClaimRequest, CorrelationId, DeliveryToken, EnqueueRequest,
     ErrorResponse, FrameDecoder, ListQueuesRequest, NodeAddress, PartitionId, ProtoError, Reply,
     Request, Response, WorkerId,
 };
@@ -311,5 +311,19 @@ proptest! {
         if let Ok(request) = Request::decode(&decoded) {
             prop_assert!(request.validate().is_ok());
         }
+    }
+}
+
+// Goal: a frame's api key can be read from its first bytes, before the frame
+// is whole, and only once they are there. Method: every prefix of an encoded
+// ListQueues request.
+#[test]
+fn api_key_peeks_from_the_first_bytes() {
+    let mut bytes = Vec::new();
+    Request::ListQueues(ListQueuesRequest {}).encode(CorrelationId(7), &mut bytes).unwrap();
+    let key = ApiKey::ListQueues.as_u16();
+    for cut in 0..bytes.len() {
+        let expected = if cut >= 6 { Some(key) } else { None };
+        assert_eq!(spool_wire::proto::peek_api_key(&bytes[..cut]), expected, "cut {cut}");
     }
 }

@@ -1266,10 +1266,7 @@ impl FrameHandler for SpoolHandler {
     }
 
     fn is_intake(&self, buffer: &[u8]) -> bool {
-        // The api key sits at bytes 4..6 of the frame header.
-        buffer.len() >= 6
-            && u16::from_le_bytes([buffer[4], buffer[5]])
-                == spool_wire::proto::ApiKey::Enqueue.as_u16()
+        spool_wire::proto::peek_api_key(buffer) == Some(spool_wire::proto::ApiKey::Enqueue.as_u16())
     }
 
     fn admit(&self, frame: &OwnedFrame, connection: &Connection) -> Result<(), FrameError> {

@@ -229,7 +229,7 @@ pub(crate) fn encode_frame(
     // Both fit in u32: MAX_FRAME_BYTES does (asserted in limits).
     let header = &mut out[start..start + FRAME_HEADER_BYTES];
     header[0..4].copy_from_slice(&(frame_bytes as u32).to_le_bytes());
-    header[4..6].copy_from_slice(&fields.api_key.to_le_bytes());
+    header[API_KEY_AT..API_KEY_AT + 2].copy_from_slice(&fields.api_key.to_le_bytes());
     header[6..8].copy_from_slice(&fields.api_version.to_le_bytes());
     header[8..16].copy_from_slice(&fields.correlation_id.0.to_le_bytes());
     let flags = if fields.is_response { FLAG_RESPONSE } else { 0 };
@@ -255,6 +255,16 @@ fn read_u32(bytes: &[u8], at: usize) -> u32 {
     let mut raw = [0u8; 4];
     raw.copy_from_slice(&bytes[at..at + 4]);
     u32::from_le_bytes(raw)
+}
+
+/// Where the api key sits in a frame (see the layout above).
+const API_KEY_AT: usize = 4;
+
+/// The raw api key of the frame that starts `bytes`, once its first
+/// `API_KEY_AT + 2` bytes are there (`None` before): a peek for a reader
+/// that must route a frame before it is whole; nothing else is checked.
+pub fn peek_api_key(bytes: &[u8]) -> Option<u16> {
+    (bytes.len() >= API_KEY_AT + 2).then(|| read_u16(bytes, API_KEY_AT))
 }
 
 fn read_u16(bytes: &[u8], at: usize) -> u16 {
@@ -308,7 +318,7 @@ fn parse_raw_header(bytes: &[u8], max_frame_bytes: usize) -> Result<RawHeader, P
     }
     Ok(RawHeader {
         frame_bytes,
-        api_key: read_u16(bytes, 4),
+        api_key: read_u16(bytes, API_KEY_AT),
         api_version: read_u16(bytes, 6),
         correlation_id: read_u64(bytes, 8),
         is_response,

@@ -65,7 +65,8 @@ pub use data::{
 };
 pub use error::ProtoError;
 pub use frame::{
-    decode_frame, ApiKey, CorrelationId, Frame, FrameDecoder, FrameHeader, FLAG_RESPONSE,
+    decode_frame, peek_api_key, ApiKey, CorrelationId, Frame, FrameDecoder, FrameHeader,
+    FLAG_RESPONSE,
 };
 pub use ids::{AssignmentVersion, Generation, LeaderEpoch, Offset, PartitionId, WorkerId};
 pub use limits::{DELIVERY_TOKEN_BYTES, MAX_FRAME_BYTES};
