@@ -72,6 +72,9 @@ pub const TAIL_CACHE_BYTES_DEFAULT: u64 = 8 << 20;
 /// scanning a segment at recovery.
 pub const ZERO_FILL_CHUNK_BYTES: u64 = 1 << 20;
 pub const SCAN_CHUNK_BYTES: u64 = 1 << 20;
+/// Chunk reads a journal recovery scan keeps in flight at once (its window
+/// holds this many chunks plus one entry).
+pub const SCAN_READS_IN_FLIGHT: u64 = 4;
 
 /// Bytes of one read of a journal file for entries the commit cache no
 /// longer holds: a lagging consumer's partition finds its entries spread

@@ -115,3 +115,53 @@ fn append_sync_reopen_and_recover_on_real_files() {
         assert_eq!(last.last().unwrap().payload, extra);
     });
 }
+
+#[test]
+fn recovery_reads_files_larger_than_its_reads_in_flight_byte_for_byte() {
+    // Goal: the recovery scan reads several 1 MiB chunks at once; entries that straddle
+    // chunk boundaries and the boundary between one batch of reads and the next come back
+    // whole and in order. 12 MiB files hold three batches of four chunks each; a break
+    // in the order of the concurrent reads would fail the byte comparison (or the crc).
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path().join("shard-00").join("journal");
+    let config = spool_broker::log::journal::JournalConfig {
+        file_bytes: 12 << 20,
+        commit_bytes: 1 << 20,
+        entry_bytes_max: 512 << 10,
+        data_pending_bytes_max: 8 << 20,
+        ..small_config()
+    };
+    run(async {
+        let (journal, _, _, fatal) =
+            open_collect(DmaStorage, &dir, config.clone(), JournalPos(0)).await.unwrap();
+        let stored = drive(&journal, async {
+            let mut stored = Vec::new();
+            // ≈ 27 MiB: entries of 37 KiB to 480 KiB, over three files.
+            for tag in 0..180u64 {
+                let size = 37_000 + (tag as usize * 104_729) % 443_000;
+                let bytes = payload(BatchKind::Data, size, tag);
+                let partition = PartitionHandle(tag as u32 % 3);
+                let ticket = journal.append(Lane::Data, partition, &bytes).unwrap();
+                ticket.durable().await.unwrap();
+                stored.push((partition, bytes, ticket));
+            }
+            stored
+        })
+        .await;
+        assert!(fatal.reasons().is_empty());
+        assert!(journal.stats().files_rolled >= 2, "{:?}", journal.stats());
+        let end = journal.durable_position();
+        drop(journal);
+
+        let (_journal, report, found, _) =
+            open_collect(DmaStorage, &dir, config, JournalPos(0)).await.unwrap();
+        assert!(report.truncated_at.is_none());
+        assert_eq!(report.next_position, end);
+        assert_eq!(found.len(), stored.len());
+        for (entry, (partition, bytes, ticket)) in found.iter().zip(&stored) {
+            assert_eq!(Some(entry.position), ticket.position());
+            assert_eq!(entry.partition, *partition);
+            assert_eq!(&entry.payload, bytes);
+        }
+    });
+}
