@@ -14,6 +14,20 @@
 //!    names it with its reason. An allowance that matches nothing fails too,
 //!    so the list cannot outlive the constants it excuses.
 //!
+//! 5. The patches `vendor/glommio` carries (`vendor/README.md`) are all
+//!    there: each leaves a piece of code a re-vendored upstream would not
+//!    have (and, where it replaced one, lacks upstream's), and the source's
+//!    `Patched:` markers are exactly the ones [`GLOMMIO_PATCHES`] lists, so
+//!    an update that drops a patch, or a new patch left out of the list,
+//!    fails here.
+//!
+//! 6. No library file is over [`FILE_LINES_MAX`] lines before its
+//!    `#[cfg(test)] mod` (generated code and `tests/` modules aside), except
+//!    those [`FILE_LINES_ALLOWED`] lists, each at most at its ceiling: the
+//!    list only shrinks (a listed file that grows past its ceiling fails,
+//!    and so does an entry whose file is back under the limit), so files
+//!    are cut by responsibility, not allowed to grow.
+//!
 //! Every rule is also run on a small injected example (the `checker_*`
 //! tests) so that a rule that matches nothing cannot pass vacuously.
 
@@ -37,6 +51,70 @@ const LIBRARY_ROOTS: &[&str] = &["broker/src", "wire/src", "client/src"];
 
 /// Where the pure state machine lives (rule 2).
 const QUEUE_DIR: &str = "broker/src/queue/";
+
+/// The patches of `vendor/glommio`: (file, code it must contain, code it
+/// must not contain — upstream's, or "" —, reason in one line). Code is
+/// matched with comments and literals blanked, except in `build.rs`, whose
+/// upstream command lines were string literals.
+const GLOMMIO_PATCHES: &[(&str, &str, &str, &str)] = &[
+    (
+        "vendor/glommio/src/sys/uring.rs",
+        "keep_latency_timer",
+        "",
+        "the preempt timer is kept across reactor passes while there is work (upstream cancelled and re-armed it every pass: two submissions each)",
+    ),
+    (
+        "vendor/glommio/src/sys/uring.rs",
+        "throughput_live",
+        "",
+        "the throughput timer is armed again only after it fired (upstream: cancelled and re-armed every pass)",
+    ),
+    (
+        "vendor/glommio/src/sys/uring.rs",
+        "std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst)",
+        "membarrier::",
+        "a fence before each park instead of membarrier's IPI to every CPU running the process",
+    ),
+    (
+        "vendor/glommio/src/sys/mod.rs",
+        "std::sync::atomic::fence(Ordering::SeqCst)",
+        "",
+        "the waking side's fence that pairs with the parking side's",
+    ),
+    (
+        "vendor/glommio/build.rs",
+        "",
+        "submodule",
+        "liburing is built from the bundled sources, without `git submodule update`",
+    ),
+];
+
+/// `Patched:` markers in `vendor/glommio/src` (the build.rs patch has none).
+const GLOMMIO_PATCH_MARKERS: usize = 4;
+
+/// Most lines a library file may have before its test module (rule 6).
+const FILE_LINES_MAX: usize = 800;
+
+/// Files over [`FILE_LINES_MAX`] that are still to be cut along their
+/// responsibilities, with their ceiling: their length on 2026-12-05. Lower a
+/// ceiling when a file shrinks; remove the entry when it is under the limit.
+const FILE_LINES_ALLOWED: &[(&str, usize)] = &[
+    ("broker/src/server/handler.rs", 1345),
+    ("broker/src/server/mod.rs", 1343),
+    ("broker/src/queue/dedupe.rs", 1267),
+    ("broker/src/log/journal/appender.rs", 1236),
+    ("wire/src/proto/control.rs", 1152),
+    ("broker/src/queue/snapshot.rs", 1132),
+    ("client/src/client.rs", 1082),
+    ("broker/src/queue/decide.rs", 1057),
+    ("client/src/consumer.rs", 1042),
+    ("broker/src/control/config.rs", 1015),
+    ("broker/src/shard/mod.rs", 992),
+    ("broker/src/admin/metrics.rs", 979),
+    ("broker/src/net/connection.rs", 945),
+    ("client/src/bin/spool/main.rs", 937),
+    ("broker/src/log/journal/partition.rs", 937),
+];
 
 /// Words that must not appear in `queue/` code, with why.
 const QUEUE_FORBIDDEN: &[(&str, &str)] = &[
@@ -446,6 +524,106 @@ fn check_limits(files: &[Source], allowed: &[(&str, &str, &str)]) -> Vec<Violati
     found
 }
 
+/// Rule 5: a patch of `vendor/glommio` lost, or a marker not listed.
+fn check_glommio_patches(
+    files: &[Source],
+    patches: &[(&str, &str, &str, &str)],
+    markers: usize,
+) -> Vec<Violation> {
+    let mut found = Vec::new();
+    for &(path, present, absent, reason) in patches {
+        let Some(file) = files.iter().find(|file| file.path == path) else {
+            found.push(Violation {
+                rule: "glommio-patch",
+                path: path.to_owned(),
+                line: 0,
+                detail: format!("file missing; its patch: {reason}"),
+            });
+            continue;
+        };
+        let code =
+            if path.ends_with("build.rs") { file.text.clone() } else { code_only(&file.text) };
+        if !present.is_empty() && !code.contains(present) {
+            found.push(Violation {
+                rule: "glommio-patch",
+                path: path.to_owned(),
+                line: 0,
+                detail: format!("`{present}` is gone: patch lost ({reason})"),
+            });
+        }
+        if let Some(at) = (!absent.is_empty()).then(|| code.find(absent)).flatten() {
+            found.push(Violation {
+                rule: "glommio-patch",
+                path: path.to_owned(),
+                line: line_of(&code, at),
+                detail: format!("upstream's `{absent}` is back: patch lost ({reason})"),
+            });
+        }
+    }
+    let counted: usize = files
+        .iter()
+        .filter(|file| file.path.starts_with("vendor/glommio/src/"))
+        .map(|file| file.text.matches("Patched:").count())
+        .sum();
+    if counted != markers {
+        found.push(Violation {
+            rule: "glommio-patch",
+            path: "vendor/glommio/src".to_owned(),
+            line: 0,
+            detail: format!(
+                "{counted} `Patched:` markers, the list expects {markers}: list every patch in GLOMMIO_PATCHES and vendor/README.md"
+            ),
+        });
+    }
+    found
+}
+
+/// Lines of `text` before its test module (`#[cfg(test)]` then `mod …`), or
+/// all of them.
+fn lines_before_tests(text: &str) -> usize {
+    let lines: Vec<&str> = text.lines().collect();
+    lines
+        .windows(2)
+        .position(|pair| pair[0].trim_end() == "#[cfg(test)]" && pair[1].starts_with("mod "))
+        .unwrap_or(lines.len())
+}
+
+/// Rule 6: a library file too long, or an allowance that no longer holds.
+fn check_file_lines(files: &[Source], max: usize, allowed: &[(&str, usize)]) -> Vec<Violation> {
+    let mut found = Vec::new();
+    for file in files {
+        if file.path.contains("/tests/") || file.path.contains("/generated/") {
+            continue;
+        }
+        let lines = lines_before_tests(&file.text);
+        let ceiling = allowed.iter().find(|(path, _)| *path == file.path).map(|(_, n)| *n);
+        let detail = match ceiling {
+            None if lines > max => format!(
+                "{lines} lines before its tests (limit {max}): cut it along its responsibilities"
+            ),
+            Some(ceiling) if lines > ceiling => format!(
+                "{lines} lines, over its allowed {ceiling}: listed files may not grow; cut it"
+            ),
+            Some(_) if lines <= max => {
+                format!("{lines} lines, under the limit {max}: remove its FILE_LINES_ALLOWED entry")
+            }
+            _ => continue,
+        };
+        found.push(Violation { rule: "file-lines", path: file.path.clone(), line: 0, detail });
+    }
+    for (path, _) in allowed {
+        if !files.iter().any(|file| file.path == *path) {
+            found.push(Violation {
+                rule: "file-lines",
+                path: (*path).to_owned(),
+                line: 0,
+                detail: "listed in FILE_LINES_ALLOWED but not found: remove the entry".to_owned(),
+            });
+        }
+    }
+    found
+}
+
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ sits in the workspace").to_owned()
 }
@@ -509,6 +687,11 @@ fn tree_is_tidy() {
     violations.extend(check_queue(&library));
     violations.extend(check_client_deps(&manifest, &client_files));
     violations.extend(check_limits(&library, LIMIT_ALLOWED));
+    violations.extend(check_file_lines(&library, FILE_LINES_MAX, FILE_LINES_ALLOWED));
+    let mut vendored = read_tree(&root, "vendor/glommio/src");
+    assert!(vendored.len() > 20, "only {} glommio files read", vendored.len());
+    vendored.push(read_source(&root, &root.join("vendor/glommio/build.rs")));
+    violations.extend(check_glommio_patches(&vendored, GLOMMIO_PATCHES, GLOMMIO_PATCH_MARKERS));
     assert!(violations.is_empty(), "tidy rules broken:\n{}", report(&violations));
 }
 
@@ -600,6 +783,66 @@ fn checker_finds_limits_outside_limits_files() {
     let names: Vec<(&str, usize)> = found.iter().map(|v| (v.rule, v.line)).collect();
     assert_eq!(names, vec![("limits", 1), ("limits", 2), ("limits", 3), ("limits-allow", 0)]);
     assert!(found[3].detail.contains("STALE_MAX"));
+}
+
+#[test]
+fn checker_finds_a_lost_glommio_patch() {
+    // Goal: rule 5 fires when a patch's code is gone, when upstream's code is
+    // back, and when a marker is added without a listed patch.
+    let patches = &[
+        ("vendor/glommio/src/sys/uring.rs", "keep_latency_timer", "membarrier::", "why"),
+        ("vendor/glommio/build.rs", "", "submodule", "why"),
+    ];
+    let kept = vec![
+        source("vendor/glommio/src/sys/uring.rs", "// Patched: x\nlet keep_latency_timer = 1;\n"),
+        source("vendor/glommio/build.rs", "fn main() {}\n"),
+    ];
+    assert!(check_glommio_patches(&kept, patches, 1).is_empty());
+    let lost = vec![
+        // Only in a comment: the code is what counts.
+        source(
+            "vendor/glommio/src/sys/uring.rs",
+            "// Patched: keep_latency_timer\nmembarrier::heavy();\n",
+        ),
+        source("vendor/glommio/build.rs", "Command::new(\"git\").args([\"submodule\"]);\n"),
+    ];
+    let found = check_glommio_patches(&lost, patches, 1);
+    assert_eq!(found.len(), 3, "{found:?}");
+    assert!(found.iter().all(|violation| violation.rule == "glommio-patch"));
+    assert_eq!(found[1].line, 2);
+    assert_eq!(check_glommio_patches(&kept, patches, 2).len(), 1, "a marker count off by one");
+}
+
+#[test]
+fn checker_finds_long_files_and_stale_allowances() {
+    // Goal: rule 6 fires on a long file, on a listed file past its ceiling, on
+    // an entry whose file is back under the limit or gone; test modules and
+    // generated code do not count.
+    let long = |n: usize| "fn f() {}\n".repeat(n);
+    let with_tests = format!("{}#[cfg(test)]\nmod tests {{\n{}}}\n", long(3), long(50));
+    let files = vec![
+        source("broker/src/a.rs", &long(11)),
+        source("broker/src/b.rs", &long(13)),
+        source("broker/src/c.rs", &long(4)),
+        source("broker/src/d.rs", &with_tests),
+        source("broker/src/queue/tests/e.rs", &long(40)),
+        source("wire/src/proto/generated/f.rs", &long(40)),
+        source("broker/src/g.rs", &long(12)),
+    ];
+    let allowed = &[
+        ("broker/src/b.rs", 12),
+        ("broker/src/c.rs", 20),
+        ("broker/src/gone.rs", 30),
+        ("broker/src/g.rs", 12),
+    ];
+    let found = check_file_lines(&files, 10, allowed);
+    let paths: Vec<&str> = found.iter().map(|violation| violation.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        ["broker/src/a.rs", "broker/src/b.rs", "broker/src/c.rs", "broker/src/gone.rs"],
+        "{found:?}"
+    );
+    assert_eq!(lines_before_tests(&with_tests), 3);
 }
 
 #[test]
