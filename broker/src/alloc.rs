@@ -26,10 +26,8 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 // allocator: `mi_collect` and `mi_option_set_default` live there.
 extern crate mimalloc as _;
 
-/// How long freed memory stays committed before it is purged (mimalloc's
-/// default is 1 s). Memory freed and reused within one burst of requests is
-/// still not faulted back in page by page.
-pub const PURGE_DELAY_MS: c_long = 250;
+/// How long freed memory stays committed before it is purged.
+pub const PURGE_DELAY_MS: c_long = crate::limits::ALLOC_PURGE_DELAY_MS as c_long;
 
 /// mimalloc's option number of `purge_delay` (`mi_option_t` of mimalloc v3,
 /// part of its ABI).

@@ -391,8 +391,7 @@ pub const IN_FLIGHT_PER_CONNECTION_LIMIT: u32 = 4_096;
 pub const CLAIM_WAITERS_PER_CONNECTION_DEFAULT: u32 = 64;
 /// Upper bound for `claim_waiters_per_connection_max`: a partition's own
 /// bound on waiting claims.
-pub const CLAIM_WAITERS_PER_CONNECTION_LIMIT: u32 =
-    crate::partition::signal::CLAIM_WAITERS_MAX as u32;
+pub const CLAIM_WAITERS_PER_CONNECTION_LIMIT: u32 = CLAIM_WAITERS_MAX as u32;
 /// Smallest allowed `frame_bytes_max`: a frame header plus a useful body.
 pub const FRAME_BYTES_MAX_LOWER: u32 = 4 * 1024;
 /// Largest allowed `frame_bytes_max`: every connection may buffer one frame.
@@ -509,12 +508,16 @@ pub const ADMIN_APPLY_TIMEOUT_MS: u64 = 10_000;
 /// How often each executor collects its heap and applies the allocator's
 /// due purges (`alloc.rs`).
 pub const HEAP_COLLECT_INTERVAL: Duration = Duration::from_secs(1);
+/// How long freed memory stays committed before the allocator purges it
+/// (mimalloc's default is 1 s; `alloc.rs`). Memory freed and reused within
+/// one burst of requests is still not faulted back in page by page.
+pub const ALLOC_PURGE_DELAY_MS: u32 = 250;
 /// How often `spoold`'s signal thread looks at the flag its handlers set.
 pub const SIGNAL_POLL: Duration = Duration::from_millis(25);
 
 const _: () = assert!(CONTROL_COMMANDS_PER_TICK_MAX <= CONTROL_COMMAND_QUEUE_MAX);
 // Freed memory is purged after the allocator's delay, at the next collection.
-const _: () = assert!(crate::alloc::PURGE_DELAY_MS as u128 <= HEAP_COLLECT_INTERVAL.as_millis());
+const _: () = assert!(ALLOC_PURGE_DELAY_MS as u128 <= HEAP_COLLECT_INTERVAL.as_millis());
 const _: () = assert!(CONTROL_POLL_INTERVAL.as_millis() <= CONTROL_IDLE_POLL.as_millis());
 // Every shard of the largest process can report a failure of one change.
 const _: () = assert!(HOOK_FAILURES_PER_VERSION_MAX >= SHARDS_MAX as usize);

@@ -28,6 +28,12 @@
 //!    and so does an entry whose file is back under the limit), so files
 //!    are cut by responsibility, not allowed to grow.
 //!
+//! 7. No two files of `broker/src` name each other (`crate::…` or
+//!    `super::…` paths in code, test modules aside), and no two of its
+//!    folders do, except the circles [`CIRCLES_ALLOWED`] lists, still to be
+//!    cut; an entry whose circle is gone fails too, so the list only
+//!    shrinks.
+//!
 //! Every rule is also run on a small injected example (the `checker_*`
 //! tests) so that a rule that matches nothing cannot pass vacuously.
 
@@ -114,6 +120,23 @@ const FILE_LINES_ALLOWED: &[(&str, usize)] = &[
     ("broker/src/net/connection.rs", 945),
     ("client/src/bin/spool/main.rs", 937),
     ("broker/src/log/journal/partition.rs", 937),
+];
+
+/// Import circles of `broker/src` still to be cut (rule 7): two files, or
+/// two top-level folders (a single file at the top counts as a folder), in
+/// name order.
+const CIRCLES_ALLOWED: &[(&str, &str)] = &[
+    ("broker/src/log/journal/appender.rs", "broker/src/log/journal/prepare.rs"),
+    ("broker/src/log/journal/appender.rs", "broker/src/log/journal/read.rs"),
+    ("broker/src/queue/event.rs", "broker/src/queue/stored.rs"),
+    ("broker/src/queue/snapshot.rs", "broker/src/queue/state/mod.rs"),
+    ("broker/src/queue/state/mod.rs", "broker/src/queue/stored.rs"),
+    ("broker/src/server/counters.rs", "broker/src/shard/report.rs"),
+    ("broker/src/server/quota.rs", "broker/src/shard/report.rs"),
+    ("broker/src/admin/mod.rs", "broker/src/shard/mod.rs"),
+    ("admin", "shard"),
+    ("control", "net"),
+    ("server", "shard"),
 ];
 
 /// Words that must not appear in `queue/` code, with why.
@@ -624,6 +647,147 @@ fn check_file_lines(files: &[Source], max: usize, allowed: &[(&str, usize)]) -> 
     found
 }
 
+/// The module path of a file under `root` (`broker/src/log/journal/mod.rs`
+/// → `log::journal`), or `None` outside it.
+fn module_of(path: &str, root: &str) -> Option<Vec<String>> {
+    let relative = path.strip_prefix(root)?.strip_prefix('/')?.strip_suffix(".rs")?;
+    let mut parts: Vec<String> = relative.split('/').map(str::to_owned).collect();
+    if parts.last().is_some_and(|last| last == "mod" || last == "lib") {
+        parts.pop();
+    }
+    Some(parts)
+}
+
+/// The paths (`a::b::c`) a code text names after `prefix` (`crate::` or
+/// `super::`), with the items of a `{…}` group each as its own path.
+fn paths_after(code: &str, prefix: &str) -> Vec<Vec<String>> {
+    let mut paths = Vec::new();
+    for at in code.match_indices(prefix).map(|(at, _)| at) {
+        if at > 0
+            && code[..at]
+                .chars()
+                .next_back()
+                .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':')
+        {
+            continue;
+        }
+        let rest = &code[at + prefix.len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let mut depth = 0usize;
+            let mut item = String::new();
+            for character in group.chars() {
+                match character {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => break,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        paths.push(ident_path(&item));
+                        item.clear();
+                        continue;
+                    }
+                    _ => {}
+                }
+                item.push(character);
+            }
+            paths.push(ident_path(&item));
+        } else {
+            paths.push(ident_path(rest));
+        }
+    }
+    paths.retain(|path| !path.is_empty());
+    paths
+}
+
+/// The leading `a::b::c` of `text` (whitespace allowed around `::`).
+fn ident_path(text: &str) -> Vec<String> {
+    let mut parts = Vec::new();
+    let mut rest = text.trim_start();
+    loop {
+        let len = rest.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(rest.len());
+        if len == 0 {
+            break;
+        }
+        parts.push(rest[..len].to_owned());
+        match rest[len..].trim_start().strip_prefix("::") {
+            Some(next) => rest = next.trim_start(),
+            None => break,
+        }
+    }
+    parts
+}
+
+/// Rule 7: the file and folder circles of the files under `root`.
+fn check_circles(files: &[Source], root: &str, allowed: &[(&str, &str)]) -> Vec<Violation> {
+    use std::collections::{BTreeMap, BTreeSet};
+    let modules: BTreeMap<Vec<String>, &str> = files
+        .iter()
+        .filter_map(|file| module_of(&file.path, root).map(|module| (module, file.path.as_str())))
+        .collect();
+    let resolve =
+        |path: &[String]| (1..=path.len()).rev().find_map(|len| modules.get(&path[..len]).copied());
+    let mut edges: BTreeSet<(&str, &str)> = BTreeSet::new();
+    for file in files {
+        let Some(module) = module_of(&file.path, root) else { continue };
+        if module.first().is_some_and(|top| top == "bin")
+            || module.iter().any(|part| part == "tests")
+        {
+            continue;
+        }
+        let code = code_only(&file.text);
+        let code: String =
+            code.lines().take(lines_before_tests(&code)).collect::<Vec<_>>().join("\n");
+        let parent = &module[..module.len().saturating_sub(1)];
+        let named = paths_after(&code, "crate::").into_iter().chain(
+            paths_after(&code, "super::")
+                .into_iter()
+                .map(|path| parent.iter().cloned().chain(path).collect::<Vec<_>>()),
+        );
+        for path in named {
+            if let Some(target) = resolve(&path) {
+                if target != file.path {
+                    edges.insert((file.path.as_str(), target));
+                }
+            }
+        }
+    }
+    let folder = |path: &str| {
+        let module = module_of(path, root).unwrap_or_default();
+        module.first().cloned().unwrap_or_default()
+    };
+    let mut circles: BTreeSet<(String, String)> = BTreeSet::new();
+    for &(from, to) in &edges {
+        if from < to && edges.contains(&(to, from)) {
+            circles.insert((from.to_owned(), to.to_owned()));
+        }
+        let (a, b) = (folder(from), folder(to));
+        if a < b && edges.iter().any(|&(x, y)| folder(x) == b && folder(y) == a) {
+            circles.insert((a, b));
+        }
+    }
+    let mut found = Vec::new();
+    for (a, b) in &circles {
+        if !allowed.iter().any(|(x, y)| x == a && y == b) {
+            found.push(Violation {
+                rule: "circle",
+                path: a.clone(),
+                line: 0,
+                detail: format!("imports {b}, which imports it back: one of them must not"),
+            });
+        }
+    }
+    for (a, b) in allowed {
+        if !circles.contains(&((*a).to_owned(), (*b).to_owned())) {
+            found.push(Violation {
+                rule: "circle",
+                path: (*a).to_owned(),
+                line: 0,
+                detail: format!("the circle with {b} is gone: remove its CIRCLES_ALLOWED entry"),
+            });
+        }
+    }
+    found
+}
+
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ sits in the workspace").to_owned()
 }
@@ -688,6 +852,7 @@ fn tree_is_tidy() {
     violations.extend(check_client_deps(&manifest, &client_files));
     violations.extend(check_limits(&library, LIMIT_ALLOWED));
     violations.extend(check_file_lines(&library, FILE_LINES_MAX, FILE_LINES_ALLOWED));
+    violations.extend(check_circles(&library, "broker/src", CIRCLES_ALLOWED));
     let mut vendored = read_tree(&root, "vendor/glommio/src");
     assert!(vendored.len() > 20, "only {} glommio files read", vendored.len());
     vendored.push(read_source(&root, &root.join("vendor/glommio/build.rs")));
@@ -843,6 +1008,42 @@ fn checker_finds_long_files_and_stale_allowances() {
         "{found:?}"
     );
     assert_eq!(lines_before_tests(&with_tests), 3);
+}
+
+#[test]
+fn checker_finds_import_circles() {
+    // Goal: rule 7 sees circles through `crate::` paths, `super::` paths and
+    // `use` groups, between files and between folders, not in comments or
+    // test modules, and flags an allowance whose circle is gone.
+    let files = vec![
+        source("broker/src/a/mod.rs", "pub mod x;\npub mod y;\n"),
+        source("broker/src/a/x.rs", "use super::y::Thing;\n"),
+        source("broker/src/a/y.rs", "use crate::{b::B, a::x::{self, X}};\n"),
+        source("broker/src/b.rs", "fn f() { crate::c::g(); }\n"),
+        source(
+            "broker/src/c.rs",
+            "// crate::b::B\n#[cfg(test)]\nmod tests {\nuse crate::b::B;\n}\n",
+        ),
+        source("broker/src/d.rs", "fn f() { crate::b::B::new(); }\n"),
+        source("broker/src/e.rs", "fn f() { crate::d::f(); }\n"),
+    ];
+    let found = check_circles(&files, "broker/src", &[("d", "e")]);
+    let said: Vec<String> = found.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        said,
+        [
+            "broker/src/a/x.rs:0: [circle] imports broker/src/a/y.rs, which imports it back: one of them must not",
+            "d:0: [circle] the circle with e is gone: remove its CIRCLES_ALLOWED entry",
+        ],
+        "{said:#?}"
+    );
+    let mut files = files;
+    files.push(source("broker/src/c.rs", "fn g() { crate::b::f(); }\n"));
+    files.remove(4);
+    let found = check_circles(&files, "broker/src", &[]);
+    let said: Vec<String> = found.iter().map(ToString::to_string).collect();
+    assert!(said.iter().any(|line| line.starts_with("b:0: [circle] imports c")), "{said:#?}");
+    assert!(said.iter().any(|line| line.starts_with("broker/src/b.rs:0: [circle]")), "{said:#?}");
 }
 
 #[test]

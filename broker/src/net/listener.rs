@@ -17,7 +17,6 @@
 //! therefore binds a std listener (SO_REUSEADDR, no SO_REUSEPORT: exclusive,
 //! and restartable at once) and hands its fd to glommio.
 
-use std::cell::Cell;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
@@ -33,10 +32,10 @@ use crate::limits::{
     ACCEPT_ERROR_BACKOFF, LISTEN_BACKLOG, REFUSALS_IN_FLIGHT_MAX, REFUSAL_DRAIN_BYTES_MAX,
     REFUSAL_LINGER,
 };
+pub use crate::net::accept_stats::AcceptStats;
 use crate::net::connection::{
     serve, Connection, ConnectionEnd, ConnectionLimits, FrameHandler, Refusal,
 };
-use crate::net::rejections::Rejections;
 use crate::net::stop::StopSignal;
 
 /// Rejection reason: a connection over `connections_per_shard_max`.
@@ -132,21 +131,6 @@ pub fn bind_listener(addr: SocketAddr) -> Result<TcpListener, NetError> {
     // SAFETY: the fd is a bound, listening TCP socket whose ownership moves
     // to glommio (into_raw_fd gives it up), as `from_raw_fd` requires.
     Ok(unsafe { TcpListener::from_raw_fd(listener.into_raw_fd()) })
-}
-
-/// Connection counters of one shard, readable from its executor.
-#[derive(Debug, Default)]
-pub struct AcceptStats {
-    pub accepted: Cell<u64>,
-    pub refused_over_limit: Cell<u64>,
-    pub active: Cell<usize>,
-    /// TLS handshakes that failed or timed out (`net::tls`).
-    pub tls_handshake_failures: Cell<u64>,
-    /// Refused connections still being told why.
-    pub refusing: Cell<usize>,
-    /// Every rejection of this shard, per reason (shared with its
-    /// connections).
-    pub rejections: Rc<Rejections>,
 }
 
 struct RefusingGuard(Rc<AcceptStats>);

@@ -9,6 +9,7 @@
 //! Spool one, [`echo`] the one its tests use). One of the four places
 //! allowed to name glommio (with `io/`, `server/` and the shard bootstrap).
 
+pub mod accept_stats;
 pub mod admission;
 pub mod connection;
 pub mod echo;

@@ -37,8 +37,8 @@ use spool_client::tls::{crypto_provider, read_certificates, read_private_key, Tl
 use thiserror::Error;
 
 use crate::limits::{REFUSAL_LINGER, TLS_HANDSHAKE_TIMEOUT};
+use crate::net::accept_stats::AcceptStats;
 use crate::net::connection::{serve, Connection, ConnectionEnd, ConnectionLimits, FrameHandler};
-use crate::net::listener::AcceptStats;
 use crate::net::stop::StopSignal;
 
 /// Rejection reason: a TLS handshake that failed or timed out.

@@ -85,7 +85,7 @@ impl BatchCache {
     /// `REQUEST_SCRATCH_ENTRIES_MAX` batches (then the caller drops it).
     pub(super) fn recycle(&mut self) -> bool {
         self.batches.clear();
-        self.batches.capacity() <= super::scratch::REQUEST_SCRATCH_ENTRIES_MAX
+        self.batches.capacity() <= crate::limits::REQUEST_SCRATCH_ENTRIES_MAX
     }
 }
 

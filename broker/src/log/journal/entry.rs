@@ -81,7 +81,6 @@ const CRC_COVERS: usize = 44;
 const _: () = assert!(ENTRY_BYTES_MAX <= u32::MAX as u64);
 const _: () = assert!(ENTRY_HEADER_BYTES.is_multiple_of(ENTRY_ALIGN));
 const _: () = assert!(V1_HEADER_BYTES.is_multiple_of(ENTRY_ALIGN));
-const _: () = assert!((super::handles::HANDLES_MAX as u64) < MARKER_COMMIT as u64);
 
 /// Which header form an entry has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -43,7 +43,7 @@ use std::rc::Rc;
 
 use spool_wire::proto::PartitionId;
 
-use super::entry::FILLER_PARTITION;
+use super::entry::{FILLER_PARTITION, MARKER_COMMIT};
 use super::error::JournalError;
 use super::PartitionHandle;
 use crate::io::{create_dir_durable, IoError, IoOp, Storage, StorageFile};
@@ -57,6 +57,8 @@ pub const HANDLES_FILE_NAME: &str = "handles";
 pub const HANDLES_TEMP_NAME: &str = "handles.tmp";
 /// Most handles one shard's table holds (16 B each: 1 MiB of table).
 pub const HANDLES_MAX: usize = 65_536;
+// A handle never collides with the marker bits of an entry's partition field.
+const _: () = assert!((HANDLES_MAX as u64) < MARKER_COMMIT as u64);
 
 const HANDLES_MAGIC: u32 = u32::from_le_bytes(*b"SPHT");
 const HANDLES_VERSION: u32 = 2;
