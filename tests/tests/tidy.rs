@@ -34,6 +34,11 @@
 //!    cut; an entry whose circle is gone fails too, so the list only
 //!    shrinks.
 //!
+//! 8. `broker/src`'s folders keep the layer order [`LAYERS`] (bottom
+//!    first, as ARCHITECTURE.md states it): none names a folder above its
+//!    own, except the pairs [`LAYERS_ALLOWED`] lists, still to be cut (an
+//!    entry that no longer matches fails too).
+//!
 //! Every rule is also run on a small injected example (the `checker_*`
 //! tests) so that a rule that matches nothing cannot pass vacuously.
 
@@ -117,7 +122,7 @@ const FILE_LINES_ALLOWED: &[(&str, usize)] = &[
     ("broker/src/control/config.rs", 1015),
     ("broker/src/shard/mod.rs", 992),
     ("broker/src/admin/metrics.rs", 979),
-    ("broker/src/net/connection.rs", 945),
+    ("broker/src/net/connection.rs", 929),
     ("client/src/bin/spool/main.rs", 937),
     ("broker/src/log/journal/partition.rs", 937),
 ];
@@ -135,9 +140,29 @@ const CIRCLES_ALLOWED: &[(&str, &str)] = &[
     ("broker/src/server/quota.rs", "broker/src/shard/report.rs"),
     ("broker/src/admin/mod.rs", "broker/src/shard/mod.rs"),
     ("admin", "shard"),
-    ("control", "net"),
     ("server", "shard"),
 ];
+
+/// The layers of `broker/src`, bottom first (rule 8): a folder (or
+/// top-level file) may name its own layer and those below, never one above.
+/// ARCHITECTURE.md states the same order.
+const LAYERS: &[&[&str]] = &[
+    &["clock", "fatal", "failpoint"],
+    &["queue"],
+    &["limits"],
+    &["alloc", "auth", "io"],
+    &["log"],
+    &["partition"],
+    &["net"],
+    &["control"],
+    &["server"],
+    &["shard"],
+    &["admin"],
+];
+
+/// Names of a higher layer still to be cut (rule 8): (folder, the folder
+/// above it that it names). The list only shrinks.
+const LAYERS_ALLOWED: &[(&str, &str)] = &[("server", "shard"), ("shard", "admin")];
 
 /// Words that must not appear in `queue/` code, with why.
 const QUEUE_FORBIDDEN: &[(&str, &str)] = &[
@@ -716,8 +741,12 @@ fn ident_path(text: &str) -> Vec<String> {
     parts
 }
 
-/// Rule 7: the file and folder circles of the files under `root`.
-fn check_circles(files: &[Source], root: &str, allowed: &[(&str, &str)]) -> Vec<Violation> {
+/// Which file of `files` names which other (`crate::` and `super::` paths in
+/// code, test modules and `bin/` aside), as (from, to) paths.
+fn module_edges<'a>(
+    files: &'a [Source],
+    root: &str,
+) -> std::collections::BTreeSet<(&'a str, &'a str)> {
     use std::collections::{BTreeMap, BTreeSet};
     let modules: BTreeMap<Vec<String>, &str> = files
         .iter()
@@ -750,10 +779,71 @@ fn check_circles(files: &[Source], root: &str, allowed: &[(&str, &str)]) -> Vec<
             }
         }
     }
-    let folder = |path: &str| {
-        let module = module_of(path, root).unwrap_or_default();
-        module.first().cloned().unwrap_or_default()
-    };
+    edges
+}
+
+/// The top-level folder (or single file) of `path` under `root`.
+fn top_of(path: &str, root: &str) -> String {
+    module_of(path, root).unwrap_or_default().first().cloned().unwrap_or_default()
+}
+
+/// Rule 8: a file that names a folder in a higher layer than its own (or a
+/// top-level module no layer lists), outside the allowed ones.
+fn check_layers(
+    files: &[Source],
+    root: &str,
+    layers: &[&[&str]],
+    allowed: &[(&str, &str)],
+) -> Vec<Violation> {
+    use std::collections::BTreeSet;
+    let layer = |top: &str| layers.iter().position(|layer| layer.contains(&top));
+    let mut upward: BTreeSet<(String, String)> = BTreeSet::new();
+    let mut found = Vec::new();
+    for (from, to) in module_edges(files, root) {
+        let (a, b) = (top_of(from, root), top_of(to, root));
+        if a.is_empty() || b.is_empty() || a == b {
+            continue;
+        }
+        match (layer(&a), layer(&b)) {
+            (Some(x), Some(y)) if y > x => {
+                if allowed.iter().any(|(p, q)| *p == a && *q == b) {
+                    upward.insert((a, b));
+                } else {
+                    found.push(Violation {
+                        rule: "layers",
+                        path: from.to_owned(),
+                        line: 0,
+                        detail: format!("`{a}` names `{b}` ({to}), a layer above it: move the thing to the lower layer, or the call to the higher"),
+                    });
+                }
+            }
+            (Some(_), Some(_)) => {}
+            _ => found.push(Violation {
+                rule: "layers",
+                path: from.to_owned(),
+                line: 0,
+                detail: format!("`{a}` or `{b}` is in no layer of LAYERS: place it"),
+            }),
+        }
+    }
+    for (a, b) in allowed {
+        if !upward.contains(&((*a).to_owned(), (*b).to_owned())) {
+            found.push(Violation {
+                rule: "layers",
+                path: (*a).to_owned(),
+                line: 0,
+                detail: format!("`{a}` no longer names `{b}`: remove its LAYERS_ALLOWED entry"),
+            });
+        }
+    }
+    found
+}
+
+/// Rule 7: the file and folder circles of the files under `root`.
+fn check_circles(files: &[Source], root: &str, allowed: &[(&str, &str)]) -> Vec<Violation> {
+    use std::collections::BTreeSet;
+    let edges = module_edges(files, root);
+    let folder = |path: &str| top_of(path, root);
     let mut circles: BTreeSet<(String, String)> = BTreeSet::new();
     for &(from, to) in &edges {
         if from < to && edges.contains(&(to, from)) {
@@ -853,6 +943,7 @@ fn tree_is_tidy() {
     violations.extend(check_limits(&library, LIMIT_ALLOWED));
     violations.extend(check_file_lines(&library, FILE_LINES_MAX, FILE_LINES_ALLOWED));
     violations.extend(check_circles(&library, "broker/src", CIRCLES_ALLOWED));
+    violations.extend(check_layers(&library, "broker/src", LAYERS, LAYERS_ALLOWED));
     let mut vendored = read_tree(&root, "vendor/glommio/src");
     assert!(vendored.len() > 20, "only {} glommio files read", vendored.len());
     vendored.push(read_source(&root, &root.join("vendor/glommio/build.rs")));
@@ -1044,6 +1135,31 @@ fn checker_finds_import_circles() {
     let said: Vec<String> = found.iter().map(ToString::to_string).collect();
     assert!(said.iter().any(|line| line.starts_with("b:0: [circle] imports c")), "{said:#?}");
     assert!(said.iter().any(|line| line.starts_with("broker/src/b.rs:0: [circle]")), "{said:#?}");
+}
+
+#[test]
+fn checker_finds_a_name_of_a_higher_layer() {
+    // Goal: rule 8 fires on a name of a higher layer, on a folder in no layer,
+    // and on a stale allowance; names of the same or a lower layer pass.
+    let files = vec![
+        source("broker/src/low/mod.rs", "pub mod a;\n"),
+        source("broker/src/low/a.rs", "fn f() { crate::high::g(); }\n"),
+        source("broker/src/high.rs", "use crate::low::a;\nfn g() {}\n"),
+        source("broker/src/mid.rs", "use crate::low::a;\nuse crate::stray::s;\n"),
+        source("broker/src/stray.rs", "fn s() {}\n"),
+    ];
+    let layers: &[&[&str]] = &[&["low"], &["mid"], &["high"]];
+    let found = check_layers(&files, "broker/src", layers, &[("mid", "high")]);
+    let said: Vec<String> = found.iter().map(ToString::to_string).collect();
+    assert_eq!(said.len(), 3, "{said:#?}");
+    assert!(said[0].starts_with("broker/src/low/a.rs:0: [layers] `low` names `high`"), "{said:#?}");
+    assert!(
+        said[1].starts_with("broker/src/mid.rs:0: [layers] `mid` or `stray` is in no layer"),
+        "{said:#?}"
+    );
+    assert!(said[2].starts_with("mid:0: [layers] `mid` no longer names `high`"), "{said:#?}");
+    let allowed = check_layers(&files[..3], "broker/src", layers, &[("low", "high")]);
+    assert!(allowed.is_empty(), "{allowed:?}");
 }
 
 #[test]

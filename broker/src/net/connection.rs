@@ -408,22 +408,6 @@ pub struct ConnectionLimits {
     pub pace_percent: u32,
 }
 
-impl ConnectionLimits {
-    pub fn from_config(config: &crate::control::config::BrokerConfig) -> ConnectionLimits {
-        ConnectionLimits {
-            frame_bytes_max: config.frame_bytes_max as usize,
-            in_flight_max: config.in_flight_per_connection_max as usize,
-            waiting_max: config.claim_waiters_per_connection_max as usize,
-            idle_timeout: Duration::from_millis(config.idle_timeout_ms),
-            frame_timeout: Duration::from_millis(config.frame_timeout_ms),
-            write_timeout: Duration::from_millis(config.write_timeout_ms),
-            response_bytes_max: crate::limits::RESPONSE_QUEUE_BYTES_MAX,
-            io_poll_interval: config.io_poll_interval(),
-            pace_percent: config.consumer_pace_percent,
-        }
-    }
-}
-
 /// Why a connection ended.
 #[derive(Debug)]
 pub enum ConnectionEnd {

@@ -257,7 +257,7 @@ pub(crate) async fn shard_main<F: ShardHooksFactory>(
     accept_loop(
         listener,
         handler,
-        ConnectionLimits::from_config(&context.config),
+        connection_limits(&context.config),
         context.config.connections_per_shard_max as usize,
         stop.clone(),
         gate.clone(),
@@ -522,4 +522,21 @@ pub(crate) async fn control_main(
     finished.stop();
     housekeeping_task.await;
     result
+}
+
+/// The bounds every client connection of the shard runs under
+/// (`net/connection.rs`), from the broker's settings: the network edge does
+/// not read the configuration itself.
+fn connection_limits(config: &crate::control::config::BrokerConfig) -> ConnectionLimits {
+    ConnectionLimits {
+        frame_bytes_max: config.frame_bytes_max as usize,
+        in_flight_max: config.in_flight_per_connection_max as usize,
+        waiting_max: config.claim_waiters_per_connection_max as usize,
+        idle_timeout: Duration::from_millis(config.idle_timeout_ms),
+        frame_timeout: Duration::from_millis(config.frame_timeout_ms),
+        write_timeout: Duration::from_millis(config.write_timeout_ms),
+        response_bytes_max: crate::limits::RESPONSE_QUEUE_BYTES_MAX,
+        io_poll_interval: config.io_poll_interval(),
+        pace_percent: config.consumer_pace_percent,
+    }
 }
