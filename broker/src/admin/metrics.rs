@@ -18,7 +18,7 @@ use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::io::stats::{COMMIT_SIZE_BUCKETS_BYTES, SYNC_LATENCY_BUCKETS_US};
-use crate::server::counters::REQUEST_LATENCY_BUCKETS_US;
+use crate::shard::report::REQUEST_LATENCY_BUCKETS_US;
 use crate::shard::report::{
     AdmissionCause, LatencyCounts, PartitionReport, RequestOp, ShardReport,
 };

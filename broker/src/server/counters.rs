@@ -9,7 +9,7 @@
 //!
 //! Also per partition: the latency of each data request (enqueue, claim,
 //! ack, release, extend), from the request decoded to its reply built, in
-//! the fixed buckets of [`REQUEST_LATENCY_BUCKETS_US`] (a bucket search and
+//! the fixed buckets of [`REQUEST_LATENCY_BUCKETS_US`](crate::shard::report::REQUEST_LATENCY_BUCKETS_US) (a bucket search and
 //! two adds per request, no allocation), and the ack rate's moving average
 //! behind the predicted drain time ([`DRAIN_RATE_WINDOW_MS`]).
 
@@ -23,20 +23,10 @@ use crate::log::journal::JournalError;
 use crate::log::LogError;
 use crate::partition::{Claimed, PartitionError};
 use crate::queue::FullLimit;
-use crate::shard::report::{AdmissionCause, LatencyCounts, RequestCounts, RequestOp};
-
-/// Upper bounds (inclusive, microseconds) of the request latency
-/// histogram's buckets; a last `+Inf` bucket holds the rest. From a request
-/// answered from memory (tens of µs) to a claim that long-polled for its
-/// whole wait (seconds).
-pub const REQUEST_LATENCY_BUCKETS_US: [u64; 18] = [
-    50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
-    1_000_000, 2_500_000, 5_000_000, 10_000_000, 30_000_000,
-];
-
-/// Buckets of the request latency histogram, the `+Inf` one included.
-pub const REQUEST_LATENCY_BUCKETS: usize = REQUEST_LATENCY_BUCKETS_US.len() + 1;
-const _: () = assert!(REQUEST_LATENCY_BUCKETS_US[0] > 0);
+use crate::shard::report::{
+    AdmissionCause, LatencyCounts, RequestCounts, RequestOp, REQUEST_LATENCY_BUCKETS,
+    REQUEST_LATENCY_BUCKETS_US,
+};
 
 /// Time constant of the ack rate's exponentially weighted moving average
 /// (the predicted drain time's "recent ack rate"): a sample `dt` after the

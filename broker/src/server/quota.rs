@@ -54,25 +54,11 @@ use crate::auth::quota::{Bucket, ClaimTable, DeliveryKey, QuotaConfig, QuotaKind
 use crate::auth::{AuthPolicy, Grants};
 use crate::limits::HOUSEKEEPING_IDLE_MAX;
 use crate::queue::stored::{PrincipalId, Stored};
+pub use crate::shard::report::QuotaReport;
 
 /// The retry hint of a stored quota's refusal: the longest a shard goes
 /// between two recomputes of what is stored.
 pub const STORED_RETRY_MS: u64 = HOUSEKEEPING_IDLE_MAX.as_millis() as u64;
-
-/// One principal's figures on this shard, for the admin port.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QuotaReport {
-    pub principal: String,
-    /// The node-wide quotas the shard's policy gives the principal.
-    pub config: QuotaConfig,
-    /// What is in use on this shard, indexed like [`QuotaKind::ALL`]: for
-    /// a rate, the part of this shard's burst that is spent (units); for
-    /// claims, deliveries under a live lease plus credits reserved by
-    /// claims still waiting.
-    pub in_use: [u64; QuotaKind::ALL.len()],
-    /// Requests this shard refused `QUOTA_EXCEEDED`, by quota.
-    pub rejections: [u64; QuotaKind::ALL.len()],
-}
 
 /// Every shard's figures for one principal, summed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

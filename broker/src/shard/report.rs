@@ -10,9 +10,38 @@
 //! average takes a sample; the shard adds up glommio's executor figures);
 //! it is off the data path. It holds no payload and no routing key.
 
+use crate::auth::quota::{QuotaConfig, QuotaKind};
 use crate::control::assignment::ShardId;
 use crate::io::stats::IoSnapshot;
 use crate::queue::{PartitionId, QueueCounters};
+
+/// Upper bounds (inclusive, microseconds) of the request latency
+/// histogram's buckets; a last `+Inf` bucket holds the rest. From a request
+/// answered from memory (tens of µs) to a claim that long-polled for its
+/// whole wait (seconds).
+pub const REQUEST_LATENCY_BUCKETS_US: [u64; 18] = [
+    50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
+    1_000_000, 2_500_000, 5_000_000, 10_000_000, 30_000_000,
+];
+
+/// Buckets of the request latency histogram, the `+Inf` one included.
+pub const REQUEST_LATENCY_BUCKETS: usize = REQUEST_LATENCY_BUCKETS_US.len() + 1;
+const _: () = assert!(REQUEST_LATENCY_BUCKETS_US[0] > 0);
+
+/// One principal's figures on this shard, for the admin port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuotaReport {
+    pub principal: String,
+    /// The node-wide quotas the shard's policy gives the principal.
+    pub config: QuotaConfig,
+    /// What is in use on this shard, indexed like [`QuotaKind::ALL`]: for
+    /// a rate, the part of this shard's burst that is spent (units); for
+    /// claims, deliveries under a live lease plus credits reserved by
+    /// claims still waiting.
+    pub in_use: [u64; QuotaKind::ALL.len()],
+    /// Requests this shard refused `QUOTA_EXCEEDED`, by quota.
+    pub rejections: [u64; QuotaKind::ALL.len()],
+}
 
 /// Why a request was turned away before it changed anything (counted per
 /// partition; the label values of `spool_admission_rejections_total`).
@@ -94,11 +123,11 @@ impl RequestOp {
 }
 
 /// One operation's latency histogram: requests per bucket of
-/// `server::counters::REQUEST_LATENCY_BUCKETS_US` (not cumulative; the last
+/// [`REQUEST_LATENCY_BUCKETS_US`] (not cumulative; the last
 /// entry counts those slower than every bound) and the sum in µs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LatencyCounts {
-    pub buckets: [u64; crate::server::counters::REQUEST_LATENCY_BUCKETS],
+    pub buckets: [u64; REQUEST_LATENCY_BUCKETS],
     pub sum_us: u64,
 }
 
@@ -212,7 +241,7 @@ pub struct ShardReport {
     /// locked out (`auth::limiter`).
     pub auth_lockouts: u64,
     /// Quota figures per principal with a quota (`server::quota`).
-    pub quotas: Vec<crate::server::quota::QuotaReport>,
+    pub quotas: Vec<QuotaReport>,
     /// The shard's journal (journal layout only).
     pub journal: Option<JournalReport>,
     /// Partition visits of the housekeeping ticks since the shard started
