@@ -34,7 +34,7 @@
 //! exactly as before, its records counted against no one.
 
 use super::error::CodecError;
-use super::stored::PrincipalId;
+use super::types::PrincipalId;
 use super::types::{
     EnqueueMeta, Generation, Lane, Millis, Offset, QuarantineCause, ReleaseReason, WorkerId,
 };

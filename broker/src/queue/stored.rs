@@ -26,24 +26,14 @@
 //! attributed records' `Enqueued` events), and [`StoredByPrincipal::leave`]
 //! for each event that takes a held message out of the partition (ack of
 //! either lane, expiry without dead-lettering, purge of either lane;
-//! [`leaving`] tells which, read from the state *before* the event is
+//! `PartitionState::leaving` tells which, read from the state *before* the event is
 //! applied). Moves between lanes (quarantine, redrive) and claims change no
 //! count: the quota bounds what is stored, as `max_messages` does.
 
 use std::collections::BTreeMap;
 
-use super::event::Event;
-use super::state::PartitionState;
-use super::types::{Lane, Offset};
-
-/// A stable id of a principal's name; 0 is "unknown".
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PrincipalId(pub u64);
-
-impl PrincipalId {
-    /// Not attributed: counted against no one.
-    pub const UNKNOWN: PrincipalId = PrincipalId(0);
-}
+use super::types::Offset;
+pub use super::types::PrincipalId;
 
 /// The id of principal `name`: the first 8 bytes of BLAKE3 of a
 /// domain-separated name, little-endian; never [`PrincipalId::UNKNOWN`].
@@ -296,24 +286,6 @@ impl StoredByPrincipal {
         }
         Some(table)
     }
-}
-
-/// If applying `event` to `state` takes a held message out of the
-/// partition, its offset and record bytes. Read **before** the event is
-/// applied (afterwards the message is gone). Ack of either lane, expiry
-/// (an expiry that dead-letters is a `Quarantined` event and stays
-/// held), purge of either lane; every other event keeps every message held.
-pub fn leaving(state: &PartitionState, event: &Event) -> Option<(Offset, u32)> {
-    let (lane, offset) = match *event {
-        Event::Acked { lane, offset, .. } | Event::Purged { lane, offset, .. } => (lane, offset),
-        Event::Expired { offset, .. } => (Lane::Main, offset),
-        _ => return None,
-    };
-    let size = match lane {
-        Lane::Main => state.main_message(offset)?.warm.size_bytes,
-        Lane::DeadLetter => state.dlq.get(&offset)?.size_bytes,
-    };
-    Some((offset, size))
 }
 
 #[cfg(test)]

@@ -155,3 +155,12 @@ impl EnqueueMeta {
         }
     }
 }
+
+/// A stable id of a principal's name; 0 is "unknown".
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PrincipalId(pub u64);
+
+impl PrincipalId {
+    /// Not attributed: counted against no one.
+    pub const UNKNOWN: PrincipalId = PrincipalId(0);
+}

@@ -11,6 +11,27 @@ use crate::queue::types::{
 };
 
 impl PartitionState {
+    /// If applying `event` takes a held message out of the partition, its
+    /// offset and record bytes (for the per-principal stored counts). Read
+    /// **before** the event is applied (afterwards the message is gone). Ack
+    /// of either lane, expiry (an expiry that dead-letters is a
+    /// `Quarantined` event and stays held), purge of either lane; every
+    /// other event keeps every message held.
+    pub fn leaving(&self, event: &Event) -> Option<(Offset, u32)> {
+        let (lane, offset) = match *event {
+            Event::Acked { lane, offset, .. } | Event::Purged { lane, offset, .. } => {
+                (lane, offset)
+            }
+            Event::Expired { offset, .. } => (Lane::Main, offset),
+            _ => return None,
+        };
+        let size = match lane {
+            Lane::Main => self.main_message(offset)?.warm.size_bytes,
+            Lane::DeadLetter => self.dlq.get(&offset)?.size_bytes,
+        };
+        Some((offset, size))
+    }
+
     /// Applies one event: the only way the state changes, on the live path
     /// and on replay.
     ///
@@ -21,8 +42,7 @@ impl PartitionState {
         // stored counts: read before the event takes it out. An event that
         // does not apply changes nothing, so the counts are lowered only
         // once it did.
-        let leaving =
-            if self.stored.is_empty() { None } else { crate::queue::stored::leaving(self, event) };
+        let leaving = if self.stored.is_empty() { None } else { self.leaving(event) };
         self.apply_event(event)?;
         if let Some((offset, size)) = leaving {
             let first = self.stored.in_first_run(offset);

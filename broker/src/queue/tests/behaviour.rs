@@ -1184,17 +1184,17 @@ fn oldest_claim_age_follows_the_oldest_held_claim() {
     h.state.assert_invariants();
 }
 
-// Goal: per-principal stored counts, fed by `stored::leaving` read before
+// Goal: per-principal stored counts, fed by `PartitionState::leaving` read before
 // each event, go down on an ack of either lane, an expiry and a purge, and
 // stay on claims, releases and quarantine; the same events replayed on a
 // fresh state give the same counts. Method: two principals' messages, one
 // of each way out; then a replay of the log with the same attributions.
 #[test]
 fn stored_counts_follow_acks_expiry_and_purge() {
-    use crate::queue::stored::{leaving, PrincipalId, Stored, StoredByPrincipal};
+    use crate::queue::stored::{PrincipalId, Stored, StoredByPrincipal};
     fn step(h: &mut Harness, stored: &mut StoredByPrincipal, events: &[Event]) {
         for event in events {
-            if let Some((offset, size)) = leaving(&h.state, event) {
+            if let Some((offset, size)) = h.state.leaving(event) {
                 stored.leave(offset, size);
             }
             h.apply_all(&[*event]);
@@ -1249,7 +1249,7 @@ fn stored_counts_follow_acks_expiry_and_purge() {
             assert!(again.attribute(b[0], &[100; 2], bob));
             assert_eq!((again.stored(alice), again.stored(bob)), (count(3), count(2)));
         }
-        if let Some((offset, size)) = leaving(&replayed, event) {
+        if let Some((offset, size)) = replayed.leaving(event) {
             again.leave(offset, size);
         }
         replayed.apply(event).unwrap();
