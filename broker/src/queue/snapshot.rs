@@ -32,6 +32,7 @@ use super::error::CodecError;
 use super::fairness::Credits;
 use super::fresh::{FreshBand, FreshView};
 use super::limits::SNAPSHOT_BYTES_MAX;
+use super::state::capture::Capture;
 use super::state::{
     Claim, DeadLetter, DeadPhase, PartitionContext, PartitionState, Totals, Warm, WarmPhase,
 };
@@ -206,19 +207,6 @@ fn distinct_offsets(state: &PartitionState) -> Result<Option<Offset>, &'static s
         }
     }
     Ok(highest)
-}
-
-/// What an offset below a running checkpoint's `covers` held when the
-/// checkpoint began, recorded at the first change to it since (a
-/// copy-on-write of one message). `touched` names every such offset, also
-/// those that held nothing (or, for a table, held nothing in it).
-#[derive(Debug, Default)]
-pub(crate) struct Capture {
-    covers: Offset,
-    touched: BTreeSet<Offset>,
-    fresh: Vec<BTreeMap<Offset, FreshView>>,
-    warm: BTreeMap<Offset, Warm>,
-    dead: BTreeMap<Offset, DeadLetter>,
 }
 
 /// Which part of the snapshot a [`SnapshotEncoder`] writes next.

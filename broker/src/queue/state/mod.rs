@@ -13,6 +13,7 @@
 //! and the dedupe window remember them.
 
 mod apply;
+pub(crate) mod capture;
 mod invariants;
 mod view;
 
@@ -25,13 +26,13 @@ use super::dedupe::DedupeTable;
 use super::fairness::{Credits, PerClass};
 use super::fresh::{FreshBand, FreshView, NEVER};
 use super::limits::LEASE_MS_MAX;
-use super::snapshot::Capture;
 use super::stored::StoredByPrincipal;
 use super::token::TokenKey;
 use super::types::{
     Generation, LeaderEpoch, Millis, Offset, PartitionId, QuarantineCause, QueueId, ReleaseReason,
     WorkerId,
 };
+use capture::Capture;
 
 pub use view::{MessagePhase, MessageView, QueueCounters, Totals};
 
