@@ -266,7 +266,7 @@ fn partition_requests_allocate_a_bounded_number_of_times() {
     // copied into its open gather buffer (no allocation) costs the journal
     // two: the entry's own copy of the batch (`Box<[u8]>`, queued in its
     // lane until a commit takes it) and its ticket cell
-    // (`log/journal/appender.rs`, `append_owned_as`); pooling those is the
+    // (`log/journal/appender/mod.rs`, `append_owned_as`); pooling those is the
     // way back to 0.
     let bounds = [
         ("enqueue of 1", figures.enqueue_1, 5.0),

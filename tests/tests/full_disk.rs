@@ -19,7 +19,7 @@
 // (with a printed reason) when not root or mkfs.ext4/mount/umount are
 // missing.
 //
-// What decides the space needed (`broker/src/log/journal/appender.rs`):
+// What decides the space needed (`broker/src/log/journal/appender/` and `prepare.rs`):
 // when the preparer cannot zero-fill `next.prep` (ENOSPC) it removes the
 // partial file, sets `disk_full` (data refused, control entries go on in
 // the room left in the current file) and halves the next file's length,

@@ -113,7 +113,7 @@ const FILE_LINES_ALLOWED: &[(&str, usize)] = &[
     ("broker/src/server/handler.rs", 1345),
     ("broker/src/server/mod.rs", 1343),
     ("broker/src/queue/dedupe.rs", 1267),
-    ("broker/src/log/journal/appender.rs", 1236),
+    ("broker/src/log/journal/appender/mod.rs", 1181),
     ("wire/src/proto/control.rs", 1152),
     ("broker/src/queue/snapshot.rs", 1120),
     ("client/src/client.rs", 1082),
@@ -131,8 +131,7 @@ const FILE_LINES_ALLOWED: &[(&str, usize)] = &[
 /// two top-level folders (a single file at the top counts as a folder), in
 /// name order.
 const CIRCLES_ALLOWED: &[(&str, &str)] = &[
-    ("broker/src/log/journal/appender.rs", "broker/src/log/journal/prepare.rs"),
-    ("broker/src/log/journal/appender.rs", "broker/src/log/journal/read.rs"),
+    ("broker/src/log/journal/appender/mod.rs", "broker/src/log/journal/read.rs"),
     ("broker/src/admin/mod.rs", "broker/src/shard/mod.rs"),
     ("admin", "shard"),
 ];

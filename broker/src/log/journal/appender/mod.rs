@@ -32,6 +32,9 @@
 //! zero-filled `next.prep` the preparer keeps ready, renames it to the new
 //! position's name and syncs the directory, and only then writes.
 
+mod committer;
+mod preparer;
+
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
@@ -46,12 +49,11 @@ use super::entry::{
 };
 use super::error::JournalError;
 use super::layout::{commit_span, journal_file_path};
-use super::prepare::{name_prepared, preparer};
+use super::prepare::name_prepared;
 use super::recovery::{recover, RecoveryReport, RecoverySink};
 use super::{EntryCell, EntryStatus, JournalPos, JournalTicket, Lane, PartitionHandle, Wants};
 use crate::io::{IoError, IoOp, Storage, StorageFile};
 use crate::limits::PAGE_BYTES;
-use crate::log::disk::failpoint;
 use crate::log::sync::{join_all, Notify};
 use crate::log::{FatalCode, FatalHandler, FatalReason};
 
@@ -394,9 +396,9 @@ impl<S: Storage> Journal<S> {
         async move {
             let mut tasks: Vec<Pin<Box<dyn Future<Output = ()>>>> = Vec::new();
             for _ in 0..workers {
-                tasks.push(Box::pin(committer(shared.clone())));
+                tasks.push(Box::pin(committer::committer(shared.clone())));
             }
-            tasks.push(Box::pin(preparer(shared.clone())));
+            tasks.push(Box::pin(preparer::preparer(shared.clone())));
             join_all(tasks).await;
         }
     }
@@ -1176,61 +1178,4 @@ impl<S: Storage> Shared<S> {
             self.named.wait().await;
         }
     }
-}
-
-/// Failpoints around a commit's write and sync (`crate::failpoint`).
-const COMMIT_POINTS: [&str; 4] = [
-    "journal.commit.write",
-    "journal.commit.write.after",
-    "journal.commit.sync",
-    "journal.commit.sync.after",
-];
-/// Failpoints around a witness entry's write and sync.
-const WITNESS_POINTS: [&str; 4] = [
-    "journal.witness.write",
-    "journal.witness.write.after",
-    "journal.witness.sync",
-    "journal.witness.sync.after",
-];
-
-/// One committer: build a commit, (roll,) write it, sync it, mark it synced.
-async fn committer<S: Storage>(shared: Rc<Shared<S>>) {
-    loop {
-        let Some(job) = shared.next_job().await else { break };
-        if job.opens_file && !shared.roll(&job).await {
-            break;
-        }
-        let Some(file) = shared.wait_named(&job.file).await else { break };
-        let offset = job.pos - job.file.base;
-        // A witness and a commit have failpoints of their own around the
-        // write and the sync; a failure is fatal either way.
-        let names = if job.witness { WITNESS_POINTS } else { COMMIT_POINTS };
-        let point = |index: usize, op: IoOp, pos: Option<u64>| {
-            failpoint(names[index], op, file.path(), pos)
-        };
-        let written = async {
-            point(0, IoOp::Write, Some(offset))?;
-            file.write_at(job.buf.clone(), offset).await?;
-            point(1, IoOp::Write, Some(offset))
-        };
-        if let Err(error) = written.await {
-            shared.fail(FatalCode::WriteFailed, &error);
-            break;
-        }
-        if shared.is_failed() {
-            break;
-        }
-        let synced = async {
-            point(2, IoOp::Sync, None)?;
-            file.fdatasync().await?;
-            point(3, IoOp::Sync, None)
-        };
-        if let Err(error) = synced.await {
-            shared.fail(FatalCode::SyncFailed, &error);
-            break;
-        }
-        shared.mark_synced(job.seq);
-    }
-    shared.state.borrow_mut().workers_running -= 1;
-    shared.prepare.notify_all();
 }
