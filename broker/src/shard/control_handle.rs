@@ -1,0 +1,303 @@
+//! [`ControlHandle`]: how a thread other than the control executor asks it
+//! something — create, delete and describe queues, apply an assignment
+//! change, collect the shards' reports — with a bounded command queue and
+//! a bounded wait for the answer. The blocking methods are for threads
+//! that are not executors (the admin port, tests); the `_async` ones poll
+//! and never block a shard's executor. It decides nothing itself: the
+//! control executor (`executor.rs`) does.
+
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc, PoisonError};
+
+use super::{report, ControlCommand, ControlError, QueueCreated, Shared};
+use crate::control::assignment::{
+    AssignmentError, AssignmentTable, AssignmentVersion, QueueName, ShardId,
+};
+use crate::limits::CONTROL_POLL_INTERVAL;
+use crate::queue::{QueueConfig, QueueId};
+
+/// Handle to the control path. The plain methods block and are for
+/// non-executor threads (admin endpoint, tests); the `_async` ones are for
+/// a shard's frame handler and never block its executor. Every shard gets
+/// one in [`ShardContext::control`](hooks::ShardContext).
+#[derive(Debug, Clone)]
+pub struct ControlHandle {
+    pub(super) commands: mpsc::SyncSender<ControlCommand>,
+    pub(super) shared: Arc<Shared>,
+}
+
+/// A submitted command's pending answer.
+struct Pending<T>(mpsc::Receiver<Result<T, ControlError>>);
+
+impl<T> Pending<T> {
+    /// The answer if it has arrived.
+    fn try_take(&self) -> Option<Result<T, ControlError>> {
+        match self.0.try_recv() {
+            Ok(answer) => Some(answer),
+            Err(mpsc::TryRecvError::Empty) => None,
+            Err(mpsc::TryRecvError::Disconnected) => Some(Err(ControlError::Stopped)),
+        }
+    }
+}
+
+/// Number of [`CONTROL_POLL_INTERVAL`] polls that cover `timeout_ms`.
+fn polls_for(timeout_ms: u64) -> u64 {
+    let interval_ms = CONTROL_POLL_INTERVAL.as_millis().max(1) as u64;
+    timeout_ms.div_ceil(interval_ms).max(1)
+}
+
+impl ControlHandle {
+    /// Queues a command without waiting (never blocks: `try_send`).
+    fn submit<T>(
+        &self,
+        make: impl FnOnce(mpsc::SyncSender<Result<T, ControlError>>) -> ControlCommand,
+    ) -> Result<Pending<T>, ControlError> {
+        let (reply, answer) = mpsc::sync_channel(1);
+        match self.commands.try_send(make(reply)) {
+            Ok(()) => Ok(Pending(answer)),
+            Err(mpsc::TrySendError::Full(_)) => Err(ControlError::Busy),
+            Err(mpsc::TrySendError::Disconnected(_)) => Err(ControlError::Stopped),
+        }
+    }
+
+    fn submit_create(
+        &self,
+        queue: &str,
+        partitions: u32,
+        config: QueueConfig,
+    ) -> Result<Pending<QueueCreated>, ControlError> {
+        let queue = QueueName::new(queue)?;
+        config.validate().map_err(AssignmentError::from)?;
+        let config = Arc::new(config);
+        self.submit(|reply| ControlCommand::CreateQueue { queue, partitions, config, reply })
+    }
+
+    fn submit_delete(
+        &self,
+        queue: &str,
+        expect_id: Option<QueueId>,
+    ) -> Result<Pending<AssignmentVersion>, ControlError> {
+        let queue = QueueName::new(queue)?;
+        self.submit(|reply| ControlCommand::DeleteQueue { queue, expect_id, reply })
+    }
+
+    /// Creates `queue` with `partitions` partitions placed round-robin over
+    /// the shards and the given config; returns the table version that
+    /// holds it and the queue's id. The catalog is durable when this
+    /// returns; shards apply the change asynchronously: see
+    /// [`wait_applied`](Self::wait_applied). Blocks: not for executors.
+    ///
+    /// # Errors
+    /// Invalid name, count or config (`Assignment`), queue exists, ids
+    /// exhausted, catalog write failed (`Catalog`: nothing changed), control
+    /// stopped or busy.
+    pub fn create_queue(
+        &self,
+        queue: &str,
+        partitions: u32,
+        config: QueueConfig,
+    ) -> Result<QueueCreated, ControlError> {
+        let pending = self.submit_create(queue, partitions, config)?;
+        pending.0.recv().map_err(|_| ControlError::Stopped)?
+    }
+
+    /// Deletes `queue`; returns the table version without it. The owning
+    /// shards' hooks remove its partitions when they apply the update.
+    /// Blocks: not for executors.
+    ///
+    /// # Errors
+    /// Unknown queue, catalog write failed, control stopped or busy.
+    pub fn delete_queue(&self, queue: &str) -> Result<AssignmentVersion, ControlError> {
+        let pending = self.submit_delete(queue, None)?;
+        pending.0.recv().map_err(|_| ControlError::Stopped)?
+    }
+
+    /// [`create_queue`](Self::create_queue) then
+    /// [`wait_applied_async`](Self::wait_applied_async), for a shard's
+    /// frame handler: awaits glommio timers, never blocks the executor.
+    /// `timeout_ms` bounds the whole call. Must run on a glommio executor,
+    /// and never inside `ShardHooks::on_assignment` (the shard would wait
+    /// for itself to apply the change it is applying).
+    ///
+    /// # Errors
+    /// As `create_queue`; [`ControlError::NoReply`] if the control executor
+    /// did not answer in time (the queue may or may not exist);
+    /// [`ControlError::Timeout`] if it was created but not every shard
+    /// applied it in time; [`ControlError::CreateFailed`] if a shard could
+    /// not open one of its partitions: the queue is then deleted again
+    /// (catalog and every shard), so the name is free for a retry once the
+    /// cause is fixed. Between the create and that delete (a few ms) other
+    /// clients may see the queue; what they enqueue in that window goes
+    /// with it.
+    pub async fn create_queue_async(
+        &self,
+        queue: &str,
+        partitions: u32,
+        config: QueueConfig,
+        timeout_ms: u64,
+    ) -> Result<QueueCreated, ControlError> {
+        let pending = self.submit_create(queue, partitions, config)?;
+        let mut polls_left = polls_for(timeout_ms);
+        let created = await_reply(&pending, &mut polls_left, timeout_ms).await?;
+        self.await_applied(created.version, &mut polls_left, timeout_ms).await?;
+        let failures = self.shared.take_hook_failures(created.version);
+        if failures.is_empty() {
+            return Ok(created);
+        }
+        tracing::warn!(queue, failures = %failures.join("; "), "create failed on a shard; deleting the queue again");
+        // The rollback gets its own budget: the create may have used most
+        // of the first one, and an unremoved half-created queue is worse
+        // than a late answer.
+        let mut polls_left = polls_for(timeout_ms);
+        let rollback = async {
+            let pending = self.submit_delete(queue, Some(created.queue_id))?;
+            let version = await_reply(&pending, &mut polls_left, timeout_ms).await?;
+            self.await_applied(version, &mut polls_left, timeout_ms).await
+        }
+        .await;
+        if let Err(error) = &rollback {
+            tracing::error!(queue, %error, "could not delete the half-created queue");
+        }
+        Err(ControlError::CreateFailed {
+            queue: queue.to_owned(),
+            failures,
+            rollback: rollback.err().map(|error| error.to_string()),
+        })
+    }
+
+    /// [`delete_queue`](Self::delete_queue) then
+    /// [`wait_applied_async`](Self::wait_applied_async); see
+    /// [`create_queue_async`](Self::create_queue_async) for where it may run.
+    ///
+    /// # Errors
+    /// As `delete_queue`, plus `NoReply` and `Timeout`.
+    pub async fn delete_queue_async(
+        &self,
+        queue: &str,
+        timeout_ms: u64,
+    ) -> Result<AssignmentVersion, ControlError> {
+        let pending = self.submit_delete(queue, None)?;
+        let mut polls_left = polls_for(timeout_ms);
+        let version = await_reply(&pending, &mut polls_left, timeout_ms).await?;
+        self.await_applied(version, &mut polls_left, timeout_ms).await?;
+        Ok(version)
+    }
+
+    /// Awaits (on a glommio executor) until every shard applied `version`.
+    ///
+    /// # Errors
+    /// [`ControlError::Timeout`] after about `timeout_ms`.
+    pub async fn wait_applied_async(
+        &self,
+        version: AssignmentVersion,
+        timeout_ms: u64,
+    ) -> Result<(), ControlError> {
+        let mut polls_left = polls_for(timeout_ms);
+        self.await_applied(version, &mut polls_left, timeout_ms).await
+    }
+
+    async fn await_applied(
+        &self,
+        version: AssignmentVersion,
+        polls_left: &mut u64,
+        timeout_ms: u64,
+    ) -> Result<(), ControlError> {
+        loop {
+            if self.shared.all_applied(version) {
+                return Ok(());
+            }
+            if *polls_left == 0 {
+                return Err(ControlError::Timeout { version, timeout_ms });
+            }
+            *polls_left -= 1;
+            glommio::timer::sleep(CONTROL_POLL_INTERVAL).await;
+        }
+    }
+
+    /// The table as of the last durable catalog write: every queue's id,
+    /// config and placement, for ListQueues/Metadata from any shard. It may
+    /// be ahead of a shard's own copy (that shard has not applied the newest
+    /// update yet). Cheap: clones an `Arc`.
+    pub fn catalog_snapshot(&self) -> Arc<AssignmentTable> {
+        self.shared.committed.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Number of shards.
+    pub fn shard_count(&self) -> usize {
+        self.shared.applied_versions.len()
+    }
+
+    /// The broker's data directory.
+    pub fn data_dir(&self) -> &std::path::Path {
+        &self.shared.data_dir
+    }
+
+    /// Whether the broker has been asked to stop.
+    pub fn stop_requested(&self) -> bool {
+        self.shared.stop_requested.load(Ordering::Acquire)
+    }
+
+    /// Asks every shard for its [`report::ShardReport`] (through the control
+    /// executor and the shards' channels: cross-core messages, never shared
+    /// state). Never blocks: the reports arrive on the returned receiver,
+    /// one per shard that answers; poll it with `try_recv` up to a deadline.
+    /// A shard busy applying an assignment change answers after it.
+    ///
+    /// # Errors
+    /// Control stopped or busy.
+    pub fn request_reports(&self) -> Result<mpsc::Receiver<report::ShardReport>, ControlError> {
+        let (reply, reports) = mpsc::sync_channel(self.shard_count());
+        match self.commands.try_send(ControlCommand::Report { reply }) {
+            Ok(()) => Ok(reports),
+            Err(mpsc::TrySendError::Full(_)) => Err(ControlError::Busy),
+            Err(mpsc::TrySendError::Disconnected(_)) => Err(ControlError::Stopped),
+        }
+    }
+
+    /// The newest table version `shard` has applied.
+    pub fn applied_version(&self, shard: ShardId) -> AssignmentVersion {
+        AssignmentVersion(
+            self.shared.applied_versions[usize::from(shard.0)].load(Ordering::Acquire),
+        )
+    }
+
+    /// Blocks until every shard has applied `version`. Not for executors:
+    /// use [`wait_applied_async`](Self::wait_applied_async) there.
+    ///
+    /// # Errors
+    /// [`ControlError::Timeout`] after about `timeout_ms`.
+    pub fn wait_applied(
+        &self,
+        version: AssignmentVersion,
+        timeout_ms: u64,
+    ) -> Result<(), ControlError> {
+        for _ in 0..polls_for(timeout_ms) {
+            if self.shared.all_applied(version) {
+                return Ok(());
+            }
+            std::thread::sleep(CONTROL_POLL_INTERVAL);
+        }
+        if self.shared.all_applied(version) {
+            return Ok(());
+        }
+        Err(ControlError::Timeout { version, timeout_ms })
+    }
+}
+
+/// Awaits a control reply on a glommio executor, spending `polls_left`.
+async fn await_reply<T>(
+    pending: &Pending<T>,
+    polls_left: &mut u64,
+    timeout_ms: u64,
+) -> Result<T, ControlError> {
+    loop {
+        if let Some(answer) = pending.try_take() {
+            return answer;
+        }
+        if *polls_left == 0 {
+            return Err(ControlError::NoReply { timeout_ms });
+        }
+        *polls_left -= 1;
+        glommio::timer::sleep(CONTROL_POLL_INTERVAL).await;
+    }
+}
