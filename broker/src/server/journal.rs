@@ -1,0 +1,225 @@
+//! A shard journal's upkeep on the shard that runs it: release passes
+//! (files no open partition needs removed; over the retain budget,
+//! checkpoints asked of the partitions that pin the oldest file),
+//! relocation passes of the oldest file, the journal's figures for the
+//! shard's report, and its close after its partitions. Opening the journal
+//! and its partitions is `mod.rs`'s.
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use super::{Served, ShardJournalRun, ShardPartition, ShardState};
+use crate::log::journal::JournalPos;
+use crate::shard::report::JournalReport;
+
+impl ShardState {
+    /// Starts a journal release pass when one is due (journal layout; see
+    /// the module docs): the least position the open partitions need, the
+    /// files wholly below it removed, and, over the retain budget, a
+    /// checkpoint asked of each partition whose pin a checkpoint would move
+    /// to a later file.
+    pub(super) fn release_journal(self: &Rc<Self>) {
+        let Some(journal) = self.journal.borrow().clone() else { return };
+        let now = (self.clock)();
+        if journal.releasing.get() || now < journal.next_release_ms.get() {
+            return;
+        }
+        journal.next_release_ms.set(now.saturating_add(crate::limits::JOURNAL_RELEASE_INTERVAL_MS));
+        // A partition of this shard that is not open (opening, or refused)
+        // may need any file at its next open.
+        let owned = self.table.borrow().owned_by(self.shard).count();
+        let served: Vec<Rc<Served>> = self.partitions.borrow().values().cloned().collect();
+        if served.len() < owned || !self.unavailable.borrow().is_empty() {
+            return;
+        }
+        let files = journal.shard.journal();
+        // Checkpoints asked for and relocation only once the shard holds
+        // more than `journal_retain_bytes`: with many partitions each
+        // holding a little of every file, releasing each file at once costs
+        // a checkpoint per partition per file; holding a budget costs that
+        // once per budget written.
+        let held = u64::try_from(files.file_count())
+            .unwrap_or(u64::MAX)
+            .saturating_mul(journal.file_bytes);
+        // (Not "or its next file is not prepared": that holds for a moment
+        // after every roll, and a journal that cannot prepare one has
+        // failed, fatally.)
+        let over_budget = held > self.config.journal_retain_bytes;
+        // While the checkpoints of an earlier pass run, none is asked (they
+        // are what moves the pins); the pass still releases what it can.
+        let ask = over_budget && !journal.checkpointing.get();
+        let mut needed = files.durable_position();
+        let mut asked = Vec::new();
+        for entry in &served {
+            needed = needed.min(entry.partition.journal_pin());
+            if ask && entry.partition.journal_checkpoint_frees() {
+                asked.push(entry.partition.clone());
+            }
+        }
+        let mut figures = journal.release.get();
+        figures.needed_from = needed.0;
+        figures.release_checkpoints += asked.len() as u64;
+        journal.release.set(figures);
+        if !asked.is_empty() {
+            // At most JOURNAL_RELEASE_CHECKPOINTS_IN_FLIGHT at once: each
+            // holds a write buffer and a file, and a shard of thousands of
+            // partitions asks thousands of them in one pass.
+            journal.checkpointing.set(true);
+            let run = Rc::clone(&journal);
+            glommio::spawn_local(async move {
+                futures_util::StreamExt::for_each_concurrent(
+                    futures_util::stream::iter(asked),
+                    crate::limits::JOURNAL_RELEASE_CHECKPOINTS_IN_FLIGHT,
+                    |partition| async move {
+                        if let Err(error) = partition.checkpoint().await {
+                            tracing::warn!(partition = ?partition.name(), %error,
+                                "checkpoint failed");
+                        }
+                    },
+                )
+                .await;
+                run.checkpointing.set(false);
+            })
+            .detach();
+        }
+        if files.file_base(needed) <= files.oldest_file() {
+            // Nothing to release: the oldest file is pinned. Relocating its
+            // live entries (when most held bytes are garbage) lets it go.
+            if over_budget {
+                self.relocate_journal(&journal, served);
+            }
+            return;
+        }
+        journal.releasing.set(true);
+        let shard = self.shard;
+        glommio::spawn_local(async move {
+            let result = journal.shard.journal().release_below(needed).await;
+            journal.releasing.set(false);
+            match result {
+                Ok(released) => {
+                    let mut figures = journal.release.get();
+                    figures.released_files += released.files as u64;
+                    figures.released_bytes += released.bytes;
+                    journal.release.set(figures);
+                    // Entries of deleted queues' handles that lay there.
+                    journal.routed.borrow_mut().values_mut().for_each(|entries| {
+                        entries.retain(|entry| entry.position >= released.oldest);
+                    });
+                    tracing::debug!(
+                        shard = shard.0,
+                        needed = needed.0,
+                        files = released.files,
+                        bytes = released.bytes,
+                        oldest = released.oldest.0,
+                        "journal files released"
+                    );
+                }
+                Err(error) => {
+                    tracing::warn!(shard = shard.0, needed = needed.0, %error,
+                        "journal release failed; the next pass tries again");
+                }
+            }
+        })
+        .detach();
+    }
+
+    /// Starts a relocation pass (`partition::relocate_pass`) of the oldest
+    /// journal file unless one is running: paced by
+    /// [`JOURNAL_RELOCATE_BYTES_PER_PASS`] per release interval, its file
+    /// released by a later release pass.
+    ///
+    /// [`JOURNAL_RELOCATE_BYTES_PER_PASS`]: crate::limits::JOURNAL_RELOCATE_BYTES_PER_PASS
+    pub(super) fn relocate_journal(&self, journal: &Rc<ShardJournalRun>, served: Vec<Rc<Served>>) {
+        if journal.relocating.get() {
+            return;
+        }
+        journal.relocating.set(true);
+        let journal = journal.clone();
+        let ratio_max = self.config.journal_garbage_ratio_max.get();
+        let shard = self.shard;
+        glommio::spawn_local(async move {
+            let partitions: Vec<Rc<ShardPartition>> =
+                served.iter().map(|entry| entry.partition.clone()).collect();
+            drop(served);
+            let result = crate::partition::relocate_pass(
+                journal.shard.journal(),
+                &partitions,
+                ratio_max,
+                crate::limits::JOURNAL_RELOCATE_BYTES_PER_PASS,
+            )
+            .await;
+            journal.relocating.set(false);
+            match result {
+                Ok(pass) => {
+                    let mut figures = journal.release.get();
+                    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                    {
+                        figures.garbage_ratio_millionths = (pass.garbage_ratio * 1e6) as u64;
+                    }
+                    if pass.file.is_some() {
+                        figures.relocation_passes += 1;
+                        figures.relocated_entries += pass.copied_entries;
+                        figures.relocated_bytes += pass.copied_bytes;
+                        figures.relocation_dropped_entries += pass.dropped_entries;
+                        tracing::debug!(
+                            shard = shard.0,
+                            file = pass.file.map_or(0, |file| file.0),
+                            ratio = pass.garbage_ratio,
+                            copied = pass.copied_entries,
+                            bytes = pass.copied_bytes,
+                            dropped = pass.dropped_entries,
+                            remaining = pass.remaining,
+                            checkpoints = pass.checkpoints,
+                            "journal relocation pass"
+                        );
+                    }
+                    journal.release.set(figures);
+                }
+                Err(error) => {
+                    tracing::warn!(shard = shard.0, %error,
+                        "journal relocation failed; the next pass tries again");
+                }
+            }
+        })
+        .detach();
+    }
+
+    /// The journal figures for `report`: files held, the live bytes the
+    /// open partitions index (per file, to count the files that hold none)
+    /// and what the release passes did.
+    pub(super) fn journal_report(&self, journal: &ShardJournalRun) -> JournalReport {
+        let files = journal.shard.journal();
+        let mut live: BTreeMap<JournalPos, u64> = BTreeMap::new();
+        for served in self.partitions.borrow().values() {
+            let part = served.partition.log().journal();
+            part.indexed_bytes_by_file(|position| files.file_base(position), &mut live);
+        }
+        let count = files.file_count() as u64;
+        let newest = files.newest_file();
+        let held_with_live = live.keys().filter(|base| **base != newest).count() as u64;
+        JournalReport {
+            files: count,
+            file_bytes: count * journal.file_bytes,
+            live_bytes: live.values().sum(),
+            files_without_live_bytes: count.saturating_sub(1).saturating_sub(held_with_live),
+            witnesses: files.stats().witnesses,
+            ..journal.release.get()
+        }
+    }
+
+    /// Closes the shard journal once its partitions are closed: everything
+    /// queued becomes durable, then its committers stop.
+    pub(super) async fn close_journal(&self) {
+        let journal = self.journal.borrow_mut().take();
+        if let Some(journal) = journal {
+            journal.shard.close();
+            let task = journal.task.borrow_mut().take();
+            if let Some(task) = task {
+                task.await;
+            }
+            if let Some(reason) = journal.shard.journal().failure() {
+                tracing::error!(shard = self.shard.0, %reason, "shard journal failed");
+            }
+        }
+    }
+}
