@@ -110,8 +110,8 @@ const FILE_LINES_MAX: usize = 800;
 /// responsibilities, with their ceiling: their length on 2026-12-05. Lower a
 /// ceiling when a file shrinks; remove the entry when it is under the limit.
 const FILE_LINES_ALLOWED: &[(&str, usize)] = &[
-    ("broker/src/server/handler.rs", 1345),
-    ("broker/src/server/mod.rs", 1134),
+    ("broker/src/server/handler.rs", 1017),
+    ("broker/src/server/mod.rs", 1076),
     ("broker/src/queue/dedupe.rs", 1267),
     ("broker/src/log/journal/appender/mod.rs", 1181),
     ("wire/src/proto/control.rs", 1152),

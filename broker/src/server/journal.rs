@@ -2,15 +2,79 @@
 //! (files no open partition needs removed; over the retain budget,
 //! checkpoints asked of the partitions that pin the oldest file),
 //! relocation passes of the oldest file, the journal's figures for the
-//! shard's report, and its close after its partitions. Opening the journal
-//! and its partitions is `mod.rs`'s.
+//! shard's report, and its close after its partitions; the run's state
+//! ([`ShardJournalRun`]) and the commit timer that feeds the commit
+//! metrics. Opening the journal and its partitions is `mod.rs`'s.
 
-use std::collections::BTreeMap;
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 
-use super::{Served, ShardJournalRun, ShardPartition, ShardState};
-use crate::log::journal::JournalPos;
+use glommio::task::JoinHandle;
+
+use super::{Served, ShardPartition, ShardState};
+use crate::io::DmaStorage;
+use crate::log::journal::{CommitObserver, JournalPos, PartitionHandle, RoutedEntry, ShardJournal};
+use crate::partition::JournalReplayed;
 use crate::shard::report::JournalReport;
+
+/// The shard's journal, opened by [`SpoolHooks::start`].
+pub struct ShardJournalRun {
+    pub shard: Rc<ShardJournal<DmaStorage>>,
+    /// The entries recovery routed to each handle, until its partition
+    /// opens (taken then; a failed open leaves them for the next attempt).
+    /// Handles of deleted queues keep theirs (positions only, no payload
+    /// bytes) until the journal's reclamation (step 4).
+    pub(super) routed: RefCell<BTreeMap<PartitionHandle, Vec<RoutedEntry>>>,
+    /// The states the ordered replay at start made (checkpoint restored,
+    /// entries replayed in journal order: `partition::replay_journal_shard`),
+    /// taken by each partition's open; what is left once the catalog's
+    /// replay is applied is dropped.
+    pub(super) replayed: RefCell<HashMap<PartitionHandle, JournalReplayed>>,
+    /// The journal's committers and preparer.
+    pub(super) task: RefCell<Option<JoinHandle<()>>>,
+    /// Bytes of one journal file.
+    pub(super) file_bytes: u64,
+    /// A release pass is running.
+    pub(super) releasing: Cell<bool>,
+    /// A relocation pass is running.
+    pub(super) relocating: Cell<bool>,
+    /// The checkpoints a release pass asked for are running.
+    pub(super) checkpointing: Cell<bool>,
+    /// When the next release pass may start (broker clock, ms).
+    pub(super) next_release_ms: Cell<u64>,
+    /// What the release passes did and found (`report`).
+    pub(super) release: Cell<JournalReport>,
+}
+
+/// Feeds the shard journal's commits into the per-thread disk counters
+/// (`io::stats::record_commit`: commit size and build-to-durable time) that
+/// `spool_shard_commit_*` report. Commits become durable in the order they
+/// were built.
+#[derive(Default)]
+pub(super) struct CommitTimer {
+    built: RefCell<std::collections::VecDeque<(u64, crate::clock::Instant)>>,
+}
+
+impl CommitObserver for CommitTimer {
+    fn built(&self, seq: u64) {
+        self.built.borrow_mut().push_back((seq, crate::clock::instant_now()));
+    }
+
+    fn durable(&self, seq: u64, span_bytes: u64) {
+        let mut built = self.built.borrow_mut();
+        while let Some(&(front, started)) = built.front() {
+            if front > seq {
+                break;
+            }
+            built.pop_front();
+            if front == seq {
+                let took = crate::clock::instant_now().duration_since(started);
+                crate::io::stats::record_commit(span_bytes, took);
+            }
+        }
+    }
+}
 
 impl ShardState {
     /// Starts a journal release pass when one is due (journal layout; see

@@ -55,10 +55,13 @@
 //! [`Journal::release_below`]: crate::log::journal::Journal::release_below
 
 pub mod auth;
+mod claim;
 pub mod convert;
 pub mod counters;
 pub mod handler;
 mod journal;
+use journal::CommitTimer;
+pub use journal::ShardJournalRun;
 pub mod quota;
 pub mod ready;
 mod served;
@@ -80,14 +83,11 @@ use crate::control::assignment::{
 };
 use crate::control::config::BrokerConfig;
 use crate::io::DmaStorage;
-use crate::log::journal::{
-    CommitObserver, JournalConfig, JournalError, JournalPos, PartitionHandle, RoutedEntry,
-    ShardJournal,
-};
+use crate::log::journal::{JournalConfig, JournalError, JournalPos, PartitionHandle, ShardJournal};
 use crate::log::{ExitOnFatal, LogConfig};
 use crate::partition::{
-    replay_journal_shard, Clock, JournalOpen, JournalReplayed, Partition, PartitionError,
-    PartitionName, ShardReplayTarget,
+    replay_journal_shard, Clock, JournalOpen, Partition, PartitionError, PartitionName,
+    ShardReplayTarget,
 };
 use crate::queue::{LeaderEpoch, PartitionId, QueueId};
 use crate::shard::alarm::Alarm;
@@ -131,64 +131,6 @@ pub fn partition_dir(data_dir: &Path, queue_id: QueueId, partition: PartitionId)
 /// `DATA_DIR/shard-{shard:02}`.
 pub fn journal_shard_dir(data_dir: &Path, shard: ShardId) -> PathBuf {
     data_dir.join(format!("shard-{:02}", shard.0))
-}
-
-/// The shard's journal, opened by [`SpoolHooks::start`].
-pub struct ShardJournalRun {
-    pub shard: Rc<ShardJournal<DmaStorage>>,
-    /// The entries recovery routed to each handle, until its partition
-    /// opens (taken then; a failed open leaves them for the next attempt).
-    /// Handles of deleted queues keep theirs (positions only, no payload
-    /// bytes) until the journal's reclamation (step 4).
-    routed: RefCell<BTreeMap<PartitionHandle, Vec<RoutedEntry>>>,
-    /// The states the ordered replay at start made (checkpoint restored,
-    /// entries replayed in journal order: `partition::replay_journal_shard`),
-    /// taken by each partition's open; what is left once the catalog's
-    /// replay is applied is dropped.
-    replayed: RefCell<HashMap<PartitionHandle, JournalReplayed>>,
-    /// The journal's committers and preparer.
-    task: RefCell<Option<JoinHandle<()>>>,
-    /// Bytes of one journal file.
-    file_bytes: u64,
-    /// A release pass is running.
-    releasing: Cell<bool>,
-    /// A relocation pass is running.
-    relocating: Cell<bool>,
-    /// The checkpoints a release pass asked for are running.
-    checkpointing: Cell<bool>,
-    /// When the next release pass may start (broker clock, ms).
-    next_release_ms: Cell<u64>,
-    /// What the release passes did and found (`report`).
-    release: Cell<JournalReport>,
-}
-
-/// Feeds the shard journal's commits into the per-thread disk counters
-/// (`io::stats::record_commit`: commit size and build-to-durable time) that
-/// `spool_shard_commit_*` report. Commits become durable in the order they
-/// were built.
-#[derive(Default)]
-struct CommitTimer {
-    built: RefCell<std::collections::VecDeque<(u64, crate::clock::Instant)>>,
-}
-
-impl CommitObserver for CommitTimer {
-    fn built(&self, seq: u64) {
-        self.built.borrow_mut().push_back((seq, crate::clock::instant_now()));
-    }
-
-    fn durable(&self, seq: u64, span_bytes: u64) {
-        let mut built = self.built.borrow_mut();
-        while let Some(&(front, started)) = built.front() {
-            if front > seq {
-                break;
-            }
-            built.pop_front();
-            if front == seq {
-                let took = crate::clock::instant_now().duration_since(started);
-                crate::io::stats::record_commit(span_bytes, took);
-            }
-        }
-    }
 }
 
 /// The leader epoch of every partition open on any shard, keyed by queue id
