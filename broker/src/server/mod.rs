@@ -348,6 +348,16 @@ impl ShardState {
             .collect();
     }
 
+    /// Claims long-polling on this shard now: on one partition, or on a
+    /// queue's ready ring (partition `ANY`).
+    fn claims_waiting(&self) -> u64 {
+        let partitions = self.partitions.borrow();
+        let on_partitions: usize =
+            partitions.values().map(|served| served.partition.claims_waiting()).sum();
+        let on_rings: usize = partitions.rings().map(|ring| ring.waiters().claims_waiting()).sum();
+        u64::try_from(on_partitions + on_rings).unwrap_or(u64::MAX)
+    }
+
     /// Partitions of this shard whose open is retried (refused for lack of
     /// disk space): their records are not in any stored figure yet.
     pub fn partitions_waiting_to_open(&self) -> usize {
@@ -1032,6 +1042,7 @@ impl ShardHooks for SpoolHooks {
     fn report(&self, report: &mut ShardReport) {
         self.state.report(report);
         report.tick_visits = self.state.tick_plan.visits();
+        report.claims_waiting = self.state.claims_waiting();
         report.pace = crate::net::pace::Pace::of_this_shard().stats();
         report.quotas = self.handler.quota_report();
     }

@@ -35,6 +35,11 @@ impl ServedMap {
         self.queues.get(queue).map(|served| Rc::clone(&served.ready))
     }
 
+    /// The ready ring of every queue served here.
+    pub fn rings(&self) -> impl Iterator<Item = &Rc<ReadyRing>> + '_ {
+        self.queues.values().map(|served| &served.ready)
+    }
+
     /// Partitions served, over all queues.
     pub fn len(&self) -> usize {
         self.queues.values().map(|served| served.partitions.len()).sum()

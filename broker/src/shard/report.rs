@@ -247,6 +247,10 @@ pub struct ShardReport {
     /// Partition visits of the housekeeping ticks since the shard started
     /// (`server/tick.rs`).
     pub tick_visits: u64,
+    /// Claims long-polling on the shard now: those waiting on one
+    /// partition plus those of partition `ANY` waiting on a queue's ready
+    /// ring.
+    pub claims_waiting: u64,
     /// What the shard's consumer pace did (`net/pace.rs`).
     pub pace: crate::net::pace::PaceStats,
 }
@@ -308,6 +312,7 @@ impl ShardReport {
             quotas: Vec::new(),
             journal: None,
             tick_visits: 0,
+            claims_waiting: 0,
             pace: crate::net::pace::PaceStats::default(),
         }
     }

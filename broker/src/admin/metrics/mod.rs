@@ -491,6 +491,18 @@ pub fn encode(
             active,
         );
     }
+    {
+        let waiting = Gauges::<ShardLabels>::default();
+        for shard in reports {
+            let labels = ShardLabels { shard: shard.shard.0.to_string() };
+            waiting.get_or_create(&labels).set(gauge_value(shard.claims_waiting));
+        }
+        registry.register(
+            "spool_shard_claims_waiting",
+            "Claims long-polling on the shard now (on one partition or on partition ANY)",
+            waiting,
+        );
+    }
     register_journal_figures(&mut registry, reports);
     {
         let open = Gauges::<ShardLabels>::default();
