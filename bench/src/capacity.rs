@@ -1,4 +1,4 @@
-//! `capacity`: the capacity model of DESIGN.md §7 run for real — a burst
+//! `capacity`: the capacity model (docs/capacity.md) run for real — a burst
 //! phase, then a drain phase — with the planner's predictions beside the
 //! measurement.
 //!
@@ -34,6 +34,26 @@ use crate::load::{
     PhaseOutcome, QueueResult, RunEcho, Sample,
 };
 
+// The planner (`spool-tuning`) builds without the broker, so it writes two
+// of the broker's limits again; this crate sees both and ties them, so a
+// change to either fails the build here instead of drifting.
+const _: () = assert!(spool_tuning::settings::PAGE_BYTES == spool_broker::limits::PAGE_BYTES);
+const _: () = assert!(
+    spool_tuning::settings::SEGMENT_BYTES_RECOMMENDED_MAX
+        == spool_broker::limits::SEGMENT_BYTES_MAX
+);
+const _: () = assert!(
+    spool_tuning::settings::SEGMENT_BYTES_RECOMMENDED_MIN
+        >= spool_broker::limits::SEGMENT_BYTES_MIN
+);
+const _: () = assert!(
+    spool_tuning::settings::COMMIT_BYTES_RECOMMENDED_MAX <= spool_broker::limits::COMMIT_BYTES_MAX
+);
+const _: () = assert!(
+    spool_tuning::settings::LEASE_MS_RECOMMENDED_MIN
+        >= spool_wire::proto::limits::LEASE_MS_MIN as u64
+);
+
 /// A drain is complete when the ready backlog falls to this fraction of the
 /// predicted peak: the steady-state queue at the drain rate is near zero,
 /// so this detects the end without waiting for an exact 0 that a
@@ -67,7 +87,7 @@ pub enum CapacityError {
     HostFile(String),
 }
 
-/// The model's inputs (defaults: DESIGN.md §7) and how to run it.
+/// The model's inputs (defaults: docs/capacity.md) and how to run it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CapacityConfig {
     /// Engine settings; its `phases`, `service`, `msg_bytes`, queue limits

@@ -146,18 +146,19 @@ mod tests {
     }
 
     // Goal: the log's fatal codes exit through this table with the codes
-    // they always had (supervisors match on them). Method: map every code.
+    // they always had, 70..=74 (supervisors match on them). Method: map
+    // every code.
     #[test]
     fn log_fatal_codes_map_to_reasons_with_the_same_exit_code() {
         use crate::log::FatalCode;
-        for code in [
-            FatalCode::WriteFailed,
-            FatalCode::SyncFailed,
-            FatalCode::PrepareFailed,
-            FatalCode::RollFailed,
-            FatalCode::SideFileSyncFailed,
+        for (code, exit) in [
+            (FatalCode::WriteFailed, 70),
+            (FatalCode::SyncFailed, 71),
+            (FatalCode::PrepareFailed, 72),
+            (FatalCode::RollFailed, 73),
+            (FatalCode::SideFileSyncFailed, 74),
         ] {
-            assert_eq!(FatalReason::from(code).exit_code(), code as i32, "{code:?}");
+            assert_eq!(FatalReason::from(code).exit_code(), exit, "{code:?}");
         }
     }
 }

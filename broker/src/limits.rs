@@ -692,9 +692,10 @@ const _: () = assert!(CLAIM_WAITERS_MAX <= u32::MAX as usize);
 pub const PRINCIPALS_MAX: usize = 10_000;
 /// Most ACL rules an auth file may hold.
 pub const ACL_RULES_MAX: usize = 100_000;
-/// Bytes of random salt in a secret hash made by `spool auth hash-secret`
-/// (argon2's recommended 16).
-pub const SALT_BYTES: usize = 16;
+/// Bytes of random salt in a secret hash (argon2's recommended 16): the
+/// client's value, since `spool auth hash-secret` makes the hashes the
+/// broker checks and makes.
+pub use spool_client::limits::SALT_BYTES;
 /// Most queues one connection's rights cache holds (by name, and by id);
 /// past it the cache is emptied and fills again.
 pub const SESSION_RIGHTS_CACHE_MAX: usize = 1024;

@@ -5,7 +5,7 @@
 //! sector images), each recovered and checked; bit rot in an answered commit
 //! refused with file and byte; the control lane ahead of queued data,
 //! counted in commit cycles; back-pressure per lane; the in-flight bound.
-// Tests may unwrap (COMMON.md); clippy only exempts #[test] fns, not helpers.
+// Tests may unwrap (ARCHITECTURE.md, "Errors"); clippy only exempts #[test] fns, not helpers.
 #![allow(clippy::unwrap_used)]
 
 mod journal_common;

@@ -6,7 +6,7 @@
 //! space for the next commit does; the file after it is whole again, and
 //! recovery reads the journal with files of both lengths; nothing answered
 //! is lost.
-// Tests may unwrap (COMMON.md); clippy only exempts #[test] fns, not helpers.
+// Tests may unwrap (ARCHITECTURE.md, "Errors"); clippy only exempts #[test] fns, not helpers.
 #![allow(clippy::unwrap_used)]
 
 mod journal_common;

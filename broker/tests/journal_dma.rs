@@ -2,7 +2,7 @@
 //! in a temp dir: appends from several partitions in both lanes across file
 //! rolls, reopen and recovery byte for byte, and a torn tail written into
 //! the file by hand cut on the next open.
-// Tests may unwrap (COMMON.md); clippy only exempts #[test] fns, not helpers.
+// Tests may unwrap (ARCHITECTURE.md, "Errors"); clippy only exempts #[test] fns, not helpers.
 #![allow(clippy::unwrap_used)]
 
 mod journal_common;

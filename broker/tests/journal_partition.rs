@@ -6,7 +6,7 @@
 //! rebuilds every partition's index from crash images; replay of a
 //! partition's entries from a cursor; the handles table and its crash
 //! safety.
-// Tests may unwrap (COMMON.md); clippy only exempts #[test] fns, not helpers.
+// Tests may unwrap (ARCHITECTURE.md, "Errors"); clippy only exempts #[test] fns, not helpers.
 #![allow(clippy::unwrap_used)]
 
 mod journal_common;

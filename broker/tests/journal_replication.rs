@@ -7,7 +7,7 @@
 //! log from index 1, every entry that was answered and not cancelled, never
 //! an entry whose truncation marker was answered, and a committed index at
 //! least what an answered commit marker recorded.
-// Tests may unwrap (COMMON.md); clippy only exempts #[test] fns, not helpers.
+// Tests may unwrap (ARCHITECTURE.md, "Errors"); clippy only exempts #[test] fns, not helpers.
 #![allow(clippy::unwrap_used)]
 
 mod journal_common;

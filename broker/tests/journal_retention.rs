@@ -1,7 +1,7 @@
 //! Releasing journal files below a position (`Journal::release_below`,
 //! `docs/design/shard-journal.md` §6): which files go, what reads and
 //! recovery see afterwards, and crashes at every step of a release.
-// Tests may unwrap (COMMON.md).
+// Tests may unwrap (ARCHITECTURE.md, "Errors").
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "journal_common/mod.rs"]

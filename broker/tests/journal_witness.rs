@@ -5,7 +5,7 @@
 //! transition; written by an open whose journal lacks one; an entry after a
 //! witness is answered only once the witness is durable. The crash images
 //! around witness entries are in `journal_crash.rs`.
-// Tests may unwrap (COMMON.md); clippy only exempts #[test] fns, not helpers.
+// Tests may unwrap (ARCHITECTURE.md, "Errors"); clippy only exempts #[test] fns, not helpers.
 #![allow(clippy::unwrap_used)]
 
 mod journal_common;

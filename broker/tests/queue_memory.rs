@@ -124,7 +124,7 @@ fn memory_per_message() {
             (0..WARM).for_each(|n| s.apply(&meta(n, 0, Some(10_000_000))).unwrap());
             let request = ClaimRequest {
                 worker: WorkerId(1),
-                credits: 4096,
+                credits: spool_broker::queue::limits::CLAIM_CREDITS_MAX,
                 max_bytes: u64::MAX,
                 lease_ms: None,
             };

@@ -1,6 +1,6 @@
 //! Spool's capacity planner and host checks.
 //!
-//! [`plan`] is the capacity model of DESIGN.md §7 as a pure function: workload
+//! [`plan`] is the capacity model (docs/capacity.md) as a pure function: workload
 //! in ([`PlanInputs`], defaults = the seed's 25k/s model), capacity and broker
 //! settings out ([`Plan`]), typed errors ([`PlanError`]) for inputs that have
 //! no meaningful plan. [`settings`] turns the model into broker settings,

@@ -1,6 +1,6 @@
 //! The capacity model as code: [`PlanInputs`] in, [`Plan`] out.
 //!
-//! This module owns the arithmetic of DESIGN.md §7 (the seed's 25k/s model):
+//! This module owns the arithmetic of the capacity model (docs/capacity.md; the 25k/s model):
 //! ingress, replication, unreclaimed bytes, burst backlog and drain time,
 //! execution slots by Little's law, partition count, disk need, and the broker
 //! settings derived from them ([`crate::settings`]). It is a pure function:
@@ -49,7 +49,7 @@ pub const SYNC_SLOW_MS_MAX: f64 = 10_000.0;
 pub const PARTITIONS_MAX: u64 = 65_536;
 
 /// What the planner is told about the workload. Defaults are the seed's model
-/// (DESIGN.md §7); the fields the seed leaves open are marked as assumptions.
+/// (docs/capacity.md); the fields the seed leaves open are marked as assumptions.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PlanInputs {
@@ -87,7 +87,7 @@ pub struct PlanInputs {
     /// Target worker utilization, in (0, 1].
     pub utilization_target: f64,
     /// What one partition sustains on the produce path. Assumption: 10,000/s,
-    /// well under the ≈345k appends/s one shard measured (DESIGN.md §8) so
+    /// well under the ≈345k appends/s one shard measured (bench/README.md, `log-append`) so
     /// one shard can carry many partitions.
     pub partition_produce_msgs_per_s: f64,
     /// What one partition sustains on the claim/ack path. Assumption: 5,000/s
@@ -97,7 +97,7 @@ pub struct PlanInputs {
     pub disk_reserve_fraction: f64,
     /// Lease = service-time p99.9 × this factor.
     pub lease_safety_factor: f64,
-    /// A slow fdatasync, for commit sizing: DESIGN.md §8 saw 3–5 ms under load.
+    /// A slow fdatasync, for commit sizing: 3–5 ms were measured under load.
     pub sync_slow_ms: f64,
 }
 

@@ -8,42 +8,52 @@
 
 use serde::{Deserialize, Serialize};
 
-/// DESIGN.md §8: "an explicit wait only adds latency" — a commit takes what
-/// arrived while the previous sync ran.
+/// No commit window: measured, an explicit wait only adds latency — a
+/// commit takes what arrived while the previous sync ran.
 pub const COMMIT_WINDOW_US: u64 = 0;
-/// Unit of every disk write (O_DIRECT, one commit per fresh page).
+/// Unit of every disk write (O_DIRECT, one commit per fresh page): the
+/// broker's `PAGE_BYTES`, written again here so the planner builds without
+/// the broker (`spool-plan` runs on hosts that have no broker build);
+/// `spool-bench` asserts at compile time that the two agree.
 pub const PAGE_BYTES: u64 = 4096;
 /// Smallest commit cap: below this a burst of small records splits into
 /// several syncs for no gain.
-pub const COMMIT_BYTES_MIN: u64 = 64 * 1024;
+pub const COMMIT_BYTES_RECOMMENDED_MIN: u64 = 64 * 1024;
 /// Largest commit cap: one write of this size is ≈2 ms at the measured
 /// 1.2–2.3 GB/s, about one slow sync; more only delays the waiters.
-pub const COMMIT_BYTES_MAX: u64 = 4 * 1024 * 1024;
+pub const COMMIT_BYTES_RECOMMENDED_MAX: u64 = 4 * 1024 * 1024;
 /// A commit should hold what one partition receives during this many slow syncs.
 pub const COMMIT_HEADROOM: f64 = 2.0;
 /// A segment holds about this many seconds of one partition's peak ingress,
 /// so retention frees space in steps of about a minute.
 pub const SEGMENT_SPAN_S: f64 = 60.0;
 /// Smallest segment: fewer, larger files keep handles and index entries few.
-pub const SEGMENT_BYTES_MIN: u64 = 16 * 1024 * 1024;
-/// Largest segment (the broker's own segment limit).
-pub const SEGMENT_BYTES_MAX: u64 = 1 << 30;
+pub const SEGMENT_BYTES_RECOMMENDED_MIN: u64 = 16 * 1024 * 1024;
+/// Largest segment recommended: the broker's own `SEGMENT_BYTES_MAX`
+/// (asserted equal in `spool-bench`).
+pub const SEGMENT_BYTES_RECOMMENDED_MAX: u64 = 1 << 30;
 /// Admission allows this many planned bursts of backlog.
 pub const ADMISSION_HEADROOM: f64 = 2.0;
 /// Admission allows at least this many seconds of peak ingress, so a plan with
 /// no burst backlog still gets a usable limit.
 pub const ADMISSION_FLOOR_S: f64 = 60.0;
-/// Broker memory per never-claimed message (DESIGN.md §3 target).
+/// Broker memory per never-claimed message (the queue state's target, `spool-bench state-memory`).
 pub const INDEX_BYTES_PER_MSG: f64 = 32.0;
 /// Standard normal quantile at 0.999: the lease covers the service-time p99.9.
 pub const Z_P999: f64 = 3.090_232_306_167_813;
 /// Shortest lease recommended: below a second, network round trips and
 /// extension traffic rather than the handler decide when claims expire.
-pub const LEASE_MS_MIN: u64 = 1000;
+pub const LEASE_MS_RECOMMENDED_MIN: u64 = 1000;
 
-const _: () = assert!(COMMIT_BYTES_MIN.is_power_of_two() && COMMIT_BYTES_MAX.is_power_of_two());
-const _: () = assert!(SEGMENT_BYTES_MIN.is_power_of_two() && SEGMENT_BYTES_MAX.is_power_of_two());
-const _: () = assert!(COMMIT_BYTES_MIN.is_multiple_of(PAGE_BYTES));
+const _: () = assert!(
+    COMMIT_BYTES_RECOMMENDED_MIN.is_power_of_two()
+        && COMMIT_BYTES_RECOMMENDED_MAX.is_power_of_two()
+);
+const _: () = assert!(
+    SEGMENT_BYTES_RECOMMENDED_MIN.is_power_of_two()
+        && SEGMENT_BYTES_RECOMMENDED_MAX.is_power_of_two()
+);
+const _: () = assert!(COMMIT_BYTES_RECOMMENDED_MIN.is_multiple_of(PAGE_BYTES));
 
 /// What [`recommend`] needs from a validated plan.
 #[derive(Debug, Clone, PartialEq)]
@@ -71,7 +81,7 @@ pub struct LeasePlan {
     pub service_p999_ms: f64,
     /// p99.9 × safety factor, before the floor.
     pub lease_tail_ms: f64,
-    /// max(⌈lease_tail_ms⌉, LEASE_MS_MIN).
+    /// max(⌈lease_tail_ms⌉, LEASE_MS_RECOMMENDED_MIN).
     pub lease_ms: u64,
     /// The formula with this plan's numbers in it.
     pub formula: String,
@@ -100,12 +110,15 @@ pub fn recommend(inputs: &SettingsInputs) -> BrokerSettings {
     let commit_need =
         inputs.ingress_bytes_per_s_per_partition * inputs.sync_slow_ms / 1000.0 * COMMIT_HEADROOM;
     // A commit must hold at least one record.
-    let commit_bytes =
-        pow2_within(commit_need.max(inputs.record_bytes), COMMIT_BYTES_MIN, COMMIT_BYTES_MAX);
+    let commit_bytes = pow2_within(
+        commit_need.max(inputs.record_bytes),
+        COMMIT_BYTES_RECOMMENDED_MIN,
+        COMMIT_BYTES_RECOMMENDED_MAX,
+    );
     let segment_bytes = pow2_within(
         inputs.ingress_bytes_per_s_per_partition * SEGMENT_SPAN_S,
-        SEGMENT_BYTES_MIN,
-        SEGMENT_BYTES_MAX,
+        SEGMENT_BYTES_RECOMMENDED_MIN,
+        SEGMENT_BYTES_RECOMMENDED_MAX,
     );
     let queue_max_messages = (inputs.backlog_msgs * ADMISSION_HEADROOM)
         .max(inputs.rate_msgs_per_s * ADMISSION_FLOOR_S)
@@ -143,9 +156,9 @@ pub fn lease(service_ms_mean: f64, service_cv: f64, safety_factor: f64) -> Lease
     let (sigma, mu) = lognormal_params(service_ms_mean, service_cv);
     let service_p999_ms = lognormal_quantile(service_ms_mean, service_cv, Z_P999);
     let lease_tail_ms = service_p999_ms * safety_factor;
-    let lease_ms = (lease_tail_ms.ceil() as u64).max(LEASE_MS_MIN);
+    let lease_ms = (lease_tail_ms.ceil() as u64).max(LEASE_MS_RECOMMENDED_MIN);
     let formula = format!(
-        "lease = max(p99.9 x k, {LEASE_MS_MIN} ms); p99.9 = exp(mu + {Z_P999:.4} sigma), \
+        "lease = max(p99.9 x k, {LEASE_MS_RECOMMENDED_MIN} ms); p99.9 = exp(mu + {Z_P999:.4} sigma), \
          sigma = sqrt(ln(1 + CV^2)) = {sigma:.4}, mu = ln(mean_ms) - sigma^2/2 = {mu:.4} \
          -> p99.9 = {service_p999_ms:.1} ms, x k={safety_factor} = {lease_tail_ms:.1} ms"
     );
@@ -188,7 +201,7 @@ mod tests {
         let lease_plan = lease(18.0, 1.0, 2.0);
         assert!((lease_plan.service_p999_ms - 166.78).abs() < 0.05, "{lease_plan:?}");
         assert!((lease_plan.lease_tail_ms - 333.56).abs() < 0.1, "{lease_plan:?}");
-        assert_eq!(lease_plan.lease_ms, LEASE_MS_MIN);
+        assert_eq!(lease_plan.lease_ms, LEASE_MS_RECOMMENDED_MIN);
         let no_variance = lease(18.0, 0.0, 2.0);
         assert!((no_variance.service_p999_ms - 18.0).abs() < 1e-9);
         let slow = lease(40_000.0, 0.5, 1.5);
@@ -200,9 +213,18 @@ mod tests {
     // Method: values below, inside and above the range.
     #[test]
     fn pow2_within_rounds_up_and_clamps() {
-        assert_eq!(pow2_within(1.0, COMMIT_BYTES_MIN, COMMIT_BYTES_MAX), COMMIT_BYTES_MIN);
-        assert_eq!(pow2_within(81_920.0, COMMIT_BYTES_MIN, COMMIT_BYTES_MAX), 128 * 1024);
-        assert_eq!(pow2_within(1e15, COMMIT_BYTES_MIN, COMMIT_BYTES_MAX), COMMIT_BYTES_MAX);
+        assert_eq!(
+            pow2_within(1.0, COMMIT_BYTES_RECOMMENDED_MIN, COMMIT_BYTES_RECOMMENDED_MAX),
+            COMMIT_BYTES_RECOMMENDED_MIN
+        );
+        assert_eq!(
+            pow2_within(81_920.0, COMMIT_BYTES_RECOMMENDED_MIN, COMMIT_BYTES_RECOMMENDED_MAX),
+            128 * 1024
+        );
+        assert_eq!(
+            pow2_within(1e15, COMMIT_BYTES_RECOMMENDED_MIN, COMMIT_BYTES_RECOMMENDED_MAX),
+            COMMIT_BYTES_RECOMMENDED_MAX
+        );
         assert_eq!(round_up_pages(1.0), PAGE_BYTES);
         assert_eq!(round_up_pages(8192.0), 8192);
     }

@@ -123,18 +123,17 @@ use sync::Notify;
 /// (`spool_wire::proto::ids`), the same type the queue and the wire use.
 pub use spool_wire::proto::Offset;
 
-/// Why the log (or its partition) stopped. The code doubles as the process
-/// exit status in production, through [`crate::fatal`] like every other
-/// fatal reason.
+/// Why the log (or its partition) stopped. In production each becomes a
+/// [`crate::fatal::FatalReason`], whose table owns the process exit codes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FatalCode {
-    WriteFailed = 70,
-    SyncFailed = 71,
-    PrepareFailed = 72,
-    RollFailed = 73,
+    WriteFailed,
+    SyncFailed,
+    PrepareFailed,
+    RollFailed,
     /// A partition side file (checkpoint, epoch) failed its fdatasync or
     /// directory sync; raised by the partition through the same handler.
-    SideFileSyncFailed = 74,
+    SideFileSyncFailed,
 }
 
 impl From<FatalCode> for crate::fatal::FatalReason {

@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::limits::{
-    DEDUPE_WINDOW_MS_MAX, LEASE_MS_MAX, PRIORITY_BANDS_MAX, PRIORITY_BANDS_MIN, QUEUE_BYTES_MAX,
-    QUEUE_MESSAGES_MAX, WEIGHT_MAX,
+    BACKOFF_CAP_MS_MAX, DEDUPE_WINDOW_MS_MAX, LEASE_LIFETIME_MS_MAX, PRIORITY_BANDS_MAX,
+    PRIORITY_BANDS_MIN, QUEUE_BYTES_MAX, QUEUE_MESSAGES_MAX, WEIGHT_MAX,
 };
 use super::types::Millis;
 
@@ -113,7 +113,7 @@ pub enum ConfigError {
     BandCount { bands: usize },
     #[error("weight {weight} of {what}; must be 1..={WEIGHT_MAX}")]
     Weight { what: &'static str, weight: u32 },
-    #[error("lease bounds min {min_ms} <= default {default_ms} <= max {max_ms} <= lifetime {lifetime_ms} <= {LEASE_MS_MAX} violated")]
+    #[error("lease bounds min {min_ms} <= default {default_ms} <= max {max_ms} <= lifetime {lifetime_ms} <= {LEASE_LIFETIME_MS_MAX} violated")]
     LeaseBounds { min_ms: Millis, default_ms: Millis, max_ms: Millis, lifetime_ms: Millis },
     #[error("max_deliveries must be at least 1")]
     MaxDeliveries,
@@ -123,7 +123,7 @@ pub enum ConfigError {
     MaxMessages(u64),
     #[error("max_bytes {0} must be 1..={QUEUE_BYTES_MAX}")]
     MaxBytes(u64),
-    #[error("backoff cap {0} ms exceeds the longest lease {LEASE_MS_MAX} ms")]
+    #[error("backoff cap {0} ms exceeds {BACKOFF_CAP_MS_MAX} ms")]
     BackoffCap(Millis),
 }
 
@@ -154,7 +154,7 @@ impl QueueConfig {
             && self.lease_min_ms <= self.lease_default_ms
             && self.lease_default_ms <= self.lease_max_ms
             && self.lease_max_ms <= self.max_lease_lifetime_ms
-            && self.max_lease_lifetime_ms <= LEASE_MS_MAX;
+            && self.max_lease_lifetime_ms <= LEASE_LIFETIME_MS_MAX;
         if !ordered {
             return Err(ConfigError::LeaseBounds {
                 min_ms: self.lease_min_ms,
@@ -179,7 +179,7 @@ impl QueueConfig {
             Backoff::None => 0,
             Backoff::Linear { max_ms, .. } | Backoff::Exponential { max_ms, .. } => max_ms,
         };
-        if cap > LEASE_MS_MAX {
+        if cap > BACKOFF_CAP_MS_MAX {
             return Err(ConfigError::BackoffCap(cap));
         }
         Ok(())

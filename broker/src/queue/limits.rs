@@ -3,6 +3,8 @@
 //! field; exceeding one is a typed error (or a shorter answer the caller loops
 //! on), never unbounded work.
 
+use spool_wire::proto::limits as wire;
+
 use super::types::Millis;
 
 /// Fewest priority bands a queue may have.
@@ -15,18 +17,26 @@ pub const PRIORITY_BANDS_MAX: u8 = spool_wire::limits::PRIORITY_BANDS_MAX;
 pub const CLASSES_MAX: usize = PRIORITY_BANDS_MAX as usize + 1;
 /// Largest weighted-round-robin share of one class.
 pub const WEIGHT_MAX: u32 = 1024;
-/// Longest lease, lease lifetime and backoff delay: one day.
-pub const LEASE_MS_MAX: Millis = 24 * 60 * 60 * 1000;
+// The bounds a request can name are the protocol's (`spool_wire`'s limits),
+// widened here to `Millis` (u64) where the wire carries a u32: one value per
+// limit, and a queue config the wire accepts is one the queue accepts.
+
+/// Longest lease a request may name: one day.
+pub const LEASE_MS_MAX: Millis = wire::LEASE_MS_MAX as Millis;
+/// Longest lease lifetime a queue may allow: one day.
+pub const LEASE_LIFETIME_MS_MAX: Millis = wire::LEASE_LIFETIME_MS_MAX;
+/// Longest backoff cap a queue may configure: one day.
+pub const BACKOFF_CAP_MS_MAX: Millis = wire::BACKOFF_CAP_MS_MAX as Millis;
 /// Longest dedupe window: seven days.
-pub const DEDUPE_WINDOW_MS_MAX: Millis = 7 * 24 * 60 * 60 * 1000;
+pub const DEDUPE_WINDOW_MS_MAX: Millis = wire::DEDUPE_WINDOW_MS_MAX;
 /// Latest `not_before` a release may ask for, relative to now: seven days.
-pub const RELEASE_DELAY_MS_MAX: Millis = 7 * 24 * 60 * 60 * 1000;
+pub const RELEASE_DELAY_MS_MAX: Millis = wire::RELEASE_DELAY_MS_MAX as Millis;
 /// Largest `max_messages` a queue partition may be configured with.
 pub const QUEUE_MESSAGES_MAX: u64 = 1 << 32;
 /// Largest `max_bytes` a queue partition may be configured with (16 TiB).
 pub const QUEUE_BYTES_MAX: u64 = 1 << 44;
 /// Most messages one claim may ask for (its credits).
-pub const CLAIM_CREDITS_MAX: u32 = 4096;
+pub const CLAIM_CREDITS_MAX: u32 = wire::CLAIM_CREDITS_MAX;
 /// Most expired messages one claim skips (and reports as events) before it
 /// stops; the caller's next claim continues.
 pub const CLAIM_EXPIRED_SCAN_MAX: usize = 4096;

@@ -17,8 +17,22 @@ pub use spool_wire::proto::{LeaderEpoch, Offset, PartitionId, WorkerId};
 
 /// Claim generation of one message: incremented by every claim, never reset
 /// (not even by redrive), so a token of an earlier claim can never match again.
+///
+/// 32 bits here, 64 on the wire ([`spool_wire::proto::Generation`]): the
+/// queue keeps it in every claimed message's state, in its events and in
+/// the 64-byte delivery token, where 4 bytes matter, and a message reaches
+/// 2^32 claims only after billions of redrives (each claim is fenced by
+/// the generation *and* the token's MAC, and the increment wraps). The
+/// wire reserves 64 bits so the protocol outlives this choice; the one
+/// conversion is the `From` below (widening, never lossy).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Generation(pub u32);
+
+impl From<Generation> for spool_wire::proto::Generation {
+    fn from(generation: Generation) -> Self {
+        Self(u64::from(generation.0))
+    }
+}
 
 /// Identity of a queue.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]

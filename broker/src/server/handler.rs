@@ -823,7 +823,7 @@ impl SpoolHandler {
                             partition: item.delivery.token.claim().partition,
                             offset: item.delivery.offset,
                             attempt: u32::from(item.delivery.attempt),
-                            generation: proto::Generation(u64::from(item.delivery.generation.0)),
+                            generation: item.delivery.generation.into(),
                             record: &item.record,
                         })
                         .collect();

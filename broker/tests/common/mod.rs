@@ -1,6 +1,6 @@
 //! Shared helpers for the broker's tests: batch builders, a small log
 //! config, and a glommio executor to run them on.
-// Tests may unwrap (COMMON.md); clippy only exempts #[test] fns, not helpers.
+// Tests may unwrap (ARCHITECTURE.md, "Errors"); clippy only exempts #[test] fns, not helpers.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(dead_code)]
 

@@ -1,7 +1,7 @@
 //! Shared helpers for the shard-journal tests: a small config, batch
 //! payloads, a driver that polls the journal's background future beside a
 //! workload, and a recovery sink that keeps what it is handed.
-// Tests may unwrap (COMMON.md); clippy only exempts #[test] fns, not helpers.
+// Tests may unwrap (ARCHITECTURE.md, "Errors"); clippy only exempts #[test] fns, not helpers.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(dead_code)]
 

@@ -3,7 +3,7 @@
 //! replaying on its own or restored by the shard's ordered pass first, with
 //! the same test bodies. `both_layouts!` turns each test body (a function of
 //! a `Layout`) into one `#[test]` per way of opening.
-// Tests may unwrap (COMMON.md); clippy only exempts #[test] fns, not helpers.
+// Tests may unwrap (ARCHITECTURE.md, "Errors"); clippy only exempts #[test] fns, not helpers.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(dead_code)]
 

@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use parse::Scheduler;
 
 /// glommio pins `io_memory` and needs at least this much locked memory
-/// (DESIGN.md §8); root is exempt.
+/// (`spool-plan host`, docs/capacity.md); root is exempt.
 pub const MEMLOCK_BYTES_MIN: u64 = 512 * 1024;
 /// Bound for other writers' dirty page cache before background writeback:
 /// Spool writes O_DIRECT, so dirty pages belong to other processes, and a

@@ -16,9 +16,9 @@ use super::control_generated::spool::control as fb;
 use super::error::ProtoError;
 use super::ids::{AssignmentVersion, LeaderEpoch, Offset, PartitionId};
 use super::limits::{
-    DEDUPE_WINDOW_MS_MAX, FLATBUFFER_DEPTH_MAX, FLATBUFFER_TABLES_MAX, HOST_BYTES_MAX,
-    INSPECT_MESSAGES_MAX, LEASE_LIFETIME_MS_MAX, LEASE_MS_MAX, LEASE_MS_MIN, MAX_DELIVERIES_MAX,
-    MAX_FRAME_BYTES, PARTITIONS_MAX, QUEUES_LISTED_MAX, REDRIVE_OFFSETS_MAX, RELEASE_DELAY_MS_MAX,
+    BACKOFF_CAP_MS_MAX, DEDUPE_WINDOW_MS_MAX, FLATBUFFER_DEPTH_MAX, FLATBUFFER_TABLES_MAX,
+    HOST_BYTES_MAX, INSPECT_MESSAGES_MAX, LEASE_LIFETIME_MS_MAX, LEASE_MS_MAX, LEASE_MS_MIN,
+    MAX_DELIVERIES_MAX, MAX_FRAME_BYTES, PARTITIONS_MAX, QUEUES_LISTED_MAX, REDRIVE_OFFSETS_MAX,
     RELEASE_REASON_BYTES_MAX,
 };
 use crate::limits::{PRIORITY_BANDS_MAX, RECORD_BYTES_MAX, ROUTING_KEY_BYTES_MAX};
@@ -243,7 +243,7 @@ impl QueueConfig {
             LEASE_LIFETIME_MS_MAX,
         )?;
         check_range("max_deliveries", self.max_deliveries.into(), 1, MAX_DELIVERIES_MAX.into())?;
-        check_range("backoff.cap_ms", self.backoff.cap_ms.into(), 0, RELEASE_DELAY_MS_MAX.into())?;
+        check_range("backoff.cap_ms", self.backoff.cap_ms.into(), 0, BACKOFF_CAP_MS_MAX.into())?;
         if self.backoff.base_ms > self.backoff.cap_ms {
             return Err(ProtoError::Inconsistent("need backoff base_ms <= cap_ms"));
         }

@@ -42,14 +42,19 @@ pub const LEASE_MS_MIN: u32 = 1;
 /// Longest lease any request may name (24 h).
 pub const LEASE_MS_MAX: u32 = 24 * 60 * 60 * 1000;
 
-/// Longest total lease lifetime a queue may allow (7 days).
-pub const LEASE_LIFETIME_MS_MAX: u64 = 7 * 24 * 60 * 60 * 1000;
+/// Longest total lease lifetime a queue may allow (24 h): a claim extended
+/// again and again still ends within a day of its claim.
+pub const LEASE_LIFETIME_MS_MAX: u64 = 24 * 60 * 60 * 1000;
 
 /// Longest long-poll wait of a claim.
 pub const CLAIM_WAIT_MS_MAX: u32 = 60 * 1000;
 
-/// Longest release delay, and longest backoff cap (7 days).
+/// Longest release delay a Release may name (7 days).
 pub const RELEASE_DELAY_MS_MAX: u32 = 7 * 24 * 60 * 60 * 1000;
+
+/// Longest backoff cap a queue may configure (24 h): a message released
+/// with the queue's backoff is back within a day.
+pub const BACKOFF_CAP_MS_MAX: u32 = 24 * 60 * 60 * 1000;
 
 /// Most tokens in one Ack.
 pub const ACK_TOKENS_MAX: u32 = 1024;

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{DeadPhase, PartitionState, WarmPhase};
 use crate::queue::fresh::NEVER;
-use crate::queue::limits::LEASE_MS_MAX;
+use crate::queue::limits::LEASE_LIFETIME_MS_MAX;
 
 impl PartitionState {
     /// Read-only consistency check of every structure against the others.
@@ -61,7 +61,7 @@ impl PartitionState {
                     assert!(self.claims.contains(&(claim.deadline_ms(), offset)));
                     // The config's lifetime cap may shrink across restarts; the
                     // absolute limit may not.
-                    assert!(claim.deadline_ms() - claim.claimed_at_ms <= LEASE_MS_MAX);
+                    assert!(claim.deadline_ms() - claim.claimed_at_ms <= LEASE_LIFETIME_MS_MAX);
                     *claim_times.entry(claim.claimed_at_ms).or_default() += 1;
                     claims += 1;
                 }

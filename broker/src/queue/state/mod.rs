@@ -25,7 +25,7 @@ use super::config::{ConfigError, QueueConfig};
 use super::dedupe::DedupeTable;
 use super::fairness::{Credits, PerClass};
 use super::fresh::{FreshBand, FreshView, NEVER};
-use super::limits::LEASE_MS_MAX;
+use super::limits::LEASE_LIFETIME_MS_MAX;
 use super::stored::StoredByPrincipal;
 use super::token::TokenKey;
 use super::types::{
@@ -55,7 +55,7 @@ pub(crate) struct Claim {
     pub worker: WorkerId,
     pub claimed_at_ms: Millis,
     /// Deadline minus claim time. A lease never outlives
-    /// `max_lease_lifetime_ms` (at most `LEASE_MS_MAX`, far inside 32 bits),
+    /// `max_lease_lifetime_ms` (at most `LEASE_LIFETIME_MS_MAX`, far inside 32 bits),
     /// and the 4 bytes saved keep a claimed message under its memory target.
     lease_total_ms: u32,
 }
@@ -64,7 +64,7 @@ impl Claim {
     /// `None` when the deadline is before the claim or too far after it.
     pub fn new(worker: WorkerId, claimed_at_ms: Millis, deadline_ms: Millis) -> Option<Self> {
         let total = deadline_ms.checked_sub(claimed_at_ms)?;
-        if total > LEASE_MS_MAX {
+        if total > LEASE_LIFETIME_MS_MAX {
             return None;
         }
         Some(Self { worker, claimed_at_ms, lease_total_ms: u32::try_from(total).ok()? })
