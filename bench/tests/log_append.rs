@@ -1,7 +1,7 @@
 //! Runs the real `spool-bench log-append` binary briefly on a temp dir and
 //! checks its one JSON object: every field present, values consistent. No
 //! timing thresholds: this proves the harness measures, not how fast.
-// Tests may unwrap (COMMON.md); clippy only exempts #[test] fns, not helpers.
+// Tests may unwrap (ARCHITECTURE.md, "Errors"); clippy only exempts #[test] fns, not helpers.
 #![allow(clippy::unwrap_used)]
 
 use std::process::Command;

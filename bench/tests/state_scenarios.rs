@@ -2,7 +2,7 @@
 //! binaries at small sizes and checks their one JSON object: every field
 //! present, values consistent with each other and with what was asked. No
 //! timing thresholds: this proves the harness measures, not how fast.
-// Tests may unwrap (COMMON.md); clippy only exempts #[test] fns, not helpers.
+// Tests may unwrap (ARCHITECTURE.md, "Errors"); clippy only exempts #[test] fns, not helpers.
 #![allow(clippy::unwrap_used)]
 
 use std::process::Command;
