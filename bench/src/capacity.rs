@@ -590,7 +590,7 @@ mod tests {
 
     #[test]
     fn the_seed_model_gives_the_design_numbers_and_scales_linearly() {
-        // Goal: the inputs handed to the planner reproduce DESIGN §7 (7.2 M, 1,800 s, 342 and
+        // Goal: the inputs handed to the planner reproduce docs/capacity.md's model (7.2 M, 1,800 s, 342 and
         // 414 slots) and --time-scale scales backlog and drain time, not rates.
         let full = model(1.0);
         let planned = plan(&full.plan_inputs()).unwrap();

@@ -25,7 +25,7 @@ use spool_wire::proto::{
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::latency::Latency;
+use crate::histogram::Latency;
 use crate::load::PercentilesMs;
 use crate::BenchError;
 

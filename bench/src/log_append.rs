@@ -44,7 +44,7 @@ use spool_wire::limits::PAYLOAD_INLINE_BYTES_MAX;
 use spool_wire::proto::{Offset, PartitionId};
 
 use crate::error::BenchError;
-use crate::latency::{Latency, LatencySummary};
+use crate::histogram::{Latency, LatencySummary};
 use crate::pinned::PinnedRun;
 use crate::timed::{IoSummary, IoTimings, TimedStorage};
 

@@ -26,7 +26,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, Semaphore};
 
 use crate::harness::client_runtime;
-use crate::latency::{Latency, LatencySummary};
+use crate::histogram::{Latency, LatencySummary};
 use crate::resp::{self, RespError, Value};
 use crate::sends::TIMESTAMP_BYTES;
 

@@ -52,7 +52,7 @@ use tokio::task::JoinHandle;
 use crate::harness::{
     add_consumer_errors, client_runtime, default_shards, error_name, Broker, HarnessError,
 };
-use crate::latency::{Latency, LatencySummary};
+use crate::histogram::{Latency, LatencySummary};
 use crate::sends::{
     self, payload, track, window_slot, Pending, Sent, SUBMIT_ERROR_PAUSE, TIMESTAMP_BYTES,
 };

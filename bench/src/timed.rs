@@ -15,7 +15,7 @@ use spool_broker::clock::instant_now;
 use spool_broker::io::{IoError, Storage, StorageFile};
 
 use crate::error::BenchError;
-use crate::latency::{Latency, LatencySummary};
+use crate::histogram::{Latency, LatencySummary};
 
 /// Write and sync counters shared by every file of one [`TimedStorage`].
 #[derive(Debug)]

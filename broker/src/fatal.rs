@@ -29,9 +29,9 @@ pub enum FatalReason {
     Logging,
     /// Signal handlers could not be installed.
     Signals,
-    /// A shard or the control executor did not come up.
+    /// A shard or the coordinator did not come up.
     Startup,
-    /// A shard or the control executor stopped while the broker was running.
+    /// A shard or the coordinator stopped while the broker was running.
     ShardFailed,
     /// In-flight work did not drain within the shutdown timeout.
     ShutdownTimeout,

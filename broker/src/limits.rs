@@ -45,7 +45,7 @@ pub const COMMIT_BYTES_DEFAULT: u64 = 1 << 20;
 
 /// Most commits that may be written but not yet synced at once.
 pub const INFLIGHT_COMMITS_MAX: usize = 8;
-/// Default number of overlapping commits (DESIGN §2: write N+1 while N syncs).
+/// Default number of overlapping commits (write N+1 while N syncs: docs/design/shard-journal.md).
 pub const INFLIGHT_COMMITS_DEFAULT: usize = 2;
 
 /// Largest configurable bound on gathered-but-unwritten bytes per log.
@@ -56,7 +56,7 @@ pub const PENDING_BYTES_DEFAULT: u64 = 32 << 20;
 /// ahead of it. Control events (claims, acks, releases) may fill the log up
 /// to the full pending bound, so a claim queues behind at most this much
 /// producer data instead of `PENDING_BYTES_DEFAULT`: every data-path reply
-/// waits for the contiguous durable watermark (DESIGN §2), and 32 MiB of
+/// waits for the contiguous durable watermark (docs/design/shard-journal.md), and 32 MiB of
 /// queued enqueues at ~100–200 MB/s is 150–300 ms before a claim is acked.
 /// One maximal batch's commit span (≈ 4 MiB, four default commits) is the
 /// least it can be (a maximal batch must fit) and keeps the two in-flight
@@ -226,7 +226,7 @@ const _: () = assert!(SCAN_CHUNK_BYTES.is_multiple_of(PAGE_BYTES));
 
 /// Longest a shard's housekeeping timer sleeps when nothing falls due: it
 /// bounds how late the process-wide stop flag, a due checkpoint and a
-/// cross-executor wake-up glommio lost (DESIGN §8) are seen. Deadlines of
+/// cross-executor wake-up glommio lost (ARCHITECTURE.md, "Platform notes") are seen. Deadlines of
 /// leases, scheduled and expiring messages are met by the shard's alarm
 /// (`shard/alarm.rs`), not by this bound.
 pub const HOUSEKEEPING_IDLE_MAX: Duration = Duration::from_millis(100);
@@ -237,15 +237,15 @@ pub const HOUSEKEEPING_IDLE_MAX: Duration = Duration::from_millis(100);
 /// costs one visit per sweep; the sweep is the safety net for a change no
 /// hook reports (a disk that filled under an append retries within it).
 pub const HOUSEKEEPING_FULL_SWEEP_MS: u64 = 1_000;
-/// How often the control executor polls for commands once none came for
-/// [`CONTROL_BUSY_FOR`] (while they keep coming it polls every housekeeping
+/// How often the coordinator polls for commands once none came for
+/// [`COORDINATOR_BUSY_FOR`] (while they keep coming it polls every housekeeping
 /// tick): the first create or delete after a quiet spell waits at most this.
-pub const CONTROL_IDLE_POLL: Duration = Duration::from_millis(50);
-/// How long after a command the control executor keeps polling every tick.
-pub const CONTROL_BUSY_FOR: Duration = Duration::from_secs(1);
+pub const COORDINATOR_IDLE_POLL: Duration = Duration::from_millis(50);
+/// How long after a command the coordinator keeps polling every tick.
+pub const COORDINATOR_BUSY_FOR: Duration = Duration::from_secs(1);
 
 const _: () = assert!(HOUSEKEEPING_IDLE_MAX.as_millis() >= HOUSEKEEPING_TICK_MS_MAX as u128);
-const _: () = assert!(CONTROL_IDLE_POLL.as_millis() <= HOUSEKEEPING_IDLE_MAX.as_millis());
+const _: () = assert!(COORDINATOR_IDLE_POLL.as_millis() <= HOUSEKEEPING_IDLE_MAX.as_millis());
 
 // --- Network edge (`net/`) -------------------------------------------------
 
@@ -369,7 +369,7 @@ const _: () = assert!(IO_POLL_INTERVAL_US_DEFAULT <= IO_POLL_INTERVAL_US_MAX);
 pub const IO_POLL_INTERVAL_DISK_BUSY_US: u64 = 100;
 const _: () = assert!(IO_POLL_INTERVAL_DISK_BUSY_US >= IO_POLL_INTERVAL_US_MIN);
 /// Housekeeping tick range (ms). The tick also guards against glommio's lost
-/// wake-up (DESIGN §8), which needs 1–10 ms to be effective.
+/// wake-up (ARCHITECTURE.md, "Platform notes"), which needs 1–10 ms to be effective.
 pub const HOUSEKEEPING_TICK_MS_MIN: u64 = 1;
 pub const HOUSEKEEPING_TICK_MS_MAX: u64 = 10;
 pub const HOUSEKEEPING_TICK_MS_DEFAULT: u64 = 5;
@@ -478,18 +478,18 @@ const _: () = assert!(QUEUES_MAX >= 1);
 // --- Shards (`shard/`) and what they serve (`server/`) ----------------------
 
 /// Capacity of each control → shard channel, in batches (≥ 1024 keeps a
-/// burst of admin changes from blocking the control executor; DESIGN §8).
+/// burst of admin changes from blocking the coordinator; ARCHITECTURE.md, "Platform notes").
 pub const SHARD_CHANNEL_CAPACITY: usize = 1024;
-/// Control commands waiting for the control executor.
-pub const CONTROL_COMMAND_QUEUE_MAX: usize = 1024;
-/// Most control commands turned into one batch of updates per tick.
-pub const CONTROL_COMMANDS_PER_TICK_MAX: usize = 256;
+/// Coordinator commands waiting for the coordinator.
+pub const COORDINATOR_COMMAND_QUEUE_MAX: usize = 1024;
+/// Most coordinator commands turned into one batch of updates per tick.
+pub const COORDINATOR_COMMANDS_PER_TICK_MAX: usize = 256;
 /// How often the main thread checks the stop flag while shards run.
 pub const MAIN_POLL_INTERVAL: Duration = Duration::from_millis(20);
 /// How often the control calls poll for a reply or for shards to catch up.
 /// Polling (a sleep on threads, a glommio timer on executors) avoids
-/// cross-executor wake-ups, which glommio 0.9 can lose (DESIGN §8).
-pub const CONTROL_POLL_INTERVAL: Duration = Duration::from_millis(1);
+/// cross-executor wake-ups, which glommio 0.9 can lose (ARCHITECTURE.md, "Platform notes").
+pub const COORDINATOR_POLL_INTERVAL: Duration = Duration::from_millis(1);
 /// How often a starting shard checks whether it has applied the catalog's
 /// replay before it starts accepting.
 pub const REPLAY_WAIT_POLL: Duration = Duration::from_millis(1);
@@ -515,23 +515,23 @@ pub const ALLOC_PURGE_DELAY_MS: u32 = 250;
 /// How often `spoold`'s signal thread looks at the flag its handlers set.
 pub const SIGNAL_POLL: Duration = Duration::from_millis(25);
 
-const _: () = assert!(CONTROL_COMMANDS_PER_TICK_MAX <= CONTROL_COMMAND_QUEUE_MAX);
+const _: () = assert!(COORDINATOR_COMMANDS_PER_TICK_MAX <= COORDINATOR_COMMAND_QUEUE_MAX);
 // Freed memory is purged after the allocator's delay, at the next collection.
 const _: () = assert!(ALLOC_PURGE_DELAY_MS as u128 <= HEAP_COLLECT_INTERVAL.as_millis());
-const _: () = assert!(CONTROL_POLL_INTERVAL.as_millis() <= CONTROL_IDLE_POLL.as_millis());
+const _: () = assert!(COORDINATOR_POLL_INTERVAL.as_millis() <= COORDINATOR_IDLE_POLL.as_millis());
 // Every shard of the largest process can report a failure of one change.
 const _: () = assert!(HOOK_FAILURES_PER_VERSION_MAX >= SHARDS_MAX as usize);
-// A create waits on every shard, each polled by the control executor at
-// least every CONTROL_IDLE_POLL.
-const _: () = assert!(ADMIN_APPLY_TIMEOUT_MS as u128 > 10 * CONTROL_IDLE_POLL.as_millis());
+// A create waits on every shard, each polled by the coordinator at
+// least every COORDINATOR_IDLE_POLL.
+const _: () = assert!(ADMIN_APPLY_TIMEOUT_MS as u128 > 10 * COORDINATOR_IDLE_POLL.as_millis());
 
 /// Connections the admin port serves at once; one more is closed on accept.
 pub const ADMIN_CONNECTIONS_MAX: usize = 64;
 /// A request's headers must arrive within this on the admin port.
 pub const ADMIN_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest a scrape or readiness check waits for the shards' reports. A
-/// report passes the control executor (polled at least every
-/// [`CONTROL_IDLE_POLL`]) and then a shard's channel, so this leaves room
+/// report passes the coordinator (polled at least every
+/// [`COORDINATOR_IDLE_POLL`]) and then a shard's channel, so this leaves room
 /// for a shard busy opening partitions; a shard later than this is reported
 /// missing rather than waited on.
 pub const ADMIN_REPORT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -540,7 +540,7 @@ pub const ADMIN_REPORT_POLL: Duration = Duration::from_millis(2);
 /// How often the admin thread checks the broker's stop flag.
 pub const ADMIN_STOP_POLL: Duration = Duration::from_millis(50);
 
-const _: () = assert!(ADMIN_REPORT_TIMEOUT.as_millis() > 10 * CONTROL_IDLE_POLL.as_millis());
+const _: () = assert!(ADMIN_REPORT_TIMEOUT.as_millis() > 10 * COORDINATOR_IDLE_POLL.as_millis());
 const _: () = assert!(ADMIN_REPORT_POLL.as_millis() >= 1);
 const _: () = assert!(ADMIN_CONNECTIONS_MAX >= 1);
 

@@ -13,6 +13,7 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use spool_broker::admin::node::Node;
 use spool_broker::control::assignment::{
     AssignmentChange, AssignmentTable, AssignmentUpdate, AssignmentVersion, QueueName, ShardId,
 };
@@ -23,7 +24,9 @@ use spool_broker::net::echo::EchoHandler;
 use spool_broker::net::listener::NetError;
 use spool_broker::queue::{Backoff, QueueConfig, QueueId};
 use spool_broker::shard::hooks::{ShardContext, ShardHooks, ShardHooksFactory};
-use spool_broker::shard::{cpus, Broker, ControlError, ControlHandle, ShardError, StartError};
+use spool_broker::shard::{
+    cpus, Broker, CoordinatorError, CoordinatorHandle, ShardError, StartError,
+};
 
 /// What a shard-side `create_queue_async` call observed when it finished.
 #[derive(Debug)]
@@ -72,7 +75,7 @@ struct RecordingHooks {
     shard_count: u16,
     record: Arc<Record>,
     handler: Rc<EchoHandler>,
-    control: ControlHandle,
+    coordinator: CoordinatorHandle,
     create_from_shard: Option<&'static str>,
     started: Cell<bool>,
 }
@@ -85,7 +88,7 @@ impl ShardHooksFactory for RecordingFactory {
             shard_count: context.shard_count,
             record: self.record.clone(),
             handler: Rc::new(EchoHandler { frame_bytes_max: 4096 }),
-            control: context.control.clone(),
+            coordinator: context.coordinator.clone(),
             create_from_shard: self.create_from_shard,
             started: Cell::new(false),
         }
@@ -120,13 +123,14 @@ impl ShardHooks for RecordingHooks {
         if self.shard != ShardId(0) || self.started.replace(true) {
             return;
         }
-        let control = self.control.clone();
+        let coordinator = self.coordinator.clone();
         let record = self.record.clone();
         let (shard, shard_count) = (self.shard.0, self.shard_count);
         glommio::spawn_local(async move {
-            let result = control.create_queue_async(queue, 3, QueueConfig::default(), 10_000).await;
+            let result =
+                coordinator.create_queue_async(queue, 3, QueueConfig::default(), 10_000).await;
             let min_applied = (0..shard_count)
-                .map(|shard| control.applied_version(ShardId(shard)).0)
+                .map(|shard| coordinator.applied_version(ShardId(shard)).0)
                 .min()
                 .unwrap();
             let hooks_saw_create = record.updates.lock().unwrap().iter().any(|(s, update)| {
@@ -199,8 +203,8 @@ fn start_on(
         data_dir: Some(dir.to_owned()),
         listen: Some(format!("127.0.0.1:{base}").parse().unwrap()),
         cores: Some(shards),
-        // Port 0: the kernel picks a free one (`Broker::admin_addr`).
-        admin_listen: Some(AdminListen::At("127.0.0.1:0".parse().unwrap())),
+        // The broker alone: the admin port is `Node`'s (tested below).
+        admin_listen: Some(AdminListen::Off),
         ..Default::default()
     }
     .resolve(cpus::allowed_cpus().len())
@@ -223,19 +227,19 @@ fn assignments_reach_every_shard_and_stop_flushes() {
     let dir = tempfile::tempdir().unwrap();
     let record = Record::new(shards);
     let broker = start(dir.path(), shards, &record, None).unwrap();
-    let control = broker.control();
+    let coordinator = broker.coordinator();
 
-    let created = control.create_queue("jobs", 4, QueueConfig::default()).unwrap();
-    control.wait_applied(created.version, 10_000).unwrap();
+    let created = coordinator.create_queue("jobs", 4, QueueConfig::default()).unwrap();
+    coordinator.wait_applied(created.version, 10_000).unwrap();
     assert!(matches!(
-        control.create_queue("jobs", 1, QueueConfig::default()),
-        Err(ControlError::Assignment(_))
+        coordinator.create_queue("jobs", 1, QueueConfig::default()),
+        Err(CoordinatorError::Assignment(_))
     ));
-    let deleted = control.delete_queue("jobs").unwrap();
+    let deleted = coordinator.delete_queue("jobs").unwrap();
     assert_eq!(deleted.0, created.version.0 + 1);
-    control.wait_applied(deleted, 10_000).unwrap();
+    coordinator.wait_applied(deleted, 10_000).unwrap();
     for shard in 0..shards {
-        assert_eq!(control.applied_version(ShardId(shard)), deleted);
+        assert_eq!(coordinator.applied_version(ShardId(shard)), deleted);
     }
 
     stop(broker);
@@ -297,14 +301,14 @@ fn queues_ids_and_configs_survive_restart_in_order() {
 
     let record_a = Record::new(shards);
     let broker = start(dir.path(), shards, &record_a, None).unwrap();
-    let control = broker.control();
-    let jobs = control.create_queue("jobs", 4, jobs_config.clone()).unwrap();
-    let gone = control.create_queue("gone", 1, QueueConfig::default()).unwrap();
-    let mail = control.create_queue("mail", 3, mail_config.clone()).unwrap();
-    let deleted = control.delete_queue("gone").unwrap();
+    let coordinator = broker.coordinator();
+    let jobs = coordinator.create_queue("jobs", 4, jobs_config.clone()).unwrap();
+    let gone = coordinator.create_queue("gone", 1, QueueConfig::default()).unwrap();
+    let mail = coordinator.create_queue("mail", 3, mail_config.clone()).unwrap();
+    let deleted = coordinator.delete_queue("gone").unwrap();
     assert_eq!((jobs.queue_id, gone.queue_id, mail.queue_id), (QueueId(1), QueueId(2), QueueId(3)));
-    control.wait_applied(deleted, 10_000).unwrap();
-    let snapshot = control.catalog_snapshot();
+    coordinator.wait_applied(deleted, 10_000).unwrap();
+    let snapshot = coordinator.catalog_snapshot();
     assert_eq!(snapshot.version(), deleted);
     let placement_of = |table: &AssignmentTable, queue: &str| -> Vec<u16> {
         let name = QueueName::new(queue).unwrap();
@@ -316,10 +320,10 @@ fn queues_ids_and_configs_survive_restart_in_order() {
 
     let record_b = Record::new(shards);
     let broker = start(dir.path(), shards, &record_b, None).unwrap();
-    let control = broker.control();
+    let coordinator = broker.coordinator();
     // Start returned only after every shard applied the replay.
     for shard in 0..shards {
-        assert_eq!(control.applied_version(ShardId(shard)), deleted);
+        assert_eq!(coordinator.applied_version(ShardId(shard)), deleted);
         let updates = record_b.updates_of(shard);
         let versions: Vec<u64> = updates.iter().map(|update| update.version.0).collect();
         assert_eq!(versions, vec![deleted.0 - 1, deleted.0], "shard {shard}");
@@ -332,18 +336,18 @@ fn queues_ids_and_configs_survive_restart_in_order() {
             "shard {shard}"
         );
     }
-    let snapshot = control.catalog_snapshot();
+    let snapshot = coordinator.catalog_snapshot();
     let mail_name = QueueName::new("mail").unwrap();
     assert_eq!(snapshot.queue_by_id(QueueId(3)).unwrap().0, &mail_name);
     assert!(snapshot.queue_by_id(QueueId(2)).is_none());
 
-    let next = control.create_queue("next", 1, QueueConfig::default()).unwrap();
+    let next = coordinator.create_queue("next", 1, QueueConfig::default()).unwrap();
     assert_eq!(next.queue_id, QueueId(4), "id 2 (deleted) must not be reused");
     assert_eq!(next.version, AssignmentVersion(deleted.0 + 1));
-    control.delete_queue("mail").unwrap();
-    let mail_again = control.create_queue("mail", 1, QueueConfig::default()).unwrap();
+    coordinator.delete_queue("mail").unwrap();
+    let mail_again = coordinator.create_queue("mail", 1, QueueConfig::default()).unwrap();
     assert_eq!(mail_again.queue_id, QueueId(5));
-    control.wait_applied(mail_again.version, 10_000).unwrap();
+    coordinator.wait_applied(mail_again.version, 10_000).unwrap();
     stop(broker);
 
     let record_c = Record::new(shards);
@@ -351,7 +355,7 @@ fn queues_ids_and_configs_survive_restart_in_order() {
     let ids: Vec<(String, u32)> =
         creates(&record_c.updates_of(0)).into_iter().map(|(name, id, _, _)| (name, id)).collect();
     assert_eq!(ids, vec![("jobs".to_owned(), 1), ("next".to_owned(), 4), ("mail".to_owned(), 5)]);
-    let created = broker.control().create_queue("later", 1, QueueConfig::default()).unwrap();
+    let created = broker.coordinator().create_queue("later", 1, QueueConfig::default()).unwrap();
     assert_eq!(created.queue_id, QueueId(6));
     stop(broker);
 }
@@ -407,7 +411,7 @@ fn damaged_catalog_is_a_start_error() {
     let dir = tempfile::tempdir().unwrap();
     let record = Record::new(shards);
     let broker = start(dir.path(), shards, &record, None).unwrap();
-    broker.control().create_queue("jobs", 2, QueueConfig::default()).unwrap();
+    broker.coordinator().create_queue("jobs", 2, QueueConfig::default()).unwrap();
     stop(broker);
     let path = dir.path().join(catalog::CATALOG_FILE_NAME);
     let mut bytes = std::fs::read(&path).unwrap();
@@ -419,7 +423,7 @@ fn damaged_catalog_is_a_start_error() {
     assert_eq!(error.fatal_reason(), FatalReason::DataDir);
 }
 
-// Goal: a shard's executor can create a queue through the control path
+// Goal: a shard's executor can create a queue through the coordinator
 // without blocking itself: create_queue_async completes, and by then every
 // shard (including the caller's own, whose assignment task must run while
 // the caller waits) has applied it. Method: shard 0's first tick spawns a
@@ -444,13 +448,13 @@ fn create_queue_async_from_a_shard_completes_once_all_shards_applied() {
     assert!(outcome.min_applied >= version, "{outcome:?}");
     assert!(outcome.hooks_saw_create, "{outcome:?}");
     let name = QueueName::new("from-shard").unwrap();
-    let snapshot = broker.control().catalog_snapshot();
+    let snapshot = broker.coordinator().catalog_snapshot();
     assert_eq!(snapshot.queue(&name).unwrap().partitions.len(), 3);
     stop(broker);
 }
 
 // Goal: a catalog write that fails before its rename refuses the change
-// entirely: the caller gets ControlError::Catalog, no shard sees an update,
+// entirely: the caller gets CoordinatorError::Catalog, no shard sees an update,
 // the version and the id allocator are rolled back, and the next create
 // works once the disk does. Method: plant a directory at catalog.tmp so the
 // temp file cannot be created, create a queue, remove it, create again.
@@ -460,20 +464,20 @@ fn failed_catalog_write_refuses_the_change() {
     let dir = tempfile::tempdir().unwrap();
     let record = Record::new(shards);
     let broker = start(dir.path(), shards, &record, None).unwrap();
-    let control = broker.control();
+    let coordinator = broker.coordinator();
     let blocker = dir.path().join(catalog::CATALOG_TEMP_FILE_NAME);
     std::fs::create_dir(&blocker).unwrap();
-    let refused = control.create_queue("jobs", 2, QueueConfig::default());
-    assert!(matches!(refused, Err(ControlError::Catalog(_))), "{refused:?}");
-    assert_eq!(control.catalog_snapshot().queue_count(), 0);
-    assert_eq!(control.catalog_snapshot().version(), AssignmentVersion(0));
+    let refused = coordinator.create_queue("jobs", 2, QueueConfig::default());
+    assert!(matches!(refused, Err(CoordinatorError::Catalog(_))), "{refused:?}");
+    assert_eq!(coordinator.catalog_snapshot().queue_count(), 0);
+    assert_eq!(coordinator.catalog_snapshot().version(), AssignmentVersion(0));
     assert!(!dir.path().join(catalog::CATALOG_FILE_NAME).exists());
 
     std::fs::remove_dir(&blocker).unwrap();
-    let created = control.create_queue("jobs", 2, QueueConfig::default()).unwrap();
+    let created = coordinator.create_queue("jobs", 2, QueueConfig::default()).unwrap();
     assert_eq!(created.version, AssignmentVersion(1));
     assert_eq!(created.queue_id, QueueId(1));
-    control.wait_applied(created.version, 10_000).unwrap();
+    coordinator.wait_applied(created.version, 10_000).unwrap();
     for shard in 0..shards {
         let versions: Vec<u64> =
             record.updates_of(shard).iter().map(|update| update.version.0).collect();
@@ -492,8 +496,20 @@ fn admin_port_zero_serves_health_and_stops_with_the_broker() {
     use std::io::{Read, Write};
     let dir = tempfile::tempdir().unwrap();
     let record = Record::new(1);
-    let broker = start(dir.path(), 1, &record, None).unwrap();
-    let addr = broker.admin_addr().expect("admin port on");
+    let config = PartialConfig {
+        data_dir: Some(dir.path().to_owned()),
+        listen: Some(format!("127.0.0.1:{}", free_base_port(1)).parse().unwrap()),
+        cores: Some(1),
+        // Port 0: the kernel picks a free one (`Node::admin_addr`).
+        admin_listen: Some(AdminListen::At("127.0.0.1:0".parse().unwrap())),
+        ..Default::default()
+    }
+    .resolve(cpus::allowed_cpus().len())
+    .unwrap();
+    let node =
+        Node::start(config, RecordingFactory { record: record.clone(), create_from_shard: None })
+            .unwrap();
+    let addr = node.admin_addr().expect("admin port on");
     assert_ne!(addr.port(), 0);
     let get = |path: &str| {
         let mut stream = std::net::TcpStream::connect(addr).unwrap();
@@ -510,6 +526,7 @@ fn admin_port_zero_serves_health_and_stops_with_the_broker() {
     assert!(ready.contains("ready: 1 shards"), "{ready}");
     let metrics = get("/metrics");
     assert!(metrics.contains("spool_shard_reporting{shard=\"0\"} 1"), "{metrics}");
-    stop(broker);
+    node.broker().request_stop();
+    node.wait().unwrap();
     assert!(std::net::TcpStream::connect(addr).is_err(), "the admin port closed on stop");
 }

@@ -4,7 +4,7 @@
 //! has `slots` execution slots and may hold `prefetch` more deliveries
 //! waiting for one: every claim asks for free room (`slots + prefetch` minus
 //! the deliveries held) as credits, and the broker never pushes more than
-//! the credits (DESIGN §4). A delivery is held from its claim until its
+//! the credits (docs/design/protocol.md). A delivery is held from its claim until its
 //! handler returned and its outcome is handed on: an `Ok` joins the ack
 //! pipeline, so the slot (and the credit) frees while the Ack is still on
 //! its way, and a handler's slot time is its own work, not a claim or an

@@ -14,7 +14,7 @@ use spool_client::Delivery;
 use super::LoadError;
 use crate::dist::{self, ServiceTime};
 use crate::harness::error_name;
-use crate::latency::Latency;
+use crate::histogram::Latency;
 use crate::sends::{self, Sent};
 
 /// Weight of one observation in the running mean of timer lateness.

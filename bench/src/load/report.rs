@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::config::LoadConfig;
 use crate::dist::Arrivals;
-use crate::latency::LatencySummary;
+use crate::histogram::LatencySummary;
 
 /// Percentiles of one interval or run, in ms.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]

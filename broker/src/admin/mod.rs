@@ -7,8 +7,8 @@
 //! It runs on its own thread (`spool-admin`) with a single-threaded tokio
 //! runtime and hyper; never on a shard. It holds no broker state and reads
 //! none across cores: each scrape or readiness check asks every shard for a
-//! [`ShardReport`] through the control path
-//! ([`ControlHandle::request_reports`]: the control executor forwards the
+//! [`ShardReport`] through the coordinator
+//! ([`CoordinatorHandle::request_reports`]: the coordinator forwards the
 //! request over each shard's channel, the shard answers from what it
 //! already counts) and waits at most [`ADMIN_REPORT_TIMEOUT`] for the
 //! answers. A shard that does not answer in time is reported missing
@@ -28,6 +28,7 @@
 pub mod api;
 pub mod health;
 pub mod metrics;
+pub mod node;
 pub mod tls;
 
 use std::convert::Infallible;
@@ -54,7 +55,7 @@ use self::api::error::ApiError;
 use self::api::routes::{Operation, Unrouted};
 use crate::net::listener::NetError;
 use crate::shard::report::ShardReport;
-use crate::shard::ControlHandle;
+use crate::shard::CoordinatorHandle;
 
 const TEXT: &str = "text/plain; charset=utf-8";
 
@@ -71,7 +72,7 @@ pub enum AdminError {
 }
 
 /// Binds the admin port (before the shards start, so a taken port is a
-/// start error, like a shard's). A port still in use is retried for
+/// start error, like a shard's: [`node::Node::start`]). A port still in use is retried for
 /// `PORT_IN_USE_RETRY_MS`, as the shards' ports are: a SIGKILLed
 /// predecessor's listening socket outlives it by milliseconds.
 ///
@@ -113,7 +114,7 @@ impl AdminServer {
     /// shards over TLS.
     pub fn spawn(
         listener: std::net::TcpListener,
-        control: ControlHandle,
+        coordinator: CoordinatorHandle,
         shard_listen: SocketAddr,
         auth: crate::auth::AuthPolicy,
         tls: Option<crate::net::tls::TlsServer>,
@@ -136,7 +137,7 @@ impl AdminServer {
                         return;
                     }
                 };
-                let mut gateway = api::Gateway::new(shard_listen, control.clone(), auth);
+                let mut gateway = api::Gateway::new(shard_listen, coordinator.clone(), auth);
                 let acceptor = match &tls {
                     None => None,
                     Some(server) => match tls::gateway_client_tls(server) {
@@ -150,7 +151,7 @@ impl AdminServer {
                         }
                     },
                 };
-                runtime.block_on(serve(listener, control, gateway, acceptor));
+                runtime.block_on(serve(listener, coordinator, gateway, acceptor));
             })
             .map_err(AdminError::Spawn)?;
         Ok(AdminServer { addr, thread })
@@ -171,7 +172,7 @@ impl AdminServer {
 
 async fn serve(
     listener: std::net::TcpListener,
-    control: ControlHandle,
+    coordinator: CoordinatorHandle,
     gateway: api::Gateway,
     tls: Option<tokio_rustls::TlsAcceptor>,
 ) {
@@ -184,7 +185,7 @@ async fn serve(
         }
     };
     let slots = Arc::new(tokio::sync::Semaphore::new(ADMIN_CONNECTIONS_MAX));
-    while !control.stop_requested() {
+    while !coordinator.stop_requested() {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             () = tokio::time::sleep(ADMIN_STOP_POLL) => continue,
@@ -201,15 +202,15 @@ async fn serve(
         // Over the bound the connection is closed at once: the admin port
         // must not hold more than a few sockets whatever its peers do.
         let Ok(slot) = slots.clone().try_acquire_owned() else { continue };
-        let control = control.clone();
+        let coordinator = coordinator.clone();
         let gateway = Arc::clone(&gateway);
         let tls = tls.clone();
         tokio::spawn(async move {
             let service = service_fn(move |mut request: Request<Incoming>| {
                 request.extensions_mut().insert(peer);
-                let control = control.clone();
+                let coordinator = coordinator.clone();
                 let gateway = Arc::clone(&gateway);
-                async move { Ok::<_, Infallible>(route(request, &control, &gateway).await) }
+                async move { Ok::<_, Infallible>(route(request, &coordinator, &gateway).await) }
             });
             let mut builder = http1::Builder::new();
             builder.timer(TokioTimer::new()).header_read_timeout(ADMIN_HEADER_READ_TIMEOUT);
@@ -239,7 +240,7 @@ fn response(status: StatusCode, content_type: &'static str, body: String) -> Res
 
 async fn route(
     request: Request<Incoming>,
-    control: &ControlHandle,
+    coordinator: &CoordinatorHandle,
     gateway: &api::Gateway,
 ) -> Response<Full<Bytes>> {
     let path = request.uri().path().to_owned();
@@ -265,8 +266,8 @@ async fn route(
     };
     match operation {
         Operation::Live => response(StatusCode::OK, TEXT, "live\n".to_owned()),
-        Operation::Ready => ready(control).await,
-        Operation::Metrics => metrics_page(control).await,
+        Operation::Ready => ready(coordinator).await,
+        Operation::Metrics => metrics_page(coordinator).await,
         _ => gateway.serve(operation, queue, request).await,
     }
 }
@@ -278,9 +279,9 @@ pub(crate) struct Gathered {
 }
 
 /// Asks every shard for its report and waits up to [`ADMIN_REPORT_TIMEOUT`].
-pub(crate) async fn gather(control: &ControlHandle) -> Result<Gathered, String> {
-    let receiver = control.request_reports().map_err(|error| error.to_string())?;
-    let shards = control.shard_count();
+pub(crate) async fn gather(coordinator: &CoordinatorHandle) -> Result<Gathered, String> {
+    let receiver = coordinator.request_reports().map_err(|error| error.to_string())?;
+    let shards = coordinator.shard_count();
     let mut reports: Vec<ShardReport> = Vec::with_capacity(shards);
     let polls = ADMIN_REPORT_TIMEOUT.as_millis() / ADMIN_REPORT_POLL.as_millis().max(1);
     for _ in 0..=polls {
@@ -302,8 +303,8 @@ pub(crate) async fn gather(control: &ControlHandle) -> Result<Gathered, String> 
     Ok(Gathered { reports, missing })
 }
 
-async fn metrics_page(control: &ControlHandle) -> Response<Full<Bytes>> {
-    let gathered = match gather(control).await {
+async fn metrics_page(coordinator: &CoordinatorHandle) -> Response<Full<Bytes>> {
+    let gathered = match gather(coordinator).await {
         Ok(gathered) => gathered,
         Err(error) => {
             return response(StatusCode::SERVICE_UNAVAILABLE, TEXT, format!("{error}\n"));
@@ -311,7 +312,7 @@ async fn metrics_page(control: &ControlHandle) -> Response<Full<Bytes>> {
     };
     // statvfs off the runtime's thread: a stalled file system must not
     // hold up /health/live.
-    let data_dir = control.data_dir().to_path_buf();
+    let data_dir = coordinator.data_dir().to_path_buf();
     let disk = match tokio::task::spawn_blocking(move || metrics::disk_space(&data_dir)).await {
         Ok(Ok(disk)) => Some(disk),
         Ok(Err(error)) => {
@@ -320,7 +321,7 @@ async fn metrics_page(control: &ControlHandle) -> Response<Full<Bytes>> {
         }
         Err(_) => None,
     };
-    match metrics::encode(&gathered.reports, &gathered.missing, control.auth(), disk.as_ref()) {
+    match metrics::encode(&gathered.reports, &gathered.missing, coordinator.auth(), disk.as_ref()) {
         Ok(text) => response(StatusCode::OK, metrics::CONTENT_TYPE, text),
         Err(error) => response(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -330,15 +331,15 @@ async fn metrics_page(control: &ControlHandle) -> Response<Full<Bytes>> {
     }
 }
 
-async fn ready(control: &ControlHandle) -> Response<Full<Bytes>> {
-    if control.stop_requested() {
+async fn ready(coordinator: &CoordinatorHandle) -> Response<Full<Bytes>> {
+    if coordinator.stop_requested() {
         return response(
             StatusCode::SERVICE_UNAVAILABLE,
             TEXT,
             "not ready\nthe broker is stopping\n".to_owned(),
         );
     }
-    let gathered = match gather(control).await {
+    let gathered = match gather(coordinator).await {
         Ok(gathered) => gathered,
         Err(error) => {
             return response(
@@ -348,9 +349,13 @@ async fn ready(control: &ControlHandle) -> Response<Full<Bytes>> {
             );
         }
     };
-    let table = control.catalog_snapshot();
-    match health::readiness(&table, &gathered.reports, &gathered.missing, control.stop_requested())
-    {
+    let table = coordinator.catalog_snapshot();
+    match health::readiness(
+        &table,
+        &gathered.reports,
+        &gathered.missing,
+        coordinator.stop_requested(),
+    ) {
         Ok(summary) => response(StatusCode::OK, TEXT, format!("{summary}\n")),
         Err(reasons) => response(
             StatusCode::SERVICE_UNAVAILABLE,

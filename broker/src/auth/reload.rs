@@ -5,7 +5,7 @@
 //! thread or the admin port's blocking pool, never a shard); a file that
 //! does not load keeps the policy in force and the error names the file and
 //! the problem. A good one is compiled once, numbered with the next policy
-//! *generation* and handed to every shard by the control executor over the
+//! *generation* and handed to every shard by the coordinator over the
 //! shards' channels (`ShardMessage::Policy`, the path assignment changes
 //! take): each shard swaps its own copy, so nothing on the data path reads
 //! shared mutable state. A session remembers the generation its rights
@@ -55,7 +55,7 @@ pub enum ReloadError {
     #[error("{0}; the policy in force is kept")]
     Invalid(AuthError),
     #[error("the new policy was not handed to the shards: {0}")]
-    Control(String),
+    Coordinator(String),
     /// Sent, but not every shard took it in time (they will, in order).
     #[error("generation {generation} was sent, but shards {shards:?} had not taken it within {timeout_ms} ms")]
     Timeout { generation: u64, shards: Vec<u16>, timeout_ms: u64 },
@@ -66,7 +66,7 @@ impl ReloadError {
     pub fn outcome(&self) -> &'static str {
         match self {
             ReloadError::Off | ReloadError::Invalid(_) => "invalid",
-            ReloadError::Control(_) | ReloadError::Timeout { .. } => "failed",
+            ReloadError::Coordinator(_) | ReloadError::Timeout { .. } => "failed",
         }
     }
 }

@@ -5,19 +5,20 @@
 //! graceful drain, and exits 0 after a clean stop or with a
 //! [`FatalReason`] code otherwise. A second SIGTERM/SIGINT during the drain
 //! exits at once (code 1). SIGHUP reads the auth file again
-//! (`ControlHandle::reload_auth`): a file that does not load is logged and
+//! (`CoordinatorHandle::reload_auth`): a file that does not load is logged and
 //! the policy in force kept.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use clap::Parser;
+use spool_broker::admin::node::Node;
 use spool_broker::control::config::{BrokerConfig, Cli};
 use spool_broker::control::logging;
 use spool_broker::fatal::{fatal, FatalReason};
 use spool_broker::limits::SIGNAL_POLL;
 use spool_broker::server::SpoolHooksFactory;
-use spool_broker::shard::{cpus, Broker};
+use spool_broker::shard::cpus;
 
 /// mimalloc instead of glibc malloc: per-request buffers and the queue
 /// state's chunks are allocated and freed on the shard threads at tens of
@@ -74,16 +75,16 @@ pub fn main() {
     if let Err(error) = install_signal_handlers(&stop, &reload) {
         fatal(FatalReason::Signals, error);
     }
-    let broker = match Broker::start(config, SpoolHooksFactory::default()) {
-        Ok(broker) => broker,
+    let node = match Node::start(config, SpoolHooksFactory::default()) {
+        Ok(node) => node,
         Err(error) => fatal(error.fatal_reason(), error),
     };
     // Forward the early flag into the broker's own flag. The executors see
     // the broker's flag at their next housekeeping tick (at most
     // HOUSEKEEPING_IDLE_MAX later), so polling faster than that buys nothing
     // but wake-ups of an idle process.
-    let broker_stop = broker.stop_flag();
-    let control = broker.control();
+    let broker_stop = node.broker().stop_flag();
+    let coordinator = node.coordinator();
     std::thread::Builder::new()
         .name("spool-signals".to_owned())
         .spawn(move || {
@@ -92,13 +93,13 @@ pub fn main() {
                 if reload.swap(false, std::sync::atomic::Ordering::AcqRel) {
                     tracing::info!("SIGHUP: reloading the auth file");
                     // Logged and counted by reload_auth, either way.
-                    let _ = control.reload_auth();
+                    let _ = coordinator.reload_auth();
                 }
             }
             broker_stop.store(true, std::sync::atomic::Ordering::Release);
         })
         .unwrap_or_else(|error| fatal(FatalReason::Signals, error));
-    if let Err(error) = broker.wait() {
+    if let Err(error) = node.wait() {
         fatal(error.fatal_reason(), error);
     }
 }

@@ -11,7 +11,7 @@
 //! clock, no glommio. It does not open partitions (the shard's hooks do that
 //! when an update names them), it does not allocate queue ids (the control
 //! executor does, so ids survive deletes) and it does not persist itself
-//! (`control::catalog` does, on the control executor).
+//! (`control::catalog` does, on the coordinator).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -85,7 +85,7 @@ pub struct PartitionAssignment {
 /// Everything the table knows of one queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueEntry {
-    /// Allocated by the control executor; never reused in this data dir.
+    /// Allocated by the coordinator; never reused in this data dir.
     pub id: QueueId,
     /// Validated; shared with the update that created the queue.
     pub config: Arc<QueueConfig>,
@@ -110,7 +110,7 @@ pub enum AssignmentChange {
     DeleteQueue { queue: QueueName },
 }
 
-/// The message the control path sends to every shard: a change and the
+/// The message the coordinator sends to every shard: a change and the
 /// table version it produces.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AssignmentUpdate {

@@ -2,7 +2,7 @@
 //!
 //! Owns `DATA_DIR/catalog`: every queue's name, id, config and partition →
 //! shard placement, the next queue id (ids are never reused, even after a
-//! delete) and the assignment-table version. The control executor writes it
+//! delete) and the assignment-table version. the coordinator writes it
 //! with [`store`] **before** it broadcasts a change to the shards, so a
 //! change a shard may have acted on is always on disk; at start the broker
 //! [`load`]s it and turns it into a [`Replay`]: the creates the shards apply
@@ -35,7 +35,7 @@
 //! Replacement is atomic: write `catalog.tmp`, `fdatasync`, rename over
 //! `catalog`, fsync the directory. A leftover `catalog.tmp` (a crash before
 //! the rename) is removed by [`load`]; the old `catalog` is authoritative.
-//! Plain `std::fs`: this runs rarely, on the control executor or at start,
+//! Plain `std::fs`: this runs rarely, on the coordinator or at start,
 //! never on the data path.
 
 use std::fs::{File, OpenOptions};
@@ -100,7 +100,7 @@ pub enum CatalogError {
 
 impl CatalogError {
     /// True when a write may or may not have taken effect (the rename
-    /// happened but was not made durable). The control executor cannot
+    /// happened but was not made durable). the coordinator cannot
     /// answer that in-process: it stops the broker.
     pub fn outcome_unknown(&self) -> bool {
         matches!(self, CatalogError::DirectorySync { .. })
@@ -162,7 +162,7 @@ struct QueueRecord {
 }
 
 /// What a start-up does with a catalog: shards start from `start` and apply
-/// `updates` in order, which yields `table` (the control executor's copy).
+/// `updates` in order, which yields `table` (the coordinator's copy).
 #[derive(Debug, Clone)]
 pub struct Replay {
     pub start: AssignmentTable,

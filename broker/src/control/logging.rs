@@ -3,7 +3,7 @@
 //! Owns the subscriber: human lines by default, JSON lines on request, the
 //! level filter from the config, and one content filter: glommio logs a
 //! harmless error when it probes io_uring poll support on a virtio disk
-//! (DESIGN §8, "iopoll probe"); that line is dropped so operators do not
+//! (ARCHITECTURE.md, "Platform notes"); that line is dropped so operators do not
 //! chase it. glommio logs through the `log` crate; tracing-subscriber's
 //! `tracing-log` bridge forwards those records here.
 //!

@@ -3,7 +3,7 @@
 //!
 //! Off the data path: nothing here runs per request. The assignment table is
 //! pure; config, data-dir and logging touch the environment once, at start;
-//! the catalog is read at start and rewritten by the control executor on
+//! the catalog is read at start and rewritten by the coordinator on
 //! each queue create/delete.
 
 pub mod assignment;

@@ -24,7 +24,7 @@ mod disk;
 mod error;
 pub mod journal;
 mod shared;
-pub(crate) mod sync;
+pub(crate) mod wakers;
 
 use std::cell::RefCell;
 
@@ -102,7 +102,7 @@ impl HeldDelay {
 /// comes first; true when the delay ran out (the witness is then due
 /// without another wait). Work arriving first ends the wait: its commit
 /// vouches instead of the witness.
-pub(crate) async fn work_or_witness_delay(work: &sync::Notify, delay: &WitnessDelay) -> bool {
+pub(crate) async fn work_or_witness_delay(work: &wakers::Notify, delay: &WitnessDelay) -> bool {
     let timer = delay();
     futures_lite::future::or(
         async {
@@ -117,7 +117,7 @@ pub(crate) async fn work_or_witness_delay(work: &sync::Notify, delay: &WitnessDe
     .await
 }
 use spool_wire::batch::BatchHeader;
-use sync::Notify;
+use wakers::Notify;
 
 /// Position of a record in a partition log: the workspace's one `Offset`
 /// (`spool_wire::proto::ids`), the same type the queue and the wire use.

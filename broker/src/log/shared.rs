@@ -2,7 +2,7 @@
 //! cached commit or a read from a journal file — shared instead of copied.
 //!
 //! A claim hands out records as slices of the batch they were stored in
-//! (DESIGN §3: the same bytes on the wire and on disk): the log returns each
+//! (the same bytes on the wire and on disk: docs/design/batch-format.md): the log returns each
 //! batch as a range of the buffer it lives in, the partition narrows that to
 //! each record, and only the response encoder copies the record, once, into
 //! the frame it writes to the socket.

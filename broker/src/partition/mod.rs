@@ -137,7 +137,7 @@ pub struct Partition<S: Storage + Clone> {
     checkpoint_covers: Cell<LogCursor>,
     checkpoint_running: Cell<bool>,
     /// Told when a running checkpoint ends (so `close` can wait for it).
-    checkpoint_ended: crate::log::sync::Notify,
+    checkpoint_ended: crate::log::wakers::Notify,
     last_checkpoint: Cell<Option<CheckpointStats>>,
     /// Told when a sync of this partition's files fails (production: exit).
     fatal: Rc<dyn FatalHandler>,

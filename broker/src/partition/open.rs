@@ -255,7 +255,7 @@ impl<S: Storage + Clone> Partition<S> {
             appends: RefCell::new(LastAppends::default()),
             checkpoint_covers: Cell::new(replay_from),
             checkpoint_running: Cell::new(false),
-            checkpoint_ended: crate::log::sync::Notify::default(),
+            checkpoint_ended: crate::log::wakers::Notify::default(),
             last_checkpoint: Cell::new(None),
             fatal,
             sync_failed: Cell::new(false),

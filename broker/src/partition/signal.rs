@@ -33,7 +33,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
-use crate::log::sync::{Notify, WakerKey, WakerSet};
+use crate::log::wakers::{Notify, WakerKey, WakerSet};
 
 pub use crate::limits::{CLAIM_WAITERS_MAX, TICK_SWEEP_WAKES};
 

@@ -43,7 +43,7 @@ use crate::partition::{EnqueueOutcome, PartitionError};
 use crate::queue::stored::{PrincipalId, Stored};
 use crate::queue::{Lane, MessagePhase, Offset, PartitionId, Redrive, ReleaseReason};
 use crate::shard::report::RequestOp;
-use crate::shard::ControlError;
+use crate::shard::CoordinatorError;
 use std::collections::HashMap;
 
 /// Reason code recorded when a worker releases a message. The worker's text
@@ -184,16 +184,16 @@ fn error_from(code: ErrorCode, message: String) -> ErrorResponse {
     ErrorResponse::new(code, clip_message(message))
 }
 
-fn control_error(failure: &ControlError) -> ErrorResponse {
+fn control_error(failure: &CoordinatorError) -> ErrorResponse {
     use crate::control::assignment::AssignmentError;
     let code = match failure {
-        ControlError::Assignment(AssignmentError::QueueExists(_)) => ErrorCode::QueueExists,
-        ControlError::Assignment(AssignmentError::QueueNotFound(_)) => ErrorCode::QueueNotFound,
-        ControlError::Assignment(_) => ErrorCode::InvalidArgument,
-        ControlError::Busy => ErrorCode::Throttled,
-        ControlError::Timeout { .. } => ErrorCode::Timeout,
-        ControlError::Stopped => ErrorCode::ShuttingDown,
-        ControlError::CreateFailed { .. } => ErrorCode::StorageFailed,
+        CoordinatorError::Assignment(AssignmentError::QueueExists(_)) => ErrorCode::QueueExists,
+        CoordinatorError::Assignment(AssignmentError::QueueNotFound(_)) => ErrorCode::QueueNotFound,
+        CoordinatorError::Assignment(_) => ErrorCode::InvalidArgument,
+        CoordinatorError::Busy => ErrorCode::Throttled,
+        CoordinatorError::Timeout { .. } => ErrorCode::Timeout,
+        CoordinatorError::Stopped => ErrorCode::ShuttingDown,
+        CoordinatorError::CreateFailed { .. } => ErrorCode::StorageFailed,
         #[allow(unreachable_patterns)]
         _ => ErrorCode::Internal,
     };
@@ -380,7 +380,7 @@ impl SpoolHandler {
                 let config = queue_config_from_wire(&create.config);
                 let created = self
                     .state
-                    .control
+                    .coordinator
                     .create_queue_async(
                         &create.name,
                         create.config.partitions,
@@ -396,7 +396,7 @@ impl SpoolHandler {
             Request::DeleteQueue(delete) => {
                 let version = self
                     .state
-                    .control
+                    .coordinator
                     .delete_queue_async(&delete.name, ADMIN_APPLY_TIMEOUT_MS)
                     .await
                     .map_err(|e| control_error(&e))?;

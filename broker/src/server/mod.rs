@@ -95,7 +95,7 @@ use crate::shard::hooks::{ShardContext, ShardHooks, ShardHooksFactory};
 use crate::shard::report::{
     JournalReport, LogTotals, PartitionReport, RefusedPartition, ShardReport,
 };
-use crate::shard::ControlHandle;
+use crate::shard::CoordinatorHandle;
 use counters::RequestCounters;
 use handler::SpoolHandler;
 use served::ServedMap;
@@ -240,7 +240,7 @@ impl std::ops::Deref for Served {
 pub struct ShardState {
     pub shard: ShardId,
     pub config: Arc<BrokerConfig>,
-    pub control: ControlHandle,
+    pub coordinator: CoordinatorHandle,
     pub secret: [u8; 32],
     pub log_config: LogConfig,
     /// This shard's copy of the assignment table.
@@ -810,7 +810,7 @@ impl ShardHooksFactory for SpoolHooksFactory {
         let state = Rc::new(ShardState {
             shard: context.shard,
             config: context.config.clone(),
-            control: context.control.clone(),
+            coordinator: context.coordinator.clone(),
             secret: *context.secret.as_bytes(),
             log_config: context.config.log_config(),
             table: RefCell::new(context.assignment_start.clone()),

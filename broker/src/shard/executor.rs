@@ -4,17 +4,17 @@
 //! builds its hooks, reports ready, then runs three things until told to
 //! stop: the accept loop, the assignment loop and the permanent housekeeping
 //! timer. On stop it closes the listener, waits for every connection to
-//! drain, flushes its hooks and returns. The control executor connects the
+//! drain, flushes its hooks and returns. the coordinator connects the
 //! sending ends, sends the catalog's replay, reports ready, and turns control
 //! commands into assignment updates: applied to its table, written to the
 //! catalog (durable), then broadcast to every shard, then answered. A catalog
 //! write that fails before its rename undoes the tick's changes and answers
 //! each with the error; one whose outcome is unknown (directory fsync
-//! failed) stops the control executor, and with it the broker.
+//! failed) stops the coordinator, and with it the broker.
 //!
 //! The housekeeping timer runs on every executor for the executor's whole
 //! life, not only when there is work: glommio 0.9 can lose a cross-executor
-//! wake-up under oversubscription (DESIGN §8, DataDog/glommio#555) and a
+//! wake-up under oversubscription (ARCHITECTURE.md, "Platform notes", DataDog/glommio#555) and a
 //! periodic timer keeps each reactor turning. It is also how the
 //! process-wide stop flag (set by a signal handler) reaches the executor.
 
@@ -34,8 +34,8 @@ use crate::control::assignment::{
     AssignmentError, AssignmentTable, AssignmentUpdate, AssignmentVersion,
 };
 use crate::control::catalog::{self, Catalog};
-use crate::limits::{CONTROL_BUSY_FOR, CONTROL_IDLE_POLL, HOUSEKEEPING_IDLE_MAX};
-use crate::limits::{CONTROL_COMMANDS_PER_TICK_MAX, REPLAY_WAIT_POLL};
+use crate::limits::{COORDINATOR_BUSY_FOR, COORDINATOR_IDLE_POLL, HOUSEKEEPING_IDLE_MAX};
+use crate::limits::{COORDINATOR_COMMANDS_PER_TICK_MAX, REPLAY_WAIT_POLL};
 use crate::net::connection::ConnectionLimits;
 use crate::net::listener::{accept_loop, bind_listener, AcceptStats};
 use crate::net::stop::StopSignal;
@@ -44,12 +44,12 @@ use crate::shard::alarm::Alarm;
 use crate::shard::hooks::{ShardContext, ShardHooks, ShardHooksFactory};
 use crate::shard::report::{ConnectionCounts, ExecutorCounts, ShardReport};
 use crate::shard::{
-    ControlCommand, ControlError, Event, ExecutorName, QueueCreated, ShardError, ShardMessage,
-    Shared,
+    CoordinatorCommand, CoordinatorError, Event, ExecutorName, QueueCreated, ShardError,
+    ShardMessage, Shared,
 };
 
 /// What the housekeeping loop drives: a shard's hooks, or nothing but the
-/// stop flag and the allocator (the control executor).
+/// stop flag and the allocator (the coordinator).
 trait Ticker {
     fn tick(&self);
     fn next_tick_in(&self, min: Duration, max: Duration) -> Duration;
@@ -70,7 +70,7 @@ impl<H: ShardHooks> Ticker for Rc<H> {
     }
 }
 
-/// The control executor's housekeeping: nothing falls due on it.
+/// the coordinator's housekeeping: nothing falls due on it.
 struct NothingDue;
 
 impl Ticker for NothingDue {
@@ -219,7 +219,7 @@ pub(crate) async fn shard_main<F: ShardHooksFactory>(
                     None => return Ok(()),
                 };
                 for update in updates.iter() {
-                    // The control path sends consecutive versions over a
+                    // The coordinator sends consecutive versions over a
                     // FIFO channel; a refusal means the copies diverged.
                     table.apply(update).map_err(ShardError::Assignment)?;
                     if let Err(error) = hooks.on_assignment(update, &table).await {
@@ -276,7 +276,7 @@ pub(crate) async fn shard_main<F: ShardHooksFactory>(
     assignment_result.and(flush_result)
 }
 
-/// What the control executor starts from: the table after the catalog's
+/// What the coordinator starts from: the table after the catalog's
 /// replay, the replay itself (sent to the shards first) and the next id.
 #[derive(Debug)]
 pub(crate) struct ControlStart {
@@ -291,12 +291,12 @@ pub(crate) struct ControlStart {
 /// A command's answer, held until the tick's catalog write decides it.
 enum Answer {
     Create(
-        mpsc::SyncSender<Result<QueueCreated, ControlError>>,
-        Result<QueueCreated, ControlError>,
+        mpsc::SyncSender<Result<QueueCreated, CoordinatorError>>,
+        Result<QueueCreated, CoordinatorError>,
     ),
     Delete(
-        mpsc::SyncSender<Result<AssignmentVersion, ControlError>>,
-        Result<AssignmentVersion, ControlError>,
+        mpsc::SyncSender<Result<AssignmentVersion, CoordinatorError>>,
+        Result<AssignmentVersion, CoordinatorError>,
     ),
 }
 
@@ -305,10 +305,10 @@ impl Answer {
     fn undo(&mut self, error: &Arc<catalog::CatalogError>) {
         match self {
             Answer::Create(_, outcome @ Ok(_)) => {
-                *outcome = Err(ControlError::Catalog(error.clone()))
+                *outcome = Err(CoordinatorError::Catalog(error.clone()))
             }
             Answer::Delete(_, outcome @ Ok(_)) => {
-                *outcome = Err(ControlError::Catalog(error.clone()))
+                *outcome = Err(CoordinatorError::Catalog(error.clone()))
             }
             Answer::Create(..) | Answer::Delete(..) => {}
         }
@@ -327,7 +327,7 @@ impl Answer {
     }
 }
 
-/// The control executor's state: its table copy and the id allocator.
+/// the coordinator's state: its table copy and the id allocator.
 struct ControlState {
     table: AssignmentTable,
     next_queue_id: QueueId,
@@ -337,12 +337,17 @@ struct ControlState {
 impl ControlState {
     /// Plans and applies one command to the table; the catalog is written
     /// later, for the whole tick.
-    fn execute(&mut self, command: ControlCommand, batch: &mut Vec<AssignmentUpdate>) -> Answer {
+    fn execute(
+        &mut self,
+        command: CoordinatorCommand,
+        batch: &mut Vec<AssignmentUpdate>,
+    ) -> Answer {
         match command {
-            ControlCommand::CreateQueue { queue, partitions, config, reply } => {
+            CoordinatorCommand::CreateQueue { queue, partitions, config, reply } => {
                 let outcome = (|| {
                     let queue_id = self.next_queue_id;
-                    let next = queue_id.0.checked_add(1).ok_or(ControlError::QueueIdsExhausted)?;
+                    let next =
+                        queue_id.0.checked_add(1).ok_or(CoordinatorError::QueueIdsExhausted)?;
                     // An existing name answers QUEUE_EXISTS whatever the
                     // node's room (a client's create-unless-it-exists).
                     if self.table.queue(&queue).is_some() {
@@ -366,10 +371,10 @@ impl ControlState {
                 })();
                 Answer::Create(reply, outcome)
             }
-            ControlCommand::Report { .. } | ControlCommand::Policy { .. } => {
+            CoordinatorCommand::Report { .. } | CoordinatorCommand::Policy { .. } => {
                 unreachable!("report requests and policies are forwarded, not executed")
             }
-            ControlCommand::DeleteQueue { queue, expect_id, reply } => {
+            CoordinatorCommand::DeleteQueue { queue, expect_id, reply } => {
                 let outcome = (|| {
                     if let Some(expected) = expect_id {
                         let current = self.table.queue(&queue).map(|entry| entry.id);
@@ -403,7 +408,7 @@ async fn broadcast(
 
 pub(crate) async fn control_main(
     senders: Vec<SharedSender<ShardMessage>>,
-    commands: mpsc::Receiver<ControlCommand>,
+    commands: mpsc::Receiver<CoordinatorCommand>,
     shared: Arc<Shared>,
     events: mpsc::Sender<Event>,
     tick: Duration,
@@ -417,7 +422,7 @@ pub(crate) async fn control_main(
     if !start.replay.is_empty() {
         broadcast(&connected, Arc::new(start.replay)).await?;
     }
-    let _ = events.send(Event::Ready(ExecutorName::Control));
+    let _ = events.send(Event::Ready(ExecutorName::Coordinator));
     let stop = StopSignal::new();
     let finished = StopSignal::new();
     let housekeeping_task = glommio::spawn_local(housekeeping(
@@ -435,32 +440,35 @@ pub(crate) async fn control_main(
     };
     let mut result = Ok(());
     // Commands are polled every `tick` while they keep coming, and every
-    // CONTROL_IDLE_POLL once none came for CONTROL_BUSY_FOR: an idle broker's
-    // control executor wakes a few dozen times a second, and the first
+    // COORDINATOR_IDLE_POLL once none came for COORDINATOR_BUSY_FOR: an idle broker's
+    // coordinator wakes a few dozen times a second, and the first
     // command after a quiet spell waits at most one idle poll.
     let mut last_command = instant_now();
     while !stop.is_stopped() {
-        let poll = if instant_now().duration_since(last_command) < CONTROL_BUSY_FOR {
+        let poll = if instant_now().duration_since(last_command) < COORDINATOR_BUSY_FOR {
             tick
         } else {
-            CONTROL_IDLE_POLL.max(tick)
+            COORDINATOR_IDLE_POLL.max(tick)
         };
         Timer::new(poll).await;
-        let (reports, commands): (Vec<ControlCommand>, Vec<ControlCommand>) =
-            commands.try_iter().take(CONTROL_COMMANDS_PER_TICK_MAX).partition(|command| {
-                matches!(command, ControlCommand::Report { .. } | ControlCommand::Policy { .. })
+        let (reports, commands): (Vec<CoordinatorCommand>, Vec<CoordinatorCommand>) =
+            commands.try_iter().take(COORDINATOR_COMMANDS_PER_TICK_MAX).partition(|command| {
+                matches!(
+                    command,
+                    CoordinatorCommand::Report { .. } | CoordinatorCommand::Policy { .. }
+                )
             });
         for command in reports {
             match command {
-                ControlCommand::Report { reply } => {
+                CoordinatorCommand::Report { reply } => {
                     // try_send: a shard whose channel is full (a burst of
                     // changes) is left out of this report rather than block
-                    // the control executor; the asker sees it missing.
+                    // the coordinator; the asker sees it missing.
                     for sender in &connected {
                         let _ = sender.try_send(ShardMessage::Report(reply.clone()));
                     }
                 }
-                ControlCommand::Policy { update, reply } => {
+                CoordinatorCommand::Policy { update, reply } => {
                     // Every shard must get it: wait for room in a full channel.
                     let mut sent = Ok(());
                     for (shard, sender) in connected.iter().enumerate() {

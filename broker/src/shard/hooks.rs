@@ -23,7 +23,7 @@ use crate::control::data_dir::BrokerSecret;
 use crate::net::connection::FrameHandler;
 use crate::net::echo::EchoHandler;
 use crate::shard::alarm::Alarm;
-use crate::shard::ControlHandle;
+use crate::shard::CoordinatorHandle;
 
 /// What a shard knows about itself when its hooks are built.
 #[derive(Debug, Clone)]
@@ -37,10 +37,10 @@ pub struct ShardContext {
     pub config: Arc<BrokerConfig>,
     /// Key for delivery-token MACs.
     pub secret: BrokerSecret,
-    /// The control path: create/delete queues from a frame handler with the
+    /// The coordinator: create/delete queues from a frame handler with the
     /// `_async` methods (never the blocking ones on an executor), and
     /// `catalog_snapshot` for ListQueues/Metadata.
-    pub control: ControlHandle,
+    pub coordinator: CoordinatorHandle,
     /// The (empty) table this shard starts from, before the catalog's
     /// replay: hooks that keep their own copy start from a clone of it and
     /// apply each update they are given.
@@ -86,7 +86,7 @@ pub trait ShardHooks: 'static {
     /// the queue's id and config; to keep a copy for the frame handler,
     /// apply `update` to a clone of `ShardContext::assignment_start` (pure
     /// and cheap; the copies stay equal by construction). Never
-    /// await `ControlHandle::*_async` in here: the shard would wait for
+    /// await `CoordinatorHandle::*_async` in here: the shard would wait for
     /// itself.
     fn on_assignment(
         &self,

@@ -1,7 +1,7 @@
 //! RLIMIT_MEMLOCK for glommio executors.
 //!
 //! Owns one start-up check: every glommio executor registers and pins I/O
-//! memory and refuses to start below 512 KiB of RLIMIT_MEMLOCK (DESIGN §8).
+//! memory and refuses to start below 512 KiB of RLIMIT_MEMLOCK (ARCHITECTURE.md, "Platform notes").
 //! We raise the soft limit to 512 KiB per executor when the hard limit (or
 //! root) allows it, and otherwise fail before any executor starts, with a
 //! message that says what to change. The decision is a pure function

@@ -1,5 +1,5 @@
 //! Thread-per-core bootstrap: one pinned glommio executor per shard, plus a
-//! small control executor; the only code that sees more than one core.
+//! small coordinator; the only code that sees more than one core.
 //!
 //! Owns process start-up and shutdown around the shards ([`Broker`]):
 //! validate config, raise RLIMIT_MEMLOCK, lock the data directory, load the
@@ -10,9 +10,9 @@
 //!
 //! Queues survive restarts through the catalog (`control::catalog`): start
 //! loads it (a damaged one, or one placing partitions on shards that no
-//! longer exist, is a [`StartError::Catalog`]), the control executor replays
+//! longer exist, is a [`StartError::Catalog`]), the coordinator replays
 //! its creates to the shards as their first assignment updates, and start
-//! returns only once every shard has applied them. The control executor
+//! returns only once every shard has applied them. the coordinator
 //! rewrites the catalog before broadcasting each later change.
 //!
 //! Cross-core channels (glommio `shared_channel`, one per shard, created here
@@ -20,8 +20,8 @@
 //! report requests (`ShardMessage::Report`: each shard answers with a
 //! [`report::ShardReport`] of what it already counts); nothing on the
 //! request path crosses cores. A reloaded auth policy takes the same path
-//! (`ShardMessage::Policy`, see `policy.rs` and `auth::reload`).
-//! `channel_mesh` is avoided (DESIGN §8).
+//! (`ShardMessage::Policy`, see `auth_reload.rs` and `auth::reload`).
+//! `channel_mesh` is avoided (ARCHITECTURE.md, "Platform notes").
 //! Stop requests reach executors through an `AtomicBool` polled by every
 //! executor's permanent housekeeping timer, so a signal handler never has to
 //! wake a glommio reactor.
@@ -29,13 +29,13 @@
 //! What a shard serves is not decided here: see [`hooks::ShardHooks`].
 
 pub mod alarm;
-mod control_handle;
+mod auth_reload;
+mod coordinator;
 pub mod cpus;
 mod executor;
 pub mod hooks;
 pub mod memlock;
 pub mod nofile;
-mod policy;
 pub mod report;
 
 use std::collections::BTreeMap;
@@ -57,15 +57,15 @@ use crate::control::config::{BrokerConfig, ConfigError};
 use crate::control::data_dir::{BrokerSecret, DataDirError, DataDirFormat, DataDirLock};
 use crate::fatal::FatalReason;
 use crate::limits::{
-    CONTROL_COMMAND_QUEUE_MAX, CONTROL_POLL_INTERVAL, HOOK_FAILURES_PER_VERSION_MAX,
+    COORDINATOR_COMMAND_QUEUE_MAX, COORDINATOR_POLL_INTERVAL, HOOK_FAILURES_PER_VERSION_MAX,
     HOOK_FAILURE_VERSIONS_MAX, MAIN_POLL_INTERVAL, SHARD_CHANNEL_CAPACITY,
 };
 use crate::net::listener::{wait_port_free, NetError};
 use crate::queue::{QueueConfig, QueueId};
-pub use control_handle::ControlHandle;
+pub use coordinator::CoordinatorHandle;
 use hooks::{ShardContext, ShardHooksFactory};
 
-/// Message from the control executor to a shard.
+/// Message from the coordinator to a shard.
 #[derive(Debug, Clone)]
 pub enum ShardMessage {
     /// Consecutive table updates, to apply in order.
@@ -85,22 +85,22 @@ pub struct QueueCreated {
     pub queue_id: QueueId,
 }
 
-/// A request to the control executor, answered on `reply`.
+/// A request to the coordinator, answered on `reply`.
 #[derive(Debug)]
-pub(crate) enum ControlCommand {
+pub(crate) enum CoordinatorCommand {
     CreateQueue {
         queue: QueueName,
         partitions: u32,
         /// Already validated by the handle; the table checks again.
         config: Arc<QueueConfig>,
-        reply: mpsc::SyncSender<Result<QueueCreated, ControlError>>,
+        reply: mpsc::SyncSender<Result<QueueCreated, CoordinatorError>>,
     },
     DeleteQueue {
         queue: QueueName,
         /// Delete only if the queue still has this id: a rollback must not
         /// remove a queue of the same name created since.
         expect_id: Option<QueueId>,
-        reply: mpsc::SyncSender<Result<AssignmentVersion, ControlError>>,
+        reply: mpsc::SyncSender<Result<AssignmentVersion, CoordinatorError>>,
     },
     /// Ask every shard for its report; each answers on `reply` itself.
     Report { reply: mpsc::SyncSender<report::ShardReport> },
@@ -116,14 +116,14 @@ pub(crate) enum ControlCommand {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExecutorName {
     Shard(ShardId),
-    Control,
+    Coordinator,
 }
 
 impl std::fmt::Display for ExecutorName {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ExecutorName::Shard(shard) => write!(formatter, "shard {}", shard.0),
-            ExecutorName::Control => formatter.write_str("control executor"),
+            ExecutorName::Coordinator => formatter.write_str("coordinator"),
         }
     }
 }
@@ -174,8 +174,6 @@ pub enum StartError {
     Net(#[from] NetError),
     #[error(transparent)]
     Catalog(#[from] CatalogError),
-    #[error(transparent)]
-    Admin(#[from] crate::admin::AdminError),
     #[error("{executor} failed to start: {error}")]
     Executor { executor: ExecutorName, error: ShardError },
     #[error("not up within startup_timeout_ms={timeout_ms}: {}", missing.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))]
@@ -196,14 +194,12 @@ impl StartError {
             StartError::Catalog(CatalogError::PlacementBeyondShards { .. }) => FatalReason::Config,
             StartError::Catalog(_) => FatalReason::DataDir,
             StartError::Net(NetError::PortInUse { .. })
-            | StartError::Admin(crate::admin::AdminError::Bind(NetError::PortInUse { .. }))
             | StartError::Executor { error: ShardError::Net(NetError::PortInUse { .. }), .. } => {
                 FatalReason::PortInUse
             }
-            StartError::Net(_)
-            | StartError::Admin(_)
-            | StartError::Executor { .. }
-            | StartError::Timeout { .. } => FatalReason::Startup,
+            StartError::Net(_) | StartError::Executor { .. } | StartError::Timeout { .. } => {
+                FatalReason::Startup
+            }
         }
     }
 }
@@ -235,16 +231,16 @@ impl RunError {
 /// A control-path request failed.
 #[derive(Debug, Error)]
 #[non_exhaustive]
-pub enum ControlError {
+pub enum CoordinatorError {
     #[error(transparent)]
     Assignment(#[from] AssignmentError),
-    #[error("too many control commands queued ({CONTROL_COMMAND_QUEUE_MAX})")]
+    #[error("too many coordinator commands queued ({COORDINATOR_COMMAND_QUEUE_MAX})")]
     Busy,
-    #[error("the control executor has stopped")]
+    #[error("the coordinator has stopped")]
     Stopped,
     #[error("not every shard applied version {} within {timeout_ms} ms", version.0)]
     Timeout { version: AssignmentVersion, timeout_ms: u64 },
-    #[error("no answer from the control executor within {timeout_ms} ms; outcome unknown")]
+    #[error("no answer from the coordinator within {timeout_ms} ms; outcome unknown")]
     NoReply { timeout_ms: u64 },
     #[error("queue ids are exhausted")]
     QueueIdsExhausted,
@@ -260,12 +256,12 @@ pub enum ControlError {
     CreateFailed { queue: String, failures: Vec<String>, rollback: Option<String> },
 }
 
-/// State the main thread, the control executor and the shards share.
+/// State the main thread, the coordinator and the shards share.
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) stop_requested: Arc<AtomicBool>,
     pub(crate) applied_versions: Vec<AtomicU64>,
-    /// The control executor's table as of the last durable catalog write;
+    /// the coordinator's table as of the last durable catalog write;
     /// replaced (never mutated) after each write.
     pub(crate) committed: RwLock<Arc<AssignmentTable>>,
     /// Why a shard's hooks failed to apply a live update, by table version,
@@ -313,12 +309,10 @@ impl Shared {
 pub struct Broker {
     config: Arc<BrokerConfig>,
     shared: Arc<Shared>,
-    control: ControlHandle,
+    coordinator: CoordinatorHandle,
     events: mpsc::Receiver<Event>,
     events_sender: mpsc::Sender<Event>,
     threads: Vec<(ExecutorName, JoinHandle<()>)>,
-    /// The admin port's thread, unless it is off.
-    admin: Option<crate::admin::AdminServer>,
     secret: BrokerSecret,
     // Held until the broker is dropped, after every executor has stopped.
     _lock: DataDirLock,
@@ -338,7 +332,7 @@ fn spawn_executor(
 ) -> Result<JoinHandle<()>, ShardError> {
     let thread_name = match name {
         ExecutorName::Shard(shard) => format!("spool-shard-{}", shard.0),
-        ExecutorName::Control => "spool-control".to_owned(),
+        ExecutorName::Coordinator => "spool-coord".to_owned(),
     };
     std::thread::Builder::new()
         .name(thread_name)
@@ -373,7 +367,7 @@ impl Broker {
         let cpus = cpus::allowed_cpus();
         config.validate(cpus.len())?;
         let shard_count = config.shards;
-        // One executor per shard plus the control executor.
+        // One executor per shard plus the coordinator.
         memlock::ensure(usize::from(shard_count) + 1)?;
         let lock = DataDirLock::acquire(&config.data_dir)?;
         // Before the secret: a directory without one is new and records
@@ -396,11 +390,6 @@ impl Broker {
         for shard in 0..shard_count {
             wait_port_free(config.shard_listen(shard), patience)?;
         }
-        // Bound now and served once the shards are up: a taken admin port
-        // is a start error like a taken shard port, and no probe comes in
-        // before there is something to report.
-        let admin_listener = config.admin_listen.map(crate::admin::bind).transpose()?;
-
         let config = Arc::new(config);
         let stop_requested = Arc::new(AtomicBool::new(false));
         let start_version = replay.start.version().0;
@@ -417,13 +406,13 @@ impl Broker {
             data_dir: config.data_dir.clone(),
         });
         let (events_sender, events) = mpsc::channel();
-        let (commands_sender, commands) = mpsc::sync_channel(CONTROL_COMMAND_QUEUE_MAX);
-        let control = ControlHandle { commands: commands_sender, shared: shared.clone() };
+        let (commands_sender, commands) = mpsc::sync_channel(COORDINATOR_COMMAND_QUEUE_MAX);
+        let coordinator = CoordinatorHandle { commands: commands_sender, shared: shared.clone() };
         let factory = Arc::new(factory);
         let tick = config.housekeeping_tick();
 
         // Channel pairs are created here, on the main thread, and each end is
-        // connected on its executor (DESIGN §8: no channel_mesh).
+        // connected on its executor (ARCHITECTURE.md, "Platform notes": no channel_mesh).
         let mut senders = Vec::with_capacity(usize::from(shard_count));
         let mut threads = Vec::with_capacity(usize::from(shard_count) + 1);
         let mut broker_threads_failed = None;
@@ -438,7 +427,7 @@ impl Broker {
                 listen: config.shard_listen(shard),
                 config: config.clone(),
                 secret: secret.clone(),
-                control: control.clone(),
+                coordinator: coordinator.clone(),
                 assignment_start: replay.start.clone(),
                 recovered: recovered.clone(),
             };
@@ -483,9 +472,9 @@ impl Broker {
                 data_dir: lock.dir().to_owned(),
                 partitions_max: config.partitions_max as usize,
             };
-            let builder = LocalExecutorBuilder::new(Placement::Unbound).name("spool-control");
+            let builder = LocalExecutorBuilder::new(Placement::Unbound).name("spool-coord");
             let spawned = spawn_executor(
-                ExecutorName::Control,
+                ExecutorName::Coordinator,
                 builder,
                 None,
                 events_sender.clone(),
@@ -501,8 +490,8 @@ impl Broker {
                 },
             );
             match spawned {
-                Ok(handle) => threads.push((ExecutorName::Control, handle)),
-                Err(error) => broker_threads_failed = Some((ExecutorName::Control, error)),
+                Ok(handle) => threads.push((ExecutorName::Coordinator, handle)),
+                Err(error) => broker_threads_failed = Some((ExecutorName::Coordinator, error)),
             }
         }
         if let Some((executor, error)) = broker_threads_failed {
@@ -527,7 +516,7 @@ impl Broker {
             if waiting.is_empty() && shared.all_applied(replay_version) {
                 break;
             }
-            let event = match events.recv_timeout(CONTROL_POLL_INTERVAL) {
+            let event = match events.recv_timeout(COORDINATOR_POLL_INTERVAL) {
                 Ok(event) => event,
                 Err(mpsc::RecvTimeoutError::Timeout) => continue,
                 // We hold a sender, so this cannot happen; treat as timeout.
@@ -547,9 +536,9 @@ impl Broker {
                         .filter(|name| !waiting.contains(name))
                         .filter(|name| match name {
                             ExecutorName::Shard(shard) => {
-                                control.applied_version(*shard) < replay_version
+                                coordinator.applied_version(*shard) < replay_version
                             }
-                            ExecutorName::Control => false,
+                            ExecutorName::Coordinator => false,
                         })
                         .collect::<Vec<_>>();
                     waiting.extend(behind);
@@ -561,39 +550,21 @@ impl Broker {
                 Event::ShutdownDeadline => {}
             }
         }
-        let admin = match admin_listener {
-            Some(listener) => match crate::admin::AdminServer::spawn(
-                listener,
-                control.clone(),
-                config.shard_listen(0),
-                config.auth.clone(),
-                config.tls.clone(),
-            ) {
-                Ok(admin) => Some(admin),
-                Err(error) => {
-                    shared.stop_requested.store(true, Ordering::Release);
-                    return Err(error.into());
-                }
-            },
-            None => None,
-        };
         tracing::info!(
             shards = shard_count,
             queues = catalog.queues.len(),
             assignment_version = replay_version.0,
             listen = %config.listen,
-            admin = %admin.as_ref().map_or("off".to_owned(), |admin| admin.addr().to_string()),
             data_dir = %lock.dir().display(),
             "spoold started"
         );
         Ok(Broker {
             config,
             shared,
-            control,
+            coordinator,
             events,
             events_sender,
             threads,
-            admin,
             secret,
             _lock: lock,
         })
@@ -603,17 +574,12 @@ impl Broker {
         &self.config
     }
 
-    pub fn control(&self) -> ControlHandle {
-        self.control.clone()
+    pub fn coordinator(&self) -> CoordinatorHandle {
+        self.coordinator.clone()
     }
 
     pub fn secret(&self) -> &BrokerSecret {
         &self.secret
-    }
-
-    /// Where the admin port listens (`None`: turned off).
-    pub fn admin_addr(&self) -> Option<SocketAddr> {
-        self.admin.as_ref().map(crate::admin::AdminServer::addr)
     }
 
     /// Listen address of every shard, by shard index.
@@ -682,12 +648,6 @@ impl Broker {
                 }
                 Event::Ready(_) | Event::StartupDeadline => {}
             }
-        }
-        if let Some(admin) = self.admin.take() {
-            // Every executor has stopped, so the stop flag is set: the admin
-            // thread sees it within ADMIN_STOP_POLL.
-            self.request_stop();
-            admin.join();
         }
         for (name, handle) in self.threads.drain(..) {
             if handle.join().is_err() {

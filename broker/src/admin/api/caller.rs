@@ -23,7 +23,7 @@ use spool_wire::ErrorCode;
 use super::error::ApiError;
 use crate::auth::limiter::FailureLimiter;
 use crate::auth::{verify_secret, Grants};
-use crate::shard::ControlHandle;
+use crate::shard::CoordinatorHandle;
 
 /// The HTTP peer's address, put in each request's extensions by the admin
 /// port's accept loop.
@@ -32,7 +32,7 @@ pub struct PeerIp(pub IpAddr);
 
 /// The admin port's check of bearer tokens.
 pub struct CallerAuth {
-    control: ControlHandle,
+    coordinator: CoordinatorHandle,
     failures: Mutex<FailureLimiter>,
     mac_key: [u8; 32],
     /// Principal → (policy generation, MAC of the secret that verified).
@@ -50,9 +50,9 @@ fn refused(message: impl Into<String>) -> ApiError {
 }
 
 impl CallerAuth {
-    pub fn new(control: ControlHandle) -> CallerAuth {
+    pub fn new(coordinator: CoordinatorHandle) -> CallerAuth {
         CallerAuth {
-            control,
+            coordinator,
             failures: Mutex::new(FailureLimiter::default()),
             mac_key: rand::random(),
             verified: Mutex::new(HashMap::new()),
@@ -69,7 +69,7 @@ impl CallerAuth {
         credentials: Option<&Credentials>,
         peer: Option<IpAddr>,
     ) -> Result<Option<Arc<Grants>>, ApiError> {
-        let current = self.control.auth().current();
+        let current = self.coordinator.auth().current();
         if !current.policy.is_enabled() {
             return Ok(None);
         }
@@ -83,7 +83,7 @@ impl CallerAuth {
             let locked =
                 self.failures.lock().unwrap_or_else(PoisonError::into_inner).check(ip, now_ms);
             if let Err(locked) = locked {
-                self.control.auth().count_http_lockout();
+                self.coordinator.auth().count_http_lockout();
                 return Err(refused(locked.message()));
             }
         }

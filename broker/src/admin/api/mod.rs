@@ -56,7 +56,7 @@ use self::limits::{
     DEAD_LETTERS_MAX_HTTP, GATEWAY_CALLERS_MAX, REQUESTS_IN_FLIGHT_MAX, SHARD_REQUEST_TIMEOUT,
 };
 use self::routes::Operation;
-use crate::shard::ControlHandle;
+use crate::shard::CoordinatorHandle;
 
 const JSON: &str = "application/json";
 
@@ -90,7 +90,7 @@ type CallerKey = Option<(String, [u8; 32])>;
 /// set per caller), and the in-flight bound.
 pub struct Gateway {
     bootstrap: String,
-    control: ControlHandle,
+    coordinator: CoordinatorHandle,
     connected: Mutex<HashMap<CallerKey, Connected>>,
     in_flight: Arc<Semaphore>,
     /// Whether the broker has authentication on: then a request without a
@@ -139,14 +139,14 @@ impl Gateway {
     /// principal's rights (the shards check them, as for any client).
     pub fn new(
         shard_listen: SocketAddr,
-        control: ControlHandle,
+        coordinator: CoordinatorHandle,
         policy: crate::auth::AuthPolicy,
     ) -> Self {
         let auth_required = policy.is_enabled();
         Self {
             bootstrap: bootstrap_address(shard_listen),
-            callers: caller::CallerAuth::new(control.clone()),
-            control,
+            callers: caller::CallerAuth::new(coordinator.clone()),
+            coordinator,
             connected: Mutex::new(HashMap::new()),
             in_flight: Arc::new(Semaphore::new(REQUESTS_IN_FLIGHT_MAX)),
             auth_required,
@@ -207,7 +207,7 @@ impl Gateway {
     }
 
     async fn dispatch(&self, call: &Call) -> Result<(StatusCode, Value), ApiError> {
-        if self.control.stop_requested() {
+        if self.coordinator.stop_requested() {
             return Err(ApiError::new(ErrorCode::ShuttingDown, "the broker is stopping"));
         }
         let queue = call.queue.as_deref().unwrap_or_default();
@@ -280,7 +280,7 @@ impl Gateway {
     }
 
     fn fail(&self, error: ClientError) -> ApiError {
-        ApiError::from_client(error, self.control.stop_requested())
+        ApiError::from_client(error, self.coordinator.stop_requested())
     }
 
     /// Maps `error` about `queue`, and forgets the queue's cached layout
@@ -300,7 +300,7 @@ impl Gateway {
     /// else the client library's default (the broker then answers for an
     /// unknown queue).
     fn lease_default_ms(&self, queue: &str) -> u32 {
-        let table = self.control.catalog_snapshot();
+        let table = self.coordinator.catalog_snapshot();
         crate::control::assignment::QueueName::new(queue)
             .ok()
             .and_then(|name| table.queue(&name).map(|entry| entry.config.lease_default_ms))

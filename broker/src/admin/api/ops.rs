@@ -49,7 +49,7 @@ fn reload_error(error: ReloadError) -> ApiError {
     let code = match &error {
         ReloadError::Off | ReloadError::Invalid(_) => ErrorCode::InvalidArgument,
         ReloadError::Timeout { .. } => ErrorCode::Timeout,
-        ReloadError::Control(_) => ErrorCode::Internal,
+        ReloadError::Coordinator(_) => ErrorCode::Internal,
         #[allow(unreachable_patterns)]
         _ => ErrorCode::Internal,
     };
@@ -79,8 +79,8 @@ impl Gateway {
     /// `POST /v1/auth/reload`.
     pub(super) async fn reload_auth(&self, call: &Call) -> Result<Value, ApiError> {
         Self::require_admin_everywhere(call, "reload the auth file")?;
-        let control = self.control.clone();
-        let outcome = tokio::task::spawn_blocking(move || control.reload_auth())
+        let coordinator = self.coordinator.clone();
+        let outcome = tokio::task::spawn_blocking(move || coordinator.reload_auth())
             .await
             .map_err(|error| ApiError::new(ErrorCode::Internal, error.to_string()))?;
         let reloaded = outcome.map_err(reload_error)?;
@@ -96,7 +96,7 @@ impl Gateway {
     pub(super) fn acl(&self, call: &Call) -> Result<Value, ApiError> {
         Self::require_admin_everywhere(call, "read the ACL")?;
         let query = AclQuery::parse(call.query.as_deref())?;
-        let current = self.control.auth().current();
+        let current = self.coordinator.auth().current();
         let policy = &current.policy;
         if let (Some(principal), Some(queue)) = (query.principal, query.queue) {
             let operations = policy.rights_of(&principal, &queue).ok_or_else(|| {
@@ -109,7 +109,7 @@ impl Gateway {
                 "generation": current.generation,
             }));
         }
-        let file = self.control.auth().file.as_ref().map(|path| path.display().to_string());
+        let file = self.coordinator.auth().file.as_ref().map(|path| path.display().to_string());
         Ok(json!({
             "enabled": policy.is_enabled(),
             "auth_file": file,

@@ -19,10 +19,10 @@ impl Gateway {
     /// authentication is off), checked against the policy in force.
     pub(super) async fn quotas(&self, call: &Call) -> Result<Value, ApiError> {
         Self::require_admin_everywhere(call, "list quotas")?;
-        let gathered = crate::admin::gather(&self.control)
+        let gathered = crate::admin::gather(&self.coordinator)
             .await
             .map_err(|error| ApiError::new(ErrorCode::ShuttingDown, error))?;
-        let shards = self.control.shard_count();
+        let shards = self.coordinator.shard_count();
         let principals: Vec<Value> = crate::server::quota::merge(&gathered.reports)
             .into_iter()
             .map(|(principal, merged)| {

@@ -49,7 +49,7 @@ use super::PartitionHandle;
 use crate::io::{create_dir_durable, IoError, IoOp, Storage, StorageFile};
 use crate::limits::PAGE_BYTES;
 use crate::log::failpoint;
-use crate::log::sync::Notify;
+use crate::log::wakers::Notify;
 
 /// Name of the handles table in a shard directory.
 pub const HANDLES_FILE_NAME: &str = "handles";

@@ -149,7 +149,7 @@ struct EntryCell {
 #[derive(Debug, Default)]
 pub(super) struct Wants {
     pub(super) queued: Cell<usize>,
-    pub(super) work: crate::log::sync::Notify,
+    pub(super) work: crate::log::wakers::Notify,
 }
 
 impl EntryCell {

@@ -45,7 +45,7 @@ use super::route::{
 use super::{JournalPos, JournalTicket, Lane, PartitionHandle};
 use crate::io::Storage;
 use crate::limits::READ_BYTES_MAX;
-use crate::log::sync::Notify;
+use crate::log::wakers::Notify;
 use crate::log::{FatalHandler, ReadBatch};
 
 /// Name of the journal directory inside a shard directory.

@@ -54,7 +54,7 @@ use super::recovery::{recover, RecoveryReport, RecoverySink};
 use super::{EntryCell, EntryStatus, JournalPos, JournalTicket, Lane, PartitionHandle, Wants};
 use crate::io::{IoError, IoOp, Storage, StorageFile};
 use crate::limits::PAGE_BYTES;
-use crate::log::sync::{join_all, Notify};
+use crate::log::wakers::{join_all, Notify};
 use crate::log::{FatalCode, FatalHandler, FatalReason};
 
 /// Counters since open.

@@ -1,62 +1,62 @@
-//! [`ControlHandle`]: how a thread other than the control executor asks it
+//! [`CoordinatorHandle`]: how a thread other than the coordinator asks it
 //! something — create, delete and describe queues, apply an assignment
 //! change, collect the shards' reports — with a bounded command queue and
 //! a bounded wait for the answer. The blocking methods are for threads
 //! that are not executors (the admin port, tests); the `_async` ones poll
 //! and never block a shard's executor. It decides nothing itself: the
-//! control executor (`executor.rs`) does.
+//! coordinator (`executor.rs`) does.
 
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc, PoisonError};
 
-use super::{report, ControlCommand, ControlError, QueueCreated, Shared};
+use super::{report, CoordinatorCommand, CoordinatorError, QueueCreated, Shared};
 use crate::control::assignment::{
     AssignmentError, AssignmentTable, AssignmentVersion, QueueName, ShardId,
 };
-use crate::limits::CONTROL_POLL_INTERVAL;
+use crate::limits::COORDINATOR_POLL_INTERVAL;
 use crate::queue::{QueueConfig, QueueId};
 
-/// Handle to the control path. The plain methods block and are for
+/// Handle to the coordinator. The plain methods block and are for
 /// non-executor threads (admin endpoint, tests); the `_async` ones are for
 /// a shard's frame handler and never block its executor. Every shard gets
 /// one in [`ShardContext::control`](hooks::ShardContext).
 #[derive(Debug, Clone)]
-pub struct ControlHandle {
-    pub(super) commands: mpsc::SyncSender<ControlCommand>,
+pub struct CoordinatorHandle {
+    pub(super) commands: mpsc::SyncSender<CoordinatorCommand>,
     pub(super) shared: Arc<Shared>,
 }
 
 /// A submitted command's pending answer.
-struct Pending<T>(mpsc::Receiver<Result<T, ControlError>>);
+struct Pending<T>(mpsc::Receiver<Result<T, CoordinatorError>>);
 
 impl<T> Pending<T> {
     /// The answer if it has arrived.
-    fn try_take(&self) -> Option<Result<T, ControlError>> {
+    fn try_take(&self) -> Option<Result<T, CoordinatorError>> {
         match self.0.try_recv() {
             Ok(answer) => Some(answer),
             Err(mpsc::TryRecvError::Empty) => None,
-            Err(mpsc::TryRecvError::Disconnected) => Some(Err(ControlError::Stopped)),
+            Err(mpsc::TryRecvError::Disconnected) => Some(Err(CoordinatorError::Stopped)),
         }
     }
 }
 
-/// Number of [`CONTROL_POLL_INTERVAL`] polls that cover `timeout_ms`.
+/// Number of [`COORDINATOR_POLL_INTERVAL`] polls that cover `timeout_ms`.
 fn polls_for(timeout_ms: u64) -> u64 {
-    let interval_ms = CONTROL_POLL_INTERVAL.as_millis().max(1) as u64;
+    let interval_ms = COORDINATOR_POLL_INTERVAL.as_millis().max(1) as u64;
     timeout_ms.div_ceil(interval_ms).max(1)
 }
 
-impl ControlHandle {
+impl CoordinatorHandle {
     /// Queues a command without waiting (never blocks: `try_send`).
     fn submit<T>(
         &self,
-        make: impl FnOnce(mpsc::SyncSender<Result<T, ControlError>>) -> ControlCommand,
-    ) -> Result<Pending<T>, ControlError> {
+        make: impl FnOnce(mpsc::SyncSender<Result<T, CoordinatorError>>) -> CoordinatorCommand,
+    ) -> Result<Pending<T>, CoordinatorError> {
         let (reply, answer) = mpsc::sync_channel(1);
         match self.commands.try_send(make(reply)) {
             Ok(()) => Ok(Pending(answer)),
-            Err(mpsc::TrySendError::Full(_)) => Err(ControlError::Busy),
-            Err(mpsc::TrySendError::Disconnected(_)) => Err(ControlError::Stopped),
+            Err(mpsc::TrySendError::Full(_)) => Err(CoordinatorError::Busy),
+            Err(mpsc::TrySendError::Disconnected(_)) => Err(CoordinatorError::Stopped),
         }
     }
 
@@ -65,20 +65,20 @@ impl ControlHandle {
         queue: &str,
         partitions: u32,
         config: QueueConfig,
-    ) -> Result<Pending<QueueCreated>, ControlError> {
+    ) -> Result<Pending<QueueCreated>, CoordinatorError> {
         let queue = QueueName::new(queue)?;
         config.validate().map_err(AssignmentError::from)?;
         let config = Arc::new(config);
-        self.submit(|reply| ControlCommand::CreateQueue { queue, partitions, config, reply })
+        self.submit(|reply| CoordinatorCommand::CreateQueue { queue, partitions, config, reply })
     }
 
     fn submit_delete(
         &self,
         queue: &str,
         expect_id: Option<QueueId>,
-    ) -> Result<Pending<AssignmentVersion>, ControlError> {
+    ) -> Result<Pending<AssignmentVersion>, CoordinatorError> {
         let queue = QueueName::new(queue)?;
-        self.submit(|reply| ControlCommand::DeleteQueue { queue, expect_id, reply })
+        self.submit(|reply| CoordinatorCommand::DeleteQueue { queue, expect_id, reply })
     }
 
     /// Creates `queue` with `partitions` partitions placed round-robin over
@@ -96,9 +96,9 @@ impl ControlHandle {
         queue: &str,
         partitions: u32,
         config: QueueConfig,
-    ) -> Result<QueueCreated, ControlError> {
+    ) -> Result<QueueCreated, CoordinatorError> {
         let pending = self.submit_create(queue, partitions, config)?;
-        pending.0.recv().map_err(|_| ControlError::Stopped)?
+        pending.0.recv().map_err(|_| CoordinatorError::Stopped)?
     }
 
     /// Deletes `queue`; returns the table version without it. The owning
@@ -107,9 +107,9 @@ impl ControlHandle {
     ///
     /// # Errors
     /// Unknown queue, catalog write failed, control stopped or busy.
-    pub fn delete_queue(&self, queue: &str) -> Result<AssignmentVersion, ControlError> {
+    pub fn delete_queue(&self, queue: &str) -> Result<AssignmentVersion, CoordinatorError> {
         let pending = self.submit_delete(queue, None)?;
-        pending.0.recv().map_err(|_| ControlError::Stopped)?
+        pending.0.recv().map_err(|_| CoordinatorError::Stopped)?
     }
 
     /// [`create_queue`](Self::create_queue) then
@@ -120,10 +120,10 @@ impl ControlHandle {
     /// for itself to apply the change it is applying).
     ///
     /// # Errors
-    /// As `create_queue`; [`ControlError::NoReply`] if the control executor
+    /// As `create_queue`; [`CoordinatorError::NoReply`] if the coordinator
     /// did not answer in time (the queue may or may not exist);
-    /// [`ControlError::Timeout`] if it was created but not every shard
-    /// applied it in time; [`ControlError::CreateFailed`] if a shard could
+    /// [`CoordinatorError::Timeout`] if it was created but not every shard
+    /// applied it in time; [`CoordinatorError::CreateFailed`] if a shard could
     /// not open one of its partitions: the queue is then deleted again
     /// (catalog and every shard), so the name is free for a retry once the
     /// cause is fixed. Between the create and that delete (a few ms) other
@@ -135,7 +135,7 @@ impl ControlHandle {
         partitions: u32,
         config: QueueConfig,
         timeout_ms: u64,
-    ) -> Result<QueueCreated, ControlError> {
+    ) -> Result<QueueCreated, CoordinatorError> {
         let pending = self.submit_create(queue, partitions, config)?;
         let mut polls_left = polls_for(timeout_ms);
         let created = await_reply(&pending, &mut polls_left, timeout_ms).await?;
@@ -158,7 +158,7 @@ impl ControlHandle {
         if let Err(error) = &rollback {
             tracing::error!(queue, %error, "could not delete the half-created queue");
         }
-        Err(ControlError::CreateFailed {
+        Err(CoordinatorError::CreateFailed {
             queue: queue.to_owned(),
             failures,
             rollback: rollback.err().map(|error| error.to_string()),
@@ -175,7 +175,7 @@ impl ControlHandle {
         &self,
         queue: &str,
         timeout_ms: u64,
-    ) -> Result<AssignmentVersion, ControlError> {
+    ) -> Result<AssignmentVersion, CoordinatorError> {
         let pending = self.submit_delete(queue, None)?;
         let mut polls_left = polls_for(timeout_ms);
         let version = await_reply(&pending, &mut polls_left, timeout_ms).await?;
@@ -186,12 +186,12 @@ impl ControlHandle {
     /// Awaits (on a glommio executor) until every shard applied `version`.
     ///
     /// # Errors
-    /// [`ControlError::Timeout`] after about `timeout_ms`.
+    /// [`CoordinatorError::Timeout`] after about `timeout_ms`.
     pub async fn wait_applied_async(
         &self,
         version: AssignmentVersion,
         timeout_ms: u64,
-    ) -> Result<(), ControlError> {
+    ) -> Result<(), CoordinatorError> {
         let mut polls_left = polls_for(timeout_ms);
         self.await_applied(version, &mut polls_left, timeout_ms).await
     }
@@ -201,16 +201,16 @@ impl ControlHandle {
         version: AssignmentVersion,
         polls_left: &mut u64,
         timeout_ms: u64,
-    ) -> Result<(), ControlError> {
+    ) -> Result<(), CoordinatorError> {
         loop {
             if self.shared.all_applied(version) {
                 return Ok(());
             }
             if *polls_left == 0 {
-                return Err(ControlError::Timeout { version, timeout_ms });
+                return Err(CoordinatorError::Timeout { version, timeout_ms });
             }
             *polls_left -= 1;
-            glommio::timer::sleep(CONTROL_POLL_INTERVAL).await;
+            glommio::timer::sleep(COORDINATOR_POLL_INTERVAL).await;
         }
     }
 
@@ -245,12 +245,12 @@ impl ControlHandle {
     ///
     /// # Errors
     /// Control stopped or busy.
-    pub fn request_reports(&self) -> Result<mpsc::Receiver<report::ShardReport>, ControlError> {
+    pub fn request_reports(&self) -> Result<mpsc::Receiver<report::ShardReport>, CoordinatorError> {
         let (reply, reports) = mpsc::sync_channel(self.shard_count());
-        match self.commands.try_send(ControlCommand::Report { reply }) {
+        match self.commands.try_send(CoordinatorCommand::Report { reply }) {
             Ok(()) => Ok(reports),
-            Err(mpsc::TrySendError::Full(_)) => Err(ControlError::Busy),
-            Err(mpsc::TrySendError::Disconnected(_)) => Err(ControlError::Stopped),
+            Err(mpsc::TrySendError::Full(_)) => Err(CoordinatorError::Busy),
+            Err(mpsc::TrySendError::Disconnected(_)) => Err(CoordinatorError::Stopped),
         }
     }
 
@@ -265,22 +265,22 @@ impl ControlHandle {
     /// use [`wait_applied_async`](Self::wait_applied_async) there.
     ///
     /// # Errors
-    /// [`ControlError::Timeout`] after about `timeout_ms`.
+    /// [`CoordinatorError::Timeout`] after about `timeout_ms`.
     pub fn wait_applied(
         &self,
         version: AssignmentVersion,
         timeout_ms: u64,
-    ) -> Result<(), ControlError> {
+    ) -> Result<(), CoordinatorError> {
         for _ in 0..polls_for(timeout_ms) {
             if self.shared.all_applied(version) {
                 return Ok(());
             }
-            std::thread::sleep(CONTROL_POLL_INTERVAL);
+            std::thread::sleep(COORDINATOR_POLL_INTERVAL);
         }
         if self.shared.all_applied(version) {
             return Ok(());
         }
-        Err(ControlError::Timeout { version, timeout_ms })
+        Err(CoordinatorError::Timeout { version, timeout_ms })
     }
 }
 
@@ -289,15 +289,15 @@ async fn await_reply<T>(
     pending: &Pending<T>,
     polls_left: &mut u64,
     timeout_ms: u64,
-) -> Result<T, ControlError> {
+) -> Result<T, CoordinatorError> {
     loop {
         if let Some(answer) = pending.try_take() {
             return answer;
         }
         if *polls_left == 0 {
-            return Err(ControlError::NoReply { timeout_ms });
+            return Err(CoordinatorError::NoReply { timeout_ms });
         }
         *polls_left -= 1;
-        glommio::timer::sleep(CONTROL_POLL_INTERVAL).await;
+        glommio::timer::sleep(COORDINATOR_POLL_INTERVAL).await;
     }
 }

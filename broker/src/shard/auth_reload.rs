@@ -1,6 +1,6 @@
-//! Auth-file reload on the control path: read and compile the file on the
+//! Auth-file reload on the coordinator: read and compile the file on the
 //! caller's thread, hand the policy to every shard through the control
-//! executor (`ControlCommand::Policy` → `ShardMessage::Policy`, the path of
+//! executor (`CoordinatorCommand::Policy` → `ShardMessage::Policy`, the path of
 //! assignment changes), and wait until each shard has taken it. See
 //! `auth::reload` for what a shard and its sessions do with it.
 
@@ -8,10 +8,10 @@ use std::sync::mpsc;
 use std::sync::{Arc, PoisonError};
 
 use crate::auth::reload::{self, AuthState, CurrentPolicy, ReloadError, Reloaded};
-use crate::limits::{AUTH_RELOAD_TIMEOUT, CONTROL_POLL_INTERVAL};
-use crate::shard::{ControlCommand, ControlHandle};
+use crate::limits::{AUTH_RELOAD_TIMEOUT, COORDINATOR_POLL_INTERVAL};
+use crate::shard::{CoordinatorCommand, CoordinatorHandle};
 
-impl ControlHandle {
+impl CoordinatorHandle {
     /// The process-wide authentication state: the policy in force, the
     /// reload counts.
     pub fn auth(&self) -> &AuthState {
@@ -25,7 +25,7 @@ impl ControlHandle {
     ///
     /// # Errors
     /// [`ReloadError`]: authentication off, a file that does not load (the
-    /// policy in force is kept), the control path stopped or busy, or
+    /// policy in force is kept), the coordinator stopped or busy, or
     /// shards that did not take it in time.
     pub fn reload_auth(&self) -> Result<Reloaded, ReloadError> {
         let outcome = self.reload_auth_now();
@@ -57,34 +57,34 @@ impl ControlHandle {
         let generation = auth.current().generation + 1;
         let update = Arc::new(CurrentPolicy { generation, policy });
         let (reply, answer) = mpsc::sync_channel(1);
-        let command = ControlCommand::Policy { update: update.clone(), reply };
+        let command = CoordinatorCommand::Policy { update: update.clone(), reply };
         match self.commands.try_send(command) {
             Ok(()) => {}
             Err(mpsc::TrySendError::Full(_)) => {
-                return Err(ReloadError::Control("the control path is busy; retry".to_owned()))
+                return Err(ReloadError::Coordinator("the coordinator is busy; retry".to_owned()))
             }
             Err(mpsc::TrySendError::Disconnected(_)) => {
-                return Err(ReloadError::Control("the broker is stopping".to_owned()))
+                return Err(ReloadError::Coordinator("the broker is stopping".to_owned()))
             }
         }
         match answer.recv_timeout(AUTH_RELOAD_TIMEOUT) {
             Ok(Ok(())) => {}
-            Ok(Err(reason)) => return Err(ReloadError::Control(reason)),
+            Ok(Err(reason)) => return Err(ReloadError::Coordinator(reason)),
             Err(_) => {
-                return Err(ReloadError::Control(
-                    "no answer from the control executor in time".to_owned(),
+                return Err(ReloadError::Coordinator(
+                    "no answer from the coordinator in time".to_owned(),
                 ))
             }
         }
         // Every shard has it in its channel, in order: it is the policy now.
         auth.set_current(update.clone());
-        let interval_ms = CONTROL_POLL_INTERVAL.as_millis().max(1);
+        let interval_ms = COORDINATOR_POLL_INTERVAL.as_millis().max(1);
         let polls = AUTH_RELOAD_TIMEOUT.as_millis() / interval_ms;
         for _ in 0..polls {
             if auth.behind(generation).is_empty() {
                 break;
             }
-            std::thread::sleep(CONTROL_POLL_INTERVAL);
+            std::thread::sleep(COORDINATOR_POLL_INTERVAL);
         }
         let behind = auth.behind(generation);
         if !behind.is_empty() {
