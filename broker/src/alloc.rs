@@ -6,7 +6,7 @@
 //! `purge_delay`, and pages a thread freed stay on that thread's heap until
 //! it collects; both happen only inside later allocator calls on that
 //! thread. A shard that goes idle after a drain therefore kept everything it
-//! had freed (bench/README.md, "`rss`": 47 MiB of 149 MiB after draining a
+//! had freed (docs/performance.md, "Allocator": 47 MiB of 149 MiB after draining a
 //! 100k backlog). [`configure`] shortens the delay and every executor calls
 //! [`collect`] from its housekeeping timer every
 //! [`HEAP_COLLECT_INTERVAL`](crate::limits::HEAP_COLLECT_INTERVAL), so
@@ -57,7 +57,7 @@ pub fn collect() {
 /// hands out that are not yet freed (the live heap), so an operator can
 /// tell live data from what the allocator holds besides
 /// (`spool_heap_live_bytes` against `spool_process_resident_bytes`; for a
-/// 7.2 M backlog the difference was ≈ 130 MiB, bench/README.md "`rss`").
+/// 7.2 M backlog the difference was ≈ 130 MiB, docs/performance.md "Allocator").
 ///
 /// Cost: each thread adds to its own cache line (no lock prefix, no line
 /// shared between shards) for the first [`COUNTED_THREADS`] threads; later

@@ -52,8 +52,8 @@ pub const PREFETCH_FRACTION_MAX: f64 = 1.0;
 /// (`spool-bench latency --rate 25000 --msg-bytes 1638 --slots 342
 /// --service-ms 18 --prefetch-fraction F`); in `capacity --time-scale 0.05`
 /// with 8 claims in flight, 1.0 drained the backlog in 203 s where 0.5 had
-/// not drained in 360 s (one run each; bench/README.md, "Measured:
-/// capacity").
+/// not drained in 360 s (one run each; docs/performance.md, "Capacity model: the
+/// consumer side").
 pub const PREFETCH_FRACTION_DEFAULT: f64 = 1.0;
 /// Default ack linger of the simulated workers (µs): a slot no longer waits
 /// for its Ack, so acks may gather longer and cost fewer requests. 10 ms

@@ -23,7 +23,7 @@ use spool_broker::shard::cpus;
 /// mimalloc instead of glibc malloc: per-request buffers and the queue
 /// state's chunks are allocated and freed on the shard threads at tens of
 /// thousands a second; glibc spent ≈10 % of a shard's CPU there
-/// (`unlink_chunk`, `malloc_consolidate`), see bench/README.md.
+/// (`unlink_chunk`, `malloc_consolidate`), see docs/performance.md, "Allocator".
 /// Counted (`spool_heap_live_bytes`), see `spool_broker::alloc`.
 #[global_allocator]
 static ALLOCATOR: spool_broker::alloc::CountingMimalloc = spool_broker::alloc::CountingMimalloc;
