@@ -39,6 +39,15 @@
 //!    own, except the pairs [`LAYERS_ALLOWED`] lists, still to be cut (an
 //!    entry that no longer matches fails too).
 //!
+//! 9. Every reference resolves: a Markdown file named in a doc (`*.md`
+//!    outside `vendor/` and `target/`) or in a comment of the workspace's
+//!    Rust sources exists in the repository (by its path from the file, from
+//!    the root, or as the unique end of a path: `shard-journal.md`); docs
+//!    name no directory of one machine ([`MACHINE_PATHS`]) and speak of the
+//!    project, not of its tracker (no "issue 12").
+//!
+//! 10. Every library file opens with a `//!` module doc saying what it owns.
+//!
 //! Every rule is also run on a small injected example (the `checker_*`
 //! tests) so that a rule that matches nothing cannot pass vacuously.
 
@@ -59,6 +68,23 @@ const GLOMMIO_ALLOWED: &[&str] = &[
 
 /// Source trees that rule 1 and rule 4 read.
 const LIBRARY_ROOTS: &[&str] = &["broker/src", "wire/src", "client/src"];
+
+/// Every folder of Rust sources whose comments rule 9 reads.
+const RUST_ROOTS: &[&str] = &[
+    "broker/src",
+    "broker/tests",
+    "broker/benches",
+    "wire/src",
+    "wire/tests",
+    "client/src",
+    "client/tests",
+    "tests/src",
+    "tests/tests",
+    "bench/src",
+    "bench/tests",
+    "tuning/src",
+    "fuzz/fuzz_targets",
+];
 
 /// Where the pure state machine lives (rule 2).
 const QUEUE_DIR: &str = "broker/src/queue/";
@@ -128,9 +154,8 @@ const FILE_LINES_ALLOWED: &[(&str, usize)] = &[
 /// Import circles of `broker/src` still to be cut (rule 7): two files, or
 /// two top-level folders (a single file at the top counts as a folder), in
 /// name order.
-const CIRCLES_ALLOWED: &[(&str, &str)] = &[
-    ("broker/src/log/journal/appender/mod.rs", "broker/src/log/journal/read.rs"),
-];
+const CIRCLES_ALLOWED: &[(&str, &str)] =
+    &[("broker/src/log/journal/appender/mod.rs", "broker/src/log/journal/read.rs")];
 
 /// The layers of `broker/src`, bottom first (rule 8): a folder (or
 /// top-level file) may name its own layer and those below, never one above.
@@ -152,6 +177,13 @@ const LAYERS: &[&[&str]] = &[
 /// Names of a higher layer still to be cut (rule 8): (folder, the folder
 /// above it that it names). The list only shrinks.
 const LAYERS_ALLOWED: &[(&str, &str)] = &[];
+
+/// Path prefixes of one machine that docs must not name (rule 9): a reader's
+/// machine has none of them; docs say `$SCRATCH` or a relative path.
+const MACHINE_PATHS: &[&str] = &["/work/", "/home/", "/root/", "/Users/"];
+
+/// Folders whose files rule 9 does not read: not ours, or built.
+const REFERENCE_SKIP_DIRS: &[&str] = &["target", "glommio", ".git", "node_modules", "corpus"];
 
 /// Words that must not appear in `queue/` code, with why.
 const QUEUE_FORBIDDEN: &[(&str, &str)] = &[
@@ -206,21 +238,8 @@ const LIMIT_ALLOWED: &[(&str, &str, &str)] = &[
     // Test-only code compiled in with the `failpoints` feature alone.
     ("broker/src/failpoint.rs", "DELAY_MS_MAX", "bound of the test-only failpoint syntax"),
     ("broker/src/failpoint.rs", "ENTRIES_MAX", "bound of the test-only failpoint syntax"),
-    // The partition and log constants move to `broker/src/limits.rs` in
-    // another branch (wt-split); these entries go when it merges.
-    ("broker/src/log/journal/entry.rs", "ENTRY_BYTES_MAX", "the journal's own config, derived from the broker's log settings (JournalConfig::for_partitions)"),
-    ("broker/src/log/journal/config.rs", "JOURNAL_FILE_BYTES_DEFAULT", "the journal's own config, derived from the broker's log settings (JournalConfig::for_partitions)"),
-    ("broker/src/log/journal/config.rs", "JOURNAL_FILE_BYTES_MIN", "the journal's own config, derived from the broker's log settings (JournalConfig::for_partitions)"),
-    ("broker/src/log/journal/config.rs", "JOURNAL_FILE_BYTES_MAX", "the journal's own config, derived from the broker's log settings (JournalConfig::for_partitions)"),
-    ("broker/src/log/journal/config.rs", "JOURNAL_COMMIT_BYTES_DEFAULT", "the journal's own config, derived from the broker's log settings (JournalConfig::for_partitions)"),
-    ("broker/src/log/journal/config.rs", "CONTROL_COMMIT_BYTES_DEFAULT", "the journal's own config, derived from the broker's log settings (JournalConfig::for_partitions)"),
-    ("broker/src/log/journal/config.rs", "CONTROL_PENDING_BYTES_DEFAULT", "the journal's own config, derived from the broker's log settings (JournalConfig::for_partitions)"),
-    ("broker/src/log/journal/config.rs", "DATA_PENDING_BYTES_DEFAULT", "the journal's own config, derived from the broker's log settings (JournalConfig::for_partitions)"),
-    ("broker/src/log/journal/config.rs", "LANE_PENDING_BYTES_MAX", "the journal's own config, derived from the broker's log settings (JournalConfig::for_partitions)"),
-    ("broker/src/log/journal/config.rs", "JOURNAL_INFLIGHT_COMMITS_DEFAULT", "the journal's own config, derived from the broker's log settings (JournalConfig::for_partitions)"),
-    ("broker/src/log/journal/config.rs", "JOURNAL_READ_CACHE_BYTES_DEFAULT", "the journal's own config, derived from the broker's log settings (JournalConfig::for_partitions)"),
-    ("broker/src/log/journal/config.rs", "JOURNAL_READ_CACHE_BYTES_MAX", "the journal's own config, derived from the broker's log settings (JournalConfig::for_partitions)"),
-    ("broker/src/log/journal/handles.rs", "HANDLES_MAX", "the handles table's own bound (log/journal/, not yet used by partitions: docs/design/shard-journal.md §12)"),
+    // Derived from a format: a header and the batch format's largest batch.
+    ("broker/src/log/journal/entry.rs", "ENTRY_BYTES_MAX", "layout of a journal entry: its header plus the batch format's largest batch"),
     ("broker/src/log/journal/handles.rs", "HEADER_BYTES", "the handles table's on-disk format (header size), not a limit"),
     ("broker/src/log/journal/handles.rs", "RECORD_BYTES", "the handles table's on-disk format (record size), not a limit"),
 ];
@@ -867,6 +886,160 @@ fn check_circles(files: &[Source], root: &str, allowed: &[(&str, &str)]) -> Vec<
     found
 }
 
+/// Every `*.md` file of the repository, as paths from the root.
+fn markdown_files(root: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut pending = vec![root.to_owned()];
+    while let Some(dir) = pending.pop() {
+        let entries =
+            fs::read_dir(&dir).unwrap_or_else(|error| panic!("{}: {error}", dir.display()));
+        for entry in entries {
+            let path = entry.expect("directory entry").path();
+            let name =
+                path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            if path.is_dir() {
+                if !REFERENCE_SKIP_DIRS.contains(&name.as_str()) {
+                    pending.push(path);
+                }
+            } else if name.ends_with(".md") {
+                found.push(read_source(root, &path).path);
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// The `*.md` names `text` mentions: runs of path characters ending in
+/// `.md` (a URL's are left out: it names another site).
+fn markdown_references(text: &str) -> Vec<(usize, String)> {
+    let path_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '/');
+    let mut found = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        let chars: Vec<char> = line.chars().collect();
+        let mut i = 0;
+        while i < chars.len() {
+            if !path_char(chars[i]) {
+                i += 1;
+                continue;
+            }
+            let start = i;
+            while i < chars.len() && path_char(chars[i]) {
+                i += 1;
+            }
+            let word: String = chars[start..i].iter().collect();
+            let word = word.trim_end_matches('.');
+            let before: String = chars[..start].iter().collect();
+            let in_url = before.ends_with(':')
+                || before.rsplit(char::is_whitespace).next().is_some_and(|w| w.contains("://"));
+            if word.ends_with(".md") && word.len() > 3 && !in_url && !word.starts_with('.') {
+                found.push((number + 1, word.to_owned()));
+            }
+        }
+    }
+    found
+}
+
+/// Whether `reference`, seen in `from`, names one of `existing`.
+fn resolves(reference: &str, from: &str, existing: &[String]) -> bool {
+    let reference = reference.trim_start_matches("./");
+    let dir = from.rsplit_once('/').map_or("", |(dir, _)| dir);
+    let mut relative: Vec<&str> =
+        if dir.is_empty() { Vec::new() } else { dir.split('/').collect() };
+    for part in reference.split('/') {
+        match part {
+            ".." => {
+                relative.pop();
+            }
+            "." | "" => {}
+            part => relative.push(part),
+        }
+    }
+    let relative = relative.join("/");
+    existing.iter().any(|path| {
+        *path == relative || *path == reference || path.ends_with(&format!("/{reference}"))
+    })
+}
+
+/// The line comments of a Rust source (`//`, `///`, `//!` lines), other
+/// lines blanked so line numbers stay true: string literals of code (a
+/// test's example text) are not references.
+fn comments_of(text: &str) -> String {
+    text.lines()
+        .map(|line| if line.trim_start().starts_with("//") { line } else { "" })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Rule 9: references to Markdown files that do not exist, machine paths
+/// and tracker mentions in docs.
+fn check_references(docs: &[Source], rust: &[Source], existing: &[String]) -> Vec<Violation> {
+    let mut found = Vec::new();
+    let dangling = |path: &str, text: &str| -> Vec<Violation> {
+        markdown_references(text)
+            .into_iter()
+            .filter(|(_, reference)| !resolves(reference, path, existing))
+            .map(|(line, reference)| Violation {
+                rule: "references",
+                path: path.to_owned(),
+                line,
+                detail: format!("`{reference}` is not a file of the repository"),
+            })
+            .collect()
+    };
+    for file in rust {
+        found.extend(dangling(&file.path, &comments_of(&file.text)));
+    }
+    for file in docs {
+        found.extend(dangling(&file.path, &file.text));
+        for (number, line) in file.text.lines().enumerate() {
+            // At the start of a path only: `fuzz/work/` is a relative one.
+            let machine = MACHINE_PATHS.iter().find(|prefix| {
+                line.match_indices(*prefix).any(|(at, _)| {
+                    !line[..at].ends_with(|c: char| c.is_ascii_alphanumeric() || "_-./".contains(c))
+                })
+            });
+            if let Some(prefix) = machine {
+                found.push(Violation {
+                    rule: "references",
+                    path: file.path.clone(),
+                    line: number + 1,
+                    detail: format!("names `{prefix}…`, a directory of one machine: say $SCRATCH or a relative path"),
+                });
+            }
+            let lower = line.to_lowercase();
+            let tracker = lower.match_indices("issue").any(|(at, _)| {
+                let rest = lower[at + "issue".len()..].trim_start_matches([' ', '#']);
+                lower[at + "issue".len()..].starts_with([' ', '#'])
+                    && rest.starts_with(|c: char| c.is_ascii_digit())
+            });
+            if tracker {
+                found.push(Violation {
+                    rule: "references",
+                    path: file.path.clone(),
+                    line: number + 1,
+                    detail: "names a tracker issue: say what the change was".to_owned(),
+                });
+            }
+        }
+    }
+    found
+}
+
+/// Rule 10: library files without a `//!` module doc at the top.
+fn check_module_docs(files: &[Source]) -> Vec<Violation> {
+    files
+        .iter()
+        .filter(|file| !file.text.trim_start().starts_with("//!"))
+        .map(|file| Violation {
+            rule: "module-doc",
+            path: file.path.clone(),
+            line: 1,
+            detail: "opens without a `//!` doc saying what the file owns".to_owned(),
+        })
+        .collect()
+}
+
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ sits in the workspace").to_owned()
 }
@@ -933,6 +1106,13 @@ fn tree_is_tidy() {
     violations.extend(check_file_lines(&library, FILE_LINES_MAX, FILE_LINES_ALLOWED));
     violations.extend(check_circles(&library, "broker/src", CIRCLES_ALLOWED));
     violations.extend(check_layers(&library, "broker/src", LAYERS, LAYERS_ALLOWED));
+    violations.extend(check_module_docs(&library));
+    let markdown = markdown_files(&root);
+    assert!(markdown.iter().any(|path| path == "ARCHITECTURE.md"), "{markdown:?}");
+    let docs: Vec<Source> =
+        markdown.iter().map(|path| read_source(&root, &root.join(path))).collect();
+    let rust: Vec<Source> = RUST_ROOTS.iter().flat_map(|dir| read_tree(&root, dir)).collect();
+    violations.extend(check_references(&docs, &rust, &markdown));
     let mut vendored = read_tree(&root, "vendor/glommio/src");
     assert!(vendored.len() > 20, "only {} glommio files read", vendored.len());
     vendored.push(read_source(&root, &root.join("vendor/glommio/build.rs")));
@@ -1164,4 +1344,55 @@ fn code_only_blanks_comments_and_literals_but_keeps_lines() {
     for kept in ["a", "b", "c", "d"] {
         assert!(!find_word(&code, kept).is_empty(), "{kept} lost from {code:?}");
     }
+}
+
+#[test]
+fn checker_finds_dangling_references_machine_paths_and_tracker_mentions() {
+    // Goal: rule 9 fires on a Markdown name that resolves nowhere (in a doc
+    // and in a comment), on a machine path and on a tracker mention, and
+    // passes names that resolve from the file, from the root or as a unique
+    // path end, and a URL's. Method: a small tree of docs and one source.
+    let existing: Vec<String> =
+        ["README.md", "docs/a.md", "docs/design/b.md"].iter().map(|p| (*p).to_owned()).collect();
+    let docs = vec![
+        source(
+            "README.md",
+            "See docs/a.md and [b](docs/design/b.md), `b.md`, https://x.org/y.md.\n",
+        ),
+        source(
+            "docs/a.md",
+            "See design/b.md, ../README.md and DESIGN.md.\nRun in /work/tmp.\nAs issue 12 said.\n",
+        ),
+    ];
+    let rust = vec![source(
+        "broker/src/x.rs",
+        "//! Per COMMON.md and docs/a.md.\nfn f() { let s = \"GONE.md\"; }\n",
+    )];
+    let found = check_references(&docs, &rust, &existing);
+    let said: Vec<String> = found.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        said,
+        [
+            "broker/src/x.rs:1: [references] `COMMON.md` is not a file of the repository",
+            "docs/a.md:1: [references] `DESIGN.md` is not a file of the repository",
+            "docs/a.md:2: [references] names `/work/…`, a directory of one machine: say $SCRATCH or a relative path",
+            "docs/a.md:3: [references] names a tracker issue: say what the change was",
+        ],
+        "{said:#?}"
+    );
+}
+
+#[test]
+fn checker_finds_a_file_without_a_module_doc() {
+    // Goal: rule 10 fires on a file that opens with code or a plain
+    // comment, and passes one that opens with `//!`.
+    let files = vec![
+        source("broker/src/a.rs", "//! Owns a.\nfn a() {}\n"),
+        source("broker/src/b.rs", "// not a module doc\nfn b() {}\n"),
+        source("broker/src/c.rs", "fn c() {}\n"),
+    ];
+    let said: Vec<String> = check_module_docs(&files).iter().map(ToString::to_string).collect();
+    assert_eq!(said.len(), 2, "{said:#?}");
+    assert!(said[0].starts_with("broker/src/b.rs:1: [module-doc]"), "{said:#?}");
+    assert!(said[1].starts_with("broker/src/c.rs:1: [module-doc]"), "{said:#?}");
 }

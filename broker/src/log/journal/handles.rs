@@ -55,8 +55,7 @@ use crate::log::wakers::Notify;
 pub const HANDLES_FILE_NAME: &str = "handles";
 /// Name of the table being written; renamed over [`HANDLES_FILE_NAME`].
 pub const HANDLES_TEMP_NAME: &str = "handles.tmp";
-/// Most handles one shard's table holds (16 B each: 1 MiB of table).
-pub const HANDLES_MAX: usize = 65_536;
+pub use super::limits::HANDLES_MAX;
 // A handle never collides with the marker bits of an entry's partition field.
 const _: () = assert!((HANDLES_MAX as u64) < MARKER_COMMIT as u64);
 

@@ -37,6 +37,7 @@ mod entry_log;
 mod error;
 mod handles;
 mod layout;
+mod limits;
 mod partition;
 mod prepare;
 mod read;
