@@ -23,20 +23,16 @@
 //! them). A decode error writes the handler's fault response after every
 //! response already in flight, then closes the connection, and nothing else.
 
-use std::future::Future;
 use std::rc::Rc;
 use std::time::Duration;
 
 use futures_lite::future::or;
-use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite};
 use glommio::channels::local_channel;
 use glommio::sync::Semaphore;
 use glommio::timer::Timer;
 
-use crate::limits::{
-    DISPATCH_BUDGET_BYTES, DISPATCH_BUDGET_FRAMES, READ_CHUNK_BYTES, WRITE_BURST_BYTES_MAX,
-    WRITE_BURST_RESPONSES_MAX, WRITE_COPY_BYTES_MAX,
-};
+use crate::limits::{DISPATCH_BUDGET_BYTES, DISPATCH_BUDGET_FRAMES, READ_CHUNK_BYTES};
 use crate::net::admission::{Admission, Admit};
 use crate::net::pace::{Pace, PaceDecision};
 use crate::net::poll_gate::PollGate;
@@ -44,113 +40,7 @@ use crate::net::rejections::Rejections;
 use crate::net::stop::StopSignal;
 use crate::partition::signal::ClaimCancel;
 
-/// What a handler's decoder found at the front of the buffer.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Decoded<F> {
-    /// Not a whole frame yet; read more.
-    Incomplete,
-    /// A whole frame, `len_bytes` long from the start of the buffer.
-    Frame { frame: F, len_bytes: usize },
-}
-
-/// A protocol-level reason to close the connection, handed to
-/// [`FrameHandler::fault_response`] so the peer can be told why.
-#[derive(Debug)]
-pub enum ProtocolFault<'a, E> {
-    /// The decoder rejected the bytes.
-    Decode(&'a E),
-    /// `frame_bytes_max` bytes are buffered and still no whole frame.
-    FrameTooLarge { frame_bytes_max: usize },
-    /// A started frame did not complete within the frame timeout.
-    FrameTimeout,
-}
-
-/// The protocol plugged into the connection loop. One handler value serves
-/// every connection of a shard (held in an `Rc`); it runs on the shard's
-/// executor only, so it may hold `Rc`/`RefCell` state.
-pub trait FrameHandler: 'static {
-    /// A decoded request.
-    type Frame: 'static;
-    /// An encoded response, written as-is.
-    type Response: AsRef<[u8]> + 'static;
-    /// The decoder's error.
-    type DecodeError: std::error::Error + 'static;
-
-    /// Looks at the front of `buffer` (never empty) and says whether a whole
-    /// frame is there. Must not block or allocate more than the frame; should
-    /// reject a header announcing more than the configured frame size at
-    /// once rather than wait for the bytes.
-    ///
-    /// # Errors
-    /// The bytes can never become a valid frame; the connection is closed.
-    fn decode(&self, buffer: &[u8]) -> Result<Decoded<Self::Frame>, Self::DecodeError>;
-
-    /// Called in frame order for each decoded frame of `connection`, just
-    /// before it becomes a task: the place for per-connection rules that
-    /// depend on what came before (the authentication handshake). Admits
-    /// every frame by default.
-    ///
-    /// # Errors
-    /// The frame must not be served: the fault response for the error is
-    /// written after the answers in flight and the connection is closed.
-    fn admit(&self, frame: &Self::Frame, connection: &Connection) -> Result<(), Self::DecodeError> {
-        let _ = (frame, connection);
-        Ok(())
-    }
-
-    /// Handles one request and produces its response. Runs as its own task,
-    /// concurrently with other requests of the same connection. A request
-    /// that waits for something to happen (a claim long-poll) should end its
-    /// wait when [`Connection::ended`] resolves and answer what it has.
-    fn handle(
-        self: Rc<Self>,
-        frame: Self::Frame,
-        connection: Rc<Connection>,
-    ) -> impl Future<Output = Self::Response>;
-
-    /// Whether the frame at the front of `buffer` (never empty, perhaps
-    /// not whole) is intake — producer data that the shard's consumer pace
-    /// may hold back ([`crate::net::pace`]). Must only peek at the header.
-    /// None is, by default.
-    fn is_intake(&self, buffer: &[u8]) -> bool {
-        let _ = buffer;
-        false
-    }
-
-    /// The response to write before closing on `fault`, if any.
-    fn fault_response(&self, fault: ProtocolFault<'_, Self::DecodeError>)
-        -> Option<Self::Response>;
-
-    /// Called once, before the first frame, on a TLS connection whose
-    /// client certificate was verified against the configured CA and names
-    /// `principal` (its subject CN): the place to authenticate the
-    /// connection as that principal. Ignores it by default.
-    ///
-    /// # Errors
-    /// The connection must close: the response to write first, if any.
-    fn certificate_principal(
-        &self,
-        principal: &str,
-        connection: &Connection,
-    ) -> Result<(), Option<Self::Response>> {
-        let _ = (principal, connection);
-        Ok(())
-    }
-
-    /// The response to write to a connection refused on accept, before it
-    /// is closed (none by default).
-    fn refusal_response(&self, refusal: Refusal) -> Option<Self::Response> {
-        let _ = refusal;
-        None
-    }
-}
-
-/// Why a connection was refused on accept.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
-    /// The shard already serves `connections_max` connections.
-    TooManyConnections { connections_max: usize },
-}
+pub use super::frame_handler::{Decoded, FrameHandler, ProtocolFault, Refusal};
 
 thread_local! {
     static NEXT_CONNECTION_ID: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
@@ -278,7 +168,7 @@ impl Connection {
         self.response_bytes_peak.set(self.response_bytes_peak.get().max(now));
     }
 
-    fn responses_written(&self, bytes: usize) {
+    pub(super) fn responses_written(&self, bytes: usize) {
         self.response_bytes.set(self.response_bytes.get().saturating_sub(bytes));
         if let Some(waker) = self.response_drained.borrow_mut().take() {
             waker.wake();
@@ -434,43 +324,6 @@ pub enum ConnectionEnd {
     Tls(String),
 }
 
-/// Writes a burst of responses in order: runs of small ones through one
-/// copy buffer and one write, large ones straight from their own buffers.
-async fn write_burst<W, R>(
-    writer: &mut W,
-    burst: &mut [R],
-    coalesced: &mut Vec<u8>,
-) -> std::io::Result<()>
-where
-    W: AsyncWrite + Unpin,
-    R: AsRef<[u8]>,
-{
-    if let [only] = burst {
-        return writer.write_all(only.as_ref()).await;
-    }
-    coalesced.clear();
-    for response in burst.iter() {
-        let bytes = response.as_ref();
-        if bytes.len() <= WRITE_COPY_BYTES_MAX {
-            coalesced.extend_from_slice(bytes);
-            continue;
-        }
-        if !coalesced.is_empty() {
-            writer.write_all(coalesced).await?;
-            coalesced.clear();
-        }
-        writer.write_all(bytes).await?;
-    }
-    if !coalesced.is_empty() {
-        writer.write_all(coalesced).await?;
-    }
-    // Keep the buffer from pinning a large allocation after a big burst.
-    if coalesced.capacity() > WRITE_BURST_BYTES_MAX {
-        *coalesced = Vec::new();
-    }
-    Ok(())
-}
-
 enum ReadEvent {
     Data(std::io::Result<usize>),
     Idle,
@@ -518,75 +371,14 @@ where
     let writer_failed = StopSignal::new();
     let write_error: Rc<std::cell::RefCell<Option<std::io::Error>>> = Rc::default();
 
-    let write_loop = {
-        let writer_failed = writer_failed.clone();
-        let write_error = write_error.clone();
-        let writer_connection = connection.clone();
-        let gate = PollGate::new(limits.io_poll_interval);
-        async move {
-            let mut writer = writer;
-            let mut burst: Vec<H::Response> = Vec::new();
-            let mut coalesced: Vec<u8> = Vec::new();
-            while let Some(response) = receiver.recv().await {
-                if writer_failed.is_stopped() {
-                    // Drain so in-flight tasks can finish and drop senders.
-                    writer_connection.responses_written(response.as_ref().len());
-                    continue;
-                }
-                // Take every response that is already waiting (one wake-up,
-                // one write for a burst of pipelined answers).
-                let mut burst_bytes = response.as_ref().len();
-                burst.push(response);
-                while burst_bytes < WRITE_BURST_BYTES_MAX && burst.len() < WRITE_BURST_RESPONSES_MAX
-                {
-                    match futures_lite::future::poll_once(receiver.recv()).await {
-                        Some(Some(next)) => {
-                            burst_bytes += next.as_ref().len();
-                            burst.push(next);
-                        }
-                        // Nothing waiting, or every sender gone.
-                        Some(None) | None => break,
-                    }
-                }
-                // A write that finds room completes inside this task: a
-                // busy connection lets the executor poll now and then.
-                gate.pass().await;
-                // The flush sends what TLS still holds (a no-op on TCP).
-                let write = async {
-                    write_burst(&mut writer, &mut burst, &mut coalesced).await?;
-                    writer.flush().await
-                };
-                let deadline = async {
-                    Timer::new(limits.write_timeout).await;
-                    Ok(false)
-                };
-                let outcome = or(async { write.await.map(|()| true) }, deadline).await;
-                burst.clear();
-                writer_connection.responses_written(burst_bytes);
-                match outcome {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        *write_error.borrow_mut() = Some(std::io::Error::new(
-                            std::io::ErrorKind::TimedOut,
-                            "response not written within write_timeout",
-                        ));
-                        writer_failed.stop();
-                    }
-                    Err(error) => {
-                        *write_error.borrow_mut() = Some(error);
-                        writer_failed.stop();
-                    }
-                }
-            }
-            if !writer_failed.is_stopped() {
-                let _ = or(writer.close(), async {
-                    Timer::new(limits.write_timeout).await;
-                    Ok(())
-                })
-                .await;
-            }
-        }
-    };
+    let write_loop = super::writer::write_loop(
+        writer,
+        receiver,
+        writer_failed.clone(),
+        write_error.clone(),
+        connection.clone(),
+        limits,
+    );
 
     let read_loop = async {
         let end = read_loop(
@@ -928,7 +720,9 @@ where
 
 #[cfg(test)]
 mod tests {
+    use super::super::writer::write_burst;
     use super::*;
+    use crate::limits::WRITE_COPY_BYTES_MAX;
     use std::pin::Pin;
     use std::task::{Context, Poll};
 

@@ -13,12 +13,14 @@ pub mod accept_stats;
 pub mod admission;
 pub mod connection;
 pub mod echo;
+mod frame_handler;
 pub mod listener;
 pub mod pace;
 pub mod poll_gate;
 pub mod rejections;
 pub mod stop;
 pub mod tls;
+mod writer;
 
 pub use admission::Admission;
 pub use connection::{

@@ -19,26 +19,24 @@
 use std::rc::Rc;
 
 use spool_wire::batch::{validate_record, BatchBytes};
-use spool_wire::proto::limits::FRAME_HEADER_BYTES;
 use spool_wire::proto::{
-    self, decode_frame, AckResponse, CancelClaimResponse, CancelOutcome, ClaimResponse,
-    CorrelationId, CreateQueueResponse, DeadLetter, DeadLettersResponse, DeleteQueueResponse,
-    DescribeQueueResponse, ErrorResponse, ExtendResponse, Frame, FrameHeader, ListQueuesResponse,
-    MessageState, MetadataResponse, NodeAddress, PartitionMetadata, PartitionStats, PeekResponse,
-    PeekedMessage, ProtoError, PurgeResponse, QueueMetadata, QueueSummary, RecordOutcome,
-    RedriveResponse, RedriveTarget, ReleaseResponse, Request, Response, MAX_FRAME_BYTES,
+    self, AckResponse, CancelClaimResponse, CancelOutcome, ClaimResponse, CorrelationId,
+    CreateQueueResponse, DeadLetter, DeadLettersResponse, DeleteQueueResponse, ErrorResponse,
+    ExtendResponse, ListQueuesResponse, MessageState, NodeAddress, PeekResponse, PeekedMessage,
+    PurgeResponse, QueueSummary, RecordOutcome, RedriveResponse, RedriveTarget, ReleaseResponse,
+    Request, Response,
 };
 use spool_wire::ErrorCode;
 
 use super::auth::ShardAuth;
-use super::convert::{
-    queue_config_from_wire, queue_config_to_wire, token_from_wire, token_to_wire,
-};
+use super::convert::{queue_config_from_wire, token_from_wire, token_to_wire};
+use super::frames::raw_ids;
+pub use super::frames::{FrameError, OwnedFrame};
 use super::quota::{QuotaReport, ShardQuotas};
 use super::{Served, ShardState};
 use crate::clock::Instant;
 use crate::control::assignment::QueueName;
-use crate::net::connection::{Connection, Decoded, FrameHandler, ProtocolFault, Refusal};
+use crate::net::connection::Connection;
 use crate::partition::{EnqueueOutcome, PartitionError};
 use crate::queue::stored::{PrincipalId, Stored};
 use crate::queue::{Lane, MessagePhase, Offset, PartitionId, Redrive, ReleaseReason};
@@ -78,72 +76,15 @@ fn reason_text(reason: ReleaseReason, cause: Option<crate::queue::QuarantineCaus
     }
 }
 
-/// A whole request frame, copied into an aligned buffer, with what
-/// [`SpoolHandler::decode`] already learned from its header, so `answer`
-/// does not parse the header again.
-#[derive(Debug)]
-pub struct OwnedFrame {
-    bytes: BatchBytes,
-    /// The parsed header, or the error reply for a frame whose api key or
-    /// version this broker does not serve (answered, connection kept).
-    header: Result<FrameHeader, ProtoError>,
-}
-
-impl OwnedFrame {
-    /// The frame as the codec sees it; valid only with an `Ok` header.
-    fn frame(&self, header: FrameHeader) -> Frame<'_> {
-        let body_end = FRAME_HEADER_BYTES + header.body_bytes as usize;
-        Frame { header, body: &self.bytes[FRAME_HEADER_BYTES..body_end] }
-    }
-}
-
-/// Why the connection must close, and what the error reply echoes: the
-/// request's correlation id when the header is whole (`CONNECTION` when the
-/// frame's length already disqualifies it), and its raw api key and version
-/// when those bytes arrived, so a client's decoder can read the reply.
-#[derive(Debug, thiserror::Error)]
-#[error("{error}")]
-pub struct FrameError {
-    error: ProtoError,
-    correlation_id: CorrelationId,
-    api_key: u16,
-    api_version: u16,
-    /// The answer to send instead of the decode error's (a request refused
-    /// before the authentication handshake).
-    refusal: Option<ErrorResponse>,
-}
-
-impl FrameError {
-    /// A fault about a whole frame in `bytes`: echoes its id, key, version.
-    fn of_frame(error: ProtoError, bytes: &[u8]) -> Self {
-        let (correlation_id, api_key, api_version) = raw_ids(bytes);
-        Self { error, correlation_id, api_key, api_version, refusal: None }
-    }
-
-    /// A fault found from the length prefix alone: correlation id 0 (the
-    /// protocol's rule for a frame we refuse to read), key and version if
-    /// they arrived.
-    fn of_prefix(error: ProtoError, bytes: &[u8]) -> Self {
-        let (_, api_key, api_version) = raw_ids(bytes);
-        Self {
-            error,
-            correlation_id: CorrelationId::CONNECTION,
-            api_key,
-            api_version,
-            refusal: None,
-        }
-    }
-}
-
 /// The protocol handler of one shard.
 #[derive(Debug)]
 pub struct SpoolHandler {
     pub(super) state: Rc<ShardState>,
-    auth: ShardAuth,
+    pub(super) auth: ShardAuth,
     pub(super) quotas: Rc<ShardQuotas>,
 }
 
-type Answer = Result<Response<'static>, ErrorResponse>;
+pub(super) type Answer = Result<Response<'static>, ErrorResponse>;
 
 /// The partition a data request was routed to and its operation: the
 /// request's latency is counted there once its reply is built.
@@ -617,79 +558,7 @@ impl SpoolHandler {
         AckResponse { results }
     }
 
-    fn describe(&self, queue: &str) -> Answer {
-        let name = QueueName::new(queue)
-            .map_err(|failure| error(ErrorCode::InvalidArgument, failure.to_string()))?;
-        let table = self.state.table.borrow();
-        let Some(entry) = table.queue(&name) else {
-            return Err(error(ErrorCode::QueueNotFound, format!("queue {queue} does not exist")));
-        };
-        let partition_count = entry.partitions.len() as u32;
-        let config = queue_config_to_wire(&entry.config, partition_count);
-        drop(table);
-        let mut partitions = Vec::new();
-        for partition in (0..partition_count).map(PartitionId) {
-            let Some(served) = self.state.partition(queue, partition) else { continue };
-            let counters = served.counters();
-            partitions.push(PartitionStats {
-                partition,
-                ready: counters.ready,
-                scheduled: counters.scheduled,
-                claimed: counters.claimed,
-                quarantined: counters.quarantined,
-                expired: counters.totals.expired,
-                acked: counters.totals.acked,
-                bytes: counters.live_bytes,
-                oldest_ready_age_ms: counters.oldest_ready_age_ms.unwrap_or(0),
-                released: counters.totals.released,
-                lease_expired: counters.totals.lease_expired,
-            });
-        }
-        Ok(Response::DescribeQueue(DescribeQueueResponse {
-            name: queue.to_owned(),
-            config,
-            partitions,
-        }))
-    }
-
-    fn metadata(&self, wanted: &[String]) -> Answer {
-        let table = self.state.table.borrow();
-        let mut queues = Vec::new();
-        for (name, entry) in table.queues() {
-            if !wanted.is_empty() && !wanted.iter().any(|queue| queue == name.as_str()) {
-                continue;
-            }
-            let partitions = entry
-                .partitions
-                .iter()
-                .enumerate()
-                .map(|(index, assignment)| {
-                    let partition = PartitionId(index as u32);
-                    let addr = self.state.shard_addr(assignment.shard);
-                    // 0 only while no shard has the partition open.
-                    let epoch = self.state.epochs.epoch(entry.id, partition).unwrap_or_default();
-                    PartitionMetadata {
-                        partition,
-                        host: addr.ip().to_string(),
-                        shard_port: addr.port(),
-                        leader_epoch: epoch,
-                    }
-                })
-                .collect();
-            queues.push(QueueMetadata { name: name.as_str().to_owned(), partitions });
-        }
-        for queue in wanted {
-            if !queues.iter().any(|found| &found.name == queue) {
-                return Err(error(
-                    ErrorCode::QueueNotFound,
-                    format!("queue {queue} does not exist"),
-                ));
-            }
-        }
-        Ok(Response::Metadata(MetadataResponse { assignment_version: table.version(), queues }))
-    }
-
-    fn encode_error(
+    pub(super) fn encode_error(
         reply: &ErrorResponse,
         correlation_id: CorrelationId,
         api_key: u16,
@@ -705,7 +574,7 @@ impl SpoolHandler {
         out
     }
 
-    async fn answer(&self, owned: &OwnedFrame, connection: &Connection) -> Vec<u8> {
+    pub(super) async fn answer(&self, owned: &OwnedFrame, connection: &Connection) -> Vec<u8> {
         let frame = match &owned.header {
             Ok(header) => owned.frame(*header),
             Err(failure) => {
@@ -880,138 +749,5 @@ impl SpoolHandler {
         }
         drop(stored_charge);
         out
-    }
-}
-
-/// Correlation id, api key and version read straight from a frame header
-/// (used only to address an error reply); zero where the bytes are missing.
-fn raw_ids(bytes: &[u8]) -> (CorrelationId, u16, u16) {
-    let read_u16 =
-        |at: usize| bytes.get(at..at + 2).map_or(0, |b| u16::from_le_bytes([b[0], b[1]]));
-    let correlation_id = bytes.get(8..16).map_or(CorrelationId::CONNECTION, |b| {
-        let mut raw = [0u8; 8];
-        raw.copy_from_slice(b);
-        CorrelationId(u64::from_le_bytes(raw))
-    });
-    (correlation_id, read_u16(4), read_u16(6))
-}
-
-impl FrameHandler for SpoolHandler {
-    type Frame = OwnedFrame;
-    type Response = Vec<u8>;
-    type DecodeError = FrameError;
-
-    fn decode(&self, buffer: &[u8]) -> Result<Decoded<OwnedFrame>, FrameError> {
-        if buffer.len() < 4 {
-            return Ok(Decoded::Incomplete);
-        }
-        let declared = u32::from_le_bytes([buffer[0], buffer[1], buffer[2], buffer[3]]) as usize;
-        let limit = MAX_FRAME_BYTES.min(self.state.config.frame_bytes_max as usize);
-        if declared > limit {
-            let error =
-                ProtoError::FrameTooLarge { len_bytes: declared as u64, max_bytes: limit as u64 };
-            return Err(FrameError::of_prefix(error, buffer));
-        }
-        if declared < spool_wire::proto::limits::FRAME_HEADER_BYTES {
-            let error = ProtoError::BadFrameLength { len_bytes: declared as u32 };
-            return Err(FrameError::of_prefix(error, buffer));
-        }
-        if buffer.len() < declared {
-            return Ok(Decoded::Incomplete);
-        }
-        let mut bytes = BatchBytes::with_capacity(declared);
-        bytes.extend_from_slice(&buffer[..declared]);
-        let header = match decode_frame(&bytes) {
-            Ok(frame) if frame.header.is_response => {
-                let error = ProtoError::WrongDirection { expected: "request" };
-                return Err(FrameError::of_frame(error, &bytes));
-            }
-            Ok(frame) => match Request::check(&frame) {
-                // A body that does not parse (truncated, trailing bytes, bad
-                // flatbuffer) closes the connection (protocol.md, "Errors and
-                // the connection"); a field out of range is answered by
-                // `answer` and the connection carries on. Here the body is
-                // only checked (`Request::check` builds nothing, not even an
-                // Ack's token list); `answer` decodes it once (the request
-                // borrows from the frame, which moves into its task). The
-                // header is kept, not parsed again.
-                Err(failure) if failure.closes_connection() => {
-                    return Err(FrameError::of_frame(failure, &bytes));
-                }
-                _ => Ok(frame.header),
-            },
-            Err(failure @ ProtoError::UnknownApi { .. })
-            | Err(failure @ ProtoError::UnsupportedVersion { .. }) => Err(failure),
-            Err(failure) => return Err(FrameError::of_frame(failure, &bytes)),
-        };
-        Ok(Decoded::Frame { frame: OwnedFrame { bytes, header }, len_bytes: declared })
-    }
-
-    fn is_intake(&self, buffer: &[u8]) -> bool {
-        spool_wire::proto::peek_api_key(buffer) == Some(spool_wire::proto::ApiKey::Enqueue.as_u16())
-    }
-
-    fn admit(&self, frame: &OwnedFrame, connection: &Connection) -> Result<(), FrameError> {
-        let api_key = frame.header.as_ref().ok().map(|header| header.api_key);
-        self.auth.admit(api_key, connection).map_err(|refusal| {
-            let (correlation_id, api_key, api_version) = raw_ids(&frame.bytes);
-            FrameError {
-                error: ProtoError::Inconsistent("request before the authentication handshake"),
-                correlation_id,
-                api_key,
-                api_version,
-                refusal: Some(refusal),
-            }
-        })
-    }
-
-    async fn handle(self: Rc<Self>, frame: OwnedFrame, connection: Rc<Connection>) -> Vec<u8> {
-        self.answer(&frame, &connection).await
-    }
-
-    fn certificate_principal(
-        &self,
-        principal: &str,
-        connection: &Connection,
-    ) -> Result<(), Option<Vec<u8>>> {
-        // Answered as the handshake it stands for (a connection-level
-        // error: correlation id 0), so a client reads it as the close's reason.
-        self.auth.accept_certificate(principal, connection).map_err(|refusal| {
-            let api_key = spool_wire::proto::ApiKey::Authenticate as u16;
-            Some(Self::encode_error(&refusal, CorrelationId::CONNECTION, api_key, 0))
-        })
-    }
-
-    fn refusal_response(&self, refusal: Refusal) -> Option<Vec<u8>> {
-        let Refusal::TooManyConnections { connections_max } = refusal;
-        let message = format!(
-            "this shard serves at most {connections_max} connections \
-             (connections_per_shard_max); retry later or use fewer connections"
-        );
-        let reply = error(ErrorCode::TooManyConnections, message);
-        Some(Self::encode_error(&reply, CorrelationId::CONNECTION, 0, 0))
-    }
-
-    fn fault_response(&self, fault: ProtocolFault<'_, FrameError>) -> Option<Vec<u8>> {
-        let (reply, correlation_id, api_key, api_version) = match fault {
-            ProtocolFault::Decode(failure) => (
-                failure
-                    .refusal
-                    .clone()
-                    .unwrap_or_else(|| ErrorResponse::from_proto_error(&failure.error)),
-                failure.correlation_id,
-                failure.api_key,
-                failure.api_version,
-            ),
-            ProtocolFault::FrameTooLarge { frame_bytes_max } => {
-                let message = format!("no whole frame within {frame_bytes_max} bytes");
-                (error(ErrorCode::FrameTooLarge, message), CorrelationId::CONNECTION, 0, 0)
-            }
-            ProtocolFault::FrameTimeout => {
-                let message = "frame did not complete within the frame timeout";
-                (error(ErrorCode::Timeout, message), CorrelationId::CONNECTION, 0, 0)
-            }
-        };
-        Some(Self::encode_error(&reply, correlation_id, api_key, api_version))
     }
 }
