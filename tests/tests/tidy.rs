@@ -136,8 +136,6 @@ const FILE_LINES_MAX: usize = 800;
 /// responsibilities, with their ceiling: their length on 2026-12-05. Lower a
 /// ceiling when a file shrinks; remove the entry when it is under the limit.
 const FILE_LINES_ALLOWED: &[(&str, usize)] = &[
-    ("broker/src/server/handler.rs", 1017),
-    ("broker/src/server/mod.rs", 1076),
     ("broker/src/queue/dedupe.rs", 1267),
     ("broker/src/log/journal/appender/mod.rs", 1181),
     ("wire/src/proto/control.rs", 1152),
@@ -145,8 +143,6 @@ const FILE_LINES_ALLOWED: &[(&str, usize)] = &[
     ("client/src/client.rs", 1082),
     ("broker/src/queue/decide.rs", 1057),
     ("client/src/consumer.rs", 1042),
-    ("broker/src/control/config.rs", 1015),
-    ("broker/src/net/connection.rs", 929),
     ("client/src/bin/spool/main.rs", 937),
     ("broker/src/log/journal/partition.rs", 937),
 ];

@@ -87,8 +87,8 @@ pub struct PlanInputs {
     /// Target worker utilization, in (0, 1].
     pub utilization_target: f64,
     /// What one partition sustains on the produce path. Assumption: 10,000/s,
-    /// well under the ≈345k appends/s one shard measured (bench/README.md, `log-append`) so
-    /// one shard can carry many partitions.
+    /// far under what one shard's journal appends (`spool-bench log-append`,
+    /// bench/README.md), so one shard can carry many partitions.
     pub partition_produce_msgs_per_s: f64,
     /// What one partition sustains on the claim/ack path. Assumption: 5,000/s
     /// (every message costs a claim and an ack, each a durable state change).
