@@ -14,7 +14,7 @@
 //! retention, the handles table), `config.rs` ([`LogConfig`], the broker's
 //! log settings the journal derives its own from), `error.rs`
 //! ([`LogError`]), `disk.rs` (failpoints), `shared.rs` ([`SharedBytes`]),
-//! `sync.rs` (the wake-up primitive); this file the fatal-error handlers and
+//! `wakers.rs` (the wake-up primitive); this file the fatal-error handlers and
 //! the commit and witness delays the journal shares with its tests.
 //!
 //! Layout, commit protocol and crash cases: `docs/design/shard-journal.md`.
