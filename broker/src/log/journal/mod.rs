@@ -18,17 +18,20 @@
 //!
 //! Reading: [`Journal::read`] / [`Journal::read_entries`] return a durable
 //! entry's batch by journal position (`read.rs`: from the read cache of
-//! recent commits, else the file).
+//! recent commits, else the file; what reads are served from, the appender
+//! holds: `read_cache.rs`).
 //!
 //! Releasing: [`Journal::release_below`] removes the files wholly below a
 //! position the owner no longer needs (`retention.rs`).
 //!
 //! The partition side (`docs/design/shard-journal.md` §12), on top of the
 //! journal and still unaware of queues: [`ShardJournal`] (one per shard:
-//! the journal and the [`HandlesTable`], `handles.rs`), [`JournalPartition`]
-//! (a partition's dense data-only offsets, index, durable offset, reads
-//! and replay, `partition.rs`) and [`RecoveryRouter`] (recovery's entries
-//! routed by handle into per-partition position lists, `route.rs`).
+//! the journal and the [`HandlesTable`], `shard.rs`, `handles.rs`),
+//! [`JournalPartition`] (a partition's dense data-only offsets, index,
+//! durable offset, reads and replay, `partition.rs`; where its entries lie,
+//! retention and relocated copies, `partition_release.rs`; a replicated
+//! log, `replicate.rs`) and [`RecoveryRouter`] (recovery's entries routed
+//! by handle into per-partition position lists, `route.rs`).
 
 mod appender;
 mod config;
@@ -39,12 +42,15 @@ mod handles;
 mod layout;
 mod limits;
 mod partition;
+mod partition_release;
 mod prepare;
 mod read;
+mod read_cache;
 mod recovery;
 mod replicate;
 mod retention;
 mod route;
+mod shard;
 
 use std::cell::{Cell, RefCell};
 use std::fmt;
@@ -71,14 +77,13 @@ pub use layout::{
     commit_span, journal_file_path, parse_journal_file_name, JOURNAL_FILE_SUFFIX,
     JOURNAL_PREPARED_NAME,
 };
-pub use partition::{
-    JournalAppended, JournalPartition, ShardJournal, ShardRecovery, JOURNAL_DIR_NAME,
-};
+pub use partition::{JournalAppended, JournalPartition};
 pub use recovery::{RecoveredEntry, RecoveryReport, RecoverySink};
 pub use retention::Released;
 pub use route::{
     rebuild_index, JournalIndexEntry, RecoveredLog, RecoveryRouter, Routed, RoutedEntry,
 };
+pub use shard::{ShardJournal, ShardRecovery, JOURNAL_DIR_NAME};
 
 /// A byte position in the shard's journal (private to the broker: clients
 /// see partition offsets).

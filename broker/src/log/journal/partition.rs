@@ -1,11 +1,7 @@
-//! [`ShardJournal`] and [`JournalPartition`]: the journal as partitions
-//! use it (`docs/design/shard-journal.md` §12).
-//!
-//! One `ShardJournal` per shard owns the [`Journal`] and the
-//! [`HandlesTable`]; opening it loads the table, then recovers the journal
-//! with a [`RecoveryRouter`], so every entry lands in its partition's list.
-//! A `JournalPartition` is one partition's view of the shard's journal, its
-//! log as the partition sees it:
+//! [`JournalPartition`]: one partition's view of its shard's journal, its
+//! log as the partition sees it (`docs/design/shard-journal.md` §12), and
+//! its opening from the entries recovery routed to it
+//! ([`ShardJournal::partition`]):
 //!
 //! - offsets number **data records only**, densely: `append` of a data
 //!   batch stamps the next offset and the leader epoch into its header
@@ -15,138 +11,39 @@
 //!   information only);
 //! - the **index** is a sorted `Vec` of (first offset, journal position,
 //!   record count, batch length) per durable data entry; reads find their
-//!   entry by binary search and read it through the journal; retention cuts
-//!   it from the front;
+//!   entry by binary search and read it through the journal;
 //! - `durable_offset` is the end of the last data entry whose commit is
 //!   durable (tickets resolve in commit order, so the appends not yet
 //!   durable are a suffix of the partition's).
+//!
+//! This file holds the view's state and its appends, reads, replay and
+//! checkpoint marks. What it must not do: hold the shard's journal or
+//! handles table (`shard.rs`); where its entries lie for the shard's
+//! release and relocation passes, retention and relocated copies are
+//! `partition_release.rs`'s, a replicated log's appends and markers
+//! `replicate.rs`'s.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::future::Future;
-use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use spool_wire::batch::{BatchHeader, BatchKind};
-use spool_wire::proto::{Offset, PartitionId};
+use spool_wire::proto::Offset;
 
-use super::appender::{EntryMeta, Journal};
-use super::config::JournalConfig;
+use super::appender::EntryMeta;
 use super::entry::ENTRY_HEADER_BYTES;
 use super::entry_log::{EntryLog, LogMode};
 use super::error::{JournalDamage, JournalError};
-use super::handles::{HandleTarget, HandlesTable};
 use super::layout::journal_file_path;
-use super::recovery::RecoveryReport;
-use super::route::{
-    rebuild_index, relocated_field, JournalIndexEntry, RecoveredLog, RecoveryRouter, Routed,
-    RoutedEntry,
-};
+use super::route::{rebuild_index, JournalIndexEntry, RecoveredLog, RoutedEntry};
+use super::shard::ShardJournal;
 use super::{JournalPos, JournalTicket, Lane, PartitionHandle};
 use crate::io::Storage;
 use crate::limits::READ_BYTES_MAX;
 use crate::log::wakers::Notify;
-use crate::log::{FatalHandler, ReadBatch};
-
-/// Name of the journal directory inside a shard directory.
-pub const JOURNAL_DIR_NAME: &str = "journal";
-
-/// One shard's journal and handles table.
-pub struct ShardJournal<S: Storage> {
-    journal: Journal<S>,
-    handles: HandlesTable<S>,
-    dir: PathBuf,
-}
-
-/// What opening a shard recovered.
-#[derive(Debug)]
-pub struct ShardRecovery {
-    pub report: RecoveryReport,
-    /// Each known partition's entries, both lanes, in journal order.
-    pub routed: Routed,
-}
-
-impl<S: Storage + Clone> ShardJournal<S> {
-    /// Loads the handles table of `shard_dir`, then recovers its journal
-    /// (`shard_dir/journal`) from `start`, routing every entry to its
-    /// partition.
-    ///
-    /// # Errors
-    /// Those of [`HandlesTable::load`] and [`Journal::open`].
-    pub async fn open(
-        storage: S,
-        shard_dir: &Path,
-        config: JournalConfig,
-        start: JournalPos,
-        fatal: Rc<dyn FatalHandler>,
-    ) -> Result<(Rc<Self>, ShardRecovery), JournalError> {
-        let handles = HandlesTable::load(storage.clone(), shard_dir).await?;
-        let mut router =
-            RecoveryRouter::new(handles.entries().into_iter().map(|(handle, _)| handle));
-        let dir = shard_dir.join(JOURNAL_DIR_NAME);
-        let (journal, report) =
-            Journal::open(storage, &dir, config, start, &mut router, fatal).await?;
-        let shard = Rc::new(Self { journal, handles, dir: shard_dir.to_path_buf() });
-        Ok((shard, ShardRecovery { report, routed: router.finish() }))
-    }
-}
+use crate::log::ReadBatch;
 
 impl<S: Storage> ShardJournal<S> {
-    pub fn journal(&self) -> &Journal<S> {
-        &self.journal
-    }
-
-    pub fn handles(&self) -> &HandlesTable<S> {
-        &self.handles
-    }
-
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
-    /// The journal's committers and preparer (see [`Journal::background`]).
-    pub fn background(&self) -> impl Future<Output = ()> + 'static {
-        self.journal.background()
-    }
-
-    pub fn close(&self) {
-        self.journal.close();
-    }
-
-    /// Opens the partitions `opening` (queue id, partition, epoch floor)
-    /// together: as [`HandlesTable::open_epochs`], one durable table write
-    /// for all of them. Call before their first append and before they
-    /// serve anything: the returned epochs are durable.
-    ///
-    /// # Errors
-    /// As [`HandlesTable::open_epochs`].
-    pub async fn open_partitions(
-        &self,
-        opening: &[(u32, PartitionId, u64)],
-    ) -> Result<Vec<(PartitionHandle, u32)>, JournalError> {
-        let opening: Vec<(HandleTarget, u64)> = opening
-            .iter()
-            .map(|(queue_id, partition, floor)| {
-                (HandleTarget { queue_id: *queue_id, partition: *partition }, *floor)
-            })
-            .collect();
-        self.handles.open_epochs(&opening).await
-    }
-
-    /// The handle of (`queue_id`, `partition`), allocated and made durable
-    /// in the handles table first if it has none: call before the
-    /// partition's first append.
-    ///
-    /// # Errors
-    /// As [`HandlesTable::register`].
-    pub async fn register(
-        &self,
-        queue_id: u32,
-        partition: PartitionId,
-    ) -> Result<PartitionHandle, JournalError> {
-        self.handles.register(HandleTarget { queue_id, partition }).await
-    }
-
     /// The view of partition `handle`, from the entries recovery routed to
     /// it (empty for a new partition). `floor` is its next offset when no
     /// data entry was routed (the checkpoint's next offset, or 0);
@@ -262,18 +159,18 @@ pub struct JournalAppended {
 
 /// A relocated copy of an indexed data entry whose commit is not yet known
 /// durable: the index moves to it once it is.
-struct Relocating {
-    first_offset: u64,
-    record_count: u32,
-    ticket: JournalTicket,
+pub(super) struct Relocating {
+    pub(super) first_offset: u64,
+    pub(super) record_count: u32,
+    pub(super) ticket: JournalTicket,
 }
 
 /// A data append whose commit is not yet known durable.
 pub(super) struct PendingData {
     pub(super) first_offset: u64,
-    record_count: u32,
+    pub(super) record_count: u32,
     batch_len: u32,
-    ticket: JournalTicket,
+    pub(super) ticket: JournalTicket,
 }
 
 pub(super) struct PartitionState {
@@ -285,7 +182,7 @@ pub(super) struct PartitionState {
     pub(super) pending: VecDeque<PendingData>,
     /// Relocated copies not yet known durable (`docs/design/shard-journal.md`
     /// §6).
-    relocating: Vec<Relocating>,
+    pub(super) relocating: Vec<Relocating>,
     /// The entries recovery routed here, kept (positions only) until
     /// [`JournalPartition::finish_replay`].
     replay: Vec<RoutedEntry>,
@@ -607,27 +504,6 @@ impl<S: Storage> JournalPartition<S> {
         }
     }
 
-    /// Drops from the index every data entry whose every offset is below
-    /// `watermark`; reads below the new start then fail with
-    /// [`JournalError::OffsetOutOfRange`]. Returns how many were dropped.
-    /// Journal files are not deleted here: the shard's release passes do
-    /// that (`retention.rs`).
-    ///
-    /// # Errors
-    /// None yet; the signature leaves room for an index kept on disk.
-    #[allow(clippy::unused_async)]
-    pub async fn delete_below(&self, watermark: Offset) -> Result<usize, JournalError> {
-        let mut state = self.state.borrow_mut();
-        state.settle();
-        let cut = state.index.partition_point(|entry| entry.end_offset() <= watermark.0);
-        if cut == 0 {
-            return Ok(0);
-        }
-        state.start_offset = state.index[cut - 1].end_offset();
-        state.index.drain(..cut);
-        Ok(cut)
-    }
-
     /// Whether the shard journal refuses data for lack of disk space (its
     /// next file could not be prepared): [`Journal::disk_full`].
     pub fn disk_full(&self) -> bool {
@@ -705,170 +581,6 @@ impl<S: Storage> JournalPartition<S> {
     pub fn raise_control_end(&self, floor: JournalPos) {
         let mut state = self.state.borrow_mut();
         state.control_end = state.control_end.max(floor);
-    }
-
-    /// The journal position of the oldest data entry this partition still
-    /// reads (the front of its index, or its oldest append a commit took
-    /// but whose ticket has not resolved yet), or of its oldest entry above
-    /// the committed index when lower: reads of its live records, and its
-    /// log's uncommitted suffix, need every file from there on. `None` when
-    /// it holds nothing.
-    pub fn oldest_indexed(&self) -> Option<JournalPos> {
-        let mut state = self.state.borrow_mut();
-        state.settle();
-        // Relocated copies make positions not follow offsets.
-        let indexed = state
-            .index
-            .iter()
-            .map(|entry| entry.position)
-            .min()
-            .or_else(|| state.pending.front().and_then(|pending| pending.ticket.position()));
-        // Entries above the committed index stay too (both lanes): a
-        // leader may resend them, a follower cancel them.
-        match (indexed, state.log.uncommitted_from()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-
-    /// Entry bytes (header and batch) of the data entries this partition
-    /// still indexes, per journal file (keyed by the file's base position
-    /// as `file_of` names it): what its live records hold on disk.
-    pub fn indexed_bytes_by_file(
-        &self,
-        file_of: impl Fn(JournalPos) -> JournalPos,
-        into: &mut std::collections::BTreeMap<JournalPos, u64>,
-    ) {
-        let mut state = self.state.borrow_mut();
-        state.settle();
-        for entry in &state.index {
-            *into.entry(file_of(entry.position)).or_default() +=
-                ENTRY_HEADER_BYTES as u64 + u64::from(entry.batch_len);
-        }
-    }
-
-    /// The lowest journal position of the data entries holding `offset` or
-    /// a later one (indexed, or appended and placed by a commit): what a
-    /// recovery must scan from to index every record from `offset` on.
-    /// Relocated copies make positions not follow offsets, so this is not
-    /// the position of `offset`'s entry. `None` when there is none.
-    pub fn lowest_position_from(&self, offset: Offset) -> Option<JournalPos> {
-        let mut state = self.state.borrow_mut();
-        state.settle();
-        let first = state.index.partition_point(|entry| entry.end_offset() <= offset.0);
-        let indexed = state.index[first..].iter().map(|entry| entry.position).min();
-        let pending = state.pending.iter().find_map(|pending| pending.ticket.position());
-        match (indexed, pending) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-
-    /// The indexed data entries whose position lies in `[from, to)` and
-    /// that have no relocated copy in flight: what relocating that range of
-    /// the journal has to copy or let go.
-    pub fn indexed_in(&self, from: JournalPos, to: JournalPos) -> Vec<JournalIndexEntry> {
-        let mut state = self.state.borrow_mut();
-        state.settle();
-        let state = &*state;
-        // Entries above the committed index are never moved.
-        let uncommitted = state.log.uncommitted_data_from().unwrap_or(u64::MAX);
-        state
-            .index
-            .iter()
-            .filter(|entry| entry.position >= from && entry.position < to)
-            .filter(|entry| entry.end_offset() <= uncommitted)
-            .filter(|entry| {
-                !state.relocating.iter().any(|copy| copy.first_offset == entry.first_offset)
-            })
-            .copied()
-            .collect()
-    }
-
-    /// Appends `batch`, the bytes of the durable data entry `entry` as read
-    /// back (offsets and epoch stamped), again at the journal's head as a
-    /// relocated copy (data lane, same offsets); once its commit is durable
-    /// the index points at the copy. The caller must make sure replay
-    /// never needs the records as events (a durable checkpoint covers
-    /// them): a copy is data only.
-    ///
-    /// # Errors
-    /// [`JournalError::InvalidBatch`] when `batch` is not `entry`'s batch,
-    /// [`JournalError::Closed`], and those of [`Journal::append`].
-    pub fn relocate(
-        &self,
-        entry: &JournalIndexEntry,
-        batch: &[u8],
-    ) -> Result<JournalTicket, JournalError> {
-        let header = BatchHeader::verify(batch).map_err(JournalError::InvalidBatch)?;
-        if header.kind != BatchKind::Data
-            || header.base_offset != entry.first_offset
-            || header.record_count != entry.record_count
-            || header.batch_len != entry.batch_len
-            || batch.len() != header.batch_len as usize
-        {
-            return Err(JournalError::NotAppendable("a relocated copy must be its entry's batch"));
-        }
-        let mut state = self.state.borrow_mut();
-        if state.closed {
-            return Err(JournalError::Closed);
-        }
-        let ticket = self.shard.journal.append_owned(
-            Lane::Data,
-            relocated_field(self.handle),
-            EntryMeta::default(),
-            batch.into(),
-        )?;
-        state.relocating.push(Relocating {
-            first_offset: entry.first_offset,
-            record_count: entry.record_count,
-            ticket: ticket.clone(),
-        });
-        Ok(ticket)
-    }
-
-    /// Drops the index entry starting at `first_offset` (none of its
-    /// records is needed any more: the caller checked the state and a
-    /// durable checkpoint covers them). Returns whether one was dropped.
-    pub fn forget(&self, first_offset: Offset) -> bool {
-        let mut state = self.state.borrow_mut();
-        state.settle();
-        match state.index.binary_search_by_key(&first_offset.0, |entry| entry.first_offset) {
-            Ok(at) => {
-                state.index.remove(at);
-                if at == 0 {
-                    state.start_offset =
-                        state.index.first().map_or(state.next_offset, |e| e.first_offset);
-                }
-                true
-            }
-            Err(_) => false,
-        }
-    }
-
-    /// Relocated copies appended and not yet durable.
-    pub fn relocations_in_flight(&self) -> usize {
-        self.settled(|state| state.relocating.len())
-    }
-
-    /// The journal position of the data entry holding `offset`, once a
-    /// commit took it; `None` for an offset with no entry yet positioned
-    /// (not appended, or appended and still queued).
-    pub fn position_of(&self, offset: Offset) -> Option<JournalPos> {
-        let mut state = self.state.borrow_mut();
-        state.settle();
-        let found = state.index.partition_point(|entry| entry.end_offset() <= offset.0);
-        if let Some(entry) = state.index.get(found) {
-            if entry.first_offset <= offset.0 {
-                return Some(entry.position);
-            }
-        }
-        state
-            .pending
-            .iter()
-            .find(|pending| pending.first_offset + u64::from(pending.record_count) > offset.0)
-            .filter(|pending| pending.first_offset <= offset.0)
-            .and_then(|pending| pending.ticket.position())
     }
 
     /// The recovered entries of this partition at or after `from` (the

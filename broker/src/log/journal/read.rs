@@ -9,16 +9,16 @@
 //! so only its headers are parsed. Positions at or past the durable
 //! watermark, and below the oldest journal file, are typed errors.
 
-use std::cell::RefCell;
 use std::path::PathBuf;
 use std::rc::Rc;
 
 use spool_wire::batch::BatchHeader;
 
-use super::appender::{CachedCommit, Journal};
+use super::appender::Journal;
 use super::entry::{check_payload, EntryError, EntryHeader, ENTRY_HEADER_BYTES};
 use super::error::{JournalDamage, JournalError};
 use super::layout::{page_ceil, page_floor};
+use super::read_cache::{CachedCommit, FileSlot, ReadChunk};
 use super::JournalPos;
 use crate::io::Storage;
 use crate::io::StorageFile;
@@ -318,7 +318,7 @@ fn unreadable(path: PathBuf, pos: u64, error: EntryError) -> JournalError {
 /// The entry at `pos` if `chunk` holds all of it, checked (crc included);
 /// damage is named by file (from `files`) and byte.
 fn entry_in_chunk<F: StorageFile>(
-    files: &std::collections::BTreeMap<u64, super::appender::FileSlot<F>>,
+    files: &std::collections::BTreeMap<u64, FileSlot<F>>,
     chunk: &ReadChunk,
     pos: JournalPos,
 ) -> Result<Option<ReadBatch>, JournalError> {
@@ -351,38 +351,4 @@ fn entry_in_chunk<F: StorageFile>(
         }
     };
     Ok(Some(ReadBatch { header: batch, bytes: chunk.bytes.slice(payload) }))
-}
-
-/// A chunk of a journal file as read, and how much of it was durable then.
-#[derive(Clone)]
-pub(crate) struct ReadChunk {
-    /// Journal position of its first byte.
-    pos: u64,
-    /// Entries ending past this were not durable when it was read: they are
-    /// read again, not served from these bytes.
-    valid_end: u64,
-    bytes: SharedBytes,
-    /// The entries of these bytes whose payload passed `check_payload`
-    /// (crcs included), by offset in the chunk, sorted, with the header the
-    /// check returned: a chunk kept for later reads checks each entry once,
-    /// not once per read that takes a record from it (a backlog's claims
-    /// take a few records of the same batch each). Shared by the clones.
-    checked: Rc<RefCell<Vec<(usize, BatchHeader)>>>,
-}
-
-impl ReadChunk {
-    /// The header an earlier check of the entry at `off` returned.
-    fn checked_at(&self, off: usize) -> Option<BatchHeader> {
-        let checked = self.checked.borrow();
-        let at = checked.binary_search_by_key(&off, |&(entry, _)| entry).ok()?;
-        Some(checked[at].1)
-    }
-
-    /// Records that the entry at `off` passed its check.
-    fn note_checked(&self, off: usize, header: BatchHeader) {
-        let mut checked = self.checked.borrow_mut();
-        if let Err(at) = checked.binary_search_by_key(&off, |&(entry, _)| entry) {
-            checked.insert(at, (off, header));
-        }
-    }
 }

@@ -146,6 +146,6 @@ impl<S: Storage> Journal<S> {
             .state
             .borrow_mut()
             .files
-            .insert(base, super::appender::FileSlot { path, file: None, len_bytes: None });
+            .insert(base, super::read_cache::FileSlot { path, file: None, len_bytes: None });
     }
 }
