@@ -1,5 +1,6 @@
 //! The `spool` command line, declared with clap. Parsing only: what each
-//! command does is in `main.rs`, how results look is in `render.rs`.
+//! command does is in its command module (`main.rs` dispatches), how
+//! results look is in `render.rs`.
 
 use clap::{Args, Parser, Subcommand};
 use spool_client::limits::{ADDR_DEFAULT, RECV_WAIT_MS_DEFAULT};

@@ -10,7 +10,12 @@
 //! and cannot move the cursor, clear the screen or set the terminal title.
 //! JSON output is exact JSON (serde escapes control characters as `\u00XX`).
 
-use serde_json::Value;
+use std::io::Write;
+
+use serde_json::{json, Value};
+use spool_client::spool_wire::proto::{Offset, PartitionId};
+
+use crate::Failure;
 
 /// A text table: a header row and data rows of equal width.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -182,5 +187,91 @@ pub fn show_bytes(bytes: &[u8]) -> String {
             let hex: String = bytes.iter().map(|byte| format!("{byte:02x}")).collect();
             format!("0x{hex}")
         }
+    }
+}
+
+/// Prints streamed rows: table lines or JSON Lines, flushed on demand.
+pub struct Printer {
+    json: bool,
+    stdout: std::io::BufWriter<std::io::Stdout>,
+    /// A write failed (stdout closed): later writes are skipped, `flush`
+    /// reports it.
+    broken: Option<std::io::Error>,
+}
+
+impl Printer {
+    pub fn new(json: bool) -> Self {
+        Self { json, stdout: std::io::BufWriter::new(std::io::stdout()), broken: None }
+    }
+
+    fn write(&mut self, text: &str) {
+        if self.broken.is_none() {
+            if let Err(error) = self.stdout.write_all(text.as_bytes()) {
+                self.broken = Some(error);
+            }
+        }
+    }
+
+    /// The table's header (nothing in JSON mode).
+    pub fn header(&mut self, table: &StreamTable) {
+        if !self.json {
+            self.write(&table.header());
+        }
+    }
+
+    /// One table row, or one JSON object on its own line.
+    pub fn row(&mut self, table: &StreamTable, cells: &[String], json: &Value) {
+        if self.json {
+            let mut line = json.to_string();
+            line.push('\n');
+            self.write(&line);
+        } else {
+            self.write(&table.row(cells));
+        }
+    }
+
+    pub fn sent(
+        &mut self,
+        table: &StreamTable,
+        queue: &str,
+        partition: PartitionId,
+        offset: Offset,
+        line: Option<u64>,
+    ) {
+        let mut json = json!({"queue": queue, "partition": partition.0, "offset": offset.0});
+        if let (Some(line), Value::Object(map)) = (line, &mut json) {
+            map.insert("line".to_owned(), Value::from(line));
+        }
+        self.row(table, &[partition.0.to_string(), offset.0.to_string()], &json);
+    }
+
+    pub fn flush(&mut self) -> Result<(), Failure> {
+        if self.broken.is_none() {
+            if let Err(error) = self.stdout.flush() {
+                self.broken = Some(error);
+            }
+        }
+        match &self.broken {
+            None => Ok(()),
+            Some(error) => Err(Failure::Input(format!("stdout: {error}"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Goal: streamed rows line up with their header and a streamed command
+    // prints nothing more at the end. Method: a two-column stream table, a
+    // row wider than the header, and Output::streamed in both modes.
+    #[test]
+    fn stream_table_rows_align() {
+        let table = StreamTable::fitting(vec!["partition", "offset"], &[]);
+        assert_eq!(table.header(), "partition  offset\n");
+        assert_eq!(table.row(&["1".into(), "0".into()]), "1          0\n");
+        assert_eq!(table.row(&["12345678901".into(), "7".into()]), "12345678901  7\n");
+        assert_eq!(Output::streamed().render(false), "");
+        assert_eq!(Output::streamed().render(true), "");
     }
 }

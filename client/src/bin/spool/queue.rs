@@ -1,0 +1,254 @@
+//! `spool queue create|list|describe|delete` and `spool stats`: a queue's
+//! life and its counts, through [`Admin`], and their tables and JSON.
+//!
+//! It must not touch messages (that is `send`, `recv` and `inspect`) and
+//! asks before it deletes (`confirm`, or `--yes`).
+
+use serde_json::{json, Value};
+use spool_client::spool_wire::proto::PartitionId;
+use spool_client::{default_queue_config, Admin};
+
+use crate::args::{QueueCommand, StatsArgs};
+use crate::render::{Output, Table};
+use crate::{confirm, Failure};
+
+/// `spool queue create|list|describe|delete`.
+pub async fn run(admin: &Admin, command: &QueueCommand) -> Result<Output, Failure> {
+    match command {
+        QueueCommand::Create(create) => {
+            let mut config = default_queue_config(create.partitions);
+            if let Some(bands) = create.priority_bands {
+                config.priority_bands = bands;
+            }
+            if let Some(lease_ms) = create.lease_ms {
+                config.lease_default_ms = lease_ms;
+                config.lease_max_ms = config.lease_max_ms.max(lease_ms);
+                config.lease_min_ms = config.lease_min_ms.min(lease_ms);
+            }
+            if let Some(max) = create.max_deliveries {
+                config.max_deliveries = max;
+            }
+            if let Some(max) = create.max_messages {
+                config.max_messages = max;
+            }
+            if let Some(window_ms) = create.dedupe_window_ms {
+                config.dedupe_window_ms = window_ms;
+            }
+            let version = admin.create_queue(&create.queue, config).await?;
+            Ok(Output::message(
+                format!("created queue {} ({} partitions)", create.queue, create.partitions),
+                json!({"queue": create.queue, "partitions": create.partitions, "assignment_version": version.0}),
+            ))
+        }
+        QueueCommand::List => Ok(render_queue_list(&admin.list_queues().await?)),
+        QueueCommand::Describe { queue } => {
+            Ok(render_describe(&admin.describe_queue(queue).await?))
+        }
+        QueueCommand::Delete { queue, yes } => {
+            confirm(*yes, &format!("delete queue {queue} and all its messages?"))?;
+            admin.delete_queue(queue).await?;
+            Ok(Output::message(format!("deleted queue {queue}"), json!({"deleted": queue})))
+        }
+    }
+}
+
+/// `spool stats`: each queue's counts, summed over its partitions.
+pub async fn stats(admin: &Admin, stats: &StatsArgs) -> Result<Output, Failure> {
+    let names = match &stats.queue {
+        Some(queue) => vec![queue.clone()],
+        None => admin.list_queues().await?.into_iter().map(|queue| queue.name).collect(),
+    };
+    let mut described = Vec::new();
+    for name in names {
+        described.push(admin.describe_queue(&name).await?);
+    }
+    Ok(render_stats(&described))
+}
+
+fn render_queue_list(queues: &[spool_client::spool_wire::proto::QueueSummary]) -> Output {
+    let mut table = Table::new(vec!["queue", "partitions"]);
+    for queue in queues {
+        table.push(vec![queue.name.clone(), queue.partitions.to_string()]);
+    }
+    let json = queues
+        .iter()
+        .map(|queue| json!({"queue": queue.name, "partitions": queue.partitions}))
+        .collect();
+    Output::table(table, Value::Array(json))
+}
+
+fn partition_row_json(stats: &spool_client::spool_wire::proto::PartitionStats) -> Value {
+    json!({
+        "partition": stats.partition.0,
+        "ready": stats.ready,
+        "scheduled": stats.scheduled,
+        "claimed": stats.claimed,
+        "quarantined": stats.quarantined,
+        "expired": stats.expired,
+        "acked": stats.acked,
+        "bytes": stats.bytes,
+        "oldest_ready_age_ms": stats.oldest_ready_age_ms,
+        "released": stats.released,
+        "lease_expired": stats.lease_expired,
+    })
+}
+
+const COUNT_HEADERS: [&str; 7] =
+    ["ready", "scheduled", "claimed", "quarantined", "expired", "acked", "bytes"];
+
+fn count_cells(stats: &spool_client::spool_wire::proto::PartitionStats) -> Vec<String> {
+    [
+        stats.ready,
+        stats.scheduled,
+        stats.claimed,
+        stats.quarantined,
+        stats.expired,
+        stats.acked,
+        stats.bytes,
+    ]
+    .iter()
+    .map(u64::to_string)
+    .collect()
+}
+
+fn render_describe(described: &spool_client::spool_wire::proto::DescribeQueueResponse) -> Output {
+    let mut headers = vec!["partition"];
+    headers.extend(COUNT_HEADERS);
+    let mut table = Table::new(headers);
+    for stats in &described.partitions {
+        let mut row = vec![stats.partition.0.to_string()];
+        row.extend(count_cells(stats));
+        table.push(row);
+    }
+    let config = &described.config;
+    let message = format!(
+        "queue {}: {} partitions, {} priority bands, lease {} ms ({}..{}), max deliveries {}",
+        described.name,
+        config.partitions,
+        config.priority_bands,
+        config.lease_default_ms,
+        config.lease_min_ms,
+        config.lease_max_ms,
+        config.max_deliveries
+    );
+    let json = json!({
+        "queue": described.name,
+        "config": {
+            "partitions": config.partitions,
+            "priority_bands": config.priority_bands,
+            "lease_default_ms": config.lease_default_ms,
+            "lease_min_ms": config.lease_min_ms,
+            "lease_max_ms": config.lease_max_ms,
+            "max_lease_lifetime_ms": config.max_lease_lifetime_ms,
+            "max_deliveries": config.max_deliveries,
+            "dedupe_window_ms": config.dedupe_window_ms,
+            "max_messages": config.max_messages,
+            "max_bytes": config.max_bytes,
+            "dead_letter_on_expiry": config.dead_letter_on_expiry,
+        },
+        "partitions": described.partitions.iter().map(partition_row_json).collect::<Vec<_>>(),
+    });
+    Output { table: Some(table), message: Some(message), json }
+}
+
+fn render_stats(described: &[spool_client::spool_wire::proto::DescribeQueueResponse]) -> Output {
+    let mut headers = vec!["queue"];
+    headers.extend(COUNT_HEADERS);
+    let mut table = Table::new(headers);
+    let mut json = Vec::new();
+    for queue in described {
+        let mut total = spool_client::spool_wire::proto::PartitionStats {
+            partition: PartitionId(0),
+            ready: 0,
+            scheduled: 0,
+            claimed: 0,
+            quarantined: 0,
+            expired: 0,
+            acked: 0,
+            bytes: 0,
+            oldest_ready_age_ms: 0,
+            released: 0,
+            lease_expired: 0,
+        };
+        for stats in &queue.partitions {
+            total.ready += stats.ready;
+            total.scheduled += stats.scheduled;
+            total.claimed += stats.claimed;
+            total.quarantined += stats.quarantined;
+            total.expired += stats.expired;
+            total.acked += stats.acked;
+            total.bytes += stats.bytes;
+            total.oldest_ready_age_ms = total.oldest_ready_age_ms.max(stats.oldest_ready_age_ms);
+            total.released += stats.released;
+            total.lease_expired += stats.lease_expired;
+        }
+        let mut row = vec![queue.name.clone()];
+        row.extend(count_cells(&total));
+        table.push(row);
+        let mut value = partition_row_json(&total);
+        if let Value::Object(map) = &mut value {
+            map.remove("partition");
+            map.insert("queue".to_owned(), Value::String(queue.name.clone()));
+        }
+        json.push(value);
+    }
+    Output::table(table, Value::Array(json))
+}
+
+#[cfg(test)]
+mod tests {
+    use spool_client::spool_wire::proto::QueueSummary;
+
+    use super::*;
+    use crate::render::{escape, StreamTable};
+
+    // Goal: tables align columns and carry no trailing spaces. Method: render
+    // a two-row table and compare with the exact text.
+    #[test]
+    fn table_rendering_is_aligned() {
+        let output = render_queue_list(&[
+            QueueSummary { name: "jobs".into(), partitions: 4 },
+            QueueSummary { name: "emails-high".into(), partitions: 12 },
+        ]);
+        assert_eq!(
+            output.render(false),
+            "queue        partitions\njobs         4\nemails-high  12\n"
+        );
+    }
+
+    // Goal: --json prints one machine-readable value with the same content.
+    // Method: parse the JSON rendering back and check fields.
+    #[test]
+    fn json_rendering_matches_the_table() {
+        let output = render_queue_list(&[QueueSummary { name: "jobs".into(), partitions: 4 }]);
+        let value: Value = serde_json::from_str(&output.render(true)).unwrap();
+        assert_eq!(value, json!([{"queue": "jobs", "partitions": 4}]));
+    }
+    // Goal: no control character of a payload, key, reason or queue name
+    // reaches the terminal through a table; JSON keeps the exact text.
+    // Method: render a dead-letter row and a queue list holding an OSC title
+    // sequence, a clear-screen sequence, CR, backspace, a C1 control and a
+    // bidi override; check the visible escapes and the JSON.
+    #[test]
+    fn tables_escape_control_characters() {
+        let nasty = "\x1b]0;title\x07|\x1b[2J|\r\x08|\u{9b}|\u{202e}|a\\b";
+        let visible = r"\x1b]0;title\x07|\x1b[2J|\r\x08|\u{9b}|\u{202e}|a\\b";
+        assert_eq!(escape(nasty), visible);
+        assert_eq!(escape("plain text, ünïcode ✓"), "plain text, ünïcode ✓");
+        let mut table = Table::new(vec!["routing_key", "last_reason"]);
+        table.push(vec![nasty.to_owned(), format!("reason {nasty}")]);
+        let text = Output::table(table, json!([{"reason": nasty}])).render(false);
+        assert!(
+            text.chars().all(|character| character == '\n' || !character.is_control()),
+            "{text:?}"
+        );
+        assert!(!text.contains('\u{202e}'));
+        assert!(text.contains(visible), "{text}");
+        let queues = render_queue_list(&[QueueSummary { name: nasty.into(), partitions: 1 }]);
+        assert!(queues.render(false).contains(visible));
+        let value: Value = serde_json::from_str(&queues.render(true)).unwrap();
+        assert_eq!(value[0]["queue"], nasty, "JSON is exact");
+        let row = StreamTable::fitting(vec!["payload"], &[]).row(&[nasty.to_owned()]);
+        assert_eq!(row, format!("{visible}\n"));
+    }
+}

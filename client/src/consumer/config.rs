@@ -1,0 +1,177 @@
+//! A [`Consumer`](super::Consumer)'s settings: [`ConsumerConfig`] with its
+//! defaults and its checks, the room they add up to (slots plus prefetch)
+//! and a claim's share of it, and the observer hooks a config may carry.
+//!
+//! It must hold settings only: nothing here claims, acks or counts.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use spool_wire::proto::limits::{ACK_TOKENS_MAX, CLAIM_BYTES_MAX, CLAIM_WAIT_MS_MAX, LEASE_MS_MAX};
+use spool_wire::proto::WorkerId;
+
+use crate::error::ClientError;
+use crate::limits::{
+    ACK_LINGER_DEFAULT, CLAIMS_IN_FLIGHT_DEFAULT, CLAIMS_IN_FLIGHT_MAX, CLAIM_BYTES_DEFAULT,
+    CLAIM_WAIT_MS_DEFAULT, CONSUMER_ACKS_PENDING_DEFAULT, CONSUMER_ACKS_PENDING_MAX,
+    CONSUMER_PREFETCH_MAX, CONSUMER_SLOTS_MAX, LEASE_MS_DEFAULT,
+};
+
+/// Called once per answered Ack request with its round trip (request sent
+/// → broker's answer) and the number of tokens it carried; for latency
+/// figures of the ack path (benchmarks, a user's own metrics). It runs on
+/// the consumer's ack task: keep it short.
+pub type AckObserver = Arc<dyn Fn(Duration, usize) + Send + Sync>;
+
+/// Called once per answered Claim request with its round trip (request
+/// sent → broker's answer), the credits it asked for and the deliveries it
+/// brought; for figures of the claim path (benchmarks, a user's own
+/// metrics). It runs on the claim's task: keep it short.
+pub type ClaimObserver = Arc<dyn Fn(Duration, u32, usize) + Send + Sync>;
+
+/// Settings of a [`Consumer`](super::Consumer).
+#[derive(Clone)]
+pub struct ConsumerConfig {
+    /// The queue to consume.
+    pub queue: String,
+    /// Execution slots: deliveries handled at once, `1..=CONSUMER_SLOTS_MAX`.
+    pub slots: u32,
+    /// Lease asked for per claim and per extension.
+    pub lease_ms: u32,
+    /// Long-poll wait of a claim after an empty sweep, `0..=CLAIM_WAIT_MS_MAX`.
+    pub wait_ms: u32,
+    /// Record bytes asked for per claim.
+    pub max_bytes: u32,
+    /// Bound into delivery tokens; random by default.
+    pub worker: WorkerId,
+    /// How often a running handler's lease is extended; half the lease when
+    /// `None`.
+    pub extend_interval: Option<Duration>,
+    /// Release delay on handler failure (0 = the queue's backoff policy).
+    pub release_delay_ms: u32,
+    /// Claims outstanding at once, `1..=CLAIMS_IN_FLIGHT_MAX`.
+    pub claims_in_flight: u32,
+    /// Most tokens in one Ack request, `1..=ACK_TOKENS_MAX`.
+    pub ack_batch_max: u32,
+    /// How long a completed delivery may wait for company before its Ack is
+    /// sent (zero: send with whatever else already completed).
+    pub ack_linger: Duration,
+    /// Deliveries claimed ahead of a free slot, `0..=CONSUMER_PREFETCH_MAX`.
+    pub prefetch: u32,
+    /// Completed deliveries whose Ack is not answered yet, at most
+    /// `1..=CONSUMER_ACKS_PENDING_MAX`; a handler finishing past it keeps its
+    /// slot until an Ack answer makes room.
+    pub acks_pending_max: u32,
+    /// Sees every answered Ack request ([`AckObserver`]); none by default.
+    pub ack_observer: Option<AckObserver>,
+    /// Sees every answered Claim request ([`ClaimObserver`]); none by default.
+    pub claim_observer: Option<ClaimObserver>,
+}
+
+impl std::fmt::Debug for ConsumerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsumerConfig")
+            .field("queue", &self.queue)
+            .field("slots", &self.slots)
+            .field("lease_ms", &self.lease_ms)
+            .field("wait_ms", &self.wait_ms)
+            .field("max_bytes", &self.max_bytes)
+            .field("worker", &self.worker)
+            .field("extend_interval", &self.extend_interval)
+            .field("release_delay_ms", &self.release_delay_ms)
+            .field("claims_in_flight", &self.claims_in_flight)
+            .field("ack_batch_max", &self.ack_batch_max)
+            .field("ack_linger", &self.ack_linger)
+            .field("prefetch", &self.prefetch)
+            .field("acks_pending_max", &self.acks_pending_max)
+            .field("ack_observer", &self.ack_observer.as_ref().map(|_| "set"))
+            .field("claim_observer", &self.claim_observer.as_ref().map(|_| "set"))
+            .finish()
+    }
+}
+
+impl ConsumerConfig {
+    /// Defaults for `queue` with `slots` execution slots.
+    pub fn new(queue: impl Into<String>, slots: u32) -> Self {
+        Self {
+            queue: queue.into(),
+            slots,
+            lease_ms: LEASE_MS_DEFAULT,
+            wait_ms: CLAIM_WAIT_MS_DEFAULT,
+            max_bytes: CLAIM_BYTES_DEFAULT,
+            worker: WorkerId(rand::random()),
+            extend_interval: None,
+            release_delay_ms: 0,
+            claims_in_flight: CLAIMS_IN_FLIGHT_DEFAULT,
+            ack_batch_max: ACK_TOKENS_MAX,
+            ack_linger: ACK_LINGER_DEFAULT,
+            prefetch: 0,
+            acks_pending_max: CONSUMER_ACKS_PENDING_DEFAULT,
+            ack_observer: None,
+            claim_observer: None,
+        }
+    }
+
+    pub(super) fn validate(&self) -> Result<(), ClientError> {
+        spool_wire::proto::validate_queue_name(&self.queue)?;
+        let check =
+            |ok: bool, what: String| if ok { Ok(()) } else { Err(ClientError::Config(what)) };
+        check(
+            (1..=CONSUMER_SLOTS_MAX).contains(&self.slots),
+            format!("slots {} outside 1..={CONSUMER_SLOTS_MAX}", self.slots),
+        )?;
+        check(
+            (1..=LEASE_MS_MAX).contains(&self.lease_ms),
+            format!("lease_ms {} outside 1..={LEASE_MS_MAX}", self.lease_ms),
+        )?;
+        check(
+            self.wait_ms <= CLAIM_WAIT_MS_MAX,
+            format!("wait_ms {} above {CLAIM_WAIT_MS_MAX}", self.wait_ms),
+        )?;
+        check(
+            (1..=CLAIM_BYTES_MAX).contains(&self.max_bytes),
+            format!("max_bytes {} outside 1..={CLAIM_BYTES_MAX}", self.max_bytes),
+        )?;
+        check(
+            (1..=CLAIMS_IN_FLIGHT_MAX).contains(&self.claims_in_flight),
+            format!(
+                "claims_in_flight {} outside 1..={CLAIMS_IN_FLIGHT_MAX}",
+                self.claims_in_flight
+            ),
+        )?;
+        check(
+            (1..=ACK_TOKENS_MAX).contains(&self.ack_batch_max),
+            format!("ack_batch_max {} outside 1..={ACK_TOKENS_MAX}", self.ack_batch_max),
+        )?;
+        check(
+            self.prefetch <= CONSUMER_PREFETCH_MAX,
+            format!("prefetch {} above {CONSUMER_PREFETCH_MAX}", self.prefetch),
+        )?;
+        check(
+            (1..=CONSUMER_ACKS_PENDING_MAX).contains(&self.acks_pending_max),
+            format!(
+                "acks_pending_max {} outside 1..={CONSUMER_ACKS_PENDING_MAX}",
+                self.acks_pending_max
+            ),
+        )?;
+        check(
+            self.extend_interval.is_none_or(|interval| !interval.is_zero()),
+            "extend_interval must be positive".to_owned(),
+        )
+    }
+
+    /// Deliveries held at once: running or waiting for a slot.
+    pub(super) fn window(&self) -> u32 {
+        self.slots + self.prefetch
+    }
+
+    /// Free room a claim waits for while another claim is outstanding.
+    pub(super) fn claim_share(&self) -> u32 {
+        (self.window() / self.claims_in_flight).max(1)
+    }
+
+    pub(super) fn extend_every(&self) -> Duration {
+        self.extend_interval
+            .unwrap_or_else(|| Duration::from_millis(u64::from(self.lease_ms.div_ceil(2))))
+    }
+}

@@ -1,0 +1,466 @@
+//! Queue administration messages: a queue's configuration ([`QueueConfig`],
+//! its [`Backoff`]) and CreateQueue, DeleteQueue, ListQueues and
+//! DescribeQueue with their responses (per-partition counts included).
+//!
+//! Owns these structs, their `validate` and their flatbuffers layout. It
+//! must not decide anything a broker decides (whether a queue exists, which
+//! shard leads a partition) nor check more than absolute ranges and the
+//! order of the lease bounds: a queue's own limits are the broker's.
+
+use flatbuffers::{FlatBufferBuilder, WIPOffset};
+
+use super::{finish, required, root, vector_len};
+use crate::limits::PRIORITY_BANDS_MAX;
+use crate::proto::codec::{check_len, check_range, validate_queue_name};
+use crate::proto::control_generated::spool::control as fb;
+use crate::proto::error::ProtoError;
+use crate::proto::ids::{AssignmentVersion, PartitionId};
+use crate::proto::limits::{
+    BACKOFF_CAP_MS_MAX, DEDUPE_WINDOW_MS_MAX, LEASE_LIFETIME_MS_MAX, LEASE_MS_MAX, LEASE_MS_MIN,
+    MAX_DELIVERIES_MAX, PARTITIONS_MAX, QUEUES_LISTED_MAX,
+};
+
+fn version_to_wire(version: AssignmentVersion) -> u64 {
+    version.0
+}
+
+// ------------------------------------------------------------ queue config
+
+/// How a released message's delay grows with its attempt count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackoffKind {
+    /// `base_ms * attempt`, capped.
+    Linear,
+    /// `base_ms * 2^(attempt-1)`, capped.
+    Exponential,
+}
+
+/// A queue's release backoff policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    /// Growth.
+    pub kind: BackoffKind,
+    /// First delay.
+    pub base_ms: u32,
+    /// Largest delay.
+    pub cap_ms: u32,
+}
+
+/// A queue's configuration, as created and described.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueConfig {
+    /// `1..=PARTITIONS_MAX`.
+    pub partitions: u32,
+    /// `1..=PRIORITY_BANDS_MAX`.
+    pub priority_bands: u8,
+    /// The lease client libraries use when the caller names none; within
+    /// `lease_min_ms..=lease_max_ms`.
+    pub lease_default_ms: u32,
+    /// Shortest lease a claim or extend may ask for.
+    pub lease_min_ms: u32,
+    /// Longest lease a claim or extend may ask for.
+    pub lease_max_ms: u32,
+    /// Longest total time one claim may be held, extensions included.
+    pub max_lease_lifetime_ms: u64,
+    /// Claims without an ack before quarantine.
+    pub max_deliveries: u32,
+    /// Release delay policy when a release names no delay.
+    pub backoff: Backoff,
+    /// How long a message id deduplicates enqueues.
+    pub dedupe_window_ms: u64,
+    /// Admission limit on stored messages.
+    pub max_messages: u64,
+    /// Admission limit on stored bytes.
+    pub max_bytes: u64,
+    /// Whether expired messages are dead-lettered (else only counted).
+    pub dead_letter_on_expiry: bool,
+}
+
+impl QueueConfig {
+    /// Checks every absolute range and the order of the lease bounds.
+    ///
+    /// # Errors
+    /// [`ProtoError::OutOfRange`], [`ProtoError::Inconsistent`].
+    pub fn validate(&self) -> Result<(), ProtoError> {
+        check_range("partitions", self.partitions.into(), 1, PARTITIONS_MAX.into())?;
+        check_range("priority_bands", self.priority_bands.into(), 1, PRIORITY_BANDS_MAX.into())?;
+        let lease = |field, value: u32| {
+            check_range(field, value.into(), LEASE_MS_MIN.into(), LEASE_MS_MAX.into())
+        };
+        lease("lease_min_ms", self.lease_min_ms)?;
+        lease("lease_max_ms", self.lease_max_ms)?;
+        lease("lease_default_ms", self.lease_default_ms)?;
+        if !(self.lease_min_ms <= self.lease_default_ms
+            && self.lease_default_ms <= self.lease_max_ms)
+        {
+            return Err(ProtoError::Inconsistent(
+                "need lease_min_ms <= lease_default_ms <= lease_max_ms",
+            ));
+        }
+        check_range(
+            "max_lease_lifetime_ms",
+            self.max_lease_lifetime_ms,
+            self.lease_max_ms.into(),
+            LEASE_LIFETIME_MS_MAX,
+        )?;
+        check_range("max_deliveries", self.max_deliveries.into(), 1, MAX_DELIVERIES_MAX.into())?;
+        check_range("backoff.cap_ms", self.backoff.cap_ms.into(), 0, BACKOFF_CAP_MS_MAX.into())?;
+        if self.backoff.base_ms > self.backoff.cap_ms {
+            return Err(ProtoError::Inconsistent("need backoff base_ms <= cap_ms"));
+        }
+        check_range("dedupe_window_ms", self.dedupe_window_ms, 0, DEDUPE_WINDOW_MS_MAX)?;
+        check_range("max_messages", self.max_messages, 1, u64::MAX)?;
+        check_range("max_bytes", self.max_bytes, 1, u64::MAX)
+    }
+
+    fn build<'b>(&self, builder: &mut FlatBufferBuilder<'b>) -> WIPOffset<fb::QueueConfig<'b>> {
+        let backoff = fb::Backoff::create(
+            builder,
+            &fb::BackoffArgs {
+                kind: match self.backoff.kind {
+                    BackoffKind::Linear => fb::BackoffKind::Linear,
+                    BackoffKind::Exponential => fb::BackoffKind::Exponential,
+                },
+                base_ms: self.backoff.base_ms,
+                cap_ms: self.backoff.cap_ms,
+            },
+        );
+        fb::QueueConfig::create(
+            builder,
+            &fb::QueueConfigArgs {
+                partitions: self.partitions,
+                priority_bands: self.priority_bands,
+                lease_default_ms: self.lease_default_ms,
+                lease_min_ms: self.lease_min_ms,
+                lease_max_ms: self.lease_max_ms,
+                max_lease_lifetime_ms: self.max_lease_lifetime_ms,
+                max_deliveries: self.max_deliveries,
+                backoff: Some(backoff),
+                dedupe_window_ms: self.dedupe_window_ms,
+                max_messages: self.max_messages,
+                max_bytes: self.max_bytes,
+                dead_letter_on_expiry: self.dead_letter_on_expiry,
+            },
+        )
+    }
+
+    fn from_fb(config: fb::QueueConfig<'_>) -> Result<Self, ProtoError> {
+        let backoff = required(config.backoff(), "config.backoff")?;
+        let kind = match backoff.kind() {
+            fb::BackoffKind::Linear => BackoffKind::Linear,
+            fb::BackoffKind::Exponential => BackoffKind::Exponential,
+            other => {
+                return Err(ProtoError::UnknownEnumValue {
+                    field: "backoff.kind",
+                    value: other.0.into(),
+                })
+            }
+        };
+        Ok(Self {
+            partitions: config.partitions(),
+            priority_bands: config.priority_bands(),
+            lease_default_ms: config.lease_default_ms(),
+            lease_min_ms: config.lease_min_ms(),
+            lease_max_ms: config.lease_max_ms(),
+            max_lease_lifetime_ms: config.max_lease_lifetime_ms(),
+            max_deliveries: config.max_deliveries(),
+            backoff: Backoff { kind, base_ms: backoff.base_ms(), cap_ms: backoff.cap_ms() },
+            dedupe_window_ms: config.dedupe_window_ms(),
+            max_messages: config.max_messages(),
+            max_bytes: config.max_bytes(),
+            dead_letter_on_expiry: config.dead_letter_on_expiry(),
+        })
+    }
+}
+
+// ------------------------------------------------------------ CreateQueue
+
+/// Create a queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateQueueRequest {
+    /// Queue name.
+    pub name: String,
+    /// Its configuration.
+    pub config: QueueConfig,
+}
+
+impl CreateQueueRequest {
+    /// # Errors
+    /// Invalid name or configuration.
+    pub fn validate(&self) -> Result<(), ProtoError> {
+        validate_queue_name(&self.name)?;
+        self.config.validate()
+    }
+
+    pub(crate) fn write(&self, out: &mut Vec<u8>) {
+        let mut builder = FlatBufferBuilder::new();
+        let name = builder.create_string(&self.name);
+        let config = self.config.build(&mut builder);
+        let root = fb::CreateQueueRequest::create(
+            &mut builder,
+            &fb::CreateQueueRequestArgs { name: Some(name), config: Some(config) },
+        );
+        finish(builder, root, out);
+    }
+
+    pub(crate) fn read(body: &[u8]) -> Result<Self, ProtoError> {
+        let table = root::<fb::CreateQueueRequest<'_>>(body)?;
+        let request = Self {
+            name: required(table.name(), "name")?.to_owned(),
+            config: QueueConfig::from_fb(required(table.config(), "config")?)?,
+        };
+        request.validate()?;
+        Ok(request)
+    }
+}
+
+/// Result of a CreateQueue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CreateQueueResponse {
+    /// The assignment table version that contains the new queue.
+    pub assignment_version: AssignmentVersion,
+}
+
+scalar_response_codec!(
+    CreateQueueResponse,
+    CreateQueueResponseArgs,
+    assignment_version: version_to_wire,
+    AssignmentVersion
+);
+
+// ------------------------------------------------------------ DeleteQueue
+
+/// Delete a queue and all its partitions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeleteQueueRequest {
+    /// Queue name.
+    pub name: String,
+}
+
+name_request_codec!(DeleteQueueRequest, DeleteQueueRequestArgs);
+
+/// Result of a DeleteQueue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeleteQueueResponse {
+    /// The assignment table version without the queue.
+    pub assignment_version: AssignmentVersion,
+}
+
+scalar_response_codec!(
+    DeleteQueueResponse,
+    DeleteQueueResponseArgs,
+    assignment_version: version_to_wire,
+    AssignmentVersion
+);
+
+// ------------------------------------------------------------ ListQueues
+
+/// List every queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ListQueuesRequest {}
+
+impl ListQueuesRequest {
+    pub(crate) fn write(&self, out: &mut Vec<u8>) {
+        let mut builder = FlatBufferBuilder::new();
+        let root = fb::ListQueuesRequest::create(&mut builder, &fb::ListQueuesRequestArgs {});
+        finish(builder, root, out);
+    }
+
+    pub(crate) fn read(body: &[u8]) -> Result<Self, ProtoError> {
+        root::<fb::ListQueuesRequest<'_>>(body)?;
+        Ok(Self {})
+    }
+}
+
+/// One queue in a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueSummary {
+    /// Queue name.
+    pub name: String,
+    /// Partition count.
+    pub partitions: u32,
+}
+
+/// Result of a ListQueues.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ListQueuesResponse {
+    /// At most `QUEUES_LISTED_MAX` queues.
+    pub queues: Vec<QueueSummary>,
+}
+
+impl ListQueuesResponse {
+    /// # Errors
+    /// Too many queues, or an invalid name.
+    pub fn validate(&self) -> Result<(), ProtoError> {
+        check_len("queues", self.queues.len(), QUEUES_LISTED_MAX)?;
+        self.queues.iter().try_for_each(|queue| validate_queue_name(&queue.name))
+    }
+
+    pub(crate) fn write(&self, out: &mut Vec<u8>) {
+        let mut builder = FlatBufferBuilder::new();
+        let queues: Vec<_> = self
+            .queues
+            .iter()
+            .map(|queue| {
+                let name = builder.create_string(&queue.name);
+                fb::QueueSummary::create(
+                    &mut builder,
+                    &fb::QueueSummaryArgs { name: Some(name), partitions: queue.partitions },
+                )
+            })
+            .collect();
+        let queues = builder.create_vector(&queues);
+        let root = fb::ListQueuesResponse::create(
+            &mut builder,
+            &fb::ListQueuesResponseArgs { queues: Some(queues) },
+        );
+        finish(builder, root, out);
+    }
+
+    pub(crate) fn read(body: &[u8]) -> Result<Self, ProtoError> {
+        let table = root::<fb::ListQueuesResponse<'_>>(body)?;
+        let vector = table.queues();
+        vector_len(&vector, "queues", QUEUES_LISTED_MAX)?;
+        let queues = vector
+            .into_iter()
+            .flatten()
+            .map(|queue| {
+                Ok(QueueSummary {
+                    name: required(queue.name(), "queues.name")?.to_owned(),
+                    partitions: queue.partitions(),
+                })
+            })
+            .collect::<Result<_, ProtoError>>()?;
+        let response = Self { queues };
+        response.validate()?;
+        Ok(response)
+    }
+}
+
+// ------------------------------------------------------------ DescribeQueue
+
+/// A queue's configuration and per-partition counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DescribeQueueRequest {
+    /// Queue name.
+    pub name: String,
+}
+
+name_request_codec!(DescribeQueueRequest, DescribeQueueRequestArgs);
+
+/// Message counts of one partition, by state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionStats {
+    /// Which partition.
+    pub partition: PartitionId,
+    /// Claimable now.
+    pub ready: u64,
+    /// Waiting for a not_before.
+    pub scheduled: u64,
+    /// Leased.
+    pub claimed: u64,
+    /// Dead-lettered.
+    pub quarantined: u64,
+    /// Passed their expiry.
+    pub expired: u64,
+    /// Acked and not yet reclaimed by retention.
+    pub acked: u64,
+    /// Stored bytes.
+    pub bytes: u64,
+    /// Age of the oldest ready message (0 if none).
+    pub oldest_ready_age_ms: u64,
+    /// Deliveries given back with Release, ever (cumulative).
+    pub released: u64,
+    /// Leases that expired before an ack or release, ever (cumulative):
+    /// each one makes the message claimable again (a redelivery).
+    pub lease_expired: u64,
+}
+
+/// Result of a DescribeQueue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DescribeQueueResponse {
+    /// Queue name.
+    pub name: String,
+    /// Its configuration.
+    pub config: QueueConfig,
+    /// One entry per partition.
+    pub partitions: Vec<PartitionStats>,
+}
+
+impl DescribeQueueResponse {
+    /// # Errors
+    /// Invalid name, configuration or partition count.
+    pub fn validate(&self) -> Result<(), ProtoError> {
+        validate_queue_name(&self.name)?;
+        self.config.validate()?;
+        check_len("partitions", self.partitions.len(), PARTITIONS_MAX as usize)
+    }
+
+    pub(crate) fn write(&self, out: &mut Vec<u8>) {
+        let mut builder = FlatBufferBuilder::new();
+        let name = builder.create_string(&self.name);
+        let config = self.config.build(&mut builder);
+        let partitions: Vec<_> = self
+            .partitions
+            .iter()
+            .map(|stats| {
+                fb::PartitionStats::create(
+                    &mut builder,
+                    &fb::PartitionStatsArgs {
+                        partition: stats.partition.0,
+                        ready: stats.ready,
+                        scheduled: stats.scheduled,
+                        claimed: stats.claimed,
+                        quarantined: stats.quarantined,
+                        expired: stats.expired,
+                        acked: stats.acked,
+                        bytes: stats.bytes,
+                        oldest_ready_age_ms: stats.oldest_ready_age_ms,
+                        released: stats.released,
+                        lease_expired: stats.lease_expired,
+                    },
+                )
+            })
+            .collect();
+        let partitions = builder.create_vector(&partitions);
+        let root = fb::DescribeQueueResponse::create(
+            &mut builder,
+            &fb::DescribeQueueResponseArgs {
+                name: Some(name),
+                config: Some(config),
+                partitions: Some(partitions),
+            },
+        );
+        finish(builder, root, out);
+    }
+
+    pub(crate) fn read(body: &[u8]) -> Result<Self, ProtoError> {
+        let table = root::<fb::DescribeQueueResponse<'_>>(body)?;
+        let vector = table.partitions();
+        vector_len(&vector, "partitions", PARTITIONS_MAX as usize)?;
+        let partitions = vector
+            .into_iter()
+            .flatten()
+            .map(|stats| PartitionStats {
+                partition: PartitionId(stats.partition()),
+                ready: stats.ready(),
+                scheduled: stats.scheduled(),
+                claimed: stats.claimed(),
+                quarantined: stats.quarantined(),
+                expired: stats.expired(),
+                acked: stats.acked(),
+                bytes: stats.bytes(),
+                oldest_ready_age_ms: stats.oldest_ready_age_ms(),
+                released: stats.released(),
+                lease_expired: stats.lease_expired(),
+            })
+            .collect();
+        let response = Self {
+            name: required(table.name(), "name")?.to_owned(),
+            config: QueueConfig::from_fb(required(table.config(), "config")?)?,
+            partitions,
+        };
+        response.validate()?;
+        Ok(response)
+    }
+}
