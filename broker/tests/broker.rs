@@ -18,7 +18,8 @@ use spool_broker::control::assignment::{
     AssignmentChange, AssignmentTable, AssignmentUpdate, AssignmentVersion, QueueName, ShardId,
 };
 use spool_broker::control::catalog::{self, Catalog, CatalogError, CatalogQueue};
-use spool_broker::control::config::{AdminListen, PartialConfig};
+use spool_broker::control::config::AdminListen;
+use spool_broker::control::layers::PartialConfig;
 use spool_broker::fatal::FatalReason;
 use spool_broker::net::echo::EchoHandler;
 use spool_broker::net::listener::NetError;

@@ -13,7 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use spool_broker::control::assignment::{AssignmentTable, AssignmentUpdate};
-use spool_broker::control::config::{AdminListen, PartialConfig};
+use spool_broker::control::config::AdminListen;
+use spool_broker::control::layers::PartialConfig;
 use spool_broker::net::echo::EchoHandler;
 use spool_broker::shard::alarm::Alarm;
 use spool_broker::shard::hooks::{ShardContext, ShardHooks, ShardHooksFactory};
@@ -123,6 +124,7 @@ fn ticks_in_a_second(mode: Mode) -> u64 {
     let ticks = Arc::new(AtomicU64::new(0));
     let broker = Broker::start(config, Factory { mode, ticks: ticks.clone() }).unwrap();
     let before = ticks.load(Ordering::Relaxed);
+    // Time under test: the ticks of one second (a rate).
     std::thread::sleep(Duration::from_secs(1));
     let counted = ticks.load(Ordering::Relaxed) - before;
     broker.request_stop();

@@ -13,7 +13,8 @@ use std::sync::Arc;
 
 use clap::Parser;
 use spool_broker::admin::node::Node;
-use spool_broker::control::config::{BrokerConfig, Cli};
+use spool_broker::control::config::BrokerConfig;
+use spool_broker::control::layers::Cli;
 use spool_broker::control::logging;
 use spool_broker::fatal::{fatal, FatalReason};
 use spool_broker::limits::SIGNAL_POLL;

@@ -61,71 +61,6 @@ pub struct PartialConfig {
     pub tls_client_ca_file: Option<PathBuf>,
 }
 
-/// Prefix of every environment variable the broker reads.
-pub const ENV_PREFIX: &str = "SPOOL_";
-
-/// The settings read from `SPOOL_<NAME>` (the part after the prefix), in
-/// the order of [`PartialConfig`]'s fields.
-pub const ENV_SETTINGS: &[&str] = &[
-    "CONFIG",
-    "DATA_DIR",
-    "LISTEN",
-    "ADMIN_LISTEN",
-    "CORES",
-    "LOG_FORMAT",
-    "LOG",
-    "SPIN_BEFORE_PARK_US",
-    "IO_POLL_INTERVAL_US",
-    "CONSUMER_PACE_PERCENT",
-    "HOUSEKEEPING_TICK_MS",
-    "SEGMENT_BYTES",
-    "CONNECTIONS_PER_SHARD_MAX",
-    "IN_FLIGHT_PER_CONNECTION_MAX",
-    "CLAIM_WAITERS_PER_CONNECTION_MAX",
-    "TAIL_CACHE_BYTES",
-    "JOURNAL_GARBAGE_RATIO_MAX",
-    "JOURNAL_RETAIN_BYTES",
-    "PARTITIONS_MAX",
-    "FRAME_BYTES_MAX",
-    "IDLE_TIMEOUT_MS",
-    "FRAME_TIMEOUT_MS",
-    "WRITE_TIMEOUT_MS",
-    "STARTUP_TIMEOUT_MS",
-    "SHUTDOWN_TIMEOUT_MS",
-    "AUTH_FILE",
-    "TLS_CERT_FILE",
-    "TLS_KEY_FILE",
-    "TLS_CLIENT_CA_FILE",
-];
-
-/// `SPOOL_*` variables that are not broker settings but may be in a
-/// broker's environment: the failpoint build's (`SPOOL_FAILPOINTS`, also
-/// warned about by a build without failpoints) and those of this
-/// repository's tests and scripts, which start `spoold` from an
-/// environment that holds them. Any other `SPOOL_*` name is a
-/// [`ConfigError::UnknownEnvVar`], so a misspelt setting never passes
-/// silently.
-pub const ENV_NOT_CONFIG: &[&str] = &[
-    "SPOOL_FAILPOINTS",
-    "SPOOL_E2E_SPOOLD",
-    "SPOOL_E2E_SPOOL",
-    "SPOOL_E2E_SPOOLD_FAILPOINTS",
-    "SPOOL_E2E_RELEASE_DIR",
-    "SPOOL_E2E_MESSAGES",
-    "SPOOL_KILLLOOP_SEED",
-    "SPOOL_MODEL_SEED",
-    "SPOOL_MODEL_SEEDS",
-    "SPOOL_LONG",
-    // The `spool` CLI's credentials, often exported in the same shell.
-    "SPOOL_PRINCIPAL",
-    "SPOOL_SECRET",
-    // The `spool` CLI's TLS options.
-    "SPOOL_TLS_CA",
-    "SPOOL_TLS_SERVER_NAME",
-    "SPOOL_TLS_CERT",
-    "SPOOL_TLS_KEY",
-];
-
 /// Edit distance (insertions, deletions, substitutions) between two names.
 pub(super) fn edit_distance(left: &str, right: &str) -> usize {
     let right: Vec<char> = right.chars().collect();
@@ -155,39 +90,6 @@ pub fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) ->
         .min_by_key(|(distance, _)| *distance)
         .map(|(_, candidate)| candidate)
 }
-
-/// The keys a config file accepts: [`ENV_SETTINGS`] without `CONFIG`, in
-/// lower case.
-pub const FILE_KEYS: &[&str] = &[
-    "data_dir",
-    "listen",
-    "admin_listen",
-    "cores",
-    "log_format",
-    "log_filter",
-    "spin_before_park_us",
-    "io_poll_interval_us",
-    "consumer_pace_percent",
-    "housekeeping_tick_ms",
-    "segment_bytes",
-    "connections_per_shard_max",
-    "in_flight_per_connection_max",
-    "claim_waiters_per_connection_max",
-    "tail_cache_bytes",
-    "journal_garbage_ratio_max",
-    "journal_retain_bytes",
-    "partitions_max",
-    "frame_bytes_max",
-    "idle_timeout_ms",
-    "frame_timeout_ms",
-    "write_timeout_ms",
-    "startup_timeout_ms",
-    "shutdown_timeout_ms",
-    "auth_file",
-    "tls_cert_file",
-    "tls_key_file",
-    "tls_client_ca_file",
-];
 
 /// The closest file key to the unknown key a TOML error names, if any.
 fn suggest_file_key(error: &toml::de::Error) -> Option<&'static str> {
@@ -583,5 +485,26 @@ fn tls_settings(
             "client certificates need TLS: set tls_cert_file and tls_key_file",
         )),
         (None, None) => Ok(None),
+    }
+}
+
+impl BrokerConfig {
+    /// Builds the configuration from flags, the process environment and the
+    /// file named by `--config` or `SPOOL_CONFIG`.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the source and field that is wrong.
+    pub fn load(
+        cli: &Cli,
+        env: impl IntoIterator<Item = (String, String)>,
+        allowed_cpus: usize,
+    ) -> Result<BrokerConfig, ConfigError> {
+        let env_layer = PartialConfig::from_env(env)?;
+        let file_path = cli.config.clone().or_else(|| env_layer.config_file.clone());
+        let file_layer = match &file_path {
+            Some(path) => PartialConfig::from_file(path)?,
+            None => PartialConfig::default(),
+        };
+        file_layer.overlay(env_layer).overlay(cli.to_partial()).resolve(allowed_cpus)
     }
 }

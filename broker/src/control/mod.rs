@@ -10,5 +10,5 @@ pub mod assignment;
 pub mod catalog;
 pub mod config;
 pub mod data_dir;
-mod layers;
+pub mod layers;
 pub mod logging;

@@ -8,7 +8,7 @@
 use std::future::Future;
 use std::rc::Rc;
 
-use super::connection::Connection;
+use super::scope::Connection;
 
 /// What a handler's decoder found at the front of the buffer.
 #[derive(Debug, PartialEq, Eq)]

@@ -18,6 +18,7 @@ pub mod listener;
 pub mod pace;
 pub mod poll_gate;
 pub mod rejections;
+mod scope;
 pub mod stop;
 pub mod tls;
 mod writer;

@@ -14,8 +14,8 @@ use futures_lite::{AsyncWrite, AsyncWriteExt};
 use glommio::channels::local_channel::LocalReceiver;
 use glommio::timer::Timer;
 
-use super::connection::{Connection, ConnectionLimits};
 use super::poll_gate::PollGate;
+use super::scope::{Connection, ConnectionLimits};
 use super::stop::StopSignal;
 use crate::limits::{WRITE_BURST_BYTES_MAX, WRITE_BURST_RESPONSES_MAX, WRITE_COPY_BYTES_MAX};
 

@@ -30,8 +30,8 @@ use spool_wire::ErrorCode;
 
 use super::auth::ShardAuth;
 use super::convert::{queue_config_from_wire, token_from_wire, token_to_wire};
-use super::frames::raw_ids;
-pub use super::frames::{FrameError, OwnedFrame};
+use super::frame::raw_ids;
+pub use super::frame::{FrameError, OwnedFrame};
 use super::quota::{QuotaReport, ShardQuotas};
 use super::{Served, ShardState};
 use crate::clock::Instant;

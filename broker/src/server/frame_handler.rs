@@ -1,93 +1,21 @@
-//! The frame side of the Spool protocol on a shard's port: a whole frame
-//! copied into an aligned buffer ([`OwnedFrame`]), the faults that close a
-//! connection ([`FrameError`], echoing what the request's header carried),
-//! and [`SpoolHandler`]'s [`FrameHandler`] implementation — decode, the
-//! intake peek for the consumer pace, admission before the handshake, the
-//! replies to refusals and faults. What a request *does* is `handler.rs`'s;
-//! this file must not touch a partition.
+//! [`SpoolHandler`]'s side of the connection loop's contract
+//! (`net::FrameHandler`): decode a frame off the read buffer, the intake
+//! peek for the consumer pace, admission before the handshake, handing a
+//! frame to `handler.rs`, and the replies to refusals and protocol faults.
+//! What a request does is `handler.rs`'s; this file must not touch a
+//! partition.
 
 use std::rc::Rc;
 
 use spool_wire::batch::BatchBytes;
-use spool_wire::proto::limits::FRAME_HEADER_BYTES;
 use spool_wire::proto::{
-    decode_frame, CorrelationId, ErrorResponse, Frame, FrameHeader, ProtoError, Request,
-    MAX_FRAME_BYTES,
+    decode_frame, CorrelationId, ErrorResponse, ProtoError, Request, MAX_FRAME_BYTES,
 };
 use spool_wire::ErrorCode;
 
+use super::frame::{raw_ids, FrameError, OwnedFrame};
 use super::handler::{error, SpoolHandler};
 use crate::net::connection::{Connection, Decoded, FrameHandler, ProtocolFault, Refusal};
-
-/// A whole request frame, copied into an aligned buffer, with what
-/// [`SpoolHandler::decode`] already learned from its header, so `answer`
-/// does not parse the header again.
-#[derive(Debug)]
-pub struct OwnedFrame {
-    pub(super) bytes: BatchBytes,
-    /// The parsed header, or the error reply for a frame whose api key or
-    /// version this broker does not serve (answered, connection kept).
-    pub(super) header: Result<FrameHeader, ProtoError>,
-}
-
-impl OwnedFrame {
-    /// The frame as the codec sees it; valid only with an `Ok` header.
-    pub(super) fn frame(&self, header: FrameHeader) -> Frame<'_> {
-        let body_end = FRAME_HEADER_BYTES + header.body_bytes as usize;
-        Frame { header, body: &self.bytes[FRAME_HEADER_BYTES..body_end] }
-    }
-}
-
-/// Why the connection must close, and what the error reply echoes: the
-/// request's correlation id when the header is whole (`CONNECTION` when the
-/// frame's length already disqualifies it), and its raw api key and version
-/// when those bytes arrived, so a client's decoder can read the reply.
-#[derive(Debug, thiserror::Error)]
-#[error("{error}")]
-pub struct FrameError {
-    error: ProtoError,
-    correlation_id: CorrelationId,
-    api_key: u16,
-    api_version: u16,
-    /// The answer to send instead of the decode error's (a request refused
-    /// before the authentication handshake).
-    refusal: Option<ErrorResponse>,
-}
-
-impl FrameError {
-    /// A fault about a whole frame in `bytes`: echoes its id, key, version.
-    fn of_frame(error: ProtoError, bytes: &[u8]) -> Self {
-        let (correlation_id, api_key, api_version) = raw_ids(bytes);
-        Self { error, correlation_id, api_key, api_version, refusal: None }
-    }
-
-    /// A fault found from the length prefix alone: correlation id 0 (the
-    /// protocol's rule for a frame we refuse to read), key and version if
-    /// they arrived.
-    fn of_prefix(error: ProtoError, bytes: &[u8]) -> Self {
-        let (_, api_key, api_version) = raw_ids(bytes);
-        Self {
-            error,
-            correlation_id: CorrelationId::CONNECTION,
-            api_key,
-            api_version,
-            refusal: None,
-        }
-    }
-}
-
-/// Correlation id, api key and version read straight from a frame header
-/// (used only to address an error reply); zero where the bytes are missing.
-pub(super) fn raw_ids(bytes: &[u8]) -> (CorrelationId, u16, u16) {
-    let read_u16 =
-        |at: usize| bytes.get(at..at + 2).map_or(0, |b| u16::from_le_bytes([b[0], b[1]]));
-    let correlation_id = bytes.get(8..16).map_or(CorrelationId::CONNECTION, |b| {
-        let mut raw = [0u8; 8];
-        raw.copy_from_slice(b);
-        CorrelationId(u64::from_le_bytes(raw))
-    });
-    (correlation_id, read_u16(4), read_u16(6))
-}
 
 impl FrameHandler for SpoolHandler {
     type Frame = OwnedFrame;
