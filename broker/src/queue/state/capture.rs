@@ -1,8 +1,8 @@
 //! The before-images of a checkpoint written in steps: what each message
 //! below the checkpoint's `covers` held when it began, kept at its first
-//! change since, so the encoder (`queue/snapshot.rs`) writes the state of
-//! one instant while the partition goes on. Plain data held by the state;
-//! the encoder records and reads it.
+//! change since, so the encoder (`queue/snapshot/encode.rs`) writes the
+//! state of one instant while the partition goes on. Plain data held by
+//! the state; the encoder records and reads it.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -176,8 +176,8 @@ pub struct PartitionState {
     /// `Attributed` events (`stored.rs`); empty while nothing is attributed.
     pub(crate) stored: StoredByPrincipal,
     /// While a checkpoint is written in steps: what each message it covers
-    /// held before its first change since (`snapshot.rs`). Every change to
-    /// `fresh`, `warm` or `dlq` goes through `note` first.
+    /// held before its first change since (`snapshot/encode.rs`). Every
+    /// change to `fresh`, `warm` or `dlq` goes through `note` first.
     pub(crate) capture: Option<Box<Capture>>,
 }
 
