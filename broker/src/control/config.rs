@@ -5,7 +5,7 @@
 //! relations between them checked at compile time): command-line flags win over `SPOOL_*`
 //! environment variables, which win over the TOML file (`--config FILE` or
 //! `SPOOL_CONFIG`), which wins over the defaults. Every source is parsed into
-//! a [`PartialConfig`] (all fields optional); the layers are overlaid and the
+//! a [`PartialConfig`](super::layers::PartialConfig) (all fields optional); the layers are overlaid and the
 //! result is validated once, at start, into a [`BrokerConfig`] whose values are
 //! all inside their ranges. It does not read the data directory or bind ports:
 //! those checks need the environment and live with the code that uses it.
@@ -133,7 +133,7 @@ impl TryFrom<String> for AdminListen {
 }
 
 /// The validated broker configuration. Built by [`BrokerConfig::load`] or
-/// [`PartialConfig::resolve`]; every value is inside its documented range.
+/// [`PartialConfig::resolve`](super::layers::PartialConfig::resolve); every value is inside its documented range.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BrokerConfig {
     /// Directory holding `LOCK`, `secret` and the partition directories.
@@ -246,7 +246,7 @@ impl BrokerConfig {
         Duration::from_micros(self.io_poll_interval_us)
     }
 
-    /// Checks every range. [`PartialConfig::resolve`] calls it; the broker
+    /// Checks every range. [`PartialConfig::resolve`](super::layers::PartialConfig::resolve) calls it; the broker
     /// calls it again at start in case a caller built the struct by hand.
     ///
     /// # Errors
@@ -429,7 +429,7 @@ pub enum ConfigError {
 pub const ENV_PREFIX: &str = "SPOOL_";
 
 /// The settings read from `SPOOL_<NAME>` (the part after the prefix), in
-/// the order of [`PartialConfig`]'s fields.
+/// the order of [`PartialConfig`](super::layers::PartialConfig)'s fields.
 pub const ENV_SETTINGS: &[&str] = &[
     "CONFIG",
     "DATA_DIR",
