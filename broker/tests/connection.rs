@@ -10,7 +10,8 @@ use std::cell::Cell;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::rc::Rc;
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use spool_broker::limits::{ADMISSION_QUANTUM_FRAMES, ADMISSION_ROUND_FRAMES};
@@ -21,6 +22,9 @@ use spool_broker::net::{
 };
 
 const CLIENT_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a test waits for an event of the server (frames taken, a
+/// connection accepted) before it fails.
+const EVENT_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn limits() -> ConnectionLimits {
     ConnectionLimits {
@@ -39,8 +43,9 @@ fn limits() -> ConnectionLimits {
 /// Echo frames, but a body `delay:<ms>` waits that long first, a body
 /// `wait:<ms>` waits that long or until the connection ends (answering
 /// `ended` then), a body `big:<bytes>` is answered with a body of that
-/// many bytes, and the handler records how many requests ran at once and
-/// the order in which frames were handled, by connection.
+/// many bytes, and the handler records how many requests ran at once, how
+/// many waits started (for the test thread to see) and the order in which
+/// frames were handled, by connection.
 struct DelayEcho {
     echo: EchoHandler,
     /// When false the decoder never finds a frame (to reach the loop's own
@@ -49,6 +54,7 @@ struct DelayEcho {
     running: Cell<usize>,
     running_max: Cell<usize>,
     waits_ended: Cell<usize>,
+    waits_started: Arc<AtomicUsize>,
     handled: std::cell::RefCell<Vec<u64>>,
 }
 
@@ -60,6 +66,7 @@ impl DelayEcho {
             running: Cell::new(0),
             running_max: Cell::new(0),
             waits_ended: Cell::new(0),
+            waits_started: Arc::default(),
             handled: std::cell::RefCell::default(),
         }
     }
@@ -83,12 +90,15 @@ impl FrameHandler for DelayEcho {
         self.running_max.set(self.running_max.get().max(self.running.get()));
         let body = std::str::from_utf8(&frame[4..]).unwrap_or("").to_owned();
         if let Some(ms) = body.strip_prefix("delay:").and_then(|ms| ms.parse().ok()) {
+            // Time under test: the request takes this long.
             glommio::timer::sleep(Duration::from_millis(ms)).await;
         }
         let mut frame = frame;
         if let Some(ms) = body.strip_prefix("wait:").and_then(|ms| ms.parse().ok()) {
+            self.waits_started.fetch_add(1, Ordering::SeqCst);
             let ended = futures_lite::future::or(
                 async {
+                    // Time under test: the wait's own deadline.
                     glommio::timer::sleep(Duration::from_millis(ms)).await;
                     false
                 },
@@ -131,8 +141,20 @@ fn serve_one_with(
     limits: ConnectionLimits,
     finds_frames: bool,
 ) -> (SocketAddr, mpsc::Receiver<ServerOutcome>) {
+    let (addr, ends, _waits_started) = serve_one_observed(limits, finds_frames);
+    (addr, ends)
+}
+
+/// [`serve_one_with`], and the count of `wait:` requests the handler
+/// started, for the test thread to wait on.
+fn serve_one_observed(
+    limits: ConnectionLimits,
+    finds_frames: bool,
+) -> (SocketAddr, mpsc::Receiver<ServerOutcome>, Arc<AtomicUsize>) {
     let (addr_tx, addr_rx) = mpsc::channel();
     let (end_tx, end_rx) = mpsc::channel();
+    let waits_started = Arc::new(AtomicUsize::new(0));
+    let started = waits_started.clone();
     std::thread::spawn(move || {
         let executor = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
             .make()
@@ -141,7 +163,9 @@ fn serve_one_with(
             let listener = glommio::net::TcpListener::bind("127.0.0.1:0").unwrap();
             addr_tx.send(listener.local_addr().unwrap()).unwrap();
             let stream = listener.accept().await.unwrap();
-            let handler = Rc::new(DelayEcho::new(limits.frame_bytes_max, finds_frames));
+            let mut handler = DelayEcho::new(limits.frame_bytes_max, finds_frames);
+            handler.waits_started = started;
+            let handler = Rc::new(handler);
             let end = serve_connection(stream, handler.clone(), limits, StopSignal::new()).await;
             let end = match end {
                 ConnectionEnd::PeerClosed => "peer_closed".to_owned(),
@@ -159,7 +183,31 @@ fn serve_one_with(
         });
     });
     let addr = addr_rx.recv_timeout(Duration::from_secs(10)).expect("server up");
-    (addr, end_rx)
+    (addr, end_rx, waits_started)
+}
+
+/// Polls `condition` every millisecond until it holds; panics naming
+/// `what` after [`EVENT_TIMEOUT`].
+fn wait_until(what: &str, condition: impl Fn() -> bool) {
+    let deadline = spool_broker::clock::instant_now() + EVENT_TIMEOUT;
+    while !condition() {
+        assert!(
+            spool_broker::clock::instant_now() < deadline,
+            "not within {EVENT_TIMEOUT:?}: {what}"
+        );
+        // A bounded poll: the condition is read again each time.
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Bytes waiting to be read on `socket` (`FIONREAD`).
+fn readable_bytes(socket: &impl std::os::fd::AsRawFd) -> usize {
+    let mut bytes: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one c_int through the pointer, which points
+    // at a live local; the fd is the socket's own, open while borrowed.
+    let result = unsafe { libc::ioctl(socket.as_raw_fd(), libc::FIONREAD, &mut bytes) };
+    assert_eq!(result, 0, "FIONREAD: {}", std::io::Error::last_os_error());
+    usize::try_from(bytes).unwrap()
 }
 
 fn connect(addr: SocketAddr) -> TcpStream {
@@ -253,6 +301,7 @@ fn slow_loris_is_closed_by_the_frame_timeout() {
             closed = true;
             break;
         }
+        // Time under test: a byte every 100 ms against a 300 ms frame timeout.
         std::thread::sleep(Duration::from_millis(100));
         if ends.try_recv().is_ok() {
             closed = true;
@@ -314,19 +363,21 @@ fn read_buffer_is_bounded_by_frame_bytes_max() {
 // even with every in-flight slot taken and more frames queued behind them:
 // its waiting requests end and the connection is released, instead of
 // holding its socket until the waits expire. Method: six 60 s waits against
-// in_flight_max 4, then drop the socket; the server must report the end
-// well inside 60 s, with the four running waits ended early.
+// in_flight_max 4, then, once the server started four of them, drop the
+// socket; the server must report the end well inside 60 s, with the four
+// running waits ended early.
 #[test]
 fn peer_close_ends_waiting_requests_while_at_the_in_flight_bound() {
-    let (addr, ends) = serve_one(limits());
+    let (addr, ends, waits_started) = serve_one_observed(limits(), true);
     let mut client = connect(addr);
     let mut bytes = Vec::new();
     for _ in 0..6 {
         bytes.extend_from_slice(&encode_echo_frame(b"wait:60000"));
     }
     client.write_all(&bytes).unwrap();
-    // Let the server take the frames and start the four waits.
-    std::thread::sleep(Duration::from_millis(300));
+    wait_until("the server started four waits (its in-flight bound)", || {
+        waits_started.load(Ordering::SeqCst) == 4
+    });
     drop(client);
     let outcome = ends.recv_timeout(Duration::from_secs(10)).expect("connection released early");
     // The ended waits answer a peer that is gone: writing them may fail.
@@ -364,14 +415,19 @@ fn half_closed_peer_gets_every_answer_and_its_waits_end_early() {
 // Goal: one connection with a deep pipeline cannot make another wait behind
 // all of it: a connection hands over at most a budget of frames before the
 // others get a turn. Method: two connections served on one executor; before
-// serving starts, A has 2,000 small frames buffered and B one; B's frame
-// must be handled long before A's last (without the budget it is handled
-// after all 2,000).
+// serving starts, A has 2,000 small frames buffered and B one (the server
+// sees every byte of them in its sockets' receive queues); B's frame must
+// be handled long before A's last (without the budget it is handled after
+// all 2,000).
 #[test]
 fn a_deep_pipeline_yields_to_another_connection() {
     const PIPELINE: usize = 2_000;
     let limits = ConnectionLimits { in_flight_max: 4_096, frame_bytes_max: 64 * 1024, ..limits() };
+    let frame_a = encode_echo_frame(b"a");
+    let frame_b = encode_echo_frame(b"b");
+    let (bytes_a, bytes_b) = (PIPELINE * frame_a.len(), frame_b.len());
     let (addr_tx, addr_rx) = mpsc::channel();
+    let (accepted_tx, accepted_rx) = mpsc::channel();
     let (order_tx, order_rx) = mpsc::channel();
     std::thread::spawn(move || {
         let executor = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
@@ -381,9 +437,18 @@ fn a_deep_pipeline_yields_to_another_connection() {
             let listener = glommio::net::TcpListener::bind("127.0.0.1:0").unwrap();
             addr_tx.send(listener.local_addr().unwrap()).unwrap();
             let first = listener.accept().await.unwrap();
+            accepted_tx.send(()).unwrap();
             let second = listener.accept().await.unwrap();
-            // Both peers have written everything by now.
-            glommio::timer::sleep(Duration::from_millis(500)).await;
+            // Serve only once both peers' bytes are all here.
+            let deadline = spool_broker::clock::instant_now() + EVENT_TIMEOUT;
+            while readable_bytes(&first) < bytes_a || readable_bytes(&second) < bytes_b {
+                assert!(
+                    spool_broker::clock::instant_now() < deadline,
+                    "the peers' bytes never arrived"
+                );
+                // A bounded poll: the receive queues are read again each time.
+                glommio::timer::sleep(Duration::from_millis(1)).await;
+            }
             let handler = Rc::new(DelayEcho::new(limits.frame_bytes_max, true));
             let rejections = Rc::new(Rejections::default());
             let scope_a = Rc::new(Connection::new(4, rejections.clone()));
@@ -413,14 +478,14 @@ fn a_deep_pipeline_yields_to_another_connection() {
     let addr = addr_rx.recv_timeout(Duration::from_secs(10)).unwrap();
     let mut a = connect(addr);
     // Accepted in order: connect B only once A is in.
-    std::thread::sleep(Duration::from_millis(50));
+    accepted_rx.recv_timeout(EVENT_TIMEOUT).expect("the server accepted A");
     let mut b = connect(addr);
     let mut pipeline = Vec::new();
     for _ in 0..PIPELINE {
-        pipeline.extend_from_slice(&encode_echo_frame(b"a"));
+        pipeline.extend_from_slice(&frame_a);
     }
     a.write_all(&pipeline).unwrap();
-    b.write_all(&encode_echo_frame(b"b")).unwrap();
+    b.write_all(&frame_b).unwrap();
     assert_eq!(read_frame(&mut b), b"b");
     for _ in 0..PIPELINE {
         assert_eq!(read_frame(&mut a), b"a");

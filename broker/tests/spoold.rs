@@ -99,6 +99,58 @@ fn connect_when_up(child: &mut Child, addr: SocketAddr) -> TcpStream {
     panic!("spoold never listened on {addr}");
 }
 
+/// spoold's stderr, read on a thread as it is written, so that a test can
+/// wait for a line (an event of the running process) and still have the
+/// whole text once it exited.
+struct StderrWatch {
+    text: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    reader: std::thread::JoinHandle<()>,
+}
+
+impl StderrWatch {
+    fn start(child: &mut Child) -> StderrWatch {
+        let mut stderr = child.stderr.take().expect("stderr is piped");
+        let text = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let written = std::sync::Arc::clone(&text);
+        let reader = std::thread::spawn(move || {
+            let mut chunk = [0u8; 4096];
+            while let Ok(read @ 1..) = stderr.read(&mut chunk) {
+                written.lock().unwrap().extend_from_slice(&chunk[..read]);
+            }
+        });
+        StderrWatch { text, reader }
+    }
+
+    fn text(&self) -> String {
+        lossy(&self.text)
+    }
+
+    /// Polls until stderr holds `needle`; panics if spoold exits first or
+    /// the poll budget runs out.
+    fn wait_for(&self, child: &mut Child, needle: &str) {
+        for _ in 0..POLLS_MAX {
+            if self.text().contains(needle) {
+                return;
+            }
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("spoold exited ({status}) before logging {needle:?}: {}", self.text());
+            }
+            std::thread::sleep(POLL);
+        }
+        panic!("spoold never logged {needle:?}: {}", self.text());
+    }
+
+    /// Everything spoold wrote to stderr (call once it exited).
+    fn finish(self) -> String {
+        self.reader.join().unwrap();
+        lossy(&self.text)
+    }
+}
+
+fn lossy(bytes: &std::sync::Mutex<Vec<u8>>) -> String {
+    String::from_utf8_lossy(&bytes.lock().unwrap()).into_owned()
+}
+
 fn stderr_of(child: &mut Child) -> String {
     let mut text = String::new();
     if let Some(mut stderr) = child.stderr.take() {
@@ -242,23 +294,26 @@ fn port_in_use_fails_clearly() {
 // process's listening socket outlives it for a few milliseconds: a port
 // still in use at start is retried for a bounded time, logged, and bound
 // once free. Method: hold the port with a std listener, start spoold, free
-// the port 300 ms later; spoold must then serve (not exit 5) and say it
-// waited.
+// the port once spoold logged that it found it in use and retries; spoold
+// must then serve (not exit 5) and say it waited.
 #[test]
 fn a_port_still_in_use_at_start_is_retried_until_free() {
     let dir = tempfile::tempdir().unwrap();
     let holder = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = holder.local_addr().unwrap().port();
     let mut child = spawn_spoold(dir.path(), port, 1, &[]);
-    std::thread::sleep(Duration::from_millis(300));
+    let stderr = StderrWatch::start(&mut child);
+    stderr.wait_for(&mut child, "port still in use");
     drop(holder);
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let mut stream = connect_when_up(&mut child, addr);
     list_queues_round_trip(&mut stream, 7);
     signal(&child, libc::SIGTERM);
-    let (code, stderr) = wait_exit(child);
+    let (code, _) = wait_exit(child);
+    let stderr = stderr.finish();
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stderr.contains("port still in use"), "{stderr}");
+    assert!(stderr.contains("port came free"), "{stderr}");
 }
 
 // Goal: a taken admin port is a start error like a taken shard port (exit

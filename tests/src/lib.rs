@@ -20,6 +20,7 @@
 
 pub mod admin;
 pub mod auth;
+pub mod events;
 pub mod fault;
 pub mod killloop;
 

@@ -20,6 +20,7 @@ use spool_client::spool_wire::proto::{
 };
 use spool_client::spool_wire::ErrorCode;
 use spool_client::{Admin, Message, Producer, ProducerConfig};
+use spool_tests::events::wait_for_claims_waiting;
 use spool_tests::{now, test_queue_config, Spoold};
 
 const QUEUE: &str = "cancels";
@@ -106,12 +107,14 @@ async fn a_cancelled_long_poll_answers_empty_at_once_and_claims_nothing_later() 
     // Goal: a waiting claim named by a CancelClaim answers empty at once and
     // no longer claims: the message sent afterwards is ready, 0 attempts.
     // Cancelling it again, or an id never used, is NOT_PENDING and harmless.
-    // Method: claim (60 s wait) on an empty partition, cancel it 300 ms
-    // later, read both answers within the bound; send a message; peek.
+    // Method: claim (60 s wait) on an empty partition, cancel it once it is
+    // parked (the claims-waiting gauge), read both answers within the bound;
+    // once the gauge reads 0 (the wait is gone, not merely answered), send
+    // a message; peek.
     let (broker, admin, producer) = broker_with_queue().await;
     let mut stream = connect(&broker.addr());
     stream.write_all(&claim_frame(5, 60_000)).unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    wait_for_claims_waiting(&broker, 1).await;
     let started = now();
     stream.write_all(&cancel_frame(6, 5)).unwrap();
     let answers = read_answers(&mut stream, 2);
@@ -119,8 +122,10 @@ async fn a_cancelled_long_poll_answers_empty_at_once_and_claims_nothing_later() 
     assert_eq!(answers[&6], Answer::Cancel(CancelOutcome::Cancelled));
     assert_eq!(answers[&5], Answer::Claim(0), "a cancelled claim answers empty");
 
+    // No claim is parked any more (a cancelled claim that went on waiting
+    // would hold the gauge at 1 for its 60 s): nothing can take the message.
+    wait_for_claims_waiting(&broker, 0).await;
     producer.send(QUEUE, Message::new("after the cancel")).await.unwrap();
-    std::thread::sleep(Duration::from_millis(300));
     assert_eq!(peek(&admin).await, vec![(MessageState::Ready, 0)]);
 
     // Already answered, and never used: nothing to cancel, no error.
@@ -142,17 +147,19 @@ async fn a_cancel_cannot_touch_another_connections_claim() {
     // another connection's waiting claim is NOT_PENDING and that claim goes
     // on waiting, then gets the message; cancelling it after it claimed is
     // NOT_PENDING and its delivery stands. Method: connection A long-polls
-    // (id 5), connection B cancels id 5, a message is sent, A's claim
-    // answers with it; A cancels id 5 afterwards; peek shows it claimed once.
+    // (id 5) until it is parked, connection B cancels id 5, A's claim is
+    // still parked (the gauge), a message is sent, A's claim answers with
+    // it; A cancels id 5 afterwards; peek shows it claimed once.
     let (broker, admin, producer) = broker_with_queue().await;
     let mut waiting = connect(&broker.addr());
     let mut other = connect(&broker.addr());
     waiting.write_all(&claim_frame(5, 20_000)).unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    wait_for_claims_waiting(&broker, 1).await;
     other.write_all(&cancel_frame(5, 5)).unwrap();
     assert_eq!(read_answer(&mut other), (5, Answer::Cancel(CancelOutcome::NotPending)));
 
-    std::thread::sleep(Duration::from_millis(200));
+    // B's cancel was answered: A's claim is still the one parked.
+    wait_for_claims_waiting(&broker, 1).await;
     let started = now();
     producer.send(QUEUE, Message::new("for the waiting claim")).await.unwrap();
     assert_eq!(read_answer(&mut waiting), (5, Answer::Claim(1)), "still waiting, then woken");

@@ -117,6 +117,7 @@ async fn seed() -> Seeded {
     let mut enqueued = HashSet::new();
     for chunk in 0..MESSAGES / 64 {
         if chunk == MESSAGES / 64 / 2 {
+            // Time under test: a dedupe generation seals as time passes.
             tokio::time::sleep(GENERATION_PAUSE).await;
         }
         let mut pending = Vec::new();

@@ -1,4 +1,4 @@
-// Goal: a full disk is an operating condition, not a crash (DESIGN §1):
+// Goal: a full disk is an operating condition, not a crash (docs/operations.md):
 // enqueue fails with DISK_FULL, everything acknowledged stays intact,
 // claims and acks keep working while full, and enqueues succeed again on
 // their own, without a restart, once the space for the next commit returns
@@ -167,6 +167,7 @@ fn free_bytes_settled(path: &Path) -> u64 {
     (0..5)
         .map(|sample| {
             if sample > 0 {
+                // Time under test: readings apart, so a short-lived file falls between them.
                 std::thread::sleep(Duration::from_millis(50));
             }
             free_bytes(path)
@@ -269,6 +270,7 @@ async fn full_disk_refuses_enqueues_keeps_serving_and_recovers_without_restart()
         assert!(is_disk_full(&refusal), "refused with {refusal}");
         assert!(refusal.is_retriable());
         first_refusal.get_or_insert(refusal);
+        // Time under test: the broker's own once-a-second retry must clear it.
         tokio::time::sleep(RETRY_SETTLE).await;
         let id = message_id(1, sequence);
         sequence += 1;

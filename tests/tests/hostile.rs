@@ -100,6 +100,7 @@ async fn hostile(addr: String, slot: u64, stop: Arc<AtomicBool>, stats: Arc<Host
     let mut noise = Noise(0x9E37_79B9 ^ ((slot + 1) * 0x1000_0001));
     while !stop.load(Ordering::Acquire) {
         let Ok(mut stream) = TcpStream::connect(&addr).await else {
+            // A retry pause: the loop tries again until `stop`.
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
@@ -139,6 +140,7 @@ async fn hostile(addr: String, slot: u64, stop: Arc<AtomicBool>, stats: Arc<Host
                         break;
                     }
                     stats.bytes_sent.fetch_add(1, Ordering::Relaxed);
+                    // Time under test: a frame trickled a byte every 20 ms.
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
                 closed

@@ -27,6 +27,7 @@ use spool_client::spool_wire::batch::MessageId;
 use spool_client::spool_wire::proto::{MessageState, Offset, PartitionId};
 use spool_client::spool_wire::ErrorCode;
 use spool_client::{Admin, Delivery, Message, Producer, ProducerConfig};
+use spool_tests::events::wait_for_metric;
 use spool_tests::{test_queue_config, Spoold, SpooldOptions};
 
 use common::{claim_options, count_by_id, drain, id_parts, message_id, unix_ms};
@@ -330,8 +331,14 @@ async fn journal_files_are_released_after_acks_and_a_kill_after_the_release_lose
 
     let before = scrape(&broker);
     send_bulk(&producer, "rel", &key1, 7, 11).await;
-    // Idle past the witness delay (`WITNESS_DELAY_MS`, 5 ms).
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Idle past the witness delay (`WITNESS_DELAY_MS`, 5 ms), the journal
+    // writes a witness: wait for the counter to show one.
+    let witnessed = before.sum("spool_journal_witnesses_total") + 1.0;
+    let what = "a witness entry after the bulk";
+    wait_for_metric(&broker, "spool_journal_witnesses_total", what, |witnesses| {
+        witnesses >= witnessed
+    })
+    .await;
     let after = scrape(&broker);
     let delta = |name: &str| after.sum(name) - before.sum(name);
     let commits = delta("spool_shard_commit_size_bytes_count");
@@ -359,6 +366,7 @@ async fn journal_files_are_released_after_acks_and_a_kill_after_the_release_lose
     assert!(full >= 5, "40 MiB over 8 MiB files: {full} files");
     // The early record lies in the first file: nothing can go yet (files
     // are released as a prefix). Several release passes run meanwhile.
+    // Time under test (nothing happens): no metric counts release passes.
     tokio::time::sleep(RELEASE_PASSES_WAIT).await;
     assert_eq!(wal_files(&journal_dir), full, "a file holding a live record was released");
     let pinned = scrape(&broker);
@@ -495,6 +503,7 @@ async fn below_its_retain_budget_a_shard_asks_no_checkpoint_and_above_it_files_g
     assert_eq!(bulk.len(), BULK_RECORDS as usize);
     let full = wal_files(&journal_dir);
     assert!(full >= 5, "40 MiB over 8 MiB files: {full} files");
+    // Time under test (nothing happens): no metric counts release passes.
     tokio::time::sleep(RELEASE_PASSES_WAIT).await;
     let held = scrape(&broker);
     assert_eq!(

@@ -195,7 +195,7 @@ async fn enqueue_past_the_rate_is_refused_counted_and_passes_after_the_hint() {
         assert_eq!(rejections(&broker, LIMITED, "enqueue_messages_per_sec") - before, 2.0);
     }
 
-    // After the hint the bucket has room again.
+    // After the hint the bucket has room again (time under test: it refills).
     tokio::time::sleep(hint).await;
     let deadline = now() + PATIENCE;
     loop {
@@ -204,6 +204,7 @@ async fn enqueue_past_the_rate_is_refused_counted_and_passes_after_the_hint() {
             // The HTTP send above may have taken the room first.
             Err(error) if now() < deadline => {
                 let wait = quota_refusal(&error, "enqueue_messages_per_sec");
+                // Time under test: the bucket refills after the refusal's hint.
                 tokio::time::sleep(wait).await;
             }
             Err(error) => panic!("still refused after {PATIENCE:?}: {error}"),
@@ -300,6 +301,7 @@ async fn claims_past_the_allowance_are_clamped_refused_and_freed() {
             Ok(freed) => break freed,
             Err(error) if now() < deadline => {
                 let wait = quota_refusal(&error, "claims_in_flight_max");
+                // Time under test: the short lease runs out (retried by the hint).
                 tokio::time::sleep(wait.max(Duration::from_millis(10))).await;
             }
             Err(error) => panic!("no room after {PATIENCE:?}: {error}"),

@@ -100,6 +100,7 @@ async fn send_when_room(producer: &Producer, body: &str) {
         match producer.send(QUEUE, Message::new(body.to_owned())).await {
             Ok(_) => return,
             Err(error) if now() < deadline => {
+                // A bounded poll at the refusal's hint (the next tick lowers the figure).
                 tokio::time::sleep(stored_refusal(&error)).await;
             }
             Err(error) => panic!("still refused after {PATIENCE:?}: {error}"),

@@ -21,6 +21,9 @@ use spool_client::spool_wire::proto::{
 };
 use spool_client::spool_wire::ErrorCode;
 use spool_client::Admin;
+use spool_tests::events::{
+    metric_sum_now, wait_for_claims_waiting_blocking, wait_for_connections_blocking, CLAIMS_WAITING,
+};
 use spool_tests::{now, test_queue_config, Spoold, SpooldOptions};
 
 const QUEUE: &str = "waiters";
@@ -86,6 +89,20 @@ fn open_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count()
 }
 
+/// The broker's open fd count once it reads the same `STABLE_READS` times
+/// in a row, 50 ms apart (polled for at most 10 s).
+fn stable_fds(pid: u32) -> usize {
+    const STABLE_READS: usize = 5;
+    let mut reads = vec![open_fds(pid)];
+    let settled = eventually(Duration::from_secs(10), || {
+        reads.push(open_fds(pid));
+        let last = &reads[reads.len().saturating_sub(STABLE_READS)..];
+        last.len() == STABLE_READS && last.iter().all(|count| *count == last[0])
+    });
+    assert!(settled, "the broker's fd count never held still: {reads:?}");
+    *reads.last().unwrap()
+}
+
 /// Polls `probe` every 50 ms for up to `wait`; true once it holds.
 fn eventually(wait: Duration, mut probe: impl FnMut() -> bool) -> bool {
     let deadline = now() + wait;
@@ -123,6 +140,33 @@ fn long_polls(addr: &str, connections: usize, claims: usize) -> Vec<TcpStream> {
         .collect()
 }
 
+/// Appends what `stream` (non-blocking) has to read now to `bytes`.
+fn read_available(stream: &mut TcpStream, bytes: &mut Vec<u8>) {
+    let mut chunk = [0u8; 64 * 1024];
+    loop {
+        match stream.read(&mut chunk) {
+            Ok(0) => panic!("the broker closed a greedy connection"),
+            Ok(read) => bytes.extend_from_slice(&chunk[..read]),
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => return,
+            Err(error) => panic!("greedy connection: {error}"),
+        }
+    }
+}
+
+/// Whole frames at the start of `bytes`.
+fn whole_frames(bytes: &[u8]) -> usize {
+    let (mut at, mut frames) = (0, 0);
+    while at + 4 <= bytes.len() {
+        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        if len < 4 || at + len > bytes.len() {
+            break;
+        }
+        at += len;
+        frames += 1;
+    }
+    frames
+}
+
 /// Lines of the log that contain every one of `needles` (colour codes
 /// removed first).
 fn log_lines(broker: &Spoold, needles: &[&str]) -> Vec<String> {
@@ -148,10 +192,11 @@ async fn sigterm_with_long_polls_of_vanished_clients_exits_0_at_once() {
     // Goal: long-polls whose clients already left do not hold the drain:
     // SIGTERM exits 0 within EXIT_BOUND, not after shutdown_timeout_ms
     // (exit code 11) or the 60 s wait. Method: 8 connections × 4 claims
-    // waiting 60 s on empty partitions, drop every socket, SIGTERM at once.
+    // waiting 60 s on empty partitions (all 32 parked), drop every socket,
+    // SIGTERM at once.
     let mut broker = broker_with_queue(&[]).await;
     let streams = long_polls(&broker.addr(), 8, 4);
-    std::thread::sleep(Duration::from_millis(300));
+    wait_for_claims_waiting_blocking(&broker, 32);
     drop(streams);
     let started = now();
     broker.signal(libc::SIGTERM);
@@ -164,10 +209,11 @@ async fn sigterm_with_long_polls_of_vanished_clients_exits_0_at_once() {
 async fn sigterm_answers_a_connected_long_poll_with_an_empty_claim() {
     // Goal: a client still waiting at SIGTERM gets its claim's answer
     // (empty, no error), not a reset, and the broker exits 0. Method: two
-    // claims waiting 60 s, SIGTERM, read both answers, then the close.
+    // claims waiting 60 s (both parked), SIGTERM, read both answers, then
+    // the close.
     let mut broker = broker_with_queue(&[]).await;
     let mut stream = long_polls(&broker.addr(), 1, 2).pop().unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    wait_for_claims_waiting_blocking(&broker, 2);
     broker.signal(libc::SIGTERM);
     for _ in 0..2 {
         let reply = read_reply(&mut stream).expect("an answer, not a reset");
@@ -185,30 +231,32 @@ async fn sigterm_answers_a_connected_long_poll_with_an_empty_claim() {
 async fn a_closed_connection_releases_its_waits_and_socket_at_once() {
     // Goal: a client that goes away mid-long-poll frees its waiter and its
     // file descriptor at once, not when its 60 s wait expires. Method: count
-    // the broker's open fds, open 20 connections with a 60 s long-poll
-    // each, drop them, and require the count back within 5 s.
+    // the broker's open fds once the count holds still, open 20 connections
+    // with a 60 s long-poll each (all parked), drop them, and require the
+    // waits ended, the connections closed and the count back within 5 s.
     let broker = broker_with_queue(&[]).await;
     let pid = broker.pid().unwrap();
-    // New partitions prepare segment files in the background: let that
-    // settle, and take the smallest count seen as the baseline.
-    std::thread::sleep(Duration::from_secs(1));
-    let baseline = (0..5)
-        .map(|_| {
-            std::thread::sleep(Duration::from_millis(100));
-            open_fds(pid)
-        })
-        .min()
-        .unwrap();
+    // Once the admin client's connections are closed (the gauge) and the
+    // new partitions' first files written, the baseline: a count read the
+    // same five times in a row (a bounded poll, not a guess at how long
+    // that takes).
+    wait_for_connections_blocking(&broker, 0);
+    let baseline = stable_fds(pid);
     let streams = long_polls(&broker.addr(), 20, 1);
+    wait_for_claims_waiting_blocking(&broker, 20);
     assert!(
-        eventually(Duration::from_secs(10), || open_fds(pid) >= baseline + 20),
+        open_fds(pid) >= baseline + 20,
         "the broker holds a socket per waiting connection: {} against {baseline}",
         open_fds(pid)
     );
     drop(streams);
+    let ended = eventually(Duration::from_secs(5), || {
+        metric_sum_now(&broker, CLAIMS_WAITING) == Ok(0.0) && open_fds(pid) <= baseline + 2
+    });
     assert!(
-        eventually(Duration::from_secs(5), || open_fds(pid) <= baseline + 2),
-        "sockets of closed connections still open: {} against {baseline}",
+        ended,
+        "waits of closed connections: {:?}; their sockets: {} open against {baseline}",
+        metric_sum_now(&broker, CLAIMS_WAITING),
         open_fds(pid)
     );
 }
@@ -236,22 +284,34 @@ async fn a_greedy_client_cannot_push_a_good_consumer_to_throttled() {
     // Up to 64 of each connection's claims wait (the default bound); the
     // rest are answered at once: THROTTLED naming the connection's bound, or
     // (once the partition is full and this connection is the heaviest) an
-    // empty claim for a waiter displaced by a lighter connection.
-    std::thread::sleep(Duration::from_secs(3));
-    let mut per_connection_errors = 0;
-    let mut other_replies = 0;
+    // empty claim for a waiter displaced by a lighter connection. Read
+    // until every claim is accounted for: the answers read so far plus the
+    // claims parked (scraped after the read) make all 72 × 120.
+    const GREEDY_CLAIMS: usize = 72 * 120;
+    let mut received: Vec<Vec<u8>> = vec![Vec::new(); greedy.len()];
     for stream in &mut greedy {
         stream.set_nonblocking(true).unwrap();
-        let mut bytes = Vec::new();
-        let mut chunk = [0u8; 64 * 1024];
-        loop {
-            match stream.read(&mut chunk) {
-                Ok(0) => panic!("the broker closed a greedy connection"),
-                Ok(read) => bytes.extend_from_slice(&chunk[..read]),
-                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => break,
-                Err(error) => panic!("greedy connection: {error}"),
-            }
+    }
+    let started = now();
+    loop {
+        for (stream, bytes) in greedy.iter_mut().zip(&mut received) {
+            read_available(stream, bytes);
         }
+        let answered: usize = received.iter().map(|bytes| whole_frames(bytes)).sum();
+        let parked = metric_sum_now(&broker, CLAIMS_WAITING);
+        if parked.as_ref().is_ok_and(|parked| answered + *parked as usize == GREEDY_CLAIMS) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{answered} answers read and {parked:?} claims parked of {GREEDY_CLAIMS}"
+        );
+        // A bounded poll: both counts are read again each time.
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut per_connection_errors = 0;
+    let mut other_replies = 0;
+    for bytes in &received {
         let mut at = 0;
         while at + 4 <= bytes.len() {
             let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
@@ -293,14 +353,15 @@ async fn a_connection_over_the_limit_is_told_too_many_connections() {
     // Goal: a connection past connections_per_shard_max reads a
     // TOO_MANY_CONNECTIONS error frame before the close, and refusals are
     // counted in a rate-limited log line that reports the suppressed ones.
-    // Method: limit 4; hold 4 connections; 20 more each read the error and
-    // EOF; after a second one more refusal logs the running total.
+    // Method: limit 4; once the admin client's connections are closed
+    // (the connections gauge), hold 4 connections, accepted (the gauge);
+    // 20 more each read the error and EOF; after a second one more refusal
+    // logs the running total.
     let broker = broker_with_queue(&["--connections-per-shard-max", "4"]).await;
     let addr = broker.addr();
-    // The admin client's connections may still be closing: wait for room.
-    std::thread::sleep(Duration::from_millis(300));
+    wait_for_connections_blocking(&broker, 0);
     let held: Vec<TcpStream> = (0..4).map(|_| connect(&addr)).collect();
-    std::thread::sleep(Duration::from_millis(300));
+    wait_for_connections_blocking(&broker, 4);
     for attempt in 0..20 {
         let mut extra = connect(&addr);
         let reply = read_reply(&mut extra).expect("an error frame before the close");
@@ -309,6 +370,7 @@ async fn a_connection_over_the_limit_is_told_too_many_connections() {
         assert!(text.contains("connections_per_shard_max"), "{text}");
         assert_eof(&mut extra);
     }
+    // Time under test: the refusal line is rate-limited to one a second.
     std::thread::sleep(Duration::from_millis(1_100));
     let mut last = connect(&addr);
     assert_eq!(read_reply(&mut last).unwrap().error, ErrorCode::TooManyConnections);

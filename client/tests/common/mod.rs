@@ -40,6 +40,7 @@ impl Outbox {
     pub fn send_after(&self, delay: Duration, bytes: Vec<u8>) {
         let outbox = self.clone();
         tokio::spawn(async move {
+            // Time under test: the fake broker answers late.
             tokio::time::sleep(delay).await;
             outbox.send(bytes);
         });

@@ -145,6 +145,7 @@ async fn bulk_load(client: Client, stop: Arc<AtomicBool>) {
             }
         }
         if !enqueued {
+            // A retry pause: the bulk writer tries again until stopped.
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }

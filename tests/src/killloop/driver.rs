@@ -95,6 +95,7 @@ async fn run_on(
     let mut port_waits = 0u64;
     for cycle_index in 0..config.kills {
         let pause = rng.range(config.kill_interval_ms_min, config.kill_interval_ms_max);
+        // Time under test: the load runs this long between two kills.
         tokio::time::sleep(Duration::from_millis(pause)).await;
         if let Some(finished) = tasks.try_join_next() {
             worker_result(finished)?;
@@ -147,6 +148,7 @@ async fn run_on(
     // and the drain can claim everything.
     let deadline_ms = shared.lease_deadline_ms_max.load(Ordering::Acquire);
     let wait_ms = (deadline_ms + 100).saturating_sub(unix_ms());
+    // Time under test: the leases run out.
     tokio::time::sleep(Duration::from_millis(wait_ms)).await;
     let live = list_live(&admin, config.partitions).await?;
     shared.ledger().live_check(&live);

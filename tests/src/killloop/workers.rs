@@ -173,6 +173,7 @@ pub async fn producer(
             ledger.enqueued_count().saturating_sub(ledger.acked_count())
         };
         if backlog >= config.backlog_max {
+            // A bounded poll: the backlog is read again after the pause.
             tokio::time::sleep(BACKLOG_PAUSE).await;
             continue;
         }
@@ -279,6 +280,7 @@ async fn send_until_answered(
                 )));
             }
         }
+        // A retry pause (the broker is usually down); the loop re-checks `stop`.
         tokio::time::sleep(RETRY_PAUSE).await;
     }
 }
@@ -380,6 +382,7 @@ pub async fn consumer(
         };
         let Some((deliveries, token_instance)) = claimed else {
             bump(&shared.counters.claim_errors);
+            // A retry pause (the broker is usually down).
             tokio::time::sleep(RETRY_PAUSE).await;
             continue;
         };
@@ -420,6 +423,7 @@ async fn handle(
     let queue = shared.queue.as_str();
     let (partition, token) = (delivery.partition(), delivery.token());
     if plan.extend {
+        // Time under test: the handler holds its delivery (half before the extend).
         tokio::time::sleep(Duration::from_millis(plan.hold_ms / 2)).await;
         let _gate = shared.gate.read().await;
         let sent = shared.instance();
@@ -433,8 +437,10 @@ async fn handle(
                 .token_use_succeeded(token_use(&delivery, token_instance, sent), "extend");
         }
         drop(_gate);
+        // Time under test: the rest of the hold.
         tokio::time::sleep(Duration::from_millis(plan.hold_ms - plan.hold_ms / 2)).await;
     } else {
+        // Time under test: the handler holds its delivery.
         tokio::time::sleep(Duration::from_millis(plan.hold_ms)).await;
     }
     match plan.action {

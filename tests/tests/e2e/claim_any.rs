@@ -9,6 +9,7 @@ use std::time::Duration;
 use spool_client::spool_wire::proto::{MessageState, Offset, PartitionId};
 use spool_client::{shard_address, Admin, ClaimOptions, Delivery, Message, Producer};
 use spool_client::{PayloadView, ProducerConfig};
+use spool_tests::events::wait_for_claims_waiting;
 use spool_tests::{now, test_queue_config, Spoold};
 
 use crate::common::key_for;
@@ -44,8 +45,9 @@ async fn claim_any_waits_once_in_total() {
 
 // Goal: a message arriving on any partition during the wait wakes
 // claim_any at once. Method: for each of the 4 partitions, start a
-// claim_any with a 10 s wait, send one message to that partition 300 ms
-// later; claim_any returns it well before the deadline (< 3 s), and acks it.
+// claim_any with a 10 s wait, send one message to that partition once its
+// long-polls are parked (one per shard: the claims-waiting gauge reads 2);
+// claim_any returns it well before the deadline (< 3 s), and acks it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claim_any_wakes_on_any_partition() {
     let broker = Spoold::start(2);
@@ -56,12 +58,14 @@ async fn claim_any_wakes_on_any_partition() {
         .unwrap();
     let producer = Producer::new(client.clone(), ProducerConfig::default()).unwrap();
     for partition in 0..PARTITIONS {
+        // The previous round's other long-poll is withdrawn first.
+        wait_for_claims_waiting(&broker, 0).await;
         let claimer = client.clone();
         let started = now();
         let claim = tokio::spawn(async move {
             claimer.claim_any("wake", &ClaimOptions::new(3).wait_ms(10_000)).await
         });
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        wait_for_claims_waiting(&broker, u64::from(broker.cores())).await;
         let body = format!("for partition {partition}");
         let key = key_for(partition, PARTITIONS, 1);
         producer.send("wake", Message::new(body.clone()).key(key)).await.unwrap();
@@ -77,7 +81,8 @@ async fn claim_any_wakes_on_any_partition() {
 // Goal: deliveries beyond the credits (several partitions answering their
 // long-polls at once) and long-polls still outstanding when claim_any
 // returns are released, not lost. Method: claim_any for 1 credit waits on 4
-// empty partitions; one message per partition arrives in one burst; it
+// empty partitions (its long-polls parked, one per shard); one message per
+// partition arrives in one burst; it
 // returns exactly one; shortly after, the other three are claimable again
 // (released ones on their second attempt), nothing stays claimed, and all
 // four were seen exactly once as acked.
@@ -91,7 +96,7 @@ async fn claim_any_releases_what_it_does_not_return() {
     let claim = tokio::spawn(async move {
         claimer.claim_any("burst", &ClaimOptions::new(1).lease_ms(30_000).wait_ms(10_000)).await
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_for_claims_waiting(&broker, u64::from(broker.cores())).await;
     let producer = Producer::new(client.clone(), ProducerConfig::default()).unwrap();
     let mut sends = Vec::new();
     for partition in 0..PARTITIONS {
@@ -154,11 +159,13 @@ async fn shard_addresses_are_public() {
 // (CancelClaim), so a message that arrives on their partitions afterwards is
 // never claimed by an orphaned wait and released (with max_deliveries = 1
 // that release would dead-letter it unhandled). Method: 4 partitions on 2
-// shards, max_deliveries 1; claim_any(1 credit, 5 s) waits on the empty
-// queue; one message to partition 0 wakes it; right after it returns, one
-// message to each of partitions 1..3; each must still be ready with 0
-// attempts (peek), no partition has released, claimed or dead-lettered
-// anything, and a plain claim then delivers each on its first attempt.
+// shards, max_deliveries 1; claim_any(1 credit, 60 s) waits on the empty
+// queue (its two long-polls parked); one message to partition 0 wakes it;
+// once it returned and no long-poll is parked any more (the other shard's
+// withdrawn, not left to wait out its 60 s), one message to each of
+// partitions 1..3; each must still be ready with 0 attempts (peek), no
+// partition has released, claimed or dead-lettered anything, and a plain
+// claim then delivers each on its first attempt.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claim_any_withdraws_its_other_long_polls() {
     let broker = Spoold::start(2);
@@ -168,15 +175,18 @@ async fn claim_any_withdraws_its_other_long_polls() {
     let producer = Producer::new(client.clone(), ProducerConfig::default()).unwrap();
     let claimer = client.clone();
     let claim = tokio::spawn(async move {
-        claimer.claim_any("withdraw", &ClaimOptions::new(1).lease_ms(30_000).wait_ms(5_000)).await
+        claimer.claim_any("withdraw", &ClaimOptions::new(1).lease_ms(30_000).wait_ms(60_000)).await
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_for_claims_waiting(&broker, u64::from(broker.cores())).await;
     let key = key_for(0, PARTITIONS, 3);
     producer.send("withdraw", Message::new("first").key(key)).await.unwrap();
     let got = claim.await.unwrap().unwrap();
     assert_eq!(got.len(), 1);
     assert_eq!((got[0].partition(), payload(&got[0])), (PartitionId(0), "first".to_owned()));
     assert_eq!(got[0].attempt(), 1);
+    // The other shard's long-poll is withdrawn: none is left to claim what
+    // comes next (one that was not would hold the gauge for its 60 s).
+    wait_for_claims_waiting(&broker, 0).await;
 
     for partition in 1..PARTITIONS {
         let key = key_for(partition, PARTITIONS, 3);
@@ -185,8 +195,6 @@ async fn claim_any_withdraws_its_other_long_polls() {
             .await
             .unwrap();
     }
-    // Long enough for an orphaned wait to claim and release what arrived.
-    tokio::time::sleep(Duration::from_millis(500)).await;
     for partition in 1..PARTITIONS {
         let peeked = admin.peek("withdraw", PartitionId(partition), Offset(0), 10).await.unwrap();
         assert_eq!(peeked.len(), 1, "partition {partition}: {peeked:?}");

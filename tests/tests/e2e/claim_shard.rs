@@ -18,6 +18,7 @@ use spool_client::spool_wire::proto::{
 use spool_client::spool_wire::ErrorCode;
 use spool_client::ProducerConfig;
 use spool_client::{Admin, ClaimOptions, Client, Delivery, Message, PayloadView, Producer};
+use spool_tests::events::wait_for_claims_waiting;
 use spool_tests::{now, test_queue_config, Spoold};
 
 use crate::common::key_for;
@@ -122,11 +123,12 @@ async fn a_claim_of_any_gets_exactly_its_shards_partitions() {
 // Goal: a claim of ANY long-polls the whole shard: a message to any of its
 // partitions wakes it at once, one to another shard's partition does not
 // satisfy it; with nothing arriving it waits its wait_ms, once. Method: 2
-// shards, 8 partitions; claim_shard (10 s wait) via shard A's target; 300
-// ms later a message to a partition of shard B, 300 ms after that one to
-// A's last partition; the claim returns within 3 s with only A's message,
-// naming that partition. Then a claim of ANY (1 s wait) on an empty queue
-// returns empty after ≥ 0.9 s and < 2.5 s.
+// shards, 8 partitions; claim_shard (10 s wait) via shard A's target; once
+// it is parked (the claims-waiting gauge), a message to a partition of
+// shard B; 300 ms later (nothing may happen meanwhile) the claim still
+// waits, and a message goes to A's last partition; the claim returns
+// within 3 s with only A's message, naming that partition. Then a claim of
+// ANY (1 s wait) on an empty queue returns empty after ≥ 0.9 s and < 2.5 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_of_any_long_polls_the_shards_partitions() {
     const PARTITIONS: u32 = 8;
@@ -150,11 +152,13 @@ async fn a_claim_of_any_long_polls_the_shards_partitions() {
         let options = ClaimOptions::new(5).lease_ms(30_000).wait_ms(10_000);
         claimer.claim_shard("poll", via, &options).await
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_for_claims_waiting(&broker, 1).await;
     let key = key_for(other, PARTITIONS, 21);
     producer.send("poll", Message::new(body_of(other)).key(key)).await.unwrap();
+    // Time under test: nothing answers the claim during these 300 ms.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!claim.is_finished(), "another shard's message answered the claim");
+    wait_for_claims_waiting(&broker, 1).await;
     let key = key_for(target, PARTITIONS, 21);
     producer.send("poll", Message::new(body_of(target)).key(key)).await.unwrap();
     let batch = claim.await.unwrap().unwrap();
@@ -391,10 +395,11 @@ async fn claim_v1_any_wire_contract() {
 
 // Goal: a waiting claim of ANY is withdrawn by a CancelClaim naming its
 // correlation id: it answers empty at once and claims nothing afterwards.
-// Method: 1 shard, a queue of 2 partitions; a raw claim of ANY (10 s wait)
-// on the empty queue, cancelled 300 ms later on the same connection: both
-// answer well under 3 s (CANCELLED, empty); then one message per
-// partition; after 500 ms both are Ready with 0 attempts (peek) and
+// Method: 1 shard, a queue of 2 partitions; a raw claim of ANY (60 s wait)
+// on the empty queue, cancelled on the same connection once it is parked
+// (the claims-waiting gauge): both answer well under 3 s (CANCELLED,
+// empty); once the gauge reads 0 (the wait is gone, not merely answered),
+// one message per partition; both are Ready with 0 attempts (peek) and
 // nothing is claimed; a claim of ANY on the same connection then gets one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_claim_of_any_claims_nothing_later() {
@@ -406,8 +411,8 @@ async fn a_cancelled_claim_of_any_claims_nothing_later() {
     let producer = Producer::new(client.clone(), ProducerConfig::default()).unwrap();
 
     let mut stream = connect(&broker.addr());
-    stream.write_all(&claim_frame("cancel", PartitionId::ANY, 10_000, 5, 1)).unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    stream.write_all(&claim_frame("cancel", PartitionId::ANY, 60_000, 5, 1)).unwrap();
+    wait_for_claims_waiting(&broker, 1).await;
     let started = now();
     stream.write_all(&cancel_frame(6, 5)).unwrap();
     let answers: BTreeMap<u64, Answer> = (0..2).map(|_| read_answer(&mut stream)).collect();
@@ -416,9 +421,10 @@ async fn a_cancelled_claim_of_any_claims_nothing_later() {
     assert_eq!(answers[&6], Answer::Cancel(CancelOutcome::Cancelled));
     assert_eq!(answers[&5], Answer::Claim { version: 1, partitions: vec![] });
 
+    // No claim is parked any more (one that went on waiting would hold the
+    // gauge at 1 for its 60 s): nothing can take what comes next.
+    wait_for_claims_waiting(&broker, 0).await;
     one_per_partition(&producer, "cancel", PARTITIONS, 41).await;
-    // Long enough for a claim that was not withdrawn to take them.
-    tokio::time::sleep(Duration::from_millis(500)).await;
     for partition in 0..PARTITIONS {
         let peeked = admin.peek("cancel", PartitionId(partition), Offset(0), 10).await.unwrap();
         let states: Vec<_> =

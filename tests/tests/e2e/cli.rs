@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use spool_client::PayloadView;
+use spool_tests::events::wait_for_claims_waiting_blocking;
 use spool_tests::{json_lines_stdout, json_stdout, success_stdout, Spoold};
 
 fn sum(rows: &Value, field: &str) -> u64 {
@@ -305,8 +306,9 @@ fn recv_prints_acked_deliveries() {
 // message sent to any partition during the wait is received promptly.
 // Method: on a 4-partition empty queue, `recv --wait-ms 1000` returns in
 // ≥ 0.9 s and < 2.5 s (waiting per partition took 4 s); then `recv
-// --wait-ms 10000` gets a message sent to partition 3 after 300 ms and
-// exits well before its deadline.
+// --wait-ms 10000` gets a message sent to partition 3 once its long-polls
+// are parked (one per shard: the claims-waiting gauge) and exits well
+// before its deadline.
 #[test]
 fn recv_wait_is_a_total_over_all_partitions() {
     let broker = Spoold::start(2);
@@ -326,7 +328,7 @@ fn recv_wait_is_a_total_over_all_partitions() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    wait_for_claims_waiting_blocking(&broker, u64::from(broker.cores()));
     success_stdout(&broker.cli(&["send", "quiet", "--key", &key, "late"]));
     let output = recv.wait_with_output().unwrap();
     let took = started.elapsed();

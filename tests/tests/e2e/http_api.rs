@@ -4,6 +4,7 @@
 
 use serde_json::{json, Value};
 use spool_tests::admin::{http, http_json, http_raw, http_with_body, HttpAnswer};
+use spool_tests::events::wait_for_claims_waiting_blocking;
 use spool_tests::Spoold;
 
 /// `method path` with a JSON body, from a test that may run on tokio.
@@ -290,7 +291,8 @@ fn every_documented_route_is_served() {
 // Goal: the API bounds its requests in flight: with 32 long-poll claims
 // waiting, one more request is answered at once 429 THROTTLED with
 // Retry-After, and the port serves again once they end. Method: 32 threads
-// claim an empty queue with wait_ms 3 s; a 33rd request meanwhile.
+// claim an empty queue with wait_ms 3 s; a 33rd request once all 32 are
+// parked on the shard (the claims-waiting gauge).
 #[test]
 fn requests_in_flight_are_bounded() {
     let broker = Spoold::start(1);
@@ -305,7 +307,7 @@ fn requests_in_flight_are_bounded() {
             })
         })
         .collect();
-    std::thread::sleep(std::time::Duration::from_millis(1_000));
+    wait_for_claims_waiting_blocking(&broker, 32);
     let started = spool_tests::now();
     let over = http(&addr, "GET", "/v1/queues");
     assert!(started.elapsed() < std::time::Duration::from_secs(1), "answered at once");

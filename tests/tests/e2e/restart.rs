@@ -11,9 +11,10 @@ use spool_client::spool_wire::batch::MessageId;
 use spool_client::spool_wire::proto::{MessageState, Offset, PartitionId};
 use spool_client::spool_wire::ErrorCode;
 use spool_client::{Admin, Delivery, Message, Producer, ProducerConfig};
+use spool_tests::events::wait_for_metric;
 use spool_tests::{test_queue_config, Spoold};
 
-use crate::common::{claim_options, count_by_id, drain, message_id, unix_ms};
+use crate::common::{claim_options, count_by_id, drain, message_id, metric_sum, unix_ms};
 use crate::stream::Stream;
 
 /// Lease of the claims held across the restart; long enough that they are
@@ -144,7 +145,9 @@ async fn restart_mid_stream(how: Stop) {
 // after their 60 s lease), each old token gets STALE_TOKEN, and the new
 // deliveries carry a newer epoch so a worker can tell the duplicate.
 // Method: real spoold over TCP; enqueue 20, claim 12 with a 60 s lease,
-// SIGKILL, restart, ack the old tokens, claim everything with no wait.
+// wait for the claim's commit to be durable (the shard's durable commits
+// counter moves past its value before the claim), SIGKILL, restart, ack the
+// old tokens, claim everything with no wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claims_of_a_killed_broker_are_claimable_at_once() {
     let mut broker = Spoold::start(1);
@@ -155,14 +158,21 @@ async fn claims_of_a_killed_broker_are_claimable_at_once() {
     for sequence in 0..20 {
         producer.send("fenced", Message::new("job").id(message_id(3, sequence))).await.unwrap();
     }
+    // Every send's commit is counted before its reply: the next commit made
+    // durable is the claim's (nothing else writes on this idle shard).
+    let commits_before = metric_sum(&broker, "spool_shard_commits_total");
     let claimed = client
         .claim("fenced", PartitionId(0), &claim_options(11, 12, HELD_LEASE_MS, 0))
         .await
         .unwrap();
     assert_eq!(claimed.deliveries.len(), 12);
-    // Give the claim's commit time to be synced (it is not waited for):
-    // this test is about durable claims of an older epoch.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The claim answers before its commit is durable: this test is about
+    // durable claims of an older epoch, so wait for that commit.
+    let durable = "the claim's commit made durable";
+    wait_for_metric(&broker, "spool_shard_commits_total", durable, |commits| {
+        commits > commits_before
+    })
+    .await;
     broker.kill();
     broker.restart();
 

@@ -8,6 +8,7 @@ use std::path::Path;
 use spool_client::spool_wire::proto::PartitionId;
 use spool_client::spool_wire::ErrorCode;
 use spool_client::{Admin, Delivery, Message, Producer, ProducerConfig};
+use spool_tests::events::wait_for_metric;
 use spool_tests::{test_queue_config, Spoold, SpooldOptions};
 
 use crate::common::{claim_options, key_for, message_id, metric_sum};
@@ -234,9 +235,9 @@ fn tick_visits(broker: &Spoold) -> f64 {
 // a wide queue's partitions are still met on time without those visits: a lease that runs
 // out makes its message claimable again (after the queue's 100 ms backoff) for a claim that
 // long-polls meanwhile, and a long-poll on an empty partition ends at its wait. Method: a real
-// 2-shard spoold (journal layout, 2,000 partitions); the ticks' visit counter from /metrics
-// over 3 idle seconds; then the lease and the long-poll, timed loosely (debug build, shared
-// machine).
+// 2-shard spoold (journal layout, 2,000 partitions); once they are all open
+// (`spool_shard_partitions_open`), the ticks' visit counter from /metrics over 3 idle seconds;
+// then the lease and the long-poll, timed loosely (debug build, shared machine).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_partitions_cost_a_visit_per_sweep_and_their_deadlines_are_still_met() {
     let options = SpooldOptions::new(2);
@@ -244,8 +245,13 @@ async fn idle_partitions_cost_a_visit_per_sweep_and_their_deadlines_are_still_me
     let client = broker.client().await;
     let admin = Admin::new(client.clone());
     admin.create_queue("idle", test_queue_config(WIDE_PARTITIONS, 60_000, 5)).await.unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
+    let wide = f64::from(WIDE_PARTITIONS);
+    wait_for_metric(&broker, "spool_shard_partitions_open", "every partition open", |open| {
+        open == wide
+    })
+    .await;
     let before = tick_visits(&broker);
+    // Time under test: the visits of 3 idle seconds (a rate).
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
     let per_second = (tick_visits(&broker) - before) / 3.0;
     assert!(

@@ -89,6 +89,7 @@ pub async fn consume(
             Ok(()) => {
                 // Ok: the broker acked every token of the fresh claim.
                 ledger.lock().unwrap().acked.extend(ids);
+                // Time under test: a consumer slower than the producer.
                 tokio::time::sleep(CONSUMER_PAUSE).await;
             }
             Err(error) => {
