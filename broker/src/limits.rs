@@ -444,6 +444,30 @@ const _: () = assert!(WRITE_TIMEOUT_MS_DEFAULT <= WRITE_TIMEOUT_MS_MAX);
 const _: () = assert!(SHUTDOWN_TIMEOUT_MS_MIN <= SHUTDOWN_TIMEOUT_MS_DEFAULT);
 const _: () = assert!(SHUTDOWN_TIMEOUT_MS_DEFAULT <= SHUTDOWN_TIMEOUT_MS_MAX);
 
+// --- Memory budget (`net/memory.rs`, `docs/design/memory-budget.md`) ------
+
+/// Share of the host's memory (the machine's or the cgroup's limit,
+/// whichever is lower) that `memory_bytes` defaults to: the rest is the
+/// page cache's, the kernel's and other processes'.
+pub const MEMORY_SHARE_PERCENT_DEFAULT: u64 = 50;
+/// `memory_bytes` when the host's memory cannot be read.
+pub const MEMORY_BYTES_FALLBACK: u64 = 1 << 30;
+/// Largest `memory_bytes` (16 TiB).
+pub const MEMORY_BYTES_MAX: u64 = 1 << 44;
+/// Share of a shard's part of `memory_bytes` for request bytes: read
+/// buffers above their floor and frames being handled.
+pub const MEMORY_REQUESTS_PERCENT: u64 = 25;
+/// Share of a shard's part of `memory_bytes` for responses produced and
+/// not yet written.
+pub const MEMORY_RESPONSES_PERCENT: u64 = 10;
+/// A shard's requests pool must hold this many largest frames, so one
+/// connection's frame can always be read beside another's.
+pub const MEMORY_REQUESTS_FRAMES_MIN: u64 = 2;
+
+const _: () = assert!(MEMORY_SHARE_PERCENT_DEFAULT > 0 && MEMORY_SHARE_PERCENT_DEFAULT <= 100);
+const _: () = assert!(MEMORY_REQUESTS_PERCENT + MEMORY_RESPONSES_PERCENT < 100);
+const _: () = assert!(MEMORY_BYTES_FALLBACK <= MEMORY_BYTES_MAX);
+
 // --- Control plane (`control/`): assignment table, catalog, data dir --------
 
 /// Most partitions one queue may have: the wire's bound, so every queue the

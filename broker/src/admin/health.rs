@@ -65,6 +65,20 @@ pub fn readiness(
             reports.len(),
             table.queues().count()
         );
+        // Each shard's memory pools: used of size (`net/memory.rs`).
+        for report in reports {
+            let _ = write!(summary, "\nshard {} memory:", report.shard.0);
+            for (pool, stats) in &report.memory {
+                let _ = write!(
+                    summary,
+                    " {pool} {} of {} KiB (peak {}, waits {});",
+                    stats.used_bytes / 1024,
+                    stats.size_bytes / 1024,
+                    stats.peak_bytes / 1024,
+                    stats.waits
+                );
+            }
+        }
         Ok(summary)
     } else {
         Err(reasons)

@@ -161,6 +161,9 @@ pub struct BrokerConfig {
     pub housekeeping_tick_ms: u64,
     /// Size of each shard journal's segment files (pre-zeroed before use).
     pub segment_bytes: u64,
+    /// The node's memory budget, split evenly over the shards and in each
+    /// into named pools (`docs/design/memory-budget.md`).
+    pub memory_bytes: u64,
     /// Memory each shard journal keeps of its newest commits to serve
     /// claims without a disk read, and as much again for chunks read from
     /// its files (counted at the buffers' allocated size).
@@ -214,6 +217,18 @@ pub struct BrokerConfig {
     pub tls: Option<crate::net::tls::TlsServer>,
 }
 
+/// One shard's memory budget and its pools, bytes
+/// (`BrokerConfig::shard_memory`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardMemoryBytes {
+    /// The shard's part of `memory_bytes`.
+    pub shard: u64,
+    /// Read buffers above their floor and frames being handled.
+    pub requests: u64,
+    /// Responses produced and not yet written.
+    pub responses: u64,
+}
+
 impl BrokerConfig {
     /// The log settings every shard journal of this broker derives its own
     /// from.
@@ -222,6 +237,16 @@ impl BrokerConfig {
             segment_bytes: self.segment_bytes,
             tail_cache_bytes: self.tail_cache_bytes,
             ..crate::log::LogConfig::default()
+        }
+    }
+
+    /// Each shard's part of `memory_bytes`, and its pools.
+    pub fn shard_memory(&self) -> ShardMemoryBytes {
+        let shard = self.memory_bytes / u64::from(self.shards.max(1));
+        ShardMemoryBytes {
+            shard,
+            requests: shard / 100 * crate::limits::MEMORY_REQUESTS_PERCENT,
+            responses: shard / 100 * crate::limits::MEMORY_RESPONSES_PERCENT,
         }
     }
 
@@ -311,6 +336,25 @@ impl BrokerConfig {
             HOUSEKEEPING_TICK_MS_MAX,
         )?;
         check_range("tail_cache_bytes", self.tail_cache_bytes, 0, TAIL_CACHE_BYTES_MAX)?;
+        check_range("memory_bytes", self.memory_bytes, 1, crate::limits::MEMORY_BYTES_MAX)?;
+        let requests = self.shard_memory().requests;
+        let needed = crate::limits::MEMORY_REQUESTS_FRAMES_MIN * u64::from(self.frame_bytes_max);
+        if requests < needed {
+            return Err(ConfigError::Invalid {
+                field: "memory_bytes",
+                reason: format!(
+                    "{} bytes over {} shards leave each shard {requests} bytes for requests \
+                     ({}%), under {} frames of frame_bytes_max = {} ({needed} bytes): raise \
+                     memory_bytes to at least {} or lower frame_bytes_max",
+                    self.memory_bytes,
+                    self.shards,
+                    crate::limits::MEMORY_REQUESTS_PERCENT,
+                    crate::limits::MEMORY_REQUESTS_FRAMES_MIN,
+                    self.frame_bytes_max,
+                    needed * 100 / crate::limits::MEMORY_REQUESTS_PERCENT * u64::from(self.shards),
+                ),
+            });
+        }
         check_range(
             "journal_retain_bytes",
             self.journal_retain_bytes,
@@ -447,6 +491,7 @@ pub const ENV_SETTINGS: &[&str] = &[
     "IN_FLIGHT_PER_CONNECTION_MAX",
     "CLAIM_WAITERS_PER_CONNECTION_MAX",
     "TAIL_CACHE_BYTES",
+    "MEMORY_BYTES",
     "JOURNAL_GARBAGE_RATIO_MAX",
     "JOURNAL_RETAIN_BYTES",
     "PARTITIONS_MAX",
@@ -508,6 +553,7 @@ pub const FILE_KEYS: &[&str] = &[
     "in_flight_per_connection_max",
     "claim_waiters_per_connection_max",
     "tail_cache_bytes",
+    "memory_bytes",
     "journal_garbage_ratio_max",
     "journal_retain_bytes",
     "partitions_max",

@@ -43,6 +43,7 @@ pub struct PartialConfig {
     pub housekeeping_tick_ms: Option<u64>,
     pub segment_bytes: Option<u64>,
     pub tail_cache_bytes: Option<u64>,
+    pub memory_bytes: Option<u64>,
     pub journal_garbage_ratio_max: Option<Ratio>,
     pub journal_retain_bytes: Option<u64>,
     pub partitions_max: Option<u32>,
@@ -166,6 +167,7 @@ impl PartialConfig {
                 }
                 "SEGMENT_BYTES" => layer.segment_bytes = Some(parse_env(&name, &value)?),
                 "TAIL_CACHE_BYTES" => layer.tail_cache_bytes = Some(parse_env(&name, &value)?),
+                "MEMORY_BYTES" => layer.memory_bytes = Some(parse_env(&name, &value)?),
                 "JOURNAL_GARBAGE_RATIO_MAX" => {
                     layer.journal_garbage_ratio_max = Some(parse_env(&name, &value)?)
                 }
@@ -223,6 +225,7 @@ impl PartialConfig {
             housekeeping_tick_ms: higher.housekeeping_tick_ms.or(self.housekeeping_tick_ms),
             segment_bytes: higher.segment_bytes.or(self.segment_bytes),
             tail_cache_bytes: higher.tail_cache_bytes.or(self.tail_cache_bytes),
+            memory_bytes: higher.memory_bytes.or(self.memory_bytes),
             journal_garbage_ratio_max: higher
                 .journal_garbage_ratio_max
                 .or(self.journal_garbage_ratio_max),
@@ -276,6 +279,7 @@ impl PartialConfig {
             housekeeping_tick_ms: self.housekeeping_tick_ms.unwrap_or(HOUSEKEEPING_TICK_MS_DEFAULT),
             segment_bytes: self.segment_bytes.unwrap_or(SEGMENT_BYTES_DEFAULT),
             tail_cache_bytes: self.tail_cache_bytes.unwrap_or(TAIL_CACHE_BYTES_DEFAULT),
+            memory_bytes: self.memory_bytes.unwrap_or_else(default_memory_bytes),
             journal_garbage_ratio_max: self
                 .journal_garbage_ratio_max
                 .unwrap_or(Ratio(crate::limits::JOURNAL_GARBAGE_RATIO_MAX_DEFAULT)),
@@ -363,6 +367,11 @@ pub struct Cli {
     /// SPOOL_TAIL_CACHE_BYTES.
     #[arg(long, value_name = "BYTES")]
     pub tail_cache_bytes: Option<u64>,
+    /// The node's memory budget, bytes, split over the shards
+    /// [default: half the machine's memory or the cgroup's limit, whichever
+    /// is lower]. Env: SPOOL_MEMORY_BYTES.
+    #[arg(long, value_name = "BYTES")]
+    pub memory_bytes: Option<u64>,
     /// Share of the held journal files that may carry no
     /// live record before the live entries of the oldest file are
     /// relocated to the head so it can be released [default: 0.5; 0..=1,
@@ -443,6 +452,7 @@ impl Cli {
             housekeeping_tick_ms: self.housekeeping_tick_ms,
             segment_bytes: self.segment_bytes,
             tail_cache_bytes: self.tail_cache_bytes,
+            memory_bytes: self.memory_bytes,
             journal_garbage_ratio_max: self.journal_garbage_ratio_max,
             journal_retain_bytes: self.journal_retain_bytes,
             partitions_max: self.partitions_max,
@@ -507,4 +517,12 @@ impl BrokerConfig {
         };
         file_layer.overlay(env_layer).overlay(cli.to_partial()).resolve(allowed_cpus)
     }
+}
+
+/// `memory_bytes` when no layer sets it: a share of what the host gives
+/// (`control/host.rs`), or a fixed fallback when that cannot be read.
+fn default_memory_bytes() -> u64 {
+    super::host::memory_limit_bytes().map_or(crate::limits::MEMORY_BYTES_FALLBACK, |limit| {
+        limit / 100 * crate::limits::MEMORY_SHARE_PERCENT_DEFAULT
+    })
 }

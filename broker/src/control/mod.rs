@@ -10,5 +10,6 @@ pub mod assignment;
 pub mod catalog;
 pub mod config;
 pub mod data_dir;
+pub mod host;
 pub mod layers;
 pub mod logging;

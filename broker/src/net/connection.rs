@@ -33,6 +33,7 @@ use glommio::timer::Timer;
 
 use crate::limits::{DISPATCH_BUDGET_BYTES, DISPATCH_BUDGET_FRAMES, READ_CHUNK_BYTES};
 use crate::net::admission::Admit;
+use crate::net::memory::Grant;
 use crate::net::pace::PaceDecision;
 use crate::net::poll_gate::PollGate;
 use crate::net::stop::StopSignal;
@@ -84,6 +85,8 @@ enum ReadEvent {
     Stopped,
     WriterFailed,
     InFlightDrained,
+    /// Memory this connection waited for, for its read buffer to grow.
+    BufferMemory(Grant),
 }
 
 /// Serves one connection until it ends; returns after every in-flight
@@ -173,6 +176,10 @@ where
     let _seat = AdmissionSeat(connection.clone());
     let admission = connection.admission.clone();
     let connection_id = connection.id;
+    let memory = connection.memory.clone();
+    // The read buffer's bytes above its `READ_CHUNK_BYTES` floor, taken
+    // from the shard's requests pool before they are allocated.
+    let mut buffer_grant: Option<Grant> = None;
     let in_flight = Rc::new(Semaphore::new(limits.in_flight_max as u64));
     let in_flight_max = limits.in_flight_max as u64;
     // `buffer[..filled]` holds unread bytes; the rest of `buffer` is already
@@ -220,6 +227,11 @@ where
         let mut consumed = 0;
         let mut blocked = false;
         let mut responses_full = false;
+        // The shard's responses pool is spent: no new work from anyone.
+        let mut responses_pool_full = false;
+        // The shard's requests pool is over its size: no new frame until
+        // frames in flight give memory back.
+        let mut requests_pool_full = false;
         let mut budget_spent = false;
         // Frames wait for this connection's admission turn.
         let mut waiting_turn = false;
@@ -236,6 +248,18 @@ where
             }
             if in_flight.available() == 0 {
                 blocked = true;
+                break;
+            }
+            if memory.requests.over() {
+                blocked = true;
+                requests_pool_full = true;
+                break;
+            }
+            if memory.responses.over() {
+                // The shard's connections hold more unwritten responses
+                // than its pool: hand over nothing until writers drain.
+                blocked = true;
+                responses_pool_full = true;
                 break;
             }
             if connection.responses_queued_bytes() >= limits.response_bytes_max {
@@ -293,6 +317,10 @@ where
                         blocked = true;
                         break;
                     };
+                    // The frame's copy, charged to the shard's requests
+                    // pool until its request is answered (the pool was
+                    // under its size above: exceeded by one frame at most).
+                    let frame_memory = memory.requests.charge(connection_id, len_bytes);
                     if let Err(error) = handler.admit(&frame, &connection) {
                         let text = error.to_string();
                         drop(permit);
@@ -310,6 +338,7 @@ where
                     let connection = connection.clone();
                     glommio::spawn_local(async move {
                         let response = handler.handle(frame, connection.clone()).await;
+                        drop(frame_memory);
                         connection.responses_queued(response.as_ref().len());
                         // Fails only if the writer is gone; nothing to tell.
                         let _ = sender.send(response).await;
@@ -326,6 +355,12 @@ where
         }
         buffer.copy_within(consumed..filled, 0);
         filled -= consumed;
+        if filled == 0 && buffer.capacity() > READ_CHUNK_BYTES {
+            // Nothing pending: the memory of a large frame goes back.
+            buffer.truncate(READ_CHUNK_BYTES);
+            buffer.shrink_to(READ_CHUNK_BYTES);
+            buffer_grant = None;
+        }
         if !waiting_turn {
             // Nothing this connection can hand over now: its place in the
             // turn order (and its turn) goes to the others.
@@ -364,13 +399,44 @@ where
         }
         let start = filled;
         let want = READ_CHUNK_BYTES.min(limits.frame_bytes_max - start);
-        let can_read = want > 0 && !peer_closed;
-        // Only whole frames waiting for permits can fill the buffer: a
-        // partial frame that long is FrameTooLarge above.
-        assert!(can_read || blocked, "nothing to read and nothing to wait for");
-        if buffer.len() < start + want {
+        let mut can_read = want > 0 && !peer_closed;
+        // Growing the buffer past its floor takes memory first; without
+        // it the connection reads nothing more until memory returns (a
+        // started frame keeps its deadline meanwhile).
+        let mut buffer_memory_wait: Option<usize> = None;
+        if can_read && buffer.capacity() < start + want {
+            // Grown geometrically (few copies of a large frame), up to the
+            // frame bound, and charged at the allocated size.
+            let target = (start + want)
+                .max(buffer.capacity().saturating_mul(2))
+                .min(limits.frame_bytes_max.max(READ_CHUNK_BYTES));
+            let needed = target.saturating_sub(READ_CHUNK_BYTES);
+            let more = needed.saturating_sub(buffer_grant.as_ref().map_or(0, Grant::bytes));
+            let granted = more == 0
+                || match buffer_grant.as_mut() {
+                    Some(grant) => grant.try_grow(more),
+                    None => {
+                        buffer_grant = memory.requests.try_take(connection_id, more);
+                        buffer_grant.is_some()
+                    }
+                };
+            if granted {
+                buffer.reserve_exact(target - buffer.len());
+            } else {
+                can_read = false;
+                buffer_memory_wait = Some(more);
+            }
+        }
+        if can_read && buffer.len() < start + want {
             buffer.resize(start + want, 0);
         }
+        // Only whole frames waiting (for permits or memory) can fill the
+        // buffer, a partial frame that long is FrameTooLarge above; or the
+        // buffer waits for memory to grow.
+        assert!(
+            can_read || blocked || buffer_memory_wait.is_some(),
+            "nothing to read and nothing to wait for"
+        );
 
         let event = {
             let read = async {
@@ -414,6 +480,14 @@ where
                         admission.turn(connection_id).await;
                         ReadEvent::InFlightDrained
                     }
+                    None if requests_pool_full => {
+                        memory.requests.below_size().await;
+                        ReadEvent::InFlightDrained
+                    }
+                    None if responses_pool_full => {
+                        memory.responses.below_size().await;
+                        ReadEvent::InFlightDrained
+                    }
                     None if responses_full => {
                         // Wake when the writer has drained below the bound.
                         connection.responses_below(limits.response_bytes_max).await;
@@ -438,7 +512,17 @@ where
                     }
                 }
             };
-            or(read, or(stopped, or(failed, deadline))).await
+            // Raced with the frame deadline: a started frame waiting for
+            // memory to grow its buffer still times out.
+            let buffer_memory = async {
+                match buffer_memory_wait {
+                    Some(bytes) => {
+                        ReadEvent::BufferMemory(memory.requests.take(connection_id, bytes).await)
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            or(read, or(stopped, or(failed, or(buffer_memory, deadline)))).await
         };
         match event {
             ReadEvent::Data(Ok(0)) => {
@@ -467,6 +551,10 @@ where
                 return ConnectionEnd::FrameTimeout;
             }
             ReadEvent::InFlightDrained => {}
+            ReadEvent::BufferMemory(grant) => match buffer_grant.as_mut() {
+                Some(held) => held.absorb(grant),
+                None => buffer_grant = Some(grant),
+            },
         }
     }
 }

@@ -15,6 +15,7 @@ pub mod connection;
 pub mod echo;
 mod frame_handler;
 pub mod listener;
+pub mod memory;
 pub mod pace;
 pub mod poll_gate;
 pub mod rejections;

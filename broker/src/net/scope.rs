@@ -9,6 +9,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use crate::net::admission::Admission;
+use crate::net::memory::{Grant, ShardMemory};
 use crate::net::pace::Pace;
 use crate::net::rejections::Rejections;
 use crate::net::stop::StopSignal;
@@ -54,6 +55,12 @@ pub struct Connection {
     pub(super) response_bytes_peak: std::cell::Cell<usize>,
     /// The reading loop, waiting for `response_bytes` to drop.
     pub(super) response_drained: std::cell::RefCell<Option<std::task::Waker>>,
+    /// The shard's memory pools (`memory.rs`): this connection's requests
+    /// and responses draw from them.
+    pub(super) memory: Rc<ShardMemory>,
+    /// What this connection's queued responses are charged to the shard's
+    /// responses pool.
+    pub(super) response_grant: std::cell::RefCell<Option<Grant>>,
     /// What the handler keeps about this connection (the broker's
     /// authentication session); the connection loop never looks at it.
     pub session: std::cell::RefCell<Option<Rc<dyn std::any::Any>>>,
@@ -104,6 +111,8 @@ impl Connection {
             rejections,
             admission: Admission::of_this_shard(),
             pace: Pace::of_this_shard(),
+            memory: ShardMemory::of_this_shard(),
+            response_grant: std::cell::RefCell::new(None),
             claims_seen: std::cell::Cell::new(false),
             response_bytes: std::cell::Cell::new(0),
             response_bytes_peak: std::cell::Cell::new(0),
@@ -138,10 +147,19 @@ impl Connection {
         let now = self.response_bytes.get() + bytes;
         self.response_bytes.set(now);
         self.response_bytes_peak.set(self.response_bytes_peak.get().max(now));
+        let charge = self.memory.responses.charge(self.id, bytes);
+        let mut grant = self.response_grant.borrow_mut();
+        match grant.as_mut() {
+            Some(held) => held.absorb(charge),
+            None => *grant = Some(charge),
+        }
     }
 
     pub(super) fn responses_written(&self, bytes: usize) {
         self.response_bytes.set(self.response_bytes.get().saturating_sub(bytes));
+        if let Some(held) = self.response_grant.borrow_mut().as_mut() {
+            held.shrink_to(held.bytes().saturating_sub(bytes));
+        }
         if let Some(waker) = self.response_drained.borrow_mut().take() {
             waker.wake();
         }

@@ -253,6 +253,12 @@ pub(crate) async fn shard_main<F: ShardHooksFactory>(
         Timer::new(REPLAY_WAIT_POLL).await;
     }
 
+    let memory = context.config.shard_memory();
+    crate::net::memory::ShardMemory::configure_this_shard(
+        usize::try_from(memory.requests).unwrap_or(usize::MAX),
+        usize::try_from(memory.responses).unwrap_or(usize::MAX),
+        context.config.frame_bytes_max as usize + crate::limits::READ_CHUNK_BYTES,
+    );
     let gate = Gate::new();
     accept_loop(
         listener,

@@ -251,6 +251,8 @@ pub struct ShardReport {
     /// partition plus those of partition `ANY` waiting on a queue's ready
     /// ring.
     pub claims_waiting: u64,
+    /// The shard's memory pools (`net/memory.rs`): requests, responses.
+    pub memory: [(&'static str, crate::net::memory::PoolStats); 2],
     /// What the shard's consumer pace did (`net/pace.rs`).
     pub pace: crate::net::pace::PaceStats,
 }
@@ -313,6 +315,7 @@ impl ShardReport {
             journal: None,
             tick_visits: 0,
             claims_waiting: 0,
+            memory: crate::net::memory::ShardMemory::of_this_shard().stats(),
             pace: crate::net::pace::PaceStats::default(),
         }
     }

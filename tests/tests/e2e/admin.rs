@@ -161,8 +161,8 @@ async fn metrics_move_as_operations_happen() {
     assert_eq!(after.sum("spool_shard_connections_refused_total"), 0.0);
     assert_eq!(after.sum("spool_shard_partitions_refused"), 0.0);
 
-    // Labels are queue, partition, shard, cause, operation and outcome only:
-    // no payload, no routing key.
+    // Labels are queue, partition, shard, cause, operation, outcome (and a
+    // memory pool's name) only: no payload, no routing key.
     for sample in &after.samples {
         for (name, value) in &sample.labels {
             assert!([
@@ -175,7 +175,8 @@ async fn metrics_move_as_operations_happen() {
                 "le",
                 "op",
                 "reason",
-                "dir"
+                "dir",
+                "pool"
             ]
             .contains(&name.as_str()));
             assert!(!value.starts_with("key-") && !value.starts_with("m0"), "{sample:?}");

@@ -61,6 +61,12 @@ struct ShardLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolLabels {
+    shard: String,
+    pool: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct QueueLabels {
     queue: String,
 }
@@ -501,6 +507,45 @@ pub fn encode(
             "spool_shard_claims_waiting",
             "Claims long-polling on the shard now (on one partition or on partition ANY)",
             waiting,
+        );
+    }
+    {
+        let size = Gauges::<PoolLabels>::default();
+        let used = Gauges::<PoolLabels>::default();
+        let peak = Gauges::<PoolLabels>::default();
+        let waits = Counters::<PoolLabels>::default();
+        for shard in reports {
+            for (pool, stats) in &shard.memory {
+                let labels =
+                    PoolLabels { shard: shard.shard.0.to_string(), pool: (*pool).to_owned() };
+                size.get_or_create(&labels).set(gauge_value(stats.size_bytes));
+                used.get_or_create(&labels).set(gauge_value(stats.used_bytes));
+                peak.get_or_create(&labels).set(gauge_value(stats.peak_bytes));
+                waits.get_or_create(&labels).inc_by(stats.waits);
+            }
+        }
+        registry.register_with_unit(
+            "spool_shard_memory_budget",
+            "Size of the shard's memory pool (its share of memory_bytes)",
+            Unit::Bytes,
+            size,
+        );
+        registry.register_with_unit(
+            "spool_shard_memory_used",
+            "Bytes held now from the shard's memory pool",
+            Unit::Bytes,
+            used,
+        );
+        registry.register_with_unit(
+            "spool_shard_memory_peak",
+            "Most bytes held at once from the shard's memory pool since it started",
+            Unit::Bytes,
+            peak,
+        );
+        registry.register(
+            "spool_shard_memory_waits",
+            "Takes from the shard's memory pool that waited for memory (a connection stopped reading)",
+            waits,
         );
     }
     register_journal_figures(&mut registry, reports);
