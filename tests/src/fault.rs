@@ -2,7 +2,8 @@
 //! full_disk,failpoints,overload}.rs`): message ids and payloads a checker
 //! can recompute, damaging files, finding a partition's directory and a
 //! shard's journal files, walking a journal file entry by entry, and
-//! draining a partition while checking every payload.
+//! draining a partition while checking every payload; what a hostile
+//! client sends and a good client's round trip beside it.
 //!
 //! It asserts nothing about the broker itself; each test does.
 
@@ -11,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use spool_client::spool_wire::batch::MessageId;
 use spool_client::spool_wire::proto::{PartitionId, WorkerId};
-use spool_client::{ClaimOptions, Client, ClientError, Delivery, PayloadView};
+use spool_client::{ClaimOptions, Client, ClientError, Delivery, Message, PayloadView, Producer};
 
 /// A message id naming `(source, sequence)`.
 pub fn message_id(source: u32, sequence: u64) -> MessageId {
@@ -315,6 +316,51 @@ pub fn journal_entries(path: &Path) -> std::io::Result<Vec<EntryAt>> {
         pos += usize::try_from(len_bytes).unwrap_or(usize::MAX / 2);
     }
     Ok(entries)
+}
+
+/// A frame header (`wire/src/proto/frame.rs`) of an Enqueue whose length
+/// prefix says `frame_bytes` and whose body length says `body_bytes`: what
+/// a hostile client sends before (or instead of) a body.
+pub fn enqueue_frame_header(frame_bytes: u32, body_bytes: u32, correlation: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(24);
+    out.extend_from_slice(&frame_bytes.to_le_bytes());
+    out.extend_from_slice(&1u16.to_le_bytes()); // api key: enqueue
+    out.extend_from_slice(&0u16.to_le_bytes()); // api version
+    out.extend_from_slice(&correlation.to_le_bytes());
+    out.extend_from_slice(&0u16.to_le_bytes()); // flags
+    out.extend_from_slice(&0u16.to_le_bytes()); // error code
+    out.extend_from_slice(&body_bytes.to_le_bytes());
+    out
+}
+
+/// A well-behaved client's round trip on partition 0 of `queue`: enqueue
+/// message `id`, claim one message (worker 2), check it is that one (the
+/// queue holds nothing else), ack it. Returns how long it took; panics
+/// naming `round` on any error.
+pub async fn good_round_trip(
+    client: &Client,
+    producer: &Producer,
+    queue: &str,
+    id: MessageId,
+    round: u64,
+) -> std::time::Duration {
+    let started = crate::now();
+    producer
+        .send(queue, Message::new(format!("job {round}")).id(id))
+        .await
+        .unwrap_or_else(|error| panic!("round {round}: send: {error}"));
+    let batch = client
+        .claim(queue, PartitionId(0), &claim_options(2, 1, 5_000, 2_000))
+        .await
+        .unwrap_or_else(|error| panic!("round {round}: claim: {error}"));
+    assert_eq!(batch.deliveries.len(), 1, "round {round}");
+    assert_eq!(batch.deliveries[0].message_id(), id, "round {round}: FIFO");
+    let tokens: Vec<_> = batch.deliveries.iter().map(Delivery::token).collect();
+    client
+        .ack(queue, PartitionId(0), &tokens)
+        .await
+        .unwrap_or_else(|error| panic!("round {round}: {error}"));
+    started.elapsed()
 }
 
 #[cfg(test)]

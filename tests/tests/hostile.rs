@@ -22,9 +22,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use spool_client::spool_wire::proto::PartitionId;
-use spool_client::{Admin, Delivery, Message, Producer, ProducerConfig};
+use spool_client::{Admin, Message, Producer, ProducerConfig};
 use spool_tests::admin::http_get;
-use spool_tests::fault::{claim_options, message_id};
+use spool_tests::fault::{claim_options, enqueue_frame_header, good_round_trip, message_id};
 use spool_tests::{now, test_queue_config, Spoold, SpooldOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -55,19 +55,6 @@ impl Noise {
     fn bytes(&mut self, len: usize) -> Vec<u8> {
         (0..len).map(|_| self.next().to_le_bytes()[0]).collect()
     }
-}
-
-/// A frame header (see `wire/src/proto/frame.rs`) declaring `frame_bytes`.
-fn header(frame_bytes: u32, body_bytes: u32, correlation: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(24);
-    out.extend_from_slice(&frame_bytes.to_le_bytes());
-    out.extend_from_slice(&1u16.to_le_bytes()); // api key: enqueue
-    out.extend_from_slice(&0u16.to_le_bytes()); // api version
-    out.extend_from_slice(&correlation.to_le_bytes());
-    out.extend_from_slice(&0u16.to_le_bytes()); // flags
-    out.extend_from_slice(&0u16.to_le_bytes()); // error code
-    out.extend_from_slice(&body_bytes.to_le_bytes());
-    out
 }
 
 #[derive(Default)]
@@ -115,7 +102,7 @@ async fn hostile(addr: String, slot: u64, stop: Arc<AtomicBool>, stats: Arc<Host
             }
             // A truncated frame: the header promises 64 KiB, 100 bytes come.
             1 => {
-                let mut frame = header(64 * 1024, 64 * 1024 - 24, noise.next() | 1);
+                let mut frame = enqueue_frame_header(64 * 1024, 64 * 1024 - 24, noise.next() | 1);
                 frame.extend(noise.bytes(100));
                 let _ = stream.write_all(&frame).await;
                 stats.bytes_sent.fetch_add(frame.len() as u64, Ordering::Relaxed);
@@ -124,14 +111,14 @@ async fn hostile(addr: String, slot: u64, stop: Arc<AtomicBool>, stats: Arc<Host
             }
             // An oversized length prefix.
             2 => {
-                let frame = header(0xFFFF_FFF8, 0xFFFF_FFF8 - 24, noise.next() | 1);
+                let frame = enqueue_frame_header(0xFFFF_FFF8, 0xFFFF_FFF8 - 24, noise.next() | 1);
                 let _ = stream.write_all(&frame).await;
                 stats.bytes_sent.fetch_add(frame.len() as u64, Ordering::Relaxed);
                 closed_within(&mut stream, Duration::from_secs(2)).await
             }
             // A frame one byte at a time.
             _ => {
-                let mut frame = header(4096, 4096 - 24, noise.next() | 1);
+                let mut frame = enqueue_frame_header(4096, 4096 - 24, noise.next() | 1);
                 frame.extend(noise.bytes(4096 - 24));
                 let mut closed = false;
                 for byte in frame.iter().take(200) {
@@ -211,19 +198,7 @@ async fn hostile_connections_do_not_hurt_a_good_client_or_grow_memory() {
 
     let mut latencies = Vec::new();
     for round in 0..ROUND_TRIPS {
-        let started = now();
-        let id = message_id(1, round);
-        producer.send(QUEUE, Message::new(format!("job {round}")).id(id)).await.unwrap();
-        let batch =
-            client.claim(QUEUE, PartitionId(0), &claim_options(2, 1, 5_000, 2_000)).await.unwrap();
-        assert_eq!(batch.deliveries.len(), 1, "round {round}");
-        assert_eq!(batch.deliveries[0].message_id(), id, "round {round}: FIFO");
-        let tokens: Vec<_> = batch.deliveries.iter().map(Delivery::token).collect();
-        client
-            .ack(QUEUE, PartitionId(0), &tokens)
-            .await
-            .unwrap_or_else(|error| panic!("round {round}: {error}"));
-        let took = started.elapsed();
+        let took = good_round_trip(&client, &producer, QUEUE, message_id(1, round), round).await;
         assert!(took < ROUND_TRIP_MAX, "round {round} took {took:?}");
         latencies.push(took);
     }

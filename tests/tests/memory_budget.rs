@@ -21,9 +21,9 @@
 use std::time::Duration;
 
 use spool_client::spool_wire::proto::PartitionId;
-use spool_client::{Admin, Delivery, Message, Producer, ProducerConfig};
+use spool_client::{Admin, Message, Producer, ProducerConfig};
 use spool_tests::admin::{http_get, Exposition};
-use spool_tests::fault::{claim_options, message_id};
+use spool_tests::fault::{claim_options, enqueue_frame_header, good_round_trip, message_id};
 use spool_tests::{now, test_queue_config, Spoold, SpooldOptions};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -41,19 +41,6 @@ const RSS_OVERHEAD_KIB: u64 = 24 * 1024;
 const ROUND_TRIPS: u64 = 40;
 const FRAME_TIMEOUT_MS: u64 = 8_000;
 const ROUND_TRIP_MAX: Duration = Duration::from_secs(2);
-
-/// A frame header (`wire/src/proto/frame.rs`) of an Enqueue of `frame_bytes`.
-fn header(frame_bytes: u32, correlation: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(24);
-    out.extend_from_slice(&frame_bytes.to_le_bytes());
-    out.extend_from_slice(&1u16.to_le_bytes()); // api key: enqueue
-    out.extend_from_slice(&0u16.to_le_bytes()); // api version
-    out.extend_from_slice(&correlation.to_le_bytes());
-    out.extend_from_slice(&0u16.to_le_bytes()); // flags
-    out.extend_from_slice(&0u16.to_le_bytes()); // error code
-    out.extend_from_slice(&(frame_bytes - 24).to_le_bytes());
-    out
-}
 
 fn requests_pool(broker: &Spoold, figure: &str) -> f64 {
     let page = http_get(&broker.admin_addr(), "/metrics");
@@ -97,7 +84,7 @@ async fn hostile_frames_stay_inside_the_memory_budget() {
         let addr = broker.addr();
         hostile.push(tokio::spawn(async move {
             let mut stream = TcpStream::connect(&addr).await.unwrap();
-            let mut frame = header(FRAME_BYTES, slot as u64 + 1);
+            let mut frame = enqueue_frame_header(FRAME_BYTES, FRAME_BYTES - 24, slot as u64 + 1);
             frame.resize(FRAME_BYTES as usize - 64, 0x5A);
             // Blocks once the broker stops reading: that is the point.
             let _ = stream.write_all(&frame).await;
@@ -115,16 +102,8 @@ async fn hostile_frames_stay_inside_the_memory_budget() {
 
     let mut slowest = Duration::ZERO;
     for round in 0..ROUND_TRIPS {
-        let started = now();
-        let id = message_id(1, round);
-        producer.send(QUEUE, Message::new(format!("job {round}")).id(id)).await.unwrap();
-        let batch =
-            client.claim(QUEUE, PartitionId(0), &claim_options(2, 1, 5_000, 2_000)).await.unwrap();
-        assert_eq!(batch.deliveries.len(), 1, "round {round}");
-        assert_eq!(batch.deliveries[0].message_id(), id, "round {round}");
-        let tokens: Vec<_> = batch.deliveries.iter().map(Delivery::token).collect();
-        client.ack(QUEUE, PartitionId(0), &tokens).await.unwrap();
-        slowest = slowest.max(started.elapsed());
+        let took = good_round_trip(&client, &producer, QUEUE, message_id(1, round), round).await;
+        slowest = slowest.max(took);
     }
     assert!(slowest < ROUND_TRIP_MAX, "a good round trip took {slowest:?}");
 
