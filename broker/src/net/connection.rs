@@ -227,7 +227,8 @@ where
         let mut consumed = 0;
         let mut blocked = false;
         let mut responses_full = false;
-        // The shard's responses pool is spent: no new work from anyone.
+        // The shard's responses pool is spent and this connection holds
+        // more than its share of it: no new work from it.
         let mut responses_pool_full = false;
         // The shard's requests pool is over its size: no new frame until
         // frames in flight give memory back.
@@ -255,9 +256,11 @@ where
                 requests_pool_full = true;
                 break;
             }
-            if memory.responses.over() {
+            if memory.responses.over_share(connection_id) {
                 // The shard's connections hold more unwritten responses
-                // than its pool: hand over nothing until writers drain.
+                // than its pool and this one more than its share (a slow
+                // reader): it hands over nothing until writers drain, the
+                // others go on.
                 blocked = true;
                 responses_pool_full = true;
                 break;
@@ -485,7 +488,10 @@ where
                         ReadEvent::InFlightDrained
                     }
                     None if responses_pool_full => {
-                        memory.responses.below_size().await;
+                        // The pool back under its size, or this
+                        // connection's own writer drained some.
+                        let queued = connection.responses_queued_bytes();
+                        or(memory.responses.below_size(), connection.responses_below(queued)).await;
                         ReadEvent::InFlightDrained
                     }
                     None if responses_full => {

@@ -12,7 +12,9 @@
 //! and no connection hands a frame over while the pool is over its size,
 //! so the pool is exceeded by at most one frame. Responses produced and not
 //! yet written are charged to the shard's **responses** pool the same way:
-//! while it is over its size the shard's connections hand over nothing.
+//! while it is over its size, a connection holding more than its share of
+//! it ([`MemoryPool::over_share`]: a slow reader) hands over nothing until
+//! its writer drains, and the others go on.
 //!
 //! Fairness: takers wait in arrival order, and while anyone waits a
 //! connection may not hold more than its share of the pool (the pool over
@@ -214,6 +216,18 @@ impl MemoryPool {
     pub fn over(&self) -> bool {
         let state = self.state.borrow();
         state.used > state.size
+    }
+
+    /// The pool is over its size and `owner` holds more than its share of
+    /// it (the size over the owners holding now): the owner to hold back,
+    /// while those holding less go on.
+    pub fn over_share(&self, owner: u64) -> bool {
+        let state = self.state.borrow();
+        if state.used <= state.size {
+            return false;
+        }
+        let held = state.held.get(&owner).copied().unwrap_or(0);
+        held > state.size / state.held.len().max(1)
     }
 
     /// Resolves once no more than the pool's size is held (it does not
@@ -445,6 +459,22 @@ mod tests {
         drop(charged);
         assert!(block_on(poll_once(&mut below)).is_some());
         assert_eq!(pool.stats().used_bytes, 0);
+    }
+
+    // Goal: over its size, only the owners above their share are held
+    // back; under it, nobody is.
+    #[test]
+    fn only_owners_over_their_share_are_held_back() {
+        let pool = MemoryPool::new("responses", 100, 10);
+        let heavy = pool.charge(1, 90);
+        let light = pool.charge(2, 20);
+        assert!(pool.over());
+        assert!(pool.over_share(1), "90 of a 50-byte share");
+        assert!(!pool.over_share(2), "20 of a 50-byte share");
+        assert!(!pool.over_share(3), "holds nothing");
+        drop(light);
+        assert!(!pool.over_share(1), "90 of 100: under the size");
+        drop(heavy);
     }
 
     proptest::proptest! {
