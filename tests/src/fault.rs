@@ -333,6 +333,22 @@ pub fn enqueue_frame_header(frame_bytes: u32, body_bytes: u32, correlation: u64)
     out
 }
 
+/// A well-behaved client of `broker` with queue `queue` (one partition)
+/// created, and its paths warmed by one round trip (message id `(9, 0)`),
+/// so a test's resident-memory figures measure its load rather than
+/// first-use allocations.
+pub async fn warmed_good_client(broker: &crate::Spoold, queue: &str) -> (Client, Producer) {
+    let client = broker.client().await;
+    spool_client::Admin::new(client.clone())
+        .create_queue(queue, crate::test_queue_config(1, 10_000, 10))
+        .await
+        .unwrap_or_else(|error| panic!("create {queue}: {error}"));
+    let producer = Producer::new(client.clone(), spool_client::ProducerConfig::default())
+        .unwrap_or_else(|error| panic!("producer: {error}"));
+    good_round_trip(&client, &producer, queue, message_id(9, 0), 0).await;
+    (client, producer)
+}
+
 /// A well-behaved client's round trip on partition 0 of `queue`: enqueue
 /// message `id`, claim one message (worker 2), check it is that one (the
 /// queue holds nothing else), ack it. Returns how long it took; panics

@@ -21,11 +21,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use spool_client::spool_wire::proto::PartitionId;
-use spool_client::{Admin, Message, Producer, ProducerConfig};
+use spool_client::Message;
 use spool_tests::admin::http_get;
-use spool_tests::fault::{claim_options, enqueue_frame_header, good_round_trip, message_id};
-use spool_tests::{now, test_queue_config, Spoold, SpooldOptions};
+use spool_tests::fault::{enqueue_frame_header, good_round_trip, message_id, warmed_good_client};
+use spool_tests::{now, Spoold, SpooldOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -171,15 +170,9 @@ async fn hostile_connections_do_not_hurt_a_good_client_or_grow_memory() {
     let mut options = SpooldOptions::new(1);
     options.args = vec!["--connections-per-shard-max".into(), CONNECTIONS_MAX.to_string()];
     let broker = Spoold::start_with(options);
-    let client = broker.client().await;
-    Admin::new(client.clone()).create_queue(QUEUE, test_queue_config(1, 10_000, 10)).await.unwrap();
-    let producer = Producer::new(client.clone(), ProducerConfig::default()).unwrap();
-    // Warm up the paths the good client uses, so RSS growth measures the
-    // hostile load rather than first-use allocations.
-    producer.send(QUEUE, Message::new("warm").id(message_id(9, 0))).await.unwrap();
-    let warm =
-        client.claim(QUEUE, PartitionId(0), &claim_options(1, 1, 5_000, 1_000)).await.unwrap();
-    client.ack(QUEUE, PartitionId(0), &[warm.deliveries[0].token()]).await.unwrap();
+    // Paths warmed, so RSS growth measures the hostile load rather than
+    // first-use allocations.
+    let (client, producer) = warmed_good_client(&broker, QUEUE).await;
     let rss_start_kib = broker.rss_kib().unwrap();
     let connections_before = open_connections(&broker);
 

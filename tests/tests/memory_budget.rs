@@ -21,11 +21,9 @@
 
 use std::time::Duration;
 
-use spool_client::spool_wire::proto::PartitionId;
-use spool_client::{Admin, Message, Producer, ProducerConfig};
 use spool_tests::admin::{http_get, Exposition};
-use spool_tests::fault::{claim_options, enqueue_frame_header, good_round_trip, message_id};
-use spool_tests::{now, test_queue_config, Spoold, SpooldOptions};
+use spool_tests::fault::{enqueue_frame_header, good_round_trip, message_id, warmed_good_client};
+use spool_tests::{now, Spoold, SpooldOptions};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
@@ -77,13 +75,7 @@ async fn hostile_frames_stay_inside_the_memory_budget() {
         requests_pool(&broker, "spool_shard_memory_budget_bytes"),
         REQUESTS_POOL_BYTES as f64
     );
-    let client = broker.client().await;
-    Admin::new(client.clone()).create_queue(QUEUE, test_queue_config(1, 10_000, 10)).await.unwrap();
-    let producer = Producer::new(client.clone(), ProducerConfig::default()).unwrap();
-    producer.send(QUEUE, Message::new("warm").id(message_id(9, 0))).await.unwrap();
-    let warm =
-        client.claim(QUEUE, PartitionId(0), &claim_options(1, 1, 5_000, 1_000)).await.unwrap();
-    client.ack(QUEUE, PartitionId(0), &[warm.deliveries[0].token()]).await.unwrap();
+    let (client, producer) = warmed_good_client(&broker, QUEUE).await;
     let rss_start_kib = broker.rss_kib().unwrap();
 
     let mut hostile = Vec::new();
