@@ -227,6 +227,8 @@ pub struct ShardMemoryBytes {
     pub requests: u64,
     /// Responses produced and not yet written.
     pub responses: u64,
+    /// The rest: queue state, dedupe windows, the journal caches.
+    pub state: u64,
 }
 
 impl BrokerConfig {
@@ -247,6 +249,9 @@ impl BrokerConfig {
             shard,
             requests: shard / 100 * crate::limits::MEMORY_REQUESTS_PERCENT,
             responses: shard / 100 * crate::limits::MEMORY_RESPONSES_PERCENT,
+            state: shard
+                - shard / 100 * crate::limits::MEMORY_REQUESTS_PERCENT
+                - shard / 100 * crate::limits::MEMORY_RESPONSES_PERCENT,
         }
     }
 
@@ -352,6 +357,22 @@ impl BrokerConfig {
                     crate::limits::MEMORY_REQUESTS_FRAMES_MIN,
                     self.frame_bytes_max,
                     needed * 100 / crate::limits::MEMORY_REQUESTS_PERCENT * u64::from(self.shards),
+                ),
+            });
+        }
+        // The journal caches (newest commits, chunks read back) live in the
+        // state share, beside the queues' state: they must leave room in it.
+        let memory = self.shard_memory();
+        let caches = 2 * self.tail_cache_bytes;
+        if caches > memory.state / 2 {
+            return Err(ConfigError::Invalid {
+                field: "tail_cache_bytes",
+                reason: format!(
+                    "two caches of {} bytes per shard take {caches} of the {} bytes each shard \
+                     keeps for state (memory_bytes = {} over {} shards, less the requests and \
+                     responses pools): at most half of it may go to caches; lower \
+                     tail_cache_bytes or raise memory_bytes",
+                    self.tail_cache_bytes, memory.state, self.memory_bytes, self.shards,
                 ),
             });
         }
@@ -738,6 +759,32 @@ mod tests {
             cache.resolve(1),
             Err(ConfigError::OutOfRange { field: "tail_cache_bytes", .. })
         ));
+        // A budget whose requests pool cannot hold two largest frames, and
+        // journal caches over half the state share, are refused with the
+        // figures; a budget that fits resolves with its pools.
+        let small = PartialConfig { memory_bytes: Some(16 << 20), ..Default::default() };
+        match small.resolve(1) {
+            Err(ConfigError::Invalid { field: "memory_bytes", reason }) => {
+                assert!(reason.contains("raise memory_bytes to at least"), "{reason}");
+            }
+            other => panic!("a 16 MiB budget: {other:?}"),
+        }
+        let caches = PartialConfig {
+            memory_bytes: Some(64 << 20),
+            tail_cache_bytes: Some(16 << 20),
+            ..Default::default()
+        };
+        assert!(matches!(
+            caches.resolve(1),
+            Err(ConfigError::Invalid { field: "tail_cache_bytes", .. })
+        ));
+        let fits = PartialConfig { memory_bytes: Some(64 << 20), ..Default::default() };
+        let resolved = fits.resolve(1).unwrap();
+        let pools = resolved.shard_memory();
+        assert_eq!(
+            (pools.shard, pools.requests + pools.responses + pools.state),
+            (64 << 20, 64 << 20)
+        );
         let filter = PartialConfig { log_filter: Some("info,[[[".into()), ..Default::default() };
         assert!(matches!(filter.resolve(1), Err(ConfigError::Invalid { field: "log_filter", .. })));
 
