@@ -333,6 +333,32 @@ pub fn enqueue_frame_header(frame_bytes: u32, body_bytes: u32, correlation: u64)
     out
 }
 
+/// Connections to `addr` that each start an Enqueue frame of
+/// `frame_bytes`, send all of it but its last 64 bytes, and then neither
+/// finish it nor read: memory a hostile client makes the broker hold.
+/// Each task blocks (once the broker stops reading) until aborted.
+pub fn hold_unfinished_frames(
+    addr: &str,
+    connections: usize,
+    frame_bytes: u32,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..connections)
+        .map(|slot| {
+            let addr = addr.to_owned();
+            tokio::spawn(async move {
+                use tokio::io::AsyncWriteExt;
+                let Ok(mut stream) = tokio::net::TcpStream::connect(&addr).await else { return };
+                let mut frame =
+                    enqueue_frame_header(frame_bytes, frame_bytes - 24, slot as u64 + 1);
+                frame.resize(frame_bytes as usize - 64, 0x5A);
+                // Blocks once the broker stops reading: that is the point.
+                let _ = stream.write_all(&frame).await;
+                std::future::pending::<()>().await;
+            })
+        })
+        .collect()
+}
+
 /// A well-behaved client of `broker` with queue `queue` (one partition)
 /// created, and its paths warmed by one round trip (message id `(9, 0)`),
 /// so a test's resident-memory figures measure its load rather than

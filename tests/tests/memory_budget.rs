@@ -22,10 +22,8 @@
 use std::time::Duration;
 
 use spool_tests::admin::{http_get, Exposition};
-use spool_tests::fault::{enqueue_frame_header, good_round_trip, message_id, warmed_good_client};
+use spool_tests::fault::{good_round_trip, hold_unfinished_frames, message_id, warmed_good_client};
 use spool_tests::{now, Spoold, SpooldOptions};
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 
 const QUEUE: &str = "budget";
 const MEMORY_BYTES: u64 = 128 << 20;
@@ -78,18 +76,7 @@ async fn hostile_frames_stay_inside_the_memory_budget() {
     let (client, producer) = warmed_good_client(&broker, QUEUE).await;
     let rss_start_kib = broker.rss_kib().unwrap();
 
-    let mut hostile = Vec::new();
-    for slot in 0..HOSTILE_CONNECTIONS {
-        let addr = broker.addr();
-        hostile.push(tokio::spawn(async move {
-            let mut stream = TcpStream::connect(&addr).await.unwrap();
-            let mut frame = enqueue_frame_header(FRAME_BYTES, FRAME_BYTES - 24, slot as u64 + 1);
-            frame.resize(FRAME_BYTES as usize - 64, 0x5A);
-            // Blocks once the broker stops reading: that is the point.
-            let _ = stream.write_all(&frame).await;
-            std::future::pending::<()>().await;
-        }));
-    }
+    let hostile = hold_unfinished_frames(&broker.addr(), HOSTILE_CONNECTIONS, FRAME_BYTES);
     // The pool fills and connections wait for it (the event, bounded).
     spool_tests::events::wait_for_metric(
         &broker,

@@ -26,10 +26,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use spool_tests::admin::{http_get, Exposition};
-use spool_tests::fault::{enqueue_frame_header, good_round_trip, message_id, warmed_good_client};
+use spool_tests::fault::{good_round_trip, hold_unfinished_frames, message_id, warmed_good_client};
 use spool_tests::{spoold_bin, Spoold, SpooldOptions};
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 
 const QUEUE: &str = "cgroup";
 const CGROUP_LIMIT_BYTES: u64 = 512 << 20;
@@ -140,18 +138,7 @@ async fn a_broker_in_a_memory_cgroup_budgets_from_it_and_is_not_oom_killed() {
     assert_eq!(pool(&broker, "spool_shard_memory_budget_bytes"), Some(expected));
     let (client, producer) = warmed_good_client(&broker, QUEUE).await;
 
-    let mut hostile = Vec::new();
-    for slot in 0..HOSTILE_CONNECTIONS {
-        let addr = broker.addr();
-        hostile.push(tokio::spawn(async move {
-            let Ok(mut stream) = TcpStream::connect(&addr).await else { return };
-            let mut frame = enqueue_frame_header(FRAME_BYTES, FRAME_BYTES - 24, slot as u64 + 1);
-            frame.resize(FRAME_BYTES as usize - 64, 0x5A);
-            // Blocks once the broker stops reading: that is the point.
-            let _ = stream.write_all(&frame).await;
-            std::future::pending::<()>().await;
-        }));
-    }
+    let hostile = hold_unfinished_frames(&broker.addr(), HOSTILE_CONNECTIONS, FRAME_BYTES);
     spool_tests::events::wait_for_metric(
         &broker,
         "spool_shard_memory_waits_total",

@@ -161,6 +161,16 @@ pub fn encode(
             registry.register_with_unit($name, $help, $unit, family);
         }};
     }
+    macro_rules! shard_gauge {
+        ($name:literal, $help:literal, |$shard:ident| $value:expr) => {{
+            let family = Gauges::<ShardLabels>::default();
+            for $shard in reports {
+                let labels = ShardLabels { shard: $shard.shard.0.to_string() };
+                family.get_or_create(&labels).set(gauge_value($value));
+            }
+            registry.register($name, $help, family);
+        }};
+    }
     macro_rules! shard_counter {
         ($name:literal, $help:literal, |$shard:ident| $value:expr) => {{
             let family = Counters::<ShardLabels>::default();
@@ -485,30 +495,14 @@ pub fn encode(
         "TLS handshakes on the shard's port that failed or timed out (a plain client on a TLS port, a refused certificate)",
         |s| s.connections.tls_handshake_failures
     );
-    {
-        let active = Gauges::<ShardLabels>::default();
-        for shard in reports {
-            let labels = ShardLabels { shard: shard.shard.0.to_string() };
-            active.get_or_create(&labels).set(gauge_value(shard.connections.active));
-        }
-        registry.register(
-            "spool_shard_connections",
-            "Client connections open on the shard",
-            active,
-        );
-    }
-    {
-        let waiting = Gauges::<ShardLabels>::default();
-        for shard in reports {
-            let labels = ShardLabels { shard: shard.shard.0.to_string() };
-            waiting.get_or_create(&labels).set(gauge_value(shard.claims_waiting));
-        }
-        registry.register(
-            "spool_shard_claims_waiting",
-            "Claims long-polling on the shard now (on one partition or on partition ANY)",
-            waiting,
-        );
-    }
+    shard_gauge!("spool_shard_connections", "Client connections open on the shard", |s| s
+        .connections
+        .active);
+    shard_gauge!(
+        "spool_shard_claims_waiting",
+        "Claims long-polling on the shard now (on one partition or on partition ANY)",
+        |s| s.claims_waiting
+    );
     {
         let size = Gauges::<PoolLabels>::default();
         let used = Gauges::<PoolLabels>::default();
