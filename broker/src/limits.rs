@@ -116,6 +116,14 @@ pub const PARTITION_OPENS_CONCURRENT: usize = 64;
 pub const PORT_IN_USE_RETRY_MS: u64 = 2_000;
 /// Pause between two attempts to bind a port still in use.
 pub const PORT_IN_USE_RETRY_PAUSE_MS: u64 = 10;
+/// Queues a start refused for memory names per shard, the largest first.
+pub const MEMORY_REFUSAL_QUEUES_NAMED_MAX: usize = 5;
+
+/// What a served partition is charged against its shard's state share
+/// besides its queue state (`partition/memory.rs`): its structs, scratch
+/// buffers, timers and journal index. Measured ≈ 5 KiB empty and ≈ 13 KiB
+/// once it has served requests (bench/README.md, "Per-partition cost").
+pub const PARTITION_MEMORY_BYTES_FIXED: u64 = 16 << 10;
 
 /// Pause before a partition that failed to open for lack of disk space is
 /// opened again (the shard's housekeeping retries it until it opens).

@@ -3,7 +3,9 @@
 // finish it (nor read anything), and the broker still holds at most its
 // requests pool of them, its resident memory grows by less than that pool
 // plus a fixed overhead, and a well-behaved client beside them completes
-// enqueue + claim + ack round trips in bounded time; once the frames time
+// enqueue + claim + ack round trips with a p99 within 3× of its p99 alone
+// (an unloaded p99 under 50 ms counted as 50 ms), every acknowledged
+// message claimed back; once the frames time
 // out, every grant comes back and resident memory returns near its start.
 //
 // Method: a real spoold with one shard and `--memory-bytes 128 MiB` (a
@@ -43,7 +45,18 @@ const RSS_RETURN_MARGIN_KIB: u64 = 12 * 1024;
 const RSS_RETURN_WITHIN: Duration = Duration::from_secs(10);
 const ROUND_TRIPS: u64 = 40;
 const FRAME_TIMEOUT_MS: u64 = 8_000;
-const ROUND_TRIP_MAX: Duration = Duration::from_secs(2);
+/// A good client's p99 round trip beside the hostile load is at most this
+/// many times its p99 alone ...
+const RATIO_MAX: u32 = 3;
+/// ... counting an unloaded p99 below this as this (a round trip of a few
+/// milliseconds on a shared CI machine is noise-dominated).
+const ROUND_TRIP_FLOOR: Duration = Duration::from_millis(50);
+
+/// The 99th percentile of `samples` (the largest of fewer than 100).
+fn p99(samples: &mut [Duration]) -> Duration {
+    samples.sort();
+    samples[(samples.len() * 99 / 100).min(samples.len() - 1)]
+}
 
 fn requests_pool(broker: &Spoold, figure: &str) -> f64 {
     let page = http_get(&broker.admin_addr(), "/metrics");
@@ -74,6 +87,13 @@ async fn hostile_frames_stay_inside_the_memory_budget() {
         REQUESTS_POOL_BYTES as f64
     );
     let (client, producer) = warmed_good_client(&broker, QUEUE).await;
+    // The good client's round trips alone, for the ratio below.
+    let mut unloaded = Vec::new();
+    for round in 0..ROUND_TRIPS {
+        let id = message_id(2, round);
+        unloaded.push(good_round_trip(&client, &producer, QUEUE, id, round).await);
+    }
+    let unloaded_p99 = p99(&mut unloaded);
     let rss_start_kib = broker.rss_kib().unwrap();
 
     let hostile = hold_unfinished_frames(&broker.addr(), HOSTILE_CONNECTIONS, FRAME_BYTES);
@@ -86,19 +106,24 @@ async fn hostile_frames_stay_inside_the_memory_budget() {
     )
     .await;
 
-    let mut slowest = Duration::ZERO;
+    // Each round trip enqueues a message, claims that very message back
+    // and acks it: nothing acknowledged is lost beside the hostile load.
+    let mut loaded = Vec::new();
     for round in 0..ROUND_TRIPS {
-        let took = good_round_trip(&client, &producer, QUEUE, message_id(1, round), round).await;
-        slowest = slowest.max(took);
+        loaded.push(good_round_trip(&client, &producer, QUEUE, message_id(1, round), round).await);
     }
-    assert!(slowest < ROUND_TRIP_MAX, "a good round trip took {slowest:?}");
+    let slowest = p99(&mut loaded);
+    assert!(
+        slowest <= RATIO_MAX * unloaded_p99.max(ROUND_TRIP_FLOOR),
+        "good round trips' p99 {slowest:?} beside the hostile load, {unloaded_p99:?} alone"
+    );
 
     let used = requests_pool(&broker, "spool_shard_memory_used_bytes");
     let peak = requests_pool(&broker, "spool_shard_memory_peak_bytes");
     let rss_end_kib = broker.rss_kib().unwrap();
     eprintln!(
         "requests pool {REQUESTS_POOL_BYTES}: used {used}, peak {peak}; RSS {rss_start_kib} → \
-         {rss_end_kib} KiB; slowest good round trip {slowest:?}"
+         {rss_end_kib} KiB; good round trip p99 {slowest:?} (alone {unloaded_p99:?})"
     );
     assert!(
         used > 0.0 && peak > (REQUESTS_POOL_BYTES / 2) as f64,

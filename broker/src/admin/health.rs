@@ -71,11 +71,12 @@ pub fn readiness(
             for (pool, stats) in &report.memory {
                 let _ = write!(
                     summary,
-                    " {pool} {} of {} KiB (peak {}, waits {});",
+                    " {pool} {} of {} KiB (peak {}, waits {}, refusals {});",
                     stats.used_bytes / 1024,
                     stats.size_bytes / 1024,
                     stats.peak_bytes / 1024,
-                    stats.waits
+                    stats.waits,
+                    stats.refusals
                 );
             }
         }

@@ -255,6 +255,13 @@ impl BrokerConfig {
         }
     }
 
+    /// Each shard's memory for queue state: its state share less the
+    /// journal's two caches (`2 × tail_cache_bytes`, at most half of the
+    /// share: `validate` refuses more).
+    pub fn queue_state_bytes(&self) -> u64 {
+        self.shard_memory().state.saturating_sub(2 * self.tail_cache_bytes)
+    }
+
     /// Listen address of shard `shard`.
     pub fn shard_listen(&self, shard: u16) -> SocketAddr {
         assert!(shard < self.shards);

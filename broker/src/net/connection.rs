@@ -78,6 +78,53 @@ pub enum ConnectionEnd {
     Tls(String),
 }
 
+impl ConnectionEnd {
+    /// Every reason label ([`Self::reason`]), in the order of
+    /// [`Self::reason_index`]: the `reason` of
+    /// `spool_shard_connections_closed_total`. Stable: dashboards key on
+    /// them.
+    pub const REASONS: [&'static str; 11] = [
+        "peer_closed",
+        "idle",
+        "stopped",
+        "closed",
+        "decode_error",
+        "frame_too_large",
+        "frame_timeout",
+        "read_failed",
+        "write_failed",
+        "slow_reader",
+        "tls",
+    ];
+
+    /// Where [`Self::reason`] is in [`Self::REASONS`] (a counter array's
+    /// index).
+    pub fn reason_index(&self) -> usize {
+        match self {
+            Self::PeerClosed => 0,
+            Self::Idle => 1,
+            Self::Stopped => 2,
+            Self::Closed => 3,
+            Self::DecodeError(_) => 4,
+            Self::FrameTooLarge => 5,
+            Self::FrameTimeout => 6,
+            Self::ReadFailed(_) => 7,
+            // A response not written within `write_timeout` (the writer's
+            // only `TimedOut`): a peer that does not read its answers.
+            Self::WriteFailed(error) if error.kind() == std::io::ErrorKind::TimedOut => 9,
+            Self::WriteFailed(_) => 8,
+            Self::Tls(_) => 10,
+        }
+    }
+
+    /// A stable label for why the connection ended: one of
+    /// [`Self::REASONS`]. A write that timed out is `slow_reader`, any
+    /// other failed write `write_failed`.
+    pub fn reason(&self) -> &'static str {
+        Self::REASONS[self.reason_index()]
+    }
+}
+
 enum ReadEvent {
     Data(std::io::Result<usize>),
     Idle,
@@ -614,6 +661,39 @@ mod tests {
         futures_lite::future::block_on(write_burst(&mut writer, &mut burst, &mut coalesced))
             .unwrap();
         assert_eq!(writer.0, vec![small(1), large, [small(2), small(3)].concat()]);
+    }
+
+    #[test]
+    fn every_end_has_its_own_stable_reason_and_a_timed_out_write_is_a_slow_reader() {
+        // Goal: the counters' labels are distinct, each end maps to the
+        // label of its own index, and the writer's write_timeout error (a
+        // peer that does not read) is `slow_reader` while any other write
+        // failure stays `write_failed`. Method: one end of each kind.
+        use std::io::{Error, ErrorKind};
+        let timed_out =
+            Error::new(ErrorKind::TimedOut, "response not written within write_timeout");
+        let ends = [
+            (ConnectionEnd::PeerClosed, "peer_closed"),
+            (ConnectionEnd::Idle, "idle"),
+            (ConnectionEnd::Stopped, "stopped"),
+            (ConnectionEnd::Closed, "closed"),
+            (ConnectionEnd::DecodeError("bad".into()), "decode_error"),
+            (ConnectionEnd::FrameTooLarge, "frame_too_large"),
+            (ConnectionEnd::FrameTimeout, "frame_timeout"),
+            (ConnectionEnd::ReadFailed(Error::from(ErrorKind::ConnectionReset)), "read_failed"),
+            (ConnectionEnd::WriteFailed(Error::from(ErrorKind::BrokenPipe)), "write_failed"),
+            (ConnectionEnd::WriteFailed(timed_out), "slow_reader"),
+            (ConnectionEnd::Tls("handshake timed out".into()), "tls"),
+        ];
+        let mut seen = std::collections::BTreeSet::new();
+        for (end, reason) in &ends {
+            assert_eq!(end.reason(), *reason, "{end:?}");
+            assert_eq!(ConnectionEnd::REASONS[end.reason_index()], *reason);
+            assert!(seen.insert(end.reason_index()), "{reason} shares an index");
+        }
+        assert_eq!(seen.len(), ConnectionEnd::REASONS.len(), "every label is reachable");
+        let reset = ConnectionEnd::WriteFailed(Error::from(ErrorKind::ConnectionReset));
+        assert_eq!(reset.reason(), "write_failed");
     }
 
     #[test]

@@ -3,7 +3,10 @@
 //! Owns the port check before binding, the accept loop and the per-shard
 //! connection limit: a connection over it is told why
 //! (`TOO_MANY_CONNECTIONS`, from the handler's refusal response) before it
-//! is closed, and the refusal is counted and logged (rate-limited). Each accepted connection runs
+//! is closed, and the refusal is counted and logged (rate-limited); how
+//! each served connection ended is counted per reason
+//! ([`ConnectionEnd::reason`]: `slow_reader` for one closed at
+//! `write_timeout`) and logged. Each accepted connection runs
 //! [`serve_connection`](crate::net::connection::serve_connection) as a task
 //! inside a glommio `Gate`, so the shard can wait for every connection to
 //! drain on shutdown. It does not choose ports (the shard does: base port +
@@ -264,17 +267,18 @@ pub async fn accept_loop<H: FrameHandler>(
         let handler = handler.clone();
         let stop = stop.clone();
         let tls = tls.clone();
-        let tls_stats = stats.clone();
+        let end_stats = stats.clone();
         let spawned = gate.spawn(async move {
             let end = match tls {
                 None => serve(stream, handler, limits, stop, scope).await,
                 Some(tls) => {
                     crate::net::tls::serve_tls(
-                        stream, &tls, handler, limits, stop, scope, &tls_stats,
+                        stream, &tls, handler, limits, stop, scope, &end_stats,
                     )
                     .await
                 }
             };
+            end_stats.count_end(&end);
             log_connection_end(peer, &end);
             drop(guard);
         });
@@ -288,12 +292,17 @@ pub async fn accept_loop<H: FrameHandler>(
     }
 }
 
+/// Logs why a connection ended, with its reason label (the one
+/// `spool_shard_connections_closed_total` counts it under): the ordinary
+/// ends at debug, the others (a slow reader closed at `write_timeout`
+/// among them) at info.
 fn log_connection_end(peer: Option<SocketAddr>, end: &ConnectionEnd) {
+    let reason = end.reason();
     match end {
         ConnectionEnd::PeerClosed | ConnectionEnd::Stopped | ConnectionEnd::Idle => {
-            tracing::debug!(?peer, ?end, "connection closed")
+            tracing::debug!(?peer, reason, ?end, "connection closed")
         }
-        _ => tracing::info!(?peer, ?end, "connection closed"),
+        _ => tracing::info!(?peer, reason, ?end, "connection closed"),
     }
 }
 

@@ -33,6 +33,9 @@ use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 use std::task::{Poll, Waker};
 
+/// The name the shard's state share is reported under, beside the pools.
+pub const STATE_POOL: &str = "state";
+
 /// A pool's figures, for metrics and `/health/ready`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PoolStats {
@@ -44,6 +47,9 @@ pub struct PoolStats {
     pub peak_bytes: u64,
     /// Takes that had to wait for memory.
     pub waits: u64,
+    /// Requests refused for memory (the state share: enqueues and creates
+    /// that did not fit; the connection pools wait instead and refuse none).
+    pub refusals: u64,
 }
 
 #[derive(Debug)]
@@ -251,6 +257,7 @@ impl MemoryPool {
             used_bytes: state.used as u64,
             peak_bytes: state.peak as u64,
             waits: state.waits,
+            refusals: 0,
         }
     }
 
@@ -354,11 +361,13 @@ impl ShardMemory {
         SHARD_MEMORY.with(|slot| *slot.borrow_mut() = Some(memory));
     }
 
-    /// Each pool's name and figures.
-    pub fn stats(&self) -> [(&'static str, PoolStats); 2] {
+    /// Each pool's name and figures, and a place for the shard's state
+    /// share (filled by the shard's hooks, which own it).
+    pub fn stats(&self) -> [(&'static str, PoolStats); 3] {
         [
             (self.requests.name(), self.requests.stats()),
             (self.responses.name(), self.responses.stats()),
+            (STATE_POOL, PoolStats::default()),
         ]
     }
 
@@ -395,7 +404,7 @@ mod tests {
         drop(b);
         assert_eq!(
             pool.stats(),
-            PoolStats { size_bytes: 100, used_bytes: 0, peak_bytes: 100, waits: 0 }
+            PoolStats { size_bytes: 100, used_bytes: 0, peak_bytes: 100, waits: 0, refusals: 0 }
         );
         assert!(!pool.can_ever_fit(101));
     }

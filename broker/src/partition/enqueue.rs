@@ -183,6 +183,11 @@ impl<S: Storage + Clone> Partition<S> {
             check_schedule(view, index, now)?;
             requests.push((enqueue_request(view, index), stamp));
         }
+        // What the batch may add to the state, against the shard's share:
+        // refused whole, before anything is appended.
+        let needed = (requests.len() as u64)
+            .saturating_mul(crate::queue::PartitionState::memory_charge_per_enqueue());
+        self.memory.borrow().meter().admit(needed).map_err(PartitionError::StateMemory)?;
         {
             let state = self.state.borrow();
             let mut admission = state.admission_with(now, ids);
@@ -227,6 +232,7 @@ impl<S: Storage + Clone> Partition<S> {
                 outcomes[index as usize] = EnqueueOutcome::Appended { offset };
             }
             drop(state);
+            self.recharge();
             self.appends.borrow_mut().note(BatchKind::Data, &appended.ticket);
             self.hint_wakeup();
             ticket = Some(appended.ticket);
@@ -362,6 +368,7 @@ impl<S: Storage + Clone> Partition<S> {
         if let Err(error) = self.state.borrow_mut().apply(&increment) {
             panic!("partition {:?}: attribution at {base:?} does not apply: {error}", self.name);
         }
+        self.recharge();
         let mut stats = self.attribution_stats.get();
         stats.extended += 1;
         self.attribution_stats.set(stats);

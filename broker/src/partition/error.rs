@@ -50,6 +50,10 @@ pub enum PartitionError {
          would expire before it could be delivered"
     )]
     ExpiresBeforeDue { index: usize, not_before_ms: Millis, expiry_ms: Millis },
+    /// The shard's memory for queue state cannot take the batch
+    /// (`memory.rs`).
+    #[error("{0}")]
+    StateMemory(super::memory::StateMemoryFull),
     #[error("queue is full (its {limit} limit)")]
     QueueFull { limit: crate::queue::FullLimit },
     #[error("delivery token: {0}")]
@@ -127,6 +131,7 @@ impl PartitionError {
                 ErrorCode::InvalidArgument
             }
             PartitionError::QueueFull { .. } => ErrorCode::QueueFull,
+            PartitionError::StateMemory(_) => ErrorCode::Throttled,
             PartitionError::Token(_) => ErrorCode::InvalidToken,
             PartitionError::TooManyWaiters | PartitionError::TooManyWaitersOnConnection { .. } => {
                 ErrorCode::Throttled
@@ -176,6 +181,14 @@ mod tests {
         for (error, code) in cases {
             assert_eq!(PartitionError::Queue(error).code(), code, "{error:?}");
         }
+        let full = PartitionError::StateMemory(super::super::memory::StateMemoryFull {
+            shard: 1,
+            needed_bytes: 296,
+            used_bytes: 1_000,
+            size_bytes: 1_100,
+        });
+        assert_eq!(full.code(), ErrorCode::Throttled, "memory for queue state is retriable");
+        assert!(full.to_string().contains("memory_bytes"), "{full}");
         let miss = PartitionError::ReadMiss {
             dir: PathBuf::from("/data/q/0"),
             offset: crate::queue::Offset(7),

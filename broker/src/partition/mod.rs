@@ -66,6 +66,7 @@ mod error;
 pub mod files;
 mod housekeeping;
 mod log;
+pub mod memory;
 mod open;
 mod operator;
 mod read;
@@ -166,6 +167,9 @@ pub struct Partition<S: Storage + Clone> {
     /// extends it rather than append one of its own (`enqueue.rs`).
     attribution: RefCell<Option<enqueue::OpenAttribution>>,
     attribution_stats: Cell<AttributionStats>,
+    /// This partition's charge on its shard's state share (`memory.rs`):
+    /// set again whenever its state changed.
+    memory: RefCell<memory::StateCharge>,
 }
 
 /// How the partition's batches were attributed since open
@@ -243,6 +247,25 @@ impl<S: Storage + Clone> Partition<S> {
     }
 
     /// Runs `check` on the state for tests (read-only).
+    /// Charges this partition's state to `meter` (its shard's state share)
+    /// from now on, in place of where it was charged before.
+    pub fn set_state_memory(&self, meter: Rc<memory::StateMemory>) {
+        *self.memory.borrow_mut() = memory::StateCharge::new(meter);
+        self.recharge();
+    }
+
+    /// Bytes this partition is charged against its shard's state share.
+    pub fn memory_charged(&self) -> u64 {
+        self.memory.borrow().bytes()
+    }
+
+    /// Sets the partition's charge to what its state may take now. Called
+    /// after every change to the state (O(bands + dedupe generations)).
+    fn recharge(&self) {
+        let bytes = self.state.borrow().memory_charge();
+        self.memory.borrow().set(bytes);
+    }
+
     pub fn with_state<R>(&self, check: impl FnOnce(&PartitionState) -> R) -> R {
         check(&self.state.borrow())
     }
@@ -306,6 +329,7 @@ impl<S: Storage + Clone> Partition<S> {
             }
         }
         drop(state);
+        self.recharge();
         self.appends.borrow_mut().note(spool_wire::batch::BatchKind::Control, &appended.ticket);
         self.hint_wakeup();
         Ok(appended)

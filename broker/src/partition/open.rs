@@ -267,6 +267,9 @@ impl<S: Storage + Clone> Partition<S> {
             scratch: super::scratch::Scratch::default(),
             attribution: RefCell::new(None),
             attribution_stats: Cell::new(AttributionStats::default()),
+            memory: RefCell::new(super::memory::StateCharge::new(
+                super::memory::StateMemory::unbounded(),
+            )),
         });
         let (replayed_batches, replayed_events) = match replayed {
             Some(done) => done,

@@ -341,6 +341,12 @@ impl DedupeTable {
             .filter(|&(_, offset, time_ms)| self.is_live(offset, time_ms))
     }
 
+    /// Entries held in memory, live or not yet dropped with their
+    /// generation: what the table's memory grows with. O(generations).
+    pub fn held_entries(&self) -> usize {
+        self.generations.iter().map(|generation| generation.len).sum()
+    }
+
     /// Live entries. O(entries): for tests and invariant checks.
     #[cfg(test)]
     pub fn len(&self) -> usize {

@@ -70,6 +70,20 @@ pub const DEDUPE_CHUNK_ENTRIES: usize = 2048;
 /// does not pin 24 bytes per record for the partition's life (the same rule
 /// as the partition's request scratch).
 pub const DEDUPE_ABSENT_MEMO_KEPT_MAX: usize = 1024;
+/// What one held message may cost the queue state at most, whatever its
+/// phase: a never-claimed one takes ≤ 32 B, a claimed, scheduled or retried
+/// one ≤ 128 B, a dead letter ≤ 187 B (`tests/queue_memory.rs`
+/// checks the charge covers each). A shard's state share is charged this
+/// much per held message (`PartitionState::memory_charge`), so no later
+/// claim, release or quarantine of an admitted message can take the shard
+/// over its budget: only an enqueue is refused for memory.
+pub const MESSAGE_STATE_BYTES_MAX: u64 = 192;
+/// What one dedupe window entry costs at most: its 24-byte entry and its
+/// share of the index (measured ≤ 40 B by `tests/queue_memory.rs`).
+pub const DEDUPE_ENTRY_BYTES_MAX: u64 = 40;
+/// What one run of attributed offsets costs at most (stored quotas: one
+/// run per batch when producers interleave single-record batches).
+pub const STORED_RUN_BYTES_MAX: u64 = 64;
 /// Largest snapshot `restore` accepts (1 GiB): a bound on what a corrupt
 /// length field can make it allocate.
 pub const SNAPSHOT_BYTES_MAX: usize = 1 << 30;

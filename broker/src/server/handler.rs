@@ -135,6 +135,7 @@ fn control_error(failure: &CoordinatorError) -> ErrorResponse {
         CoordinatorError::Timeout { .. } => ErrorCode::Timeout,
         CoordinatorError::Stopped => ErrorCode::ShuttingDown,
         CoordinatorError::CreateFailed { .. } => ErrorCode::StorageFailed,
+        CoordinatorError::CreateRefused { .. } => ErrorCode::InvalidArgument,
         #[allow(unreachable_patterns)]
         _ => ErrorCode::Internal,
     };

@@ -89,6 +89,7 @@ use crate::control::config::BrokerConfig;
 use crate::io::DmaStorage;
 use crate::log::journal::{JournalConfig, JournalError, JournalPos, PartitionHandle, ShardJournal};
 use crate::log::{ExitOnFatal, LogConfig};
+use crate::partition::memory::StateMemory;
 use crate::partition::{
     replay_journal_shard, Clock, JournalOpen, Partition, PartitionError, PartitionName,
     ShardReplayTarget,
@@ -118,6 +119,27 @@ pub enum ServerError {
     /// The shard journal did not open (damage names file and byte).
     #[error("shard journal {}: {error}", dir.display())]
     Journal { dir: PathBuf, error: JournalError },
+    /// A new queue's partitions do not fit the shard's memory for queue
+    /// state (`partition/memory.rs`): the create is refused, nothing opened.
+    #[error("queue {queue}: {partitions} partitions on this shard need {needed} B of memory for \
+             queue state ({} B each before any message), {} B of its {} B are charged; raise \
+             memory_bytes, use fewer partitions or delete a queue",
+             crate::limits::PARTITION_MEMORY_BYTES_FIXED, full.used_bytes, full.size_bytes,
+             needed = full.needed_bytes)]
+    Memory { queue: String, partitions: usize, full: crate::partition::memory::StateMemoryFull },
+    /// What the shard opened at start is charged more than its state share:
+    /// the budget is below what its open queues need.
+    #[error("memory_bytes={memory_bytes} is below what the open queues need: shard {shard}'s \
+             queue state is charged {charged} B, over its {share} B share (the most: {}); raise \
+             memory_bytes", queues.iter().map(|(queue, bytes)| format!("{queue} {bytes} B"))
+             .collect::<Vec<_>>().join(", "))]
+    MemoryAtStart {
+        memory_bytes: u64,
+        shard: u16,
+        charged: u64,
+        share: u64,
+        queues: Vec<(String, u64)>,
+    },
     /// More than one partition of one change failed.
     #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
     Several(Vec<ServerError>),
@@ -260,6 +282,9 @@ pub struct ShardState {
     pub journal: RefCell<Option<Rc<ShardJournalRun>>>,
     /// Which partitions the housekeeping tick visits (`tick.rs`).
     pub tick_plan: Rc<TickPlan<Served>>,
+    /// The shard's memory for queue state: its state share less the
+    /// journal's two caches (`partition/memory.rs`).
+    pub state_memory: Rc<StateMemory>,
 }
 
 impl std::fmt::Debug for ShardState {
@@ -317,6 +342,7 @@ impl ShardState {
                 counters,
                 requests: served.requests.snapshot(),
                 ack_rate_per_sec,
+                memory_bytes: served.partition.memory_charged(),
             });
         }
         if let Some(journal) = &*self.journal.borrow() {
@@ -390,6 +416,7 @@ impl ShardHooksFactory for SpoolHooksFactory {
             recovered: context.recovered.clone(),
             journal: RefCell::new(None),
             tick_plan: Rc::new(TickPlan::new(crate::limits::HOUSEKEEPING_FULL_SWEEP_MS)),
+            state_memory: StateMemory::new(context.shard.0, context.config.queue_state_bytes()),
         });
         let handler = Rc::new(SpoolHandler::new(state.clone()));
         SpoolHooks { state, handler }
@@ -448,6 +475,14 @@ impl ShardHooks for SpoolHooks {
         self.state.open_journal().await
     }
 
+    fn replayed(&self) -> Result<(), ServerError> {
+        self.state.check_state_memory()
+    }
+
+    fn refuses(error: &ServerError) -> bool {
+        matches!(error, ServerError::Memory { .. })
+    }
+
     fn frame_handler(&self) -> Rc<SpoolHandler> {
         self.handler.clone()
     }
@@ -485,6 +520,18 @@ impl ShardHooks for SpoolHooks {
                     .filter(|(_, shard)| **shard == state.shard)
                     .map(|(partition, _)| PartitionId(u32::try_from(partition).unwrap_or(u32::MAX)))
                     .collect();
+                // A live create that cannot fit is refused before anything
+                // opens; the catalog's replay at start is not (the start
+                // checks the whole charge and names the queues instead).
+                if update.version > state.recovered.version() {
+                    if let Err(full) = state.state_memory.admit_partitions(owned.len() as u64) {
+                        return Err(ServerError::Memory {
+                            queue: queue.as_str().to_owned(),
+                            partitions: owned.len(),
+                            full,
+                        });
+                    }
+                }
                 let epochs = state.open_journal_epochs(*queue_id, &owned).await;
                 let mut failures = Vec::new();
                 for (at, wave) in
@@ -609,6 +656,17 @@ impl ShardHooks for SpoolHooks {
     fn report(&self, report: &mut ShardReport) {
         self.state.report(report);
         report.tick_visits = self.state.tick_plan.visits();
+        let state_memory = self.state.state_memory.stats();
+        report.memory[2] = (
+            crate::net::memory::STATE_POOL,
+            crate::net::memory::PoolStats {
+                size_bytes: state_memory.size_bytes,
+                used_bytes: state_memory.used_bytes,
+                peak_bytes: state_memory.peak_bytes,
+                waits: 0,
+                refusals: state_memory.refusals,
+            },
+        );
         report.claims_waiting = self.state.claims_waiting();
         report.pace = crate::net::pace::Pace::of_this_shard().stats();
         report.quotas = self.handler.quota_report();

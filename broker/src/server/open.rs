@@ -9,6 +9,34 @@
 use super::*;
 
 impl ShardState {
+    /// After the catalog's replay: refuses the start when what opened is
+    /// charged more than the shard's state share, naming the queues that
+    /// take the most (a broker serving with every enqueue refused would
+    /// hide the cause).
+    ///
+    /// # Errors
+    /// [`ServerError::MemoryAtStart`] with the figures.
+    pub(super) fn check_state_memory(&self) -> Result<(), ServerError> {
+        let stats = self.state_memory.stats();
+        if stats.used_bytes <= stats.size_bytes {
+            return Ok(());
+        }
+        let mut by_queue: BTreeMap<String, u64> = BTreeMap::new();
+        for (queue, _, served) in self.partitions.borrow().iter() {
+            *by_queue.entry(queue.to_owned()).or_default() += served.partition.memory_charged();
+        }
+        let mut queues: Vec<(String, u64)> = by_queue.into_iter().collect();
+        queues.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        queues.truncate(crate::limits::MEMORY_REFUSAL_QUEUES_NAMED_MAX);
+        Err(ServerError::MemoryAtStart {
+            memory_bytes: self.config.memory_bytes,
+            shard: self.shard.0,
+            charged: stats.used_bytes,
+            share: stats.size_bytes,
+            queues,
+        })
+    }
+
     /// Records that `queue`/`partition` is not served (answered
     /// `STORAGE_FAILED`, reported by `/health/ready`) and builds the error.
     pub(super) fn refuse_partition(
@@ -111,6 +139,7 @@ impl ShardState {
                 plan.touch(&served);
             }
         }));
+        served.partition.set_state_memory(self.state_memory.clone());
         // The first tick looks at it (the replay may have restored timers).
         self.tick_plan.touch(&served);
         let ring = self.partitions.borrow_mut().insert(queue.as_str(), partition, served.clone());

@@ -144,7 +144,7 @@ impl CoordinatorHandle {
         if failures.is_empty() {
             return Ok(created);
         }
-        tracing::warn!(queue, failures = %failures.join("; "), "create failed on a shard; deleting the queue again");
+        tracing::warn!(queue, failures = %failures.iter().map(|failure| failure.reason.as_str()).collect::<Vec<_>>().join("; "), "create failed on a shard; deleting the queue again");
         // The rollback gets its own budget: the create may have used most
         // of the first one, and an unremoved half-created queue is worse
         // than a late answer.
@@ -158,11 +158,18 @@ impl CoordinatorHandle {
         if let Err(error) = &rollback {
             tracing::error!(queue, %error, "could not delete the half-created queue");
         }
-        Err(CoordinatorError::CreateFailed {
-            queue: queue.to_owned(),
-            failures,
-            rollback: rollback.err().map(|error| error.to_string()),
-        })
+        let refused = failures.iter().all(|failure| failure.refused);
+        let failures: Vec<String> = failures.into_iter().map(|failure| failure.reason).collect();
+        match rollback {
+            Ok(_) if refused => {
+                Err(CoordinatorError::CreateRefused { queue: queue.to_owned(), failures })
+            }
+            rollback => Err(CoordinatorError::CreateFailed {
+                queue: queue.to_owned(),
+                failures,
+                rollback: rollback.err().map(|error| error.to_string()),
+            }),
+        }
     }
 
     /// [`delete_queue`](Self::delete_queue) then

@@ -203,6 +203,7 @@ pub(crate) async fn shard_main<F: ShardHooksFactory>(
                             accepted: stats.accepted.get(),
                             refused_over_limit: stats.refused_over_limit.get(),
                             tls_handshake_failures: stats.tls_handshake_failures.get(),
+                            ended: stats.ended(),
                         };
                         let since = glommio::executor().executor_stats();
                         executor.busy_us = executor.busy_us.saturating_add(
@@ -230,7 +231,10 @@ pub(crate) async fn shard_main<F: ShardHooksFactory>(
                         if update.version > serve_from {
                             shared.record_hook_failure(
                                 update.version,
-                                format!("shard {}: {error}", shard.0),
+                                crate::shard::HookFailure {
+                                    reason: format!("shard {}: {error}", shard.0),
+                                    refused: <F::Hooks as ShardHooks>::refuses(&error),
+                                },
                             );
                         }
                     }
@@ -253,6 +257,10 @@ pub(crate) async fn shard_main<F: ShardHooksFactory>(
         Timer::new(REPLAY_WAIT_POLL).await;
     }
 
+    if !stop.is_stopped() {
+        hooks.replayed().map_err(|error| ShardError::Refused(error.to_string()))?;
+    }
+    shared.replay_accepted[usize::from(shard.0)].store(true, Ordering::Release);
     let memory = context.config.shard_memory();
     crate::net::memory::ShardMemory::configure_this_shard(
         usize::try_from(memory.requests).unwrap_or(usize::MAX),

@@ -66,6 +66,22 @@ pub trait ShardHooks: 'static {
         std::future::ready(Ok(()))
     }
 
+    /// Called once the catalog's replay is applied, before the shard
+    /// accepts a connection: an error refuses the broker's start (a
+    /// configuration that does not fit what the data directory holds). The
+    /// default accepts.
+    fn replayed(&self) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    /// Whether `error` of [`on_assignment`](Self::on_assignment) refused
+    /// the change for a limit it would pass (a create that does not fit),
+    /// rather than failed: its creator is told the request asked too much.
+    fn refuses(error: &Self::Error) -> bool {
+        let _ = error;
+        false
+    }
+
     /// The frame handler shared by every connection of this shard. Called
     /// once, after the hooks are built and before the first accept.
     fn frame_handler(&self) -> Rc<Self::Handler>;

@@ -150,6 +150,10 @@ pub enum ShardError {
     Flush(String),
     #[error("shard start failed: {0}")]
     Start(String),
+    /// The shard's hooks refused what the catalog's replay opened
+    /// (`ShardHooks::replayed`): a configuration that does not fit the data.
+    #[error("{0}")]
+    Refused(String),
     #[error("catalog write failed: {0}")]
     Catalog(String),
     #[error("channel to shard {shard} closed")]
@@ -184,7 +188,9 @@ impl StartError {
     /// The exit reason for `spoold`.
     pub fn fatal_reason(&self) -> FatalReason {
         match self {
-            StartError::Config(_) => FatalReason::Config,
+            StartError::Config(_) | StartError::Executor { error: ShardError::Refused(_), .. } => {
+                FatalReason::Config
+            }
             StartError::Memlock(_) => FatalReason::Memlock,
             StartError::DataDir(DataDirError::Locked { .. }) => FatalReason::DataDirLocked,
             // The data is fine; the flags (layout, shard count) do not fit it.
@@ -254,6 +260,19 @@ pub enum CoordinatorError {
         Some(reason) => format!("removing it again failed ({reason}); delete it and retry"),
     })]
     CreateFailed { queue: String, failures: Vec<String>, rollback: Option<String> },
+    /// Every shard that failed refused the new queue for a limit it would
+    /// pass (memory for its partitions, `ShardHooks::refuses`), not for a
+    /// failure: the request asked too much, and the queue was removed again.
+    #[error("queue {queue} was not created: {}; it was removed again", failures.join("; "))]
+    CreateRefused { queue: String, failures: Vec<String> },
+}
+
+/// Why a shard's hooks did not apply an update, for its creator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HookFailure {
+    pub(crate) reason: String,
+    /// A refusal for a limit (`ShardHooks::refuses`), not a failure.
+    pub(crate) refused: bool,
 }
 
 /// State the main thread, the coordinator and the shards share.
@@ -261,6 +280,9 @@ pub enum CoordinatorError {
 pub(crate) struct Shared {
     pub(crate) stop_requested: Arc<AtomicBool>,
     pub(crate) applied_versions: Vec<AtomicU64>,
+    /// Per shard: its hooks accepted what the catalog's replay opened
+    /// (`ShardHooks::replayed`); the start waits for every one.
+    pub(crate) replay_accepted: Vec<AtomicBool>,
     /// the coordinator's table as of the last durable catalog write;
     /// replaced (never mutated) after each write.
     pub(crate) committed: RwLock<Arc<AssignmentTable>>,
@@ -268,7 +290,7 @@ pub(crate) struct Shared {
     /// for the creator waiting on that version. Written before the shard
     /// publishes the version as applied. Bounded by
     /// [`HOOK_FAILURE_VERSIONS_MAX`].
-    pub(crate) hook_failures: Mutex<BTreeMap<u64, Vec<String>>>,
+    pub(crate) hook_failures: Mutex<BTreeMap<u64, Vec<HookFailure>>>,
     /// The auth policy in force, each shard's applied generation and the
     /// reload counts (`auth::reload`); off the data path.
     pub(crate) auth: crate::auth::reload::AuthState,
@@ -284,11 +306,11 @@ impl Shared {
     /// Notes that a shard's hooks failed to apply `version`. Call before
     /// storing the version in `applied_versions`, so a waiter that sees it
     /// applied also sees the failure.
-    pub(crate) fn record_hook_failure(&self, version: AssignmentVersion, reason: String) {
+    pub(crate) fn record_hook_failure(&self, version: AssignmentVersion, failure: HookFailure) {
         let mut failures = self.hook_failures.lock().unwrap_or_else(PoisonError::into_inner);
         let reasons = failures.entry(version.0).or_default();
         if reasons.len() < HOOK_FAILURES_PER_VERSION_MAX {
-            reasons.push(reason);
+            reasons.push(failure);
         }
         while failures.len() > HOOK_FAILURE_VERSIONS_MAX {
             failures.pop_first();
@@ -296,7 +318,7 @@ impl Shared {
     }
 
     /// Takes the hook failures recorded for `version` (empty if none).
-    fn take_hook_failures(&self, version: AssignmentVersion) -> Vec<String> {
+    fn take_hook_failures(&self, version: AssignmentVersion) -> Vec<HookFailure> {
         let mut failures = self.hook_failures.lock().unwrap_or_else(PoisonError::into_inner);
         failures.remove(&version.0).unwrap_or_default()
     }
@@ -396,6 +418,7 @@ impl Broker {
         let shared = Arc::new(Shared {
             stop_requested,
             applied_versions: (0..shard_count).map(|_| AtomicU64::new(start_version)).collect(),
+            replay_accepted: (0..shard_count).map(|_| AtomicBool::new(false)).collect(),
             committed: RwLock::new(Arc::new(replay.table.clone())),
             hook_failures: Mutex::new(BTreeMap::new()),
             auth: crate::auth::reload::AuthState::new(
@@ -513,7 +536,10 @@ impl Broker {
         // replay; one deadline covers both.
         let mut waiting: Vec<ExecutorName> = threads.iter().map(|(name, _)| *name).collect();
         loop {
-            if waiting.is_empty() && shared.all_applied(replay_version) {
+            if waiting.is_empty()
+                && shared.all_applied(replay_version)
+                && shared.replay_accepted.iter().all(|accepted| accepted.load(Ordering::Acquire))
+            {
                 break;
             }
             let event = match events.recv_timeout(COORDINATOR_POLL_INTERVAL) {

@@ -180,6 +180,9 @@ pub struct PartitionReport {
     /// `server::counters::DRAIN_RATE_WINDOW_MS` (`None` until a second
     /// report measured one).
     pub ack_rate_per_sec: Option<f64>,
+    /// What the partition is charged against its shard's state share
+    /// (`partition/memory.rs`).
+    pub memory_bytes: u64,
 }
 
 /// A partition this shard owns that did not open, and why.
@@ -212,6 +215,10 @@ pub struct ConnectionCounts {
     pub refused_over_limit: u64,
     /// TLS handshakes that failed or timed out.
     pub tls_handshake_failures: u64,
+    /// Served connections that ended, per reason, indexed like
+    /// `net::connection::ConnectionEnd::REASONS` (`slow_reader`: closed
+    /// at `write_timeout`).
+    pub ended: [u64; crate::net::connection::ConnectionEnd::REASONS.len()],
 }
 
 /// The shard's executor: time spent running tasks and tasks run, since the
@@ -251,8 +258,9 @@ pub struct ShardReport {
     /// partition plus those of partition `ANY` waiting on a queue's ready
     /// ring.
     pub claims_waiting: u64,
-    /// The shard's memory pools (`net/memory.rs`): requests, responses.
-    pub memory: [(&'static str, crate::net::memory::PoolStats); 2],
+    /// The shard's memory pools (`net/memory.rs`): requests, responses,
+    /// and its state share (`partition/memory.rs`).
+    pub memory: [(&'static str, crate::net::memory::PoolStats); 3],
     /// What the shard's consumer pace did (`net/pace.rs`).
     pub pace: crate::net::pace::PaceStats,
 }

@@ -21,6 +21,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::io::stats::COMMIT_SIZE_BUCKETS_BYTES;
+use crate::net::connection::ConnectionEnd;
 use crate::shard::report::{AdmissionCause, ShardReport};
 use disk::register_disk;
 pub use disk::{disk_space, DiskSpace};
@@ -58,6 +59,12 @@ struct CauseLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ShardLabels {
     shard: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ShardReasonLabels {
+    shard: String,
+    reason: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -495,6 +502,26 @@ pub fn encode(
         "TLS handshakes on the shard's port that failed or timed out (a plain client on a TLS port, a refused certificate)",
         |s| s.connections.tls_handshake_failures
     );
+    {
+        // Every reason of every shard, 0 included: a rate() over a series
+        // that appears only at its first close misses that close.
+        let family = Counters::<ShardReasonLabels>::default();
+        for shard in reports {
+            for (reason, count) in ConnectionEnd::REASONS.iter().zip(shard.connections.ended) {
+                let labels = ShardReasonLabels {
+                    shard: shard.shard.0.to_string(),
+                    reason: (*reason).to_owned(),
+                };
+                family.get_or_create(&labels).inc_by(count);
+            }
+        }
+        registry.register(
+            "spool_shard_connections_closed",
+            "Client connections the shard served that ended, by reason (slow_reader: a response \
+             not written within write_timeout)",
+            family,
+        );
+    }
     shard_gauge!("spool_shard_connections", "Client connections open on the shard", |s| s
         .connections
         .active);
@@ -508,6 +535,7 @@ pub fn encode(
         let used = Gauges::<PoolLabels>::default();
         let peak = Gauges::<PoolLabels>::default();
         let waits = Counters::<PoolLabels>::default();
+        let refusals = Counters::<PoolLabels>::default();
         for shard in reports {
             for (pool, stats) in &shard.memory {
                 let labels =
@@ -516,6 +544,7 @@ pub fn encode(
                 used.get_or_create(&labels).set(gauge_value(stats.used_bytes));
                 peak.get_or_create(&labels).set(gauge_value(stats.peak_bytes));
                 waits.get_or_create(&labels).inc_by(stats.waits);
+                refusals.get_or_create(&labels).inc_by(stats.refusals);
             }
         }
         registry.register_with_unit(
@@ -540,6 +569,12 @@ pub fn encode(
             "spool_shard_memory_waits",
             "Takes from the shard's memory pool that waited for memory (a connection stopped reading)",
             waits,
+        );
+        registry.register(
+            "spool_shard_memory_refusals",
+            "Requests refused for memory (pool state: enqueues answered THROTTLED and queue \
+             creates refused because the shard's memory for queue state was spent)",
+            refusals,
         );
     }
     register_journal_figures(&mut registry, reports);

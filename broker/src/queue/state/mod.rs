@@ -25,7 +25,9 @@ use super::config::{ConfigError, QueueConfig};
 use super::dedupe::DedupeTable;
 use super::fairness::{Credits, PerClass};
 use super::fresh::{FreshBand, FreshView, NEVER};
-use super::limits::LEASE_LIFETIME_MS_MAX;
+use super::limits::{
+    DEDUPE_ENTRY_BYTES_MAX, LEASE_LIFETIME_MS_MAX, MESSAGE_STATE_BYTES_MAX, STORED_RUN_BYTES_MAX,
+};
 use super::stored::StoredByPrincipal;
 use super::token::TokenKey;
 use super::types::{
@@ -286,6 +288,25 @@ impl PartitionState {
     /// admission bytes).
     pub fn held_bytes(&self) -> u64 {
         self.live_bytes() + self.dlq_bytes
+    }
+
+    /// The bytes this state is charged against its shard's memory budget:
+    /// every held message at the most any phase of it may cost
+    /// ([`MESSAGE_STATE_BYTES_MAX`]), every dedupe entry held and every run
+    /// of attributed offsets at theirs. An upper bound of what the state
+    /// allocates, not a measurement (`tests/queue_memory.rs` checks it
+    /// covers the measured heap); O(bands + dedupe generations).
+    pub fn memory_charge(&self) -> u64 {
+        self.held_messages() * MESSAGE_STATE_BYTES_MAX
+            + self.dedupe.held_entries() as u64 * DEDUPE_ENTRY_BYTES_MAX
+            + self.stored.runs() as u64 * STORED_RUN_BYTES_MAX
+    }
+
+    /// The most [`memory_charge`](Self::memory_charge) can grow by per
+    /// enqueued record (a message, its dedupe entry and, at worst, a run of
+    /// its own).
+    pub const fn memory_charge_per_enqueue() -> u64 {
+        MESSAGE_STATE_BYTES_MAX + DEDUPE_ENTRY_BYTES_MAX + STORED_RUN_BYTES_MAX
     }
 
     /// Finds a main-lane message without changing anything.
