@@ -306,6 +306,11 @@ pub const REFUSAL_LINGER: Duration = Duration::from_millis(500);
 /// accepted (shard ports and admin port), so a peer that connects and sends
 /// nothing, or a plain client that waits for an answer, cannot hold a slot.
 pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// What one TLS connection's buffers may hold, taken from the shard's
+/// `requests` pool for the connection's life (`net/tls.rs`): rustls keeps
+/// up to 64 KiB of TLS records to send, 16 KiB of received plaintext and
+/// one incoming record (16 KiB and its overhead), plus its session.
+pub const TLS_CONNECTION_MEMORY_BYTES: usize = 128 << 10;
 /// Bytes a refused connection may send that are read and dropped while it
 /// takes its error frame (so closing does not reset it first).
 pub const REFUSAL_DRAIN_BYTES_MAX: usize = 64 * 1024;

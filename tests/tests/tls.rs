@@ -383,3 +383,73 @@ fn client_certificates_authenticate_as_their_cn_principal() {
     });
     wait_metric_above(&broker, &pki.ca_file(), "spool_shard_tls_handshake_failures_total", before);
 }
+
+/// TLS connections this test holds open at once.
+const TLS_HELD: usize = 8;
+/// `TLS_CONNECTION_MEMORY_BYTES` of the broker's limits.
+const TLS_CONNECTION_MEMORY_BYTES: f64 = (128 << 10) as f64;
+
+/// A finished TLS handshake with shard port `addr`, trusting `ca`.
+fn tls_handshake(
+    addr: &str,
+    ca: &Path,
+) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
+    let mut roots = rustls::RootCertStore::empty();
+    for certificate in spool_client::tls::read_certificates("CA", ca).unwrap() {
+        roots.add(certificate).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(spool_client::tls::crypto_provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let mut connection = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+    let mut socket = TcpStream::connect(addr).unwrap();
+    socket.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    while connection.is_handshaking() {
+        connection.complete_io(&mut socket).unwrap();
+    }
+    rustls::StreamOwned::new(connection, socket)
+}
+
+/// `spool_shard_memory_used_bytes{pool="requests"}` of shard 0.
+fn requests_used(broker: &Spoold, ca: &Path) -> f64 {
+    let page = https_get(&broker.admin_addr(), "/metrics", ca);
+    assert_eq!(page.status, 200, "{page:?}");
+    Exposition::parse(&page.body)
+        .unwrap()
+        .value("spool_shard_memory_used_bytes", &[("shard", "0"), ("pool", "requests")])
+        .expect("the requests pool's use in /metrics")
+}
+
+// Goal: a TLS connection's buffers draw from the shard's requests pool for
+// the connection's life and come back when it ends. Method: one shard with
+// TLS; 8 connections finish their handshake and stay open; the pool's use
+// from /metrics, then again after they close. How it can fail: without the
+// take in `serve_tls` the use stays near 0 while they are open (seen); a
+// grant not given back keeps it up after they close.
+#[test]
+fn tls_connections_draw_their_buffers_from_the_requests_pool() {
+    let pki = Pki::new("spool test ca");
+    let broker = Spoold::start_with(tls_options(&pki, 1));
+    let before = requests_used(&broker, &pki.ca_file());
+    let held: Vec<_> =
+        (0..TLS_HELD).map(|_| tls_handshake(&broker.shard_addr(0), &pki.ca_file())).collect();
+    let during = requests_used(&broker, &pki.ca_file());
+    assert!(
+        during - before >= TLS_HELD as f64 * TLS_CONNECTION_MEMORY_BYTES,
+        "{TLS_HELD} TLS connections hold {} bytes of the requests pool",
+        during - before
+    );
+    drop(held);
+    let started = spool_tests::now();
+    loop {
+        let after = requests_used(&broker, &pki.ca_file());
+        if after < TLS_CONNECTION_MEMORY_BYTES {
+            break;
+        }
+        assert!(started.elapsed() < POLL_LIMIT, "{after} bytes still held after the close");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -36,7 +36,7 @@ use rustls::pki_types::CertificateDer;
 use spool_client::tls::{crypto_provider, read_certificates, read_private_key, TlsFileError};
 use thiserror::Error;
 
-use crate::limits::{REFUSAL_LINGER, TLS_HANDSHAKE_TIMEOUT};
+use crate::limits::{REFUSAL_LINGER, TLS_CONNECTION_MEMORY_BYTES, TLS_HANDSHAKE_TIMEOUT};
 use crate::net::accept_stats::AcceptStats;
 use crate::net::connection::{serve, Connection, ConnectionEnd, ConnectionLimits, FrameHandler};
 use crate::net::stop::StopSignal;
@@ -201,6 +201,33 @@ pub async fn serve_tls<H: FrameHandler>(
     stats: &AcceptStats,
 ) -> ConnectionEnd {
     let peer = stream.peer_addr().ok();
+    // rustls' buffers for this connection draw from the shard's requests
+    // pool, held for the connection's life: while the pool is spent, a new
+    // TLS connection waits here (within the handshake's deadline) instead
+    // of allocating.
+    let memory = crate::net::memory::ShardMemory::of_this_shard();
+    let buffers = or(
+        async { Some(memory.requests.take(connection.id(), TLS_CONNECTION_MEMORY_BYTES).await) },
+        async {
+            let timeout = async {
+                Timer::new(TLS_HANDSHAKE_TIMEOUT).await;
+            };
+            or(timeout, stop.wait()).await;
+            None
+        },
+    )
+    .await;
+    let Some(_buffers) = buffers else {
+        if stop.is_stopped() {
+            return ConnectionEnd::Stopped;
+        }
+        let timeout_ms = TLS_HANDSHAKE_TIMEOUT.as_millis();
+        return handshake_failed(
+            stats,
+            peer,
+            format!("no memory for its TLS buffers within {timeout_ms} ms (memory_bytes)"),
+        );
+    };
     let acceptor = futures_rustls::TlsAcceptor::from(tls.config());
     let handshake = or(async { Some(acceptor.accept(stream).await) }, async {
         let timeout = async {
