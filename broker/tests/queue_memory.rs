@@ -92,6 +92,21 @@ fn per_message(
     (after - before) as f64 / messages as f64
 }
 
+/// Claims every ready message (worker 1, the most credits a claim takes).
+fn claim_all(s: &mut PartitionState) {
+    let request = ClaimRequest {
+        worker: WorkerId(1),
+        credits: spool_broker::queue::limits::CLAIM_CREDITS_MAX,
+        max_bytes: u64::MAX,
+        lease_ms: None,
+    };
+    while s.counters(1_000).ready > 0 {
+        for event in s.claim(1_000, &request, Offset(u64::MAX)).expect("a claim").events {
+            s.apply(&event).expect("a claim applies");
+        }
+    }
+}
+
 // Goal: hold the memory targets (≤ 32 B per never-claimed message, ≤ 128 B
 // per claimed or scheduled one, ≤ 40 B per dedupe window entry on top).
 // Method: 1 M enqueues (and 100 k claims / schedules)
@@ -122,17 +137,7 @@ fn memory_per_message() {
     let claimed = per_message(
         |s| {
             (0..WARM).for_each(|n| s.apply(&meta(n, 0, Some(10_000_000))).unwrap());
-            let request = ClaimRequest {
-                worker: WorkerId(1),
-                credits: spool_broker::queue::limits::CLAIM_CREDITS_MAX,
-                max_bytes: u64::MAX,
-                lease_ms: None,
-            };
-            while s.counters(1_000).ready > 0 {
-                for event in s.claim(1_000, &request, Offset(u64::MAX)).unwrap().events {
-                    s.apply(&event).unwrap();
-                }
-            }
+            claim_all(s);
         },
         WARM,
         0,
@@ -289,19 +294,6 @@ fn heap_and_charge(fill: impl FnOnce(&mut PartitionState), dedupe_window_ms: u64
 #[test]
 fn the_memory_charge_covers_what_the_state_allocates_in_every_phase() {
     const N: u64 = 100_000;
-    let claim_all = |s: &mut PartitionState| {
-        let request = ClaimRequest {
-            worker: WorkerId(1),
-            credits: spool_broker::queue::limits::CLAIM_CREDITS_MAX,
-            max_bytes: u64::MAX,
-            lease_ms: None,
-        };
-        while s.counters(1_000).ready > 0 {
-            for event in s.claim(1_000, &request, Offset(u64::MAX)).unwrap().events {
-                s.apply(&event).unwrap();
-            }
-        }
-    };
     let phases: Vec<(&str, (u64, u64))> = vec![
         ("fresh", heap_and_charge(|s| (0..N).for_each(|n| s.apply(&meta(n, 0, None)).unwrap()), 0)),
         (

@@ -99,8 +99,8 @@ fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
 }
 
-/// `GET path` over https, trusting `ca`: the whole answer.
-fn https_get(addr: &str, path: &str, ca: &Path) -> HttpAnswer {
+/// A TLS client connection to 127.0.0.1 trusting only `ca`.
+fn client_connection(ca: &Path) -> rustls::ClientConnection {
     let mut roots = rustls::RootCertStore::empty();
     for certificate in spool_client::tls::read_certificates("CA", ca).unwrap() {
         roots.add(certificate).unwrap();
@@ -111,7 +111,12 @@ fn https_get(addr: &str, path: &str, ca: &Path) -> HttpAnswer {
         .with_root_certificates(roots)
         .with_no_client_auth();
     let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
-    let connection = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+    rustls::ClientConnection::new(Arc::new(config), name).unwrap()
+}
+
+/// `GET path` over https, trusting `ca`: the whole answer.
+fn https_get(addr: &str, path: &str, ca: &Path) -> HttpAnswer {
+    let connection = client_connection(ca);
     let socket = TcpStream::connect(addr).unwrap();
     socket.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let mut stream = rustls::StreamOwned::new(connection, socket);
@@ -394,17 +399,7 @@ fn tls_handshake(
     addr: &str,
     ca: &Path,
 ) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
-    let mut roots = rustls::RootCertStore::empty();
-    for certificate in spool_client::tls::read_certificates("CA", ca).unwrap() {
-        roots.add(certificate).unwrap();
-    }
-    let config = rustls::ClientConfig::builder_with_provider(spool_client::tls::crypto_provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
-    let mut connection = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+    let mut connection = client_connection(ca);
     let mut socket = TcpStream::connect(addr).unwrap();
     socket.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     while connection.is_handshaking() {
