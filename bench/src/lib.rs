@@ -27,6 +27,9 @@
 //!   side-by-side runs in one sitting (`bench/scripts/peer.sh`).
 //! - [`rss`]: the started `spoold`'s resident memory at each of a series of
 //!   backlogs, after the drain, and after a settle period.
+//! - [`memory_attack`]: the started `spoold`'s resident memory against
+//!   connections holding unfinished frames, with and without its memory
+//!   budget, and how soon it comes back once they close.
 //!
 //! [`pinned`] is the frame of the in-process disk scenarios (a fresh run
 //! directory, one pinned glommio executor).
@@ -50,6 +53,7 @@ pub mod idle;
 pub mod latency_scenario;
 pub mod load;
 pub mod log_append;
+pub mod memory_attack;
 pub mod omb;
 pub mod pinned;
 pub mod plot;

@@ -18,6 +18,7 @@ use spool_bench::idle::{self, IdleConfig, IdleError};
 use spool_bench::latency_scenario::{self, LatencyConfig};
 use spool_bench::load::{self, BrokerConfig, LoadConfig, LoadError, Phase, PhaseEnd, Sample};
 use spool_bench::log_append::{self, LogAppendConfig};
+use spool_bench::memory_attack::{self, MemoryAttackConfig, MemoryAttackError};
 use spool_bench::omb::{self, OmbConfig, OmbError};
 use spool_bench::recovery::{self, RecoveryConfig};
 use spool_bench::redis_streams::{self, RedisLoad, RedisStreamsError};
@@ -49,6 +50,8 @@ enum Failure {
     Rss(#[from] RssError),
     #[error("idle: {0}")]
     Idle(#[from] IdleError),
+    #[error("memory: {0}")]
+    Memory(#[from] MemoryAttackError),
     #[error("omb: {0}")]
     Omb(#[from] OmbError),
     #[error("redis-streams: {0}")]
@@ -86,6 +89,9 @@ enum Command {
     Rss(RssArgs),
     /// The started spoold's CPU and wake-ups per second with a queue and no traffic.
     Idle(IdleArgs),
+    /// A spoold's RSS against connections holding unfinished frames, with and
+    /// without its memory budget: a JSON line per cell, then a Markdown table.
+    Memory(MemoryAttackConfig),
     /// The peer: Redis Streams (XADD / XREADGROUP / XACK) with throughput's load shape.
     RedisStreams(RedisLoad),
 }
@@ -500,6 +506,7 @@ fn main() -> ExitCode {
         Command::Hostile(args) => hostile(&args),
         Command::Rss(args) => rss_run(&args),
         Command::Idle(args) => idle_run(&args),
+        Command::Memory(config) => memory(&config),
         Command::RedisStreams(load) => {
             redis_streams::run(&load).map_err(Failure::from).and_then(to_json)
         }
@@ -544,6 +551,18 @@ fn hostile(args: &HostileArgs) -> Result<String, Failure> {
     drop(hostile_runtime);
     broker.stop().map_err(|error| BenchError::Hostile(error.to_string()))?;
     Ok(serde_json::to_string(&report?)?)
+}
+
+/// The memory matrix: each cell's JSON line as it ends, the table last.
+fn memory(config: &MemoryAttackConfig) -> Result<String, Failure> {
+    let reports = memory_attack::run(config, &mut |report| {
+        println!("{}", serde_json::to_string(report)?);
+        Ok(())
+    })?;
+    if let Some(path) = &config.json {
+        memory_attack::write_json(path, &reports)?;
+    }
+    Ok(memory_attack::markdown_table(&reports).trim_end().to_owned())
 }
 
 fn report_result(report: Result<String, Failure>) -> ExitCode {
