@@ -259,6 +259,12 @@ const _: () = assert!(COORDINATOR_IDLE_POLL.as_millis() <= HOUSEKEEPING_IDLE_MAX
 
 /// Most bytes requested from the socket per read.
 pub const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// How often a connection waiting for memory to grow its read buffer (and
+/// so reading nothing) asks its socket whether the peer is gone
+/// (`net/peer_watch.rs`): a dead peer's grant returns within this, not at
+/// its frame deadline. One non-blocking `poll` per waiting connection each
+/// time.
+pub const MEMORY_WAIT_PEER_POLL: Duration = Duration::from_millis(200);
 /// Responses already waiting are written together up to this many bytes
 /// (the last one may pass it)...
 pub const WRITE_BURST_BYTES_MAX: usize = 1 << 20;

@@ -336,11 +336,15 @@ pub fn enqueue_frame_header(frame_bytes: u32, body_bytes: u32, correlation: u64)
 /// Connections to `addr` that each start an Enqueue frame of
 /// `frame_bytes`, send all of it but its last 64 bytes, and then neither
 /// finish it nor read: memory a hostile client makes the broker hold.
-/// Each task blocks (once the broker stops reading) until aborted.
+/// Each task blocks (once the broker stops reading) until aborted. With
+/// `reset_on_close` an aborted connection is reset (`SO_LINGER` 0: its
+/// unsent bytes are dropped and the broker sees the end at once); without
+/// it, its close waits behind its unsent bytes, as a killed client's does.
 pub fn hold_unfinished_frames(
     addr: &str,
     connections: usize,
     frame_bytes: u32,
+    reset_on_close: bool,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     (0..connections)
         .map(|slot| {
@@ -348,6 +352,9 @@ pub fn hold_unfinished_frames(
             tokio::spawn(async move {
                 use tokio::io::AsyncWriteExt;
                 let Ok(mut stream) = tokio::net::TcpStream::connect(&addr).await else { return };
+                if reset_on_close {
+                    stream.set_zero_linger().expect("SO_LINGER 0");
+                }
                 let mut frame =
                     enqueue_frame_header(frame_bytes, frame_bytes - 24, slot as u64 + 1);
                 frame.resize(frame_bytes as usize - 64, 0x5A);

@@ -5,8 +5,10 @@
 // plus a fixed overhead, and a well-behaved client beside them completes
 // enqueue + claim + ack round trips with a p99 within 3× of its p99 alone
 // (an unloaded p99 under 50 ms counted as 50 ms), every acknowledged
-// message claimed back; once the frames time
-// out, every grant comes back and resident memory returns near its start.
+// message claimed back; once the hostile peers close (as killed clients
+// do: their close queued behind their unsent bytes), every grant comes back
+// within seconds — long before the frames' deadline — and resident memory
+// returns near its start.
 //
 // Method: a real spoold with one shard and `--memory-bytes 128 MiB` (a
 // requests pool of 32 MiB), 48 connections that each write a 4 MiB frame
@@ -17,7 +19,10 @@
 // How it can fail: with the read buffers unbounded, RSS grows by 336 MiB
 // and nobody waits for the pool (both checked, seen failing);
 // with the budget but no waiting (a connection refused instead of paused),
-// the waits counter stays 0.
+// the waits counter stays 0; with read buffers grown in parts (each
+// connection holding part of its frame and waiting for more, reading
+// nothing, so no close is seen) the pool stays held until the 60 s frame
+// deadline (seen failing: 33 MB still held 5 s after the closes).
 
 #![allow(clippy::unwrap_used)]
 
@@ -44,7 +49,12 @@ const RSS_RETURN_MARGIN_KIB: u64 = 12 * 1024;
 /// ... within this long of the pool emptying.
 const RSS_RETURN_WITHIN: Duration = Duration::from_secs(10);
 const ROUND_TRIPS: u64 = 40;
-const FRAME_TIMEOUT_MS: u64 = 8_000;
+/// Far beyond the test's waits: the hostile connections must end by their
+/// peers' closes.
+const FRAME_TIMEOUT_MS: u64 = 60_000;
+/// Every grant is back this soon after the hostile peers close (measured:
+/// ≈ 120 ms; the rest is a margin for a loaded machine).
+const PEER_GONE_WITHIN: Duration = Duration::from_secs(5);
 /// A good client's p99 round trip beside the hostile load is at most this
 /// many times its p99 alone ...
 const RATIO_MAX: u32 = 3;
@@ -75,9 +85,8 @@ async fn hostile_frames_stay_inside_the_memory_budget() {
         MEMORY_BYTES.to_string(),
         "--frame-bytes-max".into(),
         (FRAME_BYTES + 4096).to_string(),
-        // The unfinished frames are held while the test measures, then
-        // closed by their deadline (a connection waiting for memory reads
-        // nothing, so only the deadline ends it).
+        // The unfinished frames are held while the test measures; their
+        // peers' closes end them, long before this deadline.
         "--frame-timeout-ms".into(),
         FRAME_TIMEOUT_MS.to_string(),
     ];
@@ -96,7 +105,7 @@ async fn hostile_frames_stay_inside_the_memory_budget() {
     let unloaded_p99 = p99(&mut unloaded);
     let rss_start_kib = broker.rss_kib().unwrap();
 
-    let hostile = hold_unfinished_frames(&broker.addr(), HOSTILE_CONNECTIONS, FRAME_BYTES);
+    let hostile = hold_unfinished_frames(&broker.addr(), HOSTILE_CONNECTIONS, FRAME_BYTES, false);
     // The pool fills and connections wait for it (the event, bounded).
     spool_tests::events::wait_for_metric(
         &broker,
@@ -141,15 +150,18 @@ async fn hostile_frames_stay_inside_the_memory_budget() {
     for task in hostile {
         task.abort();
     }
-    // Their frames time out and every grant comes back (bounded: the
-    // deadline plus a margin for a loaded machine).
-    let deadline = now() + Duration::from_millis(FRAME_TIMEOUT_MS) + Duration::from_secs(20);
+    // The peers close and every grant comes back: a connection holding
+    // memory holds room for its whole frame and reads, so it sees the close,
+    // and a waiting one holds nothing of the pool until it is granted.
+    let closed_at = now();
+    let deadline = closed_at + PEER_GONE_WITHIN;
     loop {
         let used = requests_pool(&broker, "spool_shard_memory_used_bytes");
         if used == 0.0 {
+            eprintln!("pool empty {:?} after the closes", now() - closed_at);
             break;
         }
-        assert!(now() < deadline, "{used} bytes still held after the frames timed out");
+        assert!(now() < deadline, "{used} bytes still held {PEER_GONE_WITHIN:?} after the closes");
         // A bounded poll: the figure is read again each time.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -169,5 +181,79 @@ async fn hostile_frames_stay_inside_the_memory_budget() {
         );
         // A bounded poll: the figure is read again each time.
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn peers_closed(broker: &Spoold) -> f64 {
+    let page = http_get(&broker.admin_addr(), "/metrics");
+    assert_eq!(page.status, 200, "{}", page.body);
+    let exposition = Exposition::parse(&page.body).unwrap();
+    exposition
+        .value("spool_shard_connections_closed_total", &[("shard", "0"), ("reason", "peer_closed")])
+        .expect("spool_shard_connections_closed_total{reason=\"peer_closed\"} in /metrics")
+}
+
+/// Connections waiting for memory read nothing; while the pool stays held
+/// by others, a waiter whose peer resets is ended within a second or so
+/// (its socket is asked every 200 ms), not at its frame deadline (60 s).
+/// How it can fail: with waiters blind to their socket, the closed count
+/// does not move until the deadline (seen failing: 0 of 8 after 3 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_connection_waiting_for_memory_sees_its_peer_reset() {
+    const HOLDERS: usize = 12;
+    const WAITERS: usize = 8;
+    const ENDED_WITHIN: Duration = Duration::from_secs(3);
+    let mut options = SpooldOptions::new(1);
+    options.args = vec![
+        "--memory-bytes".into(),
+        MEMORY_BYTES.to_string(),
+        "--frame-bytes-max".into(),
+        (FRAME_BYTES + 4096).to_string(),
+        "--frame-timeout-ms".into(),
+        FRAME_TIMEOUT_MS.to_string(),
+    ];
+    let broker = Spoold::start_with(options);
+    // More frames than the pool holds: it is spent and stays spent.
+    let holders = hold_unfinished_frames(&broker.addr(), HOLDERS, FRAME_BYTES, false);
+    let waits = spool_tests::events::wait_for_metric(
+        &broker,
+        "spool_shard_memory_waits_total",
+        "the holders spending the requests pool",
+        |waits| waits >= 1.0,
+    )
+    .await;
+    let waiters = hold_unfinished_frames(&broker.addr(), WAITERS, FRAME_BYTES, true);
+    spool_tests::events::wait_for_metric(
+        &broker,
+        "spool_shard_memory_waits_total",
+        "the waiters in line for the requests pool",
+        |now| now >= waits + WAITERS as f64,
+    )
+    .await;
+    let closed_before = peers_closed(&broker);
+    let held = requests_pool(&broker, "spool_shard_memory_used_bytes");
+    for task in waiters {
+        task.abort();
+    }
+    let reset_at = now();
+    loop {
+        let closed = peers_closed(&broker);
+        if closed >= closed_before + WAITERS as f64 {
+            eprintln!("{WAITERS} waiters ended {:?} after their resets", now() - reset_at);
+            break;
+        }
+        assert!(
+            now() < reset_at + ENDED_WITHIN,
+            "{} of {WAITERS} waiting connections ended {ENDED_WITHIN:?} after their peers reset",
+            closed - closed_before
+        );
+        // A bounded poll: the figure is read again each time.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The holders were untouched: the pool is still theirs.
+    let still = requests_pool(&broker, "spool_shard_memory_used_bytes");
+    assert!(still >= held / 2.0, "the holders' memory went too ({held} → {still})");
+    for task in holders {
+        task.abort();
     }
 }

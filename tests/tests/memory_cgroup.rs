@@ -138,7 +138,7 @@ async fn a_broker_in_a_memory_cgroup_budgets_from_it_and_is_not_oom_killed() {
     assert_eq!(pool(&broker, "spool_shard_memory_budget_bytes"), Some(expected));
     let (client, producer) = warmed_good_client(&broker, QUEUE).await;
 
-    let hostile = hold_unfinished_frames(&broker.addr(), HOSTILE_CONNECTIONS, FRAME_BYTES);
+    let hostile = hold_unfinished_frames(&broker.addr(), HOSTILE_CONNECTIONS, FRAME_BYTES, false);
     spool_tests::events::wait_for_metric(
         &broker,
         "spool_shard_memory_waits_total",

@@ -31,7 +31,9 @@ use glommio::channels::local_channel;
 use glommio::sync::Semaphore;
 use glommio::timer::Timer;
 
-use crate::limits::{DISPATCH_BUDGET_BYTES, DISPATCH_BUDGET_FRAMES, READ_CHUNK_BYTES};
+use crate::limits::{
+    DISPATCH_BUDGET_BYTES, DISPATCH_BUDGET_FRAMES, MEMORY_WAIT_PEER_POLL, READ_CHUNK_BYTES,
+};
 use crate::net::admission::Admit;
 use crate::net::memory::Grant;
 use crate::net::pace::PaceDecision;
@@ -134,6 +136,9 @@ enum ReadEvent {
     InFlightDrained,
     /// Memory this connection waited for, for its read buffer to grow.
     BufferMemory(Grant),
+    /// The socket says the peer is gone while the connection waited for
+    /// memory and read nothing ([`super::peer_watch`]).
+    PeerGone,
 }
 
 /// Serves one connection until it ends; returns after every in-flight
@@ -448,18 +453,36 @@ where
             frame_deadline = Some(Timer::new(limits.frame_timeout));
         }
         let start = filled;
-        let want = READ_CHUNK_BYTES.min(limits.frame_bytes_max - start);
+        // The length of a frame begun and not whole at the buffer's front.
+        // (A length past the bound is refused when the frame is decoded.)
+        let buffer_max = limits.frame_bytes_max.max(READ_CHUNK_BYTES);
+        let partial_frame = handler
+            .frame_len(&buffer[..filled])
+            .filter(|&len| len > filled)
+            .map(|len| len.min(buffer_max));
+        let mut want = READ_CHUNK_BYTES.min(limits.frame_bytes_max - start);
+        if let Some(len) = partial_frame {
+            // Read within the room for the whole frame (once held).
+            want = want.min(len.max(buffer.capacity()) - start);
+        }
         let mut can_read = want > 0 && !peer_closed;
         // Growing the buffer past its floor takes memory first; without
         // it the connection reads nothing more until memory returns (a
         // started frame keeps its deadline meanwhile).
         let mut buffer_memory_wait: Option<usize> = None;
         if can_read && buffer.capacity() < start + want {
-            // Grown geometrically (few copies of a large frame), up to the
-            // frame bound, and charged at the allocated size.
-            let target = (start + want)
-                .max(buffer.capacity().saturating_mul(2))
-                .min(limits.frame_bytes_max.max(READ_CHUNK_BYTES));
+            // A frame begun is given room for all of it in one take, so a
+            // connection waiting for memory holds none of the pool for a
+            // part of its frame (connections holding parts and each waiting
+            // for more could hold the pool against each other until their
+            // deadlines, their peers' closes unseen); and a connection that
+            // holds memory reads, so it sees its peer's close. Otherwise
+            // (whole frames waiting, no header yet) the buffer grows
+            // geometrically. Up to the frame bound, charged at the
+            // allocated size.
+            let target = partial_frame
+                .unwrap_or_else(|| (start + want).max(buffer.capacity().saturating_mul(2)))
+                .min(buffer_max);
             let needed = target.saturating_sub(READ_CHUNK_BYTES);
             let more = needed.saturating_sub(buffer_grant.as_ref().map_or(0, Grant::bytes));
             let granted = more == 0
@@ -488,6 +511,11 @@ where
             "nothing to read and nothing to wait for"
         );
 
+        // What a peer watch weighs a half-close against: the bytes of the
+        // frame being read so far, and its whole length.
+        let held = filled;
+        let held_frame_len =
+            if buffer_memory_wait.is_some() { handler.frame_len(&buffer[..filled]) } else { None };
         let event = {
             let read = async {
                 if can_read {
@@ -575,10 +603,24 @@ where
                     None => std::future::pending().await,
                 }
             };
-            or(read, or(stopped, or(failed, or(buffer_memory, deadline)))).await
+            // While it waits for memory the connection reads nothing: its
+            // socket is asked now and then whether the peer is gone, so a
+            // dead peer's grant returns before its frame deadline.
+            let peer_gone = async {
+                match (buffer_memory_wait, connection.peer_watch.get()) {
+                    (Some(_), Some(watch)) => loop {
+                        Timer::new(MEMORY_WAIT_PEER_POLL).await;
+                        if watch.gone(held, held_frame_len) {
+                            break ReadEvent::PeerGone;
+                        }
+                    },
+                    _ => std::future::pending().await,
+                }
+            };
+            or(read, or(stopped, or(failed, or(buffer_memory, or(peer_gone, deadline))))).await
         };
         match event {
-            ReadEvent::Data(Ok(0)) => {
+            ReadEvent::Data(Ok(0)) | ReadEvent::PeerGone => {
                 // The peer will send nothing more: its waiting requests
                 // answer now, the frames it already sent are still served.
                 peer_closed = true;

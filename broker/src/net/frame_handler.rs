@@ -74,6 +74,15 @@ pub trait FrameHandler: 'static {
         connection: Rc<Connection>,
     ) -> impl Future<Output = Self::Response>;
 
+    /// The whole length of the frame that starts `buffer`, once its header
+    /// is there; `None` when the codec cannot tell yet (or at all). Used to
+    /// know whether a peer that closed its sending side left a frame that
+    /// can never complete ([`crate::net::peer_watch`]).
+    fn frame_len(&self, buffer: &[u8]) -> Option<usize> {
+        let _ = buffer;
+        None
+    }
+
     /// Whether the frame at the front of `buffer` (never empty, perhaps
     /// not whole) is intake — producer data that the shard's consumer pace
     /// may hold back ([`crate::net::pace`]). Must only peek at the header.

@@ -264,6 +264,11 @@ pub async fn accept_loop<H: FrameHandler>(
         let guard = ActiveGuard(stats.clone());
         let scope = Rc::new(Connection::new(limits.waiting_max, stats.rejections.clone()));
         scope.set_peer_ip(peer.map(|addr| addr.ip()));
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
+        scope.set_peer_watch(match tls {
+            None => crate::net::peer_watch::PeerWatch::plain(fd),
+            Some(_) => crate::net::peer_watch::PeerWatch::tls(fd),
+        });
         let handler = handler.clone();
         let stop = stop.clone();
         let tls = tls.clone();

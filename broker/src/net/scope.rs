@@ -70,6 +70,9 @@ pub struct Connection {
     /// The peer's address, when the accept loop knows it (the failed-login
     /// limiter counts by it).
     pub(super) peer_ip: std::cell::Cell<Option<std::net::IpAddr>>,
+    /// The connection's socket, when the accept loop knows it: asked
+    /// whether the peer is gone while the connection reads nothing.
+    pub(super) peer_watch: std::cell::Cell<Option<super::peer_watch::PeerWatch>>,
 }
 
 /// A long-poll claim's entry in its connection's cancel map; removed when
@@ -120,6 +123,7 @@ impl Connection {
             session: std::cell::RefCell::new(None),
             closing: StopSignal::new(),
             peer_ip: std::cell::Cell::new(None),
+            peer_watch: std::cell::Cell::new(None),
         }
     }
 
@@ -131,6 +135,12 @@ impl Connection {
     /// The peer's address, if known.
     pub fn peer_ip(&self) -> Option<std::net::IpAddr> {
         self.peer_ip.get()
+    }
+
+    /// Lets the connection loop ask the socket whether the peer is gone
+    /// while it waits for memory ([`super::peer_watch`]).
+    pub fn set_peer_watch(&self, watch: super::peer_watch::PeerWatch) {
+        self.peer_watch.set(Some(watch));
     }
 
     /// Bytes of this connection's responses produced and not yet written.

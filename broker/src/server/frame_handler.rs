@@ -22,6 +22,11 @@ impl FrameHandler for SpoolHandler {
     type Response = Vec<u8>;
     type DecodeError = FrameError;
 
+    fn frame_len(&self, buffer: &[u8]) -> Option<usize> {
+        let prefix: [u8; 4] = buffer.get(..4)?.try_into().ok()?;
+        usize::try_from(u32::from_le_bytes(prefix)).ok()
+    }
+
     fn decode(&self, buffer: &[u8]) -> Result<Decoded<OwnedFrame>, FrameError> {
         if buffer.len() < 4 {
             return Ok(Decoded::Incomplete);
