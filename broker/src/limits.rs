@@ -482,10 +482,27 @@ pub const MEMORY_RESPONSES_PERCENT: u64 = 10;
 /// A shard's requests pool must hold this many largest frames, so one
 /// connection's frame can always be read beside another's.
 pub const MEMORY_REQUESTS_FRAMES_MIN: u64 = 2;
+/// Share of `memory_bytes` carved off the top for the admin port's pool
+/// (`admin/memory.rs`), none with `admin_listen` off. 5 %: the admin port is
+/// a side door, not the data path, and the shards keep 95 %; at the 1 GiB
+/// fallback it holds a dozen largest API requests and answers at once.
+pub const MEMORY_ADMIN_PERCENT: u64 = 5;
+/// One admin API request at its largest: a body at the API's
+/// `BODY_BYTES_MAX` (2 MiB) and an answer as large (asserted in
+/// `admin/api/limits.rs`).
+pub const MEMORY_ADMIN_REQUEST_BYTES: u64 = 4 << 20;
+/// The admin pool's floor in such requests: two, so one caller's never
+/// waits for ever behind another's; a budget that cannot hold it is refused.
+pub const MEMORY_ADMIN_REQUESTS_MIN: u64 = 2;
+/// Its ceiling: the API's `REQUESTS_IN_FLIGHT_MAX` (asserted there) can
+/// never take more at once.
+pub const MEMORY_ADMIN_REQUESTS_MAX: u64 = 32;
 
 const _: () = assert!(MEMORY_SHARE_PERCENT_DEFAULT > 0 && MEMORY_SHARE_PERCENT_DEFAULT <= 100);
 const _: () = assert!(MEMORY_REQUESTS_PERCENT + MEMORY_RESPONSES_PERCENT < 100);
 const _: () = assert!(MEMORY_BYTES_FALLBACK <= MEMORY_BYTES_MAX);
+const _: () = assert!(MEMORY_ADMIN_PERCENT > 0 && MEMORY_ADMIN_PERCENT < 50);
+const _: () = assert!(MEMORY_ADMIN_REQUESTS_MIN <= MEMORY_ADMIN_REQUESTS_MAX);
 
 // --- Control plane (`control/`): assignment table, catalog, data dir --------
 

@@ -5,9 +5,10 @@
 // hold back a well-behaved client beside them; once they are gone the pool
 // is empty again.
 //
-// Method: a real spoold with one shard, `--memory-bytes 32 MiB` (a
-// responses pool P of 10 %: 3.2 MiB; frames and journal caches lowered so
-// the broker accepts so small a budget), `--write-timeout-ms 2000` and
+// Method: a real spoold with one shard, `--memory-bytes 40 MiB` (the admin
+// port's 8 MiB pool off the top leaves the shard 32 MiB, a responses pool P
+// of 10 %: 3.2 MiB; frames and journal caches lowered so the broker
+// accepts so small a budget), `--write-timeout-ms 2000` and
 // `--in-flight-per-connection-max 8`; a backlog queue of 256 messages of
 // 4 KiB. 32 raw TCP connections (a 4 KiB receive buffer each, so the
 // kernel takes little of what the broker writes) each send 64 Peeks of 32
@@ -57,13 +58,17 @@ use tokio::net::{TcpSocket, TcpStream};
 const QUEUE: &str = "steady";
 /// The queue the slow readers peek at (never claimed).
 const BACKLOG: &str = "backlog";
-const MEMORY_BYTES: u64 = 32 << 20;
-/// Small enough that the requests pool (25 %, 8 MiB) holds two.
+const MEMORY_BYTES: u64 = 40 << 20;
+/// The admin port's pool, off the top of `MEMORY_BYTES`: its floor (two
+/// 4 MiB API requests with their answers; 5 % is less).
+const ADMIN_POOL_BYTES: u64 = 8 << 20;
+/// Small enough that the requests pool (25 % of the shard's 32 MiB, 8 MiB)
+/// holds two.
 const FRAME_BYTES_MAX: u64 = 1 << 20;
 /// Small enough that the two journal caches fit half the state share.
 const TAIL_CACHE_BYTES: u64 = 4 << 20;
 /// `MEMORY_RESPONSES_PERCENT` of the one shard's part.
-const RESPONSES_POOL_BYTES: u64 = MEMORY_BYTES / 100 * 10;
+const RESPONSES_POOL_BYTES: u64 = (MEMORY_BYTES - ADMIN_POOL_BYTES) / 100 * 10;
 const WRITE_TIMEOUT_MS: u64 = 2_000;
 const IN_FLIGHT_PER_CONNECTION: u64 = 8;
 const BACKLOG_MESSAGES: u64 = 256;

@@ -5,18 +5,21 @@
 use std::fmt::Write as _;
 
 use crate::control::assignment::{AssignmentTable, PartitionId};
+use crate::net::memory::PoolStats;
 use crate::shard::report::ShardReport;
 
 /// Readiness: `Ok(summary)` when ready, `Err(reasons)` (one line each)
 /// when not.
 ///
 /// `missing` are the shards that did not report in time; `stopping` is the
-/// broker draining.
+/// broker draining; `admin_memory` the admin port's pool, listed after the
+/// shards' pools.
 pub fn readiness(
     table: &AssignmentTable,
     reports: &[ShardReport],
     missing: &[u16],
     stopping: bool,
+    admin_memory: &PoolStats,
 ) -> Result<String, Vec<String>> {
     let mut reasons = Vec::new();
     if stopping {
@@ -65,21 +68,27 @@ pub fn readiness(
             reports.len(),
             table.queues().count()
         );
-        // Each shard's memory pools: used of size (`net/memory.rs`).
+        // Each shard's memory pools: used of size (`net/memory.rs`), then
+        // the admin port's (`admin/memory.rs`).
+        let pool = |summary: &mut String, pool: &str, stats: &PoolStats| {
+            let _ = write!(
+                summary,
+                " {pool} {} of {} KiB (peak {}, waits {}, refusals {});",
+                stats.used_bytes / 1024,
+                stats.size_bytes / 1024,
+                stats.peak_bytes / 1024,
+                stats.waits,
+                stats.refusals
+            );
+        };
         for report in reports {
             let _ = write!(summary, "\nshard {} memory:", report.shard.0);
-            for (pool, stats) in &report.memory {
-                let _ = write!(
-                    summary,
-                    " {pool} {} of {} KiB (peak {}, waits {}, refusals {});",
-                    stats.used_bytes / 1024,
-                    stats.size_bytes / 1024,
-                    stats.peak_bytes / 1024,
-                    stats.waits,
-                    stats.refusals
-                );
+            for (name, stats) in &report.memory {
+                pool(&mut summary, name, stats);
             }
         }
+        summary.push_str("\nadmin memory:");
+        pool(&mut summary, super::memory::ADMIN_POOL, admin_memory);
         Ok(summary)
     } else {
         Err(reasons)

@@ -24,9 +24,14 @@
 //! only, with the shards' certificate ([`tls`]). Without it, bind it to
 //! loopback or a private network (default `127.0.0.1:7480`;
 //! `admin_listen = "off"` turns it off).
+//!
+//! Its memory comes from the broker's budget: a pool carved off the top of
+//! `memory_bytes` ([`memory`]) that API request bodies take from before
+//! they are read and that every answer is charged to until written.
 
 pub mod api;
 pub mod health;
+pub mod memory;
 pub mod metrics;
 pub mod node;
 pub mod tls;
@@ -53,6 +58,7 @@ use spool_wire::ErrorCode;
 
 use self::api::error::ApiError;
 use self::api::routes::{Operation, Unrouted};
+use self::memory::AdminMemory;
 use crate::net::listener::NetError;
 use crate::shard::report::ShardReport;
 use crate::shard::CoordinatorHandle;
@@ -111,13 +117,15 @@ impl AdminServer {
     /// `shard_listen` is shard 0's listen address: the API's gateway
     /// connects there as a client.
     /// With `tls` the port speaks HTTPS only, and the gateway reaches the
-    /// shards over TLS.
+    /// shards over TLS. `memory_bytes` is the admin pool's size
+    /// (`BrokerConfig::admin_memory_bytes`).
     pub fn spawn(
         listener: std::net::TcpListener,
         coordinator: CoordinatorHandle,
         shard_listen: SocketAddr,
         auth: crate::auth::AuthPolicy,
         tls: Option<crate::net::tls::TlsServer>,
+        memory_bytes: u64,
     ) -> Result<AdminServer, AdminError> {
         let addr = listener.local_addr().map_err(|source| AdminError::Listener {
             addr: SocketAddr::from(([0, 0, 0, 0], 0)),
@@ -137,7 +145,9 @@ impl AdminServer {
                         return;
                     }
                 };
-                let mut gateway = api::Gateway::new(shard_listen, coordinator.clone(), auth);
+                let memory = memory::AdminMemory::new(memory_bytes);
+                let mut gateway =
+                    api::Gateway::new(shard_listen, coordinator.clone(), auth, memory);
                 let acceptor = match &tls {
                     None => None,
                     Some(server) => match tls::gateway_client_tls(server) {
@@ -210,7 +220,11 @@ async fn serve(
                 request.extensions_mut().insert(peer);
                 let coordinator = coordinator.clone();
                 let gateway = Arc::clone(&gateway);
-                async move { Ok::<_, Infallible>(route(request, &coordinator, &gateway).await) }
+                async move {
+                    let answer = route(request, &coordinator, &gateway).await;
+                    // Every answer is charged until hyper has written it.
+                    Ok::<_, Infallible>(gateway.memory().answer(answer).await)
+                }
             });
             let mut builder = http1::Builder::new();
             builder.timer(TokioTimer::new()).header_read_timeout(ADMIN_HEADER_READ_TIMEOUT);
@@ -266,8 +280,8 @@ async fn route(
     };
     match operation {
         Operation::Live => response(StatusCode::OK, TEXT, "live\n".to_owned()),
-        Operation::Ready => ready(coordinator).await,
-        Operation::Metrics => metrics_page(coordinator).await,
+        Operation::Ready => ready(coordinator, gateway.memory()).await,
+        Operation::Metrics => metrics_page(coordinator, gateway.memory()).await,
         _ => gateway.serve(operation, queue, request).await,
     }
 }
@@ -303,7 +317,10 @@ pub(crate) async fn gather(coordinator: &CoordinatorHandle) -> Result<Gathered, 
     Ok(Gathered { reports, missing })
 }
 
-async fn metrics_page(coordinator: &CoordinatorHandle) -> Response<Full<Bytes>> {
+async fn metrics_page(
+    coordinator: &CoordinatorHandle,
+    admin_memory: &AdminMemory,
+) -> Response<Full<Bytes>> {
     let gathered = match gather(coordinator).await {
         Ok(gathered) => gathered,
         Err(error) => {
@@ -321,7 +338,10 @@ async fn metrics_page(coordinator: &CoordinatorHandle) -> Response<Full<Bytes>> 
         }
         Err(_) => None,
     };
-    match metrics::encode(&gathered.reports, &gathered.missing, coordinator.auth(), disk.as_ref()) {
+    let auth = coordinator.auth();
+    let admin_memory = admin_memory.stats();
+    match metrics::encode(&gathered.reports, &gathered.missing, auth, disk.as_ref(), &admin_memory)
+    {
         Ok(text) => response(StatusCode::OK, metrics::CONTENT_TYPE, text),
         Err(error) => response(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -331,7 +351,10 @@ async fn metrics_page(coordinator: &CoordinatorHandle) -> Response<Full<Bytes>> 
     }
 }
 
-async fn ready(coordinator: &CoordinatorHandle) -> Response<Full<Bytes>> {
+async fn ready(
+    coordinator: &CoordinatorHandle,
+    admin_memory: &AdminMemory,
+) -> Response<Full<Bytes>> {
     if coordinator.stop_requested() {
         return response(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -355,6 +378,7 @@ async fn ready(coordinator: &CoordinatorHandle) -> Response<Full<Bytes>> {
         &gathered.reports,
         &gathered.missing,
         coordinator.stop_requested(),
+        &admin_memory.stats(),
     ) {
         Ok(summary) => response(StatusCode::OK, TEXT, format!("{summary}\n")),
         Err(reasons) => response(

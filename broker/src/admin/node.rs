@@ -63,11 +63,20 @@ impl Node {
         let listener = config.admin_listen.map(super::bind).transpose()?;
         let shard_listen = config.shard_listen(0);
         let (auth, tls) = (config.auth.clone(), config.tls.clone());
+        let admin_memory = config.admin_memory_bytes();
         let broker = Broker::start(config, factory)?;
         let admin = match listener {
             None => None,
             Some(listener) => {
-                match AdminServer::spawn(listener, broker.coordinator(), shard_listen, auth, tls) {
+                let coordinator = broker.coordinator();
+                match AdminServer::spawn(
+                    listener,
+                    coordinator,
+                    shard_listen,
+                    auth,
+                    tls,
+                    admin_memory,
+                ) {
                     Ok(admin) => Some(admin),
                     Err(error) => {
                         broker.request_stop();

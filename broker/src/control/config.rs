@@ -26,9 +26,11 @@ use crate::limits::{
     CONSUMER_PACE_PERCENT_MIN, FRAME_BYTES_MAX_LOWER, FRAME_BYTES_MAX_UPPER, FRAME_TIMEOUT_MS_MAX,
     FRAME_TIMEOUT_MS_MIN, HOUSEKEEPING_TICK_MS_MAX, HOUSEKEEPING_TICK_MS_MIN, IDLE_TIMEOUT_MS_MAX,
     IDLE_TIMEOUT_MS_MIN, IN_FLIGHT_PER_CONNECTION_LIMIT, IO_POLL_INTERVAL_US_MAX,
-    IO_POLL_INTERVAL_US_MIN, PARTITIONS_PER_NODE_MAX, SHARDS_MAX, SHUTDOWN_TIMEOUT_MS_MAX,
-    SHUTDOWN_TIMEOUT_MS_MIN, STARTUP_TIMEOUT_MS_MAX, STARTUP_TIMEOUT_MS_MIN, TAIL_CACHE_BYTES_MAX,
-    WRITE_TIMEOUT_MS_MAX, WRITE_TIMEOUT_MS_MIN,
+    IO_POLL_INTERVAL_US_MIN, MEMORY_ADMIN_PERCENT, MEMORY_ADMIN_REQUESTS_MAX,
+    MEMORY_ADMIN_REQUESTS_MIN, MEMORY_ADMIN_REQUEST_BYTES, MEMORY_REQUESTS_FRAMES_MIN,
+    MEMORY_REQUESTS_PERCENT, MEMORY_RESPONSES_PERCENT, PARTITIONS_PER_NODE_MAX, SHARDS_MAX,
+    SHUTDOWN_TIMEOUT_MS_MAX, SHUTDOWN_TIMEOUT_MS_MIN, STARTUP_TIMEOUT_MS_MAX,
+    STARTUP_TIMEOUT_MS_MIN, TAIL_CACHE_BYTES_MAX, WRITE_TIMEOUT_MS_MAX, WRITE_TIMEOUT_MS_MIN,
 };
 use clap::ValueEnum;
 use serde::Deserialize;
@@ -161,8 +163,9 @@ pub struct BrokerConfig {
     pub housekeeping_tick_ms: u64,
     /// Size of each shard journal's segment files (pre-zeroed before use).
     pub segment_bytes: u64,
-    /// The node's memory budget, split evenly over the shards and in each
-    /// into named pools (`docs/design/memory-budget.md`).
+    /// The node's memory budget: the admin port's pool is carved off the
+    /// top (none with `admin_listen` off), the rest split evenly over the
+    /// shards and in each into named pools (`docs/design/memory-budget.md`).
     pub memory_bytes: u64,
     /// Memory each shard journal keeps of its newest commits to serve
     /// claims without a disk read, and as much again for chunks read from
@@ -221,7 +224,8 @@ pub struct BrokerConfig {
 /// (`BrokerConfig::shard_memory`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ShardMemoryBytes {
-    /// The shard's part of `memory_bytes`.
+    /// The shard's part of `memory_bytes`: an even share of what the
+    /// admin port's pool leaves.
     pub shard: u64,
     /// Read buffers above their floor and frames being handled.
     pub requests: u64,
@@ -242,16 +246,67 @@ impl BrokerConfig {
         }
     }
 
-    /// Each shard's part of `memory_bytes`, and its pools.
+    /// The admin port's pool (`admin/memory.rs`), carved off the top of
+    /// `memory_bytes` before the shards' split: `MEMORY_ADMIN_PERCENT` of
+    /// it, at least [`Self::admin_memory_floor`] and at most
+    /// `MEMORY_ADMIN_REQUESTS_MAX` largest requests; 0 with the admin port
+    /// off (the shards get everything).
+    pub fn admin_memory_bytes(&self) -> u64 {
+        self.admin_memory_for(self.memory_bytes)
+    }
+
+    /// The least the admin pool is given: `MEMORY_ADMIN_REQUESTS_MIN`
+    /// largest requests with their answers; 0 with the admin port off.
+    pub fn admin_memory_floor(&self) -> u64 {
+        if self.admin_listen.is_none() {
+            return 0;
+        }
+        MEMORY_ADMIN_REQUESTS_MIN * MEMORY_ADMIN_REQUEST_BYTES
+    }
+
+    /// The admin pool a budget of `memory_bytes` gives.
+    fn admin_memory_for(&self, memory_bytes: u64) -> u64 {
+        if self.admin_listen.is_none() {
+            return 0;
+        }
+        let ceiling = MEMORY_ADMIN_REQUESTS_MAX * MEMORY_ADMIN_REQUEST_BYTES;
+        (memory_bytes / 100 * MEMORY_ADMIN_PERCENT).clamp(self.admin_memory_floor(), ceiling)
+    }
+
+    /// The least `memory_bytes` that leaves the shards `shards_bytes` in
+    /// all once the admin pool is carved off (for the start refusals'
+    /// advice).
+    fn memory_bytes_for(&self, shards_bytes: u64) -> u64 {
+        let fits =
+            |memory: u64| memory.saturating_sub(self.admin_memory_for(memory)) >= shards_bytes;
+        let ceiling = MEMORY_ADMIN_REQUESTS_MAX * MEMORY_ADMIN_REQUEST_BYTES;
+        // The least budget with the admin pool at its share: m = 100 q + r
+        // leaves the shards (100 - PERCENT) q + r (the share is taken of
+        // whole hundreds); the least q with r ≤ 99, then the least r.
+        let kept = 100 - MEMORY_ADMIN_PERCENT;
+        let hundreds = shards_bytes.saturating_sub(99).div_ceil(kept);
+        let at_share = 100 * hundreds + shards_bytes.saturating_sub(kept * hundreds);
+        // The admin pool at its floor, at its share, at its ceiling: the
+        // least that fits.
+        [shards_bytes + self.admin_memory_floor(), at_share, shards_bytes + ceiling]
+            .into_iter()
+            .filter(|&memory| fits(memory))
+            .min()
+            .unwrap_or(shards_bytes + ceiling)
+    }
+
+    /// Each shard's part of `memory_bytes` (what the admin pool leaves),
+    /// and its pools.
     pub fn shard_memory(&self) -> ShardMemoryBytes {
-        let shard = self.memory_bytes / u64::from(self.shards.max(1));
+        let shard = self.memory_bytes.saturating_sub(self.admin_memory_bytes())
+            / u64::from(self.shards.max(1));
         ShardMemoryBytes {
             shard,
-            requests: shard / 100 * crate::limits::MEMORY_REQUESTS_PERCENT,
-            responses: shard / 100 * crate::limits::MEMORY_RESPONSES_PERCENT,
+            requests: shard / 100 * MEMORY_REQUESTS_PERCENT,
+            responses: shard / 100 * MEMORY_RESPONSES_PERCENT,
             state: shard
-                - shard / 100 * crate::limits::MEMORY_REQUESTS_PERCENT
-                - shard / 100 * crate::limits::MEMORY_RESPONSES_PERCENT,
+                - shard / 100 * MEMORY_REQUESTS_PERCENT
+                - shard / 100 * MEMORY_RESPONSES_PERCENT,
         }
     }
 
@@ -349,21 +404,36 @@ impl BrokerConfig {
         )?;
         check_range("tail_cache_bytes", self.tail_cache_bytes, 0, TAIL_CACHE_BYTES_MAX)?;
         check_range("memory_bytes", self.memory_bytes, 1, crate::limits::MEMORY_BYTES_MAX)?;
+        let admin_floor = self.admin_memory_floor();
         let requests = self.shard_memory().requests;
-        let needed = crate::limits::MEMORY_REQUESTS_FRAMES_MIN * u64::from(self.frame_bytes_max);
-        if requests < needed {
+        let needed = MEMORY_REQUESTS_FRAMES_MIN * u64::from(self.frame_bytes_max);
+        // The least budget that starts: each shard's requests pool at its
+        // floor, and the admin pool carved off the top.
+        let shard_least = needed.div_ceil(MEMORY_REQUESTS_PERCENT) * 100;
+        let least = self.memory_bytes_for(shard_least * u64::from(self.shards));
+        if self.memory_bytes <= admin_floor {
             return Err(ConfigError::Invalid {
                 field: "memory_bytes",
                 reason: format!(
-                    "{} bytes over {} shards leave each shard {requests} bytes for requests \
-                     ({}%), under {} frames of frame_bytes_max = {} ({needed} bytes): raise \
-                     memory_bytes to at least {} or lower frame_bytes_max",
+                    "{} bytes cannot hold the admin port's memory pool of at least \
+                     {admin_floor} bytes ({MEMORY_ADMIN_REQUESTS_MIN} API requests of \
+                     {MEMORY_ADMIN_REQUEST_BYTES}: a largest body and its answer) and leave \
+                     the shards any: raise memory_bytes to at least {least} or turn the admin \
+                     port off (admin_listen = off)",
                     self.memory_bytes,
-                    self.shards,
-                    crate::limits::MEMORY_REQUESTS_PERCENT,
-                    crate::limits::MEMORY_REQUESTS_FRAMES_MIN,
-                    self.frame_bytes_max,
-                    needed * 100 / crate::limits::MEMORY_REQUESTS_PERCENT * u64::from(self.shards),
+                ),
+            });
+        }
+        if requests < needed {
+            let admin = self.admin_memory_bytes();
+            return Err(ConfigError::Invalid {
+                field: "memory_bytes",
+                reason: format!(
+                    "{} bytes less the admin port's {admin} over {} shards leave each shard \
+                     {requests} bytes for requests ({MEMORY_REQUESTS_PERCENT}%), under \
+                     {MEMORY_REQUESTS_FRAMES_MIN} frames of frame_bytes_max = {} ({needed} \
+                     bytes): raise memory_bytes to at least {least} or lower frame_bytes_max",
+                    self.memory_bytes, self.shards, self.frame_bytes_max,
                 ),
             });
         }
@@ -376,10 +446,14 @@ impl BrokerConfig {
                 field: "tail_cache_bytes",
                 reason: format!(
                     "two caches of {} bytes per shard take {caches} of the {} bytes each shard \
-                     keeps for state (memory_bytes = {} over {} shards, less the requests and \
-                     responses pools): at most half of it may go to caches; lower \
-                     tail_cache_bytes or raise memory_bytes",
-                    self.tail_cache_bytes, memory.state, self.memory_bytes, self.shards,
+                     keeps for state (memory_bytes = {} less the admin port's {} over {} \
+                     shards, less the requests and responses pools): at most half of it may go \
+                     to caches; lower tail_cache_bytes or raise memory_bytes",
+                    self.tail_cache_bytes,
+                    memory.state,
+                    self.memory_bytes,
+                    self.admin_memory_bytes(),
+                    self.shards,
                 ),
             });
         }
@@ -788,9 +862,13 @@ mod tests {
         let fits = PartialConfig { memory_bytes: Some(64 << 20), ..Default::default() };
         let resolved = fits.resolve(1).unwrap();
         let pools = resolved.shard_memory();
+        // 5 % of 64 MiB is under the admin pool's floor (two 4 MiB
+        // requests): the floor comes off the top, the shard gets the rest.
+        let admin = resolved.admin_memory_bytes();
+        assert_eq!(admin, 8 << 20);
         assert_eq!(
             (pools.shard, pools.requests + pools.responses + pools.state),
-            (64 << 20, 64 << 20)
+            (56 << 20, 56 << 20)
         );
         let filter = PartialConfig { log_filter: Some("info,[[[".into()), ..Default::default() };
         assert!(matches!(filter.resolve(1), Err(ConfigError::Invalid { field: "log_filter", .. })));
@@ -805,6 +883,63 @@ mod tests {
         }
         let bad_format = PartialConfig::from_env(env(&[("SPOOL_LOG_FORMAT", "xml")]));
         assert!(matches!(bad_format, Err(ConfigError::EnvVar { .. })));
+    }
+
+    // Goal: the admin port's pool comes off the top of memory_bytes — its
+    // share between a floor and a ceiling, none with the admin port off —
+    // and a budget that cannot hold its floor is refused naming the
+    // figures, with advice that itself starts. Method: resolve budgets
+    // around each bend, two shards, admin on and off.
+    #[test]
+    fn admin_pool_comes_off_the_top_of_memory_bytes() {
+        let with = |memory: u64, admin: Option<AdminListen>| PartialConfig {
+            memory_bytes: Some(memory),
+            admin_listen: admin,
+            ..Default::default()
+        };
+        let floor = MEMORY_ADMIN_REQUESTS_MIN * MEMORY_ADMIN_REQUEST_BYTES;
+        let ceiling = MEMORY_ADMIN_REQUESTS_MAX * MEMORY_ADMIN_REQUEST_BYTES;
+        for (memory, admin) in [
+            (160 << 20, floor),
+            (1 << 30, (1u64 << 30) / 100 * MEMORY_ADMIN_PERCENT),
+            (64 << 30, ceiling),
+        ] {
+            let resolved = with(memory, None).resolve(2).unwrap();
+            assert_eq!(resolved.admin_memory_bytes(), admin, "{memory}");
+            assert_eq!(resolved.shard_memory().shard, (memory - admin) / 2, "{memory}");
+            let off = with(memory, Some(AdminListen::Off)).resolve(2).unwrap();
+            assert_eq!(off.admin_memory_bytes(), 0);
+            assert_eq!(off.shard_memory().shard, memory / 2, "admin off: all to the shards");
+        }
+        // Under the floor: refused, naming the floor and what would start.
+        match with(floor, None).resolve(1) {
+            Err(ConfigError::Invalid { field: "memory_bytes", reason }) => {
+                assert!(reason.contains(&floor.to_string()), "{reason}");
+                assert!(reason.contains("admin_listen = off"), "{reason}");
+            }
+            other => panic!("a budget of the admin floor: {other:?}"),
+        }
+        // Each refusal's advice is a budget that starts, and one byte less
+        // of it does not (with the admin pool at its floor and at its share).
+        for (shards, frame) in [(1usize, 4u64 << 20), (2, 4 << 20), (8, 64 << 20)] {
+            let config = |memory: u64| PartialConfig {
+                memory_bytes: Some(memory),
+                frame_bytes_max: Some(u32::try_from(frame).unwrap()),
+                tail_cache_bytes: Some(1 << 20),
+                ..Default::default()
+            };
+            let Err(ConfigError::Invalid { reason, .. }) = config(1 << 20).resolve(shards) else {
+                panic!("1 MiB starts");
+            };
+            let least: u64 = reason
+                .split("raise memory_bytes to at least ")
+                .nth(1)
+                .and_then(|rest| rest.split_whitespace().next())
+                .and_then(|figure| figure.parse().ok())
+                .unwrap_or_else(|| panic!("no figure in {reason}"));
+            assert!(config(least).resolve(shards).is_ok(), "{least}: {reason}");
+            assert!(config(least - 1).resolve(shards).is_err(), "{least} - 1: {reason}");
+        }
     }
 
     // Goal: a misspelt or unknown SPOOL_* variable is an error naming the

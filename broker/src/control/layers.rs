@@ -367,7 +367,8 @@ pub struct Cli {
     /// SPOOL_TAIL_CACHE_BYTES.
     #[arg(long, value_name = "BYTES")]
     pub tail_cache_bytes: Option<u64>,
-    /// The node's memory budget, bytes, split over the shards
+    /// The node's memory budget, bytes: the admin port's pool (5 %, at
+    /// least 8 MiB) off the top, the rest split over the shards
     /// [default: half the machine's memory or the cgroup's limit, whichever
     /// is lower]. Env: SPOOL_MEMORY_BYTES.
     #[arg(long, value_name = "BYTES")]

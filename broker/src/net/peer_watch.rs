@@ -89,7 +89,7 @@ mod tests {
     use std::io::{Read, Write};
     use std::net::{Shutdown, TcpListener, TcpStream};
     use std::os::fd::AsRawFd;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     fn pair() -> (TcpStream, TcpStream) {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -101,12 +101,12 @@ mod tests {
     /// Polls until `watch` answers `expected` or a second passes (the
     /// kernel delivers a close asynchronously, even on loopback).
     fn settles(watch: PeerWatch, filled: usize, frame_len: Option<usize>, expected: bool) -> bool {
-        let until = Instant::now() + Duration::from_secs(1);
+        let until = crate::clock::instant_now() + Duration::from_secs(1);
         loop {
             if watch.gone(filled, frame_len) == expected {
                 return true;
             }
-            if Instant::now() > until {
+            if crate::clock::instant_now() > until {
                 return false;
             }
             std::thread::sleep(Duration::from_millis(5));

@@ -161,6 +161,19 @@ impl ApiError {
     }
 }
 
+impl From<crate::admin::memory::MemoryRefused> for ApiError {
+    /// No room in the admin port's memory pool within the wait: 503
+    /// `THROTTLED` (retriable, with `Retry-After`) and the pool's figures.
+    fn from(refused: crate::admin::memory::MemoryRefused) -> Self {
+        Self::new(ErrorCode::Throttled, refused.to_string())
+            .with_status(StatusCode::SERVICE_UNAVAILABLE)
+            .with_detail("pool_bytes", refused.size_bytes)
+            .with_detail("used_bytes", refused.used_bytes)
+            .with_detail("asked_bytes", refused.asked_bytes)
+            .with_detail("waited_ms", refused.waited_ms)
+    }
+}
+
 /// The code of a record the client refused to build: the size limits are
 /// `RECORD_TOO_LARGE` (as the broker answers them), the rest
 /// `INVALID_ARGUMENT`.

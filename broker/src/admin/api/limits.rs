@@ -17,6 +17,23 @@ pub const BODY_BYTES_MAX: usize = 2 << 20;
 /// A request body must arrive within this once its headers have.
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long an API request waits in line for its body's bytes from the
+/// admin port's memory pool (`admin/memory.rs`) before it is answered 503
+/// `THROTTLED` with the pool's figures. Half of [`BODY_READ_TIMEOUT`]: a
+/// stalled body holds its bytes up to that long, and a caller behind
+/// stalled bodies is better told to retry (`Retry-After`) than held for
+/// the whole stall; still long enough to ride out a burst of large answers
+/// being written.
+pub const MEMORY_WAIT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The largest answer the admin pool's floor plans for: a claim's
+/// [`CLAIM_BYTES_MAX_HTTP`] of binary records as base64 (4/3 of them) with
+/// [`CLAIM_CREDITS_MAX_HTTP`] deliveries' other fields (a token and
+/// ≤ 256 bytes of numbers and names each). Answers past it (text payloads
+/// escaped to JSON, listings of thousands of queues, a metrics page of
+/// thousands of partitions) are charged all the same, over the pool's size.
+pub const ANSWER_BYTES_PLANNED: usize = 2 << 20;
+
 /// API requests served at once over all admin connections; one more is
 /// answered 429 `THROTTLED` at once. Below the broker's default bound on
 /// waiting claims per connection (64), since the gateway's claims share
@@ -65,3 +82,15 @@ pub const GATEWAY_CALLERS_MAX: usize = 64;
 const _: () =
     assert!(REQUESTS_IN_FLIGHT_MAX as u32 <= crate::limits::CLAIM_WAITERS_PER_CONNECTION_DEFAULT);
 const _: () = assert!(CLAIM_BYTES_MAX_HTTP <= spool_wire::proto::limits::CLAIM_BYTES_MAX);
+const _: () = assert!(
+    ANSWER_BYTES_PLANNED
+        >= (CLAIM_BYTES_MAX_HTTP as usize).div_ceil(3) * 4
+            + CLAIM_CREDITS_MAX_HTTP as usize * (TOKEN_TEXT_BYTES_MAX + 256)
+);
+// The admin pool is carved in `control/` (below this layer) from the
+// broker's limits: tie them to the bounds they are planned from here.
+const _: () = assert!(
+    crate::limits::MEMORY_ADMIN_REQUEST_BYTES >= (BODY_BYTES_MAX + ANSWER_BYTES_PLANNED) as u64
+);
+const _: () = assert!(crate::limits::MEMORY_ADMIN_REQUESTS_MAX == REQUESTS_IN_FLIGHT_MAX as u64);
+const _: () = assert!(MEMORY_WAIT_TIMEOUT.as_millis() < BODY_READ_TIMEOUT.as_millis());

@@ -19,7 +19,9 @@
 //! Bounds ([`limits`]): body size (413 `FRAME_TOO_LARGE` naming the limit),
 //! body read time, requests in flight (429 `THROTTLED`), claim credits,
 //! bytes and wait, tokens per ack, dead letters per listing; the admin
-//! port's own connection bound holds too.
+//! port's own connection bound holds too. Each request's body takes its
+//! bytes from the admin port's memory pool before it is read, waiting up to
+//! `MEMORY_WAIT_TIMEOUT` (then 503 `THROTTLED`: `super::memory`).
 
 pub mod caller;
 pub mod error;
@@ -35,8 +37,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::{Bytes, Incoming};
-use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, WWW_AUTHENTICATE};
+use hyper::body::{Body as _, Bytes, Incoming};
+use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
 use hyper::{Request, Response, StatusCode};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
@@ -53,9 +55,11 @@ use self::error::ApiError;
 use self::limits::{
     ACK_TOKENS_MAX_HTTP, BODY_BYTES_MAX, BODY_READ_TIMEOUT, CLAIM_BYTES_MAX_HTTP,
     CLAIM_CREDITS_MAX_HTTP, CLAIM_WAIT_MS_MAX_HTTP, DEAD_LETTERS_DEFAULT_HTTP,
-    DEAD_LETTERS_MAX_HTTP, GATEWAY_CALLERS_MAX, REQUESTS_IN_FLIGHT_MAX, SHARD_REQUEST_TIMEOUT,
+    DEAD_LETTERS_MAX_HTTP, GATEWAY_CALLERS_MAX, MEMORY_WAIT_TIMEOUT, REQUESTS_IN_FLIGHT_MAX,
+    SHARD_REQUEST_TIMEOUT,
 };
 use self::routes::Operation;
+use super::memory::AdminMemory;
 use crate::shard::CoordinatorHandle;
 
 const JSON: &str = "application/json";
@@ -93,6 +97,8 @@ pub struct Gateway {
     coordinator: CoordinatorHandle,
     connected: Mutex<HashMap<CallerKey, Connected>>,
     in_flight: Arc<Semaphore>,
+    /// The admin port's memory pool: each request's body takes from it.
+    memory: Arc<AdminMemory>,
     /// Whether the broker has authentication on: then a request without a
     /// bearer token is refused here (401) before any connection is made.
     auth_required: bool,
@@ -137,10 +143,12 @@ impl Gateway {
     /// With `auth_required`, every API request needs
     /// `Authorization: Bearer <principal>:<secret>` and is served with that
     /// principal's rights (the shards check them, as for any client).
+    /// Request bodies take their bytes from `memory`.
     pub fn new(
         shard_listen: SocketAddr,
         coordinator: CoordinatorHandle,
         policy: crate::auth::AuthPolicy,
+        memory: Arc<AdminMemory>,
     ) -> Self {
         let auth_required = policy.is_enabled();
         Self {
@@ -149,10 +157,16 @@ impl Gateway {
             coordinator,
             connected: Mutex::new(HashMap::new()),
             in_flight: Arc::new(Semaphore::new(REQUESTS_IN_FLIGHT_MAX)),
+            memory,
             auth_required,
             mac_key: rand::random(),
             shard_tls: None,
         }
+    }
+
+    /// The admin port's memory pool.
+    pub fn memory(&self) -> &Arc<AdminMemory> {
+        &self.memory
     }
 
     /// The same gateway, reaching the shards over TLS.
@@ -195,6 +209,14 @@ impl Gateway {
             Err(error) => return challenge(error.into_response()),
         };
         let query = request.uri().query().map(str::to_owned);
+        // Held until the answer is built (it is charged then, by the caller).
+        let _memory = match body_bytes(&request) {
+            Ok(asked) => match self.memory.take_within(asked, MEMORY_WAIT_TIMEOUT).await {
+                Ok(grant) => grant,
+                Err(refused) => return ApiError::from(refused).into_response(),
+            },
+            Err(error) => return error.into_response(),
+        };
         let body = match read_body(request).await {
             Ok(body) => body,
             Err(error) => return error.into_response(),
@@ -673,7 +695,6 @@ impl DeadLetterQuery {
     }
 }
 
-/// Reads the body up to [`BODY_BYTES_MAX`] within [`BODY_READ_TIMEOUT`].
 /// The credentials of an `Authorization: Bearer <principal>:<secret>`
 /// header; none without the header.
 ///
@@ -702,22 +723,30 @@ fn challenge(mut response: Response<Full<Bytes>>) -> Response<Full<Bytes>> {
     response
 }
 
-async fn read_body(request: Request<Incoming>) -> Result<Bytes, ApiError> {
-    let too_large = || {
-        ApiError::new(
-            ErrorCode::FrameTooLarge,
-            format!("request body over the limit of {BODY_BYTES_MAX} bytes"),
-        )
-        .with_detail("limit_bytes", BODY_BYTES_MAX)
-    };
-    let declared = request
-        .headers()
-        .get(CONTENT_LENGTH)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.parse::<u64>().ok());
-    if declared.is_some_and(|length| length > BODY_BYTES_MAX as u64) {
-        return Err(too_large());
+fn too_large() -> ApiError {
+    ApiError::new(
+        ErrorCode::FrameTooLarge,
+        format!("request body over the limit of {BODY_BYTES_MAX} bytes"),
+    )
+    .with_detail("limit_bytes", BODY_BYTES_MAX)
+}
+
+/// What a request's body takes from the admin pool: its declared length
+/// (0 without a body), or [`BODY_BYTES_MAX`] when it is chunked.
+///
+/// # Errors
+/// 413 `FRAME_TOO_LARGE` for a declared length over the limit, before
+/// anything is taken or read.
+fn body_bytes(request: &Request<Incoming>) -> Result<u64, ApiError> {
+    match request.body().size_hint().exact() {
+        Some(length) if length > BODY_BYTES_MAX as u64 => Err(too_large()),
+        Some(length) => Ok(length),
+        None => Ok(BODY_BYTES_MAX as u64),
     }
+}
+
+/// Reads the body up to [`BODY_BYTES_MAX`] within [`BODY_READ_TIMEOUT`].
+async fn read_body(request: Request<Incoming>) -> Result<Bytes, ApiError> {
     let limited = Limited::new(request.into_body(), BODY_BYTES_MAX);
     match tokio::time::timeout(BODY_READ_TIMEOUT, limited.collect()).await {
         Err(_) => Err(ApiError::new(

@@ -1,9 +1,11 @@
 //! The metric families built from more than one field of the reports: the
 //! journal's files and release passes, latency histograms per shard, the
 //! age of the oldest ready message, quotas per principal, queue-wide
-//! figures and the predicted drain time. `mod.rs` registers the rest and
-//! encodes.
+//! figures and the predicted drain time; and the admin port's memory pool.
+//! `mod.rs` registers the rest and encodes.
 
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 
 use super::histogram::{HistogramSeries, Histograms};
@@ -12,9 +14,54 @@ use super::{
     QuotaLabels, ShardLabels,
 };
 use crate::io::stats::SYNC_LATENCY_BUCKETS_US;
+use crate::net::memory::PoolStats;
 use crate::shard::report::{
     LatencyCounts, PartitionReport, RequestOp, ShardReport, REQUEST_LATENCY_BUCKETS_US,
 };
+
+/// The admin port's memory pool (`admin/memory.rs`): one series each,
+/// without labels (one pool per node).
+pub(super) fn register_admin_memory(registry: &mut Registry, stats: &PoolStats) {
+    let gauge = |value: u64| {
+        let gauge = Gauge::<i64>::default();
+        gauge.set(gauge_value(value));
+        gauge
+    };
+    let counter = |value: u64| {
+        let counter = Counter::<u64>::default();
+        counter.inc_by(value);
+        counter
+    };
+    registry.register_with_unit(
+        "spool_admin_memory_budget",
+        "Size of the admin port's memory pool (carved off the top of memory_bytes)",
+        Unit::Bytes,
+        gauge(stats.size_bytes),
+    );
+    registry.register_with_unit(
+        "spool_admin_memory_used",
+        "Bytes held now from the admin port's pool: API request bodies and answers not yet written",
+        Unit::Bytes,
+        gauge(stats.used_bytes),
+    );
+    registry.register_with_unit(
+        "spool_admin_memory_peak",
+        "Most bytes held at once from the admin port's pool since the broker started",
+        Unit::Bytes,
+        gauge(stats.peak_bytes),
+    );
+    registry.register(
+        "spool_admin_memory_waits",
+        "API requests that waited in line for the admin port's pool before their body was read",
+        counter(stats.waits),
+    );
+    registry.register(
+        "spool_admin_memory_refusals",
+        "API requests answered 503 THROTTLED because the admin port's pool had no room for \
+         their body within MEMORY_WAIT_TIMEOUT",
+        counter(stats.refusals),
+    );
+}
 
 /// The shard journals' figures.
 pub(super) fn register_journal_figures(registry: &mut Registry, reports: &[ShardReport]) {

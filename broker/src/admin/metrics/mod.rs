@@ -26,8 +26,8 @@ use crate::shard::report::{AdmissionCause, ShardReport};
 use disk::register_disk;
 pub use disk::{disk_space, DiskSpace};
 use families::{
-    register_journal_figures, register_partition_age, register_queue_figures, register_quotas,
-    register_shard_latency,
+    register_admin_memory, register_journal_figures, register_partition_age,
+    register_queue_figures, register_quotas, register_shard_latency,
 };
 use histogram::{HistogramSeries, Histograms};
 
@@ -118,7 +118,8 @@ struct OutcomeLabels {
 /// Encodes `reports` (every shard that answered) and marks `missing` shards
 /// as not reporting; `auth` gives the process-wide authentication figures
 /// (reloads, the admin port's lockouts, the policy generation), `disk` the
-/// data directory's file system (none if statvfs failed).
+/// data directory's file system (none if statvfs failed), `admin_memory`
+/// the admin port's memory pool.
 ///
 /// # Errors
 /// Only a formatting failure of the encoder (writing to a `String`).
@@ -127,6 +128,7 @@ pub fn encode(
     missing: &[u16],
     auth: &crate::auth::reload::AuthState,
     disk: Option<&DiskSpace>,
+    admin_memory: &crate::net::memory::PoolStats,
 ) -> Result<String, fmt::Error> {
     let mut registry = Registry::default();
     macro_rules! partition_counter {
@@ -578,6 +580,7 @@ pub fn encode(
         );
     }
     register_journal_figures(&mut registry, reports);
+    register_admin_memory(&mut registry, admin_memory);
     {
         let open = Gauges::<ShardLabels>::default();
         let refused = Gauges::<ShardLabels>::default();
