@@ -30,5 +30,6 @@ pub mod log;
 pub mod net;
 pub mod partition;
 pub mod queue;
+pub mod replica;
 pub mod server;
 pub mod shard;

@@ -151,6 +151,7 @@ const LAYERS: &[&[&str]] = &[
     &["limits"],
     &["alloc", "auth", "io"],
     &["log"],
+    &["replica"],
     &["partition"],
     &["net"],
     &["control"],

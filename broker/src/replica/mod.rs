@@ -1,0 +1,27 @@
+//! The replica core: one Raft group per partition (raft-rs), as pure code
+//! the shard drives (`docs/design/replication.md`).
+//!
+//! - [`view`]: the partition log as raft-rs's synchronous `Storage` sees
+//!   it — terms of the whole log, a window of recent entries, read-backs of
+//!   older ones for lagging followers.
+//! - [`node`]: [`Replica`], each `Ready` turned into a [`Work`] (send,
+//!   apply, truncate, append, persist the vote, then the messages that need
+//!   the disk), no I/O.
+//! - `sim` (tests only): a deterministic simulation of replica sets over a
+//!   lossy, reordering, partitioning network with crashes that lose what
+//!   was not synced, and its checker.
+//!
+//! Between `log` (the journal offers entry indexes, follower appends,
+//! truncation and the committed index; the vote store) and `partition`
+//! (the queue state that applies committed entries). Wiring to the shard
+//! and the peer transport comes next.
+
+pub mod limits;
+pub mod node;
+pub mod view;
+
+#[cfg(test)]
+mod sim;
+
+pub use node::{Recovered, Replica, ReplicaError, Timing, Work};
+pub use view::{Fetch, LogView};

@@ -1,0 +1,315 @@
+//! `Replica`: one partition's Raft group member, driven as a pure step
+//! function (`docs/design/replication.md` §2–§4).
+//!
+//! It owns a raft-rs `RawNode` over a [`LogView`] and turns each `Ready`
+//! into a [`Work`]: what the owner must do, in order, with no I/O here.
+//!
+//! 1. send [`Work::send`] at once (a leader's appends go out while its own
+//!    write is in flight: its fdatasync overlaps its followers');
+//! 2. apply [`Work::apply`] (committed, and durable here) in order, then
+//!    call [`Replica::applied`];
+//! 3. cancel the log from [`Work::truncate_from`] if set, append
+//!    [`Work::entries`] at their index and term, persist [`Work::vote`] if
+//!    set, and once all of that is durable call [`Replica::persisted`] with
+//!    [`Work::number`] and only then send [`Work::send_persisted`] (a vote
+//!    granted, an append acknowledged: promises that need the disk);
+//! 4. record [`Work::commit`] (the journal's commit marker; it may lag).
+//!
+//! Works may overlap: a later one can be handed out while an earlier one's
+//! writes are in flight, and `persisted(n)` covers every work up to `n`.
+//! The log's appends are durable in the order they were asked for (the
+//! shard journal's one lane for a replicated partition), which is what
+//! raft-rs's async persistence needs.
+
+use bytes::Bytes;
+use raft::eraftpb::{Entry, HardState, Message};
+use raft::{Config, RawNode, StateRole};
+use thiserror::Error;
+
+use super::limits::{
+    REPLICA_APPEND_BYTES_MAX, REPLICA_ELECTION_TICKS, REPLICA_HEARTBEAT_TICKS,
+    REPLICA_INFLIGHT_APPENDS_MAX,
+};
+use super::view::{Fetch, LogView};
+
+/// Why a replica could not start or step.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ReplicaError {
+    /// The recovered log or hard state cannot start a member.
+    #[error("replica {id}: recovered state refused: {reason}")]
+    Recovered { id: u64, reason: String },
+    /// raft-rs refused the operation (a proposal to a non-leader, a message
+    /// for another group, a bad configuration).
+    #[error("replica {id}: {source}")]
+    Raft {
+        id: u64,
+        #[source]
+        source: raft::Error,
+    },
+    /// A proposal to a member that does not lead (`leader`: the one it
+    /// knows of, 0 for none): the caller redirects.
+    #[error("replica {id} does not lead (leader: {leader})")]
+    NotLeader { id: u64, leader: u64 },
+    /// The leader sent a snapshot; installing one is not built yet.
+    #[error("replica {id}: a snapshot at index {index} arrived; snapshots are not built yet")]
+    SnapshotUnsupported { id: u64, index: u64 },
+}
+
+/// What a replica recovered from its disk.
+#[derive(Debug, Default)]
+pub struct Recovered {
+    /// The entry the log starts after (index, term).
+    pub floor: (u64, u64),
+    /// The log's entries, dense from `floor.0 + 1`.
+    pub entries: Vec<Entry>,
+    /// The persisted term and vote (the vote store).
+    pub term: u64,
+    pub vote: u64,
+    /// The persisted committed index (the journal's commit markers).
+    pub commit: u64,
+    /// What the state machine already holds (≤ commit).
+    pub applied: u64,
+}
+
+/// One `Ready`'s work for the owner. See the module docs for the order.
+#[derive(Debug, Default)]
+pub struct Work {
+    pub number: u64,
+    pub send: Vec<Message>,
+    pub apply: Vec<Entry>,
+    pub truncate_from: Option<u64>,
+    pub entries: Vec<Entry>,
+    /// Term and vote to make durable (changed since the last one).
+    pub vote: Option<(u64, u64)>,
+    pub send_persisted: Vec<Message>,
+    pub commit: Option<u64>,
+}
+
+/// One partition's Raft group member. See the module docs.
+pub struct Replica {
+    id: u64,
+    raw: RawNode<LogView>,
+    /// Term and vote as last handed out for persistence.
+    vote: (u64, u64),
+}
+
+impl std::fmt::Debug for Replica {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replica")
+            .field("id", &self.id)
+            .field("term", &self.raw.raft.term)
+            .field("role", &self.raw.raft.state)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How a member's election timeout is drawn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Timing {
+    /// Drawn at random in `[REPLICA_ELECTION_TICKS, 2 ×)` at each reset
+    /// (raft-rs's own random source): members of a group time out apart.
+    Randomized,
+    /// Exactly `REPLICA_ELECTION_TICKS + offset` ticks, for a deterministic
+    /// simulation (which desynchronizes members by when it ticks them).
+    Fixed { offset: usize },
+}
+
+fn config(id: u64, applied: u64, timing: Timing) -> Config {
+    let (min_election_tick, max_election_tick) = match timing {
+        Timing::Randomized => (0, 0),
+        Timing::Fixed { offset } => {
+            (REPLICA_ELECTION_TICKS + offset, REPLICA_ELECTION_TICKS + offset + 1)
+        }
+    };
+    Config {
+        min_election_tick,
+        max_election_tick,
+        id,
+        election_tick: REPLICA_ELECTION_TICKS,
+        heartbeat_tick: REPLICA_HEARTBEAT_TICKS,
+        applied,
+        max_size_per_msg: REPLICA_APPEND_BYTES_MAX,
+        max_inflight_msgs: REPLICA_INFLIGHT_APPENDS_MAX,
+        // A leader that lost its quorum steps down; a node cut off does not
+        // raise the term of the others when it comes back.
+        check_quorum: true,
+        pre_vote: true,
+        ..Config::default()
+    }
+}
+
+impl Replica {
+    /// Member `id` of the group of `voters`, from what it recovered.
+    ///
+    /// # Errors
+    /// [`ReplicaError::Recovered`] for a log that is not dense or whose
+    /// terms go down, [`ReplicaError::Raft`] for a configuration raft-rs
+    /// refuses.
+    pub fn start(id: u64, voters: &[u64], recovered: Recovered) -> Result<Replica, ReplicaError> {
+        Replica::start_timed(id, voters, recovered, Timing::Randomized)
+    }
+
+    /// [`Replica::start`] with the election timeout drawn as `timing` says.
+    ///
+    /// # Errors
+    /// As [`Replica::start`].
+    pub fn start_timed(
+        id: u64,
+        voters: &[u64],
+        recovered: Recovered,
+        timing: Timing,
+    ) -> Result<Replica, ReplicaError> {
+        let applied = recovered.applied.min(recovered.commit);
+        let view = LogView::recovered(
+            recovered.floor,
+            recovered.entries,
+            voters.to_vec(),
+            (recovered.term, recovered.vote),
+            recovered.commit,
+            applied,
+        )
+        .map_err(|reason| ReplicaError::Recovered { id, reason })?;
+        let vote = (view.hard_state().term, view.hard_state().vote);
+        let applied = applied.max(recovered.floor.0);
+        let logger = slog::Logger::root(slog::Discard, slog::o!());
+        let raw = RawNode::new(&config(id, applied, timing), view, &logger)
+            .map_err(|source| ReplicaError::Raft { id, source })?;
+        Ok(Replica { id, raw, vote })
+    }
+
+    /// This member's id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The current term.
+    pub fn term(&self) -> u64 {
+        self.raw.raft.term
+    }
+
+    /// Whether this member leads its group now.
+    pub fn is_leader(&self) -> bool {
+        self.raw.raft.state == StateRole::Leader
+    }
+
+    /// The leader this member knows of (0: none).
+    pub fn leader(&self) -> u64 {
+        self.raw.raft.leader_id
+    }
+
+    /// The committed index this member knows of.
+    pub fn commit_index(&self) -> u64 {
+        self.raw.raft.raft_log.committed
+    }
+
+    /// The last index of this member's log (durable or not).
+    pub fn last_index(&self) -> u64 {
+        self.raw.raft.raft_log.last_index()
+    }
+
+    /// One logical clock tick (elections, heartbeats).
+    pub fn tick(&mut self) {
+        self.raw.tick();
+    }
+
+    /// A message from another member.
+    ///
+    /// # Errors
+    /// raft-rs refused it (a message of another group, a step of a local
+    /// message kind): the owner drops it.
+    pub fn step(&mut self, message: Message) -> Result<(), ReplicaError> {
+        self.raw.step(message).map_err(|source| ReplicaError::Raft { id: self.id, source })
+    }
+
+    /// Proposes `data` (the stored bytes of a batch) as the next entry;
+    /// returns the (index, term) it will have if it commits.
+    ///
+    /// # Errors
+    /// [`ReplicaError::NotLeader`] (raft-rs would forward it to the leader:
+    /// a proposal is answered by the member that took it, so it is refused
+    /// instead); [`ReplicaError::Raft`] when the leader drops it (a
+    /// leadership transfer under way).
+    pub fn propose(&mut self, data: Bytes) -> Result<(u64, u64), ReplicaError> {
+        if !self.is_leader() {
+            return Err(ReplicaError::NotLeader { id: self.id, leader: self.leader() });
+        }
+        let before = self.last_index();
+        self.raw
+            .propose(Vec::new(), data.to_vec())
+            .map_err(|source| ReplicaError::Raft { id: self.id, source })?;
+        let index = self.last_index();
+        debug_assert_eq!(index, before + 1, "one proposal, one entry");
+        Ok((index, self.term()))
+    }
+
+    /// The next work, if raft-rs has any.
+    ///
+    /// # Errors
+    /// [`ReplicaError::SnapshotUnsupported`] when the leader sent a
+    /// snapshot.
+    pub fn work(&mut self) -> Result<Option<Work>, ReplicaError> {
+        if !self.raw.has_ready() {
+            return Ok(None);
+        }
+        let mut ready = self.raw.ready();
+        if !ready.snapshot().is_empty() {
+            let index = ready.snapshot().get_metadata().index;
+            return Err(ReplicaError::SnapshotUnsupported { id: self.id, index });
+        }
+        let mut work = Work {
+            number: ready.number(),
+            send: ready.take_messages(),
+            apply: ready.take_committed_entries(),
+            entries: ready.take_entries(),
+            send_persisted: ready.take_persisted_messages(),
+            ..Work::default()
+        };
+        let view = self.raw.mut_store();
+        work.truncate_from = view.append(&work.entries);
+        if let Some(hard_state) = ready.hs() {
+            work.vote = self.take_vote(hard_state);
+            work.commit = Some(hard_state.commit);
+            self.raw.mut_store().set_hard_state(hard_state);
+        }
+        self.raw.advance_append_async(ready);
+        Ok(Some(work))
+    }
+
+    fn take_vote(&mut self, hard_state: &HardState) -> Option<(u64, u64)> {
+        let vote = (hard_state.term, hard_state.vote);
+        (vote != self.vote).then(|| {
+            self.vote = vote;
+            vote
+        })
+    }
+
+    /// Keeps at most `bytes` of applied entries in memory
+    /// ([`LogView::set_cache_bytes`]).
+    pub fn set_cache_bytes(&mut self, bytes: usize) {
+        self.raw.mut_store().set_cache_bytes(bytes);
+    }
+
+    /// Every work up to `number` is durable (its truncation, entries and
+    /// vote).
+    pub fn persisted(&mut self, number: u64) {
+        self.raw.on_persist_ready(number);
+    }
+
+    /// The state machine holds every entry up to `index`.
+    pub fn applied(&mut self, index: u64) {
+        self.raw.advance_apply_to(index);
+        self.raw.mut_store().set_applied(index);
+    }
+
+    /// Entries to read back from the log for sends to lagging followers.
+    pub fn fetches(&self) -> Vec<Fetch> {
+        self.raw.store().take_fetches()
+    }
+
+    /// The entries read back for `fetch`: raft-rs asks again and sends.
+    pub fn fetched(&mut self, fetch: Fetch, entries: Vec<Entry>) {
+        self.raw.mut_store().fetched(entries);
+        self.raw.on_entries_fetched(fetch.context);
+    }
+}
