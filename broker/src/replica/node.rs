@@ -15,6 +15,11 @@
 //!    granted, an append acknowledged: promises that need the disk);
 //! 4. record [`Work::commit`] (the journal's commit marker; it may lag).
 //!
+//! The vote store and the log sync apart: a crash may keep entries of a
+//! term whose vote was lost, and recovery then takes the log's term with no
+//! vote ([`LogView::recovered`]) — safe, since a vote's grant is among the
+//! messages sent only after its sync.
+//!
 //! Works may overlap: a later one can be handed out while an earlier one's
 //! writes are in flight, and `persisted(n)` covers every work up to `n`.
 //! The log's appends are durable in the order they were asked for (the
@@ -269,7 +274,8 @@ impl Replica {
         work.truncate_from = view.append(&work.entries);
         if let Some(hard_state) = ready.hs() {
             work.vote = self.take_vote(hard_state);
-            work.commit = Some(hard_state.commit);
+            let moved = hard_state.commit != self.raw.store().hard_state().commit;
+            work.commit = moved.then_some(hard_state.commit);
             self.raw.mut_store().set_hard_state(hard_state);
         }
         self.raw.advance_append_async(ready);

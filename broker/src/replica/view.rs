@@ -114,8 +114,12 @@ impl LogView {
             view.push(entry);
         }
         let commit = commit.clamp(floor.0, view.last_index);
+        // The vote store and the journal sync apart: a crash can keep
+        // entries of a term whose vote was lost. The term is then the
+        // log's, with no vote in it (a vote never sent: its grant waits
+        // for the vote's sync), never the older term's vote.
         view.hard_state.term = term.max(previous_term);
-        view.hard_state.vote = vote;
+        view.hard_state.vote = if previous_term > term { 0 } else { vote };
         view.hard_state.commit = commit;
         view.applied = applied.clamp(floor.0, commit);
         view.conf_state.voters = voters;
@@ -392,6 +396,18 @@ mod tests {
         view.set_applied(5);
         assert_eq!(view.window_start(), 6, "applied entries beyond the cache are let go of");
         assert!(view.entries(6, 7, None, GetEntriesContext::empty(false)).is_ok());
+    }
+
+    #[test]
+    fn a_log_past_the_stored_term_takes_its_term_and_no_vote() {
+        let entries = vec![entry(1, 4, 1), entry(2, 5, 1)];
+        let view =
+            LogView::recovered((0, 0), entries, vec![1, 2, 3], (4, 3), 2, 0).expect("a dense log");
+        assert_eq!((view.hard_state().term, view.hard_state().vote), (5, 0));
+        let entries = vec![entry(1, 4, 1)];
+        let view =
+            LogView::recovered((0, 0), entries, vec![1, 2, 3], (6, 3), 1, 0).expect("a dense log");
+        assert_eq!((view.hard_state().term, view.hard_state().vote), (6, 3));
     }
 
     #[test]
