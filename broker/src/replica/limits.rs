@@ -24,6 +24,26 @@ pub const REPLICA_ENTRY_CACHE_BYTES_MAX: usize = 4 << 20;
 /// Entries one read-back of older entries returns at most.
 pub const REPLICA_FETCH_ENTRIES_MAX: usize = 4096;
 
+/// Largest replication frame one shard sends a peer shard (its messages
+/// for every group they share, batched per turn). A frame declaring more is
+/// refused before it is read.
+pub const REPLICA_FRAME_BYTES_MAX: usize = 8 << 20;
+
+/// Most messages in one replication frame.
+pub const REPLICA_FRAME_MESSAGES_MAX: usize = 16_384;
+
+/// Largest encoded raft message: an append at its bound, which raft-rs
+/// passes by at most one entry (an entry is never split: up to a largest
+/// batch), with room for its entries' fields and the message's own.
+pub const REPLICA_MESSAGE_BYTES_MAX: usize = REPLICA_APPEND_BYTES_MAX as usize
+    + spool_wire::limits::BATCH_BYTES_MAX
+    + REPLICA_MESSAGE_OVERHEAD_BYTES;
+
+/// Room for a message's own fields and its entries' (index, term, type)
+/// beyond their data: 64 KiB covers 4,096 entries at 16 bytes each.
+pub const REPLICA_MESSAGE_OVERHEAD_BYTES: usize = 64 << 10;
+
+const _: () = assert!(REPLICA_MESSAGE_BYTES_MAX + 64 <= REPLICA_FRAME_BYTES_MAX);
 const _: () = assert!(REPLICA_HEARTBEAT_TICKS >= 1);
 const _: () = assert!(REPLICA_ELECTION_TICKS > 2 * REPLICA_HEARTBEAT_TICKS);
 const _: () = assert!(REPLICA_INFLIGHT_APPENDS_MAX >= 1);

@@ -7,6 +7,8 @@
 //! - [`node`]: [`Replica`], each `Ready` turned into a [`Work`] (send,
 //!   apply, truncate, append, persist the vote, then the messages that need
 //!   the disk), no I/O.
+//! - [`wire`]: the replication frame one shard sends a peer shard, its
+//!   messages for every group they share batched, validated once on read.
 //! - `sim` (tests only): a deterministic simulation of replica sets over a
 //!   lossy, reordering, partitioning network with crashes that lose what
 //!   was not synced, and its checker.
@@ -19,6 +21,7 @@
 pub mod limits;
 pub mod node;
 pub mod view;
+pub mod wire;
 
 #[cfg(test)]
 mod sim;
