@@ -6,7 +6,10 @@
 //! and directory-sync boundary. Each recovered partition holds a dense
 //! log from index 1, every entry that was answered and not cancelled, never
 //! an entry whose truncation marker was answered, and a committed index at
-//! least what an answered commit marker recorded.
+//! least what an answered commit marker recorded. Reads by entry index
+//! (`read_entries`, §14.5) are checked against the model live and on every
+//! recovered image, and on their own: bounds, typed errors, entries not yet
+//! durable, truncation, reopen and released files.
 // Tests may unwrap (ARCHITECTURE.md, "Errors"); clippy only exempts #[test] fns, not helpers.
 #![allow(clippy::unwrap_used)]
 
@@ -21,9 +24,9 @@ use futures_lite::future::block_on;
 use journal_common::{drive, open_shard, payload, Rng, SHARD};
 use spool_broker::io::{CrashMode, SimStorage};
 use spool_broker::log::journal::{
-    journal_file_path, write_filler, EntryHeader, HeaderForm, JournalError, JournalPartition,
-    JournalPos, JournalTicket, LogMode, PartitionHandle, ShardJournal, ShardRecovery,
-    V1_HEADER_BYTES,
+    journal_file_path, write_filler, EntryHeader, HeaderForm, IndexedEntry, JournalError,
+    JournalPartition, JournalPos, JournalTicket, LogMode, PartitionHandle, ShardJournal,
+    ShardRecovery, V1_HEADER_BYTES,
 };
 use spool_broker::log::Offset;
 use spool_wire::batch::{BatchHeader, BatchKind};
@@ -123,6 +126,14 @@ fn check_image(image: &SimStorage, models: &Models) -> u64 {
                 appended.index
             );
         }
+        // Read by index, the reopened log is the same entries, byte for byte.
+        assert_eq!(part.first_index(), 1, "partition {handle}: nothing released");
+        let read = read_all(part);
+        assert_eq!(read.len(), routed.len(), "partition {handle}: read by index");
+        for ((read, entry), batch) in read.iter().zip(&routed).zip(&batches) {
+            assert_eq!((read.index, read.term), (entry.entry_index, entry.term));
+            assert_eq!(&read.batch.bytes[..], &batch.bytes[..], "partition {handle}");
+        }
         // The committed index is at least what an answered marker said.
         let answered_commit =
             models.get(handle).and_then(|model| model.commits.iter().max().copied()).unwrap_or(0);
@@ -132,6 +143,45 @@ fn check_image(image: &SimStorage, models: &Models) -> u64 {
         total += routed.len() as u64;
     }
     total
+}
+
+/// Every entry of `part` from its first index on, read by index in reads
+/// of at most 4 KiB.
+fn read_all(part: &JournalPartition<SimStorage>) -> Vec<IndexedEntry> {
+    let mut all = Vec::new();
+    let mut low = part.first_index();
+    while low <= part.last_index() {
+        let read = block_on(part.read_entries(low, u64::MAX, 4096)).unwrap();
+        assert!(!read.is_empty());
+        low += read.len() as u64;
+        all.extend(read);
+    }
+    all
+}
+
+/// Checks a live read by index of `part` against its model: each entry is
+/// the one appended last at its index (not cancelled), body and term.
+fn check_live_read(
+    part: &JournalPartition<SimStorage>,
+    model: Option<&Model>,
+    read: &[IndexedEntry],
+) {
+    let appended = model.map_or(&[][..], |model| &model.appended[..]);
+    for entry in read {
+        let found = appended
+            .iter()
+            .rev()
+            .find(|a| a.index == entry.index && a.cancelled_by.is_none())
+            .unwrap_or_else(|| panic!("entry {} read, never appended", entry.index));
+        assert_eq!(found.term, entry.term, "entry {}", entry.index);
+        assert_eq!(
+            found.body[..],
+            entry.batch.bytes[BATCH_HEADER_BYTES..],
+            "entry {}",
+            entry.index
+        );
+        assert!(entry.index <= part.last_index());
+    }
 }
 
 /// The bytes of a `kind` batch with body `tag`, stamped to continue `part`.
@@ -170,6 +220,7 @@ fn explore(seed: u64, steps: usize) -> (u64, u64) {
     }
     let handles: Vec<PartitionHandle> = parts.keys().copied().collect();
     let truncations = Cell::new(0u64);
+    let reads = Cell::new(0u64);
     block_on(drive(shard.journal(), async {
         let mut rng = Rng(seed);
         let mut tag = seed * 1_000_000;
@@ -267,6 +318,13 @@ fn explore(seed: u64, steps: usize) -> (u64, u64) {
                         .and_then(|model| model.appended.last().map(|a| a.ticket.clone()));
                     if let Some(ticket) = last {
                         ticket.durable().await.unwrap();
+                        // Now every entry is durable: a read by index from a few below
+                        // the committed index serves them all, committed or not.
+                        let low = part.committed_index().saturating_sub(4).max(1);
+                        let read = part.read_entries(low, u64::MAX, 1 << 20).await.unwrap();
+                        assert_eq!(read.len() as u64, part.last_index() + 1 - low);
+                        check_live_read(part, models.borrow().get(&handle), &read);
+                        reads.set(reads.get() + 1);
                     }
                 }
             }
@@ -281,6 +339,7 @@ fn explore(seed: u64, steps: usize) -> (u64, u64) {
     disk.clear_hook();
     let total = check_image(&disk.crash_image(CrashMode::DurableOnly), &models);
     assert!(total > 0);
+    assert!(reads.get() > 0, "no live read by index");
     (explored.get(), truncations.get())
 }
 
@@ -441,4 +500,183 @@ fn an_older_journal_of_v1_entries_reopens_and_continues_in_v2() {
         assert_eq!(&batches[0].bytes[BATCH_HEADER_BYTES..], &old[BATCH_HEADER_BYTES..]);
         assert_eq!(batches[1].header.base_offset, 1);
     }));
+}
+
+/// The batch `bytes` as a leader's own append stores it: stamped with its
+/// base offset and the partition's epoch.
+fn stamped(bytes: &[u8], base_offset: Offset) -> Vec<u8> {
+    let mut stamped = bytes.to_vec();
+    BatchHeader::assign(&mut stamped, base_offset.0, EPOCH);
+    stamped
+}
+
+/// Reads `low..high` of `part` and checks it against `want` ((index, term,
+/// bytes), dense from `low`).
+fn assert_reads(part: &JournalPartition<SimStorage>, low: u64, want: &[(u64, u64, Vec<u8>)]) {
+    let read = block_on(part.read_entries(low, u64::MAX, 1 << 20)).unwrap();
+    let got: Vec<(u64, u64, Vec<u8>)> =
+        read.iter().map(|e| (e.index, e.term, e.batch.bytes.to_vec())).collect();
+    let want: Vec<(u64, u64, Vec<u8>)> =
+        want.iter().filter(|(index, _, _)| *index >= low).cloned().collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn entries_read_by_index_are_the_bytes_appended_at_their_index_and_term() {
+    // Goal: a replicated partition serves its log by entry index — data and control,
+    // committed and not, leader and follower appends — byte for byte at (index, term);
+    // bounded by bytes with one entry at least; an entry not yet durable is refused with
+    // a typed retry error (a read running into one stops before it); after a truncation
+    // the cancelled entries are never returned and the new ones at the same indexes are;
+    // a reopen from a crash image serves the same; out-of-range reads get typed errors.
+    let disk = SimStorage::new();
+    let (shard, recovery) = open_shard(&disk, JournalPos(0));
+    let handle = block_on(shard.register(6, PartitionId(0))).unwrap();
+    let parts = open_partitions(&shard, &recovery);
+    let part = &parts[&handle];
+    // What the log holds: (index, term, batch bytes).
+    let mut log: Vec<(u64, u64, Vec<u8>)> = Vec::new();
+    block_on(drive(shard.journal(), async {
+        for tag in 1..=6u64 {
+            let kind = if tag % 3 == 0 { BatchKind::Control } else { BatchKind::Data };
+            let bytes = payload(kind, 40 + tag as usize * 24, tag);
+            let appended = part.append(&bytes).unwrap();
+            log.push((part.last_index(), u64::from(EPOCH), stamped(&bytes, appended.base_offset)));
+        }
+        part.raise_term(3);
+        for tag in 7..=10u64 {
+            let kind = if tag == 8 { BatchKind::Control } else { BatchKind::Data };
+            let bytes = follower_batch(part, kind, tag);
+            let index = part.last_index() + 1;
+            part.append_at(index, 3, &bytes, true).unwrap();
+            log.push((index, 3, bytes));
+        }
+        // Nothing durable yet: a typed retry error.
+        assert!(matches!(
+            part.read_entries(1, 11, 1 << 20).await,
+            Err(JournalError::EntryNotDurable { index: 1, durable_index: 0 })
+        ));
+        let (data, control) = part.last_tickets();
+        for ticket in data.into_iter().chain(control) {
+            ticket.durable().await.unwrap();
+        }
+        part.set_committed(4).unwrap();
+        assert_eq!(part.committed_index(), 4);
+        assert_reads(part, 1, &log);
+        assert_reads(part, 3, &log);
+        // Queued, not written: refused; a read running into it stops before it.
+        let bytes = follower_batch(part, BatchKind::Data, 11);
+        let queued = part.append_at(11, 3, &bytes, false).unwrap();
+        assert!(matches!(
+            part.read_entries(11, 12, 1 << 20).await,
+            Err(JournalError::EntryNotDurable { index: 11, durable_index: 10 })
+        ));
+        assert_eq!(part.read_entries(9, 12, 1 << 20).await.unwrap().len(), 2);
+        queued.ticket.durable().await.unwrap();
+        log.push((11, 3, bytes));
+        assert_reads(part, 1, &log);
+        // Bounds: the first entry whatever its size, then as many as fit.
+        let one = part.read_entries(2, 11, 1).await.unwrap();
+        assert_eq!(one.len(), 1);
+        let two = (log[1].2.len() + log[2].2.len()) as u64;
+        assert_eq!(part.read_entries(2, 11, two).await.unwrap().len(), 2);
+        assert_eq!(part.read_entries(2, 11, two - 1).await.unwrap().len(), 1);
+        assert_eq!(part.read_entries(2, 5, 1 << 20).await.unwrap().len(), 3);
+        assert!(part.read_entries(5, 5, 1 << 20).await.unwrap().is_empty());
+        assert!(matches!(
+            part.read_entries(0, 3, 1 << 20).await,
+            Err(JournalError::Compacted { index: 0, first_index: 1 })
+        ));
+        assert!(matches!(
+            part.read_entries(12, 13, 1 << 20).await,
+            Err(JournalError::IndexPastLog { index: 12, last_index: 11 })
+        ));
+        assert!(matches!(
+            part.read_entries(1, 2, u64::MAX).await,
+            Err(JournalError::ReadTooLarge { .. })
+        ));
+        // A truncation: entries 7.. are cancelled, new ones take 7 and 8.
+        let cancelled = part.truncate_from(7).await.unwrap();
+        assert_eq!(cancelled.entries, 5);
+        log.truncate(6);
+        assert!(matches!(
+            part.read_entries(7, 8, 1 << 20).await,
+            Err(JournalError::IndexPastLog { index: 7, last_index: 6 })
+        ));
+        for tag in 20..=21u64 {
+            let kind = if tag == 21 { BatchKind::Control } else { BatchKind::Data };
+            let bytes = follower_batch(part, kind, tag);
+            let index = part.last_index() + 1;
+            part.append_at(index, 4, &bytes, true).unwrap().ticket.durable().await.unwrap();
+            log.push((index, 4, bytes));
+        }
+        assert_reads(part, 1, &log);
+        part.set_committed(7).unwrap();
+        assert_eq!(part.persist_committed().await.unwrap(), 7);
+        assert_reads(part, 5, &log);
+        assert_eq!((part.term_at(2), part.term_at(7)), (Some(u64::from(EPOCH)), Some(4)));
+    }));
+    // Reopened from each crash image: the same entries, read the same way.
+    for mode in [CrashMode::DurableOnly, CrashMode::AllWritten, CrashMode::PowerLoss { seed: 9 }] {
+        let (shard, recovery) = open_shard(&disk.crash_image(mode), JournalPos(0));
+        let parts = open_partitions(&shard, &recovery);
+        let part = &parts[&handle];
+        assert_eq!((part.first_index(), part.committed_index(), part.last_index()), (1, 7, 8));
+        assert_reads(part, 1, &log);
+        assert_reads(part, 6, &log);
+        assert_eq!(part.term_at(3), Some(u64::from(EPOCH)));
+    }
+    // A partition in local mode keeps no positions by index: refused.
+    let local = shard.partition(handle, Vec::new(), Offset(0), EPOCH, 0).unwrap();
+    assert!(matches!(
+        block_on(local.read_entries(1, 2, 1 << 20)),
+        Err(JournalError::NotReplicated)
+    ));
+}
+
+#[test]
+fn entries_in_released_files_answer_compacted_naming_the_first_held() {
+    // Goal: once the shard releases the journal files holding a replicated partition's
+    // oldest committed entries, a read below what is left is a typed "compacted" error
+    // naming the first index still held, and from that index on the log reads as
+    // appended — also after a reopen from the oldest file left.
+    let disk = SimStorage::new();
+    let (shard, recovery) = open_shard(&disk, JournalPos(0));
+    let handle = block_on(shard.register(8, PartitionId(0))).unwrap();
+    let parts = open_partitions(&shard, &recovery);
+    let part = &parts[&handle];
+    let mut log: Vec<(u64, u64, Vec<u8>)> = Vec::new();
+    let first = block_on(drive(shard.journal(), async {
+        for tag in 1..=300u64 {
+            let kind = if tag % 4 == 0 { BatchKind::Control } else { BatchKind::Data };
+            let bytes = follower_batch(part, kind, tag);
+            part.append_at(tag, 2, &bytes, tag % 50 == 0).unwrap();
+            log.push((tag, 2, bytes));
+        }
+        let (data, _) = part.last_tickets();
+        data.unwrap().durable().await.unwrap();
+        part.set_committed(290).unwrap();
+        part.persist_committed().await.unwrap();
+        let journal = shard.journal();
+        let released = journal.release_below(journal.newest_file()).await.unwrap();
+        assert!(released.files >= 1, "the workload spans several files");
+        let first = part.first_index();
+        assert!(first > 1 && first <= 290, "first held {first}");
+        assert!(matches!(
+            part.read_entries(first - 1, 300, 1 << 20).await,
+            Err(JournalError::Compacted { first_index, .. }) if first_index == first
+        ));
+        assert!(matches!(
+            part.read_entries(1, 2, 1 << 20).await,
+            Err(JournalError::Compacted { index: 1, first_index }) if first_index == first
+        ));
+        first
+    }));
+    assert_reads(part, first, &log);
+    let image = disk.crash_image(CrashMode::DurableOnly);
+    let (shard, recovery) = open_shard(&image, shard.journal().oldest_position());
+    let parts = open_partitions(&shard, &recovery);
+    let part = &parts[&handle];
+    assert_eq!((part.first_index(), part.committed_index(), part.last_index()), (first, 290, 300));
+    assert_reads(part, first, &log);
 }

@@ -12,6 +12,9 @@
 //! tickets; `set_committed` (capped at the log's last index). Once every
 //! ticket of the works up to `n` is durable, `persisted(n)`, and only then
 //! `work.send_persisted` goes out.
+//! Read-backs (entries raft-rs asks for below a member's window) and each
+//! reopened log are read by entry index, `read_entries`
+//! (`docs/design/shard-journal.md` §14.5).
 //!
 //! Raft entries carry journal batch bytes: a proposal is a data batch
 //! stamped at proposal time with the leader's next data offset (the
@@ -35,16 +38,13 @@ mod journal_common;
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
-use std::rc::Rc;
 
 use bytes::Bytes;
 use futures_lite::future::{block_on, or, yield_now};
 use journal_common::{open_shard, payload, Rng};
 use raft::eraftpb::{Entry, Message};
 use spool_broker::io::{CrashMode, SimStorage};
-use spool_broker::log::journal::{
-    JournalPartition, JournalPos, JournalTicket, PartitionHandle, ShardJournal,
-};
+use spool_broker::log::journal::{JournalPartition, JournalPos, JournalTicket, PartitionHandle};
 use spool_broker::log::Offset;
 use spool_broker::replica::{Recovered, Replica, Timing, Work};
 use spool_wire::batch::{BatchHeader, BatchKind};
@@ -98,50 +98,48 @@ fn entry_of(index: u64, term: u64, batch: &[u8]) -> Entry {
     Entry { index, term, data: data.into(), ..Entry::default() }
 }
 
-/// One member's journal: its disk, shard, partition and background.
+/// One member's journal: its disk, partition (which holds its shard) and
+/// background.
 struct Disk {
     storage: SimStorage,
-    shard: Rc<ShardJournal<SimStorage>>,
     part: JournalPartition<SimStorage>,
     background: Background,
 }
 
+/// The Raft entries of `part` from `low` up to `high` (exclusive), read by
+/// entry index.
+async fn read_log(part: &JournalPartition<SimStorage>, low: u64, high: u64) -> Vec<Entry> {
+    let mut entries = Vec::new();
+    let mut next = low;
+    while next < high {
+        let read = part.read_entries(next, high, 1 << 20).await.unwrap();
+        assert!(!read.is_empty(), "entries {next}..{high} are durable");
+        next += read.len() as u64;
+        entries.extend(read.iter().map(|e| entry_of(e.index, e.term, &e.batch.bytes)));
+    }
+    entries
+}
+
 /// Opens (recovering) the journal on `storage`; returns it with the
-/// entries its partition recovered (dense from 1) and where they lie.
-fn open_disk(storage: SimStorage, handle: PartitionHandle) -> (Disk, Vec<(Entry, JournalPos)>) {
+/// entries its partition recovered (dense from 1), read back by index.
+fn open_disk(storage: SimStorage, handle: PartitionHandle) -> (Disk, Vec<Entry>) {
     let (shard, recovery) = open_shard(&storage, JournalPos(0));
-    let mut routed = recovery.routed.partitions.get(&handle).cloned().unwrap_or_default();
-    routed.sort_by_key(|entry| entry.entry_index);
+    let routed = recovery.routed.partitions.get(&handle).cloned().unwrap_or_default();
     let log = recovery.routed.logs.get(&handle).copied().unwrap_or_default();
-    let positions: Vec<JournalPos> = routed.iter().map(|entry| entry.position).collect();
-    let batches = block_on(shard.journal().read_entries(&positions, 1 << 20)).unwrap();
-    assert_eq!(batches.len(), routed.len());
-    let entries: Vec<(Entry, JournalPos)> = routed
-        .iter()
-        .zip(&batches)
-        .enumerate()
-        .map(|(at, (routed, batch))| {
-            assert_eq!(routed.entry_index, at as u64 + 1, "a recovered log is dense from 1");
-            (entry_of(routed.entry_index, routed.term, &batch.bytes), routed.position)
-        })
-        .collect();
+    let count = routed.len() as u64;
     let part = shard.replicated_partition(handle, routed, log, Offset(0), EPOCH, 0).unwrap();
+    assert_eq!((part.first_index(), part.last_index()), (1, count), "dense from 1");
+    let entries = block_on(read_log(&part, 1, count + 1));
     let background: Background = Box::pin(shard.background());
-    (Disk { storage, shard, part, background }, entries)
+    (Disk { storage, part, background }, entries)
 }
 
 /// A recovered log holds every entry `id` reported persisted.
-fn holds_claimed(id: u64, claimed: &BTreeMap<u64, u64>, recovered: &[(Entry, JournalPos)]) {
+fn holds_claimed(id: u64, claimed: &BTreeMap<u64, u64>, recovered: &[Entry]) {
     for (index, term) in claimed {
-        let found = recovered.get(*index as usize - 1).map(|(entry, _)| entry.term);
+        let found = recovered.get(*index as usize - 1).map(|entry| entry.term);
         assert_eq!(found, Some(*term), "member {id}: entry {index} reported persisted, lost");
     }
-}
-
-/// Where an entry of a live log can be read back.
-enum Stored {
-    Appended(JournalTicket),
-    Recovered(JournalPos),
 }
 
 /// A work performed and not yet reported persisted.
@@ -161,8 +159,6 @@ struct Member {
     /// Entries reported persisted (index → term), less those a truncation
     /// cancelled since: any crash image must hold them.
     claimed: BTreeMap<u64, u64>,
-    /// Each entry's term and where it lies.
-    stored: BTreeMap<u64, (u64, Stored)>,
     /// Proposals taken here: index → (term, data), answered when applied.
     proposed: BTreeMap<u64, (u64, Bytes)>,
     /// The test-local vote store: (term, vote).
@@ -217,7 +213,6 @@ impl World {
                 replica: None,
                 unsynced: VecDeque::new(),
                 claimed: BTreeMap::new(),
-                stored: BTreeMap::new(),
                 proposed: BTreeMap::new(),
                 vote: (0, 0),
                 applied_to: 0,
@@ -242,15 +237,13 @@ impl World {
     }
 
     /// Starts member `at`'s replica from its journal's recovered entries.
-    fn start(&mut self, at: usize, entries: Vec<(Entry, JournalPos)>) {
+    fn start(&mut self, at: usize, entries: Vec<Entry>) {
         let offset = 3 * at + self.rng.below(3) as usize;
         let member = &mut self.members[at];
         let commit = member.disk.part.committed_index();
-        member.stored =
-            entries.iter().map(|(e, pos)| (e.index, (e.term, Stored::Recovered(*pos)))).collect();
         let recovered = Recovered {
             floor: (0, 0),
-            entries: entries.into_iter().map(|(entry, _)| entry).collect(),
+            entries,
             term: member.vote.0,
             vote: member.vote.1,
             commit,
@@ -267,12 +260,11 @@ impl World {
 
     /// Drops member `at`'s memory and reopens its journal from a crash
     /// image of its disk; returns what it recovered (to start it later).
-    fn crash(&mut self, at: usize, mode: CrashMode) -> Vec<(Entry, JournalPos)> {
+    fn crash(&mut self, at: usize, mode: CrashMode) -> Vec<Entry> {
         let member = &mut self.members[at];
         member.replica = None;
         member.unsynced.clear();
         member.proposed.clear();
-        member.stored.clear();
         let image = member.disk.storage.crash_image(mode);
         let (disk, entries) = open_disk(image, self.handle);
         holds_claimed(member.id, &member.claimed, &entries);
@@ -329,7 +321,6 @@ impl World {
                 self.totals.truncations += 1;
                 self.totals.cancelled += cancelled.entries;
             }
-            member.stored.retain(|index, _| *index < from);
             member.claimed.retain(|index, _| *index < from);
         }
         let mut tickets = Vec::new();
@@ -339,8 +330,6 @@ impl World {
             let appended = appended.unwrap_or_else(|error| {
                 panic!("member {}: append_at {} failed: {error}", member.id, entry.index)
             });
-            let stored = Stored::Appended(appended.ticket.clone());
-            member.stored.insert(entry.index, (entry.term, stored));
             tickets.push(appended.ticket);
         }
         if let Some(commit) = work.commit {
@@ -373,30 +362,14 @@ impl World {
         }
     }
 
-    /// Serves member `at`'s read-backs from its journal.
+    /// Serves member `at`'s read-backs from its journal, by entry index.
     fn fetch(&mut self, at: usize) {
         let member = &mut self.members[at];
         let Some(replica) = member.replica.as_mut() else { return };
         for fetch in replica.fetches() {
             self.totals.fetches += 1;
-            let mut found = Vec::new();
-            for (index, (term, stored)) in member.stored.range(fetch.low..fetch.high) {
-                let position = match stored {
-                    Stored::Appended(ticket) => ticket.position().expect("a fetched entry written"),
-                    Stored::Recovered(position) => *position,
-                };
-                found.push((*index, *term, position));
-            }
-            let positions: Vec<JournalPos> = found.iter().map(|(_, _, at)| *at).collect();
             let disk = &mut member.disk;
-            let batches =
-                run(&mut disk.background, disk.shard.journal().read_entries(&positions, 1 << 20))
-                    .unwrap();
-            let entries = found
-                .iter()
-                .zip(&batches)
-                .map(|((index, term, _), batch)| entry_of(*index, *term, &batch.bytes))
-                .collect();
+            let entries = run(&mut disk.background, read_log(&disk.part, fetch.low, fetch.high));
             replica.fetched(fetch, entries);
         }
     }
@@ -531,7 +504,6 @@ impl World {
                 run(&mut disk.background, disk.part.persist_committed()).unwrap();
                 let image = disk.storage.crash_image(CrashMode::DurableOnly);
                 let (reopened, entries) = open_disk(image, handle);
-                let entries = entries.into_iter().map(|(entry, _)| entry).collect();
                 (entries, reopened.part.committed_index())
             })
             .collect()

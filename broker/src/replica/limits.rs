@@ -43,7 +43,15 @@ pub const REPLICA_MESSAGE_BYTES_MAX: usize = REPLICA_APPEND_BYTES_MAX as usize
 /// beyond their data: 64 KiB covers 4,096 entries at 16 bytes each.
 pub const REPLICA_MESSAGE_OVERHEAD_BYTES: usize = 64 << 10;
 
-const _: () = assert!(REPLICA_MESSAGE_BYTES_MAX + 64 <= REPLICA_FRAME_BYTES_MAX);
+/// Bytes of a replication frame's header (`wire.rs`).
+pub const FRAME_HEADER_BYTES: usize = 32;
+/// Bytes before each message of a frame: its group and length.
+pub const MESSAGE_HEADER_BYTES: usize = 12;
+
+const _: () = assert!(
+    REPLICA_MESSAGE_BYTES_MAX + FRAME_HEADER_BYTES + MESSAGE_HEADER_BYTES
+        <= REPLICA_FRAME_BYTES_MAX
+);
 const _: () = assert!(REPLICA_HEARTBEAT_TICKS >= 1);
 const _: () = assert!(REPLICA_ELECTION_TICKS > 2 * REPLICA_HEARTBEAT_TICKS);
 const _: () = assert!(REPLICA_INFLIGHT_APPENDS_MAX >= 1);

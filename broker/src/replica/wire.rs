@@ -39,10 +39,6 @@ use super::limits::{
 
 const MAGIC: u32 = u32::from_le_bytes(*b"SPRF");
 const VERSION: u16 = 1;
-/// Bytes of the frame header.
-pub const FRAME_HEADER_BYTES: usize = 32;
-/// Bytes before each message: its group and length.
-const MESSAGE_HEADER_BYTES: usize = 12;
 
 /// A partition's Raft group, cluster-wide: its queue's id (never reused)
 /// and its partition number.

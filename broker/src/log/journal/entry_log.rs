@@ -18,13 +18,18 @@
 //!   layer says is on a quorum ([`EntryLog::set_commit_target`]), capped at
 //!   the local durable prefix; entries above it may be truncated.
 //!
-//! Entries at or below the committed index are let go of here (their
-//! positions are the partition's data index and replay list, as before);
-//! the term of the last committed one is kept for the log-matching check.
+//! Entries at or below the committed index: in local mode they are let go
+//! of here (their positions are the partition's data index and replay
+//! list, as before); in replicated mode their positions, batch lengths and
+//! terms move to [`Held`], so that a leader can read them back by index
+//! for a lagging follower (`docs/design/shard-journal.md` §14.5). The term
+//! of the last committed one is kept for the log-matching check.
 
 use std::collections::VecDeque;
 
 use super::error::JournalError;
+use super::limits::LOG_HELD_ENTRIES_MAX;
+use super::route::RoutedEntry;
 use super::{JournalPos, JournalTicket, Lane};
 use crate::limits::LOG_UNCOMMITTED_ENTRIES_MAX;
 
@@ -64,6 +69,8 @@ pub(super) struct LogSlot<T> {
     /// A data entry's first offset; a control entry's is the partition's
     /// next data offset at its append.
     pub first_offset: u64,
+    /// The batch's length (the entry less its header).
+    pub batch_len: u32,
     /// `None`: recovered (durable, at `recovered_at`).
     pub ticket: Option<T>,
     pub recovered_at: JournalPos,
@@ -99,6 +106,104 @@ pub(super) struct EntryLog<T> {
     /// A truncation waits for its suffix to be durable: appends are
     /// refused meanwhile.
     truncating: bool,
+    /// Where the committed entries still readable by index lie (replicated
+    /// mode only; empty in local mode).
+    held: Held,
+}
+
+/// Where the committed entries of a replicated log lie, densely by index
+/// up to the committed one, for reads by index
+/// (`docs/design/shard-journal.md` §14.5): 12 bytes per entry (journal
+/// position, batch length) and 16 per term change, at most
+/// [`LOG_HELD_ENTRIES_MAX`] entries (the oldest are let go of first, as
+/// are those whose journal file was released). Positions increase with
+/// the index: a replicated log goes through one lane, and only an
+/// uncommitted suffix is ever cancelled.
+#[derive(Debug, Default)]
+pub(super) struct Held {
+    /// The index of the first entry held (the next one to hold when none
+    /// is).
+    first: u64,
+    positions: VecDeque<u64>,
+    lens: VecDeque<u32>,
+    /// (first index, term) runs over the entries held, ascending.
+    terms: VecDeque<(u64, u64)>,
+}
+
+impl Held {
+    /// Nothing held; the next entry to hold is `next`.
+    fn empty_at(next: u64) -> Self {
+        Self { first: next, ..Self::default() }
+    }
+
+    /// One past the last entry held.
+    fn end(&self) -> u64 {
+        self.first + self.positions.len() as u64
+    }
+
+    /// Holds the committed entry `index`, the one after the last held
+    /// (otherwise what was held is let go of: the run must stay dense).
+    fn push(&mut self, index: u64, term: u64, position: Option<JournalPos>, batch_len: u32) {
+        let Some(position) = position else {
+            *self = Self::empty_at(index + 1);
+            return;
+        };
+        if index != self.end() || self.positions.back().is_some_and(|last| *last >= position.0) {
+            *self = Self::empty_at(index);
+        }
+        if self.terms.back().is_none_or(|run| run.1 != term) {
+            self.terms.push_back((index, term));
+        }
+        self.positions.push_back(position.0);
+        self.lens.push_back(batch_len);
+        while self.positions.len() > LOG_HELD_ENTRIES_MAX {
+            self.pop_front();
+        }
+    }
+
+    fn pop_front(&mut self) {
+        if self.positions.pop_front().is_none() {
+            return;
+        }
+        self.lens.pop_front();
+        self.first += 1;
+        while self.terms.len() > 1 && self.terms[1].0 <= self.first {
+            self.terms.pop_front();
+        }
+        if self.positions.is_empty() {
+            self.terms.clear();
+        }
+    }
+
+    /// Lets go of the entries lying below `oldest` (their file was
+    /// released).
+    fn release_below(&mut self, oldest: JournalPos) {
+        while self.positions.front().is_some_and(|position| *position < oldest.0) {
+            self.pop_front();
+        }
+    }
+
+    fn term_at(&self, index: u64) -> Option<u64> {
+        if index < self.first || index >= self.end() {
+            return None;
+        }
+        let run = self.terms.partition_point(|run| run.0 <= index);
+        run.checked_sub(1).map(|run| self.terms[run].1)
+    }
+
+    fn get(&self, index: u64) -> Option<(JournalPos, u32)> {
+        let at = usize::try_from(index.checked_sub(self.first)?).ok()?;
+        Some((JournalPos(*self.positions.get(at)?), *self.lens.get(at)?))
+    }
+}
+
+/// Where an entry of the log lies, for a read by index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Located {
+    pub index: u64,
+    pub term: u64,
+    pub position: JournalPos,
+    pub batch_len: u32,
 }
 
 /// What a truncation cancelled.
@@ -111,10 +216,13 @@ pub struct Cancelled {
 }
 
 impl<T: Completion + Clone> EntryLog<T> {
-    /// The log of a partition reopened with `recovered` (its v2 entries
-    /// recovery kept: index, term, lane, first offset, position — any
-    /// order), `floor` (the last index its checkpoint recorded) and, in
-    /// replicated mode, the highest index a commit marker recorded.
+    /// The log of a partition reopened with `recovered` (the entries
+    /// recovery routed to it, any order; those of index 0 — v1 entries,
+    /// relocated copies — are not log entries), `floor` (the last index its
+    /// checkpoint recorded) and, in replicated mode, the highest index a
+    /// commit marker recorded. In replicated mode the committed entries
+    /// found densely up to the committed index are held for reads by
+    /// index.
     ///
     /// # Errors
     /// [`JournalError::IndexGap`] when the entries above the committed
@@ -123,10 +231,14 @@ impl<T: Completion + Clone> EntryLog<T> {
     pub fn open(
         mode: LogMode,
         floor: u64,
-        recovered: &[(u64, u64, Lane, u64, JournalPos)],
+        recovered: &[RoutedEntry],
         committed_marker: u64,
     ) -> Result<Self, JournalError> {
-        let mut sorted: Vec<_> = recovered.iter().filter(|entry| entry.0 > 0).copied().collect();
+        let mut sorted: Vec<_> = recovered
+            .iter()
+            .filter(|entry| entry.entry_index > 0 && !entry.relocated)
+            .map(|e| (e.entry_index, e.term, e.lane, e.first_offset, e.position, e.batch_len))
+            .collect();
         sorted.sort_unstable_by_key(|entry| entry.0);
         if let Some(pair) = sorted.windows(2).find(|pair| pair[0].0 == pair[1].0) {
             return Err(JournalError::IndexGap { expected: pair[0].0 + 1, got: pair[1].0 });
@@ -143,7 +255,7 @@ impl<T: Completion + Clone> EntryLog<T> {
         let committed_term = if committed == 0 { Some(0) } else { term_of(committed) };
         let mut slots = VecDeque::new();
         let mut expected = committed + 1;
-        for &(index, term, lane, first_offset, position) in
+        for &(index, term, lane, first_offset, position, batch_len) in
             sorted.iter().filter(|entry| entry.0 > committed)
         {
             if index != expected {
@@ -154,6 +266,7 @@ impl<T: Completion + Clone> EntryLog<T> {
                 term,
                 lane,
                 first_offset,
+                batch_len,
                 ticket: None,
                 recovered_at: position,
             });
@@ -167,6 +280,32 @@ impl<T: Completion + Clone> EntryLog<T> {
         }
         let last_term =
             if last_index == committed { committed_term.unwrap_or(last_term) } else { last_term };
+        // The dense run of committed entries ending at the committed one,
+        // their positions rising with the index (a log written in local
+        // mode before may not: only its tail is held).
+        let mut held = Held::empty_at(committed + 1);
+        if mode == LogMode::Replicated {
+            let below = sorted.partition_point(|entry| entry.0 <= committed);
+            let mut start = below;
+            while start > 0 {
+                let entry = sorted[start - 1];
+                let next = sorted.get(start).filter(|next| next.0 <= committed);
+                let dense = next.map_or(entry.0 == committed, |next| next.0 == entry.0 + 1);
+                if !dense || next.is_some_and(|next| next.4 <= entry.4) {
+                    break;
+                }
+                start -= 1;
+            }
+            let run = &sorted[start..below];
+            if let Some(first) = run.first() {
+                held = Held::empty_at(first.0);
+            }
+            for &(index, term, _, _, position, batch_len) in
+                run.iter().rev().take(LOG_HELD_ENTRIES_MAX).rev()
+            {
+                held.push(index, term, Some(position), batch_len);
+            }
+        }
         Ok(Self {
             mode,
             last_index,
@@ -176,6 +315,7 @@ impl<T: Completion + Clone> EntryLog<T> {
             commit_target: committed,
             slots,
             truncating: false,
+            held,
         })
     }
 
@@ -200,6 +340,9 @@ impl<T: Completion + Clone> EntryLog<T> {
     pub fn term_at(&self, index: u64) -> Option<u64> {
         if index == self.committed {
             return self.committed_term;
+        }
+        if index < self.committed {
+            return self.held.term_at(index);
         }
         let first = self.slots.front()?.index;
         let at = usize::try_from(index.checked_sub(first)?).ok()?;
@@ -230,7 +373,7 @@ impl<T: Completion + Clone> EntryLog<T> {
     }
 
     /// Records an append [`check_append`](Self::check_append) allowed.
-    pub fn push(&mut self, term: u64, lane: Lane, first_offset: u64, ticket: T) {
+    pub fn push(&mut self, term: u64, lane: Lane, first_offset: u64, batch_len: u32, ticket: T) {
         self.last_index += 1;
         self.last_term = term;
         self.slots.push_back(LogSlot {
@@ -238,6 +381,7 @@ impl<T: Completion + Clone> EntryLog<T> {
             term,
             lane,
             first_offset,
+            batch_len,
             ticket: Some(ticket),
             recovered_at: JournalPos(0),
         });
@@ -262,6 +406,9 @@ impl<T: Completion + Clone> EntryLog<T> {
         while self.slots.front().is_some_and(|slot| slot.index <= target) {
             if let Some(slot) = self.slots.pop_front() {
                 self.committed_term = Some(slot.term);
+                if self.mode == LogMode::Replicated {
+                    self.held.push(slot.index, slot.term, slot.position(), slot.batch_len);
+                }
             }
         }
         self.committed = target;
@@ -366,6 +513,77 @@ impl<T: Completion + Clone> EntryLog<T> {
     pub fn uncommitted(&self) -> usize {
         self.slots.len()
     }
+
+    /// The lowest index a read by index serves (replicated mode): the
+    /// first committed entry held, or the first above the committed index
+    /// when none is (`last_index + 1` for an empty log).
+    pub fn first_held(&self) -> u64 {
+        self.held.first
+    }
+
+    /// Lets go of the committed entries that lie below `oldest`, the
+    /// oldest journal file still held.
+    pub fn release_below(&mut self, oldest: JournalPos) {
+        self.held.release_below(oldest);
+    }
+
+    /// Where the entries from `low` on lie, in index order, up to `high`
+    /// (exclusive, capped at the last index), as long as their batch bytes
+    /// stay within `max_bytes` (the first one always), and stopping before
+    /// the first entry not yet durable here.
+    ///
+    /// # Errors
+    /// [`JournalError::NotReplicated`] in local mode (nothing is held);
+    /// [`JournalError::Compacted`] below [`first_held`](Self::first_held);
+    /// [`JournalError::IndexPastLog`] past the last index;
+    /// [`JournalError::EntryNotDurable`] when `low` itself is not durable
+    /// yet (queued, or written and not yet synced): retry once it is.
+    pub fn locate(
+        &self,
+        low: u64,
+        high: u64,
+        max_bytes: u64,
+    ) -> Result<Vec<Located>, JournalError> {
+        if self.mode != LogMode::Replicated {
+            return Err(JournalError::NotReplicated);
+        }
+        let first_index = self.held.first;
+        if low < first_index || low == 0 {
+            return Err(JournalError::Compacted { index: low, first_index });
+        }
+        if low > self.last_index {
+            return Err(JournalError::IndexPastLog { index: low, last_index: self.last_index });
+        }
+        let high = high.min(self.last_index + 1);
+        let mut found = Vec::new();
+        let mut total = 0u64;
+        for index in low..high {
+            let located = if index < self.held.end() {
+                let (position, batch_len) =
+                    self.held.get(index).ok_or(JournalError::Compacted { index, first_index })?;
+                let term = self.held.term_at(index).unwrap_or(0);
+                Located { index, term, position, batch_len }
+            } else {
+                let first = self.slots.front().map_or(self.committed + 1, |slot| slot.index);
+                let at = usize::try_from(index - first).unwrap_or(usize::MAX);
+                let slot = self.slots.get(at).filter(|slot| slot.is_durable());
+                let Some((slot, position)) = slot.and_then(|s| s.position().map(|p| (s, p))) else {
+                    if found.is_empty() {
+                        let durable_index = self.durable_index();
+                        return Err(JournalError::EntryNotDurable { index, durable_index });
+                    }
+                    break;
+                };
+                Located { index, term: slot.term, position, batch_len: slot.batch_len }
+            };
+            total += u64::from(located.batch_len);
+            if !found.is_empty() && total > max_bytes {
+                break;
+            }
+            found.push(located);
+        }
+        Ok(found)
+    }
 }
 
 #[cfg(test)]
@@ -391,6 +609,20 @@ mod tests {
         }
     }
 
+    fn routed(index: u64, term: u64, lane: Lane, position: u64) -> RoutedEntry {
+        RoutedEntry {
+            position: JournalPos(position),
+            lane,
+            first_offset: 0,
+            record_count: 1,
+            batch_len: 100,
+            entry_len: 148,
+            relocated: false,
+            entry_index: index,
+            term,
+        }
+    }
+
     fn log(mode: LogMode) -> EntryLog<Done> {
         EntryLog::open(mode, 0, &[], 0).unwrap()
     }
@@ -399,7 +631,7 @@ mod tests {
         let index = log.last_index() + 1;
         log.check_append(index, term).unwrap();
         let done = Done::default();
-        log.push(term, lane, index * 10, done.clone());
+        log.push(term, lane, index * 10, 100, done.clone());
         done
     }
 
@@ -482,12 +714,11 @@ mod tests {
         // Goal: a replicated log reopens with its uncommitted entries dense
         // and refuses a hole among them; below the committed index holes
         // are what retention left and are fine.
-        let at = JournalPos(0);
         let entries = [
-            (7, 2, Lane::Data, 0, at),
-            (9, 2, Lane::Data, 0, at),
-            (10, 3, Lane::Control, 0, at),
-            (11, 3, Lane::Data, 0, at),
+            routed(7, 2, Lane::Data, 0),
+            routed(9, 2, Lane::Data, 0),
+            routed(10, 3, Lane::Control, 0),
+            routed(11, 3, Lane::Data, 0),
         ];
         let log = EntryLog::<Done>::open(LogMode::Replicated, 0, &entries, 9).unwrap();
         assert_eq!((log.committed(), log.last_index(), log.last_term()), (9, 11, 3));
@@ -499,6 +730,94 @@ mod tests {
         // A checkpoint's floor above every recovered index is the last one.
         let floor = EntryLog::<Done>::open(LogMode::Local, 40, &entries, 0).unwrap();
         assert_eq!(floor.last_index(), 40);
+    }
+
+    /// A completion durable at a given position.
+    #[derive(Clone, Debug)]
+    struct At(u64);
+
+    impl Completion for At {
+        fn is_durable(&self) -> bool {
+            true
+        }
+
+        fn position(&self) -> Option<JournalPos> {
+            Some(JournalPos(self.0))
+        }
+    }
+
+    #[test]
+    fn committed_entries_stay_readable_by_index_up_to_their_bound() {
+        // Goal: a replicated log holds the positions and terms of its committed entries
+        // densely (term runs included), serves them with the uncommitted ones by index,
+        // bounded by bytes (one entry at least), lets go of those below a released file and
+        // beyond LOG_HELD_ENTRIES_MAX, and answers typed errors outside what it holds.
+        let mut log = EntryLog::<At>::open(LogMode::Replicated, 0, &[], 0).unwrap();
+        for index in 1..=6u64 {
+            let term = if index <= 3 { 1 } else { 2 };
+            log.check_append(index, term).unwrap();
+            log.push(term, Lane::Data, index, 100, At(index * 1_000));
+        }
+        log.set_commit_target(4).unwrap();
+        log.settle();
+        assert_eq!((log.committed(), log.first_held(), log.uncommitted()), (4, 1, 2));
+        assert_eq!((log.term_at(2), log.term_at(4), log.term_at(5)), (Some(1), Some(2), Some(2)));
+        let all = log.locate(1, 7, 1 << 20).unwrap();
+        let got: Vec<_> = all.iter().map(|e| (e.index, e.term, e.position.0)).collect();
+        let want: Vec<_> = (1..=6).map(|i| (i, if i <= 3 { 1 } else { 2 }, i * 1_000)).collect();
+        assert_eq!(got, want);
+        assert_eq!(log.locate(3, 9, 250).unwrap().len(), 2);
+        assert_eq!(log.locate(3, 9, 1).unwrap().len(), 1);
+        assert!(log.locate(3, 3, 1).unwrap().is_empty());
+        assert!(matches!(log.locate(0, 2, 1), Err(JournalError::Compacted { first_index: 1, .. })));
+        assert!(matches!(
+            log.locate(7, 8, 1),
+            Err(JournalError::IndexPastLog { last_index: 6, .. })
+        ));
+        log.release_below(JournalPos(2_500));
+        assert_eq!(log.first_held(), 3);
+        assert!(matches!(log.locate(2, 4, 1), Err(JournalError::Compacted { first_index: 3, .. })));
+        assert_eq!(log.term_at(2), None);
+        // The bound: only the newest LOG_HELD_ENTRIES_MAX committed entries are held.
+        let mut index = log.last_index();
+        while index < (LOG_HELD_ENTRIES_MAX + 10) as u64 {
+            index += 1;
+            log.push(3, Lane::Control, 7, 40, At(index * 1_000));
+        }
+        log.set_commit_target(index).unwrap();
+        log.settle();
+        assert_eq!(log.first_held(), index + 1 - LOG_HELD_ENTRIES_MAX as u64);
+        assert_eq!(log.term_at(index - 1), Some(3));
+        // Local mode holds nothing and refuses reads by index.
+        assert!(matches!(
+            EntryLog::<At>::open(LogMode::Local, 0, &[], 0).unwrap().locate(1, 2, 1),
+            Err(JournalError::NotReplicated)
+        ));
+    }
+
+    #[test]
+    fn a_reopened_log_holds_the_dense_run_ending_at_its_committed_index() {
+        // Goal: after a reopen the committed entries found densely (positions rising) up
+        // to the committed index are held; a hole or a position out of order below them
+        // ends the run.
+        let entries = [
+            routed(2, 1, Lane::Data, 100),
+            routed(4, 1, Lane::Data, 300),
+            routed(5, 1, Lane::Control, 200),
+            routed(6, 2, Lane::Data, 400),
+            routed(7, 2, Lane::Data, 500),
+            routed(8, 2, Lane::Data, 600),
+        ];
+        let log = EntryLog::<At>::open(LogMode::Replicated, 0, &entries, 7).unwrap();
+        // Entry 5 lies below entry 4 (written ahead of it, as in local mode): 5 is
+        // the first held.
+        assert_eq!((log.first_held(), log.committed(), log.last_index()), (5, 7, 8));
+        let found = log.locate(5, 9, 1 << 20).unwrap();
+        let got: Vec<_> = found.iter().map(|e| (e.index, e.term, e.position.0)).collect();
+        assert_eq!(got, vec![(5, 1, 200), (6, 2, 400), (7, 2, 500), (8, 2, 600)]);
+        // The committed entry not found: nothing committed is held.
+        let log = EntryLog::<At>::open(LogMode::Replicated, 0, &entries[..2], 3).unwrap();
+        assert_eq!(log.first_held(), 4);
     }
 
     proptest! {

@@ -38,6 +38,9 @@ pub enum JournalDamage {
     /// A partition's index names an entry whose batch is not the one it
     /// expects (kind or first offset).
     IndexMismatch { expected_offset: u64, found_offset: u64 },
+    /// A read by entry index found at the entry's position a batch of
+    /// another length than the entry appended there.
+    EntryMismatch { index: u64, expected_len: u32, found_len: u32 },
 }
 
 impl fmt::Display for JournalDamage {
@@ -69,6 +72,11 @@ impl fmt::Display for JournalDamage {
                 f,
                 "index expects a data batch at offset {expected_offset}, the entry holds \
                  offset {found_offset}"
+            ),
+            Self::EntryMismatch { index, expected_len, found_len } => write!(
+                f,
+                "entry {index} of {expected_len} batch bytes expected, the entry holds \
+                 {found_len}"
             ),
         }
     }
@@ -174,4 +182,16 @@ pub enum JournalError {
     /// committed index: appends wait for commits.
     #[error("{limit} entries above the committed index: appends wait for the log to commit")]
     UncommittedFull { limit: usize },
+    /// A read by index below the first entry the partition still holds
+    /// (let go of by retention, or before what its recovery found): a
+    /// follower that far behind needs a snapshot.
+    #[error("entry {index} is compacted: the log holds entries from {first_index}")]
+    Compacted { index: u64, first_index: u64 },
+    /// A read by index past the partition's last entry.
+    #[error("entry {index} is past the last entry {last_index}")]
+    IndexPastLog { index: u64, last_index: u64 },
+    /// A read by index of an entry not yet durable here (still queued, or
+    /// written and not yet synced): retry once it is.
+    #[error("entry {index} is not durable yet (durable up to {durable_index}): retry")]
+    EntryNotDurable { index: u64, durable_index: u64 },
 }

@@ -1,8 +1,9 @@
 //! Named limits and defaults of one shard journal: file sizes, commit and
-//! lane bounds, the read cache, the handles table. `JournalConfig`
-//! (`config.rs`) validates a journal's settings against them and derives
-//! them from the broker's log settings (`JournalConfig::for_partitions`);
-//! the broker-wide bounds they sit inside are `crate::limits`'.
+//! lane bounds, the read cache, the handles table, the entries a replicated
+//! log holds for reads by index. `JournalConfig` (`config.rs`) validates a
+//! journal's settings against them and derives them from the broker's log
+//! settings (`JournalConfig::for_partitions`); the broker-wide bounds they
+//! sit inside are `crate::limits`'.
 
 use super::entry::ENTRY_BYTES_MAX;
 use crate::limits::{COMMIT_BYTES_MAX, INFLIGHT_COMMITS_MAX, PAGE_BYTES};
@@ -46,3 +47,9 @@ const _: () = assert!(JOURNAL_READ_CACHE_BYTES_DEFAULT <= JOURNAL_READ_CACHE_BYT
 
 /// Most handles one shard's table holds (16 B each: 1 MiB of table).
 pub const HANDLES_MAX: usize = 65_536;
+
+/// Most committed entries of one replicated partition whose journal
+/// position is held for reads by entry index (12 B each, 16 B per term
+/// change: 3 MiB per partition at most); older ones answer
+/// `JournalError::Compacted` (`docs/design/shard-journal.md` §14.5).
+pub const LOG_HELD_ENTRIES_MAX: usize = 1 << 18;

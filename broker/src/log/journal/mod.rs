@@ -79,6 +79,7 @@ pub use layout::{
 };
 pub use partition::{JournalAppended, JournalPartition};
 pub use recovery::{RecoveredEntry, RecoveryReport, RecoverySink};
+pub use replicate::IndexedEntry;
 pub use retention::Released;
 pub use route::{
     rebuild_index, JournalIndexEntry, RecoveredLog, RecoveryRouter, Routed, RoutedEntry,

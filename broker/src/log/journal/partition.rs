@@ -112,11 +112,7 @@ impl<S: Storage> ShardJournal<S> {
             .map_or(JournalPos(0), |entry| {
                 JournalPos(entry.position.0 + u64::from(entry.entry_len))
             });
-        let logged: Vec<_> = recovered
-            .iter()
-            .map(|e| (e.entry_index, e.term, e.lane, e.first_offset, e.position))
-            .collect();
-        let entry_log = EntryLog::open(mode, index_floor, &logged, log.committed)?;
+        let entry_log = EntryLog::open(mode, index_floor, &recovered, log.committed)?;
         let term = entry_log.last_term().max(u64::from(leader_epoch));
         Ok(JournalPartition {
             shard: self.clone(),
@@ -344,7 +340,7 @@ impl<S: Storage> JournalPartition<S> {
         } else {
             self.shard.journal.append_owned_deferred(journal_lane, self.handle, meta, bytes)?
         };
-        state.log.push(meta.term, lane, base_offset, ticket.clone());
+        state.log.push(meta.term, lane, base_offset, header.batch_len, ticket.clone());
         state.appended_records += u64::from(header.record_count);
         state.appended_bytes += u64::from(header.batch_len);
         if lane == Lane::Data {

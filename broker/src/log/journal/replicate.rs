@@ -1,7 +1,8 @@
 //! The replication side of [`JournalPartition`]
 //! (`docs/design/shard-journal.md` §14): appending an entry at a given
 //! (index, term) as a follower does, cancelling an uncommitted suffix, the
-//! committed index and its commit markers, and the entry log's accessors.
+//! committed index and its commit markers, reading entries back by index
+//! (§14.5), and the entry log's accessors.
 //!
 //! The partition's own appends, reads and retention live in `partition.rs`;
 //! the pure entry bookkeeping (indexes, terms, what is committed) in
@@ -11,11 +12,24 @@
 use spool_wire::batch::{BatchHeader, BatchKind};
 
 use super::appender::EntryMeta;
-use super::entry::Marker;
-use super::entry_log::{Cancelled, LogMode};
-use super::error::JournalError;
+use super::entry::{Marker, ENTRY_HEADER_BYTES};
+use super::entry_log::{Cancelled, Located, LogMode};
+use super::error::{JournalDamage, JournalError};
+use super::layout::journal_file_path;
 use super::partition::{check_appendable, JournalAppended, JournalPartition};
 use crate::io::Storage;
+use crate::limits::READ_BYTES_MAX;
+use crate::log::ReadBatch;
+
+/// One entry of a partition's log read back by index: its index, its term
+/// and its batch exactly as appended at them (a leader's own append as
+/// stamped, a follower's as its leader sent it).
+#[derive(Clone, Debug)]
+pub struct IndexedEntry {
+    pub index: u64,
+    pub term: u64,
+    pub batch: ReadBatch,
+}
 
 impl<S: Storage> JournalPartition<S> {
     /// Appends `batch` as the entry (`index`, `term`) of this partition's
@@ -177,6 +191,103 @@ impl<S: Storage> JournalPartition<S> {
         Ok(committed)
     }
 
+    /// Reads the entries of this replicated partition's log from `low`, in
+    /// index order, data and control alike (`docs/design/shard-journal.md`
+    /// §14.5): up to `high` (exclusive; capped at the last index), as long
+    /// as their batch bytes stay within `max_bytes` (the first entry is
+    /// returned whatever its size), and stopping before the first entry
+    /// not yet durable here. Committed entries and those above the
+    /// committed index alike; after a reopen, what recovery found. The
+    /// entries are as of the call: one above the committed index may be
+    /// cancelled by a truncation while the caller holds it.
+    ///
+    /// # Errors
+    /// [`JournalError::NotReplicated`] for a partition in local mode (its
+    /// log keeps no positions by index);
+    /// [`JournalError::Compacted`] below [`first_index`](Self::first_index)
+    /// (naming it); [`JournalError::IndexPastLog`] past the last index;
+    /// [`JournalError::EntryNotDurable`] when `low` is not durable yet
+    /// (retry once it is); [`JournalError::ReadTooLarge`]; and the
+    /// journal's read errors ([`JournalError::Corrupt`] with
+    /// [`JournalDamage::EntryMismatch`] when the batch found is not the
+    /// length appended).
+    pub async fn read_entries(
+        &self,
+        low: u64,
+        high: u64,
+        max_bytes: u64,
+    ) -> Result<Vec<IndexedEntry>, JournalError> {
+        if max_bytes > READ_BYTES_MAX {
+            return Err(JournalError::ReadTooLarge { max_bytes, limit_bytes: READ_BYTES_MAX });
+        }
+        let oldest = self.shard.journal.oldest_position();
+        let located = {
+            let mut state = self.state.borrow_mut();
+            state.settle();
+            state.log.release_below(oldest);
+            state.log.locate(low, high, max_bytes)?
+        };
+        if located.is_empty() {
+            return Ok(Vec::new());
+        }
+        let positions: Vec<_> = located.iter().map(|entry| entry.position).collect();
+        let read_bytes = located.iter().map(|entry| u64::from(entry.batch_len)).sum::<u64>()
+            + (ENTRY_HEADER_BYTES * located.len()) as u64;
+        let batches = match self.shard.journal.read_entries(&positions, read_bytes).await {
+            Ok(batches) => batches,
+            Err(JournalError::BelowOldestFile { pos, oldest }) => {
+                // A release passed the entries meanwhile.
+                let mut state = self.state.borrow_mut();
+                state.log.release_below(oldest);
+                let first_index = state.log.first_held();
+                if first_index <= low {
+                    return Err(JournalError::BelowOldestFile { pos, oldest });
+                }
+                return Err(JournalError::Compacted { index: low, first_index });
+            }
+            Err(error) => return Err(error),
+        };
+        let mut entries = Vec::with_capacity(batches.len());
+        for (batch, entry) in batches.into_iter().zip(&located) {
+            if batch.header.batch_len != entry.batch_len
+                || batch.bytes.len() != entry.batch_len as usize
+            {
+                return Err(self.entry_mismatch(entry, batch.header.batch_len));
+            }
+            entries.push(IndexedEntry { index: entry.index, term: entry.term, batch });
+        }
+        Ok(entries)
+    }
+
+    fn entry_mismatch(&self, entry: &Located, found_len: u32) -> JournalError {
+        let journal = &self.shard.journal;
+        let files = journal.shared.state.borrow();
+        let base = files.files.range(..=entry.position.0).next_back().map_or(0, |(base, _)| *base);
+        JournalError::Corrupt {
+            path: journal_file_path(journal.dir(), base),
+            pos: entry.position.0 - base,
+            detail: JournalDamage::EntryMismatch {
+                index: entry.index,
+                expected_len: entry.batch_len,
+                found_len,
+            },
+        }
+    }
+
+    /// The lowest index [`read_entries`](Self::read_entries) serves now
+    /// (replicated mode): the first committed entry still held — entries
+    /// before what recovery found, in released journal files, or beyond
+    /// the newest `LOG_HELD_ENTRIES_MAX` committed ones are not — or, when
+    /// none is, the first above the committed index (`last_index + 1` for
+    /// a log whose every entry is let go of).
+    pub fn first_index(&self) -> u64 {
+        let oldest = self.shard.journal.oldest_position();
+        let mut state = self.state.borrow_mut();
+        state.settle();
+        state.log.release_below(oldest);
+        state.log.first_held()
+    }
+
     /// The index of this partition's last entry (0: none yet).
     pub fn last_index(&self) -> u64 {
         self.state.borrow().log.last_index()
@@ -189,7 +300,8 @@ impl<S: Storage> JournalPartition<S> {
     }
 
     /// The term of the entry at `index`, while the log knows it (the
-    /// committed entry or one above it).
+    /// committed entry or one above it; in replicated mode also a committed
+    /// entry still held for reads by index).
     pub fn term_at(&self, index: u64) -> Option<u64> {
         self.settled(|state| state.log.term_at(index))
     }
