@@ -24,6 +24,7 @@ mod disk;
 mod error;
 pub mod journal;
 mod shared;
+pub mod vote;
 pub(crate) mod wakers;
 
 use std::cell::RefCell;
