@@ -471,19 +471,24 @@ where
         // started frame keeps its deadline meanwhile).
         let mut buffer_memory_wait: Option<usize> = None;
         if can_read && buffer.capacity() < start + want {
-            // A frame begun is given room for all of it in one take, so a
-            // connection waiting for memory holds none of the pool for a
-            // part of its frame (connections holding parts and each waiting
-            // for more could hold the pool against each other until their
-            // deadlines, their peers' closes unseen); and a connection that
-            // holds memory reads, so it sees its peer's close. Otherwise
-            // (whole frames waiting, no header yet) the buffer grows
-            // geometrically. Up to the frame bound, charged at the
-            // allocated size.
-            let target = partial_frame
-                .unwrap_or_else(|| (start + want).max(buffer.capacity().saturating_mul(2)))
-                .min(buffer_max);
-            let needed = target.saturating_sub(READ_CHUNK_BYTES);
+            // A frame begun takes its whole length from the pool in one
+            // grant, so a connection waiting for memory holds none of the
+            // pool for a part of its frame (connections holding parts and
+            // each waiting for more could hold the pool against each other
+            // until their deadlines, their peers' closes unseen); and a
+            // connection that holds memory reads, so it sees its peer's
+            // close. The buffer itself grows geometrically (few copies of a
+            // large frame) within what is granted, up to the frame bound;
+            // otherwise (whole frames waiting, no header yet) it is charged
+            // at its allocated size.
+            let target = (start + want)
+                .max(buffer.capacity().saturating_mul(2))
+                .min(partial_frame.unwrap_or(buffer_max));
+            // The grant covers the whole frame at once; the allocation
+            // still grows with the bytes that arrive (a peer that declares
+            // 4 MiB and sends 100 bytes makes the broker hold 4 MiB of its
+            // pool, not of its resident memory).
+            let needed = partial_frame.unwrap_or(target).saturating_sub(READ_CHUNK_BYTES);
             let more = needed.saturating_sub(buffer_grant.as_ref().map_or(0, Grant::bytes));
             let granted = more == 0
                 || match buffer_grant.as_mut() {
