@@ -80,20 +80,25 @@ fn requests_pool(broker: &Spoold, figure: &str) -> f64 {
         .unwrap_or_else(|| panic!("{figure} not in /metrics"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn hostile_frames_stay_inside_the_memory_budget() {
+/// One shard with `MEMORY_BYTES`, frames up to `FRAME_BYTES` and a frame
+/// deadline far past the tests' waits (the unfinished frames are held while
+/// a test measures; their peers' closes or resets end them).
+fn start_budgeted() -> Spoold {
     let mut options = SpooldOptions::new(1);
     options.args = vec![
         "--memory-bytes".into(),
         MEMORY_BYTES.to_string(),
         "--frame-bytes-max".into(),
         (FRAME_BYTES + 4096).to_string(),
-        // The unfinished frames are held while the test measures; their
-        // peers' closes end them, long before this deadline.
         "--frame-timeout-ms".into(),
         FRAME_TIMEOUT_MS.to_string(),
     ];
-    let broker = Spoold::start_with(options);
+    Spoold::start_with(options)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hostile_frames_stay_inside_the_memory_budget() {
+    let broker = start_budgeted();
     assert_eq!(
         requests_pool(&broker, "spool_shard_memory_budget_bytes"),
         REQUESTS_POOL_BYTES as f64
@@ -206,16 +211,7 @@ async fn a_connection_waiting_for_memory_sees_its_peer_reset() {
     const HOLDERS: usize = 12;
     const WAITERS: usize = 8;
     const ENDED_WITHIN: Duration = Duration::from_secs(3);
-    let mut options = SpooldOptions::new(1);
-    options.args = vec![
-        "--memory-bytes".into(),
-        MEMORY_BYTES.to_string(),
-        "--frame-bytes-max".into(),
-        (FRAME_BYTES + 4096).to_string(),
-        "--frame-timeout-ms".into(),
-        FRAME_TIMEOUT_MS.to_string(),
-    ];
-    let broker = Spoold::start_with(options);
+    let broker = start_budgeted();
     // More frames than the pool holds: it is spent and stays spent.
     let holders = hold_unfinished_frames(&broker.addr(), HOLDERS, FRAME_BYTES, false);
     let waits = spool_tests::events::wait_for_metric(

@@ -487,16 +487,21 @@ impl<S: Storage> JournalPartition<S> {
     }
 
     fn mismatch(&self, entry: &JournalIndexEntry, found_offset: u64) -> JournalError {
+        let detail =
+            JournalDamage::IndexMismatch { expected_offset: entry.first_offset, found_offset };
+        self.corrupt_at(entry.position, detail)
+    }
+
+    /// Damage found at journal position `position`, named by its file and
+    /// the byte in it.
+    pub(super) fn corrupt_at(&self, position: JournalPos, detail: JournalDamage) -> JournalError {
         let journal = &self.shard.journal;
         let files = journal.shared.state.borrow();
-        let base = files.files.range(..=entry.position.0).next_back().map_or(0, |(base, _)| *base);
+        let base = files.files.range(..=position.0).next_back().map_or(0, |(base, _)| *base);
         JournalError::Corrupt {
             path: journal_file_path(journal.dir(), base),
-            pos: entry.position.0 - base,
-            detail: JournalDamage::IndexMismatch {
-                expected_offset: entry.first_offset,
-                found_offset,
-            },
+            pos: position.0 - base,
+            detail,
         }
     }
 

@@ -15,7 +15,6 @@ use super::appender::EntryMeta;
 use super::entry::{Marker, ENTRY_HEADER_BYTES};
 use super::entry_log::{Cancelled, Located, LogMode};
 use super::error::{JournalDamage, JournalError};
-use super::layout::journal_file_path;
 use super::partition::{check_appendable, JournalAppended, JournalPartition};
 use crate::io::Storage;
 use crate::limits::READ_BYTES_MAX;
@@ -260,18 +259,12 @@ impl<S: Storage> JournalPartition<S> {
     }
 
     fn entry_mismatch(&self, entry: &Located, found_len: u32) -> JournalError {
-        let journal = &self.shard.journal;
-        let files = journal.shared.state.borrow();
-        let base = files.files.range(..=entry.position.0).next_back().map_or(0, |(base, _)| *base);
-        JournalError::Corrupt {
-            path: journal_file_path(journal.dir(), base),
-            pos: entry.position.0 - base,
-            detail: JournalDamage::EntryMismatch {
-                index: entry.index,
-                expected_len: entry.batch_len,
-                found_len,
-            },
-        }
+        let detail = JournalDamage::EntryMismatch {
+            index: entry.index,
+            expected_len: entry.batch_len,
+            found_len,
+        };
+        self.corrupt_at(entry.position, detail)
     }
 
     /// The lowest index [`read_entries`](Self::read_entries) serves now
