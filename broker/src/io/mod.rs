@@ -29,7 +29,7 @@ use thiserror::Error;
 
 pub use dma::{DmaSegmentFile, DmaStorage};
 pub use glommio::io::DmaBuffer;
-pub use sim::{CrashMode, HoldGate, SimBuf, SimFile, SimOp, SimStorage};
+pub use sim::{CrashMode, HoldGate, SimBuf, SimFile, SimOp, SimStorage, SplitMix};
 
 /// Which storage operation failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

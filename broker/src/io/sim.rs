@@ -205,11 +205,14 @@ impl IoBuf for SimBuf {
 }
 
 /// splitmix64: a tiny deterministic generator, so crash images depend only
-/// on the seed.
-struct SplitMix(u64);
+/// on the seed (and tests' workloads on theirs).
+#[derive(Debug, Clone)]
+pub struct SplitMix(pub u64);
 
 impl SplitMix {
-    fn next(&mut self) -> u64 {
+    /// The next value (an endless stream, not an iterator's `Option`).
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -217,7 +220,8 @@ impl SplitMix {
         z ^ (z >> 31)
     }
 
-    fn below(&mut self, bound: u64) -> u64 {
+    /// A value below `bound` (> 0).
+    pub fn below(&mut self, bound: u64) -> u64 {
         self.next() % bound
     }
 }
