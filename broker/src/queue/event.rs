@@ -9,7 +9,7 @@
 //! Common layout (byte offsets; all integers little-endian):
 //!
 //! ```text
-//!  0  u8   kind            1..=11, see EventKind
+//!  0  u8   kind            1..=12, see EventKind
 //!  1  u8   lane            0 main, 1 dead-letter (Quarantined: cause 1 deliveries, 2 expired)
 //!  2  u16  reason          Released, Quarantined; else 0
 //!  4  u32  generation      the claim generation the event acts on (Claimed: the new one;
@@ -17,7 +17,8 @@
 //!  8  u64  offset          the message's data-record offset (Attributed: the first one)
 //! 16  u64  at_ms           when the decision was made (Claimed: claimed_at_ms)
 //! 24  u64  time_ms         Claimed, Extended: deadline_ms; Released: not_before_ms;
-//!                          Attributed: the principal id (never 0); else 0
+//!                          Attributed: the principal id (never 0);
+//!                          TermStarted: the term; else 0
 //! 32  u64  worker          Claimed only
 //! ```
 //!
@@ -63,6 +64,7 @@ pub enum EventKind {
     Redriven = 9,
     Purged = 10,
     Attributed = 11,
+    TermStarted = 12,
 }
 
 /// One state transition. See `docs/design/queue-semantics.md` for what each
@@ -122,6 +124,11 @@ pub enum Event {
     /// `principal` (never [`PrincipalId::UNKNOWN`]); only the per-principal
     /// stored counts change (`stored.rs`).
     Attributed { offset: Offset, count: u32, principal: PrincipalId, at_ms: Millis },
+    /// A replicated partition's leader of `term` began it: raft's first
+    /// entry of each term (`docs/design/replication.md` §2). Every member
+    /// stores the same bytes for it (nothing but the term), and it changes
+    /// no message.
+    TermStarted { term: u64 },
 }
 
 /// The common fields every control record has, before kind-specific meaning.
@@ -153,6 +160,7 @@ impl Event {
             | Self::Redriven { offset, .. }
             | Self::Purged { offset, .. }
             | Self::Attributed { offset, .. } => offset,
+            Self::TermStarted { .. } => Offset(0),
         }
     }
 
@@ -261,6 +269,9 @@ impl Event {
                 time_ms: principal.0,
                 ..Fields::default()
             },
+            Self::TermStarted { term } => {
+                Fields { kind: EventKind::TermStarted as u8, time_ms: term, ..Fields::default() }
+            }
         };
         Some(f)
     }
@@ -295,7 +306,7 @@ impl Event {
     /// field value is unknown, or an unused field is not zero.
     pub fn decode(bytes: &[u8]) -> Result<Self, CodecError> {
         let kind = *bytes.first().ok_or(CodecError::Length { expected: EVENT_BYTES, got: 0 })?;
-        if !(EventKind::Claimed as u8..=EventKind::Attributed as u8).contains(&kind) {
+        if !(EventKind::Claimed as u8..=EventKind::TermStarted as u8).contains(&kind) {
             return Err(CodecError::UnknownKind(kind));
         }
         let expected =
@@ -394,6 +405,11 @@ impl Event {
                     principal: PrincipalId(time_ms),
                     at_ms,
                 }
+            }
+            12 => {
+                zero(lane_byte == 0 && reason == 0 && generation.0 == 0)?;
+                zero(offset.0 == 0 && at_ms == 0)?;
+                Self::TermStarted { term: time_ms }
             }
             other => return Err(CodecError::UnknownKind(other)),
         };

@@ -21,6 +21,16 @@ pub const REPLICA_INFLIGHT_APPENDS_MAX: usize = 256;
 /// applied index is always held.
 pub const REPLICA_ENTRY_CACHE_BYTES_MAX: usize = 4 << 20;
 
+/// Batch bytes one read of a partition's entries by index takes at most
+/// (a read-back for a lagging follower, the log read at open); within the
+/// journal's `READ_BYTES_MAX`.
+pub const REPLICA_FETCH_BYTES_MAX: u64 = 1 << 20;
+
+/// Bytes a term start's stored batch takes at most (batch header,
+/// position table, one `TermStarted` record): the room its append waits
+/// for (`driver.rs` checks the batch it builds against it).
+pub const REPLICA_TERM_START_BYTES_MAX: usize = 256;
+
 /// Entries one read-back of older entries returns at most.
 pub const REPLICA_FETCH_ENTRIES_MAX: usize = 4096;
 

@@ -7,6 +7,10 @@
 //! - [`node`]: [`Replica`], each `Ready` turned into a [`Work`] (send,
 //!   apply, truncate, append, persist the vote, then the messages that need
 //!   the disk), no I/O.
+//! - [`driver`]: [`ReplicaDriver`], a `Replica` performed on its shard —
+//!   the partition's journal view as its log, the shard's vote log as its
+//!   term and vote, durability before every promise, truncations and
+//!   read-backs in a pump the shard spawns.
 //! - [`wire`]: the replication frame one shard sends a peer shard, its
 //!   messages for every group they share batched, validated once on read.
 //! - `sim` (tests only): a deterministic simulation of replica sets over a
@@ -15,9 +19,10 @@
 //!
 //! Between `log` (the journal offers entry indexes, follower appends,
 //! truncation and the committed index; the vote store) and `partition`
-//! (the queue state that applies committed entries). Wiring to the shard
-//! and the peer transport comes next.
+//! (the queue state that applies committed entries). The peer transport is
+//! `net::peer`; binding drivers to a shard's partitions comes next.
 
+pub mod driver;
 pub mod limits;
 pub mod node;
 pub mod view;
@@ -26,5 +31,6 @@ pub mod wire;
 #[cfg(test)]
 mod sim;
 
+pub use driver::{Committed, DriverError, DriverStats, Proposed, ReplicaDriver};
 pub use node::{Recovered, Replica, ReplicaError, Timing, Work};
 pub use view::{Fetch, LogView};

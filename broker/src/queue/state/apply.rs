@@ -223,6 +223,9 @@ impl PartitionState {
             Event::Attributed { offset, count, principal, .. } => {
                 self.apply_attributed(offset, count, principal)
             }
+            // Marks where a leader's term began in a replicated log; the
+            // queue has nothing to change for it.
+            Event::TermStarted { .. } => Ok(()),
         }
     }
 

@@ -929,6 +929,7 @@ fn events_round_trip_and_bad_records_are_refused() {
             principal: crate::queue::stored::PrincipalId(0xFEED),
             at_ms: 14,
         },
+        Event::TermStarted { term: 0x0A0B_0C0D_0E0F },
     ];
     for event in events {
         let mut out = vec![0xAA];
@@ -957,6 +958,15 @@ fn events_round_trip_and_bad_records_are_refused() {
     let mut no_one = attributed.clone();
     no_one[24..32].copy_from_slice(&0u64.to_le_bytes());
     assert_eq!(Event::decode(&no_one), Err(CodecError::BadField("principal")));
+    // TermStarted: kind 12, the term alone; any other field set is refused.
+    let mut started = Vec::new();
+    events[11].encode(&mut started).unwrap();
+    assert_eq!(started[0], 12, "kind 12");
+    for at in [4, 8, 16] {
+        let mut stray = started.clone();
+        stray[at] = 1;
+        assert_eq!(Event::decode(&stray), Err(CodecError::Reserved), "byte {at}");
+    }
     let meta = EnqueueMeta::new(&request(1, 0), Offset(1), 0);
     assert_eq!(Event::Enqueued(meta).encode(&mut Vec::new()), Err(CodecError::NotControl));
 }

@@ -585,6 +585,7 @@ impl Model {
                     }
                 }
             }
+            Event::TermStarted { .. } => {}
         }
     }
 
