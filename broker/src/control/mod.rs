@@ -8,6 +8,7 @@
 
 pub mod assignment;
 pub mod catalog;
+pub mod cluster;
 pub mod config;
 pub mod data_dir;
 pub mod host;

@@ -1,0 +1,45 @@
+//! Named bounds of cluster membership and placement (`members`,
+//! `placement`, `keys`), with their relations checked at compile time.
+
+use crate::limits::{PARTITIONS_PER_NODE_MAX, PARTITIONS_PER_QUEUE_MAX};
+
+/// Most nodes one cluster config may name. Placement scores every node for
+/// every group (rendezvous hashing), so its cost grows with this bound;
+/// 128 nodes of [`crate::limits::PARTITIONS_PER_NODE_MAX`] replicas each
+/// is far beyond the clusters the cluster plan targets.
+pub const CLUSTER_NODES_MAX: usize = 128;
+
+/// Longest failure-domain name, bytes (a rack, a zone: `eu-west-1a`).
+pub const FAILURE_DOMAIN_BYTES_MAX: usize = 64;
+
+/// Replicas per partition when the `[cluster]` table names none: survives
+/// the loss of any one node.
+pub const REPLICATION_FACTOR_DEFAULT: usize = 3;
+
+/// The replication factors a cluster may use: odd, so a majority of the
+/// replica set is well defined (1 keeps no copy elsewhere; 5 survives two
+/// losses).
+pub const REPLICATION_FACTORS: [usize; 3] = [1, 3, 5];
+
+/// Voters of the controller group when the `[cluster]` table names none.
+pub const CONTROLLER_VOTERS_DEFAULT: usize = 3;
+
+/// The voter counts the controller group may have (the cluster plan: 3
+/// or 5 voters).
+pub const CONTROLLER_VOTERS: [usize; 2] = [3, 5];
+
+/// Most groups (queue partitions) one placement table holds: every group
+/// has at least one replica and a node hosts at most
+/// [`PARTITIONS_PER_NODE_MAX`] of them, so a cluster at
+/// [`CLUSTER_NODES_MAX`] nodes cannot host more.
+pub const PLACEMENT_GROUPS_MAX: usize = CLUSTER_NODES_MAX * PARTITIONS_PER_NODE_MAX;
+
+/// Most partitions a key map spreads keys over: one queue's bound.
+pub const KEY_MAP_PARTITIONS_MAX: u32 = PARTITIONS_PER_QUEUE_MAX;
+
+const _: () = assert!(CLUSTER_NODES_MAX >= 5, "a cluster of five must fit");
+const _: () = assert!(FAILURE_DOMAIN_BYTES_MAX >= 1);
+const _: () = assert!(REPLICATION_FACTOR_DEFAULT == REPLICATION_FACTORS[1]);
+const _: () = assert!(CONTROLLER_VOTERS_DEFAULT == CONTROLLER_VOTERS[0]);
+// Jump consistent hash works on buckets that fit an i32 (the paper's form).
+const _: () = assert!(KEY_MAP_PARTITIONS_MAX >= 1 && KEY_MAP_PARTITIONS_MAX <= i32::MAX as u32);

@@ -1,0 +1,26 @@
+//! Cluster membership and placement, as pure functions of a config: no I/O,
+//! no clock, nothing wired into the broker yet (the cluster plan:
+//! `docs/design/replication.md`, "Membership and placement (built)").
+//!
+//! - [`members`]: the `[cluster]` table ([`ClusterConfig`]: this node, every
+//!   node with its client and peer addresses and failure domain, the
+//!   replication factor, the controller's voters) and its validation.
+//! - [`placement`]: which nodes hold each group's replicas, the preferred
+//!   leader first: rendezvous hashing spread over failure domains, in a
+//!   versioned [`PlacementTable`] with a [`diff`].
+//! - [`keys`]: which partition a routing key goes to, by jump consistent
+//!   hash in a versioned [`KeyMap`], so growing a queue moves few keys.
+//! - [`hash`]: the fixed 64-bit hashes both stand on.
+//! - [`limits`]: their bounds.
+
+pub mod hash;
+pub mod keys;
+pub mod limits;
+pub mod members;
+pub mod placement;
+
+pub use keys::{KeyMap, KeyMapError};
+pub use members::{ClusterConfig, ClusterError, NodeSpec};
+pub use placement::{
+    diff, GroupId, GroupMove, Member, NodeId, PlacementError, PlacementTable, Placer,
+};
