@@ -17,6 +17,7 @@ mod frame_handler;
 pub mod listener;
 pub mod memory;
 pub mod pace;
+pub mod peer;
 pub mod peer_watch;
 pub mod poll_gate;
 pub mod rejections;
