@@ -21,6 +21,11 @@ pub const REPLICA_INFLIGHT_APPENDS_MAX: usize = 256;
 /// applied index is always held.
 pub const REPLICA_ENTRY_CACHE_BYTES_MAX: usize = 4 << 20;
 
+/// One logical clock tick of every replica on a shard: elections time out
+/// after `REPLICA_ELECTION_TICKS` to twice that (1–2 s), a leader sends
+/// heartbeats every `REPLICA_HEARTBEAT_TICKS` (200 ms).
+pub const REPLICA_TICK: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Batch bytes one read of a partition's entries by index takes at most
 /// (a read-back for a lagging follower, the log read at open); within the
 /// journal's `READ_BYTES_MAX`.

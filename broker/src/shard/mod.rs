@@ -36,6 +36,7 @@ mod executor;
 pub mod hooks;
 pub mod memlock;
 pub mod nofile;
+pub mod replication;
 pub mod report;
 
 use std::collections::BTreeMap;

@@ -1,0 +1,197 @@
+//! `ReplicationHost`: a shard's replicated partitions and its peer links
+//! together (`docs/design/replication.md` §5) — what carries raft messages
+//! between a partition's [`ReplicaDriver`] here and its members on other
+//! nodes, and what keeps every driver's clock.
+//!
+//! - **Out.** Each driver's messages go to the [`PeerSender`] of the node
+//!   they are addressed to (one link per peer node, to that node's peer
+//!   port of the same shard index), tagged with the partition's group. A
+//!   message to a node with no link, or one a full outbox refuses, is
+//!   dropped and counted: raft resends.
+//! - **In.** The shard's [`PeerReceiver`] hands each frame here; its
+//!   messages are stepped into the drivers of their groups in frame order
+//!   (a message for a group this shard does not host is counted and
+//!   dropped: its partition moved or is not created here yet).
+//! - **Clock.** One timer per shard ticks every driver every
+//!   [`REPLICA_TICK`] ([`ReplicationHost::run_ticks`]).
+//!
+//! Placement rule of this step: a partition's group lives on the same
+//! shard index on every node of its replica set, so one link per peer node
+//! per shard suffices and nothing crosses cores. The cluster's placement
+//! (the controller) keeps that rule or forwards across cores, and says so.
+//!
+//! Does not own: the drivers' pumps (the partition that opens a driver
+//! spawns its pump), the listener's address or the peers' (the cluster's
+//! configuration), TLS (the peer transport's next step).
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::rc::Rc;
+
+use raft::eraftpb::Message;
+
+use crate::io::Storage;
+use crate::net::peer::{PeerSender, SenderLimits};
+use crate::replica::limits::REPLICA_TICK;
+use crate::replica::wire::{Frame, GroupId};
+use crate::replica::ReplicaDriver;
+
+/// What a host moved and dropped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReplicationStats {
+    /// Messages stepped into a driver.
+    pub delivered: u64,
+    /// Messages for a group this shard does not host.
+    pub unknown_group: u64,
+    /// Messages handed to a peer link.
+    pub sent: u64,
+    /// Messages to a node with no link.
+    pub no_link: u64,
+    /// Messages a link refused (full outbox, closed, unsendable).
+    pub refused: u64,
+    /// Ticks given (each to every driver).
+    pub ticks: u64,
+}
+
+/// A shard's replicated partitions and peer links. See the module docs.
+pub struct ReplicationHost<S: Storage> {
+    node: u64,
+    groups: RefCell<BTreeMap<GroupId, Rc<ReplicaDriver<S>>>>,
+    links: RefCell<BTreeMap<u64, Rc<PeerSender>>>,
+    stats: Cell<ReplicationStats>,
+    stopped: Cell<bool>,
+}
+
+impl<S: Storage> std::fmt::Debug for ReplicationHost<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplicationHost")
+            .field("node", &self.node)
+            .field("groups", &self.groups.borrow().len())
+            .field("stats", &self.stats.get())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Storage + 'static> ReplicationHost<S> {
+    /// The host of node `node`'s shard, with no links or groups yet.
+    pub fn new(node: u64) -> Rc<Self> {
+        Rc::new(ReplicationHost {
+            node,
+            groups: RefCell::default(),
+            links: RefCell::default(),
+            stats: Cell::default(),
+            stopped: Cell::new(false),
+        })
+    }
+
+    pub fn node(&self) -> u64 {
+        self.node
+    }
+
+    pub fn stats(&self) -> ReplicationStats {
+        self.stats.get()
+    }
+
+    fn count(&self, change: impl FnOnce(&mut ReplicationStats)) {
+        let mut stats = self.stats.get();
+        change(&mut stats);
+        self.stats.set(stats);
+    }
+
+    /// Opens the link to node `peer`'s shard at `addr` (its task spawned on
+    /// the current executor); replaces an earlier link to it.
+    pub fn connect(&self, peer: u64, addr: SocketAddr, limits: SenderLimits) {
+        let link = Rc::new(PeerSender::start(self.node, addr, limits));
+        if let Some(old) = self.links.borrow_mut().insert(peer, link) {
+            glommio::spawn_local(async move { old.close().await }).detach();
+        }
+    }
+
+    /// The callback a driver of `group` sends through (give it to
+    /// [`ReplicaDriver::open`]). It only queues: it never calls back into
+    /// a driver.
+    pub fn sender(self: &Rc<Self>, group: GroupId) -> Rc<dyn Fn(Message)> {
+        let host = Rc::downgrade(self);
+        Rc::new(move |message: Message| {
+            let Some(host) = host.upgrade() else { return };
+            let link = host.links.borrow().get(&message.to).cloned();
+            match link {
+                Some(link) => match link.send(group, message) {
+                    Ok(()) => host.count(|stats| stats.sent += 1),
+                    // Dropped and counted by the link too: raft resends.
+                    Err(_) => host.count(|stats| stats.refused += 1),
+                },
+                None => host.count(|stats| stats.no_link += 1),
+            }
+        })
+    }
+
+    /// Hosts `driver` as the member of `group` here (replacing one hosted
+    /// before, which is returned).
+    pub fn add(
+        &self,
+        group: GroupId,
+        driver: Rc<ReplicaDriver<S>>,
+    ) -> Option<Rc<ReplicaDriver<S>>> {
+        self.groups.borrow_mut().insert(group, driver)
+    }
+
+    /// Stops hosting `group`; returns its driver.
+    pub fn remove(&self, group: GroupId) -> Option<Rc<ReplicaDriver<S>>> {
+        self.groups.borrow_mut().remove(&group)
+    }
+
+    /// The driver hosted for `group`.
+    pub fn driver(&self, group: GroupId) -> Option<Rc<ReplicaDriver<S>>> {
+        self.groups.borrow().get(&group).cloned()
+    }
+
+    /// Steps a received frame's messages into their drivers, in order (the
+    /// receiver's sink).
+    pub fn deliver(&self, frame: Frame) {
+        for (group, message) in frame.messages {
+            let driver = self.groups.borrow().get(&group).cloned();
+            match driver {
+                Some(driver) => {
+                    driver.step(message);
+                    self.count(|stats| stats.delivered += 1);
+                }
+                None => self.count(|stats| stats.unknown_group += 1),
+            }
+        }
+    }
+
+    /// Ticks every hosted driver once.
+    pub fn tick(&self) {
+        let drivers: Vec<Rc<ReplicaDriver<S>>> = self.groups.borrow().values().cloned().collect();
+        for driver in drivers {
+            driver.tick();
+        }
+        self.count(|stats| stats.ticks += 1);
+    }
+
+    /// Ticks every driver every [`REPLICA_TICK`] until [`stop`](Self::stop).
+    pub async fn run_ticks(self: Rc<Self>) {
+        while !self.stopped.get() {
+            glommio::timer::sleep(REPLICA_TICK).await;
+            if !self.stopped.get() {
+                self.tick();
+            }
+        }
+    }
+
+    /// Ends the ticks, closes every link and every hosted driver.
+    pub async fn stop(&self) {
+        self.stopped.set(true);
+        let drivers: Vec<_> =
+            std::mem::take(&mut *self.groups.borrow_mut()).into_values().collect();
+        for driver in drivers {
+            driver.close();
+        }
+        let links: Vec<_> = std::mem::take(&mut *self.links.borrow_mut()).into_values().collect();
+        for link in links {
+            link.close().await;
+        }
+    }
+}
