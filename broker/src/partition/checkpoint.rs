@@ -59,13 +59,18 @@ impl<S: Storage + Clone> Partition<S> {
     /// [`checkpoint_interval_offsets`] offsets (for what the state holds
     /// now) or [`CHECKPOINT_INTERVAL_BYTES`] bytes.
     pub fn checkpoint_due(&self) -> bool {
-        !self.checkpoint_running.get() && !self.sync_failed.get() && !self.closed.get() && {
-            let growth = self.log.growth_since(self.checkpoint_covers.get());
-            growth.offsets > 0
-                && (growth.bytes >= CHECKPOINT_INTERVAL_BYTES
-                    || growth.offsets
-                        >= checkpoint_interval_offsets(self.state.borrow().held_messages()))
-        }
+        // Not yet for a replicated partition (`replicated.rs`).
+        self.replica.is_none()
+            && !self.checkpoint_running.get()
+            && !self.sync_failed.get()
+            && !self.closed.get()
+            && {
+                let growth = self.log.growth_since(self.checkpoint_covers.get());
+                growth.offsets > 0
+                    && (growth.bytes >= CHECKPOINT_INTERVAL_BYTES
+                        || growth.offsets
+                            >= checkpoint_interval_offsets(self.state.borrow().held_messages()))
+            }
     }
 
     /// Writes a checkpoint of the current state once everything it covers is
@@ -84,7 +89,7 @@ impl<S: Storage + Clone> Partition<S> {
     /// A closed partition takes no checkpoint (`Ok(None)`): its final one
     /// was written by [`Partition::close`], and its directory may be gone.
     pub async fn checkpoint(&self) -> Result<Option<Offset>, PartitionError> {
-        if self.closed.get() {
+        if self.closed.get() || self.replica.is_some() {
             return Ok(None);
         }
         self.run_checkpoint().await
@@ -99,6 +104,9 @@ impl<S: Storage + Clone> Partition<S> {
     }
 
     async fn run_checkpoint(&self) -> Result<Option<Offset>, PartitionError> {
+        if self.replica.is_some() {
+            return Ok(None);
+        }
         if self.sync_failed.get() {
             return Err(PartitionError::CheckpointsStopped { dir: self.dir.clone() });
         }

@@ -217,7 +217,7 @@ impl<S: Storage + Clone> Partition<S> {
                 reframed = view.reframe(accepted)?;
                 &reframed
             };
-            let appended = self.log.append(bytes)?;
+            let appended = self.log_append(bytes, true)?;
             let mut state = self.state.borrow_mut();
             for (position, &index) in accepted.iter().enumerate() {
                 let offset = Offset(appended.base_offset.0 + position as u64);

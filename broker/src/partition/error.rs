@@ -13,6 +13,7 @@ use super::ENQUEUE_CLOCK_SKEW_MS_MAX;
 use crate::log::journal::JournalError;
 use crate::log::LogError;
 use crate::queue::{CodecError, Millis, Offset, QueueError};
+use crate::replica::DriverError;
 
 /// Milliseconds in a day, for messages.
 pub(super) const DAY_MS: u64 = 24 * 60 * 60 * 1000;
@@ -82,6 +83,17 @@ pub enum PartitionError {
     TooManyWaitersOnConnection { waiting_max: usize },
     #[error("queue config: {0}")]
     Config(#[from] crate::queue::ConfigError),
+    /// A replicated partition's member refused or lost the request: it
+    /// does not lead (the client retries at the leader), its log is
+    /// catching up, or the entry was superseded before it committed (it
+    /// did not happen).
+    #[error(transparent)]
+    Replica(#[from] DriverError),
+    /// A replicated partition that does not serve now: this member does
+    /// not lead, or leads but has not yet folded every entry before its
+    /// term (`leader`: the leader it knows of, 0 for none).
+    #[error("partition {partition} is not served here: its leader is node {leader}")]
+    NotLeader { partition: u32, leader: u64 },
 }
 
 impl PartitionError {
@@ -142,6 +154,22 @@ impl PartitionError {
             | PartitionError::CheckpointsStopped { .. } => ErrorCode::StorageFailed,
             PartitionError::ReadMiss { .. } => ErrorCode::Internal,
             PartitionError::Config(_) => ErrorCode::InvalidArgument,
+            // Until the cluster's metadata carries leaders, a client finds
+            // the leader as it finds a moved partition's owner.
+            PartitionError::NotLeader { .. } => ErrorCode::NotOwner,
+            PartitionError::Replica(error) => match error {
+                DriverError::NotLeader { .. } | DriverError::Superseded { .. } => {
+                    ErrorCode::NotOwner
+                }
+                DriverError::Busy => ErrorCode::Throttled,
+                DriverError::InvalidBatch(_) => ErrorCode::BatchInvalid,
+                DriverError::Journal(JournalError::Closed) => ErrorCode::ShuttingDown,
+                DriverError::TermTooLarge { .. }
+                | DriverError::Journal(_)
+                | DriverError::Vote(_)
+                | DriverError::Stopped(_) => ErrorCode::StorageFailed,
+                DriverError::Replica(_) => ErrorCode::Internal,
+            },
         }
     }
 }

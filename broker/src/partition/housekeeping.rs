@@ -43,7 +43,9 @@ impl<S: Storage + Clone> Partition<S> {
         if !self.closed.get() && self.state.borrow().has_ready() {
             self.ready(0);
         }
-        if due && !self.closed.get() {
+        // A replicated partition that does not serve decides nothing: its
+        // leader's expiries reach it committed.
+        if due && !self.closed.get() && self.serving() {
             // Decided on durable records only (`PartitionState::tick`).
             let events = self.state.borrow().tick(now, self.durable_end());
             self.may_be_claimable(events.len().max(1));
@@ -92,7 +94,7 @@ impl<S: Storage + Clone> Partition<S> {
         self.ready(count);
     }
 
-    fn ready(&self, count: usize) {
+    pub(super) fn ready(&self, count: usize) {
         if let Some(hook) = self.ready_hook.borrow().as_ref() {
             hook(count);
         }

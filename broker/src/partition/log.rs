@@ -48,8 +48,10 @@ use super::{PartitionError, REPLAY_READ_BYTES};
 use crate::io::Storage;
 use crate::log::journal::{
     JournalPartition, JournalPos, JournalTicket, Lane as JournalLane, RoutedEntry,
+    ENTRY_HEADER_BYTES,
 };
 use crate::log::{Offset, ReadBatch};
+use crate::replica::{CommitWatch, ReplicaDriver};
 
 /// Bytes of the journal layout's checkpoint payload before the snapshot:
 /// the control cursor `c_p` (see the module docs), with
@@ -185,22 +187,53 @@ pub struct LogGrowth {
     pub bytes: u64,
 }
 
-/// Resolves when an append is durable.
-#[derive(Clone, Debug)]
-pub struct LogTicket(JournalTicket);
+/// Resolves when an append is durable: on one node, when the journal has
+/// it on disk; for a replicated partition, when it is committed (on a
+/// quorum, and on disk here).
+#[derive(Clone)]
+pub struct LogTicket(TicketKind);
+
+#[derive(Clone)]
+enum TicketKind {
+    Journal(JournalTicket),
+    Commit { watch: Rc<dyn CommitWatch>, index: u64, term: u64 },
+}
+
+impl std::fmt::Debug for LogTicket {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            TicketKind::Journal(ticket) => ticket.fmt(formatter),
+            TicketKind::Commit { index, term, .. } => {
+                write!(formatter, "LogTicket(entry {index} of term {term})")
+            }
+        }
+    }
+}
 
 impl LogTicket {
     /// Waits until the append is durable.
     ///
     /// # Errors
-    /// The journal failed before that; the append was never acknowledged.
+    /// The journal failed before that, or (replicated) the entry was
+    /// superseded or this member stopped: the append was never
+    /// acknowledged.
     pub async fn durable(&self) -> Result<(), PartitionError> {
-        self.0.durable().await.map_err(PartitionError::from)
+        match &self.0 {
+            TicketKind::Journal(ticket) => ticket.durable().await.map_err(PartitionError::from),
+            TicketKind::Commit { watch, index, term } => {
+                watch.clone().wait_committed(*index, *term).await.map_err(PartitionError::from)
+            }
+        }
     }
 
     /// `Some(Ok)` once durable, `Some(Err)` once failed, `None` while pending.
     pub fn status(&self) -> Option<Result<(), PartitionError>> {
-        self.0.status().map(|r| r.map_err(PartitionError::from))
+        match &self.0 {
+            TicketKind::Journal(ticket) => ticket.status().map(|r| r.map_err(PartitionError::from)),
+            TicketKind::Commit { watch, index, term } => {
+                watch.commit_status(*index, *term).map(|r| r.map_err(PartitionError::from))
+            }
+        }
     }
 }
 
@@ -215,12 +248,16 @@ pub struct LogAppended {
     /// Where the batch waits for its commit
     /// ([`PartitionLog::replace_queued`]).
     pub slot: QueuedSlot,
+    /// Its entry index (a replicated partition's; 0 on one node, where
+    /// nothing reads it).
+    pub entry_index: u64,
 }
 
 /// Where an appended batch waits until a commit takes it: its place in the
-/// journal's lane queue.
+/// journal's lane queue (none for a replicated partition's entries, which
+/// are never rewritten in place: `docs/design/replication.md` §2).
 #[derive(Clone, Debug)]
-pub struct QueuedSlot(JournalTicket);
+pub struct QueuedSlot(Option<JournalTicket>);
 
 /// The newest ticket of each lane: once all of them resolve, every append
 /// made so far is durable.
@@ -270,12 +307,27 @@ impl Barrier {
 /// A partition's log: its view of the shard journal; see the module docs.
 pub struct PartitionLog<S: Storage> {
     part: Rc<JournalPartition<S>>,
+    /// A replicated partition's Raft member: appends are its proposals.
+    driver: Option<Rc<ReplicaDriver<S>>>,
 }
 
 impl<S: Storage> PartitionLog<S> {
     /// The log of a partition whose journal view the shard made.
     pub fn new(part: Rc<JournalPartition<S>>) -> Self {
-        Self { part }
+        Self { part, driver: None }
+    }
+
+    /// The log of a replicated partition: `driver` performs its member of
+    /// the partition's Raft group on `driver.log()`. Appends are proposals
+    /// (refused unless this member leads), durable once committed; nothing
+    /// is rewritten in place; claims see only committed records.
+    pub fn replicated(driver: Rc<ReplicaDriver<S>>) -> Self {
+        Self { part: driver.log().clone(), driver: Some(driver) }
+    }
+
+    /// The replicated partition's member, if this log is replicated.
+    pub fn driver(&self) -> Option<&Rc<ReplicaDriver<S>>> {
+        self.driver.as_ref()
     }
 
     /// The future that completes once the partition is closed and its
@@ -313,13 +365,26 @@ impl<S: Storage> PartitionLog<S> {
     }
 
     fn append_as(&self, batch: &[u8], wanted: bool) -> Result<LogAppended, PartitionError> {
+        if let Some(driver) = &self.driver {
+            let proposed = driver.propose(batch)?;
+            let watch: Rc<dyn CommitWatch> = driver.clone();
+            let (index, term) = (proposed.index, proposed.term);
+            return Ok(LogAppended {
+                base_offset: proposed.base_offset,
+                next_offset: self.part.next_offset(),
+                slot: QueuedSlot(None),
+                ticket: LogTicket(TicketKind::Commit { watch, index, term }),
+                entry_index: index,
+            });
+        }
         let part = &self.part;
         let appended = if wanted { part.append(batch)? } else { part.append_deferred(batch)? };
         Ok(LogAppended {
             base_offset: appended.base_offset,
             next_offset: appended.next_offset,
-            slot: QueuedSlot(appended.ticket.clone()),
-            ticket: LogTicket(appended.ticket),
+            slot: QueuedSlot(Some(appended.ticket.clone())),
+            ticket: LogTicket(TicketKind::Journal(appended.ticket)),
+            entry_index: 0,
         })
     }
 
@@ -330,11 +395,13 @@ impl<S: Storage> PartitionLog<S> {
     /// was replaced; `false` (nothing changed) once its commit was taken (or
     /// the journal failed or is closing).
     pub fn replace_queued(&self, slot: &QueuedSlot, batch: &[u8]) -> bool {
-        self.part.replace_queued_control(&slot.0, batch)
+        slot.0.as_ref().is_some_and(|ticket| self.part.replace_queued_control(ticket, batch))
     }
 
-    /// Waits until a batch of `kind` and `len` bytes would be taken.
+    /// Waits until a batch of `kind` and `len` bytes would be taken (a
+    /// replicated partition's entries all go through the data lane).
     pub async fn writable(&self, kind: BatchKind, len: u64) {
+        let kind = if self.driver.is_some() { BatchKind::Data } else { kind };
         self.part.writable(kind, len).await;
     }
 
@@ -344,6 +411,12 @@ impl<S: Storage> PartitionLog<S> {
     /// `append` then says why). So the second append cannot be refused for
     /// room once the first was taken.
     pub async fn writable_pair(&self, data_len: u64, control_len: u64) {
+        if self.driver.is_some() {
+            // One lane takes both (each with its entry header).
+            let both = data_len + control_len + ENTRY_HEADER_BYTES as u64;
+            self.part.writable(BatchKind::Data, both).await;
+            return;
+        }
         loop {
             self.part.writable(BatchKind::Data, data_len).await;
             // One bound per lane.
@@ -373,8 +446,12 @@ impl<S: Storage> PartitionLog<S> {
         self.part.next_offset()
     }
 
-    /// Every record below this offset is durable (and readable).
+    /// Every record below this offset is durable (and readable); for a
+    /// replicated partition, committed.
     pub fn durable_offset(&self) -> Offset {
+        if self.driver.is_some() {
+            return self.part.committed_offset();
+        }
         self.part.durable_offset()
     }
 
@@ -467,11 +544,18 @@ impl<S: Storage> PartitionLog<S> {
 
     /// Reads the log after `from` to its end, batch by batch, for replay.
     pub fn replay(&self, from: LogCursor) -> Replay<'_, S> {
+        // A replicated partition folds only what is committed: entries
+        // above it may yet be cancelled, and come back through its member
+        // once committed.
+        let committed = match self.driver {
+            Some(_) => self.part.committed_index(),
+            None => u64::MAX,
+        };
         let entries: VecDeque<RoutedEntry> = self
             .part
             .replay_entries(JournalPos(0))
             .into_iter()
-            .filter(|entry| from.journal_replays(entry))
+            .filter(|entry| from.journal_replays(entry) && entry.entry_index <= committed)
             .collect();
         Replay {
             log: self,
@@ -517,6 +601,9 @@ impl<S: Storage> PartitionLog<S> {
     /// Stops accepting appends; the background completes once everything
     /// appended is durable.
     pub fn close(&self) {
+        if let Some(driver) = &self.driver {
+            driver.close();
+        }
         self.part.close();
     }
 

@@ -71,6 +71,7 @@ mod open;
 mod operator;
 mod read;
 mod relocate;
+mod replicated;
 mod scratch;
 mod shard_replay;
 pub mod signal;
@@ -99,6 +100,8 @@ pub use error::PartitionError;
 pub use open::{JournalOpen, JournalReplayed, OpenReport};
 pub use read::{Claimed, Peeked};
 pub use relocate::{garbage_ratio, relocate_pass, RelocatePass, RelocateStep};
+use replicated::Role;
+pub use replicated::{Folded, ReplicatedOpen};
 pub use shard_replay::{replay_journal_shard, ShardReplayReport, ShardReplayTarget};
 
 pub use crate::limits::{
@@ -127,7 +130,11 @@ pub struct Partition<S: Storage + Clone> {
     log: PartitionLog<S>,
     state: RefCell<PartitionState>,
     clock: Clock,
-    epoch: LeaderEpoch,
+    /// The leader epoch tokens are issued under: bumped at every open on
+    /// one node; a replicated partition's leader's term.
+    epoch: Cell<LeaderEpoch>,
+    /// A replicated partition's role (`replicated.rs`); `None` on one node.
+    replica: Option<Role>,
     /// Waiting claims, woken when messages may have become claimable (see
     /// [`signal`]).
     claimable: Signal,
@@ -202,7 +209,7 @@ impl<S: Storage + Clone> std::fmt::Debug for Partition<S> {
             .debug_struct("Partition")
             .field("name", &self.name)
             .field("dir", &self.dir)
-            .field("epoch", &self.epoch)
+            .field("epoch", &self.epoch.get())
             .finish_non_exhaustive()
     }
 }
@@ -223,7 +230,7 @@ impl<S: Storage + Clone> Partition<S> {
     }
 
     pub fn epoch(&self) -> LeaderEpoch {
-        self.epoch
+        self.epoch.get()
     }
 
     pub fn dir(&self) -> &Path {
@@ -309,13 +316,8 @@ impl<S: Storage + Clone> Partition<S> {
     ) -> Result<LogAppended, PartitionError> {
         let appended = {
             let mut scratch = self.scratch.control.borrow_mut();
-            let built = Self::build_control_batch(&mut scratch, events, now).and_then(|()| {
-                if wanted {
-                    self.log.append(&scratch.batch)
-                } else {
-                    self.log.append_deferred(&scratch.batch)
-                }
-            });
+            let built = Self::build_control_batch(&mut scratch, events, now)
+                .and_then(|()| self.log_append(&scratch.batch, wanted));
             scratch.recycle();
             built?
         };

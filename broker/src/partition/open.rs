@@ -15,7 +15,7 @@ use super::read::{aligned, verified_view};
 use super::signal::Signal;
 use super::{
     AttributionStats, Clock, LastAppends, LogCursor, Partition, PartitionError, PartitionLog,
-    PartitionName, ReplayBatch, CHECKPOINT_INDEX_BYTES, CHECKPOINT_INDEX_FLAG,
+    PartitionName, ReplayBatch, Role, CHECKPOINT_INDEX_BYTES, CHECKPOINT_INDEX_FLAG,
     CONTROL_BATCH_EVENTS_MAX, JOURNAL_CHECKPOINT_PREFIX_BYTES,
 };
 use crate::io::Storage;
@@ -72,18 +72,18 @@ impl std::fmt::Debug for JournalReplayed {
 }
 
 /// A log opened and a state restored, for [`Partition::finish_open`].
-struct Opening<'a, S: Storage> {
-    storage: S,
-    dir: &'a Path,
-    name: PartitionName,
-    log: PartitionLog<S>,
-    state: PartitionState,
-    epoch: LeaderEpoch,
-    covers: Option<Offset>,
-    replay_from: LogCursor,
+pub(super) struct Opening<'a, S: Storage> {
+    pub(super) storage: S,
+    pub(super) dir: &'a Path,
+    pub(super) name: PartitionName,
+    pub(super) log: PartitionLog<S>,
+    pub(super) state: PartitionState,
+    pub(super) epoch: LeaderEpoch,
+    pub(super) covers: Option<Offset>,
+    pub(super) replay_from: LogCursor,
     /// (batches, events) replayed before the open (the shard's ordered
     /// pass): `finish_open` replays nothing.
-    replayed: Option<(u64, u64)>,
+    pub(super) replayed: Option<(u64, u64)>,
 }
 
 fn control_of(cursor: &LogCursor) -> JournalPos {
@@ -235,7 +235,7 @@ impl<S: Storage + Clone> Partition<S> {
 
     /// Once the journal view is made and the checkpoint restored: the
     /// partition, its replay, the epoch fence.
-    async fn finish_open(
+    pub(super) async fn finish_open(
         opening: Opening<'_, S>,
         fatal: Rc<dyn FatalHandler>,
         clock: Clock,
@@ -243,6 +243,7 @@ impl<S: Storage + Clone> Partition<S> {
         let Opening { storage, dir, name, log, state, epoch, covers, replay_from, replayed } =
             opening;
         let mut background = log.background();
+        let log_replicated = log.driver().is_some();
         let partition = Rc::new(Self {
             name,
             dir: dir.to_path_buf(),
@@ -250,7 +251,8 @@ impl<S: Storage + Clone> Partition<S> {
             log,
             state: RefCell::new(state),
             clock,
-            epoch,
+            epoch: Cell::new(epoch),
+            replica: log_replicated.then(Role::default),
             claimable: Signal::default(),
             appends: RefCell::new(LastAppends::default()),
             checkpoint_covers: Cell::new(replay_from),
@@ -276,11 +278,22 @@ impl<S: Storage + Clone> Partition<S> {
             None => partition.replay(replay_from).await?,
         };
         partition.log.journal().finish_replay();
+        if let Some(role) = &partition.replica {
+            // Replay folded the committed entries (and no others); the
+            // fence runs when this member takes the lead.
+            role.opened_at(partition.log.journal().committed_index());
+        }
         // The fence's events must be durable before anything is served, and
         // durability needs the log's background future: drive it here until
         // the fence is done, then hand it (still running) to the caller.
         let fenced_claims = {
-            let fence = std::pin::pin!(partition.fence());
+            let replicated = partition.replica.is_some();
+            let fence = std::pin::pin!(async {
+                if replicated {
+                    return Ok(0);
+                }
+                partition.fence().await
+            });
             let mut fence = fence;
             std::future::poll_fn(|cx| {
                 if let std::task::Poll::Ready(result) = fence.as_mut().poll(cx) {
@@ -323,7 +336,7 @@ impl<S: Storage + Clone> Partition<S> {
     /// other, and waits until they are durable. A crash before that repeats
     /// the fence at the next open on the same claims. Returns how many
     /// claims it ended.
-    async fn fence(&self) -> Result<u64, PartitionError> {
+    pub(super) async fn fence(&self) -> Result<u64, PartitionError> {
         let mut fenced = 0u64;
         let mut last = None;
         loop {
@@ -345,7 +358,7 @@ impl<S: Storage + Clone> Partition<S> {
         }
         if let Some(ticket) = last {
             ticket.durable().await?;
-            tracing::info!(partition = ?self.name, epoch = self.epoch.0, fenced, "claims of an older epoch released");
+            tracing::info!(partition = ?self.name, epoch = self.epoch.get().0, fenced, "claims of an older epoch released");
         }
         Ok(fenced)
     }

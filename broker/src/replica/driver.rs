@@ -45,6 +45,8 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
 
 use bytes::Bytes;
@@ -182,6 +184,34 @@ impl<S: Storage> std::fmt::Debug for ReplicaDriver<S> {
     }
 }
 
+/// A proposal's commit as a ticket sees it, without the storage type
+/// ([`ReplicaDriver::status`], [`ReplicaDriver::committed`]).
+pub trait CommitWatch {
+    /// `Some(Ok)` committed, `Some(Err)` never will be, `None` pending.
+    fn commit_status(&self, index: u64, term: u64) -> Option<Result<(), DriverError>>;
+
+    /// Waits for the entry's commit.
+    fn wait_committed(
+        self: Rc<Self>,
+        index: u64,
+        term: u64,
+    ) -> Pin<Box<dyn Future<Output = Result<(), DriverError>>>>;
+}
+
+impl<S: Storage + 'static> CommitWatch for ReplicaDriver<S> {
+    fn commit_status(&self, index: u64, term: u64) -> Option<Result<(), DriverError>> {
+        self.status(index, term)
+    }
+
+    fn wait_committed(
+        self: Rc<Self>,
+        index: u64,
+        term: u64,
+    ) -> Pin<Box<dyn Future<Output = Result<(), DriverError>>>> {
+        Box::pin(async move { self.committed(index, term).await })
+    }
+}
+
 /// The batch raft-rs's empty entry of `term` is stored as, landing at data
 /// offset `next_offset`: one `TermStarted` control record, timestamp 0,
 /// the same on every member.
@@ -305,7 +335,7 @@ impl<S: Storage> ReplicaDriver<S> {
 
     /// Resolves at the next change the owner may care about: entries
     /// committed, the role changed, a busy log caught up, a stop.
-    pub fn progress(&self) -> impl std::future::Future<Output = ()> + '_ {
+    pub fn progress(&self) -> impl Future<Output = ()> + '_ {
         self.progress.wait()
     }
 
@@ -386,18 +416,29 @@ impl<S: Storage> ReplicaDriver<S> {
     pub async fn committed(&self, index: u64, term: u64) -> Result<(), DriverError> {
         loop {
             let wait = self.progress.wait();
-            self.check_running()?;
-            let committed = self.part.committed_index();
-            match self.part.term_at(index) {
-                Some(found) if found == term && committed >= index => return Ok(()),
-                Some(found) if found == term => {}
-                Some(_) => return Err(DriverError::Superseded { index, term }),
-                None if committed >= index || self.part.last_index() < index => {
-                    return Err(DriverError::Superseded { index, term })
-                }
-                None => {}
+            if let Some(outcome) = self.status(index, term) {
+                return outcome;
             }
             wait.await;
+        }
+    }
+
+    /// Where the entry (`index`, `term`) stands: `Some(Ok)` committed,
+    /// `Some(Err)` never will be (superseded, or the driver stopped),
+    /// `None` pending.
+    pub fn status(&self, index: u64, term: u64) -> Option<Result<(), DriverError>> {
+        if let Err(error) = self.check_running() {
+            return Some(Err(error));
+        }
+        let committed = self.part.committed_index();
+        match self.part.term_at(index) {
+            Some(found) if found == term && committed >= index => Some(Ok(())),
+            Some(found) if found == term => None,
+            Some(_) => Some(Err(DriverError::Superseded { index, term })),
+            None if committed >= index || self.part.last_index() < index => {
+                Some(Err(DriverError::Superseded { index, term }))
+            }
+            None => None,
         }
     }
 

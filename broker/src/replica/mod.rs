@@ -31,6 +31,6 @@ pub mod wire;
 #[cfg(test)]
 mod sim;
 
-pub use driver::{Committed, DriverError, DriverStats, Proposed, ReplicaDriver};
+pub use driver::{CommitWatch, Committed, DriverError, DriverStats, Proposed, ReplicaDriver};
 pub use node::{Recovered, Replica, ReplicaError, Timing, Work};
 pub use view::{Fetch, LogView};

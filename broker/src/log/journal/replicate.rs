@@ -18,7 +18,7 @@ use super::error::{JournalDamage, JournalError};
 use super::partition::{check_appendable, JournalAppended, JournalPartition};
 use crate::io::Storage;
 use crate::limits::READ_BYTES_MAX;
-use crate::log::ReadBatch;
+use crate::log::{Offset, ReadBatch};
 
 /// One entry of a partition's log read back by index: its index, its term
 /// and its batch exactly as appended at them (a leader's own append as
@@ -290,6 +290,13 @@ impl<S: Storage> JournalPartition<S> {
     /// (replicated mode) on a quorum; never cancelled.
     pub fn committed_index(&self) -> u64 {
         self.settled(|state| state.log.committed())
+    }
+
+    /// Every data offset below this is committed: in replicated mode on a
+    /// quorum and durable here (what a leader may hand out to a claim), in
+    /// local mode durable here.
+    pub fn committed_offset(&self) -> Offset {
+        self.settled(|state| Offset(state.log.uncommitted_data_from().unwrap_or(state.next_offset)))
     }
 
     /// The term of the entry at `index`, while the log knows it (the

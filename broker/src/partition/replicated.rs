@@ -1,0 +1,313 @@
+//! A replicated partition's roles (`docs/design/replication.md` §4): the
+//! same [`Partition`] on every member of its Raft group, its log a
+//! [`PartitionLog::replicated`], its state folded from committed entries —
+//! served only by the leader, and only once that leader's state covers
+//! every entry before its term.
+//!
+//! - **Follower.** Requests are refused ([`PartitionError::NotLeader`]);
+//!   committed entries are folded into the state as they arrive
+//!   ([`Partition::fold_committed`]), in index order, exactly as replay
+//!   folds them at open.
+//! - **Leader, not yet serving.** raft-rs's first entry of the new term
+//!   (its `TermStarted` record) commits only after every entry before it;
+//!   once it is folded the state covers them all, and
+//!   [`Partition::take_leadership`] makes the term the state's leader
+//!   epoch (every token of an earlier leader is then stale), runs the
+//!   epoch fence (claims outstanding from earlier terms end, as at a
+//!   restart) through the log, and opens the partition.
+//! - **Leader, serving.** Requests decide, append (a proposal) and apply at
+//!   once, as on one node; a reply that promises durability waits for the
+//!   entry's commit (the log's tickets). The entries it appended come back
+//!   committed and are skipped: the state holds them already.
+//! - **Stepping down.** When the member stops leading, the partition stops
+//!   serving. If its state holds entries not yet committed (applied when
+//!   appended), they may be cancelled by the next leader: the state can no
+//!   longer be trusted and the partition reports itself diverged
+//!   ([`Partition::diverged`]); its owner reopens it from the log (which
+//!   folds committed entries only).
+//!
+//! Not yet for replicated partitions: checkpoints and retention (the log
+//! is kept whole until checkpoints are shipped as snapshots), relocation.
+
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::path::Path;
+use std::rc::Rc;
+
+use raft::eraftpb::Message;
+use spool_wire::batch::BatchHeader;
+
+use super::open::{restore_journal_state, Opening, ReplayFold};
+use super::{
+    Clock, LogAppended, OpenReport, Partition, PartitionError, PartitionLog, PartitionName,
+};
+use crate::io::Storage;
+use crate::log::journal::{PartitionHandle, RecoveredLog, RoutedEntry, ShardJournal};
+use crate::log::vote::VoteLog;
+use crate::log::{FatalHandler, LogError, ReadBatch, SharedBytes};
+use crate::queue::{LeaderEpoch, Offset, PartitionContext, QueueConfig};
+use crate::replica::{ReplicaDriver, Timing};
+
+/// What a replicated partition knows of its role; see the module docs.
+#[derive(Default)]
+pub(super) struct Role {
+    /// The highest entry index the state holds (folded, or applied when
+    /// appended as leader).
+    applied: Cell<u64>,
+    /// The term of the last committed entry folded.
+    folded_term: Cell<u64>,
+    serving: Cell<bool>,
+    /// The leadership fence is appending: its events may go in.
+    fencing: Cell<bool>,
+    diverged: Cell<bool>,
+    fold: RefCell<ReplayFold>,
+}
+
+impl Role {
+    /// The open's replay folded the entries up to `applied`.
+    pub(super) fn opened_at(&self, applied: u64) {
+        self.applied.set(applied);
+    }
+}
+
+/// What [`Partition::open_replicated`] needs besides what every open
+/// does: the shard's journal and vote log, the partition's handle and what
+/// recovery routed to it, and its member of the group.
+pub struct ReplicatedOpen<S: Storage> {
+    pub shard: Rc<ShardJournal<S>>,
+    pub handle: PartitionHandle,
+    pub routed: Vec<RoutedEntry>,
+    /// Its log's committed index as recovery found it.
+    pub log: RecoveredLog,
+    pub votes: Rc<VoteLog<S>>,
+    /// This node's id in the group, and the group's voters.
+    pub member: u64,
+    pub voters: Vec<u64>,
+    pub timing: Timing,
+    /// Where the member's messages go (the shard's `ReplicationHost`).
+    pub send: Rc<dyn Fn(Message)>,
+}
+
+/// What [`Partition::fold_committed`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Folded {
+    /// Committed entries folded into the state.
+    pub entries: u64,
+    /// This member leads and its state now covers every entry before its
+    /// term: call [`Partition::take_leadership`].
+    pub ready_to_lead: bool,
+    /// It stopped serving (it no longer leads).
+    pub stepped_down: bool,
+}
+
+impl<S: Storage + Clone> Partition<S> {
+    /// Whether this partition is replicated.
+    pub fn is_replicated(&self) -> bool {
+        self.replica.is_some()
+    }
+
+    /// Whether it serves requests now (always, on one node).
+    pub fn serving(&self) -> bool {
+        self.replica.as_ref().is_none_or(|role| role.serving.get())
+    }
+
+    /// Whether its state can no longer be trusted (module docs): reopen it.
+    pub fn diverged(&self) -> bool {
+        self.replica.as_ref().is_some_and(|role| role.diverged.get())
+    }
+
+    /// The entry index the state holds up to (0 on one node).
+    pub fn applied_index(&self) -> u64 {
+        self.replica.as_ref().map_or(0, |role| role.applied.get())
+    }
+
+    /// Refuses an append unless this partition serves (or runs its
+    /// leadership fence). Called in the same synchronous section as the
+    /// decision it appends.
+    pub(super) fn may_append(&self) -> Result<(), PartitionError> {
+        let Some(role) = &self.replica else { return Ok(()) };
+        if role.serving.get() || role.fencing.get() {
+            return Ok(());
+        }
+        let leader = self.log.driver().map_or(0, |driver| driver.role().2);
+        Err(PartitionError::NotLeader { partition: self.name.partition.0, leader })
+    }
+
+    /// Appends `batch` as the partition's next batch (`wanted`: someone
+    /// waits for it now), once [`may_append`](Self::may_append) allows;
+    /// a replicated partition's state holds its entry from here on.
+    pub(super) fn log_append(
+        &self,
+        batch: &[u8],
+        wanted: bool,
+    ) -> Result<LogAppended, PartitionError> {
+        self.may_append()?;
+        let appended =
+            if wanted { self.log.append(batch)? } else { self.log.append_deferred(batch)? };
+        if let Some(role) = &self.replica {
+            role.applied.set(appended.entry_index);
+        }
+        Ok(appended)
+    }
+
+    /// Folds the entries its member committed since the last call into the
+    /// state (skipping those it appended itself as leader), then looks at
+    /// its role (module docs). Call whenever the member reports progress.
+    ///
+    /// # Errors
+    /// An entry out of order or that does not fold (the state then diverges
+    /// from the log: the partition is marked diverged).
+    pub fn fold_committed(&self) -> Result<Folded, PartitionError> {
+        let (Some(role), Some(driver)) = (&self.replica, self.log.driver()) else {
+            return Ok(Folded::default());
+        };
+        let mut folded = Folded::default();
+        let committed = driver.take_committed();
+        let last = committed.last().map(|entry| entry.index);
+        for entry in committed {
+            if entry.index <= role.applied.get() {
+                role.folded_term.set(entry.term);
+                continue;
+            }
+            if entry.index != role.applied.get() + 1 {
+                role.diverged.set(true);
+                return Err(self.recovery(format!(
+                    "committed entry {} after entry {}",
+                    entry.index,
+                    role.applied.get()
+                )));
+            }
+            if !entry.batch.is_empty() {
+                let header = BatchHeader::verify(&entry.batch)
+                    .map_err(|error| self.recovery(format!("entry {}: {error}", entry.index)))?;
+                let batch = ReadBatch { header, bytes: SharedBytes::new(entry.batch) };
+                let mut state = self.state.borrow_mut();
+                let applied =
+                    role.fold.borrow_mut().apply(&mut state, &batch, Offset(0), &self.dir);
+                if let Err(error) = applied {
+                    role.diverged.set(true);
+                    return Err(error);
+                }
+            }
+            role.applied.set(entry.index);
+            role.folded_term.set(entry.term);
+            folded.entries += 1;
+        }
+        if let Some(last) = last {
+            driver.applied(last);
+        }
+        if folded.entries > 0 {
+            self.recharge();
+            self.hint_wakeup();
+        }
+        let (leads, term, _) = driver.role();
+        if role.serving.get() && (!leads || term != self.epoch().0) {
+            role.serving.set(false);
+            folded.stepped_down = true;
+            // Entries applied when appended and not committed may be
+            // cancelled by the next leader.
+            if role.applied.get() > self.log.journal().committed_index() {
+                role.diverged.set(true);
+            }
+            self.claimable.notify_all();
+        }
+        folded.ready_to_lead = leads
+            && !role.serving.get()
+            && !role.fencing.get()
+            && !role.diverged.get()
+            && role.folded_term.get() == term;
+        Ok(folded)
+    }
+
+    /// Makes this member's term the partition's leader epoch, ends the
+    /// claims of earlier terms (the epoch fence, through the log) and opens
+    /// the partition. Returns how many claims the fence ended.
+    ///
+    /// # Errors
+    /// [`PartitionError::NotLeader`] when it is not ready to lead (see
+    /// [`Folded::ready_to_lead`]); the fence's append and commit errors
+    /// (it stays closed; the next fold may try again).
+    pub async fn take_leadership(&self) -> Result<u64, PartitionError> {
+        let (Some(role), Some(driver)) = (&self.replica, self.log.driver()) else {
+            return Ok(0);
+        };
+        let (leads, term, leader) = driver.role();
+        if !leads || role.serving.get() || role.fencing.get() || role.folded_term.get() != term {
+            return Err(PartitionError::NotLeader { partition: self.name.partition.0, leader });
+        }
+        self.epoch.set(LeaderEpoch(term));
+        self.state.borrow_mut().set_leader_epoch(LeaderEpoch(term));
+        role.fencing.set(true);
+        let fenced = self.fence().await;
+        role.fencing.set(false);
+        let fenced = fenced?;
+        let (leads, now_term, _) = driver.role();
+        if !leads || now_term != term {
+            return Err(PartitionError::NotLeader { partition: self.name.partition.0, leader: 0 });
+        }
+        role.serving.set(true);
+        self.claimable.notify_all();
+        if self.state.borrow().has_ready() {
+            self.ready(0);
+        }
+        Ok(fenced)
+    }
+
+    /// Opens (recovering) or creates a replicated partition in `dir`: its
+    /// journal view from what the shard's recovery routed to it, its Raft
+    /// member ([`ReplicaDriver::open`]) on that view and the shard's vote
+    /// log, its state folded from the committed entries (never those above:
+    /// they may yet be cancelled). It serves nothing until its member leads
+    /// ([`fold_committed`](Self::fold_committed),
+    /// [`take_leadership`](Self::take_leadership)). Spawn the member's pump
+    /// (`partition.log().driver()`) and the returned background future;
+    /// the owner steps and ticks the member.
+    ///
+    /// # Errors
+    /// As [`Partition::open_journal`], and the member's open.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn open_replicated(
+        storage: S,
+        dir: &Path,
+        name: PartitionName,
+        config: QueueConfig,
+        open: ReplicatedOpen<S>,
+        secret: [u8; 32],
+        fatal: Rc<dyn FatalHandler>,
+        clock: Clock,
+    ) -> Result<(Rc<Self>, impl Future<Output = ()> + 'static, OpenReport), PartitionError> {
+        config.validate()?;
+        crate::io::create_dir_durable(&storage, dir).await.map_err(LogError::Io)?;
+        let ReplicatedOpen { shard, handle, routed, log, votes, member, voters, timing, send } =
+            open;
+        // Tokens are issued under the leader's term, set when it takes the
+        // lead; until then the state issues none.
+        let epoch = LeaderEpoch(0);
+        let context = PartitionContext {
+            queue: name.queue_id,
+            partition: name.partition,
+            epoch,
+            secret,
+            config: config.clone(),
+        };
+        let (state, covers, replay_from) = restore_journal_state(&storage, dir, context).await?;
+        let floor = covers.map_or(Offset(0), |covers| Offset(covers.0));
+        let view =
+            shard.replicated_partition(handle, routed, log, floor, 0, replay_from.entry_index())?;
+        let view = Rc::new(view);
+        let applied = view.committed_index();
+        let driver =
+            ReplicaDriver::open(member, &voters, view, votes, applied, timing, send).await?;
+        let log = PartitionLog::replicated(driver);
+        Self::finish_open(
+            Opening { storage, dir, name, log, state, epoch, covers, replay_from, replayed: None },
+            fatal,
+            clock,
+        )
+        .await
+    }
+
+    fn recovery(&self, reason: String) -> PartitionError {
+        PartitionError::Recovery { dir: self.dir.clone(), reason }
+    }
+}

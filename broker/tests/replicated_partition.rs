@@ -1,0 +1,324 @@
+//! A replicated partition (`docs/design/replication.md` §4,
+//! `broker/src/partition/replicated.rs`): three members of one partition's
+//! group on one glommio executor, each its own shard journal and vote log
+//! on its own simulated disk, the messages between them carried in memory,
+//! every member's state folded from committed entries.
+//!
+//! What it shows, in one run:
+//! - only the leader serves; a follower refuses with `NotLeader`;
+//! - enqueues and acks answered by the leader are in every member's state
+//!   (the followers' folds equal the leader's counters);
+//! - the leader killed, a new leader of a higher term takes over once its
+//!   state covers every committed entry; its epoch fence ends the claims of
+//!   the old term, so tokens of the old leader are stale there;
+//! - every acknowledged message is claimable from the new leader exactly
+//!   once and no acked message is delivered again;
+//! - the killed member restarts from its disk's crash image and folds
+//!   what it missed.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeSet, VecDeque};
+use std::path::Path;
+use std::rc::Rc;
+use std::time::Duration;
+
+use glommio::{LocalExecutorBuilder, Placement};
+use raft::eraftpb::Message;
+use spool_broker::io::{CrashMode, SimStorage};
+use spool_broker::log::journal::{JournalConfig, JournalPos, ShardJournal};
+use spool_broker::log::vote::VoteLog;
+use spool_broker::log::RecordFatal;
+use spool_broker::partition::{
+    Clock, EnqueueOutcome, Partition, PartitionError, PartitionName, ReplicatedOpen,
+};
+use spool_broker::queue::{
+    ClaimRequest, DeliveryToken, Lane, Offset, PartitionId, QueueConfig, QueueId, WorkerId,
+};
+use spool_broker::replica::Timing;
+use spool_wire::batch::{BatchBytes, DataBatchBuilder, MessageId, Payload, Record};
+use spool_wire::ErrorCode;
+
+const VOTERS: [u64; 3] = [1, 2, 3];
+const START_MS: u64 = 1_700_000_000_000;
+const SHARD: &str = "/shard-00";
+const BATCHES: u64 = 100;
+const PER_BATCH: u64 = 5;
+
+type Network = Rc<RefCell<VecDeque<Message>>>;
+
+fn batch(first: u64, count: u64, now_ms: u64) -> BatchBytes {
+    let mut builder = DataBatchBuilder::new();
+    for id in first..first + count {
+        let mut message_id = [0u8; 16];
+        message_id[..8].copy_from_slice(&id.to_le_bytes());
+        builder
+            .push(&Record {
+                message_id: MessageId(message_id),
+                routing_key: vec![],
+                headers: vec![],
+                payload: Payload::Inline(id.to_le_bytes().repeat(20)),
+                priority: 0,
+                not_before_ms: 0,
+                expiry_ms: 0,
+                enqueue_time_ms: now_ms,
+            })
+            .unwrap();
+    }
+    builder.finish().unwrap()
+}
+
+fn claim_request(credits: u32) -> ClaimRequest {
+    ClaimRequest { worker: WorkerId(9), credits, max_bytes: 1 << 20, lease_ms: Some(30_000) }
+}
+
+/// One member: its disk and, while it runs, its partition.
+struct Member {
+    id: u64,
+    storage: SimStorage,
+    partition: Option<Rc<Partition<SimStorage>>>,
+}
+
+async fn open_member(
+    id: u64,
+    storage: &SimStorage,
+    network: &Network,
+    now: &Rc<Cell<u64>>,
+) -> Rc<Partition<SimStorage>> {
+    let fatal = Rc::new(RecordFatal::default());
+    let config = JournalConfig::default();
+    let (shard, recovery) =
+        ShardJournal::open(storage.clone(), Path::new(SHARD), config, JournalPos(0), fatal.clone())
+            .await
+            .unwrap();
+    let handle = shard.register(1, PartitionId(0)).await.unwrap();
+    let routed = recovery.routed.partitions.get(&handle).cloned().unwrap_or_default();
+    let log = recovery.routed.logs.get(&handle).copied().unwrap_or_default();
+    glommio::spawn_local(shard.background()).detach();
+    let (votes, _) = VoteLog::open(storage.clone(), Path::new(SHARD)).await.unwrap();
+    let sink = network.clone();
+    let send: Rc<dyn Fn(Message)> = Rc::new(move |message| sink.borrow_mut().push_back(message));
+    let open = ReplicatedOpen {
+        shard,
+        handle,
+        routed,
+        log,
+        votes: Rc::new(votes),
+        member: id,
+        voters: VOTERS.to_vec(),
+        timing: Timing::Fixed { offset: 3 * id as usize },
+        send,
+    };
+    let name =
+        PartitionName { queue: "jobs".into(), queue_id: QueueId(1), partition: PartitionId(0) };
+    let clock_now = now.clone();
+    let clock: Clock = Rc::new(move || clock_now.get());
+    let dir = Path::new(SHARD).join("partitions").join("1-0");
+    let (partition, background, _) = Partition::open_replicated(
+        storage.clone(),
+        &dir,
+        name,
+        QueueConfig::default(),
+        open,
+        [7; 32],
+        fatal,
+        clock,
+    )
+    .await
+    .unwrap();
+    glommio::spawn_local(background).detach();
+    glommio::spawn_local(partition.log().driver().unwrap().clone().pump()).detach();
+    partition
+}
+
+/// Moves messages, ticks, folds and hands the lead over, until `done`.
+struct Cluster {
+    members: Vec<Member>,
+    network: Network,
+    leading: RefCell<BTreeSet<u64>>,
+}
+
+impl Cluster {
+    /// One round: every queued message delivered (to a live member), every
+    /// member ticked and folded, leadership taken where it is due.
+    async fn round(&self) {
+        let messages: Vec<Message> = self.network.borrow_mut().drain(..).collect();
+        for message in messages {
+            if let Some(partition) = &self.members[message.to as usize - 1].partition {
+                partition.log().driver().unwrap().step(message);
+            }
+        }
+        for member in &self.members {
+            let Some(partition) = &member.partition else { continue };
+            partition.log().driver().unwrap().tick();
+            let folded = partition.fold_committed().unwrap();
+            assert!(!partition.diverged(), "member {} diverged", member.id);
+            if folded.ready_to_lead && self.leading.borrow_mut().insert(member.id) {
+                let partition = partition.clone();
+                let id = member.id;
+                glommio::spawn_local(async move {
+                    let fenced = partition.take_leadership().await;
+                    println!("member {id} takes the lead: {fenced:?}");
+                })
+                .detach();
+            }
+        }
+        glommio::timer::sleep(Duration::from_millis(1)).await;
+    }
+
+    /// Rounds until `done` holds (bounded).
+    async fn until(&self, what: &str, mut done: impl FnMut(&Cluster) -> bool) {
+        for _ in 0..5_000 {
+            if done(self) {
+                return;
+            }
+            self.round().await;
+        }
+        panic!("never: {what}");
+    }
+
+    fn serving(&self) -> Option<usize> {
+        self.members
+            .iter()
+            .position(|member| member.partition.as_ref().is_some_and(|p| p.serving()))
+    }
+
+    /// Runs `work` while the cluster keeps moving.
+    async fn with<T>(&self, work: impl std::future::Future<Output = T>) -> T {
+        let done = Rc::new(Cell::new(false));
+        let result = futures_lite::future::or(async { Some(work.await) }, async {
+            loop {
+                if done.get() {
+                    return None;
+                }
+                self.round().await;
+            }
+        })
+        .await;
+        done.set(true);
+        result.unwrap()
+    }
+}
+
+#[test]
+fn a_replicated_partition_serves_from_its_leader_and_loses_nothing_acknowledged_to_a_kill() {
+    LocalExecutorBuilder::new(Placement::Unbound).io_memory(0).make().expect("executor").run(
+        async {
+            let network: Network = Rc::default();
+            let now = Rc::new(Cell::new(START_MS));
+            let mut members = Vec::new();
+            for id in VOTERS {
+                let storage = SimStorage::new();
+                let partition = open_member(id, &storage, &network, &now).await;
+                members.push(Member { id, storage, partition: Some(partition) });
+            }
+            let mut cluster = Cluster { members, network, leading: RefCell::default() };
+            cluster.until("a serving leader", |c| c.serving().is_some()).await;
+            let leader = cluster.serving().unwrap();
+            let lead = cluster.members[leader].partition.clone().unwrap();
+            let follower = (leader + 1) % 3;
+            let other = cluster.members[follower].partition.clone().unwrap();
+
+            // A follower refuses.
+            let refused = other.enqueue(&batch(0, 1, START_MS)).await.unwrap_err();
+            assert!(matches!(refused, PartitionError::NotLeader { .. }), "{refused}");
+            assert_eq!(refused.code(), ErrorCode::NotOwner);
+
+            // Enqueues at the leader, each answered once committed.
+            for at in 0..BATCHES {
+                let outcomes = cluster
+                    .with(lead.enqueue(&batch(at * PER_BATCH, PER_BATCH, START_MS)))
+                    .await
+                    .unwrap();
+                assert!(outcomes.iter().all(|o| matches!(o, EnqueueOutcome::Appended { .. })));
+            }
+            let total = BATCHES * PER_BATCH;
+            // Claim 300, ack 200 of them (acks answered once committed).
+            let mut claimed = Vec::new();
+            while claimed.len() < 300 {
+                let got = cluster.with(lead.claim(&claim_request(50), Lane::Main, 0)).await;
+                claimed.extend(got.unwrap().into_iter().map(|c| c.delivery));
+            }
+            let (acked, held): (Vec<_>, Vec<_>) =
+                claimed.iter().enumerate().partition(|(at, _)| at % 3 != 2);
+            let acked: Vec<_> = acked.into_iter().map(|(_, d)| *d).collect();
+            let held: Vec<_> = held.into_iter().map(|(_, d)| *d).collect();
+            let tokens: Vec<DeliveryToken> = acked.iter().map(|d| d.token).collect();
+            for outcome in cluster.with(lead.ack(&tokens)).await {
+                outcome.unwrap();
+            }
+            let acked_offsets: BTreeSet<Offset> = acked.iter().map(|d| d.offset).collect();
+
+            // Every member folds to the same counters.
+            let expected = lead.counters();
+            assert_eq!(expected.totals.enqueued, total);
+            assert_eq!(expected.totals.acked, acked.len() as u64);
+            cluster
+                .until("the followers' folds", |c| {
+                    c.members.iter().all(|m| {
+                        let p = m.partition.as_ref().unwrap();
+                        let counters = p.counters();
+                        counters.totals.acked == expected.totals.acked
+                            && counters.claimed == expected.claimed
+                            && counters.ready == expected.ready
+                    })
+                })
+                .await;
+
+            // Kill the leader: its memory gone, its disk as a crash leaves it.
+            let old_term = lead.epoch().0;
+            let image = cluster.members[leader].storage.crash_image(CrashMode::DurableOnly);
+            cluster.members[leader].partition = None;
+            drop(lead);
+            cluster.leading.borrow_mut().clear();
+            cluster.until("a new serving leader", |c| c.serving().is_some()).await;
+            let new = cluster.serving().unwrap();
+            assert_ne!(new, leader);
+            let lead = cluster.members[new].partition.clone().unwrap();
+            assert!(lead.epoch().0 > old_term, "a higher term");
+
+            // The fence ended the old term's claims: they are ready again,
+            // and the old tokens are stale.
+            let counters = lead.counters();
+            assert_eq!(counters.claimed, 0, "claims of the old term ended");
+            assert_eq!(counters.ready, total - acked.len() as u64);
+            let stale = cluster.with(lead.ack(&[held[0].token])).await;
+            let code = stale[0].as_ref().unwrap_err().code();
+            assert_eq!(code, ErrorCode::StaleToken);
+
+            // Everything not acked is claimable exactly once; nothing acked is.
+            let mut seen = BTreeSet::new();
+            loop {
+                let got = cluster.with(lead.claim(&claim_request(100), Lane::Main, 0)).await;
+                let got = got.unwrap();
+                if got.is_empty() {
+                    break;
+                }
+                for claim in got {
+                    let offset = claim.delivery.offset;
+                    assert!(!acked_offsets.contains(&offset), "acked {offset:?} delivered again");
+                    assert!(seen.insert(offset), "{offset:?} delivered twice");
+                }
+            }
+            assert_eq!(seen.len() as u64, total - acked.len() as u64);
+
+            // The killed member restarts from its crash image and catches up.
+            let restarted = open_member(leader as u64 + 1, &image, &cluster.network, &now).await;
+            cluster.members[leader] = Member {
+                id: leader as u64 + 1,
+                storage: image,
+                partition: Some(restarted.clone()),
+            };
+            let expected = lead.counters();
+            cluster
+                .until("the restarted member's fold", |_| {
+                    let counters = restarted.counters();
+                    counters.claimed == expected.claimed
+                        && counters.totals.enqueued == expected.totals.enqueued
+                        && counters.totals.acked == expected.totals.acked
+                })
+                .await;
+            assert!(!restarted.serving());
+        },
+    );
+}
