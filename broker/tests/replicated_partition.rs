@@ -46,6 +46,7 @@ const BATCHES: u64 = 100;
 const PER_BATCH: u64 = 5;
 
 type Network = Rc<RefCell<VecDeque<Message>>>;
+type Answer = Result<Vec<EnqueueOutcome>, PartitionError>;
 
 fn batch(first: u64, count: u64, now_ms: u64) -> BatchBytes {
     let mut builder = DataBatchBuilder::new();
@@ -136,14 +137,35 @@ struct Cluster {
     members: Vec<Member>,
     network: Network,
     leading: RefCell<BTreeSet<u64>>,
+    /// Members cut off: their messages, both ways, are lost.
+    cut: RefCell<BTreeSet<u64>>,
+    /// Rebuilds of diverged states done, by member.
+    rebuilt: Rc<RefCell<Vec<u64>>>,
+    rebuilding: Rc<RefCell<BTreeSet<u64>>>,
 }
 
 impl Cluster {
+    fn new(members: Vec<Member>, network: Network) -> Cluster {
+        Cluster {
+            members,
+            network,
+            leading: RefCell::default(),
+            cut: RefCell::default(),
+            rebuilt: Rc::default(),
+            rebuilding: Rc::default(),
+        }
+    }
+
     /// One round: every queued message delivered (to a live member), every
     /// member ticked and folded, leadership taken where it is due.
     async fn round(&self) {
         let messages: Vec<Message> = self.network.borrow_mut().drain(..).collect();
         for message in messages {
+            let cut = self.cut.borrow();
+            if cut.contains(&message.from) || cut.contains(&message.to) {
+                continue;
+            }
+            drop(cut);
             if let Some(partition) = &self.members[message.to as usize - 1].partition {
                 partition.log().driver().unwrap().step(message);
             }
@@ -152,7 +174,19 @@ impl Cluster {
             let Some(partition) = &member.partition else { continue };
             partition.log().driver().unwrap().tick();
             let folded = partition.fold_committed().unwrap();
-            assert!(!partition.diverged(), "member {} diverged", member.id);
+            if folded.stepped_down {
+                self.leading.borrow_mut().remove(&member.id);
+            }
+            if partition.diverged() && self.rebuilding.borrow_mut().insert(member.id) {
+                let (partition, id) = (partition.clone(), member.id);
+                let (rebuilt, rebuilding) = (self.rebuilt.clone(), self.rebuilding.clone());
+                glommio::spawn_local(async move {
+                    partition.rebuild().await.unwrap();
+                    rebuilt.borrow_mut().push(id);
+                    rebuilding.borrow_mut().remove(&id);
+                })
+                .detach();
+            }
             if folded.ready_to_lead && self.leading.borrow_mut().insert(member.id) {
                 let partition = partition.clone();
                 let id = member.id;
@@ -212,7 +246,7 @@ fn a_replicated_partition_serves_from_its_leader_and_loses_nothing_acknowledged_
                 let partition = open_member(id, &storage, &network, &now).await;
                 members.push(Member { id, storage, partition: Some(partition) });
             }
-            let mut cluster = Cluster { members, network, leading: RefCell::default() };
+            let mut cluster = Cluster::new(members, network);
             cluster.until("a serving leader", |c| c.serving().is_some()).await;
             let leader = cluster.serving().unwrap();
             let lead = cluster.members[leader].partition.clone().unwrap();
@@ -319,6 +353,72 @@ fn a_replicated_partition_serves_from_its_leader_and_loses_nothing_acknowledged_
                 })
                 .await;
             assert!(!restarted.serving());
+        },
+    );
+}
+
+#[test]
+fn a_leader_cut_off_with_entries_no_one_else_has_rebuilds_its_state_from_the_log() {
+    // Goal: a leader that applied entries a new leader then cancels does
+    // not keep them: it steps down, its state is rebuilt from its log's
+    // committed entries, it folds the new leader's entries, and the
+    // enqueue it had taken is answered as not done (the client retries at
+    // the leader). Method: cut the leader off after 50 committed messages,
+    // enqueue 5 more at it, let the other two elect a leader that enqueues
+    // 20, heal, and compare every member's counters.
+    LocalExecutorBuilder::new(Placement::Unbound).io_memory(0).make().expect("executor").run(
+        async {
+            let network: Network = Rc::default();
+            let now = Rc::new(Cell::new(START_MS));
+            let mut members = Vec::new();
+            for id in VOTERS {
+                let storage = SimStorage::new();
+                let partition = open_member(id, &storage, &network, &now).await;
+                members.push(Member { id, storage, partition: Some(partition) });
+            }
+            let cluster = Cluster::new(members, network);
+            cluster.until("a serving leader", |c| c.serving().is_some()).await;
+            let old = cluster.serving().unwrap();
+            let lead = cluster.members[old].partition.clone().unwrap();
+            for at in 0..10 {
+                cluster.with(lead.enqueue(&batch(at * 5, 5, START_MS))).await.unwrap();
+            }
+            cluster.cut.borrow_mut().insert(old as u64 + 1);
+            let lost: Rc<RefCell<Option<Answer>>> = Rc::default();
+            let (answer, cut_lead) = (lost.clone(), lead.clone());
+            glommio::spawn_local(async move {
+                let outcome = cut_lead.enqueue(&batch(1_000, 5, START_MS)).await;
+                *answer.borrow_mut() = Some(outcome);
+            })
+            .detach();
+            cluster
+                .until("a new leader among the other two", |c| {
+                    c.serving().is_some_and(|at| at != old)
+                })
+                .await;
+            let new = cluster.members[cluster.serving().unwrap()].partition.clone().unwrap();
+            for at in 0..4 {
+                cluster.with(new.enqueue(&batch(2_000 + at * 5, 5, START_MS))).await.unwrap();
+            }
+            cluster.until("the old leader to step down", |_| !lead.serving()).await;
+            cluster.cut.borrow_mut().clear();
+            cluster
+                .until("every member to fold the new leader's entries", |c| {
+                    c.members.iter().all(|m| {
+                        let counters = m.partition.as_ref().unwrap().counters();
+                        counters.totals.enqueued == 70 && counters.ready == 70
+                    })
+                })
+                .await;
+            cluster.until("the cut enqueue to be answered", |_| lost.borrow().is_some()).await;
+            let refused = lost.borrow_mut().take().unwrap().unwrap_err();
+            assert_eq!(refused.code(), ErrorCode::NotOwner, "{refused}");
+            assert_eq!(
+                *cluster.rebuilt.borrow(),
+                vec![old as u64 + 1],
+                "one rebuild, the old leader"
+            );
+            assert!(!lead.diverged());
         },
     );
 }

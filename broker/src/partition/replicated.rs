@@ -23,8 +23,9 @@
 //!   serving. If its state holds entries not yet committed (applied when
 //!   appended), they may be cancelled by the next leader: the state can no
 //!   longer be trusted and the partition reports itself diverged
-//!   ([`Partition::diverged`]); its owner reopens it from the log (which
-//!   folds committed entries only).
+//!   ([`Partition::diverged`]); its owner rebuilds it from the log
+//!   ([`Partition::rebuild`]: a new state folded from every committed
+//!   entry, read back by index).
 //!
 //! Not yet for replicated partitions: checkpoints and retention (the log
 //! is kept whole until checkpoints are shipped as snapshots), relocation.
@@ -40,12 +41,13 @@ use spool_wire::batch::BatchHeader;
 use super::open::{restore_journal_state, Opening, ReplayFold};
 use super::{
     Clock, LogAppended, OpenReport, Partition, PartitionError, PartitionLog, PartitionName,
+    REPLAY_READ_BYTES,
 };
 use crate::io::Storage;
 use crate::log::journal::{PartitionHandle, RecoveredLog, RoutedEntry, ShardJournal};
 use crate::log::vote::VoteLog;
 use crate::log::{FatalHandler, LogError, ReadBatch, SharedBytes};
-use crate::queue::{LeaderEpoch, Offset, PartitionContext, QueueConfig};
+use crate::queue::{LeaderEpoch, Offset, PartitionContext, PartitionState, QueueConfig};
 use crate::replica::{ReplicaDriver, Timing};
 
 /// What a replicated partition knows of its role; see the module docs.
@@ -60,13 +62,20 @@ pub(super) struct Role {
     /// The leadership fence is appending: its events may go in.
     fencing: Cell<bool>,
     diverged: Cell<bool>,
+    /// A rebuild is reading the log: committed entries wait in the member.
+    rebuilding: Cell<bool>,
+    /// The highest committed index taken from the member.
+    taken: Cell<u64>,
     fold: RefCell<ReplayFold>,
+    /// The broker secret tokens are made with (a rebuilt state needs it).
+    secret: Cell<[u8; 32]>,
 }
 
 impl Role {
     /// The open's replay folded the entries up to `applied`.
     pub(super) fn opened_at(&self, applied: u64) {
         self.applied.set(applied);
+        self.taken.set(applied);
     }
 }
 
@@ -162,8 +171,14 @@ impl<S: Storage + Clone> Partition<S> {
             return Ok(Folded::default());
         };
         let mut folded = Folded::default();
+        if role.rebuilding.get() {
+            return Ok(folded);
+        }
         let committed = driver.take_committed();
         let last = committed.last().map(|entry| entry.index);
+        if let Some(last) = last {
+            role.taken.set(role.taken.get().max(last));
+        }
         for entry in committed {
             if entry.index <= role.applied.get() {
                 role.folded_term.set(entry.term);
@@ -299,12 +314,84 @@ impl<S: Storage + Clone> Partition<S> {
         let driver =
             ReplicaDriver::open(member, &voters, view, votes, applied, timing, send).await?;
         let log = PartitionLog::replicated(driver);
-        Self::finish_open(
+        let opened = Self::finish_open(
             Opening { storage, dir, name, log, state, epoch, covers, replay_from, replayed: None },
             fatal,
             clock,
         )
-        .await
+        .await?;
+        if let Some(role) = &opened.0.replica {
+            role.secret.set(secret);
+        }
+        Ok(opened)
+    }
+
+    /// Rebuilds a diverged partition's state from its log (module docs): a
+    /// new state folded from every committed entry, read back by index,
+    /// in place of the one that held entries a new leader cancelled.
+    /// Committed entries arriving meanwhile wait in the member and are
+    /// folded after. Returns the entries folded.
+    ///
+    /// # Errors
+    /// [`PartitionError::Recovery`] when the log no longer holds its first
+    /// entries by index (the node must reopen the partition from its
+    /// journal), and the log's read errors; the partition stays diverged.
+    pub async fn rebuild(&self) -> Result<u64, PartitionError> {
+        let Some(role) = &self.replica else { return Ok(0) };
+        if !role.diverged.get() || role.rebuilding.replace(true) {
+            return Ok(0);
+        }
+        let rebuilt = self.rebuild_state(role).await;
+        role.rebuilding.set(false);
+        let (state, fold, upto) = rebuilt?;
+        *self.state.borrow_mut() = state;
+        *role.fold.borrow_mut() = fold;
+        role.applied.set(upto);
+        role.folded_term.set(self.log.journal().term_at(upto).unwrap_or(0));
+        role.diverged.set(false);
+        self.recharge();
+        self.hint_wakeup();
+        self.claimable.notify_all();
+        tracing::info!(partition = ?self.name, entries = upto, "diverged state rebuilt from the log");
+        Ok(upto)
+    }
+
+    async fn rebuild_state(
+        &self,
+        role: &Role,
+    ) -> Result<(PartitionState, ReplayFold, u64), PartitionError> {
+        let part = self.log.journal().clone();
+        let first = part.first_index();
+        if first > 1 {
+            return Err(self.recovery(format!(
+                "cannot rebuild: entries before {first} are no longer held by index; \
+                 reopen the partition from its journal"
+            )));
+        }
+        let context = PartitionContext {
+            queue: self.name.queue_id,
+            partition: self.name.partition,
+            epoch: self.epoch.get(),
+            secret: role.secret.get(),
+            config: self.state.borrow().config().clone(),
+        };
+        let mut state = PartitionState::new(context)?;
+        let mut fold = ReplayFold::default();
+        // Every entry taken from the member (committed and durable here),
+        // and what the log has committed since.
+        let upto = part.committed_index().max(role.taken.get());
+        let mut next = 1;
+        while next <= upto {
+            let read = part.read_entries(next, upto + 1, REPLAY_READ_BYTES).await?;
+            if read.is_empty() {
+                return Err(self.recovery(format!("cannot rebuild: entry {next} is not durable")));
+            }
+            for entry in read {
+                next = entry.index + 1;
+                fold.apply(&mut state, &entry.batch, Offset(0), &self.dir)?;
+            }
+        }
+        Ok((state, fold, upto))
     }
 
     fn recovery(&self, reason: String) -> PartitionError {
