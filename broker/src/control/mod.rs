@@ -10,6 +10,7 @@ pub mod assignment;
 pub mod catalog;
 pub mod cluster;
 pub mod config;
+pub mod controller;
 pub mod data_dir;
 pub mod host;
 pub mod layers;
