@@ -69,6 +69,10 @@ fn batch(first: u64, count: u64, now_ms: u64) -> BatchBytes {
     builder.finish().unwrap()
 }
 
+fn on_executor(test: impl std::future::Future<Output = ()>) {
+    LocalExecutorBuilder::new(Placement::Unbound).io_memory(0).make().expect("executor").run(test);
+}
+
 fn claim_request(credits: u32) -> ClaimRequest {
     ClaimRequest { worker: WorkerId(9), credits, max_bytes: 1 << 20, lease_ms: Some(30_000) }
 }
@@ -145,6 +149,18 @@ struct Cluster {
 }
 
 impl Cluster {
+    /// Three members on fresh simulated disks, on the clock `now`.
+    async fn start(now: &Rc<Cell<u64>>) -> Cluster {
+        let network: Network = Rc::default();
+        let mut members = Vec::new();
+        for id in VOTERS {
+            let storage = SimStorage::new();
+            let partition = open_member(id, &storage, &network, now).await;
+            members.push(Member { id, storage, partition: Some(partition) });
+        }
+        Cluster::new(members, network)
+    }
+
     fn new(members: Vec<Member>, network: Network) -> Cluster {
         Cluster {
             members,
@@ -244,125 +260,113 @@ impl Cluster {
 
 #[test]
 fn a_replicated_partition_serves_from_its_leader_and_loses_nothing_acknowledged_to_a_kill() {
-    LocalExecutorBuilder::new(Placement::Unbound).io_memory(0).make().expect("executor").run(
-        async {
-            let network: Network = Rc::default();
-            let now = Rc::new(Cell::new(START_MS));
-            let mut members = Vec::new();
-            for id in VOTERS {
-                let storage = SimStorage::new();
-                let partition = open_member(id, &storage, &network, &now).await;
-                members.push(Member { id, storage, partition: Some(partition) });
-            }
-            let mut cluster = Cluster::new(members, network);
-            cluster.until("a serving leader", |c| c.serving().is_some()).await;
-            let leader = cluster.serving().unwrap();
-            let lead = cluster.members[leader].partition.clone().unwrap();
-            let follower = (leader + 1) % 3;
-            let other = cluster.members[follower].partition.clone().unwrap();
+    on_executor(async {
+        let now = Rc::new(Cell::new(START_MS));
+        let mut cluster = Cluster::start(&now).await;
+        cluster.until("a serving leader", |c| c.serving().is_some()).await;
+        let leader = cluster.serving().unwrap();
+        let lead = cluster.members[leader].partition.clone().unwrap();
+        let follower = (leader + 1) % 3;
+        let other = cluster.members[follower].partition.clone().unwrap();
 
-            // A follower refuses.
-            let refused = other.enqueue(&batch(0, 1, START_MS)).await.unwrap_err();
-            assert!(matches!(refused, PartitionError::NotLeader { .. }), "{refused}");
-            assert_eq!(refused.code(), ErrorCode::NotOwner);
+        // A follower refuses.
+        let refused = other.enqueue(&batch(0, 1, START_MS)).await.unwrap_err();
+        assert!(matches!(refused, PartitionError::NotLeader { .. }), "{refused}");
+        assert_eq!(refused.code(), ErrorCode::NotOwner);
 
-            // Enqueues at the leader, each answered once committed.
-            for at in 0..BATCHES {
-                let outcomes = cluster
-                    .with(lead.enqueue(&batch(at * PER_BATCH, PER_BATCH, START_MS)))
-                    .await
-                    .unwrap();
-                assert!(outcomes.iter().all(|o| matches!(o, EnqueueOutcome::Appended { .. })));
-            }
-            let total = BATCHES * PER_BATCH;
-            // Claim 300, ack 200 of them (acks answered once committed).
-            let mut claimed = Vec::new();
-            while claimed.len() < 300 {
-                let got = cluster.with(lead.claim(&claim_request(50), Lane::Main, 0)).await;
-                claimed.extend(got.unwrap().into_iter().map(|c| c.delivery));
-            }
-            let (acked, held): (Vec<_>, Vec<_>) =
-                claimed.iter().enumerate().partition(|(at, _)| at % 3 != 2);
-            let acked: Vec<_> = acked.into_iter().map(|(_, d)| *d).collect();
-            let held: Vec<_> = held.into_iter().map(|(_, d)| *d).collect();
-            let tokens: Vec<DeliveryToken> = acked.iter().map(|d| d.token).collect();
-            for outcome in cluster.with(lead.ack(&tokens)).await {
-                outcome.unwrap();
-            }
-            let acked_offsets: BTreeSet<Offset> = acked.iter().map(|d| d.offset).collect();
+        // Enqueues at the leader, each answered once committed.
+        for at in 0..BATCHES {
+            let outcomes = cluster
+                .with(lead.enqueue(&batch(at * PER_BATCH, PER_BATCH, START_MS)))
+                .await
+                .unwrap();
+            assert!(outcomes.iter().all(|o| matches!(o, EnqueueOutcome::Appended { .. })));
+        }
+        let total = BATCHES * PER_BATCH;
+        // Claim 300, ack 200 of them (acks answered once committed).
+        let mut claimed = Vec::new();
+        while claimed.len() < 300 {
+            let got = cluster.with(lead.claim(&claim_request(50), Lane::Main, 0)).await;
+            claimed.extend(got.unwrap().into_iter().map(|c| c.delivery));
+        }
+        let (acked, held): (Vec<_>, Vec<_>) =
+            claimed.iter().enumerate().partition(|(at, _)| at % 3 != 2);
+        let acked: Vec<_> = acked.into_iter().map(|(_, d)| *d).collect();
+        let held: Vec<_> = held.into_iter().map(|(_, d)| *d).collect();
+        let tokens: Vec<DeliveryToken> = acked.iter().map(|d| d.token).collect();
+        for outcome in cluster.with(lead.ack(&tokens)).await {
+            outcome.unwrap();
+        }
+        let acked_offsets: BTreeSet<Offset> = acked.iter().map(|d| d.offset).collect();
 
-            // Every member folds to the same counters.
-            let expected = lead.counters();
-            assert_eq!(expected.totals.enqueued, total);
-            assert_eq!(expected.totals.acked, acked.len() as u64);
-            cluster
-                .until("the followers' folds", |c| {
-                    c.members.iter().all(|m| {
-                        let p = m.partition.as_ref().unwrap();
-                        let counters = p.counters();
-                        counters.totals.acked == expected.totals.acked
-                            && counters.claimed == expected.claimed
-                            && counters.ready == expected.ready
-                    })
+        // Every member folds to the same counters.
+        let expected = lead.counters();
+        assert_eq!(expected.totals.enqueued, total);
+        assert_eq!(expected.totals.acked, acked.len() as u64);
+        cluster
+            .until("the followers' folds", |c| {
+                c.members.iter().all(|m| {
+                    let p = m.partition.as_ref().unwrap();
+                    let counters = p.counters();
+                    counters.totals.acked == expected.totals.acked
+                        && counters.claimed == expected.claimed
+                        && counters.ready == expected.ready
                 })
-                .await;
+            })
+            .await;
 
-            // Kill the leader: its memory gone, its disk as a crash leaves it.
-            let old_term = lead.epoch().0;
-            let image = cluster.members[leader].storage.crash_image(CrashMode::DurableOnly);
-            cluster.members[leader].partition = None;
-            drop(lead);
-            cluster.leading.borrow_mut().clear();
-            cluster.until("a new serving leader", |c| c.serving().is_some()).await;
-            let new = cluster.serving().unwrap();
-            assert_ne!(new, leader);
-            let lead = cluster.members[new].partition.clone().unwrap();
-            assert!(lead.epoch().0 > old_term, "a higher term");
+        // Kill the leader: its memory gone, its disk as a crash leaves it.
+        let old_term = lead.epoch().0;
+        let image = cluster.members[leader].storage.crash_image(CrashMode::DurableOnly);
+        cluster.members[leader].partition = None;
+        drop(lead);
+        cluster.leading.borrow_mut().clear();
+        cluster.until("a new serving leader", |c| c.serving().is_some()).await;
+        let new = cluster.serving().unwrap();
+        assert_ne!(new, leader);
+        let lead = cluster.members[new].partition.clone().unwrap();
+        assert!(lead.epoch().0 > old_term, "a higher term");
 
-            // The fence ended the old term's claims: they are ready again,
-            // and the old tokens are stale.
-            let counters = lead.counters();
-            assert_eq!(counters.claimed, 0, "claims of the old term ended");
-            assert_eq!(counters.ready, total - acked.len() as u64);
-            let stale = cluster.with(lead.ack(&[held[0].token])).await;
-            let code = stale[0].as_ref().unwrap_err().code();
-            assert_eq!(code, ErrorCode::StaleToken);
+        // The fence ended the old term's claims: they are ready again,
+        // and the old tokens are stale.
+        let counters = lead.counters();
+        assert_eq!(counters.claimed, 0, "claims of the old term ended");
+        assert_eq!(counters.ready, total - acked.len() as u64);
+        let stale = cluster.with(lead.ack(&[held[0].token])).await;
+        let code = stale[0].as_ref().unwrap_err().code();
+        assert_eq!(code, ErrorCode::StaleToken);
 
-            // Everything not acked is claimable exactly once; nothing acked is.
-            let mut seen = BTreeSet::new();
-            loop {
-                let got = cluster.with(lead.claim(&claim_request(100), Lane::Main, 0)).await;
-                let got = got.unwrap();
-                if got.is_empty() {
-                    break;
-                }
-                for claim in got {
-                    let offset = claim.delivery.offset;
-                    assert!(!acked_offsets.contains(&offset), "acked {offset:?} delivered again");
-                    assert!(seen.insert(offset), "{offset:?} delivered twice");
-                }
+        // Everything not acked is claimable exactly once; nothing acked is.
+        let mut seen = BTreeSet::new();
+        loop {
+            let got = cluster.with(lead.claim(&claim_request(100), Lane::Main, 0)).await;
+            let got = got.unwrap();
+            if got.is_empty() {
+                break;
             }
-            assert_eq!(seen.len() as u64, total - acked.len() as u64);
+            for claim in got {
+                let offset = claim.delivery.offset;
+                assert!(!acked_offsets.contains(&offset), "acked {offset:?} delivered again");
+                assert!(seen.insert(offset), "{offset:?} delivered twice");
+            }
+        }
+        assert_eq!(seen.len() as u64, total - acked.len() as u64);
 
-            // The killed member restarts from its crash image and catches up.
-            let restarted = open_member(leader as u64 + 1, &image, &cluster.network, &now).await;
-            cluster.members[leader] = Member {
-                id: leader as u64 + 1,
-                storage: image,
-                partition: Some(restarted.clone()),
-            };
-            let expected = lead.counters();
-            cluster
-                .until("the restarted member's fold", |_| {
-                    let counters = restarted.counters();
-                    counters.claimed == expected.claimed
-                        && counters.totals.enqueued == expected.totals.enqueued
-                        && counters.totals.acked == expected.totals.acked
-                })
-                .await;
-            assert!(!restarted.serving());
-        },
-    );
+        // The killed member restarts from its crash image and catches up.
+        let restarted = open_member(leader as u64 + 1, &image, &cluster.network, &now).await;
+        cluster.members[leader] =
+            Member { id: leader as u64 + 1, storage: image, partition: Some(restarted.clone()) };
+        let expected = lead.counters();
+        cluster
+            .until("the restarted member's fold", |_| {
+                let counters = restarted.counters();
+                counters.claimed == expected.claimed
+                    && counters.totals.enqueued == expected.totals.enqueued
+                    && counters.totals.acked == expected.totals.acked
+            })
+            .await;
+        assert!(!restarted.serving());
+    });
 }
 
 #[test]
@@ -374,61 +378,46 @@ fn a_leader_cut_off_with_entries_no_one_else_has_rebuilds_its_state_from_the_log
     // the leader). Method: cut the leader off after 50 committed messages,
     // enqueue 5 more at it, let the other two elect a leader that enqueues
     // 20, heal, and compare every member's counters.
-    LocalExecutorBuilder::new(Placement::Unbound).io_memory(0).make().expect("executor").run(
-        async {
-            let network: Network = Rc::default();
-            let now = Rc::new(Cell::new(START_MS));
-            let mut members = Vec::new();
-            for id in VOTERS {
-                let storage = SimStorage::new();
-                let partition = open_member(id, &storage, &network, &now).await;
-                members.push(Member { id, storage, partition: Some(partition) });
-            }
-            let cluster = Cluster::new(members, network);
-            cluster.until("a serving leader", |c| c.serving().is_some()).await;
-            let old = cluster.serving().unwrap();
-            let lead = cluster.members[old].partition.clone().unwrap();
-            for at in 0..10 {
-                cluster.with(lead.enqueue(&batch(at * 5, 5, START_MS))).await.unwrap();
-            }
-            cluster.cut.borrow_mut().insert(old as u64 + 1);
-            let lost: Rc<RefCell<Option<Answer>>> = Rc::default();
-            let (answer, cut_lead) = (lost.clone(), lead.clone());
-            glommio::spawn_local(async move {
-                let outcome = cut_lead.enqueue(&batch(1_000, 5, START_MS)).await;
-                *answer.borrow_mut() = Some(outcome);
+    on_executor(async {
+        let now = Rc::new(Cell::new(START_MS));
+        let cluster = Cluster::start(&now).await;
+        cluster.until("a serving leader", |c| c.serving().is_some()).await;
+        let old = cluster.serving().unwrap();
+        let lead = cluster.members[old].partition.clone().unwrap();
+        for at in 0..10 {
+            cluster.with(lead.enqueue(&batch(at * 5, 5, START_MS))).await.unwrap();
+        }
+        cluster.cut.borrow_mut().insert(old as u64 + 1);
+        let lost: Rc<RefCell<Option<Answer>>> = Rc::default();
+        let (answer, cut_lead) = (lost.clone(), lead.clone());
+        glommio::spawn_local(async move {
+            let outcome = cut_lead.enqueue(&batch(1_000, 5, START_MS)).await;
+            *answer.borrow_mut() = Some(outcome);
+        })
+        .detach();
+        cluster
+            .until("a new leader among the other two", |c| c.serving().is_some_and(|at| at != old))
+            .await;
+        let new = cluster.members[cluster.serving().unwrap()].partition.clone().unwrap();
+        for at in 0..4 {
+            cluster.with(new.enqueue(&batch(2_000 + at * 5, 5, START_MS))).await.unwrap();
+        }
+        cluster.until("the old leader to step down", |_| !lead.serving()).await;
+        cluster.cut.borrow_mut().clear();
+        cluster
+            .until("every member to fold the new leader's entries", |c| {
+                c.members.iter().all(|m| {
+                    let counters = m.partition.as_ref().unwrap().counters();
+                    counters.totals.enqueued == 70 && counters.ready == 70
+                })
             })
-            .detach();
-            cluster
-                .until("a new leader among the other two", |c| {
-                    c.serving().is_some_and(|at| at != old)
-                })
-                .await;
-            let new = cluster.members[cluster.serving().unwrap()].partition.clone().unwrap();
-            for at in 0..4 {
-                cluster.with(new.enqueue(&batch(2_000 + at * 5, 5, START_MS))).await.unwrap();
-            }
-            cluster.until("the old leader to step down", |_| !lead.serving()).await;
-            cluster.cut.borrow_mut().clear();
-            cluster
-                .until("every member to fold the new leader's entries", |c| {
-                    c.members.iter().all(|m| {
-                        let counters = m.partition.as_ref().unwrap().counters();
-                        counters.totals.enqueued == 70 && counters.ready == 70
-                    })
-                })
-                .await;
-            cluster.until("the cut enqueue to be answered", |_| lost.borrow().is_some()).await;
-            let refused = lost.borrow_mut().take().unwrap().unwrap_err();
-            assert_eq!(refused.code(), ErrorCode::NotOwner, "{refused}");
-            assert_eq!(
-                *cluster.rebuilt.borrow(),
-                vec![old as u64 + 1],
-                "one rebuild, the old leader"
-            );
-            assert!(!lead.diverged());
-        },
-    );
+            .await;
+        cluster.until("the cut enqueue to be answered", |_| lost.borrow().is_some()).await;
+        let refused = lost.borrow_mut().take().unwrap().unwrap_err();
+        assert_eq!(refused.code(), ErrorCode::NotOwner, "{refused}");
+        assert_eq!(*cluster.rebuilt.borrow(), vec![old as u64 + 1], "one rebuild, the old leader");
+        assert!(!lead.diverged());
+    });
 }
 
 /// What one seeded history was told, to check the end state against.
@@ -452,15 +441,8 @@ struct Told {
 /// unknown), none answered acked.
 async fn random_history(seed: u64) {
     let mut rng = spool_broker::io::SplitMix(seed);
-    let network: Network = Rc::default();
     let now = Rc::new(Cell::new(START_MS));
-    let mut members = Vec::new();
-    for id in VOTERS {
-        let storage = SimStorage::new();
-        let partition = open_member(id, &storage, &network, &now).await;
-        members.push(Member { id, storage, partition: Some(partition) });
-    }
-    let mut cluster = Cluster::new(members, network);
+    let mut cluster = Cluster::start(&now).await;
     let mut told = Told::default();
     let mut next_id = 0u64;
     for _ in 0..30 {
@@ -594,10 +576,6 @@ fn random_histories_of_kills_and_cuts_lose_nothing_acknowledged() {
         .and_then(|value| value.parse().ok())
         .unwrap_or(3);
     for seed in 0..seeds {
-        LocalExecutorBuilder::new(Placement::Unbound)
-            .io_memory(0)
-            .make()
-            .expect("executor")
-            .run(random_history(0x5EED_0000 + seed));
+        on_executor(random_history(0x5EED_0000 + seed));
     }
 }

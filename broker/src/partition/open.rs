@@ -129,8 +129,7 @@ impl<S: Storage + Clone> Partition<S> {
         fatal: Rc<dyn FatalHandler>,
         clock: Clock,
     ) -> Result<(Rc<Self>, impl Future<Output = ()> + 'static, OpenReport), PartitionError> {
-        config.validate()?;
-        crate::io::create_dir_durable(&storage, dir).await.map_err(LogError::Io)?;
+        prepare_dir(&storage, dir, &config).await?;
         let JournalOpen { shard, handle, epoch: log_epoch, routed, replayed } = journal;
         // The shard's handles table made the epoch durable (one write for
         // every partition opened with this one); the fence below relies on
@@ -141,13 +140,7 @@ impl<S: Storage + Clone> Partition<S> {
             )));
         }
         let epoch = LeaderEpoch(u64::from(log_epoch));
-        let context = PartitionContext {
-            queue: name.queue_id,
-            partition: name.partition,
-            epoch,
-            secret,
-            config: config.clone(),
-        };
+        let context = context_of(&name, epoch, secret, &config);
         let (mut state, covers, replay_from, replayed) =
             match replayed.filter(|replayed| replayed.config == config) {
                 Some(done) => {
@@ -361,6 +354,33 @@ impl<S: Storage + Clone> Partition<S> {
             tracing::info!(partition = ?self.name, epoch = self.epoch.get().0, fenced, "claims of an older epoch released");
         }
         Ok(fenced)
+    }
+}
+
+/// Checks `config` and makes `dir` durable: what every open does first.
+pub(super) async fn prepare_dir<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    config: &QueueConfig,
+) -> Result<(), PartitionError> {
+    config.validate()?;
+    crate::io::create_dir_durable(storage, dir).await.map_err(LogError::Io)?;
+    Ok(())
+}
+
+/// The context a partition named `name` is opened (or rebuilt) with.
+pub(super) fn context_of(
+    name: &PartitionName,
+    epoch: LeaderEpoch,
+    secret: [u8; 32],
+    config: &QueueConfig,
+) -> PartitionContext {
+    PartitionContext {
+        queue: name.queue_id,
+        partition: name.partition,
+        epoch,
+        secret,
+        config: config.clone(),
     }
 }
 

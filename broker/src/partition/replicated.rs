@@ -38,7 +38,7 @@ use std::rc::Rc;
 use raft::eraftpb::Message;
 use spool_wire::batch::BatchHeader;
 
-use super::open::{restore_journal_state, Opening, ReplayFold};
+use super::open::{context_of, prepare_dir, restore_journal_state, Opening, ReplayFold};
 use super::{
     Clock, LogAppended, OpenReport, Partition, PartitionError, PartitionLog, PartitionName,
     REPLAY_READ_BYTES,
@@ -46,8 +46,8 @@ use super::{
 use crate::io::Storage;
 use crate::log::journal::{PartitionHandle, RecoveredLog, RoutedEntry, ShardJournal};
 use crate::log::vote::VoteLog;
-use crate::log::{FatalHandler, LogError, ReadBatch, SharedBytes};
-use crate::queue::{LeaderEpoch, Offset, PartitionContext, PartitionState, QueueConfig};
+use crate::log::{FatalHandler, ReadBatch, SharedBytes};
+use crate::queue::{LeaderEpoch, Offset, PartitionState, QueueConfig};
 use crate::replica::{ReplicaDriver, Timing};
 
 /// What a replicated partition knows of its role; see the module docs.
@@ -291,20 +291,13 @@ impl<S: Storage + Clone> Partition<S> {
         fatal: Rc<dyn FatalHandler>,
         clock: Clock,
     ) -> Result<(Rc<Self>, impl Future<Output = ()> + 'static, OpenReport), PartitionError> {
-        config.validate()?;
-        crate::io::create_dir_durable(&storage, dir).await.map_err(LogError::Io)?;
+        prepare_dir(&storage, dir, &config).await?;
         let ReplicatedOpen { shard, handle, routed, log, votes, member, voters, timing, send } =
             open;
         // Tokens are issued under the leader's term, set when it takes the
         // lead; until then the state issues none.
         let epoch = LeaderEpoch(0);
-        let context = PartitionContext {
-            queue: name.queue_id,
-            partition: name.partition,
-            epoch,
-            secret,
-            config: config.clone(),
-        };
+        let context = context_of(&name, epoch, secret, &config);
         let (state, covers, replay_from) = restore_journal_state(&storage, dir, context).await?;
         let floor = covers.map_or(Offset(0), |covers| Offset(covers.0));
         let view =
@@ -368,13 +361,8 @@ impl<S: Storage + Clone> Partition<S> {
                  reopen the partition from its journal"
             )));
         }
-        let context = PartitionContext {
-            queue: self.name.queue_id,
-            partition: self.name.partition,
-            epoch: self.epoch.get(),
-            secret: role.secret.get(),
-            config: self.state.borrow().config().clone(),
-        };
+        let config = self.state.borrow().config().clone();
+        let context = context_of(&self.name, self.epoch.get(), role.secret.get(), &config);
         let mut state = PartitionState::new(context)?;
         let mut fold = ReplayFold::default();
         // Every entry taken from the member (committed and durable here),
