@@ -64,6 +64,33 @@ pub const PEER_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// never beyond `REPLICA_FRAME_BYTES_MAX`.
 pub const PEER_READ_CHUNK_BYTES: usize = 64 << 10;
 
+/// How long a TLS handshake on a peer link may take, on either side: the
+/// receiver closes a connection that has not finished its handshake this
+/// long after it was accepted (so a peer that connects and says nothing
+/// holds a connection slot no longer), and a sender gives up on a
+/// handshake this long after its TCP connect and backs off. A handshake is
+/// two round trips and a few signatures, milliseconds on the cluster's
+/// network; five seconds is a peer that will not finish it.
+pub const PEER_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// TLS records rustls may hold unsent on one peer connection (its
+/// `set_buffer_limit`, the same 64 KiB as its default, set so the bound is
+/// ours): a sender's write of a larger frame waits for the socket instead
+/// of buffering the frame twice. With rustls' own fixed bounds — 16 KiB of
+/// received plaintext and one incoming record (≈ 18 KiB) once connected,
+/// up to 64 KiB of incoming handshake messages while handshaking — one TLS
+/// peer connection holds at most [`PEER_TLS_CONNECTION_MEMORY_BYTES`] in
+/// rustls, on top of the receiver's read buffer.
+pub const PEER_TLS_SEND_BUFFER_BYTES: usize = 64 << 10;
+
+/// The most one TLS peer connection holds in rustls' buffers (see
+/// [`PEER_TLS_SEND_BUFFER_BYTES`]): 64 KiB to send, 16 KiB received, 64
+/// KiB of incoming handshake (18 KiB once connected), and 16 KiB for the
+/// session's state and record overheads. A receiver's
+/// [`PEER_CONNECTIONS_MAX`] connections hold at most 40 MiB of it; each
+/// sender holds one connection's worth.
+pub const PEER_TLS_CONNECTION_MEMORY_BYTES: usize = 160 << 10;
+
 /// Pause after a failed `accept` (out of file descriptors, say) before the
 /// receiver accepts again, so a persistent failure does not spin the shard.
 pub const PEER_ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(10);
@@ -73,6 +100,11 @@ const _: () = assert!(PEER_OUTBOX_MESSAGES_MAX >= 1);
 const _: () = assert!(PEER_CONNECTIONS_MAX >= 1);
 const _: () = assert!(PEER_READ_CHUNK_BYTES >= crate::replica::limits::FRAME_HEADER_BYTES);
 const _: () = assert!(PEER_READ_CHUNK_BYTES <= crate::replica::limits::REPLICA_FRAME_BYTES_MAX);
+const _: () = assert!(
+    PEER_TLS_SEND_BUFFER_BYTES + (16 << 10) + (64 << 10) + (16 << 10)
+        <= PEER_TLS_CONNECTION_MEMORY_BYTES
+);
+const _: () = assert!(PEER_HANDSHAKE_TIMEOUT.as_nanos() > 0);
 const _: () = assert!(
     PEER_RECONNECT_BACKOFF_MIN.as_nanos() > 0
         && PEER_RECONNECT_BACKOFF_MIN.as_nanos() <= PEER_RECONNECT_BACKOFF_MAX.as_nanos()

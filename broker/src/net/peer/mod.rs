@@ -13,7 +13,18 @@
 //!   before its body is read (length bound, sending node among the allowed
 //!   ones), then decoded and handed to a sink; a bad frame closes that
 //!   connection only, counted by reason.
-//! - [`limits`]: every bound of both.
+//! - [`tls`]: [`PeerTls`], mutual TLS on the links: a link started with
+//!   one ([`PeerSender::start_tls`], [`PeerReceiver::start_tls`]) runs a
+//!   TLS 1.3 handshake (bounded by [`limits::PEER_HANDSHAKE_TIMEOUT`])
+//!   before any frame, both certificates verified against the cluster's
+//!   CA. A peer certificate names its node by the DNS name `node-<id>`
+//!   ([`tls::certificate_node`]): the sender checks that the receiver's
+//!   names the node it meant to reach, and the receiver closes a
+//!   connection whose frames claim another node than its certificate's
+//!   (`identity`). The plain constructors ([`PeerSender::start`],
+//!   [`PeerReceiver::start`]) keep plain TCP, where a frame's node id is
+//!   taken at its word.
+//! - [`limits`]: every bound of all three.
 //!
 //! Everything runs on the shard's executor (`Rc`, `RefCell`, tasks spawned
 //! locally): a shard's peer links are its own, as its client connections
@@ -22,14 +33,18 @@
 //! replica driver's. It does not pick addresses or node ids either (the
 //! cluster's configuration does).
 //!
-//! Not yet here: TLS. Peer connections are plain TCP in this step; the next
-//! step has them take the node's TLS configuration as client connections do
-//! (`net::tls`), the receiver's handshake bounded the same way, and a peer's
-//! certificate tied to the node id it sends from.
+//! What TLS does not do here: it does not read the node's configuration
+//! (the caller builds the [`PeerTls`], from files with [`PeerTls::load`]),
+//! check revocation, reload certificates while running, or tie a
+//! certificate to a shard (a node's certificate speaks for all its
+//! shards). It bounds rustls' memory per connection
+//! ([`limits::PEER_TLS_CONNECTION_MEMORY_BYTES`]), not the receiver's read
+//! buffer, which a verified peer may still grow to a whole frame.
 
 pub mod limits;
 pub mod receiver;
 pub mod sender;
+pub mod tls;
 
 use std::net::SocketAddr;
 
@@ -39,6 +54,7 @@ use crate::replica::wire::FrameError;
 
 pub use receiver::{PeerReceiver, ReceiverLimits, ReceiverStats};
 pub use sender::{PeerSender, SenderLimits, SenderStats};
+pub use tls::{PeerTls, PeerTlsFiles};
 
 /// What went wrong on a peer link: a sender's refusal or broken connection,
 /// or why a receiver closed a connection.
@@ -86,6 +102,25 @@ pub enum PeerError {
     /// The shard is stopping (or the receiver was closed).
     #[error("stopped")]
     Stopped,
+    /// The TLS handshake failed: a certificate refused (no client
+    /// certificate, one the CA did not sign, a receiver's naming another
+    /// node), or bytes that are not TLS.
+    #[error("TLS handshake failed: {0}")]
+    Handshake(std::io::Error),
+    /// The TLS handshake did not finish within the handshake timeout.
+    #[error("no TLS handshake within the handshake timeout")]
+    HandshakeTimeout,
+    /// A verified certificate that names no node, several, or not the one
+    /// the sender meant to reach.
+    #[error("peer certificate refused: {reason}")]
+    Certificate { reason: String },
+    /// A frame from another node than the one the link's certificate names.
+    #[error("frame from node {claimed} on a link whose certificate names node {certified}")]
+    Identity { claimed: u64, certified: u64 },
+    /// The peer TLS settings cannot be used (a file, the certificate, the
+    /// key, the CA).
+    #[error("peer TLS: {0}")]
+    TlsSetup(String),
     /// The listener's address could not be read.
     #[error("listener address: {0}")]
     LocalAddr(std::io::Error),
@@ -95,7 +130,7 @@ impl PeerError {
     /// Every reason a receiver closes a connection for ([`Self::reason`]),
     /// in the order of [`Self::reason_index`]: the index of
     /// [`ReceiverStats::closed`]. Stable labels.
-    pub const REASONS: [&'static str; 10] = [
+    pub const REASONS: [&'static str; 13] = [
         "peer_closed",
         "truncated",
         "idle",
@@ -105,6 +140,9 @@ impl PeerError {
         "bad_frame",
         "unknown_node",
         "stopped",
+        "handshake_failed",
+        "handshake_timeout",
+        "identity",
         "other",
     ];
 
@@ -120,13 +158,18 @@ impl PeerError {
             Self::Frame(_) => 6,
             Self::UnknownNode { .. } => 7,
             Self::Stopped => 8,
-            _ => 9,
+            Self::Handshake(_) => 9,
+            Self::HandshakeTimeout => 10,
+            Self::Certificate { .. } | Self::Identity { .. } => 11,
+            _ => 12,
         }
     }
 
     /// A stable label for why a connection ended: one of [`Self::REASONS`]
     /// (a header declaring more than the frame bound is `frame_too_large`,
-    /// any other frame check `bad_frame`).
+    /// any other frame check `bad_frame`; a certificate that names no
+    /// node, or a frame from another node than the certificate names,
+    /// `identity`).
     pub fn reason(&self) -> &'static str {
         Self::REASONS[self.reason_index()]
     }

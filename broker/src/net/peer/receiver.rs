@@ -19,27 +19,39 @@
 //! counted by reason ([`PeerError::reason`]); the listener keeps serving
 //! the others. The receiver never writes to a connection.
 //!
-//! It does not act on messages (the sink, the replica driver's, does),
+//! Started with a [`PeerTls`] ([`PeerReceiver::start_tls`]), a connection
+//! first runs the TLS handshake (`tls::accept`), bounded by
+//! [`ReceiverLimits::handshake_timeout`] ([`PEER_HANDSHAKE_TIMEOUT`]): no
+//! client certificate, one the cluster's CA did not sign, or no handshake
+//! in time closes it (`handshake_failed`, `handshake_timeout`); a verified
+//! certificate that names no node is `identity`, one naming a node not
+//! allowed `unknown_node`. Then every frame's header must be from the
+//! node the certificate names, or the connection is closed (`identity`)
+//! before the frame's body is read. The handshake writes to the
+//! connection; nothing after it does.
+//!
+//! It does not act on messages (the sink, the replica driver's, does) and
 //! does not bind the listener (`net::listener::bind_listener` does, the
-//! caller chooses the port) and does not speak TLS yet (the module docs
-//! say what comes next).
+//! caller chooses the port).
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeSet;
+use std::io::ErrorKind;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
 use futures_lite::future::or;
-use futures_lite::AsyncReadExt;
+use futures_lite::{AsyncRead, AsyncReadExt};
 use glommio::net::{TcpListener, TcpStream};
 use glommio::sync::Gate;
 use glommio::Task;
 
 use super::limits::{
-    PEER_ACCEPT_ERROR_BACKOFF, PEER_CONNECTIONS_MAX, PEER_FRAME_TIMEOUT, PEER_IDLE_TIMEOUT,
-    PEER_READ_CHUNK_BYTES,
+    PEER_ACCEPT_ERROR_BACKOFF, PEER_CONNECTIONS_MAX, PEER_FRAME_TIMEOUT, PEER_HANDSHAKE_TIMEOUT,
+    PEER_IDLE_TIMEOUT, PEER_READ_CHUNK_BYTES,
 };
+use super::tls::{self, PeerTls};
 use super::PeerError;
 use crate::clock::{instant_now, Instant};
 use crate::net::stop::StopSignal;
@@ -56,6 +68,8 @@ pub struct ReceiverLimits {
     pub connections_max: usize,
     pub idle_timeout: Duration,
     pub frame_timeout: Duration,
+    /// How long a TLS connection's handshake may take (unused in plain mode).
+    pub handshake_timeout: Duration,
 }
 
 impl Default for ReceiverLimits {
@@ -64,6 +78,7 @@ impl Default for ReceiverLimits {
             connections_max: PEER_CONNECTIONS_MAX,
             idle_timeout: PEER_IDLE_TIMEOUT,
             frame_timeout: PEER_FRAME_TIMEOUT,
+            handshake_timeout: PEER_HANDSHAKE_TIMEOUT,
         }
     }
 }
@@ -113,6 +128,8 @@ struct Shared {
     allowed: BTreeSet<u64>,
     sink: Rc<dyn Fn(Frame)>,
     limits: ReceiverLimits,
+    /// `None`: plain TCP.
+    tls: Option<PeerTls>,
     stop: StopSignal,
     gate: Gate,
     stats: Cell<ReceiverStats>,
@@ -151,6 +168,8 @@ impl PeerReceiver {
     /// on one): frames from the nodes in `allowed` go to `sink`, in the
     /// order each connection carries them.
     ///
+    /// Plain TCP: a frame's sending node is taken at its word.
+    ///
     /// # Errors
     /// [`PeerError::LocalAddr`] when the listener's address cannot be read.
     pub fn start(
@@ -159,11 +178,39 @@ impl PeerReceiver {
         sink: Rc<dyn Fn(Frame)>,
         limits: ReceiverLimits,
     ) -> Result<PeerReceiver, PeerError> {
+        Self::start_with(listener, allowed, sink, limits, None)
+    }
+
+    /// As [`PeerReceiver::start`], over mutual TLS with `tls`: each
+    /// connection's peer must present a certificate of the cluster's CA
+    /// naming an allowed node, and its frames must all be from that node
+    /// (the module docs say how each refusal is counted).
+    ///
+    /// # Errors
+    /// [`PeerError::LocalAddr`] when the listener's address cannot be read.
+    pub fn start_tls(
+        listener: TcpListener,
+        allowed: impl IntoIterator<Item = u64>,
+        sink: Rc<dyn Fn(Frame)>,
+        limits: ReceiverLimits,
+        tls: &PeerTls,
+    ) -> Result<PeerReceiver, PeerError> {
+        Self::start_with(listener, allowed, sink, limits, Some(tls.clone()))
+    }
+
+    fn start_with(
+        listener: TcpListener,
+        allowed: impl IntoIterator<Item = u64>,
+        sink: Rc<dyn Fn(Frame)>,
+        limits: ReceiverLimits,
+        tls: Option<PeerTls>,
+    ) -> Result<PeerReceiver, PeerError> {
         let addr = listener.local_addr().map_err(|error| PeerError::LocalAddr(error.into()))?;
         let shared = Rc::new(Shared {
             allowed: allowed.into_iter().collect(),
             sink,
             limits,
+            tls,
             stop: StopSignal::new(),
             gate: Gate::new(),
             stats: Cell::default(),
@@ -260,7 +307,7 @@ async fn accept_loop(shared: Rc<Shared>, listener: TcpListener) {
         let served = shared.gate.spawn(async move {
             let _guard = guard;
             let peer = stream.peer_addr().ok();
-            let end = serve_peer(&connection, stream).await;
+            let end = serve_connection(&connection, stream).await;
             connection.count(|stats| stats.closed[end.reason_index()] += 1);
             match end {
                 PeerError::PeerClosed | PeerError::Stopped => {
@@ -281,9 +328,28 @@ async fn accept_loop(shared: Rc<Shared>, listener: TcpListener) {
     }
 }
 
+/// Serves one accepted connection, plain or (after its handshake) TLS;
+/// returns why it ended.
+async fn serve_connection(shared: &Shared, stream: TcpStream) -> PeerError {
+    let Some(tls) = &shared.tls else {
+        return serve_peer(shared, stream, None).await;
+    };
+    let handshake_timeout = shared.limits.handshake_timeout;
+    match tls::accept(tls, stream, handshake_timeout, &shared.stop).await {
+        Ok((_, node)) if !shared.allowed.contains(&node) => PeerError::UnknownNode { from: node },
+        Ok((stream, node)) => serve_peer(shared, stream, Some(node)).await,
+        Err(error) => error,
+    }
+}
+
 /// Reads frames from one peer connection until it fails, ends or the
-/// receiver stops; returns why it ended.
-async fn serve_peer(shared: &Shared, mut stream: TcpStream) -> PeerError {
+/// receiver stops; returns why it ended. `certified`: the node the
+/// connection's certificate names, which every frame must be from.
+async fn serve_peer(
+    shared: &Shared,
+    mut stream: impl AsyncRead + Unpin,
+    certified: Option<u64>,
+) -> PeerError {
     let mut buffer = vec![0u8; PEER_READ_CHUNK_BYTES];
     shared.count(|stats| {
         stats.read_buffer_bytes_peak = stats.read_buffer_bytes_peak.max(buffer.len());
@@ -292,7 +358,7 @@ async fn serve_peer(shared: &Shared, mut stream: TcpStream) -> PeerError {
     let mut last_frame = instant_now();
     let mut frame_started: Option<Instant> = None;
     loop {
-        let (taken, begun) = match take_frames(shared, &mut buffer, &mut filled) {
+        let (taken, begun) = match take_frames(shared, certified, &mut buffer, &mut filled) {
             Ok(outcome) => outcome,
             Err(error) => return error,
         };
@@ -329,8 +395,16 @@ async fn serve_peer(shared: &Shared, mut stream: TcpStream) -> PeerError {
             None if shared.stop.is_stopped() => return PeerError::Stopped,
             // The deadline: checked at the top of the loop.
             None => {}
+            // A TLS peer that closes without a close_notify (as a sender
+            // does) reads as an unexpected end: the same close.
             Some(Ok(0)) if filled == 0 => return PeerError::PeerClosed,
+            Some(Err(error)) if error.kind() == ErrorKind::UnexpectedEof && filled == 0 => {
+                return PeerError::PeerClosed;
+            }
             Some(Ok(0)) => return PeerError::Truncated { held: filled, needed },
+            Some(Err(error)) if error.kind() == ErrorKind::UnexpectedEof => {
+                return PeerError::Truncated { held: filled, needed };
+            }
             Some(Ok(read)) => {
                 if filled == 0 {
                     frame_started = Some(instant_now());
@@ -348,9 +422,11 @@ async fn serve_peer(shared: &Shared, mut stream: TcpStream) -> PeerError {
 /// the header is not whole).
 ///
 /// # Errors
-/// The header's or frame's check that failed; an unknown sending node.
+/// The header's or frame's check that failed; an unknown sending node, or
+/// one other than `certified`.
 fn take_frames(
     shared: &Shared,
+    certified: Option<u64>,
     buffer: &mut [u8],
     filled: &mut usize,
 ) -> Result<(usize, Option<usize>), PeerError> {
@@ -368,6 +444,9 @@ fn take_frames(
         let mut from = [0u8; 8];
         from.copy_from_slice(&held[HEADER_FROM_AT..HEADER_FROM_AT + 8]);
         let from = u64::from_le_bytes(from);
+        if let Some(certified) = certified.filter(|certified| *certified != from) {
+            break Err(PeerError::Identity { claimed: from, certified });
+        }
         if !shared.allowed.contains(&from) {
             break Err(PeerError::UnknownNode { from });
         }

@@ -25,9 +25,16 @@
 //! the next message comes: a link left idle is closed by the receiver after
 //! its idle timeout and opened again, one connect per idle timeout.
 //!
-//! It does not decide what to send where (the replica driver does), does
-//! not read frames (`receiver.rs`) and does not speak TLS yet (the module
-//! docs say what comes next).
+//! Started with a [`PeerTls`] ([`PeerSender::start_tls`]), each connect
+//! is followed by the TLS handshake (`tls::connect`, within
+//! [`SenderLimits::handshake_timeout`]): the receiver's certificate must
+//! chain to the cluster's CA and name the node the link is for. A
+//! handshake that fails or times out, or a certificate naming another
+//! node, counts as a failed connect (and in `handshake_failures`) and is
+//! retried after the same backoff; nothing is written to that peer.
+//!
+//! It does not decide what to send where (the replica driver does) and
+//! does not read frames (`receiver.rs`).
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -39,16 +46,17 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use futures_lite::future::or;
-use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use glommio::net::TcpStream;
 use glommio::Task;
 use protobuf::Message as _;
 use raft::eraftpb::Message;
 
 use super::limits::{
-    PEER_CONNECT_TIMEOUT, PEER_OUTBOX_BYTES_MAX, PEER_OUTBOX_MESSAGES_MAX,
+    PEER_CONNECT_TIMEOUT, PEER_HANDSHAKE_TIMEOUT, PEER_OUTBOX_BYTES_MAX, PEER_OUTBOX_MESSAGES_MAX,
     PEER_RECONNECT_BACKOFF_MAX, PEER_RECONNECT_BACKOFF_MIN, PEER_WRITE_TIMEOUT,
 };
+use super::tls::{self, PeerTls};
 use super::PeerError;
 use crate::net::stop::StopSignal;
 use crate::replica::limits::{
@@ -67,6 +75,9 @@ pub struct SenderLimits {
     pub outbox_messages_max: usize,
     pub connect_timeout: Duration,
     pub write_timeout: Duration,
+    /// How long a TLS handshake may take after the connect (unused in
+    /// plain mode).
+    pub handshake_timeout: Duration,
     pub backoff_min: Duration,
     pub backoff_max: Duration,
 }
@@ -78,6 +89,7 @@ impl Default for SenderLimits {
             outbox_messages_max: PEER_OUTBOX_MESSAGES_MAX,
             connect_timeout: PEER_CONNECT_TIMEOUT,
             write_timeout: PEER_WRITE_TIMEOUT,
+            handshake_timeout: PEER_HANDSHAKE_TIMEOUT,
             backoff_min: PEER_RECONNECT_BACKOFF_MIN,
             backoff_max: PEER_RECONNECT_BACKOFF_MAX,
         }
@@ -102,7 +114,11 @@ pub struct SenderStats {
     pub messages_lost: u64,
     /// Successful connects.
     pub connects: u64,
+    /// Failed connects, TLS handshakes included.
     pub connect_failures: u64,
+    /// TLS handshakes that failed or timed out, or whose receiver's
+    /// certificate named another node (each also a connect failure).
+    pub handshake_failures: u64,
     /// Writes that failed or missed the write timeout.
     pub write_failures: u64,
     /// Links the peer closed (or wrote to) while the sender was idle.
@@ -161,6 +177,8 @@ struct Link {
     from: u64,
     addr: SocketAddr,
     limits: SenderLimits,
+    /// `None`: plain TCP; else the TLS and the node the link is for.
+    tls: Option<(PeerTls, u64)>,
     outbox: RefCell<VecDeque<Queued>>,
     work: Notify,
     stop: StopSignal,
@@ -235,12 +253,29 @@ impl std::fmt::Debug for PeerSender {
 impl PeerSender {
     /// The link from node `from` to the peer shard at `addr`, its task
     /// spawned on the current glommio executor (so this must run on one).
-    /// It connects at once, and sends whatever is queued.
+    /// It connects at once, and sends whatever is queued. Plain TCP.
     pub fn start(from: u64, addr: SocketAddr, limits: SenderLimits) -> PeerSender {
+        Self::start_with(from, addr, limits, None)
+    }
+
+    /// As [`PeerSender::start`], over mutual TLS with `tls`, from the node
+    /// its certificate names ([`PeerTls::node`]) to node `to`, whose
+    /// certificate the receiver at `addr` must present.
+    pub fn start_tls(tls: &PeerTls, to: u64, addr: SocketAddr, limits: SenderLimits) -> PeerSender {
+        Self::start_with(tls.node(), addr, limits, Some((tls.clone(), to)))
+    }
+
+    fn start_with(
+        from: u64,
+        addr: SocketAddr,
+        limits: SenderLimits,
+        tls: Option<(PeerTls, u64)>,
+    ) -> PeerSender {
         let link = Rc::new(Link {
             from,
             addr,
             limits,
+            tls,
             outbox: RefCell::default(),
             work: Notify::default(),
             stop: StopSignal::new(),
@@ -342,19 +377,8 @@ async fn run(link: Rc<Link>) {
         let Some(connected) = unless_stopped(&link.stop, connect).await else { break };
         match connected {
             Ok(stream) => {
-                link.count(|stats| stats.connects += 1);
-                backoff = limits.backoff_min;
-                tracing::debug!(addr = %link.addr, "replication link connected");
-                match pump(&link, stream).await {
-                    PeerError::Stopped => break,
-                    error @ (PeerError::Write(_) | PeerError::WriteTimeout) => {
-                        link.count(|stats| stats.write_failures += 1);
-                        tracing::warn!(addr = %link.addr, %error, "replication link broke");
-                    }
-                    error => {
-                        link.count(|stats| stats.links_lost += 1);
-                        tracing::info!(addr = %link.addr, %error, "replication link closed");
-                    }
+                if let PeerError::Stopped = serve_link(&link, stream, &mut backoff).await {
+                    break;
                 }
             }
             Err(error) => {
@@ -376,6 +400,55 @@ async fn run(link: Rc<Link>) {
     }
 }
 
+/// Runs one connected link: its TLS handshake if it has TLS, then the
+/// pump; returns why it ended.
+async fn serve_link(link: &Link, stream: TcpStream, backoff: &mut Duration) -> PeerError {
+    if let Err(error) = stream.set_nodelay(true) {
+        tracing::debug!(addr = %link.addr, %error, "replication link: TCP_NODELAY not set");
+    }
+    let Some((tls, to)) = &link.tls else {
+        return connected_pump(link, stream, backoff).await;
+    };
+    match tls::connect(tls, *to, stream, link.limits.handshake_timeout, &link.stop).await {
+        Ok(stream) => connected_pump(link, stream, backoff).await,
+        Err(PeerError::Stopped) => PeerError::Stopped,
+        Err(error) => {
+            link.count(|stats| {
+                stats.connect_failures += 1;
+                stats.handshake_failures += 1;
+            });
+            tracing::warn!(addr = %link.addr, to, %error,
+                backoff_ms = backoff.as_millis() as u64, "replication link: TLS handshake failed");
+            error
+        }
+    }
+}
+
+/// Counts a connect, pumps the connection until it ends, counts how it
+/// ended and returns that.
+async fn connected_pump(
+    link: &Link,
+    stream: impl AsyncRead + AsyncWrite + Unpin,
+    backoff: &mut Duration,
+) -> PeerError {
+    link.count(|stats| stats.connects += 1);
+    *backoff = link.limits.backoff_min;
+    tracing::debug!(addr = %link.addr, "replication link connected");
+    let end = pump(link, stream).await;
+    match &end {
+        PeerError::Stopped => {}
+        PeerError::Write(_) | PeerError::WriteTimeout => {
+            link.count(|stats| stats.write_failures += 1);
+            tracing::warn!(addr = %link.addr, error = %end, "replication link broke");
+        }
+        _ => {
+            link.count(|stats| stats.links_lost += 1);
+            tracing::info!(addr = %link.addr, error = %end, "replication link closed");
+        }
+    }
+    end
+}
+
 enum Wake {
     Work,
     Stopped,
@@ -384,10 +457,7 @@ enum Wake {
 
 /// Writes frames on one connection until it breaks or the link stops;
 /// returns why it ended.
-async fn pump(link: &Link, stream: TcpStream) -> PeerError {
-    if let Err(error) = stream.set_nodelay(true) {
-        tracing::debug!(addr = %link.addr, %error, "replication link: TCP_NODELAY not set");
-    }
+async fn pump(link: &Link, stream: impl AsyncRead + AsyncWrite + Unpin) -> PeerError {
     let (mut reader, mut writer) = futures_lite::io::split(stream);
     let mut probe = [0u8; 1];
     loop {
