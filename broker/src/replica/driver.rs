@@ -393,7 +393,7 @@ impl<S: Storage> ReplicaDriver<S> {
             let base_offset = self.part.next_offset();
             let mut bytes = batch.to_vec();
             BatchHeader::assign(&mut bytes, base_offset.0, epoch);
-            let (index, term) = inner.replica.propose(Bytes::from(bytes))?;
+            let (index, term) = inner.replica.propose(bytes)?;
             Proposed { index, term, base_offset }
         };
         self.drain();
@@ -572,10 +572,12 @@ impl<S: Storage> ReplicaDriver<S> {
                 work.truncate_from = None;
             }
             while let Some(entry) = work.entries.front() {
-                let batch = if entry.data.is_empty() {
-                    term_start_batch(entry.term, self.part.next_offset().0)?
+                let term_start;
+                let batch: &[u8] = if entry.data.is_empty() {
+                    term_start = term_start_batch(entry.term, self.part.next_offset().0)?;
+                    &term_start
                 } else {
-                    entry.data.to_vec()
+                    &entry.data
                 };
                 if self.part.uncommitted_entries() >= LOG_UNCOMMITTED_ENTRIES_MAX
                     || !self.part.has_room(BatchKind::Data, batch.len() as u64)
@@ -584,7 +586,7 @@ impl<S: Storage> ReplicaDriver<S> {
                     self.wake.notify_all();
                     return Ok(());
                 }
-                let queued = self.part.append_at(entry.index, entry.term, &batch, true)?;
+                let queued = self.part.append_at(entry.index, entry.term, batch, true)?;
                 work.tickets.push(queued.ticket);
                 work.entries.pop_front();
                 *appended += 1;

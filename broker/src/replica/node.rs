@@ -26,7 +26,6 @@
 //! shard journal's one lane for a replicated partition), which is what
 //! raft-rs's async persistence needs.
 
-use bytes::Bytes;
 use raft::eraftpb::{Entry, HardState, Message};
 use raft::{Config, RawNode, StateRole};
 use thiserror::Error;
@@ -235,13 +234,13 @@ impl Replica {
     /// a proposal is answered by the member that took it, so it is refused
     /// instead); [`ReplicaError::Raft`] when the leader drops it (a
     /// leadership transfer under way).
-    pub fn propose(&mut self, data: Bytes) -> Result<(u64, u64), ReplicaError> {
+    pub fn propose(&mut self, data: Vec<u8>) -> Result<(u64, u64), ReplicaError> {
         if !self.is_leader() {
             return Err(ReplicaError::NotLeader { id: self.id, leader: self.leader() });
         }
         let before = self.last_index();
         self.raw
-            .propose(Vec::new(), data.to_vec())
+            .propose(Vec::new(), data)
             .map_err(|source| ReplicaError::Raft { id: self.id, source })?;
         let index = self.last_index();
         debug_assert_eq!(index, before + 1, "one proposal, one entry");

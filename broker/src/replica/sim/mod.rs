@@ -234,7 +234,7 @@ impl World {
         let payload = Bytes::from(format!("p{}-n{}", self.next_payload, at + 1).into_bytes());
         let node = &mut self.nodes[at];
         let Some(replica) = node.replica.as_mut() else { return };
-        if let Ok((index, term)) = replica.propose(payload.clone()) {
+        if let Ok((index, term)) = replica.propose(payload.to_vec()) {
             node.proposed.insert(index, (term, payload));
         }
     }
