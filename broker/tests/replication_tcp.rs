@@ -2,7 +2,8 @@
 //! (`docs/design/replication.md` §4–§5): each node a glommio executor on
 //! its own thread with its own shard journal and vote log (O_DIRECT, in a
 //! temp dir), its [`ReplicaDriver`], and a [`ReplicationHost`] with peer
-//! links to the other two and a peer listener.
+//! links to the other two and a peer listener, all mutual TLS with a
+//! certificate naming the node (a CA made at test time).
 //!
 //! The leader (whichever node is elected) proposes data batches with up to
 //! 64 in flight; a proposal is acknowledged when `committed` resolves.
@@ -17,6 +18,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod journal_common;
+mod pki;
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener as StdListener};
@@ -33,7 +35,7 @@ use spool_broker::io::DmaStorage;
 use spool_broker::log::journal::{JournalPos, ShardJournal};
 use spool_broker::log::vote::VoteLog;
 use spool_broker::log::{Offset, RecordFatal};
-use spool_broker::net::peer::{PeerReceiver, ReceiverLimits, SenderLimits};
+use spool_broker::net::peer::{PeerReceiver, PeerTls, ReceiverLimits, SenderLimits};
 use spool_broker::replica::wire::GroupId;
 use spool_broker::replica::{DriverError, ReplicaDriver, Timing};
 use spool_broker::shard::replication::ReplicationHost;
@@ -96,7 +98,7 @@ fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
 
 /// Runs node `id` on its own thread until it is told to stop.
 fn start_node(
-    id: u64,
+    tls: PeerTls,
     dir: PathBuf,
     addrs: BTreeMap<u64, SocketAddr>,
     shared: Arc<Shared>,
@@ -106,11 +108,12 @@ fn start_node(
             .io_memory(0)
             .make()
             .expect("executor")
-            .run(node(id, dir, addrs, shared));
+            .run(node(tls, dir, addrs, shared));
     })
 }
 
-async fn node(id: u64, dir: PathBuf, addrs: BTreeMap<u64, SocketAddr>, shared: Arc<Shared>) {
+async fn node(tls: PeerTls, dir: PathBuf, addrs: BTreeMap<u64, SocketAddr>, shared: Arc<Shared>) {
+    let id = tls.node();
     let at = id as usize - 1;
     let fatal = Rc::new(RecordFatal::default());
     let (shard, recovery) =
@@ -122,17 +125,18 @@ async fn node(id: u64, dir: PathBuf, addrs: BTreeMap<u64, SocketAddr>, shared: A
     glommio::spawn_local(shard.background()).detach();
     let (votes, _) = VoteLog::open(DmaStorage, &dir).await.unwrap();
 
-    let host = ReplicationHost::new(id);
+    let host = ReplicationHost::new_tls(tls.clone());
     let peers: Vec<u64> = VOTERS.iter().copied().filter(|peer| *peer != id).collect();
     for peer in &peers {
         host.connect(*peer, addrs[peer], SenderLimits::default());
     }
     let sink_host = host.clone();
-    let receiver = PeerReceiver::start(
+    let receiver = PeerReceiver::start_tls(
         bind(addrs[&id]),
         peers.clone(),
         Rc::new(move |frame| sink_host.deliver(frame)),
         ReceiverLimits::default(),
+        &tls,
     )
     .unwrap();
     let applied = part.committed_index();
@@ -233,11 +237,13 @@ fn three_nodes_replicate_over_tcp_through_a_leader_kill_and_a_restart() {
     let addrs: BTreeMap<u64, SocketAddr> = VOTERS.iter().map(|id| (*id, free_port())).collect();
     let shared = Arc::new(Shared::default());
     shared.wanted.store(FIRST as u64, Ordering::SeqCst);
+    // The links are mutual TLS: each node's certificate names it.
+    let pki = pki::Pki::new("spool test cluster CA");
     let mut threads: Vec<Option<std::thread::JoinHandle<()>>> = VOTERS
         .iter()
         .map(|id| {
             let dir = dirs[*id as usize - 1].clone();
-            Some(start_node(*id, dir, addrs.clone(), shared.clone()))
+            Some(start_node(pki.node(*id), dir, addrs.clone(), shared.clone()))
         })
         .collect();
 
@@ -258,7 +264,8 @@ fn three_nodes_replicate_over_tcp_through_a_leader_kill_and_a_restart() {
     // The killed node restarts from its directory and catches up.
     shared.stop[old].store(false, Ordering::SeqCst);
     *shared.role[old].lock().unwrap() = (false, 0);
-    let restarted = start_node(old as u64 + 1, dirs[old].clone(), addrs.clone(), shared.clone());
+    let restarted =
+        start_node(pki.node(old as u64 + 1), dirs[old].clone(), addrs.clone(), shared.clone());
     threads[old] = Some(restarted);
     let top = shared.acked.lock().unwrap().iter().map(|(index, _, _)| *index).max().unwrap();
     wait_for("every node to commit every acknowledged entry", || {

@@ -5,7 +5,8 @@
 //!
 //! - **Out.** Each driver's messages go to the [`PeerSender`] of the node
 //!   they are addressed to (one link per peer node, to that node's peer
-//!   port of the same shard index), tagged with the partition's group. A
+//!   port of the same shard index, plain or mutual TLS as the host was
+//!   made), tagged with the partition's group. A
 //!   message to a node with no link, or one a full outbox refuses, is
 //!   dropped and counted: raft resends.
 //! - **In.** The shard's [`PeerReceiver`] hands each frame here; its
@@ -22,7 +23,8 @@
 //!
 //! Does not own: the drivers' pumps (the partition that opens a driver
 //! spawns its pump), the listener's address or the peers' (the cluster's
-//! configuration), TLS (the peer transport's next step).
+//! configuration), the receiving side of its links (the shard starts a
+//! `PeerReceiver`, with the same `PeerTls` when the links are TLS).
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -32,7 +34,7 @@ use std::rc::Rc;
 use raft::eraftpb::Message;
 
 use crate::io::Storage;
-use crate::net::peer::{PeerSender, SenderLimits};
+use crate::net::peer::{PeerSender, PeerTls, SenderLimits};
 use crate::replica::limits::REPLICA_TICK;
 use crate::replica::wire::{Frame, GroupId};
 use crate::replica::ReplicaDriver;
@@ -57,6 +59,8 @@ pub struct ReplicationStats {
 /// A shard's replicated partitions and peer links. See the module docs.
 pub struct ReplicationHost<S: Storage> {
     node: u64,
+    /// Mutual TLS for the links this host opens (`None`: plain TCP).
+    tls: Option<PeerTls>,
     groups: RefCell<BTreeMap<GroupId, Rc<ReplicaDriver<S>>>>,
     links: RefCell<BTreeMap<u64, Rc<PeerSender>>>,
     stats: Cell<ReplicationStats>,
@@ -74,10 +78,22 @@ impl<S: Storage> std::fmt::Debug for ReplicationHost<S> {
 }
 
 impl<S: Storage + 'static> ReplicationHost<S> {
-    /// The host of node `node`'s shard, with no links or groups yet.
+    /// The host of node `node`'s shard, with no links or groups yet; its
+    /// links are plain TCP.
     pub fn new(node: u64) -> Rc<Self> {
+        ReplicationHost::with_security(node, None)
+    }
+
+    /// [`new`](Self::new) whose links are mutual TLS with `tls` (the node
+    /// its certificate names is this host's node).
+    pub fn new_tls(tls: PeerTls) -> Rc<Self> {
+        ReplicationHost::with_security(tls.node(), Some(tls))
+    }
+
+    fn with_security(node: u64, tls: Option<PeerTls>) -> Rc<Self> {
         Rc::new(ReplicationHost {
             node,
+            tls,
             groups: RefCell::default(),
             links: RefCell::default(),
             stats: Cell::default(),
@@ -102,7 +118,10 @@ impl<S: Storage + 'static> ReplicationHost<S> {
     /// Opens the link to node `peer`'s shard at `addr` (its task spawned on
     /// the current executor); replaces an earlier link to it.
     pub fn connect(&self, peer: u64, addr: SocketAddr, limits: SenderLimits) {
-        let link = Rc::new(PeerSender::start(self.node, addr, limits));
+        let link = Rc::new(match &self.tls {
+            Some(tls) => PeerSender::start_tls(tls, peer, addr, limits),
+            None => PeerSender::start(self.node, addr, limits),
+        });
         if let Some(old) = self.links.borrow_mut().insert(peer, link) {
             glommio::spawn_local(async move { old.close().await }).detach();
         }
