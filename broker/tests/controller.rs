@@ -8,6 +8,7 @@
 //! planned on a stale state is skipped by every member alike.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod journal_common;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::path::Path;
@@ -25,7 +26,7 @@ use spool_broker::control::controller::{
     CONTROLLER_GROUP,
 };
 use spool_broker::io::{CrashMode, SimStorage};
-use spool_broker::log::journal::{JournalConfig, JournalPos, ShardJournal};
+use spool_broker::log::journal::{JournalPos, ShardJournal};
 use spool_broker::log::vote::VoteLog;
 use spool_broker::log::{Offset, RecordFatal};
 use spool_broker::queue::{PartitionId, QueueConfig, QueueId};
@@ -46,7 +47,7 @@ async fn open_member(
     let (shard, recovery) = ShardJournal::open(
         storage.clone(),
         Path::new(DIR),
-        JournalConfig::default(),
+        journal_common::small_config(),
         JournalPos(0),
         fatal,
     )
