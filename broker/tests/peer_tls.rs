@@ -10,7 +10,6 @@
 #![allow(clippy::unwrap_used)]
 
 use std::cell::RefCell;
-use std::future::Future;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -19,7 +18,6 @@ use std::time::Duration;
 use futures_lite::future::or;
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
-use glommio::{LocalExecutorBuilder, Placement};
 use raft::eraftpb::{Entry, Message, MessageType};
 use rustls::pki_types::ServerName;
 use spool_broker::clock::instant_now;
@@ -30,43 +28,11 @@ use spool_broker::net::peer::{
 };
 use spool_broker::replica::wire::{Frame, FrameBuilder, GroupId};
 
+mod peer_common;
+use peer_common::{run, wait_for, EVENT_TIMEOUT};
+
 mod pki;
 use pki::Pki;
-
-/// The whole test, executor included, must end within this.
-const TEST_TIMEOUT: Duration = Duration::from_secs(60);
-/// How long a test waits for one event (a counter reaching a value).
-const EVENT_TIMEOUT: Duration = Duration::from_secs(20);
-
-fn run(test: impl Future<Output = ()> + 'static) {
-    LocalExecutorBuilder::new(Placement::Unbound)
-        .io_memory(0)
-        .make()
-        .expect("glommio executor")
-        .run(async move {
-            let finished = or(
-                async {
-                    test.await;
-                    true
-                },
-                async {
-                    glommio::timer::sleep(TEST_TIMEOUT).await;
-                    false
-                },
-            )
-            .await;
-            assert!(finished, "test did not finish within {TEST_TIMEOUT:?}");
-        });
-}
-
-/// Waits, bounded, until `ready` holds (polling a counter every 2 ms).
-async fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
-    let started = instant_now();
-    while !ready() {
-        assert!(started.elapsed() < EVENT_TIMEOUT, "timed out waiting for {what}");
-        glommio::timer::sleep(Duration::from_millis(2)).await;
-    }
-}
 
 /// An append from `from` to `to` whose `index` numbers it in its group,
 /// with one entry of `data_len` bytes.

@@ -7,7 +7,6 @@
 #![allow(clippy::unwrap_used)]
 
 use std::cell::RefCell;
-use std::future::Future;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
@@ -15,7 +14,6 @@ use std::time::Duration;
 use futures_lite::future::or;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
-use glommio::{LocalExecutorBuilder, Placement};
 use raft::eraftpb::{Entry, Message, MessageType};
 use spool_broker::clock::instant_now;
 use spool_broker::net::listener::bind_listener;
@@ -26,40 +24,8 @@ use spool_broker::net::peer::{
 use spool_broker::replica::limits::{FRAME_HEADER_BYTES, REPLICA_FRAME_BYTES_MAX};
 use spool_broker::replica::wire::{Frame, FrameBuilder, GroupId};
 
-/// The whole test, executor included, must end within this.
-const TEST_TIMEOUT: Duration = Duration::from_secs(60);
-/// How long a test waits for one event (a counter reaching a value).
-const EVENT_TIMEOUT: Duration = Duration::from_secs(20);
-
-fn run(test: impl Future<Output = ()> + 'static) {
-    LocalExecutorBuilder::new(Placement::Unbound)
-        .io_memory(0)
-        .make()
-        .expect("glommio executor")
-        .run(async move {
-            let finished = or(
-                async {
-                    test.await;
-                    true
-                },
-                async {
-                    glommio::timer::sleep(TEST_TIMEOUT).await;
-                    false
-                },
-            )
-            .await;
-            assert!(finished, "test did not finish within {TEST_TIMEOUT:?}");
-        });
-}
-
-/// Waits, bounded, until `ready` holds (polling a counter every 2 ms).
-async fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
-    let started = instant_now();
-    while !ready() {
-        assert!(started.elapsed() < EVENT_TIMEOUT, "timed out waiting for {what}");
-        glommio::timer::sleep(Duration::from_millis(2)).await;
-    }
-}
+mod peer_common;
+use peer_common::{run, wait_for, EVENT_TIMEOUT};
 
 /// An append from `from` to 2 whose `index` numbers it in its group, with
 /// one entry of `data_len` bytes.
