@@ -80,7 +80,6 @@ fn claim_request(credits: u32) -> ClaimRequest {
 
 /// One member: its disk and, while it runs, its partition.
 struct Member {
-    id: u64,
     storage: SimStorage,
     partition: Option<Rc<Partition<SimStorage>>>,
 }
@@ -134,6 +133,7 @@ async fn open_member(
     .unwrap();
     glommio::spawn_local(background).detach();
     glommio::spawn_local(partition.log().driver().unwrap().clone().pump()).detach();
+    glommio::spawn_local(partition.clone().run_replica()).detach();
     partition
 }
 
@@ -141,12 +141,8 @@ async fn open_member(
 struct Cluster {
     members: Vec<Member>,
     network: Network,
-    leading: Rc<RefCell<BTreeSet<u64>>>,
     /// Members cut off: their messages, both ways, are lost.
     cut: RefCell<BTreeSet<u64>>,
-    /// Rebuilds of diverged states done, by member.
-    rebuilt: Rc<RefCell<Vec<u64>>>,
-    rebuilding: Rc<RefCell<BTreeSet<u64>>>,
 }
 
 impl Cluster {
@@ -157,20 +153,13 @@ impl Cluster {
         for id in VOTERS {
             let storage = SimStorage::new();
             let partition = open_member(id, &storage, &network, now).await;
-            members.push(Member { id, storage, partition: Some(partition) });
+            members.push(Member { storage, partition: Some(partition) });
         }
         Cluster::new(members, network)
     }
 
     fn new(members: Vec<Member>, network: Network) -> Cluster {
-        Cluster {
-            members,
-            network,
-            leading: Rc::default(),
-            cut: RefCell::default(),
-            rebuilt: Rc::default(),
-            rebuilding: Rc::default(),
-        }
+        Cluster { members, network, cut: RefCell::default() }
     }
 
     /// One round: every queued message delivered (to a live member), every
@@ -188,33 +177,8 @@ impl Cluster {
             }
         }
         for member in &self.members {
-            let Some(partition) = &member.partition else { continue };
-            partition.log().driver().unwrap().tick();
-            let folded = partition.fold_committed().unwrap();
-            if folded.stepped_down {
-                self.leading.borrow_mut().remove(&member.id);
-            }
-            if partition.diverged() && self.rebuilding.borrow_mut().insert(member.id) {
-                let (partition, id) = (partition.clone(), member.id);
-                let (rebuilt, rebuilding) = (self.rebuilt.clone(), self.rebuilding.clone());
-                glommio::spawn_local(async move {
-                    partition.rebuild().await.unwrap();
-                    rebuilt.borrow_mut().push(id);
-                    rebuilding.borrow_mut().remove(&id);
-                })
-                .detach();
-            }
-            if folded.ready_to_lead && self.leading.borrow_mut().insert(member.id) {
-                let (partition, leading) = (partition.clone(), self.leading.clone());
-                let id = member.id;
-                glommio::spawn_local(async move {
-                    let fenced = partition.take_leadership().await;
-                    println!("member {id} takes the lead: {fenced:?}");
-                    if fenced.is_err() {
-                        leading.borrow_mut().remove(&id);
-                    }
-                })
-                .detach();
+            if let Some(partition) = &member.partition {
+                partition.log().driver().unwrap().tick();
             }
         }
         glommio::timer::sleep(Duration::from_millis(1)).await;
@@ -321,7 +285,6 @@ fn a_replicated_partition_serves_from_its_leader_and_loses_nothing_acknowledged_
         let image = cluster.members[leader].storage.crash_image(CrashMode::DurableOnly);
         cluster.members[leader].partition = None;
         drop(lead);
-        cluster.leading.borrow_mut().clear();
         cluster.until("a new serving leader", |c| c.serving().is_some()).await;
         let new = cluster.serving().unwrap();
         assert_ne!(new, leader);
@@ -355,8 +318,7 @@ fn a_replicated_partition_serves_from_its_leader_and_loses_nothing_acknowledged_
 
         // The killed member restarts from its crash image and catches up.
         let restarted = open_member(leader as u64 + 1, &image, &cluster.network, &now).await;
-        cluster.members[leader] =
-            Member { id: leader as u64 + 1, storage: image, partition: Some(restarted.clone()) };
+        cluster.members[leader] = Member { storage: image, partition: Some(restarted.clone()) };
         let expected = lead.counters();
         cluster
             .until("the restarted member's fold", |_| {
@@ -416,7 +378,14 @@ fn a_leader_cut_off_with_entries_no_one_else_has_rebuilds_its_state_from_the_log
         cluster.until("the cut enqueue to be answered", |_| lost.borrow().is_some()).await;
         let refused = lost.borrow_mut().take().unwrap().unwrap_err();
         assert_eq!(refused.code(), ErrorCode::NotOwner, "{refused}");
-        assert_eq!(*cluster.rebuilt.borrow(), vec![old as u64 + 1], "one rebuild, the old leader");
+        let rebuilds: Vec<u64> = cluster
+            .members
+            .iter()
+            .map(|m| m.partition.as_ref().unwrap().role_stats().rebuilds)
+            .collect();
+        let mut expected = vec![0, 0, 0];
+        expected[old] = 1;
+        assert_eq!(rebuilds, expected, "one rebuild, the old leader");
         assert!(!lead.diverged());
     });
 }
@@ -557,11 +526,10 @@ async fn random_history(seed: u64) {
                         CrashMode::PowerLoss { seed: rng.next() }
                     };
                     let image = cluster.members[at].storage.crash_image(mode);
-                    cluster.leading.borrow_mut().remove(&(at as u64 + 1));
                     cluster.until("a while", |_| rng.below(20) == 0).await;
                     let id = at as u64 + 1;
                     let restarted = open_member(id, &image, &cluster.network, &now).await;
-                    cluster.members[at] = Member { id, storage: image, partition: Some(restarted) };
+                    cluster.members[at] = Member { storage: image, partition: Some(restarted) };
                 }
             }
             _ => {
@@ -604,7 +572,11 @@ async fn random_history(seed: u64) {
         told.enqueued.len(),
         told.acked.len(),
         delivered.len(),
-        cluster.rebuilt.borrow().len()
+        cluster
+            .members
+            .iter()
+            .map(|m| m.partition.as_ref().map_or(0, |p| p.role_stats().rebuilds))
+            .sum::<u64>()
     );
 }
 

@@ -101,7 +101,7 @@ pub use open::{JournalOpen, JournalReplayed, OpenReport};
 pub use read::{Claimed, Peeked};
 pub use relocate::{garbage_ratio, relocate_pass, RelocatePass, RelocateStep};
 use replicated::Role;
-pub use replicated::{Folded, ReplicatedOpen};
+pub use replicated::{Folded, ReplicaRoleStats, ReplicatedOpen};
 pub use shard_replay::{replay_journal_shard, ShardReplayReport, ShardReplayTarget};
 
 pub use crate::limits::{

@@ -69,9 +69,16 @@ pub(super) struct Role {
     fold: RefCell<ReplayFold>,
     /// The broker secret tokens are made with (a rebuilt state needs it).
     secret: Cell<[u8; 32]>,
+    stats: Cell<ReplicaRoleStats>,
 }
 
 impl Role {
+    fn count(&self, change: impl FnOnce(&mut ReplicaRoleStats)) {
+        let mut stats = self.stats.get();
+        change(&mut stats);
+        self.stats.set(stats);
+    }
+
     /// The open's replay folded the entries up to `applied`.
     pub(super) fn opened_at(&self, applied: u64) {
         self.applied.set(applied);
@@ -95,6 +102,20 @@ pub struct ReplicatedOpen<S: Storage> {
     pub timing: Timing,
     /// Where the member's messages go (the shard's `ReplicationHost`).
     pub send: Rc<dyn Fn(Message)>,
+}
+
+/// What a replicated partition's role went through since it opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReplicaRoleStats {
+    /// Committed entries folded into the state (its own, as leader, not
+    /// counted: they were applied when appended).
+    pub folded: u64,
+    /// Terms it took the lead in (fence run, serving).
+    pub leaderships: u64,
+    /// Times it stopped serving.
+    pub step_downs: u64,
+    /// Diverged states rebuilt from the log.
+    pub rebuilds: u64,
 }
 
 /// What [`Partition::fold_committed`] did.
@@ -123,6 +144,11 @@ impl<S: Storage + Clone> Partition<S> {
     /// Whether its state can no longer be trusted (module docs): reopen it.
     pub fn diverged(&self) -> bool {
         self.replica.as_ref().is_some_and(|role| role.diverged.get())
+    }
+
+    /// What its role went through (all zero on one node).
+    pub fn role_stats(&self) -> ReplicaRoleStats {
+        self.replica.as_ref().map_or_else(ReplicaRoleStats::default, |role| role.stats.get())
     }
 
     /// The entry index the state holds up to (0 on one node).
@@ -214,11 +240,13 @@ impl<S: Storage + Clone> Partition<S> {
         if folded.entries > 0 {
             self.recharge();
             self.hint_wakeup();
+            role.count(|stats| stats.folded += folded.entries);
         }
         let (leads, term, _) = driver.role();
         if role.serving.get() && (!leads || term != self.epoch().0) {
             role.serving.set(false);
             folded.stepped_down = true;
+            role.count(|stats| stats.step_downs += 1);
             // Entries applied when appended and not committed may be
             // cancelled by the next leader.
             if role.applied.get() > self.log.journal().committed_index() {
@@ -232,6 +260,51 @@ impl<S: Storage + Clone> Partition<S> {
             && !role.diverged.get()
             && role.folded_term.get() == term;
         Ok(folded)
+    }
+
+    /// Drives this partition's role for as long as it is open: at every
+    /// progress of its member (entries committed, a role change) it folds
+    /// what committed, takes the lead when it is due
+    /// ([`take_leadership`](Self::take_leadership)) and rebuilds a diverged
+    /// state ([`rebuild`](Self::rebuild)). A rebuild refused (the log too
+    /// long to read back by index) is logged once and not tried again: the
+    /// partition then refuses every request until it is reopened. Ends
+    /// when the partition closes or its member stops. Spawn it once, beside
+    /// the member's pump (a partition on one node returns at once).
+    pub async fn run_replica(self: Rc<Self>) {
+        let Some(driver) = self.log.driver().cloned() else { return };
+        let mut rebuild_refused = false;
+        loop {
+            let progress = driver.progress();
+            if self.closed.get() || driver.failure().is_some() {
+                return;
+            }
+            let folded = match self.fold_committed() {
+                Ok(folded) => folded,
+                Err(error) => {
+                    tracing::warn!(partition = ?self.name, %error, "committed entries not folded");
+                    Folded::default()
+                }
+            };
+            if self.diverged() && !rebuild_refused {
+                if let Err(error) = self.rebuild().await {
+                    tracing::error!(partition = ?self.name, %error,
+                        "diverged state not rebuilt; the partition serves nothing until reopened");
+                    rebuild_refused = true;
+                }
+                continue;
+            }
+            if folded.ready_to_lead {
+                match self.take_leadership().await {
+                    Ok(fenced) => tracing::info!(partition = ?self.name, term = self.epoch().0,
+                        fenced, "leading"),
+                    Err(error) => tracing::info!(partition = ?self.name, %error,
+                        "did not take the lead"),
+                }
+                continue;
+            }
+            progress.await;
+        }
     }
 
     /// Makes this member's term the partition's leader epoch, ends the
@@ -261,6 +334,7 @@ impl<S: Storage + Clone> Partition<S> {
             return Err(PartitionError::NotLeader { partition: self.name.partition.0, leader: 0 });
         }
         role.serving.set(true);
+        role.count(|stats| stats.leaderships += 1);
         self.claimable.notify_all();
         if self.state.borrow().has_ready() {
             self.ready(0);
@@ -342,6 +416,7 @@ impl<S: Storage + Clone> Partition<S> {
         role.applied.set(upto);
         role.folded_term.set(self.log.journal().term_at(upto).unwrap_or(0));
         role.diverged.set(false);
+        role.count(|stats| stats.rebuilds += 1);
         self.recharge();
         self.hint_wakeup();
         self.claimable.notify_all();
