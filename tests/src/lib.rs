@@ -753,7 +753,8 @@ impl Spoold {
     pub fn run_second_on_same_dir(&self, timeout: Duration) -> (Option<ExitStatus>, String) {
         let log_path = self.root.path().join("second.log");
         let log = File::create(&log_path).expect("create second log");
-        let base = reserve_ports(self.options.cores);
+        // The shard ports and the admin port after them (as `start`).
+        let base = reserve_ports(self.options.cores + 1);
         let mut child = spoold_command(&self.data_dir(), base, &self.options, &log)
             .spawn()
             .expect("spawn second spoold");
