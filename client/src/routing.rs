@@ -3,17 +3,11 @@
 //! key on the same partition and per-key order holds. FNV-1a 64 is used
 //! because it is tiny, stable across platforms and versions, and trivially
 //! reimplemented; keys are not adversarial here (they only spread load).
+//! The hash is defined once, in `spool_wire::routing`.
 
 use spool_wire::proto::PartitionId;
 
-const FNV_OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
-const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
-
-/// FNV-1a 64 of `key`.
-pub fn routing_hash(key: &[u8]) -> u64 {
-    key.iter()
-        .fold(FNV_OFFSET_BASIS, |hash, &byte| (hash ^ u64::from(byte)).wrapping_mul(FNV_PRIME))
-}
+pub use spool_wire::routing::routing_hash;
 
 /// The partition of a non-empty routing key among `partitions` (> 0).
 pub fn partition_for_key(key: &[u8], partitions: u32) -> PartitionId {

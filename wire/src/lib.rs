@@ -2,7 +2,8 @@
 //!
 //! This crate owns every byte layout that leaves a process: the record batch
 //! (the same bytes travel on the wire and sit in segment files), and the named
-//! limits that bound them ([`limits`]). It does no I/O and knows nothing of the
+//! limits that bound them ([`limits`]), and the routing hash every producer
+//! places keys with ([`routing`]). It does no I/O and knows nothing of the
 //! broker: everything here is a pure function of its input bytes, so clients
 //! in other processes and the broker agree by construction.
 //!
@@ -50,6 +51,7 @@ pub mod codes;
 pub mod error;
 pub mod limits;
 pub mod proto;
+pub mod routing;
 
 pub use codes::ErrorCode;
 pub use error::WireError;

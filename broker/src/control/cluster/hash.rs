@@ -2,21 +2,14 @@
 //! every node (and every release) computes the same placement. `std`'s
 //! `DefaultHasher` is not used: its algorithm may change between releases.
 //!
-//! - [`fnv1a64`]: FNV-1a 64 over bytes, the function today's client
-//!   routes keys with (`spool_client::routing::routing_hash`), kept equal to
-//!   it by the published test vectors.
+//! - [`fnv1a64`]: FNV-1a 64 over bytes, the routing hash every client
+//!   places keys with (`spool_wire::routing::routing_hash`, re-exported).
 //! - [`mix64`]: the SplitMix64 finalizer (Stafford's "Mix13"), a bijection
 //!   on `u64` whose every output bit depends on every input bit.
 
-const FNV_OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
-const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
-
-/// FNV-1a 64 of `bytes`.
-pub fn fnv1a64(bytes: &[u8]) -> u64 {
-    bytes
-        .iter()
-        .fold(FNV_OFFSET_BASIS, |hash, &byte| (hash ^ u64::from(byte)).wrapping_mul(FNV_PRIME))
-}
+/// FNV-1a 64 of `bytes`: the routing hash, defined once in
+/// `spool_wire::routing`.
+pub use spool_wire::routing::routing_hash as fnv1a64;
 
 /// The SplitMix64 finalizer of `value`.
 pub fn mix64(value: u64) -> u64 {
