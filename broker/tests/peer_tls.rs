@@ -9,7 +9,6 @@
 // Test helpers panic on setup failures by design.
 #![allow(clippy::unwrap_used)]
 
-use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -18,7 +17,7 @@ use std::time::Duration;
 use futures_lite::future::or;
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
-use raft::eraftpb::{Entry, Message, MessageType};
+use raft::eraftpb::Message;
 use rustls::pki_types::ServerName;
 use spool_broker::clock::instant_now;
 use spool_broker::net::listener::bind_listener;
@@ -29,35 +28,10 @@ use spool_broker::net::peer::{
 use spool_broker::replica::wire::{Frame, FrameBuilder, GroupId};
 
 mod peer_common;
-use peer_common::{run, wait_for, EVENT_TIMEOUT};
+use peer_common::{message, run, wait_for, Received, EVENT_TIMEOUT};
 
 mod pki;
 use pki::Pki;
-
-/// An append from `from` to `to` whose `index` numbers it in its group,
-/// with one entry of `data_len` bytes.
-fn message(from: u64, to: u64, index: u64, data_len: usize) -> Message {
-    let mut message = Message {
-        msg_type: MessageType::MsgAppend,
-        from,
-        to,
-        term: 3,
-        log_term: 2,
-        index,
-        commit: 5,
-        ..Message::default()
-    };
-    message.entries = vec![Entry {
-        index: index + 1,
-        term: 3,
-        data: vec![(index % 251) as u8; data_len].into(),
-        ..Entry::default()
-    }]
-    .into();
-    message
-}
-
-type Received = Rc<RefCell<Vec<(u64, GroupId, Message)>>>;
 
 /// A TLS receiver on any port taking frames from `allowed` into the
 /// returned list.

@@ -6,7 +6,6 @@
 // Test helpers panic on setup failures by design.
 #![allow(clippy::unwrap_used)]
 
-use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
@@ -14,7 +13,7 @@ use std::time::Duration;
 use futures_lite::future::or;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
-use raft::eraftpb::{Entry, Message, MessageType};
+use raft::eraftpb::Message;
 use spool_broker::clock::instant_now;
 use spool_broker::net::listener::bind_listener;
 use spool_broker::net::peer::limits::{PEER_OUTBOX_BYTES_MAX, PEER_READ_CHUNK_BYTES};
@@ -25,32 +24,13 @@ use spool_broker::replica::limits::{FRAME_HEADER_BYTES, REPLICA_FRAME_BYTES_MAX}
 use spool_broker::replica::wire::{Frame, FrameBuilder, GroupId};
 
 mod peer_common;
-use peer_common::{run, wait_for, EVENT_TIMEOUT};
+use peer_common::{run, wait_for, Received, EVENT_TIMEOUT};
 
 /// An append from `from` to 2 whose `index` numbers it in its group, with
 /// one entry of `data_len` bytes.
 fn message(from: u64, index: u64, data_len: usize) -> Message {
-    let mut message = Message {
-        msg_type: MessageType::MsgAppend,
-        from,
-        to: 2,
-        term: 3,
-        log_term: 2,
-        index,
-        commit: 5,
-        ..Message::default()
-    };
-    message.entries = vec![Entry {
-        index: index + 1,
-        term: 3,
-        data: vec![(index % 251) as u8; data_len].into(),
-        ..Entry::default()
-    }]
-    .into();
-    message
+    peer_common::message(from, 2, index, data_len)
 }
-
-type Received = Rc<RefCell<Vec<(u64, GroupId, Message)>>>;
 
 /// A receiver on `addr` (port 0: any) taking frames from `allowed` into
 /// the returned list.
