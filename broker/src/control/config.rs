@@ -218,6 +218,9 @@ pub struct BrokerConfig {
     /// `tls_cert_file`, `tls_key_file` and `tls_client_ca_file` when the
     /// config was resolved; `None`: plain TCP.
     pub tls: Option<crate::net::tls::TlsServer>,
+    /// The `[cluster]` table, validated; `None`: a single node
+    /// (`docs/design/replication.md`, "Running a cluster").
+    pub cluster: Option<crate::control::cluster::ClusterConfig>,
 }
 
 /// One shard's memory budget and its pools, bytes
@@ -608,6 +611,10 @@ pub const ENV_SETTINGS: &[&str] = &[
     "TLS_KEY_FILE",
     "TLS_CLIENT_CA_FILE",
 ];
+
+/// Tables a config file accepts besides [`FILE_KEYS`]: file only, no
+/// environment variable or flag.
+pub const FILE_TABLES: &[&str] = &["cluster"];
 
 /// `SPOOL_*` variables that are not broker settings but may be in a
 /// broker's environment: the failpoint build's (`SPOOL_FAILPOINTS`, also
@@ -1037,6 +1044,7 @@ mod tests {
         let mut fields: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
         fields.sort_unstable();
         let mut file_keys = FILE_KEYS.to_vec();
+        file_keys.extend(FILE_TABLES);
         file_keys.sort_unstable();
         assert_eq!(fields, file_keys, "FILE_KEYS against PartialConfig's fields");
         let mut from_files: Vec<String> = FILE_KEYS
@@ -1049,6 +1057,35 @@ mod tests {
             ENV_SETTINGS.iter().map(|name| (*name).to_owned()).collect();
         env_settings.sort_unstable();
         assert_eq!(env_settings, from_files, "ENV_SETTINGS against FILE_KEYS");
+    }
+
+    // Goal: a `[cluster]` table reaches the resolved config, `listen`
+    // defaults to this node's client address, a `listen` that disagrees
+    // and a table that does not validate are refused naming the field.
+    // Method: resolve small files.
+    #[test]
+    fn the_cluster_table_resolves_with_its_listen() {
+        let table = |node: u64, extra: &str| {
+            format!(
+                "{extra}\n[cluster]\nnode_id = {node}\nsecret_file = \"cluster.secret\"\n\
+                 nodes = [\n\
+                 {{ id = 1, client = \"127.0.0.1:7400\", peer = \"127.0.0.1:7500\", failure_domain = \"a\" }},\n\
+                 {{ id = 2, client = \"127.0.0.1:7410\", peer = \"127.0.0.1:7510\", failure_domain = \"b\" }},\n\
+                 {{ id = 3, client = \"127.0.0.1:7420\", peer = \"127.0.0.1:7520\", failure_domain = \"c\" }},\n]\n"
+            )
+        };
+        let resolve = |text: &str| PartialConfig::from_toml(text).unwrap().resolve(1);
+        let config = resolve(&table(2, "admin_listen = \"off\"")).unwrap();
+        assert_eq!(config.listen, "127.0.0.1:7410".parse::<SocketAddr>().unwrap());
+        assert_eq!(config.cluster.as_ref().unwrap().node_id, 2);
+        let same =
+            resolve(&table(3, "admin_listen = \"off\"\nlisten = \"127.0.0.1:7420\"")).unwrap();
+        assert_eq!(same.listen, "127.0.0.1:7420".parse::<SocketAddr>().unwrap());
+        let error = resolve(&table(3, "listen = \"127.0.0.1:9000\"")).unwrap_err().to_string();
+        assert!(error.contains("listen") && error.contains("127.0.0.1:7420"), "{error}");
+        let error = resolve(&table(9, "")).unwrap_err().to_string();
+        assert!(error.contains("cluster") && error.contains("node_id = 9"), "{error}");
+        assert!(resolve("admin_listen = \"off\"").unwrap().cluster.is_none());
     }
 
     #[test]

@@ -24,8 +24,9 @@
 //!
 //! The member is a [`ReplicaDriver`] over a journal partition of its own
 //! (the controller's directory holds a shard journal and a vote log of
-//! their own); its group is [`CONTROLLER_GROUP`]. Not wired to the
-//! coordinator yet: the node's catalog file still rules.
+//! their own); its group is [`CONTROLLER_GROUP`]. In a cluster the
+//! coordinator runs it (`shard/controller_run.rs`) and the node's catalog
+//! file is a cache of its state.
 
 use std::cell::{Cell, Ref, RefCell};
 use std::collections::VecDeque;

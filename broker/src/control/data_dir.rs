@@ -384,6 +384,18 @@ impl BrokerSecret {
         Ok(BrokerSecret(bytes))
     }
 
+    /// Loads a cluster's secret from `path` (`cluster.secret_file`): the
+    /// same bytes on every node, so a delivery token verifies on whichever
+    /// replica leads. Never created here: every node must read one file.
+    ///
+    /// # Errors
+    /// [`DataDirError::SecretWrongSize`] unless it holds exactly
+    /// [`SECRET_BYTES`] bytes; `Io` when it cannot be read.
+    pub fn load_cluster(path: &Path) -> Result<BrokerSecret, DataDirError> {
+        let file = File::open(path).map_err(io_error("open cluster secret", path))?;
+        Self::read(file, path)
+    }
+
     fn read(file: File, path: &Path) -> Result<BrokerSecret, DataDirError> {
         let len_bytes = file.metadata().map_err(io_error("stat secret", path))?.len();
         if len_bytes != SECRET_BYTES as u64 {

@@ -60,6 +60,9 @@ pub struct PartialConfig {
     pub tls_cert_file: Option<PathBuf>,
     pub tls_key_file: Option<PathBuf>,
     pub tls_client_ca_file: Option<PathBuf>,
+    /// The `[cluster]` table (file only: [`FILE_TABLES`]); without it the
+    /// node runs alone.
+    pub cluster: Option<crate::control::cluster::ClusterConfig>,
 }
 
 /// Edit distance (insertions, deletions, substitutions) between two names.
@@ -95,7 +98,7 @@ pub fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) ->
 /// The closest file key to the unknown key a TOML error names, if any.
 fn suggest_file_key(error: &toml::de::Error) -> Option<&'static str> {
     let unknown = error.message().strip_prefix("unknown field `")?.split('`').next()?;
-    closest(unknown, FILE_KEYS.iter().copied())
+    closest(unknown, FILE_KEYS.iter().chain(FILE_TABLES).copied())
 }
 
 fn parse_env<T: std::str::FromStr>(name: &str, value: &str) -> Result<T, ConfigError>
@@ -250,6 +253,7 @@ impl PartialConfig {
             tls_cert_file: higher.tls_cert_file.or(self.tls_cert_file),
             tls_key_file: higher.tls_key_file.or(self.tls_key_file),
             tls_client_ca_file: higher.tls_client_ca_file.or(self.tls_client_ca_file),
+            cluster: higher.cluster.or(self.cluster),
         }
     }
 
@@ -263,7 +267,7 @@ impl PartialConfig {
         let default_shards = allowed_cpus.clamp(1, usize::from(SHARDS_MAX)) as u16;
         let config = BrokerConfig {
             data_dir: self.data_dir.unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
-            listen: self.listen.unwrap_or(DEFAULT_LISTEN),
+            listen: cluster_listen(self.listen, self.cluster.as_ref())?,
             shards: self.cores.unwrap_or(default_shards),
             admin_listen: match self.admin_listen.unwrap_or(AdminListen::At(DEFAULT_ADMIN_LISTEN)) {
                 AdminListen::Off => None,
@@ -308,9 +312,33 @@ impl PartialConfig {
             },
             auth_file: self.auth_file,
             tls: tls_settings(self.tls_cert_file, self.tls_key_file, self.tls_client_ca_file)?,
+            cluster: self.cluster,
         };
         config.validate(allowed_cpus)?;
         Ok(config)
+    }
+}
+
+/// The shard-0 address: `listen`, else this node's client address of the
+/// `[cluster]` table, else the default. With a cluster table both must
+/// agree (the other nodes reach this one at its table address).
+fn cluster_listen(
+    listen: Option<SocketAddr>,
+    cluster: Option<&crate::control::cluster::ClusterConfig>,
+) -> Result<SocketAddr, ConfigError> {
+    let invalid = |field, reason: &str| ConfigError::Invalid { field, reason: reason.to_owned() };
+    let Some(cluster) = cluster else { return Ok(listen.unwrap_or(DEFAULT_LISTEN)) };
+    cluster.validate().map_err(|error| invalid("cluster", &error.to_string()))?;
+    let own = cluster
+        .this_node()
+        .map(|node| node.client)
+        .ok_or_else(|| invalid("cluster", "cluster.node_id names no node"))?;
+    match listen {
+        Some(listen) if listen != own => Err(invalid(
+            "listen",
+            &format!("{listen} differs from this node's client address {own} in [cluster]"),
+        )),
+        _ => Ok(own),
     }
 }
 
@@ -470,6 +498,7 @@ impl Cli {
             tls_cert_file: self.tls_cert_file.clone(),
             tls_key_file: self.tls_key_file.clone(),
             tls_client_ca_file: self.tls_client_ca_file.clone(),
+            cluster: None,
         }
     }
 }

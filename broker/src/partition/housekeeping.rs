@@ -95,6 +95,11 @@ impl<S: Storage + Clone> Partition<S> {
     }
 
     pub(super) fn ready(&self, count: usize) {
+        // A replicated member that does not serve is claimed from nowhere:
+        // it is listed once it takes the lead (`take_leadership`).
+        if !self.serving() {
+            return;
+        }
         if let Some(hook) = self.ready_hook.borrow().as_ref() {
             hook(count);
         }

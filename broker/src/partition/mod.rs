@@ -229,6 +229,11 @@ impl<S: Storage + Clone> Partition<S> {
         &self.name
     }
 
+    /// Whether it was closed (its background work ends).
+    pub fn is_closed(&self) -> bool {
+        self.closed.get()
+    }
+
     pub fn epoch(&self) -> LeaderEpoch {
         self.epoch.get()
     }

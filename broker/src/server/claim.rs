@@ -249,6 +249,11 @@ impl SpoolHandler {
             let Some(partition) = ring.next() else { break };
             // Gone since it was listed (its queue deleted, reassigned).
             let Some(served) = self.state.served(queue, partition) else { continue };
+            // A replicated member that stopped serving since it was listed:
+            // listed again once it leads.
+            if !served.partition.serving() {
+                continue;
+            }
             let mut positions = Vec::new();
             match served.partition.ready_positions(&peek, &mut positions) {
                 Ok(exhausted) if positions.is_empty() => {

@@ -64,7 +64,12 @@ impl SpoolHandler {
                 .enumerate()
                 .map(|(index, assignment)| {
                     let partition = PartitionId(index as u32);
-                    let addr = self.state.shard_addr(assignment.shard);
+                    let addr = match &self.state.cluster {
+                        Some(cluster) => cluster
+                            .leader_addr(entry.id, partition, assignment.shard)
+                            .unwrap_or_else(|| self.state.shard_addr(assignment.shard)),
+                        None => self.state.shard_addr(assignment.shard),
+                    };
                     // 0 only while no shard has the partition open.
                     let epoch = self.state.epochs.epoch(entry.id, partition).unwrap_or_default();
                     PartitionMetadata {

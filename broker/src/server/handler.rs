@@ -136,6 +136,13 @@ fn control_error(failure: &CoordinatorError) -> ErrorResponse {
         CoordinatorError::Stopped => ErrorCode::ShuttingDown,
         CoordinatorError::CreateFailed { .. } => ErrorCode::StorageFailed,
         CoordinatorError::CreateRefused { .. } => ErrorCode::InvalidArgument,
+        // Another node leads the controller: its address, as `route` does.
+        CoordinatorError::NotLeader { client, .. } => {
+            let mut reply = error_from(ErrorCode::NotOwner, failure.to_string());
+            reply.owner =
+                client.map(|addr| NodeAddress { host: addr.ip().to_string(), port: addr.port() });
+            return reply;
+        }
         #[allow(unreachable_patterns)]
         _ => ErrorCode::Internal,
     };
@@ -205,6 +212,11 @@ impl SpoolHandler {
         partition: PartitionId,
     ) -> Result<Rc<Served>, ErrorResponse> {
         if let Some(found) = self.state.served(queue, partition) {
+            if let Some(cluster) = &self.state.cluster {
+                if !found.partition.serving() {
+                    return Err(cluster.not_leader(found.partition.name()));
+                }
+            }
             return Ok(found);
         }
         let name = QueueName::new(queue)
@@ -219,7 +231,9 @@ impl SpoolHandler {
                 format!("queue {queue} has {} partitions", entry.partitions.len()),
             ));
         };
-        if assignment.shard == self.state.shard {
+        let hosted =
+            self.state.cluster.as_ref().is_none_or(|cluster| cluster.hosts(entry.id, partition));
+        if assignment.shard == self.state.shard && hosted {
             // Owned here but not open: open failed (say why), or still opening.
             let reason =
                 self.state.unavailable.borrow().get(&(queue.to_owned(), partition)).cloned();
@@ -229,7 +243,12 @@ impl SpoolHandler {
             };
             return Err(error(ErrorCode::StorageFailed, clip_message(message)));
         }
-        let owner = self.state.shard_addr(assignment.shard);
+        let owner = match &self.state.cluster {
+            Some(cluster) => cluster
+                .leader_addr(entry.id, partition, assignment.shard)
+                .unwrap_or_else(|| self.state.shard_addr(assignment.shard)),
+            None => self.state.shard_addr(assignment.shard),
+        };
         let mut reply = error(
             ErrorCode::NotOwner,
             format!("partition {queue}/{partition} is served at {owner}"),

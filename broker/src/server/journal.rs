@@ -26,6 +26,9 @@ pub struct ShardJournalRun {
     /// Handles of deleted queues keep theirs (positions only, no payload
     /// bytes) until the journal's reclamation (step 4).
     pub(super) routed: RefCell<BTreeMap<PartitionHandle, Vec<RoutedEntry>>>,
+    /// Each handle's log as recovery found it (entry indexes, committed
+    /// index): what a replicated partition's member opens from.
+    pub(super) logs: RefCell<BTreeMap<PartitionHandle, crate::log::journal::RecoveredLog>>,
     /// The states the ordered replay at start made (checkpoint restored,
     /// entries replayed in journal order: `partition::replay_journal_shard`),
     /// taken by each partition's open; what is left once the catalog's

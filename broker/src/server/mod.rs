@@ -56,6 +56,7 @@
 
 pub mod auth;
 mod claim;
+pub mod cluster;
 pub mod convert;
 pub mod counters;
 mod describe;
@@ -98,7 +99,7 @@ use crate::queue::{LeaderEpoch, PartitionId, QueueId};
 use crate::shard::alarm::Alarm;
 use crate::shard::hooks::{ShardContext, ShardHooks, ShardHooksFactory};
 use crate::shard::report::{
-    JournalReport, LogTotals, PartitionReport, RefusedPartition, ShardReport,
+    JournalReport, LogTotals, PartitionReport, RefusedPartition, ReplicaRole, ShardReport,
 };
 use crate::shard::CoordinatorHandle;
 use counters::RequestCounters;
@@ -140,6 +141,9 @@ pub enum ServerError {
         share: u64,
         queues: Vec<(String, u64)>,
     },
+    /// The shard's replication did not start (vote log, peer port).
+    #[error("replication: {0}")]
+    Cluster(String),
     /// More than one partition of one change failed.
     #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
     Several(Vec<ServerError>),
@@ -285,6 +289,9 @@ pub struct ShardState {
     /// The shard's memory for queue state: its state share less the
     /// journal's two caches (`partition/memory.rs`).
     pub state_memory: Rc<StateMemory>,
+    /// The shard's replication, when the node is in a cluster
+    /// (`cluster.rs`): its partitions are then Raft members.
+    pub cluster: Option<Rc<cluster::ShardCluster>>,
 }
 
 impl std::fmt::Debug for ShardState {
@@ -343,6 +350,10 @@ impl ShardState {
                 requests: served.requests.snapshot(),
                 ack_rate_per_sec,
                 memory_bytes: served.partition.memory_charged(),
+                replica: served.partition.log().driver().map(|driver| {
+                    let (_, term, leader) = driver.role();
+                    ReplicaRole { term, leader, serving: served.partition.serving() }
+                }),
             });
         }
         if let Some(journal) = &*self.journal.borrow() {
@@ -417,6 +428,10 @@ impl ShardHooksFactory for SpoolHooksFactory {
             journal: RefCell::new(None),
             tick_plan: Rc::new(TickPlan::new(crate::limits::HOUSEKEEPING_FULL_SWEEP_MS)),
             state_memory: StateMemory::new(context.shard.0, context.config.queue_state_bytes()),
+            cluster: context
+                .cluster
+                .as_ref()
+                .map(|node| cluster::ShardCluster::new(node.clone(), context.shard)),
         });
         let handler = Rc::new(SpoolHandler::new(state.clone()));
         SpoolHooks { state, handler }
@@ -472,7 +487,13 @@ impl ShardHooks for SpoolHooks {
     type Error = ServerError;
 
     async fn start(&self) -> Result<(), ServerError> {
-        self.state.open_journal().await
+        self.state.open_journal().await?;
+        if let Some(cluster) = &self.state.cluster {
+            cluster
+                .start(&journal_shard_dir(&self.state.config.data_dir, self.state.shard))
+                .await?;
+        }
+        Ok(())
     }
 
     fn replayed(&self) -> Result<(), ServerError> {
@@ -514,11 +535,18 @@ impl ShardHooks for SpoolHooks {
                 // after another. The directories and the epochs of all of
                 // them are made durable first, together (a few syncs per
                 // shard, not several per partition).
+                // In a cluster, only the partitions this node is a replica of.
                 let owned: Vec<PartitionId> = shards
                     .iter()
                     .enumerate()
                     .filter(|(_, shard)| **shard == state.shard)
                     .map(|(partition, _)| PartitionId(u32::try_from(partition).unwrap_or(u32::MAX)))
+                    .filter(|partition| {
+                        state
+                            .cluster
+                            .as_ref()
+                            .is_none_or(|cluster| cluster.hosts(*queue_id, *partition))
+                    })
                     .collect();
                 // A live create that cannot fit is refused before anything
                 // opens; the catalog's replay at start is not (the start
@@ -607,6 +635,9 @@ impl ShardHooks for SpoolHooks {
                 let count = doomed.len();
                 for (index, ((name, partition), served)) in doomed.into_iter().enumerate() {
                     state.epochs.forget(served.partition.name().queue_id, partition);
+                    if let Some(cluster) = &state.cluster {
+                        cluster.forget(served.partition.name().queue_id, partition);
+                    }
                     let dir = served.partition.dir().to_path_buf();
                     // No final checkpoint: the directory goes next.
                     ShardState::discard_served(&served).await;
@@ -670,6 +701,9 @@ impl ShardHooks for SpoolHooks {
         report.claims_waiting = self.state.claims_waiting();
         report.pace = crate::net::pace::Pace::of_this_shard().stats();
         report.quotas = self.handler.quota_report();
+        if let Some(cluster) = &self.state.cluster {
+            report.replication = Some(cluster.report(&self.state.partitions.borrow()));
+        }
     }
 
     fn on_tick(&self) {
@@ -705,6 +739,9 @@ impl ShardHooks for SpoolHooks {
                 tracing::error!(%queue, partition = partition.0, %error, "partition close failed");
                 first_error.get_or_insert(ServerError::Partition { queue, partition, error });
             }
+        }
+        if let Some(cluster) = &self.state.cluster {
+            cluster.stop().await;
         }
         self.state.close_journal().await;
         first_error.map_or(Ok(()), Err)

@@ -125,6 +125,9 @@ impl ShardState {
             journal.routed.borrow_mut().remove(&handle);
         }
         let task = glommio::spawn_local(background).detach();
+        if let Some(cluster) = &self.cluster {
+            cluster.serve(&partition_rc, self.epochs.clone());
+        }
         let served = Rc::new(Served {
             partition: partition_rc,
             requests: RequestCounters::default(),
@@ -188,6 +191,22 @@ impl ShardState {
             }
         };
         let routed = journal.routed.borrow().get(&handle).cloned().unwrap_or_default();
+        if let Some(cluster) = &self.cluster {
+            let log = journal.logs.borrow().get(&handle).copied().unwrap_or_default();
+            let recovered = super::cluster::Recovered { handle, routed, log };
+            let (partition, background, report) = cluster
+                .open_partition(
+                    &journal.shard,
+                    dir,
+                    name,
+                    config,
+                    recovered,
+                    self.secret,
+                    self.clock.clone(),
+                )
+                .await?;
+            return Ok((partition, background, report, Some(handle)));
+        }
         let replayed = journal.replayed.borrow_mut().remove(&handle);
         let (partition, background, report) = Partition::open_journal(
             DmaStorage,
@@ -338,6 +357,7 @@ impl ShardState {
         *self.journal.borrow_mut() = Some(Rc::new(ShardJournalRun {
             shard,
             routed: RefCell::new(recovery.routed.partitions),
+            logs: RefCell::new(recovery.routed.logs),
             replayed: RefCell::new(HashMap::new()),
             task: RefCell::new(Some(task)),
             file_bytes,
@@ -347,7 +367,11 @@ impl ShardState {
             next_release_ms: Cell::new(0),
             release: Cell::new(JournalReport::default()),
         }));
-        self.replay_journal_partitions().await;
+        // A replicated partition replays its committed entries on its own
+        // open (only those: the journal may hold an uncommitted suffix).
+        if self.cluster.is_none() {
+            self.replay_journal_partitions().await;
+        }
         Ok(())
     }
 

@@ -10,7 +10,9 @@
 //! catalog (durable), then broadcast to every shard, then answered. A catalog
 //! write that fails before its rename undoes the tick's changes and answers
 //! each with the error; one whose outcome is unknown (directory fsync
-//! failed) stops the coordinator, and with it the broker.
+//! failed) stops the coordinator, and with it the broker. In a cluster the
+//! controller group decides creates and deletes instead
+//! (`controller_run.rs`).
 //!
 //! The housekeeping timer runs on every executor for the executor's whole
 //! life, not only when there is work: glommio 0.9 can lose a cross-executor
@@ -41,10 +43,11 @@ use crate::net::listener::{accept_loop, bind_listener, AcceptStats};
 use crate::net::stop::StopSignal;
 use crate::queue::QueueId;
 use crate::shard::alarm::Alarm;
+use crate::shard::controller_run::ClusterCatalog;
 use crate::shard::hooks::{ShardContext, ShardHooks, ShardHooksFactory};
 use crate::shard::report::{ConnectionCounts, ExecutorCounts, ShardReport};
 use crate::shard::{
-    CoordinatorCommand, CoordinatorError, Event, ExecutorName, QueueCreated, ShardError,
+    broadcast, CoordinatorCommand, CoordinatorError, Event, ExecutorName, QueueCreated, ShardError,
     ShardMessage, Shared,
 };
 
@@ -300,6 +303,8 @@ pub(crate) struct ControlStart {
     pub(crate) data_dir: PathBuf,
     /// `BrokerConfig::partitions_max`.
     pub(crate) partitions_max: usize,
+    /// This node's cluster: the catalog is the controller group's.
+    pub(crate) cluster: Option<Arc<crate::control::cluster::ClusterNode>>,
 }
 
 /// A command's answer, held until the tick's catalog write decides it.
@@ -408,18 +413,6 @@ impl ControlState {
     }
 }
 
-async fn broadcast(
-    connected: &[glommio::channels::shared_channel::ConnectedSender<ShardMessage>],
-    batch: Arc<Vec<AssignmentUpdate>>,
-) -> Result<(), ShardError> {
-    for (shard, sender) in connected.iter().enumerate() {
-        if sender.send(ShardMessage::Assignments(batch.clone())).await.is_err() {
-            return Err(ShardError::ChannelClosed { shard: shard as u16 });
-        }
-    }
-    Ok(())
-}
-
 pub(crate) async fn control_main(
     senders: Vec<SharedSender<ShardMessage>>,
     commands: mpsc::Receiver<CoordinatorCommand>,
@@ -432,10 +425,28 @@ pub(crate) async fn control_main(
     for sender in senders {
         connected.push(sender.connect().await);
     }
+    let connected = Rc::new(connected);
     // The catalog's queues are the first updates every shard sees.
     if !start.replay.is_empty() {
         broadcast(&connected, Arc::new(start.replay)).await?;
     }
+    // In a cluster the controller group decides every change
+    // (`controller_run.rs`); opened before the coordinator reports ready,
+    // so a node it refuses does not start.
+    let cluster = match start.cluster.clone() {
+        Some(node) => Some(
+            ClusterCatalog::open(
+                node,
+                &start.data_dir,
+                start.partitions_max,
+                start.table.clone(),
+                connected.clone(),
+                shared.clone(),
+            )
+            .await?,
+        ),
+        None => None,
+    };
     let _ = events.send(Event::Ready(ExecutorName::Coordinator));
     let stop = StopSignal::new();
     let finished = StopSignal::new();
@@ -478,7 +489,7 @@ pub(crate) async fn control_main(
                     // try_send: a shard whose channel is full (a burst of
                     // changes) is left out of this report rather than block
                     // the coordinator; the asker sees it missing.
-                    for sender in &connected {
+                    for sender in connected.iter() {
                         let _ = sender.try_send(ShardMessage::Report(reply.clone()));
                     }
                 }
@@ -495,6 +506,17 @@ pub(crate) async fn control_main(
                 }
                 _ => {}
             }
+        }
+        if let Some(cluster) = &cluster {
+            if let Some(error) = cluster.take_failure() {
+                result = Err(error);
+                break;
+            }
+            if !commands.is_empty() {
+                last_command = instant_now();
+                commands.into_iter().for_each(|command| cluster.handle(command));
+            }
+            continue;
         }
         if commands.is_empty() {
             continue;
@@ -540,6 +562,9 @@ pub(crate) async fn control_main(
         if result.is_err() {
             break;
         }
+    }
+    if let Some(cluster) = cluster {
+        cluster.stop().await;
     }
     finished.stop();
     housekeeping_task.await;

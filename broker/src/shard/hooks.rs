@@ -49,6 +49,10 @@ pub struct ShardContext {
     /// will be given at start (read by [`ShardHooks::start`], before the
     /// replay's updates arrive).
     pub recovered: Arc<AssignmentTable>,
+    /// This node's cluster (`[cluster]` in the config); `None` on a single
+    /// node. With it, partitions are replicated and `secret` is the
+    /// cluster's.
+    pub cluster: Option<Arc<crate::control::cluster::ClusterNode>>,
 }
 
 /// Per-shard behaviour. Every method runs on the shard's own executor.

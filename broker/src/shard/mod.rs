@@ -30,6 +30,7 @@
 
 pub mod alarm;
 mod auth_reload;
+mod controller_run;
 mod coordinator;
 pub mod cpus;
 mod executor;
@@ -157,6 +158,11 @@ pub enum ShardError {
     Refused(String),
     #[error("catalog write failed: {0}")]
     Catalog(String),
+    /// The controller group's member on the coordinator failed (an entry
+    /// that does not decode, a log or vote failure, a shard table that
+    /// refuses its update).
+    #[error("controller failed: {0}")]
+    Controller(String),
     #[error("channel to shard {shard} closed")]
     ChannelClosed { shard: u16 },
     #[error("executor thread could not be spawned: {0}")]
@@ -179,6 +185,8 @@ pub enum StartError {
     Net(#[from] NetError),
     #[error(transparent)]
     Catalog(#[from] CatalogError),
+    #[error(transparent)]
+    Cluster(#[from] crate::control::cluster::ClusterStartError),
     #[error("{executor} failed to start: {error}")]
     Executor { executor: ExecutorName, error: ShardError },
     #[error("not up within startup_timeout_ms={timeout_ms}: {}", missing.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))]
@@ -193,6 +201,7 @@ impl StartError {
                 FatalReason::Config
             }
             StartError::Memlock(_) => FatalReason::Memlock,
+            StartError::Cluster(_) => FatalReason::Config,
             StartError::DataDir(DataDirError::Locked { .. }) => FatalReason::DataDirLocked,
             // The data is fine; the flags (layout, shard count) do not fit it.
             StartError::DataDir(error) if error.is_config_mismatch() => FatalReason::Config,
@@ -266,6 +275,45 @@ pub enum CoordinatorError {
     /// failure: the request asked too much, and the queue was removed again.
     #[error("queue {queue} was not created: {}; it was removed again", failures.join("; "))]
     CreateRefused { queue: String, failures: Vec<String> },
+    /// In a cluster: this node's member of the controller group does not
+    /// lead it (or has not caught up with its own term yet). `leader`: the
+    /// leader it knows of (0: none yet); `client`: that node's first client
+    /// port, where the change should go.
+    #[error("{}", not_leader_message(*leader, client))]
+    NotLeader { leader: u64, client: Option<SocketAddr> },
+    /// In a cluster: the controller group did not make the change (its
+    /// entry was superseded by a new leader's, contended, or the member
+    /// stopped); nothing changed unless a later read shows it did.
+    #[error("the controller did not make the change: {0}")]
+    Controller(String),
+}
+
+fn not_leader_message(leader: u64, client: &Option<SocketAddr>) -> String {
+    match (leader, client) {
+        (0, _) => "this node does not lead the controller and knows no leader yet; retry".into(),
+        (leader, Some(client)) => {
+            format!("this node does not lead the controller; node {leader} at {client} does")
+        }
+        (leader, None) => format!("this node does not lead the controller; node {leader} does"),
+    }
+}
+
+/// Sends `batch` to every shard, in shard order, waiting for room in a
+/// full channel.
+///
+/// # Errors
+/// [`ShardError::ChannelClosed`] naming the first shard whose channel is
+/// closed.
+pub(crate) async fn broadcast(
+    connected: &[shared_channel::ConnectedSender<ShardMessage>],
+    batch: Arc<Vec<AssignmentUpdate>>,
+) -> Result<(), ShardError> {
+    for (shard, sender) in connected.iter().enumerate() {
+        if sender.send(ShardMessage::Assignments(batch.clone())).await.is_err() {
+            return Err(ShardError::ChannelClosed { shard: shard as u16 });
+        }
+    }
+    Ok(())
 }
 
 /// Why a shard's hooks did not apply an update, for its creator.
@@ -323,6 +371,38 @@ impl Shared {
         let mut failures = self.hook_failures.lock().unwrap_or_else(PoisonError::into_inner);
         failures.remove(&version.0).unwrap_or_default()
     }
+}
+
+/// Refuses a data directory written in the other mode: a single node's
+/// queues (a catalog without the controller's log) under a `[cluster]`
+/// table, whose catalog the controller's log would not hold; or a cluster
+/// member's directory (it has the controller's log) without its table,
+/// whose partitions are Raft logs a single node must not serve.
+fn check_cluster_data_dir(
+    dir: &std::path::Path,
+    cluster: bool,
+    queues: usize,
+) -> Result<(), StartError> {
+    let member = dir.join(controller_run::CONTROLLER_DIR_NAME).is_dir();
+    let refused = |reason: String| StartError::Executor {
+        executor: ExecutorName::Coordinator,
+        error: ShardError::Refused(reason),
+    };
+    if cluster && !member && queues > 0 {
+        return Err(refused(format!(
+            "{} holds a single node's {queues} queue(s): a cluster member starts from an empty \
+             data directory (its queues come from the controller)",
+            dir.display()
+        )));
+    }
+    if !cluster && member {
+        return Err(refused(format!(
+            "{} belongs to a cluster member (it holds the controller's log): start it with its \
+             [cluster] table",
+            dir.display()
+        )));
+    }
+    Ok(())
 }
 
 /// A running broker: the executors, the data-dir lock, the control handle.
@@ -401,9 +481,25 @@ impl Broker {
         // shard), but connections and side-file opens do: take what the
         // hard limit allows, and say so.
         nofile::raise_to_hard();
-        let secret = BrokerSecret::load_or_create(&lock)?;
+        let mut secret = BrokerSecret::load_or_create(&lock)?;
+        let cluster = match &config.cluster {
+            Some(table) => {
+                let node = crate::control::cluster::ClusterNode::load(table, shard_count)?;
+                // Tokens verify on every replica: the cluster's key.
+                secret = node.secret().clone();
+                if node.tls().is_none() {
+                    tracing::warn!(
+                        "cluster peer links are plain TCP (no cluster.peer_tls_*): keep the \
+                         peer ports on a private network"
+                    );
+                }
+                Some(Arc::new(node))
+            }
+            None => None,
+        };
         // Read before anything starts, so a bad catalog is a start error.
         let catalog = catalog::load(lock.dir())?.unwrap_or_else(|| Catalog::empty(shard_count));
+        check_cluster_data_dir(lock.dir(), cluster.is_some(), catalog.queues.len())?;
         let catalog_path = lock.dir().join(catalog::CATALOG_FILE_NAME);
         let replay = catalog.replay(shard_count, &catalog_path)?;
         let replay_version = replay.table.version();
@@ -454,6 +550,7 @@ impl Broker {
                 coordinator: coordinator.clone(),
                 assignment_start: replay.start.clone(),
                 recovered: recovered.clone(),
+                cluster: cluster.clone(),
             };
             // Registered (fixed) buffers make O_DIRECT reads fail with
             // EOPNOTSUPP on some kernels (see io/dma.rs): do without them.
@@ -495,8 +592,14 @@ impl Broker {
                 next_queue_id: replay.next_queue_id,
                 data_dir: lock.dir().to_owned(),
                 partitions_max: config.partitions_max as usize,
+                cluster: cluster.clone(),
             };
-            let builder = LocalExecutorBuilder::new(Placement::Unbound).name("spool-coord");
+            let mut builder = LocalExecutorBuilder::new(Placement::Unbound).name("spool-coord");
+            if cluster.is_some() {
+                // The controller's journal is O_DIRECT: as the shards, no
+                // registered buffers (see io/dma.rs).
+                builder = builder.io_memory(0);
+            }
             let spawned = spawn_executor(
                 ExecutorName::Coordinator,
                 builder,

@@ -183,6 +183,8 @@ pub struct PartitionReport {
     /// What the partition is charged against its shard's state share
     /// (`partition/memory.rs`).
     pub memory_bytes: u64,
+    /// Its member's role, when the partition is replicated.
+    pub replica: Option<ReplicaRole>,
 }
 
 /// A partition this shard owns that did not open, and why.
@@ -263,6 +265,39 @@ pub struct ShardReport {
     pub memory: [(&'static str, crate::net::memory::PoolStats); 3],
     /// What the shard's consumer pace did (`net/pace.rs`).
     pub pace: crate::net::pace::PaceStats,
+    /// The shard's replication, when the node is in a cluster.
+    pub replication: Option<ReplicationReport>,
+}
+
+/// A replicated partition's member as this node sees it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReplicaRole {
+    /// The member's term (the partition's leader epoch once it leads).
+    pub term: u64,
+    /// The leader it knows (0: none).
+    pub leader: u64,
+    /// This member leads and serves requests.
+    pub serving: bool,
+}
+
+/// A shard's replication (`server/cluster.rs`): its members and its peer
+/// links' traffic since it started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReplicationReport {
+    /// This node's id.
+    pub node: u64,
+    /// Members that lead and serve, and the others.
+    pub leading: u64,
+    pub following: u64,
+    /// Raft messages by outcome (`shard/replication.rs`).
+    pub stats: crate::shard::replication::ReplicationStats,
+    /// Summed over the open members: terms they took the lead in, times
+    /// they stopped serving, diverged states rebuilt, committed entries
+    /// folded as followers.
+    pub leaderships: u64,
+    pub step_downs: u64,
+    pub rebuilds: u64,
+    pub folded: u64,
 }
 
 /// A shard's journal and its release (journal layout).
@@ -325,6 +360,7 @@ impl ShardReport {
             claims_waiting: 0,
             memory: crate::net::memory::ShardMemory::of_this_shard().stats(),
             pace: crate::net::pace::PaceStats::default(),
+            replication: None,
         }
     }
 }

@@ -11,6 +11,7 @@
 mod disk;
 mod families;
 mod histogram;
+mod replication;
 
 use std::fmt;
 
@@ -580,6 +581,7 @@ pub fn encode(
         );
     }
     register_journal_figures(&mut registry, reports);
+    replication::register_replication(&mut registry, reports);
     register_admin_memory(&mut registry, admin_memory);
     {
         let open = Gauges::<ShardLabels>::default();

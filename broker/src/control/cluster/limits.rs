@@ -1,7 +1,12 @@
 //! Named bounds of cluster membership and placement (`members`,
-//! `placement`, `keys`), with their relations checked at compile time.
+//! `placement`, `keys`) and of the controller member the coordinator runs
+//! (`shard/controller_run.rs`), with their relations checked at compile
+//! time.
 
-use crate::limits::{PARTITIONS_PER_NODE_MAX, PARTITIONS_PER_QUEUE_MAX};
+use crate::limits::{
+    COORDINATOR_COMMANDS_PER_TICK_MAX, PARTITIONS_PER_NODE_MAX, PARTITIONS_PER_QUEUE_MAX,
+};
+use crate::log::journal::JOURNAL_FILE_BYTES_MIN;
 
 /// Most nodes one cluster config may name. Placement scores every node for
 /// every group (rendezvous hashing), so its cost grows with this bound;
@@ -43,3 +48,24 @@ const _: () = assert!(REPLICATION_FACTOR_DEFAULT == REPLICATION_FACTORS[1]);
 const _: () = assert!(CONTROLLER_VOTERS_DEFAULT == CONTROLLER_VOTERS[0]);
 // Jump consistent hash works on buckets that fit an i32 (the paper's form).
 const _: () = assert!(KEY_MAP_PARTITIONS_MAX >= 1 && KEY_MAP_PARTITIONS_MAX <= i32::MAX as u32);
+
+/// Size of each file of the controller's journal (`<data_dir>/controller/`,
+/// `shard/controller_run.rs`): its entries are catalog changes, a few
+/// hundred bytes each, so the partitions' 64 MiB pre-zeroed files would be
+/// waste.
+pub const CONTROLLER_JOURNAL_FILE_BYTES: u64 = 4 << 20;
+/// Largest entry of the controller's journal: one assignment update as
+/// JSON (a queue's config and one shard id per partition: about 60 KiB at
+/// `PARTITIONS_MAX`).
+pub const CONTROLLER_ENTRY_BYTES_MAX: u64 = 1 << 20;
+/// Bytes of the controller journal's read cache and read-ahead.
+pub const CONTROLLER_READ_CACHE_BYTES: u64 = 1 << 20;
+/// Catalog changes the coordinator has handed to the controller and not
+/// yet answered; more are answered `Busy` (each waits for a quorum).
+pub const CONTROLLER_COMMANDS_IN_FLIGHT_MAX: usize = 64;
+
+// A controller journal file holds its largest commit (entry, control lane,
+// headers) several times over.
+const _: () = assert!(4 * CONTROLLER_ENTRY_BYTES_MAX <= CONTROLLER_JOURNAL_FILE_BYTES);
+const _: () = assert!(CONTROLLER_JOURNAL_FILE_BYTES >= JOURNAL_FILE_BYTES_MIN);
+const _: () = assert!(CONTROLLER_COMMANDS_IN_FLIGHT_MAX <= COORDINATOR_COMMANDS_PER_TICK_MAX);

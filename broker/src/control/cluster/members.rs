@@ -13,6 +13,8 @@
 //! node_id = 1
 //! replication_factor = 3   # 1, 3 or 5; default 3
 //! controller_voters = 3    # 3 or 5; default 3
+//! secret_file = "/etc/spool/cluster.secret"   # required: 32 bytes, on every node
+//! # peer_tls_cert_file, peer_tls_key_file, peer_tls_ca_file: mutual TLS between nodes
 //! nodes = [
 //!   { id = 1, client = "10.0.0.1:7400", peer = "10.0.0.1:7500", failure_domain = "rack-a" },
 //!   { id = 2, client = "10.0.0.2:7400", peer = "10.0.0.2:7500", failure_domain = "rack-b" },
@@ -22,6 +24,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use thiserror::Error;
@@ -66,6 +69,22 @@ pub struct ClusterConfig {
     /// most the node count.
     #[serde(default = "controller_voters_default")]
     pub controller_voters: usize,
+    /// The cluster's secret (exactly
+    /// [`SECRET_BYTES`](crate::control::data_dir::SECRET_BYTES) bytes, the
+    /// same file on every node): delivery tokens are MACed with it, so a
+    /// token a leader issued verifies on the replica that leads next.
+    #[serde(default)]
+    pub secret_file: Option<PathBuf>,
+    /// Mutual TLS on the peer links: this node's PEM certificate chain
+    /// (its certificate names `node-<id>` as a DNS name), its key, and the
+    /// CA every node's certificate chains to. All three or none; none
+    /// means plain TCP between nodes, for a private network only.
+    #[serde(default)]
+    pub peer_tls_cert_file: Option<PathBuf>,
+    #[serde(default)]
+    pub peer_tls_key_file: Option<PathBuf>,
+    #[serde(default)]
+    pub peer_tls_ca_file: Option<PathBuf>,
 }
 
 fn replication_factor_default() -> usize {
@@ -105,6 +124,16 @@ pub enum ClusterError {
     ControllerVoters { voters: usize, allowed: [usize; 2] },
     #[error("cluster.controller_voters = {voters} is more than the {nodes} nodes")]
     ControllerVotersAboveNodes { voters: usize, nodes: usize },
+    #[error(
+        "cluster.secret_file is required: delivery tokens must verify on every replica, so \
+         every node MACs them with the same secret"
+    )]
+    SecretFileMissing,
+    #[error(
+        "cluster.peer_tls_cert_file, peer_tls_key_file and peer_tls_ca_file go together: \
+         {missing} is missing"
+    )]
+    PeerTlsIncomplete { missing: &'static str },
 }
 
 /// A config file holding (among other tables) `[cluster]`.
@@ -189,6 +218,19 @@ impl ClusterConfig {
         if voters > nodes {
             return Err(ClusterError::ControllerVotersAboveNodes { voters, nodes });
         }
+        if self.secret_file.is_none() {
+            return Err(ClusterError::SecretFileMissing);
+        }
+        let tls = [
+            ("peer_tls_cert_file", self.peer_tls_cert_file.is_some()),
+            ("peer_tls_key_file", self.peer_tls_key_file.is_some()),
+            ("peer_tls_ca_file", self.peer_tls_ca_file.is_some()),
+        ];
+        if tls.iter().any(|(_, set)| *set) {
+            if let Some((missing, _)) = tls.iter().find(|(_, set)| !*set) {
+                return Err(ClusterError::PeerTlsIncomplete { missing });
+            }
+        }
         Ok(())
     }
 
@@ -200,6 +242,23 @@ impl ClusterConfig {
     /// The node with `id`.
     pub fn node(&self, id: NodeId) -> Option<&NodeSpec> {
         self.nodes.iter().find(|node| node.id == id)
+    }
+
+    /// The controller group's voters: the first
+    /// [`controller_voters`](Self::controller_voters) node ids, ascending.
+    pub fn controller_voter_ids(&self) -> Vec<NodeId> {
+        let mut ids: Vec<NodeId> = self.nodes.iter().map(|node| node.id).collect();
+        ids.sort_unstable();
+        ids.truncate(self.controller_voters);
+        ids
+    }
+
+    /// The peer TLS files, when all three are set.
+    pub fn peer_tls_files(&self) -> Option<(&Path, &Path, &Path)> {
+        match (&self.peer_tls_cert_file, &self.peer_tls_key_file, &self.peer_tls_ca_file) {
+            (Some(cert), Some(key), Some(ca)) => Some((cert, key, ca)),
+            _ => None,
+        }
     }
 
     /// What placement needs of each node: its id and failure domain.
@@ -232,6 +291,10 @@ mod tests {
             nodes: vec![node(1, "a"), node(2, "b"), node(3, "c")],
             replication_factor: 3,
             controller_voters: 3,
+            secret_file: Some(PathBuf::from("cluster.secret")),
+            peer_tls_cert_file: None,
+            peer_tls_key_file: None,
+            peer_tls_ca_file: None,
         }
     }
 
@@ -245,6 +308,7 @@ mod tests {
             node_id = 1
             replication_factor = 3
             controller_voters = 3
+            secret_file = "cluster.secret"
             nodes = [
               { id = 1, client = "10.0.0.1:7400", peer = "10.0.0.1:7500", failure_domain = "rack-a" },
               { id = 2, client = "10.0.0.2:7400", peer = "10.0.0.2:7500", failure_domain = "rack-b" },
@@ -261,6 +325,7 @@ mod tests {
         let text = r#"
             [cluster]
             node_id = 3
+            secret_file = "cluster.secret"
             [[cluster.nodes]]
             id = 1
             client = "10.0.0.1:7400"
@@ -364,6 +429,22 @@ mod tests {
         assert!(matches!(error, ClusterError::ControllerVotersAboveNodes { voters: 5, nodes: 3 }));
 
         let mut config = three();
+        config.secret_file = None;
+        assert!(matches!(check(config, "secret_file"), ClusterError::SecretFileMissing));
+        let mut config = three();
+        config.peer_tls_cert_file = Some("node.crt".into());
+        config.peer_tls_ca_file = Some("ca.crt".into());
+        let error = check(config, "peer_tls_key_file is missing");
+        assert!(matches!(error, ClusterError::PeerTlsIncomplete { .. }));
+        let mut config = three();
+        config.peer_tls_cert_file = Some("node.crt".into());
+        config.peer_tls_key_file = Some("node.key".into());
+        config.peer_tls_ca_file = Some("ca.crt".into());
+        assert!(config.validate().is_ok());
+        assert!(config.peer_tls_files().is_some());
+        assert_eq!(three().controller_voter_ids(), vec![1, 2, 3]);
+
+        let mut config = three();
         config.nodes = (1..=CLUSTER_NODES_MAX as u64 + 1).map(|id| node(id, "a")).collect();
         let error = check(config, &(CLUSTER_NODES_MAX + 1).to_string());
         assert!(matches!(error, ClusterError::TooManyNodes { .. }));
@@ -386,6 +467,10 @@ mod tests {
             nodes,
             replication_factor: 5,
             controller_voters: 5,
+            secret_file: Some(PathBuf::from("cluster.secret")),
+            peer_tls_cert_file: None,
+            peer_tls_key_file: None,
+            peer_tls_ca_file: None,
         };
         config.validate().unwrap();
     }

@@ -1,5 +1,5 @@
-//! Cluster membership and placement, as pure functions of a config: no I/O,
-//! no clock, nothing wired into the broker yet (the cluster plan:
+//! Cluster membership and placement: pure functions of a config (no I/O,
+//! no clock) and, in [`node`], what the running node loads from it (the cluster plan:
 //! `docs/design/replication.md`, "Membership and placement (built)").
 //!
 //! - [`members`]: the `[cluster]` table ([`ClusterConfig`]: this node, every
@@ -10,6 +10,9 @@
 //!   versioned [`PlacementTable`] with a [`diff`].
 //! - [`keys`]: which partition a routing key goes to, by jump consistent
 //!   hash in a versioned [`KeyMap`], so growing a queue moves few keys.
+//! - [`node`]: this node in its cluster at run time ([`ClusterNode`]: the
+//!   table, the placer, the token secret, the peer TLS, the leaders it
+//!   knows).
 //! - [`hash`]: the fixed 64-bit hashes both stand on.
 //! - [`limits`]: their bounds.
 
@@ -17,10 +20,12 @@ pub mod hash;
 pub mod keys;
 pub mod limits;
 pub mod members;
+pub mod node;
 pub mod placement;
 
 pub use keys::{KeyMap, KeyMapError};
 pub use members::{ClusterConfig, ClusterError, NodeSpec};
+pub use node::{ClusterNode, ClusterStartError, LeaderBoard};
 pub use placement::{
     diff, GroupId, GroupMove, Member, NodeId, PlacementError, PlacementTable, Placer,
 };

@@ -1,0 +1,118 @@
+//! The cluster's metric families (`spool_replica_*`): each shard's members
+//! by role, its peer links' Raft messages by outcome, the members' leader
+//! changes, and per partition the leader this node knows and the term.
+//! Absent on a single node (no shard reports replication).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::registry::Registry;
+
+use super::{gauge_value, Counters, Gauges, PartitionLabels, ShardLabels};
+use crate::shard::report::ShardReport;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RoleLabels {
+    shard: String,
+    role: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    shard: String,
+    outcome: String,
+}
+
+/// Registers the families; nothing when no shard replicates.
+pub(super) fn register_replication(registry: &mut Registry, reports: &[ShardReport]) {
+    if reports.iter().all(|report| report.replication.is_none()) {
+        return;
+    }
+    let members = Gauges::<RoleLabels>::default();
+    let messages = Counters::<OutcomeLabels>::default();
+    let leaderships = Counters::<ShardLabels>::default();
+    let step_downs = Counters::<ShardLabels>::default();
+    let rebuilds = Counters::<ShardLabels>::default();
+    let folded = Counters::<ShardLabels>::default();
+    let node = Gauges::<ShardLabels>::default();
+    let leader = Gauges::<PartitionLabels>::default();
+    let term = Gauges::<PartitionLabels>::default();
+    let serving = Gauges::<PartitionLabels>::default();
+    for report in reports {
+        let Some(replication) = &report.replication else { continue };
+        let shard = report.shard.0.to_string();
+        let labels = ShardLabels { shard: shard.clone() };
+        node.get_or_create(&labels).set(gauge_value(replication.node));
+        for (role, count) in [("leader", replication.leading), ("follower", replication.following)]
+        {
+            let labels = RoleLabels { shard: shard.clone(), role: role.to_owned() };
+            members.get_or_create(&labels).set(gauge_value(count));
+        }
+        let stats = replication.stats;
+        for (outcome, count) in [
+            ("sent", stats.sent),
+            ("delivered", stats.delivered),
+            ("refused", stats.refused),
+            ("no_link", stats.no_link),
+            ("unknown_group", stats.unknown_group),
+        ] {
+            let labels = OutcomeLabels { shard: shard.clone(), outcome: outcome.to_owned() };
+            messages.get_or_create(&labels).inc_by(count);
+        }
+        leaderships.get_or_create(&labels).inc_by(replication.leaderships);
+        step_downs.get_or_create(&labels).inc_by(replication.step_downs);
+        rebuilds.get_or_create(&labels).inc_by(replication.rebuilds);
+        folded.get_or_create(&labels).inc_by(replication.folded);
+        for partition in &report.partitions {
+            let Some(role) = partition.replica else { continue };
+            let labels = PartitionLabels {
+                queue: partition.queue.clone(),
+                partition: partition.partition.0.to_string(),
+            };
+            leader.get_or_create(&labels).set(gauge_value(role.leader));
+            term.get_or_create(&labels).set(gauge_value(role.term));
+            serving.get_or_create(&labels).set(i64::from(role.serving));
+        }
+    }
+    registry.register("spool_replica_node", "This node's id in its cluster", node);
+    registry.register(
+        "spool_replica_members",
+        "Replicated partitions open on the shard, by role: leader (leads and serves) or follower",
+        members,
+    );
+    registry.register(
+        "spool_replica_messages",
+        "Raft messages of the shard's peer links by outcome: sent (handed to a link), delivered \
+         (stepped into a member), refused (a full or closed link), no_link, unknown_group",
+        messages,
+    );
+    registry.register(
+        "spool_replica_leaderships",
+        "Terms the shard's open members took the lead in (fence run, serving)",
+        leaderships,
+    );
+    registry.register(
+        "spool_replica_step_downs",
+        "Times the shard's open members stopped serving (another member leads)",
+        step_downs,
+    );
+    registry.register(
+        "spool_replica_rebuilds",
+        "Diverged partition states rebuilt from the log on the shard",
+        rebuilds,
+    );
+    registry.register(
+        "spool_replica_folded_entries",
+        "Committed entries the shard's followers folded into their queue state",
+        folded,
+    );
+    registry.register(
+        "spool_partition_leader",
+        "The node this node knows to lead the partition (0: none known)",
+        leader,
+    );
+    registry.register("spool_partition_term", "The partition member's Raft term", term);
+    registry.register(
+        "spool_partition_serving",
+        "1 if this node's member of the partition leads and serves requests",
+        serving,
+    );
+}
