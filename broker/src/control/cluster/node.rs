@@ -83,7 +83,10 @@ impl ClusterNode {
     ///
     /// # Errors
     /// [`ClusterStartError`] naming the file or value that does not fit.
-    pub fn load(config: &ClusterConfig, shard_count: u16) -> Result<ClusterNode, ClusterStartError> {
+    pub fn load(
+        config: &ClusterConfig,
+        shard_count: u16,
+    ) -> Result<ClusterNode, ClusterStartError> {
         config.validate().map_err(|error| ClusterStartError::Config(error.to_string()))?;
         let secret_file = config.secret_file.as_deref().ok_or_else(|| {
             ClusterStartError::Config("cluster.secret_file is required".to_owned())
