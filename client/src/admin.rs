@@ -1,7 +1,9 @@
 //! [`Admin`]: the control plane — create, delete, list and describe queues;
 //! peek, purge, list dead letters and redrive. Queue-wide operations go to the
-//! bootstrap shard; partition-scoped ones (peek, purge, dead letters, redrive)
-//! go to the partition's owner through [`Client::partition_call`], like data.
+//! bootstrap shard (creates and deletes on to a cluster's controller leader
+//! when the bootstrap names it); partition-scoped ones (peek, purge, dead
+//! letters, redrive) go to the partition's owner through
+//! [`Client::partition_call`], like data.
 //!
 //! It owns no state beyond the [`Client`]; after a create or delete it drops
 //! the queue's cached metadata so the next send sees the new layout.
@@ -114,17 +116,20 @@ impl Admin {
         answer(bytes.response()?).ok_or_else(|| unexpected(operation))
     }
 
-    /// Creates a queue.
+    /// Creates a queue. In a cluster the request follows `NOT_OWNER` to
+    /// the controller's leader, waiting (bounded) while none is known.
     ///
     /// # Errors
-    /// `QUEUE_EXISTS`, `INVALID_ARGUMENT`, or a transport error.
+    /// `QUEUE_EXISTS`, `INVALID_ARGUMENT`,
+    /// [`ClientError::ControlRouteExhausted`], or a transport error.
     pub async fn create_queue(
         &self,
         name: &str,
         config: QueueConfig,
     ) -> Result<AssignmentVersion, ClientError> {
         let request = CreateQueueRequest { name: name.to_owned(), config };
-        let bytes = self.control(Request::CreateQueue(request)).await?;
+        let bytes =
+            self.client.catalog_call("create queue", &Request::CreateQueue(request)).await?;
         self.client.forget_queue(name);
         match bytes.response()? {
             Response::CreateQueue(response) => Ok(response.assignment_version),
@@ -132,14 +137,15 @@ impl Admin {
         }
     }
 
-    /// Deletes a queue and everything in it.
+    /// Deletes a queue and everything in it; routed as
+    /// [`create_queue`](Self::create_queue).
     ///
     /// # Errors
-    /// `QUEUE_NOT_FOUND`, or a transport error.
+    /// `QUEUE_NOT_FOUND`, [`ClientError::ControlRouteExhausted`], or a
+    /// transport error.
     pub async fn delete_queue(&self, name: &str) -> Result<AssignmentVersion, ClientError> {
-        let bytes = self
-            .control(Request::DeleteQueue(DeleteQueueRequest { name: name.to_owned() }))
-            .await?;
+        let request = Request::DeleteQueue(DeleteQueueRequest { name: name.to_owned() });
+        let bytes = self.client.catalog_call("delete queue", &request).await?;
         self.client.forget_queue(name);
         match bytes.response()? {
             Response::DeleteQueue(response) => Ok(response.assignment_version),

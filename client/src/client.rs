@@ -5,9 +5,16 @@
 //! [`Connection`] per shard address. Every data request goes straight to the
 //! shard that owns its partition; a `NOT_OWNER` answer refreshes the queue's
 //! metadata and retries at the owner it names (or the refreshed owner), at
-//! most [`ROUTE_ATTEMPTS_MAX`] times. The broker never forwards, so this is
-//! the only place routing happens. Control-plane requests go to the
-//! bootstrap shard.
+//! most [`ROUTE_ATTEMPTS_MAX`] times. When it names none and the refreshed
+//! metadata names the shard that just refused (a cluster electing the
+//! partition's leader), the call waits as a catalog change does (`control`)
+//! and asks again, at most [`LEADER_WAIT_ATTEMPTS_MAX`] times. The broker
+//! never forwards, so this is the only place routing happens. Control-plane requests go to the
+//! bootstrap shard; catalog changes follow `NOT_OWNER` to the cluster's
+//! controller leader (`control`). A data call that fails on the way to its
+//! owner (the node is unreachable, the connection broke, no answer came)
+//! drops the queue's cached metadata, so the caller's retry asks where the
+//! partition lives now.
 //!
 //! Here: the handle, its connections, the metadata cache, routing, and the
 //! one-partition calls enqueue, extend, ack and release. Claims are in
@@ -31,10 +38,15 @@ use spool_wire::ErrorCode;
 
 use crate::connection::{Connection, ConnectionConfig, ResponseBytes};
 use crate::error::{ClientError, RefusedAck};
-use crate::limits::{CONNECTIONS_MAX, ROUTE_ATTEMPTS_MAX};
+use crate::limits::{
+    CONNECTIONS_MAX, LEADER_WAIT_ATTEMPTS_MAX, LEADER_WAIT_BACKOFF, ROUTE_ATTEMPTS_MAX,
+};
 
 mod claim;
 mod claim_any;
+mod control;
+#[cfg(test)]
+mod tests;
 
 pub use claim::{process_worker, ClaimBatch, ClaimOptions};
 
@@ -381,29 +393,67 @@ impl Client {
         mut on_sent: impl FnMut(&Connection, CorrelationId),
     ) -> Result<ResponseBytes, ClientError> {
         let mut hint: Option<String> = None;
-        for _ in 0..ROUTE_ATTEMPTS_MAX {
+        let (mut hops, mut waits, mut sent) = (0u32, 0u32, 0u32);
+        loop {
             let addr = match hint.take() {
                 Some(addr) => addr,
                 None => self.owner_address(queue, partition).await?,
             };
-            let connection = self.connection(&addr).await?;
-            let sent = |id| on_sent(&connection, id);
-            match connection.call_observed(request, timeout, sent).await {
+            let connection = match self.connection(&addr).await {
+                Ok(connection) => connection,
+                Err(error) => return Err(self.forget_on_transport_error(queue, error)),
+            };
+            sent += 1;
+            let on_sent = |id| on_sent(&connection, id);
+            match connection.call_observed(request, timeout, on_sent).await {
                 Err(ClientError::NotOwner { owner, message }) => {
                     tracing::debug!(%queue, partition = partition.0, %addr, %message, "not owner; rerouting");
                     self.refresh_metadata(&[queue]).await?;
                     // The shard's own answer beats metadata a bootstrap node
                     // may not have caught up on yet.
                     hint = owner.map(|owner| address(&owner.host, owner.port));
+                    let nowhere_else = hint.is_none()
+                        && self.cached_owner(queue, partition).as_deref() == Some(addr.as_str());
+                    if nowhere_else {
+                        // Nobody knows a leader: one is being elected.
+                        waits += 1;
+                        if waits >= LEADER_WAIT_ATTEMPTS_MAX {
+                            break;
+                        }
+                        // Time is what is waited for here: an election.
+                        tokio::time::sleep(control::leader_wait(LEADER_WAIT_BACKOFF, waits)).await;
+                    } else {
+                        hops += 1;
+                        if hops >= ROUTE_ATTEMPTS_MAX {
+                            break;
+                        }
+                    }
                 }
-                other => return other,
+                Err(error) => return Err(self.forget_on_transport_error(queue, error)),
+                answer => return answer,
             }
         }
         Err(ClientError::RouteExhausted {
             queue: queue.to_owned(),
             partition: partition.0,
-            attempts: ROUTE_ATTEMPTS_MAX,
+            attempts: sent,
         })
+    }
+
+    /// Passes `error` on; first, when the way to the partition's owner
+    /// failed (unreachable, broken, silent), drops `queue`'s cached
+    /// metadata so the next call asks where it lives now: in a cluster the
+    /// owner may have died and another replica leads.
+    fn forget_on_transport_error(&self, queue: &str, error: ClientError) -> ClientError {
+        if matches!(
+            error,
+            ClientError::Io { .. }
+                | ClientError::ConnectionClosed { .. }
+                | ClientError::Timeout { .. }
+        ) {
+            self.forget_queue(queue);
+        }
+        error
     }
 
     fn request_timeout(&self) -> Duration {

@@ -91,6 +91,22 @@ pub enum ClientError {
         /// Attempts made.
         attempts: u32,
     },
+    /// A catalog change (create or delete a queue) still met `NOT_OWNER`
+    /// after following the owners it named [`ROUTE_ATTEMPTS_MAX`] times,
+    /// or after waiting [`LEADER_WAIT_ATTEMPTS_MAX`] times for a
+    /// controller leader to be known.
+    ///
+    /// [`ROUTE_ATTEMPTS_MAX`]: crate::limits::ROUTE_ATTEMPTS_MAX
+    /// [`LEADER_WAIT_ATTEMPTS_MAX`]: crate::limits::LEADER_WAIT_ATTEMPTS_MAX
+    #[error("NOT_OWNER: {operation} still refused after {attempts} attempts (last: {message})")]
+    ControlRouteExhausted {
+        /// What was asked (`create queue`, `delete queue`).
+        operation: String,
+        /// Requests sent.
+        attempts: u32,
+        /// The last refusal's explanation.
+        message: String,
+    },
     /// The broker answered an Ack but refused some of its tokens (the
     /// others are acked): `STALE_TOKEN` after a lost lease, `INVALID_TOKEN`
     /// for a token of another queue or partition, and so on. A refused
@@ -162,7 +178,9 @@ impl ClientError {
             Self::Server { code, .. } => Some(*code),
             Self::QuotaExceeded { .. } => Some(ErrorCode::QuotaExceeded),
             Self::AckRefused { refused, .. } => refused.first().map(|refused| refused.code),
-            Self::NotOwner { .. } | Self::RouteExhausted { .. } => Some(ErrorCode::NotOwner),
+            Self::NotOwner { .. }
+            | Self::RouteExhausted { .. }
+            | Self::ControlRouteExhausted { .. } => Some(ErrorCode::NotOwner),
             Self::Timeout { .. } => Some(ErrorCode::Timeout),
             Self::UnknownQueue(_) => Some(ErrorCode::QueueNotFound),
             Self::Encode(error) => Some(error.code()),

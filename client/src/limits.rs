@@ -27,6 +27,21 @@ pub const CONNECT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
 /// hops means the cluster is reconfiguring and the caller should back off.
 pub const ROUTE_ATTEMPTS_MAX: u32 = 4;
 
+/// How many times a request is sent again after `NOT_OWNER` named no
+/// owner: a catalog change (create or delete a queue) while the cluster's
+/// controller has no leader, or a data request while its partition has
+/// none and the metadata names the node that refused (an election runs
+/// for 1–2 s). Separate from [`ROUTE_ATTEMPTS_MAX`], which bounds the hops
+/// to named owners.
+pub const LEADER_WAIT_ATTEMPTS_MAX: u32 = 10;
+
+/// First pause before such a resend; doubles per resend up to
+/// [`LEADER_WAIT_BACKOFF_MAX`] (≈ 7.5 s over every attempt).
+pub const LEADER_WAIT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Longest pause between two resends while no leader is known.
+pub const LEADER_WAIT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
 /// Most shard connections one [`Client`](crate::Client) keeps.
 pub const CONNECTIONS_MAX: usize = 1024;
 
@@ -163,6 +178,8 @@ const _: () = assert!(CLAIMS_IN_FLIGHT_DEFAULT <= CLAIMS_IN_FLIGHT_MAX);
 const _: () = assert!(CONSUMER_PREFETCH_MAX <= CONSUMER_SLOTS_MAX);
 const _: () = assert!(CONSUMER_ACKS_PENDING_DEFAULT <= CONSUMER_ACKS_PENDING_MAX);
 const _: () = assert!(RETRY_BACKOFF_DEFAULT.as_millis() <= RETRY_BACKOFF_MAX.as_millis());
+const _: () = assert!(LEADER_WAIT_BACKOFF.as_millis() <= LEADER_WAIT_BACKOFF_MAX.as_millis());
+const _: () = assert!(LEADER_WAIT_ATTEMPTS_MAX >= 1 && ROUTE_ATTEMPTS_MAX >= 1);
 const _: () = assert!(BATCH_BYTES_DEFAULT <= spool_wire::limits::BATCH_BYTES_MAX);
 const _: () = assert!(PRODUCER_IN_FLIGHT_PER_PARTITION_DEFAULT <= PRODUCER_IN_FLIGHT_BATCHES_MAX);
 const _: () = assert!(ACK_REQUESTS_IN_FLIGHT_MAX <= IN_FLIGHT_REQUESTS_MAX);

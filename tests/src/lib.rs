@@ -20,6 +20,7 @@
 
 pub mod admin;
 pub mod auth;
+pub mod cluster;
 pub mod events;
 pub mod fault;
 pub mod killloop;
@@ -272,7 +273,7 @@ pub fn reserve_ports(count: u16) -> u16 {
     panic!("no run of {count} free ports on 127.0.0.1 after {PORT_PROBES_MAX} probes");
 }
 
-fn send_signal(child: &Child, signal: libc::c_int) {
+pub(crate) fn send_signal(child: &Child, signal: libc::c_int) {
     let pid = libc::pid_t::try_from(child.id()).expect("pid fits pid_t");
     // SAFETY: kill(2) has no memory-safety preconditions; the pid is our own
     // child, not yet waited for, so it cannot have been reused.
@@ -353,7 +354,7 @@ impl SpooldOptions {
 /// of a test: the kill loop's final drain over a 256-partition queue found
 /// both shard ports refusing that way. One lasting spawner thread forks
 /// every broker instead.
-fn spawn_lasting(command: Command) -> std::io::Result<Child> {
+pub(crate) fn spawn_lasting(command: Command) -> std::io::Result<Child> {
     type Request = (Command, std::sync::mpsc::Sender<std::io::Result<Child>>);
     static SPAWNER: OnceLock<std::sync::Mutex<std::sync::mpsc::Sender<Request>>> = OnceLock::new();
     let spawner = SPAWNER.get_or_init(|| {
@@ -458,7 +459,7 @@ impl std::fmt::Debug for Spoold {
 }
 
 /// `spoold`'s exit code when a port is taken (`FatalReason::PortInUse`).
-const EXIT_PORT_IN_USE: i32 = 5;
+pub(crate) const EXIT_PORT_IN_USE: i32 = 5;
 
 /// A broker that did not come up: how it ended and its log.
 #[derive(Debug)]

@@ -1,0 +1,297 @@
+//! Routing against fake nodes on loopback: catalog changes following
+//! `NOT_OWNER` to a cluster's controller leader (`control`), and a data
+//! call whose owner went away dropping the cached metadata so the next call
+//! finds the new owner.
+
+#![allow(clippy::unwrap_used)] // test support: a failure here is a test failure
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use spool_wire::proto::{
+    ApiKey, AssignmentVersion, CorrelationId, CreateQueueResponse, DeleteQueueRequest,
+    DeleteQueueResponse, ErrorResponse, FrameDecoder, LeaderEpoch, MetadataResponse, NodeAddress,
+    PartitionId, PartitionMetadata, PurgeResponse, QueueMetadata, Request, Response,
+};
+use spool_wire::ErrorCode;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use crate::error::ClientError;
+use crate::limits::{LEADER_WAIT_ATTEMPTS_MAX, ROUTE_ATTEMPTS_MAX};
+use crate::{default_queue_config, Admin, Client};
+
+type Handler = dyn Fn(&Request<'_>, CorrelationId) -> Vec<u8> + Send + Sync;
+
+/// Serves every connection on a fresh loopback port with `handler`;
+/// returns the port.
+async fn serve(handler: Arc<Handler>) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let handler = Arc::clone(&handler);
+            tokio::spawn(async move {
+                let mut decoder = FrameDecoder::new();
+                loop {
+                    while let Some(frame) = decoder.next_frame().unwrap() {
+                        let request = Request::decode(&frame).unwrap();
+                        let out = handler(&request, frame.header.correlation_id);
+                        socket.write_all(&out).await.unwrap();
+                    }
+                    match socket.read(decoder.read_buf().unwrap()).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(read) => decoder.advance(read),
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+fn encode(id: CorrelationId, response: Response<'_>) -> Vec<u8> {
+    let mut out = Vec::new();
+    response.encode(id, &mut out).unwrap();
+    out
+}
+
+fn not_owner(id: CorrelationId, key: ApiKey, hint: Option<u16>) -> Vec<u8> {
+    let owner = hint.map(|port| NodeAddress { host: "127.0.0.1".into(), port });
+    let message = "not the controller leader".to_owned();
+    let mut out = Vec::new();
+    ErrorResponse { code: ErrorCode::NotOwner, message, owner }
+        .encode(id, key.as_u16(), 0, &mut out)
+        .unwrap();
+    out
+}
+
+const VERSION: AssignmentVersion = AssignmentVersion(7);
+
+/// What a fake node answers a catalog change: served (`None`) or
+/// `NOT_OWNER` with this owner hint (`Some(None)`: no hint).
+type Answer = Option<Option<u16>>;
+
+/// A fake node that answers Metadata with nothing and each catalog change
+/// as `answer` says given how many it has seen (counted in `seen`).
+struct Fake {
+    addr: String,
+    port: u16,
+    seen: Arc<Mutex<u32>>,
+}
+
+async fn catalog_node(answer: impl Fn(u32) -> Answer + Send + Sync + 'static) -> Fake {
+    let seen = Arc::new(Mutex::new(0u32));
+    let counter = Arc::clone(&seen);
+    let handler = move |request: &Request<'_>, id| {
+        let key = match request {
+            Request::Metadata(_) => {
+                let response = MetadataResponse { assignment_version: VERSION, queues: Vec::new() };
+                return encode(id, Response::Metadata(response));
+            }
+            Request::CreateQueue(_) => ApiKey::CreateQueue,
+            Request::DeleteQueue(_) => ApiKey::DeleteQueue,
+            other => panic!("unexpected {other:?}"),
+        };
+        let count = {
+            let mut seen = counter.lock().unwrap();
+            *seen += 1;
+            *seen
+        };
+        match answer(count) {
+            None if key == ApiKey::CreateQueue => encode(
+                id,
+                Response::CreateQueue(CreateQueueResponse { assignment_version: VERSION }),
+            ),
+            None => encode(
+                id,
+                Response::DeleteQueue(DeleteQueueResponse { assignment_version: VERSION }),
+            ),
+            Some(hint) => not_owner(id, key, hint),
+        }
+    };
+    let port = serve(Arc::new(handler)).await;
+    Fake { addr: format!("127.0.0.1:{port}"), port, seen }
+}
+
+fn seen(fake: &Fake) -> u32 {
+    *fake.seen.lock().unwrap()
+}
+
+async fn bounded<T>(future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(15), future).await.expect("within 15 s")
+}
+
+// Goal: a create sent to a follower reaches the controller leader it
+// names. Method: the bootstrap refuses naming the leader; the leader
+// serves; each must see exactly one create.
+#[tokio::test]
+async fn create_follows_the_named_leader() {
+    let leader = catalog_node(|_| None).await;
+    let port = leader.port;
+    let follower = catalog_node(move |_| Some(Some(port))).await;
+    let admin = Admin::new(Client::connect(&follower.addr).await.unwrap());
+    let version = bounded(admin.create_queue("jobs", default_queue_config(2))).await.unwrap();
+    assert_eq!(version, VERSION);
+    assert_eq!((seen(&follower), seen(&leader)), (1, 1));
+}
+
+// Goal: while no leader is known the call waits and asks again, and a
+// delete is routed like a create. Method: the bootstrap answers NOT_OWNER
+// without an owner twice, then serves.
+#[tokio::test]
+async fn delete_waits_for_a_leader() {
+    let node = catalog_node(|count| (count <= 2).then_some(None)).await;
+    let admin = Admin::new(Client::connect(&node.addr).await.unwrap());
+    bounded(admin.delete_queue("jobs")).await.unwrap();
+    assert_eq!(seen(&node), 3);
+}
+
+// Goal: a named leader that cannot be reached (it just died) sends the
+// call back to the bootstrap, which names the new leader once it knows.
+// Method: the bootstrap first names a closed port, then a live leader.
+#[tokio::test]
+async fn an_unreachable_leader_sends_the_call_back_to_the_bootstrap() {
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let leader = catalog_node(|_| None).await;
+    let port = leader.port;
+    let follower =
+        catalog_node(move |count| Some(Some(if count == 1 { closed } else { port }))).await;
+    let admin = Admin::new(Client::connect(&follower.addr).await.unwrap());
+    bounded(admin.create_queue("jobs", default_queue_config(1))).await.unwrap();
+    assert_eq!((seen(&follower), seen(&leader)), (2, 1));
+}
+
+// Goal: hops are bounded. Method: two nodes name each other forever; the
+// call ends with ControlRouteExhausted after ROUTE_ATTEMPTS_MAX.
+#[tokio::test]
+async fn named_owners_are_followed_a_bounded_number_of_times() {
+    let ports = Arc::new(Mutex::new((0u16, 0u16)));
+    let (first_ports, second_ports) = (Arc::clone(&ports), Arc::clone(&ports));
+    let first = catalog_node(move |_| Some(Some(first_ports.lock().unwrap().1))).await;
+    let second = catalog_node(move |_| Some(Some(second_ports.lock().unwrap().0))).await;
+    *ports.lock().unwrap() = (first.port, second.port);
+    let admin = Admin::new(Client::connect(&first.addr).await.unwrap());
+    let error = bounded(admin.create_queue("jobs", default_queue_config(1))).await.unwrap_err();
+    assert!(
+        matches!(error, ClientError::ControlRouteExhausted { attempts, .. } if attempts == ROUTE_ATTEMPTS_MAX),
+        "{error:?}"
+    );
+    assert_eq!(error.code(), Some(ErrorCode::NotOwner));
+    assert!(!error.is_retriable());
+    assert_eq!(seen(&first) + seen(&second), ROUTE_ATTEMPTS_MAX);
+}
+
+// Goal: waiting for a leader is bounded too. Method: the node never names
+// one; the first wait is 1 ms so the test takes well under 1 s.
+#[tokio::test]
+async fn waiting_for_a_leader_is_bounded() {
+    let node = catalog_node(|_| Some(None)).await;
+    let client = Client::connect(&node.addr).await.unwrap();
+    let request = Request::DeleteQueue(DeleteQueueRequest { name: "jobs".into() });
+    let pacing = client.catalog_call_pacing("delete queue", &request, Duration::from_millis(1));
+    let error = bounded(pacing).await.unwrap_err();
+    assert!(matches!(error, ClientError::ControlRouteExhausted { .. }), "{error:?}");
+    assert_eq!(seen(&node), LEADER_WAIT_ATTEMPTS_MAX);
+}
+
+// Goal: a single node is asked once per call, as before.
+#[tokio::test]
+async fn a_single_node_is_asked_once() {
+    let node = catalog_node(|_| None).await;
+    let admin = Admin::new(Client::connect(&node.addr).await.unwrap());
+    bounded(admin.create_queue("jobs", default_queue_config(1))).await.unwrap();
+    assert_eq!(seen(&node), 1);
+    bounded(admin.delete_queue("jobs")).await.unwrap();
+    assert_eq!(seen(&node), 2);
+}
+
+// Goal: a data call that cannot reach the partition's owner (it died)
+// drops the queue's cached metadata, so the caller's retry asks again and
+// reaches the new owner. Method: the bootstrap's first metadata names a
+// closed port, later ones itself; the first purge fails with an I/O
+// error, the second is served by the bootstrap after one more metadata.
+#[tokio::test]
+async fn an_unreachable_owner_drops_the_cached_metadata() {
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let metadata_asked = Arc::new(Mutex::new(0u32));
+    let own_port = Arc::new(Mutex::new(0u16));
+    let handler = {
+        let (metadata_asked, own_port) = (Arc::clone(&metadata_asked), Arc::clone(&own_port));
+        move |request: &Request<'_>, id| match request {
+            Request::Metadata(_) => {
+                let mut asked = metadata_asked.lock().unwrap();
+                *asked += 1;
+                let port = if *asked == 1 { closed } else { *own_port.lock().unwrap() };
+                let partition = PartitionMetadata {
+                    partition: PartitionId(0),
+                    host: "127.0.0.1".into(),
+                    shard_port: port,
+                    leader_epoch: LeaderEpoch(1),
+                };
+                let queue = QueueMetadata { name: "jobs".into(), partitions: vec![partition] };
+                let response =
+                    MetadataResponse { assignment_version: VERSION, queues: vec![queue] };
+                encode(id, Response::Metadata(response))
+            }
+            Request::Purge(_) => encode(id, Response::Purge(PurgeResponse { count: 3 })),
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    let port = serve(Arc::new(handler)).await;
+    *own_port.lock().unwrap() = port;
+    let admin = Admin::new(Client::connect(&format!("127.0.0.1:{port}")).await.unwrap());
+    let error = bounded(admin.purge("jobs", PartitionId(0), true)).await.unwrap_err();
+    assert!(matches!(error, ClientError::Io { .. }), "{error:?}");
+    assert!(error.is_retriable());
+    assert_eq!(bounded(admin.purge("jobs", PartitionId(0), true)).await.unwrap(), 3);
+    assert_eq!(*metadata_asked.lock().unwrap(), 2, "the connect's fetch and one after the failure");
+}
+
+// Goal: a data call whose partition has no leader yet (NOT_OWNER without
+// an owner, metadata naming the node that refused) waits and asks again
+// instead of spending its hops at once. Method: the only node refuses two
+// purges that way, then serves; the call must succeed after 3 sends.
+#[tokio::test]
+async fn a_data_call_waits_for_an_election() {
+    let purges = Arc::new(Mutex::new(0u32));
+    let own_port = Arc::new(Mutex::new(0u16));
+    let handler = {
+        let (purges, own_port) = (Arc::clone(&purges), Arc::clone(&own_port));
+        move |request: &Request<'_>, id| match request {
+            Request::Metadata(_) => {
+                let partition = PartitionMetadata {
+                    partition: PartitionId(0),
+                    host: "127.0.0.1".into(),
+                    shard_port: *own_port.lock().unwrap(),
+                    leader_epoch: LeaderEpoch(1),
+                };
+                let queue = QueueMetadata { name: "jobs".into(), partitions: vec![partition] };
+                let response =
+                    MetadataResponse { assignment_version: VERSION, queues: vec![queue] };
+                encode(id, Response::Metadata(response))
+            }
+            Request::Purge(_) => {
+                let mut purges = purges.lock().unwrap();
+                *purges += 1;
+                if *purges <= 2 {
+                    not_owner(id, ApiKey::Purge, None)
+                } else {
+                    encode(id, Response::Purge(PurgeResponse { count: 5 }))
+                }
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    let port = serve(Arc::new(handler)).await;
+    *own_port.lock().unwrap() = port;
+    let admin = Admin::new(Client::connect(&format!("127.0.0.1:{port}")).await.unwrap());
+    assert_eq!(bounded(admin.purge("jobs", PartitionId(0), true)).await.unwrap(), 5);
+    assert_eq!(*purges.lock().unwrap(), 3);
+}
