@@ -85,6 +85,10 @@ pub enum Command {
     /// Quotas per principal (from the admin port).
     #[command(subcommand)]
     Quota(QuotaCommand),
+    /// A cluster's partitions (leader, term) and its nodes' replication
+    /// status (from their admin ports).
+    #[command(subcommand)]
+    Cluster(crate::cluster::ClusterCommand),
 }
 
 #[derive(Debug, Subcommand)]

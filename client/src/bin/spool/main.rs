@@ -5,16 +5,19 @@
 //!
 //! Exit codes: 0 success, 1 the broker refused (message names the code),
 //! 2 usage error, 3 connection/timeout/protocol trouble, 4 declined at a
-//! confirmation prompt.
+//! confirmation prompt, 5 `cluster status` found a node unreachable or a
+//! partition without a leader (its report is printed all the same).
 //!
 //! This file holds the failures and exit codes, the connection options
 //! (credentials, TLS) and the dispatch; each command group is a module:
 //! `queue` (`queue create|list|describe|delete`, `stats`), `send`, `recv`,
 //! `inspect` (`peek`, `purge`, `dlq`), `offline` (`auth hash-secret`,
-//! `audit`), and the admin port's `acl`, `metrics` and `quota`.
+//! `audit`), `cluster` (`cluster partitions|status`), and the admin port's
+//! `acl`, `metrics` and `quota`.
 
 mod acl;
 mod args;
+mod cluster;
 mod http;
 mod inspect;
 mod metrics;
@@ -33,6 +36,7 @@ use clap::Parser;
 use spool_client::{Admin, Client, ClientConfig, ClientError, ConnectionConfig, Credentials};
 
 use args::{AuthCommand, Cli, Command, QuotaCommand};
+use cluster::ClusterCommand;
 use render::Output;
 
 pub(crate) const EXIT_REFUSED: u8 = 1;
@@ -48,6 +52,10 @@ pub(crate) enum Failure {
     /// The admin port refused (or could not be reached): the message and
     /// the exit code.
     Admin(String, u8),
+    /// A report to print that still fails the command (`cluster status`
+    /// with a node unreachable or a partition without a leader): the
+    /// report and the failures, for stderr.
+    Unhealthy(Box<Output>, String),
 }
 
 impl From<ClientError> for Failure {
@@ -61,6 +69,7 @@ fn exit_code(failure: &Failure) -> u8 {
         Failure::Declined => EXIT_DECLINED,
         Failure::Input(_) => 2,
         Failure::Admin(_, exit) => *exit,
+        Failure::Unhealthy(..) => cluster::EXIT_UNHEALTHY,
         Failure::Client(error) => match error {
             ClientError::Io { .. }
             | ClientError::ConnectionClosed { .. }
@@ -92,6 +101,10 @@ fn main() -> ExitCode {
                 Failure::Declined => eprintln!("aborted"),
                 Failure::Input(message) | Failure::Admin(message, _) => {
                     eprintln!("error: {message}")
+                }
+                Failure::Unhealthy(output, failures) => {
+                    print!("{}", output.render(cli.json));
+                    eprintln!("error: {failures}")
                 }
             }
             ExitCode::from(exit_code(&failure))
@@ -157,6 +170,10 @@ async fn run(cli: &Cli) -> Result<Output, Failure> {
         Command::Metrics(args) => {
             return metrics::run(args, tls(cli)?.as_ref(), admin_timeout(cli)).await
         }
+        Command::Cluster(ClusterCommand::Status(args)) => {
+            let timeout = Duration::from_millis(cli.timeout_ms.max(1));
+            return cluster::status(args, tls(cli)?.as_ref(), timeout).await;
+        }
         Command::Quota(QuotaCommand::List(admin)) => {
             let (credentials, tls) = (credentials(cli)?, tls(cli)?);
             return quota::list(admin, tls.as_ref(), credentials.as_ref(), admin_timeout(cli))
@@ -184,10 +201,14 @@ async fn run(cli: &Cli) -> Result<Output, Failure> {
         Command::Purge(purge) => inspect::purge(&client, &admin, purge).await,
         Command::Dlq(command) => inspect::dlq(&client, &admin, command).await,
         Command::Stats(stats) => queue::stats(&admin, stats).await,
+        Command::Cluster(ClusterCommand::Partitions(args)) => {
+            cluster::partitions(&client, args).await
+        }
         Command::Auth(_)
         | Command::Audit(_)
         | Command::Acl(_)
         | Command::Metrics(_)
+        | Command::Cluster(ClusterCommand::Status(_))
         | Command::Quota(_) => {
             unreachable!("answered before connecting")
         }
@@ -285,6 +306,33 @@ mod tests {
             panic!("not redrive")
         };
         assert_eq!((offsets, partition), (vec![4, 9], Some(1)));
+    }
+
+    // Goal: `cluster status` takes admin addresses comma-separated or
+    // repeated (default the local admin port); `cluster partitions` takes
+    // queue names. Method: parse them.
+    #[test]
+    fn parses_cluster_commands() {
+        let cli = Cli::try_parse_from(["spool", "cluster", "status"]).unwrap();
+        let Command::Cluster(ClusterCommand::Status(status)) = cli.command else {
+            panic!("not cluster status")
+        };
+        assert_eq!(status.admin, vec![spool_client::limits::ADMIN_ADDR_DEFAULT.to_owned()]);
+        let cli = Cli::try_parse_from([
+            "spool", "cluster", "status", "--admin", "a:1,a:2", "--admin", "a:3", "--json",
+        ])
+        .unwrap();
+        assert!(cli.json);
+        let Command::Cluster(ClusterCommand::Status(status)) = cli.command else {
+            panic!("not cluster status")
+        };
+        assert_eq!(status.admin, vec!["a:1", "a:2", "a:3"]);
+        let cli = Cli::try_parse_from(["spool", "cluster", "partitions", "jobs", "mail"]).unwrap();
+        let Command::Cluster(ClusterCommand::Partitions(partitions)) = cli.command else {
+            panic!("not cluster partitions")
+        };
+        assert_eq!(partitions.queues, vec!["jobs", "mail"]);
+        assert_eq!(exit_code(&Failure::Unhealthy(Box::new(Output::streamed()), String::new())), 5);
     }
 
     // Goal: invalid command lines are rejected by the parser. Method: DATA

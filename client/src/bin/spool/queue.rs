@@ -148,7 +148,7 @@ fn render_describe(described: &spool_client::spool_wire::proto::DescribeQueueRes
         },
         "partitions": described.partitions.iter().map(partition_row_json).collect::<Vec<_>>(),
     });
-    Output { table: Some(table), message: Some(message), json }
+    Output { message: Some(message), ..Output::table(table, json) }
 }
 
 fn render_stats(described: &[spool_client::spool_wire::proto::DescribeQueueResponse]) -> Output {

@@ -141,24 +141,26 @@ fn is_invisible_format(character: char) -> bool {
 #[derive(Debug, Clone)]
 pub struct Output {
     pub table: Option<Table>,
-    /// Printed after the table in text mode (e.g. "created queue jobs").
+    /// Further tables, each printed after a blank line (text mode only).
+    pub more: Vec<Table>,
+    /// Printed after the tables in text mode (e.g. "created queue jobs").
     pub message: Option<String>,
     pub json: Value,
 }
 
 impl Output {
     pub fn message(message: String, json: Value) -> Self {
-        Self { table: None, message: Some(message), json }
+        Self { table: None, more: Vec::new(), message: Some(message), json }
     }
 
     pub fn table(table: Table, json: Value) -> Self {
-        Self { table: Some(table), message: None, json }
+        Self { table: Some(table), more: Vec::new(), message: None, json }
     }
 
     /// A command that printed its rows as they came (`send`, `recv`):
     /// nothing left to print.
     pub fn streamed() -> Self {
-        Self { table: None, message: None, json: Value::Null }
+        Self { table: None, more: Vec::new(), message: None, json: Value::Null }
     }
 
     pub fn render(&self, json: bool) -> String {
@@ -171,6 +173,10 @@ impl Output {
             return text;
         }
         let mut text = self.table.as_ref().map(Table::render).unwrap_or_default();
+        for table in &self.more {
+            text.push('\n');
+            text.push_str(&table.render());
+        }
         if let Some(message) = &self.message {
             text.push_str(&escape(message));
             text.push('\n');

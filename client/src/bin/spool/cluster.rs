@@ -1,0 +1,750 @@
+//! `spool cluster partitions|status`: where a cluster's partitions are led
+//! and how its nodes are doing.
+//!
+//! - `partitions` asks one node (`--addr`, any node of the cluster, or a
+//!   single broker) for Metadata over the wire: per partition the address
+//!   of its leader (its preferred replica's while no leader is known) and
+//!   its term (the leader epoch).
+//! - `status` scrapes the admin port's `/metrics` of every node given
+//!   (`--admin A,B,C`, at once, each bounded by `--timeout-ms`) and
+//!   aggregates the `spool_replica_*` and `spool_partition_*` series
+//!   (`docs/metrics.md`, "Cluster"): per node its id, partitions led and
+//!   followed, leaderships, step-downs and Raft messages by outcome; per
+//!   partition the nodes that claim to serve it, flagging one served by no
+//!   node ("no leader") or by several ("two serving", legitimate only
+//!   during a term change). An unreachable node or a partition with no
+//!   leader makes the command exit with [`EXIT_UNHEALTHY`] after printing
+//!   the report. A node without those series is not in a cluster.
+//!
+//! The aggregation ([`aggregate`]) is pure, over parsed samples; the I/O is
+//! the CLI's admin-port client (`http.rs`) and its exposition parser
+//! (`metrics.rs`).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+use spool_client::limits::ADMIN_ADDR_DEFAULT;
+use spool_client::spool_wire::proto::{MetadataRequest, Request, Response};
+use spool_client::{shard_address, Client, ClientError, TlsConfig};
+
+use crate::http::call;
+use crate::metrics::{parse, Sample};
+use crate::render::{Output, Table};
+use crate::Failure;
+
+/// Exit code of `spool cluster status` when a node is unreachable or a
+/// partition has no leader (the report is printed all the same).
+pub(crate) const EXIT_UNHEALTHY: u8 = 5;
+
+#[derive(Debug, Subcommand)]
+pub enum ClusterCommand {
+    /// Each partition's leader address and term, from one node's Metadata
+    /// (`--addr`: any node of the cluster).
+    Partitions(PartitionsArgs),
+    /// Every node's replication figures and who serves each partition,
+    /// from the nodes' admin ports (/metrics). Exits 5 when a node is
+    /// unreachable or a partition has no leader.
+    Status(StatusArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PartitionsArgs {
+    /// Only these queues (default: all).
+    pub queues: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The admin ports of the cluster's nodes (their `admin_listen`),
+    /// comma-separated or repeated; give every node, or partitions led by
+    /// a node left out show as without a leader.
+    #[arg(long = "admin", value_name = "ADDR[,ADDR...]", value_delimiter = ',',
+          default_value = ADMIN_ADDR_DEFAULT)]
+    pub admin: Vec<String>,
+}
+
+// ------------------------------------------------------------- partitions
+
+/// `spool cluster partitions`.
+pub async fn partitions(client: &Client, args: &PartitionsArgs) -> Result<Output, Failure> {
+    let request = MetadataRequest { queues: args.queues.clone() };
+    let bytes = client.control(&Request::Metadata(request)).await?;
+    let Response::Metadata(mut response) = bytes.response()? else {
+        return Err(ClientError::Protocol("metadata answered with another response".into()).into());
+    };
+    if let Some(missing) =
+        args.queues.iter().find(|name| !response.queues.iter().any(|queue| &queue.name == *name))
+    {
+        return Err(ClientError::UnknownQueue(missing.clone()).into());
+    }
+    response.queues.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut table = Table::new(vec!["queue", "partition", "leader", "term"]);
+    let mut rows = Vec::new();
+    for queue in &mut response.queues {
+        queue.partitions.sort_by_key(|partition| partition.partition);
+        for partition in &queue.partitions {
+            let leader = shard_address(partition);
+            table.push(vec![
+                queue.name.clone(),
+                partition.partition.0.to_string(),
+                leader.clone(),
+                partition.leader_epoch.0.to_string(),
+            ]);
+            rows.push(json!({
+                "queue": queue.name,
+                "partition": partition.partition.0,
+                "leader": leader,
+                "term": partition.leader_epoch.0,
+            }));
+        }
+    }
+    let json = json!({
+        "assignment_version": response.assignment_version.0,
+        "partitions": rows,
+    });
+    if table.rows.is_empty() {
+        return Ok(Output::message("no queues".to_owned(), json));
+    }
+    Ok(Output::table(table, json))
+}
+
+// ----------------------------------------------------------------- status
+
+/// One node's replication figures, summed over its shards.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeFigures {
+    /// `cluster.node_id` (`spool_replica_node`).
+    pub node: u64,
+    /// Partitions whose member here leads and serves.
+    pub leading: u64,
+    pub following: u64,
+    pub leaderships: u64,
+    pub step_downs: u64,
+    pub sent: u64,
+    pub delivered: u64,
+    pub refused: u64,
+    pub no_link: u64,
+    pub unknown_group: u64,
+}
+
+/// What one admin address gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeState {
+    /// The scrape failed: why.
+    Unreachable(String),
+    /// Reachable, without `spool_replica_*` series: a single node.
+    NotInCluster,
+    Member(NodeFigures),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeStatus {
+    pub admin: String,
+    pub state: NodeState,
+}
+
+impl NodeStatus {
+    /// The node's id when known, else its admin address.
+    fn label(&self) -> String {
+        match &self.state {
+            NodeState::Member(figures) => figures.node.to_string(),
+            _ => self.admin.clone(),
+        }
+    }
+}
+
+/// How many nodes serve a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Served {
+    /// Exactly one.
+    Ok,
+    /// None of the nodes scraped.
+    NoLeader,
+    /// More than one: only while a term changes.
+    TwoServing,
+}
+
+impl Served {
+    fn text(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::NoLeader => "no leader",
+            Self::TwoServing => "two serving",
+        }
+    }
+}
+
+/// One partition as the scraped nodes see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionStatus {
+    pub queue: String,
+    pub partition: u32,
+    /// The nodes (ids) whose member reports it serves.
+    pub serving: Vec<String>,
+    /// The leaders the replicas know (`spool_partition_leader`, 0 left
+    /// out), with how many replicas name each.
+    pub leaders: BTreeMap<u64, usize>,
+    /// The highest term any replica reports.
+    pub term: u64,
+    /// Replicas that reported the partition.
+    pub replicas: usize,
+    pub state: Served,
+}
+
+/// The cluster as scraped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    pub nodes: Vec<NodeStatus>,
+    pub partitions: Vec<PartitionStatus>,
+}
+
+impl Status {
+    /// Whether any node answered with cluster series.
+    fn in_cluster(&self) -> bool {
+        self.nodes.iter().any(|node| matches!(node.state, NodeState::Member(_)))
+    }
+
+    /// What fails the command: unreachable nodes and partitions without a
+    /// leader.
+    pub fn failures(&self) -> Vec<String> {
+        let mut failures: Vec<String> = self
+            .nodes
+            .iter()
+            .filter_map(|node| match &node.state {
+                NodeState::Unreachable(why) => Some(format!("{} unreachable ({why})", node.admin)),
+                _ => None,
+            })
+            .collect();
+        failures.extend(
+            self.partitions
+                .iter()
+                .filter(|partition| partition.state == Served::NoLeader)
+                .map(|partition| format!("{}/{}: no leader", partition.queue, partition.partition)),
+        );
+        failures
+    }
+
+    /// The failures counted in one line, for stderr (the report lists
+    /// them); `None` when there is none.
+    pub fn failure_summary(&self) -> Option<String> {
+        let unreachable = self
+            .nodes
+            .iter()
+            .filter(|node| matches!(node.state, NodeState::Unreachable(_)))
+            .count();
+        let leaderless =
+            self.partitions.iter().filter(|partition| partition.state == Served::NoLeader).count();
+        if unreachable + leaderless == 0 {
+            return None;
+        }
+        Some(format!(
+            "cluster status: {unreachable} of {} nodes unreachable, {leaderless} of {} \
+             partitions without a leader",
+            self.nodes.len(),
+            self.partitions.len()
+        ))
+    }
+
+    /// What is worth a look but does not fail the command.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut warnings: Vec<String> = self
+            .partitions
+            .iter()
+            .filter(|partition| partition.state == Served::TwoServing)
+            .map(|partition| {
+                format!(
+                    "{}/{}: served by nodes {} (two serving: only during a term change)",
+                    partition.queue,
+                    partition.partition,
+                    partition.serving.join(",")
+                )
+            })
+            .collect();
+        if self.in_cluster() {
+            warnings.extend(
+                self.nodes
+                    .iter()
+                    .filter(|node| node.state == NodeState::NotInCluster)
+                    .map(|node| format!("{} is not in a cluster", node.admin)),
+            );
+        }
+        warnings
+    }
+}
+
+/// A counter's or gauge's value as a count (NaN and negatives as 0).
+fn count(value: f64) -> u64 {
+    if value.is_finite() && value > 0.0 {
+        value.round() as u64
+    } else {
+        0
+    }
+}
+
+/// One node's figures, or `None` without `spool_replica_node` (no cluster).
+fn node_figures(samples: &[Sample]) -> Option<NodeFigures> {
+    let mut figures = NodeFigures::default();
+    let mut member = false;
+    for sample in samples {
+        let label = |name: &str| sample.labels.get(name).map(String::as_str);
+        let value = count(sample.value);
+        match sample.name.as_str() {
+            "spool_replica_node" => {
+                member = true;
+                figures.node = value;
+            }
+            "spool_replica_members" => match label("role") {
+                Some("leader") => figures.leading += value,
+                Some("follower") => figures.following += value,
+                _ => {}
+            },
+            "spool_replica_leaderships_total" => figures.leaderships += value,
+            "spool_replica_step_downs_total" => figures.step_downs += value,
+            "spool_replica_messages_total" => match label("outcome") {
+                Some("sent") => figures.sent += value,
+                Some("delivered") => figures.delivered += value,
+                Some("refused") => figures.refused += value,
+                Some("no_link") => figures.no_link += value,
+                Some("unknown_group") => figures.unknown_group += value,
+                _ => {}
+            },
+            _ => {}
+        }
+    }
+    member.then_some(figures)
+}
+
+/// One replica's view of a partition.
+#[derive(Debug, Default, Clone, Copy)]
+struct Replica {
+    leader: u64,
+    term: u64,
+    serving: bool,
+}
+
+/// The partitions a node reports, by (queue, partition).
+fn replicas(samples: &[Sample]) -> BTreeMap<(String, u32), Replica> {
+    let mut replicas: BTreeMap<(String, u32), Replica> = BTreeMap::new();
+    for sample in samples {
+        let slot = match sample.name.as_str() {
+            "spool_partition_leader" | "spool_partition_term" | "spool_partition_serving" => {
+                sample.name.as_str()
+            }
+            _ => continue,
+        };
+        let (Some(queue), Some(partition)) = (
+            sample.labels.get("queue"),
+            sample.labels.get("partition").and_then(|number| number.parse::<u32>().ok()),
+        ) else {
+            continue;
+        };
+        let replica = replicas.entry((queue.clone(), partition)).or_default();
+        match slot {
+            "spool_partition_leader" => replica.leader = count(sample.value),
+            "spool_partition_term" => replica.term = count(sample.value),
+            _ => replica.serving = sample.value >= 1.0,
+        }
+    }
+    replicas
+}
+
+/// The status from each admin address's scrape (parsed samples, or why it
+/// failed), in the order given.
+pub fn aggregate(scrapes: Vec<(String, Result<Vec<Sample>, String>)>) -> Status {
+    let mut nodes = Vec::new();
+    let mut partitions: BTreeMap<(String, u32), PartitionStatus> = BTreeMap::new();
+    for (admin, scraped) in scrapes {
+        let samples = match scraped {
+            Ok(samples) => samples,
+            Err(why) => {
+                nodes.push(NodeStatus { admin, state: NodeState::Unreachable(why) });
+                continue;
+            }
+        };
+        let Some(figures) = node_figures(&samples) else {
+            nodes.push(NodeStatus { admin, state: NodeState::NotInCluster });
+            continue;
+        };
+        let node = NodeStatus { admin, state: NodeState::Member(figures) };
+        for ((queue, partition), replica) in replicas(&samples) {
+            let status =
+                partitions.entry((queue.clone(), partition)).or_insert_with(|| PartitionStatus {
+                    queue,
+                    partition,
+                    serving: Vec::new(),
+                    leaders: BTreeMap::new(),
+                    term: 0,
+                    replicas: 0,
+                    state: Served::NoLeader,
+                });
+            status.replicas += 1;
+            status.term = status.term.max(replica.term);
+            if replica.leader != 0 {
+                *status.leaders.entry(replica.leader).or_default() += 1;
+            }
+            if replica.serving {
+                status.serving.push(node.label());
+            }
+        }
+        nodes.push(node);
+    }
+    let partitions = partitions
+        .into_values()
+        .map(|mut partition| {
+            partition.state = match partition.serving.len() {
+                0 => Served::NoLeader,
+                1 => Served::Ok,
+                _ => Served::TwoServing,
+            };
+            partition
+        })
+        .collect();
+    Status { nodes, partitions }
+}
+
+/// Scrapes one admin port.
+async fn scrape(
+    admin: &str,
+    tls: Option<&TlsConfig>,
+    timeout: Duration,
+) -> Result<Vec<Sample>, String> {
+    let answer = call(admin, tls, "GET", "/metrics", None, None, timeout).await?;
+    if answer.status != 200 {
+        return Err(answer.refusal());
+    }
+    let text = String::from_utf8(answer.body).map_err(|_| "/metrics is not UTF-8".to_owned())?;
+    parse(&text).map_err(|error| format!("/metrics: {error}"))
+}
+
+/// The report in both forms.
+fn render(status: &Status) -> Output {
+    let failures = status.failures();
+    let warnings = status.warnings();
+    let node_json: Vec<Value> = status
+        .nodes
+        .iter()
+        .map(|node| match &node.state {
+            NodeState::Unreachable(why) => {
+                json!({"admin": node.admin, "reachable": false, "error": why})
+            }
+            NodeState::NotInCluster => {
+                json!({"admin": node.admin, "reachable": true, "in_cluster": false})
+            }
+            NodeState::Member(figures) => json!({
+                "admin": node.admin,
+                "reachable": true,
+                "in_cluster": true,
+                "node": figures.node,
+                "leading": figures.leading,
+                "following": figures.following,
+                "leaderships": figures.leaderships,
+                "step_downs": figures.step_downs,
+                "messages": {
+                    "sent": figures.sent,
+                    "delivered": figures.delivered,
+                    "refused": figures.refused,
+                    "no_link": figures.no_link,
+                    "unknown_group": figures.unknown_group,
+                },
+            }),
+        })
+        .collect();
+    let partition_json: Vec<Value> = status
+        .partitions
+        .iter()
+        .map(|partition| {
+            json!({
+                "queue": partition.queue,
+                "partition": partition.partition,
+                "serving": partition.serving,
+                "leaders_known": partition.leaders.keys().collect::<Vec<_>>(),
+                "term": partition.term,
+                "replicas_reporting": partition.replicas,
+                "state": partition.state.text(),
+            })
+        })
+        .collect();
+    let json = json!({
+        "in_cluster": status.in_cluster(),
+        "healthy": failures.is_empty(),
+        "nodes": node_json,
+        "partitions": partition_json,
+        "failures": failures,
+        "warnings": warnings,
+    });
+    if !status.in_cluster() && failures.is_empty() {
+        let admins: Vec<&str> = status.nodes.iter().map(|node| node.admin.as_str()).collect();
+        return Output::message(
+            format!(
+                "{}: not in a cluster (no [cluster] table); `spool cluster partitions` shows \
+                 where its partitions are",
+                admins.join(", ")
+            ),
+            json,
+        );
+    }
+    let mut table = Table::new(vec![
+        "admin",
+        "node",
+        "state",
+        "leading",
+        "following",
+        "leaderships",
+        "step_downs",
+        "sent",
+        "delivered",
+        "refused",
+        "no_link",
+    ]);
+    for node in &status.nodes {
+        let mut row = vec![node.admin.clone()];
+        match &node.state {
+            NodeState::Member(figures) => row.extend([
+                figures.node.to_string(),
+                "reachable".to_owned(),
+                figures.leading.to_string(),
+                figures.following.to_string(),
+                figures.leaderships.to_string(),
+                figures.step_downs.to_string(),
+                figures.sent.to_string(),
+                figures.delivered.to_string(),
+                figures.refused.to_string(),
+                figures.no_link.to_string(),
+            ]),
+            other => {
+                row.push("-".to_owned());
+                row.push(
+                    if matches!(other, NodeState::NotInCluster) {
+                        "not in a cluster"
+                    } else {
+                        "unreachable"
+                    }
+                    .to_owned(),
+                );
+                row.extend(vec!["-".to_owned(); 8]);
+            }
+        }
+        table.push(row);
+    }
+    let mut partition_table = Table::new(vec![
+        "queue",
+        "partition",
+        "serving",
+        "leader_known",
+        "term",
+        "replicas",
+        "state",
+    ]);
+    for partition in &status.partitions {
+        let join = |ids: Vec<String>| if ids.is_empty() { "-".to_owned() } else { ids.join(",") };
+        partition_table.push(vec![
+            partition.queue.clone(),
+            partition.partition.to_string(),
+            join(partition.serving.clone()),
+            join(partition.leaders.keys().map(u64::to_string).collect()),
+            partition.term.to_string(),
+            partition.replicas.to_string(),
+            partition.state.text().to_owned(),
+        ]);
+    }
+    let summary = if failures.is_empty() && warnings.is_empty() {
+        format!(
+            "ok: {} nodes reachable, {} partitions each served by one node",
+            status.nodes.len(),
+            status.partitions.len()
+        )
+    } else {
+        let mut lines: Vec<String> = failures.iter().map(|line| format!("FAIL {line}")).collect();
+        lines.extend(warnings.iter().map(|line| format!("WARN {line}")));
+        lines.join("; ")
+    };
+    let mut output = Output::table(table, json);
+    if !status.partitions.is_empty() {
+        output.more.push(partition_table);
+    }
+    output.message = Some(summary);
+    output
+}
+
+/// `spool cluster status`: the report, or [`Failure::Unhealthy`] holding
+/// it when a node is unreachable or a partition has no leader.
+pub async fn status(
+    args: &StatusArgs,
+    tls: Option<&TlsConfig>,
+    timeout: Duration,
+) -> Result<Output, Failure> {
+    let mut admins: Vec<String> = Vec::new();
+    for admin in &args.admin {
+        let admin = admin.trim();
+        if admin.is_empty() {
+            return Err(Failure::Input("--admin: an empty address".to_owned()));
+        }
+        if !admins.iter().any(|known| known == admin) {
+            admins.push(admin.to_owned());
+        }
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for (index, admin) in admins.iter().enumerate() {
+        let (admin, tls) = (admin.clone(), tls.cloned());
+        tasks.spawn(async move { (index, scrape(&admin, tls.as_ref(), timeout).await) });
+    }
+    let mut scraped: Vec<Option<Result<Vec<Sample>, String>>> = vec![None; admins.len()];
+    while let Some(joined) = tasks.join_next().await {
+        let (index, result) =
+            joined.map_err(|error| Failure::Input(format!("a scrape failed: {error}")))?;
+        scraped[index] = Some(result);
+    }
+    let scrapes = admins
+        .into_iter()
+        .zip(scraped)
+        .map(|(admin, result)| (admin, result.unwrap_or_else(|| Err("not scraped".to_owned()))))
+        .collect();
+    let status = aggregate(scrapes);
+    let output = render(&status);
+    match status.failure_summary() {
+        None => Ok(output),
+        Some(summary) => Err(Failure::Unhealthy(Box::new(output), summary)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A node's exposition: its id, members by role, counters and the
+    /// partitions it replicates as (queue, partition, leader, term,
+    /// serving).
+    fn node(
+        id: u64,
+        leading: u64,
+        following: u64,
+        partitions: &[(&str, u32, u64, u64, bool)],
+    ) -> String {
+        let mut text = format!(
+            "# HELP spool_replica_node This node's id in its cluster.\n\
+             # TYPE spool_replica_node gauge\n\
+             spool_replica_node{{shard=\"0\"}} {id}\n\
+             spool_replica_members{{shard=\"0\",role=\"leader\"}} {leading}\n\
+             spool_replica_members{{shard=\"0\",role=\"follower\"}} {following}\n\
+             # TYPE spool_replica_messages counter\n\
+             spool_replica_messages_total{{shard=\"0\",outcome=\"sent\"}} 100\n\
+             spool_replica_messages_total{{shard=\"0\",outcome=\"delivered\"}} 90\n\
+             spool_replica_messages_total{{shard=\"0\",outcome=\"refused\"}} 2\n\
+             spool_replica_messages_total{{shard=\"0\",outcome=\"no_link\"}} 1\n\
+             spool_replica_messages_total{{shard=\"0\",outcome=\"unknown_group\"}} 0\n\
+             spool_replica_leaderships_total{{shard=\"0\"}} {leading}\n\
+             spool_replica_step_downs_total{{shard=\"0\"}} 1\n\
+             spool_ready_messages{{queue=\"jobs\",partition=\"0\"}} 5\n"
+        );
+        for (queue, partition, leader, term, serving) in partitions {
+            let labels = format!("queue=\"{queue}\",partition=\"{partition}\"");
+            text.push_str(&format!("spool_partition_leader{{{labels}}} {leader}\n"));
+            text.push_str(&format!("spool_partition_term{{{labels}}} {term}\n"));
+            text.push_str(&format!("spool_partition_serving{{{labels}}} {}\n", u8::from(*serving)));
+        }
+        text.push_str("# EOF\n");
+        text
+    }
+
+    fn scraped(admin: &str, text: &str) -> (String, Result<Vec<Sample>, String>) {
+        (admin.to_owned(), Ok(parse(text).unwrap()))
+    }
+
+    // Goal: three healthy nodes aggregate into per-node figures summed over
+    // shards and one server per partition, with no failure or warning.
+    // Method: inline exposition text of three nodes (node 1 with two
+    // shards) replicating two partitions, each led by one node.
+    #[test]
+    fn healthy_cluster_has_one_server_per_partition() {
+        let mut first = node(1, 1, 1, &[("jobs", 0, 1, 4, true), ("jobs", 1, 2, 3, false)]);
+        first.push_str(
+            "spool_replica_node{shard=\"1\"} 1\n\
+             spool_replica_members{shard=\"1\",role=\"follower\"} 2\n\
+             spool_replica_messages_total{shard=\"1\",outcome=\"sent\"} 11\n",
+        );
+        let status = aggregate(vec![
+            scraped("a:1", &first),
+            scraped("a:2", &node(2, 1, 1, &[("jobs", 0, 1, 4, false), ("jobs", 1, 2, 3, true)])),
+            scraped("a:3", &node(3, 0, 2, &[("jobs", 0, 1, 4, false), ("jobs", 1, 2, 3, false)])),
+        ]);
+        let NodeState::Member(one) = &status.nodes[0].state else { panic!("not a member") };
+        assert_eq!((one.node, one.leading, one.following, one.sent), (1, 1, 3, 111));
+        assert_eq!((one.delivered, one.refused, one.no_link, one.step_downs), (90, 2, 1, 1));
+        assert_eq!(status.partitions.len(), 2);
+        let zero = &status.partitions[0];
+        assert_eq!((zero.queue.as_str(), zero.partition), ("jobs", 0));
+        assert_eq!(zero.serving, vec!["1".to_owned()]);
+        assert_eq!(zero.leaders, BTreeMap::from([(1, 3)]));
+        assert_eq!((zero.term, zero.replicas, zero.state), (4, 3, Served::Ok));
+        assert_eq!(status.partitions[1].serving, vec!["2".to_owned()]);
+        assert!(status.failures().is_empty());
+        assert!(status.warnings().is_empty());
+        assert_eq!(status.failure_summary(), None);
+        let text = render(&status).render(false);
+        assert!(text.contains("ok: 3 nodes reachable, 2 partitions"), "{text}");
+        assert!(text.contains("jobs   0          1        1"), "{text}");
+    }
+
+    // Goal: an unreachable node and a partition no node serves fail the
+    // status; a partition two nodes serve is only a warning. Method: node 3
+    // unreachable, jobs/0 served by nobody (its leader was node 3), jobs/1
+    // served by nodes 1 and 2 in the middle of a term change.
+    #[test]
+    fn flags_unreachable_no_leader_and_two_serving() {
+        let status = aggregate(vec![
+            scraped("a:1", &node(1, 1, 1, &[("jobs", 0, 3, 4, false), ("jobs", 1, 1, 6, true)])),
+            scraped("a:2", &node(2, 1, 1, &[("jobs", 0, 0, 5, false), ("jobs", 1, 2, 7, true)])),
+            ("a:3".to_owned(), Err("cannot reach the admin port a:3: refused".to_owned())),
+        ]);
+        assert_eq!(
+            status.nodes[2].state,
+            NodeState::Unreachable("cannot reach the admin port a:3: refused".to_owned())
+        );
+        let (zero, one) = (&status.partitions[0], &status.partitions[1]);
+        assert_eq!((zero.state, zero.term), (Served::NoLeader, 5));
+        assert_eq!(zero.leaders, BTreeMap::from([(3, 1)]));
+        assert_eq!(one.state, Served::TwoServing);
+        assert_eq!(one.serving, vec!["1".to_owned(), "2".to_owned()]);
+        let failures = status.failures();
+        assert_eq!(failures.len(), 2, "{failures:?}");
+        assert!(failures[0].starts_with("a:3 unreachable"));
+        assert_eq!(failures[1], "jobs/0: no leader");
+        assert_eq!(
+            status.failure_summary().as_deref(),
+            Some("cluster status: 1 of 3 nodes unreachable, 1 of 2 partitions without a leader")
+        );
+        let warnings = status.warnings();
+        assert_eq!(warnings.len(), 1);
+        assert!(warnings[0].contains("jobs/1: served by nodes 1,2"), "{warnings:?}");
+        let output = render(&status);
+        assert_eq!(output.json["healthy"], false);
+        assert_eq!(output.json["nodes"][2]["reachable"], false);
+        assert_eq!(output.json["partitions"][0]["state"], "no leader");
+        let text = output.render(false);
+        assert!(text.contains("unreachable"), "{text}");
+        assert!(text.contains("FAIL jobs/0: no leader"), "{text}");
+        assert!(text.contains("WARN jobs/1"), "{text}");
+    }
+
+    // Goal: a single node (no cluster series) says so and fails nothing;
+    // an empty cluster (no partitions) is healthy. Method: a scrape with
+    // only queue series, then a member with no partitions.
+    #[test]
+    fn single_node_is_not_in_a_cluster() {
+        let single = "spool_ready_messages{queue=\"jobs\",partition=\"0\"} 5\n# EOF\n";
+        let status = aggregate(vec![scraped("127.0.0.1:7480", single)]);
+        assert_eq!(status.nodes[0].state, NodeState::NotInCluster);
+        assert!(status.partitions.is_empty());
+        assert!(status.failures().is_empty());
+        assert!(status.warnings().is_empty());
+        let output = render(&status);
+        assert_eq!(output.json["in_cluster"], false);
+        assert!(output.render(false).contains("not in a cluster"));
+
+        let empty = aggregate(vec![scraped("a:1", &node(1, 0, 0, &[])), scraped("a:2", single)]);
+        assert!(empty.failures().is_empty());
+        assert_eq!(empty.warnings(), vec!["a:2 is not in a cluster".to_owned()]);
+    }
+}
