@@ -54,8 +54,11 @@ use raft::eraftpb::{Entry, Message};
 use spool_wire::batch::{BatchHeader, BatchKind, BatchView, ControlBatchBuilder};
 use thiserror::Error;
 
-use super::limits::{REPLICA_FETCH_BYTES_MAX, REPLICA_TERM_START_BYTES_MAX};
+use super::limits::{
+    REPLICA_FETCH_BYTES_MAX, REPLICA_FETCH_ENTRIES_MAX, REPLICA_TERM_START_BYTES_MAX,
+};
 use super::node::{Recovered, Replica, ReplicaError, Timing, Work};
+use super::view::KnownTerms;
 use crate::io::Storage;
 use crate::limits::LOG_UNCOMMITTED_ENTRIES_MAX;
 use crate::log::journal::{JournalError, JournalPartition, JournalTicket};
@@ -282,11 +285,17 @@ impl<S: Storage> ReplicaDriver<S> {
             }
             .into());
         }
-        let entries = read_raft_entries(&part, first, last + 1).await?;
-        let vote = votes.get(part.handle()).unwrap_or_default();
         let commit = part.committed_index();
+        // What the state machine holds stays on disk, known by its terms
+        // (read back when a follower needs it); the rest is read now.
+        let from = (applied.min(commit) + 1).max(first);
+        let runs = part.held_term_runs().into_iter().filter(|run| run.0 < from).collect();
+        let known = KnownTerms { runs, through: from - 1 };
+        let entries = read_raft_entries(&part, from, last + 1, u64::MAX, usize::MAX).await?;
+        let vote = votes.get(part.handle()).unwrap_or_default();
         let recovered = Recovered {
             floor: (floor_index, floor_term),
+            known,
             entries,
             term: vote.term,
             vote: vote.vote,
@@ -672,26 +681,45 @@ impl<S: Storage> ReplicaDriver<S> {
             // next commit (a step) performs the work.
             Some(Blocked::Uncommitted) | None => {}
         }
+        // Read-backs first, then what waits for durability, in the same
+        // step: a leader under a steady load always has entries to sync,
+        // and read-backs served only in its idle moments left a lagging
+        // follower a few messages a second (it never caught up).
+        let fetched = self.serve_fetches().await;
         let works: Vec<LogWork> = self.inner.borrow_mut().unsynced.drain(..).collect();
         if !works.is_empty() {
             self.persist(works).await?;
             return Ok(true);
         }
+        Ok(fetched)
+    }
+
+    /// Reads back what raft-rs asked below its window and hands it over;
+    /// `false` when nothing was asked.
+    async fn serve_fetches(&self) -> bool {
         let fetches = self.inner.borrow().replica.fetches();
-        if !fetches.is_empty() {
-            for fetch in fetches {
-                match read_raft_entries(&self.part, fetch.low, fetch.high).await {
-                    Ok(entries) => {
-                        self.inner.borrow_mut().stats.fetches += 1;
-                        self.inner.borrow_mut().replica.fetched(fetch, entries);
-                    }
-                    Err(_) => self.inner.borrow_mut().stats.fetch_failures += 1,
-                }
-            }
-            self.drain();
-            return Ok(true);
+        if fetches.is_empty() {
+            return false;
         }
-        Ok(false)
+        for fetch in fetches {
+            match read_raft_entries(
+                &self.part,
+                fetch.low,
+                fetch.high,
+                REPLICA_FETCH_BYTES_MAX,
+                REPLICA_FETCH_ENTRIES_MAX,
+            )
+            .await
+            {
+                Ok(entries) => {
+                    self.inner.borrow_mut().stats.fetches += 1;
+                    self.inner.borrow_mut().replica.fetched(fetch, entries);
+                }
+                Err(_) => self.inner.borrow_mut().stats.fetch_failures += 1,
+            }
+        }
+        self.drain();
+        true
     }
 
     /// Waits until `works` are durable (entries, then the newest vote),
@@ -727,23 +755,38 @@ impl<S: Storage> ReplicaDriver<S> {
     }
 }
 
-/// The Raft entries of `part` from `low` up to `high` (exclusive), read
-/// back by index in reads of at most [`REPLICA_FETCH_BYTES_MAX`].
+/// The Raft entries of `part` from `low` toward `high` (exclusive), read
+/// back by index in reads of at most [`REPLICA_FETCH_BYTES_MAX`]: all of
+/// them when opening, a message's worth (`bytes_max`, `entries_max`, at
+/// least one entry) for a lagging follower.
 async fn read_raft_entries<S: Storage>(
     part: &JournalPartition<S>,
     low: u64,
     high: u64,
+    bytes_max: u64,
+    entries_max: usize,
 ) -> Result<Vec<Entry>, DriverError> {
+    // For a follower, one message's worth at a time (raft-rs sends at most
+    // REPLICA_APPEND_BYTES_MAX per append, and asks again for the rest): a
+    // follower far behind must not make the leader read its whole gap into
+    // memory for one send.
     let mut entries = Vec::new();
+    let mut bytes = 0u64;
     let mut next = low;
-    while next < high {
-        let read = part.read_entries(next, high, REPLICA_FETCH_BYTES_MAX).await?;
+    while next < high && bytes < bytes_max && entries.len() < entries_max {
+        let read =
+            part.read_entries(next, high, REPLICA_FETCH_BYTES_MAX.min(bytes_max - bytes)).await?;
         if read.is_empty() {
+            if !entries.is_empty() {
+                break;
+            }
             let durable_index = part.committed_index();
             return Err(JournalError::EntryNotDurable { index: next, durable_index }.into());
         }
         next += read.len() as u64;
+        bytes += read.iter().map(|e| e.batch.bytes.len() as u64).sum::<u64>();
         entries.extend(read.iter().map(|e| raft_entry(e.index, e.term, &e.batch.bytes)));
     }
+    entries.truncate(entries_max);
     Ok(entries)
 }

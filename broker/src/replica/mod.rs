@@ -33,4 +33,4 @@ mod sim;
 
 pub use driver::{CommitWatch, Committed, DriverError, DriverStats, Proposed, ReplicaDriver};
 pub use node::{Recovered, Replica, ReplicaError, Timing, Work};
-pub use view::{Fetch, LogView};
+pub use view::{Fetch, KnownTerms, LogView};

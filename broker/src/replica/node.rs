@@ -34,7 +34,7 @@ use super::limits::{
     REPLICA_APPEND_BYTES_MAX, REPLICA_ELECTION_TICKS, REPLICA_HEARTBEAT_TICKS,
     REPLICA_INFLIGHT_APPENDS_MAX,
 };
-use super::view::{Fetch, LogView};
+use super::view::{Fetch, KnownTerms, LogView};
 
 /// Why a replica could not start or step.
 #[derive(Debug, Error)]
@@ -65,7 +65,12 @@ pub enum ReplicaError {
 pub struct Recovered {
     /// The entry the log starts after (index, term).
     pub floor: (u64, u64),
-    /// The log's entries, dense from `floor.0 + 1`.
+    /// The terms of the entries left on disk (`floor.0 + 1..=known.through`;
+    /// none when `through` is at or below the floor): read back when a
+    /// follower needs them.
+    pub known: KnownTerms,
+    /// The log's entries in memory, dense from `max(floor.0,
+    /// known.through) + 1`: at least every one above `applied`.
     pub entries: Vec<Entry>,
     /// The persisted term and vote (the vote store).
     pub term: u64,
@@ -165,7 +170,8 @@ impl Replica {
         timing: Timing,
     ) -> Result<Replica, ReplicaError> {
         let applied = recovered.applied.min(recovered.commit);
-        let view = LogView::recovered(
+        let view = LogView::recovered_after(
+            &recovered.known,
             recovered.floor,
             recovered.entries,
             voters.to_vec(),

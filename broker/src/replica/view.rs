@@ -46,6 +46,15 @@ pub struct Fetch {
     pub context: GetEntriesContext,
 }
 
+/// The terms of a recovered log's entries that stay on disk: (first
+/// index, term) runs covering `floor + 1..=through` (none when `through`
+/// is at or below the floor).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KnownTerms {
+    pub runs: Vec<(u64, u64)>,
+    pub through: u64,
+}
+
 /// A partition's log as raft-rs sees it. See the module docs.
 #[derive(Debug, Default)]
 pub struct LogView {
@@ -85,6 +94,34 @@ impl LogView {
         floor: (u64, u64),
         entries: Vec<Entry>,
         voters: Vec<u64>,
+        vote: (u64, u64),
+        commit: u64,
+        applied: u64,
+    ) -> Result<LogView, String> {
+        LogView::recovered_after(
+            &KnownTerms::default(),
+            floor,
+            entries,
+            voters,
+            vote,
+            commit,
+            applied,
+        )
+    }
+
+    /// [`LogView::recovered`] for a log whose entries up to `known.through`
+    /// stay on disk: only their terms (`known.runs`) are held, `entries`
+    /// are dense from `known.through + 1`, and a read below them is a
+    /// [`Fetch`]. Every entry above `applied` must be in `entries`.
+    ///
+    /// # Errors
+    /// As [`LogView::recovered`]; runs not ascending from `floor.0 + 1`,
+    /// and an applied index below the entries held.
+    pub fn recovered_after(
+        known: &KnownTerms,
+        floor: (u64, u64),
+        entries: Vec<Entry>,
+        voters: Vec<u64>,
         (term, vote): (u64, u64),
         commit: u64,
         applied: u64,
@@ -97,6 +134,27 @@ impl LogView {
             ..LogView::default()
         };
         let mut previous_term = floor.1;
+        if known.through > floor.0 {
+            if known.runs.first().is_none_or(|run| run.0 != floor.0 + 1) {
+                return Err(format!("recovered terms do not start after the floor {}", floor.0));
+            }
+            let mut previous_first = floor.0;
+            for &(first, run_term) in &known.runs {
+                if first <= previous_first || first > known.through || run_term < previous_term {
+                    return Err(format!("recovered term run ({first}, {run_term}) out of order"));
+                }
+                view.terms.push((first, run_term));
+                previous_first = first;
+                previous_term = run_term;
+            }
+            view.last_index = known.through;
+            if applied < known.through {
+                return Err(format!(
+                    "applied {applied} is below the entries held from {}",
+                    known.through + 1
+                ));
+            }
+        }
         for entry in entries {
             if entry.index != view.last_index + 1 {
                 return Err(format!(
@@ -266,12 +324,17 @@ impl raft::Storage for LogView {
             let skip = (low - start) as usize;
             self.window.iter().skip(skip).take((high - low) as usize).cloned().collect()
         } else if self.fetched.front().is_some_and(|entry| entry.index == low) {
+            // The dense run from `low`: a read-back holds a message's worth,
+            // which may end short of the window (raft-rs asks again from
+            // where it ends).
             self.fetched
                 .iter()
                 .chain(self.window.iter())
                 .skip_while(|entry| entry.index < low)
                 .take_while(|entry| entry.index < high)
-                .cloned()
+                .enumerate()
+                .take_while(|(at, entry)| entry.index == low + *at as u64)
+                .map(|(_, entry)| entry.clone())
                 .collect()
         } else if context.can_async() {
             self.fetches.borrow_mut().push(Fetch { low, high: high.min(start), context });
@@ -351,6 +414,40 @@ mod tests {
         let all = view.entries(1, 7, None, GetEntriesContext::empty(false)).expect("held");
         let shape: Vec<_> = all.iter().map(|entry| (entry.index, entry.term)).collect();
         assert_eq!(shape, [(1, 1), (2, 1), (3, 3), (4, 3), (5, 3), (6, 3)]);
+    }
+
+    #[test]
+    fn a_log_reopened_with_its_applied_prefix_on_disk_knows_its_terms_and_fetches_it() {
+        // Goal: a reopened partition keeps only what it has not applied in
+        // memory; the applied prefix answers by term and is read back for a
+        // follower, and a short read-back is served as far as it is dense.
+        let known = KnownTerms { runs: vec![(3, 1), (5, 2)], through: 6 };
+        let entries = vec![entry(7, 2, 10), entry(8, 3, 10)];
+        let view = LogView::recovered_after(&known, (2, 1), entries, vec![1, 2], (3, 0), 8, 6)
+            .expect("terms and entries");
+        assert_eq!(view.last_index(), 8);
+        let terms: Vec<_> = (2..=8).map(|index| view.term(index).expect("known")).collect();
+        assert_eq!(terms, [1, 1, 1, 2, 2, 2, 3]);
+        let asked = view.entries(3, 9, None, GetEntriesContext::empty(true));
+        assert!(matches!(asked, Err(raft::Error::Store(StorageError::LogTemporarilyUnavailable))));
+        let fetches = view.take_fetches();
+        assert_eq!((fetches[0].low, fetches[0].high), (3, 7));
+        let mut view = view;
+        view.fetched(vec![entry(3, 1, 10), entry(4, 1, 10)]);
+        let served = view.entries(3, 9, None, GetEntriesContext::empty(true)).expect("fetched");
+        let shape: Vec<_> = served.iter().map(|entry| entry.index).collect();
+        assert_eq!(shape, [3, 4], "a read-back short of the window serves its dense run");
+        assert!(view.entries(7, 9, None, GetEntriesContext::empty(false)).is_ok());
+        // Terms that do not start after the floor, or an applied index below
+        // the entries in memory, are refused.
+        let late = KnownTerms { runs: vec![(4, 1)], through: 6 };
+        let after = |known: &KnownTerms, applied| {
+            let entries = vec![entry(7, 2, 10)];
+            LogView::recovered_after(known, (2, 1), entries, vec![1], (3, 0), 7, applied)
+        };
+        assert!(after(&late, 6).is_err());
+        assert!(after(&known, 5).is_err());
+        assert!(after(&KnownTerms { runs: vec![(3, 1), (5, 0)], through: 6 }, 6).is_err());
     }
 
     #[test]

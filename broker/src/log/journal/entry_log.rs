@@ -128,6 +128,9 @@ pub(super) struct Held {
     lens: VecDeque<u32>,
     /// (first index, term) runs over the entries held, ascending.
     terms: VecDeque<(u64, u64)>,
+    /// The term of the entry `first - 1` when known (it was held, or
+    /// found on reopening): the floor a replica's log starts after.
+    before: Option<u64>,
 }
 
 impl Held {
@@ -149,7 +152,8 @@ impl Held {
             return;
         };
         if index != self.end() || self.positions.back().is_some_and(|last| *last >= position.0) {
-            *self = Self::empty_at(index);
+            let before = index.checked_sub(1).and_then(|previous| self.term_at(previous));
+            *self = Self { before, ..Self::empty_at(index) };
         }
         if self.terms.back().is_none_or(|run| run.1 != term) {
             self.terms.push_back((index, term));
@@ -162,9 +166,11 @@ impl Held {
     }
 
     fn pop_front(&mut self) {
+        let popped = self.term_at(self.first);
         if self.positions.pop_front().is_none() {
             return;
         }
+        self.before = popped;
         self.lens.pop_front();
         self.first += 1;
         while self.terms.len() > 1 && self.terms[1].0 <= self.first {
@@ -184,11 +190,20 @@ impl Held {
     }
 
     fn term_at(&self, index: u64) -> Option<u64> {
+        if index + 1 == self.first {
+            return self.before;
+        }
         if index < self.first || index >= self.end() {
             return None;
         }
         let run = self.terms.partition_point(|run| run.0 <= index);
         run.checked_sub(1).map(|run| self.terms[run].1)
+    }
+
+    /// The (first index, term) runs over the entries held, the first
+    /// starting at the first held.
+    fn term_runs(&self) -> Vec<(u64, u64)> {
+        self.terms.iter().map(|&(first, term)| (first.max(self.first), term)).collect()
     }
 
     fn get(&self, index: u64) -> Option<(JournalPos, u32)> {
@@ -298,11 +313,17 @@ impl<T: Completion + Clone> EntryLog<T> {
             }
             let run = &sorted[start..below];
             if let Some(first) = run.first() {
-                held = Held::empty_at(first.0);
+                // The entry before the run, when found, names the floor's
+                // term; entries past the bound are let go of by `push`,
+                // which keeps the term of the last one let go of.
+                let before = start
+                    .checked_sub(1)
+                    .map(|at| sorted[at])
+                    .filter(|entry| entry.0 + 1 == first.0)
+                    .map(|entry| entry.1);
+                held = Held { before, ..Held::empty_at(first.0) };
             }
-            for &(index, term, _, _, position, batch_len) in
-                run.iter().rev().take(LOG_HELD_ENTRIES_MAX).rev()
-            {
+            for &(index, term, _, _, position, batch_len) in run {
                 held.push(index, term, Some(position), batch_len);
             }
         }
@@ -519,6 +540,12 @@ impl<T: Completion + Clone> EntryLog<T> {
     /// when none is (`last_index + 1` for an empty log).
     pub fn first_held(&self) -> u64 {
         self.held.first
+    }
+
+    /// The (first index, term) runs over the committed entries held
+    /// (`first_held()..=committed`), ascending.
+    pub fn held_term_runs(&self) -> Vec<(u64, u64)> {
+        self.held.term_runs()
     }
 
     /// Lets go of the committed entries that lie below `oldest`, the
@@ -777,7 +804,9 @@ mod tests {
         log.release_below(JournalPos(2_500));
         assert_eq!(log.first_held(), 3);
         assert!(matches!(log.locate(2, 4, 1), Err(JournalError::Compacted { first_index: 3, .. })));
-        assert_eq!(log.term_at(2), None);
+        // The entry before the first held keeps its term (a replica's floor).
+        assert_eq!((log.term_at(1), log.term_at(2)), (None, Some(1)));
+        assert_eq!(log.held_term_runs(), vec![(3, 1), (4, 2)]);
         // The bound: only the newest LOG_HELD_ENTRIES_MAX committed entries are held.
         let mut index = log.last_index();
         while index < (LOG_HELD_ENTRIES_MAX + 10) as u64 {
@@ -788,6 +817,18 @@ mod tests {
         log.settle();
         assert_eq!(log.first_held(), index + 1 - LOG_HELD_ENTRIES_MAX as u64);
         assert_eq!(log.term_at(index - 1), Some(3));
+        assert_eq!(log.term_at(log.first_held() - 1), Some(3));
+        assert_eq!(log.held_term_runs(), vec![(log.first_held(), 3)]);
+        // Reopened past the bound, the log knows the term before the first
+        // entry it holds (what a replica starts after).
+        let routed: Vec<_> = (1..=(LOG_HELD_ENTRIES_MAX as u64 + 3))
+            .map(|i| routed(i, if i <= 2 { 1 } else { 4 }, Lane::Data, i * 200))
+            .collect();
+        let last = routed.len() as u64;
+        let reopened = EntryLog::<At>::open(LogMode::Replicated, 0, &routed, last).unwrap();
+        assert_eq!(reopened.first_held(), 4);
+        assert_eq!((reopened.term_at(2), reopened.term_at(3)), (None, Some(4)));
+        assert_eq!(reopened.held_term_runs(), vec![(4, 4)]);
         // Local mode holds nothing and refuses reads by index.
         assert!(matches!(
             EntryLog::<At>::open(LogMode::Local, 0, &[], 0).unwrap().locate(1, 2, 1),

@@ -281,6 +281,16 @@ impl<S: Storage> JournalPartition<S> {
         state.log.first_held()
     }
 
+    /// The (first index, term) runs over the committed entries held for
+    /// reads by index (`first_index()..=committed_index()`), ascending.
+    pub fn held_term_runs(&self) -> Vec<(u64, u64)> {
+        let oldest = self.shard.journal.oldest_position();
+        let mut state = self.state.borrow_mut();
+        state.settle();
+        state.log.release_below(oldest);
+        state.log.held_term_runs()
+    }
+
     /// The index of this partition's last entry (0: none yet).
     pub fn last_index(&self) -> u64 {
         self.state.borrow().log.last_index()

@@ -26,7 +26,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::limits::REPLICA_ELECTION_TICKS;
-use super::{Recovered, Replica, Timing};
+use super::{KnownTerms, Recovered, Replica, Timing};
 use check::Checker;
 
 /// How hostile one run is.
@@ -151,9 +151,19 @@ impl World {
 
     fn restart(&mut self, at: usize) {
         let node = &mut self.nodes[at];
+        // The applied prefix stays on disk (terms only), as a reopened
+        // partition's: a follower that needs it is served by read-backs.
+        let applied = node.disk.commit.min(node.disk.log.len() as u64) as usize;
+        let mut known = KnownTerms { runs: Vec::new(), through: applied as u64 };
+        for entry in &node.disk.log[..applied] {
+            if known.runs.last().is_none_or(|run| run.1 != entry.term) {
+                known.runs.push((entry.index, entry.term));
+            }
+        }
         let recovered = Recovered {
             floor: (0, 0),
-            entries: node.disk.log.clone(),
+            known,
+            entries: node.disk.log[applied..].to_vec(),
             term: node.disk.vote.0,
             vote: node.disk.vote.1,
             commit: node.disk.commit,
