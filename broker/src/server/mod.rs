@@ -352,7 +352,14 @@ impl ShardState {
                 memory_bytes: served.partition.memory_charged(),
                 replica: served.partition.log().driver().map(|driver| {
                     let (_, term, leader) = driver.role();
-                    ReplicaRole { term, leader, serving: served.partition.serving() }
+                    ReplicaRole {
+                        term,
+                        leader,
+                        serving: served.partition.serving(),
+                        last: driver.log().last_index(),
+                        committed: driver.log().committed_index(),
+                        applied: served.partition.applied_index(),
+                    }
                 }),
             });
         }

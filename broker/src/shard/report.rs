@@ -278,6 +278,12 @@ pub struct ReplicaRole {
     pub leader: u64,
     /// This member leads and serves requests.
     pub serving: bool,
+    /// The partition log's last and committed indexes here, and the
+    /// highest entry its queue state holds (a follower's lag is the
+    /// leader's `committed` minus its `applied`).
+    pub last: u64,
+    pub committed: u64,
+    pub applied: u64,
 }
 
 /// A shard's replication (`server/cluster.rs`): its members and its peer

@@ -1,6 +1,7 @@
 //! The cluster's metric families (`spool_replica_*`): each shard's members
 //! by role, its peer links' Raft messages by outcome, the members' leader
-//! changes, and per partition the leader this node knows and the term.
+//! changes, and per partition the leader this node knows, the term and
+//! the log's last, committed and applied indexes.
 //! Absent on a single node (no shard reports replication).
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -36,6 +37,9 @@ pub(super) fn register_replication(registry: &mut Registry, reports: &[ShardRepo
     let leader = Gauges::<PartitionLabels>::default();
     let term = Gauges::<PartitionLabels>::default();
     let serving = Gauges::<PartitionLabels>::default();
+    let last = Gauges::<PartitionLabels>::default();
+    let committed = Gauges::<PartitionLabels>::default();
+    let applied = Gauges::<PartitionLabels>::default();
     for report in reports {
         let Some(replication) = &report.replication else { continue };
         let shard = report.shard.0.to_string();
@@ -70,6 +74,9 @@ pub(super) fn register_replication(registry: &mut Registry, reports: &[ShardRepo
             leader.get_or_create(&labels).set(gauge_value(role.leader));
             term.get_or_create(&labels).set(gauge_value(role.term));
             serving.get_or_create(&labels).set(i64::from(role.serving));
+            last.get_or_create(&labels).set(gauge_value(role.last));
+            committed.get_or_create(&labels).set(gauge_value(role.committed));
+            applied.get_or_create(&labels).set(gauge_value(role.applied));
         }
     }
     registry.register("spool_replica_node", "This node's id in its cluster", node);
@@ -114,5 +121,21 @@ pub(super) fn register_replication(registry: &mut Registry, reports: &[ShardRepo
         "spool_partition_serving",
         "1 if this node's member of the partition leads and serves requests",
         serving,
+    );
+    registry.register(
+        "spool_partition_last_index",
+        "The index of the last entry in this node's log of the partition",
+        last,
+    );
+    registry.register(
+        "spool_partition_committed_index",
+        "The partition's committed index as this node knows it (durable here and on a quorum)",
+        committed,
+    );
+    registry.register(
+        "spool_partition_applied_index",
+        "The highest entry of the partition folded into this node's queue state (a follower's \
+         lag: the leader's committed index minus this)",
+        applied,
     );
 }
