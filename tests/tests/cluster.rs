@@ -13,18 +13,15 @@
 
 #![allow(clippy::unwrap_used)] // a failed step is a failed test
 
-use std::collections::{HashMap, HashSet};
-use std::future::Future;
+use std::collections::HashSet;
 use std::time::Duration;
 
 use spool_client::spool_wire::batch::MessageId;
-use spool_client::spool_wire::proto::{PartitionId, WorkerId};
-use spool_client::{
-    partition_for_key, Admin, ClaimOptions, Client, ClientConfig, ClientError, ConnectionConfig,
-    Delivery, Message, Producer, ProducerConfig, SendFuture,
+use spool_client::Client;
+use spool_tests::cluster::{
+    bounded, check_delivered, client_at, create_queue, drain, produce, producer_on, Cluster,
+    CREATE_TIMEOUT,
 };
-use spool_tests::cluster::Cluster;
-use spool_tests::fault::message_id;
 use spool_tests::{now, test_queue_config};
 
 const QUEUE: &str = "jobs";
@@ -39,73 +36,10 @@ const SECOND_ROUND: u64 = 50;
 
 /// Bounds of the steps (each far above what it takes on a loaded 2-core
 /// machine; their sum stays under nextest's per-test timeout in practice).
-const CREATE_TIMEOUT: Duration = Duration::from_secs(45);
 const METADATA_TIMEOUT: Duration = Duration::from_secs(30);
 const PRODUCE_TIMEOUT: Duration = Duration::from_secs(60);
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(60);
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Lease of the drain's claims: a claim whose ack is lost comes back after it.
-const DRAIN_LEASE_MS: u32 = 5_000;
-
-async fn bounded<T>(what: &str, limit: Duration, future: impl Future<Output = T>) -> T {
-    match tokio::time::timeout(limit, future).await {
-        Ok(value) => value,
-        Err(_) => panic!("{what} took more than {limit:?}"),
-    }
-}
-
-/// A client bootstrapped on `addr` with short timeouts.
-async fn client_at(addr: &str) -> Client {
-    let config = ClientConfig {
-        connection: ConnectionConfig {
-            request_timeout: Duration::from_secs(10),
-            connect_timeout: Duration::from_secs(3),
-            ..ConnectionConfig::default()
-        },
-    };
-    let started = now();
-    loop {
-        match Client::connect_with(addr, config.clone()).await {
-            Ok(client) => return client,
-            Err(error) if started.elapsed() < METADATA_TIMEOUT => {
-                eprintln!("connect {addr}: {error}; again");
-                // A bounded poll: the node may still be joining.
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Err(error) => panic!("connect {addr}: {error}"),
-        }
-    }
-}
-
-/// A key that lands on `partition` (the client's keyed placement).
-fn key_for(partition: u32) -> Vec<u8> {
-    (0u32..)
-        .map(|n| format!("key-{n}").into_bytes())
-        .find(|key| partition_for_key(key, PARTITIONS).0 == partition)
-        .expect("some key lands on every partition")
-}
-
-/// Creates the queue through `addr`, retrying while the cluster has no
-/// controller leader for longer than the client's own bounded wait.
-async fn create_queue(addr: &str) {
-    let admin = Admin::new(client_at(addr).await);
-    let started = now();
-    loop {
-        match admin.create_queue(QUEUE, test_queue_config(PARTITIONS, 30_000, 100)).await {
-            Ok(version) => {
-                eprintln!("queue created through {addr} (assignment version {version:?})");
-                return;
-            }
-            Err(error @ ClientError::ControlRouteExhausted { .. })
-                if started.elapsed() < CREATE_TIMEOUT =>
-            {
-                eprintln!("create through {addr}: {error}; again");
-            }
-            Err(error) => panic!("create queue through {addr}: {error}"),
-        }
-    }
-}
 
 /// The index of the node each partition's metadata names (its leader, or
 /// its preferred replica while none is known), as `client` sees it now.
@@ -163,116 +97,6 @@ async fn agreed_leader(cluster: &Cluster, partition: usize) -> usize {
     }
 }
 
-/// Submits `count` messages from `sequence` on, alternating partitions by
-/// key, and waits for every answer; returns the acknowledged ids and the
-/// failures' texts.
-async fn produce(
-    producer: &Producer,
-    source: u32,
-    sequences: std::ops::Range<u64>,
-) -> (Vec<MessageId>, Vec<String>) {
-    let keys: Vec<Vec<u8>> = (0..PARTITIONS).map(key_for).collect();
-    let mut pending: Vec<(MessageId, SendFuture)> = Vec::new();
-    let mut failed = Vec::new();
-    for sequence in sequences {
-        let id = message_id(source, sequence);
-        let key = keys[(sequence % u64::from(PARTITIONS)) as usize].clone();
-        let message = Message::new(format!("message {sequence}")).key(key).id(id);
-        match producer.submit(QUEUE, message).await {
-            Ok(future) => pending.push((id, future)),
-            Err(error) => failed.push(format!("submit {sequence}: {error}")),
-        }
-    }
-    let mut acked = Vec::new();
-    for (id, future) in pending {
-        match future.await {
-            Ok(_) => acked.push(id),
-            Err(error) => failed.push(format!("{id:?}: {error}")),
-        }
-    }
-    (acked, failed)
-}
-
-fn producer_on(client: Client) -> Producer {
-    // Retries long enough to outlast an election (1–2 s) and the leader
-    // board catching up: ≈ 0.1 + 0.2 + ... capped at 2 s, ≈ 17 s in all.
-    let config = ProducerConfig {
-        retries: 12,
-        retry_backoff: Duration::from_millis(100),
-        ..Default::default()
-    };
-    Producer::new(client, config).unwrap()
-}
-
-/// Claims and acks everything on every partition through `client` until
-/// every id of `owed` was delivered and one more sweep finds nothing, or
-/// [`DRAIN_TIMEOUT`] passes; returns the delivered ids with their counts
-/// and the errors met on the way.
-async fn drain(
-    client: &Client,
-    owed: &HashSet<MessageId>,
-) -> (HashMap<MessageId, usize>, Vec<String>) {
-    let mut delivered: HashMap<MessageId, usize> = HashMap::new();
-    let mut errors = Vec::new();
-    let started = now();
-    let mut idle_after_all = 0;
-    while started.elapsed() < DRAIN_TIMEOUT && idle_after_all < 2 {
-        let mut found = false;
-        for partition in 0..PARTITIONS {
-            let options = ClaimOptions {
-                worker: WorkerId(0xd7a1),
-                credits: 1024,
-                max_bytes: 4 << 20,
-                lease_ms: DRAIN_LEASE_MS,
-                wait_ms: 300,
-            };
-            let batch = match client.claim(QUEUE, PartitionId(partition), &options).await {
-                Ok(batch) => batch,
-                Err(error) => {
-                    errors.push(format!("claim {partition}: {error}"));
-                    // A bounded pause: a leader may be being elected.
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                    continue;
-                }
-            };
-            if batch.deliveries.is_empty() {
-                continue;
-            }
-            found = true;
-            let tokens: Vec<_> = batch.deliveries.iter().map(Delivery::token).collect();
-            if let Err(error) = client.ack(QUEUE, PartitionId(partition), &tokens).await {
-                errors.push(format!("ack {partition}: {error}"));
-            }
-            for delivery in &batch.deliveries {
-                *delivered.entry(delivery.message_id()).or_insert(0) += 1;
-            }
-        }
-        let all = owed.iter().all(|id| delivered.contains_key(id));
-        idle_after_all = if all && !found { idle_after_all + 1 } else { 0 };
-    }
-    (delivered, errors)
-}
-
-/// Asserts every id of `owed` in `delivered`; prints the counts.
-fn check_delivered(round: &str, owed: &HashSet<MessageId>, delivered: &HashMap<MessageId, usize>) {
-    let lost: Vec<&MessageId> = owed.iter().filter(|id| !delivered.contains_key(id)).collect();
-    let duplicates = delivered.values().filter(|&&count| count > 1).count();
-    let extra = delivered.keys().filter(|id| !owed.contains(id)).count();
-    eprintln!(
-        "{round}: {} acknowledged, {} delivered ids, {duplicates} delivered more than once, \
-         {extra} delivered whose enqueue was not acknowledged, {} lost",
-        owed.len(),
-        delivered.len(),
-        lost.len()
-    );
-    assert!(
-        lost.is_empty(),
-        "{round}: {} acknowledged messages lost, e.g. {:?}",
-        lost.len(),
-        &lost[..lost.len().min(5)]
-    );
-}
-
 // Goal: a three-node cluster loses no acknowledged enqueue when a
 // partition's leader is SIGKILLed, and the killed node comes back.
 // Method: as the module doc says; the producer's client is bootstrapped on
@@ -287,7 +111,16 @@ async fn a_leader_killed_loses_no_acknowledged_message() {
 
     // The create goes to node 2: a follower of the controller two times in
     // three, so the client follows NOT_OWNER to the leader.
-    bounded("create", CREATE_TIMEOUT, create_queue(&cluster.node(1).client_addr())).await;
+    bounded(
+        "create",
+        CREATE_TIMEOUT,
+        create_queue(
+            &cluster.node(1).client_addr(),
+            QUEUE,
+            test_queue_config(PARTITIONS, 30_000, 100),
+        ),
+    )
+    .await;
 
     let probe = client_at(&cluster.node(0).client_addr()).await;
     let placed = wait_for_queue(&cluster, &probe).await;
@@ -305,9 +138,12 @@ async fn a_leader_killed_loses_no_acknowledged_message() {
     wait_for_queue(&cluster, &client).await;
     let producer = producer_on(client.clone());
 
-    let (mut acked, failed) =
-        bounded("produce before the kill", PRODUCE_TIMEOUT, produce(&producer, 1, 0..BEFORE_KILL))
-            .await;
+    let (mut acked, failed) = bounded(
+        "produce before the kill",
+        PRODUCE_TIMEOUT,
+        produce(&producer, QUEUE, PARTITIONS, 1, 0..BEFORE_KILL),
+    )
+    .await;
     assert!(
         failed.is_empty(),
         "{} sends failed before the kill, e.g. {:?}",
@@ -331,7 +167,7 @@ async fn a_leader_killed_loses_no_acknowledged_message() {
     let (after, failed) = bounded(
         "produce after the kill",
         PRODUCE_TIMEOUT,
-        produce(&producer, 1, BEFORE_KILL..BEFORE_KILL + AFTER_KILL),
+        produce(&producer, QUEUE, PARTITIONS, 1, BEFORE_KILL..BEFORE_KILL + AFTER_KILL),
     )
     .await;
     eprintln!(
@@ -351,10 +187,7 @@ async fn a_leader_killed_loses_no_acknowledged_message() {
     let survivor = (0..3).find(|&index| index != victim).unwrap();
     let consumer = client_at(&cluster.node(survivor).client_addr()).await;
     let owed: HashSet<MessageId> = acked.iter().copied().collect();
-    let (delivered, errors) = drain(&consumer, &owed).await;
-    if !errors.is_empty() {
-        eprintln!("drain met {} errors, first: {}", errors.len(), errors[0]);
-    }
+    let (delivered, _) = drain(&consumer, QUEUE, PARTITIONS, &owed, DRAIN_TIMEOUT).await;
     check_delivered("before and after the kill", &owed, &delivered);
 
     // The killed node comes back and reports ready.
@@ -376,7 +209,7 @@ async fn a_leader_killed_loses_no_acknowledged_message() {
     let (second, failed) = bounded(
         "produce after the restart",
         PRODUCE_TIMEOUT,
-        produce(&producer, 2, 0..SECOND_ROUND),
+        produce(&producer, QUEUE, PARTITIONS, 2, 0..SECOND_ROUND),
     )
     .await;
     assert!(
@@ -386,6 +219,6 @@ async fn a_leader_killed_loses_no_acknowledged_message() {
     );
     producer.close().await;
     let owed: HashSet<MessageId> = second.into_iter().collect();
-    let (delivered, _) = drain(&consumer, &owed).await;
+    let (delivered, _) = drain(&consumer, QUEUE, PARTITIONS, &owed, DRAIN_TIMEOUT).await;
     check_delivered("after the restart", &owed, &delivered);
 }
