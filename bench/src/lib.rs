@@ -30,6 +30,9 @@
 //! - [`memory_attack`]: the started `spoold`'s resident memory against
 //!   connections holding unfinished frames, with and without its memory
 //!   budget, and how soon it comes back once they close.
+//! - [`failover`]: three `spoold` nodes in a cluster it starts; the leader
+//!   of a one-partition queue SIGKILLed, N times: kill → first acknowledged
+//!   enqueue, and a drain that checks nothing acknowledged was lost.
 //!
 //! [`pinned`] is the frame of the in-process disk scenarios (a fresh run
 //! directory, one pinned glommio executor).
@@ -45,6 +48,7 @@
 pub mod capacity;
 pub mod dist;
 pub mod error;
+pub mod failover;
 pub mod harness;
 pub mod heap;
 pub mod histogram;

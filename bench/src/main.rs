@@ -11,6 +11,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::Serialize;
 use spool_bench::capacity::{self, CapacityConfig, CapacityError, HostModel};
 use spool_bench::dist::{Arrivals, ServiceTime};
+use spool_bench::failover::{self, FailoverConfig, FailoverError};
 use spool_bench::harness::Broker;
 use spool_bench::heap::CountingAllocator;
 use spool_bench::hostile::{self, HostileConfig};
@@ -56,6 +57,8 @@ enum Failure {
     Omb(#[from] OmbError),
     #[error("redis-streams: {0}")]
     RedisStreams(#[from] RedisStreamsError),
+    #[error("failover: {0}")]
+    Failover(#[from] FailoverError),
     #[error("cannot encode the report: {0}")]
     Report(#[from] serde_json::Error),
 }
@@ -94,6 +97,8 @@ enum Command {
     Memory(MemoryAttackConfig),
     /// The peer: Redis Streams (XADD / XREADGROUP / XACK) with throughput's load shape.
     RedisStreams(RedisLoad),
+    /// Three spoold nodes in a cluster: leader killed → first acknowledged enqueue, N times.
+    Failover(FailoverConfig),
 }
 
 #[derive(Debug, Args)]
@@ -510,6 +515,7 @@ fn main() -> ExitCode {
         Command::RedisStreams(load) => {
             redis_streams::run(&load).map_err(Failure::from).and_then(to_json)
         }
+        Command::Failover(config) => failover_run(&config),
     };
     report_result(report)
 }
@@ -551,6 +557,23 @@ fn hostile(args: &HostileArgs) -> Result<String, Failure> {
     drop(hostile_runtime);
     broker.stop().map_err(|error| BenchError::Hostile(error.to_string()))?;
     Ok(serde_json::to_string(&report?)?)
+}
+
+/// The failover rounds: the summary on stderr; a run that stopped early or
+/// lost an acknowledged message prints its report and fails.
+fn failover_run(config: &FailoverConfig) -> Result<String, Failure> {
+    let report = failover::run(config)?;
+    eprintln!("{}", failover::summary(&report));
+    let json = to_json(&report)?;
+    if let Some(stopped) = report.stopped {
+        println!("{json}");
+        return Err(FailoverError::Stopped(stopped).into());
+    }
+    if report.lost > 0 {
+        println!("{json}");
+        return Err(FailoverError::Lost { lost: report.lost, acked: report.acked }.into());
+    }
+    Ok(json)
 }
 
 /// The memory matrix: each cell's JSON line as it ends, the table last.
