@@ -520,7 +520,10 @@ impl Client {
     /// # Errors
     /// [`ClientError::AckRefused`] naming each refused token (by its index
     /// in `tokens`) with its code (`STALE_TOKEN`, `INVALID_TOKEN`, ...);
-    /// the tokens it does not name were acked. Otherwise as
+    /// the tokens it does not name were acked. A token a cluster member
+    /// that does not lead refused (`NOT_OWNER`) is sent again to the
+    /// leader after a metadata refresh, up to `ROUTE_ATTEMPTS_MAX` times in
+    /// all, and named only if it is still refused. Otherwise as
     /// [`partition_call`](Self::partition_call), when no token was acked.
     pub async fn ack(
         &self,
@@ -528,12 +531,33 @@ impl Client {
         partition: PartitionId,
         tokens: &[DeliveryToken],
     ) -> Result<(), ClientError> {
-        let request = Request::Ack(AckRequest { tokens: tokens.to_vec() });
-        let bytes = self.partition_call(queue, partition, &request, self.request_timeout()).await?;
-        let results = match bytes.response()? {
-            Response::Ack(response) if response.results.len() == tokens.len() => response.results,
-            _ => return Err(ClientError::Protocol("ack answered with a wrong response".into())),
-        };
+        let mut results = self.ack_once(queue, partition, tokens).await?;
+        // Tokens a cluster member that does not lead refused (NOT_OWNER:
+        // the metadata that sent them there is stale) are asked again of
+        // the leader the refreshed metadata names, a bounded number of
+        // times; the others' answers stand.
+        let mut attempts = 1;
+        loop {
+            let moved: Vec<usize> =
+                (0..results.len()).filter(|&index| results[index] == ErrorCode::NotOwner).collect();
+            if moved.is_empty() || attempts >= ROUTE_ATTEMPTS_MAX {
+                break;
+            }
+            attempts += 1;
+            if self.refresh_metadata(&[queue]).await.is_err() {
+                break;
+            }
+            let retry: Vec<DeliveryToken> = moved.iter().map(|&index| tokens[index]).collect();
+            match self.ack_once(queue, partition, &retry).await {
+                Ok(again) => {
+                    for (&index, code) in moved.iter().zip(again) {
+                        results[index] = code;
+                    }
+                }
+                // Those tokens stay refused as NOT_OWNER.
+                Err(_) => break,
+            }
+        }
         let refused: Vec<RefusedAck> = results
             .iter()
             .zip(tokens)
@@ -545,6 +569,24 @@ impl Client {
             Ok(())
         } else {
             Err(ClientError::AckRefused { refused, tokens: tokens.len() })
+        }
+    }
+
+    /// One Ack request for `tokens` through `partition`'s owner: each
+    /// token's code.
+    async fn ack_once(
+        &self,
+        queue: &str,
+        partition: PartitionId,
+        tokens: &[DeliveryToken],
+    ) -> Result<Vec<ErrorCode>, ClientError> {
+        let request = Request::Ack(AckRequest { tokens: tokens.to_vec() });
+        let bytes = self.partition_call(queue, partition, &request, self.request_timeout()).await?;
+        match bytes.response()? {
+            Response::Ack(response) if response.results.len() == tokens.len() => {
+                Ok(response.results)
+            }
+            _ => Err(ClientError::Protocol("ack answered with a wrong response".into())),
         }
     }
 

@@ -495,6 +495,15 @@ impl SpoolHandler {
         partition: PartitionId,
     ) -> Result<Rc<Served>, ErrorResponse> {
         if let Some(found) = self.state.served_by_id(queue_id, partition) {
+            // A cluster member that does not lead answers NOT_OWNER with the
+            // leader, as `route` does: its state is a follower's, and a
+            // token it took would be refused as stale (or worse, settled on
+            // a copy that does not serve).
+            if let Some(cluster) = &self.state.cluster {
+                if !found.partition.serving() {
+                    return Err(cluster.not_leader(found.partition.name()));
+                }
+            }
             return Ok(found);
         }
         let table = self.state.table.borrow();

@@ -12,12 +12,13 @@ use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use spool_wire::proto::DeliveryToken;
+use spool_wire::proto::{DeliveryToken, PartitionId};
+use spool_wire::ErrorCode;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
 use super::{SettleTarget, Shared};
-use crate::error::ClientError;
+use crate::error::{ClientError, RefusedAck};
 use crate::limits::ACK_REQUESTS_IN_FLIGHT_MAX;
 
 /// A delivery whose handler succeeded, waiting for its Ack.
@@ -121,11 +122,20 @@ async fn ack_request(shared: Arc<Shared>, items: Vec<AckItem>, _permit: OwnedSem
         }
         Err(ClientError::AckRefused { refused, tokens }) => {
             counters.acked.fetch_add((tokens - refused.len()) as u64, Ordering::Relaxed);
-            for refused in &refused {
+            // Tokens of several partitions went to one owner, and some
+            // partition's leader is elsewhere (NOT_OWNER, retried by `ack`
+            // only through the first partition's owner): sent again
+            // partition by partition, each to its own leader.
+            let (moved, failed): (Vec<&RefusedAck>, Vec<&RefusedAck>) =
+                refused.iter().partition(|refused| refused.code == ErrorCode::NotOwner);
+            for refused in &failed {
                 let offset = items.get(refused.index).map_or(0, |item| item.target.offset.0);
                 tracing::warn!(%queue, offset, code = %refused.code, "ack refused");
             }
-            counters.settle_failed.fetch_add(refused.len() as u64, Ordering::Relaxed);
+            counters.settle_failed.fetch_add(failed.len() as u64, Ordering::Relaxed);
+            let moved: Vec<&AckItem> =
+                moved.iter().filter_map(|refused| items.get(refused.index)).collect();
+            reack_by_partition(&shared, &queue, &moved).await;
         }
         Err(error) => {
             tracing::warn!(%queue, partition = partition.0, count = items.len(), %error, "ack failed");
@@ -134,4 +144,37 @@ async fn ack_request(shared: Arc<Shared>, items: Vec<AckItem>, _permit: OwnedSem
     }
     // Dropping the items drops their permits: room in the pipeline.
     drop(items);
+}
+
+/// Acks `items` again, one request per partition (each routed to that
+/// partition's leader), counting what is acked and what is refused.
+async fn reack_by_partition(shared: &Arc<Shared>, queue: &str, items: &[&AckItem]) {
+    let counters = &shared.counters;
+    let mut partitions: Vec<PartitionId> = items.iter().map(|item| item.target.partition).collect();
+    partitions.sort_unstable_by_key(|partition| partition.0);
+    partitions.dedup();
+    for partition in partitions {
+        let tokens: Vec<DeliveryToken> = items
+            .iter()
+            .filter(|item| item.target.partition == partition)
+            .map(|item| item.target.token)
+            .collect();
+        counters.ack_requests.fetch_add(1, Ordering::Relaxed);
+        match shared.client.ack(queue, partition, &tokens).await {
+            Ok(()) => {
+                counters.acked.fetch_add(tokens.len() as u64, Ordering::Relaxed);
+            }
+            Err(ClientError::AckRefused { refused, tokens }) => {
+                counters.acked.fetch_add((tokens - refused.len()) as u64, Ordering::Relaxed);
+                for refused in &refused {
+                    tracing::warn!(%queue, partition = partition.0, code = %refused.code, "ack refused");
+                }
+                counters.settle_failed.fetch_add(refused.len() as u64, Ordering::Relaxed);
+            }
+            Err(error) => {
+                tracing::warn!(%queue, partition = partition.0, count = tokens.len(), %error, "ack failed");
+                counters.settle_failed.fetch_add(tokens.len() as u64, Ordering::Relaxed);
+            }
+        }
+    }
 }
