@@ -1,6 +1,10 @@
 //! `GET /health/ready`: every partition the committed table assigns is open
 //! on its shard and serving; otherwise the list of those that are not, and
-//! why. Pure: the table and the reports come in as arguments.
+//! why. On a cluster node: every partition this node holds a replica of
+//! knows its leader (none known: an election is under way, or this node is
+//! cut off from its peers); a partition it holds no replica of is not
+//! opened here and not asked for. Pure: the table and the reports come in
+//! as arguments.
 
 use std::fmt::Write as _;
 
@@ -48,11 +52,21 @@ pub fn readiness(
                     "partition {queue}/{partition} on shard {} refused to open: {}",
                     assignment.shard.0, refused.reason
                 ));
-            } else if !report
+            } else if let Some(open) = report
                 .partitions
                 .iter()
-                .any(|open| open.queue == queue && open.partition == partition)
+                .find(|open| open.queue == queue && open.partition == partition)
             {
+                if open.replica.is_some_and(|role| role.leader == 0) {
+                    reasons.push(format!(
+                        "partition {queue}/{partition} on shard {} knows no leader (an \
+                         election is under way, or this node is cut off from its peers)",
+                        assignment.shard.0
+                    ));
+                }
+            } else if report.replication.is_none() {
+                // A cluster node opens only the partitions it holds a
+                // replica of.
                 reasons.push(format!(
                     "partition {queue}/{partition} is not open yet on shard {}",
                     assignment.shard.0
