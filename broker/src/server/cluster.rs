@@ -75,6 +75,15 @@ fn start_error(what: &str, error: impl std::fmt::Display) -> ServerError {
     ServerError::Cluster(format!("{what}: {error}"))
 }
 
+/// The peer port taken is told apart (the broker exits as for its client
+/// port); any other bind error is a start error.
+fn peer_listen_error(error: crate::net::listener::NetError) -> ServerError {
+    match error {
+        crate::net::listener::NetError::PortInUse { addr } => ServerError::PeerPortInUse { addr },
+        error => start_error("peer listener", error),
+    }
+}
+
 impl ShardCluster {
     /// The shard's replication host (links TLS when the node's are).
     pub fn new(node: Arc<ClusterNode>, shard: ShardId) -> Rc<ShardCluster> {
@@ -158,12 +167,10 @@ impl ShardCluster {
             .own_peer_addr(index)
             .ok_or_else(|| start_error("cluster", "this node's peer port + shard overflows"))?;
         let patience = Duration::from_millis(crate::limits::PORT_IN_USE_RETRY_MS);
-        crate::net::listener::wait_port_free(listen, patience)
-            .map_err(|error| start_error("peer listener", error))?;
+        crate::net::listener::wait_port_free(listen, patience).map_err(peer_listen_error)?;
         // Exclusive, and bindable over our previous run's TIME_WAIT
         // sockets (`net/listener.rs`), as the client port.
-        let listener = crate::net::listener::bind_listener(listen)
-            .map_err(|error| start_error("peer listener", error))?;
+        let listener = crate::net::listener::bind_listener(listen).map_err(peer_listen_error)?;
         let host = Rc::downgrade(&self.host);
         let sink: Rc<dyn Fn(crate::replica::wire::Frame)> = Rc::new(move |frame| {
             if let Some(host) = host.upgrade() {

@@ -144,6 +144,9 @@ pub enum ServerError {
     /// The shard's replication did not start (vote log, peer port).
     #[error("replication: {0}")]
     Cluster(String),
+    /// The shard's peer port is taken by another process.
+    #[error("replication: peer port {addr} is in use")]
+    PeerPortInUse { addr: std::net::SocketAddr },
     /// More than one partition of one change failed.
     #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
     Several(Vec<ServerError>),
@@ -509,6 +512,13 @@ impl ShardHooks for SpoolHooks {
 
     fn refuses(error: &ServerError) -> bool {
         matches!(error, ServerError::Memory { .. })
+    }
+
+    fn port_in_use(error: &ServerError) -> Option<std::net::SocketAddr> {
+        match error {
+            ServerError::PeerPortInUse { addr } => Some(*addr),
+            _ => None,
+        }
     }
 
     fn frame_handler(&self) -> Rc<SpoolHandler> {

@@ -59,7 +59,7 @@ use crate::log::journal::{JournalConfig, JournalPos, ShardJournal};
 use crate::log::vote::VoteLog;
 use crate::log::wakers::Notify;
 use crate::log::{ExitOnFatal, Offset};
-use crate::net::listener::{bind_listener, wait_port_free};
+use crate::net::listener::{bind_listener, wait_port_free, NetError};
 use crate::net::peer::{PeerReceiver, ReceiverLimits, SenderLimits};
 use crate::queue::{PartitionId, QueueConfig, QueueId};
 use crate::replica::{DriverError, ReplicaDriver, Timing};
@@ -141,6 +141,13 @@ pub(crate) struct ClusterCatalog {
 
 fn start_error(what: &str, error: impl std::fmt::Display) -> ShardError {
     ShardError::Start(format!("controller: {what}: {error}"))
+}
+
+fn peer_listen_error(error: NetError) -> ShardError {
+    match error {
+        NetError::PortInUse { .. } => ShardError::Net(error),
+        error => start_error("peer listener", error),
+    }
 }
 
 impl ClusterCatalog {
@@ -230,10 +237,10 @@ impl ClusterCatalog {
         host.add(CONTROLLER_GROUP, driver.clone());
         glommio::spawn_local(driver.clone().pump()).detach();
 
+        // A taken port exits as the client port's does (`ShardError::Net`).
         wait_port_free(listen, Duration::from_millis(PORT_IN_USE_RETRY_MS))
-            .map_err(|error| start_error("peer listener", error))?;
-        let listener =
-            bind_listener(listen).map_err(|error| start_error("peer listener", error))?;
+            .map_err(peer_listen_error)?;
+        let listener = bind_listener(listen).map_err(peer_listen_error)?;
         let sink = host.clone();
         let allowed: Vec<u64> = links.iter().map(|(voter, _)| *voter).collect();
         let deliver: Rc<dyn Fn(crate::replica::wire::Frame)> =

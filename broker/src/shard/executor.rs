@@ -39,7 +39,7 @@ use crate::control::catalog::{self, Catalog};
 use crate::limits::{COORDINATOR_BUSY_FOR, COORDINATOR_IDLE_POLL, HOUSEKEEPING_IDLE_MAX};
 use crate::limits::{COORDINATOR_COMMANDS_PER_TICK_MAX, REPLAY_WAIT_POLL};
 use crate::net::connection::ConnectionLimits;
-use crate::net::listener::{accept_loop, bind_listener, AcceptStats};
+use crate::net::listener::{accept_loop, bind_listener, AcceptStats, NetError};
 use crate::net::stop::StopSignal;
 use crate::queue::QueueId;
 use crate::shard::alarm::Alarm;
@@ -158,7 +158,10 @@ pub(crate) async fn shard_main<F: ShardHooksFactory>(
     let listener = bind_listener(context.listen).map_err(ShardError::Net)?;
     let hooks = Rc::new(factory.make(&context));
     // Before the replay's updates are applied (the channel holds them).
-    hooks.start().await.map_err(|error| ShardError::Start(error.to_string()))?;
+    hooks.start().await.map_err(|error| match <F::Hooks as ShardHooks>::port_in_use(&error) {
+        Some(addr) => ShardError::Net(NetError::PortInUse { addr }),
+        None => ShardError::Start(error.to_string()),
+    })?;
     let handler = hooks.frame_handler();
     let stop = StopSignal::new();
     let finished = StopSignal::new();

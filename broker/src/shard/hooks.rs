@@ -86,6 +86,13 @@ pub trait ShardHooks: 'static {
         false
     }
 
+    /// The port `error` of [`start`](Self::start) found taken, if that is
+    /// why it failed: the broker then exits as for its client port.
+    fn port_in_use(error: &Self::Error) -> Option<std::net::SocketAddr> {
+        let _ = error;
+        None
+    }
+
     /// The frame handler shared by every connection of this shard. Called
     /// once, after the hooks are built and before the first accept.
     fn frame_handler(&self) -> Rc<Self::Handler>;
