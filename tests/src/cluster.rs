@@ -165,6 +165,9 @@ pub struct ClusterNode {
     admin_port: u16,
     child: Option<Child>,
     starts: u32,
+    /// Stopped with SIGSTOP ([`Cluster::pause`]): its process exists but
+    /// answers nothing, so it is not asked.
+    paused: bool,
 }
 
 impl ClusterNode {
@@ -188,9 +191,9 @@ impl ClusterNode {
         format!("127.0.0.1:{}", self.admin_port)
     }
 
-    /// Whether its process runs.
+    /// Whether its process runs (and is not paused).
     pub fn is_running(&self) -> bool {
-        self.child.is_some()
+        self.child.is_some() && !self.paused
     }
 
     /// How many times it was started.
@@ -430,6 +433,7 @@ impl Cluster {
                     admin_port: block + 2 * self.cores + 1,
                     child: None,
                     starts: 0,
+                    paused: false,
                 }
             })
             .collect();
@@ -618,6 +622,25 @@ impl Cluster {
         let mut child = node.child.take().expect("node is not running");
         send_signal(&child, libc::SIGKILL);
         let _ = child.wait();
+        node.paused = false;
+    }
+
+    /// SIGSTOP node `index`: to its peers and clients it is as if cut off
+    /// (its sockets stay open, nothing is answered) until
+    /// [`resume`](Self::resume). [`running`](Self::running) leaves it out
+    /// meanwhile.
+    pub fn pause(&mut self, index: usize) {
+        let node = &mut self.nodes[index];
+        send_signal(node.child.as_ref().expect("node is not running"), libc::SIGSTOP);
+        node.paused = true;
+    }
+
+    /// SIGCONT a node [`pause`](Self::pause) stopped: it goes on from where
+    /// it was, with its timers late and its peers moved on.
+    pub fn resume(&mut self, index: usize) {
+        let node = &mut self.nodes[index];
+        send_signal(node.child.as_ref().expect("node is not running"), libc::SIGCONT);
+        node.paused = false;
     }
 
     fn kill_all(&mut self) {

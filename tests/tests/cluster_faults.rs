@@ -12,12 +12,16 @@
 //!   both killed nodes back and following;
 //! - tokens of a killed leader's claims refused by its successor
 //!   (`STALE_TOKEN`: the epoch fence run through the log), their messages
-//!   claimable again at once and ackable with new tokens;
+//!   claimable again at once and ackable with new tokens; before the kill,
+//!   a follower asked to ack them answers `NOT_OWNER` for each;
 //! - all three nodes killed at the same moment and restarted: every
 //!   message acknowledged and not acked delivered, none acked delivered;
 //! - a follower restarted behind its leader catches up while sends go on
 //!   (by the nodes' `spool_partition_*_index` metrics), then the leader is
-//!   killed with nothing acknowledged lost.
+//!   killed with nothing acknowledged lost;
+//! - a leader paused (SIGSTOP: cut off, its sockets open) is replaced, and
+//!   resumed it follows the new leader of a higher term; the sends it held
+//!   end, and nothing acknowledged is lost.
 //!
 //! Every wait is bounded (and, where the broker reports it, waits on what
 //! it reports: its metrics, its logs); the test runs under nextest's
@@ -29,9 +33,11 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use spool_client::limits::PRODUCER_IN_FLIGHT_BATCHES_MAX;
 use spool_client::spool_wire::batch::MessageId;
+use spool_client::spool_wire::proto::{AckRequest, Request, Response};
 use spool_client::spool_wire::ErrorCode;
-use spool_client::{ClientError, Delivery};
+use spool_client::{ClientError, Connection, ConnectionConfig, Delivery, Producer, ProducerConfig};
 use spool_tests::cluster::{
     ack_settled, assert_all_sent, bounded, check_delivered, claim_some, client_at, create_queue,
     drain, millis_since, produce, produce_padded, producer_on, wait_for_queue, Cluster,
@@ -266,9 +272,13 @@ async fn peer_tls_refuses_a_node_with_a_wrong_certificate() {
         let line = log.lines().rev().find(|line| line.contains("handshake"));
         eprintln!("node {} logged: {}", index + 1, line.unwrap_or("(no handshake line)"));
     }
+    // Its readiness says it is out: no partition knows a leader.
     let ready =
         spool_tests::cluster::try_http_get(&cluster.node(outsider).admin_addr(), "/health/ready");
     eprintln!("node 3's /health/ready while outside: {ready:?}");
+    let (status, body) = ready.unwrap_or_else(|error| panic!("node 3's /health/ready: {error}"));
+    assert_eq!(status, 503, "node 3 outside the cluster says ready: {body}");
+    assert!(body.contains("knows no leader"), "node 3's readiness does not say why: {body}");
 
     // (3) Its own certificate again: it rejoins.
     tokio::task::block_in_place(|| cluster.kill(outsider));
@@ -436,6 +446,20 @@ async fn tokens_of_a_killed_leader_are_stale_at_its_successor() {
     let held_ids = ids(held);
     // Every claim was answered by the leader the metrics named.
     assert_eq!(wait_led(&cluster, PARTITIONS, LEAD_TIMEOUT).await, vec![victim]);
+    // A follower asked to ack them answers NOT_OWNER for each (the client
+    // then asks the leader), never settles or calls them stale.
+    let follower =
+        Connection::connect(&cluster.node(survivor).client_addr(), ConnectionConfig::default())
+            .await
+            .unwrap();
+    let probe: Vec<_> = held[..5].iter().map(Delivery::token).collect();
+    let answer = follower.call(&Request::Ack(AckRequest { tokens: probe })).await.unwrap();
+    match answer.response().unwrap() {
+        Response::Ack(response) => {
+            assert_eq!(response.results, vec![ErrorCode::NotOwner; 5], "a follower's ack answers");
+        }
+        other => panic!("a follower answered an Ack with {other:?}"),
+    }
 
     eprintln!("killing node {} with {} claims held", victim + 1, held.len());
     let killed = now();
@@ -569,11 +593,12 @@ const CATCH_UP_BOUND: Duration = Duration::from_secs(60);
 // keeps taking sends (its applied index reaches the leader's committed index
 // of the moment it came back), and the cluster then loses nothing
 // acknowledged when the leader is killed.
-// Method: three nodes, one partition; a follower killed, 12,000 messages of
-// 1 KiB sent (more than the leader keeps in memory for followers: the
-// follower is served by read-backs of its log), the follower restarted while
-// a producer keeps sending in rounds of 200; the follower's `spool_partition_applied_index` must reach the
-// leader's `spool_partition_committed_index` (read when it was back) within
+// Method: three nodes, one partition; a follower killed, 6,000 messages of
+// 1 KiB sent one a batch (6,000 log entries, more than the leader keeps in
+// memory for followers: the follower is served by read-backs of its log),
+// the follower restarted while a producer keeps sending in rounds of 200;
+// the follower's `spool_partition_applied_index` must reach the leader's
+// `spool_partition_committed_index` (read when it was back) within
 // CATCH_UP_BOUND; then the sends stop, the leader is killed, and every
 // acknowledged message is drained through a survivor.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -583,12 +608,22 @@ async fn a_restarted_follower_catches_up_under_load() {
 
     const PARTITIONS: u32 = 1;
     const PAD: usize = 1_000;
+    const GAP: u64 = 6_000;
     let (mut cluster, leaders) = cluster_with_queue(ClusterOptions::new(3, 1), PARTITIONS).await;
     let leader = leaders[0];
     let follower = (0..3).find(|&index| index != leader).unwrap();
     let client = client_at(&cluster.node(leader).client_addr()).await;
     wait_for_queue(&client, QUEUE, PARTITIONS).await;
-    let producer = producer_on(client.clone());
+    // One message a batch: one log entry each, as a closed-loop producer
+    // of single messages makes them.
+    let config = ProducerConfig {
+        max_batch_bytes: 1,
+        in_flight_per_partition: PRODUCER_IN_FLIGHT_BATCHES_MAX,
+        retries: 12,
+        retry_backoff: Duration::from_millis(100),
+        ..ProducerConfig::default()
+    };
+    let producer = Producer::new(client.clone(), config).unwrap();
 
     tokio::task::block_in_place(|| cluster.kill(follower));
     // More than the leader keeps in memory for followers (4 MiB): the
@@ -596,7 +631,7 @@ async fn a_restarted_follower_catches_up_under_load() {
     let (mut acked, failed) = bounded(
         "produce",
         PRODUCE_TIMEOUT,
-        produce_padded(&producer, QUEUE, PARTITIONS, 6, 0..12_000, PAD),
+        produce_padded(&producer, QUEUE, PARTITIONS, 6, 0..GAP, PAD),
     )
     .await;
     assert_all_sent("with a follower down", &failed);
@@ -606,7 +641,7 @@ async fn a_restarted_follower_catches_up_under_load() {
     let load = {
         let (producer, stop) = (producer.clone(), stop.clone());
         tokio::spawn(async move {
-            let (mut acked, mut failed, mut next) = (Vec::new(), Vec::new(), 12_000u64);
+            let (mut acked, mut failed, mut next) = (Vec::new(), Vec::new(), GAP);
             while !stop.load(Ordering::SeqCst) {
                 let round =
                     produce_padded(&producer, QUEUE, PARTITIONS, 6, next..next + 200, PAD).await;
@@ -614,7 +649,7 @@ async fn a_restarted_follower_catches_up_under_load() {
                 failed.extend(round.1);
                 next += 200;
             }
-            (acked, failed, next - 12_000)
+            (acked, failed, next - GAP)
         })
     };
     tokio::task::block_in_place(|| cluster.restart(follower))
@@ -663,4 +698,114 @@ async fn a_restarted_follower_catches_up_under_load() {
     let owed: HashSet<MessageId> = acked.into_iter().collect();
     let (delivered, _) = drain(&client, QUEUE, PARTITIONS, &owed, DRAIN_TIMEOUT).await;
     check_delivered("a follower caught up, the leader killed", &owed, &delivered);
+}
+
+/// How long the sends a paused leader held may take to end once it is
+/// resumed (each retried through the client's redirects: 10 s a request,
+/// up to 12 retries).
+const STUCK_SENDS_BOUND: Duration = Duration::from_secs(120);
+
+// Goal: a leader cut off from the majority (SIGSTOP: its sockets stay open,
+// it answers nothing) is replaced, and when it comes back it acknowledges
+// nothing it cannot commit: it follows the new leader of a higher term,
+// and nothing acknowledged by anyone is lost.
+// Method: three nodes, two partitions; 300 messages sent; a second client
+// connected to partition 0's leader; that leader paused; the second
+// client's producer submits 100 more (they wait on the paused node); the
+// other two must serve every partition within LEAD_TIMEOUT and take 300
+// more; the paused node resumed: within LEAD_TIMEOUT it must stop serving
+// and name the new leader at a term above the one it led in; the held
+// sends must end (acknowledged through a redirect, or failed) within
+// STUCK_SENDS_BOUND; every acknowledged message is drained through a
+// survivor, none lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_leader_comes_back_deposed_and_loses_nothing() {
+    const PARTITIONS: u32 = 2;
+    let (mut cluster, leaders) = cluster_with_queue(ClusterOptions::new(3, 1), PARTITIONS).await;
+    let victim = leaders[0];
+    let survivor = (0..3).find(|&index| index != victim).unwrap();
+    let client = client_at(&cluster.node(survivor).client_addr()).await;
+    wait_for_queue(&client, QUEUE, PARTITIONS).await;
+    let producer = producer_on(client.clone());
+    let (mut acked, failed) =
+        bounded("produce", PRODUCE_TIMEOUT, produce(&producer, QUEUE, PARTITIONS, 8, 0..300)).await;
+    assert_all_sent("before the pause", &failed);
+    let old_term = {
+        let metrics = tokio::task::block_in_place(|| cluster.metrics(victim)).unwrap();
+        partition_term(&metrics, 0).expect("the leader reports its term")
+    };
+    let stuck_client = client_at(&cluster.node(victim).client_addr()).await;
+    wait_for_queue(&stuck_client, QUEUE, PARTITIONS).await;
+    let stuck_producer = producer_on(stuck_client.clone());
+
+    eprintln!("pausing node {} (leads partition 0 in term {old_term})", victim + 1);
+    let paused = now();
+    tokio::task::block_in_place(|| cluster.pause(victim));
+    let stuck = {
+        let producer = stuck_producer.clone();
+        tokio::spawn(async move { produce(&producer, QUEUE, PARTITIONS, 8, 300..400).await })
+    };
+    let after = wait_led(&cluster, PARTITIONS, LEAD_TIMEOUT).await;
+    eprintln!("led by {after:?} {} ms after the pause", millis_since(paused));
+    assert!(!after.contains(&victim), "the paused node still leads: {after:?}");
+    let (more, failed) =
+        bounded("produce", PRODUCE_TIMEOUT, produce(&producer, QUEUE, PARTITIONS, 8, 400..700))
+            .await;
+    assert_all_sent("while the leader was paused", &failed);
+    acked.extend(more);
+
+    tokio::task::block_in_place(|| cluster.resume(victim));
+    let resumed = now();
+    let new_leader = after[0];
+    loop {
+        let metrics = tokio::task::block_in_place(|| cluster.metrics(victim));
+        let replicas = tokio::task::block_in_place(|| cluster.replicas(victim, QUEUE));
+        if let (Ok(metrics), Ok(replicas)) = (metrics, replicas) {
+            let deposed = replicas
+                .get(&0)
+                .is_some_and(|&(leader, serving)| !serving && leader == new_leader as u64 + 1);
+            let term = partition_term(&metrics, 0).unwrap_or(0);
+            if deposed && term > old_term {
+                eprintln!(
+                    "node {} deposed {} ms after its resume: follows node {} in term {term}",
+                    victim + 1,
+                    millis_since(resumed),
+                    new_leader + 1
+                );
+                break;
+            }
+        }
+        assert!(
+            resumed.elapsed() < LEAD_TIMEOUT,
+            "node {} still serves or knows no new leader {LEAD_TIMEOUT:?} after its resume",
+            victim + 1
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (held, held_failed) = bounded("the held sends", STUCK_SENDS_BOUND, stuck).await.unwrap();
+    eprintln!(
+        "of the 100 sends held by the paused node: {} acknowledged, {} failed",
+        held.len(),
+        held_failed.len()
+    );
+    acked.extend(held);
+    stuck_producer.close().await;
+    producer.close().await;
+    drop(stuck_client);
+
+    let owed: HashSet<MessageId> = acked.into_iter().collect();
+    let (delivered, _) = drain(&client, QUEUE, PARTITIONS, &owed, DRAIN_TIMEOUT).await;
+    check_delivered("a leader paused and resumed", &owed, &delivered);
+}
+
+/// The term node's metrics give partition `partition` of [`QUEUE`].
+fn partition_term(metrics: &str, partition: u32) -> Option<u64> {
+    let wanted = format!("partition=\"{partition}\"");
+    metrics.lines().find_map(|line| {
+        let rest = line.strip_prefix("spool_partition_term{")?;
+        let (labels, value) = rest.split_once("} ")?;
+        (labels.contains(&wanted) && labels.contains(&format!("queue=\"{QUEUE}\"")))
+            .then(|| value.trim().parse::<f64>().ok().map(|term| term as u64))
+            .flatten()
+    })
 }
