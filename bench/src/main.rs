@@ -481,6 +481,14 @@ struct ThroughputArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The client's warnings (a refused ack names its code) on stderr when
+    // RUST_LOG asks for them; silent otherwise (stdout is the report).
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let report = match cli.command {
         Command::LogAppend(config) => {
             log_append::run(&config).map_err(Failure::from).and_then(to_json)
