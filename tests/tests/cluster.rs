@@ -5,7 +5,9 @@
 //! production going on against the survivors, and a drain that must find
 //! every acknowledged message (at least once: duplicates are counted and
 //! reported, not refused). The killed node then restarts, must report
-//! ready on its admin port, and a second small round must go through.
+//! ready on its admin port, and a second small round must go through;
+//! `spool cluster status` over the three admin ports then reports the
+//! cluster healthy with every partition's lag 0.
 //!
 //! Every wait is bounded; the test runs under nextest's per-test timeout.
 //! Like every end-to-end test it runs the binaries `scripts/test.sh` built
@@ -221,4 +223,32 @@ async fn a_leader_killed_loses_no_acknowledged_message() {
     let owed: HashSet<MessageId> = second.into_iter().collect();
     let (delivered, _) = drain(&consumer, QUEUE, PARTITIONS, &owed, DRAIN_TIMEOUT).await;
     check_delivered("after the restart", &owed, &delivered);
+
+    // `spool cluster status` over the three admin ports: healthy, and every
+    // replica (the restarted one too) folded up to the committed index.
+    let admins: Vec<String> = cluster.nodes().iter().map(|node| node.admin_addr()).collect();
+    let started = now();
+    loop {
+        let output = std::process::Command::new(spool_tests::spool_bin())
+            .args(["cluster", "status", "--json", "--admin", &admins.join(",")])
+            .output()
+            .unwrap();
+        let report: serde_json::Value = serde_json::from_slice(&output.stdout)
+            .unwrap_or_else(|error| panic!("cluster status --json: {error}: {output:?}"));
+        let lags: Vec<Option<u64>> = report["partitions"]
+            .as_array()
+            .map(|partitions| partitions.iter().map(|p| p["lag_entries"].as_u64()).collect())
+            .unwrap_or_default();
+        let caught_up = lags.len() == PARTITIONS as usize && lags.iter().all(|lag| *lag == Some(0));
+        if output.status.success() && report["healthy"] == true && caught_up {
+            eprintln!("cluster status: healthy, lags {lags:?}");
+            break;
+        }
+        assert!(
+            started.elapsed() < METADATA_TIMEOUT,
+            "cluster status not healthy and caught up after {METADATA_TIMEOUT:?}: {}",
+            String::from_utf8_lossy(&output.stdout)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }

@@ -191,6 +191,11 @@ pub struct PartitionStatus {
     /// Replicas that reported the partition.
     pub replicas: usize,
     pub state: Served,
+    /// The highest committed index a replica reports, and how far the
+    /// furthest-behind replica's queue state is from it (entries; `None`
+    /// from brokers without `spool_partition_*_index`).
+    pub committed: u64,
+    pub lag: Option<u64>,
 }
 
 /// The cluster as scraped.
@@ -322,6 +327,8 @@ struct Replica {
     leader: u64,
     term: u64,
     serving: bool,
+    committed: u64,
+    applied: Option<u64>,
 }
 
 /// The partitions a node reports, by (queue, partition).
@@ -329,9 +336,11 @@ fn replicas(samples: &[Sample]) -> BTreeMap<(String, u32), Replica> {
     let mut replicas: BTreeMap<(String, u32), Replica> = BTreeMap::new();
     for sample in samples {
         let slot = match sample.name.as_str() {
-            "spool_partition_leader" | "spool_partition_term" | "spool_partition_serving" => {
-                sample.name.as_str()
-            }
+            "spool_partition_leader"
+            | "spool_partition_term"
+            | "spool_partition_serving"
+            | "spool_partition_committed_index"
+            | "spool_partition_applied_index" => sample.name.as_str(),
             _ => continue,
         };
         let (Some(queue), Some(partition)) = (
@@ -344,6 +353,8 @@ fn replicas(samples: &[Sample]) -> BTreeMap<(String, u32), Replica> {
         match slot {
             "spool_partition_leader" => replica.leader = count(sample.value),
             "spool_partition_term" => replica.term = count(sample.value),
+            "spool_partition_committed_index" => replica.committed = count(sample.value),
+            "spool_partition_applied_index" => replica.applied = Some(count(sample.value)),
             _ => replica.serving = sample.value >= 1.0,
         }
     }
@@ -355,6 +366,8 @@ fn replicas(samples: &[Sample]) -> BTreeMap<(String, u32), Replica> {
 pub fn aggregate(scrapes: Vec<(String, Result<Vec<Sample>, String>)>) -> Status {
     let mut nodes = Vec::new();
     let mut partitions: BTreeMap<(String, u32), PartitionStatus> = BTreeMap::new();
+    // The lowest applied index a replica of each partition reports.
+    let mut behind: BTreeMap<(String, u32), u64> = BTreeMap::new();
     for (admin, scraped) in scrapes {
         let samples = match scraped {
             Ok(samples) => samples,
@@ -378,9 +391,16 @@ pub fn aggregate(scrapes: Vec<(String, Result<Vec<Sample>, String>)>) -> Status 
                     term: 0,
                     replicas: 0,
                     state: Served::NoLeader,
+                    committed: 0,
+                    lag: None,
                 });
             status.replicas += 1;
             status.term = status.term.max(replica.term);
+            status.committed = status.committed.max(replica.committed);
+            if let Some(applied) = replica.applied {
+                let lowest = behind.entry((status.queue.clone(), partition)).or_insert(applied);
+                *lowest = (*lowest).min(applied);
+            }
             if replica.leader != 0 {
                 *status.leaders.entry(replica.leader).or_default() += 1;
             }
@@ -393,6 +413,9 @@ pub fn aggregate(scrapes: Vec<(String, Result<Vec<Sample>, String>)>) -> Status 
     let partitions = partitions
         .into_values()
         .map(|mut partition| {
+            partition.lag = behind
+                .get(&(partition.queue.clone(), partition.partition))
+                .map(|applied| partition.committed.saturating_sub(*applied));
             partition.state = match partition.serving.len() {
                 0 => Served::NoLeader,
                 1 => Served::Ok,
@@ -463,6 +486,8 @@ fn render(status: &Status) -> Output {
                 "term": partition.term,
                 "replicas_reporting": partition.replicas,
                 "state": partition.state.text(),
+                "committed_index": partition.committed,
+                "lag_entries": partition.lag,
             })
         })
         .collect();
@@ -536,6 +561,8 @@ fn render(status: &Status) -> Output {
         "term",
         "replicas",
         "state",
+        "committed",
+        "lag",
     ]);
     for partition in &status.partitions {
         let join = |ids: Vec<String>| if ids.is_empty() { "-".to_owned() } else { ids.join(",") };
@@ -547,6 +574,8 @@ fn render(status: &Status) -> Output {
             partition.term.to_string(),
             partition.replicas.to_string(),
             partition.state.text().to_owned(),
+            partition.committed.to_string(),
+            partition.lag.map_or_else(|| "-".to_owned(), |lag| lag.to_string()),
         ]);
     }
     let summary = if failures.is_empty() && warnings.is_empty() {
@@ -726,6 +755,38 @@ mod tests {
         assert!(text.contains("unreachable"), "{text}");
         assert!(text.contains("FAIL jobs/0: no leader"), "{text}");
         assert!(text.contains("WARN jobs/1"), "{text}");
+    }
+
+    // Goal: the lag of a partition is the highest committed index any
+    // replica reports minus the lowest applied index: a restarted follower
+    // catching up shows it. Method: three nodes' index series for jobs/0,
+    // node 3 folded to 400 of 1,000; jobs/1 without index series (an older
+    // broker) has no lag.
+    #[test]
+    fn lag_is_the_highest_committed_minus_the_lowest_applied() {
+        let indexes = |committed: u64, applied: u64| {
+            format!(
+                "spool_partition_committed_index{{queue=\"jobs\",partition=\"0\"}} {committed}\n\
+                 spool_partition_applied_index{{queue=\"jobs\",partition=\"0\"}} {applied}\n"
+            )
+        };
+        let with = |id: u64, serving: bool, committed: u64, applied: u64| {
+            let text = node(id, 1, 1, &[("jobs", 0, 1, 2, serving), ("jobs", 1, 1, 2, false)]);
+            text.replace("# EOF\n", &format!("{}# EOF\n", indexes(committed, applied)))
+        };
+        let status = aggregate(vec![
+            scraped("a:1", &with(1, true, 1_000, 1_000)),
+            scraped("a:2", &with(2, false, 990, 990)),
+            scraped("a:3", &with(3, false, 400, 400)),
+        ]);
+        let (zero, one) = (&status.partitions[0], &status.partitions[1]);
+        assert_eq!((zero.committed, zero.lag), (1_000, Some(600)));
+        assert_eq!((one.committed, one.lag), (0, None));
+        let output = render(&status);
+        assert_eq!(output.json["partitions"][0]["lag_entries"], 600);
+        assert!(output.json["partitions"][1]["lag_entries"].is_null());
+        let text = output.render(false);
+        assert!(text.contains("1000       600"), "{text}");
     }
 
     // Goal: a single node (no cluster series) says so and fails nothing;
