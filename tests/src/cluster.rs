@@ -220,20 +220,11 @@ impl ClusterNode {
 
     /// The whole log so far.
     pub fn log(&self) -> String {
-        let mut text = String::new();
-        if let Ok(mut file) = File::open(self.log_path()) {
-            let _ = file.read_to_string(&mut text);
-        }
-        text
+        crate::read_log(&self.log_path())
     }
 
     fn log_tail(&self) -> String {
-        let text = self.log();
-        let mut start = text.len().saturating_sub(LOG_PRINT_BYTES_MAX);
-        while !text.is_char_boundary(start) {
-            start += 1;
-        }
-        text[start..].to_owned()
+        crate::tail(&self.log(), LOG_PRINT_BYTES_MAX)
     }
 }
 

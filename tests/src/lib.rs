@@ -584,20 +584,11 @@ impl Spoold {
 
     /// The whole log so far.
     pub fn log(&self) -> String {
-        let mut text = String::new();
-        if let Ok(mut file) = File::open(self.log_path()) {
-            let _ = file.read_to_string(&mut text);
-        }
-        text
+        read_log(&self.log_path())
     }
 
     fn log_tail(&self) -> String {
-        let text = self.log();
-        let mut start = text.len().saturating_sub(LOG_PRINT_BYTES_MAX);
-        while !text.is_char_boundary(start) {
-            start += 1;
-        }
-        text[start..].to_owned()
+        tail(&self.log(), LOG_PRINT_BYTES_MAX)
     }
 
     /// Shard count.
@@ -896,4 +887,22 @@ pub fn json_lines_stdout(output: &Output) -> Vec<serde_json::Value> {
 pub fn json_stdout(output: &Output) -> serde_json::Value {
     let text = success_stdout(output);
     serde_json::from_str(&text).unwrap_or_else(|error| panic!("not JSON ({error}): {text}"))
+}
+
+/// A process's log file as text ("" when it cannot be read yet).
+pub fn read_log(path: &Path) -> String {
+    let mut text = String::new();
+    if let Ok(mut file) = File::open(path) {
+        let _ = file.read_to_string(&mut text);
+    }
+    text
+}
+
+/// The last `bytes` of `text` at most, cut on a character boundary.
+pub fn tail(text: &str, bytes: usize) -> String {
+    let mut start = text.len().saturating_sub(bytes);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    text[start..].to_owned()
 }

@@ -324,7 +324,7 @@ impl ShardState {
             });
         }
         let journal_dir = shard_dir.join(crate::log::journal::JOURNAL_DIR_NAME);
-        let oldest = JournalPos(oldest_journal_file(&journal_dir));
+        let oldest = JournalPos(crate::log::journal::oldest_journal_file(&journal_dir));
         // A partition without a checkpoint needs every entry it wrote: all
         // in the files still held (none is released while it is open).
         let start = match start {
@@ -488,17 +488,4 @@ pub(super) fn lacks_space(error: &PartitionError) -> bool {
         _ => return false,
     };
     io.source.raw_os_error() == Some(libc::ENOSPC)
-}
-
-/// The base position of the oldest journal file in `dir` (0 when there is
-/// none, or the directory does not exist yet).
-fn oldest_journal_file(dir: &Path) -> u64 {
-    let Ok(names) = std::fs::read_dir(dir) else { return 0 };
-    names
-        .filter_map(Result::ok)
-        .filter_map(|entry| {
-            entry.file_name().to_str().and_then(crate::log::journal::parse_journal_file_name)
-        })
-        .min()
-        .unwrap_or(0)
 }

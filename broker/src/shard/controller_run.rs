@@ -196,7 +196,7 @@ impl ClusterCatalog {
             .await
             .map_err(|error| start_error(&dir.display().to_string(), error))?;
         let journal_dir = dir.join(crate::log::journal::JOURNAL_DIR_NAME);
-        let start = JournalPos(oldest_journal_file(&journal_dir));
+        let start = JournalPos(crate::log::journal::oldest_journal_file(&journal_dir));
         let journal_error = |error: &dyn std::fmt::Display| start_error("journal", error);
         let (journal, recovery) =
             ShardJournal::open(DmaStorage, &dir, journal_config(), start, Rc::new(ExitOnFatal))
@@ -485,19 +485,6 @@ impl std::fmt::Debug for ClusterCatalog {
             .field("handed", &self.handed.get())
             .finish_non_exhaustive()
     }
-}
-
-/// The oldest journal file's first position (0 in a new directory): the
-/// controller's log is never released, so recovery scans it whole.
-fn oldest_journal_file(dir: &Path) -> u64 {
-    let Ok(names) = std::fs::read_dir(dir) else { return 0 };
-    names
-        .filter_map(Result::ok)
-        .filter_map(|entry| {
-            entry.file_name().to_str().and_then(crate::log::journal::parse_journal_file_name)
-        })
-        .min()
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -28,6 +28,18 @@ pub fn parse_journal_file_name(name: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
+/// The base position of the oldest journal file in `dir` (0 when there is
+/// none, or the directory does not exist yet): where a recovery that
+/// keeps every file starts its scan.
+pub fn oldest_journal_file(dir: &Path) -> u64 {
+    let Ok(names) = std::fs::read_dir(dir) else { return 0 };
+    names
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().to_str().and_then(parse_journal_file_name))
+        .min()
+        .unwrap_or(0)
+}
+
 pub fn page_floor(pos: u64) -> u64 {
     pos - pos % PAGE_BYTES
 }

@@ -74,8 +74,8 @@ pub use entry_log::{Cancelled, LogMode};
 pub use error::{JournalDamage, JournalError};
 pub use handles::{HandleTarget, HandlesTable, HANDLES_FILE_NAME, HANDLES_MAX, HANDLES_TEMP_NAME};
 pub use layout::{
-    commit_span, journal_file_path, parse_journal_file_name, JOURNAL_FILE_SUFFIX,
-    JOURNAL_PREPARED_NAME,
+    commit_span, journal_file_path, oldest_journal_file, parse_journal_file_name,
+    JOURNAL_FILE_SUFFIX, JOURNAL_PREPARED_NAME,
 };
 pub use partition::{JournalAppended, JournalPartition};
 pub use recovery::{RecoveredEntry, RecoveryReport, RecoverySink};
