@@ -66,7 +66,7 @@ use spool_broker::log::vote::VoteLog;
 use spool_broker::log::{LogConfig, Offset, RecordFatal, WitnessDelay};
 use spool_broker::net::peer::{PeerReceiver, ReceiverLimits, SenderLimits};
 use spool_broker::replica::wire::GroupId;
-use spool_broker::replica::{DriverError, ReplicaDriver, Timing};
+use spool_broker::replica::{DriverError, Members, ReplicaDriver, Timing};
 use spool_broker::shard::replication::ReplicationHost;
 use spool_wire::batch::{BatchKind, DataBatchBuilder, MessageId, Payload, Record};
 use spool_wire::proto::PartitionId;
@@ -371,7 +371,7 @@ async fn replica_node(
     let applied = part.committed_index();
     let driver = ReplicaDriver::open(
         id,
-        &voters,
+        Members::voters(&voters),
         part.clone(),
         Rc::new(votes),
         applied,

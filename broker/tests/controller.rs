@@ -30,7 +30,7 @@ use spool_broker::log::journal::{JournalPos, ShardJournal};
 use spool_broker::log::vote::VoteLog;
 use spool_broker::log::{Offset, RecordFatal};
 use spool_broker::queue::{PartitionId, QueueConfig, QueueId};
-use spool_broker::replica::{ReplicaDriver, Timing};
+use spool_broker::replica::{Members, ReplicaDriver, Timing};
 
 const VOTERS: [u64; 3] = [1, 2, 3];
 const DIR: &str = "/controller";
@@ -66,7 +66,9 @@ async fn open_member(
     let send: Rc<dyn Fn(Message)> = Rc::new(move |message| sink.borrow_mut().push_back(message));
     let timing = Timing::Fixed { offset: 3 * id as usize };
     let driver =
-        ReplicaDriver::open(id, &VOTERS, part, Rc::new(votes), 0, timing, send).await.unwrap();
+        ReplicaDriver::open(id, Members::voters(&VOTERS), part, Rc::new(votes), 0, timing, send)
+            .await
+            .unwrap();
     glommio::spawn_local(driver.clone().pump()).detach();
     Controller::new(driver, SHARDS)
 }

@@ -44,7 +44,7 @@ use spool_broker::log::journal::{JournalPartition, JournalPos, PartitionHandle};
 use spool_broker::log::vote::VoteLog;
 use spool_broker::log::Offset;
 use spool_broker::replica::driver::{is_term_start, raft_entry};
-use spool_broker::replica::{DriverError, ReplicaDriver, Timing};
+use spool_broker::replica::{DriverError, Members, ReplicaDriver, Timing};
 use spool_wire::batch::BatchKind;
 use spool_wire::proto::PartitionId;
 
@@ -162,7 +162,7 @@ fn open_member(
     let applied = part.committed_index();
     let opened = ReplicaDriver::open(
         id,
-        &VOTERS,
+        Members::voters(&VOTERS),
         part,
         Rc::new(votes),
         applied,

@@ -37,7 +37,7 @@ use spool_broker::log::vote::VoteLog;
 use spool_broker::log::{Offset, RecordFatal};
 use spool_broker::net::peer::{PeerReceiver, PeerTls, ReceiverLimits, SenderLimits};
 use spool_broker::replica::wire::GroupId;
-use spool_broker::replica::{DriverError, ReplicaDriver, Timing};
+use spool_broker::replica::{DriverError, Members, ReplicaDriver, Timing};
 use spool_broker::shard::replication::ReplicationHost;
 use spool_wire::batch::{BatchHeader, BatchKind};
 use spool_wire::proto::PartitionId;
@@ -142,7 +142,7 @@ async fn node(tls: PeerTls, dir: PathBuf, addrs: BTreeMap<u64, SocketAddr>, shar
     let applied = part.committed_index();
     let driver = ReplicaDriver::open(
         id,
-        &VOTERS,
+        Members::voters(&VOTERS),
         part.clone(),
         Rc::new(votes),
         applied,

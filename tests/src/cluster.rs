@@ -84,7 +84,8 @@ pub struct ClusterOptions {
     pub cores: u16,
     /// `cluster.replication_factor`.
     pub replication_factor: u32,
-    /// `cluster.controller_voters` (every node must be one: 3 or 5 nodes).
+    /// `cluster.controller_voters` (3 or 5: the first nodes by id vote, the
+    /// others follow the catalog as learners).
     pub controller_voters: u32,
     /// Mutual TLS on the peer links, with a CA made for the cluster.
     pub peer_tls: bool,

@@ -21,7 +21,11 @@
 //!   killed with nothing acknowledged lost;
 //! - a leader paused (SIGSTOP: cut off, its sockets open) is replaced, and
 //!   resumed it follows the new leader of a higher term; the sends it held
-//!   end, and nothing acknowledged is lost.
+//!   end, and nothing acknowledged is lost;
+//! - four nodes with three controller voters: the fourth follows the
+//!   catalog as a learner, takes creates (redirected to the controller's
+//!   leader) and holds partition replicas like any node, also with a voter
+//!   killed.
 //!
 //! Every wait is bounded (and, where the broker reports it, waits on what
 //! it reports: its metrics, its logs); the test runs under nextest's
@@ -158,6 +162,61 @@ async fn peer_tls_cluster_loses_nothing_when_a_leader_is_killed() {
         .unwrap_or_else(|last| panic!("node {} not ready after its restart: {last}", victim + 1));
     let known = wait_following(&cluster, victim, PARTITIONS).await;
     eprintln!("node {} restarted, follows leaders {known:?}", victim + 1);
+}
+
+// Goal: a node outside the controller's voters is a full member: it starts,
+// learns the catalog, forwards creates, holds and leads partitions.
+// Method: four nodes, three controller voters, factor 3, four partitions
+// (node 4 holds replicas of some); the queue created through node 4; 400
+// messages sent through node 4; voter node 1 killed; a second queue created
+// through node 4 (the two voters left commit it) and listed there; 200 more
+// sent; everything drained through node 4.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_outside_the_controller_voters_learns_the_catalog() {
+    const PARTITIONS: u32 = 4;
+    const LEARNER: usize = 3;
+    let options = ClusterOptions { controller_voters: 3, ..ClusterOptions::new(4, 1) };
+    let started = now();
+    let mut cluster = tokio::task::block_in_place(|| Cluster::start_with(options));
+    let learner_addr = cluster.node(LEARNER).client_addr();
+    bounded(
+        "create through the learner",
+        CREATE_BOUND,
+        create_queue(&learner_addr, QUEUE, queue_config(PARTITIONS)),
+    )
+    .await;
+    let leaders = wait_led(&cluster, PARTITIONS, LEAD_TIMEOUT).await;
+    eprintln!("{QUEUE} led by {leaders:?} {} ms after the start", millis_since(started));
+    let held = cluster.replicas(LEARNER, QUEUE).unwrap_or_else(|error| panic!("{error}"));
+    assert!(!held.is_empty(), "node 4 holds no replica of {QUEUE}'s {PARTITIONS} partitions");
+
+    let client = client_at(&learner_addr).await;
+    wait_for_queue(&client, QUEUE, PARTITIONS).await;
+    let producer = producer_on(client.clone());
+    let (mut acked, failed) =
+        bounded("produce", PRODUCE_TIMEOUT, produce(&producer, QUEUE, PARTITIONS, 1, 0..400)).await;
+    assert_all_sent("through the learner", &failed);
+
+    eprintln!("killing voter node 1");
+    tokio::task::block_in_place(|| cluster.kill(0));
+    bounded(
+        "create with a voter down",
+        CREATE_BOUND,
+        create_queue(&learner_addr, "more", queue_config(1)),
+    )
+    .await;
+    wait_for_queue(&client, "more", 1).await;
+    wait_led(&cluster, PARTITIONS, LEAD_TIMEOUT).await;
+    let (more, failed) =
+        bounded("produce", PRODUCE_TIMEOUT, produce(&producer, QUEUE, PARTITIONS, 1, 400..600))
+            .await;
+    assert_all_sent("with a voter down", &failed);
+    acked.extend(more);
+    producer.close().await;
+
+    let owed: HashSet<MessageId> = acked.into_iter().collect();
+    let (delivered, _) = drain(&client, QUEUE, PARTITIONS, &owed, DRAIN_TIMEOUT).await;
+    check_delivered("through a learner", &owed, &delivered);
 }
 
 /// Waits until node `index` knows a leader (by its metrics) for each of

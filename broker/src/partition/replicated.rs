@@ -48,7 +48,7 @@ use crate::log::journal::{PartitionHandle, RecoveredLog, RoutedEntry, ShardJourn
 use crate::log::vote::VoteLog;
 use crate::log::{FatalHandler, ReadBatch, SharedBytes};
 use crate::queue::{LeaderEpoch, Offset, PartitionState, QueueConfig};
-use crate::replica::{ReplicaDriver, Timing};
+use crate::replica::{Members, ReplicaDriver, Timing};
 
 /// What a replicated partition knows of its role; see the module docs.
 #[derive(Default)]
@@ -378,8 +378,16 @@ impl<S: Storage + Clone> Partition<S> {
             shard.replicated_partition(handle, routed, log, floor, 0, replay_from.entry_index())?;
         let view = Rc::new(view);
         let applied = view.committed_index();
-        let driver =
-            ReplicaDriver::open(member, &voters, view, votes, applied, timing, send).await?;
+        let driver = ReplicaDriver::open(
+            member,
+            Members::voters(&voters),
+            view,
+            votes,
+            applied,
+            timing,
+            send,
+        )
+        .await?;
         let log = PartitionLog::replicated(driver);
         let opened = Self::finish_open(
             Opening { storage, dir, name, log, state, epoch, covers, replay_from, replayed: None },

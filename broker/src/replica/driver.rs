@@ -57,7 +57,7 @@ use thiserror::Error;
 use super::limits::{
     REPLICA_FETCH_BYTES_MAX, REPLICA_FETCH_ENTRIES_MAX, REPLICA_TERM_START_BYTES_MAX,
 };
-use super::node::{Recovered, Replica, ReplicaError, Timing, Work};
+use super::node::{Members, Recovered, Replica, ReplicaError, Timing, Work};
 use super::view::KnownTerms;
 use crate::io::Storage;
 use crate::limits::LOG_UNCOMMITTED_ENTRIES_MAX;
@@ -257,7 +257,7 @@ pub fn raft_entry(index: u64, term: u64, batch: &[u8]) -> Entry {
 }
 
 impl<S: Storage> ReplicaDriver<S> {
-    /// Member `id` of `voters` over the partition log `part` and the
+    /// Member `id` of `members` over the partition log `part` and the
     /// shard's vote log, from what they recovered; `applied`: the index the
     /// owner's state holds (at most the committed index). Reads the
     /// partition's held entries back (`read_entries`) for raft-rs's view.
@@ -267,7 +267,7 @@ impl<S: Storage> ReplicaDriver<S> {
     /// [`DriverError::Replica`] for a recovered state raft-rs refuses.
     pub async fn open(
         id: u64,
-        voters: &[u64],
+        members: Members,
         part: Rc<JournalPartition<S>>,
         votes: Rc<VoteLog<S>>,
         applied: u64,
@@ -302,7 +302,7 @@ impl<S: Storage> ReplicaDriver<S> {
             commit,
             applied: applied.min(commit),
         };
-        let replica = Replica::start_timed(id, voters, recovered, timing)?;
+        let replica = Replica::start_timed(id, &members, recovered, timing)?;
         Ok(Rc::new(ReplicaDriver {
             part,
             votes,

@@ -32,5 +32,5 @@ pub mod wire;
 mod sim;
 
 pub use driver::{CommitWatch, Committed, DriverError, DriverStats, Proposed, ReplicaDriver};
-pub use node::{Recovered, Replica, ReplicaError, Timing, Work};
+pub use node::{Members, Recovered, Replica, ReplicaError, Timing, Work};
 pub use view::{Fetch, KnownTerms, LogView};

@@ -60,6 +60,28 @@ pub enum ReplicaError {
     SnapshotUnsupported { id: u64, index: u64 },
 }
 
+/// A group's members: the voters, and the learners that receive every
+/// entry but neither vote nor count for a commit (a node outside the
+/// controller's voters follows the catalog as one). Fixed at start: the
+/// groups' memberships come from the cluster's static configuration.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Members {
+    pub voters: Vec<u64>,
+    pub learners: Vec<u64>,
+}
+
+impl Members {
+    /// A group of `voters` alone.
+    pub fn voters(voters: &[u64]) -> Members {
+        Members { voters: voters.to_vec(), learners: Vec::new() }
+    }
+
+    /// Every member's id, voters first.
+    pub fn all(&self) -> impl Iterator<Item = u64> + '_ {
+        self.voters.iter().chain(&self.learners).copied()
+    }
+}
+
 /// What a replica recovered from its disk.
 #[derive(Debug, Default)]
 pub struct Recovered {
@@ -149,14 +171,18 @@ fn config(id: u64, applied: u64, timing: Timing) -> Config {
 }
 
 impl Replica {
-    /// Member `id` of the group of `voters`, from what it recovered.
+    /// Member `id` of the group of `members`, from what it recovered.
     ///
     /// # Errors
     /// [`ReplicaError::Recovered`] for a log that is not dense or whose
     /// terms go down, [`ReplicaError::Raft`] for a configuration raft-rs
-    /// refuses.
-    pub fn start(id: u64, voters: &[u64], recovered: Recovered) -> Result<Replica, ReplicaError> {
-        Replica::start_timed(id, voters, recovered, Timing::Randomized)
+    /// refuses (`id` not a member, a voter also a learner, no voter).
+    pub fn start(
+        id: u64,
+        members: &Members,
+        recovered: Recovered,
+    ) -> Result<Replica, ReplicaError> {
+        Replica::start_timed(id, members, recovered, Timing::Randomized)
     }
 
     /// [`Replica::start`] with the election timeout drawn as `timing` says.
@@ -165,21 +191,28 @@ impl Replica {
     /// As [`Replica::start`].
     pub fn start_timed(
         id: u64,
-        voters: &[u64],
+        members: &Members,
         recovered: Recovered,
         timing: Timing,
     ) -> Result<Replica, ReplicaError> {
+        if !members.all().any(|member| member == id) {
+            return Err(ReplicaError::Recovered {
+                id,
+                reason: format!("not a member of {members:?}"),
+            });
+        }
         let applied = recovered.applied.min(recovered.commit);
         let view = LogView::recovered_after(
             &recovered.known,
             recovered.floor,
             recovered.entries,
-            voters.to_vec(),
+            members.voters.clone(),
             (recovered.term, recovered.vote),
             recovered.commit,
             applied,
         )
         .map_err(|reason| ReplicaError::Recovered { id, reason })?;
+        let view = view.with_learners(members.learners.clone());
         let vote = (view.hard_state().term, view.hard_state().vote);
         let applied = applied.max(recovered.floor.0);
         let logger = slog::Logger::root(slog::Discard, slog::o!());

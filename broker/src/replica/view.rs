@@ -184,6 +184,14 @@ impl LogView {
         Ok(view)
     }
 
+    /// The view with `learners` in its configuration (members that get
+    /// every entry and neither vote nor count for a commit).
+    #[must_use]
+    pub fn with_learners(mut self, learners: Vec<u64>) -> LogView {
+        self.conf_state.learners = learners;
+        self
+    }
+
     /// The last index held.
     pub fn last_index(&self) -> u64 {
         self.last_index

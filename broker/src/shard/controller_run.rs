@@ -7,12 +7,13 @@
 //!   log under `<data_dir>/controller/` (O_DIRECT files of
 //!   [`CONTROLLER_JOURNAL_FILE_BYTES`]), its journal partition
 //!   ([`CONTROLLER_GROUP`]) and [`ReplicaDriver`] with the cluster's
-//!   controller voters, a [`ReplicationHost`] for that one group with a
-//!   link to every other voter's controller peer port (the node's peer
-//!   port + the shard count; mutual TLS when the cluster has it) and a
-//!   [`PeerReceiver`] on this node's. A node outside the voters is refused
-//!   (not supported yet: it would need to learn the catalog without a
-//!   vote).
+//!   controller's members (the first `controller_voters` nodes vote, every
+//!   other node is a learner: it gets the catalog's every entry and never
+//!   votes), a [`ReplicationHost`] for that one group with a link to every
+//!   other node's controller peer port (the node's peer port + the shard
+//!   count; mutual TLS when the cluster has it) and a [`PeerReceiver`] on
+//!   this node's. A learner answers changes as any non-leader does, with
+//!   the leader's address.
 //! - **Fold**: at every progress of the member (and when a change of this
 //!   node folded), the committed entries are folded; updates whose version
 //!   the catalog file already holds are skipped (applied before a
@@ -156,8 +157,7 @@ impl ClusterCatalog {
     /// catalog file's table).
     ///
     /// # Errors
-    /// [`ShardError::Start`]: a node outside the controller's voters, a
-    /// journal or vote log that does not open, a peer port that does not
+    /// [`ShardError::Start`]: a or vote log that does not open, a peer port that does not
     /// bind.
     pub(crate) async fn open(
         node: Arc<ClusterNode>,
@@ -168,27 +168,23 @@ impl ClusterCatalog {
         shared: Arc<Shared>,
     ) -> Result<Rc<ClusterCatalog>, ShardError> {
         let id = node.node_id();
-        let voters = node.controller_voters();
-        if !voters.contains(&id) {
-            return Err(ShardError::Refused(format!(
-                "node {id} is not one of the controller's voters {voters:?}: nodes outside the \
-                 controller's voters are not supported yet; set cluster.controller_voters to the \
-                 node count (a cluster of 3 or 5 nodes)"
-            )));
-        }
+        // The first `controller_voters` nodes vote; every other node follows
+        // the catalog as a learner (it gets every entry, votes in no
+        // election and counts for no commit).
+        let members = node.controller_members();
         let index = node.controller_index();
         let listen = node.own_peer_addr(index).ok_or_else(|| {
             start_error("peer port", "this node's peer port + shard count overflows")
         })?;
         let mut links = Vec::new();
-        for voter in voters.iter().copied().filter(|voter| *voter != id) {
-            let addr = node.peer_addr(voter, index).ok_or_else(|| {
+        for member in members.all().filter(|member| *member != id) {
+            let addr = node.peer_addr(member, index).ok_or_else(|| {
                 start_error(
                     "peer port",
-                    format!("node {voter}'s peer port + shard count overflows"),
+                    format!("node {member}'s peer port + shard count overflows"),
                 )
             })?;
-            links.push((voter, addr));
+            links.push((member, addr));
         }
 
         let dir = data_dir.join(CONTROLLER_DIR_NAME);
@@ -225,7 +221,7 @@ impl ClusterCatalog {
         // The controller folds from its log's first entry (applied 0).
         let driver = ReplicaDriver::open(
             id,
-            &voters,
+            members.clone(),
             part,
             Rc::new(votes),
             0,
@@ -242,7 +238,7 @@ impl ClusterCatalog {
             .map_err(peer_listen_error)?;
         let listener = bind_listener(listen).map_err(peer_listen_error)?;
         let sink = host.clone();
-        let allowed: Vec<u64> = links.iter().map(|(voter, _)| *voter).collect();
+        let allowed: Vec<u64> = links.iter().map(|(member, _)| *member).collect();
         let deliver: Rc<dyn Fn(crate::replica::wire::Frame)> =
             Rc::new(move |frame| sink.deliver(frame));
         let limits = ReceiverLimits::default();
@@ -251,11 +247,11 @@ impl ClusterCatalog {
             None => PeerReceiver::start(listener, allowed, deliver, limits),
         }
         .map_err(|error| start_error("peer listener", error))?;
-        for (voter, addr) in &links {
-            host.connect(*voter, *addr, SenderLimits::default());
+        for (member, addr) in &links {
+            host.connect(*member, *addr, SenderLimits::default());
         }
         glommio::spawn_local(host.clone().run_ticks()).detach();
-        tracing::info!(node = id, ?voters, peer = %listen, dir = %dir.display(),
+        tracing::info!(node = id, voters = ?members.voters, learners = ?members.learners, peer = %listen, dir = %dir.display(),
             catalog_version = table.version().0, "controller member open");
 
         let catalog = Rc::new(ClusterCatalog {

@@ -20,6 +20,7 @@ use super::members::ClusterConfig;
 use super::placement::{GroupId, NodeId, Placer};
 use crate::control::data_dir::{BrokerSecret, DataDirError};
 use crate::net::peer::{PeerTls, PeerTlsFiles};
+use crate::replica::Members;
 
 /// Why the node could not take its place in the cluster.
 #[derive(Debug, thiserror::Error)]
@@ -149,6 +150,21 @@ impl ClusterNode {
     /// The controller group's voters.
     pub fn controller_voters(&self) -> Vec<NodeId> {
         self.config.controller_voter_ids()
+    }
+
+    /// The controller group's members: its voters, and every other node
+    /// as a learner (ascending).
+    pub fn controller_members(&self) -> Members {
+        let voters = self.controller_voters();
+        let mut learners: Vec<NodeId> = self
+            .config
+            .nodes
+            .iter()
+            .map(|node| node.id)
+            .filter(|id| !voters.contains(id))
+            .collect();
+        learners.sort_unstable();
+        Members { voters, learners }
     }
 
     /// The other nodes' ids.

@@ -26,7 +26,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::limits::REPLICA_ELECTION_TICKS;
-use super::{KnownTerms, Recovered, Replica, Timing};
+use super::{KnownTerms, Members, Recovered, Replica, Timing};
 use check::Checker;
 
 /// How hostile one run is.
@@ -106,7 +106,9 @@ pub(super) struct World {
     rng: ChaCha8Rng,
     faults: Faults,
     nodes: Vec<Node>,
-    voters: Vec<u64>,
+    /// The voters, then the learners (they get every entry and never vote
+    /// nor count for a commit).
+    members: Members,
     /// (deliver at step, message)
     network: Vec<(u64, Message)>,
     /// Partition group of each node (same group: connected).
@@ -121,12 +123,22 @@ pub(super) struct World {
 
 impl World {
     pub(super) fn new(seed: u64, nodes: u64, faults: Faults) -> World {
-        let voters: Vec<u64> = (1..=nodes).collect();
+        World::with_learners(seed, nodes, 0, faults)
+    }
+
+    /// A set of `voters` voters (ids `1..=voters`) and `learners` learners
+    /// (the ids after them).
+    pub(super) fn with_learners(seed: u64, voters: u64, learners: u64, faults: Faults) -> World {
+        let members = Members {
+            voters: (1..=voters).collect(),
+            learners: (voters + 1..=voters + learners).collect(),
+        };
+        let nodes = voters + learners;
         let mut world = World {
             rng: ChaCha8Rng::seed_from_u64(seed),
             faults,
             nodes: Vec::new(),
-            voters: voters.clone(),
+            members: members.clone(),
             network: Vec::new(),
             groups: vec![0; nodes as usize],
             step: 0,
@@ -134,7 +146,7 @@ impl World {
             cache_bytes: if seed.is_multiple_of(2) { 256 } else { usize::MAX },
             check: Checker::default(),
         };
-        for id in voters {
+        for id in members.all() {
             world.nodes.push(Node {
                 id,
                 replica: None,
@@ -175,7 +187,7 @@ impl World {
         // Fixed timeouts, a little apart per member: raft-rs's own random
         // draw is not seeded; the members desynchronize by their ticks.
         let timing = Timing::Fixed { offset: self.rng.random_range(0..REPLICA_ELECTION_TICKS) };
-        let replica = Replica::start_timed(node.id, &self.voters, recovered, timing)
+        let replica = Replica::start_timed(node.id, &self.members, recovered, timing)
             .unwrap_or_else(|error| panic!("node {} restart: {error}", node.id));
         let mut replica = replica;
         replica.set_cache_bytes(self.cache_bytes);
@@ -297,7 +309,14 @@ impl World {
                 self.send(work.send);
             }
             if let Some(replica) = self.nodes[at].replica.as_ref() {
-                self.check.role(replica.id(), replica.term(), replica.is_leader());
+                let leads = replica.is_leader();
+                assert!(
+                    !(leads && self.members.learners.contains(&replica.id())),
+                    "learner {} leads in term {}",
+                    replica.id(),
+                    replica.term()
+                );
+                self.check.role(replica.id(), replica.term(), leads);
             }
         }
     }
@@ -437,6 +456,31 @@ mod tests {
             let check = run(5, 1_000 + seed);
             assert!(check.acknowledged_count() > 0, "seed {seed}: nothing acknowledged");
         }
+    }
+
+    /// Three voters and two learners: the learners hold every acknowledged
+    /// entry once healed and never lead, and an entry counts as committed
+    /// only on a majority of the voters (were the learners counted, a
+    /// voter's power loss would lose acknowledged entries that the
+    /// converged logs are checked for).
+    #[test]
+    fn learners_follow_every_acknowledged_entry_and_never_lead() {
+        let mut acknowledged = 0;
+        for seed in 0..seeds() / 4 {
+            let mut world = World::with_learners(2_000 + seed, 3, 2, Faults::HOSTILE);
+            for _ in 0..1_500 {
+                world.step(true);
+            }
+            world.converge(3_000);
+            acknowledged += world.check.acknowledged_count();
+            for learner in [4, 5] {
+                assert!(
+                    world.check.applied_to(learner) >= world.check.acknowledged_last().unwrap_or(0),
+                    "seed {seed}: learner {learner} behind"
+                );
+            }
+        }
+        assert!(acknowledged > seeds() as usize, "acknowledged {acknowledged} in all");
     }
 
     #[test]
