@@ -237,7 +237,7 @@ fn a_replicated_partition_serves_from_its_leader_and_loses_nothing_acknowledged_
         // A follower refuses.
         let refused = other.enqueue(&batch(0, 1, START_MS)).await.unwrap_err();
         assert!(matches!(refused, PartitionError::NotLeader { .. }), "{refused}");
-        assert_eq!(refused.code(), ErrorCode::NotOwner);
+        assert_eq!(refused.code(), ErrorCode::NotLeader);
 
         // Enqueues at the leader, each answered once committed.
         for at in 0..BATCHES {
@@ -377,7 +377,7 @@ fn a_leader_cut_off_with_entries_no_one_else_has_rebuilds_its_state_from_the_log
             .await;
         cluster.until("the cut enqueue to be answered", |_| lost.borrow().is_some()).await;
         let refused = lost.borrow_mut().take().unwrap().unwrap_err();
-        assert_eq!(refused.code(), ErrorCode::NotOwner, "{refused}");
+        assert_eq!(refused.code(), ErrorCode::NotLeader, "{refused}");
         let rebuilds: Vec<u64> = cluster
             .members
             .iter()

@@ -128,6 +128,13 @@ pub fn shard_address(partition: &PartitionMetadata) -> String {
 }
 
 /// `host:port`, with brackets around an IPv6 host.
+/// Whether a per-item `code` sends the item elsewhere: the node is not the
+/// partition's leader (`NOT_LEADER`), or not its owner (`NOT_OWNER`, also
+/// what an older broker answers in place of `NOT_LEADER`).
+pub(crate) fn is_redirect(code: ErrorCode) -> bool {
+    matches!(code, ErrorCode::NotOwner | ErrorCode::NotLeader)
+}
+
 pub(crate) fn address(host: &str, port: u16) -> String {
     if host.contains(':') {
         format!("[{host}]:{port}")
@@ -406,7 +413,10 @@ impl Client {
             sent += 1;
             let on_sent = |id| on_sent(&connection, id);
             match connection.call_observed(request, timeout, on_sent).await {
-                Err(ClientError::NotOwner { owner, message }) => {
+                Err(
+                    ClientError::NotOwner { owner, message }
+                    | ClientError::NotLeader { leader: owner, message },
+                ) => {
                     tracing::debug!(%queue, partition = partition.0, %addr, %message, "not owner; rerouting");
                     self.refresh_metadata(&[queue]).await?;
                     // The shard's own answer beats metadata a bootstrap node
@@ -532,14 +542,15 @@ impl Client {
         tokens: &[DeliveryToken],
     ) -> Result<(), ClientError> {
         let mut results = self.ack_once(queue, partition, tokens).await?;
-        // Tokens a cluster member that does not lead refused (NOT_OWNER:
-        // the metadata that sent them there is stale) are asked again of
+        // Tokens a cluster member that does not lead refused (NOT_LEADER,
+        // or NOT_OWNER from an older broker: the metadata that sent them
+        // there is stale) are asked again of
         // the leader the refreshed metadata names, a bounded number of
         // times; the others' answers stand.
         let mut attempts = 1;
         loop {
             let moved: Vec<usize> =
-                (0..results.len()).filter(|&index| results[index] == ErrorCode::NotOwner).collect();
+                (0..results.len()).filter(|&index| is_redirect(results[index])).collect();
             if moved.is_empty() || attempts >= ROUTE_ATTEMPTS_MAX {
                 break;
             }
@@ -554,7 +565,7 @@ impl Client {
                         results[index] = code;
                     }
                 }
-                // Those tokens stay refused as NOT_OWNER.
+                // Those tokens stay refused as NOT_LEADER / NOT_OWNER.
                 Err(_) => break,
             }
         }

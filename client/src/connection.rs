@@ -364,6 +364,24 @@ impl Connection {
         self.call_observed(request, timeout, |_| {}).await
     }
 
+    /// [`call`](Self::call) as `version` of the request's api key (a
+    /// broker's answers to an older client; a client pinned to a version).
+    ///
+    /// # Errors
+    /// As [`call`](Self::call); [`ClientError::Encode`] for a version the
+    /// codec does not speak or a field it cannot carry.
+    pub async fn call_version(
+        &self,
+        request: &Request<'_>,
+        version: u16,
+    ) -> Result<ResponseBytes, ClientError> {
+        let timeout = self.shared.request_timeout;
+        match tokio::time::timeout(timeout, self.call_inner(request, Some(version), |_| {})).await {
+            Ok(result) => result,
+            Err(_) => Err(ClientError::Timeout { timeout_ms: millis(timeout) }),
+        }
+    }
+
     /// [`call_with_timeout`](Self::call_with_timeout) that tells `on_sent`
     /// the request's correlation id once its frame is queued for the socket,
     /// ahead of any request sent after `on_sent` returns (the way to name it
@@ -377,15 +395,17 @@ impl Connection {
         timeout: Duration,
         on_sent: impl FnOnce(CorrelationId),
     ) -> Result<ResponseBytes, ClientError> {
-        match tokio::time::timeout(timeout, self.call_inner(request, on_sent)).await {
+        match tokio::time::timeout(timeout, self.call_inner(request, None, on_sent)).await {
             Ok(result) => result,
             Err(_) => Err(ClientError::Timeout { timeout_ms: millis(timeout) }),
         }
     }
 
+    /// `version`: the api version to encode (`None`: the newest).
     async fn call_inner(
         &self,
         request: &Request<'_>,
+        version: Option<u16>,
         on_sent: impl FnOnce(CorrelationId),
     ) -> Result<ResponseBytes, ClientError> {
         let shared = &*self.shared;
@@ -400,7 +420,10 @@ impl Connection {
             }
         };
         let mut frame = Vec::new();
-        request.encode(CorrelationId(id), &mut frame)?;
+        match version {
+            Some(version) => request.encode_version(CorrelationId(id), version, &mut frame)?,
+            None => request.encode(CorrelationId(id), &mut frame)?,
+        }
         let (waiter, response) = oneshot::channel();
         {
             let mut pending = shared.lock();

@@ -16,7 +16,8 @@ pub enum ClientError {
     /// The broker refused the request with a stable code.
     #[error("{}: {message}", code.name())]
     Server {
-        /// Never `NONE` and never `NOT_OWNER` (that is [`ClientError::NotOwner`]).
+        /// Never `NONE`, `NOT_OWNER` nor `NOT_LEADER` (those are
+        /// [`ClientError::NotOwner`] and [`ClientError::NotLeader`]).
         code: ErrorCode,
         /// The broker's explanation.
         message: String,
@@ -29,6 +30,17 @@ pub enum ClientError {
         message: String,
         /// The owning shard.
         owner: Option<NodeAddress>,
+    },
+    /// The node holds a replica of the partition (or of the cluster's
+    /// catalog) but does not lead it; `leader` is where the leader serves
+    /// (when the node knows one). The client follows it as it follows
+    /// [`ClientError::NotOwner`].
+    #[error("NOT_LEADER: {message}{}", owner_suffix(.leader))]
+    NotLeader {
+        /// The broker's explanation.
+        message: String,
+        /// The leader's address.
+        leader: Option<NodeAddress>,
     },
     /// A socket operation failed.
     #[error("I/O error with {addr}: {source}")]
@@ -170,7 +182,7 @@ fn owner_suffix(owner: &Option<NodeAddress>) -> String {
 
 impl ClientError {
     /// The stable wire code this error corresponds to, if it came from (or
-    /// maps onto) one: the broker's code, `NOT_OWNER`, `TIMEOUT` or
+    /// maps onto) one: the broker's code, `NOT_OWNER`, `NOT_LEADER`, `TIMEOUT` or
     /// `QUEUE_NOT_FOUND`; for [`AckRefused`](Self::AckRefused) the code of
     /// the first refused token.
     pub fn code(&self) -> Option<ErrorCode> {
@@ -181,6 +193,7 @@ impl ClientError {
             Self::NotOwner { .. }
             | Self::RouteExhausted { .. }
             | Self::ControlRouteExhausted { .. } => Some(ErrorCode::NotOwner),
+            Self::NotLeader { .. } => Some(ErrorCode::NotLeader),
             Self::Timeout { .. } => Some(ErrorCode::Timeout),
             Self::UnknownQueue(_) => Some(ErrorCode::QueueNotFound),
             Self::Encode(error) => Some(error.code()),
@@ -195,6 +208,7 @@ impl ClientError {
         match self {
             Self::Server { code, .. } => code.is_retriable(),
             Self::NotOwner { .. }
+            | Self::NotLeader { .. }
             | Self::QuotaExceeded { .. }
             | Self::Io { .. }
             | Self::ConnectionClosed { .. }
@@ -249,6 +263,8 @@ impl ClientError {
     ) -> Self {
         if code == ErrorCode::NotOwner {
             Self::NotOwner { message, owner }
+        } else if code == ErrorCode::NotLeader {
+            Self::NotLeader { message, leader: owner }
         } else if code == ErrorCode::QuotaExceeded {
             let retry_after = spool_wire::codes::parse_retry_after_ms(&message)
                 .map(std::time::Duration::from_millis);

@@ -697,6 +697,9 @@ fn duplicate_error(error: &ClientError) -> ClientError {
         ClientError::NotOwner { message, owner } => {
             ClientError::NotOwner { message: message.clone(), owner: owner.clone() }
         }
+        ClientError::NotLeader { message, leader } => {
+            ClientError::NotLeader { message: message.clone(), leader: leader.clone() }
+        }
         ClientError::Io { addr, source } => ClientError::Io {
             addr: addr.clone(),
             source: std::io::Error::new(source.kind(), source.to_string()),

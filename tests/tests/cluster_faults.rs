@@ -13,7 +13,7 @@
 //! - tokens of a killed leader's claims refused by its successor
 //!   (`STALE_TOKEN`: the epoch fence run through the log), their messages
 //!   claimable again at once and ackable with new tokens; before the kill,
-//!   a follower asked to ack them answers `NOT_OWNER` for each;
+//!   a follower asked to ack them answers `NOT_LEADER` for each (`NOT_OWNER` to an Ack v0);
 //! - all three nodes killed at the same moment and restarted: every
 //!   message acknowledged and not acked delivered, none acked delivered;
 //! - a follower restarted behind its leader catches up while sends go on
@@ -486,7 +486,7 @@ async fn tokens_of_a_killed_leader_are_stale_at_its_successor() {
     let (mut cluster, leaders) = cluster_with_queue(ClusterOptions::new(3, 1), PARTITIONS).await;
     let victim = leaders[0];
     let survivor = (0..3).find(|&index| index != victim).unwrap();
-    // Bootstrapped on a survivor: its claims and acks follow NOT_OWNER to
+    // Bootstrapped on a survivor: its claims and acks follow NOT_LEADER to
     // the leader of the moment.
     let client = client_at(&cluster.node(survivor).client_addr()).await;
     wait_for_queue(&client, QUEUE, PARTITIONS).await;
@@ -505,19 +505,23 @@ async fn tokens_of_a_killed_leader_are_stale_at_its_successor() {
     let held_ids = ids(held);
     // Every claim was answered by the leader the metrics named.
     assert_eq!(wait_led(&cluster, PARTITIONS, LEAD_TIMEOUT).await, vec![victim]);
-    // A follower asked to ack them answers NOT_OWNER for each (the client
-    // then asks the leader), never settles or calls them stale.
+    // A follower asked to ack them answers NOT_LEADER for each (NOT_OWNER
+    // to an Ack v0: the code it knows; the client then asks the leader),
+    // never settles or calls them stale.
     let follower =
         Connection::connect(&cluster.node(survivor).client_addr(), ConnectionConfig::default())
             .await
             .unwrap();
     let probe: Vec<_> = held[..5].iter().map(Delivery::token).collect();
-    let answer = follower.call(&Request::Ack(AckRequest { tokens: probe })).await.unwrap();
-    match answer.response().unwrap() {
-        Response::Ack(response) => {
-            assert_eq!(response.results, vec![ErrorCode::NotOwner; 5], "a follower's ack answers");
+    for (version, code) in [(1, ErrorCode::NotLeader), (0, ErrorCode::NotOwner)] {
+        let request = Request::Ack(AckRequest { tokens: probe.clone() });
+        let answer = follower.call_version(&request, version).await.unwrap();
+        match answer.response().unwrap() {
+            Response::Ack(response) => {
+                assert_eq!(response.results, vec![code; 5], "a follower's Ack v{version} answers");
+            }
+            other => panic!("a follower answered an Ack with {other:?}"),
         }
-        other => panic!("a follower answered an Ack with {other:?}"),
     }
 
     eprintln!("killing node {} with {} claims held", victim + 1, held.len());

@@ -82,6 +82,12 @@ pub enum ErrorCode {
     /// used up on this shard; the message names the quota and says after
     /// how many milliseconds to retry.
     QuotaExceeded = 26,
+    /// This node holds a replica of the partition (or of the cluster's
+    /// catalog) but does not lead it; the reply names the leader when one
+    /// is known. Sent only at the versions
+    /// [`ApiKey::not_leader_version`](crate::proto::ApiKey::not_leader_version)
+    /// names: an older request gets [`ErrorCode::NotOwner`] in its place.
+    NotLeader = 27,
 }
 
 /// Static facts about one code: its stable name, a one-line description and
@@ -167,6 +173,12 @@ pub const ERROR_CODES: &[ErrorCodeInfo] = &[
         ErrorCode::QuotaExceeded,
         "QUOTA_EXCEEDED",
         "the principal's quota is used up; retry after the time the message names",
+        true,
+    ),
+    info(
+        ErrorCode::NotLeader,
+        "NOT_LEADER",
+        "this node holds a replica but does not lead it; the reply names the leader",
         true,
     ),
 ];
@@ -275,6 +287,7 @@ mod tests {
             (24, "UNAUTHENTICATED"),
             (25, "PERMISSION_DENIED"),
             (26, "QUOTA_EXCEEDED"),
+            (27, "NOT_LEADER"),
         ];
         assert_eq!(pinned.len(), ERROR_CODES.len());
         for &(number, name) in pinned {
@@ -287,6 +300,7 @@ mod tests {
         assert_eq!(ErrorCode::Unauthenticated as u16, 24);
         assert_eq!(ErrorCode::PermissionDenied as u16, 25);
         assert_eq!(ErrorCode::QuotaExceeded as u16, 26);
+        assert_eq!(ErrorCode::NotLeader as u16, 27);
     }
 
     // Goal: the retry hint of a quota refusal reads back; anything else is
@@ -316,6 +330,7 @@ mod tests {
     fn retry_flags() {
         assert!(ErrorCode::QueueFull.is_retriable());
         assert!(ErrorCode::NotOwner.is_retriable());
+        assert!(ErrorCode::NotLeader.is_retriable());
         assert!(!ErrorCode::StaleToken.is_retriable());
         assert!(!ErrorCode::MalformedFrame.is_retriable());
         assert!(ERROR_CODES.iter().all(|row| !row.description.is_empty()));

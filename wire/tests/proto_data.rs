@@ -462,10 +462,10 @@ fn claim_of(partition: PartitionId) -> Request<'static> {
 // each version, and a hand-made v0 frame naming ANY through the decoder.
 #[test]
 fn claim_any_needs_version_1() {
-    assert_eq!(ApiKey::Claim.max_version(), 1);
-    assert_eq!(ApiKey::Ack.max_version(), 0);
+    assert_eq!(ApiKey::Claim.max_version(), 2);
+    assert_eq!(ApiKey::Ack.max_version(), 1);
     let mut bytes = Vec::new();
-    claim_of(PartitionId::ANY).encode(CorrelationId(3), &mut bytes).unwrap();
+    claim_of(PartitionId::ANY).encode_version(CorrelationId(3), 1, &mut bytes).unwrap();
     through_decoder(&bytes, |frame| {
         assert_eq!(frame.header.api_version, 1);
         assert_eq!(Request::decode(frame).unwrap(), claim_of(PartitionId::ANY));
@@ -488,7 +488,7 @@ fn claim_any_needs_version_1() {
     });
     // A version this codec does not speak is refused before anything is written.
     let mut none = Vec::new();
-    assert!(claim_of(PartitionId(2)).encode_version(CorrelationId(4), 2, &mut none).is_err());
+    assert!(claim_of(PartitionId(2)).encode_version(CorrelationId(4), 3, &mut none).is_err());
     assert!(none.is_empty());
 }
 
@@ -533,4 +533,58 @@ fn claim_response_names_partitions_from_version_1() {
         assert_eq!(decoded.deliveries[0].offset, Offset(10));
         assert_eq!(decoded.deliveries[1].record, &record);
     });
+}
+
+/// The code a reply encoded for `key` at `version` carries once decoded:
+/// the header's for an error reply.
+fn error_code_at(key: ApiKey, version: u16, code: ErrorCode) -> ErrorCode {
+    let mut bytes = Vec::new();
+    let reply = spool_wire::proto::ErrorResponse::new(code, "led elsewhere");
+    reply.encode(CorrelationId(9), key.as_u16(), version, &mut bytes).unwrap();
+    let mut found = None;
+    through_decoder(&bytes, |frame| match Response::decode(frame).unwrap().reply {
+        Reply::Err(error) => found = Some(error.code),
+        other => panic!("not an error reply: {other:?}"),
+    });
+    found.unwrap()
+}
+
+// Goal: NOT_LEADER reaches only requests of a version that postdates it
+// (codes.rs's rule); an older request gets NOT_OWNER, which it knows and
+// redirects on alike. Method: an error reply and an Ack's per-token
+// results encoded at each version of each key, decoded back.
+#[test]
+fn not_leader_only_from_the_version_that_added_it() {
+    for key in ApiKey::ALL {
+        for version in key.min_version()..=key.max_version() {
+            let expected = match key.not_leader_version() {
+                Some(since) if version >= since => ErrorCode::NotLeader,
+                _ => ErrorCode::NotOwner,
+            };
+            assert_eq!(
+                error_code_at(key, version, ErrorCode::NotLeader),
+                expected,
+                "{key:?} v{version}"
+            );
+            // Other codes pass unchanged.
+            assert_eq!(error_code_at(key, version, ErrorCode::StaleToken), ErrorCode::StaleToken);
+        }
+    }
+    assert_eq!(ApiKey::Claim.not_leader_version(), Some(2));
+    assert_eq!(ApiKey::Metadata.not_leader_version(), None);
+    let response = Response::Ack(AckResponse {
+        results: vec![ErrorCode::None, ErrorCode::NotLeader, ErrorCode::StaleToken],
+    });
+    for (version, middle) in [(0, ErrorCode::NotOwner), (1, ErrorCode::NotLeader)] {
+        let mut bytes = Vec::new();
+        response.encode_version(CorrelationId(5), version, &mut bytes).unwrap();
+        through_decoder(&bytes, |frame| match Response::decode(frame).unwrap().reply {
+            Reply::Ok(Response::Ack(AckResponse { results })) => assert_eq!(
+                results,
+                vec![ErrorCode::None, middle, ErrorCode::StaleToken],
+                "Ack v{version}"
+            ),
+            other => panic!("not an Ack: {other:?}"),
+        });
+    }
 }

@@ -154,12 +154,12 @@ impl PartitionError {
             | PartitionError::CheckpointsStopped { .. } => ErrorCode::StorageFailed,
             PartitionError::ReadMiss { .. } => ErrorCode::Internal,
             PartitionError::Config(_) => ErrorCode::InvalidArgument,
-            // Until the cluster's metadata carries leaders, a client finds
-            // the leader as it finds a moved partition's owner.
-            PartitionError::NotLeader { .. } => ErrorCode::NotOwner,
+            // A client of an older version gets NOT_OWNER in its place
+            // (`ApiKey::answerable`, at the encode).
+            PartitionError::NotLeader { .. } => ErrorCode::NotLeader,
             PartitionError::Replica(error) => match error {
                 DriverError::NotLeader { .. } | DriverError::Superseded { .. } => {
-                    ErrorCode::NotOwner
+                    ErrorCode::NotLeader
                 }
                 DriverError::Busy => ErrorCode::Throttled,
                 DriverError::InvalidBatch(_) => ErrorCode::BatchInvalid,

@@ -127,7 +127,8 @@ impl ShardCluster {
         self.node.leaders().leader(queue_id.0, partition.0)
     }
 
-    /// NOT_OWNER for a partition open here whose member does not serve:
+    /// NOT_LEADER (NOT_OWNER to an older client: `ApiKey::answerable`) for
+    /// a partition open here whose member does not serve:
     /// the leader's address when another node leads, none while no leader
     /// is known or this member is still taking the lead.
     pub(super) fn not_leader(&self, name: &PartitionName) -> ErrorResponse {
@@ -139,13 +140,13 @@ impl ShardCluster {
         match leader {
             Some(owner) => {
                 let message = format!("partition {queue}/{partition} is led at {owner}");
-                let mut reply = ErrorResponse::new(ErrorCode::NotOwner, message);
+                let mut reply = ErrorResponse::new(ErrorCode::NotLeader, message);
                 reply.owner =
                     Some(NodeAddress { host: owner.ip().to_string(), port: owner.port() });
                 reply
             }
             None => ErrorResponse::new(
-                ErrorCode::NotOwner,
+                ErrorCode::NotLeader,
                 format!("partition {queue}/{partition} has no leader serving yet; retry shortly"),
             ),
         }

@@ -136,9 +136,10 @@ fn control_error(failure: &CoordinatorError) -> ErrorResponse {
         CoordinatorError::Stopped => ErrorCode::ShuttingDown,
         CoordinatorError::CreateFailed { .. } => ErrorCode::StorageFailed,
         CoordinatorError::CreateRefused { .. } => ErrorCode::InvalidArgument,
-        // Another node leads the controller: its address, as `route` does.
+        // Another node leads the controller: its address, as `route` does
+        // (NOT_OWNER to an older client).
         CoordinatorError::NotLeader { client, .. } => {
-            let mut reply = error_from(ErrorCode::NotOwner, failure.to_string());
+            let mut reply = error_from(ErrorCode::NotLeader, failure.to_string());
             reply.owner =
                 client.map(|addr| NodeAddress { host: addr.ip().to_string(), port: addr.port() });
             return reply;
@@ -204,7 +205,8 @@ impl SpoolHandler {
         QueueName::new(queue).is_ok_and(|name| self.state.table.borrow().queue(&name).is_some())
     }
 
-    /// The local partition, or the error a client should see: NOT_OWNER
+    /// The local partition, or the error a client should see: NOT_OWNER (or
+    /// NOT_LEADER from a replica that does not lead)
     /// with the owner's address, QUEUE_NOT_FOUND or PARTITION_NOT_FOUND.
     pub(super) fn route(
         &self,
@@ -495,7 +497,7 @@ impl SpoolHandler {
         partition: PartitionId,
     ) -> Result<Rc<Served>, ErrorResponse> {
         if let Some(found) = self.state.served_by_id(queue_id, partition) {
-            // A cluster member that does not lead answers NOT_OWNER with the
+            // A cluster member that does not lead answers NOT_LEADER with the
             // leader, as `route` does: its state is a follower's, and a
             // token it took would be refused as stale (or worse, settled on
             // a copy that does not serve).
@@ -637,7 +639,7 @@ impl SpoolHandler {
             let mut out = Vec::new();
             let encoded = match self.auth.authenticate(handshake, connection).await {
                 Ok(response) => Response::Authenticate(response)
-                    .encode(correlation_id, &mut out)
+                    .encode_version(correlation_id, api_version, &mut out)
                     .map_err(|e| error(ErrorCode::Internal, e.to_string())),
                 Err(reply) => Err(reply),
             };
@@ -743,7 +745,7 @@ impl SpoolHandler {
                 CancelOutcome::NotPending
             };
             Response::CancelClaim(CancelClaimResponse { outcome })
-                .encode(correlation_id, &mut out)
+                .encode_version(correlation_id, api_version, &mut out)
                 .map_err(|e| error(ErrorCode::Internal, e.to_string()))
         } else {
             // Records are attributed (an `Attributed` event per batch) only
@@ -764,7 +766,7 @@ impl SpoolHandler {
             }
             match answered {
                 Ok(response) => response
-                    .encode(correlation_id, &mut out)
+                    .encode_version(correlation_id, api_version, &mut out)
                     .map_err(|e| error(ErrorCode::Internal, e.to_string())),
                 Err(reply) => Err(reply),
             }

@@ -80,7 +80,10 @@ impl Client {
                 message,
             };
             match answer {
-                Err(ClientError::NotOwner { owner: Some(owner), message }) => {
+                Err(
+                    ClientError::NotOwner { owner: Some(owner), message }
+                    | ClientError::NotLeader { leader: Some(owner), message },
+                ) => {
                     hops += 1;
                     if hops >= ROUTE_ATTEMPTS_MAX {
                         return Err(exhausted(sent, message));
@@ -89,7 +92,10 @@ impl Client {
                     tracing::debug!(%operation, %addr, %next, %message, "not the controller leader; following");
                     addr = next;
                 }
-                Err(ClientError::NotOwner { owner: None, message }) => {
+                Err(
+                    ClientError::NotOwner { owner: None, message }
+                    | ClientError::NotLeader { leader: None, message },
+                ) => {
                     waits += 1;
                     if waits >= LEADER_WAIT_ATTEMPTS_MAX {
                         return Err(exhausted(sent, message));

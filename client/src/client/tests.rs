@@ -295,3 +295,81 @@ async fn a_data_call_waits_for_an_election() {
     assert_eq!(bounded(admin.purge("jobs", PartitionId(0), true)).await.unwrap(), 5);
     assert_eq!(*purges.lock().unwrap(), 3);
 }
+
+/// `NOT_LEADER` naming `leader_port`, as a broker of this version answers
+/// a request of the version that may receive it.
+fn not_leader(id: CorrelationId, key: ApiKey, leader_port: u16) -> Vec<u8> {
+    let owner = Some(NodeAddress { host: "127.0.0.1".into(), port: leader_port });
+    let message = "partition jobs/0 is led elsewhere".to_owned();
+    let mut out = Vec::new();
+    ErrorResponse { code: ErrorCode::NotLeader, message, owner }
+        .encode(id, key.as_u16(), key.max_version(), &mut out)
+        .unwrap();
+    out
+}
+
+// Goal: NOT_LEADER is followed as NOT_OWNER is: a data call goes to the
+// leader it names, and the typed error reads back. Method: a follower whose
+// metadata names itself answers a purge NOT_LEADER naming a second node,
+// which serves; each sees one purge.
+#[tokio::test]
+async fn a_data_call_follows_not_leader() {
+    let leader_purges = Arc::new(Mutex::new(0u32));
+    let leader = {
+        let purges = Arc::clone(&leader_purges);
+        serve(Arc::new(move |request: &Request<'_>, id| match request {
+            Request::Purge(_) => {
+                *purges.lock().unwrap() += 1;
+                encode(id, Response::Purge(PurgeResponse { count: 5 }))
+            }
+            Request::Metadata(_) => encode(
+                id,
+                Response::Metadata(MetadataResponse {
+                    assignment_version: VERSION,
+                    queues: Vec::new(),
+                }),
+            ),
+            other => panic!("unexpected {other:?}"),
+        }))
+        .await
+    };
+    let follower_purges = Arc::new(Mutex::new(0u32));
+    let own_port = Arc::new(Mutex::new(0u16));
+    let handler = {
+        let (purges, own_port) = (Arc::clone(&follower_purges), Arc::clone(&own_port));
+        move |request: &Request<'_>, id| match request {
+            Request::Metadata(_) => {
+                let partition = PartitionMetadata {
+                    partition: PartitionId(0),
+                    host: "127.0.0.1".into(),
+                    shard_port: *own_port.lock().unwrap(),
+                    leader_epoch: LeaderEpoch(1),
+                };
+                let queue = QueueMetadata { name: "jobs".into(), partitions: vec![partition] };
+                let response =
+                    MetadataResponse { assignment_version: VERSION, queues: vec![queue] };
+                encode(id, Response::Metadata(response))
+            }
+            Request::Purge(_) => {
+                *purges.lock().unwrap() += 1;
+                not_leader(id, ApiKey::Purge, leader)
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    let port = serve(Arc::new(handler)).await;
+    *own_port.lock().unwrap() = port;
+    let admin = Admin::new(Client::connect(&format!("127.0.0.1:{port}")).await.unwrap());
+    assert_eq!(bounded(admin.purge("jobs", PartitionId(0), true)).await.unwrap(), 5);
+    assert_eq!((*follower_purges.lock().unwrap(), *leader_purges.lock().unwrap()), (1, 1));
+
+    let error = ClientError::from_response(
+        ErrorCode::NotLeader,
+        "led elsewhere".to_owned(),
+        Some(NodeAddress { host: "127.0.0.1".into(), port: leader }),
+    );
+    assert!(matches!(error, ClientError::NotLeader { leader: Some(_), .. }), "{error:?}");
+    assert_eq!(error.code(), Some(ErrorCode::NotLeader));
+    assert!(error.is_retriable());
+    assert!(error.to_string().starts_with("NOT_LEADER: led elsewhere"), "{error}");
+}

@@ -13,7 +13,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use spool_wire::proto::{DeliveryToken, PartitionId};
-use spool_wire::ErrorCode;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
@@ -123,11 +122,11 @@ async fn ack_request(shared: Arc<Shared>, items: Vec<AckItem>, _permit: OwnedSem
         Err(ClientError::AckRefused { refused, tokens }) => {
             counters.acked.fetch_add((tokens - refused.len()) as u64, Ordering::Relaxed);
             // Tokens of several partitions went to one owner, and some
-            // partition's leader is elsewhere (NOT_OWNER, retried by `ack`
+            // partition's leader is elsewhere (NOT_LEADER, retried by `ack`
             // only through the first partition's owner): sent again
             // partition by partition, each to its own leader.
             let (moved, failed): (Vec<&RefusedAck>, Vec<&RefusedAck>) =
-                refused.iter().partition(|refused| refused.code == ErrorCode::NotOwner);
+                refused.iter().partition(|refused| crate::client::is_redirect(refused.code));
             for refused in &failed {
                 let offset = items.get(refused.index).map_or(0, |item| item.target.offset.0);
                 tracing::warn!(%queue, offset, code = %refused.code, "ack refused");

@@ -13,7 +13,7 @@
 
 use super::codec::{check_len, check_range, validate_queue_name, Reader, Writer};
 use super::error::ProtoError;
-use super::frame::{CorrelationId, CLAIM_VERSION_ANY};
+use super::frame::{ApiKey, CorrelationId, CLAIM_VERSION_ANY};
 use super::ids::{Generation, Offset, PartitionId, WorkerId};
 use super::limits::{
     ACK_TOKENS_MAX, CLAIM_BYTES_MAX, CLAIM_CREDITS_MAX, CLAIM_WAIT_MS_MAX, DELIVERY_TOKEN_BYTES,
@@ -548,10 +548,12 @@ impl AckResponse {
         check_len("ack results", self.results.len(), ACK_TOKENS_MAX as usize)
     }
 
-    pub(crate) fn write(&self, writer: &mut Writer<'_>) {
+    /// Writes the results as `version` of Ack may carry them
+    /// ([`ApiKey::answerable`]).
+    pub(crate) fn write(&self, writer: &mut Writer<'_>, version: u16) {
         writer.u32(self.results.len() as u32);
         for code in &self.results {
-            writer.u16(code.as_u16());
+            writer.u16(ApiKey::Ack.answerable(version, *code).as_u16());
         }
     }
 

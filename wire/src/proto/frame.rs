@@ -53,6 +53,9 @@ const FLAGS_KNOWN: u16 = FLAG_RESPONSE;
 /// [`PartitionId::ANY`]: crate::proto::PartitionId::ANY
 pub const CLAIM_VERSION_ANY: u16 = 1;
 
+/// The Claim version that may be answered [`ErrorCode::NotLeader`].
+pub const CLAIM_VERSION_NOT_LEADER: u16 = 2;
+
 /// The operation a frame carries. Numbers are stable and never reused, like
 /// error codes; data-path keys are below 16, control-plane keys 16 and up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -132,13 +135,48 @@ impl ApiKey {
 
     /// Newest api version this codec decodes and encodes; encoders write it.
     /// Claim v1: the request may name [`PartitionId::ANY`], and each delivery
-    /// of the response names its partition.
+    /// of the response names its partition. The version
+    /// [`not_leader_version`](Self::not_leader_version) names (Claim v2, v1
+    /// of the others it names): the answer may be
+    /// [`ErrorCode::NotLeader`]; the layouts are unchanged.
     ///
     /// [`PartitionId::ANY`]: crate::proto::PartitionId::ANY
     pub const fn max_version(self) -> u16 {
+        match self.not_leader_version() {
+            Some(version) => version,
+            None => 0,
+        }
+    }
+
+    /// The first version of this key whose answer (the header's code, or
+    /// a per-item code) may be [`ErrorCode::NotLeader`]; `None` for keys
+    /// that never answer it (they name no partition and no catalog change).
+    pub const fn not_leader_version(self) -> Option<u16> {
         match self {
-            Self::Claim => CLAIM_VERSION_ANY,
-            _ => 0,
+            Self::Claim => Some(CLAIM_VERSION_NOT_LEADER),
+            Self::Enqueue
+            | Self::Extend
+            | Self::Ack
+            | Self::Release
+            | Self::CreateQueue
+            | Self::DeleteQueue
+            | Self::DescribeQueue
+            | Self::Peek
+            | Self::Purge
+            | Self::DeadLetters
+            | Self::Redrive => Some(1),
+            Self::CancelClaim | Self::Authenticate | Self::ListQueues | Self::Metadata => None,
+        }
+    }
+
+    /// `code` as a request of this key at `version` may receive it: a
+    /// code added after that version is replaced by the one older clients
+    /// know for it ([`ErrorCode::NotLeader`] → [`ErrorCode::NotOwner`]).
+    pub const fn answerable(self, version: u16, code: ErrorCode) -> ErrorCode {
+        match (code, self.not_leader_version()) {
+            (ErrorCode::NotLeader, Some(since)) if version >= since => ErrorCode::NotLeader,
+            (ErrorCode::NotLeader, _) => ErrorCode::NotOwner,
+            (code, _) => code,
         }
     }
 

@@ -416,7 +416,7 @@ impl<'a> Response<'a> {
                 Self::Enqueue(response) => response.write(&mut writer),
                 Self::Claim(response) => response.write(&mut writer, version),
                 Self::Extend(response) => response.write(&mut writer),
-                Self::Ack(response) => response.write(&mut writer),
+                Self::Ack(response) => response.write(&mut writer, version),
                 Self::Release(response) => response.write(&mut writer),
                 Self::CancelClaim(response) => response.write(&mut writer),
                 Self::Authenticate(response) => response.write(&mut writer),
@@ -518,12 +518,16 @@ impl ErrorResponse {
         if let Some(owner) = &self.owner {
             check_range("owner host length", owner.host.len() as u64, 1, HOST_BYTES_MAX as u64)?;
         }
+        // A code the request's version predates goes out as the one that
+        // version knows (`ApiKey::answerable`).
+        let code = ApiKey::from_u16(api_key)
+            .map_or(self.code, |key| key.answerable(api_version, self.code));
         let fields = HeaderFields {
             api_key,
             api_version,
             correlation_id,
             is_response: true,
-            error_code: self.code,
+            error_code: code,
         };
         encode_frame(out, &fields, |out| {
             let mut writer = Writer::new(out);

@@ -51,6 +51,7 @@ pub fn status_for(code: ErrorCode) -> StatusCode {
         }
         ErrorCode::DiskFull => StatusCode::INSUFFICIENT_STORAGE,
         ErrorCode::NotOwner
+        | ErrorCode::NotLeader
         | ErrorCode::TooManyConnections
         | ErrorCode::ShuttingDown
         | ErrorCode::StorageFailed => StatusCode::SERVICE_UNAVAILABLE,

@@ -310,7 +310,12 @@ impl Gateway {
     fn fail_on(&self, client: &Client, queue: &str, error: ClientError) -> ApiError {
         if matches!(
             error.code(),
-            Some(ErrorCode::QueueNotFound | ErrorCode::PartitionNotFound | ErrorCode::NotOwner)
+            Some(
+                ErrorCode::QueueNotFound
+                    | ErrorCode::PartitionNotFound
+                    | ErrorCode::NotOwner
+                    | ErrorCode::NotLeader
+            )
         ) {
             client.forget_queue(queue);
         }
