@@ -49,9 +49,11 @@ use tempfile::TempDir;
 
 use crate::fault::message_id;
 
+use crate::netcut::PeerRelay;
 use crate::{
-    now, reserve_ports, send_signal, spawn_lasting, spoold_bin, BROKER_STARTUP_TIMEOUT_MS,
-    EXIT_PORT_IN_USE, PORTS_RELEASE_TIMEOUT, SEGMENT_BYTES_TEST, START_TIMEOUT,
+    now, reserve_ports, send_signal, spawn_lasting, spoold_bin, spoold_failpoints_bin,
+    BROKER_STARTUP_TIMEOUT_MS, EXIT_PORT_IN_USE, FAILPOINTS_ENV, PORTS_RELEASE_TIMEOUT,
+    SEGMENT_BYTES_TEST, START_TIMEOUT,
 };
 
 /// Bytes of the cluster secret (the broker's `SECRET_BYTES`).
@@ -89,6 +91,9 @@ pub struct ClusterOptions {
     pub controller_voters: u32,
     /// Mutual TLS on the peer links, with a CA made for the cluster.
     pub peer_tls: bool,
+    /// Peer links through a relay the test can cut
+    /// ([`Cluster::cut_off`], `netcut.rs`).
+    pub peer_relay: bool,
 }
 
 impl ClusterOptions {
@@ -101,12 +106,18 @@ impl ClusterOptions {
             replication_factor: 3,
             controller_voters: nodes,
             peer_tls: false,
+            peer_relay: false,
         }
     }
 
     /// The same with peer TLS on.
     pub fn with_peer_tls(self) -> ClusterOptions {
         ClusterOptions { peer_tls: true, ..self }
+    }
+
+    /// The same with the peer links through a relay the test can cut.
+    pub fn with_peer_relay(self) -> ClusterOptions {
+        ClusterOptions { peer_relay: true, ..self }
     }
 }
 
@@ -169,6 +180,8 @@ pub struct ClusterNode {
     /// Stopped with SIGSTOP ([`Cluster::pause`]): its process exists but
     /// answers nothing, so it is not asked.
     paused: bool,
+    /// Failpoints armed at its next start (`spoold-failpoints` then runs).
+    failpoints: Option<String>,
 }
 
 impl ClusterNode {
@@ -237,6 +250,9 @@ pub struct Cluster {
     cores: u16,
     peer_ca: Option<PeerCa>,
     nodes: Vec<ClusterNode>,
+    /// The peer links' relay when the options ask for one, and the first
+    /// of its ports.
+    relay: Option<(PeerRelay, u16)>,
 }
 
 /// Why a cluster did not come up: the node, how it ended, its log.
@@ -387,8 +403,14 @@ impl Cluster {
             std::fs::write(root.path().join("peer-ca.pem"), ca.cert.pem()).expect("write the CA");
             ca
         });
-        let mut cluster =
-            Cluster { root, options, cores: options.cores, peer_ca, nodes: Vec::new() };
+        let mut cluster = Cluster {
+            root,
+            options,
+            cores: options.cores,
+            peer_ca,
+            nodes: Vec::new(),
+            relay: None,
+        };
         for attempt in 1..=START_ATTEMPTS_MAX {
             cluster.lay_out(options.nodes);
             for index in 0..cluster.nodes.len() {
@@ -426,9 +448,27 @@ impl Cluster {
                     child: None,
                     starts: 0,
                     paused: false,
+                    failpoints: None,
                 }
             })
             .collect();
+        self.relay = None;
+        if self.options.peer_relay {
+            let ports = self.relay_ports_per_pair() * count_u16 * count_u16;
+            let base = reserve_cluster_ports(ports);
+            let mut routes = Vec::new();
+            for from in 0..self.nodes.len() {
+                for to in (0..self.nodes.len()).filter(|&to| to != from) {
+                    for offset in 0..self.relay_ports_per_pair() {
+                        let listen = self.relay_port(base, from, to) + offset;
+                        let target = self.nodes[to].peer_port + offset;
+                        routes.push((self.nodes[from].id, self.nodes[to].id, listen, target));
+                    }
+                }
+            }
+            let relay = PeerRelay::start(&routes).expect("start the peer relay");
+            self.relay = Some((relay, base));
+        }
         for node in &self.nodes {
             std::fs::write(node.config_path(), self.config_text(node)).expect("write config");
         }
@@ -437,6 +477,39 @@ impl Cluster {
                 self.set_peer_certificate(index, PeerCertificate::Own);
             }
         }
+    }
+
+    /// Relay ports per directed pair of nodes: one per peer port of the
+    /// target (its shards' and its controller's).
+    fn relay_ports_per_pair(&self) -> u16 {
+        self.cores + 1
+    }
+
+    /// The first relay port of the link from node index `from` to `to`.
+    fn relay_port(&self, base: u16, from: usize, to: usize) -> u16 {
+        let count = self.nodes.len();
+        let pair = u16::try_from(from * count + to).expect("pair index fits u16");
+        base + pair * self.relay_ports_per_pair()
+    }
+
+    /// Cuts node `index` off from every other node (the cluster runs with
+    /// [`ClusterOptions::with_peer_relay`]): it keeps running and serving
+    /// its clients, and hears nothing from its peers nor they from it.
+    pub fn cut_off(&self, index: usize) {
+        let (relay, _) = self.relay.as_ref().expect("the cluster runs with a peer relay");
+        relay.cut_node(self.nodes[index].id);
+    }
+
+    /// Heals every cut of [`cut_off`](Self::cut_off).
+    pub fn heal(&self) {
+        let (relay, _) = self.relay.as_ref().expect("the cluster runs with a peer relay");
+        relay.heal();
+    }
+
+    /// Arms `failpoints` (`SPOOL_FAILPOINTS` syntax) in node `index` from
+    /// its next start, which then runs `spoold-failpoints`; `None` disarms.
+    pub fn set_failpoints(&mut self, index: usize, failpoints: Option<&str>) {
+        self.nodes[index].failpoints = failpoints.map(str::to_owned);
     }
 
     /// Writes node `index`'s peer certificate and key (read at its next
@@ -491,11 +564,19 @@ impl Cluster {
             ));
         }
         text.push_str("nodes = [\n");
+        let own =
+            self.nodes.iter().position(|other| other.id == node.id).expect("a node of the cluster");
         for (index, other) in self.nodes.iter().enumerate() {
             let domain = char::from(b'a' + u8::try_from(index % 26).expect("index % 26 fits"));
+            // Another node's peer ports, as this node reaches them: through
+            // the relay when there is one.
+            let peer = match &self.relay {
+                Some((_, base)) if index != own => self.relay_port(*base, own, index),
+                _ => other.peer_port,
+            };
             text.push_str(&format!(
                 "  {{ id = {}, client = \"127.0.0.1:{}\", peer = \"127.0.0.1:{}\", failure_domain = \"{domain}\" }},\n",
-                other.id, other.client_port, other.peer_port
+                other.id, other.client_port, peer
             ));
         }
         text.push_str("]\n");
@@ -510,7 +591,8 @@ impl Cluster {
             .append(true)
             .open(node.log_path())
             .expect("open node log");
-        let mut command = Command::new(spoold_bin());
+        let binary = if node.failpoints.is_some() { spoold_failpoints_bin() } else { spoold_bin() };
+        let mut command = Command::new(binary);
         command
             .arg("--config")
             .arg(node.config_path())
@@ -523,6 +605,9 @@ impl Cluster {
             if name.to_str().is_some_and(|name| name.starts_with("SPOOL_")) {
                 command.env_remove(name);
             }
+        }
+        if let Some(failpoints) = &node.failpoints {
+            command.env(FAILPOINTS_ENV, failpoints);
         }
         // SAFETY: the closure runs in the child between fork and exec and
         // calls only prctl(2), which is async-signal-safe.

@@ -24,6 +24,7 @@ pub mod cluster;
 pub mod events;
 pub mod fault;
 pub mod killloop;
+pub mod netcut;
 
 use std::fs::{File, OpenOptions};
 use std::io::Read;
