@@ -31,7 +31,7 @@ use spool_broker::log::journal::{JournalPos, ShardJournal};
 use spool_broker::log::vote::VoteLog;
 use spool_broker::log::RecordFatal;
 use spool_broker::partition::{
-    Clock, EnqueueOutcome, Partition, PartitionError, PartitionName, ReplicatedOpen,
+    Clock, EnqueueOutcome, OpenReport, Partition, PartitionError, PartitionName, ReplicatedOpen,
 };
 use spool_broker::queue::{
     ClaimRequest, DeliveryToken, Lane, Offset, PartitionId, QueueConfig, QueueId, WorkerId,
@@ -90,6 +90,16 @@ async fn open_member(
     network: &Network,
     now: &Rc<Cell<u64>>,
 ) -> Rc<Partition<SimStorage>> {
+    open_member_reporting(id, storage, network, now).await.0
+}
+
+/// [`open_member`], with what its open found.
+async fn open_member_reporting(
+    id: u64,
+    storage: &SimStorage,
+    network: &Network,
+    now: &Rc<Cell<u64>>,
+) -> (Rc<Partition<SimStorage>>, OpenReport) {
     let fatal = Rc::new(RecordFatal::default());
     let config = journal_common::small_config();
     let (shard, recovery) =
@@ -119,7 +129,7 @@ async fn open_member(
     let clock_now = now.clone();
     let clock: Clock = Rc::new(move || clock_now.get());
     let dir = Path::new(SHARD).join("partitions").join("1-0");
-    let (partition, background, _) = Partition::open_replicated(
+    let (partition, background, report) = Partition::open_replicated(
         storage.clone(),
         &dir,
         name,
@@ -134,7 +144,7 @@ async fn open_member(
     glommio::spawn_local(background).detach();
     glommio::spawn_local(partition.log().driver().unwrap().clone().pump()).detach();
     glommio::spawn_local(partition.clone().run_replica()).detach();
-    partition
+    (partition, report)
 }
 
 /// Moves messages, ticks, folds and hands the lead over, until `done`.
@@ -390,6 +400,95 @@ fn a_leader_cut_off_with_entries_no_one_else_has_rebuilds_its_state_from_the_log
     });
 }
 
+#[test]
+fn checkpoints_cover_only_committed_entries_and_start_opens_and_rebuilds() {
+    // Goal: a replicated partition's checkpoint never holds an entry a new
+    // leader may cancel, and later opens and rebuilds start from it.
+    // Method: 50 messages, 20 claimed and 10 acked at the leader; a
+    // checkpoint at the leader and one at a follower; the leader cut off
+    // with 5 enqueues no one else has, and a checkpoint started there,
+    // which must be dropped (the last one in place stays); a new leader
+    // enqueues 20; healed, the old leader rebuilds from its checkpoint and
+    // folds to the same counters; the follower, killed and reopened from
+    // its crash image, starts from its checkpoint and folds the same.
+    on_executor(async {
+        let now = Rc::new(Cell::new(START_MS));
+        let mut cluster = Cluster::start(&now).await;
+        cluster.until("a serving leader", |c| c.serving().is_some()).await;
+        let old = cluster.serving().unwrap();
+        let lead = cluster.members[old].partition.clone().unwrap();
+        for at in 0..10 {
+            cluster.with(lead.enqueue(&batch(at * 5, 5, START_MS))).await.unwrap();
+        }
+        let claimed = cluster.with(lead.claim(&claim_request(20), Lane::Main, 0)).await.unwrap();
+        assert_eq!(claimed.len(), 20);
+        let tokens: Vec<DeliveryToken> = claimed[..10].iter().map(|c| c.delivery.token).collect();
+        for outcome in cluster.with(lead.ack(&tokens)).await {
+            outcome.unwrap();
+        }
+        let covered = cluster.with(lead.checkpoint()).await.unwrap();
+        assert!(covered.is_some(), "the leader's checkpoint of committed entries is in place");
+        let leader_checkpoint = lead.last_checkpoint().unwrap();
+        let follower = (old + 1) % 3;
+        let other = cluster.members[follower].partition.clone().unwrap();
+        let last = lead.applied_index();
+        cluster.until("the follower's fold", |_| other.applied_index() == last).await;
+        assert!(cluster.with(other.checkpoint()).await.unwrap().is_some());
+
+        cluster.cut.borrow_mut().insert(old as u64 + 1);
+        let cut_lead = lead.clone();
+        glommio::spawn_local(async move {
+            // Answered not done once the old leader steps down.
+            let _ = cut_lead.enqueue(&batch(1_000, 5, START_MS)).await;
+        })
+        .detach();
+        cluster.until("the cut enqueue applied", |_| lead.applied_index() > last).await;
+        let cut_checkpoint: Rc<RefCell<Option<Option<Offset>>>> = Rc::default();
+        let (done, cut_lead) = (cut_checkpoint.clone(), lead.clone());
+        glommio::spawn_local(async move {
+            // An error (its barrier's entries cancelled) is no checkpoint
+            // in place either.
+            *done.borrow_mut() = Some(cut_lead.checkpoint().await.ok().flatten());
+        })
+        .detach();
+        cluster
+            .until("a new leader among the other two", |c| c.serving().is_some_and(|at| at != old))
+            .await;
+        let new = cluster.members[cluster.serving().unwrap()].partition.clone().unwrap();
+        for at in 0..4 {
+            cluster.with(new.enqueue(&batch(2_000 + at * 5, 5, START_MS))).await.unwrap();
+        }
+        cluster.cut.borrow_mut().clear();
+        cluster.until("the cut checkpoint to end", |_| cut_checkpoint.borrow().is_some()).await;
+        assert_eq!(
+            cut_checkpoint.borrow_mut().take().unwrap(),
+            None,
+            "a checkpoint of entries that never committed was put in place"
+        );
+        assert_eq!(lead.last_checkpoint(), Some(leader_checkpoint), "the last one stays");
+        let expected = |c: &Cluster| {
+            c.members.iter().all(|m| {
+                let counters = m.partition.as_ref().unwrap().counters();
+                counters.totals.enqueued == 70
+                    && counters.totals.acked == 10
+                    && counters.ready + counters.claimed == 60
+            })
+        };
+        cluster.until("every member to fold the new leader's entries", expected).await;
+        assert_eq!(lead.role_stats().rebuilds, 1, "the old leader rebuilt its state");
+
+        let image = cluster.members[follower].storage.crash_image(CrashMode::DurableOnly);
+        other.log().driver().unwrap().close();
+        cluster.members[follower].partition = None;
+        drop(other);
+        let (reopened, report) =
+            open_member_reporting(follower as u64 + 1, &image, &cluster.network, &now).await;
+        assert!(report.checkpoint_covers.is_some(), "the reopen started from the checkpoint");
+        cluster.members[follower] = Member { storage: image, partition: Some(reopened) };
+        cluster.until("the reopened member's fold", expected).await;
+    });
+}
+
 /// What one seeded history was told, to check the end state against.
 #[derive(Default)]
 struct Told {
@@ -470,16 +569,17 @@ async fn drain(
 /// member's counters equal, and the leader delivers exactly the messages
 /// answered enqueued and not answered acked (plus some whose outcome was
 /// unknown), none answered acked.
-async fn random_history(seed: u64) {
+async fn random_history(seed: u64) -> u64 {
     let mut rng = spool_broker::io::SplitMix(seed);
     let now = Rc::new(Cell::new(START_MS));
     let mut cluster = Cluster::start(&now).await;
     let mut told = Told::default();
     let mut next_id = 0u64;
+    let mut checkpoints = 0u64;
     for _ in 0..30 {
         cluster.until("a serving leader", |c| c.serving().is_some()).await;
         let lead = cluster.members[cluster.serving().unwrap()].partition.clone().unwrap();
-        match rng.below(10) {
+        match rng.below(12) {
             0..=3 => {
                 let count = 1 + rng.below(8);
                 let bytes = batch(next_id, count, START_MS);
@@ -532,6 +632,16 @@ async fn random_history(seed: u64) {
                     cluster.members[at] = Member { storage: image, partition: Some(restarted) };
                 }
             }
+            10 | 11 => {
+                // A checkpoint at any member (a leader's waits for its
+                // entries' commit): later opens and rebuilds start there.
+                let at = rng.below(3) as usize;
+                if let Some(partition) = cluster.members[at].partition.clone() {
+                    if let Some(Ok(Some(_))) = cluster.within(partition.checkpoint(), 2_000).await {
+                        checkpoints += 1;
+                    }
+                }
+            }
             _ => {
                 // Cut a member off for a while, then heal.
                 let id = 1 + rng.below(3);
@@ -568,7 +678,8 @@ async fn random_history(seed: u64) {
         "seed {seed}: {unexplained:?} delivered but never answered enqueued"
     );
     println!(
-        "seed {seed}: {} enqueued, {} acked, {} delivered at the end, {} rebuilds",
+        "seed {seed}: {} enqueued, {} acked, {} delivered at the end, {} rebuilds, {checkpoints} \
+         checkpoints",
         told.enqueued.len(),
         told.acked.len(),
         delivered.len(),
@@ -578,6 +689,7 @@ async fn random_history(seed: u64) {
             .map(|m| m.partition.as_ref().map_or(0, |p| p.role_stats().rebuilds))
             .sum::<u64>()
     );
+    checkpoints
 }
 
 #[test]
@@ -589,7 +701,13 @@ fn random_histories_of_kills_and_cuts_lose_nothing_acknowledged() {
         .ok()
         .and_then(|value| value.parse().ok())
         .unwrap_or(10);
+    let checkpoints = Rc::new(Cell::new(0));
     for seed in 0..seeds {
-        on_executor(random_history(0x5EED_0000 + seed));
+        let total = checkpoints.clone();
+        on_executor(
+            async move { total.set(total.get() + random_history(0x5EED_0000 + seed).await) },
+        );
     }
+    // Checkpoints were taken, so opens and rebuilds started from them.
+    assert!(checkpoints.get() >= seeds, "{} checkpoints in {seeds} seeds", checkpoints.get());
 }

@@ -185,6 +185,11 @@ pub struct ClusterNode {
 }
 
 impl ClusterNode {
+    /// Its data directory.
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
     /// The node id (1-based).
     pub fn id(&self) -> u32 {
         self.id

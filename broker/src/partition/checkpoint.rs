@@ -59,8 +59,9 @@ impl<S: Storage + Clone> Partition<S> {
     /// [`checkpoint_interval_offsets`] offsets (for what the state holds
     /// now) or [`CHECKPOINT_INTERVAL_BYTES`] bytes.
     pub fn checkpoint_due(&self) -> bool {
-        // Not yet for a replicated partition (`replicated.rs`).
-        self.replica.is_none()
+        // A replicated partition's only while its state covers its whole
+        // log (`replicated.rs`, "Checkpoints").
+        self.replica_checkpointable()
             && !self.checkpoint_running.get()
             && !self.sync_failed.get()
             && !self.closed.get()
@@ -89,24 +90,26 @@ impl<S: Storage + Clone> Partition<S> {
     /// A closed partition takes no checkpoint (`Ok(None)`): its final one
     /// was written by [`Partition::close`], and its directory may be gone.
     pub async fn checkpoint(&self) -> Result<Option<Offset>, PartitionError> {
-        if self.closed.get() || self.replica.is_some() {
+        if self.closed.get() {
             return Ok(None);
         }
         self.run_checkpoint().await
     }
 
-    /// [`Partition::close`]'s final checkpoint, after any running one ended.
+    /// [`Partition::close`]'s final checkpoint, after any running one ended
+    /// (none for a replicated partition: its entries may not all be
+    /// committed, and its next open replays from the last one).
     pub(super) async fn final_checkpoint(&self) -> Result<Option<Offset>, PartitionError> {
         while self.checkpoint_running.get() {
             self.checkpoint_ended.wait().await;
+        }
+        if self.replica.is_some() {
+            return Ok(None);
         }
         self.run_checkpoint().await
     }
 
     async fn run_checkpoint(&self) -> Result<Option<Offset>, PartitionError> {
-        if self.replica.is_some() {
-            return Ok(None);
-        }
         if self.sync_failed.get() {
             return Err(PartitionError::CheckpointsStopped { dir: self.dir.clone() });
         }
@@ -136,7 +139,16 @@ impl<S: Storage + Clone> Partition<S> {
         // the steps below write the state as it is now while requests go on.
         // The snapshot records the data offset it covers; the side file the
         // cursor's value (the scan start; the control cursor leads the
-        // payload: `log.rs`).
+        // payload: `log.rs`). A replicated partition's state must cover its
+        // whole log here (checked in the same synchronous section), and the
+        // checkpoint is put in place only once that log is committed.
+        if !self.replica_checkpointable() {
+            return Ok(None);
+        }
+        let covered = self.replica.as_ref().map(|_| {
+            let part = self.log.journal();
+            (part.last_index(), part.term_at(part.last_index()).unwrap_or(0))
+        });
         let mark = self.log.mark();
         // The open attribution, if any, lies before the mark: it must not
         // grow over records after it (replay from the checkpoint would not
@@ -180,6 +192,12 @@ impl<S: Storage + Clone> Partition<S> {
         let touched = self.state.borrow().snapshot_touched();
         self.state.borrow_mut().end_snapshot();
         barrier.durable().await?;
+        if let Some((index, term)) = covered {
+            if !self.checkpoint_committed(index, term).await {
+                tracing::debug!(partition = ?self.name, index, "checkpoint dropped: not committed");
+                return Ok(None);
+            }
+        }
         writer
             .finish(&self.storage, CHECKPOINT_MAGIC, end.to_checkpoint())
             .await
@@ -200,8 +218,14 @@ impl<S: Storage + Clone> Partition<S> {
         super::dedupe_files::remove_unreferenced(&self.storage, &self.dir, &referred.references)
             .await
             .map_err(LogError::Io)?;
+        // A replicated partition's log is kept whole (no retention below
+        // its checkpoints until they are shipped as snapshots).
         let oldest_live = self.state.borrow().retention_watermark();
-        let deleted = self.log.delete_below(oldest_live, end).await?;
+        let deleted = if self.replica.is_some() {
+            0
+        } else {
+            self.log.delete_below(oldest_live, end).await?
+        };
         tracing::debug!(
             partition = ?self.name,
             covers = covers.0,
@@ -219,6 +243,11 @@ impl<S: Storage + Clone> Partition<S> {
     /// checkpoint) or the oldest data entry it still indexes (what reads of
     /// its live records need), whichever is lower.
     pub fn journal_pin(&self) -> JournalPos {
+        // A replicated partition pins its whole log: a lagging follower
+        // reads any entry back by index (`replicated.rs`, "Checkpoints").
+        if self.replica.is_some() {
+            return JournalPos(0);
+        }
         let scan = JournalPos(self.checkpoint_covers.get().to_checkpoint());
         self.log.journal().oldest_indexed().map_or(scan, |oldest| oldest.min(scan))
     }
@@ -231,6 +260,9 @@ impl<S: Storage + Clone> Partition<S> {
     /// this holds; a partition pinned by an old live record answers false
     /// (a checkpoint would not move it).
     pub fn journal_checkpoint_frees(&self) -> bool {
+        if self.replica.is_some() {
+            return false;
+        }
         if self.checkpoint_running.get() || self.sync_failed.get() || self.closed.get() {
             return false;
         }

@@ -72,7 +72,9 @@ impl<S: Storage + Clone> Partition<S> {
     ) -> Result<RelocateStep, PartitionError> {
         let mut step = RelocateStep::default();
         let part = self.log.journal();
-        if self.closed.get() {
+        // A replicated partition's log is kept whole: its entries are read
+        // back by index for lagging followers.
+        if self.closed.get() || self.replica.is_some() {
             return Ok(step);
         }
         let entries = part.indexed_in(from, to);

@@ -24,11 +24,22 @@
 //!   appended), they may be cancelled by the next leader: the state can no
 //!   longer be trusted and the partition reports itself diverged
 //!   ([`Partition::diverged`]); its owner rebuilds it from the log
-//!   ([`Partition::rebuild`]: a new state folded from every committed
-//!   entry, read back by index).
+//!   ([`Partition::rebuild`]: the last checkpoint, or an empty state, and
+//!   every committed entry after it, read back by index).
 //!
-//! Not yet for replicated partitions: checkpoints and retention (the log
-//! is kept whole until checkpoints are shipped as snapshots), relocation.
+//! **Checkpoints.** A member writes checkpoints as one node does, but only
+//! of a state that covers its whole log (the highest index it applied is
+//! the log's last: always on a serving leader, on a follower between
+//! appends), so the checkpoint's cursor and entry index describe exactly
+//! what the state holds. A leader's state holds entries not yet committed;
+//! the checkpoint is written, then put in place only once the log has
+//! committed its last entry in the same term
+//! ([`REPLICA_CHECKPOINT_COMMIT_WAIT_MS`] at most, else it is dropped), so
+//! a checkpoint never holds an entry a next leader may cancel. At open its
+//! entry index counts as committed (it was), and replay folds what follows
+//! it. Not yet: retention and relocation — the log is kept whole (its
+//! journal files pinned) until checkpoints are shipped as snapshots, since
+//! a lagging follower reads any entry back by index.
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -48,6 +59,7 @@ use crate::log::journal::{PartitionHandle, RecoveredLog, RoutedEntry, ShardJourn
 use crate::log::vote::VoteLog;
 use crate::log::{FatalHandler, ReadBatch, SharedBytes};
 use crate::queue::{LeaderEpoch, Offset, PartitionState, QueueConfig};
+use crate::replica::limits::REPLICA_CHECKPOINT_COMMIT_WAIT_MS;
 use crate::replica::{Members, ReplicaDriver, Timing};
 
 /// What a replicated partition knows of its role; see the module docs.
@@ -154,6 +166,43 @@ impl<S: Storage + Clone> Partition<S> {
     /// The entry index the state holds up to (0 on one node).
     pub fn applied_index(&self) -> u64 {
         self.replica.as_ref().map_or(0, |role| role.applied.get())
+    }
+
+    /// Whether a checkpoint may be taken now: always on one node; for a
+    /// replicated partition, when its state covers its whole log and is
+    /// trusted (module docs, "Checkpoints").
+    pub(super) fn replica_checkpointable(&self) -> bool {
+        let Some(role) = &self.replica else { return true };
+        !role.diverged.get()
+            && !role.rebuilding.get()
+            && role.applied.get() > 0
+            && role.applied.get() == self.log.journal().last_index()
+    }
+
+    /// Waits until the log has committed entry `index`, still of `term`,
+    /// with the state trusted throughout; `false` when it does not within
+    /// [`REPLICA_CHECKPOINT_COMMIT_WAIT_MS`], or the partition diverged or
+    /// closed. Always `true` on one node.
+    pub(super) async fn checkpoint_committed(&self, index: u64, term: u64) -> bool {
+        let (Some(role), Some(driver)) = (&self.replica, self.log.driver()) else {
+            return true;
+        };
+        let started = (self.clock)();
+        loop {
+            let progress = driver.progress();
+            let part = self.log.journal();
+            if self.closed.get() || role.diverged.get() || driver.failure().is_some() {
+                return false;
+            }
+            if part.committed_index() >= index {
+                return part.term_at(index) == Some(term) && !role.diverged.get();
+            }
+            if (self.clock)().saturating_sub(started) >= REPLICA_CHECKPOINT_COMMIT_WAIT_MS {
+                return false;
+            }
+            // Every commit, role change and stop of the member wakes it.
+            progress.await;
+        }
     }
 
     /// Refuses an append unless this partition serves (or runs its
@@ -374,6 +423,10 @@ impl<S: Storage + Clone> Partition<S> {
         let context = context_of(&name, epoch, secret, &config);
         let (state, covers, replay_from) = restore_journal_state(&storage, dir, context).await?;
         let floor = covers.map_or(Offset(0), |covers| Offset(covers.0));
+        // A checkpoint covers only committed entries (module docs): its
+        // index is committed even where the commit markers lag.
+        let mut log = log;
+        log.committed = log.committed.max(replay_from.entry_index());
         let view =
             shard.replicated_partition(handle, routed, log, floor, 0, replay_from.entry_index())?;
         let view = Rc::new(view);
@@ -401,16 +454,18 @@ impl<S: Storage + Clone> Partition<S> {
         Ok(opened)
     }
 
-    /// Rebuilds a diverged partition's state from its log (module docs): a
-    /// new state folded from every committed entry, read back by index,
-    /// in place of the one that held entries a new leader cancelled.
+    /// Rebuilds a diverged partition's state from its log (module docs): the
+    /// last checkpoint (or an empty state) with every committed entry after
+    /// it folded, read back by index, in place of the one that held
+    /// entries a new leader cancelled.
     /// Committed entries arriving meanwhile wait in the member and are
     /// folded after. Returns the entries folded.
     ///
     /// # Errors
-    /// [`PartitionError::Recovery`] when the log no longer holds its first
-    /// entries by index (the node must reopen the partition from its
-    /// journal), and the log's read errors; the partition stays diverged.
+    /// [`PartitionError::Recovery`] when the log no longer holds by index
+    /// the entries after the last checkpoint (the node must reopen the
+    /// partition from its journal), and the checkpoint's and the log's read
+    /// errors; the partition stays diverged.
     pub async fn rebuild(&self) -> Result<u64, PartitionError> {
         let Some(role) = &self.replica else { return Ok(0) };
         if !role.diverged.get() || role.rebuilding.replace(true) {
@@ -437,21 +492,26 @@ impl<S: Storage + Clone> Partition<S> {
         role: &Role,
     ) -> Result<(PartitionState, ReplayFold, u64), PartitionError> {
         let part = self.log.journal().clone();
-        let first = part.first_index();
-        if first > 1 {
-            return Err(self.recovery(format!(
-                "cannot rebuild: entries before {first} are no longer held by index; \
-                 reopen the partition from its journal"
-            )));
-        }
         let config = self.state.borrow().config().clone();
         let context = context_of(&self.name, self.epoch.get(), role.secret.get(), &config);
-        let mut state = PartitionState::new(context)?;
+        // The last checkpoint in place (it covers only committed entries,
+        // none a new leader cancelled), and the entries after it.
+        let (mut state, _, cursor) =
+            restore_journal_state(&self.storage, &self.dir, context).await?;
+        let from = cursor.entry_index() + 1;
+        let first = part.first_index();
+        if first > from {
+            return Err(self.recovery(format!(
+                "cannot rebuild: entries before {first} are no longer held by index and the \
+                 last checkpoint covers up to {}; reopen the partition from its journal",
+                from - 1
+            )));
+        }
         let mut fold = ReplayFold::default();
         // Every entry taken from the member (committed and durable here),
         // and what the log has committed since.
         let upto = part.committed_index().max(role.taken.get());
-        let mut next = 1;
+        let mut next = from;
         while next <= upto {
             let read = part.read_entries(next, upto + 1, REPLAY_READ_BYTES).await?;
             if read.is_empty() {

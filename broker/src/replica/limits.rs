@@ -70,3 +70,10 @@ const _: () = assert!(
 const _: () = assert!(REPLICA_HEARTBEAT_TICKS >= 1);
 const _: () = assert!(REPLICA_ELECTION_TICKS > 2 * REPLICA_HEARTBEAT_TICKS);
 const _: () = assert!(REPLICA_INFLIGHT_APPENDS_MAX >= 1);
+
+/// How long a replicated partition's checkpoint waits, once written, for
+/// the entries it covers to commit before it is put in place: a leader's
+/// state holds entries applied when appended, and a checkpoint of entries
+/// a next leader may cancel must never be read back. Past it (a leader cut
+/// off), the checkpoint is dropped and a later one is taken.
+pub const REPLICA_CHECKPOINT_COMMIT_WAIT_MS: u64 = 10_000;

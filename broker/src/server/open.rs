@@ -326,10 +326,14 @@ impl ShardState {
         let journal_dir = shard_dir.join(crate::log::journal::JOURNAL_DIR_NAME);
         let oldest = JournalPos(crate::log::journal::oldest_journal_file(&journal_dir));
         // A partition without a checkpoint needs every entry it wrote: all
-        // in the files still held (none is released while it is open).
+        // in the files still held (none is released while it is open). A
+        // cluster member's partitions are replicated: their logs are kept
+        // whole and read from their first entry whatever their checkpoints
+        // (a lagging follower reads any entry back by index, and the held
+        // log must know the term before its first entry).
         let start = match start {
-            Some(Some(start)) => start,
-            Some(None) | None => oldest,
+            Some(Some(start)) if self.cluster.is_none() => start,
+            Some(_) | None => oldest,
         };
         let config = JournalConfig::for_partitions(&self.log_config);
         let file_bytes = config.file_bytes;
