@@ -15,7 +15,8 @@
 //! sends the longest-waiting one. So on a queue of thousands of partitions
 //! batches still grow under load instead of queueing as one-record requests.
 //!
-//! Partition choice: FNV-1a of the routing key ([`partition_for_key`]).
+//! Partition choice: jump consistent hash of the routing key's FNV-1a 64
+//! ([`partition_for_key`]).
 //! Without a key, **sticky round robin**: the queue's keyless messages join
 //! one partition's open batch as long as that batch is open and smaller than
 //! `max_batch_bytes`, and move to the next partition (round robin) once it

@@ -1,9 +1,9 @@
 //! Which partition a message goes to: a pure function of its routing key and
 //! the queue's partition count, so every producer (in any language) places a
-//! key on the same partition and per-key order holds. FNV-1a 64 is used
-//! because it is tiny, stable across platforms and versions, and trivially
-//! reimplemented; keys are not adversarial here (they only spread load).
-//! The hash is defined once, in `spool_wire::routing`.
+//! key on the same partition. Jump consistent hash of the key's FNV-1a 64,
+//! defined once in `spool_wire::routing` (`docs/design/protocol.md`, "Key
+//! routing"): a queue grown from `n` to `m` partitions moves about
+//! `(m − n) / m` of the keys, each into a new partition.
 
 use spool_wire::proto::PartitionId;
 
@@ -12,7 +12,7 @@ pub use spool_wire::routing::routing_hash;
 /// The partition of a non-empty routing key among `partitions` (> 0).
 pub fn partition_for_key(key: &[u8], partitions: u32) -> PartitionId {
     assert!(partitions > 0);
-    PartitionId((routing_hash(key) % u64::from(partitions)) as u32)
+    PartitionId(spool_wire::routing::key_partition(key, partitions))
 }
 
 #[cfg(test)]
@@ -32,5 +32,19 @@ mod tests {
         }
         assert!(counts.iter().all(|&count| count > 800), "{counts:?}");
         assert_eq!(partition_for_key(b"user-1", 4), partition_for_key(b"user-1", 4));
+        // Growing 4 → 5 moves only keys into the new partition, ≈ 1/5 of them.
+        let moved = (0..4000)
+            .filter(|n| {
+                let key = format!("user-{n}");
+                let (before, after) =
+                    (partition_for_key(key.as_bytes(), 4), partition_for_key(key.as_bytes(), 5));
+                assert!(
+                    before == after || after == PartitionId(4),
+                    "{key} moved {before:?} → {after:?}"
+                );
+                before != after
+            })
+            .count();
+        assert!((700..=900).contains(&moved), "{moved} of 4000 keys moved");
     }
 }

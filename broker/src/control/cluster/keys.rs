@@ -8,14 +8,12 @@
 //! of today's mapping moves most keys (`n / (n + 1)` of them from `n` to
 //! `n + 1` partitions).
 //!
-//! **Relation to today's mapping.** Today's client routes a key with
-//! `spool_client::routing::partition_for_key`: FNV-1a 64 of the key,
-//! **modulo** the partition count, with no version. The hash is the same
-//! function here (pinned to the same published vectors in
-//! [`super::hash`]); the reduction is not: jump and modulo agree at one
-//! partition and in general not beyond, so a key map is a new mapping, not
-//! a new name for the old one. A cluster serves a queue's key map (version
-//! and partition count) with its metadata; a client routes by the map it
+//! **Relation to the client.** The client routes a key with
+//! `spool_client::routing::partition_for_key`, the same function
+//! (`spool_wire::routing::key_partition`: jump hash of FNV-1a 64) over the
+//! partition count its metadata gives. A cluster is to serve a queue's key
+//! map (version and partition count) with its metadata once queues can
+//! grow; a client routes by the map it
 //! holds and, when it learns of a higher version (a metadata refresh, or a
 //! refusal naming a newer map once the broker checks versions), fetches
 //! the map, routes every message not yet sent by the new one (re-routing
@@ -35,9 +33,6 @@ use thiserror::Error;
 use super::hash::fnv1a64;
 use super::limits::KEY_MAP_PARTITIONS_MAX;
 
-/// The multiplier of jump hash's linear congruential step (the paper's).
-const JUMP_MULTIPLIER: u64 = 2_862_933_555_777_941_757;
-
 /// Why a key map could not be built or changed.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum KeyMapError {
@@ -55,23 +50,8 @@ pub fn key_hash(key: &[u8]) -> u64 {
     fnv1a64(key)
 }
 
-/// Jump consistent hash: the bucket in `0..buckets` of `key`. Growing
-/// `buckets` moves a key only into a new bucket. `buckets` 0 is taken as 1.
-pub fn jump_consistent_hash(key: u64, buckets: u32) -> u32 {
-    let buckets = i64::from(buckets.max(1));
-    let mut state = key;
-    let mut bucket: i64 = -1;
-    let mut next: i64 = 0;
-    while next < buckets {
-        bucket = next;
-        state = state.wrapping_mul(JUMP_MULTIPLIER).wrapping_add(1);
-        let step = (1u64 << 31) as f64 / ((state >> 33) + 1) as f64;
-        next = ((bucket + 1) as f64 * step) as i64;
-    }
-    // The loop runs at least once (buckets ≥ 1) and leaves bucket below
-    // buckets, which fits a u32.
-    bucket as u32
-}
+/// Jump consistent hash, defined once in `spool_wire::routing`.
+pub use spool_wire::routing::jump_consistent_hash;
 
 /// A queue's key → partition map at one version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
