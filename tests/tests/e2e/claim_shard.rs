@@ -298,7 +298,7 @@ fn v0_claim_of_any_frame(queue: &str, id: u64) -> Vec<u8> {
     let mut refused = Vec::new();
     assert!(request.encode_version(CorrelationId(id), 0, &mut refused).is_err());
     let mut out = Vec::new();
-    request.encode(CorrelationId(id), &mut out).unwrap();
+    request.encode_version(CorrelationId(id), 1, &mut out).unwrap();
     assert_eq!(u16::from_le_bytes([out[6], out[7]]), 1, "Claim encodes as v1");
     out[6..8].copy_from_slice(&0u16.to_le_bytes());
     out
