@@ -1038,6 +1038,42 @@ pub async fn bounded<T>(
     }
 }
 
+/// Starts `options`, creates `queue` (`partitions`, a 30 s default lease,
+/// 100 deliveries) through node 2 and waits up to `lead_timeout` until
+/// every partition is led; returns the cluster and the leaders (node
+/// indices). Panics on a step that fails.
+pub async fn start_with_queue(
+    options: ClusterOptions,
+    queue: &str,
+    partitions: u32,
+    lead_timeout: Duration,
+) -> (Cluster, Vec<usize>) {
+    let started = now();
+    let cluster = tokio::task::block_in_place(|| Cluster::start_with(options));
+    for node in cluster.nodes() {
+        eprintln!("node {}: client {}, admin {}", node.id(), node.client_addr(), node.admin_addr());
+    }
+    let config = crate::test_queue_config(partitions, 30_000, 100);
+    let addr = cluster.node(1).client_addr();
+    bounded("create", CREATE_TIMEOUT + Duration::from_secs(15), create_queue(&addr, queue, config))
+        .await;
+    let leaders = led(&cluster, queue, partitions, lead_timeout).await;
+    eprintln!(
+        "{} nodes up, {queue} led by {leaders:?} after {} ms",
+        options.nodes,
+        millis_since(started)
+    );
+    (cluster, leaders)
+}
+
+/// [`Cluster::wait_led`] from a test on tokio: the leaders, or a panic
+/// naming what was served when `timeout` passed.
+pub async fn led(cluster: &Cluster, queue: &str, partitions: u32, timeout: Duration) -> Vec<usize> {
+    tokio::task::block_in_place(|| cluster.wait_led(queue, partitions, timeout))
+        .unwrap_or_else(|last| panic!("{last}"))
+        .0
+}
+
 /// A client bootstrapped on `addr` with short timeouts (10 s a request,
 /// 3 s a connect), retrying the bootstrap for [`CLIENT_CONNECT_TIMEOUT`].
 pub async fn client_at(addr: &str) -> Client {

@@ -44,8 +44,8 @@ use spool_client::spool_wire::ErrorCode;
 use spool_client::{ClientError, Connection, ConnectionConfig, Delivery, Producer, ProducerConfig};
 use spool_tests::cluster::{
     ack_settled, assert_all_sent, bounded, check_delivered, claim_some, client_at, create_queue,
-    drain, millis_since, produce, produce_padded, producer_on, wait_for_queue, Cluster,
-    ClusterOptions, PeerCertificate,
+    drain, led, millis_since, produce, produce_padded, producer_on, start_with_queue,
+    wait_for_queue, Cluster, ClusterOptions, PeerCertificate,
 };
 use spool_tests::{now, test_queue_config};
 
@@ -73,37 +73,14 @@ fn queue_config(partitions: u32) -> spool_client::spool_wire::proto::QueueConfig
     test_queue_config(partitions, 30_000, 100)
 }
 
-/// Starts `options`, creates [`QUEUE`] through node 2, waits until every
-/// partition is led; returns the cluster and the leaders (node indices).
+/// Starts `options` with [`QUEUE`] of `partitions`, every partition led.
 async fn cluster_with_queue(options: ClusterOptions, partitions: u32) -> (Cluster, Vec<usize>) {
-    let started = now();
-    let cluster = tokio::task::block_in_place(|| Cluster::start_with(options));
-    for node in cluster.nodes() {
-        eprintln!("node {}: client {}, admin {}", node.id(), node.client_addr(), node.admin_addr());
-    }
-    bounded(
-        "create",
-        CREATE_BOUND,
-        create_queue(&cluster.node(1).client_addr(), QUEUE, queue_config(partitions)),
-    )
-    .await;
-    let (leaders, _) =
-        tokio::task::block_in_place(|| cluster.wait_led(QUEUE, partitions, LEAD_TIMEOUT))
-            .unwrap_or_else(|last| panic!("no leaders after the create: {last}"));
-    eprintln!(
-        "{} nodes up, {QUEUE} led by {leaders:?} after {} ms",
-        options.nodes,
-        millis_since(started)
-    );
-    (cluster, leaders)
+    start_with_queue(options, QUEUE, partitions, LEAD_TIMEOUT).await
 }
 
-/// Waits until every partition is served by a running node; returns the
-/// leaders. Panics with what was served when `timeout` passes.
+/// [`led`] for [`QUEUE`].
 async fn wait_led(cluster: &Cluster, partitions: u32, timeout: Duration) -> Vec<usize> {
-    tokio::task::block_in_place(|| cluster.wait_led(QUEUE, partitions, timeout))
-        .unwrap_or_else(|last| panic!("{last}"))
-        .0
+    led(cluster, QUEUE, partitions, timeout).await
 }
 
 fn ids(deliveries: &[Delivery]) -> HashSet<MessageId> {

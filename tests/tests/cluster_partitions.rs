@@ -32,8 +32,8 @@ use std::time::Duration;
 use spool_client::spool_wire::batch::MessageId;
 use spool_client::Admin;
 use spool_tests::cluster::{
-    assert_all_sent, bounded, check_delivered, client_at, create_queue, drain, millis_since,
-    produce, producer_on, try_http_get, wait_for_queue, Cluster, ClusterOptions,
+    assert_all_sent, bounded, check_delivered, client_at, create_queue, drain, led, millis_since,
+    produce, producer_on, start_with_queue, try_http_get, wait_for_queue, Cluster, ClusterOptions,
 };
 use spool_tests::{now, test_queue_config};
 
@@ -52,31 +52,14 @@ const HELD_SENDS_BOUND: Duration = Duration::from_secs(60);
 /// How long each journal sync of the slow follower stalls its shard.
 const SLOW_SYNC_MS: u64 = 1_000;
 
-/// Starts `options`, creates [`QUEUE`] through node 2, waits until every
-/// partition is led; returns the cluster and the leaders.
+/// Starts `options` with [`QUEUE`], every partition led.
 async fn cluster_with_queue(options: ClusterOptions) -> (Cluster, Vec<usize>) {
-    let cluster = tokio::task::block_in_place(|| Cluster::start_with(options));
-    for node in cluster.nodes() {
-        eprintln!("node {}: client {}, admin {}", node.id(), node.client_addr(), node.admin_addr());
-    }
-    bounded(
-        "create",
-        CREATE_BOUND,
-        create_queue(
-            &cluster.node(1).client_addr(),
-            QUEUE,
-            test_queue_config(PARTITIONS, 30_000, 100),
-        ),
-    )
-    .await;
-    let leaders = wait_led(&cluster).await;
-    (cluster, leaders)
+    start_with_queue(options, QUEUE, PARTITIONS, LEAD_TIMEOUT).await
 }
 
+/// [`led`] for [`QUEUE`].
 async fn wait_led(cluster: &Cluster) -> Vec<usize> {
-    tokio::task::block_in_place(|| cluster.wait_led(QUEUE, PARTITIONS, LEAD_TIMEOUT))
-        .unwrap_or_else(|last| panic!("{last}"))
-        .0
+    led(cluster, QUEUE, PARTITIONS, LEAD_TIMEOUT).await
 }
 
 /// One metric of [`QUEUE`] by partition from a metrics text.

@@ -229,16 +229,7 @@ async fn an_unreachable_owner_drops_the_cached_metadata() {
                 let mut asked = metadata_asked.lock().unwrap();
                 *asked += 1;
                 let port = if *asked == 1 { closed } else { *own_port.lock().unwrap() };
-                let partition = PartitionMetadata {
-                    partition: PartitionId(0),
-                    host: "127.0.0.1".into(),
-                    shard_port: port,
-                    leader_epoch: LeaderEpoch(1),
-                };
-                let queue = QueueMetadata { name: "jobs".into(), partitions: vec![partition] };
-                let response =
-                    MetadataResponse { assignment_version: VERSION, queues: vec![queue] };
-                encode(id, Response::Metadata(response))
+                partition_metadata(id, port)
             }
             Request::Purge(_) => encode(id, Response::Purge(PurgeResponse { count: 3 })),
             other => panic!("unexpected {other:?}"),
@@ -254,6 +245,21 @@ async fn an_unreachable_owner_drops_the_cached_metadata() {
     assert_eq!(*metadata_asked.lock().unwrap(), 2, "the connect's fetch and one after the failure");
 }
 
+/// Metadata naming `port` for partition 0 of `jobs`.
+fn partition_metadata(id: CorrelationId, port: u16) -> Vec<u8> {
+    let partition = PartitionMetadata {
+        partition: PartitionId(0),
+        host: "127.0.0.1".into(),
+        shard_port: port,
+        leader_epoch: LeaderEpoch(1),
+    };
+    let queue = QueueMetadata { name: "jobs".into(), partitions: vec![partition] };
+    encode(
+        id,
+        Response::Metadata(MetadataResponse { assignment_version: VERSION, queues: vec![queue] }),
+    )
+}
+
 // Goal: a data call whose partition has no leader yet (NOT_OWNER without
 // an owner, metadata naming the node that refused) waits and asks again
 // instead of spending its hops at once. Method: the only node refuses two
@@ -265,18 +271,7 @@ async fn a_data_call_waits_for_an_election() {
     let handler = {
         let (purges, own_port) = (Arc::clone(&purges), Arc::clone(&own_port));
         move |request: &Request<'_>, id| match request {
-            Request::Metadata(_) => {
-                let partition = PartitionMetadata {
-                    partition: PartitionId(0),
-                    host: "127.0.0.1".into(),
-                    shard_port: *own_port.lock().unwrap(),
-                    leader_epoch: LeaderEpoch(1),
-                };
-                let queue = QueueMetadata { name: "jobs".into(), partitions: vec![partition] };
-                let response =
-                    MetadataResponse { assignment_version: VERSION, queues: vec![queue] };
-                encode(id, Response::Metadata(response))
-            }
+            Request::Metadata(_) => partition_metadata(id, *own_port.lock().unwrap()),
             Request::Purge(_) => {
                 let mut purges = purges.lock().unwrap();
                 *purges += 1;
@@ -338,18 +333,7 @@ async fn a_data_call_follows_not_leader() {
     let handler = {
         let (purges, own_port) = (Arc::clone(&follower_purges), Arc::clone(&own_port));
         move |request: &Request<'_>, id| match request {
-            Request::Metadata(_) => {
-                let partition = PartitionMetadata {
-                    partition: PartitionId(0),
-                    host: "127.0.0.1".into(),
-                    shard_port: *own_port.lock().unwrap(),
-                    leader_epoch: LeaderEpoch(1),
-                };
-                let queue = QueueMetadata { name: "jobs".into(), partitions: vec![partition] };
-                let response =
-                    MetadataResponse { assignment_version: VERSION, queues: vec![queue] };
-                encode(id, Response::Metadata(response))
-            }
+            Request::Metadata(_) => partition_metadata(id, *own_port.lock().unwrap()),
             Request::Purge(_) => {
                 *purges.lock().unwrap() += 1;
                 not_leader(id, ApiKey::Purge, leader)
