@@ -55,7 +55,8 @@ use spool_wire::batch::{BatchHeader, BatchKind, BatchView, ControlBatchBuilder};
 use thiserror::Error;
 
 use super::limits::{
-    REPLICA_FETCH_BYTES_MAX, REPLICA_FETCH_ENTRIES_MAX, REPLICA_TERM_START_BYTES_MAX,
+    REPLICA_FETCH_AHEAD_BYTES, REPLICA_FETCH_BYTES_MAX, REPLICA_FETCH_ENTRIES_MAX,
+    REPLICA_TERM_START_BYTES_MAX,
 };
 use super::node::{Members, Recovered, Replica, ReplicaError, Timing, Work};
 use super::view::KnownTerms;
@@ -651,7 +652,9 @@ impl<S: Storage> ReplicaDriver<S> {
         while !self.stopped() {
             let wait = self.wake.wait();
             match self.pump_once().await {
-                Ok(true) => {}
+                // Other tasks of the shard run between two steps: a step
+                // whose reads complete at once must not hold the executor.
+                Ok(true) => futures_lite::future::yield_now().await,
                 Ok(false) => wait.await,
                 Err(error) => {
                     self.stop(error.to_string());
@@ -697,7 +700,7 @@ impl<S: Storage> ReplicaDriver<S> {
     /// Reads back what raft-rs asked below its window and hands it over;
     /// `false` when nothing was asked.
     async fn serve_fetches(&self) -> bool {
-        let fetches = self.inner.borrow().replica.fetches();
+        let fetches = self.inner.borrow_mut().replica.fetches();
         if fetches.is_empty() {
             return false;
         }
@@ -706,7 +709,7 @@ impl<S: Storage> ReplicaDriver<S> {
                 &self.part,
                 fetch.low,
                 fetch.high,
-                REPLICA_FETCH_BYTES_MAX,
+                REPLICA_FETCH_AHEAD_BYTES,
                 REPLICA_FETCH_ENTRIES_MAX,
             )
             .await
@@ -715,7 +718,10 @@ impl<S: Storage> ReplicaDriver<S> {
                     self.inner.borrow_mut().stats.fetches += 1;
                     self.inner.borrow_mut().replica.fetched(fetch, entries);
                 }
-                Err(_) => self.inner.borrow_mut().stats.fetch_failures += 1,
+                Err(error) => {
+                    tracing::debug!(low = fetch.low, high = fetch.high, %error, "read-back failed");
+                    self.inner.borrow_mut().stats.fetch_failures += 1;
+                }
             }
         }
         self.drain();
@@ -757,8 +763,8 @@ impl<S: Storage> ReplicaDriver<S> {
 
 /// The Raft entries of `part` from `low` toward `high` (exclusive), read
 /// back by index in reads of at most [`REPLICA_FETCH_BYTES_MAX`]: all of
-/// them when opening, a message's worth (`bytes_max`, `entries_max`, at
-/// least one entry) for a lagging follower.
+/// them when opening, [`REPLICA_FETCH_AHEAD_BYTES`] (`bytes_max`,
+/// `entries_max`, at least one entry) for a lagging follower.
 async fn read_raft_entries<S: Storage>(
     part: &JournalPartition<S>,
     low: u64,
@@ -766,10 +772,10 @@ async fn read_raft_entries<S: Storage>(
     bytes_max: u64,
     entries_max: usize,
 ) -> Result<Vec<Entry>, DriverError> {
-    // For a follower, one message's worth at a time (raft-rs sends at most
+    // For a follower, a few messages' worth at a time (raft-rs sends at most
     // REPLICA_APPEND_BYTES_MAX per append, and asks again for the rest): a
     // follower far behind must not make the leader read its whole gap into
-    // memory for one send.
+    // memory, nor wait one pump step per message.
     let mut entries = Vec::new();
     let mut bytes = 0u64;
     let mut next = low;

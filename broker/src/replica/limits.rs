@@ -39,6 +39,27 @@ pub const REPLICA_TERM_START_BYTES_MAX: usize = 256;
 /// Entries one read-back of older entries returns at most.
 pub const REPLICA_FETCH_ENTRIES_MAX: usize = 4096;
 
+/// Batch bytes one read-back for a lagging follower takes (in reads of
+/// [`REPLICA_FETCH_BYTES_MAX`]): several append messages' worth, so a
+/// follower far behind is sent that many messages per read instead of
+/// one (its catch-up is not one message per pump step).
+pub const REPLICA_FETCH_AHEAD_BYTES: u64 = 4 << 20;
+
+/// Runs of read-back entries a partition's leader holds at once (one per
+/// lagging follower; the least recently asked goes first).
+pub const REPLICA_FETCH_RUNS_MAX: usize = 4;
+
+/// Bytes of read-back entries a partition's leader holds at most, over
+/// all its runs.
+pub const REPLICA_FETCH_HELD_BYTES_MAX: usize = 8 << 20;
+
+/// Ticks a run of read-back entries is kept without an ask served from it.
+pub const REPLICA_FETCH_IDLE_TICKS: u32 = 20;
+
+/// raft-rs contexts kept per pending read-back (asks for the same entries
+/// join one read; one answered ask sends as much as raft-rs may).
+pub const REPLICA_FETCH_CONTEXTS_MAX: usize = 8;
+
 /// Largest replication frame one shard sends a peer shard (its messages
 /// for every group they share, batched per turn). A frame declaring more is
 /// refused before it is read.
@@ -70,6 +91,8 @@ const _: () = assert!(
 const _: () = assert!(REPLICA_HEARTBEAT_TICKS >= 1);
 const _: () = assert!(REPLICA_ELECTION_TICKS > 2 * REPLICA_HEARTBEAT_TICKS);
 const _: () = assert!(REPLICA_INFLIGHT_APPENDS_MAX >= 1);
+const _: () = assert!(REPLICA_FETCH_AHEAD_BYTES as usize <= REPLICA_FETCH_HELD_BYTES_MAX);
+const _: () = assert!(REPLICA_FETCH_AHEAD_BYTES >= REPLICA_FETCH_BYTES_MAX);
 
 /// How long a replicated partition's checkpoint waits, once written, for
 /// the entries it covers to commit before it is put in place: a leader's

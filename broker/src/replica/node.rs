@@ -31,8 +31,8 @@ use raft::{Config, RawNode, StateRole};
 use thiserror::Error;
 
 use super::limits::{
-    REPLICA_APPEND_BYTES_MAX, REPLICA_ELECTION_TICKS, REPLICA_HEARTBEAT_TICKS,
-    REPLICA_INFLIGHT_APPENDS_MAX,
+    REPLICA_APPEND_BYTES_MAX, REPLICA_ELECTION_TICKS, REPLICA_FETCH_CONTEXTS_MAX,
+    REPLICA_FETCH_RUNS_MAX, REPLICA_HEARTBEAT_TICKS, REPLICA_INFLIGHT_APPENDS_MAX,
 };
 use super::view::{Fetch, KnownTerms, LogView};
 
@@ -254,6 +254,7 @@ impl Replica {
     /// One logical clock tick (elections, heartbeats).
     pub fn tick(&mut self) {
         self.raw.tick();
+        self.raw.mut_store().tick();
     }
 
     /// A message from another member.
@@ -347,13 +348,47 @@ impl Replica {
     }
 
     /// Entries to read back from the log for sends to lagging followers.
-    pub fn fetches(&self) -> Vec<Fetch> {
-        self.raw.store().take_fetches()
+    /// An ask the entries already read back now serve (recorded while
+    /// its read was under way) is answered here and needs no read.
+    pub fn fetches(&mut self) -> Vec<Fetch> {
+        let mut reads: Vec<Fetch> = Vec::new();
+        // Answering may ask again (from where the entries held end):
+        // bounded, the rest waits for a read.
+        let mut answers = REPLICA_FETCH_RUNS_MAX;
+        loop {
+            let fetches = self.raw.store().take_fetches();
+            if fetches.is_empty() {
+                return reads;
+            }
+            for fetch in fetches {
+                if answers > 0 && self.raw.store().holds_fetched(fetch.low) {
+                    answers -= 1;
+                    self.answer(fetch);
+                } else if let Some(read) = reads.iter_mut().find(|read| read.low == fetch.low) {
+                    read.high = read.high.max(fetch.high);
+                    let room = REPLICA_FETCH_CONTEXTS_MAX.saturating_sub(read.contexts.len());
+                    read.contexts.extend(fetch.contexts.into_iter().take(room));
+                } else {
+                    reads.push(fetch);
+                }
+            }
+        }
     }
 
     /// The entries read back for `fetch`: raft-rs asks again and sends.
-    pub fn fetched(&mut self, fetch: Fetch, entries: Vec<Entry>) {
+    /// Asks for the same entries recorded while they were read are
+    /// answered with it: raft-rs then asks from where each follower is now,
+    /// instead of the same entries being read again for a follower already
+    /// sent them.
+    pub fn fetched(&mut self, mut fetch: Fetch, entries: Vec<Entry>) {
         self.raw.mut_store().fetched(entries);
-        self.raw.on_entries_fetched(fetch.context);
+        self.raw.store().join_asked(&mut fetch);
+        self.answer(fetch);
+    }
+
+    fn answer(&mut self, fetch: Fetch) {
+        for context in fetch.contexts {
+            self.raw.on_entries_fetched(context);
+        }
     }
 }

@@ -12,11 +12,18 @@
 //! - the hard state and the voters.
 //!
 //! An entry below the window asked for by a send to a follower answers
-//! `LogTemporarilyUnavailable` and is recorded as a [`Fetch`]: the owner
-//! reads those entries from the log, hands them back with
-//! [`LogView::fetched`], and tells raft-rs (`on_entries_fetched`), which
-//! asks again and is served from them. Any other read below the window is
-//! a broken invariant and answers `Unavailable`.
+//! `LogTemporarilyUnavailable` and is recorded as a [`Fetch`] (one per
+//! first index: raft-rs asks again on every proposal while a read is
+//! pending, and those asks join it): the owner reads those entries from the
+//! log, ahead of what one message takes ([`REPLICA_FETCH_AHEAD_BYTES`]),
+//! hands them back with [`LogView::fetched`], and tells raft-rs
+//! (`on_entries_fetched`), which asks again and is served from them. The
+//! entries read back are kept as **runs** (one per lagging follower, at most
+//! [`REPLICA_FETCH_RUNS_MAX`] and [`REPLICA_FETCH_HELD_BYTES_MAX`] bytes):
+//! a run serves every ask that starts inside it, lets go of what it served
+//! (the follower's next index is past it) and is dropped after
+//! [`REPLICA_FETCH_IDLE_TICKS`] ticks without an ask. Any other read below
+//! the window is a broken invariant and answers `Unavailable`.
 //!
 //! The view is changed only by the replica driver (`node.rs`): entries a
 //! `Ready` hands over are put in the view at once (before they are durable:
@@ -24,6 +31,10 @@
 //! one it does not also hold), a conflicting suffix is dropped first.
 //!
 //! [`REPLICA_ENTRY_CACHE_BYTES_MAX`]: super::limits::REPLICA_ENTRY_CACHE_BYTES_MAX
+//! [`REPLICA_FETCH_AHEAD_BYTES`]: super::limits::REPLICA_FETCH_AHEAD_BYTES
+//! [`REPLICA_FETCH_RUNS_MAX`]: super::limits::REPLICA_FETCH_RUNS_MAX
+//! [`REPLICA_FETCH_HELD_BYTES_MAX`]: super::limits::REPLICA_FETCH_HELD_BYTES_MAX
+//! [`REPLICA_FETCH_IDLE_TICKS`]: super::limits::REPLICA_FETCH_IDLE_TICKS
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -31,19 +42,64 @@ use std::collections::VecDeque;
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use raft::{GetEntriesContext, RaftState, StorageError};
 
-use super::limits::{REPLICA_ENTRY_CACHE_BYTES_MAX, REPLICA_FETCH_ENTRIES_MAX};
+use super::limits::{
+    REPLICA_ENTRY_CACHE_BYTES_MAX, REPLICA_FETCH_CONTEXTS_MAX, REPLICA_FETCH_ENTRIES_MAX,
+    REPLICA_FETCH_HELD_BYTES_MAX, REPLICA_FETCH_IDLE_TICKS, REPLICA_FETCH_RUNS_MAX,
+};
 
 /// Entries raft-rs asked for that the view no longer holds: read them from
 /// the log, give them to [`LogView::fetched`], then call
-/// `RawNode::on_entries_fetched(context)`.
+/// `RawNode::on_entries_fetched` with each of the contexts.
 #[derive(Debug)]
 pub struct Fetch {
     /// First index wanted.
     pub low: u64,
     /// One past the last index wanted.
     pub high: u64,
-    /// raft-rs's context, handed back to it.
-    pub context: GetEntriesContext,
+    /// raft-rs's contexts of the asks that wait for it (at most
+    /// [`REPLICA_FETCH_CONTEXTS_MAX`]: raft-rs keeps no state for an ask,
+    /// and one answered ask sends as much as it may).
+    pub contexts: Vec<GetEntriesContext>,
+}
+
+/// Entries read back, dense and ascending, below the window.
+#[derive(Debug, Default)]
+struct Run {
+    entries: VecDeque<Entry>,
+    bytes: usize,
+    /// Ticks since an ask was last served from it.
+    idle_ticks: u32,
+}
+
+impl Run {
+    fn first(&self) -> u64 {
+        self.entries.front().map_or(0, |entry| entry.index)
+    }
+
+    fn holds(&self, index: u64) -> bool {
+        match (self.entries.front(), self.entries.back()) {
+            (Some(first), Some(last)) => first.index <= index && index <= last.index,
+            _ => false,
+        }
+    }
+
+    /// Lets go of the entries below `index`.
+    fn drop_below(&mut self, index: u64) {
+        while self.entries.front().is_some_and(|entry| entry.index < index) {
+            if let Some(entry) = self.entries.pop_front() {
+                self.bytes -= entry_bytes(&entry);
+            }
+        }
+    }
+
+    /// Lets go of the entries at and above `index`.
+    fn drop_from(&mut self, index: u64) {
+        while self.entries.back().is_some_and(|entry| entry.index >= index) {
+            if let Some(entry) = self.entries.pop_back() {
+                self.bytes -= entry_bytes(&entry);
+            }
+        }
+    }
 }
 
 /// The terms of a recovered log's entries that stay on disk: (first
@@ -74,11 +130,10 @@ pub struct LogView {
     /// Bytes of applied entries the window keeps
     /// ([`REPLICA_ENTRY_CACHE_BYTES_MAX`] unless set smaller).
     cache_bytes: usize,
-    /// Reads below the window raft-rs is waiting for.
+    /// Reads below the window raft-rs is waiting for, one per first index.
     fetches: RefCell<Vec<Fetch>>,
-    /// Entries read back for those reads, served until the window passes
-    /// them.
-    fetched: VecDeque<Entry>,
+    /// Entries read back for those reads (module docs).
+    runs: RefCell<Vec<Run>>,
 }
 
 impl LogView {
@@ -243,10 +298,6 @@ impl LogView {
                 _ => break,
             }
         }
-        let start = self.window_start();
-        while self.fetched.front().is_some_and(|entry| entry.index + 1 < start) {
-            self.fetched.pop_front();
-        }
     }
 
     /// Keeps at most `bytes` of applied entries (at most
@@ -261,10 +312,118 @@ impl LogView {
         std::mem::take(&mut *self.fetches.borrow_mut())
     }
 
+    /// Moves the contexts of a pending ask from `fetch.low` into `fetch`
+    /// (at most [`REPLICA_FETCH_CONTEXTS_MAX`] in all).
+    pub fn join_asked(&self, fetch: &mut Fetch) {
+        let mut fetches = self.fetches.borrow_mut();
+        if let Some(at) = fetches.iter().position(|asked| asked.low == fetch.low) {
+            let asked = fetches.remove(at);
+            let room = REPLICA_FETCH_CONTEXTS_MAX.saturating_sub(fetch.contexts.len());
+            fetch.contexts.extend(asked.contexts.into_iter().take(room));
+        }
+    }
+
+    /// Whether an ask from `index` is served from the entries read back
+    /// (a fetch taken while an earlier read of it was under way needs no
+    /// read of its own).
+    pub fn holds_fetched(&self, index: u64) -> bool {
+        self.runs.borrow().iter().any(|run| run.holds(index))
+    }
+
     /// Entries read back from the log for a [`Fetch`] (dense, ascending,
-    /// at most [`REPLICA_FETCH_ENTRIES_MAX`] kept).
+    /// at most [`REPLICA_FETCH_ENTRIES_MAX`] kept), kept as a run. It
+    /// replaces the run it continues (that follower was sent it) and what
+    /// it overlaps; it keeps its first entry whatever its size (the ask it
+    /// answers is served: never read back again and again), then as much
+    /// as [`REPLICA_FETCH_HELD_BYTES_MAX`] allows; the least recently asked
+    /// runs are let go of past [`REPLICA_FETCH_RUNS_MAX`] or that bound.
     pub fn fetched(&mut self, entries: Vec<Entry>) {
-        self.fetched = entries.into_iter().take(REPLICA_FETCH_ENTRIES_MAX).collect();
+        let start = self.window_start();
+        let mut entries: VecDeque<Entry> = entries
+            .into_iter()
+            .take(REPLICA_FETCH_ENTRIES_MAX)
+            .take_while(|entry| entry.index < start)
+            .collect();
+        let (Some(first), Some(last)) = (entries.front(), entries.back()) else { return };
+        let (first, last) = (first.index, last.index);
+        let runs = self.runs.get_mut();
+        // A run ending just before this read is its follower's previous
+        // one (sent): replaced. A run overlapping it keeps what is below.
+        runs.retain(|run| run.entries.back().is_none_or(|entry| entry.index + 1 != first));
+        for run in runs.iter_mut() {
+            if run.holds(first) || run.holds(last) || (first..=last).contains(&run.first()) {
+                run.drop_from(first);
+            }
+        }
+        runs.retain(|run| !run.entries.is_empty());
+        // The new run always keeps its first entry (the ask it answers
+        // must be served, or it would be read again and again), and as
+        // much more as the bound allows.
+        let mut bytes: usize = entries.iter().map(entry_bytes).sum();
+        while bytes > REPLICA_FETCH_HELD_BYTES_MAX && entries.len() > 1 {
+            if let Some(entry) = entries.pop_back() {
+                bytes -= entry_bytes(&entry);
+            }
+        }
+        // Then the least recently asked of the others go first.
+        runs.sort_by_key(|run| std::cmp::Reverse(run.idle_ticks));
+        let mut held: usize = runs.iter().map(|run| run.bytes).sum();
+        while !runs.is_empty()
+            && (runs.len() + 1 > REPLICA_FETCH_RUNS_MAX
+                || held + bytes > REPLICA_FETCH_HELD_BYTES_MAX)
+        {
+            held -= runs.remove(0).bytes;
+        }
+        runs.push(Run { entries, bytes, idle_ticks: 0 });
+    }
+
+    /// One tick: runs no ask was served from for
+    /// [`REPLICA_FETCH_IDLE_TICKS`] are let go of (their follower caught
+    /// up, or is gone).
+    pub fn tick(&mut self) {
+        let runs = self.runs.get_mut();
+        for run in runs.iter_mut() {
+            run.idle_ticks += 1;
+        }
+        runs.retain(|run| run.idle_ticks <= REPLICA_FETCH_IDLE_TICKS);
+    }
+
+    /// Bytes of entries read back that the view holds.
+    pub fn fetched_bytes(&self) -> usize {
+        self.runs.borrow().iter().map(|run| run.bytes).sum()
+    }
+
+    /// Records an ask from `low` to read back (joining a pending one from
+    /// the same index).
+    fn ask(&self, low: u64, high: u64, context: GetEntriesContext) {
+        let mut fetches = self.fetches.borrow_mut();
+        match fetches.iter_mut().find(|fetch| fetch.low == low) {
+            Some(fetch) => {
+                fetch.high = fetch.high.max(high);
+                if fetch.contexts.len() < REPLICA_FETCH_CONTEXTS_MAX {
+                    fetch.contexts.push(context);
+                }
+            }
+            None => fetches.push(Fetch { low, high, contexts: vec![context] }),
+        }
+    }
+
+    /// The entries from `low` (below the window) toward `high` a run holds,
+    /// continued by the window when the run reaches it; the run lets go of
+    /// what is below `low`. Empty when no run holds `low`.
+    fn served_by_runs(&self, low: u64, high: u64) -> Vec<Entry> {
+        let start = self.window_start();
+        let mut runs = self.runs.borrow_mut();
+        let Some(run) = runs.iter_mut().find(|run| run.holds(low)) else { return Vec::new() };
+        run.drop_below(low);
+        run.idle_ticks = 0;
+        let mut entries: Vec<Entry> =
+            run.entries.iter().take_while(|entry| entry.index < high).cloned().collect();
+        let next = low + entries.len() as u64;
+        if next == start {
+            entries.extend(self.window.iter().take_while(|entry| entry.index < high).cloned());
+        }
+        entries
     }
 
     fn window_start(&self) -> u64 {
@@ -289,7 +448,9 @@ impl LogView {
         while self.terms.last().is_some_and(|&(first, _)| first >= from) {
             self.terms.pop();
         }
-        self.fetched.retain(|entry| entry.index < from);
+        for run in self.runs.get_mut() {
+            run.drop_from(from);
+        }
         self.last_index = from - 1;
     }
 
@@ -328,35 +489,19 @@ impl raft::Storage for LogView {
             return Err(raft::Error::Store(StorageError::Unavailable));
         }
         let start = self.window_start();
-        let source: Vec<Entry> = if low >= start {
+        let mut entries: Vec<Entry> = if low >= start {
             let skip = (low - start) as usize;
             self.window.iter().skip(skip).take((high - low) as usize).cloned().collect()
-        } else if self.fetched.front().is_some_and(|entry| entry.index == low) {
-            // The dense run from `low`: a read-back holds a message's worth,
-            // which may end short of the window (raft-rs asks again from
-            // where it ends).
-            self.fetched
-                .iter()
-                .chain(self.window.iter())
-                .skip_while(|entry| entry.index < low)
-                .take_while(|entry| entry.index < high)
-                .enumerate()
-                .take_while(|(at, entry)| entry.index == low + *at as u64)
-                .map(|(_, entry)| entry.clone())
-                .collect()
-        } else if context.can_async() {
-            self.fetches.borrow_mut().push(Fetch { low, high: high.min(start), context });
-            return Err(raft::Error::Store(StorageError::LogTemporarilyUnavailable));
         } else {
-            return Err(raft::Error::Store(StorageError::Unavailable));
+            // A run ends short of the window or of what was asked: raft-rs
+            // asks again from where it ends.
+            self.served_by_runs(low, high)
         };
-        let mut entries = source;
-        // Served only when dense from `low` (a fetch may have come back
-        // short of the window): otherwise read again.
+        // Served only when dense from `low`: otherwise read back.
         let dense = entries.iter().enumerate().all(|(at, entry)| entry.index == low + at as u64);
         if !dense || entries.is_empty() && low < high {
-            if context.can_async() {
-                self.fetches.borrow_mut().push(Fetch { low, high: high.min(start), context });
+            if context.can_async() && low < start {
+                self.ask(low, high.min(start), context);
                 return Err(raft::Error::Store(StorageError::LogTemporarilyUnavailable));
             }
             return Err(raft::Error::Store(StorageError::Unavailable));
@@ -486,6 +631,131 @@ mod tests {
         // Across the fetched entries and the window alike.
         let across = view.entries(1, 9, None, GetEntriesContext::empty(true)).expect("both");
         assert_eq!(across.len(), 8);
+    }
+
+    /// A view of `count` entries of `bytes` each, all applied, with the
+    /// window holding only the newest few.
+    fn lagging_view(count: u64, bytes: usize) -> LogView {
+        let entries = (1..=count).map(|index| entry(index, 1, bytes)).collect();
+        let mut view = LogView::recovered((0, 0), entries, vec![1, 2, 3], (1, 0), count, 0)
+            .expect("a dense log");
+        view.set_cache_bytes(2 * bytes);
+        view.set_applied(count);
+        view
+    }
+
+    fn unavailable(view: &LogView, low: u64, high: u64) -> bool {
+        matches!(
+            view.entries(low, high, None, GetEntriesContext::empty(true)),
+            Err(raft::Error::Store(StorageError::LogTemporarilyUnavailable))
+        )
+    }
+
+    #[test]
+    fn asks_for_the_same_entries_join_one_read_back() {
+        // Goal: raft-rs asks again on every proposal while a follower's
+        // read-back is pending; those asks must not each read the log.
+        let view = lagging_view(100, 1_000);
+        for _ in 0..50 {
+            assert!(unavailable(&view, 10, 101));
+        }
+        assert!(unavailable(&view, 40, 101), "another follower's ask is its own read");
+        let fetches = view.take_fetches();
+        let lows: Vec<_> = fetches.iter().map(|fetch| fetch.low).collect();
+        assert_eq!(lows, [10, 40]);
+        assert_eq!(fetches[0].contexts.len(), REPLICA_FETCH_CONTEXTS_MAX, "contexts are bounded");
+        assert_eq!(fetches[0].high, view.window_start(), "a read stops at the window");
+    }
+
+    #[test]
+    fn a_run_read_back_serves_every_ask_inside_it_and_lets_go_of_what_it_served() {
+        // Goal: one read ahead of one message feeds a lagging follower's
+        // next messages too, without holding what it was already sent.
+        let mut view = lagging_view(100, 1_000);
+        let start = view.window_start();
+        view.fetched((10..60).map(|index| entry(index, 1, 1_000)).collect());
+        assert!(view.holds_fetched(10) && view.holds_fetched(59) && !view.holds_fetched(60));
+        let size = Some(10_500);
+        let first = view.entries(10, 101, size, GetEntriesContext::empty(true)).expect("run");
+        assert_eq!((first[0].index, first.len()), (10, 10), "a message's worth from the run");
+        let next = view.entries(20, 101, size, GetEntriesContext::empty(true)).expect("run");
+        assert_eq!(next[0].index, 20, "the next ask is served from the same run");
+        assert!(!view.holds_fetched(19), "what was sent is let go of");
+        assert_eq!(view.fetched_bytes(), 40 * entry_bytes(&entry(0, 1, 1_000)));
+        // Past the run's end the follower is read back again.
+        assert!(unavailable(&view, 60, 101));
+        assert_eq!(view.take_fetches()[0].low, 60);
+        // A run reaching the window is continued by it.
+        view.fetched((60..start).map(|index| entry(index, 1, 1_000)).collect());
+        let across = view.entries(60, 101, None, GetEntriesContext::empty(true)).expect("both");
+        assert_eq!(across.len() as u64, 101 - 60, "run and window, dense");
+        // A run nobody asks from is let go of.
+        for _ in 0..=REPLICA_FETCH_IDLE_TICKS {
+            view.tick();
+        }
+        assert_eq!(view.fetched_bytes(), 0);
+        assert!(!view.holds_fetched(60));
+    }
+
+    #[test]
+    fn a_read_continuing_a_run_replaces_it_and_is_always_served() {
+        // Goal: a follower's next read-back is served even when it and the
+        // run before it are over the bound together; were it trimmed away,
+        // raft-rs would ask for it again at once, and the shard would read
+        // the same entries in a loop (seen on a real cluster).
+        let big = REPLICA_FETCH_HELD_BYTES_MAX / 6;
+        let mut view = lagging_view(400, big);
+        view.fetched((300..305).map(|index| entry(index, 1, big)).collect());
+        let sent = view.entries(300, 305, None, GetEntriesContext::empty(true)).expect("run");
+        assert_eq!(sent.len(), 5);
+        view.fetched((305..307).map(|index| entry(index, 1, big)).collect());
+        assert!(view.holds_fetched(305) && view.holds_fetched(306));
+        assert!(!view.holds_fetched(304), "the run it continues was sent: let go of");
+        assert!(view.entries(305, 307, None, GetEntriesContext::empty(true)).is_ok());
+        // One entry over the bound alone is still kept (and served).
+        let huge = entry(390, 1, REPLICA_FETCH_HELD_BYTES_MAX + 1);
+        view.fetched(vec![huge]);
+        assert!(view.holds_fetched(390));
+    }
+
+    #[test]
+    fn asks_recorded_during_a_read_join_its_answer() {
+        let view = lagging_view(100, 1_000);
+        assert!(unavailable(&view, 10, 101));
+        let mut fetch = view.take_fetches().remove(0);
+        // While it is read, raft-rs asks again (a proposal, a heartbeat).
+        assert!(unavailable(&view, 10, 101));
+        assert!(unavailable(&view, 10, 101));
+        assert!(unavailable(&view, 30, 101));
+        view.join_asked(&mut fetch);
+        assert_eq!(fetch.contexts.len(), 3, "the asks for the same entries are answered with it");
+        let left: Vec<_> = view.take_fetches().iter().map(|fetch| fetch.low).collect();
+        assert_eq!(left, [30], "another follower's ask stays");
+    }
+
+    #[test]
+    fn read_back_runs_are_bounded_in_number_and_bytes() {
+        let big = REPLICA_FETCH_HELD_BYTES_MAX / 8;
+        let mut view = lagging_view(200, big);
+        for run in 0..(REPLICA_FETCH_RUNS_MAX as u64 + 2) {
+            let first = 1 + run * 20;
+            view.fetched((first..first + 2).map(|index| entry(index, 1, big)).collect());
+            view.tick();
+        }
+        let runs = view.runs.borrow();
+        assert!(runs.len() <= REPLICA_FETCH_RUNS_MAX);
+        assert!(view.fetched_bytes() <= REPLICA_FETCH_HELD_BYTES_MAX);
+        let newest = 1 + (REPLICA_FETCH_RUNS_MAX as u64 + 1) * 20;
+        assert!(runs.iter().any(|run| run.holds(newest)), "the newest run is kept");
+        drop(runs);
+        // One read larger than the bound keeps its head, the bound's worth.
+        view.fetched((150..170).map(|index| entry(index, 1, big)).collect());
+        assert!(view.holds_fetched(150));
+        assert!(view.fetched_bytes() <= REPLICA_FETCH_HELD_BYTES_MAX);
+        // A read overlapping a run replaces the overlap.
+        view.fetched((160..165).map(|index| entry(index, 2, 10)).collect());
+        let served = view.entries(160, 165, None, GetEntriesContext::empty(true)).expect("run");
+        assert!(served.iter().all(|entry| entry.term == 2));
     }
 
     #[test]

@@ -266,7 +266,7 @@ impl World {
         for at in 0..self.nodes.len() {
             loop {
                 let node = &mut self.nodes[at];
-                let Some(fetches) = node.replica.as_ref().map(Replica::fetches) else { break };
+                let Some(fetches) = node.replica.as_mut().map(Replica::fetches) else { break };
                 for fetch in fetches {
                     self.check.fetches += 1;
                     let entries: Vec<Entry> = node
