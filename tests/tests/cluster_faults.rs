@@ -17,8 +17,9 @@
 //! - all three nodes killed at the same moment and restarted: every
 //!   message acknowledged and not acked delivered, none acked delivered;
 //! - a follower restarted behind its leader catches up while sends go on
-//!   (by the nodes' `spool_partition_*_index` metrics), then the leader is
-//!   killed with nothing acknowledged lost;
+//!   (by the nodes' `spool_partition_*_index` metrics; `DescribeQueue`
+//!   counts its lag while it is down and none once caught up), then the
+//!   leader is killed with nothing acknowledged lost;
 //! - a leader paused (SIGSTOP: cut off, its sockets open) is replaced, and
 //!   resumed it follows the new leader of a higher term; the sends it held
 //!   end, and nothing acknowledged is lost;
@@ -41,7 +42,9 @@ use spool_client::limits::PRODUCER_IN_FLIGHT_BATCHES_MAX;
 use spool_client::spool_wire::batch::MessageId;
 use spool_client::spool_wire::proto::{AckRequest, Request, Response};
 use spool_client::spool_wire::ErrorCode;
-use spool_client::{ClientError, Connection, ConnectionConfig, Delivery, Producer, ProducerConfig};
+use spool_client::{
+    Admin, ClientError, Connection, ConnectionConfig, Delivery, Producer, ProducerConfig,
+};
 use spool_tests::cluster::{
     ack_settled, assert_all_sent, bounded, check_delivered, claim_some, client_at, create_queue,
     drain, led, millis_since, produce, produce_padded, producer_on, start_with_queue,
@@ -675,6 +678,17 @@ async fn a_restarted_follower_catches_up_under_load() {
     )
     .await;
     assert_all_sent("with a follower down", &failed);
+    // DescribeQueue (answered by the leader) names the leader and its term
+    // and counts the committed entries the killed follower lacks.
+    let admin = Admin::new(client.clone());
+    let lagging = admin.describe_queue(QUEUE).await.unwrap().partitions[0].replication;
+    let lagging = lagging.unwrap_or_else(|| panic!("no replication described: {lagging:?}"));
+    assert_eq!(lagging.leader_node, leader as u64 + 1, "{lagging:?}");
+    assert!(lagging.term >= 1, "{lagging:?}");
+    // The follower went down before the sends: it lacks most of the log.
+    assert!(lagging.lag_entries > 0, "{lagging:?}");
+    assert!(lagging.lag_entries * 2 >= lagging.committed_index, "{lagging:?}");
+    assert!(lagging.lag_entries <= lagging.committed_index, "{lagging:?}");
 
     // Sends go on in rounds while the follower comes back.
     let stop = Arc::new(AtomicBool::new(false));
@@ -725,9 +739,20 @@ async fn a_restarted_follower_catches_up_under_load() {
     stop.store(true, Ordering::SeqCst);
     let (more, failed, sent) = bounded("the load", PRODUCE_TIMEOUT, load).await.unwrap();
     assert_all_sent("while the follower caught up", &failed);
+    // Caught up and idle: the leader describes no lag.
+    let settled = now();
+    loop {
+        let described = admin.describe_queue(QUEUE).await.unwrap().partitions[0].replication;
+        if described.is_some_and(|replication| replication.lag_entries == 0) {
+            break;
+        }
+        assert!(settled.elapsed() < LEAD_TIMEOUT, "still described behind: {described:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert!(sent > 0, "no sends went on while the follower caught up");
     acked.extend(more);
     producer.close().await;
+    drop(admin);
     drop(client);
 
     tokio::task::block_in_place(|| cluster.kill(leader));

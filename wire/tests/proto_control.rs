@@ -12,8 +12,8 @@ use spool_wire::proto::{
     CreateQueueRequest, CreateQueueResponse, DeadLetter, DeadLettersRequest, DeadLettersResponse,
     DeleteQueueRequest, DeleteQueueResponse, DescribeQueueRequest, DescribeQueueResponse,
     LeaderEpoch, ListQueuesRequest, ListQueuesResponse, MessageState, MetadataRequest,
-    MetadataResponse, Offset, PartitionId, PartitionMetadata, PartitionStats, PeekRequest,
-    PeekResponse, PeekedMessage, ProtoError, PurgeRequest, PurgeResponse, QueueConfig,
+    MetadataResponse, Offset, PartitionId, PartitionMetadata, PartitionReplication, PartitionStats,
+    PeekRequest, PeekResponse, PeekedMessage, ProtoError, PurgeRequest, PurgeResponse, QueueConfig,
     QueueMetadata, QueueSummary, RedriveRequest, RedriveResponse, RedriveTarget, Reply, Request,
     Response,
 };
@@ -107,6 +107,7 @@ fn control_responses_round_trip() {
         oldest_ready_age_ms: 1500,
         released: 6,
         lease_expired: 9,
+        replication: None,
     };
     for response in [
         Response::CreateQueue(CreateQueueResponse { assignment_version: AssignmentVersion(7) }),
@@ -121,7 +122,19 @@ fn control_responses_round_trip() {
         Response::DescribeQueue(DescribeQueueResponse {
             name: "emails".into(),
             config: config(),
-            partitions: vec![stats, PartitionStats { partition: PartitionId(2), ..stats }],
+            partitions: vec![
+                stats,
+                PartitionStats {
+                    partition: PartitionId(2),
+                    replication: Some(PartitionReplication {
+                        leader_node: 3,
+                        term: 7,
+                        committed_index: 90_210,
+                        lag_entries: 12,
+                    }),
+                    ..stats
+                },
+            ],
         }),
         Response::Metadata(MetadataResponse {
             assignment_version: AssignmentVersion(42),

@@ -51,58 +51,22 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 use raft::eraftpb::{Entry, Message};
-use spool_wire::batch::{BatchHeader, BatchKind, BatchView, ControlBatchBuilder};
-use thiserror::Error;
+use spool_wire::batch::{BatchHeader, BatchKind};
 
+use super::entries::read_raft_entries;
+pub use super::entries::{is_term_start, raft_entry, term_start_batch};
+pub use super::error::DriverError;
 use super::limits::{
-    REPLICA_FETCH_AHEAD_BYTES, REPLICA_FETCH_BYTES_MAX, REPLICA_FETCH_ENTRIES_MAX,
-    REPLICA_TERM_START_BYTES_MAX,
+    REPLICA_FETCH_AHEAD_BYTES, REPLICA_FETCH_ENTRIES_MAX, REPLICA_TERM_START_BYTES_MAX,
 };
 use super::node::{Members, Recovered, Replica, ReplicaError, Timing, Work};
 use super::view::KnownTerms;
 use crate::io::Storage;
 use crate::limits::LOG_UNCOMMITTED_ENTRIES_MAX;
-use crate::log::journal::{JournalError, JournalPartition, JournalTicket};
-use crate::log::vote::{Vote, VoteError, VoteLog};
+use crate::log::journal::{JournalPartition, JournalTicket};
+use crate::log::vote::{Vote, VoteLog};
 use crate::log::wakers::Notify;
 use crate::log::Offset;
-use crate::queue::Event;
-
-/// Why a driver refused a call or stopped.
-#[derive(Debug, Error)]
-#[non_exhaustive]
-pub enum DriverError {
-    /// This member does not lead (`leader`: the one it knows of, 0: none).
-    #[error("not the leader (leader: {leader})")]
-    NotLeader { leader: u64 },
-    /// The log is catching up (a truncation, or appends waiting for room):
-    /// retry once [`ReplicaDriver::progress`] fires.
-    #[error("the log is busy catching up; retry")]
-    Busy,
-    /// The term does not fit the batch header's leader epoch.
-    #[error("term {term} does not fit a leader epoch (u32)")]
-    TermTooLarge { term: u64 },
-    /// The proposal's entry was replaced by another leader's before it
-    /// committed: its outcome is that it did not happen.
-    #[error("entry {index} of term {term} was superseded before it committed")]
-    Superseded { index: u64, term: u64 },
-    /// The batch to propose is not one.
-    #[error("not a batch: {0}")]
-    InvalidBatch(String),
-    /// raft-rs refused (a leadership transfer under way, a snapshot).
-    #[error(transparent)]
-    Replica(#[from] ReplicaError),
-    /// The log refused an operation; the driver stopped.
-    #[error(transparent)]
-    Journal(#[from] JournalError),
-    /// The vote log failed; the driver stopped.
-    #[error(transparent)]
-    Vote(#[from] VoteError),
-    /// The driver stopped earlier for this reason: the member serves
-    /// nothing until it is opened again.
-    #[error("replica stopped: {0}")]
-    Stopped(String),
-}
 
 /// A committed entry for the owner's state machine, in index order.
 #[derive(Debug, Clone)]
@@ -216,47 +180,6 @@ impl<S: Storage + 'static> CommitWatch for ReplicaDriver<S> {
     }
 }
 
-/// The batch raft-rs's empty entry of `term` is stored as, landing at data
-/// offset `next_offset`: one `TermStarted` control record, timestamp 0,
-/// the same on every member.
-///
-/// # Errors
-/// [`DriverError::TermTooLarge`].
-pub fn term_start_batch(term: u64, next_offset: u64) -> Result<Vec<u8>, DriverError> {
-    let epoch = u32::try_from(term).map_err(|_| DriverError::TermTooLarge { term })?;
-    let mut record = Vec::new();
-    let mut builder = ControlBatchBuilder::new();
-    let built = Event::TermStarted { term }
-        .encode(&mut record)
-        .map_err(|error| DriverError::InvalidBatch(error.to_string()))
-        .and_then(|_| {
-            builder.push(0, &record).map_err(|error| DriverError::InvalidBatch(error.to_string()))
-        })
-        .and_then(|()| {
-            builder.finish().map_err(|error| DriverError::InvalidBatch(error.to_string()))
-        })?;
-    let mut bytes = built.to_vec();
-    BatchHeader::assign(&mut bytes, next_offset, epoch);
-    Ok(bytes)
-}
-
-/// Whether `batch` is a term's start (a control batch of one `TermStarted`
-/// record): it stands for raft-rs's empty entry.
-pub fn is_term_start(batch: &[u8]) -> bool {
-    let Ok(header) = BatchHeader::verify_body(batch) else { return false };
-    if header.kind != BatchKind::Control || header.record_count != 1 {
-        return false;
-    }
-    let Ok(view) = BatchView::validate(batch) else { return false };
-    matches!(Event::decode(view.control_record(0)), Ok(Event::TermStarted { .. }))
-}
-
-/// The Raft entry a stored batch stands for.
-pub fn raft_entry(index: u64, term: u64, batch: &[u8]) -> Entry {
-    let data = if is_term_start(batch) { Bytes::new() } else { Bytes::copy_from_slice(batch) };
-    Entry { index, term, data, ..Entry::default() }
-}
-
 impl<S: Storage> ReplicaDriver<S> {
     /// Member `id` of `members` over the partition log `part` and the
     /// shard's vote log, from what they recovered; `applied`: the index the
@@ -332,6 +255,12 @@ impl<S: Storage> ReplicaDriver<S> {
     pub fn role(&self) -> (bool, u64, u64) {
         let inner = self.inner.borrow();
         (inner.replica.is_leader(), inner.replica.term(), inner.replica.leader())
+    }
+
+    /// On the leader, the lowest index every member holds
+    /// ([`Replica::lowest_matched`]).
+    pub fn lowest_matched(&self) -> Option<u64> {
+        self.inner.borrow().replica.lowest_matched()
     }
 
     pub fn stats(&self) -> DriverStats {
@@ -759,40 +688,4 @@ impl<S: Storage> ReplicaDriver<S> {
         self.progress.notify_all();
         Ok(())
     }
-}
-
-/// The Raft entries of `part` from `low` toward `high` (exclusive), read
-/// back by index in reads of at most [`REPLICA_FETCH_BYTES_MAX`]: all of
-/// them when opening, [`REPLICA_FETCH_AHEAD_BYTES`] (`bytes_max`,
-/// `entries_max`, at least one entry) for a lagging follower.
-async fn read_raft_entries<S: Storage>(
-    part: &JournalPartition<S>,
-    low: u64,
-    high: u64,
-    bytes_max: u64,
-    entries_max: usize,
-) -> Result<Vec<Entry>, DriverError> {
-    // For a follower, a few messages' worth at a time (raft-rs sends at most
-    // REPLICA_APPEND_BYTES_MAX per append, and asks again for the rest): a
-    // follower far behind must not make the leader read its whole gap into
-    // memory, nor wait one pump step per message.
-    let mut entries = Vec::new();
-    let mut bytes = 0u64;
-    let mut next = low;
-    while next < high && bytes < bytes_max && entries.len() < entries_max {
-        let read =
-            part.read_entries(next, high, REPLICA_FETCH_BYTES_MAX.min(bytes_max - bytes)).await?;
-        if read.is_empty() {
-            if !entries.is_empty() {
-                break;
-            }
-            let durable_index = part.committed_index();
-            return Err(JournalError::EntryNotDurable { index: next, durable_index }.into());
-        }
-        next += read.len() as u64;
-        bytes += read.iter().map(|e| e.batch.bytes.len() as u64).sum::<u64>();
-        entries.extend(read.iter().map(|e| raft_entry(e.index, e.term, &e.batch.bytes)));
-    }
-    entries.truncate(entries_max);
-    Ok(entries)
 }

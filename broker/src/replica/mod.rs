@@ -23,6 +23,8 @@
 //! `net::peer`; binding drivers to a shard's partitions comes next.
 
 pub mod driver;
+pub mod entries;
+pub mod error;
 pub mod limits;
 pub mod node;
 pub mod view;

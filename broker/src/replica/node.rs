@@ -241,6 +241,16 @@ impl Replica {
         self.raw.raft.leader_id
     }
 
+    /// On a leader, the lowest index every member (voter or learner) is
+    /// known to hold; `None` elsewhere (a follower does not track the
+    /// others).
+    pub fn lowest_matched(&self) -> Option<u64> {
+        if !self.is_leader() {
+            return None;
+        }
+        self.raw.raft.prs().iter().map(|(_, progress)| progress.matched).min()
+    }
+
     /// The committed index this member knows of.
     pub fn commit_index(&self) -> u64 {
         self.raw.raft.raft_log.committed

@@ -1,12 +1,14 @@
 //! Answers about queues rather than messages: DescribeQueue (the
-//! partitions this shard owns; a client asks every shard and merges) and
+//! partitions this shard owns — of a replicated one, only its leader
+//! answers, with the partition's term, committed index and the lag of its
+//! member furthest behind; a client asks every shard and merges) and
 //! Metadata (every partition's shard address and leader epoch, from the
 //! shards' shared [`EpochBoard`](super::EpochBoard)). Read-only: this file
 //! must not change a partition or the catalog.
 
 use spool_wire::proto::{
-    DescribeQueueResponse, MetadataResponse, PartitionMetadata, PartitionStats, QueueMetadata,
-    Response,
+    DescribeQueueResponse, MetadataResponse, PartitionMetadata, PartitionReplication,
+    PartitionStats, QueueMetadata, Response,
 };
 use spool_wire::ErrorCode;
 
@@ -29,6 +31,23 @@ impl SpoolHandler {
         let mut partitions = Vec::new();
         for partition in (0..partition_count).map(PartitionId) {
             let Some(served) = self.state.partition(queue, partition) else { continue };
+            // A replicated partition is described by its leader only: a
+            // follower's counts trail it (the client asks the leader).
+            let replication = match served.log().driver() {
+                Some(_) if !served.serving() => continue,
+                Some(driver) => {
+                    let (_, term, leader) = driver.role();
+                    let committed_index = driver.log().committed_index();
+                    let lowest = driver.lowest_matched().unwrap_or(committed_index);
+                    Some(PartitionReplication {
+                        leader_node: leader,
+                        term,
+                        committed_index,
+                        lag_entries: committed_index.saturating_sub(lowest),
+                    })
+                }
+                None => None,
+            };
             let counters = served.counters();
             partitions.push(PartitionStats {
                 partition,
@@ -42,6 +61,7 @@ impl SpoolHandler {
                 oldest_ready_age_ms: counters.oldest_ready_age_ms.unwrap_or(0),
                 released: counters.totals.released,
                 lease_expired: counters.totals.lease_expired,
+                replication,
             });
         }
         Ok(Response::DescribeQueue(DescribeQueueResponse {

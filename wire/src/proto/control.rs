@@ -166,5 +166,5 @@ pub use metadata::{MetadataRequest, MetadataResponse, PartitionMetadata, QueueMe
 pub use queues::{
     Backoff, BackoffKind, CreateQueueRequest, CreateQueueResponse, DeleteQueueRequest,
     DeleteQueueResponse, DescribeQueueRequest, DescribeQueueResponse, ListQueuesRequest,
-    ListQueuesResponse, PartitionStats, QueueConfig, QueueSummary,
+    ListQueuesResponse, PartitionReplication, PartitionStats, QueueConfig, QueueSummary,
 };

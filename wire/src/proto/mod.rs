@@ -54,9 +54,9 @@ pub use control::{
     Backoff, BackoffKind, CreateQueueRequest, CreateQueueResponse, DeadLetter, DeadLettersRequest,
     DeadLettersResponse, DeleteQueueRequest, DeleteQueueResponse, DescribeQueueRequest,
     DescribeQueueResponse, ListQueuesRequest, ListQueuesResponse, MessageState, MetadataRequest,
-    MetadataResponse, PartitionMetadata, PartitionStats, PeekRequest, PeekResponse, PeekedMessage,
-    PurgeRequest, PurgeResponse, QueueConfig, QueueMetadata, QueueSummary, RedriveRequest,
-    RedriveResponse, RedriveTarget,
+    MetadataResponse, PartitionMetadata, PartitionReplication, PartitionStats, PeekRequest,
+    PeekResponse, PeekedMessage, PurgeRequest, PurgeResponse, QueueConfig, QueueMetadata,
+    QueueSummary, RedriveRequest, RedriveResponse, RedriveTarget,
 };
 pub use data::{
     AckRequest, AckResponse, CancelClaimRequest, CancelClaimResponse, CancelOutcome, ClaimRequest,

@@ -290,6 +290,12 @@ pub fn partition_stats(stats: &PartitionStats) -> Value {
         "oldest_ready_age_ms": stats.oldest_ready_age_ms,
         "released": stats.released,
         "lease_expired": stats.lease_expired,
+        "replication": stats.replication.map(|replication| json!({
+            "leader_node": replication.leader_node,
+            "term": replication.term,
+            "committed_index": replication.committed_index,
+            "lag_entries": replication.lag_entries,
+        })),
     })
 }
 

@@ -90,6 +90,12 @@ fn partition_row_json(stats: &spool_client::spool_wire::proto::PartitionStats) -
         "oldest_ready_age_ms": stats.oldest_ready_age_ms,
         "released": stats.released,
         "lease_expired": stats.lease_expired,
+        "replication": stats.replication.map(|replication| json!({
+            "leader_node": replication.leader_node,
+            "term": replication.term,
+            "committed_index": replication.committed_index,
+            "lag_entries": replication.lag_entries,
+        })),
     })
 }
 
@@ -114,10 +120,26 @@ fn count_cells(stats: &spool_client::spool_wire::proto::PartitionStats) -> Vec<S
 fn render_describe(described: &spool_client::spool_wire::proto::DescribeQueueResponse) -> Output {
     let mut headers = vec!["partition"];
     headers.extend(COUNT_HEADERS);
+    // A cluster's partitions: who leads, in which term, how far behind the
+    // slowest replica is.
+    let replicated = described.partitions.iter().any(|stats| stats.replication.is_some());
+    if replicated {
+        headers.extend(["leader", "term", "lag"]);
+    }
     let mut table = Table::new(headers);
     for stats in &described.partitions {
         let mut row = vec![stats.partition.0.to_string()];
         row.extend(count_cells(stats));
+        if replicated {
+            row.extend(match stats.replication {
+                Some(replication) => [
+                    replication.leader_node.to_string(),
+                    replication.term.to_string(),
+                    replication.lag_entries.to_string(),
+                ],
+                None => ["-".to_owned(), "-".to_owned(), "-".to_owned()],
+            });
+        }
         table.push(row);
     }
     let config = &described.config;
@@ -169,6 +191,7 @@ fn render_stats(described: &[spool_client::spool_wire::proto::DescribeQueueRespo
             oldest_ready_age_ms: 0,
             released: 0,
             lease_expired: 0,
+            replication: None,
         };
         for stats in &queue.partitions {
             total.ready += stats.ready;

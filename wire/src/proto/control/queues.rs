@@ -374,6 +374,23 @@ pub struct PartitionStats {
     /// Leases that expired before an ack or release, ever (cumulative):
     /// each one makes the message claimable again (a redelivery).
     pub lease_expired: u64,
+    /// A replicated partition's replication, as its leader reports it;
+    /// `None` on a single node (and from a broker that predates it).
+    pub replication: Option<PartitionReplication>,
+}
+
+/// Replication of one partition, as its leader sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionReplication {
+    /// The leader's node id (never 0).
+    pub leader_node: u64,
+    /// Its term: the partition's leader epoch.
+    pub term: u64,
+    /// The highest log index a majority holds.
+    pub committed_index: u64,
+    /// Committed entries the member furthest behind still lacks (0: every
+    /// member holds every committed entry).
+    pub lag_entries: u64,
 }
 
 /// Result of a DescribeQueue.
@@ -418,6 +435,10 @@ impl DescribeQueueResponse {
                         oldest_ready_age_ms: stats.oldest_ready_age_ms,
                         released: stats.released,
                         lease_expired: stats.lease_expired,
+                        leader_node: stats.replication.map_or(0, |r| r.leader_node),
+                        term: stats.replication.map_or(0, |r| r.term),
+                        committed_index: stats.replication.map_or(0, |r| r.committed_index),
+                        lag_entries: stats.replication.map_or(0, |r| r.lag_entries),
                     },
                 )
             })
@@ -453,6 +474,14 @@ impl DescribeQueueResponse {
                 oldest_ready_age_ms: stats.oldest_ready_age_ms(),
                 released: stats.released(),
                 lease_expired: stats.lease_expired(),
+                // Leader node 0: not replicated (a single node, or a
+                // broker from before these fields).
+                replication: (stats.leader_node() != 0).then(|| PartitionReplication {
+                    leader_node: stats.leader_node(),
+                    term: stats.term(),
+                    committed_index: stats.committed_index(),
+                    lag_entries: stats.lag_entries(),
+                }),
             })
             .collect();
         let response = Self {

@@ -1418,6 +1418,10 @@ impl<'a> PartitionStats<'a> {
   pub const VT_OLDEST_READY_AGE_MS: ::flatbuffers::VOffsetT = 20;
   pub const VT_RELEASED: ::flatbuffers::VOffsetT = 22;
   pub const VT_LEASE_EXPIRED: ::flatbuffers::VOffsetT = 24;
+  pub const VT_LEADER_NODE: ::flatbuffers::VOffsetT = 26;
+  pub const VT_TERM: ::flatbuffers::VOffsetT = 28;
+  pub const VT_COMMITTED_INDEX: ::flatbuffers::VOffsetT = 30;
+  pub const VT_LAG_ENTRIES: ::flatbuffers::VOffsetT = 32;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -1429,6 +1433,10 @@ impl<'a> PartitionStats<'a> {
     args: &'args PartitionStatsArgs
   ) -> ::flatbuffers::WIPOffset<PartitionStats<'bldr>> {
     let mut builder = PartitionStatsBuilder::new(_fbb);
+    builder.add_lag_entries(args.lag_entries);
+    builder.add_committed_index(args.committed_index);
+    builder.add_term(args.term);
+    builder.add_leader_node(args.leader_node);
     builder.add_lease_expired(args.lease_expired);
     builder.add_released(args.released);
     builder.add_oldest_ready_age_ms(args.oldest_ready_age_ms);
@@ -1521,6 +1529,34 @@ impl<'a> PartitionStats<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<u64>(PartitionStats::VT_LEASE_EXPIRED, Some(0)).unwrap()}
   }
+  #[inline]
+  pub fn leader_node(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(PartitionStats::VT_LEADER_NODE, Some(0)).unwrap()}
+  }
+  #[inline]
+  pub fn term(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(PartitionStats::VT_TERM, Some(0)).unwrap()}
+  }
+  #[inline]
+  pub fn committed_index(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(PartitionStats::VT_COMMITTED_INDEX, Some(0)).unwrap()}
+  }
+  #[inline]
+  pub fn lag_entries(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(PartitionStats::VT_LAG_ENTRIES, Some(0)).unwrap()}
+  }
 }
 
 impl ::flatbuffers::Verifiable for PartitionStats<'_> {
@@ -1540,6 +1576,10 @@ impl ::flatbuffers::Verifiable for PartitionStats<'_> {
      .visit_field::<u64>("oldest_ready_age_ms", Self::VT_OLDEST_READY_AGE_MS, false)?
      .visit_field::<u64>("released", Self::VT_RELEASED, false)?
      .visit_field::<u64>("lease_expired", Self::VT_LEASE_EXPIRED, false)?
+     .visit_field::<u64>("leader_node", Self::VT_LEADER_NODE, false)?
+     .visit_field::<u64>("term", Self::VT_TERM, false)?
+     .visit_field::<u64>("committed_index", Self::VT_COMMITTED_INDEX, false)?
+     .visit_field::<u64>("lag_entries", Self::VT_LAG_ENTRIES, false)?
      .finish();
     Ok(())
   }
@@ -1556,6 +1596,10 @@ pub struct PartitionStatsArgs {
     pub oldest_ready_age_ms: u64,
     pub released: u64,
     pub lease_expired: u64,
+    pub leader_node: u64,
+    pub term: u64,
+    pub committed_index: u64,
+    pub lag_entries: u64,
 }
 impl<'a> Default for PartitionStatsArgs {
   #[inline]
@@ -1572,6 +1616,10 @@ impl<'a> Default for PartitionStatsArgs {
       oldest_ready_age_ms: 0,
       released: 0,
       lease_expired: 0,
+      leader_node: 0,
+      term: 0,
+      committed_index: 0,
+      lag_entries: 0,
     }
   }
 }
@@ -1626,6 +1674,22 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> PartitionStatsBuilder<'a, 'b,
     self.fbb_.push_slot::<u64>(PartitionStats::VT_LEASE_EXPIRED, lease_expired, 0);
   }
   #[inline]
+  pub fn add_leader_node(&mut self, leader_node: u64) {
+    self.fbb_.push_slot::<u64>(PartitionStats::VT_LEADER_NODE, leader_node, 0);
+  }
+  #[inline]
+  pub fn add_term(&mut self, term: u64) {
+    self.fbb_.push_slot::<u64>(PartitionStats::VT_TERM, term, 0);
+  }
+  #[inline]
+  pub fn add_committed_index(&mut self, committed_index: u64) {
+    self.fbb_.push_slot::<u64>(PartitionStats::VT_COMMITTED_INDEX, committed_index, 0);
+  }
+  #[inline]
+  pub fn add_lag_entries(&mut self, lag_entries: u64) {
+    self.fbb_.push_slot::<u64>(PartitionStats::VT_LAG_ENTRIES, lag_entries, 0);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> PartitionStatsBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     PartitionStatsBuilder {
@@ -1654,6 +1718,10 @@ impl ::core::fmt::Debug for PartitionStats<'_> {
       ds.field("oldest_ready_age_ms", &self.oldest_ready_age_ms());
       ds.field("released", &self.released());
       ds.field("lease_expired", &self.lease_expired());
+      ds.field("leader_node", &self.leader_node());
+      ds.field("term", &self.term());
+      ds.field("committed_index", &self.committed_index());
+      ds.field("lag_entries", &self.lag_entries());
       ds.finish()
   }
 }
