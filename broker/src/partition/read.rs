@@ -272,6 +272,34 @@ impl<S: Storage + Clone> Partition<S> {
         Ok(record.to_vec())
     }
 
+    /// The record bytes of each of `views` (`None` for one that cannot be
+    /// read: the listing goes on without it), for a dead-letter page: one
+    /// durability barrier and reads ahead over the page, as [`Self::peek`]
+    /// (a barrier and a one-record read per letter made a page of a
+    /// thousand letters wait for a thousand group commits).
+    ///
+    /// # Errors
+    /// The barrier failed (the log stopped).
+    pub async fn records_of_views(
+        &self,
+        views: &[MessageView],
+    ) -> Result<Vec<Option<Vec<u8>>>, PartitionError> {
+        let barrier = self.appends.borrow().barrier();
+        barrier.durable().await?;
+        let mut cache = self.scratch.read.take();
+        let mut out = Vec::with_capacity(views.len());
+        for (index, view) in views.iter().enumerate() {
+            let located = views[index..].iter().map(|view| (view.offset, view.size_bytes));
+            let ahead = || read_ahead_bytes(view.offset, located);
+            let record = self.record_bytes(view.offset, ahead, &mut cache).await;
+            out.push(record.ok().map(|record| record.to_vec()));
+        }
+        if cache.recycle() {
+            self.scratch.read.set(cache);
+        }
+        Ok(out)
+    }
+
     /// Live messages of the main lane from `from`, up to `max`, with their
     /// record bytes. Changes nothing.
     ///

@@ -423,16 +423,16 @@ impl SpoolHandler {
                 let partition = self.route(&list.queue, list.partition)?;
                 let max = (list.max as usize).min(PEEK_MAX);
                 let after = list.from_offset.0.checked_sub(1).map(Offset);
+                let views = partition.dead_letters(after, max);
+                let records =
+                    partition.records_of_views(&views).await.map_err(|e| partition_error(&e))?;
                 let mut entries = Vec::new();
-                for view in partition.dead_letters(after, max) {
+                for (view, record) in views.into_iter().zip(records) {
                     let claimed_at = match view.phase {
                         MessagePhase::Claimed { claimed_at_ms, .. } => claimed_at_ms,
                         _ => 0,
                     };
-                    let routing_key = partition
-                        .record(view.offset)
-                        .await
-                        .ok()
+                    let routing_key = record
                         .and_then(|bytes| {
                             let mut aligned = BatchBytes::with_capacity(bytes.len());
                             aligned.extend_from_slice(&bytes);
