@@ -31,8 +31,8 @@ use raft::{Config, RawNode, StateRole};
 use thiserror::Error;
 
 use super::limits::{
-    REPLICA_APPEND_BYTES_MAX, REPLICA_ELECTION_TICKS, REPLICA_FETCH_CONTEXTS_MAX,
-    REPLICA_FETCH_RUNS_MAX, REPLICA_HEARTBEAT_TICKS, REPLICA_INFLIGHT_APPENDS_MAX,
+    REPLICA_APPEND_BYTES_MAX, REPLICA_ELECTION_TICKS, REPLICA_FETCH_RUNS_MAX,
+    REPLICA_HEARTBEAT_TICKS, REPLICA_INFLIGHT_APPENDS_MAX,
 };
 use super::view::{Fetch, KnownTerms, LogView};
 
@@ -375,9 +375,7 @@ impl Replica {
                     answers -= 1;
                     self.answer(fetch);
                 } else if let Some(read) = reads.iter_mut().find(|read| read.low == fetch.low) {
-                    read.high = read.high.max(fetch.high);
-                    let room = REPLICA_FETCH_CONTEXTS_MAX.saturating_sub(read.contexts.len());
-                    read.contexts.extend(fetch.contexts.into_iter().take(room));
+                    read.join(fetch);
                 } else {
                     reads.push(fetch);
                 }

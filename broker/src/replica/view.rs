@@ -62,6 +62,18 @@ pub struct Fetch {
     pub contexts: Vec<GetEntriesContext>,
 }
 
+impl Fetch {
+    /// Takes in `other`'s contexts (an ask from the same first index):
+    /// the read reaches the further end of the two, and at most
+    /// [`REPLICA_FETCH_CONTEXTS_MAX`] contexts are kept.
+    pub fn join(&mut self, other: Fetch) {
+        debug_assert_eq!(self.low, other.low, "only asks from one index join");
+        self.high = self.high.max(other.high);
+        let room = REPLICA_FETCH_CONTEXTS_MAX.saturating_sub(self.contexts.len());
+        self.contexts.extend(other.contexts.into_iter().take(room));
+    }
+}
+
 /// Entries read back, dense and ascending, below the window.
 #[derive(Debug, Default)]
 struct Run {
@@ -317,9 +329,7 @@ impl LogView {
     pub fn join_asked(&self, fetch: &mut Fetch) {
         let mut fetches = self.fetches.borrow_mut();
         if let Some(at) = fetches.iter().position(|asked| asked.low == fetch.low) {
-            let asked = fetches.remove(at);
-            let room = REPLICA_FETCH_CONTEXTS_MAX.saturating_sub(fetch.contexts.len());
-            fetch.contexts.extend(asked.contexts.into_iter().take(room));
+            fetch.join(fetches.remove(at));
         }
     }
 
@@ -396,15 +406,11 @@ impl LogView {
     /// Records an ask from `low` to read back (joining a pending one from
     /// the same index).
     fn ask(&self, low: u64, high: u64, context: GetEntriesContext) {
+        let asked = Fetch { low, high, contexts: vec![context] };
         let mut fetches = self.fetches.borrow_mut();
         match fetches.iter_mut().find(|fetch| fetch.low == low) {
-            Some(fetch) => {
-                fetch.high = fetch.high.max(high);
-                if fetch.contexts.len() < REPLICA_FETCH_CONTEXTS_MAX {
-                    fetch.contexts.push(context);
-                }
-            }
-            None => fetches.push(Fetch { low, high, contexts: vec![context] }),
+            Some(fetch) => fetch.join(asked),
+            None => fetches.push(asked),
         }
     }
 
