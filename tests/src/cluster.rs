@@ -94,6 +94,8 @@ pub struct ClusterOptions {
     /// Peer links through a relay the test can cut
     /// ([`Cluster::cut_off`], `netcut.rs`).
     pub peer_relay: bool,
+    /// `journal_retain_bytes` of every node (`None`: the broker's default).
+    pub journal_retain_bytes: Option<u64>,
 }
 
 impl ClusterOptions {
@@ -107,7 +109,13 @@ impl ClusterOptions {
             controller_voters: nodes,
             peer_tls: false,
             peer_relay: false,
+            journal_retain_bytes: None,
         }
+    }
+
+    /// The same with every node's `journal_retain_bytes` set.
+    pub fn with_journal_retain_bytes(self, bytes: u64) -> ClusterOptions {
+        ClusterOptions { journal_retain_bytes: Some(bytes), ..self }
     }
 
     /// The same with peer TLS on.
@@ -560,6 +568,14 @@ impl Cluster {
             voters = self.options.controller_voters,
             secret = secret.display().to_string(),
         );
+        if let Some(bytes) = self.options.journal_retain_bytes {
+            // Before the [cluster] table: a top-level key.
+            text = text.replacen(
+                "\n[cluster]\n",
+                &format!("journal_retain_bytes = {bytes}\n\n[cluster]\n"),
+                1,
+            );
+        }
         if self.peer_ca.is_some() {
             text.push_str(&format!(
                 "peer_tls_cert_file = {:?}\npeer_tls_key_file = {:?}\npeer_tls_ca_file = {:?}\n",

@@ -218,14 +218,11 @@ impl<S: Storage + Clone> Partition<S> {
         super::dedupe_files::remove_unreferenced(&self.storage, &self.dir, &referred.references)
             .await
             .map_err(LogError::Io)?;
-        // A replicated partition's log is kept whole (no retention below
-        // its checkpoints until they are shipped as snapshots).
+        // Records below the oldest live one and the checkpoint leave the
+        // data index (a replicated partition's log entries stay readable by
+        // index until its log pin moves past them: `journal_pin`).
         let oldest_live = self.state.borrow().retention_watermark();
-        let deleted = if self.replica.is_some() {
-            0
-        } else {
-            self.log.delete_below(oldest_live, end).await?
-        };
+        let deleted = self.log.delete_below(oldest_live, end).await?;
         tracing::debug!(
             partition = ?self.name,
             covers = covers.0,
@@ -242,14 +239,18 @@ impl<S: Storage + Clone> Partition<S> {
     /// checkpoint's scan start (what its recovery replays from; 0 without a
     /// checkpoint) or the oldest data entry it still indexes (what reads of
     /// its live records need), whichever is lower.
+    ///
+    /// A replicated partition also pins its log's entries from the first
+    /// one that is not both held by every member and covered by its
+    /// durable checkpoint, and first lets raft-rs's view go of the entries
+    /// below it ([`Partition::replicated_log_pin`]).
     pub fn journal_pin(&self) -> JournalPos {
-        // A replicated partition pins its whole log: a lagging follower
-        // reads any entry back by index (`replicated.rs`, "Checkpoints").
-        if self.replica.is_some() {
-            return JournalPos(0);
-        }
         let scan = JournalPos(self.checkpoint_covers.get().to_checkpoint());
-        self.log.journal().oldest_indexed().map_or(scan, |oldest| oldest.min(scan))
+        let pin = self.log.journal().oldest_indexed().map_or(scan, |oldest| oldest.min(scan));
+        match self.replica {
+            None => pin,
+            Some(_) => pin.min(self.replicated_log_pin()),
+        }
     }
 
     /// Whether a checkpoint taken now would let go of a
@@ -260,9 +261,6 @@ impl<S: Storage + Clone> Partition<S> {
     /// this holds; a partition pinned by an old live record answers false
     /// (a checkpoint would not move it).
     pub fn journal_checkpoint_frees(&self) -> bool {
-        if self.replica.is_some() {
-            return false;
-        }
         if self.checkpoint_running.get() || self.sync_failed.get() || self.closed.get() {
             return false;
         }
@@ -279,8 +277,16 @@ impl<S: Storage + Clone> Partition<S> {
         }
         let next = part.next_offset();
         let needed = self.state.borrow().retention_watermark().map_or(next, |live| live.min(next));
-        let after =
+        let mut after =
             part.lowest_position_from(needed).map_or(control, |position| position.min(control));
+        if let Some(driver) = self.log.driver() {
+            // A checkpoint now covers the log's last entry: the log would
+            // pin from the group floor on.
+            let floor = driver.group_floor().min(part.last_index());
+            if let Some(position) = part.held_position_from(floor + 1) {
+                after = after.min(position);
+            }
+        }
         journal.file_base(after) > journal.file_base(pin)
     }
 

@@ -72,9 +72,10 @@ impl<S: Storage + Clone> Partition<S> {
     ) -> Result<RelocateStep, PartitionError> {
         let mut step = RelocateStep::default();
         let part = self.log.journal();
-        // A replicated partition's log is kept whole: its entries are read
-        // back by index for lagging followers.
-        if self.closed.get() || self.replica.is_some() {
+        // A replicated partition's copies are its own (not log entries:
+        // no index), as on one node; its log's entries stay where they are
+        // until its log pin passes them (`journal_pin`).
+        if self.closed.get() {
             return Ok(step);
         }
         let entries = part.indexed_in(from, to);

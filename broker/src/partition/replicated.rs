@@ -37,9 +37,13 @@
 //! ([`REPLICA_CHECKPOINT_COMMIT_WAIT_MS`] at most, else it is dropped), so
 //! a checkpoint never holds an entry a next leader may cancel. At open its
 //! entry index counts as committed (it was), and replay folds what follows
-//! it. Not yet: retention and relocation — the log is kept whole (its
-//! journal files pinned) until checkpoints are shipped as snapshots, since
-//! a lagging follower reads any entry back by index.
+//! it.
+//!
+//! **Release.** A member lets its journal files go below what every member
+//! holds and its durable checkpoint covers (`journal_pin`,
+//! [`Partition::replicated_log_pin`]); its live records are relocated as on
+//! one node. A member that needs entries released everywhere (its disk
+//! was wiped) needs a snapshot, which is not built yet.
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -55,7 +59,7 @@ use super::{
     REPLAY_READ_BYTES,
 };
 use crate::io::Storage;
-use crate::log::journal::{PartitionHandle, RecoveredLog, RoutedEntry, ShardJournal};
+use crate::log::journal::{JournalPos, PartitionHandle, RecoveredLog, RoutedEntry, ShardJournal};
 use crate::log::vote::VoteLog;
 use crate::log::{FatalHandler, ReadBatch, SharedBytes};
 use crate::queue::{LeaderEpoch, Offset, PartitionState, QueueConfig};
@@ -177,6 +181,24 @@ impl<S: Storage + Clone> Partition<S> {
             && !role.rebuilding.get()
             && role.applied.get() > 0
             && role.applied.get() == self.log.journal().last_index()
+    }
+
+    /// The least journal position a replicated partition's log needs:
+    /// where its first entry held after the floor lies, the floor being
+    /// the highest index both held by every member (the group floor:
+    /// `replica/node.rs`) and covered by its durable checkpoint. raft-rs's
+    /// view first lets go of the entries up to the floor
+    /// ([`ReplicaDriver::compact`]), so nothing asks for them once their
+    /// files go: a member that needs them then needs a snapshot. Position 0
+    /// without a checkpoint (every entry is needed to rebuild the state).
+    pub(super) fn replicated_log_pin(&self) -> JournalPos {
+        let Some(driver) = self.log.driver() else { return JournalPos(0) };
+        let covered = self.checkpoint_covers.get().entry_index();
+        if covered == 0 {
+            return JournalPos(0);
+        }
+        let floor = driver.compact(covered);
+        self.log.journal().held_position_from(floor + 1).unwrap_or(JournalPos(u64::MAX))
     }
 
     /// Waits until the log has committed entry `index`, still of `term`,

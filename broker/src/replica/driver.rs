@@ -198,22 +198,40 @@ impl<S: Storage> ReplicaDriver<S> {
         timing: Timing,
         send: Rc<dyn Fn(Message)>,
     ) -> Result<Rc<Self>, DriverError> {
-        let first = part.first_index();
+        let mut first = part.first_index();
         let last = part.last_index();
-        let floor_index = first.saturating_sub(1);
-        let floor_term = if floor_index == 0 { 0 } else { part.term_at(floor_index).unwrap_or(0) };
+        let mut floor_index = first.saturating_sub(1);
+        let mut floor_term =
+            if floor_index == 0 { 0 } else { part.term_at(floor_index).unwrap_or(0) };
         if floor_index > 0 && floor_term == 0 {
-            return Err(ReplicaError::Recovered {
-                id,
-                reason: format!("the term of entry {floor_index}, before the held log, is unknown"),
+            // The entries before the first one held were let go of (their
+            // journal files released below what every member held and a
+            // checkpoint covered, `Partition::journal_pin`): the log starts
+            // after its first entry held, whose term is known.
+            let applied_here = applied.min(part.committed_index());
+            match part.term_at(first) {
+                Some(term) if first <= applied_here => {
+                    floor_index = first;
+                    floor_term = term;
+                    first += 1;
+                }
+                _ => {
+                    return Err(ReplicaError::Recovered {
+                        id,
+                        reason: format!(
+                            "the term of entry {floor_index}, before the held log, is unknown"
+                        ),
+                    }
+                    .into())
+                }
             }
-            .into());
         }
         let commit = part.committed_index();
         // What the state machine holds stays on disk, known by its terms
         // (read back when a follower needs it); the rest is read now.
         let from = (applied.min(commit) + 1).max(first);
-        let runs = part.held_term_runs().into_iter().filter(|run| run.0 < from).collect();
+        let runs = runs_from(part.held_term_runs(), first).into_iter().filter(|run| run.0 < from);
+        let runs = runs.collect();
         let known = KnownTerms { runs, through: from - 1 };
         let entries = read_raft_entries(&part, from, last + 1, u64::MAX, usize::MAX).await?;
         let vote = votes.get(part.handle()).unwrap_or_default();
@@ -261,6 +279,20 @@ impl<S: Storage> ReplicaDriver<S> {
     /// ([`Replica::lowest_matched`]).
     pub fn lowest_matched(&self) -> Option<u64> {
         self.inner.borrow().replica.lowest_matched()
+    }
+
+    /// The highest index every member was known to hold
+    /// ([`Replica::group_floor`]).
+    pub fn group_floor(&self) -> u64 {
+        self.inner.borrow().replica.group_floor()
+    }
+
+    /// Lets raft-rs's view of the log go up to `index`, at most the group
+    /// floor and the applied index ([`Replica::compact`]); the journal
+    /// files below may then be released. Returns the index the log starts
+    /// after.
+    pub fn compact(&self, index: u64) -> u64 {
+        self.inner.borrow_mut().replica.compact(index)
     }
 
     pub fn stats(&self) -> DriverStats {
@@ -688,4 +720,17 @@ impl<S: Storage> ReplicaDriver<S> {
         self.progress.notify_all();
         Ok(())
     }
+}
+
+/// Term runs (first index, term), ascending, cut to start at `first`.
+fn runs_from(runs: Vec<(u64, u64)>, first: u64) -> Vec<(u64, u64)> {
+    let mut cut: Vec<(u64, u64)> = Vec::with_capacity(runs.len());
+    for (start, term) in runs {
+        let start = start.max(first);
+        match cut.last_mut() {
+            Some(last) if last.0 == start => *last = (start, term),
+            _ => cut.push((start, term)),
+        }
+    }
+    cut
 }

@@ -15,6 +15,19 @@
 //!    granted, an append acknowledged: promises that need the disk);
 //! 4. record [`Work::commit`] (the journal's commit marker; it may lag).
 //!
+//! **Group floor.** What every member holds is known only to the leader
+//! (raft-rs's progress: [`Replica::lowest_matched`], taken at most up to
+//! the committed index: a matched entry above it may still be replaced). A member may let go
+//! of entries only below it (and below what its own checkpoint covers),
+//! or a later leader could lack entries a lagging follower needs. So the
+//! leader stamps it on its heartbeats ([`GROUP_FLOOR_TAG`] and the index,
+//! in the message's `context`, which raft-rs echoes only for read-index
+//! requests, which the group never makes), and a member takes it off
+//! before raft-rs sees the message, keeping the highest seen
+//! ([`Replica::group_floor`]). It stays true across leaders: a member's
+//! matched index only grows (a member whose disk was wiped is a new
+//! replica, caught up by a snapshot).
+//!
 //! The vote store and the log sync apart: a crash may keep entries of a
 //! term whose vote was lost, and recovery then takes the log's term with no
 //! vote ([`LogView::recovered`]) — safe, since a vote's grant is among the
@@ -26,7 +39,7 @@
 //! shard journal's one lane for a replicated partition), which is what
 //! raft-rs's async persistence needs.
 
-use raft::eraftpb::{Entry, HardState, Message};
+use raft::eraftpb::{Entry, HardState, Message, MessageType};
 use raft::{Config, RawNode, StateRole};
 use thiserror::Error;
 
@@ -35,6 +48,11 @@ use super::limits::{
     REPLICA_HEARTBEAT_TICKS, REPLICA_INFLIGHT_APPENDS_MAX,
 };
 use super::view::{Fetch, KnownTerms, LogView};
+
+/// First byte of a heartbeat's `context` that carries the group floor (the
+/// 8 bytes after it, little-endian); module docs, "Group floor".
+pub const GROUP_FLOOR_TAG: u8 = 0xF1;
+const GROUP_FLOOR_CONTEXT_LEN: usize = 9;
 
 /// Why a replica could not start or step.
 #[derive(Debug, Error)]
@@ -120,9 +138,12 @@ pub struct Work {
 /// One partition's Raft group member. See the module docs.
 pub struct Replica {
     id: u64,
-    raw: RawNode<LogView>,
+    pub(super) raw: RawNode<LogView>,
     /// Term and vote as last handed out for persistence.
     vote: (u64, u64),
+    /// The highest index every member of the group was known to hold
+    /// (module docs, "Group floor").
+    group_floor: u64,
 }
 
 impl std::fmt::Debug for Replica {
@@ -218,7 +239,7 @@ impl Replica {
         let logger = slog::Logger::root(slog::Discard, slog::o!());
         let raw = RawNode::new(&config(id, applied, timing), view, &logger)
             .map_err(|source| ReplicaError::Raft { id, source })?;
-        Ok(Replica { id, raw, vote })
+        Ok(Replica { id, raw, vote, group_floor: 0 })
     }
 
     /// This member's id.
@@ -272,8 +293,73 @@ impl Replica {
     /// # Errors
     /// raft-rs refused it (a message of another group, a step of a local
     /// message kind): the owner drops it.
-    pub fn step(&mut self, message: Message) -> Result<(), ReplicaError> {
-        self.raw.step(message).map_err(|source| ReplicaError::Raft { id: self.id, source })
+    pub fn step(&mut self, mut message: Message) -> Result<(), ReplicaError> {
+        if message.get_msg_type() == MessageType::MsgHeartbeat {
+            if let Some(floor) = group_floor_of(&message.context) {
+                self.group_floor = self.group_floor.max(floor);
+                message.context = Default::default();
+            }
+        }
+        self.raw.step(message).map_err(|source| ReplicaError::Raft { id: self.id, source })?;
+        self.probe_above_matched();
+        Ok(())
+    }
+
+    /// A probing follower's next index is never at or below its matched
+    /// one: raft-rs (0.7) takes a rejection's hint as is in the probe state,
+    /// and a hint from before the follower caught up could send it below
+    /// the entries let go of (module docs, "Group floor"), where it would
+    /// wait for a snapshot forever. The follower holds what it matched
+    /// (etcd's raft clamps the same way).
+    fn probe_above_matched(&mut self) {
+        if !self.is_leader() {
+            return;
+        }
+        for (_, progress) in self.raw.raft.mut_prs().iter_mut() {
+            if progress.state == raft::ProgressState::Probe && progress.next_idx <= progress.matched
+            {
+                progress.next_idx = progress.matched + 1;
+            }
+        }
+    }
+
+    /// The highest index every member of the group was known to hold:
+    /// this leader's [`lowest_matched`](Self::lowest_matched), or the
+    /// highest a leader's heartbeat carried (module docs, "Group floor").
+    pub fn group_floor(&self) -> u64 {
+        self.group_floor.max(self.held_everywhere().unwrap_or(0))
+    }
+
+    /// On a leader, the highest committed index every member holds: the
+    /// lowest matched index, at most the committed one (an entry a member
+    /// matched above the committed index may still be replaced there by a
+    /// later leader; a committed one never is).
+    fn held_everywhere(&self) -> Option<u64> {
+        Some(self.lowest_matched()?.min(self.raw.raft.raft_log.committed))
+    }
+
+    /// Lets go of the log up to `index` ([`LogView::compact_to`]): at most
+    /// the group floor and the applied index. Returns the index the log
+    /// starts after now.
+    pub fn compact(&mut self, index: u64) -> u64 {
+        let index = index.min(self.group_floor());
+        let view = self.raw.mut_store();
+        view.compact_to(index);
+        view.floor().0
+    }
+
+    /// Stamps the group floor on this leader's heartbeats (module docs).
+    fn stamp_group_floor(&mut self, messages: &mut [Message]) {
+        let Some(floor) = self.held_everywhere() else { return };
+        self.group_floor = self.group_floor.max(floor);
+        for message in messages {
+            if message.get_msg_type() == MessageType::MsgHeartbeat && message.context.is_empty() {
+                let mut context = Vec::with_capacity(GROUP_FLOOR_CONTEXT_LEN);
+                context.push(GROUP_FLOOR_TAG);
+                context.extend_from_slice(&self.group_floor.to_le_bytes());
+                message.context = context.into();
+            }
+        }
     }
 
     /// Proposes `data` (the stored bytes of a batch) as the next entry;
@@ -319,6 +405,7 @@ impl Replica {
             send_persisted: ready.take_persisted_messages(),
             ..Work::default()
         };
+        self.stamp_group_floor(&mut work.send);
         let view = self.raw.mut_store();
         work.truncate_from = view.append(&work.entries);
         if let Some(hard_state) = ready.hs() {
@@ -399,4 +486,13 @@ impl Replica {
             self.raw.on_entries_fetched(context);
         }
     }
+}
+
+/// The group floor a heartbeat's `context` carries, if it carries one.
+fn group_floor_of(context: &[u8]) -> Option<u64> {
+    if context.len() != GROUP_FLOOR_CONTEXT_LEN || context[0] != GROUP_FLOOR_TAG {
+        return None;
+    }
+    let bytes: [u8; 8] = context[1..].try_into().ok()?;
+    Some(u64::from_le_bytes(bytes))
 }

@@ -312,6 +312,48 @@ impl LogView {
         }
     }
 
+    /// Lets go of the entries up to `index` (at most the applied index):
+    /// raft-rs's first index becomes `index + 1`, and an ask below it
+    /// answers `Compacted` (raft-rs then wants a snapshot for that
+    /// follower). The owner calls it once every member holds those entries
+    /// and a checkpoint covers them, before their journal files go.
+    /// Returns whether the floor moved.
+    pub fn compact_to(&mut self, index: u64) -> bool {
+        let index = index.min(self.applied);
+        if index <= self.floor.0 {
+            return false;
+        }
+        let Some(term) = self.term_of(index) else { return false };
+        self.floor = (index, term);
+        let mut dropped = 0;
+        while dropped + 1 < self.terms.len() && self.terms[dropped + 1].0 <= index + 1 {
+            dropped += 1;
+        }
+        self.terms.drain(..dropped);
+        if index >= self.last_index {
+            self.terms.clear();
+        } else if let Some(first) = self.terms.first_mut() {
+            first.0 = index + 1;
+        }
+        while self.window.front().is_some_and(|entry| entry.index <= index) {
+            if let Some(entry) = self.window.pop_front() {
+                self.window_bytes -= entry_bytes(&entry);
+            }
+        }
+        let runs = self.runs.get_mut();
+        for run in runs.iter_mut() {
+            run.drop_below(index + 1);
+        }
+        runs.retain(|run| !run.entries.is_empty());
+        self.fetches.get_mut().retain(|fetch| fetch.low > index);
+        true
+    }
+
+    /// The entry the log starts after (index, term).
+    pub fn floor(&self) -> (u64, u64) {
+        self.floor
+    }
+
     /// Keeps at most `bytes` of applied entries (at most
     /// [`REPLICA_ENTRY_CACHE_BYTES_MAX`]): a simulation sets it small so
     /// lagging followers are served by read-backs.
@@ -777,6 +819,61 @@ mod tests {
         view.set_applied(5);
         assert_eq!(view.window_start(), 6, "applied entries beyond the cache are let go of");
         assert!(view.entries(6, 7, None, GetEntriesContext::empty(false)).is_ok());
+    }
+
+    #[test]
+    fn a_compacted_view_starts_after_its_floor_and_keeps_the_terms_above() {
+        // Terms 1 (1..=4), 2 (5..=8), 3 (9..=12); applied 10.
+        let entries: Vec<(u64, u64)> = (1..=12)
+            .map(|index| {
+                (
+                    index,
+                    if index <= 4 {
+                        1
+                    } else if index <= 8 {
+                        2
+                    } else {
+                        3
+                    },
+                )
+            })
+            .collect();
+        let mut view = view(&entries);
+        view.set_applied(10);
+        // Not past the applied index, and never down.
+        assert!(view.compact_to(11));
+        assert_eq!(view.floor(), (10, 3));
+        assert!(!view.compact_to(6));
+        assert_eq!(view.first_index().unwrap(), 11);
+        assert_eq!(view.term(10).unwrap(), 3);
+        assert_eq!(view.term(11).unwrap(), 3);
+        assert_eq!(view.term(12).unwrap(), 3);
+        assert!(matches!(view.term(9), Err(raft::Error::Store(StorageError::Compacted))));
+        let context = GetEntriesContext::empty(false);
+        assert!(matches!(
+            view.entries(10, 12, None, context),
+            Err(raft::Error::Store(StorageError::Compacted))
+        ));
+        let above = view.entries(11, 13, None, GetEntriesContext::empty(false)).unwrap();
+        assert_eq!(above.iter().map(|e| e.index).collect::<Vec<_>>(), vec![11, 12]);
+
+        // Inside a term run: the run is cut to start after the floor.
+        let mut inside = view_of_applied(&entries, 12);
+        assert!(inside.compact_to(6));
+        assert_eq!(inside.floor(), (6, 2));
+        assert_eq!(inside.term(7).unwrap(), 2);
+        assert_eq!(inside.term(9).unwrap(), 3);
+        assert_eq!(inside.last_term(), 3);
+        // To the last entry: no run left, the last term is the floor's.
+        assert!(inside.compact_to(12));
+        assert_eq!(inside.last_term(), 3);
+        assert_eq!(inside.last_index(), 12);
+    }
+
+    fn view_of_applied(entries: &[(u64, u64)], applied: u64) -> LogView {
+        let mut view = view(entries);
+        view.set_applied(applied);
+        view
     }
 
     #[test]

@@ -548,6 +548,12 @@ impl<T: Completion + Clone> EntryLog<T> {
         self.held.term_runs()
     }
 
+    /// Where the first committed entry held at or after `index` lies
+    /// (`None`: none is held from there).
+    pub fn held_position_from(&self, index: u64) -> Option<JournalPos> {
+        self.held.get(index.max(self.held.first)).map(|(position, _)| position)
+    }
+
     /// Lets go of the committed entries that lie below `oldest`, the
     /// oldest journal file still held.
     pub fn release_below(&mut self, oldest: JournalPos) {

@@ -16,6 +16,7 @@ use super::entry::{Marker, ENTRY_HEADER_BYTES};
 use super::entry_log::{Cancelled, Located, LogMode};
 use super::error::{JournalDamage, JournalError};
 use super::partition::{check_appendable, JournalAppended, JournalPartition};
+use super::JournalPos;
 use crate::io::Storage;
 use crate::limits::READ_BYTES_MAX;
 use crate::log::{Offset, ReadBatch};
@@ -279,6 +280,14 @@ impl<S: Storage> JournalPartition<S> {
         state.settle();
         state.log.release_below(oldest);
         state.log.first_held()
+    }
+
+    /// Where the first committed entry held at or after `index` lies
+    /// (replicated mode; `None` when none is held from there: every entry
+    /// from `index` on is above the committed index, or let go of): the
+    /// journal position a replicated partition's log pins.
+    pub fn held_position_from(&self, index: u64) -> Option<JournalPos> {
+        self.settled(|state| state.log.held_position_from(index))
     }
 
     /// The (first index, term) runs over the committed entries held for

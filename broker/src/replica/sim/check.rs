@@ -20,6 +20,8 @@ pub(in crate::replica) struct Checker {
     /// them, with their index and term).
     acknowledged: BTreeMap<u64, (u64, Bytes)>,
     pub(in crate::replica) crashes: usize,
+    /// Times a node let go of its log up to a higher floor.
+    pub(in crate::replica) compactions: usize,
     /// Read-backs of older entries served for lagging followers.
     pub(in crate::replica) fetches: usize,
 }
@@ -55,6 +57,27 @@ impl Checker {
         self.applied.insert(node, 0);
         for entry in prefix {
             self.applied(node, entry);
+        }
+    }
+
+    /// Node `node` let go of its log from `from + 1` to `to`: every node's
+    /// durable log (`logs`: id and log) must hold those entries as applied,
+    /// or a later leader could lack what a follower needs (no snapshot
+    /// would bring it).
+    pub(super) fn let_go(&mut self, node: u64, from: u64, to: u64, logs: &[(u64, &[Entry])]) {
+        self.compactions += 1;
+        for &(other, log) in logs {
+            for index in from + 1..=to {
+                let held = log.get(index as usize - 1).map(|entry| (entry.term, &entry.data));
+                let applied = self.history.get(&index).map(|(term, bytes)| (*term, bytes));
+                assert!(
+                    held.is_some() && held == applied,
+                    "node {node} let go of its log up to {to}, but node {other} holds {:?} at \
+                     {index}, not the applied {:?}",
+                    held.map(|held| held.0),
+                    applied.map(|applied| applied.0)
+                );
+            }
         }
     }
 

@@ -56,6 +56,9 @@ struct Disk {
     log: Vec<Entry>,
     vote: (u64, u64),
     commit: u64,
+    /// The index the log was let go of up to (a checkpoint covers it and
+    /// every member holds it): a restart starts after it.
+    floor: u64,
 }
 
 impl Disk {
@@ -166,14 +169,16 @@ impl World {
         // The applied prefix stays on disk (terms only), as a reopened
         // partition's: a follower that needs it is served by read-backs.
         let applied = node.disk.commit.min(node.disk.log.len() as u64) as usize;
+        let floor = node.disk.floor.min(applied as u64) as usize;
+        let floor_term = floor.checked_sub(1).map_or(0, |at| node.disk.log[at].term);
         let mut known = KnownTerms { runs: Vec::new(), through: applied as u64 };
-        for entry in &node.disk.log[..applied] {
+        for entry in &node.disk.log[floor..applied] {
             if known.runs.last().is_none_or(|run| run.1 != entry.term) {
                 known.runs.push((entry.index, entry.term));
             }
         }
         let recovered = Recovered {
-            floor: (0, 0),
+            floor: (floor as u64, floor_term),
             known,
             entries: node.disk.log[applied..].to_vec(),
             term: node.disk.vote.0,
@@ -194,6 +199,26 @@ impl World {
         node.commit = node.disk.commit;
         node.replica = Some(replica);
         node.proposed.clear();
+    }
+
+    /// Node `at` lets go of its log as far as it may (a checkpoint covers
+    /// its applied index; `Replica::compact` keeps to the group floor),
+    /// checked against every node's durable log.
+    fn compact(&mut self, at: usize) {
+        let node = &mut self.nodes[at];
+        let Some(replica) = node.replica.as_mut() else { return };
+        let from = node.disk.floor;
+        let to = replica.compact(u64::MAX);
+        if to <= from {
+            return;
+        }
+        // Applied entries are durable here: the floor is too.
+        node.disk.floor = to;
+        node.disk.commit = node.disk.commit.max(to);
+        let id = node.id;
+        let logs: Vec<(u64, &[Entry])> =
+            self.nodes.iter().map(|node| (node.id, node.disk.log.as_slice())).collect();
+        self.check.let_go(id, from, to, &logs);
     }
 
     fn crash(&mut self, at: usize) {
@@ -358,6 +383,10 @@ impl World {
             let at = self.rng.random_range(0..count);
             self.propose(at);
         }
+        if self.rng.random_bool(0.05) {
+            let at = self.rng.random_range(0..count);
+            self.compact(at);
+        }
         for at in 0..count {
             if self.rng.random_bool(0.3) {
                 self.sync(at);
@@ -388,6 +417,27 @@ impl World {
                     .collect::<Vec<_>>(),
                 self.nodes.iter().map(|node| node.commit).collect::<Vec<_>>(),
             );
+            if self.step - start == steps_max {
+                // What the failure message needs: each node's disk, floors
+                // and, on a leader, its followers' progress.
+                for node in &self.nodes {
+                    let replica = node.replica.as_ref();
+                    let progress = replica.filter(|r| r.is_leader()).map(|r| {
+                        let prs = r.raw.raft.prs().iter();
+                        prs.map(|(id, p)| (*id, p.matched, p.next_idx)).collect::<Vec<_>>()
+                    });
+                    eprintln!(
+                        "node {}: disk floor {} commit {} log {}; group floor {:?}, view floor \
+                         {:?}, (id, matched, next) {progress:?}",
+                        node.id,
+                        node.disk.floor,
+                        node.disk.commit,
+                        node.disk.log.len(),
+                        replica.map(Replica::group_floor),
+                        replica.map(|r| r.raw.store().floor()),
+                    );
+                }
+            }
             self.step(false);
             let all_up = self.nodes.iter().all(|node| node.replica.is_some());
             let newest = self.check.acknowledged_last();
@@ -426,21 +476,24 @@ mod tests {
 
     #[test]
     fn three_replicas_keep_every_acknowledged_entry_through_faults() {
-        let mut totals = (0, 0, 0, 0);
+        let mut totals = (0, 0, 0, 0, 0);
         for seed in 0..seeds() {
             let check = run(3, seed);
             totals.0 += check.acknowledged_count();
             totals.1 += check.crashes;
             totals.2 += check.leaders_seen();
             totals.3 += check.fetches;
+            totals.4 += check.compactions;
         }
         eprintln!(
-            "{} seeds: {} acknowledged, {} crashes, {} terms with a leader, {} read-backs",
+            "{} seeds: {} acknowledged, {} crashes, {} terms with a leader, {} read-backs, \
+             {} compactions",
             seeds(),
             totals.0,
             totals.1,
             totals.2,
-            totals.3
+            totals.3,
+            totals.4
         );
         // The faults bit and work still got done: a run where nothing was
         // acknowledged or nothing crashed would check nothing.
@@ -448,6 +501,7 @@ mod tests {
         assert!(totals.1 > seeds() as usize / 2, "{} crashes in all", totals.1);
         assert!(totals.2 > seeds() as usize, "{} leaders in all", totals.2);
         assert!(totals.3 > seeds() as usize / 10, "{} read-backs in all", totals.3);
+        assert!(totals.4 > seeds() as usize, "{} compactions in all", totals.4);
     }
 
     #[test]
