@@ -12,6 +12,13 @@
 //! when the socket breaks every pending request fails with
 //! [`ClientError::ConnectionClosed`] and the connection stays closed.
 //!
+//! A broker that keeps the socket open and answers nothing (a hung
+//! process) is found by the liveness probe (`liveness`, on by default:
+//! [`Liveness`]): while requests are outstanding and nothing at all has
+//! arrived for `idle`, the reader sends one Ping; when nothing arrives for
+//! `timeout` more, it closes the connection as above. The reader holds the
+//! probe's one timer, armed only while requests are outstanding.
+//!
 //! Frames are read with `FrameDecoder::read_buf`/`advance` straight into the
 //! decoder's 8-aligned buffer and each response body is copied once into an
 //! 8-aligned [`BatchBytes`], so the rkyv records inside a Claim response can be
@@ -24,20 +31,22 @@ use std::time::Duration;
 
 use spool_wire::batch::BatchBytes;
 use spool_wire::proto::{
-    ApiKey, AuthenticateRequest, CorrelationId, Frame, FrameDecoder, FrameHeader, Reply, Request,
-    Response,
+    ApiKey, AuthenticateRequest, CorrelationId, Frame, FrameDecoder, FrameHeader, PingRequest,
+    Reply, Request, Response,
 };
 use spool_wire::ErrorCode;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use crate::error::ClientError;
 use crate::limits::{
     CONNECT_TIMEOUT_DEFAULT, IN_FLIGHT_REQUESTS_MAX, REQUEST_TIMEOUT_DEFAULT,
     WRITE_COALESCE_BYTES_MAX, WRITE_QUEUE_FRAMES_MAX,
 };
+use crate::liveness::{Liveness, Next, Watch};
 
 /// Settings of one connection.
 #[derive(Debug, Clone)]
@@ -55,6 +64,11 @@ pub struct ConnectionConfig {
     /// Speak TLS to the broker (its certificate checked as the config
     /// says); `None`: plain TCP.
     pub tls: Option<crate::tls::TlsConfig>,
+    /// The liveness probe ([`Liveness`]): a Ping after `idle` of silence
+    /// while requests are outstanding, the connection closed after
+    /// `timeout` more. On by default; `None` turns it off (requests then
+    /// wait out `request_timeout` on a broker that answers nothing).
+    pub liveness: Option<Liveness>,
 }
 
 impl Default for ConnectionConfig {
@@ -65,6 +79,7 @@ impl Default for ConnectionConfig {
             in_flight_max: IN_FLIGHT_REQUESTS_MAX,
             credentials: None,
             tls: None,
+            liveness: Some(Liveness::default()),
         }
     }
 }
@@ -79,6 +94,9 @@ impl ConnectionConfig {
         }
         if self.request_timeout.is_zero() || self.connect_timeout.is_zero() {
             return Err(ClientError::Config("timeouts must be positive".to_owned()));
+        }
+        if let Some(liveness) = &self.liveness {
+            liveness.validate()?;
         }
         Ok(())
     }
@@ -123,6 +141,9 @@ type Waiter = oneshot::Sender<Result<ResponseBytes, ClientError>>;
 
 struct Pending {
     waiters: HashMap<u64, Waiter>,
+    /// When `waiters` last went from empty to not (the liveness clock
+    /// starts there); meaningless while it is empty.
+    busy_since: Instant,
     /// Why the connection closed; set once, and then no request is accepted.
     closed: Option<String>,
 }
@@ -134,6 +155,11 @@ struct Shared {
     slots: Semaphore,
     writes: mpsc::Sender<Vec<u8>>,
     request_timeout: Duration,
+    /// Rung when `waiters` goes from empty to not: wakes a reader that
+    /// waits with no liveness timer armed.
+    busy: Notify,
+    /// Rung by [`Shared::close`]: the writer stops and lets the socket go.
+    closing: Notify,
 }
 
 impl Shared {
@@ -141,6 +167,39 @@ impl Shared {
         // A panic while holding the lock cannot leave the map half-updated
         // (each operation is one insert or remove), so poisoning is ignored.
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A correlation id no request in flight has (never 0).
+    fn next_correlation_id(&self) -> u64 {
+        loop {
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            if id != CorrelationId::CONNECTION.0 {
+                break id;
+            }
+        }
+    }
+
+    /// When the outstanding requests began to wait; `None` while none is.
+    fn busy_since(&self) -> Option<Instant> {
+        let pending = self.lock();
+        (!pending.waiters.is_empty()).then_some(pending.busy_since)
+    }
+
+    /// Queues the liveness Ping. It has no waiter: its answer, like any
+    /// other byte from the broker, only resets the reader's clock. A full
+    /// write queue means the writer is stuck behind a broker that reads
+    /// nothing; the probe's timeout then runs all the same.
+    fn send_probe(&self) {
+        let mut frame = Vec::new();
+        let id = CorrelationId(self.next_correlation_id());
+        match Request::Ping(PingRequest {}).encode(id, &mut frame) {
+            Ok(()) => {
+                if self.writes.try_send(frame).is_err() {
+                    tracing::debug!(addr = %self.addr, "liveness Ping not queued: the write queue is full");
+                }
+            }
+            Err(error) => tracing::warn!(addr = %self.addr, %error, "liveness Ping not encoded"),
+        }
     }
 
     fn closed_error(&self, reason: &str) -> ClientError {
@@ -164,6 +223,7 @@ impl Shared {
             let _ = waiter.send(Err(self.closed_error(&reason)));
         }
         self.slots.close();
+        self.closing.notify_one();
     }
 
     /// Hands one response frame to its waiter.
@@ -187,6 +247,10 @@ impl Shared {
         }
         let waiter = self.lock().waiters.remove(&frame.header.correlation_id.0);
         let Some(waiter) = waiter else {
+            if frame.header.api_key == ApiKey::Ping {
+                // The liveness probe's answer: it has done its work by arriving.
+                return Ok(());
+            }
             // Its caller timed out or went away; the late answer is dropped.
             tracing::debug!(addr = %self.addr, id = frame.header.correlation_id.0, "response for no pending request");
             return Ok(());
@@ -273,23 +337,30 @@ impl Connection {
         let (writes, write_queue) = mpsc::channel(WRITE_QUEUE_FRAMES_MAX);
         let shared = Arc::new(Shared {
             addr: addr.to_owned(),
-            pending: Mutex::new(Pending { waiters: HashMap::new(), closed: None }),
+            pending: Mutex::new(Pending {
+                waiters: HashMap::new(),
+                busy_since: Instant::now(),
+                closed: None,
+            }),
             next_id: AtomicU64::new(1),
             slots: Semaphore::new(config.in_flight_max),
             writes,
             request_timeout: config.request_timeout,
+            busy: Notify::new(),
+            closing: Notify::new(),
         });
+        let liveness = config.liveness;
         let (reader, writer) = match &config.tls {
             None => {
                 let (read_half, write_half) = stream.into_split();
-                let reader = tokio::spawn(read_loop(Arc::clone(&shared), read_half));
+                let reader = tokio::spawn(read_loop(Arc::clone(&shared), read_half, liveness));
                 let writer = tokio::spawn(write_loop(Arc::clone(&shared), write_queue, write_half));
                 (reader, writer)
             }
             Some(tls) => {
                 let stream = tls_handshake(addr, tls, stream, config.connect_timeout).await?;
                 let (read_half, write_half) = tokio::io::split(stream);
-                let reader = tokio::spawn(read_loop(Arc::clone(&shared), read_half));
+                let reader = tokio::spawn(read_loop(Arc::clone(&shared), read_half, liveness));
                 let writer = tokio::spawn(write_loop(Arc::clone(&shared), write_queue, write_half));
                 (reader, writer)
             }
@@ -413,12 +484,7 @@ impl Connection {
             Ok(slot) => slot,
             Err(_) => return Err(shared.closed_error(&self.close_reason())),
         };
-        let id = loop {
-            let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
-            if id != CorrelationId::CONNECTION.0 {
-                break id;
-            }
-        };
+        let id = shared.next_correlation_id();
         let mut frame = Vec::new();
         match version {
             Some(version) => request.encode_version(CorrelationId(id), version, &mut frame)?,
@@ -431,6 +497,10 @@ impl Connection {
                 return Err(shared.closed_error(reason));
             }
             assert!(pending.waiters.len() < IN_FLIGHT_REQUESTS_MAX);
+            if pending.waiters.is_empty() {
+                pending.busy_since = Instant::now();
+                shared.busy.notify_one();
+            }
             pending.waiters.insert(id, waiter);
         }
         let _guard = PendingGuard { shared, id };
@@ -505,11 +575,32 @@ fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-async fn read_loop<R: AsyncRead + Unpin>(shared: Arc<Shared>, mut socket: R) {
+/// What the reader waits for besides the socket.
+enum Wake {
+    /// The liveness timer (armed for the instant in `armed`).
+    Timer,
+    /// A request to become outstanding (no timer while none is).
+    Busy,
+    /// Nothing: the probe is off.
+    Never,
+}
+
+async fn read_loop<R: AsyncRead + Unpin>(
+    shared: Arc<Shared>,
+    mut socket: R,
+    liveness: Option<Liveness>,
+) {
     let mut decoder = FrameDecoder::new();
     // Until the first whole frame: bytes that start a TLS alert mean a plain
     // connection reached a TLS port.
     let mut first_read = true;
+    let mut watch = liveness.map(|config| Watch::new(config, Instant::now()));
+    // The probe's one timer, and the instant it is armed for: reset only
+    // when a deadline comes due earlier than that, so a busy connection
+    // arms it about once per `idle`, not once per read; when it fires
+    // early the next deadline is asked for again.
+    let mut timer = Box::pin(tokio::time::sleep_until(Instant::now()));
+    let mut armed: Option<Instant> = None;
     let reason = 'connection: loop {
         loop {
             match decoder.next_frame() {
@@ -530,11 +621,46 @@ async fn read_loop<R: AsyncRead + Unpin>(shared: Arc<Shared>, mut socket: R) {
                 }
             }
         }
+        let wake = match watch.as_mut() {
+            None => Wake::Never,
+            Some(watch) => loop {
+                let now = Instant::now();
+                match watch.next(shared.busy_since(), now) {
+                    Next::Idle => break Wake::Busy,
+                    Next::WakeAt(at) => {
+                        if armed.is_none_or(|armed| at < armed) {
+                            timer.as_mut().reset(at);
+                            armed = Some(at);
+                        }
+                        break Wake::Timer;
+                    }
+                    Next::Probe => {
+                        shared.send_probe();
+                        watch.probe_sent(now);
+                    }
+                    Next::Close(reason) => {
+                        tracing::warn!(addr = %shared.addr, %reason, "closing an unresponsive connection");
+                        break 'connection reason;
+                    }
+                }
+            },
+        };
         let buffer = match decoder.read_buf() {
             Ok(buffer) => buffer,
             Err(error) => break format!("decoder: {error}"),
         };
-        match socket.read(buffer).await {
+        let read = tokio::select! {
+            // The socket first: bytes already there are heard before a
+            // timer that came due meanwhile is believed.
+            biased;
+            read = socket.read(buffer) => read,
+            () = &mut timer, if matches!(wake, Wake::Timer) => {
+                armed = None;
+                continue 'connection;
+            }
+            () = shared.busy.notified(), if matches!(wake, Wake::Busy) => continue 'connection,
+        };
+        match read {
             Ok(0) => break "closed by peer".to_owned(),
             Ok(read_bytes) => {
                 if std::mem::take(&mut first_read)
@@ -542,7 +668,10 @@ async fn read_loop<R: AsyncRead + Unpin>(shared: Arc<Shared>, mut socket: R) {
                 {
                     break crate::tls::TLS_PORT_HINT.to_owned();
                 }
-                decoder.advance(read_bytes)
+                decoder.advance(read_bytes);
+                if let Some(watch) = watch.as_mut() {
+                    watch.heard(Instant::now());
+                }
             }
             Err(error) => break format!("read failed: {error}"),
         }
@@ -556,34 +685,55 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     mut socket: W,
 ) {
     let mut buffer = Vec::new();
-    while let Some(frame) = queue.recv().await {
-        // Coalesce whatever else is already queued into one write; a frame
-        // alone (the common case at low load, and every large Enqueue that
-        // fills the budget by itself) is written without a copy.
-        let written = match queue.try_recv() {
-            Err(_) => socket.write_all(&frame).await,
-            Ok(next) => {
-                buffer.clear();
-                buffer.extend_from_slice(&frame);
-                buffer.extend_from_slice(&next);
-                while buffer.len() < WRITE_COALESCE_BYTES_MAX {
-                    match queue.try_recv() {
-                        Ok(frame) => buffer.extend_from_slice(&frame),
-                        Err(_) => break,
-                    }
-                }
-                socket.write_all(&buffer).await
-            }
+    loop {
+        // Once the connection is closed (by the reader: the peer went, or
+        // it answered nothing) the writer stops, even in the middle of a
+        // write to a peer that reads nothing, and the socket is let go.
+        let frame = tokio::select! {
+            biased;
+            () = shared.closing.notified() => return,
+            frame = queue.recv() => match frame {
+                Some(frame) => frame,
+                None => return,
+            },
         };
-        // TLS keeps what the socket did not take in its own buffer until a
-        // flush (a no-op on plain TCP).
-        let written = match written {
-            Ok(()) => socket.flush().await,
-            Err(error) => Err(error),
+        let written = tokio::select! {
+            biased;
+            () = shared.closing.notified() => return,
+            written = write_frames(&mut socket, &mut queue, &mut buffer, frame) => written,
         };
         if let Err(error) = written {
             shared.close(format!("write failed: {error}"));
             return;
         }
     }
+}
+
+/// Writes `frame` and whatever else is already queued, coalesced into one
+/// write; a frame alone (the common case at low load, and every large
+/// Enqueue that fills the budget by itself) is written without a copy.
+async fn write_frames<W: AsyncWrite + Unpin>(
+    socket: &mut W,
+    queue: &mut mpsc::Receiver<Vec<u8>>,
+    buffer: &mut Vec<u8>,
+    frame: Vec<u8>,
+) -> std::io::Result<()> {
+    match queue.try_recv() {
+        Err(_) => socket.write_all(&frame).await?,
+        Ok(next) => {
+            buffer.clear();
+            buffer.extend_from_slice(&frame);
+            buffer.extend_from_slice(&next);
+            while buffer.len() < WRITE_COALESCE_BYTES_MAX {
+                match queue.try_recv() {
+                    Ok(frame) => buffer.extend_from_slice(&frame),
+                    Err(_) => break,
+                }
+            }
+            socket.write_all(buffer).await?;
+        }
+    }
+    // TLS keeps what the socket did not take in its own buffer until a
+    // flush (a no-op on plain TCP).
+    socket.flush().await
 }

@@ -5,7 +5,10 @@
 //!
 //! - [`Connection`]: one pipelined TCP connection; responses are matched by
 //!   correlation id and complete out of order; bounded in flight
-//!   ([`limits::IN_FLIGHT_REQUESTS_MAX`]); per-request timeout.
+//!   ([`limits::IN_FLIGHT_REQUESTS_MAX`]); per-request timeout; a liveness
+//!   probe ([`Liveness`]: a Ping after a silence while requests are
+//!   outstanding) that closes a connection whose broker answers nothing, so
+//!   a hung broker costs seconds rather than the request timeout.
 //! - [`Client`]: metadata and one connection per shard; routes each data
 //!   request to the owning shard and follows `NOT_OWNER`. Its data calls
 //!   are the protocol's, one partition at a time, except
@@ -79,6 +82,7 @@ mod consumer;
 mod delivery;
 mod error;
 pub mod limits;
+mod liveness;
 mod producer;
 pub mod routing;
 pub mod tls;
@@ -93,6 +97,7 @@ pub use consumer::{
 };
 pub use delivery::{Delivery, PayloadView};
 pub use error::{ClientError, RefusedAck};
+pub use liveness::Liveness;
 pub use producer::{Message, Producer, ProducerConfig, SendFuture};
 pub use routing::partition_for_key;
 pub use spool_wire;

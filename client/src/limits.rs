@@ -22,6 +22,32 @@ pub const REQUEST_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
 /// Default TCP connect timeout.
 pub const CONNECT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
 
+/// Default [`Liveness::idle`](crate::Liveness::idle): how long a connection
+/// with requests outstanding may hear nothing at all from the broker (no
+/// response, no error frame, not a byte) before it sends one Ping. A healthy
+/// broker answers something within milliseconds; a long-polling Claim
+/// answers only after its wait, but the Ping is answered beside it (replies
+/// complete in any order), so a waiting Claim costs a Ping per `idle`, never
+/// a close.
+pub const LIVENESS_IDLE: Duration = Duration::from_secs(2);
+
+/// Default [`Liveness::timeout`](crate::Liveness::timeout): how long after
+/// that Ping the connection may still hear nothing before it is closed as
+/// unresponsive, failing its requests with
+/// [`ClientError::ConnectionClosed`](crate::ClientError::ConnectionClosed)
+/// so their callers reroute. With [`LIVENESS_IDLE`] a hung broker (a
+/// stopped process, a host that froze) costs about 7 s instead of the
+/// request timeout; a slow one that answers anything, or the Ping, within
+/// that time keeps its connection.
+pub const LIVENESS_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Shortest `idle` or `timeout` a [`Liveness`](crate::Liveness) may have:
+/// below it a probe would fire between a healthy broker's answers.
+pub const LIVENESS_DURATION_MIN: Duration = Duration::from_millis(10);
+
+/// Longest `idle` or `timeout`: a day (a longer one is `liveness: None`).
+pub const LIVENESS_DURATION_MAX: Duration = Duration::from_secs(24 * 3600);
+
 /// How many times one data request follows `NOT_OWNER` (refreshing metadata
 /// each time) before giving up: ownership moves rarely, so more than a few
 /// hops means the cluster is reconfiguring and the caller should back off.
@@ -183,6 +209,15 @@ const _: () = assert!(LEADER_WAIT_ATTEMPTS_MAX >= 1 && ROUTE_ATTEMPTS_MAX >= 1);
 const _: () = assert!(BATCH_BYTES_DEFAULT <= spool_wire::limits::BATCH_BYTES_MAX);
 const _: () = assert!(PRODUCER_IN_FLIGHT_PER_PARTITION_DEFAULT <= PRODUCER_IN_FLIGHT_BATCHES_MAX);
 const _: () = assert!(ACK_REQUESTS_IN_FLIGHT_MAX <= IN_FLIGHT_REQUESTS_MAX);
+// The probe must close a silent connection well before its requests time
+// out, or it buys nothing.
+const _: () = assert!(
+    LIVENESS_IDLE.as_millis() + LIVENESS_TIMEOUT.as_millis() < REQUEST_TIMEOUT_DEFAULT.as_millis()
+);
+const _: () = assert!(LIVENESS_DURATION_MIN.as_millis() <= LIVENESS_IDLE.as_millis());
+const _: () = assert!(LIVENESS_DURATION_MIN.as_millis() <= LIVENESS_TIMEOUT.as_millis());
+const _: () = assert!(LIVENESS_IDLE.as_millis() <= LIVENESS_DURATION_MAX.as_millis());
+const _: () = assert!(LIVENESS_TIMEOUT.as_millis() <= LIVENESS_DURATION_MAX.as_millis());
 
 /// Bytes of random salt in a secret hash made by `spool auth hash-secret`
 /// (argon2's recommended 16).

@@ -1,5 +1,5 @@
 //! Round trips of the data-path messages (Enqueue, Claim, Extend, Ack,
-//! Release, CancelClaim) through encode → FrameDecoder → decode, with proptest, plus the
+//! Release, CancelClaim, Ping) through encode → FrameDecoder → decode, with proptest, plus the
 //! bounds each decoder enforces.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
@@ -13,8 +13,8 @@ use spool_wire::proto::{
     AckRequest, AckResponse, ApiKey, CancelClaimRequest, CancelClaimResponse, CancelOutcome,
     ClaimRequest, ClaimResponse, CorrelationId, Delivery, DeliveryToken, EnqueueRequest,
     EnqueueResponse, ExtendRequest, ExtendResponse, Frame, FrameDecoder, Generation, Offset,
-    PartitionId, ProtoError, RecordOutcome, ReleaseRequest, ReleaseResponse, Reply, Request,
-    Response, WorkerId,
+    PartitionId, PingRequest, PingResponse, ProtoError, RecordOutcome, ReleaseRequest,
+    ReleaseResponse, Reply, Request, Response, WorkerId,
 };
 use spool_wire::ErrorCode;
 
@@ -439,6 +439,65 @@ fn cancel_claim_layout_and_validation() {
     reserved[28..32].copy_from_slice(&1u32.to_le_bytes());
     through_decoder(&reserved, |frame| {
         assert!(matches!(Response::decode(frame), Err(ProtoError::NonzeroReserved { .. })));
+    });
+}
+
+// Goal: Ping is key 8, version 0 only, with an empty body both ways; a
+// body is refused (trailing bytes: MALFORMED_FRAME, which closes); the
+// answer a broker that predates the key sends (UNKNOWN_API echoing key 8
+// and the id) decodes as an error reply to that id. Method: encode, check
+// the bytes, patch in a body, decode.
+#[test]
+fn ping_layout_and_validation() {
+    assert_eq!(ApiKey::from_u16(8), Some(ApiKey::Ping));
+    assert!(ApiKey::Ping.is_data_path());
+    assert!(ApiKey::Ping.supports(0));
+    assert!(!ApiKey::Ping.supports(1));
+    assert_eq!(ApiKey::Ping.not_leader_version(), None);
+
+    let ping = Request::Ping(PingRequest {});
+    assert_eq!(ping.api_key(), ApiKey::Ping);
+    request_round_trip(&ping, 11);
+    response_round_trip(&Response::Ping(PingResponse {}), 11);
+    let mut bytes = Vec::new();
+    ping.encode(CorrelationId(11), &mut bytes).unwrap();
+    assert_eq!(bytes.len(), 24, "a header and no body");
+    assert_eq!(&bytes[4..6], &8u16.to_le_bytes());
+    assert_eq!(&bytes[20..24], &0u32.to_le_bytes());
+    let mut answer = Vec::new();
+    let pong = Response::Ping(PingResponse {});
+    pong.encode(CorrelationId(11), &mut answer).unwrap();
+    assert_eq!(answer.len(), 24);
+    assert_eq!(pong.encoded_len_hint(), answer.len());
+
+    // An 8-byte body, in a request and in a response.
+    for frame in [&bytes, &answer] {
+        let mut long = frame.clone();
+        long[0..4].copy_from_slice(&32u32.to_le_bytes());
+        long[20..24].copy_from_slice(&8u32.to_le_bytes());
+        long.extend_from_slice(&[0; 8]);
+        through_decoder(&long, |frame| {
+            let error = if frame.header.is_response {
+                Response::decode(frame).unwrap_err()
+            } else {
+                Request::decode(frame).unwrap_err()
+            };
+            assert!(matches!(error, ProtoError::TrailingBytes { extra: 8 }), "{error:?}");
+            assert!(error.closes_connection());
+        });
+    }
+
+    let mut old_broker = Vec::new();
+    let unknown = ProtoError::UnknownApi { api_key: 8, correlation_id: 11 };
+    spool_wire::proto::ErrorResponse::from_proto_error(&unknown)
+        .encode(CorrelationId(11), 8, 0, &mut old_broker)
+        .unwrap();
+    through_decoder(&old_broker, |frame| {
+        let reply = Response::decode(frame).unwrap();
+        assert_eq!(reply.correlation_id, CorrelationId(11));
+        assert_eq!(reply.api_key, ApiKey::Ping);
+        let Reply::Err(error) = reply.reply else { panic!("not an error: {reply:?}") };
+        assert_eq!(error.code, ErrorCode::UnknownApi);
     });
 }
 

@@ -573,11 +573,13 @@ impl ShardAuth {
             Request::DeadLetters(list) => by_name(&list.queue, Operation::Peek),
             Request::Purge(purge) => by_name(&purge.queue, Operation::Purge),
             Request::Redrive(redrive) => by_name(&redrive.queue, Operation::Redrive),
-            // Where partitions live, the connection's own claims, and the
-            // list (filtered to the queues the principal has a right on).
+            // Where partitions live, the connection's own claims, a proof
+            // of life, and the list (filtered to the queues the principal
+            // has a right on).
             Request::Metadata(_)
             | Request::ListQueues(_)
             | Request::CancelClaim(_)
+            | Request::Ping(_)
             | Request::Authenticate(_) => Ok(()),
         }
     }

@@ -23,8 +23,8 @@ use spool_wire::proto::{
     self, AckResponse, CancelClaimResponse, CancelOutcome, ClaimResponse, CorrelationId,
     CreateQueueResponse, DeadLetter, DeadLettersResponse, DeleteQueueResponse, ErrorResponse,
     ExtendResponse, ListQueuesResponse, MessageState, NodeAddress, PeekResponse, PeekedMessage,
-    PurgeResponse, QueueSummary, RecordOutcome, RedriveResponse, RedriveTarget, ReleaseResponse,
-    Request, Response,
+    PingResponse, PurgeResponse, QueueSummary, RecordOutcome, RedriveResponse, RedriveTarget,
+    ReleaseResponse, Request, Response,
 };
 use spool_wire::ErrorCode;
 
@@ -484,6 +484,10 @@ impl SpoolHandler {
                 };
                 Ok(Response::Redrive(RedriveResponse { count: count as u64 }))
             }
+            // The client's liveness probe (protocol.md, "Ping"): answered
+            // here, after the handshake gate like any request, with no
+            // partition, disk or other core involved.
+            Request::Ping(_) => Ok(Response::Ping(PingResponse {})),
             Request::Claim(_) => unreachable!("claims are answered by claim()"),
             Request::CancelClaim(_) => unreachable!("cancels are answered by answer()"),
             Request::Authenticate(_) => unreachable!("handshakes are answered by answer()"),

@@ -1,7 +1,10 @@
 //! An in-process fake broker for the client tests: a tokio TCP server that
 //! speaks the real codec (`spool_wire::proto`), hands every decoded request to
 //! a test-supplied handler together with an [`Outbox`] for that connection, so
-//! a test decides what to answer, when, in which order, or to close.
+//! a test decides what to answer, when, in which order, or to close. Pings
+//! (the client's liveness probe) are answered at once by the server itself,
+//! as the broker does, unless the test asks to see them
+//! ([`FakeServer::start_seeing_pings`]).
 //! [`MiniBroker`] is a handler with just enough queue semantics (dedupe,
 //! claim/extend/ack/release with tokens, metadata) for producer and consumer
 //! tests. It is a test double, not a model of the real broker.
@@ -16,8 +19,8 @@ use spool_client::spool_wire::batch::{BatchBytes, BatchView, MessageId};
 use spool_client::spool_wire::proto::{
     AckResponse, ApiKey, AssignmentVersion, ClaimResponse, CorrelationId, Delivery, DeliveryToken,
     EnqueueResponse, ErrorResponse, ExtendResponse, FrameDecoder, Generation, LeaderEpoch,
-    MetadataResponse, NodeAddress, Offset, PartitionId, PartitionMetadata, QueueMetadata,
-    RecordOutcome, ReleaseResponse, Request, Response, DELIVERY_TOKEN_BYTES,
+    MetadataResponse, NodeAddress, Offset, PartitionId, PartitionMetadata, PingResponse,
+    QueueMetadata, RecordOutcome, ReleaseResponse, Request, Response, DELIVERY_TOKEN_BYTES,
 };
 use spool_client::spool_wire::ErrorCode;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -84,20 +87,30 @@ pub struct FakeServer {
 
 impl FakeServer {
     /// Binds 127.0.0.1 on a free port and serves every connection with
-    /// `handler`.
+    /// `handler`; Pings are answered without it.
     pub async fn start(handler: Handler) -> Self {
+        Self::start_serving(handler, true).await
+    }
+
+    /// [`start`](Self::start) whose handler also gets the Pings, to answer
+    /// or not.
+    pub async fn start_seeing_pings(handler: Handler) -> Self {
+        Self::start_serving(handler, false).await
+    }
+
+    async fn start_serving(handler: Handler, answer_pings: bool) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         tokio::spawn(async move {
             while let Ok((socket, _)) = listener.accept().await {
-                tokio::spawn(serve(socket, Arc::clone(&handler)));
+                tokio::spawn(serve(socket, Arc::clone(&handler), answer_pings));
             }
         });
         Self { addr: format!("127.0.0.1:{port}"), port }
     }
 }
 
-async fn serve(socket: tokio::net::TcpStream, handler: Handler) {
+async fn serve(socket: tokio::net::TcpStream, handler: Handler, answer_pings: bool) {
     let (mut reader, mut writer) = socket.into_split();
     let (sender, mut queue) = mpsc::unbounded_channel::<Option<Vec<u8>>>();
     let outbox = Outbox { sender };
@@ -113,7 +126,12 @@ async fn serve(socket: tokio::net::TcpStream, handler: Handler) {
     loop {
         while let Some(frame) = decoder.next_frame().unwrap() {
             let request = Request::decode(&frame).unwrap();
-            handler(&request, frame.header.correlation_id, &outbox);
+            let id = frame.header.correlation_id;
+            if answer_pings && matches!(request, Request::Ping(_)) {
+                outbox.send(ok(id, &Response::Ping(PingResponse {})));
+                continue;
+            }
+            handler(&request, id, &outbox);
         }
         let buffer = decoder.read_buf().unwrap();
         match reader.read(buffer).await {

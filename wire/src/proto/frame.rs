@@ -77,6 +77,9 @@ pub enum ApiKey {
     /// The connection handshake: principal and secret (first request when
     /// the broker has authentication on).
     Authenticate = 7,
+    /// A connection's proof of life: answered at once, whatever else the
+    /// connection waits for (the client's liveness probe).
+    Ping = 8,
     /// Create a queue.
     CreateQueue = 16,
     /// Delete a queue.
@@ -99,7 +102,7 @@ pub enum ApiKey {
 
 impl ApiKey {
     /// Every api key, in numeric order.
-    pub const ALL: [ApiKey; 16] = [
+    pub const ALL: [ApiKey; 17] = [
         ApiKey::Enqueue,
         ApiKey::Claim,
         ApiKey::Extend,
@@ -107,6 +110,7 @@ impl ApiKey {
         ApiKey::Release,
         ApiKey::CancelClaim,
         ApiKey::Authenticate,
+        ApiKey::Ping,
         ApiKey::CreateQueue,
         ApiKey::DeleteQueue,
         ApiKey::ListQueues,
@@ -165,7 +169,11 @@ impl ApiKey {
             | Self::Purge
             | Self::DeadLetters
             | Self::Redrive => Some(1),
-            Self::CancelClaim | Self::Authenticate | Self::ListQueues | Self::Metadata => None,
+            Self::CancelClaim
+            | Self::Authenticate
+            | Self::Ping
+            | Self::ListQueues
+            | Self::Metadata => None,
         }
     }
 
@@ -190,6 +198,16 @@ impl ApiKey {
         (self as u16) < 16
     }
 }
+
+// `ALL` holds each key once, in numeric order: `from_u16` searches it, and
+// the tests that walk every key (`wire/tests/`) rely on it.
+const _: () = {
+    let mut index = 1;
+    while index < ApiKey::ALL.len() {
+        assert!(ApiKey::ALL[index - 1].as_u16() < ApiKey::ALL[index].as_u16());
+        index += 1;
+    }
+};
 
 /// A validated frame header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -22,6 +22,7 @@ use super::data::{
 use super::error::ProtoError;
 use super::frame::{encode_frame, ApiKey, CorrelationId, Frame, HeaderFields};
 use super::limits::{ERROR_MESSAGE_BYTES_MAX, HOST_BYTES_MAX};
+use super::ping::{PingRequest, PingResponse};
 use crate::codes::ErrorCode;
 
 /// Every request, borrowing from the frame where the layout allows.
@@ -41,6 +42,8 @@ pub enum Request<'a> {
     CancelClaim(CancelClaimRequest),
     /// See [`AuthenticateRequest`].
     Authenticate(AuthenticateRequest<'a>),
+    /// See [`PingRequest`].
+    Ping(PingRequest),
     /// See [`CreateQueueRequest`].
     CreateQueue(CreateQueueRequest),
     /// See [`DeleteQueueRequest`].
@@ -78,6 +81,8 @@ pub enum Response<'a> {
     CancelClaim(CancelClaimResponse),
     /// See [`AuthenticateResponse`].
     Authenticate(AuthenticateResponse),
+    /// See [`PingResponse`].
+    Ping(PingResponse),
     /// See [`CreateQueueResponse`].
     CreateQueue(CreateQueueResponse),
     /// See [`DeleteQueueResponse`].
@@ -159,6 +164,7 @@ macro_rules! api_key_of {
             Self::Release(_) => ApiKey::Release,
             Self::CancelClaim(_) => ApiKey::CancelClaim,
             Self::Authenticate(_) => ApiKey::Authenticate,
+            Self::Ping(_) => ApiKey::Ping,
             Self::CreateQueue(_) => ApiKey::CreateQueue,
             Self::DeleteQueue(_) => ApiKey::DeleteQueue,
             Self::ListQueues(_) => ApiKey::ListQueues,
@@ -191,6 +197,7 @@ impl<'a> Request<'a> {
             Self::Release(request) => request.validate(),
             Self::CancelClaim(request) => request.validate(),
             Self::Authenticate(request) => request.validate(),
+            Self::Ping(request) => request.validate(),
             Self::CreateQueue(request) => request.validate(),
             Self::DeleteQueue(request) => request.validate(),
             Self::ListQueues(_) => Ok(()),
@@ -257,6 +264,7 @@ impl<'a> Request<'a> {
                 Self::Release(request) => request.write(&mut writer),
                 Self::CancelClaim(request) => request.write(&mut writer),
                 Self::Authenticate(request) => request.write(&mut writer),
+                Self::Ping(request) => request.write(&mut writer),
                 Self::CreateQueue(request) => request.write(out),
                 Self::DeleteQueue(request) => request.write(out),
                 Self::ListQueues(request) => request.write(out),
@@ -306,6 +314,7 @@ impl<'a> Request<'a> {
             ApiKey::Release => Self::Release(ReleaseRequest::read(body)?),
             ApiKey::CancelClaim => Self::CancelClaim(CancelClaimRequest::read(body)?),
             ApiKey::Authenticate => Self::Authenticate(AuthenticateRequest::read(body)?),
+            ApiKey::Ping => Self::Ping(PingRequest::read(body)?),
             ApiKey::CreateQueue => Self::CreateQueue(CreateQueueRequest::read(body)?),
             ApiKey::DeleteQueue => Self::DeleteQueue(DeleteQueueRequest::read(body)?),
             ApiKey::ListQueues => Self::ListQueues(ListQueuesRequest::read(body)?),
@@ -343,6 +352,7 @@ impl<'a> Response<'a> {
             | Self::Release(_)
             | Self::CancelClaim(_)
             | Self::Authenticate(_)
+            | Self::Ping(_)
             | Self::CreateQueue(_)
             | Self::DeleteQueue(_)
             | Self::Purge(_)
@@ -351,7 +361,7 @@ impl<'a> Response<'a> {
     }
 
     /// Bytes the data path's responses take as a frame, padding included
-    /// (exact for enqueue, claim and ack, an upper bound for the others);
+    /// (exact for enqueue, claim, ack and ping, an upper bound for the others);
     /// 0 for the control plane's, whose buffer grows as written.
     pub fn encoded_len_hint(&self) -> usize {
         self.encoded_len_hint_version(self.api_key().max_version())
@@ -365,6 +375,7 @@ impl<'a> Response<'a> {
             Self::Ack(response) => 4 + 2 * response.results.len(),
             Self::Claim(response) => response.body_bytes(version),
             Self::Extend(_) | Self::Release(_) | Self::CancelClaim(_) => 16,
+            Self::Ping(_) => 0,
             _ => return 0,
         };
         FRAME_HEADER_BYTES + body.next_multiple_of(8)
@@ -420,6 +431,7 @@ impl<'a> Response<'a> {
                 Self::Release(response) => response.write(&mut writer),
                 Self::CancelClaim(response) => response.write(&mut writer),
                 Self::Authenticate(response) => response.write(&mut writer),
+                Self::Ping(response) => response.write(&mut writer),
                 Self::CreateQueue(response) => response.write(out),
                 Self::DeleteQueue(response) => response.write(out),
                 Self::ListQueues(response) => response.write(out),
@@ -454,6 +466,7 @@ impl<'a> Response<'a> {
                 ApiKey::Release => Self::Release(ReleaseResponse::read(body)?),
                 ApiKey::CancelClaim => Self::CancelClaim(CancelClaimResponse::read(body)?),
                 ApiKey::Authenticate => Self::Authenticate(AuthenticateResponse::read(body)?),
+                ApiKey::Ping => Self::Ping(PingResponse::read(body)?),
                 ApiKey::CreateQueue => Self::CreateQueue(CreateQueueResponse::read(body)?),
                 ApiKey::DeleteQueue => Self::DeleteQueue(DeleteQueueResponse::read(body)?),
                 ApiKey::ListQueues => Self::ListQueues(ListQueuesResponse::read(body)?),

@@ -44,6 +44,7 @@ mod frame;
 mod ids;
 pub mod limits;
 mod message;
+mod ping;
 
 pub use auth::{
     validate_principal, AuthenticateRequest, AuthenticateResponse, PRINCIPAL_BYTES_MAX,
@@ -71,3 +72,4 @@ pub use frame::{
 pub use ids::{AssignmentVersion, Generation, LeaderEpoch, Offset, PartitionId, WorkerId};
 pub use limits::{DELIVERY_TOKEN_BYTES, MAX_FRAME_BYTES};
 pub use message::{ErrorResponse, NodeAddress, Reply, ReplyFrame, Request, Response};
+pub use ping::{PingRequest, PingResponse};
