@@ -61,6 +61,18 @@ fn released_files(cluster: &Cluster, index: usize) -> f64 {
     Exposition::parse(&text).unwrap().sum("spool_journal_released_files_total")
 }
 
+/// Node `index`'s `spool_partition_first_index` of each partition.
+fn first_indexes(cluster: &Cluster, index: usize) -> Vec<f64> {
+    let metrics = Exposition::parse(&cluster.metrics(index).unwrap()).unwrap();
+    (0..PARTITIONS)
+        .map(|partition| {
+            let partition = partition.to_string();
+            let labels = [("queue", QUEUE), ("partition", partition.as_str())];
+            metrics.value("spool_partition_first_index", &labels).unwrap_or(0.0)
+        })
+        .collect()
+}
+
 /// Waits until each node of `nodes` holds at most [`FILES_RELEASED_MAX`]
 /// journal files.
 async fn wait_released(cluster: &Cluster, nodes: &[usize], round: &str) {
@@ -70,6 +82,28 @@ async fn wait_released(cluster: &Cluster, nodes: &[usize], round: &str) {
         if files.iter().all(|&count| count <= FILES_RELEASED_MAX) {
             eprintln!("{round}: files {files:?} after {} ms", started.elapsed().as_millis());
             return;
+        }
+        if started.elapsed() >= RELEASE_TIMEOUT {
+            // What the failure needs: each node's log figures, and what its
+            // log says of partitions refused or stopped.
+            for &node in nodes {
+                let text = cluster.metrics(node).unwrap_or_default();
+                let wanted = [
+                    "spool_journal_files",
+                    "spool_partition_first",
+                    "spool_partition_group",
+                    "spool_partition_applied",
+                    "spool_partition_committed",
+                    "spool_partition_last",
+                ];
+                for line in text.lines().filter(|l| wanted.iter().any(|w| l.starts_with(w))) {
+                    eprintln!("node {}: {line}", node + 1);
+                }
+                let log = cluster.node(node).log();
+                for line in log.lines().filter(|l| l.contains("WARN") || l.contains("ERROR")) {
+                    eprintln!("node {} log: {line}", node + 1);
+                }
+            }
         }
         assert!(
             started.elapsed() < RELEASE_TIMEOUT,
@@ -129,6 +163,9 @@ async fn replicated_journals_release_what_every_member_holds_and_reopen() {
     wait_released(&cluster, &all, "all up").await;
     for node in all {
         assert!(released_files(&cluster, node) >= 1.0, "node {} released nothing", node + 1);
+        // Its logs start past the entries let go of.
+        let firsts = first_indexes(&cluster, node);
+        assert!(firsts.iter().all(|&first| first > 1.0), "node {}: {firsts:?}", node + 1);
     }
 
     // A node down: what it lacks stays on the others.

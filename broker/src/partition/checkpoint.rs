@@ -165,6 +165,7 @@ impl<S: Storage + Clone> Partition<S> {
             .await
             .map_err(LogError::Io)?;
         let oldest_live = self.state.borrow().retention_watermark();
+        let oldest_live_covered = oldest_live;
         let end = self.log.resolve(mark, oldest_live).await?;
         let prefix = self.log.checkpoint_prefix(end);
         if !prefix.is_empty() {
@@ -220,8 +221,15 @@ impl<S: Storage + Clone> Partition<S> {
             .map_err(LogError::Io)?;
         // Records below the oldest live one and the checkpoint leave the
         // data index (a replicated partition's log entries stay readable by
-        // index until its log pin moves past them: `journal_pin`).
-        let oldest_live = self.state.borrow().retention_watermark();
+        // index until its log pin moves past them: `journal_pin`). A
+        // replicated leader's state now may hold acks not yet committed: a
+        // rebuild from this checkpoint (`Partition::rebuild`) would make
+        // their records live again, so it cuts below the checkpoint's own
+        // oldest live record (its entries all committed) instead.
+        let oldest_live = match self.replica {
+            None => self.state.borrow().retention_watermark(),
+            Some(_) => oldest_live_covered,
+        };
         let deleted = self.log.delete_below(oldest_live, end).await?;
         tracing::debug!(
             partition = ?self.name,
@@ -240,9 +248,9 @@ impl<S: Storage + Clone> Partition<S> {
     /// checkpoint) or the oldest data entry it still indexes (what reads of
     /// its live records need), whichever is lower.
     ///
-    /// A replicated partition also pins its log's entries from the first
-    /// one that is not both held by every member and covered by its
-    /// durable checkpoint, and first lets raft-rs's view go of the entries
+    /// A replicated partition also pins its log's entries from the last
+    /// one that is both held by every member and covered by its durable
+    /// checkpoint (a reopen needs that entry's term), and first lets raft-rs's view go of the entries
     /// below it ([`Partition::replicated_log_pin`]).
     pub fn journal_pin(&self) -> JournalPos {
         let scan = JournalPos(self.checkpoint_covers.get().to_checkpoint());
@@ -283,7 +291,7 @@ impl<S: Storage + Clone> Partition<S> {
             // A checkpoint now covers the log's last entry: the log would
             // pin from the group floor on.
             let floor = driver.group_floor().min(part.last_index());
-            if let Some(position) = part.held_position_from(floor + 1) {
+            if let Some(position) = part.held_position_from(floor) {
                 after = after.min(position);
             }
         }

@@ -99,7 +99,15 @@ impl<S: Storage + Clone> Partition<S> {
                 continue;
             }
             let (first, end) = (Offset(entry.first_offset), Offset(entry.end_offset()));
+            // A replicated leader's state may hold acks not yet committed
+            // (a rebuild would make their records live again): it forgets
+            // records only while its whole log is committed.
+            let settled = self.replica.is_none() || part.uncommitted_entries() == 0;
             if !self.state.borrow().holds_any(first, end) {
+                if !settled {
+                    step.remaining += 1;
+                    continue;
+                }
                 if part.forget(first) {
                     step.dropped_entries += 1;
                 }

@@ -184,7 +184,8 @@ impl<S: Storage + Clone> Partition<S> {
     }
 
     /// The least journal position a replicated partition's log needs:
-    /// where its first entry held after the floor lies, the floor being
+    /// where its entry at the floor lies (or the first held after it), the
+    /// floor being
     /// the highest index both held by every member (the group floor:
     /// `replica/node.rs`) and covered by its durable checkpoint. raft-rs's
     /// view first lets go of the entries up to the floor
@@ -198,7 +199,10 @@ impl<S: Storage + Clone> Partition<S> {
             return JournalPos(0);
         }
         let floor = driver.compact(covered);
-        self.log.journal().held_position_from(floor + 1).unwrap_or(JournalPos(u64::MAX))
+        // From the floor's own entry: a reopen needs its term (the log then
+        // starts after the first entry it finds; the checkpoint records only
+        // its index).
+        self.log.journal().held_position_from(floor).unwrap_or(JournalPos(u64::MAX))
     }
 
     /// Waits until the log has committed entry `index`, still of `term`,

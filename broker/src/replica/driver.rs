@@ -295,6 +295,11 @@ impl<S: Storage> ReplicaDriver<S> {
         self.inner.borrow_mut().replica.compact(index)
     }
 
+    /// The index the log starts after ([`Replica::log_floor`]).
+    pub fn log_floor(&self) -> u64 {
+        self.inner.borrow().replica.log_floor()
+    }
+
     pub fn stats(&self) -> DriverStats {
         self.inner.borrow().stats
     }

@@ -348,6 +348,11 @@ impl Replica {
         view.floor().0
     }
 
+    /// The index the log starts after (entries up to it were let go of).
+    pub fn log_floor(&self) -> u64 {
+        self.raw.store().floor().0
+    }
+
     /// Stamps the group floor on this leader's heartbeats (module docs).
     fn stamp_group_floor(&mut self, messages: &mut [Message]) {
         let Some(floor) = self.held_everywhere() else { return };

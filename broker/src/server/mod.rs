@@ -362,6 +362,8 @@ impl ShardState {
                         last: driver.log().last_index(),
                         committed: driver.log().committed_index(),
                         applied: served.partition.applied_index(),
+                        group_floor: driver.group_floor(),
+                        first_index: driver.log_floor() + 1,
                     }
                 }),
             });

@@ -284,6 +284,11 @@ pub struct ReplicaRole {
     pub last: u64,
     pub committed: u64,
     pub applied: u64,
+    /// The highest index every member is known to hold (the group floor
+    /// that bounds this node's journal release), and the index its log
+    /// starts after now (entries up to it were let go of).
+    pub group_floor: u64,
+    pub first_index: u64,
 }
 
 /// A shard's replication (`server/cluster.rs`): its members and its peer

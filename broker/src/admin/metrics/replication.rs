@@ -40,6 +40,8 @@ pub(super) fn register_replication(registry: &mut Registry, reports: &[ShardRepo
     let last = Gauges::<PartitionLabels>::default();
     let committed = Gauges::<PartitionLabels>::default();
     let applied = Gauges::<PartitionLabels>::default();
+    let group_floor = Gauges::<PartitionLabels>::default();
+    let first_index = Gauges::<PartitionLabels>::default();
     for report in reports {
         let Some(replication) = &report.replication else { continue };
         let shard = report.shard.0.to_string();
@@ -77,6 +79,8 @@ pub(super) fn register_replication(registry: &mut Registry, reports: &[ShardRepo
             last.get_or_create(&labels).set(gauge_value(role.last));
             committed.get_or_create(&labels).set(gauge_value(role.committed));
             applied.get_or_create(&labels).set(gauge_value(role.applied));
+            group_floor.get_or_create(&labels).set(gauge_value(role.group_floor));
+            first_index.get_or_create(&labels).set(gauge_value(role.first_index));
         }
     }
     registry.register("spool_replica_node", "This node's id in its cluster", node);
@@ -137,5 +141,17 @@ pub(super) fn register_replication(registry: &mut Registry, reports: &[ShardRepo
         "The highest entry of the partition folded into this node's queue state (a follower's \
          lag: the leader's committed index minus this)",
         applied,
+    );
+    registry.register(
+        "spool_partition_group_floor_index",
+        "The highest entry of the partition every member is known to hold: this node's journal \
+         keeps every entry above it (a member down holds it back)",
+        group_floor,
+    );
+    registry.register(
+        "spool_partition_first_index",
+        "The first entry of the partition this node's log still holds (those below were let go \
+         of with their journal files)",
+        first_index,
     );
 }
