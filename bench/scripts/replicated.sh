@@ -14,7 +14,10 @@
 #   rate25k   both at 25,000 msgs/s (the capacity model's rate).
 # Each line: enqueue and consume msgs/s, enqueue p50 / p99 (send or intended
 # send → durable: on the cluster, on a majority), end-to-end p99, the CPU
-# seconds of every spoold (all threads, /proc/<pid>/stat), the load average.
+# seconds of every spoold (all threads, /proc/<pid>/stat), the load average,
+# and the journal MiB the largest node holds 3 s after the phase (its
+# release passes run every second: after `drain` it shows what acked
+# messages still hold on disk).
 # The bench client talks to node 1 and follows the metadata to each
 # partition's leader. A reference first: fio's 4 KiB write + fdatasync
 # (`apt-get install fio`; skipped when absent), since every replica syncs
@@ -130,18 +133,29 @@ phase() {
     "$BIN/spool-bench" throughput --addr "127.0.0.1:$PORT" --queue rep --msg-bytes $MSG_BYTES \
         --warmup-ms "$warmup" --seconds "$SECONDS_PER_PHASE" "$@" > "$WORK/out.json"
     t1=$(all_ticks)
+    local l1; l1=$(load | cut -d" " -f1)
     [[ -n ${KEEP:-} ]] && cp "$WORK/out.json" "$KEEP/$mode-$name-$ROUND.json"
-    python3 - "$WORK/out.json" "$name" "$mode" "$(( t1 - t0 ))" "$HZ" "$l0" "$(load | cut -d" " -f1)" <<'PY'
+    sleep 3
+    python3 - "$WORK/out.json" "$name" "$mode" "$(( t1 - t0 ))" "$HZ" "$l0" "$l1" \
+        "$(journal_mib "$mode")" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1])); name, mode = sys.argv[2], sys.argv[3]
 cpu = int(sys.argv[4]) / int(sys.argv[5])
 enq = r['enqueue']['msgs_per_s']; con = r['claim_ack']['msgs_per_s']
 lat = lambda s, q: '%.1f' % (s[q] / 1e3) if s['count'] else '-'
 e = r['enqueue']['latency_us']; e2e = r['e2e']['latency_us']
-print('| %-7s | %-7s | %8.0f | %8.0f | %s / %s | %s | %6.1f | %s → %s |' % (
+print('| %-7s | %-7s | %8.0f | %8.0f | %s / %s | %s | %6.1f | %s → %s | %s |' % (
     name, mode, enq, con, lat(e, 'p50'), lat(e, 'p99'), lat(e2e, 'p99'), cpu,
-    sys.argv[6], sys.argv[7]))
+    sys.argv[6], sys.argv[7], sys.argv[8]))
 PY
+}
+
+# The journal MiB the largest node of `mode` holds now.
+journal_mib() {
+    local dirs
+    if [[ $1 == single ]]; then dirs=("$WORK"/single/shard-*/journal)
+    else dirs=("$WORK"/cluster/node*/data/shard-*/journal); fi
+    du -sm "${dirs[@]}" 2> /dev/null | sort -n | tail -1 | cut -f1
 }
 
 wanted() { [[ " ${PHASES:-produce drain mixed rate5k rate25k} " == *" $1 "* ]]; }
@@ -162,8 +176,8 @@ run() {
 
 echo "load before: $(load)"
 fio_sync
-echo "| phase   | mode    | enqueue/s | consume/s | enq p50 / p99 ms | e2e p99 ms | CPU-s | load 1m |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| phase   | mode    | enqueue/s | consume/s | enq p50 / p99 ms | e2e p99 ms | CPU-s | load 1m | journal MiB |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for ROUND in $(seq "$ROUNDS"); do
     for mode in ${MODES:-single cluster}; do run "$mode"; done
 done

@@ -348,6 +348,12 @@ impl Replica {
         view.floor().0
     }
 
+    /// The members raft-rs wanted a snapshot for since the last call
+    /// ([`LogView::take_snapshot_asks`]).
+    pub fn take_snapshot_asks(&mut self) -> Vec<u64> {
+        self.raw.store().take_snapshot_asks()
+    }
+
     /// The index the log starts after (entries up to it were let go of).
     pub fn log_floor(&self) -> u64 {
         self.raw.store().floor().0

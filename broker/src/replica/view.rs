@@ -146,6 +146,9 @@ pub struct LogView {
     fetches: RefCell<Vec<Fetch>>,
     /// Entries read back for those reads (module docs).
     runs: RefCell<Vec<Run>>,
+    /// Members raft-rs wanted a snapshot for since the owner last took
+    /// them (each once): behind the log's first index.
+    snapshot_asks: RefCell<Vec<u64>>,
 }
 
 impl LogView {
@@ -347,6 +350,11 @@ impl LogView {
         runs.retain(|run| !run.entries.is_empty());
         self.fetches.get_mut().retain(|fetch| fetch.low > index);
         true
+    }
+
+    /// The members raft-rs wanted a snapshot for since the last call.
+    pub fn take_snapshot_asks(&self) -> Vec<u64> {
+        std::mem::take(&mut *self.snapshot_asks.borrow_mut())
     }
 
     /// The entry the log starts after (index, term).
@@ -573,9 +581,14 @@ impl raft::Storage for LogView {
         Ok(self.last_index)
     }
 
-    fn snapshot(&self, _request_index: u64, _to: u64) -> raft::Result<Snapshot> {
+    fn snapshot(&self, _request_index: u64, to: u64) -> raft::Result<Snapshot> {
         // Snapshots (a checkpoint plus the entries after it) are not built
-        // yet: the log is never compacted past what a follower needs.
+        // yet: the log is compacted only below what every member held, so
+        // only a member that lost its log asks (the owner reports it).
+        let mut asks = self.snapshot_asks.borrow_mut();
+        if !asks.contains(&to) {
+            asks.push(to);
+        }
         Err(raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable))
     }
 }
@@ -868,6 +881,20 @@ mod tests {
         assert!(inside.compact_to(12));
         assert_eq!(inside.last_term(), 3);
         assert_eq!(inside.last_index(), 12);
+    }
+
+    #[test]
+    fn a_snapshot_ask_is_refused_and_recorded_once_per_member() {
+        let view = view(&[(1, 1), (2, 1)]);
+        for _ in 0..3 {
+            assert!(matches!(
+                view.snapshot(0, 3),
+                Err(raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable))
+            ));
+        }
+        let _ = view.snapshot(0, 2);
+        assert_eq!(view.take_snapshot_asks(), vec![3, 2]);
+        assert!(view.take_snapshot_asks().is_empty());
     }
 
     fn view_of_applied(entries: &[(u64, u64)], applied: u64) -> LogView {

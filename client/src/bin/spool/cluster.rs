@@ -9,10 +9,13 @@
 //!   (`--admin A,B,C`, at once, each bounded by `--timeout-ms`) and
 //!   aggregates the `spool_replica_*` and `spool_partition_*` series
 //!   (`docs/metrics.md`, "Cluster"): per node its id, partitions led and
-//!   followed, leaderships, step-downs and Raft messages by outcome; per
+//!   followed, leaderships, step-downs, Raft messages by outcome and the
+//!   journal it holds (all of it and the live records' share); per
 //!   partition the nodes that claim to serve it, flagging one served by no
 //!   node ("no leader") or by several ("two serving", legitimate only
-//!   during a term change). An unreachable node or a partition with no
+//!   during a term change), its lag and how many committed entries every
+//!   journal keeps for a member not known to hold them ("unreleased": a
+//!   member down holds it growing). An unreachable node or a partition with no
 //!   leader makes the command exit with [`EXIT_UNHEALTHY`] after printing
 //!   the report. A node without those series is not in a cluster.
 //!
@@ -127,6 +130,10 @@ pub struct NodeFigures {
     pub refused: u64,
     pub no_link: u64,
     pub unknown_group: u64,
+    /// Journal bytes its shards hold (`spool_journal_file_bytes`, an upper
+    /// bound) and of them the live records' (`spool_journal_live_bytes`).
+    pub journal_bytes: u64,
+    pub live_bytes: u64,
 }
 
 /// What one admin address gave.
@@ -196,6 +203,11 @@ pub struct PartitionStatus {
     /// from brokers without `spool_partition_*_index`).
     pub committed: u64,
     pub lag: Option<u64>,
+    /// Committed entries every member's journal keeps because some member
+    /// is not known to hold them: the committed index less the highest
+    /// group floor a replica reports (`spool_partition_group_floor_index`;
+    /// `None` from brokers without it). A member down holds it growing.
+    pub unreleased: Option<u64>,
 }
 
 /// The cluster as scraped.
@@ -306,6 +318,8 @@ fn node_figures(samples: &[Sample]) -> Option<NodeFigures> {
                 _ => {}
             },
             "spool_replica_leaderships_total" => figures.leaderships += value,
+            "spool_journal_file_bytes" => figures.journal_bytes += value,
+            "spool_journal_live_bytes" => figures.live_bytes += value,
             "spool_replica_step_downs_total" => figures.step_downs += value,
             "spool_replica_messages_total" => match label("outcome") {
                 Some("sent") => figures.sent += value,
@@ -329,6 +343,7 @@ struct Replica {
     serving: bool,
     committed: u64,
     applied: Option<u64>,
+    group_floor: Option<u64>,
 }
 
 /// The partitions a node reports, by (queue, partition).
@@ -340,7 +355,8 @@ fn replicas(samples: &[Sample]) -> BTreeMap<(String, u32), Replica> {
             | "spool_partition_term"
             | "spool_partition_serving"
             | "spool_partition_committed_index"
-            | "spool_partition_applied_index" => sample.name.as_str(),
+            | "spool_partition_applied_index"
+            | "spool_partition_group_floor_index" => sample.name.as_str(),
             _ => continue,
         };
         let (Some(queue), Some(partition)) = (
@@ -355,6 +371,9 @@ fn replicas(samples: &[Sample]) -> BTreeMap<(String, u32), Replica> {
             "spool_partition_term" => replica.term = count(sample.value),
             "spool_partition_committed_index" => replica.committed = count(sample.value),
             "spool_partition_applied_index" => replica.applied = Some(count(sample.value)),
+            "spool_partition_group_floor_index" => {
+                replica.group_floor = Some(count(sample.value));
+            }
             _ => replica.serving = sample.value >= 1.0,
         }
     }
@@ -366,8 +385,10 @@ fn replicas(samples: &[Sample]) -> BTreeMap<(String, u32), Replica> {
 pub fn aggregate(scrapes: Vec<(String, Result<Vec<Sample>, String>)>) -> Status {
     let mut nodes = Vec::new();
     let mut partitions: BTreeMap<(String, u32), PartitionStatus> = BTreeMap::new();
-    // The lowest applied index a replica of each partition reports.
+    // The lowest applied index a replica of each partition reports, and
+    // the highest group floor.
     let mut behind: BTreeMap<(String, u32), u64> = BTreeMap::new();
+    let mut floors: BTreeMap<(String, u32), u64> = BTreeMap::new();
     for (admin, scraped) in scrapes {
         let samples = match scraped {
             Ok(samples) => samples,
@@ -393,6 +414,7 @@ pub fn aggregate(scrapes: Vec<(String, Result<Vec<Sample>, String>)>) -> Status 
                     state: Served::NoLeader,
                     committed: 0,
                     lag: None,
+                    unreleased: None,
                 });
             status.replicas += 1;
             status.term = status.term.max(replica.term);
@@ -400,6 +422,10 @@ pub fn aggregate(scrapes: Vec<(String, Result<Vec<Sample>, String>)>) -> Status 
             if let Some(applied) = replica.applied {
                 let lowest = behind.entry((status.queue.clone(), partition)).or_insert(applied);
                 *lowest = (*lowest).min(applied);
+            }
+            if let Some(floor) = replica.group_floor {
+                let highest = floors.entry((status.queue.clone(), partition)).or_insert(floor);
+                *highest = (*highest).max(floor);
             }
             if replica.leader != 0 {
                 *status.leaders.entry(replica.leader).or_default() += 1;
@@ -416,6 +442,9 @@ pub fn aggregate(scrapes: Vec<(String, Result<Vec<Sample>, String>)>) -> Status 
             partition.lag = behind
                 .get(&(partition.queue.clone(), partition.partition))
                 .map(|applied| partition.committed.saturating_sub(*applied));
+            partition.unreleased = floors
+                .get(&(partition.queue.clone(), partition.partition))
+                .map(|floor| partition.committed.saturating_sub(*floor));
             partition.state = match partition.serving.len() {
                 0 => Served::NoLeader,
                 1 => Served::Ok,
@@ -425,6 +454,13 @@ pub fn aggregate(scrapes: Vec<(String, Result<Vec<Sample>, String>)>) -> Status 
         })
         .collect();
     Status { nodes, partitions }
+}
+
+/// Bytes as MiB, one decimal.
+fn mib(bytes: u64) -> String {
+    #[allow(clippy::cast_precision_loss)] // a figure for people
+    let mib = bytes as f64 / f64::from(1u32 << 20);
+    format!("{mib:.1}")
 }
 
 /// Scrapes one admin port.
@@ -471,6 +507,8 @@ fn render(status: &Status) -> Output {
                     "no_link": figures.no_link,
                     "unknown_group": figures.unknown_group,
                 },
+                "journal_bytes": figures.journal_bytes,
+                "live_bytes": figures.live_bytes,
             }),
         })
         .collect();
@@ -488,6 +526,7 @@ fn render(status: &Status) -> Output {
                 "state": partition.state.text(),
                 "committed_index": partition.committed,
                 "lag_entries": partition.lag,
+                "unreleased_entries": partition.unreleased,
             })
         })
         .collect();
@@ -522,6 +561,8 @@ fn render(status: &Status) -> Output {
         "delivered",
         "refused",
         "no_link",
+        "journal_mib",
+        "live_mib",
     ]);
     for node in &status.nodes {
         let mut row = vec![node.admin.clone()];
@@ -537,6 +578,8 @@ fn render(status: &Status) -> Output {
                 figures.delivered.to_string(),
                 figures.refused.to_string(),
                 figures.no_link.to_string(),
+                mib(figures.journal_bytes),
+                mib(figures.live_bytes),
             ]),
             other => {
                 row.push("-".to_owned());
@@ -548,7 +591,7 @@ fn render(status: &Status) -> Output {
                     }
                     .to_owned(),
                 );
-                row.extend(vec!["-".to_owned(); 8]);
+                row.extend(vec!["-".to_owned(); 10]);
             }
         }
         table.push(row);
@@ -563,6 +606,7 @@ fn render(status: &Status) -> Output {
         "state",
         "committed",
         "lag",
+        "unreleased",
     ]);
     for partition in &status.partitions {
         let join = |ids: Vec<String>| if ids.is_empty() { "-".to_owned() } else { ids.join(",") };
@@ -576,6 +620,7 @@ fn render(status: &Status) -> Output {
             partition.state.text().to_owned(),
             partition.committed.to_string(),
             partition.lag.map_or_else(|| "-".to_owned(), |lag| lag.to_string()),
+            partition.unreleased.map_or_else(|| "-".to_owned(), |held| held.to_string()),
         ]);
     }
     let summary = if failures.is_empty() && warnings.is_empty() {
@@ -787,6 +832,48 @@ mod tests {
         assert!(output.json["partitions"][1]["lag_entries"].is_null());
         let text = output.render(false);
         assert!(text.contains("1000       600"), "{text}");
+    }
+
+    // Goal: `unreleased` is the committed index less the highest group
+    // floor a replica reports (what every journal keeps for a member not
+    // known to hold it), and a node's journal bytes sum over its shards.
+    // Method: node 3 down (unreachable), the leader's group floor stuck at
+    // 300 of 1,000 committed, a follower that heard 250; a node without
+    // the series (an older broker) leaves it unknown.
+    #[test]
+    fn unreleased_is_the_committed_index_less_the_highest_group_floor() {
+        let with = |id: u64, serving: bool, floor: Option<u64>| {
+            let mut text = node(id, 1, 1, &[("jobs", 0, 1, 2, serving)]);
+            let mut more = String::from(
+                "spool_partition_committed_index{queue=\"jobs\",partition=\"0\"} 1000\n\
+                 spool_journal_file_bytes{shard=\"0\"} 67108864\n\
+                 spool_journal_file_bytes{shard=\"1\"} 33554432\n\
+                 spool_journal_live_bytes{shard=\"0\"} 1048576\n",
+            );
+            if let Some(floor) = floor {
+                more.push_str(&format!(
+                    "spool_partition_group_floor_index{{queue=\"jobs\",partition=\"0\"}} {floor}\n"
+                ));
+            }
+            text = text.replace("# EOF\n", &format!("{more}# EOF\n"));
+            text
+        };
+        let status = aggregate(vec![
+            scraped("a:1", &with(1, true, Some(300))),
+            scraped("a:2", &with(2, false, Some(250))),
+            ("a:3".to_owned(), Err("refused".to_owned())),
+        ]);
+        assert_eq!(status.partitions[0].unreleased, Some(700));
+        let NodeState::Member(one) = &status.nodes[0].state else { panic!("not a member") };
+        assert_eq!((one.journal_bytes, one.live_bytes), (96 << 20, 1 << 20));
+        let output = render(&status);
+        assert_eq!(output.json["partitions"][0]["unreleased_entries"], 700);
+        assert_eq!(output.json["nodes"][0]["journal_bytes"], 96u64 << 20);
+        let text = output.render(false);
+        assert!(text.contains("96.0"), "{text}");
+        assert!(text.contains("700"), "{text}");
+        let older = aggregate(vec![scraped("a:1", &with(1, true, None))]);
+        assert_eq!(older.partitions[0].unreleased, None);
     }
 
     // Goal: a single node (no cluster series) says so and fails nothing;
