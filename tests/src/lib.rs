@@ -238,6 +238,17 @@ pub fn read_frame_bytes(stream: &mut impl Read) -> std::io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// [`read_frame_bytes`] into an 8-aligned buffer, so the frame decodes
+/// in place (`decode_frame`, then `Response::decode`).
+pub fn read_frame_aligned(
+    stream: &mut impl Read,
+) -> std::io::Result<spool_client::spool_wire::batch::BatchBytes> {
+    let bytes = read_frame_bytes(stream)?;
+    let mut aligned = spool_client::spool_wire::batch::BatchBytes::with_capacity(bytes.len());
+    aligned.extend_from_slice(&bytes);
+    Ok(aligned)
+}
+
 /// Path of the `spoold` binary under test.
 pub fn spoold_bin() -> PathBuf {
     binary("spoold", SPOOLD_BIN_ENV)

@@ -71,9 +71,7 @@ fn frame(request: &Request<'_>, correlation: u64) -> Vec<u8> {
 /// Reads exactly one answer from `stream`: (correlation id, code, message).
 fn read_answer(stream: &mut TcpStream) -> (u64, ErrorCode, String) {
     stream.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
-    let bytes = spool_tests::read_frame_bytes(stream).unwrap();
-    let mut aligned = spool_client::spool_wire::batch::BatchBytes::with_capacity(bytes.len());
-    aligned.extend_from_slice(&bytes);
+    let aligned = spool_tests::read_frame_aligned(stream).unwrap();
     let decoded = decode_frame(&aligned).unwrap();
     let reply = Response::decode(&decoded).unwrap();
     match reply.reply {

@@ -69,9 +69,7 @@ fn frame(request: &Request<'_>, correlation: u64) -> Vec<u8> {
 
 /// Reads one response: its correlation id, api key and error code.
 fn read_reply(stream: &mut TcpStream) -> (u64, Option<Response<'static>>, ErrorCode) {
-    let bytes = spool_tests::read_frame_bytes(stream).unwrap();
-    let mut aligned = spool_client::spool_wire::batch::BatchBytes::with_capacity(bytes.len());
-    aligned.extend_from_slice(&bytes);
+    let aligned = spool_tests::read_frame_aligned(stream).unwrap();
     let decoded = decode_frame(&aligned).unwrap();
     let reply = Response::decode(&decoded).unwrap();
     match reply.reply {
@@ -148,9 +146,7 @@ async fn a_ping_follows_the_authentication_handshake() {
     stream.write_all(&pipelined).unwrap();
     let mut answers = Vec::new();
     for _ in 0..2 {
-        let bytes = spool_tests::read_frame_bytes(&mut stream).unwrap();
-        let mut aligned = spool_client::spool_wire::batch::BatchBytes::with_capacity(bytes.len());
-        aligned.extend_from_slice(&bytes);
+        let aligned = spool_tests::read_frame_aligned(&mut stream).unwrap();
         let reply = Response::decode(&decode_frame(&aligned).unwrap()).unwrap();
         let kind = match reply.reply {
             Reply::Ok(Response::Authenticate(_)) => "authenticated",
