@@ -229,5 +229,10 @@ pub const ADMIN_ADDR_DEFAULT: &str = "127.0.0.1:7480";
 /// CLI: most bytes of one admin-port answer read (a `/metrics` page of
 /// 10,000 queues is a few tens of MiB).
 pub const ADMIN_RESPONSE_BYTES_MAX: usize = 64 << 20;
+/// CLI: `spool cluster status` warns of a node that has received nothing
+/// from a peer it shares partitions with for longer than this (a leader
+/// heartbeats every 200 ms: seconds of silence mean the peer is down or
+/// the link between the two is cut).
+pub const PEER_SILENCE_WARN_MS: u64 = 5_000;
 /// CLI: `spool metrics` scrapes twice this far apart to compute rates.
 pub const METRICS_INTERVAL_MS_DEFAULT: u64 = 1_000;

@@ -177,6 +177,24 @@ async fn replicated_journals_release_what_every_member_holds_and_reopen() {
     burst_and_drain(&cluster, through, &producer, BURST..2 * BURST, "a node down").await;
     tokio::time::sleep(PASSES_WAIT).await;
     for &node in &up {
+        // Its peer health: silence from the node down, frames from the other.
+        let metrics = Exposition::parse(&cluster.metrics(node).unwrap()).unwrap();
+        let silence = |peer: usize| {
+            let peer = (peer + 1).to_string();
+            metrics.value("spool_peer_silence_seconds", &[("shard", "0"), ("peer", peer.as_str())])
+        };
+        let other = up.iter().copied().find(|&other| other != node).unwrap();
+        let (from_down, from_other) = (silence(down), silence(other));
+        assert!(
+            from_down.is_some_and(|s| s >= 3.0),
+            "node {}: {from_down:?} from the node down",
+            node + 1
+        );
+        assert!(
+            from_other.is_some_and(|s| s < 3.0),
+            "node {}: {from_other:?} from a live peer",
+            node + 1
+        );
         let files = wal_files(&cluster, node);
         assert!(
             files >= 6,

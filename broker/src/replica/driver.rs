@@ -298,6 +298,11 @@ impl<S: Storage> ReplicaDriver<S> {
         self.inner.borrow_mut().replica.compact(index)
     }
 
+    /// The group's members ([`Replica::members`]).
+    pub fn members(&self) -> Vec<u64> {
+        self.inner.borrow().replica.members()
+    }
+
     /// The index the log starts after ([`Replica::log_floor`]).
     pub fn log_floor(&self) -> u64 {
         self.inner.borrow().replica.log_floor()

@@ -354,6 +354,11 @@ impl Replica {
         self.raw.store().take_snapshot_asks()
     }
 
+    /// The group's members (voters and learners), as raft-rs tracks them.
+    pub fn members(&self) -> Vec<u64> {
+        self.raw.raft.prs().iter().map(|(id, _)| *id).collect()
+    }
+
     /// The index the log starts after (entries up to it were let go of).
     pub fn log_floor(&self) -> u64 {
         self.raw.store().floor().0

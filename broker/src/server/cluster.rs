@@ -288,6 +288,11 @@ impl ShardCluster {
         self.node.leaders().publish(queue_id.0, partition.0, 0);
     }
 
+    /// What the shard heard from each peer node (`ShardReport::peers`).
+    pub(super) fn peers(&self) -> Vec<crate::shard::replication::PeerHeard> {
+        self.host.peers()
+    }
+
     /// The shard's replication figures (`ReplicationReport`).
     pub(super) fn report(&self, partitions: &super::served::ServedMap) -> ReplicationReport {
         let mut report = ReplicationReport {

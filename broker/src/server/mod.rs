@@ -722,6 +722,7 @@ impl ShardHooks for SpoolHooks {
         report.quotas = self.handler.quota_report();
         if let Some(cluster) = &self.state.cluster {
             report.replication = Some(cluster.report(&self.state.partitions.borrow()));
+            report.peers = cluster.peers();
         }
     }
 

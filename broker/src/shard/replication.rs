@@ -65,6 +65,22 @@ pub struct ReplicationHost<S: Storage> {
     links: RefCell<BTreeMap<u64, Rc<PeerSender>>>,
     stats: Cell<ReplicationStats>,
     stopped: Cell<bool>,
+    /// When each peer node's last frame arrived here (`peers`).
+    heard: RefCell<BTreeMap<u64, crate::clock::Instant>>,
+    started: crate::clock::Instant,
+}
+
+/// What a shard heard from one peer node it links to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerHeard {
+    pub node: u64,
+    /// Milliseconds since its last replication frame arrived here, or
+    /// since the shard started when none has (`heard` false).
+    pub silent_ms: u64,
+    pub heard: bool,
+    /// Groups hosted here that it is a member of: with none, silence is
+    /// normal (nothing to send either way).
+    pub shared_groups: u64,
 }
 
 impl<S: Storage> std::fmt::Debug for ReplicationHost<S> {
@@ -98,6 +114,8 @@ impl<S: Storage + 'static> ReplicationHost<S> {
             links: RefCell::default(),
             stats: Cell::default(),
             stopped: Cell::new(false),
+            heard: RefCell::default(),
+            started: crate::clock::instant_now(),
         })
     }
 
@@ -169,6 +187,9 @@ impl<S: Storage + 'static> ReplicationHost<S> {
     /// Steps a received frame's messages into their drivers, in order (the
     /// receiver's sink).
     pub fn deliver(&self, frame: Frame) {
+        // Every frame is a sign of life, heartbeats included (a leader
+        // sends one per group every `REPLICA_HEARTBEAT_TICKS` ticks).
+        self.heard.borrow_mut().insert(frame.from, crate::clock::instant_now());
         for (group, message) in frame.messages {
             let driver = self.groups.borrow().get(&group).cloned();
             match driver {
@@ -179,6 +200,33 @@ impl<S: Storage + 'static> ReplicationHost<S> {
                 None => self.count(|stats| stats.unknown_group += 1),
             }
         }
+    }
+
+    /// What this shard heard from each peer node it links to: the health
+    /// `spool cluster status` reads (`spool_peer_silence_seconds`).
+    pub fn peers(&self) -> Vec<PeerHeard> {
+        let now = crate::clock::instant_now();
+        let heard = self.heard.borrow();
+        let mut shared: BTreeMap<u64, u64> = BTreeMap::new();
+        for driver in self.groups.borrow().values() {
+            for member in driver.members() {
+                *shared.entry(member).or_default() += 1;
+            }
+        }
+        self.links
+            .borrow()
+            .keys()
+            .map(|&node| {
+                let last = heard.get(&node).copied();
+                let since = now.saturating_duration_since(last.unwrap_or(self.started));
+                PeerHeard {
+                    node,
+                    silent_ms: u64::try_from(since.as_millis()).unwrap_or(u64::MAX),
+                    heard: last.is_some(),
+                    shared_groups: shared.get(&node).copied().unwrap_or(0),
+                }
+            })
+            .collect()
     }
 
     /// Ticks every hosted driver once.

@@ -267,6 +267,8 @@ pub struct ShardReport {
     pub pace: crate::net::pace::PaceStats,
     /// The shard's replication, when the node is in a cluster.
     pub replication: Option<ReplicationReport>,
+    /// What the shard heard from each peer node it links to (a cluster).
+    pub peers: Vec<crate::shard::replication::PeerHeard>,
 }
 
 /// A replicated partition's member as this node sees it.
@@ -372,6 +374,7 @@ impl ShardReport {
             memory: crate::net::memory::ShardMemory::of_this_shard().stats(),
             pace: crate::net::pace::PaceStats::default(),
             replication: None,
+            peers: Vec::new(),
         }
     }
 }

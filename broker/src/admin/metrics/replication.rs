@@ -1,19 +1,26 @@
 //! The cluster's metric families (`spool_replica_*`): each shard's members
 //! by role, its peer links' Raft messages by outcome, the members' leader
-//! changes, and per partition the leader this node knows, the term and
-//! the log's last, committed and applied indexes.
+//! changes, what each shard heard from each peer node (`spool_peer_*`),
+//! and per partition the leader this node knows, the term and the log's
+//! last, committed, applied, group floor and first indexes.
 //! Absent on a single node (no shard reports replication).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::registry::Registry;
 
-use super::{gauge_value, Counters, Gauges, PartitionLabels, ShardLabels};
+use super::{gauge_value, Counters, FloatGauges, Gauges, PartitionLabels, ShardLabels};
 use crate::shard::report::ShardReport;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RoleLabels {
     shard: String,
     role: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PeerLabels {
+    shard: String,
+    peer: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -42,9 +49,19 @@ pub(super) fn register_replication(registry: &mut Registry, reports: &[ShardRepo
     let applied = Gauges::<PartitionLabels>::default();
     let group_floor = Gauges::<PartitionLabels>::default();
     let first_index = Gauges::<PartitionLabels>::default();
+    let silence = FloatGauges::<PeerLabels>::default();
+    let heard = Gauges::<PeerLabels>::default();
+    let shared = Gauges::<PeerLabels>::default();
     for report in reports {
         let Some(replication) = &report.replication else { continue };
         let shard = report.shard.0.to_string();
+        for peer in &report.peers {
+            let labels = PeerLabels { shard: shard.clone(), peer: peer.node.to_string() };
+            #[allow(clippy::cast_precision_loss)] // milliseconds as seconds: exact enough
+            silence.get_or_create(&labels).set(peer.silent_ms as f64 / 1e3);
+            heard.get_or_create(&labels).set(i64::from(peer.heard));
+            shared.get_or_create(&labels).set(gauge_value(peer.shared_groups));
+        }
         let labels = ShardLabels { shard: shard.clone() };
         node.get_or_create(&labels).set(gauge_value(replication.node));
         for (role, count) in [("leader", replication.leading), ("follower", replication.following)]
@@ -141,6 +158,24 @@ pub(super) fn register_replication(registry: &mut Registry, reports: &[ShardRepo
         "The highest entry of the partition folded into this node's queue state (a follower's \
          lag: the leader's committed index minus this)",
         applied,
+    );
+    registry.register(
+        "spool_peer_silence_seconds",
+        "Seconds since the shard last received a replication frame from the peer node (since \
+         the shard started, when it has received none): a leader heartbeats every 200 ms, so \
+         seconds of silence mean the peer is down or the link between the two is cut",
+        silence,
+    );
+    registry.register(
+        "spool_peer_heard",
+        "1 if the shard has received a replication frame from the peer node since it started",
+        heard,
+    );
+    registry.register(
+        "spool_peer_shared_groups",
+        "Replicated partitions on the shard the peer node is a member of (with none, silence \
+         from it is normal)",
+        shared,
     );
     registry.register(
         "spool_partition_group_floor_index",

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
-use spool_client::limits::ADMIN_ADDR_DEFAULT;
+use spool_client::limits::{ADMIN_ADDR_DEFAULT, PEER_SILENCE_WARN_MS};
 use spool_client::spool_wire::proto::{MetadataRequest, Request, Response};
 use spool_client::{shard_address, Client, ClientError, TlsConfig};
 
@@ -134,6 +134,10 @@ pub struct NodeFigures {
     /// bound) and of them the live records' (`spool_journal_live_bytes`).
     pub journal_bytes: u64,
     pub live_bytes: u64,
+    /// Per peer node it shares partitions with: milliseconds since the
+    /// last replication frame from it reached any shard of this node
+    /// (`spool_peer_silence_seconds` where `spool_peer_shared_groups` > 0).
+    pub peer_silence_ms: BTreeMap<u64, u64>,
 }
 
 /// What one admin address gave.
@@ -287,8 +291,29 @@ impl Status {
                     .map(|node| format!("{} is not in a cluster", node.admin)),
             );
         }
+        for node in &self.nodes {
+            let NodeState::Member(figures) = &node.state else { continue };
+            for (peer, ms) in silent_peers(figures) {
+                warnings.push(format!(
+                    "node {} has received nothing from node {peer} for {:.1} s (node {peer} \
+                     down, or the link between them cut)",
+                    figures.node,
+                    ms as f64 / 1e3
+                ));
+            }
+        }
         warnings
     }
+}
+
+/// The peers a node has not heard from for over [`PEER_SILENCE_WARN_MS`].
+fn silent_peers(figures: &NodeFigures) -> Vec<(u64, u64)> {
+    figures
+        .peer_silence_ms
+        .iter()
+        .filter(|(_, &ms)| ms > PEER_SILENCE_WARN_MS)
+        .map(|(&peer, &ms)| (peer, ms))
+        .collect()
 }
 
 /// A counter's or gauge's value as a count (NaN and negatives as 0).
@@ -320,6 +345,7 @@ fn node_figures(samples: &[Sample]) -> Option<NodeFigures> {
             "spool_replica_leaderships_total" => figures.leaderships += value,
             "spool_journal_file_bytes" => figures.journal_bytes += value,
             "spool_journal_live_bytes" => figures.live_bytes += value,
+            "spool_peer_silence_seconds" | "spool_peer_shared_groups" => {}
             "spool_replica_step_downs_total" => figures.step_downs += value,
             "spool_replica_messages_total" => match label("outcome") {
                 Some("sent") => figures.sent += value,
@@ -332,7 +358,41 @@ fn node_figures(samples: &[Sample]) -> Option<NodeFigures> {
             _ => {}
         }
     }
+    figures.peer_silence_ms = peer_silence(samples);
     member.then_some(figures)
+}
+
+/// Per peer node this node shares partitions with, the shortest silence
+/// over its shards (milliseconds).
+fn peer_silence(samples: &[Sample]) -> BTreeMap<u64, u64> {
+    let key = |sample: &Sample| {
+        let shard = sample.labels.get("shard")?.clone();
+        let peer = sample.labels.get("peer")?.parse::<u64>().ok()?;
+        Some((shard, peer))
+    };
+    let mut shared: BTreeMap<(String, u64), u64> = BTreeMap::new();
+    let mut silence: BTreeMap<(String, u64), u64> = BTreeMap::new();
+    for sample in samples {
+        let Some(at) = key(sample) else { continue };
+        match sample.name.as_str() {
+            "spool_peer_shared_groups" => {
+                shared.insert(at, count(sample.value));
+            }
+            "spool_peer_silence_seconds" => {
+                silence.insert(at, count(sample.value * 1e3));
+            }
+            _ => {}
+        }
+    }
+    let mut peers: BTreeMap<u64, u64> = BTreeMap::new();
+    for ((shard, peer), ms) in silence {
+        if shared.get(&(shard, peer)).copied().unwrap_or(0) == 0 {
+            continue;
+        }
+        let shortest = peers.entry(peer).or_insert(ms);
+        *shortest = (*shortest).min(ms);
+    }
+    peers
 }
 
 /// One replica's view of a partition.
@@ -509,6 +569,11 @@ fn render(status: &Status) -> Output {
                 },
                 "journal_bytes": figures.journal_bytes,
                 "live_bytes": figures.live_bytes,
+                "peer_silence_ms": figures
+                    .peer_silence_ms
+                    .iter()
+                    .map(|(peer, ms)| (peer.to_string(), json!(ms)))
+                    .collect::<serde_json::Map<String, Value>>(),
             }),
         })
         .collect();
@@ -563,6 +628,7 @@ fn render(status: &Status) -> Output {
         "no_link",
         "journal_mib",
         "live_mib",
+        "silent_peers",
     ]);
     for node in &status.nodes {
         let mut row = vec![node.admin.clone()];
@@ -580,6 +646,17 @@ fn render(status: &Status) -> Output {
                 figures.no_link.to_string(),
                 mib(figures.journal_bytes),
                 mib(figures.live_bytes),
+                {
+                    let silent: Vec<String> = silent_peers(figures)
+                        .into_iter()
+                        .map(|(peer, ms)| format!("{peer} ({:.1} s)", ms as f64 / 1e3))
+                        .collect();
+                    if silent.is_empty() {
+                        "-".to_owned()
+                    } else {
+                        silent.join(",")
+                    }
+                },
             ]),
             other => {
                 row.push("-".to_owned());
@@ -591,7 +668,7 @@ fn render(status: &Status) -> Output {
                     }
                     .to_owned(),
                 );
-                row.extend(vec!["-".to_owned(); 10]);
+                row.extend(vec!["-".to_owned(); 11]);
             }
         }
         table.push(row);
@@ -874,6 +951,42 @@ mod tests {
         assert!(text.contains("700"), "{text}");
         let older = aggregate(vec![scraped("a:1", &with(1, true, None))]);
         assert_eq!(older.partitions[0].unreleased, None);
+    }
+
+    // Goal: a node that has heard nothing for seconds from a peer it shares
+    // partitions with is warned of (a peer down, or the peer link cut while
+    // both admin ports answer); silence from a peer sharing nothing is
+    // normal. Method: node 1 heard node 2 0.1 s ago and node 3 12.3 s ago
+    // on shard 0 (4 groups each), node 3 0.2 s ago on shard 1 for nothing
+    // (no group there); node 2 never heard node 4, which shares no group.
+    #[test]
+    fn a_silent_peer_sharing_partitions_is_warned_of() {
+        let peers = |entries: &[(u32, u64, f64, u64)]| {
+            let mut text = String::new();
+            for (shard, peer, seconds, shared) in entries {
+                let labels = format!("shard=\"{shard}\",peer=\"{peer}\"");
+                text.push_str(&format!("spool_peer_silence_seconds{{{labels}}} {seconds}\n"));
+                text.push_str(&format!("spool_peer_shared_groups{{{labels}}} {shared}\n"));
+            }
+            text
+        };
+        let one = node(1, 1, 1, &[]).replace(
+            "# EOF\n",
+            &format!("{}# EOF\n", peers(&[(0, 2, 0.1, 4), (0, 3, 12.3, 4), (1, 3, 0.2, 0)])),
+        );
+        let two = node(2, 1, 1, &[])
+            .replace("# EOF\n", &format!("{}# EOF\n", peers(&[(0, 1, 0.1, 4), (0, 4, 100.0, 0)])));
+        let status = aggregate(vec![scraped("a:1", &one), scraped("a:2", &two)]);
+        let NodeState::Member(first) = &status.nodes[0].state else { panic!("not a member") };
+        assert_eq!(first.peer_silence_ms, BTreeMap::from([(2, 100), (3, 12_300)]));
+        let warnings = status.warnings();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].starts_with("node 1 has received nothing from node 3 for 12.3 s"));
+        assert!(status.failures().is_empty(), "silence alone fails nothing");
+        let output = render(&status);
+        assert_eq!(output.json["nodes"][0]["peer_silence_ms"]["3"], 12_300);
+        let text = output.render(false);
+        assert!(text.contains("3 (12.3 s)"), "{text}");
     }
 
     // Goal: a single node (no cluster series) says so and fails nothing;
