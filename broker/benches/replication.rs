@@ -59,8 +59,8 @@ use spool_broker::clock::{instant_now, Instant};
 use spool_broker::io::DmaStorage;
 use spool_broker::limits::{COMMIT_DELAY_MS, WITNESS_DELAY_MS};
 use spool_broker::log::journal::{
-    JournalConfig, JournalError, JournalPartition, JournalPos, JournalStats, PartitionHandle,
-    ShardJournal, ShardRecovery,
+    JournalConfig, JournalError, JournalPartition, JournalPos, JournalStats, LogFloor,
+    PartitionHandle, ShardJournal, ShardRecovery,
 };
 use spool_broker::log::vote::VoteLog;
 use spool_broker::log::{LogConfig, Offset, RecordFatal, WitnessDelay};
@@ -352,7 +352,9 @@ async fn replica_node(
     let (shard, handle, recovery) = open_shard(&dir).await;
     let routed = recovery.routed.partitions.get(&handle).cloned().unwrap_or_default();
     let log = recovery.routed.logs.get(&handle).copied().unwrap_or_default();
-    let part = Rc::new(shard.replicated_partition(handle, routed, log, Offset(0), 1, 0).unwrap());
+    let part = Rc::new(
+        shard.replicated_partition(handle, routed, log, Offset(0), 1, LogFloor::default()).unwrap(),
+    );
     let (votes, _) = VoteLog::open(DmaStorage, &dir).await.unwrap();
 
     let host = ReplicationHost::new(id);

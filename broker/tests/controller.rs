@@ -26,7 +26,7 @@ use spool_broker::control::controller::{
     CONTROLLER_GROUP,
 };
 use spool_broker::io::{CrashMode, SimStorage};
-use spool_broker::log::journal::{JournalPos, ShardJournal};
+use spool_broker::log::journal::{JournalPos, LogFloor, ShardJournal};
 use spool_broker::log::vote::VoteLog;
 use spool_broker::log::{Offset, RecordFatal};
 use spool_broker::queue::{PartitionId, QueueConfig, QueueId};
@@ -59,7 +59,9 @@ async fn open_member(
         .unwrap();
     let routed = recovery.routed.partitions.get(&handle).cloned().unwrap_or_default();
     let log = recovery.routed.logs.get(&handle).copied().unwrap_or_default();
-    let part = Rc::new(shard.replicated_partition(handle, routed, log, Offset(0), 0, 0).unwrap());
+    let part = Rc::new(
+        shard.replicated_partition(handle, routed, log, Offset(0), 0, LogFloor::default()).unwrap(),
+    );
     glommio::spawn_local(shard.background()).detach();
     let (votes, _) = VoteLog::open(storage.clone(), Path::new(DIR)).await.unwrap();
     let sink = network.clone();

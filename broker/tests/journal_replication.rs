@@ -25,7 +25,7 @@ use journal_common::{drive, open_shard, payload, Rng, SHARD};
 use spool_broker::io::{CrashMode, SimStorage};
 use spool_broker::log::journal::{
     journal_file_path, write_filler, EntryHeader, HeaderForm, IndexedEntry, JournalError,
-    JournalPartition, JournalPos, JournalTicket, LogMode, PartitionHandle, ShardJournal,
+    JournalPartition, JournalPos, JournalTicket, LogFloor, LogMode, PartitionHandle, ShardJournal,
     ShardRecovery, V1_HEADER_BYTES,
 };
 use spool_broker::log::Offset;
@@ -73,8 +73,9 @@ fn open_partitions(
         .map(|(handle, _)| {
             let routed = recovery.routed.partitions.get(&handle).cloned().unwrap_or_default();
             let log = recovery.routed.logs.get(&handle).copied().unwrap_or_default();
-            let part =
-                shard.replicated_partition(handle, routed, log, Offset(0), EPOCH, 0).unwrap();
+            let part = shard
+                .replicated_partition(handle, routed, log, Offset(0), EPOCH, LogFloor::default())
+                .unwrap();
             (handle, part)
         })
         .collect()

@@ -40,7 +40,7 @@ use futures_lite::future::{block_on, poll_once};
 use journal_common::{open_shard, payload, Rng, SHARD};
 use raft::eraftpb::{Message, MessageType};
 use spool_broker::io::{CrashMode, SimStorage};
-use spool_broker::log::journal::{JournalPartition, JournalPos, PartitionHandle};
+use spool_broker::log::journal::{JournalPartition, JournalPos, LogFloor, PartitionHandle};
 use spool_broker::log::vote::VoteLog;
 use spool_broker::log::Offset;
 use spool_broker::replica::driver::{is_term_start, raft_entry};
@@ -152,7 +152,8 @@ fn open_member(
     let (shard, recovery) = open_shard(storage, JournalPos(0));
     let routed = recovery.routed.partitions.get(&handle).cloned().unwrap_or_default();
     let log = recovery.routed.logs.get(&handle).copied().unwrap_or_default();
-    let part = shard.replicated_partition(handle, routed, log, Offset(0), 1, 0).unwrap();
+    let part =
+        shard.replicated_partition(handle, routed, log, Offset(0), 1, LogFloor::default()).unwrap();
     let part = Rc::new(part);
     let (votes, _) = block_on(VoteLog::open(storage.clone(), Path::new(SHARD))).unwrap();
     wires.borrow_mut().logs.insert(id, part.clone());
@@ -286,7 +287,7 @@ impl World {
                         log,
                         Offset(0),
                         1,
-                        0,
+                        LogFloor::default(),
                     )
                     .unwrap();
                 for (index, term) in &acked {
@@ -488,7 +489,9 @@ impl World {
             let (shard, recovery) = open_shard(&image, JournalPos(0));
             let routed = recovery.routed.partitions.get(&handle).cloned().unwrap_or_default();
             let log = recovery.routed.logs.get(&handle).copied().unwrap_or_default();
-            let part = shard.replicated_partition(handle, routed, log, Offset(0), 1, 0).unwrap();
+            let part = shard
+                .replicated_partition(handle, routed, log, Offset(0), 1, LogFloor::default())
+                .unwrap();
             let last = part.last_index();
             let mut entries = Vec::new();
             let mut background: Task = Box::pin(shard.background());

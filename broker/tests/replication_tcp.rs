@@ -32,7 +32,7 @@ use glommio::net::TcpListener;
 use glommio::{LocalExecutorBuilder, Placement};
 use journal_common::{payload, small_config};
 use spool_broker::io::DmaStorage;
-use spool_broker::log::journal::{JournalPos, ShardJournal};
+use spool_broker::log::journal::{JournalPos, LogFloor, ShardJournal};
 use spool_broker::log::vote::VoteLog;
 use spool_broker::log::{Offset, RecordFatal};
 use spool_broker::net::peer::{PeerReceiver, PeerTls, ReceiverLimits, SenderLimits};
@@ -121,7 +121,9 @@ async fn node(tls: PeerTls, dir: PathBuf, addrs: BTreeMap<u64, SocketAddr>, shar
     let handle = shard.register(GROUP.queue, PartitionId(GROUP.partition)).await.unwrap();
     let routed = recovery.routed.partitions.get(&handle).cloned().unwrap_or_default();
     let log = recovery.routed.logs.get(&handle).copied().unwrap_or_default();
-    let part = Rc::new(shard.replicated_partition(handle, routed, log, Offset(0), 1, 0).unwrap());
+    let part = Rc::new(
+        shard.replicated_partition(handle, routed, log, Offset(0), 1, LogFloor::default()).unwrap(),
+    );
     glommio::spawn_local(shard.background()).detach();
     let (votes, _) = VoteLog::open(DmaStorage, &dir).await.unwrap();
 

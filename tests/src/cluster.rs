@@ -69,9 +69,11 @@ const LOG_PRINT_BYTES_MAX: usize = 48 * 1024;
 const PROBE_PAUSE: Duration = Duration::from_millis(20);
 
 /// A node's log of one partition, by its metrics
-/// (`spool_partition_{last,committed,applied}_index`).
+/// (`spool_partition_{first,last,committed,applied}_index`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LogIndexes {
+    /// The first entry its log still holds (those below were let go of).
+    pub first: u64,
     pub last: u64,
     pub committed: u64,
     pub applied: u64,
@@ -843,6 +845,7 @@ impl Cluster {
             };
             let entry = found.entry(partition).or_default();
             match name {
+                "spool_partition_first_index" => entry.first = value as u64,
                 "spool_partition_last_index" => entry.last = value as u64,
                 "spool_partition_committed_index" => entry.committed = value as u64,
                 "spool_partition_applied_index" => entry.applied = value as u64,

@@ -5,6 +5,7 @@
 use std::cell::RefCell;
 
 use super::files::{self, SideFileError, CHECKPOINT_FILE, CHECKPOINT_MAGIC};
+use super::CHECKPOINT_INDEX_FLAG;
 use super::{
     Partition, PartitionError, CHECKPOINT_INTERVAL_BYTES, CHECKPOINT_INTERVAL_HELD_DIVISOR,
     CHECKPOINT_INTERVAL_OFFSETS, CHECKPOINT_STEP_BYTES_MAX, CHECKPOINT_STEP_ENTRIES,
@@ -13,6 +14,91 @@ use crate::io::{IoOp, Storage};
 use crate::log::journal::JournalPos;
 use crate::log::{FatalCode, FatalReason, LogError};
 use crate::queue::{Offset, PartitionState};
+
+/// Set in a checkpoint's control cursor word, beside
+/// [`CHECKPOINT_INDEX_FLAG`](super::CHECKPOINT_INDEX_FLAG), when the log's start follows the entry index
+/// (8 more bytes): the position of the snapshot install the partition's
+/// log starts at (`docs/design/replication.md` §6), carried by every
+/// checkpoint after that install.
+pub const CHECKPOINT_START_FLAG: u64 = 1 << 62;
+/// Set in a checkpoint's control cursor word when the term of its entry
+/// index follows the entry index (8 more bytes, before the log's start): a
+/// replicated partition's log can then let go of that entry too, its
+/// reopen taking the term from here.
+pub const CHECKPOINT_TERM_FLAG: u64 = 1 << 61;
+const CHECKPOINT_FLAGS: u64 = CHECKPOINT_INDEX_FLAG | CHECKPOINT_START_FLAG | CHECKPOINT_TERM_FLAG;
+
+/// What a journal checkpoint's payload starts with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckpointPrefix {
+    /// The control cursor `c_p`.
+    pub control: u64,
+    /// The last entry index of the log at the checkpoint (0: none, or a
+    /// checkpoint from before entry indexes).
+    pub entry_index: u64,
+    /// The term of that entry (replicated partitions' checkpoints).
+    pub entry_term: Option<u64>,
+    /// The install the log starts at (`None`: none).
+    pub log_start: Option<u64>,
+}
+
+impl CheckpointPrefix {
+    /// The prefix's bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut word = self.control | CHECKPOINT_INDEX_FLAG;
+        if self.log_start.is_some() {
+            word |= CHECKPOINT_START_FLAG;
+        }
+        if self.entry_term.is_some() {
+            word |= CHECKPOINT_TERM_FLAG;
+        }
+        let mut prefix = word.to_le_bytes().to_vec();
+        prefix.extend_from_slice(&self.entry_index.to_le_bytes());
+        if let Some(term) = self.entry_term {
+            prefix.extend_from_slice(&term.to_le_bytes());
+        }
+        if let Some(log_start) = self.log_start {
+            prefix.extend_from_slice(&log_start.to_le_bytes());
+        }
+        prefix
+    }
+
+    /// The prefix of a checkpoint's `payload`, and the snapshot after it.
+    ///
+    /// # Errors
+    /// A payload shorter than the prefix it declares.
+    pub fn decode(payload: &[u8]) -> Result<(CheckpointPrefix, &[u8]), String> {
+        let word = |bytes: &[u8]| -> Option<u64> {
+            Some(u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?))
+        };
+        let short = |what: &str| format!("checkpoint shorter than its {what}");
+        let control = word(payload).ok_or_else(|| short("control cursor"))?;
+        // A checkpoint written before entry indexes holds the control
+        // cursor alone (a journal position: top bits clear).
+        if control & CHECKPOINT_INDEX_FLAG == 0 {
+            let prefix =
+                CheckpointPrefix { control, entry_index: 0, entry_term: None, log_start: None };
+            return Ok((prefix, &payload[8..]));
+        }
+        let entry_index = word(&payload[8..]).ok_or_else(|| short("entry index"))?;
+        let mut prefix = CheckpointPrefix {
+            control: control & !CHECKPOINT_FLAGS,
+            entry_index,
+            entry_term: None,
+            log_start: None,
+        };
+        let mut rest = &payload[16..];
+        if control & CHECKPOINT_TERM_FLAG != 0 {
+            prefix.entry_term = Some(word(rest).ok_or_else(|| short("entry term"))?);
+            rest = &rest[8..];
+        }
+        if control & CHECKPOINT_START_FLAG != 0 {
+            prefix.log_start = Some(word(rest).ok_or_else(|| short("log start"))?);
+            rest = &rest[8..];
+        }
+        Ok((prefix, rest))
+    }
+}
 
 /// What one checkpoint cost: it was written in `steps` steps of at most
 /// `max_step_entries` table entries each, yielding the shard between them;
@@ -204,6 +290,9 @@ impl<S: Storage + Clone> Partition<S> {
             .await
             .map_err(LogError::Io)?;
         self.checkpoint_covers.set(end);
+        if let Some((index, term)) = covered {
+            self.offer_snapshot(index, Some(term));
+        }
         self.last_checkpoint.set(Some(CheckpointStats {
             covers,
             steps: encoder.steps(),
@@ -288,10 +377,13 @@ impl<S: Storage + Clone> Partition<S> {
         let mut after =
             part.lowest_position_from(needed).map_or(control, |position| position.min(control));
         if let Some(driver) = self.log.driver() {
-            // A checkpoint now covers the log's last entry: the log would
-            // pin from the group floor on.
-            let floor = driver.group_floor().min(part.last_index());
-            if let Some(position) = part.held_position_from(floor) {
+            // A checkpoint now covers the log's last entry (and records its
+            // term): the log would pin from the group floor on, or from
+            // after that entry when every member holds it.
+            let last = part.last_index();
+            let floor = driver.group_floor().min(last);
+            let from = if floor >= last { last + 1 } else { floor };
+            if let Some(position) = part.held_position_from(from) {
                 after = after.min(position);
             }
         }

@@ -52,7 +52,7 @@ pub fn generation_file_name(reference: &GenerationRef) -> String {
 }
 
 /// Whether `name` is a generation file or its temporary file.
-fn is_generation_file(name: &str) -> bool {
+pub(super) fn is_generation_file(name: &str) -> bool {
     name.starts_with(GENERATION_PREFIX)
         && (name.ends_with(GENERATION_SUFFIX) || name.ends_with(".gen.tmp"))
 }

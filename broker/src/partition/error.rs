@@ -63,6 +63,10 @@ pub enum PartitionError {
     SideFile(#[from] SideFileError),
     #[error("recovery of {dir}: {reason}")]
     Recovery { dir: PathBuf, reason: String },
+    /// A snapshot of the partition in `dir` could not be offered, read or
+    /// installed (`docs/design/replication.md` §6).
+    #[error("snapshot of {dir}: {reason}")]
+    Snapshot { dir: PathBuf, reason: String },
     /// A message the state holds as live has no data record at its offset in
     /// the log (or its batch left the read cache mid-request): the state and
     /// the log disagree, which is a broker bug, not a client's or the disk's
@@ -150,6 +154,7 @@ impl PartitionError {
             }
             PartitionError::SideFile(_)
             | PartitionError::Recovery { .. }
+            | PartitionError::Snapshot { .. }
             | PartitionError::EpochExhausted { .. }
             | PartitionError::CheckpointsStopped { .. } => ErrorCode::StorageFailed,
             PartitionError::ReadMiss { .. } => ErrorCode::Internal,

@@ -53,6 +53,8 @@ use crate::log::journal::{
 use crate::log::{Offset, ReadBatch};
 use crate::replica::{CommitWatch, ReplicaDriver};
 
+pub use super::checkpoint::CheckpointPrefix;
+
 /// Bytes of the journal layout's checkpoint payload before the snapshot:
 /// the control cursor `c_p` (see the module docs), with
 /// [`CHECKPOINT_INDEX_FLAG`] set when the entry index follows
@@ -65,7 +67,6 @@ pub const CHECKPOINT_INDEX_BYTES: usize = 8;
 /// before entry indexes have 8 bytes, a journal position, whose top bit is
 /// never set).
 pub const CHECKPOINT_INDEX_FLAG: u64 = 1 << 63;
-
 /// A point in a partition's log: "everything before here", as a checkpoint
 /// records it and as replay resumes from it.
 ///
@@ -89,9 +90,32 @@ pub struct LogCursor {
     /// (`docs/design/shard-journal.md` §14): the floor of its index when
     /// no later entry survives.
     entry_index: u64,
+    /// The install the log starts at, as the checkpoint recorded it (0:
+    /// none); a cursor made by the log does not carry it (the log does).
+    log_start: Option<u64>,
+    /// The term of `entry_index` (a replicated partition's).
+    entry_term: Option<u64>,
 }
 
 impl LogCursor {
+    /// The install the checkpoint this cursor was read from starts the
+    /// log at (`None`: none).
+    pub fn log_start(self) -> Option<u64> {
+        self.log_start
+    }
+
+    /// The term of the last entry index, when recorded.
+    pub fn entry_term(self) -> Option<u64> {
+        self.entry_term
+    }
+
+    /// This cursor, read from a checkpoint that recorded its entry's term
+    /// and the install that starts the log.
+    #[must_use]
+    pub fn with_recorded(self, entry_term: Option<u64>, log_start: Option<u64>) -> Self {
+        Self { entry_term, log_start, ..self }
+    }
+
     /// The value the checkpoint side file stores for this cursor.
     pub fn to_checkpoint(self) -> u64 {
         self.value
@@ -106,7 +130,17 @@ impl LogCursor {
         control: JournalPos,
         entry_index: u64,
     ) -> Self {
-        Self { value: scan, data: data.0, control: control.0, records: 0, bytes: 0, entry_index }
+        let (records, bytes, log_start, entry_term) = (0, 0, None, None);
+        Self {
+            value: scan,
+            data: data.0,
+            control: control.0,
+            records,
+            bytes,
+            entry_index,
+            log_start,
+            entry_term,
+        }
     }
 
     /// The last entry index the checkpoint recorded (0: none, or a
@@ -309,12 +343,15 @@ pub struct PartitionLog<S: Storage> {
     part: Rc<JournalPartition<S>>,
     /// A replicated partition's Raft member: appends are its proposals.
     driver: Option<Rc<ReplicaDriver<S>>>,
+    /// The snapshot install its log starts at (0: none), which every
+    /// checkpoint records ([`CheckpointPrefix::log_start`]).
+    log_start: std::cell::Cell<Option<u64>>,
 }
 
 impl<S: Storage> PartitionLog<S> {
     /// The log of a partition whose journal view the shard made.
     pub fn new(part: Rc<JournalPartition<S>>) -> Self {
-        Self { part, driver: None }
+        Self { part, driver: None, log_start: std::cell::Cell::new(None) }
     }
 
     /// The log of a replicated partition: `driver` performs its member of
@@ -322,7 +359,11 @@ impl<S: Storage> PartitionLog<S> {
     /// (refused unless this member leads), durable once committed; nothing
     /// is rewritten in place; claims see only committed records.
     pub fn replicated(driver: Rc<ReplicaDriver<S>>) -> Self {
-        Self { part: driver.log().clone(), driver: Some(driver) }
+        Self {
+            part: driver.log().clone(),
+            driver: Some(driver),
+            log_start: std::cell::Cell::new(None),
+        }
     }
 
     /// The replicated partition's member, if this log is replicated.
@@ -522,15 +563,28 @@ impl<S: Storage> PartitionLog<S> {
             records: mark.records,
             bytes: mark.bytes,
             entry_index: mark.entry_index,
+            log_start: None,
+            entry_term: self.driver.as_ref().and_then(|_| self.part.term_at(mark.entry_index)),
         })
     }
 
     /// The bytes a checkpoint's payload starts with for `cursor`: its
     /// control cursor (flagged), then the last entry index.
     pub fn checkpoint_prefix(&self, cursor: LogCursor) -> Vec<u8> {
-        let mut prefix = (cursor.control | CHECKPOINT_INDEX_FLAG).to_le_bytes().to_vec();
-        prefix.extend_from_slice(&cursor.entry_index.to_le_bytes());
-        prefix
+        let control = cursor.control;
+        let (entry_index, entry_term) = (cursor.entry_index, cursor.entry_term);
+        CheckpointPrefix { control, entry_index, entry_term, log_start: self.log_start.get() }
+            .encode()
+    }
+
+    /// The install its log starts at (0: none).
+    pub fn log_start(&self) -> Option<u64> {
+        self.log_start.get()
+    }
+
+    /// Its log starts at the install at `position` (its checkpoint said).
+    pub fn set_log_start(&self, position: Option<u64>) {
+        self.log_start.set(position);
     }
 
     /// How much was written after `cursor`.

@@ -75,6 +75,7 @@ mod replicated;
 mod scratch;
 mod shard_replay;
 pub mod signal;
+pub mod snapshot;
 
 use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};

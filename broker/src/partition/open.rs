@@ -11,12 +11,12 @@ use spool_wire::batch::BatchKind;
 
 use super::enqueue::enqueue_request;
 use super::files::{self, CHECKPOINT_FILE, CHECKPOINT_MAGIC};
+use super::log::CheckpointPrefix;
 use super::read::{aligned, verified_view};
 use super::signal::Signal;
 use super::{
     AttributionStats, Clock, LastAppends, LogCursor, Partition, PartitionError, PartitionLog,
-    PartitionName, ReplayBatch, Role, CHECKPOINT_INDEX_BYTES, CHECKPOINT_INDEX_FLAG,
-    CONTROL_BATCH_EVENTS_MAX, JOURNAL_CHECKPOINT_PREFIX_BYTES,
+    PartitionName, ReplayBatch, Role, CONTROL_BATCH_EVENTS_MAX,
 };
 use crate::io::Storage;
 use crate::log::journal::{JournalPos, PartitionHandle, RoutedEntry, ShardJournal};
@@ -397,22 +397,8 @@ pub(super) async fn restore_journal_state<S: Storage>(
     let Some(file) = checkpoint else {
         return Ok((PartitionState::new(context)?, None, LogCursor::default()));
     };
-    let Some((control, snapshot)) =
-        file.payload.split_first_chunk::<JOURNAL_CHECKPOINT_PREFIX_BYTES>()
-    else {
-        return Err(recovery("checkpoint shorter than its control cursor".into()));
-    };
-    let control = u64::from_le_bytes(*control);
-    // A checkpoint written before entry indexes holds the control cursor
-    // alone (a journal position: top bit clear).
-    let (control, entry_index, snapshot) = if control & CHECKPOINT_INDEX_FLAG == 0 {
-        (control, 0, snapshot)
-    } else {
-        let Some((index, snapshot)) = snapshot.split_first_chunk::<CHECKPOINT_INDEX_BYTES>() else {
-            return Err(recovery("checkpoint shorter than its entry index".into()));
-        };
-        (control & !CHECKPOINT_INDEX_FLAG, u64::from_le_bytes(*index), snapshot)
-    };
+    let (prefix, snapshot) = CheckpointPrefix::decode(&file.payload).map_err(recovery)?;
+    let (control, entry_index) = (prefix.control, prefix.entry_index);
     let control = JournalPos(control);
     // The journal before the scan start may be gone: a checkpoint that does
     // not decode cannot be replaced by a full replay.
@@ -424,7 +410,8 @@ pub(super) async fn restore_journal_state<S: Storage>(
         Offset(restored.covers.0),
         control,
         entry_index,
-    );
+    )
+    .with_recorded(prefix.entry_term, prefix.log_start);
     Ok((restored.state, Some(restored.covers), cursor))
 }
 

@@ -59,7 +59,9 @@ use super::{
     REPLAY_READ_BYTES,
 };
 use crate::io::Storage;
-use crate::log::journal::{JournalPos, PartitionHandle, RecoveredLog, RoutedEntry, ShardJournal};
+use crate::log::journal::{
+    JournalPos, LogFloor, PartitionHandle, RecoveredLog, RoutedEntry, ShardJournal,
+};
 use crate::log::vote::VoteLog;
 use crate::log::{FatalHandler, ReadBatch, SharedBytes};
 use crate::queue::{LeaderEpoch, Offset, PartitionState, QueueConfig};
@@ -194,15 +196,20 @@ impl<S: Storage + Clone> Partition<S> {
     /// without a checkpoint (every entry is needed to rebuild the state).
     pub(super) fn replicated_log_pin(&self) -> JournalPos {
         let Some(driver) = self.log.driver() else { return JournalPos(0) };
-        let covered = self.checkpoint_covers.get().entry_index();
+        let cursor = self.checkpoint_covers.get();
+        let covered = cursor.entry_index();
         if covered == 0 {
             return JournalPos(0);
         }
         let floor = driver.compact(covered);
         // From the floor's own entry: a reopen needs its term (the log then
-        // starts after the first entry it finds; the checkpoint records only
-        // its index).
-        self.log.journal().held_position_from(floor).unwrap_or(JournalPos(u64::MAX))
+        // starts after the first entry it finds) — unless the floor is the
+        // checkpoint's entry and the checkpoint recorded its term: an idle
+        // partition's last entry would otherwise pin its journal file, and
+        // every later one, for good.
+        let from =
+            if floor >= covered && cursor.entry_term().is_some() { covered + 1 } else { floor };
+        self.log.journal().held_position_from(from).unwrap_or(JournalPos(u64::MAX))
     }
 
     /// Waits until the log has committed entry `index`, still of `term`,
@@ -453,8 +460,9 @@ impl<S: Storage + Clone> Partition<S> {
         // index is committed even where the commit markers lag.
         let mut log = log;
         log.committed = log.committed.max(replay_from.entry_index());
-        let view =
-            shard.replicated_partition(handle, routed, log, floor, 0, replay_from.entry_index())?;
+        let (index_floor, log_start) = (replay_from.entry_index(), replay_from.log_start());
+        let at = LogFloor { index: index_floor, term: replay_from.entry_term(), log_start };
+        let view = shard.replicated_partition(handle, routed, log, floor, 0, at)?;
         let view = Rc::new(view);
         let applied = view.committed_index();
         let driver = ReplicaDriver::open(
@@ -468,6 +476,7 @@ impl<S: Storage + Clone> Partition<S> {
         )
         .await?;
         let log = PartitionLog::replicated(driver);
+        log.set_log_start(log_start);
         let opened = Self::finish_open(
             Opening { storage, dir, name, log, state, epoch, covers, replay_from, replayed: None },
             fatal,
@@ -476,6 +485,11 @@ impl<S: Storage + Clone> Partition<S> {
         .await?;
         if let Some(role) = &opened.0.replica {
             role.secret.set(secret);
+        }
+        if index_floor > 0 {
+            let recorded = replay_from.entry_term();
+            let term = recorded.or_else(|| opened.0.log.journal().term_at(index_floor));
+            opened.0.offer_snapshot(index_floor, term);
         }
         Ok(opened)
     }

@@ -53,6 +53,8 @@ use bytes::Bytes;
 use raft::eraftpb::{Entry, Message};
 use spool_wire::batch::{BatchHeader, BatchKind};
 
+mod offer;
+
 use super::entries::read_raft_entries;
 pub use super::entries::{is_term_start, raft_entry, term_start_batch};
 pub use super::error::DriverError;
@@ -331,29 +333,6 @@ impl<S: Storage> ReplicaDriver<S> {
         self.inner.borrow_mut().replica.tick();
         self.drain();
         self.report_snapshot_asks();
-    }
-
-    /// Warns, once per member, of one raft-rs wanted a snapshot for: it
-    /// lacks entries this log let go of (every member held them then, so
-    /// it lost its log), and cannot be caught up until snapshots exist.
-    fn report_snapshot_asks(&self) {
-        let (asks, floor) = {
-            let mut inner = self.inner.borrow_mut();
-            let asks = inner.replica.take_snapshot_asks();
-            (asks, inner.replica.log_floor())
-        };
-        for member in asks {
-            if self.snapshot_warned.borrow_mut().insert(member) {
-                tracing::warn!(
-                    handle = self.part.handle().0,
-                    member,
-                    first_index = floor + 1,
-                    "a member lacks entries this log let go of (lost its data directory?): it \
-                     needs a snapshot, which is not built; it cannot catch up, and every \
-                     member's journal now keeps what it lacks"
-                );
-            }
-        }
     }
 
     /// A message from another member of the group. A message raft-rs

@@ -100,3 +100,33 @@ const _: () = assert!(REPLICA_FETCH_AHEAD_BYTES >= REPLICA_FETCH_BYTES_MAX);
 /// a next leader may cancel must never be read back. Past it (a leader cut
 /// off), the checkpoint is dropped and a later one is taken.
 pub const REPLICA_CHECKPOINT_COMMIT_WAIT_MS: u64 = 10_000;
+
+/// Most bytes of side files (the checkpoint's state and the dedupe
+/// generation files it refers to) one snapshot transfer holds in memory,
+/// on the leader that serves it and on the member that installs it. A
+/// partition whose checkpoint is larger is not offered (the member waits,
+/// and is told why in the log).
+pub const SNAPSHOT_FILES_BYTES_MAX: usize = 512 << 20;
+
+/// Bytes of a side file one snapshot piece carries.
+pub const SNAPSHOT_CHUNK_BYTES: usize = 1 << 20;
+
+/// How long a member waits for a piece it pulled before it gives the
+/// install up (the leader offers the snapshot again later).
+pub const SNAPSHOT_PIECE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How long a leader keeps a transfer no member pulled from before it
+/// drops it and tells raft-rs the snapshot failed (raft-rs then probes the
+/// member and offers a snapshot again).
+pub const SNAPSHOT_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// How often a shard looks for snapshot offers raft-rs waits on, and for
+/// transfers idle past [`SNAPSHOT_IDLE_TIMEOUT`].
+pub const SNAPSHOT_WATCH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Snapshot transfers one shard serves at once, and installs it runs at
+/// once: more wait for a later offer.
+pub const SNAPSHOT_TRANSFERS_MAX: usize = 2;
+
+const _: () =
+    assert!(SNAPSHOT_CHUNK_BYTES + REPLICA_MESSAGE_OVERHEAD_BYTES <= REPLICA_MESSAGE_BYTES_MAX);

@@ -27,6 +27,7 @@ pub mod entries;
 pub mod error;
 pub mod limits;
 pub mod node;
+pub mod snapshot;
 pub mod view;
 pub mod wire;
 

@@ -49,6 +49,10 @@ use super::limits::{
 };
 use super::view::{Fetch, KnownTerms, LogView};
 
+/// The `context` of the refusal a member that lost its log sends its
+/// leader (`Replica::lost_log`).
+pub const LOST_LOG_TAG: u8 = 0xF3;
+
 /// First byte of a heartbeat's `context` that carries the group floor (the
 /// 8 bytes after it, little-endian); module docs, "Group floor".
 pub const GROUP_FLOOR_TAG: u8 = 0xF1;
@@ -300,9 +304,71 @@ impl Replica {
                 message.context = Default::default();
             }
         }
+        let lost = self.lost_log(&mut message);
+        if message.get_msg_type() == MessageType::MsgAppendResponse && message.reject {
+            self.forget_lost_match(&message);
+        }
         self.raw.step(message).map_err(|source| ReplicaError::Raft { id: self.id, source })?;
+        if let Some(lost) = lost {
+            self.raw.raft.msgs.push(lost);
+        }
         self.probe_above_matched();
         Ok(())
+    }
+
+    /// A heartbeat carries at most the commit index the leader knows this
+    /// member to hold (its match): one past this member's log means it lost
+    /// entries it held (its data directory wiped). raft-rs would panic on
+    /// that commit: the member commits what it holds, and tells the leader
+    /// with a refusal tagged [`LOST_LOG_TAG`] (to send once the heartbeat
+    /// is stepped, in its term) naming its log's end.
+    fn lost_log(&mut self, message: &mut Message) -> Option<Message> {
+        let last = self.raw.raft.raft_log.last_index();
+        if message.get_msg_type() != MessageType::MsgHeartbeat || message.commit <= last {
+            return None;
+        }
+        let mut lost = Message::default();
+        lost.set_msg_type(MessageType::MsgAppendResponse);
+        lost.to = message.from;
+        lost.from = self.id;
+        lost.term = message.term;
+        lost.index = message.commit;
+        lost.reject = true;
+        lost.reject_hint = last;
+        lost.context = vec![LOST_LOG_TAG].into();
+        message.commit = last;
+        Some(lost)
+    }
+
+    /// A member that says it lost its log ([`LOST_LOG_TAG`]: its data
+    /// directory wiped) would be sent after its old match forever: raft-rs
+    /// (0.7) takes a refusal below a match as stale (a refusal alone cannot
+    /// tell a lost log from a late answer). This leader forgets that match
+    /// and probes it from its log's end instead;
+    /// below the entries let go of, it is offered a snapshot
+    /// (`docs/design/replication.md` §6). Lowering a match never undoes a
+    /// commit: it only lets fewer entries commit with that member.
+    fn forget_lost_match(&mut self, message: &Message) {
+        if !self.is_leader() {
+            return;
+        }
+        let id = self.id;
+        let told = message.get_context() == [LOST_LOG_TAG];
+        let Some(progress) = self.raw.raft.mut_prs().get_mut(message.from) else { return };
+        let lost = told
+            && progress.state != raft::ProgressState::Snapshot
+            && message.reject_hint < progress.matched;
+        if lost {
+            tracing::warn!(
+                id,
+                member = message.from,
+                matched = progress.matched,
+                holds = message.reject_hint,
+                "a member lost entries it held; probing it again"
+            );
+            progress.matched = message.reject_hint;
+            progress.become_probe();
+        }
     }
 
     /// A probing follower's next index is never at or below its matched
@@ -346,6 +412,40 @@ impl Replica {
         let view = self.raw.mut_store();
         view.compact_to(index);
         view.floor().0
+    }
+
+    /// The owner's durable checkpoint at (`index`, `term`) can be shipped
+    /// as a snapshot ([`LogView::set_snapshot_at`]).
+    pub fn set_snapshot_at(&mut self, index: u64, term: u64) {
+        self.raw.mut_store().set_snapshot_at(index, term);
+    }
+
+    /// The snapshot offered, if any.
+    pub fn snapshot_at(&self) -> Option<(u64, u64)> {
+        self.raw.store().snapshot_at()
+    }
+
+    /// Tells raft-rs (leading) that member `to` installed the snapshot it
+    /// was sent (`finished`), or that the transfer failed: it then sends
+    /// from the entry after the snapshot, or probes it again.
+    pub fn report_snapshot(&mut self, to: u64, finished: bool) {
+        let status =
+            if finished { raft::SnapshotStatus::Finish } else { raft::SnapshotStatus::Failure };
+        self.raw.report_snapshot(to, status);
+    }
+
+    /// The members this leader sent a snapshot and waits on (raft-rs sends
+    /// them nothing else until it is told how the transfer went), with the
+    /// snapshot's index; none unless it leads.
+    pub fn snapshots_pending(&self) -> Vec<(u64, u64)> {
+        if !self.is_leader() {
+            return Vec::new();
+        }
+        let snapshot = raft::ProgressState::Snapshot;
+        let prs = self.raw.raft.prs().iter();
+        prs.filter(|(_, pr)| pr.state == snapshot)
+            .map(|(id, pr)| (*id, pr.pending_snapshot))
+            .collect()
     }
 
     /// The members raft-rs wanted a snapshot for since the last call

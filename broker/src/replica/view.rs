@@ -149,6 +149,9 @@ pub struct LogView {
     /// Members raft-rs wanted a snapshot for since the owner last took
     /// them (each once): behind the log's first index.
     snapshot_asks: RefCell<Vec<u64>>,
+    /// The (index, term) of the durable checkpoint the owner can ship as a
+    /// snapshot (`docs/design/replication.md` §6), if any.
+    snapshot_at: Option<(u64, u64)>,
 }
 
 impl LogView {
@@ -350,6 +353,19 @@ impl LogView {
         runs.retain(|run| !run.entries.is_empty());
         self.fetches.get_mut().retain(|fetch| fetch.low > index);
         true
+    }
+
+    /// The owner's durable checkpoint at (`index`, `term`) can be shipped
+    /// as a snapshot from now on.
+    pub fn set_snapshot_at(&mut self, index: u64, term: u64) {
+        if index > 0 && term > 0 && self.snapshot_at.is_none_or(|at| at.0 <= index) {
+            self.snapshot_at = Some((index, term));
+        }
+    }
+
+    /// The snapshot the owner offers, if any.
+    pub fn snapshot_at(&self) -> Option<(u64, u64)> {
+        self.snapshot_at
     }
 
     /// The members raft-rs wanted a snapshot for since the last call.
@@ -581,15 +597,30 @@ impl raft::Storage for LogView {
         Ok(self.last_index)
     }
 
-    fn snapshot(&self, _request_index: u64, to: u64) -> raft::Result<Snapshot> {
-        // Snapshots (a checkpoint plus the entries after it) are not built
-        // yet: the log is compacted only below what every member held, so
-        // only a member that lost its log asks (the owner reports it).
+    fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<Snapshot> {
+        // Asked for a member behind the log's first index (its log lost,
+        // or a new replica). The owner's durable checkpoint is offered
+        // when the log holds every entry after it: raft-rs then sends from
+        // the entry after it once the member installed it. Its bytes are
+        // pulled by the member (`snapshot.rs`); `data` only says so.
         let mut asks = self.snapshot_asks.borrow_mut();
         if !asks.contains(&to) {
             asks.push(to);
         }
-        Err(raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable))
+        match self.snapshot_at {
+            Some((index, term))
+                if index >= self.floor.0 && index <= self.last_index && index >= request_index =>
+            {
+                let mut snapshot = Snapshot::default();
+                snapshot.data = super::snapshot::SNAPSHOT_DESCRIPTOR.to_vec().into();
+                let metadata = snapshot.mut_metadata();
+                metadata.index = index;
+                metadata.term = term;
+                metadata.set_conf_state(self.conf_state.clone());
+                Ok(snapshot)
+            }
+            _ => Err(raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable)),
+        }
     }
 }
 

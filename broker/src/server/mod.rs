@@ -70,6 +70,7 @@ pub use journal::ShardJournalRun;
 pub mod quota;
 pub mod ready;
 mod served;
+mod snapshot;
 pub mod tick;
 
 use std::cell::{Cell, RefCell};
@@ -295,6 +296,8 @@ pub struct ShardState {
     /// The shard's replication, when the node is in a cluster
     /// (`cluster.rs`): its partitions are then Raft members.
     pub cluster: Option<Rc<cluster::ShardCluster>>,
+    /// Snapshot transfers served and installs running (`snapshot.rs`).
+    snapshots: snapshot::Snapshots,
 }
 
 impl std::fmt::Debug for ShardState {
@@ -444,6 +447,7 @@ impl ShardHooksFactory for SpoolHooksFactory {
                 .cluster
                 .as_ref()
                 .map(|node| cluster::ShardCluster::new(node.clone(), context.shard)),
+            snapshots: snapshot::Snapshots::default(),
         });
         let handler = Rc::new(SpoolHandler::new(state.clone()));
         SpoolHooks { state, handler }
@@ -504,6 +508,12 @@ impl ShardHooks for SpoolHooks {
             cluster
                 .start(&journal_shard_dir(&self.state.config.data_dir, self.state.shard))
                 .await?;
+            let state = Rc::downgrade(&self.state);
+            cluster.host.set_snapshot_hook(Rc::new(move |group, message| {
+                if let Some(state) = state.upgrade() {
+                    snapshot::on_message(&state, group, message);
+                }
+            }));
         }
         Ok(())
     }
@@ -728,6 +738,7 @@ impl ShardHooks for SpoolHooks {
 
     fn on_tick(&self) {
         self.retry_opens();
+        snapshot::watch(&self.state);
         self.state.release_journal();
         self.handler.quota_tick();
         // Only the partitions touched since the last tick, those with a

@@ -56,7 +56,7 @@ use crate::control::cluster::ClusterNode;
 use crate::control::controller::{Controller, ControllerError, CONTROLLER_GROUP};
 use crate::io::DmaStorage;
 use crate::limits::PORT_IN_USE_RETRY_MS;
-use crate::log::journal::{JournalConfig, JournalPos, ShardJournal};
+use crate::log::journal::{JournalConfig, JournalPos, LogFloor, ShardJournal};
 use crate::log::vote::VoteLog;
 use crate::log::wakers::Notify;
 use crate::log::{ExitOnFatal, Offset};
@@ -207,7 +207,7 @@ impl ClusterCatalog {
         let log = recovery.routed.logs.get(&handle).copied().unwrap_or_default();
         let part = Rc::new(
             journal
-                .replicated_partition(handle, routed, log, Offset(0), 0, 0)
+                .replicated_partition(handle, routed, log, Offset(0), 0, LogFloor::default())
                 .map_err(|error| journal_error(&error))?,
         );
         let (votes, _) = VoteLog::open(DmaStorage, &dir)

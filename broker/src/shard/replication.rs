@@ -68,7 +68,17 @@ pub struct ReplicationHost<S: Storage> {
     /// When each peer node's last frame arrived here (`peers`).
     heard: RefCell<BTreeMap<u64, crate::clock::Instant>>,
     started: crate::clock::Instant,
+    /// Where snapshot offers (`MsgSnapshot`) and transfer messages go
+    /// instead of a driver (`replica/snapshot.rs`); without one they are
+    /// stepped (raft-rs answers an offer from the log it has).
+    snapshots: RefCell<Option<SnapshotHook>>,
+    /// Groups installing a snapshot: their raft messages are dropped (the
+    /// member appends nothing to the log the install replaces).
+    paused: RefCell<std::collections::BTreeSet<GroupId>>,
 }
+
+/// What takes a group's snapshot offers and transfer messages.
+pub type SnapshotHook = Rc<dyn Fn(GroupId, Message)>;
 
 /// What a shard heard from one peer node it links to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,7 +126,25 @@ impl<S: Storage + 'static> ReplicationHost<S> {
             stopped: Cell::new(false),
             heard: RefCell::default(),
             started: crate::clock::instant_now(),
+            snapshots: RefCell::new(None),
+            paused: RefCell::default(),
         })
+    }
+
+    /// Drops `group`'s raft messages until [`resume`](Self::resume) (its
+    /// member installs a snapshot).
+    pub fn pause(&self, group: GroupId) {
+        self.paused.borrow_mut().insert(group);
+    }
+
+    /// Steps `group`'s raft messages again.
+    pub fn resume(&self, group: GroupId) {
+        self.paused.borrow_mut().remove(&group);
+    }
+
+    /// Sends snapshot offers and transfer messages to `hook` from now on.
+    pub fn set_snapshot_hook(&self, hook: SnapshotHook) {
+        *self.snapshots.borrow_mut() = Some(hook);
     }
 
     pub fn node(&self) -> u64 {
@@ -179,6 +207,11 @@ impl<S: Storage + 'static> ReplicationHost<S> {
         self.groups.borrow_mut().remove(&group)
     }
 
+    /// Every group hosted here and its driver.
+    pub fn drivers(&self) -> Vec<(GroupId, Rc<ReplicaDriver<S>>)> {
+        self.groups.borrow().iter().map(|(group, driver)| (*group, driver.clone())).collect()
+    }
+
     /// The driver hosted for `group`.
     pub fn driver(&self, group: GroupId) -> Option<Rc<ReplicaDriver<S>>> {
         self.groups.borrow().get(&group).cloned()
@@ -190,7 +223,21 @@ impl<S: Storage + 'static> ReplicationHost<S> {
         // Every frame is a sign of life, heartbeats included (a leader
         // sends one per group every `REPLICA_HEARTBEAT_TICKS` ticks).
         self.heard.borrow_mut().insert(frame.from, crate::clock::instant_now());
+        let hook = self.snapshots.borrow().clone();
         for (group, message) in frame.messages {
+            if let Some(hook) = &hook {
+                if message.get_msg_type() == raft::eraftpb::MessageType::MsgSnapshot
+                    || crate::replica::snapshot::is_transfer(&message)
+                {
+                    self.count(|stats| stats.delivered += 1);
+                    hook(group, message);
+                    continue;
+                }
+            }
+            if self.paused.borrow().contains(&group) {
+                self.count(|stats| stats.unknown_group += 1);
+                continue;
+            }
             let driver = self.groups.borrow().get(&group).cloned();
             match driver {
                 Some(driver) => {

@@ -62,7 +62,9 @@ pub const MARKER_TRUNCATE: u32 = 1 << 30;
 /// Set in a v2 header's partition field on the marker recording that the
 /// partition's log is committed up to the header's index (§14.4).
 pub const MARKER_COMMIT: u32 = 1 << 29;
-/// Both marker bits.
+/// Both marker bits: set together, the marker where a snapshot's install
+/// starts the partition's log again after the header's (index, term)
+/// (`docs/design/replication.md` §6).
 pub const MARKER_BITS: u32 = MARKER_TRUNCATE | MARKER_COMMIT;
 /// Entry lengths (and so entry positions inside a commit) are multiples of this.
 pub const ENTRY_ALIGN: usize = 8;
@@ -348,6 +350,7 @@ impl EntryHeader {
         match self.partition.0 & MARKER_BITS {
             MARKER_TRUNCATE => Some(Marker::Truncate),
             MARKER_COMMIT => Some(Marker::Commit),
+            MARKER_BITS => Some(Marker::Install),
             _ => None,
         }
     }
@@ -361,6 +364,12 @@ pub enum Marker {
     Truncate,
     /// The partition's log is committed up to this index.
     Commit,
+    /// A snapshot install: the partition's log starts again after this
+    /// (index, term), its state from the checkpoint the install writes;
+    /// the relocated copies that follow are the snapshot's live records.
+    /// In effect only once that checkpoint names the marker's position
+    /// (`route::settle_installs`).
+    Install,
 }
 
 impl Marker {
@@ -369,6 +378,7 @@ impl Marker {
         match self {
             Self::Truncate => MARKER_TRUNCATE,
             Self::Commit => MARKER_COMMIT,
+            Self::Install => MARKER_BITS,
         }
     }
 }

@@ -234,8 +234,8 @@ impl<T: Completion + Clone> EntryLog<T> {
     /// The log of a partition reopened with `recovered` (the entries
     /// recovery routed to it, any order; those of index 0 — v1 entries,
     /// relocated copies — are not log entries), `floor` (the last index its
-    /// checkpoint recorded) and, in replicated mode, the highest index a
-    /// commit marker recorded. In replicated mode the committed entries
+    /// checkpoint recorded; `floor_term` its term when an install named it)
+    /// and, in replicated mode, the highest index a commit marker recorded. In replicated mode the committed entries
     /// found densely up to the committed index are held for reads by
     /// index.
     ///
@@ -246,12 +246,13 @@ impl<T: Completion + Clone> EntryLog<T> {
     pub fn open(
         mode: LogMode,
         floor: u64,
+        floor_term: Option<u64>,
         recovered: &[RoutedEntry],
         committed_marker: u64,
     ) -> Result<Self, JournalError> {
         let mut sorted: Vec<_> = recovered
             .iter()
-            .filter(|entry| entry.entry_index > 0 && !entry.relocated)
+            .filter(|entry| entry.entry_index > 0 && !entry.relocated && !entry.install)
             .map(|e| (e.entry_index, e.term, e.lane, e.first_offset, e.position, e.batch_len))
             .collect();
         sorted.sort_unstable_by_key(|entry| entry.0);
@@ -266,7 +267,10 @@ impl<T: Completion + Clone> EntryLog<T> {
             LogMode::Local => last_index,
             LogMode::Replicated => committed_marker.min(last_index),
         };
-        let term_of = |index: u64| sorted.iter().find(|entry| entry.0 == index).map(|e| e.1);
+        let term_of = |index: u64| {
+            let found = sorted.iter().find(|entry| entry.0 == index).map(|e| e.1);
+            found.or_else(|| floor_term.filter(|_| index == floor && index > 0))
+        };
         let committed_term = if committed == 0 { Some(0) } else { term_of(committed) };
         let mut slots = VecDeque::new();
         let mut expected = committed + 1;
@@ -299,6 +303,9 @@ impl<T: Completion + Clone> EntryLog<T> {
         // their positions rising with the index (a log written in local
         // mode before may not: only its tail is held).
         let mut held = Held::empty_at(committed + 1);
+        if committed == floor {
+            held.before = committed_term.filter(|_| floor > 0);
+        }
         if mode == LogMode::Replicated {
             let below = sorted.partition_point(|entry| entry.0 <= committed);
             let mut start = below;
@@ -320,7 +327,8 @@ impl<T: Completion + Clone> EntryLog<T> {
                     .checked_sub(1)
                     .map(|at| sorted[at])
                     .filter(|entry| entry.0 + 1 == first.0)
-                    .map(|entry| entry.1);
+                    .map(|entry| entry.1)
+                    .or_else(|| floor_term.filter(|_| floor > 0 && floor + 1 == first.0));
                 held = Held { before, ..Held::empty_at(first.0) };
             }
             for &(index, term, _, _, position, batch_len) in run {
@@ -653,11 +661,12 @@ mod tests {
             relocated: false,
             entry_index: index,
             term,
+            install: false,
         }
     }
 
     fn log(mode: LogMode) -> EntryLog<Done> {
-        EntryLog::open(mode, 0, &[], 0).unwrap()
+        EntryLog::open(mode, 0, None, &[], 0).unwrap()
     }
 
     fn push(log: &mut EntryLog<Done>, term: u64, lane: Lane) -> Done {
@@ -753,15 +762,15 @@ mod tests {
             routed(10, 3, Lane::Control, 0),
             routed(11, 3, Lane::Data, 0),
         ];
-        let log = EntryLog::<Done>::open(LogMode::Replicated, 0, &entries, 9).unwrap();
+        let log = EntryLog::<Done>::open(LogMode::Replicated, 0, None, &entries, 9).unwrap();
         assert_eq!((log.committed(), log.last_index(), log.last_term()), (9, 11, 3));
         assert_eq!((log.term_at(9), log.term_at(10), log.term_at(8)), (Some(2), Some(3), None));
-        let hole = EntryLog::<Done>::open(LogMode::Replicated, 0, &entries, 7);
+        let hole = EntryLog::<Done>::open(LogMode::Replicated, 0, None, &entries, 7);
         assert!(matches!(hole, Err(JournalError::IndexGap { expected: 8, got: 9 })));
-        let local = EntryLog::<Done>::open(LogMode::Local, 0, &entries, 0).unwrap();
+        let local = EntryLog::<Done>::open(LogMode::Local, 0, None, &entries, 0).unwrap();
         assert_eq!(local.committed(), 11);
         // A checkpoint's floor above every recovered index is the last one.
-        let floor = EntryLog::<Done>::open(LogMode::Local, 40, &entries, 0).unwrap();
+        let floor = EntryLog::<Done>::open(LogMode::Local, 40, None, &entries, 0).unwrap();
         assert_eq!(floor.last_index(), 40);
     }
 
@@ -785,7 +794,7 @@ mod tests {
         // densely (term runs included), serves them with the uncommitted ones by index,
         // bounded by bytes (one entry at least), lets go of those below a released file and
         // beyond LOG_HELD_ENTRIES_MAX, and answers typed errors outside what it holds.
-        let mut log = EntryLog::<At>::open(LogMode::Replicated, 0, &[], 0).unwrap();
+        let mut log = EntryLog::<At>::open(LogMode::Replicated, 0, None, &[], 0).unwrap();
         for index in 1..=6u64 {
             let term = if index <= 3 { 1 } else { 2 };
             log.check_append(index, term).unwrap();
@@ -831,13 +840,13 @@ mod tests {
             .map(|i| routed(i, if i <= 2 { 1 } else { 4 }, Lane::Data, i * 200))
             .collect();
         let last = routed.len() as u64;
-        let reopened = EntryLog::<At>::open(LogMode::Replicated, 0, &routed, last).unwrap();
+        let reopened = EntryLog::<At>::open(LogMode::Replicated, 0, None, &routed, last).unwrap();
         assert_eq!(reopened.first_held(), 4);
         assert_eq!((reopened.term_at(2), reopened.term_at(3)), (None, Some(4)));
         assert_eq!(reopened.held_term_runs(), vec![(4, 4)]);
         // Local mode holds nothing and refuses reads by index.
         assert!(matches!(
-            EntryLog::<At>::open(LogMode::Local, 0, &[], 0).unwrap().locate(1, 2, 1),
+            EntryLog::<At>::open(LogMode::Local, 0, None, &[], 0).unwrap().locate(1, 2, 1),
             Err(JournalError::NotReplicated)
         ));
     }
@@ -855,7 +864,7 @@ mod tests {
             routed(7, 2, Lane::Data, 500),
             routed(8, 2, Lane::Data, 600),
         ];
-        let log = EntryLog::<At>::open(LogMode::Replicated, 0, &entries, 7).unwrap();
+        let log = EntryLog::<At>::open(LogMode::Replicated, 0, None, &entries, 7).unwrap();
         // Entry 5 lies below entry 4 (written ahead of it, as in local mode): 5 is
         // the first held.
         assert_eq!((log.first_held(), log.committed(), log.last_index()), (5, 7, 8));
@@ -863,7 +872,7 @@ mod tests {
         let got: Vec<_> = found.iter().map(|e| (e.index, e.term, e.position.0)).collect();
         assert_eq!(got, vec![(5, 1, 200), (6, 2, 400), (7, 2, 500), (8, 2, 600)]);
         // The committed entry not found: nothing committed is held.
-        let log = EntryLog::<At>::open(LogMode::Replicated, 0, &entries[..2], 3).unwrap();
+        let log = EntryLog::<At>::open(LogMode::Replicated, 0, None, &entries[..2], 3).unwrap();
         assert_eq!(log.first_held(), 4);
     }
 
@@ -899,5 +908,17 @@ mod tests {
                 prop_assert_eq!(log.uncommitted(), all.len() - committed);
             }
         }
+    }
+
+    #[test]
+    fn an_installed_floor_names_its_term_with_nothing_held() {
+        // Goal: a log an install started again after (40, 5) knows the term of its floor, so a
+        // leader's append at 41 after (40, 5) matches; without the install's term it is unknown.
+        let log = EntryLog::<At>::open(LogMode::Replicated, 40, Some(5), &[], 40).unwrap();
+        assert_eq!((log.last_index(), log.last_term(), log.committed()), (40, 5, 40));
+        assert_eq!(log.term_at(40), Some(5));
+        assert_eq!(log.first_held(), 41);
+        let bare = EntryLog::<At>::open(LogMode::Replicated, 40, None, &[], 40).unwrap();
+        assert_eq!(bare.term_at(40), None);
     }
 }

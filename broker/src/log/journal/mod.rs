@@ -39,6 +39,7 @@ mod entry;
 mod entry_log;
 mod error;
 mod handles;
+mod install;
 mod layout;
 mod limits;
 mod partition;
@@ -73,16 +74,18 @@ pub use entry::{
 pub use entry_log::{Cancelled, LogMode};
 pub use error::{JournalDamage, JournalError};
 pub use handles::{HandleTarget, HandlesTable, HANDLES_FILE_NAME, HANDLES_MAX, HANDLES_TEMP_NAME};
+pub use install::JournalInstall;
 pub use layout::{
     commit_span, journal_file_path, oldest_journal_file, parse_journal_file_name,
     JOURNAL_FILE_SUFFIX, JOURNAL_PREPARED_NAME,
 };
-pub use partition::{JournalAppended, JournalPartition};
+pub use partition::{JournalAppended, JournalPartition, LogFloor};
 pub use recovery::{RecoveredEntry, RecoveryReport, RecoverySink};
 pub use replicate::IndexedEntry;
 pub use retention::Released;
 pub use route::{
-    rebuild_index, JournalIndexEntry, RecoveredLog, RecoveryRouter, Routed, RoutedEntry,
+    rebuild_index, settle_installs, JournalIndexEntry, RecoveredLog, RecoveryRouter, Routed,
+    RoutedEntry,
 };
 pub use shard::{ShardJournal, ShardRecovery, JOURNAL_DIR_NAME};
 

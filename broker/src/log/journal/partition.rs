@@ -35,7 +35,7 @@ use super::entry::ENTRY_HEADER_BYTES;
 use super::entry_log::{EntryLog, LogMode};
 use super::error::{JournalDamage, JournalError};
 use super::layout::journal_file_path;
-use super::route::{rebuild_index, JournalIndexEntry, RecoveredLog, RoutedEntry};
+use super::route::{rebuild_index, settle_installs, JournalIndexEntry, RecoveredLog, RoutedEntry};
 use super::shard::ShardJournal;
 use super::{JournalPos, JournalTicket, Lane, PartitionHandle};
 use crate::io::Storage;
@@ -63,7 +63,8 @@ impl<S: Storage> ShardJournal<S> {
         index_floor: u64,
     ) -> Result<JournalPartition<S>, JournalError> {
         let log = RecoveredLog::default();
-        self.view(handle, recovered, log, floor, leader_epoch, index_floor, LogMode::Local)
+        let at = LogFloor { index: index_floor, ..LogFloor::default() };
+        self.view(handle, recovered, log, floor, leader_epoch, at, LogMode::Local)
     }
 
     /// [`partition`](Self::partition) of a partition whose log is
@@ -75,6 +76,7 @@ impl<S: Storage> ShardJournal<S> {
     /// # Errors
     /// As [`partition`](Self::partition), and [`JournalError::IndexGap`]
     /// when its entries above the committed index are not dense.
+    /// `at`: where its checkpoint starts the log ([`LogFloor`]).
     pub fn replicated_partition(
         self: &Rc<Self>,
         handle: PartitionHandle,
@@ -82,9 +84,9 @@ impl<S: Storage> ShardJournal<S> {
         log: RecoveredLog,
         floor: Offset,
         leader_epoch: u32,
-        index_floor: u64,
+        at: LogFloor,
     ) -> Result<JournalPartition<S>, JournalError> {
-        self.view(handle, recovered, log, floor, leader_epoch, index_floor, LogMode::Replicated)
+        self.view(handle, recovered, log, floor, leader_epoch, at, LogMode::Replicated)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -95,12 +97,18 @@ impl<S: Storage> ShardJournal<S> {
         log: RecoveredLog,
         floor: Offset,
         leader_epoch: u32,
-        index_floor: u64,
+        at: LogFloor,
         mode: LogMode,
     ) -> Result<JournalPartition<S>, JournalError> {
         if !self.handles.contains(handle) {
             return Err(JournalError::UnknownHandle(handle.0));
         }
+        let mut recovered = recovered;
+        let index_floor = at.index;
+        let installed = settle_installs(&mut recovered, at.log_start);
+        // An install's floor is the checkpoint's entry index (it wrote it).
+        let installed = installed.filter(|install| install.0 == index_floor).map(|i| i.1);
+        let floor_term = at.term.or(installed);
         let (index, next_offset) = rebuild_index(handle, &recovered, floor.0)?;
         let start_offset = index.first().map_or(next_offset, |entry| entry.first_offset);
         // Where the recovered control entries end: the control cursor of a
@@ -112,7 +120,7 @@ impl<S: Storage> ShardJournal<S> {
             .map_or(JournalPos(0), |entry| {
                 JournalPos(entry.position.0 + u64::from(entry.entry_len))
             });
-        let entry_log = EntryLog::open(mode, index_floor, &recovered, log.committed)?;
+        let entry_log = EntryLog::open(mode, index_floor, floor_term, &recovered, log.committed)?;
         let term = entry_log.last_term().max(u64::from(leader_epoch));
         Ok(JournalPartition {
             shard: self.clone(),
@@ -139,6 +147,17 @@ impl<S: Storage> ShardJournal<S> {
             closed: Notify::default(),
         })
     }
+}
+
+/// Where a partition's checkpoint starts its log: the entry index it
+/// covers, that entry's term when recorded (a replicated partition's log
+/// may have let go of the entry itself), and the snapshot install its log
+/// starts at ([`settle_installs`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LogFloor {
+    pub index: u64,
+    pub term: Option<u64>,
+    pub log_start: Option<u64>,
 }
 
 /// What `append` assigned.

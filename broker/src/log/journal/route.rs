@@ -58,9 +58,14 @@ pub struct RoutedEntry {
     /// A relocated copy of a data entry: data only, never replayed.
     pub relocated: bool,
     /// Its index in the partition's log and its term (0 for a v1 entry or
-    /// a relocated copy: not a log entry of their own).
+    /// a relocated copy, which are no log entries of their own; a copy an
+    /// install appended carries the install's).
     pub entry_index: u64,
     pub term: u64,
+    /// A snapshot install's marker ([`Marker::Install`]): no batch; its
+    /// index and term are where the installed log starts again. Taken out
+    /// of the list by [`settle_installs`] before anything reads it.
+    pub install: bool,
 }
 
 /// One data entry in a partition's index: ≈ 24 bytes per batch, not per
@@ -142,6 +147,18 @@ impl RecoverySink for RecoveryRouter {
             }
             let log = self.logs.entry(handle).or_default();
             match marker {
+                Marker::Install => self.partitions.entry(handle).or_default().push(RoutedEntry {
+                    position: entry.position,
+                    lane: Lane::Control,
+                    first_offset: 0,
+                    record_count: 0,
+                    batch_len: 0,
+                    entry_len: entry.entry_len,
+                    relocated: false,
+                    entry_index: entry.entry_index,
+                    term: entry.term,
+                    install: true,
+                }),
                 Marker::Commit => log.committed = log.committed.max(entry.entry_index),
                 Marker::Truncate => {
                     // Every entry of the partition from that index on found
@@ -149,7 +166,14 @@ impl RecoverySink for RecoveryRouter {
                     let from = entry.entry_index;
                     let list = self.partitions.entry(handle).or_default();
                     let before = list.len();
-                    list.retain(|routed| routed.entry_index == 0 || routed.entry_index < from);
+                    // Copies and installs are not log entries of their own
+                    // (an install's copies carry its index): never cancelled.
+                    list.retain(|routed| {
+                        routed.relocated
+                            || routed.install
+                            || routed.entry_index == 0
+                            || routed.entry_index < from
+                    });
                     log.cancelled += (before - list.len()) as u64;
                     log.truncations += 1;
                 }
@@ -181,10 +205,61 @@ impl RecoverySink for RecoveryRouter {
             batch_len: header.batch_len,
             entry_len: entry.entry_len,
             relocated,
-            entry_index: if relocated { 0 } else { entry.entry_index },
+            // A relocated copy is no log entry; an install's copies carry
+            // the install's index and term (`settle_installs`).
+            entry_index: entry.entry_index,
             term: entry.term,
+            install: false,
         });
     }
+}
+
+/// Takes a replicated partition's snapshot installs out of its routed
+/// entries (`docs/design/replication.md` §6, "Install"). An install appends
+/// its marker ([`Marker::Install`], naming the (index, term) the log starts
+/// again after), then the snapshot's live records as relocated copies, and
+/// is in effect once the checkpoint it writes is in place: that
+/// checkpoint, and every later one, records the marker's position as the
+/// log's start (`log_start`). So:
+///
+/// - every entry before `log_start` belongs to the log the install replaced
+///   and is dropped (older installs' markers included);
+/// - the marker at `log_start` gives the floor, returned as (index, term)
+///   (`None` once its file is released: later checkpoints start the log
+///   at entries it holds);
+/// - any other marker is an install that never finished (a crash, or a
+///   transfer that failed, before its checkpoint was renamed): it and its
+///   copies (relocated copies stamped with its index and term; the
+///   partition's own relocations carry none) are dropped, and the log is
+///   the one before.
+pub fn settle_installs(
+    entries: &mut Vec<RoutedEntry>,
+    log_start: Option<u64>,
+) -> Option<(u64, u64)> {
+    let mut floor = None;
+    if let Some(log_start) = log_start {
+        // Its file may be released since: a later checkpoint starts the
+        // scan past it, and the log's floor is then an entry it holds.
+        floor = entries
+            .iter()
+            .find(|entry| entry.install && entry.position.0 == log_start)
+            .map(|marker| (marker.entry_index, marker.term));
+        entries.retain(|entry| entry.position.0 > log_start);
+    }
+    let unfinished: Vec<(u64, u64)> = entries
+        .iter()
+        .filter(|entry| entry.install)
+        .map(|entry| (entry.entry_index, entry.term))
+        .collect();
+    if !unfinished.is_empty() {
+        entries.retain(|entry| {
+            let copy_of_unfinished = entry.relocated
+                && entry.entry_index > 0
+                && unfinished.contains(&(entry.entry_index, entry.term));
+            !(entry.install || copy_of_unfinished)
+        });
+    }
+    floor
 }
 
 /// A partition's index and next offset from its routed entries: every data
@@ -278,6 +353,7 @@ mod tests {
             relocated,
             entry_index: 0,
             term: 0,
+            install: false,
         }
     }
 
@@ -323,5 +399,63 @@ mod tests {
             assert_eq!(split_field(field), (PartitionHandle(handle), true));
             assert_eq!(split_field(PartitionHandle(handle)), (PartitionHandle(handle), false));
         }
+    }
+
+    fn install(position: u64, index: u64, term: u64) -> RoutedEntry {
+        RoutedEntry {
+            lane: Lane::Control,
+            entry_index: index,
+            term,
+            install: true,
+            ..data(position, 0, 0, false)
+        }
+    }
+
+    fn copy_of(position: u64, first_offset: u64, install: (u64, u64)) -> RoutedEntry {
+        RoutedEntry {
+            entry_index: install.0,
+            term: install.1,
+            ..data(position, first_offset, 2, true)
+        }
+    }
+
+    fn logged(position: u64, first_offset: u64, index: u64) -> RoutedEntry {
+        RoutedEntry { entry_index: index, term: 3, ..data(position, first_offset, 2, false) }
+    }
+
+    #[test]
+    fn a_finished_install_replaces_the_log_before_it_and_an_unfinished_one_leaves_no_trace() {
+        // Goal: with the checkpoint naming an install, everything before that marker goes and
+        // the marker gives the floor; an install no checkpoint names (a crash or failed
+        // transfer before its checkpoint) goes with its own copies, never the partition's
+        // own relocated copies nor its appends.
+        let old = [logged(0, 0, 1), logged(100, 2, 2), data(150, 0, 2, true)];
+        let mut entries = old.to_vec();
+        entries.extend([install(200, 40, 5), copy_of(300, 10, (40, 5)), copy_of(400, 30, (40, 5))]);
+        entries.extend([logged(500, 80, 41)]);
+        let mut finished = entries.clone();
+        assert_eq!(settle_installs(&mut finished, Some(200)), Some((40, 5)));
+        let positions: Vec<u64> = finished.iter().map(|entry| entry.position.0).collect();
+        assert_eq!(positions, vec![300, 400, 500]);
+
+        let mut unfinished = entries.clone();
+        // A restart after it: the old log goes on, its own copies carry no index.
+        unfinished.extend([data(600, 2, 2, true), logged(700, 4, 3)]);
+        assert_eq!(settle_installs(&mut unfinished, None), None);
+        let positions: Vec<u64> = unfinished.iter().map(|entry| entry.position.0).collect();
+        assert_eq!(positions, vec![0, 100, 150, 500, 600, 700]);
+
+        // A second attempt finished after a first that failed: only the second counts.
+        let mut twice = old.to_vec();
+        twice.extend([install(200, 40, 5), copy_of(300, 10, (40, 5))]);
+        twice.extend([install(350, 44, 6), copy_of(360, 10, (44, 6)), logged(500, 80, 45)]);
+        assert_eq!(settle_installs(&mut twice, Some(350)), Some((44, 6)));
+        let positions: Vec<u64> = twice.iter().map(|entry| entry.position.0).collect();
+        assert_eq!(positions, vec![360, 500]);
+
+        // The marker's file released since: entries before the start still go.
+        let mut released = vec![copy_of(300, 10, (40, 5)), logged(500, 80, 41)];
+        assert_eq!(settle_installs(&mut released, Some(200)), None);
+        assert_eq!(released.len(), 2);
     }
 }
