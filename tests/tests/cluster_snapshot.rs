@@ -15,6 +15,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use spool_client::spool_wire::batch::MessageId;
+use spool_tests::admin::Exposition;
 use spool_tests::cluster::{
     assert_all_sent, bounded, check_delivered, client_at, create_queue, drain, led, produce_padded,
     producer_on, start_with_queue, wait_for_queue, Cluster, ClusterOptions, LogIndexes,
@@ -241,6 +242,17 @@ async fn a_member_that_lost_its_data_is_caught_up_by_a_snapshot() {
     assert_eq!(shipped.len(), QUEUES.len() * PARTITIONS as usize, "installs: {shipped:?}");
     let bytes: u64 = shipped.iter().map(|(_, bytes)| bytes).sum();
     assert!(bytes >= KEPT * PAD as u64, "{bytes} record bytes shipped for {KEPT} kept messages");
+    // And the metrics say so: installs here, transfers served by the others.
+    let transfers = |node: usize, outcome: &str| -> f64 {
+        let text = cluster.metrics(node).unwrap();
+        let metrics = Exposition::parse(&text).unwrap();
+        let labels = [("shard", "0"), ("outcome", outcome)];
+        metrics.value("spool_snapshot_transfers_total", &labels).unwrap_or(0.0)
+    };
+    let installs = QUEUES.len() * PARTITIONS as usize;
+    assert_eq!(transfers(wiped, "installed"), installs as f64, "installs on node {}", wiped + 1);
+    let served: f64 = old.iter().map(|&node| transfers(node, "served")).sum();
+    assert!(served >= installs as f64, "transfers served by the others: {served}");
 
     // The old node leading the most partitions goes: the wiped node is in
     // every quorum from now on.

@@ -731,7 +731,9 @@ impl ShardHooks for SpoolHooks {
         report.pace = crate::net::pace::Pace::of_this_shard().stats();
         report.quotas = self.handler.quota_report();
         if let Some(cluster) = &self.state.cluster {
-            report.replication = Some(cluster.report(&self.state.partitions.borrow()));
+            let mut replication = cluster.report(&self.state.partitions.borrow());
+            replication.snapshots = self.state.snapshots.stats();
+            report.replication = Some(replication);
             report.peers = cluster.peers();
         }
     }

@@ -47,6 +47,7 @@ use crate::replica::limits::{
 };
 use crate::replica::snapshot::{decode, encode, Piece, Transfer};
 use crate::replica::wire::GroupId;
+use crate::shard::report::SnapshotStats;
 
 /// One piece of a transfer being served.
 #[derive(Debug, Clone, Copy)]
@@ -83,6 +84,20 @@ pub struct Snapshots {
     /// When [`watch`] last looked (it looks at most every
     /// [`SNAPSHOT_WATCH_INTERVAL`]).
     watched: std::cell::Cell<Option<Instant>>,
+    stats: std::cell::Cell<SnapshotStats>,
+}
+
+impl Snapshots {
+    /// What the shard's transfers did since it started.
+    pub(super) fn stats(&self) -> SnapshotStats {
+        self.stats.get()
+    }
+
+    fn count(&self, change: impl FnOnce(&mut SnapshotStats)) {
+        let mut stats = self.stats.get();
+        change(&mut stats);
+        self.stats.set(stats);
+    }
 }
 
 impl std::fmt::Debug for Snapshots {
@@ -173,6 +188,7 @@ fn send(state: &ShardState, group: GroupId, to: u64, transfer: &Transfer) {
 /// Tells member `to` its transfer is refused, and raft-rs it failed.
 fn refused(state: &ShardState, group: GroupId, to: u64, gone: &Transfer) {
     send(state, group, to, gone);
+    state.snapshots.count(|stats| stats.offers_failed += 1);
     if let Some(driver) = host_driver(state, group) {
         driver.report_snapshot(to, false);
     }
@@ -216,6 +232,7 @@ pub(super) fn watch(state: &Rc<ShardState>) {
                     "snapshot offer not pulled in time; raft-rs offers again later"
                 );
                 driver.report_snapshot(member, false);
+                state.snapshots.count(|stats| stats.offers_failed += 1);
                 entry.active = now;
                 entry.source = None;
                 entry.plan = Rc::default();
@@ -290,6 +307,7 @@ async fn serve_pull(state: &Rc<ShardState>, group: GroupId, to: u64, index: u64,
             entry.reading = false;
             match read {
                 Ok(source) if source.index == index => {
+                    state.snapshots.count(|stats| stats.served += 1);
                     let plan = Rc::new(plan_of(&source));
                     let source = Rc::new(source);
                     entry.source = Some(source.clone());
@@ -337,6 +355,14 @@ async fn serve_pull(state: &Rc<ShardState>, group: GroupId, to: u64, index: u64,
         },
         Planned::End => Piece::End { covers: source.covers },
     };
+    let bytes = match &body {
+        Piece::File { bytes, .. } | Piece::Batch { bytes } => bytes.len() as u64,
+        Piece::End { .. } => 0,
+    };
+    state.snapshots.count(|stats| {
+        stats.served_pieces += 1;
+        stats.served_bytes += bytes;
+    });
     send(state, group, to, &Transfer::Piece { index, piece, body });
 }
 
@@ -375,6 +401,10 @@ fn offered(state: &Rc<ShardState>, group: GroupId, message: Message) {
         }
         match result {
             Ok(installed) => {
+                state.snapshots.count(|stats| {
+                    stats.installed += 1;
+                    stats.installed_bytes += installed.batch_bytes + installed.file_bytes;
+                });
                 send(&state, group, from, &Transfer::Installed { index });
                 tracing::info!(
                     ?group,
@@ -386,6 +416,7 @@ fn offered(state: &Rc<ShardState>, group: GroupId, message: Message) {
                 );
             }
             Err(error) => {
+                state.snapshots.count(|stats| stats.install_failures += 1);
                 tracing::warn!(?group, leader = from, index, %error,
                     "snapshot not installed; the leader offers one again later");
             }

@@ -311,6 +311,26 @@ pub struct ReplicationReport {
     pub step_downs: u64,
     pub rebuilds: u64,
     pub folded: u64,
+    /// Snapshot transfers served and installed (`server/snapshot.rs`).
+    pub snapshots: SnapshotStats,
+}
+
+/// A shard's snapshot transfers since it started
+/// (`docs/design/replication.md` §6).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SnapshotStats {
+    /// Transfers this shard served (a source read for a member's pull).
+    pub served: u64,
+    /// Pieces and bytes it sent.
+    pub served_pieces: u64,
+    pub served_bytes: u64,
+    /// Offers raft-rs was told failed (not pulled in time, or refused).
+    pub offers_failed: u64,
+    /// Snapshots this shard installed, installs that failed, and the bytes
+    /// they brought (side files and record batches).
+    pub installed: u64,
+    pub install_failures: u64,
+    pub installed_bytes: u64,
 }
 
 /// A shard's journal and its release (journal layout).

@@ -40,6 +40,8 @@ pub(super) fn register_replication(registry: &mut Registry, reports: &[ShardRepo
     let step_downs = Counters::<ShardLabels>::default();
     let rebuilds = Counters::<ShardLabels>::default();
     let folded = Counters::<ShardLabels>::default();
+    let snapshots = Counters::<OutcomeLabels>::default();
+    let snapshot_bytes = Counters::<OutcomeLabels>::default();
     let node = Gauges::<ShardLabels>::default();
     let leader = Gauges::<PartitionLabels>::default();
     let term = Gauges::<PartitionLabels>::default();
@@ -84,6 +86,22 @@ pub(super) fn register_replication(registry: &mut Registry, reports: &[ShardRepo
         step_downs.get_or_create(&labels).inc_by(replication.step_downs);
         rebuilds.get_or_create(&labels).inc_by(replication.rebuilds);
         folded.get_or_create(&labels).inc_by(replication.folded);
+        let transfers = replication.snapshots;
+        for (outcome, count) in [
+            ("served", transfers.served),
+            ("offer_failed", transfers.offers_failed),
+            ("installed", transfers.installed),
+            ("install_failed", transfers.install_failures),
+        ] {
+            let labels = OutcomeLabels { shard: shard.clone(), outcome: outcome.to_owned() };
+            snapshots.get_or_create(&labels).inc_by(count);
+        }
+        for (outcome, count) in
+            [("sent", transfers.served_bytes), ("installed", transfers.installed_bytes)]
+        {
+            let labels = OutcomeLabels { shard: shard.clone(), outcome: outcome.to_owned() };
+            snapshot_bytes.get_or_create(&labels).inc_by(count);
+        }
         for partition in &report.partitions {
             let Some(role) = partition.replica else { continue };
             let labels = PartitionLabels {
@@ -131,6 +149,19 @@ pub(super) fn register_replication(registry: &mut Registry, reports: &[ShardRepo
         "spool_replica_folded_entries",
         "Committed entries the shard's followers folded into their queue state",
         folded,
+    );
+    registry.register(
+        "spool_snapshot_transfers",
+        "Snapshot transfers of the shard by outcome: served (a member pulled this node's \
+         checkpoint), offer_failed (raft-rs told an offer failed: not pulled in time, or \
+         replaced), installed (this node installed one), install_failed",
+        snapshots,
+    );
+    registry.register(
+        "spool_snapshot_bytes",
+        "Snapshot bytes of the shard: sent (pieces served) and installed (side files and \
+         record batches installed here)",
+        snapshot_bytes,
     );
     registry.register(
         "spool_partition_leader",
