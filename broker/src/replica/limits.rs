@@ -117,8 +117,10 @@ pub const SNAPSHOT_PIECE_TIMEOUT: std::time::Duration = std::time::Duration::fro
 
 /// How long a leader keeps a transfer no member pulled from before it
 /// drops it and tells raft-rs the snapshot failed (raft-rs then probes the
-/// member and offers a snapshot again).
-pub const SNAPSHOT_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+/// member and offers a snapshot again): a member pulls its next piece as
+/// soon as one arrives, so silence this long means it died or restarted
+/// mid-transfer (what a restarted member waits before it is offered again).
+pub const SNAPSHOT_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// How often a shard looks for snapshot offers raft-rs waits on, and for
 /// transfers idle past [`SNAPSHOT_IDLE_TIMEOUT`].
