@@ -60,6 +60,7 @@ pub use super::entries::{is_term_start, raft_entry, term_start_batch};
 pub use super::error::DriverError;
 use super::limits::{
     REPLICA_FETCH_AHEAD_BYTES, REPLICA_FETCH_ENTRIES_MAX, REPLICA_TERM_START_BYTES_MAX,
+    REPLICA_TICK, REPLICA_VOTE_QUARANTINE_TICKS,
 };
 use super::node::{Members, Recovered, Replica, ReplicaError, Timing, Work};
 use super::view::KnownTerms;
@@ -239,7 +240,15 @@ impl<S: Storage> ReplicaDriver<S> {
         let known = KnownTerms { runs, through: from - 1 };
         let entries = read_raft_entries(&part, from, last + 1, u64::MAX, usize::MAX).await?;
         let vote = votes.get(part.handle()).unwrap_or_default();
+        // A shard whose vote store held nothing at its start abstains from
+        // elections until the quarantine since then is over.
+        let abstain_ticks = votes.fresh_since().map_or(0, |since| {
+            let quarantine = REPLICA_TICK * REPLICA_VOTE_QUARANTINE_TICKS as u32;
+            let left = quarantine.saturating_sub(since.elapsed());
+            u64::try_from(left.as_millis() / REPLICA_TICK.as_millis().max(1)).unwrap_or(u64::MAX)
+        });
         let recovered = Recovered {
+            abstain_ticks,
             floor: (floor_index, floor_term),
             known,
             entries,

@@ -94,6 +94,16 @@ const _: () = assert!(REPLICA_INFLIGHT_APPENDS_MAX >= 1);
 const _: () = assert!(REPLICA_FETCH_AHEAD_BYTES as usize <= REPLICA_FETCH_HELD_BYTES_MAX);
 const _: () = assert!(REPLICA_FETCH_AHEAD_BYTES >= REPLICA_FETCH_BYTES_MAX);
 
+/// Ticks a member whose vote store held no vote at its start (it never
+/// voted, or lost its data directory and with it the votes it made)
+/// abstains from elections: it neither votes nor campaigns. Longer than
+/// twice the longest election timeout (randomized up to twice
+/// [`REPLICA_ELECTION_TICKS`]), so every election it may have voted in
+/// before is over, won or moved to a later term, when it votes again:
+/// it never votes twice in one term. A cluster's first start elects that
+/// much later.
+pub const REPLICA_VOTE_QUARANTINE_TICKS: u64 = 5 * REPLICA_ELECTION_TICKS as u64;
+
 /// How long a replicated partition's checkpoint waits, once written, for
 /// the entries it covers to commit before it is put in place: a leader's
 /// state holds entries applied when appended, and a checkpoint of entries

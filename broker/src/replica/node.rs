@@ -123,6 +123,9 @@ pub struct Recovered {
     pub commit: u64,
     /// What the state machine already holds (≤ commit).
     pub applied: u64,
+    /// Ticks to abstain from elections first: neither vote nor campaign (a
+    /// member whose vote store was empty: it may have lost votes it made).
+    pub abstain_ticks: u64,
 }
 
 /// One `Ready`'s work for the owner. See the module docs for the order.
@@ -148,6 +151,8 @@ pub struct Replica {
     /// The highest index every member of the group was known to hold
     /// (module docs, "Group floor").
     group_floor: u64,
+    /// Ticks left abstaining from elections ([`Recovered::abstain_ticks`]).
+    abstain_ticks: u64,
 }
 
 impl std::fmt::Debug for Replica {
@@ -243,7 +248,8 @@ impl Replica {
         let logger = slog::Logger::root(slog::Discard, slog::o!());
         let raw = RawNode::new(&config(id, applied, timing), view, &logger)
             .map_err(|source| ReplicaError::Raft { id, source })?;
-        Ok(Replica { id, raw, vote, group_floor: 0 })
+        let abstain_ticks = recovered.abstain_ticks;
+        Ok(Replica { id, raw, vote, group_floor: 0, abstain_ticks })
     }
 
     /// This member's id.
@@ -288,7 +294,12 @@ impl Replica {
 
     /// One logical clock tick (elections, heartbeats).
     pub fn tick(&mut self) {
-        self.raw.tick();
+        // Abstaining, it never times out, so never campaigns.
+        if self.abstain_ticks > 0 {
+            self.abstain_ticks -= 1;
+        } else {
+            self.raw.tick();
+        }
         self.raw.mut_store().tick();
     }
 
@@ -298,6 +309,13 @@ impl Replica {
     /// raft-rs refused it (a message of another group, a step of a local
     /// message kind): the owner drops it.
     pub fn step(&mut self, mut message: Message) -> Result<(), ReplicaError> {
+        let asks_vote = matches!(
+            message.get_msg_type(),
+            MessageType::MsgRequestVote | MessageType::MsgRequestPreVote
+        );
+        if asks_vote && self.abstain_ticks > 0 {
+            return Ok(());
+        }
         if message.get_msg_type() == MessageType::MsgHeartbeat {
             if let Some(floor) = group_floor_of(&message.context) {
                 self.group_floor = self.group_floor.max(floor);
@@ -611,4 +629,50 @@ fn group_floor_of(context: &[u8]) -> Option<u64> {
     }
     let bytes: [u8; 8] = context[1..].try_into().ok()?;
     Some(u64::from_le_bytes(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vote_request(from: u64, term: u64) -> Message {
+        let mut request = Message::default();
+        request.set_msg_type(MessageType::MsgRequestVote);
+        (request.from, request.to, request.term) = (from, 1, term);
+        request
+    }
+
+    fn messages(replica: &mut Replica) -> Vec<Message> {
+        let Some(work) = replica.work().unwrap() else { return Vec::new() };
+        replica.persisted(work.number);
+        work.send.into_iter().chain(work.send_persisted).collect()
+    }
+
+    #[test]
+    fn a_member_that_may_have_lost_its_votes_neither_votes_nor_campaigns_for_a_while() {
+        // Goal: a member whose vote store was empty (its data directory lost) cannot vote a
+        // second time in a term it voted in before: it grants nothing and never campaigns
+        // while it abstains, and votes as any member once that is over.
+        let members = Members::voters(&[1, 2, 3]);
+        let recovered = Recovered { abstain_ticks: 30, ..Recovered::default() };
+        let mut replica =
+            Replica::start_timed(1, &members, recovered, Timing::Fixed { offset: 0 }).unwrap();
+        replica.step(vote_request(2, 1)).unwrap();
+        let asked = messages(&mut replica);
+        assert!(asked.is_empty(), "abstaining, it answered {asked:?}");
+        for _ in 0..29 {
+            replica.tick();
+            let sent = messages(&mut replica);
+            assert!(sent.is_empty(), "abstaining, it sent {sent:?}");
+        }
+        replica.tick();
+        replica.step(vote_request(3, 2)).unwrap();
+        let granted = messages(&mut replica);
+        assert!(
+            granted.iter().any(|m| m.get_msg_type() == MessageType::MsgRequestVoteResponse
+                && !m.reject
+                && m.to == 3),
+            "{granted:?}"
+        );
+    }
 }

@@ -161,6 +161,9 @@ pub struct VoteLog<S: Storage> {
     state: RefCell<State<S::File>>,
     /// Notified after every cycle, failed or abandoned ones included.
     cycled: Notify,
+    /// When it was opened, if it held no vote then (a shard that never
+    /// voted, or whose directory was lost: `fresh_since`).
+    fresh_since: Option<crate::clock::Instant>,
 }
 
 /// Writes `records` as a new file (cycle 1), syncs it, renames it over the
@@ -280,13 +283,23 @@ impl<S: Storage> VoteLog<S> {
             failed: None,
             stats,
         };
+        let fresh_since = scanned.latest.is_empty().then(crate::clock::instant_now);
         let log = Self {
             storage,
             dir: dir.to_path_buf(),
             state: RefCell::new(state),
             cycled: Notify::default(),
+            fresh_since,
         };
         Ok((log, scanned.latest))
+    }
+
+    /// When this log was opened holding no vote at all: the shard never
+    /// voted, or lost the votes it made with its data directory (a member
+    /// then abstains from elections for a while:
+    /// `docs/design/replication.md` §3, "A member that lost its votes").
+    pub fn fresh_since(&self) -> Option<crate::clock::Instant> {
+        self.fresh_since
     }
 
     /// Sets the size past which the file is compacted (default and largest

@@ -178,6 +178,7 @@ impl World {
             }
         }
         let recovered = Recovered {
+            abstain_ticks: 0,
             floor: (floor as u64, floor_term),
             known,
             entries: node.disk.log[applied..].to_vec(),
