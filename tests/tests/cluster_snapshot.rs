@@ -285,6 +285,9 @@ async fn wipe_and_catch_up(crash: Option<&str>) {
     // effect, or right after one).
     let last_start = log.rfind("spoold started").map_or(0, |at| at);
     let shipped = installed_batch_bytes(&log[last_start..]);
+    for line in log[last_start..].lines().filter(|line| line.contains("snapshot")) {
+        eprintln!("node {} log: {line}", wiped + 1);
+    }
     eprintln!("node {} installed {shipped:?} (batches, bytes) per snapshot", wiped + 1);
     let installs = QUEUES.len() * PARTITIONS as usize;
     if crash.is_none() {

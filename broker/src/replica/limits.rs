@@ -121,6 +121,11 @@ pub const SNAPSHOT_FILES_BYTES_MAX: usize = 512 << 20;
 /// Bytes of a side file one snapshot piece carries.
 pub const SNAPSHOT_CHUNK_BYTES: usize = 1 << 20;
 
+/// Pieces a member pulls ahead of the one it installs (each a side-file
+/// chunk or one record batch, at most a largest batch): what keeps a
+/// transfer from waiting a round trip and a read per piece.
+pub const SNAPSHOT_PULL_WINDOW: usize = 8;
+
 /// How long a member waits for a piece it pulled before it gives the
 /// install up (the leader offers the snapshot again later).
 pub const SNAPSHOT_PIECE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);

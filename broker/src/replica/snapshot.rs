@@ -39,6 +39,9 @@ pub enum Transfer {
     Gone { index: u64, reason: String },
     /// Member → leader: the snapshot at `index` is installed and durable.
     Installed { index: u64 },
+    /// Member → leader: the offer at `index` is declined for now (the
+    /// member installs as many as it may): offer again later.
+    Declined { index: u64 },
 }
 
 /// What one piece holds.
@@ -74,6 +77,7 @@ const KIND_BATCH: u8 = 3;
 const KIND_END: u8 = 4;
 const KIND_GONE: u8 = 5;
 const KIND_INSTALLED: u8 = 6;
+const KIND_DECLINED: u8 = 7;
 
 /// Whether `message` is a transfer message (not for raft-rs).
 pub fn is_transfer(message: &Message) -> bool {
@@ -122,6 +126,10 @@ pub fn encode(from: u64, to: u64, transfer: &Transfer) -> Message {
             context.push(KIND_INSTALLED);
             put(&mut context, *index);
         }
+        Transfer::Declined { index } => {
+            context.push(KIND_DECLINED);
+            put(&mut context, *index);
+        }
     }
     let mut message = Message::default();
     message.set_msg_type(MessageType::MsgUnreachable);
@@ -143,6 +151,7 @@ pub fn decode(context: &[u8]) -> Result<Transfer, SnapshotWireError> {
     let transfer = match kind {
         KIND_PULL => Transfer::Pull { index: reader.word("index")?, piece: reader.word("piece")? },
         KIND_INSTALLED => Transfer::Installed { index: reader.word("index")? },
+        KIND_DECLINED => Transfer::Declined { index: reader.word("index")? },
         KIND_GONE => {
             let index = reader.word("index")?;
             let reason = String::from_utf8_lossy(reader.0).into_owned();
@@ -202,6 +211,7 @@ mod tests {
         let all = [
             Transfer::Pull { index: 40, piece: 3 },
             Transfer::Installed { index: 40 },
+            Transfer::Declined { index: 40 },
             Transfer::Gone { index: 40, reason: "a newer checkpoint".into() },
             Transfer::Piece { index: 40, piece: 0, body: Piece::End { covers: 99 } },
             Transfer::Piece { index: 40, piece: 1, body: Piece::Batch { bytes: vec![7; 100] } },

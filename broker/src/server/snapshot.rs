@@ -32,7 +32,7 @@ use std::rc::Rc;
 
 use raft::eraftpb::{Message, MessageType};
 
-use super::ShardState;
+use super::{ShardPartition, ShardState};
 use crate::clock::{instant_now, Instant};
 use crate::io::DmaStorage;
 use crate::log::journal::RecoveredLog;
@@ -43,7 +43,7 @@ use crate::partition::PartitionError;
 use crate::queue::{PartitionId, QueueId};
 use crate::replica::limits::{
     SNAPSHOT_CHUNK_BYTES, SNAPSHOT_FILES_BYTES_MAX, SNAPSHOT_IDLE_TIMEOUT, SNAPSHOT_PIECE_TIMEOUT,
-    SNAPSHOT_TRANSFERS_MAX, SNAPSHOT_WATCH_INTERVAL,
+    SNAPSHOT_PULL_WINDOW, SNAPSHOT_TRANSFERS_MAX, SNAPSHOT_WATCH_INTERVAL,
 };
 use crate::replica::snapshot::{decode, encode, Piece, Transfer};
 use crate::replica::wire::GroupId;
@@ -72,7 +72,10 @@ struct Serving {
 struct Installing {
     from: u64,
     index: u64,
-    piece: RefCell<Option<Transfer>>,
+    /// Pieces arrived and not yet taken, by number (at most
+    /// [`SNAPSHOT_PULL_WINDOW`] pulled ahead), and the leader's refusal.
+    pieces: RefCell<BTreeMap<u64, Piece>>,
+    gone: RefCell<Option<String>>,
     arrived: crate::log::wakers::Notify,
 }
 
@@ -81,6 +84,8 @@ struct Installing {
 pub struct Snapshots {
     serving: RefCell<BTreeMap<(GroupId, u64), Serving>>,
     installing: RefCell<BTreeMap<GroupId, Rc<Installing>>>,
+    /// Told when a source read ends (pulls that came meanwhile wait).
+    read_ended: crate::log::wakers::Notify,
     /// When [`watch`] last looked (it looks at most every
     /// [`SNAPSHOT_WATCH_INTERVAL`]).
     watched: std::cell::Cell<Option<Instant>>,
@@ -153,6 +158,19 @@ pub(super) fn on_message(state: &Rc<ShardState>, group: GroupId, message: Messag
             )
             .detach();
         }
+        Transfer::Declined { index } => {
+            let served = state.snapshots.serving.borrow_mut().remove(&(group, from));
+            if let Some(driver) = host_driver(state, group) {
+                driver.report_snapshot(from, false);
+            }
+            tracing::debug!(
+                ?group,
+                member = from,
+                index,
+                known = served.is_some(),
+                "snapshot offer declined for now"
+            );
+        }
         Transfer::Installed { index } => {
             let served = state.snapshots.serving.borrow_mut().remove(&(group, from));
             if served.is_some_and(|served| served.index == index) {
@@ -165,7 +183,16 @@ pub(super) fn on_message(state: &Rc<ShardState>, group: GroupId, message: Messag
         Transfer::Piece { index, .. } | Transfer::Gone { index, .. } => {
             let installing = state.snapshots.installing.borrow().get(&group).cloned();
             if let Some(installing) = installing.filter(|i| i.from == from && i.index == index) {
-                *installing.piece.borrow_mut() = Some(transfer);
+                match transfer {
+                    Transfer::Piece { piece, body, .. } => {
+                        let mut pieces = installing.pieces.borrow_mut();
+                        if pieces.len() < SNAPSHOT_PULL_WINDOW {
+                            pieces.insert(piece, body);
+                        }
+                    }
+                    Transfer::Gone { reason, .. } => *installing.gone.borrow_mut() = Some(reason),
+                    _ => {}
+                }
                 installing.arrived.notify_all();
             }
         }
@@ -249,6 +276,87 @@ pub(super) fn watch(state: &Rc<ShardState>) {
     });
 }
 
+/// The source and plan of the transfer to member `to` of the snapshot at
+/// `index`: read once per transfer (pulls that come while it is read wait
+/// for it). `None` when it was refused (the member was told).
+async fn source_of(
+    state: &Rc<ShardState>,
+    partition: &ShardPartition,
+    group: GroupId,
+    to: u64,
+    index: u64,
+) -> Option<(Rc<SnapshotSource>, Rc<Vec<Planned>>)> {
+    let gone = |reason: String| Transfer::Gone { index, reason };
+    let key = (group, to);
+    loop {
+        let read_ended = state.snapshots.read_ended.wait();
+        {
+            let mut serving = state.snapshots.serving.borrow_mut();
+            let busy = serving.values().filter(|served| served.source.is_some() || served.reading);
+            let others = busy.count();
+            let fresh = || Serving {
+                index,
+                source: None,
+                plan: Rc::default(),
+                active: instant_now(),
+                reading: false,
+            };
+            let entry = serving.entry(key).or_insert_with(fresh);
+            if entry.index != index {
+                *entry = fresh();
+            }
+            entry.active = instant_now();
+            match &entry.source {
+                Some(source) => return Some((source.clone(), entry.plan.clone())),
+                None if entry.reading => {}
+                None if others >= SNAPSHOT_TRANSFERS_MAX => {
+                    drop(serving);
+                    let reason = "this node serves as many transfers as it may".to_owned();
+                    refused(state, group, to, &gone(reason));
+                    return None;
+                }
+                None => {
+                    entry.reading = true;
+                    break;
+                }
+            }
+        }
+        read_ended.await;
+    }
+    let read = partition.snapshot_source().await;
+    let mut serving = state.snapshots.serving.borrow_mut();
+    state.snapshots.read_ended.notify_all();
+    let entry = serving.get_mut(&key)?;
+    entry.reading = false;
+    match read {
+        Ok(source) if source.index == index => {
+            state.snapshots.count(|stats| stats.served += 1);
+            let plan = Rc::new(plan_of(&source));
+            let source = Rc::new(source);
+            entry.source = Some(source.clone());
+            entry.plan = plan.clone();
+            Some((source, plan))
+        }
+        // A newer checkpoint landed since the offer (or none can be read):
+        // raft-rs is told at once, so its next offer names the one now in
+        // place.
+        Ok(source) => {
+            serving.remove(&key);
+            drop(serving);
+            let reason = format!("the checkpoint offered now is at entry {}", source.index);
+            refused(state, group, to, &gone(reason));
+            None
+        }
+        Err(error) => {
+            serving.remove(&key);
+            drop(serving);
+            tracing::warn!(?group, member = to, index, %error, "snapshot not served");
+            refused(state, group, to, &gone(error.to_string()));
+            None
+        }
+    }
+}
+
 async fn serve_pull(state: &Rc<ShardState>, group: GroupId, to: u64, index: u64, piece: u64) {
     let gone = |reason: String| Transfer::Gone { index, reason };
     let Some(partition) = state.partition_by_id(QueueId(group.queue), PartitionId(group.partition))
@@ -256,85 +364,12 @@ async fn serve_pull(state: &Rc<ShardState>, group: GroupId, to: u64, index: u64,
         send(state, group, to, &gone("the partition is not open on this node".into()));
         return;
     };
-    // The source: read once per transfer.
-    let key = (group, to);
-    let ready = {
-        let mut serving = state.snapshots.serving.borrow_mut();
-        let busy = serving.values().filter(|served| served.source.is_some() || served.reading);
-        let others = busy.count();
-        let entry = serving.entry(key).or_insert_with(|| Serving {
-            index,
-            source: None,
-            plan: Rc::default(),
-            active: instant_now(),
-            reading: false,
-        });
-        if entry.index != index {
-            *entry = Serving {
-                index,
-                source: None,
-                plan: Rc::default(),
-                active: instant_now(),
-                reading: false,
-            };
-        }
-        entry.active = instant_now();
-        match &entry.source {
-            Some(source) => Some((source.clone(), entry.plan.clone())),
-            None if entry.reading => None,
-            None if others >= SNAPSHOT_TRANSFERS_MAX => {
-                drop(serving);
-                send(
-                    state,
-                    group,
-                    to,
-                    &gone("this node serves as many transfers as it may".into()),
-                );
-                return;
-            }
-            None => {
-                entry.reading = true;
-                None
-            }
-        }
+    let Some((source, plan)) = source_of(state, &partition, group, to, index).await else {
+        return;
     };
-    let (source, plan) = match ready {
-        Some(ready) => ready,
-        None => {
-            let read = partition.snapshot_source().await;
-            let mut serving = state.snapshots.serving.borrow_mut();
-            let Some(entry) = serving.get_mut(&key) else { return };
-            entry.reading = false;
-            match read {
-                Ok(source) if source.index == index => {
-                    state.snapshots.count(|stats| stats.served += 1);
-                    let plan = Rc::new(plan_of(&source));
-                    let source = Rc::new(source);
-                    entry.source = Some(source.clone());
-                    entry.plan = plan.clone();
-                    (source, plan)
-                }
-                // A newer checkpoint landed since the offer (or none can
-                // be read): raft-rs is told at once, so its next offer
-                // names the one now in place.
-                Ok(source) => {
-                    serving.remove(&key);
-                    drop(serving);
-                    let reason = format!("the checkpoint offered now is at entry {}", source.index);
-                    refused(state, group, to, &gone(reason));
-                    return;
-                }
-                Err(error) => {
-                    serving.remove(&key);
-                    drop(serving);
-                    tracing::warn!(?group, member = to, index, %error, "snapshot not served");
-                    refused(state, group, to, &gone(error.to_string()));
-                    return;
-                }
-            }
-        }
-    };
-    let Some(planned) = usize::try_from(piece).ok().and_then(|at| plan.get(at)).copied() else {
+    // A pull past the last piece (pulled ahead) is answered with the last.
+    let at = usize::try_from(piece).ok().and_then(|at| plan.get(at)).or(plan.last());
+    let Some(planned) = at.copied() else {
         send(state, group, to, &gone(format!("no piece {piece}")));
         return;
     };
@@ -381,12 +416,15 @@ fn offered(state: &Rc<ShardState>, group: GroupId, message: Message) {
         return;
     }
     if state.snapshots.installing.borrow().len() >= SNAPSHOT_TRANSFERS_MAX {
+        // The leader offers again at once rather than after its wait.
+        send(state, group, from, &Transfer::Declined { index });
         return;
     }
     let installing = Rc::new(Installing {
         from,
         index,
-        piece: RefCell::new(None),
+        pieces: RefCell::default(),
+        gone: RefCell::new(None),
         arrived: crate::log::wakers::Notify::default(),
     });
     state.snapshots.installing.borrow_mut().insert(group, installing.clone());
@@ -425,22 +463,40 @@ fn offered(state: &Rc<ShardState>, group: GroupId, message: Message) {
     .detach();
 }
 
-/// Pulls piece `piece` of the install's snapshot.
-async fn pull(
-    state: &ShardState,
+/// Pieces pulled ahead of the one being installed: up to
+/// [`SNAPSHOT_PULL_WINDOW`] in flight (a pull past the last piece is
+/// answered with the last, `End`).
+struct Puller<'a> {
+    state: &'a ShardState,
     group: GroupId,
-    installing: &Installing,
-    piece: u64,
-) -> Result<Piece, String> {
-    installing.piece.borrow_mut().take();
-    send(state, group, installing.from, &Transfer::Pull { index: installing.index, piece });
+    installing: &'a Installing,
+    /// The next piece to pull.
+    pulled: u64,
+}
+
+impl Puller<'_> {
+    /// Piece `piece` (every piece below it taken), pulling ahead first.
+    async fn take(&mut self, piece: u64) -> Result<Piece, String> {
+        let window = SNAPSHOT_PULL_WINDOW as u64;
+        while self.pulled < piece + window {
+            let pull = Transfer::Pull { index: self.installing.index, piece: self.pulled };
+            send(self.state, self.group, self.installing.from, &pull);
+            self.pulled += 1;
+        }
+        pull(self.installing, piece).await
+    }
+}
+
+/// Waits for piece `piece` of the install's snapshot (pulled already).
+async fn pull(installing: &Installing, piece: u64) -> Result<Piece, String> {
     let deadline = instant_now() + SNAPSHOT_PIECE_TIMEOUT;
     loop {
         let arrived = installing.arrived.wait();
-        match installing.piece.borrow_mut().take() {
-            Some(Transfer::Piece { piece: got, body, .. }) if got == piece => return Ok(body),
-            Some(Transfer::Gone { reason, .. }) => return Err(format!("the leader: {reason}")),
-            _ => {}
+        if let Some(body) = installing.pieces.borrow_mut().remove(&piece) {
+            return Ok(body);
+        }
+        if let Some(reason) = installing.gone.borrow_mut().take() {
+            return Err(format!("the leader: {reason}"));
         }
         let left = deadline.saturating_duration_since(instant_now());
         if left.is_zero() {
@@ -497,8 +553,9 @@ async fn install(
     let mut held = 0usize;
     let mut piece = 0u64;
     let mut installed = Installed::default();
+    let mut puller = Puller { state, group, installing, pulled: 0 };
     loop {
-        match pull(state, group, installing, piece).await.map_err(refuse)? {
+        match puller.take(piece).await.map_err(refuse)? {
             Piece::File { name, value, at, last, bytes } => {
                 let mut current = file.take().unwrap_or(SnapshotFile {
                     name: name.clone(),
