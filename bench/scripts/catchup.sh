@@ -15,33 +15,11 @@ SECONDS_OF_PRODUCE=${2:-15}
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 DIR=$(mktemp -d "${TMPDIR:-/tmp}/spool-catchup.XXXX")
 PIDS=()
-cleanup() {
-    kill "${PIDS[@]}" 2> /dev/null || true
-    sleep 2
-    kill -9 "${PIDS[@]}" 2> /dev/null || true
-    rm -rf "$DIR"
-}
-trap cleanup EXIT
 . "$(dirname "$0")/lib.sh"
+trap cluster_cleanup EXIT
 
-# The configs of cluster-local.sh, then the nodes started here (one of them
-# is killed and started again, which cluster-local.sh does not allow).
-SPOOLD=$BIN/spoold setsid bash "$REPO/scripts/cluster-local.sh" "$DIR" > "$DIR/cluster.out" 2>&1 &
-LOCAL=$!
-for _ in $(seq 100); do [ -f "$DIR/node3/spoold.toml" ] && break; sleep 0.2; done
-sleep 1; kill -TERM "$LOCAL"; wait "$LOCAL" 2> /dev/null || true; sleep 3
-start_node() {
-    "$BIN/spoold" --config "$DIR/node$1/spoold.toml" >> "$DIR/node$1/spoold.log" 2>&1 &
-    PIDS[$1]=$!
-}
-for n in 1 2 3; do start_node "$n"; done
-for n in 1 2 3; do
-    for _ in $(seq 100); do curl -sf "127.0.0.1:748$n/metrics" > /dev/null && break; sleep 0.3; done
-done
-for _ in $(seq 30); do
-    "$BIN/spool" queue create catchup --partitions 4 --addr 127.0.0.1:7410 > /dev/null 2>&1 && break
-    sleep 1
-done
+local_cluster_configs
+start_local_cluster catchup
 
 # Sum of the queue's applied indexes on node $1 (empty when unreachable).
 applied() {

@@ -19,35 +19,15 @@ SECONDS_OF_PRODUCE=${2:-20}
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 DIR=$(mktemp -d "${TMPDIR:-/tmp}/spool-snapshot.XXXX")
 PIDS=()
-cleanup() {
-    kill "${PIDS[@]}" 2> /dev/null || true
-    sleep 2
-    kill -9 "${PIDS[@]}" 2> /dev/null || true
-    rm -rf "$DIR"
-}
-trap cleanup EXIT
 . "$(dirname "$0")/lib.sh"
+trap cluster_cleanup EXIT
 
-SPOOLD=$BIN/spoold setsid bash "$REPO/scripts/cluster-local.sh" "$DIR" > "$DIR/cluster.out" 2>&1 &
-LOCAL=$!
-for _ in $(seq 100); do [ -f "$DIR/node3/spoold.toml" ] && break; sleep 0.2; done
-sleep 1; kill -TERM "$LOCAL"; wait "$LOCAL" 2> /dev/null || true; sleep 3
+local_cluster_configs
 for n in 1 2 3; do
     sed -i 's/^\[cluster\]$/journal_retain_bytes = 134217728\n\n[cluster]/' "$DIR/node$n/spoold.toml"
     rm -rf "$DIR/node$n/data"
 done
-start_node() {
-    "$BIN/spoold" --config "$DIR/node$1/spoold.toml" >> "$DIR/node$1/spoold.log" 2>&1 &
-    PIDS[$1]=$!
-}
-for n in 1 2 3; do start_node "$n"; done
-for n in 1 2 3; do
-    for _ in $(seq 100); do curl -sf "127.0.0.1:748$n/metrics" > /dev/null && break; sleep 0.3; done
-done
-for _ in $(seq 30); do
-    "$BIN/spool" queue create snap --partitions 4 --addr 127.0.0.1:7410 > /dev/null 2>&1 && break
-    sleep 1
-done
+start_local_cluster snap
 
 metric() { # node, name filter (awk regex): the sum over matching lines
     curl -s -m 2 "127.0.0.1:748$1/metrics" | awk -v m="$2" '$0 ~ m && /queue="snap"/ {s += $NF} END {print s + 0}'
@@ -76,6 +56,11 @@ for t in $(seq 60); do
     [ "$ok" = 1 ] && break
     sleep 1
 done
+if [ "$ok" != 1 ]; then
+    echo "the logs were not released in 60 s (first indexes $(min_first 1) $(min_first 2)" \
+        "$(min_first 3)): produce longer, past journal_retain_bytes" >&2
+    exit 1
+fi
 echo "logs released after ${t}s: first indexes $(min_first 1) $(min_first 2) $(min_first 3)"
 
 kill -KILL "${PIDS[3]}"; wait "${PIDS[3]}" 2> /dev/null || true
