@@ -408,7 +408,13 @@ fn offered(state: &Rc<ShardState>, group: GroupId, message: Message) {
     let Some(driver) = cluster.host.driver(group) else { return };
     let metadata = message.get_snapshot().get_metadata();
     let (index, term, from) = (metadata.index, metadata.term, message.from);
-    if state.snapshots.installing.borrow().contains_key(&group) {
+    let installing_from = state.snapshots.installing.borrow().get(&group).map(|i| i.from);
+    if let Some(installing_from) = installing_from {
+        // Another leader's offer (a new term) while one installs: declined,
+        // so it offers again rather than wait for a transfer never pulled.
+        if installing_from != from {
+            send(state, group, from, &Transfer::Declined { index });
+        }
         return;
     }
     if !driver.needs_install(index, term) {
