@@ -271,7 +271,7 @@ fn creates(updates: &[AssignmentUpdate]) -> Vec<(String, u32, QueueConfig, Vec<u
     updates
         .iter()
         .map(|update| match &update.change {
-            AssignmentChange::CreateQueue { queue, queue_id, shards, config } => (
+            AssignmentChange::CreateQueue { queue, queue_id, shards, config, .. } => (
                 queue.as_str().to_owned(),
                 queue_id.0,
                 (**config).clone(),
@@ -379,6 +379,7 @@ fn shard_count_mismatch_is_a_clear_start_error() {
             created_at: AssignmentVersion(1),
             shards: (0..8).map(ShardId).collect(),
             config: Arc::new(QueueConfig::default()),
+            keys: spool_broker::control::assignment::KeyPlacement::fresh(8),
         }],
     };
     catalog::store(dir.path(), &catalog).unwrap();

@@ -146,7 +146,7 @@ fn appended(outcomes: &[EnqueueOutcome]) -> Vec<Offset> {
         .iter()
         .filter_map(|outcome| match outcome {
             EnqueueOutcome::Appended { offset } => Some(*offset),
-            EnqueueOutcome::Duplicate { .. } => None,
+            EnqueueOutcome::Duplicate { .. } | EnqueueOutcome::Moved => None,
         })
         .collect()
 }

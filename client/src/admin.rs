@@ -12,7 +12,7 @@ use spool_wire::proto::{
     AssignmentVersion, Backoff, BackoffKind, CreateQueueRequest, DeadLetter, DeadLettersRequest,
     DeleteQueueRequest, DescribeQueueRequest, DescribeQueueResponse, ListQueuesRequest, Offset,
     PartitionId, PeekRequest, PeekedMessage, PurgeRequest, QueueConfig, QueueSummary,
-    RedriveRequest, RedriveTarget, Request, Response,
+    RedriveRequest, RedriveTarget, Request, ResizeQueueRequest, Response,
 };
 
 use crate::client::Client;
@@ -150,6 +150,29 @@ impl Admin {
         match bytes.response()? {
             Response::DeleteQueue(response) => Ok(response.assignment_version),
             _ => Err(unexpected("delete queue")),
+        }
+    }
+
+    /// Grows `name` to `partitions` partitions; routed as
+    /// [`create_queue`](Self::create_queue). Keys move only into the added
+    /// partitions (about `added / partitions` of them), whose messages go
+    /// out once the older partitions finished what they held before the
+    /// resize (`docs/design/protocol.md`, "Key routing"). Returns the
+    /// queue's new key map version.
+    ///
+    /// # Errors
+    /// `QUEUE_NOT_FOUND`; `INVALID_ARGUMENT` when `partitions` is not more
+    /// than the queue has, past the limits, or while the previous resize
+    /// still drains; [`ClientError::ControlRouteExhausted`], or a
+    /// transport error.
+    pub async fn resize_queue(&self, name: &str, partitions: u32) -> Result<u64, ClientError> {
+        let request =
+            Request::ResizeQueue(ResizeQueueRequest { name: name.to_owned(), partitions });
+        let bytes = self.client.catalog_call("resize queue", &request).await?;
+        self.client.forget_queue(name);
+        match bytes.response()? {
+            Response::ResizeQueue(response) => Ok(response.key_version),
+            _ => Err(unexpected("resize queue")),
         }
     }
 

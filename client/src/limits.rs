@@ -97,6 +97,12 @@ pub const PRODUCER_IN_FLIGHT_PER_PARTITION_DEFAULT: usize = 4;
 /// Producer: default number of retries of a batch after a retriable error.
 pub const PRODUCER_RETRIES_DEFAULT: u32 = 5;
 
+/// How many times one message is routed again after `KEY_MOVED` (its
+/// queue was resized and its key maps to another partition now) before
+/// the send fails: each route fetches the queue's metadata first, so one
+/// is enough unless the queue keeps being resized.
+pub const PRODUCER_REROUTES_MAX: u32 = 4;
+
 /// Producer: first retry backoff; doubles per retry up to
 /// [`RETRY_BACKOFF_MAX`]; each wait is jittered into the upper half.
 pub const RETRY_BACKOFF_DEFAULT: Duration = Duration::from_millis(50);

@@ -50,7 +50,7 @@ use std::time::Duration;
 
 use spool_wire::batch::{DataBatchBuilder, HeaderField, MessageId, Payload, Record};
 use spool_wire::proto::{validate_queue_name, Offset, PartitionId, RecordOutcome};
-use spool_wire::WireError;
+use spool_wire::{ErrorCode, WireError};
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 
 use crate::client::Client;
@@ -62,6 +62,9 @@ use crate::limits::{
     PRODUCER_RETRIES_DEFAULT, RETRY_BACKOFF_DEFAULT, RETRY_BACKOFF_MAX,
 };
 use crate::routing::partition_for_key;
+
+mod reroute;
+use reroute::{batch_record, Moved};
 
 /// Settings of a [`Producer`].
 ///
@@ -233,6 +236,9 @@ struct Waiter {
     sender: oneshot::Sender<Result<Offset, ClientError>>,
     /// Holds one of the pending-message slots until the message resolves.
     _slot: OwnedSemaphorePermit,
+    /// Times the broker answered `KEY_MOVED` and the message was routed
+    /// again (at most `PRODUCER_REROUTES_MAX`: `reroute.rs`).
+    reroutes: u32,
 }
 
 struct OpenBatch {
@@ -463,11 +469,26 @@ impl Producer {
         }
         let slot =
             Arc::clone(&inner.pending).acquire_owned().await.map_err(|_| ClientError::Shutdown)?;
-        let partitions = inner.client.partition_count(queue).await?;
-        let keyed = (!message.routing_key.is_empty())
-            .then(|| partition_for_key(&message.routing_key, partitions));
         let record = message.into_record(unix_ms());
         let (sender, receiver) = oneshot::channel();
+        let waiter = Waiter { sender, _slot: slot, reroutes: 0 };
+        let partition = self.place(queue, record, waiter).await?;
+        Ok(SendFuture { receiver, partition })
+    }
+
+    /// Routes `record` (by its key, or sticky round robin) into its
+    /// partition's open batch, with `waiter` told its outcome; sends what
+    /// became due. Returns the partition.
+    async fn place(
+        &self,
+        queue: &str,
+        record: Record,
+        waiter: Waiter,
+    ) -> Result<PartitionId, ClientError> {
+        let inner = &self.inner;
+        let partitions = inner.client.partition_count(queue).await?;
+        let keyed = (!record.routing_key.is_empty())
+            .then(|| partition_for_key(&record.routing_key, partitions));
         let config = &inner.config;
         let mut ready = Vec::new();
         let mut new_batch_id = None;
@@ -499,7 +520,7 @@ impl Producer {
                 Err(error) => return Err(error.into()),
             }
             let batch = accumulator.open.get_mut(&key).ok_or(ClientError::Shutdown)?;
-            batch.waiters.push(Waiter { sender, _slot: slot });
+            batch.waiters.push(waiter);
             batch.due |= config.linger.is_zero()
                 || batch.builder.encoded_len_bytes() >= config.max_batch_bytes;
             if let Some(due) = accumulator.take_due(&key, config.in_flight_per_partition) {
@@ -514,7 +535,7 @@ impl Producer {
         if let Some(batch_id) = new_batch_id.filter(|_| !config.linger.is_zero()) {
             self.spawn_linger(key, batch_id);
         }
-        Ok(SendFuture { receiver, partition })
+        Ok(partition)
     }
 
     /// Sends every open batch now (whatever is in flight) and waits until
@@ -570,9 +591,12 @@ impl Producer {
         let producer = self.clone();
         tokio::spawn(async move {
             let inner = &producer.inner;
-            {
+            let moved = {
                 let _flight = Arc::clone(&inner.in_flight).acquire_owned().await;
-                send_batch(inner, &key.0, key.1, batch).await;
+                send_batch(inner, &key.0, key.1, batch).await
+            };
+            if !moved.is_empty() {
+                producer.reroute(&key.0, moved).await;
             }
             let next = inner.lock().sent(&key, inner.config.in_flight_per_partition);
             for (key, batch) in next {
@@ -598,8 +622,15 @@ fn open_batch(accumulator: &mut Accumulator, key: &BatchKey) -> u64 {
     id
 }
 
-/// Sends one batch, retrying the same bytes, and resolves every waiter.
-async fn send_batch(inner: &Inner, queue: &str, partition: PartitionId, batch: OpenBatch) {
+/// Sends one batch, retrying the same bytes, and resolves every waiter but
+/// those of records refused with `KEY_MOVED`, which it returns to be
+/// routed again.
+async fn send_batch(
+    inner: &Inner,
+    queue: &str,
+    partition: PartitionId,
+    batch: OpenBatch,
+) -> Vec<Moved> {
     let mut waiters: Vec<Option<Waiter>> = batch.waiters.into_iter().map(Some).collect();
     let resolve = |waiters: &mut Vec<Option<Waiter>>, index: usize, result| {
         if let Some(waiter) = waiters[index].take() {
@@ -613,9 +644,10 @@ async fn send_batch(inner: &Inner, queue: &str, partition: PartitionId, batch: O
             for index in 0..waiters.len() {
                 resolve(&mut waiters, index, Err(ClientError::Record(error.clone())));
             }
-            return;
+            return Vec::new();
         }
     };
+    let mut moved = Vec::new();
     let mut attempt = 0u32;
     loop {
         let may_retry = attempt < inner.config.retries;
@@ -639,6 +671,16 @@ async fn send_batch(inner: &Inner, queue: &str, partition: PartitionId, batch: O
                         RecordOutcome::Appended { offset }
                         | RecordOutcome::Duplicate { original_offset: offset } => {
                             resolve(&mut waiters, index, Ok(offset));
+                        }
+                        RecordOutcome::Rejected { code: ErrorCode::KeyMoved } => {
+                            if let Some(waiter) = waiters[index].take() {
+                                match batch_record(&bytes, index) {
+                                    Ok(record) => moved.push(Moved { record, waiter }),
+                                    Err(error) => {
+                                        let _ = waiter.sender.send(Err(error));
+                                    }
+                                }
+                            }
                         }
                         RecordOutcome::Rejected { code } if code.is_retriable() && may_retry => {
                             retry |= waiters[index].is_some();
@@ -671,9 +713,10 @@ async fn send_batch(inner: &Inner, queue: &str, partition: PartitionId, batch: O
         let wait = backoff(inner.config.retry_backoff, attempt, rand::random::<f64>());
         tokio::time::sleep(hint.map_or(wait, |hint| wait.max(hint))).await;
     }
-    // Every path above resolves each record or retries; the last attempt
-    // (`may_retry` false) resolves all of them.
+    // Every path above resolves each record, retries, or hands it back
+    // moved; the last attempt (`may_retry` false) resolves all of them.
     assert!(waiters.iter().all(Option::is_none));
+    moved
 }
 
 /// The wait before retry `attempt` (1-based): a ceiling of `base` doubled per

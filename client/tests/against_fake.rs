@@ -150,6 +150,7 @@ fn metadata_naming(port: u16) -> MetadataResponse {
                 shard_port: port,
                 leader_epoch: LeaderEpoch(1),
             }],
+            key_version: 1,
         }],
     }
 }

@@ -88,6 +88,13 @@ pub enum ErrorCode {
     /// [`ApiKey::not_leader_version`](crate::proto::ApiKey::not_leader_version)
     /// names: an older request gets [`ErrorCode::NotOwner`] in its place.
     NotLeader = 27,
+    /// The record's routing key belongs to another partition of the queue
+    /// since the queue was resized: refresh the queue's metadata and send
+    /// the record to the partition its key maps to under the new partition
+    /// count. Sent only for Enqueue at
+    /// [`ENQUEUE_VERSION_KEY_MOVED`](crate::proto::ENQUEUE_VERSION_KEY_MOVED)
+    /// and later: an older request gets [`ErrorCode::NotOwner`] in its place.
+    KeyMoved = 28,
 }
 
 /// Static facts about one code: its stable name, a one-line description and
@@ -179,6 +186,13 @@ pub const ERROR_CODES: &[ErrorCodeInfo] = &[
         ErrorCode::NotLeader,
         "NOT_LEADER",
         "this node holds a replica but does not lead it; the reply names the leader",
+        true,
+    ),
+    info(
+        ErrorCode::KeyMoved,
+        "KEY_MOVED",
+        "the queue was resized and the record's key now maps to another partition; \
+         refresh metadata and route it again",
         true,
     ),
 ];
@@ -288,6 +302,7 @@ mod tests {
             (25, "PERMISSION_DENIED"),
             (26, "QUOTA_EXCEEDED"),
             (27, "NOT_LEADER"),
+            (28, "KEY_MOVED"),
         ];
         assert_eq!(pinned.len(), ERROR_CODES.len());
         for &(number, name) in pinned {
@@ -301,6 +316,7 @@ mod tests {
         assert_eq!(ErrorCode::PermissionDenied as u16, 25);
         assert_eq!(ErrorCode::QuotaExceeded as u16, 26);
         assert_eq!(ErrorCode::NotLeader as u16, 27);
+        assert_eq!(ErrorCode::KeyMoved as u16, 28);
     }
 
     // Goal: the retry hint of a quota refusal reads back; anything else is
@@ -331,6 +347,7 @@ mod tests {
         assert!(ErrorCode::QueueFull.is_retriable());
         assert!(ErrorCode::NotOwner.is_retriable());
         assert!(ErrorCode::NotLeader.is_retriable());
+        assert!(ErrorCode::KeyMoved.is_retriable());
         assert!(!ErrorCode::StaleToken.is_retriable());
         assert!(!ErrorCode::MalformedFrame.is_retriable());
         assert!(ERROR_CODES.iter().all(|row| !row.description.is_empty()));

@@ -11,11 +11,11 @@ use spool_wire::proto::{
     decode_frame, ApiKey, AssignmentVersion, Backoff, BackoffKind, CorrelationId,
     CreateQueueRequest, CreateQueueResponse, DeadLetter, DeadLettersRequest, DeadLettersResponse,
     DeleteQueueRequest, DeleteQueueResponse, DescribeQueueRequest, DescribeQueueResponse,
-    LeaderEpoch, ListQueuesRequest, ListQueuesResponse, MessageState, MetadataRequest,
+    KeyMapStats, LeaderEpoch, ListQueuesRequest, ListQueuesResponse, MessageState, MetadataRequest,
     MetadataResponse, Offset, PartitionId, PartitionMetadata, PartitionReplication, PartitionStats,
     PeekRequest, PeekResponse, PeekedMessage, ProtoError, PurgeRequest, PurgeResponse, QueueConfig,
     QueueMetadata, QueueSummary, RedriveRequest, RedriveResponse, RedriveTarget, Reply, Request,
-    Response,
+    ResizeQueueRequest, ResizeQueueResponse, Response,
 };
 
 fn config() -> QueueConfig {
@@ -56,6 +56,7 @@ fn control_requests_round_trip() {
     for request in [
         Request::CreateQueue(CreateQueueRequest { name: "emails.v2".into(), config: config() }),
         Request::DeleteQueue(DeleteQueueRequest { name: "emails.v2".into() }),
+        Request::ResizeQueue(ResizeQueueRequest { name: "emails".into(), partitions: 5 }),
         Request::ListQueues(ListQueuesRequest {}),
         Request::DescribeQueue(DescribeQueueRequest { name: "emails".into() }),
         Request::Metadata(MetadataRequest { queues: vec![] }),
@@ -135,6 +136,11 @@ fn control_responses_round_trip() {
                     ..stats
                 },
             ],
+            keys: KeyMapStats {
+                version: 2,
+                draining: vec![PartitionId(0), PartitionId(3)],
+                held_from: 4,
+            },
         }),
         Response::Metadata(MetadataResponse {
             assignment_version: AssignmentVersion(42),
@@ -154,7 +160,12 @@ fn control_responses_round_trip() {
                         leader_epoch: LeaderEpoch(1),
                     },
                 ],
+                key_version: 3,
             }],
+        }),
+        Response::ResizeQueue(ResizeQueueResponse {
+            assignment_version: AssignmentVersion(43),
+            key_version: 2,
         }),
         Response::Peek(PeekResponse {
             messages: vec![
@@ -340,4 +351,26 @@ fn generated_code_is_fresh() {
         fresh == committed,
         "src/proto/generated/control_generated.rs is stale: regenerate it (wire/schema/README.md)"
     );
+}
+
+// Goal: a resize names a real growth target and KEY_MOVED reaches only
+// clients that know it; method: counts 0, 1 and past the limit refused at
+// encode, and `answerable` for Enqueue v1/v2 and another key.
+#[test]
+fn resize_requests_are_bounded_and_key_moved_is_versioned() {
+    for partitions in [0, 1, spool_wire::proto::limits::PARTITIONS_MAX + 1] {
+        let request = Request::ResizeQueue(ResizeQueueRequest { name: "jobs".into(), partitions });
+        assert!(request.encode(CorrelationId(1), &mut Vec::new()).is_err(), "{partitions}");
+    }
+    use spool_wire::proto::ENQUEUE_VERSION_KEY_MOVED;
+    use spool_wire::ErrorCode;
+    let moved = ErrorCode::KeyMoved;
+    assert_eq!(ApiKey::Enqueue.answerable(ENQUEUE_VERSION_KEY_MOVED, moved), moved);
+    assert_eq!(
+        ApiKey::Enqueue.answerable(ENQUEUE_VERSION_KEY_MOVED - 1, moved),
+        ErrorCode::NotOwner
+    );
+    assert_eq!(ApiKey::Enqueue.max_version(), ENQUEUE_VERSION_KEY_MOVED);
+    assert_eq!(ApiKey::Claim.answerable(9, moved), ErrorCode::NotOwner);
+    assert_eq!(ApiKey::ResizeQueue.answerable(0, ErrorCode::NotLeader), ErrorCode::NotLeader);
 }

@@ -13,7 +13,7 @@
 //! executor does, so ids survive deletes) and it does not persist itself
 //! (`control::catalog` does, on the coordinator).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 
@@ -93,6 +93,39 @@ pub struct QueueEntry {
     pub created_at: AssignmentVersion,
     /// Indexed by partition id.
     pub partitions: Vec<PartitionAssignment>,
+    /// How keys are placed over the partitions, and a resize's hold.
+    pub keys: KeyPlacement,
+}
+
+/// A queue's key map (`docs/design/replication.md`, "Resizing a queue"):
+/// keys are placed over all its partitions by jump consistent hash, so a
+/// resize from `n` to `m` moves a key only into a partition `n..m`. While
+/// an older partition has not finished the records it took before the
+/// resize (`draining`), the partitions from `held_from` on hand out
+/// nothing, so a moved key's new messages never go out before its earlier
+/// ones are finished.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyPlacement {
+    /// 1 at creation, + 1 per resize.
+    pub version: u64,
+    /// The first partition the last resize added (the partition count when
+    /// the queue never grew).
+    pub held_from: u32,
+    /// Older partitions still finishing what they took before the resize.
+    pub draining: BTreeSet<PartitionId>,
+}
+
+impl KeyPlacement {
+    /// The key map of a queue created with `partitions` partitions.
+    pub fn fresh(partitions: u32) -> KeyPlacement {
+        KeyPlacement { version: 1, held_from: partitions, draining: BTreeSet::new() }
+    }
+
+    /// Whether `partition` hands out nothing until the older partitions
+    /// drain.
+    pub fn holds(&self, partition: PartitionId) -> bool {
+        !self.draining.is_empty() && partition.0 >= self.held_from
+    }
 }
 
 /// One change to the table.
@@ -105,9 +138,19 @@ pub enum AssignmentChange {
         queue_id: QueueId,
         shards: Vec<ShardId>,
         config: Arc<QueueConfig>,
+        /// [`KeyPlacement::fresh`] for a new queue; a catalog's replay
+        /// carries the map the queue had.
+        keys: KeyPlacement,
     },
     /// Remove a queue and all its partitions.
     DeleteQueue { queue: QueueName },
+    /// Add partitions to a queue: partition `n + i` (for the queue's `n`
+    /// partitions) lives on `shards[i]`. The key map's version grows by
+    /// one and every older partition starts draining.
+    GrowQueue { queue: QueueName, shards: Vec<ShardId> },
+    /// Older partition `partition` of `queue` finished every record it took
+    /// before the resize that made key map `key_version`.
+    KeysDrained { queue: QueueName, key_version: u64, partition: PartitionId },
 }
 
 /// The message the coordinator sends to every shard: a change and the
@@ -150,6 +193,17 @@ pub enum AssignmentError {
          dead-letter lane of the queue without it"
     )]
     ReservedQueueName(QueueName),
+    #[error("queue {queue} has {from} partitions: a resize only adds partitions, not {to}")]
+    NotGrowing { queue: QueueName, from: u32, to: u32 },
+    #[error(
+        "queue {queue} is still finishing its last resize: {draining} older partitions have \
+         records from before it; resize again once `queue describe` shows none draining"
+    )]
+    ResizeInProgress { queue: QueueName, draining: usize },
+    #[error("queue {queue} has key map version {current}, not {got}")]
+    StaleKeyVersion { queue: QueueName, current: u64, got: u64 },
+    #[error("partition {} of queue {queue} is not draining", partition.0)]
+    NotDraining { queue: QueueName, partition: PartitionId },
 }
 
 /// Partitions `0..partition_count` placed round-robin over `shard_count`
@@ -242,11 +296,124 @@ impl AssignmentTable {
             return Err(AssignmentError::PartitionCount { count: partition_count });
         }
         let shards = place_round_robin(self.placement_cursor, partition_count, self.shard_count);
-        self.check_create(&queue, queue_id, &shards, &config)?;
+        self.check_create(
+            &queue,
+            queue_id,
+            &shards,
+            &config,
+            &KeyPlacement::fresh(partition_count),
+        )?;
         Ok(AssignmentUpdate {
             version: self.next_version(),
-            change: AssignmentChange::CreateQueue { queue, queue_id, shards, config },
+            change: AssignmentChange::CreateQueue {
+                queue,
+                queue_id,
+                keys: KeyPlacement::fresh(partition_count),
+                shards,
+                config,
+            },
         })
+    }
+
+    /// The update that grows `queue` to `partition_count` partitions, the
+    /// new ones placed round-robin from the placement cursor. Does not
+    /// change the table: apply the update.
+    ///
+    /// # Errors
+    /// `QueueNotFound`, `NotGrowing`, `PartitionCount`, `ResizeInProgress`,
+    /// `TooManyPartitions`.
+    pub fn plan_grow_queue(
+        &self,
+        queue: QueueName,
+        partition_count: u32,
+    ) -> Result<AssignmentUpdate, AssignmentError> {
+        let entry =
+            self.queues.get(&queue).ok_or_else(|| AssignmentError::QueueNotFound(queue.clone()))?;
+        let from = u32::try_from(entry.partitions.len()).unwrap_or(u32::MAX);
+        if partition_count <= from {
+            return Err(AssignmentError::NotGrowing { queue, from, to: partition_count });
+        }
+        if partition_count > PARTITIONS_PER_QUEUE_MAX {
+            return Err(AssignmentError::PartitionCount { count: partition_count });
+        }
+        let shards =
+            place_round_robin(self.placement_cursor, partition_count - from, self.shard_count);
+        self.check_grow(&queue, &shards)?;
+        Ok(AssignmentUpdate {
+            version: self.next_version(),
+            change: AssignmentChange::GrowQueue { queue, shards },
+        })
+    }
+
+    /// Every check a grow must pass, for plans and for applies alike.
+    fn check_grow(&self, queue: &QueueName, shards: &[ShardId]) -> Result<(), AssignmentError> {
+        let entry =
+            self.queues.get(queue).ok_or_else(|| AssignmentError::QueueNotFound(queue.clone()))?;
+        let from = u32::try_from(entry.partitions.len()).unwrap_or(u32::MAX);
+        let to = u32::try_from(entry.partitions.len() + shards.len()).unwrap_or(u32::MAX);
+        if shards.is_empty() {
+            return Err(AssignmentError::NotGrowing { queue: queue.clone(), from, to });
+        }
+        if to > PARTITIONS_PER_QUEUE_MAX {
+            return Err(AssignmentError::PartitionCount { count: to });
+        }
+        if let Some(&shard) = shards.iter().find(|shard| shard.0 >= self.shard_count) {
+            return Err(AssignmentError::ShardOutOfRange { shard, shard_count: self.shard_count });
+        }
+        if !entry.keys.draining.is_empty() {
+            return Err(AssignmentError::ResizeInProgress {
+                queue: queue.clone(),
+                draining: entry.keys.draining.len(),
+            });
+        }
+        let hosted = self.partition_count();
+        if hosted + shards.len() > PARTITIONS_PER_NODE_MAX {
+            return Err(AssignmentError::TooManyPartitions {
+                hosted,
+                adding: shards.len(),
+                max: PARTITIONS_PER_NODE_MAX,
+            });
+        }
+        Ok(())
+    }
+
+    /// The update recording that `partition` of `queue` finished what it
+    /// took before key map `key_version`.
+    ///
+    /// # Errors
+    /// `QueueNotFound`, `StaleKeyVersion`, `NotDraining`.
+    pub fn plan_keys_drained(
+        &self,
+        queue: QueueName,
+        key_version: u64,
+        partition: PartitionId,
+    ) -> Result<AssignmentUpdate, AssignmentError> {
+        self.check_drained(&queue, key_version, partition)?;
+        Ok(AssignmentUpdate {
+            version: self.next_version(),
+            change: AssignmentChange::KeysDrained { queue, key_version, partition },
+        })
+    }
+
+    fn check_drained(
+        &self,
+        queue: &QueueName,
+        key_version: u64,
+        partition: PartitionId,
+    ) -> Result<(), AssignmentError> {
+        let entry =
+            self.queues.get(queue).ok_or_else(|| AssignmentError::QueueNotFound(queue.clone()))?;
+        if entry.keys.version != key_version {
+            return Err(AssignmentError::StaleKeyVersion {
+                queue: queue.clone(),
+                current: entry.keys.version,
+                got: key_version,
+            });
+        }
+        if !entry.keys.draining.contains(&partition) {
+            return Err(AssignmentError::NotDraining { queue: queue.clone(), partition });
+        }
+        Ok(())
     }
 
     /// Every check a create must pass, for plans and for applies alike.
@@ -256,6 +423,7 @@ impl AssignmentTable {
         queue_id: QueueId,
         shards: &[ShardId],
         config: &QueueConfig,
+        keys: &KeyPlacement,
     ) -> Result<(), AssignmentError> {
         let count = u32::try_from(shards.len()).unwrap_or(u32::MAX);
         if !(1..=PARTITIONS_PER_QUEUE_MAX).contains(&count) {
@@ -265,6 +433,13 @@ impl AssignmentTable {
             return Err(AssignmentError::ShardOutOfRange { shard, shard_count: self.shard_count });
         }
         config.validate()?;
+        let count = u32::try_from(shards.len()).unwrap_or(u32::MAX);
+        let keys_fit = keys.version >= 1
+            && keys.held_from <= count
+            && keys.draining.iter().all(|partition| partition.0 < keys.held_from);
+        if !keys_fit {
+            return Err(AssignmentError::PartitionCount { count });
+        }
         if self.queues.contains_key(queue) {
             return Err(AssignmentError::QueueExists(queue.clone()));
         }
@@ -318,8 +493,8 @@ impl AssignmentTable {
             return Err(AssignmentError::VersionGap { current: self.version, got: update.version });
         }
         match &update.change {
-            AssignmentChange::CreateQueue { queue, queue_id, shards, config } => {
-                self.check_create(queue, *queue_id, shards, config)?;
+            AssignmentChange::CreateQueue { queue, queue_id, shards, config, keys } => {
+                self.check_create(queue, *queue_id, shards, config, keys)?;
                 let partitions = shards
                     .iter()
                     .map(|&shard| PartitionAssignment { shard, assigned_at: update.version })
@@ -329,6 +504,7 @@ impl AssignmentTable {
                     config: config.clone(),
                     created_at: update.version,
                     partitions,
+                    keys: keys.clone(),
                 };
                 self.queues.insert(queue.clone(), entry);
                 self.names_by_id.insert(*queue_id, queue.clone());
@@ -342,6 +518,32 @@ impl AssignmentTable {
                 };
                 let removed = self.names_by_id.remove(&entry.id);
                 assert!(removed.as_ref() == Some(queue), "queue id index out of step");
+            }
+            AssignmentChange::GrowQueue { queue, shards } => {
+                self.check_grow(queue, shards)?;
+                let cursor = (u64::from(self.placement_cursor) + shards.len() as u64)
+                    % u64::from(self.shard_count);
+                let Some(entry) = self.queues.get_mut(queue) else {
+                    return Err(AssignmentError::QueueNotFound(queue.clone()));
+                };
+                let from = u32::try_from(entry.partitions.len()).unwrap_or(u32::MAX);
+                entry.partitions.extend(
+                    shards
+                        .iter()
+                        .map(|&shard| PartitionAssignment { shard, assigned_at: update.version }),
+                );
+                entry.keys = KeyPlacement {
+                    version: entry.keys.version + 1,
+                    held_from: from,
+                    draining: (0..from).map(PartitionId).collect(),
+                };
+                self.placement_cursor = cursor as u16;
+            }
+            AssignmentChange::KeysDrained { queue, key_version, partition } => {
+                self.check_drained(queue, *key_version, *partition)?;
+                if let Some(entry) = self.queues.get_mut(queue) {
+                    entry.keys.draining.remove(partition);
+                }
             }
         }
         self.version = update.version;
@@ -439,6 +641,7 @@ mod tests {
                 queue_id: QueueId(2),
                 shards: vec![ShardId(0)],
                 config: config(),
+                keys: KeyPlacement::fresh(1),
             },
         };
         table.apply(&replayed).unwrap();
@@ -561,6 +764,7 @@ mod tests {
                 queue_id: QueueId(1),
                 shards: vec![ShardId(2)],
                 config: config(),
+                keys: KeyPlacement::fresh(1),
             },
         };
         assert_eq!(
@@ -582,6 +786,97 @@ mod tests {
             assert!(QueueName::new(bad).is_err(), "{bad:?} accepted");
         }
         assert!(QueueName::new(&"x".repeat(QUEUE_NAME_BYTES_MAX)).is_ok());
+    }
+}
+
+#[cfg(test)]
+mod grow_tests {
+    use super::*;
+
+    fn name(text: &str) -> QueueName {
+        QueueName::new(text).unwrap()
+    }
+
+    // Goal: a resize adds partitions after the old ones, gives the key map
+    // a new version and holds the added partitions until every older one
+    // reported drained, once each; replicas applying the same updates
+    // agree; stale or repeated reports and a second resize while draining
+    // are refused without changing the table. Method: create 4 on 2
+    // shards, grow to 5, report out of order, repeat one, grow again.
+    #[test]
+    fn grow_holds_the_added_partitions_until_the_older_ones_drain() {
+        let mut table = AssignmentTable::new(2);
+        let create = table
+            .plan_create_queue(name("jobs"), QueueId(1), 4, Arc::new(QueueConfig::default()))
+            .unwrap();
+        table.apply(&create).unwrap();
+        let mut replica = table.clone();
+        let entry = table.queue(&name("jobs")).unwrap();
+        assert_eq!(entry.keys, KeyPlacement::fresh(4));
+        assert!(!entry.keys.holds(PartitionId(3)));
+
+        assert_eq!(
+            table.plan_grow_queue(name("jobs"), 4),
+            Err(AssignmentError::NotGrowing { queue: name("jobs"), from: 4, to: 4 })
+        );
+        assert_eq!(
+            table.plan_grow_queue(name("nope"), 5),
+            Err(AssignmentError::QueueNotFound(name("nope")))
+        );
+        let grow = table.plan_grow_queue(name("jobs"), 5).unwrap();
+        table.apply(&grow).unwrap();
+        replica.apply(&grow).unwrap();
+        let entry = table.queue(&name("jobs")).unwrap();
+        assert_eq!(entry.partitions.len(), 5);
+        // Round-robin continues where the create ended (4 partitions on 2
+        // shards: the cursor is back at shard 0).
+        assert_eq!(entry.partitions[4].shard, ShardId(0));
+        assert_eq!(entry.keys.version, 2);
+        assert_eq!(entry.keys.held_from, 4);
+        assert_eq!(entry.keys.draining.len(), 4);
+        assert!(entry.keys.holds(PartitionId(4)) && !entry.keys.holds(PartitionId(3)));
+        assert!(matches!(
+            table.plan_grow_queue(name("jobs"), 6),
+            Err(AssignmentError::ResizeInProgress { draining: 4, .. })
+        ));
+        assert!(matches!(
+            table.plan_keys_drained(name("jobs"), 1, PartitionId(0)),
+            Err(AssignmentError::StaleKeyVersion { current: 2, got: 1, .. })
+        ));
+        assert!(matches!(
+            table.plan_keys_drained(name("jobs"), 2, PartitionId(4)),
+            Err(AssignmentError::NotDraining { .. })
+        ));
+        for partition in [2, 0, 3] {
+            let drained = table.plan_keys_drained(name("jobs"), 2, PartitionId(partition)).unwrap();
+            table.apply(&drained).unwrap();
+            replica.apply(&drained).unwrap();
+            assert!(table.queue(&name("jobs")).unwrap().keys.holds(PartitionId(4)));
+        }
+        let before = table.clone();
+        let repeated = AssignmentUpdate {
+            version: AssignmentVersion(table.version().0 + 1),
+            change: AssignmentChange::KeysDrained {
+                queue: name("jobs"),
+                key_version: 2,
+                partition: PartitionId(0),
+            },
+        };
+        assert!(matches!(table.apply(&repeated), Err(AssignmentError::NotDraining { .. })));
+        assert_eq!(table, before);
+        let last = table.plan_keys_drained(name("jobs"), 2, PartitionId(1)).unwrap();
+        table.apply(&last).unwrap();
+        replica.apply(&last).unwrap();
+        assert!(!table.queue(&name("jobs")).unwrap().keys.holds(PartitionId(4)));
+        assert_eq!(table, replica);
+        let again = table.plan_grow_queue(name("jobs"), 8).unwrap();
+        table.apply(&again).unwrap();
+        let entry = table.queue(&name("jobs")).unwrap();
+        assert_eq!((entry.keys.version, entry.keys.held_from, entry.partitions.len()), (3, 5, 8));
+        assert_eq!(
+            table.plan_grow_queue(name("jobs"), PARTITIONS_PER_QUEUE_MAX + 1),
+            Err(AssignmentError::PartitionCount { count: PARTITIONS_PER_QUEUE_MAX + 1 })
+        );
     }
 }
 

@@ -49,7 +49,7 @@ use thiserror::Error;
 
 use crate::control::assignment::{
     AssignmentChange, AssignmentError, AssignmentTable, AssignmentUpdate, AssignmentVersion,
-    QueueName, ShardId, PARTITIONS_PER_QUEUE_MAX, QUEUES_MAX,
+    KeyPlacement, PartitionId, QueueName, ShardId, PARTITIONS_PER_QUEUE_MAX, QUEUES_MAX,
 };
 use crate::limits::{CATALOG_BODY_BYTES_MAX, CATALOG_HEADER_BYTES_MAX};
 use crate::queue::{QueueConfig, QueueId};
@@ -124,6 +124,8 @@ pub struct CatalogQueue {
     /// Partition `i` lives on `shards[i]`.
     pub shards: Vec<ShardId>,
     pub config: Arc<QueueConfig>,
+    /// Its key map (fresh unless the queue was resized).
+    pub keys: KeyPlacement,
 }
 
 /// The whole catalog. Build it with [`Catalog::from_table`].
@@ -159,6 +161,18 @@ struct QueueRecord {
     created_at: u64,
     shards: Vec<u16>,
     config: QueueConfig,
+    /// The key map of a queue that was resized (absent: fresh, as every
+    /// catalog written before resizes holds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    keys: Option<KeysRecord>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeysRecord {
+    version: u64,
+    held_from: u32,
+    draining: Vec<u32>,
 }
 
 /// What a start-up does with a catalog: shards start from `start` and apply
@@ -195,6 +209,7 @@ impl Catalog {
                     created_at: entry.created_at,
                     shards: entry.partitions.iter().map(|partition| partition.shard).collect(),
                     config: entry.config.clone(),
+                    keys: entry.keys.clone(),
                 }
             })
             .collect();
@@ -227,6 +242,13 @@ impl Catalog {
                     created_at: queue.created_at.0,
                     shards: queue.shards.iter().map(|shard| shard.0).collect(),
                     config: (*queue.config).clone(),
+                    keys: (queue.keys != KeyPlacement::fresh(queue.shards.len() as u32)).then(
+                        || KeysRecord {
+                            version: queue.keys.version,
+                            held_from: queue.keys.held_from,
+                            draining: queue.keys.draining.iter().map(|p| p.0).collect(),
+                        },
+                    ),
                 })
                 .collect(),
         };
@@ -345,12 +367,21 @@ impl Catalog {
                     record.shards.len()
                 )));
             }
+            let keys = match record.keys {
+                None => KeyPlacement::fresh(record.shards.len() as u32),
+                Some(keys) => KeyPlacement {
+                    version: keys.version,
+                    held_from: keys.held_from,
+                    draining: keys.draining.into_iter().map(PartitionId).collect(),
+                },
+            };
             queues.push(CatalogQueue {
                 name,
                 id: QueueId(record.id),
                 created_at: AssignmentVersion(record.created_at),
                 shards: record.shards.into_iter().map(ShardId).collect(),
                 config: Arc::new(record.config),
+                keys,
             });
         }
         Ok(Catalog {
@@ -420,6 +451,7 @@ impl Catalog {
                     queue_id: queue.id,
                     shards: queue.shards.clone(),
                     config: queue.config.clone(),
+                    keys: queue.keys.clone(),
                 },
             };
             table.apply(&update).map_err(|error: AssignmentError| {

@@ -77,6 +77,13 @@ impl<S: Storage + Clone> Partition<S> {
                 let state = self.state.borrow();
                 let decision = &mut decision.decision;
                 match lane {
+                    // A resize's hold: nothing until the older partitions
+                    // drained; the hold's end wakes this wait.
+                    Lane::Main if self.held_by_keys() => {
+                        decision.events.clear();
+                        decision.deliveries.clear();
+                        decision.exhausted = true;
+                    }
                     Lane::Main => state.claim_into(now, request, durable_end, decision)?,
                     Lane::DeadLetter => {
                         state.claim_dead_letters_into(now, request, durable_end, decision)?;
@@ -140,6 +147,10 @@ impl<S: Storage + Clone> Partition<S> {
         if self.closed.get() || cancel.is_cancelled() {
             return Ok(ClaimedReady { claimed: Vec::new(), exhausted: self.closed.get() });
         }
+        // Held by a resize: listed again when the hold ends.
+        if self.held_by_keys() {
+            return Ok(ClaimedReady { claimed: Vec::new(), exhausted: true });
+        }
         let now = (self.clock)();
         let durable_end = self.durable_end();
         let decision = &mut scratch.decision;
@@ -173,7 +184,7 @@ impl<S: Storage + Clone> Partition<S> {
         positions: &mut Vec<u64>,
     ) -> Result<bool, PartitionError> {
         positions.clear();
-        if self.closed.get() {
+        if self.closed.get() || self.held_by_keys() {
             return Ok(true);
         }
         let mut scratch = ClaimScratch { partition: self, decision: self.scratch.take_claim() };

@@ -19,8 +19,15 @@ use crate::queue::{
 /// What happened to one record of an enqueued batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EnqueueOutcome {
-    Appended { offset: Offset },
-    Duplicate { original: Offset },
+    Appended {
+        offset: Offset,
+    },
+    Duplicate {
+        original: Offset,
+    },
+    /// Not appended: the queue was resized and the record's key now maps
+    /// to another partition (`keys.rs`); its producer routes it again.
+    Moved,
 }
 
 /// Extracts the admission request of one archived record.
@@ -199,14 +206,26 @@ impl<S: Storage + Clone> Partition<S> {
                 decisions.push(decision);
             }
         }
+        // A record already here stays a duplicate; a new one whose key a
+        // resize moved is refused, so its producer routes it again.
+        let mut outcomes = vec![EnqueueOutcome::Duplicate { original: Offset(0) }; requests.len()];
+        for (index, decision) in decisions.iter().enumerate() {
+            if matches!(decision, EnqueueDecision::Accept)
+                && self.key_moved(view.record(index).routing_key.as_slice())
+            {
+                outcomes[index] = EnqueueOutcome::Moved;
+            }
+        }
         accepted.extend(
             decisions
                 .iter()
                 .enumerate()
-                .filter(|(_, decision)| matches!(decision, EnqueueDecision::Accept))
+                .filter(|(index, decision)| {
+                    matches!(decision, EnqueueDecision::Accept)
+                        && outcomes[*index] != EnqueueOutcome::Moved
+                })
                 .map(|(index, _)| index as u32),
         );
-        let mut outcomes = vec![EnqueueOutcome::Duplicate { original: Offset(0) }; requests.len()];
         let mut ticket = None;
         let mut attributed = None;
         if !accepted.is_empty() {
@@ -280,11 +299,15 @@ impl<S: Storage + Clone> Partition<S> {
                     outcomes[index] = EnqueueOutcome::Duplicate { original: *original };
                 }
                 EnqueueDecision::DuplicateInBatch { index: first } => {
-                    let original = match outcomes[*first] {
-                        EnqueueOutcome::Appended { offset } => offset,
-                        EnqueueOutcome::Duplicate { original } => original,
+                    outcomes[index] = match outcomes[*first] {
+                        EnqueueOutcome::Appended { offset } => {
+                            EnqueueOutcome::Duplicate { original: offset }
+                        }
+                        EnqueueOutcome::Duplicate { original } => {
+                            EnqueueOutcome::Duplicate { original }
+                        }
+                        EnqueueOutcome::Moved => EnqueueOutcome::Moved,
                     };
-                    outcomes[index] = EnqueueOutcome::Duplicate { original };
                 }
                 EnqueueDecision::Accept | EnqueueDecision::QueueFull { .. } => {}
             }

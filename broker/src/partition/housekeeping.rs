@@ -97,7 +97,8 @@ impl<S: Storage + Clone> Partition<S> {
     pub(super) fn ready(&self, count: usize) {
         // A replicated member that does not serve is claimed from nowhere:
         // it is listed once it takes the lead (`take_leadership`).
-        if !self.serving() {
+        // Nor is a partition a resize holds: listed when the hold ends.
+        if !self.serving() || self.held_by_keys() {
             return;
         }
         if let Some(hook) = self.ready_hook.borrow().as_ref() {

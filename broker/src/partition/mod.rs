@@ -65,6 +65,7 @@ mod epoch;
 mod error;
 pub mod files;
 mod housekeeping;
+mod keys;
 mod log;
 pub mod memory;
 mod open;
@@ -98,6 +99,7 @@ pub use checkpoint::{checkpoint_interval_offsets, CheckpointStats};
 pub use claim::ClaimedReady;
 pub use enqueue::EnqueueOutcome;
 pub use error::PartitionError;
+pub use keys::KeyRoute;
 pub use open::{JournalOpen, JournalReplayed, OpenReport};
 pub use read::{Claimed, Peeked};
 pub use relocate::{garbage_ratio, relocate_pass, RelocatePass, RelocateStep};
@@ -178,6 +180,8 @@ pub struct Partition<S: Storage + Clone> {
     /// This partition's charge on its shard's state share (`memory.rs`):
     /// set again whenever its state changed.
     memory: RefCell<memory::StateCharge>,
+    /// Its place in its queue's key map (`keys.rs`).
+    keys: keys::KeyState,
 }
 
 /// How the partition's batches were attributed since open

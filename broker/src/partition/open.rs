@@ -265,6 +265,7 @@ impl<S: Storage + Clone> Partition<S> {
             memory: RefCell::new(super::memory::StateCharge::new(
                 super::memory::StateMemory::unbounded(),
             )),
+            keys: super::keys::KeyState::default(),
         });
         let (replayed_batches, replayed_events) = match replayed {
             Some(done) => done,

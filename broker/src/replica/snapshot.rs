@@ -79,6 +79,17 @@ const KIND_GONE: u8 = 5;
 const KIND_INSTALLED: u8 = 6;
 const KIND_DECLINED: u8 = 7;
 
+/// The `context` tag of a change a controller member that does not lead
+/// forwards to its leader (`shard/controller_run.rs`): not for raft-rs
+/// either, and taken out by the same host hook as transfers.
+pub const FORWARD_TAG: u8 = 0xF4;
+
+/// Whether `message` is a forwarded controller change.
+pub fn is_forward(message: &Message) -> bool {
+    message.get_msg_type() == MessageType::MsgUnreachable
+        && message.get_context().first() == Some(&FORWARD_TAG)
+}
+
 /// Whether `message` is a transfer message (not for raft-rs).
 pub fn is_transfer(message: &Message) -> bool {
     message.get_msg_type() == MessageType::MsgUnreachable

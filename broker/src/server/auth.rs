@@ -568,6 +568,7 @@ impl ShardAuth {
             Request::Ack(ack) => ack.tokens.iter().try_for_each(by_token),
             Request::CreateQueue(create) => by_name(&create.name, Operation::Admin),
             Request::DeleteQueue(delete) => by_name(&delete.name, Operation::Admin),
+            Request::ResizeQueue(resize) => by_name(&resize.name, Operation::Admin),
             Request::DescribeQueue(describe) => by_name(&describe.name, Operation::Describe),
             Request::Peek(peek) => by_name(&peek.queue, Operation::Peek),
             Request::DeadLetters(list) => by_name(&list.queue, Operation::Peek),
@@ -623,6 +624,10 @@ impl ShardAuth {
                     ..target("delete_queue", &delete.name, None)
                 })
             }
+            Request::ResizeQueue(resize) => Some(AuditTarget {
+                partitions: u64::from(resize.partitions),
+                ..target("resize_queue", &resize.name, None)
+            }),
             _ => None,
         }
     }

@@ -7,7 +7,7 @@
 //! must not change a partition or the catalog.
 
 use spool_wire::proto::{
-    DescribeQueueResponse, MetadataResponse, PartitionMetadata, PartitionReplication,
+    DescribeQueueResponse, KeyMapStats, MetadataResponse, PartitionMetadata, PartitionReplication,
     PartitionStats, QueueMetadata, Response,
 };
 use spool_wire::ErrorCode;
@@ -27,6 +27,11 @@ impl SpoolHandler {
         };
         let partition_count = entry.partitions.len() as u32;
         let config = queue_config_to_wire(&entry.config, partition_count);
+        let keys = KeyMapStats {
+            version: entry.keys.version,
+            draining: entry.keys.draining.iter().copied().collect(),
+            held_from: entry.keys.held_from,
+        };
         drop(table);
         let mut partitions = Vec::new();
         for partition in (0..partition_count).map(PartitionId) {
@@ -68,6 +73,7 @@ impl SpoolHandler {
             name: queue.to_owned(),
             config,
             partitions,
+            keys,
         }))
     }
 
@@ -100,7 +106,11 @@ impl SpoolHandler {
                     }
                 })
                 .collect();
-            queues.push(QueueMetadata { name: name.as_str().to_owned(), partitions });
+            queues.push(QueueMetadata {
+                name: name.as_str().to_owned(),
+                partitions,
+                key_version: entry.keys.version,
+            });
         }
         for queue in wanted {
             if !queues.iter().any(|found| &found.name == queue) {

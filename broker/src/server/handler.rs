@@ -125,7 +125,7 @@ fn error_from(code: ErrorCode, message: String) -> ErrorResponse {
     ErrorResponse::new(code, clip_message(message))
 }
 
-fn control_error(failure: &CoordinatorError) -> ErrorResponse {
+pub(super) fn control_error(failure: &CoordinatorError) -> ErrorResponse {
     use crate::control::assignment::AssignmentError;
     let code = match failure {
         CoordinatorError::Assignment(AssignmentError::QueueExists(_)) => ErrorCode::QueueExists,
@@ -136,6 +136,7 @@ fn control_error(failure: &CoordinatorError) -> ErrorResponse {
         CoordinatorError::Stopped => ErrorCode::ShuttingDown,
         CoordinatorError::CreateFailed { .. } => ErrorCode::StorageFailed,
         CoordinatorError::CreateRefused { .. } => ErrorCode::InvalidArgument,
+        CoordinatorError::ResizeIncomplete { .. } => ErrorCode::StorageFailed,
         // Another node leads the controller: its address, as `route` does
         // (NOT_OWNER to an older client).
         CoordinatorError::NotLeader { client, .. } => {
@@ -282,7 +283,7 @@ impl SpoolHandler {
                     .iter()
                     .find_map(|outcome| match outcome {
                         EnqueueOutcome::Appended { offset } => Some(*offset),
-                        EnqueueOutcome::Duplicate { .. } => None,
+                        EnqueueOutcome::Duplicate { .. } | EnqueueOutcome::Moved => None,
                     })
                     .unwrap_or_default();
                 let records = outcomes
@@ -293,6 +294,11 @@ impl SpoolHandler {
                         }
                         EnqueueOutcome::Duplicate { original } => {
                             RecordOutcome::Duplicate { original_offset: *original }
+                        }
+                        // NOT_OWNER to an Enqueue older than v2 (the
+                        // response's writer maps it).
+                        EnqueueOutcome::Moved => {
+                            RecordOutcome::Rejected { code: ErrorCode::KeyMoved }
                         }
                     })
                     .collect();
@@ -365,6 +371,7 @@ impl SpoolHandler {
                     .map_err(|e| control_error(&e))?;
                 Ok(Response::DeleteQueue(DeleteQueueResponse { assignment_version: version }))
             }
+            Request::ResizeQueue(resize) => self.resize(&resize.name, resize.partitions).await,
             Request::ListQueues(_) => {
                 let table = self.state.table.borrow();
                 let queues = table

@@ -64,6 +64,7 @@ mod frame;
 mod frame_handler;
 pub mod handler;
 mod journal;
+mod keys;
 mod open;
 use journal::CommitTimer;
 pub use journal::ShardJournalRun;
@@ -298,6 +299,8 @@ pub struct ShardState {
     pub cluster: Option<Rc<cluster::ShardCluster>>,
     /// Snapshot transfers served and installs running (`snapshot.rs`).
     snapshots: snapshot::Snapshots,
+    /// Older partitions draining for a resize (`keys.rs`).
+    drains: keys::Drains,
 }
 
 impl std::fmt::Debug for ShardState {
@@ -448,6 +451,7 @@ impl ShardHooksFactory for SpoolHooksFactory {
                 .as_ref()
                 .map(|node| cluster::ShardCluster::new(node.clone(), context.shard)),
             snapshots: snapshot::Snapshots::default(),
+            drains: keys::Drains::default(),
         });
         let handler = Rc::new(SpoolHandler::new(state.clone()));
         SpoolHooks { state, handler }
@@ -552,31 +556,15 @@ impl ShardHooks for SpoolHooks {
             AssignmentChange::DeleteQueue { queue } => {
                 state.table.borrow().queue(queue).map(|entry| entry.id)
             }
-            AssignmentChange::CreateQueue { .. } => None,
+            AssignmentChange::CreateQueue { .. }
+            | AssignmentChange::GrowQueue { .. }
+            | AssignmentChange::KeysDrained { .. } => None,
         };
         *state.table.borrow_mut() = table.clone();
         let result = match &update.change {
-            AssignmentChange::CreateQueue { queue, queue_id, shards, config } => {
-                // Every owned partition is tried: one that fails to open
-                // must not keep its neighbours closed. Up to
-                // PARTITION_OPENS_CONCURRENT open at once, so their syncs
-                // (epoch file, directory) overlap instead of queueing one
-                // after another. The directories and the epochs of all of
-                // them are made durable first, together (a few syncs per
-                // shard, not several per partition).
+            AssignmentChange::CreateQueue { queue, queue_id, shards, config, .. } => {
                 // In a cluster, only the partitions this node is a replica of.
-                let owned: Vec<PartitionId> = shards
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, shard)| **shard == state.shard)
-                    .map(|(partition, _)| PartitionId(u32::try_from(partition).unwrap_or(u32::MAX)))
-                    .filter(|partition| {
-                        state
-                            .cluster
-                            .as_ref()
-                            .is_none_or(|cluster| cluster.hosts(*queue_id, *partition))
-                    })
-                    .collect();
+                let owned = state.owned_partitions(*queue_id, shards, 0);
                 // A live create that cannot fit is refused before anything
                 // opens; the catalog's replay at start is not (the start
                 // checks the whole charge and names the queues instead).
@@ -589,41 +577,34 @@ impl ShardHooks for SpoolHooks {
                         });
                     }
                 }
-                let epochs = state.open_journal_epochs(*queue_id, &owned).await;
-                let mut failures = Vec::new();
-                for (at, wave) in
-                    owned.chunks(crate::limits::PARTITION_OPENS_CONCURRENT).enumerate()
-                {
-                    let first = at * crate::limits::PARTITION_OPENS_CONCURRENT;
-                    let opening: Vec<_> = wave
-                        .iter()
-                        .enumerate()
-                        .map(|(index, &partition)| {
-                            let state = state.clone();
-                            let queue = queue.clone();
-                            let config = config.clone();
-                            let queue_id = *queue_id;
-                            let opened = epochs
-                                .as_ref()
-                                .and_then(|epochs| epochs.get(first + index).copied());
-                            glommio::spawn_local(async move {
-                                state
-                                    .open_partition(&queue, queue_id, partition, &config, opened)
-                                    .await
-                            })
-                        })
-                        .collect();
-                    for task in opening {
-                        if let Err(error) = task.await {
-                            failures.push(error);
-                        }
+                state.open_owned(queue, *queue_id, config, &owned).await
+            }
+            AssignmentChange::GrowQueue { queue, shards } => {
+                // The older partitions refuse moved keys from here on.
+                state.set_key_routes(queue);
+                let Some((queue_id, config, count)) = table
+                    .queue(queue)
+                    .map(|entry| (entry.id, entry.config.clone(), entry.partitions.len()))
+                else {
+                    return Ok(());
+                };
+                let from = u32::try_from(count - shards.len()).unwrap_or(u32::MAX);
+                let owned = state.owned_partitions(queue_id, shards, from);
+                if update.version > state.recovered.version() {
+                    if let Err(full) = state.state_memory.admit_partitions(owned.len() as u64) {
+                        return Err(ServerError::Memory {
+                            queue: queue.as_str().to_owned(),
+                            partitions: owned.len(),
+                            full,
+                        });
                     }
                 }
-                match failures.len() {
-                    0 => Ok(()),
-                    1 => Err(failures.remove(0)),
-                    _ => Err(ServerError::Several(failures)),
-                }
+                state.open_owned(queue, queue_id, &config, &owned).await
+            }
+            AssignmentChange::KeysDrained { queue, .. } => {
+                // The hold ends once the last older partition drained.
+                state.set_key_routes(queue);
+                Ok(())
             }
             AssignmentChange::DeleteQueue { queue } => {
                 let doomed: Vec<((String, PartitionId), Rc<Served>)> =
@@ -741,6 +722,7 @@ impl ShardHooks for SpoolHooks {
     fn on_tick(&self) {
         self.retry_opens();
         snapshot::watch(&self.state);
+        keys::watch(&self.state);
         self.state.release_journal();
         self.handler.quota_tick();
         // Only the partitions touched since the last tick, those with a

@@ -55,6 +55,77 @@ impl ShardState {
     /// new leader epoch when [`ShardState::open_journal_epochs`] already
     /// made them durable for a group of partitions; without it the open
     /// makes its own.
+    /// The partitions of `shards` (partition `first + i` on `shards[i]`)
+    /// this shard owns: in a cluster, only those this node is a replica
+    /// of.
+    pub(super) fn owned_partitions(
+        &self,
+        queue_id: QueueId,
+        shards: &[ShardId],
+        first: u32,
+    ) -> Vec<PartitionId> {
+        shards
+            .iter()
+            .enumerate()
+            .filter(|(_, shard)| **shard == self.shard)
+            .map(|(index, _)| {
+                PartitionId(first.saturating_add(u32::try_from(index).unwrap_or(u32::MAX)))
+            })
+            .filter(|partition| {
+                self.cluster.as_ref().is_none_or(|cluster| cluster.hosts(queue_id, *partition))
+            })
+            .collect()
+    }
+
+    /// Opens `owned` partitions of `queue` (a create's, or a resize's
+    /// added ones). Every one is tried: one that fails to open must not
+    /// keep its neighbours closed. Up to `PARTITION_OPENS_CONCURRENT` open
+    /// at once, so their syncs (epoch file, directory) overlap instead of
+    /// queueing one after another; the directories and the epochs of all
+    /// of them are made durable first, together (a few syncs per shard,
+    /// not several per partition).
+    ///
+    /// # Errors
+    /// Every partition that did not open (`ServerError::Several` for more
+    /// than one).
+    pub(super) async fn open_owned(
+        self: &Rc<Self>,
+        queue: &QueueName,
+        queue_id: QueueId,
+        config: &Arc<crate::queue::QueueConfig>,
+        owned: &[PartitionId],
+    ) -> Result<(), ServerError> {
+        let epochs = self.open_journal_epochs(queue_id, owned).await;
+        let mut failures = Vec::new();
+        for (at, wave) in owned.chunks(crate::limits::PARTITION_OPENS_CONCURRENT).enumerate() {
+            let first = at * crate::limits::PARTITION_OPENS_CONCURRENT;
+            let opening: Vec<_> = wave
+                .iter()
+                .enumerate()
+                .map(|(index, &partition)| {
+                    let state = self.clone();
+                    let queue = queue.clone();
+                    let config = config.clone();
+                    let opened =
+                        epochs.as_ref().and_then(|epochs| epochs.get(first + index).copied());
+                    glommio::spawn_local(async move {
+                        state.open_partition(&queue, queue_id, partition, &config, opened).await
+                    })
+                })
+                .collect();
+            for task in opening {
+                if let Err(error) = task.await {
+                    failures.push(error);
+                }
+            }
+        }
+        match failures.len() {
+            0 => Ok(()),
+            1 => Err(failures.remove(0)),
+            _ => Err(ServerError::Several(failures)),
+        }
+    }
+
     pub(super) async fn open_partition(
         &self,
         queue: &QueueName,
@@ -125,6 +196,10 @@ impl ShardState {
             journal.routed.borrow_mut().remove(&handle);
         }
         let task = glommio::spawn_local(background).detach();
+        // Its place in the queue's key map, before it serves anything.
+        if let Some(route) = self.key_route_of(queue, partition) {
+            partition_rc.set_key_route(route);
+        }
         if let Some(cluster) = &self.cluster {
             cluster.serve(&partition_rc, self.epochs.clone());
         }

@@ -66,8 +66,18 @@ use crate::queue::{PartitionId, QueueConfig, QueueId};
 use crate::replica::{DriverError, ReplicaDriver, Timing};
 use crate::shard::replication::ReplicationHost;
 use crate::shard::{
-    broadcast, CoordinatorCommand, CoordinatorError, QueueCreated, ShardError, ShardMessage, Shared,
+    broadcast, CoordinatorCommand, CoordinatorError, KeyChange, QueueCreated, ShardError,
+    ShardMessage, Shared,
 };
+
+/// A drain report forwarded to the controller's leader.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ForwardedDrain {
+    queue: String,
+    key_version: u64,
+    partition: u32,
+}
 
 /// The controller's directory under the data dir.
 pub(crate) const CONTROLLER_DIR_NAME: &str = "controller";
@@ -276,6 +286,13 @@ impl ClusterCatalog {
         });
         let task = glommio::spawn_local(catalog.clone().fold_loop(table));
         *catalog.fold_task.borrow_mut() = Some(task);
+        // Drain reports other members forward while this one leads.
+        let weak = Rc::downgrade(&catalog);
+        catalog.host.set_snapshot_hook(Rc::new(move |_, message| {
+            if let Some(catalog) = weak.upgrade() {
+                catalog.forwarded(&message);
+            }
+        }));
         Ok(catalog)
     }
 
@@ -372,7 +389,8 @@ impl ClusterCatalog {
                 CoordinatorCommand::CreateQueue { reply, .. } => {
                     let _ = reply.send(Err(CoordinatorError::Busy));
                 }
-                CoordinatorCommand::DeleteQueue { reply, .. } => {
+                CoordinatorCommand::DeleteQueue { reply, .. }
+                | CoordinatorCommand::KeyChange { reply, .. } => {
                     let _ = reply.send(Err(CoordinatorError::Busy));
                 }
                 CoordinatorCommand::Report { .. } | CoordinatorCommand::Policy { .. } => {}
@@ -390,6 +408,10 @@ impl ClusterCatalog {
                 }
                 CoordinatorCommand::DeleteQueue { queue, expect_id, reply } => {
                     let outcome = this.delete(queue, expect_id).await;
+                    let _ = reply.send(outcome);
+                }
+                CoordinatorCommand::KeyChange { change, reply } => {
+                    let outcome = this.key_change(change).await;
                     let _ = reply.send(outcome);
                 }
                 CoordinatorCommand::Report { .. } | CoordinatorCommand::Policy { .. } => {}
@@ -448,6 +470,96 @@ impl ClusterCatalog {
         Ok(update.version)
     }
 
+    async fn key_change(&self, change: KeyChange) -> Result<AssignmentVersion, CoordinatorError> {
+        let update = match change {
+            KeyChange::Grow { queue, partitions } => {
+                {
+                    let state = self.controller.state();
+                    let current = state.table.partitions(&queue).map_or(0, <[_]>::len);
+                    let hosted = state.table.partition_count();
+                    let adding = (partitions as usize).saturating_sub(current);
+                    if hosted.saturating_add(adding) > self.partitions_max {
+                        let max = self.partitions_max;
+                        return Err(
+                            AssignmentError::TooManyPartitions { hosted, adding, max }.into()
+                        );
+                    }
+                }
+                self.controller.grow_queue(queue, partitions).await
+            }
+            KeyChange::Drained { queue, key_version, partition } => {
+                let outcome =
+                    self.controller.keys_drained(queue.clone(), key_version, partition).await;
+                if let Err(
+                    ControllerError::NotLeader { leader }
+                    | ControllerError::Replica(DriverError::NotLeader { leader }),
+                ) = &outcome
+                {
+                    self.forward_drained(*leader, &queue, key_version, partition);
+                }
+                outcome
+            }
+        }
+        .map_err(|error| self.refused(error))?;
+        self.handed_out(update.version).await?;
+        Ok(update.version)
+    }
+
+    /// Sends a drain report to the controller's leader `leader` (a
+    /// member that does not lead cannot propose it): a tagged message on
+    /// the controller's peer link, which the leader proposes as its own.
+    /// No answer comes back; the reporting shard sees the table change,
+    /// or reports again.
+    fn forward_drained(
+        &self,
+        leader: u64,
+        queue: &QueueName,
+        key_version: u64,
+        partition: PartitionId,
+    ) {
+        if leader == 0 || leader == self.node.node_id() {
+            return;
+        }
+        let body = ForwardedDrain {
+            queue: queue.as_str().to_owned(),
+            key_version,
+            partition: partition.0,
+        };
+        let Ok(json) = serde_json::to_vec(&body) else { return };
+        let mut message = raft::eraftpb::Message::default();
+        message.set_msg_type(raft::eraftpb::MessageType::MsgUnreachable);
+        message.from = self.node.node_id();
+        message.to = leader;
+        let mut context = vec![crate::replica::snapshot::FORWARD_TAG];
+        context.extend_from_slice(&json);
+        message.context = context.into();
+        (self.host.sender(CONTROLLER_GROUP))(message);
+    }
+
+    /// A drain report another member forwarded: proposed here as a
+    /// change of this node's (bounded as every change is).
+    fn forwarded(self: &Rc<Self>, message: &raft::eraftpb::Message) {
+        if !crate::replica::snapshot::is_forward(message) {
+            return;
+        }
+        let body: ForwardedDrain = match serde_json::from_slice(&message.get_context()[1..]) {
+            Ok(body) => body,
+            Err(error) => {
+                tracing::warn!(from = message.from, %error, "forwarded controller change does not decode");
+                return;
+            }
+        };
+        let Ok(queue) = QueueName::new(&body.queue) else { return };
+        let change = KeyChange::Drained {
+            queue,
+            key_version: body.key_version,
+            partition: PartitionId(body.partition),
+        };
+        // Nobody waits for the answer: the reporter watches its table.
+        let (reply, _) = std::sync::mpsc::sync_channel(1);
+        self.handle(CoordinatorCommand::KeyChange { change, reply });
+    }
+
     /// Stops the member and what carries it (module docs, "Stop").
     pub(crate) async fn stop(&self) {
         self.stopping.set(true);
@@ -502,6 +614,7 @@ mod tests {
                 queue_id: QueueId(id),
                 shards: vec![ShardId(0)],
                 config: Arc::new(QueueConfig::default()),
+                keys: crate::control::assignment::KeyPlacement::fresh(1),
             },
         }
     }

@@ -9,7 +9,9 @@
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc, PoisonError};
 
-use super::{report, CoordinatorCommand, CoordinatorError, QueueCreated, Shared};
+use std::net::SocketAddr;
+
+use super::{report, CoordinatorCommand, CoordinatorError, Shared};
 use crate::control::assignment::{
     AssignmentError, AssignmentTable, AssignmentVersion, QueueName, ShardId,
 };
@@ -37,6 +39,34 @@ impl<T> Pending<T> {
             Err(mpsc::TryRecvError::Empty) => None,
             Err(mpsc::TryRecvError::Disconnected) => Some(Err(CoordinatorError::Stopped)),
         }
+    }
+}
+
+/// A created queue: the table version that holds it and its id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueCreated {
+    pub version: AssignmentVersion,
+    pub queue_id: QueueId,
+}
+
+/// A change to a queue's key map (`docs/design/replication.md`,
+/// "Resizing a queue").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum KeyChange {
+    /// Grow the queue to `partitions` partitions.
+    Grow { queue: QueueName, partitions: u32 },
+    /// Older partition `partition` finished what it took before key map
+    /// `key_version`.
+    Drained { queue: QueueName, key_version: u64, partition: crate::queue::PartitionId },
+}
+
+pub(super) fn not_leader_message(leader: u64, client: &Option<SocketAddr>) -> String {
+    match (leader, client) {
+        (0, _) => "this node does not lead the controller and knows no leader yet; retry".into(),
+        (leader, Some(client)) => {
+            format!("this node does not lead the controller; node {leader} at {client} does")
+        }
+        (leader, None) => format!("this node does not lead the controller; node {leader} does"),
     }
 }
 
@@ -99,6 +129,36 @@ impl CoordinatorHandle {
     ) -> Result<QueueCreated, CoordinatorError> {
         let pending = self.submit_create(queue, partitions, config)?;
         pending.0.recv().map_err(|_| CoordinatorError::Stopped)?
+    }
+
+    /// Submits a key map change (a resize, or an older partition drained)
+    /// and awaits the table version that holds it, then every shard's
+    /// apply of it; on a glommio executor, bounded by `timeout_ms`.
+    ///
+    /// # Errors
+    /// The table's refusal (`Assignment`), `NoReply`, `Timeout`,
+    /// [`CoordinatorError::ResizeIncomplete`] when a shard could not open
+    /// an added partition, control stopped or busy.
+    pub(crate) async fn key_change_async(
+        &self,
+        change: KeyChange,
+        timeout_ms: u64,
+    ) -> Result<AssignmentVersion, CoordinatorError> {
+        let queue = match &change {
+            KeyChange::Grow { queue, .. } | KeyChange::Drained { queue, .. } => queue.clone(),
+        };
+        let pending = self.submit(|reply| CoordinatorCommand::KeyChange { change, reply })?;
+        let mut polls_left = polls_for(timeout_ms);
+        let version = await_reply(&pending, &mut polls_left, timeout_ms).await?;
+        self.await_applied(version, &mut polls_left, timeout_ms).await?;
+        let failures = self.shared.take_hook_failures(version);
+        if failures.is_empty() {
+            return Ok(version);
+        }
+        Err(CoordinatorError::ResizeIncomplete {
+            queue: queue.as_str().to_owned(),
+            failures: failures.into_iter().map(|failure| failure.reason).collect(),
+        })
     }
 
     /// Deletes `queue`; returns the table version without it. The owning

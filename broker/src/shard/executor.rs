@@ -47,8 +47,8 @@ use crate::shard::controller_run::ClusterCatalog;
 use crate::shard::hooks::{ShardContext, ShardHooks, ShardHooksFactory};
 use crate::shard::report::{ConnectionCounts, ExecutorCounts, ShardReport};
 use crate::shard::{
-    broadcast, CoordinatorCommand, CoordinatorError, Event, ExecutorName, QueueCreated, ShardError,
-    ShardMessage, Shared,
+    broadcast, CoordinatorCommand, CoordinatorError, Event, ExecutorName, KeyChange, QueueCreated,
+    ShardError, ShardMessage, Shared,
 };
 
 /// What the housekeeping loop drives: a shard's hooks, or nothing but the
@@ -395,6 +395,36 @@ impl ControlState {
             }
             CoordinatorCommand::Report { .. } | CoordinatorCommand::Policy { .. } => {
                 unreachable!("report requests and policies are forwarded, not executed")
+            }
+            CoordinatorCommand::KeyChange { change, reply } => {
+                let outcome = (|| {
+                    let update = match change {
+                        KeyChange::Grow { queue, partitions } => {
+                            let current = self.table.partitions(&queue).map_or(0, <[_]>::len);
+                            let hosted = self.table.partition_count();
+                            let adding = (partitions as usize).saturating_sub(current);
+                            if hosted.saturating_add(adding) > self.partitions_max {
+                                let max = self.partitions_max;
+                                return Err(AssignmentError::TooManyPartitions {
+                                    hosted,
+                                    adding,
+                                    max,
+                                }
+                                .into());
+                            }
+                            self.table.plan_grow_queue(queue, partitions)?
+                        }
+                        KeyChange::Drained { queue, key_version, partition } => {
+                            self.table.plan_keys_drained(queue, key_version, partition)?
+                        }
+                    };
+                    self.table.apply(&update)?;
+                    let version = update.version;
+                    batch.push(update);
+                    Ok(version)
+                })();
+                // Answered as a delete is: with the version that holds it.
+                Answer::Delete(reply, outcome)
             }
             CoordinatorCommand::DeleteQueue { queue, expect_id, reply } => {
                 let outcome = (|| {

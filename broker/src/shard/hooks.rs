@@ -208,6 +208,8 @@ impl ShardHooks for EchoHooks {
                 ("create", queue.as_str(), Some(queue_id.0))
             }
             AssignmentChange::DeleteQueue { queue } => ("delete", queue.as_str(), None),
+            AssignmentChange::GrowQueue { queue, .. } => ("grow", queue.as_str(), None),
+            AssignmentChange::KeysDrained { queue, .. } => ("keys drained", queue.as_str(), None),
         };
         tracing::info!(
             shard = self.shard.0,

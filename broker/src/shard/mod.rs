@@ -64,7 +64,9 @@ use crate::limits::{
 };
 use crate::net::listener::{wait_port_free, NetError};
 use crate::queue::{QueueConfig, QueueId};
-pub use coordinator::CoordinatorHandle;
+use coordinator::not_leader_message;
+pub(crate) use coordinator::KeyChange;
+pub use coordinator::{CoordinatorHandle, QueueCreated};
 use hooks::{ShardContext, ShardHooksFactory};
 
 /// Message from the coordinator to a shard.
@@ -78,13 +80,6 @@ pub enum ShardMessage {
     /// A reloaded auth policy: swap it in (`auth::reload`), then publish
     /// its generation as applied.
     Policy(Arc<crate::auth::reload::CurrentPolicy>),
-}
-
-/// A created queue: the table version that holds it and its id.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QueueCreated {
-    pub version: AssignmentVersion,
-    pub queue_id: QueueId,
 }
 
 /// A request to the coordinator, answered on `reply`.
@@ -102,6 +97,12 @@ pub(crate) enum CoordinatorCommand {
         /// Delete only if the queue still has this id: a rollback must not
         /// remove a queue of the same name created since.
         expect_id: Option<QueueId>,
+        reply: mpsc::SyncSender<Result<AssignmentVersion, CoordinatorError>>,
+    },
+    /// A change to an existing queue's key map; answered with the table
+    /// version that holds it.
+    KeyChange {
+        change: KeyChange,
         reply: mpsc::SyncSender<Result<AssignmentVersion, CoordinatorError>>,
     },
     /// Ask every shard for its report; each answers on `reply` itself.
@@ -275,6 +276,11 @@ pub enum CoordinatorError {
     /// failure: the request asked too much, and the queue was removed again.
     #[error("queue {queue} was not created: {}; it was removed again", failures.join("; "))]
     CreateRefused { queue: String, failures: Vec<String> },
+    /// The resize is in the table, but a shard could not open one of the
+    /// added partitions: it stays unavailable (answers as a partition that
+    /// failed to open) until the broker restarts and opens it.
+    #[error("queue {queue} was resized, but: {}", failures.join("; "))]
+    ResizeIncomplete { queue: String, failures: Vec<String> },
     /// In a cluster: this node's member of the controller group does not
     /// lead it (or has not caught up with its own term yet). `leader`: the
     /// leader it knows of (0: none yet); `client`: that node's first client
@@ -286,16 +292,6 @@ pub enum CoordinatorError {
     /// stopped); nothing changed unless a later read shows it did.
     #[error("the controller did not make the change: {0}")]
     Controller(String),
-}
-
-fn not_leader_message(leader: u64, client: &Option<SocketAddr>) -> String {
-    match (leader, client) {
-        (0, _) => "this node does not lead the controller and knows no leader yet; retry".into(),
-        (leader, Some(client)) => {
-            format!("this node does not lead the controller; node {leader} at {client} does")
-        }
-        (leader, None) => format!("this node does not lead the controller; node {leader} does"),
-    }
 }
 
 /// Sends `batch` to every shard, in shard order, waiting for room in a

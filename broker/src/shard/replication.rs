@@ -228,6 +228,7 @@ impl<S: Storage + 'static> ReplicationHost<S> {
             if let Some(hook) = &hook {
                 if message.get_msg_type() == raft::eraftpb::MessageType::MsgSnapshot
                     || crate::replica::snapshot::is_transfer(&message)
+                    || crate::replica::snapshot::is_forward(&message)
                 {
                     self.count(|stats| stats.delivered += 1);
                     hook(group, message);

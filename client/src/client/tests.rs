@@ -253,7 +253,7 @@ fn partition_metadata(id: CorrelationId, port: u16) -> Vec<u8> {
         shard_port: port,
         leader_epoch: LeaderEpoch(1),
     };
-    let queue = QueueMetadata { name: "jobs".into(), partitions: vec![partition] };
+    let queue = QueueMetadata { name: "jobs".into(), partitions: vec![partition], key_version: 1 };
     encode(
         id,
         Response::Metadata(MetadataResponse { assignment_version: VERSION, queues: vec![queue] }),

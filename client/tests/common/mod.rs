@@ -263,7 +263,11 @@ pub fn mini_broker(state: Arc<Mutex<BrokerState>>) -> Handler {
                     .collect();
                 let response = MetadataResponse {
                     assignment_version: AssignmentVersion(1),
-                    queues: vec![QueueMetadata { name: state.queue.clone(), partitions }],
+                    queues: vec![QueueMetadata {
+                        name: state.queue.clone(),
+                        partitions,
+                        key_version: 1,
+                    }],
                 };
                 outbox.send(ok(id, &Response::Metadata(response)));
             }

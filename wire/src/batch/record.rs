@@ -184,3 +184,16 @@ impl RecordShape {
         Ok(())
     }
 }
+
+impl ArchivedRecord {
+    /// The record as the producer built it (an owned copy), e.g. to place
+    /// it in another batch.
+    ///
+    /// # Errors
+    /// [`WireError::InvalidRecord`] if the archive does not deserialize
+    /// (not for a record of a validated batch).
+    pub fn to_record(&self) -> Result<Record, WireError> {
+        rkyv::deserialize::<Record, rkyv::rancor::Error>(self)
+            .map_err(|error| WireError::InvalidRecord { index: 0, reason: error.to_string() })
+    }
+}

@@ -157,6 +157,7 @@ macro_rules! inspect_request_codec {
 mod inspect;
 mod metadata;
 mod queues;
+mod resize;
 
 pub use inspect::{
     DeadLetter, DeadLettersRequest, DeadLettersResponse, MessageState, PeekRequest, PeekResponse,
@@ -165,6 +166,8 @@ pub use inspect::{
 pub use metadata::{MetadataRequest, MetadataResponse, PartitionMetadata, QueueMetadata};
 pub use queues::{
     Backoff, BackoffKind, CreateQueueRequest, CreateQueueResponse, DeleteQueueRequest,
-    DeleteQueueResponse, DescribeQueueRequest, DescribeQueueResponse, ListQueuesRequest,
-    ListQueuesResponse, PartitionReplication, PartitionStats, QueueConfig, QueueSummary,
+    DeleteQueueResponse, DescribeQueueRequest, DescribeQueueResponse, KeyMapStats,
+    ListQueuesRequest, ListQueuesResponse, PartitionReplication, PartitionStats, QueueConfig,
+    QueueSummary,
 };
+pub use resize::{ResizeQueueRequest, ResizeQueueResponse};

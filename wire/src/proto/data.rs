@@ -146,7 +146,9 @@ impl EnqueueResponse {
         Ok(())
     }
 
-    pub(crate) fn write(&self, writer: &mut Writer<'_>) {
+    /// Writes the outcomes as `version` of Enqueue may carry them
+    /// ([`ApiKey::answerable`]: `KEY_MOVED` only from v2).
+    pub(crate) fn write(&self, writer: &mut Writer<'_>, version: u16) {
         writer.u64(self.base_offset.0);
         writer.u32(self.records.len() as u32);
         writer.u32(0);
@@ -159,7 +161,7 @@ impl EnqueueResponse {
                 RecordOutcome::Rejected { code } => (OUTCOME_REJECTED, code, Offset(0)),
             };
             writer.u16(kind);
-            writer.u16(code.as_u16());
+            writer.u16(ApiKey::Enqueue.answerable(version, code).as_u16());
             writer.u32(0);
             writer.u64(offset.0);
         }

@@ -56,6 +56,10 @@ pub const CLAIM_VERSION_ANY: u16 = 1;
 /// The Claim version that may be answered [`ErrorCode::NotLeader`].
 pub const CLAIM_VERSION_NOT_LEADER: u16 = 2;
 
+/// The Enqueue version whose records may be answered
+/// [`ErrorCode::KeyMoved`].
+pub const ENQUEUE_VERSION_KEY_MOVED: u16 = 2;
+
 /// The operation a frame carries. Numbers are stable and never reused, like
 /// error codes; data-path keys are below 16, control-plane keys 16 and up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -98,11 +102,13 @@ pub enum ApiKey {
     DeadLetters = 23,
     /// Move dead letters back to ready.
     Redrive = 24,
+    /// Grow a queue to more partitions.
+    ResizeQueue = 25,
 }
 
 impl ApiKey {
     /// Every api key, in numeric order.
-    pub const ALL: [ApiKey; 17] = [
+    pub const ALL: [ApiKey; 18] = [
         ApiKey::Enqueue,
         ApiKey::Claim,
         ApiKey::Extend,
@@ -120,6 +126,7 @@ impl ApiKey {
         ApiKey::Purge,
         ApiKey::DeadLetters,
         ApiKey::Redrive,
+        ApiKey::ResizeQueue,
     ];
 
     /// The key with this number, if any.
@@ -142,13 +149,18 @@ impl ApiKey {
     /// of the response names its partition. The version
     /// [`not_leader_version`](Self::not_leader_version) names (Claim v2, v1
     /// of the others it names): the answer may be
-    /// [`ErrorCode::NotLeader`]; the layouts are unchanged.
+    /// [`ErrorCode::NotLeader`]; the layouts are unchanged. Enqueue v2
+    /// ([`ENQUEUE_VERSION_KEY_MOVED`]): a record may be answered
+    /// [`ErrorCode::KeyMoved`]; the layouts are unchanged.
     ///
     /// [`PartitionId::ANY`]: crate::proto::PartitionId::ANY
     pub const fn max_version(self) -> u16 {
-        match self.not_leader_version() {
-            Some(version) => version,
-            None => 0,
+        match self {
+            Self::Enqueue => ENQUEUE_VERSION_KEY_MOVED,
+            _ => match self.not_leader_version() {
+                Some(version) => version,
+                None => 0,
+            },
         }
     }
 
@@ -169,6 +181,7 @@ impl ApiKey {
             | Self::Purge
             | Self::DeadLetters
             | Self::Redrive => Some(1),
+            Self::ResizeQueue => Some(0),
             Self::CancelClaim
             | Self::Authenticate
             | Self::Ping
@@ -180,10 +193,18 @@ impl ApiKey {
     /// `code` as a request of this key at `version` may receive it: a
     /// code added after that version is replaced by the one older clients
     /// know for it ([`ErrorCode::NotLeader`] → [`ErrorCode::NotOwner`]).
+    /// The same holds for [`ErrorCode::KeyMoved`] (Enqueue before
+    /// [`ENQUEUE_VERSION_KEY_MOVED`]: [`ErrorCode::NotOwner`]).
     pub const fn answerable(self, version: u16, code: ErrorCode) -> ErrorCode {
         match (code, self.not_leader_version()) {
             (ErrorCode::NotLeader, Some(since)) if version >= since => ErrorCode::NotLeader,
             (ErrorCode::NotLeader, _) => ErrorCode::NotOwner,
+            (ErrorCode::KeyMoved, _)
+                if matches!(self, Self::Enqueue) && version >= ENQUEUE_VERSION_KEY_MOVED =>
+            {
+                ErrorCode::KeyMoved
+            }
+            (ErrorCode::KeyMoved, _) => ErrorCode::NotOwner,
             (code, _) => code,
         }
     }

@@ -12,7 +12,8 @@ use super::control::{
     CreateQueueRequest, CreateQueueResponse, DeadLettersRequest, DeadLettersResponse,
     DeleteQueueRequest, DeleteQueueResponse, DescribeQueueRequest, DescribeQueueResponse,
     ListQueuesRequest, ListQueuesResponse, MetadataRequest, MetadataResponse, PeekRequest,
-    PeekResponse, PurgeRequest, PurgeResponse, RedriveRequest, RedriveResponse,
+    PeekResponse, PurgeRequest, PurgeResponse, RedriveRequest, RedriveResponse, ResizeQueueRequest,
+    ResizeQueueResponse,
 };
 use super::data::{
     AckRequest, AckResponse, CancelClaimRequest, CancelClaimResponse, ClaimRequest, ClaimResponse,
@@ -62,6 +63,8 @@ pub enum Request<'a> {
     DeadLetters(DeadLettersRequest),
     /// See [`RedriveRequest`].
     Redrive(RedriveRequest),
+    /// See [`ResizeQueueRequest`].
+    ResizeQueue(ResizeQueueRequest),
 }
 
 /// Every successful response.
@@ -101,6 +104,8 @@ pub enum Response<'a> {
     DeadLetters(DeadLettersResponse),
     /// See [`RedriveResponse`].
     Redrive(RedriveResponse),
+    /// See [`ResizeQueueResponse`].
+    ResizeQueue(ResizeQueueResponse),
 }
 
 /// A host and port, e.g. the owner named by `NOT_OWNER`.
@@ -174,6 +179,7 @@ macro_rules! api_key_of {
             Self::Purge(_) => ApiKey::Purge,
             Self::DeadLetters(_) => ApiKey::DeadLetters,
             Self::Redrive(_) => ApiKey::Redrive,
+            Self::ResizeQueue(_) => ApiKey::ResizeQueue,
         }
     };
 }
@@ -207,6 +213,7 @@ impl<'a> Request<'a> {
             Self::Purge(request) => request.validate(),
             Self::DeadLetters(request) => request.validate(),
             Self::Redrive(request) => request.validate(),
+            Self::ResizeQueue(request) => request.validate(),
         }
     }
 
@@ -274,6 +281,7 @@ impl<'a> Request<'a> {
                 Self::Purge(request) => request.write(out),
                 Self::DeadLetters(request) => request.write(out),
                 Self::Redrive(request) => request.write(out),
+                Self::ResizeQueue(request) => request.write(out),
             }
             Ok(())
         })
@@ -324,6 +332,7 @@ impl<'a> Request<'a> {
             ApiKey::Purge => Self::Purge(PurgeRequest::read(body)?),
             ApiKey::DeadLetters => Self::DeadLetters(DeadLettersRequest::read(body)?),
             ApiKey::Redrive => Self::Redrive(RedriveRequest::read(body)?),
+            ApiKey::ResizeQueue => Self::ResizeQueue(ResizeQueueRequest::read(body)?),
         })
     }
 }
@@ -356,7 +365,8 @@ impl<'a> Response<'a> {
             | Self::CreateQueue(_)
             | Self::DeleteQueue(_)
             | Self::Purge(_)
-            | Self::Redrive(_) => Ok(()),
+            | Self::Redrive(_)
+            | Self::ResizeQueue(_) => Ok(()),
         }
     }
 
@@ -424,7 +434,7 @@ impl<'a> Response<'a> {
         encode_frame(out, &fields, |out| {
             let mut writer = Writer::new(out);
             match self {
-                Self::Enqueue(response) => response.write(&mut writer),
+                Self::Enqueue(response) => response.write(&mut writer, version),
                 Self::Claim(response) => response.write(&mut writer, version),
                 Self::Extend(response) => response.write(&mut writer),
                 Self::Ack(response) => response.write(&mut writer, version),
@@ -441,6 +451,7 @@ impl<'a> Response<'a> {
                 Self::Purge(response) => response.write(out),
                 Self::DeadLetters(response) => response.write(out),
                 Self::Redrive(response) => response.write(out),
+                Self::ResizeQueue(response) => response.write(out),
             }
             Ok(())
         })
@@ -476,6 +487,7 @@ impl<'a> Response<'a> {
                 ApiKey::Purge => Self::Purge(PurgeResponse::read(body)?),
                 ApiKey::DeadLetters => Self::DeadLetters(DeadLettersResponse::read(body)?),
                 ApiKey::Redrive => Self::Redrive(RedriveResponse::read(body)?),
+                ApiKey::ResizeQueue => Self::ResizeQueue(ResizeQueueResponse::read(body)?),
             })
         } else {
             Reply::Err(ErrorResponse::read(frame.header.error_code, body)?)

@@ -54,10 +54,11 @@ pub use codec::validate_queue_name;
 pub use control::{
     Backoff, BackoffKind, CreateQueueRequest, CreateQueueResponse, DeadLetter, DeadLettersRequest,
     DeadLettersResponse, DeleteQueueRequest, DeleteQueueResponse, DescribeQueueRequest,
-    DescribeQueueResponse, ListQueuesRequest, ListQueuesResponse, MessageState, MetadataRequest,
-    MetadataResponse, PartitionMetadata, PartitionReplication, PartitionStats, PeekRequest,
-    PeekResponse, PeekedMessage, PurgeRequest, PurgeResponse, QueueConfig, QueueMetadata,
-    QueueSummary, RedriveRequest, RedriveResponse, RedriveTarget,
+    DescribeQueueResponse, KeyMapStats, ListQueuesRequest, ListQueuesResponse, MessageState,
+    MetadataRequest, MetadataResponse, PartitionMetadata, PartitionReplication, PartitionStats,
+    PeekRequest, PeekResponse, PeekedMessage, PurgeRequest, PurgeResponse, QueueConfig,
+    QueueMetadata, QueueSummary, RedriveRequest, RedriveResponse, RedriveTarget,
+    ResizeQueueRequest, ResizeQueueResponse,
 };
 pub use data::{
     AckRequest, AckResponse, CancelClaimRequest, CancelClaimResponse, CancelOutcome, ClaimRequest,
@@ -67,7 +68,7 @@ pub use data::{
 pub use error::ProtoError;
 pub use frame::{
     decode_frame, peek_api_key, ApiKey, CorrelationId, Frame, FrameDecoder, FrameHeader,
-    FLAG_RESPONSE,
+    ENQUEUE_VERSION_KEY_MOVED, FLAG_RESPONSE,
 };
 pub use ids::{AssignmentVersion, Generation, LeaderEpoch, Offset, PartitionId, WorkerId};
 pub use limits::{DELIVERY_TOKEN_BYTES, MAX_FRAME_BYTES};

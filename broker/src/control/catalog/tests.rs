@@ -226,3 +226,34 @@ fn newer_format_is_reported_as_unsupported() {
     let result = Catalog::decode(text.as_bytes(), Path::new("/c"));
     assert!(matches!(result, Err(CatalogError::UnsupportedFormat { found: 2, .. })), "{result:?}");
 }
+
+// Goal: a resized queue's key map (version, held partitions, the older
+// partitions still draining) survives the catalog and its replay, and a
+// queue never resized is written as before (no `keys` field, so older
+// brokers still read the file). Method: grow `jobs` 4 → 6, report one
+// partition drained, store, load, replay, compare; look for the field.
+#[test]
+fn a_resized_queue_keeps_its_key_map_through_store_and_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut table, next_id) = sample_table();
+    let grow = table.plan_grow_queue(name("jobs"), 6).unwrap();
+    table.apply(&grow).unwrap();
+    let drained = table.plan_keys_drained(name("jobs"), 2, PartitionId(1)).unwrap();
+    table.apply(&drained).unwrap();
+    let catalog = Catalog::from_table(&table, next_id);
+    store(dir.path(), &catalog).unwrap();
+    let bytes = std::fs::read(dir.path().join(CATALOG_FILE_NAME)).unwrap();
+    let text = String::from_utf8_lossy(&bytes);
+    assert_eq!(text.matches("\"keys\"").count(), 1, "{text}");
+    let loaded = load(dir.path()).unwrap().unwrap();
+    assert_eq!(loaded, catalog);
+    let replay = loaded.replay(3, &dir.path().join(CATALOG_FILE_NAME)).unwrap();
+    let keys = &replay.table.queue(&name("jobs")).unwrap().keys;
+    assert_eq!(keys, &table.queue(&name("jobs")).unwrap().keys);
+    assert_eq!(keys.version, 2);
+    assert_eq!(keys.held_from, 4);
+    let draining: Vec<u32> = keys.draining.iter().map(|partition| partition.0).collect();
+    assert_eq!(draining, vec![0, 2, 3]);
+    assert_eq!(placement(&replay.table, "jobs"), placement(&table, "jobs"));
+    assert_eq!(replay.table.version(), table.version());
+}

@@ -69,3 +69,13 @@ pub const CONTROLLER_COMMANDS_IN_FLIGHT_MAX: usize = 64;
 const _: () = assert!(4 * CONTROLLER_ENTRY_BYTES_MAX <= CONTROLLER_JOURNAL_FILE_BYTES);
 const _: () = assert!(CONTROLLER_JOURNAL_FILE_BYTES >= JOURNAL_FILE_BYTES_MIN);
 const _: () = assert!(CONTROLLER_COMMANDS_IN_FLIGHT_MAX <= COORDINATOR_COMMANDS_PER_TICK_MAX);
+
+/// How often a shard checks whether the older partitions it leads have
+/// finished what they took before their queue's resize
+/// (`server/keys.rs`).
+pub const KEY_DRAIN_WATCH_INTERVAL: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// How long a shard waits before it reports a drained partition again
+/// when the report did not visibly take effect (the controller's leader
+/// changed, the coordinator was busy).
+pub const KEY_DRAIN_REPORT_RETRY: std::time::Duration = std::time::Duration::from_secs(1);

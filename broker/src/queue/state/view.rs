@@ -95,6 +95,13 @@ impl PartitionState {
         fresh.chain(warm).chain(dead).min()
     }
 
+    /// The oldest main-lane message still live (ready, scheduled or
+    /// claimed), if any: every main-lane message below it is finished.
+    pub fn oldest_live_main(&self) -> Option<Offset> {
+        let fresh = self.fresh.iter().filter_map(FreshBand::front).map(|v| v.offset);
+        fresh.chain(self.warm.first_key()).min()
+    }
+
     /// Whether the state still holds any message (either lane, any phase)
     /// at an offset in `[first, end)`: whether a stored batch of those
     /// offsets is still needed. O(end - first) lookups.

@@ -133,6 +133,17 @@ pub enum QueueCommand {
         /// Queue name.
         queue: String,
     },
+    /// Grow a queue to more partitions. About added/partitions of the
+    /// routing keys move, each into an added partition, whose messages wait
+    /// until the older partitions finished what they held before the
+    /// resize (per-key order holds across it).
+    Resize {
+        /// Queue name.
+        queue: String,
+        /// The partition count after the resize (more than it has).
+        #[arg(long)]
+        partitions: u32,
+    },
     /// Delete a queue and its messages (asks first unless --yes).
     Delete {
         /// Queue name.

@@ -1,4 +1,4 @@
-//! `spool queue create|list|describe|delete` and `spool stats`: a queue's
+//! `spool queue create|list|describe|resize|delete` and `spool stats`: a queue's
 //! life and its counts, through [`Admin`], and their tables and JSON.
 //!
 //! It must not touch messages (that is `send`, `recv` and `inspect`) and
@@ -12,7 +12,7 @@ use crate::args::{QueueCommand, StatsArgs};
 use crate::render::{Output, Table};
 use crate::{confirm, Failure};
 
-/// `spool queue create|list|describe|delete`.
+/// `spool queue create|list|describe|resize|delete`.
 pub async fn run(admin: &Admin, command: &QueueCommand) -> Result<Output, Failure> {
     match command {
         QueueCommand::Create(create) => {
@@ -43,6 +43,17 @@ pub async fn run(admin: &Admin, command: &QueueCommand) -> Result<Output, Failur
         QueueCommand::List => Ok(render_queue_list(&admin.list_queues().await?)),
         QueueCommand::Describe { queue } => {
             Ok(render_describe(&admin.describe_queue(queue).await?))
+        }
+        QueueCommand::Resize { queue, partitions } => {
+            let key_version = admin.resize_queue(queue, *partitions).await?;
+            Ok(Output::message(
+                format!(
+                    "resized queue {queue} to {partitions} partitions (key map version \
+                     {key_version}); the added partitions hand out their messages once the \
+                     older ones finished what they held (`spool queue describe {queue}`)"
+                ),
+                json!({"queue": queue, "partitions": partitions, "key_version": key_version}),
+            ))
         }
         QueueCommand::Delete { queue, yes } => {
             confirm(*yes, &format!("delete queue {queue} and all its messages?"))?;
@@ -143,15 +154,29 @@ fn render_describe(described: &spool_client::spool_wire::proto::DescribeQueueRes
         table.push(row);
     }
     let config = &described.config;
+    let keys = &described.keys;
+    let holding = if keys.draining.is_empty() {
+        String::new()
+    } else {
+        let draining: Vec<String> =
+            keys.draining.iter().map(|partition| partition.0.to_string()).collect();
+        format!(
+            "; resized: partitions {}.. held until partitions {} drain",
+            keys.held_from,
+            draining.join(",")
+        )
+    };
     let message = format!(
-        "queue {}: {} partitions, {} priority bands, lease {} ms ({}..{}), max deliveries {}",
+        "queue {}: {} partitions, {} priority bands, lease {} ms ({}..{}), max deliveries {}, \
+         key map v{}{holding}",
         described.name,
         config.partitions,
         config.priority_bands,
         config.lease_default_ms,
         config.lease_min_ms,
         config.lease_max_ms,
-        config.max_deliveries
+        config.max_deliveries,
+        keys.version,
     );
     let json = json!({
         "queue": described.name,
@@ -169,6 +194,11 @@ fn render_describe(described: &spool_client::spool_wire::proto::DescribeQueueRes
             "dead_letter_on_expiry": config.dead_letter_on_expiry,
         },
         "partitions": described.partitions.iter().map(partition_row_json).collect::<Vec<_>>(),
+        "keys": {
+            "version": keys.version,
+            "held_from": keys.held_from,
+            "draining": keys.draining.iter().map(|partition| partition.0).collect::<Vec<_>>(),
+        },
     });
     Output { message: Some(message), ..Output::table(table, json) }
 }

@@ -75,6 +75,10 @@ pub struct QueueMetadata {
     pub name: String,
     /// One entry per partition.
     pub partitions: Vec<PartitionMetadata>,
+    /// The queue's key map version: 1 at creation, + 1 per resize (0 from
+    /// a broker that predates resizes). A client that routed keys by an
+    /// older version routes its unsent messages again.
+    pub key_version: u64,
 }
 
 /// Result of a Metadata request.
@@ -127,7 +131,11 @@ impl MetadataResponse {
                 let name = builder.create_string(&queue.name);
                 fb::QueueMetadata::create(
                     &mut builder,
-                    &fb::QueueMetadataArgs { name: Some(name), partitions: Some(partitions) },
+                    &fb::QueueMetadataArgs {
+                        name: Some(name),
+                        partitions: Some(partitions),
+                        key_version: queue.key_version,
+                    },
                 )
             })
             .collect();
@@ -165,6 +173,7 @@ impl MetadataResponse {
             queues.push(QueueMetadata {
                 name: required(queue.name(), "queues.name")?.to_owned(),
                 partitions,
+                key_version: queue.key_version(),
             });
         }
         let response =

@@ -402,6 +402,25 @@ pub struct DescribeQueueResponse {
     pub config: QueueConfig,
     /// One entry per partition.
     pub partitions: Vec<PartitionStats>,
+    /// The queue's key map: its version (1 at creation, + 1 per resize; 0
+    /// from a broker that predates resizes), the partitions still draining
+    /// the records they took before the last resize, and the first
+    /// partition that resize added: partitions from it on hand out nothing
+    /// while `draining` is not empty.
+    pub keys: KeyMapStats,
+}
+
+/// A queue's key map as DescribeQueue reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct KeyMapStats {
+    /// 1 at creation, + 1 per resize.
+    pub version: u64,
+    /// Older partitions still finishing the records they took before the
+    /// last resize (empty: no partition is held).
+    pub draining: Vec<PartitionId>,
+    /// The first partition the last resize added (the partition count when
+    /// the queue never grew).
+    pub held_from: u32,
 }
 
 impl DescribeQueueResponse {
@@ -410,7 +429,8 @@ impl DescribeQueueResponse {
     pub fn validate(&self) -> Result<(), ProtoError> {
         validate_queue_name(&self.name)?;
         self.config.validate()?;
-        check_len("partitions", self.partitions.len(), PARTITIONS_MAX as usize)
+        check_len("partitions", self.partitions.len(), PARTITIONS_MAX as usize)?;
+        check_len("draining", self.keys.draining.len(), PARTITIONS_MAX as usize)
     }
 
     pub(crate) fn write(&self, out: &mut Vec<u8>) {
@@ -444,12 +464,17 @@ impl DescribeQueueResponse {
             })
             .collect();
         let partitions = builder.create_vector(&partitions);
+        let draining: Vec<u32> = self.keys.draining.iter().map(|partition| partition.0).collect();
+        let draining = builder.create_vector(&draining);
         let root = fb::DescribeQueueResponse::create(
             &mut builder,
             &fb::DescribeQueueResponseArgs {
                 name: Some(name),
                 config: Some(config),
                 partitions: Some(partitions),
+                key_version: self.keys.version,
+                draining: Some(draining),
+                held_from: self.keys.held_from,
             },
         );
         finish(builder, root, out);
@@ -488,6 +513,14 @@ impl DescribeQueueResponse {
             name: required(table.name(), "name")?.to_owned(),
             config: QueueConfig::from_fb(required(table.config(), "config")?)?,
             partitions,
+            keys: KeyMapStats {
+                version: table.key_version(),
+                draining: table
+                    .draining()
+                    .map(|draining| draining.iter().map(PartitionId).collect())
+                    .unwrap_or_default(),
+                held_from: table.held_from(),
+            },
         };
         response.validate()?;
         Ok(response)

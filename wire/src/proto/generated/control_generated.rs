@@ -1744,6 +1744,9 @@ impl<'a> DescribeQueueResponse<'a> {
   pub const VT_NAME: ::flatbuffers::VOffsetT = 4;
   pub const VT_CONFIG: ::flatbuffers::VOffsetT = 6;
   pub const VT_PARTITIONS: ::flatbuffers::VOffsetT = 8;
+  pub const VT_KEY_VERSION: ::flatbuffers::VOffsetT = 10;
+  pub const VT_DRAINING: ::flatbuffers::VOffsetT = 12;
+  pub const VT_HELD_FROM: ::flatbuffers::VOffsetT = 14;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -1755,6 +1758,9 @@ impl<'a> DescribeQueueResponse<'a> {
     args: &'args DescribeQueueResponseArgs<'args>
   ) -> ::flatbuffers::WIPOffset<DescribeQueueResponse<'bldr>> {
     let mut builder = DescribeQueueResponseBuilder::new(_fbb);
+    builder.add_key_version(args.key_version);
+    builder.add_held_from(args.held_from);
+    if let Some(x) = args.draining { builder.add_draining(x); }
     if let Some(x) = args.partitions { builder.add_partitions(x); }
     if let Some(x) = args.config { builder.add_config(x); }
     if let Some(x) = args.name { builder.add_name(x); }
@@ -1783,6 +1789,27 @@ impl<'a> DescribeQueueResponse<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<PartitionStats>>>>(DescribeQueueResponse::VT_PARTITIONS, None)}
   }
+  #[inline]
+  pub fn key_version(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(DescribeQueueResponse::VT_KEY_VERSION, Some(0)).unwrap()}
+  }
+  #[inline]
+  pub fn draining(&self) -> Option<::flatbuffers::Vector<'a, u32>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u32>>>(DescribeQueueResponse::VT_DRAINING, None)}
+  }
+  #[inline]
+  pub fn held_from(&self) -> u32 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u32>(DescribeQueueResponse::VT_HELD_FROM, Some(0)).unwrap()}
+  }
 }
 
 impl ::flatbuffers::Verifiable for DescribeQueueResponse<'_> {
@@ -1794,6 +1821,9 @@ impl ::flatbuffers::Verifiable for DescribeQueueResponse<'_> {
      .visit_field::<::flatbuffers::ForwardsUOffset<&str>>("name", Self::VT_NAME, false)?
      .visit_field::<::flatbuffers::ForwardsUOffset<QueueConfig>>("config", Self::VT_CONFIG, false)?
      .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<PartitionStats>>>>("partitions", Self::VT_PARTITIONS, false)?
+     .visit_field::<u64>("key_version", Self::VT_KEY_VERSION, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u32>>>("draining", Self::VT_DRAINING, false)?
+     .visit_field::<u32>("held_from", Self::VT_HELD_FROM, false)?
      .finish();
     Ok(())
   }
@@ -1802,6 +1832,9 @@ pub struct DescribeQueueResponseArgs<'a> {
     pub name: Option<::flatbuffers::WIPOffset<&'a str>>,
     pub config: Option<::flatbuffers::WIPOffset<QueueConfig<'a>>>,
     pub partitions: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<PartitionStats<'a>>>>>,
+    pub key_version: u64,
+    pub draining: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u32>>>,
+    pub held_from: u32,
 }
 impl<'a> Default for DescribeQueueResponseArgs<'a> {
   #[inline]
@@ -1810,6 +1843,9 @@ impl<'a> Default for DescribeQueueResponseArgs<'a> {
       name: None,
       config: None,
       partitions: None,
+      key_version: 0,
+      draining: None,
+      held_from: 0,
     }
   }
 }
@@ -1832,6 +1868,18 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> DescribeQueueResponseBuilder<
     self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(DescribeQueueResponse::VT_PARTITIONS, partitions);
   }
   #[inline]
+  pub fn add_key_version(&mut self, key_version: u64) {
+    self.fbb_.push_slot::<u64>(DescribeQueueResponse::VT_KEY_VERSION, key_version, 0);
+  }
+  #[inline]
+  pub fn add_draining(&mut self, draining: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , u32>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(DescribeQueueResponse::VT_DRAINING, draining);
+  }
+  #[inline]
+  pub fn add_held_from(&mut self, held_from: u32) {
+    self.fbb_.push_slot::<u32>(DescribeQueueResponse::VT_HELD_FROM, held_from, 0);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> DescribeQueueResponseBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     DescribeQueueResponseBuilder {
@@ -1852,6 +1900,9 @@ impl ::core::fmt::Debug for DescribeQueueResponse<'_> {
       ds.field("name", &self.name());
       ds.field("config", &self.config());
       ds.field("partitions", &self.partitions());
+      ds.field("key_version", &self.key_version());
+      ds.field("draining", &self.draining());
+      ds.field("held_from", &self.held_from());
       ds.finish()
   }
 }
@@ -2116,6 +2167,7 @@ impl<'a> ::flatbuffers::Follow<'a> for QueueMetadata<'a> {
 impl<'a> QueueMetadata<'a> {
   pub const VT_NAME: ::flatbuffers::VOffsetT = 4;
   pub const VT_PARTITIONS: ::flatbuffers::VOffsetT = 6;
+  pub const VT_KEY_VERSION: ::flatbuffers::VOffsetT = 8;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -2127,6 +2179,7 @@ impl<'a> QueueMetadata<'a> {
     args: &'args QueueMetadataArgs<'args>
   ) -> ::flatbuffers::WIPOffset<QueueMetadata<'bldr>> {
     let mut builder = QueueMetadataBuilder::new(_fbb);
+    builder.add_key_version(args.key_version);
     if let Some(x) = args.partitions { builder.add_partitions(x); }
     if let Some(x) = args.name { builder.add_name(x); }
     builder.finish()
@@ -2147,6 +2200,13 @@ impl<'a> QueueMetadata<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<PartitionMetadata>>>>(QueueMetadata::VT_PARTITIONS, None)}
   }
+  #[inline]
+  pub fn key_version(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(QueueMetadata::VT_KEY_VERSION, Some(0)).unwrap()}
+  }
 }
 
 impl ::flatbuffers::Verifiable for QueueMetadata<'_> {
@@ -2157,6 +2217,7 @@ impl ::flatbuffers::Verifiable for QueueMetadata<'_> {
     v.visit_table(pos)?
      .visit_field::<::flatbuffers::ForwardsUOffset<&str>>("name", Self::VT_NAME, false)?
      .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<PartitionMetadata>>>>("partitions", Self::VT_PARTITIONS, false)?
+     .visit_field::<u64>("key_version", Self::VT_KEY_VERSION, false)?
      .finish();
     Ok(())
   }
@@ -2164,6 +2225,7 @@ impl ::flatbuffers::Verifiable for QueueMetadata<'_> {
 pub struct QueueMetadataArgs<'a> {
     pub name: Option<::flatbuffers::WIPOffset<&'a str>>,
     pub partitions: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<PartitionMetadata<'a>>>>>,
+    pub key_version: u64,
 }
 impl<'a> Default for QueueMetadataArgs<'a> {
   #[inline]
@@ -2171,6 +2233,7 @@ impl<'a> Default for QueueMetadataArgs<'a> {
     QueueMetadataArgs {
       name: None,
       partitions: None,
+      key_version: 0,
     }
   }
 }
@@ -2187,6 +2250,10 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> QueueMetadataBuilder<'a, 'b, 
   #[inline]
   pub fn add_partitions(&mut self, partitions: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , ::flatbuffers::ForwardsUOffset<PartitionMetadata<'b >>>>) {
     self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(QueueMetadata::VT_PARTITIONS, partitions);
+  }
+  #[inline]
+  pub fn add_key_version(&mut self, key_version: u64) {
+    self.fbb_.push_slot::<u64>(QueueMetadata::VT_KEY_VERSION, key_version, 0);
   }
   #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> QueueMetadataBuilder<'a, 'b, A> {
@@ -2208,6 +2275,7 @@ impl ::core::fmt::Debug for QueueMetadata<'_> {
     let mut ds = f.debug_struct("QueueMetadata");
       ds.field("name", &self.name());
       ds.field("partitions", &self.partitions());
+      ds.field("key_version", &self.key_version());
       ds.finish()
   }
 }
@@ -3621,6 +3689,232 @@ impl ::core::fmt::Debug for RedriveResponse<'_> {
   fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
     let mut ds = f.debug_struct("RedriveResponse");
       ds.field("count", &self.count());
+      ds.finish()
+  }
+}
+pub enum ResizeQueueRequestOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+pub struct ResizeQueueRequest<'a> {
+  pub _tab: ::flatbuffers::Table<'a>,
+}
+
+impl<'a> ::flatbuffers::Follow<'a> for ResizeQueueRequest<'a> {
+  type Inner = ResizeQueueRequest<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
+  }
+}
+
+impl<'a> ResizeQueueRequest<'a> {
+  pub const VT_NAME: ::flatbuffers::VOffsetT = 4;
+  pub const VT_PARTITIONS: ::flatbuffers::VOffsetT = 6;
+
+  #[inline]
+  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+    ResizeQueueRequest { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
+    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+    args: &'args ResizeQueueRequestArgs<'args>
+  ) -> ::flatbuffers::WIPOffset<ResizeQueueRequest<'bldr>> {
+    let mut builder = ResizeQueueRequestBuilder::new(_fbb);
+    builder.add_partitions(args.partitions);
+    if let Some(x) = args.name { builder.add_name(x); }
+    builder.finish()
+  }
+
+
+  #[inline]
+  pub fn name(&self) -> Option<&'a str> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(ResizeQueueRequest::VT_NAME, None)}
+  }
+  #[inline]
+  pub fn partitions(&self) -> u32 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u32>(ResizeQueueRequest::VT_PARTITIONS, Some(0)).unwrap()}
+  }
+}
+
+impl ::flatbuffers::Verifiable for ResizeQueueRequest<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.visit_table(pos)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<&str>>("name", Self::VT_NAME, false)?
+     .visit_field::<u32>("partitions", Self::VT_PARTITIONS, false)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct ResizeQueueRequestArgs<'a> {
+    pub name: Option<::flatbuffers::WIPOffset<&'a str>>,
+    pub partitions: u32,
+}
+impl<'a> Default for ResizeQueueRequestArgs<'a> {
+  #[inline]
+  fn default() -> Self {
+    ResizeQueueRequestArgs {
+      name: None,
+      partitions: 0,
+    }
+  }
+}
+
+pub struct ResizeQueueRequestBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> ResizeQueueRequestBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn add_name(&mut self, name: ::flatbuffers::WIPOffset<&'b  str>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(ResizeQueueRequest::VT_NAME, name);
+  }
+  #[inline]
+  pub fn add_partitions(&mut self, partitions: u32) {
+    self.fbb_.push_slot::<u32>(ResizeQueueRequest::VT_PARTITIONS, partitions, 0);
+  }
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> ResizeQueueRequestBuilder<'a, 'b, A> {
+    let start = _fbb.start_table();
+    ResizeQueueRequestBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<ResizeQueueRequest<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    ::flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl ::core::fmt::Debug for ResizeQueueRequest<'_> {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+    let mut ds = f.debug_struct("ResizeQueueRequest");
+      ds.field("name", &self.name());
+      ds.field("partitions", &self.partitions());
+      ds.finish()
+  }
+}
+pub enum ResizeQueueResponseOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+pub struct ResizeQueueResponse<'a> {
+  pub _tab: ::flatbuffers::Table<'a>,
+}
+
+impl<'a> ::flatbuffers::Follow<'a> for ResizeQueueResponse<'a> {
+  type Inner = ResizeQueueResponse<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
+  }
+}
+
+impl<'a> ResizeQueueResponse<'a> {
+  pub const VT_ASSIGNMENT_VERSION: ::flatbuffers::VOffsetT = 4;
+  pub const VT_KEY_VERSION: ::flatbuffers::VOffsetT = 6;
+
+  #[inline]
+  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+    ResizeQueueResponse { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
+    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+    args: &'args ResizeQueueResponseArgs
+  ) -> ::flatbuffers::WIPOffset<ResizeQueueResponse<'bldr>> {
+    let mut builder = ResizeQueueResponseBuilder::new(_fbb);
+    builder.add_key_version(args.key_version);
+    builder.add_assignment_version(args.assignment_version);
+    builder.finish()
+  }
+
+
+  #[inline]
+  pub fn assignment_version(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(ResizeQueueResponse::VT_ASSIGNMENT_VERSION, Some(0)).unwrap()}
+  }
+  #[inline]
+  pub fn key_version(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(ResizeQueueResponse::VT_KEY_VERSION, Some(0)).unwrap()}
+  }
+}
+
+impl ::flatbuffers::Verifiable for ResizeQueueResponse<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.visit_table(pos)?
+     .visit_field::<u64>("assignment_version", Self::VT_ASSIGNMENT_VERSION, false)?
+     .visit_field::<u64>("key_version", Self::VT_KEY_VERSION, false)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct ResizeQueueResponseArgs {
+    pub assignment_version: u64,
+    pub key_version: u64,
+}
+impl<'a> Default for ResizeQueueResponseArgs {
+  #[inline]
+  fn default() -> Self {
+    ResizeQueueResponseArgs {
+      assignment_version: 0,
+      key_version: 0,
+    }
+  }
+}
+
+pub struct ResizeQueueResponseBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> ResizeQueueResponseBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn add_assignment_version(&mut self, assignment_version: u64) {
+    self.fbb_.push_slot::<u64>(ResizeQueueResponse::VT_ASSIGNMENT_VERSION, assignment_version, 0);
+  }
+  #[inline]
+  pub fn add_key_version(&mut self, key_version: u64) {
+    self.fbb_.push_slot::<u64>(ResizeQueueResponse::VT_KEY_VERSION, key_version, 0);
+  }
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> ResizeQueueResponseBuilder<'a, 'b, A> {
+    let start = _fbb.start_table();
+    ResizeQueueResponseBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<ResizeQueueResponse<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    ::flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl ::core::fmt::Debug for ResizeQueueResponse<'_> {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+    let mut ds = f.debug_struct("ResizeQueueResponse");
+      ds.field("assignment_version", &self.assignment_version());
+      ds.field("key_version", &self.key_version());
       ds.finish()
   }
 }

@@ -1,0 +1,75 @@
+//! The partition's place in its queue's key map (`docs/design/replication.md`,
+//! "Resizing a queue"): how many partitions the queue's keys are placed
+//! over, so an enqueue refuses a keyed record that a resize moved to
+//! another partition (`KEY_MOVED`: the producer routes it again), and a
+//! resize's hold, under which the partition hands out nothing from its
+//! main lane until the older partitions drained what they took before the
+//! resize. Also the drain check an older partition's owner runs.
+
+use std::cell::Cell;
+
+use super::Partition;
+use crate::io::Storage;
+use crate::queue::Offset;
+
+/// Where a partition stands in its queue's key map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyRoute {
+    /// The queue's partition count, which keys are placed over.
+    pub partitions: u32,
+    /// A resize holds this partition: its main lane hands out nothing.
+    pub held: bool,
+}
+
+/// The partition's [`KeyRoute`]; `None` until the shard sets it (a
+/// partition opened outside a queue's table: keys are not checked).
+#[derive(Debug, Default)]
+pub(super) struct KeyState {
+    route: Cell<Option<KeyRoute>>,
+}
+
+impl<S: Storage + Clone> Partition<S> {
+    /// Sets where the partition stands in its queue's key map: at open and
+    /// whenever the queue's table entry changes. A hold lifted wakes the
+    /// claims waiting on it and lists it for claims of any partition.
+    pub fn set_key_route(&self, route: KeyRoute) {
+        let before = self.keys.route.replace(Some(route));
+        let was_held = before.is_some_and(|before| before.held);
+        if was_held && !route.held {
+            self.claimable.notify_all();
+            self.ready(0);
+            self.hint_wakeup();
+        }
+    }
+
+    pub fn key_route(&self) -> Option<KeyRoute> {
+        self.keys.route.get()
+    }
+
+    /// Whether a resize holds the main lane.
+    pub(super) fn held_by_keys(&self) -> bool {
+        self.keys.route.get().is_some_and(|route| route.held)
+    }
+
+    /// Whether a keyed record belongs to another partition of the queue
+    /// now (the queue was resized since its producer routed it).
+    pub(super) fn key_moved(&self, routing_key: &[u8]) -> bool {
+        let Some(route) = self.keys.route.get() else { return false };
+        !routing_key.is_empty()
+            && spool_wire::routing::key_partition(routing_key, route.partitions)
+                != self.name.partition.0
+    }
+
+    /// Whether every main-lane message below `barrier` is finished (acked,
+    /// dead-lettered or expired): nothing the partition took before
+    /// `barrier` can still be delivered.
+    pub fn drained_below(&self, barrier: Offset) -> bool {
+        self.state.borrow().oldest_live_main().is_none_or(|oldest| oldest >= barrier)
+    }
+
+    /// The offset the next appended record gets: the drain barrier of a
+    /// resize, taken when this partition starts refusing moved keys.
+    pub fn next_offset(&self) -> Offset {
+        Offset(self.log.next_offset().0)
+    }
+}
