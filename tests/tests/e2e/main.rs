@@ -46,6 +46,7 @@ mod load;
 mod memory;
 mod ops;
 mod pace;
+mod resize;
 mod restart;
 mod routing;
 mod scale;
