@@ -130,14 +130,14 @@ async fn a_resized_queue_moves_a_fifth_of_its_keys_in_order() {
                 idle = if batch.deliveries.is_empty() { idle + 1 } else { 0 };
                 let mut tokens = Vec::new();
                 for delivery in &batch.deliveries {
-                    let started = Instant::now();
+                    let started = spool_tests::now();
                     let (key, sequence) = parse(delivery);
                     log.lock().unwrap().push(Handled {
                         key,
                         sequence,
                         partition: delivery.partition(),
                         started,
-                        ended: Instant::now(),
+                        ended: spool_tests::now(),
                     });
                     tokens.push(delivery.token());
                 }
@@ -154,7 +154,7 @@ async fn a_resized_queue_moves_a_fifth_of_its_keys_in_order() {
         spool_client::Consumer::start(client.clone(), config, move |delivery: Delivery| {
             let log = Arc::clone(&log);
             async move {
-                let started = Instant::now();
+                let started = spool_tests::now();
                 let (key, sequence) = parse(&delivery);
                 // Shard 1's partitions (1 and 3) are slower to work
                 // through: without the hold, the added partition (on shard
@@ -167,15 +167,15 @@ async fn a_resized_queue_moves_a_fifth_of_its_keys_in_order() {
                     sequence,
                     partition: delivery.partition(),
                     started,
-                    ended: Instant::now(),
+                    ended: spool_tests::now(),
                 });
                 Ok::<(), std::convert::Infallible>(())
             }
         })
         .unwrap();
     let total = (KEYS * PER_KEY * 2) as usize;
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while handled.lock().unwrap().len() < total && Instant::now() < deadline {
+    let deadline = spool_tests::now() + Duration::from_secs(90);
+    while handled.lock().unwrap().len() < total && spool_tests::now() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let stats = consumer.shutdown().await;
