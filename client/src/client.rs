@@ -408,7 +408,26 @@ impl Client {
             };
             let connection = match self.connection(&addr).await {
                 Ok(connection) => connection,
-                Err(error) => return Err(self.forget_on_transport_error(queue, error)),
+                Err(error) => {
+                    let error = self.forget_on_transport_error(queue, error);
+                    // Nothing was sent: the owner may have died and another
+                    // replica lead now (a failover). Ask where the partition
+                    // lives and go there once it is elsewhere; the same
+                    // address again is the error.
+                    hops += 1;
+                    if hops >= ROUTE_ATTEMPTS_MAX {
+                        return Err(error);
+                    }
+                    match self.owner_address(queue, partition).await {
+                        Ok(owner) if owner != addr => {
+                            tracing::debug!(%queue, partition = partition.0, %addr, %owner, %error,
+                                "owner unreachable; going to the owner metadata names now");
+                            hint = Some(owner);
+                            continue;
+                        }
+                        _ => return Err(error),
+                    }
+                }
             };
             sent += 1;
             let on_sent = |id| on_sent(&connection, id);

@@ -262,6 +262,35 @@ async fn not_owner_retries_are_bounded() {
     assert_eq!(state.lock().unwrap().bootstrap_enqueues, 4);
 }
 
+// Goal: a request whose owner cannot be reached (a leader that died) goes
+// to the owner fresh metadata names, once it names another: nothing was
+// sent, so any request may go again (an ack after a failover used to be
+// dropped here). Method: the first metadata names a closed port, the
+// refreshed one a live server, which must get the enqueue.
+#[tokio::test]
+async fn an_unreachable_owner_is_replaced_by_the_refreshed_one() {
+    let dead_port =
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let state = Arc::new(Mutex::new(RouteState::default()));
+    let owner = FakeServer::start(owner_handler(Arc::clone(&state))).await;
+    let owner_port = owner.port;
+    let metadata = Arc::clone(&state);
+    let bootstrap = FakeServer::start(Arc::new(move |request, id, outbox| {
+        let Request::Metadata(_) = request else { panic!("unexpected {request:?}") };
+        let mut state = metadata.lock().unwrap();
+        state.metadata_requests += 1;
+        let port = if state.metadata_requests == 1 { dead_port } else { owner_port };
+        outbox.send(ok(id, &Response::Metadata(metadata_naming(port))));
+    }))
+    .await;
+    let client = Client::connect(&bootstrap.addr).await.unwrap();
+    let response = bounded(client.enqueue("q", PartitionId(0), &one_record_batch())).await.unwrap();
+    assert_eq!(response.records, [RecordOutcome::Appended { offset: Offset(41) }]);
+    let state = state.lock().unwrap();
+    assert_eq!(state.owner_enqueues, 1);
+    assert_eq!(state.metadata_requests, 2, "initial fetch plus one after the failed connect");
+}
+
 // ------------------------------------------------------------ producer
 
 // Goal: messages sent within the linger window travel in one batch, flushed
