@@ -11,17 +11,13 @@
 //! **Relation to the client.** The client routes a key with
 //! `spool_client::routing::partition_for_key`, the same function
 //! (`spool_wire::routing::key_partition`: jump hash of FNV-1a 64) over the
-//! partition count its metadata gives. A cluster is to serve a queue's key
-//! map (version and partition count) with its metadata once queues can
-//! grow; a client routes by the map it
-//! holds and, when it learns of a higher version (a metadata refresh, or a
-//! refusal naming a newer map once the broker checks versions), fetches
-//! the map, routes every message not yet sent by the new one (re-routing
-//! open batches) and keeps the new version. Keys that move start a new
-//! partition of their own order: records of the key still waiting in the
-//! old partition are not ordered before them; holding the moved keys until
-//! the old partition drains is for the wiring to decide
-//! (`docs/design/replication.md`, "Membership and placement (built)").
+//! partition count its metadata gives (Metadata also names the key map's
+//! version). A broker refuses a record whose key a resize moved
+//! (`KEY_MOVED`); the client then fetches the metadata again and routes
+//! the record by the new count. Records of a moved key still
+//! waiting in the old partition go out first: the added partitions hold
+//! their messages until the older ones drained (`docs/design/replication.md`,
+//! "Resizing a queue").
 //!
 //! Jump hash computes in `f64`; the operations used (an integer converted
 //! to `f64`, one division, one multiplication, a truncation) are exactly
