@@ -39,7 +39,8 @@ use spool_wire::ErrorCode;
 use crate::connection::{Connection, ConnectionConfig, ResponseBytes};
 use crate::error::{ClientError, RefusedAck};
 use crate::limits::{
-    CONNECTIONS_MAX, LEADER_WAIT_ATTEMPTS_MAX, LEADER_WAIT_BACKOFF, ROUTE_ATTEMPTS_MAX,
+    CONNECTIONS_MAX, LEADER_WAIT_ATTEMPTS_MAX, LEADER_WAIT_BACKOFF, METADATA_MAX_AGE,
+    ROUTE_ATTEMPTS_MAX,
 };
 
 mod claim;
@@ -82,6 +83,13 @@ struct Inner {
     /// partitions (the lowest-numbered), where a claim of any partition is
     /// sent; kept with `metadata`, written under its lock.
     claim_targets: RwLock<HashMap<String, Arc<[PartitionId]>>>,
+    /// Queue name → when its metadata was fetched; a cached entry older
+    /// than [`METADATA_MAX_AGE`] is fetched again in the background, so a
+    /// resize's added partitions and new leaders are found without an
+    /// error first.
+    fetched: RwLock<HashMap<String, tokio::time::Instant>>,
+    /// Queues whose background fetch is under way (one at a time each).
+    refreshing: std::sync::Mutex<HashSet<String>>,
     /// `host:port` → connection. An async lock: opening a connection awaits.
     connections: tokio::sync::Mutex<HashMap<String, Connection>>,
     /// Where the next [`Client::claim_any`] sweep starts, so every
@@ -164,6 +172,8 @@ impl Client {
                 config,
                 metadata: RwLock::new(HashMap::new()),
                 claim_targets: RwLock::new(HashMap::new()),
+                fetched: RwLock::new(HashMap::new()),
+                refreshing: std::sync::Mutex::new(HashSet::new()),
                 connections: tokio::sync::Mutex::new(HashMap::new()),
                 next_sweep: AtomicU32::new(0),
             }),
@@ -232,6 +242,7 @@ impl Client {
         };
         let mut metadata = self.inner.metadata.write().unwrap_or_else(PoisonError::into_inner);
         let mut targets = self.inner.claim_targets.write().unwrap_or_else(PoisonError::into_inner);
+        let mut fetched = self.inner.fetched.write().unwrap_or_else(PoisonError::into_inner);
         if queues.is_empty() {
             metadata.clear();
             targets.clear();
@@ -261,9 +272,37 @@ impl Client {
                 .map(|partition| partition.partition)
                 .collect();
             targets.insert(queue.name.clone(), firsts);
+            fetched.insert(queue.name.clone(), tokio::time::Instant::now());
             metadata.insert(queue.name, queue.partitions);
         }
         Ok(())
+    }
+
+    /// Fetches `queue`'s metadata again in the background when the cached
+    /// copy is older than [`METADATA_MAX_AGE`]; the caller goes on with the
+    /// cached copy.
+    fn refresh_if_old(&self, queue: &str) {
+        let old = {
+            let fetched = self.inner.fetched.read().unwrap_or_else(PoisonError::into_inner);
+            fetched.get(queue).is_some_and(|at| at.elapsed() > METADATA_MAX_AGE)
+        };
+        if !old {
+            return;
+        }
+        let mut refreshing = self.inner.refreshing.lock().unwrap_or_else(PoisonError::into_inner);
+        if !refreshing.insert(queue.to_owned()) {
+            return;
+        }
+        drop(refreshing);
+        let (client, queue) = (self.clone(), queue.to_owned());
+        tokio::spawn(async move {
+            if let Err(error) = client.refresh_metadata(&[queue.as_str()]).await {
+                tracing::debug!(%queue, %error, "background metadata refresh failed");
+            }
+            let mut refreshing =
+                client.inner.refreshing.lock().unwrap_or_else(PoisonError::into_inner);
+            refreshing.remove(&queue);
+        });
     }
 
     /// Where claims of any partition of `queue` go: one partition per shard
@@ -275,6 +314,7 @@ impl Client {
     /// [`ClientError::UnknownQueue`] when the broker does not know it.
     pub async fn claim_targets(&self, queue: &str) -> Result<Arc<[PartitionId]>, ClientError> {
         if let Some(targets) = self.cached_claim_targets(queue) {
+            self.refresh_if_old(queue);
             return Ok(targets);
         }
         self.refresh_metadata(&[queue]).await?;
@@ -321,6 +361,7 @@ impl Client {
     /// [`ClientError::UnknownQueue`] when the broker does not know it.
     pub async fn partition_count(&self, queue: &str) -> Result<u32, ClientError> {
         if let Some(count) = self.cached_partition_count(queue) {
+            self.refresh_if_old(queue);
             return Ok(count);
         }
         self.refresh_metadata(&[queue]).await?;

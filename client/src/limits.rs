@@ -97,6 +97,13 @@ pub const PRODUCER_IN_FLIGHT_PER_PARTITION_DEFAULT: usize = 4;
 /// Producer: default number of retries of a batch after a retriable error.
 pub const PRODUCER_RETRIES_DEFAULT: u32 = 5;
 
+/// How old a queue's cached metadata may be before a producer's send or a
+/// consumer's claim fetches it again in the background (Kafka's
+/// `metadata.max.age.ms` plays this part): a resize's added partitions and
+/// leaders that moved without a refusal reaching this client are found
+/// within it.
+pub const METADATA_MAX_AGE: Duration = Duration::from_secs(10);
+
 /// How many times one message is routed again after `KEY_MOVED` (its
 /// queue was resized and its key maps to another partition now) before
 /// the send fails: each route fetches the queue's metadata first, so one

@@ -291,6 +291,47 @@ async fn an_unreachable_owner_is_replaced_by_the_refreshed_one() {
     assert_eq!(state.metadata_requests, 2, "initial fetch plus one after the failed connect");
 }
 
+// Goal: a cached queue's metadata older than METADATA_MAX_AGE is fetched
+// again in the background, so a producer finds a resize's added partition
+// without an error first. Method: the first metadata names 1 partition,
+// later ones 2; once the age has passed, the next call answers from the
+// cache and starts the fetch, after which the count is 2 (≈ 10 s).
+#[tokio::test]
+async fn old_metadata_is_fetched_again_in_the_background() {
+    let fetches = Arc::new(Mutex::new(0u32));
+    let counted = Arc::clone(&fetches);
+    let bootstrap = FakeServer::start(Arc::new(move |request, id, outbox| {
+        let Request::Metadata(_) = request else { panic!("unexpected {request:?}") };
+        let mut fetches = counted.lock().unwrap();
+        *fetches += 1;
+        let mut metadata = metadata_naming(1);
+        if *fetches > 1 {
+            let mut second = metadata.queues[0].partitions[0].clone();
+            second.partition = PartitionId(1);
+            metadata.queues[0].partitions.push(second);
+        }
+        outbox.send(ok(id, &Response::Metadata(metadata)));
+    }))
+    .await;
+    let client = Client::connect(&bootstrap.addr).await.unwrap();
+    assert_eq!(client.partition_count("q").await.unwrap(), 1);
+    assert_eq!(*fetches.lock().unwrap(), 1, "a young cache is not fetched again");
+    // Real time (tokio's paused clock needs a feature the workspace does
+    // not build): the age is 10 s.
+    tokio::time::sleep(spool_client::limits::METADATA_MAX_AGE + Duration::from_millis(200)).await;
+    assert_eq!(client.partition_count("q").await.unwrap(), 1, "answered from the cache");
+    let refreshed = bounded(async {
+        loop {
+            if client.partition_count("q").await.unwrap() == 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+    refreshed.await;
+    assert_eq!(*fetches.lock().unwrap(), 2);
+}
+
 // ------------------------------------------------------------ producer
 
 // Goal: messages sent within the linger window travel in one batch, flushed
