@@ -44,7 +44,8 @@ fn token(message: &Value) -> String {
 // does: create (and a second create refused QUEUE_EXISTS), list, describe,
 // send text, bytes and keyed messages, claim with tokens, ack, extend,
 // release and get it again, a stale ack refused STALE_TOKEN, purge as a
-// dry run (nothing dropped) then confirmed, delete, and the queue gone
+// dry run (nothing dropped) then confirmed, a resize (and one that does
+// not grow refused INVALID_ARGUMENT), delete, and the queue gone
 // (404 QUEUE_NOT_FOUND). Method: one 2-shard broker, raw HTTP requests.
 #[test]
 fn http_api_queue_lifecycle() {
@@ -144,6 +145,16 @@ fn http_api_queue_lifecycle() {
     let purged = ok(&call(&broker, "POST", "/v1/queues/web/purge", json!({ "confirm": true })));
     assert_eq!((purged["dry_run"].clone(), purged["count"].clone()), (json!(false), json!(2)));
     assert!(claim(&broker, "web", 10, 10_000, 0).is_empty());
+
+    // Resize: the empty queue grows 2 → 3, its key map reads back, a
+    // count that does not grow it is INVALID_ARGUMENT.
+    let resized = ok(&call(&broker, "POST", "/v1/queues/web/resize", json!({ "partitions": 3 })));
+    assert_eq!(resized["key_version"], 2, "{resized}");
+    let described = ok(&http(&broker.admin_addr(), "GET", "/v1/queues/web"));
+    assert_eq!(described["partitions"].as_array().unwrap().len(), 3, "{described}");
+    assert_eq!(described["keys"]["version"], 2, "{described}");
+    let shrink = call(&broker, "POST", "/v1/queues/web/resize", json!({ "partitions": 2 }));
+    refused(&shrink, 400, 5, "INVALID_ARGUMENT");
 
     let deleted = ok(&http(&broker.admin_addr(), "DELETE", "/v1/queues/web"));
     assert_eq!(deleted["deleted"], true);
@@ -285,7 +296,7 @@ fn every_documented_route_is_served() {
             }
         }
     }
-    assert_eq!(operations, 18);
+    assert_eq!(operations, 19);
 }
 
 // Goal: the API bounds its requests in flight: with 32 long-poll claims

@@ -190,6 +190,12 @@ pub struct Redrive {
     pub offsets: Option<Vec<u64>>,
 }
 
+/// A queue's key map as `GET /v1/queues/{q}` shows it.
+pub fn key_map(keys: &spool_client::spool_wire::proto::KeyMapStats) -> Value {
+    let draining: Vec<u32> = keys.draining.iter().map(|partition| partition.0).collect();
+    json!({ "version": keys.version, "held_from": keys.held_from, "draining": draining })
+}
+
 /// `POST /v1/queues/{q}/purge`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]

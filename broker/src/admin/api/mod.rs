@@ -28,6 +28,7 @@ pub mod error;
 pub mod json;
 pub mod limits;
 mod ops;
+mod resize;
 pub mod quotas;
 pub mod routes;
 pub mod token;
@@ -249,6 +250,7 @@ impl Gateway {
             Operation::DeadLetters => ok(self.dead_letters(queue, call.query.as_deref()).await?),
             Operation::Redrive => ok(self.redrive(queue, parse(&call.body)?).await?),
             Operation::Purge => ok(self.purge(queue, parse(&call.body)?).await?),
+            Operation::ResizeQueue => ok(self.resize_queue(queue, parse(&call.body)?).await?),
             Operation::ReloadAuth => ok(self.reload_auth(call).await?),
             Operation::Acl => ok(self.acl(call)?),
             Operation::Quotas => ok(self.quotas(call).await?),
@@ -371,6 +373,7 @@ impl Gateway {
             "name": described.name,
             "config": json::config(&described.config),
             "partitions": partitions,
+            "keys": json::key_map(&described.keys),
         }))
     }
 
