@@ -30,6 +30,7 @@ use crate::control::cluster::limits::{KEY_DRAIN_REPORT_RETRY, KEY_DRAIN_WATCH_IN
 use crate::limits::ADMIN_APPLY_TIMEOUT_MS;
 use crate::partition::KeyRoute;
 use crate::queue::{LeaderEpoch, Offset, PartitionId, QueueId};
+use crate::shard::report::ResizeState;
 use crate::shard::{CoordinatorError, KeyChange};
 
 /// One older partition's drain, as this shard watches it.
@@ -65,6 +66,21 @@ impl ShardState {
             partitions: u32::try_from(entry.partitions.len()).unwrap_or(u32::MAX),
             held: entry.keys.holds(partition),
         })
+    }
+
+    /// Where `partition` of `queue` stands in the queue's last resize, by
+    /// this shard's table (for its report).
+    pub(super) fn resize_state(&self, queue: &str, partition: PartitionId) -> ResizeState {
+        let Ok(name) = QueueName::new(queue) else { return ResizeState::None };
+        let table = self.table.borrow();
+        let Some(entry) = table.queue(&name) else { return ResizeState::None };
+        if entry.keys.holds(partition) {
+            ResizeState::Held
+        } else if entry.keys.draining.contains(&partition) {
+            ResizeState::Draining
+        } else {
+            ResizeState::None
+        }
     }
 
     /// Sets the key route of every partition of `queue` this shard serves

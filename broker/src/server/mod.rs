@@ -372,6 +372,7 @@ impl ShardState {
                         first_index: driver.log_floor() + 1,
                     }
                 }),
+                resize: self.resize_state(queue, partition),
             });
         }
         if let Some(journal) = &*self.journal.borrow() {

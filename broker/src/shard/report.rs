@@ -185,6 +185,31 @@ pub struct PartitionReport {
     pub memory_bytes: u64,
     /// Its member's role, when the partition is replicated.
     pub replica: Option<ReplicaRole>,
+    /// Where a resize of its queue leaves it (`server/keys.rs`).
+    pub resize: ResizeState,
+}
+
+/// A partition's part in its queue's last resize.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ResizeState {
+    /// No resize is under way (or it is over).
+    #[default]
+    None,
+    /// An older partition still finishing what it held before the resize.
+    Draining,
+    /// An added partition handing out nothing until the older ones drained.
+    Held,
+}
+
+impl ResizeState {
+    /// Its value as a gauge: 0, 1 (draining), 2 (held).
+    pub fn gauge(self) -> u64 {
+        match self {
+            ResizeState::None => 0,
+            ResizeState::Draining => 1,
+            ResizeState::Held => 2,
+        }
+    }
 }
 
 /// A partition this shard owns that did not open, and why.

@@ -43,6 +43,21 @@ fn parse(delivery: &Delivery) -> (u32, u32) {
     (key.parse().unwrap(), sequence.parse().unwrap())
 }
 
+/// `spool_partition_resize_state` of partitions 0..5 of the queue.
+fn resize_states(broker: &Spoold) -> Vec<f64> {
+    let answer = tokio::task::block_in_place(|| {
+        spool_tests::admin::http_get(&broker.admin_addr(), "/metrics")
+    });
+    let exposition = spool_tests::admin::Exposition::parse(&answer.body).unwrap();
+    (0..5)
+        .map(|partition| {
+            let partition = partition.to_string();
+            let labels = [("queue", QUEUE), ("partition", partition.as_str())];
+            exposition.value("spool_partition_resize_state", &labels).unwrap_or(-1.0)
+        })
+        .collect()
+}
+
 async fn send(producer: &Producer, keys: &[u32], sequences: std::ops::Range<u32>) {
     let mut sends = Vec::new();
     for sequence in sequences {
@@ -110,6 +125,8 @@ async fn a_resized_queue_moves_a_fifth_of_its_keys_in_order() {
     let admin = Admin::new(client.clone());
     let described = admin.describe_queue(QUEUE).await.unwrap();
     assert_eq!(described.keys.draining.len(), 4, "{:?}", described.keys);
+    // The metric says which partitions drain (1) and which are held (2).
+    assert_eq!(resize_states(&broker), [1.0, 1.0, 1.0, 1.0, 2.0]);
 
     // Held: a claim of the added partition finds nothing while the older
     // ones still hold every message from before the resize.
@@ -225,5 +242,6 @@ async fn a_resized_queue_moves_a_fifth_of_its_keys_in_order() {
     }
     let described = admin.describe_queue(QUEUE).await.unwrap();
     assert!(described.keys.draining.is_empty(), "{:?}", described.keys);
+    assert_eq!(resize_states(&broker), [0.0; 5]);
     eprintln!("resize: {} of {KEYS} keys moved ({fraction:.3})", moved_keys.len());
 }

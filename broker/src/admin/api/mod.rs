@@ -28,8 +28,8 @@ pub mod error;
 pub mod json;
 pub mod limits;
 mod ops;
-mod resize;
 pub mod quotas;
+mod resize;
 pub mod routes;
 pub mod token;
 

@@ -296,6 +296,13 @@ pub fn encode(
             family,
         );
     }
+    partition_gauge!(
+        "spool_partition_resize_state",
+        "The partition's part in its queue's last resize: 0 none (or over), 1 draining (an \
+         older partition still finishing what it held before the resize), 2 held (an added \
+         partition handing out nothing until the older ones drained)",
+        |p| p.resize.gauge()
+    );
     partition_gauge!("spool_ready_messages", "Main-lane messages ready to claim", |p| p
         .counters
         .ready);
