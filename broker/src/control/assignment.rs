@@ -366,15 +366,7 @@ impl AssignmentTable {
                 draining: entry.keys.draining.len(),
             });
         }
-        let hosted = self.partition_count();
-        if hosted + shards.len() > PARTITIONS_PER_NODE_MAX {
-            return Err(AssignmentError::TooManyPartitions {
-                hosted,
-                adding: shards.len(),
-                max: PARTITIONS_PER_NODE_MAX,
-            });
-        }
-        Ok(())
+        self.check_room(shards.len())
     }
 
     /// The update recording that `partition` of `queue` finished what it
@@ -449,11 +441,16 @@ impl AssignmentTable {
         if self.queues.len() >= QUEUES_MAX {
             return Err(AssignmentError::TooManyQueues);
         }
+        self.check_room(shards.len())
+    }
+
+    /// `adding` more partitions fit the node's [`PARTITIONS_PER_NODE_MAX`].
+    fn check_room(&self, adding: usize) -> Result<(), AssignmentError> {
         let hosted = self.partition_count();
-        if hosted + shards.len() > PARTITIONS_PER_NODE_MAX {
+        if hosted + adding > PARTITIONS_PER_NODE_MAX {
             return Err(AssignmentError::TooManyPartitions {
                 hosted,
-                adding: shards.len(),
+                adding,
                 max: PARTITIONS_PER_NODE_MAX,
             });
         }

@@ -566,19 +566,8 @@ impl ShardHooks for SpoolHooks {
             AssignmentChange::CreateQueue { queue, queue_id, shards, config, .. } => {
                 // In a cluster, only the partitions this node is a replica of.
                 let owned = state.owned_partitions(*queue_id, shards, 0);
-                // A live create that cannot fit is refused before anything
-                // opens; the catalog's replay at start is not (the start
-                // checks the whole charge and names the queues instead).
-                if update.version > state.recovered.version() {
-                    if let Err(full) = state.state_memory.admit_partitions(owned.len() as u64) {
-                        return Err(ServerError::Memory {
-                            queue: queue.as_str().to_owned(),
-                            partitions: owned.len(),
-                            full,
-                        });
-                    }
-                }
-                state.open_owned(queue, *queue_id, config, &owned).await
+                let live = update.version > state.recovered.version();
+                state.open_owned(queue, *queue_id, config, &owned, live).await
             }
             AssignmentChange::GrowQueue { queue, shards } => {
                 // The older partitions refuse moved keys from here on.
@@ -591,16 +580,8 @@ impl ShardHooks for SpoolHooks {
                 };
                 let from = u32::try_from(count - shards.len()).unwrap_or(u32::MAX);
                 let owned = state.owned_partitions(queue_id, shards, from);
-                if update.version > state.recovered.version() {
-                    if let Err(full) = state.state_memory.admit_partitions(owned.len() as u64) {
-                        return Err(ServerError::Memory {
-                            queue: queue.as_str().to_owned(),
-                            partitions: owned.len(),
-                            full,
-                        });
-                    }
-                }
-                state.open_owned(queue, queue_id, &config, &owned).await
+                let live = update.version > state.recovered.version();
+                state.open_owned(queue, queue_id, &config, &owned, live).await
             }
             AssignmentChange::KeysDrained { queue, .. } => {
                 // The hold ends once the last older partition drained.

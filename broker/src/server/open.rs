@@ -85,16 +85,30 @@ impl ShardState {
     /// of them are made durable first, together (a few syncs per shard,
     /// not several per partition).
     ///
+    /// A `live` change (not the catalog's replay at start, which checks the
+    /// whole charge and names the queues instead) that cannot fit the
+    /// shard's state memory is refused before anything opens.
+    ///
     /// # Errors
-    /// Every partition that did not open (`ServerError::Several` for more
-    /// than one).
+    /// `ServerError::Memory`; every partition that did not open
+    /// (`ServerError::Several` for more than one).
     pub(super) async fn open_owned(
         self: &Rc<Self>,
         queue: &QueueName,
         queue_id: QueueId,
         config: &Arc<crate::queue::QueueConfig>,
         owned: &[PartitionId],
+        live: bool,
     ) -> Result<(), ServerError> {
+        if live {
+            if let Err(full) = self.state_memory.admit_partitions(owned.len() as u64) {
+                return Err(ServerError::Memory {
+                    queue: queue.as_str().to_owned(),
+                    partitions: owned.len(),
+                    full,
+                });
+            }
+        }
         let epochs = self.open_journal_epochs(queue_id, owned).await;
         let mut failures = Vec::new();
         for (at, wave) in owned.chunks(crate::limits::PARTITION_OPENS_CONCURRENT).enumerate() {
