@@ -67,6 +67,18 @@ impl<S: Storage + Clone> Partition<S> {
         self.state.borrow().oldest_live_main().is_none_or(|oldest| oldest >= barrier)
     }
 
+    /// Waits until everything the partition appended so far is durable
+    /// (committed by a quorum, when replicated): a drain report must not
+    /// rest on acks a crash or a new leader could still undo.
+    ///
+    /// # Errors
+    /// The log failed, or (replicated) an entry was superseded: this
+    /// member lost the lead.
+    pub async fn appended_durable(&self) -> Result<(), super::PartitionError> {
+        let barrier = self.appends.borrow().barrier();
+        barrier.durable().await
+    }
+
     /// The offset the next appended record gets: the drain barrier of a
     /// resize, taken when this partition starts refusing moved keys.
     pub fn next_offset(&self) -> Offset {

@@ -5,7 +5,8 @@
 //! older partition the shard serves (leads, in a cluster) while its queue
 //! has it draining, the offset it had reached when it started refusing
 //! moved keys (the barrier) is kept, and once every main-lane message below
-//! it is finished the shard reports the partition drained to the
+//! it is finished, and what finished them is durable (committed, in a
+//! cluster), the shard reports the partition drained to the
 //! coordinator (in a cluster, a controller proposal; a member that does not
 //! lead the controller forwards it to the leader). Once every older
 //! partition is reported, the table lifts the hold and the added
@@ -179,9 +180,17 @@ pub(super) fn watch(state: &Rc<ShardState>) {
             tracing::info!(queue = %queue, partition = partition.0, key_version,
                 barrier = barrier.offset.0, "older partition drained; reporting it");
             let coordinator = state.coordinator.clone();
+            let partition_rc = part.clone();
             let name = queue.clone();
             let change = KeyChange::Drained { queue: queue.clone(), key_version, partition };
             glommio::spawn_local(async move {
+                // The acks that finished the last messages below the
+                // barrier are durable (committed) before anyone is told.
+                if let Err(error) = partition_rc.appended_durable().await {
+                    tracing::debug!(queue = %name, partition = partition.0, %error,
+                        "drain not reported: what finished it is not durable");
+                    return;
+                }
                 match coordinator.key_change_async(change, ADMIN_APPLY_TIMEOUT_MS).await {
                     Ok(_)
                     | Err(CoordinatorError::Assignment(

@@ -210,39 +210,49 @@ async fn a_single_node_is_asked_once() {
 }
 
 // Goal: a data call that cannot reach the partition's owner (it died)
-// drops the queue's cached metadata, so the caller's retry asks again and
-// reaches the new owner. Method: the bootstrap's first metadata names a
-// closed port, later ones itself; the first purge fails with an I/O
-// error, the second is served by the bootstrap after one more metadata.
+// drops the queue's cached metadata and goes to the owner fresh metadata
+// names (nothing was sent, so any request may go again); while metadata
+// keeps naming the dead owner the call fails with the I/O error, which is
+// retriable. Method: the bootstrap's metadata names a closed port the
+// first `dead` times, then itself; a purge with dead = 1 is served after
+// one more metadata; with dead = 2 the first purge fails (its refresh
+// still names the dead owner), the next is served.
 #[tokio::test]
 async fn an_unreachable_owner_drops_the_cached_metadata() {
-    let closed = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.local_addr().unwrap().port()
-    };
-    let metadata_asked = Arc::new(Mutex::new(0u32));
-    let own_port = Arc::new(Mutex::new(0u16));
-    let handler = {
-        let (metadata_asked, own_port) = (Arc::clone(&metadata_asked), Arc::clone(&own_port));
-        move |request: &Request<'_>, id| match request {
-            Request::Metadata(_) => {
-                let mut asked = metadata_asked.lock().unwrap();
-                *asked += 1;
-                let port = if *asked == 1 { closed } else { *own_port.lock().unwrap() };
-                partition_metadata(id, port)
+    for dead in [1u32, 2] {
+        let closed = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.local_addr().unwrap().port()
+        };
+        let metadata_asked = Arc::new(Mutex::new(0u32));
+        let own_port = Arc::new(Mutex::new(0u16));
+        let handler = {
+            let (metadata_asked, own_port) = (Arc::clone(&metadata_asked), Arc::clone(&own_port));
+            move |request: &Request<'_>, id| match request {
+                Request::Metadata(_) => {
+                    let mut asked = metadata_asked.lock().unwrap();
+                    *asked += 1;
+                    let port = if *asked <= dead { closed } else { *own_port.lock().unwrap() };
+                    partition_metadata(id, port)
+                }
+                Request::Purge(_) => encode(id, Response::Purge(PurgeResponse { count: 3 })),
+                other => panic!("unexpected {other:?}"),
             }
-            Request::Purge(_) => encode(id, Response::Purge(PurgeResponse { count: 3 })),
-            other => panic!("unexpected {other:?}"),
+        };
+        let port = serve(Arc::new(handler)).await;
+        *own_port.lock().unwrap() = port;
+        let admin = Admin::new(Client::connect(&format!("127.0.0.1:{port}")).await.unwrap());
+        if dead > 1 {
+            let error = bounded(admin.purge("jobs", PartitionId(0), true)).await.unwrap_err();
+            assert!(matches!(error, ClientError::Io { .. }), "{error:?}");
+            assert!(error.is_retriable());
         }
-    };
-    let port = serve(Arc::new(handler)).await;
-    *own_port.lock().unwrap() = port;
-    let admin = Admin::new(Client::connect(&format!("127.0.0.1:{port}")).await.unwrap());
-    let error = bounded(admin.purge("jobs", PartitionId(0), true)).await.unwrap_err();
-    assert!(matches!(error, ClientError::Io { .. }), "{error:?}");
-    assert!(error.is_retriable());
-    assert_eq!(bounded(admin.purge("jobs", PartitionId(0), true)).await.unwrap(), 3);
-    assert_eq!(*metadata_asked.lock().unwrap(), 2, "the connect's fetch and one after the failure");
+        assert_eq!(bounded(admin.purge("jobs", PartitionId(0), true)).await.unwrap(), 3);
+        // The connect's fetch, then one after each failed connect: the
+        // last of them names the live owner.
+        let asked = *metadata_asked.lock().unwrap();
+        assert_eq!(asked, dead + 1, "metadata fetches with {dead} dead answers");
+    }
 }
 
 /// Metadata naming `port` for partition 0 of `jobs`.
