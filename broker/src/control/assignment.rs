@@ -446,15 +446,28 @@ impl AssignmentTable {
 
     /// `adding` more partitions fit the node's [`PARTITIONS_PER_NODE_MAX`].
     fn check_room(&self, adding: usize) -> Result<(), AssignmentError> {
+        self.check_room_within(adding, PARTITIONS_PER_NODE_MAX)
+    }
+
+    /// `adding` more partitions keep the table within `max` (the
+    /// broker's `partitions_max`, checked before a create or a grow is
+    /// planned).
+    ///
+    /// # Errors
+    /// `TooManyPartitions`.
+    pub fn check_room_within(&self, adding: usize, max: usize) -> Result<(), AssignmentError> {
         let hosted = self.partition_count();
-        if hosted + adding > PARTITIONS_PER_NODE_MAX {
-            return Err(AssignmentError::TooManyPartitions {
-                hosted,
-                adding,
-                max: PARTITIONS_PER_NODE_MAX,
-            });
+        if hosted.saturating_add(adding) > max {
+            return Err(AssignmentError::TooManyPartitions { hosted, adding, max });
         }
         Ok(())
+    }
+
+    /// The partitions a grow of `queue` to `partitions` would add (0 for
+    /// an unknown queue or a count that does not grow it).
+    pub fn partitions_added(&self, queue: &QueueName, partitions: u32) -> usize {
+        let current = self.partitions(queue).map_or(0, <[_]>::len);
+        (partitions as usize).saturating_sub(current)
     }
 
     /// Partitions of every queue in the table.

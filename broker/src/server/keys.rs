@@ -49,8 +49,6 @@ struct Barrier {
 pub(super) struct Drains {
     watched: Cell<Option<Instant>>,
     barriers: RefCell<HashMap<(QueueId, PartitionId), Barrier>>,
-    /// Reports sent (for tests and logs).
-    reported: Cell<u64>,
 }
 
 impl ShardState {
@@ -176,7 +174,6 @@ pub(super) fn watch(state: &Rc<ShardState>) {
                 continue;
             }
             barrier.next_report = Some(now + KEY_DRAIN_REPORT_RETRY);
-            state.drains.reported.set(state.drains.reported.get() + 1);
             tracing::info!(queue = %queue, partition = partition.0, key_version,
                 barrier = barrier.offset.0, "older partition drained; reporting it");
             let coordinator = state.coordinator.clone();

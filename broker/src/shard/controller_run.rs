@@ -433,12 +433,7 @@ impl ClusterCatalog {
             if state.table.queue(&queue).is_some() {
                 return Err(AssignmentError::QueueExists(queue).into());
             }
-            let hosted = state.table.partition_count();
-            let adding = partitions as usize;
-            if hosted.saturating_add(adding) > self.partitions_max {
-                let max = self.partitions_max;
-                return Err(AssignmentError::TooManyPartitions { hosted, adding, max }.into());
-            }
+            state.table.check_room_within(partitions as usize, self.partitions_max)?;
         }
         let update = self
             .controller
@@ -474,16 +469,9 @@ impl ClusterCatalog {
         let update = match change {
             KeyChange::Grow { queue, partitions } => {
                 {
-                    let state = self.controller.state();
-                    let current = state.table.partitions(&queue).map_or(0, <[_]>::len);
-                    let hosted = state.table.partition_count();
-                    let adding = (partitions as usize).saturating_sub(current);
-                    if hosted.saturating_add(adding) > self.partitions_max {
-                        let max = self.partitions_max;
-                        return Err(
-                            AssignmentError::TooManyPartitions { hosted, adding, max }.into()
-                        );
-                    }
+                    let table = &self.controller.state().table;
+                    let adding = table.partitions_added(&queue, partitions);
+                    table.check_room_within(adding, self.partitions_max)?;
                 }
                 self.controller.grow_queue(queue, partitions).await
             }

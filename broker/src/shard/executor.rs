@@ -375,14 +375,7 @@ impl ControlState {
                     if self.table.queue(&queue).is_some() {
                         return Err(AssignmentError::QueueExists(queue).into());
                     }
-                    let hosted = self.table.partition_count();
-                    let adding = partitions as usize;
-                    if hosted.saturating_add(adding) > self.partitions_max {
-                        let max = self.partitions_max;
-                        return Err(
-                            AssignmentError::TooManyPartitions { hosted, adding, max }.into()
-                        );
-                    }
+                    self.table.check_room_within(partitions as usize, self.partitions_max)?;
                     let update =
                         self.table.plan_create_queue(queue, queue_id, partitions, config)?;
                     self.table.apply(&update)?;
@@ -400,18 +393,8 @@ impl ControlState {
                 let outcome = (|| {
                     let update = match change {
                         KeyChange::Grow { queue, partitions } => {
-                            let current = self.table.partitions(&queue).map_or(0, <[_]>::len);
-                            let hosted = self.table.partition_count();
-                            let adding = (partitions as usize).saturating_sub(current);
-                            if hosted.saturating_add(adding) > self.partitions_max {
-                                let max = self.partitions_max;
-                                return Err(AssignmentError::TooManyPartitions {
-                                    hosted,
-                                    adding,
-                                    max,
-                                }
-                                .into());
-                            }
+                            let adding = self.table.partitions_added(&queue, partitions);
+                            self.table.check_room_within(adding, self.partitions_max)?;
                             self.table.plan_grow_queue(queue, partitions)?
                         }
                         KeyChange::Drained { queue, key_version, partition } => {
