@@ -2,7 +2,9 @@
 //! a resize it refuses keyed records whose key maps elsewhere now (but
 //! still answers a retry of a record it took as a duplicate), hands out
 //! nothing while a resize holds it, wakes a waiting claim when the hold
-//! ends, and reports when everything below a barrier is finished.
+//! ends, and reports when everything below a barrier is finished. The key
+//! map a server took keys by is written to the log, and a partition whose
+//! log names a newer version than its node applied does not serve.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
 use std::cell::Cell;
@@ -85,11 +87,11 @@ fn moved_keys_are_refused_held_partitions_hand_out_nothing_until_released() {
         let early = key(true, 1);
 
         // Before the resize: 4 partitions, both keys belong here.
-        partition.set_key_route(KeyRoute { partitions: 4, held: false });
+        partition.set_key_route(KeyRoute { version: 1, partitions: 4, held: false });
         let before = partition.enqueue(&batch(&[(1, &early)])).await.unwrap();
         assert!(matches!(before[0], EnqueueOutcome::Appended { .. }));
 
-        partition.set_key_route(KeyRoute { partitions: 5, held: false });
+        partition.set_key_route(KeyRoute { version: 2, partitions: 5, held: false });
         let barrier = partition.next_offset();
         let outcomes = partition
             .enqueue(&batch(&[(2, &kept), (3, &moved), (4, ""), (1, &early), (3, &moved)]))
@@ -105,7 +107,7 @@ fn moved_keys_are_refused_held_partitions_hand_out_nothing_until_released() {
         assert_eq!(partition.counters().live_messages, 3);
 
         // Held: a claim waits; the hold's end wakes it with messages.
-        partition.set_key_route(KeyRoute { partitions: 5, held: true });
+        partition.set_key_route(KeyRoute { version: 2, partitions: 5, held: true });
         let request =
             ClaimRequest { worker: WorkerId(1), credits: 10, max_bytes: 1 << 20, lease_ms: None };
         assert!(partition.claim(&request, Lane::Main, 0).await.unwrap().is_empty());
@@ -115,7 +117,7 @@ fn moved_keys_are_refused_held_partitions_hand_out_nothing_until_released() {
             glommio::spawn_local(async move {
                 glommio::timer::sleep(Duration::from_millis(50)).await;
                 lifted.set(true);
-                partition.set_key_route(KeyRoute { partitions: 5, held: false });
+                partition.set_key_route(KeyRoute { version: 2, partitions: 5, held: false });
             })
         };
         let claimed = partition.claim(&request, Lane::Main, 5_000).await.unwrap();
@@ -136,5 +138,82 @@ fn moved_keys_are_refused_held_partitions_hand_out_nothing_until_released() {
         assert!(partition.drained_below(barrier));
         assert!(!partition.drained_below(partition.next_offset()));
         now.set(START_MS + 1);
+    });
+}
+
+async fn open_on(
+    storage: &SimStorage,
+    now: &Rc<Cell<u64>>,
+) -> Rc<spool_broker::partition::Partition<SimStorage>> {
+    let clock_now = now.clone();
+    let name =
+        PartitionName { queue: "jobs".into(), queue_id: QueueId(1), partition: PartitionId(0) };
+    let (partition, background, _) = open_partition(
+        Layout::Journal,
+        storage.clone(),
+        Path::new("/data/p0"),
+        name,
+        QueueConfig::default(),
+        LogConfig::default(),
+        Rc::new(RecordFatal::default()),
+        Rc::new(move || clock_now.get()),
+    )
+    .await
+    .expect("open");
+    glommio::spawn_local(background.into_future()).detach();
+    partition
+}
+
+// Goal: a partition whose log names a newer key map than its node applied
+// does not serve (the resize gap: a new leader that had not applied the
+// resize would take moved keys after the old leader's drain report).
+// Method: route v2 written to the log and checkpointed, one more message,
+// a crash image; reopened under v1 (a node behind the table) it does not
+// serve; v2 applied, it serves. An older version written later changes
+// nothing; a log that never named one serves under any route.
+#[test]
+fn a_log_naming_a_newer_key_map_than_applied_keeps_the_partition_from_serving() {
+    LocalExecutorBuilder::new(Placement::Unbound).io_memory(0).make().unwrap().run(async {
+        let now = Rc::new(Cell::new(START_MS));
+        let storage = SimStorage::new();
+        let partition = open_on(&storage, &now).await;
+        partition.set_key_route(KeyRoute { version: 1, partitions: 4, held: false });
+        assert!(partition.serving());
+        assert!(!partition.logs_key_map(1));
+        partition.set_key_route(KeyRoute { version: 2, partitions: 5, held: false });
+        partition.log_key_map().await.expect("key map logged");
+        assert!(partition.logs_key_map(2) && !partition.logs_key_map(3));
+        partition.log_key_map().await.expect("a second write is a no-op");
+        // The checkpoint carries it (snapshot version 4), the entry after
+        // it is replayed.
+        partition.checkpoint().await.expect("checkpoint").expect("a checkpoint was taken");
+        partition.enqueue(&batch(&[(1, &key(false, 0))])).await.unwrap();
+        let image = storage.process_crash_image();
+        partition.log().close();
+        drop(partition);
+
+        let reopened = open_on(&image, &now).await;
+        assert!(reopened.logs_key_map(2), "the checkpoint lost the key map");
+        assert_eq!(reopened.counters().live_messages, 1);
+        reopened.set_key_route(KeyRoute { version: 1, partitions: 4, held: false });
+        assert!(reopened.key_map_behind());
+        assert!(!reopened.serving(), "a node behind the logged key map serves");
+        reopened.set_key_route(KeyRoute { version: 2, partitions: 5, held: false });
+        assert!(!reopened.key_map_behind() && reopened.serving());
+        // An older version never replaces the newer one named.
+        reopened.set_key_route(KeyRoute { version: 1, partitions: 4, held: false });
+        reopened.log_key_map().await.expect("an older key map is not written");
+        reopened.set_key_route(KeyRoute { version: 3, partitions: 6, held: false });
+        assert!(reopened.serving() && !reopened.logs_key_map(3));
+        reopened.set_key_route(KeyRoute { version: 2, partitions: 5, held: false });
+        assert!(reopened.serving());
+        reopened.log().close();
+
+        // A log that never named a key map: any route serves.
+        let fresh = SimStorage::new();
+        let plain = open_on(&fresh, &now).await;
+        plain.set_key_route(KeyRoute { version: 1, partitions: 4, held: false });
+        assert!(plain.serving() && !plain.key_map_behind());
+        plain.log().close();
     });
 }

@@ -15,6 +15,8 @@ use crate::queue::Offset;
 /// Where a partition stands in its queue's key map.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KeyRoute {
+    /// The key map's version (1 at the queue's creation, + 1 per resize).
+    pub version: u64,
     /// The queue's partition count, which keys are placed over.
     pub partitions: u32,
     /// A resize holds this partition: its main lane hands out nothing.
@@ -33,9 +35,14 @@ impl<S: Storage + Clone> Partition<S> {
     /// whenever the queue's table entry changes. A hold lifted wakes the
     /// claims waiting on it and lists it for claims of any partition.
     pub fn set_key_route(&self, route: KeyRoute) {
+        let was_behind = self.key_map_behind();
         let before = self.keys.route.replace(Some(route));
         let was_held = before.is_some_and(|before| before.held);
-        if was_held && !route.held {
+        if was_behind && !self.key_map_behind() {
+            tracing::info!(partition = ?self.name, version = route.version,
+                "the key map the log names is applied; serving");
+        }
+        if (was_held && !route.held) || (was_behind && !self.key_map_behind()) {
             self.claimable.notify_all();
             self.ready(0);
             self.hint_wakeup();
@@ -44,6 +51,55 @@ impl<S: Storage + Clone> Partition<S> {
 
     pub fn key_route(&self) -> Option<KeyRoute> {
         self.keys.route.get()
+    }
+
+    /// Whether the log names a newer version of the queue's key map than
+    /// the one this node applied: a server that took keys by it wrote it
+    /// (`Event::KeyMap`), so serving by the older map could take a key the
+    /// newer one moved. Such a partition does not serve until the table
+    /// catches up ([`Partition::serving`]).
+    pub fn key_map_behind(&self) -> bool {
+        let Some(route) = self.keys.route.get() else { return false };
+        self.state.borrow().logged_key_map().is_some_and(|logged| logged.version > route.version)
+    }
+
+    /// Writes the key map this partition takes keys by into its log
+    /// (`Event::KeyMap`), unless the log already names it or a newer one;
+    /// returns once it is durable (committed, when replicated). A later
+    /// leader that folds it does not serve before it applied that version.
+    ///
+    /// # Errors
+    /// The log's append or its durability; [`PartitionError::NotLeader`]
+    /// (replicated) when this member does not lead.
+    pub async fn log_key_map(&self) -> Result<(), super::PartitionError> {
+        let Some(route) = self.keys.route.get() else { return Ok(()) };
+        let logged = |state: &crate::queue::PartitionState| {
+            state.logged_key_map().is_some_and(|logged| logged.version >= route.version)
+        };
+        if logged(&self.state.borrow()) {
+            return Ok(());
+        }
+        self.log
+            .writable(spool_wire::batch::BatchKind::Control, Self::control_bytes(1, false))
+            .await;
+        if logged(&self.state.borrow()) {
+            return Ok(());
+        }
+        let now = (self.clock)();
+        let event = crate::queue::Event::KeyMap {
+            version: route.version,
+            partitions: route.partitions,
+            at_ms: now,
+        };
+        if let Some(ticket) = self.append_events(&[event], now)? {
+            ticket.durable().await?;
+        }
+        Ok(())
+    }
+
+    /// Whether the log names version `version` of the key map, or a newer.
+    pub fn logs_key_map(&self, version: u64) -> bool {
+        self.state.borrow().logged_key_map().is_some_and(|logged| logged.version >= version)
     }
 
     /// Whether a resize holds the main lane.

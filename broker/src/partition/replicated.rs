@@ -154,9 +154,11 @@ impl<S: Storage + Clone> Partition<S> {
         self.replica.is_some()
     }
 
-    /// Whether it serves requests now (always, on one node).
+    /// Whether it serves requests now: its member leads and took the lead
+    /// (always, on one node), and the node applied the key map its log
+    /// names ([`key_map_behind`](Self::key_map_behind)).
     pub fn serving(&self) -> bool {
-        self.replica.as_ref().is_none_or(|role| role.serving.get())
+        self.replica.as_ref().is_none_or(|role| role.serving.get()) && !self.key_map_behind()
     }
 
     /// Whether its state can no longer be trusted (module docs): reopen it.

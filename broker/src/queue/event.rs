@@ -9,7 +9,7 @@
 //! Common layout (byte offsets; all integers little-endian):
 //!
 //! ```text
-//!  0  u8   kind            1..=12, see EventKind
+//!  0  u8   kind            1..=13, see EventKind
 //!  1  u8   lane            0 main, 1 dead-letter (Quarantined: cause 1 deliveries, 2 expired)
 //!  2  u16  reason          Released, Quarantined; else 0
 //!  4  u32  generation      the claim generation the event acts on (Claimed: the new one;
@@ -18,7 +18,8 @@
 //! 16  u64  at_ms           when the decision was made (Claimed: claimed_at_ms)
 //! 24  u64  time_ms         Claimed, Extended: deadline_ms; Released: not_before_ms;
 //!                          Attributed: the principal id (never 0);
-//!                          TermStarted: the term; else 0
+//!                          TermStarted: the term; KeyMap: the key map's version;
+//!                          else 0
 //! 32  u64  worker          Claimed only
 //! ```
 //!
@@ -65,6 +66,7 @@ pub enum EventKind {
     Purged = 10,
     Attributed = 11,
     TermStarted = 12,
+    KeyMap = 13,
 }
 
 /// One state transition. See `docs/design/queue-semantics.md` for what each
@@ -129,6 +131,12 @@ pub enum Event {
     /// stores the same bytes for it (nothing but the term), and it changes
     /// no message.
     TermStarted { term: u64 },
+    /// The partition's server took keys by version `version` of its
+    /// queue's key map (`partitions` partitions) from here on
+    /// (`docs/design/replication.md`, "Resizing a queue"): a later leader
+    /// that has not applied that version yet does not serve. It changes no
+    /// message.
+    KeyMap { version: u64, partitions: u32, at_ms: Millis },
 }
 
 /// The common fields every control record has, before kind-specific meaning.
@@ -160,7 +168,7 @@ impl Event {
             | Self::Redriven { offset, .. }
             | Self::Purged { offset, .. }
             | Self::Attributed { offset, .. } => offset,
-            Self::TermStarted { .. } => Offset(0),
+            Self::TermStarted { .. } | Self::KeyMap { .. } => Offset(0),
         }
     }
 
@@ -272,6 +280,13 @@ impl Event {
             Self::TermStarted { term } => {
                 Fields { kind: EventKind::TermStarted as u8, time_ms: term, ..Fields::default() }
             }
+            Self::KeyMap { version, partitions, at_ms } => Fields {
+                kind: EventKind::KeyMap as u8,
+                generation: partitions,
+                at_ms,
+                time_ms: version,
+                ..Fields::default()
+            },
         };
         Some(f)
     }
@@ -306,7 +321,7 @@ impl Event {
     /// field value is unknown, or an unused field is not zero.
     pub fn decode(bytes: &[u8]) -> Result<Self, CodecError> {
         let kind = *bytes.first().ok_or(CodecError::Length { expected: EVENT_BYTES, got: 0 })?;
-        if !(EventKind::Claimed as u8..=EventKind::TermStarted as u8).contains(&kind) {
+        if !(EventKind::Claimed as u8..=EventKind::KeyMap as u8).contains(&kind) {
             return Err(CodecError::UnknownKind(kind));
         }
         let expected =
@@ -410,6 +425,13 @@ impl Event {
                 zero(lane_byte == 0 && reason == 0 && generation.0 == 0)?;
                 zero(offset.0 == 0 && at_ms == 0)?;
                 Self::TermStarted { term: time_ms }
+            }
+            13 => {
+                zero(lane_byte == 0 && reason == 0 && offset.0 == 0)?;
+                if generation.0 == 0 || time_ms == 0 {
+                    return Err(CodecError::BadField("key map"));
+                }
+                Self::KeyMap { version: time_ms, partitions: generation.0, at_ms }
             }
             other => return Err(CodecError::UnknownKind(other)),
         };

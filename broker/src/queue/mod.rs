@@ -89,7 +89,8 @@ pub use error::{ApplyError, CodecError, InvalidToken, QueueError, StaleToken};
 pub use event::{Event, EventKind, CLAIMED_EVENT_BYTES, EVENT_BYTES};
 pub use snapshot::{PendingRestore, Restored, SnapshotEncoder};
 pub use state::{
-    MessagePhase, MessageView, PartitionContext, PartitionState, QueueCounters, Totals,
+    LoggedKeyMap, MessagePhase, MessageView, PartitionContext, PartitionState, QueueCounters,
+    Totals,
 };
 pub use token::{DeliveryToken, TokenClaim, TokenKey, DELIVERY_TOKEN_BYTES};
 pub use types::{

@@ -9,7 +9,8 @@
 //! entries per band, warm entries, dead letters, the dedupe section (each
 //! list preceded by its u64 count), the stored counts per principal (the
 //! attribution runs, then the counts, each list preceded by its u64 count),
-//! then crc32c of everything before it. Derived indexes (phase sets, expiry
+//! the key map the log names last (version 4: u64 version, 0 for none, and
+//! u32 partition count), then crc32c of everything before it. Derived indexes (phase sets, expiry
 //! index, chunk headers) are not stored.
 //!
 //! The dedupe section (version 3): `dead_through` (u8 flag, u64 ms: entries
@@ -39,12 +40,15 @@ pub use encode::SnapshotEncoder;
 pub use generations::PendingRestore;
 
 const SNAPSHOT_MAGIC: u32 = u32::from_le_bytes(*b"SPQS");
-/// Version 3 refers to sealed dedupe generations in side files (the
-/// dedupe section, module docs) and adds the stored counts per principal
-/// (a trailing section); version 2 adds the dead-letter moves by cause to
-/// the totals; versions 2 and 1 (nine totals) are still read, version 1's
-/// moves' causes unknown.
-const SNAPSHOT_VERSION: u16 = 3;
+/// Version 4 adds the key map the log names last (`Event::KeyMap`, a
+/// trailing section); version 3 refers to sealed dedupe generations in side
+/// files (the dedupe section, module docs) and adds the stored counts per
+/// principal (a trailing section); version 2 adds the dead-letter moves by
+/// cause to the totals; versions 3, 2 and 1 (nine totals) are still read,
+/// version 1's moves' causes unknown.
+const SNAPSHOT_VERSION: u16 = 4;
+/// The version before the key map section.
+const SNAPSHOT_VERSION_V3: u16 = 3;
 /// The version before dedupe generation files and stored counts.
 const SNAPSHOT_VERSION_V2: u16 = 2;
 /// The oldest version `restore` reads.

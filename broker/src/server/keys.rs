@@ -5,7 +5,9 @@
 //! older partition the shard serves (leads, in a cluster) while its queue
 //! has it draining, the offset it had reached when it started refusing
 //! moved keys (the barrier) is kept, and once every main-lane message below
-//! it is finished, and what finished them is durable (committed, in a
+//! it is finished, the partition's log names the key map's version
+//! (`Partition::log_key_map`: a later leader that has not applied it does
+//! not serve) and what finished them is durable (committed, in a
 //! cluster), the shard reports the partition drained to the
 //! coordinator (in a cluster, a controller proposal; a member that does not
 //! lead the controller forwards it to the leader). Once every older
@@ -40,7 +42,8 @@ struct Barrier {
     key_version: u64,
     epoch: LeaderEpoch,
     offset: Offset,
-    /// A report is under way, or was made: not before this again.
+    /// A report (or the key map's write before it) is under way, or was
+    /// made: not before this again.
     next_report: Option<Instant>,
 }
 
@@ -62,6 +65,7 @@ impl ShardState {
         let table = self.table.borrow();
         let entry = table.queue(queue)?;
         Some(KeyRoute {
+            version: entry.keys.version,
             partitions: u32::try_from(entry.partitions.len()).unwrap_or(u32::MAX),
             held: entry.keys.holds(partition),
         })
@@ -181,6 +185,15 @@ pub(super) fn watch(state: &Rc<ShardState>) {
             let name = queue.clone();
             let change = KeyChange::Drained { queue: queue.clone(), key_version, partition };
             glommio::spawn_local(async move {
+                // The log names the key map's version first, so any later
+                // leader (its log holds every committed entry) serves only
+                // once it applied it: no moved key slips in after this
+                // report.
+                if let Err(error) = partition_rc.log_key_map().await {
+                    tracing::debug!(queue = %name, partition = partition.0, %error,
+                        "drain not reported: the key map is not in the log");
+                    return;
+                }
                 // The acks that finished the last messages below the
                 // barrier are durable (committed) before anyone is told.
                 if let Err(error) = partition_rc.appended_durable().await {

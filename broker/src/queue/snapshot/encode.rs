@@ -22,7 +22,9 @@ use crate::queue::dedupe::{DedupeCapture, DedupeCursor, DedupeTable, GenerationR
 use crate::queue::error::CodecError;
 use crate::queue::fresh::{FreshBand, FreshView};
 use crate::queue::state::capture::Capture;
-use crate::queue::state::{Claim, DeadLetter, DeadPhase, PartitionState, Totals, Warm, WarmPhase};
+use crate::queue::state::{
+    Claim, DeadLetter, DeadPhase, LoggedKeyMap, PartitionState, Totals, Warm, WarmPhase,
+};
 use crate::queue::types::Offset;
 
 fn claim_fields(claim: &Claim) -> (u64, u64, u64) {
@@ -293,6 +295,9 @@ impl PartitionState {
             w.u64(stored.messages);
             w.u64(stored.bytes);
         }
+        let key_map = self.key_map.unwrap_or(LoggedKeyMap { version: 0, partitions: 0 });
+        w.u64(key_map.version);
+        w.u32(key_map.partitions);
         SnapshotEncoder {
             covers,
             limit: limit.unwrap_or(Offset(u64::MAX)),

@@ -17,14 +17,15 @@ use super::generations::PendingRestore;
 use super::{
     Reader, Restored, DEAD_ENTRY_BYTES, DEDUPE_ENTRY_BYTES, DEDUPE_REF_BYTES, FRESH_ENTRY_BYTES,
     PHASE_CLAIMED, PHASE_READY, PHASE_SCHEDULED, SNAPSHOT_MAGIC, SNAPSHOT_VERSION,
-    SNAPSHOT_VERSION_V1, SNAPSHOT_VERSION_V2, STORED_COUNT_BYTES, STORED_RUN_BYTES,
-    WARM_ENTRY_BYTES,
+    SNAPSHOT_VERSION_V1, SNAPSHOT_VERSION_V2, SNAPSHOT_VERSION_V3, STORED_COUNT_BYTES,
+    STORED_RUN_BYTES, WARM_ENTRY_BYTES,
 };
 use crate::queue::dedupe::GenerationRef;
 use crate::queue::error::CodecError;
 use crate::queue::fairness::Credits;
 use crate::queue::fresh::FreshView;
 use crate::queue::limits::SNAPSHOT_BYTES_MAX;
+use crate::queue::state::LoggedKeyMap;
 use crate::queue::state::{
     Claim, DeadLetter, DeadPhase, PartitionContext, PartitionState, Totals, Warm, WarmPhase,
 };
@@ -142,7 +143,9 @@ impl PartitionState {
             return Err(CodecError::Magic);
         }
         let version = r.u16()?;
-        if ![SNAPSHOT_VERSION, SNAPSHOT_VERSION_V2, SNAPSHOT_VERSION_V1].contains(&version) {
+        if ![SNAPSHOT_VERSION, SNAPSHOT_VERSION_V3, SNAPSHOT_VERSION_V2, SNAPSHOT_VERSION_V1]
+            .contains(&version)
+        {
             return Err(CodecError::Version(version));
         }
         let mut state = PartitionState::new(ctx).map_err(|_| CodecError::Inconsistent("config"))?;
@@ -314,7 +317,7 @@ impl PartitionState {
         // --- Dedupe section (generation files: version 3) ---
         let mut dead_through = None;
         let mut references = Vec::new();
-        if version >= SNAPSHOT_VERSION {
+        if version >= SNAPSHOT_VERSION_V3 {
             let flag = r.u8()?;
             let time = r.u64()?;
             dead_through = match flag {
@@ -343,8 +346,17 @@ impl PartitionState {
         let count = r.count(DEDUPE_ENTRY_BYTES)?;
         let inline = r.take_slice(count * DEDUPE_ENTRY_BYTES)?;
         // --- End of the dedupe section ---
-        if version >= SNAPSHOT_VERSION {
+        if version >= SNAPSHOT_VERSION_V3 {
             state.stored = read_stored(&mut r, &state)?;
+        }
+        if version >= SNAPSHOT_VERSION {
+            let key_version = r.u64()?;
+            let partitions = r.u32()?;
+            state.key_map = match (key_version, partitions) {
+                (0, 0) => None,
+                (0, _) | (_, 0) => return Err(CodecError::Inconsistent("key map")),
+                (version, partitions) => Some(LoggedKeyMap { version, partitions }),
+            };
         }
         if r.at != body.len() {
             return Err(CodecError::Inconsistent("trailing bytes"));

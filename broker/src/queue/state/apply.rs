@@ -1,7 +1,7 @@
 //! `apply`: the only mutation of the state, on the live path and on replay
 //! alike, with the checks that refuse an event that does not fit.
 
-use super::{Claim, DeadLetter, DeadPhase, PartitionState, Warm, WarmPhase};
+use super::{Claim, DeadLetter, DeadPhase, LoggedKeyMap, PartitionState, Warm, WarmPhase};
 use crate::queue::error::ApplyError;
 use crate::queue::event::Event;
 use crate::queue::fairness;
@@ -226,6 +226,14 @@ impl PartitionState {
             // Marks where a leader's term began in a replicated log; the
             // queue has nothing to change for it.
             Event::TermStarted { .. } => Ok(()),
+            // The newest version named wins: a later leader may name an
+            // older one it served under before applying the newer.
+            Event::KeyMap { version, partitions, .. } => {
+                if self.key_map.is_none_or(|logged| version > logged.version) {
+                    self.key_map = Some(LoggedKeyMap { version, partitions });
+                }
+                Ok(())
+            }
         }
     }
 

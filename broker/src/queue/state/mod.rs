@@ -132,6 +132,14 @@ pub(crate) struct MainMessage {
     pub warm: Warm,
 }
 
+/// A version of the queue's key map the partition's log names
+/// (`Event::KeyMap`): its server took keys by it from there on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoggedKeyMap {
+    pub version: u64,
+    pub partitions: u32,
+}
+
 /// The queue state of one partition. See the module docs of `queue` for the
 /// decide → append → apply protocol.
 #[derive(Debug)]
@@ -177,6 +185,9 @@ pub struct PartitionState {
     /// Messages and record bytes held per producing principal, from the
     /// `Attributed` events (`stored.rs`); empty while nothing is attributed.
     pub(crate) stored: StoredByPrincipal,
+    /// The newest key map the log names (`Event::KeyMap`): a server that
+    /// has not applied that version of its queue's key map must not serve.
+    pub(crate) key_map: Option<LoggedKeyMap>,
     /// While a checkpoint is written in steps: what each message it covers
     /// held before its first change since (`snapshot/encode.rs`). Every
     /// change to `fresh`, `warm` or `dlq` goes through `note` first.
@@ -218,6 +229,7 @@ impl PartitionState {
             last_enqueue_time_ms: 0,
             totals: Totals::default(),
             stored: StoredByPrincipal::default(),
+            key_map: None,
             capture: None,
         })
     }
@@ -229,6 +241,11 @@ impl PartitionState {
     /// Messages and record bytes held per producing principal.
     pub fn stored(&self) -> &StoredByPrincipal {
         &self.stored
+    }
+
+    /// The newest key map the log names (`Event::KeyMap`), if any.
+    pub fn logged_key_map(&self) -> Option<LoggedKeyMap> {
+        self.key_map
     }
 
     pub fn leader_epoch(&self) -> LeaderEpoch {

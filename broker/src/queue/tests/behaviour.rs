@@ -642,8 +642,9 @@ fn version_1_snapshot_restores_with_its_dead_letter_causes_unknown() {
     // enqueue time 8; then the totals, the two cause totals last.
     const TOTALS_AT: usize = 4 + 2 + 2 + 8 + 8 + 8;
     let causes = TOTALS_AT + 9 * 8..TOTALS_AT + 11 * 8;
-    // Version 3's trailing stored-counts section (two empty lists) goes too.
-    let mut body = bytes[..bytes.len() - 4 - 16].to_vec();
+    // Version 3's trailing stored-counts section (two empty lists) and
+    // version 4's key map (12 B) go too.
+    let mut body = bytes[..bytes.len() - 4 - 16 - 12].to_vec();
     body[4..6].copy_from_slice(&1u16.to_le_bytes());
     // Version 3's dedupe section starts with `dead_through` (9 bytes) and
     // the count of generation references (8, here 0) before the inline list.
@@ -719,7 +720,7 @@ fn stored_counts_survive_checkpoint_and_replay() {
         before.apply(event).unwrap();
     }
     let bytes = before.snapshot(Offset(first_attribution as u64));
-    let mut body = bytes[..bytes.len() - 4 - 16].to_vec();
+    let mut body = bytes[..bytes.len() - 4 - 16 - 12].to_vec();
     body[4..6].copy_from_slice(&2u16.to_le_bytes());
     // Version 3's dedupe section starts with `dead_through` (9 bytes) and
     // the count of generation references (8, here 0) before the inline list.
@@ -930,6 +931,7 @@ fn events_round_trip_and_bad_records_are_refused() {
             at_ms: 14,
         },
         Event::TermStarted { term: 0x0A0B_0C0D_0E0F },
+        Event::KeyMap { version: 3, partitions: 6, at_ms: 15 },
     ];
     for event in events {
         let mut out = vec![0xAA];
@@ -967,6 +969,19 @@ fn events_round_trip_and_bad_records_are_refused() {
         stray[at] = 1;
         assert_eq!(Event::decode(&stray), Err(CodecError::Reserved), "byte {at}");
     }
+    // KeyMap: kind 13, version and partition count never 0, no offset.
+    let mut key_map = Vec::new();
+    events[12].encode(&mut key_map).unwrap();
+    assert_eq!(key_map[0], 13, "kind 13");
+    let mut stray = key_map.clone();
+    stray[8] = 1;
+    assert_eq!(Event::decode(&stray), Err(CodecError::Reserved));
+    let mut no_partitions = key_map.clone();
+    no_partitions[4..8].copy_from_slice(&0u32.to_le_bytes());
+    assert_eq!(Event::decode(&no_partitions), Err(CodecError::BadField("key map")));
+    let mut no_version = key_map.clone();
+    no_version[24..32].copy_from_slice(&0u64.to_le_bytes());
+    assert_eq!(Event::decode(&no_version), Err(CodecError::BadField("key map")));
     let meta = EnqueueMeta::new(&request(1, 0), Offset(1), 0);
     assert_eq!(Event::Enqueued(meta).encode(&mut Vec::new()), Err(CodecError::NotControl));
 }

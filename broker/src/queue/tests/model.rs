@@ -585,7 +585,7 @@ impl Model {
                     }
                 }
             }
-            Event::TermStarted { .. } => {}
+            Event::TermStarted { .. } | Event::KeyMap { .. } => {}
         }
     }
 
