@@ -98,6 +98,8 @@ pub struct ClusterOptions {
     pub peer_relay: bool,
     /// `journal_retain_bytes` of every node (`None`: the broker's default).
     pub journal_retain_bytes: Option<u64>,
+    /// `cluster.node_down_timeout_ms` (`None`: the broker's default).
+    pub node_down_timeout_ms: Option<u64>,
 }
 
 impl ClusterOptions {
@@ -112,6 +114,7 @@ impl ClusterOptions {
             peer_tls: false,
             peer_relay: false,
             journal_retain_bytes: None,
+            node_down_timeout_ms: None,
         }
     }
 
@@ -577,6 +580,9 @@ impl Cluster {
                 &format!("journal_retain_bytes = {bytes}\n\n[cluster]\n"),
                 1,
             );
+        }
+        if let Some(ms) = self.options.node_down_timeout_ms {
+            text.push_str(&format!("node_down_timeout_ms = {ms}\n"));
         }
         if self.peer_ca.is_some() {
             text.push_str(&format!(

@@ -26,7 +26,8 @@
 //! - four nodes with three controller voters: the fourth follows the
 //!   catalog as a learner, takes creates (redirected to the controller's
 //!   leader) and holds partition replicas like any node, also with a voter
-//!   killed.
+//!   killed; `spool cluster nodes` shows the killed voter down after the
+//!   node-down timeout, and up once restarted.
 //!
 //! Every wait is bounded (and, where the broker reports it, waits on what
 //! it reports: its metrics, its logs); the test runs under nextest's
@@ -145,19 +146,31 @@ async fn peer_tls_cluster_loses_nothing_when_a_leader_is_killed() {
 }
 
 // Goal: a node outside the controller's voters is a full member: it starts,
-// learns the catalog, forwards creates, holds and leads partitions.
+// learns the catalog, forwards creates, holds and leads partitions; and the
+// controller's leader counts a killed node down after the node-down
+// timeout, and up again once it is back.
 // Method: four nodes, three controller voters, factor 3, four partitions
-// (node 4 holds replicas of some); the queue created through node 4; 400
-// messages sent through node 4; voter node 1 killed; a second queue created
-// through node 4 (the two voters left commit it) and listed there; 200 more
-// sent; everything drained through node 4.
+// (node 4 holds replicas of some), a 2 s node-down timeout; `spool cluster
+// nodes` over the four admin ports: all up; the queue created through node
+// 4; 400 messages sent through node 4; voter node 1 killed; a second queue
+// created through node 4 (the two voters left commit it) and listed there;
+// 200 more sent; everything drained through node 4; `cluster nodes` exits
+// 5 with node 1 down (and only it); node 1 restarted: all up again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_outside_the_controller_voters_learns_the_catalog() {
     const PARTITIONS: u32 = 4;
     const LEARNER: usize = 3;
-    let options = ClusterOptions { controller_voters: 3, ..ClusterOptions::new(4, 1) };
+    let options = ClusterOptions {
+        controller_voters: 3,
+        node_down_timeout_ms: Some(NODE_DOWN_TIMEOUT_MS),
+        ..ClusterOptions::new(4, 1)
+    };
     let started = now();
     let mut cluster = tokio::task::block_in_place(|| Cluster::start_with(options));
+    wait_nodes(&cluster, "every node up", |view, ok| {
+        ok && view["leader"]["nodes"].as_array().is_some_and(|nodes| nodes.len() == 4)
+    })
+    .await;
     let learner_addr = cluster.node(LEARNER).client_addr();
     bounded(
         "create through the learner",
@@ -197,6 +210,65 @@ async fn a_node_outside_the_controller_voters_learns_the_catalog() {
     let owed: HashSet<MessageId> = acked.into_iter().collect();
     let (delivered, _) = drain(&client, QUEUE, PARTITIONS, &owed, DRAIN_TIMEOUT).await;
     check_delivered("through a learner", &owed, &delivered);
+
+    // The controller's leader (node 2 or 3 now) counts node 1 down: only
+    // after it has led for the timeout, so this waits a few seconds.
+    let down = wait_nodes(&cluster, "node 1 down", |view, ok| !ok && view_down(view) == [1]).await;
+    eprintln!("node 1 counted down by node {}", down["leader"]["node"]);
+    tokio::task::block_in_place(|| cluster.restart(0))
+        .unwrap_or_else(|failure| panic!("restart of node 1: {failure}"));
+    wait_nodes(&cluster, "every node up again", |view, ok| ok && view_down(view).is_empty()).await;
+}
+
+/// The node-down timeout of the health test: short, and still ten
+/// controller heartbeats.
+const NODE_DOWN_TIMEOUT_MS: u64 = 2_000;
+/// How long `spool cluster nodes` is asked until it shows what a test
+/// waits for: a kill's timeout plus an election, with room.
+const NODES_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The nodes the leader's view (`spool cluster nodes --json`) counts down.
+fn view_down(view: &serde_json::Value) -> Vec<u64> {
+    view["leader"]["nodes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|node| node["state"] == "down")
+        .filter_map(|node| node["node"].as_u64())
+        .collect()
+}
+
+/// Runs `spool cluster nodes --json` over every node's admin port until
+/// `wanted(view, exit success)` holds (a node that is down answers nothing,
+/// which the command reports and goes on); returns that view.
+async fn wait_nodes(
+    cluster: &Cluster,
+    what: &str,
+    wanted: impl Fn(&serde_json::Value, bool) -> bool,
+) -> serde_json::Value {
+    let admins: Vec<String> = cluster.nodes().iter().map(|node| node.admin_addr()).collect();
+    let started = now();
+    loop {
+        let output = std::process::Command::new(spool_tests::spool_bin())
+            .args(["cluster", "nodes", "--json", "--timeout-ms", "2000"])
+            .args(["--admin", &admins.join(",")])
+            .output()
+            .unwrap();
+        let view: serde_json::Value = serde_json::from_slice(&output.stdout)
+            .unwrap_or_else(|error| panic!("cluster nodes --json: {error}: {output:?}"));
+        let ok = output.status.success();
+        if wanted(&view, ok) {
+            if !ok {
+                assert_eq!(output.status.code(), Some(5), "{output:?}");
+            }
+            return view;
+        }
+        assert!(
+            started.elapsed() < NODES_TIMEOUT,
+            "cluster nodes: not {what} after {NODES_TIMEOUT:?}: {view}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 /// Waits until node `index` knows a leader (by its metrics) for each of

@@ -340,8 +340,15 @@ async fn metrics_page(
     };
     let auth = coordinator.auth();
     let admin_memory = admin_memory.stats();
-    match metrics::encode(&gathered.reports, &gathered.missing, auth, disk.as_ref(), &admin_memory)
-    {
+    let health = coordinator.cluster_health();
+    match metrics::encode(
+        &gathered.reports,
+        &gathered.missing,
+        auth,
+        disk.as_ref(),
+        &admin_memory,
+        health.as_ref(),
+    ) {
         Ok(text) => response(StatusCode::OK, metrics::CONTENT_TYPE, text),
         Err(error) => response(
             StatusCode::INTERNAL_SERVER_ERROR,

@@ -48,11 +48,12 @@ use crate::control::assignment::{
     QueueName,
 };
 use crate::control::catalog::{self, Catalog};
+use crate::control::cluster::health::{evaluate, Heard};
 use crate::control::cluster::limits::{
     CONTROLLER_COMMANDS_IN_FLIGHT_MAX, CONTROLLER_ENTRY_BYTES_MAX, CONTROLLER_JOURNAL_FILE_BYTES,
-    CONTROLLER_READ_CACHE_BYTES,
+    CONTROLLER_READ_CACHE_BYTES, NODE_HEALTH_INTERVAL,
 };
-use crate::control::cluster::ClusterNode;
+use crate::control::cluster::{ClusterHealth, ClusterNode};
 use crate::control::controller::{Controller, ControllerError, CONTROLLER_GROUP};
 use crate::io::DmaStorage;
 use crate::limits::PORT_IN_USE_RETRY_MS;
@@ -286,6 +287,7 @@ impl ClusterCatalog {
         });
         let task = glommio::spawn_local(catalog.clone().fold_loop(table));
         *catalog.fold_task.borrow_mut() = Some(task);
+        glommio::spawn_local(Self::health_loop(Rc::downgrade(&catalog))).detach();
         // Drain reports other members forward while this one leads.
         let weak = Rc::downgrade(&catalog);
         catalog.host.set_snapshot_hook(Rc::new(move |_, message| {
@@ -294,6 +296,63 @@ impl ClusterCatalog {
             }
         }));
         Ok(catalog)
+    }
+
+    /// Evaluates the nodes' health every [`NODE_HEALTH_INTERVAL`] and
+    /// publishes it for the admin port (`control/cluster/health.rs`),
+    /// until the catalog stops.
+    async fn health_loop(catalog: std::rc::Weak<Self>) {
+        let weak = catalog;
+        let mut led_since: Option<crate::clock::Instant> = None;
+        loop {
+            let Some(catalog) = weak.upgrade() else { return };
+            if catalog.stopping.get() {
+                return;
+            }
+            let health = catalog.health(&mut led_since);
+            *catalog.shared.health.write().unwrap_or_else(PoisonError::into_inner) = Some(health);
+            drop(catalog);
+            glommio::timer::sleep(NODE_HEALTH_INTERVAL).await;
+        }
+    }
+
+    /// This member's view of the nodes' health; `led_since`: when it took
+    /// the lead it holds (kept across calls).
+    fn health(&self, led_since: &mut Option<crate::clock::Instant>) -> ClusterHealth {
+        let now = crate::clock::instant_now();
+        let (leads, term, leader) = self.controller.driver().role();
+        let config = self.node.config();
+        let down_after_ms = config.node_down_timeout_ms;
+        let mut health = ClusterHealth {
+            node: self.node.node_id(),
+            controller_leader: (leader != 0).then_some(leader),
+            leads,
+            term,
+            down_after_ms,
+            nodes: Vec::new(),
+        };
+        if !leads {
+            *led_since = None;
+            return health;
+        }
+        let since = *led_since.get_or_insert(now);
+        let led_for_ms = u64::try_from(now.duration_since(since).as_millis()).unwrap_or(u64::MAX);
+        let peers: Vec<Heard> = self
+            .host
+            .peers()
+            .into_iter()
+            .map(|peer| Heard { node: peer.node, silent_ms: peer.silent_ms, heard: peer.heard })
+            .collect();
+        let all: Vec<_> = config.nodes.iter().map(|node| node.id).collect();
+        health.nodes = evaluate(
+            self.node.node_id(),
+            &all,
+            &self.node.controller_voters(),
+            &peers,
+            led_for_ms,
+            down_after_ms,
+        );
+        health
     }
 
     /// Why the fold stopped the coordinator, once.

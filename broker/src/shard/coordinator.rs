@@ -294,6 +294,12 @@ impl CoordinatorHandle {
         self.shared.applied_versions.len()
     }
 
+    /// The nodes' health as this node's controller member last published
+    /// it (`control/cluster/health.rs`); none on a single node.
+    pub fn cluster_health(&self) -> Option<crate::control::cluster::ClusterHealth> {
+        self.shared.health.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
     /// The broker's data directory.
     pub fn data_dir(&self) -> &std::path::Path {
         &self.shared.data_dir

@@ -341,6 +341,9 @@ pub(crate) struct Shared {
     pub(crate) auth: crate::auth::reload::AuthState,
     /// The data directory (for the admin port's disk figures).
     pub(crate) data_dir: std::path::PathBuf,
+    /// What the controller's member last published of the nodes' health
+    /// (`control/cluster/health.rs`); none on a single node.
+    pub(crate) health: RwLock<Option<crate::control::cluster::ClusterHealth>>,
 }
 
 impl Shared {
@@ -520,6 +523,7 @@ impl Broker {
                 usize::from(shard_count),
             ),
             data_dir: config.data_dir.clone(),
+            health: RwLock::new(None),
         });
         let (events_sender, events) = mpsc::channel();
         let (commands_sender, commands) = mpsc::sync_channel(COORDINATOR_COMMAND_QUEUE_MAX);

@@ -27,6 +27,7 @@ pub mod caller;
 pub mod error;
 pub mod json;
 pub mod limits;
+mod nodes;
 mod ops;
 pub mod quotas;
 mod resize;
@@ -254,6 +255,7 @@ impl Gateway {
             Operation::ReloadAuth => ok(self.reload_auth(call).await?),
             Operation::Acl => ok(self.acl(call)?),
             Operation::Quotas => ok(self.quotas(call).await?),
+            Operation::ClusterNodes => ok(self.cluster_nodes(call)?),
             Operation::Metrics | Operation::Live | Operation::Ready => {
                 Err(ApiError::new(ErrorCode::Internal, "not an API route"))
             }

@@ -26,6 +26,7 @@ pub enum Operation {
     ReloadAuth,
     Acl,
     Quotas,
+    ClusterNodes,
 }
 
 /// One served route: `{queue}` in a path matches one non-empty segment.
@@ -61,6 +62,7 @@ pub const ROUTES: &[Route] = &[
     route(Method::POST, "/v1/auth/reload", Operation::ReloadAuth),
     route(Method::GET, "/v1/acl", Operation::Acl),
     route(Method::GET, "/v1/quotas", Operation::Quotas),
+    route(Method::GET, "/v1/cluster/nodes", Operation::ClusterNodes),
 ];
 
 /// Why a request matched no route.

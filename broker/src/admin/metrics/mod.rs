@@ -120,7 +120,8 @@ struct OutcomeLabels {
 /// as not reporting; `auth` gives the process-wide authentication figures
 /// (reloads, the admin port's lockouts, the policy generation), `disk` the
 /// data directory's file system (none if statvfs failed), `admin_memory`
-/// the admin port's memory pool.
+/// the admin port's memory pool, `health` the controller member's view of
+/// the nodes (none on a single node).
 ///
 /// # Errors
 /// Only a formatting failure of the encoder (writing to a `String`).
@@ -130,6 +131,7 @@ pub fn encode(
     auth: &crate::auth::reload::AuthState,
     disk: Option<&DiskSpace>,
     admin_memory: &crate::net::memory::PoolStats,
+    health: Option<&crate::control::cluster::ClusterHealth>,
 ) -> Result<String, fmt::Error> {
     let mut registry = Registry::default();
     macro_rules! partition_counter {
@@ -589,6 +591,7 @@ pub fn encode(
     }
     register_journal_figures(&mut registry, reports);
     replication::register_replication(&mut registry, reports);
+    replication::register_health(&mut registry, health);
     register_admin_memory(&mut registry, admin_memory);
     {
         let open = Gauges::<ShardLabels>::default();

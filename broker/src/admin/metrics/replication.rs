@@ -9,7 +9,71 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::registry::Registry;
 
 use super::{gauge_value, Counters, FloatGauges, Gauges, PartitionLabels, ShardLabels};
+use crate::control::cluster::{ClusterHealth, NodeState};
 use crate::shard::report::ShardReport;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NodeLabels {
+    node: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NodeStateLabels {
+    node: String,
+    state: String,
+}
+
+/// Registers the controller's view of the nodes (`control/cluster/health.rs`):
+/// on every member whether it leads the controller and which node does; on
+/// the leader each node's state and silence. Nothing on a single node.
+pub(super) fn register_health(registry: &mut Registry, health: Option<&ClusterHealth>) {
+    let Some(health) = health else { return };
+    let leads = Gauges::<NodeLabels>::default();
+    leads.get_or_create(&NodeLabels { node: health.node.to_string() }).set(i64::from(health.leads));
+    registry.register(
+        "spool_controller_leading",
+        "1 when this node leads the controller group (its spool_cluster_node_* series are the \
+         cluster's view), else 0",
+        leads,
+    );
+    let leader = Gauges::<NodeLabels>::default();
+    leader
+        .get_or_create(&NodeLabels { node: health.node.to_string() })
+        .set(gauge_value(health.controller_leader.unwrap_or(0)));
+    registry.register(
+        "spool_controller_leader",
+        "The controller group's leader this node knows of (0: none, an election runs)",
+        leader,
+    );
+    if !health.leads {
+        return;
+    }
+    let states = Gauges::<NodeStateLabels>::default();
+    let silence = FloatGauges::<NodeLabels>::default();
+    for node in &health.nodes {
+        for state in [NodeState::Up, NodeState::Down] {
+            let labels =
+                NodeStateLabels { node: node.node.to_string(), state: state.as_str().to_owned() };
+            states.get_or_create(&labels).set(i64::from(node.state == state));
+        }
+        #[allow(clippy::cast_precision_loss)] // milliseconds as seconds: exact enough
+        silence
+            .get_or_create(&NodeLabels { node: node.node.to_string() })
+            .set(node.silent_ms as f64 / 1e3);
+    }
+    registry.register(
+        "spool_cluster_node_state",
+        "Each node's state as the controller's leader sees it (1 for the state it is in): down \
+         after node_down_timeout_ms without a frame from it; only the controller's leader reports",
+        states,
+    );
+    registry.register(
+        "spool_cluster_node_silence_seconds",
+        "Seconds since the controller's leader last heard from the node (at most since it took \
+         the lead); only the controller's leader reports",
+        silence,
+    );
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RoleLabels {

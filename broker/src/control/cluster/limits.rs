@@ -79,3 +79,17 @@ pub const KEY_DRAIN_WATCH_INTERVAL: std::time::Duration = std::time::Duration::f
 /// when the report did not visibly take effect (the controller's leader
 /// changed, the coordinator was busy).
 pub const KEY_DRAIN_REPORT_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How long the controller's leader waits without a frame from a node
+/// before it counts the node down (`control/cluster/health.rs`), when the
+/// `[cluster]` table names no `node_down_timeout_ms`: well above a restart
+/// (a few seconds) and an election (1–2 s), so a node that restarts or a
+/// controller that changes leader is never counted down.
+pub const NODE_DOWN_TIMEOUT_DEFAULT_MS: u64 = 30_000;
+/// The bounds of `node_down_timeout_ms`: at least ten controller
+/// heartbeats (200 ms each), at most an hour.
+pub const NODE_DOWN_TIMEOUT_MIN_MS: u64 = 2_000;
+pub const NODE_DOWN_TIMEOUT_MAX_MS: u64 = 3_600_000;
+/// How often the controller's member evaluates and publishes the nodes'
+/// health (`spool cluster nodes`, `spool_cluster_node_*`).
+pub const NODE_HEALTH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);

@@ -15,6 +15,7 @@
 //! controller_voters = 3    # 3 or 5; default 3
 //! secret_file = "/etc/spool/cluster.secret"   # required: 32 bytes, on every node
 //! # peer_tls_cert_file, peer_tls_key_file, peer_tls_ca_file: mutual TLS between nodes
+//! node_down_timeout_ms = 30000   # silence before the controller counts a node down
 //! nodes = [
 //!   { id = 1, client = "10.0.0.1:7400", peer = "10.0.0.1:7500", failure_domain = "rack-a" },
 //!   { id = 2, client = "10.0.0.2:7400", peer = "10.0.0.2:7500", failure_domain = "rack-b" },
@@ -31,6 +32,7 @@ use thiserror::Error;
 
 use super::limits::{
     CLUSTER_NODES_MAX, CONTROLLER_VOTERS, CONTROLLER_VOTERS_DEFAULT, FAILURE_DOMAIN_BYTES_MAX,
+    NODE_DOWN_TIMEOUT_DEFAULT_MS, NODE_DOWN_TIMEOUT_MAX_MS, NODE_DOWN_TIMEOUT_MIN_MS,
     REPLICATION_FACTORS, REPLICATION_FACTOR_DEFAULT,
 };
 use super::placement::{Member, NodeId};
@@ -85,6 +87,11 @@ pub struct ClusterConfig {
     pub peer_tls_key_file: Option<PathBuf>,
     #[serde(default)]
     pub peer_tls_ca_file: Option<PathBuf>,
+    /// How long the controller's leader hears nothing from a node before
+    /// it counts it down (`health.rs`), milliseconds, within
+    /// [`NODE_DOWN_TIMEOUT_MIN_MS`]..=[`NODE_DOWN_TIMEOUT_MAX_MS`].
+    #[serde(default = "node_down_timeout_default")]
+    pub node_down_timeout_ms: u64,
 }
 
 fn replication_factor_default() -> usize {
@@ -93,6 +100,10 @@ fn replication_factor_default() -> usize {
 
 fn controller_voters_default() -> usize {
     CONTROLLER_VOTERS_DEFAULT
+}
+
+fn node_down_timeout_default() -> u64 {
+    NODE_DOWN_TIMEOUT_DEFAULT_MS
 }
 
 /// What is wrong with a `[cluster]` table; each message names the value.
@@ -134,6 +145,8 @@ pub enum ClusterError {
          {missing} is missing"
     )]
     PeerTlsIncomplete { missing: &'static str },
+    #[error("cluster.node_down_timeout_ms = {ms} is outside {min}..={max}")]
+    NodeDownTimeout { ms: u64, min: u64, max: u64 },
 }
 
 /// A config file holding (among other tables) `[cluster]`.
@@ -221,6 +234,14 @@ impl ClusterConfig {
         if self.secret_file.is_none() {
             return Err(ClusterError::SecretFileMissing);
         }
+        let ms = self.node_down_timeout_ms;
+        if !(NODE_DOWN_TIMEOUT_MIN_MS..=NODE_DOWN_TIMEOUT_MAX_MS).contains(&ms) {
+            return Err(ClusterError::NodeDownTimeout {
+                ms,
+                min: NODE_DOWN_TIMEOUT_MIN_MS,
+                max: NODE_DOWN_TIMEOUT_MAX_MS,
+            });
+        }
         let tls = [
             ("peer_tls_cert_file", self.peer_tls_cert_file.is_some()),
             ("peer_tls_key_file", self.peer_tls_key_file.is_some()),
@@ -295,6 +316,7 @@ mod tests {
             peer_tls_cert_file: None,
             peer_tls_key_file: None,
             peer_tls_ca_file: None,
+            node_down_timeout_ms: NODE_DOWN_TIMEOUT_DEFAULT_MS,
         }
     }
 
@@ -345,6 +367,28 @@ mod tests {
         let config = ClusterConfig::from_toml(text).unwrap();
         assert_eq!(config.replication_factor, REPLICATION_FACTOR_DEFAULT);
         assert_eq!(config.controller_voters, CONTROLLER_VOTERS_DEFAULT);
+        assert_eq!(config.node_down_timeout_ms, NODE_DOWN_TIMEOUT_DEFAULT_MS);
+    }
+
+    // Goal: the node-down timeout is bounded; method: each bound, one
+    // below and one above.
+    #[test]
+    fn the_node_down_timeout_is_bounded() {
+        for (ms, ok) in [
+            (NODE_DOWN_TIMEOUT_MIN_MS - 1, false),
+            (NODE_DOWN_TIMEOUT_MIN_MS, true),
+            (NODE_DOWN_TIMEOUT_MAX_MS, true),
+            (NODE_DOWN_TIMEOUT_MAX_MS + 1, false),
+        ] {
+            let config = ClusterConfig { node_down_timeout_ms: ms, ..three() };
+            match config.validate() {
+                Ok(()) => assert!(ok, "{ms} ms accepted"),
+                Err(error) => {
+                    assert!(!ok, "{ms} ms refused: {error}");
+                    assert!(error.to_string().contains("node_down_timeout_ms"), "{error}");
+                }
+            }
+        }
     }
 
     // Goal: what does not parse is an error, not a default; method: no
@@ -471,6 +515,7 @@ mod tests {
             peer_tls_cert_file: None,
             peer_tls_key_file: None,
             peer_tls_ca_file: None,
+            node_down_timeout_ms: NODE_DOWN_TIMEOUT_DEFAULT_MS,
         };
         config.validate().unwrap();
     }

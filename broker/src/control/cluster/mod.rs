@@ -13,16 +13,19 @@
 //! - [`node`]: this node in its cluster at run time ([`ClusterNode`]: the
 //!   table, the placer, the token secret, the peer TLS, the leaders it
 //!   knows).
+//! - [`health`]: which nodes the controller's leader counts up or down.
 //! - [`hash`]: the fixed 64-bit hashes both stand on.
 //! - [`limits`]: their bounds.
 
 pub mod hash;
+pub mod health;
 pub mod keys;
 pub mod limits;
 pub mod members;
 pub mod node;
 pub mod placement;
 
+pub use health::{ClusterHealth, NodeHealth, NodeState};
 pub use keys::{KeyMap, KeyMapError};
 pub use members::{ClusterConfig, ClusterError, NodeSpec};
 pub use node::{ClusterNode, ClusterStartError, LeaderBoard};

@@ -1,5 +1,5 @@
-//! `spool cluster partitions|status`: where a cluster's partitions are led
-//! and how its nodes are doing.
+//! `spool cluster partitions|status|nodes`: where a cluster's partitions
+//! are led and how its nodes are doing (`nodes` lives in `nodes.rs`).
 //!
 //! - `partitions` asks one node (`--addr`, any node of the cluster, or a
 //!   single broker) for Metadata over the wire: per partition the address
@@ -50,6 +50,11 @@ pub enum ClusterCommand {
     /// from the nodes' admin ports (/metrics). Exits 5 when a node is
     /// unreachable or a partition has no leader.
     Status(StatusArgs),
+    /// Every node's health as the controller's leader sees it (up, or down
+    /// after node_down_timeout_ms of silence), from the admin ports given
+    /// (`GET /v1/cluster/nodes`). Exits 5 when a node is down or no node
+    /// given leads the controller.
+    Nodes(StatusArgs),
 }
 
 #[derive(Debug, Args)]

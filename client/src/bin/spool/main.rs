@@ -21,6 +21,7 @@ mod cluster;
 mod http;
 mod inspect;
 mod metrics;
+mod nodes;
 mod offline;
 mod queue;
 mod quota;
@@ -174,6 +175,11 @@ async fn run(cli: &Cli) -> Result<Output, Failure> {
             let timeout = Duration::from_millis(cli.timeout_ms.max(1));
             return cluster::status(args, tls(cli)?.as_ref(), timeout).await;
         }
+        Command::Cluster(ClusterCommand::Nodes(args)) => {
+            let timeout = Duration::from_millis(cli.timeout_ms.max(1));
+            let (credentials, tls) = (credentials(cli)?, tls(cli)?);
+            return nodes::run(args, tls.as_ref(), credentials.as_ref(), timeout).await;
+        }
         Command::Quota(QuotaCommand::List(admin)) => {
             let (credentials, tls) = (credentials(cli)?, tls(cli)?);
             return quota::list(admin, tls.as_ref(), credentials.as_ref(), admin_timeout(cli))
@@ -208,7 +214,7 @@ async fn run(cli: &Cli) -> Result<Output, Failure> {
         | Command::Audit(_)
         | Command::Acl(_)
         | Command::Metrics(_)
-        | Command::Cluster(ClusterCommand::Status(_))
+        | Command::Cluster(ClusterCommand::Status(_) | ClusterCommand::Nodes(_))
         | Command::Quota(_) => {
             unreachable!("answered before connecting")
         }
