@@ -7,6 +7,9 @@
 //! - [`node`]: [`Replica`], each `Ready` turned into a [`Work`] (send,
 //!   apply, truncate, append, persist the vote, then the messages that need
 //!   the disk), no I/O.
+//! - [`membership`]: a group's membership changes ([`MembershipChange`]:
+//!   add a learner, promote it, remove a member), one raft-rs simple change
+//!   at a time, and the members a restart folds from its committed log.
 //! - [`driver`]: [`ReplicaDriver`], a `Replica` performed on its shard —
 //!   the partition's journal view as its log, the shard's vote log as its
 //!   term and vote, durability before every promise, truncations and
@@ -26,6 +29,7 @@ pub mod driver;
 pub mod entries;
 pub mod error;
 pub mod limits;
+pub mod membership;
 pub mod node;
 pub mod snapshot;
 pub mod view;
@@ -35,5 +39,6 @@ pub mod wire;
 mod sim;
 
 pub use driver::{CommitWatch, Committed, DriverError, DriverStats, Proposed, ReplicaDriver};
+pub use membership::MembershipChange;
 pub use node::{Members, Recovered, Replica, ReplicaError, Timing, Work};
 pub use view::{Fetch, KnownTerms, LogView};

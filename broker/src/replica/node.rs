@@ -77,6 +77,10 @@ pub enum ReplicaError {
     /// knows of, 0 for none): the caller redirects.
     #[error("replica {id} does not lead (leader: {leader})")]
     NotLeader { id: u64, leader: u64 },
+    /// A membership change that cannot be proposed or applied
+    /// (`membership.rs`); `index` 0 for a proposal.
+    #[error("replica membership change at index {index}: {reason}")]
+    Membership { index: u64, reason: String },
     /// The leader sent a snapshot; installing one is not built yet.
     #[error("replica {id}: a snapshot at index {index} arrived; snapshots are not built yet")]
     SnapshotUnsupported { id: u64, index: u64 },
@@ -84,8 +88,10 @@ pub enum ReplicaError {
 
 /// A group's members: the voters, and the learners that receive every
 /// entry but neither vote nor count for a commit (a node outside the
-/// controller's voters follows the catalog as one). Fixed at start: the
-/// groups' memberships come from the cluster's static configuration.
+/// controller's voters follows the catalog as one). A member starts with
+/// its group's initial members and every change of its committed log
+/// folded in (`membership.rs`), even one that does not name it (a node
+/// joining the group).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Members {
     pub voters: Vec<u64>,
@@ -206,7 +212,7 @@ impl Replica {
     /// # Errors
     /// [`ReplicaError::Recovered`] for a log that is not dense or whose
     /// terms go down, [`ReplicaError::Raft`] for a configuration raft-rs
-    /// refuses (`id` not a member, a voter also a learner, no voter).
+    /// refuses (a voter also a learner).
     pub fn start(
         id: u64,
         members: &Members,
@@ -225,12 +231,9 @@ impl Replica {
         recovered: Recovered,
         timing: Timing,
     ) -> Result<Replica, ReplicaError> {
-        if !members.all().any(|member| member == id) {
-            return Err(ReplicaError::Recovered {
-                id,
-                reason: format!("not a member of {members:?}"),
-            });
-        }
+        // A node outside `members` starts too: one joining the group by a
+        // membership change (it learns the change from the leader's
+        // entries) or one removed from it. raft-rs never lets it campaign.
         let applied = recovered.applied.min(recovered.commit);
         let view = LogView::recovered_after(
             &recovered.known,

@@ -265,6 +265,12 @@ impl LogView {
         self
     }
 
+    /// The configuration after a membership change was applied (what
+    /// raft-rs restarts from and snapshots name).
+    pub fn set_conf_state(&mut self, conf: ConfState) {
+        self.conf_state = conf;
+    }
+
     /// The last index held.
     pub fn last_index(&self) -> u64 {
         self.last_index

@@ -24,6 +24,8 @@ pub(in crate::replica) struct Checker {
     pub(in crate::replica) compactions: usize,
     /// Read-backs of older entries served for lagging followers.
     pub(in crate::replica) fetches: usize,
+    /// Membership changes proposed (replacement runs).
+    pub(in crate::replica) membership_changes: usize,
 }
 
 impl Checker {
