@@ -46,6 +46,9 @@ pub struct ReplicationStats {
     pub delivered: u64,
     /// Messages for a group this shard does not host.
     pub unknown_group: u64,
+    /// Messages for a group installing a snapshot, dropped (its member
+    /// appends nothing to the log the install replaces; raft-rs resends).
+    pub installing: u64,
     /// Messages handed to a peer link.
     pub sent: u64,
     /// Messages to a node with no link.
@@ -236,7 +239,7 @@ impl<S: Storage + 'static> ReplicationHost<S> {
                 }
             }
             if self.paused.borrow().contains(&group) {
-                self.count(|stats| stats.unknown_group += 1);
+                self.count(|stats| stats.installing += 1);
                 continue;
             }
             let driver = self.groups.borrow().get(&group).cloned();

@@ -142,6 +142,7 @@ pub(super) fn register_replication(registry: &mut Registry, reports: &[ShardRepo
             ("refused", stats.refused),
             ("no_link", stats.no_link),
             ("unknown_group", stats.unknown_group),
+            ("installing", stats.installing),
         ] {
             let labels = OutcomeLabels { shard: shard.clone(), outcome: outcome.to_owned() };
             messages.get_or_create(&labels).inc_by(count);
@@ -191,7 +192,8 @@ pub(super) fn register_replication(registry: &mut Registry, reports: &[ShardRepo
     registry.register(
         "spool_replica_messages",
         "Raft messages of the shard's peer links by outcome: sent (handed to a link), delivered \
-         (stepped into a member), refused (a full or closed link), no_link, unknown_group",
+         (stepped into a member), refused (a full or closed link), no_link, unknown_group, \
+         installing (dropped while the partition installs a snapshot)",
         messages,
     );
     registry.register(
