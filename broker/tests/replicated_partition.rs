@@ -828,3 +828,116 @@ fn random_histories_of_kills_and_cuts_lose_nothing_acknowledged() {
     // Checkpoints were taken, so opens and rebuilds started from them.
     assert!(checkpoints.get() >= seeds, "{} checkpoints in {seeds} seeds", checkpoints.get());
 }
+
+// Goal: a dead member is replaced by membership changes of the partition's
+// group with nothing acknowledged lost, and a reopened member starts with
+// the members its log reached (through a checkpoint and a replay).
+// Method: four members of which the group names three (member 4 is a spare
+// outside it); 100 messages; member 3 killed for good; the leader adds 4
+// as a learner, waits until it caught up, makes it a voter and removes 3;
+// 50 more messages; member 4's fold equals the leader's; the leader then
+// checkpoints and is killed: the two left of {1, 2, 4} elect a leader that
+// serves every message exactly once; the killed leader reopened from its
+// crash image names {1, 2, 4} before it is stepped, and so does the spare
+// reopened from its own (no checkpoint: its replay folds the changes).
+#[test]
+fn a_dead_member_is_replaced_and_a_reopened_member_starts_with_the_new_members() {
+    use spool_broker::queue::{Members, MembershipChange};
+    on_executor(async {
+        let now = Rc::new(Cell::new(START_MS));
+        let mut cluster = Cluster::start(&now).await;
+        let spare = SimStorage::new();
+        let joined = open_member(4, &spare, &cluster.network, &now).await;
+        cluster.members.push(Member { storage: spare, partition: Some(joined.clone()) });
+        assert_eq!(joined.membership(), Some(Members::voters(&[1, 2, 3])));
+        cluster.until("a serving leader", |c| c.serving().is_some_and(|at| at < 3)).await;
+        let lead = cluster.members[cluster.serving().unwrap()].partition.clone().unwrap();
+        send(&cluster, lead, 0, 20).await;
+
+        // Member 3 dies for good; a leader among 1 and 2 goes on.
+        cluster.members[2].partition = None;
+        cluster.until("a leader of the two", |c| c.serving().is_some_and(|at| at < 2)).await;
+        let leader = cluster.serving().unwrap();
+        let lead = cluster.members[leader].partition.clone().unwrap();
+        let refused = cluster.with(joined.change_membership(MembershipChange::AddLearner(4))).await;
+        assert!(matches!(refused, Err(PartitionError::NotLeader { .. })), "{refused:?}");
+        cluster.with(lead.change_membership(MembershipChange::AddLearner(4))).await.unwrap();
+        cluster.until("the spare caught up", |_| lead.caught_up(4)).await;
+        let twice = cluster.with(lead.change_membership(MembershipChange::AddLearner(4))).await;
+        assert!(twice.is_err(), "a change that changes nothing was taken");
+        cluster.with(lead.change_membership(MembershipChange::AddVoter(4))).await.unwrap();
+        cluster.until("4 applied as a voter", |_| !lead.membership_pending()).await;
+        cluster.with(lead.change_membership(MembershipChange::Remove(3))).await.unwrap();
+        let replaced = Members::voters(&[1, 2, 4]);
+        cluster
+            .until("every live member applied the new members", |c| {
+                c.members.iter().flat_map(|m| &m.partition).all(|p| {
+                    p.membership() == Some(replaced.clone())
+                        && p.logged_members() == Some(replaced.clone())
+                })
+            })
+            .await;
+        send(&cluster, lead.clone(), 100, 10).await;
+        let expected = lead.counters();
+        cluster
+            .until("the spare's fold", |_| {
+                joined.counters().totals.enqueued == expected.totals.enqueued
+                    && joined.counters().ready == expected.ready
+            })
+            .await;
+
+        // The leader checkpoints (its members in it) and is killed: two of
+        // {1, 2, 4} elect a leader.
+        cluster.with(lead.checkpoint()).await.unwrap();
+        let image = cluster.members[leader].storage.crash_image(CrashMode::DurableOnly);
+        cluster.members[leader].partition = None;
+        drop(lead);
+        cluster.until("a leader of the new group", |c| c.serving().is_some()).await;
+        let lead = cluster.members[cluster.serving().unwrap()].partition.clone().unwrap();
+        assert_eq!(lead.membership(), Some(replaced.clone()));
+        send(&cluster, lead.clone(), 150, 2).await;
+        let mut seen = BTreeSet::new();
+        loop {
+            let got = cluster.with(lead.claim(&claim_request(100), Lane::Main, 0)).await.unwrap();
+            if got.is_empty() {
+                break;
+            }
+            for claim in got {
+                assert!(seen.insert(claim.delivery.offset), "delivered twice");
+            }
+        }
+        assert_eq!(seen.len(), 160, "every acknowledged message, once");
+
+        // Reopened from its crash image, before any step: the new members.
+        let reopened = open_member(leader as u64 + 1, &image, &cluster.network, &now).await;
+        assert_eq!(reopened.membership(), Some(replaced.clone()));
+        assert_eq!(reopened.logged_members(), Some(replaced.clone()));
+        cluster.members[leader] = Member { storage: image, partition: Some(reopened.clone()) };
+        cluster
+            .until("the reopened member's fold", |_| {
+                reopened.counters().totals.enqueued == lead.counters().totals.enqueued
+            })
+            .await;
+
+        // The spare, which took no checkpoint, reopened from its crash
+        // image: the changes its replay folds give the same members.
+        assert_eq!(joined.with_state(|state| state.members().cloned()), Some(replaced.clone()));
+        let image = cluster.members[3].storage.crash_image(CrashMode::DurableOnly);
+        cluster.members[3].partition = None;
+        drop(joined);
+        let reopened = open_member(4, &image, &cluster.network, &now).await;
+        assert_eq!(reopened.membership(), Some(replaced.clone()));
+        assert_eq!(reopened.logged_members(), Some(replaced));
+    });
+}
+
+/// Enqueues `batches` batches of [`PER_BATCH`] from message `from` at
+/// `lead`, each answered `Appended`.
+async fn send(cluster: &Cluster, lead: Rc<Partition<SimStorage>>, from: u64, batches: u64) {
+    for at in 0..batches {
+        let first = from + at * PER_BATCH;
+        let outcomes =
+            cluster.with(lead.enqueue(&batch(first, PER_BATCH, START_MS))).await.unwrap();
+        assert!(outcomes.iter().all(|o| matches!(o, EnqueueOutcome::Appended { .. })));
+    }
+}

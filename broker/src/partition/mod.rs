@@ -67,6 +67,7 @@ pub mod files;
 mod housekeeping;
 mod keys;
 mod log;
+mod membership;
 pub mod memory;
 mod open;
 mod operator;

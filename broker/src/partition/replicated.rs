@@ -87,6 +87,9 @@ pub(super) struct Role {
     fold: RefCell<ReplayFold>,
     /// The broker secret tokens are made with (a rebuilt state needs it).
     secret: Cell<[u8; 32]>,
+    /// The group's initial members (the placer's set), seeded into a state
+    /// whose checkpoint names none before its replay folds the changes.
+    initial: RefCell<Members>,
     stats: Cell<ReplicaRoleStats>,
 }
 
@@ -456,7 +459,13 @@ impl<S: Storage + Clone> Partition<S> {
         // lead; until then the state issues none.
         let epoch = LeaderEpoch(0);
         let context = context_of(&name, epoch, secret, &config);
-        let (state, covers, replay_from) = restore_journal_state(&storage, dir, context).await?;
+        let (mut state, covers, replay_from) =
+            restore_journal_state(&storage, dir, context).await?;
+        // The members its checkpoint names, else the group's initial ones;
+        // the replay folds the committed changes after it.
+        let initial = Members::voters(&voters);
+        state.seed_members(initial.clone());
+        let members = state.members().cloned().unwrap_or_else(|| initial.clone());
         let floor = covers.map_or(Offset(0), |covers| Offset(covers.0));
         // A checkpoint covers only committed entries (module docs): its
         // index is committed even where the commit markers lag.
@@ -467,16 +476,8 @@ impl<S: Storage + Clone> Partition<S> {
         let view = shard.replicated_partition(handle, routed, log, floor, 0, at)?;
         let view = Rc::new(view);
         let applied = view.committed_index();
-        let driver = ReplicaDriver::open(
-            member,
-            Members::voters(&voters),
-            view,
-            votes,
-            applied,
-            timing,
-            send,
-        )
-        .await?;
+        let driver =
+            ReplicaDriver::open(member, members, view, votes, applied, timing, send).await?;
         let log = PartitionLog::replicated(driver);
         log.set_log_start(log_start);
         let opened = Self::finish_open(
@@ -487,6 +488,13 @@ impl<S: Storage + Clone> Partition<S> {
         .await?;
         if let Some(role) = &opened.0.replica {
             role.secret.set(secret);
+            *role.initial.borrow_mut() = initial;
+            // raft-rs counts the committed entries applied: its
+            // configuration is the one the replay reached.
+            let reached = opened.0.state.borrow().members().cloned();
+            if let (Some(reached), Some(driver)) = (reached, opened.0.log.driver()) {
+                driver.restore_members(&reached)?;
+            }
         }
         if index_floor > 0 {
             let recorded = replay_from.entry_term();
@@ -540,6 +548,7 @@ impl<S: Storage + Clone> Partition<S> {
         // none a new leader cancelled), and the entries after it.
         let (mut state, _, cursor) =
             restore_journal_state(&self.storage, &self.dir, context).await?;
+        state.seed_members(role.initial.borrow().clone());
         let from = cursor.entry_index() + 1;
         let first = part.first_index();
         if first > from {

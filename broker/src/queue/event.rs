@@ -9,9 +9,10 @@
 //! Common layout (byte offsets; all integers little-endian):
 //!
 //! ```text
-//!  0  u8   kind            1..=13, see EventKind
+//!  0  u8   kind            1..=14, see EventKind
 //!  1  u8   lane            0 main, 1 dead-letter (Quarantined: cause 1 deliveries, 2 expired)
-//!  2  u16  reason          Released, Quarantined; else 0
+//!  2  u16  reason          Released, Quarantined; Membership: the change (1 learner,
+//!                          2 voter, 3 remove); else 0
 //!  4  u32  generation      the claim generation the event acts on (Claimed: the new one;
 //!                          Attributed: the record count)
 //!  8  u64  offset          the message's data-record offset (Attributed: the first one)
@@ -19,7 +20,7 @@
 //! 24  u64  time_ms         Claimed, Extended: deadline_ms; Released: not_before_ms;
 //!                          Attributed: the principal id (never 0);
 //!                          TermStarted: the term; KeyMap: the key map's version;
-//!                          else 0
+//!                          Membership: the node; else 0
 //! 32  u64  worker          Claimed only
 //! ```
 //!
@@ -36,6 +37,7 @@
 //! exactly as before, its records counted against no one.
 
 use super::error::CodecError;
+use super::members::MembershipChange;
 use super::types::PrincipalId;
 use super::types::{
     EnqueueMeta, Generation, Lane, Millis, Offset, QuarantineCause, ReleaseReason, WorkerId,
@@ -67,6 +69,7 @@ pub enum EventKind {
     Attributed = 11,
     TermStarted = 12,
     KeyMap = 13,
+    Membership = 14,
 }
 
 /// One state transition. See `docs/design/queue-semantics.md` for what each
@@ -137,6 +140,11 @@ pub enum Event {
     /// that has not applied that version yet does not serve. It changes no
     /// message.
     KeyMap { version: u64, partitions: u32, at_ms: Millis },
+    /// The partition's Raft group changed by one node
+    /// (`docs/design/replication.md` §9): its entry is raft-rs's change
+    /// entry, stored as this record, the same bytes on every member. Only
+    /// the members change (`PartitionState::members`).
+    Membership { change: MembershipChange },
 }
 
 /// The common fields every control record has, before kind-specific meaning.
@@ -168,7 +176,7 @@ impl Event {
             | Self::Redriven { offset, .. }
             | Self::Purged { offset, .. }
             | Self::Attributed { offset, .. } => offset,
-            Self::TermStarted { .. } | Self::KeyMap { .. } => Offset(0),
+            Self::TermStarted { .. } | Self::KeyMap { .. } | Self::Membership { .. } => Offset(0),
         }
     }
 
@@ -287,6 +295,12 @@ impl Event {
                 time_ms: version,
                 ..Fields::default()
             },
+            Self::Membership { change } => Fields {
+                kind: EventKind::Membership as u8,
+                reason: change.code(),
+                time_ms: change.node(),
+                ..Fields::default()
+            },
         };
         Some(f)
     }
@@ -321,7 +335,7 @@ impl Event {
     /// field value is unknown, or an unused field is not zero.
     pub fn decode(bytes: &[u8]) -> Result<Self, CodecError> {
         let kind = *bytes.first().ok_or(CodecError::Length { expected: EVENT_BYTES, got: 0 })?;
-        if !(EventKind::Claimed as u8..=EventKind::KeyMap as u8).contains(&kind) {
+        if !(EventKind::Claimed as u8..=EventKind::Membership as u8).contains(&kind) {
             return Err(CodecError::UnknownKind(kind));
         }
         let expected =
@@ -432,6 +446,12 @@ impl Event {
                     return Err(CodecError::BadField("key map"));
                 }
                 Self::KeyMap { version: time_ms, partitions: generation.0, at_ms }
+            }
+            14 => {
+                zero(lane_byte == 0 && generation.0 == 0 && offset.0 == 0 && at_ms == 0)?;
+                let change = MembershipChange::from_code(reason, time_ms)
+                    .ok_or(CodecError::BadField("membership change"))?;
+                Self::Membership { change }
             }
             other => return Err(CodecError::UnknownKind(other)),
         };

@@ -84,6 +84,11 @@ pub const DEDUPE_ENTRY_BYTES_MAX: u64 = 40;
 /// What one run of attributed offsets costs at most (stored quotas: one
 /// run per batch when producers interleave single-record batches).
 pub const STORED_RUN_BYTES_MAX: u64 = 64;
+/// Most voters, and most learners, a replicated partition's group names
+/// in a checkpoint (`queue/members.rs`): a replication factor of at most 5
+/// and one replacement at a time keep it far below; a bound on what a
+/// corrupt count can make `restore` read.
+pub const GROUP_MEMBERS_MAX: usize = 16;
 /// Largest snapshot `restore` accepts (1 GiB): a bound on what a corrupt
 /// length field can make it allocate.
 pub const SNAPSHOT_BYTES_MAX: usize = 1 << 30;

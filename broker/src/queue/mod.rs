@@ -70,6 +70,7 @@ pub mod event;
 mod fairness;
 mod fresh;
 pub mod limits;
+pub mod members;
 mod snapshot;
 mod state;
 pub mod stored;
@@ -87,6 +88,7 @@ pub use decide::{
 pub use dedupe::GenerationRef;
 pub use error::{ApplyError, CodecError, InvalidToken, QueueError, StaleToken};
 pub use event::{Event, EventKind, CLAIMED_EVENT_BYTES, EVENT_BYTES};
+pub use members::{Members, MembershipChange};
 pub use snapshot::{PendingRestore, Restored, SnapshotEncoder};
 pub use state::{
     LoggedKeyMap, MessagePhase, MessageView, PartitionContext, PartitionState, QueueCounters,

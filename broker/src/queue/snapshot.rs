@@ -10,7 +10,9 @@
 //! list preceded by its u64 count), the stored counts per principal (the
 //! attribution runs, then the counts, each list preceded by its u64 count),
 //! the key map the log names last (version 4: u64 version, 0 for none, and
-//! u32 partition count), then crc32c of everything before it. Derived indexes (phase sets, expiry
+//! u32 partition count) and a replicated partition's group members (u8
+//! flag, then the voters and the learners, each a u64 count and ids), then
+//! crc32c of everything before it. Derived indexes (phase sets, expiry
 //! index, chunk headers) are not stored.
 //!
 //! The dedupe section (version 3): `dead_through` (u8 flag, u64 ms: entries
@@ -40,8 +42,8 @@ pub use encode::SnapshotEncoder;
 pub use generations::PendingRestore;
 
 const SNAPSHOT_MAGIC: u32 = u32::from_le_bytes(*b"SPQS");
-/// Version 4 adds the key map the log names last (`Event::KeyMap`, a
-/// trailing section); version 3 refers to sealed dedupe generations in side
+/// Version 4 adds the key map the log names last (`Event::KeyMap`) and
+/// the group members (`Event::Membership`), a trailing section; version 3 refers to sealed dedupe generations in side
 /// files (the dedupe section, module docs) and adds the stored counts per
 /// principal (a trailing section); version 2 adds the dead-letter moves by
 /// cause to the totals; versions 3, 2 and 1 (nine totals) are still read,

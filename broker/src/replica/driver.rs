@@ -53,15 +53,19 @@ use bytes::Bytes;
 use raft::eraftpb::{Entry, Message};
 use spool_wire::batch::{BatchHeader, BatchKind};
 
+mod members;
 mod offer;
 
 use super::entries::read_raft_entries;
-pub use super::entries::{is_term_start, raft_entry, term_start_batch};
+pub use super::entries::{
+    is_term_start, membership_batch, membership_of_batch, raft_entry, term_start_batch,
+};
 pub use super::error::DriverError;
 use super::limits::{
     REPLICA_FETCH_AHEAD_BYTES, REPLICA_FETCH_ENTRIES_MAX, REPLICA_TERM_START_BYTES_MAX,
     REPLICA_TICK, REPLICA_VOTE_QUARANTINE_TICKS,
 };
+use super::membership::change_of_entry;
 use super::node::{Members, Recovered, Replica, ReplicaError, Timing, Work};
 use super::view::KnownTerms;
 use crate::io::Storage;
@@ -387,9 +391,16 @@ impl<S: Storage> ReplicaDriver<S> {
             let term = inner.replica.term();
             let epoch = u32::try_from(term).map_err(|_| DriverError::TermTooLarge { term })?;
             let base_offset = self.part.next_offset();
-            let mut bytes = batch.to_vec();
-            BatchHeader::assign(&mut bytes, base_offset.0, epoch);
-            let (index, term) = inner.replica.propose(bytes)?;
+            let (index, term) = match membership_of_batch(batch) {
+                // A change is raft-rs's change entry, stored again as this
+                // record when it is appended (`perform_blocked_in`).
+                Some(change) => inner.replica.propose_membership(change)?,
+                None => {
+                    let mut bytes = batch.to_vec();
+                    BatchHeader::assign(&mut bytes, base_offset.0, epoch);
+                    inner.replica.propose(bytes)?
+                }
+            };
             Proposed { index, term, base_offset }
         };
         self.drain();
@@ -507,11 +518,33 @@ impl<S: Storage> ReplicaDriver<S> {
                 (self.send)(message);
             }
             let mut inner = self.inner.borrow_mut();
-            inner.committed.extend(apply.into_iter().map(|entry| Committed {
-                index: entry.index,
-                term: entry.term,
-                batch: entry.data,
-            }));
+            for entry in apply {
+                // A membership change is raft-rs's to apply when it is
+                // handed out; the owner folds its stored record.
+                let batch = match inner.replica.apply_membership(&entry) {
+                    Ok(_) => match change_of_entry(&entry) {
+                        Ok(Some(change)) => match membership_batch(change, entry.term, 0) {
+                            Ok(batch) => Bytes::from(batch),
+                            Err(error) => {
+                                drop(inner);
+                                self.stop(error.to_string());
+                                return;
+                            }
+                        },
+                        _ => entry.data,
+                    },
+                    Err(error) => {
+                        drop(inner);
+                        self.stop(error.to_string());
+                        return;
+                    }
+                };
+                inner.committed.push_back(Committed {
+                    index: entry.index,
+                    term: entry.term,
+                    batch,
+                });
+            }
             if let Some(commit) = commit {
                 inner.commit_target = inner.commit_target.max(commit);
             }
@@ -568,10 +601,13 @@ impl<S: Storage> ReplicaDriver<S> {
                 work.truncate_from = None;
             }
             while let Some(entry) = work.entries.front() {
-                let term_start;
-                let batch: &[u8] = if entry.data.is_empty() {
-                    term_start = term_start_batch(entry.term, self.part.next_offset().0)?;
-                    &term_start
+                let built;
+                let batch: &[u8] = if let Some(change) = change_of_entry(entry)? {
+                    built = membership_batch(change, entry.term, self.part.next_offset().0)?;
+                    &built
+                } else if entry.data.is_empty() {
+                    built = term_start_batch(entry.term, self.part.next_offset().0)?;
+                    &built
                 } else {
                     &entry.data
                 };

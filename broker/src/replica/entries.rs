@@ -1,7 +1,8 @@
 //! Stored batches as Raft entries: the batch a term's start (raft-rs's
-//! empty entry) is stored as, the entry a stored batch stands for, and the
-//! read-back of a partition's entries by index (at open, and for a lagging
-//! follower, `view.rs`).
+//! empty entry) and a membership change (raft-rs's change entry) are
+//! stored as, the entry a stored batch stands for, and the read-back of a
+//! partition's entries by index (at open, and for a lagging follower,
+//! `view.rs`).
 
 use bytes::Bytes;
 use raft::eraftpb::Entry;
@@ -11,6 +12,7 @@ use super::error::DriverError;
 #[cfg(doc)]
 use super::limits::REPLICA_FETCH_AHEAD_BYTES;
 use super::limits::REPLICA_FETCH_BYTES_MAX;
+use super::membership::{change_entry, MembershipChange};
 use crate::io::Storage;
 use crate::log::journal::{JournalError, JournalPartition};
 use crate::queue::Event;
@@ -22,10 +24,28 @@ use crate::queue::Event;
 /// # Errors
 /// [`DriverError::TermTooLarge`].
 pub fn term_start_batch(term: u64, next_offset: u64) -> Result<Vec<u8>, DriverError> {
+    one_event_batch(Event::TermStarted { term }, term, next_offset)
+}
+
+/// The batch raft-rs's change entry of `change` in `term` is stored as,
+/// landing at data offset `next_offset`: one `Membership` control record,
+/// timestamp 0, the same on every member.
+///
+/// # Errors
+/// [`DriverError::TermTooLarge`].
+pub fn membership_batch(
+    change: MembershipChange,
+    term: u64,
+    next_offset: u64,
+) -> Result<Vec<u8>, DriverError> {
+    one_event_batch(Event::Membership { change }, term, next_offset)
+}
+
+fn one_event_batch(event: Event, term: u64, next_offset: u64) -> Result<Vec<u8>, DriverError> {
     let epoch = u32::try_from(term).map_err(|_| DriverError::TermTooLarge { term })?;
     let mut record = Vec::new();
     let mut builder = ControlBatchBuilder::new();
-    let built = Event::TermStarted { term }
+    let built = event
         .encode(&mut record)
         .map_err(|error| DriverError::InvalidBatch(error.to_string()))
         .and_then(|_| {
@@ -39,21 +59,38 @@ pub fn term_start_batch(term: u64, next_offset: u64) -> Result<Vec<u8>, DriverEr
     Ok(bytes)
 }
 
+/// The event of a control batch of one record, if `batch` is one.
+fn single_event(batch: &[u8]) -> Option<Event> {
+    let header = BatchHeader::verify_body(batch).ok()?;
+    if header.kind != BatchKind::Control || header.record_count != 1 {
+        return None;
+    }
+    let view = BatchView::validate(batch).ok()?;
+    Event::decode(view.control_record(0)).ok()
+}
+
 /// Whether `batch` is a term's start (a control batch of one `TermStarted`
 /// record): it stands for raft-rs's empty entry.
 pub fn is_term_start(batch: &[u8]) -> bool {
-    let Ok(header) = BatchHeader::verify_body(batch) else { return false };
-    if header.kind != BatchKind::Control || header.record_count != 1 {
-        return false;
+    matches!(single_event(batch), Some(Event::TermStarted { .. }))
+}
+
+/// The change `batch` stores, if it is a membership change (a control
+/// batch of one `Membership` record): it stands for raft-rs's change entry.
+pub fn membership_of_batch(batch: &[u8]) -> Option<MembershipChange> {
+    match single_event(batch) {
+        Some(Event::Membership { change }) => Some(change),
+        _ => None,
     }
-    let Ok(view) = BatchView::validate(batch) else { return false };
-    matches!(Event::decode(view.control_record(0)), Ok(Event::TermStarted { .. }))
 }
 
 /// The Raft entry a stored batch stands for.
 pub fn raft_entry(index: u64, term: u64, batch: &[u8]) -> Entry {
-    let data = if is_term_start(batch) { Bytes::new() } else { Bytes::copy_from_slice(batch) };
-    Entry { index, term, data, ..Entry::default() }
+    match single_event(batch) {
+        Some(Event::TermStarted { .. }) => Entry { index, term, ..Entry::default() },
+        Some(Event::Membership { change }) => change_entry(index, term, change),
+        _ => Entry { index, term, data: Bytes::copy_from_slice(batch), ..Entry::default() },
+    }
 }
 
 /// The Raft entries of `part` from `low` toward `high` (exclusive), read

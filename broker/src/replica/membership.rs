@@ -27,87 +27,56 @@ use raft::eraftpb::{ConfChange, ConfChangeType, ConfState, Entry, EntryType};
 
 use super::node::{Members, Replica, ReplicaError};
 
-/// One step of a group's membership: a raft-rs simple change.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MembershipChange {
-    /// A node joins as a learner.
-    AddLearner(u64),
-    /// A node (a learner, or a new one) becomes a voter.
-    AddVoter(u64),
-    /// A node leaves the group.
-    Remove(u64),
+pub use crate::queue::MembershipChange;
+
+/// The raft-rs change of a [`MembershipChange`].
+pub(super) fn conf_change(change: MembershipChange) -> ConfChange {
+    let (change_type, node) = match change {
+        MembershipChange::AddLearner(node) => (ConfChangeType::AddLearnerNode, node),
+        MembershipChange::AddVoter(node) => (ConfChangeType::AddNode, node),
+        MembershipChange::Remove(node) => (ConfChangeType::RemoveNode, node),
+    };
+    let mut change = ConfChange::default();
+    change.set_change_type(change_type);
+    change.node_id = node;
+    change
 }
 
-impl MembershipChange {
-    fn conf_change(self) -> ConfChange {
-        let (change_type, node) = match self {
-            MembershipChange::AddLearner(node) => (ConfChangeType::AddLearnerNode, node),
-            MembershipChange::AddVoter(node) => (ConfChangeType::AddNode, node),
-            MembershipChange::Remove(node) => (ConfChangeType::RemoveNode, node),
-        };
-        let mut change = ConfChange::default();
-        change.set_change_type(change_type);
-        change.node_id = node;
-        change
-    }
-
-    /// The change an entry carries: `None` for a normal entry.
-    ///
-    /// # Errors
-    /// [`ReplicaError::Membership`] for a change entry that does not decode
-    /// or is not a simple change of one node (joint changes are never
-    /// proposed).
-    pub fn of_entry(entry: &Entry) -> Result<Option<MembershipChange>, ReplicaError> {
-        let refused = |reason: String| ReplicaError::Membership { index: entry.index, reason };
-        match entry.get_entry_type() {
-            EntryType::EntryNormal => Ok(None),
-            EntryType::EntryConfChangeV2 => Err(refused("a joint change".to_owned())),
-            EntryType::EntryConfChange => {
-                let mut change = ConfChange::default();
-                change.merge_from_bytes(&entry.data).map_err(|error| refused(error.to_string()))?;
-                let node = change.node_id;
-                if node == 0 {
-                    return Err(refused("node id 0".to_owned()));
-                }
-                Ok(Some(match change.get_change_type() {
-                    ConfChangeType::AddLearnerNode => MembershipChange::AddLearner(node),
-                    ConfChangeType::AddNode => MembershipChange::AddVoter(node),
-                    ConfChangeType::RemoveNode => MembershipChange::Remove(node),
-                }))
+/// The change an entry carries: `None` for a normal entry.
+///
+/// # Errors
+/// [`ReplicaError::Membership`] for a change entry that does not decode or
+/// is not a simple change of one node (joint changes are never proposed).
+pub fn change_of_entry(entry: &Entry) -> Result<Option<MembershipChange>, ReplicaError> {
+    let refused = |reason: String| ReplicaError::Membership { index: entry.index, reason };
+    match entry.get_entry_type() {
+        EntryType::EntryNormal => Ok(None),
+        EntryType::EntryConfChangeV2 => Err(refused("a joint change".to_owned())),
+        EntryType::EntryConfChange => {
+            let mut change = ConfChange::default();
+            change.merge_from_bytes(&entry.data).map_err(|error| refused(error.to_string()))?;
+            let node = change.node_id;
+            if node == 0 {
+                return Err(refused("node id 0".to_owned()));
             }
+            Ok(Some(match change.get_change_type() {
+                ConfChangeType::AddLearnerNode => MembershipChange::AddLearner(node),
+                ConfChangeType::AddNode => MembershipChange::AddVoter(node),
+                ConfChangeType::RemoveNode => MembershipChange::Remove(node),
+            }))
         }
     }
+}
+
+/// The raft-rs entry of `change` at (`index`, `term`).
+pub(super) fn change_entry(index: u64, term: u64, change: MembershipChange) -> Entry {
+    let mut entry = Entry { index, term, ..Entry::default() };
+    entry.set_entry_type(EntryType::EntryConfChange);
+    entry.data = conf_change(change).write_to_bytes().unwrap_or_default().into();
+    entry
 }
 
 impl Members {
-    /// The members after `change`, as raft-rs's apply of a simple change
-    /// makes them (a voter made a learner or a learner a voter moves).
-    #[must_use]
-    pub fn changed(&self, change: MembershipChange) -> Members {
-        let mut members = self.clone();
-        match change {
-            MembershipChange::AddLearner(node) => {
-                members.voters.retain(|id| *id != node);
-                if !members.learners.contains(&node) {
-                    members.learners.push(node);
-                }
-            }
-            MembershipChange::AddVoter(node) => {
-                members.learners.retain(|id| *id != node);
-                if !members.voters.contains(&node) {
-                    members.voters.push(node);
-                }
-            }
-            MembershipChange::Remove(node) => {
-                members.voters.retain(|id| *id != node);
-                members.learners.retain(|id| *id != node);
-            }
-        }
-        members.voters.sort_unstable();
-        members.learners.sort_unstable();
-        members
-    }
-
     /// The members after every change among `entries` (in index order),
     /// from these.
     ///
@@ -116,7 +85,7 @@ impl Members {
     pub fn after(&self, entries: &[Entry]) -> Result<Members, ReplicaError> {
         let mut members = self.clone();
         for entry in entries {
-            if let Some(change) = MembershipChange::of_entry(entry)? {
+            if let Some(change) = change_of_entry(entry)? {
                 members = members.changed(change);
             }
         }
@@ -181,7 +150,7 @@ impl Replica {
         }
         let before = self.last_index();
         self.raw
-            .propose_conf_change(Vec::new(), change.conf_change())
+            .propose_conf_change(Vec::new(), conf_change(change))
             .map_err(|source| ReplicaError::Raft { id: self.id(), source })?;
         let index = self.last_index();
         if index != before + 1 {
@@ -197,10 +166,10 @@ impl Replica {
     /// # Errors
     /// The entry does not decode, or raft-rs refuses the change.
     pub fn apply_membership(&mut self, entry: &Entry) -> Result<Members, ReplicaError> {
-        if let Some(change) = MembershipChange::of_entry(entry)? {
+        if let Some(change) = change_of_entry(entry)? {
             let conf = self
                 .raw
-                .apply_conf_change(&change.conf_change())
+                .apply_conf_change(&conf_change(change))
                 .map_err(|source| ReplicaError::Raft { id: self.id(), source })?;
             self.raw.mut_store().set_conf_state(conf);
         }
@@ -213,12 +182,10 @@ mod tests {
     use super::*;
 
     fn entry(index: u64, change: Option<MembershipChange>) -> Entry {
-        let mut entry = Entry { index, term: 1, ..Entry::default() };
-        if let Some(change) = change {
-            entry.set_entry_type(EntryType::EntryConfChange);
-            entry.data = change.conf_change().write_to_bytes().unwrap_or_default().into();
+        match change {
+            Some(change) => change_entry(index, 1, change),
+            None => Entry { index, term: 1, ..Entry::default() },
         }
-        entry
     }
 
     // Goal: a replacement's three steps fold to the new set, and a change
@@ -237,13 +204,10 @@ mod tests {
         assert_eq!(after, Members::voters(&[1, 2, 4]));
         let learner = initial.after(&entries[..3]).unwrap_or_default();
         assert_eq!(learner, Members { voters: vec![1, 2, 3], learners: vec![4] });
-        assert_eq!(
-            MembershipChange::of_entry(&entries[4]).ok().flatten(),
-            Some(MembershipChange::Remove(3))
-        );
+        assert_eq!(change_of_entry(&entries[4]).ok().flatten(), Some(MembershipChange::Remove(3)));
         let mut damaged = entries[1].clone();
         damaged.data = vec![0xFF; 3].into();
-        assert!(MembershipChange::of_entry(&damaged).is_err());
+        assert!(change_of_entry(&damaged).is_err());
         assert!(initial.after(&[damaged]).is_err());
     }
 }

@@ -86,29 +86,11 @@ pub enum ReplicaError {
     SnapshotUnsupported { id: u64, index: u64 },
 }
 
-/// A group's members: the voters, and the learners that receive every
-/// entry but neither vote nor count for a commit (a node outside the
-/// controller's voters follows the catalog as one). A member starts with
-/// its group's initial members and every change of its committed log
-/// folded in (`membership.rs`), even one that does not name it (a node
-/// joining the group).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Members {
-    pub voters: Vec<u64>,
-    pub learners: Vec<u64>,
-}
-
-impl Members {
-    /// A group of `voters` alone.
-    pub fn voters(voters: &[u64]) -> Members {
-        Members { voters: voters.to_vec(), learners: Vec::new() }
-    }
-
-    /// Every member's id, voters first.
-    pub fn all(&self) -> impl Iterator<Item = u64> + '_ {
-        self.voters.iter().chain(&self.learners).copied()
-    }
-}
+/// A group's members (`queue/members.rs`). A member starts with its
+/// group's initial members and every change of its committed log folded
+/// in (`membership.rs`), even one that does not name it (a node joining
+/// the group).
+pub use crate::queue::Members;
 
 /// What a replica recovered from its disk.
 #[derive(Debug, Default)]

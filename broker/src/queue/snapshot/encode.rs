@@ -298,6 +298,18 @@ impl PartitionState {
         let key_map = self.key_map.unwrap_or(LoggedKeyMap { version: 0, partitions: 0 });
         w.u64(key_map.version);
         w.u32(key_map.partitions);
+        match &self.members {
+            None => w.u8(0),
+            Some(members) => {
+                w.u8(1);
+                for list in [&members.voters, &members.learners] {
+                    w.u64(list.len() as u64);
+                    for id in list {
+                        w.u64(*id);
+                    }
+                }
+            }
+        }
         SnapshotEncoder {
             covers,
             limit: limit.unwrap_or(Offset(u64::MAX)),

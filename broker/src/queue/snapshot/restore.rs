@@ -24,7 +24,9 @@ use crate::queue::dedupe::GenerationRef;
 use crate::queue::error::CodecError;
 use crate::queue::fairness::Credits;
 use crate::queue::fresh::FreshView;
+use crate::queue::limits::GROUP_MEMBERS_MAX;
 use crate::queue::limits::SNAPSHOT_BYTES_MAX;
+use crate::queue::members::Members;
 use crate::queue::state::LoggedKeyMap;
 use crate::queue::state::{
     Claim, DeadLetter, DeadPhase, PartitionContext, PartitionState, Totals, Warm, WarmPhase,
@@ -356,6 +358,34 @@ impl PartitionState {
                 (0, 0) => None,
                 (0, _) | (_, 0) => return Err(CodecError::Inconsistent("key map")),
                 (version, partitions) => Some(LoggedKeyMap { version, partitions }),
+            };
+            state.members = match r.u8()? {
+                0 => None,
+                1 => {
+                    let mut lists = [Vec::new(), Vec::new()];
+                    for list in &mut lists {
+                        let count = r.count(8)?;
+                        if count > GROUP_MEMBERS_MAX {
+                            return Err(CodecError::Inconsistent("members"));
+                        }
+                        for _ in 0..count {
+                            list.push(r.u64()?);
+                        }
+                    }
+                    let [voters, learners] = lists;
+                    let members = Members { voters, learners };
+                    let sorted = |list: &[u64]| list.windows(2).all(|pair| pair[0] < pair[1]);
+                    let valid = !members.voters.is_empty()
+                        && sorted(&members.voters)
+                        && sorted(&members.learners)
+                        && members.all().all(|id| id != 0)
+                        && !members.learners.iter().any(|id| members.voters.contains(id));
+                    if !valid {
+                        return Err(CodecError::Inconsistent("members"));
+                    }
+                    Some(members)
+                }
+                _ => return Err(CodecError::BadField("members")),
             };
         }
         if r.at != body.len() {

@@ -234,6 +234,16 @@ impl PartitionState {
                 }
                 Ok(())
             }
+            // A change needs the members it changes: a replicated
+            // partition seeds them before its replay.
+            Event::Membership { change } => {
+                let members = self.members.as_mut().ok_or(ApplyError::WrongState {
+                    offset: Offset(0),
+                    what: "Membership: no members seeded",
+                })?;
+                *members = members.changed(change);
+                Ok(())
+            }
         }
     }
 

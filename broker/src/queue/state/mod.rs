@@ -28,6 +28,7 @@ use super::fresh::{FreshBand, FreshView, NEVER};
 use super::limits::{
     DEDUPE_ENTRY_BYTES_MAX, LEASE_LIFETIME_MS_MAX, MESSAGE_STATE_BYTES_MAX, STORED_RUN_BYTES_MAX,
 };
+use super::members::Members;
 use super::stored::StoredByPrincipal;
 use super::token::TokenKey;
 use super::types::{
@@ -188,6 +189,10 @@ pub struct PartitionState {
     /// The newest key map the log names (`Event::KeyMap`): a server that
     /// has not applied that version of its queue's key map must not serve.
     pub(crate) key_map: Option<LoggedKeyMap>,
+    /// A replicated partition's group members as its log reached them
+    /// (`queue/members.rs`): seeded with the group's initial members before
+    /// the first change, `None` on one node.
+    pub(crate) members: Option<Members>,
     /// While a checkpoint is written in steps: what each message it covers
     /// held before its first change since (`snapshot/encode.rs`). Every
     /// change to `fresh`, `warm` or `dlq` goes through `note` first.
@@ -230,6 +235,7 @@ impl PartitionState {
             totals: Totals::default(),
             stored: StoredByPrincipal::default(),
             key_map: None,
+            members: None,
             capture: None,
         })
     }
@@ -241,6 +247,20 @@ impl PartitionState {
     /// Messages and record bytes held per producing principal.
     pub fn stored(&self) -> &StoredByPrincipal {
         &self.stored
+    }
+
+    /// The group members the log reached (`Event::Membership` folded over
+    /// the seed), `None` before a seed.
+    pub fn members(&self) -> Option<&Members> {
+        self.members.as_ref()
+    }
+
+    /// Seeds the members with the group's initial ones unless a checkpoint
+    /// already named them (a replicated partition, before its replay).
+    pub fn seed_members(&mut self, initial: Members) {
+        if self.members.is_none() {
+            self.members = Some(initial);
+        }
     }
 
     /// The newest key map the log names (`Event::KeyMap`), if any.

@@ -643,8 +643,8 @@ fn version_1_snapshot_restores_with_its_dead_letter_causes_unknown() {
     const TOTALS_AT: usize = 4 + 2 + 2 + 8 + 8 + 8;
     let causes = TOTALS_AT + 9 * 8..TOTALS_AT + 11 * 8;
     // Version 3's trailing stored-counts section (two empty lists) and
-    // version 4's key map (12 B) go too.
-    let mut body = bytes[..bytes.len() - 4 - 16 - 12].to_vec();
+    // version 4's key map and members (12 + 1 B) go too.
+    let mut body = bytes[..bytes.len() - 4 - 16 - 13].to_vec();
     body[4..6].copy_from_slice(&1u16.to_le_bytes());
     // Version 3's dedupe section starts with `dead_through` (9 bytes) and
     // the count of generation references (8, here 0) before the inline list.
@@ -720,7 +720,7 @@ fn stored_counts_survive_checkpoint_and_replay() {
         before.apply(event).unwrap();
     }
     let bytes = before.snapshot(Offset(first_attribution as u64));
-    let mut body = bytes[..bytes.len() - 4 - 16 - 12].to_vec();
+    let mut body = bytes[..bytes.len() - 4 - 16 - 13].to_vec();
     body[4..6].copy_from_slice(&2u16.to_le_bytes());
     // Version 3's dedupe section starts with `dead_through` (9 bytes) and
     // the count of generation references (8, here 0) before the inline list.
@@ -932,6 +932,7 @@ fn events_round_trip_and_bad_records_are_refused() {
         },
         Event::TermStarted { term: 0x0A0B_0C0D_0E0F },
         Event::KeyMap { version: 3, partitions: 6, at_ms: 15 },
+        Event::Membership { change: crate::queue::MembershipChange::Remove(7) },
     ];
     for event in events {
         let mut out = vec![0xAA];
@@ -982,6 +983,16 @@ fn events_round_trip_and_bad_records_are_refused() {
     let mut no_version = key_map.clone();
     no_version[24..32].copy_from_slice(&0u64.to_le_bytes());
     assert_eq!(Event::decode(&no_version), Err(CodecError::BadField("key map")));
+    // Membership: kind 14, a known change of a node other than 0.
+    let mut membership = Vec::new();
+    events[13].encode(&mut membership).unwrap();
+    assert_eq!(membership[0], 14, "kind 14");
+    let mut unknown = membership.clone();
+    unknown[2..4].copy_from_slice(&9u16.to_le_bytes());
+    assert_eq!(Event::decode(&unknown), Err(CodecError::BadField("membership change")));
+    let mut no_node = membership.clone();
+    no_node[24..32].copy_from_slice(&0u64.to_le_bytes());
+    assert_eq!(Event::decode(&no_node), Err(CodecError::BadField("membership change")));
     let meta = EnqueueMeta::new(&request(1, 0), Offset(1), 0);
     assert_eq!(Event::Enqueued(meta).encode(&mut Vec::new()), Err(CodecError::NotControl));
 }

@@ -267,8 +267,9 @@ fn a_version_2_checkpoint_with_ids_inline_still_loads() {
     let list = 8 + 50 * DEDUPE_ENTRY_BYTES;
     let section = 9 + 8 + list;
     // Before the crc: the stored-counts section (two empty lists, 16 B)
-    // and the key map (12 B), which version 2 does not have either.
-    let body_end = v3.len() - 4 - 16 - 12;
+    // and the key map and members (12 + 1 B), which version 2 does not
+    // have either.
+    let body_end = v3.len() - 4 - 16 - 13;
     let mut v2 = v3[..body_end - section].to_vec();
     v2.extend_from_slice(&v3[body_end - list..body_end]);
     v2[4..6].copy_from_slice(&2u16.to_le_bytes());
@@ -292,39 +293,67 @@ fn a_version_2_checkpoint_with_ids_inline_still_loads() {
     assert!(PartitionState::restore(&wrong, ctx(QueueConfig::default(), 2)).is_err());
 }
 
-// Goal: the key map the log names survives a checkpoint (version 4), and a
-// version-3 checkpoint (no key map section) still loads, naming none.
-// Method: a state that applied two `KeyMap` events (the older one after
-// the newer: the newer stays), snapshotted and restored; the same bytes
-// without the section, version field 3, crc recomputed; a section naming a
-// version with no partition count is refused.
+// Goal: the key map and the group members the log names survive a
+// checkpoint (version 4), and a version-3 checkpoint (no such section)
+// still loads, naming neither. Method: a state that applied two `KeyMap`
+// events (the older one after the newer: the newer stays) and, seeded with
+// voters 1..=3, a replacement of 3 by 4; snapshotted and restored; the
+// bytes without the section, version field 3, crc recomputed; a section
+// naming a version with no partition count, or members with no voter, is
+// refused; a change before any seed does not apply.
 #[test]
-fn the_logged_key_map_survives_a_checkpoint_and_version_3_loads_without_one() {
-    use crate::queue::{Event, LoggedKeyMap};
+fn the_logged_key_map_and_members_survive_a_checkpoint_and_version_3_loads_without() {
+    use crate::queue::{Event, LoggedKeyMap, Members, MembershipChange};
     let config = QueueConfig::default();
     let mut state = PartitionState::new(ctx(config.clone(), 1)).unwrap();
     let (now, mut next_offset) = (1_000_000u64, 0u64);
     enqueue_ack(&mut state, 1, now, &mut next_offset);
+    let add = Event::Membership { change: MembershipChange::AddLearner(4) };
+    assert!(state.apply(&add).is_err(), "a change applied with no members seeded");
+    state.seed_members(Members::voters(&[3, 1, 2]));
+    for change in [
+        MembershipChange::AddLearner(4),
+        MembershipChange::AddVoter(4),
+        MembershipChange::Remove(3),
+    ] {
+        state.apply(&Event::Membership { change }).unwrap();
+    }
     state.apply(&Event::KeyMap { version: 3, partitions: 6, at_ms: now }).unwrap();
     state.apply(&Event::KeyMap { version: 2, partitions: 5, at_ms: now }).unwrap();
     let expected = Some(LoggedKeyMap { version: 3, partitions: 6 });
     assert_eq!(state.logged_key_map(), expected);
+    assert_eq!(state.members(), Some(&Members::voters(&[1, 2, 4])));
     let v4 = state.snapshot(Offset(next_offset));
     let restored = PartitionState::restore(&v4, ctx(config.clone(), 2)).unwrap();
     assert_eq!(restored.state.logged_key_map(), expected);
+    assert_eq!(restored.state.members(), Some(&Members::voters(&[1, 2, 4])));
+    // A seed after a checkpoint that named members changes nothing.
+    let mut seeded = restored.state;
+    seeded.seed_members(Members::voters(&[1, 2, 3]));
+    assert_eq!(seeded.members(), Some(&Members::voters(&[1, 2, 4])));
 
-    let mut v3 = v4[..v4.len() - 4 - 12].to_vec();
+    // Members: flag 1, three voters (u64 count + ids), no learners.
+    let members_bytes = 1 + 8 + 3 * 8 + 8;
+    let section = 12 + members_bytes;
+    let mut v3 = v4[..v4.len() - 4 - section].to_vec();
     v3[4..6].copy_from_slice(&3u16.to_le_bytes());
     let crc = crc32c::crc32c(&v3);
     v3.extend_from_slice(&crc.to_le_bytes());
     let old = PartitionState::restore(&v3, ctx(config.clone(), 2)).unwrap();
     assert_eq!(old.state.logged_key_map(), None);
+    assert_eq!(old.state.members(), None);
     assert_eq!(old.covers, Offset(next_offset));
 
-    let mut bad = v4[..v4.len() - 4].to_vec();
-    let at = bad.len() - 4;
-    bad[at..].copy_from_slice(&0u32.to_le_bytes());
-    let crc = crc32c::crc32c(&bad);
-    bad.extend_from_slice(&crc.to_le_bytes());
-    assert!(PartitionState::restore(&bad, ctx(config, 2)).is_err());
+    let rewrite = |at_from_end: usize, bytes: &[u8]| {
+        let mut bad = v4[..v4.len() - 4].to_vec();
+        let at = bad.len() - at_from_end;
+        bad[at..at + bytes.len()].copy_from_slice(bytes);
+        let crc = crc32c::crc32c(&bad);
+        bad.extend_from_slice(&crc.to_le_bytes());
+        bad
+    };
+    let no_partitions = rewrite(members_bytes + 4, &0u32.to_le_bytes());
+    assert!(PartitionState::restore(&no_partitions, ctx(config.clone(), 2)).is_err());
+    let no_voters = rewrite(members_bytes - 1, &0u64.to_le_bytes());
+    assert!(PartitionState::restore(&no_voters, ctx(config, 2)).is_err());
 }

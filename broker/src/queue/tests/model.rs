@@ -585,7 +585,7 @@ impl Model {
                     }
                 }
             }
-            Event::TermStarted { .. } | Event::KeyMap { .. } => {}
+            Event::TermStarted { .. } | Event::KeyMap { .. } | Event::Membership { .. } => {}
         }
     }
 
