@@ -67,22 +67,7 @@ fn key(moves: bool, skip: usize) -> String {
 fn moved_keys_are_refused_held_partitions_hand_out_nothing_until_released() {
     LocalExecutorBuilder::new(Placement::Unbound).io_memory(0).make().unwrap().run(async {
         let now = Rc::new(Cell::new(START_MS));
-        let clock_now = now.clone();
-        let name =
-            PartitionName { queue: "jobs".into(), queue_id: QueueId(1), partition: PartitionId(0) };
-        let (partition, background, _) = open_partition(
-            Layout::Journal,
-            SimStorage::new(),
-            Path::new("/data/p0"),
-            name,
-            QueueConfig::default(),
-            LogConfig::default(),
-            Rc::new(RecordFatal::default()),
-            Rc::new(move || clock_now.get()),
-        )
-        .await
-        .expect("open");
-        glommio::spawn_local(background.into_future()).detach();
+        let partition = open_on(&SimStorage::new(), &now).await;
         let (kept, moved) = (key(false, 0), key(true, 0));
         let early = key(true, 1);
 

@@ -724,13 +724,21 @@ fn render(status: &Status) -> Output {
     output
 }
 
-/// `spool cluster status`: the report, or [`Failure::Unhealthy`] holding
-/// it when a node is unreachable or a partition has no leader.
-pub async fn status(
+/// Asks every admin port of `args` at once (`ask`, each bounded by the
+/// caller), in the order given with duplicates dropped; a port whose task
+/// did not finish reads as an error.
+///
+/// # Errors
+/// An empty address; a task that panicked.
+pub(crate) async fn ask_each<T, Ask, Asked>(
     args: &StatusArgs,
-    tls: Option<&TlsConfig>,
-    timeout: Duration,
-) -> Result<Output, Failure> {
+    ask: Ask,
+) -> Result<Vec<(String, Result<T, String>)>, Failure>
+where
+    T: Send + 'static,
+    Ask: Fn(String) -> Asked,
+    Asked: std::future::Future<Output = Result<T, String>> + Send + 'static,
+{
     let mut admins: Vec<String> = Vec::new();
     for admin in &args.admin {
         let admin = admin.trim();
@@ -743,20 +751,34 @@ pub async fn status(
     }
     let mut tasks = tokio::task::JoinSet::new();
     for (index, admin) in admins.iter().enumerate() {
-        let (admin, tls) = (admin.clone(), tls.cloned());
-        tasks.spawn(async move { (index, scrape(&admin, tls.as_ref(), timeout).await) });
+        let asked = ask(admin.clone());
+        tasks.spawn(async move { (index, asked.await) });
     }
-    let mut scraped: Vec<Option<Result<Vec<Sample>, String>>> = vec![None; admins.len()];
+    let mut answers: Vec<Option<Result<T, String>>> = (0..admins.len()).map(|_| None).collect();
     while let Some(joined) = tasks.join_next().await {
-        let (index, result) =
-            joined.map_err(|error| Failure::Input(format!("a scrape failed: {error}")))?;
-        scraped[index] = Some(result);
+        let (index, answer) =
+            joined.map_err(|error| Failure::Input(format!("a request failed: {error}")))?;
+        answers[index] = Some(answer);
     }
-    let scrapes = admins
+    Ok(admins
         .into_iter()
-        .zip(scraped)
-        .map(|(admin, result)| (admin, result.unwrap_or_else(|| Err("not scraped".to_owned()))))
-        .collect();
+        .zip(answers)
+        .map(|(admin, answer)| (admin, answer.unwrap_or_else(|| Err("not asked".to_owned()))))
+        .collect())
+}
+
+/// `spool cluster status`: the report, or [`Failure::Unhealthy`] holding
+/// it when a node is unreachable or a partition has no leader.
+pub async fn status(
+    args: &StatusArgs,
+    tls: Option<&TlsConfig>,
+    timeout: Duration,
+) -> Result<Output, Failure> {
+    let scrapes = ask_each(args, |admin| {
+        let tls = tls.cloned();
+        async move { scrape(&admin, tls.as_ref(), timeout).await }
+    })
+    .await?;
     let status = aggregate(scrapes);
     let output = render(&status);
     match status.failure_summary() {

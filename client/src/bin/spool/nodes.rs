@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use spool_client::{Credentials, TlsConfig};
 
 use crate::acl::{admin_call, AdminAddr};
-use crate::cluster::StatusArgs;
+use crate::cluster::{ask_each, StatusArgs};
 use crate::render::{Output, Table};
 use crate::Failure;
 
@@ -120,42 +120,20 @@ pub async fn run(
     credentials: Option<&Credentials>,
     timeout: Duration,
 ) -> Result<Output, Failure> {
-    let mut admins: Vec<String> = Vec::new();
-    for admin in &args.admin {
-        let admin = admin.trim();
-        if admin.is_empty() {
-            return Err(Failure::Input("--admin: an empty address".to_owned()));
-        }
-        if !admins.iter().any(|known| known == admin) {
-            admins.push(admin.to_owned());
-        }
-    }
-    let mut tasks = tokio::task::JoinSet::new();
-    for (index, admin) in admins.iter().enumerate() {
-        let (admin, tls, credentials) = (admin.clone(), tls.cloned(), credentials.cloned());
-        tasks.spawn(async move {
+    let answers = ask_each(args, |admin| {
+        let (tls, credentials) = (tls.cloned(), credentials.cloned());
+        async move {
             let addr = AdminAddr { admin };
             let path = "/v1/cluster/nodes";
             let answer =
                 admin_call(&addr, tls.as_ref(), "GET", path, credentials.as_ref(), timeout).await;
-            let answer = answer.map_err(|failure| match failure {
+            answer.map_err(|failure| match failure {
                 Failure::Admin(message, _) | Failure::Input(message) => message,
                 other => format!("{other:?}"),
-            });
-            (index, answer)
-        });
-    }
-    let mut answers: Vec<Option<Result<Value, String>>> = vec![None; admins.len()];
-    while let Some(joined) = tasks.join_next().await {
-        let (index, answer) =
-            joined.map_err(|error| Failure::Input(format!("a request failed: {error}")))?;
-        answers[index] = Some(answer);
-    }
-    let answers = admins
-        .into_iter()
-        .zip(answers)
-        .map(|(admin, answer)| (admin, answer.unwrap_or_else(|| Err("not asked".to_owned()))))
-        .collect();
+            })
+        }
+    })
+    .await?;
     let nodes = pick(answers);
     let output = nodes.render();
     match nodes.failure_summary() {
