@@ -521,18 +521,18 @@ impl<S: Storage> ReplicaDriver<S> {
             for entry in apply {
                 // A membership change is raft-rs's to apply when it is
                 // handed out; the owner folds its stored record.
-                let batch = match inner.replica.apply_membership(&entry) {
-                    Ok(_) => match change_of_entry(&entry) {
-                        Ok(Some(change)) => match membership_batch(change, entry.term, 0) {
-                            Ok(batch) => Bytes::from(batch),
-                            Err(error) => {
-                                drop(inner);
-                                self.stop(error.to_string());
-                                return;
-                            }
-                        },
-                        _ => entry.data,
-                    },
+                let applied = inner.replica.apply_membership(&entry).and_then(|change| {
+                    change
+                        .map(|change| membership_batch(change, entry.term, 0).map(Bytes::from))
+                        .transpose()
+                        .map_err(|error| ReplicaError::Membership {
+                            index: entry.index,
+                            reason: error.to_string(),
+                        })
+                });
+                let batch = match applied {
+                    Ok(Some(batch)) => batch,
+                    Ok(None) => entry.data,
                     Err(error) => {
                         drop(inner);
                         self.stop(error.to_string());

@@ -18,7 +18,7 @@
 //! changes as the leader's entries reach it, from the group's first entry
 //! (or from a snapshot, which names the members at its index).
 //!
-//! The owner calls [`Replica::apply_membership`] for each change entry as
+//! The owner calls [`Replica::apply_membership`] for each entry it applies, as
 //! it applies it, in order with the other entries; nothing else of the
 //! state machine changes for it.
 
@@ -159,21 +159,23 @@ impl Replica {
         Ok((index, self.term()))
     }
 
-    /// Applies the change `entry` carries (call for every change entry of
-    /// [`Work::apply`](super::Work::apply), in order); returns the members
-    /// after it. A normal entry changes nothing.
+    /// Applies the change `entry` carries (call for every entry of
+    /// [`Work::apply`](super::Work::apply), in order); returns the change,
+    /// `None` for a normal entry (which costs only a look at its type).
     ///
     /// # Errors
     /// The entry does not decode, or raft-rs refuses the change.
-    pub fn apply_membership(&mut self, entry: &Entry) -> Result<Members, ReplicaError> {
-        if let Some(change) = change_of_entry(entry)? {
-            let conf = self
-                .raw
-                .apply_conf_change(&conf_change(change))
-                .map_err(|source| ReplicaError::Raft { id: self.id(), source })?;
-            self.raw.mut_store().set_conf_state(conf);
-        }
-        Ok(self.membership())
+    pub fn apply_membership(
+        &mut self,
+        entry: &Entry,
+    ) -> Result<Option<MembershipChange>, ReplicaError> {
+        let Some(change) = change_of_entry(entry)? else { return Ok(None) };
+        let conf = self
+            .raw
+            .apply_conf_change(&conf_change(change))
+            .map_err(|source| ReplicaError::Raft { id: self.id(), source })?;
+        self.raw.mut_store().set_conf_state(conf);
+        Ok(Some(change))
     }
 }
 
