@@ -38,11 +38,12 @@ impl<S: Storage + Clone> Partition<S> {
         let was_behind = self.key_map_behind();
         let before = self.keys.route.replace(Some(route));
         let was_held = before.is_some_and(|before| before.held);
-        if was_behind && !self.key_map_behind() {
+        let caught_up = was_behind && !self.key_map_behind();
+        if caught_up {
             tracing::info!(partition = ?self.name, version = route.version,
                 "the key map the log names is applied; serving");
         }
-        if (was_held && !route.held) || (was_behind && !self.key_map_behind()) {
+        if (was_held && !route.held) || caught_up {
             self.claimable.notify_all();
             self.ready(0);
             self.hint_wakeup();
@@ -73,16 +74,13 @@ impl<S: Storage + Clone> Partition<S> {
     /// (replicated) when this member does not lead.
     pub async fn log_key_map(&self) -> Result<(), super::PartitionError> {
         let Some(route) = self.keys.route.get() else { return Ok(()) };
-        let logged = |state: &crate::queue::PartitionState| {
-            state.logged_key_map().is_some_and(|logged| logged.version >= route.version)
-        };
-        if logged(&self.state.borrow()) {
+        if self.logs_key_map(route.version) {
             return Ok(());
         }
         self.log
             .writable(spool_wire::batch::BatchKind::Control, Self::control_bytes(1, false))
             .await;
-        if logged(&self.state.borrow()) {
+        if self.logs_key_map(route.version) {
             return Ok(());
         }
         let now = (self.clock)();
