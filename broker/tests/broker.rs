@@ -380,6 +380,7 @@ fn shard_count_mismatch_is_a_clear_start_error() {
             shards: (0..8).map(ShardId).collect(),
             config: Arc::new(QueueConfig::default()),
             keys: spool_broker::control::assignment::KeyPlacement::fresh(8),
+            replicas: Default::default(),
         }],
     };
     catalog::store(dir.path(), &catalog).unwrap();

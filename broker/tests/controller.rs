@@ -235,6 +235,7 @@ fn an_update_planned_on_a_stale_state_is_skipped_by_every_member_alike() {
             shards: vec![spool_broker::control::assignment::ShardId(0)],
             config,
             keys: spool_broker::control::assignment::KeyPlacement::fresh(1),
+            replicas: Default::default(),
         },
     };
     assert!(matches!(state.apply(&exists), Err(Skipped::Refused(_))));

@@ -31,7 +31,9 @@ pub struct ShardId(pub u16);
 
 /// The table's bounds, defined in [`crate::limits`] (and the queue name's in
 /// the wire's limits); re-exported for their existing paths.
-pub use crate::limits::{PARTITIONS_PER_NODE_MAX, PARTITIONS_PER_QUEUE_MAX, QUEUES_MAX};
+pub use crate::limits::{
+    PARTITIONS_PER_NODE_MAX, PARTITIONS_PER_QUEUE_MAX, QUEUES_MAX, REPLICA_SET_MAX,
+};
 use spool_wire::proto::limits::QUEUE_NAME_BYTES_MAX;
 /// A partition's index within its queue, and the version of the whole table
 /// (it increases by one with every update): the wire's types, one definition
@@ -95,6 +97,24 @@ pub struct QueueEntry {
     pub partitions: Vec<PartitionAssignment>,
     /// How keys are placed over the partitions, and a resize's hold.
     pub keys: KeyPlacement,
+    /// In a cluster, the replica set of each partition re-placed since its
+    /// creation (its nodes, the preferred leader first); a partition not
+    /// named here keeps the placer's set. Empty on one node.
+    pub replicas: ReplicaSets,
+}
+
+/// Replica sets that differ from the placer's, by partition.
+pub type ReplicaSets = BTreeMap<PartitionId, ReplicaSet>;
+
+/// A partition's replica set in the table: where it is being re-placed to,
+/// and whether its group's members are that set yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaSet {
+    /// The nodes, the preferred leader first.
+    pub nodes: Vec<u64>,
+    /// The group's leader reported its voters are exactly `nodes` (no
+    /// learner left): a node no longer named may remove its replica.
+    pub settled: bool,
 }
 
 /// A queue's key map (`docs/design/replication.md`, "Resizing a queue"):
@@ -141,6 +161,9 @@ pub enum AssignmentChange {
         /// [`KeyPlacement::fresh`] for a new queue; a catalog's replay
         /// carries the map the queue had.
         keys: KeyPlacement,
+        /// Empty for a new queue; a catalog's replay carries the sets the
+        /// queue's partitions were re-placed to.
+        replicas: ReplicaSets,
     },
     /// Remove a queue and all its partitions.
     DeleteQueue { queue: QueueName },
@@ -151,6 +174,15 @@ pub enum AssignmentChange {
     /// Older partition `partition` of `queue` finished every record it took
     /// before the resize that made key map `key_version`.
     KeysDrained { queue: QueueName, key_version: u64, partition: PartitionId },
+    /// In a cluster, partition `partition` of `queue` is re-placed from the
+    /// replica set `from` (what the table holds for it, or the placer's set
+    /// when the table holds none) to `to`, which differs from it by one
+    /// member at most each way. Naming `from` makes a late or repeated
+    /// proposal refused instead of applied twice.
+    SetReplicas { queue: QueueName, partition: PartitionId, from: Vec<u64>, to: Vec<u64> },
+    /// The group of partition `partition` of `queue` has exactly the
+    /// voters `nodes` (the set the table re-placed it to) and no learner.
+    ReplicasSettled { queue: QueueName, partition: PartitionId, nodes: Vec<u64> },
 }
 
 /// The message the coordinator sends to every shard: a change and the
@@ -204,6 +236,52 @@ pub enum AssignmentError {
     StaleKeyVersion { queue: QueueName, current: u64, got: u64 },
     #[error("partition {} of queue {queue} is not draining", partition.0)]
     NotDraining { queue: QueueName, partition: PartitionId },
+    #[error("queue {queue} has no partition {}", partition.0)]
+    NoSuchPartition { queue: QueueName, partition: PartitionId },
+    #[error(
+        "partition {} of queue {queue} is not on replicas {from:?} any more (it is on \
+         {current:?}): the change was planned on an older table",
+        partition.0
+    )]
+    StaleReplicas { queue: QueueName, partition: PartitionId, from: Vec<u64>, current: Vec<u64> },
+    #[error("replica set {to:?} of partition {} of queue {queue}: {reason}", partition.0)]
+    InvalidReplicas { queue: QueueName, partition: PartitionId, to: Vec<u64>, reason: String },
+}
+
+/// A replica set: 1..=[`REPLICA_SET_MAX`] distinct nodes, none 0.
+fn check_replica_set(nodes: &[u64]) -> Result<(), String> {
+    if nodes.is_empty() || nodes.len() > REPLICA_SET_MAX {
+        return Err(format!("{} nodes, not 1..={REPLICA_SET_MAX}", nodes.len()));
+    }
+    if nodes.contains(&0) {
+        return Err("node id 0 is not a node".to_owned());
+    }
+    let distinct: BTreeSet<u64> = nodes.iter().copied().collect();
+    if distinct.len() != nodes.len() {
+        return Err("a node appears twice".to_owned());
+    }
+    Ok(())
+}
+
+/// A created queue's re-placed sets (a catalog's replay): each names one of
+/// its `count` partitions and is a replica set.
+fn check_replica_sets(
+    queue: &QueueName,
+    count: usize,
+    replicas: &ReplicaSets,
+) -> Result<(), AssignmentError> {
+    for (&partition, set) in replicas {
+        if partition.0 as usize >= count {
+            return Err(AssignmentError::NoSuchPartition { queue: queue.clone(), partition });
+        }
+        check_replica_set(&set.nodes).map_err(|reason| AssignmentError::InvalidReplicas {
+            queue: queue.clone(),
+            partition,
+            to: set.nodes.clone(),
+            reason,
+        })?;
+    }
+    Ok(())
 }
 
 /// Partitions `0..partition_count` placed round-robin over `shard_count`
@@ -309,6 +387,7 @@ impl AssignmentTable {
                 queue,
                 queue_id,
                 keys: KeyPlacement::fresh(partition_count),
+                replicas: ReplicaSets::new(),
                 shards,
                 config,
             },
@@ -408,6 +487,111 @@ impl AssignmentTable {
         Ok(())
     }
 
+    /// The update that re-places `partition` of `queue` from `from` (its
+    /// current replica set: the table's, else the placer's) to `to`.
+    ///
+    /// # Errors
+    /// `QueueNotFound`, `NoSuchPartition`, `StaleReplicas`,
+    /// `InvalidReplicas`.
+    pub fn plan_set_replicas(
+        &self,
+        queue: QueueName,
+        partition: PartitionId,
+        from: Vec<u64>,
+        to: Vec<u64>,
+    ) -> Result<AssignmentUpdate, AssignmentError> {
+        self.check_set_replicas(&queue, partition, &from, &to)?;
+        Ok(AssignmentUpdate {
+            version: self.next_version(),
+            change: AssignmentChange::SetReplicas { queue, partition, from, to },
+        })
+    }
+
+    fn check_set_replicas(
+        &self,
+        queue: &QueueName,
+        partition: PartitionId,
+        from: &[u64],
+        to: &[u64],
+    ) -> Result<(), AssignmentError> {
+        let entry =
+            self.queues.get(queue).ok_or_else(|| AssignmentError::QueueNotFound(queue.clone()))?;
+        if partition.0 as usize >= entry.partitions.len() {
+            return Err(AssignmentError::NoSuchPartition { queue: queue.clone(), partition });
+        }
+        if let Some(current) = entry.replicas.get(&partition) {
+            if current.nodes.as_slice() != from {
+                return Err(AssignmentError::StaleReplicas {
+                    queue: queue.clone(),
+                    partition,
+                    from: from.to_vec(),
+                    current: current.nodes.clone(),
+                });
+            }
+        }
+        let invalid = |reason: String| AssignmentError::InvalidReplicas {
+            queue: queue.clone(),
+            partition,
+            to: to.to_vec(),
+            reason,
+        };
+        check_replica_set(from).map_err(|reason| invalid(format!("the current set: {reason}")))?;
+        check_replica_set(to).map_err(invalid)?;
+        let added = to.iter().filter(|node| !from.contains(node)).count();
+        let removed = from.iter().filter(|node| !to.contains(node)).count();
+        if added + removed == 0 {
+            return Err(invalid(format!("it is the current set {from:?}")));
+        }
+        if added > 1 || removed > 1 {
+            return Err(invalid(format!(
+                "it differs from {from:?} by more than one member each way"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The update recording that the group of `partition` of `queue` has
+    /// exactly the voters `nodes`.
+    ///
+    /// # Errors
+    /// `QueueNotFound`, `NoSuchPartition`, `StaleReplicas` (the table
+    /// re-placed it elsewhere since, or holds no re-placement of it, or it
+    /// is settled already).
+    pub fn plan_replicas_settled(
+        &self,
+        queue: QueueName,
+        partition: PartitionId,
+        nodes: Vec<u64>,
+    ) -> Result<AssignmentUpdate, AssignmentError> {
+        self.check_settled(&queue, partition, &nodes)?;
+        Ok(AssignmentUpdate {
+            version: self.next_version(),
+            change: AssignmentChange::ReplicasSettled { queue, partition, nodes },
+        })
+    }
+
+    fn check_settled(
+        &self,
+        queue: &QueueName,
+        partition: PartitionId,
+        nodes: &[u64],
+    ) -> Result<(), AssignmentError> {
+        let entry =
+            self.queues.get(queue).ok_or_else(|| AssignmentError::QueueNotFound(queue.clone()))?;
+        if partition.0 as usize >= entry.partitions.len() {
+            return Err(AssignmentError::NoSuchPartition { queue: queue.clone(), partition });
+        }
+        match entry.replicas.get(&partition) {
+            Some(current) if current.nodes.as_slice() == nodes && !current.settled => Ok(()),
+            current => Err(AssignmentError::StaleReplicas {
+                queue: queue.clone(),
+                partition,
+                from: nodes.to_vec(),
+                current: current.map(|set| set.nodes.clone()).unwrap_or_default(),
+            }),
+        }
+    }
+
     /// Every check a create must pass, for plans and for applies alike.
     fn check_create(
         &self,
@@ -503,8 +687,9 @@ impl AssignmentTable {
             return Err(AssignmentError::VersionGap { current: self.version, got: update.version });
         }
         match &update.change {
-            AssignmentChange::CreateQueue { queue, queue_id, shards, config, keys } => {
+            AssignmentChange::CreateQueue { queue, queue_id, shards, config, keys, replicas } => {
                 self.check_create(queue, *queue_id, shards, config, keys)?;
+                check_replica_sets(queue, shards.len(), replicas)?;
                 let partitions = shards
                     .iter()
                     .map(|&shard| PartitionAssignment { shard, assigned_at: update.version })
@@ -515,6 +700,7 @@ impl AssignmentTable {
                     created_at: update.version,
                     partitions,
                     keys: keys.clone(),
+                    replicas: replicas.clone(),
                 };
                 self.queues.insert(queue.clone(), entry);
                 self.names_by_id.insert(*queue_id, queue.clone());
@@ -553,6 +739,21 @@ impl AssignmentTable {
                 self.check_drained(queue, *key_version, *partition)?;
                 if let Some(entry) = self.queues.get_mut(queue) {
                     entry.keys.draining.remove(partition);
+                }
+            }
+            AssignmentChange::SetReplicas { queue, partition, from, to } => {
+                self.check_set_replicas(queue, *partition, from, to)?;
+                if let Some(entry) = self.queues.get_mut(queue) {
+                    let set = ReplicaSet { nodes: to.clone(), settled: false };
+                    entry.replicas.insert(*partition, set);
+                }
+            }
+            AssignmentChange::ReplicasSettled { queue, partition, nodes } => {
+                self.check_settled(queue, *partition, nodes)?;
+                if let Some(set) =
+                    self.queues.get_mut(queue).and_then(|entry| entry.replicas.get_mut(partition))
+                {
+                    set.settled = true;
                 }
             }
         }
@@ -652,10 +853,63 @@ mod tests {
                 shards: vec![ShardId(0)],
                 config: config(),
                 keys: KeyPlacement::fresh(1),
+                replicas: Default::default(),
             },
         };
         table.apply(&replayed).unwrap();
         assert!(table.queue(&name("old.dlq")).is_some());
+    }
+
+    // Goal: a replica set changes only from the set the table holds (a late
+    // or repeated change is refused and changes nothing), by one member
+    // each way, to a valid set; it settles once, for the set it holds.
+    // Method: plan/apply a sequence of changes and refusals on one
+    // partition.
+    #[test]
+    fn replica_sets_change_from_the_current_set_and_settle_once() {
+        let mut table = AssignmentTable::new(1);
+        create(&mut table, "jobs", 2);
+        let p = PartitionId(1);
+        let set = |from: &[u64], to: &[u64]| (from.to_vec(), to.to_vec());
+        let plan = |table: &AssignmentTable, (from, to): (Vec<u64>, Vec<u64>)| {
+            table.plan_set_replicas(name("jobs"), p, from, to)
+        };
+        // No set in the table: the caller's `from` (the placer's) is taken.
+        let first = plan(&table, set(&[1, 2, 3], &[1, 2, 4])).unwrap();
+        table.apply(&first).unwrap();
+        let before = table.clone();
+        // The same change again: planned on the old set, refused.
+        assert!(matches!(
+            table.apply(&AssignmentUpdate { version: AssignmentVersion(3), ..first.clone() }),
+            Err(AssignmentError::StaleReplicas { .. })
+        ));
+        assert_eq!(table, before);
+        for (bad, why) in [
+            (set(&[1, 2, 4], &[1, 5, 6]), "more than one"),
+            (set(&[1, 2, 4], &[1, 2, 4]), "current set"),
+            (set(&[1, 2, 4], &[1, 2, 2]), "twice"),
+            (set(&[1, 2, 4], &[1, 2, 0]), "node id 0"),
+            (set(&[1, 2, 4], &[]), "0 nodes"),
+        ] {
+            let error = plan(&table, bad).unwrap_err().to_string();
+            assert!(error.contains(why), "{error}");
+        }
+        assert!(matches!(
+            table.plan_set_replicas(name("jobs"), PartitionId(2), vec![1], vec![2]),
+            Err(AssignmentError::NoSuchPartition { .. })
+        ));
+        // Settled only for the set the table holds, once.
+        assert!(table.plan_replicas_settled(name("jobs"), p, vec![1, 2, 3]).is_err());
+        let settled = table.plan_replicas_settled(name("jobs"), p, vec![1, 2, 4]).unwrap();
+        table.apply(&settled).unwrap();
+        assert!(table.queue(&name("jobs")).unwrap().replicas[&p].settled);
+        assert!(table.plan_replicas_settled(name("jobs"), p, vec![1, 2, 4]).is_err());
+        // A later change starts unsettled again.
+        let next = plan(&table, set(&[1, 2, 4], &[1, 4, 5])).unwrap();
+        table.apply(&next).unwrap();
+        let entry = table.queue(&name("jobs")).unwrap();
+        assert_eq!(entry.replicas[&p], ReplicaSet { nodes: vec![1, 4, 5], settled: false });
+        assert!(!entry.replicas.contains_key(&PartitionId(0)));
     }
 
     // Goal: round-robin spreads partitions evenly and wraps. Method: compare
@@ -775,6 +1029,7 @@ mod tests {
                 shards: vec![ShardId(2)],
                 config: config(),
                 keys: KeyPlacement::fresh(1),
+                replicas: Default::default(),
             },
         };
         assert_eq!(

@@ -49,7 +49,8 @@ use thiserror::Error;
 
 use crate::control::assignment::{
     AssignmentChange, AssignmentError, AssignmentTable, AssignmentUpdate, AssignmentVersion,
-    KeyPlacement, PartitionId, QueueName, ShardId, PARTITIONS_PER_QUEUE_MAX, QUEUES_MAX,
+    KeyPlacement, PartitionId, QueueName, ReplicaSet, ReplicaSets, ShardId,
+    PARTITIONS_PER_QUEUE_MAX, QUEUES_MAX,
 };
 use crate::limits::{CATALOG_BODY_BYTES_MAX, CATALOG_HEADER_BYTES_MAX};
 use crate::queue::{QueueConfig, QueueId};
@@ -126,6 +127,8 @@ pub struct CatalogQueue {
     pub config: Arc<QueueConfig>,
     /// Its key map (fresh unless the queue was resized).
     pub keys: KeyPlacement,
+    /// In a cluster, the partitions re-placed off the placer's sets.
+    pub replicas: ReplicaSets,
 }
 
 /// The whole catalog. Build it with [`Catalog::from_table`].
@@ -165,6 +168,18 @@ struct QueueRecord {
     /// catalog written before resizes holds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     keys: Option<KeysRecord>,
+    /// The partitions re-placed off the placer's replica sets (absent:
+    /// none, as every catalog written before re-placement holds).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    replicas: Vec<ReplicasRecord>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReplicasRecord {
+    partition: u32,
+    nodes: Vec<u64>,
+    settled: bool,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -210,6 +225,7 @@ impl Catalog {
                     shards: entry.partitions.iter().map(|partition| partition.shard).collect(),
                     config: entry.config.clone(),
                     keys: entry.keys.clone(),
+                    replicas: entry.replicas.clone(),
                 }
             })
             .collect();
@@ -249,6 +265,15 @@ impl Catalog {
                             draining: queue.keys.draining.iter().map(|p| p.0).collect(),
                         },
                     ),
+                    replicas: queue
+                        .replicas
+                        .iter()
+                        .map(|(partition, set)| ReplicasRecord {
+                            partition: partition.0,
+                            nodes: set.nodes.clone(),
+                            settled: set.settled,
+                        })
+                        .collect(),
                 })
                 .collect(),
         };
@@ -382,6 +407,14 @@ impl Catalog {
                 shards: record.shards.into_iter().map(ShardId).collect(),
                 config: Arc::new(record.config),
                 keys,
+                replicas: record
+                    .replicas
+                    .into_iter()
+                    .map(|record| {
+                        let set = ReplicaSet { nodes: record.nodes, settled: record.settled };
+                        (PartitionId(record.partition), set)
+                    })
+                    .collect(),
             });
         }
         Ok(Catalog {
@@ -452,6 +485,7 @@ impl Catalog {
                     shards: queue.shards.clone(),
                     config: queue.config.clone(),
                     keys: queue.keys.clone(),
+                    replicas: queue.replicas.clone(),
                 },
             };
             table.apply(&update).map_err(|error: AssignmentError| {

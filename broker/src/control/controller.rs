@@ -39,7 +39,7 @@ use thiserror::Error;
 
 use crate::control::assignment::{
     AssignmentChange, AssignmentError, AssignmentTable, AssignmentUpdate, AssignmentVersion,
-    KeyPlacement, PartitionId, QueueName, ShardId,
+    KeyPlacement, PartitionId, QueueName, ReplicaSets, ShardId,
 };
 use crate::io::Storage;
 use crate::log::wakers::Notify;
@@ -141,6 +141,27 @@ struct EntryBody {
     grow: Option<GrowBody>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     drained: Option<DrainedBody>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    replicas: Option<ReplicasBody>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    settled: Option<SettledBody>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SettledBody {
+    queue: String,
+    partition: u32,
+    nodes: Vec<u64>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReplicasBody {
+    queue: String,
+    partition: u32,
+    from: Vec<u64>,
+    to: Vec<u64>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -178,6 +199,8 @@ pub fn encode_update(update: &AssignmentUpdate) -> Result<Vec<u8>, String> {
         delete: None,
         grow: None,
         drained: None,
+        replicas: None,
+        settled: None,
     };
     match &update.change {
         // A create's key map is always fresh in the controller's log (a
@@ -202,6 +225,21 @@ pub fn encode_update(update: &AssignmentUpdate) -> Result<Vec<u8>, String> {
                 queue: queue.as_str().to_owned(),
                 key_version: *key_version,
                 partition: partition.0,
+            });
+        }
+        AssignmentChange::SetReplicas { queue, partition, from, to } => {
+            body.replicas = Some(ReplicasBody {
+                queue: queue.as_str().to_owned(),
+                partition: partition.0,
+                from: from.clone(),
+                to: to.clone(),
+            });
+        }
+        AssignmentChange::ReplicasSettled { queue, partition, nodes } => {
+            body.settled = Some(SettledBody {
+                queue: queue.as_str().to_owned(),
+                partition: partition.0,
+                nodes: nodes.clone(),
             });
         }
     }
@@ -241,25 +279,42 @@ pub fn decode_update(batch: &[u8]) -> Result<AssignmentUpdate, String> {
     };
     let body: EntryBody = serde_json::from_slice(json).map_err(|error| error.to_string())?;
     let name = |queue: &str| QueueName::new(queue).map_err(|error| error.to_string());
-    let change = match (body.create, body.delete, body.grow, body.drained) {
-        (Some(create), None, None, None) => AssignmentChange::CreateQueue {
+    let bodies = (body.create, body.delete, body.grow, body.drained, body.replicas, body.settled);
+    let change = match bodies {
+        (Some(create), None, None, None, None, None) => AssignmentChange::CreateQueue {
             queue: name(&create.queue)?,
             queue_id: QueueId(create.queue_id),
             keys: KeyPlacement::fresh(u32::try_from(create.shards.len()).unwrap_or(u32::MAX)),
+            replicas: ReplicaSets::new(),
             shards: create.shards.into_iter().map(ShardId).collect(),
             config: Arc::new(create.config),
         },
-        (None, Some(queue), None, None) => AssignmentChange::DeleteQueue { queue: name(&queue)? },
-        (None, None, Some(grow), None) => AssignmentChange::GrowQueue {
+        (None, Some(queue), None, None, None, None) => {
+            AssignmentChange::DeleteQueue { queue: name(&queue)? }
+        }
+        (None, None, Some(grow), None, None, None) => AssignmentChange::GrowQueue {
             queue: name(&grow.queue)?,
             shards: grow.shards.into_iter().map(ShardId).collect(),
         },
-        (None, None, None, Some(drained)) => AssignmentChange::KeysDrained {
+        (None, None, None, Some(drained), None, None) => AssignmentChange::KeysDrained {
             queue: name(&drained.queue)?,
             key_version: drained.key_version,
             partition: PartitionId(drained.partition),
         },
-        _ => return Err("an entry is one create, delete, grow or drained".into()),
+        (None, None, None, None, Some(replicas), None) => AssignmentChange::SetReplicas {
+            queue: name(&replicas.queue)?,
+            partition: PartitionId(replicas.partition),
+            from: replicas.from,
+            to: replicas.to,
+        },
+        (None, None, None, None, None, Some(settled)) => AssignmentChange::ReplicasSettled {
+            queue: name(&settled.queue)?,
+            partition: PartitionId(settled.partition),
+            nodes: settled.nodes,
+        },
+        _ => {
+            return Err("an entry is one create, delete, grow, drained, replicas or settled".into())
+        }
     };
     Ok(AssignmentUpdate { version: AssignmentVersion(body.version), change })
 }
@@ -416,6 +471,40 @@ impl<S: Storage> Controller<S> {
         .await
     }
 
+    /// Proposes re-placing `partition` of `queue` from `from` to `to`.
+    ///
+    /// # Errors
+    /// As [`create_queue`](Self::create_queue).
+    pub async fn set_replicas(
+        &self,
+        queue: QueueName,
+        partition: PartitionId,
+        from: Vec<u64>,
+        to: Vec<u64>,
+    ) -> Result<AssignmentUpdate, ControllerError> {
+        self.propose(|state| {
+            Ok(state.table.plan_set_replicas(queue.clone(), partition, from.clone(), to.clone())?)
+        })
+        .await
+    }
+
+    /// Proposes that the group of `partition` of `queue` has exactly the
+    /// voters `nodes`.
+    ///
+    /// # Errors
+    /// As [`create_queue`](Self::create_queue).
+    pub async fn replicas_settled(
+        &self,
+        queue: QueueName,
+        partition: PartitionId,
+        nodes: Vec<u64>,
+    ) -> Result<AssignmentUpdate, ControllerError> {
+        self.propose(|state| {
+            Ok(state.table.plan_replicas_settled(queue.clone(), partition, nodes.clone())?)
+        })
+        .await
+    }
+
     async fn propose(
         &self,
         plan: impl Fn(&ControllerState) -> Result<AssignmentUpdate, ControllerError>,
@@ -477,6 +566,19 @@ impl<S: Storage> Controller<S> {
                     entry.keys.version > *key_version || !entry.keys.draining.contains(partition)
                 })
             }
+            AssignmentChange::SetReplicas { queue, partition, to, .. } => {
+                state.table.queue(queue).is_some_and(|entry| {
+                    entry.replicas.get(partition).is_some_and(|set| set.nodes == *to)
+                })
+            }
+            AssignmentChange::ReplicasSettled { queue, partition, nodes } => {
+                state.table.queue(queue).is_some_and(|entry| {
+                    entry
+                        .replicas
+                        .get(partition)
+                        .is_some_and(|set| set.nodes == *nodes && set.settled)
+                })
+            }
         }
     }
 }
@@ -497,6 +599,17 @@ mod tests {
                 queue: queue.clone(),
                 key_version: 2,
                 partition: PartitionId(3),
+            },
+            AssignmentChange::SetReplicas {
+                queue: queue.clone(),
+                partition: PartitionId(1),
+                from: vec![3, 1, 2],
+                to: vec![4, 1, 2],
+            },
+            AssignmentChange::ReplicasSettled {
+                queue: queue.clone(),
+                partition: PartitionId(1),
+                nodes: vec![4, 1, 2],
             },
         ] {
             let update = AssignmentUpdate { version: AssignmentVersion(9), change };

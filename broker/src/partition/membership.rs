@@ -30,6 +30,17 @@ impl<S: Storage + Clone> Partition<S> {
         self.serving() && self.log.driver().is_some_and(|driver| driver.caught_up(node))
     }
 
+    /// On the serving leader, hands the lead to voter `to` (a leader the
+    /// group is to lose leaves it this way first). Whether it took is seen
+    /// in the role.
+    pub fn transfer_leadership(&self, to: u64) {
+        if let Some(driver) = self.log.driver() {
+            if self.serving() {
+                driver.transfer_leader(to);
+            }
+        }
+    }
+
     /// Whether a change is proposed and not yet applied here.
     pub fn membership_pending(&self) -> bool {
         self.log.driver().is_some_and(|driver| driver.membership_pending())

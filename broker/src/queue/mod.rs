@@ -88,7 +88,7 @@ pub use decide::{
 pub use dedupe::GenerationRef;
 pub use error::{ApplyError, CodecError, InvalidToken, QueueError, StaleToken};
 pub use event::{Event, EventKind, CLAIMED_EVENT_BYTES, EVENT_BYTES};
-pub use members::{Members, MembershipChange};
+pub use members::{MemberStep, Members, MembershipChange};
 pub use snapshot::{PendingRestore, Restored, SnapshotEncoder};
 pub use state::{
     LoggedKeyMap, MessagePhase, MessageView, PartitionContext, PartitionState, QueueCounters,

@@ -113,6 +113,13 @@ impl Replica {
         self.raw.raft.prs().get(node).is_some_and(|progress| progress.matched >= committed)
     }
 
+    /// On a leader, hands the lead to voter `to` (raft-rs sends it what it
+    /// lacks, then tells it to campaign at once): how a leader leaves a
+    /// group it is to be removed from without an election timeout.
+    pub fn transfer_leader(&mut self, to: u64) {
+        self.raw.transfer_leader(to);
+    }
+
     /// Whether a change is proposed and not yet applied here (raft-rs takes
     /// one at a time).
     pub fn membership_pending(&self) -> bool {

@@ -29,7 +29,7 @@ use spool_wire::proto::{ErrorResponse, NodeAddress};
 use spool_wire::ErrorCode;
 
 use super::{BackgroundTask, ServerError, ShardPartition};
-use crate::control::assignment::ShardId;
+use crate::control::assignment::{QueueEntry, ShardId};
 use crate::control::cluster::ClusterNode;
 use crate::io::DmaStorage;
 use crate::log::journal::{JournalError, PartitionHandle, RecoveredLog, RoutedEntry, ShardJournal};
@@ -100,25 +100,36 @@ impl ShardCluster {
         })
     }
 
-    /// Whether this node holds a replica of `queue_id`/`partition`.
-    pub fn hosts(&self, queue_id: QueueId, partition: PartitionId) -> bool {
-        self.node.replicas(queue_id.0, partition.0).contains(&self.node.node_id())
+    /// The replica set of `partition` of the queue `entry`: the table's
+    /// when it re-placed the partition, else the placer's (the preferred
+    /// leader first).
+    pub fn replicas(&self, entry: &QueueEntry, partition: PartitionId) -> Vec<u64> {
+        match entry.replicas.get(&partition) {
+            Some(set) => set.nodes.clone(),
+            None => self.node.replicas(entry.id.0, partition.0),
+        }
     }
 
-    /// The address a client should send `queue_id`/`partition`'s requests
-    /// to (the partition placed on shard index `shard`): its known
-    /// leader's, else its preferred replica's.
+    /// Whether this node holds a replica of `partition` of the queue
+    /// `entry`.
+    pub fn hosts(&self, entry: &QueueEntry, partition: PartitionId) -> bool {
+        self.replicas(entry, partition).contains(&self.node.node_id())
+    }
+
+    /// The address a client should send the requests of `partition` of
+    /// the queue `entry` to (the partition placed on shard index `shard`):
+    /// its known leader's, else its preferred replica's.
     pub fn leader_addr(
         &self,
-        queue_id: QueueId,
+        entry: &QueueEntry,
         partition: PartitionId,
         shard: ShardId,
     ) -> Option<SocketAddr> {
         let leader = self
             .node
             .leaders()
-            .leader(queue_id.0, partition.0)
-            .or_else(|| self.node.replicas(queue_id.0, partition.0).first().copied())?;
+            .leader(entry.id.0, partition.0)
+            .or_else(|| self.replicas(entry, partition).first().copied())?;
         self.node.client_addr(leader, shard.0)
     }
 

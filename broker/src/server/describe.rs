@@ -92,7 +92,7 @@ impl SpoolHandler {
                     let partition = PartitionId(index as u32);
                     let addr = match &self.state.cluster {
                         Some(cluster) => cluster
-                            .leader_addr(entry.id, partition, assignment.shard)
+                            .leader_addr(entry, partition, assignment.shard)
                             .unwrap_or_else(|| self.state.shard_addr(assignment.shard)),
                         None => self.state.shard_addr(assignment.shard),
                     };

@@ -137,6 +137,7 @@ pub(super) fn control_error(failure: &CoordinatorError) -> ErrorResponse {
         CoordinatorError::CreateFailed { .. } => ErrorCode::StorageFailed,
         CoordinatorError::CreateRefused { .. } => ErrorCode::InvalidArgument,
         CoordinatorError::ResizeIncomplete { .. } => ErrorCode::StorageFailed,
+        CoordinatorError::NotClustered => ErrorCode::InvalidArgument,
         // Another node leads the controller: its address, as `route` does
         // (NOT_OWNER to an older client).
         CoordinatorError::NotLeader { client, .. } => {
@@ -235,7 +236,7 @@ impl SpoolHandler {
             ));
         };
         let hosted =
-            self.state.cluster.as_ref().is_none_or(|cluster| cluster.hosts(entry.id, partition));
+            self.state.cluster.as_ref().is_none_or(|cluster| cluster.hosts(entry, partition));
         if assignment.shard == self.state.shard && hosted {
             // Owned here but not open: open failed (say why), or still opening.
             let reason =
@@ -248,7 +249,7 @@ impl SpoolHandler {
         }
         let owner = match &self.state.cluster {
             Some(cluster) => cluster
-                .leader_addr(entry.id, partition, assignment.shard)
+                .leader_addr(entry, partition, assignment.shard)
                 .unwrap_or_else(|| self.state.shard_addr(assignment.shard)),
             None => self.state.shard_addr(assignment.shard),
         };

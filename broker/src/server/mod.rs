@@ -66,6 +66,7 @@ pub mod handler;
 mod journal;
 mod keys;
 mod open;
+mod replace;
 use journal::CommitTimer;
 pub use journal::ShardJournalRun;
 pub mod quota;
@@ -301,6 +302,7 @@ pub struct ShardState {
     snapshots: snapshot::Snapshots,
     /// Older partitions draining for a resize (`keys.rs`).
     drains: keys::Drains,
+    replacing: replace::Replacing,
 }
 
 impl std::fmt::Debug for ShardState {
@@ -453,6 +455,7 @@ impl ShardHooksFactory for SpoolHooksFactory {
                 .map(|node| cluster::ShardCluster::new(node.clone(), context.shard)),
             snapshots: snapshot::Snapshots::default(),
             drains: keys::Drains::default(),
+            replacing: replace::Replacing::default(),
         });
         let handler = Rc::new(SpoolHandler::new(state.clone()));
         SpoolHooks { state, handler }
@@ -559,7 +562,9 @@ impl ShardHooks for SpoolHooks {
             }
             AssignmentChange::CreateQueue { .. }
             | AssignmentChange::GrowQueue { .. }
-            | AssignmentChange::KeysDrained { .. } => None,
+            | AssignmentChange::KeysDrained { .. }
+            | AssignmentChange::SetReplicas { .. }
+            | AssignmentChange::ReplicasSettled { .. } => None,
         };
         *state.table.borrow_mut() = table.clone();
         let result = match &update.change {
@@ -587,6 +592,11 @@ impl ShardHooks for SpoolHooks {
                 // The hold ends once the last older partition drained.
                 state.set_key_routes(queue);
                 Ok(())
+            }
+            AssignmentChange::SetReplicas { queue, partition, .. }
+            | AssignmentChange::ReplicasSettled { queue, partition, .. } => {
+                let live = update.version > state.recovered.version();
+                state.replicas_changed(queue, *partition, live).await
             }
             AssignmentChange::DeleteQueue { queue } => {
                 let doomed: Vec<((String, PartitionId), Rc<Served>)> =
@@ -705,6 +715,7 @@ impl ShardHooks for SpoolHooks {
         self.retry_opens();
         snapshot::watch(&self.state);
         keys::watch(&self.state);
+        replace::watch(&self.state);
         self.state.release_journal();
         self.handler.quota_tick();
         // Only the partitions touched since the last tick, those with a

@@ -72,7 +72,12 @@ impl ShardState {
                 PartitionId(first.saturating_add(u32::try_from(index).unwrap_or(u32::MAX)))
             })
             .filter(|partition| {
-                self.cluster.as_ref().is_none_or(|cluster| cluster.hosts(queue_id, *partition))
+                self.cluster.as_ref().is_none_or(|cluster| {
+                    let table = self.table.borrow();
+                    table
+                        .queue_by_id(queue_id)
+                        .is_some_and(|(_, entry)| cluster.hosts(entry, *partition))
+                })
             })
             .collect()
     }

@@ -75,6 +75,12 @@ impl ServedMap {
         Rc::clone(&entry.ready)
     }
 
+    /// Removes one partition (its replica moved to another node); the
+    /// queue's ready ring stays for the others.
+    pub fn remove(&mut self, queue: &str, partition: PartitionId) -> Option<Rc<Served>> {
+        self.queues.get_mut(queue)?.partitions.remove(&partition)
+    }
+
     /// Removes every partition of `queue`, in partition order, and closes
     /// its ready ring (claims waiting on it answer empty).
     pub fn remove_queue(&mut self, queue: &str) -> Vec<((String, PartitionId), Rc<Served>)> {

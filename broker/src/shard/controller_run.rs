@@ -51,7 +51,7 @@ use crate::control::catalog::{self, Catalog};
 use crate::control::cluster::health::{evaluate, Heard};
 use crate::control::cluster::limits::{
     CONTROLLER_COMMANDS_IN_FLIGHT_MAX, CONTROLLER_ENTRY_BYTES_MAX, CONTROLLER_JOURNAL_FILE_BYTES,
-    CONTROLLER_READ_CACHE_BYTES, NODE_HEALTH_INTERVAL,
+    CONTROLLER_READ_CACHE_BYTES, NODE_HEALTH_INTERVAL, REPLACEMENTS_PER_ROUND,
 };
 use crate::control::cluster::{ClusterHealth, ClusterNode};
 use crate::control::controller::{Controller, ControllerError, CONTROLLER_GROUP};
@@ -71,13 +71,16 @@ use crate::shard::{
     ShardMessage, Shared,
 };
 
-/// A drain report forwarded to the controller's leader.
+/// A drain report (or, with `settled`, a settled replica set) forwarded
+/// to the controller's leader.
 #[derive(serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ForwardedDrain {
     queue: String,
     key_version: u64,
     partition: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    settled: Option<Vec<u64>>,
 }
 
 /// The controller's directory under the data dir.
@@ -148,6 +151,8 @@ pub(crate) struct ClusterCatalog {
     kick: Notify,
     in_flight: Cell<usize>,
     stopping: Cell<bool>,
+    /// A round of re-placements is under way (`replace_down`).
+    replacing: Cell<bool>,
     failure: RefCell<Option<ShardError>>,
 }
 
@@ -283,6 +288,7 @@ impl ClusterCatalog {
             kick: Notify::default(),
             in_flight: Cell::new(0),
             stopping: Cell::new(false),
+            replacing: Cell::new(false),
             failure: RefCell::new(None),
         });
         let task = glommio::spawn_local(catalog.clone().fold_loop(table));
@@ -310,9 +316,75 @@ impl ClusterCatalog {
                 return;
             }
             let health = catalog.health(&mut led_since);
+            let down: Vec<u64> = health.down().collect();
             *catalog.shared.health.write().unwrap_or_else(PoisonError::into_inner) = Some(health);
+            if !down.is_empty() && !catalog.replacing.replace(true) {
+                let this = catalog.clone();
+                glommio::spawn_local(async move {
+                    this.replace_down(&down).await;
+                    this.replacing.set(false);
+                })
+                .detach();
+            }
             drop(catalog);
             glommio::timer::sleep(NODE_HEALTH_INTERVAL).await;
+        }
+    }
+
+    /// On the controller's leader, re-places up to
+    /// [`REPLACEMENTS_PER_ROUND`] replicas held by the nodes `down`: each
+    /// partition whose set names one gets, in its place, the node
+    /// [`ClusterNode::replacement`] picks (none up and free: it stays),
+    /// one committed table change each. The groups' leaders then move
+    /// their members (`server/replace.rs`).
+    async fn replace_down(&self, down: &[u64]) {
+        let plans: Vec<(QueueName, PartitionId, u64, u64)> = {
+            let state = self.controller.state();
+            let mut plans = Vec::new();
+            'queues: for (name, entry) in state.table.queues() {
+                for index in 0..entry.partitions.len() {
+                    let partition = PartitionId(u32::try_from(index).unwrap_or(u32::MAX));
+                    let current = match entry.replicas.get(&partition) {
+                        Some(set) => set.nodes.clone(),
+                        None => self.node.replicas(entry.id.0, partition.0),
+                    };
+                    let Some(&gone) = current.iter().find(|node| down.contains(node)) else {
+                        continue;
+                    };
+                    let keep: Vec<u64> =
+                        current.iter().copied().filter(|node| *node != gone).collect();
+                    let Some(to) = self.node.replacement(entry.id.0, partition.0, &keep, down)
+                    else {
+                        continue;
+                    };
+                    plans.push((name.clone(), partition, gone, to));
+                    if plans.len() >= REPLACEMENTS_PER_ROUND {
+                        break 'queues;
+                    }
+                }
+            }
+            plans
+        };
+        for (queue, partition, from, to) in plans {
+            let outcome = match self.moved_set(&queue, partition, from, to) {
+                Ok((current, next)) => {
+                    self.controller.set_replicas(queue.clone(), partition, current, next).await
+                }
+                Err(error) => {
+                    tracing::debug!(queue = %queue, partition = partition.0, %error,
+                        "re-placement not planned");
+                    continue;
+                }
+            };
+            match outcome {
+                Ok(update) => tracing::warn!(queue = %queue, partition = partition.0, from, to,
+                    version = update.version.0, "replica of a node that is down re-placed"),
+                Err(error) => {
+                    tracing::info!(queue = %queue, partition = partition.0, %error,
+                        "re-placement not made; tried again next round");
+                    return;
+                }
+            }
         }
     }
 
@@ -542,9 +614,37 @@ impl ClusterCatalog {
                     | ControllerError::Replica(DriverError::NotLeader { leader }),
                 ) = &outcome
                 {
-                    self.forward_drained(*leader, &queue, key_version, partition);
+                    let body = ForwardedDrain {
+                        queue: queue.as_str().to_owned(),
+                        key_version,
+                        partition: partition.0,
+                        settled: None,
+                    };
+                    self.forward(*leader, &body);
                 }
                 outcome
+            }
+            KeyChange::Settled { queue, partition, nodes } => {
+                let outcome =
+                    self.controller.replicas_settled(queue.clone(), partition, nodes.clone()).await;
+                if let Err(
+                    ControllerError::NotLeader { leader }
+                    | ControllerError::Replica(DriverError::NotLeader { leader }),
+                ) = &outcome
+                {
+                    let body = ForwardedDrain {
+                        queue: queue.as_str().to_owned(),
+                        key_version: 0,
+                        partition: partition.0,
+                        settled: Some(nodes),
+                    };
+                    self.forward(*leader, &body);
+                }
+                outcome
+            }
+            KeyChange::Move { queue, partition, from, to } => {
+                let (current, next) = self.moved_set(&queue, partition, from, to)?;
+                self.controller.set_replicas(queue, partition, current, next).await
             }
         }
         .map_err(|error| self.refused(error))?;
@@ -552,27 +652,63 @@ impl ClusterCatalog {
         Ok(update.version)
     }
 
-    /// Sends a drain report to the controller's leader `leader` (a
-    /// member that does not lead cannot propose it): a tagged message on
-    /// the controller's peer link, which the leader proposes as its own.
-    /// No answer comes back; the reporting shard sees the table change,
-    /// or reports again.
-    fn forward_drained(
+    /// The replica set `partition` of `queue` has by the table (else the
+    /// placer's), and the set with node `from` replaced by node `to` (at
+    /// the end: a new member is not the preferred leader before it caught
+    /// up).
+    ///
+    /// # Errors
+    /// `QueueNotFound`, `NoSuchPartition`; `InvalidReplicas` when `from`
+    /// is not in the set, `to` is in it or is not a node of the cluster.
+    fn moved_set(
         &self,
-        leader: u64,
         queue: &QueueName,
-        key_version: u64,
         partition: PartitionId,
-    ) {
+        from: u64,
+        to: u64,
+    ) -> Result<(Vec<u64>, Vec<u64>), CoordinatorError> {
+        let state = self.controller.state();
+        let entry = state
+            .table
+            .queue(queue)
+            .ok_or_else(|| AssignmentError::QueueNotFound(queue.clone()))?;
+        if partition.0 as usize >= entry.partitions.len() {
+            return Err(AssignmentError::NoSuchPartition { queue: queue.clone(), partition }.into());
+        }
+        let current = match entry.replicas.get(&partition) {
+            Some(set) => set.nodes.clone(),
+            None => self.node.replicas(entry.id.0, partition.0),
+        };
+        let invalid = |reason: String| AssignmentError::InvalidReplicas {
+            queue: queue.clone(),
+            partition,
+            to: current.clone(),
+            reason,
+        };
+        if !current.contains(&from) {
+            return Err(invalid(format!("node {from} holds no replica of it")).into());
+        }
+        if current.contains(&to) {
+            return Err(invalid(format!("node {to} holds a replica of it already")).into());
+        }
+        if self.node.config().node(to).is_none() {
+            return Err(invalid(format!("node {to} is not a node of the cluster")).into());
+        }
+        let mut next: Vec<u64> = current.iter().copied().filter(|node| *node != from).collect();
+        next.push(to);
+        Ok((current, next))
+    }
+
+    /// Sends a drain report (or a settled replica set) to the controller's
+    /// leader `leader` (a member that does not lead cannot propose it): a
+    /// tagged message on the controller's peer link, which the leader
+    /// proposes as its own. No answer comes back; the reporting shard sees
+    /// the table change, or reports again.
+    fn forward(&self, leader: u64, body: &ForwardedDrain) {
         if leader == 0 || leader == self.node.node_id() {
             return;
         }
-        let body = ForwardedDrain {
-            queue: queue.as_str().to_owned(),
-            key_version,
-            partition: partition.0,
-        };
-        let Ok(json) = serde_json::to_vec(&body) else { return };
+        let Ok(json) = serde_json::to_vec(body) else { return };
         let mut message = raft::eraftpb::Message::default();
         message.set_msg_type(raft::eraftpb::MessageType::MsgUnreachable);
         message.from = self.node.node_id();
@@ -597,10 +733,10 @@ impl ClusterCatalog {
             }
         };
         let Ok(queue) = QueueName::new(&body.queue) else { return };
-        let change = KeyChange::Drained {
-            queue,
-            key_version: body.key_version,
-            partition: PartitionId(body.partition),
+        let partition = PartitionId(body.partition);
+        let change = match body.settled {
+            Some(nodes) => KeyChange::Settled { queue, partition, nodes },
+            None => KeyChange::Drained { queue, key_version: body.key_version, partition },
         };
         // Nobody waits for the answer: the reporter watches its table.
         let (reply, _) = std::sync::mpsc::sync_channel(1);
@@ -662,6 +798,7 @@ mod tests {
                 shards: vec![ShardId(0)],
                 config: Arc::new(QueueConfig::default()),
                 keys: crate::control::assignment::KeyPlacement::fresh(1),
+                replicas: Default::default(),
             },
         }
     }

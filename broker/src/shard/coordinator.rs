@@ -58,6 +58,13 @@ pub(crate) enum KeyChange {
     /// Older partition `partition` finished what it took before key map
     /// `key_version`.
     Drained { queue: QueueName, key_version: u64, partition: crate::queue::PartitionId },
+    /// In a cluster: the group of `partition` has exactly the voters
+    /// `nodes`, the set the table re-placed it to (its leader reports it).
+    Settled { queue: QueueName, partition: crate::queue::PartitionId, nodes: Vec<u64> },
+    /// In a cluster: `partition`'s replica on node `from` moves to node
+    /// `to` (an operator's move, or the controller's re-placement of a
+    /// node that is down).
+    Move { queue: QueueName, partition: crate::queue::PartitionId, from: u64, to: u64 },
 }
 
 pub(super) fn not_leader_message(leader: u64, client: &Option<SocketAddr>) -> String {
@@ -145,7 +152,10 @@ impl CoordinatorHandle {
         timeout_ms: u64,
     ) -> Result<AssignmentVersion, CoordinatorError> {
         let queue = match &change {
-            KeyChange::Grow { queue, .. } | KeyChange::Drained { queue, .. } => queue.clone(),
+            KeyChange::Grow { queue, .. }
+            | KeyChange::Drained { queue, .. }
+            | KeyChange::Settled { queue, .. }
+            | KeyChange::Move { queue, .. } => queue.clone(),
         };
         let pending = self.submit(|reply| CoordinatorCommand::KeyChange { change, reply })?;
         let mut polls_left = polls_for(timeout_ms);

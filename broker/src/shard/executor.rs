@@ -400,6 +400,9 @@ impl ControlState {
                         KeyChange::Drained { queue, key_version, partition } => {
                             self.table.plan_keys_drained(queue, key_version, partition)?
                         }
+                        KeyChange::Settled { .. } | KeyChange::Move { .. } => {
+                            return Err(CoordinatorError::NotClustered);
+                        }
                     };
                     self.table.apply(&update)?;
                     let version = update.version;

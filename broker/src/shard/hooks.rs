@@ -210,6 +210,10 @@ impl ShardHooks for EchoHooks {
             AssignmentChange::DeleteQueue { queue } => ("delete", queue.as_str(), None),
             AssignmentChange::GrowQueue { queue, .. } => ("grow", queue.as_str(), None),
             AssignmentChange::KeysDrained { queue, .. } => ("keys drained", queue.as_str(), None),
+            AssignmentChange::SetReplicas { queue, .. } => ("replicas", queue.as_str(), None),
+            AssignmentChange::ReplicasSettled { queue, .. } => {
+                ("replicas settled", queue.as_str(), None)
+            }
         };
         tracing::info!(
             shard = self.shard.0,

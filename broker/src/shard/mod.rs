@@ -292,6 +292,9 @@ pub enum CoordinatorError {
     /// stopped); nothing changed unless a later read shows it did.
     #[error("the controller did not make the change: {0}")]
     Controller(String),
+    /// A change only a cluster has (replica sets) asked of one node.
+    #[error("this broker runs one node: partitions have no replica sets to change")]
+    NotClustered,
 }
 
 /// Sends `batch` to every shard, in shard order, waiting for room in a

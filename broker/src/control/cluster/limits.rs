@@ -45,6 +45,8 @@ pub const KEY_MAP_PARTITIONS_MAX: u32 = PARTITIONS_PER_QUEUE_MAX;
 const _: () = assert!(CLUSTER_NODES_MAX >= 5, "a cluster of five must fit");
 const _: () = assert!(FAILURE_DOMAIN_BYTES_MAX >= 1);
 const _: () = assert!(REPLICATION_FACTOR_DEFAULT == REPLICATION_FACTORS[1]);
+// Every replica set a factor places fits the table's bound.
+const _: () = assert!(REPLICATION_FACTORS[2] <= crate::limits::REPLICA_SET_MAX);
 const _: () = assert!(CONTROLLER_VOTERS_DEFAULT == CONTROLLER_VOTERS[0]);
 // Jump consistent hash works on buckets that fit an i32 (the paper's form).
 const _: () = assert!(KEY_MAP_PARTITIONS_MAX >= 1 && KEY_MAP_PARTITIONS_MAX <= i32::MAX as u32);
@@ -93,3 +95,17 @@ pub const NODE_DOWN_TIMEOUT_MAX_MS: u64 = 3_600_000;
 /// How often the controller's member evaluates and publishes the nodes'
 /// health (`spool cluster nodes`, `spool_cluster_node_*`).
 pub const NODE_HEALTH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How often a shard looks for the groups it leads whose replica set the
+/// table changed and takes their next membership step (`server/replace.rs`).
+pub const REPLICA_WATCH_INTERVAL: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// How long a shard waits before it tries a group's membership step (or
+/// reports it settled) again when the last try did not visibly take effect.
+pub const REPLICA_STEP_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Most re-placements the controller's leader proposes per health round
+/// (each is one committed entry of the controller group): a node down with
+/// thousands of replicas is re-placed over several seconds, not in one
+/// burst that starves the controller's other changes.
+pub const REPLACEMENTS_PER_ROUND: usize = 32;

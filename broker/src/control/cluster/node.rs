@@ -147,6 +147,19 @@ impl ClusterNode {
         self.placer.place(GroupId::new(queue_id, partition))
     }
 
+    /// The node to take a replica of partition `partition` of queue
+    /// `queue_id` in place of one that left `keep`, outside `excluded`
+    /// ([`Placer::replacement`]).
+    pub fn replacement(
+        &self,
+        queue_id: u32,
+        partition: u32,
+        keep: &[NodeId],
+        excluded: &[NodeId],
+    ) -> Option<NodeId> {
+        self.placer.replacement(GroupId::new(queue_id, partition), keep, excluded)
+    }
+
     /// The controller group's voters.
     pub fn controller_voters(&self) -> Vec<NodeId> {
         self.config.controller_voter_ids()

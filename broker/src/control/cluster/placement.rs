@@ -176,6 +176,39 @@ impl Placer {
         replicas
     }
 
+    /// The node to take a replica of `group` in place of one that left
+    /// `keep` (the replicas that stay): the highest-ranked node outside
+    /// `keep` and `excluded` (the nodes down, the one leaving) whose
+    /// failure domain holds the fewest of `keep` (none, whenever one is
+    /// free). `None` when no node is left to take it.
+    pub fn replacement(
+        &self,
+        group: GroupId,
+        keep: &[NodeId],
+        excluded: &[NodeId],
+    ) -> Option<NodeId> {
+        let group_hash = mix64(group.key() ^ GROUP_SALT);
+        let mut domain_uses = vec![0usize; self.domains];
+        for candidate in &self.candidates {
+            if keep.contains(&candidate.id) {
+                domain_uses[candidate.domain] += 1;
+            }
+        }
+        self.candidates
+            .iter()
+            .filter(|candidate| !keep.contains(&candidate.id) && !excluded.contains(&candidate.id))
+            // Fewest replicas in its domain first, then the highest score,
+            // then the lower id (candidates are by id).
+            .min_by(|a, b| {
+                let score = |candidate: &Candidate| mix64(candidate.hash ^ group_hash);
+                domain_uses[a.domain]
+                    .cmp(&domain_uses[b.domain])
+                    .then(score(b).cmp(&score(a)))
+                    .then(a.id.cmp(&b.id))
+            })
+            .map(|candidate| candidate.id)
+    }
+
     /// [`place`](Self::place) with the caller's buffers (cleared first).
     fn place_into(&self, group: GroupId, ranked: &mut Vec<(u64, usize)>, out: &mut Vec<NodeId>) {
         let group_hash = mix64(group.key() ^ GROUP_SALT);

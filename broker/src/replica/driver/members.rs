@@ -25,6 +25,16 @@ impl<S: Storage> ReplicaDriver<S> {
         self.inner.borrow().replica.caught_up(node)
     }
 
+    /// On the leader, hands the lead to voter `to`
+    /// ([`Replica::transfer_leader`](crate::replica::Replica::transfer_leader)).
+    pub fn transfer_leader(&self, to: u64) {
+        if self.stopped() {
+            return;
+        }
+        self.inner.borrow_mut().replica.transfer_leader(to);
+        self.drain();
+    }
+
     /// Brings the configuration to `target` (the members a reopened
     /// partition's replay folded from its committed entries, which raft-rs
     /// counts applied), one simple change at a time, adds before removes.

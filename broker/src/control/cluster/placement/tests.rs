@@ -329,6 +329,40 @@ fn cluster() -> impl Strategy<Value = (Vec<Member>, usize)> {
     })
 }
 
+// Goal: a replacement never takes a node that stays, is down or leaves,
+// prefers a failure domain the staying replicas do not use, and is the
+// same on every node; method: five nodes in three domains, every group of
+// a few hundred with its first replica down.
+#[test]
+fn a_replacement_is_outside_the_set_and_spreads_domains() {
+    let set = members(&[(1, "a"), (2, "a"), (3, "b"), (4, "b"), (5, "c")]);
+    let placer = Placer::new(&set, 3).unwrap();
+    let domain =
+        |id: NodeId| set.iter().find(|member| member.id == id).unwrap().failure_domain.clone();
+    let mut chosen = BTreeMap::new();
+    for group in groups(300) {
+        let replicas = placer.place(group);
+        let (gone, keep) = (replicas[0], &replicas[1..]);
+        let to = placer.replacement(group, keep, &[gone]).unwrap();
+        assert!(!replicas.contains(&to));
+        let free_domain = set.iter().any(|member| {
+            member.id != gone
+                && !replicas.contains(&member.id)
+                && keep.iter().all(|kept| domain(*kept) != member.failure_domain)
+        });
+        if free_domain {
+            assert!(keep.iter().all(|kept| domain(*kept) != domain(to)), "{group:?}");
+        }
+        *chosen.entry(to).or_insert(0) += 1;
+        assert_eq!(placer.replacement(group, keep, &[gone]), Some(to));
+    }
+    // Spread over more than one node, not always the same spare.
+    assert!(chosen.len() >= 2, "{chosen:?}");
+    // No node left: three nodes, factor three.
+    let three = Placer::new(&flat(3), 3).unwrap();
+    assert_eq!(three.replacement(GroupId::new(1, 0), &[2, 3], &[1]), None);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
