@@ -518,10 +518,6 @@ pub const PARTITIONS_PER_QUEUE_MAX: u32 = PARTITIONS_MAX;
 pub const PARTITIONS_PER_NODE_MAX: usize = 10_000;
 /// Most queues one table (one node) may hold.
 pub const QUEUES_MAX: usize = 10_000;
-/// Most nodes a partition's replica set may name in the table: the largest
-/// replication factor (a re-placement keeps the set's size; while it is
-/// carried out the group has one member more).
-pub const REPLICA_SET_MAX: usize = 5;
 /// Largest catalog body. A change whose catalog would exceed it is refused
 /// (`TooLarge`), and a bigger file is refused at start. 64 MiB holds the
 /// largest configs at [`QUEUES_MAX`] queues with a few hundred partitions
@@ -538,8 +534,6 @@ pub const FORMAT_FILE_READ_BYTES_MAX: u64 = 256;
 // One queue may use the whole node.
 const _: () = assert!(PARTITIONS_PER_QUEUE_MAX as usize <= PARTITIONS_PER_NODE_MAX);
 const _: () = assert!(QUEUES_MAX >= 1);
-// A re-placement's group (the set and the member joining) fits a group.
-const _: () = assert!(REPLICA_SET_MAX < crate::queue::limits::GROUP_MEMBERS_MAX);
 
 // --- Shards (`shard/`) and what they serve (`server/`) ----------------------
 

@@ -36,7 +36,7 @@
 
 #![allow(clippy::unwrap_used)] // a failed step is a failed test
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use spool_client::limits::PRODUCER_IN_FLIGHT_BATCHES_MAX;
@@ -945,4 +945,146 @@ fn partition_term(metrics: &str, partition: u32) -> Option<u64> {
             .then(|| value.trim().parse::<f64>().ok().map(|term| term as u64))
             .flatten()
     })
+}
+
+/// How long a dead node's replicas may take to be re-placed and settled:
+/// the node-down timeout, the controller's rounds, a learner caught up and
+/// two more membership changes per partition, with room for a loaded
+/// machine.
+const REPLACE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Node `index`'s `GET /v1/cluster/partitions` rows of [`QUEUE`]:
+/// partition → (replicas, settled).
+fn replica_sets(cluster: &Cluster, index: usize) -> Option<Vec<(u64, Vec<u64>, bool)>> {
+    let (status, body) = spool_tests::cluster::try_http_get(
+        &cluster.node(index).admin_addr(),
+        "/v1/cluster/partitions",
+    )
+    .ok()?;
+    assert_eq!(status, 200, "{body}");
+    let view: serde_json::Value = serde_json::from_str(&body).unwrap();
+    Some(
+        view["partitions"]
+            .as_array()?
+            .iter()
+            .filter(|row| row["queue"] == QUEUE)
+            .map(|row| {
+                let nodes = row["replicas"].as_array().unwrap();
+                (
+                    row["partition"].as_u64().unwrap(),
+                    nodes.iter().map(|node| node.as_u64().unwrap()).collect(),
+                    row["settled"] == true,
+                )
+            })
+            .collect(),
+    )
+}
+
+// Goal: a node down for good has its replicas re-placed on the node that
+// held none, caught up and made voters, so a second node's loss later
+// still leaves every partition a majority and loses nothing acknowledged.
+// Method: four nodes, factor 3 (each partition misses one node), a 2 s
+// node-down timeout; 400 messages; the node holding the most replicas
+// SIGKILLed for good; wait until every node left reports every partition
+// re-placed off it and settled (`GET /v1/cluster/partitions`) and each of
+// the three holds every partition; 200 more messages; then the leader of
+// partition 0 among them killed too; every acknowledged message must be
+// delivered through the last two. Without the re-placement, partitions
+// the first node held would have two of their three voters dead and never
+// be led again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_node_is_re_placed_and_a_second_loss_loses_nothing() {
+    const PARTITIONS: u32 = 4;
+    let options = ClusterOptions {
+        controller_voters: 3,
+        node_down_timeout_ms: Some(NODE_DOWN_TIMEOUT_MS),
+        ..ClusterOptions::new(4, 1)
+    };
+    let (mut cluster, _) = cluster_with_queue(options, PARTITIONS).await;
+    let held: Vec<usize> = (0..4)
+        .map(|index| cluster.replicas(index, QUEUE).map_or(0, |replicas| replicas.len()))
+        .collect();
+    let first = (0..4).max_by_key(|index| (held[*index], *index)).unwrap();
+    let first_id = cluster.node(first).id() as u64;
+    eprintln!("replicas held per node {held:?}; node {first_id} dies for good");
+    let survivors: Vec<usize> = (0..4).filter(|index| *index != first).collect();
+
+    let client = client_at(&cluster.node(survivors[0]).client_addr()).await;
+    wait_for_queue(&client, QUEUE, PARTITIONS).await;
+    let producer = producer_on(client.clone());
+    let (mut acked, failed) =
+        bounded("produce", PRODUCE_TIMEOUT, produce(&producer, QUEUE, PARTITIONS, 1, 0..400)).await;
+    assert_all_sent("before the first loss", &failed);
+
+    let killed = now();
+    tokio::task::block_in_place(|| cluster.kill(first));
+    loop {
+        let sets: Vec<_> = survivors.iter().map(|index| replica_sets(&cluster, *index)).collect();
+        let placed = sets.iter().all(|view| {
+            view.as_ref().is_some_and(|rows| {
+                rows.len() == PARTITIONS as usize
+                    && rows.iter().all(|(_, nodes, settled)| *settled && !nodes.contains(&first_id))
+            })
+        });
+        let hosted = survivors.iter().all(|index| {
+            cluster.replicas(*index, QUEUE).is_ok_and(|replicas| {
+                replicas.len() == PARTITIONS as usize
+                    && replicas.values().all(|(leader, _)| *leader != 0 && *leader != first_id)
+            })
+        });
+        if placed && hosted {
+            break;
+        }
+        assert!(
+            killed.elapsed() < REPLACE_TIMEOUT,
+            "not re-placed off node {first_id} after {REPLACE_TIMEOUT:?}: sets {sets:?}, \
+             hosted {:?}",
+            survivors.iter().map(|index| cluster.replicas(*index, QUEUE)).collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    eprintln!("re-placed and settled {} ms after the kill", millis_since(killed));
+    let logs = cluster.logs();
+    assert!(logs.contains("replica of a node that is down re-placed"), "no re-placement logged");
+
+    let (more, failed) =
+        bounded("produce", PRODUCE_TIMEOUT, produce(&producer, QUEUE, PARTITIONS, 1, 400..600))
+            .await;
+    assert_all_sent("after the re-placement", &failed);
+    acked.extend(more);
+    producer.close().await;
+
+    let leaders = wait_led(&cluster, PARTITIONS, LEAD_TIMEOUT).await;
+    let second = leaders[0];
+    eprintln!("killing node {} (leads partition 0) too", cluster.node(second).id());
+    tokio::task::block_in_place(|| cluster.kill(second));
+    let last = *survivors.iter().find(|index| **index != second).unwrap();
+    let consumer = client_at(&cluster.node(last).client_addr()).await;
+    let owed: HashSet<MessageId> = acked.into_iter().collect();
+    let (delivered, _) = drain(&consumer, QUEUE, PARTITIONS, &owed, DRAIN_TIMEOUT).await;
+    check_delivered("two nodes of four lost, one re-placed", &owed, &delivered);
+
+    // The first node back: its catalog still names its old replicas, which
+    // it opens; the controller's log then tells it they were re-placed and
+    // settled without it, and it removes them.
+    tokio::task::block_in_place(|| cluster.restart(first))
+        .unwrap_or_else(|failure| panic!("restart of node {first_id}: {failure}"));
+    let back = now();
+    loop {
+        let hosted = cluster.replicas(first, QUEUE);
+        if hosted.as_ref().is_ok_and(HashMap::is_empty)
+            && cluster.node(first).log().contains("replica removed")
+        {
+            break;
+        }
+        assert!(
+            back.elapsed() < REPLACE_TIMEOUT,
+            "node {first_id} still holds {hosted:?} {REPLACE_TIMEOUT:?} after its restart"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    eprintln!(
+        "node {first_id} back and holding nothing {} ms after its restart",
+        millis_since(back)
+    );
 }

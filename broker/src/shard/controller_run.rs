@@ -317,7 +317,12 @@ impl ClusterCatalog {
             }
             let health = catalog.health(&mut led_since);
             let down: Vec<u64> = health.down().collect();
-            *catalog.shared.health.write().unwrap_or_else(PoisonError::into_inner) = Some(health);
+            {
+                let mut view =
+                    catalog.shared.health.write().unwrap_or_else(PoisonError::into_inner);
+                view.node = Some(catalog.node.clone());
+                view.health = Some(health);
+            }
             if !down.is_empty() && !catalog.replacing.replace(true) {
                 let this = catalog.clone();
                 glommio::spawn_local(async move {

@@ -307,7 +307,40 @@ impl CoordinatorHandle {
     /// The nodes' health as this node's controller member last published
     /// it (`control/cluster/health.rs`); none on a single node.
     pub fn cluster_health(&self) -> Option<crate::control::cluster::ClusterHealth> {
-        self.shared.health.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+        self.shared.health.read().unwrap_or_else(PoisonError::into_inner).health.clone()
+    }
+
+    /// Every partition's replica set by the committed table (`None` on a
+    /// single node).
+    pub fn replica_sets(&self) -> Option<Vec<crate::control::cluster::PartitionReplicas>> {
+        let node =
+            self.shared.health.read().unwrap_or_else(PoisonError::into_inner).node.clone()?;
+        Some(node.replica_sets(&self.catalog_snapshot()))
+    }
+
+    /// Moves `partition` of `queue`'s replica off node `from` onto node
+    /// `to` (`spool cluster move`); returns the table version that holds
+    /// the new set, once the controller committed it. The group's leader
+    /// then moves its members. Blocks (up to `timeout_ms`): not for
+    /// executors.
+    ///
+    /// # Errors
+    /// The table's refusal (`Assignment`), `NotLeader`, `NoReply`,
+    /// [`CoordinatorError::NotClustered`] on a single node.
+    pub fn move_replica(
+        &self,
+        queue: QueueName,
+        partition: crate::queue::PartitionId,
+        from: u64,
+        to: u64,
+        timeout_ms: u64,
+    ) -> Result<AssignmentVersion, CoordinatorError> {
+        let change = KeyChange::Move { queue, partition, from, to };
+        let pending = self.submit(|reply| CoordinatorCommand::KeyChange { change, reply })?;
+        pending
+            .0
+            .recv_timeout(std::time::Duration::from_millis(timeout_ms))
+            .map_err(|_| CoordinatorError::NoReply { timeout_ms })?
     }
 
     /// The broker's data directory.

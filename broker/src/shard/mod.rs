@@ -292,7 +292,6 @@ pub enum CoordinatorError {
     /// stopped); nothing changed unless a later read shows it did.
     #[error("the controller did not make the change: {0}")]
     Controller(String),
-    /// A change only a cluster has (replica sets) asked of one node.
     #[error("this broker runs one node: partitions have no replica sets to change")]
     NotClustered,
 }
@@ -346,7 +345,7 @@ pub(crate) struct Shared {
     pub(crate) data_dir: std::path::PathBuf,
     /// What the controller's member last published of the nodes' health
     /// (`control/cluster/health.rs`); none on a single node.
-    pub(crate) health: RwLock<Option<crate::control::cluster::ClusterHealth>>,
+    pub(crate) health: RwLock<crate::control::cluster::ClusterView>,
 }
 
 impl Shared {
@@ -526,7 +525,7 @@ impl Broker {
                 usize::from(shard_count),
             ),
             data_dir: config.data_dir.clone(),
-            health: RwLock::new(None),
+            health: RwLock::default(),
         });
         let (events_sender, events) = mpsc::channel();
         let (commands_sender, commands) = mpsc::sync_channel(COORDINATOR_COMMAND_QUEUE_MAX);

@@ -30,6 +30,7 @@ pub mod limits;
 mod nodes;
 mod ops;
 pub mod quotas;
+mod replicas;
 mod resize;
 pub mod routes;
 pub mod token;
@@ -256,6 +257,8 @@ impl Gateway {
             Operation::Acl => ok(self.acl(call)?),
             Operation::Quotas => ok(self.quotas(call).await?),
             Operation::ClusterNodes => ok(self.cluster_nodes(call)?),
+            Operation::ClusterPartitions => ok(self.cluster_partitions(call)?),
+            Operation::ClusterMove => ok(self.cluster_move(call, parse(&call.body)?).await?),
             Operation::Metrics | Operation::Live | Operation::Ready => {
                 Err(ApiError::new(ErrorCode::Internal, "not an API route"))
             }

@@ -27,6 +27,8 @@ pub enum Operation {
     Acl,
     Quotas,
     ClusterNodes,
+    ClusterPartitions,
+    ClusterMove,
 }
 
 /// One served route: `{queue}` in a path matches one non-empty segment.
@@ -63,6 +65,8 @@ pub const ROUTES: &[Route] = &[
     route(Method::GET, "/v1/acl", Operation::Acl),
     route(Method::GET, "/v1/quotas", Operation::Quotas),
     route(Method::GET, "/v1/cluster/nodes", Operation::ClusterNodes),
+    route(Method::GET, "/v1/cluster/partitions", Operation::ClusterPartitions),
+    route(Method::POST, "/v1/cluster/move", Operation::ClusterMove),
 ];
 
 /// Why a request matched no route.

@@ -26,6 +26,11 @@ pub const REPLICATION_FACTOR_DEFAULT: usize = 3;
 /// losses).
 pub const REPLICATION_FACTORS: [usize; 3] = [1, 3, 5];
 
+/// Most nodes a partition's replica set may name in the table: the largest
+/// replication factor (a re-placement keeps the set's size; while it is
+/// carried out the group has one member more).
+pub const REPLICA_SET_MAX: usize = 5;
+
 /// Voters of the controller group when the `[cluster]` table names none.
 pub const CONTROLLER_VOTERS_DEFAULT: usize = 3;
 
@@ -46,7 +51,9 @@ const _: () = assert!(CLUSTER_NODES_MAX >= 5, "a cluster of five must fit");
 const _: () = assert!(FAILURE_DOMAIN_BYTES_MAX >= 1);
 const _: () = assert!(REPLICATION_FACTOR_DEFAULT == REPLICATION_FACTORS[1]);
 // Every replica set a factor places fits the table's bound.
-const _: () = assert!(REPLICATION_FACTORS[2] <= crate::limits::REPLICA_SET_MAX);
+const _: () = assert!(REPLICATION_FACTORS[2] <= REPLICA_SET_MAX);
+// A re-placement's group (the set and the member joining) fits a group.
+const _: () = assert!(REPLICA_SET_MAX < crate::queue::limits::GROUP_MEMBERS_MAX);
 const _: () = assert!(CONTROLLER_VOTERS_DEFAULT == CONTROLLER_VOTERS[0]);
 // Jump consistent hash works on buckets that fit an i32 (the paper's form).
 const _: () = assert!(KEY_MAP_PARTITIONS_MAX >= 1 && KEY_MAP_PARTITIONS_MAX <= i32::MAX as u32);

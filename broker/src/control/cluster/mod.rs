@@ -28,7 +28,7 @@ pub mod placement;
 pub use health::{ClusterHealth, NodeHealth, NodeState};
 pub use keys::{KeyMap, KeyMapError};
 pub use members::{ClusterConfig, ClusterError, NodeSpec};
-pub use node::{ClusterNode, ClusterStartError, LeaderBoard};
+pub use node::{ClusterNode, ClusterStartError, ClusterView, LeaderBoard, PartitionReplicas};
 pub use placement::{
     diff, GroupId, GroupMove, Member, NodeId, PlacementError, PlacementTable, Placer,
 };

@@ -16,8 +16,11 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{PoisonError, RwLock};
 
+use std::sync::Arc;
+
 use super::members::ClusterConfig;
 use super::placement::{GroupId, NodeId, Placer};
+use crate::control::assignment::AssignmentTable;
 use crate::control::data_dir::{BrokerSecret, DataDirError};
 use crate::net::peer::{PeerTls, PeerTlsFiles};
 use crate::replica::Members;
@@ -65,6 +68,32 @@ impl LeaderBoard {
         let mut leaders = self.leaders.write().unwrap_or_else(PoisonError::into_inner);
         leaders.retain(|(queue, _), _| *queue != queue_id);
     }
+}
+
+/// What the controller's member publishes for the admin port: the nodes'
+/// health (each [`NODE_HEALTH_INTERVAL`](super::limits::NODE_HEALTH_INTERVAL))
+/// and the node itself, to show replica sets with. Empty on one node.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterView {
+    pub health: Option<super::ClusterHealth>,
+    pub node: Option<Arc<ClusterNode>>,
+}
+
+/// One partition's replica set as the table holds it
+/// (`GET /v1/cluster/partitions`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PartitionReplicas {
+    pub queue: String,
+    pub partition: u32,
+    /// The nodes, the preferred leader first.
+    pub replicas: Vec<NodeId>,
+    /// The table re-placed it off the placer's set.
+    pub re_placed: bool,
+    /// Its group's voters are `replicas` (always, unless re-placed and not
+    /// reported settled yet).
+    pub settled: bool,
+    /// The leader this node knows (only of the partitions it holds).
+    pub leader: Option<NodeId>,
 }
 
 /// This node in its cluster. Shared by every executor of the node.
@@ -158,6 +187,30 @@ impl ClusterNode {
         excluded: &[NodeId],
     ) -> Option<NodeId> {
         self.placer.replacement(GroupId::new(queue_id, partition), keep, excluded)
+    }
+
+    /// Every partition of `table` with its replica set (queues by name,
+    /// partitions in order).
+    pub fn replica_sets(&self, table: &AssignmentTable) -> Vec<PartitionReplicas> {
+        let mut rows = Vec::new();
+        for (name, entry) in table.queues() {
+            for index in 0..entry.partitions.len() {
+                let partition = u32::try_from(index).unwrap_or(u32::MAX);
+                let set = entry.replicas.get(&crate::queue::PartitionId(partition));
+                rows.push(PartitionReplicas {
+                    queue: name.as_str().to_owned(),
+                    partition,
+                    replicas: set.map_or_else(
+                        || self.replicas(entry.id.0, partition),
+                        |set| set.nodes.clone(),
+                    ),
+                    re_placed: set.is_some(),
+                    settled: set.is_none_or(|set| set.settled),
+                    leader: self.leaders.leader(entry.id.0, partition),
+                });
+            }
+        }
+        rows
     }
 
     /// The controller group's voters.

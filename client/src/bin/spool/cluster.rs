@@ -55,6 +55,14 @@ pub enum ClusterCommand {
     /// (`GET /v1/cluster/nodes`). Exits 5 when a node is down or no node
     /// given leads the controller.
     Nodes(StatusArgs),
+    /// Every partition's replica set (the preferred leader first), whether
+    /// the controller re-placed it and whether its members are there yet,
+    /// from the first admin port given that answers.
+    Replicas(StatusArgs),
+    /// Moves one replica of a partition to another node (the controller's
+    /// leader, among the admin ports given, takes it); returns once the new
+    /// set is committed. `cluster replicas` shows it settled once done.
+    Move(crate::replicas::MoveArgs),
 }
 
 #[derive(Debug, Args)]

@@ -27,6 +27,7 @@ mod queue;
 mod quota;
 mod recv;
 mod render;
+mod replicas;
 mod send;
 
 use std::io::{BufRead, IsTerminal, Write};
@@ -180,6 +181,16 @@ async fn run(cli: &Cli) -> Result<Output, Failure> {
             let (credentials, tls) = (credentials(cli)?, tls(cli)?);
             return nodes::run(args, tls.as_ref(), credentials.as_ref(), timeout).await;
         }
+        Command::Cluster(ClusterCommand::Replicas(args)) => {
+            let timeout = Duration::from_millis(cli.timeout_ms.max(1));
+            let (credentials, tls) = (credentials(cli)?, tls(cli)?);
+            return replicas::list(args, tls.as_ref(), credentials.as_ref(), timeout).await;
+        }
+        Command::Cluster(ClusterCommand::Move(args)) => {
+            let timeout = Duration::from_millis(cli.timeout_ms.max(1));
+            let (credentials, tls) = (credentials(cli)?, tls(cli)?);
+            return replicas::run_move(args, tls.as_ref(), credentials.as_ref(), timeout).await;
+        }
         Command::Quota(QuotaCommand::List(admin)) => {
             let (credentials, tls) = (credentials(cli)?, tls(cli)?);
             return quota::list(admin, tls.as_ref(), credentials.as_ref(), admin_timeout(cli))
@@ -214,7 +225,12 @@ async fn run(cli: &Cli) -> Result<Output, Failure> {
         | Command::Audit(_)
         | Command::Acl(_)
         | Command::Metrics(_)
-        | Command::Cluster(ClusterCommand::Status(_) | ClusterCommand::Nodes(_))
+        | Command::Cluster(
+            ClusterCommand::Status(_)
+            | ClusterCommand::Nodes(_)
+            | ClusterCommand::Replicas(_)
+            | ClusterCommand::Move(_),
+        )
         | Command::Quota(_) => {
             unreachable!("answered before connecting")
         }
