@@ -1088,3 +1088,103 @@ async fn a_dead_node_is_re_placed_and_a_second_loss_loses_nothing() {
         millis_since(back)
     );
 }
+
+/// Runs `spool cluster <args> --admin <every node's admin port>`.
+fn spool_cluster(cluster: &Cluster, args: &[&str]) -> std::process::Output {
+    let admins: Vec<String> = cluster.nodes().iter().map(|node| node.admin_addr()).collect();
+    std::process::Command::new(spool_tests::spool_bin())
+        .arg("cluster")
+        .args(args)
+        .args(["--admin", &admins.join(",")])
+        .output()
+        .unwrap()
+}
+
+// Goal: an operator moves the replica of a partition's leader to the node
+// that held none, under sends, and nothing acknowledged is lost: the new
+// node is caught up and made a voter, the leader hands over the lead and
+// is removed, and its copy is deleted. Method: four nodes, factor 3, one
+// partition; 300 messages; `spool cluster move` of the leader's replica
+// to the fourth node while 300 more are sent; refused moves (a node that
+// holds no replica, a target that holds one) exit 1 naming why; wait until
+// `spool cluster replicas --json` shows the new set settled, the old
+// leader holds nothing (by its metrics) and logs the removal; every
+// acknowledged message is delivered through the new set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_moves_the_leaders_replica_under_load() {
+    const PARTITIONS: u32 = 1;
+    let options = ClusterOptions { controller_voters: 3, ..ClusterOptions::new(4, 1) };
+    let (cluster, leaders) = cluster_with_queue(options, PARTITIONS).await;
+    let leader = leaders[0];
+    let leader_id = cluster.node(leader).id() as u64;
+    let rows = replica_sets(&cluster, leader).unwrap();
+    let set = rows[0].1.clone();
+    let spare = (0..4).find(|index| !set.contains(&(cluster.node(*index).id() as u64))).unwrap();
+    let spare_id = cluster.node(spare).id() as u64;
+    eprintln!("partition 0 on {set:?}, led by {leader_id}; moving it to {spare_id}");
+
+    let other = *set.iter().find(|node| **node != leader_id).unwrap();
+    let bootstrap = (0..4).find(|index| cluster.node(*index).id() as u64 == other).unwrap();
+    let client = client_at(&cluster.node(bootstrap).client_addr()).await;
+    wait_for_queue(&client, QUEUE, PARTITIONS).await;
+    let producer = producer_on(client.clone());
+    let (mut acked, failed) =
+        bounded("produce", PRODUCE_TIMEOUT, produce(&producer, QUEUE, PARTITIONS, 1, 0..300)).await;
+    assert_all_sent("before the move", &failed);
+
+    for (from, to, why) in
+        [(spare_id, other, "holds no replica"), (leader_id, other, "holds a replica of it already")]
+    {
+        let (from, to) = (from.to_string(), to.to_string());
+        let refused = tokio::task::block_in_place(|| {
+            spool_cluster(&cluster, &["move", QUEUE, "0", "--from", &from, "--to", &to])
+        });
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+        assert!(stderr.contains(why), "{stderr}");
+    }
+
+    let load = tokio::spawn(async move {
+        let result = produce(&producer, QUEUE, PARTITIONS, 1, 300..600).await;
+        producer.close().await;
+        result
+    });
+    let (from, to) = (leader_id.to_string(), spare_id.to_string());
+    let moved = tokio::task::block_in_place(|| {
+        spool_cluster(&cluster, &["move", QUEUE, "0", "--from", &from, "--to", &to])
+    });
+    assert!(moved.status.success(), "{moved:?}");
+    let started = now();
+    loop {
+        let listed =
+            tokio::task::block_in_place(|| spool_cluster(&cluster, &["replicas", "--json"]));
+        let view: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap_or_default();
+        let row = view["partitions"].as_array().and_then(|rows| rows.first().cloned());
+        let settled = row.as_ref().is_some_and(|row| {
+            let nodes: Vec<u64> =
+                row["replicas"].as_array().unwrap().iter().filter_map(|n| n.as_u64()).collect();
+            row["settled"] == true && nodes.contains(&spare_id) && !nodes.contains(&leader_id)
+        });
+        let emptied = cluster.replicas(leader, QUEUE).is_ok_and(|held| held.is_empty())
+            && cluster.node(leader).log().contains("replica removed");
+        if settled && emptied {
+            break;
+        }
+        assert!(
+            started.elapsed() < REPLACE_TIMEOUT,
+            "move not done after {REPLACE_TIMEOUT:?}: {row:?}, old leader holds {:?}",
+            cluster.replicas(leader, QUEUE)
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    eprintln!("moved and settled {} ms after the command", millis_since(started));
+    assert!(cluster.node(leader).log().contains("re-placing a replica"));
+    let (more, failed) = bounded("the load", PRODUCE_TIMEOUT, load).await.unwrap();
+    assert_all_sent("during the move", &failed);
+    acked.extend(more);
+    let now_led = wait_led(&cluster, PARTITIONS, LEAD_TIMEOUT).await;
+    assert_ne!(now_led[0], leader, "the removed node still serves");
+    let owed: HashSet<MessageId> = acked.into_iter().collect();
+    let (delivered, _) = drain(&client, QUEUE, PARTITIONS, &owed, DRAIN_TIMEOUT).await;
+    check_delivered("a leader's replica moved", &owed, &delivered);
+}
