@@ -1044,6 +1044,31 @@ async fn a_dead_node_is_re_placed_and_a_second_loss_loses_nothing() {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     eprintln!("re-placed and settled {} ms after the kill", millis_since(killed));
+    // Every node left counts the partitions the dead one held as re-placed
+    // and settled (its metrics read the same table, once a second).
+    for index in &survivors {
+        let counted = now();
+        loop {
+            let metrics = cluster.metrics(*index).unwrap();
+            let series = |state: &str| {
+                let name = format!("spool_cluster_partitions_re_placed{{state=\"{state}\"}} ");
+                metrics
+                    .lines()
+                    .find_map(|line| line.strip_prefix(&name)?.trim().parse::<usize>().ok())
+            };
+            let (settled, moving) = (series("settled"), series("moving"));
+            if (settled, moving) == (Some(held[first]), Some(0)) {
+                break;
+            }
+            assert!(
+                counted.elapsed() < Duration::from_secs(10),
+                "node {}: re-placed {settled:?} settled, {moving:?} moving; {} expected",
+                index + 1,
+                held[first]
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
     let logs = cluster.logs();
     assert!(logs.contains("replica of a node that is down re-placed"), "no re-placement logged");
 

@@ -407,7 +407,15 @@ impl ClusterCatalog {
             term,
             down_after_ms,
             nodes: Vec::new(),
+            re_placed: 0,
+            moving: 0,
         };
+        for (_, entry) in self.controller.state().table.queues() {
+            for set in entry.replicas.values() {
+                health.re_placed += 1;
+                health.moving += u64::from(!set.settled);
+            }
+        }
         if !leads {
             *led_since = None;
             return health;

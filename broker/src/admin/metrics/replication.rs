@@ -18,6 +18,11 @@ struct NodeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct NodeStateLabels {
     node: String,
     state: String,
@@ -44,6 +49,17 @@ pub(super) fn register_health(registry: &mut Registry, health: Option<&ClusterHe
         "spool_controller_leader",
         "The controller group's leader this node knows of (0: none, an election runs)",
         leader,
+    );
+    let replaced = Gauges::<StateLabels>::default();
+    replaced
+        .get_or_create(&StateLabels { state: "settled".into() })
+        .set(gauge_value(health.re_placed - health.moving.min(health.re_placed)));
+    replaced.get_or_create(&StateLabels { state: "moving".into() }).set(gauge_value(health.moving));
+    registry.register(
+        "spool_cluster_partitions_re_placed",
+        "Partitions the controller re-placed off the placer's replica sets (a node down, an \
+         operator's move), by state: moving while the group's members are not there yet",
+        replaced,
     );
     if !health.leads {
         return;

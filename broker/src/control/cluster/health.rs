@@ -73,6 +73,11 @@ pub struct ClusterHealth {
     pub down_after_ms: u64,
     /// Every node of the cluster, by id (empty unless `leads`).
     pub nodes: Vec<NodeHealth>,
+    /// Partitions the controller re-placed off the placer's sets (by this
+    /// node's copy of the table), and how many of those are still moving
+    /// (their groups' members not there yet).
+    pub re_placed: u64,
+    pub moving: u64,
 }
 
 impl ClusterHealth {
