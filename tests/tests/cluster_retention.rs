@@ -222,3 +222,36 @@ async fn replicated_journals_release_what_every_member_holds_and_reopen() {
     burst_and_drain(&cluster, restarted, &producer, 2 * BURST..2 * BURST + 500, "restarted").await;
     producer.close().await;
 }
+
+// Goal: in a cluster of more nodes than the replication factor, a node
+// that holds replicas of only some of a shard's partitions still releases
+// its journal (the release counted every partition placed on the shard
+// index, held here or not, and waited for ever for the ones it does not
+// hold). Method: four nodes, factor 3, two partitions (a node holds one or
+// two of them); a burst of ≈ 48 MiB sent and acked: every node must come
+// down to FILES_RELEASED_MAX files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_holding_some_partitions_releases_its_journal() {
+    let options = ClusterOptions {
+        controller_voters: 3,
+        ..ClusterOptions::new(4, 1).with_journal_retain_bytes(RETAIN_BYTES)
+    };
+    let (cluster, leaders) = start_with_queue(options, QUEUE, PARTITIONS, LEAD_TIMEOUT).await;
+    let held: Vec<usize> =
+        (0..4).map(|node| cluster.replicas(node, QUEUE).map_or(0, |held| held.len())).collect();
+    assert!(
+        held.iter().any(|&count| count > 0 && count < PARTITIONS as usize),
+        "no node holds only some partitions: {held:?}"
+    );
+    let client = client_at(&cluster.node(leaders[0]).client_addr()).await;
+    wait_for_queue(&client, QUEUE, PARTITIONS).await;
+    let config = ProducerConfig {
+        retries: 12,
+        retry_backoff: Duration::from_millis(100),
+        ..ProducerConfig::default()
+    };
+    let producer = Producer::new(client.clone(), config).unwrap();
+    burst_and_drain(&cluster, leaders[0], &producer, 0..BURST, "four nodes").await;
+    wait_released(&cluster, &[0, 1, 2, 3], "four nodes").await;
+    producer.close().await;
+}

@@ -94,7 +94,15 @@ impl ShardState {
         journal.next_release_ms.set(now.saturating_add(crate::limits::JOURNAL_RELEASE_INTERVAL_MS));
         // A partition of this shard that is not open (opening, or refused)
         // may need any file at its next open.
-        let owned = self.table.borrow().owned_by(self.shard).count();
+        let owned = {
+            let table = self.table.borrow();
+            table
+                .owned_by(self.shard)
+                .filter(|(queue, partition)| {
+                    table.queue(queue).is_some_and(|entry| self.holds_replica(entry, *partition))
+                })
+                .count()
+        };
         let served: Vec<Rc<Served>> = self.partitions.borrow().values().cloned().collect();
         if served.len() < owned || !self.unavailable.borrow().is_empty() {
             return;

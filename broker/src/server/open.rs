@@ -51,6 +51,16 @@ impl ShardState {
         ServerError::Partition { queue: queue.as_str().to_owned(), partition, error }
     }
 
+    /// Whether this node holds a replica of `partition` of the queue
+    /// `entry` (always on one node).
+    pub(super) fn holds_replica(
+        &self,
+        entry: &crate::control::assignment::QueueEntry,
+        partition: PartitionId,
+    ) -> bool {
+        self.cluster.as_ref().is_none_or(|cluster| cluster.hosts(entry, partition))
+    }
+
     /// Opens `queue`/`partition`. `epoch_opened`: its journal handle and
     /// new leader epoch when [`ShardState::open_journal_epochs`] already
     /// made them durable for a group of partitions; without it the open
@@ -397,8 +407,12 @@ impl ShardState {
         let mut start: Option<Option<JournalPos>> = None;
         let mut partitions = 0usize;
         for (queue, partition) in self.recovered.owned_by(self.shard) {
-            partitions += 1;
             let Some(entry) = self.recovered.queue(queue) else { continue };
+            // In a cluster, only the partitions this node holds a replica of.
+            if !self.holds_replica(entry, partition) {
+                continue;
+            }
+            partitions += 1;
             let dir = partition_dir(&self.config.data_dir, entry.id, partition);
             let scan_start = if dir.is_dir() {
                 Partition::<DmaStorage>::journal_scan_start(&DmaStorage, &dir).await.map_err(
