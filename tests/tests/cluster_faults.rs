@@ -1213,3 +1213,76 @@ async fn an_operator_moves_the_leaders_replica_under_load() {
     let (delivered, _) = drain(&client, QUEUE, PARTITIONS, &owed, DRAIN_TIMEOUT).await;
     check_delivered("a leader's replica moved", &owed, &delivered);
 }
+
+/// Whether `node` is a voter of the controller group in the leader's view.
+fn view_voter(view: &serde_json::Value, node: u64) -> Option<bool> {
+    view["leader"]["nodes"]
+        .as_array()?
+        .iter()
+        .find(|row| row["node"].as_u64() == Some(node))
+        .and_then(|row| row["voter"].as_bool())
+}
+
+// Goal: a controller voter down for good is replaced by a learner that is
+// up, so the control plane outlives a second voter's loss. Method: four
+// nodes, voters 1–3, node 4 a learner, a 2 s node-down timeout; voter 1
+// SIGKILLed for good; the controller's leader must make node 4 a voter and
+// node 1 a learner (by `spool cluster nodes --json`); then voter 2 killed
+// too: a queue created through node 3 must be made (two of the voters
+// {2, 3, 4} are up) and listed. Without the replacement the voters {1, 2,
+// 3} would have lost their majority and every create would fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_controller_voter_is_replaced_by_a_learner() {
+    let options = ClusterOptions {
+        controller_voters: 3,
+        node_down_timeout_ms: Some(NODE_DOWN_TIMEOUT_MS),
+        ..ClusterOptions::new(4, 1)
+    };
+    let mut cluster = tokio::task::block_in_place(|| Cluster::start_with(options));
+    wait_nodes(&cluster, "every node up", |view, ok| {
+        ok && view["leader"]["nodes"].as_array().is_some_and(|nodes| nodes.len() == 4)
+    })
+    .await;
+    let killed = now();
+    tokio::task::block_in_place(|| cluster.kill(0));
+    let view = wait_nodes(&cluster, "node 4 a voter, node 1 a learner", |view, _| {
+        view_voter(view, 4) == Some(true) && view_voter(view, 1) == Some(false)
+    })
+    .await;
+    eprintln!(
+        "controller voters replaced {} ms after the kill (leader node {})",
+        millis_since(killed),
+        view["leader"]["node"]
+    );
+    assert!(cluster.logs().contains("controller voter that is down being replaced"));
+    tokio::task::block_in_place(|| cluster.kill(1));
+    let through = cluster.node(2).client_addr();
+    bounded(
+        "create with two voters of three down",
+        CREATE_BOUND,
+        create_queue(&through, "after", queue_config(1)),
+    )
+    .await;
+    let client = client_at(&through).await;
+    wait_for_queue(&client, "after", 1).await;
+
+    // Both back: their logs (not the config, which still names node 1 a
+    // voter) give the group's members; every node up, node 1 a learner,
+    // and a create through it made.
+    for index in [0, 1] {
+        tokio::task::block_in_place(|| cluster.restart(index))
+            .unwrap_or_else(|failure| panic!("restart of node {}: {failure}", index + 1));
+    }
+    wait_nodes(&cluster, "every node up, node 1 a learner", |view, ok| {
+        ok && view_down(view).is_empty() && view_voter(view, 1) == Some(false)
+    })
+    .await;
+    let through = cluster.node(0).client_addr();
+    bounded(
+        "create through node 1",
+        CREATE_BOUND,
+        create_queue(&through, "again", queue_config(1)),
+    )
+    .await;
+    wait_for_queue(&client_at(&through).await, "again", 1).await;
+}

@@ -43,7 +43,8 @@ use crate::control::assignment::{
 };
 use crate::io::Storage;
 use crate::log::wakers::Notify;
-use crate::queue::{QueueConfig, QueueId};
+use crate::queue::{MembershipChange, QueueConfig, QueueId};
+use crate::replica::driver::{membership_batch, membership_of_batch};
 use crate::replica::wire::GroupId;
 use crate::replica::{DriverError, ReplicaDriver};
 
@@ -386,7 +387,9 @@ impl<S: Storage> Controller<S> {
             if entry.index <= self.applied.get().0 {
                 continue;
             }
-            if !entry.batch.is_empty() {
+            // A change of the group's own members is raft-rs's (the driver
+            // applied it as it handed the entry out): nothing to fold.
+            if !entry.batch.is_empty() && membership_of_batch(&entry.batch).is_none() {
                 let update = decode_update(&entry.batch)
                     .map_err(|reason| ControllerError::Entry { index: entry.index, reason })?;
                 match self.state.borrow_mut().apply(&update) {
@@ -503,6 +506,34 @@ impl<S: Storage> Controller<S> {
             Ok(state.table.plan_replicas_settled(queue.clone(), partition, nodes.clone())?)
         })
         .await
+    }
+
+    /// On the leader, changes the controller group's own members by one
+    /// raft-rs simple change (a learner made a voter, a voter made a
+    /// learner) and returns once it is committed. Serialized with the
+    /// table's changes.
+    ///
+    /// # Errors
+    /// [`ControllerError::NotLeader`]; the driver's refusal (a change
+    /// pending, one that changes nothing or leaves no voter) or loss.
+    pub async fn change_membership(&self, change: MembershipChange) -> Result<(), ControllerError> {
+        while self.proposing.replace(true) {
+            self.folded.wait().await;
+        }
+        let outcome = async {
+            let (leads, _, leader) = self.driver.role();
+            if !leads {
+                return Err(ControllerError::NotLeader { leader });
+            }
+            let batch = membership_batch(change, 0, 0)?;
+            let proposed = self.driver.propose(&batch)?;
+            self.driver.committed(proposed.index, proposed.term).await?;
+            Ok(())
+        }
+        .await;
+        self.proposing.set(false);
+        self.folded.notify_all();
+        outcome
     }
 
     async fn propose(

@@ -51,7 +51,7 @@ use crate::control::catalog::{self, Catalog};
 use crate::control::cluster::health::{evaluate, Heard};
 use crate::control::cluster::limits::{
     CONTROLLER_COMMANDS_IN_FLIGHT_MAX, CONTROLLER_ENTRY_BYTES_MAX, CONTROLLER_JOURNAL_FILE_BYTES,
-    CONTROLLER_READ_CACHE_BYTES, NODE_HEALTH_INTERVAL, REPLACEMENTS_PER_ROUND,
+    CONTROLLER_READ_CACHE_BYTES, NODE_HEALTH_INTERVAL,
 };
 use crate::control::cluster::{ClusterHealth, ClusterNode};
 use crate::control::controller::{Controller, ControllerError, CONTROLLER_GROUP};
@@ -70,6 +70,8 @@ use crate::shard::{
     broadcast, CoordinatorCommand, CoordinatorError, KeyChange, QueueCreated, ShardError,
     ShardMessage, Shared,
 };
+
+mod replacement;
 
 /// A drain report (or, with `settled`, a settled replica set) forwarded
 /// to the controller's leader.
@@ -326,6 +328,7 @@ impl ClusterCatalog {
             if !down.is_empty() && !catalog.replacing.replace(true) {
                 let this = catalog.clone();
                 glommio::spawn_local(async move {
+                    this.replace_down_voter(&down).await;
                     this.replace_down(&down).await;
                     this.replacing.set(false);
                 })
@@ -333,63 +336,6 @@ impl ClusterCatalog {
             }
             drop(catalog);
             glommio::timer::sleep(NODE_HEALTH_INTERVAL).await;
-        }
-    }
-
-    /// On the controller's leader, re-places up to
-    /// [`REPLACEMENTS_PER_ROUND`] replicas held by the nodes `down`: each
-    /// partition whose set names one gets, in its place, the node
-    /// [`ClusterNode::replacement`] picks (none up and free: it stays),
-    /// one committed table change each. The groups' leaders then move
-    /// their members (`server/replace.rs`).
-    async fn replace_down(&self, down: &[u64]) {
-        let plans: Vec<(QueueName, PartitionId, u64, u64)> = {
-            let state = self.controller.state();
-            let mut plans = Vec::new();
-            'queues: for (name, entry) in state.table.queues() {
-                for index in 0..entry.partitions.len() {
-                    let partition = PartitionId(u32::try_from(index).unwrap_or(u32::MAX));
-                    let current = match entry.replicas.get(&partition) {
-                        Some(set) => set.nodes.clone(),
-                        None => self.node.replicas(entry.id.0, partition.0),
-                    };
-                    let Some(&gone) = current.iter().find(|node| down.contains(node)) else {
-                        continue;
-                    };
-                    let keep: Vec<u64> =
-                        current.iter().copied().filter(|node| *node != gone).collect();
-                    let Some(to) = self.node.replacement(entry.id.0, partition.0, &keep, down)
-                    else {
-                        continue;
-                    };
-                    plans.push((name.clone(), partition, gone, to));
-                    if plans.len() >= REPLACEMENTS_PER_ROUND {
-                        break 'queues;
-                    }
-                }
-            }
-            plans
-        };
-        for (queue, partition, from, to) in plans {
-            let outcome = match self.moved_set(&queue, partition, from, to) {
-                Ok((current, next)) => {
-                    self.controller.set_replicas(queue.clone(), partition, current, next).await
-                }
-                Err(error) => {
-                    tracing::debug!(queue = %queue, partition = partition.0, %error,
-                        "re-placement not planned");
-                    continue;
-                }
-            };
-            match outcome {
-                Ok(update) => tracing::warn!(queue = %queue, partition = partition.0, from, to,
-                    version = update.version.0, "replica of a node that is down re-placed"),
-                Err(error) => {
-                    tracing::info!(queue = %queue, partition = partition.0, %error,
-                        "re-placement not made; tried again next round");
-                    return;
-                }
-            }
         }
     }
 
@@ -432,7 +378,7 @@ impl ClusterCatalog {
         health.nodes = evaluate(
             self.node.node_id(),
             &all,
-            &self.node.controller_voters(),
+            &self.controller.driver().membership().voters,
             &peers,
             led_for_ms,
             down_after_ms,
@@ -663,53 +609,6 @@ impl ClusterCatalog {
         .map_err(|error| self.refused(error))?;
         self.handed_out(update.version).await?;
         Ok(update.version)
-    }
-
-    /// The replica set `partition` of `queue` has by the table (else the
-    /// placer's), and the set with node `from` replaced by node `to` (at
-    /// the end: a new member is not the preferred leader before it caught
-    /// up).
-    ///
-    /// # Errors
-    /// `QueueNotFound`, `NoSuchPartition`; `InvalidReplicas` when `from`
-    /// is not in the set, `to` is in it or is not a node of the cluster.
-    fn moved_set(
-        &self,
-        queue: &QueueName,
-        partition: PartitionId,
-        from: u64,
-        to: u64,
-    ) -> Result<(Vec<u64>, Vec<u64>), CoordinatorError> {
-        let state = self.controller.state();
-        let entry = state
-            .table
-            .queue(queue)
-            .ok_or_else(|| AssignmentError::QueueNotFound(queue.clone()))?;
-        if partition.0 as usize >= entry.partitions.len() {
-            return Err(AssignmentError::NoSuchPartition { queue: queue.clone(), partition }.into());
-        }
-        let current = match entry.replicas.get(&partition) {
-            Some(set) => set.nodes.clone(),
-            None => self.node.replicas(entry.id.0, partition.0),
-        };
-        let invalid = |reason: String| AssignmentError::InvalidReplicas {
-            queue: queue.clone(),
-            partition,
-            to: current.clone(),
-            reason,
-        };
-        if !current.contains(&from) {
-            return Err(invalid(format!("node {from} holds no replica of it")).into());
-        }
-        if current.contains(&to) {
-            return Err(invalid(format!("node {to} holds a replica of it already")).into());
-        }
-        if self.node.config().node(to).is_none() {
-            return Err(invalid(format!("node {to} is not a node of the cluster")).into());
-        }
-        let mut next: Vec<u64> = current.iter().copied().filter(|node| *node != from).collect();
-        next.push(to);
-        Ok((current, next))
     }
 
     /// Sends a drain report (or a settled replica set) to the controller's
