@@ -27,7 +27,13 @@
 //!   catalog as a learner, takes creates (redirected to the controller's
 //!   leader) and holds partition replicas like any node, also with a voter
 //!   killed; `spool cluster nodes` shows the killed voter down after the
-//!   node-down timeout, and up once restarted.
+//!   node-down timeout, and up once restarted;
+//! - re-placement: a node killed for good has its replicas re-placed and
+//!   settled on the nodes left, a second node's loss then loses nothing,
+//!   and the first back removes its stale copies; an operator's move of a
+//!   leader's replica under sends; a controller voter killed for good
+//!   replaced by a learner, so the controller outlives a second voter's
+//!   loss, and both back take their members from the log.
 //!
 //! Every wait is bounded (and, where the broker reports it, waits on what
 //! it reports: its metrics, its logs); the test runs under nextest's
