@@ -113,6 +113,17 @@ async fn wait_released(cluster: &Cluster, nodes: &[usize], round: &str) {
     }
 }
 
+/// A producer that retries a send 12 times, 100 ms apart (a burst meets
+/// elections and full journals).
+fn retrying_producer(client: &spool_client::Client) -> Producer {
+    let config = ProducerConfig {
+        retries: 12,
+        retry_backoff: Duration::from_millis(100),
+        ..ProducerConfig::default()
+    };
+    Producer::new(client.clone(), config).unwrap()
+}
+
 /// Sends a burst of `sequences` and acks every message of it.
 async fn burst_and_drain(
     cluster: &Cluster,
@@ -151,12 +162,7 @@ async fn replicated_journals_release_what_every_member_holds_and_reopen() {
     let (mut cluster, leaders) = start_with_queue(options, QUEUE, PARTITIONS, LEAD_TIMEOUT).await;
     let client = client_at(&cluster.node(leaders[0]).client_addr()).await;
     wait_for_queue(&client, QUEUE, PARTITIONS).await;
-    let config = ProducerConfig {
-        retries: 12,
-        retry_backoff: Duration::from_millis(100),
-        ..ProducerConfig::default()
-    };
-    let producer = Producer::new(client.clone(), config).unwrap();
+    let producer = retrying_producer(&client);
     let all = [0, 1, 2];
 
     burst_and_drain(&cluster, leaders[0], &producer, 0..BURST, "all up").await;
@@ -245,12 +251,7 @@ async fn a_node_holding_some_partitions_releases_its_journal() {
     );
     let client = client_at(&cluster.node(leaders[0]).client_addr()).await;
     wait_for_queue(&client, QUEUE, PARTITIONS).await;
-    let config = ProducerConfig {
-        retries: 12,
-        retry_backoff: Duration::from_millis(100),
-        ..ProducerConfig::default()
-    };
-    let producer = Producer::new(client.clone(), config).unwrap();
+    let producer = retrying_producer(&client);
     burst_and_drain(&cluster, leaders[0], &producer, 0..BURST, "four nodes").await;
     wait_released(&cluster, &[0, 1, 2, 3], "four nodes").await;
     producer.close().await;

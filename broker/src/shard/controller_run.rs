@@ -568,37 +568,25 @@ impl ClusterCatalog {
             KeyChange::Drained { queue, key_version, partition } => {
                 let outcome =
                     self.controller.keys_drained(queue.clone(), key_version, partition).await;
-                if let Err(
-                    ControllerError::NotLeader { leader }
-                    | ControllerError::Replica(DriverError::NotLeader { leader }),
-                ) = &outcome
-                {
-                    let body = ForwardedDrain {
-                        queue: queue.as_str().to_owned(),
-                        key_version,
-                        partition: partition.0,
-                        settled: None,
-                    };
-                    self.forward(*leader, &body);
-                }
+                let body = ForwardedDrain {
+                    queue: queue.as_str().to_owned(),
+                    key_version,
+                    partition: partition.0,
+                    settled: None,
+                };
+                self.forward_refused(&outcome, &body);
                 outcome
             }
             KeyChange::Settled { queue, partition, nodes } => {
                 let outcome =
                     self.controller.replicas_settled(queue.clone(), partition, nodes.clone()).await;
-                if let Err(
-                    ControllerError::NotLeader { leader }
-                    | ControllerError::Replica(DriverError::NotLeader { leader }),
-                ) = &outcome
-                {
-                    let body = ForwardedDrain {
-                        queue: queue.as_str().to_owned(),
-                        key_version: 0,
-                        partition: partition.0,
-                        settled: Some(nodes),
-                    };
-                    self.forward(*leader, &body);
-                }
+                let body = ForwardedDrain {
+                    queue: queue.as_str().to_owned(),
+                    key_version: 0,
+                    partition: partition.0,
+                    settled: Some(nodes),
+                };
+                self.forward_refused(&outcome, &body);
                 outcome
             }
             KeyChange::Move { queue, partition, from, to } => {
@@ -609,6 +597,18 @@ impl ClusterCatalog {
         .map_err(|error| self.refused(error))?;
         self.handed_out(update.version).await?;
         Ok(update.version)
+    }
+
+    /// Forwards `body` to the controller's leader when `outcome` says this
+    /// member does not lead (it cannot propose the report itself).
+    fn forward_refused<T>(&self, outcome: &Result<T, ControllerError>, body: &ForwardedDrain) {
+        if let Err(
+            ControllerError::NotLeader { leader }
+            | ControllerError::Replica(DriverError::NotLeader { leader }),
+        ) = outcome
+        {
+            self.forward(*leader, body);
+        }
     }
 
     /// Sends a drain report (or a settled replica set) to the controller's
