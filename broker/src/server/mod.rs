@@ -572,6 +572,9 @@ impl ShardHooks for SpoolHooks {
                 // In a cluster, only the partitions this node is a replica of.
                 let owned = state.owned_partitions(*queue_id, shards, 0);
                 let live = update.version > state.recovered.version();
+                if !live {
+                    state.remove_stale_copies(queue);
+                }
                 state.open_owned(queue, *queue_id, config, &owned, live).await
             }
             AssignmentChange::GrowQueue { queue, shards } => {

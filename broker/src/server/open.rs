@@ -52,13 +52,19 @@ impl ShardState {
     }
 
     /// Whether this node holds a replica of `partition` of the queue
-    /// `entry` (always on one node).
+    /// `entry` (always on one node): the table names it, or the table
+    /// re-placed the partition off it and its group has not settled there
+    /// yet while this node still has its copy (which may be part of a
+    /// majority until then: `server/replace.rs`).
     pub(super) fn holds_replica(
         &self,
         entry: &crate::control::assignment::QueueEntry,
         partition: PartitionId,
     ) -> bool {
-        self.cluster.as_ref().is_none_or(|cluster| cluster.hosts(entry, partition))
+        let Some(cluster) = &self.cluster else { return true };
+        cluster.hosts(entry, partition)
+            || (entry.replicas.get(&partition).is_some_and(|set| !set.settled)
+                && partition_dir(&self.config.data_dir, entry.id, partition).is_dir())
     }
 
     /// Opens `queue`/`partition`. `epoch_opened`: its journal handle and
@@ -82,12 +88,10 @@ impl ShardState {
                 PartitionId(first.saturating_add(u32::try_from(index).unwrap_or(u32::MAX)))
             })
             .filter(|partition| {
-                self.cluster.as_ref().is_none_or(|cluster| {
-                    let table = self.table.borrow();
-                    table
-                        .queue_by_id(queue_id)
-                        .is_some_and(|(_, entry)| cluster.hosts(entry, *partition))
-                })
+                let table = self.table.borrow();
+                table
+                    .queue_by_id(queue_id)
+                    .is_some_and(|(_, entry)| self.holds_replica(entry, *partition))
             })
             .collect()
     }

@@ -9,7 +9,10 @@
 //! - **The table no longer names this node** and the group is settled
 //!   (its leader reported its voters are the new set): the member closes
 //!   and its partition's directory is removed. Not before: until the group
-//!   left it, it may still be needed for a majority.
+//!   left it, it may still be needed for a majority; until then it keeps
+//!   (and at a start opens) its copy (`ShardState::holds_replica`). At
+//!   start, the directory of a partition re-placed off this node and
+//!   settled is removed (a removal a crash cut short).
 //! - **The watch**: every [`REPLICA_WATCH_INTERVAL`], for each partition
 //!   whose table set is not settled and whose group this shard leads, the
 //!   next step ([`Members::step_toward`]: add the new node as a learner,
@@ -79,6 +82,42 @@ impl ShardState {
             return self.remove_replica(queue, partition).await;
         }
         Ok(())
+    }
+
+    /// At start (the catalog's replay of `queue`): removes the directory of
+    /// every partition of `queue` on this shard that this node no longer
+    /// holds (its group settled on a set without it) but whose directory
+    /// is still here: the table changed and the removal did not happen (a
+    /// crash between the catalog's write and it, or a node down through
+    /// both). A failure is logged, not fatal: the copy is only unused.
+    pub(super) fn remove_stale_copies(&self, queue: &QueueName) {
+        if self.cluster.is_none() {
+            return;
+        }
+        let stale: Vec<std::path::PathBuf> = {
+            let table = self.table.borrow();
+            let Some(entry) = table.queue(queue) else { return };
+            (0..entry.partitions.len())
+                .filter(|index| entry.partitions[*index].shard == self.shard)
+                .map(|index| PartitionId(u32::try_from(index).unwrap_or(u32::MAX)))
+                .filter(|partition| !self.holds_replica(entry, *partition))
+                .map(|partition| super::partition_dir(&self.config.data_dir, entry.id, partition))
+                .filter(|dir| dir.is_dir())
+                .collect()
+        };
+        for dir in stale {
+            // Off the data path, at start: a blocking remove is acceptable.
+            let removed = std::fs::remove_dir_all(&dir).and_then(|()| match dir.parent() {
+                Some(parent) => std::fs::File::open(parent)?.sync_all(),
+                None => Ok(()),
+            });
+            match removed {
+                Ok(()) => tracing::warn!(queue = %queue, dir = %dir.display(),
+                    "stale copy removed: its partition was re-placed off this node and settled"),
+                Err(error) => tracing::warn!(queue = %queue, dir = %dir.display(), %error,
+                    "stale copy of a partition re-placed off this node not removed"),
+            }
+        }
     }
 
     /// Closes this node's member of `partition` of `queue` and removes its
