@@ -204,14 +204,22 @@ pub(super) fn watch(state: &Rc<ShardState>) {
         tracing::info!(queue = %queue, partition = partition.0, ?members, ?target, ?step,
             "re-placing a replica");
         let coordinator = state.coordinator.clone();
+        let weak = Rc::downgrade(state);
         glommio::spawn_local(async move {
             match step {
-                MemberStep::Change(change) => {
-                    if let Err(error) = part.change_membership(change).await {
+                MemberStep::Change(change) => match part.change_membership(change).await {
+                    // Committed and applied: the next step at the next turn,
+                    // not after the retry wait.
+                    Ok(()) => {
+                        if let Some(state) = weak.upgrade() {
+                            state.replacing.next_try.borrow_mut().remove(&(queue_id, partition));
+                        }
+                    }
+                    Err(error) => {
                         tracing::debug!(queue = %queue, partition = partition.0, %error,
                             "membership step not taken yet");
                     }
-                }
+                },
                 MemberStep::Transfer(to) => part.transfer_leadership(to),
                 MemberStep::Settled => {
                     let change =
