@@ -128,7 +128,7 @@ impl PartitionState {
         set: &'a BTreeSet<(Millis, Offset)>,
     ) -> impl Iterator<Item = Candidate> + 'a {
         set.iter().map(move |&(since_ms, offset)| {
-            let warm = self.warm.get(&offset).expect("indexed messages are in warm");
+            let warm = self.sub.warm.get(&offset).expect("indexed messages are in warm");
             Candidate {
                 offset,
                 since_ms,
@@ -157,13 +157,13 @@ impl PartitionState {
     ) -> Vec<ClassCursor<impl Iterator<Item = Candidate> + '_, impl Iterator<Item = Candidate> + '_>>
     {
         let mut cursors = Vec::with_capacity(self.fresh.len() + 1);
-        for (fresh, ready) in self.fresh.iter().zip(&self.band_ready) {
+        for (fresh, ready) in self.fresh.iter().zip(&self.sub.band_ready) {
             cursors.push(ClassCursor {
                 fresh: Some(Self::fresh_source(fresh).peekable()),
                 warm: self.warm_source(ready).peekable(),
             });
         }
-        cursors.push(ClassCursor { fresh: None, warm: self.warm_source(&self.retry).peekable() });
+        cursors.push(ClassCursor { fresh: None, warm: self.warm_source(&self.sub.retry).peekable() });
         cursors
     }
 
@@ -242,7 +242,7 @@ impl PartitionState {
         let lease_ms = self.lease(request.lease_ms)?;
         let deadline_ms = now.saturating_add(lease_ms);
         let weights = self.weights();
-        let mut credits = self.credits;
+        let mut credits = self.sub.credits;
         let mut cursors = self.class_cursors();
         decision.events.reserve(request.credits as usize);
         decision.deliveries.reserve(request.credits as usize);
@@ -363,11 +363,11 @@ impl PartitionState {
         let lease_ms = self.lease(request.lease_ms)?;
         let deadline_ms = now.saturating_add(lease_ms);
         let mut bytes = 0u64;
-        for &(_, offset) in self.dlq_ready.iter().take(request.credits as usize) {
+        for &(_, offset) in self.sub.dlq_ready.iter().take(request.credits as usize) {
             if offset >= durable_end {
                 break;
             }
-            let dead = &self.dlq[&offset];
+            let dead = &self.sub.dlq[&offset];
             if bytes + u64::from(dead.size_bytes) > request.max_bytes {
                 break;
             }

@@ -41,8 +41,8 @@ impl PartitionState {
         }
         let offset = fields.offset;
         let in_main =
-            self.warm.contains_key(&offset) || self.fresh.iter().any(|f| f.get(offset).is_some());
-        let current_lane = if self.dlq.contains_key(&offset) {
+            self.sub.warm.contains_key(&offset) || self.fresh.iter().any(|f| f.get(offset).is_some());
+        let current_lane = if self.sub.dlq.contains_key(&offset) {
             Lane::DeadLetter
         } else if in_main {
             Lane::Main
@@ -56,7 +56,7 @@ impl PartitionState {
             }));
         }
         let (generation, claim, attempts, expiry_ms) = match current_lane {
-            Lane::Main => match self.warm.get(&offset) {
+            Lane::Main => match self.sub.warm.get(&offset) {
                 Some(warm) => {
                     let claim = match warm.phase {
                         WarmPhase::Claimed(claim) => Some(claim),
@@ -67,7 +67,7 @@ impl PartitionState {
                 None => (Generation(0), None, 0, NEVER),
             },
             Lane::DeadLetter => {
-                let dead = &self.dlq[&offset];
+                let dead = &self.sub.dlq[&offset];
                 let claim = match dead.phase {
                     DeadPhase::Claimed(claim) => Some(claim),
                     DeadPhase::Ready { .. } => None,

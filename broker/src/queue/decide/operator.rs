@@ -30,19 +30,19 @@ impl PartitionState {
     /// not an unclaimed dead letter.
     pub fn redrive(&self, now: Millis, which: Redrive) -> Result<Vec<Event>, QueueError> {
         match which {
-            Redrive::One(offset) => match self.dlq.get(&offset) {
+            Redrive::One(offset) => match self.sub.dlq.get(&offset) {
                 Some(dead) if matches!(dead.phase, DeadPhase::Ready { .. }) => {
                     Ok(vec![Event::Redriven { offset, generation: dead.generation, at_ms: now }])
                 }
                 _ => Err(QueueError::NotRedrivable(offset)),
             },
             Redrive::Oldest(count) => Ok(self
-                .dlq_ready
+                .sub.dlq_ready
                 .iter()
                 .take(count.min(ADMIN_EVENTS_MAX))
                 .map(|&(_, offset)| Event::Redriven {
                     offset,
-                    generation: self.dlq[&offset].generation,
+                    generation: self.sub.dlq[&offset].generation,
                     at_ms: now,
                 })
                 .collect()),
@@ -71,7 +71,7 @@ impl PartitionState {
                     })
                     .collect();
                 offsets.extend(
-                    self.warm
+                    self.sub.warm
                         .iter()
                         .take_while(|(&offset, _)| offset < durable_end)
                         .filter(|(_, w)| !matches!(w.phase, WarmPhase::Claimed(_)))
@@ -91,7 +91,7 @@ impl PartitionState {
                     .collect()
             }
             Lane::DeadLetter => self
-                .dlq
+                .sub.dlq
                 .range(..durable_end)
                 .filter(|(_, d)| matches!(d.phase, DeadPhase::Ready { .. }))
                 .take(max)
@@ -118,7 +118,7 @@ impl PartitionState {
                 let fresh_pending: u64 =
                     self.fresh.iter().map(|f| f.iter_after(after).count() as u64).sum();
                 let warm_pending = self
-                    .warm
+                    .sub.warm
                     .iter_after(after)
                     .filter(|(_, w)| !matches!(w.phase, WarmPhase::Claimed(_)))
                     .count() as u64;
@@ -126,11 +126,11 @@ impl PartitionState {
             }
             Lane::DeadLetter => {
                 let pending = self
-                    .dlq
+                    .sub.dlq
                     .range(durable_end..)
                     .filter(|(_, d)| matches!(d.phase, DeadPhase::Ready { .. }))
                     .count() as u64;
-                self.dlq_ready.len() as u64 - pending
+                self.sub.dlq_ready.len() as u64 - pending
             }
         }
     }
@@ -143,7 +143,7 @@ impl PartitionState {
         if after.is_some_and(|o| o.0 == u64::MAX) {
             return Vec::new();
         }
-        self.dlq
+        self.sub.dlq
             .range(start..)
             .take(max.min(PEEK_MAX))
             .map(|(&offset, dead)| self.dead_view(offset, dead))

@@ -30,14 +30,14 @@ impl PartitionState {
     /// `limit` events, in offset order; the caller applies them and asks
     /// again while the answer is full.
     pub fn fence(&self, now: Millis, limit: usize) -> Vec<Event> {
-        let mut offsets: Vec<Offset> = self.claims.iter().map(|&(_, offset)| offset).collect();
+        let mut offsets: Vec<Offset> = self.sub.claims.iter().map(|&(_, offset)| offset).collect();
         offsets.sort_unstable();
         offsets.into_iter().take(limit).filter_map(|offset| self.fence_event(offset, now)).collect()
     }
 
     fn fence_event(&self, offset: Offset, now: Millis) -> Option<Event> {
         let reason = ReleaseReason::EPOCH_FENCED;
-        if let Some(dead) = self.dlq.get(&offset) {
+        if let Some(dead) = self.sub.dlq.get(&offset) {
             return matches!(dead.phase, DeadPhase::Claimed(_)).then_some(Event::Released {
                 lane: Lane::DeadLetter,
                 offset,
@@ -76,7 +76,7 @@ impl PartitionState {
 
     /// What time does to one message at `now`, if anything.
     fn tick_event(&self, offset: Offset, now: Millis) -> Option<Event> {
-        if let Some(dead) = self.dlq.get(&offset) {
+        if let Some(dead) = self.sub.dlq.get(&offset) {
             return match dead.phase {
                 DeadPhase::Claimed(claim) if claim.deadline_ms() <= now => {
                     Some(Event::LeaseExpired {
@@ -143,9 +143,9 @@ impl PartitionState {
         // Records not yet durable are passed over before the bound, so they
         // never hide durable ones behind them; there are at most as many as
         // appended records awaiting their sync.
-        candidates.extend(self.claims.range(due).filter_map(durable).take(TICK_EVENTS_MAX));
-        candidates.extend(self.scheduled.range(due).filter_map(durable).take(TICK_EVENTS_MAX));
-        candidates.extend(self.warm_expiry.range(due).filter_map(durable).take(TICK_EVENTS_MAX));
+        candidates.extend(self.sub.claims.range(due).filter_map(durable).take(TICK_EVENTS_MAX));
+        candidates.extend(self.sub.scheduled.range(due).filter_map(durable).take(TICK_EVENTS_MAX));
+        candidates.extend(self.sub.warm_expiry.range(due).filter_map(durable).take(TICK_EVENTS_MAX));
         let mut expired = Vec::new();
         for fresh in &self.fresh {
             fresh.expired(now, durable_end, TICK_EVENTS_MAX, &mut expired);
@@ -161,11 +161,11 @@ impl PartitionState {
     /// The earliest time at which `tick` will have something to do, for the
     /// shard's timer. `None`: nothing is pending on time.
     pub fn next_wakeup(&self) -> Option<Millis> {
-        let claims = self.claims.first().map(|&(t, _)| t);
-        let scheduled = self.scheduled.first().map(|&(t, _)| t);
+        let claims = self.sub.claims.first().map(|&(t, _)| t);
+        let scheduled = self.sub.scheduled.first().map(|&(t, _)| t);
         // Claimed messages' expiry only matters at their lease end, which
         // `claims` covers; a stale earlier wake-up is harmless.
-        let warm = self.warm_expiry.first().map(|&(t, _)| t);
+        let warm = self.sub.warm_expiry.first().map(|&(t, _)| t);
         let fresh = self.fresh.iter().map(|f| f.min_expiry_ms()).filter(|&t| t != NEVER);
         [claims, scheduled, warm].into_iter().flatten().chain(fresh).min()
     }

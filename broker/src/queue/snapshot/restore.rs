@@ -43,11 +43,11 @@ fn distinct_offsets(state: &PartitionState) -> Result<Option<Offset>, &'static s
     for band in state.fresh.iter().filter(|band| !band.is_empty()) {
         lists.push(Box::new(band.iter().map(|view| view.offset)));
     }
-    if state.warm.len() > 0 {
-        lists.push(Box::new(state.warm.iter().map(|(&offset, _)| offset)));
+    if state.sub.warm.len() > 0 {
+        lists.push(Box::new(state.sub.warm.iter().map(|(&offset, _)| offset)));
     }
-    if !state.dlq.is_empty() {
-        lists.push(Box::new(state.dlq.keys().copied()));
+    if !state.sub.dlq.is_empty() {
+        lists.push(Box::new(state.sub.dlq.keys().copied()));
     }
     let mut highest = None;
     if lists.len() <= 1 {
@@ -172,7 +172,7 @@ impl PartitionState {
         if quarantined_by_deliveries.saturating_add(quarantined_by_expiry) > quarantined {
             return Err(CodecError::Inconsistent("dead-letter moves by cause"));
         }
-        state.totals = Totals {
+        state.sub.totals = Totals {
             enqueued,
             acked,
             expired,
@@ -190,7 +190,7 @@ impl PartitionState {
             credits.push(r.u32()?);
         }
         if credits.len() == state.fresh.len() + 1 {
-            state.credits = Credits::from_raw(&credits);
+            state.sub.credits = Credits::from_raw(&credits);
         }
         // Fresh entries go straight into their band's chunks (each stored
         // band is in offset order: checked, not sorted). Only when the

@@ -27,7 +27,7 @@ impl PartitionState {
         };
         let size = match lane {
             Lane::Main => self.main_message(offset)?.warm.size_bytes,
-            Lane::DeadLetter => self.dlq.get(&offset)?.size_bytes,
+            Lane::DeadLetter => self.sub.dlq.get(&offset)?.size_bytes,
         };
         Some((offset, size))
     }
@@ -92,15 +92,15 @@ impl PartitionState {
                     ApplyError::WrongState { offset, what: "Extended: deadline out of range" },
                 )?;
                 self.note(offset);
-                assert!(self.claims.remove(&(claim.deadline_ms(), offset)));
-                assert!(self.claims.insert((deadline_ms, offset)));
+                assert!(self.sub.claims.remove(&(claim.deadline_ms(), offset)));
+                assert!(self.sub.claims.insert((deadline_ms, offset)));
                 match lane {
                     Lane::Main => {
-                        let warm = self.warm.get_mut(&offset).expect("current_claim found it");
+                        let warm = self.sub.warm.get_mut(&offset).expect("current_claim found it");
                         warm.phase = WarmPhase::Claimed(moved);
                     }
                     Lane::DeadLetter => {
-                        let dead = self.dlq.get_mut(&offset).expect("current_claim found it");
+                        let dead = self.sub.dlq.get_mut(&offset).expect("current_claim found it");
                         dead.phase = DeadPhase::Claimed(moved);
                     }
                 }
@@ -111,11 +111,11 @@ impl PartitionState {
                 match lane {
                     Lane::Main => {
                         self.take_main(offset).expect("current_claim found it");
-                        self.totals.acked += 1;
+                        self.sub.totals.acked += 1;
                     }
                     Lane::DeadLetter => {
                         self.take_dead(offset).expect("current_claim found it");
-                        self.totals.dead_letter_acked += 1;
+                        self.sub.totals.dead_letter_acked += 1;
                     }
                 }
                 Ok(())
@@ -123,17 +123,17 @@ impl PartitionState {
             Event::Released { lane, offset, generation, reason, at_ms, not_before_ms } => {
                 self.current_claim(lane, offset, generation)?;
                 self.end_claim(lane, offset, reason, at_ms, not_before_ms);
-                self.totals.released += 1;
+                self.sub.totals.released += 1;
                 Ok(())
             }
             Event::LeaseExpired { lane, offset, generation, at_ms } => {
                 self.current_claim(lane, offset, generation)?;
                 self.end_claim(lane, offset, ReleaseReason::LEASE_EXPIRED, at_ms, at_ms);
-                self.totals.lease_expired += 1;
+                self.sub.totals.lease_expired += 1;
                 Ok(())
             }
             Event::Readied { offset, generation, at_ms } => {
-                let warm = self.warm.get(&offset).ok_or(ApplyError::UnknownMessage(offset))?;
+                let warm = self.sub.warm.get(&offset).ok_or(ApplyError::UnknownMessage(offset))?;
                 Self::check_generation(offset, generation, warm.generation)?;
                 if !matches!(warm.phase, WarmPhase::Scheduled { .. }) {
                     return Err(ApplyError::WrongState { offset, what: "Readied: not scheduled" });
@@ -161,10 +161,10 @@ impl PartitionState {
                     phase: DeadPhase::Ready { since_ms: at_ms },
                 };
                 self.insert_dead(offset, dead);
-                self.totals.quarantined += 1;
+                self.sub.totals.quarantined += 1;
                 match cause {
-                    QuarantineCause::Deliveries => self.totals.quarantined_by_deliveries += 1,
-                    QuarantineCause::Expired => self.totals.quarantined_by_expiry += 1,
+                    QuarantineCause::Deliveries => self.sub.totals.quarantined_by_deliveries += 1,
+                    QuarantineCause::Expired => self.sub.totals.quarantined_by_expiry += 1,
                 }
                 Ok(())
             }
@@ -172,11 +172,11 @@ impl PartitionState {
                 let found = self.main_message(offset).ok_or(ApplyError::UnknownMessage(offset))?;
                 Self::check_generation(offset, generation, found.warm.generation)?;
                 self.take_main(offset).expect("just found");
-                self.totals.expired += 1;
+                self.sub.totals.expired += 1;
                 Ok(())
             }
             Event::Redriven { offset, generation, at_ms } => {
-                let dead = self.dlq.get(&offset).ok_or(ApplyError::UnknownMessage(offset))?;
+                let dead = self.sub.dlq.get(&offset).ok_or(ApplyError::UnknownMessage(offset))?;
                 Self::check_generation(offset, generation, dead.generation)?;
                 if !matches!(dead.phase, DeadPhase::Ready { .. }) {
                     return Err(ApplyError::WrongState { offset, what: "Redriven: claimed" });
@@ -193,7 +193,7 @@ impl PartitionState {
                     phase: WarmPhase::Ready { since_ms: at_ms },
                 };
                 self.insert_warm(offset, warm);
-                self.totals.redriven += 1;
+                self.sub.totals.redriven += 1;
                 Ok(())
             }
             Event::Purged { lane, offset, generation, .. } => {
@@ -209,7 +209,7 @@ impl PartitionState {
                     }
                     Lane::DeadLetter => {
                         let dead =
-                            self.dlq.get(&offset).ok_or(ApplyError::UnknownMessage(offset))?;
+                            self.sub.dlq.get(&offset).ok_or(ApplyError::UnknownMessage(offset))?;
                         Self::check_generation(offset, generation, dead.generation)?;
                         if !matches!(dead.phase, DeadPhase::Ready { .. }) {
                             return Err(ApplyError::WrongState { offset, what: "Purged: claimed" });
@@ -217,7 +217,7 @@ impl PartitionState {
                         self.take_dead(offset).expect("just found");
                     }
                 }
-                self.totals.purged += 1;
+                self.sub.totals.purged += 1;
                 Ok(())
             }
             Event::Attributed { offset, count, principal, .. } => {
@@ -289,8 +289,8 @@ impl PartitionState {
         let after = from.0.checked_sub(1).map(Offset);
         let below = |offset: Offset| offset < to;
         self.fresh.iter().any(|band| band.iter_after(after).next().is_some_and(|v| below(v.offset)))
-            || self.warm.iter_after(after).next().is_some_and(|(offset, _)| below(*offset))
-            || self.dlq.range(from..to).next().is_some()
+            || self.sub.warm.iter_after(after).next().is_some_and(|(offset, _)| below(*offset))
+            || self.sub.dlq.range(from..to).next().is_some()
     }
 
     fn check_generation(
@@ -311,7 +311,7 @@ impl PartitionState {
                 return Err(ApplyError::OffsetNotIncreasing { offset: meta.offset, highest });
             }
         }
-        if self.dlq.contains_key(&meta.offset) {
+        if self.sub.dlq.contains_key(&meta.offset) {
             return Err(ApplyError::DuplicateOffset(meta.offset));
         }
         // Never let a time reach the tombstone value, and keep enqueue times
@@ -324,7 +324,7 @@ impl PartitionState {
         let band = self.band_of(meta.priority);
         // An expiry before the enqueue time is the enqueue time: expired at once.
         let expiry_ms = meta.expiry_ms.map_or(NEVER, |e| e.max(enqueue_time_ms));
-        self.totals.enqueued += 1;
+        self.sub.totals.enqueued += 1;
         if meta.not_before_ms > enqueue_time_ms {
             let warm = Warm {
                 enqueue_time_ms,
@@ -373,14 +373,14 @@ impl PartitionState {
                 let promoted =
                     fairness::promoted(since_ms, claim.claimed_at_ms, self.config.age_promotion_ms);
                 let weights = self.weights();
-                self.credits.serve(class, promoted, &weights);
+                self.sub.credits.serve(class, promoted, &weights);
                 let mut warm = self.take_main(offset).expect("just found").warm;
                 warm.generation = generation;
                 warm.phase = WarmPhase::Claimed(claim);
                 self.insert_warm(offset, warm);
             }
             Lane::DeadLetter => {
-                let dead = self.dlq.get(&offset).ok_or(ApplyError::UnknownMessage(offset))?;
+                let dead = self.sub.dlq.get(&offset).ok_or(ApplyError::UnknownMessage(offset))?;
                 let DeadPhase::Ready { .. } = dead.phase else {
                     return Err(ApplyError::WrongState { offset, what: "Claimed: not ready" });
                 };
@@ -404,7 +404,7 @@ impl PartitionState {
     ) -> Result<Claim, ApplyError> {
         let (state_generation, phase_claim) = match lane {
             Lane::Main => {
-                let warm = self.warm.get(&offset).ok_or(ApplyError::UnknownMessage(offset))?;
+                let warm = self.sub.warm.get(&offset).ok_or(ApplyError::UnknownMessage(offset))?;
                 let claim = match warm.phase {
                     WarmPhase::Claimed(claim) => Some(claim),
                     _ => None,
@@ -412,7 +412,7 @@ impl PartitionState {
                 (warm.generation, claim)
             }
             Lane::DeadLetter => {
-                let dead = self.dlq.get(&offset).ok_or(ApplyError::UnknownMessage(offset))?;
+                let dead = self.sub.dlq.get(&offset).ok_or(ApplyError::UnknownMessage(offset))?;
                 let claim = match dead.phase {
                     DeadPhase::Claimed(claim) => Some(claim),
                     DeadPhase::Ready { .. } => None,

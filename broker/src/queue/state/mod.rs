@@ -13,17 +13,14 @@
 //! and the dedupe window remember them.
 
 mod apply;
+pub(crate) mod delivery;
 pub(crate) mod capture;
 mod invariants;
 mod view;
 
-use std::collections::{BTreeMap, BTreeSet};
-
-use super::chunk_map::ChunkMap;
-use super::claim_age::ClaimAges;
 use super::config::{ConfigError, QueueConfig};
 use super::dedupe::DedupeTable;
-use super::fairness::{Credits, PerClass};
+use super::fairness::PerClass;
 use super::fresh::{FreshBand, FreshView, NEVER};
 use super::limits::{
     DEDUPE_ENTRY_BYTES_MAX, LEASE_LIFETIME_MS_MAX, MESSAGE_STATE_BYTES_MAX, STORED_RUN_BYTES_MAX,
@@ -36,6 +33,7 @@ use super::types::{
     WorkerId,
 };
 use capture::Capture;
+use delivery::Delivery;
 
 pub use view::{MessagePhase, MessageView, QueueCounters, Totals};
 
@@ -151,38 +149,14 @@ pub struct PartitionState {
     pub(crate) key: TokenKey,
     pub(crate) config: QueueConfig,
     pub(crate) fresh: Vec<FreshBand>,
-    pub(crate) warm: ChunkMap<Warm>,
-    /// Warm ready messages with no failed attempt, per band: (since, offset).
-    pub(crate) band_ready: Vec<BTreeSet<(Millis, Offset)>>,
-    /// Warm ready messages with at least one failed attempt: (since, offset).
-    pub(crate) retry: BTreeSet<(Millis, Offset)>,
-    /// Scheduled messages by min(due, expiry): when tick must look at them.
-    pub(crate) scheduled: BTreeSet<(Millis, Offset)>,
-    /// Warm ready messages that expire: (expiry, offset). Scheduled ones are
-    /// due at min(not_before, expiry) in `scheduled`; claimed ones are looked
-    /// at when their lease ends.
-    pub(crate) warm_expiry: BTreeSet<(Millis, Offset)>,
-    pub(crate) warm_bytes: u64,
-    /// Live leases of both lanes: (deadline, offset).
-    pub(crate) claims: BTreeSet<(Millis, Offset)>,
-    /// The same leases by claim time (`claim_age.rs`): the oldest claim
-    /// still held, without a scan. Kept beside `claims` by
-    /// `insert_warm`/`take_main`/`insert_dead`/`take_dead`.
-    pub(crate) claim_ages: ClaimAges,
-    pub(crate) dlq: BTreeMap<Offset, DeadLetter>,
-    pub(crate) dlq_ready: BTreeSet<(Millis, Offset)>,
-    /// Record bytes of every dead letter, kept beside `dlq` by
-    /// `insert_dead`/`take_dead` (restore goes through them too) so that
-    /// admission reads it without a scan.
-    pub(crate) dlq_bytes: u64,
+    /// The default subscription's delivery state (`delivery.rs`).
+    pub(crate) sub: Delivery,
     /// Ids enqueued within the dedupe window (see `dedupe.rs`).
     pub(crate) dedupe: DedupeTable,
-    pub(crate) credits: Credits,
     pub(crate) highest_enqueued: Option<Offset>,
     /// Enqueue times are clamped to be non-decreasing in offset, so fresh
     /// FIFO order is also age order.
     pub(crate) last_enqueue_time_ms: Millis,
-    pub(crate) totals: Totals,
     /// Messages and record bytes held per producing principal, from the
     /// `Attributed` events (`stored.rs`); empty while nothing is attributed.
     pub(crate) stored: StoredByPrincipal,
@@ -216,23 +190,11 @@ impl PartitionState {
             epoch: ctx.epoch,
             key: TokenKey::from_secret(&ctx.secret),
             fresh: vec![FreshBand::default(); bands],
-            band_ready: vec![BTreeSet::new(); bands],
-            credits: Credits::new(&weights),
+            sub: Delivery::new(bands, &weights),
             config: ctx.config,
-            warm: ChunkMap::default(),
-            retry: BTreeSet::new(),
-            scheduled: BTreeSet::new(),
-            warm_expiry: BTreeSet::new(),
-            warm_bytes: 0,
-            claims: BTreeSet::new(),
-            claim_ages: ClaimAges::default(),
-            dlq: BTreeMap::new(),
-            dlq_ready: BTreeSet::new(),
-            dlq_bytes: 0,
             dedupe: DedupeTable::new(&ctx.secret, dedupe_window_ms),
             highest_enqueued: None,
             last_enqueue_time_ms: 0,
-            totals: Totals::default(),
             stored: StoredByPrincipal::default(),
             key_map: None,
             members: None,
@@ -282,7 +244,7 @@ impl PartitionState {
 
     /// Claims outstanding in either lane (what the epoch fence ends at open).
     pub fn claims_outstanding(&self) -> usize {
-        self.claims.len()
+        self.sub.claims.len()
     }
 
     /// Class weights: bands then retry.
@@ -303,12 +265,12 @@ impl PartitionState {
     /// Live main-lane messages: ready, scheduled and claimed (the work
     /// still to serve; dead letters are not in it).
     pub fn live_messages(&self) -> u64 {
-        self.fresh.iter().map(FreshBand::len).sum::<u64>() + self.warm.len() as u64
+        self.fresh.iter().map(FreshBand::len).sum::<u64>() + self.sub.warm.len() as u64
     }
 
     /// Record bytes of live main-lane messages.
     pub fn live_bytes(&self) -> u64 {
-        self.fresh.iter().map(FreshBand::bytes).sum::<u64>() + self.warm_bytes
+        self.fresh.iter().map(FreshBand::bytes).sum::<u64>() + self.sub.warm_bytes
     }
 
     /// Every message the queue still holds: the main lane plus the
@@ -318,13 +280,13 @@ impl PartitionState {
     /// keeps a queue whose workers keep failing from growing its DLQ, and
     /// the log segments its evidence pins, without bound.
     pub fn held_messages(&self) -> u64 {
-        self.live_messages() + self.dlq.len() as u64
+        self.live_messages() + self.sub.dlq.len() as u64
     }
 
     /// Record bytes of every message the queue still holds, both lanes (the
     /// admission bytes).
     pub fn held_bytes(&self) -> u64 {
-        self.live_bytes() + self.dlq_bytes
+        self.live_bytes() + self.sub.dlq_bytes
     }
 
     /// The bytes this state is charged against its shard's memory budget:
@@ -348,7 +310,7 @@ impl PartitionState {
 
     /// Finds a main-lane message without changing anything.
     pub(crate) fn main_message(&self, offset: Offset) -> Option<MainMessage> {
-        if let Some(warm) = self.warm.get(&offset) {
+        if let Some(warm) = self.sub.warm.get(&offset) {
             return Some(MainMessage { warm: *warm });
         }
         self.fresh.iter().enumerate().find_map(|(band, fresh)| {
@@ -373,26 +335,26 @@ impl PartitionState {
     /// Removes a main-lane message from every structure that holds it.
     fn take_main(&mut self, offset: Offset) -> Option<MainMessage> {
         self.note(offset);
-        if let Some(warm) = self.warm.remove(&offset) {
-            self.warm_bytes -= u64::from(warm.size_bytes);
+        if let Some(warm) = self.sub.warm.remove(&offset) {
+            self.sub.warm_bytes -= u64::from(warm.size_bytes);
             match warm.phase {
                 WarmPhase::Scheduled { due_ms } => {
-                    assert!(self.scheduled.remove(&(due_ms.min(warm.expiry_ms), offset)));
+                    assert!(self.sub.scheduled.remove(&(due_ms.min(warm.expiry_ms), offset)));
                 }
                 WarmPhase::Ready { since_ms } => {
                     if warm.expiry_ms != NEVER {
-                        assert!(self.warm_expiry.remove(&(warm.expiry_ms, offset)));
+                        assert!(self.sub.warm_expiry.remove(&(warm.expiry_ms, offset)));
                     }
                     let set = if warm.attempts == 0 {
-                        &mut self.band_ready[usize::from(warm.priority)]
+                        &mut self.sub.band_ready[usize::from(warm.priority)]
                     } else {
-                        &mut self.retry
+                        &mut self.sub.retry
                     };
                     assert!(set.remove(&(since_ms, offset)));
                 }
                 WarmPhase::Claimed(claim) => {
-                    assert!(self.claims.remove(&(claim.deadline_ms(), offset)));
-                    self.claim_ages.remove(claim.claimed_at_ms);
+                    assert!(self.sub.claims.remove(&(claim.deadline_ms(), offset)));
+                    self.sub.claim_ages.remove(claim.claimed_at_ms);
                 }
             }
             return Some(MainMessage { warm });
@@ -411,37 +373,37 @@ impl PartitionState {
         assert!(usize::from(warm.priority) < self.fresh.len());
         match warm.phase {
             WarmPhase::Scheduled { due_ms } => {
-                assert!(self.scheduled.insert((due_ms.min(warm.expiry_ms), offset)));
+                assert!(self.sub.scheduled.insert((due_ms.min(warm.expiry_ms), offset)));
             }
             WarmPhase::Ready { since_ms } => {
                 if warm.expiry_ms != NEVER {
-                    assert!(self.warm_expiry.insert((warm.expiry_ms, offset)));
+                    assert!(self.sub.warm_expiry.insert((warm.expiry_ms, offset)));
                 }
                 let set = if warm.attempts == 0 {
-                    &mut self.band_ready[usize::from(warm.priority)]
+                    &mut self.sub.band_ready[usize::from(warm.priority)]
                 } else {
-                    &mut self.retry
+                    &mut self.sub.retry
                 };
                 assert!(set.insert((since_ms, offset)));
             }
             WarmPhase::Claimed(claim) => {
-                assert!(self.claims.insert((claim.deadline_ms(), offset)));
-                self.claim_ages.add(claim.claimed_at_ms);
+                assert!(self.sub.claims.insert((claim.deadline_ms(), offset)));
+                self.sub.claim_ages.add(claim.claimed_at_ms);
             }
         }
-        self.warm_bytes += u64::from(warm.size_bytes);
-        assert!(self.warm.insert(offset, warm).is_none());
+        self.sub.warm_bytes += u64::from(warm.size_bytes);
+        assert!(self.sub.warm.insert(offset, warm).is_none());
     }
 
     fn take_dead(&mut self, offset: Offset) -> Option<DeadLetter> {
         self.note(offset);
-        let dead = self.dlq.remove(&offset)?;
-        self.dlq_bytes -= u64::from(dead.size_bytes);
+        let dead = self.sub.dlq.remove(&offset)?;
+        self.sub.dlq_bytes -= u64::from(dead.size_bytes);
         match dead.phase {
-            DeadPhase::Ready { since_ms } => assert!(self.dlq_ready.remove(&(since_ms, offset))),
+            DeadPhase::Ready { since_ms } => assert!(self.sub.dlq_ready.remove(&(since_ms, offset))),
             DeadPhase::Claimed(claim) => {
-                assert!(self.claims.remove(&(claim.deadline_ms(), offset)));
-                self.claim_ages.remove(claim.claimed_at_ms);
+                assert!(self.sub.claims.remove(&(claim.deadline_ms(), offset)));
+                self.sub.claim_ages.remove(claim.claimed_at_ms);
             }
         }
         Some(dead)
@@ -450,14 +412,14 @@ impl PartitionState {
     fn insert_dead(&mut self, offset: Offset, dead: DeadLetter) {
         self.note(offset);
         match dead.phase {
-            DeadPhase::Ready { since_ms } => assert!(self.dlq_ready.insert((since_ms, offset))),
+            DeadPhase::Ready { since_ms } => assert!(self.sub.dlq_ready.insert((since_ms, offset))),
             DeadPhase::Claimed(claim) => {
-                assert!(self.claims.insert((claim.deadline_ms(), offset)));
-                self.claim_ages.add(claim.claimed_at_ms);
+                assert!(self.sub.claims.insert((claim.deadline_ms(), offset)));
+                self.sub.claim_ages.add(claim.claimed_at_ms);
             }
         }
-        self.dlq_bytes += u64::from(dead.size_bytes);
-        assert!(self.dlq.insert(offset, dead).is_none());
+        self.sub.dlq_bytes += u64::from(dead.size_bytes);
+        assert!(self.sub.dlq.insert(offset, dead).is_none());
     }
 
     /// Inserts a fresh (never claimed, ready) message; used by apply and restore.

@@ -90,8 +90,8 @@ impl PartitionState {
     /// the newest checkpoint's offset and the configured audit window.
     pub fn retention_watermark(&self) -> Option<Offset> {
         let fresh = self.fresh.iter().filter_map(FreshBand::front).map(|v| v.offset);
-        let warm = self.warm.first_key();
-        let dead = self.dlq.keys().next().copied();
+        let warm = self.sub.warm.first_key();
+        let dead = self.sub.dlq.keys().next().copied();
         fresh.chain(warm).chain(dead).min()
     }
 
@@ -99,7 +99,7 @@ impl PartitionState {
     /// claimed), if any: every main-lane message below it is finished.
     pub fn oldest_live_main(&self) -> Option<Offset> {
         let fresh = self.fresh.iter().filter_map(FreshBand::front).map(|v| v.offset);
-        fresh.chain(self.warm.first_key()).min()
+        fresh.chain(self.sub.warm.first_key()).min()
     }
 
     /// Whether the state still holds any message (either lane, any phase)
@@ -107,8 +107,8 @@ impl PartitionState {
     /// offsets is still needed. O(end - first) lookups.
     pub fn holds_any(&self, first: Offset, end: Offset) -> bool {
         (first.0..end.0).map(Offset).any(|offset| {
-            self.warm.contains_key(&offset)
-                || self.dlq.contains_key(&offset)
+            self.sub.warm.contains_key(&offset)
+                || self.sub.dlq.contains_key(&offset)
                 || self.fresh.iter().any(|band| band.get(offset).is_some())
         })
     }
@@ -118,42 +118,42 @@ impl PartitionState {
     /// durable and its record is not past its expiry): O(priority bands).
     pub fn has_ready(&self) -> bool {
         self.fresh.iter().any(|band| !band.is_empty())
-            || self.band_ready.iter().any(|ready| !ready.is_empty())
-            || !self.retry.is_empty()
+            || self.sub.band_ready.iter().any(|ready| !ready.is_empty())
+            || !self.sub.retry.is_empty()
     }
 
     pub fn counters(&self, now: Millis) -> QueueCounters {
         let fresh_ready: u64 = self.fresh.iter().map(FreshBand::len).sum();
         let warm_ready: u64 =
-            self.band_ready.iter().map(|s| s.len() as u64).sum::<u64>() + self.retry.len() as u64;
-        let main_claimed = self.claims.len() as u64 - self.dead_letter_claimed();
+            self.sub.band_ready.iter().map(|s| s.len() as u64).sum::<u64>() + self.sub.retry.len() as u64;
+        let main_claimed = self.sub.claims.len() as u64 - self.dead_letter_claimed();
         let oldest_fresh =
             self.fresh.iter().filter_map(FreshBand::front).map(|v| v.enqueue_time_ms);
         let oldest_warm = self
-            .band_ready
+            .sub.band_ready
             .iter()
-            .chain(std::iter::once(&self.retry))
+            .chain(std::iter::once(&self.sub.retry))
             .filter_map(|s| s.first())
             .map(|&(since, _)| since);
         let oldest = oldest_fresh.chain(oldest_warm).min();
         QueueCounters {
             ready: fresh_ready + warm_ready,
-            scheduled: self.scheduled.len() as u64,
+            scheduled: self.sub.scheduled.len() as u64,
             claimed: main_claimed,
-            quarantined: self.dlq.len() as u64,
+            quarantined: self.sub.dlq.len() as u64,
             dead_letter_claimed: self.dead_letter_claimed(),
             live_messages: self.live_messages(),
             live_bytes: self.live_bytes(),
             held_messages: self.held_messages(),
             held_bytes: self.held_bytes(),
             oldest_ready_age_ms: oldest.map(|since| now.saturating_sub(since)),
-            oldest_claim_age_ms: self.claim_ages.oldest().map(|at| now.saturating_sub(at)),
-            totals: self.totals,
+            oldest_claim_age_ms: self.sub.claim_ages.oldest().map(|at| now.saturating_sub(at)),
+            totals: self.sub.totals,
         }
     }
 
     fn dead_letter_claimed(&self) -> u64 {
-        self.dlq.len() as u64 - self.dlq_ready.len() as u64
+        self.sub.dlq.len() as u64 - self.sub.dlq_ready.len() as u64
     }
 
     /// Every live message of both lanes in offset order. O(n): for tests,
@@ -165,10 +165,10 @@ impl PartitionState {
                 out.push(Self::main_view(view.offset, &Self::warm_from_fresh(&view, band)));
             }
         }
-        for (&offset, warm) in self.warm.iter() {
+        for (&offset, warm) in self.sub.warm.iter() {
             out.push(Self::main_view(offset, warm));
         }
-        for (&offset, dead) in &self.dlq {
+        for (&offset, dead) in &self.sub.dlq {
             out.push(self.dead_view(offset, dead));
         }
         out.sort_by_key(|v| v.offset);

@@ -1,0 +1,74 @@
+//! `Delivery`: one subscription's delivery state over the partition's
+//! stored records (`docs/design/subscriptions.md`, §2 and §7). Everything
+//! a worker's claims change lives here: the warm map (claimed, scheduled
+//! and retried messages) and its indexes, the leases, the dead letters,
+//! the fairness credits and the counters. The log side (the shared
+//! never-claimed index `fresh`, dedupe, enqueue facts, stored counts, the
+//! key map and members) stays in `PartitionState`, once per partition.
+//!
+//! A partition has the default subscription only, so today this is one
+//! field of the state (`PartitionState::sub`); the methods of `apply.rs`
+//! and `decide/` reach it there.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::view::Totals;
+use super::{DeadLetter, Warm};
+use crate::queue::chunk_map::ChunkMap;
+use crate::queue::claim_age::ClaimAges;
+use crate::queue::fairness::Credits;
+use crate::queue::types::{Millis, Offset};
+
+/// One subscription's delivery state (see the module docs).
+#[derive(Debug)]
+pub(crate) struct Delivery {
+    pub(crate) warm: ChunkMap<Warm>,
+    /// Warm ready messages with no failed attempt, per band: (since, offset).
+    pub(crate) band_ready: Vec<BTreeSet<(Millis, Offset)>>,
+    /// Warm ready messages with at least one failed attempt: (since, offset).
+    pub(crate) retry: BTreeSet<(Millis, Offset)>,
+    /// Scheduled messages by min(due, expiry): when tick must look at them.
+    pub(crate) scheduled: BTreeSet<(Millis, Offset)>,
+    /// Warm ready messages that expire: (expiry, offset). Scheduled ones are
+    /// due at min(not_before, expiry) in `scheduled`; claimed ones are looked
+    /// at when their lease ends.
+    pub(crate) warm_expiry: BTreeSet<(Millis, Offset)>,
+    pub(crate) warm_bytes: u64,
+    /// Live leases of both lanes: (deadline, offset).
+    pub(crate) claims: BTreeSet<(Millis, Offset)>,
+    /// The same leases by claim time (`claim_age.rs`): the oldest claim
+    /// still held, without a scan. Kept beside `claims` by
+    /// `insert_warm`/`take_main`/`insert_dead`/`take_dead`.
+    pub(crate) claim_ages: ClaimAges,
+    pub(crate) dlq: BTreeMap<Offset, DeadLetter>,
+    pub(crate) dlq_ready: BTreeSet<(Millis, Offset)>,
+    /// Record bytes of every dead letter, kept beside `dlq` by
+    /// `insert_dead`/`take_dead` (restore goes through them too) so that
+    /// admission reads it without a scan.
+    pub(crate) dlq_bytes: u64,
+    /// Weighted round-robin over the bands and the retry lane.
+    pub(crate) credits: Credits,
+    pub(crate) totals: Totals,
+}
+
+impl Delivery {
+    /// An empty delivery state for `bands` priority bands, with class
+    /// weights `weights` (the bands', then the retry lane's).
+    pub(crate) fn new(bands: usize, weights: &[u32]) -> Self {
+        Self {
+            warm: ChunkMap::default(),
+            band_ready: vec![BTreeSet::new(); bands],
+            retry: BTreeSet::new(),
+            scheduled: BTreeSet::new(),
+            warm_expiry: BTreeSet::new(),
+            warm_bytes: 0,
+            claims: BTreeSet::new(),
+            claim_ages: ClaimAges::default(),
+            dlq: BTreeMap::new(),
+            dlq_ready: BTreeSet::new(),
+            dlq_bytes: 0,
+            credits: Credits::new(weights),
+            totals: Totals::default(),
+        }
+    }
+}
