@@ -6,6 +6,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 
 use spool_broker::queue::stored::PrincipalId;
+use spool_broker::queue::types::SubscriptionId;
 use spool_broker::queue::{
     ClaimRequest, EnqueueMeta, Event, LeaderEpoch, MessageId, Offset, PartitionContext,
     PartitionId, PartitionState, QueueConfig, QueueId, WorkerId,
@@ -327,6 +328,7 @@ fn the_memory_charge_covers_what_the_state_allocates_in_every_phase() {
                     (0..N).for_each(|n| s.apply(&meta(n, 0, Some(10_000_000))).unwrap());
                     for n in 0..N {
                         s.apply(&Event::Quarantined {
+                            sub: SubscriptionId::DEFAULT,
                             offset: Offset(n * 2),
                             generation: spool_broker::queue::Generation(0),
                             cause: spool_broker::queue::QuarantineCause::Deliveries,

@@ -115,6 +115,9 @@ impl PartitionError {
                 | QueueError::ReleaseDelayTooLong { .. }
                 | QueueError::PriorityOutOfRange { .. }
                 | QueueError::NotRedrivable(_) => ErrorCode::InvalidArgument,
+                // Nothing on the wire names a subscription yet (the claim
+                // version that does brings its own code).
+                QueueError::UnknownSubscription(_) => ErrorCode::InvalidArgument,
                 // The request held more than one control batch of tokens: the
                 // rest succeed when sent again.
                 QueueError::AdmissionBatchFull { .. } => ErrorCode::Throttled,

@@ -21,7 +21,7 @@ mod tick;
 use super::error::QueueError;
 use super::event::Event;
 use super::state::PartitionState;
-use super::types::{Generation, Millis, Offset, QuarantineCause, ReleaseReason};
+use super::types::{Generation, Millis, Offset, QuarantineCause, ReleaseReason, SubscriptionId};
 pub use admission::{Admission, AdmissionIds, EnqueueDecision, FullLimit};
 pub use claim::{ClaimDecision, ClaimRequest, Delivery};
 pub use operator::Redrive;
@@ -37,10 +37,17 @@ impl PartitionState {
         }
     }
 
+    /// Where subscription `sub`'s delivery state is, or the refusal.
+    fn sub_at(&self, sub: SubscriptionId) -> Result<usize, QueueError> {
+        self.sub_index(sub).ok_or(QueueError::UnknownSubscription(sub))
+    }
+
     /// What happens to a main-lane message whose expiry has passed.
-    fn expiry_event(&self, offset: Offset, generation: Generation, now: Millis) -> Event {
+    fn expiry_event(&self, s: usize, offset: Offset, generation: Generation, now: Millis) -> Event {
+        let sub = self.subs[s].id;
         if self.config.dead_letter_on_expiry {
             Event::Quarantined {
+                sub,
                 offset,
                 generation,
                 cause: QuarantineCause::Expired,
@@ -48,7 +55,7 @@ impl PartitionState {
                 at_ms: now,
             }
         } else {
-            Event::Expired { offset, generation, at_ms: now }
+            Event::Expired { sub, offset, generation, at_ms: now }
         }
     }
 }

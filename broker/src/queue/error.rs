@@ -5,7 +5,7 @@
 
 use thiserror::Error;
 
-use super::types::{Generation, Lane, Millis, Offset};
+use super::types::{Generation, Lane, Millis, Offset, SubscriptionId};
 
 /// Why a delivery token is not genuine or not for this partition. The client
 /// cannot fix these by retrying.
@@ -60,6 +60,8 @@ pub enum QueueError {
     AdmissionBatchFull { max: usize },
     #[error("offset {0} is not in the dead-letter queue, or is claimed there")]
     NotRedrivable(Offset),
+    #[error("the queue has no subscription {0} on this partition")]
+    UnknownSubscription(SubscriptionId),
 }
 
 /// An event that does not fit the current state. The state is unchanged. On
@@ -78,6 +80,10 @@ pub enum ApplyError {
     Generation { offset: Offset, event: Generation, state: Generation },
     #[error("Enqueued offset {offset} is not above the highest applied {highest}")]
     OffsetNotIncreasing { offset: Offset, highest: Offset },
+    #[error("the partition has no subscription {0}")]
+    UnknownSubscription(SubscriptionId),
+    #[error("subscription {sub} cannot start or end here: {what}")]
+    Subscription { sub: SubscriptionId, what: &'static str },
 }
 
 /// Bytes that do not decode into an event, token or snapshot.

@@ -26,6 +26,15 @@
 //!
 //! `Claimed` is 40 bytes, every other kind 32. Unused fields must be zero.
 //!
+//! A delivery event (kinds 1..=10) of a subscription other than the
+//! default sets bit 0x80 of the kind byte and ends with 8 more bytes: the
+//! `u16` subscription id, then zeros (`docs/design/subscriptions.md` §4).
+//! The default subscription's events are written without them, so a
+//! queue with only the default writes exactly the bytes it always did.
+//! `SubscriptionStarted` (15) and `SubscriptionEnded` (16) carry the
+//! subscription in `reason` (never 0) and, for a start, its first offset
+//! in `offset`.
+//!
 //! `Attributed` (kind 11) names who wrote a data batch: the enqueue path
 //! appends it right behind the batch, in the same synchronous step, for an
 //! authenticated producer (`queue/stored.rs`), and while its commit is
@@ -40,13 +49,19 @@ use super::error::CodecError;
 use super::members::MembershipChange;
 use super::types::PrincipalId;
 use super::types::{
-    EnqueueMeta, Generation, Lane, Millis, Offset, QuarantineCause, ReleaseReason, WorkerId,
+    EnqueueMeta, Generation, Lane, Millis, Offset, QuarantineCause, ReleaseReason, SubscriptionId,
+    WorkerId,
 };
 
 /// Encoded size of every control event except `Claimed`.
 pub const EVENT_BYTES: usize = 32;
 /// Encoded size of `Claimed` (it also carries the worker).
 pub const CLAIMED_EVENT_BYTES: usize = 40;
+/// Set in the kind byte of a delivery event of a subscription other than
+/// the default: the record ends with this many more bytes (`u16`
+/// subscription id, then zeros).
+const SUBSCRIPTION_FLAG: u8 = 0x80;
+const SUBSCRIPTION_TAIL_BYTES: usize = 8;
 
 const _: () = assert!(EVENT_BYTES.is_multiple_of(8));
 const _: () = assert!(CLAIMED_EVENT_BYTES.is_multiple_of(8));
@@ -70,6 +85,8 @@ pub enum EventKind {
     TermStarted = 12,
     KeyMap = 13,
     Membership = 14,
+    SubscriptionStarted = 15,
+    SubscriptionEnded = 16,
 }
 
 /// One state transition. See `docs/design/queue-semantics.md` for what each
@@ -80,6 +97,7 @@ pub enum Event {
     Enqueued(EnqueueMeta),
     /// A ready message was leased to `worker` until `deadline_ms`.
     Claimed {
+        sub: SubscriptionId,
         lane: Lane,
         offset: Offset,
         generation: Generation,
@@ -89,6 +107,7 @@ pub enum Event {
     },
     /// The current claim's deadline moved to `deadline_ms`.
     Extended {
+        sub: SubscriptionId,
         lane: Lane,
         offset: Offset,
         generation: Generation,
@@ -96,10 +115,11 @@ pub enum Event {
         deadline_ms: Millis,
     },
     /// The current claim was acknowledged: the message is done.
-    Acked { lane: Lane, offset: Offset, generation: Generation, at_ms: Millis },
+    Acked { sub: SubscriptionId, lane: Lane, offset: Offset, generation: Generation, at_ms: Millis },
     /// The current claim was given back; ready again at `not_before_ms` (now
     /// if not later than `at_ms`). In the dead-letter lane always ready now.
     Released {
+        sub: SubscriptionId,
         lane: Lane,
         offset: Offset,
         generation: Generation,
@@ -108,11 +128,18 @@ pub enum Event {
         not_before_ms: Millis,
     },
     /// The current claim's deadline passed: the message is ready again.
-    LeaseExpired { lane: Lane, offset: Offset, generation: Generation, at_ms: Millis },
+    LeaseExpired {
+        sub: SubscriptionId,
+        lane: Lane,
+        offset: Offset,
+        generation: Generation,
+        at_ms: Millis,
+    },
     /// A scheduled message's time came: it is ready.
-    Readied { offset: Offset, generation: Generation, at_ms: Millis },
+    Readied { sub: SubscriptionId, offset: Offset, generation: Generation, at_ms: Millis },
     /// The message moved to the dead-letter queue (from claimed, ready or scheduled).
     Quarantined {
+        sub: SubscriptionId,
         offset: Offset,
         generation: Generation,
         cause: QuarantineCause,
@@ -120,11 +147,17 @@ pub enum Event {
         at_ms: Millis,
     },
     /// The message's expiry passed; it leaves serving state and is counted.
-    Expired { offset: Offset, generation: Generation, at_ms: Millis },
+    Expired { sub: SubscriptionId, offset: Offset, generation: Generation, at_ms: Millis },
     /// A dead letter moved back to the main lane as ready, attempts reset.
-    Redriven { offset: Offset, generation: Generation, at_ms: Millis },
+    Redriven { sub: SubscriptionId, offset: Offset, generation: Generation, at_ms: Millis },
     /// An operator removed an unclaimed message from `lane`.
-    Purged { lane: Lane, offset: Offset, generation: Generation, at_ms: Millis },
+    Purged {
+        sub: SubscriptionId,
+        lane: Lane,
+        offset: Offset,
+        generation: Generation,
+        at_ms: Millis,
+    },
     /// The `count` data records from `offset` on were appended by
     /// `principal` (never [`PrincipalId::UNKNOWN`]); only the per-principal
     /// stored counts change (`stored.rs`).
@@ -145,6 +178,13 @@ pub enum Event {
     /// entry, stored as this record, the same bytes on every member. Only
     /// the members change (`PartitionState::members`).
     Membership { change: MembershipChange },
+    /// Subscription `sub` of the queue begins on this partition: every
+    /// record from `from` on that the partition still holds is its to
+    /// deliver (`docs/design/subscriptions.md` §2). Never the default one.
+    SubscriptionStarted { sub: SubscriptionId, from: Offset, at_ms: Millis },
+    /// Subscription `sub` ends on this partition: its delivery state goes,
+    /// and records only it held leave. Never the default one.
+    SubscriptionEnded { sub: SubscriptionId, at_ms: Millis },
 }
 
 /// The common fields every control record has, before kind-specific meaning.
@@ -158,6 +198,8 @@ struct Fields {
     at_ms: u64,
     time_ms: u64,
     worker: Option<u64>,
+    /// A subscription other than the default: the record gains its tail.
+    sub: u16,
 }
 
 impl Event {
@@ -176,25 +218,53 @@ impl Event {
             | Self::Redriven { offset, .. }
             | Self::Purged { offset, .. }
             | Self::Attributed { offset, .. } => offset,
-            Self::TermStarted { .. } | Self::KeyMap { .. } | Self::Membership { .. } => Offset(0),
+            Self::SubscriptionStarted { from, .. } => from,
+            Self::TermStarted { .. }
+            | Self::KeyMap { .. }
+            | Self::Membership { .. }
+            | Self::SubscriptionEnded { .. } => Offset(0),
+        }
+    }
+
+    /// The subscription whose delivery state this event changes, `None`
+    /// for the log side's events (enqueue, attribution, term, key map,
+    /// membership) and for a subscription's start and end.
+    pub fn subscription(&self) -> Option<SubscriptionId> {
+        match *self {
+            Self::Claimed { sub, .. }
+            | Self::Extended { sub, .. }
+            | Self::Acked { sub, .. }
+            | Self::Released { sub, .. }
+            | Self::LeaseExpired { sub, .. }
+            | Self::Readied { sub, .. }
+            | Self::Quarantined { sub, .. }
+            | Self::Expired { sub, .. }
+            | Self::Redriven { sub, .. }
+            | Self::Purged { sub, .. } => Some(sub),
+            _ => None,
         }
     }
 
     /// Size of this event's control record, `None` for `Enqueued`.
     pub fn encoded_len(&self) -> Option<usize> {
+        let tail = match self.subscription() {
+            Some(sub) if sub != SubscriptionId::DEFAULT => SUBSCRIPTION_TAIL_BYTES,
+            _ => 0,
+        };
         match self {
             Self::Enqueued(_) => None,
-            Self::Claimed { .. } => Some(CLAIMED_EVENT_BYTES),
-            _ => Some(EVENT_BYTES),
+            Self::Claimed { .. } => Some(CLAIMED_EVENT_BYTES + tail),
+            _ => Some(EVENT_BYTES + tail),
         }
     }
 
     fn fields(&self) -> Option<Fields> {
         let f = match *self {
             Self::Enqueued(_) => return None,
-            Self::Claimed { lane, offset, generation, worker, claimed_at_ms, deadline_ms } => {
+            Self::Claimed { sub, lane, offset, generation, worker, claimed_at_ms, deadline_ms } => {
                 Fields {
                     kind: EventKind::Claimed as u8,
+                    sub: sub.0,
                     lane: lane as u8,
                     generation: generation.0,
                     offset: offset.0,
@@ -204,8 +274,9 @@ impl Event {
                     ..Fields::default()
                 }
             }
-            Self::Extended { lane, offset, generation, at_ms, deadline_ms } => Fields {
+            Self::Extended { sub, lane, offset, generation, at_ms, deadline_ms } => Fields {
                 kind: EventKind::Extended as u8,
+                sub: sub.0,
                 lane: lane as u8,
                 generation: generation.0,
                 offset: offset.0,
@@ -213,41 +284,48 @@ impl Event {
                 time_ms: deadline_ms,
                 ..Fields::default()
             },
-            Self::Acked { lane, offset, generation, at_ms } => Fields {
+            Self::Acked { sub, lane, offset, generation, at_ms } => Fields {
                 kind: EventKind::Acked as u8,
+                sub: sub.0,
                 lane: lane as u8,
                 generation: generation.0,
                 offset: offset.0,
                 at_ms,
                 ..Fields::default()
             },
-            Self::Released { lane, offset, generation, reason, at_ms, not_before_ms } => Fields {
-                kind: EventKind::Released as u8,
-                lane: lane as u8,
-                reason: reason.0,
-                generation: generation.0,
-                offset: offset.0,
-                at_ms,
-                time_ms: not_before_ms,
-                ..Fields::default()
-            },
-            Self::LeaseExpired { lane, offset, generation, at_ms } => Fields {
+            Self::Released { sub, lane, offset, generation, reason, at_ms, not_before_ms } => {
+                Fields {
+                    kind: EventKind::Released as u8,
+                    sub: sub.0,
+                    lane: lane as u8,
+                    reason: reason.0,
+                    generation: generation.0,
+                    offset: offset.0,
+                    at_ms,
+                    time_ms: not_before_ms,
+                    ..Fields::default()
+                }
+            }
+            Self::LeaseExpired { sub, lane, offset, generation, at_ms } => Fields {
                 kind: EventKind::LeaseExpired as u8,
+                sub: sub.0,
                 lane: lane as u8,
                 generation: generation.0,
                 offset: offset.0,
                 at_ms,
                 ..Fields::default()
             },
-            Self::Readied { offset, generation, at_ms } => Fields {
+            Self::Readied { sub, offset, generation, at_ms } => Fields {
                 kind: EventKind::Readied as u8,
+                sub: sub.0,
                 generation: generation.0,
                 offset: offset.0,
                 at_ms,
                 ..Fields::default()
             },
-            Self::Quarantined { offset, generation, cause, reason, at_ms } => Fields {
+            Self::Quarantined { sub, offset, generation, cause, reason, at_ms } => Fields {
                 kind: EventKind::Quarantined as u8,
+                sub: sub.0,
                 lane: cause as u8,
                 reason: reason.0,
                 generation: generation.0,
@@ -255,22 +333,25 @@ impl Event {
                 at_ms,
                 ..Fields::default()
             },
-            Self::Expired { offset, generation, at_ms } => Fields {
+            Self::Expired { sub, offset, generation, at_ms } => Fields {
                 kind: EventKind::Expired as u8,
+                sub: sub.0,
                 generation: generation.0,
                 offset: offset.0,
                 at_ms,
                 ..Fields::default()
             },
-            Self::Redriven { offset, generation, at_ms } => Fields {
+            Self::Redriven { sub, offset, generation, at_ms } => Fields {
                 kind: EventKind::Redriven as u8,
+                sub: sub.0,
                 generation: generation.0,
                 offset: offset.0,
                 at_ms,
                 ..Fields::default()
             },
-            Self::Purged { lane, offset, generation, at_ms } => Fields {
+            Self::Purged { sub, lane, offset, generation, at_ms } => Fields {
                 kind: EventKind::Purged as u8,
+                sub: sub.0,
                 lane: lane as u8,
                 generation: generation.0,
                 offset: offset.0,
@@ -301,6 +382,19 @@ impl Event {
                 time_ms: change.node(),
                 ..Fields::default()
             },
+            Self::SubscriptionStarted { sub, from, at_ms } => Fields {
+                kind: EventKind::SubscriptionStarted as u8,
+                reason: sub.0,
+                offset: from.0,
+                at_ms,
+                ..Fields::default()
+            },
+            Self::SubscriptionEnded { sub, at_ms } => Fields {
+                kind: EventKind::SubscriptionEnded as u8,
+                reason: sub.0,
+                at_ms,
+                ..Fields::default()
+            },
         };
         Some(f)
     }
@@ -312,7 +406,7 @@ impl Event {
     pub fn encode(&self, out: &mut Vec<u8>) -> Result<usize, CodecError> {
         let f = self.fields().ok_or(CodecError::NotControl)?;
         let start = out.len();
-        out.push(f.kind);
+        out.push(if f.sub == 0 { f.kind } else { f.kind | SUBSCRIPTION_FLAG });
         out.push(f.lane);
         out.extend_from_slice(&f.reason.to_le_bytes());
         out.extend_from_slice(&f.generation.to_le_bytes());
@@ -321,6 +415,10 @@ impl Event {
         out.extend_from_slice(&f.time_ms.to_le_bytes());
         if let Some(worker) = f.worker {
             out.extend_from_slice(&worker.to_le_bytes());
+        }
+        if f.sub != 0 {
+            out.extend_from_slice(&f.sub.to_le_bytes());
+            out.extend_from_slice(&[0; SUBSCRIPTION_TAIL_BYTES - 2]);
         }
         let written = out.len() - start;
         assert!(written.is_multiple_of(8));
@@ -334,15 +432,31 @@ impl Event {
     /// [`CodecError`] when the length does not match the kind, the kind or a
     /// field value is unknown, or an unused field is not zero.
     pub fn decode(bytes: &[u8]) -> Result<Self, CodecError> {
-        let kind = *bytes.first().ok_or(CodecError::Length { expected: EVENT_BYTES, got: 0 })?;
-        if !(EventKind::Claimed as u8..=EventKind::Membership as u8).contains(&kind) {
-            return Err(CodecError::UnknownKind(kind));
+        let first = *bytes.first().ok_or(CodecError::Length { expected: EVENT_BYTES, got: 0 })?;
+        let named = first & SUBSCRIPTION_FLAG != 0;
+        let kind = first & !SUBSCRIPTION_FLAG;
+        if !(EventKind::Claimed as u8..=EventKind::SubscriptionEnded as u8).contains(&kind)
+            || (named && kind > EventKind::Purged as u8)
+        {
+            return Err(CodecError::UnknownKind(first));
         }
-        let expected =
-            if kind == EventKind::Claimed as u8 { CLAIMED_EVENT_BYTES } else { EVENT_BYTES };
+        let base = if kind == EventKind::Claimed as u8 { CLAIMED_EVENT_BYTES } else { EVENT_BYTES };
+        let expected = if named { base + SUBSCRIPTION_TAIL_BYTES } else { base };
         if bytes.len() != expected {
             return Err(CodecError::Length { expected, got: bytes.len() });
         }
+        let sub = if named {
+            let tail = &bytes[base..];
+            let sub = u16::from_le_bytes([tail[0], tail[1]]);
+            // The default subscription is written without the tail, so
+            // each event has one encoding.
+            if sub == 0 || tail[2..].iter().any(|&b| b != 0) {
+                return Err(CodecError::BadField("subscription"));
+            }
+            SubscriptionId(sub)
+        } else {
+            SubscriptionId::DEFAULT
+        };
         let u16_at = |at: usize| u16::from_le_bytes([bytes[at], bytes[at + 1]]);
         let u32_at = |at: usize| {
             u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
@@ -364,6 +478,7 @@ impl Event {
             1 => {
                 zero(reason == 0)?;
                 Self::Claimed {
+                    sub,
                     lane: lane()?,
                     offset,
                     generation,
@@ -374,13 +489,21 @@ impl Event {
             }
             2 => {
                 zero(reason == 0)?;
-                Self::Extended { lane: lane()?, offset, generation, at_ms, deadline_ms: time_ms }
+                Self::Extended {
+                    sub,
+                    lane: lane()?,
+                    offset,
+                    generation,
+                    at_ms,
+                    deadline_ms: time_ms,
+                }
             }
             3 => {
                 zero(reason == 0 && time_ms == 0)?;
-                Self::Acked { lane: lane()?, offset, generation, at_ms }
+                Self::Acked { sub, lane: lane()?, offset, generation, at_ms }
             }
             4 => Self::Released {
+                sub,
                 lane: lane()?,
                 offset,
                 generation,
@@ -390,17 +513,18 @@ impl Event {
             },
             5 => {
                 zero(reason == 0 && time_ms == 0)?;
-                Self::LeaseExpired { lane: lane()?, offset, generation, at_ms }
+                Self::LeaseExpired { sub, lane: lane()?, offset, generation, at_ms }
             }
             6 => {
                 zero(lane_byte == 0 && reason == 0 && time_ms == 0)?;
-                Self::Readied { offset, generation, at_ms }
+                Self::Readied { sub, offset, generation, at_ms }
             }
             7 => {
                 zero(time_ms == 0)?;
                 let cause =
                     QuarantineCause::from_u8(lane_byte).ok_or(CodecError::BadField("cause"))?;
                 Self::Quarantined {
+                    sub,
                     offset,
                     generation,
                     cause,
@@ -410,15 +534,15 @@ impl Event {
             }
             8 => {
                 zero(lane_byte == 0 && reason == 0 && time_ms == 0)?;
-                Self::Expired { offset, generation, at_ms }
+                Self::Expired { sub, offset, generation, at_ms }
             }
             9 => {
                 zero(lane_byte == 0 && reason == 0 && time_ms == 0)?;
-                Self::Redriven { offset, generation, at_ms }
+                Self::Redriven { sub, offset, generation, at_ms }
             }
             10 => {
                 zero(reason == 0 && time_ms == 0)?;
-                Self::Purged { lane: lane()?, offset, generation, at_ms }
+                Self::Purged { sub, lane: lane()?, offset, generation, at_ms }
             }
             11 => {
                 zero(lane_byte == 0 && reason == 0)?;
@@ -452,6 +576,19 @@ impl Event {
                 let change = MembershipChange::from_code(reason, time_ms)
                     .ok_or(CodecError::BadField("membership change"))?;
                 Self::Membership { change }
+            }
+            15 | 16 => {
+                zero(lane_byte == 0 && generation.0 == 0 && time_ms == 0)?;
+                if reason == 0 {
+                    return Err(CodecError::BadField("subscription"));
+                }
+                let sub = SubscriptionId(reason);
+                if kind == 15 {
+                    Self::SubscriptionStarted { sub, from: offset, at_ms }
+                } else {
+                    zero(offset.0 == 0)?;
+                    Self::SubscriptionEnded { sub, at_ms }
+                }
             }
             other => return Err(CodecError::UnknownKind(other)),
         };

@@ -77,10 +77,6 @@ impl FreshBand {
         self.live == 0
     }
 
-    pub fn bytes(&self) -> u64 {
-        self.bytes
-    }
-
     fn view(&self, entry: &FreshEntry) -> FreshView {
         let expiry_ms = match entry.expiry_code {
             NO_EXPIRY => NEVER,

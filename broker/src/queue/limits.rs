@@ -84,6 +84,14 @@ pub const DEDUPE_ENTRY_BYTES_MAX: u64 = 40;
 /// What one run of attributed offsets costs at most (stored quotas: one
 /// run per batch when producers interleave single-record batches).
 pub const STORED_RUN_BYTES_MAX: u64 = 64;
+/// What one skipped offset of a subscription costs at most (an entry of
+/// a per-band `BTreeSet<Offset>`, `queue/state/shared.rs`): only a
+/// subscription that took a record out of order while another still has
+/// it to deliver keeps one.
+pub const SKIPPED_ENTRY_BYTES_MAX: u64 = 32;
+/// Most subscriptions a queue may have, the default included
+/// (`docs/design/subscriptions.md` §2).
+pub const SUBSCRIPTIONS_PER_QUEUE_MAX: usize = 16;
 /// Most voters, and most learners, a replicated partition's group names
 /// in a checkpoint (`queue/members.rs`): a replication factor of at most 5
 /// and one replacement at a time keep it far below; a bound on what a

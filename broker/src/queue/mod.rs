@@ -97,5 +97,5 @@ pub use state::{
 pub use token::{DeliveryToken, TokenClaim, TokenKey, DELIVERY_TOKEN_BYTES};
 pub use types::{
     EnqueueMeta, EnqueueRequest, Generation, Lane, LeaderEpoch, MessageId, Millis, Offset,
-    PartitionId, QuarantineCause, QueueId, ReleaseReason, WorkerId,
+    PartitionId, QuarantineCause, QueueId, ReleaseReason, SubscriptionId, WorkerId,
 };

@@ -38,6 +38,18 @@ impl From<Generation> for spool_wire::proto::Generation {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct QueueId(pub u32);
 
+/// Identity of a subscription within its queue
+/// (`docs/design/subscriptions.md`): allocated per queue, never reused;
+/// 0 is the default subscription every queue has.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SubscriptionId(pub u16);
+
+impl SubscriptionId {
+    /// The subscription every queue has (`default`): the only one before
+    /// subscriptions existed, so every older event and token names it.
+    pub const DEFAULT: Self = Self(0);
+}
+
 /// Why a claim ended without an ack. Values below [`ReleaseReason::RESERVED_MIN`]
 /// are application codes carried opaquely; the top of the range is reserved
 /// for the broker's own causes.
@@ -83,7 +95,7 @@ macro_rules! display_inner {
         }
     )*};
 }
-display_inner!(Generation, QueueId);
+display_inner!(Generation, QueueId, SubscriptionId);
 
 impl std::fmt::Display for Lane {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

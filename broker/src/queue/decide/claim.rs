@@ -14,11 +14,10 @@ use std::iter::Peekable;
 use crate::queue::error::QueueError;
 use crate::queue::event::Event;
 use crate::queue::fairness::{ClassHead, PerClass};
-use crate::queue::fresh::FreshBand;
 use crate::queue::limits::{CLAIM_CREDITS_MAX, CLAIM_EXPIRED_SCAN_MAX};
 use crate::queue::state::PartitionState;
 use crate::queue::token::{DeliveryToken, TokenClaim};
-use crate::queue::types::{Generation, Lane, Millis, Offset, WorkerId};
+use crate::queue::types::{Generation, Lane, Millis, Offset, SubscriptionId, WorkerId};
 
 /// A claim request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -125,10 +124,11 @@ impl PartitionState {
 
     fn warm_source<'a>(
         &'a self,
+        s: usize,
         set: &'a BTreeSet<(Millis, Offset)>,
     ) -> impl Iterator<Item = Candidate> + 'a {
         set.iter().map(move |&(since_ms, offset)| {
-            let warm = self.sub.warm.get(&offset).expect("indexed messages are in warm");
+            let warm = self.subs[s].warm.get(&offset).expect("indexed messages are in warm");
             Candidate {
                 offset,
                 since_ms,
@@ -140,8 +140,8 @@ impl PartitionState {
         })
     }
 
-    fn fresh_source(band: &FreshBand) -> impl Iterator<Item = Candidate> + '_ {
-        band.iter().map(|v| Candidate {
+    fn fresh_source(&self, s: usize, band: usize) -> impl Iterator<Item = Candidate> + '_ {
+        self.fresh_iter(s, band).map(|v| Candidate {
             offset: v.offset,
             since_ms: v.enqueue_time_ms,
             size_bytes: v.size_bytes,
@@ -154,16 +154,18 @@ impl PartitionState {
     #[allow(clippy::type_complexity)]
     fn class_cursors(
         &self,
+        s: usize,
     ) -> Vec<ClassCursor<impl Iterator<Item = Candidate> + '_, impl Iterator<Item = Candidate> + '_>>
     {
+        let d = &self.subs[s];
         let mut cursors = Vec::with_capacity(self.fresh.len() + 1);
-        for (fresh, ready) in self.fresh.iter().zip(&self.sub.band_ready) {
+        for (band, ready) in d.band_ready.iter().enumerate() {
             cursors.push(ClassCursor {
-                fresh: Some(Self::fresh_source(fresh).peekable()),
-                warm: self.warm_source(ready).peekable(),
+                fresh: Some(self.fresh_source(s, band).peekable()),
+                warm: self.warm_source(s, ready).peekable(),
             });
         }
-        cursors.push(ClassCursor { fresh: None, warm: self.warm_source(&self.sub.retry).peekable() });
+        cursors.push(ClassCursor { fresh: None, warm: self.warm_source(s, &d.retry).peekable() });
         cursors
     }
 
@@ -235,6 +237,36 @@ impl PartitionState {
         durable_end: Offset,
         decision: &mut ClaimDecision,
     ) -> Result<(), QueueError> {
+        self.claim_at(0, now, request, durable_end, decision)
+    }
+
+    /// [`PartitionState::claim_into`] for subscription `sub`.
+    ///
+    /// # Errors
+    /// As [`PartitionState::claim`], and
+    /// [`QueueError::UnknownSubscription`].
+    pub fn claim_sub_into(
+        &self,
+        sub: SubscriptionId,
+        now: Millis,
+        request: &ClaimRequest,
+        durable_end: Offset,
+        decision: &mut ClaimDecision,
+    ) -> Result<(), QueueError> {
+        decision.events.clear();
+        decision.deliveries.clear();
+        let s = self.sub_at(sub)?;
+        self.claim_at(s, now, request, durable_end, decision)
+    }
+
+    fn claim_at(
+        &self,
+        s: usize,
+        now: Millis,
+        request: &ClaimRequest,
+        durable_end: Offset,
+        decision: &mut ClaimDecision,
+    ) -> Result<(), QueueError> {
         decision.events.clear();
         decision.deliveries.clear();
         decision.exhausted = false;
@@ -242,8 +274,9 @@ impl PartitionState {
         let lease_ms = self.lease(request.lease_ms)?;
         let deadline_ms = now.saturating_add(lease_ms);
         let weights = self.weights();
-        let mut credits = self.sub.credits;
-        let mut cursors = self.class_cursors();
+        let sub = self.subs[s].id;
+        let mut credits = self.subs[s].credits;
+        let mut cursors = self.class_cursors(s);
         decision.events.reserve(request.credits as usize);
         decision.deliveries.reserve(request.credits as usize);
         let mut bytes = 0u64;
@@ -265,6 +298,7 @@ impl PartitionState {
                             }
                             skipped += 1;
                             decision.events.push(self.expiry_event(
+                                s,
                                 head.offset,
                                 head.generation,
                                 now,
@@ -304,6 +338,7 @@ impl PartitionState {
             cursors[class].advance();
             let generation = Generation(head.generation.0.wrapping_add(1));
             decision.events.push(Event::Claimed {
+                sub,
                 lane: Lane::Main,
                 offset: head.offset,
                 generation,
@@ -356,6 +391,36 @@ impl PartitionState {
         durable_end: Offset,
         decision: &mut ClaimDecision,
     ) -> Result<(), QueueError> {
+        self.claim_dead_at(0, now, request, durable_end, decision)
+    }
+
+    /// [`PartitionState::claim_dead_letters_into`] for subscription `sub`.
+    ///
+    /// # Errors
+    /// As [`PartitionState::claim_dead_letters`], and
+    /// [`QueueError::UnknownSubscription`].
+    pub fn claim_sub_dead_letters_into(
+        &self,
+        sub: SubscriptionId,
+        now: Millis,
+        request: &ClaimRequest,
+        durable_end: Offset,
+        decision: &mut ClaimDecision,
+    ) -> Result<(), QueueError> {
+        decision.events.clear();
+        decision.deliveries.clear();
+        let s = self.sub_at(sub)?;
+        self.claim_dead_at(s, now, request, durable_end, decision)
+    }
+
+    fn claim_dead_at(
+        &self,
+        s: usize,
+        now: Millis,
+        request: &ClaimRequest,
+        durable_end: Offset,
+        decision: &mut ClaimDecision,
+    ) -> Result<(), QueueError> {
         decision.events.clear();
         decision.deliveries.clear();
         decision.exhausted = false;
@@ -363,17 +428,19 @@ impl PartitionState {
         let lease_ms = self.lease(request.lease_ms)?;
         let deadline_ms = now.saturating_add(lease_ms);
         let mut bytes = 0u64;
-        for &(_, offset) in self.sub.dlq_ready.iter().take(request.credits as usize) {
+        let d = &self.subs[s];
+        for &(_, offset) in d.dlq_ready.iter().take(request.credits as usize) {
             if offset >= durable_end {
                 break;
             }
-            let dead = &self.sub.dlq[&offset];
+            let dead = &d.dlq[&offset];
             if bytes + u64::from(dead.size_bytes) > request.max_bytes {
                 break;
             }
             bytes += u64::from(dead.size_bytes);
             let generation = Generation(dead.generation.0.wrapping_add(1));
             decision.events.push(Event::Claimed {
+                sub: d.id,
                 lane: Lane::DeadLetter,
                 offset,
                 generation,

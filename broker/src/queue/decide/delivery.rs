@@ -12,7 +12,9 @@ use crate::queue::fresh::NEVER;
 use crate::queue::limits::RELEASE_DELAY_MS_MAX;
 use crate::queue::state::{Claim, DeadPhase, PartitionState, WarmPhase};
 use crate::queue::token::DeliveryToken;
-use crate::queue::types::{Generation, Lane, Millis, QuarantineCause, ReleaseReason};
+use crate::queue::types::{
+    Generation, Lane, Millis, QuarantineCause, ReleaseReason, SubscriptionId,
+};
 
 impl PartitionState {
     /// Checks a token: genuine, for this partition, this epoch, and naming
@@ -20,6 +22,7 @@ impl PartitionState {
     /// failed-attempt count and expiry.
     fn validate(
         &self,
+        s: usize,
         now: Millis,
         token: &DeliveryToken,
     ) -> Result<(Claim, u16, Millis), QueueError> {
@@ -40,9 +43,9 @@ impl PartitionState {
             }));
         }
         let offset = fields.offset;
-        let in_main =
-            self.sub.warm.contains_key(&offset) || self.fresh.iter().any(|f| f.get(offset).is_some());
-        let current_lane = if self.sub.dlq.contains_key(&offset) {
+        let d = &self.subs[s];
+        let in_main = d.warm.contains_key(&offset) || self.fresh_get(s, offset).is_some();
+        let current_lane = if d.dlq.contains_key(&offset) {
             Lane::DeadLetter
         } else if in_main {
             Lane::Main
@@ -56,7 +59,7 @@ impl PartitionState {
             }));
         }
         let (generation, claim, attempts, expiry_ms) = match current_lane {
-            Lane::Main => match self.sub.warm.get(&offset) {
+            Lane::Main => match d.warm.get(&offset) {
                 Some(warm) => {
                     let claim = match warm.phase {
                         WarmPhase::Claimed(claim) => Some(claim),
@@ -67,7 +70,7 @@ impl PartitionState {
                 None => (Generation(0), None, 0, NEVER),
             },
             Lane::DeadLetter => {
-                let dead = &self.sub.dlq[&offset];
+                let dead = &d.dlq[&offset];
                 let claim = match dead.phase {
                     DeadPhase::Claimed(claim) => Some(claim),
                     DeadPhase::Ready { .. } => None,
@@ -107,7 +110,31 @@ impl PartitionState {
         token: &DeliveryToken,
         lease_ms: Option<Millis>,
     ) -> Result<(Event, Millis), QueueError> {
-        let (claim, _, _) = self.validate(now, token)?;
+        self.extend_at(0, now, token, lease_ms)
+    }
+
+    /// [`PartitionState::extend`] of a claim of subscription `sub`.
+    ///
+    /// # Errors
+    /// As [`PartitionState::extend`], and [`QueueError::UnknownSubscription`].
+    pub fn extend_sub(
+        &self,
+        sub: SubscriptionId,
+        now: Millis,
+        token: &DeliveryToken,
+        lease_ms: Option<Millis>,
+    ) -> Result<(Event, Millis), QueueError> {
+        self.extend_at(self.sub_at(sub)?, now, token, lease_ms)
+    }
+
+    fn extend_at(
+        &self,
+        s: usize,
+        now: Millis,
+        token: &DeliveryToken,
+        lease_ms: Option<Millis>,
+    ) -> Result<(Event, Millis), QueueError> {
+        let (claim, _, _) = self.validate(s, now, token)?;
         let lease_ms = self.lease(lease_ms)?;
         let cap_ms = claim.claimed_at_ms.saturating_add(self.config.max_lease_lifetime_ms);
         let wanted_ms = now.saturating_add(lease_ms);
@@ -117,6 +144,7 @@ impl PartitionState {
         let deadline_ms = wanted_ms.min(cap_ms);
         let fields = token.claim();
         let event = Event::Extended {
+            sub: self.subs[s].id,
             lane: fields.lane,
             offset: fields.offset,
             generation: fields.generation,
@@ -131,9 +159,27 @@ impl PartitionState {
     /// # Errors
     /// Token errors.
     pub fn ack(&self, now: Millis, token: &DeliveryToken) -> Result<Event, QueueError> {
-        self.validate(now, token)?;
+        self.ack_at(0, now, token)
+    }
+
+    /// [`PartitionState::ack`] of a claim of subscription `sub`.
+    ///
+    /// # Errors
+    /// Token errors; [`QueueError::UnknownSubscription`].
+    pub fn ack_sub(
+        &self,
+        sub: SubscriptionId,
+        now: Millis,
+        token: &DeliveryToken,
+    ) -> Result<Event, QueueError> {
+        self.ack_at(self.sub_at(sub)?, now, token)
+    }
+
+    fn ack_at(&self, s: usize, now: Millis, token: &DeliveryToken) -> Result<Event, QueueError> {
+        self.validate(s, now, token)?;
         let fields = token.claim();
         Ok(Event::Acked {
+            sub: self.subs[s].id,
             lane: fields.lane,
             offset: fields.offset,
             generation: fields.generation,
@@ -156,7 +202,35 @@ impl PartitionState {
         reason: ReleaseReason,
         not_before_ms: Option<Millis>,
     ) -> Result<Event, QueueError> {
-        let (_, attempts, expiry_ms) = self.validate(now, token)?;
+        self.release_at(0, now, token, reason, not_before_ms)
+    }
+
+    /// [`PartitionState::release`] of a claim of subscription `sub`.
+    ///
+    /// # Errors
+    /// As [`PartitionState::release`], and
+    /// [`QueueError::UnknownSubscription`].
+    pub fn release_sub(
+        &self,
+        sub: SubscriptionId,
+        now: Millis,
+        token: &DeliveryToken,
+        reason: ReleaseReason,
+        not_before_ms: Option<Millis>,
+    ) -> Result<Event, QueueError> {
+        self.release_at(self.sub_at(sub)?, now, token, reason, not_before_ms)
+    }
+
+    fn release_at(
+        &self,
+        s: usize,
+        now: Millis,
+        token: &DeliveryToken,
+        reason: ReleaseReason,
+        not_before_ms: Option<Millis>,
+    ) -> Result<Event, QueueError> {
+        let (_, attempts, expiry_ms) = self.validate(s, now, token)?;
+        let sub = self.subs[s].id;
         let fields = token.claim();
         let (lane, offset, generation) = (fields.lane, fields.offset, fields.generation);
         if let Some(not_before_ms) = not_before_ms {
@@ -169,6 +243,7 @@ impl PartitionState {
         }
         if lane == Lane::DeadLetter {
             return Ok(Event::Released {
+                sub,
                 lane,
                 offset,
                 generation,
@@ -178,11 +253,12 @@ impl PartitionState {
             });
         }
         if expiry_ms <= now {
-            return Ok(self.expiry_event(offset, generation, now));
+            return Ok(self.expiry_event(s, offset, generation, now));
         }
         let attempt = attempts.saturating_add(1);
         if attempt >= self.config.max_deliveries {
             return Ok(Event::Quarantined {
+                sub,
                 offset,
                 generation,
                 cause: QuarantineCause::Deliveries,
@@ -193,6 +269,6 @@ impl PartitionState {
         let not_before_ms = not_before_ms
             .unwrap_or_else(|| now.saturating_add(self.config.backoff.delay_ms(attempt)))
             .max(now);
-        Ok(Event::Released { lane, offset, generation, reason, at_ms: now, not_before_ms })
+        Ok(Event::Released { sub, lane, offset, generation, reason, at_ms: now, not_before_ms })
     }
 }

@@ -10,7 +10,7 @@ use crate::queue::error::QueueError;
 use crate::queue::event::Event;
 use crate::queue::limits::{ADMIN_EVENTS_MAX, PEEK_MAX};
 use crate::queue::state::{DeadPhase, MessageView, PartitionState, WarmPhase};
-use crate::queue::types::{Generation, Lane, Millis, Offset};
+use crate::queue::types::{Generation, Lane, Millis, Offset, SubscriptionId};
 
 /// Which dead letters to redrive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,20 +29,46 @@ impl PartitionState {
     /// [`QueueError::NotRedrivable`] for `Redrive::One` of an offset that is
     /// not an unclaimed dead letter.
     pub fn redrive(&self, now: Millis, which: Redrive) -> Result<Vec<Event>, QueueError> {
+        self.redrive_at(0, now, which)
+    }
+
+    /// [`PartitionState::redrive`] of subscription `sub`'s dead letters.
+    ///
+    /// # Errors
+    /// As [`PartitionState::redrive`], and
+    /// [`QueueError::UnknownSubscription`].
+    pub fn redrive_sub(
+        &self,
+        sub: SubscriptionId,
+        now: Millis,
+        which: Redrive,
+    ) -> Result<Vec<Event>, QueueError> {
+        self.redrive_at(self.sub_at(sub)?, now, which)
+    }
+
+    fn redrive_at(&self, s: usize, now: Millis, which: Redrive) -> Result<Vec<Event>, QueueError> {
+        let d = &self.subs[s];
+        let sub = d.id;
         match which {
-            Redrive::One(offset) => match self.sub.dlq.get(&offset) {
+            Redrive::One(offset) => match d.dlq.get(&offset) {
                 Some(dead) if matches!(dead.phase, DeadPhase::Ready { .. }) => {
-                    Ok(vec![Event::Redriven { offset, generation: dead.generation, at_ms: now }])
+                    Ok(vec![Event::Redriven {
+                        sub,
+                        offset,
+                        generation: dead.generation,
+                        at_ms: now,
+                    }])
                 }
                 _ => Err(QueueError::NotRedrivable(offset)),
             },
-            Redrive::Oldest(count) => Ok(self
-                .sub.dlq_ready
+            Redrive::Oldest(count) => Ok(d
+                .dlq_ready
                 .iter()
                 .take(count.min(ADMIN_EVENTS_MAX))
                 .map(|&(_, offset)| Event::Redriven {
+                    sub,
                     offset,
-                    generation: self.sub.dlq[&offset].generation,
+                    generation: d.dlq[&offset].generation,
                     at_ms: now,
                 })
                 .collect()),
@@ -57,21 +83,48 @@ impl PartitionState {
     /// durable record. [`PartitionState::purgeable`] counts what repeated
     /// purges would take.
     pub fn purge(&self, now: Millis, lane: Lane, max: usize, durable_end: Offset) -> Vec<Event> {
+        self.purge_at(0, now, lane, max, durable_end)
+    }
+
+    /// [`PartitionState::purge`] of subscription `sub`'s messages: the
+    /// records stay for every other subscription.
+    ///
+    /// # Errors
+    /// [`QueueError::UnknownSubscription`].
+    pub fn purge_sub(
+        &self,
+        sub: SubscriptionId,
+        now: Millis,
+        lane: Lane,
+        max: usize,
+        durable_end: Offset,
+    ) -> Result<Vec<Event>, QueueError> {
+        Ok(self.purge_at(self.sub_at(sub)?, now, lane, max, durable_end))
+    }
+
+    fn purge_at(
+        &self,
+        s: usize,
+        now: Millis,
+        lane: Lane,
+        max: usize,
+        durable_end: Offset,
+    ) -> Vec<Event> {
         let max = max.min(ADMIN_EVENTS_MAX);
+        let d = &self.subs[s];
+        let sub = d.id;
         match lane {
             Lane::Main => {
-                let mut offsets: Vec<(Offset, Generation)> = self
-                    .fresh
-                    .iter()
-                    .flat_map(|f| {
-                        f.iter()
+                let mut offsets: Vec<(Offset, Generation)> = (0..self.fresh.len())
+                    .flat_map(|band| {
+                        self.fresh_iter(s, band)
                             .take_while(|v| v.offset < durable_end)
                             .take(max)
                             .map(|v| (v.offset, Generation(0)))
                     })
                     .collect();
                 offsets.extend(
-                    self.sub.warm
+                    d.warm
                         .iter()
                         .take_while(|(&offset, _)| offset < durable_end)
                         .filter(|(_, w)| !matches!(w.phase, WarmPhase::Claimed(_)))
@@ -83,6 +136,7 @@ impl PartitionState {
                     .into_iter()
                     .take(max)
                     .map(|(offset, generation)| Event::Purged {
+                        sub,
                         lane,
                         offset,
                         generation,
@@ -90,15 +144,16 @@ impl PartitionState {
                     })
                     .collect()
             }
-            Lane::DeadLetter => self
-                .sub.dlq
+            Lane::DeadLetter => d
+                .dlq
                 .range(..durable_end)
-                .filter(|(_, d)| matches!(d.phase, DeadPhase::Ready { .. }))
+                .filter(|(_, dead)| matches!(dead.phase, DeadPhase::Ready { .. }))
                 .take(max)
-                .map(|(&offset, d)| Event::Purged {
+                .map(|(&offset, dead)| Event::Purged {
+                    sub,
                     lane,
                     offset,
-                    generation: d.generation,
+                    generation: dead.generation,
                     at_ms: now,
                 })
                 .collect(),
@@ -109,41 +164,51 @@ impl PartitionState {
     /// remove if repeated until it takes nothing (a dry run): the unclaimed
     /// ones below `durable_end`. Costs O(bands + dead letters claimed +
     /// records at or past `durable_end`), not O(messages).
+    /// The default subscription's.
     pub fn purgeable(&self, lane: Lane, durable_end: Offset) -> u64 {
+        let d = &self.subs[0];
         match lane {
             Lane::Main => {
                 let counters = self.counters(0);
                 let unclaimed = counters.ready + counters.scheduled;
                 let after = durable_end.0.checked_sub(1).map(Offset);
-                let fresh_pending: u64 =
-                    self.fresh.iter().map(|f| f.iter_after(after).count() as u64).sum();
-                let warm_pending = self
-                    .sub.warm
+                let fresh_pending: u64 = (0..self.fresh.len())
+                    .map(|band| {
+                        self.fresh[band]
+                            .iter_after(after)
+                            .filter(|v| self.fresh_for(0, band, v.offset))
+                            .count() as u64
+                    })
+                    .sum();
+                let warm_pending = d
+                    .warm
                     .iter_after(after)
                     .filter(|(_, w)| !matches!(w.phase, WarmPhase::Claimed(_)))
                     .count() as u64;
                 unclaimed - fresh_pending - warm_pending
             }
             Lane::DeadLetter => {
-                let pending = self
-                    .sub.dlq
+                let pending = d
+                    .dlq
                     .range(durable_end..)
-                    .filter(|(_, d)| matches!(d.phase, DeadPhase::Ready { .. }))
+                    .filter(|(_, dead)| matches!(dead.phase, DeadPhase::Ready { .. }))
                     .count() as u64;
-                self.sub.dlq_ready.len() as u64 - pending
+                d.dlq_ready.len() as u64 - pending
             }
         }
     }
 
     /// Dead letters in offset order after `after`, at most `max` (bounded by
     /// `PEEK_MAX`): original offset, attempts, last reason, cause, timestamps.
-    /// The record bytes are at that offset in this partition's log.
+    /// The record bytes are at that offset in this partition's log. The
+    /// default subscription's.
     pub fn peek_dead_letters(&self, after: Option<Offset>, max: usize) -> Vec<MessageView> {
         let start = after.map_or(Offset(0), |o| Offset(o.0.saturating_add(1)));
         if after.is_some_and(|o| o.0 == u64::MAX) {
             return Vec::new();
         }
-        self.sub.dlq
+        self.subs[0]
+            .dlq
             .range(start..)
             .take(max.min(PEEK_MAX))
             .map(|(&offset, dead)| self.dead_view(offset, dead))

@@ -29,16 +29,34 @@ impl PartitionState {
     /// expiry has passed; a dead letter is simply ready again. At most
     /// `limit` events, in offset order; the caller applies them and asks
     /// again while the answer is full.
+    ///
+    /// Every subscription's claims, by subscription then offset.
     pub fn fence(&self, now: Millis, limit: usize) -> Vec<Event> {
-        let mut offsets: Vec<Offset> = self.sub.claims.iter().map(|&(_, offset)| offset).collect();
-        offsets.sort_unstable();
-        offsets.into_iter().take(limit).filter_map(|offset| self.fence_event(offset, now)).collect()
+        let mut out = Vec::new();
+        for s in 0..self.subs.len() {
+            if out.len() >= limit {
+                break;
+            }
+            let mut offsets: Vec<Offset> =
+                self.subs[s].claims.iter().map(|&(_, offset)| offset).collect();
+            offsets.sort_unstable();
+            let room = limit - out.len();
+            out.extend(
+                offsets
+                    .into_iter()
+                    .take(room)
+                    .filter_map(|offset| self.fence_event(s, offset, now)),
+            );
+        }
+        out
     }
 
-    fn fence_event(&self, offset: Offset, now: Millis) -> Option<Event> {
+    fn fence_event(&self, s: usize, offset: Offset, now: Millis) -> Option<Event> {
         let reason = ReleaseReason::EPOCH_FENCED;
-        if let Some(dead) = self.sub.dlq.get(&offset) {
+        let sub = self.subs[s].id;
+        if let Some(dead) = self.subs[s].dlq.get(&offset) {
             return matches!(dead.phase, DeadPhase::Claimed(_)).then_some(Event::Released {
+                sub,
                 lane: Lane::DeadLetter,
                 offset,
                 generation: dead.generation,
@@ -47,15 +65,16 @@ impl PartitionState {
                 not_before_ms: now,
             });
         }
-        let message = self.main_message(offset)?.warm;
+        let message = self.main_message(s, offset)?.warm;
         if !matches!(message.phase, WarmPhase::Claimed(_)) {
             return None;
         }
         let generation = message.generation;
         Some(if message.expiry_ms <= now {
-            self.expiry_event(offset, generation, now)
+            self.expiry_event(s, offset, generation, now)
         } else if message.attempts.saturating_add(1) >= self.config.max_deliveries {
             Event::Quarantined {
+                sub,
                 offset,
                 generation,
                 cause: QuarantineCause::Deliveries,
@@ -64,6 +83,7 @@ impl PartitionState {
             }
         } else {
             Event::Released {
+                sub,
                 lane: Lane::Main,
                 offset,
                 generation,
@@ -75,11 +95,13 @@ impl PartitionState {
     }
 
     /// What time does to one message at `now`, if anything.
-    fn tick_event(&self, offset: Offset, now: Millis) -> Option<Event> {
-        if let Some(dead) = self.sub.dlq.get(&offset) {
+    fn tick_event(&self, s: usize, offset: Offset, now: Millis) -> Option<Event> {
+        let sub = self.subs[s].id;
+        if let Some(dead) = self.subs[s].dlq.get(&offset) {
             return match dead.phase {
                 DeadPhase::Claimed(claim) if claim.deadline_ms() <= now => {
                     Some(Event::LeaseExpired {
+                        sub,
                         lane: Lane::DeadLetter,
                         offset,
                         generation: dead.generation,
@@ -89,7 +111,7 @@ impl PartitionState {
                 _ => None,
             };
         }
-        let message = self.main_message(offset)?.warm;
+        let message = self.main_message(s, offset)?.warm;
         let expired = message.expiry_ms <= now;
         let generation = message.generation;
         match message.phase {
@@ -97,9 +119,10 @@ impl PartitionState {
                 if claim.deadline_ms() > now {
                     None
                 } else if expired {
-                    Some(self.expiry_event(offset, generation, now))
+                    Some(self.expiry_event(s, offset, generation, now))
                 } else if message.attempts.saturating_add(1) >= self.config.max_deliveries {
                     Some(Event::Quarantined {
+                        sub,
                         offset,
                         generation,
                         cause: QuarantineCause::Deliveries,
@@ -107,12 +130,18 @@ impl PartitionState {
                         at_ms: now,
                     })
                 } else {
-                    Some(Event::LeaseExpired { lane: Lane::Main, offset, generation, at_ms: now })
+                    Some(Event::LeaseExpired {
+                        sub,
+                        lane: Lane::Main,
+                        offset,
+                        generation,
+                        at_ms: now,
+                    })
                 }
             }
-            _ if expired => Some(self.expiry_event(offset, generation, now)),
+            _ if expired => Some(self.expiry_event(s, offset, generation, now)),
             WarmPhase::Scheduled { due_ms } if due_ms <= now => {
-                Some(Event::Readied { offset, generation, at_ms: now })
+                Some(Event::Readied { sub, offset, generation, at_ms: now })
             }
             _ => None,
         }
@@ -134,7 +163,33 @@ impl PartitionState {
     /// a durable record and may be written ahead of data appended before it
     /// (the shard journal's control lane, `docs/design/shard-journal.md`
     /// §12). Claimed messages and dead letters are durable already.
+    ///
+    /// Every subscription's, by subscription (each finds the expiry of a
+    /// shared record it still has to deliver on its own): the bound holds
+    /// for the whole answer.
     pub fn tick(&self, now: Millis, durable_end: Offset) -> Vec<Event> {
+        let mut out = Vec::new();
+        let mut expired = Vec::new();
+        for band in 0..self.fresh.len() {
+            self.fresh[band].expired(now, durable_end, TICK_EVENTS_MAX, &mut expired);
+        }
+        for s in 0..self.subs.len() {
+            if out.len() >= TICK_EVENTS_MAX {
+                break;
+            }
+            out.extend(self.tick_sub(s, now, durable_end, &expired));
+        }
+        out.truncate(TICK_EVENTS_MAX);
+        out
+    }
+
+    fn tick_sub(
+        &self,
+        s: usize,
+        now: Millis,
+        durable_end: Offset,
+        expired: &[crate::queue::fresh::FreshView],
+    ) -> Vec<Event> {
         let due = ..=(now, Offset(u64::MAX));
         let durable = |&(_, offset): &(Millis, Offset)| (offset < durable_end).then_some(offset);
         let mut candidates = BTreeSet::new();
@@ -143,17 +198,16 @@ impl PartitionState {
         // Records not yet durable are passed over before the bound, so they
         // never hide durable ones behind them; there are at most as many as
         // appended records awaiting their sync.
-        candidates.extend(self.sub.claims.range(due).filter_map(durable).take(TICK_EVENTS_MAX));
-        candidates.extend(self.sub.scheduled.range(due).filter_map(durable).take(TICK_EVENTS_MAX));
-        candidates.extend(self.sub.warm_expiry.range(due).filter_map(durable).take(TICK_EVENTS_MAX));
-        let mut expired = Vec::new();
-        for fresh in &self.fresh {
-            fresh.expired(now, durable_end, TICK_EVENTS_MAX, &mut expired);
-        }
+        let d = &self.subs[s];
+        candidates.extend(d.claims.range(due).filter_map(durable).take(TICK_EVENTS_MAX));
+        candidates.extend(d.scheduled.range(due).filter_map(durable).take(TICK_EVENTS_MAX));
+        candidates.extend(d.warm_expiry.range(due).filter_map(durable).take(TICK_EVENTS_MAX));
+        // Shared records past their expiry that this subscription still
+        // has to deliver (`tick_event` finds them fresh for it or not).
         candidates.extend(expired.iter().map(|v| v.offset));
         candidates
             .into_iter()
-            .filter_map(|offset| self.tick_event(offset, now))
+            .filter_map(|offset| self.tick_event(s, offset, now))
             .take(TICK_EVENTS_MAX)
             .collect()
     }
@@ -161,12 +215,15 @@ impl PartitionState {
     /// The earliest time at which `tick` will have something to do, for the
     /// shard's timer. `None`: nothing is pending on time.
     pub fn next_wakeup(&self) -> Option<Millis> {
-        let claims = self.sub.claims.first().map(|&(t, _)| t);
-        let scheduled = self.sub.scheduled.first().map(|&(t, _)| t);
-        // Claimed messages' expiry only matters at their lease end, which
-        // `claims` covers; a stale earlier wake-up is harmless.
-        let warm = self.sub.warm_expiry.first().map(|&(t, _)| t);
+        let subs = self.subs.iter().flat_map(|d| {
+            let claims = d.claims.first().map(|&(t, _)| t);
+            let scheduled = d.scheduled.first().map(|&(t, _)| t);
+            // Claimed messages' expiry only matters at their lease end,
+            // which `claims` covers; a stale earlier wake-up is harmless.
+            let warm = d.warm_expiry.first().map(|&(t, _)| t);
+            [claims, scheduled, warm].into_iter().flatten()
+        });
         let fresh = self.fresh.iter().map(|f| f.min_expiry_ms()).filter(|&t| t != NEVER);
-        [claims, scheduled, warm].into_iter().flatten().chain(fresh).min()
+        subs.chain(fresh).min()
     }
 }

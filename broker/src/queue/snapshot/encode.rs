@@ -244,8 +244,8 @@ impl PartitionState {
         let fresh: u64 = self.fresh.iter().map(FreshBand::len).sum();
         let estimate = 256
             + fresh as usize * FRESH_ENTRY_BYTES
-            + self.sub.warm.len() * WARM_ENTRY_BYTES
-            + self.sub.dlq.len() * DEAD_ENTRY_BYTES
+            + self.subs[0].warm.len() * WARM_ENTRY_BYTES
+            + self.subs[0].dlq.len() * DEAD_ENTRY_BYTES
             + self.dedupe.held_len() * DEDUPE_ENTRY_BYTES;
         let mut out = Vec::with_capacity(estimate);
         while !encoder.is_done() {
@@ -272,10 +272,10 @@ impl PartitionState {
         w.u64(covers.0);
         w.u64(self.highest_enqueued.map_or(0, |o| o.0 + 1));
         w.u64(self.last_enqueue_time_ms);
-        for total in totals_list(&self.sub.totals) {
+        for total in totals_list(&self.subs[0].totals) {
             w.u64(total);
         }
-        for &credit in self.sub.credits.raw() {
+        for &credit in self.subs[0].credits.raw() {
             w.u32(credit);
         }
         let header = w.0;
@@ -317,8 +317,8 @@ impl PartitionState {
             header,
             stored: w.0,
             fresh_counts: self.fresh.iter().map(FreshBand::len).collect(),
-            warm_count: self.sub.warm.len() as u64,
-            dead_count: self.sub.dlq.len() as u64,
+            warm_count: self.subs[0].warm.len() as u64,
+            dead_count: self.subs[0].dlq.len() as u64,
             dedupe,
             dedupe_cursor: DedupeCursor::default(),
             dedupe_count: 0,
@@ -375,8 +375,8 @@ impl PartitionState {
         if offset >= capture.covers || capture.touched.contains(&offset) {
             return;
         }
-        let warm = self.sub.warm.get(&offset).copied();
-        let dead = self.sub.dlq.get(&offset).copied();
+        let warm = self.subs[0].warm.get(&offset).copied();
+        let dead = self.subs[0].dlq.get(&offset).copied();
         let fresh = self
             .fresh
             .iter()
@@ -467,7 +467,7 @@ impl PartitionState {
                         w.u64(encoder.warm_count);
                     }
                     merge_step(
-                        self.sub.warm.iter_after(encoder.after).map(|(k, v)| (*k, v)),
+                        self.subs[0].warm.iter_after(encoder.after).map(|(k, v)| (*k, v)),
                         range_after(capture.map(|c| &c.warm), encoder.after),
                         touched,
                         limit,
@@ -485,7 +485,7 @@ impl PartitionState {
                     }
                     let lower = encoder.after.map_or(Bound::Unbounded, Bound::Excluded);
                     merge_step(
-                        self.sub.dlq.range((lower, Bound::Unbounded)).map(|(k, v)| (*k, v)),
+                        self.subs[0].dlq.range((lower, Bound::Unbounded)).map(|(k, v)| (*k, v)),
                         range_after(capture.map(|c| &c.dead), encoder.after),
                         touched,
                         limit,

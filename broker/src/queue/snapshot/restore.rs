@@ -43,11 +43,11 @@ fn distinct_offsets(state: &PartitionState) -> Result<Option<Offset>, &'static s
     for band in state.fresh.iter().filter(|band| !band.is_empty()) {
         lists.push(Box::new(band.iter().map(|view| view.offset)));
     }
-    if state.sub.warm.len() > 0 {
-        lists.push(Box::new(state.sub.warm.iter().map(|(&offset, _)| offset)));
+    if state.subs[0].warm.len() > 0 {
+        lists.push(Box::new(state.subs[0].warm.iter().map(|(&offset, _)| offset)));
     }
-    if !state.sub.dlq.is_empty() {
-        lists.push(Box::new(state.sub.dlq.keys().copied()));
+    if !state.subs[0].dlq.is_empty() {
+        lists.push(Box::new(state.subs[0].dlq.keys().copied()));
     }
     let mut highest = None;
     if lists.len() <= 1 {
@@ -172,7 +172,7 @@ impl PartitionState {
         if quarantined_by_deliveries.saturating_add(quarantined_by_expiry) > quarantined {
             return Err(CodecError::Inconsistent("dead-letter moves by cause"));
         }
-        state.sub.totals = Totals {
+        state.subs[0].totals = Totals {
             enqueued,
             acked,
             expired,
@@ -190,7 +190,7 @@ impl PartitionState {
             credits.push(r.u32()?);
         }
         if credits.len() == state.fresh.len() + 1 {
-            state.sub.credits = Credits::from_raw(&credits);
+            state.subs[0].credits = Credits::from_raw(&credits);
         }
         // Fresh entries go straight into their band's chunks (each stored
         // band is in offset order: checked, not sorted). Only when the
@@ -271,7 +271,7 @@ impl PartitionState {
                 last_reason,
                 phase,
             };
-            state.restore_warm(offset, warm);
+            state.restore_warm(0, offset, warm);
         }
         let mut last_dead: Option<Offset> = None;
         for _ in 0..r.count(DEAD_ENTRY_BYTES)? {
@@ -309,7 +309,7 @@ impl PartitionState {
                 quarantined_at_ms,
                 phase,
             };
-            state.restore_dead(offset, dead);
+            state.restore_dead(0, offset, dead);
         }
         // Each list above is in offset order; no offset may be in two of them.
         let highest = distinct_offsets(&state).map_err(CodecError::Inconsistent)?;

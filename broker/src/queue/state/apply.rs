@@ -16,8 +16,10 @@ impl PartitionState {
     /// **before** the event is applied (afterwards the message is gone). Ack
     /// of either lane, expiry (an expiry that dead-letters is a
     /// `Quarantined` event and stays held), purge of either lane; every
-    /// other event keeps every message held.
+    /// other event keeps every message held. With several subscriptions a
+    /// message leaves only with the last one holding it.
     pub fn leaving(&self, event: &Event) -> Option<(Offset, u32)> {
+        let s = self.sub_index(event.subscription()?)?;
         let (lane, offset) = match *event {
             Event::Acked { lane, offset, .. } | Event::Purged { lane, offset, .. } => {
                 (lane, offset)
@@ -26,10 +28,10 @@ impl PartitionState {
             _ => return None,
         };
         let size = match lane {
-            Lane::Main => self.main_message(offset)?.warm.size_bytes,
-            Lane::DeadLetter => self.sub.dlq.get(&offset)?.size_bytes,
+            Lane::Main => self.main_message(s, offset)?.warm.size_bytes,
+            Lane::DeadLetter => self.subs[s].dlq.get(&offset)?.size_bytes,
         };
-        Some((offset, size))
+        (!self.held_by_other(s, offset)).then_some((offset, size))
     }
 
     /// Applies one event: the only way the state changes, on the live path
@@ -63,7 +65,7 @@ impl PartitionState {
     }
 
     /// One past the highest offset a record was applied at (0 before any).
-    fn next_data_offset(&self) -> Offset {
+    pub(crate) fn next_data_offset(&self) -> Offset {
         Offset(self.highest_enqueued.map_or(0, |highest| highest.0 + 1))
     }
 
@@ -78,75 +80,89 @@ impl PartitionState {
     }
 
     fn apply_event(&mut self, event: &Event) -> Result<(), ApplyError> {
+        // A delivery event acts for its subscription; every other event
+        // for the log side (index 0 is unused by them).
+        let s = match event.subscription() {
+            Some(sub) => self.sub_index(sub).ok_or(ApplyError::UnknownSubscription(sub))?,
+            None => 0,
+        };
         match *event {
             Event::Enqueued(meta) => self.apply_enqueued(&meta),
-            Event::Claimed { lane, offset, generation, worker, claimed_at_ms, deadline_ms } => {
+            Event::Claimed {
+                lane, offset, generation, worker, claimed_at_ms, deadline_ms, ..
+            } => {
                 let claim = Claim::new(worker, claimed_at_ms, deadline_ms).ok_or(
                     ApplyError::WrongState { offset, what: "Claimed: deadline out of range" },
                 )?;
-                self.apply_claimed(lane, offset, generation, claim)
+                self.apply_claimed(s, lane, offset, generation, claim)
             }
             Event::Extended { lane, offset, generation, deadline_ms, .. } => {
-                let claim = self.current_claim(lane, offset, generation)?;
+                let claim = self.current_claim(s, lane, offset, generation)?;
                 let moved = Claim::new(claim.worker, claim.claimed_at_ms, deadline_ms).ok_or(
                     ApplyError::WrongState { offset, what: "Extended: deadline out of range" },
                 )?;
                 self.note(offset);
-                assert!(self.sub.claims.remove(&(claim.deadline_ms(), offset)));
-                assert!(self.sub.claims.insert((deadline_ms, offset)));
+                assert!(self.subs[s].claims.remove(&(claim.deadline_ms(), offset)));
+                assert!(self.subs[s].claims.insert((deadline_ms, offset)));
                 match lane {
                     Lane::Main => {
-                        let warm = self.sub.warm.get_mut(&offset).expect("current_claim found it");
+                        let warm =
+                            self.subs[s].warm.get_mut(&offset).expect("current_claim found it");
                         warm.phase = WarmPhase::Claimed(moved);
                     }
                     Lane::DeadLetter => {
-                        let dead = self.sub.dlq.get_mut(&offset).expect("current_claim found it");
+                        let dead =
+                            self.subs[s].dlq.get_mut(&offset).expect("current_claim found it");
                         dead.phase = DeadPhase::Claimed(moved);
                     }
                 }
                 Ok(())
             }
             Event::Acked { lane, offset, generation, .. } => {
-                self.current_claim(lane, offset, generation)?;
+                self.current_claim(s, lane, offset, generation)?;
                 match lane {
                     Lane::Main => {
-                        self.take_main(offset).expect("current_claim found it");
-                        self.sub.totals.acked += 1;
+                        let warm = self.take_main(s, offset).expect("current_claim found it").warm;
+                        self.left(s, offset, warm.size_bytes);
+                        self.subs[s].totals.acked += 1;
                     }
                     Lane::DeadLetter => {
-                        self.take_dead(offset).expect("current_claim found it");
-                        self.sub.totals.dead_letter_acked += 1;
+                        let dead = self.take_dead(s, offset).expect("current_claim found it");
+                        self.left(s, offset, dead.size_bytes);
+                        self.subs[s].totals.dead_letter_acked += 1;
                     }
                 }
                 Ok(())
             }
-            Event::Released { lane, offset, generation, reason, at_ms, not_before_ms } => {
-                self.current_claim(lane, offset, generation)?;
-                self.end_claim(lane, offset, reason, at_ms, not_before_ms);
-                self.sub.totals.released += 1;
+            Event::Released { lane, offset, generation, reason, at_ms, not_before_ms, .. } => {
+                self.current_claim(s, lane, offset, generation)?;
+                self.end_claim(s, lane, offset, reason, at_ms, not_before_ms);
+                self.subs[s].totals.released += 1;
                 Ok(())
             }
-            Event::LeaseExpired { lane, offset, generation, at_ms } => {
-                self.current_claim(lane, offset, generation)?;
-                self.end_claim(lane, offset, ReleaseReason::LEASE_EXPIRED, at_ms, at_ms);
-                self.sub.totals.lease_expired += 1;
+            Event::LeaseExpired { lane, offset, generation, at_ms, .. } => {
+                self.current_claim(s, lane, offset, generation)?;
+                self.end_claim(s, lane, offset, ReleaseReason::LEASE_EXPIRED, at_ms, at_ms);
+                self.subs[s].totals.lease_expired += 1;
                 Ok(())
             }
-            Event::Readied { offset, generation, at_ms } => {
-                let warm = self.sub.warm.get(&offset).ok_or(ApplyError::UnknownMessage(offset))?;
+            Event::Readied { offset, generation, at_ms, .. } => {
+                let warm =
+                    self.subs[s].warm.get(&offset).ok_or(ApplyError::UnknownMessage(offset))?;
                 Self::check_generation(offset, generation, warm.generation)?;
                 if !matches!(warm.phase, WarmPhase::Scheduled { .. }) {
                     return Err(ApplyError::WrongState { offset, what: "Readied: not scheduled" });
                 }
-                let mut warm = self.take_main(offset).expect("just found").warm;
+                let mut warm = self.take_main(s, offset).expect("just found").warm;
                 warm.phase = WarmPhase::Ready { since_ms: at_ms };
-                self.insert_warm(offset, warm);
+                self.insert_warm(s, offset, warm);
                 Ok(())
             }
-            Event::Quarantined { offset, generation, cause, reason, at_ms } => {
-                let found = self.main_message(offset).ok_or(ApplyError::UnknownMessage(offset))?;
+            Event::Quarantined { offset, generation, cause, reason, at_ms, .. } => {
+                let found =
+                    self.main_message(s, offset).ok_or(ApplyError::UnknownMessage(offset))?;
                 Self::check_generation(offset, generation, found.warm.generation)?;
-                let warm = self.take_main(offset).expect("just found").warm;
+                let warm = self.take_main(s, offset).expect("just found").warm;
                 let ended_claim = matches!(warm.phase, WarmPhase::Claimed(_));
                 let dead = DeadLetter {
                     enqueue_time_ms: warm.enqueue_time_ms,
@@ -160,28 +176,33 @@ impl PartitionState {
                     quarantined_at_ms: at_ms,
                     phase: DeadPhase::Ready { since_ms: at_ms },
                 };
-                self.insert_dead(offset, dead);
-                self.sub.totals.quarantined += 1;
+                self.insert_dead(s, offset, dead);
+                self.subs[s].totals.quarantined += 1;
                 match cause {
-                    QuarantineCause::Deliveries => self.sub.totals.quarantined_by_deliveries += 1,
-                    QuarantineCause::Expired => self.sub.totals.quarantined_by_expiry += 1,
+                    QuarantineCause::Deliveries => {
+                        self.subs[s].totals.quarantined_by_deliveries += 1
+                    }
+                    QuarantineCause::Expired => self.subs[s].totals.quarantined_by_expiry += 1,
                 }
                 Ok(())
             }
             Event::Expired { offset, generation, .. } => {
-                let found = self.main_message(offset).ok_or(ApplyError::UnknownMessage(offset))?;
+                let found =
+                    self.main_message(s, offset).ok_or(ApplyError::UnknownMessage(offset))?;
                 Self::check_generation(offset, generation, found.warm.generation)?;
-                self.take_main(offset).expect("just found");
-                self.sub.totals.expired += 1;
+                let warm = self.take_main(s, offset).expect("just found").warm;
+                self.left(s, offset, warm.size_bytes);
+                self.subs[s].totals.expired += 1;
                 Ok(())
             }
-            Event::Redriven { offset, generation, at_ms } => {
-                let dead = self.sub.dlq.get(&offset).ok_or(ApplyError::UnknownMessage(offset))?;
+            Event::Redriven { offset, generation, at_ms, .. } => {
+                let dead =
+                    self.subs[s].dlq.get(&offset).ok_or(ApplyError::UnknownMessage(offset))?;
                 Self::check_generation(offset, generation, dead.generation)?;
                 if !matches!(dead.phase, DeadPhase::Ready { .. }) {
                     return Err(ApplyError::WrongState { offset, what: "Redriven: claimed" });
                 }
-                let dead = self.take_dead(offset).expect("just found");
+                let dead = self.take_dead(s, offset).expect("just found");
                 let warm = Warm {
                     enqueue_time_ms: dead.enqueue_time_ms,
                     expiry_ms: dead.expiry_ms,
@@ -192,32 +213,37 @@ impl PartitionState {
                     last_reason: dead.last_reason,
                     phase: WarmPhase::Ready { since_ms: at_ms },
                 };
-                self.insert_warm(offset, warm);
-                self.sub.totals.redriven += 1;
+                self.insert_warm(s, offset, warm);
+                self.subs[s].totals.redriven += 1;
                 Ok(())
             }
             Event::Purged { lane, offset, generation, .. } => {
                 match lane {
                     Lane::Main => {
-                        let found =
-                            self.main_message(offset).ok_or(ApplyError::UnknownMessage(offset))?;
+                        let found = self
+                            .main_message(s, offset)
+                            .ok_or(ApplyError::UnknownMessage(offset))?;
                         Self::check_generation(offset, generation, found.warm.generation)?;
                         if matches!(found.warm.phase, WarmPhase::Claimed(_)) {
                             return Err(ApplyError::WrongState { offset, what: "Purged: claimed" });
                         }
-                        self.take_main(offset).expect("just found");
+                        let warm = self.take_main(s, offset).expect("just found").warm;
+                        self.left(s, offset, warm.size_bytes);
                     }
                     Lane::DeadLetter => {
-                        let dead =
-                            self.sub.dlq.get(&offset).ok_or(ApplyError::UnknownMessage(offset))?;
+                        let dead = self.subs[s]
+                            .dlq
+                            .get(&offset)
+                            .ok_or(ApplyError::UnknownMessage(offset))?;
                         Self::check_generation(offset, generation, dead.generation)?;
                         if !matches!(dead.phase, DeadPhase::Ready { .. }) {
                             return Err(ApplyError::WrongState { offset, what: "Purged: claimed" });
                         }
-                        self.take_dead(offset).expect("just found");
+                        let dead = self.take_dead(s, offset).expect("just found");
+                        self.left(s, offset, dead.size_bytes);
                     }
                 }
-                self.sub.totals.purged += 1;
+                self.subs[s].totals.purged += 1;
                 Ok(())
             }
             Event::Attributed { offset, count, principal, .. } => {
@@ -244,6 +270,8 @@ impl PartitionState {
                 *members = members.changed(change);
                 Ok(())
             }
+            Event::SubscriptionStarted { sub, from, .. } => self.start_subscription(sub, from),
+            Event::SubscriptionEnded { sub, .. } => self.end_subscription(sub),
         }
     }
 
@@ -265,9 +293,9 @@ impl PartitionState {
         let end = offset.0.saturating_add(u64::from(count)).min(highest_end);
         let (mut messages, mut bytes) = (0u64, 0u64);
         for at in offset.0..end.max(offset.0) {
-            if let Some(found) = self.main_message(Offset(at)) {
+            if let Some(size) = self.held_size(Offset(at)) {
                 messages += 1;
-                bytes += u64::from(found.warm.size_bytes);
+                bytes += u64::from(size);
             }
         }
         // The last run may grow over the gap before this batch only if
@@ -283,14 +311,29 @@ impl PartitionState {
         Ok(())
     }
 
-    /// Whether the state holds a message (either lane) at an offset in
-    /// `[from, to)`. O(bands + log n).
-    fn holds_any_in(&self, from: Offset, to: Offset) -> bool {
+    /// Whether any subscription holds a message (either lane) at an
+    /// offset in `[from, to)`. O(subscriptions × (bands + log n)).
+    pub(crate) fn holds_any_in(&self, from: Offset, to: Offset) -> bool {
         let after = from.0.checked_sub(1).map(Offset);
         let below = |offset: Offset| offset < to;
         self.fresh.iter().any(|band| band.iter_after(after).next().is_some_and(|v| below(v.offset)))
-            || self.sub.warm.iter_after(after).next().is_some_and(|(offset, _)| below(*offset))
-            || self.sub.dlq.range(from..to).next().is_some()
+            || self.subs.iter().any(|d| {
+                d.warm.iter_after(after).next().is_some_and(|(offset, _)| below(*offset))
+                    || d.dlq.range(from..to).next().is_some()
+            })
+    }
+
+    /// The record bytes of a message some subscription holds at `offset`.
+    fn held_size(&self, offset: Offset) -> Option<u32> {
+        if let Some(view) = self.fresh.iter().find_map(|band| band.get(offset)) {
+            return Some(view.size_bytes);
+        }
+        self.subs.iter().find_map(|d| {
+            d.warm
+                .get(&offset)
+                .map(|warm| warm.size_bytes)
+                .or_else(|| d.dlq.get(&offset).map(|dead| dead.size_bytes))
+        })
     }
 
     fn check_generation(
@@ -311,7 +354,7 @@ impl PartitionState {
                 return Err(ApplyError::OffsetNotIncreasing { offset: meta.offset, highest });
             }
         }
-        if self.sub.dlq.contains_key(&meta.offset) {
+        if self.subs.iter().any(|d| d.dlq.contains_key(&meta.offset)) {
             return Err(ApplyError::DuplicateOffset(meta.offset));
         }
         // Never let a time reach the tombstone value, and keep enqueue times
@@ -324,7 +367,14 @@ impl PartitionState {
         let band = self.band_of(meta.priority);
         // An expiry before the enqueue time is the enqueue time: expired at once.
         let expiry_ms = meta.expiry_ms.map_or(NEVER, |e| e.max(enqueue_time_ms));
-        self.sub.totals.enqueued += 1;
+        // Every subscription whose cursor of the band the record reaches
+        // has it (a subscription started past it does not).
+        let takes = |d: &super::Delivery| meta.offset >= d.cursors[band];
+        for d in &mut self.subs {
+            if takes(d) {
+                d.totals.enqueued += 1;
+            }
+        }
         if meta.not_before_ms > enqueue_time_ms {
             let warm = Warm {
                 enqueue_time_ms,
@@ -336,7 +386,17 @@ impl PartitionState {
                 last_reason: ReleaseReason::NONE,
                 phase: WarmPhase::Scheduled { due_ms: meta.not_before_ms },
             };
-            self.insert_warm(meta.offset, warm);
+            let mut taken = false;
+            for s in 0..self.subs.len() {
+                if takes(&self.subs[s]) {
+                    self.insert_warm(s, meta.offset, warm);
+                    taken = true;
+                }
+            }
+            if taken {
+                self.held.messages += 1;
+                self.held.bytes += u64::from(meta.size_bytes);
+            }
         } else {
             let view = FreshView {
                 offset: meta.offset,
@@ -351,6 +411,7 @@ impl PartitionState {
 
     fn apply_claimed(
         &mut self,
+        s: usize,
         lane: Lane,
         offset: Offset,
         generation: Generation,
@@ -358,7 +419,8 @@ impl PartitionState {
     ) -> Result<(), ApplyError> {
         match lane {
             Lane::Main => {
-                let found = self.main_message(offset).ok_or(ApplyError::UnknownMessage(offset))?;
+                let found =
+                    self.main_message(s, offset).ok_or(ApplyError::UnknownMessage(offset))?;
                 let WarmPhase::Ready { since_ms } = found.warm.phase else {
                     return Err(ApplyError::WrongState { offset, what: "Claimed: not ready" });
                 };
@@ -373,23 +435,24 @@ impl PartitionState {
                 let promoted =
                     fairness::promoted(since_ms, claim.claimed_at_ms, self.config.age_promotion_ms);
                 let weights = self.weights();
-                self.sub.credits.serve(class, promoted, &weights);
-                let mut warm = self.take_main(offset).expect("just found").warm;
+                self.subs[s].credits.serve(class, promoted, &weights);
+                let mut warm = self.take_main(s, offset).expect("just found").warm;
                 warm.generation = generation;
                 warm.phase = WarmPhase::Claimed(claim);
-                self.insert_warm(offset, warm);
+                self.insert_warm(s, offset, warm);
             }
             Lane::DeadLetter => {
-                let dead = self.sub.dlq.get(&offset).ok_or(ApplyError::UnknownMessage(offset))?;
+                let dead =
+                    self.subs[s].dlq.get(&offset).ok_or(ApplyError::UnknownMessage(offset))?;
                 let DeadPhase::Ready { .. } = dead.phase else {
                     return Err(ApplyError::WrongState { offset, what: "Claimed: not ready" });
                 };
                 let next = Generation(dead.generation.0.wrapping_add(1));
                 Self::check_generation(offset, generation, next)?;
-                let mut dead = self.take_dead(offset).expect("just found");
+                let mut dead = self.take_dead(s, offset).expect("just found");
                 dead.generation = generation;
                 dead.phase = DeadPhase::Claimed(claim);
-                self.insert_dead(offset, dead);
+                self.insert_dead(s, offset, dead);
             }
         }
         Ok(())
@@ -398,13 +461,15 @@ impl PartitionState {
     /// The live claim of `offset` in `lane` with this generation.
     fn current_claim(
         &self,
+        s: usize,
         lane: Lane,
         offset: Offset,
         generation: Generation,
     ) -> Result<Claim, ApplyError> {
         let (state_generation, phase_claim) = match lane {
             Lane::Main => {
-                let warm = self.sub.warm.get(&offset).ok_or(ApplyError::UnknownMessage(offset))?;
+                let warm =
+                    self.subs[s].warm.get(&offset).ok_or(ApplyError::UnknownMessage(offset))?;
                 let claim = match warm.phase {
                     WarmPhase::Claimed(claim) => Some(claim),
                     _ => None,
@@ -412,7 +477,8 @@ impl PartitionState {
                 (warm.generation, claim)
             }
             Lane::DeadLetter => {
-                let dead = self.sub.dlq.get(&offset).ok_or(ApplyError::UnknownMessage(offset))?;
+                let dead =
+                    self.subs[s].dlq.get(&offset).ok_or(ApplyError::UnknownMessage(offset))?;
                 let claim = match dead.phase {
                     DeadPhase::Claimed(claim) => Some(claim),
                     DeadPhase::Ready { .. } => None,
@@ -428,6 +494,7 @@ impl PartitionState {
     /// ready (or scheduled until `not_before_ms`).
     fn end_claim(
         &mut self,
+        s: usize,
         lane: Lane,
         offset: Offset,
         reason: ReleaseReason,
@@ -436,7 +503,7 @@ impl PartitionState {
     ) {
         match lane {
             Lane::Main => {
-                let mut warm = self.take_main(offset).expect("caller checked the claim").warm;
+                let mut warm = self.take_main(s, offset).expect("caller checked the claim").warm;
                 warm.attempts = warm.attempts.saturating_add(1);
                 warm.last_reason = reason;
                 warm.phase = if not_before_ms > at_ms {
@@ -444,14 +511,14 @@ impl PartitionState {
                 } else {
                     WarmPhase::Ready { since_ms: at_ms }
                 };
-                self.insert_warm(offset, warm);
+                self.insert_warm(s, offset, warm);
             }
             Lane::DeadLetter => {
-                let mut dead = self.take_dead(offset).expect("caller checked the claim");
+                let mut dead = self.take_dead(s, offset).expect("caller checked the claim");
                 dead.attempts = dead.attempts.saturating_add(1);
                 dead.last_reason = reason;
                 dead.phase = DeadPhase::Ready { since_ms: at_ms };
-                self.insert_dead(offset, dead);
+                self.insert_dead(s, offset, dead);
             }
         }
     }

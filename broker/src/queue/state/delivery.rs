@@ -6,9 +6,10 @@
 //! never-claimed index `fresh`, dedupe, enqueue facts, stored counts, the
 //! key map and members) stays in `PartitionState`, once per partition.
 //!
-//! A partition has the default subscription only, so today this is one
-//! field of the state (`PartitionState::sub`); the methods of `apply.rs`
-//! and `decide/` reach it there.
+//! `PartitionState::subs` holds one per subscription, the default first;
+//! the methods of `apply.rs` and `decide/` take the index of the one they
+//! act for. The never-claimed backlog is shared (`shared.rs`): a
+//! subscription keeps only its cursors and skipped marks over it.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -17,11 +18,22 @@ use super::{DeadLetter, Warm};
 use crate::queue::chunk_map::ChunkMap;
 use crate::queue::claim_age::ClaimAges;
 use crate::queue::fairness::Credits;
-use crate::queue::types::{Millis, Offset};
+use crate::queue::types::{Millis, Offset, SubscriptionId};
 
 /// One subscription's delivery state (see the module docs).
 #[derive(Debug)]
 pub(crate) struct Delivery {
+    pub(crate) id: SubscriptionId,
+    /// Per band: no entry of the shared index below it is this
+    /// subscription's to deliver (`shared.rs`).
+    pub(crate) cursors: Vec<Offset>,
+    /// Per band: entries of the shared index at or above the cursor this
+    /// subscription took out while another still has them fresh.
+    pub(crate) skipped: Vec<BTreeSet<Offset>>,
+    /// Per band: how many shared entries are fresh for this subscription,
+    /// and their record bytes.
+    pub(crate) fresh_len: Vec<u64>,
+    pub(crate) fresh_bytes: Vec<u64>,
     pub(crate) warm: ChunkMap<Warm>,
     /// Warm ready messages with no failed attempt, per band: (since, offset).
     pub(crate) band_ready: Vec<BTreeSet<(Millis, Offset)>>,
@@ -52,10 +64,16 @@ pub(crate) struct Delivery {
 }
 
 impl Delivery {
-    /// An empty delivery state for `bands` priority bands, with class
-    /// weights `weights` (the bands', then the retry lane's).
-    pub(crate) fn new(bands: usize, weights: &[u32]) -> Self {
+    /// An empty delivery state of subscription `id` starting at `from`,
+    /// for `bands` priority bands, with class weights `weights` (the
+    /// bands', then the retry lane's).
+    pub(crate) fn new(id: SubscriptionId, from: Offset, bands: usize, weights: &[u32]) -> Self {
         Self {
+            id,
+            cursors: vec![from; bands],
+            skipped: vec![BTreeSet::new(); bands],
+            fresh_len: vec![0; bands],
+            fresh_bytes: vec![0; bands],
             warm: ChunkMap::default(),
             band_ready: vec![BTreeSet::new(); bands],
             retry: BTreeSet::new(),

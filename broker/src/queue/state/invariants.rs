@@ -6,59 +6,102 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::{DeadPhase, PartitionState, WarmPhase};
 use crate::queue::fresh::NEVER;
 use crate::queue::limits::LEASE_LIFETIME_MS_MAX;
+use crate::queue::types::SubscriptionId;
 
 impl PartitionState {
     /// Read-only consistency check of every structure against the others.
     /// Called after every step in tests; cheap enough for debug assertions.
     pub fn assert_invariants(&self) {
         assert!(self.fresh.len() == self.config.bands());
-        self.sub.warm.assert_invariants();
-        assert!(self.sub.band_ready.len() == self.fresh.len());
-        assert!(self.sub.credits.raw().len() == self.fresh.len() + 1);
+        assert!(!self.subs.is_empty() && self.subs[0].id == SubscriptionId::DEFAULT);
+        assert!(self.subs.windows(2).all(|pair| pair[0].id < pair[1].id));
         for fresh in &self.fresh {
             fresh.assert_invariants();
         }
-        // Every fresh offset is in exactly one band, never in warm or dlq.
+        // Every shared offset is in exactly one band and fresh for at least
+        // one subscription.
         let mut seen = BTreeSet::new();
-        for fresh in &self.fresh {
+        for (band, fresh) in self.fresh.iter().enumerate() {
             for view in fresh.iter() {
                 assert!(seen.insert(view.offset));
-                assert!(!self.sub.warm.contains_key(&view.offset));
-                assert!(!self.sub.dlq.contains_key(&view.offset));
+                assert!((0..self.subs.len()).any(|s| self.fresh_for(s, band, view.offset)));
                 assert!(self.highest_enqueued.is_some_and(|h| view.offset <= h));
                 assert!(view.expiry_ms >= view.enqueue_time_ms);
             }
+        }
+        for s in 0..self.subs.len() {
+            self.assert_delivery(s);
+        }
+        let held = self.held;
+        let mut recounted = std::collections::BTreeMap::new();
+        for (band, fresh) in self.fresh.iter().enumerate() {
+            let _ = band;
+            for view in fresh.iter() {
+                recounted.insert(view.offset, view.size_bytes);
+            }
+        }
+        for d in &self.subs {
+            recounted.extend(d.warm.iter().map(|(&offset, warm)| (offset, warm.size_bytes)));
+            recounted.extend(d.dlq.iter().map(|(&offset, dead)| (offset, dead.size_bytes)));
+        }
+        assert!(held.messages == recounted.len() as u64);
+        assert!(held.bytes == recounted.values().map(|&size| u64::from(size)).sum::<u64>());
+        self.dedupe.assert_invariants();
+    }
+
+    /// The invariants of subscription index `s`'s delivery state.
+    fn assert_delivery(&self, s: usize) {
+        let d = &self.subs[s];
+        d.warm.assert_invariants();
+        assert!(d.band_ready.len() == self.fresh.len());
+        assert!(d.credits.raw().len() == self.fresh.len() + 1);
+        assert!(d.cursors.len() == self.fresh.len() && d.skipped.len() == self.fresh.len());
+        for (band, fresh) in self.fresh.iter().enumerate() {
+            // Skipped marks are at or above the cursor, on live entries.
+            for &offset in &d.skipped[band] {
+                assert!(offset >= d.cursors[band]);
+                assert!(fresh.get(offset).is_some());
+            }
+            let (mut count, mut bytes) = (0u64, 0u64);
+            for view in self.fresh_iter(s, band) {
+                assert!(!d.warm.contains_key(&view.offset));
+                assert!(!d.dlq.contains_key(&view.offset));
+                count += 1;
+                bytes += u64::from(view.size_bytes);
+            }
+            assert!(count == d.fresh_len[band] && bytes == d.fresh_bytes[band]);
         }
         let (mut ready, mut retry, mut scheduled, mut claims, mut expiry) = (0, 0, 0, 0, 0);
         // Live claims by claim time, to check `claim_ages` against.
         let mut claim_times: BTreeMap<u64, u32> = BTreeMap::new();
         let mut bytes = 0u64;
-        for (&offset, warm) in self.sub.warm.iter() {
-            assert!(!self.sub.dlq.contains_key(&offset));
+        for (&offset, warm) in d.warm.iter() {
+            assert!(!d.dlq.contains_key(&offset));
             assert!(usize::from(warm.priority) < self.fresh.len());
             bytes += u64::from(warm.size_bytes);
             match warm.phase {
                 WarmPhase::Scheduled { due_ms } => {
-                    assert!(self.sub.scheduled.contains(&(due_ms.min(warm.expiry_ms), offset)));
+                    assert!(d.scheduled.contains(&(due_ms.min(warm.expiry_ms), offset)));
                     scheduled += 1;
                 }
                 WarmPhase::Ready { since_ms } => {
                     if warm.expiry_ms != NEVER {
-                        assert!(self.sub.warm_expiry.contains(&(warm.expiry_ms, offset)));
+                        assert!(d.warm_expiry.contains(&(warm.expiry_ms, offset)));
                         expiry += 1;
                     }
                     if warm.attempts == 0 {
-                        assert!(self.sub.band_ready[usize::from(warm.priority)]
-                            .contains(&(since_ms, offset)));
+                        assert!(
+                            d.band_ready[usize::from(warm.priority)].contains(&(since_ms, offset))
+                        );
                         ready += 1;
                     } else {
-                        assert!(self.sub.retry.contains(&(since_ms, offset)));
+                        assert!(d.retry.contains(&(since_ms, offset)));
                         retry += 1;
                     }
                 }
                 WarmPhase::Claimed(claim) => {
                     assert!(warm.generation.0 > 0);
-                    assert!(self.sub.claims.contains(&(claim.deadline_ms(), offset)));
+                    assert!(d.claims.contains(&(claim.deadline_ms(), offset)));
                     // The config's lifetime cap may shrink across restarts; the
                     // absolute limit may not.
                     assert!(claim.deadline_ms() - claim.claimed_at_ms <= LEASE_LIFETIME_MS_MAX);
@@ -67,36 +110,35 @@ impl PartitionState {
                 }
             }
         }
-        assert!(bytes == self.sub.warm_bytes);
-        assert!(ready == self.sub.band_ready.iter().map(BTreeSet::len).sum::<usize>());
-        assert!(retry == self.sub.retry.len());
-        assert!(scheduled == self.sub.scheduled.len());
-        assert!(expiry == self.sub.warm_expiry.len());
+        assert!(bytes == d.warm_bytes);
+        assert!(ready == d.band_ready.iter().map(BTreeSet::len).sum::<usize>());
+        assert!(retry == d.retry.len());
+        assert!(scheduled == d.scheduled.len());
+        assert!(expiry == d.warm_expiry.len());
         let mut dead_ready = 0;
         let mut dead_bytes = 0u64;
-        for (&offset, dead) in &self.sub.dlq {
+        for (&offset, dead) in &d.dlq {
             dead_bytes += u64::from(dead.size_bytes);
             match dead.phase {
                 DeadPhase::Ready { since_ms } => {
-                    assert!(self.sub.dlq_ready.contains(&(since_ms, offset)));
+                    assert!(d.dlq_ready.contains(&(since_ms, offset)));
                     dead_ready += 1;
                 }
                 DeadPhase::Claimed(claim) => {
-                    assert!(self.sub.claims.contains(&(claim.deadline_ms(), offset)));
+                    assert!(d.claims.contains(&(claim.deadline_ms(), offset)));
                     *claim_times.entry(claim.claimed_at_ms).or_default() += 1;
                     claims += 1;
                 }
             }
         }
-        assert!(dead_ready == self.sub.dlq_ready.len());
-        assert!(dead_bytes == self.sub.dlq_bytes);
-        assert!(claims == self.sub.claims.len());
-        assert!(self.sub.claim_ages.len() == claims as u64);
-        assert!(self.sub.claim_ages.times() == claim_times.len());
+        assert!(dead_ready == d.dlq_ready.len());
+        assert!(dead_bytes == d.dlq_bytes);
+        assert!(claims == d.claims.len());
+        assert!(d.claim_ages.len() == claims as u64);
+        assert!(d.claim_ages.times() == claim_times.len());
         for (time, count) in &claim_times {
-            assert!(self.sub.claim_ages.count_at(*time) == *count);
+            assert!(d.claim_ages.count_at(*time) == *count);
         }
-        assert!(self.sub.claim_ages.oldest() == claim_times.keys().next().copied());
-        self.dedupe.assert_invariants();
+        assert!(d.claim_ages.oldest() == claim_times.keys().next().copied());
     }
 }

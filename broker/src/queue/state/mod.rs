@@ -13,24 +13,27 @@
 //! and the dedupe window remember them.
 
 mod apply;
-pub(crate) mod delivery;
 pub(crate) mod capture;
+pub(crate) mod delivery;
 mod invariants;
+mod shared;
+mod subscribe;
 mod view;
 
 use super::config::{ConfigError, QueueConfig};
 use super::dedupe::DedupeTable;
 use super::fairness::PerClass;
-use super::fresh::{FreshBand, FreshView, NEVER};
+use super::fresh::FreshBand;
 use super::limits::{
-    DEDUPE_ENTRY_BYTES_MAX, LEASE_LIFETIME_MS_MAX, MESSAGE_STATE_BYTES_MAX, STORED_RUN_BYTES_MAX,
+    DEDUPE_ENTRY_BYTES_MAX, LEASE_LIFETIME_MS_MAX, MESSAGE_STATE_BYTES_MAX,
+    SKIPPED_ENTRY_BYTES_MAX, STORED_RUN_BYTES_MAX,
 };
 use super::members::Members;
 use super::stored::StoredByPrincipal;
 use super::token::TokenKey;
 use super::types::{
     Generation, LeaderEpoch, Millis, Offset, PartitionId, QuarantineCause, QueueId, ReleaseReason,
-    WorkerId,
+    SubscriptionId, WorkerId,
 };
 use capture::Capture;
 use delivery::Delivery;
@@ -131,6 +134,13 @@ pub(crate) struct MainMessage {
     pub warm: Warm,
 }
 
+/// Messages and record bytes held by any subscription, each counted once.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Held {
+    pub messages: u64,
+    pub bytes: u64,
+}
+
 /// A version of the queue's key map the partition's log names
 /// (`Event::KeyMap`): its server took keys by it from there on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,8 +159,9 @@ pub struct PartitionState {
     pub(crate) key: TokenKey,
     pub(crate) config: QueueConfig,
     pub(crate) fresh: Vec<FreshBand>,
-    /// The default subscription's delivery state (`delivery.rs`).
-    pub(crate) sub: Delivery,
+    /// One delivery state per subscription (`delivery.rs`), by id; the
+    /// default subscription's is always first.
+    pub(crate) subs: Vec<Delivery>,
     /// Ids enqueued within the dedupe window (see `dedupe.rs`).
     pub(crate) dedupe: DedupeTable,
     pub(crate) highest_enqueued: Option<Offset>,
@@ -167,6 +178,10 @@ pub struct PartitionState {
     /// (`queue/members.rs`): seeded with the group's initial members before
     /// the first change, `None` on one node.
     pub(crate) members: Option<Members>,
+    /// Messages and record bytes held by any subscription, each counted
+    /// once (`shared.rs` keeps it at enqueue and wherever a message leaves
+    /// its last subscription).
+    pub(crate) held: Held,
     /// While a checkpoint is written in steps: what each message it covers
     /// held before its first change since (`snapshot/encode.rs`). Every
     /// change to `fresh`, `warm` or `dlq` goes through `note` first.
@@ -190,7 +205,7 @@ impl PartitionState {
             epoch: ctx.epoch,
             key: TokenKey::from_secret(&ctx.secret),
             fresh: vec![FreshBand::default(); bands],
-            sub: Delivery::new(bands, &weights),
+            subs: vec![Delivery::new(SubscriptionId::DEFAULT, Offset(0), bands, &weights)],
             config: ctx.config,
             dedupe: DedupeTable::new(&ctx.secret, dedupe_window_ms),
             highest_enqueued: None,
@@ -198,6 +213,7 @@ impl PartitionState {
             stored: StoredByPrincipal::default(),
             key_map: None,
             members: None,
+            held: Held::default(),
             capture: None,
         })
     }
@@ -242,9 +258,20 @@ impl PartitionState {
         self.epoch = epoch;
     }
 
-    /// Claims outstanding in either lane (what the epoch fence ends at open).
+    /// Claims outstanding in either lane, every subscription (what the
+    /// epoch fence ends at open).
     pub fn claims_outstanding(&self) -> usize {
-        self.sub.claims.len()
+        self.subs.iter().map(|d| d.claims.len()).sum()
+    }
+
+    /// Where subscription `sub`'s delivery state is in `subs`.
+    pub(crate) fn sub_index(&self, sub: SubscriptionId) -> Option<usize> {
+        self.subs.binary_search_by_key(&sub, |d| d.id).ok()
+    }
+
+    /// The subscriptions this partition has, the default first.
+    pub fn subscriptions(&self) -> impl Iterator<Item = SubscriptionId> + '_ {
+        self.subs.iter().map(|d| d.id)
     }
 
     /// Class weights: bands then retry.
@@ -262,31 +289,45 @@ impl PartitionState {
         usize::from(priority).min(self.fresh.len() - 1)
     }
 
-    /// Live main-lane messages: ready, scheduled and claimed (the work
-    /// still to serve; dead letters are not in it).
+    /// Live main-lane messages of the default subscription.
     pub fn live_messages(&self) -> u64 {
-        self.fresh.iter().map(FreshBand::len).sum::<u64>() + self.sub.warm.len() as u64
+        self.live_messages_of(0)
     }
 
-    /// Record bytes of live main-lane messages.
+    /// Record bytes of the default subscription's live main-lane messages.
     pub fn live_bytes(&self) -> u64 {
-        self.fresh.iter().map(FreshBand::bytes).sum::<u64>() + self.sub.warm_bytes
+        self.live_bytes_of(0)
     }
 
-    /// Every message the queue still holds: the main lane plus the
-    /// dead-letter lane (the admission count). Quarantine and redrive move
-    /// a message between lanes and leave this unchanged; only ack, expiry
-    /// without dead-lettering and purge lower it. Counting dead letters
-    /// keeps a queue whose workers keep failing from growing its DLQ, and
-    /// the log segments its evidence pins, without bound.
+    /// Live main-lane messages of subscription index `s`: ready, scheduled
+    /// and claimed (the work still to serve; dead letters are not in it).
+    pub(crate) fn live_messages_of(&self, s: usize) -> u64 {
+        let d = &self.subs[s];
+        d.fresh_len.iter().sum::<u64>() + d.warm.len() as u64
+    }
+
+    /// Record bytes of subscription index `s`'s live main-lane messages.
+    pub(crate) fn live_bytes_of(&self, s: usize) -> u64 {
+        let d = &self.subs[s];
+        d.fresh_bytes.iter().sum::<u64>() + d.warm_bytes
+    }
+
+    /// Every message the queue still holds, counted once however many
+    /// subscriptions hold it: the main lane plus the dead-letter lane (the
+    /// admission count). Quarantine and redrive move a message between
+    /// lanes and leave this unchanged; only ack, expiry without
+    /// dead-lettering and purge (by the last subscription holding it) lower
+    /// it. Counting dead letters keeps a queue whose workers keep failing
+    /// from growing its DLQ, and the log segments its evidence pins,
+    /// without bound.
     pub fn held_messages(&self) -> u64 {
-        self.live_messages() + self.sub.dlq.len() as u64
+        self.held.messages
     }
 
-    /// Record bytes of every message the queue still holds, both lanes (the
-    /// admission bytes).
+    /// Record bytes of every message the queue still holds, both lanes,
+    /// counted once (the admission bytes).
     pub fn held_bytes(&self) -> u64 {
-        self.live_bytes() + self.sub.dlq_bytes
+        self.held.bytes
     }
 
     /// The bytes this state is charged against its shard's memory budget:
@@ -295,8 +336,22 @@ impl PartitionState {
     /// of attributed offsets at theirs. An upper bound of what the state
     /// allocates, not a measurement (`tests/queue_memory.rs` checks it
     /// covers the measured heap); O(bands + dedupe generations).
+    ///
+    /// A message held by several subscriptions is charged once for its
+    /// shared entry and again for every further subscription that holds it
+    /// claimed, scheduled, retried or dead-lettered (its own `Warm` or dead
+    /// letter); a subscription's skipped offsets at theirs.
     pub fn memory_charge(&self) -> u64 {
+        let extra: u64 = self.subs[1..]
+            .iter()
+            .map(|d| {
+                (d.warm.len() + d.dlq.len()) as u64 * MESSAGE_STATE_BYTES_MAX
+                    + d.skipped.len() as u64 * SKIPPED_ENTRY_BYTES_MAX
+            })
+            .sum();
         self.held_messages() * MESSAGE_STATE_BYTES_MAX
+            + extra
+            + self.subs[0].skipped.len() as u64 * SKIPPED_ENTRY_BYTES_MAX
             + self.dedupe.held_entries() as u64 * DEDUPE_ENTRY_BYTES_MAX
             + self.stored.runs() as u64 * STORED_RUN_BYTES_MAX
     }
@@ -306,136 +361,6 @@ impl PartitionState {
     /// its own).
     pub const fn memory_charge_per_enqueue() -> u64 {
         MESSAGE_STATE_BYTES_MAX + DEDUPE_ENTRY_BYTES_MAX + STORED_RUN_BYTES_MAX
-    }
-
-    /// Finds a main-lane message without changing anything.
-    pub(crate) fn main_message(&self, offset: Offset) -> Option<MainMessage> {
-        if let Some(warm) = self.sub.warm.get(&offset) {
-            return Some(MainMessage { warm: *warm });
-        }
-        self.fresh.iter().enumerate().find_map(|(band, fresh)| {
-            fresh.get(offset).map(|view| MainMessage { warm: Self::warm_from_fresh(&view, band) })
-        })
-    }
-
-    fn warm_from_fresh(view: &FreshView, band: usize) -> Warm {
-        Warm {
-            enqueue_time_ms: view.enqueue_time_ms,
-            expiry_ms: view.expiry_ms,
-            size_bytes: view.size_bytes,
-            // Bands are at most PRIORITY_BANDS_MAX (a u8).
-            priority: band as u8,
-            attempts: 0,
-            generation: Generation(0),
-            last_reason: ReleaseReason::NONE,
-            phase: WarmPhase::Ready { since_ms: view.enqueue_time_ms },
-        }
-    }
-
-    /// Removes a main-lane message from every structure that holds it.
-    fn take_main(&mut self, offset: Offset) -> Option<MainMessage> {
-        self.note(offset);
-        if let Some(warm) = self.sub.warm.remove(&offset) {
-            self.sub.warm_bytes -= u64::from(warm.size_bytes);
-            match warm.phase {
-                WarmPhase::Scheduled { due_ms } => {
-                    assert!(self.sub.scheduled.remove(&(due_ms.min(warm.expiry_ms), offset)));
-                }
-                WarmPhase::Ready { since_ms } => {
-                    if warm.expiry_ms != NEVER {
-                        assert!(self.sub.warm_expiry.remove(&(warm.expiry_ms, offset)));
-                    }
-                    let set = if warm.attempts == 0 {
-                        &mut self.sub.band_ready[usize::from(warm.priority)]
-                    } else {
-                        &mut self.sub.retry
-                    };
-                    assert!(set.remove(&(since_ms, offset)));
-                }
-                WarmPhase::Claimed(claim) => {
-                    assert!(self.sub.claims.remove(&(claim.deadline_ms(), offset)));
-                    self.sub.claim_ages.remove(claim.claimed_at_ms);
-                }
-            }
-            return Some(MainMessage { warm });
-        }
-        for band in 0..self.fresh.len() {
-            if let Some(view) = self.fresh[band].remove(offset) {
-                return Some(MainMessage { warm: Self::warm_from_fresh(&view, band) });
-            }
-        }
-        None
-    }
-
-    /// Puts a main-lane message into `warm` and its phase index.
-    fn insert_warm(&mut self, offset: Offset, warm: Warm) {
-        self.note(offset);
-        assert!(usize::from(warm.priority) < self.fresh.len());
-        match warm.phase {
-            WarmPhase::Scheduled { due_ms } => {
-                assert!(self.sub.scheduled.insert((due_ms.min(warm.expiry_ms), offset)));
-            }
-            WarmPhase::Ready { since_ms } => {
-                if warm.expiry_ms != NEVER {
-                    assert!(self.sub.warm_expiry.insert((warm.expiry_ms, offset)));
-                }
-                let set = if warm.attempts == 0 {
-                    &mut self.sub.band_ready[usize::from(warm.priority)]
-                } else {
-                    &mut self.sub.retry
-                };
-                assert!(set.insert((since_ms, offset)));
-            }
-            WarmPhase::Claimed(claim) => {
-                assert!(self.sub.claims.insert((claim.deadline_ms(), offset)));
-                self.sub.claim_ages.add(claim.claimed_at_ms);
-            }
-        }
-        self.sub.warm_bytes += u64::from(warm.size_bytes);
-        assert!(self.sub.warm.insert(offset, warm).is_none());
-    }
-
-    fn take_dead(&mut self, offset: Offset) -> Option<DeadLetter> {
-        self.note(offset);
-        let dead = self.sub.dlq.remove(&offset)?;
-        self.sub.dlq_bytes -= u64::from(dead.size_bytes);
-        match dead.phase {
-            DeadPhase::Ready { since_ms } => assert!(self.sub.dlq_ready.remove(&(since_ms, offset))),
-            DeadPhase::Claimed(claim) => {
-                assert!(self.sub.claims.remove(&(claim.deadline_ms(), offset)));
-                self.sub.claim_ages.remove(claim.claimed_at_ms);
-            }
-        }
-        Some(dead)
-    }
-
-    fn insert_dead(&mut self, offset: Offset, dead: DeadLetter) {
-        self.note(offset);
-        match dead.phase {
-            DeadPhase::Ready { since_ms } => assert!(self.sub.dlq_ready.insert((since_ms, offset))),
-            DeadPhase::Claimed(claim) => {
-                assert!(self.sub.claims.insert((claim.deadline_ms(), offset)));
-                self.sub.claim_ages.add(claim.claimed_at_ms);
-            }
-        }
-        self.sub.dlq_bytes += u64::from(dead.size_bytes);
-        assert!(self.sub.dlq.insert(offset, dead).is_none());
-    }
-
-    /// Inserts a fresh (never claimed, ready) message; used by apply and restore.
-    pub(crate) fn insert_fresh(&mut self, band: usize, view: FreshView) {
-        self.note(view.offset);
-        self.fresh[band].push(view);
-    }
-
-    /// Inserts a warm message; used by restore.
-    pub(crate) fn restore_warm(&mut self, offset: Offset, warm: Warm) {
-        self.insert_warm(offset, warm);
-    }
-
-    /// Inserts a dead letter; used by restore.
-    pub(crate) fn restore_dead(&mut self, offset: Offset, dead: DeadLetter) {
-        self.insert_dead(offset, dead);
     }
 
     /// The claim class a ready main-lane message is served from.

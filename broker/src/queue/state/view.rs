@@ -4,7 +4,7 @@
 use super::{DeadLetter, DeadPhase, PartitionState, Warm, WarmPhase};
 use crate::queue::fresh::{FreshBand, NEVER};
 use crate::queue::types::{
-    Generation, Lane, Millis, Offset, QuarantineCause, ReleaseReason, WorkerId,
+    Generation, Lane, Millis, Offset, QuarantineCause, ReleaseReason, SubscriptionId, WorkerId,
 };
 
 /// Cumulative counts, part of the fold (and of snapshots).
@@ -90,85 +90,112 @@ impl PartitionState {
     /// the newest checkpoint's offset and the configured audit window.
     pub fn retention_watermark(&self) -> Option<Offset> {
         let fresh = self.fresh.iter().filter_map(FreshBand::front).map(|v| v.offset);
-        let warm = self.sub.warm.first_key();
-        let dead = self.sub.dlq.keys().next().copied();
+        let warm = self.subs.iter().filter_map(|d| d.warm.first_key());
+        let dead = self.subs.iter().filter_map(|d| d.dlq.keys().next().copied());
         fresh.chain(warm).chain(dead).min()
     }
 
     /// The oldest main-lane message still live (ready, scheduled or
-    /// claimed), if any: every main-lane message below it is finished.
+    /// claimed) in any subscription, if any: every main-lane message below
+    /// it is finished by every subscription.
     pub fn oldest_live_main(&self) -> Option<Offset> {
         let fresh = self.fresh.iter().filter_map(FreshBand::front).map(|v| v.offset);
-        fresh.chain(self.sub.warm.first_key()).min()
+        fresh.chain(self.subs.iter().filter_map(|d| d.warm.first_key())).min()
     }
 
-    /// Whether the state still holds any message (either lane, any phase)
-    /// at an offset in `[first, end)`: whether a stored batch of those
-    /// offsets is still needed. O(end - first) lookups.
+    /// Whether any subscription still holds any message (either lane, any
+    /// phase) at an offset in `[first, end)`: whether a stored batch of
+    /// those offsets is still needed. O(end - first) lookups.
     pub fn holds_any(&self, first: Offset, end: Offset) -> bool {
         (first.0..end.0).map(Offset).any(|offset| {
-            self.sub.warm.contains_key(&offset)
-                || self.sub.dlq.contains_key(&offset)
-                || self.fresh.iter().any(|band| band.get(offset).is_some())
+            self.fresh.iter().any(|band| band.get(offset).is_some())
+                || self
+                    .subs
+                    .iter()
+                    .any(|d| d.warm.contains_key(&offset) || d.dlq.contains_key(&offset))
         })
     }
 
-    /// Counters for describe.
-    /// Whether a main-lane message is ready (claimable once its enqueue is
-    /// durable and its record is not past its expiry): O(priority bands).
+    /// Whether a main-lane message is ready in any subscription (claimable
+    /// once its enqueue is durable and its record is not past its expiry):
+    /// O(subscriptions × priority bands).
     pub fn has_ready(&self) -> bool {
-        self.fresh.iter().any(|band| !band.is_empty())
-            || self.sub.band_ready.iter().any(|ready| !ready.is_empty())
-            || !self.sub.retry.is_empty()
+        self.subs.iter().any(|d| {
+            d.fresh_len.iter().any(|&len| len > 0)
+                || d.band_ready.iter().any(|ready| !ready.is_empty())
+                || !d.retry.is_empty()
+        })
     }
 
+    /// Counters of the default subscription for describe.
     pub fn counters(&self, now: Millis) -> QueueCounters {
-        let fresh_ready: u64 = self.fresh.iter().map(FreshBand::len).sum();
+        self.counters_at(0, now)
+    }
+
+    /// Counters of subscription `sub`, `None` when the partition has no
+    /// such subscription. `held_*` are the partition's (every message
+    /// counted once, whichever subscriptions hold it): what admission reads.
+    pub fn counters_of(&self, sub: SubscriptionId, now: Millis) -> Option<QueueCounters> {
+        self.sub_index(sub).map(|s| self.counters_at(s, now))
+    }
+
+    fn counters_at(&self, s: usize, now: Millis) -> QueueCounters {
+        let d = &self.subs[s];
+        let fresh_ready: u64 = d.fresh_len.iter().sum();
         let warm_ready: u64 =
-            self.sub.band_ready.iter().map(|s| s.len() as u64).sum::<u64>() + self.sub.retry.len() as u64;
-        let main_claimed = self.sub.claims.len() as u64 - self.dead_letter_claimed();
-        let oldest_fresh =
-            self.fresh.iter().filter_map(FreshBand::front).map(|v| v.enqueue_time_ms);
-        let oldest_warm = self
-            .sub.band_ready
+            d.band_ready.iter().map(|set| set.len() as u64).sum::<u64>() + d.retry.len() as u64;
+        let dead_letter_claimed = d.dlq.len() as u64 - d.dlq_ready.len() as u64;
+        let main_claimed = d.claims.len() as u64 - dead_letter_claimed;
+        let oldest_fresh = (0..self.fresh.len())
+            .filter_map(|band| self.fresh_iter(s, band).next())
+            .map(|v| v.enqueue_time_ms);
+        let oldest_warm = d
+            .band_ready
             .iter()
-            .chain(std::iter::once(&self.sub.retry))
-            .filter_map(|s| s.first())
+            .chain(std::iter::once(&d.retry))
+            .filter_map(|set| set.first())
             .map(|&(since, _)| since);
         let oldest = oldest_fresh.chain(oldest_warm).min();
         QueueCounters {
             ready: fresh_ready + warm_ready,
-            scheduled: self.sub.scheduled.len() as u64,
+            scheduled: d.scheduled.len() as u64,
             claimed: main_claimed,
-            quarantined: self.sub.dlq.len() as u64,
-            dead_letter_claimed: self.dead_letter_claimed(),
-            live_messages: self.live_messages(),
-            live_bytes: self.live_bytes(),
+            quarantined: d.dlq.len() as u64,
+            dead_letter_claimed,
+            live_messages: self.live_messages_of(s),
+            live_bytes: self.live_bytes_of(s),
             held_messages: self.held_messages(),
             held_bytes: self.held_bytes(),
             oldest_ready_age_ms: oldest.map(|since| now.saturating_sub(since)),
-            oldest_claim_age_ms: self.sub.claim_ages.oldest().map(|at| now.saturating_sub(at)),
-            totals: self.sub.totals,
+            oldest_claim_age_ms: d.claim_ages.oldest().map(|at| now.saturating_sub(at)),
+            totals: d.totals,
         }
     }
 
-    fn dead_letter_claimed(&self) -> u64 {
-        self.sub.dlq.len() as u64 - self.sub.dlq_ready.len() as u64
+    /// Every live message of both lanes of the default subscription in
+    /// offset order. O(n): for tests, debugging and small describes, never
+    /// the data path.
+    pub fn messages(&self) -> Vec<MessageView> {
+        self.messages_at(0)
     }
 
-    /// Every live message of both lanes in offset order. O(n): for tests,
-    /// debugging and small describes, never the data path.
-    pub fn messages(&self) -> Vec<MessageView> {
+    /// [`messages`](Self::messages) of subscription `sub`.
+    pub fn messages_of(&self, sub: SubscriptionId) -> Option<Vec<MessageView>> {
+        self.sub_index(sub).map(|s| self.messages_at(s))
+    }
+
+    fn messages_at(&self, s: usize) -> Vec<MessageView> {
+        let d = &self.subs[s];
         let mut out = Vec::new();
-        for (band, fresh) in self.fresh.iter().enumerate() {
-            for view in fresh.iter() {
+        for band in 0..self.fresh.len() {
+            for view in self.fresh_iter(s, band) {
                 out.push(Self::main_view(view.offset, &Self::warm_from_fresh(&view, band)));
             }
         }
-        for (&offset, warm) in self.sub.warm.iter() {
+        for (&offset, warm) in d.warm.iter() {
             out.push(Self::main_view(offset, warm));
         }
-        for (&offset, dead) in &self.sub.dlq {
+        for (&offset, dead) in &d.dlq {
             out.push(self.dead_view(offset, dead));
         }
         out.sort_by_key(|v| v.offset);

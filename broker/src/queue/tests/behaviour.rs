@@ -2,6 +2,7 @@
 
 use super::super::*;
 use super::harness::{ctx, id, request, Harness, ALL_DURABLE, SECRET};
+use crate::queue::types::SubscriptionId;
 
 fn config() -> QueueConfig {
     QueueConfig {
@@ -34,6 +35,7 @@ fn lease_trace_late_ack_is_rejected_and_message_acked_once() {
     assert_eq!(
         events,
         vec![Event::LeaseExpired {
+            sub: SubscriptionId::DEFAULT,
             lane: Lane::Main,
             offset,
             generation: Generation(1),
@@ -316,6 +318,7 @@ fn quarantine_keeps_its_evidence_and_is_a_real_queue() {
     assert_eq!(
         event,
         Event::Quarantined {
+            sub: SubscriptionId::DEFAULT,
             offset,
             generation: Generation(3),
             cause: QuarantineCause::Deliveries,
@@ -775,7 +778,15 @@ fn scheduled_message_becomes_ready_on_time_and_survives_a_crash() {
     // Crash: the log ends before any Readied; recovery still finds it due.
     h.restart();
     let events = h.tick(5_000);
-    assert_eq!(events, vec![Event::Readied { offset, generation: Generation(0), at_ms: 5_000 }]);
+    assert_eq!(
+        events,
+        vec![Event::Readied {
+            sub: SubscriptionId::DEFAULT,
+            offset,
+            generation: Generation(0),
+            at_ms: 5_000
+        }]
+    );
     let d = h.claim(5_000, 1, 1, None);
     assert_eq!(d[0].offset, offset);
 }
@@ -803,6 +814,7 @@ fn backoff_schedules_releases() {
             assert_eq!(
                 event,
                 Event::Released {
+                    sub: SubscriptionId::DEFAULT,
                     lane: Lane::Main,
                     offset,
                     generation: d[0].generation,
@@ -895,6 +907,7 @@ fn events_round_trip_and_bad_records_are_refused() {
     let g = Generation(77);
     let events = [
         Event::Claimed {
+            sub: SubscriptionId::DEFAULT,
             lane: Lane::DeadLetter,
             offset: o,
             generation: g,
@@ -902,9 +915,23 @@ fn events_round_trip_and_bad_records_are_refused() {
             claimed_at_ms: 1,
             deadline_ms: 2,
         },
-        Event::Extended { lane: Lane::Main, offset: o, generation: g, at_ms: 3, deadline_ms: 4 },
-        Event::Acked { lane: Lane::Main, offset: o, generation: g, at_ms: 5 },
+        Event::Extended {
+            sub: SubscriptionId::DEFAULT,
+            lane: Lane::Main,
+            offset: o,
+            generation: g,
+            at_ms: 3,
+            deadline_ms: 4,
+        },
+        Event::Acked {
+            sub: SubscriptionId::DEFAULT,
+            lane: Lane::Main,
+            offset: o,
+            generation: g,
+            at_ms: 5,
+        },
         Event::Released {
+            sub: SubscriptionId::DEFAULT,
             lane: Lane::Main,
             offset: o,
             generation: g,
@@ -912,18 +939,31 @@ fn events_round_trip_and_bad_records_are_refused() {
             at_ms: 6,
             not_before_ms: 7,
         },
-        Event::LeaseExpired { lane: Lane::DeadLetter, offset: o, generation: g, at_ms: 8 },
-        Event::Readied { offset: o, generation: g, at_ms: 9 },
+        Event::LeaseExpired {
+            sub: SubscriptionId::DEFAULT,
+            lane: Lane::DeadLetter,
+            offset: o,
+            generation: g,
+            at_ms: 8,
+        },
+        Event::Readied { sub: SubscriptionId::DEFAULT, offset: o, generation: g, at_ms: 9 },
         Event::Quarantined {
+            sub: SubscriptionId::DEFAULT,
             offset: o,
             generation: g,
             cause: QuarantineCause::Expired,
             reason: ReleaseReason::EXPIRED,
             at_ms: 10,
         },
-        Event::Expired { offset: o, generation: g, at_ms: 11 },
-        Event::Redriven { offset: o, generation: g, at_ms: 12 },
-        Event::Purged { lane: Lane::DeadLetter, offset: o, generation: g, at_ms: 13 },
+        Event::Expired { sub: SubscriptionId::DEFAULT, offset: o, generation: g, at_ms: 11 },
+        Event::Redriven { sub: SubscriptionId::DEFAULT, offset: o, generation: g, at_ms: 12 },
+        Event::Purged {
+            sub: SubscriptionId::DEFAULT,
+            lane: Lane::DeadLetter,
+            offset: o,
+            generation: g,
+            at_ms: 13,
+        },
         Event::Attributed {
             offset: o,
             count: 3,

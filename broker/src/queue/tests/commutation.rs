@@ -346,11 +346,11 @@ fn check_orders(run: &mut Run, orders: usize, slack: usize) -> Result<Seen, Stri
         moved += ahead_of_data;
         let replayed =
             replay(&run.config, &journal).map_err(|e| format!("journal order {order}: {e}"))?;
-        if replayed.sub.credits.raw() != run.state.sub.credits.raw() {
+        if replayed.subs[0].credits.raw() != run.state.subs[0].credits.raw() {
             return Err(format!(
                 "journal order {order}: credits {:?}, live {:?}",
-                replayed.sub.credits.raw(),
-                run.state.sub.credits.raw()
+                replayed.subs[0].credits.raw(),
+                run.state.subs[0].credits.raw()
             ));
         }
         if replayed.messages() != run.state.messages() {
@@ -577,13 +577,17 @@ fn claimed_credits_do_not_depend_on_records_not_yet_durable() {
     for _ in 0..3 {
         control.extend(driven.claim(now, 3));
     }
-    assert_eq!(driven.state.sub.credits.raw(), [0, 1, 1, 1, 1]);
+    assert_eq!(driven.state.subs[0].credits.raw(), [0, 1, 1, 1, 1]);
     let durable = driven.enqueue(now, 0, None); // offset 3, made durable
     let pending = driven.enqueue(now, 1, None); // offset 4, not yet durable
     let promoted = driven.claim(now + 1_000, 4);
     assert_eq!(promoted.len(), 1);
     assert_eq!(promoted[0].offset(), Offset(3), "the age-promoted band-0 message");
-    assert_eq!(driven.state.sub.credits.raw(), [0, 1, 1, 1, 1], "a promoted claim starts no round");
+    assert_eq!(
+        driven.state.subs[0].credits.raw(),
+        [0, 1, 1, 1, 1],
+        "a promoted claim starts no round"
+    );
     // Journal order: the claim ahead of the undurable enqueue.
     let mut journal = data;
     journal.extend(&control);
@@ -591,7 +595,7 @@ fn claimed_credits_do_not_depend_on_records_not_yet_durable() {
     journal.push(promoted[0]);
     journal.push(pending);
     let replayed = driven.replay(&journal).unwrap();
-    assert_eq!(replayed.sub.credits.raw(), driven.state.sub.credits.raw());
+    assert_eq!(replayed.subs[0].credits.raw(), driven.state.subs[0].credits.raw());
     assert!(replayed.snapshot(Offset(0)) == driven.state.snapshot(Offset(0)));
 }
 
@@ -615,11 +619,11 @@ fn a_round_starts_whatever_undurable_messages_other_classes_hold() {
     let mut journal: Vec<Event> = (0..3).map(|_| driven.enqueue(now, 0, None)).collect();
     journal.extend(driven.claim(now, 3));
     journal.extend(driven.claim(now, 3));
-    assert_eq!(driven.state.sub.credits.raw(), [0, 1, 1, 1, 1]);
+    assert_eq!(driven.state.subs[0].credits.raw(), [0, 1, 1, 1, 1]);
     let pending = driven.enqueue(now, 1, None); // offset 3, not durable
     let claimed = driven.claim(now + 1, 3);
     assert_eq!(claimed.iter().map(Event::offset).collect::<Vec<_>>(), [Offset(2)]);
-    assert_eq!(driven.state.sub.credits.raw(), [1, 1, 1, 1, 1], "a new round, band 0 charged");
+    assert_eq!(driven.state.subs[0].credits.raw(), [1, 1, 1, 1, 1], "a new round, band 0 charged");
     journal.extend(&claimed);
     journal.push(pending);
     let replayed = driven.replay(&journal).unwrap();

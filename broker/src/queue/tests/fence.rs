@@ -3,6 +3,7 @@
 //! runs where claims (and extends, releases, ticks) may be lost in a crash but
 //! acks never (an ack replies only once durable).
 
+use crate::queue::types::SubscriptionId;
 use std::collections::BTreeSet;
 
 use rand::{Rng, SeedableRng};
@@ -165,6 +166,7 @@ fn fence_releases_every_claim_of_an_older_epoch() {
 #[test]
 fn fence_events_use_the_existing_released_record() {
     let event = Event::Released {
+        sub: SubscriptionId::DEFAULT,
         lane: Lane::Main,
         offset: Offset(77),
         generation: Generation(3),

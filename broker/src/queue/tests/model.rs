@@ -14,6 +14,7 @@
 //! stored counts per principal must equal the model's sum over the
 //! messages it holds (so every checkpoint and replay check covers them).
 
+use crate::queue::types::SubscriptionId;
 use std::collections::BTreeMap;
 
 use rand::{Rng, SeedableRng};
@@ -135,6 +136,7 @@ impl Model {
     fn expiry_event(&self, offset: Offset, generation: Generation, now: Millis) -> Event {
         if self.config.dead_letter_on_expiry {
             Event::Quarantined {
+                sub: SubscriptionId::DEFAULT,
                 offset,
                 generation,
                 cause: QuarantineCause::Expired,
@@ -142,7 +144,7 @@ impl Model {
                 at_ms: now,
             }
         } else {
-            Event::Expired { offset, generation, at_ms: now }
+            Event::Expired { sub: SubscriptionId::DEFAULT, offset, generation, at_ms: now }
         }
     }
 
@@ -267,6 +269,7 @@ impl Model {
             gone.push(head.offset);
             let generation = Generation(head.generation.0 + 1);
             events.push(Event::Claimed {
+                sub: SubscriptionId::DEFAULT,
                 lane: Lane::Main,
                 offset: head.offset,
                 generation,
@@ -295,6 +298,7 @@ impl Model {
             }
             bytes += u64::from(v.size_bytes);
             events.push(Event::Claimed {
+                sub: SubscriptionId::DEFAULT,
                 lane: Lane::DeadLetter,
                 offset: v.offset,
                 generation: Generation(v.generation.0 + 1),
@@ -363,6 +367,7 @@ impl Model {
         let (lane, offset, generation) = (t.lane, t.offset, t.generation);
         if lane == Lane::DeadLetter {
             return Ok(Event::Released {
+                sub: SubscriptionId::DEFAULT,
                 lane,
                 offset,
                 generation,
@@ -376,6 +381,7 @@ impl Model {
         }
         if v.attempts + 1 >= self.config.max_deliveries {
             return Ok(Event::Quarantined {
+                sub: SubscriptionId::DEFAULT,
                 offset,
                 generation,
                 cause: QuarantineCause::Deliveries,
@@ -391,7 +397,15 @@ impl Model {
             Backoff::Exponential { base_ms, max_ms } => (base_ms << v.attempts).min(max_ms),
         };
         let not_before_ms = nb.unwrap_or(now + delay).max(now);
-        Ok(Event::Released { lane, offset, generation, reason, at_ms: now, not_before_ms })
+        Ok(Event::Released {
+            sub: SubscriptionId::DEFAULT,
+            lane,
+            offset,
+            generation,
+            reason,
+            at_ms: now,
+            not_before_ms,
+        })
     }
 
     fn extend(
@@ -416,6 +430,7 @@ impl Model {
         let d = (now + lease).min(cap);
         Ok((
             Event::Extended {
+                sub: SubscriptionId::DEFAULT,
                 lane: t.lane,
                 offset: t.offset,
                 generation: t.generation,
@@ -435,6 +450,7 @@ impl Model {
                     if deadline_ms <= now =>
                 {
                     Some(Event::LeaseExpired {
+                        sub: SubscriptionId::DEFAULT,
                         lane: Lane::DeadLetter,
                         offset,
                         generation,
@@ -449,6 +465,7 @@ impl Model {
                         Some(self.expiry_event(offset, generation, now))
                     } else if v.attempts + 1 >= self.config.max_deliveries {
                         Some(Event::Quarantined {
+                            sub: SubscriptionId::DEFAULT,
                             offset,
                             generation,
                             cause: QuarantineCause::Deliveries,
@@ -457,6 +474,7 @@ impl Model {
                         })
                     } else {
                         Some(Event::LeaseExpired {
+                            sub: SubscriptionId::DEFAULT,
                             lane: Lane::Main,
                             offset,
                             generation,
@@ -468,7 +486,12 @@ impl Model {
                     Some(self.expiry_event(offset, generation, now))
                 }
                 (Lane::Main, MessagePhase::Scheduled { due_ms }) if due_ms <= now => {
-                    Some(Event::Readied { offset, generation, at_ms: now })
+                    Some(Event::Readied {
+                        sub: SubscriptionId::DEFAULT,
+                        offset,
+                        generation,
+                        at_ms: now,
+                    })
                 }
                 _ => None,
             };
@@ -509,7 +532,9 @@ impl Model {
                     },
                 );
             }
-            Event::Claimed { lane, offset, generation, worker, claimed_at_ms, deadline_ms } => {
+            Event::Claimed {
+                lane, offset, generation, worker, claimed_at_ms, deadline_ms, ..
+            } => {
                 if lane == Lane::Main {
                     let message = &self.messages[&offset];
                     let class = self.class(message);
@@ -586,6 +611,10 @@ impl Model {
                 }
             }
             Event::TermStarted { .. } | Event::KeyMap { .. } | Event::Membership { .. } => {}
+            // The model has the default subscription only.
+            Event::SubscriptionStarted { .. } | Event::SubscriptionEnded { .. } => {
+                unreachable!("the model starts no subscription")
+            }
         }
     }
 
@@ -906,6 +935,7 @@ impl Run {
                     let real = self.state.ack(self.now, &token);
                     let model =
                         self.model.validate(self.now, &claim, forged).map(|_| Event::Acked {
+                            sub: SubscriptionId::DEFAULT,
                             lane: claim.lane,
                             offset: claim.offset,
                             generation: claim.generation,
