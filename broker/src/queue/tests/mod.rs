@@ -8,3 +8,4 @@ mod commutation;
 mod fence;
 mod harness;
 mod model;
+mod subscriptions;

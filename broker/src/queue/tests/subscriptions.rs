@@ -1,0 +1,434 @@
+//! Subscriptions against their definition: a state with several
+//! subscriptions must, for each of them, decide and show exactly what a
+//! partition with that subscription alone would, fed the same records
+//! (the shared never-claimed index is invisible), while every record is
+//! held once; and a replay of its log (every event through its bytes)
+//! rebuilds the same state (`docs/design/subscriptions.md`).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::super::*;
+use super::harness::{ctx, id, ALL_DURABLE};
+
+fn config(rng: &mut ChaCha8Rng) -> QueueConfig {
+    let bands = rng.random_range(4..=6);
+    QueueConfig {
+        band_weights: (0..bands).map(|_| rng.random_range(1..=4)).collect(),
+        retry_weight: rng.random_range(1..=3),
+        age_promotion_ms: if rng.random_bool(0.5) { rng.random_range(500..4_000) } else { 1 << 40 },
+        lease_default_ms: 1_000,
+        lease_min_ms: 100,
+        lease_max_ms: 3_000,
+        max_lease_lifetime_ms: 6_000,
+        max_deliveries: rng.random_range(1..=4),
+        backoff: Backoff::Linear { step_ms: rng.random_range(1..800), max_ms: 2_000 },
+        dedupe_window_ms: 1_000,
+        max_messages: 1 << 20,
+        max_bytes: 1 << 30,
+        dead_letter_on_expiry: rng.random_bool(0.5),
+    }
+}
+
+/// `event` as subscription `to`'s.
+fn retag(mut event: Event, to: SubscriptionId) -> Event {
+    match &mut event {
+        Event::Claimed { sub, .. }
+        | Event::Extended { sub, .. }
+        | Event::Acked { sub, .. }
+        | Event::Released { sub, .. }
+        | Event::LeaseExpired { sub, .. }
+        | Event::Readied { sub, .. }
+        | Event::Quarantined { sub, .. }
+        | Event::Expired { sub, .. }
+        | Event::Redriven { sub, .. }
+        | Event::Purged { sub, .. } => *sub = to,
+        _ => {}
+    }
+    event
+}
+
+/// One subscription of the state under test and the lone partition it
+/// must behave as.
+struct Twin {
+    sub: SubscriptionId,
+    alone: PartitionState,
+    /// Outstanding deliveries (token, lane) the test may ack or release.
+    held: Vec<Delivery>,
+}
+
+struct Run {
+    config: QueueConfig,
+    state: PartitionState,
+    twins: Vec<Twin>,
+    /// Every event applied to `state`, in order (the log to replay).
+    log: Vec<Event>,
+    next_offset: u64,
+    next_sub: u16,
+    now: Millis,
+}
+
+impl Run {
+    fn new(config: QueueConfig) -> Self {
+        let state = PartitionState::new(ctx(config.clone(), 1)).unwrap();
+        let alone = PartitionState::new(ctx(config.clone(), 1)).unwrap();
+        let twins = vec![Twin { sub: SubscriptionId::DEFAULT, alone, held: Vec::new() }];
+        Self { config, state, twins, log: Vec::new(), next_offset: 0, next_sub: 1, now: 1_000 }
+    }
+
+    fn apply(&mut self, event: Event) {
+        self.state.apply(&event).unwrap();
+        self.log.push(event);
+    }
+
+    fn twin(&mut self, sub: SubscriptionId) -> &mut Twin {
+        self.twins.iter_mut().find(|twin| twin.sub == sub).unwrap()
+    }
+
+    /// The events of `sub` in a multi-subscription answer, as the lone
+    /// partition's.
+    fn of(events: &[Event], sub: SubscriptionId) -> Vec<Event> {
+        events
+            .iter()
+            .filter(|event| event.subscription() == Some(sub))
+            .map(|event| retag(*event, SubscriptionId::DEFAULT))
+            .collect()
+    }
+
+    fn enqueue(&mut self, rng: &mut ChaCha8Rng) {
+        let offset = Offset(self.next_offset);
+        self.next_offset += rng.random_range(1..=2);
+        let request = EnqueueRequest {
+            message_id: id(offset.0),
+            priority: rng.random_range(0..4),
+            not_before_ms: if rng.random_bool(0.15) {
+                self.now + rng.random_range(1..2_000)
+            } else {
+                0
+            },
+            expiry_ms: rng.random_bool(0.2).then(|| self.now + rng.random_range(0..4_000)),
+            size_bytes: rng.random_range(1..500),
+        };
+        let event = Event::Enqueued(EnqueueMeta::new(&request, offset, self.now));
+        self.apply(event);
+        for twin in &mut self.twins {
+            twin.alone.apply(&event).unwrap();
+        }
+    }
+
+    fn claim(&mut self, rng: &mut ChaCha8Rng, index: usize, dead: bool) {
+        let sub = self.twins[index].sub;
+        let request = ClaimRequest {
+            worker: WorkerId(rng.random_range(1..4)),
+            credits: rng.random_range(1..6),
+            max_bytes: u64::MAX,
+            lease_ms: None,
+        };
+        let (mut got, mut want) = (ClaimDecision::default(), ClaimDecision::default());
+        let now = self.now;
+        if dead {
+            self.state
+                .claim_sub_dead_letters_into(sub, now, &request, ALL_DURABLE, &mut got)
+                .unwrap();
+            let alone = &self.twins[index].alone;
+            alone.claim_dead_letters_into(now, &request, ALL_DURABLE, &mut want).unwrap();
+        } else {
+            self.state.claim_sub_into(sub, now, &request, ALL_DURABLE, &mut got).unwrap();
+            let alone = &self.twins[index].alone;
+            alone.claim_into(now, &request, ALL_DURABLE, &mut want).unwrap();
+        }
+        assert_eq!(Self::of(&got.events, sub), want.events, "claim of {sub}");
+        assert_eq!(got.deliveries, want.deliveries, "claim of {sub}");
+        assert_eq!(got.exhausted, want.exhausted);
+        for event in &got.events {
+            assert_eq!(event.subscription(), Some(sub));
+            self.apply(*event);
+        }
+        let twin = self.twin(sub);
+        for event in &want.events {
+            twin.alone.apply(event).unwrap();
+        }
+        twin.held.extend(want.deliveries);
+    }
+
+    fn settle(&mut self, rng: &mut ChaCha8Rng, index: usize) {
+        let sub = self.twins[index].sub;
+        if self.twins[index].held.is_empty() {
+            return;
+        }
+        let at = rng.random_range(0..self.twins[index].held.len());
+        let delivery = self.twins[index].held.swap_remove(at);
+        let now = self.now;
+        let (got, want) = match rng.random_range(0..3) {
+            0 => (
+                self.state.ack_sub(sub, now, &delivery.token),
+                self.twins[index].alone.ack(now, &delivery.token),
+            ),
+            1 => {
+                let not_before = rng.random_bool(0.5).then(|| now + rng.random_range(0..1_000));
+                let reason = ReleaseReason(7);
+                (
+                    self.state.release_sub(sub, now, &delivery.token, reason, not_before),
+                    self.twins[index].alone.release(now, &delivery.token, reason, not_before),
+                )
+            }
+            _ => {
+                let got = self.state.extend_sub(sub, now, &delivery.token, Some(500));
+                let want = self.twins[index].alone.extend(now, &delivery.token, Some(500));
+                assert_eq!(got.map(|(e, d)| (retag(e, SubscriptionId::DEFAULT), d)), want);
+                if want.is_ok() {
+                    self.twins[index].held.push(delivery);
+                }
+                (got.map(|(e, _)| e), want.map(|(e, _)| e))
+            }
+        };
+        assert_eq!(got.map(|e| retag(e, SubscriptionId::DEFAULT)), want, "settle of {sub}");
+        if let (Ok(got), Ok(want)) = (got, want) {
+            self.apply(got);
+            self.twins[index].alone.apply(&want).unwrap();
+        }
+    }
+
+    fn tick(&mut self) {
+        let got = self.state.tick(self.now, ALL_DURABLE);
+        assert!(got.len() < limits::TICK_EVENTS_MAX, "the test keeps ticks unbounded");
+        for event in &got {
+            self.apply(*event);
+        }
+        for index in 0..self.twins.len() {
+            let sub = self.twins[index].sub;
+            let want = self.twins[index].alone.tick(self.now, ALL_DURABLE);
+            assert_eq!(Self::of(&got, sub), want, "tick of {sub}");
+            for event in &want {
+                self.twins[index].alone.apply(event).unwrap();
+            }
+        }
+    }
+
+    fn operate(&mut self, rng: &mut ChaCha8Rng, index: usize) {
+        let sub = self.twins[index].sub;
+        let now = self.now;
+        let (got, want) = if rng.random_bool(0.5) {
+            let lane = if rng.random_bool(0.5) { Lane::Main } else { Lane::DeadLetter };
+            let max = rng.random_range(1..4);
+            (
+                self.state.purge_sub(sub, now, lane, max, ALL_DURABLE).unwrap(),
+                self.twins[index].alone.purge(now, lane, max, ALL_DURABLE),
+            )
+        } else {
+            let which = Redrive::Oldest(rng.random_range(1..3));
+            (
+                self.state.redrive_sub(sub, now, which).unwrap(),
+                self.twins[index].alone.redrive(now, which).unwrap(),
+            )
+        };
+        assert_eq!(Self::of(&got, sub), want, "operator on {sub}");
+        for event in &got {
+            self.apply(*event);
+        }
+        for event in &want {
+            self.twins[index].alone.apply(event).unwrap();
+        }
+    }
+
+    /// Starts a subscription at the next offset: its twin is an empty lone
+    /// partition that sees the records from then on.
+    fn start(&mut self) {
+        let sub = SubscriptionId(self.next_sub);
+        self.next_sub += 1;
+        let from = Offset(self.next_offset);
+        self.apply(Event::SubscriptionStarted { sub, from, at_ms: self.now });
+        let alone = PartitionState::new(ctx(self.config.clone(), 1)).unwrap();
+        self.twins.push(Twin { sub, alone, held: Vec::new() });
+    }
+
+    fn end(&mut self, index: usize) {
+        let sub = self.twins.remove(index).sub;
+        self.apply(Event::SubscriptionEnded { sub, at_ms: self.now });
+        assert_eq!(
+            self.state.claim_sub_into(
+                sub,
+                self.now,
+                &ClaimRequest { worker: WorkerId(1), credits: 1, max_bytes: 1, lease_ms: None },
+                ALL_DURABLE,
+                &mut ClaimDecision::default(),
+            ),
+            Err(QueueError::UnknownSubscription(sub))
+        );
+    }
+
+    /// Each subscription shows what its lone twin shows; every record is
+    /// held once.
+    fn check(&self) {
+        self.state.assert_invariants();
+        let mut union = BTreeMap::new();
+        for twin in &self.twins {
+            let mut got = self.state.counters_of(twin.sub, self.now).unwrap();
+            let mut want = twin.alone.counters(self.now);
+            (got.held_messages, got.held_bytes) = (0, 0);
+            (want.held_messages, want.held_bytes) = (0, 0);
+            assert_eq!(got, want, "counters of {}", twin.sub);
+            let messages = twin.alone.messages();
+            assert_eq!(self.state.messages_of(twin.sub).unwrap(), messages, "of {}", twin.sub);
+            union.extend(messages.iter().map(|view| (view.offset, view.size_bytes)));
+        }
+        assert_eq!(self.state.held_messages(), union.len() as u64);
+        assert_eq!(self.state.held_bytes(), union.values().map(|&b| u64::from(b)).sum::<u64>());
+        let watermark = union.keys().next().copied();
+        assert_eq!(self.state.retention_watermark(), watermark);
+    }
+
+    /// A replay of the log, every event through its control-record bytes,
+    /// rebuilds the same subscriptions.
+    fn replay(&self) {
+        let mut replayed = PartitionState::new(ctx(self.config.clone(), 1)).unwrap();
+        for event in &self.log {
+            let event = match event {
+                Event::Enqueued(_) => *event,
+                _ => {
+                    let mut bytes = Vec::new();
+                    event.encode(&mut bytes).unwrap();
+                    let named = event.subscription().is_some_and(|s| s != SubscriptionId::DEFAULT);
+                    assert_eq!(bytes[0] & 0x80 != 0, named);
+                    Event::decode(&bytes).unwrap()
+                }
+            };
+            replayed.apply(&event).unwrap();
+        }
+        replayed.assert_invariants();
+        let subs: Vec<_> = self.state.subscriptions().collect();
+        assert_eq!(replayed.subscriptions().collect::<Vec<_>>(), subs);
+        for sub in subs {
+            assert_eq!(replayed.messages_of(sub), self.state.messages_of(sub));
+            assert_eq!(replayed.counters_of(sub, self.now), self.state.counters_of(sub, self.now));
+        }
+        assert_eq!(replayed.held_messages(), self.state.held_messages());
+    }
+}
+
+fn run(seed: u64) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut run = Run::new(config(&mut rng));
+    // One or two more subscriptions from the start, sometimes one later.
+    for _ in 0..rng.random_range(1..=2) {
+        run.start();
+    }
+    for step in 0..400 {
+        run.now += rng.random_range(0..150);
+        let index = rng.random_range(0..run.twins.len());
+        match rng.random_range(0..100) {
+            0..35 => run.enqueue(&mut rng),
+            35..55 => run.claim(&mut rng, index, false),
+            55..58 => run.claim(&mut rng, index, true),
+            58..80 => run.settle(&mut rng, index),
+            80..92 => run.tick(),
+            92..97 => run.operate(&mut rng, index),
+            97 if run.twins.len() < 4 => run.start(),
+            98 if index > 0 => run.end(index),
+            _ => {}
+        }
+        run.check();
+        if step % 100 == 99 {
+            run.replay();
+        }
+    }
+    run.replay();
+}
+
+#[test]
+fn each_subscription_behaves_as_if_alone_and_replays() {
+    for seed in 0..60 {
+        run(seed);
+    }
+}
+
+/// A subscription started at the earliest offset takes what the partition
+/// still has to deliver (the shared index), not what others already
+/// claimed or finished; one started at the next offset takes only later
+/// records; a record leaves only with its last subscription.
+#[test]
+fn a_start_takes_the_shared_backlog_and_a_record_leaves_with_its_last_holder() {
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let mut config = config(&mut rng);
+    config.band_weights = vec![1; 4];
+    let mut state = PartitionState::new(ctx(config, 1)).unwrap();
+    for offset in 0..6 {
+        let request = EnqueueRequest {
+            message_id: id(offset),
+            priority: 0,
+            not_before_ms: 0,
+            expiry_ms: None,
+            size_bytes: 10,
+        };
+        state.apply(&Event::Enqueued(EnqueueMeta::new(&request, Offset(offset), 100))).unwrap();
+    }
+    let request =
+        ClaimRequest { worker: WorkerId(1), credits: 2, max_bytes: u64::MAX, lease_ms: None };
+    let claimed = state.claim(200, &request, ALL_DURABLE).unwrap();
+    for event in &claimed.events {
+        state.apply(event).unwrap();
+    }
+    let early = SubscriptionId(1);
+    let late = SubscriptionId(2);
+    state.apply(&Event::SubscriptionStarted { sub: early, from: Offset(0), at_ms: 300 }).unwrap();
+    state.apply(&Event::SubscriptionStarted { sub: late, from: Offset(6), at_ms: 300 }).unwrap();
+    state.assert_invariants();
+    let offsets = |state: &PartitionState, sub| -> BTreeSet<u64> {
+        state.messages_of(sub).unwrap().iter().map(|v| v.offset.0).collect()
+    };
+    assert_eq!(offsets(&state, early), (2..6).collect());
+    assert!(offsets(&state, late).is_empty());
+    assert_eq!(state.held_messages(), 6);
+    // The default acks what it claimed: those two leave the partition.
+    for delivery in &claimed.deliveries {
+        let event = state.ack(300, &delivery.token).unwrap();
+        state.apply(&event).unwrap();
+    }
+    assert_eq!(state.held_messages(), 4);
+    assert_eq!(state.retention_watermark(), Some(Offset(2)));
+    // `early` claims and acks everything it has: still held by the default.
+    let mut decision = ClaimDecision::default();
+    let all = ClaimRequest { credits: 10, ..request };
+    state.claim_sub_into(early, 400, &all, ALL_DURABLE, &mut decision).unwrap();
+    assert_eq!(decision.deliveries.len(), 4);
+    for event in &decision.events {
+        state.apply(event).unwrap();
+    }
+    for delivery in &decision.deliveries {
+        let event = state.ack_sub(early, 400, &delivery.token).unwrap();
+        state.apply(&event).unwrap();
+    }
+    state.assert_invariants();
+    assert_eq!(state.held_messages(), 4, "the default still has them");
+    // Ending the default is refused; ending `early` changes nothing held.
+    let refused = Event::SubscriptionEnded { sub: SubscriptionId::DEFAULT, at_ms: 500 };
+    assert!(state.apply(&refused).is_err());
+    state.apply(&Event::SubscriptionEnded { sub: early, at_ms: 500 }).unwrap();
+    assert_eq!(state.held_messages(), 4);
+    // A later record goes to the default and `late` alone.
+    let request = EnqueueRequest {
+        message_id: id(9),
+        priority: 0,
+        not_before_ms: 0,
+        expiry_ms: None,
+        size_bytes: 10,
+    };
+    state.apply(&Event::Enqueued(EnqueueMeta::new(&request, Offset(9), 600))).unwrap();
+    assert_eq!(offsets(&state, late), BTreeSet::from([9]));
+    assert_eq!(state.held_messages(), 5);
+    // A token of one subscription names no claim of another.
+    let mut decision = ClaimDecision::default();
+    state.claim_sub_into(late, 700, &request_one(), ALL_DURABLE, &mut decision).unwrap();
+    for event in &decision.events {
+        state.apply(event).unwrap();
+    }
+    let token = decision.deliveries[0].token;
+    assert!(matches!(state.ack(700, &token), Err(QueueError::StaleToken(_))));
+    state.assert_invariants();
+}
+
+fn request_one() -> ClaimRequest {
+    ClaimRequest { worker: WorkerId(1), credits: 1, max_bytes: u64::MAX, lease_ms: None }
+}
