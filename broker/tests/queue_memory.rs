@@ -6,10 +6,9 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 
 use spool_broker::queue::stored::PrincipalId;
-use spool_broker::queue::types::SubscriptionId;
 use spool_broker::queue::{
-    ClaimRequest, EnqueueMeta, Event, LeaderEpoch, MessageId, Offset, PartitionContext,
-    PartitionId, PartitionState, QueueConfig, QueueId, WorkerId,
+    ClaimDecision, ClaimRequest, EnqueueMeta, Event, LeaderEpoch, MessageId, Offset,
+    PartitionContext, PartitionId, PartitionState, QueueConfig, QueueId, SubscriptionId, WorkerId,
 };
 
 struct Counting;
@@ -351,4 +350,72 @@ fn the_memory_charge_covers_what_the_state_allocates_in_every_phase() {
         assert!(heap > 0, "{phase}: the fill allocated nothing");
         assert!(charge >= heap, "{phase}: charged {charge} B for {heap} B allocated");
     }
+}
+
+/// Starts subscriptions 1..count at offset 0 (the default is the first).
+fn subscribe(s: &mut PartitionState, count: u16) {
+    for sub in 1..count {
+        let start =
+            Event::SubscriptionStarted { sub: SubscriptionId(sub), from: Offset(0), at_ms: 0 };
+        s.apply(&start).expect("a start applies");
+    }
+}
+
+/// Claims and acks, for subscription `sub`, its oldest `count` messages.
+fn consume(s: &mut PartitionState, sub: SubscriptionId, count: u64) {
+    let mut left = count;
+    while left > 0 {
+        let credits = left.min(u64::from(spool_broker::queue::limits::CLAIM_CREDITS_MAX)) as u32;
+        let request =
+            ClaimRequest { worker: WorkerId(1), credits, max_bytes: u64::MAX, lease_ms: None };
+        let mut decision = ClaimDecision::default();
+        s.claim_sub_into(sub, 1_000, &request, Offset(u64::MAX), &mut decision).expect("a claim");
+        assert!(!decision.deliveries.is_empty(), "a backlog to claim");
+        for event in &decision.events {
+            s.apply(event).expect("a claim applies");
+        }
+        for delivery in &decision.deliveries {
+            let ack = s.ack_sub(sub, 1_000, &delivery.token).expect("an ack");
+            s.apply(&ack).expect("an ack applies");
+        }
+        left -= decision.deliveries.len() as u64;
+    }
+}
+
+// Goal (docs/design/subscriptions.md §3): the backlog is shared, so a
+// backlogged message costs ≤ 32 B for the first subscription and ≤ 8 B for
+// each more. Method: 1, 3 and 10 subscriptions from offset 0; 1 M enqueues,
+// bytes allocated per message; then the same with every subscription but
+// the default having consumed (claimed and acked, in order) a different
+// share of the backlog, so their cursors stand apart.
+#[test]
+fn memory_per_backlogged_message_with_several_subscriptions() {
+    let mut line = String::from("bytes/backlogged message:");
+    for count in [1u16, 3, 10] {
+        let shared = per_message(
+            |s| {
+                subscribe(s, count);
+                (0..MESSAGES).for_each(|n| s.apply(&meta(n, 0, None)).unwrap());
+            },
+            MESSAGES,
+            0,
+        );
+        const SPREAD: u64 = 100_000;
+        let spread = per_message(
+            |s| {
+                subscribe(s, count);
+                (0..SPREAD).for_each(|n| s.apply(&meta(n, 0, None)).unwrap());
+                for sub in 1..count {
+                    consume(s, SubscriptionId(sub), SPREAD * u64::from(sub) / u64::from(count));
+                }
+            },
+            SPREAD,
+            0,
+        );
+        line += &format!(" {count} subscription(s): {shared:.1} (cursors apart: {spread:.1});");
+        let goal = 32.0 + 8.0 * f64::from(count - 1);
+        assert!(shared <= goal, "{count} subscriptions: {shared} B > {goal} B");
+        assert!(spread <= goal, "{count} subscriptions, cursors apart: {spread} B > {goal} B");
+    }
+    println!("{line}");
 }

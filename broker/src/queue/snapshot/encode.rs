@@ -233,10 +233,20 @@ fn range_after<V>(
 }
 
 impl PartitionState {
+    /// Whether the snapshot format can hold this state: the default
+    /// subscription only. A state with more keeps its whole log (replay
+    /// rebuilds it) until the snapshot version with one section per
+    /// subscription lands (`docs/design/subscriptions.md` §7, step 3); no
+    /// request starts a subscription before then.
+    pub fn checkpoint_encodable(&self) -> bool {
+        self.subs.len() == 1
+    }
+
     /// The canonical bytes of this state, covering the log through `covers`,
     /// in one buffer (tests, benches and small states; the partition
     /// writes checkpoints in steps, through the same encoder).
     pub fn snapshot(&self, covers: Offset) -> Vec<u8> {
+        assert!(self.checkpoint_encodable(), "a snapshot holds the default subscription only");
         let mut encoder = self.encoder(covers, None, self.dedupe.capture_now());
         // Reserved up front (the dedupe count is O(entries); the table's
         // generations are a close bound): doubling a Vec of a large
@@ -346,6 +356,7 @@ impl PartitionState {
     ///
     /// Call [`end_snapshot`](Self::end_snapshot) when done or abandoned.
     pub fn begin_snapshot(&mut self, covers: Offset) -> SnapshotEncoder {
+        assert!(self.checkpoint_encodable(), "a snapshot holds the default subscription only");
         self.end_snapshot();
         let dedupe = self.dedupe.begin_capture();
         self.capture = Some(Box::new(Capture {
