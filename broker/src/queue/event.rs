@@ -61,7 +61,7 @@ pub const CLAIMED_EVENT_BYTES: usize = 40;
 /// the default: the record ends with this many more bytes (`u16`
 /// subscription id, then zeros).
 const SUBSCRIPTION_FLAG: u8 = 0x80;
-const SUBSCRIPTION_TAIL_BYTES: usize = 8;
+const SUBSCRIPTION_TAIL_LEN: usize = 8;
 
 const _: () = assert!(EVENT_BYTES.is_multiple_of(8));
 const _: () = assert!(CLAIMED_EVENT_BYTES.is_multiple_of(8));
@@ -248,7 +248,7 @@ impl Event {
     /// Size of this event's control record, `None` for `Enqueued`.
     pub fn encoded_len(&self) -> Option<usize> {
         let tail = match self.subscription() {
-            Some(sub) if sub != SubscriptionId::DEFAULT => SUBSCRIPTION_TAIL_BYTES,
+            Some(sub) if sub != SubscriptionId::DEFAULT => SUBSCRIPTION_TAIL_LEN,
             _ => 0,
         };
         match self {
@@ -418,7 +418,7 @@ impl Event {
         }
         if f.sub != 0 {
             out.extend_from_slice(&f.sub.to_le_bytes());
-            out.extend_from_slice(&[0; SUBSCRIPTION_TAIL_BYTES - 2]);
+            out.extend_from_slice(&[0; SUBSCRIPTION_TAIL_LEN - 2]);
         }
         let written = out.len() - start;
         assert!(written.is_multiple_of(8));
@@ -441,7 +441,7 @@ impl Event {
             return Err(CodecError::UnknownKind(first));
         }
         let base = if kind == EventKind::Claimed as u8 { CLAIMED_EVENT_BYTES } else { EVENT_BYTES };
-        let expected = if named { base + SUBSCRIPTION_TAIL_BYTES } else { base };
+        let expected = if named { base + SUBSCRIPTION_TAIL_LEN } else { base };
         if bytes.len() != expected {
             return Err(CodecError::Length { expected, got: bytes.len() });
         }

@@ -432,3 +432,73 @@ fn a_start_takes_the_shared_backlog_and_a_record_leaves_with_its_last_holder() {
 fn request_one() -> ClaimRequest {
     ClaimRequest { worker: WorkerId(1), credits: 1, max_bytes: u64::MAX, lease_ms: None }
 }
+
+/// A delivery event of a subscription other than the default carries it
+/// in an 8-byte tail behind a flagged kind; the default's bytes are the
+/// old ones; every other spelling is refused.
+#[test]
+fn subscription_events_have_one_encoding() {
+    let sub = SubscriptionId(5);
+    let acked = Event::Acked {
+        sub,
+        lane: Lane::Main,
+        offset: Offset(9),
+        generation: Generation(2),
+        at_ms: 4,
+    };
+    let claimed = Event::Claimed {
+        sub,
+        lane: Lane::DeadLetter,
+        offset: Offset(9),
+        generation: Generation(3),
+        worker: WorkerId(8),
+        claimed_at_ms: 4,
+        deadline_ms: 9,
+    };
+    for (event, len) in [(acked, EVENT_BYTES + 8), (claimed, CLAIMED_EVENT_BYTES + 8)] {
+        let mut bytes = Vec::new();
+        assert_eq!(event.encode(&mut bytes).unwrap(), len);
+        assert_eq!(bytes[0] & 0x80, 0x80);
+        assert_eq!(Event::decode(&bytes).unwrap(), event);
+        let default = retag(event, SubscriptionId::DEFAULT);
+        let mut plain = Vec::new();
+        assert_eq!(
+            default.encode(&mut plain).unwrap(),
+            len - 8,
+            "the default's bytes are the old ones"
+        );
+        assert_eq!(
+            plain[..],
+            bytes[..len - 8]
+                .iter()
+                .enumerate()
+                .map(|(i, &b)| if i == 0 { b & 0x7f } else { b })
+                .collect::<Vec<_>>()[..]
+        );
+        // The default spelled with a tail, a dirty tail, a missing tail.
+        let mut zero = bytes.clone();
+        zero[len - 8] = 0;
+        assert_eq!(Event::decode(&zero), Err(CodecError::BadField("subscription")));
+        let mut dirty = bytes.clone();
+        dirty[len - 1] = 1;
+        assert_eq!(Event::decode(&dirty), Err(CodecError::BadField("subscription")));
+        assert!(matches!(Event::decode(&bytes[..len - 8]), Err(CodecError::Length { .. })));
+    }
+    // Only delivery events take the flag.
+    let term = Event::TermStarted { term: 3 };
+    let mut bytes = Vec::new();
+    term.encode(&mut bytes).unwrap();
+    bytes[0] |= 0x80;
+    bytes.extend_from_slice(&[5, 0, 0, 0, 0, 0, 0, 0]);
+    assert!(matches!(Event::decode(&bytes), Err(CodecError::UnknownKind(_))));
+    for event in [
+        Event::SubscriptionStarted { sub, from: Offset(77), at_ms: 3 },
+        Event::SubscriptionEnded { sub, at_ms: 3 },
+    ] {
+        let mut bytes = Vec::new();
+        assert_eq!(event.encode(&mut bytes).unwrap(), EVENT_BYTES);
+        assert_eq!(Event::decode(&bytes).unwrap(), event);
+        bytes[2] = 0;
+        assert_eq!(Event::decode(&bytes), Err(CodecError::BadField("subscription")));
+    }
+}
