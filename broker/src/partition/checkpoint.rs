@@ -148,7 +148,6 @@ impl<S: Storage + Clone> Partition<S> {
         // A replicated partition's only while its state covers its whole
         // log (`replicated.rs`, "Checkpoints").
         self.replica_checkpointable()
-            && self.state.borrow().checkpoint_encodable()
             && !self.checkpoint_running.get()
             && !self.sync_failed.get()
             && !self.closed.get()

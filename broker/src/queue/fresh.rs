@@ -73,10 +73,6 @@ impl FreshBand {
         self.live
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.live == 0
-    }
-
     fn view(&self, entry: &FreshEntry) -> FreshView {
         let expiry_ms = match entry.expiry_code {
             NO_EXPIRY => NEVER,

@@ -11,8 +11,9 @@
 //! attribution runs, then the counts, each list preceded by its u64 count),
 //! the key map the log names last (version 4: u64 version, 0 for none, and
 //! u32 partition count) and a replicated partition's group members (u8
-//! flag, then the voters and the learners, each a u64 count and ids), then
-//! crc32c of everything before it. Derived indexes (phase sets, expiry
+//! flag, then the voters and the learners, each a u64 count and ids), the
+//! subscriptions (version 5, `SNAPSHOT_VERSION` below), then crc32c of
+//! everything before it. Derived indexes (phase sets, expiry
 //! index, chunk headers) are not stored.
 //!
 //! The dedupe section (version 3): `dead_through` (u8 flag, u64 ms: entries
@@ -33,6 +34,7 @@
 mod encode;
 mod generations;
 mod restore;
+mod subs;
 
 use super::dedupe::DEDUPE_RECORD_BYTES;
 use super::error::CodecError;
@@ -48,7 +50,18 @@ const SNAPSHOT_MAGIC: u32 = u32::from_le_bytes(*b"SPQS");
 /// principal (a trailing section); version 2 adds the dead-letter moves by
 /// cause to the totals; versions 3, 2 and 1 (nine totals) are still read,
 /// version 1's moves' causes unknown.
-const SNAPSHOT_VERSION: u16 = 4;
+///
+/// Version 5 adds the subscriptions (`docs/design/subscriptions.md`), a
+/// trailing section: the default subscription's cursor and
+/// skipped marks per band (u64 cursor, u64 count, the offsets), the count
+/// of the others, then for each: u16 id, its marks, its totals and
+/// credits, its warm entries and its dead letters (each list preceded by
+/// its u64 count). The fresh section is the shared index, the warm and
+/// dead sections the default's. Versions 1 to 4 read as the default
+/// subscription alone.
+const SNAPSHOT_VERSION: u16 = 5;
+/// The version before the subscriptions section.
+const SNAPSHOT_VERSION_V4: u16 = 4;
 /// The version before the key map section.
 const SNAPSHOT_VERSION_V3: u16 = 3;
 /// The version before dedupe generation files and stored counts.

@@ -22,10 +22,22 @@ use crate::queue::dedupe::{DedupeCapture, DedupeCursor, DedupeTable, GenerationR
 use crate::queue::error::CodecError;
 use crate::queue::fresh::{FreshBand, FreshView};
 use crate::queue::state::capture::Capture;
+use crate::queue::state::delivery::Delivery;
 use crate::queue::state::{
     Claim, DeadLetter, DeadPhase, LoggedKeyMap, PartitionState, Totals, Warm, WarmPhase,
 };
-use crate::queue::types::Offset;
+use crate::queue::types::{Offset, SubscriptionId};
+
+/// A subscription's cursor and skipped marks, per band.
+fn write_marks(w: &mut Writer, d: &Delivery) {
+    for (cursor, skipped) in d.cursors.iter().zip(&d.skipped) {
+        w.u64(cursor.0);
+        w.u64(skipped.len() as u64);
+        for offset in skipped {
+            w.u64(offset.0);
+        }
+    }
+}
 
 fn claim_fields(claim: &Claim) -> (u64, u64, u64) {
     (claim.worker.0, claim.claimed_at_ms, claim.deadline_ms())
@@ -54,6 +66,13 @@ enum Section {
     Fresh(usize),
     Warm,
     Dead,
+    /// The default subscription's cursors and skipped marks, and the
+    /// count of the others (version 5).
+    Subscriptions,
+    /// Subscription `i` of `sub_ids` (not the default): its head, then
+    /// its warm entries, then its dead letters.
+    SubWarm(usize),
+    SubDead(usize),
     DedupeRefs,
     DedupeCount,
     Dedupe,
@@ -80,6 +99,14 @@ pub struct SnapshotEncoder {
     fresh_counts: Vec<u64>,
     warm_count: u64,
     dead_count: u64,
+    /// The default subscription's cursors and skipped marks and the count
+    /// of the others, taken whole when the snapshot began.
+    subs_head: Vec<u8>,
+    /// The other subscriptions when the snapshot began: id, head bytes
+    /// (id, cursors, skipped marks, totals, credits), warm and dead counts.
+    sub_ids: Vec<SubscriptionId>,
+    sub_heads: Vec<Vec<u8>>,
+    sub_counts: Vec<(u64, u64)>,
     pub(super) dedupe: DedupeCapture,
     dedupe_cursor: DedupeCursor,
     dedupe_count: u64,
@@ -233,20 +260,10 @@ fn range_after<V>(
 }
 
 impl PartitionState {
-    /// Whether the snapshot format can hold this state: the default
-    /// subscription only. A state with more keeps its whole log (replay
-    /// rebuilds it) until the snapshot version with one section per
-    /// subscription lands (`docs/design/subscriptions.md` §7, step 3); no
-    /// request starts a subscription before then.
-    pub fn checkpoint_encodable(&self) -> bool {
-        self.subs.len() == 1
-    }
-
     /// The canonical bytes of this state, covering the log through `covers`,
     /// in one buffer (tests, benches and small states; the partition
     /// writes checkpoints in steps, through the same encoder).
     pub fn snapshot(&self, covers: Offset) -> Vec<u8> {
-        assert!(self.checkpoint_encodable(), "a snapshot holds the default subscription only");
         let mut encoder = self.encoder(covers, None, self.dedupe.capture_now());
         // Reserved up front (the dedupe count is O(entries); the table's
         // generations are a close bound): doubling a Vec of a large
@@ -320,7 +337,30 @@ impl PartitionState {
                 }
             }
         }
+        let mut head = Writer(Vec::new());
+        write_marks(&mut head, &self.subs[0]);
+        head.u64(self.subs.len() as u64 - 1);
+        let others = &self.subs[1..];
+        let sub_heads = others
+            .iter()
+            .map(|d| {
+                let mut w = Writer(Vec::new());
+                w.u16(d.id.0);
+                write_marks(&mut w, d);
+                for total in totals_list(&d.totals) {
+                    w.u64(total);
+                }
+                for &credit in d.credits.raw() {
+                    w.u32(credit);
+                }
+                w.0
+            })
+            .collect();
         SnapshotEncoder {
+            subs_head: head.0,
+            sub_ids: others.iter().map(|d| d.id).collect(),
+            sub_heads,
+            sub_counts: others.iter().map(|d| (d.warm.len() as u64, d.dlq.len() as u64)).collect(),
             covers,
             limit: limit.unwrap_or(Offset(u64::MAX)),
             captured: limit.is_some(),
@@ -356,7 +396,6 @@ impl PartitionState {
     ///
     /// Call [`end_snapshot`](Self::end_snapshot) when done or abandoned.
     pub fn begin_snapshot(&mut self, covers: Offset) -> SnapshotEncoder {
-        assert!(self.checkpoint_encodable(), "a snapshot holds the default subscription only");
         self.end_snapshot();
         let dedupe = self.dedupe.begin_capture();
         self.capture = Some(Box::new(Capture {
@@ -393,13 +432,30 @@ impl PartitionState {
             .iter()
             .enumerate()
             .find_map(|(band, fresh)| fresh.get(offset).map(|view| (band, view)));
+        let others: Vec<_> = self.subs[1..]
+            .iter()
+            .map(|d| (d.id, d.warm.get(&offset).copied(), d.dlq.get(&offset).copied()))
+            .filter(|(_, warm, dead)| warm.is_some() || dead.is_some())
+            .collect();
         let Some(capture) = self.capture.as_deref_mut() else { return };
         capture.touched.insert(offset);
+        for (sub, warm, dead) in others {
+            if let Some(warm) = warm {
+                capture.sub_warm.entry(sub).or_default().insert(offset, warm);
+            }
+            if let Some(dead) = dead {
+                capture.sub_dead.entry(sub).or_default().insert(offset, dead);
+            }
+        }
+        // With several subscriptions one offset may be in the shared
+        // index and in the default's warm map or dead letters at once.
         if let Some(warm) = warm {
             capture.warm.insert(offset, warm);
-        } else if let Some(dead) = dead {
+        }
+        if let Some(dead) = dead {
             capture.dead.insert(offset, dead);
-        } else if let Some((band, view)) = fresh {
+        }
+        if let Some((band, view)) = fresh {
             capture.fresh[band].insert(offset, view);
         }
     }
@@ -508,6 +564,59 @@ impl PartitionState {
                         },
                     )
                 }
+                Section::Subscriptions => {
+                    w.0.extend_from_slice(&encoder.subs_head);
+                    true
+                }
+                Section::SubWarm(i) => {
+                    if starts {
+                        w.0.extend_from_slice(&encoder.sub_heads[i]);
+                        w.u64(encoder.sub_counts[i].0);
+                    }
+                    let sub = encoder.sub_ids[i];
+                    let after = encoder.after;
+                    let live = self
+                        .sub_index(sub)
+                        .into_iter()
+                        .flat_map(|s| self.subs[s].warm.iter_after(after).map(|(k, v)| (*k, v)));
+                    let before = capture.and_then(|c| c.sub_warm.get(&sub));
+                    merge_step(
+                        live,
+                        range_after(before, after),
+                        touched,
+                        limit,
+                        left,
+                        &mut encoder.after,
+                        |offset, warm| {
+                            write_warm(w, offset, warm);
+                            emitted += 1;
+                        },
+                    )
+                }
+                Section::SubDead(i) => {
+                    if starts {
+                        w.u64(encoder.sub_counts[i].1);
+                    }
+                    let sub = encoder.sub_ids[i];
+                    let after = encoder.after;
+                    let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
+                    let live = self.sub_index(sub).into_iter().flat_map(|s| {
+                        self.subs[s].dlq.range((lower, Bound::Unbounded)).map(|(k, v)| (*k, v))
+                    });
+                    let before = capture.and_then(|c| c.sub_dead.get(&sub));
+                    merge_step(
+                        live,
+                        range_after(before, after),
+                        touched,
+                        limit,
+                        left,
+                        &mut encoder.after,
+                        |offset, dead| {
+                            write_dead(w, offset, dead);
+                            emitted += 1;
+                        },
+                    )
+                }
                 Section::DedupeRefs => {
                     let dead_through = DedupeTable::capture_dead_through(encoder.dedupe);
                     w.u8(u8::from(dead_through.is_some()));
@@ -556,8 +665,11 @@ impl PartitionState {
                 Section::Fresh(band) => Some(encoder.fresh_counts[band]),
                 Section::Warm => Some(encoder.warm_count),
                 Section::Dead => Some(encoder.dead_count),
+                Section::SubWarm(i) => Some(encoder.sub_counts[i].0),
+                Section::SubDead(i) => Some(encoder.sub_counts[i].1),
                 Section::Dedupe => Some(encoder.dedupe_count),
                 Section::Header
+                | Section::Subscriptions
                 | Section::DedupeRefs
                 | Section::DedupeCount
                 | Section::Stored
@@ -583,7 +695,12 @@ impl PartitionState {
                 }
                 Section::DedupeCount => Section::Dedupe,
                 Section::Dedupe => Section::Stored,
-                Section::Stored | Section::Done => Section::Done,
+                Section::Stored => Section::Subscriptions,
+                Section::Subscriptions if encoder.sub_ids.is_empty() => Section::Done,
+                Section::Subscriptions => Section::SubWarm(0),
+                Section::SubWarm(i) => Section::SubDead(i),
+                Section::SubDead(i) if i + 1 < encoder.sub_ids.len() => Section::SubWarm(i + 1),
+                Section::SubDead(_) | Section::Done => Section::Done,
             };
             encoder.after = None;
             encoder.emitted = 0;

@@ -14,11 +14,13 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use super::generations::PendingRestore;
+use super::subs::{
+    check_subscriptions, read_dead_list, read_subscriptions, read_totals, read_warm_list,
+};
 use super::{
-    Reader, Restored, DEAD_ENTRY_BYTES, DEDUPE_ENTRY_BYTES, DEDUPE_REF_BYTES, FRESH_ENTRY_BYTES,
-    PHASE_CLAIMED, PHASE_READY, PHASE_SCHEDULED, SNAPSHOT_MAGIC, SNAPSHOT_VERSION,
-    SNAPSHOT_VERSION_V1, SNAPSHOT_VERSION_V2, SNAPSHOT_VERSION_V3, STORED_COUNT_BYTES,
-    STORED_RUN_BYTES, WARM_ENTRY_BYTES,
+    Reader, Restored, DEDUPE_ENTRY_BYTES, DEDUPE_REF_BYTES, FRESH_ENTRY_BYTES, SNAPSHOT_MAGIC,
+    SNAPSHOT_VERSION, SNAPSHOT_VERSION_V1, SNAPSHOT_VERSION_V2, SNAPSHOT_VERSION_V3,
+    SNAPSHOT_VERSION_V4, STORED_COUNT_BYTES, STORED_RUN_BYTES,
 };
 use crate::queue::dedupe::GenerationRef;
 use crate::queue::error::CodecError;
@@ -28,26 +30,25 @@ use crate::queue::limits::GROUP_MEMBERS_MAX;
 use crate::queue::limits::SNAPSHOT_BYTES_MAX;
 use crate::queue::members::Members;
 use crate::queue::state::LoggedKeyMap;
-use crate::queue::state::{
-    Claim, DeadLetter, DeadPhase, PartitionContext, PartitionState, Totals, Warm, WarmPhase,
-};
+use crate::queue::state::{PartitionContext, PartitionState};
 use crate::queue::stored::{PrincipalId, Stored, StoredByPrincipal};
-use crate::queue::types::{Generation, Millis, Offset, QuarantineCause, ReleaseReason, WorkerId};
+use crate::queue::types::{Millis, Offset};
 
-/// Checks that no offset is in two of the restored lists (fresh bands,
-/// warm, dead letters; each already in increasing order) by merging them;
-/// returns the highest offset. One non-empty list, the common case, costs
+/// Checks that no offset is in two of subscription index `s`'s restored
+/// lists (its fresh entries per band, warm, dead letters; each already in
+/// increasing order) by merging them; returns the highest offset. One non-empty list, the common case, costs
 /// nothing.
-fn distinct_offsets(state: &PartitionState) -> Result<Option<Offset>, &'static str> {
+fn distinct_offsets(state: &PartitionState, s: usize) -> Result<Option<Offset>, &'static str> {
+    let d = &state.subs[s];
     let mut lists: Vec<Box<dyn Iterator<Item = Offset> + '_>> = Vec::new();
-    for band in state.fresh.iter().filter(|band| !band.is_empty()) {
-        lists.push(Box::new(band.iter().map(|view| view.offset)));
+    for band in (0..state.fresh.len()).filter(|&band| d.fresh_len[band] > 0) {
+        lists.push(Box::new(state.fresh_iter(s, band).map(|view| view.offset)));
     }
-    if state.subs[0].warm.len() > 0 {
-        lists.push(Box::new(state.subs[0].warm.iter().map(|(&offset, _)| offset)));
+    if d.warm.len() > 0 {
+        lists.push(Box::new(d.warm.iter().map(|(&offset, _)| offset)));
     }
-    if !state.subs[0].dlq.is_empty() {
-        lists.push(Box::new(state.subs[0].dlq.keys().copied()));
+    if !d.dlq.is_empty() {
+        lists.push(Box::new(d.dlq.keys().copied()));
     }
     let mut highest = None;
     if lists.len() <= 1 {
@@ -74,8 +75,8 @@ fn distinct_offsets(state: &PartitionState) -> Result<Option<Offset>, &'static s
     Ok(highest)
 }
 
-/// The stored-counts section: runs within the offsets enqueued, counts
-/// that add up to at most what the state holds.
+/// The stored-counts section: runs within the offsets enqueued
+/// ([`check_stored`] checks the counts against what the state holds).
 fn read_stored(
     r: &mut Reader<'_>,
     state: &PartitionState,
@@ -96,15 +97,22 @@ fn read_stored(
         let principal = PrincipalId(r.u64()?);
         counts.push((principal, Stored { messages: r.u64()?, bytes: r.u64()? }));
     }
-    let messages =
-        counts.iter().try_fold(0u64, |sum, (_, stored)| sum.checked_add(stored.messages));
-    let bytes = counts.iter().try_fold(0u64, |sum, (_, stored)| sum.checked_add(stored.bytes));
+    StoredByPrincipal::from_parts(runs, counts).ok_or_else(bad)
+}
+
+/// The stored counts add up to at most what the state holds (checked once
+/// every subscription is restored: a record is held while any holds it).
+fn check_stored(state: &PartitionState) -> Result<(), CodecError> {
+    let counts = || state.stored.iter().map(|(_, stored)| stored);
+    let messages = counts().try_fold(0u64, |sum, stored| sum.checked_add(stored.messages));
+    let bytes = counts().try_fold(0u64, |sum, stored| sum.checked_add(stored.bytes));
     let within = messages.is_some_and(|messages| messages <= state.held_messages())
         && bytes.is_some_and(|bytes| bytes <= state.held_bytes());
-    if !within {
-        return Err(bad());
+    if within {
+        Ok(())
+    } else {
+        Err(CodecError::Inconsistent("stored counts"))
     }
-    StoredByPrincipal::from_parts(runs, counts).ok_or_else(bad)
 }
 
 impl PartitionState {
@@ -145,9 +153,14 @@ impl PartitionState {
             return Err(CodecError::Magic);
         }
         let version = r.u16()?;
-        if ![SNAPSHOT_VERSION, SNAPSHOT_VERSION_V3, SNAPSHOT_VERSION_V2, SNAPSHOT_VERSION_V1]
-            .contains(&version)
-        {
+        let known = [
+            SNAPSHOT_VERSION,
+            SNAPSHOT_VERSION_V4,
+            SNAPSHOT_VERSION_V3,
+            SNAPSHOT_VERSION_V2,
+            SNAPSHOT_VERSION_V1,
+        ];
+        if !known.contains(&version) {
             return Err(CodecError::Version(version));
         }
         let mut state = PartitionState::new(ctx).map_err(|_| CodecError::Inconsistent("config"))?;
@@ -162,29 +175,8 @@ impl PartitionState {
         if state.last_enqueue_time_ms == Millis::MAX {
             return Err(CodecError::Inconsistent("last enqueue time"));
         }
-        let mut totals = [0u64; 11];
-        let stored_totals = if version == SNAPSHOT_VERSION_V1 { 9 } else { totals.len() };
-        for total in &mut totals[..stored_totals] {
-            *total = r.u64()?;
-        }
-        let [enqueued, acked, expired, quarantined, redriven, purged, released, lease_expired, dead_letter_acked, quarantined_by_deliveries, quarantined_by_expiry] =
-            totals;
-        if quarantined_by_deliveries.saturating_add(quarantined_by_expiry) > quarantined {
-            return Err(CodecError::Inconsistent("dead-letter moves by cause"));
-        }
-        state.subs[0].totals = Totals {
-            enqueued,
-            acked,
-            expired,
-            quarantined,
-            redriven,
-            purged,
-            released,
-            lease_expired,
-            dead_letter_acked,
-            quarantined_by_deliveries,
-            quarantined_by_expiry,
-        };
+        let stored_totals = if version == SNAPSHOT_VERSION_V1 { 9 } else { 11 };
+        state.subs[0].totals = read_totals(&mut r, stored_totals)?;
         let mut credits = Vec::with_capacity(stored_bands + 1);
         for _ in 0..=stored_bands {
             credits.push(r.u32()?);
@@ -198,6 +190,9 @@ impl PartitionState {
         // folded into the last one, which then needs a sort.
         let bands = state.fresh.len();
         let mut folded: Vec<FreshView> = Vec::new();
+        // The stored band of each folded entry: its subscriptions' cursors
+        // and marks are per stored band (`subs::read_subscriptions`).
+        let mut folded_from: Vec<(Offset, usize)> = Vec::new();
         for band in 0..stored_bands {
             let count = r.count(FRESH_ENTRY_BYTES)?;
             let target = band.min(bands - 1);
@@ -221,6 +216,7 @@ impl PartitionState {
                 last = Some(view.offset);
                 if folds {
                     folded.push(view);
+                    folded_from.push((view.offset, band));
                 } else {
                     state.insert_fresh(target, view);
                 }
@@ -236,86 +232,8 @@ impl PartitionState {
                 state.insert_fresh(bands - 1, view);
             }
         }
-        let mut last_warm: Option<Offset> = None;
-        for _ in 0..r.count(WARM_ENTRY_BYTES)? {
-            let offset = Offset(r.u64()?);
-            let enqueue_time_ms = r.u64()?;
-            let expiry_ms = r.u64()?;
-            let size_bytes = r.u32()?;
-            let priority = state.band_of(r.u8()?) as u8;
-            let attempts = r.u16()?;
-            let generation = Generation(r.u32()?);
-            let last_reason = ReleaseReason(r.u16()?);
-            let phase = match r.phase()? {
-                (PHASE_SCHEDULED, due_ms, 0, 0) => WarmPhase::Scheduled { due_ms },
-                (PHASE_READY, since_ms, 0, 0) => WarmPhase::Ready { since_ms },
-                (PHASE_CLAIMED, worker, claimed_at_ms, deadline_ms) if generation.0 > 0 => {
-                    WarmPhase::Claimed(
-                        Claim::new(WorkerId(worker), claimed_at_ms, deadline_ms)
-                            .ok_or(CodecError::Inconsistent("deadline"))?,
-                    )
-                }
-                _ => return Err(CodecError::Inconsistent("warm phase")),
-            };
-            if last_warm.is_some_and(|last| offset <= last) {
-                return Err(CodecError::Inconsistent("duplicate offset"));
-            }
-            last_warm = Some(offset);
-            let warm = Warm {
-                enqueue_time_ms,
-                expiry_ms,
-                size_bytes,
-                priority,
-                attempts,
-                generation,
-                last_reason,
-                phase,
-            };
-            state.restore_warm(0, offset, warm);
-        }
-        let mut last_dead: Option<Offset> = None;
-        for _ in 0..r.count(DEAD_ENTRY_BYTES)? {
-            let offset = Offset(r.u64()?);
-            let enqueue_time_ms = r.u64()?;
-            let expiry_ms = r.u64()?;
-            let size_bytes = r.u32()?;
-            let priority = r.u8()?;
-            let attempts = r.u16()?;
-            let generation = Generation(r.u32()?);
-            let last_reason = ReleaseReason(r.u16()?);
-            let phase = match r.phase()? {
-                (PHASE_READY, since_ms, 0, 0) => DeadPhase::Ready { since_ms },
-                (PHASE_CLAIMED, worker, claimed_at_ms, deadline_ms) => DeadPhase::Claimed(
-                    Claim::new(WorkerId(worker), claimed_at_ms, deadline_ms)
-                        .ok_or(CodecError::Inconsistent("deadline"))?,
-                ),
-                _ => return Err(CodecError::Inconsistent("dead-letter phase")),
-            };
-            let cause = QuarantineCause::from_u8(r.u8()?).ok_or(CodecError::BadField("cause"))?;
-            let quarantined_at_ms = r.u64()?;
-            if last_dead.is_some_and(|last| offset <= last) {
-                return Err(CodecError::Inconsistent("duplicate offset"));
-            }
-            last_dead = Some(offset);
-            let dead = DeadLetter {
-                enqueue_time_ms,
-                expiry_ms,
-                size_bytes,
-                priority,
-                attempts,
-                generation,
-                last_reason,
-                cause,
-                quarantined_at_ms,
-                phase,
-            };
-            state.restore_dead(0, offset, dead);
-        }
-        // Each list above is in offset order; no offset may be in two of them.
-        let highest = distinct_offsets(&state).map_err(CodecError::Inconsistent)?;
-        if highest.is_some_and(|last| state.highest_enqueued.is_none_or(|h| last > h)) {
-            return Err(CodecError::Inconsistent("offset above the highest enqueued"));
-        }
+        read_warm_list(&mut r, &mut state, 0)?;
+        read_dead_list(&mut r, &mut state, 0)?;
         // --- Dedupe section (generation files: version 3) ---
         let mut dead_through = None;
         let mut references = Vec::new();
@@ -351,7 +269,7 @@ impl PartitionState {
         if version >= SNAPSHOT_VERSION_V3 {
             state.stored = read_stored(&mut r, &state)?;
         }
-        if version >= SNAPSHOT_VERSION {
+        if version >= SNAPSHOT_VERSION_V4 {
             let key_version = r.u64()?;
             let partitions = r.u32()?;
             state.key_map = match (key_version, partitions) {
@@ -388,9 +306,25 @@ impl PartitionState {
                 _ => return Err(CodecError::BadField("members")),
             };
         }
+        if version >= SNAPSHOT_VERSION {
+            read_subscriptions(&mut r, &mut state, stored_bands, &folded_from)?;
+        }
         if r.at != body.len() {
             return Err(CodecError::Inconsistent("trailing bytes"));
         }
+        state.recount_fresh();
+        state.recount_held();
+        check_subscriptions(&state)?;
+        // Each list above is in offset order; no offset may be in two of
+        // one subscription's.
+        let mut highest = None;
+        for s in 0..state.subs.len() {
+            highest = highest.max(distinct_offsets(&state, s).map_err(CodecError::Inconsistent)?);
+        }
+        if highest.is_some_and(|last| state.highest_enqueued.is_none_or(|h| last > h)) {
+            return Err(CodecError::Inconsistent("offset above the highest enqueued"));
+        }
+        check_stored(&state)?;
         Ok(PendingRestore { state, covers, dead_through, references, inline })
     }
 }

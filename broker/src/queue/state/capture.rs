@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{DeadLetter, Warm};
 use crate::queue::fresh::FreshView;
-use crate::queue::types::Offset;
+use crate::queue::types::{Offset, SubscriptionId};
 
 /// What an offset below a running checkpoint's `covers` held when the
 /// checkpoint began, recorded at the first change to it since (a
@@ -21,4 +21,7 @@ pub(crate) struct Capture {
     pub(crate) fresh: Vec<BTreeMap<Offset, FreshView>>,
     pub(crate) warm: BTreeMap<Offset, Warm>,
     pub(crate) dead: BTreeMap<Offset, DeadLetter>,
+    /// The same for every subscription but the default, by id.
+    pub(crate) sub_warm: BTreeMap<SubscriptionId, BTreeMap<Offset, Warm>>,
+    pub(crate) sub_dead: BTreeMap<SubscriptionId, BTreeMap<Offset, DeadLetter>>,
 }

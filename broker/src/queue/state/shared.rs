@@ -14,7 +14,7 @@
 //! Everything else a subscription holds (claimed, scheduled, retried and
 //! dead-lettered messages) is its own (`Delivery::warm`, `Delivery::dlq`).
 
-use super::{DeadLetter, DeadPhase, MainMessage, PartitionState, Warm, WarmPhase};
+use super::{DeadLetter, DeadPhase, Held, MainMessage, PartitionState, Warm, WarmPhase};
 use crate::queue::fresh::{FreshView, NEVER};
 use crate::queue::types::{Generation, Offset, ReleaseReason};
 
@@ -251,17 +251,57 @@ impl PartitionState {
     }
 
     /// Inserts a warm message of subscription index `s`; used by restore
-    /// (which restores the default subscription's, each message once).
+    /// (which then recounts the held messages and fresh counts).
     pub(crate) fn restore_warm(&mut self, s: usize, offset: Offset, warm: Warm) {
         self.insert_warm(s, offset, warm);
-        self.held.messages += 1;
-        self.held.bytes += u64::from(warm.size_bytes);
     }
 
     /// Inserts a dead letter of subscription index `s`; used by restore.
     pub(crate) fn restore_dead(&mut self, s: usize, offset: Offset, dead: DeadLetter) {
         self.insert_dead(s, offset, dead);
-        self.held.messages += 1;
-        self.held.bytes += u64::from(dead.size_bytes);
+    }
+
+    /// Counts every subscription's fresh entries and bytes per band again
+    /// from the shared index and its cursors and marks (restore, where the
+    /// marks arrive after the entries). O(entries × subscriptions).
+    pub(crate) fn recount_fresh(&mut self) {
+        for s in 0..self.subs.len() {
+            for band in 0..self.fresh.len() {
+                let (mut count, mut bytes) = (0u64, 0u64);
+                for view in self.fresh_iter(s, band) {
+                    count += 1;
+                    bytes += u64::from(view.size_bytes);
+                }
+                self.subs[s].fresh_len[band] = count;
+                self.subs[s].fresh_bytes[band] = bytes;
+            }
+        }
+    }
+
+    /// Counts the held messages again: every shared entry once, then every
+    /// warm entry and dead letter of any subscription not counted yet
+    /// (restore). O(messages × log(messages)) with several subscriptions.
+    pub(crate) fn recount_held(&mut self) {
+        let mut held = Held::default();
+        let several = self.subs.len() > 1;
+        let mut seen = std::collections::BTreeSet::new();
+        for view in self.fresh.iter().flat_map(|band| band.iter()) {
+            held.messages += 1;
+            held.bytes += u64::from(view.size_bytes);
+            if several {
+                seen.insert(view.offset);
+            }
+        }
+        for d in &self.subs {
+            let warm = d.warm.iter().map(|(&offset, warm)| (offset, warm.size_bytes));
+            let dead = d.dlq.iter().map(|(&offset, dead)| (offset, dead.size_bytes));
+            for (offset, size) in warm.chain(dead) {
+                if !several || seen.insert(offset) {
+                    held.messages += 1;
+                    held.bytes += u64::from(size);
+                }
+            }
+        }
+        self.held = held;
     }
 }

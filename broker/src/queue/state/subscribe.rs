@@ -61,6 +61,14 @@ impl PartitionState {
         for band in 0..self.fresh.len() {
             fresh.extend(self.fresh_iter(s, band).map(|view| (band, view.offset, view.size_bytes)));
         }
+        // A running checkpoint keeps what the ended subscription held.
+        let held: Vec<Offset> = {
+            let d = &self.subs[s];
+            d.warm.iter().map(|(&offset, _)| offset).chain(d.dlq.keys().copied()).collect()
+        };
+        for offset in held {
+            self.note(offset);
+        }
         let ended = self.subs.remove(s);
         let warm = ended.warm.iter().map(|(&offset, warm)| (offset, warm.size_bytes));
         let dead = ended.dlq.iter().map(|(&offset, dead)| (offset, dead.size_bytes));

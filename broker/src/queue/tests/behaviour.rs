@@ -647,7 +647,10 @@ fn version_1_snapshot_restores_with_its_dead_letter_causes_unknown() {
     let causes = TOTALS_AT + 9 * 8..TOTALS_AT + 11 * 8;
     // Version 3's trailing stored-counts section (two empty lists) and
     // version 4's key map and members (12 + 1 B) go too.
-    let mut body = bytes[..bytes.len() - 4 - 16 - 13].to_vec();
+    // Version 5's subscriptions (the default's cursor and marks per band,
+    // no others) go too.
+    let subs = h.state.config().bands() * 16 + 8;
+    let mut body = bytes[..bytes.len() - 4 - subs - 16 - 13].to_vec();
     body[4..6].copy_from_slice(&1u16.to_le_bytes());
     // Version 3's dedupe section starts with `dead_through` (9 bytes) and
     // the count of generation references (8, here 0) before the inline list.
@@ -723,7 +726,8 @@ fn stored_counts_survive_checkpoint_and_replay() {
         before.apply(event).unwrap();
     }
     let bytes = before.snapshot(Offset(first_attribution as u64));
-    let mut body = bytes[..bytes.len() - 4 - 16 - 13].to_vec();
+    let subs = before.config().bands() * 16 + 8;
+    let mut body = bytes[..bytes.len() - 4 - subs - 16 - 13].to_vec();
     body[4..6].copy_from_slice(&2u16.to_le_bytes());
     // Version 3's dedupe section starts with `dead_through` (9 bytes) and
     // the count of generation references (8, here 0) before the inline list.

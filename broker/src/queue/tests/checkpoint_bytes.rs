@@ -269,7 +269,10 @@ fn a_version_2_checkpoint_with_ids_inline_still_loads() {
     // Before the crc: the stored-counts section (two empty lists, 16 B)
     // and the key map and members (12 + 1 B), which version 2 does not
     // have either.
-    let body_end = v3.len() - 4 - 16 - 13;
+    // and version 5's subscriptions (the default's cursor and marks per
+    // band, no others).
+    let subs = state.config().bands() * 16 + 8;
+    let body_end = v3.len() - 4 - subs - 16 - 13;
     let mut v2 = v3[..body_end - section].to_vec();
     v2.extend_from_slice(&v3[body_end - list..body_end]);
     v2[4..6].copy_from_slice(&2u16.to_le_bytes());
@@ -335,7 +338,9 @@ fn the_logged_key_map_and_members_survive_a_checkpoint_and_version_3_loads_witho
     // Members: flag 1, three voters (u64 count + ids), no learners.
     let members_bytes = 1 + 8 + 3 * 8 + 8;
     let section = 12 + members_bytes;
-    let mut v3 = v4[..v4.len() - 4 - section].to_vec();
+    // Version 5's subscriptions follow: the default's marks, no others.
+    let subs = state.config().bands() * 16 + 8;
+    let mut v3 = v4[..v4.len() - 4 - subs - section].to_vec();
     v3[4..6].copy_from_slice(&3u16.to_le_bytes());
     let crc = crc32c::crc32c(&v3);
     v3.extend_from_slice(&crc.to_le_bytes());
@@ -346,7 +351,7 @@ fn the_logged_key_map_and_members_survive_a_checkpoint_and_version_3_loads_witho
 
     let rewrite = |at_from_end: usize, bytes: &[u8]| {
         let mut bad = v4[..v4.len() - 4].to_vec();
-        let at = bad.len() - at_from_end;
+        let at = bad.len() - subs - at_from_end;
         bad[at..at + bytes.len()].copy_from_slice(bytes);
         let crc = crc32c::crc32c(&bad);
         bad.extend_from_slice(&crc.to_le_bytes());

@@ -65,9 +65,15 @@ struct Run {
     twins: Vec<Twin>,
     /// Every event applied to `state`, in order (the log to replay).
     log: Vec<Event>,
+    /// After each event of `log`: one past every offset enqueued so far
+    /// (what a snapshot cut there covers).
+    covers_after: Vec<u64>,
     next_offset: u64,
     next_sub: u16,
     now: Millis,
+    /// A checkpoint being written in steps: encoder, bytes so far, the
+    /// one-shot snapshot of when it began, its cut in `log`.
+    stepped: Option<(SnapshotEncoder, Vec<u8>, Vec<u8>, usize)>,
 }
 
 impl Run {
@@ -75,12 +81,28 @@ impl Run {
         let state = PartitionState::new(ctx(config.clone(), 1)).unwrap();
         let alone = PartitionState::new(ctx(config.clone(), 1)).unwrap();
         let twins = vec![Twin { sub: SubscriptionId::DEFAULT, alone, held: Vec::new() }];
-        Self { config, state, twins, log: Vec::new(), next_offset: 0, next_sub: 1, now: 1_000 }
+        Self {
+            config,
+            state,
+            twins,
+            log: Vec::new(),
+            covers_after: Vec::new(),
+            next_offset: 0,
+            next_sub: 1,
+            now: 1_000,
+            stepped: None,
+        }
     }
 
     fn apply(&mut self, event: Event) {
         self.state.apply(&event).unwrap();
         self.log.push(event);
+        self.covers_after.push(self.next_offset);
+    }
+
+    /// What a snapshot after the first `cut` events of the log covers.
+    fn covers(&self, cut: usize) -> Offset {
+        Offset(cut.checked_sub(1).map_or(0, |last| self.covers_after[last]))
     }
 
     fn twin(&mut self, sub: SubscriptionId) -> &mut Twin {
@@ -305,6 +327,58 @@ impl Run {
             assert_eq!(replayed.counters_of(sub, self.now), self.state.counters_of(sub, self.now));
         }
         assert_eq!(replayed.held_messages(), self.state.held_messages());
+        assert_eq!(replayed.snapshot(Offset(0)), self.state.snapshot(Offset(0)));
+    }
+
+    /// A snapshot of the state at a random cut of the log, restored, plus
+    /// the tail replayed, is the live state (bytes, and every
+    /// subscription's view and counters, derived counts included).
+    fn restore_at(&self, rng: &mut ChaCha8Rng) {
+        let cut = rng.random_range(0..=self.log.len());
+        let mut prefix = PartitionState::new(ctx(self.config.clone(), 1)).unwrap();
+        for event in &self.log[..cut] {
+            prefix.apply(event).unwrap();
+        }
+        let bytes = prefix.snapshot(self.covers(cut));
+        self.resume(&bytes, cut);
+    }
+
+    fn resume(&self, bytes: &[u8], cut: usize) {
+        let mut resumed =
+            PartitionState::restore(bytes, ctx(self.config.clone(), 1)).unwrap().state;
+        resumed.assert_invariants();
+        for event in &self.log[cut..] {
+            resumed.apply(event).unwrap();
+        }
+        resumed.assert_invariants();
+        assert_eq!(resumed.snapshot(Offset(0)), self.state.snapshot(Offset(0)), "restore at {cut}");
+        for sub in self.state.subscriptions() {
+            assert_eq!(resumed.counters_of(sub, self.now), self.state.counters_of(sub, self.now));
+        }
+        assert_eq!(resumed.held_bytes(), self.state.held_bytes());
+    }
+
+    /// Starts a stepped checkpoint at random or advances the running one;
+    /// a finished one equals the one-shot snapshot of when it began, and
+    /// restores to the live state with the tail replayed.
+    fn checkpoint_step(&mut self, rng: &mut ChaCha8Rng) {
+        let Some((encoder, bytes, _, _)) = self.stepped.as_mut() else {
+            if rng.random_bool(0.1) {
+                let cut = self.log.len();
+                let reference = self.state.snapshot(self.covers(cut));
+                let encoder = self.state.begin_snapshot(self.covers(cut));
+                self.stepped = Some((encoder, Vec::new(), reference, cut));
+            }
+            return;
+        };
+        let done = self.state.snapshot_step(encoder, rng.random_range(1..=4), bytes).unwrap();
+        if !done {
+            return;
+        }
+        let Some((_, bytes, reference, cut)) = self.stepped.take() else { return };
+        self.state.end_snapshot();
+        assert!(bytes == reference, "stepped checkpoint from event {cut} differs");
+        self.resume(&bytes, cut);
     }
 }
 
@@ -330,11 +404,14 @@ fn run(seed: u64) {
             _ => {}
         }
         run.check();
+        run.checkpoint_step(&mut rng);
         if step % 100 == 99 {
             run.replay();
+            run.restore_at(&mut rng);
         }
     }
     run.replay();
+    run.restore_at(&mut rng);
 }
 
 #[test]
@@ -501,4 +578,46 @@ fn subscription_events_have_one_encoding() {
         bytes[2] = 0;
         assert_eq!(Event::decode(&bytes), Err(CodecError::BadField("subscription")));
     }
+}
+
+/// A checkpoint holds every subscription (version 5, trailing section);
+/// one whose subscriptions section names the default again is refused.
+#[test]
+fn a_checkpoint_holds_the_subscriptions_and_refuses_a_bad_section() {
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    let config = config(&mut rng);
+    let bands = config.bands();
+    let mut state = PartitionState::new(ctx(config.clone(), 1)).unwrap();
+    let sub = SubscriptionId(4);
+    state.apply(&Event::SubscriptionStarted { sub, from: Offset(0), at_ms: 0 }).unwrap();
+    for offset in 0..3 {
+        let request = EnqueueRequest {
+            message_id: id(offset),
+            priority: 0,
+            not_before_ms: 0,
+            expiry_ms: None,
+            size_bytes: 10,
+        };
+        state.apply(&Event::Enqueued(EnqueueMeta::new(&request, Offset(offset), 10))).unwrap();
+    }
+    let bytes = state.snapshot(Offset(3));
+    let restored = PartitionState::restore(&bytes, ctx(config.clone(), 2)).unwrap().state;
+    assert_eq!(restored.subscriptions().collect::<Vec<_>>(), [SubscriptionId::DEFAULT, sub]);
+    assert_eq!(restored.messages_of(sub), state.messages_of(sub));
+    assert_eq!(restored.held_messages(), 3);
+    // The section: the default's marks, the count, then subscription 4:
+    // id, marks, totals, credits, empty warm and dead lists.
+    let other = 2 + bands * 16 + 11 * 8 + (bands + 1) * 4 + 8 + 8;
+    let section = bands * 16 + 8 + other;
+    let id_at = bytes.len() - 4 - other;
+    assert_eq!(bytes[id_at..id_at + 2], 4u16.to_le_bytes());
+    assert_eq!(bytes[bytes.len() - 4 - section - 8..].len(), section + 12);
+    let mut bad = bytes[..bytes.len() - 4].to_vec();
+    bad[id_at..id_at + 2].copy_from_slice(&0u16.to_le_bytes());
+    let crc = crc32c::crc32c(&bad);
+    bad.extend_from_slice(&crc.to_le_bytes());
+    assert_eq!(
+        PartitionState::restore(&bad, ctx(config, 2)).map(|_| ()),
+        Err(CodecError::Inconsistent("subscription id"))
+    );
 }
