@@ -36,6 +36,8 @@ pub enum StaleToken {
     Lane { token: Lane, current: Lane },
     #[error("lease ended at {deadline_ms} ms, now is {now_ms} ms")]
     LeaseExpired { deadline_ms: Millis, now_ms: Millis },
+    #[error("the token's subscription has ended")]
+    SubscriptionEnded,
 }
 
 /// A decision the state machine refuses. Nothing changes when one is returned.

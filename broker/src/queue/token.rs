@@ -1,7 +1,7 @@
 //! Delivery tokens: the capability a claim hands a worker.
 //!
-//! A token binds (queue, partition, lane, offset, generation, leader epoch,
-//! worker) and carries a 128-bit MAC: BLAKE3 in keyed mode under a key derived
+//! A token binds (queue, partition, subscription, lane, offset, generation,
+//! leader epoch, worker) and carries a 128-bit MAC: BLAKE3 in keyed mode under a key derived
 //! from the broker's 32-byte secret. Tokens travel opaque on the wire; the
 //! broker verifies the MAC (constant-time compare) before it looks at any
 //! field, then the state machine checks that the claim they name is still the
@@ -11,7 +11,8 @@
 //! ```text
 //!  0  u8       version (1)
 //!  1  u8       lane (0 main, 1 dead-letter)
-//!  2  u16      reserved (0)
+//!  2  u16      subscription id (0 the default; reserved as 0 before
+//!               subscriptions, so every older token names the default)
 //!  4  u32      queue id
 //!  8  u32      partition id
 //! 12  u32      generation
@@ -24,7 +25,9 @@
 use subtle::ConstantTimeEq;
 
 use super::error::CodecError;
-use super::types::{Generation, Lane, LeaderEpoch, Offset, PartitionId, QueueId, WorkerId};
+use super::types::{
+    Generation, Lane, LeaderEpoch, Offset, PartitionId, QueueId, SubscriptionId, WorkerId,
+};
 
 /// Size of a delivery token on the wire.
 pub const DELIVERY_TOKEN_BYTES: usize = 56;
@@ -84,6 +87,7 @@ impl TokenKey {
 pub struct TokenClaim {
     pub queue: QueueId,
     pub partition: PartitionId,
+    pub sub: SubscriptionId,
     pub lane: Lane,
     pub offset: Offset,
     pub generation: Generation,
@@ -95,7 +99,7 @@ impl TokenClaim {
     fn write(&self, bytes: &mut [u8; DELIVERY_TOKEN_BYTES]) {
         bytes[0] = TOKEN_VERSION;
         bytes[1] = self.lane as u8;
-        bytes[2..4].copy_from_slice(&0u16.to_le_bytes());
+        bytes[2..4].copy_from_slice(&self.sub.0.to_le_bytes());
         bytes[4..8].copy_from_slice(&self.queue.0.to_le_bytes());
         bytes[8..12].copy_from_slice(&self.partition.0.to_le_bytes());
         bytes[12..16].copy_from_slice(&self.generation.0.to_le_bytes());
@@ -127,8 +131,7 @@ impl DeliveryToken {
     /// Parses the wire form.
     ///
     /// # Errors
-    /// [`CodecError`] on a wrong length, unknown version or lane, or non-zero
-    /// reserved bytes.
+    /// [`CodecError`] on a wrong length, unknown version or lane.
     pub fn from_bytes(raw: &[u8]) -> Result<Self, CodecError> {
         let bytes: [u8; DELIVERY_TOKEN_BYTES] = raw
             .try_into()
@@ -137,9 +140,6 @@ impl DeliveryToken {
             return Err(CodecError::Version(u16::from(bytes[0])));
         }
         let lane = Lane::from_u8(bytes[1]).ok_or(CodecError::BadField("lane"))?;
-        if bytes[2] != 0 || bytes[3] != 0 {
-            return Err(CodecError::Reserved);
-        }
         let u32_at = |at: usize| {
             u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
         };
@@ -151,6 +151,7 @@ impl DeliveryToken {
         let claim = TokenClaim {
             queue: QueueId(u32_at(4)),
             partition: PartitionId(u32_at(8)),
+            sub: SubscriptionId(u16::from_le_bytes([bytes[2], bytes[3]])),
             lane,
             offset: Offset(u64_at(16)),
             generation: Generation(u32_at(12)),

@@ -171,6 +171,7 @@ impl PartitionState {
 
     fn sign(
         &self,
+        sub: SubscriptionId,
         lane: Lane,
         offset: Offset,
         generation: Generation,
@@ -179,6 +180,7 @@ impl PartitionState {
         self.key.sign(&TokenClaim {
             queue: self.queue,
             partition: self.partition,
+            sub,
             lane,
             offset,
             generation,
@@ -347,7 +349,7 @@ impl PartitionState {
                 deadline_ms,
             });
             decision.deliveries.push(Delivery {
-                token: self.sign(Lane::Main, head.offset, generation, request.worker),
+                token: self.sign(sub, Lane::Main, head.offset, generation, request.worker),
                 lane: Lane::Main,
                 offset: head.offset,
                 generation,
@@ -449,7 +451,7 @@ impl PartitionState {
                 deadline_ms,
             });
             decision.deliveries.push(Delivery {
-                token: self.sign(Lane::DeadLetter, offset, generation, request.worker),
+                token: self.sign(d.id, Lane::DeadLetter, offset, generation, request.worker),
                 lane: Lane::DeadLetter,
                 offset,
                 generation,

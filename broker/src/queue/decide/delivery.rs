@@ -12,20 +12,14 @@ use crate::queue::fresh::NEVER;
 use crate::queue::limits::RELEASE_DELAY_MS_MAX;
 use crate::queue::state::{Claim, DeadPhase, PartitionState, WarmPhase};
 use crate::queue::token::DeliveryToken;
-use crate::queue::types::{
-    Generation, Lane, Millis, QuarantineCause, ReleaseReason, SubscriptionId,
-};
+use crate::queue::types::{Generation, Lane, Millis, QuarantineCause, ReleaseReason};
 
 impl PartitionState {
-    /// Checks a token: genuine, for this partition, this epoch, and naming
-    /// the current unexpired claim. Returns the claim and the message's
-    /// failed-attempt count and expiry.
-    fn validate(
-        &self,
-        s: usize,
-        now: Millis,
-        token: &DeliveryToken,
-    ) -> Result<(Claim, u16, Millis), QueueError> {
+    /// The subscription a token's claim was made in (the token names it):
+    /// a genuine token of a subscription that has ended names no claim.
+    /// Checks the MAC, queue and partition first: the one place a token is
+    /// verified, before any field of it is trusted.
+    fn token_sub(&self, token: &DeliveryToken) -> Result<usize, QueueError> {
         if !self.key.verify(token) {
             return Err(QueueError::InvalidToken(InvalidToken::BadMac));
         }
@@ -36,6 +30,20 @@ impl PartitionState {
         if fields.partition != self.partition {
             return Err(QueueError::InvalidToken(InvalidToken::WrongPartition));
         }
+        self.sub_index(fields.sub)
+            .ok_or(QueueError::StaleToken(StaleToken::SubscriptionEnded))
+    }
+
+    /// Checks a token already verified by `token_sub`: this epoch, and
+    /// naming the current unexpired claim of subscription index `s`. Returns the claim and the message's
+    /// failed-attempt count and expiry.
+    fn validate(
+        &self,
+        s: usize,
+        now: Millis,
+        token: &DeliveryToken,
+    ) -> Result<(Claim, u16, Millis), QueueError> {
+        let fields = token.claim();
         if fields.epoch != self.epoch {
             return Err(QueueError::StaleToken(StaleToken::Epoch {
                 token: fields.epoch.0,
@@ -110,21 +118,7 @@ impl PartitionState {
         token: &DeliveryToken,
         lease_ms: Option<Millis>,
     ) -> Result<(Event, Millis), QueueError> {
-        self.extend_at(0, now, token, lease_ms)
-    }
-
-    /// [`PartitionState::extend`] of a claim of subscription `sub`.
-    ///
-    /// # Errors
-    /// As [`PartitionState::extend`], and [`QueueError::UnknownSubscription`].
-    pub fn extend_sub(
-        &self,
-        sub: SubscriptionId,
-        now: Millis,
-        token: &DeliveryToken,
-        lease_ms: Option<Millis>,
-    ) -> Result<(Event, Millis), QueueError> {
-        self.extend_at(self.sub_at(sub)?, now, token, lease_ms)
+        self.extend_at(self.token_sub(token)?, now, token, lease_ms)
     }
 
     fn extend_at(
@@ -159,20 +153,7 @@ impl PartitionState {
     /// # Errors
     /// Token errors.
     pub fn ack(&self, now: Millis, token: &DeliveryToken) -> Result<Event, QueueError> {
-        self.ack_at(0, now, token)
-    }
-
-    /// [`PartitionState::ack`] of a claim of subscription `sub`.
-    ///
-    /// # Errors
-    /// Token errors; [`QueueError::UnknownSubscription`].
-    pub fn ack_sub(
-        &self,
-        sub: SubscriptionId,
-        now: Millis,
-        token: &DeliveryToken,
-    ) -> Result<Event, QueueError> {
-        self.ack_at(self.sub_at(sub)?, now, token)
+        self.ack_at(self.token_sub(token)?, now, token)
     }
 
     fn ack_at(&self, s: usize, now: Millis, token: &DeliveryToken) -> Result<Event, QueueError> {
@@ -202,23 +183,7 @@ impl PartitionState {
         reason: ReleaseReason,
         not_before_ms: Option<Millis>,
     ) -> Result<Event, QueueError> {
-        self.release_at(0, now, token, reason, not_before_ms)
-    }
-
-    /// [`PartitionState::release`] of a claim of subscription `sub`.
-    ///
-    /// # Errors
-    /// As [`PartitionState::release`], and
-    /// [`QueueError::UnknownSubscription`].
-    pub fn release_sub(
-        &self,
-        sub: SubscriptionId,
-        now: Millis,
-        token: &DeliveryToken,
-        reason: ReleaseReason,
-        not_before_ms: Option<Millis>,
-    ) -> Result<Event, QueueError> {
-        self.release_at(self.sub_at(sub)?, now, token, reason, not_before_ms)
+        self.release_at(self.token_sub(token)?, now, token, reason, not_before_ms)
     }
 
     fn release_at(

@@ -1049,6 +1049,7 @@ fn token_layout_round_trips() {
     let claim = TokenClaim {
         queue: QueueId(4),
         partition: PartitionId(1),
+        sub: SubscriptionId::DEFAULT,
         lane: Lane::Main,
         offset: Offset(9),
         generation: Generation(2),

@@ -55,8 +55,9 @@ fn retag(mut event: Event, to: SubscriptionId) -> Event {
 struct Twin {
     sub: SubscriptionId,
     alone: PartitionState,
-    /// Outstanding deliveries (token, lane) the test may ack or release.
-    held: Vec<Delivery>,
+    /// Outstanding deliveries the test may ack or release: the state's
+    /// (its token names the subscription) and the lone twin's.
+    held: Vec<(Delivery, Delivery)>,
 }
 
 struct Run {
@@ -162,7 +163,17 @@ impl Run {
             alone.claim_into(now, &request, ALL_DURABLE, &mut want).unwrap();
         }
         assert_eq!(Self::of(&got.events, sub), want.events, "claim of {sub}");
-        assert_eq!(got.deliveries, want.deliveries, "claim of {sub}");
+        // The same deliveries, but for the subscription the token names.
+        let unnamed = |delivery: &Delivery| {
+            let claim = TokenClaim { sub: SubscriptionId::DEFAULT, ..*delivery.token.claim() };
+            (claim, Delivery { token: want.deliveries[0].token, ..*delivery })
+        };
+        assert_eq!(
+            got.deliveries.iter().map(unnamed).collect::<Vec<_>>(),
+            want.deliveries.iter().map(unnamed).collect::<Vec<_>>(),
+            "claim of {sub}"
+        );
+        assert!(got.deliveries.iter().all(|delivery| delivery.token.claim().sub == sub));
         assert_eq!(got.exhausted, want.exhausted);
         for event in &got.events {
             assert_eq!(event.subscription(), Some(sub));
@@ -172,7 +183,7 @@ impl Run {
         for event in &want.events {
             twin.alone.apply(event).unwrap();
         }
-        twin.held.extend(want.deliveries);
+        twin.held.extend(got.deliveries.into_iter().zip(want.deliveries));
     }
 
     fn settle(&mut self, rng: &mut ChaCha8Rng, index: usize) {
@@ -181,27 +192,27 @@ impl Run {
             return;
         }
         let at = rng.random_range(0..self.twins[index].held.len());
-        let delivery = self.twins[index].held.swap_remove(at);
+        let (delivery, alone) = self.twins[index].held.swap_remove(at);
         let now = self.now;
         let (got, want) = match rng.random_range(0..3) {
             0 => (
-                self.state.ack_sub(sub, now, &delivery.token),
-                self.twins[index].alone.ack(now, &delivery.token),
+                self.state.ack(now, &delivery.token),
+                self.twins[index].alone.ack(now, &alone.token),
             ),
             1 => {
                 let not_before = rng.random_bool(0.5).then(|| now + rng.random_range(0..1_000));
                 let reason = ReleaseReason(7);
                 (
-                    self.state.release_sub(sub, now, &delivery.token, reason, not_before),
-                    self.twins[index].alone.release(now, &delivery.token, reason, not_before),
+                    self.state.release(now, &delivery.token, reason, not_before),
+                    self.twins[index].alone.release(now, &alone.token, reason, not_before),
                 )
             }
             _ => {
-                let got = self.state.extend_sub(sub, now, &delivery.token, Some(500));
-                let want = self.twins[index].alone.extend(now, &delivery.token, Some(500));
+                let got = self.state.extend(now, &delivery.token, Some(500));
+                let want = self.twins[index].alone.extend(now, &alone.token, Some(500));
                 assert_eq!(got.map(|(e, d)| (retag(e, SubscriptionId::DEFAULT), d)), want);
                 if want.is_ok() {
-                    self.twins[index].held.push(delivery);
+                    self.twins[index].held.push((delivery, alone));
                 }
                 (got.map(|(e, _)| e), want.map(|(e, _)| e))
             }
@@ -474,7 +485,7 @@ fn a_start_takes_the_shared_backlog_and_a_record_leaves_with_its_last_holder() {
         state.apply(event).unwrap();
     }
     for delivery in &decision.deliveries {
-        let event = state.ack_sub(early, 400, &delivery.token).unwrap();
+        let event = state.ack(400, &delivery.token).unwrap();
         state.apply(&event).unwrap();
     }
     state.assert_invariants();
@@ -495,14 +506,23 @@ fn a_start_takes_the_shared_backlog_and_a_record_leaves_with_its_last_holder() {
     state.apply(&Event::Enqueued(EnqueueMeta::new(&request, Offset(9), 600))).unwrap();
     assert_eq!(offsets(&state, late), BTreeSet::from([9]));
     assert_eq!(state.held_messages(), 5);
-    // A token of one subscription names no claim of another.
+    // A token names its subscription (under the MAC): its ack acts there,
+    // and once the subscription ends, a token of it names no claim.
     let mut decision = ClaimDecision::default();
     state.claim_sub_into(late, 700, &request_one(), ALL_DURABLE, &mut decision).unwrap();
     for event in &decision.events {
         state.apply(event).unwrap();
     }
     let token = decision.deliveries[0].token;
-    assert!(matches!(state.ack(700, &token), Err(QueueError::StaleToken(_))));
+    assert_eq!(token.claim().sub, late);
+    let mut forged = token.to_bytes();
+    forged[2] = 0;
+    let forged = DeliveryToken::from_bytes(&forged).unwrap();
+    assert_eq!(state.ack(700, &forged), Err(QueueError::InvalidToken(InvalidToken::BadMac)));
+    let extended = state.extend(700, &token, Some(500)).unwrap().0;
+    assert_eq!(extended.subscription(), Some(late));
+    state.apply(&Event::SubscriptionEnded { sub: late, at_ms: 800 }).unwrap();
+    assert_eq!(state.ack(800, &token), Err(QueueError::StaleToken(StaleToken::SubscriptionEnded)));
     state.assert_invariants();
 }
 
