@@ -546,6 +546,7 @@ async fn drain(addrs: &[String], owed: &HashSet<MessageId>, limit: Duration) -> 
         max_bytes: 4 << 20,
         lease_ms: DRAIN_LEASE_MS,
         wait_ms: 300,
+        subscription: None,
     };
     while instant_now().duration_since(started) < limit && empty_after_all < 2 {
         let Some(current) = &client else {

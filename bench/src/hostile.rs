@@ -75,6 +75,7 @@ fn claim_frame(correlation: u64) -> Vec<u8> {
         max_bytes: 1 << 20,
         lease_ms: 30_000,
         wait_ms: 60_000,
+        subscription: "",
     });
     // The fields are constants inside every range: encoding cannot fail.
     let _ = request.encode(CorrelationId(correlation), &mut out);

@@ -206,6 +206,7 @@ fn claim_all(
     now: Millis,
 ) -> Result<Vec<spool_broker::queue::DeliveryToken>, BenchError> {
     let request = ClaimRequest {
+        sub: spool_broker::queue::SubscriptionId::DEFAULT,
         worker: WorkerId(7),
         credits: CLAIM_CREDITS_MAX,
         max_bytes: u64::MAX,

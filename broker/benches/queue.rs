@@ -126,8 +126,13 @@ fn bench_claim_ack(c: &mut Criterion) {
     group.measurement_time(Duration::from_secs(5));
     for credits in [1u32, 64] {
         let mut backlog = Backlog::new(0);
-        let request =
-            ClaimRequest { worker: WorkerId(3), credits, max_bytes: u64::MAX, lease_ms: None };
+        let request = ClaimRequest {
+            sub: spool_broker::queue::SubscriptionId::DEFAULT,
+            worker: WorkerId(3),
+            credits,
+            max_bytes: u64::MAX,
+            lease_ms: None,
+        };
         group.throughput(Throughput::Elements(u64::from(credits)));
         group.bench_function(BenchmarkId::new("backlog_1m_credits", credits), |b| {
             b.iter_custom(|iters| {

@@ -374,6 +374,7 @@ fn shard_count_mismatch_is_a_clear_start_error() {
         placement_cursor: 0,
         next_queue_id: QueueId(2),
         queues: vec![CatalogQueue {
+            subscriptions: Default::default(),
             name: QueueName::new("wide").unwrap(),
             id: QueueId(1),
             created_at: AssignmentVersion(1),

@@ -230,6 +230,7 @@ fn an_update_planned_on_a_stale_state_is_skipped_by_every_member_alike() {
     let exists = AssignmentUpdate {
         version: AssignmentVersion(2),
         change: AssignmentChange::CreateQueue {
+            subscriptions: Default::default(),
             queue: name("a"),
             queue_id: QueueId(2),
             shards: vec![spool_broker::control::assignment::ShardId(0)],

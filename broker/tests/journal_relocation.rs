@@ -119,6 +119,7 @@ fn journal(partition: &Partition<SimStorage>) -> &Journal<SimStorage> {
 
 async fn claim_all(partition: &Partition<SimStorage>) -> Vec<(DeliveryToken, u64, Vec<u8>)> {
     let request = ClaimRequest {
+        sub: spool_broker::queue::SubscriptionId::DEFAULT,
         worker: WorkerId(1),
         credits: 64,
         max_bytes: 1 << 20,
@@ -147,6 +148,7 @@ async fn workload(partition: &Partition<SimStorage>, batches: u64) -> (BTreeSet<
     // Claim the kept record and release nothing: it stays claimed until the
     // end (a slow consumer), then ready again after the reopen's fence.
     let request = ClaimRequest {
+        sub: spool_broker::queue::SubscriptionId::DEFAULT,
         worker: WorkerId(9),
         credits: 1,
         max_bytes: 1 << 20,

@@ -93,7 +93,13 @@ async fn close((partition, task): Opened) {
 }
 
 fn claim_request(credits: u32) -> ClaimRequest {
-    ClaimRequest { worker: WorkerId(9), credits, max_bytes: 1 << 20, lease_ms: Some(30_000) }
+    ClaimRequest {
+        sub: spool_broker::queue::SubscriptionId::DEFAULT,
+        worker: WorkerId(9),
+        credits,
+        max_bytes: 1 << 20,
+        lease_ms: Some(30_000),
+    }
 }
 
 // Every test below that opens with `open` runs on both log layouts.

@@ -95,7 +95,13 @@ fn unique_batch(first: u64, count: u64) -> BatchBytes {
 }
 
 fn claim_request(credits: u32) -> ClaimRequest {
-    ClaimRequest { worker: WorkerId(7), credits, max_bytes: u64::MAX, lease_ms: Some(60_000) }
+    ClaimRequest {
+        sub: spool_broker::queue::SubscriptionId::DEFAULT,
+        worker: WorkerId(7),
+        credits,
+        max_bytes: u64::MAX,
+        lease_ms: Some(60_000),
+    }
 }
 
 /// Allocation calls per request of each kind (averages over `ROUNDS`).

@@ -251,6 +251,7 @@ async fn consumer(round: Rc<Round>, mut rng: Rng, worker: u64) {
     let mut held: Vec<(DeliveryToken, u64)> = Vec::new();
     while !round.stop.get() {
         let request = ClaimRequest {
+            sub: spool_broker::queue::SubscriptionId::DEFAULT,
             worker: WorkerId(worker),
             credits: 1 + rng.below(16) as u32,
             max_bytes: 1 << 20,

@@ -98,6 +98,7 @@ async fn cycle(partition: &Partition<SimStorage>, first: u64, now: u64) {
     let outcomes = partition.enqueue(&unique_batch(first, BATCH, now)).await.unwrap();
     assert!(outcomes.iter().all(|o| matches!(o, EnqueueOutcome::Appended { .. })));
     let request = ClaimRequest {
+        sub: spool_broker::queue::SubscriptionId::DEFAULT,
         worker: WorkerId(1),
         credits: BATCH as u32,
         max_bytes: 1 << 20,

@@ -54,7 +54,13 @@ fn batch(ids: &[u8], now_ms: u64) -> BatchBytes {
 fn claim_request(credits: u32) -> ClaimRequest {
     // A long lease: anything claimable again after a restart is so because
     // of the fence, not because the lease ran out.
-    ClaimRequest { worker: WorkerId(4), credits, max_bytes: 1 << 20, lease_ms: Some(60_000) }
+    ClaimRequest {
+        sub: spool_broker::queue::SubscriptionId::DEFAULT,
+        worker: WorkerId(4),
+        credits,
+        max_bytes: 1 << 20,
+        lease_ms: Some(60_000),
+    }
 }
 
 /// Opens the partition in `/p` of `disk`, driving the log while open runs

@@ -93,8 +93,13 @@ fn moved_keys_are_refused_held_partitions_hand_out_nothing_until_released() {
 
         // Held: a claim waits; the hold's end wakes it with messages.
         partition.set_key_route(KeyRoute { version: 2, partitions: 5, held: true });
-        let request =
-            ClaimRequest { worker: WorkerId(1), credits: 10, max_bytes: 1 << 20, lease_ms: None };
+        let request = ClaimRequest {
+            sub: spool_broker::queue::SubscriptionId::DEFAULT,
+            worker: WorkerId(1),
+            credits: 10,
+            max_bytes: 1 << 20,
+            lease_ms: None,
+        };
         assert!(partition.claim(&request, Lane::Main, 0).await.unwrap().is_empty());
         let lifted = Rc::new(Cell::new(false));
         let lifter = {

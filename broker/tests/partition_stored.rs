@@ -190,6 +190,7 @@ fn stored_counts_after_a_crash_equal_the_counts_before(layout: Layout) {
         b.unwrap();
         c.unwrap();
         let request = ClaimRequest {
+            sub: spool_broker::queue::SubscriptionId::DEFAULT,
             worker: WorkerId(9),
             credits: 2,
             max_bytes: 1 << 20,

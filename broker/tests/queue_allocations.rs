@@ -68,8 +68,13 @@ fn claim_and_ack_allocate_per_request_not_per_message() {
     for n in 0..MESSAGES {
         state.apply(&enqueued(n)).unwrap();
     }
-    let request =
-        ClaimRequest { worker: WorkerId(7), credits: CREDITS, max_bytes: u64::MAX, lease_ms: None };
+    let request = ClaimRequest {
+        sub: spool_broker::queue::SubscriptionId::DEFAULT,
+        worker: WorkerId(7),
+        credits: CREDITS,
+        max_bytes: u64::MAX,
+        lease_ms: None,
+    };
     let (mut claimed, mut claim_calls, mut requests) = (0u64, 0u64, 0u64);
     let (mut acked, mut ack_calls) = (0u64, 0u64);
     let now = 2_000;

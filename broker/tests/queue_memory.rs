@@ -95,6 +95,7 @@ fn per_message(
 /// Claims every ready message (worker 1, the most credits a claim takes).
 fn claim_all(s: &mut PartitionState) {
     let request = ClaimRequest {
+        sub: SubscriptionId::DEFAULT,
         worker: WorkerId(1),
         credits: spool_broker::queue::limits::CLAIM_CREDITS_MAX,
         max_bytes: u64::MAX,
@@ -367,9 +368,9 @@ fn consume(s: &mut PartitionState, sub: SubscriptionId, count: u64) {
     while left > 0 {
         let credits = left.min(u64::from(spool_broker::queue::limits::CLAIM_CREDITS_MAX)) as u32;
         let request =
-            ClaimRequest { worker: WorkerId(1), credits, max_bytes: u64::MAX, lease_ms: None };
+            ClaimRequest { sub, worker: WorkerId(1), credits, max_bytes: u64::MAX, lease_ms: None };
         let mut decision = ClaimDecision::default();
-        s.claim_sub_into(sub, 1_000, &request, Offset(u64::MAX), &mut decision).expect("a claim");
+        s.claim_into(1_000, &request, Offset(u64::MAX), &mut decision).expect("a claim");
         assert!(!decision.deliveries.is_empty(), "a backlog to claim");
         for event in &decision.events {
             s.apply(event).expect("a claim applies");

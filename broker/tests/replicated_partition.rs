@@ -80,7 +80,13 @@ fn on_executor(test: impl std::future::Future<Output = ()>) {
 }
 
 fn claim_request(credits: u32) -> ClaimRequest {
-    ClaimRequest { worker: WorkerId(9), credits, max_bytes: 1 << 20, lease_ms: Some(30_000) }
+    ClaimRequest {
+        sub: spool_broker::queue::SubscriptionId::DEFAULT,
+        worker: WorkerId(9),
+        credits,
+        max_bytes: 1 << 20,
+        lease_ms: Some(30_000),
+    }
 }
 
 /// One member: its disk and, while it runs, its partition.

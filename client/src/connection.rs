@@ -32,7 +32,7 @@ use std::time::Duration;
 use spool_wire::batch::BatchBytes;
 use spool_wire::proto::{
     ApiKey, AuthenticateRequest, CorrelationId, Frame, FrameDecoder, FrameHeader, PingRequest,
-    Reply, Request, Response,
+    Reply, Request, Response, CLAIM_VERSION_NOT_LEADER,
 };
 use spool_wire::ErrorCode;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -411,7 +411,10 @@ impl Connection {
     }
 
     /// Sends `request` and waits for its response, up to the configured
-    /// request timeout.
+    /// request timeout. It goes as the newest version of its api key,
+    /// except a Claim of the default subscription, which goes as Claim v2
+    /// so that brokers from before subscriptions serve it
+    /// ([`request_version`]).
     ///
     /// # Errors
     /// The broker's error ([`ClientError::Server`], [`ClientError::NotOwner`]),
@@ -472,7 +475,9 @@ impl Connection {
         }
     }
 
-    /// `version`: the api version to encode (`None`: the newest).
+    /// `version`: the api version to encode (`None`: the one this client
+    /// sends the request as, `request_version`: the newest, or Claim v2
+    /// for a claim of the default subscription).
     async fn call_inner(
         &self,
         request: &Request<'_>,
@@ -486,10 +491,8 @@ impl Connection {
         };
         let id = shared.next_correlation_id();
         let mut frame = Vec::new();
-        match version {
-            Some(version) => request.encode_version(CorrelationId(id), version, &mut frame)?,
-            None => request.encode(CorrelationId(id), &mut frame)?,
-        }
+        let version = version.unwrap_or_else(|| request_version(request));
+        request.encode_version(CorrelationId(id), version, &mut frame)?;
         let (waiter, response) = oneshot::channel();
         {
             let mut pending = shared.lock();
@@ -531,6 +534,20 @@ impl Connection {
 
     fn close_reason(&self) -> String {
         self.shared.lock().closed.clone().unwrap_or_else(|| "closed".to_owned())
+    }
+}
+
+/// The version this client sends `request` as: the newest its codec
+/// speaks, except a Claim that names no subscription, which goes as
+/// [`CLAIM_VERSION_NOT_LEADER`] (v2, the newest a broker from before
+/// subscriptions speaks): only a claim for a named subscription needs
+/// [`CLAIM_VERSION_SUBSCRIPTION`](spool_wire::proto::CLAIM_VERSION_SUBSCRIPTION),
+/// so the default one is claimed from old
+/// and new brokers alike.
+pub fn request_version(request: &Request<'_>) -> u16 {
+    match request {
+        Request::Claim(claim) if claim.subscription.is_empty() => CLAIM_VERSION_NOT_LEADER,
+        other => other.api_key().max_version(),
     }
 }
 

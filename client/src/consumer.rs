@@ -106,6 +106,8 @@ pub const PANIC_REASON: &str = "handler panicked";
 struct Shared {
     client: Client,
     config: ConsumerConfig,
+    /// `config.subscription`, shared by every claim's options.
+    subscription: Option<Arc<str>>,
     /// Room for deliveries (`slots + prefetch`): what claims ask for.
     credits: Arc<Semaphore>,
     /// Execution slots: a handler runs only with one.
@@ -186,7 +188,8 @@ impl std::fmt::Debug for Consumer {
 }
 
 impl Consumer {
-    /// Starts claiming from `config.queue` and running `handler` per
+    /// Starts claiming from `config.queue` (for `config.subscription`, or
+    /// the queue's default subscription) and running `handler` per
     /// delivery, on the current tokio runtime.
     ///
     /// # Errors
@@ -204,6 +207,7 @@ impl Consumer {
         config.validate()?;
         let shared = Arc::new(Shared {
             client,
+            subscription: config.subscription.as_deref().map(Arc::from),
             credits: Arc::new(Semaphore::new(config.window() as usize)),
             slots: Arc::new(Semaphore::new(config.slots as usize)),
             acks_pending: Arc::new(Semaphore::new(config.acks_pending_max as usize)),

@@ -685,6 +685,40 @@ async fn consumer_respects_slots_extends_acks_and_releases() {
     assert_eq!(stats.settle_failed, 0);
 }
 
+// Goal: a consumer given a subscription claims for it, every claim, and
+// one without claims for the default (an empty name); a name outside the
+// rule is refused at start. Method: 6 messages consumed by a consumer of
+// subscription "audit", and by one without on a second fake; the fake
+// records each claim's subscription (a v2 claim, which cannot carry one,
+// reads as "").
+#[tokio::test]
+async fn consumer_claims_for_its_subscription() {
+    for subscription in [Some("audit"), None] {
+        let (server, state) = start_broker("q", 2).await;
+        fill(&state, &server, &["a", "b", "c", "d", "e", "f"]).await;
+        let client = Client::connect(&server.addr).await.unwrap();
+        let mut config = ConsumerConfig::new("q", 2);
+        if let Some(name) = subscription {
+            config = config.subscription(name);
+        }
+        config.wait_ms = 10;
+        let consumer = Consumer::start(client.clone(), config, counting_handler(&state)).unwrap();
+        let done = wait_for(TEST_LIMIT, || state.lock().unwrap().acked.len() == 6).await;
+        assert!(done, "not every message was acked");
+        bounded(consumer.shutdown()).await;
+        let named = state.lock().unwrap().claim_subscriptions.clone();
+        assert!(!named.is_empty());
+        let expected = subscription.unwrap_or_default();
+        assert!(named.iter().all(|name| name == expected), "{subscription:?}: {named:?}");
+
+        for bad in ["", "a b", "sub/1"] {
+            let config = ConsumerConfig::new("q", 1).subscription(bad);
+            let refused = Consumer::start(client.clone(), config, counting_handler(&state));
+            assert!(matches!(refused, Err(ClientError::Encode(_))), "{bad:?}: {refused:?}");
+        }
+    }
+}
+
 // Goal: shutdown stops claiming and drains running handlers (acking them).
 // Method: 2 slots, 5 messages; handlers wait on a gate the test opens only
 // once shutdown has begun, so both run across it: both are acked, the

@@ -1241,7 +1241,14 @@ pub fn assert_all_sent(step: &str, failed: &[String]) {
 /// Claim options of the tests' one worker: up to `credits` messages
 /// leased for `lease_ms`, waiting up to 300 ms for one.
 pub fn claim_options(credits: u32, lease_ms: u32) -> ClaimOptions {
-    ClaimOptions { worker: WorkerId(0xd7a1), credits, max_bytes: 4 << 20, lease_ms, wait_ms: 300 }
+    ClaimOptions {
+        worker: WorkerId(0xd7a1),
+        credits,
+        max_bytes: 4 << 20,
+        lease_ms,
+        wait_ms: 300,
+        subscription: None,
+    }
 }
 
 /// Claims from `partition` through `client` until `want` deliveries were

@@ -49,7 +49,14 @@ pub fn payload_for(id: MessageId, len_bytes: usize) -> Vec<u8> {
 
 /// Claim options for a test worker.
 pub fn claim_options(worker: u64, credits: u32, lease_ms: u32, wait_ms: u32) -> ClaimOptions {
-    ClaimOptions { worker: WorkerId(worker), credits, max_bytes: 4 << 20, lease_ms, wait_ms }
+    ClaimOptions {
+        worker: WorkerId(worker),
+        credits,
+        max_bytes: 4 << 20,
+        lease_ms,
+        wait_ms,
+        subscription: None,
+    }
 }
 
 /// The inline payload of a delivery (tests never send references).

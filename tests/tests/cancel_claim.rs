@@ -43,6 +43,7 @@ fn claim_frame(correlation: u64, wait_ms: u32) -> Vec<u8> {
         max_bytes: 1 << 20,
         lease_ms: 10_000,
         wait_ms,
+        subscription: "",
     });
     encode(&request, correlation)
 }

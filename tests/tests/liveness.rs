@@ -102,6 +102,7 @@ async fn a_ping_is_answered_at_once_beside_a_waiting_claim() {
         max_bytes: 1 << 20,
         lease_ms: 10_000,
         wait_ms: CLAIM_WAIT_MS,
+        subscription: "",
     });
     let mut pipelined = frame(&claim, 1);
     pipelined.extend(frame(&Request::Ping(PingRequest {}), 2));

@@ -44,6 +44,7 @@ fn claim_frame(partition: u32, correlation: u64, wait_ms: u32) -> Vec<u8> {
         max_bytes: 1 << 20,
         lease_ms: 10_000,
         wait_ms,
+        subscription: "",
     });
     let mut out = Vec::new();
     request.encode(CorrelationId(correlation), &mut out).unwrap();

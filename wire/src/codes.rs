@@ -95,6 +95,13 @@ pub enum ErrorCode {
     /// [`ENQUEUE_VERSION_KEY_MOVED`](crate::proto::ENQUEUE_VERSION_KEY_MOVED)
     /// and later: an older request gets [`ErrorCode::NotOwner`] in its place.
     KeyMoved = 28,
+    /// The queue has no subscription of the name the request gave. Sent
+    /// only to a Claim of
+    /// [`CLAIM_VERSION_SUBSCRIPTION`](crate::proto::CLAIM_VERSION_SUBSCRIPTION)
+    /// or later, the first version that names a subscription (anything
+    /// older gets [`ErrorCode::InvalidArgument`] in its place,
+    /// [`ApiKey::answerable`](crate::proto::ApiKey::answerable)).
+    SubscriptionNotFound = 29,
 }
 
 /// Static facts about one code: its stable name, a one-line description and
@@ -195,6 +202,7 @@ pub const ERROR_CODES: &[ErrorCodeInfo] = &[
          refresh metadata and route it again",
         true,
     ),
+    info(ErrorCode::SubscriptionNotFound, "SUBSCRIPTION_NOT_FOUND", "no such subscription", false),
 ];
 
 const fn info(
@@ -303,6 +311,7 @@ mod tests {
             (26, "QUOTA_EXCEEDED"),
             (27, "NOT_LEADER"),
             (28, "KEY_MOVED"),
+            (29, "SUBSCRIPTION_NOT_FOUND"),
         ];
         assert_eq!(pinned.len(), ERROR_CODES.len());
         for &(number, name) in pinned {
@@ -317,6 +326,7 @@ mod tests {
         assert_eq!(ErrorCode::QuotaExceeded as u16, 26);
         assert_eq!(ErrorCode::NotLeader as u16, 27);
         assert_eq!(ErrorCode::KeyMoved as u16, 28);
+        assert_eq!(ErrorCode::SubscriptionNotFound as u16, 29);
     }
 
     // Goal: the retry hint of a quota refusal reads back; anything else is
@@ -349,6 +359,7 @@ mod tests {
         assert!(ErrorCode::NotLeader.is_retriable());
         assert!(ErrorCode::KeyMoved.is_retriable());
         assert!(!ErrorCode::StaleToken.is_retriable());
+        assert!(!ErrorCode::SubscriptionNotFound.is_retriable());
         assert!(!ErrorCode::MalformedFrame.is_retriable());
         assert!(ERROR_CODES.iter().all(|row| !row.description.is_empty()));
     }

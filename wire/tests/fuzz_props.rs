@@ -32,7 +32,9 @@ fn frame_decode(cuts: &[u8], stream: &[u8]) -> Vec<Request<'static>> {
         while let Ok(Some(frame)) = decoder.next_frame() {
             if let Ok(Request::Claim(claim)) = Request::decode(&frame) {
                 let queue: &'static str = Box::leak(claim.queue.to_owned().into_boxed_str());
-                decoded.push(Request::Claim(ClaimRequest { queue, ..claim }));
+                let subscription: &'static str =
+                    Box::leak(claim.subscription.to_owned().into_boxed_str());
+                decoded.push(Request::Claim(ClaimRequest { queue, subscription, ..claim }));
             }
         }
     }
@@ -98,6 +100,7 @@ proptest! {
                 max_bytes: 1 << 20,
                 lease_ms: 30_000,
                 wait_ms: *wait_ms,
+                subscription: "",
             };
             if Request::Claim(claim.clone()).encode(CorrelationId(index as u64 + 1), &mut stream).is_ok() {
                 sent.push(claim);

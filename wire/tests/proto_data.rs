@@ -110,10 +110,11 @@ proptest! {
     #[test]
     fn claim_request(queue in queue_name(), partition: u32, worker: u64,
                      credits in 1..=CLAIM_CREDITS_MAX, max_bytes in 1..=CLAIM_BYTES_MAX,
-                     lease_ms in 1..=LEASE_MS_MAX, wait_ms in 0..=CLAIM_WAIT_MS_MAX) {
+                     lease_ms in 1..=LEASE_MS_MAX, wait_ms in 0..=CLAIM_WAIT_MS_MAX,
+                     subscription in "([A-Za-z0-9._-]{1,128})?") {
         request_round_trip(&Request::Claim(ClaimRequest {
             queue: &queue, partition: PartitionId(partition), worker: WorkerId(worker),
-            credits, max_bytes, lease_ms, wait_ms,
+            credits, max_bytes, lease_ms, wait_ms, subscription: &subscription,
         }), 7);
     }
 
@@ -211,6 +212,7 @@ fn claim(credits: u32, lease_ms: u32, wait_ms: u32, max_bytes: u32) -> Request<'
         max_bytes,
         lease_ms,
         wait_ms,
+        subscription: "",
     })
 }
 
@@ -512,6 +514,7 @@ fn claim_of(partition: PartitionId) -> Request<'static> {
         max_bytes: 1 << 20,
         lease_ms: 30_000,
         wait_ms: 0,
+        subscription: "",
     })
 }
 
@@ -521,7 +524,7 @@ fn claim_of(partition: PartitionId) -> Request<'static> {
 // each version, and a hand-made v0 frame naming ANY through the decoder.
 #[test]
 fn claim_any_needs_version_1() {
-    assert_eq!(ApiKey::Claim.max_version(), 2);
+    assert_eq!(ApiKey::Claim.max_version(), 3);
     assert_eq!(ApiKey::Ack.max_version(), 1);
     let mut bytes = Vec::new();
     claim_of(PartitionId::ANY).encode_version(CorrelationId(3), 1, &mut bytes).unwrap();
@@ -547,8 +550,112 @@ fn claim_any_needs_version_1() {
     });
     // A version this codec does not speak is refused before anything is written.
     let mut none = Vec::new();
-    assert!(claim_of(PartitionId(2)).encode_version(CorrelationId(4), 3, &mut none).is_err());
+    assert!(claim_of(PartitionId(2)).encode_version(CorrelationId(4), 4, &mut none).is_err());
     assert!(none.is_empty());
+}
+
+/// [`claim_of`] partition 0 for `subscription`.
+fn claim_for(subscription: &str) -> Request<'_> {
+    let Request::Claim(claim) = claim_of(PartitionId(0)) else { unreachable!() };
+    Request::Claim(ClaimRequest { subscription, ..claim })
+}
+
+/// `request` encoded as Claim `version`: the frame's version and body.
+fn claim_body(request: &Request<'_>, version: u16) -> (u16, Vec<u8>) {
+    let mut bytes = Vec::new();
+    request.encode_version(CorrelationId(6), version, &mut bytes).unwrap();
+    let mut found = None;
+    through_decoder(&bytes, |frame| {
+        assert_eq!(&Request::decode(frame).unwrap(), request);
+        found = Some((frame.header.api_version, frame.body.to_vec()));
+    });
+    found.unwrap()
+}
+
+// Goal: Claim v3 carries the subscription's name after the fixed fields
+// (u16 length, the bytes), "" being the default subscription; v2 keeps
+// its layout and reads as the default; a name is refused before v3 and
+// when it breaks the queue names' rule, on both sides of the wire (a
+// refusal the connection survives). Method: exact bodies of v3 with a name
+// and with none and of v2; encodes that must fail; hand-made frames (a v3
+// body sent as v2, a v3 name patched to a bad character) through the
+// decoder.
+#[test]
+fn claim_names_a_subscription_from_version_3() {
+    assert_eq!(spool_wire::proto::CLAIM_VERSION_SUBSCRIPTION, 3);
+    // queue: u16 length, 4 bytes, 2 of padding; 32 bytes of fixed fields.
+    let (version, v2) = claim_body(&claim_for(""), 2);
+    assert_eq!((version, v2.len()), (2, 40));
+    let (version, v3) = claim_body(&claim_for("audit"), 3);
+    assert_eq!((version, v3.len()), (3, 47));
+    assert_eq!(v3[..40], v2[..], "v3 keeps v2's fields");
+    assert_eq!(&v3[40..], b"\x05\x00audit");
+    let (_, v3_default) = claim_body(&claim_for(""), 3);
+    assert_eq!(v3_default, [&v2[..], &[0, 0]].concat());
+    // The newest version is what `encode` writes.
+    let mut newest = Vec::new();
+    claim_for("audit").encode(CorrelationId(6), &mut newest).unwrap();
+    through_decoder(&newest, |frame| assert_eq!(frame.header.api_version, 3));
+
+    let mut out = Vec::new();
+    for version in 0..3 {
+        let refused = claim_for("audit").encode_version(CorrelationId(6), version, &mut out);
+        assert_eq!(
+            refused,
+            Err(ProtoError::Inconsistent("claim subscription needs claim version 3")),
+            "v{version}"
+        );
+    }
+    let long = "s".repeat(129);
+    for bad in ["bad name", "sub/one", "é", &long] {
+        let refused = claim_for(bad).encode_version(CorrelationId(6), 3, &mut out).unwrap_err();
+        assert!(matches!(refused, ProtoError::InvalidSubscriptionName { .. }), "{bad}: {refused}");
+        assert_eq!(refused.code(), ErrorCode::InvalidArgument);
+    }
+    assert!(out.is_empty(), "nothing written for a refused claim");
+    assert!(claim_for(&"s".repeat(128)).validate().is_ok());
+
+    // A v3 body sent as v2: v2 does not read the name, so it is trailing.
+    let mut bytes = Vec::new();
+    claim_for("audit").encode_version(CorrelationId(6), 3, &mut bytes).unwrap();
+    let mut as_v2 = bytes.clone();
+    as_v2[6..8].copy_from_slice(&2u16.to_le_bytes());
+    through_decoder(&as_v2, |frame| {
+        let failure = Request::decode(frame).unwrap_err();
+        assert_eq!(failure, ProtoError::TrailingBytes { extra: 7 });
+    });
+    // A name with a character outside the rule, as a peer could send it.
+    let last = 24 + 47 - 1;
+    assert_eq!(bytes[last], b't');
+    bytes[last] = b' ';
+    through_decoder(&bytes, |frame| {
+        let failure = Request::decode(frame).unwrap_err();
+        assert!(matches!(failure, ProtoError::InvalidSubscriptionName { .. }), "{failure}");
+        assert_eq!(failure.code(), ErrorCode::InvalidArgument);
+        assert!(!failure.closes_connection());
+    });
+}
+
+// Goal: SUBSCRIPTION_NOT_FOUND reaches only a Claim of the version that
+// can name a subscription (codes.rs's rule); anything older, and every
+// other key, gets INVALID_ARGUMENT. Method: an error reply encoded for
+// each version of each key, decoded back.
+#[test]
+fn subscription_not_found_only_from_claim_version_3() {
+    let missing = ErrorCode::SubscriptionNotFound;
+    for key in ApiKey::ALL {
+        for version in key.min_version()..=key.max_version() {
+            let expected = if key == ApiKey::Claim && version >= 3 {
+                missing
+            } else {
+                ErrorCode::InvalidArgument
+            };
+            assert_eq!(error_code_at(key, version, missing), expected, "{key:?} v{version}");
+        }
+    }
+    assert_eq!(missing.as_u16(), 29);
+    assert_eq!(missing.name(), "SUBSCRIPTION_NOT_FOUND");
+    assert!(!missing.is_retriable());
 }
 
 // Goal: a v1 Claim response names each delivery's partition and a v0 one

@@ -28,6 +28,7 @@ fn three_frames() -> Vec<u8> {
         max_bytes: 65536,
         lease_ms: 30_000,
         wait_ms: 500,
+        subscription: "",
     })
     .encode(CorrelationId(2), &mut bytes)
     .unwrap();

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use thiserror::Error;
 
-use crate::queue::{ConfigError, QueueConfig, QueueId};
+use crate::queue::{ConfigError, QueueConfig, QueueId, SubscriptionId};
 
 /// Suffix that names a queue's dead-letter lane (`jobs.dlq` is the lane of
 /// `jobs` in a Claim), so no new queue may end with it.
@@ -34,12 +34,16 @@ pub struct ShardId(pub u16);
 pub use crate::limits::{PARTITIONS_PER_NODE_MAX, PARTITIONS_PER_QUEUE_MAX, QUEUES_MAX};
 
 mod replicas;
+mod subscriptions;
 use replicas::check_replica_sets;
 use spool_wire::proto::limits::QUEUE_NAME_BYTES_MAX;
 /// A partition's index within its queue, and the version of the whole table
 /// (it increases by one with every update): the wire's types, one definition
 /// each in the workspace.
 pub use spool_wire::proto::{AssignmentVersion, PartitionId};
+pub use subscriptions::{
+    SubscriptionEntry, SubscriptionStart, Subscriptions, DEFAULT_SUBSCRIPTION,
+};
 
 /// A validated queue name: 1..=128 bytes of `[A-Za-z0-9._-]`, so it is safe
 /// as a directory name and in logs.
@@ -102,6 +106,8 @@ pub struct QueueEntry {
     /// creation (its nodes, the preferred leader first); a partition not
     /// named here keeps the placer's set. Empty on one node.
     pub replicas: ReplicaSets,
+    /// Its subscriptions besides the default.
+    pub subscriptions: Subscriptions,
 }
 
 /// Replica sets that differ from the placer's, by partition.
@@ -165,6 +171,9 @@ pub enum AssignmentChange {
         /// Empty for a new queue; a catalog's replay carries the sets the
         /// queue's partitions were re-placed to.
         replicas: ReplicaSets,
+        /// Empty for a new queue; a catalog's replay carries the queue's
+        /// subscriptions.
+        subscriptions: Subscriptions,
     },
     /// Remove a queue and all its partitions.
     DeleteQueue { queue: QueueName },
@@ -184,6 +193,11 @@ pub enum AssignmentChange {
     /// The group of partition `partition` of `queue` has exactly the
     /// voters `nodes` (the set the table re-placed it to) and no learner.
     ReplicasSettled { queue: QueueName, partition: PartitionId, nodes: Vec<u64> },
+    /// `queue` gains subscription `name` with id `id` (the queue's next),
+    /// starting at `start` on each partition.
+    Subscribe { queue: QueueName, name: String, id: SubscriptionId, start: SubscriptionStart },
+    /// `queue` loses subscription `name`.
+    Unsubscribe { queue: QueueName, name: String },
 }
 
 /// The message the coordinator sends to every shard: a change and the
@@ -247,6 +261,12 @@ pub enum AssignmentError {
     StaleReplicas { queue: QueueName, partition: PartitionId, from: Vec<u64>, current: Vec<u64> },
     #[error("replica set {to:?} of partition {} of queue {queue}: {reason}", partition.0)]
     InvalidReplicas { queue: QueueName, partition: PartitionId, to: Vec<u64>, reason: String },
+    #[error("subscription {name:?} of queue {queue}: {reason}")]
+    InvalidSubscription { queue: QueueName, name: String, reason: String },
+    #[error("queue {queue} already has subscription {name}")]
+    SubscriptionExists { queue: QueueName, name: String },
+    #[error("queue {queue} has no subscription {name}")]
+    SubscriptionNotFound { queue: QueueName, name: String },
 }
 
 /// Partitions `0..partition_count` placed round-robin over `shard_count`
@@ -353,6 +373,7 @@ impl AssignmentTable {
                 queue_id,
                 keys: KeyPlacement::fresh(partition_count),
                 replicas: ReplicaSets::new(),
+                subscriptions: Subscriptions::default(),
                 shards,
                 config,
             },
@@ -547,9 +568,18 @@ impl AssignmentTable {
             return Err(AssignmentError::VersionGap { current: self.version, got: update.version });
         }
         match &update.change {
-            AssignmentChange::CreateQueue { queue, queue_id, shards, config, keys, replicas } => {
+            AssignmentChange::CreateQueue {
+                queue,
+                queue_id,
+                shards,
+                config,
+                keys,
+                replicas,
+                subscriptions,
+            } => {
                 self.check_create(queue, *queue_id, shards, config, keys)?;
                 check_replica_sets(queue, shards.len(), replicas)?;
+                subscriptions.check(queue)?;
                 let partitions = shards
                     .iter()
                     .map(|&shard| PartitionAssignment { shard, assigned_at: update.version })
@@ -561,6 +591,7 @@ impl AssignmentTable {
                     partitions,
                     keys: keys.clone(),
                     replicas: replicas.clone(),
+                    subscriptions: subscriptions.clone(),
                 };
                 self.queues.insert(queue.clone(), entry);
                 self.names_by_id.insert(*queue_id, queue.clone());
@@ -615,6 +646,14 @@ impl AssignmentTable {
                 {
                     set.settled = true;
                 }
+            }
+            AssignmentChange::Subscribe { queue, name, id, .. } => {
+                self.check_subscribe(queue, name, *id)?;
+                self.apply_subscription(&update.change);
+            }
+            AssignmentChange::Unsubscribe { queue, name } => {
+                self.check_unsubscribe(queue, name)?;
+                self.apply_subscription(&update.change);
             }
         }
         self.version = update.version;
@@ -708,6 +747,7 @@ mod tests {
         let replayed = AssignmentUpdate {
             version: AssignmentVersion(2),
             change: AssignmentChange::CreateQueue {
+                subscriptions: crate::control::assignment::Subscriptions::default(),
                 queue: name("old.dlq"),
                 queue_id: QueueId(2),
                 shards: vec![ShardId(0)],
@@ -884,6 +924,7 @@ mod tests {
         let bad_shard = AssignmentUpdate {
             version: AssignmentVersion(1),
             change: AssignmentChange::CreateQueue {
+                subscriptions: crate::control::assignment::Subscriptions::default(),
                 queue: name("q"),
                 queue_id: QueueId(1),
                 shards: vec![ShardId(2)],

@@ -49,11 +49,11 @@ use thiserror::Error;
 
 use crate::control::assignment::{
     AssignmentChange, AssignmentError, AssignmentTable, AssignmentUpdate, AssignmentVersion,
-    KeyPlacement, PartitionId, QueueName, ReplicaSet, ReplicaSets, ShardId,
-    PARTITIONS_PER_QUEUE_MAX, QUEUES_MAX,
+    KeyPlacement, PartitionId, QueueName, ReplicaSet, ReplicaSets, ShardId, SubscriptionEntry,
+    SubscriptionStart, Subscriptions, PARTITIONS_PER_QUEUE_MAX, QUEUES_MAX,
 };
 use crate::limits::{CATALOG_BODY_BYTES_MAX, CATALOG_HEADER_BYTES_MAX};
-use crate::queue::{QueueConfig, QueueId};
+use crate::queue::{QueueConfig, QueueId, SubscriptionId};
 
 /// Name of the catalog inside the data directory.
 pub const CATALOG_FILE_NAME: &str = "catalog";
@@ -129,6 +129,8 @@ pub struct CatalogQueue {
     pub keys: KeyPlacement,
     /// In a cluster, the partitions re-placed off the placer's sets.
     pub replicas: ReplicaSets,
+    /// Its subscriptions besides the default.
+    pub subscriptions: Subscriptions,
 }
 
 /// The whole catalog. Build it with [`Catalog::from_table`].
@@ -172,6 +174,25 @@ struct QueueRecord {
     /// none, as every catalog written before re-placement holds).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     replicas: Vec<ReplicasRecord>,
+    /// Its subscriptions besides the default (absent: none, as every
+    /// catalog written before subscriptions holds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    subscriptions: Option<SubscriptionsRecord>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SubscriptionsRecord {
+    next_id: u16,
+    named: Vec<SubscriptionRecord>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SubscriptionRecord {
+    name: String,
+    id: u16,
+    start: String,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -226,6 +247,7 @@ impl Catalog {
                     config: entry.config.clone(),
                     keys: entry.keys.clone(),
                     replicas: entry.replicas.clone(),
+                    subscriptions: entry.subscriptions.clone(),
                 }
             })
             .collect();
@@ -274,6 +296,21 @@ impl Catalog {
                             settled: set.settled,
                         })
                         .collect(),
+                    subscriptions: (queue.subscriptions != Subscriptions::default()).then(|| {
+                        SubscriptionsRecord {
+                            next_id: queue.subscriptions.next_id,
+                            named: queue
+                                .subscriptions
+                                .named
+                                .iter()
+                                .map(|(name, entry)| SubscriptionRecord {
+                                    name: name.clone(),
+                                    id: entry.id.0,
+                                    start: entry.start.as_str().to_owned(),
+                                })
+                                .collect(),
+                        }
+                    }),
                 })
                 .collect(),
         };
@@ -400,7 +437,27 @@ impl Catalog {
                     draining: keys.draining.into_iter().map(PartitionId).collect(),
                 },
             };
+            let subscriptions = match record.subscriptions {
+                None => Subscriptions::default(),
+                Some(record) => {
+                    let mut named = std::collections::BTreeMap::new();
+                    for sub in record.named {
+                        let start = SubscriptionStart::parse(&sub.start).ok_or_else(|| {
+                            invalid(format!("queue {name}: subscription start {:?}", sub.start))
+                        })?;
+                        let entry = SubscriptionEntry { id: SubscriptionId(sub.id), start };
+                        if named.insert(sub.name.clone(), entry).is_some() {
+                            return Err(invalid(format!(
+                                "queue {name}: subscription {} twice",
+                                sub.name
+                            )));
+                        }
+                    }
+                    Subscriptions { named, next_id: record.next_id }
+                }
+            };
             queues.push(CatalogQueue {
+                subscriptions,
                 name,
                 id: QueueId(record.id),
                 created_at: AssignmentVersion(record.created_at),
@@ -486,6 +543,7 @@ impl Catalog {
                     config: queue.config.clone(),
                     keys: queue.keys.clone(),
                     replicas: queue.replicas.clone(),
+                    subscriptions: queue.subscriptions.clone(),
                 },
             };
             table.apply(&update).map_err(|error: AssignmentError| {

@@ -39,10 +39,11 @@ use thiserror::Error;
 
 use crate::control::assignment::{
     AssignmentChange, AssignmentError, AssignmentTable, AssignmentUpdate, AssignmentVersion,
-    KeyPlacement, PartitionId, QueueName, ReplicaSets, ShardId,
+    KeyPlacement, PartitionId, QueueName, ReplicaSets, ShardId, SubscriptionStart, Subscriptions,
 };
 use crate::io::Storage;
 use crate::log::wakers::Notify;
+use crate::queue::SubscriptionId;
 use crate::queue::{MembershipChange, QueueConfig, QueueId};
 use crate::replica::driver::{membership_batch, membership_of_batch};
 use crate::replica::wire::GroupId;
@@ -146,6 +147,10 @@ struct EntryBody {
     replicas: Option<ReplicasBody>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     settled: Option<SettledBody>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    subscribe: Option<SubscribeBody>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    unsubscribe: Option<UnsubscribeBody>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -182,6 +187,22 @@ struct DrainedBody {
 
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+struct SubscribeBody {
+    queue: String,
+    name: String,
+    id: u16,
+    start: String,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UnsubscribeBody {
+    queue: String,
+    name: String,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct CreateBody {
     queue: String,
     queue_id: u32,
@@ -202,6 +223,8 @@ pub fn encode_update(update: &AssignmentUpdate) -> Result<Vec<u8>, String> {
         drained: None,
         replicas: None,
         settled: None,
+        subscribe: None,
+        unsubscribe: None,
     };
     match &update.change {
         // A create's key map is always fresh in the controller's log (a
@@ -243,6 +266,18 @@ pub fn encode_update(update: &AssignmentUpdate) -> Result<Vec<u8>, String> {
                 nodes: nodes.clone(),
             });
         }
+        AssignmentChange::Subscribe { queue, name, id, start } => {
+            body.subscribe = Some(SubscribeBody {
+                queue: queue.as_str().to_owned(),
+                name: name.clone(),
+                id: id.0,
+                start: start.as_str().to_owned(),
+            });
+        }
+        AssignmentChange::Unsubscribe { queue, name } => {
+            body.unsubscribe =
+                Some(UnsubscribeBody { queue: queue.as_str().to_owned(), name: name.clone() });
+        }
     }
     let json = serde_json::to_vec(&body).map_err(|error| error.to_string())?;
     let mut message_id = [0u8; 16];
@@ -280,42 +315,69 @@ pub fn decode_update(batch: &[u8]) -> Result<AssignmentUpdate, String> {
     };
     let body: EntryBody = serde_json::from_slice(json).map_err(|error| error.to_string())?;
     let name = |queue: &str| QueueName::new(queue).map_err(|error| error.to_string());
-    let bodies = (body.create, body.delete, body.grow, body.drained, body.replicas, body.settled);
-    let change = match bodies {
-        (Some(create), None, None, None, None, None) => AssignmentChange::CreateQueue {
+    let named = [
+        body.create.is_some(),
+        body.delete.is_some(),
+        body.grow.is_some(),
+        body.drained.is_some(),
+        body.replicas.is_some(),
+        body.settled.is_some(),
+        body.subscribe.is_some(),
+        body.unsubscribe.is_some(),
+    ];
+    if named.iter().filter(|&&named| named).count() != 1 {
+        return Err("an entry is one create, delete, grow, drained, replicas, settled, \
+                    subscribe or unsubscribe"
+            .into());
+    }
+    let change = if let Some(create) = body.create {
+        AssignmentChange::CreateQueue {
             queue: name(&create.queue)?,
             queue_id: QueueId(create.queue_id),
             keys: KeyPlacement::fresh(u32::try_from(create.shards.len()).unwrap_or(u32::MAX)),
             replicas: ReplicaSets::new(),
+            subscriptions: Subscriptions::default(),
             shards: create.shards.into_iter().map(ShardId).collect(),
             config: Arc::new(create.config),
-        },
-        (None, Some(queue), None, None, None, None) => {
-            AssignmentChange::DeleteQueue { queue: name(&queue)? }
         }
-        (None, None, Some(grow), None, None, None) => AssignmentChange::GrowQueue {
+    } else if let Some(queue) = body.delete {
+        AssignmentChange::DeleteQueue { queue: name(&queue)? }
+    } else if let Some(grow) = body.grow {
+        AssignmentChange::GrowQueue {
             queue: name(&grow.queue)?,
             shards: grow.shards.into_iter().map(ShardId).collect(),
-        },
-        (None, None, None, Some(drained), None, None) => AssignmentChange::KeysDrained {
+        }
+    } else if let Some(drained) = body.drained {
+        AssignmentChange::KeysDrained {
             queue: name(&drained.queue)?,
             key_version: drained.key_version,
             partition: PartitionId(drained.partition),
-        },
-        (None, None, None, None, Some(replicas), None) => AssignmentChange::SetReplicas {
+        }
+    } else if let Some(replicas) = body.replicas {
+        AssignmentChange::SetReplicas {
             queue: name(&replicas.queue)?,
             partition: PartitionId(replicas.partition),
             from: replicas.from,
             to: replicas.to,
-        },
-        (None, None, None, None, None, Some(settled)) => AssignmentChange::ReplicasSettled {
+        }
+    } else if let Some(settled) = body.settled {
+        AssignmentChange::ReplicasSettled {
             queue: name(&settled.queue)?,
             partition: PartitionId(settled.partition),
             nodes: settled.nodes,
-        },
-        _ => {
-            return Err("an entry is one create, delete, grow, drained, replicas or settled".into())
         }
+    } else if let Some(subscribe) = body.subscribe {
+        AssignmentChange::Subscribe {
+            queue: name(&subscribe.queue)?,
+            name: subscribe.name,
+            id: SubscriptionId(subscribe.id),
+            start: SubscriptionStart::parse(&subscribe.start)
+                .ok_or_else(|| format!("subscription start {:?}", subscribe.start))?,
+        }
+    } else if let Some(unsubscribe) = body.unsubscribe {
+        AssignmentChange::Unsubscribe { queue: name(&unsubscribe.queue)?, name: unsubscribe.name }
+    } else {
+        unreachable!("exactly one body is named: checked above")
     };
     Ok(AssignmentUpdate { version: AssignmentVersion(body.version), change })
 }
@@ -456,6 +518,32 @@ impl<S: Storage> Controller<S> {
         partitions: u32,
     ) -> Result<AssignmentUpdate, ControllerError> {
         self.propose(|state| Ok(state.table.plan_grow_queue(queue.clone(), partitions)?)).await
+    }
+
+    /// Proposes subscription `name` of `queue`, starting at `start`.
+    ///
+    /// # Errors
+    /// As [`create_queue`](Self::create_queue).
+    pub async fn subscribe(
+        &self,
+        queue: QueueName,
+        name: String,
+        start: SubscriptionStart,
+    ) -> Result<AssignmentUpdate, ControllerError> {
+        self.propose(|state| Ok(state.table.plan_subscribe(queue.clone(), name.clone(), start)?))
+            .await
+    }
+
+    /// Proposes the end of subscription `name` of `queue`.
+    ///
+    /// # Errors
+    /// As [`create_queue`](Self::create_queue).
+    pub async fn unsubscribe(
+        &self,
+        queue: QueueName,
+        name: String,
+    ) -> Result<AssignmentUpdate, ControllerError> {
+        self.propose(|state| Ok(state.table.plan_unsubscribe(queue.clone(), name.clone())?)).await
     }
 
     /// Proposes that `partition` of `queue` drained for `key_version`.
@@ -610,6 +698,15 @@ impl<S: Storage> Controller<S> {
                         .is_some_and(|set| set.nodes == *nodes && set.settled)
                 })
             }
+            AssignmentChange::Subscribe { queue, name, id, .. } => {
+                state.table.queue(queue).is_some_and(|entry| {
+                    entry.subscriptions.named.get(name).is_some_and(|sub| sub.id == *id)
+                })
+            }
+            AssignmentChange::Unsubscribe { queue, name } => state
+                .table
+                .queue(queue)
+                .is_none_or(|entry| !entry.subscriptions.named.contains_key(name)),
         }
     }
 }

@@ -78,6 +78,7 @@ mod scratch;
 mod shard_replay;
 pub mod signal;
 pub mod snapshot;
+mod subscriptions;
 
 use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
@@ -107,6 +108,7 @@ pub use relocate::{garbage_ratio, relocate_pass, RelocatePass, RelocateStep};
 use replicated::Role;
 pub use replicated::{Folded, ReplicaRoleStats, ReplicatedOpen};
 pub use shard_replay::{replay_journal_shard, ShardReplayReport, ShardReplayTarget};
+pub use subscriptions::StartAt;
 
 pub use crate::limits::{
     CHECKPOINT_INTERVAL_BYTES, CHECKPOINT_INTERVAL_HELD_DIVISOR, CHECKPOINT_INTERVAL_OFFSETS,

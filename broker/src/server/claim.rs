@@ -18,10 +18,11 @@ use super::ready::{
     plan_visit, ReadyRing, Take, CLAIM_ANY_PEEK_MESSAGES_MAX, CLAIM_ANY_VISIT_PARTITIONS_MAX,
 };
 use super::Served;
+use crate::control::assignment::QueueName;
 use crate::net::connection::{ClaimRegistration, Connection};
 use crate::partition::signal::{ClaimCancel, WaitOwner, WaitRefused, CLAIM_WAITERS_MAX};
 use crate::partition::PartitionError;
-use crate::queue::{ClaimRequest, Lane, PartitionId};
+use crate::queue::{ClaimRequest, Lane, PartitionId, SubscriptionId};
 use crate::shard::report::RequestOp;
 
 impl SpoolHandler {
@@ -54,6 +55,18 @@ impl SpoolHandler {
             }
             _ => (claim.queue, Lane::Main),
         };
+        let sub = self.subscription_of(queue, claim.subscription)?;
+        if claim.partition == PartitionId::ANY && sub != SubscriptionId::DEFAULT {
+            if lane == Lane::DeadLetter {
+                return Err(error(
+                    ErrorCode::InvalidArgument,
+                    format!("name a partition of {queue} to claim its dead letters"),
+                ));
+            }
+            return self
+                .claim_any_sub(claim, queue, sub, registration, connection, grants, timed)
+                .await;
+        }
         if claim.partition == PartitionId::ANY {
             return self
                 .claim_any(claim, queue, lane, registration, connection, grants, timed)
@@ -61,11 +74,18 @@ impl SpoolHandler {
         }
         let partition = self.route(queue, claim.partition)?;
         *timed = Some((partition.clone(), RequestOp::Claim));
+        // The table names the subscription; this partition's log does not
+        // start it yet (its leader appends the start): nothing to claim.
+        if !partition.subscriptions().contains(&sub) {
+            self.state.subscriptions_changed_by_name(queue);
+            return Ok(Vec::new());
+        }
         // A principal with `claims_in_flight_max` asks for at most what its
         // share leaves (the reservation is given back if this claim fails
         // or is dropped).
         let reservation = self.quotas.reserve_claim(grants, claim.credits, (self.state.clock)())?;
         let request = ClaimRequest {
+            sub,
             worker: claim.worker,
             credits: reservation.as_ref().map_or(claim.credits, |held| held.granted()),
             max_bytes: u64::from(claim.max_bytes),
@@ -106,6 +126,25 @@ impl SpoolHandler {
             );
         }
         claimed.map_err(|failure| claim_failed(connection, queue, claim.partition, &failure))
+    }
+
+    /// The id of subscription `name` of `queue` (`""` and `default`: the
+    /// default), or SUBSCRIPTION_NOT_FOUND.
+    fn subscription_of(&self, queue: &str, name: &str) -> Result<SubscriptionId, ErrorResponse> {
+        if name.is_empty() {
+            return Ok(SubscriptionId::DEFAULT);
+        }
+        let table = self.state.table.borrow();
+        let entry = QueueName::new(queue).ok().and_then(|queue| table.queue(&queue));
+        let Some(entry) = entry else {
+            return Err(error(ErrorCode::QueueNotFound, format!("queue {queue} does not exist")));
+        };
+        entry.subscriptions.id(name).ok_or_else(|| {
+            error(
+                ErrorCode::SubscriptionNotFound,
+                format!("queue {queue} has no subscription {name}"),
+            )
+        })
     }
 
     /// A Claim of partition `ANY`: visits the queue's ready ring on this
@@ -236,6 +275,7 @@ impl SpoolHandler {
         let mut bytes_left = u64::from(claim.max_bytes);
         let lease_ms = (claim.lease_ms > 0).then_some(u64::from(claim.lease_ms));
         let request = |credits: u32, max_bytes: u64| ClaimRequest {
+            sub: SubscriptionId::DEFAULT,
             worker: claim.worker,
             credits,
             max_bytes,

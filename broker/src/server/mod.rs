@@ -56,6 +56,7 @@
 
 pub mod auth;
 mod claim;
+mod claim_sub;
 pub mod cluster;
 pub mod convert;
 pub mod counters;
@@ -65,6 +66,7 @@ mod frame_handler;
 pub mod handler;
 mod journal;
 mod keys;
+mod limits;
 mod open;
 mod replace;
 use journal::CommitTimer;
@@ -73,6 +75,7 @@ pub mod quota;
 pub mod ready;
 mod served;
 mod snapshot;
+mod subscriptions;
 pub mod tick;
 
 use std::cell::{Cell, RefCell};
@@ -303,6 +306,8 @@ pub struct ShardState {
     /// Older partitions draining for a resize (`keys.rs`).
     drains: keys::Drains,
     replacing: replace::Replacing,
+    /// Partitions bringing their subscriptions in step (`subscriptions.rs`).
+    subscribing: subscriptions::Subscribing,
 }
 
 impl std::fmt::Debug for ShardState {
@@ -375,6 +380,7 @@ impl ShardState {
                     }
                 }),
                 resize: self.resize_state(queue, partition),
+                subscriptions: served.partition.subscription_counters(),
             });
         }
         if let Some(journal) = &*self.journal.borrow() {
@@ -456,6 +462,7 @@ impl ShardHooksFactory for SpoolHooksFactory {
             snapshots: snapshot::Snapshots::default(),
             drains: keys::Drains::default(),
             replacing: replace::Replacing::default(),
+            subscribing: subscriptions::Subscribing::default(),
         });
         let handler = Rc::new(SpoolHandler::new(state.clone()));
         SpoolHooks { state, handler }
@@ -564,7 +571,9 @@ impl ShardHooks for SpoolHooks {
             | AssignmentChange::GrowQueue { .. }
             | AssignmentChange::KeysDrained { .. }
             | AssignmentChange::SetReplicas { .. }
-            | AssignmentChange::ReplicasSettled { .. } => None,
+            | AssignmentChange::ReplicasSettled { .. }
+            | AssignmentChange::Subscribe { .. }
+            | AssignmentChange::Unsubscribe { .. } => None,
         };
         *state.table.borrow_mut() = table.clone();
         let result = match &update.change {
@@ -594,6 +603,13 @@ impl ShardHooks for SpoolHooks {
             AssignmentChange::KeysDrained { queue, .. } => {
                 // The hold ends once the last older partition drained.
                 state.set_key_routes(queue);
+                Ok(())
+            }
+            // Each partition's leader starts or ends it in its log: the
+            // subscription watch (`subscriptions.rs`) sees the table differ.
+            AssignmentChange::Subscribe { queue, .. }
+            | AssignmentChange::Unsubscribe { queue, .. } => {
+                state.subscriptions_changed(queue);
                 Ok(())
             }
             AssignmentChange::SetReplicas { queue, partition, .. }
@@ -719,6 +735,7 @@ impl ShardHooks for SpoolHooks {
         snapshot::watch(&self.state);
         keys::watch(&self.state);
         replace::watch(&self.state);
+        subscriptions::watch(&self.state);
         self.state.release_journal();
         self.handler.quota_tick();
         // Only the partitions touched since the last tick, those with a

@@ -593,6 +593,12 @@ impl ClusterCatalog {
                 let (current, next) = self.moved_set(&queue, partition, from, to)?;
                 self.controller.set_replicas(queue, partition, current, next).await
             }
+            KeyChange::Subscribe { queue, name, start } => {
+                self.controller.subscribe(queue, name, start).await
+            }
+            KeyChange::Unsubscribe { queue, name } => {
+                self.controller.unsubscribe(queue, name).await
+            }
         }
         .map_err(|error| self.refused(error))?;
         self.handed_out(update.version).await?;
@@ -705,6 +711,7 @@ mod tests {
         AssignmentUpdate {
             version: AssignmentVersion(version),
             change: AssignmentChange::CreateQueue {
+                subscriptions: crate::control::assignment::Subscriptions::default(),
                 queue: name(queue),
                 queue_id: QueueId(id),
                 shards: vec![ShardId(0)],

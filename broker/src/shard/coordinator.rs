@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 
 use super::{report, CoordinatorCommand, CoordinatorError, Shared};
 use crate::control::assignment::{
-    AssignmentError, AssignmentTable, AssignmentVersion, QueueName, ShardId,
+    AssignmentError, AssignmentTable, AssignmentVersion, QueueName, ShardId, SubscriptionStart,
 };
 use crate::limits::COORDINATOR_POLL_INTERVAL;
 use crate::queue::{QueueConfig, QueueId};
@@ -65,6 +65,10 @@ pub(crate) enum KeyChange {
     /// `to` (an operator's move, or the controller's re-placement of a
     /// node that is down).
     Move { queue: QueueName, partition: crate::queue::PartitionId, from: u64, to: u64 },
+    /// Add subscription `name` to the queue, starting at `start`.
+    Subscribe { queue: QueueName, name: String, start: SubscriptionStart },
+    /// Delete subscription `name` of the queue.
+    Unsubscribe { queue: QueueName, name: String },
 }
 
 pub(super) fn not_leader_message(leader: u64, client: &Option<SocketAddr>) -> String {
@@ -155,7 +159,9 @@ impl CoordinatorHandle {
             KeyChange::Grow { queue, .. }
             | KeyChange::Drained { queue, .. }
             | KeyChange::Settled { queue, .. }
-            | KeyChange::Move { queue, .. } => queue.clone(),
+            | KeyChange::Move { queue, .. }
+            | KeyChange::Subscribe { queue, .. }
+            | KeyChange::Unsubscribe { queue, .. } => queue.clone(),
         };
         let pending = self.submit(|reply| CoordinatorCommand::KeyChange { change, reply })?;
         let mut polls_left = polls_for(timeout_ms);
@@ -316,6 +322,35 @@ impl CoordinatorHandle {
         let node =
             self.shared.health.read().unwrap_or_else(PoisonError::into_inner).node.clone()?;
         Some(node.replica_sets(&self.catalog_snapshot()))
+    }
+
+    /// Adds subscription `name` to `queue` (starting at `start`) or, with
+    /// `start` `None`, deletes it; returns the table version that holds
+    /// the change once every shard of this node applied it (each
+    /// partition's leader then starts or ends it in its log). Blocks (up to
+    /// `timeout_ms`): not for executors.
+    ///
+    /// # Errors
+    /// The table's refusal (`Assignment`), `NotLeader` (a cluster member
+    /// that does not lead the controller), `NoReply`, `Timeout`.
+    pub fn change_subscription(
+        &self,
+        queue: QueueName,
+        name: String,
+        start: Option<SubscriptionStart>,
+        timeout_ms: u64,
+    ) -> Result<AssignmentVersion, CoordinatorError> {
+        let change = match start {
+            Some(start) => KeyChange::Subscribe { queue, name, start },
+            None => KeyChange::Unsubscribe { queue, name },
+        };
+        let pending = self.submit(|reply| CoordinatorCommand::KeyChange { change, reply })?;
+        let version = pending
+            .0
+            .recv_timeout(std::time::Duration::from_millis(timeout_ms))
+            .map_err(|_| CoordinatorError::NoReply { timeout_ms })??;
+        self.wait_applied(version, timeout_ms)?;
+        Ok(version)
     }
 
     /// Moves `partition` of `queue`'s replica off node `from` onto node

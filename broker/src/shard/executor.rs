@@ -400,6 +400,12 @@ impl ControlState {
                         KeyChange::Drained { queue, key_version, partition } => {
                             self.table.plan_keys_drained(queue, key_version, partition)?
                         }
+                        KeyChange::Subscribe { queue, name, start } => {
+                            self.table.plan_subscribe(queue, name, start)?
+                        }
+                        KeyChange::Unsubscribe { queue, name } => {
+                            self.table.plan_unsubscribe(queue, name)?
+                        }
                         KeyChange::Settled { .. } | KeyChange::Move { .. } => {
                             return Err(CoordinatorError::NotClustered);
                         }

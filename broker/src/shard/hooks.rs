@@ -214,6 +214,8 @@ impl ShardHooks for EchoHooks {
             AssignmentChange::ReplicasSettled { queue, .. } => {
                 ("replicas settled", queue.as_str(), None)
             }
+            AssignmentChange::Subscribe { queue, .. } => ("subscribe", queue.as_str(), None),
+            AssignmentChange::Unsubscribe { queue, .. } => ("unsubscribe", queue.as_str(), None),
         };
         tracing::info!(
             shard = self.shard.0,

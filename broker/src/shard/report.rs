@@ -187,6 +187,9 @@ pub struct PartitionReport {
     pub replica: Option<ReplicaRole>,
     /// Where a resize of its queue leaves it (`server/keys.rs`).
     pub resize: ResizeState,
+    /// The counters of each subscription besides the default
+    /// (`counters` is the default's), by id.
+    pub subscriptions: Vec<(crate::queue::SubscriptionId, QueueCounters)>,
 }
 
 /// A partition's part in its queue's last resize.

@@ -22,13 +22,14 @@ use crate::limits::{
 };
 
 /// What a claim asks for: how many deliveries, how many record bytes, how
-/// long a lease, how long to wait when nothing is ready, and which worker
-/// the tokens are bound to.
+/// long a lease, how long to wait when nothing is ready, which worker the
+/// tokens are bound to, and which subscription of the queue it claims for.
 ///
 /// [`ClaimOptions::new`] fills in everything but the count: this process's
 /// worker id ([`process_worker`]), [`CLAIM_BYTES_DEFAULT`],
-/// [`LEASE_MS_DEFAULT`] and [`CLAIM_WAIT_MS_DEFAULT`]; the builder methods
-/// change one field each. [`Default`] asks for [`CLAIM_CREDITS_DEFAULT`].
+/// [`LEASE_MS_DEFAULT`], [`CLAIM_WAIT_MS_DEFAULT`] and the queue's default
+/// subscription; the builder methods change one field each. [`Default`]
+/// asks for [`CLAIM_CREDITS_DEFAULT`].
 ///
 /// ```
 /// use spool_client::ClaimOptions;
@@ -37,8 +38,11 @@ use crate::limits::{
 /// assert_eq!((options.credits, options.lease_ms, options.wait_ms), (10, 60_000, 1_000));
 /// assert_eq!(options.max_bytes, spool_client::limits::CLAIM_BYTES_DEFAULT);
 /// assert_eq!(options.worker, ClaimOptions::default().worker, "one worker id per process");
+/// assert_eq!(options.subscription, None, "the queue's default subscription");
+/// let audit = options.subscription("audit");
+/// assert_eq!(audit.subscription.as_deref(), Some("audit"));
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimOptions {
     /// The claiming worker, bound into the tokens.
     pub worker: WorkerId,
@@ -50,6 +54,15 @@ pub struct ClaimOptions {
     pub lease_ms: u32,
     /// Long-poll wait when nothing is ready.
     pub wait_ms: u32,
+    /// The subscription claimed for, by name (`[A-Za-z0-9._-]`, at most
+    /// `SUBSCRIPTION_NAME_BYTES_MAX` bytes); `None`: the queue's default
+    /// subscription. With a name the claim is sent as Claim v3
+    /// ([`CLAIM_VERSION_SUBSCRIPTION`](spool_wire::proto::CLAIM_VERSION_SUBSCRIPTION)),
+    /// which a broker from before
+    /// subscriptions refuses (`UNSUPPORTED_VERSION`); without one, as
+    /// before. A name the queue does not have is refused
+    /// `SUBSCRIPTION_NOT_FOUND` ([`ClientError::Server`]).
+    pub subscription: Option<Arc<str>>,
 }
 
 impl ClaimOptions {
@@ -62,6 +75,7 @@ impl ClaimOptions {
             max_bytes: CLAIM_BYTES_DEFAULT,
             lease_ms: LEASE_MS_DEFAULT,
             wait_ms: CLAIM_WAIT_MS_DEFAULT,
+            subscription: None,
         }
     }
 
@@ -90,6 +104,14 @@ impl ClaimOptions {
     #[must_use]
     pub fn wait_ms(mut self, wait_ms: u32) -> Self {
         self.wait_ms = wait_ms;
+        self
+    }
+
+    /// Claims for the subscription named `name` instead of the queue's
+    /// default one (see the `subscription` field).
+    #[must_use]
+    pub fn subscription(mut self, name: impl Into<Arc<str>>) -> Self {
+        self.subscription = Some(name.into());
         self
     }
 }
@@ -196,6 +218,7 @@ impl Client {
             max_bytes: options.max_bytes,
             lease_ms: options.lease_ms,
             wait_ms: options.wait_ms,
+            subscription: options.subscription.as_deref().unwrap_or(""),
         });
         let timeout = self.request_timeout() + Duration::from_millis(options.wait_ms.into());
         let bytes = self.partition_call_observed(queue, via, &request, timeout, on_sent).await?;

@@ -88,7 +88,7 @@ impl Client {
             if remaining == 0 {
                 break;
             }
-            let sweep = ClaimOptions { credits: remaining, wait_ms: 0, ..*options };
+            let sweep = ClaimOptions { credits: remaining, wait_ms: 0, ..options.clone() };
             match self.claim_shard(queue, partition, &sweep).await {
                 Ok(batch) => {
                     received.extend(batch.deliveries);
@@ -109,10 +109,10 @@ impl Client {
             };
         }
         let mut waits = PendingClaims::new(self.clone(), queue);
-        let long_poll = ClaimOptions { wait_ms, ..*options };
+        let long_poll = ClaimOptions { wait_ms, ..options.clone() };
         for partition in waitable {
             let (client, queue) = (self.clone(), Arc::clone(&waits.queue));
-            let sent = Arc::clone(&waits.sent);
+            let (sent, long_poll) = (Arc::clone(&waits.sent), long_poll.clone());
             waits.outstanding.insert(partition);
             waits.claims.spawn(async move {
                 let on_sent = |connection: &Connection, id| sent.record(partition, connection, id);

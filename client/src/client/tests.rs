@@ -1,7 +1,8 @@
 //! Routing against fake nodes on loopback: catalog changes following
-//! `NOT_OWNER` to a cluster's controller leader (`control`), and a data
-//! call whose owner went away dropping the cached metadata so the next call
-//! finds the new owner.
+//! `NOT_OWNER` to a cluster's controller leader (`control`), a data call
+//! whose owner went away dropping the cached metadata so the next call
+//! finds the new owner, and the Claim version a claim goes out as (with or
+//! without a subscription).
 
 #![allow(clippy::unwrap_used)] // test support: a failure here is a test failure
 
@@ -9,9 +10,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use spool_wire::proto::{
-    ApiKey, AssignmentVersion, CorrelationId, CreateQueueResponse, DeleteQueueRequest,
-    DeleteQueueResponse, ErrorResponse, FrameDecoder, LeaderEpoch, MetadataResponse, NodeAddress,
-    PartitionId, PartitionMetadata, PurgeResponse, QueueMetadata, Request, Response,
+    ApiKey, AssignmentVersion, ClaimResponse, CorrelationId, CreateQueueResponse,
+    DeleteQueueRequest, DeleteQueueResponse, ErrorResponse, FrameDecoder, LeaderEpoch,
+    MetadataResponse, NodeAddress, PartitionId, PartitionMetadata, ProtoError, PurgeResponse,
+    QueueMetadata, Request, Response,
 };
 use spool_wire::ErrorCode;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -19,13 +21,21 @@ use tokio::net::TcpListener;
 
 use crate::error::ClientError;
 use crate::limits::{LEADER_WAIT_ATTEMPTS_MAX, ROUTE_ATTEMPTS_MAX};
-use crate::{default_queue_config, Admin, Client};
+use crate::{default_queue_config, Admin, ClaimOptions, Client};
 
 type Handler = dyn Fn(&Request<'_>, CorrelationId) -> Vec<u8> + Send + Sync;
+
+/// A handler that also sees the request's api version.
+type VersionedHandler = dyn Fn(&Request<'_>, CorrelationId, u16) -> Vec<u8> + Send + Sync;
 
 /// Serves every connection on a fresh loopback port with `handler`;
 /// returns the port.
 async fn serve(handler: Arc<Handler>) -> u16 {
+    serve_versioned(Arc::new(move |request: &Request<'_>, id, _| handler(request, id))).await
+}
+
+/// [`serve`] with a handler that sees each request's version.
+async fn serve_versioned(handler: Arc<VersionedHandler>) -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     tokio::spawn(async move {
@@ -36,7 +46,8 @@ async fn serve(handler: Arc<Handler>) -> u16 {
                 loop {
                     while let Some(frame) = decoder.next_frame().unwrap() {
                         let request = Request::decode(&frame).unwrap();
-                        let out = handler(&request, frame.header.correlation_id);
+                        let version = frame.header.api_version;
+                        let out = handler(&request, frame.header.correlation_id, version);
                         socket.write_all(&out).await.unwrap();
                     }
                     match socket.read(decoder.read_buf().unwrap()).await {
@@ -366,4 +377,86 @@ async fn a_data_call_follows_not_leader() {
     assert_eq!(error.code(), Some(ErrorCode::NotLeader));
     assert!(error.is_retriable());
     assert!(error.to_string().starts_with("NOT_LEADER: led elsewhere"), "{error}");
+}
+
+// Goal: a claim names its subscription only when one is asked for, and
+// only then is it sent as Claim v3 (an older broker serves the default
+// subscription's claims as before); a subscription the queue does not have
+// comes back as the broker's SUBSCRIPTION_NOT_FOUND, not retriable. Method:
+// a node that records each Claim's version and subscription, answering an
+// empty claim for "" and "audit" and SUBSCRIPTION_NOT_FOUND for any other
+// name (as a broker answers a v3 claim); claims of one partition and of
+// the shard with and without a subscription.
+#[tokio::test]
+async fn a_claim_names_its_subscription_in_version_3_only() {
+    let seen: Arc<Mutex<Vec<(u16, String)>>> = Arc::default();
+    let own_port = Arc::new(Mutex::new(0u16));
+    let handler = {
+        let (seen, own_port) = (Arc::clone(&seen), Arc::clone(&own_port));
+        move |request: &Request<'_>, id, version: u16| match request {
+            Request::Metadata(_) => partition_metadata(id, *own_port.lock().unwrap()),
+            Request::Claim(claim) => {
+                seen.lock().unwrap().push((version, claim.subscription.to_owned()));
+                if matches!(claim.subscription, "" | "audit") {
+                    let response = ClaimResponse { lease_deadline_ms: 1, deliveries: Vec::new() };
+                    let mut out = Vec::new();
+                    Response::Claim(response).encode_version(id, version, &mut out).unwrap();
+                    return out;
+                }
+                let missing = ErrorResponse::new(ErrorCode::SubscriptionNotFound, "no sub");
+                let mut out = Vec::new();
+                missing.encode(id, ApiKey::Claim.as_u16(), version, &mut out).unwrap();
+                out
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    let port = serve_versioned(Arc::new(handler)).await;
+    *own_port.lock().unwrap() = port;
+    let client = Client::connect(&format!("127.0.0.1:{port}")).await.unwrap();
+    let plain = ClaimOptions::new(1).wait_ms(0);
+    let audit = plain.clone().subscription("audit");
+    bounded(client.claim("jobs", PartitionId(0), &plain)).await.unwrap();
+    bounded(client.claim("jobs", PartitionId(0), &audit)).await.unwrap();
+    bounded(client.claim_shard("jobs", PartitionId(0), &audit)).await.unwrap();
+    let error = bounded(client.claim("jobs", PartitionId(0), &plain.subscription("gone")))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, ClientError::Server { code: ErrorCode::SubscriptionNotFound, .. }),
+        "{error:?}"
+    );
+    assert_eq!(error.code(), Some(ErrorCode::SubscriptionNotFound));
+    assert!(!error.is_retriable());
+    assert_eq!(error.to_string(), "SUBSCRIPTION_NOT_FOUND: no sub");
+    let seen = seen.lock().unwrap().clone();
+    let expected = [(2, ""), (3, "audit"), (3, "audit"), (3, "gone")];
+    let expected: Vec<(u16, String)> =
+        expected.iter().map(|&(version, name)| (version, name.to_owned())).collect();
+    assert_eq!(seen, expected);
+}
+
+// Goal: a subscription name outside the rule is refused before anything
+// is sent. Method: a claim naming "no spaces" against a node that panics
+// on any Claim.
+#[tokio::test]
+async fn a_bad_subscription_name_is_refused_before_sending() {
+    let own_port = Arc::new(Mutex::new(0u16));
+    let handler = {
+        let own_port = Arc::clone(&own_port);
+        move |request: &Request<'_>, id| match request {
+            Request::Metadata(_) => partition_metadata(id, *own_port.lock().unwrap()),
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    let port = serve(Arc::new(handler)).await;
+    *own_port.lock().unwrap() = port;
+    let client = Client::connect(&format!("127.0.0.1:{port}")).await.unwrap();
+    let options = ClaimOptions::new(1).wait_ms(0).subscription("no spaces");
+    let error = bounded(client.claim("jobs", PartitionId(0), &options)).await.unwrap_err();
+    assert!(
+        matches!(error, ClientError::Encode(ProtoError::InvalidSubscriptionName { .. })),
+        "{error:?}"
+    );
+    assert_eq!(error.code(), Some(ErrorCode::InvalidArgument));
 }

@@ -180,6 +180,7 @@ pub(super) async fn claim_loop<H, F, E>(
                     max_bytes: config.max_bytes,
                     lease_ms: config.lease_ms,
                     wait_ms: if long_poll { config.wait_ms } else { 0 },
+                    subscription: shared.subscription.clone(),
                 };
                 claims.spawn(claim_once(Arc::clone(&shared), partition, options, stopped.clone()));
             }

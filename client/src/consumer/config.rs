@@ -34,6 +34,11 @@ pub type ClaimObserver = Arc<dyn Fn(Duration, u32, usize) + Send + Sync>;
 pub struct ConsumerConfig {
     /// The queue to consume.
     pub queue: String,
+    /// The subscription of the queue consumed, by name; `None` (the
+    /// default): the queue's default subscription, claimed as before
+    /// subscriptions (see [`ClaimOptions`](crate::ClaimOptions)'s
+    /// `subscription`).
+    pub subscription: Option<String>,
     /// Execution slots: deliveries handled at once, `1..=CONSUMER_SLOTS_MAX`.
     pub slots: u32,
     /// Lease asked for per claim and per extension.
@@ -72,6 +77,7 @@ impl std::fmt::Debug for ConsumerConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ConsumerConfig")
             .field("queue", &self.queue)
+            .field("subscription", &self.subscription)
             .field("slots", &self.slots)
             .field("lease_ms", &self.lease_ms)
             .field("wait_ms", &self.wait_ms)
@@ -95,6 +101,7 @@ impl ConsumerConfig {
     pub fn new(queue: impl Into<String>, slots: u32) -> Self {
         Self {
             queue: queue.into(),
+            subscription: None,
             slots,
             lease_ms: LEASE_MS_DEFAULT,
             wait_ms: CLAIM_WAIT_MS_DEFAULT,
@@ -112,8 +119,24 @@ impl ConsumerConfig {
         }
     }
 
+    /// Consumes the subscription named `name` instead of the queue's
+    /// default one.
+    ///
+    /// ```
+    /// let config = spool_client::ConsumerConfig::new("jobs", 8).subscription("audit");
+    /// assert_eq!(config.subscription.as_deref(), Some("audit"));
+    /// ```
+    #[must_use]
+    pub fn subscription(mut self, name: impl Into<String>) -> Self {
+        self.subscription = Some(name.into());
+        self
+    }
+
     pub(super) fn validate(&self) -> Result<(), ClientError> {
         spool_wire::proto::validate_queue_name(&self.queue)?;
+        if let Some(name) = &self.subscription {
+            spool_wire::proto::validate_subscription_name(name)?;
+        }
         let check =
             |ok: bool, what: String| if ok { Ok(()) } else { Err(ClientError::Config(what)) };
         check(

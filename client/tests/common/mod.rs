@@ -189,6 +189,8 @@ pub struct BrokerState {
     pub metadata_requests: usize,
     /// Credits of every claim.
     pub claims: Vec<u32>,
+    /// The subscription every claim named (`""`: the default).
+    pub claim_subscriptions: Vec<String>,
     pub outstanding: usize,
     pub outstanding_max: usize,
     /// Room the consumer under test may hold (its slots + prefetch). A
@@ -321,6 +323,7 @@ pub fn mini_broker(state: Arc<Mutex<BrokerState>>) -> Handler {
             }
             Request::Claim(claim) => {
                 state.claims.push(claim.credits);
+                state.claim_subscriptions.push(claim.subscription.to_owned());
                 state.claim_times.push(tokio::time::Instant::now());
                 let held = state.outstanding.saturating_sub(state.finished);
                 if state.slots > 0 && held + claim.credits as usize > state.slots {

@@ -44,6 +44,7 @@ async fn run(args: &[String]) -> Result<(), String> {
         max_bytes: 1 << 20,
         lease_ms,
         wait_ms: 5_000,
+        subscription: None,
     };
     let batch = client.claim(queue, partition, &options).await.map_err(|e| e.to_string())?;
     let Some(delivery) = batch.deliveries.first() else {

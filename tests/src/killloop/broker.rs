@@ -137,6 +137,7 @@ async fn bulk_load(client: Client, stop: Arc<AtomicBool>) {
             // and do not pin the retention watermark for long.
             lease_ms: BULK_LEASE_MS,
             wait_ms: 0,
+            subscription: None,
         };
         if let Ok(batch) = client.claim(BULK_QUEUE, PartitionId(0), &options).await {
             let tokens: Vec<_> = batch.deliveries.iter().map(|delivery| delivery.token()).collect();

@@ -168,6 +168,7 @@ pub(super) async fn take_witness(
         max_bytes: 1 << 20,
         lease_ms: config.witness_lease_ms,
         wait_ms: 0,
+        subscription: None,
     };
     let _gate = shared.gate.read().await;
     let instance = shared.instance();
@@ -283,6 +284,7 @@ pub(super) async fn drain(
                 max_bytes: 4 << 20,
                 lease_ms: DRAIN_LEASE_MS,
                 wait_ms: DRAIN_WAIT_MS,
+                subscription: None,
             };
             let claim_sent = shared.ledger().next_seq();
             let batch =

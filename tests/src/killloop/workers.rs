@@ -349,6 +349,7 @@ pub async fn consumer(
             max_bytes: CLAIM_BYTES,
             lease_ms: config.lease_ms,
             wait_ms: rng.range(0, 100) as u32,
+            subscription: None,
         };
         let claimed = {
             let _gate = shared.gate.read().await;

@@ -274,6 +274,7 @@ fn claim_request(queue: &str, partition: PartitionId, wait_ms: u32) -> Request<'
         max_bytes: 1 << 20,
         lease_ms: 30_000,
         wait_ms,
+        subscription: "",
     })
 }
 

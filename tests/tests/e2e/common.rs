@@ -45,7 +45,14 @@ pub fn key_for(partition: u32, partitions: u32, salt: u32) -> String {
 
 /// Claim options for a test worker.
 pub fn claim_options(worker: u64, credits: u32, lease_ms: u32, wait_ms: u32) -> ClaimOptions {
-    ClaimOptions { worker: WorkerId(worker), credits, max_bytes: 4 << 20, lease_ms, wait_ms }
+    ClaimOptions {
+        worker: WorkerId(worker),
+        credits,
+        max_bytes: 4 << 20,
+        lease_ms,
+        wait_ms,
+        subscription: None,
+    }
 }
 
 /// Claims everything claimable from every partition of `queue` and acks it,

@@ -286,7 +286,8 @@ fn every_documented_route_is_served() {
             }
             operations += 1;
             assert!(operation["responses"].is_object(), "{method} {path} has no responses");
-            let concrete = path.replace("{queue}", "no-such-queue");
+            let concrete =
+                path.replace("{queue}", "no-such-queue").replace("{name}", "no-such-sub");
             let answer = http(&addr, &method.to_uppercase(), &concrete);
             assert_ne!(answer.status, 405, "{method} {path}: {answer:?}");
             if answer.content_type.starts_with("application/json") && answer.status >= 400 {
@@ -296,7 +297,7 @@ fn every_documented_route_is_served() {
             }
         }
     }
-    assert_eq!(operations, 22);
+    assert_eq!(operations, 26);
 }
 
 // Goal: the API bounds its requests in flight: with 32 long-poll claims

@@ -51,3 +51,4 @@ mod restart;
 mod routing;
 mod scale;
 mod stream;
+mod subscriptions;

@@ -66,6 +66,7 @@ async fn wrong_shard_answers_not_owner_and_client_reaches_owner() {
         max_bytes: 1 << 20,
         lease_ms: 5_000,
         wait_ms: 0,
+        subscription: "",
     });
     let claim_error = wrong.call(&claim).await.unwrap_err();
     assert_eq!(claim_error.code(), Some(ErrorCode::NotOwner), "{claim_error}");

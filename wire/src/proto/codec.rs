@@ -5,7 +5,7 @@
 //! the frame, so `align` here aligns within the frame too.
 
 use super::error::ProtoError;
-use super::limits::{FRAME_ALIGN, QUEUE_NAME_BYTES_MAX};
+use super::limits::{FRAME_ALIGN, QUEUE_NAME_BYTES_MAX, SUBSCRIPTION_NAME_BYTES_MAX};
 
 /// Bounds-checked little-endian reader that borrows from its input.
 pub(crate) struct Reader<'a> {
@@ -122,12 +122,41 @@ fn validate_queue_name_bytes(bytes: &[u8]) -> Result<(), ProtoError> {
     if bytes.len() > QUEUE_NAME_BYTES_MAX {
         return Err(ProtoError::InvalidQueueName { reason: "longer than 128 bytes" });
     }
-    let allowed = |byte: u8| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-');
-    if !bytes.iter().all(|&byte| allowed(byte)) {
+    if !bytes.iter().all(|&byte| name_byte_allowed(byte)) {
         return Err(ProtoError::InvalidQueueName { reason: "character outside [A-Za-z0-9._-]" });
     }
     Ok(())
 }
+
+/// Whether a queue or subscription name may hold `byte`.
+fn name_byte_allowed(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-')
+}
+
+/// Checks a subscription name by the queue names' rule:
+/// 1..=[`SUBSCRIPTION_NAME_BYTES_MAX`] bytes of `[A-Za-z0-9._-]`. (A Claim
+/// names the default subscription with an empty name, which it does not
+/// pass here.)
+///
+/// # Errors
+/// [`ProtoError::InvalidSubscriptionName`] saying which rule failed.
+pub fn validate_subscription_name(name: &str) -> Result<(), ProtoError> {
+    if name.is_empty() {
+        return Err(ProtoError::InvalidSubscriptionName { reason: "empty" });
+    }
+    if name.len() > SUBSCRIPTION_NAME_BYTES_MAX {
+        return Err(ProtoError::InvalidSubscriptionName { reason: "longer than 128 bytes" });
+    }
+    if !name.bytes().all(name_byte_allowed) {
+        return Err(ProtoError::InvalidSubscriptionName {
+            reason: "character outside [A-Za-z0-9._-]",
+        });
+    }
+    Ok(())
+}
+
+// The length reason above names the limit.
+const _: () = assert!(SUBSCRIPTION_NAME_BYTES_MAX == 128);
 
 /// Checks `min <= value <= max`.
 pub(crate) fn check_range(

@@ -11,13 +11,16 @@
 //! Every struct has `validate`, run by the encoder before writing and by the
 //! decoder after parsing, so a message that encodes always decodes.
 
-use super::codec::{check_len, check_range, validate_queue_name, Reader, Writer};
+use super::codec::{
+    check_len, check_range, validate_queue_name, validate_subscription_name, Reader, Writer,
+};
 use super::error::ProtoError;
-use super::frame::{ApiKey, CorrelationId, CLAIM_VERSION_ANY};
+use super::frame::{ApiKey, CorrelationId, CLAIM_VERSION_ANY, CLAIM_VERSION_SUBSCRIPTION};
 use super::ids::{Generation, Offset, PartitionId, WorkerId};
 use super::limits::{
     ACK_TOKENS_MAX, CLAIM_BYTES_MAX, CLAIM_CREDITS_MAX, CLAIM_WAIT_MS_MAX, DELIVERY_TOKEN_BYTES,
     LEASE_MS_MAX, LEASE_MS_MIN, RELEASE_DELAY_MS_MAX, RELEASE_REASON_BYTES_MAX,
+    SUBSCRIPTION_NAME_BYTES_MAX,
 };
 use crate::codes::ErrorCode;
 use crate::limits::{BATCH_BYTES_MAX, BATCH_HEADER_BYTES, BATCH_RECORDS_MAX, RECORD_BYTES_MAX};
@@ -221,7 +224,8 @@ impl EnqueueResponse {
 /// Lease up to `credits` messages (at most `max_bytes` of records) from one
 /// partition, or (version 1, [`PartitionId::ANY`]) from any partitions of
 /// the queue that the shard reached leads, long-polling up to `wait_ms` if
-/// none is ready.
+/// none is ready; from version 3 ([`CLAIM_VERSION_SUBSCRIPTION`]) for the
+/// subscription it names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimRequest<'a> {
     /// Queue name.
@@ -240,35 +244,50 @@ pub struct ClaimRequest<'a> {
     pub lease_ms: u32,
     /// Long-poll wait, `0..=CLAIM_WAIT_MS_MAX`.
     pub wait_ms: u32,
+    /// The subscription claimed for, by name; `""`: the queue's default
+    /// subscription. Carried from version 3 ([`CLAIM_VERSION_SUBSCRIPTION`])
+    /// on; an older version carries none and decodes as `""`. A name
+    /// follows the queue names' rule ([`validate_subscription_name`]).
+    pub subscription: &'a str,
 }
 
 impl<'a> ClaimRequest<'a> {
-    /// Checks every field's absolute range.
+    /// Checks every field's absolute range (as the newest Claim version
+    /// carries them).
     ///
     /// # Errors
-    /// [`ProtoError::InvalidQueueName`], [`ProtoError::OutOfRange`].
+    /// [`ProtoError::InvalidQueueName`], [`ProtoError::OutOfRange`],
+    /// [`ProtoError::InvalidSubscriptionName`].
     pub fn validate(&self) -> Result<(), ProtoError> {
-        self.validate_version(CLAIM_VERSION_ANY)
+        self.validate_version(CLAIM_VERSION_SUBSCRIPTION)
     }
 
     /// [`ClaimRequest::validate`] as `version` of the Claim reads it:
-    /// [`PartitionId::ANY`] needs version 1.
+    /// [`PartitionId::ANY`] needs version 1, a subscription name version 3.
     ///
     /// # Errors
     /// As [`ClaimRequest::validate`]; [`ProtoError::Inconsistent`] for `ANY`
-    /// in version 0.
+    /// in version 0 or a subscription before version 3.
     pub fn validate_version(&self, version: u16) -> Result<(), ProtoError> {
         if self.partition == PartitionId::ANY && version < CLAIM_VERSION_ANY {
             return Err(ProtoError::Inconsistent("claim partition ANY needs claim version 1"));
         }
+        if !self.subscription.is_empty() && version < CLAIM_VERSION_SUBSCRIPTION {
+            return Err(ProtoError::Inconsistent("claim subscription needs claim version 3"));
+        }
         validate_queue_name(self.queue)?;
+        if !self.subscription.is_empty() {
+            validate_subscription_name(self.subscription)?;
+        }
         check_range("credits", self.credits.into(), 1, CLAIM_CREDITS_MAX.into())?;
         check_range("max_bytes", self.max_bytes.into(), 1, CLAIM_BYTES_MAX.into())?;
         check_lease_ms("lease_ms", self.lease_ms)?;
         check_range("wait_ms", self.wait_ms.into(), 0, CLAIM_WAIT_MS_MAX.into())
     }
 
-    pub(crate) fn write(&self, writer: &mut Writer<'_>) {
+    /// Writes the request as `version` of Claim lays it out (validated for
+    /// that version: no subscription before v3).
+    pub(crate) fn write(&self, writer: &mut Writer<'_>, version: u16) {
         writer.str(self.queue);
         writer.align();
         writer.u32(self.partition.0);
@@ -278,6 +297,9 @@ impl<'a> ClaimRequest<'a> {
         writer.u32(self.lease_ms);
         writer.u32(self.wait_ms);
         writer.u32(0);
+        if version >= CLAIM_VERSION_SUBSCRIPTION {
+            writer.str(self.subscription);
+        }
     }
 
     pub(crate) fn read(body: &'a [u8], version: u16) -> Result<Self, ProtoError> {
@@ -291,8 +313,14 @@ impl<'a> ClaimRequest<'a> {
         let lease_ms = reader.u32()?;
         let wait_ms = reader.u32()?;
         reader.reserved_u32("claim reserved")?;
+        let subscription = if version >= CLAIM_VERSION_SUBSCRIPTION {
+            reader.str("subscription", SUBSCRIPTION_NAME_BYTES_MAX)?
+        } else {
+            ""
+        };
         reader.finish()?;
-        let request = Self { queue, partition, worker, credits, max_bytes, lease_ms, wait_ms };
+        let request =
+            Self { queue, partition, worker, credits, max_bytes, lease_ms, wait_ms, subscription };
         request.validate_version(version)?;
         Ok(request)
     }

@@ -53,6 +53,10 @@ pub enum ProtoError {
     /// `[A-Za-z0-9._-]`.
     #[error("invalid queue name: {reason}")]
     InvalidQueueName { reason: &'static str },
+    /// A subscription name is empty, too long, or has a character outside
+    /// `[A-Za-z0-9._-]` (the queue names' rule).
+    #[error("invalid subscription name: {reason}")]
+    InvalidSubscriptionName { reason: &'static str },
     /// A number is outside its allowed range.
     #[error("{field} = {value} outside {min}..={max}")]
     OutOfRange { field: &'static str, value: u64, min: u64, max: u64 },
@@ -94,6 +98,7 @@ impl ProtoError {
             Self::UnknownApi { .. } => ErrorCode::UnknownApi,
             Self::UnsupportedVersion { .. } => ErrorCode::UnsupportedVersion,
             Self::InvalidQueueName { .. }
+            | Self::InvalidSubscriptionName { .. }
             | Self::OutOfRange { .. }
             | Self::TooLong { .. }
             | Self::Inconsistent(_)

@@ -56,6 +56,11 @@ pub const CLAIM_VERSION_ANY: u16 = 1;
 /// The Claim version that may be answered [`ErrorCode::NotLeader`].
 pub const CLAIM_VERSION_NOT_LEADER: u16 = 2;
 
+/// The Claim version that names a subscription (its name after the fixed
+/// fields; empty: the queue's default subscription) and may be answered
+/// [`ErrorCode::SubscriptionNotFound`].
+pub const CLAIM_VERSION_SUBSCRIPTION: u16 = 3;
+
 /// The Enqueue version whose records may be answered
 /// [`ErrorCode::KeyMoved`].
 pub const ENQUEUE_VERSION_KEY_MOVED: u16 = 2;
@@ -149,7 +154,9 @@ impl ApiKey {
     /// of the response names its partition. The version
     /// [`not_leader_version`](Self::not_leader_version) names (Claim v2, v1
     /// of the others it names): the answer may be
-    /// [`ErrorCode::NotLeader`]; the layouts are unchanged. Enqueue v2
+    /// [`ErrorCode::NotLeader`]; the layouts are unchanged. Claim v3
+    /// ([`CLAIM_VERSION_SUBSCRIPTION`]): the request names a subscription
+    /// and may be answered [`ErrorCode::SubscriptionNotFound`]. Enqueue v2
     /// ([`ENQUEUE_VERSION_KEY_MOVED`]): a record may be answered
     /// [`ErrorCode::KeyMoved`]; the layouts are unchanged.
     ///
@@ -157,6 +164,7 @@ impl ApiKey {
     pub const fn max_version(self) -> u16 {
         match self {
             Self::Enqueue => ENQUEUE_VERSION_KEY_MOVED,
+            Self::Claim => CLAIM_VERSION_SUBSCRIPTION,
             _ => match self.not_leader_version() {
                 Some(version) => version,
                 None => 0,
@@ -194,9 +202,18 @@ impl ApiKey {
     /// code added after that version is replaced by the one older clients
     /// know for it ([`ErrorCode::NotLeader`] → [`ErrorCode::NotOwner`]).
     /// The same holds for [`ErrorCode::KeyMoved`] (Enqueue before
-    /// [`ENQUEUE_VERSION_KEY_MOVED`]: [`ErrorCode::NotOwner`]).
+    /// [`ENQUEUE_VERSION_KEY_MOVED`]: [`ErrorCode::NotOwner`]) and for
+    /// [`ErrorCode::SubscriptionNotFound`] (anything but a Claim of
+    /// [`CLAIM_VERSION_SUBSCRIPTION`] or later, which alone can name a
+    /// subscription: [`ErrorCode::InvalidArgument`]).
     pub const fn answerable(self, version: u16, code: ErrorCode) -> ErrorCode {
         match (code, self.not_leader_version()) {
+            (ErrorCode::SubscriptionNotFound, _)
+                if matches!(self, Self::Claim) && version >= CLAIM_VERSION_SUBSCRIPTION =>
+            {
+                ErrorCode::SubscriptionNotFound
+            }
+            (ErrorCode::SubscriptionNotFound, _) => ErrorCode::InvalidArgument,
             (ErrorCode::NotLeader, Some(since)) if version >= since => ErrorCode::NotLeader,
             (ErrorCode::NotLeader, _) => ErrorCode::NotOwner,
             (ErrorCode::KeyMoved, _)
@@ -476,7 +493,7 @@ fn finish_frame(raw: RawHeader, frame: &[u8]) -> Result<Frame<'_>, ProtoError> {
 /// use spool_wire::proto::{FrameDecoder, Request, ClaimRequest, CorrelationId, PartitionId, WorkerId};
 /// let request = Request::Claim(ClaimRequest {
 ///     queue: "jobs", partition: PartitionId(0), worker: WorkerId(7),
-///     credits: 8, max_bytes: 1 << 20, lease_ms: 30_000, wait_ms: 0,
+///     credits: 8, max_bytes: 1 << 20, lease_ms: 30_000, wait_ms: 0, subscription: "",
 /// });
 /// let mut bytes = Vec::new();
 /// request.encode(CorrelationId(1), &mut bytes).unwrap();

@@ -21,6 +21,11 @@ pub const MAX_FRAME_BYTES: usize = BATCH_BYTES_MAX + (1 << 20);
 /// Longest queue name, in bytes. Names are `[A-Za-z0-9._-]`, non-empty.
 pub const QUEUE_NAME_BYTES_MAX: usize = 128;
 
+/// Longest subscription name (Claim v3), in bytes. Names follow the queue
+/// names' rule: `[A-Za-z0-9._-]`, non-empty (an empty name on the wire
+/// means the queue's default subscription).
+pub const SUBSCRIPTION_NAME_BYTES_MAX: usize = QUEUE_NAME_BYTES_MAX;
+
 /// Longest release reason, in bytes of UTF-8.
 pub const RELEASE_REASON_BYTES_MAX: usize = 512;
 

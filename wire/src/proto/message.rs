@@ -236,7 +236,8 @@ impl<'a> Request<'a> {
     ///
     /// # Errors
     /// As [`Request::encode`]; a version this codec does not speak; a
-    /// field the version cannot carry (a Claim of partition `ANY` in v0).
+    /// field the version cannot carry (a Claim of partition `ANY` in v0, or
+    /// naming a subscription before v3).
     pub fn encode_version(
         &self,
         correlation_id: CorrelationId,
@@ -265,7 +266,7 @@ impl<'a> Request<'a> {
             let mut writer = Writer::new(out);
             match self {
                 Self::Enqueue(request) => request.write(&mut writer),
-                Self::Claim(request) => request.write(&mut writer),
+                Self::Claim(request) => request.write(&mut writer, version),
                 Self::Extend(request) => request.write(&mut writer),
                 Self::Ack(request) => request.write(&mut writer),
                 Self::Release(request) => request.write(&mut writer),
@@ -313,7 +314,8 @@ impl<'a> Request<'a> {
         expect_request(frame)?;
         let body = frame.body;
         let version = frame.header.api_version;
-        // One version per key except Claim (v1: partition ANY).
+        // One layout per key except Claim (v1: partition ANY; v3: the
+        // subscription).
         Ok(match frame.header.api_key {
             ApiKey::Enqueue => Self::Enqueue(EnqueueRequest::read(body)?),
             ApiKey::Claim => Self::Claim(ClaimRequest::read(body, version)?),

@@ -50,7 +50,7 @@ pub use auth::{
     validate_principal, AuthenticateRequest, AuthenticateResponse, PRINCIPAL_BYTES_MAX,
     SECRET_BYTES_MAX,
 };
-pub use codec::validate_queue_name;
+pub use codec::{validate_queue_name, validate_subscription_name};
 pub use control::{
     Backoff, BackoffKind, CreateQueueRequest, CreateQueueResponse, DeadLetter, DeadLettersRequest,
     DeadLettersResponse, DeleteQueueRequest, DeleteQueueResponse, DescribeQueueRequest,
@@ -68,6 +68,7 @@ pub use data::{
 pub use error::ProtoError;
 pub use frame::{
     decode_frame, peek_api_key, ApiKey, CorrelationId, Frame, FrameDecoder, FrameHeader,
+    CLAIM_VERSION_ANY, CLAIM_VERSION_NOT_LEADER, CLAIM_VERSION_SUBSCRIPTION,
     ENQUEUE_VERSION_KEY_MOVED, FLAG_RESPONSE,
 };
 pub use ids::{AssignmentVersion, Generation, LeaderEpoch, Offset, PartitionId, WorkerId};

@@ -39,9 +39,10 @@ pub fn status_for(code: ErrorCode) -> StatusCode {
         | ErrorCode::InvalidToken
         | ErrorCode::LeaseOutOfRange
         | ErrorCode::BatchInvalid => StatusCode::BAD_REQUEST,
-        ErrorCode::UnknownApi | ErrorCode::QueueNotFound | ErrorCode::PartitionNotFound => {
-            StatusCode::NOT_FOUND
-        }
+        ErrorCode::UnknownApi
+        | ErrorCode::QueueNotFound
+        | ErrorCode::PartitionNotFound
+        | ErrorCode::SubscriptionNotFound => StatusCode::NOT_FOUND,
         ErrorCode::FrameTooLarge | ErrorCode::RecordTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         ErrorCode::QueueExists | ErrorCode::StaleToken | ErrorCode::LeaseLifetimeExceeded => {
             StatusCode::CONFLICT
@@ -209,6 +210,7 @@ mod tests {
             }
         }
         assert_eq!(status_for(ErrorCode::QueueNotFound), StatusCode::NOT_FOUND);
+        assert_eq!(status_for(ErrorCode::SubscriptionNotFound), StatusCode::NOT_FOUND);
         assert_eq!(status_for(ErrorCode::StaleToken), StatusCode::CONFLICT);
         assert_eq!(status_for(ErrorCode::FrameTooLarge), StatusCode::PAYLOAD_TOO_LARGE);
         assert_eq!(status_for(ErrorCode::Unauthenticated), StatusCode::UNAUTHORIZED);

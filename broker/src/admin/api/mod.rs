@@ -33,6 +33,7 @@ pub mod quotas;
 mod replicas;
 mod resize;
 pub mod routes;
+mod subscriptions;
 pub mod token;
 
 use std::collections::HashMap;
@@ -259,6 +260,10 @@ impl Gateway {
             Operation::ClusterNodes => ok(self.cluster_nodes(call)?),
             Operation::ClusterPartitions => ok(self.cluster_partitions(call)?),
             Operation::ClusterMove => ok(self.cluster_move(call, parse(&call.body)?).await?),
+            Operation::ListSubscriptions
+            | Operation::CreateSubscription
+            | Operation::DescribeSubscription
+            | Operation::DeleteSubscription => self.subscription_call(call, queue).await,
             Operation::Metrics | Operation::Live | Operation::Ready => {
                 Err(ApiError::new(ErrorCode::Internal, "not an API route"))
             }

@@ -29,9 +29,14 @@ pub enum Operation {
     ClusterNodes,
     ClusterPartitions,
     ClusterMove,
+    ListSubscriptions,
+    CreateSubscription,
+    DescribeSubscription,
+    DeleteSubscription,
 }
 
-/// One served route: `{queue}` in a path matches one non-empty segment.
+/// One served route: `{queue}` (and `{name}`, a subscription) in a path
+/// matches one non-empty segment.
 #[derive(Debug, Clone)]
 pub struct Route {
     pub method: Method,
@@ -61,6 +66,10 @@ pub const ROUTES: &[Route] = &[
     route(Method::POST, "/v1/queues/{queue}/redrive", Operation::Redrive),
     route(Method::POST, "/v1/queues/{queue}/purge", Operation::Purge),
     route(Method::POST, "/v1/queues/{queue}/resize", Operation::ResizeQueue),
+    route(Method::GET, "/v1/queues/{queue}/subscriptions", Operation::ListSubscriptions),
+    route(Method::POST, "/v1/queues/{queue}/subscriptions", Operation::CreateSubscription),
+    route(Method::GET, "/v1/queues/{queue}/subscriptions/{name}", Operation::DescribeSubscription),
+    route(Method::DELETE, "/v1/queues/{queue}/subscriptions/{name}", Operation::DeleteSubscription),
     route(Method::POST, "/v1/auth/reload", Operation::ReloadAuth),
     route(Method::GET, "/v1/acl", Operation::Acl),
     route(Method::GET, "/v1/quotas", Operation::Quotas),
@@ -78,7 +87,8 @@ pub enum Unrouted {
     MethodNotAllowed(Vec<Method>),
 }
 
-/// The queue named by a path's `{queue}` segment, if it has one.
+/// The queue named by a path's `{queue}` segment, if it has one; for a
+/// route with a `{name}` segment too, `queue/name` (neither may hold `/`).
 pub type QueueSegment = Option<String>;
 
 /// Finds the route of `method` `path`.
@@ -111,6 +121,9 @@ fn matches(pattern: &str, path: &str) -> Option<QueueSegment> {
             (None, None) => return Some(queue),
             (Some("{queue}"), Some(segment)) if !segment.is_empty() => {
                 queue = Some(segment.to_owned());
+            }
+            (Some("{name}"), Some(segment)) if !segment.is_empty() => {
+                queue = queue.map(|queue| format!("{queue}/{segment}"));
             }
             (Some(want), Some(have)) if want == have => {}
             _ => return None,

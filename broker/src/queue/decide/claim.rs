@@ -22,6 +22,9 @@ use crate::queue::types::{Generation, Lane, Millis, Offset, SubscriptionId, Work
 /// A claim request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ClaimRequest {
+    /// The subscription to claim in ([`SubscriptionId::DEFAULT`]: the one
+    /// every queue has).
+    pub sub: SubscriptionId,
     pub worker: WorkerId,
     /// At most this many messages (the worker's free slots).
     pub credits: u32,
@@ -207,7 +210,9 @@ impl PartitionState {
     /// the head becomes claimable once its commit is synced.
     ///
     /// # Errors
-    /// [`QueueError::CreditsOutOfRange`], [`QueueError::LeaseOutOfRange`].
+    /// [`QueueError::CreditsOutOfRange`], [`QueueError::LeaseOutOfRange`],
+    /// [`QueueError::UnknownSubscription`] (the request names a subscription
+    /// the partition does not have).
     pub fn claim(
         &self,
         now: Millis,
@@ -239,25 +244,9 @@ impl PartitionState {
         durable_end: Offset,
         decision: &mut ClaimDecision,
     ) -> Result<(), QueueError> {
-        self.claim_at(0, now, request, durable_end, decision)
-    }
-
-    /// [`PartitionState::claim_into`] for subscription `sub`.
-    ///
-    /// # Errors
-    /// As [`PartitionState::claim`], and
-    /// [`QueueError::UnknownSubscription`].
-    pub fn claim_sub_into(
-        &self,
-        sub: SubscriptionId,
-        now: Millis,
-        request: &ClaimRequest,
-        durable_end: Offset,
-        decision: &mut ClaimDecision,
-    ) -> Result<(), QueueError> {
         decision.events.clear();
         decision.deliveries.clear();
-        let s = self.sub_at(sub)?;
+        let s = self.sub_at(request.sub)?;
         self.claim_at(s, now, request, durable_end, decision)
     }
 
@@ -393,25 +382,9 @@ impl PartitionState {
         durable_end: Offset,
         decision: &mut ClaimDecision,
     ) -> Result<(), QueueError> {
-        self.claim_dead_at(0, now, request, durable_end, decision)
-    }
-
-    /// [`PartitionState::claim_dead_letters_into`] for subscription `sub`.
-    ///
-    /// # Errors
-    /// As [`PartitionState::claim_dead_letters`], and
-    /// [`QueueError::UnknownSubscription`].
-    pub fn claim_sub_dead_letters_into(
-        &self,
-        sub: SubscriptionId,
-        now: Millis,
-        request: &ClaimRequest,
-        durable_end: Offset,
-        decision: &mut ClaimDecision,
-    ) -> Result<(), QueueError> {
         decision.events.clear();
         decision.deliveries.clear();
-        let s = self.sub_at(sub)?;
+        let s = self.sub_at(request.sub)?;
         self.claim_dead_at(s, now, request, durable_end, decision)
     }
 

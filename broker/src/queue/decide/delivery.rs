@@ -30,8 +30,7 @@ impl PartitionState {
         if fields.partition != self.partition {
             return Err(QueueError::InvalidToken(InvalidToken::WrongPartition));
         }
-        self.sub_index(fields.sub)
-            .ok_or(QueueError::StaleToken(StaleToken::SubscriptionEnded))
+        self.sub_index(fields.sub).ok_or(QueueError::StaleToken(StaleToken::SubscriptionEnded))
     }
 
     /// Checks a token already verified by `token_sub`: this epoch, and

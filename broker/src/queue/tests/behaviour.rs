@@ -340,8 +340,13 @@ fn quarantine_keeps_its_evidence_and_is_a_real_queue() {
     let totals = h.state.counters(3_000).totals;
     assert_eq!((totals.quarantined_by_deliveries, totals.quarantined_by_expiry), (1, 0));
     assert_eq!(h.state.retention_watermark(), Some(offset), "evidence holds retention");
-    let request =
-        ClaimRequest { worker: WorkerId(9), credits: 5, max_bytes: u64::MAX, lease_ms: None };
+    let request = ClaimRequest {
+        sub: SubscriptionId::DEFAULT,
+        worker: WorkerId(9),
+        credits: 5,
+        max_bytes: u64::MAX,
+        lease_ms: None,
+    };
     let decision = h.state.claim_dead_letters(3_000, &request, ALL_DURABLE).unwrap();
     assert_eq!(decision.deliveries.len(), 1);
     let dl = decision.deliveries[0];
@@ -494,8 +499,13 @@ fn dead_letters_count_toward_max_messages() {
     assert_eq!(h.enqueue(now, request(4, 0)).0, full, "redrive frees no room");
 
     // Acking a dead letter frees one slot.
-    let request_dead =
-        ClaimRequest { worker: WorkerId(9), credits: 1, max_bytes: u64::MAX, lease_ms: None };
+    let request_dead = ClaimRequest {
+        sub: SubscriptionId::DEFAULT,
+        worker: WorkerId(9),
+        credits: 1,
+        max_bytes: u64::MAX,
+        lease_ms: None,
+    };
     let decision = h.state.claim_dead_letters(now, &request_dead, ALL_DURABLE).unwrap();
     h.apply_all(&decision.events);
     assert_eq!(held(&h.state, now), (4, 400, 3), "a claimed dead letter is still held");
@@ -853,7 +863,13 @@ fn claim_respects_credits_bytes_and_lease_bounds() {
         h.enqueue_ok(0, request(n, 0));
     }
     assert_eq!(h.claim(0, 1, 3, None).len(), 3);
-    let request = ClaimRequest { worker: WorkerId(1), credits: 10, max_bytes: 250, lease_ms: None };
+    let request = ClaimRequest {
+        sub: SubscriptionId::DEFAULT,
+        worker: WorkerId(1),
+        credits: 10,
+        max_bytes: 250,
+        lease_ms: None,
+    };
     let decision = h.state.claim(0, &request, ALL_DURABLE).unwrap();
     assert_eq!(decision.deliveries.len(), 2);
     let lease = ClaimRequest { lease_ms: Some(60_001), ..request };
@@ -1256,8 +1272,13 @@ fn oldest_claim_age_follows_the_oldest_held_claim() {
     h.ack(3_500, &young[0]).unwrap();
     assert_eq!(h.state.counters(3_500).oldest_claim_age_ms, None);
     // A claim in the dead-letter lane counts too.
-    let request =
-        ClaimRequest { worker: WorkerId(3), credits: 1, max_bytes: u64::MAX, lease_ms: None };
+    let request = ClaimRequest {
+        sub: SubscriptionId::DEFAULT,
+        worker: WorkerId(3),
+        credits: 1,
+        max_bytes: u64::MAX,
+        lease_ms: None,
+    };
     let dead = h.state.claim_dead_letters(4_000, &request, ALL_DURABLE).unwrap();
     assert_eq!(dead.deliveries.len(), 1);
     h.apply_all(&dead.events);
@@ -1302,8 +1323,13 @@ fn stored_counts_follow_acks_expiry_and_purge() {
     step(&mut h, &mut stored, &[release]);
     assert_eq!(stored.stored(alice), count(2), "acked one; the dead letter is stored");
     // The dead letter claimed and acked: it leaves.
-    let request =
-        ClaimRequest { worker: WorkerId(2), credits: 1, max_bytes: u64::MAX, lease_ms: None };
+    let request = ClaimRequest {
+        sub: SubscriptionId::DEFAULT,
+        worker: WorkerId(2),
+        credits: 1,
+        max_bytes: u64::MAX,
+        lease_ms: None,
+    };
     let dead = h.state.claim_dead_letters(1_200, &request, ALL_DURABLE).unwrap();
     step(&mut h, &mut stored, &dead.events);
     let ack = h.state.ack(1_300, &dead.deliveries[0].token).unwrap();

@@ -29,8 +29,13 @@ fn checkpoint_sizes(config: QueueConfig, minutes: u64, interval_ms: u64) -> (Vec
         let offset = Offset(next_offset);
         next_offset += 1;
         state.apply(&Event::Enqueued(EnqueueMeta::new(&request, offset, now))).unwrap();
-        let claim =
-            ClaimRequest { worker: WorkerId(1), credits: 1, max_bytes: u64::MAX, lease_ms: None };
+        let claim = ClaimRequest {
+            sub: SubscriptionId::DEFAULT,
+            worker: WorkerId(1),
+            credits: 1,
+            max_bytes: u64::MAX,
+            lease_ms: None,
+        };
         let decision = state.claim(now, &claim, ALL_DURABLE).unwrap();
         for event in &decision.events {
             state.apply(event).unwrap();
@@ -166,8 +171,13 @@ fn enqueue_ack(state: &mut PartitionState, n: u64, now: Millis, next_offset: &mu
     assert_eq!(state.enqueue_check(now, &request).unwrap(), EnqueueDecision::Accept);
     state.apply(&Event::Enqueued(EnqueueMeta::new(&request, Offset(*next_offset), now))).unwrap();
     *next_offset += 1;
-    let claim =
-        ClaimRequest { worker: WorkerId(1), credits: 1, max_bytes: u64::MAX, lease_ms: None };
+    let claim = ClaimRequest {
+        sub: SubscriptionId::DEFAULT,
+        worker: WorkerId(1),
+        credits: 1,
+        max_bytes: u64::MAX,
+        lease_ms: None,
+    };
     let decision = state.claim(now, &claim, ALL_DURABLE).unwrap();
     for event in &decision.events {
         state.apply(event).unwrap();

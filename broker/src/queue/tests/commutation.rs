@@ -186,6 +186,7 @@ impl Run {
             }
             45..=59 => {
                 let request = ClaimRequest {
+                    sub: SubscriptionId::DEFAULT,
                     worker: WorkerId(self.rng.random_range(1..4)),
                     credits: self.rng.random_range(1..5),
                     max_bytes: u64::MAX,
@@ -483,8 +484,13 @@ impl Driven {
     }
 
     fn claim(&mut self, now: Millis, durable_end: u64) -> Vec<Event> {
-        let request =
-            ClaimRequest { worker: WorkerId(1), credits: 1, max_bytes: u64::MAX, lease_ms: None };
+        let request = ClaimRequest {
+            sub: SubscriptionId::DEFAULT,
+            worker: WorkerId(1),
+            credits: 1,
+            max_bytes: u64::MAX,
+            lease_ms: None,
+        };
         let events = self.state.claim(now, &request, Offset(durable_end)).unwrap().events;
         for event in &events {
             self.apply(*event);

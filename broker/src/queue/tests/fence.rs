@@ -25,7 +25,13 @@ fn config() -> QueueConfig {
 }
 
 fn claim_request(credits: u32) -> ClaimRequest {
-    ClaimRequest { worker: WorkerId(1), credits, max_bytes: u64::MAX, lease_ms: None }
+    ClaimRequest {
+        sub: SubscriptionId::DEFAULT,
+        worker: WorkerId(1),
+        credits,
+        max_bytes: u64::MAX,
+        lease_ms: None,
+    }
 }
 
 /// Applies the fence the way open does (in chunks of `limit`), returning
@@ -272,6 +278,7 @@ impl CrashRun {
             25..=34 => self.sync(),
             35..=54 => {
                 let req = ClaimRequest {
+                    sub: SubscriptionId::DEFAULT,
                     worker: WorkerId(self.rng.random_range(1..3)),
                     credits: self.rng.random_range(1..5),
                     max_bytes: u64::MAX,

@@ -89,8 +89,13 @@ impl Harness {
         credits: u32,
         lease_ms: Option<Millis>,
     ) -> Vec<Delivery> {
-        let request =
-            ClaimRequest { worker: WorkerId(worker), credits, max_bytes: u64::MAX, lease_ms };
+        let request = ClaimRequest {
+            sub: SubscriptionId::DEFAULT,
+            worker: WorkerId(worker),
+            credits,
+            max_bytes: u64::MAX,
+            lease_ms,
+        };
         let decision = self.state.claim(now, &request, ALL_DURABLE).unwrap();
         self.apply_all(&decision.events);
         decision.deliveries

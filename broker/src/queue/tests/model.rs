@@ -877,6 +877,7 @@ impl Run {
             }
             35..=54 => {
                 let req = ClaimRequest {
+                    sub: SubscriptionId::DEFAULT,
                     worker: WorkerId(self.rng.random_range(1..4)),
                     credits: self.rng.random_range(1..6),
                     max_bytes: if self.rng.random_bool(0.3) {

@@ -144,6 +144,7 @@ impl Run {
     fn claim(&mut self, rng: &mut ChaCha8Rng, index: usize, dead: bool) {
         let sub = self.twins[index].sub;
         let request = ClaimRequest {
+            sub: SubscriptionId::DEFAULT,
             worker: WorkerId(rng.random_range(1..4)),
             credits: rng.random_range(1..6),
             max_bytes: u64::MAX,
@@ -153,12 +154,18 @@ impl Run {
         let now = self.now;
         if dead {
             self.state
-                .claim_sub_dead_letters_into(sub, now, &request, ALL_DURABLE, &mut got)
+                .claim_dead_letters_into(
+                    now,
+                    &ClaimRequest { sub, ..request },
+                    ALL_DURABLE,
+                    &mut got,
+                )
                 .unwrap();
             let alone = &self.twins[index].alone;
             alone.claim_dead_letters_into(now, &request, ALL_DURABLE, &mut want).unwrap();
         } else {
-            self.state.claim_sub_into(sub, now, &request, ALL_DURABLE, &mut got).unwrap();
+            let named = ClaimRequest { sub, ..request };
+            self.state.claim_into(now, &named, ALL_DURABLE, &mut got).unwrap();
             let alone = &self.twins[index].alone;
             alone.claim_into(now, &request, ALL_DURABLE, &mut want).unwrap();
         }
@@ -281,10 +288,15 @@ impl Run {
         let sub = self.twins.remove(index).sub;
         self.apply(Event::SubscriptionEnded { sub, at_ms: self.now });
         assert_eq!(
-            self.state.claim_sub_into(
-                sub,
+            self.state.claim_into(
                 self.now,
-                &ClaimRequest { worker: WorkerId(1), credits: 1, max_bytes: 1, lease_ms: None },
+                &ClaimRequest {
+                    sub,
+                    worker: WorkerId(1),
+                    credits: 1,
+                    max_bytes: 1,
+                    lease_ms: None
+                },
                 ALL_DURABLE,
                 &mut ClaimDecision::default(),
             ),
@@ -452,8 +464,13 @@ fn a_start_takes_the_shared_backlog_and_a_record_leaves_with_its_last_holder() {
         };
         state.apply(&Event::Enqueued(EnqueueMeta::new(&request, Offset(offset), 100))).unwrap();
     }
-    let request =
-        ClaimRequest { worker: WorkerId(1), credits: 2, max_bytes: u64::MAX, lease_ms: None };
+    let request = ClaimRequest {
+        sub: SubscriptionId::DEFAULT,
+        worker: WorkerId(1),
+        credits: 2,
+        max_bytes: u64::MAX,
+        lease_ms: None,
+    };
     let claimed = state.claim(200, &request, ALL_DURABLE).unwrap();
     for event in &claimed.events {
         state.apply(event).unwrap();
@@ -479,7 +496,7 @@ fn a_start_takes_the_shared_backlog_and_a_record_leaves_with_its_last_holder() {
     // `early` claims and acks everything it has: still held by the default.
     let mut decision = ClaimDecision::default();
     let all = ClaimRequest { credits: 10, ..request };
-    state.claim_sub_into(early, 400, &all, ALL_DURABLE, &mut decision).unwrap();
+    state.claim_into(400, &ClaimRequest { sub: early, ..all }, ALL_DURABLE, &mut decision).unwrap();
     assert_eq!(decision.deliveries.len(), 4);
     for event in &decision.events {
         state.apply(event).unwrap();
@@ -509,7 +526,8 @@ fn a_start_takes_the_shared_backlog_and_a_record_leaves_with_its_last_holder() {
     // A token names its subscription (under the MAC): its ack acts there,
     // and once the subscription ends, a token of it names no claim.
     let mut decision = ClaimDecision::default();
-    state.claim_sub_into(late, 700, &request_one(), ALL_DURABLE, &mut decision).unwrap();
+    let one = ClaimRequest { sub: late, ..request_one() };
+    state.claim_into(700, &one, ALL_DURABLE, &mut decision).unwrap();
     for event in &decision.events {
         state.apply(event).unwrap();
     }
@@ -527,7 +545,13 @@ fn a_start_takes_the_shared_backlog_and_a_record_leaves_with_its_last_holder() {
 }
 
 fn request_one() -> ClaimRequest {
-    ClaimRequest { worker: WorkerId(1), credits: 1, max_bytes: u64::MAX, lease_ms: None }
+    ClaimRequest {
+        sub: SubscriptionId::DEFAULT,
+        worker: WorkerId(1),
+        credits: 1,
+        max_bytes: u64::MAX,
+        lease_ms: None,
+    }
 }
 
 /// A delivery event of a subscription other than the default carries it

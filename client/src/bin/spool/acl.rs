@@ -60,10 +60,23 @@ pub(crate) async fn admin_call(
     credentials: Option<&Credentials>,
     timeout: Duration,
 ) -> Result<Value, Failure> {
-    let answer = call(&admin.admin, tls, method, path, credentials, None, timeout)
+    admin_send(admin, tls, method, path, credentials, None, timeout).await
+}
+
+/// [`admin_call`] with a JSON `body`; a creation's 201 is a success too.
+pub(crate) async fn admin_send(
+    admin: &AdminAddr,
+    tls: Option<&TlsConfig>,
+    method: &str,
+    path: &str,
+    credentials: Option<&Credentials>,
+    body: Option<&[u8]>,
+    timeout: Duration,
+) -> Result<Value, Failure> {
+    let answer = call(&admin.admin, tls, method, path, credentials, body, timeout)
         .await
         .map_err(|error| Failure::Admin(error, EXIT_TRANSPORT))?;
-    if answer.status != 200 {
+    if !matches!(answer.status, 200 | 201) {
         return Err(failed(&answer));
     }
     answer

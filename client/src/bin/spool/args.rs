@@ -66,6 +66,10 @@ pub enum Command {
     /// Dead letters.
     #[command(subcommand)]
     Dlq(DlqCommand),
+    /// A queue's subscriptions: independent consumer groups over its stored
+    /// records (admin port; `spool recv --sub NAME` consumes one).
+    #[command(subcommand)]
+    Sub(crate::sub::SubCommand),
     /// Per-queue message counts.
     Stats(StatsArgs),
     /// Authentication helpers.
@@ -217,6 +221,10 @@ pub struct RecvArgs {
     /// Release instead of ack.
     #[arg(long)]
     pub no_ack: bool,
+    /// Claim for this subscription of the queue (`spool sub list`) instead
+    /// of its default one.
+    #[arg(long = "sub", value_name = "NAME")]
+    pub sub: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -13,7 +13,7 @@
 //! `queue` (`queue create|list|describe|delete`, `stats`), `send`, `recv`,
 //! `inspect` (`peek`, `purge`, `dlq`), `offline` (`auth hash-secret`,
 //! `audit`), `cluster` (`cluster partitions|status`), and the admin port's
-//! `acl`, `metrics` and `quota`.
+//! `acl`, `metrics`, `quota` and `sub` (`sub create|list|describe|delete`).
 
 mod acl;
 mod args;
@@ -29,6 +29,7 @@ mod recv;
 mod render;
 mod replicas;
 mod send;
+mod sub;
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
@@ -191,6 +192,10 @@ async fn run(cli: &Cli) -> Result<Output, Failure> {
             let (credentials, tls) = (credentials(cli)?, tls(cli)?);
             return replicas::run_move(args, tls.as_ref(), credentials.as_ref(), timeout).await;
         }
+        Command::Sub(command) => {
+            let (credentials, tls) = (credentials(cli)?, tls(cli)?);
+            return sub::run(command, tls.as_ref(), credentials.as_ref(), admin_timeout(cli)).await;
+        }
         Command::Quota(QuotaCommand::List(admin)) => {
             let (credentials, tls) = (credentials(cli)?, tls(cli)?);
             return quota::list(admin, tls.as_ref(), credentials.as_ref(), admin_timeout(cli))
@@ -225,6 +230,7 @@ async fn run(cli: &Cli) -> Result<Output, Failure> {
         | Command::Audit(_)
         | Command::Acl(_)
         | Command::Metrics(_)
+        | Command::Sub(_)
         | Command::Cluster(
             ClusterCommand::Status(_)
             | ClusterCommand::Nodes(_)
@@ -301,6 +307,10 @@ mod tests {
         let cli = Cli::try_parse_from(["spool", "recv", "jobs", "-n", "5", "--no-ack"]).unwrap();
         let Command::Recv(recv) = cli.command else { panic!("not recv") };
         assert_eq!((recv.count, recv.no_ack, recv.lease_ms), (5, true, 30_000));
+        assert_eq!(recv.sub, None, "the default subscription");
+        let cli = Cli::try_parse_from(["spool", "recv", "jobs", "--sub", "audit"]).unwrap();
+        let Command::Recv(recv) = cli.command else { panic!("not recv") };
+        assert_eq!(recv.sub.as_deref(), Some("audit"));
 
         let cli = Cli::try_parse_from(["spool", "quota", "list"]).unwrap();
         let Command::Quota(QuotaCommand::List(list)) = cli.command else { panic!("not quota") };
@@ -365,6 +375,7 @@ mod tests {
         assert!(Cli::try_parse_from(["spool", "send", "q", "data", "--file", "f"]).is_err());
         assert!(Cli::try_parse_from(["spool", "dlq", "redrive", "q", "--offset", "3"]).is_err());
         assert!(Cli::try_parse_from(["spool", "recv"]).is_err());
+        assert!(Cli::try_parse_from(["spool", "recv", "q", "--sub"]).is_err());
         assert!(Cli::try_parse_from(["spool", "frobnicate"]).is_err());
     }
 

@@ -1,4 +1,5 @@
-//! `spool recv`: claims up to `-n` messages from any partition, acks them
+//! `spool recv`: claims up to `-n` messages from any partition (for the
+//! queue's default subscription, or the one `--sub` names), acks them
 //! (or with `--no-ack` releases them) one partition at a time, and prints
 //! each delivery once the broker answered for it, with the outcome.
 //!
@@ -20,7 +21,10 @@ use crate::Failure;
 /// partition at a time, printing each delivery once the broker answered for
 /// it.
 pub async fn run(client: &Client, recv: &RecvArgs, json: bool) -> Result<(), Failure> {
-    let options = ClaimOptions::new(recv.count).lease_ms(recv.lease_ms).wait_ms(recv.wait_ms);
+    let mut options = ClaimOptions::new(recv.count).lease_ms(recv.lease_ms).wait_ms(recv.wait_ms);
+    if let Some(sub) = &recv.sub {
+        options = options.subscription(sub.as_str());
+    }
     let received = client.claim_any(&recv.queue, &options).await?;
     let rows: Vec<Vec<String>> = received
         .iter()

@@ -1,0 +1,252 @@
+//! `/v1/queues/{queue}/subscriptions[/{name}]`: a queue's subscriptions
+//! (`docs/design/subscriptions.md`): create one (starting at the earliest
+//! record the queue still has to deliver, or the latest), list them with
+//! their counters, describe one, delete one. Made in the table through the
+//! coordinator (the controller in a cluster: a member that does not lead
+//! it answers `NOT_LEADER` with the leader's address); each partition's
+//! leader then starts or ends it in its log.
+//!
+//! Counters are summed over the partitions this node serves (in a cluster,
+//! the replicas it holds: each node reports its own, as its metrics do).
+//! With authentication on, the caller needs `admin` on the queue to create
+//! or delete and `describe` to read.
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+use spool_wire::ErrorCode;
+
+use super::error::ApiError;
+use super::routes::Operation;
+use super::{Call, Gateway};
+use crate::auth::Operation as Right;
+use crate::control::assignment::{
+    AssignmentError, QueueName, SubscriptionStart, DEFAULT_SUBSCRIPTION,
+};
+use crate::limits::ADMIN_APPLY_TIMEOUT_MS;
+use crate::queue::{QueueCounters, SubscriptionId};
+use crate::shard::CoordinatorError;
+use hyper::StatusCode;
+
+/// The body of `POST /v1/queues/{queue}/subscriptions`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSubscription {
+    pub name: String,
+    /// `latest` (the default) or `earliest`.
+    #[serde(default)]
+    pub from: Option<String>,
+}
+
+/// The API error of a refused change.
+fn change_error(error: &CoordinatorError) -> ApiError {
+    let code = match error {
+        CoordinatorError::Assignment(AssignmentError::QueueNotFound(_)) => ErrorCode::QueueNotFound,
+        CoordinatorError::Assignment(AssignmentError::SubscriptionNotFound { .. }) => {
+            ErrorCode::SubscriptionNotFound
+        }
+        CoordinatorError::Assignment(_) => ErrorCode::InvalidArgument,
+        CoordinatorError::NotLeader { .. } => ErrorCode::NotLeader,
+        CoordinatorError::Busy => ErrorCode::Throttled,
+        CoordinatorError::Timeout { .. } | CoordinatorError::NoReply { .. } => ErrorCode::Timeout,
+        CoordinatorError::Stopped => ErrorCode::ShuttingDown,
+        _ => ErrorCode::Internal,
+    };
+    ApiError::new(code, error.to_string())
+}
+
+/// A subscription's row: its counters summed over partitions.
+fn row(name: &str, id: SubscriptionId, counters: &[QueueCounters]) -> Value {
+    let sum = |field: fn(&QueueCounters) -> u64| counters.iter().map(field).sum::<u64>();
+    let max = |field: fn(&QueueCounters) -> Option<u64>| counters.iter().filter_map(field).max();
+    json!({
+        "name": name,
+        "id": id.0,
+        "partitions_reporting": counters.len(),
+        "ready": sum(|c| c.ready),
+        "scheduled": sum(|c| c.scheduled),
+        "claimed": sum(|c| c.claimed),
+        "dead_letters": sum(|c| c.quarantined),
+        "backlog": sum(|c| c.live_messages),
+        "oldest_ready_age_ms": max(|c| c.oldest_ready_age_ms),
+        "oldest_claim_age_ms": max(|c| c.oldest_claim_age_ms),
+        "acked": sum(|c| c.totals.acked),
+        "enqueued": sum(|c| c.totals.enqueued),
+    })
+}
+
+impl Gateway {
+    /// The four subscription routes.
+    pub(super) async fn subscription_call(
+        &self,
+        call: &Call,
+        queue: &str,
+    ) -> Result<(StatusCode, Value), ApiError> {
+        match call.operation {
+            Operation::CreateSubscription => {
+                let body = super::parse(&call.body)?;
+                Ok((StatusCode::CREATED, self.create_subscription(call, queue, body).await?))
+            }
+            Operation::DescribeSubscription => {
+                Ok((StatusCode::OK, self.describe_subscription(call, queue).await?))
+            }
+            Operation::DeleteSubscription => {
+                Ok((StatusCode::OK, self.delete_subscription(call, queue).await?))
+            }
+            _ => Ok((StatusCode::OK, self.list_subscriptions(call, queue).await?)),
+        }
+    }
+
+    fn require(call: &Call, queue: &str, right: Right, what: &str) -> Result<(), ApiError> {
+        match &call.grants {
+            Some(grants) if !grants.allows(queue, right) => {
+                crate::auth::count_denial(right);
+                Err(ApiError::new(
+                    ErrorCode::PermissionDenied,
+                    format!("principal {} may not {what} of queue {queue}", grants.name()),
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The queue and subscription names a `{queue}/{name}` path segment
+    /// pair carries (`routes.rs` joins them with `/`, which neither may
+    /// hold).
+    pub(super) fn split_subscription(segment: &str) -> (&str, &str) {
+        segment.split_once('/').unwrap_or((segment, ""))
+    }
+
+    /// `POST /v1/queues/{queue}/subscriptions`.
+    pub(super) async fn create_subscription(
+        &self,
+        call: &Call,
+        queue: &str,
+        body: CreateSubscription,
+    ) -> Result<Value, ApiError> {
+        Self::require(call, queue, Right::Admin, "create subscriptions")?;
+        let start = match body.from.as_deref() {
+            None => SubscriptionStart::Latest,
+            Some(text) => SubscriptionStart::parse(text).ok_or_else(|| {
+                ApiError::invalid(format!("from {text:?}: use \"latest\" or \"earliest\""))
+            })?,
+        };
+        let name = QueueName::new(queue).map_err(|error| ApiError::invalid(error.to_string()))?;
+        let coordinator = self.coordinator.clone();
+        let sub = body.name.clone();
+        let version = tokio::task::spawn_blocking(move || {
+            coordinator.change_subscription(name, sub, Some(start), ADMIN_APPLY_TIMEOUT_MS)
+        })
+        .await
+        .map_err(|error| ApiError::new(ErrorCode::Internal, error.to_string()))?
+        .map_err(|error| change_error(&error))?;
+        let table = self.coordinator.catalog_snapshot();
+        let id = table
+            .queue(&QueueName::new(queue).map_err(|error| ApiError::invalid(error.to_string()))?)
+            .and_then(|entry| entry.subscriptions.id(&body.name))
+            .map_or(0, |id| id.0);
+        Ok(json!({
+            "queue": queue,
+            "name": body.name,
+            "id": id,
+            "from": start.as_str(),
+            "assignment_version": version.0,
+        }))
+    }
+
+    /// `DELETE /v1/queues/{queue}/subscriptions/{name}`.
+    pub(super) async fn delete_subscription(
+        &self,
+        call: &Call,
+        segment: &str,
+    ) -> Result<Value, ApiError> {
+        let (queue, sub) = Self::split_subscription(segment);
+        Self::require(call, queue, Right::Admin, "delete subscriptions")?;
+        let name = QueueName::new(queue).map_err(|error| ApiError::invalid(error.to_string()))?;
+        let coordinator = self.coordinator.clone();
+        let owned = sub.to_owned();
+        let version = tokio::task::spawn_blocking(move || {
+            coordinator.change_subscription(name, owned, None, ADMIN_APPLY_TIMEOUT_MS)
+        })
+        .await
+        .map_err(|error| ApiError::new(ErrorCode::Internal, error.to_string()))?
+        .map_err(|error| change_error(&error))?;
+        Ok(json!({ "queue": queue, "name": sub, "deleted": true, "assignment_version": version.0 }))
+    }
+
+    /// The rows of `queue`'s subscriptions (the default first), or only
+    /// `only`'s.
+    async fn subscription_rows(
+        &self,
+        queue: &str,
+        only: Option<&str>,
+    ) -> Result<Vec<Value>, ApiError> {
+        let name = QueueName::new(queue).map_err(|error| ApiError::invalid(error.to_string()))?;
+        let table = self.coordinator.catalog_snapshot();
+        let entry = table.queue(&name).ok_or_else(|| {
+            ApiError::new(ErrorCode::QueueNotFound, format!("queue {queue} does not exist"))
+        })?;
+        let mut subs: Vec<(String, SubscriptionId)> =
+            vec![(DEFAULT_SUBSCRIPTION.to_owned(), SubscriptionId::DEFAULT)];
+        subs.extend(entry.subscriptions.named.iter().map(|(name, sub)| (name.clone(), sub.id)));
+        if let Some(only) = only {
+            subs.retain(|(name, _)| name == only);
+            if subs.is_empty() {
+                return Err(ApiError::new(
+                    ErrorCode::SubscriptionNotFound,
+                    format!("queue {queue} has no subscription {only}"),
+                ));
+            }
+        }
+        let gathered = crate::admin::gather(&self.coordinator)
+            .await
+            .map_err(|error| ApiError::new(ErrorCode::Internal, error))?;
+        let partitions: Vec<_> = gathered
+            .reports
+            .iter()
+            .flat_map(|report| report.partitions.iter())
+            .filter(|partition| partition.queue == queue)
+            .collect();
+        Ok(subs
+            .into_iter()
+            .map(|(name, id)| {
+                let counters: Vec<QueueCounters> = partitions
+                    .iter()
+                    .filter_map(|partition| {
+                        if id == SubscriptionId::DEFAULT {
+                            return Some(partition.counters);
+                        }
+                        partition.subscriptions.iter().find(|(sub, _)| *sub == id).map(|(_, c)| *c)
+                    })
+                    .collect();
+                row(&name, id, &counters)
+            })
+            .collect())
+    }
+
+    /// `GET /v1/queues/{queue}/subscriptions`.
+    pub(super) async fn list_subscriptions(
+        &self,
+        call: &Call,
+        queue: &str,
+    ) -> Result<Value, ApiError> {
+        Self::require(call, queue, Right::Describe, "list the subscriptions")?;
+        let rows = self.subscription_rows(queue, None).await?;
+        Ok(json!({ "queue": queue, "subscriptions": rows }))
+    }
+
+    /// `GET /v1/queues/{queue}/subscriptions/{name}`.
+    pub(super) async fn describe_subscription(
+        &self,
+        call: &Call,
+        segment: &str,
+    ) -> Result<Value, ApiError> {
+        let (queue, sub) = Self::split_subscription(segment);
+        Self::require(call, queue, Right::Describe, "describe the subscriptions")?;
+        let mut rows = self.subscription_rows(queue, Some(sub)).await?;
+        let mut row = rows.pop().unwrap_or(Value::Null);
+        if let Some(object) = row.as_object_mut() {
+            object.insert("queue".to_owned(), json!(queue));
+        }
+        Ok(row)
+    }
+}

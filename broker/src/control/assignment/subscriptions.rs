@@ -1,0 +1,249 @@
+//! A queue's subscriptions in the table (`docs/design/subscriptions.md`
+//! §2): names and ids live here because a subscription spans every
+//! partition of its queue (on several shards, several nodes); each
+//! partition starts and ends it in its own log
+//! (`Event::SubscriptionStarted`/`Ended`, appended by its leader when the
+//! table names a subscription its state lacks, or holds one the table no
+//! longer names). Pure, as the rest of the table.
+
+use std::collections::BTreeMap;
+
+use super::{AssignmentChange, AssignmentError, AssignmentTable, AssignmentUpdate, QueueName};
+use crate::queue::limits::SUBSCRIPTIONS_PER_QUEUE_MAX;
+use crate::queue::SubscriptionId;
+
+/// The name of the subscription every queue has (id 0): it is never
+/// listed in [`Subscriptions::named`], created or deleted.
+pub const DEFAULT_SUBSCRIPTION: &str = "default";
+
+/// Where a new subscription starts on each partition, resolved by the
+/// partition when it appends the start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubscriptionStart {
+    /// Every record the partition still has to deliver to some
+    /// subscription (its shared index from offset 0).
+    Earliest,
+    /// Only records enqueued after the partition started it.
+    Latest,
+}
+
+impl SubscriptionStart {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SubscriptionStart::Earliest => "earliest",
+            SubscriptionStart::Latest => "latest",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "earliest" => Some(SubscriptionStart::Earliest),
+            "latest" => Some(SubscriptionStart::Latest),
+            _ => None,
+        }
+    }
+}
+
+/// One named subscription of a queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SubscriptionEntry {
+    pub id: SubscriptionId,
+    pub start: SubscriptionStart,
+}
+
+/// A queue's subscriptions besides the default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subscriptions {
+    /// By name.
+    pub named: BTreeMap<String, SubscriptionEntry>,
+    /// The id the next one gets: ids are never reused within a queue, so a
+    /// token or event of a deleted subscription never names a new one.
+    pub next_id: u16,
+}
+
+impl Default for Subscriptions {
+    fn default() -> Self {
+        Self { named: BTreeMap::new(), next_id: 1 }
+    }
+}
+
+impl Subscriptions {
+    /// The id of subscription `name` (`default` included).
+    pub fn id(&self, name: &str) -> Option<SubscriptionId> {
+        if name.is_empty() || name == DEFAULT_SUBSCRIPTION {
+            return Some(SubscriptionId::DEFAULT);
+        }
+        self.named.get(name).map(|entry| entry.id)
+    }
+
+    /// The name of subscription `id`.
+    pub fn name(&self, id: SubscriptionId) -> Option<&str> {
+        if id == SubscriptionId::DEFAULT {
+            return Some(DEFAULT_SUBSCRIPTION);
+        }
+        self.named.iter().find(|(_, entry)| entry.id == id).map(|(name, _)| name.as_str())
+    }
+
+    /// Whether the table's subscriptions are consistent: ids distinct,
+    /// below `next_id`, never the default's; names valid.
+    pub(super) fn check(&self, queue: &QueueName) -> Result<(), AssignmentError> {
+        let invalid = |reason: String| AssignmentError::InvalidSubscription {
+            queue: queue.clone(),
+            name: String::new(),
+            reason,
+        };
+        if self.next_id == 0 || self.named.len() >= SUBSCRIPTIONS_PER_QUEUE_MAX {
+            return Err(invalid(format!(
+                "{} subscriptions, next id {}",
+                self.named.len(),
+                self.next_id
+            )));
+        }
+        let mut ids: Vec<u16> = self.named.values().map(|entry| entry.id.0).collect();
+        ids.sort_unstable();
+        let distinct = ids.windows(2).all(|pair| pair[0] < pair[1]);
+        if !distinct || ids.first() == Some(&0) || ids.last().is_some_and(|&id| id >= self.next_id)
+        {
+            return Err(invalid(format!("ids {ids:?} with next id {}", self.next_id)));
+        }
+        for name in self.named.keys() {
+            check_name(queue, name)?;
+        }
+        Ok(())
+    }
+}
+
+/// A subscription name: the rules of a queue name, and not `default`.
+fn check_name(queue: &QueueName, name: &str) -> Result<(), AssignmentError> {
+    let invalid = |reason: &str| AssignmentError::InvalidSubscription {
+        queue: queue.clone(),
+        name: name.to_owned(),
+        reason: reason.to_owned(),
+    };
+    if name == DEFAULT_SUBSCRIPTION {
+        return Err(invalid("`default` names the subscription every queue has"));
+    }
+    if QueueName::new(name).is_err() {
+        return Err(invalid("a name is 1 to 255 bytes of [A-Za-z0-9._-]"));
+    }
+    Ok(())
+}
+
+impl AssignmentTable {
+    /// The update that adds subscription `name` to `queue`, starting at
+    /// `start` on each partition.
+    ///
+    /// # Errors
+    /// `QueueNotFound`, `InvalidSubscription` (bad or reserved name, the
+    /// queue has the most it may), `SubscriptionExists`.
+    pub fn plan_subscribe(
+        &self,
+        queue: QueueName,
+        name: String,
+        start: SubscriptionStart,
+    ) -> Result<AssignmentUpdate, AssignmentError> {
+        let entry =
+            self.queues.get(&queue).ok_or_else(|| AssignmentError::QueueNotFound(queue.clone()))?;
+        let id = SubscriptionId(entry.subscriptions.next_id);
+        self.check_subscribe(&queue, &name, id)?;
+        Ok(AssignmentUpdate {
+            version: self.next_version(),
+            change: AssignmentChange::Subscribe { queue, name, id, start },
+        })
+    }
+
+    pub(super) fn check_subscribe(
+        &self,
+        queue: &QueueName,
+        name: &str,
+        id: SubscriptionId,
+    ) -> Result<(), AssignmentError> {
+        let entry =
+            self.queues.get(queue).ok_or_else(|| AssignmentError::QueueNotFound(queue.clone()))?;
+        check_name(queue, name)?;
+        let subscriptions = &entry.subscriptions;
+        if subscriptions.named.contains_key(name) {
+            return Err(AssignmentError::SubscriptionExists {
+                queue: queue.clone(),
+                name: name.to_owned(),
+            });
+        }
+        // The default counts against the limit too.
+        if subscriptions.named.len() + 1 >= SUBSCRIPTIONS_PER_QUEUE_MAX {
+            return Err(AssignmentError::InvalidSubscription {
+                queue: queue.clone(),
+                name: name.to_owned(),
+                reason: format!(
+                    "the queue has the most subscriptions it may ({SUBSCRIPTIONS_PER_QUEUE_MAX}, \
+                     the default included)"
+                ),
+            });
+        }
+        if id.0 != subscriptions.next_id || id.0 == u16::MAX {
+            return Err(AssignmentError::InvalidSubscription {
+                queue: queue.clone(),
+                name: name.to_owned(),
+                reason: format!("id {} is not the next id {}", id.0, subscriptions.next_id),
+            });
+        }
+        Ok(())
+    }
+
+    /// The update that deletes subscription `name` of `queue`.
+    ///
+    /// # Errors
+    /// `QueueNotFound`, `SubscriptionNotFound`, `InvalidSubscription` for
+    /// the default.
+    pub fn plan_unsubscribe(
+        &self,
+        queue: QueueName,
+        name: String,
+    ) -> Result<AssignmentUpdate, AssignmentError> {
+        self.check_unsubscribe(&queue, &name)?;
+        Ok(AssignmentUpdate {
+            version: self.next_version(),
+            change: AssignmentChange::Unsubscribe { queue, name },
+        })
+    }
+
+    pub(super) fn check_unsubscribe(
+        &self,
+        queue: &QueueName,
+        name: &str,
+    ) -> Result<(), AssignmentError> {
+        let entry =
+            self.queues.get(queue).ok_or_else(|| AssignmentError::QueueNotFound(queue.clone()))?;
+        if name == DEFAULT_SUBSCRIPTION {
+            return Err(AssignmentError::InvalidSubscription {
+                queue: queue.clone(),
+                name: name.to_owned(),
+                reason: "the default subscription cannot be deleted".to_owned(),
+            });
+        }
+        if !entry.subscriptions.named.contains_key(name) {
+            return Err(AssignmentError::SubscriptionNotFound {
+                queue: queue.clone(),
+                name: name.to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    pub(super) fn apply_subscription(&mut self, change: &AssignmentChange) {
+        match change {
+            AssignmentChange::Subscribe { queue, name, id, start } => {
+                if let Some(entry) = self.queues.get_mut(queue) {
+                    let subscription = SubscriptionEntry { id: *id, start: *start };
+                    entry.subscriptions.named.insert(name.clone(), subscription);
+                    entry.subscriptions.next_id = id.0 + 1;
+                }
+            }
+            AssignmentChange::Unsubscribe { queue, name } => {
+                if let Some(entry) = self.queues.get_mut(queue) {
+                    entry.subscriptions.named.remove(name);
+                }
+            }
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! Subscriptions end to end on one broker (`docs/design/subscriptions.md`):
+//! three subscriptions of one queue (the default, one from the earliest
+//! record, one from the latest) each get every message over 4 partitions
+//! on 2 shards through `Consumer`s (Claim v3 of partition ANY), across a
+//! SIGKILL in the middle; acks in one leave the others' backlogs alone; a
+//! subscription created later from `latest` sees only later records; a
+//! deleted one is refused by name; the HTTP API and `spool sub` list them
+//! with their counters.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use spool_client::spool_wire::batch::ArchivedPayload;
+use spool_client::spool_wire::proto::PartitionId;
+use spool_client::spool_wire::ErrorCode;
+use spool_client::{
+    Admin, ClaimOptions, Client, ConsumerConfig, Delivery, Message, Producer, ProducerConfig,
+};
+use spool_tests::admin::{http, http_json};
+use spool_tests::{test_queue_config, Spoold};
+
+const QUEUE: &str = "events";
+const MESSAGES: u32 = 100_000;
+
+fn number(delivery: &Delivery) -> u32 {
+    let ArchivedPayload::Inline(bytes) = &delivery.record().payload else {
+        panic!("payload not inline");
+    };
+    std::str::from_utf8(bytes.as_slice()).unwrap().parse().unwrap()
+}
+
+async fn send(producer: &Producer, numbers: std::ops::Range<u32>) {
+    let mut sends = Vec::new();
+    for n in numbers {
+        sends.push(producer.submit(QUEUE, Message::new(n.to_string())).await.unwrap());
+    }
+    for send in sends {
+        send.await.unwrap();
+    }
+}
+
+/// A consumer of `subscription` (`None`: the default) that records what
+/// it handled.
+fn consume(
+    client: &Client,
+    subscription: Option<&str>,
+    seen: &Arc<Mutex<Vec<u32>>>,
+) -> spool_client::Consumer {
+    let mut config = ConsumerConfig::new(QUEUE, 64);
+    if let Some(name) = subscription {
+        config = config.subscription(name);
+    }
+    config.wait_ms = 300;
+    let seen = Arc::clone(seen);
+    spool_client::Consumer::start(client.clone(), config, move |delivery: Delivery| {
+        let seen = Arc::clone(&seen);
+        async move {
+            seen.lock().unwrap().push(number(&delivery));
+            Ok::<(), std::convert::Infallible>(())
+        }
+    })
+    .unwrap()
+}
+
+fn distinct(seen: &Arc<Mutex<Vec<u32>>>) -> BTreeSet<u32> {
+    seen.lock().unwrap().iter().copied().collect()
+}
+
+async fn wait_for(seen: &[&Arc<Mutex<Vec<u32>>>], at_least: usize) {
+    let deadline = spool_tests::now() + Duration::from_secs(120);
+    while seen.iter().any(|seen| distinct(seen).len() < at_least) && spool_tests::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn subscriptions(broker: &Spoold) -> serde_json::Value {
+    let answer = tokio::task::block_in_place(|| {
+        http(&broker.admin_addr(), "GET", &format!("/v1/queues/{QUEUE}/subscriptions"))
+    });
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    serde_json::from_str(&answer.body).unwrap()
+}
+
+fn row<'a>(list: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    list["subscriptions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|row| row["name"] == name)
+        .unwrap_or_else(|| panic!("no subscription {name} in {list}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_subscriptions_each_get_every_message_across_a_sigkill() {
+    let mut broker = Spoold::start(2);
+    let client = broker.client().await;
+    Admin::new(client.clone()).create_queue(QUEUE, test_queue_config(4, 30_000, 5)).await.unwrap();
+    let admin_addr = broker.admin_addr();
+    let create = |name: &str, from: &str| {
+        let body = serde_json::json!({ "name": name, "from": from });
+        let path = format!("/v1/queues/{QUEUE}/subscriptions");
+        tokio::task::block_in_place(|| http_json(&admin_addr, "POST", &path, &body))
+    };
+    let created = create("audit", "earliest");
+    assert_eq!(created.status, 201, "{}", created.body);
+    assert!(create("report", "latest").status == 201);
+    let twice = create("audit", "latest");
+    assert_eq!(twice.status, 400, "{}", twice.body);
+    assert!(create("default", "latest").status == 400, "`default` is reserved");
+
+    let producer = Producer::new(client.clone(), ProducerConfig::default()).unwrap();
+    send(&producer, 0..MESSAGES).await;
+    // Only `report` consumes at first: the others keep their backlogs.
+    let report: Arc<Mutex<Vec<u32>>> = Arc::default();
+    let consumer = consume(&client, Some("report"), &report);
+    wait_for(&[&report], MESSAGES as usize).await;
+    consumer.shutdown().await;
+    assert_eq!(distinct(&report).len(), MESSAGES as usize);
+    let list = subscriptions(&broker);
+    assert_eq!(row(&list, "report")["backlog"], 0, "{list}");
+    assert_eq!(row(&list, "default")["backlog"], MESSAGES, "{list}");
+    assert_eq!(row(&list, "audit")["backlog"], MESSAGES, "{list}");
+
+    // Half of each of the others, then a SIGKILL.
+    let default: Arc<Mutex<Vec<u32>>> = Arc::default();
+    let audit: Arc<Mutex<Vec<u32>>> = Arc::default();
+    let first = consume(&client, None, &default);
+    let second = consume(&client, Some("audit"), &audit);
+    wait_for(&[&default, &audit], MESSAGES as usize / 2).await;
+    first.shutdown().await;
+    second.shutdown().await;
+    broker.kill();
+    broker.restart();
+    let client = broker.client().await;
+    let producer = Producer::new(client.clone(), ProducerConfig::default()).unwrap();
+    send(&producer, MESSAGES..MESSAGES + 100).await;
+    let total = MESSAGES as usize + 100;
+    let first = consume(&client, None, &default);
+    let second = consume(&client, Some("audit"), &audit);
+    let third = consume(&client, Some("report"), &report);
+    wait_for(&[&default, &audit, &report], total).await;
+    for consumer in [first, second, third] {
+        consumer.shutdown().await;
+    }
+    let every: BTreeSet<u32> = (0..MESSAGES + 100).collect();
+    assert_eq!(distinct(&default), every, "the default lost messages");
+    assert_eq!(distinct(&audit), every, "audit lost messages");
+    assert_eq!(distinct(&report), every, "report lost messages");
+    let list = subscriptions(&broker);
+    for name in ["default", "audit", "report"] {
+        assert_eq!(row(&list, name)["backlog"], 0, "{list}");
+    }
+
+    // A subscription created now from `latest` sees only what comes next.
+    assert_eq!(create("late", "latest").status, 201);
+    let late: Arc<Mutex<Vec<u32>>> = Arc::default();
+    let consumer = consume(&client, Some("late"), &late);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    send(&producer, 500_000..500_010).await;
+    wait_for(&[&late], 10).await;
+    consumer.shutdown().await;
+    assert_eq!(distinct(&late), (500_000..500_010).collect::<BTreeSet<u32>>());
+
+    // Deleted: refused by name, by the API and by a claim.
+    let path = format!("/v1/queues/{QUEUE}/subscriptions/report");
+    let deleted = tokio::task::block_in_place(|| http(&broker.admin_addr(), "DELETE", &path));
+    assert_eq!(deleted.status, 200, "{}", deleted.body);
+    let gone = tokio::task::block_in_place(|| http(&broker.admin_addr(), "GET", &path));
+    assert_eq!(gone.status, 404, "{}", gone.body);
+    let options = ClaimOptions::new(1).subscription("report");
+    let refused = client.claim(QUEUE, PartitionId(0), &options).await.unwrap_err();
+    assert_eq!(refused.code(), Some(ErrorCode::SubscriptionNotFound), "{refused}");
+    let default_path = format!("/v1/queues/{QUEUE}/subscriptions/default");
+    let kept = tokio::task::block_in_place(|| http(&broker.admin_addr(), "DELETE", &default_path));
+    assert_eq!(kept.status, 400, "{}", kept.body);
+}
