@@ -279,11 +279,31 @@ fn check_quickstart_line(line: &str, args: &[String], output: &Output, sample: &
             assert_eq!(rows[0][..7], ["jobs", "1", "0", "0", "0", "0", "0"], "{stdout}");
             assert!(rows[0][7].parse::<u64>().unwrap() > 0, "bytes: {stdout}");
         }
-        ["recv", "jobs", "-n", "10"] => {
+        ["recv", "jobs", "-n", "10"] if stdout.contains("resize image 17") => {
             let header = "partition  offset  attempt  key      payload          result";
             let rows = rows(&stdout, header);
             let expected = [&partition, "0", "1", "user-42", "resize", "image", "17", "acked"];
             assert_eq!(rows, vec![expected.map(str::to_owned).to_vec()], "{stdout}");
+        }
+        ["sub", "create", "jobs", "audit", "--from", "earliest"] => {
+            assert_eq!(stdout, "created subscription audit of queue jobs (id 1, from earliest)\n");
+        }
+        ["send", "jobs", "--key", "user-7", "invoice 9"] => {
+            assert_eq!(rows(&stdout, "partition  offset").len(), 1, "{stdout}");
+        }
+        // After the subscription: each of the two gets the new message.
+        ["recv", "jobs", "-n", "10"] | ["recv", "jobs", "--sub", "audit", "-n", "10"] => {
+            let header = "partition  offset  attempt  key     payload    result";
+            let rows = rows(&stdout, header);
+            assert_eq!(rows.len(), 1, "{stdout}");
+            assert_eq!(rows[0][2..], ["1", "user-7", "invoice", "9", "acked"], "{stdout}");
+        }
+        ["sub", "list", "jobs"] => {
+            let header = "subscription  id  ready  claimed  dead_letters  oldest_ready_age_ms";
+            let rows = rows(&stdout, header);
+            let names: Vec<&str> = rows.iter().map(|row| row[0].as_str()).collect();
+            assert_eq!(names, ["default", "audit"], "{stdout}");
+            assert!(rows.iter().all(|row| row[2] == "0" && row[3] == "0"), "{stdout}");
         }
         _ => panic!(
             "README quickstart line {line:?} has no expectation in tests/tests/readme.rs: \
@@ -325,6 +345,8 @@ fn readme_quickstart_runs_as_written() {
     );
     let shards = default_shards();
     let mut addr_args: Vec<String> = Vec::new();
+    // `spool sub` talks to the admin port: given only when it moved.
+    let mut admin_args: Vec<String> = Vec::new();
     let broker = if ports_free(DEFAULT_PORT, shards) && ports_free(DEFAULT_ADMIN_PORT, 1) {
         start_broker(&spoold, &cwd, DEFAULT_PORT, shards)
     } else {
@@ -345,6 +367,7 @@ fn readme_quickstart_runs_as_written() {
             spoold.extend(["--listen".to_owned(), format!("127.0.0.1:{base}")]);
             spoold.extend(["--admin-listen".to_owned(), format!("127.0.0.1:{}", base + shards)]);
             addr_args = vec!["--addr".to_owned(), format!("127.0.0.1:{base}")];
+            admin_args = vec!["--admin".to_owned(), format!("127.0.0.1:{}", base + shards)];
             start_broker(&spoold, &cwd, base, shards).unwrap()
         }
     };
@@ -374,6 +397,9 @@ fn readme_quickstart_runs_as_written() {
         let args = words[1..].to_vec();
         command.extend(addr_args.iter().cloned());
         command.extend(args.iter().cloned());
+        if args.first().is_some_and(|arg| arg == "sub") {
+            command.extend(admin_args.iter().cloned());
+        }
         let output = Command::new(&command[0])
             .args(&command[1..])
             .current_dir(&cwd)
@@ -383,7 +409,7 @@ fn readme_quickstart_runs_as_written() {
         check_quickstart_line(&line, &args, &output, &sample);
         checked += 1;
     }
-    assert!(checked >= 4, "the quickstart ran {checked} commands");
+    assert!(checked >= 9, "the quickstart ran {checked} commands");
 
     let mut child = broker.child.take().unwrap();
     let pid = libc::pid_t::try_from(child.id()).unwrap();

@@ -739,6 +739,13 @@ mod tests {
                 partition: PartitionId(1),
                 nodes: vec![4, 1, 2],
             },
+            AssignmentChange::Subscribe {
+                queue: queue.clone(),
+                name: "audit".to_owned(),
+                id: SubscriptionId(3),
+                start: SubscriptionStart::Earliest,
+            },
+            AssignmentChange::Unsubscribe { queue: queue.clone(), name: "audit".to_owned() },
         ] {
             let update = AssignmentUpdate { version: AssignmentVersion(9), change };
             let batch = encode_update(&update).unwrap();

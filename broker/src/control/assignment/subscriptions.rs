@@ -247,3 +247,63 @@ impl AssignmentTable {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::queue::{QueueConfig, QueueId};
+
+    fn table() -> AssignmentTable {
+        let mut table = AssignmentTable::new(2);
+        let name = QueueName::new("jobs").unwrap();
+        let create =
+            table.plan_create_queue(name, QueueId(1), 2, Arc::new(QueueConfig::default())).unwrap();
+        table.apply(&create).unwrap();
+        table
+    }
+
+    // Goal: a subscription's name is checked, unique and not `default`;
+    // the count is bounded; only an existing one is deleted, never the
+    // default; a stale id is refused at apply (a replayed or late update).
+    // Method: plan each refusal; apply a subscribe carrying a wrong id.
+    #[test]
+    fn subscribe_and_unsubscribe_refuse_what_does_not_fit() {
+        let mut table = table();
+        let jobs = QueueName::new("jobs").unwrap();
+        let plan = |table: &AssignmentTable, sub: &str| {
+            table.plan_subscribe(jobs.clone(), sub.to_owned(), SubscriptionStart::Latest)
+        };
+        assert!(matches!(
+            plan(&table, "default"),
+            Err(AssignmentError::InvalidSubscription { .. })
+        ));
+        assert!(matches!(plan(&table, "a/b"), Err(AssignmentError::InvalidSubscription { .. })));
+        let missing = table.plan_subscribe(
+            QueueName::new("nope").unwrap(),
+            "x".to_owned(),
+            SubscriptionStart::Latest,
+        );
+        assert!(matches!(missing, Err(AssignmentError::QueueNotFound(_))));
+        let first = plan(&table, "audit").unwrap();
+        let stale = first.clone();
+        table.apply(&first).unwrap();
+        assert!(matches!(plan(&table, "audit"), Err(AssignmentError::SubscriptionExists { .. })));
+        let replayed = AssignmentUpdate { version: table.next_version(), ..stale };
+        assert!(table.apply(&replayed).is_err(), "a second subscribe of one name");
+        for n in 0..SUBSCRIPTIONS_PER_QUEUE_MAX - 2 {
+            let update = plan(&table, &format!("s{n}")).unwrap();
+            table.apply(&update).unwrap();
+        }
+        let full = plan(&table, "one-more");
+        assert!(matches!(full, Err(AssignmentError::InvalidSubscription { .. })), "{full:?}");
+        let gone = table.plan_unsubscribe(jobs.clone(), "nope".to_owned());
+        assert!(matches!(gone, Err(AssignmentError::SubscriptionNotFound { .. })));
+        let default = table.plan_unsubscribe(jobs.clone(), "default".to_owned());
+        assert!(matches!(default, Err(AssignmentError::InvalidSubscription { .. })));
+        let delete = table.plan_unsubscribe(jobs.clone(), "audit".to_owned()).unwrap();
+        table.apply(&delete).unwrap();
+        assert_eq!(table.queue(&jobs).unwrap().subscriptions.id("audit"), None);
+    }
+}
