@@ -26,7 +26,8 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use spool_broker::clock::instant_now;
 use spool_broker::queue::{
     ClaimRequest, EnqueueDecision, EnqueueMeta, EnqueueRequest, Event, LeaderEpoch, MessageId,
-    Millis, Offset, PartitionContext, PartitionId, PartitionState, QueueConfig, QueueId, WorkerId,
+    Millis, Offset, PartitionContext, PartitionId, PartitionState, QueueConfig, QueueId,
+    SubscriptionId, WorkerId,
 };
 
 /// The backlog every claim+ack cycle runs against.
@@ -127,7 +128,7 @@ fn bench_claim_ack(c: &mut Criterion) {
     for credits in [1u32, 64] {
         let mut backlog = Backlog::new(0);
         let request = ClaimRequest {
-            sub: spool_broker::queue::SubscriptionId::DEFAULT,
+            sub: SubscriptionId::DEFAULT,
             worker: WorkerId(3),
             credits,
             max_bytes: u64::MAX,
@@ -150,6 +151,55 @@ fn bench_claim_ack(c: &mut Criterion) {
                     left -= chunk;
                 }
                 total
+            });
+        });
+    }
+    group.finish();
+}
+
+/// Fan-out: one log, `subs` subscriptions (the default and `subs - 1`
+/// started at offset 0) each with a standing backlog of `FAN_BACKLOG`; one
+/// cycle enqueues 64 records and has every subscription claim and ack 64.
+/// Throughput counts the records enqueued, so the time per element is what
+/// one record costs delivered to every subscription; how it grows with
+/// `subs` is the cost of a subscription (`docs/design/subscriptions.md`).
+const FAN_BACKLOG: u64 = 100_000;
+
+fn bench_fan_out(c: &mut Criterion) {
+    let mut group = c.benchmark_group("fan_out");
+    group.measurement_time(Duration::from_secs(5));
+    group.throughput(Throughput::Elements(64));
+    for subs in [1u16, 3, 10] {
+        let mut state = new_state(0);
+        for sub in 1..subs {
+            let start =
+                Event::SubscriptionStarted { sub: SubscriptionId(sub), from: Offset(0), at_ms: 0 };
+            apply(&mut state, &start);
+        }
+        let mut next = 0u64;
+        for _ in 0..FAN_BACKLOG {
+            apply(&mut state, &enqueued(next));
+            next += 1;
+        }
+        let requests: Vec<ClaimRequest> = (0..subs)
+            .map(|sub| ClaimRequest {
+                sub: SubscriptionId(sub),
+                worker: WorkerId(3),
+                credits: 64,
+                max_bytes: u64::MAX,
+                lease_ms: None,
+            })
+            .collect();
+        group.bench_function(BenchmarkId::new("subscriptions", subs), |b| {
+            b.iter(|| {
+                for _ in 0..64 {
+                    apply(&mut state, &enqueued(next));
+                    next += 1;
+                }
+                let now = time_ms(next);
+                for request in &requests {
+                    black_box(claim_ack(&mut state, now, request));
+                }
             });
         });
     }
@@ -294,5 +344,12 @@ fn bench_dedupe(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_claim_ack, bench_enqueue_apply, bench_snapshot, bench_dedupe);
+criterion_group!(
+    benches,
+    bench_claim_ack,
+    bench_fan_out,
+    bench_enqueue_apply,
+    bench_snapshot,
+    bench_dedupe
+);
 criterion_main!(benches);
