@@ -76,7 +76,7 @@ impl SpoolHandler {
         *timed = Some((partition.clone(), RequestOp::Claim));
         // The table names the subscription; this partition's log does not
         // start it yet (its leader appends the start): nothing to claim.
-        if !partition.subscriptions().contains(&sub) {
+        if sub != SubscriptionId::DEFAULT && !partition.has_subscription(sub) {
             self.state.subscriptions_changed_by_name(queue);
             return Ok(Vec::new());
         }

@@ -63,7 +63,7 @@ impl SpoolHandler {
                     .filter(|(name, _, served)| {
                         *name == queue
                             && served.partition.serving()
-                            && served.partition.subscriptions().contains(&sub)
+                            && served.partition.has_subscription(sub)
                     })
                     .map(|(_, _, served)| served.clone())
                     .collect()
