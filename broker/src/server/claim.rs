@@ -118,13 +118,7 @@ impl SpoolHandler {
             Ok(claimed) => partition.requests.claimed(claimed),
             Err(failure) => partition.requests.failed(failure),
         }
-        if let (Some(held), Ok(claimed)) = (reservation, &claimed) {
-            held.settle(
-                claimed
-                    .iter()
-                    .map(|item| (item.delivery.token.to_bytes(), item.delivery.deadline_ms)),
-            );
-        }
+        settle(reservation, &claimed);
         claimed.map_err(|failure| claim_failed(connection, queue, claim.partition, &failure))
     }
 
@@ -247,13 +241,7 @@ impl SpoolHandler {
         };
         drop(slot);
         drop(registration);
-        if let (Some(held), Ok(claimed)) = (reservation, &claimed) {
-            held.settle(
-                claimed
-                    .iter()
-                    .map(|item| (item.delivery.token.to_bytes(), item.delivery.deadline_ms)),
-            );
-        }
+        settle(reservation, &claimed);
         claimed
     }
 
@@ -365,7 +353,20 @@ type Visited = (PartitionId, Rc<Served>);
 
 /// A claim's failure as the client sees it; the waiter bounds are also
 /// recorded in the connection's rejections.
-fn claim_failed(
+/// Gives a claim's quota reservation back but for what it delivered (the
+/// tokens and deadlines its leases hold).
+pub(super) fn settle<E>(
+    reservation: Option<super::quota::ClaimReservation>,
+    claimed: &Result<Vec<crate::partition::Claimed>, E>,
+) {
+    if let (Some(held), Ok(claimed)) = (reservation, claimed) {
+        held.settle(
+            claimed.iter().map(|item| (item.delivery.token.to_bytes(), item.delivery.deadline_ms)),
+        );
+    }
+}
+
+pub(super) fn claim_failed(
     connection: &Connection,
     queue: &str,
     partition: PartitionId,

@@ -12,11 +12,13 @@ use std::rc::Rc;
 use spool_wire::proto::{self, ErrorResponse};
 use spool_wire::ErrorCode;
 
+use super::claim::{claim_failed, settle};
 use super::handler::{error, partition_error, SpoolHandler, Timed};
 use super::limits::SUBSCRIPTION_CLAIM_POLL;
 use super::Served;
 use crate::net::connection::{ClaimRegistration, Connection};
 use crate::partition::signal::ClaimCancel;
+use crate::partition::PartitionError;
 use crate::queue::{ClaimRequest, SubscriptionId};
 use crate::shard::report::RequestOp;
 
@@ -36,10 +38,9 @@ impl SpoolHandler {
         let cancel = match &registration {
             Some(Ok(registered)) => registered.cancel(),
             Some(Err(waiting_max)) => {
-                return Err(error(
-                    ErrorCode::Throttled,
-                    format!("the connection already has {waiting_max} claims waiting"),
-                ));
+                let failure =
+                    PartitionError::TooManyWaitersOnConnection { waiting_max: *waiting_max };
+                return Err(claim_failed(connection, queue, claim.partition, &failure));
             }
             None => &unregistered,
         };
@@ -132,13 +133,7 @@ impl SpoolHandler {
             }
         };
         drop(registration);
-        if let (Some(held), Ok(claimed)) = (reservation, &claimed) {
-            held.settle(
-                claimed
-                    .iter()
-                    .map(|item| (item.delivery.token.to_bytes(), item.delivery.deadline_ms)),
-            );
-        }
+        settle(reservation, &claimed);
         claimed
     }
 }

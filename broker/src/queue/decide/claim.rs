@@ -247,19 +247,6 @@ impl PartitionState {
         decision.events.clear();
         decision.deliveries.clear();
         let s = self.sub_at(request.sub)?;
-        self.claim_at(s, now, request, durable_end, decision)
-    }
-
-    fn claim_at(
-        &self,
-        s: usize,
-        now: Millis,
-        request: &ClaimRequest,
-        durable_end: Offset,
-        decision: &mut ClaimDecision,
-    ) -> Result<(), QueueError> {
-        decision.events.clear();
-        decision.deliveries.clear();
         decision.exhausted = false;
         Self::check_credits(request.credits)?;
         let lease_ms = self.lease(request.lease_ms)?;
@@ -385,19 +372,6 @@ impl PartitionState {
         decision.events.clear();
         decision.deliveries.clear();
         let s = self.sub_at(request.sub)?;
-        self.claim_dead_at(s, now, request, durable_end, decision)
-    }
-
-    fn claim_dead_at(
-        &self,
-        s: usize,
-        now: Millis,
-        request: &ClaimRequest,
-        durable_end: Offset,
-        decision: &mut ClaimDecision,
-    ) -> Result<(), QueueError> {
-        decision.events.clear();
-        decision.deliveries.clear();
         decision.exhausted = false;
         Self::check_credits(request.credits)?;
         let lease_ms = self.lease(request.lease_ms)?;
