@@ -56,20 +56,9 @@ impl SpoolHandler {
             _ => (claim.queue, Lane::Main),
         };
         let sub = self.subscription_of(queue, claim.subscription)?;
-        if claim.partition == PartitionId::ANY && sub != SubscriptionId::DEFAULT {
-            if lane == Lane::DeadLetter {
-                return Err(error(
-                    ErrorCode::InvalidArgument,
-                    format!("name a partition of {queue} to claim its dead letters"),
-                ));
-            }
-            return self
-                .claim_any_sub(claim, queue, sub, registration, connection, grants, timed)
-                .await;
-        }
         if claim.partition == PartitionId::ANY {
             return self
-                .claim_any(claim, queue, lane, registration, connection, grants, timed)
+                .claim_any(claim, queue, lane, sub, registration, connection, grants, timed)
                 .await;
         }
         let partition = self.route(queue, claim.partition)?;
@@ -148,13 +137,14 @@ impl SpoolHandler {
     /// ring (bounded as a partition's waiters are, by
     /// `CLAIM_WAITERS_MAX` per queue and shard and by the connection's own
     /// bound) until a partition is listed, the wait ends, or the claim is
-    /// cancelled. Main lane only.
+    /// cancelled. Main lane only. Each subscription has its own ring.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn claim_any(
         &self,
         claim: &proto::ClaimRequest<'_>,
         queue: &str,
         lane: Lane,
+        sub: SubscriptionId,
         registration: Option<Result<ClaimRegistration<'_>, usize>>,
         connection: &Connection,
         grants: &crate::auth::Grants,
@@ -169,7 +159,20 @@ impl SpoolHandler {
                 ),
             ));
         }
-        let Some(ring) = self.state.partitions.borrow().ready(queue) else {
+        // The default's ring is there from the queue's first partition;
+        // another's is made now if need be, dropping those of subscriptions
+        // the table no longer names.
+        let ring = if sub == SubscriptionId::DEFAULT {
+            self.state.partitions.borrow().ready(queue, sub, |_| true)
+        } else {
+            let table = self.state.table.borrow();
+            let named = QueueName::new(queue).ok().and_then(|name| table.queue(&name));
+            let live = |id: SubscriptionId| {
+                named.is_some_and(|entry| entry.subscriptions.name(id).is_some())
+            };
+            self.state.partitions.borrow().ready(queue, sub, live)
+        };
+        let Some(ring) = ring else {
             if !self.queue_exists(queue) {
                 return Err(error(
                     ErrorCode::QueueNotFound,
@@ -207,7 +210,7 @@ impl SpoolHandler {
         let mut give_up = std::pin::pin!(ended_or_deadline(connection, wait_ms));
         let mut slot = None;
         let claimed = loop {
-            let found = self.visit_ready(&ring, queue, claim, credits, cancel, timed).await;
+            let found = self.visit_ready(&ring, queue, sub, claim, credits, cancel, timed).await;
             match found {
                 Ok(found) if found.is_empty() => {}
                 other => break other,
@@ -249,10 +252,12 @@ impl SpoolHandler {
     /// listed when it starts is visited at most once. A partition's error
     /// ends the pass: with deliveries already taken they are answered (the
     /// failing partition stays listed), else the error is.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn visit_ready(
         &self,
         ring: &ReadyRing,
         queue: &str,
+        sub: SubscriptionId,
         claim: &proto::ClaimRequest<'_>,
         credits: u32,
         cancel: &ClaimCancel,
@@ -263,7 +268,7 @@ impl SpoolHandler {
         let mut bytes_left = u64::from(claim.max_bytes);
         let lease_ms = (claim.lease_ms > 0).then_some(u64::from(claim.lease_ms));
         let request = |credits: u32, max_bytes: u64| ClaimRequest {
-            sub: SubscriptionId::DEFAULT,
+            sub,
             worker: claim.worker,
             credits,
             max_bytes,
@@ -280,6 +285,12 @@ impl SpoolHandler {
             // A replicated member that stopped serving since it was listed:
             // listed again once it leads.
             if !served.partition.serving() {
+                continue;
+            }
+            // The subscription not started in this partition's log yet:
+            // listed again by the start (`Partition::log_subscriptions`).
+            if sub != SubscriptionId::DEFAULT && !served.partition.has_subscription(sub) {
+                self.state.subscriptions_changed_by_name(queue);
                 continue;
             }
             let mut positions = Vec::new();

@@ -7,6 +7,3 @@ use std::time::Duration;
 /// subscriptions the table names (`server/subscriptions.rs`); a table
 /// change starts its queue's pass at once.
 pub const SUBSCRIPTION_WATCH_INTERVAL: Duration = Duration::from_millis(250);
-/// How often a Claim of partition ANY in a subscription other than the
-/// default looks again while it waits (`server/claim_sub.rs`).
-pub const SUBSCRIPTION_CLAIM_POLL: Duration = Duration::from_millis(20);

@@ -56,7 +56,6 @@
 
 pub mod auth;
 mod claim;
-mod claim_sub;
 pub mod cluster;
 pub mod convert;
 pub mod counters;
@@ -408,7 +407,7 @@ impl ShardState {
         let partitions = self.partitions.borrow();
         let on_partitions: usize =
             partitions.values().map(|served| served.partition.claims_waiting()).sum();
-        let on_rings: usize = partitions.rings().map(|ring| ring.waiters().claims_waiting()).sum();
+        let on_rings: usize = partitions.rings().map(|rings| rings.claims_waiting()).sum();
         u64::try_from(on_partitions + on_rings).unwrap_or(u64::MAX)
     }
 

@@ -253,16 +253,16 @@ impl ShardState {
         served.partition.set_state_memory(self.state_memory.clone());
         // The first tick looks at it (the replay may have restored timers).
         self.tick_plan.touch(&served);
-        let ring = self.partitions.borrow_mut().insert(queue.as_str(), partition, served.clone());
+        let rings = self.partitions.borrow_mut().insert(queue.as_str(), partition, served.clone());
         // Listed at once: the replay may have restored ready messages; the
         // first claim of any partition that finds it exhausted drops it.
-        let weak = Rc::downgrade(&ring);
+        let weak = Rc::downgrade(&rings);
         served.partition.set_ready_hook(Rc::new(move |count| {
-            if let Some(ring) = weak.upgrade() {
-                ring.mark(partition, count);
+            if let Some(rings) = weak.upgrade() {
+                rings.mark(partition, count);
             }
         }));
-        ring.mark(partition, 0);
+        rings.mark(partition, 0);
         Ok(())
     }
 

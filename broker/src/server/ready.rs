@@ -29,13 +29,23 @@
 //! Listing is O(1) (a flag per partition number and a queue), a partition
 //! is listed at most once, and the ring holds at most the queue's
 //! partitions (bounded by `PARTITIONS_MAX`). It names no runtime.
+//!
+//! Each subscription of the queue has its own ring ([`ReadyRings`]): the
+//! default's is made with the queue's first partition, another's with the
+//! first claim of any partition in it, listing every partition the shard
+//! serves. A partition's wake does not say which subscription it is for,
+//! so it lists the partition in every ring of the queue (at most
+//! `SUBSCRIPTIONS_PER_QUEUE_MAX`): a ring may list a partition with
+//! nothing for its subscription, which the next visit finds exhausted and
+//! drops, but never misses one with something claimable.
 
 use std::cell::RefCell;
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
+use std::rc::Rc;
 
 pub use crate::limits::{CLAIM_ANY_PEEK_MESSAGES_MAX, CLAIM_ANY_VISIT_PARTITIONS_MAX};
 use crate::partition::signal::Signal;
-use crate::queue::PartitionId;
+use crate::queue::{PartitionId, SubscriptionId};
 
 /// How much one partition of a visit takes: the messages before the next
 /// partition's first (at least one), or, for the last, all it can.
@@ -147,6 +157,73 @@ impl ReadyRing {
     }
 }
 
+/// The ready rings of one queue on one shard, one per subscription a claim
+/// of any partition has asked for (see the module doc).
+#[derive(Debug, Default)]
+pub struct ReadyRings {
+    default: Rc<ReadyRing>,
+    others: RefCell<BTreeMap<SubscriptionId, Rc<ReadyRing>>>,
+}
+
+impl ReadyRings {
+    /// The ring of `sub`. A subscription other than the default gets its
+    /// ring on first use, with `partitions` (every partition of the queue
+    /// the shard serves) listed; rings of subscriptions not in `live` (the
+    /// ones the table names now) are closed and dropped then, so the map
+    /// holds at most the queue's live subscriptions.
+    pub fn ring(
+        &self,
+        sub: SubscriptionId,
+        partitions: impl Iterator<Item = PartitionId>,
+        live: impl Fn(SubscriptionId) -> bool,
+    ) -> Rc<ReadyRing> {
+        if sub == SubscriptionId::DEFAULT {
+            return Rc::clone(&self.default);
+        }
+        if let Some(ring) = self.others.borrow().get(&sub) {
+            return Rc::clone(ring);
+        }
+        let mut others = self.others.borrow_mut();
+        others.retain(|id, ring| {
+            let keep = live(*id);
+            if !keep {
+                ring.close();
+            }
+            keep
+        });
+        let ring = Rc::new(ReadyRing::default());
+        for partition in partitions {
+            ring.keep(partition);
+        }
+        others.insert(sub, Rc::clone(&ring));
+        ring
+    }
+
+    /// `partition` may have `count` claimable messages in some
+    /// subscription: [`ReadyRing::mark`] on every ring.
+    pub fn mark(&self, partition: PartitionId, count: usize) {
+        self.default.mark(partition, count);
+        for ring in self.others.borrow().values() {
+            ring.mark(partition, count);
+        }
+    }
+
+    /// Claims waiting on any of the rings.
+    pub fn claims_waiting(&self) -> usize {
+        let others: usize =
+            self.others.borrow().values().map(|ring| ring.waiters().claims_waiting()).sum();
+        self.default.waiters().claims_waiting() + others
+    }
+
+    /// [`ReadyRing::close`] on every ring.
+    pub fn close(&self) {
+        self.default.close();
+        for ring in std::mem::take(&mut *self.others.borrow_mut()).into_values() {
+            ring.close();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,5 +278,32 @@ mod tests {
         ring.mark(PartitionId(2), 1);
         ring.close();
         assert!(ring.is_empty() && !ring.is_listed(PartitionId(2)));
+    }
+
+    // Goal: a subscription's ring starts with every served partition listed,
+    // a wake lists its partition in every subscription's ring, and a ring
+    // of a subscription the table no longer names is dropped when another
+    // is made; method: rings by hand.
+    #[test]
+    fn every_subscription_ring_hears_every_wake() {
+        let rings = ReadyRings::default();
+        let (one, two) = (SubscriptionId(1), SubscriptionId(2));
+        let default = rings.ring(SubscriptionId::DEFAULT, std::iter::empty(), |_| true);
+        assert!(default.is_empty(), "the default's ring is listed by wakes only");
+        let first = rings.ring(one, [PartitionId(0), PartitionId(2)].into_iter(), |_| true);
+        assert_eq!(first.len(), 2, "a new ring lists every served partition");
+        assert!(first.is_listed(PartitionId(0)) && first.is_listed(PartitionId(2)));
+        rings.mark(PartitionId(5), 1);
+        assert!(default.is_listed(PartitionId(5)) && first.is_listed(PartitionId(5)));
+        assert!(Rc::ptr_eq(&first, &rings.ring(one, std::iter::empty(), |_| true)));
+        // Subscription 1 ended: making 2's ring drops and closes 1's.
+        let second = rings.ring(two, [PartitionId(5)].into_iter(), |sub| sub != one);
+        assert!(first.is_empty(), "closed");
+        rings.mark(PartitionId(7), 1);
+        assert!(second.is_listed(PartitionId(7)) && !first.is_listed(PartitionId(7)));
+        let fresh = rings.ring(one, std::iter::empty(), |_| true);
+        assert!(!Rc::ptr_eq(&first, &fresh));
+        rings.close();
+        assert!(default.is_empty() && second.is_empty() && fresh.is_empty());
     }
 }

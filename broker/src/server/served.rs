@@ -1,21 +1,22 @@
 //! The partitions a shard serves, looked up by queue name and partition
 //! without allocating: every data-path request does one lookup, and a key
 //! of `(String, PartitionId)` needed an owned `String` for each. Each
-//! queue also has its ready ring here (`ready.rs`), made with its first
-//! partition and closed when the queue stops being served.
+//! queue also has its ready rings here (`ready.rs`, one per subscription
+//! claimed from), made with its first partition and closed when the queue
+//! stops being served.
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
-use super::ready::ReadyRing;
+use super::ready::{ReadyRing, ReadyRings};
 use super::Served;
-use crate::queue::PartitionId;
+use crate::queue::{PartitionId, SubscriptionId};
 
-/// The partitions of one queue this shard serves, and their ready ring.
+/// The partitions of one queue this shard serves, and their ready rings.
 #[derive(Default)]
 struct QueueServed {
     partitions: BTreeMap<PartitionId, Rc<Served>>,
-    ready: Rc<ReadyRing>,
+    ready: Rc<ReadyRings>,
 }
 
 /// Served partitions by queue name, then partition.
@@ -30,13 +31,21 @@ impl ServedMap {
         self.queues.get(queue)?.partitions.get(&partition)
     }
 
-    /// The ready ring of `queue`, if this shard serves any of its partitions.
-    pub fn ready(&self, queue: &str) -> Option<Rc<ReadyRing>> {
-        self.queues.get(queue).map(|served| Rc::clone(&served.ready))
+    /// The ready ring of subscription `sub` of `queue`, if this shard
+    /// serves any of its partitions (`live`: whether the table names a
+    /// subscription, see [`ReadyRings::ring`]).
+    pub fn ready(
+        &self,
+        queue: &str,
+        sub: SubscriptionId,
+        live: impl Fn(SubscriptionId) -> bool,
+    ) -> Option<Rc<ReadyRing>> {
+        let served = self.queues.get(queue)?;
+        Some(served.ready.ring(sub, served.partitions.keys().copied(), live))
     }
 
-    /// The ready ring of every queue served here.
-    pub fn rings(&self) -> impl Iterator<Item = &Rc<ReadyRing>> + '_ {
+    /// The ready rings of every queue served here.
+    pub fn rings(&self) -> impl Iterator<Item = &Rc<ReadyRings>> + '_ {
         self.queues.values().map(|served| &served.ready)
     }
 
@@ -63,26 +72,26 @@ impl ServedMap {
         self.queues.values().flat_map(|served| served.partitions.values())
     }
 
-    /// Adds (or replaces) `queue`/`partition`; returns the queue's ready ring.
+    /// Adds (or replaces) `queue`/`partition`; returns the queue's ready rings.
     pub fn insert(
         &mut self,
         queue: &str,
         partition: PartitionId,
         served: Rc<Served>,
-    ) -> Rc<ReadyRing> {
+    ) -> Rc<ReadyRings> {
         let entry = self.queues.entry(queue.to_owned()).or_default();
         entry.partitions.insert(partition, served);
         Rc::clone(&entry.ready)
     }
 
     /// Removes one partition (its replica moved to another node); the
-    /// queue's ready ring stays for the others.
+    /// queue's ready rings stay for the others.
     pub fn remove(&mut self, queue: &str, partition: PartitionId) -> Option<Rc<Served>> {
         self.queues.get_mut(queue)?.partitions.remove(&partition)
     }
 
     /// Removes every partition of `queue`, in partition order, and closes
-    /// its ready ring (claims waiting on it answer empty).
+    /// its ready rings (claims waiting on them answer empty).
     pub fn remove_queue(&mut self, queue: &str) -> Vec<((String, PartitionId), Rc<Served>)> {
         self.queues.remove_entry(queue).map_or_else(Vec::new, |(name, served)| {
             served.ready.close();
