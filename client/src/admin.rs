@@ -1,21 +1,26 @@
 //! [`Admin`]: the control plane — create, delete, list and describe queues;
-//! peek, purge, list dead letters and redrive. Queue-wide operations go to the
-//! bootstrap shard (creates and deletes on to a cluster's controller leader
-//! when the bootstrap names it); partition-scoped ones (peek, purge, dead
-//! letters, redrive) go to the partition's owner through
+//! create and delete a queue's subscriptions; peek, purge, list dead letters
+//! and redrive. Queue-wide operations go to the bootstrap shard (creates and
+//! deletes, of queues and of subscriptions, on to a cluster's controller
+//! leader when the bootstrap names it); partition-scoped ones (peek, purge,
+//! dead letters, redrive) go to the partition's owner through
 //! [`Client::partition_call`], like data.
 //!
 //! It owns no state beyond the [`Client`]; after a create or delete it drops
 //! the queue's cached metadata so the next send sees the new layout.
 
 use spool_wire::proto::{
-    AssignmentVersion, Backoff, BackoffKind, CreateQueueRequest, DeadLetter, DeadLettersRequest,
-    DeleteQueueRequest, DescribeQueueRequest, DescribeQueueResponse, ListQueuesRequest, Offset,
-    PartitionId, PeekRequest, PeekedMessage, PurgeRequest, QueueConfig, QueueSummary,
-    RedriveRequest, RedriveTarget, Request, ResizeQueueRequest, Response,
+    AssignmentVersion, Backoff, BackoffKind, CreateQueueRequest, CreateSubscriptionRequest,
+    CreateSubscriptionResponse, DeadLetter, DeadLettersRequest, DeleteQueueRequest,
+    DeleteSubscriptionRequest, DescribeQueueRequest, DescribeQueueResponse, ListQueuesRequest,
+    Offset, PartitionId, PeekRequest, PeekedMessage, PurgeRequest, QueueConfig, QueueSummary,
+    RedriveRequest, RedriveTarget, Request, ResizeQueueRequest, Response, SubscriptionStart,
+    SubscriptionStats, DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS,
 };
+use spool_wire::ErrorCode;
 
 use crate::client::Client;
+use crate::connection::Connection;
 use crate::error::ClientError;
 use crate::limits::{DEDUPE_WINDOW_MS_DEFAULT, LEASE_MS_DEFAULT};
 
@@ -187,23 +192,30 @@ impl Admin {
         }
     }
 
-    /// A queue's configuration and per-partition counts, sorted by
-    /// partition.
+    /// A queue's configuration, per-partition counts sorted by partition,
+    /// and its subscriptions (the default first) with their counters.
     ///
     /// A shard reports only the partitions it owns (shards share no state),
     /// so this asks the bootstrap shard first, then the owner of every
-    /// partition still missing (per fresh metadata), and merges. A partition
-    /// its owner does not serve (not open) is absent from the result.
+    /// partition still missing (per fresh metadata), and merges: each
+    /// subscription's counters are summed over the shards' answers (the
+    /// ages: the largest). A partition its owner does not serve (not open)
+    /// is absent from the result, and so are its counters from the
+    /// subscriptions'.
+    ///
+    /// Each shard is asked DescribeQueue v2
+    /// ([`DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS`]); a broker from before it
+    /// answers `UNSUPPORTED_VERSION` and is asked v1 instead, whose answer
+    /// names no subscription: against such a broker
+    /// [`subscriptions`](DescribeQueueResponse::subscriptions) is empty
+    /// (not even the default is listed; its counts are the partitions').
     ///
     /// # Errors
     /// `QUEUE_NOT_FOUND`, or a transport error.
     pub async fn describe_queue(&self, name: &str) -> Result<DescribeQueueResponse, ClientError> {
         let request = DescribeQueueRequest { name: name.to_owned() };
-        let mut merged =
-            match self.control(Request::DescribeQueue(request.clone())).await?.response()? {
-                Response::DescribeQueue(response) => response,
-                _ => return Err(unexpected("describe queue")),
-            };
+        let bootstrap = self.client.connection(self.client.bootstrap()).await?;
+        let mut merged = describe_at(&bootstrap, &request).await?;
         self.client.refresh_metadata(&[name]).await?;
         let partitions = self.client.partitions(name).await?;
         let mut asked: Vec<String> = Vec::new();
@@ -216,19 +228,86 @@ impl Admin {
                 continue;
             }
             let connection = self.client.connection(&addr).await?;
-            let bytes = connection.call(&Request::DescribeQueue(request.clone())).await?;
-            let Response::DescribeQueue(response) = bytes.response()? else {
-                return Err(unexpected("describe queue"));
-            };
+            let response = describe_at(&connection, &request).await?;
+            let mut added = false;
             for stats in response.partitions {
                 if !merged.partitions.iter().any(|known| known.partition == stats.partition) {
                     merged.partitions.push(stats);
+                    added = true;
                 }
+            }
+            // A shard's subscription counters cover the partitions it
+            // reported: added only when it brought partitions not yet
+            // counted.
+            if added {
+                merge_subscriptions(&mut merged.subscriptions, response.subscriptions);
             }
             asked.push(addr);
         }
         merged.partitions.sort_by_key(|stats| stats.partition);
         Ok(merged)
+    }
+
+    /// Adds subscription `name` to `queue`, starting at `start` on each
+    /// partition (`Latest`: only what is enqueued after; `Earliest`: every
+    /// record a partition still has to deliver). Routed as
+    /// [`create_queue`](Self::create_queue). Answered once the table holds
+    /// it and every shard of the answering node applied it; each
+    /// partition's leader then starts it in its log, within a turn of its
+    /// subscription watch (a claim for it until then is answered
+    /// `SUBSCRIPTION_NOT_FOUND` on that partition, or waits, as the
+    /// consumer's long-poll does). Returns the table version and the
+    /// subscription's id.
+    ///
+    /// # Errors
+    /// `QUEUE_NOT_FOUND`; `INVALID_ARGUMENT` for a name the queue has
+    /// already, `default`, a bad name, or a queue with the most
+    /// subscriptions it may have; `UNKNOWN_API` from a broker that
+    /// predates subscription admin over the wire;
+    /// [`ClientError::ControlRouteExhausted`], or a transport error.
+    pub async fn create_subscription(
+        &self,
+        queue: &str,
+        name: &str,
+        start: SubscriptionStart,
+    ) -> Result<CreateSubscriptionResponse, ClientError> {
+        let request = Request::CreateSubscription(CreateSubscriptionRequest {
+            queue: queue.to_owned(),
+            name: name.to_owned(),
+            start,
+        });
+        let bytes = self.client.catalog_call("create subscription", &request).await?;
+        match bytes.response()? {
+            Response::CreateSubscription(response) => Ok(response),
+            _ => Err(unexpected("create subscription")),
+        }
+    }
+
+    /// Deletes subscription `name` of `queue`: its claims, leases and dead
+    /// letters go; records only it still held become releasable. Routed as
+    /// [`create_queue`](Self::create_queue); returns the table version
+    /// without it.
+    ///
+    /// # Errors
+    /// `QUEUE_NOT_FOUND`; `SUBSCRIPTION_NOT_FOUND` for a name the queue
+    /// does not have; `INVALID_ARGUMENT` for `default` (it is never
+    /// deleted) or a bad name; `UNKNOWN_API` from a broker that predates
+    /// subscription admin over the wire;
+    /// [`ClientError::ControlRouteExhausted`], or a transport error.
+    pub async fn delete_subscription(
+        &self,
+        queue: &str,
+        name: &str,
+    ) -> Result<AssignmentVersion, ClientError> {
+        let request = Request::DeleteSubscription(DeleteSubscriptionRequest {
+            queue: queue.to_owned(),
+            name: name.to_owned(),
+        });
+        let bytes = self.client.catalog_call("delete subscription", &request).await?;
+        match bytes.response()? {
+            Response::DeleteSubscription(response) => Ok(response.assignment_version),
+            _ => Err(unexpected("delete subscription")),
+        }
     }
 
     /// Up to `max` messages of a partition from `from_offset`, without
@@ -305,5 +384,81 @@ impl Admin {
             answer!(Redrive.count),
         )
         .await
+    }
+}
+
+/// DescribeQueue at one shard: v2, with the subscriptions, or v1 from a
+/// broker that does not speak v2 (its answer lists none).
+async fn describe_at(
+    connection: &Connection,
+    request: &DescribeQueueRequest,
+) -> Result<DescribeQueueResponse, ClientError> {
+    let request = Request::DescribeQueue(request.clone());
+    let bytes = match connection.call_version(&request, DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS).await
+    {
+        Err(error) if error.code() == Some(ErrorCode::UnsupportedVersion) => {
+            connection.call(&request).await?
+        }
+        answer => answer?,
+    };
+    match bytes.response()? {
+        Response::DescribeQueue(response) => Ok(response),
+        _ => Err(unexpected("describe queue")),
+    }
+}
+
+/// Adds another shard's subscription rows to `merged`: a subscription
+/// both list (by id and name) is merged ([`SubscriptionStats::merge`]), one
+/// only `more` lists (made between the two answers) is appended.
+fn merge_subscriptions(merged: &mut Vec<SubscriptionStats>, more: Vec<SubscriptionStats>) {
+    for stats in more {
+        match merged.iter_mut().find(|known| known.id == stats.id && known.name == stats.name) {
+            Some(known) => known.merge(&stats),
+            None => merged.push(stats),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use spool_wire::proto::{SubscriptionStart, SubscriptionStats};
+
+    use super::merge_subscriptions;
+
+    fn row(name: &str, id: u16, ready: u64, age: u64) -> SubscriptionStats {
+        SubscriptionStats {
+            name: name.into(),
+            id,
+            start: SubscriptionStart::Earliest,
+            partitions: 1,
+            ready,
+            scheduled: 1,
+            claimed: 2,
+            dead_letters: 0,
+            oldest_ready_age_ms: age,
+            oldest_claim_age_ms: age * 2,
+            acked: 5,
+        }
+    }
+
+    // Goal: two shards' rows of one subscription add up (ages: the larger),
+    // and a subscription only the later answer lists is kept; method: two
+    // hand-made lists merged.
+    #[test]
+    fn subscription_rows_merge_across_shards() {
+        let mut merged = vec![row("default", 0, 3, 10), row("audit", 1, 4, 50)];
+        merge_subscriptions(
+            &mut merged,
+            vec![row("default", 0, 7, 30), row("audit", 1, 1, 20), row("late", 2, 9, 1)],
+        );
+        let summary: Vec<_> = merged
+            .iter()
+            .map(|s| (s.name.as_str(), s.partitions, s.ready, s.oldest_ready_age_ms, s.acked))
+            .collect();
+        assert_eq!(
+            summary,
+            [("default", 2, 10, 30, 10), ("audit", 2, 5, 50, 10), ("late", 1, 9, 1, 5)]
+        );
+        assert_eq!(merged[0].oldest_claim_age_ms, 60);
     }
 }

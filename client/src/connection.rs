@@ -32,7 +32,7 @@ use std::time::Duration;
 use spool_wire::batch::BatchBytes;
 use spool_wire::proto::{
     ApiKey, AuthenticateRequest, CorrelationId, Frame, FrameDecoder, FrameHeader, PingRequest,
-    Reply, Request, Response, CLAIM_VERSION_NOT_LEADER,
+    Reply, Request, Response, CLAIM_VERSION_NOT_LEADER, DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS,
 };
 use spool_wire::ErrorCode;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -412,9 +412,9 @@ impl Connection {
 
     /// Sends `request` and waits for its response, up to the configured
     /// request timeout. It goes as the newest version of its api key,
-    /// except a Claim of the default subscription, which goes as Claim v2
-    /// so that brokers from before subscriptions serve it
-    /// ([`request_version`]).
+    /// except a Claim of the default subscription, which goes as Claim v2,
+    /// and a DescribeQueue, which goes as v1, so that brokers from before
+    /// subscriptions serve them ([`request_version`]).
     ///
     /// # Errors
     /// The broker's error ([`ClientError::Server`], [`ClientError::NotOwner`]),
@@ -543,10 +543,15 @@ impl Connection {
 /// subscriptions speaks): only a claim for a named subscription needs
 /// [`CLAIM_VERSION_SUBSCRIPTION`](spool_wire::proto::CLAIM_VERSION_SUBSCRIPTION),
 /// so the default one is claimed from old
-/// and new brokers alike.
+/// and new brokers alike. A DescribeQueue goes as v1 for the same reason:
+/// only a caller that wants the subscriptions asks
+/// [`DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS`] by name (as
+/// [`Admin::describe_queue`](crate::Admin::describe_queue) does, falling
+/// back to v1 when the broker does not speak it).
 pub fn request_version(request: &Request<'_>) -> u16 {
     match request {
         Request::Claim(claim) if claim.subscription.is_empty() => CLAIM_VERSION_NOT_LEADER,
+        Request::DescribeQueue(_) => DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS - 1,
         other => other.api_key().max_version(),
     }
 }

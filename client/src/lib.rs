@@ -101,4 +101,7 @@ pub use liveness::Liveness;
 pub use producer::{Message, Producer, ProducerConfig, SendFuture};
 pub use routing::partition_for_key;
 pub use spool_wire;
+/// What [`Admin::create_subscription`] and [`Admin::describe_queue`] take and
+/// list, from the codec.
+pub use spool_wire::proto::{SubscriptionStart, SubscriptionStats};
 pub use tls::TlsConfig;

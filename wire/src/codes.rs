@@ -98,9 +98,10 @@ pub enum ErrorCode {
     /// The queue has no subscription of the name the request gave. Sent
     /// only to a Claim of
     /// [`CLAIM_VERSION_SUBSCRIPTION`](crate::proto::CLAIM_VERSION_SUBSCRIPTION)
-    /// or later, the first version that names a subscription (anything
-    /// older gets [`ErrorCode::InvalidArgument`] in its place,
-    /// [`ApiKey::answerable`](crate::proto::ApiKey::answerable)).
+    /// or later, the first version that names a subscription, and to
+    /// DeleteSubscription (a key newer than the code); anything else gets
+    /// [`ErrorCode::InvalidArgument`] in its place
+    /// ([`ApiKey::answerable`](crate::proto::ApiKey::answerable)).
     SubscriptionNotFound = 29,
 }
 

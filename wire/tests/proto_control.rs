@@ -141,6 +141,7 @@ fn control_responses_round_trip() {
                 draining: vec![PartitionId(0), PartitionId(3)],
                 held_from: 4,
             },
+            subscriptions: vec![],
         }),
         Response::Metadata(MetadataResponse {
             assignment_version: AssignmentVersion(42),

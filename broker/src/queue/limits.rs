@@ -90,8 +90,9 @@ pub const STORED_RUN_BYTES_MAX: u64 = 64;
 /// it to deliver keeps one.
 pub const SKIPPED_ENTRY_BYTES_MAX: u64 = 32;
 /// Most subscriptions a queue may have, the default included
-/// (`docs/design/subscriptions.md` §2).
-pub const SUBSCRIPTIONS_PER_QUEUE_MAX: usize = 16;
+/// (`docs/design/subscriptions.md` §2): the protocol's, which
+/// DescribeQueue v2 lists at most.
+pub const SUBSCRIPTIONS_PER_QUEUE_MAX: usize = wire::SUBSCRIPTIONS_PER_QUEUE_MAX;
 /// Most voters, and most learners, a replicated partition's group names
 /// in a checkpoint (`queue/members.rs`): a replication factor of at most 5
 /// and one replacement at a time keep it far below; a bound on what a

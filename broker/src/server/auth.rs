@@ -569,6 +569,8 @@ impl ShardAuth {
             Request::CreateQueue(create) => by_name(&create.name, Operation::Admin),
             Request::DeleteQueue(delete) => by_name(&delete.name, Operation::Admin),
             Request::ResizeQueue(resize) => by_name(&resize.name, Operation::Admin),
+            Request::CreateSubscription(create) => by_name(&create.queue, Operation::Admin),
+            Request::DeleteSubscription(delete) => by_name(&delete.queue, Operation::Admin),
             Request::DescribeQueue(describe) => by_name(&describe.name, Operation::Describe),
             Request::Peek(peek) => by_name(&peek.queue, Operation::Peek),
             Request::DeadLetters(list) => by_name(&list.queue, Operation::Peek),

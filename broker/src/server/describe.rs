@@ -1,7 +1,9 @@
 //! Answers about queues rather than messages: DescribeQueue (the
 //! partitions this shard owns — of a replicated one, only its leader
 //! answers, with the partition's term, committed index and the lag of its
-//! member furthest behind; a client asks every shard and merges) and
+//! member furthest behind; a client asks every shard and merges; from v2
+//! also the queue's subscriptions with their counters over those
+//! partitions, dropped by the encoder for older versions) and
 //! Metadata (every partition's shard address and leader epoch, from the
 //! shards' shared [`EpochBoard`](super::EpochBoard)). Read-only: this file
 //! must not change a partition or the catalog.
@@ -14,6 +16,7 @@ use spool_wire::ErrorCode;
 
 use super::convert::queue_config_to_wire;
 use super::handler::{error, Answer, SpoolHandler};
+use super::sub_admin::subscription_stats;
 use crate::control::assignment::QueueName;
 use crate::queue::PartitionId;
 
@@ -32,8 +35,13 @@ impl SpoolHandler {
             draining: entry.keys.draining.iter().copied().collect(),
             held_from: entry.keys.held_from,
         };
+        let named = entry.subscriptions.clone();
         drop(table);
         let mut partitions = Vec::new();
+        // The reported partitions and their default counters, for the
+        // subscriptions' rows (DescribeQueue v2).
+        let mut reported = Vec::new();
+        let mut defaults = Vec::new();
         for partition in (0..partition_count).map(PartitionId) {
             let Some(served) = self.state.partition(queue, partition) else { continue };
             // A replicated partition is described by its leader only: a
@@ -68,12 +76,18 @@ impl SpoolHandler {
                 lease_expired: counters.totals.lease_expired,
                 replication,
             });
+            defaults.push(counters);
+            reported.push(served);
         }
+        let subscriptions = subscription_stats(&named, &defaults, |sub| {
+            reported.iter().filter_map(|served| served.counters_of(sub)).collect()
+        });
         Ok(Response::DescribeQueue(DescribeQueueResponse {
             name: queue.to_owned(),
             config,
             partitions,
             keys,
+            subscriptions,
         }))
     }
 

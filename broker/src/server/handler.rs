@@ -373,6 +373,8 @@ impl SpoolHandler {
                 Ok(Response::DeleteQueue(DeleteQueueResponse { assignment_version: version }))
             }
             Request::ResizeQueue(resize) => self.resize(&resize.name, resize.partitions).await,
+            Request::CreateSubscription(create) => self.create_subscription(&create).await,
+            Request::DeleteSubscription(delete) => self.delete_subscription(&delete).await,
             Request::ListQueues(_) => {
                 let table = self.state.table.borrow();
                 let queues = table

@@ -74,6 +74,7 @@ pub mod quota;
 pub mod ready;
 mod served;
 mod snapshot;
+mod sub_admin;
 mod subscriptions;
 pub mod tick;
 

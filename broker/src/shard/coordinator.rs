@@ -353,6 +353,35 @@ impl CoordinatorHandle {
         Ok(version)
     }
 
+    /// [`change_subscription`](Self::change_subscription) for a shard's
+    /// frame handler: awaits glommio timers, never blocks the executor;
+    /// `timeout_ms` bounds the whole call. Must run on a glommio executor,
+    /// and never inside `ShardHooks::on_assignment` (see
+    /// [`create_queue_async`](Self::create_queue_async)).
+    ///
+    /// # Errors
+    /// As `change_subscription`: the table's refusal (`Assignment`),
+    /// `NotLeader`, `NoReply` (the change may or may not be made),
+    /// `Timeout` (made, not yet applied by every shard), control stopped
+    /// or busy.
+    pub async fn change_subscription_async(
+        &self,
+        queue: QueueName,
+        name: String,
+        start: Option<SubscriptionStart>,
+        timeout_ms: u64,
+    ) -> Result<AssignmentVersion, CoordinatorError> {
+        let change = match start {
+            Some(start) => KeyChange::Subscribe { queue, name, start },
+            None => KeyChange::Unsubscribe { queue, name },
+        };
+        let pending = self.submit(|reply| CoordinatorCommand::KeyChange { change, reply })?;
+        let mut polls_left = polls_for(timeout_ms);
+        let version = await_reply(&pending, &mut polls_left, timeout_ms).await?;
+        self.await_applied(version, &mut polls_left, timeout_ms).await?;
+        Ok(version)
+    }
+
     /// Moves `partition` of `queue`'s replica off node `from` onto node
     /// `to` (`spool cluster move`); returns the table version that holds
     /// the new set, once the controller committed it. The group's leader

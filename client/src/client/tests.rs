@@ -1,8 +1,8 @@
 //! Routing against fake nodes on loopback: catalog changes following
 //! `NOT_OWNER` to a cluster's controller leader (`control`), a data call
 //! whose owner went away dropping the cached metadata so the next call
-//! finds the new owner, and the Claim version a claim goes out as (with or
-//! without a subscription).
+//! finds the new owner, the Claim version a claim goes out as (with or
+//! without a subscription), and the DescribeQueue version a describe asks.
 
 #![allow(clippy::unwrap_used)] // test support: a failure here is a test failure
 
@@ -11,9 +11,10 @@ use std::time::Duration;
 
 use spool_wire::proto::{
     ApiKey, AssignmentVersion, ClaimResponse, CorrelationId, CreateQueueResponse,
-    DeleteQueueRequest, DeleteQueueResponse, ErrorResponse, FrameDecoder, LeaderEpoch,
-    MetadataResponse, NodeAddress, PartitionId, PartitionMetadata, ProtoError, PurgeResponse,
-    QueueMetadata, Request, Response,
+    DeleteQueueRequest, DeleteQueueResponse, DescribeQueueRequest, DescribeQueueResponse,
+    ErrorResponse, FrameDecoder, KeyMapStats, LeaderEpoch, MetadataResponse, NodeAddress,
+    PartitionId, PartitionMetadata, PartitionStats, ProtoError, PurgeResponse, QueueMetadata,
+    Request, Response, SubscriptionStart, SubscriptionStats,
 };
 use spool_wire::ErrorCode;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -459,4 +460,92 @@ async fn a_bad_subscription_name_is_refused_before_sending() {
         "{error:?}"
     );
     assert_eq!(error.code(), Some(ErrorCode::InvalidArgument));
+}
+
+/// A DescribeQueue answer for `jobs` (one partition) listing `subscriptions`.
+fn describe_answer(subscriptions: Vec<SubscriptionStats>) -> DescribeQueueResponse {
+    DescribeQueueResponse {
+        name: "jobs".into(),
+        config: default_queue_config(1),
+        partitions: vec![PartitionStats {
+            partition: PartitionId(0),
+            ready: 4,
+            scheduled: 0,
+            claimed: 1,
+            quarantined: 0,
+            expired: 0,
+            acked: 2,
+            bytes: 10,
+            oldest_ready_age_ms: 5,
+            released: 0,
+            lease_expired: 0,
+            replication: None,
+        }],
+        keys: KeyMapStats { version: 1, draining: vec![], held_from: 1 },
+        subscriptions,
+    }
+}
+
+// Goal: `Admin::describe_queue` asks DescribeQueue v2 and lists what a new
+// broker answers, and against a broker that predates v2 (it answers
+// UNSUPPORTED_VERSION) asks v1 and lists no subscription, while a plain
+// `Connection::call` of DescribeQueue goes as v1. Method: two fake nodes,
+// one speaking up to v2 and one up to v1, recording the versions asked.
+#[tokio::test]
+async fn describe_asks_version_2_and_falls_back_to_version_1() {
+    let listed = vec![SubscriptionStats {
+        name: "default".into(),
+        id: 0,
+        start: SubscriptionStart::Earliest,
+        partitions: 1,
+        ready: 4,
+        scheduled: 0,
+        claimed: 1,
+        dead_letters: 0,
+        oldest_ready_age_ms: 5,
+        oldest_claim_age_ms: 7,
+        acked: 2,
+    }];
+    for newest in [2u16, 1] {
+        let seen: Arc<Mutex<Vec<u16>>> = Arc::default();
+        let own_port = Arc::new(Mutex::new(0u16));
+        let handler = {
+            let (seen, own_port, listed) =
+                (Arc::clone(&seen), Arc::clone(&own_port), listed.clone());
+            move |request: &Request<'_>, id, version: u16| match request {
+                Request::Metadata(_) => partition_metadata(id, *own_port.lock().unwrap()),
+                Request::DescribeQueue(_) => {
+                    seen.lock().unwrap().push(version);
+                    let mut out = Vec::new();
+                    if version > newest {
+                        ErrorResponse::new(ErrorCode::UnsupportedVersion, "v2 unknown")
+                            .encode(id, ApiKey::DescribeQueue.as_u16(), version, &mut out)
+                            .unwrap();
+                    } else {
+                        Response::DescribeQueue(describe_answer(listed.clone()))
+                            .encode_version(id, version, &mut out)
+                            .unwrap();
+                    }
+                    out
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        };
+        let port = serve_versioned(Arc::new(handler)).await;
+        *own_port.lock().unwrap() = port;
+        let admin = Admin::new(Client::connect(&format!("127.0.0.1:{port}")).await.unwrap());
+        let described = bounded(admin.describe_queue("jobs")).await.unwrap();
+        assert_eq!(described.partitions.len(), 1);
+        let expected = if newest == 2 { listed.clone() } else { Vec::new() };
+        assert_eq!(described.subscriptions, expected, "broker speaking v{newest}");
+        let asked = if newest == 2 { vec![2] } else { vec![2, 1] };
+        assert_eq!(*seen.lock().unwrap(), asked, "broker speaking v{newest}");
+        // A plain call goes as v1 and reads no subscriptions.
+        let plain = Request::DescribeQueue(DescribeQueueRequest { name: "jobs".into() });
+        let connection = admin.client().connection(&format!("127.0.0.1:{port}")).await.unwrap();
+        let bytes = bounded(connection.call(&plain)).await.unwrap();
+        let Response::DescribeQueue(answer) = bytes.response().unwrap() else { panic!("not it") };
+        assert!(answer.subscriptions.is_empty());
+        assert_eq!(seen.lock().unwrap().last(), Some(&1));
+    }
 }

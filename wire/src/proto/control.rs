@@ -13,7 +13,9 @@
 //! required fields, vector counts, the codec macros); the messages live by
 //! group: `queues` (a queue's configuration, CreateQueue, DeleteQueue,
 //! ListQueues, DescribeQueue), `metadata` (where partitions live) and
-//! `inspect` (Peek, Purge, DeadLetters, Redrive).
+//! `inspect` (Peek, Purge, DeadLetters, Redrive), `resize` (ResizeQueue)
+//! and `subscriptions` (CreateSubscription, DeleteSubscription and the
+//! subscriptions DescribeQueue v2 lists).
 
 use flatbuffers::{FlatBufferBuilder, Follow, Vector, Verifiable, WIPOffset};
 
@@ -158,6 +160,7 @@ mod inspect;
 mod metadata;
 mod queues;
 mod resize;
+mod subscriptions;
 
 pub use inspect::{
     DeadLetter, DeadLettersRequest, DeadLettersResponse, MessageState, PeekRequest, PeekResponse,
@@ -171,3 +174,7 @@ pub use queues::{
     QueueSummary,
 };
 pub use resize::{ResizeQueueRequest, ResizeQueueResponse};
+pub use subscriptions::{
+    CreateSubscriptionRequest, CreateSubscriptionResponse, DeleteSubscriptionRequest,
+    DeleteSubscriptionResponse, SubscriptionStart, SubscriptionStats,
+};

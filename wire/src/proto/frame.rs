@@ -65,6 +65,11 @@ pub const CLAIM_VERSION_SUBSCRIPTION: u16 = 3;
 /// [`ErrorCode::KeyMoved`].
 pub const ENQUEUE_VERSION_KEY_MOVED: u16 = 2;
 
+/// The DescribeQueue version whose answer lists the queue's subscriptions
+/// with their counters (`DescribeQueueResponse::subscriptions`); an answer
+/// to an older version is the layout it always was.
+pub const DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS: u16 = 2;
+
 /// The operation a frame carries. Numbers are stable and never reused, like
 /// error codes; data-path keys are below 16, control-plane keys 16 and up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -109,11 +114,15 @@ pub enum ApiKey {
     Redrive = 24,
     /// Grow a queue to more partitions.
     ResizeQueue = 25,
+    /// Add a subscription to a queue.
+    CreateSubscription = 26,
+    /// Delete a subscription of a queue.
+    DeleteSubscription = 27,
 }
 
 impl ApiKey {
     /// Every api key, in numeric order.
-    pub const ALL: [ApiKey; 18] = [
+    pub const ALL: [ApiKey; 20] = [
         ApiKey::Enqueue,
         ApiKey::Claim,
         ApiKey::Extend,
@@ -132,6 +141,8 @@ impl ApiKey {
         ApiKey::DeadLetters,
         ApiKey::Redrive,
         ApiKey::ResizeQueue,
+        ApiKey::CreateSubscription,
+        ApiKey::DeleteSubscription,
     ];
 
     /// The key with this number, if any.
@@ -158,13 +169,16 @@ impl ApiKey {
     /// ([`CLAIM_VERSION_SUBSCRIPTION`]): the request names a subscription
     /// and may be answered [`ErrorCode::SubscriptionNotFound`]. Enqueue v2
     /// ([`ENQUEUE_VERSION_KEY_MOVED`]): a record may be answered
-    /// [`ErrorCode::KeyMoved`]; the layouts are unchanged.
+    /// [`ErrorCode::KeyMoved`]; the layouts are unchanged. DescribeQueue v2
+    /// ([`DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS`]): the answer lists the
+    /// queue's subscriptions.
     ///
     /// [`PartitionId::ANY`]: crate::proto::PartitionId::ANY
     pub const fn max_version(self) -> u16 {
         match self {
             Self::Enqueue => ENQUEUE_VERSION_KEY_MOVED,
             Self::Claim => CLAIM_VERSION_SUBSCRIPTION,
+            Self::DescribeQueue => DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS,
             _ => match self.not_leader_version() {
                 Some(version) => version,
                 None => 0,
@@ -189,7 +203,7 @@ impl ApiKey {
             | Self::Purge
             | Self::DeadLetters
             | Self::Redrive => Some(1),
-            Self::ResizeQueue => Some(0),
+            Self::ResizeQueue | Self::CreateSubscription | Self::DeleteSubscription => Some(0),
             Self::CancelClaim
             | Self::Authenticate
             | Self::Ping
@@ -204,12 +218,14 @@ impl ApiKey {
     /// The same holds for [`ErrorCode::KeyMoved`] (Enqueue before
     /// [`ENQUEUE_VERSION_KEY_MOVED`]: [`ErrorCode::NotOwner`]) and for
     /// [`ErrorCode::SubscriptionNotFound`] (anything but a Claim of
-    /// [`CLAIM_VERSION_SUBSCRIPTION`] or later, which alone can name a
-    /// subscription: [`ErrorCode::InvalidArgument`]).
+    /// [`CLAIM_VERSION_SUBSCRIPTION`] or later, CreateSubscription and
+    /// DeleteSubscription, which alone name a subscription:
+    /// [`ErrorCode::InvalidArgument`]).
     pub const fn answerable(self, version: u16, code: ErrorCode) -> ErrorCode {
         match (code, self.not_leader_version()) {
             (ErrorCode::SubscriptionNotFound, _)
-                if matches!(self, Self::Claim) && version >= CLAIM_VERSION_SUBSCRIPTION =>
+                if (matches!(self, Self::Claim) && version >= CLAIM_VERSION_SUBSCRIPTION)
+                    || matches!(self, Self::CreateSubscription | Self::DeleteSubscription) =>
             {
                 ErrorCode::SubscriptionNotFound
             }

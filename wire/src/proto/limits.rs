@@ -26,6 +26,11 @@ pub const QUEUE_NAME_BYTES_MAX: usize = 128;
 /// means the queue's default subscription).
 pub const SUBSCRIPTION_NAME_BYTES_MAX: usize = QUEUE_NAME_BYTES_MAX;
 
+/// Most subscriptions a queue may have, the default included
+/// (`docs/design/subscriptions.md` §2): what DescribeQueue v2 lists at
+/// most. The broker's table bound is this one.
+pub const SUBSCRIPTIONS_PER_QUEUE_MAX: usize = 16;
+
 /// Longest release reason, in bytes of UTF-8.
 pub const RELEASE_REASON_BYTES_MAX: usize = 512;
 

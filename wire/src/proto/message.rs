@@ -9,11 +9,12 @@
 use super::auth::{AuthenticateRequest, AuthenticateResponse};
 use super::codec::{check_len, check_range, Reader, Writer};
 use super::control::{
-    CreateQueueRequest, CreateQueueResponse, DeadLettersRequest, DeadLettersResponse,
-    DeleteQueueRequest, DeleteQueueResponse, DescribeQueueRequest, DescribeQueueResponse,
-    ListQueuesRequest, ListQueuesResponse, MetadataRequest, MetadataResponse, PeekRequest,
-    PeekResponse, PurgeRequest, PurgeResponse, RedriveRequest, RedriveResponse, ResizeQueueRequest,
-    ResizeQueueResponse,
+    CreateQueueRequest, CreateQueueResponse, CreateSubscriptionRequest, CreateSubscriptionResponse,
+    DeadLettersRequest, DeadLettersResponse, DeleteQueueRequest, DeleteQueueResponse,
+    DeleteSubscriptionRequest, DeleteSubscriptionResponse, DescribeQueueRequest,
+    DescribeQueueResponse, ListQueuesRequest, ListQueuesResponse, MetadataRequest,
+    MetadataResponse, PeekRequest, PeekResponse, PurgeRequest, PurgeResponse, RedriveRequest,
+    RedriveResponse, ResizeQueueRequest, ResizeQueueResponse,
 };
 use super::data::{
     AckRequest, AckResponse, CancelClaimRequest, CancelClaimResponse, ClaimRequest, ClaimResponse,
@@ -65,6 +66,10 @@ pub enum Request<'a> {
     Redrive(RedriveRequest),
     /// See [`ResizeQueueRequest`].
     ResizeQueue(ResizeQueueRequest),
+    /// See [`CreateSubscriptionRequest`].
+    CreateSubscription(CreateSubscriptionRequest),
+    /// See [`DeleteSubscriptionRequest`].
+    DeleteSubscription(DeleteSubscriptionRequest),
 }
 
 /// Every successful response.
@@ -106,6 +111,10 @@ pub enum Response<'a> {
     Redrive(RedriveResponse),
     /// See [`ResizeQueueResponse`].
     ResizeQueue(ResizeQueueResponse),
+    /// See [`CreateSubscriptionResponse`].
+    CreateSubscription(CreateSubscriptionResponse),
+    /// See [`DeleteSubscriptionResponse`].
+    DeleteSubscription(DeleteSubscriptionResponse),
 }
 
 /// A host and port, e.g. the owner named by `NOT_OWNER`.
@@ -180,6 +189,8 @@ macro_rules! api_key_of {
             Self::DeadLetters(_) => ApiKey::DeadLetters,
             Self::Redrive(_) => ApiKey::Redrive,
             Self::ResizeQueue(_) => ApiKey::ResizeQueue,
+            Self::CreateSubscription(_) => ApiKey::CreateSubscription,
+            Self::DeleteSubscription(_) => ApiKey::DeleteSubscription,
         }
     };
 }
@@ -214,6 +225,8 @@ impl<'a> Request<'a> {
             Self::DeadLetters(request) => request.validate(),
             Self::Redrive(request) => request.validate(),
             Self::ResizeQueue(request) => request.validate(),
+            Self::CreateSubscription(request) => request.validate(),
+            Self::DeleteSubscription(request) => request.validate(),
         }
     }
 
@@ -283,6 +296,8 @@ impl<'a> Request<'a> {
                 Self::DeadLetters(request) => request.write(out),
                 Self::Redrive(request) => request.write(out),
                 Self::ResizeQueue(request) => request.write(out),
+                Self::CreateSubscription(request) => request.write(out),
+                Self::DeleteSubscription(request) => request.write(out),
             }
             Ok(())
         })
@@ -314,8 +329,8 @@ impl<'a> Request<'a> {
         expect_request(frame)?;
         let body = frame.body;
         let version = frame.header.api_version;
-        // One layout per key except Claim (v1: partition ANY; v3: the
-        // subscription).
+        // One request layout per key except Claim (v1: partition ANY; v3:
+        // the subscription).
         Ok(match frame.header.api_key {
             ApiKey::Enqueue => Self::Enqueue(EnqueueRequest::read(body)?),
             ApiKey::Claim => Self::Claim(ClaimRequest::read(body, version)?),
@@ -335,6 +350,12 @@ impl<'a> Request<'a> {
             ApiKey::DeadLetters => Self::DeadLetters(DeadLettersRequest::read(body)?),
             ApiKey::Redrive => Self::Redrive(RedriveRequest::read(body)?),
             ApiKey::ResizeQueue => Self::ResizeQueue(ResizeQueueRequest::read(body)?),
+            ApiKey::CreateSubscription => {
+                Self::CreateSubscription(CreateSubscriptionRequest::read(body)?)
+            }
+            ApiKey::DeleteSubscription => {
+                Self::DeleteSubscription(DeleteSubscriptionRequest::read(body)?)
+            }
         })
     }
 }
@@ -368,7 +389,9 @@ impl<'a> Response<'a> {
             | Self::DeleteQueue(_)
             | Self::Purge(_)
             | Self::Redrive(_)
-            | Self::ResizeQueue(_) => Ok(()),
+            | Self::ResizeQueue(_)
+            | Self::CreateSubscription(_)
+            | Self::DeleteSubscription(_) => Ok(()),
         }
     }
 
@@ -447,13 +470,15 @@ impl<'a> Response<'a> {
                 Self::CreateQueue(response) => response.write(out),
                 Self::DeleteQueue(response) => response.write(out),
                 Self::ListQueues(response) => response.write(out),
-                Self::DescribeQueue(response) => response.write(out),
+                Self::DescribeQueue(response) => response.write(out, version),
                 Self::Metadata(response) => response.write(out),
                 Self::Peek(response) => response.write(out),
                 Self::Purge(response) => response.write(out),
                 Self::DeadLetters(response) => response.write(out),
                 Self::Redrive(response) => response.write(out),
                 Self::ResizeQueue(response) => response.write(out),
+                Self::CreateSubscription(response) => response.write(out),
+                Self::DeleteSubscription(response) => response.write(out),
             }
             Ok(())
         })
@@ -483,13 +508,21 @@ impl<'a> Response<'a> {
                 ApiKey::CreateQueue => Self::CreateQueue(CreateQueueResponse::read(body)?),
                 ApiKey::DeleteQueue => Self::DeleteQueue(DeleteQueueResponse::read(body)?),
                 ApiKey::ListQueues => Self::ListQueues(ListQueuesResponse::read(body)?),
-                ApiKey::DescribeQueue => Self::DescribeQueue(DescribeQueueResponse::read(body)?),
+                ApiKey::DescribeQueue => {
+                    Self::DescribeQueue(DescribeQueueResponse::read(body, version)?)
+                }
                 ApiKey::Metadata => Self::Metadata(MetadataResponse::read(body)?),
                 ApiKey::Peek => Self::Peek(PeekResponse::read(body)?),
                 ApiKey::Purge => Self::Purge(PurgeResponse::read(body)?),
                 ApiKey::DeadLetters => Self::DeadLetters(DeadLettersResponse::read(body)?),
                 ApiKey::Redrive => Self::Redrive(RedriveResponse::read(body)?),
                 ApiKey::ResizeQueue => Self::ResizeQueue(ResizeQueueResponse::read(body)?),
+                ApiKey::CreateSubscription => {
+                    Self::CreateSubscription(CreateSubscriptionResponse::read(body)?)
+                }
+                ApiKey::DeleteSubscription => {
+                    Self::DeleteSubscription(DeleteSubscriptionResponse::read(body)?)
+                }
             })
         } else {
             Reply::Err(ErrorResponse::read(frame.header.error_code, body)?)

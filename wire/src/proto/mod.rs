@@ -52,13 +52,14 @@ pub use auth::{
 };
 pub use codec::{validate_queue_name, validate_subscription_name};
 pub use control::{
-    Backoff, BackoffKind, CreateQueueRequest, CreateQueueResponse, DeadLetter, DeadLettersRequest,
-    DeadLettersResponse, DeleteQueueRequest, DeleteQueueResponse, DescribeQueueRequest,
-    DescribeQueueResponse, KeyMapStats, ListQueuesRequest, ListQueuesResponse, MessageState,
-    MetadataRequest, MetadataResponse, PartitionMetadata, PartitionReplication, PartitionStats,
-    PeekRequest, PeekResponse, PeekedMessage, PurgeRequest, PurgeResponse, QueueConfig,
-    QueueMetadata, QueueSummary, RedriveRequest, RedriveResponse, RedriveTarget,
-    ResizeQueueRequest, ResizeQueueResponse,
+    Backoff, BackoffKind, CreateQueueRequest, CreateQueueResponse, CreateSubscriptionRequest,
+    CreateSubscriptionResponse, DeadLetter, DeadLettersRequest, DeadLettersResponse,
+    DeleteQueueRequest, DeleteQueueResponse, DeleteSubscriptionRequest, DeleteSubscriptionResponse,
+    DescribeQueueRequest, DescribeQueueResponse, KeyMapStats, ListQueuesRequest,
+    ListQueuesResponse, MessageState, MetadataRequest, MetadataResponse, PartitionMetadata,
+    PartitionReplication, PartitionStats, PeekRequest, PeekResponse, PeekedMessage, PurgeRequest,
+    PurgeResponse, QueueConfig, QueueMetadata, QueueSummary, RedriveRequest, RedriveResponse,
+    RedriveTarget, ResizeQueueRequest, ResizeQueueResponse, SubscriptionStart, SubscriptionStats,
 };
 pub use data::{
     AckRequest, AckResponse, CancelClaimRequest, CancelClaimResponse, CancelOutcome, ClaimRequest,
@@ -69,7 +70,7 @@ pub use error::ProtoError;
 pub use frame::{
     decode_frame, peek_api_key, ApiKey, CorrelationId, Frame, FrameDecoder, FrameHeader,
     CLAIM_VERSION_ANY, CLAIM_VERSION_NOT_LEADER, CLAIM_VERSION_SUBSCRIPTION,
-    ENQUEUE_VERSION_KEY_MOVED, FLAG_RESPONSE,
+    DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS, ENQUEUE_VERSION_KEY_MOVED, FLAG_RESPONSE,
 };
 pub use ids::{AssignmentVersion, Generation, LeaderEpoch, Offset, PartitionId, WorkerId};
 pub use limits::{DELIVERY_TOKEN_BYTES, MAX_FRAME_BYTES};

@@ -1,6 +1,7 @@
 //! Queue administration messages: a queue's configuration ([`QueueConfig`],
 //! its [`Backoff`]) and CreateQueue, DeleteQueue, ListQueues and
-//! DescribeQueue with their responses (per-partition counts included).
+//! DescribeQueue with their responses (per-partition counts included; from
+//! DescribeQueue v2 the subscriptions' counts, `subscriptions.rs`).
 //!
 //! Owns these structs, their `validate` and their flatbuffers layout. It
 //! must not decide anything a broker decides (whether a queue exists, which
@@ -9,11 +10,13 @@
 
 use flatbuffers::{FlatBufferBuilder, WIPOffset};
 
+use super::subscriptions::{build_stats, read_stats, validate_stats, SubscriptionStats};
 use super::{finish, required, root, vector_len};
 use crate::limits::PRIORITY_BANDS_MAX;
 use crate::proto::codec::{check_len, check_range, validate_queue_name};
 use crate::proto::control_generated::spool::control as fb;
 use crate::proto::error::ProtoError;
+use crate::proto::frame::DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS;
 use crate::proto::ids::{AssignmentVersion, PartitionId};
 use crate::proto::limits::{
     BACKOFF_CAP_MS_MAX, DEDUPE_WINDOW_MS_MAX, LEASE_LIFETIME_MS_MAX, LEASE_MS_MAX, LEASE_MS_MIN,
@@ -408,6 +411,11 @@ pub struct DescribeQueueResponse {
     /// partition that resize added: partitions from it on hand out nothing
     /// while `draining` is not empty.
     pub keys: KeyMapStats,
+    /// Every subscription of the queue, the default first, with its
+    /// counters over the partitions this answer reports. Carried from
+    /// version 2 ([`DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS`]): an answer in
+    /// an older version leaves it out, and reads as empty.
+    pub subscriptions: Vec<SubscriptionStats>,
 }
 
 /// A queue's key map as DescribeQueue reports it.
@@ -430,10 +438,14 @@ impl DescribeQueueResponse {
         validate_queue_name(&self.name)?;
         self.config.validate()?;
         check_len("partitions", self.partitions.len(), PARTITIONS_MAX as usize)?;
-        check_len("draining", self.keys.draining.len(), PARTITIONS_MAX as usize)
+        check_len("draining", self.keys.draining.len(), PARTITIONS_MAX as usize)?;
+        validate_stats(&self.subscriptions)
     }
 
-    pub(crate) fn write(&self, out: &mut Vec<u8>) {
+    /// Writes the answer as `version` of DescribeQueue: the subscriptions
+    /// only from [`DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS`] on, so an older
+    /// client gets the bytes it always got.
+    pub(crate) fn write(&self, out: &mut Vec<u8>, version: u16) {
         let mut builder = FlatBufferBuilder::new();
         let name = builder.create_string(&self.name);
         let config = self.config.build(&mut builder);
@@ -466,6 +478,8 @@ impl DescribeQueueResponse {
         let partitions = builder.create_vector(&partitions);
         let draining: Vec<u32> = self.keys.draining.iter().map(|partition| partition.0).collect();
         let draining = builder.create_vector(&draining);
+        let subscriptions = (version >= DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS)
+            .then(|| build_stats(&mut builder, &self.subscriptions));
         let root = fb::DescribeQueueResponse::create(
             &mut builder,
             &fb::DescribeQueueResponseArgs {
@@ -475,12 +489,15 @@ impl DescribeQueueResponse {
                 key_version: self.keys.version,
                 draining: Some(draining),
                 held_from: self.keys.held_from,
+                subscriptions,
             },
         );
         finish(builder, root, out);
     }
 
-    pub(crate) fn read(body: &[u8]) -> Result<Self, ProtoError> {
+    /// Reads an answer in `version` of DescribeQueue (the subscriptions
+    /// only from [`DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS`] on).
+    pub(crate) fn read(body: &[u8], version: u16) -> Result<Self, ProtoError> {
         let table = root::<fb::DescribeQueueResponse<'_>>(body)?;
         let vector = table.partitions();
         vector_len(&vector, "partitions", PARTITIONS_MAX as usize)?;
@@ -520,6 +537,11 @@ impl DescribeQueueResponse {
                     .map(|draining| draining.iter().map(PartitionId).collect())
                     .unwrap_or_default(),
                 held_from: table.held_from(),
+            },
+            subscriptions: if version >= DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS {
+                read_stats(table.subscriptions())?
+            } else {
+                Vec::new()
             },
         };
         response.validate()?;

@@ -194,6 +194,90 @@ impl<'a> ::flatbuffers::Verifiable for MessageState {
 }
 
 impl ::flatbuffers::SimpleToVerifyInSlice for MessageState {}
+#[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
+pub const ENUM_MIN_SUBSCRIPTION_START: u8 = 0;
+#[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
+pub const ENUM_MAX_SUBSCRIPTION_START: u8 = 1;
+#[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
+#[allow(non_camel_case_types)]
+pub const ENUM_VALUES_SUBSCRIPTION_START: [SubscriptionStart; 2] = [
+  SubscriptionStart::Latest,
+  SubscriptionStart::Earliest,
+];
+
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[repr(transparent)]
+pub struct SubscriptionStart(pub u8);
+#[allow(non_upper_case_globals)]
+impl SubscriptionStart {
+  pub const Latest: Self = Self(0);
+  pub const Earliest: Self = Self(1);
+
+  pub const ENUM_MIN: u8 = 0;
+  pub const ENUM_MAX: u8 = 1;
+  pub const ENUM_VALUES: &'static [Self] = &[
+    Self::Latest,
+    Self::Earliest,
+  ];
+  /// Returns the variant's name or "" if unknown.
+  pub fn variant_name(self) -> Option<&'static str> {
+    match self {
+      Self::Latest => Some("Latest"),
+      Self::Earliest => Some("Earliest"),
+      _ => None,
+    }
+  }
+}
+impl ::core::fmt::Debug for SubscriptionStart {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter) -> ::core::fmt::Result {
+    if let Some(name) = self.variant_name() {
+      f.write_str(name)
+    } else {
+      f.write_fmt(format_args!("<UNKNOWN {:?}>", self.0))
+    }
+  }
+}
+impl<'a> ::flatbuffers::Follow<'a> for SubscriptionStart {
+  type Inner = Self;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    let b = unsafe { ::flatbuffers::read_scalar_at::<u8>(buf, loc) };
+    Self(b)
+  }
+}
+
+impl ::flatbuffers::Push for SubscriptionStart {
+    type Output = SubscriptionStart;
+    #[inline]
+    unsafe fn push(&self, dst: &mut [u8], _written_len: usize) {
+        unsafe { ::flatbuffers::emplace_scalar::<u8>(dst, self.0) };
+    }
+}
+
+impl ::flatbuffers::EndianScalar for SubscriptionStart {
+  type Scalar = u8;
+  #[inline]
+  fn to_little_endian(self) -> u8 {
+    self.0.to_le()
+  }
+  #[inline]
+  #[allow(clippy::wrong_self_convention)]
+  fn from_little_endian(v: u8) -> Self {
+    let b = u8::from_le(v);
+    Self(b)
+  }
+}
+
+impl<'a> ::flatbuffers::Verifiable for SubscriptionStart {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    u8::run_verifier(v, pos)
+  }
+}
+
+impl ::flatbuffers::SimpleToVerifyInSlice for SubscriptionStart {}
 pub enum BackoffOffset {}
 #[derive(Copy, Clone, PartialEq)]
 
@@ -1725,6 +1809,272 @@ impl ::core::fmt::Debug for PartitionStats<'_> {
       ds.finish()
   }
 }
+pub enum SubscriptionStatsOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+pub struct SubscriptionStats<'a> {
+  pub _tab: ::flatbuffers::Table<'a>,
+}
+
+impl<'a> ::flatbuffers::Follow<'a> for SubscriptionStats<'a> {
+  type Inner = SubscriptionStats<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
+  }
+}
+
+impl<'a> SubscriptionStats<'a> {
+  pub const VT_NAME: ::flatbuffers::VOffsetT = 4;
+  pub const VT_ID: ::flatbuffers::VOffsetT = 6;
+  pub const VT_START: ::flatbuffers::VOffsetT = 8;
+  pub const VT_PARTITIONS: ::flatbuffers::VOffsetT = 10;
+  pub const VT_READY: ::flatbuffers::VOffsetT = 12;
+  pub const VT_SCHEDULED: ::flatbuffers::VOffsetT = 14;
+  pub const VT_CLAIMED: ::flatbuffers::VOffsetT = 16;
+  pub const VT_DEAD_LETTERS: ::flatbuffers::VOffsetT = 18;
+  pub const VT_OLDEST_READY_AGE_MS: ::flatbuffers::VOffsetT = 20;
+  pub const VT_OLDEST_CLAIM_AGE_MS: ::flatbuffers::VOffsetT = 22;
+  pub const VT_ACKED: ::flatbuffers::VOffsetT = 24;
+
+  #[inline]
+  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+    SubscriptionStats { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
+    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+    args: &'args SubscriptionStatsArgs<'args>
+  ) -> ::flatbuffers::WIPOffset<SubscriptionStats<'bldr>> {
+    let mut builder = SubscriptionStatsBuilder::new(_fbb);
+    builder.add_acked(args.acked);
+    builder.add_oldest_claim_age_ms(args.oldest_claim_age_ms);
+    builder.add_oldest_ready_age_ms(args.oldest_ready_age_ms);
+    builder.add_dead_letters(args.dead_letters);
+    builder.add_claimed(args.claimed);
+    builder.add_scheduled(args.scheduled);
+    builder.add_ready(args.ready);
+    builder.add_partitions(args.partitions);
+    if let Some(x) = args.name { builder.add_name(x); }
+    builder.add_id(args.id);
+    builder.add_start(args.start);
+    builder.finish()
+  }
+
+
+  #[inline]
+  pub fn name(&self) -> Option<&'a str> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(SubscriptionStats::VT_NAME, None)}
+  }
+  #[inline]
+  pub fn id(&self) -> u16 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u16>(SubscriptionStats::VT_ID, Some(0)).unwrap()}
+  }
+  #[inline]
+  pub fn start(&self) -> SubscriptionStart {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<SubscriptionStart>(SubscriptionStats::VT_START, Some(SubscriptionStart::Latest)).unwrap()}
+  }
+  #[inline]
+  pub fn partitions(&self) -> u32 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u32>(SubscriptionStats::VT_PARTITIONS, Some(0)).unwrap()}
+  }
+  #[inline]
+  pub fn ready(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(SubscriptionStats::VT_READY, Some(0)).unwrap()}
+  }
+  #[inline]
+  pub fn scheduled(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(SubscriptionStats::VT_SCHEDULED, Some(0)).unwrap()}
+  }
+  #[inline]
+  pub fn claimed(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(SubscriptionStats::VT_CLAIMED, Some(0)).unwrap()}
+  }
+  #[inline]
+  pub fn dead_letters(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(SubscriptionStats::VT_DEAD_LETTERS, Some(0)).unwrap()}
+  }
+  #[inline]
+  pub fn oldest_ready_age_ms(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(SubscriptionStats::VT_OLDEST_READY_AGE_MS, Some(0)).unwrap()}
+  }
+  #[inline]
+  pub fn oldest_claim_age_ms(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(SubscriptionStats::VT_OLDEST_CLAIM_AGE_MS, Some(0)).unwrap()}
+  }
+  #[inline]
+  pub fn acked(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(SubscriptionStats::VT_ACKED, Some(0)).unwrap()}
+  }
+}
+
+impl ::flatbuffers::Verifiable for SubscriptionStats<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.visit_table(pos)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<&str>>("name", Self::VT_NAME, false)?
+     .visit_field::<u16>("id", Self::VT_ID, false)?
+     .visit_field::<SubscriptionStart>("start", Self::VT_START, false)?
+     .visit_field::<u32>("partitions", Self::VT_PARTITIONS, false)?
+     .visit_field::<u64>("ready", Self::VT_READY, false)?
+     .visit_field::<u64>("scheduled", Self::VT_SCHEDULED, false)?
+     .visit_field::<u64>("claimed", Self::VT_CLAIMED, false)?
+     .visit_field::<u64>("dead_letters", Self::VT_DEAD_LETTERS, false)?
+     .visit_field::<u64>("oldest_ready_age_ms", Self::VT_OLDEST_READY_AGE_MS, false)?
+     .visit_field::<u64>("oldest_claim_age_ms", Self::VT_OLDEST_CLAIM_AGE_MS, false)?
+     .visit_field::<u64>("acked", Self::VT_ACKED, false)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct SubscriptionStatsArgs<'a> {
+    pub name: Option<::flatbuffers::WIPOffset<&'a str>>,
+    pub id: u16,
+    pub start: SubscriptionStart,
+    pub partitions: u32,
+    pub ready: u64,
+    pub scheduled: u64,
+    pub claimed: u64,
+    pub dead_letters: u64,
+    pub oldest_ready_age_ms: u64,
+    pub oldest_claim_age_ms: u64,
+    pub acked: u64,
+}
+impl<'a> Default for SubscriptionStatsArgs<'a> {
+  #[inline]
+  fn default() -> Self {
+    SubscriptionStatsArgs {
+      name: None,
+      id: 0,
+      start: SubscriptionStart::Latest,
+      partitions: 0,
+      ready: 0,
+      scheduled: 0,
+      claimed: 0,
+      dead_letters: 0,
+      oldest_ready_age_ms: 0,
+      oldest_claim_age_ms: 0,
+      acked: 0,
+    }
+  }
+}
+
+pub struct SubscriptionStatsBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> SubscriptionStatsBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn add_name(&mut self, name: ::flatbuffers::WIPOffset<&'b  str>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(SubscriptionStats::VT_NAME, name);
+  }
+  #[inline]
+  pub fn add_id(&mut self, id: u16) {
+    self.fbb_.push_slot::<u16>(SubscriptionStats::VT_ID, id, 0);
+  }
+  #[inline]
+  pub fn add_start(&mut self, start: SubscriptionStart) {
+    self.fbb_.push_slot::<SubscriptionStart>(SubscriptionStats::VT_START, start, SubscriptionStart::Latest);
+  }
+  #[inline]
+  pub fn add_partitions(&mut self, partitions: u32) {
+    self.fbb_.push_slot::<u32>(SubscriptionStats::VT_PARTITIONS, partitions, 0);
+  }
+  #[inline]
+  pub fn add_ready(&mut self, ready: u64) {
+    self.fbb_.push_slot::<u64>(SubscriptionStats::VT_READY, ready, 0);
+  }
+  #[inline]
+  pub fn add_scheduled(&mut self, scheduled: u64) {
+    self.fbb_.push_slot::<u64>(SubscriptionStats::VT_SCHEDULED, scheduled, 0);
+  }
+  #[inline]
+  pub fn add_claimed(&mut self, claimed: u64) {
+    self.fbb_.push_slot::<u64>(SubscriptionStats::VT_CLAIMED, claimed, 0);
+  }
+  #[inline]
+  pub fn add_dead_letters(&mut self, dead_letters: u64) {
+    self.fbb_.push_slot::<u64>(SubscriptionStats::VT_DEAD_LETTERS, dead_letters, 0);
+  }
+  #[inline]
+  pub fn add_oldest_ready_age_ms(&mut self, oldest_ready_age_ms: u64) {
+    self.fbb_.push_slot::<u64>(SubscriptionStats::VT_OLDEST_READY_AGE_MS, oldest_ready_age_ms, 0);
+  }
+  #[inline]
+  pub fn add_oldest_claim_age_ms(&mut self, oldest_claim_age_ms: u64) {
+    self.fbb_.push_slot::<u64>(SubscriptionStats::VT_OLDEST_CLAIM_AGE_MS, oldest_claim_age_ms, 0);
+  }
+  #[inline]
+  pub fn add_acked(&mut self, acked: u64) {
+    self.fbb_.push_slot::<u64>(SubscriptionStats::VT_ACKED, acked, 0);
+  }
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> SubscriptionStatsBuilder<'a, 'b, A> {
+    let start = _fbb.start_table();
+    SubscriptionStatsBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<SubscriptionStats<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    ::flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl ::core::fmt::Debug for SubscriptionStats<'_> {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+    let mut ds = f.debug_struct("SubscriptionStats");
+      ds.field("name", &self.name());
+      ds.field("id", &self.id());
+      ds.field("start", &self.start());
+      ds.field("partitions", &self.partitions());
+      ds.field("ready", &self.ready());
+      ds.field("scheduled", &self.scheduled());
+      ds.field("claimed", &self.claimed());
+      ds.field("dead_letters", &self.dead_letters());
+      ds.field("oldest_ready_age_ms", &self.oldest_ready_age_ms());
+      ds.field("oldest_claim_age_ms", &self.oldest_claim_age_ms());
+      ds.field("acked", &self.acked());
+      ds.finish()
+  }
+}
 pub enum DescribeQueueResponseOffset {}
 #[derive(Copy, Clone, PartialEq)]
 
@@ -1747,6 +2097,7 @@ impl<'a> DescribeQueueResponse<'a> {
   pub const VT_KEY_VERSION: ::flatbuffers::VOffsetT = 10;
   pub const VT_DRAINING: ::flatbuffers::VOffsetT = 12;
   pub const VT_HELD_FROM: ::flatbuffers::VOffsetT = 14;
+  pub const VT_SUBSCRIPTIONS: ::flatbuffers::VOffsetT = 16;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -1759,6 +2110,7 @@ impl<'a> DescribeQueueResponse<'a> {
   ) -> ::flatbuffers::WIPOffset<DescribeQueueResponse<'bldr>> {
     let mut builder = DescribeQueueResponseBuilder::new(_fbb);
     builder.add_key_version(args.key_version);
+    if let Some(x) = args.subscriptions { builder.add_subscriptions(x); }
     builder.add_held_from(args.held_from);
     if let Some(x) = args.draining { builder.add_draining(x); }
     if let Some(x) = args.partitions { builder.add_partitions(x); }
@@ -1810,6 +2162,13 @@ impl<'a> DescribeQueueResponse<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<u32>(DescribeQueueResponse::VT_HELD_FROM, Some(0)).unwrap()}
   }
+  #[inline]
+  pub fn subscriptions(&self) -> Option<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<SubscriptionStats<'a>>>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<SubscriptionStats>>>>(DescribeQueueResponse::VT_SUBSCRIPTIONS, None)}
+  }
 }
 
 impl ::flatbuffers::Verifiable for DescribeQueueResponse<'_> {
@@ -1824,6 +2183,7 @@ impl ::flatbuffers::Verifiable for DescribeQueueResponse<'_> {
      .visit_field::<u64>("key_version", Self::VT_KEY_VERSION, false)?
      .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u32>>>("draining", Self::VT_DRAINING, false)?
      .visit_field::<u32>("held_from", Self::VT_HELD_FROM, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<SubscriptionStats>>>>("subscriptions", Self::VT_SUBSCRIPTIONS, false)?
      .finish();
     Ok(())
   }
@@ -1835,6 +2195,7 @@ pub struct DescribeQueueResponseArgs<'a> {
     pub key_version: u64,
     pub draining: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u32>>>,
     pub held_from: u32,
+    pub subscriptions: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<SubscriptionStats<'a>>>>>,
 }
 impl<'a> Default for DescribeQueueResponseArgs<'a> {
   #[inline]
@@ -1846,6 +2207,7 @@ impl<'a> Default for DescribeQueueResponseArgs<'a> {
       key_version: 0,
       draining: None,
       held_from: 0,
+      subscriptions: None,
     }
   }
 }
@@ -1880,6 +2242,10 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> DescribeQueueResponseBuilder<
     self.fbb_.push_slot::<u32>(DescribeQueueResponse::VT_HELD_FROM, held_from, 0);
   }
   #[inline]
+  pub fn add_subscriptions(&mut self, subscriptions: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , ::flatbuffers::ForwardsUOffset<SubscriptionStats<'b >>>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(DescribeQueueResponse::VT_SUBSCRIPTIONS, subscriptions);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> DescribeQueueResponseBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     DescribeQueueResponseBuilder {
@@ -1903,6 +2269,7 @@ impl ::core::fmt::Debug for DescribeQueueResponse<'_> {
       ds.field("key_version", &self.key_version());
       ds.field("draining", &self.draining());
       ds.field("held_from", &self.held_from());
+      ds.field("subscriptions", &self.subscriptions());
       ds.finish()
   }
 }
@@ -3915,6 +4282,458 @@ impl ::core::fmt::Debug for ResizeQueueResponse<'_> {
     let mut ds = f.debug_struct("ResizeQueueResponse");
       ds.field("assignment_version", &self.assignment_version());
       ds.field("key_version", &self.key_version());
+      ds.finish()
+  }
+}
+pub enum CreateSubscriptionRequestOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+pub struct CreateSubscriptionRequest<'a> {
+  pub _tab: ::flatbuffers::Table<'a>,
+}
+
+impl<'a> ::flatbuffers::Follow<'a> for CreateSubscriptionRequest<'a> {
+  type Inner = CreateSubscriptionRequest<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
+  }
+}
+
+impl<'a> CreateSubscriptionRequest<'a> {
+  pub const VT_QUEUE: ::flatbuffers::VOffsetT = 4;
+  pub const VT_NAME: ::flatbuffers::VOffsetT = 6;
+  pub const VT_START: ::flatbuffers::VOffsetT = 8;
+
+  #[inline]
+  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+    CreateSubscriptionRequest { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
+    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+    args: &'args CreateSubscriptionRequestArgs<'args>
+  ) -> ::flatbuffers::WIPOffset<CreateSubscriptionRequest<'bldr>> {
+    let mut builder = CreateSubscriptionRequestBuilder::new(_fbb);
+    if let Some(x) = args.name { builder.add_name(x); }
+    if let Some(x) = args.queue { builder.add_queue(x); }
+    builder.add_start(args.start);
+    builder.finish()
+  }
+
+
+  #[inline]
+  pub fn queue(&self) -> Option<&'a str> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(CreateSubscriptionRequest::VT_QUEUE, None)}
+  }
+  #[inline]
+  pub fn name(&self) -> Option<&'a str> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(CreateSubscriptionRequest::VT_NAME, None)}
+  }
+  #[inline]
+  pub fn start(&self) -> SubscriptionStart {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<SubscriptionStart>(CreateSubscriptionRequest::VT_START, Some(SubscriptionStart::Latest)).unwrap()}
+  }
+}
+
+impl ::flatbuffers::Verifiable for CreateSubscriptionRequest<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.visit_table(pos)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<&str>>("queue", Self::VT_QUEUE, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<&str>>("name", Self::VT_NAME, false)?
+     .visit_field::<SubscriptionStart>("start", Self::VT_START, false)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct CreateSubscriptionRequestArgs<'a> {
+    pub queue: Option<::flatbuffers::WIPOffset<&'a str>>,
+    pub name: Option<::flatbuffers::WIPOffset<&'a str>>,
+    pub start: SubscriptionStart,
+}
+impl<'a> Default for CreateSubscriptionRequestArgs<'a> {
+  #[inline]
+  fn default() -> Self {
+    CreateSubscriptionRequestArgs {
+      queue: None,
+      name: None,
+      start: SubscriptionStart::Latest,
+    }
+  }
+}
+
+pub struct CreateSubscriptionRequestBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> CreateSubscriptionRequestBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn add_queue(&mut self, queue: ::flatbuffers::WIPOffset<&'b  str>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(CreateSubscriptionRequest::VT_QUEUE, queue);
+  }
+  #[inline]
+  pub fn add_name(&mut self, name: ::flatbuffers::WIPOffset<&'b  str>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(CreateSubscriptionRequest::VT_NAME, name);
+  }
+  #[inline]
+  pub fn add_start(&mut self, start: SubscriptionStart) {
+    self.fbb_.push_slot::<SubscriptionStart>(CreateSubscriptionRequest::VT_START, start, SubscriptionStart::Latest);
+  }
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> CreateSubscriptionRequestBuilder<'a, 'b, A> {
+    let start = _fbb.start_table();
+    CreateSubscriptionRequestBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<CreateSubscriptionRequest<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    ::flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl ::core::fmt::Debug for CreateSubscriptionRequest<'_> {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+    let mut ds = f.debug_struct("CreateSubscriptionRequest");
+      ds.field("queue", &self.queue());
+      ds.field("name", &self.name());
+      ds.field("start", &self.start());
+      ds.finish()
+  }
+}
+pub enum CreateSubscriptionResponseOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+pub struct CreateSubscriptionResponse<'a> {
+  pub _tab: ::flatbuffers::Table<'a>,
+}
+
+impl<'a> ::flatbuffers::Follow<'a> for CreateSubscriptionResponse<'a> {
+  type Inner = CreateSubscriptionResponse<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
+  }
+}
+
+impl<'a> CreateSubscriptionResponse<'a> {
+  pub const VT_ASSIGNMENT_VERSION: ::flatbuffers::VOffsetT = 4;
+  pub const VT_ID: ::flatbuffers::VOffsetT = 6;
+
+  #[inline]
+  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+    CreateSubscriptionResponse { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
+    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+    args: &'args CreateSubscriptionResponseArgs
+  ) -> ::flatbuffers::WIPOffset<CreateSubscriptionResponse<'bldr>> {
+    let mut builder = CreateSubscriptionResponseBuilder::new(_fbb);
+    builder.add_assignment_version(args.assignment_version);
+    builder.add_id(args.id);
+    builder.finish()
+  }
+
+
+  #[inline]
+  pub fn assignment_version(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(CreateSubscriptionResponse::VT_ASSIGNMENT_VERSION, Some(0)).unwrap()}
+  }
+  #[inline]
+  pub fn id(&self) -> u16 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u16>(CreateSubscriptionResponse::VT_ID, Some(0)).unwrap()}
+  }
+}
+
+impl ::flatbuffers::Verifiable for CreateSubscriptionResponse<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.visit_table(pos)?
+     .visit_field::<u64>("assignment_version", Self::VT_ASSIGNMENT_VERSION, false)?
+     .visit_field::<u16>("id", Self::VT_ID, false)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct CreateSubscriptionResponseArgs {
+    pub assignment_version: u64,
+    pub id: u16,
+}
+impl<'a> Default for CreateSubscriptionResponseArgs {
+  #[inline]
+  fn default() -> Self {
+    CreateSubscriptionResponseArgs {
+      assignment_version: 0,
+      id: 0,
+    }
+  }
+}
+
+pub struct CreateSubscriptionResponseBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> CreateSubscriptionResponseBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn add_assignment_version(&mut self, assignment_version: u64) {
+    self.fbb_.push_slot::<u64>(CreateSubscriptionResponse::VT_ASSIGNMENT_VERSION, assignment_version, 0);
+  }
+  #[inline]
+  pub fn add_id(&mut self, id: u16) {
+    self.fbb_.push_slot::<u16>(CreateSubscriptionResponse::VT_ID, id, 0);
+  }
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> CreateSubscriptionResponseBuilder<'a, 'b, A> {
+    let start = _fbb.start_table();
+    CreateSubscriptionResponseBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<CreateSubscriptionResponse<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    ::flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl ::core::fmt::Debug for CreateSubscriptionResponse<'_> {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+    let mut ds = f.debug_struct("CreateSubscriptionResponse");
+      ds.field("assignment_version", &self.assignment_version());
+      ds.field("id", &self.id());
+      ds.finish()
+  }
+}
+pub enum DeleteSubscriptionRequestOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+pub struct DeleteSubscriptionRequest<'a> {
+  pub _tab: ::flatbuffers::Table<'a>,
+}
+
+impl<'a> ::flatbuffers::Follow<'a> for DeleteSubscriptionRequest<'a> {
+  type Inner = DeleteSubscriptionRequest<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
+  }
+}
+
+impl<'a> DeleteSubscriptionRequest<'a> {
+  pub const VT_QUEUE: ::flatbuffers::VOffsetT = 4;
+  pub const VT_NAME: ::flatbuffers::VOffsetT = 6;
+
+  #[inline]
+  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+    DeleteSubscriptionRequest { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
+    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+    args: &'args DeleteSubscriptionRequestArgs<'args>
+  ) -> ::flatbuffers::WIPOffset<DeleteSubscriptionRequest<'bldr>> {
+    let mut builder = DeleteSubscriptionRequestBuilder::new(_fbb);
+    if let Some(x) = args.name { builder.add_name(x); }
+    if let Some(x) = args.queue { builder.add_queue(x); }
+    builder.finish()
+  }
+
+
+  #[inline]
+  pub fn queue(&self) -> Option<&'a str> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(DeleteSubscriptionRequest::VT_QUEUE, None)}
+  }
+  #[inline]
+  pub fn name(&self) -> Option<&'a str> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(DeleteSubscriptionRequest::VT_NAME, None)}
+  }
+}
+
+impl ::flatbuffers::Verifiable for DeleteSubscriptionRequest<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.visit_table(pos)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<&str>>("queue", Self::VT_QUEUE, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<&str>>("name", Self::VT_NAME, false)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct DeleteSubscriptionRequestArgs<'a> {
+    pub queue: Option<::flatbuffers::WIPOffset<&'a str>>,
+    pub name: Option<::flatbuffers::WIPOffset<&'a str>>,
+}
+impl<'a> Default for DeleteSubscriptionRequestArgs<'a> {
+  #[inline]
+  fn default() -> Self {
+    DeleteSubscriptionRequestArgs {
+      queue: None,
+      name: None,
+    }
+  }
+}
+
+pub struct DeleteSubscriptionRequestBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> DeleteSubscriptionRequestBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn add_queue(&mut self, queue: ::flatbuffers::WIPOffset<&'b  str>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(DeleteSubscriptionRequest::VT_QUEUE, queue);
+  }
+  #[inline]
+  pub fn add_name(&mut self, name: ::flatbuffers::WIPOffset<&'b  str>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(DeleteSubscriptionRequest::VT_NAME, name);
+  }
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> DeleteSubscriptionRequestBuilder<'a, 'b, A> {
+    let start = _fbb.start_table();
+    DeleteSubscriptionRequestBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<DeleteSubscriptionRequest<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    ::flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl ::core::fmt::Debug for DeleteSubscriptionRequest<'_> {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+    let mut ds = f.debug_struct("DeleteSubscriptionRequest");
+      ds.field("queue", &self.queue());
+      ds.field("name", &self.name());
+      ds.finish()
+  }
+}
+pub enum DeleteSubscriptionResponseOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+pub struct DeleteSubscriptionResponse<'a> {
+  pub _tab: ::flatbuffers::Table<'a>,
+}
+
+impl<'a> ::flatbuffers::Follow<'a> for DeleteSubscriptionResponse<'a> {
+  type Inner = DeleteSubscriptionResponse<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
+  }
+}
+
+impl<'a> DeleteSubscriptionResponse<'a> {
+  pub const VT_ASSIGNMENT_VERSION: ::flatbuffers::VOffsetT = 4;
+
+  #[inline]
+  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+    DeleteSubscriptionResponse { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
+    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+    args: &'args DeleteSubscriptionResponseArgs
+  ) -> ::flatbuffers::WIPOffset<DeleteSubscriptionResponse<'bldr>> {
+    let mut builder = DeleteSubscriptionResponseBuilder::new(_fbb);
+    builder.add_assignment_version(args.assignment_version);
+    builder.finish()
+  }
+
+
+  #[inline]
+  pub fn assignment_version(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(DeleteSubscriptionResponse::VT_ASSIGNMENT_VERSION, Some(0)).unwrap()}
+  }
+}
+
+impl ::flatbuffers::Verifiable for DeleteSubscriptionResponse<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.visit_table(pos)?
+     .visit_field::<u64>("assignment_version", Self::VT_ASSIGNMENT_VERSION, false)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct DeleteSubscriptionResponseArgs {
+    pub assignment_version: u64,
+}
+impl<'a> Default for DeleteSubscriptionResponseArgs {
+  #[inline]
+  fn default() -> Self {
+    DeleteSubscriptionResponseArgs {
+      assignment_version: 0,
+    }
+  }
+}
+
+pub struct DeleteSubscriptionResponseBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> DeleteSubscriptionResponseBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn add_assignment_version(&mut self, assignment_version: u64) {
+    self.fbb_.push_slot::<u64>(DeleteSubscriptionResponse::VT_ASSIGNMENT_VERSION, assignment_version, 0);
+  }
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> DeleteSubscriptionResponseBuilder<'a, 'b, A> {
+    let start = _fbb.start_table();
+    DeleteSubscriptionResponseBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<DeleteSubscriptionResponse<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    ::flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl ::core::fmt::Debug for DeleteSubscriptionResponse<'_> {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+    let mut ds = f.debug_struct("DeleteSubscriptionResponse");
+      ds.field("assignment_version", &self.assignment_version());
       ds.finish()
   }
 }
