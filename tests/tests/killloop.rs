@@ -68,6 +68,38 @@ async fn twenty_kills_of_a_256_partition_queue_on_the_journal_lose_nothing_ackno
     );
 }
 
+/// Kills of the run with a second subscription.
+const SUBSCRIPTION_KILLS: u32 = 20;
+
+// Goal: a second subscription of the queue keeps the same promises across
+// SIGKILLs as the default, independently: every acknowledged enqueue is
+// acked or dead-lettered in each, no message is delivered again in a
+// subscription after its ack there was acknowledged, and no token of a
+// killed process is accepted in either. Method: the quick loop with a
+// second subscription (from the earliest record) and as many consumers in
+// it as in the default, each subscription with its own ledger; at the end
+// both are drained and accounted for; every violation count must be 0 and
+// both subscriptions must have seen the whole load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_kills_with_a_second_subscription_lose_nothing_acknowledged_in_either() {
+    let mut config = KillLoopConfig::quick(SUBSCRIPTION_KILLS, seed());
+    config.subscription = Some("second".to_owned());
+    let report = run(config).await.expect("the kill loop finishes");
+    let json = report.to_json();
+    eprintln!("{json}");
+    assert_eq!(report.kills, SUBSCRIPTION_KILLS);
+    assert_eq!(report.violations_total(), 0, "violations: {json}");
+    let second = report.subscription.as_ref().expect("the second subscription's report");
+    assert!(report.acked_enqueues_checked >= 500, "too little load: {json}");
+    assert_eq!(second.acked_enqueues_checked, report.acked_enqueues_checked, "{json}");
+    // Each acked (or dead-lettered) every message: the workers' acks plus
+    // the drain's.
+    assert!(report.acks_acknowledged + report.dead_letters >= report.acked_enqueues_checked);
+    assert!(second.acks_acknowledged + second.dead_letters >= second.acked_enqueues_checked);
+    assert!(second.drained < second.acks_acknowledged, "no worker ack in it: {json}");
+    assert!(second.activity.deliveries > second.acks_acknowledged, "no redelivery: {json}");
+}
+
 fn seed() -> u64 {
     let seed = std::env::var("SPOOL_KILLLOOP_SEED")
         .ok()

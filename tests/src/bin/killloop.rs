@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --release -p spool-tests --bin killloop -- --kills 200 --seed 7 [--cores 2] [--quick]
-//!     [--partitions 4] [--backlog 4000] [--spoold-arg=FLAG ...]
+//!     [--partitions 4] [--backlog 4000] [--sub NAME] [--spoold-arg=FLAG ...]
 //! ```
 //!
 //! Exit code: 0 when every violation count is 0, 1 when any is not, 2 for a
@@ -13,6 +13,8 @@
 //! `--partitions N` sets the queue's partition count (default 4);
 //! `--backlog N` the unacked enqueues at which producers pause (default
 //! 4,000, 1,000 with `--quick`).
+//! `--sub NAME` adds a second subscription with its own consumers and
+//! ledger (`docs/testing.md`, "Kill loop").
 //! Each `--spoold-arg=FLAG` (or `--spoold-arg FLAG`) is passed to every
 //! `spoold` start as is, after the harness's own flags.
 
@@ -21,7 +23,7 @@ use std::process::ExitCode;
 use spool_tests::killloop::{run, KillLoopConfig};
 
 const USAGE: &str = "usage: killloop --kills N [--seed S] [--cores C] [--quick] \
-                     [--partitions P] [--backlog B] [--spoold-arg=FLAG ...]";
+                     [--partitions P] [--backlog B] [--sub NAME] [--spoold-arg=FLAG ...]";
 
 struct Args {
     kills: u32,
@@ -31,6 +33,7 @@ struct Args {
     backlog: Option<usize>,
     quick: bool,
     spoold_args: Vec<String>,
+    subscription: Option<String>,
 }
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -41,6 +44,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     let mut backlog = None;
     let mut quick = false;
     let mut spoold_args = Vec::new();
+    let mut subscription = None;
     while let Some(arg) = args.next() {
         if let Some(flag) = arg.strip_prefix("--spoold-arg=") {
             spoold_args.push(flag.to_owned());
@@ -63,6 +67,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
                 backlog = Some(value("--backlog")?.parse().map_err(|e| format!("--backlog: {e}"))?)
             }
             "--quick" => quick = true,
+            "--sub" => subscription = Some(value("--sub")?),
             "--spoold-arg" => spoold_args.push(value("--spoold-arg")?),
             "-h" | "--help" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown argument {other}\n{USAGE}")),
@@ -71,7 +76,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     let kills = kills.ok_or_else(|| format!("--kills is required\n{USAGE}"))?;
     // No seed given: one from the clock, printed so the run can be repeated.
     let seed = seed.unwrap_or_else(spool_tests::killloop::unix_ms);
-    Ok(Args { kills, seed, cores, partitions, backlog, quick, spoold_args })
+    Ok(Args { kills, seed, cores, partitions, backlog, quick, spoold_args, subscription })
 }
 
 fn main() -> ExitCode {
@@ -90,6 +95,7 @@ fn main() -> ExitCode {
     };
     config.progress = true;
     config.spoold_args = args.spoold_args;
+    config.subscription = args.subscription;
     if let Some(cores) = args.cores {
         config.cores = cores;
     }

@@ -64,6 +64,10 @@ pub struct KillLoopConfig {
     /// More `spoold` flags, after the harness's own (a later flag wins),
     /// on every start: e.g. `--journal-retain-bytes 0`.
     pub spoold_args: Vec<String>,
+    /// A second subscription of the queue (from its earliest record, made
+    /// before any load), consumed by `consumers` more consumers and held
+    /// to the same contract with its own ledger; `None`: the default only.
+    pub subscription: Option<String>,
 }
 
 /// One failpoint armed for one cycle: `point=abort@from_hit`.
@@ -103,6 +107,7 @@ impl KillLoopConfig {
             failpoints: Vec::new(),
             spoold_bin: None,
             spoold_args: Vec::new(),
+            subscription: None,
         }
     }
 
@@ -163,6 +168,13 @@ impl KillLoopConfig {
         check(
             self.failpoints.is_empty() || self.spoold_bin.is_some(),
             "failpoint mode needs a failpoint build of spoold (spoold_bin)",
+        )?;
+        check(
+            self.subscription.as_deref().is_none_or(|name| {
+                name != "default"
+                    && spool_client::spool_wire::proto::validate_subscription_name(name).is_ok()
+            }),
+            "subscription must be a valid name other than `default`",
         )?;
         check(self.backlog_max >= 1, "backlog_max must be at least 1")
     }

@@ -15,8 +15,9 @@ use super::broker::{armed_cycle, blocking, cycle};
 use super::check::{check_witness, drain, list_live, take_witness, WitnessTally};
 use super::config::KillLoopConfig;
 use super::ledger::Placement;
-use super::report::{percentile_ms, FailpointOutcome, KillLoopReport};
+use super::report::{percentile_ms, FailpointOutcome, KillLoopReport, SubscriptionReport};
 use super::rng::Rng;
+use super::second;
 use super::workers::{self, Shared};
 use super::{now, unix_ms, KillLoopError, BULK_QUEUE, QUEUE};
 use crate::{test_queue_config, Spoold, SpooldOptions};
@@ -68,6 +69,9 @@ async fn run_on(
         .create_queue(QUEUE, config.queue_config())
         .await
         .map_err(|error| KillLoopError::Setup(format!("create queue: {error}")))?;
+    if let Some(name) = &config.subscription {
+        second::create(&broker.admin_addr(), name, config.partitions).await?;
+    }
     let shared = Arc::new(Shared::new(QUEUE.to_owned(), config.clone()));
     if !config.failpoints.is_empty() {
         admin
@@ -86,7 +90,15 @@ async fn run_on(
     for index in 0..config.consumers {
         let worker_client = broker.client().await;
         let rng = Rng::new(config.seed, 2000 + u64::from(index));
-        tasks.spawn(workers::consumer(Arc::clone(&shared), worker_client, index, rng));
+        tasks.spawn(workers::consumer(Arc::clone(&shared), worker_client, index, rng, false));
+    }
+    if config.subscription.is_some() {
+        for index in 0..config.consumers {
+            let worker_client = broker.client().await;
+            let rng = Rng::new(config.seed, 3000 + u64::from(index));
+            let index = config.consumers + index;
+            tasks.spawn(workers::consumer(Arc::clone(&shared), worker_client, index, rng, true));
+        }
     }
 
     let mut rng = Rng::new(config.seed, 0);
@@ -164,6 +176,28 @@ async fn run_on(
         ledger.final_check(&dead);
         std::mem::take(&mut *ledger)
     };
+    let subscription = match &config.subscription {
+        Some(name) => {
+            let admin_addr = slot
+                .as_ref()
+                .ok_or_else(|| KillLoopError::Stuck("the broker was lost".to_owned()))?
+                .admin_addr();
+            let (drained, dead_letters) =
+                second::drain(&shared, &client, &admin_addr, name).await?;
+            let ledger = std::mem::take(&mut *shared.ledger_in(true));
+            Some(SubscriptionReport {
+                name: name.clone(),
+                acked_enqueues_checked: ledger.enqueued_count() as u64,
+                acks_acknowledged: ledger.acked_count() as u64,
+                drained,
+                dead_letters,
+                violations: ledger.violations(),
+                activity: ledger.activity(),
+                samples: ledger.samples().to_vec(),
+            })
+        }
+        None => None,
+    };
     restart_ms.sort_unstable();
     let counters = &shared.counters;
     let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
@@ -193,6 +227,7 @@ async fn run_on(
         abandoned: load(&counters.abandoned),
         samples: ledger.samples().to_vec(),
         failpoints,
+        subscription,
     })
 }
 

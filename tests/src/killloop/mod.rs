@@ -43,7 +43,9 @@
 //! load), `check` (the orchestrator's own requests: the full listing of
 //! every partition, witness claims, the final drain), [`report`] (what a
 //! run saw), [`ledger`] (what was acknowledged, and the checks against it),
-//! [`workers`] (the producers and consumers), [`rng`] (seeded choices).
+//! [`workers`] (the producers and consumers), [`rng`] (seeded choices),
+//! `second` (a second subscription of the queue: made, drained and
+//! accounted for with its own ledger).
 
 mod broker;
 mod check;
@@ -52,6 +54,7 @@ mod driver;
 pub mod ledger;
 pub mod report;
 pub mod rng;
+mod second;
 pub mod workers;
 
 use std::time::Instant;
@@ -63,7 +66,7 @@ use ledger::{DeliverySeen, Placement, Seq};
 
 pub use config::{FailpointArm, KillLoopConfig};
 pub use driver::run;
-pub use report::{FailpointOutcome, FiredAt, KillLoopReport};
+pub use report::{FailpointOutcome, FiredAt, KillLoopReport, SubscriptionReport};
 
 /// Name of the queue the loop runs on.
 pub const QUEUE: &str = "killloop";

@@ -79,12 +79,36 @@ pub struct KillLoopReport {
     pub samples: Vec<String>,
     /// Failpoint mode: where each armed point fired.
     pub failpoints: Vec<FailpointOutcome>,
+    /// The second subscription's own accounting, when the run had one.
+    pub subscription: Option<SubscriptionReport>,
+}
+
+/// What the second subscription's ledger saw
+/// ([`KillLoopConfig::subscription`](super::KillLoopConfig::subscription)).
+#[derive(Debug, Clone)]
+pub struct SubscriptionReport {
+    /// Its name.
+    pub name: String,
+    /// Acknowledged enqueues accounted for in it at the end.
+    pub acked_enqueues_checked: u64,
+    /// Acks acknowledged in it (workers and drain).
+    pub acks_acknowledged: u64,
+    /// Messages its final drain claimed and acked.
+    pub drained: u64,
+    /// Its dead letters at the end.
+    pub dead_letters: u64,
+    /// Its violation counts.
+    pub violations: Violations,
+    /// Its ledger's activity counters.
+    pub activity: Activity,
+    /// Examples of its violations.
+    pub samples: Vec<String>,
 }
 
 impl KillLoopReport {
-    /// Sum of all violation counts.
+    /// Sum of all violation counts, the second subscription's included.
     pub fn violations_total(&self) -> u64 {
-        self.violations.total()
+        self.violations.total() + self.subscription.as_ref().map_or(0, |sub| sub.violations.total())
     }
 
     /// The report as one JSON object.
@@ -110,7 +134,7 @@ impl KillLoopReport {
             "generation_reused": v.generation_reused,
             "phantom_deliveries": v.phantom_deliveries,
             "dead_letters_unaccounted": v.dead_letters_unaccounted,
-            "violations_total": v.total(),
+            "violations_total": self.violations_total(),
             "witness_tokens_tried": self.witness_tokens_tried,
             "witness_tokens_unexpired": self.witness_tokens_unexpired,
             "witness_tokens_refused": self.witness_tokens_refused,
@@ -132,6 +156,7 @@ impl KillLoopReport {
             "failpoints": self.failpoints.iter().map(|outcome| {
                 serde_json::json!({ "point": outcome.point, "fired_at": format!("{:?}", outcome.fired_at) })
             }).collect::<Vec<_>>(),
+            "subscription": self.subscription.as_ref().map(SubscriptionReport::to_json),
         })
     }
 }
@@ -142,4 +167,32 @@ pub(super) fn percentile_ms(sorted: &[u64], percent: usize) -> u64 {
         return 0;
     }
     sorted[(sorted.len() - 1) * percent / 100]
+}
+
+impl SubscriptionReport {
+    /// The report as one JSON object.
+    pub fn to_json(&self) -> serde_json::Value {
+        let (v, a) = (&self.violations, &self.activity);
+        serde_json::json!({
+            "name": self.name,
+            "acked_enqueues_checked": self.acked_enqueues_checked,
+            "acks_acknowledged": self.acks_acknowledged,
+            "deliveries": a.deliveries,
+            "drained": self.drained,
+            "dead_letters": self.dead_letters,
+            "lost": v.lost,
+            "redelivered_after_ack": v.redelivered_after_ack,
+            "acked_but_live": v.acked_but_live,
+            "stale_tokens_accepted": v.stale_tokens_accepted,
+            "dedupe_conflicts": v.dedupe_conflicts,
+            "offset_conflicts": v.offset_conflicts,
+            "generation_reused": v.generation_reused,
+            "phantom_deliveries": v.phantom_deliveries,
+            "dead_letters_unaccounted": v.dead_letters_unaccounted,
+            "violations_total": v.total(),
+            "ack_unknown_applied": a.ack_unknown_applied,
+            "ack_unknown_not_applied": a.ack_unknown_not_applied,
+            "samples": self.samples,
+        })
+    }
 }

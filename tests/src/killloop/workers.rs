@@ -16,7 +16,7 @@
 //! look like a lost message.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use spool_client::spool_wire::batch::{DataBatchBuilder, MessageId, Payload, Record};
@@ -76,8 +76,13 @@ pub struct Shared {
     pub queue: String,
     /// The run's settings.
     pub config: KillLoopConfig,
-    /// What the broker acknowledged.
+    /// What the broker acknowledged, in the default subscription.
     pub ledger: Mutex<Ledger>,
+    /// The second subscription's name ([`KillLoopConfig::subscription`]).
+    pub subscription: Option<Arc<str>>,
+    /// What the broker acknowledged in the second subscription: the same
+    /// enqueues, its own deliveries and acks (empty without one).
+    pub sub_ledger: Mutex<Ledger>,
     /// The current broker process (see [`Instance`]).
     pub instance: AtomicU64,
     /// See the module doc.
@@ -96,19 +101,37 @@ impl Shared {
     pub fn new(queue: String, config: KillLoopConfig) -> Self {
         Self {
             queue,
-            config,
             ledger: Mutex::new(Ledger::new()),
+            subscription: config.subscription.as_deref().map(Arc::from),
+            sub_ledger: Mutex::new(Ledger::new()),
             instance: AtomicU64::new(1),
             gate: RwLock::new(()),
             stop: AtomicBool::new(false),
             lease_deadline_ms_max: AtomicU64::new(0),
             counters: WorkerCounters::default(),
+            config,
         }
     }
 
     /// The ledger, locked (a panicking worker does not hide the facts).
     pub fn ledger(&self) -> MutexGuard<'_, Ledger> {
         self.ledger.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The ledger of the second subscription (`in_sub`) or the default's.
+    pub fn ledger_in(&self, in_sub: bool) -> MutexGuard<'_, Ledger> {
+        if in_sub {
+            self.sub_ledger.lock().unwrap_or_else(PoisonError::into_inner)
+        } else {
+            self.ledger()
+        }
+    }
+
+    /// The ledgers every enqueue goes into: the default's, and the second
+    /// subscription's when there is one.
+    fn enqueue_ledgers(&self) -> impl Iterator<Item = MutexGuard<'_, Ledger>> + '_ {
+        let second = self.subscription.is_some().then(|| self.ledger_in(true));
+        std::iter::once(self.ledger()).chain(second)
     }
 
     /// The process the next request will reach (or a later one).
@@ -168,10 +191,12 @@ pub async fn producer(
                 last_answered = None;
             }
         }
-        let backlog = {
-            let ledger = shared.ledger();
-            ledger.enqueued_count().saturating_sub(ledger.acked_count())
-        };
+        // The deeper backlog of the subscriptions.
+        let backlog = shared
+            .enqueue_ledgers()
+            .map(|ledger| ledger.enqueued_count().saturating_sub(ledger.acked_count()))
+            .max()
+            .unwrap_or(0);
         if backlog >= config.backlog_max {
             // A bounded poll: the backlog is read again after the pause.
             tokio::time::sleep(BACKLOG_PAUSE).await;
@@ -205,8 +230,7 @@ pub async fn producer(
             ids.push(id);
         }
         let bytes = builder.finish().map_err(|error| KillLoopError::Setup(error.to_string()))?;
-        {
-            let mut ledger = shared.ledger();
+        for mut ledger in shared.enqueue_ledgers() {
             for &id in &ids {
                 ledger.submit(id);
             }
@@ -240,25 +264,26 @@ async fn send_until_answered(
                     )));
                 }
                 Ok(response) => {
-                    let mut ledger = shared.ledger();
                     let mut retry = false;
                     for (&id, outcome) in ids.iter().zip(&response.records) {
-                        match *outcome {
-                            RecordOutcome::Appended { offset } => ledger.enqueue_acknowledged(
-                                id,
-                                Placement::new(partition, offset),
-                                false,
-                            ),
-                            RecordOutcome::Duplicate { original_offset } => ledger
-                                .enqueue_acknowledged(
-                                    id,
-                                    Placement::new(partition, original_offset),
-                                    true,
-                                ),
-                            RecordOutcome::Rejected { code } if code.is_retriable() => retry = true,
+                        let (placement, duplicate) = match *outcome {
+                            RecordOutcome::Appended { offset } => {
+                                (Placement::new(partition, offset), false)
+                            }
+                            RecordOutcome::Duplicate { original_offset } => {
+                                (Placement::new(partition, original_offset), true)
+                            }
+                            RecordOutcome::Rejected { code } if code.is_retriable() => {
+                                retry = true;
+                                continue;
+                            }
                             RecordOutcome::Rejected { .. } => {
                                 bump(&shared.counters.enqueue_rejected);
+                                continue;
                             }
+                        };
+                        for mut ledger in shared.enqueue_ledgers() {
+                            ledger.enqueue_acknowledged(id, placement, duplicate);
                         }
                     }
                     retry
@@ -323,7 +348,8 @@ fn plan(rng: &mut Rng, config: &KillLoopConfig) -> Plan {
 /// One consumer: claims with random credits, half of them from a random
 /// partition and half of any partition of a random shard (Claim `ANY`,
 /// whose deliveries name their partitions), and handles each delivery in
-/// its own task after a random time.
+/// its own task after a random time. With `in_sub` it claims in the second
+/// subscription and records in its ledger.
 ///
 /// # Errors
 /// None today; the signature matches [`producer`] so both are joined alike.
@@ -332,9 +358,11 @@ pub async fn consumer(
     client: Client,
     index: u32,
     mut rng: Rng,
+    in_sub: bool,
 ) -> Result<(), KillLoopError> {
     let config = shared.config.clone();
     let worker = WorkerId(0xC0_0000 + u64::from(index));
+    let subscription = if in_sub { shared.subscription.clone() } else { None };
     let mut handlers = JoinSet::new();
     while !shared.stopping() {
         while handlers.len() >= CONSUMER_HANDLERS_MAX {
@@ -349,12 +377,12 @@ pub async fn consumer(
             max_bytes: CLAIM_BYTES,
             lease_ms: config.lease_ms,
             wait_ms: rng.range(0, 100) as u32,
-            subscription: None,
+            subscription: subscription.clone(),
         };
         let claimed = {
             let _gate = shared.gate.read().await;
             let sent_instance = shared.instance();
-            let claim_sent = shared.ledger().next_seq();
+            let claim_sent = shared.ledger_in(in_sub).next_seq();
             let answer = if rng.percent(50) {
                 client.claim(&shared.queue, partition, &options).await
             } else {
@@ -372,7 +400,7 @@ pub async fn consumer(
             match answer {
                 Ok(batch) => {
                     shared.lease_deadline(batch.lease_deadline_ms);
-                    let mut ledger = shared.ledger();
+                    let mut ledger = shared.ledger_in(in_sub);
                     for delivery in &batch.deliveries {
                         ledger.delivered(super::delivery_seen(delivery, claim_sent));
                     }
@@ -392,7 +420,7 @@ pub async fn consumer(
             let shared = std::sync::Arc::clone(&shared);
             let client = client.clone();
             handlers.spawn(async move {
-                handle(&shared, &client, delivery, token_instance, plan).await
+                handle(&shared, &client, delivery, token_instance, plan, in_sub).await
             });
         }
     }
@@ -420,6 +448,7 @@ async fn handle(
     delivery: Delivery,
     token_instance: Option<Instance>,
     plan: Plan,
+    in_sub: bool,
 ) {
     let queue = shared.queue.as_str();
     let (partition, token) = (delivery.partition(), delivery.token());
@@ -434,7 +463,7 @@ async fn handle(
             shared.lease_deadline(deadline_ms);
             bump(&shared.counters.extends);
             shared
-                .ledger()
+                .ledger_in(in_sub)
                 .token_use_succeeded(token_use(&delivery, token_instance, sent), "extend");
         }
         drop(_gate);
@@ -450,7 +479,8 @@ async fn handle(
             let sent = shared.instance();
             match client.ack(queue, partition, &[token]).await {
                 Ok(()) => {
-                    shared.ledger().ack_acknowledged(token_use(&delivery, token_instance, sent));
+                    let used = token_use(&delivery, token_instance, sent);
+                    shared.ledger_in(in_sub).ack_acknowledged(used);
                 }
                 Err(ClientError::AckRefused { refused, .. })
                     if refused.first().is_some_and(|refused| is_token_refusal(refused.code)) =>
@@ -459,7 +489,8 @@ async fn handle(
                 }
                 Err(ClientError::AckRefused { .. }) => bump(&shared.counters.acks_refused_other),
                 Err(_) => {
-                    shared.ledger().ack_unknown(delivery.message_id(), delivery.generation());
+                    let (id, generation) = (delivery.message_id(), delivery.generation());
+                    shared.ledger_in(in_sub).ack_unknown(id, generation);
                 }
             }
         }
@@ -470,7 +501,7 @@ async fn handle(
             if let Ok(_not_before_ms) = answer {
                 bump(&shared.counters.releases);
                 shared
-                    .ledger()
+                    .ledger_in(in_sub)
                     .token_use_succeeded(token_use(&delivery, token_instance, sent), "release");
             }
         }
