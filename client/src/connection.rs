@@ -116,6 +116,11 @@ impl ResponseBytes {
         self.header.api_key
     }
 
+    /// The api version the answer is in (the request's).
+    pub fn api_version(&self) -> u16 {
+        self.header.api_version
+    }
+
     fn frame(&self) -> Frame<'_> {
         Frame { header: self.header, body: self.body.as_slice() }
     }

@@ -27,6 +27,8 @@
 //! - `inputs`: refused inputs get clear answers and leave nothing behind.
 //! - `memory`: RSS after a drained backlog is the baseline plus the caches.
 //! - `scale`: a 256-partition queue is small on disk; partition limits are typed errors.
+//! - `sub_admin`: subscriptions created, described (DescribeQueue v2), consumed
+//!   and deleted over the wire with the client's `Admin`; refusals and rights.
 
 // Helpers outside `#[test]` functions unwrap too: a failed step is a failed
 // test.
@@ -51,4 +53,5 @@ mod restart;
 mod routing;
 mod scale;
 mod stream;
+mod sub_admin;
 mod subscriptions;
