@@ -380,7 +380,8 @@ impl ShardState {
                     }
                 }),
                 resize: self.resize_state(queue, partition),
-                subscriptions: served.partition.subscription_counters(),
+                subscriptions: self
+                    .subscription_report(queue, served.partition.subscription_counters()),
             });
         }
         if let Some(journal) = &*self.journal.borrow() {

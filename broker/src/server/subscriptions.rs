@@ -18,6 +18,7 @@ use crate::clock::{instant_now, Instant};
 use crate::control::assignment::{QueueName, SubscriptionStart, Subscriptions};
 use crate::partition::StartAt;
 use crate::queue::{PartitionId, QueueId, SubscriptionId};
+use crate::shard::report::SubscriptionCounters;
 
 /// The partitions a pass is running for.
 #[derive(Debug, Default)]
@@ -45,6 +46,31 @@ fn wanted(subscriptions: &Subscriptions) -> Vec<(SubscriptionId, StartAt)> {
 }
 
 impl ShardState {
+    /// A partition of `queue`'s counters of each subscription besides the
+    /// default, with the name the table gives it, for the shard's report.
+    pub(super) fn subscription_report(
+        &self,
+        queue: &str,
+        counters: Vec<(SubscriptionId, crate::queue::QueueCounters)>,
+    ) -> Vec<SubscriptionCounters> {
+        if counters.is_empty() {
+            return Vec::new();
+        }
+        let table = self.table.borrow();
+        let named = QueueName::new(queue).ok().and_then(|name| table.queue(&name));
+        counters
+            .into_iter()
+            .map(|(id, counters)| SubscriptionCounters {
+                id,
+                name: named
+                    .and_then(|entry| entry.subscriptions.name(id))
+                    .unwrap_or_default()
+                    .to_owned(),
+                counters,
+            })
+            .collect()
+    }
+
     /// The table changed `queue`'s subscriptions: bring its partitions
     /// here in step now.
     pub(super) fn subscriptions_changed(self: &Rc<Self>, queue: &QueueName) {

@@ -189,7 +189,17 @@ pub struct PartitionReport {
     pub resize: ResizeState,
     /// The counters of each subscription besides the default
     /// (`counters` is the default's), by id.
-    pub subscriptions: Vec<(crate::queue::SubscriptionId, QueueCounters)>,
+    pub subscriptions: Vec<SubscriptionCounters>,
+}
+
+/// One subscription's counters in one partition.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SubscriptionCounters {
+    pub id: crate::queue::SubscriptionId,
+    /// Its name in the table when the report was built (empty: the table no
+    /// longer names it, and the partition's log is about to end it).
+    pub name: String,
+    pub counters: QueueCounters,
 }
 
 /// A partition's part in its queue's last resize.

@@ -4,8 +4,8 @@
 //! on 2 shards through `Consumer`s (Claim v3 of partition ANY), across a
 //! SIGKILL in the middle; acks in one leave the others' backlogs alone; a
 //! subscription created later from `latest` sees only later records; a
-//! deleted one is refused by name; the HTTP API and `spool sub` list them
-//! with their counters.
+//! deleted one is refused by name; the HTTP API, the per-subscription
+//! metrics and `spool sub` show their counters.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -17,7 +17,7 @@ use spool_client::spool_wire::ErrorCode;
 use spool_client::{
     Admin, ClaimOptions, Client, ConsumerConfig, Delivery, Message, Producer, ProducerConfig,
 };
-use spool_tests::admin::{http, http_json};
+use spool_tests::admin::{http, http_get, http_json, Exposition};
 use spool_tests::{test_queue_config, Spoold};
 
 const QUEUE: &str = "events";
@@ -74,6 +74,14 @@ async fn wait_for(seen: &[&Arc<Mutex<Vec<u32>>>], at_least: usize) {
     }
 }
 
+/// GET /metrics, checked (exposition rules and naming conventions).
+fn scrape(broker: &Spoold) -> Exposition {
+    let answer = tokio::task::block_in_place(|| http_get(&broker.admin_addr(), "/metrics"));
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    Exposition::parse(&answer.body)
+        .unwrap_or_else(|error| panic!("the metrics do not parse: {error}\n{}", answer.body))
+}
+
 fn subscriptions(broker: &Spoold) -> serde_json::Value {
     let answer = tokio::task::block_in_place(|| {
         http(&broker.admin_addr(), "GET", &format!("/v1/queues/{QUEUE}/subscriptions"))
@@ -121,6 +129,24 @@ async fn three_subscriptions_each_get_every_message_across_a_sigkill() {
     assert_eq!(row(&list, "report")["backlog"], 0, "{list}");
     assert_eq!(row(&list, "default")["backlog"], MESSAGES, "{list}");
     assert_eq!(row(&list, "audit")["backlog"], MESSAGES, "{list}");
+    // The same in the per-subscription metrics, summed over partitions.
+    let metrics = scrape(&broker);
+    let total = |family: &str, sub: &str| -> f64 {
+        (0..4)
+            .map(|partition| {
+                let partition = partition.to_string();
+                let labels = [("queue", QUEUE), ("partition", &partition), ("subscription", sub)];
+                metrics.value(family, &labels).unwrap_or_else(|| panic!("no {family} {sub}"))
+            })
+            .sum()
+    };
+    assert_eq!(total("spool_subscription_live_messages", "report"), 0.0);
+    assert_eq!(total("spool_subscription_live_messages", "audit"), f64::from(MESSAGES));
+    assert_eq!(total("spool_subscription_live_messages", "default"), f64::from(MESSAGES));
+    assert_eq!(total("spool_subscription_acked_messages_total", "report"), f64::from(MESSAGES));
+    assert_eq!(total("spool_subscription_acked_messages_total", "audit"), 0.0);
+    assert!(total("spool_subscription_oldest_ready_age_seconds", "audit") > 0.0);
+    assert_eq!(total("spool_subscription_oldest_ready_age_seconds", "report"), 0.0);
 
     // Half of each of the others, then a SIGKILL.
     let default: Arc<Mutex<Vec<u32>>> = Arc::default();

@@ -215,7 +215,8 @@ impl Gateway {
                         if id == SubscriptionId::DEFAULT {
                             return Some(partition.counters);
                         }
-                        partition.subscriptions.iter().find(|(sub, _)| *sub == id).map(|(_, c)| *c)
+                        let sub = partition.subscriptions.iter().find(|sub| sub.id == id);
+                        sub.map(|sub| sub.counters)
                     })
                     .collect();
                 row(&name, id, &counters)

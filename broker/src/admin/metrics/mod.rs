@@ -12,6 +12,7 @@ mod disk;
 mod families;
 mod histogram;
 mod replication;
+mod subscriptions;
 
 use std::fmt;
 
@@ -367,6 +368,7 @@ pub fn encode(
         |report| report.counters.oldest_claim_age_ms,
     );
     register_queue_figures(&mut registry, reports);
+    subscriptions::register_subscriptions(&mut registry, reports);
 
     shard_counter!(
         "spool_shard_commits",
