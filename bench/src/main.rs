@@ -245,9 +245,14 @@ struct LoadArgs {
     /// Open-loop producers (one pacing thread each).
     #[arg(long, default_value_t = 2)]
     producers: u32,
-    /// Consumers the slots are spread over.
+    /// Consumers the slots are spread over (per subscription).
     #[arg(long, default_value_t = 2)]
     consumers: u32,
+    /// Subscriptions of the queue: the default and `sub-1` ... (each with
+    /// `--consumers` consumers, an equal share of the slots, and every
+    /// message once; rates count every subscription's acks).
+    #[arg(long, default_value_t = 1)]
+    subscriptions: u32,
     /// Inter-arrival times: fixed gaps or exponential (Poisson process).
     #[arg(long, value_enum, default_value_t = ArrivalsArg::Fixed)]
     arrivals: ArrivalsArg,
@@ -319,6 +324,7 @@ impl LoadArgs {
             payloads: std::sync::Arc::default(),
             producers_per_queue: self.producers,
             consumers_per_queue: self.consumers,
+            subscriptions: self.subscriptions,
             arrivals: match self.arrivals {
                 ArrivalsArg::Fixed => Arrivals::Fixed,
                 ArrivalsArg::Poisson => Arrivals::Poisson,

@@ -13,8 +13,12 @@
 //! (msgs/s over all topics, as in OMB) at `messageSize` bytes;
 //! `consumerPerSubscription` consumers per queue, each with `--slots` slots
 //! and the given service time (default 0: ack at once, as OMB consumers
-//! do); `testDurationMinutes` of load. `subscriptionsPerTopic: 1` is the
-//! queue itself; more is refused (Spool has no subscriptions yet).
+//! do); `testDurationMinutes` of load. `subscriptionsPerTopic: N` gives
+//! each queue N subscriptions (the default and `sub-1` ... `sub-{N-1}`,
+//! `docs/design/subscriptions.md`), each with `consumerPerSubscription`
+//! consumers and every message once: the consume rate counts every
+//! subscription's acks, as OMB's does (N × the publish rate when they keep
+//! up). At most the broker's subscriptions per queue (16).
 //! `consumerBacklogSizeGB > 0` runs OMB's backlog phase first: consumers
 //! paused until the client's backlog is that size, then resumed until it is
 //! drained to `max(1000, (1 − backlogDrainRatio) × backlog)` messages, then
@@ -111,7 +115,7 @@ pub struct Workload {
     /// msgs/s over all topics.
     pub producer_rate: f64,
     pub test_duration_minutes: f64,
-    /// Always 1: the queue itself.
+    /// Subscriptions of each queue (1: the default alone).
     pub subscriptions_per_topic: u32,
     pub payload: PayloadSource,
     /// OMB's backlog phase when > 0 (GiB: OMB multiplies by 1024³).
@@ -301,15 +305,19 @@ pub fn parse(text: &str) -> Result<ParsedWorkload, OmbError> {
     Ok(ParsedWorkload { workload, unsupported: raw.unsupported })
 }
 
-/// `subscriptionsPerTopic`: absent or 1 (the queue itself).
+/// `subscriptionsPerTopic`: absent (1) up to the broker's subscriptions
+/// per queue.
 fn subscriptions(value: Option<u64>) -> Result<u32, OmbError> {
     match value.unwrap_or(1) {
-        1 => Ok(1),
+        count @ 1.. if count <= u64::from(load::SUBSCRIPTIONS_MAX) => {
+            Ok(u32::try_from(count).unwrap_or(load::SUBSCRIPTIONS_MAX))
+        }
         other => Err(field_error(
             "subscriptionsPerTopic",
             format!(
-                "{other}: Spool has no subscriptions yet (a queue delivers each message to one \
-                 consumer), so only 1 (the queue itself) can run"
+                "{other}: a queue has from 1 (the default subscription alone) to {} \
+                 subscriptions",
+                load::SUBSCRIPTIONS_MAX
             ),
         )),
     }
@@ -595,7 +603,9 @@ pub fn plan(config: &OmbConfig) -> Result<LoadConfig, OmbError> {
     load.msg_bytes = workload.message_size;
     load.producers_per_queue = workload.producers_per_topic;
     load.consumers_per_queue = workload.consumer_per_subscription;
+    load.subscriptions = workload.subscriptions_per_topic;
     let slots = u64::from(workload.topics)
+        .saturating_mul(u64::from(workload.subscriptions_per_topic))
         .saturating_mul(u64::from(workload.consumer_per_subscription))
         .saturating_mul(u64::from(config.slots_per_consumer))
         .min(u64::from(load::SLOTS_MAX));
@@ -737,20 +747,31 @@ testDurationMinutes: 5
     }
 
     #[test]
-    fn more_than_one_subscription_is_refused_not_ignored() {
-        // Goal: subscriptionsPerTopic > 1 (fan-out) fails saying subscriptions do not exist.
-        let two = FULL.replace("subscriptionsPerTopic: 1", "subscriptionsPerTopic: 2");
-        match parse(&two) {
-            Err(OmbError::Field { field: "subscriptionsPerTopic", problem }) => {
-                assert!(problem.contains("no subscriptions yet"), "{problem}");
+    fn subscriptions_per_topic_map_to_subscriptions_and_their_consumers() {
+        // Goal: subscriptionsPerTopic N gives each queue N subscriptions, each with
+        // consumerPerSubscription consumers and its share of the slots; 0 and more than the
+        // broker allows are refused naming the field. Method: parse and plan FULL with 3.
+        let three = FULL.replace("subscriptionsPerTopic: 1", "subscriptionsPerTopic: 3");
+        let parsed = parse(&three).unwrap();
+        assert_eq!(parsed.workload.subscriptions_per_topic, 3);
+        let one = omb_config(FULL);
+        let config = omb_config(&three);
+        let (single, fanned) = (plan(&one).unwrap(), plan(&config).unwrap());
+        assert_eq!((single.subscriptions, fanned.subscriptions), (1, 3));
+        assert_eq!(fanned.consumers(), single.consumers() * 3);
+        let slots = |load: &LoadConfig| load.phases.last().unwrap().slots;
+        assert_eq!(slots(&fanned), slots(&single) * 3);
+        assert!(fanned.validate().is_ok());
+        for bad in [0, load::SUBSCRIPTIONS_MAX + 1] {
+            let text =
+                FULL.replace("subscriptionsPerTopic: 1", &format!("subscriptionsPerTopic: {bad}"));
+            match parse(&text) {
+                Err(OmbError::Field { field: "subscriptionsPerTopic", problem }) => {
+                    assert!(problem.contains("from 1"), "{problem}");
+                }
+                other => panic!("{bad}: {other:?}"),
             }
-            other => panic!("{other:?}"),
         }
-        let zero = FULL.replace("subscriptionsPerTopic: 1", "subscriptionsPerTopic: 0");
-        assert!(matches!(
-            parse(&zero),
-            Err(OmbError::Field { field: "subscriptionsPerTopic", .. })
-        ));
     }
 
     #[test]

@@ -31,7 +31,10 @@ pub const PRODUCERS_MAX: u32 = 65_536;
 pub const PACER_THREADS_MAX: u32 = 16;
 /// Consumers per queue at the start of a run.
 pub const CONSUMERS_PER_QUEUE_MAX: u32 = 64;
-/// Consumers over all queues (OMB's `topics × consumerPerSubscription`).
+/// Subscriptions per queue: the broker's limit.
+pub const SUBSCRIPTIONS_MAX: u32 = spool_broker::queue::limits::SUBSCRIPTIONS_PER_QUEUE_MAX as u32;
+/// Consumers over all queues (OMB's `topics × subscriptionsPerTopic ×
+/// consumerPerSubscription`).
 pub const CONSUMERS_MAX: u32 = 65_536;
 /// Client connections the consumers open: one per consumer up to this, then
 /// shared (a [`spool_client::Client`] multiplexes its requests). 256 keeps
@@ -142,8 +145,12 @@ pub struct LoadConfig {
     /// zeros.
     pub payloads: Arc<Vec<Vec<u8>>>,
     pub producers_per_queue: u32,
-    /// Consumers a queue's slots are spread over.
+    /// Consumers a queue's slots are spread over (per subscription).
     pub consumers_per_queue: u32,
+    /// Subscriptions per queue (OMB's `subscriptionsPerTopic`): the
+    /// default and `sub-1`, `sub-2`, ... made with the queue; each gets
+    /// `consumers_per_queue` consumers and every enqueue once.
+    pub subscriptions: u32,
     pub arrivals: Arrivals,
     pub service: ServiceTime,
     pub phases: Vec<Phase>,
@@ -185,6 +192,7 @@ impl LoadConfig {
         check("msg_bytes", self.msg_bytes as f64, msg_min, PAYLOAD_INLINE_BYTES_MAX as f64)?;
         check("producers", self.producers() as f64, 1.0, PRODUCERS_MAX.into())?;
         check("consumers", self.consumers_per_queue.into(), 1.0, CONSUMERS_PER_QUEUE_MAX.into())?;
+        check("subscriptions", self.subscriptions.into(), 1.0, SUBSCRIPTIONS_MAX.into())?;
         check("consumers_total", self.consumers() as f64, 1.0, CONSUMERS_MAX.into())?;
         let pool_bytes: usize = self.payloads.iter().map(Vec::len).sum();
         check("payload_pool_bytes", pool_bytes as f64, 0.0, PAYLOAD_POOL_BYTES_MAX as f64)?;
@@ -216,13 +224,13 @@ impl LoadConfig {
             let name = &phase.name;
             check(&format!("{name}.seconds"), phase.seconds, 0.001, PHASE_S_MAX)?;
             check(&format!("{name}.rate"), phase.rate_per_s, 0.0, RATE_MAX)?;
-            // Every queue needs a slot (or none: paused), and no consumer more than the
-            // protocol's credits.
+            // Every queue's subscription needs a slot (or none: paused), and no
+            // consumer more than the protocol's credits.
             if phase.slots > 0 {
                 check(
                     &format!("{name}.slots"),
                     phase.slots.into(),
-                    self.queues.into(),
+                    self.queues.saturating_mul(self.subscriptions).into(),
                     SLOTS_MAX.into(),
                 )?;
             }
@@ -239,7 +247,7 @@ impl LoadConfig {
     }
 
     pub fn consumers(&self) -> u32 {
-        self.queues.saturating_mul(self.consumers_per_queue)
+        self.queues.saturating_mul(self.subscriptions).saturating_mul(self.consumers_per_queue)
     }
 }
 
@@ -267,6 +275,7 @@ pub(crate) mod tests {
             payloads: Arc::default(),
             producers_per_queue: 1,
             consumers_per_queue: 1,
+            subscriptions: 1,
             arrivals: Arrivals::Fixed,
             service: ServiceTime { mean_ms: 18.0, cv: 1.0 },
             phases: vec![Phase {
@@ -300,6 +309,8 @@ pub(crate) mod tests {
             ("msg_bytes", |c| c.msg_bytes = 7),
             ("producers", |c| c.producers_per_queue = 0),
             ("consumers", |c| c.consumers_per_queue = 0),
+            ("subscriptions", |c| c.subscriptions = 0),
+            ("subscriptions", |c| c.subscriptions = SUBSCRIPTIONS_MAX + 1),
             ("prefetch_fraction", |c| c.prefetch_fraction = 1.5),
             ("claims_in_flight", |c| c.claims_in_flight = 0),
             ("ack_linger_us", |c| c.ack_linger_us = LINGER_US_MAX + 1),

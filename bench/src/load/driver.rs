@@ -7,7 +7,7 @@ use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use spool_client::spool_wire::proto::limits::PARTITIONS_MAX;
-use spool_client::spool_wire::proto::QueueConfig;
+use spool_client::spool_wire::proto::{QueueConfig, SubscriptionStart};
 use spool_client::spool_wire::ErrorCode;
 use spool_client::{default_queue_config, Admin, Client, ClientError, Producer, ProducerConfig};
 use spool_wire::limits::BATCH_BYTES_MAX;
@@ -27,6 +27,8 @@ use crate::sends::{self, TIMESTAMP_BYTES};
 
 /// How often the controller checks whether a draining phase is done.
 const DRAIN_POLL: Duration = Duration::from_millis(50);
+/// How long a queue's subscriptions may take to start in every partition.
+const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long sends and handlers still in flight after the last phase may take.
 const FINISH_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -87,7 +89,59 @@ async fn create_queues(
     }
     let partitions =
         u32::try_from(admin.client().partitions(&names[0]).await?.len()).unwrap_or(u32::MAX);
+    for name in &names {
+        subscribe(admin, name, config.subscriptions, partitions).await?;
+    }
     Ok((names, created, partitions))
+}
+
+/// The name of a queue's `index`-th subscription (0: the default).
+pub(super) fn subscription_name(index: u32) -> Option<String> {
+    (index > 0).then(|| format!("sub-{index}"))
+}
+
+/// Gives `queue` its subscriptions `sub-1` ... `sub-{count - 1}` besides
+/// the default (those it lacks, from the earliest record) and waits until
+/// every one has started in each of its `partitions` partitions, so that
+/// each sees every enqueue of the run.
+async fn subscribe(
+    admin: &Admin,
+    queue: &str,
+    count: u32,
+    partitions: u32,
+) -> Result<(), ClientError> {
+    if count <= 1 {
+        return Ok(());
+    }
+    let has = |described: &spool_client::spool_wire::proto::DescribeQueueResponse, name: &str| {
+        described.subscriptions.iter().any(|sub| sub.name == name)
+    };
+    let described = admin.describe_queue(queue).await?;
+    for name in (1..count).filter_map(subscription_name) {
+        if !has(&described, &name) {
+            admin.create_subscription(queue, &name, SubscriptionStart::Earliest).await?;
+        }
+    }
+    let deadline = tokio::time::Instant::now() + SUBSCRIBE_TIMEOUT;
+    loop {
+        let described = admin.describe_queue(queue).await?;
+        let started = (1..count).filter_map(subscription_name).all(|name| {
+            described
+                .subscriptions
+                .iter()
+                .any(|sub| sub.name == name && sub.partitions >= partitions)
+        });
+        if started {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(ClientError::Protocol(format!(
+                "the subscriptions of {queue} did not start in its {partitions} partitions \
+                 within {SUBSCRIBE_TIMEOUT:?}"
+            )));
+        }
+        tokio::time::sleep(DRAIN_POLL).await;
+    }
 }
 
 async fn drive(
@@ -135,6 +189,7 @@ async fn drive(
         phase_names: config.phases.iter().map(|phase| phase.name.clone()).collect(),
         phase_slots: config.phases.iter().map(|phase| phase.slots).collect(),
         progress: progress_bar(config),
+        subscriptions: config.subscriptions,
     });
     // Time zero: from here on the recorder's clock is the run's clock.
     let recorder_base_ns = recorder.now_ns();

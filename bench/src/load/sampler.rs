@@ -39,7 +39,25 @@ pub(super) async fn describe(
         described.extend(futures_util::future::join_all(asks).await);
     }
     for described in described {
-        for stats in described?.partitions {
+        let described = described?;
+        // Several subscriptions: the ready, scheduled, claimed and acked
+        // counts of each (the default's among them); the partitions' other
+        // figures are the default's.
+        let subscribed = described.subscriptions.len() > 1;
+        for sub in described.subscriptions.iter().filter(|_| subscribed) {
+            counts.ready += sub.ready;
+            counts.scheduled += sub.scheduled;
+            counts.claimed += sub.claimed;
+            counts.acked += sub.acked;
+            counts.oldest_ready_age_ms = counts.oldest_ready_age_ms.max(sub.oldest_ready_age_ms);
+            counts.quarantined += sub.dead_letters;
+        }
+        for stats in described.partitions {
+            if subscribed {
+                counts.released += stats.released;
+                counts.lease_expired += stats.lease_expired;
+                continue;
+            }
             counts.ready += stats.ready;
             counts.scheduled += stats.scheduled;
             counts.claimed += stats.claimed;
@@ -64,6 +82,8 @@ pub(super) struct Live {
     pub(super) phase_names: Vec<String>,
     pub(super) phase_slots: Vec<u32>,
     pub(super) progress: ProgressBar,
+    /// Subscriptions per queue: each consumes every enqueue once.
+    pub(super) subscriptions: u32,
 }
 
 /// Client counters at one instant.
@@ -72,15 +92,22 @@ pub(super) struct Snapshot {
     pub(super) t_ns: u64,
     pub(super) enqueued: u64,
     pub(super) stats: ConsumerStats,
+    /// Subscriptions per queue (each enqueue is delivered once in each).
+    pub(super) subscriptions: u32,
 }
 
 impl Snapshot {
+    /// Deliveries owed: every enqueue once per subscription.
+    fn owed(&self) -> i64 {
+        (self.enqueued as i64).saturating_mul(i64::from(self.subscriptions.max(1)))
+    }
+
     pub(super) fn backlog(&self) -> i64 {
-        self.enqueued as i64 - self.stats.acked as i64
+        self.owed() - self.stats.acked as i64
     }
 
     pub(super) fn ready(&self) -> i64 {
-        self.enqueued as i64 - self.stats.claimed as i64
+        self.owed() - self.stats.claimed as i64
     }
 
     pub(super) fn held(&self) -> i64 {
@@ -95,6 +122,7 @@ impl Live {
             t_ns: self.recorder.now_ns(),
             enqueued: self.recorder.enqueued.load(Ordering::Acquire),
             stats,
+            subscriptions: self.subscriptions,
         }
     }
 

@@ -22,11 +22,13 @@ const CLAIM_WAIT_MS: u32 = 100;
 /// every 100 ms would be the broker's main load.
 const CLAIM_WAIT_MANY_MS: u32 = 1_000;
 
-/// The simulated workers of every queue: consumers with slots, grown and
-/// shrunk at phase boundaries.
+/// The simulated workers of every queue (and each of its subscriptions):
+/// consumers with slots, grown and shrunk at phase boundaries.
 pub(super) struct Workers {
     addr: String,
-    queues: Vec<String>,
+    /// What the consumers claim from: each queue with each subscription
+    /// (`None`: the default).
+    targets: Vec<(String, Option<String>)>,
     consumers_per_queue: u32,
     lease_ms: u32,
     prefetch_fraction: f64,
@@ -40,7 +42,7 @@ pub(super) struct Workers {
     /// connection `n mod CONSUMER_CONNECTIONS_MAX`.
     clients: Vec<Client>,
     started: usize,
-    /// Per queue: running consumers and their slots, oldest first.
+    /// Per target: running consumers and their slots, oldest first.
     running: Vec<Vec<(Consumer, u32)>>,
     /// Stats of consumers already shut down.
     retired: Arc<Mutex<ConsumerStats>>,
@@ -55,9 +57,17 @@ impl Workers {
         queues: &[String],
         recorder: Arc<Recorder>,
     ) -> Self {
+        let targets: Vec<(String, Option<String>)> = queues
+            .iter()
+            .flat_map(|queue| {
+                (0..config.subscriptions.max(1))
+                    .map(move |index| (queue.clone(), super::driver::subscription_name(index)))
+            })
+            .collect();
         Self {
             addr: addr.to_owned(),
-            queues: queues.to_vec(),
+            running: targets.iter().map(|_| Vec::new()).collect(),
+            targets,
             consumers_per_queue: config.consumers_per_queue,
             lease_ms: config.lease_ms,
             prefetch_fraction: config.prefetch_fraction,
@@ -72,7 +82,6 @@ impl Workers {
             },
             clients: Vec::new(),
             started: 0,
-            running: queues.iter().map(|_| Vec::new()).collect(),
             retired: Arc::new(Mutex::new(ConsumerStats::default())),
             retiring: Vec::new(),
         }
@@ -87,13 +96,14 @@ impl Workers {
             .fold(retired, ConsumerStats::merged)
     }
 
-    /// Spreads `total` slots over the queues (the first get one more when
-    /// it does not divide) and makes each queue's consumers hold that many.
+    /// Spreads `total` slots over the queues' subscriptions (the first get
+    /// one more when it does not divide) and makes each one's consumers
+    /// hold that many.
     pub(super) async fn set_slots(&mut self, total: u32) -> Result<(), LoadError> {
-        let queues = u32::try_from(self.queues.len()).unwrap_or(u32::MAX);
-        for index in 0..self.queues.len() {
+        let targets = u32::try_from(self.targets.len()).unwrap_or(u32::MAX);
+        for index in 0..self.targets.len() {
             let position = u32::try_from(index).unwrap_or(u32::MAX);
-            let target = total / queues + u32::from(position < total % queues);
+            let target = total / targets + u32::from(position < total % targets);
             self.set_queue_slots(index, target).await?;
         }
         Ok(())
@@ -122,8 +132,8 @@ impl Workers {
         let count = self.consumers_per_queue.min(missing).max(missing.div_ceil(CONSUMER_SLOTS_MAX));
         for position in 0..count {
             let slots = missing / count + u32::from(position < missing % count);
-            let queue = self.queues[index].clone();
-            let consumer = self.start(&queue, slots).await?;
+            let (queue, subscription) = self.targets[index].clone();
+            let consumer = self.start(&queue, subscription, slots).await?;
             self.running[index].push((consumer, slots));
         }
         Ok(())
@@ -142,9 +152,15 @@ impl Workers {
         Ok(client)
     }
 
-    async fn start(&mut self, queue: &str, slots: u32) -> Result<Consumer, LoadError> {
+    async fn start(
+        &mut self,
+        queue: &str,
+        subscription: Option<String>,
+        slots: u32,
+    ) -> Result<Consumer, LoadError> {
         let client = self.client().await?;
         let mut consumer_config = ConsumerConfig::new(queue.to_owned(), slots);
+        consumer_config.subscription = subscription;
         consumer_config.wait_ms = self.claim_wait_ms;
         consumer_config.lease_ms = self.lease_ms;
         consumer_config.claims_in_flight = self.claims_in_flight;
