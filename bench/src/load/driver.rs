@@ -343,6 +343,7 @@ async fn drive(
     let histograms = recorder.histograms();
     Ok(LoadOutcome {
         duration_s,
+        subscriptions: config.subscriptions,
         phases,
         series,
         submitted: recorder.submitted.load(Ordering::Acquire),

@@ -135,6 +135,8 @@ pub struct PhaseOutcome {
 #[derive(Clone, Debug, Serialize)]
 pub struct LoadOutcome {
     pub duration_s: f64,
+    /// Subscriptions per queue (each consumes every enqueue once).
+    pub subscriptions: u32,
     pub phases: Vec<PhaseOutcome>,
     pub series: Vec<Sample>,
     pub submitted: u64,
@@ -177,8 +179,8 @@ pub struct OmbResult {
     pub publishRate: f64,
     /// Confirmed acks ÷ run length.
     pub consumeRate: f64,
-    /// Client backlog at the end of the run: confirmed sends − confirmed
-    /// acks, both final. (A sample's figure can dip below zero while the
+    /// Client backlog at the end of the run: confirmed sends (once per
+    /// subscription) − confirmed acks, both final. (A sample's figure can dip below zero while the
     /// run goes: a consumer may ack a message before its producer has
     /// processed the enqueue's answer. The last sample of a run whose
     /// samples are far apart was one of those.)
@@ -236,7 +238,10 @@ impl LoadOutcome {
         OmbResult {
             publishRate: per_s(self.enqueued),
             consumeRate: per_s(self.acked),
-            backlog: end_backlog(self.enqueued, self.acked),
+            backlog: end_backlog(
+                self.enqueued.saturating_mul(u64::from(self.subscriptions.max(1))),
+                self.acked,
+            ),
             publishLatency50pct: self.publish_latency_ms.p50,
             publishLatency99pct: self.publish_latency_ms.p99,
             publishLatency999pct: self.publish_latency_ms.p999,
@@ -312,6 +317,7 @@ mod tests {
     fn outcome(enqueued: u64, acked: u64, last_sample_backlog: i64) -> LoadOutcome {
         LoadOutcome {
             duration_s: 10.0,
+            subscriptions: 1,
             phases: Vec::new(),
             series: vec![sample(last_sample_backlog)],
             submitted: enqueued,
@@ -349,6 +355,9 @@ mod tests {
     fn the_omb_backlog_is_the_difference_of_the_final_counts() {
         assert_eq!(outcome(3_555_837, 3_555_837, -57_281).omb().backlog, 0);
         assert_eq!(outcome(5_958_896, 683_276, 5_100_000).omb().backlog, 5_275_620);
+        // Three subscriptions owe every enqueue three times.
+        let fanned = LoadOutcome { subscriptions: 3, ..outcome(1_000, 2_500, 0) };
+        assert_eq!(fanned.omb().backlog, 500);
         assert_eq!(end_backlog(10, 12), -2);
         assert_eq!(end_backlog(u64::MAX, 0), i64::MAX);
         assert_eq!(end_backlog(0, u64::MAX), i64::MIN);
