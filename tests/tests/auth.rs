@@ -449,3 +449,91 @@ async fn hash_secret_makes_a_hash_the_broker_accepts() {
     let wrong = client_as(&broker, "cli", "cli-made secreT").await.unwrap_err();
     assert_eq!(wrong.code(), Some(ErrorCode::Unauthenticated));
 }
+
+// Goal: an ACL rule naming a subscription (`queue/sub`) grants claim in
+// that subscription only: the worker claims and acks in `report`, and is
+// refused PERMISSION_DENIED a claim in the default subscription, in
+// another subscription and an ack of a default delivery's token; a rule
+// naming a subscription that grants more than claim keeps the broker from
+// starting. Method: a 1-shard broker with an auth file in which ops may do
+// everything everywhere and the worker has only `jobs/report` claim; the
+// subscriptions are made over the wire by ops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_naming_a_subscription_grants_claim_in_it_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("auth.toml");
+    write_auth_file(
+        &path,
+        &[
+            Principal::new(WORKER, WORKER_SECRET, &["jobs/report"], &["claim"]),
+            Principal::new(OPS, OPS_SECRET, &["*"], &OPERATIONS),
+        ],
+    );
+    let mut options = SpooldOptions::new(1);
+    options.args.push(format!("--auth-file={}", path.display()));
+    let broker = Spoold::start_with(options);
+    let ops = client_as(&broker, OPS, OPS_SECRET).await.unwrap();
+    let admin = Admin::new(ops.clone());
+    admin.create_queue(QUEUE, test_queue_config(1, 30_000, 5)).await.unwrap();
+    for name in ["report", "billing"] {
+        admin
+            .create_subscription(QUEUE, name, spool_client::SubscriptionStart::Earliest)
+            .await
+            .unwrap();
+    }
+    // Started in the partition's log (every subscription listed with it).
+    let deadline = spool_tests::now() + Duration::from_secs(10);
+    while admin.describe_queue(QUEUE).await.unwrap().subscriptions.iter().any(|s| s.partitions < 1)
+    {
+        assert!(spool_tests::now() < deadline, "subscriptions not started");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let producer = Producer::new(ops.clone(), ProducerConfig::default()).unwrap();
+    for n in 0..3 {
+        producer.send(QUEUE, Message::new(format!("m{n}"))).await.unwrap();
+    }
+
+    let worker = client_as(&broker, WORKER, WORKER_SECRET).await.unwrap();
+    let in_report = ClaimOptions::new(3).subscription("report");
+    let batch = worker.claim(QUEUE, PartitionId(0), &in_report).await.unwrap();
+    assert_eq!(batch.deliveries.len(), 3, "the worker claims in report");
+    let tokens: Vec<_> = batch.deliveries.iter().map(|d| d.token()).collect();
+    worker.ack(QUEUE, PartitionId(0), &tokens).await.expect("and acks there");
+
+    let denied = |result: Result<_, ClientError>| match result {
+        Err(error) => assert_eq!(error.code(), Some(ErrorCode::PermissionDenied), "{error}"),
+        Ok(_) => panic!("allowed"),
+    };
+    denied(worker.claim(QUEUE, PartitionId(0), &ClaimOptions::new(1)).await.map(|_| ()));
+    let in_billing = ClaimOptions::new(1).subscription("billing");
+    denied(worker.claim(QUEUE, PartitionId(0), &in_billing).await.map(|_| ()));
+    let default = ops.claim(QUEUE, PartitionId(0), &ClaimOptions::new(1)).await.unwrap();
+    let token = default.deliveries[0].token();
+    match worker.ack(QUEUE, PartitionId(0), &[token]).await {
+        Err(ClientError::AckRefused { refused, .. }) => {
+            assert_eq!(refused[0].code, ErrorCode::PermissionDenied, "{refused:?}");
+        }
+        Err(error) => assert_eq!(error.code(), Some(ErrorCode::PermissionDenied), "{error}"),
+        Ok(()) => panic!("the worker acked a default delivery"),
+    }
+    drop(broker);
+
+    // A rule naming a subscription may grant only claim.
+    write_auth_file(
+        &path,
+        &[
+            Principal::new(WORKER, WORKER_SECRET, &["jobs/report"], &["claim", "peek"]),
+            Principal::new(OPS, OPS_SECRET, &["*"], &OPERATIONS),
+        ],
+    );
+    let output = Command::new(spool_tests::spoold_bin())
+        .args(["--data-dir", &dir.path().join("refused").display().to_string()])
+        .arg(format!("--auth-file={}", path.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("may grant only claim"), "{stderr}");
+}

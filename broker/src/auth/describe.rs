@@ -18,7 +18,8 @@ pub fn operation_names(mask: u8) -> Vec<&'static str> {
 /// One compiled rule: a queue pattern and the operations it grants.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RuleView {
-    /// `*`, `prefix*` or an exact name.
+    /// `*`, `prefix*` or an exact name; `queue/sub` for a rule naming
+    /// subscriptions.
     pub queues: String,
     pub operations: Vec<&'static str>,
 }
@@ -61,6 +62,12 @@ impl Grants {
             queues: pattern.to_string(),
             operations: operation_names(*mask),
         }));
+        rules.extend(
+            self.sub_rules.iter().map(|rule| RuleView {
+                queues: rule.text(),
+                operations: operation_names(rule.mask),
+            }),
+        );
         PrincipalView { name: self.name.clone(), rules }
     }
 }

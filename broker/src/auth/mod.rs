@@ -25,6 +25,7 @@ pub mod describe;
 pub mod limiter;
 pub mod quota;
 pub mod reload;
+mod subscriptions;
 
 pub use crate::limits::{ACL_RULES_MAX, PRINCIPALS_MAX, SALT_BYTES};
 use std::cell::Cell;
@@ -178,6 +179,9 @@ impl QueuePattern {
 pub struct Grants {
     name: String,
     rules: Vec<(QueuePattern, u8)>,
+    /// Rules naming subscriptions (`queue/sub`, claim only): checked only
+    /// when the queue-wide rights fall short ([`Grants::allows_in`]).
+    sub_rules: Vec<subscriptions::SubscriptionRule>,
     /// Rights on every queue (from `*` rules): answered without a scan.
     everywhere: u8,
     /// The principal's quotas (unlimited when the file sets none).
@@ -193,6 +197,7 @@ impl Grants {
         Grants {
             name: name.to_owned(),
             rules: Vec::new(),
+            sub_rules: Vec::new(),
             everywhere: ALL_RIGHTS,
             quota: quota::QuotaConfig::default(),
             id: crate::queue::stored::PrincipalId::UNKNOWN,
@@ -297,6 +302,7 @@ impl AuthPolicy {
             return Err(invalid(format!("more than {ACL_RULES_MAX} [[acl]] rules")));
         }
         let mut rules: BTreeMap<String, Vec<(QueuePattern, u8)>> = BTreeMap::new();
+        let mut sub_rules: BTreeMap<String, Vec<subscriptions::SubscriptionRule>> = BTreeMap::new();
         let mut hashes: BTreeMap<String, String> = BTreeMap::new();
         let mut quotas: BTreeMap<String, quota::QuotaConfig> = BTreeMap::new();
         for entry in &file.principals {
@@ -330,6 +336,12 @@ impl AuthPolicy {
             };
             let mask = rule.operations.iter().fold(0u8, |mask, operation| mask | operation.bit());
             for queue in &rule.queues {
+                if let Some(parsed) = subscriptions::SubscriptionRule::parse(queue, mask) {
+                    let parsed =
+                        parsed.map_err(|reason| invalid(format!("acl rule {index}: {reason}")))?;
+                    sub_rules.entry(rule.principal.clone()).or_default().push(parsed);
+                    continue;
+                }
                 let pattern = QueuePattern::parse(queue)
                     .map_err(|reason| invalid(format!("acl rule {index}: {reason}")))?;
                 list.push((pattern, mask));
@@ -348,6 +360,7 @@ impl AuthPolicy {
                     id: crate::queue::stored::principal_id(&name),
                     name: name.clone(),
                     rules: rules.collect(),
+                    sub_rules: sub_rules.remove(&name).unwrap_or_default(),
                     everywhere,
                     quota,
                 });

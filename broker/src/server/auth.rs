@@ -550,8 +550,22 @@ impl ShardAuth {
             let name =
                 || state.table.borrow().queue_by_id(id).map(|(name, _)| name.as_str().to_owned());
             if session.mask_by_id(grants, id, name) & Operation::Claim.bit() != 0 {
-                Ok(())
-            } else {
+                return Ok(());
+            }
+            // No right on the whole queue: a rule naming the token's
+            // subscription may still grant it.
+            if grants.names_subscriptions() {
+                let table = state.table.borrow();
+                if let Some((queue, entry)) = table.queue_by_id(id) {
+                    let sub = entry.subscriptions.name(token.claim().sub).unwrap_or_default();
+                    if !sub.is_empty()
+                        && grants.allows_only_in(queue.as_str(), sub, Operation::Claim)
+                    {
+                        return Ok(());
+                    }
+                }
+            }
+            {
                 let queue = state
                     .table
                     .borrow()
@@ -562,7 +576,21 @@ impl ShardAuth {
         };
         match request {
             Request::Enqueue(enqueue) => by_name(enqueue.queue, Operation::Enqueue),
-            Request::Claim(claim) => by_name(claim.queue, Operation::Claim),
+            Request::Claim(claim) => by_name(claim.queue, Operation::Claim).or_else(|denied| {
+                // A rule naming the claim's subscription (`queue/sub`); the
+                // dead-letter lane `<queue>.dlq` is the queue's.
+                let queue = claim
+                    .queue
+                    .strip_suffix(super::handler::DEAD_LETTER_SUFFIX)
+                    .unwrap_or(claim.queue);
+                if grants.names_subscriptions()
+                    && grants.allows_only_in(queue, claim.subscription, Operation::Claim)
+                {
+                    Ok(())
+                } else {
+                    Err(denied)
+                }
+            }),
             Request::Extend(extend) => by_token(&extend.token),
             Request::Release(release) => by_token(&release.token),
             Request::Ack(ack) => ack.tokens.iter().try_for_each(by_token),
