@@ -33,6 +33,7 @@ use std::time::Duration;
 use spool_wire::proto::{
     AckRequest, CorrelationId, DeliveryToken, EnqueueRequest, EnqueueResponse, ExtendRequest,
     MetadataRequest, PartitionId, PartitionMetadata, ReleaseRequest, Request, Response,
+    DEAD_LETTER_SUFFIX,
 };
 use spool_wire::ErrorCode;
 
@@ -407,7 +408,18 @@ impl Client {
         if let Some(addr) = self.cached_owner(queue, partition) {
             return Ok(addr);
         }
-        let partitions = self.partitions(queue).await?;
+        // `<queue>.dlq` names the dead-letter lane of `<queue>`'s
+        // partitions (a claim, and the acks of what it delivered): the same
+        // shards, unless a queue by that very name exists (made before such
+        // names were reserved).
+        let lane_of = queue.strip_suffix(DEAD_LETTER_SUFFIX).filter(|base| !base.is_empty());
+        if let Some(addr) = lane_of.and_then(|base| self.cached_owner(base, partition)) {
+            return Ok(addr);
+        }
+        let partitions = match (self.partitions(queue).await, lane_of) {
+            (Err(ClientError::UnknownQueue(_)), Some(base)) => self.partitions(base).await?,
+            (found, _) => found?,
+        };
         let meta = partitions.get(partition.0 as usize).ok_or_else(|| ClientError::Server {
             code: ErrorCode::PartitionNotFound,
             message: format!("queue '{queue}' has {} partitions", partitions.len()),

@@ -23,7 +23,7 @@ use crate::queue::{ConfigError, QueueConfig, QueueId, SubscriptionId};
 
 /// Suffix that names a queue's dead-letter lane (`jobs.dlq` is the lane of
 /// `jobs` in a Claim), so no new queue may end with it.
-pub const DEAD_LETTER_SUFFIX: &str = ".dlq";
+pub use spool_wire::proto::DEAD_LETTER_SUFFIX;
 
 /// A shard: one executor, one core, one port (`base_port + ShardId`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

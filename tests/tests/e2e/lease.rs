@@ -87,3 +87,38 @@ async fn forged_token_is_rejected_and_changes_nothing() {
     }
     client.ack("mac", p0, &[token]).await.unwrap();
 }
+
+// Goal: the client claims a partition's dead letters by the lane's name
+// (`<queue>.dlq`, routed to the shard of `<queue>`'s partition, not looked
+// up as a queue of its own) and acks them there. Method: a queue on 2
+// shards with max_deliveries 1; a message on partition 1 is claimed and
+// released, so it is a dead letter; `leases2.dlq` partition 1 is claimed
+// through the client and the delivery acked; the dead letters count drops
+// to 0 and nothing is left to claim in either lane.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_are_claimed_and_acked_by_the_lane_name_through_the_client() {
+    let broker = Spoold::start(2);
+    let client = broker.client().await;
+    let admin = Admin::new(client.clone());
+    admin.create_queue("leases2", test_queue_config(1, 5_000, 1)).await.unwrap();
+    let p0 = PartitionId(0);
+    let producer = Producer::new(client.clone(), ProducerConfig::default()).unwrap();
+    producer.send("leases2", Message::new("poison").id(message_id(4, 0))).await.unwrap();
+    let first = client.claim("leases2", p0, &claim_options(0xa, 1, 5_000, 1_000)).await.unwrap();
+    assert_eq!(first.deliveries.len(), 1);
+    client.release("leases2", p0, first.deliveries[0].token(), 0, "poison").await.unwrap();
+    let described = admin.describe_queue("leases2").await.unwrap();
+    assert_eq!(described.partitions[0].quarantined, 1, "a dead letter after one delivery");
+
+    let dead = client.claim("leases2.dlq", p0, &claim_options(0xd, 4, 5_000, 1_000)).await;
+    let dead = dead.expect("the lane is routed by its queue");
+    assert_eq!(dead.deliveries.len(), 1);
+    assert_eq!(dead.deliveries[0].message_id(), message_id(4, 0));
+    client.ack("leases2.dlq", p0, &[dead.deliveries[0].token()]).await.unwrap();
+    let described = admin.describe_queue("leases2").await.unwrap();
+    assert_eq!(described.partitions[0].quarantined, 0, "the dead letter was acked");
+    for lane in ["leases2", "leases2.dlq"] {
+        let left = client.claim(lane, p0, &claim_options(0xe, 4, 5_000, 0)).await.unwrap();
+        assert!(left.deliveries.is_empty(), "{lane} still delivers");
+    }
+}

@@ -107,6 +107,11 @@ pub(crate) const fn padding(position: usize) -> usize {
     (FRAME_ALIGN - position % FRAME_ALIGN) % FRAME_ALIGN
 }
 
+/// Suffix that names a queue's dead-letter lane: a Claim of `jobs.dlq`
+/// claims the dead letters of `jobs`'s partitions, so no new queue may end
+/// with it.
+pub const DEAD_LETTER_SUFFIX: &str = ".dlq";
+
 /// Checks a queue name: 1..=[`QUEUE_NAME_BYTES_MAX`] bytes of `[A-Za-z0-9._-]`.
 ///
 /// # Errors

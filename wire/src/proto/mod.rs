@@ -50,7 +50,7 @@ pub use auth::{
     validate_principal, AuthenticateRequest, AuthenticateResponse, PRINCIPAL_BYTES_MAX,
     SECRET_BYTES_MAX,
 };
-pub use codec::{validate_queue_name, validate_subscription_name};
+pub use codec::{validate_queue_name, validate_subscription_name, DEAD_LETTER_SUFFIX};
 pub use control::{
     Backoff, BackoffKind, CreateQueueRequest, CreateQueueResponse, CreateSubscriptionRequest,
     CreateSubscriptionResponse, DeadLetter, DeadLettersRequest, DeadLettersResponse,
@@ -71,6 +71,7 @@ pub use frame::{
     decode_frame, peek_api_key, ApiKey, CorrelationId, Frame, FrameDecoder, FrameHeader,
     CLAIM_VERSION_ANY, CLAIM_VERSION_NOT_LEADER, CLAIM_VERSION_SUBSCRIPTION,
     DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS, ENQUEUE_VERSION_KEY_MOVED, FLAG_RESPONSE,
+    INSPECT_VERSION_SUBSCRIPTION,
 };
 pub use ids::{AssignmentVersion, Generation, LeaderEpoch, Offset, PartitionId, WorkerId};
 pub use limits::{DELIVERY_TOKEN_BYTES, MAX_FRAME_BYTES};
