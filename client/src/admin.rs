@@ -311,7 +311,7 @@ impl Admin {
     }
 
     /// Up to `max` messages of a partition from `from_offset`, without
-    /// claiming them.
+    /// claiming them, as the queue's default subscription holds them.
     ///
     /// # Errors
     /// `QUEUE_NOT_FOUND`, `PARTITION_NOT_FOUND`, or a transport error.
@@ -322,12 +322,38 @@ impl Admin {
         from_offset: Offset,
         max: u32,
     ) -> Result<Vec<PeekedMessage>, ClientError> {
-        let request = PeekRequest { queue: queue.to_owned(), partition, from_offset, max };
+        self.peek_in(queue, "", partition, from_offset, max).await
+    }
+
+    /// [`Admin::peek`] of subscription `sub` (`""`: the default): the
+    /// messages it has yet to finish, in the state it holds them. A named
+    /// subscription goes as Peek v2
+    /// ([`INSPECT_VERSION_SUBSCRIPTION`](spool_wire::proto::INSPECT_VERSION_SUBSCRIPTION)).
+    ///
+    /// # Errors
+    /// As [`Admin::peek`]; `SUBSCRIPTION_NOT_FOUND`; `UNSUPPORTED_VERSION`
+    /// from a broker older than subscriptions.
+    pub async fn peek_in(
+        &self,
+        queue: &str,
+        sub: &str,
+        partition: PartitionId,
+        from_offset: Offset,
+        max: u32,
+    ) -> Result<Vec<PeekedMessage>, ClientError> {
+        let request = PeekRequest {
+            queue: queue.to_owned(),
+            partition,
+            from_offset,
+            max,
+            subscription: sub.to_owned(),
+        };
         self.on_partition("peek", queue, partition, Request::Peek(request), answer!(Peek.messages))
             .await
     }
 
-    /// Up to `max` dead letters of a partition from `from_offset`.
+    /// Up to `max` dead letters of a partition from `from_offset`, of the
+    /// queue's default subscription.
     ///
     /// # Errors
     /// `QUEUE_NOT_FOUND`, `PARTITION_NOT_FOUND`, or a transport error.
@@ -338,7 +364,28 @@ impl Admin {
         from_offset: Offset,
         max: u32,
     ) -> Result<Vec<DeadLetter>, ClientError> {
-        let request = DeadLettersRequest { queue: queue.to_owned(), partition, from_offset, max };
+        self.dead_letters_in(queue, "", partition, from_offset, max).await
+    }
+
+    /// [`Admin::dead_letters`] of subscription `sub` (`""`: the default).
+    ///
+    /// # Errors
+    /// As [`Admin::dead_letters`]; `SUBSCRIPTION_NOT_FOUND`.
+    pub async fn dead_letters_in(
+        &self,
+        queue: &str,
+        sub: &str,
+        partition: PartitionId,
+        from_offset: Offset,
+        max: u32,
+    ) -> Result<Vec<DeadLetter>, ClientError> {
+        let request = DeadLettersRequest {
+            queue: queue.to_owned(),
+            partition,
+            from_offset,
+            max,
+            subscription: sub.to_owned(),
+        };
         self.on_partition(
             "dead letters",
             queue,
@@ -349,8 +396,8 @@ impl Admin {
         .await
     }
 
-    /// Drops a partition's messages; with `dry_run` only counts them.
-    /// Returns the count.
+    /// Drops a partition's messages (of the default subscription); with
+    /// `dry_run` only counts them. Returns the count.
     ///
     /// # Errors
     /// `QUEUE_NOT_FOUND`, `PARTITION_NOT_FOUND`, or a transport error.
@@ -360,12 +407,34 @@ impl Admin {
         partition: PartitionId,
         dry_run: bool,
     ) -> Result<u64, ClientError> {
-        let request = PurgeRequest { queue: queue.to_owned(), partition, dry_run };
+        self.purge_in(queue, "", partition, dry_run).await
+    }
+
+    /// [`Admin::purge`] of subscription `sub` (`""`: the default): its
+    /// unclaimed messages leave it; the records stay for every other
+    /// subscription.
+    ///
+    /// # Errors
+    /// As [`Admin::purge`]; `SUBSCRIPTION_NOT_FOUND`.
+    pub async fn purge_in(
+        &self,
+        queue: &str,
+        sub: &str,
+        partition: PartitionId,
+        dry_run: bool,
+    ) -> Result<u64, ClientError> {
+        let request = PurgeRequest {
+            queue: queue.to_owned(),
+            partition,
+            dry_run,
+            subscription: sub.to_owned(),
+        };
         self.on_partition("purge", queue, partition, Request::Purge(request), answer!(Purge.count))
             .await
     }
 
-    /// Moves dead letters of a partition back to ready; returns how many.
+    /// Moves dead letters of a partition (of the default subscription) back
+    /// to ready; returns how many.
     ///
     /// # Errors
     /// `QUEUE_NOT_FOUND`, `PARTITION_NOT_FOUND`, or a transport error.
@@ -375,7 +444,27 @@ impl Admin {
         partition: PartitionId,
         target: RedriveTarget,
     ) -> Result<u64, ClientError> {
-        let request = RedriveRequest { queue: queue.to_owned(), partition, target };
+        self.redrive_in(queue, "", partition, target).await
+    }
+
+    /// [`Admin::redrive`] of subscription `sub`'s dead letters (`""`: the
+    /// default's): they are ready again in that subscription alone.
+    ///
+    /// # Errors
+    /// As [`Admin::redrive`]; `SUBSCRIPTION_NOT_FOUND`.
+    pub async fn redrive_in(
+        &self,
+        queue: &str,
+        sub: &str,
+        partition: PartitionId,
+        target: RedriveTarget,
+    ) -> Result<u64, ClientError> {
+        let request = RedriveRequest {
+            queue: queue.to_owned(),
+            partition,
+            target,
+            subscription: sub.to_owned(),
+        };
         self.on_partition(
             "redrive",
             queue,

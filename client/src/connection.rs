@@ -33,6 +33,7 @@ use spool_wire::batch::BatchBytes;
 use spool_wire::proto::{
     ApiKey, AuthenticateRequest, CorrelationId, Frame, FrameDecoder, FrameHeader, PingRequest,
     Reply, Request, Response, CLAIM_VERSION_NOT_LEADER, DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS,
+    INSPECT_VERSION_SUBSCRIPTION,
 };
 use spool_wire::ErrorCode;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -552,11 +553,18 @@ impl Connection {
 /// only a caller that wants the subscriptions asks
 /// [`DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS`] by name (as
 /// [`Admin::describe_queue`](crate::Admin::describe_queue) does, falling
-/// back to v1 when the broker does not speak it).
+/// back to v1 when the broker does not speak it). Peek, DeadLetters,
+/// Purge and Redrive go as v1 unless they name a subscription, which needs
+/// [`INSPECT_VERSION_SUBSCRIPTION`] (v2).
 pub fn request_version(request: &Request<'_>) -> u16 {
+    let inspect_default = INSPECT_VERSION_SUBSCRIPTION - 1;
     match request {
         Request::Claim(claim) if claim.subscription.is_empty() => CLAIM_VERSION_NOT_LEADER,
         Request::DescribeQueue(_) => DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS - 1,
+        Request::Peek(peek) if peek.subscription.is_empty() => inspect_default,
+        Request::DeadLetters(list) if list.subscription.is_empty() => inspect_default,
+        Request::Purge(purge) if purge.subscription.is_empty() => inspect_default,
+        Request::Redrive(redrive) if redrive.subscription.is_empty() => inspect_default,
         other => other.api_key().max_version(),
     }
 }

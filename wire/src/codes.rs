@@ -98,8 +98,11 @@ pub enum ErrorCode {
     /// The queue has no subscription of the name the request gave. Sent
     /// only to a Claim of
     /// [`CLAIM_VERSION_SUBSCRIPTION`](crate::proto::CLAIM_VERSION_SUBSCRIPTION)
-    /// or later, the first version that names a subscription, and to
-    /// DeleteSubscription (a key newer than the code); anything else gets
+    /// or later, the first version that names a subscription, to Peek,
+    /// Purge, DeadLetters and Redrive of
+    /// [`INSPECT_VERSION_SUBSCRIPTION`](crate::proto::INSPECT_VERSION_SUBSCRIPTION)
+    /// or later, and to CreateSubscription and DeleteSubscription (keys
+    /// newer than the code); anything else gets
     /// [`ErrorCode::InvalidArgument`] in its place
     /// ([`ApiKey::answerable`](crate::proto::ApiKey::answerable)).
     SubscriptionNotFound = 29,

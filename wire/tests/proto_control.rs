@@ -66,27 +66,32 @@ fn control_requests_round_trip() {
             partition: PartitionId(2),
             from_offset: Offset(1234),
             max: 100,
+            subscription: String::new(),
         }),
         Request::Purge(PurgeRequest {
             queue: "emails".into(),
             partition: PartitionId(1),
             dry_run: true,
+            subscription: String::new(),
         }),
         Request::DeadLetters(DeadLettersRequest {
             queue: "emails".into(),
             partition: PartitionId(0),
             from_offset: Offset(0),
             max: 1000,
+            subscription: String::new(),
         }),
         Request::Redrive(RedriveRequest {
             queue: "emails".into(),
             partition: PartitionId(0),
             target: RedriveTarget::All,
+            subscription: String::new(),
         }),
         Request::Redrive(RedriveRequest {
             queue: "emails".into(),
             partition: PartitionId(0),
             target: RedriveTarget::Offsets(vec![Offset(3), Offset(99), Offset(u64::MAX)]),
+            subscription: String::new(),
         }),
     ] {
         request_round_trip(&request);
@@ -237,6 +242,7 @@ fn redrive_rules() {
         queue: "q".into(),
         partition: PartitionId(0),
         target: RedriveTarget::Offsets(vec![]),
+        subscription: String::new(),
     });
     assert!(matches!(
         request.encode(CorrelationId(1), &mut Vec::new()),

@@ -637,7 +637,8 @@ fn claim_names_a_subscription_from_version_3() {
 }
 
 // Goal: SUBSCRIPTION_NOT_FOUND reaches only a Claim of the version that
-// can name a subscription and the subscription keys, newer than the code
+// can name a subscription, a Peek, Purge, DeadLetters or Redrive of v2
+// (which name one too) and the subscription keys, newer than the code
 // (codes.rs's rule); anything older, and every other key, gets
 // INVALID_ARGUMENT. Method: an error reply encoded for each version of
 // each key, decoded back.
@@ -647,7 +648,12 @@ fn subscription_not_found_only_from_claim_version_3() {
     for key in ApiKey::ALL {
         for version in key.min_version()..=key.max_version() {
             let names_one = matches!(key, ApiKey::CreateSubscription | ApiKey::DeleteSubscription);
-            let expected = if (key == ApiKey::Claim && version >= 3) || names_one {
+            let inspects =
+                matches!(key, ApiKey::Peek | ApiKey::Purge | ApiKey::DeadLetters | ApiKey::Redrive);
+            let expected = if (key == ApiKey::Claim && version >= 3)
+                || (inspects && version >= 2)
+                || names_one
+            {
                 missing
             } else {
                 ErrorCode::InvalidArgument

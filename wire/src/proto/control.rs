@@ -113,21 +113,26 @@ macro_rules! scalar_response_codec {
     };
 }
 
-/// `write`/`read` for an inspection request: queue, partition, first offset
-/// and a `1..=INSPECT_MESSAGES_MAX` count.
+/// `write`/`read` for an inspection request: queue, partition, first offset,
+/// a `1..=INSPECT_MESSAGES_MAX` count and (from
+/// [`INSPECT_VERSION_SUBSCRIPTION`](crate::proto::INSPECT_VERSION_SUBSCRIPTION))
+/// the subscription, written only when one is named so an older version's
+/// bytes are unchanged.
 macro_rules! inspect_request_codec {
     ($message:ident, $args:ident) => {
         impl $message {
             /// # Errors
-            /// Invalid name or `max`.
+            /// Invalid name, subscription name or `max`.
             pub fn validate(&self) -> Result<(), ProtoError> {
                 validate_queue_name(&self.queue)?;
+                validate_optional_subscription(&self.subscription)?;
                 check_range("max", self.max.into(), 1, INSPECT_MESSAGES_MAX.into())
             }
 
             pub(crate) fn write(&self, out: &mut Vec<u8>) {
                 let mut builder = FlatBufferBuilder::new();
                 let queue = builder.create_string(&self.queue);
+                let subscription = optional_string(&mut builder, &self.subscription);
                 let root = fb::$message::create(
                     &mut builder,
                     &fb::$args {
@@ -135,18 +140,20 @@ macro_rules! inspect_request_codec {
                         partition: self.partition.0,
                         from_offset: self.from_offset.0,
                         max: self.max,
+                        subscription,
                     },
                 );
                 finish(builder, root, out);
             }
 
-            pub(crate) fn read(body: &[u8]) -> Result<Self, ProtoError> {
+            pub(crate) fn read(body: &[u8], version: u16) -> Result<Self, ProtoError> {
                 let table = root::<fb::$message<'_>>(body)?;
                 let request = Self {
                     queue: required(table.queue(), "queue")?.to_owned(),
                     partition: PartitionId(table.partition()),
                     from_offset: Offset(table.from_offset()),
                     max: table.max(),
+                    subscription: subscription_at(table.subscription(), version),
                 };
                 request.validate()?;
                 Ok(request)
@@ -162,6 +169,7 @@ mod queues;
 mod resize;
 mod subscriptions;
 
+pub(crate) use inspect::check_subscription_version;
 pub use inspect::{
     DeadLetter, DeadLettersRequest, DeadLettersResponse, MessageState, PeekRequest, PeekResponse,
     PeekedMessage, PurgeRequest, PurgeResponse, RedriveRequest, RedriveResponse, RedriveTarget,

@@ -65,6 +65,12 @@ pub const CLAIM_VERSION_SUBSCRIPTION: u16 = 3;
 /// [`ErrorCode::KeyMoved`].
 pub const ENQUEUE_VERSION_KEY_MOVED: u16 = 2;
 
+/// The version of Peek, Purge, DeadLetters and Redrive whose request names
+/// a subscription (empty: the queue's default) and may be answered
+/// [`ErrorCode::SubscriptionNotFound`]; an older request acts in the
+/// default subscription.
+pub const INSPECT_VERSION_SUBSCRIPTION: u16 = 2;
+
 /// The DescribeQueue version whose answer lists the queue's subscriptions
 /// with their counters (`DescribeQueueResponse::subscriptions`); an answer
 /// to an older version is the layout it always was.
@@ -171,7 +177,9 @@ impl ApiKey {
     /// ([`ENQUEUE_VERSION_KEY_MOVED`]): a record may be answered
     /// [`ErrorCode::KeyMoved`]; the layouts are unchanged. DescribeQueue v2
     /// ([`DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS`]): the answer lists the
-    /// queue's subscriptions.
+    /// queue's subscriptions. Peek, Purge, DeadLetters and Redrive v2
+    /// ([`INSPECT_VERSION_SUBSCRIPTION`]): the request names a subscription
+    /// and may be answered [`ErrorCode::SubscriptionNotFound`].
     ///
     /// [`PartitionId::ANY`]: crate::proto::PartitionId::ANY
     pub const fn max_version(self) -> u16 {
@@ -179,6 +187,9 @@ impl ApiKey {
             Self::Enqueue => ENQUEUE_VERSION_KEY_MOVED,
             Self::Claim => CLAIM_VERSION_SUBSCRIPTION,
             Self::DescribeQueue => DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS,
+            Self::Peek | Self::Purge | Self::DeadLetters | Self::Redrive => {
+                INSPECT_VERSION_SUBSCRIPTION
+            }
             _ => match self.not_leader_version() {
                 Some(version) => version,
                 None => 0,
@@ -218,13 +229,18 @@ impl ApiKey {
     /// The same holds for [`ErrorCode::KeyMoved`] (Enqueue before
     /// [`ENQUEUE_VERSION_KEY_MOVED`]: [`ErrorCode::NotOwner`]) and for
     /// [`ErrorCode::SubscriptionNotFound`] (anything but a Claim of
-    /// [`CLAIM_VERSION_SUBSCRIPTION`] or later, CreateSubscription and
-    /// DeleteSubscription, which alone name a subscription:
-    /// [`ErrorCode::InvalidArgument`]).
+    /// [`CLAIM_VERSION_SUBSCRIPTION`] or later, a Peek, Purge, DeadLetters
+    /// or Redrive of [`INSPECT_VERSION_SUBSCRIPTION`] or later,
+    /// CreateSubscription and DeleteSubscription, which alone name a
+    /// subscription: [`ErrorCode::InvalidArgument`]).
     pub const fn answerable(self, version: u16, code: ErrorCode) -> ErrorCode {
         match (code, self.not_leader_version()) {
             (ErrorCode::SubscriptionNotFound, _)
                 if (matches!(self, Self::Claim) && version >= CLAIM_VERSION_SUBSCRIPTION)
+                    || (matches!(
+                        self,
+                        Self::Peek | Self::Purge | Self::DeadLetters | Self::Redrive
+                    ) && version >= INSPECT_VERSION_SUBSCRIPTION)
                     || matches!(self, Self::CreateSubscription | Self::DeleteSubscription) =>
             {
                 ErrorCode::SubscriptionNotFound

@@ -9,12 +9,12 @@
 use super::auth::{AuthenticateRequest, AuthenticateResponse};
 use super::codec::{check_len, check_range, Reader, Writer};
 use super::control::{
-    CreateQueueRequest, CreateQueueResponse, CreateSubscriptionRequest, CreateSubscriptionResponse,
-    DeadLettersRequest, DeadLettersResponse, DeleteQueueRequest, DeleteQueueResponse,
-    DeleteSubscriptionRequest, DeleteSubscriptionResponse, DescribeQueueRequest,
-    DescribeQueueResponse, ListQueuesRequest, ListQueuesResponse, MetadataRequest,
-    MetadataResponse, PeekRequest, PeekResponse, PurgeRequest, PurgeResponse, RedriveRequest,
-    RedriveResponse, ResizeQueueRequest, ResizeQueueResponse,
+    check_subscription_version, CreateQueueRequest, CreateQueueResponse, CreateSubscriptionRequest,
+    CreateSubscriptionResponse, DeadLettersRequest, DeadLettersResponse, DeleteQueueRequest,
+    DeleteQueueResponse, DeleteSubscriptionRequest, DeleteSubscriptionResponse,
+    DescribeQueueRequest, DescribeQueueResponse, ListQueuesRequest, ListQueuesResponse,
+    MetadataRequest, MetadataResponse, PeekRequest, PeekResponse, PurgeRequest, PurgeResponse,
+    RedriveRequest, RedriveResponse, ResizeQueueRequest, ResizeQueueResponse,
 };
 use super::data::{
     AckRequest, AckResponse, CancelClaimRequest, CancelClaimResponse, ClaimRequest, ClaimResponse,
@@ -250,7 +250,8 @@ impl<'a> Request<'a> {
     /// # Errors
     /// As [`Request::encode`]; a version this codec does not speak; a
     /// field the version cannot carry (a Claim of partition `ANY` in v0, or
-    /// naming a subscription before v3).
+    /// naming a subscription before v3; a Peek, Purge, DeadLetters or
+    /// Redrive naming one before v2).
     pub fn encode_version(
         &self,
         correlation_id: CorrelationId,
@@ -265,8 +266,15 @@ impl<'a> Request<'a> {
             return Err(ProtoError::Inconsistent("api version not spoken by this codec"));
         }
         self.validate()?;
-        if let Self::Claim(request) = self {
-            request.validate_version(version)?;
+        match self {
+            Self::Claim(request) => request.validate_version(version)?,
+            Self::Peek(request) => check_subscription_version(&request.subscription, version)?,
+            Self::Purge(request) => check_subscription_version(&request.subscription, version)?,
+            Self::DeadLetters(request) => {
+                check_subscription_version(&request.subscription, version)?;
+            }
+            Self::Redrive(request) => check_subscription_version(&request.subscription, version)?,
+            _ => {}
         }
         let fields = HeaderFields {
             api_key: api_key.as_u16(),
@@ -330,7 +338,7 @@ impl<'a> Request<'a> {
         let body = frame.body;
         let version = frame.header.api_version;
         // One request layout per key except Claim (v1: partition ANY; v3:
-        // the subscription).
+        // the subscription) and the inspection keys (v2: the subscription).
         Ok(match frame.header.api_key {
             ApiKey::Enqueue => Self::Enqueue(EnqueueRequest::read(body)?),
             ApiKey::Claim => Self::Claim(ClaimRequest::read(body, version)?),
@@ -345,10 +353,10 @@ impl<'a> Request<'a> {
             ApiKey::ListQueues => Self::ListQueues(ListQueuesRequest::read(body)?),
             ApiKey::DescribeQueue => Self::DescribeQueue(DescribeQueueRequest::read(body)?),
             ApiKey::Metadata => Self::Metadata(MetadataRequest::read(body)?),
-            ApiKey::Peek => Self::Peek(PeekRequest::read(body)?),
-            ApiKey::Purge => Self::Purge(PurgeRequest::read(body)?),
-            ApiKey::DeadLetters => Self::DeadLetters(DeadLettersRequest::read(body)?),
-            ApiKey::Redrive => Self::Redrive(RedriveRequest::read(body)?),
+            ApiKey::Peek => Self::Peek(PeekRequest::read(body, version)?),
+            ApiKey::Purge => Self::Purge(PurgeRequest::read(body, version)?),
+            ApiKey::DeadLetters => Self::DeadLetters(DeadLettersRequest::read(body, version)?),
+            ApiKey::Redrive => Self::Redrive(RedriveRequest::read(body, version)?),
             ApiKey::ResizeQueue => Self::ResizeQueue(ResizeQueueRequest::read(body)?),
             ApiKey::CreateSubscription => {
                 Self::CreateSubscription(CreateSubscriptionRequest::read(body)?)

@@ -1,24 +1,72 @@
 //! Inspection and repair messages of one partition: Peek (messages from an
 //! offset on, with their state, unclaimed), Purge (drop or count the ready
 //! and scheduled messages), DeadLetters (the quarantined ones and their
-//! evidence) and Redrive (move dead letters back to ready).
+//! evidence) and Redrive (move dead letters back to ready). From
+//! [`INSPECT_VERSION_SUBSCRIPTION`] each names the subscription it acts in
+//! (empty: the queue's default); an older version's request is the default's.
 //!
 //! Owns these structs, their `validate` and their flatbuffers layout. It
 //! must not read records (a peeked record stays archived bytes, checked only
 //! for its length) nor decide which messages qualify: the broker does.
 
-use flatbuffers::FlatBufferBuilder;
+use flatbuffers::{FlatBufferBuilder, WIPOffset};
 
 use super::{checked_string, finish, required, root, vector_len};
 use crate::limits::{RECORD_BYTES_MAX, ROUTING_KEY_BYTES_MAX};
-use crate::proto::codec::{check_len, check_range, validate_queue_name};
+use crate::proto::codec::{
+    check_len, check_range, validate_queue_name, validate_subscription_name,
+};
 use crate::proto::control_generated::spool::control as fb;
 use crate::proto::error::ProtoError;
+use crate::proto::frame::INSPECT_VERSION_SUBSCRIPTION;
 use crate::proto::ids::{Offset, PartitionId};
 use crate::proto::limits::{INSPECT_MESSAGES_MAX, REDRIVE_OFFSETS_MAX, RELEASE_REASON_BYTES_MAX};
 
 fn count_to_wire(count: u64) -> u64 {
     count
+}
+
+/// An inspection request's subscription: empty (the default) or a valid name.
+fn validate_optional_subscription(subscription: &str) -> Result<(), ProtoError> {
+    if subscription.is_empty() {
+        return Ok(());
+    }
+    validate_subscription_name(subscription)
+}
+
+/// The subscription field, written only when one is named: a request for
+/// the default is byte for byte what version 1 sent.
+fn optional_string<'b>(
+    builder: &mut FlatBufferBuilder<'b>,
+    value: &str,
+) -> Option<WIPOffset<&'b str>> {
+    (!value.is_empty()).then(|| builder.create_string(value))
+}
+
+/// The subscription a request of `version` names: the field from
+/// [`INSPECT_VERSION_SUBSCRIPTION`] on; before it, whatever the bytes hold,
+/// the default (an older client never meant another).
+fn subscription_at(field: Option<&str>, version: u16) -> String {
+    if version >= INSPECT_VERSION_SUBSCRIPTION {
+        field.unwrap_or_default().to_owned()
+    } else {
+        String::new()
+    }
+}
+
+/// Refuses a subscription named in a version before
+/// [`INSPECT_VERSION_SUBSCRIPTION`] (the encoder's check: such a request
+/// would reach the broker as one for the default).
+pub(crate) fn check_subscription_version(
+    subscription: &str,
+    version: u16,
+) -> Result<(), ProtoError> {
+    if !subscription.is_empty() && version < INSPECT_VERSION_SUBSCRIPTION {
+        return Err(ProtoError::Inconsistent(
+            "an inspection request naming a subscription needs version 2",
+        ));
+    }
+    Ok(())
 }
 
 // ------------------------------------------------------------ Peek
@@ -34,6 +82,9 @@ pub struct PeekRequest {
     pub from_offset: Offset,
     /// `1..=INSPECT_MESSAGES_MAX` messages.
     pub max: u32,
+    /// The subscription (empty: the queue's default). Carried from
+    /// [`INSPECT_VERSION_SUBSCRIPTION`]; an older request decodes as empty.
+    pub subscription: String,
 }
 
 inspect_request_codec!(PeekRequest, PeekRequestArgs);
@@ -171,35 +222,42 @@ pub struct PurgeRequest {
     pub partition: PartitionId,
     /// Count only; change nothing.
     pub dry_run: bool,
+    /// The subscription (empty: the queue's default). Carried from
+    /// [`INSPECT_VERSION_SUBSCRIPTION`]; an older request decodes as empty.
+    pub subscription: String,
 }
 
 impl PurgeRequest {
     /// # Errors
-    /// Invalid name.
+    /// Invalid name or subscription name.
     pub fn validate(&self) -> Result<(), ProtoError> {
-        validate_queue_name(&self.queue)
+        validate_queue_name(&self.queue)?;
+        validate_optional_subscription(&self.subscription)
     }
 
     pub(crate) fn write(&self, out: &mut Vec<u8>) {
         let mut builder = FlatBufferBuilder::new();
         let queue = builder.create_string(&self.queue);
+        let subscription = optional_string(&mut builder, &self.subscription);
         let root = fb::PurgeRequest::create(
             &mut builder,
             &fb::PurgeRequestArgs {
                 queue: Some(queue),
                 partition: self.partition.0,
                 dry_run: self.dry_run,
+                subscription,
             },
         );
         finish(builder, root, out);
     }
 
-    pub(crate) fn read(body: &[u8]) -> Result<Self, ProtoError> {
+    pub(crate) fn read(body: &[u8], version: u16) -> Result<Self, ProtoError> {
         let table = root::<fb::PurgeRequest<'_>>(body)?;
         let request = Self {
             queue: required(table.queue(), "queue")?.to_owned(),
             partition: PartitionId(table.partition()),
             dry_run: table.dry_run(),
+            subscription: subscription_at(table.subscription(), version),
         };
         request.validate()?;
         Ok(request)
@@ -228,6 +286,9 @@ pub struct DeadLettersRequest {
     pub from_offset: Offset,
     /// `1..=INSPECT_MESSAGES_MAX` entries.
     pub max: u32,
+    /// The subscription (empty: the queue's default). Carried from
+    /// [`INSPECT_VERSION_SUBSCRIPTION`]; an older request decodes as empty.
+    pub subscription: String,
 }
 
 inspect_request_codec!(DeadLettersRequest, DeadLettersRequestArgs);
@@ -343,13 +404,18 @@ pub struct RedriveRequest {
     pub partition: PartitionId,
     /// Which ones.
     pub target: RedriveTarget,
+    /// The subscription (empty: the queue's default). Carried from
+    /// [`INSPECT_VERSION_SUBSCRIPTION`]; an older request decodes as empty.
+    pub subscription: String,
 }
 
 impl RedriveRequest {
     /// # Errors
-    /// Invalid name, or an offset list empty or too long.
+    /// Invalid name or subscription name, or an offset list empty or too
+    /// long.
     pub fn validate(&self) -> Result<(), ProtoError> {
         validate_queue_name(&self.queue)?;
+        validate_optional_subscription(&self.subscription)?;
         if let RedriveTarget::Offsets(offsets) = &self.target {
             check_range("redrive offsets", offsets.len() as u64, 1, REDRIVE_OFFSETS_MAX as u64)?;
         }
@@ -366,6 +432,7 @@ impl RedriveRequest {
                 (false, Some(builder.create_vector(&raw)))
             }
         };
+        let subscription = optional_string(&mut builder, &self.subscription);
         let root = fb::RedriveRequest::create(
             &mut builder,
             &fb::RedriveRequestArgs {
@@ -373,12 +440,13 @@ impl RedriveRequest {
                 partition: self.partition.0,
                 all,
                 offsets,
+                subscription,
             },
         );
         finish(builder, root, out);
     }
 
-    pub(crate) fn read(body: &[u8]) -> Result<Self, ProtoError> {
+    pub(crate) fn read(body: &[u8], version: u16) -> Result<Self, ProtoError> {
         let table = root::<fb::RedriveRequest<'_>>(body)?;
         let vector = table.offsets();
         let len = vector_len(&vector, "redrive offsets", REDRIVE_OFFSETS_MAX)?;
@@ -395,6 +463,7 @@ impl RedriveRequest {
             queue: required(table.queue(), "queue")?.to_owned(),
             partition: PartitionId(table.partition()),
             target,
+            subscription: subscription_at(table.subscription(), version),
         };
         request.validate()?;
         Ok(request)

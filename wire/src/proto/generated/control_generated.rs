@@ -2779,6 +2779,7 @@ impl<'a> PeekRequest<'a> {
   pub const VT_PARTITION: ::flatbuffers::VOffsetT = 6;
   pub const VT_FROM_OFFSET: ::flatbuffers::VOffsetT = 8;
   pub const VT_MAX: ::flatbuffers::VOffsetT = 10;
+  pub const VT_SUBSCRIPTION: ::flatbuffers::VOffsetT = 12;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -2791,6 +2792,7 @@ impl<'a> PeekRequest<'a> {
   ) -> ::flatbuffers::WIPOffset<PeekRequest<'bldr>> {
     let mut builder = PeekRequestBuilder::new(_fbb);
     builder.add_from_offset(args.from_offset);
+    if let Some(x) = args.subscription { builder.add_subscription(x); }
     builder.add_max(args.max);
     builder.add_partition(args.partition);
     if let Some(x) = args.queue { builder.add_queue(x); }
@@ -2826,6 +2828,13 @@ impl<'a> PeekRequest<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<u32>(PeekRequest::VT_MAX, Some(0)).unwrap()}
   }
+  #[inline]
+  pub fn subscription(&self) -> Option<&'a str> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(PeekRequest::VT_SUBSCRIPTION, None)}
+  }
 }
 
 impl ::flatbuffers::Verifiable for PeekRequest<'_> {
@@ -2838,6 +2847,7 @@ impl ::flatbuffers::Verifiable for PeekRequest<'_> {
      .visit_field::<u32>("partition", Self::VT_PARTITION, false)?
      .visit_field::<u64>("from_offset", Self::VT_FROM_OFFSET, false)?
      .visit_field::<u32>("max", Self::VT_MAX, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<&str>>("subscription", Self::VT_SUBSCRIPTION, false)?
      .finish();
     Ok(())
   }
@@ -2847,6 +2857,7 @@ pub struct PeekRequestArgs<'a> {
     pub partition: u32,
     pub from_offset: u64,
     pub max: u32,
+    pub subscription: Option<::flatbuffers::WIPOffset<&'a str>>,
 }
 impl<'a> Default for PeekRequestArgs<'a> {
   #[inline]
@@ -2856,6 +2867,7 @@ impl<'a> Default for PeekRequestArgs<'a> {
       partition: 0,
       from_offset: 0,
       max: 0,
+      subscription: None,
     }
   }
 }
@@ -2882,6 +2894,10 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> PeekRequestBuilder<'a, 'b, A>
     self.fbb_.push_slot::<u32>(PeekRequest::VT_MAX, max, 0);
   }
   #[inline]
+  pub fn add_subscription(&mut self, subscription: ::flatbuffers::WIPOffset<&'b  str>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(PeekRequest::VT_SUBSCRIPTION, subscription);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> PeekRequestBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     PeekRequestBuilder {
@@ -2903,6 +2919,7 @@ impl ::core::fmt::Debug for PeekRequest<'_> {
       ds.field("partition", &self.partition());
       ds.field("from_offset", &self.from_offset());
       ds.field("max", &self.max());
+      ds.field("subscription", &self.subscription());
       ds.finish()
   }
 }
@@ -3168,6 +3185,7 @@ impl<'a> PurgeRequest<'a> {
   pub const VT_QUEUE: ::flatbuffers::VOffsetT = 4;
   pub const VT_PARTITION: ::flatbuffers::VOffsetT = 6;
   pub const VT_DRY_RUN: ::flatbuffers::VOffsetT = 8;
+  pub const VT_SUBSCRIPTION: ::flatbuffers::VOffsetT = 10;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -3179,6 +3197,7 @@ impl<'a> PurgeRequest<'a> {
     args: &'args PurgeRequestArgs<'args>
   ) -> ::flatbuffers::WIPOffset<PurgeRequest<'bldr>> {
     let mut builder = PurgeRequestBuilder::new(_fbb);
+    if let Some(x) = args.subscription { builder.add_subscription(x); }
     builder.add_partition(args.partition);
     if let Some(x) = args.queue { builder.add_queue(x); }
     builder.add_dry_run(args.dry_run);
@@ -3207,6 +3226,13 @@ impl<'a> PurgeRequest<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<bool>(PurgeRequest::VT_DRY_RUN, Some(false)).unwrap()}
   }
+  #[inline]
+  pub fn subscription(&self) -> Option<&'a str> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(PurgeRequest::VT_SUBSCRIPTION, None)}
+  }
 }
 
 impl ::flatbuffers::Verifiable for PurgeRequest<'_> {
@@ -3218,6 +3244,7 @@ impl ::flatbuffers::Verifiable for PurgeRequest<'_> {
      .visit_field::<::flatbuffers::ForwardsUOffset<&str>>("queue", Self::VT_QUEUE, false)?
      .visit_field::<u32>("partition", Self::VT_PARTITION, false)?
      .visit_field::<bool>("dry_run", Self::VT_DRY_RUN, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<&str>>("subscription", Self::VT_SUBSCRIPTION, false)?
      .finish();
     Ok(())
   }
@@ -3226,6 +3253,7 @@ pub struct PurgeRequestArgs<'a> {
     pub queue: Option<::flatbuffers::WIPOffset<&'a str>>,
     pub partition: u32,
     pub dry_run: bool,
+    pub subscription: Option<::flatbuffers::WIPOffset<&'a str>>,
 }
 impl<'a> Default for PurgeRequestArgs<'a> {
   #[inline]
@@ -3234,6 +3262,7 @@ impl<'a> Default for PurgeRequestArgs<'a> {
       queue: None,
       partition: 0,
       dry_run: false,
+      subscription: None,
     }
   }
 }
@@ -3256,6 +3285,10 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> PurgeRequestBuilder<'a, 'b, A
     self.fbb_.push_slot::<bool>(PurgeRequest::VT_DRY_RUN, dry_run, false);
   }
   #[inline]
+  pub fn add_subscription(&mut self, subscription: ::flatbuffers::WIPOffset<&'b  str>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(PurgeRequest::VT_SUBSCRIPTION, subscription);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> PurgeRequestBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     PurgeRequestBuilder {
@@ -3276,6 +3309,7 @@ impl ::core::fmt::Debug for PurgeRequest<'_> {
       ds.field("queue", &self.queue());
       ds.field("partition", &self.partition());
       ds.field("dry_run", &self.dry_run());
+      ds.field("subscription", &self.subscription());
       ds.finish()
   }
 }
@@ -3395,6 +3429,7 @@ impl<'a> DeadLettersRequest<'a> {
   pub const VT_PARTITION: ::flatbuffers::VOffsetT = 6;
   pub const VT_FROM_OFFSET: ::flatbuffers::VOffsetT = 8;
   pub const VT_MAX: ::flatbuffers::VOffsetT = 10;
+  pub const VT_SUBSCRIPTION: ::flatbuffers::VOffsetT = 12;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -3407,6 +3442,7 @@ impl<'a> DeadLettersRequest<'a> {
   ) -> ::flatbuffers::WIPOffset<DeadLettersRequest<'bldr>> {
     let mut builder = DeadLettersRequestBuilder::new(_fbb);
     builder.add_from_offset(args.from_offset);
+    if let Some(x) = args.subscription { builder.add_subscription(x); }
     builder.add_max(args.max);
     builder.add_partition(args.partition);
     if let Some(x) = args.queue { builder.add_queue(x); }
@@ -3442,6 +3478,13 @@ impl<'a> DeadLettersRequest<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<u32>(DeadLettersRequest::VT_MAX, Some(0)).unwrap()}
   }
+  #[inline]
+  pub fn subscription(&self) -> Option<&'a str> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(DeadLettersRequest::VT_SUBSCRIPTION, None)}
+  }
 }
 
 impl ::flatbuffers::Verifiable for DeadLettersRequest<'_> {
@@ -3454,6 +3497,7 @@ impl ::flatbuffers::Verifiable for DeadLettersRequest<'_> {
      .visit_field::<u32>("partition", Self::VT_PARTITION, false)?
      .visit_field::<u64>("from_offset", Self::VT_FROM_OFFSET, false)?
      .visit_field::<u32>("max", Self::VT_MAX, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<&str>>("subscription", Self::VT_SUBSCRIPTION, false)?
      .finish();
     Ok(())
   }
@@ -3463,6 +3507,7 @@ pub struct DeadLettersRequestArgs<'a> {
     pub partition: u32,
     pub from_offset: u64,
     pub max: u32,
+    pub subscription: Option<::flatbuffers::WIPOffset<&'a str>>,
 }
 impl<'a> Default for DeadLettersRequestArgs<'a> {
   #[inline]
@@ -3472,6 +3517,7 @@ impl<'a> Default for DeadLettersRequestArgs<'a> {
       partition: 0,
       from_offset: 0,
       max: 0,
+      subscription: None,
     }
   }
 }
@@ -3498,6 +3544,10 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> DeadLettersRequestBuilder<'a,
     self.fbb_.push_slot::<u32>(DeadLettersRequest::VT_MAX, max, 0);
   }
   #[inline]
+  pub fn add_subscription(&mut self, subscription: ::flatbuffers::WIPOffset<&'b  str>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(DeadLettersRequest::VT_SUBSCRIPTION, subscription);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> DeadLettersRequestBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     DeadLettersRequestBuilder {
@@ -3519,6 +3569,7 @@ impl ::core::fmt::Debug for DeadLettersRequest<'_> {
       ds.field("partition", &self.partition());
       ds.field("from_offset", &self.from_offset());
       ds.field("max", &self.max());
+      ds.field("subscription", &self.subscription());
       ds.finish()
   }
 }
@@ -3836,6 +3887,7 @@ impl<'a> RedriveRequest<'a> {
   pub const VT_PARTITION: ::flatbuffers::VOffsetT = 6;
   pub const VT_ALL: ::flatbuffers::VOffsetT = 8;
   pub const VT_OFFSETS: ::flatbuffers::VOffsetT = 10;
+  pub const VT_SUBSCRIPTION: ::flatbuffers::VOffsetT = 12;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -3847,6 +3899,7 @@ impl<'a> RedriveRequest<'a> {
     args: &'args RedriveRequestArgs<'args>
   ) -> ::flatbuffers::WIPOffset<RedriveRequest<'bldr>> {
     let mut builder = RedriveRequestBuilder::new(_fbb);
+    if let Some(x) = args.subscription { builder.add_subscription(x); }
     if let Some(x) = args.offsets { builder.add_offsets(x); }
     builder.add_partition(args.partition);
     if let Some(x) = args.queue { builder.add_queue(x); }
@@ -3883,6 +3936,13 @@ impl<'a> RedriveRequest<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u64>>>(RedriveRequest::VT_OFFSETS, None)}
   }
+  #[inline]
+  pub fn subscription(&self) -> Option<&'a str> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(RedriveRequest::VT_SUBSCRIPTION, None)}
+  }
 }
 
 impl ::flatbuffers::Verifiable for RedriveRequest<'_> {
@@ -3895,6 +3955,7 @@ impl ::flatbuffers::Verifiable for RedriveRequest<'_> {
      .visit_field::<u32>("partition", Self::VT_PARTITION, false)?
      .visit_field::<bool>("all", Self::VT_ALL, false)?
      .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u64>>>("offsets", Self::VT_OFFSETS, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<&str>>("subscription", Self::VT_SUBSCRIPTION, false)?
      .finish();
     Ok(())
   }
@@ -3904,6 +3965,7 @@ pub struct RedriveRequestArgs<'a> {
     pub partition: u32,
     pub all: bool,
     pub offsets: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u64>>>,
+    pub subscription: Option<::flatbuffers::WIPOffset<&'a str>>,
 }
 impl<'a> Default for RedriveRequestArgs<'a> {
   #[inline]
@@ -3913,6 +3975,7 @@ impl<'a> Default for RedriveRequestArgs<'a> {
       partition: 0,
       all: false,
       offsets: None,
+      subscription: None,
     }
   }
 }
@@ -3939,6 +4002,10 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> RedriveRequestBuilder<'a, 'b,
     self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(RedriveRequest::VT_OFFSETS, offsets);
   }
   #[inline]
+  pub fn add_subscription(&mut self, subscription: ::flatbuffers::WIPOffset<&'b  str>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(RedriveRequest::VT_SUBSCRIPTION, subscription);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> RedriveRequestBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     RedriveRequestBuilder {
@@ -3960,6 +4027,7 @@ impl ::core::fmt::Debug for RedriveRequest<'_> {
       ds.field("partition", &self.partition());
       ds.field("all", &self.all());
       ds.field("offsets", &self.offsets());
+      ds.field("subscription", &self.subscription());
       ds.finish()
   }
 }
