@@ -77,13 +77,16 @@ const SUBSCRIPTION_KILLS: u32 = 20;
 // subscription after its ack there was acknowledged, and no token of a
 // killed process is accepted in either. Method: the quick loop with a
 // second subscription (from the earliest record) and as many consumers in
-// it as in the default, each subscription with its own ledger; at the end
-// both are drained and accounted for; every violation count must be 0 and
-// both subscriptions must have seen the whole load.
+// it as in the default, each subscription with its own ledger, and a
+// delivery limit of 3 so both dead-letter messages; at the end both are
+// drained and accounted for (dead letters included); every violation count
+// must be 0 and both subscriptions must have seen the whole load.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_kills_with_a_second_subscription_lose_nothing_acknowledged_in_either() {
     let mut config = KillLoopConfig::quick(SUBSCRIPTION_KILLS, seed());
     config.subscription = Some("second".to_owned());
+    // Low, so both subscriptions dead-letter messages and account for them.
+    config.max_deliveries = 3;
     let report = run(config).await.expect("the kill loop finishes");
     let json = report.to_json();
     eprintln!("{json}");
@@ -97,6 +100,7 @@ async fn twenty_kills_with_a_second_subscription_lose_nothing_acknowledged_in_ei
     assert!(report.acks_acknowledged + report.dead_letters >= report.acked_enqueues_checked);
     assert!(second.acks_acknowledged + second.dead_letters >= second.acked_enqueues_checked);
     assert!(second.drained < second.acks_acknowledged, "no worker ack in it: {json}");
+    assert!(report.dead_letters > 0 && second.dead_letters > 0, "no dead letters: {json}");
     assert!(second.activity.deliveries > second.acks_acknowledged, "no redelivery: {json}");
 }
 

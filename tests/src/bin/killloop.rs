@@ -14,7 +14,9 @@
 //! `--backlog N` the unacked enqueues at which producers pause (default
 //! 4,000, 1,000 with `--quick`).
 //! `--sub NAME` adds a second subscription with its own consumers and
-//! ledger (`docs/testing.md`, "Kill loop").
+//! ledger (`docs/testing.md`, "Kill loop"); `--max-deliveries N` lowers
+//! the queue's delivery limit (default 10,000) so dead letters are made
+//! and accounted for too.
 //! Each `--spoold-arg=FLAG` (or `--spoold-arg FLAG`) is passed to every
 //! `spoold` start as is, after the harness's own flags.
 
@@ -23,7 +25,7 @@ use std::process::ExitCode;
 use spool_tests::killloop::{run, KillLoopConfig};
 
 const USAGE: &str = "usage: killloop --kills N [--seed S] [--cores C] [--quick] \
-                     [--partitions P] [--backlog B] [--sub NAME] [--spoold-arg=FLAG ...]";
+                     [--partitions P] [--backlog B] [--sub NAME] [--max-deliveries N] [--spoold-arg=FLAG ...]";
 
 struct Args {
     kills: u32,
@@ -34,6 +36,7 @@ struct Args {
     quick: bool,
     spoold_args: Vec<String>,
     subscription: Option<String>,
+    max_deliveries: Option<u32>,
 }
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -45,6 +48,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     let mut quick = false;
     let mut spoold_args = Vec::new();
     let mut subscription = None;
+    let mut max_deliveries = None;
     while let Some(arg) = args.next() {
         if let Some(flag) = arg.strip_prefix("--spoold-arg=") {
             spoold_args.push(flag.to_owned());
@@ -68,6 +72,10 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
             }
             "--quick" => quick = true,
             "--sub" => subscription = Some(value("--sub")?),
+            "--max-deliveries" => {
+                let text = value("--max-deliveries")?;
+                max_deliveries = Some(text.parse().map_err(|e| format!("--max-deliveries: {e}"))?)
+            }
             "--spoold-arg" => spoold_args.push(value("--spoold-arg")?),
             "-h" | "--help" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown argument {other}\n{USAGE}")),
@@ -76,7 +84,17 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     let kills = kills.ok_or_else(|| format!("--kills is required\n{USAGE}"))?;
     // No seed given: one from the clock, printed so the run can be repeated.
     let seed = seed.unwrap_or_else(spool_tests::killloop::unix_ms);
-    Ok(Args { kills, seed, cores, partitions, backlog, quick, spoold_args, subscription })
+    Ok(Args {
+        kills,
+        seed,
+        cores,
+        partitions,
+        backlog,
+        quick,
+        spoold_args,
+        subscription,
+        max_deliveries,
+    })
 }
 
 fn main() -> ExitCode {
@@ -96,6 +114,9 @@ fn main() -> ExitCode {
     config.progress = true;
     config.spoold_args = args.spoold_args;
     config.subscription = args.subscription;
+    if let Some(max) = args.max_deliveries {
+        config.max_deliveries = max;
+    }
     if let Some(cores) = args.cores {
         config.cores = cores;
     }

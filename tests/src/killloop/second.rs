@@ -26,7 +26,7 @@ use spool_client::{ClaimOptions, Client};
 
 use super::broker::blocking;
 use super::check::retrying;
-use super::ledger::{Placement, TokenUse};
+use super::ledger::{LiveEntry, Placement, TokenUse};
 use super::workers::Shared;
 use super::{delivery_seen, now, KillLoopError, QUEUE};
 use crate::admin::{http, http_json};
@@ -166,19 +166,38 @@ pub(super) async fn drain(
             }
         }
     }
-    // Its dead letters: the queue's delivery limit is far above what the
-    // run reaches, so there must be none (the admin API counts them; no
-    // listing names a subscription yet, so any would be unaccounted for).
+    // Its dead letters, claimed (not acked) from each partition's
+    // dead-letter lane in the subscription (`<queue>.dlq`): with nothing
+    // else held in it, they are all it still has, and the admin API's count
+    // must agree.
+    let listing = ClaimOptions { wait_ms: 0, ..draining.clone() };
+    let dead_lane = format!("{QUEUE}.dlq");
+    let mut live = BTreeMap::new();
+    for partition in (0..config.partitions).map(PartitionId) {
+        loop {
+            let batch = retrying("subscription dead letters", || {
+                client.claim(&dead_lane, partition, &listing)
+            })
+            .await?;
+            if batch.deliveries.is_empty() {
+                break;
+            }
+            for delivery in &batch.deliveries {
+                let entry = LiveEntry { id: Some(delivery.message_id()), dead_letter: true };
+                live.insert(Placement::new(partition, delivery.offset()), entry);
+            }
+        }
+    }
     let dead = dead_letters(admin_addr, name).await?;
-    if dead > 0 {
+    if dead != live.len() as u64 {
         return Err(KillLoopError::Protocol(format!(
-            "subscription {name} has {dead} dead letters under a delivery limit of {}",
-            config.max_deliveries
+            "subscription {name}: {} dead letters claimed, the admin API counts {dead}",
+            live.len()
         )));
     }
     let mut ledger = shared.ledger_in(true);
-    ledger.live_check(&BTreeMap::new());
-    ledger.final_check(&std::collections::HashSet::new());
+    ledger.live_check(&live);
+    ledger.final_check(&live.keys().copied().collect());
     Ok((drained, dead))
 }
 
