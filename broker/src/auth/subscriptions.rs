@@ -9,10 +9,9 @@
 //! subscription. A rule without `/` covers every subscription of its
 //! queues, as before subscriptions existed.
 
-use spool_wire::proto::validate_subscription_name;
+use spool_wire::proto::{validate_subscription_name, DEFAULT_SUBSCRIPTION};
 
 use super::{Grants, Operation, QueuePattern};
-use crate::control::assignment::DEFAULT_SUBSCRIPTION;
 
 /// One compiled rule naming subscriptions.
 #[derive(Debug, Clone, PartialEq, Eq)]

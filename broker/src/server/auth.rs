@@ -37,7 +37,8 @@
 //! With it off, every connection acts as `anonymous` with every right, and
 //! an Authenticate is accepted as is (`enforced = false`).
 //!
-//! Purge (confirmed), Redrive and DeleteQueue, allowed or refused, append an
+//! Purge (confirmed), Redrive, DeleteQueue, ResizeQueue, CreateSubscription
+//! and DeleteSubscription, allowed or refused, append an
 //! [`AuditEntry`] to the data directory's audit log before they are
 //! answered (the append and its fdatasync run on the blocking pool).
 
@@ -169,6 +170,8 @@ impl Session {
 pub struct AuditTarget {
     operation: &'static str,
     queue: String,
+    /// The subscription named (empty: the default, or the whole queue).
+    subscription: String,
     partition: Option<u32>,
     /// For a deletion: the partitions the queue had.
     partitions: u64,
@@ -581,7 +584,7 @@ impl ShardAuth {
                 // dead-letter lane `<queue>.dlq` is the queue's.
                 let queue = claim
                     .queue
-                    .strip_suffix(super::handler::DEAD_LETTER_SUFFIX)
+                    .strip_suffix(spool_wire::proto::DEAD_LETTER_SUFFIX)
                     .unwrap_or(claim.queue);
                 if grants.names_subscriptions()
                     && grants.allows_only_in(queue, claim.subscription, Operation::Claim)
@@ -633,6 +636,7 @@ impl ShardAuth {
         let target = |operation, queue: &str, partition| AuditTarget {
             operation,
             queue: queue.to_owned(),
+            subscription: String::new(),
             partition,
             partitions: 0,
             dry_run: false,
@@ -640,11 +644,21 @@ impl ShardAuth {
         match request {
             Request::Purge(purge) => Some(AuditTarget {
                 dry_run: purge.dry_run,
+                subscription: purge.subscription.clone(),
                 ..target("purge", &purge.queue, Some(purge.partition.0))
             }),
-            Request::Redrive(redrive) => {
-                Some(target("redrive", &redrive.queue, Some(redrive.partition.0)))
-            }
+            Request::Redrive(redrive) => Some(AuditTarget {
+                subscription: redrive.subscription.clone(),
+                ..target("redrive", &redrive.queue, Some(redrive.partition.0))
+            }),
+            Request::CreateSubscription(create) => Some(AuditTarget {
+                subscription: create.name.clone(),
+                ..target("create_subscription", &create.queue, None)
+            }),
+            Request::DeleteSubscription(delete) => Some(AuditTarget {
+                subscription: delete.name.clone(),
+                ..target("delete_subscription", &delete.queue, None)
+            }),
             Request::DeleteQueue(delete) => {
                 let partitions = QueueName::new(&delete.name).ok().and_then(|name| {
                     state.table.borrow().queue(&name).map(|entry| entry.partitions.len() as u64)
@@ -683,6 +697,7 @@ impl ShardAuth {
             principal: principal.to_owned(),
             operation: target.operation.to_owned(),
             queue: target.queue,
+            subscription: target.subscription,
             partition: target.partition,
             count,
             dry_run: target.dry_run,

@@ -107,6 +107,10 @@ pub(crate) const fn padding(position: usize) -> usize {
     (FRAME_ALIGN - position % FRAME_ALIGN) % FRAME_ALIGN
 }
 
+/// The name of a queue's default subscription (id 0): the one a claim
+/// naming none claims from.
+pub const DEFAULT_SUBSCRIPTION: &str = "default";
+
 /// Suffix that names a queue's dead-letter lane: a Claim of `jobs.dlq`
 /// claims the dead letters of `jobs`'s partitions, so no new queue may end
 /// with it.

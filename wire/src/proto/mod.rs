@@ -50,7 +50,9 @@ pub use auth::{
     validate_principal, AuthenticateRequest, AuthenticateResponse, PRINCIPAL_BYTES_MAX,
     SECRET_BYTES_MAX,
 };
-pub use codec::{validate_queue_name, validate_subscription_name, DEAD_LETTER_SUFFIX};
+pub use codec::{
+    validate_queue_name, validate_subscription_name, DEAD_LETTER_SUFFIX, DEFAULT_SUBSCRIPTION,
+};
 pub use control::{
     Backoff, BackoffKind, CreateQueueRequest, CreateQueueResponse, CreateSubscriptionRequest,
     CreateSubscriptionResponse, DeadLetter, DeadLettersRequest, DeadLettersResponse,

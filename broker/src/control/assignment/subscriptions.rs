@@ -14,7 +14,7 @@ use crate::queue::SubscriptionId;
 
 /// The name of the subscription every queue has (id 0): it is never
 /// listed in [`Subscriptions::named`], created or deleted.
-pub const DEFAULT_SUBSCRIPTION: &str = "default";
+pub use spool_wire::proto::DEFAULT_SUBSCRIPTION;
 
 /// Where a new subscription starts on each partition, resolved by the
 /// partition when it appends the start.
