@@ -726,7 +726,7 @@ fn a_crash_at_any_point_of_a_checkpoint_leaves_the_old_or_the_new_one_usable() {
         // Releases reply before their sync; a peek waits for everything
         // appended so far, so every image below holds them (a release lost
         // in a crash would rightly come back fenced instead).
-        partition.peek(Offset(0), 1).await.unwrap();
+        partition.peek(spool_broker::queue::SubscriptionId::DEFAULT, Offset(0), 1).await.unwrap();
         let before = partition.with_state(|state| state.messages());
         let images: Rc<std::cell::RefCell<Vec<SimStorage>>> = Rc::default();
         disk.set_hook({

@@ -672,7 +672,9 @@ async fn drain(
         if got.is_empty() {
             // A message claimed and let go more than `max_deliveries` times
             // (leases ended by fences count) is a dead letter: kept, not lost.
-            for dead in lead.dead_letters(None, usize::MAX) {
+            for dead in
+                lead.dead_letters(spool_broker::queue::SubscriptionId::DEFAULT, None, usize::MAX)
+            {
                 let offset = dead.offset;
                 assert!(!told.acked.contains(&offset), "seed {seed}: acked {offset:?} dead");
                 assert!(delivered.insert(offset), "seed {seed}: {offset:?} delivered and dead");

@@ -35,6 +35,7 @@ fn purge(partition: u32) -> Request<'static> {
         queue: "q".into(),
         partition: PartitionId(partition),
         dry_run: true,
+        subscription: String::new(),
     })
 }
 

@@ -51,7 +51,12 @@ async fn bounded<T>(future: impl std::future::Future<Output = T>) -> T {
 }
 
 fn purge() -> Request<'static> {
-    Request::Purge(PurgeRequest { queue: "q".into(), partition: PartitionId(0), dry_run: true })
+    Request::Purge(PurgeRequest {
+        queue: "q".into(),
+        partition: PartitionId(0),
+        dry_run: true,
+        subscription: String::new(),
+    })
 }
 
 fn config(liveness: Option<Liveness>) -> ConnectionConfig {

@@ -128,6 +128,7 @@ fn peek_frames(first: u64, count: u64) -> Vec<u8> {
             partition: PartitionId(0),
             from_offset: Offset(0),
             max: PEEK_MESSAGES,
+            subscription: String::new(),
         });
         request.encode(CorrelationId(correlation), &mut out).unwrap();
     }

@@ -1,10 +1,11 @@
 //! The audit log: one durable line per destructive operation (purge,
-//! redrive, queue deletion), allowed or refused (and per refused dry-run
-//! purge: an attempt without the privilege), in `audit.log` in the data
-//! directory.
+//! redrive, queue deletion, subscription creation and deletion), allowed
+//! or refused (and per refused dry-run purge: an attempt without the
+//! privilege), in `audit.log` in the data directory.
 //!
 //! Append-only JSON lines (`{"time_ms":…,"principal":…,"operation":…,
-//! "queue":…,"partition":…,"count":…,"outcome":…}`): each entry is one
+//! "queue":…,"subscription":…,"partition":…,"count":…,"outcome":…}`,
+//! `subscription` only when one is named): each entry is one
 //! `write` to a file opened with `O_APPEND` (so the shards' lines never
 //! interleave), then `fdatasync`, before the request is answered. The file
 //! is never rewritten or truncated by the broker. A line torn by a crash
@@ -32,9 +33,15 @@ pub struct AuditEntry {
     pub time_ms: u64,
     /// Who asked (`anonymous` while authentication is off).
     pub principal: String,
-    /// `purge`, `redrive` or `delete_queue`.
+    /// `purge`, `redrive`, `delete_queue`, `resize_queue`,
+    /// `create_subscription` or `delete_subscription`.
     pub operation: String,
     pub queue: String,
+    /// The subscription a purge or redrive acted in, or the one created or
+    /// deleted; absent (empty) for the queue's default subscription and for
+    /// operations on the whole queue, so older lines read the same.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub subscription: String,
     /// The partition a purge or redrive acted on; none for a deletion.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partition: Option<u32>,
@@ -135,6 +142,7 @@ mod tests {
             principal: "ops".to_owned(),
             operation: "purge".to_owned(),
             queue: "jobs".to_owned(),
+            subscription: String::new(),
             partition: Some(1),
             count,
             dry_run: false,
@@ -162,5 +170,22 @@ mod tests {
 
         std::fs::write(log.path(), b"garbage\n{}\n").unwrap();
         assert!(read_entries(log.path()).is_err());
+    }
+
+    // Goal: an entry naming a subscription keeps its name through the
+    // file, and one for the default writes the line it always wrote (no
+    // `subscription` key); method: both appended and read back.
+    #[test]
+    fn a_subscription_is_named_only_when_there_is_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = AuditLog::new(dir.path());
+        let named = AuditEntry { subscription: "audit".to_owned(), ..entry(2) };
+        log.append(&entry(1)).unwrap();
+        log.append(&named).unwrap();
+        assert_eq!(read_entries(log.path()).unwrap(), vec![entry(1), named]);
+        let text = std::fs::read_to_string(log.path()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(!lines[0].contains("subscription"), "{}", lines[0]);
+        assert!(lines[1].contains(r#""subscription":"audit""#), "{}", lines[1]);
     }
 }

@@ -1,18 +1,25 @@
 //! Operator requests on the lanes: redrive dead letters, purge, list dead
-//! letters.
+//! letters, each in one subscription. A subscription the table names but
+//! this partition's log has not started yet (or has just ended) has
+//! nothing here: nothing to redrive, purge or list, as a claim of it
+//! finds nothing.
 
 use spool_wire::batch::BatchKind;
 
 use super::{Partition, PartitionError, CONTROL_BATCH_EVENTS_MAX};
 use crate::io::Storage;
-use crate::queue::{Lane, MessageView, Offset, Redrive};
+use crate::queue::{Lane, MessageView, Offset, QueueError, Redrive, SubscriptionId};
 
 impl<S: Storage + Clone> Partition<S> {
-    /// Moves dead letters back to the queue.
+    /// Moves dead letters of subscription `sub` back to its queue.
     ///
     /// # Errors
     /// The offset is not a redrivable dead letter.
-    pub async fn redrive(&self, which: Redrive) -> Result<usize, PartitionError> {
+    pub async fn redrive(
+        &self,
+        sub: SubscriptionId,
+        which: Redrive,
+    ) -> Result<usize, PartitionError> {
         let events_max = match which {
             Redrive::One(_) => 1,
             Redrive::Oldest(count) => count.min(CONTROL_BATCH_EVENTS_MAX),
@@ -23,7 +30,10 @@ impl<S: Storage + Clone> Partition<S> {
         };
         self.log.writable(BatchKind::Control, Self::control_bytes(events_max, false)).await;
         let now = (self.clock)();
-        let events = self.state.borrow().redrive(now, which)?;
+        let events = match self.state.borrow().redrive_sub(sub, now, which) {
+            Err(QueueError::UnknownSubscription(_)) => return Ok(0),
+            decided => decided?,
+        };
         let count = events.len();
         if let Some(ticket) = self.append_events(&events, now)? {
             ticket.durable().await?;
@@ -32,8 +42,9 @@ impl<S: Storage + Clone> Partition<S> {
         Ok(count)
     }
 
-    /// Removes up to `max` unclaimed messages of `lane` whose enqueue is
-    /// durable; a dry run removes nothing and counts every message that
+    /// Removes up to `max` unclaimed messages of `lane` of subscription
+    /// `sub` whose enqueue is durable (the records stay for every other
+    /// subscription); a dry run removes nothing and counts every message that
     /// purges repeated while they take `max` would remove (not capped by
     /// `max`: the same rule, `PartitionState::purgeable`).
     ///
@@ -41,18 +52,23 @@ impl<S: Storage + Clone> Partition<S> {
     /// Storage failure.
     pub async fn purge(
         &self,
+        sub: SubscriptionId,
         lane: Lane,
         max: usize,
         dry_run: bool,
     ) -> Result<usize, PartitionError> {
         let max = max.min(CONTROL_BATCH_EVENTS_MAX);
         if dry_run {
-            let count = self.state.borrow().purgeable(lane, self.durable_end());
+            let count = self.state.borrow().purgeable_sub(sub, lane, self.durable_end());
+            let count = count.unwrap_or(0);
             return Ok(usize::try_from(count).unwrap_or(usize::MAX));
         }
         self.log.writable(BatchKind::Control, Self::control_bytes(max, false)).await;
         let now = (self.clock)();
-        let events = self.state.borrow().purge(now, lane, max, self.durable_end());
+        let events = match self.state.borrow().purge_sub(sub, now, lane, max, self.durable_end()) {
+            Err(QueueError::UnknownSubscription(_)) => return Ok(0),
+            decided => decided?,
+        };
         let count = events.len();
         if let Some(ticket) = self.append_events(&events, now)? {
             ticket.durable().await?;
@@ -60,8 +76,14 @@ impl<S: Storage + Clone> Partition<S> {
         Ok(count)
     }
 
-    /// Dead letters after `after` (exclusive), up to `max`.
-    pub fn dead_letters(&self, after: Option<Offset>, max: usize) -> Vec<MessageView> {
-        self.state.borrow().peek_dead_letters(after, max)
+    /// Dead letters of subscription `sub` after `after` (exclusive), up to
+    /// `max`.
+    pub fn dead_letters(
+        &self,
+        sub: SubscriptionId,
+        after: Option<Offset>,
+        max: usize,
+    ) -> Vec<MessageView> {
+        self.state.borrow().peek_dead_letters_sub(sub, after, max).unwrap_or_default()
     }
 }

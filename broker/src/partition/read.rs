@@ -11,7 +11,7 @@ use super::{
 };
 use crate::io::Storage;
 use crate::log::SharedBytes;
-use crate::queue::{Delivery, Lane, MessageView, Offset};
+use crate::queue::{Delivery, MessageView, Offset, SubscriptionId};
 
 /// One claimed message and its record bytes (exactly as the producer sent
 /// them, 8-aligned rkyv archive).
@@ -300,20 +300,20 @@ impl<S: Storage + Clone> Partition<S> {
         Ok(out)
     }
 
-    /// Live messages of the main lane from `from`, up to `max`, with their
-    /// record bytes. Changes nothing.
+    /// Live messages of subscription `sub`'s main lane from `from`, up to
+    /// `max`, with their record bytes (none when the partition's log has
+    /// not started the subscription yet). Changes nothing.
     ///
     /// # Errors
     /// Storage failure reading a record.
-    pub async fn peek(&self, from: Offset, max: usize) -> Result<Vec<Peeked>, PartitionError> {
-        let views: Vec<MessageView> = self
-            .state
-            .borrow()
-            .messages()
-            .into_iter()
-            .filter(|view| view.lane == Lane::Main && view.offset >= from)
-            .take(max)
-            .collect();
+    pub async fn peek(
+        &self,
+        sub: SubscriptionId,
+        from: Offset,
+        max: usize,
+    ) -> Result<Vec<Peeked>, PartitionError> {
+        let views: Vec<MessageView> =
+            self.state.borrow().peek_sub(sub, from, max).unwrap_or_default();
         // Records are readable once durable; wait for everything appended.
         let barrier = self.appends.borrow().barrier();
         barrier.durable().await?;

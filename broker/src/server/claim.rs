@@ -113,7 +113,11 @@ impl SpoolHandler {
 
     /// The id of subscription `name` of `queue` (`""` and `default`: the
     /// default), or SUBSCRIPTION_NOT_FOUND.
-    fn subscription_of(&self, queue: &str, name: &str) -> Result<SubscriptionId, ErrorResponse> {
+    pub(super) fn subscription_of(
+        &self,
+        queue: &str,
+        name: &str,
+    ) -> Result<SubscriptionId, ErrorResponse> {
         if name.is_empty() {
             return Ok(SubscriptionId::DEFAULT);
         }

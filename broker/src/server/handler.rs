@@ -10,21 +10,19 @@
 //! answered with an error and the connection carries on.
 //!
 //! Admin requests that are about one partition (Peek, Purge, DeadLetters,
-//! Redrive) go to the owning shard like data. DescribeQueue reports the
-//! partitions this shard owns; a client asks every shard and merges.
+//! Redrive) go to the owning shard like data (`server/inspect.rs`).
+//! DescribeQueue reports the partitions this shard owns; a client asks
+//! every shard and merges.
 //! Metadata reports every partition's leader epoch, whichever shard owns it,
 //! from the shards' shared [`EpochBoard`](super::EpochBoard) (0 only while
 //! no shard has the partition open).
 
 use std::rc::Rc;
 
-use spool_wire::batch::{validate_record, BatchBytes};
 use spool_wire::proto::{
     self, AckResponse, CancelClaimResponse, CancelOutcome, ClaimResponse, CorrelationId,
-    CreateQueueResponse, DeadLetter, DeadLettersResponse, DeleteQueueResponse, ErrorResponse,
-    ExtendResponse, ListQueuesResponse, MessageState, NodeAddress, PeekResponse, PeekedMessage,
-    PingResponse, PurgeResponse, QueueSummary, RecordOutcome, RedriveResponse, RedriveTarget,
-    ReleaseResponse, Request, Response,
+    CreateQueueResponse, DeleteQueueResponse, ErrorResponse, ExtendResponse, ListQueuesResponse,
+    NodeAddress, PingResponse, QueueSummary, RecordOutcome, ReleaseResponse, Request, Response,
 };
 use spool_wire::ErrorCode;
 
@@ -39,7 +37,7 @@ use crate::control::assignment::QueueName;
 use crate::net::connection::Connection;
 use crate::partition::{EnqueueOutcome, PartitionError};
 use crate::queue::stored::{PrincipalId, Stored};
-use crate::queue::{Lane, MessagePhase, Offset, PartitionId, Redrive, ReleaseReason};
+use crate::queue::{PartitionId, ReleaseReason};
 use crate::shard::report::RequestOp;
 use crate::shard::CoordinatorError;
 use std::collections::HashMap;
@@ -50,31 +48,11 @@ pub const RELEASE_REASON_WORKER: ReleaseReason = ReleaseReason(1);
 
 pub use crate::control::assignment::DEAD_LETTER_SUFFIX;
 use crate::limits::ADMIN_APPLY_TIMEOUT_MS;
-use crate::queue::limits::PEEK_MAX;
 
 /// Rejection reason: a claim would wait past its connection's bound.
 pub const REJECT_CLAIM_WAITERS_PER_CONNECTION: &str = "claim_waiters_per_connection";
 /// Rejection reason: a claim would wait past its partition's bound.
 pub const REJECT_CLAIM_WAITERS_PER_PARTITION: &str = "claim_waiters_per_partition";
-
-/// A release reason and quarantine cause as text for DeadLetters.
-fn reason_text(reason: ReleaseReason, cause: Option<crate::queue::QuarantineCause>) -> String {
-    let why = match reason {
-        ReleaseReason::NONE => "none".to_owned(),
-        ReleaseReason::LEASE_EXPIRED => "lease expired".to_owned(),
-        ReleaseReason::EXPIRED => "expired".to_owned(),
-        ReleaseReason::EPOCH_FENCED => "claimed when the partition restarted".to_owned(),
-        RELEASE_REASON_WORKER => "released by worker".to_owned(),
-        ReleaseReason(code) => format!("code {code}"),
-    };
-    match cause {
-        Some(crate::queue::QuarantineCause::Deliveries) => {
-            format!("max deliveries reached; last: {why}")
-        }
-        Some(crate::queue::QuarantineCause::Expired) => format!("expired; last: {why}"),
-        None => why,
-    }
-}
 
 /// The protocol handler of one shard.
 #[derive(Debug)]
@@ -388,112 +366,10 @@ impl SpoolHandler {
             }
             Request::DescribeQueue(describe) => self.describe(&describe.name),
             Request::Metadata(metadata) => self.metadata(&metadata.queues),
-            Request::Peek(peek) => {
-                let partition = self.route(&peek.queue, peek.partition)?;
-                let max = (peek.max as usize).min(PEEK_MAX);
-                let peeked =
-                    partition.peek(peek.from_offset, max).await.map_err(|e| partition_error(&e))?;
-                let messages = peeked
-                    .into_iter()
-                    .map(|message| PeekedMessage {
-                        offset: message.view.offset,
-                        state: match message.view.phase {
-                            MessagePhase::Ready { .. } => MessageState::Ready,
-                            MessagePhase::Scheduled { .. } => MessageState::Scheduled,
-                            MessagePhase::Claimed { .. } => MessageState::Claimed,
-                        },
-                        attempt: u32::from(message.view.attempts),
-                        record: message.record,
-                    })
-                    .collect();
-                Ok(Response::Peek(PeekResponse { messages }))
-            }
-            Request::Purge(purge) => {
-                let partition = self.route(&purge.queue, purge.partition)?;
-                let mut total = 0u64;
-                loop {
-                    let count = partition
-                        .purge(
-                            Lane::Main,
-                            crate::partition::CONTROL_BATCH_EVENTS_MAX,
-                            purge.dry_run,
-                        )
-                        .await
-                        .map_err(|e| partition_error(&e))?;
-                    total += count as u64;
-                    if purge.dry_run || count < crate::partition::CONTROL_BATCH_EVENTS_MAX {
-                        break;
-                    }
-                }
-                // A dry run counts, at any size, what the loop above removes:
-                // every unclaimed main-lane message whose enqueue is durable.
-                Ok(Response::Purge(PurgeResponse { count: total }))
-            }
-            Request::DeadLetters(list) => {
-                let partition = self.route(&list.queue, list.partition)?;
-                let max = (list.max as usize).min(PEEK_MAX);
-                let after = list.from_offset.0.checked_sub(1).map(Offset);
-                let views = partition.dead_letters(after, max);
-                let records =
-                    partition.records_of_views(&views).await.map_err(|e| partition_error(&e))?;
-                let mut entries = Vec::new();
-                for (view, record) in views.into_iter().zip(records) {
-                    let claimed_at = match view.phase {
-                        MessagePhase::Claimed { claimed_at_ms, .. } => claimed_at_ms,
-                        _ => 0,
-                    };
-                    let routing_key = record
-                        .and_then(|bytes| {
-                            let mut aligned = BatchBytes::with_capacity(bytes.len());
-                            aligned.extend_from_slice(&bytes);
-                            validate_record(&aligned).ok().map(|record| {
-                                String::from_utf8_lossy(&record.routing_key).into_owned()
-                            })
-                        })
-                        .unwrap_or_default();
-                    entries.push(DeadLetter {
-                        original_offset: view.offset,
-                        routing_key,
-                        attempts: u32::from(view.attempts),
-                        last_reason: reason_text(view.last_reason, view.quarantine.map(|(c, _)| c)),
-                        enqueued_at_ms: view.enqueue_time_ms,
-                        last_claimed_at_ms: claimed_at,
-                        quarantined_at_ms: view.quarantine.map_or(0, |(_, at)| at),
-                    });
-                }
-                Ok(Response::DeadLetters(DeadLettersResponse { entries }))
-            }
-            Request::Redrive(redrive) => {
-                let partition = self.route(&redrive.queue, redrive.partition)?;
-                let count = match &redrive.target {
-                    RedriveTarget::All => {
-                        let mut total = 0usize;
-                        loop {
-                            let moved = partition
-                                .redrive(Redrive::Oldest(
-                                    crate::partition::CONTROL_BATCH_EVENTS_MAX,
-                                ))
-                                .await
-                                .map_err(|e| partition_error(&e))?;
-                            total += moved;
-                            if moved < crate::partition::CONTROL_BATCH_EVENTS_MAX {
-                                break total;
-                            }
-                        }
-                    }
-                    RedriveTarget::Offsets(offsets) => {
-                        let mut total = 0usize;
-                        for offset in offsets {
-                            total += partition
-                                .redrive(Redrive::One(*offset))
-                                .await
-                                .map_err(|e| partition_error(&e))?;
-                        }
-                        total
-                    }
-                };
-                Ok(Response::Redrive(RedriveResponse { count: count as u64 }))
-            }
+            Request::Peek(peek) => self.peek(&peek).await,
+            Request::Purge(purge) => self.purge(&purge).await,
+            Request::DeadLetters(list) => self.dead_letters(&list).await,
+            Request::Redrive(redrive) => self.redrive(&redrive).await,
             // The client's liveness probe (protocol.md, "Ping"): answered
             // here, after the handshake gate like any request, with no
             // partition, disk or other core involved.

@@ -63,6 +63,7 @@ mod describe;
 mod frame;
 mod frame_handler;
 pub mod handler;
+mod inspect;
 mod journal;
 mod keys;
 mod limits;

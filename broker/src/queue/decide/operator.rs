@@ -166,17 +166,23 @@ impl PartitionState {
     /// records at or past `durable_end`), not O(messages).
     /// The default subscription's.
     pub fn purgeable(&self, lane: Lane, durable_end: Offset) -> u64 {
-        let d = &self.subs[0];
+        self.purgeable_at(0, lane, durable_end)
+    }
+
+    /// [`PartitionState::purgeable`] of subscription index `s`.
+    pub(crate) fn purgeable_at(&self, s: usize, lane: Lane, durable_end: Offset) -> u64 {
+        let d = &self.subs[s];
         match lane {
             Lane::Main => {
-                let counters = self.counters(0);
-                let unclaimed = counters.ready + counters.scheduled;
+                let unclaimed = self
+                    .counters_of(d.id, 0)
+                    .map_or(0, |counters| counters.ready + counters.scheduled);
                 let after = durable_end.0.checked_sub(1).map(Offset);
                 let fresh_pending: u64 = (0..self.fresh.len())
                     .map(|band| {
                         self.fresh[band]
                             .iter_after(after)
-                            .filter(|v| self.fresh_for(0, band, v.offset))
+                            .filter(|v| self.fresh_for(s, band, v.offset))
                             .count() as u64
                     })
                     .sum();
@@ -203,11 +209,21 @@ impl PartitionState {
     /// The record bytes are at that offset in this partition's log. The
     /// default subscription's.
     pub fn peek_dead_letters(&self, after: Option<Offset>, max: usize) -> Vec<MessageView> {
+        self.peek_dead_letters_at(0, after, max)
+    }
+
+    /// [`PartitionState::peek_dead_letters`] of subscription index `s`.
+    pub(crate) fn peek_dead_letters_at(
+        &self,
+        s: usize,
+        after: Option<Offset>,
+        max: usize,
+    ) -> Vec<MessageView> {
         let start = after.map_or(Offset(0), |o| Offset(o.0.saturating_add(1)));
         if after.is_some_and(|o| o.0 == u64::MAX) {
             return Vec::new();
         }
-        self.subs[0]
+        self.subs[s]
             .dlq
             .range(start..)
             .take(max.min(PEEK_MAX))

@@ -15,6 +15,7 @@
 mod apply;
 pub(crate) mod capture;
 pub(crate) mod delivery;
+mod inspect_sub;
 mod invariants;
 mod shared;
 mod subscribe;
