@@ -306,7 +306,7 @@ impl Catalog {
                                 .map(|(name, entry)| SubscriptionRecord {
                                     name: name.clone(),
                                     id: entry.id.0,
-                                    start: entry.start.as_str().to_owned(),
+                                    start: entry.start.text(),
                                 })
                                 .collect(),
                         }

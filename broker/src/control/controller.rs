@@ -271,7 +271,7 @@ pub fn encode_update(update: &AssignmentUpdate) -> Result<Vec<u8>, String> {
                 queue: queue.as_str().to_owned(),
                 name: name.clone(),
                 id: id.0,
-                start: start.as_str().to_owned(),
+                start: start.text(),
             });
         }
         AssignmentChange::Unsubscribe { queue, name } => {
@@ -744,6 +744,12 @@ mod tests {
                 name: "audit".to_owned(),
                 id: SubscriptionId(3),
                 start: SubscriptionStart::Earliest,
+            },
+            AssignmentChange::Subscribe {
+                queue: queue.clone(),
+                name: "replay".to_owned(),
+                id: SubscriptionId(4),
+                start: SubscriptionStart::Time(1_700_000_000_000),
             },
             AssignmentChange::Unsubscribe { queue: queue.clone(), name: "audit".to_owned() },
         ] {

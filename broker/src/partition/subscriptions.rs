@@ -19,6 +19,10 @@ pub enum StartAt {
     Earliest,
     /// Records enqueued after the start is appended.
     Latest,
+    /// Records enqueued at or after this time (Unix ms) that the partition
+    /// still has (`PartitionState::first_offset_at`); none that recent: as
+    /// `Latest`.
+    Time(Millis),
 }
 
 impl<S: Storage + Clone> Partition<S> {
@@ -75,6 +79,10 @@ impl<S: Storage + Clone> Partition<S> {
                 let from = match start {
                     StartAt::Earliest => Offset(0),
                     StartAt::Latest => self.log.next_offset(),
+                    StartAt::Time(time_ms) => {
+                        let first = self.state.borrow().first_offset_at(time_ms);
+                        first.unwrap_or_else(|| self.log.next_offset())
+                    }
                 };
                 events.push(Event::SubscriptionStarted { sub, from, at_ms: now });
             }

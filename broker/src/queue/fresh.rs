@@ -296,6 +296,25 @@ impl FreshBand {
         }
     }
 
+    /// The first live message enqueued at or after `time_ms`. Enqueue times
+    /// are non-decreasing in offset (clamped at enqueue), so a chunk whose
+    /// last live entry is older is skipped unread: O(chunks + one chunk).
+    pub fn first_at_or_after(&self, time_ms: Millis) -> Option<FreshView> {
+        for (index, chunk) in self.chunks.iter().enumerate() {
+            let start = if index == 0 { self.head } else { 0 };
+            let entries = &chunk.entries[start.min(chunk.entries.len())..];
+            let last = entries.iter().rev().find(|entry| entry.enqueue_time_ms != DEAD);
+            if last.is_none_or(|entry| entry.enqueue_time_ms < time_ms) {
+                continue;
+            }
+            let first = entries
+                .iter()
+                .find(|entry| entry.enqueue_time_ms != DEAD && entry.enqueue_time_ms >= time_ms);
+            return first.map(|entry| self.view(entry));
+        }
+        None
+    }
+
     /// Read-only consistency check: order, counts, chunk headers.
     pub fn assert_invariants(&self) {
         let mut live = 0u64;

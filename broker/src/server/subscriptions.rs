@@ -39,6 +39,7 @@ fn wanted(subscriptions: &Subscriptions) -> Vec<(SubscriptionId, StartAt)> {
             let start = match entry.start {
                 SubscriptionStart::Earliest => StartAt::Earliest,
                 SubscriptionStart::Latest => StartAt::Latest,
+                SubscriptionStart::Time(time_ms) => StartAt::Time(time_ms),
             };
             (entry.id, start)
         })

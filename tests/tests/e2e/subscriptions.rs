@@ -3,7 +3,8 @@
 //! record, one from the latest) each get every message over 4 partitions
 //! on 2 shards through `Consumer`s (Claim v3 of partition ANY), across a
 //! SIGKILL in the middle; acks in one leave the others' backlogs alone; a
-//! subscription created later from `latest` sees only later records; a
+//! subscription created later from `latest` sees only later records, one
+//! from a time exactly the records enqueued since; a
 //! deleted one is refused by name; the HTTP API, the per-subscription
 //! metrics and `spool sub` show their counters.
 
@@ -187,6 +188,23 @@ async fn three_subscriptions_each_get_every_message_across_a_sigkill() {
     wait_for(&[&late], 10).await;
     consumer.shutdown().await;
     assert_eq!(distinct(&late), (500_000..500_010).collect::<BTreeSet<u32>>());
+
+    // One created from a time gets exactly the records enqueued since
+    // then that the partitions still hold (the default still has both
+    // batches; nobody consumed them).
+    send(&producer, 600_000..600_010).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let since = crate::common::unix_ms();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    send(&producer, 600_010..600_020).await;
+    assert_eq!(create("since", &format!("time:{since}")).status, 201);
+    let later: Arc<Mutex<Vec<u32>>> = Arc::default();
+    let consumer = consume(&client, Some("since"), &later);
+    wait_for(&[&later], 10).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    consumer.shutdown().await;
+    assert_eq!(distinct(&later), (600_010..600_020).collect::<BTreeSet<u32>>());
+    assert_eq!(later.lock().unwrap().len(), 10, "each once");
 
     // Deleted: refused by name, by the API and by a claim.
     let path = format!("/v1/queues/{QUEUE}/subscriptions/report");

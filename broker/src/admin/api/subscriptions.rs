@@ -127,7 +127,9 @@ impl Gateway {
         let start = match body.from.as_deref() {
             None => SubscriptionStart::Latest,
             Some(text) => SubscriptionStart::parse(text).ok_or_else(|| {
-                ApiError::invalid(format!("from {text:?}: use \"latest\" or \"earliest\""))
+                ApiError::invalid(format!(
+                    "from {text:?}: use \"latest\", \"earliest\" or \"time:<unix ms>\""
+                ))
             })?,
         };
         let name = QueueName::new(queue).map_err(|error| ApiError::invalid(error.to_string()))?;
@@ -148,7 +150,7 @@ impl Gateway {
             "queue": queue,
             "name": body.name,
             "id": id,
-            "from": start.as_str(),
+            "from": start.text(),
             "assignment_version": version.0,
         }))
     }

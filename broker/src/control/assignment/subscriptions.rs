@@ -25,13 +25,19 @@ pub enum SubscriptionStart {
     Earliest,
     /// Only records enqueued after the partition started it.
     Latest,
+    /// The records enqueued at or after this time (Unix ms) that the
+    /// partition still has; none that recent: as `Latest`.
+    Time(u64),
 }
 
 impl SubscriptionStart {
-    pub fn as_str(self) -> &'static str {
+    /// `earliest`, `latest` or `time:<unix ms>`: the catalog's and the
+    /// controller entries' spelling, and the admin API's.
+    pub fn text(self) -> String {
         match self {
-            SubscriptionStart::Earliest => "earliest",
-            SubscriptionStart::Latest => "latest",
+            SubscriptionStart::Earliest => "earliest".to_owned(),
+            SubscriptionStart::Latest => "latest".to_owned(),
+            SubscriptionStart::Time(time_ms) => format!("time:{time_ms}"),
         }
     }
 
@@ -39,7 +45,7 @@ impl SubscriptionStart {
         match text {
             "earliest" => Some(SubscriptionStart::Earliest),
             "latest" => Some(SubscriptionStart::Latest),
-            _ => None,
+            _ => text.strip_prefix("time:")?.parse().ok().map(SubscriptionStart::Time),
         }
     }
 }

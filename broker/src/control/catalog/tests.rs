@@ -302,9 +302,11 @@ fn subscriptions_survive_store_and_replay_and_ids_are_not_reused() {
     store(dir.path(), &Catalog::from_table(&table, next_id)).unwrap();
     let plain = std::fs::read(dir.path().join(CATALOG_FILE_NAME)).unwrap();
     assert!(!String::from_utf8_lossy(&plain).contains("\"subscriptions\""));
-    for (sub, start) in
-        [("audit", SubscriptionStart::Earliest), ("report", SubscriptionStart::Latest)]
-    {
+    for (sub, start) in [
+        ("audit", SubscriptionStart::Earliest),
+        ("report", SubscriptionStart::Latest),
+        ("replay", SubscriptionStart::Time(1_700_000_000_000)),
+    ] {
         let update = table.plan_subscribe(name("jobs"), sub.to_owned(), start).unwrap();
         table.apply(&update).unwrap();
     }
@@ -318,6 +320,8 @@ fn subscriptions_survive_store_and_replay_and_ids_are_not_reused() {
     let subscriptions = &replayed.queue(&name("jobs")).unwrap().subscriptions;
     assert_eq!(subscriptions, &table.queue(&name("jobs")).unwrap().subscriptions);
     assert_eq!(subscriptions.id("report"), Some(SubscriptionId(2)));
+    let replay = subscriptions.named.get("replay").map(|entry| entry.start);
+    assert_eq!(replay, Some(SubscriptionStart::Time(1_700_000_000_000)), "a start by time");
     assert_eq!(subscriptions.id("audit"), None);
     assert_eq!(subscriptions.id("default"), Some(SubscriptionId::DEFAULT));
     let again =
@@ -325,5 +329,5 @@ fn subscriptions_survive_store_and_replay_and_ids_are_not_reused() {
     let again = again.unwrap();
     replayed.apply(&again).unwrap();
     let id = replayed.queue(&name("jobs")).unwrap().subscriptions.id("audit");
-    assert_eq!(id, Some(SubscriptionId(3)), "a deleted subscription's id is never reused");
+    assert_eq!(id, Some(SubscriptionId(4)), "a deleted subscription's id is never reused");
 }

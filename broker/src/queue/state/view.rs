@@ -103,6 +103,16 @@ impl PartitionState {
         fresh.chain(self.subs.iter().filter_map(|d| d.warm.first_key())).min()
     }
 
+    /// The first offset of the shared index enqueued at or after `time_ms`
+    /// (a subscription's start by time): the least over the bands of each
+    /// band's first such entry. Every record of any band below it was
+    /// enqueued before `time_ms`, every one at or above it at or after
+    /// (enqueue times are non-decreasing in offset). `None` when the index
+    /// holds none that recent.
+    pub fn first_offset_at(&self, time_ms: Millis) -> Option<Offset> {
+        self.fresh.iter().filter_map(|band| band.first_at_or_after(time_ms)).map(|v| v.offset).min()
+    }
+
     /// Whether any subscription still holds any message (either lane, any
     /// phase) at an offset in `[first, end)`: whether a stored batch of
     /// those offsets is still needed. O(end - first) lookups.

@@ -665,3 +665,66 @@ fn a_checkpoint_holds_the_subscriptions_and_refuses_a_bad_section() {
         Err(CodecError::Inconsistent("subscription id"))
     );
 }
+
+// Goal: a start by time gives the new subscription exactly the records of
+// the shared index enqueued at or after that time, in every band, whatever
+// some of them are claimed or purged elsewhere, and none older; a time
+// past the newest record finds nothing (the partition then starts at its
+// next offset). Method: 300 records over 4 bands at increasing times (some
+// enqueue times clamped up), the default claims 40 from the front; for
+// several times, `first_offset_at` must equal a scan of the index, and a
+// subscription started there holds exactly the index's records from then.
+#[test]
+fn a_start_by_time_takes_exactly_the_records_from_then() {
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    let mut config = config(&mut rng);
+    config.band_weights = vec![1; 4];
+    let mut state = PartitionState::new(ctx(config, 1)).unwrap();
+    let mut time = 1_000u64;
+    for offset in 0..300u64 {
+        // Mostly rising; now and then an earlier time, clamped up by apply.
+        time = if rng.random_bool(0.1) { time - 5 } else { time + rng.random_range(0..20) };
+        let request = EnqueueRequest {
+            message_id: id(offset),
+            priority: rng.random_range(0..4),
+            not_before_ms: 0,
+            expiry_ms: None,
+            size_bytes: 10,
+        };
+        state.apply(&Event::Enqueued(EnqueueMeta::new(&request, Offset(offset), time))).unwrap();
+    }
+    let forty = ClaimRequest { credits: 40, ..request_one() };
+    let claimed = state.claim(time, &forty, ALL_DURABLE).unwrap();
+    for event in &claimed.events {
+        state.apply(event).unwrap();
+    }
+    // The index as a list of (offset, enqueue time), every band.
+    let index: Vec<(u64, u64)> = state
+        .fresh
+        .iter()
+        .flat_map(|band| band.iter())
+        .map(|view| (view.offset.0, view.enqueue_time_ms))
+        .collect();
+    let times: Vec<u64> = index.iter().map(|(_, at)| *at).collect();
+    let (oldest, newest) = (*times.iter().min().unwrap(), *times.iter().max().unwrap());
+    let mut sub = 1u16;
+    for at in [0, oldest, oldest + 1, (oldest + newest) / 2, newest, newest + 1] {
+        let expected: BTreeSet<u64> = index
+            .iter()
+            .filter(|(_, enqueued)| *enqueued >= at)
+            .map(|(offset, _)| *offset)
+            .collect();
+        let first = state.first_offset_at(at);
+        assert_eq!(first.map(|offset| offset.0), expected.iter().next().copied(), "at {at}");
+        let Some(from) = first else { continue };
+        let started = SubscriptionId(sub);
+        sub += 1;
+        state.apply(&Event::SubscriptionStarted { sub: started, from, at_ms: time }).unwrap();
+        let held: BTreeSet<u64> =
+            state.messages_of(started).unwrap().iter().map(|view| view.offset.0).collect();
+        assert_eq!(held, expected, "a subscription started at {at}");
+        state.apply(&Event::SubscriptionEnded { sub: started, at_ms: time }).unwrap();
+        state.assert_invariants();
+    }
+    assert_eq!(state.first_offset_at(newest + 1), None);
+}

@@ -62,6 +62,10 @@ pub struct CreateArgs {
     /// Where it starts.
     #[arg(long, value_enum, default_value_t = Start::Latest)]
     pub from: Start,
+    /// Start at the records enqueued at or after this time (Unix ms) that
+    /// each partition still has, instead of --from.
+    #[arg(long, conflicts_with = "from", value_name = "UNIX_MS")]
+    pub from_time_ms: Option<u64>,
     #[command(flatten)]
     pub admin: AdminAddr,
 }
@@ -118,7 +122,11 @@ pub async fn run(
             let path = subscriptions_path(&create.queue)?;
             validate_subscription_name(&create.name)
                 .map_err(|error| Failure::Input(error.to_string()))?;
-            let body = json!({"name": create.name, "from": create.from.as_str()});
+            let from = match create.from_time_ms {
+                Some(time_ms) => format!("time:{time_ms}"),
+                None => create.from.as_str().to_owned(),
+            };
+            let body = json!({"name": create.name, "from": from});
             let body =
                 serde_json::to_vec(&body).map_err(|error| Failure::Input(error.to_string()))?;
             let created =
@@ -129,7 +137,7 @@ pub async fn run(
                 create.name,
                 create.queue,
                 created["id"],
-                created["from"].as_str().unwrap_or(create.from.as_str())
+                created["from"].as_str().unwrap_or(&from)
             );
             Ok(Output::message(message, created))
         }
@@ -358,6 +366,7 @@ mod tests {
             queue: "jobs".to_owned(),
             name: "audit".to_owned(),
             from: Start::Earliest,
+            from_time_ms: None,
             admin: AdminAddr { admin: addr },
         });
         let output = run(&create, None, None, Duration::from_secs(5)).await.unwrap();
@@ -372,6 +381,21 @@ mod tests {
         );
         let body: Value = serde_json::from_str(request.split("\r\n\r\n").nth(1).unwrap()).unwrap();
         assert_eq!(body, json!({"name": "audit", "from": "earliest"}));
+        // By time: the API's `time:<unix ms>`.
+        let answer = r#"{"queue":"jobs","name":"late","id":2,"from":"time:1700"}"#;
+        let (addr, served) = admin_port("201 Created", answer).await;
+        let by_time = SubCommand::Create(CreateArgs {
+            queue: "jobs".to_owned(),
+            name: "late".to_owned(),
+            from: Start::Latest,
+            from_time_ms: Some(1_700),
+            admin: AdminAddr { admin: addr },
+        });
+        let output = run(&by_time, None, None, Duration::from_secs(5)).await.unwrap();
+        assert!(output.render(false).ends_with("(id 2, from time:1700)\n"));
+        let request = served.await.unwrap();
+        let body: Value = serde_json::from_str(request.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+        assert_eq!(body, json!({"name": "late", "from": "time:1700"}));
 
         let exists = r#"{"error":{"code":5,"name":"INVALID_ARGUMENT","message":"exists"}}"#;
         let (addr, served) = admin_port("409 Conflict", exists).await;
