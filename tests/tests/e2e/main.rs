@@ -29,6 +29,8 @@
 //! - `scale`: a 256-partition queue is small on disk; partition limits are typed errors.
 //! - `sub_admin`: subscriptions created, described (DescribeQueue v2), consumed
 //!   and deleted over the wire with the client's `Admin`; refusals and rights.
+//! - `inspect_sub`: peek, dead letters, redrive and purge in one subscription
+//!   (v2 of the four, the CLI's `--sub`), the others untouched; audit lines.
 
 // Helpers outside `#[test]` functions unwrap too: a failed step is a failed
 // test.
@@ -42,6 +44,7 @@ mod common;
 mod faults;
 mod http_api;
 mod inputs;
+mod inspect_sub;
 mod lagging;
 mod lease;
 mod load;

@@ -240,6 +240,10 @@ pub struct PeekArgs {
     /// Most messages per partition.
     #[arg(short = 'n', long = "count", default_value_t = 10)]
     pub count: u32,
+    /// In this subscription of the queue (`spool sub list`) instead of
+    /// its default one.
+    #[arg(long = "sub", value_name = "NAME")]
+    pub sub: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -252,6 +256,10 @@ pub struct PurgeArgs {
     /// Do not ask.
     #[arg(long)]
     pub yes: bool,
+    /// In this subscription of the queue (`spool sub list`) instead of
+    /// its default one.
+    #[arg(long = "sub", value_name = "NAME")]
+    pub sub: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -268,6 +276,10 @@ pub enum DlqCommand {
         /// Only these original offsets (needs --partition); default: all.
         #[arg(long = "offset", requires = "partition")]
         offsets: Vec<u64>,
+        /// The dead letters of this subscription of the queue instead of
+        /// its default one's.
+        #[arg(long = "sub", value_name = "NAME")]
+        sub: Option<String>,
     },
 }
 

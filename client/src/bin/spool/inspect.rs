@@ -4,7 +4,9 @@
 //! from their archived bytes for the table.
 //!
 //! It must not claim: peek and the dead-letter list leave every message as
-//! it is, and purge asks before it drops (`confirm`, or `--yes`).
+//! it is, and purge asks before it drops (`confirm`, or `--yes`). Each
+//! acts in the queue's default subscription, or in the one `--sub` names
+//! (the client then sends the request's v2).
 
 use serde_json::{json, Value};
 use spool_client::spool_wire::batch::{validate_record, BatchBytes};
@@ -20,7 +22,9 @@ use crate::{confirm, Failure};
 pub async fn peek(client: &Client, admin: &Admin, peek: &PeekArgs) -> Result<Output, Failure> {
     let mut rows = Vec::new();
     for partition in partitions_of(client, &peek.queue, peek.partition).await? {
-        let messages = admin.peek(&peek.queue, partition, Offset(peek.from), peek.count).await?;
+        let messages = admin
+            .peek_in(&peek.queue, sub_of(&peek.sub), partition, Offset(peek.from), peek.count)
+            .await?;
         rows.extend(messages.into_iter().map(|message| (partition, message)));
     }
     Ok(render_peek(&rows))
@@ -29,18 +33,25 @@ pub async fn peek(client: &Client, admin: &Admin, peek: &PeekArgs) -> Result<Out
 /// `spool purge`: counts what a purge would drop, asks, then purges.
 pub async fn purge(client: &Client, admin: &Admin, purge: &PurgeArgs) -> Result<Output, Failure> {
     let partitions = partitions_of(client, &purge.queue, purge.partition).await?;
+    let sub = sub_of(&purge.sub);
     let mut count = 0u64;
     for &partition in &partitions {
-        count += admin.purge(&purge.queue, partition, true).await?;
+        count += admin.purge_in(&purge.queue, sub, partition, true).await?;
     }
-    confirm(purge.yes, &format!("purge {count} messages from {}?", purge.queue))?;
+    let from = described(&purge.queue, sub);
+    confirm(purge.yes, &format!("purge {count} messages from {from}?"))?;
     let mut purged = 0u64;
     for &partition in &partitions {
-        purged += admin.purge(&purge.queue, partition, false).await?;
+        purged += admin.purge_in(&purge.queue, sub, partition, false).await?;
     }
     Ok(Output::message(
-        format!("purged {purged} messages from {} (dry run counted {count})", purge.queue),
-        json!({"queue": purge.queue, "dry_run_count": count, "purged": purged}),
+        format!("purged {purged} messages from {from} (dry run counted {count})"),
+        json!({
+            "queue": purge.queue,
+            "subscription": sub,
+            "dry_run_count": count,
+            "purged": purged,
+        }),
     ))
 }
 
@@ -48,7 +59,8 @@ pub async fn purge(client: &Client, admin: &Admin, purge: &PurgeArgs) -> Result<
 pub async fn dlq(client: &Client, admin: &Admin, command: &DlqCommand) -> Result<Output, Failure> {
     match command {
         DlqCommand::List(list) => dlq_list(client, admin, list).await,
-        DlqCommand::Redrive { queue, partition, offsets } => {
+        DlqCommand::Redrive { queue, partition, offsets, sub } => {
+            let sub = sub_of(sub);
             let mut count = 0u64;
             for partition in partitions_of(client, queue, *partition).await? {
                 let target = if offsets.is_empty() {
@@ -56,11 +68,11 @@ pub async fn dlq(client: &Client, admin: &Admin, command: &DlqCommand) -> Result
                 } else {
                     RedriveTarget::Offsets(offsets.iter().map(|&offset| Offset(offset)).collect())
                 };
-                count += admin.redrive(queue, partition, target).await?;
+                count += admin.redrive_in(queue, sub, partition, target).await?;
             }
             Ok(Output::message(
-                format!("redrove {count} dead letters of {queue}"),
-                json!({"queue": queue, "redriven": count}),
+                format!("redrove {count} dead letters of {}", described(queue, sub)),
+                json!({"queue": queue, "subscription": sub, "redriven": count}),
             ))
         }
     }
@@ -71,8 +83,10 @@ async fn dlq_list(client: &Client, admin: &Admin, list: &PeekArgs) -> Result<Out
         Table::new(vec!["partition", "offset", "attempts", "routing_key", "last_reason"]);
     let mut entries = Vec::new();
     for partition in partitions_of(client, &list.queue, list.partition).await? {
-        for letter in
-            admin.dead_letters(&list.queue, partition, Offset(list.from), list.count).await?
+        let sub = sub_of(&list.sub);
+        for letter in admin
+            .dead_letters_in(&list.queue, sub, partition, Offset(list.from), list.count)
+            .await?
         {
             table.push(vec![
                 partition.0.to_string(),
@@ -93,6 +107,20 @@ async fn dlq_list(client: &Client, admin: &Admin, list: &PeekArgs) -> Result<Out
         }
     }
     Ok(Output::table(table, Value::Array(entries)))
+}
+
+/// The subscription `--sub` names; `""` (the default) without it.
+fn sub_of(sub: &Option<String>) -> &str {
+    sub.as_deref().unwrap_or_default()
+}
+
+/// `queue`, or `queue/sub` when a subscription is named.
+fn described(queue: &str, sub: &str) -> String {
+    if sub.is_empty() {
+        queue.to_owned()
+    } else {
+        format!("{queue}/{sub}")
+    }
 }
 
 async fn partitions_of(

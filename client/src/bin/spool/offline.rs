@@ -56,27 +56,24 @@ pub fn audit(args: &AuditArgs) -> Result<Output, Failure> {
     if let Some(queue) = &args.queue {
         entries.retain(|entry| entry["queue"].as_str() == Some(queue.as_str()));
     }
-    let mut table = Table::new(vec![
+    let columns = [
         "time_ms",
         "principal",
         "operation",
         "queue",
+        "subscription",
         "partition",
         "count",
         "outcome",
-    ]);
+    ];
+    let mut table = Table::new(columns.to_vec());
     let text = |value: &Value| match value {
         Value::String(text) => text.clone(),
         Value::Null => "-".to_owned(),
         other => other.to_string(),
     };
     for entry in &entries {
-        table.push(
-            ["time_ms", "principal", "operation", "queue", "partition", "count", "outcome"]
-                .iter()
-                .map(|field| text(&entry[*field]))
-                .collect(),
-        );
+        table.push(columns.iter().map(|field| text(&entry[*field])).collect());
     }
     Ok(Output::table(table, Value::Array(entries)))
 }
