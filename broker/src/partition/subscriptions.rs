@@ -23,6 +23,9 @@ pub enum StartAt {
     /// still has (`PartitionState::first_offset_at`); none that recent: as
     /// `Latest`.
     Time(Millis),
+    /// Records at or above this offset that the partition still has; past
+    /// its next offset: as `Latest`.
+    Offset(Offset),
 }
 
 impl<S: Storage + Clone> Partition<S> {
@@ -83,6 +86,7 @@ impl<S: Storage + Clone> Partition<S> {
                         let first = self.state.borrow().first_offset_at(time_ms);
                         first.unwrap_or_else(|| self.log.next_offset())
                     }
+                    StartAt::Offset(offset) => offset.min(self.log.next_offset()),
                 };
                 events.push(Event::SubscriptionStarted { sub, from, at_ms: now });
             }

@@ -132,7 +132,7 @@ pub(super) fn subscription_stats(
         let start = match entry.start {
             SubscriptionStart::Latest => WireStart::Latest,
             SubscriptionStart::Earliest => WireStart::Earliest,
-            SubscriptionStart::Time(_) => WireStart::Earliest,
+            SubscriptionStart::Time(_) | SubscriptionStart::Offset(_) => WireStart::Earliest,
         };
         stats.push(row(name, entry.id, start, &of(entry.id)));
     }

@@ -17,7 +17,7 @@ use super::ShardState;
 use crate::clock::{instant_now, Instant};
 use crate::control::assignment::{QueueName, SubscriptionStart, Subscriptions};
 use crate::partition::StartAt;
-use crate::queue::{PartitionId, QueueId, SubscriptionId};
+use crate::queue::{Offset, PartitionId, QueueId, SubscriptionId};
 use crate::shard::report::SubscriptionCounters;
 
 /// The partitions a pass is running for.
@@ -40,6 +40,7 @@ fn wanted(subscriptions: &Subscriptions) -> Vec<(SubscriptionId, StartAt)> {
                 SubscriptionStart::Earliest => StartAt::Earliest,
                 SubscriptionStart::Latest => StartAt::Latest,
                 SubscriptionStart::Time(time_ms) => StartAt::Time(time_ms),
+                SubscriptionStart::Offset(offset) => StartAt::Offset(Offset(offset)),
             };
             (entry.id, start)
         })

@@ -219,3 +219,53 @@ async fn three_subscriptions_each_get_every_message_across_a_sigkill() {
     let kept = tokio::task::block_in_place(|| http(&broker.admin_addr(), "DELETE", &default_path));
     assert_eq!(kept.status, 400, "{}", kept.body);
 }
+
+// Goal: a subscription created at an offset gets exactly the records at
+// and above it that the partition still holds, and one past the
+// partition's end only what comes later. Method: a 1-partition queue with
+// 10 records (offsets 0–9); `from` `offset:6` claims exactly 6–9;
+// `offset:100` claims nothing until a later record, then exactly it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_from_an_offset_gets_exactly_the_records_from_there() {
+    let broker = Spoold::start(1);
+    let client = broker.client().await;
+    Admin::new(client.clone())
+        .create_queue("offsets", test_queue_config(1, 30_000, 5))
+        .await
+        .unwrap();
+    let producer = Producer::new(client.clone(), ProducerConfig::default()).unwrap();
+    for n in 0..10u32 {
+        producer.send("offsets", Message::new(n.to_string())).await.unwrap();
+    }
+    let admin_addr = broker.admin_addr();
+    for (name, from) in [("six", "offset:6"), ("far", "offset:100")] {
+        let body = serde_json::json!({ "name": name, "from": from });
+        let answer = tokio::task::block_in_place(|| {
+            http_json(&admin_addr, "POST", "/v1/queues/offsets/subscriptions", &body)
+        });
+        assert_eq!(answer.status, 201, "{}", answer.body);
+        assert_eq!(answer.json()["from"], from);
+    }
+    let claim_all = |name: &'static str| {
+        let client = client.clone();
+        async move {
+            let options = ClaimOptions::new(100).subscription(name).wait_ms(200);
+            let mut numbers = BTreeSet::new();
+            // Until the partition's leader has started it (one watch turn).
+            for _ in 0..20 {
+                let batch = client.claim("offsets", PartitionId(0), &options).await.unwrap();
+                numbers.extend(batch.deliveries.iter().map(number));
+                if !numbers.is_empty() {
+                    break;
+                }
+            }
+            numbers
+        }
+    };
+    assert_eq!(claim_all("six").await, (6..10).collect::<BTreeSet<u32>>());
+    let options = ClaimOptions::new(100).subscription("far").wait_ms(300);
+    let nothing = client.claim("offsets", PartitionId(0), &options).await.unwrap();
+    assert!(nothing.deliveries.is_empty(), "nothing at or past offset 100 yet");
+    producer.send("offsets", Message::new("10")).await.unwrap();
+    assert_eq!(claim_all("far").await, BTreeSet::from([10]));
+}

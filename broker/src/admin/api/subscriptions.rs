@@ -128,7 +128,8 @@ impl Gateway {
             None => SubscriptionStart::Latest,
             Some(text) => SubscriptionStart::parse(text).ok_or_else(|| {
                 ApiError::invalid(format!(
-                    "from {text:?}: use \"latest\", \"earliest\" or \"time:<unix ms>\""
+                    "from {text:?}: use \"latest\", \"earliest\", \"time:<unix ms>\" or \
+                     \"offset:<n>\""
                 ))
             })?,
         };

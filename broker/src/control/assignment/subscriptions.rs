@@ -28,16 +28,20 @@ pub enum SubscriptionStart {
     /// The records enqueued at or after this time (Unix ms) that the
     /// partition still has; none that recent: as `Latest`.
     Time(u64),
+    /// The records at or above this offset, in every partition, that the
+    /// partition still has; an offset past a partition's next: as `Latest`.
+    Offset(u64),
 }
 
 impl SubscriptionStart {
-    /// `earliest`, `latest` or `time:<unix ms>`: the catalog's and the
+    /// `earliest`, `latest`, `time:<unix ms>` or `offset:<n>`: the catalog's and the
     /// controller entries' spelling, and the admin API's.
     pub fn text(self) -> String {
         match self {
             SubscriptionStart::Earliest => "earliest".to_owned(),
             SubscriptionStart::Latest => "latest".to_owned(),
             SubscriptionStart::Time(time_ms) => format!("time:{time_ms}"),
+            SubscriptionStart::Offset(offset) => format!("offset:{offset}"),
         }
     }
 
@@ -45,7 +49,11 @@ impl SubscriptionStart {
         match text {
             "earliest" => Some(SubscriptionStart::Earliest),
             "latest" => Some(SubscriptionStart::Latest),
-            _ => text.strip_prefix("time:")?.parse().ok().map(SubscriptionStart::Time),
+            _ => match text.split_once(':')? {
+                ("time", ms) => ms.parse().ok().map(SubscriptionStart::Time),
+                ("offset", offset) => offset.parse().ok().map(SubscriptionStart::Offset),
+                _ => None,
+            },
         }
     }
 }

@@ -306,6 +306,7 @@ fn subscriptions_survive_store_and_replay_and_ids_are_not_reused() {
         ("audit", SubscriptionStart::Earliest),
         ("report", SubscriptionStart::Latest),
         ("replay", SubscriptionStart::Time(1_700_000_000_000)),
+        ("tail", SubscriptionStart::Offset(42)),
     ] {
         let update = table.plan_subscribe(name("jobs"), sub.to_owned(), start).unwrap();
         table.apply(&update).unwrap();
@@ -322,6 +323,8 @@ fn subscriptions_survive_store_and_replay_and_ids_are_not_reused() {
     assert_eq!(subscriptions.id("report"), Some(SubscriptionId(2)));
     let replay = subscriptions.named.get("replay").map(|entry| entry.start);
     assert_eq!(replay, Some(SubscriptionStart::Time(1_700_000_000_000)), "a start by time");
+    let tail = subscriptions.named.get("tail").map(|entry| entry.start);
+    assert_eq!(tail, Some(SubscriptionStart::Offset(42)), "a start at an offset");
     assert_eq!(subscriptions.id("audit"), None);
     assert_eq!(subscriptions.id("default"), Some(SubscriptionId::DEFAULT));
     let again =
@@ -329,5 +332,5 @@ fn subscriptions_survive_store_and_replay_and_ids_are_not_reused() {
     let again = again.unwrap();
     replayed.apply(&again).unwrap();
     let id = replayed.queue(&name("jobs")).unwrap().subscriptions.id("audit");
-    assert_eq!(id, Some(SubscriptionId(4)), "a deleted subscription's id is never reused");
+    assert_eq!(id, Some(SubscriptionId(5)), "a deleted subscription's id is never reused");
 }

@@ -66,6 +66,10 @@ pub struct CreateArgs {
     /// each partition still has, instead of --from.
     #[arg(long, conflicts_with = "from", value_name = "UNIX_MS")]
     pub from_time_ms: Option<u64>,
+    /// Start at the records at or above this offset, in every partition,
+    /// that the partition still has, instead of --from.
+    #[arg(long, conflicts_with_all = ["from", "from_time_ms"], value_name = "N")]
+    pub from_offset: Option<u64>,
     #[command(flatten)]
     pub admin: AdminAddr,
 }
@@ -122,9 +126,10 @@ pub async fn run(
             let path = subscriptions_path(&create.queue)?;
             validate_subscription_name(&create.name)
                 .map_err(|error| Failure::Input(error.to_string()))?;
-            let from = match create.from_time_ms {
-                Some(time_ms) => format!("time:{time_ms}"),
-                None => create.from.as_str().to_owned(),
+            let from = match (create.from_time_ms, create.from_offset) {
+                (Some(time_ms), _) => format!("time:{time_ms}"),
+                (None, Some(offset)) => format!("offset:{offset}"),
+                (None, None) => create.from.as_str().to_owned(),
             };
             let body = json!({"name": create.name, "from": from});
             let body =
@@ -367,6 +372,7 @@ mod tests {
             name: "audit".to_owned(),
             from: Start::Earliest,
             from_time_ms: None,
+            from_offset: None,
             admin: AdminAddr { admin: addr },
         });
         let output = run(&create, None, None, Duration::from_secs(5)).await.unwrap();
@@ -389,6 +395,7 @@ mod tests {
             name: "late".to_owned(),
             from: Start::Latest,
             from_time_ms: Some(1_700),
+            from_offset: None,
             admin: AdminAddr { admin: addr },
         });
         let output = run(&by_time, None, None, Duration::from_secs(5)).await.unwrap();
