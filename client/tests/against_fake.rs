@@ -15,13 +15,14 @@ use common::{
     err, extends_of, ok, start_broker, stored_of, wait_for, EnqueueFault, FakeServer, Handler,
 };
 use spool_client::spool_wire::proto::{
-    ApiKey, CorrelationId, EnqueueResponse, MetadataResponse, NodeAddress, Offset, PartitionId,
-    PurgeRequest, PurgeResponse, RecordOutcome, Request, Response,
+    ApiKey, CorrelationId, DeadLettersRequest, EnqueueResponse, MetadataResponse, NodeAddress,
+    Offset, PartitionId, PeekRequest, PurgeRequest, PurgeResponse, RecordOutcome, RedriveRequest,
+    RedriveTarget, Request, Response, INSPECT_VERSION_SUBSCRIPTION,
 };
 use spool_client::spool_wire::ErrorCode;
 use spool_client::{
-    Client, ClientError, Connection, ConnectionConfig, Consumer, ConsumerConfig, Delivery, Message,
-    PayloadView, Producer, ProducerConfig,
+    request_version, Client, ClientError, Connection, ConnectionConfig, Consumer, ConsumerConfig,
+    Delivery, Message, PayloadView, Producer, ProducerConfig,
 };
 
 const TEST_LIMIT: Duration = Duration::from_secs(15);
@@ -37,6 +38,51 @@ fn purge(partition: u32) -> Request<'static> {
         dry_run: true,
         subscription: String::new(),
     })
+}
+
+// Goal: Peek, DeadLetters, Purge and Redrive go out as v1 (what brokers
+// from before subscriptions speak) unless they name a subscription, which
+// only v2 carries; method: `request_version` of each, default and named.
+#[test]
+fn inspection_requests_name_a_subscription_in_version_2_only() {
+    let of = |sub: &str| {
+        let (queue, partition, subscription) = ("q".to_owned(), PartitionId(0), sub.to_owned());
+        let (from_offset, max) = (Offset(0), 10);
+        [
+            Request::Peek(PeekRequest {
+                queue: queue.clone(),
+                partition,
+                from_offset,
+                max,
+                subscription: subscription.clone(),
+            }),
+            Request::DeadLetters(DeadLettersRequest {
+                queue: queue.clone(),
+                partition,
+                from_offset,
+                max,
+                subscription: subscription.clone(),
+            }),
+            Request::Purge(PurgeRequest {
+                queue: queue.clone(),
+                partition,
+                dry_run: true,
+                subscription: subscription.clone(),
+            }),
+            Request::Redrive(RedriveRequest {
+                queue,
+                partition,
+                target: RedriveTarget::All,
+                subscription,
+            }),
+        ]
+    };
+    for request in of("") {
+        assert_eq!(request_version(&request), 1, "{request:?}");
+    }
+    for request in of("audit") {
+        assert_eq!(request_version(&request), INSPECT_VERSION_SUBSCRIPTION, "{request:?}");
+    }
 }
 
 // Goal: requests are pipelined and responses matched by id, not position.
