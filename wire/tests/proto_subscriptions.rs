@@ -131,7 +131,13 @@ fn keys_and_versions() {
 // method: encode, decode through the frame decoder, compare.
 #[test]
 fn requests_and_responses_round_trip() {
-    for start in [SubscriptionStart::Latest, SubscriptionStart::Earliest] {
+    for start in [
+        SubscriptionStart::Latest,
+        SubscriptionStart::Earliest,
+        SubscriptionStart::Time(1_700_000_000_123),
+        SubscriptionStart::Offset(42),
+        SubscriptionStart::Offset(0),
+    ] {
         let request = Request::CreateSubscription(CreateSubscriptionRequest {
             queue: "orders".into(),
             name: "audit.v2".into(),
@@ -172,6 +178,8 @@ fn describe_v2_lists_subscriptions() {
         stats("default", 0, SubscriptionStart::Earliest),
         stats("audit", 1, SubscriptionStart::Earliest),
         stats("mirror", 3, SubscriptionStart::Latest),
+        stats("since", 4, SubscriptionStart::Time(1_700_000_000_123)),
+        stats("tail", 5, SubscriptionStart::Offset(7)),
     ];
     let response = Response::DescribeQueue(describe(listed.clone()));
     let mut bytes = Vec::new();
@@ -309,10 +317,21 @@ fn decoder_refusals() {
         ApiKey::CreateSubscription,
         0,
         false,
-        &create_body(Some("q"), Some("s"), 2),
+        &create_body(Some("q"), Some("s"), 4),
     );
     let error = decode_request(&bad_start).unwrap_err();
-    assert!(matches!(error, ProtoError::UnknownEnumValue { field: "start", value: 2 }), "{error}");
+    assert!(matches!(error, ProtoError::UnknownEnumValue { field: "start", value: 4 }), "{error}");
+    // A Time start without its `start_at` is the epoch: every record.
+    let epoch = frame_with_body(
+        ApiKey::CreateSubscription,
+        0,
+        false,
+        &create_body(Some("q"), Some("s"), 2),
+    );
+    let Request::CreateSubscription(request) = decode_request(&epoch).unwrap() else {
+        panic!("not a CreateSubscription")
+    };
+    assert_eq!(request.start, SubscriptionStart::Time(0));
     assert!(error.closes_connection());
 
     let no_name =

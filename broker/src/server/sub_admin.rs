@@ -50,6 +50,8 @@ impl SpoolHandler {
         let start = match request.start {
             WireStart::Latest => SubscriptionStart::Latest,
             WireStart::Earliest => SubscriptionStart::Earliest,
+            WireStart::Time(time_ms) => SubscriptionStart::Time(time_ms),
+            WireStart::Offset(offset) => SubscriptionStart::Offset(offset),
         };
         let version = self
             .state
@@ -132,7 +134,8 @@ pub(super) fn subscription_stats(
         let start = match entry.start {
             SubscriptionStart::Latest => WireStart::Latest,
             SubscriptionStart::Earliest => WireStart::Earliest,
-            SubscriptionStart::Time(_) | SubscriptionStart::Offset(_) => WireStart::Earliest,
+            SubscriptionStart::Time(time_ms) => WireStart::Time(time_ms),
+            SubscriptionStart::Offset(offset) => WireStart::Offset(offset),
         };
         stats.push(row(name, entry.id, start, &of(entry.id)));
     }

@@ -263,6 +263,17 @@ async fn a_subscription_from_an_offset_gets_exactly_the_records_from_there() {
         }
     };
     assert_eq!(claim_all("six").await, (6..10).collect::<BTreeSet<u32>>());
+    // DescribeQueue v2 says where each started; one made over the wire at a
+    // time starts there too.
+    let admin = Admin::new(client.clone());
+    let at = spool_client::SubscriptionStart::Time(1_700_000_000_000);
+    admin.create_subscription("offsets", "since", at).await.unwrap();
+    let described = admin.describe_queue("offsets").await.unwrap();
+    let start_of = |name: &str| {
+        described.subscriptions.iter().find(|row| row.name == name).map(|row| row.start)
+    };
+    assert_eq!(start_of("six"), Some(spool_client::SubscriptionStart::Offset(6)));
+    assert_eq!(start_of("since"), Some(at));
     let options = ClaimOptions::new(100).subscription("far").wait_ms(300);
     let nothing = client.claim("offsets", PartitionId(0), &options).await.unwrap();
     assert!(nothing.deliveries.is_empty(), "nothing at or past offset 100 yet");

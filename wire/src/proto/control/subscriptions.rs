@@ -29,20 +29,35 @@ pub enum SubscriptionStart {
     /// Every record the partition still has to deliver to some
     /// subscription.
     Earliest,
+    /// The records enqueued at or after this time (Unix ms) that the
+    /// partition still has; none that recent: as `Latest`.
+    Time(u64),
+    /// The records at or above this offset, in every partition, that the
+    /// partition still has; past its end: as `Latest`.
+    Offset(u64),
 }
 
 impl SubscriptionStart {
-    fn to_fb(self) -> fb::SubscriptionStart {
+    /// The flatbuffers enum and the table's `start_at`.
+    fn to_fb(self) -> (fb::SubscriptionStart, u64) {
         match self {
-            Self::Latest => fb::SubscriptionStart::Latest,
-            Self::Earliest => fb::SubscriptionStart::Earliest,
+            Self::Latest => (fb::SubscriptionStart::Latest, 0),
+            Self::Earliest => (fb::SubscriptionStart::Earliest, 0),
+            Self::Time(time_ms) => (fb::SubscriptionStart::Time, time_ms),
+            Self::Offset(offset) => (fb::SubscriptionStart::Offset, offset),
         }
     }
 
-    fn from_fb(start: fb::SubscriptionStart, field: &'static str) -> Result<Self, ProtoError> {
+    fn from_fb(
+        start: fb::SubscriptionStart,
+        at: u64,
+        field: &'static str,
+    ) -> Result<Self, ProtoError> {
         match start {
             fb::SubscriptionStart::Latest => Ok(Self::Latest),
             fb::SubscriptionStart::Earliest => Ok(Self::Earliest),
+            fb::SubscriptionStart::Time => Ok(Self::Time(at)),
+            fb::SubscriptionStart::Offset => Ok(Self::Offset(at)),
             other => Err(ProtoError::UnknownEnumValue { field, value: other.0.into() }),
         }
     }
@@ -75,12 +90,14 @@ impl CreateSubscriptionRequest {
         let mut builder = FlatBufferBuilder::new();
         let queue = builder.create_string(&self.queue);
         let name = builder.create_string(&self.name);
+        let (start, start_at) = self.start.to_fb();
         let root = fb::CreateSubscriptionRequest::create(
             &mut builder,
             &fb::CreateSubscriptionRequestArgs {
                 queue: Some(queue),
                 name: Some(name),
-                start: self.start.to_fb(),
+                start,
+                start_at,
             },
         );
         finish(builder, root, out);
@@ -91,7 +108,7 @@ impl CreateSubscriptionRequest {
         let request = Self {
             queue: required(table.queue(), "queue")?.to_owned(),
             name: required(table.name(), "name")?.to_owned(),
-            start: SubscriptionStart::from_fb(table.start(), "start")?,
+            start: SubscriptionStart::from_fb(table.start(), table.start_at(), "start")?,
         };
         request.validate()?;
         Ok(request)
@@ -254,12 +271,14 @@ pub(super) fn build_stats<'b>(
         .iter()
         .map(|stats| {
             let name = builder.create_string(&stats.name);
+            let (start, start_at) = stats.start.to_fb();
             fb::SubscriptionStats::create(
                 builder,
                 &fb::SubscriptionStatsArgs {
                     name: Some(name),
                     id: stats.id,
-                    start: stats.start.to_fb(),
+                    start,
+                    start_at,
                     partitions: stats.partitions,
                     ready: stats.ready,
                     scheduled: stats.scheduled,
@@ -287,7 +306,11 @@ pub(super) fn read_stats(
             Ok(SubscriptionStats {
                 name: required(stats.name(), "subscriptions.name")?.to_owned(),
                 id: stats.id(),
-                start: SubscriptionStart::from_fb(stats.start(), "subscriptions.start")?,
+                start: SubscriptionStart::from_fb(
+                    stats.start(),
+                    stats.start_at(),
+                    "subscriptions.start",
+                )?,
                 partitions: stats.partitions(),
                 ready: stats.ready(),
                 scheduled: stats.scheduled(),

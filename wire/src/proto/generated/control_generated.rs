@@ -197,12 +197,14 @@ impl ::flatbuffers::SimpleToVerifyInSlice for MessageState {}
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
 pub const ENUM_MIN_SUBSCRIPTION_START: u8 = 0;
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
-pub const ENUM_MAX_SUBSCRIPTION_START: u8 = 1;
+pub const ENUM_MAX_SUBSCRIPTION_START: u8 = 3;
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
 #[allow(non_camel_case_types)]
-pub const ENUM_VALUES_SUBSCRIPTION_START: [SubscriptionStart; 2] = [
+pub const ENUM_VALUES_SUBSCRIPTION_START: [SubscriptionStart; 4] = [
   SubscriptionStart::Latest,
   SubscriptionStart::Earliest,
+  SubscriptionStart::Time,
+  SubscriptionStart::Offset,
 ];
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -212,18 +214,24 @@ pub struct SubscriptionStart(pub u8);
 impl SubscriptionStart {
   pub const Latest: Self = Self(0);
   pub const Earliest: Self = Self(1);
+  pub const Time: Self = Self(2);
+  pub const Offset: Self = Self(3);
 
   pub const ENUM_MIN: u8 = 0;
-  pub const ENUM_MAX: u8 = 1;
+  pub const ENUM_MAX: u8 = 3;
   pub const ENUM_VALUES: &'static [Self] = &[
     Self::Latest,
     Self::Earliest,
+    Self::Time,
+    Self::Offset,
   ];
   /// Returns the variant's name or "" if unknown.
   pub fn variant_name(self) -> Option<&'static str> {
     match self {
       Self::Latest => Some("Latest"),
       Self::Earliest => Some("Earliest"),
+      Self::Time => Some("Time"),
+      Self::Offset => Some("Offset"),
       _ => None,
     }
   }
@@ -1836,6 +1844,7 @@ impl<'a> SubscriptionStats<'a> {
   pub const VT_OLDEST_READY_AGE_MS: ::flatbuffers::VOffsetT = 20;
   pub const VT_OLDEST_CLAIM_AGE_MS: ::flatbuffers::VOffsetT = 22;
   pub const VT_ACKED: ::flatbuffers::VOffsetT = 24;
+  pub const VT_START_AT: ::flatbuffers::VOffsetT = 26;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -1847,6 +1856,7 @@ impl<'a> SubscriptionStats<'a> {
     args: &'args SubscriptionStatsArgs<'args>
   ) -> ::flatbuffers::WIPOffset<SubscriptionStats<'bldr>> {
     let mut builder = SubscriptionStatsBuilder::new(_fbb);
+    builder.add_start_at(args.start_at);
     builder.add_acked(args.acked);
     builder.add_oldest_claim_age_ms(args.oldest_claim_age_ms);
     builder.add_oldest_ready_age_ms(args.oldest_ready_age_ms);
@@ -1939,6 +1949,13 @@ impl<'a> SubscriptionStats<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<u64>(SubscriptionStats::VT_ACKED, Some(0)).unwrap()}
   }
+  #[inline]
+  pub fn start_at(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(SubscriptionStats::VT_START_AT, Some(0)).unwrap()}
+  }
 }
 
 impl ::flatbuffers::Verifiable for SubscriptionStats<'_> {
@@ -1958,6 +1975,7 @@ impl ::flatbuffers::Verifiable for SubscriptionStats<'_> {
      .visit_field::<u64>("oldest_ready_age_ms", Self::VT_OLDEST_READY_AGE_MS, false)?
      .visit_field::<u64>("oldest_claim_age_ms", Self::VT_OLDEST_CLAIM_AGE_MS, false)?
      .visit_field::<u64>("acked", Self::VT_ACKED, false)?
+     .visit_field::<u64>("start_at", Self::VT_START_AT, false)?
      .finish();
     Ok(())
   }
@@ -1974,6 +1992,7 @@ pub struct SubscriptionStatsArgs<'a> {
     pub oldest_ready_age_ms: u64,
     pub oldest_claim_age_ms: u64,
     pub acked: u64,
+    pub start_at: u64,
 }
 impl<'a> Default for SubscriptionStatsArgs<'a> {
   #[inline]
@@ -1990,6 +2009,7 @@ impl<'a> Default for SubscriptionStatsArgs<'a> {
       oldest_ready_age_ms: 0,
       oldest_claim_age_ms: 0,
       acked: 0,
+      start_at: 0,
     }
   }
 }
@@ -2044,6 +2064,10 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> SubscriptionStatsBuilder<'a, 
     self.fbb_.push_slot::<u64>(SubscriptionStats::VT_ACKED, acked, 0);
   }
   #[inline]
+  pub fn add_start_at(&mut self, start_at: u64) {
+    self.fbb_.push_slot::<u64>(SubscriptionStats::VT_START_AT, start_at, 0);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> SubscriptionStatsBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     SubscriptionStatsBuilder {
@@ -2072,6 +2096,7 @@ impl ::core::fmt::Debug for SubscriptionStats<'_> {
       ds.field("oldest_ready_age_ms", &self.oldest_ready_age_ms());
       ds.field("oldest_claim_age_ms", &self.oldest_claim_age_ms());
       ds.field("acked", &self.acked());
+      ds.field("start_at", &self.start_at());
       ds.finish()
   }
 }
@@ -4372,6 +4397,7 @@ impl<'a> CreateSubscriptionRequest<'a> {
   pub const VT_QUEUE: ::flatbuffers::VOffsetT = 4;
   pub const VT_NAME: ::flatbuffers::VOffsetT = 6;
   pub const VT_START: ::flatbuffers::VOffsetT = 8;
+  pub const VT_START_AT: ::flatbuffers::VOffsetT = 10;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -4383,6 +4409,7 @@ impl<'a> CreateSubscriptionRequest<'a> {
     args: &'args CreateSubscriptionRequestArgs<'args>
   ) -> ::flatbuffers::WIPOffset<CreateSubscriptionRequest<'bldr>> {
     let mut builder = CreateSubscriptionRequestBuilder::new(_fbb);
+    builder.add_start_at(args.start_at);
     if let Some(x) = args.name { builder.add_name(x); }
     if let Some(x) = args.queue { builder.add_queue(x); }
     builder.add_start(args.start);
@@ -4411,6 +4438,13 @@ impl<'a> CreateSubscriptionRequest<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<SubscriptionStart>(CreateSubscriptionRequest::VT_START, Some(SubscriptionStart::Latest)).unwrap()}
   }
+  #[inline]
+  pub fn start_at(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(CreateSubscriptionRequest::VT_START_AT, Some(0)).unwrap()}
+  }
 }
 
 impl ::flatbuffers::Verifiable for CreateSubscriptionRequest<'_> {
@@ -4422,6 +4456,7 @@ impl ::flatbuffers::Verifiable for CreateSubscriptionRequest<'_> {
      .visit_field::<::flatbuffers::ForwardsUOffset<&str>>("queue", Self::VT_QUEUE, false)?
      .visit_field::<::flatbuffers::ForwardsUOffset<&str>>("name", Self::VT_NAME, false)?
      .visit_field::<SubscriptionStart>("start", Self::VT_START, false)?
+     .visit_field::<u64>("start_at", Self::VT_START_AT, false)?
      .finish();
     Ok(())
   }
@@ -4430,6 +4465,7 @@ pub struct CreateSubscriptionRequestArgs<'a> {
     pub queue: Option<::flatbuffers::WIPOffset<&'a str>>,
     pub name: Option<::flatbuffers::WIPOffset<&'a str>>,
     pub start: SubscriptionStart,
+    pub start_at: u64,
 }
 impl<'a> Default for CreateSubscriptionRequestArgs<'a> {
   #[inline]
@@ -4438,6 +4474,7 @@ impl<'a> Default for CreateSubscriptionRequestArgs<'a> {
       queue: None,
       name: None,
       start: SubscriptionStart::Latest,
+      start_at: 0,
     }
   }
 }
@@ -4460,6 +4497,10 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> CreateSubscriptionRequestBuil
     self.fbb_.push_slot::<SubscriptionStart>(CreateSubscriptionRequest::VT_START, start, SubscriptionStart::Latest);
   }
   #[inline]
+  pub fn add_start_at(&mut self, start_at: u64) {
+    self.fbb_.push_slot::<u64>(CreateSubscriptionRequest::VT_START_AT, start_at, 0);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> CreateSubscriptionRequestBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     CreateSubscriptionRequestBuilder {
@@ -4480,6 +4521,7 @@ impl ::core::fmt::Debug for CreateSubscriptionRequest<'_> {
       ds.field("queue", &self.queue());
       ds.field("name", &self.name());
       ds.field("start", &self.start());
+      ds.field("start_at", &self.start_at());
       ds.finish()
   }
 }
