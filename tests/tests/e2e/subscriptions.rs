@@ -280,3 +280,65 @@ async fn a_subscription_from_an_offset_gets_exactly_the_records_from_there() {
     producer.send("offsets", Message::new("10")).await.unwrap();
     assert_eq!(claim_all("far").await, BTreeSet::from([10]));
 }
+
+// Goal: the admin port's claim, dead-letter listing, redrive and purge act
+// in the subscription they name and nowhere else. Method: a 1-partition
+// queue with max_deliveries 1 and a subscription `b`; over HTTP, `b`
+// claims the message and releases it (a dead letter in `b` only), lists
+// it, redrives it, and purges it; the default keeps its own copy, claimed
+// over HTTP at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_port_claims_lists_redrives_and_purges_in_a_subscription() {
+    let broker = Spoold::start(1);
+    let client = broker.client().await;
+    let admin = Admin::new(client.clone());
+    admin.create_queue("lanes", test_queue_config(1, 30_000, 1)).await.unwrap();
+    admin
+        .create_subscription("lanes", "b", spool_client::SubscriptionStart::Earliest)
+        .await
+        .unwrap();
+    let producer = Producer::new(client.clone(), ProducerConfig::default()).unwrap();
+    producer.send("lanes", Message::new("7")).await.unwrap();
+    let addr = broker.admin_addr();
+    let call = |method: &'static str, path: &str, body: serde_json::Value| {
+        let answer = tokio::task::block_in_place(|| http_json(&addr, method, path, &body));
+        assert!(answer.status < 300, "{method} {path}: {} {}", answer.status, answer.body);
+        answer.json()
+    };
+    let claim = serde_json::json!({ "subscription": "b", "partition": 0, "wait_ms": 2000 });
+    let mut claimed = call("POST", "/v1/queues/lanes/claims", claim.clone());
+    for _ in 0..20 {
+        if claimed["messages"].as_array().is_some_and(|messages| !messages.is_empty()) {
+            break;
+        }
+        claimed = call("POST", "/v1/queues/lanes/claims", claim.clone());
+    }
+    let token = claimed["messages"][0]["token"].as_str().expect("b claims the message").to_owned();
+    call("POST", "/v1/releases", serde_json::json!({ "token": token, "reason": "bad" }));
+    let listed = call("GET", "/v1/queues/lanes/dead-letters?subscription=b", serde_json::json!({}));
+    assert_eq!(listed["subscription"], "b");
+    assert_eq!(listed["dead_letters"].as_array().map(Vec::len), Some(1), "{listed}");
+    let default = call("GET", "/v1/queues/lanes/dead-letters", serde_json::json!({}));
+    assert_eq!(default["dead_letters"].as_array().map(Vec::len), Some(0), "{default}");
+    let redriven =
+        call("POST", "/v1/queues/lanes/redrive", serde_json::json!({ "subscription": "b" }));
+    assert_eq!(redriven["redriven"], 1, "{redriven}");
+    let purged = call(
+        "POST",
+        "/v1/queues/lanes/purge",
+        serde_json::json!({ "subscription": "b", "confirm": true }),
+    );
+    assert_eq!(purged["count"], 1, "{purged}");
+    let bad = tokio::task::block_in_place(|| {
+        http_json(
+            &addr,
+            "POST",
+            "/v1/queues/lanes/claims",
+            &serde_json::json!({ "subscription": "zz" }),
+        )
+    });
+    assert_eq!(bad.status, 404, "{}", bad.body);
+    // The default still has its copy.
+    let mine = call("POST", "/v1/queues/lanes/claims", serde_json::json!({ "wait_ms": 1000 }));
+    assert_eq!(mine["messages"].as_array().map(Vec::len), Some(1), "{mine}");
+}

@@ -151,6 +151,8 @@ pub struct Claim {
     pub max_bytes: Option<u32>,
     /// Claim from this partition only (default: any).
     pub partition: Option<u32>,
+    /// Claim in this subscription (default: the queue's default one).
+    pub subscription: Option<String>,
 }
 
 /// `POST /v1/acks`.
@@ -188,6 +190,9 @@ pub struct Redrive {
     pub partition: Option<u32>,
     /// Original offsets (needs `partition`); default: every dead letter.
     pub offsets: Option<Vec<u64>>,
+    /// Redrive in this subscription (default: the queue's default one).
+    #[serde(default)]
+    pub subscription: String,
 }
 
 /// A queue's key map as `GET /v1/queues/{q}` shows it.
@@ -204,6 +209,9 @@ pub struct Purge {
     #[serde(default)]
     pub confirm: bool,
     pub partition: Option<u32>,
+    /// Purge in this subscription (default: the queue's default one).
+    #[serde(default)]
+    pub subscription: String,
 }
 
 /// `bytes` as `name` (UTF-8 text) or `name_base64`.

@@ -25,6 +25,7 @@
 
 pub mod caller;
 pub mod error;
+mod inspect;
 pub mod json;
 pub mod limits;
 mod nodes;
@@ -46,7 +47,7 @@ use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
 use hyper::{Request, Response, StatusCode};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
-use spool_client::spool_wire::proto::{Offset, PartitionId, RedriveTarget};
+use spool_client::spool_wire::proto::PartitionId;
 use spool_client::{
     Admin, ClaimOptions, Client, ClientConfig, ClientError, ConnectionConfig, Credentials, Message,
     Producer, ProducerConfig,
@@ -58,9 +59,8 @@ use tokio::sync::{Mutex, Semaphore};
 use self::error::ApiError;
 use self::limits::{
     ACK_TOKENS_MAX_HTTP, BODY_BYTES_MAX, BODY_READ_TIMEOUT, CLAIM_BYTES_MAX_HTTP,
-    CLAIM_CREDITS_MAX_HTTP, CLAIM_WAIT_MS_MAX_HTTP, DEAD_LETTERS_DEFAULT_HTTP,
-    DEAD_LETTERS_MAX_HTTP, GATEWAY_CALLERS_MAX, MEMORY_WAIT_TIMEOUT, REQUESTS_IN_FLIGHT_MAX,
-    SHARD_REQUEST_TIMEOUT,
+    CLAIM_CREDITS_MAX_HTTP, CLAIM_WAIT_MS_MAX_HTTP, GATEWAY_CALLERS_MAX, MEMORY_WAIT_TIMEOUT,
+    REQUESTS_IN_FLIGHT_MAX, SHARD_REQUEST_TIMEOUT,
 };
 use self::routes::Operation;
 use super::memory::AdminMemory;
@@ -463,8 +463,13 @@ impl Gateway {
             .with_detail("limit", CLAIM_BYTES_MAX_HTTP));
         }
         let lease_ms = body.lease_ms.unwrap_or_else(|| self.lease_default_ms(queue));
-        let options =
+        let mut options =
             ClaimOptions::new(credits).lease_ms(lease_ms).wait_ms(wait_ms).max_bytes(max_bytes);
+        if let Some(name) = body.subscription.filter(|name| !name.is_empty()) {
+            spool_client::spool_wire::proto::validate_subscription_name(&name)
+                .map_err(|error| ApiError::invalid(format!("subscription: {error}")))?;
+            options = options.subscription(name);
+        }
         let client = self.client().await?;
         let fail = |error| self.fail_on(&client, queue, error);
         let deliveries = match body.partition {
@@ -600,117 +605,6 @@ impl Gateway {
             None => Ok((0..count).map(PartitionId).collect()),
         }
     }
-
-    async fn dead_letters(&self, queue: &str, query: Option<&str>) -> Result<Value, ApiError> {
-        let query = DeadLetterQuery::parse(query)?;
-        let client = self.client().await?;
-        let partitions = self.partitions_of(&client, queue, query.partition).await?;
-        let admin = Admin::new(client.clone());
-        let mut listed = Vec::new();
-        let mut left = query.max;
-        for partition in partitions {
-            if left == 0 {
-                break;
-            }
-            let entries = admin
-                .dead_letters(queue, partition, Offset(query.from_offset), left)
-                .await
-                .map_err(|error| self.fail_on(&client, queue, error))?;
-            left = left.saturating_sub(u32::try_from(entries.len()).unwrap_or(u32::MAX));
-            listed.extend(entries.iter().map(|entry| json::dead_letter(partition.0, entry)));
-        }
-        Ok(json!({ "queue": queue, "dead_letters": listed }))
-    }
-
-    async fn redrive(&self, queue: &str, body: json::Redrive) -> Result<Value, ApiError> {
-        let target = match body.offsets {
-            Some(_) if body.partition.is_none() => {
-                return Err(ApiError::invalid("offsets need a partition"))
-            }
-            Some(offsets) => RedriveTarget::Offsets(offsets.into_iter().map(Offset).collect()),
-            None => RedriveTarget::All,
-        };
-        let client = self.client().await?;
-        let partitions = self.partitions_of(&client, queue, body.partition).await?;
-        let admin = Admin::new(client.clone());
-        let mut total = 0u64;
-        let mut counts = Vec::new();
-        for partition in partitions {
-            let count = admin
-                .redrive(queue, partition, target.clone())
-                .await
-                .map_err(|error| self.fail_on(&client, queue, error))?;
-            total += count;
-            counts.push(json!({ "partition": partition.0, "count": count }));
-        }
-        Ok(json!({ "queue": queue, "redriven": total, "partitions": counts }))
-    }
-
-    async fn purge(&self, queue: &str, body: json::Purge) -> Result<Value, ApiError> {
-        let client = self.client().await?;
-        let partitions = self.partitions_of(&client, queue, body.partition).await?;
-        let admin = Admin::new(client.clone());
-        let dry_run = !body.confirm;
-        let mut total = 0u64;
-        let mut counts = Vec::new();
-        for partition in partitions {
-            let count = admin
-                .purge(queue, partition, dry_run)
-                .await
-                .map_err(|error| self.fail_on(&client, queue, error))?;
-            total += count;
-            counts.push(json!({ "partition": partition.0, "count": count }));
-        }
-        Ok(json!({ "queue": queue, "dry_run": dry_run, "count": total, "partitions": counts }))
-    }
-}
-
-/// The query of `GET /v1/queues/{q}/dead-letters`.
-struct DeadLetterQuery {
-    partition: Option<u32>,
-    from_offset: u64,
-    max: u32,
-}
-
-impl DeadLetterQuery {
-    fn parse(query: Option<&str>) -> Result<Self, ApiError> {
-        let mut parsed = Self { partition: None, from_offset: 0, max: DEAD_LETTERS_DEFAULT_HTTP };
-        for pair in query.unwrap_or_default().split('&').filter(|pair| !pair.is_empty()) {
-            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-            let number = |name: &str| {
-                value.parse::<u64>().map_err(|_| {
-                    ApiError::invalid(format!("query parameter {name}: '{value}' is not a number"))
-                })
-            };
-            match name {
-                "partition" => {
-                    let partition = u32::try_from(number(name)?)
-                        .map_err(|_| ApiError::invalid("partition out of range"))?;
-                    parsed.partition = Some(partition);
-                }
-                "from_offset" => parsed.from_offset = number(name)?,
-                "max" => {
-                    let max = number(name)?;
-                    if !(1..=u64::from(DEAD_LETTERS_MAX_HTTP)).contains(&max) {
-                        return Err(ApiError::invalid(format!(
-                            "max {max} outside 1..={DEAD_LETTERS_MAX_HTTP}"
-                        ))
-                        .with_detail("limit", DEAD_LETTERS_MAX_HTTP));
-                    }
-                    parsed.max = u32::try_from(max).unwrap_or(DEAD_LETTERS_MAX_HTTP);
-                }
-                other => {
-                    return Err(ApiError::invalid(format!(
-                        "unknown query parameter '{other}' (partition, from_offset, max)"
-                    )))
-                }
-            }
-        }
-        if parsed.from_offset != 0 && parsed.partition.is_none() {
-            return Err(ApiError::invalid("from_offset needs a partition"));
-        }
-        Ok(parsed)
-    }
 }
 
 /// The credentials of an `Authorization: Bearer <principal>:<secret>`
@@ -814,19 +708,6 @@ mod tests {
         let missing = parse::<json::Ack>(b"").unwrap_err();
         assert!(missing.message.contains("tokens"), "{}", missing.message);
         assert!(!parse::<json::Purge>(b" ").unwrap().confirm);
-    }
-
-    // Goal: the dead-letter query reads its three parameters and refuses
-    // anything else, and a max past the limit.
-    #[test]
-    fn dead_letter_query_is_bounded() {
-        let query = DeadLetterQuery::parse(Some("partition=2&from_offset=5&max=7")).unwrap();
-        assert_eq!((query.partition, query.from_offset, query.max), (Some(2), 5, 7));
-        assert!(DeadLetterQuery::parse(Some("max=1001")).is_err());
-        assert!(DeadLetterQuery::parse(Some("max=0")).is_err());
-        assert!(DeadLetterQuery::parse(Some("from_offset=3")).is_err());
-        assert!(DeadLetterQuery::parse(Some("limit=3")).is_err());
-        assert_eq!(DeadLetterQuery::parse(None).unwrap().max, DEAD_LETTERS_DEFAULT_HTTP);
     }
 
     // Goal: an unspecified listen address is reached on loopback.
