@@ -198,6 +198,10 @@ pub enum AssignmentChange {
     Subscribe { queue: QueueName, name: String, id: SubscriptionId, start: SubscriptionStart },
     /// `queue` loses subscription `name`.
     Unsubscribe { queue: QueueName, name: String },
+    /// Subscription `name` of `queue` starts over at `start` under a new id
+    /// `id` (the queue's next): each partition ends the old id and starts
+    /// the new, so every token of the old one is refused.
+    Reseek { queue: QueueName, name: String, id: SubscriptionId, start: SubscriptionStart },
 }
 
 /// The message the coordinator sends to every shard: a change and the
@@ -653,6 +657,10 @@ impl AssignmentTable {
             }
             AssignmentChange::Unsubscribe { queue, name } => {
                 self.check_unsubscribe(queue, name)?;
+                self.apply_subscription(&update.change);
+            }
+            AssignmentChange::Reseek { queue, name, id, .. } => {
+                self.check_reseek(queue, name, *id)?;
                 self.apply_subscription(&update.change);
             }
         }

@@ -151,6 +151,8 @@ struct EntryBody {
     subscribe: Option<SubscribeBody>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     unsubscribe: Option<UnsubscribeBody>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    reseek: Option<SubscribeBody>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -225,6 +227,7 @@ pub fn encode_update(update: &AssignmentUpdate) -> Result<Vec<u8>, String> {
         settled: None,
         subscribe: None,
         unsubscribe: None,
+        reseek: None,
     };
     match &update.change {
         // A create's key map is always fresh in the controller's log (a
@@ -278,6 +281,14 @@ pub fn encode_update(update: &AssignmentUpdate) -> Result<Vec<u8>, String> {
             body.unsubscribe =
                 Some(UnsubscribeBody { queue: queue.as_str().to_owned(), name: name.clone() });
         }
+        AssignmentChange::Reseek { queue, name, id, start } => {
+            body.reseek = Some(SubscribeBody {
+                queue: queue.as_str().to_owned(),
+                name: name.clone(),
+                id: id.0,
+                start: start.text(),
+            });
+        }
     }
     let json = serde_json::to_vec(&body).map_err(|error| error.to_string())?;
     let mut message_id = [0u8; 16];
@@ -324,10 +335,11 @@ pub fn decode_update(batch: &[u8]) -> Result<AssignmentUpdate, String> {
         body.settled.is_some(),
         body.subscribe.is_some(),
         body.unsubscribe.is_some(),
+        body.reseek.is_some(),
     ];
     if named.iter().filter(|&&named| named).count() != 1 {
         return Err("an entry is one create, delete, grow, drained, replicas, settled, \
-                    subscribe or unsubscribe"
+                    subscribe, unsubscribe or reseek"
             .into());
     }
     let change = if let Some(create) = body.create {
@@ -376,6 +388,14 @@ pub fn decode_update(batch: &[u8]) -> Result<AssignmentUpdate, String> {
         }
     } else if let Some(unsubscribe) = body.unsubscribe {
         AssignmentChange::Unsubscribe { queue: name(&unsubscribe.queue)?, name: unsubscribe.name }
+    } else if let Some(reseek) = body.reseek {
+        AssignmentChange::Reseek {
+            queue: name(&reseek.queue)?,
+            name: reseek.name,
+            id: SubscriptionId(reseek.id),
+            start: SubscriptionStart::parse(&reseek.start)
+                .ok_or_else(|| format!("subscription start {:?}", reseek.start))?,
+        }
     } else {
         unreachable!("exactly one body is named: checked above")
     };
@@ -546,6 +566,20 @@ impl<S: Storage> Controller<S> {
         self.propose(|state| Ok(state.table.plan_unsubscribe(queue.clone(), name.clone())?)).await
     }
 
+    /// Proposes that subscription `name` of `queue` start over at `start`
+    /// under a new id.
+    ///
+    /// # Errors
+    /// As [`create_queue`](Self::create_queue).
+    pub async fn reseek(
+        &self,
+        queue: QueueName,
+        name: String,
+        start: SubscriptionStart,
+    ) -> Result<AssignmentUpdate, ControllerError> {
+        self.propose(|state| Ok(state.table.plan_reseek(queue.clone(), name.clone(), start)?)).await
+    }
+
     /// Proposes that `partition` of `queue` drained for `key_version`.
     ///
     /// # Errors
@@ -698,7 +732,8 @@ impl<S: Storage> Controller<S> {
                         .is_some_and(|set| set.nodes == *nodes && set.settled)
                 })
             }
-            AssignmentChange::Subscribe { queue, name, id, .. } => {
+            AssignmentChange::Subscribe { queue, name, id, .. }
+            | AssignmentChange::Reseek { queue, name, id, .. } => {
                 state.table.queue(queue).is_some_and(|entry| {
                     entry.subscriptions.named.get(name).is_some_and(|sub| sub.id == *id)
                 })
@@ -752,6 +787,12 @@ mod tests {
                 start: SubscriptionStart::Time(1_700_000_000_000),
             },
             AssignmentChange::Unsubscribe { queue: queue.clone(), name: "audit".to_owned() },
+            AssignmentChange::Reseek {
+                queue: queue.clone(),
+                name: "replay".to_owned(),
+                id: SubscriptionId(5),
+                start: SubscriptionStart::Offset(9),
+            },
         ] {
             let update = AssignmentUpdate { version: AssignmentVersion(9), change };
             let batch = encode_update(&update).unwrap();

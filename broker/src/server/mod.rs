@@ -575,7 +575,8 @@ impl ShardHooks for SpoolHooks {
             | AssignmentChange::SetReplicas { .. }
             | AssignmentChange::ReplicasSettled { .. }
             | AssignmentChange::Subscribe { .. }
-            | AssignmentChange::Unsubscribe { .. } => None,
+            | AssignmentChange::Unsubscribe { .. }
+            | AssignmentChange::Reseek { .. } => None,
         };
         *state.table.borrow_mut() = table.clone();
         let result = match &update.change {
@@ -610,7 +611,8 @@ impl ShardHooks for SpoolHooks {
             // Each partition's leader starts or ends it in its log: the
             // subscription watch (`subscriptions.rs`) sees the table differ.
             AssignmentChange::Subscribe { queue, .. }
-            | AssignmentChange::Unsubscribe { queue, .. } => {
+            | AssignmentChange::Unsubscribe { queue, .. }
+            | AssignmentChange::Reseek { queue, .. } => {
                 state.subscriptions_changed(queue);
                 Ok(())
             }

@@ -599,6 +599,9 @@ impl ClusterCatalog {
             KeyChange::Unsubscribe { queue, name } => {
                 self.controller.unsubscribe(queue, name).await
             }
+            KeyChange::Reseek { queue, name, start } => {
+                self.controller.reseek(queue, name, start).await
+            }
         }
         .map_err(|error| self.refused(error))?;
         self.handed_out(update.version).await?;

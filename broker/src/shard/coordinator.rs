@@ -69,6 +69,8 @@ pub(crate) enum KeyChange {
     Subscribe { queue: QueueName, name: String, start: SubscriptionStart },
     /// Delete subscription `name` of the queue.
     Unsubscribe { queue: QueueName, name: String },
+    /// Start subscription `name` of the queue over at `start` (a new id).
+    Reseek { queue: QueueName, name: String, start: SubscriptionStart },
 }
 
 pub(super) fn not_leader_message(leader: u64, client: &Option<SocketAddr>) -> String {
@@ -161,7 +163,8 @@ impl CoordinatorHandle {
             | KeyChange::Settled { queue, .. }
             | KeyChange::Move { queue, .. }
             | KeyChange::Subscribe { queue, .. }
-            | KeyChange::Unsubscribe { queue, .. } => queue.clone(),
+            | KeyChange::Unsubscribe { queue, .. }
+            | KeyChange::Reseek { queue, .. } => queue.clone(),
         };
         let pending = self.submit(|reply| CoordinatorCommand::KeyChange { change, reply })?;
         let mut polls_left = polls_for(timeout_ms);
@@ -379,6 +382,31 @@ impl CoordinatorHandle {
         let mut polls_left = polls_for(timeout_ms);
         let version = await_reply(&pending, &mut polls_left, timeout_ms).await?;
         self.await_applied(version, &mut polls_left, timeout_ms).await?;
+        Ok(version)
+    }
+
+    /// Starts subscription `name` of `queue` over at `start` under a new id
+    /// (a rewind: its claims, retries and dead letters go, and every token
+    /// of the old id is refused); returns the table version once every
+    /// shard of this node applied it. Blocks (up to `timeout_ms`): not for
+    /// executors.
+    ///
+    /// # Errors
+    /// As [`change_subscription`](Self::change_subscription).
+    pub fn reseek_subscription(
+        &self,
+        queue: QueueName,
+        name: String,
+        start: SubscriptionStart,
+        timeout_ms: u64,
+    ) -> Result<AssignmentVersion, CoordinatorError> {
+        let change = KeyChange::Reseek { queue, name, start };
+        let pending = self.submit(|reply| CoordinatorCommand::KeyChange { change, reply })?;
+        let version = pending
+            .0
+            .recv_timeout(std::time::Duration::from_millis(timeout_ms))
+            .map_err(|_| CoordinatorError::NoReply { timeout_ms })??;
+        self.wait_applied(version, timeout_ms)?;
         Ok(version)
     }
 

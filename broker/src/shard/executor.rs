@@ -406,6 +406,9 @@ impl ControlState {
                         KeyChange::Unsubscribe { queue, name } => {
                             self.table.plan_unsubscribe(queue, name)?
                         }
+                        KeyChange::Reseek { queue, name, start } => {
+                            self.table.plan_reseek(queue, name, start)?
+                        }
                         KeyChange::Settled { .. } | KeyChange::Move { .. } => {
                             return Err(CoordinatorError::NotClustered);
                         }

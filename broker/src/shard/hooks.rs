@@ -216,6 +216,7 @@ impl ShardHooks for EchoHooks {
             }
             AssignmentChange::Subscribe { queue, .. } => ("subscribe", queue.as_str(), None),
             AssignmentChange::Unsubscribe { queue, .. } => ("unsubscribe", queue.as_str(), None),
+            AssignmentChange::Reseek { queue, .. } => ("reseek", queue.as_str(), None),
         };
         tracing::info!(
             shard = self.shard.0,

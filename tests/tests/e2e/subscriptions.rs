@@ -342,3 +342,67 @@ async fn the_admin_port_claims_lists_redrives_and_purges_in_a_subscription() {
     let mine = call("POST", "/v1/queues/lanes/claims", serde_json::json!({ "wait_ms": 1000 }));
     assert_eq!(mine["messages"].as_array().map(Vec::len), Some(1), "{mine}");
 }
+
+// Goal: a rewind starts a subscription over: its claim is fenced (the old
+// token is refused), what the queue still holds is delivered again in it
+// (acked records too, while another subscription holds them), it keeps
+// its name under a new id, and the other subscriptions are untouched; the
+// CLI does the same. Method: a 1-partition queue with 5 records and a
+// subscription `re` from the earliest; `re` acks 3 and holds a 4th; `spool
+// sub seek --to earliest --yes`; `re` then claims all 5 again, the held
+// token's ack is STALE_TOKEN, and the default still has its 5.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rewound_subscription_starts_over_and_its_old_tokens_are_refused() {
+    let broker = Spoold::start(1);
+    let client = broker.client().await;
+    let admin = Admin::new(client.clone());
+    admin.create_queue("rewind", test_queue_config(1, 30_000, 5)).await.unwrap();
+    let created = admin
+        .create_subscription("rewind", "re", spool_client::SubscriptionStart::Earliest)
+        .await
+        .unwrap();
+    let producer = Producer::new(client.clone(), ProducerConfig::default()).unwrap();
+    for n in 0..5u32 {
+        producer.send("rewind", Message::new(n.to_string())).await.unwrap();
+    }
+    let p0 = PartitionId(0);
+    let claim = |credits: u32| ClaimOptions::new(credits).subscription("re").wait_ms(500);
+    let mut first = client.claim("rewind", p0, &claim(3)).await.unwrap();
+    for _ in 0..20 {
+        if !first.deliveries.is_empty() {
+            break;
+        }
+        first = client.claim("rewind", p0, &claim(3)).await.unwrap();
+    }
+    assert_eq!(first.deliveries.len(), 3);
+    let tokens: Vec<_> = first.deliveries.iter().map(Delivery::token).collect();
+    client.ack("rewind", p0, &tokens).await.unwrap();
+    let held = client.claim("rewind", p0, &claim(1)).await.unwrap();
+    assert_eq!(held.deliveries.len(), 1);
+
+    let admin_addr = broker.admin_addr();
+    let seek = ["sub", "seek", "rewind", "re", "--to", "earliest", "--yes", "--admin", &admin_addr];
+    let output = broker.cli(&seek);
+    let text = spool_tests::success_stdout(&output);
+    assert!(text.contains("starts over at earliest"), "{text}");
+    let described = admin.describe_queue("rewind").await.unwrap();
+    let row = described.subscriptions.iter().find(|row| row.name == "re").unwrap();
+    assert!(row.id > created.id, "a new id: {} after {}", row.id, created.id);
+
+    let mut again = BTreeSet::new();
+    for _ in 0..20 {
+        let batch = client.claim("rewind", p0, &claim(10)).await.unwrap();
+        again.extend(batch.deliveries.iter().map(number));
+        if again.len() == 5 {
+            break;
+        }
+    }
+    assert_eq!(again, (0..5).collect::<BTreeSet<u32>>(), "everything the default still holds");
+    let stale = client.ack("rewind", p0, &[held.deliveries[0].token()]).await.unwrap_err();
+    assert_eq!(stale.code(), Some(ErrorCode::StaleToken), "{stale}");
+    let default = client.claim("rewind", p0, &ClaimOptions::new(10).wait_ms(500)).await.unwrap();
+    assert_eq!(default.deliveries.len(), 5, "the default is untouched");
+    let refused =
+        broker.cli(&["sub", "seek", "rewind", "default", "--yes", "--admin", &admin_addr]);
+    assert!(!refused.status.success(), "the default cannot be rewound");
+}

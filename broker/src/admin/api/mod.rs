@@ -263,7 +263,8 @@ impl Gateway {
             Operation::ListSubscriptions
             | Operation::CreateSubscription
             | Operation::DescribeSubscription
-            | Operation::DeleteSubscription => self.subscription_call(call, queue).await,
+            | Operation::DeleteSubscription
+            | Operation::SeekSubscription => self.subscription_call(call, queue).await,
             Operation::Metrics | Operation::Live | Operation::Ready => {
                 Err(ApiError::new(ErrorCode::Internal, "not an API route"))
             }

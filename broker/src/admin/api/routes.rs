@@ -33,6 +33,7 @@ pub enum Operation {
     CreateSubscription,
     DescribeSubscription,
     DeleteSubscription,
+    SeekSubscription,
 }
 
 /// One served route: `{queue}` (and `{name}`, a subscription) in a path
@@ -70,6 +71,11 @@ pub const ROUTES: &[Route] = &[
     route(Method::POST, "/v1/queues/{queue}/subscriptions", Operation::CreateSubscription),
     route(Method::GET, "/v1/queues/{queue}/subscriptions/{name}", Operation::DescribeSubscription),
     route(Method::DELETE, "/v1/queues/{queue}/subscriptions/{name}", Operation::DeleteSubscription),
+    route(
+        Method::POST,
+        "/v1/queues/{queue}/subscriptions/{name}/seek",
+        Operation::SeekSubscription,
+    ),
     route(Method::POST, "/v1/auth/reload", Operation::ReloadAuth),
     route(Method::GET, "/v1/acl", Operation::Acl),
     route(Method::GET, "/v1/quotas", Operation::Quotas),

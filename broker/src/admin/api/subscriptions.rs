@@ -37,6 +37,14 @@ pub struct CreateSubscription {
     pub from: Option<String>,
 }
 
+/// `POST /v1/queues/{queue}/subscriptions/{name}/seek`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SeekSubscription {
+    /// Where it starts over: as a create's `from`.
+    pub to: String,
+}
+
 /// The API error of a refused change.
 fn change_error(error: &CoordinatorError) -> ApiError {
     let code = match error {
@@ -75,7 +83,7 @@ fn row(name: &str, id: SubscriptionId, counters: &[QueueCounters]) -> Value {
 }
 
 impl Gateway {
-    /// The four subscription routes.
+    /// The five subscription routes.
     pub(super) async fn subscription_call(
         &self,
         call: &Call,
@@ -91,6 +99,10 @@ impl Gateway {
             }
             Operation::DeleteSubscription => {
                 Ok((StatusCode::OK, self.delete_subscription(call, queue).await?))
+            }
+            Operation::SeekSubscription => {
+                let body = super::parse(&call.body)?;
+                Ok((StatusCode::OK, self.seek_subscription(call, queue, body).await?))
             }
             _ => Ok((StatusCode::OK, self.list_subscriptions(call, queue).await?)),
         }
@@ -150,6 +162,46 @@ impl Gateway {
         Ok(json!({
             "queue": queue,
             "name": body.name,
+            "id": id,
+            "from": start.text(),
+            "assignment_version": version.0,
+        }))
+    }
+
+    /// `POST /v1/queues/{queue}/subscriptions/{name}/seek`: the
+    /// subscription starts over at `to` under a new id (its claims,
+    /// retries and dead letters go; every token of it is refused from now).
+    pub(super) async fn seek_subscription(
+        &self,
+        call: &Call,
+        segment: &str,
+        body: SeekSubscription,
+    ) -> Result<Value, ApiError> {
+        let (queue, sub) = Self::split_subscription(segment);
+        Self::require(call, queue, Right::Admin, "rewind subscriptions")?;
+        let start = SubscriptionStart::parse(&body.to).ok_or_else(|| {
+            ApiError::invalid(format!(
+                "to {:?}: use \"latest\", \"earliest\", \"time:<unix ms>\" or \"offset:<n>\"",
+                body.to
+            ))
+        })?;
+        let name = QueueName::new(queue).map_err(|error| ApiError::invalid(error.to_string()))?;
+        let coordinator = self.coordinator.clone();
+        let owned = sub.to_owned();
+        let version = tokio::task::spawn_blocking(move || {
+            coordinator.reseek_subscription(name, owned, start, ADMIN_APPLY_TIMEOUT_MS)
+        })
+        .await
+        .map_err(|error| ApiError::new(ErrorCode::Internal, error.to_string()))?
+        .map_err(|error| change_error(&error))?;
+        let table = self.coordinator.catalog_snapshot();
+        let id = QueueName::new(queue)
+            .ok()
+            .and_then(|name| table.queue(&name).and_then(|entry| entry.subscriptions.id(sub)))
+            .map_or(0, |id| id.0);
+        Ok(json!({
+            "queue": queue,
+            "name": sub,
             "id": id,
             "from": start.text(),
             "assignment_version": version.0,

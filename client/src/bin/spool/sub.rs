@@ -33,6 +33,11 @@ pub enum SubCommand {
     /// --yes). Records only it still held become releasable. The default
     /// subscription cannot be deleted.
     Delete(DeleteArgs),
+    /// Start a subscription over (a rewind): its claims, retries and dead
+    /// letters go, every token of it is refused, and it starts again at
+    /// --to over the records the queue still holds (asks first unless
+    /// --yes).
+    Seek(SeekArgs),
 }
 
 /// Where a new subscription starts.
@@ -90,6 +95,26 @@ pub struct NameArgs {
     pub name: String,
     #[command(flatten)]
     pub admin: AdminAddr,
+}
+
+#[derive(Debug, Args)]
+pub struct SeekArgs {
+    #[command(flatten)]
+    pub target: NameArgs,
+    /// Where it starts over.
+    #[arg(long, value_enum, default_value_t = Start::Earliest)]
+    pub to: Start,
+    /// Start over at the records enqueued at or after this time (Unix ms),
+    /// instead of --to.
+    #[arg(long, conflicts_with = "to", value_name = "UNIX_MS")]
+    pub to_time_ms: Option<u64>,
+    /// Start over at the records at or above this offset in every
+    /// partition, instead of --to.
+    #[arg(long, conflicts_with_all = ["to", "to_time_ms"], value_name = "N")]
+    pub to_offset: Option<u64>,
+    /// Do not ask.
+    #[arg(long)]
+    pub yes: bool,
 }
 
 #[derive(Debug, Args)]
@@ -157,6 +182,33 @@ pub async fn run(
             let body =
                 admin_send(&describe.admin, tls, "GET", &path, credentials, None, timeout).await?;
             Ok(render_describe(&describe.queue, body))
+        }
+        SubCommand::Seek(seek) => {
+            let target = &seek.target;
+            let path = format!("{}/seek", subscription_path(&target.queue, &target.name)?);
+            let to = match (seek.to_time_ms, seek.to_offset) {
+                (Some(time_ms), _) => format!("time:{time_ms}"),
+                (None, Some(offset)) => format!("offset:{offset}"),
+                (None, None) => seek.to.as_str().to_owned(),
+            };
+            confirm(
+                seek.yes,
+                &format!(
+                    "start subscription {} of queue {} over at {to}, dropping its claims, \
+                     retries and dead letters?",
+                    target.name, target.queue
+                ),
+            )?;
+            let body = serde_json::to_vec(&json!({ "to": to }))
+                .map_err(|error| Failure::Input(error.to_string()))?;
+            let answer =
+                admin_send(&target.admin, tls, "POST", &path, credentials, Some(&body), timeout)
+                    .await?;
+            let message = format!(
+                "subscription {} of queue {} starts over at {to} (id {})",
+                target.name, target.queue, answer["id"]
+            );
+            Ok(Output::message(message, answer))
         }
         SubCommand::Delete(delete) => {
             let target = &delete.target;
