@@ -347,6 +347,16 @@ impl CoordinatorHandle {
             Some(start) => KeyChange::Subscribe { queue, name, start },
             None => KeyChange::Unsubscribe { queue, name },
         };
+        self.key_change_applied(change, timeout_ms)
+    }
+
+    /// Submits `change`, waits (blocking, up to `timeout_ms` each) for the
+    /// controller's answer, then for every shard of this node to apply it.
+    fn key_change_applied(
+        &self,
+        change: KeyChange,
+        timeout_ms: u64,
+    ) -> Result<AssignmentVersion, CoordinatorError> {
         let pending = self.submit(|reply| CoordinatorCommand::KeyChange { change, reply })?;
         let version = pending
             .0
@@ -400,14 +410,7 @@ impl CoordinatorHandle {
         start: SubscriptionStart,
         timeout_ms: u64,
     ) -> Result<AssignmentVersion, CoordinatorError> {
-        let change = KeyChange::Reseek { queue, name, start };
-        let pending = self.submit(|reply| CoordinatorCommand::KeyChange { change, reply })?;
-        let version = pending
-            .0
-            .recv_timeout(std::time::Duration::from_millis(timeout_ms))
-            .map_err(|_| CoordinatorError::NoReply { timeout_ms })??;
-        self.wait_applied(version, timeout_ms)?;
-        Ok(version)
+        self.key_change_applied(KeyChange::Reseek { queue, name, start }, timeout_ms)
     }
 
     /// Moves `partition` of `queue`'s replica off node `from` onto node

@@ -289,40 +289,57 @@ pub(super) async fn drain(
             let claim_sent = shared.ledger().next_seq();
             let batch =
                 retrying("drain claim", || client.claim(QUEUE, partition, &options)).await?;
-            {
-                let mut ledger = shared.ledger();
-                for delivery in &batch.deliveries {
-                    ledger.delivered(delivery_seen(delivery, claim_sent));
-                }
-            }
-            for chunk in batch.deliveries.chunks(DRAIN_ACK_TOKENS_MAX) {
-                let tokens: Vec<DeliveryToken> = chunk.iter().map(|d| d.token()).collect();
-                let codes = retrying("drain ack", || async {
-                    crate::ack_codes(client.ack(QUEUE, partition, &tokens).await, tokens.len())
-                })
+            drained += ack_drained(shared, client, partition, &batch.deliveries, claim_sent, false)
                 .await?;
-                let sent = shared.instance();
-                let mut ledger = shared.ledger();
-                for (delivery, code) in chunk.iter().zip(codes) {
-                    if code != ErrorCode::None {
-                        return Err(KillLoopError::Protocol(format!(
-                            "drain ack of offset {} refused: {}",
-                            delivery.offset().0,
-                            code.name()
-                        )));
-                    }
-                    drained += 1;
-                    ledger.ack_acknowledged(TokenUse {
-                        id: delivery.message_id(),
-                        placement: Placement::new(partition, delivery.offset()),
-                        generation: delivery.generation(),
-                        token_instance: Some(sent),
-                        sent_instance: sent,
-                    });
-                }
-            }
         }
     }
+}
+
+/// Records a drain claim's deliveries in the ledger of the default (or,
+/// with `in_sub`, the second subscription), acks them, and records each
+/// ack; every one must be accepted. Returns how many were acked.
+pub(super) async fn ack_drained(
+    shared: &Shared,
+    client: &Client,
+    partition: PartitionId,
+    deliveries: &[spool_client::Delivery],
+    claim_sent: super::ledger::Seq,
+    in_sub: bool,
+) -> Result<u64, KillLoopError> {
+    {
+        let mut ledger = shared.ledger_in(in_sub);
+        for delivery in deliveries {
+            ledger.delivered(delivery_seen(delivery, claim_sent));
+        }
+    }
+    let mut acked = 0u64;
+    for chunk in deliveries.chunks(DRAIN_ACK_TOKENS_MAX) {
+        let tokens: Vec<DeliveryToken> = chunk.iter().map(|d| d.token()).collect();
+        let codes = retrying("drain ack", || async {
+            crate::ack_codes(client.ack(QUEUE, partition, &tokens).await, tokens.len())
+        })
+        .await?;
+        let sent = shared.instance();
+        let mut ledger = shared.ledger_in(in_sub);
+        for (delivery, code) in chunk.iter().zip(codes) {
+            if code != ErrorCode::None {
+                return Err(KillLoopError::Protocol(format!(
+                    "drain ack of offset {} refused: {}",
+                    delivery.offset().0,
+                    code.name()
+                )));
+            }
+            acked += 1;
+            ledger.ack_acknowledged(TokenUse {
+                id: delivery.message_id(),
+                placement: Placement::new(partition, delivery.offset()),
+                generation: delivery.generation(),
+                token_instance: Some(sent),
+                sent_instance: sent,
+            });
+        }
+    }
+    Ok(acked)
 }
 
 #[cfg(test)]

@@ -20,15 +20,14 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use spool_client::spool_wire::proto::{DeliveryToken, PartitionId, WorkerId};
-use spool_client::spool_wire::ErrorCode;
+use spool_client::spool_wire::proto::{PartitionId, WorkerId};
 use spool_client::{ClaimOptions, Client};
 
 use super::broker::blocking;
-use super::check::retrying;
-use super::ledger::{LiveEntry, Placement, TokenUse};
+use super::check::{ack_drained, retrying};
+use super::ledger::{LiveEntry, Placement};
 use super::workers::Shared;
-use super::{delivery_seen, now, KillLoopError, QUEUE};
+use super::{now, KillLoopError, QUEUE};
 use crate::admin::{http, http_json};
 
 /// How long the subscription may take to start in every partition.
@@ -131,39 +130,8 @@ pub(super) async fn drain(
             let batch =
                 retrying("subscription drain claim", || client.claim(QUEUE, partition, &draining))
                     .await?;
-            shared.ledger_in(true).delivered_all(&batch.deliveries, claim_sent);
-            let tokens: Vec<DeliveryToken> = batch.deliveries.iter().map(|d| d.token()).collect();
-            for (chunk, deliveries) in
-                tokens.chunks(spool_client::spool_wire::proto::limits::ACK_TOKENS_MAX as usize).zip(
-                    batch
-                        .deliveries
-                        .chunks(spool_client::spool_wire::proto::limits::ACK_TOKENS_MAX as usize),
-                )
-            {
-                let codes = retrying("subscription drain ack", || async {
-                    crate::ack_codes(client.ack(QUEUE, partition, chunk).await, chunk.len())
-                })
-                .await?;
-                let sent = shared.instance();
-                let mut ledger = shared.ledger_in(true);
-                for (delivery, code) in deliveries.iter().zip(codes) {
-                    if code != ErrorCode::None {
-                        return Err(KillLoopError::Protocol(format!(
-                            "subscription drain ack of offset {} refused: {}",
-                            delivery.offset().0,
-                            code.name()
-                        )));
-                    }
-                    drained += 1;
-                    ledger.ack_acknowledged(TokenUse {
-                        id: delivery.message_id(),
-                        placement: Placement::new(partition, delivery.offset()),
-                        generation: delivery.generation(),
-                        token_instance: Some(sent),
-                        sent_instance: sent,
-                    });
-                }
-            }
+            drained +=
+                ack_drained(shared, client, partition, &batch.deliveries, claim_sent, true).await?;
         }
     }
     // Its dead letters, claimed (not acked) from each partition's
@@ -199,17 +167,4 @@ pub(super) async fn drain(
     ledger.live_check(&live);
     ledger.final_check(&live.keys().copied().collect());
     Ok((drained, dead))
-}
-
-impl super::ledger::Ledger {
-    /// Records every delivery of one claim answer (sent at `claim_sent`).
-    pub(super) fn delivered_all(
-        &mut self,
-        deliveries: &[spool_client::Delivery],
-        claim_sent: super::ledger::Seq,
-    ) {
-        for delivery in deliveries {
-            self.delivered(delivery_seen(delivery, claim_sent));
-        }
-    }
 }
