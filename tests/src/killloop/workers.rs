@@ -67,6 +67,12 @@ pub struct WorkerCounters {
     pub abandoned: AtomicU64,
     /// Extends answered with success.
     pub extends: AtomicU64,
+    /// Deliveries at the queue's delivery limit that ended without an ack
+    /// (released, abandoned, or their ack refused as stale): dead letters
+    /// to be, by subscription (the default, the second). The producers
+    /// count them out of their backlog, which would otherwise fill with
+    /// dead letters and stop the load; the checks never read them.
+    pub last_attempts_dropped: [AtomicU64; 2],
 }
 
 /// State shared by workers and the orchestrator.
@@ -194,7 +200,11 @@ pub async fn producer(
         // The deeper backlog of the subscriptions.
         let backlog = shared
             .enqueue_ledgers()
-            .map(|ledger| ledger.enqueued_count().saturating_sub(ledger.acked_count()))
+            .zip(&shared.counters.last_attempts_dropped)
+            .map(|(ledger, dropped)| {
+                let dead = usize::try_from(dropped.load(Ordering::Relaxed)).unwrap_or(usize::MAX);
+                ledger.enqueued_count().saturating_sub(ledger.acked_count()).saturating_sub(dead)
+            })
             .max()
             .unwrap_or(0);
         if backlog >= config.backlog_max {
@@ -452,6 +462,12 @@ async fn handle(
 ) {
     let queue = shared.queue.as_str();
     let (partition, token) = (delivery.partition(), delivery.token());
+    let last_attempt = delivery.attempt() >= shared.config.max_deliveries;
+    let dropped = || {
+        if last_attempt {
+            bump(&shared.counters.last_attempts_dropped[usize::from(in_sub)]);
+        }
+    };
     if plan.extend {
         // Time under test: the handler holds its delivery (half before the extend).
         tokio::time::sleep(Duration::from_millis(plan.hold_ms / 2)).await;
@@ -486,6 +502,7 @@ async fn handle(
                     if refused.first().is_some_and(|refused| is_token_refusal(refused.code)) =>
                 {
                     bump(&shared.counters.acks_refused);
+                    dropped();
                 }
                 Err(ClientError::AckRefused { .. }) => bump(&shared.counters.acks_refused_other),
                 Err(_) => {
@@ -498,6 +515,7 @@ async fn handle(
             let _gate = shared.gate.read().await;
             let sent = shared.instance();
             let answer = client.release(queue, partition, token, delay_ms, "kill loop").await;
+            dropped();
             if let Ok(_not_before_ms) = answer {
                 bump(&shared.counters.releases);
                 shared
@@ -505,6 +523,9 @@ async fn handle(
                     .token_use_succeeded(token_use(&delivery, token_instance, sent), "release");
             }
         }
-        Action::Abandon => bump(&shared.counters.abandoned),
+        Action::Abandon => {
+            bump(&shared.counters.abandoned);
+            dropped();
+        }
     }
 }
