@@ -30,7 +30,8 @@ use crate::limits::{DEDUPE_WINDOW_MS_DEFAULT, LEASE_MS_DEFAULT};
 /// over: it covers a producer's retries, and every id in it is held in
 /// memory and rewritten by every checkpoint — see
 /// `docs/design/queue-semantics.md`, "Dedupe"), 10 M messages / 10 GiB,
-/// 4 priority bands.
+/// 4 priority bands, no retention window (a record leaves once every
+/// subscription finished it).
 pub fn default_queue_config(partitions: u32) -> QueueConfig {
     QueueConfig {
         partitions,
@@ -45,6 +46,8 @@ pub fn default_queue_config(partitions: u32) -> QueueConfig {
         max_messages: 10_000_000,
         max_bytes: 10 << 30,
         dead_letter_on_expiry: true,
+        retention_ms: 0,
+        retention_bytes: 0,
     }
 }
 
@@ -527,6 +530,7 @@ mod tests {
             oldest_ready_age_ms: age,
             oldest_claim_age_ms: age * 2,
             acked: 5,
+            lost: ready * 10,
         }
     }
 
@@ -542,11 +546,17 @@ mod tests {
         );
         let summary: Vec<_> = merged
             .iter()
-            .map(|s| (s.name.as_str(), s.partitions, s.ready, s.oldest_ready_age_ms, s.acked))
+            .map(|s| {
+                (s.name.as_str(), s.partitions, s.ready, s.oldest_ready_age_ms, s.acked, s.lost)
+            })
             .collect();
         assert_eq!(
             summary,
-            [("default", 2, 10, 30, 10), ("audit", 2, 5, 50, 10), ("late", 1, 9, 1, 5)]
+            [
+                ("default", 2, 10, 30, 10, 100),
+                ("audit", 2, 5, 50, 10, 50),
+                ("late", 1, 9, 1, 5, 90)
+            ]
         );
         assert_eq!(merged[0].oldest_claim_age_ms, 60);
     }

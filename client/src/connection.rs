@@ -32,8 +32,8 @@ use std::time::Duration;
 use spool_wire::batch::BatchBytes;
 use spool_wire::proto::{
     ApiKey, AuthenticateRequest, CorrelationId, Frame, FrameDecoder, FrameHeader, PingRequest,
-    Reply, Request, Response, CLAIM_VERSION_NOT_LEADER, DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS,
-    INSPECT_VERSION_SUBSCRIPTION,
+    Reply, Request, Response, CLAIM_VERSION_NOT_LEADER, CREATE_QUEUE_VERSION_RETENTION,
+    DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS, INSPECT_VERSION_SUBSCRIPTION,
 };
 use spool_wire::ErrorCode;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -555,10 +555,17 @@ impl Connection {
 /// [`Admin::describe_queue`](crate::Admin::describe_queue) does, falling
 /// back to v1 when the broker does not speak it). Peek, DeadLetters,
 /// Purge and Redrive go as v1 unless they name a subscription, which needs
-/// [`INSPECT_VERSION_SUBSCRIPTION`] (v2).
+/// [`INSPECT_VERSION_SUBSCRIPTION`] (v2). A CreateQueue goes as v1 unless
+/// its queue has a retention window, which needs
+/// [`CREATE_QUEUE_VERSION_RETENTION`] (v2): a broker from before windows
+/// refuses that version (`UNSUPPORTED_VERSION`) rather than create the
+/// queue without its window.
 pub fn request_version(request: &Request<'_>) -> u16 {
     let inspect_default = INSPECT_VERSION_SUBSCRIPTION - 1;
     match request {
+        Request::CreateQueue(create) if !create.config.has_window() => {
+            CREATE_QUEUE_VERSION_RETENTION - 1
+        }
         Request::Claim(claim) if claim.subscription.is_empty() => CLAIM_VERSION_NOT_LEADER,
         Request::DescribeQueue(_) => DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS - 1,
         Request::Peek(peek) if peek.subscription.is_empty() => inspect_default,

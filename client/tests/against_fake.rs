@@ -19,6 +19,9 @@ use spool_client::spool_wire::proto::{
     Offset, PartitionId, PeekRequest, PurgeRequest, PurgeResponse, RecordOutcome, RedriveRequest,
     RedriveTarget, Request, Response, INSPECT_VERSION_SUBSCRIPTION,
 };
+use spool_client::spool_wire::proto::{
+    CreateQueueRequest, QueueConfig, CREATE_QUEUE_VERSION_RETENTION,
+};
 use spool_client::spool_wire::ErrorCode;
 use spool_client::{
     request_version, Client, ClientError, Connection, ConnectionConfig, Consumer, ConsumerConfig,
@@ -82,6 +85,23 @@ fn inspection_requests_name_a_subscription_in_version_2_only() {
     }
     for request in of("audit") {
         assert_eq!(request_version(&request), INSPECT_VERSION_SUBSCRIPTION, "{request:?}");
+    }
+}
+
+// Goal: a CreateQueue goes as v1 (what brokers from before retention
+// windows speak) unless its queue has a window, which only v2 carries (an
+// old broker then refuses it instead of creating the queue without it);
+// method: `request_version` without a window, with each kind of window.
+#[test]
+fn create_queue_carries_a_window_in_version_2_only() {
+    let create = |retention_ms, retention_bytes| {
+        let config =
+            QueueConfig { retention_ms, retention_bytes, ..spool_client::default_queue_config(2) };
+        Request::CreateQueue(CreateQueueRequest { name: "q".into(), config })
+    };
+    assert_eq!(request_version(&create(0, 0)), 1);
+    for (ms, bytes) in [(60_000, 0), (0, 1 << 20), (60_000, 1 << 20)] {
+        assert_eq!(request_version(&create(ms, bytes)), CREATE_QUEUE_VERSION_RETENTION);
     }
 }
 

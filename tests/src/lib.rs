@@ -842,6 +842,8 @@ pub fn test_queue_config(
         max_messages: 10_000_000,
         max_bytes: 1 << 30,
         dead_letter_on_expiry: true,
+        retention_ms: 0,
+        retention_bytes: 0,
     }
 }
 

@@ -15,7 +15,7 @@ use spool_wire::proto::{
     MetadataResponse, Offset, PartitionId, PartitionMetadata, PartitionReplication, PartitionStats,
     PeekRequest, PeekResponse, PeekedMessage, ProtoError, PurgeRequest, PurgeResponse, QueueConfig,
     QueueMetadata, QueueSummary, RedriveRequest, RedriveResponse, RedriveTarget, Reply, Request,
-    ResizeQueueRequest, ResizeQueueResponse, Response,
+    ResizeQueueRequest, ResizeQueueResponse, Response, RetainedStats,
 };
 
 fn config() -> QueueConfig {
@@ -32,6 +32,8 @@ fn config() -> QueueConfig {
         max_messages: 10_000_000,
         max_bytes: 1 << 34,
         dead_letter_on_expiry: true,
+        retention_ms: 0,
+        retention_bytes: 0,
     }
 }
 
@@ -114,6 +116,7 @@ fn control_responses_round_trip() {
         released: 6,
         lease_expired: 9,
         replication: None,
+        retained: RetainedStats { messages: 12, bytes: 4096, oldest_age_ms: 2_500 },
     };
     for response in [
         Response::CreateQueue(CreateQueueResponse { assignment_version: AssignmentVersion(7) }),

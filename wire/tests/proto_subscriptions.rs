@@ -14,7 +14,7 @@ use spool_wire::proto::{
     CreateSubscriptionRequest, CreateSubscriptionResponse, DeleteSubscriptionRequest,
     DeleteSubscriptionResponse, DescribeQueueRequest, DescribeQueueResponse, ErrorResponse,
     KeyMapStats, PartitionId, PartitionStats, ProtoError, QueueConfig, Reply, Request, Response,
-    SubscriptionStart, SubscriptionStats, DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS,
+    RetainedStats, SubscriptionStart, SubscriptionStats, DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS,
 };
 use spool_wire::ErrorCode;
 
@@ -32,6 +32,8 @@ fn config() -> QueueConfig {
         max_messages: 10_000_000,
         max_bytes: 1 << 34,
         dead_letter_on_expiry: true,
+        retention_ms: 0,
+        retention_bytes: 0,
     }
 }
 
@@ -48,6 +50,7 @@ fn stats(name: &str, id: u16, start: SubscriptionStart) -> SubscriptionStats {
         oldest_ready_age_ms: 250,
         oldest_claim_age_ms: 900,
         acked: 77,
+        lost: 5 + u64::from(id),
     }
 }
 
@@ -66,6 +69,7 @@ fn describe(subscriptions: Vec<SubscriptionStats>) -> DescribeQueueResponse {
         released: 2,
         lease_expired: 1,
         replication: None,
+        retained: RetainedStats::default(),
     };
     DescribeQueueResponse {
         name: "jobs".into(),

@@ -45,6 +45,8 @@ pub fn queue_config_from_wire(config: &wire::QueueConfig) -> QueueConfig {
         max_messages: config.max_messages,
         max_bytes: config.max_bytes,
         dead_letter_on_expiry: config.dead_letter_on_expiry,
+        retention_ms: config.retention_ms,
+        retention_bytes: config.retention_bytes,
     }
 }
 
@@ -77,6 +79,8 @@ pub fn queue_config_to_wire(config: &QueueConfig, partitions: u32) -> wire::Queu
         max_messages: config.max_messages,
         max_bytes: config.max_bytes,
         dead_letter_on_expiry: config.dead_letter_on_expiry,
+        retention_ms: config.retention_ms,
+        retention_bytes: config.retention_bytes,
     }
 }
 
@@ -105,7 +109,8 @@ mod tests {
 
     #[test]
     fn config_round_trips_through_the_wire() {
-        // Goal: DescribeQueue shows what CreateQueue asked for.
+        // Goal: DescribeQueue shows what CreateQueue asked for, the
+        // retention window included.
         let asked = wire::QueueConfig {
             partitions: 3,
             priority_bands: 4,
@@ -121,13 +126,49 @@ mod tests {
             },
             dedupe_window_ms: 120_000,
             max_messages: 1000,
-            max_bytes: 1 << 20,
+            max_bytes: 1 << 30,
             dead_letter_on_expiry: true,
+            retention_ms: 3_600_000,
+            retention_bytes: 1 << 25,
         };
         let config = queue_config_from_wire(&asked);
         config.validate().expect("valid");
         assert_eq!(config.band_weights, vec![8, 4, 2, 1]);
+        assert_eq!((config.retention_ms, config.retention_bytes), (3_600_000, 1 << 25));
+        assert!(config.has_window());
         assert_eq!(queue_config_to_wire(&config, 3), asked);
+        // No window: none on either side.
+        let plain = wire::QueueConfig { retention_ms: 0, retention_bytes: 0, ..asked };
+        assert!(!queue_config_from_wire(&plain).has_window());
+        assert_eq!(queue_config_to_wire(&queue_config_from_wire(&plain), 3), plain);
+    }
+
+    #[test]
+    fn windows_the_wire_passes_the_state_machine_may_refuse() {
+        // Goal: what the wire's absolute ranges let through but the queue's
+        // own bounds refuse is a ConfigError (mapped to INVALID_ARGUMENT
+        // with its message by the create path): a size window above the
+        // queue's max_bytes. Method: convert and validate.
+        let asked = wire::QueueConfig {
+            partitions: 1,
+            priority_bands: 4,
+            lease_default_ms: 30_000,
+            lease_min_ms: 1_000,
+            lease_max_ms: 60_000,
+            max_lease_lifetime_ms: 3_600_000,
+            max_deliveries: 3,
+            backoff: wire::Backoff { kind: wire::BackoffKind::Linear, base_ms: 0, cap_ms: 0 },
+            dedupe_window_ms: 0,
+            max_messages: 1000,
+            max_bytes: 1 << 21,
+            dead_letter_on_expiry: false,
+            retention_ms: 0,
+            retention_bytes: 1 << 22,
+        };
+        asked.validate().expect("the wire's ranges pass");
+        let refused = queue_config_from_wire(&asked).validate().unwrap_err();
+        assert!(matches!(refused, crate::queue::ConfigError::RetentionBytes { .. }), "{refused:?}");
+        assert!(refused.to_string().contains("max_bytes"), "{refused}");
     }
 
     #[test]

@@ -10,7 +10,7 @@
 
 use spool_wire::proto::{
     DescribeQueueResponse, KeyMapStats, MetadataResponse, PartitionMetadata, PartitionReplication,
-    PartitionStats, QueueMetadata, Response,
+    PartitionStats, QueueMetadata, Response, RetainedStats,
 };
 use spool_wire::ErrorCode;
 
@@ -75,6 +75,11 @@ impl SpoolHandler {
                 released: counters.totals.released,
                 lease_expired: counters.totals.lease_expired,
                 replication,
+                retained: RetainedStats {
+                    messages: counters.retained_messages,
+                    bytes: counters.retained_bytes,
+                    oldest_age_ms: counters.oldest_retained_age_ms.unwrap_or(0),
+                },
             });
             defaults.push(counters);
             reported.push(served);

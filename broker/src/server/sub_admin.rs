@@ -115,6 +115,7 @@ fn row(
         oldest_ready_age_ms: max(|c| c.oldest_ready_age_ms),
         oldest_claim_age_ms: max(|c| c.oldest_claim_age_ms),
         acked: sum(|c| c.totals.acked),
+        lost: sum(|c| c.totals.lost),
     }
 }
 
@@ -140,4 +141,34 @@ pub(super) fn subscription_stats(
         stats.push(row(name, entry.id, start, &of(entry.id)));
     }
     stats
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::assignment::SubscriptionEntry;
+    use crate::queue::Totals;
+
+    fn counters(ready: u64, lost: u64) -> QueueCounters {
+        QueueCounters { ready, totals: Totals { lost, ..Totals::default() }, ..Default::default() }
+    }
+
+    // Goal: each DescribeQueue v2 row sums its subscription's `lost` over
+    // the partitions reported (the default's from the partitions' own
+    // counters, another's from its own), as it sums `ready`. Method: two
+    // partitions, a default and one named subscription.
+    #[test]
+    fn rows_sum_lost_over_partitions() {
+        let mut named = Subscriptions::default();
+        let late = SubscriptionEntry { id: SubscriptionId(1), start: SubscriptionStart::Earliest };
+        named.named.insert("late".to_owned(), late);
+        let defaults = [counters(2, 0), counters(3, 0)];
+        let stats = subscription_stats(&named, &defaults, |sub| {
+            assert_eq!(sub, SubscriptionId(1));
+            vec![counters(1, 30), counters(0, 7)]
+        });
+        assert_eq!(stats.len(), 2);
+        assert_eq!((stats[0].name.as_str(), stats[0].ready, stats[0].lost), ("default", 5, 0));
+        assert_eq!((stats[1].name.as_str(), stats[1].partitions, stats[1].lost), ("late", 2, 37));
+    }
 }

@@ -14,7 +14,7 @@ use spool_wire::proto::{
     DeleteQueueRequest, DeleteQueueResponse, DescribeQueueRequest, DescribeQueueResponse,
     ErrorResponse, FrameDecoder, KeyMapStats, LeaderEpoch, MetadataResponse, NodeAddress,
     PartitionId, PartitionMetadata, PartitionStats, ProtoError, PurgeResponse, QueueMetadata,
-    Request, Response, SubscriptionStart, SubscriptionStats,
+    Request, Response, RetainedStats, SubscriptionStart, SubscriptionStats,
 };
 use spool_wire::ErrorCode;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -480,6 +480,7 @@ fn describe_answer(subscriptions: Vec<SubscriptionStats>) -> DescribeQueueRespon
             released: 0,
             lease_expired: 0,
             replication: None,
+            retained: RetainedStats { messages: 6, bytes: 60, oldest_age_ms: 9 },
         }],
         keys: KeyMapStats { version: 1, draining: vec![], held_from: 1 },
         subscriptions,
@@ -505,6 +506,7 @@ async fn describe_asks_version_2_and_falls_back_to_version_1() {
         oldest_ready_age_ms: 5,
         oldest_claim_age_ms: 7,
         acked: 2,
+        lost: 3,
     }];
     for newest in [2u16, 1] {
         let seen: Arc<Mutex<Vec<u16>>> = Arc::default();

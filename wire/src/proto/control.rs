@@ -179,7 +179,7 @@ pub use queues::{
     Backoff, BackoffKind, CreateQueueRequest, CreateQueueResponse, DeleteQueueRequest,
     DeleteQueueResponse, DescribeQueueRequest, DescribeQueueResponse, KeyMapStats,
     ListQueuesRequest, ListQueuesResponse, PartitionReplication, PartitionStats, QueueConfig,
-    QueueSummary,
+    QueueSummary, RetainedStats,
 };
 pub use resize::{ResizeQueueRequest, ResizeQueueResponse};
 pub use subscriptions::{

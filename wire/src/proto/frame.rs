@@ -71,6 +71,13 @@ pub const ENQUEUE_VERSION_KEY_MOVED: u16 = 2;
 /// default subscription.
 pub const INSPECT_VERSION_SUBSCRIPTION: u16 = 2;
 
+/// The CreateQueue version whose queue config may carry a retention window
+/// (`retention_ms`, `retention_bytes`; `docs/design/subscriptions.md` §5).
+/// A client sends it only for a queue with a window, so a broker that
+/// predates windows answers `UNSUPPORTED_VERSION` instead of creating the
+/// queue without one; an older request's window reads as none.
+pub const CREATE_QUEUE_VERSION_RETENTION: u16 = 2;
+
 /// The DescribeQueue version whose answer lists the queue's subscriptions
 /// with their counters (`DescribeQueueResponse::subscriptions`); an answer
 /// to an older version is the layout it always was.
@@ -179,12 +186,15 @@ impl ApiKey {
     /// ([`DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS`]): the answer lists the
     /// queue's subscriptions. Peek, Purge, DeadLetters and Redrive v2
     /// ([`INSPECT_VERSION_SUBSCRIPTION`]): the request names a subscription
-    /// and may be answered [`ErrorCode::SubscriptionNotFound`].
+    /// and may be answered [`ErrorCode::SubscriptionNotFound`]. CreateQueue
+    /// v2 ([`CREATE_QUEUE_VERSION_RETENTION`]): the config may carry a
+    /// retention window.
     ///
     /// [`PartitionId::ANY`]: crate::proto::PartitionId::ANY
     pub const fn max_version(self) -> u16 {
         match self {
             Self::Enqueue => ENQUEUE_VERSION_KEY_MOVED,
+            Self::CreateQueue => CREATE_QUEUE_VERSION_RETENTION,
             Self::Claim => CLAIM_VERSION_SUBSCRIPTION,
             Self::DescribeQueue => DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS,
             Self::Peek | Self::Purge | Self::DeadLetters | Self::Redrive => {

@@ -251,7 +251,8 @@ impl<'a> Request<'a> {
     /// As [`Request::encode`]; a version this codec does not speak; a
     /// field the version cannot carry (a Claim of partition `ANY` in v0, or
     /// naming a subscription before v3; a Peek, Purge, DeadLetters or
-    /// Redrive naming one before v2).
+    /// Redrive naming one before v2; a CreateQueue with a retention window
+    /// before v2).
     pub fn encode_version(
         &self,
         correlation_id: CorrelationId,
@@ -268,6 +269,7 @@ impl<'a> Request<'a> {
         self.validate()?;
         match self {
             Self::Claim(request) => request.validate_version(version)?,
+            Self::CreateQueue(request) => request.validate_version(version)?,
             Self::Peek(request) => check_subscription_version(&request.subscription, version)?,
             Self::Purge(request) => check_subscription_version(&request.subscription, version)?,
             Self::DeadLetters(request) => {
@@ -338,7 +340,8 @@ impl<'a> Request<'a> {
         let body = frame.body;
         let version = frame.header.api_version;
         // One request layout per key except Claim (v1: partition ANY; v3:
-        // the subscription) and the inspection keys (v2: the subscription).
+        // the subscription), the inspection keys (v2: the subscription) and
+        // CreateQueue (v2: the retention window).
         Ok(match frame.header.api_key {
             ApiKey::Enqueue => Self::Enqueue(EnqueueRequest::read(body)?),
             ApiKey::Claim => Self::Claim(ClaimRequest::read(body, version)?),
@@ -348,7 +351,7 @@ impl<'a> Request<'a> {
             ApiKey::CancelClaim => Self::CancelClaim(CancelClaimRequest::read(body)?),
             ApiKey::Authenticate => Self::Authenticate(AuthenticateRequest::read(body)?),
             ApiKey::Ping => Self::Ping(PingRequest::read(body)?),
-            ApiKey::CreateQueue => Self::CreateQueue(CreateQueueRequest::read(body)?),
+            ApiKey::CreateQueue => Self::CreateQueue(CreateQueueRequest::read(body, version)?),
             ApiKey::DeleteQueue => Self::DeleteQueue(DeleteQueueRequest::read(body)?),
             ApiKey::ListQueues => Self::ListQueues(ListQueuesRequest::read(body)?),
             ApiKey::DescribeQueue => Self::DescribeQueue(DescribeQueueRequest::read(body)?),

@@ -61,7 +61,8 @@ pub use control::{
     ListQueuesResponse, MessageState, MetadataRequest, MetadataResponse, PartitionMetadata,
     PartitionReplication, PartitionStats, PeekRequest, PeekResponse, PeekedMessage, PurgeRequest,
     PurgeResponse, QueueConfig, QueueMetadata, QueueSummary, RedriveRequest, RedriveResponse,
-    RedriveTarget, ResizeQueueRequest, ResizeQueueResponse, SubscriptionStart, SubscriptionStats,
+    RedriveTarget, ResizeQueueRequest, ResizeQueueResponse, RetainedStats, SubscriptionStart,
+    SubscriptionStats,
 };
 pub use data::{
     AckRequest, AckResponse, CancelClaimRequest, CancelClaimResponse, CancelOutcome, ClaimRequest,
@@ -72,8 +73,8 @@ pub use error::ProtoError;
 pub use frame::{
     decode_frame, peek_api_key, ApiKey, CorrelationId, Frame, FrameDecoder, FrameHeader,
     CLAIM_VERSION_ANY, CLAIM_VERSION_NOT_LEADER, CLAIM_VERSION_SUBSCRIPTION,
-    DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS, ENQUEUE_VERSION_KEY_MOVED, FLAG_RESPONSE,
-    INSPECT_VERSION_SUBSCRIPTION,
+    CREATE_QUEUE_VERSION_RETENTION, DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS,
+    ENQUEUE_VERSION_KEY_MOVED, FLAG_RESPONSE, INSPECT_VERSION_SUBSCRIPTION,
 };
 pub use ids::{AssignmentVersion, Generation, LeaderEpoch, Offset, PartitionId, WorkerId};
 pub use limits::{DELIVERY_TOKEN_BYTES, MAX_FRAME_BYTES};

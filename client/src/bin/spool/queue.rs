@@ -222,6 +222,7 @@ fn render_stats(described: &[spool_client::spool_wire::proto::DescribeQueueRespo
             released: 0,
             lease_expired: 0,
             replication: None,
+            retained: spool_client::spool_wire::proto::RetainedStats::default(),
         };
         for stats in &queue.partitions {
             total.ready += stats.ready;

@@ -16,11 +16,12 @@ use crate::limits::PRIORITY_BANDS_MAX;
 use crate::proto::codec::{check_len, check_range, validate_queue_name};
 use crate::proto::control_generated::spool::control as fb;
 use crate::proto::error::ProtoError;
-use crate::proto::frame::DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS;
+use crate::proto::frame::{CREATE_QUEUE_VERSION_RETENTION, DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS};
 use crate::proto::ids::{AssignmentVersion, PartitionId};
 use crate::proto::limits::{
     BACKOFF_CAP_MS_MAX, DEDUPE_WINDOW_MS_MAX, LEASE_LIFETIME_MS_MAX, LEASE_MS_MAX, LEASE_MS_MIN,
-    MAX_DELIVERIES_MAX, PARTITIONS_MAX, QUEUES_LISTED_MAX,
+    MAX_DELIVERIES_MAX, PARTITIONS_MAX, QUEUES_LISTED_MAX, RETENTION_BYTES_MIN, RETENTION_MS_MAX,
+    RETENTION_MS_MIN,
 };
 
 fn version_to_wire(version: AssignmentVersion) -> u64 {
@@ -77,6 +78,18 @@ pub struct QueueConfig {
     pub max_bytes: u64,
     /// Whether expired messages are dead-lettered (else only counted).
     pub dead_letter_on_expiry: bool,
+    /// Retention window by time (`docs/design/subscriptions.md` §5): a
+    /// record stays replayable this long after its enqueue, whether or not
+    /// every subscription finished it, and leaves then even if one had not
+    /// (that subscription *lost* it). 0 (no window by time) or
+    /// `RETENTION_MS_MIN..=RETENTION_MS_MAX`. Needs CreateQueue
+    /// [`CREATE_QUEUE_VERSION_RETENTION`].
+    pub retention_ms: u64,
+    /// Retention window by size: the oldest records leave while the
+    /// retained ones exceed this many bytes. 0 (no window by size) or at
+    /// least `RETENTION_BYTES_MIN`; the broker also wants it at most
+    /// `max_bytes`. Needs CreateQueue [`CREATE_QUEUE_VERSION_RETENTION`].
+    pub retention_bytes: u64,
 }
 
 impl QueueConfig {
@@ -113,7 +126,20 @@ impl QueueConfig {
         }
         check_range("dedupe_window_ms", self.dedupe_window_ms, 0, DEDUPE_WINDOW_MS_MAX)?;
         check_range("max_messages", self.max_messages, 1, u64::MAX)?;
-        check_range("max_bytes", self.max_bytes, 1, u64::MAX)
+        check_range("max_bytes", self.max_bytes, 1, u64::MAX)?;
+        if self.retention_ms != 0 {
+            check_range("retention_ms", self.retention_ms, RETENTION_MS_MIN, RETENTION_MS_MAX)?;
+        }
+        if self.retention_bytes != 0 {
+            check_range("retention_bytes", self.retention_bytes, RETENTION_BYTES_MIN, u64::MAX)?;
+        }
+        Ok(())
+    }
+
+    /// Whether the queue keeps records for replay by a retention window
+    /// (time or size) rather than until every subscription finished them.
+    pub fn has_window(&self) -> bool {
+        self.retention_ms != 0 || self.retention_bytes != 0
     }
 
     fn build<'b>(&self, builder: &mut FlatBufferBuilder<'b>) -> WIPOffset<fb::QueueConfig<'b>> {
@@ -143,6 +169,8 @@ impl QueueConfig {
                 max_messages: self.max_messages,
                 max_bytes: self.max_bytes,
                 dead_letter_on_expiry: self.dead_letter_on_expiry,
+                retention_ms: self.retention_ms,
+                retention_bytes: self.retention_bytes,
             },
         )
     }
@@ -172,6 +200,8 @@ impl QueueConfig {
             max_messages: config.max_messages(),
             max_bytes: config.max_bytes(),
             dead_letter_on_expiry: config.dead_letter_on_expiry(),
+            retention_ms: config.retention_ms(),
+            retention_bytes: config.retention_bytes(),
         })
     }
 }
@@ -183,7 +213,11 @@ impl QueueConfig {
 pub struct CreateQueueRequest {
     /// Queue name.
     pub name: String,
-    /// Its configuration.
+    /// Its configuration. A retention window
+    /// ([`QueueConfig::has_window`]) goes only in version
+    /// [`CREATE_QUEUE_VERSION_RETENTION`] or later: a broker that predates
+    /// windows refuses that version (`UNSUPPORTED_VERSION`) instead of
+    /// creating the queue without its window.
     pub config: QueueConfig,
 }
 
@@ -193,6 +227,21 @@ impl CreateQueueRequest {
     pub fn validate(&self) -> Result<(), ProtoError> {
         validate_queue_name(&self.name)?;
         self.config.validate()
+    }
+
+    /// Refuses a retention window in a version before
+    /// [`CREATE_QUEUE_VERSION_RETENTION`] (the encoder's check: such a
+    /// request would reach the broker as one for a queue without a window).
+    ///
+    /// # Errors
+    /// [`ProtoError::Inconsistent`].
+    pub fn validate_version(&self, version: u16) -> Result<(), ProtoError> {
+        if self.config.has_window() && version < CREATE_QUEUE_VERSION_RETENTION {
+            return Err(ProtoError::Inconsistent(
+                "a CreateQueue with a retention window needs version 2",
+            ));
+        }
+        Ok(())
     }
 
     pub(crate) fn write(&self, out: &mut Vec<u8>) {
@@ -206,12 +255,17 @@ impl CreateQueueRequest {
         finish(builder, root, out);
     }
 
-    pub(crate) fn read(body: &[u8]) -> Result<Self, ProtoError> {
+    /// Reads `version` of CreateQueue: before
+    /// [`CREATE_QUEUE_VERSION_RETENTION`] the window reads as none,
+    /// whatever the bytes hold (as a broker of that version reads it).
+    pub(crate) fn read(body: &[u8], version: u16) -> Result<Self, ProtoError> {
         let table = root::<fb::CreateQueueRequest<'_>>(body)?;
-        let request = Self {
-            name: required(table.name(), "name")?.to_owned(),
-            config: QueueConfig::from_fb(required(table.config(), "config")?)?,
-        };
+        let mut config = QueueConfig::from_fb(required(table.config(), "config")?)?;
+        if version < CREATE_QUEUE_VERSION_RETENTION {
+            config.retention_ms = 0;
+            config.retention_bytes = 0;
+        }
+        let request = Self { name: required(table.name(), "name")?.to_owned(), config };
         request.validate()?;
         Ok(request)
     }
@@ -380,6 +434,23 @@ pub struct PartitionStats {
     /// A replicated partition's replication, as its leader reports it;
     /// `None` on a single node (and from a broker that predates it).
     pub replication: Option<PartitionReplication>,
+    /// What the partition keeps for replay: the records of its shared
+    /// index (those a subscription started at the earliest record now
+    /// would be given; with a retention window also those every
+    /// subscription finished), their bytes, and the age of the oldest (0:
+    /// none). All 0 from a broker that predates retention windows.
+    pub retained: RetainedStats,
+}
+
+/// What a partition keeps for replay (its shared index).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RetainedStats {
+    /// Records.
+    pub messages: u64,
+    /// Their record bytes.
+    pub bytes: u64,
+    /// Age of the oldest (0: none).
+    pub oldest_age_ms: u64,
 }
 
 /// Replication of one partition, as its leader sees it.
@@ -471,6 +542,9 @@ impl DescribeQueueResponse {
                         term: stats.replication.map_or(0, |r| r.term),
                         committed_index: stats.replication.map_or(0, |r| r.committed_index),
                         lag_entries: stats.replication.map_or(0, |r| r.lag_entries),
+                        retained_messages: stats.retained.messages,
+                        retained_bytes: stats.retained.bytes,
+                        oldest_retained_age_ms: stats.retained.oldest_age_ms,
                     },
                 )
             })
@@ -524,6 +598,11 @@ impl DescribeQueueResponse {
                     committed_index: stats.committed_index(),
                     lag_entries: stats.lag_entries(),
                 }),
+                retained: RetainedStats {
+                    messages: stats.retained_messages(),
+                    bytes: stats.retained_bytes(),
+                    oldest_age_ms: stats.oldest_retained_age_ms(),
+                },
             })
             .collect();
         let response = Self {

@@ -239,6 +239,10 @@ pub struct SubscriptionStats {
     pub oldest_claim_age_ms: u64,
     /// Acks in this subscription, ever (cumulative).
     pub acked: u64,
+    /// Records the queue's retention window dropped before this
+    /// subscription delivered them, ever (cumulative; 0 without a window,
+    /// and from a broker that predates windows).
+    pub lost: u64,
 }
 
 impl SubscriptionStats {
@@ -253,6 +257,7 @@ impl SubscriptionStats {
         self.oldest_ready_age_ms = self.oldest_ready_age_ms.max(other.oldest_ready_age_ms);
         self.oldest_claim_age_ms = self.oldest_claim_age_ms.max(other.oldest_claim_age_ms);
         self.acked = self.acked.saturating_add(other.acked);
+        self.lost = self.lost.saturating_add(other.lost);
     }
 }
 
@@ -287,6 +292,7 @@ pub(super) fn build_stats<'b>(
                     oldest_ready_age_ms: stats.oldest_ready_age_ms,
                     oldest_claim_age_ms: stats.oldest_claim_age_ms,
                     acked: stats.acked,
+                    lost: stats.lost,
                 },
             )
         })
@@ -319,6 +325,7 @@ pub(super) fn read_stats(
                 oldest_ready_age_ms: stats.oldest_ready_age_ms(),
                 oldest_claim_age_ms: stats.oldest_claim_age_ms(),
                 acked: stats.acked(),
+                lost: stats.lost(),
             })
         })
         .collect()

@@ -444,6 +444,8 @@ impl<'a> QueueConfig<'a> {
   pub const VT_MAX_MESSAGES: ::flatbuffers::VOffsetT = 22;
   pub const VT_MAX_BYTES: ::flatbuffers::VOffsetT = 24;
   pub const VT_DEAD_LETTER_ON_EXPIRY: ::flatbuffers::VOffsetT = 26;
+  pub const VT_RETENTION_MS: ::flatbuffers::VOffsetT = 28;
+  pub const VT_RETENTION_BYTES: ::flatbuffers::VOffsetT = 30;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -455,6 +457,8 @@ impl<'a> QueueConfig<'a> {
     args: &'args QueueConfigArgs<'args>
   ) -> ::flatbuffers::WIPOffset<QueueConfig<'bldr>> {
     let mut builder = QueueConfigBuilder::new(_fbb);
+    builder.add_retention_bytes(args.retention_bytes);
+    builder.add_retention_ms(args.retention_ms);
     builder.add_max_bytes(args.max_bytes);
     builder.add_max_messages(args.max_messages);
     builder.add_dedupe_window_ms(args.dedupe_window_ms);
@@ -555,6 +559,20 @@ impl<'a> QueueConfig<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<bool>(QueueConfig::VT_DEAD_LETTER_ON_EXPIRY, Some(false)).unwrap()}
   }
+  #[inline]
+  pub fn retention_ms(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(QueueConfig::VT_RETENTION_MS, Some(0)).unwrap()}
+  }
+  #[inline]
+  pub fn retention_bytes(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(QueueConfig::VT_RETENTION_BYTES, Some(0)).unwrap()}
+  }
 }
 
 impl ::flatbuffers::Verifiable for QueueConfig<'_> {
@@ -575,6 +593,8 @@ impl ::flatbuffers::Verifiable for QueueConfig<'_> {
      .visit_field::<u64>("max_messages", Self::VT_MAX_MESSAGES, false)?
      .visit_field::<u64>("max_bytes", Self::VT_MAX_BYTES, false)?
      .visit_field::<bool>("dead_letter_on_expiry", Self::VT_DEAD_LETTER_ON_EXPIRY, false)?
+     .visit_field::<u64>("retention_ms", Self::VT_RETENTION_MS, false)?
+     .visit_field::<u64>("retention_bytes", Self::VT_RETENTION_BYTES, false)?
      .finish();
     Ok(())
   }
@@ -592,6 +612,8 @@ pub struct QueueConfigArgs<'a> {
     pub max_messages: u64,
     pub max_bytes: u64,
     pub dead_letter_on_expiry: bool,
+    pub retention_ms: u64,
+    pub retention_bytes: u64,
 }
 impl<'a> Default for QueueConfigArgs<'a> {
   #[inline]
@@ -609,6 +631,8 @@ impl<'a> Default for QueueConfigArgs<'a> {
       max_messages: 0,
       max_bytes: 0,
       dead_letter_on_expiry: false,
+      retention_ms: 0,
+      retention_bytes: 0,
     }
   }
 }
@@ -667,6 +691,14 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> QueueConfigBuilder<'a, 'b, A>
     self.fbb_.push_slot::<bool>(QueueConfig::VT_DEAD_LETTER_ON_EXPIRY, dead_letter_on_expiry, false);
   }
   #[inline]
+  pub fn add_retention_ms(&mut self, retention_ms: u64) {
+    self.fbb_.push_slot::<u64>(QueueConfig::VT_RETENTION_MS, retention_ms, 0);
+  }
+  #[inline]
+  pub fn add_retention_bytes(&mut self, retention_bytes: u64) {
+    self.fbb_.push_slot::<u64>(QueueConfig::VT_RETENTION_BYTES, retention_bytes, 0);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> QueueConfigBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     QueueConfigBuilder {
@@ -696,6 +728,8 @@ impl ::core::fmt::Debug for QueueConfig<'_> {
       ds.field("max_messages", &self.max_messages());
       ds.field("max_bytes", &self.max_bytes());
       ds.field("dead_letter_on_expiry", &self.dead_letter_on_expiry());
+      ds.field("retention_ms", &self.retention_ms());
+      ds.field("retention_bytes", &self.retention_bytes());
       ds.finish()
   }
 }
@@ -1514,6 +1548,9 @@ impl<'a> PartitionStats<'a> {
   pub const VT_TERM: ::flatbuffers::VOffsetT = 28;
   pub const VT_COMMITTED_INDEX: ::flatbuffers::VOffsetT = 30;
   pub const VT_LAG_ENTRIES: ::flatbuffers::VOffsetT = 32;
+  pub const VT_RETAINED_MESSAGES: ::flatbuffers::VOffsetT = 34;
+  pub const VT_RETAINED_BYTES: ::flatbuffers::VOffsetT = 36;
+  pub const VT_OLDEST_RETAINED_AGE_MS: ::flatbuffers::VOffsetT = 38;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -1525,6 +1562,9 @@ impl<'a> PartitionStats<'a> {
     args: &'args PartitionStatsArgs
   ) -> ::flatbuffers::WIPOffset<PartitionStats<'bldr>> {
     let mut builder = PartitionStatsBuilder::new(_fbb);
+    builder.add_oldest_retained_age_ms(args.oldest_retained_age_ms);
+    builder.add_retained_bytes(args.retained_bytes);
+    builder.add_retained_messages(args.retained_messages);
     builder.add_lag_entries(args.lag_entries);
     builder.add_committed_index(args.committed_index);
     builder.add_term(args.term);
@@ -1649,6 +1689,27 @@ impl<'a> PartitionStats<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<u64>(PartitionStats::VT_LAG_ENTRIES, Some(0)).unwrap()}
   }
+  #[inline]
+  pub fn retained_messages(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(PartitionStats::VT_RETAINED_MESSAGES, Some(0)).unwrap()}
+  }
+  #[inline]
+  pub fn retained_bytes(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(PartitionStats::VT_RETAINED_BYTES, Some(0)).unwrap()}
+  }
+  #[inline]
+  pub fn oldest_retained_age_ms(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(PartitionStats::VT_OLDEST_RETAINED_AGE_MS, Some(0)).unwrap()}
+  }
 }
 
 impl ::flatbuffers::Verifiable for PartitionStats<'_> {
@@ -1672,6 +1733,9 @@ impl ::flatbuffers::Verifiable for PartitionStats<'_> {
      .visit_field::<u64>("term", Self::VT_TERM, false)?
      .visit_field::<u64>("committed_index", Self::VT_COMMITTED_INDEX, false)?
      .visit_field::<u64>("lag_entries", Self::VT_LAG_ENTRIES, false)?
+     .visit_field::<u64>("retained_messages", Self::VT_RETAINED_MESSAGES, false)?
+     .visit_field::<u64>("retained_bytes", Self::VT_RETAINED_BYTES, false)?
+     .visit_field::<u64>("oldest_retained_age_ms", Self::VT_OLDEST_RETAINED_AGE_MS, false)?
      .finish();
     Ok(())
   }
@@ -1692,6 +1756,9 @@ pub struct PartitionStatsArgs {
     pub term: u64,
     pub committed_index: u64,
     pub lag_entries: u64,
+    pub retained_messages: u64,
+    pub retained_bytes: u64,
+    pub oldest_retained_age_ms: u64,
 }
 impl<'a> Default for PartitionStatsArgs {
   #[inline]
@@ -1712,6 +1779,9 @@ impl<'a> Default for PartitionStatsArgs {
       term: 0,
       committed_index: 0,
       lag_entries: 0,
+      retained_messages: 0,
+      retained_bytes: 0,
+      oldest_retained_age_ms: 0,
     }
   }
 }
@@ -1782,6 +1852,18 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> PartitionStatsBuilder<'a, 'b,
     self.fbb_.push_slot::<u64>(PartitionStats::VT_LAG_ENTRIES, lag_entries, 0);
   }
   #[inline]
+  pub fn add_retained_messages(&mut self, retained_messages: u64) {
+    self.fbb_.push_slot::<u64>(PartitionStats::VT_RETAINED_MESSAGES, retained_messages, 0);
+  }
+  #[inline]
+  pub fn add_retained_bytes(&mut self, retained_bytes: u64) {
+    self.fbb_.push_slot::<u64>(PartitionStats::VT_RETAINED_BYTES, retained_bytes, 0);
+  }
+  #[inline]
+  pub fn add_oldest_retained_age_ms(&mut self, oldest_retained_age_ms: u64) {
+    self.fbb_.push_slot::<u64>(PartitionStats::VT_OLDEST_RETAINED_AGE_MS, oldest_retained_age_ms, 0);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> PartitionStatsBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     PartitionStatsBuilder {
@@ -1814,6 +1896,9 @@ impl ::core::fmt::Debug for PartitionStats<'_> {
       ds.field("term", &self.term());
       ds.field("committed_index", &self.committed_index());
       ds.field("lag_entries", &self.lag_entries());
+      ds.field("retained_messages", &self.retained_messages());
+      ds.field("retained_bytes", &self.retained_bytes());
+      ds.field("oldest_retained_age_ms", &self.oldest_retained_age_ms());
       ds.finish()
   }
 }
@@ -1845,6 +1930,7 @@ impl<'a> SubscriptionStats<'a> {
   pub const VT_OLDEST_CLAIM_AGE_MS: ::flatbuffers::VOffsetT = 22;
   pub const VT_ACKED: ::flatbuffers::VOffsetT = 24;
   pub const VT_START_AT: ::flatbuffers::VOffsetT = 26;
+  pub const VT_LOST: ::flatbuffers::VOffsetT = 28;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -1856,6 +1942,7 @@ impl<'a> SubscriptionStats<'a> {
     args: &'args SubscriptionStatsArgs<'args>
   ) -> ::flatbuffers::WIPOffset<SubscriptionStats<'bldr>> {
     let mut builder = SubscriptionStatsBuilder::new(_fbb);
+    builder.add_lost(args.lost);
     builder.add_start_at(args.start_at);
     builder.add_acked(args.acked);
     builder.add_oldest_claim_age_ms(args.oldest_claim_age_ms);
@@ -1956,6 +2043,13 @@ impl<'a> SubscriptionStats<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<u64>(SubscriptionStats::VT_START_AT, Some(0)).unwrap()}
   }
+  #[inline]
+  pub fn lost(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(SubscriptionStats::VT_LOST, Some(0)).unwrap()}
+  }
 }
 
 impl ::flatbuffers::Verifiable for SubscriptionStats<'_> {
@@ -1976,6 +2070,7 @@ impl ::flatbuffers::Verifiable for SubscriptionStats<'_> {
      .visit_field::<u64>("oldest_claim_age_ms", Self::VT_OLDEST_CLAIM_AGE_MS, false)?
      .visit_field::<u64>("acked", Self::VT_ACKED, false)?
      .visit_field::<u64>("start_at", Self::VT_START_AT, false)?
+     .visit_field::<u64>("lost", Self::VT_LOST, false)?
      .finish();
     Ok(())
   }
@@ -1993,6 +2088,7 @@ pub struct SubscriptionStatsArgs<'a> {
     pub oldest_claim_age_ms: u64,
     pub acked: u64,
     pub start_at: u64,
+    pub lost: u64,
 }
 impl<'a> Default for SubscriptionStatsArgs<'a> {
   #[inline]
@@ -2010,6 +2106,7 @@ impl<'a> Default for SubscriptionStatsArgs<'a> {
       oldest_claim_age_ms: 0,
       acked: 0,
       start_at: 0,
+      lost: 0,
     }
   }
 }
@@ -2068,6 +2165,10 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> SubscriptionStatsBuilder<'a, 
     self.fbb_.push_slot::<u64>(SubscriptionStats::VT_START_AT, start_at, 0);
   }
   #[inline]
+  pub fn add_lost(&mut self, lost: u64) {
+    self.fbb_.push_slot::<u64>(SubscriptionStats::VT_LOST, lost, 0);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> SubscriptionStatsBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     SubscriptionStatsBuilder {
@@ -2097,6 +2198,7 @@ impl ::core::fmt::Debug for SubscriptionStats<'_> {
       ds.field("oldest_claim_age_ms", &self.oldest_claim_age_ms());
       ds.field("acked", &self.acked());
       ds.field("start_at", &self.start_at());
+      ds.field("lost", &self.lost());
       ds.finish()
   }
 }
