@@ -3,15 +3,19 @@
 //! The config decides outcomes in *decisions* (which lease is allowed, when a
 //! release becomes ready, when a message is quarantined); the resulting events
 //! carry those outcomes explicitly, so replay does not depend on the config
-//! except for the number of bands, the fairness weights and the dedupe window
-//! (see `docs/design/queue-semantics.md`).
+//! except for the number of bands, the fairness weights, the dedupe window
+//! and whether the queue has a retention window (a record no subscription
+//! has left to deliver stays in the shared index only with one; see
+//! `docs/design/queue-semantics.md`). A queue's config does not change
+//! after its creation.
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::limits::{
     BACKOFF_CAP_MS_MAX, DEDUPE_WINDOW_MS_MAX, LEASE_LIFETIME_MS_MAX, PRIORITY_BANDS_MAX,
-    PRIORITY_BANDS_MIN, QUEUE_BYTES_MAX, QUEUE_MESSAGES_MAX, WEIGHT_MAX,
+    PRIORITY_BANDS_MIN, QUEUE_BYTES_MAX, QUEUE_MESSAGES_MAX, RETENTION_BYTES_MIN, RETENTION_MS_MAX,
+    RETENTION_MS_MIN, WEIGHT_MAX,
 };
 use super::types::Millis;
 
@@ -83,6 +87,20 @@ pub struct QueueConfig {
     /// Expired messages go to the dead-letter queue instead of being counted
     /// and dropped from serving state.
     pub dead_letter_on_expiry: bool,
+    /// Retention window by time: a record stays in the queue (replayable
+    /// by a subscription started at or before it) until this long after
+    /// its enqueue, whether or not every subscription finished it, and
+    /// leaves then even if one had not (that subscription is told: its
+    /// `lost` count and loss reports). 0: no window by time.
+    /// `docs/design/subscriptions.md` §5.
+    #[serde(default)]
+    pub retention_ms: Millis,
+    /// Retention window by size: the oldest records leave while the
+    /// records kept for replay exceed this many bytes. 0: no window by
+    /// size. With neither window a record leaves once every subscription
+    /// finished it (acked, expired or purged it): the work-queue default.
+    #[serde(default)]
+    pub retention_bytes: u64,
 }
 
 impl Default for QueueConfig {
@@ -101,6 +119,8 @@ impl Default for QueueConfig {
             max_messages: 10_000_000,
             max_bytes: 16 << 30,
             dead_letter_on_expiry: false,
+            retention_ms: 0,
+            retention_bytes: 0,
         }
     }
 }
@@ -125,12 +145,22 @@ pub enum ConfigError {
     MaxBytes(u64),
     #[error("backoff cap {0} ms exceeds {BACKOFF_CAP_MS_MAX} ms")]
     BackoffCap(Millis),
+    #[error("retention window {0} ms must be 0 (none) or {RETENTION_MS_MIN}..={RETENTION_MS_MAX}")]
+    RetentionMs(Millis),
+    #[error("retention window of {bytes} bytes must be 0 (none) or {RETENTION_BYTES_MIN}..=max_bytes ({max_bytes})")]
+    RetentionBytes { bytes: u64, max_bytes: u64 },
 }
 
 impl QueueConfig {
     /// Number of priority bands.
     pub fn bands(&self) -> usize {
         self.band_weights.len()
+    }
+
+    /// Whether the queue keeps records for replay by a window (time or
+    /// size) rather than until every subscription finished them.
+    pub fn has_window(&self) -> bool {
+        self.retention_ms > 0 || self.retention_bytes > 0
     }
 
     /// Checks every field against its bounds.
@@ -181,6 +211,19 @@ impl QueueConfig {
         };
         if cap > BACKOFF_CAP_MS_MAX {
             return Err(ConfigError::BackoffCap(cap));
+        }
+        if self.retention_ms != 0
+            && !(RETENTION_MS_MIN..=RETENTION_MS_MAX).contains(&self.retention_ms)
+        {
+            return Err(ConfigError::RetentionMs(self.retention_ms));
+        }
+        if self.retention_bytes != 0
+            && !(RETENTION_BYTES_MIN..=self.max_bytes).contains(&self.retention_bytes)
+        {
+            return Err(ConfigError::RetentionBytes {
+                bytes: self.retention_bytes,
+                max_bytes: self.max_bytes,
+            });
         }
         Ok(())
     }

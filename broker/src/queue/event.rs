@@ -9,7 +9,7 @@
 //! Common layout (byte offsets; all integers little-endian):
 //!
 //! ```text
-//!  0  u8   kind            1..=14, see EventKind
+//!  0  u8   kind            1..=17, see EventKind
 //!  1  u8   lane            0 main, 1 dead-letter (Quarantined: cause 1 deliveries, 2 expired)
 //!  2  u16  reason          Released, Quarantined; Membership: the change (1 learner,
 //!                          2 voter, 3 remove); else 0
@@ -33,7 +33,8 @@
 //! queue with only the default writes exactly the bytes it always did.
 //! `SubscriptionStarted` (15) and `SubscriptionEnded` (16) carry the
 //! subscription in `reason` (never 0) and, for a start, its first offset
-//! in `offset`.
+//! in `offset`. `WindowPassed` (17) carries the first offset the queue's
+//! retention window keeps in `offset`.
 //!
 //! `Attributed` (kind 11) names who wrote a data batch: the enqueue path
 //! appends it right behind the batch, in the same synchronous step, for an
@@ -87,6 +88,7 @@ pub enum EventKind {
     Membership = 14,
     SubscriptionStarted = 15,
     SubscriptionEnded = 16,
+    WindowPassed = 17,
 }
 
 /// One state transition. See `docs/design/queue-semantics.md` for what each
@@ -185,6 +187,13 @@ pub enum Event {
     /// Subscription `sub` ends on this partition: its delivery state goes,
     /// and records only it held leave. Never the default one.
     SubscriptionEnded { sub: SubscriptionId, at_ms: Millis },
+    /// The queue's retention window passed at `at_ms`
+    /// (`docs/design/subscriptions.md` §5): every record of the shared
+    /// index below `through` leaves it, and so does every one no
+    /// subscription has left to deliver whose expiry passed. A
+    /// subscription that still had one to deliver lost it (counted and
+    /// reported, `queue/state/window.rs`). Only a queue with a window.
+    WindowPassed { through: Offset, at_ms: Millis },
 }
 
 /// The common fields every control record has, before kind-specific meaning.
@@ -219,6 +228,7 @@ impl Event {
             | Self::Purged { offset, .. }
             | Self::Attributed { offset, .. } => offset,
             Self::SubscriptionStarted { from, .. } => from,
+            Self::WindowPassed { through, .. } => through,
             Self::TermStarted { .. }
             | Self::KeyMap { .. }
             | Self::Membership { .. }
@@ -395,6 +405,12 @@ impl Event {
                 at_ms,
                 ..Fields::default()
             },
+            Self::WindowPassed { through, at_ms } => Fields {
+                kind: EventKind::WindowPassed as u8,
+                offset: through.0,
+                at_ms,
+                ..Fields::default()
+            },
         };
         Some(f)
     }
@@ -435,7 +451,7 @@ impl Event {
         let first = *bytes.first().ok_or(CodecError::Length { expected: EVENT_BYTES, got: 0 })?;
         let named = first & SUBSCRIPTION_FLAG != 0;
         let kind = first & !SUBSCRIPTION_FLAG;
-        if !(EventKind::Claimed as u8..=EventKind::SubscriptionEnded as u8).contains(&kind)
+        if !(EventKind::Claimed as u8..=EventKind::WindowPassed as u8).contains(&kind)
             || (named && kind > EventKind::Purged as u8)
         {
             return Err(CodecError::UnknownKind(first));
@@ -589,6 +605,10 @@ impl Event {
                     zero(offset.0 == 0)?;
                     Self::SubscriptionEnded { sub, at_ms }
                 }
+            }
+            17 => {
+                zero(lane_byte == 0 && reason == 0 && generation.0 == 0 && time_ms == 0)?;
+                Self::WindowPassed { through: offset, at_ms }
             }
             other => return Err(CodecError::UnknownKind(other)),
         };

@@ -73,6 +73,11 @@ impl FreshBand {
         self.live
     }
 
+    /// Record bytes of the live messages.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
     fn view(&self, entry: &FreshEntry) -> FreshView {
         let expiry_ms = match entry.expiry_code {
             NO_EXPIRY => NEVER,

@@ -29,6 +29,19 @@ pub const LEASE_LIFETIME_MS_MAX: Millis = wire::LEASE_LIFETIME_MS_MAX;
 pub const BACKOFF_CAP_MS_MAX: Millis = wire::BACKOFF_CAP_MS_MAX as Millis;
 /// Longest dedupe window: seven days.
 pub const DEDUPE_WINDOW_MS_MAX: Millis = wire::DEDUPE_WINDOW_MS_MAX;
+/// Longest retention window by time: thirty days.
+pub const RETENTION_MS_MAX: Millis = wire::RETENTION_MS_MAX;
+/// Shortest retention window by time: one second.
+pub const RETENTION_MS_MIN: Millis = wire::RETENTION_MS_MIN;
+/// Smallest retention window by size: 1 MiB.
+pub const RETENTION_BYTES_MIN: u64 = wire::RETENTION_BYTES_MIN;
+/// Most shared records one `WindowPassed` drops: the tick names a bound
+/// below at most this many and ticks again (the apply of one event is
+/// bounded work).
+pub const WINDOW_DROP_MAX: usize = 4096;
+/// Loss reports kept per subscription (`Loss`, the newest): older ones
+/// survive only in the subscription's `lost` total.
+pub const LOSS_REPORTS_MAX: usize = 32;
 /// Latest `not_before` a release may ask for, relative to now: seven days.
 pub const RELEASE_DELAY_MS_MAX: Millis = wire::RELEASE_DELAY_MS_MAX as Millis;
 /// Largest `max_messages` a queue partition may be configured with.

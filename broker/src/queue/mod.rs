@@ -91,7 +91,7 @@ pub use event::{Event, EventKind, CLAIMED_EVENT_BYTES, EVENT_BYTES};
 pub use members::{MemberStep, Members, MembershipChange};
 pub use snapshot::{PendingRestore, Restored, SnapshotEncoder};
 pub use state::{
-    LoggedKeyMap, MessagePhase, MessageView, PartitionContext, PartitionState, QueueCounters,
+    LoggedKeyMap, Loss, MessagePhase, MessageView, PartitionContext, PartitionState, QueueCounters,
     Totals,
 };
 pub use token::{DeliveryToken, TokenClaim, TokenKey, DELIVERY_TOKEN_BYTES};

@@ -12,7 +12,8 @@
 //! the key map the log names last (version 4: u64 version, 0 for none, and
 //! u32 partition count) and a replicated partition's group members (u8
 //! flag, then the voters and the learners, each a u64 count and ids), the
-//! subscriptions (version 5, `SNAPSHOT_VERSION` below), then crc32c of
+//! subscriptions (version 5), the losses (version 6, `SNAPSHOT_VERSION`
+//! below), then crc32c of
 //! everything before it. Derived indexes (phase sets, expiry
 //! index, chunk headers) are not stored.
 //!
@@ -59,7 +60,16 @@ const SNAPSHOT_MAGIC: u32 = u32::from_le_bytes(*b"SPQS");
 /// its u64 count). The fresh section is the shared index, the warm and
 /// dead sections the default's. Versions 1 to 4 read as the default
 /// subscription alone.
-const SNAPSHOT_VERSION: u16 = 5;
+///
+/// Version 6 adds the retention window's losses (`state/window.rs`), a
+/// trailing section: for every subscription, the default first, its
+/// `lost` total (u64) and its loss reports (u64 count, then from, to,
+/// count and at_ms, u64 each). With a window the fresh section also holds
+/// records no subscription has left to deliver. Version 5 reads with no
+/// losses.
+const SNAPSHOT_VERSION: u16 = 6;
+/// The version before the losses section.
+const SNAPSHOT_VERSION_V5: u16 = 5;
 /// The version before the subscriptions section.
 const SNAPSHOT_VERSION_V4: u16 = 4;
 /// The version before the key map section.
@@ -160,6 +170,8 @@ const DEDUPE_REF_BYTES: usize = 8 + 8 + 8 + 4;
 const STORED_RUN_BYTES: usize = 8 + 8 + 8;
 /// A count: principal, messages, bytes.
 const STORED_COUNT_BYTES: usize = 8 + 8 + 8;
+/// A loss report: from, to, count, at_ms.
+const LOSS_BYTES: usize = 8 + 8 + 8 + 8;
 
 const PHASE_SCHEDULED: u8 = 1;
 const PHASE_READY: u8 = 2;

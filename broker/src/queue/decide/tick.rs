@@ -148,7 +148,8 @@ impl PartitionState {
     }
 
     /// Everything time has made due at `now`: lease expiries, scheduled
-    /// messages becoming ready, message expiries. At most one event per
+    /// messages becoming ready, message expiries, and last the queue's
+    /// retention window passing (`state/window.rs`). At most one event per
     /// message and at most `TICK_EVENTS_MAX`, in offset order; when more are
     /// due, each source contributes its earliest `TICK_EVENTS_MAX` and the
     /// caller ticks again (after applying) while the answer is full, so a
@@ -180,6 +181,9 @@ impl PartitionState {
             out.extend(self.tick_sub(s, now, durable_end, &expired));
         }
         out.truncate(TICK_EVENTS_MAX);
+        // Last: the subscriptions' own events name entries the window may
+        // drop, and apply in this order.
+        out.extend(self.window_event(now, durable_end, &expired));
         out
     }
 
@@ -224,6 +228,6 @@ impl PartitionState {
             [claims, scheduled, warm].into_iter().flatten()
         });
         let fresh = self.fresh.iter().map(|f| f.min_expiry_ms()).filter(|&t| t != NEVER);
-        subs.chain(fresh).min()
+        subs.chain(fresh).chain(self.window_wakeup()).min()
     }
 }

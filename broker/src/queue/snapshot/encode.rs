@@ -14,9 +14,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 
 use super::{
-    Writer, DEAD_ENTRY_BYTES, DEDUPE_ENTRY_BYTES, FRESH_ENTRY_BYTES, PHASE_CLAIMED, PHASE_READY,
-    PHASE_SCHEDULED, SNAPSHOT_MAGIC, SNAPSHOT_VERSION, STORED_COUNT_BYTES, STORED_RUN_BYTES,
-    WARM_ENTRY_BYTES,
+    Writer, DEAD_ENTRY_BYTES, DEDUPE_ENTRY_BYTES, FRESH_ENTRY_BYTES, LOSS_BYTES, PHASE_CLAIMED,
+    PHASE_READY, PHASE_SCHEDULED, SNAPSHOT_MAGIC, SNAPSHOT_VERSION, STORED_COUNT_BYTES,
+    STORED_RUN_BYTES, WARM_ENTRY_BYTES,
 };
 use crate::queue::dedupe::{DedupeCapture, DedupeCursor, DedupeTable, GenerationRef};
 use crate::queue::error::CodecError;
@@ -73,6 +73,9 @@ enum Section {
     /// its warm entries, then its dead letters.
     SubWarm(usize),
     SubDead(usize),
+    /// Every subscription's `lost` total and loss reports (version 6),
+    /// taken whole when the snapshot began.
+    Losses,
     DedupeRefs,
     DedupeCount,
     Dedupe,
@@ -107,6 +110,8 @@ pub struct SnapshotEncoder {
     sub_ids: Vec<SubscriptionId>,
     sub_heads: Vec<Vec<u8>>,
     sub_counts: Vec<(u64, u64)>,
+    /// The losses section, taken whole when the snapshot began.
+    losses: Vec<u8>,
     pub(super) dedupe: DedupeCapture,
     dedupe_cursor: DedupeCursor,
     dedupe_count: u64,
@@ -356,7 +361,21 @@ impl PartitionState {
                 w.0
             })
             .collect();
+        let mut losses = Writer(Vec::with_capacity(self.subs.len() * 16));
+        for d in &self.subs {
+            losses.u64(d.totals.lost);
+            losses.u64(d.losses.len() as u64);
+            for loss in &d.losses {
+                losses.u64(loss.from.0);
+                losses.u64(loss.to.0);
+                losses.u64(loss.count);
+                losses.u64(loss.at_ms);
+            }
+        }
+        debug_assert!(losses.0.len() >= self.subs.len() * 16);
+        debug_assert!((losses.0.len() - self.subs.len() * 16).is_multiple_of(LOSS_BYTES));
         SnapshotEncoder {
+            losses: losses.0,
             subs_head: head.0,
             sub_ids: others.iter().map(|d| d.id).collect(),
             sub_heads,
@@ -655,6 +674,10 @@ impl PartitionState {
                     w.0.extend_from_slice(&encoder.stored);
                     true
                 }
+                Section::Losses => {
+                    w.0.extend_from_slice(&encoder.losses);
+                    true
+                }
                 Section::Done => true,
             };
             encoder.emitted += emitted;
@@ -669,6 +692,7 @@ impl PartitionState {
                 Section::SubDead(i) => Some(encoder.sub_counts[i].1),
                 Section::Dedupe => Some(encoder.dedupe_count),
                 Section::Header
+                | Section::Losses
                 | Section::Subscriptions
                 | Section::DedupeRefs
                 | Section::DedupeCount
@@ -696,11 +720,12 @@ impl PartitionState {
                 Section::DedupeCount => Section::Dedupe,
                 Section::Dedupe => Section::Stored,
                 Section::Stored => Section::Subscriptions,
-                Section::Subscriptions if encoder.sub_ids.is_empty() => Section::Done,
+                Section::Subscriptions if encoder.sub_ids.is_empty() => Section::Losses,
                 Section::Subscriptions => Section::SubWarm(0),
                 Section::SubWarm(i) => Section::SubDead(i),
                 Section::SubDead(i) if i + 1 < encoder.sub_ids.len() => Section::SubWarm(i + 1),
-                Section::SubDead(_) | Section::Done => Section::Done,
+                Section::SubDead(_) => Section::Losses,
+                Section::Losses | Section::Done => Section::Done,
             };
             encoder.after = None;
             encoder.emitted = 0;

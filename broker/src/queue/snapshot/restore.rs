@@ -15,12 +15,13 @@ use std::collections::BinaryHeap;
 
 use super::generations::PendingRestore;
 use super::subs::{
-    check_subscriptions, read_dead_list, read_subscriptions, read_totals, read_warm_list,
+    check_subscriptions, read_dead_list, read_losses, read_subscriptions, read_totals,
+    read_warm_list,
 };
 use super::{
     Reader, Restored, DEDUPE_ENTRY_BYTES, DEDUPE_REF_BYTES, FRESH_ENTRY_BYTES, SNAPSHOT_MAGIC,
     SNAPSHOT_VERSION, SNAPSHOT_VERSION_V1, SNAPSHOT_VERSION_V2, SNAPSHOT_VERSION_V3,
-    SNAPSHOT_VERSION_V4, STORED_COUNT_BYTES, STORED_RUN_BYTES,
+    SNAPSHOT_VERSION_V4, SNAPSHOT_VERSION_V5, STORED_COUNT_BYTES, STORED_RUN_BYTES,
 };
 use crate::queue::dedupe::GenerationRef;
 use crate::queue::error::CodecError;
@@ -155,6 +156,7 @@ impl PartitionState {
         let version = r.u16()?;
         let known = [
             SNAPSHOT_VERSION,
+            SNAPSHOT_VERSION_V5,
             SNAPSHOT_VERSION_V4,
             SNAPSHOT_VERSION_V3,
             SNAPSHOT_VERSION_V2,
@@ -306,8 +308,11 @@ impl PartitionState {
                 _ => return Err(CodecError::BadField("members")),
             };
         }
-        if version >= SNAPSHOT_VERSION {
+        if version >= SNAPSHOT_VERSION_V5 {
             read_subscriptions(&mut r, &mut state, stored_bands, &folded_from)?;
+        }
+        if version >= SNAPSHOT_VERSION {
+            read_losses(&mut r, &mut state)?;
         }
         if r.at != body.len() {
             return Err(CodecError::Inconsistent("trailing bytes"));

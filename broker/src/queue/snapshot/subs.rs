@@ -9,13 +9,16 @@
 use std::collections::BTreeSet;
 
 use super::{
-    Reader, DEAD_ENTRY_BYTES, PHASE_CLAIMED, PHASE_READY, PHASE_SCHEDULED, WARM_ENTRY_BYTES,
+    Reader, DEAD_ENTRY_BYTES, LOSS_BYTES, PHASE_CLAIMED, PHASE_READY, PHASE_SCHEDULED,
+    WARM_ENTRY_BYTES,
 };
 use crate::queue::error::CodecError;
 use crate::queue::fairness::Credits;
-use crate::queue::limits::SUBSCRIPTIONS_PER_QUEUE_MAX;
+use crate::queue::limits::{LOSS_REPORTS_MAX, SUBSCRIPTIONS_PER_QUEUE_MAX};
 use crate::queue::state::delivery::Delivery;
-use crate::queue::state::{Claim, DeadLetter, DeadPhase, PartitionState, Totals, Warm, WarmPhase};
+use crate::queue::state::{
+    Claim, DeadLetter, DeadPhase, Loss, PartitionState, Totals, Warm, WarmPhase,
+};
 use crate::queue::types::{
     Generation, Offset, QuarantineCause, ReleaseReason, SubscriptionId, WorkerId,
 };
@@ -137,6 +140,7 @@ pub(super) fn read_totals(r: &mut Reader<'_>, stored: usize) -> Result<Totals, C
         dead_letter_acked,
         quarantined_by_deliveries,
         quarantined_by_expiry,
+        lost: 0,
     })
 }
 
@@ -231,9 +235,40 @@ pub(super) fn read_subscriptions(
     Ok(())
 }
 
+/// The losses section (version 6): every subscription's `lost` total and
+/// loss reports, the default first.
+pub(super) fn read_losses(
+    r: &mut Reader<'_>,
+    state: &mut PartitionState,
+) -> Result<(), CodecError> {
+    for d in &mut state.subs {
+        let lost = r.u64()?;
+        let count = r.count(LOSS_BYTES)?;
+        if count > LOSS_REPORTS_MAX {
+            return Err(CodecError::Inconsistent("loss reports"));
+        }
+        let mut reported = 0u64;
+        for _ in 0..count {
+            let loss = Loss {
+                from: Offset(r.u64()?),
+                to: Offset(r.u64()?),
+                count: r.u64()?,
+                at_ms: r.u64()?,
+            };
+            reported = reported.saturating_add(loss.count);
+            if loss.from > loss.to || loss.count == 0 || reported > lost {
+                return Err(CodecError::Inconsistent("loss reports"));
+            }
+            d.losses.push_back(loss);
+        }
+        d.totals.lost = lost;
+    }
+    Ok(())
+}
+
 /// What every restored set of subscriptions must hold: skipped marks on
-/// live shared entries, and every shared entry some subscription's to
-/// deliver.
+/// live shared entries, and, for a queue with no retention window, every
+/// shared entry some subscription's to deliver.
 pub(super) fn check_subscriptions(state: &PartitionState) -> Result<(), CodecError> {
     for d in &state.subs {
         for (band, skipped) in d.skipped.iter().enumerate() {
@@ -241,6 +276,9 @@ pub(super) fn check_subscriptions(state: &PartitionState) -> Result<(), CodecErr
                 return Err(CodecError::Inconsistent("skipped marks"));
             }
         }
+    }
+    if state.config.has_window() {
+        return Ok(());
     }
     for (band, fresh) in state.fresh.iter().enumerate() {
         for view in fresh.iter() {

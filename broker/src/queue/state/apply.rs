@@ -272,6 +272,7 @@ impl PartitionState {
             }
             Event::SubscriptionStarted { sub, from, .. } => self.start_subscription(sub, from),
             Event::SubscriptionEnded { sub, .. } => self.end_subscription(sub),
+            Event::WindowPassed { through, at_ms } => self.pass_window(through, at_ms),
         }
     }
 

@@ -11,9 +11,10 @@
 //! act for. The never-claimed backlog is shared (`shared.rs`): a
 //! subscription keeps only its cursors and skipped marks over it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use super::view::Totals;
+use super::window::Loss;
 use super::{DeadLetter, Warm};
 use crate::queue::chunk_map::ChunkMap;
 use crate::queue::claim_age::ClaimAges;
@@ -61,6 +62,9 @@ pub(crate) struct Delivery {
     /// Weighted round-robin over the bands and the retry lane.
     pub(crate) credits: Credits,
     pub(crate) totals: Totals,
+    /// What retention windows dropped before this subscription delivered
+    /// it, the newest `LOSS_REPORTS_MAX` reports (`window.rs`).
+    pub(crate) losses: VecDeque<Loss>,
 }
 
 impl Delivery {
@@ -87,6 +91,7 @@ impl Delivery {
             dlq_bytes: 0,
             credits: Credits::new(weights),
             totals: Totals::default(),
+            losses: VecDeque::new(),
         }
     }
 }

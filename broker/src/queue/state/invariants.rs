@@ -18,13 +18,14 @@ impl PartitionState {
         for fresh in &self.fresh {
             fresh.assert_invariants();
         }
-        // Every shared offset is in exactly one band and fresh for at least
-        // one subscription.
+        // Every shared offset is in exactly one band and, without a
+        // retention window, fresh for at least one subscription.
         let mut seen = BTreeSet::new();
+        let window = self.config.has_window();
         for (band, fresh) in self.fresh.iter().enumerate() {
             for view in fresh.iter() {
                 assert!(seen.insert(view.offset));
-                assert!((0..self.subs.len()).any(|s| self.fresh_for(s, band, view.offset)));
+                assert!(window || self.fresh_for_any(band, view.offset));
                 assert!(self.highest_enqueued.is_some_and(|h| view.offset <= h));
                 assert!(view.expiry_ms >= view.enqueue_time_ms);
             }
@@ -53,6 +54,9 @@ impl PartitionState {
     fn assert_delivery(&self, s: usize) {
         let d = &self.subs[s];
         d.warm.assert_invariants();
+        assert!(d.losses.len() <= crate::queue::limits::LOSS_REPORTS_MAX);
+        assert!(d.losses.iter().map(|loss| loss.count).sum::<u64>() <= d.totals.lost);
+        assert!(d.losses.iter().all(|loss| loss.from <= loss.to && loss.count > 0));
         assert!(d.band_ready.len() == self.fresh.len());
         assert!(d.credits.raw().len() == self.fresh.len() + 1);
         assert!(d.cursors.len() == self.fresh.len() && d.skipped.len() == self.fresh.len());

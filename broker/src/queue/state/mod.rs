@@ -20,6 +20,7 @@ mod invariants;
 mod shared;
 mod subscribe;
 mod view;
+mod window;
 
 use super::config::{ConfigError, QueueConfig};
 use super::dedupe::DedupeTable;
@@ -40,6 +41,7 @@ use capture::Capture;
 use delivery::Delivery;
 
 pub use view::{MessagePhase, MessageView, QueueCounters, Totals};
+pub use window::Loss;
 
 /// What a partition is opened with. The secret and epoch are not part of the
 /// fold: the broker keeps the secret in its data dir

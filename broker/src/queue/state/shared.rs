@@ -44,8 +44,12 @@ impl PartitionState {
     }
 
     /// Whether any subscription other than index `s` still holds the
-    /// message at `offset` (fresh, warm or dead-lettered).
+    /// message at `offset` (fresh, warm or dead-lettered), or the queue's
+    /// retention window does (its shared entry stays once `s` let go).
     pub(crate) fn held_by_other(&self, s: usize, offset: Offset) -> bool {
+        if self.config.has_window() && self.fresh.iter().any(|band| band.get(offset).is_some()) {
+            return true;
+        }
         (0..self.subs.len()).filter(|&t| t != s).any(|t| {
             let d = &self.subs[t];
             d.warm.contains_key(&offset)
@@ -68,11 +72,13 @@ impl PartitionState {
 
     /// Takes a record out of subscription index `s`'s fresh set (it must be
     /// fresh for `s`): the shared entry leaves when no other subscription
-    /// has it fresh, else `s`'s cursor moves past it or `s` skips it.
+    /// has it fresh and the queue has no retention window (`window.rs`),
+    /// else `s`'s cursor moves past it or `s` skips it.
     fn take_fresh(&mut self, s: usize, band: usize, offset: Offset) -> FreshView {
-        let others = (0..self.subs.len()).any(|t| t != s && self.fresh_for(t, band, offset));
+        let keep = self.config.has_window()
+            || (0..self.subs.len()).any(|t| t != s && self.fresh_for(t, band, offset));
         let front = self.fresh_iter(s, band).next().map(|view| view.offset);
-        let view = if others {
+        let view = if keep {
             let view = self.fresh[band].get(offset).expect("fresh for the subscription");
             if front == Some(offset) {
                 let d = &mut self.subs[s];
@@ -280,10 +286,11 @@ impl PartitionState {
 
     /// Counts the held messages again: every shared entry once, then every
     /// warm entry and dead letter of any subscription not counted yet
-    /// (restore). O(messages × log(messages)) with several subscriptions.
+    /// (restore). O(messages × log(messages)) with several subscriptions
+    /// or a retention window (a retained entry may also be a warm one).
     pub(crate) fn recount_held(&mut self) {
         let mut held = Held::default();
-        let several = self.subs.len() > 1;
+        let several = self.subs.len() > 1 || self.config.has_window();
         let mut seen = std::collections::BTreeSet::new();
         for view in self.fresh.iter().flat_map(|band| band.iter()) {
             held.messages += 1;

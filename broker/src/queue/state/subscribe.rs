@@ -75,7 +75,9 @@ impl PartitionState {
         let mut leaving: Vec<(Offset, u32)> = warm.chain(dead).collect();
         for (band, offset, size) in fresh {
             self.note(offset);
-            let still = (0..self.subs.len()).any(|t| self.fresh_for(t, band, offset));
+            // With a retention window the entry stays (the window drops it).
+            let still = self.config.has_window()
+                || (0..self.subs.len()).any(|t| self.fresh_for(t, band, offset));
             if !still {
                 self.fresh[band].remove(offset).expect("a live shared entry");
                 for d in &mut self.subs {

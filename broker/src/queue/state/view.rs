@@ -25,6 +25,9 @@ pub struct Totals {
     /// `quarantined` (neither) were folded into a checkpoint written before
     /// the causes were counted.
     pub quarantined_by_expiry: u64,
+    /// Records the queue's retention window dropped before this
+    /// subscription delivered them (`state/window.rs`); 0 without a window.
+    pub lost: u64,
 }
 
 /// Counters for `describe`.
@@ -54,6 +57,13 @@ pub struct QueueCounters {
     /// Age of the oldest claim still held (either lane): claimed, not yet
     /// acked, released or expired.
     pub oldest_claim_age_ms: Option<Millis>,
+    /// Records in the shared index, the partition's (what a subscription
+    /// started at `earliest` now would be given: with a retention window
+    /// also those every subscription finished), their bytes and the age
+    /// of the oldest.
+    pub retained_messages: u64,
+    pub retained_bytes: u64,
+    pub oldest_retained_age_ms: Option<Millis>,
     pub totals: Totals,
 }
 
@@ -178,6 +188,9 @@ impl PartitionState {
             held_bytes: self.held_bytes(),
             oldest_ready_age_ms: oldest.map(|since| now.saturating_sub(since)),
             oldest_claim_age_ms: d.claim_ages.oldest().map(|at| now.saturating_sub(at)),
+            retained_messages: self.retained().0,
+            retained_bytes: self.retained().1,
+            oldest_retained_age_ms: self.oldest_retained_ms().map(|at| now.saturating_sub(at)),
             totals: d.totals,
         }
     }

@@ -77,6 +77,8 @@ fn random_config(rng: &mut ChaCha8Rng) -> QueueConfig {
         max_messages: rng.random_range(5..60),
         max_bytes: rng.random_range(500..20_000),
         dead_letter_on_expiry: rng.random_bool(0.5),
+        retention_ms: 0,
+        retention_bytes: 0,
     }
 }
 

@@ -9,3 +9,4 @@ mod fence;
 mod harness;
 mod model;
 mod subscriptions;
+mod window;

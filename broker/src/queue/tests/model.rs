@@ -38,6 +38,9 @@ struct Model {
     /// Who wrote each attributed offset (kept after the message leaves: the
     /// counts sum over `messages` only).
     owners: BTreeMap<Offset, stored::PrincipalId>,
+    /// Messages enqueued ready and not changed since (the shared index:
+    /// what `retained_*` count): (enqueue time, bytes).
+    fresh: BTreeMap<Offset, (Millis, u32)>,
 }
 
 /// Principals the model attributes to (0: none, no event).
@@ -60,6 +63,7 @@ impl Model {
             totals: Totals::default(),
             last_enqueue_ms: 0,
             owners: BTreeMap::new(),
+            fresh: BTreeMap::new(),
         }
     }
 
@@ -502,6 +506,16 @@ impl Model {
     }
 
     fn apply(&mut self, event: &Event) {
+        if !matches!(
+            event,
+            Event::Enqueued(_)
+                | Event::Attributed { .. }
+                | Event::TermStarted { .. }
+                | Event::KeyMap { .. }
+                | Event::Membership { .. }
+        ) {
+            self.fresh.remove(&event.offset());
+        }
         match *event {
             Event::Enqueued(m) => {
                 let t = m.enqueue_time_ms.max(self.last_enqueue_ms);
@@ -515,6 +529,9 @@ impl Model {
                     MessagePhase::Ready { since_ms: t }
                 };
                 self.totals.enqueued += 1;
+                if m.not_before_ms <= t {
+                    self.fresh.insert(m.offset, (t, m.size_bytes));
+                }
                 self.messages.insert(
                     m.offset,
                     MessageView {
@@ -615,6 +632,8 @@ impl Model {
             Event::SubscriptionStarted { .. } | Event::SubscriptionEnded { .. } => {
                 unreachable!("the model starts no subscription")
             }
+            // Retention windows are `subscriptions.rs`'s and `window.rs`'s.
+            Event::WindowPassed { .. } => unreachable!("the model configures no window"),
         }
     }
 
@@ -670,6 +689,13 @@ impl Model {
                 })
                 .min()
                 .map(|at| now.saturating_sub(at)),
+            retained_messages: self.fresh.len() as u64,
+            retained_bytes: self.fresh.values().map(|&(_, size)| u64::from(size)).sum(),
+            oldest_retained_age_ms: self
+                .fresh
+                .values()
+                .map(|&(at, _)| now.saturating_sub(at))
+                .max(),
             totals: self.totals,
         }
     }
@@ -713,6 +739,8 @@ fn random_config(rng: &mut ChaCha8Rng) -> QueueConfig {
         },
         max_bytes: rng.random_range(500..20_000),
         dead_letter_on_expiry: rng.random_bool(0.5),
+        retention_ms: 0,
+        retention_bytes: 0,
     }
 }
 

@@ -29,6 +29,8 @@ fn config(rng: &mut ChaCha8Rng) -> QueueConfig {
         max_messages: 1 << 20,
         max_bytes: 1 << 30,
         dead_letter_on_expiry: rng.random_bool(0.5),
+        retention_ms: 0,
+        retention_bytes: 0,
     }
 }
 
@@ -75,6 +77,12 @@ struct Run {
     /// A checkpoint being written in steps: encoder, bytes so far, the
     /// one-shot snapshot of when it began, its cut in `log`.
     stepped: Option<(SnapshotEncoder, Vec<u8>, Vec<u8>, usize)>,
+    /// Records enqueued ready (no delay) without an expiry: with a window
+    /// each stays in the shared index from its enqueue until a
+    /// `WindowPassed` bound passes it, whatever the subscriptions did.
+    kept: Vec<Offset>,
+    /// The highest `WindowPassed` bound applied.
+    window_through: Offset,
 }
 
 impl Run {
@@ -92,6 +100,8 @@ impl Run {
             next_sub: 1,
             now: 1_000,
             stepped: None,
+            kept: Vec::new(),
+            window_through: Offset(0),
         }
     }
 
@@ -135,6 +145,9 @@ impl Run {
             size_bytes: rng.random_range(1..500),
         };
         let event = Event::Enqueued(EnqueueMeta::new(&request, offset, self.now));
+        if request.not_before_ms <= self.now && request.expiry_ms.is_none() {
+            self.kept.push(offset);
+        }
         self.apply(event);
         for twin in &mut self.twins {
             twin.alone.apply(&event).unwrap();
@@ -235,14 +248,65 @@ impl Run {
         let got = self.state.tick(self.now, ALL_DURABLE);
         assert!(got.len() < limits::TICK_EVENTS_MAX, "the test keeps ticks unbounded");
         for event in &got {
-            self.apply(*event);
+            if let Event::WindowPassed { through, at_ms } = *event {
+                self.window_passed(through, at_ms);
+            } else {
+                self.apply(*event);
+            }
+        }
+        if self.config.retention_ms > 0 {
+            // The window passed: no shared record older than it is left.
+            let cutoff = self.now.saturating_sub(self.config.retention_ms);
+            assert!(self.state.oldest_retained_ms().is_none_or(|at| at >= cutoff));
         }
         for index in 0..self.twins.len() {
             let sub = self.twins[index].sub;
             let want = self.twins[index].alone.tick(self.now, ALL_DURABLE);
-            assert_eq!(Self::of(&got, sub), want, "tick of {sub}");
+            let delivery: Vec<Event> =
+                want.iter().filter(|event| event.subscription().is_some()).copied().collect();
+            assert_eq!(Self::of(&got, sub), delivery, "tick of {sub}");
             for event in &want {
                 self.twins[index].alone.apply(event).unwrap();
+            }
+        }
+    }
+
+    /// Applies a `WindowPassed`: what leaves each subscription's view is
+    /// exactly what it had never been given (ready, no attempt, no
+    /// generation), enqueued before the window; it is counted in `lost`
+    /// and reported with its offsets.
+    fn window_passed(&mut self, through: Offset, at_ms: Millis) {
+        let cutoff = at_ms.saturating_sub(self.config.retention_ms);
+        let subs: Vec<SubscriptionId> = self.state.subscriptions().collect();
+        let before: Vec<(Vec<MessageView>, u64)> = subs
+            .iter()
+            .map(|&sub| {
+                let lost = self.state.counters_of(sub, at_ms).unwrap().totals.lost;
+                (self.state.messages_of(sub).unwrap(), lost)
+            })
+            .collect();
+        self.apply(Event::WindowPassed { through, at_ms });
+        self.window_through = self.window_through.max(through);
+        for (&sub, (before, lost_before)) in subs.iter().zip(before) {
+            let after: BTreeSet<Offset> =
+                self.state.messages_of(sub).unwrap().iter().map(|v| v.offset).collect();
+            let gone: Vec<&MessageView> =
+                before.iter().filter(|v| !after.contains(&v.offset)).collect();
+            for view in &gone {
+                assert!(view.lane == Lane::Main && view.generation.0 == 0 && view.attempts == 0);
+                assert!(matches!(view.phase, MessagePhase::Ready { .. }));
+                // Enqueued before the window, or below the bound (expired
+                // retained records are nobody's to lose).
+                assert!(view.enqueue_time_ms < cutoff && view.offset < through);
+            }
+            let lost = self.state.counters_of(sub, at_ms).unwrap().totals.lost;
+            assert_eq!(lost - lost_before, gone.len() as u64, "lost of {sub}");
+            if let Some(first) = gone.first() {
+                let report = *self.state.losses_of(sub).unwrap().last().unwrap();
+                let last = gone.last().unwrap();
+                let want =
+                    Loss { from: first.offset, to: last.offset, count: gone.len() as u64, at_ms };
+                assert_eq!(report, want, "loss report of {sub}");
             }
         }
     }
@@ -314,11 +378,28 @@ impl Run {
             let mut want = twin.alone.counters(self.now);
             (got.held_messages, got.held_bytes) = (0, 0);
             (want.held_messages, want.held_bytes) = (0, 0);
+            // The shared index is the partition's, not a subscription's.
+            (got.retained_messages, got.retained_bytes, got.oldest_retained_age_ms) = (0, 0, None);
+            (want.retained_messages, want.retained_bytes, want.oldest_retained_age_ms) =
+                (0, 0, None);
             assert_eq!(got, want, "counters of {}", twin.sub);
             let messages = twin.alone.messages();
             assert_eq!(self.state.messages_of(twin.sub).unwrap(), messages, "of {}", twin.sub);
             union.extend(messages.iter().map(|view| (view.offset, view.size_bytes)));
         }
+        // With a window the shared index also holds records every
+        // subscription finished, kept for replay (they hold disk).
+        let index = self.state.fresh.iter().flat_map(|band| band.iter());
+        let retained: Vec<_> = index.map(|view| (view.offset, view.size_bytes)).collect();
+        if self.config.retention_ms == 0 {
+            assert!(retained.iter().all(|(offset, _)| union.contains_key(offset)));
+        } else {
+            let index: BTreeSet<Offset> = retained.iter().map(|&(offset, _)| offset).collect();
+            for offset in self.kept.iter().filter(|&&offset| offset >= self.window_through) {
+                assert!(index.contains(offset), "{offset:?} left the index inside the window");
+            }
+        }
+        union.extend(retained);
         assert_eq!(self.state.held_messages(), union.len() as u64);
         assert_eq!(self.state.held_bytes(), union.values().map(|&b| u64::from(b)).sum::<u64>());
         let watermark = union.keys().next().copied();
@@ -407,7 +488,14 @@ impl Run {
 
 fn run(seed: u64) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let mut run = Run::new(config(&mut rng));
+    let mut config = config(&mut rng);
+    // Half the runs keep records for a retention window by time: each
+    // subscription still behaves as alone (its twin has the same window
+    // and loses the same records).
+    if rng.random_bool(0.5) {
+        config.retention_ms = rng.random_range(1_000..5_000);
+    }
+    let mut run = Run::new(config);
     // One or two more subscriptions from the start, sometimes one later.
     for _ in 0..rng.random_range(1..=2) {
         run.start();
@@ -653,9 +741,11 @@ fn a_checkpoint_holds_the_subscriptions_and_refuses_a_bad_section() {
     // id, marks, totals, credits, empty warm and dead lists.
     let other = 2 + bands * 16 + 11 * 8 + (bands + 1) * 4 + 8 + 8;
     let section = bands * 16 + 8 + other;
-    let id_at = bytes.len() - 4 - other;
+    // Version 6's losses follow: a total and an empty list for each.
+    let losses = 2 * 16;
+    let id_at = bytes.len() - 4 - losses - other;
     assert_eq!(bytes[id_at..id_at + 2], 4u16.to_le_bytes());
-    assert_eq!(bytes[bytes.len() - 4 - section - 8..].len(), section + 12);
+    assert_eq!(bytes[bytes.len() - 4 - losses - section - 8..].len(), section + losses + 12);
     let mut bad = bytes[..bytes.len() - 4].to_vec();
     bad[id_at..id_at + 2].copy_from_slice(&0u16.to_le_bytes());
     let crc = crc32c::crc32c(&bad);
