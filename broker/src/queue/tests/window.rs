@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 
 use super::super::*;
-use super::harness::{ctx, request, Harness, ALL_DURABLE};
+use super::harness::{ctx, request, Harness};
 
 fn windowed(retention_ms: Millis, retention_bytes: u64) -> QueueConfig {
     QueueConfig { retention_ms, retention_bytes, ..QueueConfig::default() }
@@ -15,14 +15,6 @@ fn windowed(retention_ms: Millis, retention_bytes: u64) -> QueueConfig {
 
 fn offsets(state: &PartitionState, sub: SubscriptionId) -> BTreeSet<u64> {
     state.messages_of(sub).unwrap().iter().map(|view| view.offset.0).collect()
-}
-
-fn claim_of(h: &mut Harness, sub: SubscriptionId, now: Millis, credits: u32) -> Vec<Delivery> {
-    let request =
-        ClaimRequest { sub, worker: WorkerId(1), credits, max_bytes: u64::MAX, lease_ms: None };
-    let decision = h.state.claim(now, &request, ALL_DURABLE).unwrap();
-    h.apply_all(&decision.events);
-    decision.deliveries
 }
 
 /// Replaying the log, and restoring a snapshot of the state, give the
