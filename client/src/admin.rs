@@ -80,6 +80,22 @@ macro_rules! answer {
     };
 }
 
+/// A broker from before retention windows refused the CreateQueue v2 that
+/// asked for one: say so, rather than only that a version is unsupported.
+fn window_unsupported(name: &str, error: &ClientError) -> ClientError {
+    let said = match error {
+        ClientError::Server { message, .. } => message.clone(),
+        other => other.to_string(),
+    };
+    ClientError::Server {
+        code: ErrorCode::UnsupportedVersion,
+        message: format!(
+            "the broker does not know retention windows (CreateQueue v2: {said}); upgrade it, \
+             or create queue {name} without retention_ms and retention_bytes"
+        ),
+    }
+}
+
 fn unexpected(operation: &str) -> ClientError {
     ClientError::Protocol(format!("{operation} answered with another response"))
 }
@@ -127,17 +143,31 @@ impl Admin {
     /// Creates a queue. In a cluster the request follows `NOT_OWNER` to
     /// the controller's leader, waiting (bounded) while none is known.
     ///
+    /// A queue with a retention window ([`QueueConfig::has_window`]) is
+    /// asked as CreateQueue v2
+    /// ([`CREATE_QUEUE_VERSION_RETENTION`](spool_wire::proto::CREATE_QUEUE_VERSION_RETENTION)),
+    /// one without as v1: a broker from before windows refuses the v2
+    /// (`UNSUPPORTED_VERSION`, with a message saying so) rather than
+    /// create the queue without its window.
+    ///
     /// # Errors
-    /// `QUEUE_EXISTS`, `INVALID_ARGUMENT`,
+    /// `QUEUE_EXISTS`, `INVALID_ARGUMENT` (a window outside its range is
+    /// refused before anything is sent), `UNSUPPORTED_VERSION` (a window
+    /// asked of a broker that predates them),
     /// [`ClientError::ControlRouteExhausted`], or a transport error.
     pub async fn create_queue(
         &self,
         name: &str,
         config: QueueConfig,
     ) -> Result<AssignmentVersion, ClientError> {
-        let request = CreateQueueRequest { name: name.to_owned(), config };
-        let bytes =
-            self.client.catalog_call("create queue", &Request::CreateQueue(request)).await?;
+        let window = config.has_window();
+        let request = Request::CreateQueue(CreateQueueRequest { name: name.to_owned(), config });
+        let bytes = match self.client.catalog_call("create queue", &request).await {
+            Err(error) if window && error.code() == Some(ErrorCode::UnsupportedVersion) => {
+                return Err(window_unsupported(name, &error));
+            }
+            answer => answer?,
+        };
         self.client.forget_queue(name);
         match bytes.response()? {
             Response::CreateQueue(response) => Ok(response.assignment_version),

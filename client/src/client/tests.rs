@@ -13,8 +13,8 @@ use spool_wire::proto::{
     ApiKey, AssignmentVersion, ClaimResponse, CorrelationId, CreateQueueResponse,
     DeleteQueueRequest, DeleteQueueResponse, DescribeQueueRequest, DescribeQueueResponse,
     ErrorResponse, FrameDecoder, KeyMapStats, LeaderEpoch, MetadataResponse, NodeAddress,
-    PartitionId, PartitionMetadata, PartitionStats, ProtoError, PurgeResponse, QueueMetadata,
-    Request, Response, RetainedStats, SubscriptionStart, SubscriptionStats,
+    PartitionId, PartitionMetadata, PartitionStats, ProtoError, PurgeResponse, QueueConfig,
+    QueueMetadata, Request, Response, RetainedStats, SubscriptionStart, SubscriptionStats,
 };
 use spool_wire::ErrorCode;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -549,5 +549,64 @@ async fn describe_asks_version_2_and_falls_back_to_version_1() {
         let Response::DescribeQueue(answer) = bytes.response().unwrap() else { panic!("not it") };
         assert!(answer.subscriptions.is_empty());
         assert_eq!(seen.lock().unwrap().last(), Some(&1));
+    }
+}
+
+// Goal: `Admin::create_queue` asks CreateQueue v1 for a queue without a
+// retention window (old and new brokers create it) and v2 for one with a
+// window; a broker from before windows refuses that v2, and the caller is
+// told it does not know windows (nothing is created without one). Method:
+// two fake nodes, one speaking CreateQueue up to v2 and one up to v1,
+// recording the versions and windows they were asked.
+#[tokio::test]
+async fn create_asks_version_2_only_for_a_window() {
+    for newest in [2u16, 1] {
+        let seen: Arc<Mutex<Vec<(u16, u64)>>> = Arc::default();
+        let handler = {
+            let seen = Arc::clone(&seen);
+            move |request: &Request<'_>, id, version: u16| match request {
+                Request::Metadata(_) => {
+                    let response =
+                        MetadataResponse { assignment_version: VERSION, queues: Vec::new() };
+                    encode(id, Response::Metadata(response))
+                }
+                Request::CreateQueue(create) => {
+                    let mut out = Vec::new();
+                    if version > newest {
+                        ErrorResponse::new(
+                            ErrorCode::UnsupportedVersion,
+                            format!("api key 16 version {version} unsupported"),
+                        )
+                        .encode(id, ApiKey::CreateQueue.as_u16(), version, &mut out)
+                        .unwrap();
+                    } else {
+                        seen.lock().unwrap().push((version, create.config.retention_ms));
+                        let created =
+                            CreateQueueResponse { assignment_version: AssignmentVersion(9) };
+                        Response::CreateQueue(created)
+                            .encode_version(id, version, &mut out)
+                            .unwrap();
+                    }
+                    out
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        };
+        let port = serve_versioned(Arc::new(handler)).await;
+        let admin = Admin::new(Client::connect(&format!("127.0.0.1:{port}")).await.unwrap());
+        bounded(admin.create_queue("plain", default_queue_config(1))).await.unwrap();
+        let windowed = QueueConfig { retention_ms: 60_000, ..default_queue_config(1) };
+        let answer = bounded(admin.create_queue("stream", windowed)).await;
+        if newest == 2 {
+            answer.unwrap();
+            assert_eq!(*seen.lock().unwrap(), [(1, 0), (2, 60_000)]);
+        } else {
+            let error = answer.unwrap_err();
+            assert_eq!(error.code(), Some(ErrorCode::UnsupportedVersion));
+            let message = error.to_string();
+            assert!(message.contains("does not know retention windows"), "{message}");
+            assert!(message.contains("stream"), "{message}");
+            assert_eq!(*seen.lock().unwrap(), [(1, 0)], "nothing created without its window");
+        }
     }
 }

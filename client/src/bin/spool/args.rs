@@ -181,6 +181,18 @@ pub struct CreateArgs {
     /// (ms; the broker refuses a value past its bound) [default: 300000].
     #[arg(long)]
     pub dedupe_window_ms: Option<u64>,
+    /// Retention window by time (ms): keep each record for replay this long
+    /// after its enqueue, even once every subscription finished it, and
+    /// drop it then even if one had not (that subscription lost it; `spool
+    /// sub list`). 1000..=2592000000 (30 days) [default: none, a record
+    /// leaves once every subscription finished it].
+    #[arg(long)]
+    pub retention_ms: Option<u64>,
+    /// Retention window by size (bytes): drop the oldest records while the
+    /// retained ones exceed this. At least 1048576 (1 MiB) and at most the
+    /// queue's max_bytes [default: none].
+    #[arg(long)]
+    pub retention_bytes: Option<u64>,
 }
 
 #[derive(Debug, Args)]

@@ -5,7 +5,7 @@
 //! asks before it deletes (`confirm`, or `--yes`).
 
 use serde_json::{json, Value};
-use spool_client::spool_wire::proto::PartitionId;
+use spool_client::spool_wire::proto::{PartitionId, PartitionStats, QueueConfig};
 use spool_client::{default_queue_config, Admin};
 
 use crate::args::{QueueCommand, StatsArgs};
@@ -34,10 +34,22 @@ pub async fn run(admin: &Admin, command: &QueueCommand) -> Result<Output, Failur
             if let Some(window_ms) = create.dedupe_window_ms {
                 config.dedupe_window_ms = window_ms;
             }
-            let version = admin.create_queue(&create.queue, config).await?;
+            config.retention_ms = create.retention_ms.unwrap_or(0);
+            config.retention_bytes = create.retention_bytes.unwrap_or(0);
+            let window = window_text(&config);
+            let version = admin.create_queue(&create.queue, config.clone()).await?;
             Ok(Output::message(
-                format!("created queue {} ({} partitions)", create.queue, create.partitions),
-                json!({"queue": create.queue, "partitions": create.partitions, "assignment_version": version.0}),
+                format!(
+                    "created queue {} ({} partitions{window})",
+                    create.queue, create.partitions
+                ),
+                json!({
+                    "queue": create.queue,
+                    "partitions": create.partitions,
+                    "retention_ms": config.retention_ms,
+                    "retention_bytes": config.retention_bytes,
+                    "assignment_version": version.0,
+                }),
             ))
         }
         QueueCommand::List => Ok(render_queue_list(&admin.list_queues().await?)),
@@ -101,6 +113,9 @@ fn partition_row_json(stats: &spool_client::spool_wire::proto::PartitionStats) -
         "oldest_ready_age_ms": stats.oldest_ready_age_ms,
         "released": stats.released,
         "lease_expired": stats.lease_expired,
+        "retained_messages": stats.retained.messages,
+        "retained_bytes": stats.retained.bytes,
+        "oldest_retained_age_ms": stats.retained.oldest_age_ms,
         "replication": stats.replication.map(|replication| json!({
             "leader_node": replication.leader_node,
             "term": replication.term,
@@ -128,9 +143,31 @@ fn count_cells(stats: &spool_client::spool_wire::proto::PartitionStats) -> Vec<S
     .collect()
 }
 
+/// `, retention window …` for a queue with one, else nothing.
+fn window_text(config: &QueueConfig) -> String {
+    match (config.retention_ms, config.retention_bytes) {
+        (0, 0) => String::new(),
+        (ms, 0) => format!(", retention window {ms} ms"),
+        (0, bytes) => format!(", retention window {bytes} bytes"),
+        (ms, bytes) => format!(", retention window {ms} ms / {bytes} bytes"),
+    }
+}
+
+/// What a queue with a window keeps for replay, over its partitions.
+fn retained_text(partitions: &[PartitionStats]) -> String {
+    let messages: u64 = partitions.iter().map(|stats| stats.retained.messages).sum();
+    let bytes: u64 = partitions.iter().map(|stats| stats.retained.bytes).sum();
+    let oldest = partitions.iter().map(|stats| stats.retained.oldest_age_ms).max().unwrap_or(0);
+    format!("; retained {messages} messages ({bytes} bytes), oldest {oldest} ms")
+}
+
 fn render_describe(described: &spool_client::spool_wire::proto::DescribeQueueResponse) -> Output {
+    let window = described.config.has_window();
     let mut headers = vec!["partition"];
     headers.extend(COUNT_HEADERS);
+    if window {
+        headers.push("retained");
+    }
     // A cluster's partitions: who leads, in which term, how far behind the
     // slowest replica is.
     let replicated = described.partitions.iter().any(|stats| stats.replication.is_some());
@@ -141,6 +178,9 @@ fn render_describe(described: &spool_client::spool_wire::proto::DescribeQueueRes
     for stats in &described.partitions {
         let mut row = vec![stats.partition.0.to_string()];
         row.extend(count_cells(stats));
+        if window {
+            row.push(stats.retained.messages.to_string());
+        }
         if replicated {
             row.extend(match stats.replication {
                 Some(replication) => [
@@ -166,9 +206,10 @@ fn render_describe(described: &spool_client::spool_wire::proto::DescribeQueueRes
             draining.join(",")
         )
     };
+    let retained = if window { retained_text(&described.partitions) } else { String::new() };
     let message = format!(
-        "queue {}: {} partitions, {} priority bands, lease {} ms ({}..{}), max deliveries {}, \
-         key map v{}{holding}",
+        "queue {}: {} partitions, {} priority bands, lease {} ms ({}..{}), max deliveries {}{}, \
+         key map v{}{holding}{retained}",
         described.name,
         config.partitions,
         config.priority_bands,
@@ -176,6 +217,7 @@ fn render_describe(described: &spool_client::spool_wire::proto::DescribeQueueRes
         config.lease_min_ms,
         config.lease_max_ms,
         config.max_deliveries,
+        window_text(config),
         keys.version,
     );
     let json = json!({
@@ -192,6 +234,8 @@ fn render_describe(described: &spool_client::spool_wire::proto::DescribeQueueRes
             "max_messages": config.max_messages,
             "max_bytes": config.max_bytes,
             "dead_letter_on_expiry": config.dead_letter_on_expiry,
+            "retention_ms": config.retention_ms,
+            "retention_bytes": config.retention_bytes,
         },
         "partitions": described.partitions.iter().map(partition_row_json).collect::<Vec<_>>(),
         "keys": {
@@ -235,6 +279,10 @@ fn render_stats(described: &[spool_client::spool_wire::proto::DescribeQueueRespo
             total.oldest_ready_age_ms = total.oldest_ready_age_ms.max(stats.oldest_ready_age_ms);
             total.released += stats.released;
             total.lease_expired += stats.lease_expired;
+            total.retained.messages += stats.retained.messages;
+            total.retained.bytes += stats.retained.bytes;
+            total.retained.oldest_age_ms =
+                total.retained.oldest_age_ms.max(stats.retained.oldest_age_ms);
         }
         let mut row = vec![queue.name.clone()];
         row.extend(count_cells(&total));
@@ -278,6 +326,93 @@ mod tests {
         let value: Value = serde_json::from_str(&output.render(true)).unwrap();
         assert_eq!(value, json!([{"queue": "jobs", "partitions": 4}]));
     }
+    fn partition(index: u32, retained: u64) -> PartitionStats {
+        PartitionStats {
+            partition: PartitionId(index),
+            ready: 1,
+            scheduled: 0,
+            claimed: 0,
+            quarantined: 0,
+            expired: 0,
+            acked: 0,
+            bytes: 8,
+            oldest_ready_age_ms: 0,
+            released: 0,
+            lease_expired: 0,
+            replication: None,
+            retained: spool_client::spool_wire::proto::RetainedStats {
+                messages: retained,
+                bytes: retained * 100,
+                oldest_age_ms: retained * 1000,
+            },
+        }
+    }
+
+    fn described(config: QueueConfig) -> spool_client::spool_wire::proto::DescribeQueueResponse {
+        spool_client::spool_wire::proto::DescribeQueueResponse {
+            name: "events".into(),
+            config,
+            partitions: vec![partition(0, 3), partition(1, 5)],
+            keys: spool_client::spool_wire::proto::KeyMapStats {
+                version: 1,
+                draining: vec![],
+                held_from: 2,
+            },
+            subscriptions: vec![],
+        }
+    }
+
+    // Goal: `spool queue describe` of a queue with a retention window shows
+    // the window, the records retained per partition and over the queue
+    // (the oldest's age the largest), and --json carries the window; a
+    // queue without one shows neither. Method: render both.
+    #[test]
+    fn describe_shows_the_retention_window() {
+        let config = QueueConfig {
+            retention_ms: 60_000,
+            retention_bytes: 1 << 20,
+            ..default_queue_config(2)
+        };
+        let output = render_describe(&described(config));
+        let text = output.render(false);
+        assert!(text.contains("retention window 60000 ms / 1048576 bytes"), "{text}");
+        assert!(text.contains("retained 8 messages (800 bytes), oldest 5000 ms"), "{text}");
+        let header = text.lines().next().unwrap();
+        assert!(header.ends_with("retained"), "{header}");
+        assert!(text.lines().nth(2).unwrap().ends_with(" 5"), "{text}");
+        let json: Value = serde_json::from_str(&output.render(true)).unwrap();
+        assert_eq!(json["config"]["retention_ms"], 60_000);
+        assert_eq!(json["config"]["retention_bytes"], 1 << 20);
+        assert_eq!(json["partitions"][1]["retained_messages"], 5);
+        assert_eq!(json["partitions"][1]["oldest_retained_age_ms"], 5000);
+
+        let plain = render_describe(&described(default_queue_config(2))).render(false);
+        assert!(!plain.contains("retention") && !plain.contains("retained"), "{plain}");
+        let by_time = QueueConfig { retention_ms: 2_000, ..default_queue_config(1) };
+        assert_eq!(window_text(&by_time), ", retention window 2000 ms");
+    }
+
+    // Goal: `spool queue create` takes the window as --retention-ms and
+    // --retention-bytes (none when absent); method: parse both forms.
+    #[test]
+    fn create_takes_a_retention_window() {
+        use clap::Parser;
+        let create = |line: &[&str]| {
+            let cli = crate::args::Cli::try_parse_from(line).unwrap();
+            let crate::args::Command::Queue(QueueCommand::Create(create)) = cli.command else {
+                panic!("not queue create: {line:?}")
+            };
+            create
+        };
+        let line = ["spool", "queue", "create", "events", "--retention-ms", "60000"];
+        let windowed = create(&line);
+        assert_eq!((windowed.retention_ms, windowed.retention_bytes), (Some(60_000), None));
+        let line = ["spool", "queue", "create", "events", "--retention-bytes", "1048576"];
+        assert_eq!(create(&line).retention_bytes, Some(1 << 20));
+        let plain = create(&["spool", "queue", "create", "events"]);
+        assert_eq!((plain.retention_ms, plain.retention_bytes), (None, None));
+    }
+
     // Goal: no control character of a payload, key, reason or queue name
     // reaches the terminal through a table; JSON keeps the exact text.
     // Method: render a dead-letter row and a queue list holding an OSC title
