@@ -84,6 +84,20 @@ pub const MAX_DELIVERIES_MAX: u32 = 10_000;
 /// Longest dedupe window (7 days).
 pub const DEDUPE_WINDOW_MS_MAX: u64 = 7 * 24 * 60 * 60 * 1000;
 
+/// Longest retention window by time a queue may configure (30 days): a
+/// record stays replayable at most this long after its enqueue
+/// (`docs/design/subscriptions.md` §5). 0 means no window.
+pub const RETENTION_MS_MAX: u64 = 30 * 24 * 60 * 60 * 1000;
+
+/// Shortest retention window by time (1 s): shorter ones would drop
+/// records still waiting for their group commit's sync.
+pub const RETENTION_MS_MIN: u64 = 1000;
+
+/// Smallest retention window by size (1 MiB): a smaller one would drop
+/// records still waiting for their group commit's sync. The largest is
+/// the queue's `max_bytes`.
+pub const RETENTION_BYTES_MIN: u64 = 1 << 20;
+
 /// Most queues in one ListQueues or Metadata response, or named in a Metadata
 /// request.
 pub const QUEUES_LISTED_MAX: usize = 10_000;
