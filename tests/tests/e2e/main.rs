@@ -31,6 +31,9 @@
 //!   and deleted over the wire with the client's `Admin`; refusals and rights.
 //! - `inspect_sub`: peek, dead letters, redrive and purge in one subscription
 //!   (v2 of the four, the CLI's `--sub`), the others untouched; audit lines.
+//! - `window`: a retention window drops exactly the unread records it
+//!   passed (by offset, in the loss reports, across a SIGKILL); `earliest`
+//!   replays the records still inside it.
 
 // Helpers outside `#[test]` functions unwrap too: a failed step is a failed
 // test.
@@ -58,3 +61,4 @@ mod scale;
 mod stream;
 mod sub_admin;
 mod subscriptions;
+mod window;
