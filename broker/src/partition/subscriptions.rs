@@ -10,7 +10,7 @@ use spool_wire::batch::BatchKind;
 
 use super::{Partition, PartitionError};
 use crate::io::Storage;
-use crate::queue::{Event, Millis, Offset, QueueCounters, SubscriptionId};
+use crate::queue::{Event, Loss, Millis, Offset, QueueCounters, SubscriptionId};
 
 /// Where a subscription the table names starts on this partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,15 +46,34 @@ impl<S: Storage + Clone> Partition<S> {
         self.state.borrow().counters_of(sub, (self.clock)())
     }
 
-    /// The counters of every subscription besides the default.
-    pub fn subscription_counters(&self) -> Vec<(SubscriptionId, QueueCounters)> {
+    /// The counters and loss reports of every subscription besides the
+    /// default.
+    pub fn subscription_counters(&self) -> Vec<(SubscriptionId, QueueCounters, Vec<Loss>)> {
         let state = self.state.borrow();
         let now = (self.clock)();
         state
             .subscriptions()
             .filter(|&sub| sub != SubscriptionId::DEFAULT)
-            .filter_map(|sub| state.counters_of(sub, now).map(|counters| (sub, counters)))
+            .filter_map(|sub| {
+                let counters = state.counters_of(sub, now)?;
+                let losses = state.losses_of(sub).map(|losses| losses.copied().collect());
+                Some((sub, counters, losses.unwrap_or_default()))
+            })
             .collect()
+    }
+
+    /// The loss reports of subscription `sub`: what the queue's retention
+    /// window dropped before it delivered them, oldest first (the newest
+    /// `LOSS_REPORTS_MAX`); empty without a window, or when the partition
+    /// does not have `sub`.
+    pub fn losses_of(&self, sub: SubscriptionId) -> Vec<Loss> {
+        let state = self.state.borrow();
+        state.losses_of(sub).map(|losses| losses.copied().collect()).unwrap_or_default()
+    }
+
+    /// Whether the partition's queue has a retention window.
+    pub fn has_window(&self) -> bool {
+        self.state.borrow().config().has_window()
     }
 
     /// Whether the state's subscriptions besides the default are exactly

@@ -383,6 +383,8 @@ impl ShardState {
                 resize: self.resize_state(queue, partition),
                 subscriptions: self
                     .subscription_report(queue, served.partition.subscription_counters()),
+                window: served.partition.has_window(),
+                losses: served.partition.losses_of(crate::queue::SubscriptionId::DEFAULT),
             });
         }
         if let Some(journal) = &*self.journal.borrow() {

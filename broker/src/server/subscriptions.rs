@@ -48,12 +48,13 @@ fn wanted(subscriptions: &Subscriptions) -> Vec<(SubscriptionId, StartAt)> {
 }
 
 impl ShardState {
-    /// A partition of `queue`'s counters of each subscription besides the
-    /// default, with the name the table gives it, for the shard's report.
+    /// A partition of `queue`'s counters and loss reports of each
+    /// subscription besides the default, with the name the table gives
+    /// it, for the shard's report.
     pub(super) fn subscription_report(
         &self,
         queue: &str,
-        counters: Vec<(SubscriptionId, crate::queue::QueueCounters)>,
+        counters: Vec<(SubscriptionId, crate::queue::QueueCounters, Vec<crate::queue::Loss>)>,
     ) -> Vec<SubscriptionCounters> {
         if counters.is_empty() {
             return Vec::new();
@@ -62,13 +63,14 @@ impl ShardState {
         let named = QueueName::new(queue).ok().and_then(|name| table.queue(&name));
         counters
             .into_iter()
-            .map(|(id, counters)| SubscriptionCounters {
+            .map(|(id, counters, losses)| SubscriptionCounters {
                 id,
                 name: named
                     .and_then(|entry| entry.subscriptions.name(id))
                     .unwrap_or_default()
                     .to_owned(),
                 counters,
+                losses,
             })
             .collect()
     }

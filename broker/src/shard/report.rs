@@ -13,7 +13,7 @@
 use crate::auth::quota::{QuotaConfig, QuotaKind};
 use crate::control::assignment::ShardId;
 use crate::io::stats::IoSnapshot;
-use crate::queue::{PartitionId, QueueCounters};
+use crate::queue::{Loss, PartitionId, QueueCounters};
 
 /// Upper bounds (inclusive, microseconds) of the request latency
 /// histogram's buckets; a last `+Inf` bucket holds the rest. From a request
@@ -190,6 +190,14 @@ pub struct PartitionReport {
     /// The counters of each subscription besides the default
     /// (`counters` is the default's), by id.
     pub subscriptions: Vec<SubscriptionCounters>,
+    /// Whether the queue has a retention window
+    /// (`docs/design/subscriptions.md` §5): records stay in the shared
+    /// index (`counters.retained_*`) until it passes them, and one a
+    /// subscription had not delivered then is lost for it.
+    pub window: bool,
+    /// The default subscription's loss reports, oldest first (each
+    /// subscription's own are in `subscriptions`); empty without a window.
+    pub losses: Vec<Loss>,
 }
 
 /// One subscription's counters in one partition.
@@ -200,6 +208,9 @@ pub struct SubscriptionCounters {
     /// longer names it, and the partition's log is about to end it).
     pub name: String,
     pub counters: QueueCounters,
+    /// Its loss reports in the partition, oldest first (the newest
+    /// `LOSS_REPORTS_MAX`; `counters.totals.lost` counts every one).
+    pub losses: Vec<Loss>,
 }
 
 /// A partition's part in its queue's last resize.

@@ -33,6 +33,10 @@ pub struct CreateQueue {
     pub max_messages: Option<u64>,
     pub max_bytes: Option<u64>,
     pub dead_letter_on_expiry: Option<bool>,
+    /// Retention window by time (ms); none when absent or 0.
+    pub retention_ms: Option<u64>,
+    /// Retention window by size (bytes); none when absent or 0.
+    pub retention_bytes: Option<u64>,
 }
 
 fn one() -> u32 {
@@ -73,6 +77,8 @@ impl CreateQueue {
         config.max_bytes = self.max_bytes.unwrap_or(config.max_bytes);
         config.dead_letter_on_expiry =
             self.dead_letter_on_expiry.unwrap_or(config.dead_letter_on_expiry);
+        config.retention_ms = self.retention_ms.unwrap_or(config.retention_ms);
+        config.retention_bytes = self.retention_bytes.unwrap_or(config.retention_bytes);
         if let Some(backoff) = &self.backoff {
             config.backoff = Backoff {
                 kind: match backoff.kind {
@@ -287,6 +293,8 @@ pub fn config(config: &QueueConfig) -> Value {
         "max_messages": config.max_messages,
         "max_bytes": config.max_bytes,
         "dead_letter_on_expiry": config.dead_letter_on_expiry,
+        "retention_ms": config.retention_ms,
+        "retention_bytes": config.retention_bytes,
     })
 }
 
@@ -304,6 +312,9 @@ pub fn partition_stats(stats: &PartitionStats) -> Value {
         "oldest_ready_age_ms": stats.oldest_ready_age_ms,
         "released": stats.released,
         "lease_expired": stats.lease_expired,
+        "retained_messages": stats.retained.messages,
+        "retained_bytes": stats.retained.bytes,
+        "oldest_retained_age_ms": stats.retained.oldest_age_ms,
         "replication": stats.replication.map(|replication| json!({
             "leader_node": replication.leader_node,
             "term": replication.term,
@@ -311,6 +322,15 @@ pub fn partition_stats(stats: &PartitionStats) -> Value {
             "lag_entries": replication.lag_entries,
         })),
     })
+}
+
+/// What a queue keeps for replay over `partitions`: the retained records
+/// and bytes summed, the oldest's age the largest (0: none).
+pub fn retained(partitions: &[PartitionStats]) -> (u64, u64, u64) {
+    let messages = partitions.iter().map(|stats| stats.retained.messages).sum();
+    let bytes = partitions.iter().map(|stats| stats.retained.bytes).sum();
+    let oldest = partitions.iter().map(|stats| stats.retained.oldest_age_ms).max().unwrap_or(0);
+    (messages, bytes, oldest)
 }
 
 /// One dead letter.

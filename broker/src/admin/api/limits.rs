@@ -60,6 +60,12 @@ pub const DEAD_LETTERS_MAX_HTTP: u32 = INSPECT_MESSAGES_MAX;
 /// Dead letters listed when the request names no `max`.
 pub const DEAD_LETTERS_DEFAULT_HTTP: u32 = 100;
 
+/// Most loss reports a subscription's row lists
+/// (`/v1/queues/{q}/subscriptions[/{name}]`): the newest over its
+/// partitions; each partition keeps its own newest `LOSS_REPORTS_MAX`, and
+/// the row's `lost` counts every record lost.
+pub const LOSSES_LISTED_MAX_HTTP: usize = crate::queue::limits::LOSS_REPORTS_MAX;
+
 /// Longest token string accepted: the base64 of the largest token layout
 /// (format byte, partition, name length, the longest name, the token).
 pub const TOKEN_TEXT_BYTES_MAX: usize =

@@ -380,11 +380,16 @@ impl Gateway {
             .map_err(|error| self.fail_on(&client, queue, error))?;
         let partitions: Vec<Value> =
             described.partitions.iter().map(json::partition_stats).collect();
+        let (retained_messages, retained_bytes, oldest_retained_age_ms) =
+            json::retained(&described.partitions);
         Ok(json!({
             "name": described.name,
             "config": json::config(&described.config),
             "partitions": partitions,
             "keys": json::key_map(&described.keys),
+            "retained_messages": retained_messages,
+            "retained_bytes": retained_bytes,
+            "oldest_retained_age_ms": oldest_retained_age_ms,
         }))
     }
 
@@ -709,6 +714,24 @@ mod tests {
         let missing = parse::<json::Ack>(b"").unwrap_err();
         assert!(missing.message.contains("tokens"), "{}", missing.message);
         assert!(!parse::<json::Purge>(b" ").unwrap().confirm);
+    }
+
+    // Goal: `POST /v1/queues` takes a retention window and the answer's
+    // config shows it; without one the queue has none. Method: parse
+    // bodies, render their configs.
+    #[test]
+    fn create_takes_a_retention_window() {
+        let body = br#"{"name": "events", "retention_ms": 60000, "retention_bytes": 1048576}"#;
+        let config = parse::<json::CreateQueue>(body).unwrap().config();
+        assert_eq!((config.retention_ms, config.retention_bytes), (60_000, 1 << 20));
+        let shown = json::config(&config);
+        assert_eq!(
+            (shown["retention_ms"].as_u64(), shown["retention_bytes"].as_u64()),
+            (Some(60_000), Some(1 << 20))
+        );
+        let plain = parse::<json::CreateQueue>(br#"{"name": "jobs"}"#).unwrap().config();
+        assert!(!plain.has_window());
+        assert_eq!(json::config(&plain)["retention_ms"], 0);
     }
 
     // Goal: an unspecified listen address is reached on loopback.

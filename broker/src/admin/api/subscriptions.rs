@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 use spool_wire::ErrorCode;
 
 use super::error::ApiError;
+use super::limits::LOSSES_LISTED_MAX_HTTP;
 use super::routes::Operation;
 use super::{Call, Gateway};
 use crate::auth::Operation as Right;
@@ -23,7 +24,7 @@ use crate::control::assignment::{
     AssignmentError, QueueName, SubscriptionStart, DEFAULT_SUBSCRIPTION,
 };
 use crate::limits::ADMIN_APPLY_TIMEOUT_MS;
-use crate::queue::{QueueCounters, SubscriptionId};
+use crate::queue::{Loss, PartitionId, QueueCounters, SubscriptionId};
 use crate::shard::CoordinatorError;
 use hyper::StatusCode;
 
@@ -62,8 +63,42 @@ fn change_error(error: &CoordinatorError) -> ApiError {
     ApiError::new(code, error.to_string())
 }
 
-/// A subscription's row: its counters summed over partitions.
-fn row(name: &str, id: SubscriptionId, counters: &[QueueCounters]) -> Value {
+/// One partition's share of a subscription's row: its counters and loss
+/// reports there.
+struct Share<'a> {
+    partition: PartitionId,
+    counters: QueueCounters,
+    losses: &'a [Loss],
+}
+
+/// The newest loss reports over `shares` (at most
+/// [`LOSSES_LISTED_MAX_HTTP`]), oldest first, each naming its partition.
+fn losses(shares: &[Share<'_>]) -> Vec<Value> {
+    let mut all: Vec<(PartitionId, &Loss)> = shares
+        .iter()
+        .flat_map(|share| share.losses.iter().map(move |loss| (share.partition, loss)))
+        .collect();
+    all.sort_by_key(|(partition, loss)| (loss.at_ms, partition.0, loss.from));
+    let skip = all.len().saturating_sub(LOSSES_LISTED_MAX_HTTP);
+    all.into_iter()
+        .skip(skip)
+        .map(|(partition, loss)| {
+            json!({
+                "partition": partition.0,
+                "from": loss.from.0,
+                "to": loss.to.0,
+                "count": loss.count,
+                "at_ms": loss.at_ms,
+            })
+        })
+        .collect()
+}
+
+/// A subscription's row: its counters summed over partitions, `lost` (the
+/// records retention windows dropped before it delivered them) and its
+/// newest loss reports.
+fn row(name: &str, id: SubscriptionId, shares: &[Share<'_>]) -> Value {
+    let counters: Vec<QueueCounters> = shares.iter().map(|share| share.counters).collect();
     let sum = |field: fn(&QueueCounters) -> u64| counters.iter().map(field).sum::<u64>();
     let max = |field: fn(&QueueCounters) -> Option<u64>| counters.iter().filter_map(field).max();
     json!({
@@ -79,6 +114,8 @@ fn row(name: &str, id: SubscriptionId, counters: &[QueueCounters]) -> Value {
         "oldest_claim_age_ms": max(|c| c.oldest_claim_age_ms),
         "acked": sum(|c| c.totals.acked),
         "enqueued": sum(|c| c.totals.enqueued),
+        "lost": sum(|c| c.totals.lost),
+        "losses": losses(shares),
     })
 }
 
@@ -264,17 +301,25 @@ impl Gateway {
         Ok(subs
             .into_iter()
             .map(|(name, id)| {
-                let counters: Vec<QueueCounters> = partitions
+                let shares: Vec<Share<'_>> = partitions
                     .iter()
                     .filter_map(|partition| {
                         if id == SubscriptionId::DEFAULT {
-                            return Some(partition.counters);
+                            return Some(Share {
+                                partition: partition.partition,
+                                counters: partition.counters,
+                                losses: &partition.losses,
+                            });
                         }
-                        let sub = partition.subscriptions.iter().find(|sub| sub.id == id);
-                        sub.map(|sub| sub.counters)
+                        let sub = partition.subscriptions.iter().find(|sub| sub.id == id)?;
+                        Some(Share {
+                            partition: partition.partition,
+                            counters: sub.counters,
+                            losses: &sub.losses,
+                        })
                     })
                     .collect();
-                row(&name, id, &counters)
+                row(&name, id, &shares)
             })
             .collect())
     }
@@ -304,5 +349,55 @@ impl Gateway {
             object.insert("queue".to_owned(), json!(queue));
         }
         Ok(row)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::queue::{Offset, Totals};
+
+    fn loss(from: u64, at_ms: u64) -> Loss {
+        Loss { from: Offset(from), to: Offset(from + 9), count: 10, at_ms }
+    }
+
+    fn counters(lost: u64) -> QueueCounters {
+        QueueCounters { totals: Totals { lost, ..Totals::default() }, ..QueueCounters::default() }
+    }
+
+    // Goal: a subscription's row sums `lost` over its partitions and lists
+    // the newest loss reports (at most LOSSES_LISTED_MAX_HTTP, oldest
+    // first), each naming its partition and offsets. Method: two
+    // partitions whose reports together pass the bound.
+    #[test]
+    fn rows_carry_lost_and_the_newest_losses() {
+        let first: Vec<Loss> =
+            (0..LOSSES_LISTED_MAX_HTTP as u64).map(|n| loss(n * 10, n * 2)).collect();
+        let second = vec![loss(500, 1), loss(600, 1_000)];
+        let shares = [
+            Share { partition: PartitionId(0), counters: counters(400), losses: &first },
+            Share { partition: PartitionId(1), counters: counters(25), losses: &second },
+        ];
+        let row = row("audit", SubscriptionId(1), &shares);
+        assert_eq!(row["lost"], 425);
+        let listed = row["losses"].as_array().unwrap();
+        assert_eq!(listed.len(), LOSSES_LISTED_MAX_HTTP);
+        // The two oldest (at 0 and 1 ms) fell off; the newest is last.
+        assert_eq!(
+            listed[0],
+            json!({"partition": 0, "from": 10, "to": 19, "count": 10, "at_ms": 2})
+        );
+        let last = &listed[LOSSES_LISTED_MAX_HTTP - 1];
+        assert_eq!(
+            *last,
+            json!({"partition": 1, "from": 600, "to": 609, "count": 10, "at_ms": 1000})
+        );
+        // Without a window: none.
+        let quiet = [Share { partition: PartitionId(0), counters: counters(0), losses: &[] }];
+        let row = super::row("default", SubscriptionId::DEFAULT, &quiet);
+        assert_eq!(
+            (row["lost"].as_u64(), row["losses"].as_array().map(Vec::len)),
+            (Some(0), Some(0))
+        );
     }
 }
