@@ -25,9 +25,12 @@ pub enum SubCommand {
     /// with `spool recv --sub NAME`.
     Create(CreateArgs),
     /// List a queue's subscriptions (the default one too) with their
-    /// backlog, messages in flight, dead letters and oldest ready age.
+    /// backlog, messages in flight, dead letters, oldest ready age and the
+    /// records a retention window dropped before they delivered them
+    /// (lost).
     List(QueueArgs),
-    /// Show one subscription's counts.
+    /// Show one subscription's counts and its newest loss reports (the
+    /// offsets a retention window dropped before it delivered them).
     Describe(NameArgs),
     /// Delete a subscription and its delivery state (asks first unless
     /// --yes). Records only it still held become releasable. The default
@@ -238,11 +241,11 @@ fn cell(value: &Value) -> String {
     }
 }
 
-const LIST_HEADERS: [&str; 6] =
-    ["subscription", "id", "ready", "claimed", "dead_letters", "oldest_ready_age_ms"];
+const LIST_HEADERS: [&str; 7] =
+    ["subscription", "id", "ready", "claimed", "dead_letters", "oldest_ready_age_ms", "lost"];
 
 fn list_row(subscription: &Value) -> Vec<String> {
-    ["name", "id", "ready", "claimed", "dead_letters", "oldest_ready_age_ms"]
+    ["name", "id", "ready", "claimed", "dead_letters", "oldest_ready_age_ms", "lost"]
         .iter()
         .map(|field| cell(&subscription[*field]))
         .collect()
@@ -257,7 +260,7 @@ fn render_list(body: Value) -> Output {
     Output::table(table, body)
 }
 
-const DESCRIBE_FIELDS: [&str; 8] = [
+const DESCRIBE_FIELDS: [&str; 9] = [
     "id",
     "ready",
     "scheduled",
@@ -266,13 +269,32 @@ const DESCRIBE_FIELDS: [&str; 8] = [
     "acked",
     "oldest_ready_age_ms",
     "oldest_claim_age_ms",
+    "lost",
 ];
 
-/// One subscription's counts, one field a row.
+/// One loss report of the API's answer as a cell: which offsets of which
+/// partition a retention window dropped before the subscription delivered
+/// them, how many, and when.
+fn loss_cell(loss: &Value) -> String {
+    format!(
+        "partition {}: offsets {}..={}, {} records, at {} ms",
+        cell(&loss["partition"]),
+        cell(&loss["from"]),
+        cell(&loss["to"]),
+        cell(&loss["count"]),
+        cell(&loss["at_ms"])
+    )
+}
+
+/// One subscription's counts, one field a row, then its newest loss
+/// reports (oldest first), one a row.
 fn render_describe(queue: &str, body: Value) -> Output {
     let mut table = Table::new(vec!["field", "value"]);
     for field in DESCRIBE_FIELDS {
         table.push(vec![field.to_owned(), cell(&body[field])]);
+    }
+    for loss in body["losses"].as_array().into_iter().flatten() {
+        table.push(vec!["loss".to_owned(), loss_cell(loss)]);
     }
     let message = format!("subscription {} of queue {queue}", cell(&body["name"]));
     Output { message: Some(message), ..Output::table(table, body) }
@@ -351,23 +373,30 @@ mod tests {
         let body = json!({"queue": "jobs", "subscriptions": [
             {"name": "default", "id": 0, "ready": 5, "scheduled": 1, "claimed": 2,
              "dead_letters": 0, "oldest_ready_age_ms": 1200, "oldest_claim_age_ms": 30,
-             "acked": 9},
+             "acked": 9, "lost": 0, "losses": []},
             {"name": "audit", "id": 1, "ready": 0, "scheduled": 0, "claimed": 0,
              "dead_letters": 3, "oldest_ready_age_ms": null, "oldest_claim_age_ms": null,
-             "acked": 0}
+             "acked": 0, "lost": 12, "losses": [
+                {"partition": 0, "from": 0, "to": 9, "count": 10, "at_ms": 1700},
+                {"partition": 1, "from": 4, "to": 5, "count": 2, "at_ms": 1800}]}
         ]});
         let output = render_list(body.clone());
         assert_eq!(
             output.render(false),
-            "subscription  id  ready  claimed  dead_letters  oldest_ready_age_ms\n\
-             default       0   5      2        0             1200\n\
-             audit         1   0      0        3             -\n"
+            "subscription  id  ready  claimed  dead_letters  oldest_ready_age_ms  lost\n\
+             default       0   5      2        0             1200                 0\n\
+             audit         1   0      0        3             -                    12\n"
         );
         let printed: Value = serde_json::from_str(&output.render(true)).unwrap();
         assert_eq!(printed, body);
         let described = render_describe("jobs", body["subscriptions"][1].clone()).render(false);
         assert!(described.contains("dead_letters         3\n"), "{described}");
         assert!(described.contains("oldest_claim_age_ms  -\n"), "{described}");
+        assert!(described.contains("lost                 12\n"), "{described}");
+        let first = "loss                 partition 0: offsets 0..=9, 10 records, at 1700 ms\n";
+        let second = "loss                 partition 1: offsets 4..=5, 2 records, at 1800 ms\n";
+        let at = |line: &str| described.find(line).unwrap_or_else(|| panic!("{described}"));
+        assert!(at(first) < at(second), "oldest first: {described}");
         assert!(described.ends_with("subscription audit of queue jobs\n"), "{described}");
     }
 
