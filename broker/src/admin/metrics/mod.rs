@@ -12,6 +12,7 @@ mod disk;
 mod families;
 mod histogram;
 mod replication;
+mod retention;
 mod subscriptions;
 
 use std::fmt;
@@ -369,6 +370,7 @@ pub fn encode(
     );
     register_queue_figures(&mut registry, reports);
     subscriptions::register_subscriptions(&mut registry, reports);
+    retention::register_retention(&mut registry, reports);
 
     shard_counter!(
         "spool_shard_commits",

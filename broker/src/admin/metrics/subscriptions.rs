@@ -5,7 +5,10 @@
 //! `partition` and `subscription` (the default's rows repeat the
 //! unlabelled per-partition families, so `sum by (subscription)` covers
 //! every one). A queue with only the default subscription has no series
-//! here: its figures are the per-partition families.
+//! here (its figures are the per-partition families), but for
+//! `spool_subscription_lost_messages_total` when it has a retention window:
+//! the records the window dropped before the default delivered them have no
+//! per-partition family of their own.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::registry::{Registry, Unit};
@@ -24,17 +27,23 @@ struct SubscriptionLabels {
 
 /// Registers the `spool_subscription_*` families from `reports`.
 pub(super) fn register_subscriptions(registry: &mut Registry, reports: &[ShardReport]) {
-    // Every (labels, counters) row: the default first, then the others.
+    // Every (labels, counters) row: the default first, then the others;
+    // and the default's of partitions whose queue has a retention window
+    // but no other subscription (the lost family's alone).
     let mut rows: Vec<(SubscriptionLabels, &QueueCounters)> = Vec::new();
+    let mut window_only: Vec<(SubscriptionLabels, &QueueCounters)> = Vec::new();
     for report in reports.iter().flat_map(|shard| &shard.partitions) {
-        if report.subscriptions.is_empty() {
-            continue;
-        }
         let labels = |subscription: &str| SubscriptionLabels {
             queue: report.queue.clone(),
             partition: report.partition.to_string(),
             subscription: subscription.to_owned(),
         };
+        if report.subscriptions.is_empty() {
+            if report.window {
+                window_only.push((labels(DEFAULT_SUBSCRIPTION), &report.counters));
+            }
+            continue;
+        }
         rows.push((labels(DEFAULT_SUBSCRIPTION), &report.counters));
         for sub in &report.subscriptions {
             // An ended subscription the partition's log still has for a
@@ -112,5 +121,15 @@ pub(super) fn register_subscriptions(registry: &mut Registry, reports: &[ShardRe
         "spool_subscription_acked_messages",
         "Messages acked in the subscription (either lane)",
         acked,
+    );
+    let lost = Counters::<SubscriptionLabels>::default();
+    for (labels, counters) in rows.iter().chain(&window_only) {
+        lost.get_or_create(labels).inc_by(counters.totals.lost);
+    }
+    registry.register(
+        "spool_subscription_lost_messages",
+        "Records the queue's retention window dropped before the subscription delivered them \
+         (their offsets: the subscription's loss reports, GET /v1/queues/{q}/subscriptions)",
+        lost,
     );
 }
