@@ -370,3 +370,136 @@ fn tables_escape_control_characters() {
     no_controls(&received);
     assert!(received.contains(visible), "{received}");
 }
+
+// Goal: a stream-style queue is made with a retention window from the CLI
+// and over HTTP, and every outer layer shows it: `spool queue describe`
+// (table and --json) and GET /v1/queues/{q} the window and the records
+// kept for replay (acked ones too), the subscription rows `lost` 0 and no
+// loss reports, the metrics the retained families and a lost series for
+// the default subscription. Windows outside their bounds are refused with
+// a message naming the field: 10 ms by the CLI (exit 1, nothing created)
+// and over HTTP (400 INVALID_ARGUMENT), and a size window above the
+// queue's max_bytes by the broker's own check (400 INVALID_ARGUMENT naming
+// max_bytes). Method: one 2-shard broker; 60 s windows, so none passes
+// while the test runs.
+#[test]
+fn retention_window_is_created_described_and_checked() {
+    use serde_json::json;
+    use spool_tests::admin::{http, http_json};
+
+    let broker = Spoold::start(2);
+    let cli = |args: &[&str]| json_stdout(&broker.cli(args));
+    let admin = broker.admin_addr();
+
+    let created = cli(&[
+        "--json",
+        "queue",
+        "create",
+        "events",
+        "--partitions",
+        "2",
+        "--retention-ms",
+        "60000",
+    ]);
+    assert_eq!(
+        (created["retention_ms"].as_u64(), created["retention_bytes"].as_u64()),
+        (Some(60_000), Some(0))
+    );
+    let sized =
+        success_stdout(&broker.cli(&["queue", "create", "sized", "--retention-bytes", "1048576"]));
+    assert!(sized.contains("retention window 1048576 bytes"), "{sized}");
+
+    // Three records, received and acked: the window keeps them for replay.
+    success_stdout(&broker.cli_with_stdin(&["send", "events"], Some("a\nb\nc\n")));
+    let received = json_lines_stdout(&broker.cli(&[
+        "--json",
+        "recv",
+        "events",
+        "-n",
+        "3",
+        "--wait-ms",
+        "2000",
+    ]));
+    assert_eq!(received.len(), 3, "{received:?}");
+
+    let described = cli(&["--json", "queue", "describe", "events"]);
+    assert_eq!(described["config"]["retention_ms"], 60_000, "{described}");
+    assert_eq!(described["config"]["retention_bytes"], 0, "{described}");
+    let partitions = &described["partitions"];
+    assert_eq!(sum(partitions, "ready"), 0, "{described}");
+    assert_eq!(sum(partitions, "retained_messages"), 3, "acked and still retained: {described}");
+    let table = success_stdout(&broker.cli(&["queue", "describe", "events"]));
+    assert!(table.contains("retention window 60000 ms"), "{table}");
+    assert!(table.contains("retained 3 messages"), "{table}");
+    assert!(table.lines().next().is_some_and(|header| header.contains("retained")), "{table}");
+    let plain = success_stdout(&broker.cli(&["queue", "describe", "sized"]));
+    assert!(plain.contains("retention window 1048576 bytes"), "{plain}");
+
+    let over_http = http(&admin, "GET", "/v1/queues/events");
+    assert_eq!(over_http.status, 200, "{over_http:?}");
+    let over_http = over_http.json();
+    assert_eq!(over_http["config"]["retention_ms"], 60_000, "{over_http}");
+    assert_eq!(over_http["retained_messages"], 3, "{over_http}");
+    assert!(over_http["oldest_retained_age_ms"].is_u64(), "{over_http}");
+    let rows = http(&admin, "GET", "/v1/queues/events/subscriptions").json();
+    let default = &rows["subscriptions"][0];
+    assert_eq!((default["name"].as_str(), default["lost"].as_u64()), (Some("default"), Some(0)));
+    assert_eq!(default["losses"], json!([]), "{rows}");
+    let listed = success_stdout(&broker.cli(&["sub", "list", "events", "--admin", &admin]));
+    assert!(listed.lines().next().is_some_and(|header| header.ends_with("lost")), "{listed}");
+
+    let web = json!({"name": "web-stream", "retention_ms": 5000, "retention_bytes": 2_097_152});
+    let made = http_json(&admin, "POST", "/v1/queues", &web);
+    assert_eq!(made.status, 201, "{made:?}");
+    let made = made.json();
+    assert_eq!(
+        (made["config"]["retention_ms"].as_u64(), made["config"]["retention_bytes"].as_u64()),
+        (Some(5000), Some(2_097_152))
+    );
+    let shown = http(&admin, "GET", "/v1/queues/web-stream").json();
+    assert_eq!(shown["config"]["retention_bytes"], 2_097_152, "{shown}");
+
+    let scraped = spool_tests::admin::http_get(&admin, "/metrics");
+    let metrics = spool_tests::admin::Exposition::parse(&scraped.body).unwrap();
+    let retained: f64 = ["0", "1"]
+        .into_iter()
+        .map(|partition| {
+            let labels = [("queue", "events"), ("partition", partition)];
+            metrics.value("spool_queue_retained_messages", &labels).unwrap_or(0.0)
+        })
+        .sum();
+    assert_eq!(retained, 3.0, "{}", scraped.body);
+    let lost = metrics.value(
+        "spool_subscription_lost_messages_total",
+        &[("queue", "events"), ("partition", "0"), ("subscription", "default")],
+    );
+    assert_eq!(lost, Some(0.0), "a window's default subscription has its lost series");
+    assert!(metrics
+        .value("spool_queue_retained_messages", &[("queue", "web-stream"), ("partition", "0")])
+        .is_some());
+
+    // Refusals, each naming the field.
+    let refused = broker.cli(&["queue", "create", "bad", "--retention-ms", "10"]);
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("retention_ms = 10 outside 1000..=2592000000"), "{stderr}");
+    let queues = cli(&["--json", "queue", "list"]);
+    assert!(!queues.to_string().contains("\"bad\""), "nothing created: {queues}");
+    let short =
+        http_json(&admin, "POST", "/v1/queues", &json!({"name": "bad", "retention_ms": 10}));
+    assert_eq!(short.status, 400, "{short:?}");
+    let error = &short.json()["error"];
+    assert_eq!(error["name"], "INVALID_ARGUMENT", "{short:?}");
+    assert!(
+        error["message"].as_str().is_some_and(|text| text.contains("retention_ms")),
+        "{short:?}"
+    );
+    let too_big = json!({"name": "bad", "max_bytes": 2_097_152, "retention_bytes": 4_194_304});
+    let too_big = http_json(&admin, "POST", "/v1/queues", &too_big);
+    assert_eq!(too_big.status, 400, "{too_big:?}");
+    let error = &too_big.json()["error"];
+    assert_eq!(error["name"], "INVALID_ARGUMENT", "{too_big:?}");
+    let message = error["message"].as_str().unwrap_or_default();
+    assert!(message.contains("retention window") && message.contains("max_bytes"), "{message}");
+    assert_eq!(http(&admin, "GET", "/v1/queues/bad").status, 404);
+}
