@@ -299,11 +299,14 @@ fn check_quickstart_line(line: &str, args: &[String], output: &Output, sample: &
             assert_eq!(rows[0][2..], ["1", "user-7", "invoice", "9", "acked"], "{stdout}");
         }
         ["sub", "list", "jobs"] => {
-            let header = "subscription  id  ready  claimed  dead_letters  oldest_ready_age_ms";
+            let header =
+                "subscription  id  ready  claimed  dead_letters  oldest_ready_age_ms  lost";
             let rows = rows(&stdout, header);
             let names: Vec<&str> = rows.iter().map(|row| row[0].as_str()).collect();
             assert_eq!(names, ["default", "audit"], "{stdout}");
             assert!(rows.iter().all(|row| row[2] == "0" && row[3] == "0"), "{stdout}");
+            // No retention window: nothing lost.
+            assert!(rows.iter().all(|row| row[6] == "0"), "{stdout}");
         }
         _ => panic!(
             "README quickstart line {line:?} has no expectation in tests/tests/readme.rs: \
