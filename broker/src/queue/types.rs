@@ -69,6 +69,11 @@ impl ReleaseReason {
     /// was claimed: nobody can ack the old claim, so open released it
     /// (the epoch fence, `docs/design/queue-semantics.md`).
     pub const EPOCH_FENCED: Self = Self(0xFFFD);
+    /// The consumer session the claim was made in ended (its heartbeat
+    /// timed out, its connection ended, it was closed, or its member
+    /// rejoined): released at once, counted like a lease expiry
+    /// (`docs/design/sessions.md`).
+    pub const SESSION_ENDED: Self = Self(0xFFFC);
 }
 
 /// Which of the partition's two queues a message or token belongs to: the
