@@ -106,6 +106,17 @@ pub enum ErrorCode {
     /// [`ErrorCode::InvalidArgument`] in its place
     /// ([`ApiKey::answerable`](crate::proto::ApiKey::answerable)).
     SubscriptionNotFound = 29,
+    /// The connection holds no open session of the id a Session heartbeat
+    /// or close named: it timed out, was closed, or was never opened on
+    /// this connection; its claims were released. Open a new one. Sent
+    /// only to Session (api key 9, newer than the code); anything else
+    /// gets [`ErrorCode::InvalidArgument`] in its place.
+    SessionNotFound = 30,
+    /// A newer session of the same member (same queue and subscription)
+    /// was opened on this shard and ended this one, releasing its claims:
+    /// this consumer was replaced. Sent only to Session, like
+    /// [`ErrorCode::SessionNotFound`].
+    SessionFenced = 31,
 }
 
 /// Static facts about one code: its stable name, a one-line description and
@@ -207,6 +218,18 @@ pub const ERROR_CODES: &[ErrorCodeInfo] = &[
         true,
     ),
     info(ErrorCode::SubscriptionNotFound, "SUBSCRIPTION_NOT_FOUND", "no such subscription", false),
+    info(
+        ErrorCode::SessionNotFound,
+        "SESSION_NOT_FOUND",
+        "no open session of that id on this connection (timed out or closed); open a new one",
+        false,
+    ),
+    info(
+        ErrorCode::SessionFenced,
+        "SESSION_FENCED",
+        "a newer session of the same member replaced this one; its claims were released",
+        false,
+    ),
 ];
 
 const fn info(
@@ -316,6 +339,8 @@ mod tests {
             (27, "NOT_LEADER"),
             (28, "KEY_MOVED"),
             (29, "SUBSCRIPTION_NOT_FOUND"),
+            (30, "SESSION_NOT_FOUND"),
+            (31, "SESSION_FENCED"),
         ];
         assert_eq!(pinned.len(), ERROR_CODES.len());
         for &(number, name) in pinned {
@@ -331,6 +356,8 @@ mod tests {
         assert_eq!(ErrorCode::NotLeader as u16, 27);
         assert_eq!(ErrorCode::KeyMoved as u16, 28);
         assert_eq!(ErrorCode::SubscriptionNotFound as u16, 29);
+        assert_eq!(ErrorCode::SessionNotFound as u16, 30);
+        assert_eq!(ErrorCode::SessionFenced as u16, 31);
     }
 
     // Goal: the retry hint of a quota refusal reads back; anything else is

@@ -597,6 +597,24 @@ impl ShardAuth {
             Request::Extend(extend) => by_token(&extend.token),
             Request::Release(release) => by_token(&release.token),
             Request::Ack(ack) => ack.tokens.iter().try_for_each(by_token),
+            // A session is opened for claiming: the claim right on its
+            // queue (or its subscription); heartbeats and closes name only
+            // the connection's own sessions.
+            Request::Session(spool_wire::proto::SessionRequest::Open {
+                queue,
+                subscription,
+                ..
+            }) => by_name(queue, Operation::Claim).or_else(|denied| {
+                let queue =
+                    queue.strip_suffix(spool_wire::proto::DEAD_LETTER_SUFFIX).unwrap_or(queue);
+                if grants.names_subscriptions()
+                    && grants.allows_only_in(queue, subscription, Operation::Claim)
+                {
+                    Ok(())
+                } else {
+                    Err(denied)
+                }
+            }),
             Request::CreateQueue(create) => by_name(&create.name, Operation::Admin),
             Request::DeleteQueue(delete) => by_name(&delete.name, Operation::Admin),
             Request::ResizeQueue(resize) => by_name(&resize.name, Operation::Admin),
@@ -614,6 +632,7 @@ impl ShardAuth {
             | Request::ListQueues(_)
             | Request::CancelClaim(_)
             | Request::Ping(_)
+            | Request::Session(_)
             | Request::Authenticate(_) => Ok(()),
         }
     }

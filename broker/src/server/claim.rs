@@ -56,10 +56,24 @@ impl SpoolHandler {
             _ => (claim.queue, Lane::Main),
         };
         let sub = self.subscription_of(queue, claim.subscription)?;
+        // A claim in the connection's session asks for at most its room,
+        // and what it takes is recorded there (`session_ops.rs`).
+        let (credits, in_session) = self.session_credits(connection, queue, sub, claim.credits)?;
+        let clamped;
+        let claim = if credits < claim.credits {
+            clamped = super::session_ops::with_credits(claim, credits);
+            &clamped
+        } else {
+            claim
+        };
         if claim.partition == PartitionId::ANY {
-            return self
+            let claimed = self
                 .claim_any(claim, queue, lane, sub, registration, connection, grants, timed)
                 .await;
+            if let Ok(claimed) = &claimed {
+                self.session_claimed(connection, in_session, claimed);
+            }
+            return claimed;
         }
         let partition = self.route(queue, claim.partition)?;
         *timed = Some((partition.clone(), RequestOp::Claim));
@@ -108,6 +122,9 @@ impl SpoolHandler {
             Err(failure) => partition.requests.failed(failure),
         }
         settle(reservation, &claimed);
+        if let Ok(claimed) = &claimed {
+            self.session_claimed(connection, in_session, claimed);
+        }
         claimed.map_err(|failure| claim_failed(connection, queue, claim.partition, &failure))
     }
 

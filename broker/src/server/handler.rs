@@ -60,6 +60,8 @@ pub struct SpoolHandler {
     pub(super) state: Rc<ShardState>,
     pub(super) auth: ShardAuth,
     pub(super) quotas: Rc<ShardQuotas>,
+    /// The shard's consumer sessions (`session_ops.rs`).
+    pub(super) sessions: Rc<super::sessions::Sessions>,
 }
 
 pub(super) type Answer = Result<Response<'static>, ErrorResponse>;
@@ -135,7 +137,8 @@ impl SpoolHandler {
         let auth =
             ShardAuth::new(state.config.auth.clone(), &state.config.data_dir, state.clock.clone());
         let quotas = ShardQuotas::new(state.shard.0, state.config.shards);
-        Self { state, auth, quotas }
+        let sessions = Rc::new(super::sessions::Sessions::new());
+        Self { state, auth, quotas, sessions }
     }
 
     /// The housekeeping tick's share of quota work (leases past their
@@ -294,10 +297,12 @@ impl SpoolHandler {
                     partition.requests.failed(&e);
                     if e.code() == ErrorCode::StaleToken {
                         self.quotas.forget(&token.to_bytes());
+                        self.sessions.forget(&token);
                     }
                     partition_error(&e)
                 })?;
                 self.quotas.extended(&token.to_bytes(), deadline);
+                self.sessions.extended(&token, deadline);
                 partition.requests.extended();
                 Ok(Response::Extend(ExtendResponse { lease_deadline_ms: deadline }))
             }
@@ -318,10 +323,12 @@ impl SpoolHandler {
                         partition.requests.failed(&e);
                         if e.code() == ErrorCode::StaleToken {
                             self.quotas.forget(&token.to_bytes());
+                            self.sessions.forget(&token);
                         }
                         partition_error(&e)
                     })?;
                 self.quotas.forget(&token.to_bytes());
+                self.sessions.forget(&token);
                 Ok(Response::Release(ReleaseResponse { not_before_ms: due }))
             }
             Request::CreateQueue(create) => {
@@ -375,6 +382,7 @@ impl SpoolHandler {
             // partition, disk or other core involved.
             Request::Ping(_) => Ok(Response::Ping(PingResponse {})),
             Request::Claim(_) => unreachable!("claims are answered by claim()"),
+            Request::Session(_) => unreachable!("sessions are answered by session()"),
             Request::CancelClaim(_) => unreachable!("cancels are answered by answer()"),
             Request::Authenticate(_) => unreachable!("handshakes are answered by answer()"),
         }
@@ -470,6 +478,7 @@ impl SpoolHandler {
                 };
                 if matches!(results[*index], ErrorCode::None | ErrorCode::StaleToken) {
                     self.quotas.forget(&token.to_bytes());
+                    self.sessions.forget(token);
                 }
             }
         }
@@ -495,7 +504,7 @@ impl SpoolHandler {
         out
     }
 
-    pub(super) async fn answer(&self, owned: &OwnedFrame, connection: &Connection) -> Vec<u8> {
+    pub(super) async fn answer(&self, owned: &OwnedFrame, connection: &Rc<Connection>) -> Vec<u8> {
         let frame = match &owned.header {
             Ok(header) => owned.frame(*header),
             Err(failure) => {
@@ -624,6 +633,13 @@ impl SpoolHandler {
                         .encode_version(correlation_id, api_version, &mut out)
                         .map_err(|e| error(ErrorCode::Internal, e.to_string()))
                 }
+                Err(reply) => Err(reply),
+            }
+        } else if let Request::Session(session) = &request {
+            match self.session(session, connection) {
+                Ok(response) => response
+                    .encode_version(correlation_id, api_version, &mut out)
+                    .map_err(|e| error(ErrorCode::Internal, e.to_string())),
                 Err(reply) => Err(reply),
             }
         } else if let Request::CancelClaim(cancel) = &request {

@@ -37,6 +37,7 @@ fn reason_text(reason: ReleaseReason, cause: Option<QuarantineCause>) -> String 
         ReleaseReason::LEASE_EXPIRED => "lease expired".to_owned(),
         ReleaseReason::EXPIRED => "expired".to_owned(),
         ReleaseReason::EPOCH_FENCED => "claimed when the partition restarted".to_owned(),
+        ReleaseReason::SESSION_ENDED => "session ended".to_owned(),
         RELEASE_REASON_WORKER => "released by worker".to_owned(),
         ReleaseReason(code) => format!("code {code}"),
     };

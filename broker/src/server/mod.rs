@@ -74,6 +74,8 @@ pub use journal::ShardJournalRun;
 pub mod quota;
 pub mod ready;
 mod served;
+mod session_ops;
+pub mod sessions;
 mod snapshot;
 mod sub_admin;
 mod subscriptions;
@@ -728,6 +730,7 @@ impl ShardHooks for SpoolHooks {
         report.claims_waiting = self.state.claims_waiting();
         report.pace = crate::net::pace::Pace::of_this_shard().stats();
         report.quotas = self.handler.quota_report();
+        report.sessions = self.handler.sessions.report();
         if let Some(cluster) = &self.state.cluster {
             let mut replication = cluster.report(&self.state.partitions.borrow());
             replication.snapshots = self.state.snapshots.stats();

@@ -318,6 +318,8 @@ pub struct ShardReport {
     pub replication: Option<ReplicationReport>,
     /// What the shard heard from each peer node it links to (a cluster).
     pub peers: Vec<crate::shard::replication::PeerHeard>,
+    /// The shard's consumer sessions (`docs/design/sessions.md`).
+    pub sessions: SessionFigures,
 }
 
 /// A replicated partition's member as this node sees it.
@@ -444,6 +446,27 @@ impl ShardReport {
             pace: crate::net::pace::PaceStats::default(),
             replication: None,
             peers: Vec::new(),
+            sessions: SessionFigures::default(),
         }
     }
+}
+
+/// Why a consumer session ended, as the metrics label it: closed by its
+/// consumer, its connection ended, its heartbeat timed out, or a newer
+/// session of its member replaced it.
+pub const SESSION_END_CAUSES: [&str; 4] = ["closed", "connection", "timeout", "replaced"];
+
+/// A shard's consumer sessions (`server/sessions.rs`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SessionFigures {
+    /// Sessions open now.
+    pub open: u64,
+    /// Claims the open sessions track now.
+    pub claims_tracked: u64,
+    /// Sessions opened since the shard started.
+    pub opened: u64,
+    /// Sessions ended, by [`SESSION_END_CAUSES`].
+    pub ended: [u64; 4],
+    /// Claims released because their session ended.
+    pub claims_released: u64,
 }

@@ -107,6 +107,9 @@ pub enum ApiKey {
     /// A connection's proof of life: answered at once, whatever else the
     /// connection waits for (the client's liveness probe).
     Ping = 8,
+    /// Open, keep alive or close a consumer session on this connection
+    /// (`docs/design/sessions.md`).
+    Session = 9,
     /// Create a queue.
     CreateQueue = 16,
     /// Delete a queue.
@@ -135,7 +138,7 @@ pub enum ApiKey {
 
 impl ApiKey {
     /// Every api key, in numeric order.
-    pub const ALL: [ApiKey; 20] = [
+    pub const ALL: [ApiKey; 21] = [
         ApiKey::Enqueue,
         ApiKey::Claim,
         ApiKey::Extend,
@@ -144,6 +147,7 @@ impl ApiKey {
         ApiKey::CancelClaim,
         ApiKey::Authenticate,
         ApiKey::Ping,
+        ApiKey::Session,
         ApiKey::CreateQueue,
         ApiKey::DeleteQueue,
         ApiKey::ListQueues,
@@ -228,6 +232,7 @@ impl ApiKey {
             Self::CancelClaim
             | Self::Authenticate
             | Self::Ping
+            | Self::Session
             | Self::ListQueues
             | Self::Metadata => None,
         }
@@ -242,7 +247,10 @@ impl ApiKey {
     /// [`CLAIM_VERSION_SUBSCRIPTION`] or later, a Peek, Purge, DeadLetters
     /// or Redrive of [`INSPECT_VERSION_SUBSCRIPTION`] or later,
     /// CreateSubscription and DeleteSubscription, which alone name a
-    /// subscription: [`ErrorCode::InvalidArgument`]).
+    /// subscription: [`ErrorCode::InvalidArgument`]), and for
+    /// [`ErrorCode::SessionNotFound`] and [`ErrorCode::SessionFenced`]
+    /// (Session alone, a key newer than both codes, may receive them;
+    /// anything else: [`ErrorCode::InvalidArgument`]).
     pub const fn answerable(self, version: u16, code: ErrorCode) -> ErrorCode {
         match (code, self.not_leader_version()) {
             (ErrorCode::SubscriptionNotFound, _)
@@ -256,6 +264,14 @@ impl ApiKey {
                 ErrorCode::SubscriptionNotFound
             }
             (ErrorCode::SubscriptionNotFound, _) => ErrorCode::InvalidArgument,
+            (ErrorCode::SessionNotFound | ErrorCode::SessionFenced, _)
+                if matches!(self, Self::Session) =>
+            {
+                code
+            }
+            (ErrorCode::SessionNotFound | ErrorCode::SessionFenced, _) => {
+                ErrorCode::InvalidArgument
+            }
             (ErrorCode::NotLeader, Some(since)) if version >= since => ErrorCode::NotLeader,
             (ErrorCode::NotLeader, _) => ErrorCode::NotOwner,
             (ErrorCode::KeyMoved, _)

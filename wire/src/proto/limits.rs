@@ -108,6 +108,18 @@ pub const INSPECT_MESSAGES_MAX: u32 = 1000;
 /// Most offsets in one Redrive request.
 pub const REDRIVE_OFFSETS_MAX: usize = 10_000;
 
+/// Longest member id of a consumer session (`docs/design/sessions.md`):
+/// the name a consumer rejoins under, UTF-8, at least one byte.
+pub const SESSION_MEMBER_BYTES_MAX: usize = 128;
+
+/// Shortest session timeout a Session open may ask for: below it a
+/// heartbeat lost to one scheduling hiccup would end the session.
+pub const SESSION_TIMEOUT_MS_MIN: u32 = 500;
+
+/// Longest session timeout a Session open may ask for (10 min): past it a
+/// session is no quicker than a lease.
+pub const SESSION_TIMEOUT_MS_MAX: u32 = 10 * 60 * 1000;
+
 /// Flatbuffers verifier bounds for control-plane bodies: our schemas nest at
 /// most 4 tables deep, and no legitimate message has more tables than this.
 pub const FLATBUFFER_DEPTH_MAX: usize = 8;
@@ -129,6 +141,7 @@ pub const DECODER_READ_BYTES: usize = 64 * 1024;
 pub const CLAIM_DELIVERY_HEADER_BYTES: usize = DELIVERY_TOKEN_BYTES + 32;
 
 const _: () = assert!(FRAME_HEADER_BYTES.is_multiple_of(FRAME_ALIGN));
+const _: () = assert!(SESSION_TIMEOUT_MS_MIN < SESSION_TIMEOUT_MS_MAX);
 const _: () = assert!(MAX_FRAME_BYTES.is_multiple_of(FRAME_ALIGN));
 const _: () = assert!(MAX_FRAME_BYTES <= u32::MAX as usize);
 const _: () = assert!(CLAIM_DELIVERY_HEADER_BYTES.is_multiple_of(FRAME_ALIGN));

@@ -25,6 +25,7 @@ use super::error::ProtoError;
 use super::frame::{encode_frame, ApiKey, CorrelationId, Frame, HeaderFields};
 use super::limits::{ERROR_MESSAGE_BYTES_MAX, HOST_BYTES_MAX};
 use super::ping::{PingRequest, PingResponse};
+use super::session::{SessionRequest, SessionResponse};
 use crate::codes::ErrorCode;
 
 /// Every request, borrowing from the frame where the layout allows.
@@ -46,6 +47,8 @@ pub enum Request<'a> {
     Authenticate(AuthenticateRequest<'a>),
     /// See [`PingRequest`].
     Ping(PingRequest),
+    /// See [`SessionRequest`].
+    Session(SessionRequest<'a>),
     /// See [`CreateQueueRequest`].
     CreateQueue(CreateQueueRequest),
     /// See [`DeleteQueueRequest`].
@@ -91,6 +94,8 @@ pub enum Response<'a> {
     Authenticate(AuthenticateResponse),
     /// See [`PingResponse`].
     Ping(PingResponse),
+    /// See [`SessionResponse`].
+    Session(SessionResponse),
     /// See [`CreateQueueResponse`].
     CreateQueue(CreateQueueResponse),
     /// See [`DeleteQueueResponse`].
@@ -179,6 +184,7 @@ macro_rules! api_key_of {
             Self::CancelClaim(_) => ApiKey::CancelClaim,
             Self::Authenticate(_) => ApiKey::Authenticate,
             Self::Ping(_) => ApiKey::Ping,
+            Self::Session(_) => ApiKey::Session,
             Self::CreateQueue(_) => ApiKey::CreateQueue,
             Self::DeleteQueue(_) => ApiKey::DeleteQueue,
             Self::ListQueues(_) => ApiKey::ListQueues,
@@ -215,6 +221,7 @@ impl<'a> Request<'a> {
             Self::CancelClaim(request) => request.validate(),
             Self::Authenticate(request) => request.validate(),
             Self::Ping(request) => request.validate(),
+            Self::Session(request) => request.validate(),
             Self::CreateQueue(request) => request.validate(),
             Self::DeleteQueue(request) => request.validate(),
             Self::ListQueues(_) => Ok(()),
@@ -296,6 +303,7 @@ impl<'a> Request<'a> {
                 Self::CancelClaim(request) => request.write(&mut writer),
                 Self::Authenticate(request) => request.write(&mut writer),
                 Self::Ping(request) => request.write(&mut writer),
+                Self::Session(request) => request.write(&mut writer),
                 Self::CreateQueue(request) => request.write(out),
                 Self::DeleteQueue(request) => request.write(out),
                 Self::ListQueues(request) => request.write(out),
@@ -351,6 +359,7 @@ impl<'a> Request<'a> {
             ApiKey::CancelClaim => Self::CancelClaim(CancelClaimRequest::read(body)?),
             ApiKey::Authenticate => Self::Authenticate(AuthenticateRequest::read(body)?),
             ApiKey::Ping => Self::Ping(PingRequest::read(body)?),
+            ApiKey::Session => Self::Session(SessionRequest::read(body)?),
             ApiKey::CreateQueue => Self::CreateQueue(CreateQueueRequest::read(body, version)?),
             ApiKey::DeleteQueue => Self::DeleteQueue(DeleteQueueRequest::read(body)?),
             ApiKey::ListQueues => Self::ListQueues(ListQueuesRequest::read(body)?),
@@ -396,6 +405,7 @@ impl<'a> Response<'a> {
             | Self::CancelClaim(_)
             | Self::Authenticate(_)
             | Self::Ping(_)
+            | Self::Session(_)
             | Self::CreateQueue(_)
             | Self::DeleteQueue(_)
             | Self::Purge(_)
@@ -422,6 +432,7 @@ impl<'a> Response<'a> {
             Self::Claim(response) => response.body_bytes(version),
             Self::Extend(_) | Self::Release(_) | Self::CancelClaim(_) => 16,
             Self::Ping(_) => 0,
+            Self::Session(_) => 24,
             _ => return 0,
         };
         FRAME_HEADER_BYTES + body.next_multiple_of(8)
@@ -478,6 +489,7 @@ impl<'a> Response<'a> {
                 Self::CancelClaim(response) => response.write(&mut writer),
                 Self::Authenticate(response) => response.write(&mut writer),
                 Self::Ping(response) => response.write(&mut writer),
+                Self::Session(response) => response.write(&mut writer),
                 Self::CreateQueue(response) => response.write(out),
                 Self::DeleteQueue(response) => response.write(out),
                 Self::ListQueues(response) => response.write(out),
@@ -516,6 +528,7 @@ impl<'a> Response<'a> {
                 ApiKey::CancelClaim => Self::CancelClaim(CancelClaimResponse::read(body)?),
                 ApiKey::Authenticate => Self::Authenticate(AuthenticateResponse::read(body)?),
                 ApiKey::Ping => Self::Ping(PingResponse::read(body)?),
+                ApiKey::Session => Self::Session(SessionResponse::read(body)?),
                 ApiKey::CreateQueue => Self::CreateQueue(CreateQueueResponse::read(body)?),
                 ApiKey::DeleteQueue => Self::DeleteQueue(DeleteQueueResponse::read(body)?),
                 ApiKey::ListQueues => Self::ListQueues(ListQueuesResponse::read(body)?),

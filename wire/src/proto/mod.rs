@@ -45,6 +45,7 @@ mod ids;
 pub mod limits;
 mod message;
 mod ping;
+mod session;
 
 pub use auth::{
     validate_principal, AuthenticateRequest, AuthenticateResponse, PRINCIPAL_BYTES_MAX,
@@ -80,3 +81,4 @@ pub use ids::{AssignmentVersion, Generation, LeaderEpoch, Offset, PartitionId, W
 pub use limits::{DELIVERY_TOKEN_BYTES, MAX_FRAME_BYTES};
 pub use message::{ErrorResponse, NodeAddress, Reply, ReplyFrame, Request, Response};
 pub use ping::{PingRequest, PingResponse};
+pub use session::{SessionRequest, SessionResponse};

@@ -13,6 +13,7 @@ mod families;
 mod histogram;
 mod replication;
 mod retention;
+mod sessions;
 mod subscriptions;
 
 use std::fmt;
@@ -60,12 +61,12 @@ struct CauseLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ShardLabels {
+pub(super) struct ShardLabels {
     shard: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ShardReasonLabels {
+pub(super) struct ShardReasonLabels {
     shard: String,
     reason: String,
 }
@@ -370,6 +371,7 @@ pub fn encode(
     );
     register_queue_figures(&mut registry, reports);
     subscriptions::register_subscriptions(&mut registry, reports);
+    sessions::register_sessions(&mut registry, reports);
     retention::register_retention(&mut registry, reports);
 
     shard_counter!(
