@@ -47,10 +47,12 @@ use crate::limits::{
 mod claim;
 mod claim_any;
 mod control;
+mod session;
 #[cfg(test)]
 mod tests;
 
 pub use claim::{process_worker, ClaimBatch, ClaimOptions};
+pub use session::Session;
 
 /// Settings of a [`Client`].
 #[derive(Debug, Clone, Default)]

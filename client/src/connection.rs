@@ -401,6 +401,12 @@ impl Connection {
         &self.shared.addr
     }
 
+    /// Whether `other` is this very connection (a clone of it), not
+    /// another one to the same address.
+    pub fn same(&self, other: &Connection) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+
     /// Whether the socket closed; a closed connection fails every call.
     pub fn is_closed(&self) -> bool {
         self.shared.lock().closed.is_some()

@@ -67,7 +67,10 @@
 //! (wait for a slot, run the handler, hand on the outcome, release on
 //! error); `config` the settings and their checks, `stats` the counters,
 //! `claims` the claim loop and where its claims go, `lease` the lease
-//! extensions, `acks` the ack batching.
+//! extensions, `acks` the ack batching, `session` the consumer's session on
+//! each shard connection (`docs/design/sessions.md`: opened before the
+//! first claim there and after a reconnect, heartbeating every third of
+//! its timeout; `ConsumerConfig::without_session` turns it off).
 
 use std::fmt::Display;
 use std::future::Future;
@@ -88,6 +91,7 @@ mod acks;
 mod claims;
 mod config;
 mod lease;
+mod session;
 mod stats;
 
 use acks::AckItem;
@@ -115,6 +119,8 @@ struct Shared {
     /// Room in the ack pipeline (`acks_pending_max`).
     acks_pending: Arc<Semaphore>,
     counters: Counters,
+    /// The consumer's session on each shard connection (`session.rs`).
+    sessions: session::SessionKeeper,
 }
 
 /// Frees one credit when a delivery is no longer held (its handler's
@@ -213,6 +219,7 @@ impl Consumer {
             acks_pending: Arc::new(Semaphore::new(config.acks_pending_max as usize)),
             config,
             counters: Counters::default(),
+            sessions: session::SessionKeeper::default(),
         });
         let (stop, stopped) = watch::channel(false);
         let task =

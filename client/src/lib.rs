@@ -89,7 +89,9 @@ pub mod tls;
 
 pub use admin::{default_queue_config, Admin};
 pub use auth::Credentials;
-pub use client::{process_worker, shard_address, ClaimBatch, ClaimOptions, Client, ClientConfig};
+pub use client::{
+    process_worker, shard_address, ClaimBatch, ClaimOptions, Client, ClientConfig, Session,
+};
 pub use connection::{request_version, Connection, ConnectionConfig, ResponseBytes};
 pub use consumer::{
     AckObserver, ClaimObserver, Consumer, ConsumerConfig, ConsumerStats, PANIC_REASON,

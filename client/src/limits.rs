@@ -135,6 +135,17 @@ pub const CONSUMER_ACKS_PENDING_DEFAULT: u32 = 4 * spool_wire::proto::limits::AC
 /// consumer, `spool recv`).
 pub const LEASE_MS_DEFAULT: u32 = 30_000;
 
+/// Default timeout of a [`Consumer`](crate::Consumer)'s session on each
+/// shard (`docs/design/sessions.md`): a consumer that dies has its claims
+/// released within this, not within their lease. It heartbeats every
+/// third of it.
+pub const SESSION_TIMEOUT_MS_DEFAULT: u32 = 10_000;
+
+const _: () = assert!(
+    SESSION_TIMEOUT_MS_DEFAULT >= spool_wire::proto::limits::SESSION_TIMEOUT_MS_MIN
+        && SESSION_TIMEOUT_MS_DEFAULT <= spool_wire::proto::limits::SESSION_TIMEOUT_MS_MAX
+);
+
 /// Default dedupe window of a new queue ([`default_queue_config`](crate::default_queue_config),
 /// `spool queue create`, the admin API): 5 minutes, the broker's own
 /// default and the interval peer brokers deduplicate over. A producer's

@@ -48,6 +48,8 @@ async fn claim_once(
     let credits = options.credits;
     let result = match partition {
         Some(partition) => {
+            // The claim is the session's there (opened first, if need be).
+            shared.sessions.ensure(&shared, partition).await;
             shared.counters.claim_requests.fetch_add(1, Ordering::Relaxed);
             let sent = tokio::time::Instant::now();
             let result = shared.client.claim_shard(&config.queue, partition, &options).await;
@@ -203,6 +205,8 @@ pub(super) async fn claim_loop<H, F, E>(
     if let Err(error) = acker.await {
         tracing::error!(%error, "consumer acker failed");
     }
+    // Nothing is held any more: the sessions end cleanly.
+    shared.sessions.close_all().await;
 }
 
 /// Where a consumer's claims go: which claim targets (shards) are caught

@@ -7,14 +7,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use spool_wire::proto::limits::{ACK_TOKENS_MAX, CLAIM_BYTES_MAX, CLAIM_WAIT_MS_MAX, LEASE_MS_MAX};
+use spool_wire::proto::limits::{
+    ACK_TOKENS_MAX, CLAIM_BYTES_MAX, CLAIM_WAIT_MS_MAX, LEASE_MS_MAX, SESSION_MEMBER_BYTES_MAX,
+    SESSION_TIMEOUT_MS_MAX, SESSION_TIMEOUT_MS_MIN,
+};
 use spool_wire::proto::WorkerId;
 
 use crate::error::ClientError;
 use crate::limits::{
     ACK_LINGER_DEFAULT, CLAIMS_IN_FLIGHT_DEFAULT, CLAIMS_IN_FLIGHT_MAX, CLAIM_BYTES_DEFAULT,
     CLAIM_WAIT_MS_DEFAULT, CONSUMER_ACKS_PENDING_DEFAULT, CONSUMER_ACKS_PENDING_MAX,
-    CONSUMER_PREFETCH_MAX, CONSUMER_SLOTS_MAX, LEASE_MS_DEFAULT,
+    CONSUMER_PREFETCH_MAX, CONSUMER_SLOTS_MAX, LEASE_MS_DEFAULT, SESSION_TIMEOUT_MS_DEFAULT,
 };
 
 /// Called once per answered Ack request with its round trip (request sent
@@ -71,6 +74,17 @@ pub struct ConsumerConfig {
     pub ack_observer: Option<AckObserver>,
     /// Sees every answered Claim request ([`ClaimObserver`]); none by default.
     pub claim_observer: Option<ClaimObserver>,
+    /// The timeout of the consumer's session on each shard it claims from
+    /// (`docs/design/sessions.md`): its claims there are released at once
+    /// when it stops heartbeating for this long or its connection ends.
+    /// `SESSION_TIMEOUT_MS_DEFAULT` by default; `None`: no sessions, the
+    /// claims live by their leases alone.
+    pub session_timeout_ms: Option<u32>,
+    /// How often a session heartbeats; a third of its timeout when `None`.
+    pub session_heartbeat: Option<Duration>,
+    /// The member id the sessions are opened under (a rejoin under the
+    /// same id fences the older session); `worker-<worker id>` when `None`.
+    pub member: Option<String>,
 }
 
 impl std::fmt::Debug for ConsumerConfig {
@@ -92,6 +106,9 @@ impl std::fmt::Debug for ConsumerConfig {
             .field("acks_pending_max", &self.acks_pending_max)
             .field("ack_observer", &self.ack_observer.as_ref().map(|_| "set"))
             .field("claim_observer", &self.claim_observer.as_ref().map(|_| "set"))
+            .field("session_timeout_ms", &self.session_timeout_ms)
+            .field("session_heartbeat", &self.session_heartbeat)
+            .field("member", &self.member)
             .finish()
     }
 }
@@ -116,7 +133,42 @@ impl ConsumerConfig {
             acks_pending_max: CONSUMER_ACKS_PENDING_DEFAULT,
             ack_observer: None,
             claim_observer: None,
+            session_timeout_ms: Some(SESSION_TIMEOUT_MS_DEFAULT),
+            session_heartbeat: None,
+            member: None,
         }
+    }
+
+    /// Claims without sessions: a dead consumer's claims come back when
+    /// their leases run out, as before sessions.
+    ///
+    /// ```
+    /// let config = spool_client::ConsumerConfig::new("jobs", 8).without_session();
+    /// assert_eq!(config.session_timeout_ms, None);
+    /// ```
+    #[must_use]
+    pub fn without_session(mut self) -> Self {
+        self.session_timeout_ms = None;
+        self
+    }
+
+    /// Opens sessions with this timeout (see `session_timeout_ms`).
+    #[must_use]
+    pub fn session_timeout_ms(mut self, timeout_ms: u32) -> Self {
+        self.session_timeout_ms = Some(timeout_ms);
+        self
+    }
+
+    /// The member id sessions are opened under.
+    pub(super) fn member_id(&self) -> String {
+        self.member.clone().unwrap_or_else(|| format!("worker-{:016x}", self.worker.0))
+    }
+
+    /// How often sessions heartbeat.
+    pub(super) fn heartbeat_every(&self) -> Duration {
+        self.session_heartbeat.unwrap_or_else(|| {
+            Duration::from_millis(u64::from(self.session_timeout_ms.unwrap_or(0).div_ceil(3)))
+        })
     }
 
     /// Consumes the subscription named `name` instead of the queue's
@@ -180,7 +232,30 @@ impl ConsumerConfig {
         check(
             self.extend_interval.is_none_or(|interval| !interval.is_zero()),
             "extend_interval must be positive".to_owned(),
-        )
+        )?;
+        if let Some(timeout_ms) = self.session_timeout_ms {
+            check(
+                (SESSION_TIMEOUT_MS_MIN..=SESSION_TIMEOUT_MS_MAX).contains(&timeout_ms),
+                format!(
+                    "session_timeout_ms {timeout_ms} outside \
+                     {SESSION_TIMEOUT_MS_MIN}..={SESSION_TIMEOUT_MS_MAX}"
+                ),
+            )?;
+            let every = self.heartbeat_every();
+            check(
+                !every.is_zero() && every < Duration::from_millis(u64::from(timeout_ms)),
+                format!("session_heartbeat {every:?} must be positive and below the timeout"),
+            )?;
+            let member = self.member_id();
+            check(
+                (1..=SESSION_MEMBER_BYTES_MAX).contains(&member.len()),
+                format!(
+                    "member id of {} bytes outside 1..={SESSION_MEMBER_BYTES_MAX}",
+                    member.len()
+                ),
+            )?;
+        }
+        Ok(())
     }
 
     /// Deliveries held at once: running or waiting for a slot.

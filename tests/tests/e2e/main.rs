@@ -31,6 +31,10 @@
 //!   and deleted over the wire with the client's `Admin`; refusals and rights.
 //! - `inspect_sub`: peek, dead letters, redrive and purge in one subscription
 //!   (v2 of the four, the CLI's `--sub`), the others untouched; audit lines.
+//! - `sessions`: consumer sessions: a SIGKILLed worker's claims (60 s
+//!   lease, 2 s session) come back at once, a quiet session times out, a
+//!   close releases at once with its reason, a rejoin fences, a dead
+//!   `Consumer` releases through its default session; no session, no change.
 //! - `window`: a retention window drops exactly the unread records it
 //!   passed (by offset, in the loss reports, across a SIGKILL); `earliest`
 //!   replays the records still inside it.
@@ -58,6 +62,7 @@ mod resize;
 mod restart;
 mod routing;
 mod scale;
+mod sessions;
 mod stream;
 mod sub_admin;
 mod subscriptions;

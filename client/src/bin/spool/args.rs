@@ -237,6 +237,19 @@ pub struct RecvArgs {
     /// of its default one.
     #[arg(long = "sub", value_name = "NAME")]
     pub sub: Option<String>,
+    /// Claim in a consumer session with this timeout on each shard
+    /// (`docs/design/sessions.md`): if this process dies, its claims are
+    /// released within the timeout instead of their lease. None by
+    /// default (recv settles what it claims at once).
+    #[arg(long, value_name = "MS")]
+    pub session_timeout_ms: Option<u32>,
+    /// The session's member id (default `recv-<pid>`).
+    #[arg(long, value_name = "ID", requires = "session_timeout_ms")]
+    pub member: Option<String>,
+    /// Hold the claimed messages this long before settling them (a worker
+    /// busy with them); the session, if any, heartbeats meanwhile.
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    pub hold_ms: u64,
 }
 
 #[derive(Debug, Args)]

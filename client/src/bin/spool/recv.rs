@@ -3,6 +3,10 @@
 //! (or with `--no-ack` releases them) one partition at a time, and prints
 //! each delivery once the broker answered for it, with the outcome.
 //!
+//! With `--session-timeout-ms` it claims in a consumer session on each
+//! shard (closed once everything is settled); `--hold-ms` holds the claims
+//! before settling them.
+//!
 //! It must not print a delivery as acked before the broker said so: a
 //! partition whose ack failed prints no rows, a refused token prints its
 //! code.
@@ -10,7 +14,7 @@
 use serde_json::{json, Value};
 use spool_client::spool_wire::batch::MessageId;
 use spool_client::spool_wire::proto::PartitionId;
-use spool_client::{ClaimOptions, Client, ClientError, Delivery, PayloadView};
+use spool_client::{ClaimOptions, Client, ClientError, Delivery, PayloadView, Session};
 
 use crate::args::RecvArgs;
 use crate::render::{escape, show_bytes, Printer, StreamTable};
@@ -25,7 +29,13 @@ pub async fn run(client: &Client, recv: &RecvArgs, json: bool) -> Result<(), Fai
     if let Some(sub) = &recv.sub {
         options = options.subscription(sub.as_str());
     }
+    let sessions = open_sessions(client, recv).await?;
     let received = client.claim_any(&recv.queue, &options).await?;
+    if recv.hold_ms > 0 {
+        // Said before the wait, so a caller knows the claims are held.
+        eprintln!("holding {} claims for {} ms", received.len(), recv.hold_ms);
+        hold(&sessions, recv.hold_ms).await;
+    }
     let rows: Vec<Vec<String>> = received
         .iter()
         .map(|delivery| {
@@ -87,9 +97,49 @@ pub async fn run(client: &Client, recv: &RecvArgs, json: bool) -> Result<(), Fai
         }
         out.flush()?;
     }
+    for session in &sessions {
+        // Everything is settled: nothing for the close to release.
+        let _ = session.close().await;
+    }
     match first_failure {
         None => Ok(()),
         Some(failure) => Err(failure),
+    }
+}
+
+/// With `--session-timeout-ms`, a session on every shard that leads
+/// partitions of the queue, before anything is claimed there.
+async fn open_sessions(client: &Client, recv: &RecvArgs) -> Result<Vec<Session>, Failure> {
+    let Some(timeout_ms) = recv.session_timeout_ms else { return Ok(Vec::new()) };
+    let member = recv.member.clone().unwrap_or_else(|| format!("recv-{}", std::process::id()));
+    let mut sessions = Vec::new();
+    for &via in client.claim_targets(&recv.queue).await?.iter() {
+        let sub = recv.sub.as_deref();
+        sessions.push(client.open_session(&recv.queue, via, sub, &member, timeout_ms).await?);
+    }
+    Ok(sessions)
+}
+
+/// Waits `hold_ms`, heartbeating the sessions every third of their
+/// timeout meanwhile.
+async fn hold(sessions: &[Session], hold_ms: u64) {
+    let until = tokio::time::Instant::now() + std::time::Duration::from_millis(hold_ms);
+    let every = sessions
+        .iter()
+        .map(|session| u64::from(session.timeout_ms().div_ceil(3)))
+        .min()
+        .map_or(std::time::Duration::from_millis(hold_ms), std::time::Duration::from_millis);
+    loop {
+        let next = (tokio::time::Instant::now() + every).min(until);
+        tokio::time::sleep_until(next).await;
+        if next >= until {
+            return;
+        }
+        for session in sessions {
+            if let Err(error) = session.heartbeat().await {
+                tracing::warn!(session = session.id(), %error, "session heartbeat refused");
+            }
+        }
     }
 }
 
