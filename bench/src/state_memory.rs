@@ -170,6 +170,7 @@ fn enqueued(n: u64, enqueue_time_ms: Millis, not_before_ms: Millis) -> Event {
         expiry_ms: None,
         enqueue_time_ms,
         size_bytes: RECORD_BYTES,
+        key: None,
     })
 }
 

@@ -68,6 +68,7 @@ fn enqueued(n: u64) -> Event {
         expiry_ms: None,
         enqueue_time_ms: time_ms(n),
         size_bytes: 1_638,
+        key: None,
     })
 }
 

@@ -49,6 +49,7 @@ fn enqueued(n: u64) -> Event {
         expiry_ms: None,
         enqueue_time_ms: 1_000,
         size_bytes: 1_600,
+        key: None,
     })
 }
 

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 
 use spool_broker::queue::stored::PrincipalId;
 use spool_broker::queue::{
-    ClaimDecision, ClaimRequest, EnqueueMeta, Event, LeaderEpoch, MessageId, Offset,
+    ClaimDecision, ClaimRequest, EnqueueMeta, Event, LeaderEpoch, MessageId, Offset, OrderKey,
     PartitionContext, PartitionId, PartitionState, QueueConfig, QueueId, SubscriptionId, WorkerId,
 };
 
@@ -75,6 +75,7 @@ fn meta(n: u64, not_before_ms: u64, expiry_ms: Option<u64>) -> Event {
         expiry_ms,
         enqueue_time_ms: 1_000,
         size_bytes: 1_600,
+        key: None,
     })
 }
 
@@ -164,6 +165,7 @@ fn meta_at(n: u64, offset: u64) -> Event {
         expiry_ms: None,
         enqueue_time_ms: 1_000,
         size_bytes: 1_600,
+        key: None,
     })
 }
 
@@ -454,4 +456,53 @@ fn memory_per_retained_record_after_every_subscription_finished_it() {
     let retained = (after - before) as f64 / RECORDS as f64;
     println!("bytes/retained record (window, every subscription finished): {retained:.1}");
     assert!(retained <= 32.0, "{retained} B per retained record > 32 B");
+}
+
+// Goal (docs/design/ordered-lanes.md, "Cost"): an ordered queue's lanes
+// stay inside the per-message charge (`MESSAGE_STATE_BYTES_MAX`, so the
+// memory budget covers them), and report what they cost. Method: 200 k
+// records under a counting allocator, (a) each with its own key (every
+// record an active key heading its lane), (b) all with one key (one
+// head, every other record waiting behind it); bytes per record.
+#[test]
+fn memory_per_active_key_and_per_waiting_message() {
+    const RECORDS: u64 = 200_000;
+    let ordered = || {
+        let config = QueueConfig {
+            max_messages: 1 << 32,
+            dedupe_window_ms: 0,
+            ordered: true,
+            ..QueueConfig::default()
+        };
+        let ctx = PartitionContext {
+            queue: QueueId(1),
+            partition: PartitionId(0),
+            epoch: LeaderEpoch(1),
+            secret: [1; 32],
+            config,
+        };
+        PartitionState::new(ctx).expect("a valid config")
+    };
+    let keyed = |n: u64, key: u64| {
+        let Event::Enqueued(meta) = meta_at(n, n) else { unreachable!() };
+        Event::Enqueued(meta.with_key(OrderKey::of(&key.to_le_bytes())))
+    };
+    let measure = |key_of: &dyn Fn(u64) -> u64| {
+        let mut s = ordered();
+        let before = LIVE_BYTES.load(Ordering::Relaxed);
+        (0..RECORDS).for_each(|n| s.apply(&keyed(n, key_of(n))).unwrap());
+        let after = LIVE_BYTES.load(Ordering::Relaxed);
+        s.assert_invariants();
+        assert!(s.memory_charge() >= (after - before) as u64, "the charge covers the lanes");
+        (s.counters(1_000).lanes, (after - before) as f64 / RECORDS as f64)
+    };
+    let (lanes, per_key) = measure(&|n| n);
+    assert_eq!((lanes.active_keys, lanes.waiting), (RECORDS, 0));
+    let (lanes, per_waiting) = measure(&|_| 7);
+    assert_eq!((lanes.active_keys, lanes.waiting), (1, RECORDS - 1));
+    println!("bytes/record heading its own key (active key): {per_key:.1}");
+    println!("bytes/record waiting behind its key's head: {per_waiting:.1}");
+    let charge = spool_broker::queue::limits::MESSAGE_STATE_BYTES_MAX as f64;
+    assert!(per_key <= charge, "{per_key} B per active key > {charge} B");
+    assert!(per_waiting <= charge, "{per_waiting} B per waiting record > {charge} B");
 }

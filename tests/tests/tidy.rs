@@ -206,6 +206,7 @@ const LIMIT_ALLOWED: &[(&str, &str, &str)] = &[
     ("broker/src/queue/snapshot.rs", "STORED_RUN_BYTES", "layout of the snapshot format (a stored-counts run)"),
     ("broker/src/queue/snapshot.rs", "STORED_COUNT_BYTES", "layout of the snapshot format (a stored count)"),
     ("broker/src/queue/snapshot.rs", "LOSS_BYTES", "layout of the snapshot format (a loss report)"),
+    ("broker/src/queue/snapshot.rs", "LANE_HEAD_BYTES", "layout of the snapshot format (a lane head)"),
     ("broker/src/queue/dedupe.rs", "DEDUPE_RECORD_BYTES", "layout of a dedupe entry in snapshots and generation files"),
     ("broker/src/queue/token.rs", "DELIVERY_TOKEN_BYTES", "layout of the delivery token"),
     ("broker/src/queue/token.rs", "MAC_COVERS_BYTES", "layout of the delivery token"),

@@ -13,7 +13,7 @@ use super::{LogTicket, Partition, PartitionError, QueuedSlot, ENQUEUE_CLOCK_SKEW
 use crate::io::Storage;
 use crate::queue::stored::PrincipalId;
 use crate::queue::{
-    EnqueueDecision, EnqueueMeta, EnqueueRequest, Event, MessageId, Millis, Offset,
+    EnqueueDecision, EnqueueMeta, EnqueueRequest, Event, MessageId, Millis, Offset, OrderKey,
 };
 
 /// What happened to one record of an enqueued batch.
@@ -241,7 +241,9 @@ impl<S: Storage + Clone> Partition<S> {
             for (position, &index) in accepted.iter().enumerate() {
                 let offset = Offset(appended.base_offset.0 + position as u64);
                 let (request, stamp) = &requests[index as usize];
-                let event = Event::Enqueued(EnqueueMeta::new(request, offset, *stamp));
+                let key = OrderKey::of(view.record(index as usize).routing_key.as_slice());
+                let event =
+                    Event::Enqueued(EnqueueMeta::new(request, offset, *stamp).with_key(key));
                 if let Err(error) = state.apply(&event) {
                     panic!(
                         "partition {:?}: enqueue at {offset:?} does not apply: {error}",

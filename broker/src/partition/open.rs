@@ -22,8 +22,8 @@ use crate::io::Storage;
 use crate::log::journal::{JournalPos, PartitionHandle, RoutedEntry, ShardJournal};
 use crate::log::{FatalHandler, LogError, ReadBatch};
 use crate::queue::{
-    ApplyError, EnqueueMeta, Event, LeaderEpoch, Offset, PartitionContext, PartitionState,
-    QueueConfig,
+    ApplyError, EnqueueMeta, Event, LeaderEpoch, Offset, OrderKey, PartitionContext,
+    PartitionState, QueueConfig,
 };
 
 /// What [`Partition::open_journal`] needs of the shard: its journal, the
@@ -461,7 +461,8 @@ impl ReplayFold {
                 BatchKind::Data => {
                     let request = enqueue_request(&view, index);
                     let stamp = view.record(index).enqueue_time_ms.to_native();
-                    Event::Enqueued(EnqueueMeta::new(&request, Offset(offset), stamp))
+                    let key = OrderKey::of(view.record(index).routing_key.as_slice());
+                    Event::Enqueued(EnqueueMeta::new(&request, Offset(offset), stamp).with_key(key))
                 }
                 BatchKind::Control => Event::decode(view.control_record(index))
                     .map_err(|error| recovery(format!("event at offset {offset}: {error}")))?,

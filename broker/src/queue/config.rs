@@ -101,6 +101,11 @@ pub struct QueueConfig {
     /// finished it (acked, expired or purged it): the work-queue default.
     #[serde(default)]
     pub retention_bytes: u64,
+    /// Ordered lanes (`docs/design/ordered-lanes.md`): at most one message
+    /// per routing key is delivered at a time, in offset order; messages
+    /// without a key are unordered. Set at creation, never changed.
+    #[serde(default)]
+    pub ordered: bool,
 }
 
 impl Default for QueueConfig {
@@ -121,6 +126,7 @@ impl Default for QueueConfig {
             dead_letter_on_expiry: false,
             retention_ms: 0,
             retention_bytes: 0,
+            ordered: false,
         }
     }
 }
@@ -149,6 +155,8 @@ pub enum ConfigError {
     RetentionMs(Millis),
     #[error("retention window of {bytes} bytes must be 0 (none) or {RETENTION_BYTES_MIN}..=max_bytes ({max_bytes})")]
     RetentionBytes { bytes: u64, max_bytes: u64 },
+    #[error("an ordered queue keeps records until acked: it cannot have a retention window (yet)")]
+    OrderedWithWindow,
 }
 
 impl QueueConfig {
@@ -224,6 +232,9 @@ impl QueueConfig {
                 bytes: self.retention_bytes,
                 max_bytes: self.max_bytes,
             });
+        }
+        if self.ordered && self.has_window() {
+            return Err(ConfigError::OrderedWithWindow);
         }
         Ok(())
     }

@@ -69,6 +69,7 @@ pub mod error;
 pub mod event;
 mod fairness;
 mod fresh;
+mod lanes;
 pub mod limits;
 pub mod members;
 mod snapshot;
@@ -91,11 +92,11 @@ pub use event::{Event, EventKind, CLAIMED_EVENT_BYTES, EVENT_BYTES};
 pub use members::{MemberStep, Members, MembershipChange};
 pub use snapshot::{PendingRestore, Restored, SnapshotEncoder};
 pub use state::{
-    LoggedKeyMap, Loss, MessagePhase, MessageView, PartitionContext, PartitionState, QueueCounters,
-    Totals,
+    LaneCounters, LoggedKeyMap, Loss, MessagePhase, MessageView, PartitionContext, PartitionState,
+    QueueCounters, Totals,
 };
 pub use token::{DeliveryToken, TokenClaim, TokenKey, DELIVERY_TOKEN_BYTES};
 pub use types::{
     EnqueueMeta, EnqueueRequest, Generation, Lane, LeaderEpoch, MessageId, Millis, Offset,
-    PartitionId, QuarantineCause, QueueId, ReleaseReason, SubscriptionId, WorkerId,
+    OrderKey, PartitionId, QuarantineCause, QueueId, ReleaseReason, SubscriptionId, WorkerId,
 };

@@ -12,7 +12,7 @@
 //! the key map the log names last (version 4: u64 version, 0 for none, and
 //! u32 partition count) and a replicated partition's group members (u8
 //! flag, then the voters and the learners, each a u64 count and ids), the
-//! subscriptions (version 5), the losses (version 6, `SNAPSHOT_VERSION`
+//! subscriptions (version 5), the losses (version 6), the lanes (version 7, `SNAPSHOT_VERSION`
 //! below), then crc32c of
 //! everything before it. Derived indexes (phase sets, expiry
 //! index, chunk headers) are not stored.
@@ -67,7 +67,16 @@ const SNAPSHOT_MAGIC: u32 = u32::from_le_bytes(*b"SPQS");
 /// count and at_ms, u64 each). With a window the fresh section also holds
 /// records no subscription has left to deliver. Version 5 reads with no
 /// losses.
-const SNAPSHOT_VERSION: u16 = 6;
+///
+/// Version 7 adds the ordered lanes (`state/ordered.rs`), a trailing
+/// section after the losses: for every subscription, the default first,
+/// the heads of its lanes (u64 count, then offset and key, u64 each; 0
+/// for an unordered subscription). A message waiting behind its head is a
+/// warm entry of phase `PHASE_WAITING` (due, key, 0). Version 6 reads
+/// with no lanes (no queue was ordered before it).
+const SNAPSHOT_VERSION: u16 = 7;
+/// The version before the lanes section.
+const SNAPSHOT_VERSION_V6: u16 = 6;
 /// The version before the losses section.
 const SNAPSHOT_VERSION_V5: u16 = 5;
 /// The version before the subscriptions section.
@@ -172,7 +181,10 @@ const STORED_RUN_BYTES: usize = 8 + 8 + 8;
 const STORED_COUNT_BYTES: usize = 8 + 8 + 8;
 /// A loss report: from, to, count, at_ms.
 const LOSS_BYTES: usize = 8 + 8 + 8 + 8;
+/// A lane head: offset, key.
+const LANE_HEAD_BYTES: usize = 8 + 8;
 
 const PHASE_SCHEDULED: u8 = 1;
 const PHASE_READY: u8 = 2;
 const PHASE_CLAIMED: u8 = 3;
+const PHASE_WAITING: u8 = 4;

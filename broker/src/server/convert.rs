@@ -47,6 +47,9 @@ pub fn queue_config_from_wire(config: &wire::QueueConfig) -> QueueConfig {
         dead_letter_on_expiry: config.dead_letter_on_expiry,
         retention_ms: config.retention_ms,
         retention_bytes: config.retention_bytes,
+        // The wire's QueueConfig does not carry ordering yet: no queue
+        // created over the wire is ordered.
+        ordered: false,
     }
 }
 

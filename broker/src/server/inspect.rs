@@ -82,6 +82,7 @@ impl SpoolHandler {
                     MessagePhase::Ready { .. } => MessageState::Ready,
                     MessagePhase::Scheduled { .. } => MessageState::Scheduled,
                     MessagePhase::Claimed { .. } => MessageState::Claimed,
+                    MessagePhase::Waiting { .. } => MessageState::Waiting,
                 },
                 attempt: u32::from(message.view.attempts),
                 record: message.record,

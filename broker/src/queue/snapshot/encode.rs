@@ -15,8 +15,8 @@ use std::ops::Bound;
 
 use super::{
     Writer, DEAD_ENTRY_BYTES, DEDUPE_ENTRY_BYTES, FRESH_ENTRY_BYTES, LOSS_BYTES, PHASE_CLAIMED,
-    PHASE_READY, PHASE_SCHEDULED, SNAPSHOT_MAGIC, SNAPSHOT_VERSION, STORED_COUNT_BYTES,
-    STORED_RUN_BYTES, WARM_ENTRY_BYTES,
+    PHASE_READY, PHASE_SCHEDULED, PHASE_WAITING, SNAPSHOT_MAGIC, SNAPSHOT_VERSION,
+    STORED_COUNT_BYTES, STORED_RUN_BYTES, WARM_ENTRY_BYTES,
 };
 use crate::queue::dedupe::{DedupeCapture, DedupeCursor, DedupeTable, GenerationRef};
 use crate::queue::error::CodecError;
@@ -175,6 +175,7 @@ fn write_warm(w: &mut Writer, offset: Offset, warm: &Warm) {
     w.u32(warm.generation.0);
     w.u16(warm.last_reason.0);
     match warm.phase {
+        WarmPhase::Waiting { due_ms, key } => w.phase(PHASE_WAITING, due_ms, key.0, 0),
         WarmPhase::Scheduled { due_ms } => w.phase(PHASE_SCHEDULED, due_ms, 0, 0),
         WarmPhase::Ready { since_ms } => w.phase(PHASE_READY, since_ms, 0, 0),
         WarmPhase::Claimed(c) => {
@@ -374,6 +375,17 @@ impl PartitionState {
         }
         debug_assert!(losses.0.len() >= self.subs.len() * 16);
         debug_assert!((losses.0.len() - self.subs.len() * 16).is_multiple_of(LOSS_BYTES));
+        // Version 7's lanes follow the losses in the same trailing section.
+        for d in &self.subs {
+            // By offset: the same state gives the same bytes.
+            let mut heads: Vec<_> = d.lanes.iter().flat_map(|lanes| lanes.heads()).collect();
+            heads.sort_unstable();
+            losses.u64(heads.len() as u64);
+            for (offset, key) in heads {
+                losses.u64(offset.0);
+                losses.u64(key.0);
+            }
+        }
         SnapshotEncoder {
             losses: losses.0,
             subs_head: head.0,

@@ -15,13 +15,14 @@ use std::collections::BinaryHeap;
 
 use super::generations::PendingRestore;
 use super::subs::{
-    check_subscriptions, read_dead_list, read_losses, read_subscriptions, read_totals,
+    check_subscriptions, read_dead_list, read_lanes, read_losses, read_subscriptions, read_totals,
     read_warm_list,
 };
 use super::{
     Reader, Restored, DEDUPE_ENTRY_BYTES, DEDUPE_REF_BYTES, FRESH_ENTRY_BYTES, SNAPSHOT_MAGIC,
     SNAPSHOT_VERSION, SNAPSHOT_VERSION_V1, SNAPSHOT_VERSION_V2, SNAPSHOT_VERSION_V3,
-    SNAPSHOT_VERSION_V4, SNAPSHOT_VERSION_V5, STORED_COUNT_BYTES, STORED_RUN_BYTES,
+    SNAPSHOT_VERSION_V4, SNAPSHOT_VERSION_V5, SNAPSHOT_VERSION_V6, STORED_COUNT_BYTES,
+    STORED_RUN_BYTES,
 };
 use crate::queue::dedupe::GenerationRef;
 use crate::queue::error::CodecError;
@@ -156,6 +157,7 @@ impl PartitionState {
         let version = r.u16()?;
         let known = [
             SNAPSHOT_VERSION,
+            SNAPSHOT_VERSION_V6,
             SNAPSHOT_VERSION_V5,
             SNAPSHOT_VERSION_V4,
             SNAPSHOT_VERSION_V3,
@@ -311,8 +313,14 @@ impl PartitionState {
         if version >= SNAPSHOT_VERSION_V5 {
             read_subscriptions(&mut r, &mut state, stored_bands, &folded_from)?;
         }
-        if version >= SNAPSHOT_VERSION {
+        if version >= SNAPSHOT_VERSION_V6 {
             read_losses(&mut r, &mut state)?;
+        }
+        if version >= SNAPSHOT_VERSION {
+            read_lanes(&mut r, &mut state)?;
+        } else if state.config.ordered {
+            // No version before 7 was written for an ordered queue.
+            return Err(CodecError::Inconsistent("ordered queue without lanes"));
         }
         if r.at != body.len() {
             return Err(CodecError::Inconsistent("trailing bytes"));

@@ -9,18 +9,19 @@
 use std::collections::BTreeSet;
 
 use super::{
-    Reader, DEAD_ENTRY_BYTES, LOSS_BYTES, PHASE_CLAIMED, PHASE_READY, PHASE_SCHEDULED,
-    WARM_ENTRY_BYTES,
+    Reader, DEAD_ENTRY_BYTES, LANE_HEAD_BYTES, LOSS_BYTES, PHASE_CLAIMED, PHASE_READY,
+    PHASE_SCHEDULED, PHASE_WAITING, WARM_ENTRY_BYTES,
 };
 use crate::queue::error::CodecError;
 use crate::queue::fairness::Credits;
+use crate::queue::lanes::Lanes;
 use crate::queue::limits::{LOSS_REPORTS_MAX, SUBSCRIPTIONS_PER_QUEUE_MAX};
 use crate::queue::state::delivery::Delivery;
 use crate::queue::state::{
     Claim, DeadLetter, DeadPhase, Loss, PartitionState, Totals, Warm, WarmPhase,
 };
 use crate::queue::types::{
-    Generation, Offset, QuarantineCause, ReleaseReason, SubscriptionId, WorkerId,
+    Generation, Offset, OrderKey, QuarantineCause, ReleaseReason, SubscriptionId, WorkerId,
 };
 
 /// Subscription index `s`'s warm entries.
@@ -40,6 +41,7 @@ pub(super) fn read_warm_list(
         let generation = Generation(r.u32()?);
         let last_reason = ReleaseReason(r.u16()?);
         let phase = match r.phase()? {
+            (PHASE_WAITING, due_ms, key, 0) => WarmPhase::Waiting { due_ms, key: OrderKey(key) },
             (PHASE_SCHEDULED, due_ms, 0, 0) => WarmPhase::Scheduled { due_ms },
             (PHASE_READY, since_ms, 0, 0) => WarmPhase::Ready { since_ms },
             (PHASE_CLAIMED, worker, claimed_at_ms, deadline_ms) if generation.0 > 0 => {
@@ -262,6 +264,43 @@ pub(super) fn read_losses(
             d.losses.push_back(loss);
         }
         d.totals.lost = lost;
+    }
+    Ok(())
+}
+
+/// Reads version 7's lanes (after the losses) and rebuilds each ordered
+/// subscription's lanes: its heads, then every warm entry waiting behind
+/// one. A head that is not a message of its subscription, a waiting entry
+/// with no head of its key or ahead of it, or lanes in an unordered
+/// subscription are refused.
+pub(super) fn read_lanes(r: &mut Reader<'_>, state: &mut PartitionState) -> Result<(), CodecError> {
+    let bad = || CodecError::Inconsistent("lanes");
+    for s in 0..state.subs.len() {
+        let count = r.count(LANE_HEAD_BYTES)?;
+        let mut lanes = Lanes::default();
+        for _ in 0..count {
+            let offset = Offset(r.u64()?);
+            let key = OrderKey(r.u64()?);
+            let live = state.main_message(s, offset).ok_or_else(bad)?;
+            if matches!(live.warm.phase, WarmPhase::Waiting { .. })
+                || !lanes.restore_head(offset, key)
+            {
+                return Err(bad());
+            }
+        }
+        let d = &mut state.subs[s];
+        for (&offset, warm) in d.warm.iter() {
+            if let WarmPhase::Waiting { key, .. } = warm.phase {
+                if !lanes.restore_waiting(key, offset) {
+                    return Err(bad());
+                }
+            }
+        }
+        match (&mut d.lanes, count) {
+            (Some(live), _) => *live = lanes,
+            (None, 0) if lanes.waiting() == 0 => {}
+            (None, _) => return Err(bad()),
+        }
     }
     Ok(())
 }

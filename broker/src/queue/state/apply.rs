@@ -118,12 +118,13 @@ impl PartitionState {
                 }
                 Ok(())
             }
-            Event::Acked { lane, offset, generation, .. } => {
+            Event::Acked { lane, offset, generation, at_ms, .. } => {
                 self.current_claim(s, lane, offset, generation)?;
                 match lane {
                     Lane::Main => {
                         let warm = self.take_main(s, offset).expect("current_claim found it").warm;
                         self.left(s, offset, warm.size_bytes);
+                        self.lane_left(s, offset, warm.phase, at_ms);
                         self.subs[s].totals.acked += 1;
                     }
                     Lane::DeadLetter => {
@@ -177,6 +178,7 @@ impl PartitionState {
                     phase: DeadPhase::Ready { since_ms: at_ms },
                 };
                 self.insert_dead(s, offset, dead);
+                self.lane_left(s, offset, warm.phase, at_ms);
                 self.subs[s].totals.quarantined += 1;
                 match cause {
                     QuarantineCause::Deliveries => {
@@ -186,12 +188,13 @@ impl PartitionState {
                 }
                 Ok(())
             }
-            Event::Expired { offset, generation, .. } => {
+            Event::Expired { offset, generation, at_ms, .. } => {
                 let found =
                     self.main_message(s, offset).ok_or(ApplyError::UnknownMessage(offset))?;
                 Self::check_generation(offset, generation, found.warm.generation)?;
                 let warm = self.take_main(s, offset).expect("just found").warm;
                 self.left(s, offset, warm.size_bytes);
+                self.lane_left(s, offset, warm.phase, at_ms);
                 self.subs[s].totals.expired += 1;
                 Ok(())
             }
@@ -217,7 +220,7 @@ impl PartitionState {
                 self.subs[s].totals.redriven += 1;
                 Ok(())
             }
-            Event::Purged { lane, offset, generation, .. } => {
+            Event::Purged { lane, offset, generation, at_ms, .. } => {
                 match lane {
                     Lane::Main => {
                         let found = self
@@ -229,6 +232,7 @@ impl PartitionState {
                         }
                         let warm = self.take_main(s, offset).expect("just found").warm;
                         self.left(s, offset, warm.size_bytes);
+                        self.lane_left(s, offset, warm.phase, at_ms);
                     }
                     Lane::DeadLetter => {
                         let dead = self.subs[s]
@@ -375,6 +379,14 @@ impl PartitionState {
             if takes(d) {
                 d.totals.enqueued += 1;
             }
+        }
+        // An ordered queue has only its default subscription
+        // (`ordered.rs`): a record waiting behind its key's head is its own.
+        if takes(&self.subs[0]) && self.lane_arrive(0, meta, band, enqueue_time_ms, expiry_ms) {
+            debug_assert_eq!(self.subs.len(), 1, "an ordered queue has one subscription");
+            self.held.messages += 1;
+            self.held.bytes += u64::from(meta.size_bytes);
+            return Ok(());
         }
         if meta.not_before_ms > enqueue_time_ms {
             let warm = Warm {

@@ -19,6 +19,7 @@ use super::{DeadLetter, Warm};
 use crate::queue::chunk_map::ChunkMap;
 use crate::queue::claim_age::ClaimAges;
 use crate::queue::fairness::Credits;
+use crate::queue::lanes::Lanes;
 use crate::queue::types::{Millis, Offset, SubscriptionId};
 
 /// One subscription's delivery state (see the module docs).
@@ -65,6 +66,8 @@ pub(crate) struct Delivery {
     /// What retention windows dropped before this subscription delivered
     /// it, the newest `LOSS_REPORTS_MAX` reports (`window.rs`).
     pub(crate) losses: VecDeque<Loss>,
+    /// An ordered subscription's lanes (`ordered.rs`); `None`: unordered.
+    pub(crate) lanes: Option<Lanes>,
 }
 
 impl Delivery {
@@ -92,6 +95,14 @@ impl Delivery {
             credits: Credits::new(weights),
             totals: Totals::default(),
             losses: VecDeque::new(),
+            lanes: None,
         }
+    }
+
+    /// The same, ordered by routing key when `ordered` (`ordered.rs`).
+    #[must_use]
+    pub(crate) fn ordered(mut self, ordered: bool) -> Self {
+        self.lanes = ordered.then(Lanes::default);
+        self
     }
 }

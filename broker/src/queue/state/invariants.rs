@@ -76,6 +76,7 @@ impl PartitionState {
             assert!(count == d.fresh_len[band] && bytes == d.fresh_bytes[band]);
         }
         let (mut ready, mut retry, mut scheduled, mut claims, mut expiry) = (0, 0, 0, 0, 0);
+        let mut waiting_count = 0usize;
         // Live claims by claim time, to check `claim_ages` against.
         let mut claim_times: BTreeMap<u64, u32> = BTreeMap::new();
         let mut bytes = 0u64;
@@ -84,6 +85,14 @@ impl PartitionState {
             assert!(usize::from(warm.priority) < self.fresh.len());
             bytes += u64::from(warm.size_bytes);
             match warm.phase {
+                WarmPhase::Waiting { key, .. } => {
+                    // Behind a head of its key, in no claim index.
+                    let lanes = d.lanes.as_ref().expect("a waiting message in an ordered sub");
+                    assert!(lanes.is_waiting(key, offset));
+                    // Only an arrival waits, so it was never claimed.
+                    assert!(warm.generation.0 == 0 && warm.attempts == 0);
+                    waiting_count += 1;
+                }
                 WarmPhase::Scheduled { due_ms } => {
                     assert!(d.scheduled.contains(&(due_ms.min(warm.expiry_ms), offset)));
                     scheduled += 1;
@@ -115,6 +124,18 @@ impl PartitionState {
             }
         }
         assert!(bytes == d.warm_bytes);
+        if let Some(lanes) = &d.lanes {
+            lanes.check().unwrap_or_else(|error| panic!("lanes: {error}"));
+            assert!(waiting_count == lanes.waiting());
+            // Every head is a live main-lane message of this subscription,
+            // not itself waiting.
+            for (head, _) in lanes.heads() {
+                let main = self.main_message(s, head).expect("a head is held");
+                assert!(!matches!(main.warm.phase, WarmPhase::Waiting { .. }));
+            }
+        } else {
+            assert!(waiting_count == 0);
+        }
         assert!(ready == d.band_ready.iter().map(BTreeSet::len).sum::<usize>());
         assert!(retry == d.retry.len());
         assert!(scheduled == d.scheduled.len());

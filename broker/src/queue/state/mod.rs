@@ -17,6 +17,7 @@ pub(crate) mod capture;
 pub(crate) mod delivery;
 mod inspect_sub;
 mod invariants;
+mod ordered;
 mod shared;
 mod subscribe;
 mod view;
@@ -34,13 +35,13 @@ use super::members::Members;
 use super::stored::StoredByPrincipal;
 use super::token::TokenKey;
 use super::types::{
-    Generation, LeaderEpoch, Millis, Offset, PartitionId, QuarantineCause, QueueId, ReleaseReason,
-    SubscriptionId, WorkerId,
+    Generation, LeaderEpoch, Millis, Offset, OrderKey, PartitionId, QuarantineCause, QueueId,
+    ReleaseReason, SubscriptionId, WorkerId,
 };
 use capture::Capture;
 use delivery::Delivery;
 
-pub use view::{MessagePhase, MessageView, QueueCounters, Totals};
+pub use view::{LaneCounters, MessagePhase, MessageView, QueueCounters, Totals};
 pub use window::Loss;
 
 /// What a partition is opened with. The secret and epoch are not part of the
@@ -85,8 +86,19 @@ impl Claim {
 /// State of a main-lane message that is not in `fresh`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum WarmPhase {
-    Scheduled { due_ms: Millis },
-    Ready { since_ms: Millis },
+    /// Behind its key's head in an ordered subscription (`ordered.rs`): in
+    /// no claim index until the head finishes; then ready, or scheduled
+    /// at `due_ms` if that is later (0: no delay).
+    Waiting {
+        due_ms: Millis,
+        key: OrderKey,
+    },
+    Scheduled {
+        due_ms: Millis,
+    },
+    Ready {
+        since_ms: Millis,
+    },
     Claimed(Claim),
 }
 
@@ -208,7 +220,8 @@ impl PartitionState {
             epoch: ctx.epoch,
             key: TokenKey::from_secret(&ctx.secret),
             fresh: vec![FreshBand::default(); bands],
-            subs: vec![Delivery::new(SubscriptionId::DEFAULT, Offset(0), bands, &weights)],
+            subs: vec![Delivery::new(SubscriptionId::DEFAULT, Offset(0), bands, &weights)
+                .ordered(ctx.config.ordered)],
             config: ctx.config,
             dedupe: DedupeTable::new(&ctx.secret, dedupe_window_ms),
             highest_enqueued: None,

@@ -150,6 +150,8 @@ impl PartitionState {
         if let Some(warm) = d.warm.remove(&offset) {
             d.warm_bytes -= u64::from(warm.size_bytes);
             match warm.phase {
+                // In no claim index (`ordered.rs`).
+                WarmPhase::Waiting { .. } => {}
                 WarmPhase::Scheduled { due_ms } => {
                     assert!(d.scheduled.remove(&(due_ms.min(warm.expiry_ms), offset)));
                 }
@@ -183,6 +185,7 @@ impl PartitionState {
         assert!(usize::from(warm.priority) < self.fresh.len());
         let d = &mut self.subs[s];
         match warm.phase {
+            WarmPhase::Waiting { .. } => {}
             WarmPhase::Scheduled { due_ms } => {
                 assert!(d.scheduled.insert((due_ms.min(warm.expiry_ms), offset)));
             }

@@ -25,6 +25,7 @@ impl PartitionState {
         if sub == SubscriptionId::DEFAULT {
             return refuse("the default subscription always exists");
         }
+        self.refuse_ordered_start(sub)?;
         let Err(at) = self.subs.binary_search_by_key(&sub, |d| d.id) else {
             return refuse("already started");
         };

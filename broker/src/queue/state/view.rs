@@ -64,15 +64,47 @@ pub struct QueueCounters {
     pub retained_messages: u64,
     pub retained_bytes: u64,
     pub oldest_retained_age_ms: Option<Millis>,
+    /// An ordered queue's lanes (`ordered.rs`); all zero when unordered.
+    pub lanes: LaneCounters,
     pub totals: Totals,
+}
+
+/// An ordered subscription's lanes, for describe and metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LaneCounters {
+    /// Routing keys with a message here (each heads a lane).
+    pub active_keys: u64,
+    /// Keys with a message waiting behind their head.
+    pub blocked_keys: u64,
+    /// Messages waiting behind a head (live, counted in
+    /// `live_messages`, in none of ready/scheduled/claimed).
+    pub waiting: u64,
+    /// The oldest waiting message, its offset and enqueue time: its key
+    /// is the one blocked longest.
+    pub oldest_waiting: Option<(Offset, Millis)>,
+    /// The head holding that key up.
+    pub blocking_head: Option<Offset>,
 }
 
 /// Where a message is, for tests and describe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MessagePhase {
-    Ready { since_ms: Millis },
-    Scheduled { due_ms: Millis },
-    Claimed { worker: WorkerId, claimed_at_ms: Millis, deadline_ms: Millis },
+    /// Behind an earlier message of its routing key (an ordered queue,
+    /// `ordered.rs`); `key` is the key's lane hash.
+    Waiting {
+        key: u64,
+    },
+    Ready {
+        since_ms: Millis,
+    },
+    Scheduled {
+        due_ms: Millis,
+    },
+    Claimed {
+        worker: WorkerId,
+        claimed_at_ms: Millis,
+        deadline_ms: Millis,
+    },
 }
 
 /// One live message (either lane), for tests, peeks and describe.
@@ -191,6 +223,7 @@ impl PartitionState {
             retained_messages: self.retained().0,
             retained_bytes: self.retained().1,
             oldest_retained_age_ms: self.oldest_retained_ms().map(|at| now.saturating_sub(at)),
+            lanes: self.lane_counters(s),
             totals: d.totals,
         }
     }
@@ -227,6 +260,7 @@ impl PartitionState {
 
     fn main_view(offset: Offset, warm: &Warm) -> MessageView {
         let phase = match warm.phase {
+            WarmPhase::Waiting { key, .. } => MessagePhase::Waiting { key: key.0 },
             WarmPhase::Scheduled { due_ms } => MessagePhase::Scheduled { due_ms },
             WarmPhase::Ready { since_ms } => MessagePhase::Ready { since_ms },
             WarmPhase::Claimed(c) => MessagePhase::Claimed {

@@ -659,9 +659,10 @@ fn version_1_snapshot_restores_with_its_dead_letter_causes_unknown() {
     // version 4's key map and members (12 + 1 B) go too.
     // Version 5's subscriptions (the default's cursor and marks per band,
     // no others) go too.
-    // Version 6's losses (the default's total and empty list, 16 B) too.
+    // Version 6's losses (the default's total and empty list, 16 B) and
+    // version 7's lanes (the default's zero count, 8 B) too.
     let subs = h.state.config().bands() * 16 + 8 + 16;
-    let mut body = bytes[..bytes.len() - 4 - subs - 16 - 13].to_vec();
+    let mut body = bytes[..bytes.len() - 4 - subs - 16 - 8 - 13].to_vec();
     body[4..6].copy_from_slice(&1u16.to_le_bytes());
     // Version 3's dedupe section starts with `dead_through` (9 bytes) and
     // the count of generation references (8, here 0) before the inline list.
@@ -738,7 +739,8 @@ fn stored_counts_survive_checkpoint_and_replay() {
     }
     let bytes = before.snapshot(Offset(first_attribution as u64));
     let subs = before.config().bands() * 16 + 8 + 16;
-    let mut body = bytes[..bytes.len() - 4 - subs - 16 - 13].to_vec();
+    // (and version 7's lanes, 8 B)
+    let mut body = bytes[..bytes.len() - 4 - subs - 16 - 8 - 13].to_vec();
     body[4..6].copy_from_slice(&2u16.to_le_bytes());
     // Version 3's dedupe section starts with `dead_through` (9 bytes) and
     // the count of generation references (8, here 0) before the inline list.

@@ -281,9 +281,10 @@ fn a_version_2_checkpoint_with_ids_inline_still_loads() {
     // have either.
     // and version 5's subscriptions (the default's cursor and marks per
     // band, no others).
-    // Version 6's losses (16 B for the default alone) come last.
+    // Version 6's losses (16 B for the default alone) and version 7's
+    // lanes (8 B) come last.
     let subs = state.config().bands() * 16 + 8 + 16;
-    let body_end = v3.len() - 4 - subs - 16 - 13;
+    let body_end = v3.len() - 4 - subs - 16 - 8 - 13;
     let mut v2 = v3[..body_end - section].to_vec();
     v2.extend_from_slice(&v3[body_end - list..body_end]);
     v2[4..6].copy_from_slice(&2u16.to_le_bytes());
@@ -350,8 +351,9 @@ fn the_logged_key_map_and_members_survive_a_checkpoint_and_version_3_loads_witho
     let members_bytes = 1 + 8 + 3 * 8 + 8;
     let section = 12 + members_bytes;
     // Version 5's subscriptions follow: the default's marks, no others.
-    // Version 6's losses (16 B for the default alone) come last.
-    let subs = state.config().bands() * 16 + 8 + 16;
+    // Version 6's losses (16 B for the default alone) and version 7's
+    // lanes (8 B) come last.
+    let subs = state.config().bands() * 16 + 8 + 16 + 8;
     let mut v3 = v4[..v4.len() - 4 - subs - section].to_vec();
     v3[4..6].copy_from_slice(&3u16.to_le_bytes());
     let crc = crc32c::crc32c(&v3);

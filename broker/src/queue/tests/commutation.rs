@@ -79,6 +79,7 @@ fn random_config(rng: &mut ChaCha8Rng) -> QueueConfig {
         dead_letter_on_expiry: rng.random_bool(0.5),
         retention_ms: 0,
         retention_bytes: 0,
+        ordered: false,
     }
 }
 

@@ -76,6 +76,24 @@ impl Harness {
         (decision, Some(offset))
     }
 
+    /// Checks and (if accepted) appends + applies one enqueue of a record
+    /// with routing key `key` (`None`: no key).
+    pub fn enqueue_keyed(
+        &mut self,
+        now: Millis,
+        request: EnqueueRequest,
+        key: Option<&[u8]>,
+    ) -> Option<Offset> {
+        let decision = self.state.enqueue_check(now, &request).unwrap();
+        if decision != EnqueueDecision::Accept {
+            return None;
+        }
+        let offset = Offset(self.next_offset);
+        let meta = EnqueueMeta::new(&request, offset, now).with_key(key.and_then(OrderKey::of));
+        self.apply_all(&[Event::Enqueued(meta)]);
+        Some(offset)
+    }
+
     pub fn enqueue_ok(&mut self, now: Millis, request: EnqueueRequest) -> Offset {
         let (decision, offset) = self.enqueue(now, request);
         assert_eq!(decision, EnqueueDecision::Accept);

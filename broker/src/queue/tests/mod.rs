@@ -8,5 +8,6 @@ mod commutation;
 mod fence;
 mod harness;
 mod model;
+mod ordered;
 mod subscriptions;
 mod window;

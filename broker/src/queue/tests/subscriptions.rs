@@ -31,6 +31,7 @@ fn config(rng: &mut ChaCha8Rng) -> QueueConfig {
         dead_letter_on_expiry: rng.random_bool(0.5),
         retention_ms: 0,
         retention_bytes: 0,
+        ordered: false,
     }
 }
 
@@ -741,8 +742,9 @@ fn a_checkpoint_holds_the_subscriptions_and_refuses_a_bad_section() {
     // id, marks, totals, credits, empty warm and dead lists.
     let other = 2 + bands * 16 + 11 * 8 + (bands + 1) * 4 + 8 + 8;
     let section = bands * 16 + 8 + other;
-    // Version 6's losses follow: a total and an empty list for each.
-    let losses = 2 * 16;
+    // Version 6's losses follow: a total and an empty list for each, then
+    // version 7's lanes: a zero count for each.
+    let losses = 2 * 16 + 2 * 8;
     let id_at = bytes.len() - 4 - losses - other;
     assert_eq!(bytes[id_at..id_at + 2], 4u16.to_le_bytes());
     assert_eq!(bytes[bytes.len() - 4 - losses - section - 8..].len(), section + losses + 12);

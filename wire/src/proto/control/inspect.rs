@@ -104,6 +104,9 @@ pub enum MessageState {
     Quarantined,
     /// Passed its expiry.
     Expired,
+    /// Behind an earlier message of its routing key (an ordered queue):
+    /// claimable once every earlier one is finished.
+    Waiting,
 }
 
 impl MessageState {
@@ -115,6 +118,7 @@ impl MessageState {
             Self::Acked => fb::MessageState::Acked,
             Self::Quarantined => fb::MessageState::Quarantined,
             Self::Expired => fb::MessageState::Expired,
+            Self::Waiting => fb::MessageState::Waiting,
         }
     }
 
@@ -126,6 +130,7 @@ impl MessageState {
             fb::MessageState::Acked => Self::Acked,
             fb::MessageState::Quarantined => Self::Quarantined,
             fb::MessageState::Expired => Self::Expired,
+            fb::MessageState::Waiting => Self::Waiting,
             other => {
                 return Err(ProtoError::UnknownEnumValue { field: "state", value: other.0.into() })
             }

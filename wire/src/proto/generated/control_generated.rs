@@ -97,16 +97,17 @@ impl ::flatbuffers::SimpleToVerifyInSlice for BackoffKind {}
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
 pub const ENUM_MIN_MESSAGE_STATE: u8 = 0;
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
-pub const ENUM_MAX_MESSAGE_STATE: u8 = 5;
+pub const ENUM_MAX_MESSAGE_STATE: u8 = 6;
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
 #[allow(non_camel_case_types)]
-pub const ENUM_VALUES_MESSAGE_STATE: [MessageState; 6] = [
+pub const ENUM_VALUES_MESSAGE_STATE: [MessageState; 7] = [
   MessageState::Ready,
   MessageState::Scheduled,
   MessageState::Claimed,
   MessageState::Acked,
   MessageState::Quarantined,
   MessageState::Expired,
+  MessageState::Waiting,
 ];
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -120,9 +121,10 @@ impl MessageState {
   pub const Acked: Self = Self(3);
   pub const Quarantined: Self = Self(4);
   pub const Expired: Self = Self(5);
+  pub const Waiting: Self = Self(6);
 
   pub const ENUM_MIN: u8 = 0;
-  pub const ENUM_MAX: u8 = 5;
+  pub const ENUM_MAX: u8 = 6;
   pub const ENUM_VALUES: &'static [Self] = &[
     Self::Ready,
     Self::Scheduled,
@@ -130,6 +132,7 @@ impl MessageState {
     Self::Acked,
     Self::Quarantined,
     Self::Expired,
+    Self::Waiting,
   ];
   /// Returns the variant's name or "" if unknown.
   pub fn variant_name(self) -> Option<&'static str> {
@@ -140,6 +143,7 @@ impl MessageState {
       Self::Acked => Some("Acked"),
       Self::Quarantined => Some("Quarantined"),
       Self::Expired => Some("Expired"),
+      Self::Waiting => Some("Waiting"),
       _ => None,
     }
   }
