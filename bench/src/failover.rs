@@ -1134,7 +1134,9 @@ fn ms(duration: Duration) -> f64 {
 }
 
 /// Nearest-rank percentiles of `values` (all zero when empty).
-fn percentiles(mut values: Vec<f64>) -> Percentiles {
+/// Nearest-rank percentiles of `values` (ms); all zero for none. Shared
+/// with `takeover`.
+pub fn percentiles(mut values: Vec<f64>) -> Percentiles {
     if values.is_empty() {
         return Percentiles::default();
     }

@@ -68,6 +68,7 @@ pub mod rss;
 pub mod security;
 pub mod sends;
 pub mod state_memory;
+pub mod takeover;
 pub mod throughput;
 pub mod timed;
 

@@ -25,6 +25,7 @@ use spool_bench::recovery::{self, RecoveryConfig};
 use spool_bench::redis_streams::{self, RedisLoad, RedisStreamsError};
 use spool_bench::rss::{self, RssConfig, RssError};
 use spool_bench::state_memory::{self, StateMemoryConfig};
+use spool_bench::takeover::{self, TakeoverConfig, TakeoverError};
 use spool_bench::throughput::{self, ThroughputConfig, ThroughputError, ThroughputLoad};
 use spool_bench::BenchError;
 use thiserror::Error;
@@ -59,6 +60,8 @@ enum Failure {
     RedisStreams(#[from] RedisStreamsError),
     #[error("failover: {0}")]
     Failover(#[from] FailoverError),
+    #[error("takeover: {0}")]
+    Takeover(#[from] TakeoverError),
     #[error("cannot encode the report: {0}")]
     Report(#[from] serde_json::Error),
 }
@@ -99,6 +102,8 @@ enum Command {
     RedisStreams(RedisLoad),
     /// Three spoold nodes in a cluster: leader killed → first acknowledged enqueue, N times.
     Failover(FailoverConfig),
+    /// A worker dies holding claims: time until they are claimable again, with leases alone and with sessions.
+    Takeover(TakeoverConfig),
 }
 
 #[derive(Debug, Args)]
@@ -530,6 +535,7 @@ fn main() -> ExitCode {
             redis_streams::run(&load).map_err(Failure::from).and_then(to_json)
         }
         Command::Failover(config) => failover_run(&config),
+        Command::Takeover(config) => takeover_run(&config),
     };
     report_result(report)
 }
@@ -588,6 +594,13 @@ fn failover_run(config: &FailoverConfig) -> Result<String, Failure> {
         return Err(FailoverError::Lost { lost: report.lost, acked: report.acked }.into());
     }
     Ok(json)
+}
+
+/// The takeover cases: one summary line each on stderr, the JSON report.
+fn takeover_run(config: &TakeoverConfig) -> Result<String, Failure> {
+    let report = takeover::run(config)?;
+    eprintln!("{}", takeover::summary(&report));
+    to_json(&report)
 }
 
 /// The memory matrix: each cell's JSON line as it ends, the table last.
