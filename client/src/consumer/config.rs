@@ -273,3 +273,30 @@ impl ConsumerConfig {
             .unwrap_or_else(|| Duration::from_millis(u64::from(self.lease_ms.div_ceil(2))))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    // Goal: sessions are on by default and their settings are checked by
+    // name. Method: the default, then each bound broken once.
+    #[test]
+    fn session_settings_are_checked() {
+        let config = ConsumerConfig::new("jobs", 4);
+        assert_eq!(config.session_timeout_ms, Some(SESSION_TIMEOUT_MS_DEFAULT));
+        config.validate().unwrap();
+        assert_eq!(config.heartbeat_every(), Duration::from_millis(3_334));
+        assert!(config.member_id().starts_with("worker-"));
+        let short = config.clone().session_timeout_ms(SESSION_TIMEOUT_MS_MIN - 1);
+        assert!(short.validate().unwrap_err().to_string().contains("session_timeout_ms"));
+        let mut slow = config.clone();
+        slow.session_heartbeat = Some(Duration::from_secs(20));
+        assert!(slow.validate().unwrap_err().to_string().contains("session_heartbeat"));
+        let mut long = config.clone();
+        long.member = Some("m".repeat(SESSION_MEMBER_BYTES_MAX + 1));
+        assert!(long.validate().unwrap_err().to_string().contains("member id"));
+        config.without_session().validate().unwrap();
+    }
+}
