@@ -4,6 +4,8 @@
 //! - `claim_ack`: decide claim → apply → decide ack → apply, against a
 //!   backlog kept at 1 M never-claimed messages (topped up outside the
 //!   timed sections), for 1 and 64 credits per claim; throughput in messages.
+//! - `ordered_claim_ack`: the same cycle at 64 credits on an unordered
+//!   queue and on ordered ones with 1 k, 100 k and 10 M keys.
 //! - `enqueue_apply`: `apply(Event::Enqueued)` with dedupe off and with the
 //!   default window (clock advancing at 25,000/s); the state is replaced
 //!   outside the timed sections before it passes 1 M messages.
@@ -26,7 +28,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use spool_broker::clock::instant_now;
 use spool_broker::queue::{
     ClaimRequest, EnqueueDecision, EnqueueMeta, EnqueueRequest, Event, LeaderEpoch, MessageId,
-    Millis, Offset, PartitionContext, PartitionId, PartitionState, QueueConfig, QueueId,
+    Millis, Offset, OrderKey, PartitionContext, PartitionId, PartitionState, QueueConfig, QueueId,
     SubscriptionId, WorkerId,
 };
 
@@ -39,7 +41,14 @@ const RATE_PER_S: u64 = 25_000;
 const START_MS: Millis = 1_700_000_000_000;
 
 fn new_state(dedupe_window_ms: Millis) -> PartitionState {
-    let config = QueueConfig { max_messages: 1 << 32, dedupe_window_ms, ..QueueConfig::default() };
+    new_state_with(QueueConfig {
+        max_messages: 1 << 32,
+        dedupe_window_ms,
+        ..QueueConfig::default()
+    })
+}
+
+fn new_state_with(config: QueueConfig) -> PartitionState {
     let ctx = PartitionContext {
         queue: QueueId(1),
         partition: PartitionId(0),
@@ -207,6 +216,62 @@ fn bench_fan_out(c: &mut Criterion) {
     group.finish();
 }
 
+/// Ordered lanes (`docs/design/ordered-lanes.md`): the same claim+ack
+/// cycle (64 credits, a standing backlog of `BACKLOG`) on a queue without
+/// ordering and on an ordered one whose records' keys are `n % keys` for
+/// 1 k, 100 k and 10 M keys (with 10 M every record of the backlog is its
+/// own key: as many active keys as records). Every record has a key in all
+/// four, so the unordered run pays the same hashing.
+fn bench_ordered(c: &mut Criterion) {
+    let mut group = c.benchmark_group("ordered_claim_ack");
+    group.measurement_time(Duration::from_secs(5));
+    group.throughput(Throughput::Elements(64));
+    for keys in [None, Some(1_000u64), Some(100_000), Some(10_000_000)] {
+        let mut state = new_state_with(QueueConfig {
+            max_messages: 1 << 32,
+            dedupe_window_ms: 0,
+            ordered: keys.is_some(),
+            ..QueueConfig::default()
+        });
+        let key_space = keys.unwrap_or(1_000);
+        let keyed = |n: u64| {
+            let Event::Enqueued(meta) = enqueued(n) else { unreachable!("an enqueue") };
+            Event::Enqueued(meta.with_key(OrderKey::of(&(n % key_space).to_le_bytes())))
+        };
+        let mut next = 0u64;
+        let request = ClaimRequest {
+            sub: SubscriptionId::DEFAULT,
+            worker: WorkerId(3),
+            credits: 64,
+            max_bytes: u64::MAX,
+            lease_ms: None,
+        };
+        let name = keys.map_or("off".to_owned(), |keys| format!("keys_{keys}"));
+        group.bench_function(BenchmarkId::new("credits_64", name), |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                let mut left = iters;
+                while left > 0 {
+                    for _ in state.live_messages()..BACKLOG {
+                        apply(&mut state, &keyed(next));
+                        next += 1;
+                    }
+                    let now = time_ms(next);
+                    let chunk = left.min(CHUNK / 64);
+                    let start = instant_now();
+                    for _ in 0..chunk {
+                        black_box(claim_ack(&mut state, now, &request));
+                    }
+                    total += instant_now().duration_since(start);
+                    left -= chunk;
+                }
+                total
+            });
+        });
+    }
+    group.finish();
+}
+
 fn bench_enqueue_apply(c: &mut Criterion) {
     let mut group = c.benchmark_group("enqueue_apply");
     group.throughput(Throughput::Elements(1));
@@ -349,6 +414,7 @@ criterion_group!(
     benches,
     bench_claim_ack,
     bench_fan_out,
+    bench_ordered,
     bench_enqueue_apply,
     bench_snapshot,
     bench_dedupe

@@ -53,7 +53,10 @@ static ALLOCATOR: Counting = Counting;
 const MESSAGES: u64 = 1_000_000;
 
 fn state(dedupe_window_ms: u64) -> PartitionState {
-    let config = QueueConfig { max_messages: 1 << 32, dedupe_window_ms, ..QueueConfig::default() };
+    state_with(QueueConfig { max_messages: 1 << 32, dedupe_window_ms, ..QueueConfig::default() })
+}
+
+fn state_with(config: QueueConfig) -> PartitionState {
     let ctx = PartitionContext {
         queue: QueueId(1),
         partition: PartitionId(0),
@@ -61,7 +64,7 @@ fn state(dedupe_window_ms: u64) -> PartitionState {
         secret: [1; 32],
         config,
     };
-    PartitionState::new(ctx).expect("the default config is valid")
+    PartitionState::new(ctx).expect("a valid config")
 }
 
 fn meta(n: u64, not_before_ms: u64, expiry_ms: Option<u64>) -> Event {
@@ -432,20 +435,12 @@ fn memory_per_backlogged_message_with_several_subscriptions() {
 #[test]
 fn memory_per_retained_record_after_every_subscription_finished_it() {
     const RECORDS: u64 = 200_000;
-    let config = QueueConfig {
+    let mut s = state_with(QueueConfig {
         max_messages: 1 << 32,
         dedupe_window_ms: 0,
         retention_ms: 60_000,
         ..QueueConfig::default()
-    };
-    let ctx = PartitionContext {
-        queue: QueueId(1),
-        partition: PartitionId(0),
-        epoch: LeaderEpoch(1),
-        secret: [1; 32],
-        config,
-    };
-    let mut s = PartitionState::new(ctx).expect("a valid config");
+    });
     let before = LIVE_BYTES.load(Ordering::Relaxed);
     (0..RECORDS).for_each(|n| s.apply(&meta(n, 0, None)).unwrap());
     consume(&mut s, SubscriptionId::DEFAULT, RECORDS);
@@ -468,20 +463,12 @@ fn memory_per_retained_record_after_every_subscription_finished_it() {
 fn memory_per_active_key_and_per_waiting_message() {
     const RECORDS: u64 = 200_000;
     let ordered = || {
-        let config = QueueConfig {
+        state_with(QueueConfig {
             max_messages: 1 << 32,
             dedupe_window_ms: 0,
             ordered: true,
             ..QueueConfig::default()
-        };
-        let ctx = PartitionContext {
-            queue: QueueId(1),
-            partition: PartitionId(0),
-            epoch: LeaderEpoch(1),
-            secret: [1; 32],
-            config,
-        };
-        PartitionState::new(ctx).expect("a valid config")
+        })
     };
     let keyed = |n: u64, key: u64| {
         let Event::Enqueued(meta) = meta_at(n, n) else { unreachable!() };

@@ -389,16 +389,9 @@ impl PartitionState {
             return Ok(());
         }
         if meta.not_before_ms > enqueue_time_ms {
-            let warm = Warm {
-                enqueue_time_ms,
-                expiry_ms,
-                size_bytes: meta.size_bytes,
-                priority: band as u8,
-                attempts: 0,
-                generation: Generation(0),
-                last_reason: ReleaseReason::NONE,
-                phase: WarmPhase::Scheduled { due_ms: meta.not_before_ms },
-            };
+            let due_ms = meta.not_before_ms;
+            let phase = WarmPhase::Scheduled { due_ms };
+            let warm = Warm::arrived(enqueue_time_ms, expiry_ms, meta.size_bytes, band, phase);
             let mut taken = false;
             for s in 0..self.subs.len() {
                 if takes(&self.subs[s]) {

@@ -121,6 +121,29 @@ pub(crate) struct Warm {
 
 const _: () = assert!(std::mem::size_of::<Warm>() <= 64);
 
+impl Warm {
+    /// A message just enqueued into `band`, never claimed, in `phase`.
+    pub(crate) fn arrived(
+        enqueue_time_ms: Millis,
+        expiry_ms: Millis,
+        size_bytes: u32,
+        band: usize,
+        phase: WarmPhase,
+    ) -> Self {
+        Warm {
+            enqueue_time_ms,
+            expiry_ms,
+            size_bytes,
+            // Bands are at most PRIORITY_BANDS_MAX (a u8).
+            priority: band as u8,
+            attempts: 0,
+            generation: Generation(0),
+            last_reason: ReleaseReason::NONE,
+            phase,
+        }
+    }
+}
+
 /// State of a dead letter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum DeadPhase {

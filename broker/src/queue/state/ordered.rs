@@ -11,7 +11,7 @@
 use super::{LaneCounters, PartitionState, Warm, WarmPhase};
 use crate::queue::error::ApplyError;
 use crate::queue::lanes::Place;
-use crate::queue::types::{EnqueueMeta, Generation, Millis, Offset, ReleaseReason, SubscriptionId};
+use crate::queue::types::{EnqueueMeta, Millis, Offset, SubscriptionId};
 
 impl PartitionState {
     /// Places a new keyed record in subscription index `s`'s lanes when
@@ -32,17 +32,8 @@ impl PartitionState {
             return false;
         }
         let due_ms = if meta.not_before_ms > enqueue_time_ms { meta.not_before_ms } else { 0 };
-        let warm = Warm {
-            enqueue_time_ms,
-            expiry_ms,
-            size_bytes: meta.size_bytes,
-            // Bands are at most PRIORITY_BANDS_MAX (a u8).
-            priority: band as u8,
-            attempts: 0,
-            generation: Generation(0),
-            last_reason: ReleaseReason::NONE,
-            phase: WarmPhase::Waiting { due_ms, key },
-        };
+        let phase = WarmPhase::Waiting { due_ms, key };
+        let warm = Warm::arrived(enqueue_time_ms, expiry_ms, meta.size_bytes, band, phase);
         self.insert_warm(s, meta.offset, warm);
         true
     }
