@@ -31,7 +31,7 @@ use crate::limits::{DEDUPE_WINDOW_MS_DEFAULT, LEASE_MS_DEFAULT};
 /// memory and rewritten by every checkpoint — see
 /// `docs/design/queue-semantics.md`, "Dedupe"), 10 M messages / 10 GiB,
 /// 4 priority bands, no retention window (a record leaves once every
-/// subscription finished it).
+/// subscription finished it), unordered.
 pub fn default_queue_config(partitions: u32) -> QueueConfig {
     QueueConfig {
         partitions,
@@ -48,6 +48,7 @@ pub fn default_queue_config(partitions: u32) -> QueueConfig {
         dead_letter_on_expiry: true,
         retention_ms: 0,
         retention_bytes: 0,
+        ordered: false,
     }
 }
 
@@ -82,18 +83,23 @@ macro_rules! answer {
 
 /// A broker from before retention windows refused the CreateQueue v2 that
 /// asked for one: say so, rather than only that a version is unsupported.
-fn window_unsupported(name: &str, error: &ClientError) -> ClientError {
+fn create_unsupported(name: &str, config: &QueueConfig, error: &ClientError) -> ClientError {
     let said = match error {
         ClientError::Server { message, .. } => message.clone(),
         other => other.to_string(),
     };
-    ClientError::Server {
-        code: ErrorCode::UnsupportedVersion,
-        message: format!(
+    let message = if config.ordered {
+        format!(
+            "the broker does not know ordered queues (CreateQueue v3: {said}); upgrade it, \
+             or create queue {name} unordered"
+        )
+    } else {
+        format!(
             "the broker does not know retention windows (CreateQueue v2: {said}); upgrade it, \
              or create queue {name} without retention_ms and retention_bytes"
-        ),
-    }
+        )
+    };
+    ClientError::Server { code: ErrorCode::UnsupportedVersion, message }
 }
 
 fn unexpected(operation: &str) -> ClientError {
@@ -148,11 +154,16 @@ impl Admin {
     /// ([`CREATE_QUEUE_VERSION_RETENTION`](spool_wire::proto::CREATE_QUEUE_VERSION_RETENTION)),
     /// one without as v1: a broker from before windows refuses the v2
     /// (`UNSUPPORTED_VERSION`, with a message saying so) rather than
-    /// create the queue without its window.
+    /// create the queue without its window. An ordered queue
+    /// ([`QueueConfig::ordered`]) is asked as v3
+    /// ([`CREATE_QUEUE_VERSION_ORDERED`](spool_wire::proto::CREATE_QUEUE_VERSION_ORDERED))
+    /// for the same reason: a broker from before ordered lanes refuses it
+    /// rather than create the queue unordered.
     ///
     /// # Errors
     /// `QUEUE_EXISTS`, `INVALID_ARGUMENT` (a window outside its range is
-    /// refused before anything is sent), `UNSUPPORTED_VERSION` (a window
+    /// refused before anything is sent; the broker refuses an ordered
+    /// queue with a window), `UNSUPPORTED_VERSION` (a window or ordering
     /// asked of a broker that predates them),
     /// [`ClientError::ControlRouteExhausted`], or a transport error.
     pub async fn create_queue(
@@ -160,11 +171,12 @@ impl Admin {
         name: &str,
         config: QueueConfig,
     ) -> Result<AssignmentVersion, ClientError> {
-        let window = config.has_window();
+        let newer = config.has_window() || config.ordered;
+        let asked = config.clone();
         let request = Request::CreateQueue(CreateQueueRequest { name: name.to_owned(), config });
         let bytes = match self.client.catalog_call("create queue", &request).await {
-            Err(error) if window && error.code() == Some(ErrorCode::UnsupportedVersion) => {
-                return Err(window_unsupported(name, &error));
+            Err(error) if newer && error.code() == Some(ErrorCode::UnsupportedVersion) => {
+                return Err(create_unsupported(name, &asked, &error));
             }
             answer => answer?,
         };

@@ -32,8 +32,9 @@ use std::time::Duration;
 use spool_wire::batch::BatchBytes;
 use spool_wire::proto::{
     ApiKey, AuthenticateRequest, CorrelationId, Frame, FrameDecoder, FrameHeader, PingRequest,
-    Reply, Request, Response, CLAIM_VERSION_NOT_LEADER, CREATE_QUEUE_VERSION_RETENTION,
-    DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS, INSPECT_VERSION_SUBSCRIPTION,
+    Reply, Request, Response, CLAIM_VERSION_NOT_LEADER, CREATE_QUEUE_VERSION_ORDERED,
+    CREATE_QUEUE_VERSION_RETENTION, DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS,
+    INSPECT_VERSION_SUBSCRIPTION,
 };
 use spool_wire::ErrorCode;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -565,13 +566,16 @@ impl Connection {
 /// its queue has a retention window, which needs
 /// [`CREATE_QUEUE_VERSION_RETENTION`] (v2): a broker from before windows
 /// refuses that version (`UNSUPPORTED_VERSION`) rather than create the
-/// queue without its window.
+/// queue without its window; an ordered queue goes as
+/// [`CREATE_QUEUE_VERSION_ORDERED`] (v3) for the same reason.
 pub fn request_version(request: &Request<'_>) -> u16 {
     let inspect_default = INSPECT_VERSION_SUBSCRIPTION - 1;
     match request {
-        Request::CreateQueue(create) if !create.config.has_window() => {
-            CREATE_QUEUE_VERSION_RETENTION - 1
+        Request::CreateQueue(create) if create.config.ordered => CREATE_QUEUE_VERSION_ORDERED,
+        Request::CreateQueue(create) if create.config.has_window() => {
+            CREATE_QUEUE_VERSION_RETENTION
         }
+        Request::CreateQueue(_) => CREATE_QUEUE_VERSION_RETENTION - 1,
         Request::Claim(claim) if claim.subscription.is_empty() => CLAIM_VERSION_NOT_LEADER,
         Request::DescribeQueue(_) => DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS - 1,
         Request::Peek(peek) if peek.subscription.is_empty() => inspect_default,

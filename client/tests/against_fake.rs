@@ -20,7 +20,7 @@ use spool_client::spool_wire::proto::{
     RedriveTarget, Request, Response, INSPECT_VERSION_SUBSCRIPTION,
 };
 use spool_client::spool_wire::proto::{
-    CreateQueueRequest, QueueConfig, CREATE_QUEUE_VERSION_RETENTION,
+    CreateQueueRequest, QueueConfig, CREATE_QUEUE_VERSION_ORDERED, CREATE_QUEUE_VERSION_RETENTION,
 };
 use spool_client::spool_wire::ErrorCode;
 use spool_client::{
@@ -103,6 +103,22 @@ fn create_queue_carries_a_window_in_version_2_only() {
     for (ms, bytes) in [(60_000, 0), (0, 1 << 20), (60_000, 1 << 20)] {
         assert_eq!(request_version(&create(ms, bytes)), CREATE_QUEUE_VERSION_RETENTION);
     }
+}
+
+// Goal: an ordered queue's CreateQueue goes as v3, the only version that
+// carries `ordered` (an old broker refuses it instead of creating the queue
+// unordered), with or without a window; an unordered queue keeps v1 or v2;
+// method: `request_version` over the four combinations.
+#[test]
+fn create_queue_carries_ordered_in_version_3_only() {
+    let create = |ordered, retention_ms| {
+        let config = QueueConfig { ordered, retention_ms, ..spool_client::default_queue_config(2) };
+        Request::CreateQueue(CreateQueueRequest { name: "q".into(), config })
+    };
+    assert_eq!(request_version(&create(false, 0)), 1);
+    assert_eq!(request_version(&create(false, 60_000)), CREATE_QUEUE_VERSION_RETENTION);
+    assert_eq!(request_version(&create(true, 0)), CREATE_QUEUE_VERSION_ORDERED);
+    assert_eq!(request_version(&create(true, 60_000)), CREATE_QUEUE_VERSION_ORDERED);
 }
 
 // Goal: requests are pipelined and responses matched by id, not position.

@@ -844,6 +844,7 @@ pub fn test_queue_config(
         dead_letter_on_expiry: true,
         retention_ms: 0,
         retention_bytes: 0,
+        ordered: false,
     }
 }
 

@@ -170,7 +170,7 @@ async fn a_cancel_cannot_touch_another_connections_claim() {
     assert_eq!(read_answer(&mut waiting), (6, Answer::Cancel(CancelOutcome::NotPending)));
     let states: Vec<_> = peek(&admin).await.into_iter().map(|(state, _)| state).collect();
     assert_eq!(states, vec![MessageState::Claimed], "claimed once, not released");
-    let stats = admin.describe_queue(QUEUE).await.unwrap().partitions[0];
+    let stats = admin.describe_queue(QUEUE).await.unwrap().partitions[0].clone();
     assert_eq!((stats.claimed, stats.released), (1, 0));
 }
 

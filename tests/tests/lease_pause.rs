@@ -86,6 +86,6 @@ async fn stopped_worker_loses_its_lease_and_its_late_ack_is_stale() {
         client.claim(QUEUE, PartitionId(0), &claim_options(0xc, 1, 5_000, 600)).await.unwrap();
     assert!(after.deliveries.is_empty(), "an acked message never comes back");
     let described = Admin::new(client.clone()).describe_queue(QUEUE).await.unwrap();
-    let stats = described.partitions[0];
+    let stats = &described.partitions[0];
     assert_eq!((stats.acked, stats.ready, stats.claimed), (1, 0, 0));
 }

@@ -168,7 +168,7 @@ async fn stalled_consumers_engage_admission_bound_memory_and_recover() {
     let mut pushes_accepted = 0u64;
     let mut held_max = 0u64;
     let stats = loop {
-        let stats = admin.describe_queue(QUEUE).await.unwrap().partitions[0];
+        let stats = admin.describe_queue(QUEUE).await.unwrap().partitions[0].clone();
         held_max = held_max.max(held(&stats));
         assert!(held(&stats) <= MAX_MESSAGES, "held past max_messages: {stats:?}");
         let all_dead = stats.quarantined == accepted + pushes_accepted;
@@ -226,7 +226,7 @@ async fn stalled_consumers_engage_admission_bound_memory_and_recover() {
     assert_eq!(redriven, stats.quarantined);
     let (more, _) = produce(&producer, 3, pushed, 1).await;
     assert_eq!(more, 0, "redrive made room");
-    let stats = admin.describe_queue(QUEUE).await.unwrap().partitions[0];
+    let stats = admin.describe_queue(QUEUE).await.unwrap().partitions[0].clone();
     assert_eq!((stats.ready, stats.quarantined), (redriven, 0), "{stats:?}");
 
     // Consumers return: drain, then the rate is back.

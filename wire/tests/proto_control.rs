@@ -11,11 +11,12 @@ use spool_wire::proto::{
     decode_frame, ApiKey, AssignmentVersion, Backoff, BackoffKind, CorrelationId,
     CreateQueueRequest, CreateQueueResponse, DeadLetter, DeadLettersRequest, DeadLettersResponse,
     DeleteQueueRequest, DeleteQueueResponse, DescribeQueueRequest, DescribeQueueResponse,
-    KeyMapStats, LeaderEpoch, ListQueuesRequest, ListQueuesResponse, MessageState, MetadataRequest,
-    MetadataResponse, Offset, PartitionId, PartitionMetadata, PartitionReplication, PartitionStats,
-    PeekRequest, PeekResponse, PeekedMessage, ProtoError, PurgeRequest, PurgeResponse, QueueConfig,
-    QueueMetadata, QueueSummary, RedriveRequest, RedriveResponse, RedriveTarget, Reply, Request,
-    ResizeQueueRequest, ResizeQueueResponse, Response, RetainedStats,
+    KeyMapStats, LaneStats, LeaderEpoch, ListQueuesRequest, ListQueuesResponse, MessageState,
+    MetadataRequest, MetadataResponse, Offset, PartitionId, PartitionMetadata,
+    PartitionReplication, PartitionStats, PeekRequest, PeekResponse, PeekedMessage, ProtoError,
+    PurgeRequest, PurgeResponse, QueueConfig, QueueMetadata, QueueSummary, RedriveRequest,
+    RedriveResponse, RedriveTarget, Reply, Request, ResizeQueueRequest, ResizeQueueResponse,
+    Response, RetainedStats,
 };
 
 fn config() -> QueueConfig {
@@ -34,6 +35,7 @@ fn config() -> QueueConfig {
         dead_letter_on_expiry: true,
         retention_ms: 0,
         retention_bytes: 0,
+        ordered: false,
     }
 }
 
@@ -117,6 +119,13 @@ fn control_responses_round_trip() {
         lease_expired: 9,
         replication: None,
         retained: RetainedStats { messages: 12, bytes: 4096, oldest_age_ms: 2_500 },
+        lanes: LaneStats {
+            active_keys: 4,
+            blocked_keys: 2,
+            waiting: 7,
+            oldest_waiting_age_ms: 900,
+            blocked_longest_key: b"chair-4".to_vec(),
+        },
     };
     for response in [
         Response::CreateQueue(CreateQueueResponse { assignment_version: AssignmentVersion(7) }),
@@ -132,7 +141,7 @@ fn control_responses_round_trip() {
             name: "emails".into(),
             config: config(),
             partitions: vec![
-                stats,
+                stats.clone(),
                 PartitionStats {
                     partition: PartitionId(2),
                     replication: Some(PartitionReplication {

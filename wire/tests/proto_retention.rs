@@ -14,9 +14,10 @@ use spool_wire::proto::limits::{
 };
 use spool_wire::proto::{
     decode_frame, ApiKey, Backoff, BackoffKind, CorrelationId, CreateQueueRequest,
-    DescribeQueueResponse, ErrorResponse, KeyMapStats, PartitionId, PartitionStats, ProtoError,
-    QueueConfig, Reply, Request, Response, RetainedStats, SubscriptionStart, SubscriptionStats,
-    CREATE_QUEUE_VERSION_RETENTION, DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS,
+    DescribeQueueResponse, ErrorResponse, KeyMapStats, LaneStats, PartitionId, PartitionStats,
+    ProtoError, QueueConfig, Reply, Request, Response, RetainedStats, SubscriptionStart,
+    SubscriptionStats, CREATE_QUEUE_VERSION_ORDERED, CREATE_QUEUE_VERSION_RETENTION,
+    DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS,
 };
 use spool_wire::ErrorCode;
 
@@ -37,6 +38,7 @@ fn config() -> QueueConfig {
         dead_letter_on_expiry: true,
         retention_ms: 0,
         retention_bytes: 0,
+        ordered: false,
     }
 }
 
@@ -77,21 +79,23 @@ fn with_version(mut bytes: Vec<u8>, version: u16) -> Vec<u8> {
 }
 
 // Goal: CreateQueue speaks v2, newer than any broker from before windows
-// speaks (they stop at v1, which a client without a window keeps using);
-// its codes are unchanged (NOT_LEADER from v1); method: the key table.
+// speaks (they stop at v1, which a client without a window keeps using),
+// and v3 (ordered lanes, `proto_ordered.rs`); its codes are unchanged
+// (NOT_LEADER from v1); method: the key table.
 #[test]
 fn create_queue_version_2_carries_the_window() {
     assert_eq!(CREATE_QUEUE_VERSION_RETENTION, 2);
     let key = ApiKey::CreateQueue;
-    assert_eq!(key.max_version(), CREATE_QUEUE_VERSION_RETENTION);
-    assert!(key.supports(0) && key.supports(1) && key.supports(2) && !key.supports(3));
+    assert_eq!(key.max_version(), CREATE_QUEUE_VERSION_ORDERED);
+    assert!(key.supports(0) && key.supports(1) && key.supports(2) && key.supports(3));
+    assert!(!key.supports(4));
     assert_eq!(key.not_leader_version(), Some(1));
     assert_eq!(key.answerable(2, ErrorCode::NotLeader), ErrorCode::NotLeader);
     assert_eq!(key.answerable(0, ErrorCode::NotLeader), ErrorCode::NotOwner);
     // A version this codec does not speak is refused by the frame decoder
     // with UNSUPPORTED_VERSION (what an old broker answers a v2 with).
-    let v3 = with_version(encode(&create(windowed(60_000, 0)), 2).unwrap(), 3);
-    assert_eq!(decode_frame(&v3).unwrap_err().code(), ErrorCode::UnsupportedVersion);
+    let v4 = with_version(encode(&create(windowed(60_000, 0)), 2).unwrap(), 4);
+    assert_eq!(decode_frame(&v4).unwrap_err().code(), ErrorCode::UnsupportedVersion);
     assert!(!config().has_window());
     assert!(windowed(60_000, 0).has_window() && windowed(0, RETENTION_BYTES_MIN).has_window());
 }
@@ -112,7 +116,9 @@ fn windows_round_trip_at_version_2() {
         assert_eq!(decode(&v2).unwrap(), request, "{ms} ms, {bytes} B");
         let mut plain = Vec::new();
         request.encode(CorrelationId(7), &mut plain).unwrap();
-        assert_eq!(plain, v2, "a plain encode writes the newest version");
+        // A plain encode writes the newest version (v3, ordered lanes):
+        // the same body for a queue that is not ordered.
+        assert_eq!(plain[FRAME_HEADER_BYTES..], v2[FRAME_HEADER_BYTES..]);
     }
 }
 
@@ -208,6 +214,7 @@ fn partition(index: u32, retained: RetainedStats) -> PartitionStats {
         lease_expired: 0,
         replication: None,
         retained,
+        lanes: LaneStats::default(),
     }
 }
 

@@ -13,8 +13,9 @@ use spool_wire::proto::{
     decode_frame, ApiKey, AssignmentVersion, Backoff, BackoffKind, CorrelationId,
     CreateSubscriptionRequest, CreateSubscriptionResponse, DeleteSubscriptionRequest,
     DeleteSubscriptionResponse, DescribeQueueRequest, DescribeQueueResponse, ErrorResponse,
-    KeyMapStats, PartitionId, PartitionStats, ProtoError, QueueConfig, Reply, Request, Response,
-    RetainedStats, SubscriptionStart, SubscriptionStats, DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS,
+    KeyMapStats, LaneStats, PartitionId, PartitionStats, ProtoError, QueueConfig, Reply, Request,
+    Response, RetainedStats, SubscriptionStart, SubscriptionStats,
+    DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS,
 };
 use spool_wire::ErrorCode;
 
@@ -34,6 +35,7 @@ fn config() -> QueueConfig {
         dead_letter_on_expiry: true,
         retention_ms: 0,
         retention_bytes: 0,
+        ordered: false,
     }
 }
 
@@ -70,6 +72,7 @@ fn describe(subscriptions: Vec<SubscriptionStats>) -> DescribeQueueResponse {
         lease_expired: 1,
         replication: None,
         retained: RetainedStats::default(),
+        lanes: LaneStats::default(),
     };
     DescribeQueueResponse {
         name: "jobs".into(),

@@ -47,9 +47,7 @@ pub fn queue_config_from_wire(config: &wire::QueueConfig) -> QueueConfig {
         dead_letter_on_expiry: config.dead_letter_on_expiry,
         retention_ms: config.retention_ms,
         retention_bytes: config.retention_bytes,
-        // The wire's QueueConfig does not carry ordering yet: no queue
-        // created over the wire is ordered.
-        ordered: false,
+        ordered: config.ordered,
     }
 }
 
@@ -84,6 +82,7 @@ pub fn queue_config_to_wire(config: &QueueConfig, partitions: u32) -> wire::Queu
         dead_letter_on_expiry: config.dead_letter_on_expiry,
         retention_ms: config.retention_ms,
         retention_bytes: config.retention_bytes,
+        ordered: config.ordered,
     }
 }
 
@@ -133,6 +132,7 @@ mod tests {
             dead_letter_on_expiry: true,
             retention_ms: 3_600_000,
             retention_bytes: 1 << 25,
+            ordered: false,
         };
         let config = queue_config_from_wire(&asked);
         config.validate().expect("valid");
@@ -144,6 +144,15 @@ mod tests {
         let plain = wire::QueueConfig { retention_ms: 0, retention_bytes: 0, ..asked };
         assert!(!queue_config_from_wire(&plain).has_window());
         assert_eq!(queue_config_to_wire(&queue_config_from_wire(&plain), 3), plain);
+        // Ordered (without a window, as the queue requires): both ways.
+        let ordered = wire::QueueConfig { ordered: true, ..plain };
+        let config = queue_config_from_wire(&ordered);
+        assert!(config.ordered);
+        config.validate().expect("an ordered queue without a window is valid");
+        assert_eq!(queue_config_to_wire(&config, 3), ordered);
+        // With a window: refused by the queue's own validation.
+        let both = wire::QueueConfig { ordered: true, ..asked };
+        assert!(queue_config_from_wire(&both).validate().is_err());
     }
 
     #[test]
@@ -167,6 +176,7 @@ mod tests {
             dead_letter_on_expiry: false,
             retention_ms: 0,
             retention_bytes: 1 << 22,
+            ordered: false,
         };
         asked.validate().expect("the wire's ranges pass");
         let refused = queue_config_from_wire(&asked).validate().unwrap_err();

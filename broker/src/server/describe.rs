@@ -5,38 +5,77 @@
 //! also the queue's subscriptions with their counters over those
 //! partitions, dropped by the encoder for older versions) and
 //! Metadata (every partition's shard address and leader epoch, from the
-//! shards' shared [`EpochBoard`](super::EpochBoard)). Read-only: this file
+//! shards' shared [`EpochBoard`](super::EpochBoard)). An ordered queue's
+//! partitions report their lanes, with the routing key blocked longest
+//! read from the record of the head that holds it up. Read-only: this file
 //! must not change a partition or the catalog.
 
+use spool_wire::batch::{validate_record, BatchBytes};
 use spool_wire::proto::{
-    DescribeQueueResponse, KeyMapStats, MetadataResponse, PartitionMetadata, PartitionReplication,
-    PartitionStats, QueueMetadata, Response, RetainedStats,
+    DescribeQueueResponse, KeyMapStats, LaneStats, MetadataResponse, PartitionMetadata,
+    PartitionReplication, PartitionStats, QueueMetadata, Response, RetainedStats,
 };
 use spool_wire::ErrorCode;
 
 use super::convert::queue_config_to_wire;
 use super::handler::{error, Answer, SpoolHandler};
 use super::sub_admin::subscription_stats;
+use super::ShardPartition;
 use crate::control::assignment::QueueName;
-use crate::queue::PartitionId;
+use crate::queue::{LaneCounters, Millis, PartitionId};
+
+/// A partition's lanes as DescribeQueue reports them: the counters, the
+/// age of the oldest waiting message at `now`, and the routing key of the
+/// head that holds its key up (read from its record; empty when it cannot
+/// be read, or is longer than the routing key limit, which a validated
+/// record never is).
+pub(super) async fn lane_stats(
+    partition: &ShardPartition,
+    lanes: &LaneCounters,
+    now: Millis,
+) -> LaneStats {
+    let blocked_longest_key = match lanes.blocking_head {
+        Some(head) => partition.record(head).await.ok().map_or_else(Vec::new, |bytes| {
+            let mut aligned = BatchBytes::with_capacity(bytes.len());
+            aligned.extend_from_slice(&bytes);
+            validate_record(&aligned)
+                .ok()
+                .map(|record| record.routing_key.to_vec())
+                .filter(|key| key.len() <= spool_wire::limits::ROUTING_KEY_BYTES_MAX)
+                .unwrap_or_default()
+        }),
+        None => Vec::new(),
+    };
+    LaneStats {
+        active_keys: lanes.active_keys,
+        blocked_keys: lanes.blocked_keys,
+        waiting: lanes.waiting,
+        oldest_waiting_age_ms: lanes.oldest_waiting.map_or(0, |(_, at)| now.saturating_sub(at)),
+        blocked_longest_key,
+    }
+}
 
 impl SpoolHandler {
-    pub(super) fn describe(&self, queue: &str) -> Answer {
+    pub(super) async fn describe(&self, queue: &str) -> Answer {
         let name = QueueName::new(queue)
             .map_err(|failure| error(ErrorCode::InvalidArgument, failure.to_string()))?;
-        let table = self.state.table.borrow();
-        let Some(entry) = table.queue(&name) else {
-            return Err(error(ErrorCode::QueueNotFound, format!("queue {queue} does not exist")));
+        let (partition_count, config, keys, named) = {
+            let table = self.state.table.borrow();
+            let Some(entry) = table.queue(&name) else {
+                return Err(error(
+                    ErrorCode::QueueNotFound,
+                    format!("queue {queue} does not exist"),
+                ));
+            };
+            let partition_count = entry.partitions.len() as u32;
+            let config = queue_config_to_wire(&entry.config, partition_count);
+            let keys = KeyMapStats {
+                version: entry.keys.version,
+                draining: entry.keys.draining.iter().copied().collect(),
+                held_from: entry.keys.held_from,
+            };
+            (partition_count, config, keys, entry.subscriptions.clone())
         };
-        let partition_count = entry.partitions.len() as u32;
-        let config = queue_config_to_wire(&entry.config, partition_count);
-        let keys = KeyMapStats {
-            version: entry.keys.version,
-            draining: entry.keys.draining.iter().copied().collect(),
-            held_from: entry.keys.held_from,
-        };
-        let named = entry.subscriptions.clone();
-        drop(table);
         let mut partitions = Vec::new();
         // The reported partitions and their default counters, for the
         // subscriptions' rows (DescribeQueue v2).
@@ -62,6 +101,7 @@ impl SpoolHandler {
                 None => None,
             };
             let counters = served.counters();
+            let lanes = lane_stats(&served, &counters.lanes, (self.state.clock)()).await;
             partitions.push(PartitionStats {
                 partition,
                 ready: counters.ready,
@@ -80,6 +120,7 @@ impl SpoolHandler {
                     bytes: counters.retained_bytes,
                     oldest_age_ms: counters.oldest_retained_age_ms.unwrap_or(0),
                 },
+                lanes,
             });
             defaults.push(counters);
             reported.push(served);

@@ -371,7 +371,7 @@ impl SpoolHandler {
                     .collect();
                 Ok(Response::ListQueues(ListQueuesResponse { queues }))
             }
-            Request::DescribeQueue(describe) => self.describe(&describe.name),
+            Request::DescribeQueue(describe) => self.describe(&describe.name).await,
             Request::Metadata(metadata) => self.metadata(&metadata.queues),
             Request::Peek(peek) => self.peek(&peek).await,
             Request::Purge(purge) => self.purge(&purge).await,

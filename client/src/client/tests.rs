@@ -481,6 +481,7 @@ fn describe_answer(subscriptions: Vec<SubscriptionStats>) -> DescribeQueueRespon
             lease_expired: 0,
             replication: None,
             retained: RetainedStats { messages: 6, bytes: 60, oldest_age_ms: 9 },
+            lanes: spool_wire::proto::LaneStats::default(),
         }],
         keys: KeyMapStats { version: 1, draining: vec![], held_from: 1 },
         subscriptions,

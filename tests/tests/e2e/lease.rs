@@ -58,7 +58,7 @@ async fn expired_lease_passes_to_next_claimer_and_old_token_is_stale() {
 
     client.ack("leases", p0, &[b_delivery.token()]).await.unwrap();
     let described = admin.describe_queue("leases").await.unwrap();
-    let stats = described.partitions[0];
+    let stats = &described.partitions[0];
     assert_eq!((stats.acked, stats.ready, stats.claimed, stats.scheduled), (1, 0, 0, 0));
     let after = client.claim("leases", p0, &claim_options(0xc, 1, 5_000, 500)).await.unwrap();
     assert!(after.deliveries.is_empty(), "an acked message never comes back");

@@ -177,7 +177,7 @@ pub use inspect::{
 pub use metadata::{MetadataRequest, MetadataResponse, PartitionMetadata, QueueMetadata};
 pub use queues::{
     Backoff, BackoffKind, CreateQueueRequest, CreateQueueResponse, DeleteQueueRequest,
-    DeleteQueueResponse, DescribeQueueRequest, DescribeQueueResponse, KeyMapStats,
+    DeleteQueueResponse, DescribeQueueRequest, DescribeQueueResponse, KeyMapStats, LaneStats,
     ListQueuesRequest, ListQueuesResponse, PartitionReplication, PartitionStats, QueueConfig,
     QueueSummary, RetainedStats,
 };

@@ -78,6 +78,13 @@ pub const INSPECT_VERSION_SUBSCRIPTION: u16 = 2;
 /// queue without one; an older request's window reads as none.
 pub const CREATE_QUEUE_VERSION_RETENTION: u16 = 2;
 
+/// The CreateQueue version whose queue config may ask for ordered lanes
+/// (`ordered`; `docs/design/ordered-lanes.md`). A client sends it only for
+/// an ordered queue, so a broker that predates ordered lanes answers
+/// `UNSUPPORTED_VERSION` instead of creating the queue unordered; an older
+/// request reads as unordered.
+pub const CREATE_QUEUE_VERSION_ORDERED: u16 = 3;
+
 /// The DescribeQueue version whose answer lists the queue's subscriptions
 /// with their counters (`DescribeQueueResponse::subscriptions`); an answer
 /// to an older version is the layout it always was.
@@ -192,13 +199,14 @@ impl ApiKey {
     /// ([`INSPECT_VERSION_SUBSCRIPTION`]): the request names a subscription
     /// and may be answered [`ErrorCode::SubscriptionNotFound`]. CreateQueue
     /// v2 ([`CREATE_QUEUE_VERSION_RETENTION`]): the config may carry a
-    /// retention window.
+    /// retention window; v3 ([`CREATE_QUEUE_VERSION_ORDERED`]): it may ask
+    /// for ordered lanes.
     ///
     /// [`PartitionId::ANY`]: crate::proto::PartitionId::ANY
     pub const fn max_version(self) -> u16 {
         match self {
             Self::Enqueue => ENQUEUE_VERSION_KEY_MOVED,
-            Self::CreateQueue => CREATE_QUEUE_VERSION_RETENTION,
+            Self::CreateQueue => CREATE_QUEUE_VERSION_ORDERED,
             Self::Claim => CLAIM_VERSION_SUBSCRIPTION,
             Self::DescribeQueue => DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS,
             Self::Peek | Self::Purge | Self::DeadLetters | Self::Redrive => {

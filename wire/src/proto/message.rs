@@ -259,7 +259,7 @@ impl<'a> Request<'a> {
     /// field the version cannot carry (a Claim of partition `ANY` in v0, or
     /// naming a subscription before v3; a Peek, Purge, DeadLetters or
     /// Redrive naming one before v2; a CreateQueue with a retention window
-    /// before v2).
+    /// before v2, or ordered before v3).
     pub fn encode_version(
         &self,
         correlation_id: CorrelationId,
@@ -349,7 +349,7 @@ impl<'a> Request<'a> {
         let version = frame.header.api_version;
         // One request layout per key except Claim (v1: partition ANY; v3:
         // the subscription), the inspection keys (v2: the subscription) and
-        // CreateQueue (v2: the retention window).
+        // CreateQueue (v2: the retention window; v3: ordered).
         Ok(match frame.header.api_key {
             ApiKey::Enqueue => Self::Enqueue(EnqueueRequest::read(body)?),
             ApiKey::Claim => Self::Claim(ClaimRequest::read(body, version)?),

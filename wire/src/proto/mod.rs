@@ -58,7 +58,7 @@ pub use control::{
     Backoff, BackoffKind, CreateQueueRequest, CreateQueueResponse, CreateSubscriptionRequest,
     CreateSubscriptionResponse, DeadLetter, DeadLettersRequest, DeadLettersResponse,
     DeleteQueueRequest, DeleteQueueResponse, DeleteSubscriptionRequest, DeleteSubscriptionResponse,
-    DescribeQueueRequest, DescribeQueueResponse, KeyMapStats, ListQueuesRequest,
+    DescribeQueueRequest, DescribeQueueResponse, KeyMapStats, LaneStats, ListQueuesRequest,
     ListQueuesResponse, MessageState, MetadataRequest, MetadataResponse, PartitionMetadata,
     PartitionReplication, PartitionStats, PeekRequest, PeekResponse, PeekedMessage, PurgeRequest,
     PurgeResponse, QueueConfig, QueueMetadata, QueueSummary, RedriveRequest, RedriveResponse,
@@ -74,8 +74,9 @@ pub use error::ProtoError;
 pub use frame::{
     decode_frame, peek_api_key, ApiKey, CorrelationId, Frame, FrameDecoder, FrameHeader,
     CLAIM_VERSION_ANY, CLAIM_VERSION_NOT_LEADER, CLAIM_VERSION_SUBSCRIPTION,
-    CREATE_QUEUE_VERSION_RETENTION, DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS,
-    ENQUEUE_VERSION_KEY_MOVED, FLAG_RESPONSE, INSPECT_VERSION_SUBSCRIPTION,
+    CREATE_QUEUE_VERSION_ORDERED, CREATE_QUEUE_VERSION_RETENTION,
+    DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS, ENQUEUE_VERSION_KEY_MOVED, FLAG_RESPONSE,
+    INSPECT_VERSION_SUBSCRIPTION,
 };
 pub use ids::{AssignmentVersion, Generation, LeaderEpoch, Offset, PartitionId, WorkerId};
 pub use limits::{DELIVERY_TOKEN_BYTES, MAX_FRAME_BYTES};

@@ -193,6 +193,12 @@ pub struct CreateArgs {
     /// queue's max_bytes [default: none].
     #[arg(long)]
     pub retention_bytes: Option<u64>,
+    /// Ordered lanes: per routing key at most one message at a time, in
+    /// enqueue order (the next one only after the previous is acked,
+    /// dead-lettered or expired; a release keeps it first). Messages
+    /// without a key are unordered. Not with a retention window.
+    #[arg(long)]
+    pub ordered: bool,
 }
 
 #[derive(Debug, Args)]

@@ -5,7 +5,7 @@
 //! asks before it deletes (`confirm`, or `--yes`).
 
 use serde_json::{json, Value};
-use spool_client::spool_wire::proto::{PartitionId, PartitionStats, QueueConfig};
+use spool_client::spool_wire::proto::{LaneStats, PartitionId, PartitionStats, QueueConfig};
 use spool_client::{default_queue_config, Admin};
 
 use crate::args::{QueueCommand, StatsArgs};
@@ -36,11 +36,13 @@ pub async fn run(admin: &Admin, command: &QueueCommand) -> Result<Output, Failur
             }
             config.retention_ms = create.retention_ms.unwrap_or(0);
             config.retention_bytes = create.retention_bytes.unwrap_or(0);
+            config.ordered = create.ordered;
             let window = window_text(&config);
+            let ordered = if config.ordered { ", ordered" } else { "" };
             let version = admin.create_queue(&create.queue, config.clone()).await?;
             Ok(Output::message(
                 format!(
-                    "created queue {} ({} partitions{window})",
+                    "created queue {} ({} partitions{ordered}{window})",
                     create.queue, create.partitions
                 ),
                 json!({
@@ -48,6 +50,7 @@ pub async fn run(admin: &Admin, command: &QueueCommand) -> Result<Output, Failur
                     "partitions": create.partitions,
                     "retention_ms": config.retention_ms,
                     "retention_bytes": config.retention_bytes,
+                    "ordered": config.ordered,
                     "assignment_version": version.0,
                 }),
             ))
@@ -116,6 +119,11 @@ fn partition_row_json(stats: &spool_client::spool_wire::proto::PartitionStats) -
         "retained_messages": stats.retained.messages,
         "retained_bytes": stats.retained.bytes,
         "oldest_retained_age_ms": stats.retained.oldest_age_ms,
+        "lane_active_keys": stats.lanes.active_keys,
+        "lane_blocked_keys": stats.lanes.blocked_keys,
+        "lane_waiting": stats.lanes.waiting,
+        "lane_oldest_waiting_age_ms": stats.lanes.oldest_waiting_age_ms,
+        "lane_blocked_longest_key": String::from_utf8_lossy(&stats.lanes.blocked_longest_key),
         "replication": stats.replication.map(|replication| json!({
             "leader_node": replication.leader_node,
             "term": replication.term,
@@ -161,12 +169,35 @@ fn retained_text(partitions: &[PartitionStats]) -> String {
     format!("; retained {messages} messages ({bytes} bytes), oldest {oldest} ms")
 }
 
+/// An ordered queue's lanes over its partitions: keys, waiting messages,
+/// and the key blocked longest (the rendering escapes its control
+/// characters).
+fn lanes_text(partitions: &[PartitionStats]) -> String {
+    let mut lanes = LaneStats::default();
+    for stats in partitions {
+        lanes.merge(&stats.lanes);
+    }
+    let mut text = format!(
+        "; lanes: {} active keys, {} blocked, {} waiting",
+        lanes.active_keys, lanes.blocked_keys, lanes.waiting
+    );
+    if lanes.waiting > 0 {
+        let key = String::from_utf8_lossy(&lanes.blocked_longest_key);
+        text.push_str(&format!(", oldest waiting {} ms (key {key})", lanes.oldest_waiting_age_ms));
+    }
+    text
+}
+
 fn render_describe(described: &spool_client::spool_wire::proto::DescribeQueueResponse) -> Output {
     let window = described.config.has_window();
+    let ordered = described.config.ordered;
     let mut headers = vec!["partition"];
     headers.extend(COUNT_HEADERS);
     if window {
         headers.push("retained");
+    }
+    if ordered {
+        headers.extend(["keys", "blocked", "waiting"]);
     }
     // A cluster's partitions: who leads, in which term, how far behind the
     // slowest replica is.
@@ -180,6 +211,13 @@ fn render_describe(described: &spool_client::spool_wire::proto::DescribeQueueRes
         row.extend(count_cells(stats));
         if window {
             row.push(stats.retained.messages.to_string());
+        }
+        if ordered {
+            row.extend(
+                [stats.lanes.active_keys, stats.lanes.blocked_keys, stats.lanes.waiting]
+                    .iter()
+                    .map(u64::to_string),
+            );
         }
         if replicated {
             row.extend(match stats.replication {
@@ -207,10 +245,12 @@ fn render_describe(described: &spool_client::spool_wire::proto::DescribeQueueRes
         )
     };
     let retained = if window { retained_text(&described.partitions) } else { String::new() };
+    let lanes = if ordered { lanes_text(&described.partitions) } else { String::new() };
     let message = format!(
-        "queue {}: {} partitions, {} priority bands, lease {} ms ({}..{}), max deliveries {}{}, \
-         key map v{}{holding}{retained}",
+        "queue {}: {}{} partitions, {} priority bands, lease {} ms ({}..{}), max deliveries {}{}, \
+         key map v{}{holding}{retained}{lanes}",
         described.name,
+        if ordered { "ordered, " } else { "" },
         config.partitions,
         config.priority_bands,
         config.lease_default_ms,
@@ -236,6 +276,7 @@ fn render_describe(described: &spool_client::spool_wire::proto::DescribeQueueRes
             "dead_letter_on_expiry": config.dead_letter_on_expiry,
             "retention_ms": config.retention_ms,
             "retention_bytes": config.retention_bytes,
+            "ordered": config.ordered,
         },
         "partitions": described.partitions.iter().map(partition_row_json).collect::<Vec<_>>(),
         "keys": {
@@ -267,6 +308,7 @@ fn render_stats(described: &[spool_client::spool_wire::proto::DescribeQueueRespo
             lease_expired: 0,
             replication: None,
             retained: spool_client::spool_wire::proto::RetainedStats::default(),
+            lanes: LaneStats::default(),
         };
         for stats in &queue.partitions {
             total.ready += stats.ready;
@@ -283,6 +325,7 @@ fn render_stats(described: &[spool_client::spool_wire::proto::DescribeQueueRespo
             total.retained.bytes += stats.retained.bytes;
             total.retained.oldest_age_ms =
                 total.retained.oldest_age_ms.max(stats.retained.oldest_age_ms);
+            total.lanes.merge(&stats.lanes);
         }
         let mut row = vec![queue.name.clone()];
         row.extend(count_cells(&total));
@@ -345,6 +388,7 @@ mod tests {
                 bytes: retained * 100,
                 oldest_age_ms: retained * 1000,
             },
+            lanes: LaneStats::default(),
         }
     }
 
@@ -390,6 +434,52 @@ mod tests {
         assert!(!plain.contains("retention") && !plain.contains("retained"), "{plain}");
         let by_time = QueueConfig { retention_ms: 2_000, ..default_queue_config(1) };
         assert_eq!(window_text(&by_time), ", retention window 2000 ms");
+    }
+
+    // Goal: `spool queue describe` of an ordered queue says so, shows each
+    // partition's keys, blocked keys and waiting messages, and over the
+    // queue the key blocked longest (the oldest waiting message's, escaped)
+    // with its age; --json carries `ordered` and the lane fields; an
+    // unordered queue shows none of it; `--ordered` parses. Method: render
+    // both, parse the flag.
+    #[test]
+    fn describe_shows_ordered_lanes() {
+        use clap::Parser;
+        let mut answer = described(QueueConfig { ordered: true, ..default_queue_config(2) });
+        answer.partitions[0].lanes = LaneStats {
+            active_keys: 4,
+            blocked_keys: 2,
+            waiting: 6,
+            oldest_waiting_age_ms: 300,
+            blocked_longest_key: b"chair-2".to_vec(),
+        };
+        answer.partitions[1].lanes = LaneStats {
+            active_keys: 1,
+            blocked_keys: 1,
+            waiting: 1,
+            oldest_waiting_age_ms: 900,
+            blocked_longest_key: b"chair\x1b4".to_vec(),
+        };
+        let output = render_describe(&answer);
+        let text = output.render(false);
+        assert!(text.contains("events: ordered, 2 partitions"), "{text}");
+        assert!(
+            text.contains("lanes: 5 active keys, 3 blocked, 7 waiting, oldest waiting 900 ms"),
+            "{text}"
+        );
+        assert!(text.contains("(key chair\\x1b4)") && !text.contains('\x1b'), "{text}");
+        assert!(text.lines().next().unwrap().ends_with("keys  blocked  waiting"), "{text}");
+        let json: Value = serde_json::from_str(&output.render(true)).unwrap();
+        assert_eq!(json["config"]["ordered"], true);
+        assert_eq!(json["partitions"][0]["lane_blocked_keys"], 2);
+        assert_eq!(json["partitions"][0]["lane_blocked_longest_key"], "chair-2");
+        let plain = render_describe(&described(default_queue_config(2))).render(false);
+        assert!(!plain.contains("ordered") && !plain.contains("lanes"), "{plain}");
+        let cli = crate::args::Cli::try_parse_from(["spool", "queue", "create", "q", "--ordered"]);
+        let crate::args::Command::Queue(QueueCommand::Create(create)) = cli.unwrap().command else {
+            panic!("not queue create")
+        };
+        assert!(create.ordered);
     }
 
     // Goal: `spool queue create` takes the window as --retention-ms and

@@ -13,10 +13,14 @@ use flatbuffers::{FlatBufferBuilder, WIPOffset};
 use super::subscriptions::{build_stats, read_stats, validate_stats, SubscriptionStats};
 use super::{finish, required, root, vector_len};
 use crate::limits::PRIORITY_BANDS_MAX;
+use crate::limits::ROUTING_KEY_BYTES_MAX;
 use crate::proto::codec::{check_len, check_range, validate_queue_name};
 use crate::proto::control_generated::spool::control as fb;
 use crate::proto::error::ProtoError;
-use crate::proto::frame::{CREATE_QUEUE_VERSION_RETENTION, DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS};
+use crate::proto::frame::{
+    CREATE_QUEUE_VERSION_ORDERED, CREATE_QUEUE_VERSION_RETENTION,
+    DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS,
+};
 use crate::proto::ids::{AssignmentVersion, PartitionId};
 use crate::proto::limits::{
     BACKOFF_CAP_MS_MAX, DEDUPE_WINDOW_MS_MAX, LEASE_LIFETIME_MS_MAX, LEASE_MS_MAX, LEASE_MS_MIN,
@@ -90,6 +94,11 @@ pub struct QueueConfig {
     /// least `RETENTION_BYTES_MIN`; the broker also wants it at most
     /// `max_bytes`. Needs CreateQueue [`CREATE_QUEUE_VERSION_RETENTION`].
     pub retention_bytes: u64,
+    /// Ordered lanes (`docs/design/ordered-lanes.md`): per routing key at
+    /// most one message at a time, in offset order; messages without a key
+    /// are unordered. The broker refuses it with a retention window (for
+    /// now). Needs CreateQueue [`CREATE_QUEUE_VERSION_ORDERED`].
+    pub ordered: bool,
 }
 
 impl QueueConfig {
@@ -171,6 +180,7 @@ impl QueueConfig {
                 dead_letter_on_expiry: self.dead_letter_on_expiry,
                 retention_ms: self.retention_ms,
                 retention_bytes: self.retention_bytes,
+                ordered: self.ordered,
             },
         )
     }
@@ -202,6 +212,7 @@ impl QueueConfig {
             dead_letter_on_expiry: config.dead_letter_on_expiry(),
             retention_ms: config.retention_ms(),
             retention_bytes: config.retention_bytes(),
+            ordered: config.ordered(),
         })
     }
 }
@@ -217,7 +228,8 @@ pub struct CreateQueueRequest {
     /// ([`QueueConfig::has_window`]) goes only in version
     /// [`CREATE_QUEUE_VERSION_RETENTION`] or later: a broker that predates
     /// windows refuses that version (`UNSUPPORTED_VERSION`) instead of
-    /// creating the queue without its window.
+    /// creating the queue without its window; `ordered` likewise only in
+    /// [`CREATE_QUEUE_VERSION_ORDERED`] or later.
     pub config: QueueConfig,
 }
 
@@ -230,8 +242,10 @@ impl CreateQueueRequest {
     }
 
     /// Refuses a retention window in a version before
-    /// [`CREATE_QUEUE_VERSION_RETENTION`] (the encoder's check: such a
-    /// request would reach the broker as one for a queue without a window).
+    /// [`CREATE_QUEUE_VERSION_RETENTION`] and `ordered` before
+    /// [`CREATE_QUEUE_VERSION_ORDERED`] (the encoder's check: such a
+    /// request would reach the broker as one for a queue without a window,
+    /// or an unordered one).
     ///
     /// # Errors
     /// [`ProtoError::Inconsistent`].
@@ -239,6 +253,11 @@ impl CreateQueueRequest {
         if self.config.has_window() && version < CREATE_QUEUE_VERSION_RETENTION {
             return Err(ProtoError::Inconsistent(
                 "a CreateQueue with a retention window needs version 2",
+            ));
+        }
+        if self.config.ordered && version < CREATE_QUEUE_VERSION_ORDERED {
+            return Err(ProtoError::Inconsistent(
+                "a CreateQueue of an ordered queue needs version 3",
             ));
         }
         Ok(())
@@ -257,13 +276,17 @@ impl CreateQueueRequest {
 
     /// Reads `version` of CreateQueue: before
     /// [`CREATE_QUEUE_VERSION_RETENTION`] the window reads as none,
-    /// whatever the bytes hold (as a broker of that version reads it).
+    /// whatever the bytes hold (as a broker of that version reads it), and
+    /// before [`CREATE_QUEUE_VERSION_ORDERED`] the queue reads as unordered.
     pub(crate) fn read(body: &[u8], version: u16) -> Result<Self, ProtoError> {
         let table = root::<fb::CreateQueueRequest<'_>>(body)?;
         let mut config = QueueConfig::from_fb(required(table.config(), "config")?)?;
         if version < CREATE_QUEUE_VERSION_RETENTION {
             config.retention_ms = 0;
             config.retention_bytes = 0;
+        }
+        if version < CREATE_QUEUE_VERSION_ORDERED {
+            config.ordered = false;
         }
         let request = Self { name: required(table.name(), "name")?.to_owned(), config };
         request.validate()?;
@@ -406,7 +429,7 @@ pub struct DescribeQueueRequest {
 name_request_codec!(DescribeQueueRequest, DescribeQueueRequestArgs);
 
 /// Message counts of one partition, by state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionStats {
     /// Which partition.
     pub partition: PartitionId,
@@ -440,6 +463,43 @@ pub struct PartitionStats {
     /// subscription finished), their bytes, and the age of the oldest (0:
     /// none). All 0 from a broker that predates retention windows.
     pub retained: RetainedStats,
+    /// An ordered queue's lanes in this partition (all 0 and empty for an
+    /// unordered queue, and from a broker that predates ordered lanes).
+    pub lanes: LaneStats,
+}
+
+/// An ordered queue's lanes in one partition
+/// (`docs/design/ordered-lanes.md`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LaneStats {
+    /// Routing keys with a message here (each heads a lane).
+    pub active_keys: u64,
+    /// Keys with a message waiting behind their lane's head.
+    pub blocked_keys: u64,
+    /// Messages waiting behind a head.
+    pub waiting: u64,
+    /// Age of the oldest waiting message (0: none).
+    pub oldest_waiting_age_ms: u64,
+    /// The routing key of that message, the key blocked longest (empty:
+    /// none, or its record could not be read); at most
+    /// `ROUTING_KEY_BYTES_MAX` bytes.
+    pub blocked_longest_key: Vec<u8>,
+}
+
+impl LaneStats {
+    /// Adds another partition's lanes: counts summed, the oldest age and
+    /// its key kept.
+    pub fn merge(&mut self, other: &Self) {
+        self.active_keys = self.active_keys.saturating_add(other.active_keys);
+        self.blocked_keys = self.blocked_keys.saturating_add(other.blocked_keys);
+        if other.waiting > 0
+            && (self.waiting == 0 || other.oldest_waiting_age_ms > self.oldest_waiting_age_ms)
+        {
+            self.oldest_waiting_age_ms = other.oldest_waiting_age_ms;
+            self.blocked_longest_key.clone_from(&other.blocked_longest_key);
+        }
+        self.waiting = self.waiting.saturating_add(other.waiting);
+    }
 }
 
 /// What a partition keeps for replay (its shared index).
@@ -510,6 +570,13 @@ impl DescribeQueueResponse {
         self.config.validate()?;
         check_len("partitions", self.partitions.len(), PARTITIONS_MAX as usize)?;
         check_len("draining", self.keys.draining.len(), PARTITIONS_MAX as usize)?;
+        for stats in &self.partitions {
+            check_len(
+                "lane_blocked_longest_key",
+                stats.lanes.blocked_longest_key.len(),
+                ROUTING_KEY_BYTES_MAX,
+            )?;
+        }
         validate_stats(&self.subscriptions)
     }
 
@@ -524,6 +591,8 @@ impl DescribeQueueResponse {
             .partitions
             .iter()
             .map(|stats| {
+                let blocked_key = (!stats.lanes.blocked_longest_key.is_empty())
+                    .then(|| builder.create_vector(&stats.lanes.blocked_longest_key));
                 fb::PartitionStats::create(
                     &mut builder,
                     &fb::PartitionStatsArgs {
@@ -545,6 +614,11 @@ impl DescribeQueueResponse {
                         retained_messages: stats.retained.messages,
                         retained_bytes: stats.retained.bytes,
                         oldest_retained_age_ms: stats.retained.oldest_age_ms,
+                        lane_active_keys: stats.lanes.active_keys,
+                        lane_blocked_keys: stats.lanes.blocked_keys,
+                        lane_waiting: stats.lanes.waiting,
+                        lane_oldest_waiting_age_ms: stats.lanes.oldest_waiting_age_ms,
+                        lane_blocked_longest_key: blocked_key,
                     },
                 )
             })
@@ -602,6 +676,16 @@ impl DescribeQueueResponse {
                     messages: stats.retained_messages(),
                     bytes: stats.retained_bytes(),
                     oldest_age_ms: stats.oldest_retained_age_ms(),
+                },
+                lanes: LaneStats {
+                    active_keys: stats.lane_active_keys(),
+                    blocked_keys: stats.lane_blocked_keys(),
+                    waiting: stats.lane_waiting(),
+                    oldest_waiting_age_ms: stats.lane_oldest_waiting_age_ms(),
+                    blocked_longest_key: stats
+                        .lane_blocked_longest_key()
+                        .map(|key| key.bytes().to_vec())
+                        .unwrap_or_default(),
                 },
             })
             .collect();

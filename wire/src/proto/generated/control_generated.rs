@@ -450,6 +450,7 @@ impl<'a> QueueConfig<'a> {
   pub const VT_DEAD_LETTER_ON_EXPIRY: ::flatbuffers::VOffsetT = 26;
   pub const VT_RETENTION_MS: ::flatbuffers::VOffsetT = 28;
   pub const VT_RETENTION_BYTES: ::flatbuffers::VOffsetT = 30;
+  pub const VT_ORDERED: ::flatbuffers::VOffsetT = 32;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -473,6 +474,7 @@ impl<'a> QueueConfig<'a> {
     builder.add_lease_min_ms(args.lease_min_ms);
     builder.add_lease_default_ms(args.lease_default_ms);
     builder.add_partitions(args.partitions);
+    builder.add_ordered(args.ordered);
     builder.add_dead_letter_on_expiry(args.dead_letter_on_expiry);
     builder.add_priority_bands(args.priority_bands);
     builder.finish()
@@ -577,6 +579,13 @@ impl<'a> QueueConfig<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<u64>(QueueConfig::VT_RETENTION_BYTES, Some(0)).unwrap()}
   }
+  #[inline]
+  pub fn ordered(&self) -> bool {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<bool>(QueueConfig::VT_ORDERED, Some(false)).unwrap()}
+  }
 }
 
 impl ::flatbuffers::Verifiable for QueueConfig<'_> {
@@ -599,6 +608,7 @@ impl ::flatbuffers::Verifiable for QueueConfig<'_> {
      .visit_field::<bool>("dead_letter_on_expiry", Self::VT_DEAD_LETTER_ON_EXPIRY, false)?
      .visit_field::<u64>("retention_ms", Self::VT_RETENTION_MS, false)?
      .visit_field::<u64>("retention_bytes", Self::VT_RETENTION_BYTES, false)?
+     .visit_field::<bool>("ordered", Self::VT_ORDERED, false)?
      .finish();
     Ok(())
   }
@@ -618,6 +628,7 @@ pub struct QueueConfigArgs<'a> {
     pub dead_letter_on_expiry: bool,
     pub retention_ms: u64,
     pub retention_bytes: u64,
+    pub ordered: bool,
 }
 impl<'a> Default for QueueConfigArgs<'a> {
   #[inline]
@@ -637,6 +648,7 @@ impl<'a> Default for QueueConfigArgs<'a> {
       dead_letter_on_expiry: false,
       retention_ms: 0,
       retention_bytes: 0,
+      ordered: false,
     }
   }
 }
@@ -703,6 +715,10 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> QueueConfigBuilder<'a, 'b, A>
     self.fbb_.push_slot::<u64>(QueueConfig::VT_RETENTION_BYTES, retention_bytes, 0);
   }
   #[inline]
+  pub fn add_ordered(&mut self, ordered: bool) {
+    self.fbb_.push_slot::<bool>(QueueConfig::VT_ORDERED, ordered, false);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> QueueConfigBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     QueueConfigBuilder {
@@ -734,6 +750,7 @@ impl ::core::fmt::Debug for QueueConfig<'_> {
       ds.field("dead_letter_on_expiry", &self.dead_letter_on_expiry());
       ds.field("retention_ms", &self.retention_ms());
       ds.field("retention_bytes", &self.retention_bytes());
+      ds.field("ordered", &self.ordered());
       ds.finish()
   }
 }
@@ -1555,6 +1572,11 @@ impl<'a> PartitionStats<'a> {
   pub const VT_RETAINED_MESSAGES: ::flatbuffers::VOffsetT = 34;
   pub const VT_RETAINED_BYTES: ::flatbuffers::VOffsetT = 36;
   pub const VT_OLDEST_RETAINED_AGE_MS: ::flatbuffers::VOffsetT = 38;
+  pub const VT_LANE_ACTIVE_KEYS: ::flatbuffers::VOffsetT = 40;
+  pub const VT_LANE_BLOCKED_KEYS: ::flatbuffers::VOffsetT = 42;
+  pub const VT_LANE_WAITING: ::flatbuffers::VOffsetT = 44;
+  pub const VT_LANE_OLDEST_WAITING_AGE_MS: ::flatbuffers::VOffsetT = 46;
+  pub const VT_LANE_BLOCKED_LONGEST_KEY: ::flatbuffers::VOffsetT = 48;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -1563,9 +1585,13 @@ impl<'a> PartitionStats<'a> {
   #[allow(unused_mut)]
   pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
     _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
-    args: &'args PartitionStatsArgs
+    args: &'args PartitionStatsArgs<'args>
   ) -> ::flatbuffers::WIPOffset<PartitionStats<'bldr>> {
     let mut builder = PartitionStatsBuilder::new(_fbb);
+    builder.add_lane_oldest_waiting_age_ms(args.lane_oldest_waiting_age_ms);
+    builder.add_lane_waiting(args.lane_waiting);
+    builder.add_lane_blocked_keys(args.lane_blocked_keys);
+    builder.add_lane_active_keys(args.lane_active_keys);
     builder.add_oldest_retained_age_ms(args.oldest_retained_age_ms);
     builder.add_retained_bytes(args.retained_bytes);
     builder.add_retained_messages(args.retained_messages);
@@ -1583,6 +1609,7 @@ impl<'a> PartitionStats<'a> {
     builder.add_claimed(args.claimed);
     builder.add_scheduled(args.scheduled);
     builder.add_ready(args.ready);
+    if let Some(x) = args.lane_blocked_longest_key { builder.add_lane_blocked_longest_key(x); }
     builder.add_partition(args.partition);
     builder.finish()
   }
@@ -1714,6 +1741,41 @@ impl<'a> PartitionStats<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<u64>(PartitionStats::VT_OLDEST_RETAINED_AGE_MS, Some(0)).unwrap()}
   }
+  #[inline]
+  pub fn lane_active_keys(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(PartitionStats::VT_LANE_ACTIVE_KEYS, Some(0)).unwrap()}
+  }
+  #[inline]
+  pub fn lane_blocked_keys(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(PartitionStats::VT_LANE_BLOCKED_KEYS, Some(0)).unwrap()}
+  }
+  #[inline]
+  pub fn lane_waiting(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(PartitionStats::VT_LANE_WAITING, Some(0)).unwrap()}
+  }
+  #[inline]
+  pub fn lane_oldest_waiting_age_ms(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(PartitionStats::VT_LANE_OLDEST_WAITING_AGE_MS, Some(0)).unwrap()}
+  }
+  #[inline]
+  pub fn lane_blocked_longest_key(&self) -> Option<::flatbuffers::Vector<'a, u8>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u8>>>(PartitionStats::VT_LANE_BLOCKED_LONGEST_KEY, None)}
+  }
 }
 
 impl ::flatbuffers::Verifiable for PartitionStats<'_> {
@@ -1740,11 +1802,16 @@ impl ::flatbuffers::Verifiable for PartitionStats<'_> {
      .visit_field::<u64>("retained_messages", Self::VT_RETAINED_MESSAGES, false)?
      .visit_field::<u64>("retained_bytes", Self::VT_RETAINED_BYTES, false)?
      .visit_field::<u64>("oldest_retained_age_ms", Self::VT_OLDEST_RETAINED_AGE_MS, false)?
+     .visit_field::<u64>("lane_active_keys", Self::VT_LANE_ACTIVE_KEYS, false)?
+     .visit_field::<u64>("lane_blocked_keys", Self::VT_LANE_BLOCKED_KEYS, false)?
+     .visit_field::<u64>("lane_waiting", Self::VT_LANE_WAITING, false)?
+     .visit_field::<u64>("lane_oldest_waiting_age_ms", Self::VT_LANE_OLDEST_WAITING_AGE_MS, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u8>>>("lane_blocked_longest_key", Self::VT_LANE_BLOCKED_LONGEST_KEY, false)?
      .finish();
     Ok(())
   }
 }
-pub struct PartitionStatsArgs {
+pub struct PartitionStatsArgs<'a> {
     pub partition: u32,
     pub ready: u64,
     pub scheduled: u64,
@@ -1763,8 +1830,13 @@ pub struct PartitionStatsArgs {
     pub retained_messages: u64,
     pub retained_bytes: u64,
     pub oldest_retained_age_ms: u64,
+    pub lane_active_keys: u64,
+    pub lane_blocked_keys: u64,
+    pub lane_waiting: u64,
+    pub lane_oldest_waiting_age_ms: u64,
+    pub lane_blocked_longest_key: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u8>>>,
 }
-impl<'a> Default for PartitionStatsArgs {
+impl<'a> Default for PartitionStatsArgs<'a> {
   #[inline]
   fn default() -> Self {
     PartitionStatsArgs {
@@ -1786,6 +1858,11 @@ impl<'a> Default for PartitionStatsArgs {
       retained_messages: 0,
       retained_bytes: 0,
       oldest_retained_age_ms: 0,
+      lane_active_keys: 0,
+      lane_blocked_keys: 0,
+      lane_waiting: 0,
+      lane_oldest_waiting_age_ms: 0,
+      lane_blocked_longest_key: None,
     }
   }
 }
@@ -1868,6 +1945,26 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> PartitionStatsBuilder<'a, 'b,
     self.fbb_.push_slot::<u64>(PartitionStats::VT_OLDEST_RETAINED_AGE_MS, oldest_retained_age_ms, 0);
   }
   #[inline]
+  pub fn add_lane_active_keys(&mut self, lane_active_keys: u64) {
+    self.fbb_.push_slot::<u64>(PartitionStats::VT_LANE_ACTIVE_KEYS, lane_active_keys, 0);
+  }
+  #[inline]
+  pub fn add_lane_blocked_keys(&mut self, lane_blocked_keys: u64) {
+    self.fbb_.push_slot::<u64>(PartitionStats::VT_LANE_BLOCKED_KEYS, lane_blocked_keys, 0);
+  }
+  #[inline]
+  pub fn add_lane_waiting(&mut self, lane_waiting: u64) {
+    self.fbb_.push_slot::<u64>(PartitionStats::VT_LANE_WAITING, lane_waiting, 0);
+  }
+  #[inline]
+  pub fn add_lane_oldest_waiting_age_ms(&mut self, lane_oldest_waiting_age_ms: u64) {
+    self.fbb_.push_slot::<u64>(PartitionStats::VT_LANE_OLDEST_WAITING_AGE_MS, lane_oldest_waiting_age_ms, 0);
+  }
+  #[inline]
+  pub fn add_lane_blocked_longest_key(&mut self, lane_blocked_longest_key: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , u8>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(PartitionStats::VT_LANE_BLOCKED_LONGEST_KEY, lane_blocked_longest_key);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> PartitionStatsBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     PartitionStatsBuilder {
@@ -1903,6 +2000,11 @@ impl ::core::fmt::Debug for PartitionStats<'_> {
       ds.field("retained_messages", &self.retained_messages());
       ds.field("retained_bytes", &self.retained_bytes());
       ds.field("oldest_retained_age_ms", &self.oldest_retained_age_ms());
+      ds.field("lane_active_keys", &self.lane_active_keys());
+      ds.field("lane_blocked_keys", &self.lane_blocked_keys());
+      ds.field("lane_waiting", &self.lane_waiting());
+      ds.field("lane_oldest_waiting_age_ms", &self.lane_oldest_waiting_age_ms());
+      ds.field("lane_blocked_longest_key", &self.lane_blocked_longest_key());
       ds.finish()
   }
 }
