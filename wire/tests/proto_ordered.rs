@@ -8,71 +8,22 @@
 //! bound on the reported key; and the merge of partitions' lanes.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
+mod create_queue;
+
+use create_queue::{config, create, decode, encode, hex, with_version, CREATE_V1_GOLDEN};
+
 use spool_wire::limits::ROUTING_KEY_BYTES_MAX;
 use spool_wire::proto::limits::FRAME_HEADER_BYTES;
 use spool_wire::proto::{
-    decode_frame, ApiKey, Backoff, BackoffKind, CorrelationId, CreateQueueRequest,
-    DescribeQueueResponse, KeyMapStats, LaneStats, PartitionId, PartitionStats, ProtoError,
-    QueueConfig, Reply, Request, Response, RetainedStats, CREATE_QUEUE_VERSION_ORDERED,
-    CREATE_QUEUE_VERSION_RETENTION, DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS,
+    decode_frame, ApiKey, CorrelationId, DescribeQueueResponse, KeyMapStats, LaneStats,
+    PartitionId, PartitionStats, ProtoError, QueueConfig, Reply, Request, Response, RetainedStats,
+    CREATE_QUEUE_VERSION_ORDERED, CREATE_QUEUE_VERSION_RETENTION,
+    DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS,
 };
 use spool_wire::ErrorCode;
 
-/// The config of `proto_retention.rs`'s golden bytes (no window, unordered).
-fn config() -> QueueConfig {
-    QueueConfig {
-        partitions: 4,
-        priority_bands: 2,
-        lease_default_ms: 30_000,
-        lease_min_ms: 1_000,
-        lease_max_ms: 600_000,
-        max_lease_lifetime_ms: 3_600_000,
-        max_deliveries: 5,
-        backoff: Backoff { kind: BackoffKind::Exponential, base_ms: 500, cap_ms: 60_000 },
-        dedupe_window_ms: 300_000,
-        max_messages: 10_000_000,
-        max_bytes: 1 << 34,
-        dead_letter_on_expiry: true,
-        retention_ms: 0,
-        retention_bytes: 0,
-        ordered: false,
-    }
-}
-
 fn ordered() -> QueueConfig {
     QueueConfig { ordered: true, ..config() }
-}
-
-fn create(config: QueueConfig) -> Request<'static> {
-    Request::CreateQueue(CreateQueueRequest { name: "events".into(), config })
-}
-
-/// The version-1 CreateQueue frame (correlation id 7) of `create(config())`
-/// written by the codec before version 2 existed (as in
-/// `proto_retention.rs`).
-const CREATE_V1_GOLDEN: &str = "\
-b800000010000100070000000000000000000000a0000000100000000000000008000c00040008000800000080000000\
-200000001c004200080006000c0010001400200018001c0028003000380007001c000000000002010400000030750000\
-e8030000c0270900050000003000000080ee360000000000e0930400000000008096980000000000000000000400000000\
-000a001000070008000c000a00000000000001f401000060ea0000060000006576656e74730000";
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
-}
-
-fn encode(request: &Request<'_>, version: u16) -> Result<Vec<u8>, ProtoError> {
-    let mut bytes = Vec::new();
-    request.encode_version(CorrelationId(7), version, &mut bytes)?;
-    Ok(bytes)
-}
-
-fn decode(bytes: &[u8]) -> Result<Request<'_>, ProtoError> {
-    Request::decode(&decode_frame(bytes).unwrap())
-}
-
-fn with_version(mut bytes: Vec<u8>, version: u16) -> Vec<u8> {
-    bytes[6..8].copy_from_slice(&version.to_le_bytes());
-    bytes
 }
 
 // Goal: CreateQueue speaks v3, newer than any broker from before ordered
