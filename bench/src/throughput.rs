@@ -575,12 +575,8 @@ impl Run<'_> {
         let mut consumers = Vec::new();
         for _ in 0..config.load.consumers {
             let client = self.connect().await?;
-            // Leases alone: with a consumer session the capacity and
-            // latency scenarios stall (a known bug, `docs/design/sessions.md`,
-            // "Known bugs"); the figures stay comparable with earlier runs.
             let mut consumer_config =
-                ConsumerConfig::new(queue.clone(), u32::try_from(config.load.slots).unwrap_or(1))
-                    .without_session();
+                ConsumerConfig::new(queue.clone(), u32::try_from(config.load.slots).unwrap_or(1));
             consumer_config.wait_ms = CLAIM_WAIT_MS;
             consumer_config.claims_in_flight =
                 u32::try_from(config.load.claims_in_flight).unwrap_or(1);
