@@ -308,6 +308,33 @@ fn check_quickstart_line(line: &str, args: &[String], output: &Output, sample: &
             // No retention window: nothing lost.
             assert!(rows.iter().all(|row| row[6] == "0"), "{stdout}");
         }
+        ["queue", "create", "chairs", "--ordered"] => {
+            assert_eq!(stdout, "created queue chairs (1 partitions, ordered)\n");
+        }
+        ["send", "chairs", "--key", "chair-4", payload] => {
+            let offset = if *payload == "book 2:00" { "0" } else { "1" };
+            assert_eq!(rows(&stdout, "partition  offset"), vec![vec!["0", offset]], "{stdout}");
+        }
+        ["peek", "chairs"] => {
+            let header = "partition  offset  state    attempt  key      payload";
+            let rows = rows(&stdout, header);
+            let states: Vec<&str> = rows.iter().map(|row| row[2].as_str()).collect();
+            assert_eq!(states, ["ready", "waiting"], "{stdout}");
+        }
+        // One per claim: the cancel is claimable only after the booking's ack.
+        ["recv", "chairs", "-n", "10"] => {
+            let expected = if stdout.contains("book") { "book" } else { "cancel" };
+            let header = "partition  offset  attempt  key      payload";
+            let rows: Vec<Vec<String>> = stdout
+                .lines()
+                .skip_while(|line| !line.starts_with(header))
+                .skip(1)
+                .map(|line| line.split_whitespace().map(str::to_owned).collect())
+                .collect();
+            assert_eq!(rows.len(), 1, "{stdout}");
+            assert_eq!(rows[0][3..5], ["chair-4", expected], "{stdout}");
+            assert_eq!(rows[0].last().map(String::as_str), Some("acked"), "{stdout}");
+        }
         _ => panic!(
             "README quickstart line {line:?} has no expectation in tests/tests/readme.rs: \
              add one when the README changes"
