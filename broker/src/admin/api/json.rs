@@ -8,7 +8,7 @@ use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use spool_client::spool_wire::proto::{
-    Backoff, BackoffKind, DeadLetter, PartitionStats, QueueConfig,
+    Backoff, BackoffKind, DeadLetter, LaneStats, PartitionStats, QueueConfig,
 };
 use spool_client::{default_queue_config, Delivery, PayloadView};
 
@@ -37,6 +37,9 @@ pub struct CreateQueue {
     pub retention_ms: Option<u64>,
     /// Retention window by size (bytes); none when absent or 0.
     pub retention_bytes: Option<u64>,
+    /// Ordered lanes (`docs/design/ordered-lanes.md`): per routing key one
+    /// message at a time, in order. Default false; set at creation only.
+    pub ordered: Option<bool>,
 }
 
 fn one() -> u32 {
@@ -79,6 +82,7 @@ impl CreateQueue {
             self.dead_letter_on_expiry.unwrap_or(config.dead_letter_on_expiry);
         config.retention_ms = self.retention_ms.unwrap_or(config.retention_ms);
         config.retention_bytes = self.retention_bytes.unwrap_or(config.retention_bytes);
+        config.ordered = self.ordered.unwrap_or(config.ordered);
         if let Some(backoff) = &self.backoff {
             config.backoff = Backoff {
                 kind: match backoff.kind {
@@ -295,6 +299,7 @@ pub fn config(config: &QueueConfig) -> Value {
         "dead_letter_on_expiry": config.dead_letter_on_expiry,
         "retention_ms": config.retention_ms,
         "retention_bytes": config.retention_bytes,
+        "ordered": config.ordered,
     })
 }
 
@@ -315,6 +320,7 @@ pub fn partition_stats(stats: &PartitionStats) -> Value {
         "retained_messages": stats.retained.messages,
         "retained_bytes": stats.retained.bytes,
         "oldest_retained_age_ms": stats.retained.oldest_age_ms,
+        "lanes": lanes(&stats.lanes),
         "replication": stats.replication.map(|replication| json!({
             "leader_node": replication.leader_node,
             "term": replication.term,
@@ -322,6 +328,33 @@ pub fn partition_stats(stats: &PartitionStats) -> Value {
             "lag_entries": replication.lag_entries,
         })),
     })
+}
+
+/// An ordered queue's lanes (all 0 for an unordered queue): active and
+/// blocked keys, waiting messages, the oldest waiting message's age and
+/// the key blocked longest (`blocked_longest_key`, or
+/// `blocked_longest_key_base64` when it is not UTF-8; absent when no key
+/// is blocked).
+pub fn lanes(lanes: &LaneStats) -> Value {
+    let mut object = Map::new();
+    object.insert("active_keys".to_owned(), lanes.active_keys.into());
+    object.insert("blocked_keys".to_owned(), lanes.blocked_keys.into());
+    object.insert("waiting".to_owned(), lanes.waiting.into());
+    object.insert("oldest_waiting_age_ms".to_owned(), lanes.oldest_waiting_age_ms.into());
+    if !lanes.blocked_longest_key.is_empty() {
+        put_bytes(&mut object, "blocked_longest_key", &lanes.blocked_longest_key);
+    }
+    Value::Object(object)
+}
+
+/// The lanes of a queue over `partitions`: counts summed, the oldest
+/// waiting age with its key ([`LaneStats::merge`]).
+pub fn merged_lanes(partitions: &[PartitionStats]) -> Value {
+    let mut merged = LaneStats::default();
+    for stats in partitions {
+        merged.merge(&stats.lanes);
+    }
+    lanes(&merged)
 }
 
 /// What a queue keeps for replay over `partitions`: the retained records

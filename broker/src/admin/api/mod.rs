@@ -390,6 +390,7 @@ impl Gateway {
             "retained_messages": retained_messages,
             "retained_bytes": retained_bytes,
             "oldest_retained_age_ms": oldest_retained_age_ms,
+            "lanes": json::merged_lanes(&described.partitions),
         }))
     }
 
@@ -732,6 +733,20 @@ mod tests {
         let plain = parse::<json::CreateQueue>(br#"{"name": "jobs"}"#).unwrap().config();
         assert!(!plain.has_window());
         assert_eq!(json::config(&plain)["retention_ms"], 0);
+    }
+
+    // Goal: `POST /v1/queues` takes `ordered` and the answer's config
+    // shows it; without it the queue is unordered. Method: parse bodies,
+    // render their configs.
+    #[test]
+    fn create_takes_ordered() {
+        let body = br#"{"name": "jobs", "partitions": 2, "ordered": true}"#;
+        let config = parse::<json::CreateQueue>(body).unwrap().config();
+        assert!(config.ordered);
+        assert_eq!(json::config(&config)["ordered"], true);
+        let plain = parse::<json::CreateQueue>(br#"{"name": "jobs"}"#).unwrap().config();
+        assert!(!plain.ordered);
+        assert_eq!(json::config(&plain)["ordered"], false);
     }
 
     // Goal: an unspecified listen address is reached on loopback.
