@@ -76,6 +76,11 @@ impl<S: Storage + Clone> Partition<S> {
         self.state.borrow().config().has_window()
     }
 
+    /// Whether the partition's queue is ordered (per-key lanes).
+    pub fn ordered(&self) -> bool {
+        self.state.borrow().config().ordered
+    }
+
     /// Whether the state's subscriptions besides the default are exactly
     /// `wanted`'s.
     pub fn subscriptions_match(&self, wanted: &[(SubscriptionId, StartAt)]) -> bool {

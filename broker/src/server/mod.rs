@@ -387,6 +387,11 @@ impl ShardState {
                     .subscription_report(queue, served.partition.subscription_counters()),
                 window: served.partition.has_window(),
                 losses: served.partition.losses_of(crate::queue::SubscriptionId::DEFAULT),
+                ordered: served.partition.ordered(),
+                oldest_waiting_age_ms: counters
+                    .lanes
+                    .oldest_waiting
+                    .map(|(_, since)| now.saturating_sub(since)),
             });
         }
         if let Some(journal) = &*self.journal.borrow() {

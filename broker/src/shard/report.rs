@@ -198,6 +198,12 @@ pub struct PartitionReport {
     /// The default subscription's loss reports, oldest first (each
     /// subscription's own are in `subscriptions`); empty without a window.
     pub losses: Vec<Loss>,
+    /// Whether the queue is ordered (`docs/design/ordered-lanes.md`): its
+    /// lanes are in `counters.lanes`.
+    pub ordered: bool,
+    /// An ordered queue's oldest waiting message's age when the report
+    /// was built (`None`: no message waits, or the queue is unordered).
+    pub oldest_waiting_age_ms: Option<u64>,
 }
 
 /// One subscription's counters in one partition.

@@ -11,6 +11,7 @@
 mod disk;
 mod families;
 mod histogram;
+mod ordered;
 mod replication;
 mod retention;
 mod sessions;
@@ -373,6 +374,7 @@ pub fn encode(
     subscriptions::register_subscriptions(&mut registry, reports);
     sessions::register_sessions(&mut registry, reports);
     retention::register_retention(&mut registry, reports);
+    ordered::register_ordered(&mut registry, reports);
 
     shard_counter!(
         "spool_shard_commits",

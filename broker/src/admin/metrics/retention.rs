@@ -70,6 +70,8 @@ mod tests {
             subscriptions: Vec::new(),
             window,
             losses: Vec::new(),
+            ordered: false,
+            oldest_waiting_age_ms: None,
         }
     }
 
