@@ -243,6 +243,17 @@ const _: () = assert!(LIVENESS_DURATION_MIN.as_millis() <= LIVENESS_TIMEOUT.as_m
 const _: () = assert!(LIVENESS_IDLE.as_millis() <= LIVENESS_DURATION_MAX.as_millis());
 const _: () = assert!(LIVENESS_TIMEOUT.as_millis() <= LIVENESS_DURATION_MAX.as_millis());
 
+/// CLI: most live messages `spool peek --key` reads in each partition by
+/// default while it looks for its key (`--scan`).
+pub const PEEK_KEY_SCAN_DEFAULT: u32 = 10_000;
+/// CLI: the largest `spool peek --key --scan`: a scan is Peek pages, each
+/// an O(live messages) walk on the broker, so it stays an operator's look.
+pub const PEEK_KEY_SCAN_MAX: u32 = 1_000_000;
+/// CLI: messages `spool peek --key` asks of one Peek (the broker answers
+/// at most 1,024).
+pub const PEEK_PAGE_MESSAGES_MAX: u32 = 1024;
+const _: () = assert!(PEEK_KEY_SCAN_DEFAULT <= PEEK_KEY_SCAN_MAX);
+
 /// Bytes of random salt in a secret hash made by `spool auth hash-secret`
 /// (argon2's recommended 16).
 pub const SALT_BYTES: usize = 16;

@@ -59,8 +59,8 @@ pub enum Command {
     /// Claim messages from any partition and ack them (or release them with
     /// --no-ack). Prints each message once the broker answered its ack.
     Recv(RecvArgs),
-    /// Show messages without claiming them.
-    Peek(PeekArgs),
+    /// Show messages without claiming them (--key: one routing key's lane).
+    Peek(PeekKeyArgs),
     /// Drop a queue's messages (asks first unless --yes).
     Purge(PurgeArgs),
     /// Dead letters.
@@ -256,6 +256,31 @@ pub struct RecvArgs {
     /// busy with them); the session, if any, heartbeats meanwhile.
     #[arg(long, value_name = "MS", default_value_t = 0)]
     pub hold_ms: u64,
+}
+
+/// `spool peek`: [`PeekArgs`], or one routing key's lane.
+#[derive(Debug, Args)]
+pub struct PeekKeyArgs {
+    #[command(flatten)]
+    pub peek: PeekArgs,
+    /// Only the messages of this routing key, in offset order with their
+    /// state (an ordered queue's lane: the head ready, scheduled or
+    /// claimed, the rest waiting). Reads the partition the key routes to
+    /// (and, during a resize, the draining one it routed to before), page
+    /// by page, and says how many messages it read; --count bounds the
+    /// messages shown.
+    #[arg(long)]
+    pub key: Option<String>,
+    /// With --key: most messages read in each partition looking for the
+    /// key.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = spool_client::limits::PEEK_KEY_SCAN_DEFAULT,
+        value_parser = clap::value_parser!(u32)
+            .range(1..=i64::from(spool_client::limits::PEEK_KEY_SCAN_MAX))
+    )]
+    pub scan: u32,
 }
 
 #[derive(Debug, Args)]

@@ -9,17 +9,25 @@
 //! (the client then sends the request's v2).
 
 use serde_json::{json, Value};
+use spool_client::limits::PEEK_PAGE_MESSAGES_MAX;
 use spool_client::spool_wire::batch::{validate_record, BatchBytes};
-use spool_client::spool_wire::proto::{Offset, PartitionId, PeekedMessage, RedriveTarget};
-use spool_client::{Admin, Client};
+use spool_client::spool_wire::proto::{
+    KeyMapStats, Offset, PartitionId, PeekedMessage, RedriveTarget,
+};
+use spool_client::{partition_for_key, Admin, Client};
 
-use crate::args::{DlqCommand, PeekArgs, PurgeArgs};
+use crate::args::{DlqCommand, PeekArgs, PeekKeyArgs, PurgeArgs};
 use crate::render::{show_bytes, Output, Table};
 use crate::{confirm, Failure};
 
 /// `spool peek`: messages from an offset on, in every partition asked for,
-/// without claiming them.
-pub async fn peek(client: &Client, admin: &Admin, peek: &PeekArgs) -> Result<Output, Failure> {
+/// without claiming them; with `--key`, one routing key's lane
+/// ([`peek_key`]).
+pub async fn peek(client: &Client, admin: &Admin, args: &PeekKeyArgs) -> Result<Output, Failure> {
+    let peek = &args.peek;
+    if let Some(key) = &args.key {
+        return peek_key(admin, peek, key.as_bytes(), args.scan).await;
+    }
     let mut rows = Vec::new();
     for partition in partitions_of(client, &peek.queue, peek.partition).await? {
         let messages = admin
@@ -28,6 +36,137 @@ pub async fn peek(client: &Client, admin: &Admin, peek: &PeekArgs) -> Result<Out
         rows.extend(messages.into_iter().map(|message| (partition, message)));
     }
     Ok(render_peek(&rows))
+}
+
+/// How far `spool peek --key` read one partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Scan {
+    partition: PartitionId,
+    /// Live messages read (the key's and the others').
+    scanned: u32,
+    /// Whether it read to the partition's last live message.
+    complete: bool,
+    /// Where a further look would start (`--from`).
+    next: Offset,
+}
+
+/// `spool peek --key`: the messages of one routing key, in offset order
+/// with their state, found client-side over the Peek API: the CLI reads
+/// the partition the key routes to (during a resize also the draining
+/// partition it routed to before, first: its messages there are older)
+/// in pages from `--from`, keeps the key's, and stops at the partition's
+/// end, after `--count` of the key's, or after `scan` messages read,
+/// saying which. No wire field: a key's lane lives in one partition, and
+/// a bounded scan keeps the broker's side an ordinary Peek.
+async fn peek_key(
+    admin: &Admin,
+    args: &PeekArgs,
+    key: &[u8],
+    scan: u32,
+) -> Result<Output, Failure> {
+    if key.is_empty() {
+        return Err(Failure::Input("--key: an empty routing key has no lane".to_owned()));
+    }
+    let partitions = match args.partition {
+        Some(partition) => vec![PartitionId(partition)],
+        None => key_partitions(admin, &args.queue, key).await?,
+    };
+    let sub = sub_of(&args.sub);
+    let mut rows = Vec::new();
+    let mut scans = Vec::new();
+    for partition in partitions {
+        let mut at = Scan { partition, scanned: 0, complete: false, next: Offset(args.from) };
+        'pages: while at.scanned < scan {
+            let ask = (scan - at.scanned).min(PEEK_PAGE_MESSAGES_MAX);
+            let page = admin.peek_in(&args.queue, sub, partition, at.next, ask).await?;
+            if page.is_empty() {
+                at.complete = true;
+                break;
+            }
+            for message in page {
+                if at.scanned >= scan {
+                    break 'pages;
+                }
+                at.scanned += 1;
+                at.next = Offset(message.offset.0 + 1);
+                if record_key(&message.record).as_deref() == Some(key) {
+                    rows.push((partition, message));
+                    if rows.len() >= args.count as usize {
+                        break 'pages;
+                    }
+                }
+            }
+        }
+        scans.push(at);
+        if rows.len() >= args.count as usize {
+            break;
+        }
+    }
+    let mut output = render_peek(&rows);
+    output.message = Some(scan_text(key, &scans, rows.len()));
+    output.json = json!({
+        "queue": args.queue,
+        "key": show_bytes(key),
+        "messages": output.json,
+        "scans": scans.iter().map(|at| json!({
+            "partition": at.partition.0,
+            "scanned": at.scanned,
+            "complete": at.complete,
+            "next_offset": at.next.0,
+        })).collect::<Vec<_>>(),
+    });
+    Ok(output)
+}
+
+/// The partitions that may hold `key`'s messages, oldest first: the one it
+/// routes to now, after the one it routed to before the last resize if
+/// that one is still draining.
+async fn key_partitions(
+    admin: &Admin,
+    queue: &str,
+    key: &[u8],
+) -> Result<Vec<PartitionId>, Failure> {
+    let described = admin.describe_queue(queue).await?;
+    Ok(routed(key, described.config.partitions, &described.keys))
+}
+
+/// [`key_partitions`] from the queue's partition count and key map.
+fn routed(key: &[u8], count: u32, keys: &KeyMapStats) -> Vec<PartitionId> {
+    let now = partition_for_key(key, count);
+    let mut partitions = Vec::new();
+    if (1..count).contains(&keys.held_from) {
+        let before = partition_for_key(key, keys.held_from);
+        if before != now && keys.draining.contains(&before) {
+            partitions.push(before);
+        }
+    }
+    partitions.push(now);
+    partitions
+}
+
+/// What `spool peek --key` read, for the text output.
+fn scan_text(key: &[u8], scans: &[Scan], found: usize) -> String {
+    let read: Vec<String> = scans
+        .iter()
+        .map(|at| {
+            let end = if at.complete {
+                "to its end".to_owned()
+            } else {
+                format!("stopped: more from --from {}", at.next.0)
+            };
+            format!("partition {}: read {} messages, {end}", at.partition.0, at.scanned)
+        })
+        .collect();
+    format!("key {}: {found} messages; {}", show_bytes(key), read.join("; "))
+}
+
+/// The routing key of an archived record (`None` when it does not
+/// validate).
+fn record_key(record: &[u8]) -> Option<Vec<u8>> {
+    // Peeked records arrive as plain bytes; rkyv needs them 8-aligned.
+    let mut aligned = BatchBytes::with_capacity(record.len());
+    aligned.extend_from_slice(record);
+    validate_record(&aligned).ok().map(|record| record.routing_key.to_vec())
 }
 
 /// `spool purge`: counts what a purge would drop, asks, then purges.
@@ -183,6 +322,46 @@ mod tests {
     use spool_client::spool_wire::proto::MessageState;
 
     use super::*;
+
+    // Goal: `peek --key` reads the partition a key routes to, and during a
+    // resize first the draining one it routed to before (not one that is
+    // done draining, nor the same one twice). Method: route keys over a
+    // queue grown from 2 to 4 partitions.
+    #[test]
+    fn key_routes_to_its_partitions() {
+        let grown = KeyMapStats { version: 2, draining: vec![PartitionId(0)], held_from: 2 };
+        let steady = KeyMapStats { version: 1, draining: Vec::new(), held_from: 4 };
+        let mut moved = 0;
+        for n in 0..64 {
+            let key = format!("k{n}");
+            let (before, now) =
+                (partition_for_key(key.as_bytes(), 2), partition_for_key(key.as_bytes(), 4));
+            assert_eq!(routed(key.as_bytes(), 4, &steady), vec![now]);
+            let expected = if before != now && before == PartitionId(0) {
+                moved += 1;
+                vec![before, now]
+            } else {
+                vec![now]
+            };
+            assert_eq!(routed(key.as_bytes(), 4, &grown), expected, "{key}");
+        }
+        assert!(moved > 0);
+    }
+
+    // Goal: the text says how far each partition was read and where to go
+    // on. Method: render two scans.
+    #[test]
+    fn scan_text_says_how_far() {
+        let scans = [
+            Scan { partition: PartitionId(1), scanned: 7, complete: true, next: Offset(9) },
+            Scan { partition: PartitionId(2), scanned: 5, complete: false, next: Offset(40) },
+        ];
+        assert_eq!(
+            scan_text(b"user-1", &scans, 3),
+            "key user-1: 3 messages; partition 1: read 7 messages, to its end; partition 2: \
+             read 5 messages, stopped: more from --from 40"
+        );
+    }
 
     // Goal: peek shows key, payload and state from the archived record, hex
     // for binary payloads. Method: archive two records and render them.
