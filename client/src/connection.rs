@@ -25,7 +25,7 @@
 //! validated and read in place.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -34,7 +34,7 @@ use spool_wire::proto::{
     ApiKey, AuthenticateRequest, CorrelationId, Frame, FrameDecoder, FrameHeader, PingRequest,
     Reply, Request, Response, CLAIM_VERSION_NOT_LEADER, CREATE_QUEUE_VERSION_ORDERED,
     CREATE_QUEUE_VERSION_RETENTION, DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS,
-    INSPECT_VERSION_SUBSCRIPTION,
+    ENQUEUE_VERSION_KEYS_FULL, INSPECT_VERSION_SUBSCRIPTION,
 };
 use spool_wire::ErrorCode;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -167,6 +167,10 @@ struct Shared {
     busy: Notify,
     /// Rung by [`Shared::close`]: the writer stops and lets the socket go.
     closing: Notify,
+    /// The broker answered an Enqueue of
+    /// [`ENQUEUE_VERSION_KEYS_FULL`] with `UNSUPPORTED_VERSION` (it
+    /// predates that version): later enqueues go one version older.
+    enqueue_before_keys_full: AtomicBool,
 }
 
 impl Shared {
@@ -355,6 +359,7 @@ impl Connection {
             request_timeout: config.request_timeout,
             busy: Notify::new(),
             closing: Notify::new(),
+            enqueue_before_keys_full: AtomicBool::new(false),
         });
         let liveness = config.liveness;
         let (reader, writer) = match &config.tls {
@@ -492,6 +497,36 @@ impl Connection {
     /// sends the request as, `request_version`: the newest, or Claim v2
     /// for a claim of the default subscription).
     async fn call_inner(
+        &self,
+        request: &Request<'_>,
+        version: Option<u16>,
+        on_sent: impl FnOnce(CorrelationId),
+    ) -> Result<ResponseBytes, ClientError> {
+        let enqueue = matches!(request, Request::Enqueue(_)) && version.is_none();
+        if !enqueue {
+            return self.call_once(request, version, on_sent).await;
+        }
+        let shared = &*self.shared;
+        if shared.enqueue_before_keys_full.load(Ordering::Relaxed) {
+            return self.call_once(request, Some(ENQUEUE_VERSION_KEYS_FULL - 1), on_sent).await;
+        }
+        // Sent once, and again one version older only if a broker from
+        // before ACTIVE_KEYS_FULL refused the version without reading the
+        // records (nothing was appended): the same records, so no
+        // duplicate either way. `on_sent` hears the first attempt.
+        let result = self.call_once(request, Some(ENQUEUE_VERSION_KEYS_FULL), on_sent).await;
+        match result {
+            Err(error) if error.code() == Some(ErrorCode::UnsupportedVersion) => {
+                shared.enqueue_before_keys_full.store(true, Ordering::Relaxed);
+                tracing::debug!(addr = %shared.addr, "broker predates Enqueue v3; sending v2");
+                self.call_once(request, Some(ENQUEUE_VERSION_KEYS_FULL - 1), |_| {}).await
+            }
+            result => result,
+        }
+    }
+
+    /// One request at `version` (`None`: [`request_version`]).
+    async fn call_once(
         &self,
         request: &Request<'_>,
         version: Option<u16>,

@@ -117,6 +117,15 @@ pub enum ErrorCode {
     /// this consumer was replaced. Sent only to Session, like
     /// [`ErrorCode::SessionNotFound`].
     SessionFenced = 31,
+    /// The ordered queue's partition has its most active routing keys
+    /// (keys with a message held in the partition): a message whose key
+    /// has none there is refused until one of them finishes; messages of
+    /// active keys and unkeyed messages are still accepted. Sent only to
+    /// Enqueue at
+    /// [`ENQUEUE_VERSION_KEYS_FULL`](crate::proto::ENQUEUE_VERSION_KEYS_FULL)
+    /// and later: an older request gets [`ErrorCode::QueueFull`] in its
+    /// place.
+    ActiveKeysFull = 32,
 }
 
 /// Static facts about one code: its stable name, a one-line description and
@@ -230,6 +239,12 @@ pub const ERROR_CODES: &[ErrorCodeInfo] = &[
         "a newer session of the same member replaced this one; its claims were released",
         false,
     ),
+    info(
+        ErrorCode::ActiveKeysFull,
+        "ACTIVE_KEYS_FULL",
+        "the ordered partition has its most active keys; a new key waits until one finishes",
+        true,
+    ),
 ];
 
 const fn info(
@@ -341,6 +356,7 @@ mod tests {
             (29, "SUBSCRIPTION_NOT_FOUND"),
             (30, "SESSION_NOT_FOUND"),
             (31, "SESSION_FENCED"),
+            (32, "ACTIVE_KEYS_FULL"),
         ];
         assert_eq!(pinned.len(), ERROR_CODES.len());
         for &(number, name) in pinned {
@@ -358,6 +374,7 @@ mod tests {
         assert_eq!(ErrorCode::SubscriptionNotFound as u16, 29);
         assert_eq!(ErrorCode::SessionNotFound as u16, 30);
         assert_eq!(ErrorCode::SessionFenced as u16, 31);
+        assert_eq!(ErrorCode::ActiveKeysFull as u16, 32);
     }
 
     // Goal: the retry hint of a quota refusal reads back; anything else is
@@ -389,6 +406,7 @@ mod tests {
         assert!(ErrorCode::NotOwner.is_retriable());
         assert!(ErrorCode::NotLeader.is_retriable());
         assert!(ErrorCode::KeyMoved.is_retriable());
+        assert!(ErrorCode::ActiveKeysFull.is_retriable());
         assert!(!ErrorCode::StaleToken.is_retriable());
         assert!(!ErrorCode::SubscriptionNotFound.is_retriable());
         assert!(!ErrorCode::MalformedFrame.is_retriable());

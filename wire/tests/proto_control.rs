@@ -389,7 +389,25 @@ fn resize_requests_are_bounded_and_key_moved_is_versioned() {
         ApiKey::Enqueue.answerable(ENQUEUE_VERSION_KEY_MOVED - 1, moved),
         ErrorCode::NotOwner
     );
-    assert_eq!(ApiKey::Enqueue.max_version(), ENQUEUE_VERSION_KEY_MOVED);
+    assert_eq!(ApiKey::Enqueue.answerable(ENQUEUE_VERSION_KEY_MOVED + 1, moved), moved);
     assert_eq!(ApiKey::Claim.answerable(9, moved), ErrorCode::NotOwner);
     assert_eq!(ApiKey::ResizeQueue.answerable(0, ErrorCode::NotLeader), ErrorCode::NotLeader);
+}
+
+// Goal: ACTIVE_KEYS_FULL reaches only Enqueue requests of a version that
+// knows it; an older one (and any other key) hears QUEUE_FULL, which it
+// already treats as "the queue is full, retry later".
+#[test]
+fn active_keys_full_is_versioned() {
+    use spool_wire::proto::ENQUEUE_VERSION_KEYS_FULL;
+    use spool_wire::ErrorCode;
+    let full = ErrorCode::ActiveKeysFull;
+    assert_eq!(ApiKey::Enqueue.max_version(), ENQUEUE_VERSION_KEYS_FULL);
+    assert_eq!(ApiKey::Enqueue.answerable(ENQUEUE_VERSION_KEYS_FULL, full), full);
+    for version in 0..ENQUEUE_VERSION_KEYS_FULL {
+        assert_eq!(ApiKey::Enqueue.answerable(version, full), ErrorCode::QueueFull, "v{version}");
+    }
+    assert_eq!(ApiKey::Claim.answerable(9, full), ErrorCode::QueueFull);
+    assert!(full.is_retriable());
+    assert_eq!(full.name(), "ACTIVE_KEYS_FULL");
 }

@@ -198,10 +198,17 @@ impl<S: Storage + Clone> Partition<S> {
         {
             let state = self.state.borrow();
             let mut admission = state.admission_with(now, ids);
-            for (request, _) in requests.iter() {
-                let decision = admission.check(request)?;
-                if let EnqueueDecision::QueueFull { limit } = decision {
-                    return Err(PartitionError::QueueFull { limit });
+            for (index, (request, _)) in requests.iter().enumerate() {
+                let key = OrderKey::of(view.record(index).routing_key.as_slice());
+                let decision = admission.check_keyed(request, key)?;
+                match decision {
+                    EnqueueDecision::QueueFull { limit } => {
+                        return Err(PartitionError::QueueFull { limit });
+                    }
+                    EnqueueDecision::ActiveKeysFull { max } => {
+                        return Err(PartitionError::ActiveKeysFull { index, max });
+                    }
+                    _ => {}
                 }
                 decisions.push(decision);
             }
@@ -311,7 +318,9 @@ impl<S: Storage + Clone> Partition<S> {
                         EnqueueOutcome::Moved => EnqueueOutcome::Moved,
                     };
                 }
-                EnqueueDecision::Accept | EnqueueDecision::QueueFull { .. } => {}
+                EnqueueDecision::Accept
+                | EnqueueDecision::QueueFull { .. }
+                | EnqueueDecision::ActiveKeysFull { .. } => {}
             }
         }
         Ok((outcomes, ticket, attributed))

@@ -57,6 +57,13 @@ pub enum PartitionError {
     StateMemory(super::memory::StateMemoryFull),
     #[error("queue is full (its {limit} limit)")]
     QueueFull { limit: crate::queue::FullLimit },
+    /// An ordered partition has `max` active keys and a record's key is
+    /// not one of them.
+    #[error(
+        "record {index}: the ordered partition has its most active keys ({max}); a new key is \
+         accepted once one of them has no message left"
+    )]
+    ActiveKeysFull { index: usize, max: usize },
     #[error("delivery token: {0}")]
     Token(CodecError),
     #[error("side file: {0}")]
@@ -150,6 +157,8 @@ impl PartitionError {
                 ErrorCode::InvalidArgument
             }
             PartitionError::QueueFull { .. } => ErrorCode::QueueFull,
+            // An older client gets QUEUE_FULL (`ApiKey::answerable`).
+            PartitionError::ActiveKeysFull { .. } => ErrorCode::ActiveKeysFull,
             PartitionError::StateMemory(_) => ErrorCode::Throttled,
             PartitionError::Token(_) => ErrorCode::InvalidToken,
             PartitionError::TooManyWaiters | PartitionError::TooManyWaitersOnConnection { .. } => {

@@ -48,6 +48,12 @@ pub const RELEASE_DELAY_MS_MAX: Millis = wire::RELEASE_DELAY_MS_MAX as Millis;
 pub const QUEUE_MESSAGES_MAX: u64 = 1 << 32;
 /// Largest `max_bytes` a queue partition may be configured with (16 TiB).
 pub const QUEUE_BYTES_MAX: u64 = 1 << 44;
+/// Most active routing keys (keys with a message held) an ordered
+/// subscription of one partition keeps: a new key past it is refused at
+/// admission (`ACTIVE_KEYS_FULL`) until one finishes. ≈ 55 B of lane state
+/// each (`docs/design/ordered-lanes.md`): at most ≈ 230 MB per partition,
+/// and each is also a held message charged against the shard's budget.
+pub const ORDERED_ACTIVE_KEYS_MAX: usize = 1 << 22;
 /// Most messages one claim may ask for (its credits).
 pub const CLAIM_CREDITS_MAX: u32 = wire::CLAIM_CREDITS_MAX;
 /// Most expired messages one claim skips (and reports as events) before it

@@ -114,6 +114,7 @@ impl RequestCounters {
             PartitionError::QueueFull { limit: FullLimit::Bytes } => AdmissionCause::MaxBytes,
             PartitionError::Log(LogError::DiskFull)
             | PartitionError::Journal(JournalError::DiskFull { .. }) => AdmissionCause::DiskFull,
+            PartitionError::ActiveKeysFull { .. } => AdmissionCause::ActiveKeys,
             PartitionError::TooManyWaiters => AdmissionCause::ClaimWaitersPerPartition,
             PartitionError::TooManyWaitersOnConnection { .. } => {
                 AdmissionCause::ClaimWaitersPerConnection

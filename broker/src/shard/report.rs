@@ -57,15 +57,18 @@ pub enum AdmissionCause {
     ClaimWaitersPerPartition,
     /// Claim refused: the connection's bound on waiting claims.
     ClaimWaitersPerConnection,
+    /// Enqueue refused: the ordered partition's most active keys.
+    ActiveKeys,
 }
 
 impl AdmissionCause {
-    pub const ALL: [AdmissionCause; 5] = [
+    pub const ALL: [AdmissionCause; 6] = [
         AdmissionCause::MaxMessages,
         AdmissionCause::MaxBytes,
         AdmissionCause::DiskFull,
         AdmissionCause::ClaimWaitersPerPartition,
         AdmissionCause::ClaimWaitersPerConnection,
+        AdmissionCause::ActiveKeys,
     ];
 
     /// The label value.
@@ -76,6 +79,7 @@ impl AdmissionCause {
             AdmissionCause::DiskFull => "disk_full",
             AdmissionCause::ClaimWaitersPerPartition => "claim_waiters_per_partition",
             AdmissionCause::ClaimWaitersPerConnection => "claim_waiters_per_connection",
+            AdmissionCause::ActiveKeys => "active_keys",
         }
     }
 

@@ -611,3 +611,64 @@ async fn create_asks_version_2_only_for_a_window() {
         }
     }
 }
+
+// Goal: an enqueue goes as Enqueue v3 (it may be answered
+// ACTIVE_KEYS_FULL); a broker from before v3 refuses that version without
+// reading the records, the same request is sent once more as v2 and every
+// later enqueue on that connection goes as v2 at once. Method: two fake
+// nodes, one speaking Enqueue up to v3 and one up to v2, recording the
+// versions they were asked; three enqueues each.
+#[tokio::test]
+async fn enqueue_asks_version_3_and_falls_back_to_version_2() {
+    use spool_wire::batch::{DataBatchBuilder, MessageId, Payload, Record};
+    use spool_wire::proto::{EnqueueResponse, Offset, RecordOutcome};
+    let mut builder = DataBatchBuilder::new();
+    builder
+        .push(&Record {
+            message_id: MessageId([7; 16]),
+            routing_key: b"chair-4".to_vec(),
+            headers: Vec::new(),
+            payload: Payload::Inline(b"book 2:00".to_vec()),
+            priority: 0,
+            not_before_ms: 0,
+            expiry_ms: 0,
+            enqueue_time_ms: 1,
+        })
+        .unwrap();
+    let batch = builder.finish().unwrap();
+    for newest in [3u16, 2] {
+        let seen: Arc<Mutex<Vec<u16>>> = Arc::default();
+        let own_port = Arc::new(Mutex::new(0u16));
+        let handler = {
+            let (seen, own_port) = (Arc::clone(&seen), Arc::clone(&own_port));
+            move |request: &Request<'_>, id, version: u16| match request {
+                Request::Metadata(_) => partition_metadata(id, *own_port.lock().unwrap()),
+                Request::Enqueue(_) => {
+                    seen.lock().unwrap().push(version);
+                    let mut out = Vec::new();
+                    if version > newest {
+                        ErrorResponse::new(ErrorCode::UnsupportedVersion, "v3 unknown")
+                            .encode(id, ApiKey::Enqueue.as_u16(), version, &mut out)
+                            .unwrap();
+                    } else {
+                        let appended = RecordOutcome::Appended { offset: Offset(5) };
+                        let answer =
+                            EnqueueResponse { base_offset: Offset(5), records: vec![appended] };
+                        Response::Enqueue(answer).encode_version(id, version, &mut out).unwrap();
+                    }
+                    out
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        };
+        let port = serve_versioned(Arc::new(handler)).await;
+        *own_port.lock().unwrap() = port;
+        let client = Client::connect(&format!("127.0.0.1:{port}")).await.unwrap();
+        for _ in 0..3 {
+            let answer = bounded(client.enqueue("jobs", PartitionId(0), &batch)).await.unwrap();
+            assert_eq!(answer.base_offset, Offset(5));
+        }
+        let asked = if newest == 3 { vec![3, 3, 3] } else { vec![3, 2, 2, 2] };
+        assert_eq!(*seen.lock().unwrap(), asked, "broker speaking v{newest}");
+    }
+}

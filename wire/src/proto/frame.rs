@@ -65,6 +65,10 @@ pub const CLAIM_VERSION_SUBSCRIPTION: u16 = 3;
 /// [`ErrorCode::KeyMoved`].
 pub const ENQUEUE_VERSION_KEY_MOVED: u16 = 2;
 
+/// The Enqueue version whose records may be answered
+/// [`ErrorCode::ActiveKeysFull`]; the layouts are unchanged.
+pub const ENQUEUE_VERSION_KEYS_FULL: u16 = 3;
+
 /// The version of Peek, Purge, DeadLetters and Redrive whose request names
 /// a subscription (empty: the queue's default) and may be answered
 /// [`ErrorCode::SubscriptionNotFound`]; an older request acts in the
@@ -193,7 +197,9 @@ impl ApiKey {
     /// ([`CLAIM_VERSION_SUBSCRIPTION`]): the request names a subscription
     /// and may be answered [`ErrorCode::SubscriptionNotFound`]. Enqueue v2
     /// ([`ENQUEUE_VERSION_KEY_MOVED`]): a record may be answered
-    /// [`ErrorCode::KeyMoved`]; the layouts are unchanged. DescribeQueue v2
+    /// [`ErrorCode::KeyMoved`]; the layouts are unchanged; v3
+    /// ([`ENQUEUE_VERSION_KEYS_FULL`]): [`ErrorCode::ActiveKeysFull`] too.
+    /// DescribeQueue v2
     /// ([`DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS`]): the answer lists the
     /// queue's subscriptions. Peek, Purge, DeadLetters and Redrive v2
     /// ([`INSPECT_VERSION_SUBSCRIPTION`]): the request names a subscription
@@ -205,7 +211,7 @@ impl ApiKey {
     /// [`PartitionId::ANY`]: crate::proto::PartitionId::ANY
     pub const fn max_version(self) -> u16 {
         match self {
-            Self::Enqueue => ENQUEUE_VERSION_KEY_MOVED,
+            Self::Enqueue => ENQUEUE_VERSION_KEYS_FULL,
             Self::CreateQueue => CREATE_QUEUE_VERSION_ORDERED,
             Self::Claim => CLAIM_VERSION_SUBSCRIPTION,
             Self::DescribeQueue => DESCRIBE_QUEUE_VERSION_SUBSCRIPTIONS,
@@ -250,7 +256,9 @@ impl ApiKey {
     /// code added after that version is replaced by the one older clients
     /// know for it ([`ErrorCode::NotLeader`] → [`ErrorCode::NotOwner`]).
     /// The same holds for [`ErrorCode::KeyMoved`] (Enqueue before
-    /// [`ENQUEUE_VERSION_KEY_MOVED`]: [`ErrorCode::NotOwner`]) and for
+    /// [`ENQUEUE_VERSION_KEY_MOVED`]: [`ErrorCode::NotOwner`]), for
+    /// [`ErrorCode::ActiveKeysFull`] (Enqueue before
+    /// [`ENQUEUE_VERSION_KEYS_FULL`]: [`ErrorCode::QueueFull`]) and for
     /// [`ErrorCode::SubscriptionNotFound`] (anything but a Claim of
     /// [`CLAIM_VERSION_SUBSCRIPTION`] or later, a Peek, Purge, DeadLetters
     /// or Redrive of [`INSPECT_VERSION_SUBSCRIPTION`] or later,
@@ -288,6 +296,12 @@ impl ApiKey {
                 ErrorCode::KeyMoved
             }
             (ErrorCode::KeyMoved, _) => ErrorCode::NotOwner,
+            (ErrorCode::ActiveKeysFull, _)
+                if matches!(self, Self::Enqueue) && version >= ENQUEUE_VERSION_KEYS_FULL =>
+            {
+                ErrorCode::ActiveKeysFull
+            }
+            (ErrorCode::ActiveKeysFull, _) => ErrorCode::QueueFull,
             (code, _) => code,
         }
     }

@@ -1,19 +1,20 @@
 //! Enqueue decisions: an [`Admission`] checks the enqueues of one data
 //! batch, in order, against the dedupe window, the ids accepted earlier in
-//! the batch and the queue's `max_messages` and `max_bytes` (dead letters
-//! count), counting what it accepted so far.
+//! the batch, the queue's `max_messages` and `max_bytes` (dead letters
+//! count) and, in an ordered queue, its most active keys
+//! ([`ORDERED_ACTIVE_KEYS_MAX`]), counting what it accepted so far.
 //!
 //! Changes nothing: the partition appends the accepted records and applies
 //! their `Enqueued` events (`state/apply.rs` records the ids in the dedupe
 //! table). A batch checked with ids the caller lends ([`AdmissionIds`],
 //! `admission_with`) must allocate nothing once those have room for it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::queue::error::QueueError;
-use crate::queue::limits::ADMISSION_BATCH_MAX;
+use crate::queue::limits::{ADMISSION_BATCH_MAX, ORDERED_ACTIVE_KEYS_MAX};
 use crate::queue::state::PartitionState;
-use crate::queue::types::{EnqueueRequest, MessageId, Millis, Offset};
+use crate::queue::types::{EnqueueRequest, MessageId, Millis, Offset, OrderKey};
 
 /// Outcome of an admission check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,6 +29,10 @@ pub enum EnqueueDecision {
     /// The queue's held messages (main lane plus dead letters) would pass
     /// `max_messages` or `max_bytes`: reply QUEUE_FULL, append nothing.
     QueueFull { limit: FullLimit },
+    /// The queue is ordered, the record's key has no message here and the
+    /// partition already has `max` active keys: reply ACTIVE_KEYS_FULL,
+    /// append nothing.
+    ActiveKeysFull { max: usize },
 }
 
 /// Which admission limit refused an enqueue.
@@ -54,12 +59,16 @@ impl std::fmt::Display for FullLimit {
 #[derive(Debug, Default)]
 pub struct AdmissionIds {
     ids: HashMap<MessageId, usize>,
+    /// Keys of an ordered queue this batch makes active (accepted, and
+    /// with no lane yet): they count against the active-keys limit once.
+    new_keys: HashSet<OrderKey>,
 }
 
 impl AdmissionIds {
     /// Forgets every id, keeping the allocation.
     pub fn clear(&mut self) {
         self.ids.clear();
+        self.new_keys.clear();
     }
 
     /// Ids it has room for without allocating.
@@ -76,11 +85,15 @@ enum BatchIds<'a> {
 }
 
 impl BatchIds<'_> {
-    fn ids(&mut self) -> &mut HashMap<MessageId, usize> {
+    fn get(&mut self) -> &mut AdmissionIds {
         match self {
-            BatchIds::Own(ids) => &mut ids.ids,
-            BatchIds::Lent(ids) => &mut ids.ids,
+            BatchIds::Own(ids) => ids,
+            BatchIds::Lent(ids) => ids,
         }
+    }
+
+    fn ids(&mut self) -> &mut HashMap<MessageId, usize> {
+        &mut self.get().ids
     }
 }
 
@@ -95,14 +108,47 @@ pub struct Admission<'a> {
     accepted_bytes: u64,
     /// Ids accepted earlier in this batch, and their index in it.
     batch_ids: BatchIds<'a>,
+    /// Most active keys of an ordered subscription: the queue's limit
+    /// ([`ORDERED_ACTIVE_KEYS_MAX`]) unless a test lowered it.
+    active_keys_max: usize,
 }
 
 impl Admission<'_> {
-    /// Decides one enqueue of the batch.
+    /// The same admission with the active-keys limit at `max` instead of
+    /// [`ORDERED_ACTIVE_KEYS_MAX`] (for tests: reaching the real limit
+    /// takes millions of keys). A value above the limit is clamped to it.
+    #[must_use]
+    pub fn with_active_keys_max(mut self, max: usize) -> Self {
+        self.active_keys_max = max.min(ORDERED_ACTIVE_KEYS_MAX);
+        self
+    }
+
+    /// The active-keys limit this admission applies.
+    pub fn active_keys_max(&self) -> usize {
+        self.active_keys_max
+    }
+
+    /// Decides one enqueue of the batch (of a record without a routing
+    /// key, or where its key does not matter).
     ///
     /// # Errors
     /// [`QueueError::PriorityOutOfRange`], [`QueueError::AdmissionBatchFull`].
     pub fn check(&mut self, request: &EnqueueRequest) -> Result<EnqueueDecision, QueueError> {
+        self.check_keyed(request, None)
+    }
+
+    /// Decides one enqueue of the batch whose record has `key`
+    /// (`OrderKey::of` its routing key): in an ordered queue a key with no
+    /// message here makes one more active key, refused past
+    /// [`ORDERED_ACTIVE_KEYS_MAX`].
+    ///
+    /// # Errors
+    /// As [`check`](Self::check).
+    pub fn check_keyed(
+        &mut self,
+        request: &EnqueueRequest,
+        key: Option<OrderKey>,
+    ) -> Result<EnqueueDecision, QueueError> {
         let bands = self.state.config.bands();
         if usize::from(request.priority) >= bands {
             return Err(QueueError::PriorityOutOfRange { priority: request.priority, bands });
@@ -128,6 +174,17 @@ impl Admission<'_> {
         if self.state.held_bytes() + self.accepted_bytes + bytes > config.max_bytes {
             return Ok(EnqueueDecision::QueueFull { limit: FullLimit::Bytes });
         }
+        if let Some(key) = key {
+            if let Some(active) = self.state.active_keys_without(key) {
+                let new_keys = &mut self.batch_ids.get().new_keys;
+                if !new_keys.contains(&key) {
+                    if active + new_keys.len() >= self.active_keys_max {
+                        return Ok(EnqueueDecision::ActiveKeysFull { max: self.active_keys_max });
+                    }
+                    new_keys.insert(key);
+                }
+            }
+        }
         self.accepted_messages += 1;
         self.accepted_bytes += bytes;
         self.batch_ids.ids().insert(request.message_id, index);
@@ -146,6 +203,7 @@ impl PartitionState {
             accepted_messages: 0,
             accepted_bytes: 0,
             batch_ids: BatchIds::Own(AdmissionIds::default()),
+            active_keys_max: ORDERED_ACTIVE_KEYS_MAX,
         }
     }
 
@@ -162,6 +220,7 @@ impl PartitionState {
             accepted_messages: 0,
             accepted_bytes: 0,
             batch_ids: BatchIds::Lent(ids),
+            active_keys_max: ORDERED_ACTIVE_KEYS_MAX,
         }
     }
 

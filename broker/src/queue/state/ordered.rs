@@ -11,7 +11,7 @@
 use super::{LaneCounters, PartitionState, Warm, WarmPhase};
 use crate::queue::error::ApplyError;
 use crate::queue::lanes::Place;
-use crate::queue::types::{EnqueueMeta, Millis, Offset, SubscriptionId};
+use crate::queue::types::{EnqueueMeta, Millis, Offset, OrderKey, SubscriptionId};
 
 impl PartitionState {
     /// Places a new keyed record in subscription index `s`'s lanes when
@@ -60,6 +60,19 @@ impl PartitionState {
             WarmPhase::Ready { since_ms: at_ms }
         };
         self.insert_warm(s, next, warm);
+    }
+
+    /// When `key` has no lane in some ordered subscription (a message of
+    /// it would make one more active key there): the most active keys of
+    /// those subscriptions. `None`: the queue is unordered, or every
+    /// ordered subscription has a lane of `key`. O(subscriptions).
+    pub(crate) fn active_keys_without(&self, key: OrderKey) -> Option<usize> {
+        self.subs
+            .iter()
+            .filter_map(|d| d.lanes.as_ref())
+            .filter(|lanes| lanes.lane_of_head(key).is_none())
+            .map(|lanes| lanes.active_keys())
+            .max()
     }
 
     /// The lane counters of subscription index `s`. O(1).

@@ -171,6 +171,53 @@ fn an_ordered_queue_has_one_subscription_and_no_window() {
     assert_eq!(windowed.validate(), Err(ConfigError::OrderedWithWindow));
 }
 
+// Goal: the active keys of an ordered partition are bounded: at the limit
+// a record of a new key is refused (ACTIVE_KEYS_FULL) and nothing else is —
+// an active key's next message, an unkeyed one, a key repeated within the
+// batch, an unordered queue; once a key has no message left, a new key is
+// accepted again. Method: the admission with its limit lowered to 2.
+#[test]
+fn active_keys_are_bounded_and_a_finished_key_makes_room() {
+    let key = |name: &[u8]| OrderKey::of(name);
+    let check = |h: &Harness, n: u64, keys: &[Option<OrderKey>]| -> Vec<EnqueueDecision> {
+        let mut admission = h.state.admission(1_000).with_active_keys_max(2);
+        (0..keys.len())
+            .map(|i| admission.check_keyed(&request(n + i as u64, 0), keys[i]).unwrap())
+            .collect()
+    };
+    let full = EnqueueDecision::ActiveKeysFull { max: 2 };
+    let mut h = Harness::new(ordered());
+    // Within one batch: a, a again, b fill the limit; c is refused.
+    let decisions = check(&h, 0, &[key(b"a"), key(b"a"), key(b"b"), key(b"c"), None]);
+    assert_eq!(decisions[..3], [EnqueueDecision::Accept; 3]);
+    assert_eq!(decisions[3], full);
+    assert_eq!(decisions[4], EnqueueDecision::Accept, "an unkeyed record is never refused");
+    h.enqueue_keyed(1_000, request(0, 0), Some(b"a")).unwrap();
+    h.enqueue_keyed(1_000, request(1, 0), Some(b"a")).unwrap();
+    h.enqueue_keyed(1_000, request(2, 0), Some(b"b")).unwrap();
+    assert_eq!(h.state.counters(1_000).lanes.active_keys, 2);
+    // Applied: a new key is refused, an active key's next is not.
+    assert_eq!(check(&h, 10, &[key(b"c")]), [full]);
+    assert_eq!(check(&h, 11, &[key(b"b")]), [EnqueueDecision::Accept]);
+    // The limit is the real one unless lowered, and never raised past it.
+    assert_eq!(
+        h.state.admission(1_000).check_keyed(&request(12, 0), key(b"c")).unwrap(),
+        EnqueueDecision::Accept
+    );
+    let raised = h.state.admission(1_000).with_active_keys_max(usize::MAX);
+    assert_eq!(raised.active_keys_max(), crate::queue::limits::ORDERED_ACTIVE_KEYS_MAX);
+    // b's only message acked: b has no message left, c gets its place.
+    let claimed = h.claim(1_000, 1, 10, None);
+    let b_head = *claimed.iter().find(|d| d.offset == Offset(2)).unwrap();
+    h.ack(1_010, &b_head).unwrap();
+    assert_eq!(h.state.counters(1_010).lanes.active_keys, 1);
+    assert_eq!(check(&h, 20, &[key(b"c")]), [EnqueueDecision::Accept]);
+    // An unordered queue has no active keys to bound.
+    let plain = Harness::new(QueueConfig::default());
+    let keys: Vec<Option<OrderKey>> = (0..5u8).map(|n| key(&[n])).collect();
+    assert_eq!(check(&plain, 0, &keys), [EnqueueDecision::Accept; 5]);
+}
+
 /// What the random test remembers of each enqueued record.
 struct Record {
     key: Option<u8>,
