@@ -249,9 +249,9 @@ pub const PEEK_KEY_SCAN_DEFAULT: u32 = 10_000;
 /// CLI: the largest `spool peek --key --scan`: a scan is Peek pages, each
 /// an O(live messages) walk on the broker, so it stays an operator's look.
 pub const PEEK_KEY_SCAN_MAX: u32 = 1_000_000;
-/// CLI: messages `spool peek --key` asks of one Peek (the broker answers
-/// at most 1,024).
-pub const PEEK_PAGE_MESSAGES_MAX: u32 = 1024;
+/// CLI: messages `spool peek --key` asks of one Peek: the most the
+/// protocol lets one ask.
+pub const PEEK_PAGE_MESSAGES_MAX: u32 = spool_wire::proto::limits::INSPECT_MESSAGES_MAX;
 const _: () = assert!(PEEK_KEY_SCAN_DEFAULT <= PEEK_KEY_SCAN_MAX);
 
 /// Bytes of random salt in a secret hash made by `spool auth hash-secret`
