@@ -86,13 +86,14 @@ mod liveness;
 mod producer;
 pub mod routing;
 pub mod tls;
+mod versions;
 
 pub use admin::{default_queue_config, Admin};
 pub use auth::Credentials;
 pub use client::{
     process_worker, shard_address, ClaimBatch, ClaimOptions, Client, ClientConfig, Session,
 };
-pub use connection::{request_version, Connection, ConnectionConfig, ResponseBytes};
+pub use connection::{Connection, ConnectionConfig, ResponseBytes};
 pub use consumer::{
     AckObserver, ClaimObserver, Consumer, ConsumerConfig, ConsumerStats, PANIC_REASON,
     SHUTDOWN_REASON,
@@ -107,3 +108,4 @@ pub use spool_wire;
 /// list, from the codec.
 pub use spool_wire::proto::{SubscriptionStart, SubscriptionStats};
 pub use tls::TlsConfig;
+pub use versions::request_version;
