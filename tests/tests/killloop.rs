@@ -104,6 +104,55 @@ async fn twenty_kills_with_a_second_subscription_lose_nothing_acknowledged_in_ei
     assert!(second.activity.deliveries > second.acks_acknowledged, "no redelivery: {json}");
 }
 
+/// Kills of the ordered run.
+const ORDERED_KILLS: u32 = 20;
+
+/// Goal: with an ordered queue whose consumers claim under sessions, the
+/// same promises hold across SIGKILLs, and per routing key the broker keeps
+/// its order: a key's deliveries never go back to an earlier message once
+/// a later one was delivered, and never hold two of its messages at once,
+/// through releases, lease expiries, the epoch fence, acks whose outcome
+/// the kill left unknown, and consumers that drop their connections (and
+/// sessions) while holding claims. Method: the quick loop in ordered mode
+/// (32 keys over 4 partitions, consumer sessions, each consumer dropping
+/// its client after 0.3–2 s); every violation count must be 0, and the run
+/// must have handed keys on, opened sessions and dropped connections that
+/// held claims.
+///
+/// How it was shown able to fail: temporarily, ordered mode created the
+/// queue unordered (`KillLoopConfig::queue_config`); the same test with the
+/// default seed then failed with `key_order_regressions` 8,878 and
+/// `key_overlaps` 2,124, every other counter 0. With the queue ordered it
+/// runs in about 18 s (debug build, 2 cores).
+///
+/// Ignored because it finds a broker bug (in 1 of its first 6 runs): a
+/// key went back, `key order: key 4 delivered … at offset 4 after offset 6
+/// (handed over on an ack not confirmed)`. An ack is applied before its
+/// commit is durable, and applying it hands the key's lane to the next
+/// message at once; a claim replies before its own sync, so the next
+/// message is delivered while the ack is not yet durable. A SIGKILL then
+/// loses the ack: the earlier message is live again after the restart and
+/// is delivered after the later one. Run it with `--run-ignored all`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "finds a broker bug: an ordered lane is handed on before the ack that finishes its head is durable (see the doc comment)"]
+async fn twenty_kills_of_an_ordered_queue_with_sessions_lose_nothing_and_keep_key_order() {
+    let mut config = KillLoopConfig::quick(ORDERED_KILLS, seed());
+    config.ordered = true;
+    let report = run(config).await.expect("the kill loop finishes");
+    let json = report.to_json();
+    eprintln!("{json}");
+    assert_eq!(report.kills, ORDERED_KILLS);
+    assert_eq!(report.violations_total(), 0, "violations: {json}");
+    assert!(report.acked_enqueues_checked >= 500, "too little load: {json}");
+    assert!(report.acks_acknowledged >= report.drained + 200, "too few worker acks: {json}");
+    assert!(report.activity.key_handovers >= 300, "too few keys handed on: {json}");
+    assert!(report.activity.live_checks > u64::from(ORDERED_KILLS), "a check per restart: {json}");
+    assert!(report.sessions_opened >= u64::from(ORDERED_KILLS), "too few sessions: {json}");
+    assert!(report.connections_dropped >= 10, "too few dropped connections: {json}");
+    assert!(report.held_at_drop > 0, "no claim held at a dropped connection: {json}");
+    assert_eq!(report.witness_tokens_refused, report.witness_tokens_tried, "{json}");
+}
+
 fn seed() -> u64 {
     let seed = std::env::var("SPOOL_KILLLOOP_SEED")
         .ok()

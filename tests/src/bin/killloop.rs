@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --release -p spool-tests --bin killloop -- --kills 200 --seed 7 [--cores 2] [--quick]
-//!     [--partitions 4] [--backlog 4000] [--sub NAME] [--spoold-arg=FLAG ...]
+//!     [--partitions 4] [--backlog 4000] [--sub NAME] [--ordered [--keys 32]] [--spoold-arg=FLAG ...]
 //! ```
 //!
 //! Exit code: 0 when every violation count is 0, 1 when any is not, 2 for a
@@ -17,6 +17,10 @@
 //! ledger (`docs/testing.md`, "Kill loop"); `--max-deliveries N` lowers
 //! the queue's delivery limit (default 10,000) so dead letters are made
 //! and accounted for too.
+//! `--ordered` makes the queue ordered: records get one of `--keys N`
+//! routing keys (default 32), consumers claim under sessions and drop their
+//! connections while holding claims, and each key's deliveries are checked
+//! for order (`key_order_regressions`, `key_overlaps`).
 //! Each `--spoold-arg=FLAG` (or `--spoold-arg FLAG`) is passed to every
 //! `spoold` start as is, after the harness's own flags.
 
@@ -25,7 +29,8 @@ use std::process::ExitCode;
 use spool_tests::killloop::{run, KillLoopConfig};
 
 const USAGE: &str = "usage: killloop --kills N [--seed S] [--cores C] [--quick] \
-                     [--partitions P] [--backlog B] [--sub NAME] [--max-deliveries N] [--spoold-arg=FLAG ...]";
+                     [--partitions P] [--backlog B] [--sub NAME] [--max-deliveries N] [--ordered] [--keys K] \
+                     [--spoold-arg=FLAG ...]";
 
 struct Args {
     kills: u32,
@@ -37,6 +42,8 @@ struct Args {
     spoold_args: Vec<String>,
     subscription: Option<String>,
     max_deliveries: Option<u32>,
+    ordered: bool,
+    keys: Option<u32>,
 }
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -49,6 +56,8 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     let mut spoold_args = Vec::new();
     let mut subscription = None;
     let mut max_deliveries = None;
+    let mut ordered = false;
+    let mut keys = None;
     while let Some(arg) = args.next() {
         if let Some(flag) = arg.strip_prefix("--spoold-arg=") {
             spoold_args.push(flag.to_owned());
@@ -76,6 +85,8 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
                 let text = value("--max-deliveries")?;
                 max_deliveries = Some(text.parse().map_err(|e| format!("--max-deliveries: {e}"))?)
             }
+            "--ordered" => ordered = true,
+            "--keys" => keys = Some(value("--keys")?.parse().map_err(|e| format!("--keys: {e}"))?),
             "--spoold-arg" => spoold_args.push(value("--spoold-arg")?),
             "-h" | "--help" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown argument {other}\n{USAGE}")),
@@ -94,6 +105,8 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         spoold_args,
         subscription,
         max_deliveries,
+        ordered,
+        keys,
     })
 }
 
@@ -114,6 +127,10 @@ fn main() -> ExitCode {
     config.progress = true;
     config.spoold_args = args.spoold_args;
     config.subscription = args.subscription;
+    config.ordered = args.ordered;
+    if let Some(keys) = args.keys {
+        config.keys = keys;
+    }
     if let Some(max) = args.max_deliveries {
         config.max_deliveries = max;
     }
@@ -174,5 +191,9 @@ mod tests {
         let args = parse("--kills 1 --partitions 256 --backlog 4000").expect("valid flags");
         assert_eq!((args.partitions, args.backlog), (Some(256), Some(4000)));
         assert!(parse("--kills 1 --partitions many").is_err());
+        let args = parse("--kills 1 --ordered --keys 8").expect("valid flags");
+        assert_eq!((args.ordered, args.keys), (true, Some(8)));
+        assert!(!parse("--kills 1").expect("valid flags").ordered);
+        assert!(parse("--kills 1 --keys").is_err());
     }
 }

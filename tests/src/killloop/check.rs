@@ -241,7 +241,7 @@ pub(super) async fn check_witness(
 }
 
 /// Claims and acks everything live until the queue reports nothing ready,
-/// scheduled or claimed; returns how many were drained. Each pass claims
+/// scheduled, claimed or (ordered) waiting behind its key; returns how many were drained. Each pass claims
 /// only from the partitions the queue reports as holding something, so a
 /// wide queue is not walked partition by partition with a long poll each.
 pub(super) async fn drain(
@@ -257,15 +257,18 @@ pub(super) async fn drain(
         let holding: Vec<PartitionId> = described
             .partitions
             .iter()
-            .filter(|p| p.ready + p.scheduled + p.claimed > 0)
+            .filter(|p| p.ready + p.scheduled + p.claimed + p.lanes.waiting > 0)
             .map(|p| p.partition)
             .collect();
         if holding.is_empty() && described.partitions.len() == config.partitions as usize {
             return Ok(drained);
         }
         if started.elapsed() >= config.drain_timeout {
-            let remaining: u64 =
-                described.partitions.iter().map(|p| p.ready + p.scheduled + p.claimed).sum();
+            let remaining: u64 = described
+                .partitions
+                .iter()
+                .map(|p| p.ready + p.scheduled + p.claimed + p.lanes.waiting)
+                .sum();
             return Err(KillLoopError::Stuck(format!(
                 "drain: {remaining} messages still live in {} partitions after {:?}",
                 holding.len(),

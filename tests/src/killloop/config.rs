@@ -9,6 +9,10 @@ use spool_client::spool_wire::proto::QueueConfig;
 use super::{workers, KillLoopError};
 use crate::test_queue_config;
 
+/// Lowest delivery limit of ordered mode: high enough that no message is
+/// dead-lettered in a run.
+const ORDERED_MAX_DELIVERIES_MIN: u32 = 1_000;
+
 /// Settings of a run.
 #[derive(Debug, Clone)]
 pub struct KillLoopConfig {
@@ -68,6 +72,14 @@ pub struct KillLoopConfig {
     /// before any load), consumed by `consumers` more consumers and held
     /// to the same contract with its own ledger; `None`: the default only.
     pub subscription: Option<String>,
+    /// Ordered mode: the queue is ordered (`docs/design/ordered-lanes.md`),
+    /// every record has one of [`keys`](Self::keys) routing keys (a key
+    /// always to the same partition), the consumers claim under sessions
+    /// and drop their connections at random while holding claims, and the
+    /// ledger checks each key's order (`order.rs`).
+    pub ordered: bool,
+    /// Routing keys of ordered mode.
+    pub keys: u32,
 }
 
 /// One failpoint armed for one cycle: `point=abort@from_hit`.
@@ -108,6 +120,8 @@ impl KillLoopConfig {
             spoold_bin: None,
             spoold_args: Vec::new(),
             subscription: None,
+            ordered: false,
+            keys: 32,
         }
     }
 
@@ -176,12 +190,25 @@ impl KillLoopConfig {
             }),
             "subscription must be a valid name other than `default`",
         )?;
+        check(!self.ordered || self.keys >= 1, "ordered mode needs at least one key")?;
+        // An ordered queue has its default subscription only, and a dead
+        // letter would finish a key's message where the ledger cannot see
+        // it (the order check would count a false overlap).
+        check(
+            !self.ordered || self.subscription.is_none(),
+            "an ordered queue has no second subscription",
+        )?;
+        check(
+            !self.ordered || self.max_deliveries >= ORDERED_MAX_DELIVERIES_MIN,
+            "ordered mode needs max_deliveries of at least 1,000 (no dead letters)",
+        )?;
         check(self.backlog_max >= 1, "backlog_max must be at least 1")
     }
 
     pub(super) fn queue_config(&self) -> QueueConfig {
         QueueConfig {
             priority_bands: self.priority_bands,
+            ordered: self.ordered,
             ..test_queue_config(self.partitions, self.lease_ms, self.max_deliveries)
         }
     }

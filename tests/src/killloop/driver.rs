@@ -18,6 +18,7 @@ use super::ledger::Placement;
 use super::report::{percentile_ms, FailpointOutcome, KillLoopReport, SubscriptionReport};
 use super::rng::Rng;
 use super::second;
+use super::sessions;
 use super::workers::{self, Shared};
 use super::{now, unix_ms, KillLoopError, BULK_QUEUE, QUEUE};
 use crate::{test_queue_config, Spoold, SpooldOptions};
@@ -88,8 +89,16 @@ async fn run_on(
         tasks.spawn(workers::producer(Arc::clone(&shared), worker_client, index, rng));
     }
     for index in 0..config.consumers {
-        let worker_client = broker.client().await;
         let rng = Rng::new(config.seed, 2000 + u64::from(index));
+        if config.ordered {
+            // Each life of these consumers connects a client of its own.
+            let (bootstrap, client_config) =
+                (client.bootstrap().to_owned(), client.config().clone());
+            let shared = Arc::clone(&shared);
+            tasks.spawn(sessions::consumer(shared, bootstrap, client_config, index, rng));
+            continue;
+        }
+        let worker_client = broker.client().await;
         tasks.spawn(workers::consumer(Arc::clone(&shared), worker_client, index, rng, false));
     }
     if config.subscription.is_some() {
@@ -225,6 +234,9 @@ async fn run_on(
         releases: load(&counters.releases),
         extends: load(&counters.extends),
         abandoned: load(&counters.abandoned),
+        sessions_opened: load(&counters.sessions_opened),
+        connections_dropped: load(&counters.connections_dropped),
+        held_at_drop: load(&counters.held_at_drop),
         samples: ledger.samples().to_vec(),
         failpoints,
         subscription,

@@ -19,7 +19,10 @@
 //! 4. one message id, one placement; one placement, one id (dedupe and
 //!    offsets hold across restarts; producers resend the same batch bytes
 //!    until answered);
-//! 5. dead letters name acknowledged enqueues.
+//! 5. dead letters name acknowledged enqueues;
+//! 6. in ordered mode ([`KillLoopConfig::ordered`]), each routing key's
+//!    deliveries never go back to an earlier message and never hold two of
+//!    its messages at once ([`order`]).
 //!
 //! Requests in flight at a kill have unknown outcome: they are never counted
 //! as acknowledged. Unknown acks are resolved by the next full listing.
@@ -45,16 +48,26 @@
 //! run saw), [`ledger`] (what was acknowledged, and the checks against it),
 //! [`workers`] (the producers and consumers), [`rng`] (seeded choices),
 //! `second` (a second subscription of the queue: made, drained and
-//! accounted for with its own ledger).
+//! accounted for with its own ledger), `sessions` (ordered mode's
+//! consumers: claims under consumer sessions, connections dropped while
+//! holding claims), [`order`] (the per-key order check).
+//!
+//! Ordered mode: the queue is ordered, producers give each record one of a
+//! few routing keys (a key always to one partition), and the consumers
+//! claim under consumer sessions (`docs/design/sessions.md`) and now and
+//! then drop their client, connections and sessions at once while holding
+//! claims, which the broker then releases (`SESSION_ENDED`).
 
 mod broker;
 mod check;
 pub mod config;
 mod driver;
 pub mod ledger;
+pub mod order;
 pub mod report;
 pub mod rng;
 mod second;
+mod sessions;
 pub mod workers;
 
 use std::time::Instant;

@@ -75,6 +75,12 @@ pub struct KillLoopReport {
     pub extends: u64,
     /// Deliveries left to expire on purpose.
     pub abandoned: u64,
+    /// Ordered mode: sessions the consumers opened.
+    pub sessions_opened: u64,
+    /// Ordered mode: consumer lives ended by dropping their connections.
+    pub connections_dropped: u64,
+    /// Ordered mode: deliveries held when their connection was dropped.
+    pub held_at_drop: u64,
     /// Examples of violations.
     pub samples: Vec<String>,
     /// Failpoint mode: where each armed point fired.
@@ -115,7 +121,7 @@ impl KillLoopReport {
     pub fn to_json(&self) -> serde_json::Value {
         let v = &self.violations;
         let a = &self.activity;
-        serde_json::json!({
+        let mut json = serde_json::json!({
             "seed": self.seed,
             "kills": self.kills,
             "duration_s": (self.duration_s * 10.0).round() / 10.0,
@@ -157,7 +163,23 @@ impl KillLoopReport {
                 serde_json::json!({ "point": outcome.point, "fired_at": format!("{:?}", outcome.fired_at) })
             }).collect::<Vec<_>>(),
             "subscription": self.subscription.as_ref().map(SubscriptionReport::to_json),
-        })
+        });
+        // Ordered mode's counters (one macro call this big would pass the
+        // macro recursion limit).
+        let ordered = [
+            ("key_order_regressions", v.key_order_regressions),
+            ("key_overlaps", v.key_overlaps),
+            ("key_handovers", a.key_handovers),
+            ("sessions_opened", self.sessions_opened),
+            ("connections_dropped", self.connections_dropped),
+            ("held_at_drop", self.held_at_drop),
+        ];
+        if let Some(object) = json.as_object_mut() {
+            for (name, count) in ordered {
+                object.insert(name.to_owned(), count.into());
+            }
+        }
+        json
     }
 }
 
@@ -189,6 +211,8 @@ impl SubscriptionReport {
             "generation_reused": v.generation_reused,
             "phantom_deliveries": v.phantom_deliveries,
             "dead_letters_unaccounted": v.dead_letters_unaccounted,
+            "key_order_regressions": v.key_order_regressions,
+            "key_overlaps": v.key_overlaps,
             "violations_total": v.total(),
             "ack_unknown_applied": a.ack_unknown_applied,
             "ack_unknown_not_applied": a.ack_unknown_not_applied,

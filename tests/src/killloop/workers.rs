@@ -23,11 +23,13 @@ use spool_client::spool_wire::batch::{DataBatchBuilder, MessageId, Payload, Reco
 use spool_client::spool_wire::proto::{PartitionId, RecordOutcome, WorkerId};
 use spool_client::spool_wire::ErrorCode;
 use spool_client::{ClaimOptions, Client, ClientError, Delivery};
-use tokio::sync::RwLock;
+use tokio::sync::{watch, RwLock};
 use tokio::task::JoinSet;
 
 use super::ledger::{Instance, Ledger, Placement, TokenUse};
+use super::order::Key;
 use super::rng::Rng;
+use super::sessions::Sessions;
 use super::{unix_ms, KillLoopConfig, KillLoopError};
 
 /// Most delivery handlers one consumer runs at once; a claim waits for
@@ -38,7 +40,7 @@ pub const CONSUMER_HANDLERS_MAX: usize = 64;
 const CLAIM_BYTES: u32 = 1 << 20;
 
 /// Pause after a failed request (the broker is usually down).
-const RETRY_PAUSE: Duration = Duration::from_millis(30);
+pub(super) const RETRY_PAUSE: Duration = Duration::from_millis(30);
 
 /// Pause of a producer while the backlog is at its limit.
 const BACKLOG_PAUSE: Duration = Duration::from_millis(20);
@@ -73,6 +75,14 @@ pub struct WorkerCounters {
     /// count them out of their backlog, which would otherwise fill with
     /// dead letters and stop the load; the checks never read them.
     pub last_attempts_dropped: [AtomicU64; 2],
+    /// Ordered mode: sessions opened.
+    pub sessions_opened: AtomicU64,
+    /// Ordered mode: consumer lives ended by dropping the client, its
+    /// connections and sessions at once.
+    pub connections_dropped: AtomicU64,
+    /// Ordered mode: deliveries still held (neither acked nor released)
+    /// when their consumer dropped its connections.
+    pub held_at_drop: AtomicU64,
 }
 
 /// State shared by workers and the orchestrator.
@@ -145,7 +155,7 @@ impl Shared {
         Instance(self.instance.load(Ordering::Acquire))
     }
 
-    fn stopping(&self) -> bool {
+    pub(super) fn stopping(&self) -> bool {
         self.stop.load(Ordering::Acquire)
     }
 
@@ -155,7 +165,7 @@ impl Shared {
     }
 }
 
-fn bump(counter: &AtomicU64) {
+pub(super) fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
 
@@ -212,19 +222,27 @@ pub async fn producer(
             tokio::time::sleep(BACKLOG_PAUSE).await;
             continue;
         }
-        let partition = PartitionId(rng.range(0, u64::from(config.partitions) - 1) as u32);
+        // Ordered mode: a key's records all go to the partition the broker
+        // routes it to, so its order is that partition's offset order.
+        let partition = if config.ordered {
+            key_partition(rng.range(0, u64::from(config.keys) - 1) as Key, config)
+        } else {
+            PartitionId(rng.range(0, u64::from(config.partitions) - 1) as u32)
+        };
         let count = rng.range(1, u64::from(config.batch_records_max));
         let mut builder = DataBatchBuilder::new();
         let mut ids = Vec::new();
+        let mut keys = Vec::new();
         let now_ms = unix_ms();
         for _ in 0..count {
             let id = message_id(index, sequence);
             sequence += 1;
+            let key = config.ordered.then(|| key_of(&mut rng, config, partition));
             let scheduled = rng.percent(config.scheduled_percent);
             let payload_bytes = rng.range(8, 256) as usize;
             let record = Record {
                 message_id: id,
-                routing_key: Vec::new(),
+                routing_key: key.map(routing_key).unwrap_or_default(),
                 headers: Vec::new(),
                 payload: Payload::Inline(vec![b'k'; payload_bytes]),
                 priority: rng.range(0, u64::from(config.priority_bands) - 1) as u8,
@@ -238,17 +256,40 @@ pub async fn producer(
             };
             builder.push(&record).map_err(|error| KillLoopError::Setup(error.to_string()))?;
             ids.push(id);
+            keys.push(key);
         }
         let bytes = builder.finish().map_err(|error| KillLoopError::Setup(error.to_string()))?;
         for mut ledger in shared.enqueue_ledgers() {
-            for &id in &ids {
-                ledger.submit(id);
+            for (&id, &key) in ids.iter().zip(&keys) {
+                match key {
+                    Some(key) => ledger.submit_keyed(id, key),
+                    None => ledger.submit(id),
+                }
             }
         }
         send_until_answered(&shared, &client, partition, &ids, &bytes).await?;
         last_answered = Some((partition, ids, bytes.to_vec(), shared.instance()));
     }
     Ok(())
+}
+
+/// The partition `key` belongs in (the broker refuses a keyed record sent
+/// elsewhere: `KEY_MOVED`).
+fn key_partition(key: Key, config: &KillLoopConfig) -> PartitionId {
+    spool_client::routing::partition_for_key(&routing_key(key), config.partitions)
+}
+
+/// A random key of ordered mode's key set among those routed to
+/// `partition`.
+fn key_of(rng: &mut Rng, config: &KillLoopConfig, partition: PartitionId) -> Key {
+    let keys: Vec<Key> =
+        (0..config.keys).filter(|&key| key_partition(key, config) == partition).collect();
+    keys[rng.range(0, keys.len() as u64 - 1) as usize]
+}
+
+/// The routing key bytes of `key`.
+pub fn routing_key(key: Key) -> Vec<u8> {
+    format!("key-{key}").into_bytes()
 }
 
 /// Sends one batch until every record has an answer (appended, duplicate,
@@ -332,14 +373,14 @@ enum Action {
 }
 
 #[derive(Debug, Clone, Copy)]
-struct Plan {
+pub(super) struct Plan {
     hold_ms: u64,
     /// Extend once, half-way through the hold.
     extend: bool,
     action: Action,
 }
 
-fn plan(rng: &mut Rng, config: &KillLoopConfig) -> Plan {
+pub(super) fn plan(rng: &mut Rng, config: &KillLoopConfig) -> Plan {
     // Mostly within the lease; sometimes past it, so acks meet expired
     // leases (STALE_TOKEN) and the message comes back on its own.
     let hold_ms = if rng.percent(8) {
@@ -372,54 +413,11 @@ pub async fn consumer(
 ) -> Result<(), KillLoopError> {
     let config = shared.config.clone();
     let worker = WorkerId(0xC0_0000 + u64::from(index));
-    let subscription = if in_sub { shared.subscription.clone() } else { None };
     let mut handlers = JoinSet::new();
     while !shared.stopping() {
-        while handlers.len() >= CONSUMER_HANDLERS_MAX {
-            handlers.join_next().await;
-        }
-        while handlers.try_join_next().is_some() {}
-        let partition = PartitionId(rng.range(0, u64::from(config.partitions) - 1) as u32);
-        let room = (CONSUMER_HANDLERS_MAX - handlers.len()) as u64;
-        let options = ClaimOptions {
-            worker,
-            credits: rng.range(1, room.min(u64::from(config.claim_credits_max))) as u32,
-            max_bytes: CLAIM_BYTES,
-            lease_ms: config.lease_ms,
-            wait_ms: rng.range(0, 100) as u32,
-            subscription: subscription.clone(),
-        };
-        let claimed = {
-            let _gate = shared.gate.read().await;
-            let sent_instance = shared.instance();
-            let claim_sent = shared.ledger_in(in_sub).next_seq();
-            let answer = if rng.percent(50) {
-                client.claim(&shared.queue, partition, &options).await
-            } else {
-                match client.claim_targets(&shared.queue).await {
-                    Ok(targets) => {
-                        let via = targets[rng.range(0, targets.len() as u64 - 1) as usize];
-                        client.claim_shard(&shared.queue, via, &options).await
-                    }
-                    Err(error) => Err(error),
-                }
-            };
-            // The answer came from the process that was current at the send
-            // only if no kill happened in between.
-            let same_process = shared.instance() == sent_instance;
-            match answer {
-                Ok(batch) => {
-                    shared.lease_deadline(batch.lease_deadline_ms);
-                    let mut ledger = shared.ledger_in(in_sub);
-                    for delivery in &batch.deliveries {
-                        ledger.delivered(super::delivery_seen(delivery, claim_sent));
-                    }
-                    Some((batch.deliveries, same_process.then_some(sent_instance)))
-                }
-                Err(_) => None,
-            }
-        };
-        let Some((deliveries, token_instance)) = claimed else {
+        let Some((deliveries, token_instance)) =
+            claim_once(&shared, &client, worker, &mut rng, &mut handlers, in_sub, None).await
+        else {
             bump(&shared.counters.claim_errors);
             // A retry pause (the broker is usually down).
             tokio::time::sleep(RETRY_PAUSE).await;
@@ -430,12 +428,93 @@ pub async fn consumer(
             let shared = std::sync::Arc::clone(&shared);
             let client = client.clone();
             handlers.spawn(async move {
-                handle(&shared, &client, delivery, token_instance, plan, in_sub).await
+                handle(&shared, &client, delivery, token_instance, plan, in_sub, None).await
             });
         }
     }
     while handlers.join_next().await.is_some() {}
     Ok(())
+}
+
+/// One claim of a consumer: waits for room among its `handlers`, claims
+/// with random credits (half of one random partition, half `ANY` of a
+/// random shard), in ordered mode under a session of the connection it
+/// goes on (`sessions`), and records the deliveries in the ledger before
+/// the gate opens. Returns them with the process that issued their tokens
+/// (when known); `None` when the claim failed.
+pub(super) async fn claim_once(
+    shared: &Shared,
+    client: &Client,
+    worker: WorkerId,
+    rng: &mut Rng,
+    handlers: &mut JoinSet<()>,
+    in_sub: bool,
+    sessions: Option<&Sessions>,
+) -> Option<(Vec<Delivery>, Option<Instance>)> {
+    let config = &shared.config;
+    while handlers.len() >= CONSUMER_HANDLERS_MAX {
+        handlers.join_next().await;
+    }
+    while handlers.try_join_next().is_some() {}
+    let partition = PartitionId(rng.range(0, u64::from(config.partitions) - 1) as u32);
+    let room = (CONSUMER_HANDLERS_MAX - handlers.len()) as u64;
+    let options = ClaimOptions {
+        worker,
+        credits: rng.range(1, room.min(u64::from(config.claim_credits_max))) as u32,
+        max_bytes: CLAIM_BYTES,
+        lease_ms: config.lease_ms,
+        wait_ms: rng.range(0, 100) as u32,
+        subscription: if in_sub { shared.subscription.clone() } else { None },
+    };
+    let _gate = shared.gate.read().await;
+    let sent_instance = shared.instance();
+    let claim_sent = shared.ledger_in(in_sub).next_seq();
+    let any = !rng.percent(50);
+    let answer = async {
+        let via = if any {
+            let targets = client.claim_targets(&shared.queue).await?;
+            targets[rng.range(0, targets.len() as u64 - 1) as usize]
+        } else {
+            partition
+        };
+        if let Some(sessions) = sessions {
+            sessions.ensure(shared, client, via).await;
+        }
+        if any {
+            client.claim_shard(&shared.queue, via, &options).await
+        } else {
+            client.claim(&shared.queue, partition, &options).await
+        }
+    }
+    .await;
+    // The answer came from the process that was current at the send only if
+    // no kill happened in between.
+    let same_process = shared.instance() == sent_instance;
+    let batch = answer.ok()?;
+    shared.lease_deadline(batch.lease_deadline_ms);
+    let mut ledger = shared.ledger_in(in_sub);
+    for delivery in &batch.deliveries {
+        ledger.delivered(super::delivery_seen(delivery, claim_sent));
+    }
+    Some((batch.deliveries, same_process.then_some(sent_instance)))
+}
+
+/// Holds a delivery `ms` (time under test: the handler works on it). With
+/// `dead` (ordered mode) the hold ends early when the consumer's life ends:
+/// false then, and the delivery is left held where it is.
+async fn hold(ms: u64, dead: &mut Option<watch::Receiver<bool>>) -> bool {
+    // Time under test: the handler holds its delivery.
+    let sleep = tokio::time::sleep(Duration::from_millis(ms));
+    match dead {
+        None => {
+            sleep.await;
+            true
+        }
+        Some(dead) => tokio::select! {
+            () = sleep => true,
+            _ = dead.wait_for(|dead| *dead) => false,
+        },
+    }
 }
 
 fn token_use(delivery: &Delivery, token_instance: Option<Instance>, sent: Instance) -> TokenUse {
@@ -452,13 +531,18 @@ fn is_token_refusal(code: ErrorCode) -> bool {
     matches!(code, ErrorCode::StaleToken | ErrorCode::InvalidToken)
 }
 
-async fn handle(
+/// Carries out `plan` for one delivery. With `dead` (ordered mode), a
+/// consumer life that ends during a hold leaves the delivery held (counted
+/// in [`WorkerCounters::held_at_drop`]) for the broker to release when the
+/// connection closes.
+pub(super) async fn handle(
     shared: &Shared,
     client: &Client,
     delivery: Delivery,
     token_instance: Option<Instance>,
     plan: Plan,
     in_sub: bool,
+    mut dead: Option<watch::Receiver<bool>>,
 ) {
     let queue = shared.queue.as_str();
     let (partition, token) = (delivery.partition(), delivery.token());
@@ -468,9 +552,15 @@ async fn handle(
             bump(&shared.counters.last_attempts_dropped[usize::from(in_sub)]);
         }
     };
+    let dropped_held = || {
+        bump(&shared.counters.held_at_drop);
+        dropped();
+    };
     if plan.extend {
-        // Time under test: the handler holds its delivery (half before the extend).
-        tokio::time::sleep(Duration::from_millis(plan.hold_ms / 2)).await;
+        // The handler holds its delivery (half before the extend).
+        if !hold(plan.hold_ms / 2, &mut dead).await {
+            return dropped_held();
+        }
         let _gate = shared.gate.read().await;
         let sent = shared.instance();
         if let Ok(deadline_ms) =
@@ -483,16 +573,18 @@ async fn handle(
                 .token_use_succeeded(token_use(&delivery, token_instance, sent), "extend");
         }
         drop(_gate);
-        // Time under test: the rest of the hold.
-        tokio::time::sleep(Duration::from_millis(plan.hold_ms - plan.hold_ms / 2)).await;
-    } else {
-        // Time under test: the handler holds its delivery.
-        tokio::time::sleep(Duration::from_millis(plan.hold_ms)).await;
+        // The rest of the hold.
+        if !hold(plan.hold_ms - plan.hold_ms / 2, &mut dead).await {
+            return dropped_held();
+        }
+    } else if !hold(plan.hold_ms, &mut dead).await {
+        return dropped_held();
     }
     match plan.action {
         Action::Ack => {
             let _gate = shared.gate.read().await;
             let sent = shared.instance();
+            shared.ledger_in(in_sub).ack_sent(delivery.message_id());
             match client.ack(queue, partition, &[token]).await {
                 Ok(()) => {
                     let used = token_use(&delivery, token_instance, sent);
@@ -501,10 +593,14 @@ async fn handle(
                 Err(ClientError::AckRefused { refused, .. })
                     if refused.first().is_some_and(|refused| is_token_refusal(refused.code)) =>
                 {
+                    shared.ledger_in(in_sub).ack_refused(delivery.message_id());
                     bump(&shared.counters.acks_refused);
                     dropped();
                 }
-                Err(ClientError::AckRefused { .. }) => bump(&shared.counters.acks_refused_other),
+                Err(ClientError::AckRefused { .. }) => {
+                    shared.ledger_in(in_sub).ack_refused(delivery.message_id());
+                    bump(&shared.counters.acks_refused_other);
+                }
                 Err(_) => {
                     let (id, generation) = (delivery.message_id(), delivery.generation());
                     shared.ledger_in(in_sub).ack_unknown(id, generation);
