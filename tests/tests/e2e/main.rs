@@ -57,6 +57,7 @@ mod lease;
 mod load;
 mod memory;
 mod ops;
+mod ordered;
 mod ordered_admin;
 mod pace;
 mod resize;
