@@ -125,16 +125,15 @@ const ORDERED_KILLS: u32 = 20;
 /// `key_overlaps` 2,124, every other counter 0. With the queue ordered it
 /// runs in about 18 s (debug build, 2 cores).
 ///
-/// Ignored because it finds a broker bug (in 1 of its first 6 runs): a
-/// key went back, `key order: key 4 delivered … at offset 4 after offset 6
-/// (handed over on an ack not confirmed)`. An ack is applied before its
-/// commit is durable, and applying it hands the key's lane to the next
-/// message at once; a claim replies before its own sync, so the next
-/// message is delivered while the ack is not yet durable. A SIGKILL then
-/// loses the ack: the earlier message is live again after the restart and
-/// is delivered after the later one. Run it with `--run-ignored all`.
+/// It found a broker bug in 1 of its first 6 runs: a key went back,
+/// `key order: key 4 delivered … at offset 4 after offset 6 (handed over
+/// on an ack not confirmed)`. An ack is applied before its commit is
+/// durable, and applying it hands the key's lane to the next message at
+/// once; a claim replied before its own sync, so the next message went out
+/// while the ack was not yet durable, and a SIGKILL lost the ack. Fixed:
+/// a claim of an ordered queue replies once its own events are durable,
+/// which covers every event before them (`Partition::append_claim_events`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "finds a broker bug: an ordered lane is handed on before the ack that finishes its head is durable (see the doc comment)"]
 async fn twenty_kills_of_an_ordered_queue_with_sessions_lose_nothing_and_keep_key_order() {
     let mut config = KillLoopConfig::quick(ORDERED_KILLS, seed());
     config.ordered = true;

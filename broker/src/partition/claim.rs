@@ -96,10 +96,11 @@ impl<S: Storage + Clone> Partition<S> {
                 let decided = cancel.decide();
                 debug_assert!(decided);
                 drop(slot);
-                // No wait for durability: every record delivered is below
+                // No wait for durability (but in an ordered queue, see
+                // `append_claim_events`): every record delivered is below
                 // `durable_end`, and a claim lost before its sync is ended by
                 // the epoch fence at the next open.
-                self.append_events_deferred(&decision.events, now)?;
+                self.append_claim_events(&decision.events, now, lane).await?;
                 return self.with_records(&decision.deliveries).await;
             }
             let evicted = slot.as_ref().is_some_and(signal::WaiterSlot::evicted);
@@ -162,9 +163,33 @@ impl<S: Storage + Clone> Partition<S> {
         // No await since the check above: not cancelled, so this holds.
         let decided = cancel.decide();
         debug_assert!(decided);
-        self.append_events_deferred(&decision.events, now)?;
+        self.append_claim_events(&decision.events, now, Lane::Main).await?;
         let claimed = self.with_records(&decision.deliveries).await?;
         Ok(ClaimedReady { claimed, exhausted })
+    }
+
+    /// Appends and applies a claim's events. Its reply does not wait for
+    /// their durability — except a main-lane claim of an ordered queue,
+    /// which waits for its own commit: it may deliver a key's next message
+    /// only because the previous one's ack (dead letter, expiry) was
+    /// applied, and until that event is durable a crash could undo it and
+    /// deliver the earlier message again after the later one. The log is
+    /// durable as a prefix, so the claim's commit covers every event
+    /// before it (found by the kill loop's ordered mode).
+    async fn append_claim_events(
+        &self,
+        events: &[crate::queue::Event],
+        now: Millis,
+        lane: Lane,
+    ) -> Result<(), PartitionError> {
+        let ordered = lane == Lane::Main && self.state.borrow().config.ordered;
+        if !ordered {
+            return self.append_events_deferred(events, now);
+        }
+        match self.append_events(events, now)? {
+            Some(ticket) => ticket.durable().await,
+            None => Ok(()),
+        }
     }
 
     /// Where the messages a [`claim_ready`](Self::claim_ready) of

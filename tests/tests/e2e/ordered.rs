@@ -11,11 +11,12 @@
 //! unfinished", "... while (5,0) was held by 0").
 //!
 //! An ack is applied before it is durable (`partition/delivery.rs`), so
-//! the next message of its key can be claimed before the ack's reply; a
-//! broker SIGKILL in that window can lose the ack and deliver the message
-//! again after its successor was handed out. The checker allows that only
-//! for an ack whose reply was lost and counts it ("redelivered after a
-//! later one" in the summary; none in the runs so far).
+//! the next message of its key can be claimed before the ack's reply; but
+//! a claim of an ordered queue replies only once its own events are
+//! durable, and with them every event before it
+//! (`Partition::append_claim_events`). So an ack lost in a crash never
+//! handed its key on to anyone: a message delivered again after a later
+//! one of its key is a violation, even when its ack's reply was lost.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
@@ -168,8 +169,11 @@ impl Checker {
             if !state.confirmed {
                 self.done -= 1;
             }
-            if lane.max_delivered.is_some_and(|max| max > seq) {
+            if let Some(max) = lane.max_delivered.filter(|&max| max > seq) {
                 self.reordered_by_crash += 1;
+                found.push(format!(
+                    "({key},{seq}) delivered again (its ack lost) after ({key},{max}) was"
+                ));
             }
         }
         lane.held = Some((seq, worker));
