@@ -35,6 +35,12 @@
 //!   lease, 2 s session) come back at once, a quiet session times out, a
 //!   close releases at once with its reason, a rejoin fences, a dead
 //!   `Consumer` releases through its default session; no session, no change.
+//! - `ordered`: 100 keys × 1,000 messages of an ordered queue through
+//!   releases, SIGKILLed session workers and broker SIGKILLs; a (key,
+//!   sequence) checker finds no message delivered before an earlier one of
+//!   its key finished.
+//! - `ordered_admin`: an ordered queue over HTTP, its lane figures in
+//!   describe and metrics, `spool peek --key`.
 //! - `window`: a retention window drops exactly the unread records it
 //!   passed (by offset, in the loss reports, across a SIGKILL); `earliest`
 //!   replays the records still inside it.
