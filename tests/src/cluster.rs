@@ -1304,9 +1304,9 @@ pub async fn ack_settled(
 }
 
 /// Claims and acks everything on every partition through `client` until
-/// every id of `owed` was delivered and two more sweeps find nothing, or
-/// `timeout` passes; returns the delivered ids with their counts and the
-/// errors met on the way. Leases of `lease_ms`: a claim whose ack is lost
+/// every id of `owed` was delivered (and its ack not refused) and two more
+/// sweeps find nothing, or `timeout` passes; returns those ids with their
+/// counts and the errors met on the way. Leases of `lease_ms`: a claim whose ack is lost
 /// comes back after it.
 pub async fn drain(
     client: &Client,
@@ -1343,11 +1343,30 @@ pub async fn drain(
             }
             found = true;
             let tokens: Vec<_> = batch.deliveries.iter().map(Delivery::token).collect();
-            if let Err(error) = client.ack(queue, PartitionId(partition), &tokens).await {
-                errors.push(format!("ack {partition}: {error}"));
+            // Acks the broker refused (a leader that changed since the
+            // claim answers NOT_LEADER) were not applied: those messages
+            // are not counted, so the drain claims them again once their
+            // lease ends. An ack of unknown outcome counts as done.
+            let mut refused = HashSet::new();
+            match client.ack(queue, PartitionId(partition), &tokens).await {
+                Ok(()) => {}
+                Err(error) => {
+                    errors.push(format!("ack {partition}: {error}"));
+                    match &error {
+                        ClientError::AckRefused { refused: tokens, .. } => {
+                            refused.extend(tokens.iter().map(|ack| ack.index));
+                        }
+                        ClientError::NotLeader { .. } | ClientError::NotOwner { .. } => {
+                            refused.extend(0..batch.deliveries.len());
+                        }
+                        _ => {}
+                    }
+                }
             }
-            for delivery in &batch.deliveries {
-                *delivered.entry(delivery.message_id()).or_insert(0) += 1;
+            for (index, delivery) in batch.deliveries.iter().enumerate() {
+                if !refused.contains(&index) {
+                    *delivered.entry(delivery.message_id()).or_insert(0) += 1;
+                }
             }
         }
         let all = owed.iter().all(|id| delivered.contains_key(id));
