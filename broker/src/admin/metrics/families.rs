@@ -205,10 +205,7 @@ pub(super) fn register_partition_age(
     let family = FloatGauges::<PartitionLabels>::default();
     for shard in reports {
         for report in &shard.partitions {
-            let labels = PartitionLabels {
-                queue: report.queue.clone(),
-                partition: report.partition.to_string(),
-            };
+            let labels = PartitionLabels::of(report);
             family.get_or_create(&labels).set(age_ms(report).unwrap_or(0) as f64 / 1000.0);
         }
     }

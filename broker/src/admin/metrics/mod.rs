@@ -27,7 +27,7 @@ use prometheus_client::registry::{Registry, Unit};
 
 use crate::io::stats::COMMIT_SIZE_BUCKETS_BYTES;
 use crate::net::connection::ConnectionEnd;
-use crate::shard::report::{AdmissionCause, ShardReport};
+use crate::shard::report::{AdmissionCause, PartitionReport, ShardReport};
 use disk::register_disk;
 pub use disk::{disk_space, DiskSpace};
 use families::{
@@ -52,6 +52,13 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 struct PartitionLabels {
     queue: String,
     partition: String,
+}
+
+impl PartitionLabels {
+    /// The labels of `report`'s partition.
+    fn of(report: &PartitionReport) -> Self {
+        Self { queue: report.queue.clone(), partition: report.partition.0.to_string() }
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -143,10 +150,7 @@ pub fn encode(
             let family = Counters::<PartitionLabels>::default();
             for shard in reports {
                 for $report in &shard.partitions {
-                    let labels = PartitionLabels {
-                        queue: $report.queue.clone(),
-                        partition: $report.partition.to_string(),
-                    };
+                    let labels = PartitionLabels::of($report);
                     family.get_or_create(&labels).inc_by($value);
                 }
             }
@@ -158,10 +162,7 @@ pub fn encode(
             let family = Gauges::<PartitionLabels>::default();
             for shard in reports {
                 for $report in &shard.partitions {
-                    let labels = PartitionLabels {
-                        queue: $report.queue.clone(),
-                        partition: $report.partition.to_string(),
-                    };
+                    let labels = PartitionLabels::of($report);
                     family.get_or_create(&labels).set(gauge_value($value));
                 }
             }

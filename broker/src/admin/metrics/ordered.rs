@@ -18,10 +18,7 @@ pub(super) fn register_ordered(registry: &mut Registry, reports: &[ShardReport])
     let waiting = Gauges::<PartitionLabels>::default();
     let oldest = FloatGauges::<PartitionLabels>::default();
     for report in reports.iter().flat_map(|shard| &shard.partitions).filter(|p| p.ordered) {
-        let labels = PartitionLabels {
-            queue: report.queue.clone(),
-            partition: report.partition.to_string(),
-        };
+        let labels = PartitionLabels::of(report);
         let lanes = &report.counters.lanes;
         active.get_or_create(&labels).set(gauge_value(lanes.active_keys));
         blocked.get_or_create(&labels).set(gauge_value(lanes.blocked_keys));

@@ -185,10 +185,7 @@ pub(super) fn register_replication(registry: &mut Registry, reports: &[ShardRepo
         }
         for partition in &report.partitions {
             let Some(role) = partition.replica else { continue };
-            let labels = PartitionLabels {
-                queue: partition.queue.clone(),
-                partition: partition.partition.0.to_string(),
-            };
+            let labels = PartitionLabels::of(partition);
             leader.get_or_create(&labels).set(gauge_value(role.leader));
             term.get_or_create(&labels).set(gauge_value(role.term));
             serving.get_or_create(&labels).set(i64::from(role.serving));

@@ -18,10 +18,7 @@ pub(super) fn register_retention(registry: &mut Registry, reports: &[ShardReport
     let messages = Gauges::<PartitionLabels>::default();
     let bytes = Gauges::<PartitionLabels>::default();
     for report in reports.iter().flat_map(|shard| &shard.partitions).filter(|p| p.window) {
-        let labels = PartitionLabels {
-            queue: report.queue.clone(),
-            partition: report.partition.to_string(),
-        };
+        let labels = PartitionLabels::of(report);
         messages.get_or_create(&labels).set(gauge_value(report.counters.retained_messages));
         bytes.get_or_create(&labels).set(gauge_value(report.counters.retained_bytes));
     }
