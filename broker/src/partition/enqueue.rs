@@ -182,13 +182,20 @@ impl<S: Storage + Clone> Partition<S> {
         requests.clear();
         decisions.clear();
         accepted.clear();
+        // Keys matter to an ordered queue's lanes alone: hashed once here.
+        let ordered = self.state.borrow().config.ordered;
         for index in 0..view.len() {
             let stamp = view.record(index).enqueue_time_ms.to_native();
             if stamp.abs_diff(now) > ENQUEUE_CLOCK_SKEW_MS_MAX {
                 return Err(PartitionError::ClockSkew { index, stamp_ms: stamp, now_ms: now });
             }
             check_schedule(view, index, now)?;
-            requests.push((enqueue_request(view, index), stamp));
+            let key = if ordered {
+                OrderKey::of(view.record(index).routing_key.as_slice())
+            } else {
+                None
+            };
+            requests.push((enqueue_request(view, index), stamp, key));
         }
         // What the batch may add to the state, against the shard's share:
         // refused whole, before anything is appended.
@@ -198,9 +205,8 @@ impl<S: Storage + Clone> Partition<S> {
         {
             let state = self.state.borrow();
             let mut admission = state.admission_with(now, ids);
-            for (index, (request, _)) in requests.iter().enumerate() {
-                let key = OrderKey::of(view.record(index).routing_key.as_slice());
-                let decision = admission.check_keyed(request, key)?;
+            for (index, (request, _, key)) in requests.iter().enumerate() {
+                let decision = admission.check_keyed(request, *key)?;
                 match decision {
                     EnqueueDecision::QueueFull { limit } => {
                         return Err(PartitionError::QueueFull { limit });
@@ -247,10 +253,9 @@ impl<S: Storage + Clone> Partition<S> {
             let mut state = self.state.borrow_mut();
             for (position, &index) in accepted.iter().enumerate() {
                 let offset = Offset(appended.base_offset.0 + position as u64);
-                let (request, stamp) = &requests[index as usize];
-                let key = OrderKey::of(view.record(index as usize).routing_key.as_slice());
+                let (request, stamp, key) = &requests[index as usize];
                 let event =
-                    Event::Enqueued(EnqueueMeta::new(request, offset, *stamp).with_key(key));
+                    Event::Enqueued(EnqueueMeta::new(request, offset, *stamp).with_key(*key));
                 if let Err(error) = state.apply(&event) {
                     panic!(
                         "partition {:?}: enqueue at {offset:?} does not apply: {error}",

@@ -461,7 +461,12 @@ impl ReplayFold {
                 BatchKind::Data => {
                     let request = enqueue_request(&view, index);
                     let stamp = view.record(index).enqueue_time_ms.to_native();
-                    let key = OrderKey::of(view.record(index).routing_key.as_slice());
+                    // Keys matter to an ordered queue's lanes alone.
+                    let key = if state.config.ordered {
+                        OrderKey::of(view.record(index).routing_key.as_slice())
+                    } else {
+                        None
+                    };
                     Event::Enqueued(EnqueueMeta::new(&request, Offset(offset), stamp).with_key(key))
                 }
                 BatchKind::Control => Event::decode(view.control_record(index))

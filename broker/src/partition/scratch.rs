@@ -21,7 +21,7 @@ use spool_wire::batch::{BatchBytes, ControlBatchBuilder};
 pub use crate::limits::{CONTROL_SCRATCH_BYTES_MAX, REQUEST_SCRATCH_ENTRIES_MAX};
 use crate::queue::{
     AdmissionIds, ClaimDecision, EnqueueDecision, EnqueueRequest, Event, Lane, Millis, Offset,
-    CLAIMED_EVENT_BYTES,
+    OrderKey, CLAIMED_EVENT_BYTES,
 };
 
 /// What `append_events` reuses: the builder, one event's encoding and the
@@ -46,11 +46,12 @@ impl ControlScratch {
     }
 }
 
-/// What an enqueue reuses: each record's admission request and clock stamp,
-/// the decisions, the accepted indices and the admission's in-batch ids.
+/// What an enqueue reuses: each record's admission request, clock stamp
+/// and lane key (an ordered queue's; `None` otherwise), the decisions, the
+/// accepted indices and the admission's in-batch ids.
 #[derive(Default)]
 pub(super) struct EnqueueScratch {
-    pub requests: Vec<(EnqueueRequest, Millis)>,
+    pub requests: Vec<(EnqueueRequest, Millis, Option<OrderKey>)>,
     pub decisions: Vec<EnqueueDecision>,
     pub accepted: Vec<u32>,
     pub ids: AdmissionIds,
